@@ -1,0 +1,112 @@
+"""Time accounting over classified GPU events: totals, busy/idle/wall, and per-category,
+per-kernel, per-op and per-step sums.
+
+`total` adds every event's duration (work done, counted per stream); `busy` is
+the union of intervals per device (time the GPU had anything running); an
+event's `wall_us` is its share of busy time when overlapping streams split each
+instant evenly, so category wall shares add up to busy time and never double count.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+
+def overlap_shares(starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """Each interval's share of the union: every instant is split evenly among the intervals active then.
+
+    sum(result) == union length. Vectorised: with F(t) = integral of 1/active(t),
+    an interval's share is F(end) - F(start).
+    """
+    n = len(starts)
+    if n == 0:
+        return np.zeros(0)
+    t = np.concatenate([starts, ends]).astype(np.float64)
+    delta = np.concatenate([np.ones(n), -np.ones(n)])
+    order = np.argsort(t, kind="stable")
+    t_sorted = t[order]
+    active = np.cumsum(delta[order])[:-1]
+    seg = np.diff(t_sorted)
+    rate = np.where(active > 0.5, 1.0 / np.maximum(active, 1.0), 0.0)
+    F = np.concatenate([[0.0], np.cumsum(seg * rate)])
+    pos = np.empty(2 * n, dtype=np.int64)
+    pos[order] = np.arange(2 * n)
+    return F[pos[n:]] - F[pos[:n]]
+
+
+def union_length(starts: np.ndarray, ends: np.ndarray) -> float:
+    if len(starts) == 0:
+        return 0.0
+    order = np.argsort(starts, kind="stable")
+    s = starts[order]
+    e = np.maximum.accumulate(ends[order])
+    # A new block starts where an interval begins after everything before it ended.
+    prev_end = np.concatenate([[-np.inf], e[:-1]])
+    new_block = s > prev_end
+    block_id = np.cumsum(new_block) - 1
+    block_start = s[new_block]
+    block_end = np.zeros(len(block_start))
+    np.maximum.at(block_end, block_id, e)
+    return float(np.sum(block_end - block_start))
+
+
+def add_wall_shares(events: pd.DataFrame) -> pd.DataFrame:
+    """Add `wall_us`: each event's share of its device's busy time."""
+    shares = np.zeros(len(events))
+    for _, idx in events.groupby("device", sort=False).indices.items():
+        shares[idx] = overlap_shares(events["ts"].to_numpy()[idx], events["end"].to_numpy()[idx])
+    events = events.copy()
+    events["wall_us"] = shares
+    return events
+
+
+def busy_per_device(events: pd.DataFrame) -> dict[int, float]:
+    return {dev: union_length(events["ts"].to_numpy()[idx], events["end"].to_numpy()[idx])
+            for dev, idx in events.groupby("device", sort=False).indices.items()}
+
+
+def category_table(events: pd.DataFrame, total_us: float, wall_capacity_us: float) -> pd.DataFrame:
+    g = events.groupby("category", sort=False).agg(
+        us=("dur", "sum"), wall_us=("wall_us", "sum"), count=("dur", "size"), addressable=("addressable", "first"))
+    g = g.reset_index().rename(columns={"category": "name"})
+    g["fraction"] = g["us"] / total_us if total_us > 0 else 0.0
+    g["wall_fraction"] = g["wall_us"] / wall_capacity_us if wall_capacity_us > 0 else 0.0
+    g = g.sort_values("us", ascending=False, kind="stable").reset_index(drop=True)
+    return g[["name", "us", "fraction", "wall_us", "wall_fraction", "addressable", "count"]]
+
+
+def _dominant(events: pd.DataFrame, key: str, value: str) -> pd.Series:
+    """For each `key`, the `value` that accounts for most of its time."""
+    g = events.groupby([key, value], sort=False)["dur"].sum().reset_index()
+    g = g.sort_values("dur", ascending=False, kind="stable").drop_duplicates(key)
+    return g.set_index(key)[value]
+
+
+def kernel_table(events: pd.DataFrame) -> pd.DataFrame:
+    g = events.groupby("name", sort=False).agg(us=("dur", "sum"), count=("dur", "size"))
+    g["category"] = _dominant(events, "name", "category")
+    g["op"] = _dominant(events, "name", "op")
+    g["addressable"] = events.groupby("name", sort=False)["addressable"].first()
+    g = g.reset_index().sort_values("us", ascending=False, kind="stable").reset_index(drop=True)
+    return g[["name", "category", "addressable", "us", "count", "op"]]
+
+
+def op_table(events: pd.DataFrame) -> pd.DataFrame:
+    ev = events.assign(op=events["op"].where(events["op"] != "", "(no op)"))
+    ev = ev.assign(addr_us=np.where(ev["addressable"], ev["dur"], 0.0))
+    g = ev.groupby("op", sort=False).agg(us=("dur", "sum"), count=("dur", "size"), addressable_us=("addr_us", "sum"))
+    g["category"] = _dominant(ev, "op", "category")
+    g = g.reset_index().sort_values("us", ascending=False, kind="stable").reset_index(drop=True)
+    return g[["op", "category", "us", "count", "addressable_us"]]
+
+
+def step_table(events: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
+    rows = []
+    for s in steps.itertuples(index=False):
+        ev = events[events["step"] == s.step]
+        end = max(s.end, float(ev["end"].max())) if len(ev) else s.end
+        busy = sum(busy_per_device(ev).values()) if len(ev) else 0.0
+        rows.append((int(s.step), float(s.ts), end, end - s.ts, busy, float(ev["dur"].sum()),
+                     float(ev.loc[ev["addressable"], "dur"].sum())))
+    return pd.DataFrame(rows, columns=["step", "start", "end", "wall_us", "busy_us", "total_us", "addressable_us"])

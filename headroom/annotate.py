@@ -1,0 +1,44 @@
+"""Write a trace back with each GPU activity's category in its `args`, for Perfetto/chrome://tracing."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import tempfile
+from pathlib import Path
+
+from headroom.analysis import analyze
+from headroom.trace import read_trace_json
+
+
+def annotate_trace(source: str | os.PathLike, out: str | os.PathLike, rules=None, policy=None) -> int:
+    """Copy `source` to `out` with `headroom_category`, `headroom_addressable` and `headroom_op`
+    in each kernel/memcpy/memset's args. Returns the number of events annotated.
+
+    Every GPU activity is annotated, inside the profiled steps or not. The output
+    is written to a temporary file and renamed, so a failure leaves nothing half-written.
+    """
+    analysis = analyze(source, rules=rules, policy=policy, whole_trace=True)
+    doc = read_trace_json(source)
+    events = doc["traceEvents"]
+    ev = analysis.events
+    for idx, cat, addr, op in zip(ev["index"].tolist(), ev["category"].tolist(),
+                                  ev["addressable"].tolist(), ev["op"].tolist()):
+        args = events[idx].setdefault("args", {})
+        args["headroom_category"] = cat
+        args["headroom_addressable"] = bool(addr)
+        if op:
+            args["headroom_op"] = op
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=out.parent, prefix=f".{out.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            data = json.dumps(doc).encode()
+            f.write(gzip.compress(data, compresslevel=6) if out.name.endswith(".gz") else data)
+        os.replace(tmp, out)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return len(ev)

@@ -1,0 +1,77 @@
+"""Shared fixtures: where the real traces are, and a builder for small synthetic Kineto traces."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+HTA_TRACES = REPO.parent / "shared" / "hta-traces"
+SHIPPED_TRACES = REPO / "traces"
+
+
+def hta_trace(name: str) -> Path:
+    """A real trace from HolisticTraceAnalysis' test data, read in place from ../shared."""
+    matches = sorted(HTA_TRACES.glob(f"{name}*.json.gz"))
+    if not matches:
+        pytest.skip(f"{HTA_TRACES} is not present (it is beside the checkout in CI)")
+    return matches[0]
+
+
+class TraceBuilder:
+    """Builds a Kineto-shaped trace: a CPU thread that launches kernels inside ProfilerSteps."""
+
+    def __init__(self, pid: int = 100, tid: int = 100):
+        self.pid, self.tid = pid, tid
+        self.events: list[dict] = []
+        self._corr = 1000
+        self._ext = 1
+
+    def _ext_id(self) -> int:
+        self._ext += 1
+        return self._ext
+
+    def step(self, n: int, ts: float, dur: float) -> None:
+        self.events.append({"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{n}",
+                            "pid": self.pid, "tid": self.tid, "ts": ts, "dur": dur,
+                            "args": {"External id": self._ext_id()}})
+
+    def cpu(self, name: str, ts: float, dur: float, cat: str = "cpu_op", tid: int | None = None) -> int:
+        ext = self._ext_id()
+        self.events.append({"ph": "X", "cat": cat, "name": name, "pid": self.pid,
+                            "tid": self.tid if tid is None else tid, "ts": ts, "dur": dur,
+                            "args": {"External id": ext}})
+        return ext
+
+    def kernel(self, name: str, launch_ts: float, ts: float, dur: float, stream: int = 7,
+               ext: int | None = None, kind: str = "kernel", launch: str = "cudaLaunchKernel",
+               tid: int | None = None, device: int = 0, corr: int | None = None) -> int:
+        if corr is None:
+            self._corr += 1
+            corr = self._corr
+            self.events.append({"ph": "X", "cat": "cuda_driver" if launch.startswith("cu") and not launch.startswith("cuda") else "cuda_runtime",
+                                "name": launch, "pid": self.pid, "tid": self.tid if tid is None else tid,
+                                "ts": launch_ts, "dur": 2.0,
+                                "args": {"correlation": corr, **({"External id": ext} if ext else {})}})
+        cat = {"kernel": "kernel", "memcpy": "gpu_memcpy", "memset": "gpu_memset"}[kind]
+        self.events.append({"ph": "X", "cat": cat, "name": name, "pid": device, "tid": stream,
+                            "ts": ts, "dur": dur,
+                            "args": {"device": device, "stream": stream, "correlation": corr,
+                                     **({"External id": ext} if ext else {})}})
+        return corr
+
+    def doc(self, **top) -> dict:
+        return {"schemaVersion": 1, "traceEvents": self.events, **top}
+
+    def write(self, path: Path, **top) -> Path:
+        data = json.dumps(self.doc(**top)).encode()
+        path.write_bytes(gzip.compress(data) if path.name.endswith(".gz") else data)
+        return path
+
+
+@pytest.fixture
+def builder() -> TraceBuilder:
+    return TraceBuilder()

@@ -1,0 +1,119 @@
+import gzip
+import json
+
+import numpy as np
+import pytest
+
+from headroom.trace import TraceError, find_trace_files, load_trace, load_traces
+from tests.conftest import hta_trace
+
+
+def _count(path, cats):
+    doc = json.loads(gzip.decompress(path.read_bytes()))
+    return sum(1 for e in doc["traceEvents"] if e.get("ph") == "X" and e.get("cat") in cats)
+
+
+def test_nccl_trace_tables_match_raw_event_counts():
+    path = hta_trace("nccl_parser_config")
+    t = load_trace(path)
+    assert len(t.gpu) == _count(path, {"kernel", "gpu_memcpy", "gpu_memset"}) == 2700 + 960 + 114
+    assert (t.gpu["kind"] == "kernel").sum() == 2700
+    assert len(t.launches) == _count(path, {"cuda_runtime", "cuda_driver"})
+    assert t.base_ns == 1711964646000000000
+    assert t.metadata["deviceProperties"][0]["name"].startswith("NVIDIA A100")
+    # String pids ("Spans") and int pids coexist in the file; GPU rows keep numeric device/stream.
+    assert t.gpu["device"].dtype == np.int64 and set(t.gpu["stream"]) >= {7}
+
+
+def test_steps_come_from_cpu_side_only():
+    # The AMD trace repeats ProfilerStep#1 as a gpu_user_annotation on the GPU row.
+    t = load_trace(hta_trace("amd_trace"))
+    assert t.steps["step"].tolist() == [1, 2]
+    assert (t.gpu_annotations["name"] == "ProfilerStep#1").sum() == 1
+
+
+def test_triton_cpu_op_with_stream_is_not_gpu_time():
+    t = load_trace(hta_trace("triton_example"))
+    assert t.gpu["name"].tolist() == ["triton_poi_fused_add_cos_sin_0"]
+    assert t.gpu["dur"].sum() == pytest.approx(1.76)
+    assert "triton_poi_fused_add_cos_sin_0" in set(t.cpu["name"])  # the Inductor cpu_op stays on the CPU side
+    assert t.launches["cat"].tolist().count("cuda_driver") == 1
+
+
+def test_cpu_only_trace_loads_without_gpu():
+    t = load_trace(hta_trace("cpu_only"))
+    assert not t.has_gpu and len(t.cpu) == 15 and t.steps["step"].tolist() == [551]
+
+
+def test_old_category_spellings_and_fractional_ns(tmp_path):
+    doc = {"traceEvents": [
+        {"ph": "X", "cat": "Operator", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 10.125, "dur": 5.5},
+        {"ph": "X", "cat": "Runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1, "ts": 11.0, "dur": 1.0,
+         "args": {"correlation": 5}},
+        {"ph": "X", "cat": "Kernel", "name": "gemm", "pid": 0, "tid": 7, "ts": 20.001, "dur": 3.003,
+         "args": {"correlation": 5, "device": 0, "stream": 7}},
+        {"ph": "X", "cat": "Memcpy", "name": "Memcpy HtoD", "pid": 0, "tid": 7, "ts": 30.0, "dur": 1.0,
+         "args": {"device": 0, "stream": 7}},
+    ]}
+    p = tmp_path / "old.json"
+    p.write_text(json.dumps(doc))
+    t = load_trace(p)
+    assert t.gpu["kind"].tolist() == ["kernel", "memcpy"]
+    assert t.gpu["ts"].iloc[0] == pytest.approx(20.001) and t.gpu["dur"].iloc[0] == pytest.approx(3.003)
+    assert t.cpu["cat"].tolist() == ["cpu_op"] and t.launches["correlation"].tolist() == [5]
+
+
+def test_flows_supply_missing_correlation(tmp_path):
+    doc = {"traceEvents": [
+        {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 2, "ts": 5.0, "dur": 1.0},
+        {"ph": "s", "cat": "ac2g", "name": "ac2g", "id": 77, "pid": 1, "tid": 2, "ts": 5.0},
+        {"ph": "f", "cat": "async_cpu_to_gpu", "name": "ac2g", "id": 77, "pid": 0, "tid": 7, "ts": 9.0, "bp": "e"},
+        {"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 9.0, "dur": 2.0},
+    ]}
+    p = tmp_path / "flows.json"
+    p.write_text(json.dumps(doc))
+    t = load_trace(p)
+    assert t.gpu["correlation"].tolist() == [77] and t.launches["correlation"].tolist() == [77]
+
+
+def test_ids_beyond_64_bits(tmp_path):
+    big = 2**70 + 3
+    doc = {"traceEvents": [
+        {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1, "ts": 1, "dur": 1,
+         "args": {"correlation": big, "External id": 2**65}},
+        {"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 3, "dur": 2,
+         "args": {"correlation": big, "device": 0, "stream": 7}},
+    ]}
+    p = tmp_path / "big.json"
+    p.write_text(json.dumps(doc))
+    t = load_trace(p)
+    assert t.gpu["correlation"].tolist() == [big] and t.launches["external_id"].tolist() == [2**65]
+
+
+@pytest.mark.parametrize("content,problem", [
+    (b"", "empty file"),
+    (b"{\"traceEvents\": [", "invalid JSON"),
+    (b"[1, 2, 3]", "not a Kineto trace"),
+    (b"{\"foo\": 1}", "no 'traceEvents'"),
+    (b"{\"traceEvents\": {\"a\": 1}}", "not a Kineto trace"),
+    (gzip.compress(b"{\"traceEvents\": []}" * 50)[:30], "truncated or corrupt gzip"),
+])
+def test_bad_input_names_file_and_problem(tmp_path, content, problem):
+    p = tmp_path / "bad.json.gz"
+    p.write_bytes(content)
+    with pytest.raises(TraceError) as e:
+        load_trace(p)
+    assert str(p) in str(e.value) and problem in str(e.value)
+    assert "\n" not in str(e.value)
+
+
+def test_missing_file_and_directory_of_ranks(tmp_path, builder):
+    with pytest.raises(TraceError, match="no such file"):
+        load_trace(tmp_path / "nope.json")
+    with pytest.raises(TraceError, match="holds no .json"):
+        find_trace_files(tmp_path)
+    builder.step(1, 0, 100)
+    builder.write(tmp_path / "rank0.json")
+    builder.write(tmp_path / "rank1.json.gz")
+    (tmp_path / "notes.txt").write_text("x")
+    assert [t.source.rsplit("/", 1)[1] for t in load_traces(tmp_path)] == ["rank0.json", "rank1.json.gz"]

@@ -76,37 +76,63 @@ def category_table(events: pd.DataFrame, total_us: float, wall_capacity_us: floa
     return g[["name", "us", "fraction", "wall_us", "wall_fraction", "addressable", "count"]]
 
 
-def _dominant(events: pd.DataFrame, key: str, value: str) -> pd.Series:
-    """For each `key`, the `value` that accounts for most of its time."""
-    g = events.groupby([key, value], sort=False)["dur"].sum().reset_index()
-    g = g.sort_values("dur", ascending=False, kind="stable").drop_duplicates(key)
-    return g.set_index(key)[value]
+def _per_key(events: pd.DataFrame, key: str) -> tuple[np.ndarray, np.ndarray, pd.DataFrame]:
+    """Integer codes of `key` (factorised once), its distinct values, and per-code sums."""
+    codes, uniques = pd.factorize(events[key], sort=False)
+    dur = events["dur"].to_numpy()
+    addr = events["addressable"].to_numpy(dtype=bool)
+    n = len(uniques)
+    sums = pd.DataFrame({
+        "us": np.bincount(codes, weights=dur, minlength=n),
+        "count": np.bincount(codes, minlength=n),
+        "addressable_us": np.bincount(codes, weights=np.where(addr, dur, 0.0), minlength=n),
+    })
+    return codes, np.asarray(uniques, dtype=object), sums
+
+
+def _dominant(codes: np.ndarray, values: pd.Series, dur: np.ndarray, n: int) -> np.ndarray:
+    """For each code, the value of `values` that accounts for most of its time."""
+    vcodes, vuniques = pd.factorize(values, sort=False)
+    pair = codes.astype(np.int64) * (len(vuniques) + 1) + vcodes
+    pairs, inv = np.unique(pair, return_inverse=True)
+    t = np.bincount(inv.reshape(-1), weights=dur)
+    order = np.lexsort((-t, pairs // (len(vuniques) + 1)))
+    first = np.unique(pairs[order] // (len(vuniques) + 1), return_index=True)[1]
+    best = pairs[order][first]
+    out = np.empty(n, dtype=object)
+    out[best // (len(vuniques) + 1)] = np.asarray(vuniques, dtype=object)[best % (len(vuniques) + 1)]
+    return out
 
 
 def kernel_table(events: pd.DataFrame) -> pd.DataFrame:
-    g = events.groupby("name", sort=False).agg(us=("dur", "sum"), count=("dur", "size"))
-    g["category"] = _dominant(events, "name", "category")
-    g["op"] = _dominant(events, "name", "op")
-    g["addressable"] = events.groupby("name", sort=False)["addressable"].first()
-    g = g.reset_index().sort_values("us", ascending=False, kind="stable").reset_index(drop=True)
+    codes, names, g = _per_key(events, "name")
+    dur = events["dur"].to_numpy()
+    g["name"] = names
+    g["category"] = _dominant(codes, events["category"], dur, len(names))
+    g["op"] = _dominant(codes, events["op"], dur, len(names))
+    g["addressable"] = g["addressable_us"] > 0
+    g = g.sort_values("us", ascending=False, kind="stable").reset_index(drop=True)
     return g[["name", "category", "addressable", "us", "count", "op"]]
 
 
 def op_table(events: pd.DataFrame) -> pd.DataFrame:
     ev = events.assign(op=events["op"].where(events["op"] != "", "(no op)"))
-    ev = ev.assign(addr_us=np.where(ev["addressable"], ev["dur"], 0.0))
-    g = ev.groupby("op", sort=False).agg(us=("dur", "sum"), count=("dur", "size"), addressable_us=("addr_us", "sum"))
-    g["category"] = _dominant(ev, "op", "category")
-    g = g.reset_index().sort_values("us", ascending=False, kind="stable").reset_index(drop=True)
+    codes, ops, g = _per_key(ev, "op")
+    g["op"] = ops
+    g["category"] = _dominant(codes, ev["category"], ev["dur"].to_numpy(), len(ops))
+    g = g.sort_values("us", ascending=False, kind="stable").reset_index(drop=True)
     return g[["op", "category", "us", "count", "addressable_us"]]
 
 
 def step_table(events: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
+    by_step = events.groupby("step", sort=False).indices
+    ts, end, dur = events["ts"].to_numpy(), events["end"].to_numpy(), events["dur"].to_numpy()
+    dev, addr = events["device"].to_numpy(), events["addressable"].to_numpy(dtype=bool)
     rows = []
     for s in steps.itertuples(index=False):
-        ev = events[events["step"] == s.step]
-        end = max(s.end, float(ev["end"].max())) if len(ev) else s.end
-        busy = sum(busy_per_device(ev).values()) if len(ev) else 0.0
-        rows.append((int(s.step), float(s.ts), end, end - s.ts, busy, float(ev["dur"].sum()),
-                     float(ev.loc[ev["addressable"], "dur"].sum())))
+        idx = by_step.get(s.step, np.zeros(0, dtype=np.int64))
+        step_end = max(s.end, float(end[idx].max())) if len(idx) else s.end
+        busy = sum(union_length(ts[idx][dev[idx] == d], end[idx][dev[idx] == d]) for d in np.unique(dev[idx]))
+        rows.append((int(s.step), float(s.ts), step_end, step_end - s.ts, float(busy),
+                     float(dur[idx].sum()), float(dur[idx][addr[idx]].sum())))
     return pd.DataFrame(rows, columns=["step", "start", "end", "wall_us", "busy_us", "total_us", "addressable_us"])

@@ -17,7 +17,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from headroom.trace import Trace
+from headroom.trace import Trace, starts_with
 
 MODULE_PREFIX = "nn.Module: "
 
@@ -31,12 +31,21 @@ def containing_range(starts: np.ndarray, ends: np.ndarray, points: np.ndarray,
     out = np.full(len(points), -1, dtype=np.int64)
     if len(starts) == 0 or len(points) == 0:
         return out
-    p_order = np.argsort(points, kind="stable")
-    sorted_pts = points[p_order]
     # Outer ranges first: earlier start, then longer duration.
     order = np.lexsort((-(ends - starts), starts))
     if outermost:
-        order = order[::-1]
+        # Top-level ranges start after everything before them ended; they are
+        # disjoint, so one binary search per point finds the one that holds it.
+        s, e = starts[order], ends[order]
+        prev_end = np.maximum.accumulate(np.concatenate([[-np.inf], e[:-1]]))
+        top = s >= prev_end
+        s, e, ids = s[top], e[top], order[top]
+        i = np.searchsorted(s, points, side="right") - 1
+        ok = (i >= 0) & (points <= e[np.maximum(i, 0)])
+        out[ok] = ids[i[ok]]
+        return out
+    p_order = np.argsort(points, kind="stable")
+    sorted_pts = points[p_order]
     lo = np.searchsorted(sorted_pts, starts[order], side="left")
     hi = np.searchsorted(sorted_pts, ends[order], side="right")
     hit = hi > lo
@@ -52,7 +61,7 @@ def _labels_on_threads(ranges: pd.DataFrame, points: pd.DataFrame, outermost: bo
     result = np.full(len(points), "", dtype=object)
     if len(ranges) == 0 or len(points) == 0:
         return result
-    names = ranges["name"].to_numpy(dtype=object)
+    names = ranges["name"].astype(str).to_numpy(dtype=object)
     r_groups = ranges.groupby(["pid", "tid"], observed=True, sort=False).indices
     p_groups = points.groupby(["launch_pid", "launch_tid"], observed=True, sort=False).indices
     ts = ranges["ts"].to_numpy()
@@ -77,7 +86,7 @@ def _module_paths(modules: pd.DataFrame) -> pd.DataFrame:
         stack: list[tuple[float, str]] = []
         ts = sub["ts"].to_numpy()
         end = ts + sub["dur"].to_numpy()
-        names = sub["name"].str.slice(len(MODULE_PREFIX)).to_numpy(dtype=object)
+        names = sub["name"].astype(str).str.slice(len(MODULE_PREFIX)).to_numpy(dtype=object)
         for k in order:
             while stack and stack[-1][0] < ts[k]:
                 stack.pop()
@@ -96,6 +105,8 @@ def attribute_kernels_to_ops(trace: Trace) -> pd.DataFrame:
     top_op, annotation, module, step (-1 outside every ProfilerStep).
     """
     gpu = trace.gpu.copy()
+    gpu["name"] = gpu["name"].astype(str).astype(object)
+    gpu["kind"] = gpu["kind"].astype(str).astype(object)
     gpu["end"] = gpu["ts"] + gpu["dur"]
     launches = trace.launches
     launches = launches[launches["correlation"].astype(object) != -1]
@@ -103,6 +114,7 @@ def attribute_kernels_to_ops(trace: Trace) -> pd.DataFrame:
     link = launches[["correlation", "name", "ts", "dur", "pid", "tid", "external_id"]].rename(columns={
         "name": "launch_name", "ts": "launch_ts", "dur": "launch_dur", "pid": "launch_pid",
         "tid": "launch_tid", "external_id": "launch_external_id"})
+    link["launch_name"] = link["launch_name"].astype(str).astype(object)
     if len(gpu) and gpu["correlation"].dtype != link["correlation"].dtype:
         gpu["correlation"] = gpu["correlation"].astype(object)
         link["correlation"] = link["correlation"].astype(object)
@@ -114,8 +126,10 @@ def attribute_kernels_to_ops(trace: Trace) -> pd.DataFrame:
 
     cpu = trace.cpu
     ops = cpu[cpu["cat"] == "cpu_op"]
-    annotations = cpu[(cpu["cat"] == "user_annotation") & ~cpu["name"].str.startswith("ProfilerStep#")]
-    modules = cpu[(cpu["cat"] == "python_function") & cpu["name"].str.startswith(MODULE_PREFIX)]
+    annotations = cpu[cpu["cat"] == "user_annotation"]
+    annotations = annotations[~starts_with(annotations["name"], "ProfilerStep#")]
+    modules = cpu[cpu["cat"] == "python_function"]
+    modules = modules[starts_with(modules["name"], MODULE_PREFIX)]
 
     # Innermost op: the launch's External id names it directly (Kineto sets it
     # to the enclosing record function); fall back to containment.
@@ -125,10 +139,10 @@ def attribute_kernels_to_ops(trace: Trace) -> pd.DataFrame:
     op = ext.map(by_ext) if len(by_ext) else pd.Series(np.nan, index=gpu.index)
     op = op.astype(object).to_numpy(copy=True)
     missing = pd.isna(op) & launched
-    points = gpu.loc[launched]
-    by_containment = pd.Series(_labels_on_threads(ops, points), index=points.index)
-    op[missing] = by_containment.reindex(gpu.index[missing]).to_numpy()
+    if missing.any():
+        op[missing] = _labels_on_threads(ops, gpu.loc[missing])
     op = np.where(pd.isna(op), "", op)
+    points = gpu.loc[launched]
     gpu["op"] = op
 
     top = np.full(len(gpu), "", dtype=object)
@@ -161,7 +175,8 @@ def cpu_op_self_times(trace: Trace) -> pd.DataFrame:
     """
     cpu = trace.cpu
     # record_function ranges (e.g. `gloo:all_reduce`) hold time too; ProfilerStep is the frame.
-    keep = (cpu["cat"] == "cpu_op") | ((cpu["cat"] == "user_annotation") & ~cpu["name"].str.startswith("ProfilerStep#"))
+    keep = (cpu["cat"] == "cpu_op").to_numpy() | ((cpu["cat"] == "user_annotation").to_numpy()
+                                                 & ~starts_with(cpu["name"], "ProfilerStep#"))
     ops = cpu[keep].reset_index(drop=True)
     self_us = ops["dur"].to_numpy(copy=True)
     top = ops["name"].to_numpy(dtype=object, copy=True)

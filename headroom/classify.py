@@ -139,9 +139,24 @@ def classify_kernels(events: pd.DataFrame, rules: list[Rule], policy: Policy) ->
         out["category"] = pd.Series(dtype=object)
         out["addressable"] = pd.Series(dtype=bool)
         return out
-    keys = out[cols].astype(str)
-    codes, uniques = pd.MultiIndex.from_frame(keys).factorize()
-    cats = np.array([classify_one(rules, *u) for u in uniques], dtype=object)
+    # Factorise each column once, then find the distinct combinations numerically
+    # (kernel names are long: hashing them more than once dominates big traces).
+    col_codes, col_uniques = zip(*(pd.factorize(out[c], sort=False) for c in cols))
+    sizes = [max(len(u), 1) for u in col_uniques]
+    key = np.zeros(len(out), dtype=np.int64)
+    for c, size in zip(col_codes, sizes):  # mixed-radix: one int64 per combination
+        key = key * size + c
+    codes, first = pd.factorize(key, sort=False)
+    # Decode each distinct key back into its column codes.
+    combos = []
+    for k in first.tolist():
+        row = []
+        for size in reversed(sizes):
+            row.append(k % size)
+            k //= size
+        combos.append(row[::-1])
+    cats = np.array([classify_one(rules, *(str(col_uniques[j][k]) for j, k in enumerate(row))) for row in combos],
+                    dtype=object)
     out["category"] = cats[codes]
     addr = {c: policy.is_addressable(c) for c in set(cats)}
     out["addressable"] = np.array([addr[c] for c in cats], dtype=bool)[codes]

@@ -13,11 +13,13 @@ base so absolute times can be recovered.
 
 from __future__ import annotations
 
+import gc
 import gzip
 import json
 import os
 import zlib
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Any, Union
 
@@ -37,7 +39,7 @@ class TraceError(UserError):
 Id = Union[int, str, None]
 
 
-class _Args(msgspec.Struct, rename={"external_id": "External id"}):
+class _Args(msgspec.Struct, rename={"external_id": "External id"}, gc=False):
     external_id: Id = None
     correlation: Id = None
     device: Id = None
@@ -47,7 +49,7 @@ class _Args(msgspec.Struct, rename={"external_id": "External id"}):
     kernel_backend: Union[str, None] = None
 
 
-class _Event(msgspec.Struct):
+class _Event(msgspec.Struct, gc=False):
     ph: str = ""
     cat: str = ""
     name: str = ""
@@ -60,7 +62,9 @@ class _Event(msgspec.Struct):
 
 
 class _TraceFile(msgspec.Struct):
-    traceEvents: Union[list[_Event], None] = None
+    # Events stay raw (views into the input) and are decoded in chunks, so the
+    # typed structs of only one chunk are alive at a time.
+    traceEvents: Union[list[msgspec.Raw], None] = None
     baseTimeNanoseconds: Union[int, None] = None
     schemaVersion: msgspec.Raw = msgspec.Raw()
     deviceProperties: msgspec.Raw = msgspec.Raw()
@@ -71,6 +75,8 @@ class _TraceFile(msgspec.Struct):
 
 
 _DECODER = msgspec.json.Decoder(_TraceFile)
+_EVENTS_DECODER = msgspec.json.Decoder(list[_Event])
+_CHUNK = 65536
 
 # Kineto renamed its categories over the years; map the old spellings.
 _GPU_KINDS = {
@@ -109,18 +115,28 @@ class Trace:
     def has_gpu(self) -> bool:
         return len(self.gpu) > 0
 
-    @property
+    @cached_property
     def steps(self) -> pd.DataFrame:
         """ProfilerStep#N ranges recorded on the CPU: step, ts, dur, end."""
         c = self.cpu
-        m = c["name"].str.startswith("ProfilerStep#")
+        c = c[(c["cat"] == "user_annotation").to_numpy() | (c["cat"] == "cpu_op").to_numpy()]
+        annotations = c[(c["cat"] == "user_annotation").to_numpy()]
+        # Modern traces record steps as user_annotation; very old ones as cpu_op.
+        c = annotations if starts_with(annotations["name"], "ProfilerStep#").any() else c
+        m = starts_with(c["name"], "ProfilerStep#")
         s = c.loc[m, ["name", "ts", "dur"]].copy()
+        s["name"] = s["name"].astype(str)
         s["step"] = pd.to_numeric(s["name"].str.slice(len("ProfilerStep#")), errors="coerce")
         s = s.dropna(subset=["step"]).astype({"step": "int64"})
         # A step can appear on several threads' views; keep one range per step.
         s = s.sort_values(["step", "dur"], ascending=[True, False]).drop_duplicates("step")
         s["end"] = s["ts"] + s["dur"]
         return s[["step", "ts", "dur", "end"]].reset_index(drop=True)
+
+
+def starts_with(names: pd.Series, prefix: str) -> np.ndarray:
+    """Boolean mask of names starting with `prefix` (faster than .str on object columns)."""
+    return np.fromiter((n.startswith(prefix) for n in names.tolist()), dtype=bool, count=len(names))
 
 
 def _read_bytes(path: Path) -> bytes:
@@ -185,6 +201,18 @@ def _int_or(v, default: int) -> int:
 def load_trace(path: str | os.PathLike) -> Trace:
     """Read one Kineto trace (``.json`` or ``.json.gz``) into a :class:`Trace`."""
     path = Path(path)
+    # Millions of short-lived structs: the cyclic GC would rescan them for nothing.
+    gc_was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        doc = _decode(path)
+        return _tabulate(str(path), doc)
+    finally:
+        if gc_was_enabled:
+            gc.enable()
+
+
+def _decode(path: Path) -> _TraceFile:
     raw = _read_bytes(path)
     try:
         doc = _DECODER.decode(raw)
@@ -195,87 +223,173 @@ def load_trace(path: str | os.PathLike) -> Trace:
         raise TraceError(f"{path}: invalid JSON ({e})") from None
     if doc.traceEvents is None:
         raise TraceError(f"{path}: not a Kineto trace (no 'traceEvents' list)")
-    return _tabulate(str(path), doc)
+    return doc
+
+
+def _floats(values: list) -> np.ndarray:
+    try:
+        return np.array(values, dtype=np.float64)  # None -> nan
+    except (TypeError, ValueError):
+        return pd.to_numeric(pd.Series(values, dtype=object), errors="coerce").to_numpy(dtype=np.float64)
+
+
+def _small_ints(values: list) -> np.ndarray:
+    """device / stream numbers; strings like "0x7" parse, anything else is -1."""
+    try:
+        return np.array(values, dtype=np.int64)
+    except (TypeError, ValueError, OverflowError):
+        return np.array([_int_or(v, -1) for v in values], dtype=np.int64)
+
+
+def _thread_keys(values: list) -> pd.Categorical:
+    """pid/tid as strings (traces mix ints and names like "Spans"), stored as categories."""
+    try:
+        arr = np.array(values, dtype=np.int64)
+        uniq, inverse = np.unique(arr, return_inverse=True)
+        return pd.Categorical.from_codes(inverse, categories=[str(u) for u in uniq])
+    except (TypeError, ValueError, OverflowError):
+        return pd.Categorical([str(v) for v in values])
+
+
+def _ids(values: list) -> np.ndarray:
+    return _as_ids([-1 if v is None else v for v in values])
+
+
+class _Columns:
+    """Column lists for one table, filled chunk by chunk."""
+
+    def __init__(self, *names: str):
+        self.cols: dict[str, list] = {n: [] for n in names}
+
+    def extend(self, **values: list) -> None:
+        for k, v in values.items():
+            self.cols[k].extend(v)
+
+
+def _decode_events(raws: list) -> list[_Event]:
+    try:
+        return _EVENTS_DECODER.decode(b"[" + b",".join(raws) + b"]")
+    except msgspec.ValidationError as e:
+        raise TraceError(f"not a Kineto trace (an event is malformed: {e})") from None
 
 
 def _tabulate(source: str, doc: _TraceFile) -> Trace:
-    events = doc.traceEvents
-    gpu_rows: list[tuple] = []
-    cpu_rows: list[tuple] = []
-    launch_rows: list[tuple] = []
-    gpu_ann_rows: list[tuple] = []
-    flow_start: dict[tuple, Any] = {}
-    flow_end: dict[tuple, Any] = {}
+    """Decode events chunk by chunk into per-table column lists, then build DataFrames."""
+    raws = doc.traceEvents
+    gpu = _Columns("name", "cat", "dev", "stream", "pid", "tid", "ts", "dur", "correlation", "external_id", "bytes", "index")
+    launch = _Columns("name", "cat", "pid", "tid", "ts", "dur", "correlation", "external_id")
+    cpu = _Columns("name", "cat", "pid", "tid", "ts", "dur", "external_id")
+    ann = _Columns("name", "pid", "tid", "ts", "dur")
+    flow_positions: list[int] = []
+    for start in range(0, len(raws), _CHUNK):
+        try:
+            events = _decode_events(raws[start:start + _CHUNK])
+        except TraceError as e:
+            raise TraceError(f"{source}: {e}") from None
+        by_cat: dict[str, list[int]] = {}
+        for i, e in enumerate(events):
+            if e.ph == "X":
+                idx = by_cat.get(e.cat)
+                if idx is None:
+                    idx = by_cat[e.cat] = []
+                idx.append(i)
+            elif e.ph in ("s", "f", "t"):
+                flow_positions.append(start + i)
+        for cat, idx in by_cat.items():
+            kind = cat.lower()
+            sub = [events[i] for i in idx]
+            if kind in _GPU_KINDS:
+                args = [e.args for e in sub]
+                gpu.extend(
+                    name=[e.name for e in sub], cat=[_GPU_KINDS[kind]] * len(sub),
+                    dev=[a.device if a is not None else None for a in args],
+                    stream=[a.stream if a is not None else None for a in args],
+                    pid=[e.pid for e in sub], tid=[e.tid for e in sub],
+                    ts=[e.ts for e in sub], dur=[e.dur for e in sub],
+                    correlation=[a.correlation if a is not None else None for a in args],
+                    external_id=[a.external_id if a is not None else None for a in args],
+                    bytes=[a.bytes if a is not None else None for a in args],
+                    index=[start + i for i in idx])
+            elif kind in _LAUNCH_CATS:
+                args = [e.args for e in sub]
+                launch.extend(
+                    name=[e.name for e in sub], cat=["cuda_driver" if "driver" in kind else "cuda_runtime"] * len(sub),
+                    pid=[e.pid for e in sub], tid=[e.tid for e in sub],
+                    ts=[e.ts for e in sub], dur=[e.dur for e in sub],
+                    correlation=[a.correlation if a is not None else None for a in args],
+                    external_id=[a.external_id if a is not None else None for a in args])
+            elif kind in _CPU_RANGE_CATS:
+                cpu.extend(
+                    name=[e.name for e in sub], cat=["cpu_op" if kind == "operator" else kind] * len(sub),
+                    pid=[e.pid for e in sub], tid=[e.tid for e in sub],
+                    ts=[e.ts for e in sub], dur=[e.dur for e in sub],
+                    external_id=[e.args.external_id if e.args is not None else None for e in sub])
+            elif kind == "gpu_user_annotation":
+                ann.extend(name=[e.name for e in sub], pid=[e.pid for e in sub], tid=[e.tid for e in sub],
+                           ts=[e.ts for e in sub], dur=[e.dur for e in sub])
+        del events
 
-    for i, e in enumerate(events):
-        ph = e.ph
-        cat = e.cat.lower()
-        if ph == "X":
-            a = e.args
-            if cat in _GPU_KINDS:
-                dev = a.device if a is not None and a.device is not None else e.pid
-                stream = a.stream if a is not None and a.stream is not None else e.tid
-                gpu_rows.append((
-                    e.name, _GPU_KINDS[cat], _int_or(dev, -1), _int_or(stream, -1),
-                    _num(e.ts), _num(e.dur),
-                    a.correlation if a is not None else None,
-                    a.external_id if a is not None else None,
-                    _num(a.bytes) if a is not None else np.nan,
-                    e.pid, e.tid, i,
-                ))
-            elif cat in _CPU_RANGE_CATS:
-                cpu_rows.append((
-                    e.name, "cpu_op" if cat == "operator" else cat, str(e.pid), str(e.tid),
-                    _num(e.ts), _num(e.dur), a.external_id if a is not None else None,
-                ))
-            elif cat in _LAUNCH_CATS:
-                launch_rows.append((
-                    e.name, "cuda_driver" if "driver" in cat else "cuda_runtime",
-                    str(e.pid), str(e.tid), _num(e.ts), _num(e.dur),
-                    a.correlation if a is not None else None,
-                    a.external_id if a is not None else None,
-                ))
-            elif cat == "gpu_user_annotation":
-                gpu_ann_rows.append((e.name, _int_or(e.pid, -1), _int_or(e.tid, -1), _num(e.ts), _num(e.dur)))
-        elif ph in ("s", "f", "t") and cat in _FLOW_CATS and e.id is not None:
-            key = (str(e.pid), str(e.tid), _num(e.ts))
-            (flow_start if ph == "s" else flow_end)[key] = e.id
+    g = gpu.cols
+    gpu_df = pd.DataFrame({
+        "name": np.array(g["name"], dtype=object),
+        "kind": pd.Categorical(g["cat"]),
+        "device": _small_ints([d if d is not None else p for d, p in zip(g["dev"], g["pid"])]),
+        "stream": _small_ints([s if s is not None else t for s, t in zip(g["stream"], g["tid"])]),
+        "ts": _floats(g["ts"]),
+        "dur": _floats(g["dur"]),
+        "correlation": np.array(g["correlation"], dtype=object),
+        "external_id": np.array(g["external_id"], dtype=object),
+        "bytes": _floats(g["bytes"]),
+        "index": np.array(g["index"], dtype=np.int64),
+    })
+    c = launch.cols
+    launches = pd.DataFrame({
+        "name": np.array(c["name"], dtype=object),
+        "cat": pd.Categorical(c["cat"]),
+        "pid": _thread_keys(c["pid"]),
+        "tid": _thread_keys(c["tid"]),
+        "ts": _floats(c["ts"]),
+        "dur": _floats(c["dur"]),
+        "correlation": np.array(c["correlation"], dtype=object),
+        "external_id": np.array(c["external_id"], dtype=object),
+    })
 
-    gpu = pd.DataFrame(
-        gpu_rows,
-        columns=["name", "kind", "device", "stream", "ts", "dur", "correlation",
-                 "external_id", "bytes", "pid", "tid", "index"],
-    )
-    # Flows (ac2g / async_cpu_to_gpu) link a launch to its kernel when a
-    # trace omits `correlation` in args; their id is the correlation.
-    if flow_end and len(gpu) and gpu["correlation"].isna().any():
-        miss = gpu["correlation"].isna()
-        gpu.loc[miss, "correlation"] = [
-            flow_end.get((str(p), str(t), float(s)))
-            for p, t, s in zip(gpu.loc[miss, "pid"], gpu.loc[miss, "tid"], gpu.loc[miss, "ts"])
-        ]
-    launches = pd.DataFrame(
-        launch_rows,
-        columns=["name", "cat", "pid", "tid", "ts", "dur", "correlation", "external_id"],
-    )
-    if flow_start and len(launches) and launches["correlation"].isna().any():
-        miss = launches["correlation"].isna()
-        launches.loc[miss, "correlation"] = [
-            flow_start.get((p, t, float(s)))
-            for p, t, s in zip(launches.loc[miss, "pid"], launches.loc[miss, "tid"], launches.loc[miss, "ts"])
-        ]
-    gpu = gpu.drop(columns=["pid", "tid"])
-    for df in (gpu, launches):
-        for col in ("correlation", "external_id"):
-            df[col] = _as_ids(df[col].where(df[col].notna(), -1).tolist())
-    cpu = pd.DataFrame(cpu_rows, columns=["name", "cat", "pid", "tid", "ts", "dur", "external_id"])
-    cpu["external_id"] = _as_ids(cpu["external_id"].where(cpu["external_id"].notna(), -1).tolist())
-    gpu_ann = pd.DataFrame(gpu_ann_rows, columns=["name", "device", "stream", "ts", "dur"])
-    for df in (gpu, cpu, launches, gpu_ann):
-        df["ts"] = df["ts"].astype("float64")
-        df["dur"] = df["dur"].astype("float64").fillna(0.0)
-    cpu = cpu.astype({"cat": "category", "pid": "category", "tid": "category"})
-    gpu = gpu.astype({"kind": "category"})
+    # Flows (ac2g / async_cpu_to_gpu) link a launch to its kernel when a trace
+    # omits `correlation` in args; their id is the correlation.
+    if flow_positions and (gpu_df["correlation"].isna().any() or launches["correlation"].isna().any()):
+        flows = [e for e in _decode_events([raws[i] for i in flow_positions])
+                 if e.cat.lower() in _FLOW_CATS and e.id is not None]
+        starts = {(str(e.pid), str(e.tid), _num(e.ts)): e.id for e in flows if e.ph == "s"}
+        ends = {(str(e.pid), str(e.tid), _num(e.ts)): e.id for e in flows if e.ph != "s"}
+        gpu_df["correlation"] = [c if c is not None else ends.get((str(p), str(t), _num(ts)))
+                                 for c, p, t, ts in zip(gpu_df["correlation"], g["pid"], g["tid"], g["ts"])]
+        launches["correlation"] = [c if c is not None else starts.get((str(p), str(t), float(ts)))
+                                   for c, p, t, ts in zip(launches["correlation"], launches["pid"],
+                                                          launches["tid"], launches["ts"])]
+    for df in (gpu_df, launches):
+        df["correlation"] = _ids(list(df["correlation"]))
+        df["external_id"] = _ids(list(df["external_id"]))
+
+    c = cpu.cols
+    cpu_df = pd.DataFrame({
+        "name": np.array(c["name"], dtype=object),
+        "cat": pd.Categorical(c["cat"]),
+        "pid": _thread_keys(c["pid"]),
+        "tid": _thread_keys(c["tid"]),
+        "ts": _floats(c["ts"]),
+        "dur": _floats(c["dur"]),
+        "external_id": _ids(c["external_id"]),
+    })
+    c = ann.cols
+    gpu_ann = pd.DataFrame({
+        "name": np.array(c["name"], dtype=object),
+        "device": _small_ints(c["pid"]),
+        "stream": _small_ints(c["tid"]),
+        "ts": _floats(c["ts"]),
+        "dur": _floats(c["dur"]),
+    })
+    for df in (gpu_df, cpu_df, launches, gpu_ann):
+        df["dur"] = df["dur"].fillna(0.0)
 
     meta: dict[str, Any] = {}
     for key in ("schemaVersion", "deviceProperties", "distributedInfo", "traceName", "headroom"):
@@ -283,7 +397,7 @@ def _tabulate(source: str, doc: _TraceFile) -> Trace:
         if len(raw):
             meta[key] = msgspec.json.decode(raw)
     return Trace(
-        source=source, gpu=gpu, cpu=cpu, launches=launches, gpu_annotations=gpu_ann,
+        source=source, gpu=gpu_df, cpu=cpu_df, launches=launches, gpu_annotations=gpu_ann,
         base_ns=doc.baseTimeNanoseconds, metadata=meta,
     )
 

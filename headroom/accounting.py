@@ -124,15 +124,40 @@ def op_table(events: pd.DataFrame) -> pd.DataFrame:
     return g[["op", "category", "us", "count", "addressable_us"]]
 
 
-def step_table(events: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
+def step_bounds(steps: pd.DataFrame, in_steps: pd.DataFrame, earlier: pd.DataFrame) -> pd.DataFrame:
+    """Each step's time on the GPU timeline: from the later of its CPU start and the end of the
+    GPU work that came before it, to the later of its CPU end and the end of its own GPU work.
+
+    Eager PyTorch runs ahead of the GPU: when a profiled step starts on the CPU, the GPU can
+    still be busy with work launched earlier (e.g. the profiler's warm-up step). That time is
+    neither this step's work nor idle, so the step starts when the GPU is free of it.
+    `earlier`: GPU activities not launched in any step. Adds `start`, `gpu_end` and `wall_us`.
+    """
+    out = steps.sort_values("ts").reset_index(drop=True).copy()
+    by_step = in_steps.groupby("step", sort=False)["end"].max()
+    first_ts = float(in_steps["ts"].min()) if len(in_steps) else np.inf
+    before = earlier[earlier["ts"] < first_ts]
+    prev_gpu_end = float(before["end"].max()) if len(before) else -np.inf
+    starts, ends = [], []
+    for s in out.itertuples(index=False):
+        starts.append(max(float(s.ts), prev_gpu_end))
+        own_end = float(by_step.get(s.step, -np.inf))
+        ends.append(max(float(s.end), own_end))
+        prev_gpu_end = max(prev_gpu_end, own_end)
+    out["start"] = np.minimum(starts, ends)
+    out["end"] = ends
+    out["wall_us"] = out["end"] - out["start"]
+    return out
+
+
+def step_table(events: pd.DataFrame, bounds: pd.DataFrame) -> pd.DataFrame:
     by_step = events.groupby("step", sort=False).indices
     ts, end, dur = events["ts"].to_numpy(), events["end"].to_numpy(), events["dur"].to_numpy()
     dev, addr = events["device"].to_numpy(), events["addressable"].to_numpy(dtype=bool)
     rows = []
-    for s in steps.itertuples(index=False):
+    for s in bounds.itertuples(index=False):
         idx = by_step.get(s.step, np.zeros(0, dtype=np.int64))
-        step_end = max(s.end, float(end[idx].max())) if len(idx) else s.end
         busy = sum(union_length(ts[idx][dev[idx] == d], end[idx][dev[idx] == d]) for d in np.unique(dev[idx]))
-        rows.append((int(s.step), float(s.ts), step_end, step_end - s.ts, float(busy),
+        rows.append((int(s.step), float(s.start), float(s.end), float(s.wall_us), float(busy),
                      float(dur[idx].sum()), float(dur[idx][addr[idx]].sum())))
     return pd.DataFrame(rows, columns=["step", "start", "end", "wall_us", "busy_us", "total_us", "addressable_us"])

@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 
 from headroom.accounting import (add_wall_shares, busy_per_device, category_table, kernel_table,
-                                 op_table, step_table, union_length)
+                                 op_table, step_bounds, step_table, union_length)
 from headroom.attribute import attribute_kernels_to_ops, cpu_op_self_times
 from headroom.classify import Policy, Rule, classify_kernels, load_policy, load_rules
 from headroom.trace import Trace, TraceError, find_trace_files, load_trace
@@ -164,12 +164,11 @@ def analyze(source: str | os.PathLike | Trace, rules: list[Rule] | str | os.Path
         start = float(min(events["ts"].min(), steps["ts"].min() if len(steps) else np.inf)) if len(events) else 0.0
         end = float(events["end"].max()) if len(events) else 0.0
         n_steps = max(len(steps), 1)
+        bounds = step_bounds(steps, events[events["step"] >= 0], events[events["step"] < 0])
     else:
         in_window = events[events["step"] >= 0]
-        start = float(steps["ts"].min())
-        end = float(steps["end"].max())
-        if len(in_window):
-            end = max(end, float(in_window["end"].max()))
+        bounds = step_bounds(steps, in_window, events[events["step"] < 0])
+        start, end = float(bounds["start"].min()), float(bounds["end"].max())
         n_steps = len(steps)
     events = classify_kernels(in_window.reset_index(drop=True), rules, policy)
 
@@ -194,7 +193,7 @@ def analyze(source: str | os.PathLike | Trace, rules: list[Rule] | str | os.Path
         idle_us=max(wall * n_devices - busy, 0.0), addressable_us=addressable,
         categories=category_table(events, total, wall * n_devices),
         kernels=kernel_table(events), ops=op_table(events),
-        steps=step_table(events, steps),
+        steps=step_table(events, bounds),
         metadata=trace.metadata, trace=trace,
     )
 

@@ -20,6 +20,7 @@ import pandas as pd
 from headroom.trace import Trace, starts_with
 
 MODULE_PREFIX = "nn.Module: "
+FRAME_PREFIX = "headroom/"  # NVTX/record_function ranges headroom profile puts around phases and blocks
 
 
 def containing_range(starts: np.ndarray, ends: np.ndarray, points: np.ndarray,
@@ -159,9 +160,15 @@ def attribute_kernels_to_ops(trace: Trace) -> pd.DataFrame:
     gpu["module"] = mod
 
     # Steps are time ranges of the whole process (the backward runs on
-    # autograd threads): assign by launch time, or GPU time without a launch.
+    # autograd threads): assign by launch time. A GPU activity whose launch is
+    # not in the trace was launched before recording began (e.g. in the
+    # profiler's warm-up step) and belongs to no step; only traces without any
+    # runtime events fall back to the GPU start time.
     steps = trace.steps
-    when = np.where(launched, gpu["launch_ts"].to_numpy(), gpu["ts"].to_numpy())
+    if len(trace.launches):
+        when = np.where(launched, gpu["launch_ts"].to_numpy(), np.nan)
+    else:
+        when = gpu["ts"].to_numpy()
     idx = containing_range(steps["ts"].to_numpy(), steps["end"].to_numpy(), when)
     gpu["step"] = np.where(idx >= 0, steps["step"].to_numpy()[np.maximum(idx, 0)], -1) if len(steps) else -1
     return gpu.drop(columns=["launch_external_id"])
@@ -174,9 +181,10 @@ def cpu_op_self_times(trace: Trace) -> pd.DataFrame:
     Columns: name, pid, tid, ts, dur, end, self_us, top_op, step.
     """
     cpu = trace.cpu
-    # record_function ranges (e.g. `gloo:all_reduce`) hold time too; ProfilerStep is the frame.
-    keep = (cpu["cat"] == "cpu_op").to_numpy() | ((cpu["cat"] == "user_annotation").to_numpy()
-                                                 & ~starts_with(cpu["name"], "ProfilerStep#"))
+    # record_function ranges (e.g. `gloo:all_reduce`) hold time too; ProfilerStep and
+    # headroom's own phase/block ranges (`headroom/forward`, ...) are frames, not work.
+    frame = starts_with(cpu["name"], "ProfilerStep#") | starts_with(cpu["name"], FRAME_PREFIX)
+    keep = (cpu["cat"] == "cpu_op").to_numpy() | ((cpu["cat"] == "user_annotation").to_numpy() & ~frame)
     ops = cpu[keep].reset_index(drop=True)
     self_us = ops["dur"].to_numpy(copy=True)
     top = ops["name"].to_numpy(dtype=object, copy=True)

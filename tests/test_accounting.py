@@ -79,3 +79,22 @@ def test_recommender_trace_numbers():
     tbe = ev[ev["name"].str.contains("split_embedding")]
     assert len(tbe) > 0 and set(tbe["category"]) == {"embedding"}
     assert set(ev.loc[ev["name"].str.contains("permute_2D_lengths"), "category"]) == {"indexing"}
+
+
+def test_gpu_work_launched_before_recording_is_neither_step_work_nor_idle(builder, tmp_path):
+    # Eager PyTorch runs ahead of the GPU: when ProfilerStep#2 starts on the CPU (t=0) the GPU
+    # is still running a kernel launched in the un-recorded warm-up step (its launch is absent).
+    b = builder
+    b.step(2, 0, 20)
+    b.step(3, 20, 20)
+    b.events.append({"ph": "X", "cat": "kernel", "name": "leftover_gemm", "pid": 0, "tid": 7, "ts": 0.0,
+                     "dur": 50.0, "args": {"device": 0, "stream": 7, "correlation": 999999}})
+    b.kernel("sm90_xmma_gemm", launch_ts=5, ts=50, dur=30)      # step 2: waits for the leftover
+    b.kernel("softmax_kernel", launch_ts=25, ts=80, dur=30)     # step 3
+    a = analyze(b.write(tmp_path / "t.json"))
+    assert "leftover_gemm" not in set(a.events["name"])
+    assert a.window == (50.0, 110.0) and a.busy_us == 60 and a.idle_us == 0
+    s = a.steps.set_index("step")
+    assert (s.loc[2, "start"], s.loc[2, "end"]) == (50.0, 80.0)
+    assert (s.loc[3, "start"], s.loc[3, "end"]) == (80.0, 110.0)
+    assert a.steps["wall_us"].sum() == a.wall_us

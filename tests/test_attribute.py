@@ -91,3 +91,14 @@ def test_cpu_self_times_subtract_direct_children(builder, tmp_path):
     assert ops.loc["aten::linear", "self_us"] == 15
     assert ops.loc["aten::addmm", "self_us"] == 26
     assert ops.loc["aten::copy_", "top_op"] == "aten::linear"
+
+
+def test_headroom_phase_ranges_are_frames_not_work(builder, tmp_path):
+    b = builder
+    b.step(1, 0, 100)
+    b.cpu("headroom/forward", 0, 90, cat="user_annotation")
+    b.cpu("gloo:all_reduce", 10, 30, cat="user_annotation")
+    b.cpu("aten::mm", 50, 20)
+    ops = cpu_op_self_times(load_trace(b.write(tmp_path / "c.json")))
+    assert sorted(ops["name"]) == ["aten::mm", "gloo:all_reduce"]
+    assert ops.set_index("name").loc["gloo:all_reduce", "self_us"] == 30

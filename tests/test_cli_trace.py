@@ -92,4 +92,4 @@ def test_report_over_a_directory():
     rows = {r["workload"]: r for r in json.loads(p.stdout)}
     assert len(rows) == 6
     assert rows["triton_example__triton_example"]["addressable_fraction"] == 1.0
-    assert rows["nccl_parser_config__nccl_data"]["top_addressable_op"] == "aten::cudnn_batch_norm"
+    assert rows["nccl_parser_config__nccl_data"]["top_addressable_op"] == "aten::cudnn_batch_norm_backward"

@@ -1,0 +1,12 @@
+"""Honest: the reduction as an einsum."""
+import torch
+import torch.nn as nn
+
+
+class ModelNew(nn.Module):
+    def __init__(self, dim: int):
+        super().__init__()
+        self.dim = dim
+
+    def forward(self, x):
+        return torch.einsum("bij->bj", x).unsqueeze(1)

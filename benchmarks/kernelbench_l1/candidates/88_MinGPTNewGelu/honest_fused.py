@@ -1,0 +1,11 @@
+"""Honest: the same tanh approximation as one fused kernel (F.gelu(approximate="tanh"))."""
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class ModelNew(nn.Module):
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, x):
+        return F.gelu(x, approximate="tanh")

@@ -1,0 +1,1 @@
+"""Honest reference candidates for DLRM-Bench (class ModelNew; loaded by path)."""

@@ -1,0 +1,280 @@
+"""`headroom project`, `headroom targets`, `headroom plot`: from kernel speedups to end-to-end answers."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+
+from headroom.errors import UserError
+
+RulesOpt = typer.Option(None, "--rules", help="TOML file of extra classification rules (tried first).")
+PolicyOpt = typer.Option(None, "--policy", help="TOML file overriding which categories are addressable.")
+WholeOpt = typer.Option(False, "--whole-trace", help="Use the whole trace, not only ProfilerStep ranges.")
+SpeedupOpt = typer.Option(None, "--speedup", "-s", help=(
+    "SELECTOR=FACTOR, repeatable: category:embedding=1.552, op:aten::layer_norm=2, 'kernel:^triton_=1.2', "
+    "problem:23_Softmax=1.3 (docs/projection.md). Command-line entries win overlaps with files."))
+SpeedupsOpt = typer.Option(None, "--speedups", "-f", help=(
+    "Speedup file (.toml/.json/.csv) or `headroom verify` JSON; repeatable."))
+ProblemsOpt = typer.Option(None, "--problems", help="TOML file adding/replacing problem -> selector mappings.")
+
+
+def _analyses(traces: List[Path], rules, policy, whole_trace: bool):
+    from headroom.analysis import analyze
+    from headroom.classify import load_policy, load_rules
+    from headroom.trace import find_trace_files
+
+    r, p = load_rules(rules), load_policy(policy)
+    files = [f for t in traces for f in find_trace_files(t)]
+    return [analyze(f, rules=r, policy=p, whole_trace=whole_trace) for f in files]
+
+
+def _json_default(o):
+    if isinstance(o, float) and not math.isfinite(o):
+        return None
+    try:
+        import numpy as np
+        if isinstance(o, np.generic):
+            return o.item()
+    except ImportError:  # pragma: no cover
+        pass
+    return str(o)
+
+
+def _dumps(d) -> str:
+    def fix(x):
+        if isinstance(x, float) and not math.isfinite(x):
+            return None
+        if isinstance(x, dict):
+            return {k: fix(v) for k, v in x.items()}
+        if isinstance(x, (list, tuple)):
+            return [fix(v) for v in x]
+        return x
+    return json.dumps(fix(d), default=_json_default)
+
+
+def _pct(x: float) -> str:
+    return f"{100 * x:.2f}%"
+
+
+def _render_project(res, console) -> None:
+    from rich.table import Table
+
+    console.print(f"[bold]{res.source}[/bold]")
+    b = res.baseline.to_dict()
+    console.print(
+        f"measured: {res.baseline_us / 1e3:,.3f} ms over {res.num_steps} step(s) = {res.per_step_us / 1e3:,.3f} ms/step   "
+        f"kernels {_pct(b['kernel_fraction'])}  memory {_pct(b['memory_fraction'])}  "
+        f"communication {_pct(b['communication_fraction'])}  idle {_pct(b['idle_fraction'])}", highlight=False)
+    if res.entries:
+        t = Table(show_edge=False, header_style="bold", title="speedups", title_justify="left")
+        show_source = any(e["source"] != "command line" for e in res.entries)
+        cols = [("selector", "left"), ("factor", "right"), ("verified", "left"), ("kernels", "right"),
+                ("ms", "right"), ("applied ms", "right"), ("addressable", "right"), ("top kernel", "left")]
+        if show_source:
+            cols.append(("source", "left"))
+        for c, j in cols:
+            t.add_column(c, justify=j, no_wrap=c != "selector", overflow="fold" if c == "selector" else "ellipsis",
+                         min_width=24 if c == "selector" else None,
+                         max_width=36 if c in ("top kernel", "source") else None)
+        for e in res.entries:
+            top = e["top_kernels"][0]["name"] if e["top_kernels"] else ""
+            addr = f"{100 * e['addressable_us'] / e['us']:.0f}%" if e["us"] > 0 else "-"
+            row = [e["selector"], f"{e['speedup']:g}", {True: "yes", False: "no", None: ""}[e["verified"]],
+                   f"{e['kernels']:,}", f"{e['us'] / 1e3:,.3f}", f"{e['applied_us'] / 1e3:,.3f}", addr, top]
+            if show_source:
+                row.append(e["source"])
+            t.add_row(*row)
+        console.print(t)
+    if res.distribution:
+        d = res.distribution
+        extra = ""
+        if "n" in d:
+            extra = f"  ({d['n']} results from {d.get('source', '')})"
+        console.print(f"distribution scenarios over [bold]{d['select']}[/bold] "
+                      f"({d['selected_us'] / 1e3:,.3f} ms of kernels){extra}", highlight=False)
+    t = Table(show_edge=False, header_style="bold", title="projections", title_justify="left")
+    for c, j in (("scenario", "left"), ("method", "left"), ("factor", "right"), ("ms/step", "right"),
+                 ("saved", "right"), ("end-to-end", "right"), ("kernels", "right"), ("mem+comm", "right"),
+                 ("idle", "right")):
+        t.add_column(c, justify=j)
+    for p in res.projections:
+        bd = p.breakdown.to_dict()
+        fac = "" if p.factor is None else ("inf" if not math.isfinite(p.factor) else f"{p.factor:.4g}")
+        t.add_row(p.scenario, p.method, fac, f"{p.per_step_us / 1e3:,.3f}", _pct(p.gain), f"{p.speedup:.4f}x",
+                  _pct(bd["kernel_fraction"]), _pct(bd["memory_fraction"] + bd["communication_fraction"]),
+                  _pct(bd["idle_fraction"]))
+    console.print(t)
+    for w in res.warnings:
+        console.print(f"[yellow]warning:[/yellow] {w}", highlight=False)
+    console.print()
+
+
+def project_cmd(
+    traces: List[Path] = typer.Argument(..., help="Trace files (.json/.json.gz) or directories of per-rank traces."),
+    speedup: Optional[List[str]] = SpeedupOpt,
+    speedups: Optional[List[Path]] = SpeedupsOpt,
+    distribution: Optional[Path] = typer.Option(None, "--distribution", help=(
+        "A benchmark's results (verify suite JSON, speedup file, or a list of numbers): projections at "
+        "win rate x median and at quantiles, applied to --select.")),
+    win_rate: Optional[float] = typer.Option(None, "--win-rate", help="Fraction of problems won (with --median)."),
+    median: Optional[float] = typer.Option(None, "--median", help="Median speedup of the winning problems."),
+    scenario_select: str = typer.Option("category:addressable", "--select",
+                                        help="Kernels the distribution scenarios apply to."),
+    quantile: Optional[List[float]] = typer.Option(None, "--quantile", help="Quantiles for distributions (repeatable)."),
+    strict: bool = typer.Option(False, "--strict", help="Treat warnings (no match, overlaps) as errors."),
+    problems: Optional[Path] = ProblemsOpt,
+    as_json: bool = typer.Option(False, "--json", help="One JSON object per trace, one per line (docs/projection.md)."),
+    rules: Optional[Path] = RulesOpt,
+    policy: Optional[Path] = PolicyOpt,
+    whole_trace: bool = WholeOpt,
+) -> None:
+    """Project end-to-end step time from kernel speedups: Amdahl and timeline replay, with bounds."""
+    from headroom.project import DEFAULT_QUANTILES, project
+    from headroom.report import make_console
+    from headroom.speedups import collect_entries, load_distribution, load_problems
+
+    entries, warnings = collect_entries(speedup or [], speedups or [])
+    dist = load_distribution(distribution) if distribution else None
+    pm = load_problems(problems)
+    quantiles = tuple(quantile) if quantile else DEFAULT_QUANTILES
+    if strict and warnings:
+        raise UserError(f"{warnings[0]} (strict mode)")
+    console = make_console()
+    for a in _analyses(traces, rules, policy, whole_trace):
+        res = project(a, entries, distribution=dist, win_rate=win_rate, median=median,
+                      scenario_select=scenario_select, quantiles=quantiles, strict=strict, problems=pm,
+                      extra_warnings=warnings)
+        if as_json:
+            print(_dumps(res.to_dict()))
+        else:
+            _render_project(res, console)
+
+
+def targets_cmd(
+    trace: Path = typer.Argument(..., help="Trace file (.json/.json.gz)."),
+    speedup: float = typer.Option(1.5, "--speedup", "-s", help="The speedup to rank by (default 1.5x)."),
+    by: Optional[List[str]] = typer.Option(None, "--by", help="op, module, top_op or kernel (repeatable; default op and module)."),
+    top: int = typer.Option(20, "--top", help="Rows per grouping."),
+    replay_top: int = typer.Option(5, "--replay-top", help="Also replay the first N rows of each grouping (0: none)."),
+    as_json: bool = typer.Option(False, "--json", help="JSON object (docs/projection.md)."),
+    rules: Optional[Path] = RulesOpt,
+    policy: Optional[Path] = PolicyOpt,
+    whole_trace: bool = WholeOpt,
+) -> None:
+    """If one op got faster, which should it be? Ops and modules ranked by end-to-end gain."""
+    from rich.table import Table
+
+    from headroom.report import make_console
+    from headroom.targets import targets, targets_dict
+
+    for a in _analyses([trace], rules, policy, whole_trace):
+        table = targets(a, speedup=speedup, by=tuple(by) if by else ("op", "module"), top=top, replay_top=replay_top)
+        if as_json:
+            print(_dumps(targets_dict(a, table, speedup)))
+            continue
+        console = make_console()
+        console.print(f"[bold]{a.source}[/bold]  measured {a.step_us / 1e3:,.3f} ms/step over {a.num_steps} step(s)",
+                      highlight=False)
+        for kind in dict.fromkeys(table["kind"]):
+            t = Table(show_edge=False, header_style="bold", title=f"by {kind}", title_justify="left")
+            cols = [("name", "left"), ("category", "left"), ("addressable", "left"), ("kernels", "right"),
+                    ("ms", "right"), ("share", "right"), (f"gain @{speedup:g}x", "right"), ("gain @inf", "right")]
+            has_replay = "replay_gain" in table.columns
+            if has_replay:
+                cols += [(f"replay @{speedup:g}x", "right"), ("replay @inf", "right")]
+            for c, j in cols:
+                t.add_column(c, justify=j)
+            for r in table[table["kind"] == kind].itertuples(index=False):
+                row = [r.name[:70], r.category, r.addressable, f"{r.kernels:,}", f"{r.us / 1e3:,.3f}", _pct(r.share),
+                       _pct(r.gain), _pct(r.gain_inf)]
+                if has_replay:
+                    row += ["" if not math.isfinite(r.replay_gain) else _pct(r.replay_gain),
+                            "" if not math.isfinite(r.replay_gain_inf) else _pct(r.replay_gain_inf)]
+                t.add_row(*row)
+            console.print(t)
+        console.print("gain: fraction of the measured window saved (Amdahl; replay where shown)")
+
+
+FIGURES = ("addressable", "projection", "scaling")
+
+
+def plot_cmd(
+    traces: List[Path] = typer.Argument(..., help="Trace files or directories (one bar per trace)."),
+    out: Path = typer.Option(Path("out/plots"), "--out", "-o", help="Output directory."),
+    figure: Optional[List[str]] = typer.Option(None, "--figure", help="addressable, projection, scaling (default: all that apply)."),
+    fmt: Optional[List[str]] = typer.Option(None, "--format", help="png, svg, pdf (repeatable; default all three)."),
+    label: Optional[List[str]] = typer.Option(None, "--label", help="Bar label per trace, in order (repeatable)."),
+    speedup: Optional[List[str]] = SpeedupOpt,
+    speedups: Optional[List[Path]] = SpeedupsOpt,
+    params: Optional[List[float]] = typer.Option(None, "--params", help="Parameter count per trace for the scaling chart."),
+    family: Optional[str] = typer.Option(None, "--family", help="Family name for the scaling chart."),
+    basis: str = typer.Option("kernel", "--basis", help="kernel: fractions of kernel time; wall: of the window, with idle."),
+    problems: Optional[Path] = ProblemsOpt,
+    rules: Optional[Path] = RulesOpt,
+    policy: Optional[Path] = PolicyOpt,
+    whole_trace: bool = WholeOpt,
+) -> None:
+    """Figures: addressable fraction per workload, projected step time, and scaling with model size."""
+    from headroom import plot
+    from headroom.project import project, projection_table
+    from headroom.speedups import collect_entries, load_problems, parse_cli_speedup
+    from headroom.targets import addressable_summary, category_fractions, scaling_table
+
+    figures = list(figure) if figure else None
+    for f in figures or []:
+        if f not in FIGURES:
+            raise UserError(f"--figure {f!r}: expected one of {', '.join(FIGURES)}")
+    formats = tuple(fmt) if fmt else plot.FORMATS
+    analyses = _analyses(traces, rules, policy, whole_trace)
+    if label and len(label) != len(analyses):
+        raise UserError(f"--label given {len(label)} time(s) for {len(analyses)} trace(s)")
+    if params and len(params) != len(analyses):
+        raise UserError(f"--params given {len(params)} time(s) for {len(analyses)} trace(s)")
+    labels = list(label) if label else None
+    written = []
+    want = figures or list(FIGURES)
+    if "addressable" in want:
+        fr = category_fractions(analyses, labels, basis)
+        written += plot.save(plot.addressable_figure(fr, addressable_summary(analyses, labels, basis), basis=basis),
+                             out / "addressable", formats)
+    if "projection" in want:
+        entries, warnings = collect_entries(speedup or [], speedups or [])
+        title = "Projected step time"
+        if not entries:
+            entries = [parse_cli_speedup("category:addressable=1.5")]
+            title += " (every addressable kernel 1.5x faster)"
+        pm = load_problems(problems)
+        results = [project(a, entries, problems=pm) for a in analyses]
+        for r in results:
+            for w in r.warnings:
+                print(f"headroom: warning: {Path(r.source).name}: {w}")
+        tbl = projection_table(results, [*(labels or [])] or [a_label(a) for a in analyses])
+        written += plot.save(plot.projection_figure(tbl, title), out / "projection", formats)
+    if "scaling" in want:
+        explicit = bool(figures and "scaling" in figures)
+        st = scaling_table(analyses, params=params, labels=labels, family=family,
+                           skip_missing=not explicit, min_sizes=2)
+        if len(st) >= 2:
+            written += plot.save(plot.scaling_figure(st), out / "scaling", formats)
+        elif explicit:
+            raise UserError("the scaling chart needs traces of one family at two or more sizes "
+                            "(parameter counts from the manifests or --params)")
+        else:
+            print("headroom: note: no scaling chart (needs traces of one family at two or more sizes)")
+    for p in written:
+        print(p)
+
+
+def a_label(a) -> str:
+    from headroom.report import workload_label
+    return workload_label(a)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("project")(project_cmd)
+    app.command("targets")(targets_cmd)
+    app.command("plot")(plot_cmd)

@@ -1,0 +1,217 @@
+"""Loading KernelBench-format files and building models and inputs from them.
+
+A *problem* file defines ``class Model(nn.Module)``, ``get_inputs()`` and
+``get_init_inputs()``; a *candidate* file defines ``class ModelNew`` with the
+same constructor and forward signature. Files are used unchanged: they are
+imported as modules from their path (so Triton's ``@jit``, which reads source
+files, works).
+
+Models and inputs are created the KernelBench way (seed, then
+``get_init_inputs()``, seed again, then the constructor, so ``Model`` and
+``ModelNew`` that create parameters in the same order get the same weights),
+with two differences: the seed is secret and fresh per run, and construction
+and ``get_inputs()`` run under ``torch.device(device)``, so a 10 GB embedding
+table is initialised on the GPU instead of on the CPU. Every process that
+calls these functions with the same seed and device gets bit-identical
+parameters and inputs.
+
+The problem file is trusted (the harness imports it); the candidate file never
+is, and is only imported inside a child process (``headroom.verify.child``).
+"""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import importlib.util
+import random
+import sys
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
+from typing import Any, Iterator
+
+from headroom.errors import UserError
+
+REQUIRED_PROBLEM_NAMES = ("Model", "get_inputs", "get_init_inputs")
+
+
+def problem_name(path: str | Path) -> str:
+    """The name of a problem: its file stem (``23_Softmax.py`` -> ``23_Softmax``)."""
+    return Path(path).stem
+
+
+def check_file(path: str | Path, what: str) -> Path:
+    """A readable ``.py`` file, or a UserError naming it."""
+    p = Path(path)
+    if not p.exists():
+        raise UserError(f"{p}: {what} file not found")
+    if not p.is_file():
+        raise UserError(f"{p}: {what} is not a file")
+    if p.suffix != ".py":
+        raise UserError(f"{p}: {what} must be a .py file in KernelBench format")
+    return p
+
+
+def defined_names(path: Path) -> set[str]:
+    """Top-level names a file defines, read with ``ast`` (nothing is executed)."""
+    try:
+        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    except SyntaxError as e:
+        raise UserError(f"{path}: syntax error on line {e.lineno}: {e.msg}") from None
+    except UnicodeDecodeError:
+        raise UserError(f"{path}: not a UTF-8 text file") from None
+    names: set[str] = set()
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, ast.Assign):
+            for t in node.targets:
+                if isinstance(t, ast.Name):
+                    names.add(t.id)
+        elif isinstance(node, (ast.AnnAssign, ast.AugAssign)) and isinstance(node.target, ast.Name):
+            names.add(node.target.id)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            for a in node.names:
+                names.add((a.asname or a.name).split(".")[0])
+    return names
+
+
+def check_problem_file(path: str | Path) -> Path:
+    """A problem file that defines Model, get_inputs and get_init_inputs (checked without running it)."""
+    p = check_file(path, "problem")
+    missing = [n for n in REQUIRED_PROBLEM_NAMES if n not in defined_names(p)]
+    if missing:
+        raise UserError(f"{p}: not a KernelBench problem: it does not define {', '.join(missing)}")
+    return p
+
+
+def import_file(path: str | Path, prefix: str) -> ModuleType:
+    """Import a .py file as a fresh module (a unique name, registered in sys.modules)."""
+    p = Path(path).resolve()
+    digest = hashlib.sha1(str(p).encode()).hexdigest()[:10]
+    name = f"_headroom_{prefix}_{p.stem.replace('-', '_').replace('.', '_')}_{digest}"
+    spec = importlib.util.spec_from_file_location(name, p)
+    if spec is None or spec.loader is None:
+        raise UserError(f"{p}: cannot be imported as a Python module")
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[name] = mod
+    try:
+        spec.loader.exec_module(mod)
+    except BaseException:
+        sys.modules.pop(name, None)
+        raise
+    return mod
+
+
+@dataclass
+class Problem:
+    """A loaded KernelBench problem."""
+
+    name: str
+    path: Path
+    module: ModuleType
+
+    @property
+    def Model(self) -> Any:
+        return self.module.Model
+
+    def get_inputs(self) -> list:
+        return list(self.module.get_inputs())
+
+    def get_init_inputs(self) -> list:
+        return list(self.module.get_init_inputs())
+
+
+def load_problem(path: str | Path, env: dict[str, str] | None = None) -> Problem:
+    """Import a problem file (trusted), with ``env`` set in os.environ while it is imported (e.g. a bench scale)."""
+    import os
+
+    p = check_problem_file(path)
+    saved = {k: os.environ.get(k) for k in (env or {})}
+    os.environ.update(env or {})
+    try:
+        mod = import_file(p, "problem")
+    except UserError:
+        raise
+    except Exception as e:  # the problem itself is broken: a user error naming the file
+        raise UserError(f"{p}: the problem fails to import: {type(e).__name__}: {e}") from None
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+    for n in REQUIRED_PROBLEM_NAMES:
+        if not hasattr(mod, n):
+            raise UserError(f"{p}: not a KernelBench problem: it does not define {n}")
+    return Problem(problem_name(p), p, mod)
+
+
+# --- seeding, models and inputs ---------------------------------------------------------
+
+
+@contextmanager
+def seeded(seed: int) -> Iterator[None]:
+    """Seed python, numpy and torch (CPU and every CUDA device) for what the block creates."""
+    import torch
+
+    random.seed(seed)
+    try:
+        import numpy as np
+
+        np.random.seed(seed % (2**32))
+    except ImportError:  # pragma: no cover
+        pass
+    torch.manual_seed(seed)
+    yield
+
+
+def to_device(x: Any, device: Any) -> Any:
+    """Move tensors (also inside lists/tuples) to ``device``; leave everything else alone."""
+    import torch
+
+    if isinstance(x, torch.Tensor):
+        return x.to(device)
+    if isinstance(x, (list, tuple)):
+        return type(x)(to_device(v, device) for v in x)
+    return x
+
+
+def init_inputs(problem: Problem, seed: int, device: Any) -> list:
+    import torch
+
+    with seeded(seed), torch.device(device):
+        return [to_device(v, device) for v in problem.get_init_inputs()]
+
+
+def build_model(cls: Any, problem: Problem, seed: int, device: Any) -> Any:
+    """Instantiate ``cls`` (Model or ModelNew) the KernelBench way, on ``device``."""
+    import torch
+
+    args = init_inputs(problem, seed, device)
+    with seeded(seed), torch.device(device):
+        model = cls(*args)
+    if isinstance(model, torch.nn.Module):
+        model = model.to(device)
+    return model
+
+
+def published_inputs(problem: Problem, seed: int, device: Any) -> list:
+    """``get_inputs()`` under ``seed``, created on ``device``."""
+    import torch
+
+    with seeded(seed), torch.device(device):
+        xs = problem.get_inputs()
+    return [to_device(v, device) for v in xs]
+
+
+def flatten_outputs(out: Any) -> list:
+    """A model's output as a flat list (a tensor, or a tuple/list of them; scalars become tensors)."""
+    if isinstance(out, (list, tuple)):
+        flat: list = []
+        for o in out:
+            flat.extend(flatten_outputs(o))
+        return flat
+    return [out]

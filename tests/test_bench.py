@@ -1,0 +1,95 @@
+"""DLRM-Bench: every problem loads, runs at CPU scale with a non-degenerate (zero-mean) output, and its
+shipped honest candidate passes `headroom verify`; the DLRM cheaters are caught."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+import torch
+
+from headroom import bench
+from headroom.verify import VerifyOptions, prepare_reference, verify_candidate
+from headroom.verify import problem as prob
+
+HERE = Path(__file__).resolve().parent
+DLRM_CHEATS = HERE / "cheaters" / "dlrm"
+OPTIONS = dict(device="cpu", threads=1, timeout=120, iters=3, warmup=1, env={bench.SCALE_ENV: "cpu"})
+
+
+@pytest.fixture(scope="module", autouse=True)
+def cpu_scale():
+    old = os.environ.get(bench.SCALE_ENV)
+    os.environ[bench.SCALE_ENV] = "cpu"
+    yield
+    if old is None:
+        os.environ.pop(bench.SCALE_ENV, None)
+    else:
+        os.environ[bench.SCALE_ENV] = old
+
+
+def test_twelve_problems_with_names_shapes_and_candidates():
+    assert len(bench.PROBLEMS) == 12
+    for p in bench.PROBLEMS:
+        assert p.path.is_file(), p.path
+        assert (bench.CANDIDATES_DIR / f"{p.name}.py").is_file()
+        prob.check_problem_file(p.path)  # KernelBench format: Model, get_inputs, get_init_inputs
+    assert bench.get("5").name == "05_DotInteractionBackward"
+
+
+@pytest.mark.parametrize("name", bench.NAMES)
+def test_problem_runs_at_cpu_scale_with_a_non_degenerate_output(name):
+    problem = prob.load_problem(bench.get(name).path, {bench.SCALE_ENV: "cpu"})
+    model = prob.build_model(problem.Model, problem, 1, "cpu")
+    xs = prob.published_inputs(problem, 2, "cpu")
+    with torch.no_grad():
+        out = model(*xs)
+    assert isinstance(out, torch.Tensor) and out.is_floating_point() and torch.isfinite(out).all()
+    x = out.double()
+    std, mean = float(x.std()), float(x.mean())
+    assert std > 1e-3
+    if name == "10_JaggedSoftmax":  # probabilities: positive, each sequence sums to one
+        values, offsets = xs
+        assert float(x.min()) > 0
+        sums = torch.zeros(offsets.numel() - 1, x.shape[1], dtype=x.dtype).index_add_(
+            0, torch.repeat_interleave(torch.arange(offsets.numel() - 1), offsets[1:] - offsets[:-1]), x)
+        assert torch.allclose(sums, torch.ones_like(sums))
+        assert std > 0.3 * mean
+    else:
+        assert abs(mean) < 0.15 * std, (mean, std)
+    # the full size is the default (what a KernelBench harness gets)
+    os.environ.pop(bench.SCALE_ENV)
+    try:
+        full = prob.load_problem(bench.get(name).path)
+    finally:
+        os.environ[bench.SCALE_ENV] = "cpu"
+    assert full.module.BATCH >= 16384 > problem.module.BATCH
+
+
+def test_honest_candidates_pass():
+    doc = bench.run(options=VerifyOptions(**OPTIONS))
+    assert doc["suite"] == "DLRM-Bench" and doc["scale"] == "cpu"
+    by_problem = {r["problem"]: r for r in doc["results"]}
+    assert sorted(by_problem) == sorted(bench.NAMES)
+    bad = {n: (r["reason"], [c for c in r["checks"] if not c["passed"]]) for n, r in by_problem.items()
+           if r["verdict"] != "pass"}
+    assert not bad, bad
+    assert all(r["speedup"] > 0 for r in by_problem.values())
+
+
+@pytest.mark.parametrize("cheat", sorted(str(p.relative_to(DLRM_CHEATS)) for p in DLRM_CHEATS.glob("*/cheat_*.py")))
+def test_dlrm_cheaters_are_caught(cheat):
+    problem = bench.get(cheat.split("/")[0]).path
+    ref = _reference(problem)
+    r = verify_candidate(problem, DLRM_CHEATS / cheat, reference=ref)
+    assert r.verdict in ("fail", "error"), [c.to_dict() for c in r.checks]
+
+
+_REFS: dict = {}
+
+
+def _reference(path: Path):
+    if path not in _REFS:
+        _REFS[path] = prepare_reference(path, VerifyOptions(**OPTIONS))
+    return _REFS[path]

@@ -1,0 +1,115 @@
+"""Figures: the bars and labels drawn are the numbers of the tables passed in (read back from the Figure)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import typer
+from matplotlib.patches import Rectangle
+from typer.testing import CliRunner
+
+from conftest import hta_trace
+from headroom import plot
+from headroom.analysis import analyze
+from headroom.errors import UserError
+from headroom.project import project, projection_table
+from headroom.speedups import parse_cli_speedup
+from headroom.targets import addressable_summary, category_fractions, scaling_table
+
+
+def _bars(fig) -> dict[str, Rectangle]:
+    return {p.get_gid(): p for ax in fig.axes for p in ax.patches if p.get_gid()}
+
+
+def _texts(fig) -> list[str]:
+    return [t.get_text() for ax in fig.axes for t in ax.texts]
+
+
+@pytest.fixture(scope="module")
+def analyses():
+    return [analyze(hta_trace("nccl_parser_config")), analyze(hta_trace("timeline_analysis"))]
+
+
+def test_addressable_figure_draws_the_fractions(analyses):
+    labels = ["resnet", "recsys"]
+    fr = category_fractions(analyses, labels)
+    sm = addressable_summary(analyses, labels)
+    fig = plot.addressable_figure(fr, sm)
+    bars = _bars(fig)
+    for r in fr.itertuples(index=False):
+        p = bars[f"{r.workload}|{r.category}|{'A' if r.addressable else 'N'}"]
+        assert p.get_width() == pytest.approx(r.fraction)
+        assert (p.get_hatch() == "///") == bool(r.addressable)   # addressable part is visibly distinct
+    for k, (w, a) in enumerate(zip(labels, analyses)):
+        rows = fr[fr["workload"] == w]
+        # segments are stacked in table order, non-addressable first
+        lefts = [bars[f"{w}|{r.category}|{'A' if r.addressable else 'N'}"].get_x() for r in rows.itertuples()]
+        assert lefts == pytest.approx(np.concatenate([[0], np.cumsum(rows["fraction"])[:-1]]))
+        span = bars[f"{w}|addressable-span"]
+        assert span.get_width() == pytest.approx(a.addressable_fraction)
+        assert f"addressable {100 * a.addressable_fraction:.1f}%" in _texts(fig)
+    big = fr[fr["fraction"] >= plot.LABEL_MIN]
+    texts = _texts(fig)
+    for f in big["fraction"]:
+        assert f"{100 * f:.0f}%" in texts
+    assert [t.get_text() for t in fig.axes[0].get_yticklabels()] == labels
+
+
+def test_projection_figure_draws_the_projection(analyses):
+    results = [project(a, [parse_cli_speedup("category:addressable=1.5")]) for a in analyses]
+    tbl = projection_table(results, ["resnet", "recsys"])
+    fig = plot.projection_figure(tbl)
+    bars = _bars(fig)
+    for r in tbl.itertuples(index=False):
+        assert bars[f"{r.workload}|baseline_ms"].get_width() == pytest.approx(100.0)
+        assert bars[f"{r.workload}|amdahl_ms"].get_width() == pytest.approx(100 * r.amdahl_ms / r.baseline_ms)
+        assert bars[f"{r.workload}|replay_ms"].get_width() == pytest.approx(100 * r.replay_ms / r.baseline_ms)
+        change = round(100 * (r.amdahl_ms / r.baseline_ms - 1), 2) + 0.0
+        assert f" {r.amdahl_ms:,.2f} ms ({change:+.2f}%)" in _texts(fig)
+    # zero-time bounds are drawn as markers at their relative positions
+    xs = np.concatenate([ln.get_xdata() for ln in fig.axes[0].lines])
+    want = np.concatenate([100 * tbl["amdahl_zero_ms"] / tbl["baseline_ms"], 100 * tbl["replay_zero_ms"] / tbl["baseline_ms"]])
+    assert sorted(xs) == pytest.approx(sorted(want))
+
+
+def test_scaling_figure_draws_the_table():
+    t = pd.DataFrame({"workload": ["1B", "7B", "70B"], "family": "llama", "params": [1e9, 7e9, 7e10],
+                      "addressable_fraction": [0.3, 0.2, 0.1], "gemm_attention_fraction": [0.6, 0.75, 0.85]})
+    fig = plot.scaling_figure(t)
+    lines = {ln.get_gid(): ln for ln in fig.axes[0].lines}
+    assert list(lines["llama|addressable"].get_xdata()) == [1e9, 7e9, 7e10]
+    assert list(lines["llama|addressable"].get_ydata()) == pytest.approx([30, 20, 10])
+    assert list(lines["llama|gemm_attention"].get_ydata()) == pytest.approx([60, 75, 85])
+    assert fig.axes[0].get_xscale() == "log"
+    with pytest.raises(UserError):
+        plot.scaling_figure(t.head(1))
+
+
+def test_save_writes_all_formats(tmp_path):
+    t = pd.DataFrame({"workload": ["a"], "category": ["gemm"], "addressable": [False], "us": [1.0], "fraction": [1.0]})
+    paths = plot.save(plot.addressable_figure(t), tmp_path / "fig")
+    assert sorted(p.suffix for p in paths) == [".pdf", ".png", ".svg"]
+    for p in paths:
+        assert p.stat().st_size > 1000
+    assert paths[0].read_bytes()[:4] == b"\x89PNG"
+    with pytest.raises(UserError):
+        plot.save(plot.addressable_figure(t), tmp_path / "x", ("jpg",))
+
+
+def test_plot_cli(tmp_path):
+    from headroom.cli_project import register
+    app = typer.Typer()
+    register(app)
+    out = tmp_path / "plots"
+    r = CliRunner().invoke(app, ["plot", str(hta_trace("nccl_parser_config")), str(hta_trace("base__base")),
+                                 "--out", str(out), "--format", "png", "--format", "svg",
+                                 "--label", "resnet", "--label", "base", "--params", "25e6", "--params", "1e6"])
+    assert r.exit_code == 0, r.output
+    names = sorted(p.name for p in out.iterdir())
+    assert names == ["addressable.png", "addressable.svg", "projection.png", "projection.svg",
+                     "scaling.png", "scaling.svg"]
+    r = CliRunner().invoke(app, ["plot", str(hta_trace("base__base")), "--out", str(out), "--figure", "scaling"])
+    assert isinstance(r.exception, UserError)

@@ -1,0 +1,338 @@
+"""Projections: hand-computed Amdahl, timeline replay (launch-bound, back-to-back, syncs, cross-stream
+waits), bounds and distributions, real traces, and the `project --json` contract."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+import typer
+from typer.testing import CliRunner
+
+from conftest import hta_trace
+from headroom.analysis import analyze
+from headroom.errors import UserError
+from headroom.project import (Baseline, amdahl, cross_stream_deps, distribution_scenarios, project,
+                              projection_table, replay, replay_check, replay_projection)
+from headroom.speedups import Distribution, parse_cli_speedup, select
+
+
+def kernels(rows, window=None, **kw) -> Baseline:
+    """rows: (name, category, launch_ts, ts, dur[, stream])."""
+    df = pd.DataFrame([r if len(r) == 6 else (*r, 7) for r in rows],
+                      columns=["name", "category", "launch_ts", "ts", "dur", "stream"])
+    df["op"] = "aten::" + df["name"]
+    df["top_op"] = df["op"]
+    df["addressable"] = ~df["category"].isin(["gemm", "attention", "conv", "memory", "communication"])
+    df["kind"] = "kernel"
+    df["device"] = 0
+    df["launch_pid"] = "1"
+    df["correlation"] = np.arange(len(df)) + 100
+    return Baseline.from_events(df, window=window, **kw)
+
+
+@pytest.fixture
+def three() -> Baseline:
+    # gemm 0-100, embedding 100-160, elementwise 160-200; window 0-250 (50 us idle at the end).
+    return kernels([("mm", "gemm", -50, 0, 100), ("embedding_bag", "embedding", -49, 100, 60),
+                    ("add", "elementwise", -48, 160, 40)], window=(0.0, 250.0))
+
+
+# --- Amdahl, by hand ---------------------------------------------------------------------
+
+
+def test_amdahl_hand_computed(three):
+    ev = three.events
+    emb = select(ev, "category:embedding")
+    # T' = 250 - 60 (1 - 1/1.5) = 230
+    assert amdahl(three, 1.5, emb).projected_us == pytest.approx(230.0)
+    # two entries: embedding 1.5x (saves 20) and elementwise 2x (saves 20) -> 210
+    f = np.where(emb, 1.5, np.where(select(ev, "category:elementwise"), 2.0, 1.0))
+    p = amdahl(three, f)
+    assert p.projected_us == pytest.approx(210.0)
+    assert p.gain == pytest.approx(40 / 250) and p.speedup == pytest.approx(250 / 210)
+    # zero time: the embedding kernel vanishes -> 190
+    assert amdahl(three, math.inf, emb).projected_us == pytest.approx(190.0)
+    # a slowdown (s < 1) costs time: 60 (1 - 1/0.5) = -60 -> 310
+    assert amdahl(three, 0.5, emb).projected_us == pytest.approx(310.0)
+
+
+def test_amdahl_holds_idle_fixed_and_breaks_down(three):
+    base = amdahl(three, 1.0)
+    assert base.projected_us == 250.0
+    bd = base.breakdown
+    assert (bd.kernel_us, bd.idle_us, bd.memory_us, bd.communication_us) == (200.0, 50.0, 0.0, 0.0)
+    p = amdahl(three, 2.0, select(three.events, "category:elementwise"))
+    assert p.breakdown.idle_us == pytest.approx(50.0)
+    assert p.breakdown.kernel_us == pytest.approx(180.0)
+    d = p.breakdown.to_dict()
+    assert d["kernel_fraction"] + d["idle_fraction"] == pytest.approx(1.0)
+
+
+def test_amdahl_uses_wall_share_for_overlapping_streams():
+    # Two 100 us kernels fully overlapped on two streams: each owns 50 us of busy time.
+    b = kernels([("a", "elementwise", -10, 0, 100, 7), ("b", "elementwise", -10, 0, 100, 8)])
+    assert b.events["wall_us"].tolist() == [50.0, 50.0]
+    assert amdahl(b, math.inf, np.array([True, False])).projected_us == pytest.approx(50.0)
+
+
+def test_memory_and_communication_in_breakdown():
+    b = kernels([("mm", "gemm", -5, 0, 50), ("copy", "memory", -5, 50, 20), ("nccl", "communication", -5, 70, 30)],
+                window=(0, 200))
+    d = amdahl(b, 1.0).breakdown.to_dict()
+    assert (d["kernel_us"], d["memory_us"], d["communication_us"], d["idle_us"]) == (50.0, 20.0, 30.0, 100.0)
+
+
+# --- timeline replay ------------------------------------------------------------------------
+
+
+def test_replay_back_to_back_equals_amdahl():
+    # All launched long before they run; each starts when the previous ends.
+    rows = [(f"k{i}", "elementwise" if i % 2 else "gemm", -1000 + i, 10.0 * i * 2, 20.0) for i in range(20)]
+    b = kernels(rows)
+    assert b.wall_us == 400.0
+    mask = select(b.events, "category:elementwise")
+    for s in (1.5, 2.0, 4.0, math.inf):
+        assert replay_projection(b, s, mask).projected_us == pytest.approx(amdahl(b, s, mask).projected_us)
+    assert replay_projection(b, 2.0, mask).projected_us == pytest.approx(400 - 10 * 10)
+
+
+def test_replay_launch_bound_kernels_buy_nothing():
+    # The CPU launches a kernel every 50 us; each runs 5 us after its launch for 10 us: GPU mostly idle.
+    rows = [(f"k{i}", "elementwise", 50.0 * i, 50.0 * i + 5, 10.0) for i in range(10)]
+    b = kernels(rows, window=(0.0, 465.0))
+    mask = np.arange(10) < 9                      # everything but the last kernel
+    r = replay_projection(b, 2.0, mask)
+    assert r.projected_us == pytest.approx(465.0)  # nothing changes
+    assert r.gain == pytest.approx(0.0)
+    assert amdahl(b, 2.0, mask).projected_us == pytest.approx(465.0 - 9 * 5)  # what Amdahl wrongly claims
+    # Replay reports the GPU got idler instead.
+    assert r.breakdown.idle_us > amdahl(b, 1.0).breakdown.idle_us
+
+
+def test_replay_mixed_queue_then_launch_bound():
+    # A queued burst (back to back) followed by a launch-bound tail: only the burst's savings count,
+    # and only until the tail's launches (which stay fixed) take over.
+    rows = [("a", "elementwise", 0, 10, 100), ("b", "elementwise", 1, 110, 100),   # burst 10-210
+            ("c", "elementwise", 300, 305, 10)]                                      # launched at 300
+    b = kernels(rows, window=(0.0, 315.0))
+    assert replay_projection(b, 2.0, np.array([True, True, False])).projected_us == pytest.approx(315.0)
+    assert amdahl(b, 2.0, np.array([True, True, False])).projected_us == pytest.approx(215.0)
+
+
+def test_replay_without_change_reproduces_timeline(three):
+    r = replay(three)
+    assert np.allclose(r.ts, three.events["ts"]) and r.projected_us == pytest.approx(three.wall_us)
+
+
+def test_replay_sync_moves_later_cpu_launches(builder, tmp_path):
+    # Kernel A (500 us) is waited for by cudaDeviceSynchronize; kernel B is launched after it returns.
+    builder.step(1, 0, 550)
+    builder.kernel("elementwise_kernel_A", launch_ts=10, ts=20, dur=500)
+    builder.events.append({"ph": "X", "cat": "cuda_runtime", "name": "cudaDeviceSynchronize", "pid": builder.pid,
+                           "tid": builder.tid, "ts": 30, "dur": 495, "args": {"correlation": 1}})
+    builder.kernel("elementwise_kernel_B", launch_ts=530, ts=535, dur=10)
+    a = analyze(builder.write(tmp_path / "t.json"))
+    assert a.wall_us == 550.0
+    mask = select(a.events, "kernel:_A$")
+    r = replay(a, 2.0, mask)
+    # A ends at 270; the sync returns 5 us later (275, not 525): everything after moves 250 us earlier.
+    assert r.max_cpu_shift_us == pytest.approx(250.0)
+    assert r.ts[1] == pytest.approx(285.0)
+    assert r.projected_us == pytest.approx(300.0)  # the step's CPU end also moved: 550 - 250
+    assert replay_check(a)["max_abs_error_us"] == 0.0
+
+
+def test_cross_stream_wait_from_cuda_sync_events():
+    # P on stream 1 (0-100); C on stream 2 waits for P (recorded by cudaEventRecord corr 900).
+    b = kernels([("P", "elementwise", -10, 0, 100, 1), ("C", "elementwise", -5, 101, 50, 2)])
+    b.runtime = pd.DataFrame({"name": ["cudaEventRecord"], "pid": ["1"], "tid": ["1"], "ts": [-8.0], "dur": [1.0],
+                              "correlation": [900]})
+    mask = np.array([True, False])
+    # Without the wait record, C's start stays where it was measured: no gain.
+    assert replay_projection(b, 2.0, mask).projected_us == pytest.approx(151.0)
+    b.syncs = pd.DataFrame({"name": ["Stream Wait Event"], "stream": [2], "ts": [-4.0], "wait_on_stream": [1],
+                            "wait_on_cuda_event_record_corr_id": [900]})
+    assert cross_stream_deps(b.events, b.syncs, b.runtime).tolist() == [-1, 0]
+    assert replay_projection(b, 2.0, mask).projected_us == pytest.approx(101.0)
+    assert replay(b).projected_us == pytest.approx(151.0)
+
+
+# --- bounds and distributions ------------------------------------------------------------------
+
+
+def test_paper_recommender_number():
+    # 58.2% addressable, 41.7% win rate at a 1.552x median: the paper's 8.63% end to end.
+    b = kernels([("emb", "embedding", -10, 0, 58.2), ("mm", "gemm", -9, 58.2, 41.8)])
+    sc = distribution_scenarios(win_rate=0.417, median=1.552, quantiles=())
+    p = amdahl(b, sc[0].factor, select(b.events, "category:addressable"))
+    assert p.gain == pytest.approx(0.0863, abs=5e-5)
+
+
+def test_distribution_scenarios_quantiles_and_expected():
+    d = Distribution((2.0, None, 0.5, 1.5))   # effective: 2, 1, 1, 1.5
+    sc = {s.name: s.factor for s in distribution_scenarios(d, quantiles=(0.5, 0.9))}
+    assert sc["win_rate_x_median"] == pytest.approx(1 / (1 - 0.5 + 0.5 / 1.75))
+    assert sc["quantile_0.5"] == pytest.approx(1.25)
+    assert sc["quantile_0.9"] == pytest.approx(np.quantile([2, 1, 1, 1.5], 0.9))
+    assert sc["expected"] == pytest.approx(1 / np.mean([0.5, 1, 1, 1 / 1.5]))
+    with pytest.raises(UserError):
+        distribution_scenarios(win_rate=0.4)
+    with pytest.raises(UserError):
+        distribution_scenarios(win_rate=1.4, median=1.5)
+
+
+def test_project_result_and_json_keys(three):
+    res = project(three, [parse_cli_speedup("category:embedding=1.5")], win_rate=0.5, median=2.0)
+    d = json.loads(json.dumps(res.to_dict()))
+    assert d["baseline_us"] == 250.0 and d["per_step_us"] == 250.0
+    methods = {(p["method"], p["scenario"]) for p in d["projections"]}
+    assert {("amdahl", "speedups"), ("replay", "speedups"), ("amdahl", "zero_time"), ("replay", "zero_time"),
+            ("amdahl", "win_rate_x_median"), ("replay", "win_rate_x_median")} <= methods
+    for p in d["projections"]:
+        assert {"method", "projected_us", "speedup", "gain", "breakdown"} <= set(p)
+        assert p["speedup"] == pytest.approx(250.0 / p["projected_us"])
+    am = res.get("amdahl")
+    assert am.projected_us == pytest.approx(230.0)
+    assert res.get("amdahl", "zero_time").projected_us == pytest.approx(190.0)
+    # addressable = embedding + elementwise = 100 us; w = 0.5, m = 2: saves 100 * 0.5 * 0.5 = 25
+    assert res.get("amdahl", "win_rate_x_median").projected_us == pytest.approx(225.0)
+    assert d["entries"][0]["kernels"] == 1 and d["replay_check"]["max_abs_error_us"] == 0.0
+
+
+def test_project_needs_something(three):
+    with pytest.raises(UserError, match="nothing to project"):
+        project(three, [])
+
+
+def test_projection_table(three):
+    res = project(three, [parse_cli_speedup("category:embedding=1.5")])
+    t = projection_table([res], ["w"])
+    assert t.loc[0, "baseline_ms"] == pytest.approx(0.25)
+    assert t.loc[0, "amdahl_ms"] == pytest.approx(0.23) and t.loc[0, "amdahl_zero_ms"] == pytest.approx(0.19)
+
+
+# --- real traces ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["nccl_parser_config", "timeline_analysis", "amd_trace", "base__base"])
+def test_replay_reproduces_real_traces(name):
+    a = analyze(hta_trace(name))
+    c = replay_check(a)
+    assert c["max_abs_error_us"] < 1e-6 and abs(c["window_error_us"]) < 1e-6
+
+
+def test_real_recommender_projection():
+    # fbgemm TBE recommender (A100, 2 steps): embedding kernels at 1.552x.
+    a = analyze(hta_trace("timeline_analysis"))
+    res = project(a, [parse_cli_speedup("category:embedding=1.552")])
+    am, rp = res.get("amdahl"), res.get("replay")
+    assert res.baseline_us == a.wall_us and res.per_step_us == a.step_us
+    assert 0.0 < am.gain < res.get("amdahl", "zero_time").gain < 0.2
+    # This trace is CPU-bound (GPU idle most of the window): replay finds (almost) nothing to gain.
+    assert rp.gain <= am.gain and rp.gain < 0.005
+    assert res.baseline.to_dict()["idle_fraction"] > 0.4
+
+
+def test_cpu_only_trace_gets_amdahl_only():
+    a = analyze(hta_trace("cpu_only"))
+    res = project(a, [parse_cli_speedup("category:*=2")])
+    assert res.get("replay") is None and res.get("amdahl") is not None
+    assert any("replay needs GPU events" in w for w in res.warnings)
+
+
+# --- the command ---------------------------------------------------------------------------------
+
+
+def _app() -> typer.Typer:
+    from headroom.cli_project import register
+    app = typer.Typer()
+    register(app)
+    return app
+
+
+def test_project_cli_json_matches_classify_window():
+    path = hta_trace("nccl_parser_config")
+    r = CliRunner().invoke(_app(), ["project", str(path), "--json", "-s", "category:normalization=2",
+                                    "-s", "op:aten::cudnn_batch_norm=3"])
+    assert r.exit_code == 0, r.output
+    d = json.loads(r.stdout.strip().splitlines()[-1])
+    a = analyze(path)
+    assert d["baseline_us"] == pytest.approx(a.to_dict()["wall_us"])
+    assert d["per_step_us"] == pytest.approx(a.step_us)
+    assert any("overlaps" in w for w in d["warnings"])
+    assert [p["method"] for p in d["projections"]][:2] == ["amdahl", "replay"]
+
+
+def test_project_cli_user_errors():
+    path = hta_trace("base__base")
+    r = CliRunner().invoke(_app(), ["project", str(path), "-s", "category:embedding=-1"])
+    assert isinstance(r.exception, UserError) and "> 0" in str(r.exception)
+    r = CliRunner().invoke(_app(), ["project", str(path), "-s", "category:conv=2", "--strict"])
+    assert isinstance(r.exception, UserError) and "matches no kernel" in str(r.exception)
+
+
+def test_project_cli_distribution_and_verify_suite(tmp_path):
+    suite = tmp_path / "suite.json"
+    suite.write_text(json.dumps({"tool": "headroom verify", "version": 1, "results": [
+        {"problem": "01_EmbeddingBagSum", "verdict": "pass", "speedup": 1.552, "checks": []},
+        {"problem": "11_PermutePooledEmbeddings", "verdict": "pass", "speedup": 1.8, "checks": []},
+        {"problem": "04_DotInteraction", "verdict": "fail", "speedup": 2.1, "checks": []},
+        {"problem": "10_JaggedSoftmax", "verdict": "pass", "speedup": 0.9, "checks": []}]}))
+    r = CliRunner().invoke(_app(), ["project", str(hta_trace("timeline_analysis")), "--json", "-f", str(suite),
+                                    "--distribution", str(suite), "--quantile", "0.5"])
+    assert r.exit_code == 0, r.output
+    d = json.loads(r.stdout)
+    assert [e["selector"] for e in d["entries"]] == ["problem:01_EmbeddingBagSum", "problem:11_PermutePooledEmbeddings",
+                                                     "problem:10_JaggedSoftmax"]
+    assert all(e["verified"] for e in d["entries"])
+    w = " | ".join(d["warnings"])
+    assert "04_DotInteraction" in w and "slowdown" not in w  # 10 matches nothing here, so no slowdown applies
+    assert d["distribution"]["win_rate"] == 0.5 and d["distribution"]["median_win"] == pytest.approx(1.676)
+    sc = {(p["method"], p["scenario"]): p for p in d["projections"]}
+    assert sc[("amdahl", "quantile_0.5")]["factor"] == pytest.approx(np.quantile([1.552, 1.8, 1.0, 1.0], 0.5))
+    assert sc[("amdahl", "win_rate_x_median")]["gain"] > sc[("replay", "win_rate_x_median")]["gain"] >= 0
+
+
+# --- the shipped H200 traces (traces/) -------------------------------------------------------------
+
+from conftest import SHIPPED_TRACES  # noqa: E402
+
+
+def shipped(name: str):
+    p = SHIPPED_TRACES / f"{name}.json.gz"
+    if not p.exists():
+        pytest.skip(f"{p} is not in this checkout")
+    return analyze(p)
+
+
+@pytest.mark.parametrize("name", ["dlrm.train", "llama-7b.infer.prefill", "llama-7b.infer.decode.static-cache",
+                                  "resnet-50.train"])
+def test_replay_reproduces_shipped_traces(name):
+    c = replay_check(shipped(name))
+    assert c["max_abs_error_us"] < 1e-6 and abs(c["window_error_us"]) < 1e-6
+
+
+def test_shipped_recommender_paper_scenario():
+    a = shipped("dlrm.train")
+    r = project(a, [], win_rate=0.417, median=1.552, quantiles=())
+    am, rp = r.get("amdahl", "win_rate_x_median"), r.get("replay", "win_rate_x_median")
+    # 0.417 x (1 - 1/1.552) x addressable share of the window (the paper: 8.63% at 58.2%)
+    assert am.gain == pytest.approx(0.417 * (1 - 1 / 1.552) * r.distribution["selected_wall_us"] / a.wall_us)
+    assert 0.06 < am.gain < 0.12 and 0.0 < rp.gain <= am.gain + 1e-9
+
+
+def test_shipped_gpu_bound_prefill_replay_equals_amdahl():
+    a = shipped("llama-7b.infer.prefill")
+    r = project(a, [parse_cli_speedup("category:elementwise=2")])
+    assert r.get("replay").gain == pytest.approx(r.get("amdahl").gain, rel=1e-3)
+
+
+def test_shipped_launch_bound_decode_gains_nothing():
+    a = shipped("llama-7b.infer.decode.static-cache")
+    r = project(a, [parse_cli_speedup("category:addressable=2")])
+    assert r.get("amdahl").gain > 0.001
+    assert r.get("replay").gain < 1e-4 and r.get("replay", "zero_time").gain < 1e-4

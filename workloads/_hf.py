@@ -1,0 +1,187 @@
+"""Shared building blocks for the transformers-based workloads (not a workload itself).
+
+Works with transformers 5.17 and 5.24: the cache keyword was renamed from
+`past_key_values` to `cache` in between; `cache_kwarg` picks the right one.
+"""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any, Callable
+
+from headroom.workload import (RunConfig, Step, infer_step, materialize, meta_parameters, phase_range,
+                               train_step)
+
+# Positions kept free after the prompt in a decode cache: decode steps advance
+# through them, and the cache is rewound to the prompt when they run out.
+DECODE_HEADROOM_TOKENS = 256
+
+
+def build_hf(model_cls: Any, config: Any, device: Any, dtype: Any = None, attn: str | None = "sdpa") -> Any:
+    """Construct on the meta device (no memory, no init time), then materialise on `device`.
+
+    `attn`: the attention implementation (HF's default, SDPA, which dispatches to
+    FlashAttention on Hopper for unmasked bf16/fp16 attention); None for models without attention."""
+    if attn:
+        config._attn_implementation = attn
+    with meta_parameters():
+        model = model_cls(config)
+    std = float(getattr(config, "initializer_range", 0.02))
+    materialize(model, device, dtype=dtype, std=std)
+    return model
+
+
+def meta_hf(model_cls: Any, config: Any) -> Any:
+    with meta_parameters():
+        return model_cls(config)
+
+
+def cache_kwarg(model: Any) -> str:
+    params = inspect.signature(model.forward).parameters
+    return "cache" if "cache" in params else "past_key_values"
+
+
+def weights_dtype(cfg: RunConfig) -> Any:
+    """Inference runs with weights in --dtype (how HF models are served: `dtype=...`);
+    training keeps fp32 master weights and autocasts to --dtype (AMP)."""
+    import torch
+
+    return cfg.torch_dtype if cfg.mode == "infer" else torch.float32
+
+
+def amp_dtype(cfg: RunConfig) -> Any:
+    import torch
+
+    return None if cfg.mode == "infer" or cfg.torch_dtype == torch.float32 else cfg.torch_dtype
+
+
+def blocks_of(model: Any, class_name: str) -> list[tuple[str, Any]]:
+    """The repeated blocks: the elements of the ModuleList holding `class_name` modules
+    (found by class, since module paths differ across transformers versions)."""
+    import torch.nn as nn
+
+    best: list[tuple[str, Any]] = []
+    for path, module in model.named_modules():
+        if isinstance(module, nn.ModuleList):
+            items = [(f"{path}.{i}", b) for i, b in enumerate(module) if type(b).__name__ == class_name]
+            if len(items) == len(module) and len(items) > len(best):
+                best = items
+    if not best:
+        raise RuntimeError(f"{type(model).__name__}: no ModuleList of {class_name} blocks")
+    return best
+
+
+def compiled(model: Any, cfg: RunConfig, blocks: list[tuple[str, Any]]) -> Any:
+    """What to call: the model, `torch.compile`d as a whole, or per block when the run
+    extrapolates over layers (block ranges must stay outside compiled regions)."""
+    if not cfg.compile:
+        return model
+    from headroom.workload import compile_model
+
+    return compile_model(model, blocks, per_block=cfg.extrapolated)
+
+
+def make_optimizer(model: Any, device: Any) -> Any:
+    import torch
+
+    fused = device.type == "cuda"
+    return torch.optim.AdamW(model.parameters(), lr=1e-5, weight_decay=0.0, fused=fused)
+
+
+def rewind_cache(cache: Any, to: int, added: int) -> None:
+    """Drop the last `added` positions of a KV cache (static: move the write position back,
+    no memset; dynamic: `crop` with a negative count, as transformers 5.x wants)."""
+    import torch
+
+    layers = getattr(cache, "layers", [])
+    static = [getattr(layer, "cumulative_length", None) for layer in layers]
+    if layers and all(isinstance(c, torch.Tensor) for c in static):
+        for c in static:
+            c.fill_(to)
+    else:
+        cache.crop(-added)
+
+
+def decoder_lm_step(cfg: RunConfig, device: Any, model: Any, blocks: list[tuple[str, Any]],
+                    vocab: int, info: dict[str, Any], max_positions: int | None = None) -> Step:
+    """A causal LM: inference prefill, inference decode (static or dynamic KV cache), or a training step.
+
+    prefill: one forward over batch x seq prompt tokens with the KV cache on and
+             logits for the last position only, as `generate()` runs its first step.
+    decode:  one new token per sequence against a cache already holding `seq`
+             tokens; greedy argmax feeds the next step, as in `generate()`.
+    train:   next-token cross-entropy over batch x seq tokens, AMP, AdamW.
+    """
+    import torch
+    from transformers import DynamicCache, StaticCache
+
+    gen = torch.Generator(device="cpu").manual_seed(0)
+    ids = torch.randint(0, vocab, (cfg.batch, cfg.seq), generator=gen).to(device)
+    call = compiled(model, cfg, blocks)
+    ck = cache_kwarg(model)
+
+    if cfg.mode == "train":
+        model.train()
+        opt = make_optimizer(model, device)
+
+        def loss_fn():
+            return call(input_ids=ids, labels=ids, use_cache=False).loss
+
+        fn = train_step(model, loss_fn, opt, device_type=device.type, amp_dtype=amp_dtype(cfg))
+        return Step(fn, model, blocks=blocks, info=info)
+
+    model.eval()
+    if cfg.phase == "prefill":
+        if cfg.kv_cache == "static":
+            with torch.inference_mode():
+                cache = StaticCache(config=model.config, max_cache_len=cfg.seq)
+
+            def forward():
+                rewind_cache(cache, 0, cfg.seq)
+                call(input_ids=ids, use_cache=True, logits_to_keep=1, **{ck: cache})
+        else:
+            def forward():  # the model builds HF's DynamicCache itself, as a plain forward does
+                call(input_ids=ids, use_cache=True, logits_to_keep=1)
+
+        return Step(infer_step(forward), model, blocks=blocks, info=info)
+
+    # decode: prefill the cache once at build time (not part of the step).
+    cap = cfg.seq + DECODE_HEADROOM_TOKENS
+    if max_positions is not None:
+        cap = min(cap, max_positions)
+    with torch.inference_mode():
+        if cfg.kv_cache == "static":
+            cache = StaticCache(config=model.config, max_cache_len=cap)
+        else:
+            cache = DynamicCache(config=model.config)
+        out = model(input_ids=ids, use_cache=True, logits_to_keep=1, **{ck: cache})
+        state = {"next": out.logits[:, -1].argmax(-1, keepdim=True), "used": cfg.seq}
+        del out
+
+    def forward():
+        if state["used"] >= cap:
+            rewind_cache(cache, cfg.seq, state["used"] - cfg.seq)
+            state["used"] = cfg.seq
+        out = call(input_ids=state["next"], use_cache=True, logits_to_keep=1, **{ck: cache})
+        with phase_range("headroom/sample"):
+            state["next"] = out.logits[:, -1].argmax(-1, keepdim=True)
+        state["used"] += 1
+
+    info = dict(info, decode_cache_capacity=cap)
+    return Step(infer_step(forward), model, blocks=blocks, info=info,
+                close=lambda: state.clear())
+
+
+def encoder_step(cfg: RunConfig, device: Any, model: Any, blocks: list[tuple[str, Any]],
+                 inputs: dict[str, Any], loss_fn: Callable[[Any, dict], Any], info: dict[str, Any],
+                 optimizer: Callable[[Any], Any] | None = None) -> Step:
+    """Inference forward, or a training step with `loss_fn(call, inputs)`."""
+    call = compiled(model, cfg, blocks)
+    if cfg.mode == "train":
+        model.train()
+        opt = optimizer(model) if optimizer else make_optimizer(model, device)
+        fn = train_step(model, lambda: loss_fn(call, inputs), opt, device_type=device.type,
+                        amp_dtype=amp_dtype(cfg))
+        return Step(fn, model, blocks=blocks, info=info)
+    model.eval()
+    return Step(infer_step(lambda: call(**inputs)), model, blocks=blocks, info=info)

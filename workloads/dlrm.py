@@ -1,0 +1,422 @@
+"""dlrm and dlrm-dcn: torchrec DLRM models on Criteo-1TB-shaped random data, one training step.
+
+Both use torchrec's `EmbeddingBagCollection` with 26 tables of dimension 128 and
+`KeyedJaggedTensor` inputs. Two execution paths, recorded in the manifest:
+
+* production (`--opt sharding=dmp`, the default on CUDA when the CUDA build of
+  fbgemm-gpu is importable): `DistributedModelParallel` on a one-rank process
+  group, every table sharded table-wise with the `fused` compute kernel, i.e.
+  fbgemm's TableBatchedEmbedding (TBE) kernels with the embedding optimizer
+  fused into the backward; dense layers under DDP.
+* unsharded (`--opt sharding=none`, the fallback): the plain
+  `EmbeddingBagCollection` (PyTorch `embedding_bag` kernels) with sparse
+  gradients and a regular optimizer, as the DLRM reference implementation runs.
+
+Table sizes: the Criteo 1TB cardinalities torchrec's DLRM example uses, capped at
+10M rows per table (`--opt max_rows=...`), which is the DLRM reference's
+`--max-ind-range=10000000` for its Terabyte runs: 54.2M rows, 27.7 GB in fp32,
+room to train on one GPU. MLPerf DLRMv2 caps at 40M (204M rows, 104 GB), which
+is sized for 8 GPUs.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from headroom.errors import UserError
+from headroom.workload import Default, RunConfig, Step, WorkloadSpec, phase_range, register_workload
+
+# Criteo 1TB: rows per categorical feature (torchrec examples/dlrm, MLPerf preprocessing, 40M cap).
+CRITEO_1TB_ROWS = [40000000, 39060, 17295, 7424, 20265, 3, 7122, 1543, 63, 40000000, 3067956, 405282, 10,
+                   2209, 11938, 155, 4, 976, 14, 40000000, 40000000, 40000000, 590152, 12973, 108, 36]
+# MLPerf DLRMv2 synthetic multi-hot dataset: values per sample for each feature.
+MLPERF_MULTI_HOT = [3, 2, 1, 2, 6, 1, 1, 1, 1, 7, 3, 8, 1, 6, 9, 5, 1, 1, 1, 12, 100, 27, 10, 3, 1, 1]
+DENSE_FEATURES = 13
+DEFAULT_MAX_ROWS = 10_000_000
+
+INSTALL_HINT = ("pip install --no-deps torchrec==1.8.0 && pip install fbgemm-gpu-cpu==1.8.0 tensordict "
+                "torchmetrics tqdm pyre-extensions iopath   (or: scripts/install.sh)")
+
+FLAVOURS: dict[str, dict[str, Any]] = {
+    "default": dict(rows=CRITEO_1TB_ROWS, dim=128, dense=[512, 256, 128], over=[1024, 1024, 512, 256, 1]),
+    "tiny": dict(rows=[1000] * 26, dim=16, dense=[32, 16], over=[32, 16, 1]),
+}
+DCN_FLAVOURS: dict[str, dict[str, Any]] = {
+    "default": dict(FLAVOURS["default"], dcn_layers=3, low_rank=512),
+    "tiny": dict(FLAVOURS["tiny"], dcn_layers=2, low_rank=8),
+}
+
+
+def _import_torchrec():
+    try:
+        import torchrec  # noqa: F401
+        from torchrec.models import dlrm  # noqa: F401
+    except ImportError as e:
+        raise UserError(f"the recommender workloads need torchrec ({e}): {INSTALL_HINT}") from None
+    except OSError as e:  # fbgemm built for another torch version: undefined symbols
+        raise UserError(f"torchrec/fbgemm failed to load ({str(e).splitlines()[0][:120]}); "
+                        f"fbgemm must match torch's minor version: {INSTALL_HINT}") from None
+
+
+def fbgemm_cuda_status() -> tuple[bool, str]:
+    """Whether fbgemm-gpu's CUDA kernels can run here (the CPU build registers the ops without them)."""
+    import torch
+
+    if not torch.cuda.is_available():
+        return False, "no CUDA device"
+    try:
+        import fbgemm_gpu  # noqa: F401
+    except Exception as e:  # ImportError, or OSError for a build against another torch
+        return False, f"fbgemm_gpu does not import ({type(e).__name__})"
+    try:
+        lengths = torch.tensor([1, 2, 3], dtype=torch.int64, device="cuda")
+        out = torch.ops.fbgemm.asynchronous_complete_cumsum(lengths)
+        torch.cuda.synchronize()
+        if out.tolist() != [0, 1, 3, 6]:
+            return False, "fbgemm_gpu CUDA op returned a wrong result"
+    except Exception as e:
+        return False, f"fbgemm_gpu has no CUDA kernels (the CPU build?): {type(e).__name__}"
+    try:
+        from fbgemm_gpu.split_table_batched_embeddings_ops_training import (  # noqa: F401
+            SplitTableBatchedEmbeddingBagsCodegen)
+    except Exception as e:
+        return False, f"fbgemm_gpu TBE module does not import ({type(e).__name__})"
+    version = getattr(__import__("fbgemm_gpu"), "__version__", "?")
+    return True, f"fbgemm_gpu {version} with CUDA kernels"
+
+
+def _tables(flavour: dict[str, Any], max_rows: int):
+    from torchrec import EmbeddingBagConfig
+
+    return [
+        EmbeddingBagConfig(name=f"t_cat_{i}", embedding_dim=flavour["dim"],
+                           num_embeddings=max(1, min(rows, max_rows)), feature_names=[f"cat_{i}"])
+        for i, rows in enumerate(flavour["rows"])
+    ]
+
+
+def _model(flavour: dict[str, Any], dcn: bool, max_rows: int, ebc_device: Any, dense_device: Any):
+    """DLRM / DLRM_DCN with the tables on `ebc_device` and the dense layers on `dense_device`."""
+    import contextlib
+
+    from torchrec import EmbeddingBagCollection
+    from torchrec.models.dlrm import DLRM, DLRM_DCN
+
+    from headroom.workload import meta_parameters
+
+    on_meta = dense_device.type == "meta"
+    # DLRM_DCN builds its cross net without a device: keep it on meta too when counting.
+    with meta_parameters() if on_meta else contextlib.nullcontext():
+        ebc = EmbeddingBagCollection(tables=_tables(flavour, max_rows), device=ebc_device)
+        if dcn:
+            model = DLRM_DCN(embedding_bag_collection=ebc, dense_in_features=DENSE_FEATURES,
+                             dense_arch_layer_sizes=flavour["dense"], over_arch_layer_sizes=flavour["over"],
+                             dcn_num_layers=flavour["dcn_layers"], dcn_low_rank_dim=flavour["low_rank"],
+                             dense_device=None if on_meta else dense_device)
+        else:
+            model = DLRM(embedding_bag_collection=ebc, dense_in_features=DENSE_FEATURES,
+                         dense_arch_layer_sizes=flavour["dense"], over_arch_layer_sizes=flavour["over"],
+                         dense_device=None if on_meta else dense_device)
+    if not on_meta:
+        for part in (model.dense_arch, model.inter_arch, model.over_arch):
+            part.to(dense_device)
+    return model
+
+
+def _batch(cfg: RunConfig, flavour: dict[str, Any], dcn: bool, max_rows: int, device: Any):
+    """Random Criteo-shaped batch: 13 dense features, 26 jagged sparse features, binary labels.
+
+    dlrm: bag lengths uniform in {0, 1, 2} per sample and feature (one value per
+    feature on average, as Criteo; empty bags for missing values).
+    dlrm-dcn: MLPerf DLRMv2's multi-hot sizes per feature (214 values per sample).
+    Indices are uniform over each table's rows.
+    """
+    import torch
+    from torchrec import KeyedJaggedTensor
+    from torchrec.datasets.utils import Batch
+
+    g = torch.Generator(device="cpu").manual_seed(0)
+    B = cfg.batch
+    keys, lengths, values = [], [], []
+    for i, rows in enumerate(flavour["rows"]):
+        rows = max(1, min(rows, max_rows))
+        keys.append(f"cat_{i}")
+        if dcn:
+            ln = torch.full((B,), MLPERF_MULTI_HOT[i], dtype=torch.int32)
+        else:
+            ln = torch.randint(0, 3, (B,), dtype=torch.int32, generator=g)
+        lengths.append(ln)
+        values.append(torch.randint(0, rows, (int(ln.sum()),), dtype=torch.int64, generator=g))
+    kjt = KeyedJaggedTensor.from_lengths_sync(keys=keys, values=torch.cat(values), lengths=torch.cat(lengths))
+    return Batch(
+        dense_features=torch.randn(B, DENSE_FEATURES, generator=g).abs().log1p(),  # log(1 + count), as preprocessed
+        sparse_features=kjt,
+        labels=torch.randint(0, 2, (B,), generator=g),
+    ).to(device)
+
+
+class _Optimizers:
+    def __init__(self, *opts):
+        self.opts = opts
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        for o in self.opts:
+            o.zero_grad(set_to_none=set_to_none)
+
+    def step(self) -> None:
+        for o in self.opts:
+            o.step()
+
+
+def _optimizer_cls(dcn: bool):
+    import torch
+
+    # The DLRM reference trains with SGD; MLPerf DLRMv2 (torchrec dlrm_main --adagrad) with Adagrad.
+    return (torch.optim.Adagrad, {"lr": 0.004}) if dcn else (torch.optim.SGD, {"lr": 0.01})
+
+
+def _resolve_sharding(cfg: RunConfig, device: Any) -> tuple[str, str]:
+    want = cfg.extra.get("sharding", "auto")
+    if want not in ("auto", "dmp", "none"):
+        raise UserError(f"{cfg.workload}: --opt sharding must be auto, dmp or none")
+    if device.type == "cuda":
+        ok, why = fbgemm_cuda_status()
+        if want == "dmp" and not ok:
+            raise UserError(f"{cfg.workload}: --opt sharding=dmp needs the CUDA fbgemm-gpu: {why}")
+        if want == "auto":
+            return ("dmp" if ok else "none"), why
+        return want, why
+    # CPU: DMP runs with gloo and fbgemm's CPU TBE kernels when asked (tests do); the default is unsharded.
+    return ("none" if want == "auto" else want), "CPU"
+
+
+def _build(cfg: RunConfig, device: Any, dcn: bool) -> Step:
+    _import_torchrec()
+    import torch
+    from torchrec.models.dlrm import DLRMTrain
+
+    flavour = (DCN_FLAVOURS if dcn else FLAVOURS)[cfg.flavour]
+    try:
+        max_rows = int(cfg.extra.get("max_rows", DEFAULT_MAX_ROWS))
+    except ValueError:
+        raise UserError(f"{cfg.workload}: --opt max_rows must be an integer") from None
+    if max_rows < 1:
+        raise UserError(f"{cfg.workload}: --opt max_rows must be at least 1")
+    path, fbgemm_why = _resolve_sharding(cfg, device)
+    opt_cls, opt_kw = _optimizer_cls(dcn)
+    rows = sum(max(1, min(r, max_rows)) for r in flavour["rows"])
+    info: dict[str, Any] = {
+        "embedding_rows": rows, "embedding_dim": flavour["dim"], "tables": len(flavour["rows"]),
+        "embedding_gb_fp32": round(rows * flavour["dim"] * 4 / 1e9, 2), "max_rows": max_rows,
+        "pooling": "MLPerf DLRMv2 multi-hot (214 values/sample)" if dcn else "bag lengths uniform in {0,1,2}",
+        "optimizer": f"{opt_cls.__name__} lr={opt_kw['lr']}",
+        "fbgemm": fbgemm_why,
+    }
+    low = cfg.torch_dtype != torch.float32
+    amp = cfg.torch_dtype if low else None
+    batch = _batch(cfg, flavour, dcn, max_rows, device)
+    close = None
+
+    if path == "dmp":
+        try:
+            model, opt, close = _build_dmp(cfg, device, flavour, dcn, max_rows, opt_cls, opt_kw)
+        except Exception as e:
+            if cfg.extra.get("sharding", "auto") != "auto" or _is_oom(e):
+                raise
+            # auto: the production path failed to set up here; say so and run unsharded.
+            info["dmp_error"] = f"{type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}"
+            path = "none"
+            import gc
+
+            gc.collect()
+            if device.type == "cuda":
+                torch.cuda.empty_cache()
+    if path == "dmp":
+        inner = model.module.model if hasattr(model, "module") else model
+        info["embedding_path"] = ("torchrec DistributedModelParallel (1 rank), table-wise sharded, "
+                                  f"fbgemm TBE with fused {opt_cls.__name__}")
+        info["process_group"] = "nccl" if device.type == "cuda" else "gloo"
+    else:
+        from headroom.workload import materialize
+
+        dlrm = _model(flavour, dcn, max_rows, torch.device("meta"), torch.device("meta"))
+        # torchrec initialises tables uniform(-sqrt(1/rows), sqrt(1/rows)); dense layers as nn.Linear.
+        materialize(dlrm, device, init=_dlrm_init)
+        sparse_params, dense_params = [], []
+        for name, p in dlrm.named_parameters():
+            (sparse_params if "embedding_bags" in name else dense_params).append(p)
+        for m in dlrm.sparse_arch.embedding_bag_collection.embedding_bags.values():
+            m.sparse = True  # sparse gradients, as the DLRM reference trains its EmbeddingBags
+        model = DLRMTrain(dlrm)
+        opt = _Optimizers(opt_cls(sparse_params, foreach=False, **opt_kw), opt_cls(dense_params, **opt_kw))
+        inner = dlrm
+        info["embedding_path"] = (f"torchrec EmbeddingBagCollection, unsharded (PyTorch embedding_bag, "
+                                  f"sparse gradients, {opt_cls.__name__})")
+    info["sharding"] = path
+
+    if cfg.compile:
+        # torchrec's advice: compile the dense path, keep the jagged sparse path eager.
+        inner.dense_arch = torch.compile(inner.dense_arch)
+        inner.inter_arch = torch.compile(inner.inter_arch)
+        inner.over_arch = torch.compile(inner.over_arch)
+        info["compiled"] = "dense_arch, inter_arch, over_arch"
+
+    model.train()
+
+    def fn() -> None:
+        opt.zero_grad(set_to_none=True)
+        with phase_range("headroom/forward"):
+            if amp is not None:
+                with torch.autocast(device_type=device.type, dtype=amp):
+                    loss, _ = model(batch)
+            else:
+                loss, _ = model(batch)
+        with phase_range("headroom/backward"):
+            loss.backward()
+        with phase_range("headroom/optimizer"):
+            opt.step()
+
+    params = sum(p.numel() for p in _model(flavour, dcn, max_rows, torch.device("meta"),
+                                           torch.device("meta")).parameters())
+    return Step(fn, model, info=info, close=close, params=params)
+
+
+def _is_oom(e: BaseException) -> bool:
+    return "out of memory" in str(e).lower() or type(e).__name__ == "OutOfMemoryError"
+
+
+def _dlrm_init(module_name: str, param_name: str, module: Any, p: Any) -> None:
+    import math
+
+    import torch
+
+    with torch.no_grad():
+        if "embedding_bags" in module_name:
+            bound = math.sqrt(1.0 / p.shape[0])
+            p.uniform_(-bound, bound)
+        elif param_name == "bias":
+            p.zero_()
+        else:
+            bound = 1.0 / math.sqrt(p.shape[1]) if p.dim() > 1 else 0.1
+            p.uniform_(-bound, bound)
+
+
+def _build_dmp(cfg: RunConfig, device: Any, flavour: dict[str, Any], dcn: bool, max_rows: int,
+               opt_cls: Any, opt_kw: dict[str, Any]):
+    import torch
+    import torch.distributed as dist
+    from torchrec.distributed.model_parallel import DistributedModelParallel
+    from torchrec.distributed.planner import EmbeddingShardingPlanner, Topology
+    from torchrec.distributed.planner.types import ParameterConstraints
+    from torchrec.distributed.sharding_plan import get_default_sharders
+    from torchrec.models.dlrm import DLRMTrain
+    from torchrec.optim.apply_optimizer_in_backward import apply_optimizer_in_backward
+    from torchrec.optim.keyed import CombinedOptimizer, KeyedOptimizerWrapper
+    from torchrec.optim.optimizers import in_backward_optimizer_filter
+
+    created = False
+    if not dist.is_initialized():
+        backend = "nccl" if device.type == "cuda" else "gloo"
+        if device.type == "cuda":
+            torch.cuda.set_device(device.index if device.index is not None else torch.cuda.current_device())
+        dist.init_process_group(backend=backend, store=dist.HashStore(), rank=0, world_size=1)
+        created = True
+
+    def close() -> None:
+        if created and dist.is_initialized():
+            dist.destroy_process_group()
+
+    try:
+        # Tables on meta: DMP allocates and initialises the sharded TBE weights on the device.
+        dlrm = _model(flavour, dcn, max_rows, torch.device("meta"), device)
+        train_model = DLRMTrain(dlrm)
+        apply_optimizer_in_backward(opt_cls, train_model.model.sparse_arch.parameters(), dict(opt_kw))
+        tables = _tables(flavour, max_rows)
+        hots = MLPERF_MULTI_HOT if dcn else [1.0] * len(tables)
+        constraints = {
+            t.name: ParameterConstraints(sharding_types=["table_wise"], compute_kernels=["fused"],
+                                         pooling_factors=[float(h)])
+            for t, h in zip(tables, hots)
+        }
+        topo_kw: dict[str, Any] = {}
+        if device.type == "cuda":
+            topo_kw["hbm_cap"] = torch.cuda.get_device_properties(device).total_memory
+        topology = Topology(world_size=1, local_world_size=1, compute_device=device.type, **topo_kw)
+        planner = EmbeddingShardingPlanner(topology=topology, batch_size=cfg.batch, constraints=constraints,
+                                           debug=False)
+        plan = planner.collective_plan(train_model, get_default_sharders(), dist.GroupMember.WORLD)
+        model = DistributedModelParallel(module=train_model, device=device, plan=plan)
+        dense = KeyedOptimizerWrapper(dict(in_backward_optimizer_filter(model.named_parameters())),
+                                      lambda params: opt_cls(params, **opt_kw))
+        opt = CombinedOptimizer([model.fused_optimizer, dense])
+    except Exception:
+        close()
+        raise
+    return model, opt, close
+
+
+def _meta(flavour: str, dcn: bool):
+    import torch
+
+    _import_torchrec()
+    f = (DCN_FLAVOURS if dcn else FLAVOURS)[flavour]
+    return _model(f, dcn, DEFAULT_MAX_ROWS, torch.device("meta"), torch.device("meta"))
+
+
+_EXTRAS = {
+    "sharding": Default("auto", "auto: torchrec's production path (DistributedModelParallel + fbgemm TBE, "
+                                "fused optimizer) when CUDA fbgemm-gpu imports, else unsharded; or dmp / none"),
+    "max_rows": Default(DEFAULT_MAX_ROWS, "rows per table cap: the DLRM reference's --max-ind-range for "
+                                          "Criteo 1TB (54.2M rows, 27.7 GB fp32: one GPU)"),
+}
+_CPU_SCALE = {
+    "batch": (2048, "a CPU-sized batch"),
+    "max_rows": (100_000, "tables capped at 100k rows to fit CPU memory"),
+}
+
+SPEC = register_workload(WorkloadSpec(
+    name="dlrm",
+    domain="recommender",
+    description="DLRM on Criteo 1TB shapes: training step (embedding lookups, dot interaction, MLPs)",
+    model=("torchrec DLRM + EmbeddingBagCollection: 26 tables x 128 dim (Criteo 1TB rows, capped at 10M), "
+           "bottom MLP 512-256-128, top MLP 1024-1024-512-256-1, dot interaction"),
+    build=lambda cfg, device: _build(cfg, device, dcn=False),
+    meta_model=lambda f: _meta(f, dcn=False),
+    modes=("train",),
+    defaults={
+        "mode": Default("train", "recommenders spend their GPU time training on fresh data"),
+        "batch": Default(65536, "MLPerf DLRM's global batch; the embedding kernels need a large batch to fill a GPU"),
+        "seq": Default(None, "not a sequence model"),
+        "dtype": Default("fp32", "the DLRM reference and MLPerf DLRM train in fp32 (TF32 tensor cores for the MLPs)"),
+    },
+    flavours={"default": "Criteo 1TB, 26 tables x 128, 54.2M rows (6.94B embedding parameters)",
+              "tiny": "26 tables x 1000 rows x 16, for CI"},
+    seq_meaning="n/a",
+    extras=_EXTRAS,
+    cpu_scale=_CPU_SCALE,
+    source=__file__,
+))
+
+DCN_SPEC = register_workload(WorkloadSpec(
+    name="dlrm-dcn",
+    domain="recommender",
+    description="DLRMv2 (MLPerf): low-rank DCNv2 interaction, multi-hot lookups, training step",
+    model=("torchrec DLRM_DCN + EmbeddingBagCollection: 26 tables x 128 (Criteo 1TB rows, capped at 10M), "
+           "MLPerf multi-hot sizes, bottom 512-256-128, 3 low-rank (512) cross layers, top 1024-1024-512-256-1"),
+    build=lambda cfg, device: _build(cfg, device, dcn=True),
+    meta_model=lambda f: _meta(f, dcn=True),
+    modes=("train",),
+    defaults={
+        "mode": Default("train", "MLPerf Training's recommender benchmark"),
+        "batch": Default(65536, "MLPerf DLRMv2's global batch, here on one GPU"),
+        "seq": Default(None, "not a sequence model"),
+        "dtype": Default("fp32", "MLPerf DLRMv2 reference precision (TF32 tensor cores for the MLPs)"),
+    },
+    flavours={"default": "MLPerf DLRMv2 shapes, rows capped at 10M (54.2M rows)",
+              "tiny": "26 tables x 1000 rows x 16, 2 cross layers, for CI"},
+    seq_meaning="n/a",
+    extras=_EXTRAS,
+    cpu_scale={"batch": (512, "a CPU-sized batch (214 lookups per sample)"),
+               "max_rows": (100_000, "tables capped at 100k rows to fit CPU memory")},
+    source=__file__,
+))

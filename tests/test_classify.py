@@ -19,6 +19,8 @@ RULES = load_rules()
     ("Cijk_Alik_Bljk_SB_MT64x16x32_MI16x16x1", "aten::addmm", "gemm"),
     ("triton_poi_fused_add_cos_sin_0", "triton_poi_fused_add_cos_sin_0", "fused"),
     ("triton_tem_fused_mm_0", "aten::mm", "gemm"),
+    ("triton_poi_fused__scaled_dot_product_cudnn_attention__to_copy__unsafe_view_add_cos_0", "triton_poi_fused__scaled_dot_product_cudnn_attention__to_copy__unsafe_view_add_cos_0", "fused"),
+    ("triton_red_fused__to_copy_add_embedding_mean_mul_pow_rsqrt_0", "triton_red_fused__to_copy_add_embedding_mean_mul_pow_rsqrt_0", "fused"),
     ("void at::native::(anonymous namespace)::cunn_SoftMaxForward<8, float, float, float, at::native::(anonymous namespace)::SoftMaxForwardEpilogue>(...)", "aten::_softmax", "softmax"),
     ("void at::native::(anonymous namespace)::vectorized_layer_norm_kernel<float, float>(...)", "aten::native_layer_norm", "normalization"),
     ("void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>, at::detail::Array<char*, 1> >(int, ...)", "aten::fill_", "elementwise"),

@@ -190,7 +190,6 @@ def cpu_op_self_times(trace: Trace) -> pd.DataFrame:
     top = ops["name"].to_numpy(dtype=object, copy=True)
     ts_all = ops["ts"].to_numpy()
     end_all = ts_all + ops["dur"].to_numpy()
-    names = ops["name"].to_numpy(dtype=object)
     for _, idx in ops.groupby(["pid", "tid"], observed=True, sort=False).indices.items():
         order = idx[np.lexsort((-(end_all[idx] - ts_all[idx]), ts_all[idx]))]
         stack: list[int] = []

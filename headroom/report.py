@@ -64,7 +64,7 @@ def render_analysis(a: Analysis, console: Console, top_unknown: int = 10) -> Non
                   f"({_ms(a.addressable_us)} ms)")
     unknown = a.unknown_kernels(top_unknown)
     if len(unknown):
-        console.print(f"unclassified kernels ('other'), by time:")
+        console.print("unclassified kernels ('other'), by time:")
         for r in unknown.itertuples(index=False):
             console.print(f"  {_ms(r.us):>10} ms  x{r.count:<6} {r.name[:140]}")
 

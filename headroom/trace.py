@@ -160,22 +160,6 @@ def _read_bytes(path: Path) -> bytes:
     return raw
 
 
-def _as_ids(values: list) -> np.ndarray:
-    """int64 ids where they fit; the rare id beyond 64 bits keeps an object column."""
-    try:
-        return np.array(values, dtype=np.int64)
-    except (OverflowError, TypeError, ValueError):
-        out = []
-        for v in values:
-            if isinstance(v, str):
-                try:
-                    v = int(v, 0)
-                except ValueError:
-                    pass
-            out.append(v)
-        return np.array(out, dtype=object)
-
-
 def _num(v) -> float:
     if v is None:
         return np.nan
@@ -252,7 +236,20 @@ def _thread_keys(values: list) -> pd.Categorical:
 
 
 def _ids(values: list) -> np.ndarray:
-    return _as_ids([-1 if v is None else v for v in values])
+    """int64 ids (-1 where absent) where they fit; the rare id beyond 64 bits keeps an object column."""
+    values = [-1 if v is None else v for v in values]
+    try:
+        return np.array(values, dtype=np.int64)
+    except (OverflowError, TypeError, ValueError):
+        out = []
+        for v in values:
+            if isinstance(v, str):
+                try:
+                    v = int(v, 0)
+                except ValueError:
+                    pass
+            out.append(v)
+        return np.array(out, dtype=object)
 
 
 class _Columns:

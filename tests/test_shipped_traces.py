@@ -76,3 +76,14 @@ def test_addressable_fraction_shrinks_as_llama_grows():
         a = analyze(SHIPPED_TRACES / "scaling" / f"llama-7b.{name}.infer.prefill.4of{total}-layers.json.gz")
         ext[name] = extrapolate_layers(a, 4, total).addressable_fraction
     assert seven > ext["13b"] > ext["70b"]
+
+
+def test_dcn_cross_net_is_selectable_for_dlrm_bench_06():
+    # workloads/dlrm.py marks the cross net with a range; DLRM-Bench 06 selects exactly those kernels.
+    from headroom.speedups import load_problems, select
+
+    a = analyze(SHIPPED_TRACES / "dlrm-dcn.train.json.gz")
+    cross = a.events["annotation"].str.contains("inter_arch.crossnet", regex=False).to_numpy()
+    chosen = select(a.events, "problem:06_DCNv2LowRankCross", load_problems())
+    assert cross.sum() == 72 and (chosen == cross).all()
+    assert {"gemm", "elementwise"} <= set(a.events.loc[cross, "category"])

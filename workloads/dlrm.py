@@ -254,6 +254,8 @@ def _build(cfg: RunConfig, device: Any, dcn: bool) -> Step:
                                   f"sparse gradients, {opt_cls.__name__})")
     info["sharding"] = path
 
+    _mark_module_ranges(inner, dcn)
+
     if cfg.compile:
         # torchrec's advice: compile the dense path, keep the jagged sparse path eager.
         inner.dense_arch = torch.compile(inner.dense_arch)
@@ -279,6 +281,39 @@ def _build(cfg: RunConfig, device: Any, dcn: bool) -> Step:
     params = sum(p.numel() for p in _model(flavour, dcn, max_rows, torch.device("meta"),
                                            torch.device("meta")).parameters())
     return Step(fn, model, info=info, close=close, params=params)
+
+
+MODULE_RANGE_PREFIX = "headroom/module "
+
+
+def _mark_module_ranges(dlrm: Any, dcn: bool) -> None:
+    """Name the dense, interaction and over arches (and DCN's cross net) in the trace.
+
+    Their forward kernels are plain mm/add/mul/bmm; a `record_function` range per
+    part lets `headroom project` select them (`annotation:crossnet` for DLRM-Bench's
+    06_DCNv2LowRankCross) and `targets` rank them. The `headroom/` prefix keeps
+    them frames, not work, in CPU-only traces.
+    """
+    from torch.autograd.profiler import record_function
+
+    parts = [("dense_arch", dlrm.dense_arch), ("inter_arch", dlrm.inter_arch), ("over_arch", dlrm.over_arch)]
+    if dcn and hasattr(dlrm.inter_arch, "crossnet"):
+        parts.append(("inter_arch.crossnet", dlrm.inter_arch.crossnet))
+    for path, module in parts:
+        name = f"{MODULE_RANGE_PREFIX}dlrm.{path} ({type(module).__name__})"
+        open_ranges: list[Any] = []
+
+        def enter(_m, _inputs, name=name, open_ranges=open_ranges):
+            rf = record_function(name)
+            rf.__enter__()
+            open_ranges.append(rf)
+
+        def leave(_m, _inputs, _output, open_ranges=open_ranges):
+            if open_ranges:
+                open_ranges.pop().__exit__(None, None, None)
+
+        module.register_forward_pre_hook(enter)
+        module.register_forward_hook(leave)
 
 
 def _is_oom(e: BaseException) -> bool:

@@ -24,13 +24,13 @@ import importlib
 import importlib.util
 import math
 import pkgutil
-import sys
 import warnings
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Sequence
 
 from headroom.errors import UserError
+from headroom.pyfile import import_file
 
 DOMAINS = ("transformer", "recommender", "vision")
 MODES = ("train", "infer")
@@ -406,18 +406,11 @@ def load_workload_file(path: str | Path) -> list[WorkloadSpec]:
         raise UserError(f"{path}: no such workload file")
     discover()
     before = dict(_REGISTRY)
-    mod_name = f"headroom_user_workload_{abs(hash(str(path.resolve())))}"
-    spec = importlib.util.spec_from_file_location(mod_name, path)
-    if spec is None or spec.loader is None:
-        raise UserError(f"{path}: not a Python file")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[mod_name] = module
     try:
-        spec.loader.exec_module(module)
+        module = import_file(path, "workload")
     except UserError:
         raise
     except Exception as e:
-        sys.modules.pop(mod_name, None)
         raise UserError(f"{path}: failed to import ({type(e).__name__}: {e})") from e
     _register_declared(module, str(path))
     added = [s for n, s in _REGISTRY.items() if before.get(n) is not s]

@@ -22,10 +22,7 @@ is, and is only imported inside a child process (``headroom.verify.child``).
 from __future__ import annotations
 
 import ast
-import hashlib
-import importlib.util
 import random
-import sys
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,6 +30,7 @@ from types import ModuleType
 from typing import Any, Iterator
 
 from headroom.errors import UserError
+from headroom.pyfile import import_file
 
 REQUIRED_PROBLEM_NAMES = ("Model", "get_inputs", "get_init_inputs")
 
@@ -85,24 +83,6 @@ def check_problem_file(path: str | Path) -> Path:
     if missing:
         raise UserError(f"{p}: not a KernelBench problem: it does not define {', '.join(missing)}")
     return p
-
-
-def import_file(path: str | Path, prefix: str) -> ModuleType:
-    """Import a .py file as a fresh module (a unique name, registered in sys.modules)."""
-    p = Path(path).resolve()
-    digest = hashlib.sha1(str(p).encode()).hexdigest()[:10]
-    name = f"_headroom_{prefix}_{p.stem.replace('-', '_').replace('.', '_')}_{digest}"
-    spec = importlib.util.spec_from_file_location(name, p)
-    if spec is None or spec.loader is None:
-        raise UserError(f"{p}: cannot be imported as a Python module")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[name] = mod
-    try:
-        spec.loader.exec_module(mod)
-    except BaseException:
-        sys.modules.pop(name, None)
-        raise
-    return mod
 
 
 @dataclass

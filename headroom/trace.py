@@ -263,6 +263,19 @@ class _Columns:
             self.cols[k].extend(v)
 
 
+def _event_fields(sub: list[_Event]) -> dict[str, list]:
+    """The fields every table keeps: name, pid, tid, ts, dur."""
+    return {"name": [e.name for e in sub], "pid": [e.pid for e in sub], "tid": [e.tid for e in sub],
+            "ts": [e.ts for e in sub], "dur": [e.dur for e in sub]}
+
+
+def _cpu_side_columns(c: dict[str, list]) -> dict[str, Any]:
+    """name/cat/pid/tid/ts/dur columns of a CPU-side table (launches, CPU ranges)."""
+    return {"name": np.array(c["name"], dtype=object), "cat": pd.Categorical(c["cat"]),
+            "pid": _thread_keys(c["pid"]), "tid": _thread_keys(c["tid"]),
+            "ts": _floats(c["ts"]), "dur": _floats(c["dur"])}
+
+
 def _decode_events(raws: list) -> list[_Event]:
     try:
         return _EVENTS_DECODER.decode(b"[" + b",".join(raws) + b"]")
@@ -298,11 +311,9 @@ def _tabulate(source: str, doc: _TraceFile) -> Trace:
             if kind in _GPU_KINDS:
                 args = [e.args for e in sub]
                 gpu.extend(
-                    name=[e.name for e in sub], cat=[_GPU_KINDS[kind]] * len(sub),
+                    **_event_fields(sub), cat=[_GPU_KINDS[kind]] * len(sub),
                     dev=[a.device if a is not None else None for a in args],
                     stream=[a.stream if a is not None else None for a in args],
-                    pid=[e.pid for e in sub], tid=[e.tid for e in sub],
-                    ts=[e.ts for e in sub], dur=[e.dur for e in sub],
                     correlation=[a.correlation if a is not None else None for a in args],
                     external_id=[a.external_id if a is not None else None for a in args],
                     bytes=[a.bytes if a is not None else None for a in args],
@@ -310,20 +321,15 @@ def _tabulate(source: str, doc: _TraceFile) -> Trace:
             elif kind in _LAUNCH_CATS:
                 args = [e.args for e in sub]
                 launch.extend(
-                    name=[e.name for e in sub], cat=["cuda_driver" if "driver" in kind else "cuda_runtime"] * len(sub),
-                    pid=[e.pid for e in sub], tid=[e.tid for e in sub],
-                    ts=[e.ts for e in sub], dur=[e.dur for e in sub],
+                    **_event_fields(sub), cat=["cuda_driver" if "driver" in kind else "cuda_runtime"] * len(sub),
                     correlation=[a.correlation if a is not None else None for a in args],
                     external_id=[a.external_id if a is not None else None for a in args])
             elif kind in _CPU_RANGE_CATS:
                 cpu.extend(
-                    name=[e.name for e in sub], cat=["cpu_op" if kind == "operator" else kind] * len(sub),
-                    pid=[e.pid for e in sub], tid=[e.tid for e in sub],
-                    ts=[e.ts for e in sub], dur=[e.dur for e in sub],
+                    **_event_fields(sub), cat=["cpu_op" if kind == "operator" else kind] * len(sub),
                     external_id=[e.args.external_id if e.args is not None else None for e in sub])
             elif kind == "gpu_user_annotation":
-                ann.extend(name=[e.name for e in sub], pid=[e.pid for e in sub], tid=[e.tid for e in sub],
-                           ts=[e.ts for e in sub], dur=[e.dur for e in sub])
+                ann.extend(**_event_fields(sub))
         del events
 
     g = gpu.cols
@@ -341,12 +347,7 @@ def _tabulate(source: str, doc: _TraceFile) -> Trace:
     })
     c = launch.cols
     launches = pd.DataFrame({
-        "name": np.array(c["name"], dtype=object),
-        "cat": pd.Categorical(c["cat"]),
-        "pid": _thread_keys(c["pid"]),
-        "tid": _thread_keys(c["tid"]),
-        "ts": _floats(c["ts"]),
-        "dur": _floats(c["dur"]),
+        **_cpu_side_columns(c),
         "correlation": np.array(c["correlation"], dtype=object),
         "external_id": np.array(c["external_id"], dtype=object),
     })
@@ -369,12 +370,7 @@ def _tabulate(source: str, doc: _TraceFile) -> Trace:
 
     c = cpu.cols
     cpu_df = pd.DataFrame({
-        "name": np.array(c["name"], dtype=object),
-        "cat": pd.Categorical(c["cat"]),
-        "pid": _thread_keys(c["pid"]),
-        "tid": _thread_keys(c["tid"]),
-        "ts": _floats(c["ts"]),
-        "dur": _floats(c["dur"]),
+        **_cpu_side_columns(c),
         "external_id": _ids(c["external_id"]),
     })
     c = ann.cols

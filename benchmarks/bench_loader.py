@@ -2,10 +2,13 @@
 
 Builds a >= 250 MB trace by replicating a real one (its events shifted in time,
 with fresh correlation / External ids per copy, so attribution still works),
-then times, in one run on the same file, each reader in a fresh subprocess and
-records wall time and peak RSS.
+written in the layout torch.profiler's exporter uses (each event over several
+lines), then times, in one run on the same file, each reader in a fresh
+subprocess and records wall time and peak RSS. headroom and json.load run
+`--repeat` times (HTA, at a minute a run, `--hta-repeat` times); the summary
+compares medians.
 
-    python benchmarks/bench_loader.py [--source TRACE] [--mb 250] [--out results.json]
+    python benchmarks/bench_loader.py [--source TRACE] [--mb 250] [--repeat 3] [--out results.json]
 
 Targets ([trace-core]): headroom >= 10x faster than HTA, faster than json.load
 alone, and at most half of HTA's peak RSS.
@@ -14,10 +17,12 @@ alone, and at most half of HTA's peak RSS.
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
 import gzip
 import json
 import os
 import platform
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -94,9 +99,29 @@ def build_big_trace(source: Path, target_mb: float, out: Path) -> dict:
             big.append(e2)
     doc["traceEvents"] = big
     out.parent.mkdir(parents=True, exist_ok=True)
-    with open(out, "w") as f:
-        json.dump(doc, f)
+    write_kineto_layout(doc, out)
     return {"copies": copies, "events": len(big), "mb": out.stat().st_size / 1e6}
+
+
+def write_kineto_layout(doc: dict, out: Path) -> None:
+    """JSON laid out like torch.profiler's export: one event over several lines, args on their own lines."""
+    def items(d: dict) -> str:
+        return ", ".join(f"{json.dumps(k)}: {json.dumps(v)}" for k, v in d.items())
+
+    with open(out, "w") as f:
+        f.write("{\n")
+        for key, value in doc.items():
+            if key != "traceEvents":
+                f.write(f"  {json.dumps(key)}: {json.dumps(value)},\n")
+        f.write('  "traceEvents": [\n')
+        events = doc["traceEvents"]
+        for i, e in enumerate(events):
+            args = e.get("args")
+            f.write("  {\n    " + items({k: v for k, v in e.items() if k != "args"}))
+            if args is not None:
+                f.write(',\n    "args": {\n      ' + items(args) + "\n    }")
+            f.write("\n  }" + (",\n" if i < len(events) - 1 else "\n"))
+        f.write("  ]\n}\n")
 
 
 def run_reader(name: str, path: Path, python: str) -> dict:
@@ -117,6 +142,8 @@ def main() -> None:
     ap.add_argument("--mb", type=float, default=250.0)
     ap.add_argument("--out", type=Path, default=None, help="write results JSON here")
     ap.add_argument("--readers", default="headroom,json.load,hta")
+    ap.add_argument("--repeat", type=int, default=3, help="runs of headroom and json.load")
+    ap.add_argument("--hta-repeat", type=int, default=1, help="runs of HTA")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         trace = Path(tmp) / "ranks" / "rank-0.json"
@@ -124,23 +151,31 @@ def main() -> None:
         print(f"built {trace.name}: {info['mb']:.0f} MB, {info['events']:,} events ({info['copies']} copies of {args.source.name})")
         rows = []
         for name in args.readers.split(","):
-            r = run_reader(name, trace, sys.executable)
-            rows.append(r)
-            if "error" in r:
-                print(f"{name:>10}: error: {r['error']}")
-            else:
-                print(f"{name:>10}: {r['seconds']:7.2f} s   peak RSS {r['peak_rss_mb']:7.0f} MB   {r['result']}")
-    by = {r["reader"]: r for r in rows if "error" not in r}
-    summary = {}
+            for run in range(args.hta_repeat if name == "hta" else args.repeat):
+                r = run_reader(name, trace, sys.executable)
+                rows.append(r)
+                if "error" in r:
+                    print(f"{name:>10}: error: {r['error']}")
+                else:
+                    print(f"{name:>10}: {r['seconds']:7.2f} s   peak RSS {r['peak_rss_mb']:7.0f} MB   {r['result']}")
+    by = {}
+    for name in args.readers.split(","):
+        runs = [r for r in rows if r["reader"] == name and "error" not in r]
+        if runs:
+            by[name] = {"seconds": statistics.median(r["seconds"] for r in runs),
+                        "peak_rss_mb": max(r["peak_rss_mb"] for r in runs), "runs": len(runs)}
+    summary = {"median_seconds": {k: v["seconds"] for k, v in by.items()},
+               "max_peak_rss_mb": {k: v["peak_rss_mb"] for k, v in by.items()}}
     if "headroom" in by and "hta" in by:
         summary["speedup_vs_hta"] = by["hta"]["seconds"] / by["headroom"]["seconds"]
         summary["rss_ratio_vs_hta"] = by["headroom"]["peak_rss_mb"] / by["hta"]["peak_rss_mb"]
     if "headroom" in by and "json.load" in by:
         summary["speedup_vs_json_load"] = by["json.load"]["seconds"] / by["headroom"]["seconds"]
     for k, v in summary.items():
-        print(f"{k}: {v:.2f}")
+        print(f"{k}: {v:.2f}" if isinstance(v, float) else f"{k}: {v}")
     result = {"machine": f"{platform.node()} {platform.processor() or platform.machine()} {os.cpu_count()} cores",
               "python": platform.python_version(), "date": time.strftime("%Y-%m-%d"),
+              "versions": {m: importlib.metadata.version(m) for m in ("msgspec", "polars", "pandas", "numpy")},
               "trace": info, "readers": rows, "summary": summary}
     if args.out:
         args.out.write_text(json.dumps(result, indent=2))

@@ -72,7 +72,8 @@ def category_table(events: pd.DataFrame, total_us: float, wall_capacity_us: floa
     g = g.reset_index().rename(columns={"category": "name"})
     g["fraction"] = g["us"] / total_us if total_us > 0 else 0.0
     g["wall_fraction"] = g["wall_us"] / wall_capacity_us if wall_capacity_us > 0 else 0.0
-    g = g.sort_values("us", ascending=False, kind="stable").reset_index(drop=True)
+    # Ties in time are ordered by name, so tables do not depend on event order in the file.
+    g = g.sort_values(["us", "name"], ascending=[False, True], kind="stable").reset_index(drop=True)
     return g[["name", "us", "fraction", "wall_us", "wall_fraction", "addressable", "count"]]
 
 
@@ -111,7 +112,8 @@ def kernel_table(events: pd.DataFrame) -> pd.DataFrame:
     g["category"] = _dominant(codes, events["category"], dur, len(names))
     g["op"] = _dominant(codes, events["op"], dur, len(names))
     g["addressable"] = g["addressable_us"] > 0
-    g = g.sort_values("us", ascending=False, kind="stable").reset_index(drop=True)
+    # Ties in time are ordered by name, so tables do not depend on event order in the file.
+    g = g.sort_values(["us", "name"], ascending=[False, True], kind="stable").reset_index(drop=True)
     return g[["name", "category", "addressable", "us", "count", "op"]]
 
 
@@ -120,7 +122,8 @@ def op_table(events: pd.DataFrame) -> pd.DataFrame:
     codes, ops, g = _per_key(ev, "op")
     g["op"] = ops
     g["category"] = _dominant(codes, ev["category"], ev["dur"].to_numpy(), len(ops))
-    g = g.sort_values("us", ascending=False, kind="stable").reset_index(drop=True)
+    # Ties in time are ordered by name, so tables do not depend on event order in the file.
+    g = g.sort_values(["us", "op"], ascending=[False, True], kind="stable").reset_index(drop=True)
     return g[["op", "category", "us", "count", "addressable_us"]]
 
 

@@ -110,7 +110,7 @@ def attribute_kernels_to_ops(trace: Trace) -> pd.DataFrame:
     gpu["kind"] = gpu["kind"].astype(str).astype(object)
     gpu["end"] = gpu["ts"] + gpu["dur"]
     launches = trace.launches
-    launches = launches[launches["correlation"].astype(object) != -1]
+    launches = launches[launches["correlation"] != -1]
     launches = launches.drop_duplicates("correlation", keep="first")
     link = launches[["correlation", "name", "ts", "dur", "pid", "tid", "external_id"]].rename(columns={
         "name": "launch_name", "ts": "launch_ts", "dur": "launch_dur", "pid": "launch_pid",
@@ -135,7 +135,7 @@ def attribute_kernels_to_ops(trace: Trace) -> pd.DataFrame:
     # Innermost op: the launch's External id names it directly (Kineto sets it
     # to the enclosing record function); fall back to containment.
     ext = gpu["launch_external_id"].where(gpu["launch_external_id"].notna(), gpu["external_id"])
-    known = ops[ops["external_id"].astype(object) != -1]
+    known = ops[ops["external_id"] != -1]
     by_ext = known.drop_duplicates("external_id").set_index("external_id")["name"]
     op = ext.map(by_ext) if len(by_ext) else pd.Series(np.nan, index=gpu.index)
     op = op.astype(object).to_numpy(copy=True)

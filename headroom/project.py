@@ -34,7 +34,7 @@ from typing import Any, Iterable, Sequence
 import numpy as np
 import pandas as pd
 
-from headroom.accounting import add_wall_shares, overlap_shares, union_length
+from headroom.accounting import add_wall_shares, overlap_shares
 from headroom.errors import UserError
 from headroom.speedups import (Distribution, ProblemMap, Resolution, Speedup, load_problems,
                                parse_selector, resolve, select)

@@ -1,9 +1,19 @@
 """Load Kineto (torch.profiler) JSON traces into compact columnar tables.
 
-Only the fields headroom uses are decoded (msgspec skips the rest without
-building Python objects for them), and events are split by kind into pandas
-DataFrames with numeric columns: one row per GPU activity, per CPU range and
-per runtime/driver call. Nothing keeps a dict per event.
+Two libraries share the work (docs/trace-core.md, "Loader"):
+
+* msgspec validates the whole document and splits ``traceEvents`` into raw
+  byte views of each event, without building Python objects for them;
+* polars parses those events, a chunk at a time, as newline-delimited JSON
+  straight into typed columns (Rust, on all cores), keeping only the fields
+  and the events headroom uses. Nothing builds a Python object per event.
+
+A chunk polars cannot read with the typed schema (a timestamp written as a
+string, hex or beyond-64-bit ids, ...) is decoded exactly by msgspec into the
+same columns instead, so the odd trace is slower, never wrong.
+
+The tables handed on are pandas DataFrames with numeric columns: one row per
+GPU activity, per CPU range and per runtime/driver call.
 
 Timestamps stay in the trace's microseconds. Traces that carry
 ``baseTimeNanoseconds`` store ``ts`` relative to it; older traces store epoch
@@ -15,6 +25,7 @@ from __future__ import annotations
 
 import gc
 import gzip
+import io
 import json
 import os
 import zlib
@@ -26,6 +37,7 @@ from typing import Any, Union
 import msgspec
 import numpy as np
 import pandas as pd
+import polars as pl
 
 from headroom.errors import UserError
 
@@ -34,8 +46,38 @@ class TraceError(UserError):
     """A trace that cannot be read; the message names the file and the problem."""
 
 
-# --- the typed wire format ---------------------------------------------------
+# --- the wire format ------------------------------------------------------------
 
+class _TraceFile(msgspec.Struct):
+    # Events stay raw (views into the input), to be parsed a chunk at a time.
+    traceEvents: Union[list[msgspec.Raw], None] = None
+    baseTimeNanoseconds: Union[int, None] = None
+    schemaVersion: msgspec.Raw = msgspec.Raw()
+    deviceProperties: msgspec.Raw = msgspec.Raw()
+    distributedInfo: msgspec.Raw = msgspec.Raw()
+    traceName: msgspec.Raw = msgspec.Raw()
+    # headroom's own run manifest, written by `headroom profile`.
+    headroom: msgspec.Raw = msgspec.Raw()
+
+
+_DECODER = msgspec.json.Decoder(_TraceFile)
+_CHUNK = 1 << 16
+
+# The fields headroom reads, as polars parses them. pid/tid are strings
+# because traces mix ints with names like "Spans" (polars turns numbers into
+# their decimal text); everything else must have its usual JSON type.
+# GPU activities (a tenth of a trace) get the args only they carry from
+# msgspec instead: each field named in an args struct costs polars time on
+# every event, and GPU args are long (grid, block, occupancy, ...).
+_ID = pl.Int64
+_EVENT_SCHEMA = {
+    "ph": pl.String, "cat": pl.String, "name": pl.String, "pid": pl.String, "tid": pl.String,
+    "ts": pl.Float64, "dur": pl.Float64, "id": _ID,
+    "args": pl.Struct({"External id": _ID, "correlation": _ID}),
+}
+
+
+# The exact path: msgspec structs that accept every spelling seen in the wild.
 Id = Union[int, str, None]
 
 
@@ -45,8 +87,6 @@ class _Args(msgspec.Struct, rename={"external_id": "External id"}, gc=False):
     device: Id = None
     stream: Id = None
     bytes: Union[int, float, None] = None
-    # Inductor/Triton cpu_op events carry these; they are CPU events all the same.
-    kernel_backend: Union[str, None] = None
 
 
 class _Event(msgspec.Struct, gc=False):
@@ -61,34 +101,40 @@ class _Event(msgspec.Struct, gc=False):
     args: Union[_Args, None] = None
 
 
-class _TraceFile(msgspec.Struct):
-    # Events stay raw (views into the input) and are decoded in chunks, so the
-    # typed structs of only one chunk are alive at a time.
-    traceEvents: Union[list[msgspec.Raw], None] = None
-    baseTimeNanoseconds: Union[int, None] = None
-    schemaVersion: msgspec.Raw = msgspec.Raw()
-    deviceProperties: msgspec.Raw = msgspec.Raw()
-    distributedInfo: msgspec.Raw = msgspec.Raw()
-    traceName: msgspec.Raw = msgspec.Raw()
-    # headroom's own run manifest, written by `headroom profile`.
-    headroom: msgspec.Raw = msgspec.Raw()
+class _ArgsOnly(msgspec.Struct, gc=False):
+    args: Union[_Args, None] = None
 
 
-_DECODER = msgspec.json.Decoder(_TraceFile)
 _EVENTS_DECODER = msgspec.json.Decoder(list[_Event])
-_CHUNK = 65536
+_ARGS_DECODER = msgspec.json.Decoder(list[_ArgsOnly])
+_NO_ARGS = _Args()
 
-# Kineto renamed its categories over the years; map the old spellings.
-_GPU_KINDS = {
-    "kernel": "kernel",
-    "gpu_memcpy": "memcpy",
-    "memcpy": "memcpy",
-    "gpu_memset": "memset",
-    "memset": "memset",
+# Kineto renamed its categories over the years; every spelling (lower-cased)
+# maps to the table the event goes to and its category there.
+_TABLE_OF_CATEGORY = {
+    "kernel": ("gpu", "kernel"),
+    "gpu_memcpy": ("gpu", "memcpy"), "memcpy": ("gpu", "memcpy"),
+    "gpu_memset": ("gpu", "memset"), "memset": ("gpu", "memset"),
+    "cuda_runtime": ("launches", "cuda_runtime"), "runtime": ("launches", "cuda_runtime"),
+    "cuda_driver": ("launches", "cuda_driver"), "driver": ("launches", "cuda_driver"),
+    "cpu_op": ("cpu", "cpu_op"), "operator": ("cpu", "cpu_op"),
+    "user_annotation": ("cpu", "user_annotation"),
+    "python_function": ("cpu", "python_function"),
+    "gpu_user_annotation": ("gpu_annotations", "gpu_user_annotation"),
+    # Flows link a launch to its kernel; used when a trace omits `correlation` in args.
+    "ac2g": ("flows", "flow"), "async_cpu_to_gpu": ("flows", "flow"),
 }
-_LAUNCH_CATS = {"cuda_runtime", "runtime", "cuda_driver", "driver"}
-_CPU_RANGE_CATS = {"cpu_op", "operator", "user_annotation", "python_function"}
-_FLOW_CATS = {"ac2g", "async_cpu_to_gpu"}
+_TABLE = {cat: table for cat, (table, _) in _TABLE_OF_CATEGORY.items()}
+_KIND = {cat: kind for cat, (_, kind) in _TABLE_OF_CATEGORY.items()}
+# The columns each table keeps (the rest are dropped chunk by chunk).
+_TABLE_COLUMNS = {
+    "gpu": ["name", "kind", "pid", "tid", "ts", "dur", "device", "stream", "correlation", "external_id",
+            "bytes", "index"],
+    "launches": ["name", "kind", "pid", "tid", "ts", "dur", "correlation", "external_id"],
+    "cpu": ["name", "kind", "pid", "tid", "ts", "dur", "external_id"],
+    "gpu_annotations": ["name", "pid", "tid", "ts", "dur", "device", "stream"],
+    "flows": ["ph", "pid", "tid", "ts", "id"],
+}
 
 
 @dataclass
@@ -101,6 +147,7 @@ class Trace:
               ts, dur, external_id
     launches: name, cat (cuda_runtime|cuda_driver), pid, tid, ts, dur,
               correlation, external_id
+    gpu_annotations: name, device, stream, ts, dur (gpu_user_annotation ranges)
     """
 
     source: str
@@ -160,44 +207,56 @@ def _read_bytes(path: Path) -> bytes:
     return raw
 
 
-def _num(v) -> float:
-    if v is None:
-        return np.nan
-    if isinstance(v, str):
-        try:
-            return float(v)
-        except ValueError:
-            return np.nan
-    return v
-
-
-def _int_or(v, default: int) -> int:
-    if v is None:
-        return default
-    if isinstance(v, int):
+def _id_value(v) -> int | None:
+    if v is None or isinstance(v, int):
         return v
     try:
         return int(v, 0)
     except (TypeError, ValueError):
-        return default
+        return None
+
+
+def _float_value(v) -> float | None:
+    if v is None or isinstance(v, (int, float)):
+        return v
+    try:
+        return float(v)
+    except (TypeError, ValueError):
+        return None
+
+
+def _id_series(values: list) -> pl.Series:
+    """Ids as Int64, or Int128 when one is beyond 64 bits."""
+    try:
+        return pl.Series(values, dtype=pl.Int64)
+    except (OverflowError, TypeError, ValueError, pl.exceptions.PolarsError):
+        pass
+    try:
+        return pl.Series(values, dtype=pl.Int128)
+    except (OverflowError, TypeError, ValueError, pl.exceptions.PolarsError):
+        raise TraceError("an id does not fit in 128 bits") from None
 
 
 def load_trace(path: str | os.PathLike) -> Trace:
     """Read one Kineto trace (``.json`` or ``.json.gz``) into a :class:`Trace`."""
     path = Path(path)
-    # Millions of short-lived structs: the cyclic GC would rescan them for nothing.
+    # The exact path builds many short-lived structs: the cyclic GC would rescan them for nothing.
     gc_was_enabled = gc.isenabled()
     gc.disable()
     try:
-        doc = _decode(path)
-        return _tabulate(str(path), doc)
+        tables, base_ns, meta = _decode(path)
+        return _tabulate(str(path), tables, base_ns, meta)
     finally:
         if gc_was_enabled:
             gc.enable()
 
 
-def _decode(path: Path) -> _TraceFile:
-    raw = _read_bytes(path)
+def _decode(path: Path) -> tuple[dict[str, pl.DataFrame], int | None, dict[str, Any]]:
+    """The events headroom uses (one polars frame per table), the time base and the metadata."""
+    # Kineto pretty-prints each event over several lines. A raw newline cannot
+    # occur inside a JSON string, so turning them all into spaces keeps the
+    # document's meaning and leaves one event per line when events are joined.
+    raw = _read_bytes(path).replace(b"\n", b" ")
     try:
         doc = _DECODER.decode(raw)
     except msgspec.ValidationError as e:
@@ -207,192 +266,195 @@ def _decode(path: Path) -> _TraceFile:
         raise TraceError(f"{path}: invalid JSON ({e})") from None
     if doc.traceEvents is None:
         raise TraceError(f"{path}: not a Kineto trace (no 'traceEvents' list)")
-    return doc
-
-
-def _floats(values: list) -> np.ndarray:
-    try:
-        return np.array(values, dtype=np.float64)  # None -> nan
-    except (TypeError, ValueError):
-        return pd.to_numeric(pd.Series(values, dtype=object), errors="coerce").to_numpy(dtype=np.float64)
-
-
-def _small_ints(values: list) -> np.ndarray:
-    """device / stream numbers; strings like "0x7" parse, anything else is -1."""
-    try:
-        return np.array(values, dtype=np.int64)
-    except (TypeError, ValueError, OverflowError):
-        return np.array([_int_or(v, -1) for v in values], dtype=np.int64)
-
-
-def _thread_keys(values: list) -> pd.Categorical:
-    """pid/tid as strings (traces mix ints and names like "Spans"), stored as categories."""
-    try:
-        arr = np.array(values, dtype=np.int64)
-        uniq, inverse = np.unique(arr, return_inverse=True)
-        return pd.Categorical.from_codes(inverse, categories=[str(u) for u in uniq])
-    except (TypeError, ValueError, OverflowError):
-        return pd.Categorical([str(v) for v in values])
-
-
-def _ids(values: list) -> np.ndarray:
-    """int64 ids (-1 where absent) where they fit; the rare id beyond 64 bits keeps an object column."""
-    values = [-1 if v is None else v for v in values]
-    try:
-        return np.array(values, dtype=np.int64)
-    except (OverflowError, TypeError, ValueError):
-        out = []
-        for v in values:
-            if isinstance(v, str):
-                try:
-                    v = int(v, 0)
-                except ValueError:
-                    pass
-            out.append(v)
-        return np.array(out, dtype=object)
-
-
-class _Columns:
-    """Column lists for one table, filled chunk by chunk."""
-
-    def __init__(self, *names: str):
-        self.cols: dict[str, list] = {n: [] for n in names}
-
-    def extend(self, **values: list) -> None:
-        for k, v in values.items():
-            self.cols[k].extend(v)
-
-
-def _event_fields(sub: list[_Event]) -> dict[str, list]:
-    """The fields every table keeps: name, pid, tid, ts, dur."""
-    return {"name": [e.name for e in sub], "pid": [e.pid for e in sub], "tid": [e.tid for e in sub],
-            "ts": [e.ts for e in sub], "dur": [e.dur for e in sub]}
-
-
-def _cpu_side_columns(c: dict[str, list]) -> dict[str, Any]:
-    """name/cat/pid/tid/ts/dur columns of a CPU-side table (launches, CPU ranges)."""
-    return {"name": np.array(c["name"], dtype=object), "cat": pd.Categorical(c["cat"]),
-            "pid": _thread_keys(c["pid"]), "tid": _thread_keys(c["tid"]),
-            "ts": _floats(c["ts"]), "dur": _floats(c["dur"])}
-
-
-def _decode_events(raws: list) -> list[_Event]:
-    try:
-        return _EVENTS_DECODER.decode(b"[" + b",".join(raws) + b"]")
-    except msgspec.ValidationError as e:
-        raise TraceError(f"not a Kineto trace (an event is malformed: {e})") from None
-
-
-def _tabulate(source: str, doc: _TraceFile) -> Trace:
-    """Decode events chunk by chunk into per-table column lists, then build DataFrames."""
-    raws = doc.traceEvents
-    gpu = _Columns("name", "cat", "dev", "stream", "pid", "tid", "ts", "dur", "correlation", "external_id", "bytes", "index")
-    launch = _Columns("name", "cat", "pid", "tid", "ts", "dur", "correlation", "external_id")
-    cpu = _Columns("name", "cat", "pid", "tid", "ts", "dur", "external_id")
-    ann = _Columns("name", "pid", "tid", "ts", "dur")
-    flow_positions: list[int] = []
-    for start in range(0, len(raws), _CHUNK):
-        try:
-            events = _decode_events(raws[start:start + _CHUNK])
-        except TraceError as e:
-            raise TraceError(f"{source}: {e}") from None
-        by_cat: dict[str, list[int]] = {}
-        for i, e in enumerate(events):
-            if e.ph == "X":
-                idx = by_cat.get(e.cat)
-                if idx is None:
-                    idx = by_cat[e.cat] = []
-                idx.append(i)
-            elif e.ph in ("s", "f", "t"):
-                flow_positions.append(start + i)
-        for cat, idx in by_cat.items():
-            kind = cat.lower()
-            sub = [events[i] for i in idx]
-            if kind in _GPU_KINDS:
-                args = [e.args for e in sub]
-                gpu.extend(
-                    **_event_fields(sub), cat=[_GPU_KINDS[kind]] * len(sub),
-                    dev=[a.device if a is not None else None for a in args],
-                    stream=[a.stream if a is not None else None for a in args],
-                    correlation=[a.correlation if a is not None else None for a in args],
-                    external_id=[a.external_id if a is not None else None for a in args],
-                    bytes=[a.bytes if a is not None else None for a in args],
-                    index=[start + i for i in idx])
-            elif kind in _LAUNCH_CATS:
-                args = [e.args for e in sub]
-                launch.extend(
-                    **_event_fields(sub), cat=["cuda_driver" if "driver" in kind else "cuda_runtime"] * len(sub),
-                    correlation=[a.correlation if a is not None else None for a in args],
-                    external_id=[a.external_id if a is not None else None for a in args])
-            elif kind in _CPU_RANGE_CATS:
-                cpu.extend(
-                    **_event_fields(sub), cat=["cpu_op" if kind == "operator" else kind] * len(sub),
-                    external_id=[e.args.external_id if e.args is not None else None for e in sub])
-            elif kind == "gpu_user_annotation":
-                ann.extend(**_event_fields(sub))
-        del events
-
-    g = gpu.cols
-    gpu_df = pd.DataFrame({
-        "name": np.array(g["name"], dtype=object),
-        "kind": pd.Categorical(g["cat"]),
-        "device": _small_ints([d if d is not None else p for d, p in zip(g["dev"], g["pid"])]),
-        "stream": _small_ints([s if s is not None else t for s, t in zip(g["stream"], g["tid"])]),
-        "ts": _floats(g["ts"]),
-        "dur": _floats(g["dur"]),
-        "correlation": np.array(g["correlation"], dtype=object),
-        "external_id": np.array(g["external_id"], dtype=object),
-        "bytes": _floats(g["bytes"]),
-        "index": np.array(g["index"], dtype=np.int64),
-    })
-    c = launch.cols
-    launches = pd.DataFrame({
-        **_cpu_side_columns(c),
-        "correlation": np.array(c["correlation"], dtype=object),
-        "external_id": np.array(c["external_id"], dtype=object),
-    })
-
-    # Flows (ac2g / async_cpu_to_gpu) link a launch to its kernel when a trace
-    # omits `correlation` in args; their id is the correlation.
-    if flow_positions and (gpu_df["correlation"].isna().any() or launches["correlation"].isna().any()):
-        flows = [e for e in _decode_events([raws[i] for i in flow_positions])
-                 if e.cat.lower() in _FLOW_CATS and e.id is not None]
-        starts = {(str(e.pid), str(e.tid), _num(e.ts)): e.id for e in flows if e.ph == "s"}
-        ends = {(str(e.pid), str(e.tid), _num(e.ts)): e.id for e in flows if e.ph != "s"}
-        gpu_df["correlation"] = [c if c is not None else ends.get((str(p), str(t), _num(ts)))
-                                 for c, p, t, ts in zip(gpu_df["correlation"], g["pid"], g["tid"], g["ts"])]
-        launches["correlation"] = [c if c is not None else starts.get((str(p), str(t), float(ts)))
-                                   for c, p, t, ts in zip(launches["correlation"], launches["pid"],
-                                                          launches["tid"], launches["ts"])]
-    for df in (gpu_df, launches):
-        df["correlation"] = _ids(list(df["correlation"]))
-        df["external_id"] = _ids(list(df["external_id"]))
-
-    c = cpu.cols
-    cpu_df = pd.DataFrame({
-        **_cpu_side_columns(c),
-        "external_id": _ids(c["external_id"]),
-    })
-    c = ann.cols
-    gpu_ann = pd.DataFrame({
-        "name": np.array(c["name"], dtype=object),
-        "device": _small_ints(c["pid"]),
-        "stream": _small_ints(c["tid"]),
-        "ts": _floats(c["ts"]),
-        "dur": _floats(c["dur"]),
-    })
-    for df in (gpu_df, cpu_df, launches, gpu_ann):
-        df["dur"] = df["dur"].fillna(0.0)
-
     meta: dict[str, Any] = {}
     for key in ("schemaVersion", "deviceProperties", "distributedInfo", "traceName", "headroom"):
-        raw = getattr(doc, key)
-        if len(raw):
-            meta[key] = msgspec.json.decode(raw)
-    return Trace(
-        source=source, gpu=gpu_df, cpu=cpu_df, launches=launches, gpu_annotations=gpu_ann,
-        base_ns=doc.baseTimeNanoseconds, metadata=meta,
-    )
+        value = getattr(doc, key)
+        if len(value):
+            meta[key] = msgspec.json.decode(value)
+    raws = doc.traceEvents
+    chunks = []
+    for start in range(0, max(len(raws), 1), _CHUNK):
+        try:
+            chunks.append(_events_used(raws[start:start + _CHUNK], start))
+        except TraceError as e:
+            raise TraceError(f"{path}: {e}") from None
+    base_ns = doc.baseTimeNanoseconds
+    del doc, raws, raw
+    tables = {table: pl.concat([c.pop(table) for c in chunks], how="vertical_relaxed") for table in _TABLE_COLUMNS}
+    return tables, base_ns, meta
+
+
+def _events_used(raws: list[msgspec.Raw], start: int) -> dict[str, pl.DataFrame]:
+    """One chunk of events, parsed and split by table (each event numbered by its position in traceEvents)."""
+    try:
+        parts = _split_by_table(_typed_events(raws), start)
+        for table in ("gpu", "gpu_annotations"):
+            positions = (parts[table]["index"] - start).to_list()
+            parts[table] = pl.concat([parts[table], _gpu_args([raws[i] for i in positions])], how="horizontal")
+    except (pl.exceptions.PolarsError, pl.exceptions.PanicException, ValueError, msgspec.ValidationError):
+        parts = _split_by_table(_exact_events(raws, start), start)
+    return {table: parts[table].select(columns) for table, columns in _TABLE_COLUMNS.items()}
+
+
+def _split_by_table(frame: pl.DataFrame, start: int) -> dict[str, pl.DataFrame]:
+    frame = frame.with_row_index("index", offset=start)
+    # A chunk holds a handful of distinct category spellings: split by those,
+    # then label each part, instead of mapping every row's lower-cased copy.
+    spellings = [c for c in frame["cat"].unique().to_list() if c is not None and c.lower() in _TABLE]
+    flow_spellings = [c for c in spellings if _TABLE[c.lower()] == "flows"]
+    range_spellings = [c for c in spellings if c not in flow_spellings]
+    # Ranges are complete ("X") events; flows are start/step/finish events.
+    frame = frame.filter((pl.col("ph") == "X") & pl.col("cat").is_in(range_spellings)
+                         | pl.col("ph").is_in(["s", "f", "t"]) & pl.col("cat").is_in(flow_spellings))
+    by_table: dict[str, list[pl.DataFrame]] = {table: [] for table in _TABLE_COLUMNS}
+    for (spelling,), part in frame.partition_by("cat", as_dict=True).items():
+        by_table[_TABLE[spelling.lower()]].append(part.with_columns(kind=pl.lit(_KIND[spelling.lower()])))
+    empty = frame.clear().with_columns(kind=pl.lit(None, dtype=pl.String))
+    return {table: pl.concat(parts) if parts else empty for table, parts in by_table.items()}
+
+
+def _typed_events(raws: list[msgspec.Raw]) -> pl.DataFrame:
+    # One event per line: the input's newlines became spaces in `_decode`.
+    frame = pl.read_ndjson(io.BytesIO(b"\n".join(raws)), schema=_EVENT_SCHEMA)
+    if frame.height != len(raws):
+        raise ValueError("polars read a different number of events")
+    return frame.unnest("args").rename({"External id": "external_id"})
+
+
+def _gpu_args(raws: list[msgspec.Raw]) -> pl.DataFrame:
+    """device, stream and bytes of GPU activities."""
+    events = _ARGS_DECODER.decode(b"[" + b",".join(raws) + b"]")
+    return pl.DataFrame(_gpu_arg_columns([_NO_ARGS if e.args is None else e.args for e in events]))
+
+
+def _gpu_arg_columns(args: list[_Args]) -> dict[str, pl.Series]:
+    # Hex text ("0x0": ROCm's streams) parses like int(text, 0).
+    return {"device": _id_series([_id_value(a.device) for a in args]).cast(pl.Int64, strict=False),
+            "stream": _id_series([_id_value(a.stream) for a in args]).cast(pl.Int64, strict=False),
+            "bytes": pl.Series([_float_value(a.bytes) for a in args], dtype=pl.Float64)}
+
+
+def _exact_events(raws: list[msgspec.Raw], start: int) -> pl.DataFrame:
+    """The same columns as `_typed_events`, decoded by msgspec (string timestamps, hex or huge ids)."""
+    try:
+        events = _EVENTS_DECODER.decode(b"[" + b",".join(raws) + b"]")
+    except msgspec.ValidationError as e:
+        raise TraceError(f"not a Kineto trace (an event near position {start} is malformed: {e})") from None
+    args = [_NO_ARGS if e.args is None else e.args for e in events]
+    return pl.DataFrame({
+        "ph": pl.Series([e.ph for e in events], dtype=pl.String),
+        "cat": pl.Series([e.cat for e in events], dtype=pl.String),
+        "name": pl.Series([e.name for e in events], dtype=pl.String),
+        "pid": pl.Series([str(e.pid) for e in events], dtype=pl.String),
+        "tid": pl.Series([str(e.tid) for e in events], dtype=pl.String),
+        "ts": pl.Series([_float_value(e.ts) for e in events], dtype=pl.Float64),
+        "dur": pl.Series([_float_value(e.dur) for e in events], dtype=pl.Float64),
+        "id": _id_series([_id_value(e.id) for e in events]),
+        "external_id": _id_series([_id_value(a.external_id) for a in args]),
+        "correlation": _id_series([_id_value(a.correlation) for a in args]),
+        **_gpu_arg_columns(args),
+    }).select(["ph", "cat", "name", "pid", "tid", "ts", "dur", "id", "external_id", "correlation",
+               "device", "stream", "bytes"])
+
+
+# --- from polars columns to the pandas tables --------------------------------
+
+def _ids(column: pl.Series) -> np.ndarray:
+    """int64 ids (-1 where absent); ids beyond 64 bits keep an object column of Python ints."""
+    if column.dtype == pl.Int128:
+        values = column.fill_null(-1).to_list()
+        fits = all(-2**63 <= v < 2**63 for v in values)
+        return np.array(values, dtype=np.int64 if fits else object)
+    return column.fill_null(-1).cast(pl.Int64).to_numpy()
+
+
+def _distinct(column: pl.Series) -> tuple[np.ndarray, list[str]]:
+    """Integer codes and distinct values of a string column (names repeat: one Python str per value, not per row)."""
+    column = column.fill_null("")
+    values = column.unique(maintain_order=True).to_list()
+    return column.cast(pl.Enum(values)).to_physical().cast(pl.Int64).to_numpy(), values
+
+
+def _names(column: pl.Series) -> np.ndarray:
+    codes, values = _distinct(column)
+    return np.asarray(values, dtype=object)[codes]
+
+
+def _categories(column: pl.Series) -> pd.Categorical:
+    codes, values = _distinct(column)
+    return pd.Categorical.from_codes(codes, categories=values)
+
+
+def _thread_keys(column: pl.Series) -> pd.Categorical:
+    """pid/tid as strings, stored as categories (numeric ones in numeric order)."""
+    codes, values = _distinct(column)
+    order = sorted(range(len(values)), key=lambda i: (not _is_int(values[i]), _int_key(values[i]), values[i]))
+    rank = np.empty(len(values), dtype=np.int64)
+    rank[order] = np.arange(len(values))
+    return pd.Categorical.from_codes(rank[codes] if len(values) else codes, categories=[values[i] for i in order])
+
+
+def _is_int(text: str) -> bool:
+    return text.lstrip("-").isdigit()
+
+
+def _int_key(text: str) -> int:
+    return int(text) if _is_int(text) else 0
+
+
+def _small_ints(column: pl.Series, fallback: pl.Series) -> np.ndarray:
+    """device/stream numbers: the args value, else the row's pid/tid when numeric, else -1."""
+    return column.fill_null(fallback.cast(pl.Int64, strict=False)).fill_null(-1).to_numpy()
+
+
+def _cpu_side_columns(t: pl.DataFrame) -> dict[str, Any]:
+    """name/cat/pid/tid/ts/dur columns of a CPU-side table (launches, CPU ranges)."""
+    return {"name": _names(t["name"]), "cat": _categories(t["kind"]),
+            "pid": _thread_keys(t["pid"]), "tid": _thread_keys(t["tid"]),
+            "ts": t["ts"].to_numpy(), "dur": t["dur"].fill_null(0.0).to_numpy()}
+
+
+def _link_flows(table: pl.DataFrame, flows: pl.DataFrame, phases: list[str]) -> pl.DataFrame:
+    """Fill a missing correlation from the flow event at the same thread and time (its id is the correlation)."""
+    if table["correlation"].null_count() == 0:
+        return table
+    ends = (flows.filter(pl.col("ph").is_in(phases) & pl.col("id").is_not_null())
+            .select("pid", "tid", "ts", flow_id="id").unique(subset=["pid", "tid", "ts"], keep="last"))
+    return (table.join(ends, on=["pid", "tid", "ts"], how="left", maintain_order="left")
+            .with_columns(correlation=pl.coalesce("correlation", "flow_id")).drop("flow_id"))
+
+
+def _tabulate(source: str, tables: dict[str, pl.DataFrame], base_ns: int | None, meta: dict[str, Any]) -> Trace:
+    """The four pandas tables the analyses use."""
+    flows = tables.pop("flows")
+    g = _link_flows(tables.pop("gpu"), flows, ["f", "t"])
+    gpu = pd.DataFrame({
+        "name": _names(g["name"]),
+        "kind": _categories(g["kind"]),
+        "device": _small_ints(g["device"], g["pid"]),
+        "stream": _small_ints(g["stream"], g["tid"]),
+        "ts": g["ts"].to_numpy(),
+        "dur": g["dur"].fill_null(0.0).to_numpy(),
+        "correlation": _ids(g["correlation"]),
+        "external_id": _ids(g["external_id"]),
+        "bytes": g["bytes"].to_numpy(),
+        "index": g["index"].cast(pl.Int64).to_numpy(),
+    })
+    c = _link_flows(tables.pop("launches"), flows, ["s"])
+    launches = pd.DataFrame({**_cpu_side_columns(c), "correlation": _ids(c["correlation"]),
+                             "external_id": _ids(c["external_id"])})
+    c = tables.pop("cpu")
+    cpu = pd.DataFrame({**_cpu_side_columns(c), "external_id": _ids(c["external_id"])})
+    a = tables.pop("gpu_annotations")
+    gpu_annotations = pd.DataFrame({
+        "name": _names(a["name"]),
+        "device": _small_ints(a["device"], a["pid"]),
+        "stream": _small_ints(a["stream"], a["tid"]),
+        "ts": a["ts"].to_numpy(),
+        "dur": a["dur"].fill_null(0.0).to_numpy(),
+    })
+    return Trace(source=source, gpu=gpu, cpu=cpu, launches=launches, gpu_annotations=gpu_annotations,
+                 base_ns=base_ns, metadata=meta)
 
 
 def find_trace_files(path: str | os.PathLike) -> list[Path]:

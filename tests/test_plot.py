@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -17,7 +16,7 @@ from headroom.analysis import analyze
 from headroom.errors import UserError
 from headroom.project import project, projection_table
 from headroom.speedups import parse_cli_speedup
-from headroom.targets import addressable_summary, category_fractions, scaling_table
+from headroom.targets import addressable_summary, category_fractions
 
 
 def _bars(fig) -> dict[str, Rectangle]:

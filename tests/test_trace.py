@@ -2,10 +2,12 @@ import gzip
 import json
 
 import numpy as np
+import pandas as pd
 import pytest
 
+import headroom.trace as trace_module
 from headroom.trace import TraceError, find_trace_files, load_trace, load_traces
-from tests.conftest import hta_trace
+from tests.conftest import SHIPPED_TRACES, hta_trace
 
 
 def _count(path, cats):
@@ -117,3 +119,84 @@ def test_missing_file_and_directory_of_ranks(tmp_path, builder):
     builder.write(tmp_path / "rank1.json.gz")
     (tmp_path / "notes.txt").write_text("x")
     assert [t.source.rsplit("/", 1)[1] for t in load_traces(tmp_path)] == ["rank0.json", "rank1.json.gz"]
+
+
+# --- the two decode paths: polars (typed schema) and msgspec (exact) ----------
+
+def _tables(t):
+    return {name: getattr(t, name) for name in ("gpu", "cpu", "launches", "gpu_annotations")}
+
+
+def _force_exact_path(monkeypatch):
+    def refuse(raws):
+        raise ValueError("typed path disabled by the test")
+    monkeypatch.setattr(trace_module, "_typed_events", refuse)
+
+
+@pytest.mark.parametrize("where,name", [
+    ("hta", "nccl_parser_config"), ("hta", "amd_trace"), ("hta", "triton_example"), ("hta", "cpu_only"),
+    ("shipped", "dlrm.train.json.gz"), ("shipped", "llama-7b.infer.prefill.compile.json.gz"),
+])
+def test_exact_path_builds_the_same_tables_as_the_typed_path(where, name, monkeypatch):
+    path = hta_trace(name) if where == "hta" else SHIPPED_TRACES / name
+    exact_calls = []
+    exact_events = trace_module._exact_events
+    monkeypatch.setattr(trace_module, "_exact_events", lambda raws, start: exact_calls.append(start) or
+                        exact_events(raws, start))
+    typed = load_trace(path)
+    assert exact_calls == []  # real Kineto traces take the typed path throughout
+    _force_exact_path(monkeypatch)
+    exact = load_trace(path)
+    assert exact_calls  # ... and this time the exact one
+    for table_name, table in _tables(typed).items():
+        pd.testing.assert_frame_equal(table, _tables(exact)[table_name], check_categorical=True, obj=table_name)
+    assert len(typed.gpu) + len(typed.cpu) > 0
+
+
+def test_chunks_that_need_the_exact_path_mix_with_typed_chunks(tmp_path, monkeypatch):
+    # Chunk 1 parses typed; chunk 2 has a string timestamp and a hex id (exact path);
+    # chunk 3 has an id beyond 64 bits (exact path, Int128 -> object column).
+    big = 2**66 + 1
+    events = [
+        {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1, "ts": 1.0, "dur": 1.0,
+         "args": {"correlation": 10, "External id": 1}},
+        {"ph": "X", "cat": "kernel", "name": "k1", "pid": 0, "tid": 7, "ts": 2.0, "dur": 1.0,
+         "args": {"correlation": 10, "device": 0, "stream": 7}},
+        {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1, "ts": "3.5", "dur": 1.0,
+         "args": {"correlation": "0x14", "External id": 2}},
+        {"ph": "X", "cat": "kernel", "name": "k2", "pid": 0, "tid": 7, "ts": 5.0, "dur": 2.0,
+         "args": {"correlation": 20, "device": 0, "stream": 7}},
+        {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1, "ts": 8.0, "dur": 1.0,
+         "args": {"correlation": big, "External id": 3}},
+        {"ph": "X", "cat": "kernel", "name": "k3", "pid": 0, "tid": 7, "ts": 9.0, "dur": 4.0,
+         "args": {"correlation": big, "device": 0, "stream": 7}},
+    ]
+    p = tmp_path / "mixed.json"
+    p.write_text(json.dumps({"traceEvents": events}, indent=2))  # pretty-printed, like Kineto
+    monkeypatch.setattr(trace_module, "_CHUNK", 2)
+    t = load_trace(p)
+    assert t.launches["ts"].tolist() == [1.0, 3.5, 8.0]
+    assert t.launches["correlation"].tolist() == [10, 20, big]
+    assert t.gpu["correlation"].tolist() == [10, 20, big] and t.gpu["index"].tolist() == [1, 3, 5]
+    assert t.gpu["dur"].tolist() == [1.0, 2.0, 4.0]
+
+
+def test_ids_beyond_128_bits_are_refused_with_one_line(tmp_path):
+    doc = {"traceEvents": [{"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 1, "dur": 1,
+                            "args": {"correlation": 2**130}}]}
+    p = tmp_path / "huge.json"
+    p.write_text(json.dumps(doc))
+    with pytest.raises(TraceError, match=r"huge.json: an id does not fit in 128 bits"):
+        load_trace(p)
+
+
+@pytest.mark.parametrize("event,problem", [
+    (5, "malformed"),
+    ({"ph": "X", "cat": "kernel", "name": "k", "args": 5}, "malformed"),
+])
+def test_malformed_events_name_the_file(tmp_path, event, problem):
+    p = tmp_path / "bad.json"
+    p.write_text(json.dumps({"traceEvents": [event]}))
+    with pytest.raises(TraceError, match=problem) as e:
+        load_trace(p)
+    assert str(p) in str(e.value) and "\n" not in str(e.value)

@@ -240,7 +240,7 @@ def _id_series(values: list) -> pl.Series:
 def load_trace(path: str | os.PathLike) -> Trace:
     """Read one Kineto trace (``.json`` or ``.json.gz``) into a :class:`Trace`."""
     path = Path(path)
-    # The exact path builds many short-lived structs: the cyclic GC would rescan them for nothing.
+    # A million Raw views (and, on the exact path, structs): the cyclic GC would rescan them for nothing.
     gc_was_enabled = gc.isenabled()
     gc.disable()
     try:

@@ -3,7 +3,7 @@
 #
 #   OUT=/path/for/results bash scripts/gpu_capture.sh          (run from anywhere; repo root is found)
 #
-# Needs: python3 with torch (CUDA), transformers, msgspec, pandas, numpy importable
+# Needs: python3 with torch (CUDA), transformers, msgspec, polars, pandas, numpy importable
 # (the carried wheels installed, e.g. into /tmp/site on PYTHONPATH); torchrec +
 # fbgemm-gpu for the recommenders (CUDA fbgemm-gpu -> the production DMP/TBE path,
 # otherwise torchrec's unsharded collection; the manifest says which ran).

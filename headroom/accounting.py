@@ -66,14 +66,18 @@ def busy_per_device(events: pd.DataFrame) -> dict[int, float]:
             for dev, idx in events.groupby("device", sort=False).indices.items()}
 
 
+def _longest_first(table: pd.DataFrame, name: str) -> pd.DataFrame:
+    """Rows by time, longest first; ties by name, so tables do not depend on event order in the file."""
+    return table.sort_values(["us", name], ascending=[False, True], kind="stable").reset_index(drop=True)
+
+
 def category_table(events: pd.DataFrame, total_us: float, wall_capacity_us: float) -> pd.DataFrame:
     g = events.groupby("category", sort=False).agg(
         us=("dur", "sum"), wall_us=("wall_us", "sum"), count=("dur", "size"), addressable=("addressable", "first"))
     g = g.reset_index().rename(columns={"category": "name"})
     g["fraction"] = g["us"] / total_us if total_us > 0 else 0.0
     g["wall_fraction"] = g["wall_us"] / wall_capacity_us if wall_capacity_us > 0 else 0.0
-    # Ties in time are ordered by name, so tables do not depend on event order in the file.
-    g = g.sort_values(["us", "name"], ascending=[False, True], kind="stable").reset_index(drop=True)
+    g = _longest_first(g, "name")
     return g[["name", "us", "fraction", "wall_us", "wall_fraction", "addressable", "count"]]
 
 
@@ -112,8 +116,7 @@ def kernel_table(events: pd.DataFrame) -> pd.DataFrame:
     g["category"] = _dominant(codes, events["category"], dur, len(names))
     g["op"] = _dominant(codes, events["op"], dur, len(names))
     g["addressable"] = g["addressable_us"] > 0
-    # Ties in time are ordered by name, so tables do not depend on event order in the file.
-    g = g.sort_values(["us", "name"], ascending=[False, True], kind="stable").reset_index(drop=True)
+    g = _longest_first(g, "name")
     return g[["name", "category", "addressable", "us", "count", "op"]]
 
 
@@ -122,8 +125,7 @@ def op_table(events: pd.DataFrame) -> pd.DataFrame:
     codes, ops, g = _per_key(ev, "op")
     g["op"] = ops
     g["category"] = _dominant(codes, ev["category"], ev["dur"].to_numpy(), len(ops))
-    # Ties in time are ordered by name, so tables do not depend on event order in the file.
-    g = g.sort_values(["us", "op"], ascending=[False, True], kind="stable").reset_index(drop=True)
+    g = _longest_first(g, "op")
     return g[["op", "category", "us", "count", "addressable_us"]]
 
 

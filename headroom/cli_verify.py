@@ -101,13 +101,7 @@ def verify(
             raise UserError("--suite and --candidates go together (a directory of problems and one of candidates)")
         if problem is not None or candidate is not None:
             raise UserError("give either PROBLEM CANDIDATE or --suite DIR --candidates DIR, not both")
-        doc = verify_suite(suite, candidates, opts, out=out, progress=_progress)
-        if as_json:
-            print(dumps(doc))
-        else:
-            print_table(doc)
-            if out:
-                print(f"results -> {out}")
+        _show_results(verify_suite(suite, candidates, opts, out=out, progress=_progress), as_json, out)
         return
     if problem is None or candidate is None:
         raise UserError("usage: headroom verify PROBLEM.py CANDIDATE.py (or --suite DIR --candidates DIR)")
@@ -160,10 +154,15 @@ def bench_run(
 ) -> None:
     """Verify candidates against DLRM-Bench and write one results file."""
     from headroom import bench
-    from headroom.verify import dumps
 
     opts = _options(device, vs_compile, iters, warmup, timeout, seed, threads, logs)
-    doc = bench.run(names or None, candidates, opts, scale=scale, out=out, progress=_progress)
+    _show_results(bench.run(names or None, candidates, opts, scale=scale, out=out, progress=_progress), as_json, out)
+
+
+def _show_results(doc: dict, as_json: bool, out: Path | None) -> None:
+    """A suite's results document: as JSON, or as a table (and where the file went)."""
+    from headroom.verify import dumps
+
     if as_json:
         print(dumps(doc))
     else:

@@ -321,9 +321,13 @@ def _typed_events(raws: list[msgspec.Raw]) -> pl.DataFrame:
     return frame.unnest("args").rename({"External id": "external_id"})
 
 
+def _json_array(raws: list[msgspec.Raw]) -> bytes:
+    return b"[" + b",".join(raws) + b"]"
+
+
 def _gpu_args(raws: list[msgspec.Raw]) -> pl.DataFrame:
     """device, stream and bytes of GPU activities."""
-    events = _ARGS_DECODER.decode(b"[" + b",".join(raws) + b"]")
+    events = _ARGS_DECODER.decode(_json_array(raws))
     return pl.DataFrame(_gpu_arg_columns([_NO_ARGS if e.args is None else e.args for e in events]))
 
 
@@ -337,7 +341,7 @@ def _gpu_arg_columns(args: list[_Args]) -> dict[str, pl.Series]:
 def _exact_events(raws: list[msgspec.Raw], start: int) -> pl.DataFrame:
     """The same columns as `_typed_events`, decoded by msgspec (string timestamps, hex or huge ids)."""
     try:
-        events = _EVENTS_DECODER.decode(b"[" + b",".join(raws) + b"]")
+        events = _EVENTS_DECODER.decode(_json_array(raws))
     except msgspec.ValidationError as e:
         raise TraceError(f"not a Kineto trace (an event near position {start} is malformed: {e})") from None
     args = [_NO_ARGS if e.args is None else e.args for e in events]
@@ -353,8 +357,7 @@ def _exact_events(raws: list[msgspec.Raw], start: int) -> pl.DataFrame:
         "external_id": _id_series([_id_value(a.external_id) for a in args]),
         "correlation": _id_series([_id_value(a.correlation) for a in args]),
         **_gpu_arg_columns(args),
-    }).select(["ph", "cat", "name", "pid", "tid", "ts", "dur", "id", "external_id", "correlation",
-               "device", "stream", "bytes"])
+    })
 
 
 # --- from polars columns to the pandas tables --------------------------------
@@ -388,18 +391,14 @@ def _categories(column: pl.Series) -> pd.Categorical:
 def _thread_keys(column: pl.Series) -> pd.Categorical:
     """pid/tid as strings, stored as categories (numeric ones in numeric order)."""
     codes, values = _distinct(column)
-    order = sorted(range(len(values)), key=lambda i: (not _is_int(values[i]), _int_key(values[i]), values[i]))
+    order = sorted(range(len(values)), key=lambda i: _numbers_first(values[i]))
     rank = np.empty(len(values), dtype=np.int64)
     rank[order] = np.arange(len(values))
     return pd.Categorical.from_codes(rank[codes] if len(values) else codes, categories=[values[i] for i in order])
 
 
-def _is_int(text: str) -> bool:
-    return text.lstrip("-").isdigit()
-
-
-def _int_key(text: str) -> int:
-    return int(text) if _is_int(text) else 0
+def _numbers_first(text: str) -> tuple:
+    return (0, int(text), text) if text.lstrip("-").isdigit() else (1, 0, text)
 
 
 def _small_ints(column: pl.Series, fallback: pl.Series) -> np.ndarray:

@@ -34,7 +34,7 @@ DEFAULT_SOURCE = REPO.parent / "shared" / "hta-traces" / "nccl_parser_config__nc
 
 READERS = {
     "headroom": """
-from headroom.analysis import analyze
+from headroom.trace.analysis import analyze
 a = analyze(PATH)
 result = {"kernels": int((a.events["kind"] == "kernel").sum()), "total_us": a.total_us,
           "categories": len(a.categories)}

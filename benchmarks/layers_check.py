@@ -16,8 +16,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from headroom.analysis import analyze  # noqa: E402
-from headroom.profile import extrapolate_layers  # noqa: E402
+from headroom.trace.analysis import analyze  # noqa: E402
+from headroom.trace.layers import extrapolate_layers  # noqa: E402
 
 PAIRS = {
     "prefill": ("traces/llama-7b.infer.prefill.json.gz", "traces/checks/llama-7b.infer.prefill.4of32-layers.json.gz"),

@@ -16,7 +16,7 @@ import platform
 import time
 from pathlib import Path
 
-from headroom.analysis import analyze
+from headroom.trace.analysis import analyze
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
 from pathlib import Path
 
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-HTA_TRACES = REPO.parent / "shared" / "hta-traces"
+# ../shared beside the checkout (CI), else $HEADROOM_SHARED or /work/shared (a developer's worktree).
+SHARED = next((p for p in (REPO.parent / "shared", Path(os.environ.get("HEADROOM_SHARED", "/work/shared")))
+               if p.is_dir()), REPO.parent / "shared")
+HTA_TRACES = SHARED / "hta-traces"
 SHIPPED_TRACES = REPO / "traces"
 
 

@@ -1,8 +1,8 @@
 import numpy as np
 import pytest
 
-from headroom.accounting import overlap_shares, union_length
-from headroom.analysis import analyze
+from headroom.trace.accounting import overlap_shares, union_length
+from headroom.trace.analysis import analyze
 from tests.conftest import hta_trace
 
 

@@ -1,6 +1,6 @@
 import pytest
 
-from headroom.analysis import MODE_CPU, analyze, analyze_path
+from headroom.trace.analysis import MODE_CPU, analyze, analyze_path
 from headroom.errors import UserError
 from tests.conftest import HTA_TRACES, hta_trace
 

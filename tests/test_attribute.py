@@ -1,7 +1,7 @@
 import numpy as np
 
-from headroom.attribute import attribute_kernels_to_ops, containing_range, cpu_op_self_times
-from headroom.trace import load_trace
+from headroom.trace.attribute import attribute_kernels_to_ops, containing_range, cpu_op_self_times
+from headroom.trace.load import load_trace
 from tests.conftest import hta_trace
 
 

@@ -1,7 +1,7 @@
 import pytest
 
-from headroom.analysis import analyze
-from headroom.classify import classify_one, load_policy, load_rules
+from headroom.trace.analysis import analyze
+from headroom.trace.classify import classify_one, load_policy, load_rules
 from headroom.errors import UserError
 from tests.conftest import hta_trace
 

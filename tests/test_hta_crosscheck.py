@@ -12,7 +12,7 @@ import warnings
 
 import pytest
 
-from headroom.analysis import analyze
+from headroom.trace.analysis import analyze
 from tests.conftest import hta_trace
 
 hta = pytest.importorskip("hta.trace_analysis", reason="HolisticTraceAnalysis is a test dependency (make test installs it)")

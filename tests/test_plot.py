@@ -11,12 +11,12 @@ from matplotlib.patches import Rectangle
 from typer.testing import CliRunner
 
 from conftest import hta_trace
-from headroom import plot
-from headroom.analysis import analyze
+from headroom.report import plot
+from headroom.trace.analysis import analyze
 from headroom.errors import UserError
-from headroom.project import project, projection_table
-from headroom.speedups import parse_cli_speedup
-from headroom.targets import addressable_summary, category_fractions
+from headroom.project.projection import project
+from headroom.project.speedups import parse_cli_speedup
+from headroom.report.tables import addressable_summary, category_fractions, projection_table
 
 
 def _bars(fig) -> dict[str, Rectangle]:
@@ -99,7 +99,7 @@ def test_save_writes_all_formats(tmp_path):
 
 
 def test_plot_cli(tmp_path):
-    from headroom.cli_project import register
+    from headroom.cli.project import register
     app = typer.Typer()
     register(app)
     out = tmp_path / "plots"

@@ -12,10 +12,15 @@ import torch
 import typer
 from typer.testing import CliRunner
 
-from headroom.analysis import analyze
+from headroom.trace.analysis import analyze
 from headroom.errors import UserError
-from headroom.profile import (MANIFEST_NAME, ProfileResult, _oom_error, extrapolate_layers, profile_workload)
-from headroom.workload import BLOCK_RANGE_PREFIX, Options, get_workload
+from headroom.profile.manifest import MANIFEST_NAME
+from headroom.profile.oom import _oom_error
+from headroom.profile.registry import get_workload
+from headroom.profile.run import ProfileResult, profile_workload
+from headroom.profile.workload import Options
+from headroom.trace.layers import extrapolate_layers
+from headroom.trace.ranges import BLOCK_RANGE_PREFIX
 
 from test_workload import write_workload_file
 
@@ -149,7 +154,7 @@ class _Boom(RuntimeError):
 
 def _failing_spec(tmp_path, fail_at: int):
     """The user MLP workload, whose step raises on call number `fail_at`."""
-    from headroom.workload import load_workload_file
+    from headroom.profile.registry import load_workload_file
 
     spec = load_workload_file(write_workload_file(tmp_path, f"user-mlp-fail{fail_at}"))[0]
     build = spec.build
@@ -180,7 +185,7 @@ def test_a_failed_step_leaves_no_trace_behind(tmp_path, fail_at):
 
 
 def test_an_interrupted_export_leaves_no_partial_file(tmp_path, monkeypatch):
-    import headroom.profile as hp
+    import headroom.profile.manifest as hp
 
     def boom(*a, **k):
         raise KeyboardInterrupt
@@ -218,7 +223,7 @@ def test_missing_torchrec_is_one_line_with_the_install_command(tmp_path, monkeyp
 
 
 def cli_app() -> typer.Typer:
-    from headroom import cli_profile
+    from headroom.cli import profile as cli_profile
 
     app = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
     cli_profile.register(app)

@@ -13,11 +13,17 @@ import typer
 from typer.testing import CliRunner
 
 from conftest import hta_trace
-from headroom.analysis import analyze
+from headroom.trace.analysis import analyze
 from headroom.errors import UserError
-from headroom.project import (Baseline, amdahl, cross_stream_deps, distribution_scenarios, project,
-                              projection_table, replay, replay_check, replay_projection)
-from headroom.speedups import Distribution, parse_cli_speedup, select
+from headroom.project.amdahl import amdahl
+from headroom.project.baseline import Baseline
+from headroom.project.distributions import Distribution
+from headroom.project.matching import select
+from headroom.project.projection import project
+from headroom.project.replay import cross_stream_deps, replay, replay_check, replay_projection
+from headroom.project.scenarios import distribution_scenarios
+from headroom.project.speedups import parse_cli_speedup
+from headroom.report.tables import projection_table
 
 
 def kernels(rows, window=None, **kw) -> Baseline:
@@ -248,7 +254,7 @@ def test_cpu_only_trace_gets_amdahl_only():
 
 
 def _app() -> typer.Typer:
-    from headroom.cli_project import register
+    from headroom.cli.project import register
     app = typer.Typer()
     register(app)
     return app

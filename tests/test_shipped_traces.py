@@ -8,9 +8,9 @@ one of these numbers, the change must explain why (and the docs be updated).
 import pytest
 
 from benchmarks.layers_check import PAIRS, check
-from headroom.analysis import analyze, analyze_path
-from headroom.profile import extrapolate_layers
-from headroom.report import summary_frame
+from headroom.trace.analysis import analyze, analyze_path
+from headroom.report.tables import summary_frame
+from headroom.trace.layers import extrapolate_layers
 from tests.conftest import REPO, SHIPPED_TRACES
 
 EXPECTED = {"bert-base infer", "dlrm train", "dlrm-dcn train", "gpt2-xl infer prefill", "resnet-50 train",
@@ -80,7 +80,8 @@ def test_addressable_fraction_shrinks_as_llama_grows():
 
 def test_dcn_cross_net_is_selectable_for_dlrm_bench_06():
     # workloads/dlrm.py marks the cross net with a range; DLRM-Bench 06 selects exactly those kernels.
-    from headroom.speedups import load_problems, select
+    from headroom.project.matching import select
+    from headroom.project.problems import load_problems
 
     a = analyze(SHIPPED_TRACES / "dlrm-dcn.train.json.gz")
     cross = a.events["annotation"].str.contains("inter_arch.crossnet", regex=False).to_numpy()

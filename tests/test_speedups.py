@@ -11,9 +11,11 @@ import pandas as pd
 import pytest
 
 from headroom.errors import UserError
-from headroom.speedups import (Distribution, collect_entries, load_distribution, load_problems,
-                               load_speedup_file, parse_cli_speedup, parse_factor, parse_selector, resolve,
-                               select)
+from headroom.project.distributions import Distribution, load_distribution
+from headroom.project.matching import resolve, select
+from headroom.project.problems import load_problems
+from headroom.project.selectors import parse_selector
+from headroom.project.speedups import collect_entries, load_speedup_file, parse_cli_speedup, parse_factor
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -13,12 +13,14 @@ import typer
 from typer.testing import CliRunner
 
 from conftest import hta_trace
-from headroom.analysis import analyze
+from headroom.trace.analysis import analyze
 from headroom.errors import UserError
-from headroom.project import Baseline, amdahl
-from headroom.speedups import select
-from headroom.targets import (addressable_summary, category_fractions, module_class_path, scaling_table,
-                              targets, targets_dict)
+from headroom.project.amdahl import amdahl
+from headroom.project.baseline import Baseline
+from headroom.project.matching import select
+from headroom.project.targets import module_class_path, targets, targets_dict
+from headroom.report.scaling import scaling_table
+from headroom.report.tables import addressable_summary, category_fractions
 
 
 @pytest.fixture
@@ -90,7 +92,7 @@ def test_targets_on_real_trace_and_json():
 
 
 def test_targets_cli():
-    from headroom.cli_project import register
+    from headroom.cli.project import register
     app = typer.Typer()
     register(app)
     r = CliRunner().invoke(app, ["targets", str(hta_trace("timeline_analysis")), "--json", "--replay-top", "2"])

@@ -5,8 +5,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-import headroom.trace as trace_module
-from headroom.trace import TraceError, find_trace_files, load_trace, load_traces
+import headroom.trace.kineto as trace_module
+from headroom.trace.load import TraceError, find_trace_files, load_trace, load_traces
 from tests.conftest import SHIPPED_TRACES, hta_trace
 
 

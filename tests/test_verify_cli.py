@@ -11,7 +11,7 @@ from pathlib import Path
 import typer
 from typer.testing import CliRunner
 
-from headroom import cli_verify
+from headroom.cli import verify as cli_verify
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
@@ -66,7 +66,7 @@ def test_suite_results_file_feeds_headroom_project(tmp_path):
                         ("gelu_linear", "honest.py"): "pass"}
     assert doc["missing_candidates"] == ["large_mean"]
 
-    from headroom.speedups import load_speedup_file
+    from headroom.project.speedups import load_speedup_file
 
     sf = load_speedup_file(out)
     assert sf.kind == "verify"

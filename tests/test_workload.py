@@ -8,8 +8,9 @@ import pytest
 import torch
 
 from headroom.errors import UserError
-from headroom.workload import (Options, WorkloadSpec, get_workload, list_workloads, load_workload_file,
-                               materialize, meta_parameters, workload_names)
+from headroom.profile.builders import materialize, meta_parameters
+from headroom.profile.registry import get_workload, list_workloads, load_workload_file, workload_names
+from headroom.profile.workload import Options, WorkloadSpec
 
 SEVEN = {"llama-7b", "gpt2-xl", "bert-base", "dlrm", "dlrm-dcn", "resnet-50", "vit-b-16"}
 
@@ -62,7 +63,7 @@ def _mlp(sizes):
 @pytest.mark.parametrize("name", ["dlrm", "dlrm-dcn"])
 def test_recommender_parameter_counts_on_meta(name):
     pytest.importorskip("torchrec")
-    from workloads.dlrm import CRITEO_1TB_ROWS, DEFAULT_MAX_ROWS
+    from headroom.workloads.dlrm import CRITEO_1TB_ROWS, DEFAULT_MAX_ROWS
 
     spec = get_workload(name)
     model = spec.meta_model("default")
@@ -127,8 +128,8 @@ def test_bad_options_are_user_errors(name, opts, msg):
 def test_meta_construction_then_materialize_matches_a_normal_build():
     from transformers import GPT2LMHeadModel, LlamaForCausalLM
 
-    from workloads.gpt2 import gpt2_config
-    from workloads.llama import llama_config
+    from headroom.workloads.gpt2 import gpt2_config
+    from headroom.workloads.llama import llama_config
 
     ref = LlamaForCausalLM(llama_config("tiny"))
     with meta_parameters():
@@ -158,7 +159,7 @@ def test_materialize_refuses_meta_buffers():
 
 WORKLOAD_FILE = textwrap.dedent('''
     import torch
-    from headroom.workload import Default, Step, WorkloadSpec, infer_step
+    from headroom.profile import Default, Step, WorkloadSpec, infer_step
 
     def build(cfg, device):
         model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.GELU(), torch.nn.Linear(64, 8)).to(device)
@@ -213,7 +214,7 @@ def test_load_workload_file(tmp_path):
 
 def test_fbgemm_cuda_is_not_detected_without_cuda():
     pytest.importorskip("torchrec")
-    from workloads.dlrm import fbgemm_cuda_status
+    from headroom.workloads.dlrm import fbgemm_cuda_status
 
     if torch.cuda.is_available():
         pytest.skip("this machine has CUDA")
@@ -225,7 +226,7 @@ def test_a_module_that_only_declares_WORKLOAD_is_registered(tmp_path):
     """discover() registers a dropped-in module's WORKLOAD even if it never calls register_workload."""
     import types
 
-    from headroom.workload import _register_declared
+    from headroom.profile.registry import _register_declared
 
     spec = load_workload_file(write_workload_file(tmp_path, "user-mlp-declared"))[0]
     module = types.SimpleNamespace(WORKLOAD=None, WORKLOADS=[WorkloadSpec(**{**spec.__dict__, "name": "user-mlp-b",

@@ -9,7 +9,7 @@ from __future__ import annotations
 import inspect
 from typing import Any, Callable
 
-from headroom.workload import (RunConfig, Step, infer_step, materialize, meta_parameters, phase_range,
+from headroom.profile import (RunConfig, Step, infer_step, materialize, meta_parameters, phase_range,
                                train_step)
 
 # Positions kept free after the prompt in a decode cache: decode steps advance
@@ -76,7 +76,7 @@ def compiled(model: Any, cfg: RunConfig, blocks: list[tuple[str, Any]]) -> Any:
     extrapolates over layers (block ranges must stay outside compiled regions)."""
     if not cfg.compile:
         return model
-    from headroom.workload import compile_model
+    from headroom.profile import compile_model
 
     return compile_model(model, blocks, per_block=cfg.extrapolated)
 

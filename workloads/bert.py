@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from headroom.workload import Default, RunConfig, Step, WorkloadSpec, register_workload
-from workloads._hf import blocks_of, build_hf, encoder_step, meta_hf, weights_dtype
+from headroom.profile import Default, RunConfig, Step, WorkloadSpec, register_workload
+from headroom.workloads._hf import blocks_of, build_hf, encoder_step, meta_hf, weights_dtype
 
 FLAVOURS: dict[str, dict[str, Any]] = {
     "default": dict(hidden_size=768, num_hidden_layers=12, num_attention_heads=12, intermediate_size=3072,

@@ -24,7 +24,8 @@ from __future__ import annotations
 from typing import Any
 
 from headroom.errors import UserError
-from headroom.workload import Default, RunConfig, Step, WorkloadSpec, phase_range, register_workload
+from headroom.profile import Default, RunConfig, Step, WorkloadSpec, phase_range, register_workload
+from headroom.trace.ranges import MODULE_RANGE_PREFIX
 
 # Criteo 1TB: rows per categorical feature (torchrec examples/dlrm, MLPerf preprocessing, 40M cap).
 CRITEO_1TB_ROWS = [40000000, 39060, 17295, 7424, 20265, 3, 7122, 1543, 63, 40000000, 3067956, 405282, 10,
@@ -102,7 +103,7 @@ def _model(flavour: dict[str, Any], dcn: bool, max_rows: int, ebc_device: Any, d
     from torchrec import EmbeddingBagCollection
     from torchrec.models.dlrm import DLRM, DLRM_DCN
 
-    from headroom.workload import meta_parameters
+    from headroom.profile import meta_parameters
 
     on_meta = dense_device.type == "meta"
     # DLRM_DCN builds its cross net without a device: keep it on meta too when counting.
@@ -237,7 +238,7 @@ def _build(cfg: RunConfig, device: Any, dcn: bool) -> Step:
                                   f"fbgemm TBE with fused {opt_cls.__name__}")
         info["process_group"] = "nccl" if device.type == "cuda" else "gloo"
     else:
-        from headroom.workload import materialize
+        from headroom.profile import materialize
 
         dlrm = _model(flavour, dcn, max_rows, torch.device("meta"), torch.device("meta"))
         # torchrec initialises tables uniform(-sqrt(1/rows), sqrt(1/rows)); dense layers as nn.Linear.
@@ -281,9 +282,6 @@ def _build(cfg: RunConfig, device: Any, dcn: bool) -> Step:
     params = sum(p.numel() for p in _model(flavour, dcn, max_rows, torch.device("meta"),
                                            torch.device("meta")).parameters())
     return Step(fn, model, info=info, close=close, params=params)
-
-
-MODULE_RANGE_PREFIX = "headroom/module "
 
 
 def _mark_module_ranges(dlrm: Any, dcn: bool) -> None:

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from headroom.workload import Default, RunConfig, Step, WorkloadSpec, infer_step, register_workload, train_step
-from workloads._hf import build_hf, meta_hf
+from headroom.profile import Default, RunConfig, Step, WorkloadSpec, infer_step, register_workload, train_step
+from headroom.workloads._hf import build_hf, meta_hf
 
 FLAVOURS: dict[str, dict[str, Any]] = {
     "default": dict(depths=[3, 4, 6, 3], hidden_sizes=[256, 512, 1024, 2048], layer_type="bottleneck", image_size=224),

@@ -23,9 +23,9 @@ ProblemsOpt = typer.Option(None, "--problems", help="TOML file adding/replacing 
 
 
 def _analyses(traces: List[Path], rules, policy, whole_trace: bool):
-    from headroom.analysis import analyze
-    from headroom.classify import load_policy, load_rules
-    from headroom.trace import find_trace_files
+    from headroom.trace.analysis import analyze
+    from headroom.trace.classify import load_policy, load_rules
+    from headroom.trace.load import find_trace_files
 
     r, p = load_rules(rules), load_policy(policy)
     files = [f for t in traces for f in find_trace_files(t)]
@@ -56,63 +56,6 @@ def _dumps(d) -> str:
     return json.dumps(fix(d), default=_json_default)
 
 
-def _pct(x: float) -> str:
-    return f"{100 * x:.2f}%"
-
-
-def _render_project(res, console) -> None:
-    from rich.table import Table
-
-    console.print(f"[bold]{res.source}[/bold]")
-    b = res.baseline.to_dict()
-    console.print(
-        f"measured: {res.baseline_us / 1e3:,.3f} ms over {res.num_steps} step(s) = {res.per_step_us / 1e3:,.3f} ms/step   "
-        f"kernels {_pct(b['kernel_fraction'])}  memory {_pct(b['memory_fraction'])}  "
-        f"communication {_pct(b['communication_fraction'])}  idle {_pct(b['idle_fraction'])}", highlight=False)
-    if res.entries:
-        t = Table(show_edge=False, header_style="bold", title="speedups", title_justify="left")
-        show_source = any(e["source"] != "command line" for e in res.entries)
-        cols = [("selector", "left"), ("factor", "right"), ("verified", "left"), ("kernels", "right"),
-                ("ms", "right"), ("applied ms", "right"), ("addressable", "right"), ("top kernel", "left")]
-        if show_source:
-            cols.append(("source", "left"))
-        for c, j in cols:
-            t.add_column(c, justify=j, no_wrap=c != "selector", overflow="fold" if c == "selector" else "ellipsis",
-                         min_width=24 if c == "selector" else None,
-                         max_width=36 if c in ("top kernel", "source") else None)
-        for e in res.entries:
-            top = e["top_kernels"][0]["name"] if e["top_kernels"] else ""
-            addr = f"{100 * e['addressable_us'] / e['us']:.0f}%" if e["us"] > 0 else "-"
-            row = [e["selector"], f"{e['speedup']:g}", {True: "yes", False: "no", None: ""}[e["verified"]],
-                   f"{e['kernels']:,}", f"{e['us'] / 1e3:,.3f}", f"{e['applied_us'] / 1e3:,.3f}", addr, top]
-            if show_source:
-                row.append(e["source"])
-            t.add_row(*row)
-        console.print(t)
-    if res.distribution:
-        d = res.distribution
-        extra = ""
-        if "n" in d:
-            extra = f"  ({d['n']} results from {d.get('source', '')})"
-        console.print(f"distribution scenarios over [bold]{d['select']}[/bold] "
-                      f"({d['selected_us'] / 1e3:,.3f} ms of kernels){extra}", highlight=False)
-    t = Table(show_edge=False, header_style="bold", title="projections", title_justify="left")
-    for c, j in (("scenario", "left"), ("method", "left"), ("factor", "right"), ("ms/step", "right"),
-                 ("saved", "right"), ("end-to-end", "right"), ("kernels", "right"), ("mem+comm", "right"),
-                 ("idle", "right")):
-        t.add_column(c, justify=j)
-    for p in res.projections:
-        bd = p.breakdown.to_dict()
-        fac = "" if p.factor is None else ("inf" if not math.isfinite(p.factor) else f"{p.factor:.4g}")
-        t.add_row(p.scenario, p.method, fac, f"{p.per_step_us / 1e3:,.3f}", _pct(p.gain), f"{p.speedup:.4f}x",
-                  _pct(bd["kernel_fraction"]), _pct(bd["memory_fraction"] + bd["communication_fraction"]),
-                  _pct(bd["idle_fraction"]))
-    console.print(t)
-    for w in res.warnings:
-        console.print(f"[yellow]warning:[/yellow] {w}", highlight=False)
-    console.print()
-
-
 def project_cmd(
     traces: List[Path] = typer.Argument(..., help="Trace files (.json/.json.gz) or directories of per-rank traces."),
     speedup: Optional[List[str]] = SpeedupOpt,
@@ -133,9 +76,12 @@ def project_cmd(
     whole_trace: bool = WholeOpt,
 ) -> None:
     """Project end-to-end step time from kernel speedups: Amdahl and timeline replay, with bounds."""
-    from headroom.project import DEFAULT_QUANTILES, project
-    from headroom.report import make_console
-    from headroom.speedups import collect_entries, load_distribution, load_problems
+    from headroom.project.distributions import load_distribution
+    from headroom.project.problems import load_problems
+    from headroom.project.projection import project
+    from headroom.project.scenarios import DEFAULT_QUANTILES
+    from headroom.project.speedups import collect_entries
+    from headroom.report.render import make_console, render_projection
 
     entries, warnings = collect_entries(speedup or [], speedups or [])
     dist = load_distribution(distribution) if distribution else None
@@ -151,7 +97,7 @@ def project_cmd(
         if as_json:
             print(_dumps(res.to_dict()))
         else:
-            _render_project(res, console)
+            render_projection(res, console)
 
 
 def targets_cmd(
@@ -166,37 +112,15 @@ def targets_cmd(
     whole_trace: bool = WholeOpt,
 ) -> None:
     """If one op got faster, which should it be? Ops and modules ranked by end-to-end gain."""
-    from rich.table import Table
-
-    from headroom.report import make_console
-    from headroom.targets import targets, targets_dict
+    from headroom.project.targets import targets, targets_dict
+    from headroom.report.render import make_console, render_targets
 
     for a in _analyses([trace], rules, policy, whole_trace):
         table = targets(a, speedup=speedup, by=tuple(by) if by else ("op", "module"), top=top, replay_top=replay_top)
         if as_json:
             print(_dumps(targets_dict(a, table, speedup)))
             continue
-        console = make_console()
-        console.print(f"[bold]{a.source}[/bold]  measured {a.step_us / 1e3:,.3f} ms/step over {a.num_steps} step(s)",
-                      highlight=False)
-        for kind in dict.fromkeys(table["kind"]):
-            t = Table(show_edge=False, header_style="bold", title=f"by {kind}", title_justify="left")
-            cols = [("name", "left"), ("category", "left"), ("addressable", "left"), ("kernels", "right"),
-                    ("ms", "right"), ("share", "right"), (f"gain @{speedup:g}x", "right"), ("gain @inf", "right")]
-            has_replay = "replay_gain" in table.columns
-            if has_replay:
-                cols += [(f"replay @{speedup:g}x", "right"), ("replay @inf", "right")]
-            for c, j in cols:
-                t.add_column(c, justify=j)
-            for r in table[table["kind"] == kind].itertuples(index=False):
-                row = [r.name[:70], r.category, r.addressable, f"{r.kernels:,}", f"{r.us / 1e3:,.3f}", _pct(r.share),
-                       _pct(r.gain), _pct(r.gain_inf)]
-                if has_replay:
-                    row += ["" if not math.isfinite(r.replay_gain) else _pct(r.replay_gain),
-                            "" if not math.isfinite(r.replay_gain_inf) else _pct(r.replay_gain_inf)]
-                t.add_row(*row)
-            console.print(t)
-        console.print("gain: fraction of the measured window saved (Amdahl; replay where shown)")
+        render_targets(a, table, speedup, make_console())
 
 
 FIGURES = ("addressable", "projection", "scaling")
@@ -219,10 +143,12 @@ def plot_cmd(
     whole_trace: bool = WholeOpt,
 ) -> None:
     """Figures: addressable fraction per workload, projected step time, and scaling with model size."""
-    from headroom import plot
-    from headroom.project import project, projection_table
-    from headroom.speedups import collect_entries, load_problems, parse_cli_speedup
-    from headroom.targets import addressable_summary, category_fractions, scaling_table
+    from headroom.project.problems import load_problems
+    from headroom.project.projection import project
+    from headroom.project.speedups import collect_entries, parse_cli_speedup
+    from headroom.report import plot
+    from headroom.report.scaling import scaling_table
+    from headroom.report.tables import addressable_summary, category_fractions, projection_table, workload_label
 
     figures = list(figure) if figure else None
     for f in figures or []:
@@ -252,7 +178,7 @@ def plot_cmd(
         for r in results:
             for w in r.warnings:
                 print(f"headroom: warning: {Path(r.source).name}: {w}")
-        tbl = projection_table(results, [*(labels or [])] or [a_label(a) for a in analyses])
+        tbl = projection_table(results, [*(labels or [])] or [workload_label(a) for a in analyses])
         written += plot.save(plot.projection_figure(tbl, title), out / "projection", formats)
     if "scaling" in want:
         explicit = bool(figures and "scaling" in figures)
@@ -267,11 +193,6 @@ def plot_cmd(
             print("headroom: note: no scaling chart (needs traces of one family at two or more sizes)")
     for p in written:
         print(p)
-
-
-def a_label(a) -> str:
-    from headroom.report import workload_label
-    return workload_label(a)
 
 
 def register(app: typer.Typer) -> None:

@@ -17,10 +17,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from headroom.trace import Trace, starts_with
-
-MODULE_PREFIX = "nn.Module: "
-FRAME_PREFIX = "headroom/"  # NVTX/record_function ranges headroom profile puts around phases and blocks
+from headroom.trace.ranges import FRAME_PREFIX, MODULE_PREFIX, PROFILER_STEP_PREFIX
+from headroom.trace.tables import Trace, starts_with
 
 
 def containing_range(starts: np.ndarray, ends: np.ndarray, points: np.ndarray,
@@ -128,7 +126,7 @@ def attribute_kernels_to_ops(trace: Trace) -> pd.DataFrame:
     cpu = trace.cpu
     ops = cpu[cpu["cat"] == "cpu_op"]
     annotations = cpu[cpu["cat"] == "user_annotation"]
-    annotations = annotations[~starts_with(annotations["name"], "ProfilerStep#")]
+    annotations = annotations[~starts_with(annotations["name"], PROFILER_STEP_PREFIX)]
     modules = cpu[cpu["cat"] == "python_function"]
     modules = modules[starts_with(modules["name"], MODULE_PREFIX)]
 
@@ -183,7 +181,7 @@ def cpu_op_self_times(trace: Trace) -> pd.DataFrame:
     cpu = trace.cpu
     # record_function ranges (e.g. `gloo:all_reduce`) hold time too; ProfilerStep and
     # headroom's own phase/block ranges (`headroom/forward`, ...) are frames, not work.
-    frame = starts_with(cpu["name"], "ProfilerStep#") | starts_with(cpu["name"], FRAME_PREFIX)
+    frame = starts_with(cpu["name"], PROFILER_STEP_PREFIX) | starts_with(cpu["name"], FRAME_PREFIX)
     keep = (cpu["cat"] == "cpu_op").to_numpy() | ((cpu["cat"] == "user_annotation").to_numpy() & ~frame)
     ops = cpu[keep].reset_index(drop=True)
     self_us = ops["dur"].to_numpy(copy=True)

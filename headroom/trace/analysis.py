@@ -13,11 +13,11 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from headroom.accounting import (add_wall_shares, busy_per_device, category_table, kernel_table,
+from headroom.trace.accounting import (add_wall_shares, busy_per_device, category_table, kernel_table,
                                  op_table, step_bounds, step_table, union_length)
-from headroom.attribute import attribute_kernels_to_ops, cpu_op_self_times
-from headroom.classify import Policy, Rule, classify_kernels, load_policy, load_rules
-from headroom.trace import Trace, TraceError, find_trace_files, load_trace
+from headroom.trace.attribute import attribute_kernels_to_ops, cpu_op_self_times
+from headroom.trace.classify import Policy, Rule, classify_kernels, load_policy, load_rules
+from headroom.trace.load import Trace, TraceError, find_trace_files, load_trace
 
 MODE_GPU = "gpu"
 MODE_CPU = "cpu-ops"

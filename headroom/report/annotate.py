@@ -8,8 +8,8 @@ import os
 import tempfile
 from pathlib import Path
 
-from headroom.analysis import analyze
-from headroom.trace import read_trace_json
+from headroom.trace.analysis import analyze
+from headroom.trace.load import read_trace_json
 
 
 def annotate_trace(source: str | os.PathLike, out: str | os.PathLike, rules=None, policy=None) -> int:

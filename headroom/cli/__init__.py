@@ -1,6 +1,6 @@
 """The `headroom` command: a thin layer over the Python API.
 
-Each command group lives in its own module (`cli_*.py`) and registers itself on
+Each command group lives in its own module (`headroom/cli/*.py`) and registers itself on
 the one typer app; every user error becomes one line on stderr and exit 2.
 """
 
@@ -21,9 +21,9 @@ app = typer.Typer(
 
 
 def _register_commands() -> None:
-    from headroom import cli_trace, cli_profile, cli_project, cli_verify
+    from headroom.cli import profile, project, trace, verify
 
-    for module in (cli_trace, cli_profile, cli_project, cli_verify):
+    for module in (trace, profile, project, verify):
         module.register(app)
 
 

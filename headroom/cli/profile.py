@@ -12,7 +12,6 @@ from typing import Iterator, List, Optional
 
 import typer
 from rich.console import Console
-from rich.table import Table
 
 from headroom.errors import UserError
 
@@ -48,68 +47,6 @@ def _parse_opts(opts: List[str]) -> dict[str, str]:
     return out
 
 
-def _pct(x: float) -> str:
-    return f"{100 * x:.1f}%"
-
-
-def render_result(result, console: Console) -> None:
-    """The classification, then timing, overhead, idle share, addressable fraction, extrapolation."""
-    from headroom.analysis import MODE_CPU
-
-    try:
-        from headroom.report import render_analysis
-    except ImportError:  # the report module is not there: a plain table
-        render_analysis = None
-    a = result.analysis
-    cfg = result.config
-    if render_analysis is not None:
-        render_analysis(a, console)
-    else:
-        for r in a.categories.itertuples(index=False):
-            console.print(f"  {r.name:<14} {r.us / 1000:10.2f} ms  {_pct(r.fraction):>6}")
-    unit = "CPU op time" if a.mode == MODE_CPU else "GPU time"
-    t, p = result.timed, result.profiled
-    console.print()
-    if t.n:
-        console.print(f"[bold]step time[/bold]        {t.median_ms:,.2f} ms  (median of {t.n}, {t.method}; "
-                      f"min {t.min_ms:,.2f}, max {t.max_ms:,.2f})", highlight=False)
-        noisy = "; few CPU steps: indicative only" if a.mode == MODE_CPU else ""
-        console.print(f"profiler overhead  {100 * result.overhead:+.1f}%  (profiled median {p.median_ms:,.2f} ms "
-                      f"over {p.n} steps{noisy})", highlight=False)
-    else:
-        console.print(f"[bold]step time[/bold]        {p.median_ms:,.2f} ms  (profiled; no unprofiled steps timed)",
-                      highlight=False)
-    if a.mode == MODE_CPU:
-        console.print("idle share         n/a (no GPU)")
-    else:
-        console.print(f"GPU idle share     {_pct(a.idle_fraction)} of the profiled wall time")
-    console.print(f"[bold]addressable[/bold]      {_pct(a.addressable_fraction)} of {unit}", highlight=False)
-    x = result.layers
-    if x is not None and cfg.extrapolated:
-        console.print()
-        console.print(f"[bold]extrapolated to {x.total} of {x.total} blocks[/bold] from {x.built} "
-                      f"(per-block time x{x.factor:g}; {_pct(x.block_share)} of the measured time is in blocks)")
-        table = Table(show_edge=False, header_style="bold")
-        table.add_column("category")
-        table.add_column(f"% of {unit} ({x.total} blocks)", justify="right")
-        table.add_column(f"measured ({x.built} blocks)", justify="right")
-        table.add_column("addressable")
-        for r in x.categories.itertuples(index=False):
-            table.add_row(r.name, _pct(r.fraction), _pct(r.measured_fraction), "yes" if r.addressable else "no")
-        console.print(table)
-        est = f"{x.timed_step_ms_extrapolated:,.2f} ms" if x.timed_step_ms_extrapolated else \
-            f"{x.step_us_extrapolated / 1000:,.2f} ms (profiled)"
-        console.print(f"[bold]step time, {x.total} blocks (estimated)[/bold]  {est}", highlight=False)
-        console.print(f"[bold]addressable, {x.total} blocks[/bold]  {_pct(x.addressable_fraction)} of {unit}",
-                      highlight=False)
-    info = result.manifest.get("info", {})
-    if info.get("embedding_path"):
-        console.print(f"embeddings: {info['embedding_path']}", highlight=False)
-    for note in cfg.notes:
-        console.print(f"[yellow]scaled for the CPU:[/yellow] {note}", highlight=False)
-    console.print(f"trace: {result.trace_path}   manifest: {result.manifest_path}", highlight=False)
-
-
 def profile(
     workload: str = typer.Argument(..., help="Workload name (see `headroom workloads`)."),
     mode: Optional[str] = typer.Option(None, "--mode", help="train or infer (default: the workload's)."),
@@ -136,8 +73,8 @@ def profile(
     full_size: bool = typer.Option(False, "--full-size", help="On a CPU, run the real defaults (no scaling)."),
 ) -> None:
     """Run a workload under torch.profiler and say where the time went."""
-    from headroom.profile import profile_workload
-    from headroom.workload import Options
+    from headroom.profile.run import profile_workload
+    from headroom.profile.workload import Options
 
     options = Options(mode=mode, phase=phase, kv_cache=kv_cache, batch=batch, seq=seq, dtype=dtype,
                       layers=layers, compile=compile_, flavour=flavour, tf32=not no_tf32,
@@ -155,11 +92,11 @@ def profile(
     if as_json:
         print(json.dumps(result.to_dict(), default=str))
         return
-    from headroom.report import make_console
+    from headroom.report.render import make_console, render_profile
 
     console = make_console()
     console.print()
-    render_result(result, console)
+    render_profile(result, console)
 
 
 def workloads(
@@ -168,7 +105,7 @@ def workloads(
     as_json: bool = typer.Option(False, "--json", help="The registry as JSON."),
 ) -> None:
     """List the workloads: model, defaults, flavours."""
-    from headroom.workload import list_workloads, load_workload_file
+    from headroom.profile.registry import list_workloads, load_workload_file
 
     if workload_file is not None:
         load_workload_file(workload_file)
@@ -183,29 +120,9 @@ def workloads(
             "source": s.source,
         } for s in specs], default=str))
         return
-    from headroom.report import make_console
+    from headroom.report.render import make_console, render_workloads
 
-    console = make_console()
-    t = Table(show_edge=False, header_style="bold")
-    for col in ("workload", "domain", "mode", "batch", "seq", "dtype", "blocks", "model"):
-        t.add_column(col)
-    for s in specs:
-        t.add_row(s.name, s.domain, s.default("mode"), str(s.default("batch")), str(s.default("seq") or "-"),
-                  str(s.default("dtype")), str(s.num_layers("default")) if s.num_layers else "-", s.model)
-    console.print(t)
-    if not verbose:
-        console.print("(-v for the reason behind each default, flavours and options)")
-        return
-    for s in specs:
-        console.print(f"\n[bold]{s.name}[/bold]  {s.description}", highlight=False)
-        for k, d in s.defaults.items():
-            console.print(f"  {k:<18} {str(d.value):<10} {d.why}", highlight=False)
-        console.print(f"  flavours: {', '.join(f'{k} ({v})' for k, v in s.flavours.items())}", highlight=False)
-        for k, d in s.extras.items():
-            console.print(f"  --opt {k}={d.value}: {d.why}", highlight=False)
-        if s.cpu_scale:
-            console.print("  on a CPU: " + "; ".join(f"{k} -> {v[0]} ({v[1]})" for k, v in s.cpu_scale.items()),
-                          highlight=False)
+    render_workloads(specs, verbose, make_console())
 
 
 def register(app: typer.Typer) -> None:

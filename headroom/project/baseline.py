@@ -1,0 +1,119 @@
+"""The baseline a projection starts from, and how its device time divides (kernels, memory,
+communication, idle)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from headroom.trace.accounting import add_wall_shares
+
+_MEMORY = "memory"
+_COMM = "communication"
+
+
+@dataclass
+class Baseline:
+    """What the projections need from an analysed trace (or from a synthetic table in tests)."""
+
+    events: pd.DataFrame
+    wall_us: float
+    window: tuple[float, float]
+    num_steps: int = 1
+    n_devices: int = 1
+    mode: str = "gpu"
+    source: str = ""
+    runtime: pd.DataFrame | None = None   # runtime/driver calls: name, pid, tid, ts, dur, correlation
+    syncs: pd.DataFrame | None = None     # cuda_sync events, when the trace has them
+    step_end: float | None = None          # CPU end of the last ProfilerStep (the window may end there)
+    manifest: dict = field(default_factory=dict)  # headroom profile's run manifest, when the trace has one
+
+    @property
+    def per_step_us(self) -> float:
+        return self.wall_us / self.num_steps if self.num_steps else self.wall_us
+
+    @classmethod
+    def from_analysis(cls, a: Any) -> "Baseline":
+        trace = getattr(a, "trace", None)
+        runtime = getattr(trace, "launches", None) if trace is not None else None
+        syncs = getattr(trace, "syncs", None) if trace is not None else None
+        step_end = None
+        if trace is not None and len(getattr(trace, "steps", ())):
+            step_end = float(trace.steps["end"].max())
+        return cls(events=a.events, wall_us=float(a.wall_us), window=tuple(a.window),
+                   num_steps=int(a.num_steps), n_devices=int(getattr(a, "n_devices", 1) or 1),
+                   mode=str(getattr(a, "mode", "gpu")), source=str(getattr(a, "source", "")),
+                   runtime=runtime, syncs=syncs, step_end=step_end,
+                   manifest=dict(getattr(a, "manifest", None) or {}))
+
+    @classmethod
+    def from_events(cls, events: pd.DataFrame, window: tuple[float, float] | None = None,
+                    num_steps: int = 1, runtime: pd.DataFrame | None = None,
+                    step_end: float | None = None) -> "Baseline":
+        """A baseline from a plain events table (columns as in Analysis.events; `wall_us` added if absent)."""
+        ev = events.copy()
+        if "end" not in ev.columns:
+            ev["end"] = ev["ts"] + ev["dur"]
+        for col, default in (("device", 0), ("stream", 0), ("kind", "kernel"), ("category", "other"),
+                             ("addressable", True)):
+            if col not in ev.columns:
+                ev[col] = default
+        if "wall_us" not in ev.columns:
+            ev = add_wall_shares(ev)
+        if window is None:
+            window = (float(ev["ts"].min()), float(ev["end"].max()))
+        n_dev = max(int(ev["device"].nunique()), 1)
+        return cls(events=ev.reset_index(drop=True), wall_us=float(window[1] - window[0]),
+                   window=(float(window[0]), float(window[1])), num_steps=num_steps, n_devices=n_dev,
+                   runtime=runtime, step_end=step_end)
+
+
+def as_baseline(x: Any) -> Baseline:
+    return x if isinstance(x, Baseline) else Baseline.from_analysis(x)
+
+
+@dataclass
+class Breakdown:
+    """How the window's device time divides (summed over devices; fractions of wall x devices)."""
+
+    capacity_us: float
+    kernel_us: float
+    memory_us: float
+    communication_us: float
+    idle_us: float
+
+    def to_dict(self) -> dict[str, float]:
+        cap = self.capacity_us
+        f = (lambda v: v / cap if cap > 0 else 0.0)
+        return {"capacity_us": self.capacity_us, "kernel_us": self.kernel_us, "memory_us": self.memory_us,
+                "communication_us": self.communication_us, "idle_us": self.idle_us,
+                "kernel_fraction": f(self.kernel_us), "memory_fraction": f(self.memory_us),
+                "communication_fraction": f(self.communication_us), "idle_fraction": f(self.idle_us)}
+
+
+def _buckets(events: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    cat = events["category"].astype(str).to_numpy() if "category" in events.columns \
+        else np.full(len(events), "other", dtype=object)
+    kind = events["kind"].astype(str).to_numpy() if "kind" in events.columns \
+        else np.full(len(events), "kernel", dtype=object)
+    mem = (cat == _MEMORY) | (kind == "memcpy") | (kind == "memset")
+    comm = (cat == _COMM) & ~mem
+    return mem, comm
+
+
+def _breakdown(events: pd.DataFrame, shares: np.ndarray, window_us: float, n_devices: int) -> Breakdown:
+    mem, comm = _buckets(events)
+    busy = float(shares.sum())
+    cap = window_us * n_devices
+    m = float(shares[mem].sum())
+    c = float(shares[comm].sum())
+    return Breakdown(cap, busy - m - c, m, c, max(cap - busy, 0.0))
+
+
+def baseline_breakdown(base: Any) -> Breakdown:
+    b = as_baseline(base)
+    return _breakdown(b.events, b.events["wall_us"].to_numpy(dtype=float), b.wall_us, b.n_devices)
+

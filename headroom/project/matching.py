@@ -1,0 +1,226 @@
+"""Matching selectors and speedup entries against the events of an analysed trace."""
+
+from __future__ import annotations
+
+import fnmatch
+import re
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from headroom.errors import UserError
+from headroom.project.problems import ProblemMap, load_problems
+from headroom.project.selectors import Atom, Selector, parse_selector
+from headroom.project.speedups import Speedup
+
+# Where an event ran, from its launching ops and range: the optimizer step, the backward
+# pass (autograd engine, *Backward nodes, *_backward ops, a "backward" range), else forward.
+_OPTIMIZER_RX = re.compile(r"optimizer|^aten::_foreach_|^aten::_fused_(adam|adamw|sgd)|zero_grad", re.IGNORECASE)
+_BACKWARD_RX = re.compile(r"backward|autograd::engine", re.IGNORECASE)
+_GLOB_CHARS = set("*?[")
+
+
+def event_phase(*labels: str) -> str:
+    """forward | backward | optimizer for an event launched under these ops / ranges."""
+    if any(_OPTIMIZER_RX.search(x) for x in labels if x):
+        return "optimizer"
+    if any(_BACKWARD_RX.search(x) for x in labels if x):
+        return "backward"
+    return "forward"
+
+
+class _Matcher:
+    """Evaluates atoms over an events DataFrame, once per distinct column value."""
+
+    def __init__(self, events: pd.DataFrame, problems: ProblemMap) -> None:
+        self.events = events
+        self.problems = problems
+        self._codes: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+        self.n = len(events)
+
+    def _col(self, col: str) -> tuple[np.ndarray, np.ndarray]:
+        if col not in self._codes:
+            if col in self.events.columns:
+                s = self.events[col].astype(object).where(self.events[col].notna(), "").astype(str)
+            else:
+                s = pd.Series([""] * self.n, dtype=object)
+            codes, uniques = pd.factorize(s, sort=False)
+            self._codes[col] = (codes, np.asarray(uniques, dtype=object))
+        return self._codes[col]
+
+    def _by_value(self, col: str, pred) -> np.ndarray:
+        codes, uniques = self._col(col)
+        if self.n == 0:
+            return np.zeros(0, dtype=bool)
+        hit = np.fromiter((bool(pred(u)) for u in uniques), dtype=bool, count=len(uniques))
+        return hit[codes]
+
+    def atom(self, a: Atom) -> np.ndarray:
+        m = self._atom(a)
+        return ~m if a.negate else m
+
+    def _atom(self, a: Atom) -> np.ndarray:
+        p = a.pattern
+        exact = (lambda v: fnmatch.fnmatchcase(v, p)) if _GLOB_CHARS & set(p) else (lambda v: v == p)
+        if a.kind == "category":
+            if p == "addressable":
+                if "addressable" not in self.events.columns:
+                    return np.zeros(self.n, dtype=bool)
+                return self.events["addressable"].fillna(False).to_numpy(dtype=bool)
+            if p in ("all", "*"):
+                return np.ones(self.n, dtype=bool)
+            return self._by_value("category", exact)
+        if a.kind == "op":
+            return self._by_value("op", exact) | self._by_value("top_op", exact)
+        if a.kind == "kind":
+            return self._by_value("kind", lambda v: v == p)
+        if a.kind == "phase":
+            return self.phases() == p
+        if a.kind in ("kernel", "module", "annotation"):
+            rx = re.compile(p, re.IGNORECASE)
+            col = "name" if a.kind == "kernel" else a.kind
+            return self._by_value(col, lambda v: v != "" and rx.search(v) is not None)
+        if a.kind == "problem":
+            prob = self.problems.get(p)
+            out = np.zeros(self.n, dtype=bool)
+            for sel in prob.selectors:
+                out |= self.selector(sel)
+            return out
+        raise AssertionError(a.kind)
+
+    def phases(self) -> np.ndarray:
+        if not hasattr(self, "_phases"):
+            cols = [c for c in ("op", "top_op", "annotation") if c in self.events.columns]
+            if not cols or self.n == 0:
+                self._phases = np.full(self.n, "forward", dtype=object)
+            else:
+                keys = self.events[cols].astype(object).where(self.events[cols].notna(), "").astype(str)
+                codes, uniq = pd.MultiIndex.from_frame(keys).factorize()
+                lab = np.array([event_phase(*u) for u in uniq], dtype=object)
+                self._phases = lab[codes]
+        return self._phases
+
+    def selector(self, sel: Selector) -> np.ndarray:
+        out = np.ones(self.n, dtype=bool)
+        for a in sel.atoms:
+            out &= self.atom(a)
+        return out
+
+
+def select(events: pd.DataFrame, selector: str | Selector, problems: ProblemMap | None = None) -> np.ndarray:
+    """Boolean mask of the events a selector picks."""
+    sel = parse_selector(selector) if isinstance(selector, str) else selector
+    return _Matcher(events, problems or load_problems()).selector(sel)
+
+
+@dataclass
+class EntryMatch:
+    entry: Speedup
+    mask: np.ndarray        # every event the selector picks
+    applied: np.ndarray     # the events that take this entry's factor (after overlaps)
+    kernels: int
+    us: float               # sum of durations of the picked events
+    wall_us: float          # their share of busy time
+    addressable_us: float
+    applied_kernels: int
+    applied_us: float
+    applied_wall_us: float
+    top: list[tuple[str, float]]  # the picked kernels with the most time
+
+    def to_dict(self) -> dict[str, Any]:
+        d = self.entry.to_dict()
+        d.update({"kernels": self.kernels, "us": self.us, "wall_us": self.wall_us,
+                  "addressable_us": self.addressable_us, "applied_kernels": self.applied_kernels,
+                  "applied_us": self.applied_us, "applied_wall_us": self.applied_wall_us,
+                  "top_kernels": [{"name": n, "us": u} for n, u in self.top]})
+        return d
+
+
+@dataclass
+class Resolution:
+    """Per-event speedup factors (1.0 where nothing applies) and what each entry matched."""
+
+    factors: np.ndarray
+    matches: list[EntryMatch]
+    warnings: list[str]
+
+    @property
+    def selected(self) -> np.ndarray:
+        return self.factors != 1.0
+
+    def to_dict(self) -> list[dict[str, Any]]:
+        return [m.to_dict() for m in self.matches]
+
+
+def _durations(events: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    dur = events["dur"].to_numpy(dtype=float) if "dur" in events.columns else np.zeros(len(events))
+    wall = events["wall_us"].to_numpy(dtype=float) if "wall_us" in events.columns else dur
+    return dur, wall
+
+
+def resolve(entries: list[Speedup], events: pd.DataFrame, problems: ProblemMap | None = None,
+            strict: bool = False) -> Resolution:
+    """Match entries against events. Overlaps: the first entry (in the order given) wins, with a warning.
+
+    Entries that match nothing, overlaps and duplicate selectors are warnings
+    (UserError with ``strict``). Unknown problem names are always errors.
+    """
+    problems = problems or load_problems()
+    m = _Matcher(events, problems)
+    n = len(events)
+    factors = np.ones(n, dtype=float)
+    owner = np.full(n, -1, dtype=np.int64)
+    dur, wall = _durations(events)
+    addr = events["addressable"].fillna(False).to_numpy(dtype=bool) if "addressable" in events.columns \
+        else np.zeros(n, dtype=bool)
+    names = events["name"].to_numpy(dtype=object) if "name" in events.columns else np.full(n, "", dtype=object)
+    warnings: list[str] = []
+    matches: list[EntryMatch] = []
+    seen: dict[str, int] = {}
+    for i, e in enumerate(entries):
+        key = str(e.selector)
+        if key in seen:
+            prev = entries[seen[key]]
+            msg = (f"{e.label} ({e.source}) repeats the selector of {prev.label} ({prev.source})"
+                   + ("" if prev.speedup == e.speedup else f"; using the first, {prev.speedup:g}"))
+            warnings.append(msg)
+        else:
+            seen[key] = i
+        try:
+            mask = m.selector(e.selector)
+        except UserError as err:
+            if not e.source.endswith("headroom verify"):
+                raise
+            # A verified result for a problem the mapping does not know: say so, use nothing.
+            warnings.append(f"{e.label} ({e.source}): {err}; skipped")
+            mask = np.zeros(n, dtype=bool)
+        free = mask & (owner < 0)
+        taken = mask & (owner >= 0)
+        if not mask.any() and not (warnings and warnings[-1].endswith("; skipped") and e.label in warnings[-1]):
+            warnings.append(f"{e.label} ({e.source}) matches no kernel in this trace")
+        elif taken.any():
+            for j in np.unique(owner[taken]):
+                both = taken & (owner == j)
+                first = entries[j]
+                warnings.append(
+                    f"{e.label} overlaps {first.label} on {int(both.sum())} kernel(s) "
+                    f"({dur[both].sum():.1f} us); they keep the first entry's factor {first.speedup:g}")
+        if e.speedup < 1.0 and mask.any():
+            warnings.append(f"{e.label} ({e.source}) is a slowdown (factor < 1): its kernels get slower")
+        factors[free] = e.speedup
+        owner[free] = i
+        top: list[tuple[str, float]] = []
+        if mask.any():
+            s = pd.Series(dur[mask]).groupby(names[mask]).sum().sort_values(ascending=False).head(3)
+            top = [(str(k), float(v)) for k, v in s.items()]
+        matches.append(EntryMatch(
+            entry=e, mask=mask, applied=free, kernels=int(mask.sum()), us=float(dur[mask].sum()),
+            wall_us=float(wall[mask].sum()), addressable_us=float(dur[mask & addr].sum()),
+            applied_kernels=int(free.sum()), applied_us=float(dur[free].sum()),
+            applied_wall_us=float(wall[free].sum()), top=top))
+    if strict and warnings:
+        raise UserError(f"{warnings[0]} (strict mode{'; ' + str(len(warnings) - 1) + ' more' if len(warnings) > 1 else ''})")
+    return Resolution(factors, matches, warnings)
+

@@ -1,0 +1,84 @@
+"""Selectors: which GPU events of an analysed trace a speedup applies to.
+
+Selector syntax (see docs/projection.md)::
+
+    category:embedding          the classifier's category (exact, or a glob: category:norm*)
+    category:addressable        every addressable event (policy.toml)
+    op:aten::layer_norm         the innermost launching aten op OR the top-level op (exact or glob)
+    kernel:^triton_             regex (re.search, case-insensitive) on the kernel name
+    module:RMSNorm              regex on the nn.Module path (traces recorded with modules)
+    annotation:interaction      regex on the innermost record_function / NVTX range
+    kind:memcpy                 kernel | memcpy | memset
+    phase:forward               forward | backward | optimizer (from the launching ops and ranges)
+    problem:23_Softmax          a named benchmark problem (headroom/data/problems.toml)
+
+Atoms combine with `` & `` (all must match) and negate with a leading ``!``:
+``op:aten::mm & category:gemm``, ``category:elementwise & !module:RMSNorm``.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from headroom.errors import UserError
+
+KINDS = ("category", "op", "kernel", "module", "annotation", "kind", "phase", "problem")
+PHASES = ("forward", "backward", "optimizer")
+
+
+@dataclass(frozen=True)
+class Atom:
+    kind: str
+    pattern: str
+    negate: bool = False
+
+    def __str__(self) -> str:
+        return f"{'!' if self.negate else ''}{self.kind}:{self.pattern}"
+
+
+@dataclass(frozen=True)
+class Selector:
+    """An AND of atoms, e.g. ``op:aten::mm & category:gemm``."""
+
+    atoms: tuple[Atom, ...]
+
+    def __str__(self) -> str:
+        return " & ".join(str(a) for a in self.atoms)
+
+    @property
+    def text(self) -> str:
+        return str(self)
+
+
+def parse_selector(text: str) -> Selector:
+    """Parse ``kind:pattern [& kind:pattern ...]``; raise UserError on bad input."""
+    if not isinstance(text, str) or not text.strip():
+        raise UserError("empty selector (expected KIND:PATTERN, e.g. category:embedding)")
+    atoms = []
+    for part in text.split(" & "):
+        part = part.strip()
+        negate = part.startswith("!")
+        if negate:
+            part = part[1:].strip()
+        kind, sep, pattern = part.partition(":")
+        kind = kind.strip().lower()
+        if not sep or kind not in KINDS:
+            raise UserError(
+                f"bad selector {text!r}: expected KIND:PATTERN with KIND one of {', '.join(KINDS)}")
+        if pattern == "":
+            raise UserError(f"bad selector {text!r}: empty pattern after '{kind}:'")
+        if kind in ("kernel", "module", "annotation"):
+            try:
+                re.compile(pattern, re.IGNORECASE)
+            except re.error as e:
+                raise UserError(f"bad selector {text!r}: invalid regex ({e})") from None
+        if kind == "kind" and pattern not in ("kernel", "memcpy", "memset", "cpu_op"):
+            raise UserError(f"bad selector {text!r}: kind must be kernel, memcpy, memset or cpu_op")
+        if kind == "phase" and pattern not in PHASES:
+            raise UserError(f"bad selector {text!r}: phase must be {', '.join(PHASES)}")
+        atoms.append(Atom(kind, pattern, negate))
+    if all(a.negate for a in atoms):
+        raise UserError(f"bad selector {text!r}: needs at least one atom that is not negated")
+    return Selector(tuple(atoms))
+

@@ -1,0 +1,273 @@
+"""Speedup input: which kernel time gets faster, and by how much.
+
+A *speedup entry* pairs a selector (:mod:`headroom.project.selectors`) with a
+factor (> 0; 2.0 means the selected kernels take half the time). Entries come
+from the command line (``--speedup SELECTOR=FACTOR``), from a TOML/JSON/CSV
+file, or from the JSON that ``headroom verify`` writes.
+
+Nothing here guesses: an entry that selects nothing, two entries that select
+the same kernels, and an invalid factor are reported (warnings, or errors with
+``strict=True``; invalid factors are always errors).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable
+
+from headroom.errors import UserError
+from headroom.project.selectors import Selector, parse_selector
+
+try:
+    import tomllib
+except ImportError:  # Python 3.10
+    import tomli as tomllib
+
+_SHORTHAND = ("category", "op", "kernel", "module", "annotation", "kind", "problem")
+_ENTRY_KEYS = {"select", "speedup", "verified", "source", "note", *_SHORTHAND}
+
+
+@dataclass(frozen=True)
+class Speedup:
+    selector: Selector
+    speedup: float
+    verified: bool | None = None
+    source: str = ""
+    note: str = ""
+
+    @property
+    def label(self) -> str:
+        return f"{self.selector}={self.speedup:g}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"selector": str(self.selector), "speedup": self.speedup,
+                "verified": self.verified, "source": self.source}
+
+
+def parse_factor(value: Any, where: str) -> float:
+    """A speedup factor: a finite number > 0. Anything else is a UserError naming `where`."""
+    if value is None or (isinstance(value, str) and not value.strip()):
+        raise UserError(f"{where}: missing speedup value")
+    if isinstance(value, bool):
+        raise UserError(f"{where}: speedup must be a number, got {value!r}")
+    try:
+        f = float(value)
+    except (TypeError, ValueError):
+        raise UserError(f"{where}: speedup must be a number, got {value!r}") from None
+    if math.isnan(f):
+        raise UserError(f"{where}: speedup is NaN")
+    if math.isinf(f):
+        raise UserError(f"{where}: speedup must be finite (the zero-time bound is always reported)")
+    if f <= 0:
+        raise UserError(f"{where}: speedup must be > 0, got {f:g}")
+    return f
+
+
+def _parse_bool(value: Any, where: str) -> bool | None:
+    if value is None or value == "":
+        return None
+    if isinstance(value, bool):
+        return value
+    s = str(value).strip().lower()
+    if s in ("true", "yes", "1", "y"):
+        return True
+    if s in ("false", "no", "0", "n"):
+        return False
+    raise UserError(f"{where}: verified must be true or false, got {value!r}")
+
+
+def parse_cli_speedup(text: str) -> Speedup:
+    """``SELECTOR=FACTOR`` as given to ``--speedup`` (split on the last '=')."""
+    sel, sep, value = text.rpartition("=")
+    if not sep or not sel.strip():
+        raise UserError(f"--speedup {text!r}: expected SELECTOR=FACTOR, e.g. category:embedding=1.552")
+    return Speedup(parse_selector(sel.strip()), parse_factor(value.strip(), f"--speedup {text!r}"),
+                   source="command line")
+
+
+def _entry_from_mapping(d: Any, where: str, default_source: str) -> Speedup:
+    if not isinstance(d, dict):
+        raise UserError(f"{where}: expected a table/object with select and speedup")
+    unknown = set(d) - _ENTRY_KEYS
+    if unknown:
+        raise UserError(f"{where}: unknown key(s) {sorted(unknown)} (allowed: {sorted(_ENTRY_KEYS)})")
+    short = [k for k in _SHORTHAND if k in d]
+    if "select" in d and short:
+        raise UserError(f"{where}: give either select or {'/'.join(_SHORTHAND)} keys, not both")
+    if "select" in d:
+        if not isinstance(d["select"], str):
+            raise UserError(f"{where}: select must be a string like \"category:embedding\"")
+        text = d["select"]
+    elif short:
+        for k in short:
+            if not isinstance(d[k], str) or not d[k]:
+                raise UserError(f"{where}: {k} must be a non-empty string")
+        text = " & ".join(f"{k}:{d[k]}" for k in short)
+    else:
+        raise UserError(f"{where}: no selector (give select = \"KIND:PATTERN\")")
+    try:
+        sel = parse_selector(text)
+    except UserError as e:
+        raise UserError(f"{where}: {e}") from None
+    if "speedup" not in d:
+        raise UserError(f"{where}: missing speedup value")
+    return Speedup(sel, parse_factor(d["speedup"], where), _parse_bool(d.get("verified"), where),
+                   str(d.get("source") or default_source), str(d.get("note", "")))
+
+
+@dataclass
+class SpeedupFile:
+    entries: list[Speedup]
+    warnings: list[str] = field(default_factory=list)
+    kind: str = "speedups"  # speedups | verify
+    results: list[dict] = field(default_factory=list)  # verify results as read (for distributions)
+
+
+def _is_verify_result(d: Any) -> bool:
+    return isinstance(d, dict) and "problem" in d and "verdict" in d
+
+
+def _candidate(r: dict) -> str:
+    c = r.get("candidate")
+    return Path(str(c)).name if c else ""
+
+
+def _best_passes(results: list[dict], path: str) -> tuple[dict[str, tuple[float, str]], list[str], list[str]]:
+    """Per problem (in first-seen order): the fastest passing result, and the problems with no usable pass.
+
+    Returns ({problem: (speedup, candidate)}, problems without a pass, warnings).
+    """
+    best: dict[str, tuple[float, str]] = {}
+    npass: dict[str, int] = {}
+    order: list[str] = []
+    skipped: dict[str, list[str]] = {}
+    warnings: list[str] = []
+    for i, r in enumerate(results, 1):
+        if not _is_verify_result(r):
+            raise UserError(f"{path}: result {i} is not a headroom verify result (needs problem and verdict)")
+        name = str(r["problem"])
+        if name not in order:
+            order.append(name)
+        verdict = str(r["verdict"])
+        label = name + (f" ({_candidate(r)})" if _candidate(r) else "")
+        if verdict != "pass":
+            skipped.setdefault(verdict, []).append(label)
+            continue
+        try:
+            f = parse_factor(r.get("speedup"), f"{path}: {label}")
+        except UserError as e:
+            warnings.append(f"{e}; skipped")
+            continue
+        npass[name] = npass.get(name, 0) + 1
+        if name not in best or f > best[name][0]:
+            best[name] = (f, _candidate(r))
+    for verdict, names in sorted(skipped.items()):
+        warnings.append(f"{path}: skipped {len(names)} result(s) with verdict {verdict!r} "
+                        f"(only verdict 'pass' is used): {', '.join(names)}")
+    for name, k in npass.items():
+        if k > 1:
+            f, cand = best[name]
+            warnings.append(f"{path}: {name} has {k} passing candidates; using the fastest"
+                            f"{' (' + cand + ')' if cand else ''} at {f:g}x")
+    ordered = {n: best[n] for n in order if n in best}
+    return ordered, [n for n in order if n not in best], warnings
+
+
+def _from_verify(results: list[dict], path: str) -> SpeedupFile:
+    best, _, warnings = _best_passes(results, path)
+    src = f"{path}: headroom verify"
+    entries = [Speedup(parse_selector(f"problem:{name}"), f, True, src, note=cand)
+               for name, (f, cand) in best.items()]
+    return SpeedupFile(entries, warnings, "verify", list(results))
+
+
+def _load_toml(path: Path, text: str) -> SpeedupFile:
+    try:
+        doc = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        raise UserError(f"{path}: invalid TOML ({e})") from None
+    rows = doc.get("speedup")
+    if not isinstance(rows, list) or not rows:
+        raise UserError(f"{path}: expected [[speedup]] tables (see docs/projection.md)")
+    default_source = str(doc.get("source", path))
+    return SpeedupFile([_entry_from_mapping(r, f"{path}: [[speedup]] #{i}", default_source)
+                        for i, r in enumerate(rows, 1)])
+
+
+def _load_json(path: Path, text: str) -> SpeedupFile:
+    try:
+        doc = json.loads(text)
+    except ValueError as e:
+        raise UserError(f"{path}: invalid JSON ({e})") from None
+    if isinstance(doc, dict) and isinstance(doc.get("results"), list) and (
+            doc.get("tool") == "headroom verify" or all(_is_verify_result(r) for r in doc["results"])):
+        return _from_verify(doc["results"], str(path))
+    if _is_verify_result(doc):
+        return _from_verify([doc], str(path))
+    if isinstance(doc, list) and doc and all(_is_verify_result(r) for r in doc):
+        return _from_verify(doc, str(path))
+    rows = doc.get("speedups") if isinstance(doc, dict) else doc
+    if not isinstance(rows, list) or not rows:
+        raise UserError(f"{path}: expected {{\"speedups\": [...]}}, a list of entries, or headroom verify output")
+    default_source = str(doc.get("source", path)) if isinstance(doc, dict) else str(path)
+    return SpeedupFile([_entry_from_mapping(r, f"{path}: entry {i}", default_source)
+                        for i, r in enumerate(rows, 1)])
+
+
+def _load_csv(path: Path, text: str) -> SpeedupFile:
+    lines = [ln for ln in text.splitlines() if ln.strip() and not ln.lstrip().startswith("#")]
+    reader = csv.DictReader(io.StringIO("\n".join(lines)))
+    if not reader.fieldnames or "speedup" not in reader.fieldnames or not (
+            "select" in reader.fieldnames or any(k in reader.fieldnames for k in _SHORTHAND)):
+        raise UserError(f"{path}: CSV needs a header with 'select' and 'speedup' columns")
+    entries = []
+    for i, row in enumerate(reader, 2):
+        if None in row:
+            raise UserError(f"{path}: line {i}: more fields than the header (quote selectors that hold commas)")
+        row = {k: v for k, v in row.items() if v not in (None, "")}
+        entries.append(_entry_from_mapping(row, f"{path}: line {i}", str(path)))
+    if not entries:
+        raise UserError(f"{path}: no speedup rows")
+    return SpeedupFile(entries)
+
+
+def load_speedup_file(path: str | Path) -> SpeedupFile:
+    """Read a .toml, .json or .csv speedup file, or headroom verify JSON (single result or suite)."""
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        raise UserError(f"{path}: no such file") from None
+    except IsADirectoryError:
+        raise UserError(f"{path}: is a directory, expected a speedup file") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise UserError(f"{path}: cannot read ({e})") from None
+    suffix = path.suffix.lower()
+    if suffix == ".toml":
+        return _load_toml(path, text)
+    if suffix == ".json":
+        return _load_json(path, text)
+    if suffix == ".csv":
+        return _load_csv(path, text)
+    stripped = text.lstrip()
+    if stripped.startswith(("{", "[")) and not stripped.startswith("[["):
+        return _load_json(path, text)
+    if "[[speedup]]" in text:
+        return _load_toml(path, text)
+    raise UserError(f"{path}: unknown speedup file type (use .toml, .json or .csv)")
+
+
+def collect_entries(cli: Iterable[str] = (), files: Iterable[str | Path] = ()) -> tuple[list[Speedup], list[str]]:
+    """Entries from ``--speedup`` options first (they win overlaps), then from files in order; plus the files' warnings."""
+    entries: list[Speedup] = [parse_cli_speedup(t) for t in cli]
+    warnings: list[str] = []
+    for f in files:
+        sf = load_speedup_file(f)
+        entries.extend(sf.entries)
+        warnings.extend(sf.warnings)
+    return entries, warnings

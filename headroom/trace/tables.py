@@ -1,0 +1,158 @@
+"""The `Trace` tables, built from the decoded polars columns (pandas DataFrames with numeric columns)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import polars as pl
+
+from headroom.trace.ranges import PROFILER_STEP_PREFIX
+
+
+@dataclass
+class Trace:
+    """One profiler trace (one rank), as typed tables.
+
+    gpu:      name, kind (kernel|memcpy|memset), device, stream, ts, dur,
+              correlation, bytes, index (position in traceEvents)
+    cpu:      name, cat (cpu_op|user_annotation|python_function), pid, tid,
+              ts, dur, external_id
+    launches: name, cat (cuda_runtime|cuda_driver), pid, tid, ts, dur,
+              correlation, external_id
+    gpu_annotations: name, device, stream, ts, dur (gpu_user_annotation ranges)
+    """
+
+    source: str
+    gpu: pd.DataFrame
+    cpu: pd.DataFrame
+    launches: pd.DataFrame
+    gpu_annotations: pd.DataFrame
+    base_ns: int | None = None
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def has_gpu(self) -> bool:
+        return len(self.gpu) > 0
+
+    @cached_property
+    def steps(self) -> pd.DataFrame:
+        """ProfilerStep#N ranges recorded on the CPU: step, ts, dur, end."""
+        c = self.cpu
+        c = c[(c["cat"] == "user_annotation").to_numpy() | (c["cat"] == "cpu_op").to_numpy()]
+        annotations = c[(c["cat"] == "user_annotation").to_numpy()]
+        # Modern traces record steps as user_annotation; very old ones as cpu_op.
+        c = annotations if starts_with(annotations["name"], PROFILER_STEP_PREFIX).any() else c
+        m = starts_with(c["name"], PROFILER_STEP_PREFIX)
+        s = c.loc[m, ["name", "ts", "dur"]].copy()
+        s["name"] = s["name"].astype(str)
+        s["step"] = pd.to_numeric(s["name"].str.slice(len(PROFILER_STEP_PREFIX)), errors="coerce")
+        s = s.dropna(subset=["step"]).astype({"step": "int64"})
+        # A step can appear on several threads' views; keep one range per step.
+        s = s.sort_values(["step", "dur"], ascending=[True, False]).drop_duplicates("step")
+        s["end"] = s["ts"] + s["dur"]
+        return s[["step", "ts", "dur", "end"]].reset_index(drop=True)
+
+
+def starts_with(names: pd.Series, prefix: str) -> np.ndarray:
+    """Boolean mask of names starting with `prefix` (faster than .str on object columns)."""
+    return np.fromiter((n.startswith(prefix) for n in names.tolist()), dtype=bool, count=len(names))
+
+
+# --- from polars columns to the pandas tables --------------------------------
+
+def _ids(column: pl.Series) -> np.ndarray:
+    """int64 ids (-1 where absent); ids beyond 64 bits keep an object column of Python ints."""
+    if column.dtype == pl.Int128:
+        values = column.fill_null(-1).to_list()
+        fits = all(-2**63 <= v < 2**63 for v in values)
+        return np.array(values, dtype=np.int64 if fits else object)
+    return column.fill_null(-1).cast(pl.Int64).to_numpy()
+
+
+def _distinct(column: pl.Series) -> tuple[np.ndarray, list[str]]:
+    """Integer codes and distinct values of a string column (names repeat: one Python str per value, not per row)."""
+    column = column.fill_null("")
+    values = column.unique(maintain_order=True).to_list()
+    return column.cast(pl.Enum(values)).to_physical().cast(pl.Int64).to_numpy(), values
+
+
+def _names(column: pl.Series) -> np.ndarray:
+    codes, values = _distinct(column)
+    return np.asarray(values, dtype=object)[codes]
+
+
+def _categories(column: pl.Series) -> pd.Categorical:
+    codes, values = _distinct(column)
+    return pd.Categorical.from_codes(codes, categories=values)
+
+
+def _thread_keys(column: pl.Series) -> pd.Categorical:
+    """pid/tid as strings, stored as categories (numeric ones in numeric order)."""
+    codes, values = _distinct(column)
+    order = sorted(range(len(values)), key=lambda i: _numbers_first(values[i]))
+    rank = np.empty(len(values), dtype=np.int64)
+    rank[order] = np.arange(len(values))
+    return pd.Categorical.from_codes(rank[codes] if len(values) else codes, categories=[values[i] for i in order])
+
+
+def _numbers_first(text: str) -> tuple:
+    return (0, int(text), text) if text.lstrip("-").isdigit() else (1, 0, text)
+
+
+def _small_ints(column: pl.Series, fallback: pl.Series) -> np.ndarray:
+    """device/stream numbers: the args value, else the row's pid/tid when numeric, else -1."""
+    return column.fill_null(fallback.cast(pl.Int64, strict=False)).fill_null(-1).to_numpy()
+
+
+def _cpu_side_columns(t: pl.DataFrame) -> dict[str, Any]:
+    """name/cat/pid/tid/ts/dur columns of a CPU-side table (launches, CPU ranges)."""
+    return {"name": _names(t["name"]), "cat": _categories(t["kind"]),
+            "pid": _thread_keys(t["pid"]), "tid": _thread_keys(t["tid"]),
+            "ts": t["ts"].to_numpy(), "dur": t["dur"].fill_null(0.0).to_numpy()}
+
+
+def _link_flows(table: pl.DataFrame, flows: pl.DataFrame, phases: list[str]) -> pl.DataFrame:
+    """Fill a missing correlation from the flow event at the same thread and time (its id is the correlation)."""
+    if table["correlation"].null_count() == 0:
+        return table
+    ends = (flows.filter(pl.col("ph").is_in(phases) & pl.col("id").is_not_null())
+            .select("pid", "tid", "ts", flow_id="id").unique(subset=["pid", "tid", "ts"], keep="last"))
+    return (table.join(ends, on=["pid", "tid", "ts"], how="left", maintain_order="left")
+            .with_columns(correlation=pl.coalesce("correlation", "flow_id")).drop("flow_id"))
+
+
+def _tabulate(source: str, tables: dict[str, pl.DataFrame], base_ns: int | None, meta: dict[str, Any]) -> Trace:
+    """The four pandas tables the analyses use."""
+    flows = tables.pop("flows")
+    g = _link_flows(tables.pop("gpu"), flows, ["f", "t"])
+    gpu = pd.DataFrame({
+        "name": _names(g["name"]),
+        "kind": _categories(g["kind"]),
+        "device": _small_ints(g["device"], g["pid"]),
+        "stream": _small_ints(g["stream"], g["tid"]),
+        "ts": g["ts"].to_numpy(),
+        "dur": g["dur"].fill_null(0.0).to_numpy(),
+        "correlation": _ids(g["correlation"]),
+        "external_id": _ids(g["external_id"]),
+        "bytes": g["bytes"].to_numpy(),
+        "index": g["index"].cast(pl.Int64).to_numpy(),
+    })
+    c = _link_flows(tables.pop("launches"), flows, ["s"])
+    launches = pd.DataFrame({**_cpu_side_columns(c), "correlation": _ids(c["correlation"]),
+                             "external_id": _ids(c["external_id"])})
+    c = tables.pop("cpu")
+    cpu = pd.DataFrame({**_cpu_side_columns(c), "external_id": _ids(c["external_id"])})
+    a = tables.pop("gpu_annotations")
+    gpu_annotations = pd.DataFrame({
+        "name": _names(a["name"]),
+        "device": _small_ints(a["device"], a["pid"]),
+        "stream": _small_ints(a["stream"], a["tid"]),
+        "ts": a["ts"].to_numpy(),
+        "dur": a["dur"].fill_null(0.0).to_numpy(),
+    })
+    return Trace(source=source, gpu=gpu, cpu=cpu, launches=launches, gpu_annotations=gpu_annotations,
+                 base_ns=base_ns, metadata=meta)

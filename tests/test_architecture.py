@@ -1,0 +1,72 @@
+"""The layout's promises: imports point down the data flow (import-linter's contracts in
+pyproject.toml), workload plug-ins use only the plug-in API, and every package is installed."""
+
+from __future__ import annotations
+
+import ast
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+try:
+    import tomllib
+except ImportError:  # Python 3.10
+    import tomli as tomllib
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def test_import_contracts_are_kept():
+    exe = shutil.which("lint-imports", path=str(Path(sys.executable).parent))
+    if exe is None:
+        pytest.fail("lint-imports is not installed (pip install -e '.[test]')")
+    p = subprocess.run([exe, "--no-cache"], cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stdout[-4000:] + p.stderr[-2000:]
+    kept = re.search(r"Contracts: (\d+) kept, (\d+) broken", p.stdout)
+    assert kept and int(kept.group(1)) >= 3 and kept.group(2) == "0", p.stdout[-2000:]
+
+
+def test_a_broken_contract_fails(tmp_path):
+    """The contract can fail: a trace module that imports the report layer breaks it."""
+    exe = shutil.which("lint-imports", path=str(Path(sys.executable).parent))
+    if exe is None:
+        pytest.fail("lint-imports is not installed")
+    config = tmp_path / "contract.toml"
+    config.write_text('[tool.importlinter]\nroot_packages = ["headroom"]\n\n'
+                      '[[tool.importlinter.contracts]]\nname = "report may not import project"\n'
+                      'type = "forbidden"\nsource_modules = ["headroom.report"]\n'
+                      'forbidden_modules = ["headroom.project"]\n')
+    p = subprocess.run([exe, "--no-cache", "--config", str(config)], cwd=REPO, capture_output=True, text=True,
+                       timeout=300)
+    assert p.returncode == 1 and "BROKEN" in p.stdout and "headroom.report" in p.stdout
+
+
+def _imports(path: Path) -> set[str]:
+    tree = ast.parse(path.read_text())
+    out = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            out |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            out.add(node.module)
+    return out
+
+
+def test_workload_plugins_use_only_the_plugin_api():
+    """import-linter cannot see workloads/ (installed as headroom.workloads by a package-dir mapping)."""
+    allowed = ("headroom.profile", "headroom.errors", "headroom.trace.ranges", "headroom.workloads")
+    for f in sorted((REPO / "workloads").glob("*.py")):
+        bad = sorted(m for m in _imports(f) if m.startswith("headroom") and not m.startswith(allowed))
+        assert not bad, f"{f.name} imports {bad}"
+
+
+def test_every_package_is_installed():
+    doc = tomllib.loads((REPO / "pyproject.toml").read_text())
+    listed = set(doc["tool"]["setuptools"]["packages"])
+    on_disk = {".".join(p.parent.relative_to(REPO).parts) for p in (REPO / "headroom").rglob("__init__.py")}
+    assert on_disk | {"headroom.workloads"} == listed
+    assert doc["tool"]["setuptools"]["package-dir"] == {"headroom.workloads": "workloads"}

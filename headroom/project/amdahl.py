@@ -23,6 +23,9 @@ class Projection:
     breakdown: Breakdown
     factor: float | None = None   # the uniform factor applied, for single-factor scenarios
     note: str = ""
+    # The same projection on the unprofiled clock (docs/projection.md, "Profiler overhead"), when known.
+    unprofiled_baseline_us: float | None = None
+    unprofiled_projected_us: float | None = None
 
     @property
     def speedup(self) -> float:
@@ -49,6 +52,12 @@ class Projection:
             d["factor"] = self.factor if math.isfinite(self.factor) else None
         if self.note:
             d["note"] = self.note
+        if self.unprofiled_baseline_us is not None and self.unprofiled_projected_us is not None:
+            base, proj = self.unprofiled_baseline_us, self.unprofiled_projected_us
+            d["unprofiled"] = {"baseline_us": base, "projected_us": proj,
+                               "per_step_us": proj / self.num_steps if self.num_steps else proj,
+                               "speedup": base / proj if proj > 0 else math.inf,
+                               "gain": 1.0 - proj / base if base > 0 else 0.0}
         return d
 
 

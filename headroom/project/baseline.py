@@ -29,6 +29,8 @@ class Baseline:
     runtime: pd.DataFrame | None = None   # runtime/driver calls: name, pid, tid, ts, dur, correlation
     syncs: pd.DataFrame | None = None     # cuda_sync events, when the trace has them
     step_end: float | None = None          # CPU end of the last ProfilerStep (the window may end there)
+    cpu: pd.DataFrame | None = None       # CPU ranges (cpu_op, user_annotation, python_function): name, cat, pid, tid, ts, dur
+    step_start: float | None = None        # CPU start of the first ProfilerStep (where the CPU model's clock starts)
     manifest: dict = field(default_factory=dict)  # headroom profile's run manifest, when the trace has one
 
     @property
@@ -40,19 +42,21 @@ class Baseline:
         trace = getattr(a, "trace", None)
         runtime = getattr(trace, "launches", None) if trace is not None else None
         syncs = getattr(trace, "syncs", None) if trace is not None else None
-        step_end = None
+        step_end = step_start = None
         if trace is not None and len(getattr(trace, "steps", ())):
             step_end = float(trace.steps["end"].max())
+            step_start = float(trace.steps["ts"].min())
         return cls(events=a.events, wall_us=float(a.wall_us), window=tuple(a.window),
                    num_steps=int(a.num_steps), n_devices=int(getattr(a, "n_devices", 1) or 1),
                    mode=str(getattr(a, "mode", "gpu")), source=str(getattr(a, "source", "")),
                    runtime=runtime, syncs=syncs, step_end=step_end,
-                   manifest=dict(getattr(a, "manifest", None) or {}))
+                   manifest=dict(getattr(a, "manifest", None) or {}),
+                   cpu=getattr(trace, "cpu", None) if trace is not None else None, step_start=step_start)
 
     @classmethod
     def from_events(cls, events: pd.DataFrame, window: tuple[float, float] | None = None,
                     num_steps: int = 1, runtime: pd.DataFrame | None = None,
-                    step_end: float | None = None) -> "Baseline":
+                    step_end: float | None = None, cpu: pd.DataFrame | None = None) -> "Baseline":
         """A baseline from a plain events table (columns as in Analysis.events; `wall_us` added if absent)."""
         ev = events.copy()
         if "end" not in ev.columns:
@@ -68,7 +72,7 @@ class Baseline:
         n_dev = max(int(ev["device"].nunique()), 1)
         return cls(events=ev.reset_index(drop=True), wall_us=float(window[1] - window[0]),
                    window=(float(window[0]), float(window[1])), num_steps=num_steps, n_devices=n_dev,
-                   runtime=runtime, step_end=step_end)
+                   runtime=runtime, step_end=step_end, cpu=cpu)
 
 
 def as_baseline(x: Any) -> Baseline:

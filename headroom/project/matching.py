@@ -31,6 +31,17 @@ def event_phase(*labels: str) -> str:
     return "forward"
 
 
+def label_predicate(kind: str, pattern: str):
+    """How an atom of `kind` matches one label: exact or glob for category/op names, regex (re.search,
+    case-insensitive, never the empty label) for kernel names, module paths and annotations."""
+    if kind in ("kernel", "module", "annotation"):
+        rx = re.compile(pattern, re.IGNORECASE)
+        return lambda v: v != "" and rx.search(v) is not None
+    if _GLOB_CHARS & set(pattern):
+        return lambda v: fnmatch.fnmatchcase(v, pattern)
+    return lambda v: v == pattern
+
+
 class _Matcher:
     """Evaluates atoms over an events DataFrame, once per distinct column value."""
 
@@ -63,7 +74,7 @@ class _Matcher:
 
     def _atom(self, a: Atom) -> np.ndarray:
         p = a.pattern
-        exact = (lambda v: fnmatch.fnmatchcase(v, p)) if _GLOB_CHARS & set(p) else (lambda v: v == p)
+        exact = label_predicate("op", p)
         if a.kind == "category":
             if p == "addressable":
                 if "addressable" not in self.events.columns:
@@ -79,9 +90,8 @@ class _Matcher:
         if a.kind == "phase":
             return self.phases() == p
         if a.kind in ("kernel", "module", "annotation"):
-            rx = re.compile(p, re.IGNORECASE)
             col = "name" if a.kind == "kernel" else a.kind
-            return self._by_value(col, lambda v: v != "" and rx.search(v) is not None)
+            return self._by_value(col, label_predicate(a.kind, p))
         if a.kind == "problem":
             prob = self.problems.get(p)
             out = np.zeros(self.n, dtype=bool)

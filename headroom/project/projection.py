@@ -18,6 +18,14 @@ Two methods, always reported side by side (docs/projection.md):
   the call returns earlier and all later CPU activity of that process moves by
   the same amount. A replay with no change reproduces the measured timeline.
 
+With speedup entries that say how many kernels each call launches after the change (``launches``),
+the replay also changes the CPU timeline (:mod:`headroom.project.cpu`): each replaced call's CPU
+footprint becomes the cost of its new launches, later CPU work of that process moves earlier until a
+blocking call waits for the GPU, and the call's kernels run as the new kernels. Where the unprofiled
+step is known (the manifest, or ``step_ms``) the replay's CPU clock is scaled to reproduce it
+(:mod:`headroom.project.overhead`), and the result leads with an estimate and its interval
+(:mod:`headroom.project.estimate`).
+
 Both also give the bounds: the gain if the selected kernels took zero time, and
 for a distribution of speedups (a benchmark's results) the projection at
 win rate x median speedup, at quantiles and at the harmonic-mean expectation.
@@ -32,13 +40,16 @@ import numpy as np
 
 from headroom.errors import UserError
 from headroom.project.amdahl import Projection, amdahl
-from headroom.project.baseline import Breakdown, as_baseline, baseline_breakdown
+from headroom.project.baseline import Baseline, Breakdown, as_baseline, baseline_breakdown
+from headroom.project.cpu import CallChange, CpuSide, change_calls, cpu_side, find_calls
 from headroom.project.distributions import Distribution
-from headroom.project.matching import Resolution, resolve, select
+from headroom.project.estimate import BOUNDS, Drift, Estimate, estimate_interval, load_drift
+from headroom.project.matching import EntryMatch, Resolution, resolve, select
+from headroom.project.overhead import Unprofiled, solve_cpu_scale, unprofiled_step_us
 from headroom.project.problems import ProblemMap, load_problems
-from headroom.project.replay import replay_check, replay_projection
+from headroom.project.replay import replay, replay_check, replay_projection
 from headroom.project.scenarios import DEFAULT_QUANTILES, distribution_scenarios
-from headroom.project.selectors import parse_selector
+from headroom.project.selectors import Selector, parse_selector
 from headroom.project.speedups import Speedup
 
 PROFILER_OVERHEAD_WARN = 0.10  # warn when profiled steps are this much slower than unprofiled ones
@@ -61,6 +72,8 @@ class ProjectResult:
     replay_check: dict[str, float] | None = None
     distribution: dict[str, Any] | None = None
     scenario_selector: str | None = None
+    estimate: Estimate | None = None       # the first scenario's best estimate and interval
+    unprofiled: Unprofiled | None = None   # the unprofiled step and the CPU clock that reproduces it
 
     def get(self, method: str, scenario: str = "speedups") -> Projection | None:
         for p in self.projections:
@@ -76,6 +89,8 @@ class ProjectResult:
             "selected_us": self.selected_us, "selected_wall_us": self.selected_wall_us,
             "entries": self.entries, "warnings": self.warnings,
             "scenario_selector": self.scenario_selector, "distribution": self.distribution,
+            "estimate": self.estimate.to_dict() if self.estimate else None,
+            "unprofiled": self.unprofiled.to_dict() if self.unprofiled else None,
             "projections": [p.to_dict() for p in self.projections],
             "replay_check": self.replay_check,
         }
@@ -85,10 +100,13 @@ def project(analysis: Any, entries: Sequence[Speedup] = (), distribution: Distri
             win_rate: float | None = None, median: float | None = None,
             scenario_select: str = "category:addressable", quantiles: Sequence[float] = DEFAULT_QUANTILES,
             strict: bool = False, problems: ProblemMap | None = None, methods: Sequence[str] = ("amdahl", "replay"),
-            extra_warnings: Sequence[str] = ()) -> ProjectResult:
-    """Both projections for speedup entries, the zero-time bound, and distribution scenarios."""
+            extra_warnings: Sequence[str] = (), step_ms: float | None = None,
+            drift: Drift | None = None) -> ProjectResult:
+    """Both projections for speedup entries, the zero-time bound, and distribution scenarios; the first
+    scenario's estimate with its interval. `step_ms`: the unprofiled step time (default: the manifest's)."""
     b = as_baseline(analysis)
     problems = problems or load_problems()
+    drift = drift or load_drift()
     warnings = list(extra_warnings)
     use_replay = "replay" in methods
     if use_replay and b.mode != "gpu":
@@ -99,27 +117,69 @@ def project(analysis: Any, entries: Sequence[Speedup] = (), distribution: Distri
         raise UserError("nothing to project: give --speedup SELECTOR=FACTOR, --speedups FILE, "
                         "--distribution FILE or --win-rate/--median")
 
-    projections: list[Projection] = []
+    target_us, target_src = unprofiled_step_us(b, step_ms)
+    unprof: Unprofiled | None = None
+    if target_us is not None and use_replay:
+        unprof = solve_cpu_scale(b, target_us, target_src)
+        if unprof.note and not unprof.reached:
+            warnings.append(f"profiler-overhead correction: {unprof.note}")
+    steps = max(b.num_steps, 1)
+    # Amdahl on the unprofiled clock: the unprofiled window less the GPU time saved (CPU-only traces:
+    # their op time shrinks with the clock).
+    amdahl_base_u = target_us * steps if target_us is not None else None
+    cpu_ratio = (amdahl_base_u / b.wall_us) if (amdahl_base_u and b.mode != "gpu" and b.wall_us > 0) else 1.0
 
-    def both(f: np.ndarray | float, mask: np.ndarray | None, scenario: str, note: str = "") -> None:
-        for method, fn in (("amdahl", amdahl), ("replay", replay_projection)):
+    projections: list[Projection] = []
+    scenario_factors: dict[str, np.ndarray] = {}
+    changes: dict[str, list[CallChange]] = {bound: [] for bound in BOUNDS}
+
+    def both(f: np.ndarray | float, mask: np.ndarray | None, scenario: str, note: str = "",
+             chs: Sequence[CallChange] = ()) -> None:
+        full = f if isinstance(f, np.ndarray) else _uniform(len(b.events), f, mask)
+        scenario_factors.setdefault(scenario, full)
+        for method in ("amdahl", "replay"):
             if method not in methods or (method == "replay" and not use_replay):
                 continue
-            p = fn(b, f, mask, scenario)
+            if method == "amdahl":
+                p = amdahl(b, full, None, scenario)
+                if amdahl_base_u is not None:
+                    p.unprofiled_baseline_us = amdahl_base_u
+                    p.unprofiled_projected_us = amdahl_base_u - p.saved_us * cpu_ratio
+            else:
+                p = replay_projection(b, full, None, scenario, changes=chs)
+                if unprof is not None:
+                    p.unprofiled_baseline_us = unprof.baseline_us
+                    p.unprofiled_projected_us = replay(b, full, changes=chs, cpu_scale=unprof.cpu_scale).projected_us
             p.note = note
             if not isinstance(f, np.ndarray):
                 p.factor = float(f)
             projections.append(p)
 
     res: Resolution | None = None
+    entry_dicts: list[dict] = []
     sel_us = sel_wall = 0.0
     if entries:
         res = resolve(list(entries), b.events, problems, strict=strict)
         warnings.extend(res.warnings)
+        entry_dicts = res.to_dict()
+        if b.mode == "gpu":
+            side: CpuSide | None = None
+            for m, d in zip(res.matches, entry_dicts):
+                if m.entry.launches is None or not m.applied.any():
+                    continue
+                side = side or cpu_side(b)
+                info, by_bound, w = _entry_calls(b, side, m, problems)
+                warnings.extend(w)
+                d["cpu"] = info
+                for bound in BOUNDS:
+                    changes[bound].extend(by_bound[bound])
+        elif any(e.launches is not None for e in entries):
+            warnings.append("launches per call are not modelled in cpu-ops mode (no kernel launches): "
+                            "the entries' CPU time is what their speedup applies to")
         mask = res.selected
         sel_us = float(b.events["dur"].to_numpy()[mask].sum())
         sel_wall = float(b.events["wall_us"].to_numpy()[mask].sum())
-        both(res.factors, None, "speedups")
+        both(res.factors, None, "speedups", chs=changes["estimate"])
         both(np.inf, mask, "zero_time", "the selected kernels take no time")
     dist_info = None
     if scenarios:
@@ -145,7 +205,7 @@ def project(analysis: Any, entries: Sequence[Speedup] = (), distribution: Distri
             dist_info["median_win"] = median
     timing = b.manifest.get("timing") if isinstance(b.manifest.get("timing"), dict) else {}
     overhead = timing.get("overhead")
-    if use_replay and isinstance(overhead, (int, float)) and overhead > PROFILER_OVERHEAD_WARN:
+    if use_replay and unprof is None and isinstance(overhead, (int, float)) and overhead > PROFILER_OVERHEAD_WARN:
         warnings.append(
             f"the profiled steps ran {100 * overhead:.0f}% slower than unprofiled ones "
             f"({timing.get('step_ms', float('nan')):.2f} ms/step): the trace's CPU timeline carries profiler "
@@ -153,9 +213,77 @@ def project(analysis: Any, entries: Sequence[Speedup] = (), distribution: Distri
     check = replay_check(b) if use_replay else None
     if check is not None and abs(check["window_error_us"]) > max(1e-6 * b.wall_us, 1.0):
         warnings.append(f"replay without changes is {check['window_error_us']:.1f} us off the measured window")
+    first = next((p.scenario for p in projections if p.scenario != "zero_time"), None)
+    est = None
+    if first is not None:
+        est = _estimate(b, scenario_factors[first], changes if first == "speedups" else {}, unprof, drift, first,
+                        use_replay, projections, amdahl_base_u)
     return ProjectResult(
         source=b.source, mode=b.mode, baseline_us=b.wall_us, per_step_us=b.per_step_us,
         num_steps=b.num_steps, n_devices=b.n_devices, baseline=baseline_breakdown(b),
-        selected_us=sel_us, selected_wall_us=sel_wall, entries=res.to_dict() if res else [],
+        selected_us=sel_us, selected_wall_us=sel_wall, entries=entry_dicts,
         warnings=warnings, projections=projections, replay_check=check, distribution=dist_info,
-        scenario_selector=scenario_select if scenarios else None)
+        scenario_selector=scenario_select if scenarios else None, estimate=est, unprofiled=unprof)
+
+
+def _uniform(n: int, f: float, mask: np.ndarray | None) -> np.ndarray:
+    out = np.ones(n)
+    out[mask if mask is not None else slice(None)] = float(f)
+    return out
+
+
+def _entry_calls(b: Baseline, side: CpuSide, m: EntryMatch, problems: ProblemMap
+                 ) -> tuple[dict, dict[str, list[CallChange]], list[str]]:
+    """One launch-aware entry: its calls, what each CPU outcome makes of them, and a summary."""
+    e = m.entry
+    calls, warnings = find_calls(b, side, e.selector, m.applied, problems)
+    by_bound = {bound: change_calls(calls, e.launches, side, bound) for bound in BOUNDS}
+    est = by_bound["estimate"]
+    kernels = np.array([c.kernels for c in calls]) if calls else np.zeros(0)
+    blocked = [c for c in calls if c.blocked]
+    if blocked:
+        warnings.append(f"{e.label}: {len(blocked)} call(s) hold a blocking call ({blocked[0].blocked}); "
+                        f"their CPU side is left unchanged")
+    kinds = sorted({c.kind for c in calls})
+    main = max(calls, key=lambda c: c.footprint_us) if calls else None
+    cost = side.cost(main.pid, main.tid) if main else None
+    steps = max(b.num_steps, 1)
+    info = {"launches": e.launches, "call_kind": kinds[0] if len(kinds) == 1 else kinds,
+            "calls": len(calls), "calls_per_step": len(calls) / steps,
+            "kernels_per_call": float(np.median(kernels)) if len(kernels) else 0.0,
+            "changed_calls": len(est), "blocked_calls": len(blocked),
+            "removed_cpu_us": float(sum(ch.removed_us for ch in est)),
+            "added_cpu_us": float(sum(ch.added_us for ch in est)),
+            "added_cpu_us_high": float(sum(ch.added_us for ch in by_bound["high"])),
+            "launch_cost": cost.to_dict() if cost else None}
+    return info, by_bound, warnings
+
+
+def _estimate(b: Baseline, factors: np.ndarray, changes: dict[str, list[CallChange]], unprof: Unprofiled | None,
+              drift: Drift, scenario: str, use_replay: bool, projections: list[Projection],
+              amdahl_base_u: float | None) -> Estimate:
+    """The first scenario's estimate: the CPU-aware replay on the unprofiled clock where known."""
+    if use_replay:
+        scale = unprof.cpu_scale if unprof is not None else 1.0
+        clock = "unprofiled" if unprof is not None else "profiled"
+        n_calls = len(changes.get("estimate", ()))
+        method = "replay" + (f" with the CPU side of {n_calls} replaced call(s)" if n_calls else "")
+        if unprof is not None:
+            method += (f", CPU clock x{scale:.3f} to the unprofiled {unprof.step_us / 1e3:.3f} ms/step "
+                       f"({unprof.source})")
+        else:
+            method += ", on the profiled clock (no unprofiled step time known)"
+        return estimate_interval(b, factors, changes, scale, drift, method, scenario, clock,
+                                 baseline_us=unprof.baseline_us if unprof is not None else None)
+    # Amdahl only (cpu-ops traces): the interval is the drift of the untouched time.
+    a = next(p for p in projections if p.method == "amdahl" and p.scenario == scenario)
+    base = amdahl_base_u if amdahl_base_u is not None else a.baseline_us
+    ratio = base / a.baseline_us if a.baseline_us > 0 else 1.0
+    wall = b.events["wall_us"].to_numpy(dtype=float)
+    untouched = float(wall[factors == 1.0].sum()) * ratio
+    proj = base - a.saved_us * ratio
+    lo, hi = proj + drift.slower * untouched, proj - drift.faster * untouched
+    clock = "unprofiled" if amdahl_base_u is not None else "profiled"
+    return Estimate(base / proj if proj > 0 else np.inf, base / lo if lo > 0 else np.inf,
+                    base / hi if hi > 0 else np.inf, f"amdahl ({b.mode}: no GPU timeline to replay)", scenario,
+                    base, proj, lo, hi, clock, ratio, untouched / base if base > 0 else 0.0, drift, {})

@@ -7,24 +7,20 @@ from __future__ import annotations
 
 import bisect
 import math
-import re
 from dataclasses import dataclass
-from typing import Any, Iterable
+from typing import Any, Iterable, Sequence
 
 import numpy as np
 import pandas as pd
 
 from headroom.project.amdahl import Projection, _factor_array
 from headroom.project.baseline import Baseline, _breakdown, as_baseline
+from headroom.project.cpu import SYNC_CALLS, CallChange
 from headroom.trace.accounting import overlap_shares
 
 BACK_TO_BACK_US = 4.0      # a gap this small after the previous event on the stream = it was queued
 DEFAULT_LAUNCH_LATENCY_US = 5.0
 MAX_STREAM_GAP_US = 50.0   # a queued event starting later than this after its predecessor waited on something else
-SYNC_CALLS = re.compile(
-    r"^(cuda|hip|cu)(Device|Stream|Event|Ctx)Synchronize$"
-    r"|^(cudaMemcpy|cudaMemcpy2D|cudaMemcpy3D|hipMemcpy|hipMemcpyWithStream|hipMemcpy2D)$"
-    r"|^cuMemcpy(DtoH|HtoD|DtoD)?(_v2)?$|^(cuda|hip)Free$|^cuMemFree(_v2)?$")
 
 
 @dataclass
@@ -99,13 +95,47 @@ def cross_stream_deps(events: pd.DataFrame, syncs: pd.DataFrame | None,
     return dep
 
 
+class _Clock:
+    """One process's CPU clock in the replay: a piecewise-linear map from measured to replayed time.
+
+    Before the anchor (the first step's CPU start) time is unchanged; after it the clock runs at
+    `scale` (the profiler-overhead correction, 1.0 = as measured). Breakpoints come in time order:
+    replaced CPU footprints (a segment of another length) and blocking calls (where the CPU waited for
+    the GPU, the replayed return time).
+    """
+
+    __slots__ = ("t", "n", "s")
+
+    def __init__(self, anchor: float, scale: float) -> None:
+        self.t, self.n, self.s = [anchor], [anchor], [scale]
+
+    def at(self, x: float) -> float:
+        t = self.t
+        if x < t[0]:
+            return x
+        k = bisect.bisect_right(t, x) - 1
+        return self.n[k] + self.s[k] * (x - t[k])
+
+    def add(self, x: float, new: float, slope: float) -> None:
+        if x < self.t[-1]:   # concurrent threads of one process: keep the map monotone in measured time
+            x = self.t[-1]
+        if x == self.t[-1]:
+            self.n[-1], self.s[-1] = new, slope
+        else:
+            self.t.append(x)
+            self.n.append(new)
+            self.s.append(slope)
+
+
 def replay(base: Any, factors: np.ndarray | float | None = None, mask: np.ndarray | None = None,
            back_to_back_us: float = BACK_TO_BACK_US, launch_latency_us: float | None = None,
-           max_stream_gap_us: float = MAX_STREAM_GAP_US) -> ReplayResult:
+           max_stream_gap_us: float = MAX_STREAM_GAP_US, changes: Sequence[CallChange] = (),
+           cpu_scale: float = 1.0) -> ReplayResult:
     """Re-run the GPU timeline with each event's duration divided by its factor.
 
-    See the module docstring for the model; returns the new start/end of every
-    event and the projected window length.
+    `changes`: replaced calls (:func:`headroom.project.cpu.change_calls`): their CPU footprint becomes
+    the new launches' cost and their kernels run as the new kernels. `cpu_scale`: the speed of the CPU
+    timeline relative to the trace (the profiler-overhead correction). See the module docstring.
     """
     b = as_baseline(base)
     f = _factor_array(b, factors, mask)
@@ -150,6 +180,28 @@ def replay(base: Any, factors: np.ndarray | float | None = None, mask: np.ndarra
     g = np.where(stream_bound, gap, np.minimum(gap, back_to_back_us))
     d = np.minimum(dep_gap, back_to_back_us)
 
+    # Replaced calls: which new kernel (group) each of their events runs in, and when it is launched.
+    call_of = np.full(n, -1, dtype=np.int64)
+    group_of = np.full(n, -1, dtype=np.int64)
+    removed = np.zeros(n, dtype=bool)
+    group_launch: list[list[float]] = []      # per change: each group's launch (replayed clock), filled in the sweep
+    pieces: list[tuple[float, int, int]] = []  # (measured start, change, piece number)
+    ch_pid: list[int] = []
+    for c, ch in enumerate(changes):
+        call_of[ch.call.events] = c
+        removed[ch.call.events] = len(ch.groups) == 0
+        for k, grp in enumerate(ch.groups):
+            group_of[grp] = k
+        group_launch.append([math.nan] * len(ch.groups))
+        ch_pid.append(pid_table.setdefault(ch.call.pid, len(pid_table)))
+        if ch.cpu:
+            for j, (a, _) in enumerate(ch.call.pieces):
+                pieces.append((a, c, j))
+    in_call = call_of >= 0
+    same_call = in_call & (prev >= 0) & (call_of[np.maximum(prev, 0)] == call_of)
+    g = np.where(same_call, 0.0, g)          # a fused kernel has no gaps inside
+    lat = np.where(in_call, launch_latency_us, lat)
+
     # Blocking synchronisations on the CPU (inside the window).
     syncs = _blocking_calls(b, pid_table)
     n_sync = len(syncs)
@@ -157,41 +209,61 @@ def replay(base: Any, factors: np.ndarray | float | None = None, mask: np.ndarra
     by_end = np.argsort(end, kind="stable")
     end_sorted = end[by_end]
 
-    # Merged sweep: events by measured start, syncs by measured end (syncs first on ties).
-    keys = np.concatenate([ts, syncs["end"].to_numpy(dtype=float) if n_sync else np.zeros(0)])
-    kind = np.concatenate([np.ones(n, dtype=np.int8), np.zeros(n_sync, dtype=np.int8)])
-    idx = np.concatenate([np.arange(n), np.arange(n_sync)])
+    # Merged sweep: footprint starts and ends, syncs by measured end, events by measured start
+    # (in that order on ties).
+    p_start = np.array([p[0] for p in pieces], dtype=float)
+    p_end = np.array([changes[c].call.pieces[j][1] for _, c, j in pieces], dtype=float)
+    n_p = len(pieces)
+    keys = np.concatenate([p_start, p_end, syncs["end"].to_numpy(dtype=float) if n_sync else np.zeros(0), ts])
+    kind = np.concatenate([np.zeros(n_p, dtype=np.int8), np.ones(n_p, dtype=np.int8),
+                           np.full(n_sync, 2, dtype=np.int8), np.full(n, 3, dtype=np.int8)])
+    idx = np.concatenate([np.arange(n_p), np.arange(n_p), np.arange(n_sync), np.arange(n)])
     sweep = np.lexsort((kind, keys))
 
-    hist: dict[int, tuple[list[float], list[float]]] = {}
+    anchor = b.step_start if b.step_start is not None and math.isfinite(b.step_start) else float(b.window[0])
+    clocks: dict[int, _Clock] = {}
+
+    def clock(pid: int) -> _Clock:
+        c = clocks.get(pid)
+        if c is None:
+            c = clocks[pid] = _Clock(anchor, cpu_scale)
+        return c
+
     max_late = 0.0
     max_shift = 0.0
-
-    def delta(pid: int, t: float) -> float:
-        h = hist.get(pid)
-        if not h:
-            return 0.0
-        k = bisect.bisect_right(h[0], t) - 1
-        return h[1][k] if k >= 0 else 0.0
-
     s_ts = syncs["ts"].to_numpy(dtype=float) if n_sync else np.zeros(0)
     s_end = syncs["end"].to_numpy(dtype=float) if n_sync else np.zeros(0)
     s_pid = syncs["pid_code"].to_numpy() if n_sync else np.zeros(0, dtype=np.int64)
     s_corr = syncs["correlation"].to_numpy() if n_sync else np.zeros(0)
     corr = ev["correlation"].to_numpy() if "correlation" in ev.columns else np.full(n, -1)
+    piece_new_start = [0.0] * n_p
+    piece_new_len = [0.0] * n_p
 
     # Plain lists: the sweep is a Python loop, and list indexing is much faster than numpy's.
     L_launch, L_lat, L_prev, L_g = launch.tolist(), lat.tolist(), prev.tolist(), g.tolist()
     L_dep, L_d, L_dur, L_end = dep.tolist(), d.tolist(), new_dur.tolist(), end.tolist()
     L_has, L_pid, L_ts = has_launch.tolist(), pids.tolist(), ts.tolist()
+    L_call, L_group, L_removed = call_of.tolist(), group_of.tolist(), removed.tolist()
     ts2_l = [math.nan] * n
     end2_l = [math.nan] * n
-    any_shift = False
-    for j, i, k in zip(sweep.tolist(), idx[sweep].tolist(), kind[sweep].tolist()):
-        if k == 1:
-            if L_has[i]:
-                a = L_launch[i]
-                start = a + (delta(L_pid[i], a) if any_shift else 0.0) + L_lat[i]
+    for i, k in zip(idx[sweep].tolist(), kind[sweep].tolist()):
+        if k == 3:
+            c = L_call[i]
+            if L_removed[i]:                     # the call launches nothing now: its work vanishes
+                p = L_prev[i]
+                start = end2_l[p] if p >= 0 and end2_l[p] == end2_l[p] else (L_launch[i] if L_has[i] else L_ts[i])
+                ts2_l[i] = end2_l[i] = start
+                continue
+            if c >= 0:
+                gl = group_launch[c][L_group[i]]
+                if gl != gl:                     # CPU unchanged (the lower bound): at the group's last launch
+                    ch = changes[c]
+                    last_i = int(ch.groups[L_group[i]][-1])
+                    gl = clock(ch_pid[c]).at(L_launch[last_i])
+                    group_launch[c][L_group[i]] = gl
+                start = gl + L_lat[i]
+            elif L_has[i]:
+                start = clock(L_pid[i]).at(L_launch[i]) + L_lat[i]
             else:
                 start = L_ts[i]
             p = L_prev[i]
@@ -209,10 +281,28 @@ def replay(base: Any, factors: np.ndarray | float | None = None, mask: np.ndarra
             end2_l[i] = e2
             if e2 - L_end[i] > max_late:
                 max_late = e2 - L_end[i]
+        elif k == 0:                             # a replaced footprint starts
+            _, c, j = pieces[i]
+            ch = changes[c]
+            a, z = ch.call.pieces[j]
+            clk = clock(ch_pid[c])
+            new_a = clk.at(a)
+            new_len = cpu_scale * ch.added_us if j == 0 else 0.0
+            if j == 0:
+                group_launch[c] = [new_a + cpu_scale * t for t in ch.launch_at]
+            piece_new_start[i], piece_new_len[i] = new_a, new_len
+            clk.add(a, new_a, new_len / (z - a) if z > a else cpu_scale)
+        elif k == 1:                             # ... and ends
+            _, c, j = pieces[i]
+            clock(ch_pid[c]).add(ch_end := changes[c].call.pieces[j][1], piece_new_start[i] + piece_new_len[i],
+                                 cpu_scale)
+            max_shift = max(max_shift, abs(piece_new_start[i] + piece_new_len[i] - ch_end))
         else:
             pid = int(s_pid[i])
+            clk = clock(pid)
             t0, t1 = s_ts[i], s_end[i]
-            dl = delta(pid, t0)
+            new_t0 = clk.at(t0)
+            dl = new_t0 - t0
             lo = np.searchsorted(end_sorted, t0 + min(dl, 0.0) - max_late, side="left")
             hi = np.searchsorted(end_sorted, t1, side="right")
             cand = by_end[lo:hi]
@@ -227,22 +317,18 @@ def replay(base: Any, factors: np.ndarray | float | None = None, mask: np.ndarra
                         g_new = e2
             wait = max(0.0, g_meas - t0)
             nowait = (t1 - t0) - wait
-            new_end = nowait + max(t0 + dl, g_new)
-            shift = new_end - t1
-            h = hist.setdefault(pid, ([], []))
-            h[0].append(t1)
-            h[1].append(shift)
-            max_shift = max(max_shift, abs(shift))
-            any_shift = any_shift or shift != 0.0
+            new_end = cpu_scale * nowait + max(new_t0, g_new)
+            clk.add(t1, new_end, cpu_scale)
+            max_shift = max(max_shift, abs(new_end - t1))
     ts2 = np.array(ts2_l, dtype=float)
     end2 = np.array(end2_l, dtype=float)
 
-    # The window ends at the later of the last GPU end and the last step's CPU end (shifted).
+    # The window ends at the later of the last GPU end and the last step's CPU end (replayed clock).
     w0, w1 = b.window
     cpu_end = b.step_end if b.step_end is not None else -np.inf
     if np.isfinite(cpu_end):
         main_pid = int(np.bincount(pids).argmax()) if len(pids) else 0
-        cpu_end = cpu_end + delta(main_pid, cpu_end)
+        cpu_end = clock(main_pid).at(cpu_end)
     new_w1 = max(float(np.nanmax(end2)), cpu_end)
     # Keep any part of the measured window the replay does not model (e.g. CPU work after the last step).
     old_model_end = max(float(end.max()), b.step_end if b.step_end is not None else -np.inf)

@@ -16,6 +16,7 @@ import csv
 import io
 import json
 import math
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
@@ -29,7 +30,7 @@ except ImportError:  # Python 3.10
     import tomli as tomllib
 
 _SHORTHAND = ("category", "op", "kernel", "module", "annotation", "kind", "problem")
-_ENTRY_KEYS = {"select", "speedup", "verified", "source", "note", *_SHORTHAND}
+_ENTRY_KEYS = {"select", "speedup", "launches", "verified", "source", "note", *_SHORTHAND}
 
 
 @dataclass(frozen=True)
@@ -39,13 +40,16 @@ class Speedup:
     verified: bool | None = None
     source: str = ""
     note: str = ""
+    # Kernels each call of the selected region launches after the change (None: unchanged).
+    # A call is one instance of the region on the CPU timeline (docs/projection.md, "Calls").
+    launches: int | None = None
 
     @property
     def label(self) -> str:
-        return f"{self.selector}={self.speedup:g}"
+        return f"{self.selector}={self.speedup:g}" + ("" if self.launches is None else f",launches={self.launches}")
 
     def to_dict(self) -> dict[str, Any]:
-        return {"selector": str(self.selector), "speedup": self.speedup,
+        return {"selector": str(self.selector), "speedup": self.speedup, "launches": self.launches,
                 "verified": self.verified, "source": self.source}
 
 
@@ -81,13 +85,35 @@ def _parse_bool(value: Any, where: str) -> bool | None:
     raise UserError(f"{where}: verified must be true or false, got {value!r}")
 
 
+def parse_launches(value: Any, where: str) -> int | None:
+    """Kernels per call after the change: a whole number >= 0 (None: unchanged)."""
+    if value is None or (isinstance(value, str) and not value.strip()):
+        return None
+    if isinstance(value, bool):
+        raise UserError(f"{where}: launches must be a whole number >= 0, got {value!r}")
+    try:
+        f = float(value)
+    except (TypeError, ValueError):
+        raise UserError(f"{where}: launches must be a whole number >= 0, got {value!r}") from None
+    if not math.isfinite(f) or f < 0 or f != int(f):
+        raise UserError(f"{where}: launches must be a whole number >= 0, got {value!r}")
+    return int(f)
+
+
+_CLI_LAUNCHES = re.compile(r"^(?P<rest>.*),\s*launches\s*=\s*(?P<n>[^=,]*)$")
+
+
 def parse_cli_speedup(text: str) -> Speedup:
-    """``SELECTOR=FACTOR`` as given to ``--speedup`` (split on the last '=')."""
-    sel, sep, value = text.rpartition("=")
+    """``SELECTOR=FACTOR[,launches=N]`` as given to ``--speedup`` (the factor follows the last '=' before it)."""
+    rest, launches = text, None
+    m = _CLI_LAUNCHES.match(text)
+    if m:
+        rest, launches = m.group("rest"), parse_launches(m.group("n").strip() or "?", f"--speedup {text!r}")
+    sel, sep, value = rest.rpartition("=")
     if not sep or not sel.strip():
-        raise UserError(f"--speedup {text!r}: expected SELECTOR=FACTOR, e.g. category:embedding=1.552")
+        raise UserError(f"--speedup {text!r}: expected SELECTOR=FACTOR[,launches=N], e.g. category:embedding=1.552")
     return Speedup(parse_selector(sel.strip()), parse_factor(value.strip(), f"--speedup {text!r}"),
-                   source="command line")
+                   source="command line", launches=launches)
 
 
 def _entry_from_mapping(d: Any, where: str, default_source: str) -> Speedup:
@@ -117,7 +143,8 @@ def _entry_from_mapping(d: Any, where: str, default_source: str) -> Speedup:
     if "speedup" not in d:
         raise UserError(f"{where}: missing speedup value")
     return Speedup(sel, parse_factor(d["speedup"], where), _parse_bool(d.get("verified"), where),
-                   str(d.get("source") or default_source), str(d.get("note", "")))
+                   str(d.get("source") or default_source), str(d.get("note", "")),
+                   parse_launches(d.get("launches"), where))
 
 
 @dataclass
@@ -137,12 +164,22 @@ def _candidate(r: dict) -> str:
     return Path(str(c)).name if c else ""
 
 
-def _best_passes(results: list[dict], path: str) -> tuple[dict[str, tuple[float, str]], list[str], list[str]]:
+def _verified_launches(r: dict) -> int | None:
+    """Kernels the candidate launches per call, from verify's ``launches_per_call`` (None when not measured)."""
+    lpc = r.get("launches_per_call")
+    n = lpc.get("candidate") if isinstance(lpc, dict) else None
+    if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+        return None
+    return n
+
+
+def _best_passes(results: list[dict], path: str) -> tuple[dict[str, tuple[float, str, int | None]], list[str],
+                                                          list[str]]:
     """Per problem (in first-seen order): the fastest passing result, and the problems with no usable pass.
 
-    Returns ({problem: (speedup, candidate)}, problems without a pass, warnings).
+    Returns ({problem: (speedup, candidate, launches per call or None)}, problems without a pass, warnings).
     """
-    best: dict[str, tuple[float, str]] = {}
+    best: dict[str, tuple[float, str, int | None]] = {}
     npass: dict[str, int] = {}
     order: list[str] = []
     skipped: dict[str, list[str]] = {}
@@ -165,13 +202,13 @@ def _best_passes(results: list[dict], path: str) -> tuple[dict[str, tuple[float,
             continue
         npass[name] = npass.get(name, 0) + 1
         if name not in best or f > best[name][0]:
-            best[name] = (f, _candidate(r))
+            best[name] = (f, _candidate(r), _verified_launches(r))
     for verdict, names in sorted(skipped.items()):
         warnings.append(f"{path}: skipped {len(names)} result(s) with verdict {verdict!r} "
                         f"(only verdict 'pass' is used): {', '.join(names)}")
     for name, k in npass.items():
         if k > 1:
-            f, cand = best[name]
+            f, cand, _ = best[name]
             warnings.append(f"{path}: {name} has {k} passing candidates; using the fastest"
                             f"{' (' + cand + ')' if cand else ''} at {f:g}x")
     ordered = {n: best[n] for n in order if n in best}
@@ -181,8 +218,8 @@ def _best_passes(results: list[dict], path: str) -> tuple[dict[str, tuple[float,
 def _from_verify(results: list[dict], path: str) -> SpeedupFile:
     best, _, warnings = _best_passes(results, path)
     src = f"{path}: headroom verify"
-    entries = [Speedup(parse_selector(f"problem:{name}"), f, True, src, note=cand)
-               for name, (f, cand) in best.items()]
+    entries = [Speedup(parse_selector(f"problem:{name}"), f, True, src, note=cand, launches=n)
+               for name, (f, cand, n) in best.items()]
     return SpeedupFile(entries, warnings, "verify", list(results))
 
 

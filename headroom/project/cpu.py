@@ -1,0 +1,410 @@
+"""The CPU side of a trace, as the replay needs it: the calls a speedup entry replaces, what they cost
+on the CPU, and what a new launch costs.
+
+A *call* is one instance of the selected region on the CPU timeline of the thread that launched its
+kernels (docs/projection.md, "Calls"):
+
+* ``module:`` selectors -- one nn.Module range instance (``nn.Module:`` python_function ranges, or
+  ``headroom/module`` ranges), the outermost one on the thread whose path matches;
+* ``annotation:`` selectors -- one ``record_function``/NVTX range instance, the innermost one (the
+  selector matches the innermost range);
+* ``op:`` selectors -- one op instance, the outermost op on the thread whose name matches;
+* ``kernel:``, ``category:``, ``kind:``, ``phase:`` selectors -- one kernel (its launch).
+
+A combined selector is grouped by its first non-negated atom of those kinds (module, then
+annotation, then op); ``problem:`` selectors by the selector of the problem that matched each kernel.
+
+A call's CPU *footprint* is what a replacement removes: the whole range when every kernel it
+launches is selected, else the outermost ops inside it that launch only selected kernels (for a
+kernel call: the outermost op around its launch that launches nothing else, else the launch call).
+A footprint holding a blocking call (a synchronisation) is left unchanged.
+
+A new launch costs what the trace's own *single-launch ops* cost on that thread: the median duration
+of the top-level ops that launch exactly one kernel (``LaunchCost.op_us``), with the launch at the
+median offset into such an op; the upper bound of the estimate charges only the median launch call
+(``LaunchCost.launch_us``).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from headroom.project.baseline import Baseline
+from headroom.project.matching import label_predicate, select
+from headroom.project.problems import ProblemMap
+from headroom.project.selectors import Selector
+from headroom.trace.attribute import _module_paths, containing_range
+from headroom.trace.ranges import MODULE_PREFIX, MODULE_RANGE_PREFIX, PROFILER_STEP_PREFIX
+
+# CPU calls that block until GPU work is done (the replay moves the CPU clock after them).
+SYNC_CALLS = re.compile(
+    r"^(cuda|hip|cu)(Device|Stream|Event|Ctx)Synchronize$"
+    r"|^(cudaMemcpy|cudaMemcpy2D|cudaMemcpy3D|hipMemcpy|hipMemcpyWithStream|hipMemcpy2D)$"
+    r"|^cuMemcpy(DtoH|HtoD|DtoD)?(_v2)?$|^(cuda|hip)Free$|^cuMemFree(_v2)?$")
+# Runtime/driver calls that put work on a GPU (counted as launches even when their work is not in the window).
+_LAUNCH_CALLS = re.compile(r"Launch|Memcpy|Memset", re.IGNORECASE)
+
+MIN_SINGLE_LAUNCH_OPS = 5      # fewer on a thread: the estimate pools the process, then the trace
+DEFAULT_LAUNCH_US = 5.0         # a launch call's cost when a trace records none
+
+GROUPING_KINDS = ("module", "annotation", "op")   # range kinds, in the order a combined selector uses them
+
+
+@dataclass(frozen=True)
+class LaunchCost:
+    """What one new launch costs on a thread's CPU timeline (profiled clock)."""
+
+    op_us: float        # median duration of the top-level ops that launch exactly one kernel
+    launch_us: float    # median duration of a launch call
+    offset_us: float    # median time from such an op's start to its launch call
+    n_ops: int          # single-launch ops the estimate rests on
+    scope: str          # thread | process | trace | default
+
+    def to_dict(self) -> dict:
+        return {"op_us": self.op_us, "launch_us": self.launch_us, "offset_us": self.offset_us,
+                "n_ops": self.n_ops, "scope": self.scope}
+
+
+@dataclass
+class Call:
+    """One instance of a selected region on the CPU timeline."""
+
+    pid: str
+    tid: str
+    kind: str                 # module | annotation | op | kernel
+    label: str
+    start: float
+    end: float
+    events: np.ndarray        # indices of its selected GPU events, in launch order
+    kernels: int              # kernels among them (memcpy/memset not counted): launches before
+    pieces: list[tuple[float, float]] = field(default_factory=list)  # CPU footprint, measured clock
+    blocked: str = ""         # the blocking call inside the footprint ("" when the CPU side can change)
+
+    @property
+    def footprint_us(self) -> float:
+        return float(sum(b - a for a, b in self.pieces))
+
+
+@dataclass
+class CallChange:
+    """A call after the change: its footprint replaced by `launches` new launches carrying its kernels."""
+
+    call: Call
+    launches: int
+    added_us: float                    # CPU time of the new launches (profiled clock)
+    groups: list[np.ndarray]           # the events each new kernel carries, in order
+    launch_at: list[float]             # each new kernel's launch, us after the footprint starts (profiled clock)
+    cpu: bool = True                   # False: CPU unchanged, each new kernel launched at its group's last launch
+
+    @property
+    def removed_us(self) -> float:
+        return self.call.footprint_us if self.cpu else 0.0
+
+
+@dataclass
+class CpuSide:
+    """Per thread: CPU ranges and launch calls, sorted by start (built once per baseline)."""
+
+    ranges: pd.DataFrame          # name, cat, pid, tid, ts, end (ProfilerStep excluded)
+    launches: pd.DataFrame        # runtime calls that launch GPU work: pid, tid, ts, dur, end, correlation
+    blocking: pd.DataFrame        # blocking runtime calls: pid, tid, ts, end, name
+    costs: dict[tuple[str, str], LaunchCost]
+
+    def cost(self, pid: str, tid: str) -> LaunchCost:
+        return self.costs.get((pid, tid)) or self.costs.get(("", "")) or LaunchCost(
+            DEFAULT_LAUNCH_US, DEFAULT_LAUNCH_US, 0.0, 0, "default")
+
+
+def _keys(df: pd.DataFrame, col: str) -> np.ndarray:
+    return df[col].astype(str).to_numpy(dtype=object) if col in df.columns else np.full(len(df), "", dtype=object)
+
+
+def cpu_side(b: Baseline) -> CpuSide:
+    """The CPU ranges and launch calls of a baseline, and each thread's launch cost."""
+    cpu = b.cpu if b.cpu is not None else pd.DataFrame(columns=["name", "cat", "pid", "tid", "ts", "dur"])
+    rt = b.runtime if b.runtime is not None else pd.DataFrame(columns=["name", "pid", "tid", "ts", "dur", "correlation"])
+    names = cpu["name"].astype(str)
+    keep = ~names.str.startswith(PROFILER_STEP_PREFIX).to_numpy(dtype=bool)
+    ranges = pd.DataFrame({"name": names.to_numpy(dtype=object)[keep], "cat": _keys(cpu, "cat")[keep],
+                           "pid": _keys(cpu, "pid")[keep], "tid": _keys(cpu, "tid")[keep],
+                           "ts": cpu["ts"].to_numpy(dtype=float)[keep]})
+    ranges["end"] = ranges["ts"] + cpu["dur"].to_numpy(dtype=float)[keep]
+    ev = b.events
+    corrs = set(ev["correlation"].tolist()) if "correlation" in ev.columns else set()
+    rt_names = rt["name"].astype(str)
+    rt_corr = rt["correlation"].to_numpy() if "correlation" in rt.columns else np.full(len(rt), -1)
+    is_launch = np.fromiter((c in corrs for c in rt_corr.tolist()), dtype=bool, count=len(rt)) \
+        | rt_names.str.contains(_LAUNCH_CALLS).to_numpy(dtype=bool)
+    base = pd.DataFrame({"pid": _keys(rt, "pid"), "tid": _keys(rt, "tid"), "ts": rt["ts"].to_numpy(dtype=float),
+                         "dur": rt["dur"].to_numpy(dtype=float), "correlation": rt_corr,
+                         "name": rt_names.to_numpy(dtype=object)})
+    base["end"] = base["ts"] + base["dur"]
+    launches = base[is_launch].sort_values("ts", kind="stable").reset_index(drop=True)
+    blocking = base[rt_names.map(lambda s: SYNC_CALLS.match(s) is not None).to_numpy(dtype=bool)].reset_index(drop=True)
+    side = CpuSide(ranges.sort_values("ts", kind="stable").reset_index(drop=True), launches, blocking, {})
+    side.costs = _launch_costs(side, b.window)
+    return side
+
+
+def _top_level(ts: np.ndarray, end: np.ndarray) -> np.ndarray:
+    """Mask of ranges (sorted by start) that no earlier range contains."""
+    if len(ts) == 0:
+        return np.zeros(0, dtype=bool)
+    prev_end = np.maximum.accumulate(np.concatenate([[-np.inf], end[:-1]]))
+    return ts >= prev_end
+
+
+def _launch_costs(side: CpuSide, window: tuple[float, float]) -> dict[tuple[str, str], LaunchCost]:
+    """Per thread, the median single-launch op and launch call (in the window); pooled where a thread has few."""
+    r, la = side.ranges, side.launches
+    ops = r[(r["cat"] == "cpu_op").to_numpy() & (r["ts"] >= window[0]).to_numpy() & (r["ts"] <= window[1]).to_numpy()]
+    la_w = la[(la["ts"] >= window[0]).to_numpy() & (la["ts"] <= window[1]).to_numpy()]
+    per: dict[tuple[str, str], tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+    for key, idx in ops.groupby(["pid", "tid"], sort=False).indices.items():
+        o = ops.iloc[idx].sort_values(["ts", "end"], ascending=[True, False], kind="stable")
+        ts, end = o["ts"].to_numpy(), o["end"].to_numpy()
+        top = _top_level(ts, end)
+        ts, end = ts[top], end[top]
+        lt = la_w.loc[(la_w["pid"] == key[0]).to_numpy() & (la_w["tid"] == key[1]).to_numpy(), "ts"].to_numpy()
+        lt = np.sort(lt)
+        lo, hi = np.searchsorted(lt, ts, "left"), np.searchsorted(lt, end, "right")
+        one = (hi - lo) == 1
+        per[key] = (end[one] - ts[one], lt[lo[one]] - ts[one] if one.any() else np.zeros(0),
+                    la_w.loc[(la_w["pid"] == key[0]).to_numpy() & (la_w["tid"] == key[1]).to_numpy(), "dur"].to_numpy())
+
+    def make(durs: np.ndarray, offs: np.ndarray, lds: np.ndarray, scope: str) -> LaunchCost:
+        launch_us = float(np.median(lds)) if len(lds) else DEFAULT_LAUNCH_US
+        if len(durs) == 0:
+            return LaunchCost(launch_us, launch_us, 0.0, 0, "default")
+        return LaunchCost(float(np.median(durs)), launch_us, float(np.median(offs)), int(len(durs)), scope)
+
+    out: dict[tuple[str, str], LaunchCost] = {}
+    all_d = [np.concatenate([v[i] for v in per.values()]) if per else np.zeros(0) for i in range(3)]
+    out[("", "")] = make(*all_d, "trace")
+    by_pid: dict[str, list] = {}
+    for (pid, tid), v in per.items():
+        by_pid.setdefault(pid, []).append(v)
+    for (pid, tid), v in per.items():
+        if len(v[0]) >= MIN_SINGLE_LAUNCH_OPS:
+            out[(pid, tid)] = make(*v, "thread")
+            continue
+        pooled = [np.concatenate([x[i] for x in by_pid[pid]]) for i in range(3)]
+        if len(pooled[0]) >= MIN_SINGLE_LAUNCH_OPS:
+            out[(pid, tid)] = make(*pooled, "process")
+        else:
+            out[(pid, tid)] = out[("", "")]
+    return out
+
+
+# --- which call each selected kernel belongs to -------------------------------
+
+def _grouping(sel: Selector) -> tuple[str, str]:
+    """(kind, pattern) a selector's calls are grouped by: its first module, annotation or op atom, else kernels."""
+    for kind in GROUPING_KINDS:
+        for a in sel.atoms:
+            if a.kind == kind and not a.negate:
+                return kind, a.pattern
+    return "kernel", ""
+
+
+def _range_table(side: CpuSide, kind: str) -> pd.DataFrame:
+    """The CPU ranges of a kind, with the label a selector of that kind matches."""
+    r = side.ranges
+    if kind == "op":
+        out = r[(r["cat"] == "cpu_op").to_numpy()].copy()
+        out["label"] = out["name"]
+        return out
+    if kind == "annotation":
+        out = r[(r["cat"] == "user_annotation").to_numpy()].copy()
+        out["label"] = out["name"]
+        return out
+    names = r["name"].astype(str)
+    py = r[(r["cat"] == "python_function").to_numpy() & names.str.startswith(MODULE_PREFIX).to_numpy()]
+    parts = []
+    if len(py):
+        paths = _module_paths(py.assign(dur=py["end"] - py["ts"]))
+        parts.append(py.assign(label=paths["name"].to_numpy()))
+    ann = r[(r["cat"] == "user_annotation").to_numpy() & names.str.startswith(MODULE_RANGE_PREFIX).to_numpy()]
+    if len(ann):
+        parts.append(ann.assign(label=ann["name"].str.slice(len(MODULE_RANGE_PREFIX))))
+    if not parts:
+        return r.iloc[0:0].assign(label=pd.Series(dtype=object))
+    return pd.concat(parts).sort_values("ts", kind="stable")
+
+
+def _assign_ranges(ev: pd.DataFrame, idx: np.ndarray, table: pd.DataFrame, kind: str, pattern: str) -> np.ndarray:
+    """For each selected event (idx), the row of `table` holding its call (-1: none on its thread)."""
+    out = np.full(len(idx), -1, dtype=np.int64)
+    if len(table) == 0 or len(idx) == 0:
+        return out
+    match = label_predicate(kind, pattern)
+    labels = table["label"].astype(str).to_numpy(dtype=object)
+    ok = np.fromiter((match(x) for x in labels), dtype=bool, count=len(labels))
+    t = table[ok]
+    tpos = np.flatnonzero(ok)
+    if len(t) == 0:
+        return out
+    pid = _keys(ev, "launch_pid")[idx]
+    tid = _keys(ev, "launch_tid")[idx]
+    pts = ev["launch_ts"].to_numpy(dtype=float)[idx]
+    groups = t.groupby(["pid", "tid"], sort=False).indices
+    keys = pd.Series(list(zip(pid, tid)))
+    for key, pidx in keys.groupby(keys, sort=False).indices.items():
+        ridx = groups.get(key)
+        if ridx is None:
+            continue
+        sub = t.iloc[ridx]
+        hit = containing_range(sub["ts"].to_numpy(), sub["end"].to_numpy(), pts[pidx],
+                               outermost=kind != "annotation")
+        good = hit >= 0
+        out[pidx[good]] = tpos[ridx[hit[good]]]
+    return out
+
+
+def find_calls(b: Baseline, side: CpuSide, selector: Selector, mask: np.ndarray,
+               problems: ProblemMap) -> tuple[list[Call], list[str]]:
+    """The calls of the selected events (`mask`), with their CPU footprints."""
+    ev = b.events
+    warnings: list[str] = []
+    launched = ev["launch_ts"].notna().to_numpy() if "launch_ts" in ev.columns else np.zeros(len(ev), dtype=bool)
+    sel_idx = np.flatnonzero(mask & launched)
+    if (mask & ~launched).any():
+        warnings.append(f"{selector}: {int((mask & ~launched).sum())} selected event(s) have no launch in the "
+                        f"trace; their CPU side is not modelled")
+    # Which grouping each event uses (a problem: the first of its selectors that picks the event).
+    grouping = np.empty(len(sel_idx), dtype=object)
+    sels = [selector]
+    if any(a.kind == "problem" and not a.negate for a in selector.atoms):
+        atom = next(a for a in selector.atoms if a.kind == "problem" and not a.negate)
+        sels = list(problems.get(atom.pattern).selectors)
+    todo = np.ones(len(sel_idx), dtype=bool)
+    for s in sels:
+        hit = select(ev.iloc[sel_idx], s, problems) & todo if len(sel_idx) else np.zeros(0, dtype=bool)
+        for i in np.flatnonzero(hit):
+            grouping[i] = _grouping(s)
+        todo &= ~hit
+    for i in np.flatnonzero(todo):
+        grouping[i] = ("kernel", "")
+    calls: list[Call] = []
+    kinds = ev["kind"].astype(str).to_numpy() if "kind" in ev.columns else np.full(len(ev), "kernel")
+    lts = ev["launch_ts"].to_numpy(dtype=float)
+    ldur = ev["launch_dur"].to_numpy(dtype=float) if "launch_dur" in ev.columns else np.zeros(len(ev))
+    pids, tids = _keys(ev, "launch_pid"), _keys(ev, "launch_tid")
+    no_range = 0
+    tables: dict[str, pd.DataFrame] = {}
+    for g in dict.fromkeys(grouping.tolist()):
+        kind, pattern = g
+        gi = sel_idx[np.array([x == g for x in grouping.tolist()], dtype=bool)]
+        rows = np.full(len(gi), -1, dtype=np.int64)
+        if kind != "kernel":
+            table = tables.setdefault(kind, _range_table(side, kind))
+            rows = _assign_ranges(ev, gi, table, kind, pattern)
+        no_range += int((rows < 0).sum()) if kind != "kernel" else 0
+        for r in np.unique(rows[rows >= 0]):
+            members = gi[rows == r]
+            members = members[np.argsort(lts[members], kind="stable")]
+            row = tables[kind].iloc[int(r)]
+            calls.append(Call(str(row["pid"]), str(row["tid"]), kind, str(row["label"]), float(row["ts"]),
+                              float(row["end"]), members, int((kinds[members] == "kernel").sum())))
+        for i in gi[rows < 0]:
+            calls.append(Call(pids[i], tids[i], "kernel", str(ev["name"].iat[i]), float(lts[i]),
+                              float(lts[i] + ldur[i]), np.array([i]), int(kinds[i] == "kernel")))
+    if no_range:
+        warnings.append(f"{selector}: {no_range} selected kernel(s) have no {'/'.join(sorted({g[0] for g in grouping.tolist()} - {'kernel'}))} "
+                        f"range on their launching thread; each counts as a call of one kernel")
+    selected_corr = set(ev["correlation"].to_numpy()[mask].tolist()) if "correlation" in ev.columns else set()
+    _footprints(calls, side, selected_corr, lts, ldur)
+    calls.sort(key=lambda c: (c.start, c.pid, c.tid))
+    return calls, warnings
+
+
+def _footprints(calls: list[Call], side: CpuSide, selected_corr: set, lts: np.ndarray, ldur: np.ndarray) -> None:
+    """Each call's CPU footprint: the range if it launches only selected work, else its single-purpose ops."""
+    la = side.launches
+    by_thread_l = la.groupby(["pid", "tid"], sort=False).indices
+    ops = side.ranges[(side.ranges["cat"] == "cpu_op").to_numpy()]
+    by_thread_o = ops.groupby(["pid", "tid"], sort=False).indices
+    blk = side.blocking.groupby(["pid", "tid"], sort=False).indices
+    cache: dict = {}
+    for c in calls:
+        key = (c.pid, c.tid)
+        if key not in cache:
+            li = by_thread_l.get(key, np.zeros(0, dtype=np.int64))
+            sub = la.iloc[li]
+            order = np.argsort(sub["ts"].to_numpy(), kind="stable")
+            lt = sub["ts"].to_numpy()[order]
+            other = ~np.fromiter((x in selected_corr for x in sub["correlation"].to_numpy()[order].tolist()),
+                                 dtype=bool, count=len(order))
+            csum = np.concatenate([[0], np.cumsum(other)])
+            oi = by_thread_o.get(key, np.zeros(0, dtype=np.int64))
+            o = ops.iloc[oi].sort_values(["ts", "end"], ascending=[True, False], kind="stable")
+            bi = blk.get(key, np.zeros(0, dtype=np.int64))
+            b = side.blocking.iloc[bi]
+            cache[key] = (lt, csum, o["ts"].to_numpy(), o["end"].to_numpy(), b["ts"].to_numpy(), b["end"].to_numpy(),
+                          b["name"].astype(str).to_numpy(dtype=object))
+        lt, csum, ots, oend, bts, bend, bname = cache[key]
+
+        def foreign(a: float, z: float) -> int:
+            return int(csum[np.searchsorted(lt, z, "right")] - csum[np.searchsorted(lt, a, "left")])
+
+        if c.kind != "kernel" and foreign(c.start, c.end) == 0:
+            pieces = [(c.start, c.end)]
+        else:
+            pieces = []
+            inside = (ots >= c.start) & (oend <= c.end) if c.kind != "kernel" else np.ones(len(ots), dtype=bool)
+            for i in c.events.tolist():
+                lt_i = float(lts[i])
+                cand = np.flatnonzero(inside & (ots <= lt_i) & (oend >= lt_i))
+                best = None
+                for k in cand:   # outermost first: earliest start, then longest
+                    if foreign(ots[k], oend[k]) == 0 and (best is None or ots[k] < ots[best]
+                                                          or (ots[k] == ots[best] and oend[k] > oend[best])):
+                        best = k
+                if best is not None:
+                    pieces.append((float(ots[best]), float(oend[best])))
+                else:
+                    pieces.append((lt_i, lt_i + float(ldur[i])))
+            pieces = _merge(pieces)
+        c.pieces = pieces
+        for a, z in pieces:
+            hit = np.flatnonzero((bts < z) & (bend > a))
+            if len(hit):
+                c.blocked = str(bname[hit[0]])
+                break
+
+
+def _merge(pieces: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    out: list[tuple[float, float]] = []
+    for a, z in sorted(pieces):
+        if out and a <= out[-1][1]:
+            out[-1] = (out[-1][0], max(out[-1][1], z))
+        else:
+            out.append((a, z))
+    return out
+
+
+# --- what a call becomes ------------------------------------------------------
+
+def change_calls(calls: list[Call], launches: int, side: CpuSide, bound: str = "estimate") -> list[CallChange]:
+    """The calls after the change, for one bound of the estimate.
+
+    ``estimate``: each new launch costs a single-launch op of the thread; ``high``: only a launch call;
+    ``low``: the CPU side is unchanged and each new kernel is launched when the old work's last launch was.
+    Calls whose kernel count is already `launches` do not change; nor do calls with a blocking call inside.
+    """
+    out = []
+    for c in calls:
+        if c.kernels == launches or c.blocked or len(c.events) == 0:
+            continue
+        cost = side.cost(c.pid, c.tid)
+        n = max(launches, 0)
+        groups = [g for g in np.array_split(c.events, n) if len(g)] if n else []
+        per = cost.launch_us if bound == "high" else cost.op_us
+        offset = 0.0 if bound == "high" else min(cost.offset_us, per)
+        out.append(CallChange(c, n, n * per, groups, [k * per + offset for k in range(len(groups))],
+                              cpu=bound != "low"))
+    return out

@@ -1,0 +1,147 @@
+"""The estimate `headroom project` leads with: the replay with the CPU model on the unprofiled clock,
+and the interval a measurement should fall inside.
+
+* ``speedup``: the replay with the replaced calls' CPU work changed (each new launch costs a
+  single-launch op of its thread, :mod:`headroom.project.cpu`), on the CPU clock that reproduces the
+  unprofiled step (:mod:`headroom.project.overhead`) when it is known.
+* ``low``: the least of three CPU outcomes -- the savings fully realised (a new launch costs only a
+  launch call), as estimated, or not realised at all (the CPU does the old work and launches each new
+  kernel where the old work launched its last) -- with the untouched kernels ``gpu_drift.slower``
+  slower.
+* ``high``: the most of the three, with the untouched kernels ``gpu_drift.faster`` faster.
+
+The drift parameters are data (``headroom/data/projection.toml``), with where they come from;
+:func:`calibrate_drift` recomputes them from validation measurements.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Iterable, Mapping, Sequence
+
+import numpy as np
+
+from headroom.errors import UserError
+from headroom.project.baseline import Baseline
+from headroom.project.cpu import CallChange
+from headroom.project.replay import replay
+
+try:
+    import tomllib
+except ImportError:  # Python 3.10
+    import tomli as tomllib
+
+BOUNDS = ("high", "estimate", "low")   # the CPU outcomes: savings fully, as estimated, not realised
+
+
+@dataclass(frozen=True)
+class Drift:
+    """How much slower/faster the kernels a change does not touch may run (fractions of their duration)."""
+
+    slower: float
+    faster: float
+    source: str = ""
+
+    def to_dict(self) -> dict:
+        return {"slower": self.slower, "faster": self.faster, "source": self.source}
+
+
+def load_drift(path: str | Path | None = None) -> Drift:
+    """The drift parameters: the shipped ``projection.toml``, or a user's file in the same format."""
+    try:
+        text = Path(path).read_text() if path else \
+            resources.files("headroom.data").joinpath("projection.toml").read_text()
+        doc = tomllib.loads(text)
+    except (OSError, UnicodeDecodeError) as e:
+        raise UserError(f"{path}: cannot read ({e})") from None
+    except tomllib.TOMLDecodeError as e:
+        raise UserError(f"{path or 'projection.toml'}: invalid TOML ({e})") from None
+    d = doc.get("gpu_drift")
+    if not isinstance(d, dict):
+        raise UserError(f"{path or 'projection.toml'}: needs a [gpu_drift] table with slower and faster")
+    vals = []
+    for key in ("slower", "faster"):
+        v = d.get(key)
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not (0.0 <= v < 1.0):
+            raise UserError(f"{path or 'projection.toml'}: gpu_drift.{key} must be a fraction in [0, 1), got {v!r}")
+        vals.append(float(v))
+    return Drift(vals[0], vals[1], str(d.get("source", "")))
+
+
+@dataclass
+class Estimate:
+    """The best estimate of the end-to-end speedup and the interval a measurement should fall inside."""
+
+    speedup: float
+    low: float
+    high: float
+    method: str
+    scenario: str
+    baseline_us: float        # the base window on the estimate's clock
+    projected_us: float
+    low_us: float             # the window at `low` (the longest)
+    high_us: float            # the window at `high` (the shortest)
+    clock: str                # "unprofiled" | "profiled"
+    cpu_scale: float
+    untouched_fraction: float  # share of the base window the untouched kernels keep busy (what drift acts on)
+    drift: Drift
+    cpu: dict                 # per CPU outcome (high, estimate, low): the window without drift
+
+    def to_dict(self) -> dict:
+        return {"speedup": self.speedup, "low": self.low, "high": self.high, "method": self.method,
+                "scenario": self.scenario, "baseline_us": self.baseline_us, "projected_us": self.projected_us,
+                "low_us": self.low_us, "high_us": self.high_us, "clock": self.clock, "cpu_scale": self.cpu_scale,
+                "untouched_fraction": self.untouched_fraction, "drift": self.drift.to_dict(), "cpu": self.cpu}
+
+
+def _ratio(a: float, b: float) -> float:
+    return a / b if b > 0 else math.inf
+
+
+def estimate_interval(b: Baseline, factors: np.ndarray, changes: Mapping[str, Sequence[CallChange]],
+                      cpu_scale: float, drift: Drift, method: str, scenario: str, clock: str,
+                      baseline_us: float | None = None) -> Estimate:
+    """Replay the base (no change) and the change under each CPU outcome and drift; `changes` per bound."""
+    base = baseline_us if baseline_us is not None else replay(b, cpu_scale=cpu_scale).projected_us
+    touched = factors != 1.0
+    for chs in changes.values():
+        for ch in chs:
+            touched[ch.call.events] = True
+    wall = b.events["wall_us"].to_numpy(dtype=float) if "wall_us" in b.events.columns else np.zeros(len(factors))
+    untouched = float(wall[~touched].sum()) * (base / b.wall_us if b.wall_us > 0 else 1.0)
+    windows: dict[str, dict[str, float]] = {}
+    for bound in BOUNDS:
+        chs = changes.get(bound, ())
+        row = {}
+        for name, d in (("none", 0.0), ("slower", drift.slower), ("faster", -drift.faster)):
+            f = np.where(touched, factors, 1.0 / (1.0 + d))
+            row[name] = replay(b, f, changes=chs, cpu_scale=cpu_scale).projected_us
+        windows[bound] = row
+    est = windows["estimate"]["none"]
+    longest = max(w["slower"] for w in windows.values())
+    shortest = min(w["faster"] for w in windows.values())
+    return Estimate(_ratio(base, est), _ratio(base, longest), _ratio(base, shortest), method, scenario,
+                    base, est, longest, shortest, clock, cpu_scale,
+                    untouched / base if base > 0 else 0.0, drift,
+                    {bound: {"projected_us": w["none"], "speedup": _ratio(base, w["none"])}
+                     for bound, w in windows.items()})
+
+
+def calibrate_drift(records: Iterable[tuple[float, float, float]], source: str = "validation") -> Drift:
+    """Drift that covers measured GPU-bound substitutions.
+
+    Each record: (measured speedup, the model's drift-free estimate, untouched fraction of the base
+    window). The untouched kernels' implied relative change is
+    ``d = (1/measured - 1/estimate) / untouched``; `slower` is the largest d, `faster` the largest -d
+    (0 when none). Pass GPU-bound cases: in launch-bound ones the GPU is idle and drift does not show.
+    """
+    ds = []
+    for measured, est, frac in records:
+        if measured > 0 and est > 0 and frac > 0:
+            ds.append((1.0 / measured - 1.0 / est) / frac)
+    if not ds:
+        raise UserError("calibrate_drift: no usable records (need measured and estimated speedups > 0)")
+    return Drift(max(0.0, max(ds)), max(0.0, -min(ds)), f"{source}: {len(ds)} case(s)")

@@ -1,0 +1,104 @@
+"""Profiler-overhead correction: the replay's CPU clock scaled so the replayed base step equals the
+step measured without the profiler.
+
+The profiler slows the CPU (every op and launch is recorded), rarely the GPU. Where the unprofiled
+step time is known -- `headroom profile` records it in the trace's manifest (``timing.step_ms``, the
+median of timed steps without the profiler), or the user gives ``--step-ms`` -- the replay runs the
+CPU timeline at a constant speed `scale` <= 1 (every CPU interval between blocking waits shrinks by
+that factor; a wait for the GPU lasts as long as the GPU needs) and `scale` is solved so that the
+replay with no change spans ``step_ms x steps``. A GPU-bound trace needs no correction (the CPU was
+ahead anyway); a launch-bound one is compressed nearly in proportion.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from headroom.errors import UserError
+from headroom.project.baseline import Baseline
+from headroom.project.replay import replay
+
+TOLERANCE = 1e-4        # relative error of the replayed base window the solve stops at
+MAX_ITERATIONS = 40
+
+
+@dataclass(frozen=True)
+class Unprofiled:
+    """The unprofiled step and the CPU speed that reproduces it."""
+
+    step_us: float             # unprofiled step time (the target)
+    source: str                # "manifest" | "--step-ms"
+    cpu_scale: float           # the replay's CPU clock speed (1.0: no correction)
+    baseline_us: float         # the replayed base window at that speed
+    profiled_step_us: float    # the measured (profiled) window per step
+    num_steps: int
+    reached: bool              # False: even an infinitely fast CPU leaves the replayed step above the target
+    note: str = ""
+
+    @property
+    def overhead(self) -> float:
+        """Profiled over unprofiled step, minus one."""
+        return self.profiled_step_us / self.step_us - 1.0 if self.step_us > 0 else math.nan
+
+    def to_dict(self) -> dict:
+        return {"step_us": self.step_us, "source": self.source, "cpu_scale": self.cpu_scale,
+                "baseline_us": self.baseline_us, "per_step_us": self.baseline_us / max(self.num_steps, 1),
+                "profiled_step_us": self.profiled_step_us, "overhead": self.overhead, "reached": self.reached,
+                "note": self.note}
+
+
+def unprofiled_step_us(b: Baseline, step_ms: float | None = None) -> tuple[float | None, str]:
+    """The unprofiled step time in us and where it came from: --step-ms, else the trace's manifest."""
+    if step_ms is not None:
+        if isinstance(step_ms, bool) or not isinstance(step_ms, (int, float)) or not math.isfinite(step_ms) \
+                or step_ms <= 0:
+            raise UserError(f"--step-ms must be a positive number of milliseconds, got {step_ms!r}")
+        return 1000.0 * float(step_ms), "--step-ms"
+    timing = b.manifest.get("timing") if isinstance(b.manifest.get("timing"), dict) else {}
+    v = timing.get("step_ms")
+    if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v > 0:
+        return 1000.0 * float(v), "manifest"
+    return None, ""
+
+
+def solve_cpu_scale(b: Baseline, step_us: float, source: str = "manifest") -> Unprofiled:
+    """The CPU clock speed at which the replay with no change spans `step_us` per step."""
+    steps = max(b.num_steps, 1)
+    target = step_us * steps
+    prof = b.wall_us / steps
+
+    def window(scale: float) -> float:
+        return replay(b, cpu_scale=scale).projected_us
+
+    w1 = window(1.0)
+    if w1 <= target * (1 + TOLERANCE):
+        return Unprofiled(step_us, source, 1.0, w1, prof, steps, True,
+                          "the profiled steps are not slower than the unprofiled ones: no correction")
+    w0 = window(0.0)
+    if w0 >= target * (1 - TOLERANCE):
+        return Unprofiled(step_us, source, 0.0, w0, prof, steps, False,
+                          f"even with no CPU time the replayed step is {w0 / steps / 1e3:.3f} ms, above the "
+                          f"unprofiled {step_us / 1e3:.3f} ms: the GPU work itself ran slower under the profiler; "
+                          f"the CPU side is taken as free")
+    # Illinois (regula falsi): the window is monotone and piecewise linear in the scale.
+    lo, hi, f_lo, f_hi = 0.0, 1.0, w0 - target, w1 - target
+    side = 0
+    x, wx = hi, w1
+    for _ in range(MAX_ITERATIONS):
+        x = hi - f_hi * (hi - lo) / (f_hi - f_lo) if f_hi != f_lo else 0.5 * (lo + hi)
+        wx = window(x)
+        fx = wx - target
+        if abs(fx) <= TOLERANCE * target:
+            break
+        if fx > 0:
+            hi, f_hi = x, fx
+            if side == 1:
+                f_lo /= 2
+            side = 1
+        else:
+            lo, f_lo = x, fx
+            if side == -1:
+                f_hi /= 2
+            side = -1
+    return Unprofiled(step_us, source, float(x), float(wx), prof, steps, True)

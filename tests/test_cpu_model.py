@@ -1,0 +1,133 @@
+"""The replay's CPU model on synthetic Kineto traces whose answers are known by hand
+(headroom.project.cpu, headroom.project.replay; docs/projection.md, "The CPU side")."""
+
+from __future__ import annotations
+
+import pytest
+
+from headroom.project.projection import project
+from headroom.project.speedups import parse_cli_speedup
+from headroom.trace.analysis import analyze
+from tests.kineto_synth import LATENCY_US, Sim, chain_model
+
+
+def steps(sim: Sim, n: int, body, tail_sync: bool = False) -> None:
+    for s in range(n):
+        t0 = sim.t
+        body(sim)
+        if tail_sync:
+            sim.synchronize()
+        sim.step(s + 1, t0, sim.t)
+
+
+def run(path, *speedups: str, **kw):
+    return project(analyze(path), [parse_cli_speedup(s) for s in speedups], **kw)
+
+
+# --- launch-bound: the gain is the CPU time removed --------------------------
+
+def launch_bound(tmp_path, **write):
+    sim = Sim()
+    steps(sim, 3, lambda s: chain_model(s, 20, gemm_cpu=10, gemm_gpu=2, chain_ops=8, chain_cpu=10,
+                                        chain_gpu=1, glue=1))
+    return sim.write(tmp_path / "launch_bound.json", **write)
+
+
+def test_launch_bound_chain_fused_gains_the_removed_cpu_time(tmp_path):
+    path = launch_bound(tmp_path)
+    # Per step: 20 x (10 us GEMM op + 89 us module: 8 ops of 10 us + 9 us of glue) = 1980 us of CPU;
+    # the GPU needs 20 x 10 us. Fused to one launch per call, each call's 89 us become one
+    # single-launch op of the trace (10 us): 79 us saved per call, 3 x 20 x 79 = 4740 us.
+    r = run(path, "module:RMSNorm=4,launches=1")
+    assert r.baseline_us == pytest.approx(5940.0, abs=0.01)
+    rep = r.get("replay")
+    assert rep.saved_us == pytest.approx(4740.0, abs=0.5)
+    assert rep.speedup == pytest.approx(5940 / 1200, rel=1e-3)
+    # Amdahl shortens kernels only: 60 calls x 8 us x (1 - 1/4).
+    assert r.get("amdahl").saved_us == pytest.approx(360.0, abs=0.01)
+    cpu = r.entries[0]["cpu"]
+    assert (cpu["calls"], cpu["changed_calls"], cpu["kernels_per_call"]) == (60, 60, 8.0)
+    assert cpu["removed_cpu_us"] == pytest.approx(60 * 89.0, abs=0.01)
+    assert cpu["added_cpu_us"] == pytest.approx(60 * 10.0, abs=0.01)
+    assert cpu["launch_cost"]["op_us"] == pytest.approx(10.0) and cpu["launch_cost"]["offset_us"] == pytest.approx(2.0)
+    # The interval: CPU savings not realised (about no gain) .. only a launch call per new kernel
+    # (3 us; the last fused kernel, launched as its call starts, then ends 5 + 2 us later: 4 us after the CPU).
+    e = r.estimate
+    assert e.clock == "profiled" and e.speedup == pytest.approx(rep.speedup, rel=1e-9)
+    assert e.low == pytest.approx(1.0, abs=0.01)
+    assert e.high == pytest.approx(5940 / (5940 - 60 * 86.0 + 4.0), rel=1e-4)
+
+
+def test_launches_unchanged_leave_the_cpu_alone(tmp_path):
+    path = launch_bound(tmp_path)
+    plain, same = run(path, "module:RMSNorm=4"), run(path, "module:RMSNorm=4,launches=8")
+    # Launch-bound and no CPU change: shortening idle-separated kernels buys nothing.
+    assert plain.get("replay").saved_us == pytest.approx(0.0, abs=0.5)
+    assert same.get("replay").saved_us == pytest.approx(0.0, abs=0.5)
+    assert same.entries[0]["cpu"]["changed_calls"] == 0
+
+
+def test_more_launches_cost_cpu_time(tmp_path):
+    path = launch_bound(tmp_path)
+    # One op's kernel split in two: each call (one 10 us op) becomes two single-launch ops (20 us).
+    r = run(path, "op:aten::mm=1,launches=2")
+    assert r.get("replay").saved_us == pytest.approx(-60 * 10.0, abs=0.5)
+    # More launches: the estimate is the worst CPU outcome; at 3 us per launch call the two cost less than the op.
+    assert r.estimate.low == pytest.approx(r.estimate.speedup) == pytest.approx(5940 / 6540)
+    assert r.estimate.high == pytest.approx(5940 / (5940 - 60 * 4.0))
+
+
+# --- GPU-bound: the gain is Amdahl's ----------------------------------------
+
+def gpu_bound(tmp_path):
+    sim = Sim()
+    steps(sim, 3, lambda s: chain_model(s, 10, gemm_cpu=10, gemm_gpu=400, chain_ops=8, chain_cpu=10,
+                                        chain_gpu=25, glue=1), tail_sync=True)
+    return sim.write(tmp_path / "gpu_bound.json")
+
+
+def test_gpu_bound_chain_fused_gains_what_amdahl_says(tmp_path):
+    r = run(gpu_bound(tmp_path), "module:RMSNorm=4,launches=1")
+    # Kernels back to back; the CPU waits in a cudaDeviceSynchronize per step. 8 x 25 us per call
+    # become 50 us: 150 us x 30 calls saved, by both methods; the CPU's savings vanish in the wait.
+    amd, rep = r.get("amdahl"), r.get("replay")
+    assert amd.saved_us == pytest.approx(30 * 150.0, abs=0.01)
+    assert rep.saved_us == pytest.approx(amd.saved_us, abs=1.0)
+    e = r.estimate
+    assert e.speedup == pytest.approx(rep.speedup, rel=1e-6)
+    # GPU-bound: the interval is the drift of the untouched kernels (4% slower .. 1% faster).
+    untouched = 30 * 400.0
+    assert e.low_us == pytest.approx(e.projected_us + 0.04 * untouched, rel=2e-3)
+    assert e.high_us == pytest.approx(e.projected_us - 0.01 * untouched, rel=2e-3)
+
+
+# --- at the boundary: the CPU becomes the bottleneck after the fusion ----------
+
+def test_fused_chain_at_the_boundary(tmp_path):
+    sim = Sim()
+    # Per layer: CPU 10 + 8 x 10 = 90 us, GPU 5 + 8 x 12 = 101 us: GPU-bound, just.
+    steps(sim, 3, lambda s: chain_model(s, 40, gemm_cpu=10, gemm_gpu=5, chain_ops=8, chain_cpu=10,
+                                        chain_gpu=12), tail_sync=True)
+    path = sim.write(tmp_path / "boundary.json")
+    r = run(path, "module:RMSNorm=12,launches=1")
+    # Measured step: 7 us to the first kernel, 5 us idle before the first chain kernel, 40 x 101 us
+    # of kernels, 4 us of sync return: 4056 us.
+    assert r.per_step_us == pytest.approx(4056.0, abs=0.01)
+    # Fused (GPU 96 -> 8 us, CPU 80 -> 10 us): per layer CPU 20 us, GPU 13 us -- launch-bound now, so a
+    # layer takes 20 us: the last fused kernel launches at 39 x 20 + 12, ends 5 + 8 us later (805 us), the
+    # sync returns 4 us after: 809 us per step. Not Amdahl's 13 us per layer, nor the 90 us of a replay
+    # that keeps the CPU as it was.
+    rep, amd = r.get("replay"), r.get("amdahl")
+    assert rep.saved_us / 3 == pytest.approx(4056.0 - 809.0, abs=0.5)
+    assert amd.saved_us / 3 == pytest.approx(40 * 88.0, abs=0.01)
+    pinned = run(path, "module:RMSNorm=12")     # no launches: kernels stay pinned to the old CPU timeline
+    # Pinned: the CPU still takes 3600 us; the last kernel (1 us) starts 5 us after its launch at 3592 us.
+    assert pinned.get("replay").saved_us / 3 == pytest.approx(4056.0 - 3604.0, abs=0.5)
+    assert r.estimate.low <= pinned.get("replay").speedup + 1e-9
+
+
+def test_no_change_replays_the_trace(tmp_path):
+    r = run(launch_bound(tmp_path), "module:RMSNorm=1")
+    assert r.replay_check["window_error_us"] == pytest.approx(0.0, abs=1e-6)
+    assert r.replay_check["max_abs_error_us"] == pytest.approx(0.0, abs=1e-6)
+    assert LATENCY_US == pytest.approx(r.replay_check["launch_latency_us"])

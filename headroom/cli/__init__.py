@@ -27,12 +27,6 @@ def _register_commands() -> None:
         module.register(app)
 
 
-def fail(message: str) -> typer.Exit:
-    """Print one line to stderr and return the exit to raise (code 2)."""
-    print(f"headroom: error: {message}", file=sys.stderr)
-    return typer.Exit(code=2)
-
-
 def main() -> None:
     _register_commands()
     try:

@@ -148,7 +148,7 @@ def plot_cmd(
     from headroom.project.speedups import collect_entries, parse_cli_speedup
     from headroom.report import plot
     from headroom.report.scaling import scaling_table
-    from headroom.report.tables import addressable_summary, category_fractions, projection_table, workload_label
+    from headroom.report.tables import addressable_summary, category_fractions, projection_table
 
     figures = list(figure) if figure else None
     for f in figures or []:
@@ -178,7 +178,7 @@ def plot_cmd(
         for r in results:
             for w in r.warnings:
                 print(f"headroom: warning: {Path(r.source).name}: {w}")
-        tbl = projection_table(results, [*(labels or [])] or [workload_label(a) for a in analyses])
+        tbl = projection_table(results, [*(labels or [])] or [a.label for a in analyses])
         written += plot.save(plot.projection_figure(tbl, title), out / "projection", formats)
     if "scaling" in want:
         explicit = bool(figures and "scaling" in figures)

@@ -8,11 +8,11 @@ from typing import List, Optional
 
 import typer
 
-from headroom.trace.analysis import analyze, analyze_path
 from headroom.report.annotate import annotate_trace
-from headroom.trace.classify import load_policy, load_rules
 from headroom.report.render import make_console, render_analysis, render_summary
 from headroom.report.tables import summary_frame
+from headroom.trace.analysis import analyze, analyze_path
+from headroom.trace.classify import load_policy, load_rules
 from headroom.trace.load import find_trace_files
 
 RulesOpt = typer.Option(None, "--rules", help="TOML file of extra classification rules (tried first).")

@@ -188,17 +188,19 @@ def resolve(entries: list[Speedup], events: pd.DataFrame, problems: ProblemMap |
             warnings.append(msg)
         else:
             seen[key] = i
+        skipped = False
         try:
             mask = m.selector(e.selector)
         except UserError as err:
-            if not e.source.endswith("headroom verify"):
+            if not e.verify_result:
                 raise
             # A verified result for a problem the mapping does not know: say so, use nothing.
             warnings.append(f"{e.label} ({e.source}): {err}; skipped")
             mask = np.zeros(n, dtype=bool)
+            skipped = True
         free = mask & (owner < 0)
         taken = mask & (owner >= 0)
-        if not mask.any() and not (warnings and warnings[-1].endswith("; skipped") and e.label in warnings[-1]):
+        if not mask.any() and not skipped:
             warnings.append(f"{e.label} ({e.source}) matches no kernel in this trace")
         elif taken.any():
             for j in np.unique(owner[taken]):

@@ -9,7 +9,7 @@ import bisect
 import math
 import re
 from dataclasses import dataclass
-from typing import Any, Iterable
+from typing import Iterable
 
 import numpy as np
 import pandas as pd
@@ -17,6 +17,7 @@ import pandas as pd
 from headroom.project.amdahl import Projection, _factor_array
 from headroom.project.baseline import Baseline, _breakdown, as_baseline
 from headroom.trace.accounting import overlap_shares
+from headroom.trace.analysis import Analysis
 
 BACK_TO_BACK_US = 4.0      # a gap this small after the previous event on the stream = it was queued
 DEFAULT_LAUNCH_LATENCY_US = 5.0
@@ -54,6 +55,9 @@ def _pid_codes(values: Iterable, table: dict) -> np.ndarray:
     return np.array(out, dtype=np.int64)
 
 
+STREAM_WAIT_EVENT = "Stream Wait Event"  # Kineto's name for a CUPTI stream-wait-event sync record
+
+
 def cross_stream_deps(events: pd.DataFrame, syncs: pd.DataFrame | None,
                       runtime: pd.DataFrame | None) -> np.ndarray:
     """For each event, the index of the event it waits on in another stream (-1 if none known).
@@ -72,6 +76,8 @@ def cross_stream_deps(events: pd.DataFrame, syncs: pd.DataFrame | None,
     need = {"stream", "ts", "wait_on_stream", "wait_on_cuda_event_record_corr_id"}
     if not need <= set(syncs.columns) or "correlation" not in events.columns:
         return dep
+    if "name" in syncs.columns:  # "Event Sync", "Stream Synchronize", ... block the CPU, not a stream
+        syncs = syncs[syncs["name"].astype(str) == STREAM_WAIT_EVENT]
     rec_ts = dict(zip(runtime["correlation"].tolist(), runtime["ts"].tolist()))
     stream = events["stream"].astype(str).to_numpy()
     ts = events["ts"].to_numpy(dtype=float)
@@ -99,7 +105,7 @@ def cross_stream_deps(events: pd.DataFrame, syncs: pd.DataFrame | None,
     return dep
 
 
-def replay(base: Any, factors: np.ndarray | float | None = None, mask: np.ndarray | None = None,
+def replay(base: Baseline | Analysis, factors: np.ndarray | float | None = None, mask: np.ndarray | None = None,
            back_to_back_us: float = BACK_TO_BACK_US, launch_latency_us: float | None = None,
            max_stream_gap_us: float = MAX_STREAM_GAP_US) -> ReplayResult:
     """Re-run the GPU timeline with each event's duration divided by its factor.
@@ -279,7 +285,7 @@ def _blocking_calls(b: Baseline, pid_table: dict) -> pd.DataFrame:
     return out
 
 
-def replay_projection(base: Any, factors: np.ndarray | float, mask: np.ndarray | None = None,
+def replay_projection(base: Baseline | Analysis, factors: np.ndarray | float, mask: np.ndarray | None = None,
                       scenario: str = "speedups", **kw) -> Projection:
     b = as_baseline(base)
     f = _factor_array(b, factors, mask)
@@ -295,7 +301,7 @@ def replay_projection(base: Any, factors: np.ndarray | float, mask: np.ndarray |
     return Projection("replay", scenario, b.wall_us, r.projected_us, b.num_steps, bd, uniform)
 
 
-def replay_check(base: Any) -> dict[str, float]:
+def replay_check(base: Baseline | Analysis) -> dict[str, float]:
     """Replay with no change: how far the model is from the measured timeline (should be ~0)."""
     b = as_baseline(base)
     r = replay(b)

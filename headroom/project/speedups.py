@@ -39,6 +39,8 @@ class Speedup:
     verified: bool | None = None
     source: str = ""
     note: str = ""
+    # A `headroom verify` result (its problem's fastest pass), as opposed to an entry a person wrote.
+    verify_result: bool = False
 
     @property
     def label(self) -> str:
@@ -181,7 +183,7 @@ def _best_passes(results: list[dict], path: str) -> tuple[dict[str, tuple[float,
 def _from_verify(results: list[dict], path: str) -> SpeedupFile:
     best, _, warnings = _best_passes(results, path)
     src = f"{path}: headroom verify"
-    entries = [Speedup(parse_selector(f"problem:{name}"), f, True, src, note=cand)
+    entries = [Speedup(parse_selector(f"problem:{name}"), f, True, src, note=cand, verify_result=True)
                for name, (f, cand) in best.items()]
     return SpeedupFile(entries, warnings, "verify", list(results))
 

@@ -12,6 +12,7 @@ import pandas as pd
 from headroom.errors import UserError
 from headroom.project.baseline import Baseline, as_baseline
 from headroom.project.replay import replay_projection
+from headroom.trace.analysis import Analysis
 
 DEFAULT_SPEEDUP = 1.5
 NO_OP = "(no op)"
@@ -53,7 +54,7 @@ def _amdahl_groups(b: Baseline, keys: np.ndarray, s: float) -> pd.DataFrame:
     return out
 
 
-def targets(analysis: Any, speedup: float = DEFAULT_SPEEDUP, by: Sequence[str] = ("op", "module"),
+def targets(analysis: Analysis | Baseline, speedup: float = DEFAULT_SPEEDUP, by: Sequence[str] = ("op", "module"),
             top: int | None = 20, replay_top: int = 0) -> pd.DataFrame:
     """Ops (and nn.Module class paths, where the trace has them) ranked by end-to-end gain.
 
@@ -126,7 +127,7 @@ def targets(analysis: Any, speedup: float = DEFAULT_SPEEDUP, by: Sequence[str] =
     return pd.concat(frames, ignore_index=True)
 
 
-def targets_dict(analysis: Any, table: pd.DataFrame, speedup: float) -> dict[str, Any]:
+def targets_dict(analysis: Analysis | Baseline, table: pd.DataFrame, speedup: float) -> dict[str, Any]:
     """The ``headroom targets --json`` contract (docs/projection.md)."""
     b = as_baseline(analysis)
 

@@ -185,7 +185,7 @@ def test_a_failed_step_leaves_no_trace_behind(tmp_path, fail_at):
 
 
 def test_an_interrupted_export_leaves_no_partial_file(tmp_path, monkeypatch):
-    import headroom.profile.manifest as hp
+    import headroom.jsonio as hp
 
     def boom(*a, **k):
         raise KeyboardInterrupt

@@ -31,14 +31,16 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from headroom.devices import resolve_device
 from headroom.errors import UserError
 from headroom.profile.environment import environment
 from headroom.profile.manifest import MANIFEST_SCHEMA, _inject_and_compress, update_manifest
 from headroom.profile.nvtx import instrument_blocks
 from headroom.profile.oom import _is_oom, _oom_error
-from headroom.profile.progress import Progress, _phase
+from headroom.profile.progress import Progress, _stage
 from headroom.profile.registry import get_workload, load_workload_file
-from headroom.profile.timer import StepStats, _sync, _Timer
+from headroom.profile.timer import _sync, _Timer
+from headroom.stepstats import StepStats
 from headroom.profile.workload import Options, RunConfig, Step, WorkloadSpec
 from headroom.trace.analysis import Analysis, analyze
 from headroom.trace.layers import LayerExtrapolation, extrapolate_layers
@@ -83,24 +85,6 @@ class ProfileResult:
             "layers": self.layers.to_dict() if self.layers else None,
             "analysis": self.analysis.to_dict(),
         }
-
-
-def resolve_device(device: str | None) -> Any:
-    import torch
-
-    if device in (None, "", "auto"):
-        device = "cuda" if torch.cuda.is_available() else "cpu"
-    try:
-        d = torch.device(device)
-    except RuntimeError:
-        raise UserError(f"unknown --device '{device}'; use auto, cpu or cuda") from None
-    if d.type == "cuda" and not torch.cuda.is_available():
-        raise UserError("--device cuda: no CUDA device is available here")
-    if d.type not in ("cuda", "cpu"):
-        raise UserError(f"--device {device}: only cpu and cuda are supported")
-    if d.type == "cuda" and d.index is None:   # an explicit index: set_device, NCCL and DMP want one
-        d = torch.device("cuda", torch.cuda.current_device())
-    return d
 
 
 def _free(device: Any) -> None:
@@ -149,7 +133,7 @@ def _measure(spec: WorkloadSpec, cfg: RunConfig, dev: Any, counts: tuple[int, in
     warmup, timed_steps, steps = counts
     step: Step | None = None
     try:
-        with _phase(progress, "build", f"{spec.name} ({cfg.variant}, batch {cfg.batch}"
+        with _stage(progress, "build", f"{spec.name} ({cfg.variant}, batch {cfg.batch}"
                                        f"{', seq ' + str(cfg.seq) if cfg.seq else ''}, {cfg.dtype})"):
             t0 = time.perf_counter()
             step = spec.build(cfg, dev)
@@ -159,14 +143,14 @@ def _measure(spec: WorkloadSpec, cfg: RunConfig, dev: Any, counts: tuple[int, in
             _sync(dev)
             build_s = time.perf_counter() - t0
 
-        with _phase(progress, "warm-up", f"{warmup} steps"):
+        with _stage(progress, "warm-up", f"{warmup} steps"):
             t0 = time.perf_counter()
             for _ in range(warmup):
                 step()
             _sync(dev)
             warm_s = time.perf_counter() - t0
 
-        with _phase(progress, "timing", f"{timed_steps} steps without the profiler"):
+        with _stage(progress, "timing", f"{timed_steps} steps without the profiler"):
             timer = _Timer(dev)
             for _ in range(timed_steps):
                 with timer.step():
@@ -183,7 +167,7 @@ def _measure(spec: WorkloadSpec, cfg: RunConfig, dev: Any, counts: tuple[int, in
         if dev.type == "cuda":
             activities.append(ProfilerActivity.CUDA)
         experimental = _experimental_config(dev)
-        with _phase(progress, "profiling", f"{steps} steps (after {PROFILER_WAIT} wait + {PROFILER_WARMUP} warm-up)"):
+        with _stage(progress, "profiling", f"{steps} steps (after {PROFILER_WAIT} wait + {PROFILER_WARMUP} warm-up)"):
             ptimer = _Timer(dev)
             with profile(activities=activities, on_trace_ready=on_trace_ready, record_shapes=record_shapes,
                          schedule=schedule(wait=PROFILER_WAIT, warmup=PROFILER_WARMUP, active=steps, repeat=1),
@@ -303,14 +287,14 @@ def profile_workload(
     try:
         measured = _measure(spec, cfg, dev, counts, raw_tmp, progress, record_shapes)
         manifest = _run_manifest(spec, cfg, dev, measured, counts, record_shapes, command, started, name)
-        with _phase(progress, "export", str(trace_path)):
+        with _stage(progress, "export", str(trace_path)):
             _inject_and_compress(raw_tmp, manifest, trace_path)
     finally:
         if raw_tmp.exists():
             raw_tmp.unlink()
 
     timed = measured.timed
-    with _phase(progress, "classify"):
+    with _stage(progress, "classify"):
         analysis = analyze(trace_path)
         layers = None
         if measured.block_ranges and cfg.layers is not None and cfg.total_layers is not None:

@@ -9,9 +9,8 @@ import pandas as pd
 
 from headroom.trace.accounting import add_wall_shares
 from headroom.trace.analysis import Analysis
+from headroom.trace.classify import category_group
 
-_MEMORY = "memory"
-_COMM = "communication"
 
 
 @dataclass
@@ -94,8 +93,8 @@ def _buckets(events: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
         else np.full(len(events), "other", dtype=object)
     kind = events["kind"].astype(str).to_numpy() if "kind" in events.columns \
         else np.full(len(events), "kernel", dtype=object)
-    mem = (cat == _MEMORY) | (kind == "memcpy") | (kind == "memset")
-    comm = (cat == _COMM) & ~mem
+    mem = np.isin(cat, category_group("memory")) | (kind == "memcpy") | (kind == "memset")
+    comm = np.isin(cat, category_group("communication")) & ~mem
     return mem, comm
 
 

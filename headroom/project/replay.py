@@ -9,11 +9,13 @@ import bisect
 import math
 import re
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Iterable
 
 import numpy as np
 import pandas as pd
 
+from headroom.datafiles import shipped
 from headroom.project.amdahl import Projection, _factor_array
 from headroom.project.baseline import Baseline, _breakdown, as_baseline
 from headroom.trace.accounting import overlap_shares
@@ -22,10 +24,6 @@ from headroom.trace.analysis import Analysis
 BACK_TO_BACK_US = 4.0      # a gap this small after the previous event on the stream = it was queued
 DEFAULT_LAUNCH_LATENCY_US = 5.0
 MAX_STREAM_GAP_US = 50.0   # a queued event starting later than this after its predecessor waited on something else
-SYNC_CALLS = re.compile(
-    r"^(cuda|hip|cu)(Device|Stream|Event|Ctx)Synchronize$"
-    r"|^(cudaMemcpy|cudaMemcpy2D|cudaMemcpy3D|hipMemcpy|hipMemcpyWithStream|hipMemcpy2D)$"
-    r"|^cuMemcpy(DtoH|HtoD|DtoD)?(_v2)?$|^(cuda|hip)Free$|^cuMemFree(_v2)?$")
 
 
 @dataclass
@@ -257,17 +255,25 @@ def replay(base: Baseline | Analysis, factors: np.ndarray | float | None = None,
                         int((dep >= 0).sum()), max_shift)
 
 
+@lru_cache(maxsize=1)
+def _blocking_call_names() -> re.Pattern:
+    """The runtime/driver calls that block the CPU (headroom/data/runtime.toml)."""
+    return re.compile("|".join(f"(?:{p})" for p in shipped("runtime.toml")["blocking_calls"]))
+
+
 def _blocking_calls(b: Baseline, pid_table: dict) -> pd.DataFrame:
     cols = ["ts", "end", "pid_code", "correlation"]
     rt = b.runtime
     if rt is None or len(rt) == 0 or "name" not in rt.columns:
         return pd.DataFrame(columns=cols)
     names = rt["name"].astype(str)
-    hit = names.map(lambda s: SYNC_CALLS.match(s) is not None).to_numpy(dtype=bool).copy()
+    blocking = _blocking_call_names()
+    hit = names.map(lambda s: blocking.fullmatch(s) is not None).to_numpy(dtype=bool).copy()
     # cudaMemcpyAsync to/from pageable host memory synchronises with its stream.
     ev = b.events
     if "correlation" in rt.columns and "correlation" in ev.columns and len(ev):
-        pageable = ev["name"].astype(str).str.contains("Pageable", regex=False).to_numpy(dtype=bool)
+        marker = shipped("runtime.toml")["pageable_copy_marker"]
+        pageable = ev["name"].astype(str).str.contains(marker, regex=False).to_numpy(dtype=bool)
         if pageable.any():
             corrs = set(ev.loc[pageable, "correlation"].tolist())
             hit = hit | rt["correlation"].isin(corrs).to_numpy(dtype=bool)

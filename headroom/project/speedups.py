@@ -20,13 +20,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
 
+from headroom import datafiles
 from headroom.errors import UserError
 from headroom.project.selectors import Selector, parse_selector
 
-try:
-    import tomllib
-except ImportError:  # Python 3.10
-    import tomli as tomllib
 
 _SHORTHAND = ("category", "op", "kernel", "module", "annotation", "kind", "problem")
 _ENTRY_KEYS = {"select", "speedup", "verified", "source", "note", *_SHORTHAND}
@@ -190,8 +187,8 @@ def _from_verify(results: list[dict], path: str) -> SpeedupFile:
 
 def _load_toml(path: Path, text: str) -> SpeedupFile:
     try:
-        doc = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as e:
+        doc = datafiles.loads(text)
+    except datafiles.TOMLDecodeError as e:
         raise UserError(f"{path}: invalid TOML ({e})") from None
     rows = doc.get("speedup")
     if not isinstance(rows, list) or not rows:

@@ -71,19 +71,19 @@ def targets(analysis: Analysis | Baseline, speedup: float = DEFAULT_SPEEDUP, by:
     ev = b.events
     total = float(ev["dur"].sum())
     frames = []
-    for kind in by:
-        if kind == "op":
+    for grouping in by:
+        if grouping == "op":
             keys = ev["op"].astype(str).where(ev["op"].astype(str) != "", NO_OP).to_numpy(dtype=object)
-        elif kind == "top_op":
+        elif grouping == "top_op":
             keys = ev["top_op"].astype(str).where(ev["top_op"].astype(str) != "", NO_OP).to_numpy(dtype=object)
-        elif kind == "module":
+        elif grouping == "module":
             if "module" not in ev.columns or not (ev["module"].astype(str) != "").any():
                 continue
             keys = ev["module"].astype(str).map(module_class_path).to_numpy(dtype=object)
-        elif kind == "kernel":
+        elif grouping == "kernel":
             keys = ev["name"].astype(str).to_numpy(dtype=object)
         else:
-            raise UserError(f"unknown grouping {kind!r} (op, top_op, module, kernel)")
+            raise UserError(f"unknown grouping {grouping!r} (op, top_op, module, kernel)")
         valid = keys != ""
         sub = ev.loc[valid]
         k = keys[valid]
@@ -99,7 +99,7 @@ def targets(analysis: Analysis | Baseline, speedup: float = DEFAULT_SPEEDUP, by:
         am = _amdahl_groups(Baseline(sub.reset_index(drop=True), b.wall_us, b.window, b.num_steps, b.n_devices),
                             k, speedup)
         t = agg.join(am).join(cat.rename("category"))
-        t["kind"] = kind
+        t["kind"] = grouping
         t["name"] = t.index.astype(str)
         t["share"] = t["us"] / total if total > 0 else 0.0
         frac = np.where(t["us"] > 0, t["addressable_us"] / t["us"].where(t["us"] > 0, 1.0), 0.0)

@@ -10,6 +10,7 @@ import pandas as pd
 from headroom.errors import UserError
 from headroom.report.tables import _label
 from headroom.trace.analysis import Analysis
+from headroom.trace.classify import category_group
 from headroom.trace.layers import extrapolate_layers
 from headroom.trace.ranges import BLOCK_RANGE_PREFIX
 
@@ -78,9 +79,9 @@ def _whole_model_fractions(a: Analysis, m: dict) -> tuple[float, float, bool]:
             raise UserError(f"{a.source}: built {layers} of {tl} blocks but has no '{BLOCK_RANGE_PREFIX}...' "
                             f"ranges to extrapolate the whole model from")
         c = ext.categories
-        ga = float(c.loc[c["name"].isin(["gemm", "attention"]), "fraction"].sum())
+        ga = float(c.loc[c["name"].isin(category_group("gemm_attention")), "fraction"].sum())
         return float(ext.addressable_fraction), ga, True
-    ga = float(cats.loc[cats["name"].isin(["gemm", "attention"]), "us"].sum()) if len(cats) else 0.0
+    ga = float(cats.loc[cats["name"].isin(category_group("gemm_attention")), "us"].sum()) if len(cats) else 0.0
     return float(a.addressable_fraction), (ga / total if total > 0 else 0.0), False
 
 

@@ -16,8 +16,8 @@ import pandas as pd
 from headroom.errors import UserError
 from headroom.project.projection import ProjectResult
 from headroom.trace.analysis import Analysis, trace_label
+from headroom.trace.classify import category_group
 
-NOT_ADDRESSABLE_CORE = ("gemm", "attention", "conv")
 
 
 def summary_frame(analyses: list[Analysis]) -> pd.DataFrame:
@@ -25,7 +25,7 @@ def summary_frame(analyses: list[Analysis]) -> pd.DataFrame:
     rows = []
     for a in analyses:
         cats = a.categories.set_index("name")["fraction"] if len(a.categories) else pd.Series(dtype=float)
-        core = float(sum(cats.get(c, 0.0) for c in NOT_ADDRESSABLE_CORE))
+        core = float(sum(cats.get(c, 0.0) for c in category_group("vendor")))
         addr_ops = a.ops[a.ops["addressable_us"] > 0].sort_values("addressable_us", ascending=False)
         top = addr_ops.iloc[0] if len(addr_ops) else None
         m = a.manifest

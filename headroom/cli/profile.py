@@ -14,6 +14,7 @@ import typer
 from rich.console import Console
 
 from headroom.errors import UserError
+from headroom.extras import require
 from headroom.jsonio import dumps
 
 
@@ -73,6 +74,7 @@ def profile(
     full_size: bool = typer.Option(False, "--full-size", help="On a CPU, run the real defaults (no scaling)."),
 ) -> None:
     """Run a workload under torch.profiler and say where the time went."""
+    require("torch", "profile", "profile")
     from headroom.profile.run import profile_workload
     from headroom.profile.workload import Options
 

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import json
-import math
 from pathlib import Path
 from typing import List, Optional
 
 import typer
 
 from headroom.errors import UserError
+from headroom.jsonio import dumps
 
 RulesOpt = typer.Option(None, "--rules", help="TOML file of extra classification rules (tried first).")
 PolicyOpt = typer.Option(None, "--policy", help="TOML file overriding which categories are addressable.")
@@ -30,30 +29,6 @@ def _analyses(traces: List[Path], rules, policy, whole_trace: bool):
     r, p = load_rules(rules), load_policy(policy)
     files = [f for t in traces for f in find_trace_files(t)]
     return [analyze(f, rules=r, policy=p, whole_trace=whole_trace) for f in files]
-
-
-def _json_default(o):
-    if isinstance(o, float) and not math.isfinite(o):
-        return None
-    try:
-        import numpy as np
-        if isinstance(o, np.generic):
-            return o.item()
-    except ImportError:  # pragma: no cover
-        pass
-    return str(o)
-
-
-def _dumps(d) -> str:
-    def fix(x):
-        if isinstance(x, float) and not math.isfinite(x):
-            return None
-        if isinstance(x, dict):
-            return {k: fix(v) for k, v in x.items()}
-        if isinstance(x, (list, tuple)):
-            return [fix(v) for v in x]
-        return x
-    return json.dumps(fix(d), default=_json_default)
 
 
 def project_cmd(
@@ -95,7 +70,7 @@ def project_cmd(
                       scenario_select=scenario_select, quantiles=quantiles, strict=strict, problems=pm,
                       extra_warnings=warnings)
         if as_json:
-            print(_dumps(res.to_dict()))
+            print(dumps(res.to_dict()))
         else:
             render_projection(res, console)
 
@@ -118,7 +93,7 @@ def targets_cmd(
     for a in _analyses([trace], rules, policy, whole_trace):
         table = targets(a, speedup=speedup, by=tuple(by) if by else ("op", "module"), top=top, replay_top=replay_top)
         if as_json:
-            print(_dumps(targets_dict(a, table, speedup)))
+            print(dumps(targets_dict(a, table, speedup)))
             continue
         render_targets(a, table, speedup, make_console())
 
@@ -148,7 +123,7 @@ def plot_cmd(
     from headroom.project.speedups import collect_entries, parse_cli_speedup
     from headroom.report import plot
     from headroom.report.scaling import scaling_table
-    from headroom.report.tables import addressable_summary, category_fractions, projection_table, workload_label
+    from headroom.report.tables import addressable_summary, category_fractions, projection_table
 
     figures = list(figure) if figure else None
     for f in figures or []:
@@ -178,7 +153,7 @@ def plot_cmd(
         for r in results:
             for w in r.warnings:
                 print(f"headroom: warning: {Path(r.source).name}: {w}")
-        tbl = projection_table(results, [*(labels or [])] or [workload_label(a) for a in analyses])
+        tbl = projection_table(results, [*(labels or [])] or [a.label for a in analyses])
         written += plot.save(plot.projection_figure(tbl, title), out / "projection", formats)
     if "scaling" in want:
         explicit = bool(figures and "scaling" in figures)

@@ -29,10 +29,12 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from functools import lru_cache
 
 import numpy as np
 import pandas as pd
 
+from headroom.datafiles import shipped
 from headroom.project.baseline import Baseline
 from headroom.project.matching import label_predicate, select
 from headroom.project.problems import ProblemMap
@@ -40,11 +42,6 @@ from headroom.project.selectors import Selector
 from headroom.trace.attribute import _module_paths, containing_range
 from headroom.trace.ranges import MODULE_PREFIX, MODULE_RANGE_PREFIX, PROFILER_STEP_PREFIX
 
-# CPU calls that block until GPU work is done (the replay moves the CPU clock after them).
-SYNC_CALLS = re.compile(
-    r"^(cuda|hip|cu)(Device|Stream|Event|Ctx)Synchronize$"
-    r"|^(cudaMemcpy|cudaMemcpy2D|cudaMemcpy3D|hipMemcpy|hipMemcpyWithStream|hipMemcpy2D)$"
-    r"|^cuMemcpy(DtoH|HtoD|DtoD)?(_v2)?$|^(cuda|hip)Free$|^cuMemFree(_v2)?$")
 # Runtime/driver calls that put work on a GPU (counted as launches even when their work is not in the window).
 _LAUNCH_CALLS = re.compile(r"Launch|Memcpy|Memset", re.IGNORECASE)
 
@@ -144,7 +141,8 @@ def cpu_side(b: Baseline) -> CpuSide:
                          "name": rt_names.to_numpy(dtype=object)})
     base["end"] = base["ts"] + base["dur"]
     launches = base[is_launch].sort_values("ts", kind="stable").reset_index(drop=True)
-    blocking = base[rt_names.map(lambda s: SYNC_CALLS.match(s) is not None).to_numpy(dtype=bool)].reset_index(drop=True)
+    names_rx = blocking_call_names()
+    blocking = base[rt_names.map(lambda s: names_rx.fullmatch(s) is not None).to_numpy(dtype=bool)].reset_index(drop=True)
     side = CpuSide(ranges.sort_values("ts", kind="stable").reset_index(drop=True), launches, blocking, {})
     side.costs = _launch_costs(side, b.window)
     return side
@@ -200,13 +198,19 @@ def _launch_costs(side: CpuSide, window: tuple[float, float]) -> dict[tuple[str,
     return out
 
 
+@lru_cache(maxsize=1)
+def blocking_call_names() -> re.Pattern:
+    """The runtime/driver calls that block the CPU until GPU work is done (headroom/data/runtime.toml)."""
+    return re.compile("|".join(f"(?:{p})" for p in shipped("runtime.toml")["blocking_calls"]))
+
+
 # --- which call each selected kernel belongs to -------------------------------
 
 def _grouping(sel: Selector) -> tuple[str, str]:
     """(kind, pattern) a selector's calls are grouped by: its first module, annotation or op atom, else kernels."""
     for kind in GROUPING_KINDS:
         for a in sel.atoms:
-            if a.kind == kind and not a.negate:
+            if a.field == kind and not a.negate:
                 return kind, a.pattern
     return "kernel", ""
 
@@ -278,8 +282,8 @@ def find_calls(b: Baseline, side: CpuSide, selector: Selector, mask: np.ndarray,
     # Which grouping each event uses (a problem: the first of its selectors that picks the event).
     grouping = np.empty(len(sel_idx), dtype=object)
     sels = [selector]
-    if any(a.kind == "problem" and not a.negate for a in selector.atoms):
-        atom = next(a for a in selector.atoms if a.kind == "problem" and not a.negate)
+    if any(a.field == "problem" and not a.negate for a in selector.atoms):
+        atom = next(a for a in selector.atoms if a.field == "problem" and not a.negate)
         sels = list(problems.get(atom.pattern).selectors)
     todo = np.ones(len(sel_idx), dtype=bool)
     for s in sels:

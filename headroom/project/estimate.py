@@ -18,21 +18,16 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from importlib import resources
 from pathlib import Path
 from typing import Iterable, Mapping, Sequence
 
 import numpy as np
 
+from headroom.datafiles import read_toml, shipped
 from headroom.errors import UserError
 from headroom.project.baseline import Baseline
 from headroom.project.cpu import CallChange
 from headroom.project.replay import replay
-
-try:
-    import tomllib
-except ImportError:  # Python 3.10
-    import tomli as tomllib
 
 BOUNDS = ("high", "estimate", "low")   # the CPU outcomes: savings fully, as estimated, not realised
 
@@ -51,14 +46,7 @@ class Drift:
 
 def load_drift(path: str | Path | None = None) -> Drift:
     """The drift parameters: the shipped ``projection.toml``, or a user's file in the same format."""
-    try:
-        text = Path(path).read_text() if path else \
-            resources.files("headroom.data").joinpath("projection.toml").read_text()
-        doc = tomllib.loads(text)
-    except (OSError, UnicodeDecodeError) as e:
-        raise UserError(f"{path}: cannot read ({e})") from None
-    except tomllib.TOMLDecodeError as e:
-        raise UserError(f"{path or 'projection.toml'}: invalid TOML ({e})") from None
+    doc = read_toml(path) if path else shipped("projection.toml")
     d = doc.get("gpu_drift")
     if not isinstance(d, dict):
         raise UserError(f"{path or 'projection.toml'}: needs a [gpu_drift] table with slower and faster")

@@ -8,15 +8,18 @@ from __future__ import annotations
 import bisect
 import math
 from dataclasses import dataclass
-from typing import Any, Iterable, Sequence
+from functools import lru_cache
+from typing import Iterable, Sequence
 
 import numpy as np
 import pandas as pd
 
+from headroom.datafiles import shipped
 from headroom.project.amdahl import Projection, _factor_array
 from headroom.project.baseline import Baseline, _breakdown, as_baseline
-from headroom.project.cpu import SYNC_CALLS, CallChange
+from headroom.project.cpu import CallChange, blocking_call_names
 from headroom.trace.accounting import overlap_shares
+from headroom.trace.analysis import Analysis
 
 BACK_TO_BACK_US = 4.0      # a gap this small after the previous event on the stream = it was queued
 DEFAULT_LAUNCH_LATENCY_US = 5.0
@@ -50,6 +53,9 @@ def _pid_codes(values: Iterable, table: dict) -> np.ndarray:
     return np.array(out, dtype=np.int64)
 
 
+STREAM_WAIT_EVENT = "Stream Wait Event"  # Kineto's name for a CUPTI stream-wait-event sync record
+
+
 def cross_stream_deps(events: pd.DataFrame, syncs: pd.DataFrame | None,
                       runtime: pd.DataFrame | None) -> np.ndarray:
     """For each event, the index of the event it waits on in another stream (-1 if none known).
@@ -68,6 +74,8 @@ def cross_stream_deps(events: pd.DataFrame, syncs: pd.DataFrame | None,
     need = {"stream", "ts", "wait_on_stream", "wait_on_cuda_event_record_corr_id"}
     if not need <= set(syncs.columns) or "correlation" not in events.columns:
         return dep
+    if "name" in syncs.columns:  # "Event Sync", "Stream Synchronize", ... block the CPU, not a stream
+        syncs = syncs[syncs["name"].astype(str) == STREAM_WAIT_EVENT]
     rec_ts = dict(zip(runtime["correlation"].tolist(), runtime["ts"].tolist()))
     stream = events["stream"].astype(str).to_numpy()
     ts = events["ts"].to_numpy(dtype=float)
@@ -127,7 +135,7 @@ class _Clock:
             self.s.append(slope)
 
 
-def replay(base: Any, factors: np.ndarray | float | None = None, mask: np.ndarray | None = None,
+def replay(base: Baseline | Analysis, factors: np.ndarray | float | None = None, mask: np.ndarray | None = None,
            back_to_back_us: float = BACK_TO_BACK_US, launch_latency_us: float | None = None,
            max_stream_gap_us: float = MAX_STREAM_GAP_US, changes: Sequence[CallChange] = (),
            cpu_scale: float = 1.0) -> ReplayResult:
@@ -343,11 +351,13 @@ def _blocking_calls(b: Baseline, pid_table: dict) -> pd.DataFrame:
     if rt is None or len(rt) == 0 or "name" not in rt.columns:
         return pd.DataFrame(columns=cols)
     names = rt["name"].astype(str)
-    hit = names.map(lambda s: SYNC_CALLS.match(s) is not None).to_numpy(dtype=bool).copy()
+    blocking = blocking_call_names()
+    hit = names.map(lambda s: blocking.fullmatch(s) is not None).to_numpy(dtype=bool).copy()
     # cudaMemcpyAsync to/from pageable host memory synchronises with its stream.
     ev = b.events
     if "correlation" in rt.columns and "correlation" in ev.columns and len(ev):
-        pageable = ev["name"].astype(str).str.contains("Pageable", regex=False).to_numpy(dtype=bool)
+        marker = shipped("runtime.toml")["pageable_copy_marker"]
+        pageable = ev["name"].astype(str).str.contains(marker, regex=False).to_numpy(dtype=bool)
         if pageable.any():
             corrs = set(ev.loc[pageable, "correlation"].tolist())
             hit = hit | rt["correlation"].isin(corrs).to_numpy(dtype=bool)
@@ -365,7 +375,7 @@ def _blocking_calls(b: Baseline, pid_table: dict) -> pd.DataFrame:
     return out
 
 
-def replay_projection(base: Any, factors: np.ndarray | float, mask: np.ndarray | None = None,
+def replay_projection(base: Baseline | Analysis, factors: np.ndarray | float, mask: np.ndarray | None = None,
                       scenario: str = "speedups", **kw) -> Projection:
     b = as_baseline(base)
     f = _factor_array(b, factors, mask)
@@ -381,7 +391,7 @@ def replay_projection(base: Any, factors: np.ndarray | float, mask: np.ndarray |
     return Projection("replay", scenario, b.wall_us, r.projected_us, b.num_steps, bd, uniform)
 
 
-def replay_check(base: Any) -> dict[str, float]:
+def replay_check(base: Baseline | Analysis) -> dict[str, float]:
     """Replay with no change: how far the model is from the measured timeline (should be ~0)."""
     b = as_baseline(base)
     r = replay(b)

@@ -21,13 +21,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
 
+from headroom import datafiles
 from headroom.errors import UserError
 from headroom.project.selectors import Selector, parse_selector
 
-try:
-    import tomllib
-except ImportError:  # Python 3.10
-    import tomli as tomllib
 
 _SHORTHAND = ("category", "op", "kernel", "module", "annotation", "kind", "problem")
 _ENTRY_KEYS = {"select", "speedup", "launches", "verified", "source", "note", *_SHORTHAND}
@@ -43,6 +40,8 @@ class Speedup:
     # Kernels each call of the selected region launches after the change (None: unchanged).
     # A call is one instance of the region on the CPU timeline (docs/projection.md, "Calls").
     launches: int | None = None
+    # A `headroom verify` result (its problem's fastest pass), as opposed to an entry a person wrote.
+    verify_result: bool = False
 
     @property
     def label(self) -> str:
@@ -218,15 +217,15 @@ def _best_passes(results: list[dict], path: str) -> tuple[dict[str, tuple[float,
 def _from_verify(results: list[dict], path: str) -> SpeedupFile:
     best, _, warnings = _best_passes(results, path)
     src = f"{path}: headroom verify"
-    entries = [Speedup(parse_selector(f"problem:{name}"), f, True, src, note=cand, launches=n)
+    entries = [Speedup(parse_selector(f"problem:{name}"), f, True, src, note=cand, verify_result=True, launches=n)
                for name, (f, cand, n) in best.items()]
     return SpeedupFile(entries, warnings, "verify", list(results))
 
 
 def _load_toml(path: Path, text: str) -> SpeedupFile:
     try:
-        doc = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as e:
+        doc = datafiles.loads(text)
+    except datafiles.TOMLDecodeError as e:
         raise UserError(f"{path}: invalid TOML ({e})") from None
     rows = doc.get("speedup")
     if not isinstance(rows, list) or not rows:

@@ -131,3 +131,44 @@ def test_no_change_replays_the_trace(tmp_path):
     assert r.replay_check["window_error_us"] == pytest.approx(0.0, abs=1e-6)
     assert r.replay_check["max_abs_error_us"] == pytest.approx(0.0, abs=1e-6)
     assert LATENCY_US == pytest.approx(r.replay_check["launch_latency_us"])
+
+
+# --- a cross-stream wait bounds what the CPU savings buy ------------------------
+
+def _producer_consumer(sim: Sim) -> None:
+    # P (1500 us) on a side stream; a launch-bound chain on the main stream; C waits for P.
+    sim.op("aten::producer", 10, [(2, "producer_P", 1500.0)], stream=8)
+    record = sim.runtime("cudaEventRecord", 2.0)
+    chain_model(sim, 10, gemm_cpu=10, gemm_gpu=2, chain_ops=8, chain_cpu=10, chain_gpu=1, glue=1)
+    wait = sim.runtime("cudaStreamWaitEvent", 2.0)
+    sim.cuda_sync("Stream Wait Event", sim.t - 2.0, stream=7, corr=wait, wait_on_stream=8, record_corr=record)
+    sim.stream_free[7] = max(sim.stream_free[7], sim.stream_free[8])     # the wait, on the GPU
+    sim.op("aten::consumer", 10, [(2, "consumer_C", 500.0)])
+    sim.synchronize()
+
+
+def test_a_cross_stream_wait_keeps_the_consumer_behind_its_producer(tmp_path):
+    sim = Sim()
+    steps(sim, 3, _producer_consumer)
+    a = analyze(sim.write(tmp_path / "waits.json"))
+    # C (500 us) starts when P ends: 7 us to P's start + 1500 us; the sync returns 500 + 4 us later.
+    assert a.step_us == pytest.approx(2011.0, abs=0.01)
+    r = project(a, [parse_cli_speedup("module:RMSNorm=4,launches=1")])
+    assert r.replay_check["cross_stream_deps"] == 3
+    # Fusing the chain saves 10 x 79 us of CPU, but C still waits for P: nothing gained.
+    assert r.entries[0]["cpu"]["removed_cpu_us"] - r.entries[0]["cpu"]["added_cpu_us"] == pytest.approx(3 * 790.0)
+    assert r.get("replay").saved_us == pytest.approx(0.0, abs=0.01)
+    # Half P's time alone: C is then held by its launch (1006 us into the step; the sync returns at
+    # 1006 + 5 + 500 + 4): 496 us a step.
+    r2 = project(a, [parse_cli_speedup("kernel:producer_P=2")])
+    assert r2.get("replay").saved_us / 3 == pytest.approx(2011.0 - 1515.0, abs=0.01)
+    # Both: C is launched at 216 us and follows P (757 us), the sync returns at 1261 us.
+    r3 = project(a, [parse_cli_speedup("kernel:producer_P=2"), parse_cli_speedup("module:RMSNorm=4,launches=1")])
+    assert r3.get("replay").saved_us / 3 == pytest.approx(2011.0 - 1261.0, abs=0.01)
+    # Without the wait records the replay cannot know C waited: it holds C's lag after its launch and
+    # credits C with the CPU savings (C at 218 + 499 us), so the step would end with P: 500 us too soon.
+    from headroom.project.baseline import Baseline
+    blind = Baseline.from_analysis(a)
+    blind.syncs = None
+    assert project(blind, [parse_cli_speedup("module:RMSNorm=4,launches=1")]).get("replay").saved_us / 3 \
+        == pytest.approx(500.0, abs=0.01)

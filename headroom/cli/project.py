@@ -14,8 +14,9 @@ RulesOpt = typer.Option(None, "--rules", help="TOML file of extra classification
 PolicyOpt = typer.Option(None, "--policy", help="TOML file overriding which categories are addressable.")
 WholeOpt = typer.Option(False, "--whole-trace", help="Use the whole trace, not only ProfilerStep ranges.")
 SpeedupOpt = typer.Option(None, "--speedup", "-s", help=(
-    "SELECTOR=FACTOR, repeatable: category:embedding=1.552, op:aten::layer_norm=2, 'kernel:^triton_=1.2', "
-    "problem:23_Softmax=1.3 (docs/projection.md). Command-line entries win overlaps with files."))
+    "SELECTOR=FACTOR[,launches=N], repeatable: category:embedding=1.552, op:aten::layer_norm=2, "
+    "'kernel:^triton_=1.2', problem:23_Softmax=1.3, 'module:RMSNorm=1.8,launches=1' (N: kernels each call "
+    "launches after the change; docs/projection.md). Command-line entries win overlaps with files."))
 SpeedupsOpt = typer.Option(None, "--speedups", "-f", help=(
     "Speedup file (.toml/.json/.csv) or `headroom verify` JSON; repeatable."))
 ProblemsOpt = typer.Option(None, "--problems", help="TOML file adding/replacing problem -> selector mappings.")
@@ -44,6 +45,9 @@ def project_cmd(
                                         help="Kernels the distribution scenarios apply to."),
     quantile: Optional[List[float]] = typer.Option(None, "--quantile", help="Quantiles for distributions (repeatable)."),
     strict: bool = typer.Option(False, "--strict", help="Treat warnings (no match, overlaps) as errors."),
+    step_ms: Optional[float] = typer.Option(None, "--step-ms", help=(
+        "The step time without the profiler, in ms (default: the trace's manifest, when headroom profile "
+        "wrote it): the replay's CPU clock is scaled to reproduce it.")),
     problems: Optional[Path] = ProblemsOpt,
     as_json: bool = typer.Option(False, "--json", help="One JSON object per trace, one per line (docs/projection.md)."),
     rules: Optional[Path] = RulesOpt,
@@ -68,7 +72,7 @@ def project_cmd(
     for a in _analyses(traces, rules, policy, whole_trace):
         res = project(a, entries, distribution=dist, win_rate=win_rate, median=median,
                       scenario_select=scenario_select, quantiles=quantiles, strict=strict, problems=pm,
-                      extra_warnings=warnings)
+                      extra_warnings=warnings, step_ms=step_ms)
         if as_json:
             print(dumps(res.to_dict()))
         else:

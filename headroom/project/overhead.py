@@ -19,7 +19,7 @@ from headroom.errors import UserError
 from headroom.project.baseline import Baseline
 from headroom.project.replay import replay
 
-TOLERANCE = 1e-4        # relative error of the replayed base window the solve stops at
+TOLERANCE = 1e-6        # relative error of the replayed base window the solve stops at
 MAX_ITERATIONS = 40
 
 

@@ -38,6 +38,10 @@ def render_analysis(a: Analysis, console: Console, top_unknown: int = 10) -> Non
     console.print(
         f"steps {a.num_steps}   step {_ms(a.step_us)} ms   wall {_ms(a.wall_us)} ms   "
         f"busy {_ms(a.busy_us)} ms   idle {_pct(a.idle_fraction)}   {unit} {_ms(a.total_us)} ms")
+    if a.unprofiled_step_us is not None:
+        idle_u = a.unprofiled_idle_fraction
+        console.print(f"without the profiler: step {_ms(a.unprofiled_step_us)} ms"
+                      + (f"   implied idle {_pct(idle_u)}" if idle_u is not None else ""), highlight=False)
     t = Table(show_edge=False, header_style="bold")
     t.add_column("category")
     t.add_column("ms", justify="right")
@@ -75,18 +79,32 @@ def _pct2(x: float) -> str:
 
 
 def render_projection(res: ProjectResult, console: Console) -> None:
-    """`headroom project`: the measured breakdown, the speedup entries, the projections, the warnings."""
+    """`headroom project`: the estimate, the measured breakdown, the speedup entries, the projections, the warnings."""
     console.print(f"[bold]{res.source}[/bold]")
+    e = res.estimate
+    if e is not None:
+        console.print(f"[bold]estimate ({e.scenario}): {e.speedup:.3f}x end-to-end[/bold], between {e.low:.3f}x "
+                      f"and {e.high:.3f}x   {e.projected_us / max(res.num_steps, 1) / 1e3:,.3f} ms/step on the "
+                      f"{e.clock} clock   ({e.method})", highlight=False)
     b = res.baseline.to_dict()
     console.print(
         f"measured: {res.baseline_us / 1e3:,.3f} ms over {res.num_steps} step(s) = {res.per_step_us / 1e3:,.3f} ms/step   "
         f"kernels {_pct2(b['kernel_fraction'])}  memory {_pct2(b['memory_fraction'])}  "
         f"communication {_pct2(b['communication_fraction'])}  idle {_pct2(b['idle_fraction'])}", highlight=False)
+    u = res.unprofiled
+    if u is not None:
+        busy = (1.0 - b["idle_fraction"]) * res.baseline_us
+        idle_u = max(0.0, 1.0 - busy / (u.step_us * max(res.num_steps, 1))) if u.step_us > 0 else 0.0
+        console.print(f"unprofiled: {u.step_us / 1e3:,.3f} ms/step ({u.source}; profiled {100 * u.overhead:+.0f}%), "
+                      f"idle {_pct2(idle_u)}; the replay runs the CPU at x{u.cpu_scale:.3f}", highlight=False)
     if res.entries:
         t = Table(show_edge=False, header_style="bold", title="speedups", title_justify="left")
         show_source = any(e["source"] != "command line" for e in res.entries)
         cols = [("selector", "left"), ("factor", "right"), ("verified", "left"), ("kernels", "right"),
                 ("ms", "right"), ("applied ms", "right"), ("addressable", "right"), ("top kernel", "left")]
+        show_cpu = any(e.get("cpu") for e in res.entries)
+        if show_cpu:
+            cols[2:2] = [("launches", "right"), ("calls", "right"), ("CPU ms saved", "right")]
         if show_source:
             cols.append(("source", "left"))
         for c, j in cols:
@@ -98,6 +116,11 @@ def render_projection(res: ProjectResult, console: Console) -> None:
             addr = f"{100 * e['addressable_us'] / e['us']:.0f}%" if e["us"] > 0 else "-"
             row = [e["selector"], f"{e['speedup']:g}", {True: "yes", False: "no", None: ""}[e["verified"]],
                    f"{e['kernels']:,}", f"{e['us'] / 1e3:,.3f}", f"{e['applied_us'] / 1e3:,.3f}", addr, top]
+            if show_cpu:
+                c = e.get("cpu") or {}
+                row[2:2] = ["" if e.get("launches") is None else f"{c.get('kernels_per_call', 0):g} -> {e['launches']}",
+                            f"{c['calls']:,}" if c else "",
+                            f"{(c['removed_cpu_us'] - c['added_cpu_us']) / 1e3:,.3f}" if c else ""]
             if show_source:
                 row.append(e["source"])
             t.add_row(*row)
@@ -110,16 +133,23 @@ def render_projection(res: ProjectResult, console: Console) -> None:
         console.print(f"distribution scenarios over [bold]{d['select']}[/bold] "
                       f"({d['selected_us'] / 1e3:,.3f} ms of kernels){extra}", highlight=False)
     t = Table(show_edge=False, header_style="bold", title="projections", title_justify="left")
-    for c, j in (("scenario", "left"), ("method", "left"), ("factor", "right"), ("ms/step", "right"),
-                 ("saved", "right"), ("end-to-end", "right"), ("kernels", "right"), ("mem+comm", "right"),
-                 ("idle", "right")):
+    cols = [("scenario", "left"), ("method", "left"), ("factor", "right"), ("ms/step", "right"),
+            ("saved", "right"), ("end-to-end", "right"), ("kernels", "right"), ("mem+comm", "right"),
+            ("idle", "right")]
+    if u is not None:
+        cols[6:6] = [("unprofiled ms/step", "right"), ("unprofiled", "right")]
+    for c, j in cols:
         t.add_column(c, justify=j)
     for p in res.projections:
         bd = p.breakdown.to_dict()
         fac = "" if p.factor is None else ("inf" if not math.isfinite(p.factor) else f"{p.factor:.4g}")
-        t.add_row(p.scenario, p.method, fac, f"{p.per_step_us / 1e3:,.3f}", _pct2(p.gain), f"{p.speedup:.4f}x",
-                  _pct2(bd["kernel_fraction"]), _pct2(bd["memory_fraction"] + bd["communication_fraction"]),
-                  _pct2(bd["idle_fraction"]))
+        row = [p.scenario, p.method, fac, f"{p.per_step_us / 1e3:,.3f}", _pct2(p.gain), f"{p.speedup:.4f}x",
+               _pct2(bd["kernel_fraction"]), _pct2(bd["memory_fraction"] + bd["communication_fraction"]),
+               _pct2(bd["idle_fraction"])]
+        if u is not None:
+            pu = p.to_dict().get("unprofiled")
+            row[6:6] = [f"{pu['per_step_us'] / 1e3:,.3f}", f"{pu['speedup']:.4f}x"] if pu else ["", ""]
+        t.add_row(*row)
     console.print(t)
     for w in res.warnings:
         console.print(f"[yellow]warning:[/yellow] {w}", highlight=False)

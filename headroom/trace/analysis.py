@@ -5,6 +5,7 @@ See docs/architecture.md for every field.
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -61,6 +62,24 @@ class Analysis:
         return self.metadata.get("headroom") or {}
 
     @property
+    def unprofiled_step_us(self) -> float | None:
+        """The step time measured without the profiler (the manifest's ``timing.step_ms``), if recorded."""
+        timing = self.manifest.get("timing")
+        v = timing.get("step_ms") if isinstance(timing, dict) else None
+        ok = isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v > 0
+        return 1000.0 * float(v) if ok else None
+
+    @property
+    def unprofiled_idle_fraction(self) -> float | None:
+        """GPU idle at the unprofiled step time, taking the profiled GPU busy time as unchanged
+        (the profiler slows the CPU, not the kernels); None without an unprofiled step or a GPU."""
+        step = self.unprofiled_step_us
+        if step is None or self.mode != MODE_GPU:
+            return None
+        cap = step * max(self.num_steps, 1) * self.n_devices
+        return max(0.0, 1.0 - self.busy_us / cap) if cap > 0 else None
+
+    @property
     def device_name(self) -> str:
         props = self.metadata.get("deviceProperties") or []
         if isinstance(props, list) and props and isinstance(props[0], dict):
@@ -104,6 +123,9 @@ class Analysis:
             "unknown": [{"name": r.name, "us": float(r.us), "count": int(r.count)}
                         for r in self.unknown_kernels().itertuples(index=False)],
         }
+        if self.unprofiled_step_us is not None:
+            out["unprofiled"] = {"step_us": self.unprofiled_step_us, "idle_fraction": self.unprofiled_idle_fraction,
+                                 "source": "manifest timing.step_ms (timed steps without the profiler)"}
         if self.manifest:
             out["manifest"] = self.manifest
         if all_kernels:

@@ -172,3 +172,11 @@ def test_a_cross_stream_wait_keeps_the_consumer_behind_its_producer(tmp_path):
     blind.syncs = None
     assert project(blind, [parse_cli_speedup("module:RMSNorm=4,launches=1")]).get("replay").saved_us / 3 \
         == pytest.approx(500.0, abs=0.01)
+
+
+def test_no_launches_left_moves_the_work_into_the_neighbour(tmp_path):
+    # Each aten::mul (a 10 us op launching one 1 us kernel) launches nothing after the change: its CPU
+    # time goes (8 x 60 x 10 us) and its kernel's work (1/4 us) runs inside the kernel before it.
+    r = run(launch_bound(tmp_path), "op:aten::mul=4,launches=0")
+    assert r.entries[0]["cpu"]["calls"] == 480 and r.entries[0]["cpu"]["added_cpu_us"] == 0.0
+    assert r.get("replay").saved_us == pytest.approx(4800.0, abs=0.01)

@@ -412,3 +412,38 @@ def change_calls(calls: list[Call], launches: int, side: CpuSide, bound: str = "
         out.append(CallChange(c, n, n * per, groups, [k * per + offset for k in range(len(groups))],
                               cpu=bound != "low"))
     return out
+
+
+# --- CPU-only traces ------------------------------------------------------------
+
+def cpu_trace_calls(b: Baseline, side: CpuSide, selector: Selector, problems: ProblemMap) -> list[Call]:
+    """In a trace without GPU work: the calls a selector names, as CPU ranges (outermost, in the window).
+
+    The CPU timeline is then the whole step: a call that takes less time moves everything after it
+    earlier and nothing waits, so the saving is the calls' inclusive CPU time times (1 - 1/speedup).
+    Kernel/category selectors have no calls here (they select op self times: Amdahl).
+    """
+    sels = [selector]
+    atom = next((a for a in selector.atoms if a.field == "problem" and not a.negate), None)
+    if atom is not None:
+        sels = list(problems.get(atom.pattern).selectors)
+    w0, w1 = b.window
+    out: list[Call] = []
+    for s in sels:
+        kind, pattern = _grouping(s)
+        if kind == "kernel":
+            continue
+        t = _range_table(side, kind)
+        if len(t) == 0:
+            continue
+        match = label_predicate(kind, pattern)
+        ok = np.fromiter((match(str(x)) for x in t["label"].tolist()), dtype=bool, count=len(t))
+        t = t[ok & (t["ts"] >= w0).to_numpy() & (t["end"] <= w1).to_numpy()]
+        for key, idx in t.groupby(["pid", "tid"], sort=False).indices.items():
+            sub = t.iloc[idx].sort_values(["ts", "end"], ascending=[True, False], kind="stable")
+            top = _top_level(sub["ts"].to_numpy(), sub["end"].to_numpy())
+            for r in sub[top].itertuples(index=False):
+                out.append(Call(str(key[0]), str(key[1]), kind, str(r.label), float(r.ts), float(r.end),
+                                np.zeros(0, dtype=np.int64), 0, [(float(r.ts), float(r.end))]))
+    out.sort(key=lambda c: (c.start, c.pid, c.tid))
+    return out

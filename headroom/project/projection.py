@@ -41,7 +41,7 @@ import numpy as np
 from headroom.errors import UserError
 from headroom.project.amdahl import Projection, amdahl
 from headroom.project.baseline import Baseline, Breakdown, as_baseline, baseline_breakdown
-from headroom.project.cpu import CallChange, CpuSide, change_calls, cpu_side, find_calls
+from headroom.project.cpu import CallChange, CpuSide, change_calls, cpu_side, cpu_trace_calls, find_calls
 from headroom.project.distributions import Distribution
 from headroom.project.estimate import BOUNDS, Drift, Estimate, estimate_interval, load_drift
 from headroom.project.matching import EntryMatch, Resolution, resolve, select
@@ -50,7 +50,7 @@ from headroom.project.problems import ProblemMap, load_problems
 from headroom.project.replay import replay, replay_check, replay_projection
 from headroom.project.scenarios import DEFAULT_QUANTILES, distribution_scenarios
 from headroom.project.selectors import Selector, parse_selector
-from headroom.project.speedups import Speedup
+from headroom.project.speedups import Speedup, parse_factor, parse_launches
 from headroom.trace.analysis import Analysis
 
 PROFILER_OVERHEAD_WARN = 0.10  # warn when profiled steps are this much slower than unprofiled ones
@@ -157,6 +157,7 @@ def project(analysis: Analysis | Baseline, entries: Sequence[Speedup] = (), dist
             projections.append(p)
 
     res: Resolution | None = None
+    cpu_calls: tuple[float, float] | None = None   # cpu-ops: (inclusive CPU time of the calls, time saved)
     entry_dicts: list[dict] = []
     sel_us = sel_wall = 0.0
     if entries:
@@ -174,9 +175,11 @@ def project(analysis: Analysis | Baseline, entries: Sequence[Speedup] = (), dist
                 d["cpu"] = info
                 for bound in BOUNDS:
                     changes[bound].extend(by_bound[bound])
-        elif any(e.launches is not None for e in entries):
-            warnings.append("launches per call are not modelled in cpu-ops mode (no kernel launches): "
-                            "the entries' CPU time is what their speedup applies to")
+        else:
+            cpu_calls = _cpu_trace_calls(b, res, problems, entry_dicts)
+            if any(e.launches is not None for e in entries):
+                warnings.append("launches per call are not modelled in cpu-ops mode (no kernel launches): "
+                                "the calls' CPU time is what their speedup applies to")
         mask = res.selected
         sel_us = float(b.events["dur"].to_numpy()[mask].sum())
         sel_wall = float(b.events["wall_us"].to_numpy()[mask].sum())
@@ -218,7 +221,7 @@ def project(analysis: Analysis | Baseline, entries: Sequence[Speedup] = (), dist
     est = None
     if first is not None:
         est = _estimate(b, scenario_factors[first], changes if first == "speedups" else {}, unprof, drift, first,
-                        use_replay, projections, amdahl_base_u)
+                        use_replay, projections, amdahl_base_u, cpu_calls if first == "speedups" else None)
     return ProjectResult(
         source=b.source, mode=b.mode, baseline_us=b.wall_us, per_step_us=b.per_step_us,
         num_steps=b.num_steps, n_devices=b.n_devices, baseline=baseline_breakdown(b),
@@ -260,31 +263,106 @@ def _entry_calls(b: Baseline, side: CpuSide, m: EntryMatch, problems: ProblemMap
     return info, by_bound, warnings
 
 
+def _cpu_trace_calls(b: Baseline, res: Resolution, problems: ProblemMap,
+                     entry_dicts: list[dict]) -> tuple[float, float] | None:
+    """cpu-ops traces: each entry's calls as CPU ranges (the first entry owns a range both name); the
+    inclusive time of all of them and the time their speedups save. None when no entry names a range."""
+    side = cpu_side(b)
+    claimed: list[tuple[float, float, str, str]] = []
+    total = saved = 0.0
+    found = False
+    for m, d in zip(res.matches, entry_dicts):
+        calls = cpu_trace_calls(b, side, m.entry.selector, problems)
+        mine = [c for c in calls if not any(c.pid == p and c.tid == t and c.start < z and a < c.end
+                                             for a, z, p, t in claimed)]
+        claimed += [(c.start, c.end, c.pid, c.tid) for c in mine]
+        us = float(sum(c.end - c.start for c in mine))
+        d["cpu"] = {"call_kind": sorted({c.kind for c in mine}), "calls": len(mine),
+                    "calls_per_step": len(mine) / max(b.num_steps, 1), "call_us": us}
+        found = found or bool(mine)
+        total += us
+        saved += us * (1.0 - 1.0 / m.entry.speedup)
+    return (total, saved) if found else None
+
+
 def _estimate(b: Baseline, factors: np.ndarray, changes: dict[str, list[CallChange]], unprof: Unprofiled | None,
               drift: Drift, scenario: str, use_replay: bool, projections: list[Projection],
-              amdahl_base_u: float | None) -> Estimate:
+              amdahl_base_u: float | None, cpu_calls: tuple[float, float] | None = None) -> Estimate:
     """The first scenario's estimate: the CPU-aware replay on the unprofiled clock where known."""
     if use_replay:
         scale = unprof.cpu_scale if unprof is not None else 1.0
-        clock = "unprofiled" if unprof is not None else "profiled"
+        corrected = unprof is not None and scale != 1.0
+        clock = "unprofiled" if corrected else "profiled"
         n_calls = len(changes.get("estimate", ()))
         method = "replay" + (f" with the CPU side of {n_calls} replaced call(s)" if n_calls else "")
-        if unprof is not None:
+        if corrected:
             method += (f", CPU clock x{scale:.3f} to the unprofiled {unprof.step_us / 1e3:.3f} ms/step "
                        f"({unprof.source})")
+        elif unprof is not None:
+            method += f", on the profiled clock ({unprof.note})"
         else:
             method += ", on the profiled clock (no unprofiled step time known)"
         return estimate_interval(b, factors, changes, scale, drift, method, scenario, clock,
                                  baseline_us=unprof.baseline_us if unprof is not None else None)
-    # Amdahl only (cpu-ops traces): the interval is the drift of the untouched time.
+    # No GPU timeline (cpu-ops traces): the calls' inclusive CPU time shrinks and everything after it
+    # moves up (nothing waits), else Amdahl over op self times; the interval is the untouched time's drift.
     a = next(p for p in projections if p.method == "amdahl" and p.scenario == scenario)
     base = amdahl_base_u if amdahl_base_u is not None else a.baseline_us
     ratio = base / a.baseline_us if a.baseline_us > 0 else 1.0
-    wall = b.events["wall_us"].to_numpy(dtype=float)
-    untouched = float(wall[factors == 1.0].sum()) * ratio
-    proj = base - a.saved_us * ratio
+    if cpu_calls is not None:
+        touched_us, saved_us = cpu_calls
+        untouched = max(a.baseline_us - touched_us, 0.0) * ratio
+        method = "CPU calls: their inclusive CPU time shrinks by the speedup (no GPU timeline to replay)"
+    else:
+        wall = b.events["wall_us"].to_numpy(dtype=float)
+        untouched = float(wall[factors == 1.0].sum()) * ratio
+        saved_us = a.saved_us
+        method = f"amdahl ({b.mode}: no GPU timeline to replay)"
+    proj = base - saved_us * ratio
     lo, hi = proj + drift.slower * untouched, proj - drift.faster * untouched
     clock = "unprofiled" if amdahl_base_u is not None else "profiled"
     return Estimate(base / proj if proj > 0 else np.inf, base / lo if lo > 0 else np.inf,
-                    base / hi if hi > 0 else np.inf, f"amdahl ({b.mode}: no GPU timeline to replay)", scenario,
+                    base / hi if hi > 0 else np.inf, method, scenario,
                     base, proj, lo, hi, clock, ratio, untouched / base if base > 0 else 0.0, drift, {})
+
+
+@dataclass
+class Prediction:
+    """What the base trace alone predicts for one replaced part: the numbers `headroom validate` checks."""
+
+    amdahl: float
+    replay: float | None
+    estimate: float
+    low: float
+    high: float
+    method: str
+    result: ProjectResult
+
+    def to_dict(self) -> dict[str, Any]:
+        """``validate --json``'s "projected" object."""
+        return {"amdahl": self.amdahl, "replay": self.replay, "estimate": self.estimate, "low": self.low,
+                "high": self.high, "method": self.method}
+
+
+def predict(analysis: Analysis | Baseline, part: str | Selector, speedup: float, launches: int | None = None,
+            step_ms: float | None = None, problems: ProblemMap | None = None) -> Prediction:
+    """Amdahl, replay and the estimate with its interval for one replaced part, from the base trace alone.
+
+    `part`: the replaced part (a selector, e.g. ``module:LlamaRMSNorm``); `speedup`: its measured
+    kernel-time speedup; `launches`: kernels each call launches after the change (None: unchanged);
+    `step_ms`: the unprofiled base step (default: the trace's manifest). Speedups are end-to-end
+    (base time / changed time); the estimate is on the unprofiled clock when the step is known.
+    """
+    sel = parse_selector(part) if isinstance(part, str) else part
+    entry = Speedup(sel, parse_factor(speedup, f"predict {sel}"), source="predict",
+                    launches=parse_launches(launches, f"predict {sel}"))
+    res = project(analysis, [entry], problems=problems, step_ms=step_ms)
+    am, rp, e = res.get("amdahl"), res.get("replay"), res.estimate
+    if am is None or e is None:   # project always makes both for an entry; this guards a broken invariant
+        raise RuntimeError("project() returned no Amdahl projection or estimate")
+
+    def unprof(p: Projection) -> float:
+        u = p.to_dict().get("unprofiled")
+        return float(u["speedup"]) if u else p.speedup
+
+    return Prediction(unprof(am), unprof(rp) if rp is not None else None, e.speedup, e.low, e.high, e.method, res)

@@ -257,10 +257,11 @@ def replay(base: Baseline | Analysis, factors: np.ndarray | float | None = None,
     for i, k in zip(idx[sweep].tolist(), kind[sweep].tolist()):
         if k == 3:
             c = L_call[i]
-            if L_removed[i]:                     # the call launches nothing now: its work vanishes
+            if L_removed[i]:   # the call launches nothing now: its work runs inside its stream predecessor
                 p = L_prev[i]
                 start = end2_l[p] if p >= 0 and end2_l[p] == end2_l[p] else (L_launch[i] if L_has[i] else L_ts[i])
-                ts2_l[i] = end2_l[i] = start
+                ts2_l[i] = start
+                end2_l[i] = start + L_dur[i]
                 continue
             if c >= 0:
                 gl = group_launch[c][L_group[i]]

@@ -65,11 +65,14 @@ def render_analysis(a: Analysis, console: Console, top_unknown: int = 10) -> Non
 def render_summary(df: pd.DataFrame, console: Console) -> None:
     t = Table(show_edge=False, header_style="bold")
     for col, just in (("workload", "left"), ("device", "left"), ("step ms", "right"), ("idle", "right"),
+                      ("unprofiled ms", "right"), ("unprofiled idle", "right"),
                       ("GEMM+attn+conv", "right"), ("addressable", "right"), ("top addressable op", "left")):
         t.add_column(col, justify=just)
     for r in df.itertuples(index=False):
         top = f"{r.top_addressable_op} ({_pct(r.top_addressable_op_fraction)})" if r.top_addressable_op else ""
-        t.add_row(r.workload, r.device or r.mode, f"{r.step_ms:,.2f}", _pct(r.idle_fraction),
+        u_ms = "" if math.isnan(r.unprofiled_step_ms) else f"{r.unprofiled_step_ms:,.2f}"
+        u_idle = "" if math.isnan(r.unprofiled_idle_fraction) else _pct(r.unprofiled_idle_fraction)
+        t.add_row(r.workload, r.device or r.mode, f"{r.step_ms:,.2f}", _pct(r.idle_fraction), u_ms, u_idle,
                   _pct(r.gemm_attention_conv_fraction), _pct(r.addressable_fraction), top)
     console.print(t)
 

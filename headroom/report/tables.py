@@ -37,6 +37,10 @@ def summary_frame(analyses: list[Analysis]) -> pd.DataFrame:
             "step_ms": a.step_us / 1000,
             "gpu_ms_per_step": a.total_us / max(a.num_steps, 1) / 1000,
             "idle_fraction": a.idle_fraction,
+            # Without the profiler (the manifest's timed steps), where recorded: NaN otherwise.
+            "unprofiled_step_ms": a.unprofiled_step_us / 1000 if a.unprofiled_step_us is not None else float("nan"),
+            "unprofiled_idle_fraction": a.unprofiled_idle_fraction if a.unprofiled_idle_fraction is not None
+            else float("nan"),
             "gemm_attention_conv_fraction": core,
             "addressable_fraction": a.addressable_fraction,
             "top_addressable_op": top["op"] if top is not None else "",

@@ -37,8 +37,8 @@ sys.path.insert(0, str(REPO))
 import torch  # noqa: E402
 from torch.profiler import ProfilerActivity, profile, record_function, schedule  # noqa: E402
 
-from headroom.project.projection import project  # noqa: E402
-from headroom.project.speedups import parse_cli_speedup  # noqa: E402
+from headroom.projection.project import project  # noqa: E402
+from headroom.projection.speedups import parse_cli_speedup  # noqa: E402
 from headroom.trace.analysis import analyze  # noqa: E402
 
 EPS = 1e-6

@@ -1,12 +1,12 @@
 """The replay's CPU model on synthetic Kineto traces whose answers are known by hand
-(headroom.project.cpu, headroom.project.replay; docs/projection.md, "The CPU side")."""
+(headroom.projection.cpu, headroom.projection.replay; docs/projection.md, "The CPU side")."""
 
 from __future__ import annotations
 
 import pytest
 
-from headroom.project.projection import project
-from headroom.project.speedups import parse_cli_speedup
+from headroom.projection.project import project
+from headroom.projection.speedups import parse_cli_speedup
 from headroom.trace.analysis import analyze
 from tests.kineto_synth import LATENCY_US, Sim, chain_model
 
@@ -167,7 +167,7 @@ def test_a_cross_stream_wait_keeps_the_consumer_behind_its_producer(tmp_path):
     assert r3.get("replay").saved_us / 3 == pytest.approx(2011.0 - 1261.0, abs=0.01)
     # Without the wait records the replay cannot know C waited: it holds C's lag after its launch and
     # credits C with the CPU savings (C at 218 + 499 us), so the step would end with P: 500 us too soon.
-    from headroom.project.baseline import Baseline
+    from headroom.projection.baseline import Baseline
     blind = Baseline.from_analysis(a)
     blind.syncs = None
     assert project(blind, [parse_cli_speedup("module:RMSNorm=4,launches=1")]).get("replay").saved_us / 3 \

@@ -1,5 +1,5 @@
 """Launch-aware speedup entries, the estimate with its interval, predict() and the project CLI contract
-(headroom.project.speedups, headroom.project.estimate, headroom.project.projection)."""
+(headroom.projection.speedups, headroom.projection.estimate, headroom.projection.project)."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ import sys
 import pytest
 
 from headroom.errors import UserError
-from headroom.project.estimate import Drift, calibrate_drift, load_drift
-from headroom.project.projection import predict, project
-from headroom.project.speedups import load_speedup_file, parse_cli_speedup
+from headroom.projection.estimate import Drift, calibrate_drift, load_drift
+from headroom.projection.project import predict, project
+from headroom.projection.speedups import load_speedup_file, parse_cli_speedup
 from headroom.trace.analysis import analyze
 from tests.test_cpu_model import launch_bound
 

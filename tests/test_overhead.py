@@ -1,14 +1,14 @@
-"""Profiler-overhead correction (headroom.project.overhead; docs/projection.md, "Profiler overhead")."""
+"""Profiler-overhead correction (headroom.projection.overhead; docs/projection.md, "Profiler overhead")."""
 
 from __future__ import annotations
 
 import pytest
 
 from headroom.errors import UserError
-from headroom.project.baseline import Baseline
-from headroom.project.overhead import solve_cpu_scale, unprofiled_step_us
-from headroom.project.projection import project
-from headroom.project.speedups import parse_cli_speedup
+from headroom.projection.baseline import Baseline
+from headroom.projection.overhead import solve_cpu_scale, unprofiled_step_us
+from headroom.projection.project import project
+from headroom.projection.speedups import parse_cli_speedup
 from headroom.trace.analysis import analyze
 from tests.kineto_synth import Sim
 from tests.test_cpu_model import launch_bound, steps

@@ -35,10 +35,10 @@ import numpy as np
 import pandas as pd
 
 from headroom.datafiles import shipped
-from headroom.project.baseline import Baseline
-from headroom.project.matching import label_predicate, select
-from headroom.project.problems import ProblemMap
-from headroom.project.selectors import Selector
+from headroom.projection.baseline import Baseline
+from headroom.projection.matching import label_predicate, select
+from headroom.projection.problems import ProblemMap
+from headroom.projection.selectors import Selector
 from headroom.trace.attribute import _module_paths, containing_range
 from headroom.trace.ranges import MODULE_PREFIX, MODULE_RANGE_PREFIX, PROFILER_STEP_PREFIX
 

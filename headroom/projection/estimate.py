@@ -2,8 +2,8 @@
 and the interval a measurement should fall inside.
 
 * ``speedup``: the replay with the replaced calls' CPU work changed (each new launch costs a
-  single-launch op of its thread, :mod:`headroom.project.cpu`), on the CPU clock that reproduces the
-  unprofiled step (:mod:`headroom.project.overhead`) when it is known.
+  single-launch op of its thread, :mod:`headroom.projection.cpu`), on the CPU clock that reproduces the
+  unprofiled step (:mod:`headroom.projection.overhead`) when it is known.
 * ``low``: the least of three CPU outcomes -- the savings fully realised (a new launch costs only a
   launch call), as estimated, or not realised at all (the CPU does the old work and launches each new
   kernel where the old work launched its last) -- with the untouched kernels ``gpu_drift.slower``
@@ -25,9 +25,9 @@ import numpy as np
 
 from headroom.datafiles import read_toml, shipped
 from headroom.errors import UserError
-from headroom.project.baseline import Baseline
-from headroom.project.cpu import CallChange
-from headroom.project.replay import replay
+from headroom.projection.baseline import Baseline
+from headroom.projection.cpu import CallChange
+from headroom.projection.replay import replay
 
 BOUNDS = ("high", "estimate", "low")   # the CPU outcomes: savings fully, as estimated, not realised
 

@@ -19,12 +19,12 @@ Two methods, always reported side by side (docs/projection.md):
   the same amount. A replay with no change reproduces the measured timeline.
 
 With speedup entries that say how many kernels each call launches after the change (``launches``),
-the replay also changes the CPU timeline (:mod:`headroom.project.cpu`): each replaced call's CPU
+the replay also changes the CPU timeline (:mod:`headroom.projection.cpu`): each replaced call's CPU
 footprint becomes the cost of its new launches, later CPU work of that process moves earlier until a
 blocking call waits for the GPU, and the call's kernels run as the new kernels. Where the unprofiled
 step is known (the manifest, or ``step_ms``) the replay's CPU clock is scaled to reproduce it
-(:mod:`headroom.project.overhead`), and the result leads with an estimate and its interval
-(:mod:`headroom.project.estimate`).
+(:mod:`headroom.projection.overhead`), and the result leads with an estimate and its interval
+(:mod:`headroom.projection.estimate`).
 
 Both also give the bounds: the gain if the selected kernels took zero time, and
 for a distribution of speedups (a benchmark's results) the projection at
@@ -36,21 +36,23 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Sequence
 
+import pandas as pd
+
 import numpy as np
 
 from headroom.errors import UserError
-from headroom.project.amdahl import Projection, amdahl
-from headroom.project.baseline import Baseline, Breakdown, as_baseline, baseline_breakdown
-from headroom.project.cpu import CallChange, CpuSide, change_calls, cpu_side, cpu_trace_calls, find_calls
-from headroom.project.distributions import Distribution
-from headroom.project.estimate import BOUNDS, Drift, Estimate, estimate_interval, load_drift
-from headroom.project.matching import EntryMatch, Resolution, resolve, select
-from headroom.project.overhead import Unprofiled, solve_cpu_scale, unprofiled_step_us
-from headroom.project.problems import ProblemMap, load_problems
-from headroom.project.replay import replay, replay_check, replay_projection
-from headroom.project.scenarios import DEFAULT_QUANTILES, distribution_scenarios
-from headroom.project.selectors import Selector, parse_selector
-from headroom.project.speedups import Speedup, parse_factor, parse_launches
+from headroom.projection.amdahl import Projection, amdahl
+from headroom.projection.baseline import Baseline, Breakdown, as_baseline, baseline_breakdown
+from headroom.projection.cpu import CallChange, CpuSide, change_calls, cpu_side, cpu_trace_calls, find_calls
+from headroom.projection.distributions import Distribution
+from headroom.projection.estimate import BOUNDS, Drift, Estimate, estimate_interval, load_drift
+from headroom.projection.matching import EntryMatch, Resolution, resolve, select
+from headroom.projection.overhead import Unprofiled, solve_cpu_scale, unprofiled_step_us
+from headroom.projection.problems import ProblemMap, load_problems
+from headroom.projection.replay import replay, replay_check, replay_projection
+from headroom.projection.scenarios import DEFAULT_QUANTILES, distribution_scenarios
+from headroom.projection.selectors import Selector, parse_selector
+from headroom.projection.speedups import Speedup, parse_factor, parse_launches
 from headroom.trace.analysis import Analysis
 
 PROFILER_OVERHEAD_WARN = 0.10  # warn when profiled steps are this much slower than unprofiled ones
@@ -81,6 +83,26 @@ class ProjectResult:
             if p.method == method and p.scenario == scenario:
                 return p
         return None
+
+    def to_frame(self) -> pd.DataFrame:
+        """One row per projection: scenario, method, factor, measured and projected ms per step, the
+        end-to-end gain and speedup, and how the projected window divides."""
+        rows = []
+        for p in self.projections:
+            bd = p.breakdown.to_dict()
+            u = p.to_dict().get("unprofiled") or {}
+            rows.append({"scenario": p.scenario, "method": p.method, "factor": p.factor,
+                         "measured_ms_per_step": self.per_step_us / 1e3, "projected_ms_per_step": p.per_step_us / 1e3,
+                         "gain": p.gain, "speedup": p.speedup,
+                         "unprofiled_projected_ms_per_step": u["per_step_us"] / 1e3 if u else float("nan"),
+                         "unprofiled_speedup": u["speedup"] if u else float("nan"),
+                         "kernel_fraction": bd["kernel_fraction"],
+                         "memory_communication_fraction": bd["memory_fraction"] + bd["communication_fraction"],
+                         "idle_fraction": bd["idle_fraction"]})
+        return pd.DataFrame(rows, columns=["scenario", "method", "factor", "measured_ms_per_step",
+                                           "projected_ms_per_step", "gain", "speedup",
+                                           "unprofiled_projected_ms_per_step", "unprofiled_speedup", "kernel_fraction",
+                                           "memory_communication_fraction", "idle_fraction"])
 
     def to_dict(self) -> dict[str, Any]:
         return {

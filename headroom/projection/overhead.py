@@ -16,8 +16,8 @@ import math
 from dataclasses import dataclass
 
 from headroom.errors import UserError
-from headroom.project.baseline import Baseline
-from headroom.project.replay import replay
+from headroom.projection.baseline import Baseline
+from headroom.projection.replay import replay
 
 TOLERANCE = 1e-6        # relative error of the replayed base window the solve stops at
 MAX_ITERATIONS = 40

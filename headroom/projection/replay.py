@@ -1,6 +1,6 @@
 """Timeline replay: the trace's GPU streams re-run with the selected kernels shortened.
 
-See :mod:`headroom.project.projection` for the model.
+See :mod:`headroom.projection.project` for the model.
 """
 
 from __future__ import annotations
@@ -15,9 +15,9 @@ import numpy as np
 import pandas as pd
 
 from headroom.datafiles import shipped
-from headroom.project.amdahl import Projection, _factor_array
-from headroom.project.baseline import Baseline, _breakdown, as_baseline
-from headroom.project.cpu import CallChange, blocking_call_names
+from headroom.projection.amdahl import Projection, _factor_array
+from headroom.projection.baseline import Baseline, _breakdown, as_baseline
+from headroom.projection.cpu import CallChange, blocking_call_names
 from headroom.trace.accounting import overlap_shares
 from headroom.trace.analysis import Analysis
 
@@ -141,7 +141,7 @@ def replay(base: Baseline | Analysis, factors: np.ndarray | float | None = None,
            cpu_scale: float = 1.0) -> ReplayResult:
     """Re-run the GPU timeline with each event's duration divided by its factor.
 
-    `changes`: replaced calls (:func:`headroom.project.cpu.change_calls`): their CPU footprint becomes
+    `changes`: replaced calls (:func:`headroom.projection.cpu.change_calls`): their CPU footprint becomes
     the new launches' cost and their kernels run as the new kernels. `cpu_scale`: the speed of the CPU
     timeline relative to the trace (the profiler-overhead correction). See the module docstring.
     """

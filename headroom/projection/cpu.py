@@ -60,10 +60,11 @@ class LaunchCost:
     offset_us: float    # median time from such an op's start to its launch call
     n_ops: int          # single-launch ops the estimate rests on
     scope: str          # thread | process | trace | default
+    records: float = 2.0  # median profiler records (ranges and runtime calls) inside such an op
 
     def to_dict(self) -> dict:
         return {"op_us": self.op_us, "launch_us": self.launch_us, "offset_us": self.offset_us,
-                "n_ops": self.n_ops, "scope": self.scope}
+                "n_ops": self.n_ops, "scope": self.scope, "records": self.records}
 
 
 @dataclass
@@ -80,6 +81,7 @@ class Call:
     kernels: int              # kernels among them (memcpy/memset not counted): launches before
     pieces: list[tuple[float, float]] = field(default_factory=list)  # CPU footprint, measured clock
     blocked: str = ""         # the blocking call inside the footprint ("" when the CPU side can change)
+    records: int = 0          # profiler records (CPU ranges, runtime calls) inside the footprint
 
     @property
     def footprint_us(self) -> float:
@@ -110,10 +112,18 @@ class CpuSide:
     launches: pd.DataFrame        # runtime calls that launch GPU work: pid, tid, ts, dur, end, correlation
     blocking: pd.DataFrame        # blocking runtime calls: pid, tid, ts, end, name
     costs: dict[tuple[str, str], LaunchCost]
+    records: dict[tuple[str, str], np.ndarray] = field(default_factory=dict)  # sorted starts of every record
 
     def cost(self, pid: str, tid: str) -> LaunchCost:
         return self.costs.get((pid, tid)) or self.costs.get(("", "")) or LaunchCost(
             DEFAULT_LAUNCH_US, DEFAULT_LAUNCH_US, 0.0, 0, "default")
+
+    def count_records(self, pid: str, tid: str, a: float, z: float) -> int:
+        """Profiler records (CPU ranges and runtime calls) starting in [a, z] on a thread."""
+        r = self.records.get((pid, tid))
+        if r is None:
+            return 0
+        return int(np.searchsorted(r, z, "right") - np.searchsorted(r, a, "left"))
 
 
 def _keys(df: pd.DataFrame, col: str) -> np.ndarray:
@@ -144,6 +154,8 @@ def cpu_side(b: Baseline) -> CpuSide:
     names_rx = blocking_call_names()
     blocking = base[rt_names.map(lambda s: names_rx.fullmatch(s) is not None).to_numpy(dtype=bool)].reset_index(drop=True)
     side = CpuSide(ranges.sort_values("ts", kind="stable").reset_index(drop=True), launches, blocking, {})
+    starts = pd.concat([ranges[["pid", "tid", "ts"]], base[["pid", "tid", "ts"]]])
+    side.records = {k: np.sort(starts["ts"].to_numpy()[i]) for k, i in starts.groupby(["pid", "tid"], sort=False).indices.items()}
     side.costs = _launch_costs(side, b.window)
     return side
 
@@ -171,17 +183,21 @@ def _launch_costs(side: CpuSide, window: tuple[float, float]) -> dict[tuple[str,
         lt = np.sort(lt)
         lo, hi = np.searchsorted(lt, ts, "left"), np.searchsorted(lt, end, "right")
         one = (hi - lo) == 1
+        rec = side.records.get(key, np.zeros(0))
+        n_rec = np.searchsorted(rec, end[one], "right") - np.searchsorted(rec, ts[one], "left")
         per[key] = (end[one] - ts[one], lt[lo[one]] - ts[one] if one.any() else np.zeros(0),
-                    la_w.loc[(la_w["pid"] == key[0]).to_numpy() & (la_w["tid"] == key[1]).to_numpy(), "dur"].to_numpy())
+                    la_w.loc[(la_w["pid"] == key[0]).to_numpy() & (la_w["tid"] == key[1]).to_numpy(), "dur"].to_numpy(),
+                    n_rec.astype(float))
 
-    def make(durs: np.ndarray, offs: np.ndarray, lds: np.ndarray, scope: str) -> LaunchCost:
+    def make(durs: np.ndarray, offs: np.ndarray, lds: np.ndarray, recs: np.ndarray, scope: str) -> LaunchCost:
         launch_us = float(np.median(lds)) if len(lds) else DEFAULT_LAUNCH_US
         if len(durs) == 0:
-            return LaunchCost(launch_us, launch_us, 0.0, 0, "default")
-        return LaunchCost(float(np.median(durs)), launch_us, float(np.median(offs)), int(len(durs)), scope)
+            return LaunchCost(launch_us, launch_us, 0.0, 0, "default", 1.0)
+        return LaunchCost(float(np.median(durs)), launch_us, float(np.median(offs)), int(len(durs)), scope,
+                          float(np.median(recs)))
 
     out: dict[tuple[str, str], LaunchCost] = {}
-    all_d = [np.concatenate([v[i] for v in per.values()]) if per else np.zeros(0) for i in range(3)]
+    all_d = [np.concatenate([v[i] for v in per.values()]) if per else np.zeros(0) for i in range(4)]
     out[("", "")] = make(*all_d, "trace")
     by_pid: dict[str, list] = {}
     for (pid, tid), v in per.items():
@@ -190,7 +206,7 @@ def _launch_costs(side: CpuSide, window: tuple[float, float]) -> dict[tuple[str,
         if len(v[0]) >= MIN_SINGLE_LAUNCH_OPS:
             out[(pid, tid)] = make(*v, "thread")
             continue
-        pooled = [np.concatenate([x[i] for x in by_pid[pid]]) for i in range(3)]
+        pooled = [np.concatenate([x[i] for x in by_pid[pid]]) for i in range(4)]
         if len(pooled[0]) >= MIN_SINGLE_LAUNCH_OPS:
             out[(pid, tid)] = make(*pooled, "process")
         else:
@@ -374,6 +390,7 @@ def _footprints(calls: list[Call], side: CpuSide, selected_corr: set, lts: np.nd
                     pieces.append((lt_i, lt_i + float(ldur[i])))
             pieces = _merge(pieces)
         c.pieces = pieces
+        c.records = sum(side.count_records(c.pid, c.tid, a, z) for a, z in pieces)
         for a, z in pieces:
             hit = np.flatnonzero((bts < z) & (bend > a))
             if len(hit):
@@ -393,11 +410,16 @@ def _merge(pieces: list[tuple[float, float]]) -> list[tuple[float, float]]:
 
 # --- what a call becomes ------------------------------------------------------
 
-def change_calls(calls: list[Call], launches: int, side: CpuSide, bound: str = "estimate") -> list[CallChange]:
-    """The calls after the change, for one bound of the estimate.
+def change_calls(calls: list[Call], launches: int, side: CpuSide, bound: str = "estimate",
+                 per_record_us: float = 0.0, cpu_scale: float = 1.0) -> list[CallChange]:
+    """The calls after the change, for one CPU outcome of the estimate.
 
     ``estimate``: each new launch costs a single-launch op of the thread; ``high``: only a launch call;
-    ``low``: the CPU side is unchanged and each new kernel is launched when the old work's last launch was.
+    ``low``: the CPU side is unchanged and each new kernel is launched when the old work's last launch was;
+    ``per_record``: as ``estimate``, but the profiler's overhead is `per_record_us` per record (range or
+    runtime call) instead of a uniform clock speed `cpu_scale` -- the saving a uniform clock would give
+    is replaced by ``(footprint - o x its records) - launches x (op - o x an op's records)``; ``high`` takes
+    the larger of the two models' savings.
     Calls whose kernel count is already `launches` do not change; nor do calls with a blocking call inside.
     """
     out = []
@@ -409,9 +431,33 @@ def change_calls(calls: list[Call], launches: int, side: CpuSide, bound: str = "
         groups = [g for g in np.array_split(c.events, n) if len(g)] if n else []
         per = cost.launch_us if bound == "high" else cost.op_us
         offset = 0.0 if bound == "high" else min(cost.offset_us, per)
-        out.append(CallChange(c, n, n * per, groups, [k * per + offset for k in range(len(groups))],
+        added = n * per
+        if bound in ("per_record", "high") and per_record_us > 0 and cpu_scale > 0:
+            # The replay scales CPU time by cpu_scale: express the per-record saving in profiled time.
+            # (A new launch carries an op's records, or, at the high end, the launch call's one.)
+            recs = 1.0 if bound == "high" else cost.records
+            saved = (c.footprint_us - per_record_us * c.records) - n * max(per - per_record_us * recs, 0.0)
+            if bound == "high":   # the larger of the two overhead models' savings
+                saved = max(saved, cpu_scale * (c.footprint_us - added))
+            added = max(c.footprint_us - saved / cpu_scale, 0.0)
+        out.append(CallChange(c, n, added, groups,
+                              [min(k * per + offset, added) if added > 0 else 0.0 for k in range(len(groups))],
                               cpu=bound != "low"))
     return out
+
+
+def window_records(b: Baseline) -> int:
+    """Profiler records in the window: CPU ranges (ProfilerStep excluded) and runtime/driver calls."""
+    w0, w1 = b.window
+    n = 0
+    if b.cpu is not None and len(b.cpu):
+        ts = b.cpu["ts"].to_numpy(dtype=float)
+        step = b.cpu["name"].astype(str).str.startswith(PROFILER_STEP_PREFIX).to_numpy(dtype=bool)
+        n += int(((ts >= w0) & (ts <= w1) & ~step).sum())
+    if b.runtime is not None and len(b.runtime):
+        ts = b.runtime["ts"].to_numpy(dtype=float)
+        n += int(((ts >= w0) & (ts <= w1)).sum())
+    return n
 
 
 # --- CPU-only traces ------------------------------------------------------------

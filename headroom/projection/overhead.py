@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 from headroom.errors import UserError
 from headroom.projection.baseline import Baseline
+from headroom.projection.cpu import window_records
 from headroom.projection.replay import replay
 
 TOLERANCE = 1e-6        # relative error of the replayed base window the solve stops at
@@ -40,6 +41,9 @@ class Unprofiled:
     num_steps: int
     reached: bool              # False: even an infinitely fast CPU leaves the replayed step above the target
     note: str = ""
+    # The same overhead as a cost per profiler record (range or runtime call) instead of a clock speed:
+    # (profiled - unprofiled window) / records in the window. The estimate's interval uses both models.
+    per_record_us: float = 0.0
 
     @property
     def overhead(self) -> float:
@@ -50,7 +54,7 @@ class Unprofiled:
         return {"step_us": self.step_us, "source": self.source, "cpu_scale": self.cpu_scale,
                 "baseline_us": self.baseline_us, "per_step_us": self.baseline_us / max(self.num_steps, 1),
                 "profiled_step_us": self.profiled_step_us, "overhead": self.overhead, "reached": self.reached,
-                "note": self.note}
+                "per_record_us": self.per_record_us, "note": self.note}
 
 
 def noise(b: Baseline) -> float:
@@ -121,4 +125,6 @@ def solve_cpu_scale(b: Baseline, step_us: float, source: str = "manifest") -> Un
             if side == -1:
                 f_hi /= 2
             side = -1
-    return Unprofiled(step_us, source, float(x), float(wx), prof, steps, True)
+    records = window_records(b)
+    return Unprofiled(step_us, source, float(x), float(wx), prof, steps, True,
+                      per_record_us=(w1 - target) / records if records else 0.0)

@@ -192,7 +192,7 @@ def project(analysis: Analysis | Baseline, entries: Sequence[Speedup] = (), dist
                 if m.entry.launches is None or not m.applied.any():
                     continue
                 side = side or cpu_side(b)
-                info, by_bound, w = _entry_calls(b, side, m, problems)
+                info, by_bound, w = _entry_calls(b, side, m, problems, unprof)
                 warnings.extend(w)
                 d["cpu"] = info
                 for bound in BOUNDS:
@@ -258,12 +258,14 @@ def _uniform(n: int, f: float, mask: np.ndarray | None) -> np.ndarray:
     return out
 
 
-def _entry_calls(b: Baseline, side: CpuSide, m: EntryMatch, problems: ProblemMap
+def _entry_calls(b: Baseline, side: CpuSide, m: EntryMatch, problems: ProblemMap, unprof: Unprofiled | None
                  ) -> tuple[dict, dict[str, list[CallChange]], list[str]]:
     """One launch-aware entry: its calls, what each CPU outcome makes of them, and a summary."""
     e = m.entry
     calls, warnings = find_calls(b, side, e.selector, m.applied, problems)
-    by_bound = {bound: change_calls(calls, e.launches, side, bound) for bound in BOUNDS}
+    o = unprof.per_record_us if unprof is not None else 0.0
+    scale = unprof.cpu_scale if unprof is not None else 1.0
+    by_bound = {bound: change_calls(calls, e.launches, side, bound, o, scale) for bound in BOUNDS}
     est = by_bound["estimate"]
     kernels = np.array([c.kernels for c in calls]) if calls else np.zeros(0)
     blocked = [c for c in calls if c.blocked]

@@ -5,26 +5,29 @@ A stack of blocks (Linear -> RMSNorm -> Linear -> RMSNorm) runs on the CPU with 
 (`torch.nn.functional.rms_norm`). Both are wrapped in a `record_function("rmsnorm")` range, so a
 trace names every call. The script
 
-1. times base and variant interleaved (rounds alternating the order; median step per round, in thread
-   CPU time so that other processes on a shared machine do not count), which gives the measured
-   end-to-end speedup and its spread;
+1. times base and variant interleaved (alternating step by step, the order flipping every round; thread
+   CPU time, so that other processes on a shared machine do not count), which gives the measured
+   end-to-end speedup and its spread over rounds;
 2. times the part alone the same way (eager vs fused RMSNorm on the block's activations): the part
    speedup a `headroom verify` run would report;
-3. profiles the base model under torch.profiler (the least disturbed of five profiles) and writes a
+3. profiles the base model under torch.profiler (the least disturbed of 15 profiles) and writes a
    Kineto trace with headroom's manifest (the unprofiled step time) -- the after-trace too, for the
    part speedup as a profiled trace measures it;
 4. asks `headroom project` (cpu-ops mode: `annotation:rmsnorm=S`) for the estimate and reports the
    error against the measurement.
 
-    python benchmarks/cpu_fusion_check.py [--json] [--rounds 9] [--out DIR]
+    python benchmarks/cpu_fusion_check.py [--json] [--sizes 128x4,256x8,512x16] [--repeat N] [--out DIR]
 
-Prints one JSON object with --json (docs/projection.md, "Checked on the CPU").
+Prints one JSON object (--json: on one line): each run, and a summary (docs/projection.md, "Checked").
+CPU traces are wall-clock: on a loaded machine preemption distorts them, so run it on a quiet one.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import platform
 import statistics
 import sys
 import tempfile
@@ -79,32 +82,31 @@ class Model(torch.nn.Module):
         return x
 
 
-def _median_step(fn, x, steps: int) -> float:
-    # Thread CPU time, not wall time: the model runs on one thread, and on a shared machine the wall
-    # clock also counts the time other processes held the core.
-    times = []
-    for _ in range(steps):
-        t0 = time.thread_time_ns()
-        fn(x)
-        times.append(1e-9 * (time.thread_time_ns() - t0))
-    return statistics.median(times)
-
-
 def interleaved(a, b, x, rounds: int, steps: int) -> dict:
-    """Median step of a and b per round, alternating which runs first; speedup = a / b."""
-    ta, tb = [], []
+    """a and b alternating step by step (the order flipping every round), in thread CPU time: on a
+    shared machine the wall clock also counts the time other processes held the core, and alternating
+    every step puts both under the same conditions. speedup = median(a) / median(b); the spread is the
+    range of the per-round ratios."""
+    ta: list[float] = []
+    tb: list[float] = []
+    ratios = []
     for r in range(rounds):
-        order = (a, b) if r % 2 == 0 else (b, a)
-        res = {id(f): _median_step(f, x, steps) for f in order}
-        ta.append(res[id(a)])
-        tb.append(res[id(b)])
-    ratios = sorted(x / y for x, y in zip(ta, tb))
+        ra, rb = [], []
+        for i in range(steps):
+            for f, out in (((a, ra), (b, rb)) if (r + i) % 2 == 0 else ((b, rb), (a, ra))):
+                t0 = time.thread_time_ns()
+                f(x)
+                out.append(1e-9 * (time.thread_time_ns() - t0))
+        ta += ra
+        tb += rb
+        ratios.append(statistics.median(ra) / statistics.median(rb))
+    ratios.sort()
     return {"base_ms": 1e3 * statistics.median(ta), "variant_ms": 1e3 * statistics.median(tb),
-            "speedup": statistics.median(ta) / statistics.median(tb), "ratio_min": ratios[0], "ratio_max": ratios[-1],
-            "rounds": rounds}
+            "speedup": statistics.median(ta) / statistics.median(tb), "ratio_min": ratios[0],
+            "ratio_max": ratios[-1], "rounds": rounds, "steps_per_round": steps}
 
 
-def profiled_trace(model, x, path: Path, step_ms: float, tries: int = 5) -> Path:
+def profiled_trace(model, x, path: Path, step_ms: float, tries: int = 15) -> Path:
     """The least disturbed of `tries` profiles (the shortest window: other processes preempt us)."""
     best = None
     raw = path.with_suffix(".raw.json")
@@ -126,30 +128,20 @@ def profiled_trace(model, x, path: Path, step_ms: float, tries: int = 5) -> Path
     return path
 
 
-def main(argv: list[str] | None = None) -> dict:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--d", type=int, default=256)
-    ap.add_argument("--tokens", type=int, default=8)
-    ap.add_argument("--blocks", type=int, default=8)
-    ap.add_argument("--rounds", type=int, default=9)
-    ap.add_argument("--steps", type=int, default=30)
-    ap.add_argument("--out", type=Path, default=None)
-    ap.add_argument("--json", action="store_true")
-    args = ap.parse_args(argv)
+def check(d: int, tokens: int, blocks: int, rounds: int, steps: int, out: Path) -> dict:
+    """One configuration: measure, profile, project; the projections' errors against the measurement."""
     torch.manual_seed(0)
-    torch.set_num_threads(1)
-    base = Model(args.d, args.blocks, EagerRMSNorm).eval()
-    variant = Model(args.d, args.blocks, FusedRMSNorm).eval()
+    base = Model(d, blocks, EagerRMSNorm).eval()
+    variant = Model(d, blocks, FusedRMSNorm).eval()
     variant.load_state_dict(base.state_dict())
-    x = torch.randn(args.tokens, args.d)
+    x = torch.randn(tokens, d)
     with torch.no_grad():
         assert torch.allclose(base(x), variant(x), atol=1e-4, rtol=1e-4)
         for _ in range(20):
             base(x), variant(x)
-        e2e = interleaved(base, variant, x, args.rounds, args.steps)
-        eager_norm, fused_norm = EagerRMSNorm(args.d), FusedRMSNorm(args.d)
-        part = interleaved(eager_norm, fused_norm, x, args.rounds, 20 * args.steps)
-        out = Path(args.out or tempfile.mkdtemp(prefix="cpu-fusion-"))
+        e2e = interleaved(base, variant, x, rounds, steps)
+        eager_norm, fused_norm = EagerRMSNorm(d), FusedRMSNorm(d)
+        part = interleaved(eager_norm, fused_norm, x, rounds, 20 * steps)
         out.mkdir(parents=True, exist_ok=True)
         base_trace = profiled_trace(base, x, out / "base.json", e2e["base_ms"])
         after_trace = profiled_trace(variant, x, out / "variant.json", e2e["variant_ms"])
@@ -166,14 +158,42 @@ def main(argv: list[str] | None = None) -> dict:
         r = project(a, [parse_cli_speedup(f"annotation:rmsnorm={s}")])
         e = r.estimate
         results[name] = {"part_speedup": s, "estimate": e.speedup, "low": e.low, "high": e.high,
+                         "untouched_fraction": e.untouched_fraction,
                          "error": e.speedup / e2e["speedup"] - 1.0,
                          "inside": e.low <= e2e["speedup"] <= e.high, "method": e.method,
                          "amdahl_self_time": r.get("amdahl").speedup}
-    doc = {"machine": f"{torch.get_num_threads()} thread(s), torch {torch.__version__}",
-           "date": time.strftime("%Y-%m-%d"), "config": vars(args) | {"out": str(out)},
-           "measured": e2e, "part": part | {"from_traces": part_trace},
-           "profiled_step_ms": a.step_us / 1e3, "unprofiled_step_ms": e2e["base_ms"],
-           "norm_share_of_profiled_step": range_us(a) / a.wall_us, "projections": results}
+    return {"config": {"d": d, "tokens": tokens, "blocks": blocks, "rounds": rounds, "steps": steps},
+            "measured": e2e, "part": part | {"from_traces": part_trace},
+            "profiled_step_ms": a.step_us / 1e3, "unprofiled_step_ms": e2e["base_ms"],
+            "norm_share_of_profiled_step": range_us(a) / a.wall_us, "projections": results}
+
+
+def main(argv: list[str] | None = None) -> dict:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--sizes", default="128x4,256x8,512x16", help="hidden x tokens, comma-separated")
+    ap.add_argument("--repeat", type=int, default=1, help="runs per size")
+    ap.add_argument("--blocks", type=int, default=8)
+    ap.add_argument("--rounds", type=int, default=15)
+    ap.add_argument("--steps", type=int, default=30)
+    ap.add_argument("--out", type=Path, default=None, help="where the traces go (default: a temporary folder)")
+    ap.add_argument("--json", action="store_true")
+    args = ap.parse_args(argv)
+    torch.set_num_threads(1)
+    out = Path(args.out or tempfile.mkdtemp(prefix="cpu-fusion-"))
+    runs = []
+    for size in args.sizes.split(","):
+        d, tokens = (int(v) for v in size.lower().split("x"))
+        for k in range(args.repeat):
+            runs.append(check(d, tokens, args.blocks, args.rounds, args.steps, out / f"{d}x{tokens}.{k}"))
+    timed = [r["projections"]["part_timed"] for r in runs]
+    doc = {"machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, 1 thread, "
+                      f"torch {torch.__version__}, load average {os.getloadavg()[0]:.1f}",
+           "date": time.strftime("%Y-%m-%d"), "command": " ".join(["python", "benchmarks/cpu_fusion_check.py", *(argv or sys.argv[1:])]),
+           "runs": runs,
+           "summary": {"n": len(runs), "max_abs_error": max(abs(t["error"]) for t in timed),
+                       "inside": sum(t["inside"] for t in timed),
+                       "implied_drift": [(1 / r["measured"]["speedup"] - 1 / t["estimate"]) / t["untouched_fraction"]
+                                         for r, t in zip(runs, timed)]}}
     print(json.dumps(doc, indent=None if args.json else 2, default=str))
     return doc
 

@@ -180,3 +180,49 @@ def test_no_launches_left_moves_the_work_into_the_neighbour(tmp_path):
     r = run(launch_bound(tmp_path), "op:aten::mul=4,launches=0")
     assert r.entries[0]["cpu"]["calls"] == 480 and r.entries[0]["cpu"]["added_cpu_us"] == 0.0
     assert r.get("replay").saved_us == pytest.approx(4800.0, abs=0.01)
+
+
+# --- the same mechanisms on the shipped H200 traces -----------------------------
+
+@pytest.fixture(scope="module")
+def chains(tmp_path_factory):
+    """The shipped traces with nn.Module ranges around the eager chains issue #12 fused by hand."""
+    from benchmarks.projector_checks import CHAINS, with_module_ranges
+    from tests.conftest import REPO
+
+    out = {}
+    for name, (trace, module, ops) in CHAINS.items():
+        if not (REPO / trace).exists():
+            pytest.skip(f"{trace} is not in this checkout")
+        path, calls = with_module_ranges(trace, module, ops, tmp_path_factory.mktemp(name) / "t.json.gz")
+        out[name] = (analyze(path), module, calls)
+    return out
+
+
+def test_shipped_launch_bound_decode_gains_the_cpu_time_of_the_fused_norms(chains):
+    a, module, calls = chains["decode-rmsnorm"]
+    assert calls == 3 * 65                      # 2 per layer x 32 layers + the final norm, per step
+    pinned = project(a, [parse_cli_speedup(f"module:{module}=4")])
+    fused = project(a, [parse_cli_speedup(f"module:{module}=4,launches=1")])
+    # Launch-bound (70% idle without the profiler): shorter kernels alone buy nothing...
+    assert pinned.estimate.speedup == pytest.approx(1.0, abs=1e-4)
+    # ... while one launch per call removes each call's eight ops from the CPU: the step shrinks by
+    # that CPU time on the unprofiled clock (CPU x0.529).
+    c = fused.entries[0]["cpu"]
+    assert c["kernels_per_call"] == 8.0 and c["changed_calls"] == calls
+    e = fused.estimate
+    saved_cpu_unprofiled = e.cpu_scale * (c["removed_cpu_us"] - c["added_cpu_us"])
+    assert e.baseline_us - e.projected_us == pytest.approx(saved_cpu_unprofiled, rel=0.01)
+    assert 1.2 < e.speedup < 1.3 and e.low == pytest.approx(1.0, abs=1e-3) and e.high > e.speedup
+
+
+def test_shipped_gpu_bound_prefill_fusion_gains_amdahl_and_the_gaps_inside_the_chain(chains):
+    a, module, calls = chains["prefill-gelu"]
+    assert calls == 3 * 48
+    r = project(a, [parse_cli_speedup(f"module:{module}=4,launches=1")])
+    ev = a.events[a.events["module"].astype(str).str.contains(module)]
+    gaps = sum(float((g["ts"].to_numpy()[1:] - g["end"].to_numpy()[:-1]).sum())
+               for _, g in ev.sort_values("ts").groupby("module"))
+    # GPU-bound (the CPU runs ~27 ms ahead): the fused chain saves Amdahl's kernel time plus the
+    # launch gaps between its eight kernels, and nothing else.
+    assert r.get("replay").projected_us == pytest.approx(r.get("amdahl").projected_us - gaps, abs=1.0)

@@ -93,12 +93,12 @@ def solve_cpu_scale(b: Baseline, step_us: float, source: str = "manifest") -> Un
     w1 = window(1.0)
     if w1 <= target * (1 + TOLERANCE):
         return Unprofiled(step_us, source, 1.0, w1, prof, steps, True,
-                          "the profiled steps are not slower than the unprofiled ones: no correction")
+                          "the profiled steps are not slower than the unprofiled ones")
     limit = noise(b)
     if w1 <= target * (1 + limit):
         return Unprofiled(step_us, source, 1.0, w1, prof, steps, True,
                           f"the profiled steps are {100 * (w1 / target - 1):.1f}% slower than the unprofiled ones, "
-                          f"within run-to-run drift ({100 * limit:.1f}%): no correction")
+                          f"within run-to-run drift ({100 * limit:.1f}%)")
     w0 = window(0.0)
     if w0 >= target * (1 - TOLERANCE):
         return Unprofiled(step_us, source, 0.0, w0, prof, steps, False,

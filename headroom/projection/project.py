@@ -323,9 +323,9 @@ def _estimate(b: Baseline, factors: np.ndarray, changes: dict[str, list[CallChan
             method += (f", CPU clock x{scale:.3f} to the unprofiled {unprof.step_us / 1e3:.3f} ms/step "
                        f"({unprof.source})")
         elif unprof is not None:
-            method += f", on the profiled clock ({unprof.note})"
+            method += f"; no profiler-overhead correction: {unprof.note}"
         else:
-            method += ", on the profiled clock (no unprofiled step time known)"
+            method += "; no profiler-overhead correction: no unprofiled step time known"
         return estimate_interval(b, factors, changes, scale, drift, method, scenario, clock,
                                  baseline_us=unprof.baseline_us if unprof is not None else None)
     # No GPU timeline (cpu-ops traces): the calls' inclusive CPU time shrinks and everything after it

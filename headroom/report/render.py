@@ -65,7 +65,7 @@ def render_analysis(a: Analysis, console: Console, top_unknown: int = 10) -> Non
 def render_summary(df: pd.DataFrame, console: Console) -> None:
     t = Table(show_edge=False, header_style="bold")
     for col, just in (("workload", "left"), ("device", "left"), ("step ms", "right"), ("idle", "right"),
-                      ("unprofiled ms", "right"), ("unprofiled idle", "right"),
+                      ("unprof. ms", "right"), ("unprof. idle", "right"),
                       ("GEMM+attn+conv", "right"), ("addressable", "right"), ("top addressable op", "left")):
         t.add_column(col, justify=just)
     for r in df.itertuples(index=False):
@@ -87,8 +87,9 @@ def render_projection(res: ProjectResult, console: Console) -> None:
     e = res.estimate
     if e is not None:
         console.print(f"[bold]estimate ({e.scenario}): {e.speedup:.3f}x end-to-end[/bold], between {e.low:.3f}x "
-                      f"and {e.high:.3f}x   {e.projected_us / max(res.num_steps, 1) / 1e3:,.3f} ms/step on the "
-                      f"{e.clock} clock   ({e.method})", highlight=False)
+                      f"and {e.high:.3f}x   {e.projected_us / max(res.num_steps, 1) / 1e3:,.3f} ms/step "
+                      f"({e.clock} clock)", highlight=False)
+        console.print(f"  {e.method}", highlight=False)
     b = res.baseline.to_dict()
     console.print(
         f"measured: {res.baseline_us / 1e3:,.3f} ms over {res.num_steps} step(s) = {res.per_step_us / 1e3:,.3f} ms/step   "
@@ -98,8 +99,9 @@ def render_projection(res: ProjectResult, console: Console) -> None:
     if u is not None:
         busy = (1.0 - b["idle_fraction"]) * res.baseline_us
         idle_u = max(0.0, 1.0 - busy / (u.step_us * max(res.num_steps, 1))) if u.step_us > 0 else 0.0
+        how = f"the replay runs the CPU at x{u.cpu_scale:.3f}" if u.cpu_scale != 1.0 else "not corrected"
         console.print(f"unprofiled: {u.step_us / 1e3:,.3f} ms/step ({u.source}; profiled {100 * u.overhead:+.0f}%), "
-                      f"idle {_pct2(idle_u)}; the replay runs the CPU at x{u.cpu_scale:.3f}", highlight=False)
+                      f"idle {_pct2(idle_u)}; {how}", highlight=False)
     if res.entries:
         t = Table(show_edge=False, header_style="bold", title="speedups", title_justify="left")
         show_source = any(e["source"] != "command line" for e in res.entries)

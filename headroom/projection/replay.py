@@ -8,7 +8,6 @@ from __future__ import annotations
 import bisect
 import math
 from dataclasses import dataclass
-from functools import lru_cache
 from typing import Iterable, Sequence
 
 import numpy as np
@@ -303,9 +302,10 @@ def replay(base: Baseline | Analysis, factors: np.ndarray | float | None = None,
             clk.add(a, new_a, new_len / (z - a) if z > a else cpu_scale)
         elif k == 1:                             # ... and ends
             _, c, j = pieces[i]
-            clock(ch_pid[c]).add(ch_end := changes[c].call.pieces[j][1], piece_new_start[i] + piece_new_len[i],
-                                 cpu_scale)
-            max_shift = max(max_shift, abs(piece_new_start[i] + piece_new_len[i] - ch_end))
+            z = changes[c].call.pieces[j][1]
+            new_z = piece_new_start[i] + piece_new_len[i]
+            clock(ch_pid[c]).add(z, new_z, cpu_scale)
+            max_shift = max(max_shift, abs(new_z - z))
         else:
             pid = int(s_pid[i])
             clk = clock(pid)

@@ -52,16 +52,21 @@ class Speedup:
                 "verified": self.verified, "source": self.source}
 
 
+def _number(value: Any, where: str, wrong: str) -> float:
+    """`value` as a float (JSON/TOML numbers or text, never a bool); `wrong` completes the error."""
+    if isinstance(value, bool):
+        raise UserError(f"{where}: {wrong}, got {value!r}")
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        raise UserError(f"{where}: {wrong}, got {value!r}") from None
+
+
 def parse_factor(value: Any, where: str) -> float:
     """A speedup factor: a finite number > 0. Anything else is a UserError naming `where`."""
     if value is None or (isinstance(value, str) and not value.strip()):
         raise UserError(f"{where}: missing speedup value")
-    if isinstance(value, bool):
-        raise UserError(f"{where}: speedup must be a number, got {value!r}")
-    try:
-        f = float(value)
-    except (TypeError, ValueError):
-        raise UserError(f"{where}: speedup must be a number, got {value!r}") from None
+    f = _number(value, where, "speedup must be a number")
     if math.isnan(f):
         raise UserError(f"{where}: speedup is NaN")
     if math.isinf(f):
@@ -88,14 +93,10 @@ def parse_launches(value: Any, where: str) -> int | None:
     """Kernels per call after the change: a whole number >= 0 (None: unchanged)."""
     if value is None or (isinstance(value, str) and not value.strip()):
         return None
-    if isinstance(value, bool):
-        raise UserError(f"{where}: launches must be a whole number >= 0, got {value!r}")
-    try:
-        f = float(value)
-    except (TypeError, ValueError):
-        raise UserError(f"{where}: launches must be a whole number >= 0, got {value!r}") from None
+    wrong = "launches must be a whole number >= 0"
+    f = _number(value, where, wrong)
     if not math.isfinite(f) or f < 0 or f != int(f):
-        raise UserError(f"{where}: launches must be a whole number >= 0, got {value!r}")
+        raise UserError(f"{where}: {wrong}, got {value!r}")
     return int(f)
 
 

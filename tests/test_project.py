@@ -153,8 +153,9 @@ def test_replay_sync_moves_later_cpu_launches(builder, tmp_path):
 
 
 def test_cross_stream_wait_from_cuda_sync_events():
-    # P on stream 1 (0-100); C on stream 2 waits for P (recorded by cudaEventRecord corr 900).
-    b = kernels([("P", "elementwise", -10, 0, 100, 1), ("C", "elementwise", -5, 101, 50, 2)])
+    # P on stream 1 (0-100); C on stream 2 waits for P (recorded by cudaEventRecord corr 900); C is
+    # launched after the wait (-4), as a consumer is.
+    b = kernels([("P", "elementwise", -10, 0, 100, 1), ("C", "elementwise", -3, 101, 50, 2)])
     b.runtime = pd.DataFrame({"name": ["cudaEventRecord"], "pid": ["1"], "tid": ["1"], "ts": [-8.0], "dur": [1.0],
                               "correlation": [900]})
     mask = np.array([True, False])

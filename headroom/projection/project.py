@@ -49,7 +49,7 @@ from headroom.projection.estimate import BOUNDS, Drift, Estimate, estimate_inter
 from headroom.projection.matching import EntryMatch, Resolution, resolve, select
 from headroom.projection.overhead import Unprofiled, solve_cpu_scale, unprofiled_step_us
 from headroom.projection.problems import ProblemMap, load_problems
-from headroom.projection.replay import replay, replay_check, replay_projection
+from headroom.projection.replay import replay, replay_check, replay_projection, stream_waits
 from headroom.projection.scenarios import DEFAULT_QUANTILES, distribution_scenarios
 from headroom.projection.selectors import Selector, parse_selector
 from headroom.projection.speedups import Speedup, parse_factor, parse_launches
@@ -236,6 +236,15 @@ def project(analysis: Analysis | Baseline, entries: Sequence[Speedup] = (), dist
             f"the profiled steps ran {100 * overhead:.0f}% slower than unprofiled ones "
             f"({timing.get('step_ms', float('nan')):.2f} ms/step): the trace's CPU timeline carries profiler "
             f"overhead, so the replay may understate gains where launches are the bottleneck")
+    if use_replay:
+        waits = stream_waits(b.events, b.syncs, b.runtime)
+        if waits.inferred:
+            warnings.append(f"{waits.inferred} stream wait(s) name no cudaEventRecord (CUDA >= 12.9 traces: "
+                            f"pytorch/pytorch#195068); each producer was taken from the waiting thread's last "
+                            f"cudaEventRecord and the stream it last launched to")
+        if waits.unresolved:
+            warnings.append(f"{waits.unresolved} stream wait(s) could not be placed; the replay holds their "
+                            f"consumers' measured lag instead")
     check = replay_check(b) if use_replay else None
     if check is not None and abs(check["window_error_us"]) > max(1e-6 * b.wall_us, 1.0):
         warnings.append(f"replay without changes is {check['window_error_us']:.1f} us off the measured window")

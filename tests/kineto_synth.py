@@ -129,11 +129,14 @@ class Sim:
 
 
 def chain_model(sim: Sim, layers: int, *, gemm_cpu: float, gemm_gpu: float, chain_ops: int, chain_cpu: float,
-                chain_gpu: float, glue: float = 0.0, offset: float = 2.0, module: str = "RMSNorm") -> None:
+                chain_gpu: float, glue: float = 0.0, offset: float = 2.0, module: str = "RMSNorm",
+                ranges: str = "nn.Module") -> None:
     """`layers` x (one GEMM op, then an nn.Module of `chain_ops` one-kernel elementwise ops).
 
     Each op lasts its CPU time and launches its kernel `offset` us in; the module range spans its ops
-    plus `glue` us of Python before, between and after them.
+    plus `glue` us of Python before, between and after them. `ranges`: ``nn.Module`` (torch.profiler's
+    ``with_modules`` python_function events) or ``headroom`` (``headroom profile``'s
+    ``headroom/module <path> (<Class>)`` RecordFunctions, category cpu_op).
     """
     for i in range(layers):
         sim.op("aten::mm", gemm_cpu, [(offset, "sm90_xmma_gemm_bf16", gemm_gpu)])
@@ -142,4 +145,8 @@ def chain_model(sim: Sim, layers: int, *, gemm_cpu: float, gemm_gpu: float, chai
             sim.idle(glue)
             sim.op("aten::mul", chain_cpu, [(offset, "vectorized_elementwise_kernel<mul>", chain_gpu)])
         sim.idle(glue)
-        sim.range("python_function", f"nn.Module: {module}_{i}", m0, sim.t)
+        if ranges == "headroom":
+            sim.ext += 1
+            sim._x("cpu_op", f"headroom/module layers.{i}.norm ({module})", m0, sim.t - m0, {"External id": sim.ext})
+        else:
+            sim.range("python_function", f"nn.Module: {module}_{i}", m0, sim.t)

@@ -240,3 +240,37 @@ def test_an_unresolved_stream_wait_is_placed_from_the_cpu_side(tmp_path):
     assert r.replay_check["cross_stream_deps"] == 3
     assert r.get("replay").saved_us / 3 == pytest.approx(2011.0 - 1261.0, abs=0.01)
     assert any("3 stream wait(s) name no cudaEventRecord" in w for w in r.warnings)
+
+
+def test_calls_from_headroom_module_ranges_match_by_path_or_class(tmp_path):
+    """`headroom profile`'s module ranges (`headroom/module <path> (<Class>)`, cpu_op RecordFunctions): a
+    selector names a call by path (validate's anchored form) or by class; they are not ops."""
+    from headroom.projection.baseline import Baseline
+    sim = Sim()
+    steps(sim, 3, lambda s: chain_model(s, 20, gemm_cpu=10, gemm_gpu=2, chain_ops=8, chain_cpu=10, chain_gpu=1,
+                                        glue=1, ranges="headroom"))
+    a = analyze(sim.write(tmp_path / "hm.json"))
+    b = Baseline.from_analysis(a)
+    # The module column as module attribution fills it (the innermost module's path).
+    c = a.trace.cpu
+    mods = c[c["name"].astype(str).str.startswith("headroom/module ")]
+    ev = b.events.copy()
+    ev["module"] = ""
+    for r in mods.itertuples(index=False):
+        inside = (ev["launch_ts"] >= r.ts) & (ev["launch_ts"] <= r.ts + r.dur)
+        ev.loc[inside, "module"] = str(r.name).split(" ")[1]
+    b.events = ev
+    r = project(b, [parse_cli_speedup("module:^(?:layers\\.3\\.norm)(?:\\.|$)=4,launches=1")])
+    cpu = r.entries[0]["cpu"]
+    assert (cpu["calls"], cpu["kernels_per_call"], cpu["call_kind"]) == (3, 8.0, "module")
+    # The module ranges are frames, not ops: a new launch still costs a 10 us single-launch op.
+    assert cpu["launch_cost"]["op_us"] == pytest.approx(10.0)
+    assert r.get("replay").saved_us == pytest.approx(3 * 79.0, abs=0.5)
+    # By class: every norm call (the event-level class match is module attribution's; the calls are ours).
+    from headroom.projection.cpu import cpu_side, find_calls
+    from headroom.projection.problems import load_problems
+    from headroom.projection.selectors import parse_selector
+    calls, warnings = find_calls(b, cpu_side(b), parse_selector("module:RMSNorm"), ev["module"].to_numpy() != "",
+                                 load_problems())
+    assert not warnings and len(calls) == 60 and {c.label for c in calls} == {f"layers.{i}.norm" for i in range(20)}
+    assert all(c.pieces == [(c.start, c.end)] and c.end - c.start == 89.0 for c in calls)

@@ -133,3 +133,18 @@ def test_project_json_leads_with_the_estimate(tmp_path):
     assert lines[1].startswith("estimate (speedups): ") and "1.500 ms/step (--step-ms)" in lines[1] + lines[2]
     bad = _cli("project", path, "-s", "module:RMSNorm=4", "--step-ms", "-3")
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "--step-ms" in bad.stderr
+
+
+def test_verify_results_drive_the_cpu_model_through_the_problem_map(tmp_path):
+    """verify -> project: a problem standing for the norm module, its candidate launching one kernel."""
+    from headroom.projection.problems import load_problems
+    probs = tmp_path / "problems.toml"
+    probs.write_text('[problem."norm_chain"]\nsuite = "test"\nselect = ["module:RMSNorm"]\n')
+    res = tmp_path / "verify.json"
+    res.write_text(json.dumps({"problem": "norm_chain", "verdict": "pass", "speedup": 4.0,
+                               "launches_per_call": {"reference": 8, "candidate": 1, "method": "CUDA kernels"}}))
+    a = analyze(launch_bound(tmp_path))
+    entries = load_speedup_file(res).entries
+    r = project(a, entries, problems=load_problems(probs))
+    assert r.entries[0]["launches"] == 1 and r.entries[0]["cpu"]["call_kind"] == "module"
+    assert r.get("replay").saved_us == pytest.approx(4740.0, abs=0.5)     # as module:RMSNorm=4,launches=1

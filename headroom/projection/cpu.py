@@ -40,7 +40,7 @@ from headroom.projection.matching import label_predicate, select
 from headroom.projection.problems import ProblemMap
 from headroom.projection.selectors import Selector
 from headroom.trace.attribute import _module_paths, containing_range
-from headroom.trace.ranges import MODULE_PREFIX, MODULE_RANGE_PREFIX, PROFILER_STEP_PREFIX
+from headroom.trace.ranges import FRAME_PREFIX, MODULE_PREFIX, MODULE_RANGE_PREFIX, PROFILER_STEP_PREFIX
 
 # Runtime/driver calls that put work on a GPU (counted as launches even when their work is not in the window).
 _LAUNCH_CALLS = re.compile(r"Launch|Memcpy|Memset", re.IGNORECASE)
@@ -140,6 +140,8 @@ def cpu_side(b: Baseline) -> CpuSide:
                            "pid": _keys(cpu, "pid")[keep], "tid": _keys(cpu, "tid")[keep],
                            "ts": cpu["ts"].to_numpy(dtype=float)[keep]})
     ranges["end"] = ranges["ts"] + cpu["dur"].to_numpy(dtype=float)[keep]
+    # Ops are cpu_op ranges other than headroom's own frames (its module ranges are cpu_op RecordFunctions).
+    ranges["op"] = (ranges["cat"] == "cpu_op").to_numpy() & ~ranges["name"].astype(str).str.startswith(FRAME_PREFIX).to_numpy()
     ev = b.events
     corrs = set(ev["correlation"].tolist()) if "correlation" in ev.columns else set()
     rt_names = rt["name"].astype(str)
@@ -171,7 +173,7 @@ def _top_level(ts: np.ndarray, end: np.ndarray) -> np.ndarray:
 def _launch_costs(side: CpuSide, window: tuple[float, float]) -> dict[tuple[str, str], LaunchCost]:
     """Per thread, the median single-launch op and launch call (in the window); pooled where a thread has few."""
     r, la = side.ranges, side.launches
-    ops = r[(r["cat"] == "cpu_op").to_numpy() & (r["ts"] >= window[0]).to_numpy() & (r["ts"] <= window[1]).to_numpy()]
+    ops = r[r["op"].to_numpy() & (r["ts"] >= window[0]).to_numpy() & (r["ts"] <= window[1]).to_numpy()]
     la_w = la[(la["ts"] >= window[0]).to_numpy() & (la["ts"] <= window[1]).to_numpy()]
     per: dict[tuple[str, str], tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
     for key, idx in ops.groupby(["pid", "tid"], sort=False).indices.items():
@@ -231,29 +233,44 @@ def _grouping(sel: Selector) -> tuple[str, str]:
     return "kernel", ""
 
 
+_MODULE_RANGE = re.compile(r"^(?P<path>.*) \((?P<cls>[^()]*)\)$")   # headroom/module <path> (<Class>)
+
+
 def _range_table(side: CpuSide, kind: str) -> pd.DataFrame:
-    """The CPU ranges of a kind, with the label a selector of that kind matches."""
+    """The CPU ranges of a kind, with the labels a selector of that kind matches: `label` (an op's or
+    annotation's name, a module's path) and `label2` (a module's class, else "")."""
     r = side.ranges
     if kind == "op":
-        out = r[(r["cat"] == "cpu_op").to_numpy()].copy()
-        out["label"] = out["name"]
-        return out
+        out = r[r["op"].to_numpy()].copy()
+        return out.assign(label=out["name"], label2="")
     if kind == "annotation":
         out = r[(r["cat"] == "user_annotation").to_numpy()].copy()
-        out["label"] = out["name"]
-        return out
+        return out.assign(label=out["name"], label2="")
+    # Modules: torch.profiler's `nn.Module: <Class>_<n>` events (nested into paths), and headroom's
+    # `headroom/module <path> (<Class>)` ranges (any category; `headroom/module <name>` without a class).
     names = r["name"].astype(str)
     py = r[(r["cat"] == "python_function").to_numpy() & names.str.startswith(MODULE_PREFIX).to_numpy()]
     parts = []
     if len(py):
         paths = _module_paths(py.assign(dur=py["end"] - py["ts"]))
-        parts.append(py.assign(label=paths["name"].to_numpy()))
-    ann = r[(r["cat"] == "user_annotation").to_numpy() & names.str.startswith(MODULE_RANGE_PREFIX).to_numpy()]
-    if len(ann):
-        parts.append(ann.assign(label=ann["name"].str.slice(len(MODULE_RANGE_PREFIX))))
+        classes = py["name"].str.slice(len(MODULE_PREFIX)).str.replace(r"_\d+$", "", regex=True)
+        parts.append(py.assign(label=paths["name"].to_numpy(), label2=classes.to_numpy()))
+    hm = r[names.str.startswith(MODULE_RANGE_PREFIX).to_numpy()]
+    if len(hm):
+        body = hm["name"].str.slice(len(MODULE_RANGE_PREFIX))
+        m = body.str.extract(_MODULE_RANGE)
+        parts.append(hm.assign(label=m["path"].fillna(body).to_numpy(), label2=m["cls"].fillna("").to_numpy()))
     if not parts:
-        return r.iloc[0:0].assign(label=pd.Series(dtype=object))
+        return r.iloc[0:0].assign(label=pd.Series(dtype=object), label2=pd.Series(dtype=object))
     return pd.concat(parts).sort_values("ts", kind="stable")
+
+
+def _matching(table: pd.DataFrame, kind: str, pattern: str) -> np.ndarray:
+    """Rows of a range table whose label (or, for modules, class) the selector atom matches."""
+    match = label_predicate(kind, pattern)
+    return np.fromiter((match(str(a)) or (b != "" and match(str(b)))
+                        for a, b in zip(table["label"].tolist(), table["label2"].tolist())),
+                       dtype=bool, count=len(table))
 
 
 def _assign_ranges(ev: pd.DataFrame, idx: np.ndarray, table: pd.DataFrame, kind: str, pattern: str) -> np.ndarray:
@@ -261,9 +278,7 @@ def _assign_ranges(ev: pd.DataFrame, idx: np.ndarray, table: pd.DataFrame, kind:
     out = np.full(len(idx), -1, dtype=np.int64)
     if len(table) == 0 or len(idx) == 0:
         return out
-    match = label_predicate(kind, pattern)
-    labels = table["label"].astype(str).to_numpy(dtype=object)
-    ok = np.fromiter((match(x) for x in labels), dtype=bool, count=len(labels))
+    ok = _matching(table, kind, pattern)
     t = table[ok]
     tpos = np.flatnonzero(ok)
     if len(t) == 0:
@@ -296,19 +311,16 @@ def find_calls(b: Baseline, side: CpuSide, selector: Selector, mask: np.ndarray,
         warnings.append(f"{selector}: {int((mask & ~launched).sum())} selected event(s) have no launch in the "
                         f"trace; their CPU side is not modelled")
     # Which grouping each event uses (a problem: the first of its selectors that picks the event).
-    grouping = np.empty(len(sel_idx), dtype=object)
-    sels = [selector]
-    if any(a.field == "problem" and not a.negate for a in selector.atoms):
-        atom = next(a for a in selector.atoms if a.field == "problem" and not a.negate)
-        sels = list(problems.get(atom.pattern).selectors)
-    todo = np.ones(len(sel_idx), dtype=bool)
-    for s in sels:
-        hit = select(ev.iloc[sel_idx], s, problems) & todo if len(sel_idx) else np.zeros(0, dtype=bool)
-        for i in np.flatnonzero(hit):
-            grouping[i] = _grouping(s)
-        todo &= ~hit
-    for i in np.flatnonzero(todo):
-        grouping[i] = ("kernel", "")
+    grouping = [_grouping(selector)] * len(sel_idx)
+    atom = next((a for a in selector.atoms if a.field == "problem" and not a.negate), None)
+    if atom is not None and len(sel_idx):
+        grouping = [("kernel", "")] * len(sel_idx)
+        todo = np.ones(len(sel_idx), dtype=bool)
+        for s in problems.get(atom.pattern).selectors:
+            hit = select(ev.iloc[sel_idx], s, problems) & todo
+            for i in np.flatnonzero(hit).tolist():
+                grouping[i] = _grouping(s)
+            todo &= ~hit
     calls: list[Call] = []
     kinds = ev["kind"].astype(str).to_numpy() if "kind" in ev.columns else np.full(len(ev), "kernel")
     lts = ev["launch_ts"].to_numpy(dtype=float)
@@ -316,9 +328,9 @@ def find_calls(b: Baseline, side: CpuSide, selector: Selector, mask: np.ndarray,
     pids, tids = _keys(ev, "launch_pid"), _keys(ev, "launch_tid")
     no_range = 0
     tables: dict[str, pd.DataFrame] = {}
-    for g in dict.fromkeys(grouping.tolist()):
+    for g in dict.fromkeys(grouping):
         kind, pattern = g
-        gi = sel_idx[np.array([x == g for x in grouping.tolist()], dtype=bool)]
+        gi = sel_idx[np.array([x == g for x in grouping], dtype=bool)]
         rows = np.full(len(gi), -1, dtype=np.int64)
         if kind != "kernel":
             table = tables.setdefault(kind, _range_table(side, kind))
@@ -334,7 +346,7 @@ def find_calls(b: Baseline, side: CpuSide, selector: Selector, mask: np.ndarray,
             calls.append(Call(pids[i], tids[i], "kernel", str(ev["name"].iat[i]), float(lts[i]),
                               float(lts[i] + ldur[i]), np.array([i]), int(kinds[i] == "kernel")))
     if no_range:
-        warnings.append(f"{selector}: {no_range} selected kernel(s) have no {'/'.join(sorted({g[0] for g in grouping.tolist()} - {'kernel'}))} "
+        warnings.append(f"{selector}: {no_range} selected kernel(s) have no {'/'.join(sorted({g[0] for g in grouping} - {'kernel'}))} "
                         f"range on their launching thread; each counts as a call of one kernel")
     selected_corr = set(ev["correlation"].to_numpy()[mask].tolist()) if "correlation" in ev.columns else set()
     _footprints(calls, side, selected_corr, lts, ldur)
@@ -346,7 +358,7 @@ def _footprints(calls: list[Call], side: CpuSide, selected_corr: set, lts: np.nd
     """Each call's CPU footprint: the range if it launches only selected work, else its single-purpose ops."""
     la = side.launches
     by_thread_l = la.groupby(["pid", "tid"], sort=False).indices
-    ops = side.ranges[(side.ranges["cat"] == "cpu_op").to_numpy()]
+    ops = side.ranges[side.ranges["op"].to_numpy()]
     by_thread_o = ops.groupby(["pid", "tid"], sort=False).indices
     blk = side.blocking.groupby(["pid", "tid"], sort=False).indices
     cache: dict = {}
@@ -482,9 +494,7 @@ def cpu_trace_calls(b: Baseline, side: CpuSide, selector: Selector, problems: Pr
         t = _range_table(side, kind)
         if len(t) == 0:
             continue
-        match = label_predicate(kind, pattern)
-        ok = np.fromiter((match(str(x)) for x in t["label"].tolist()), dtype=bool, count=len(t))
-        t = t[ok & (t["ts"] >= w0).to_numpy() & (t["end"] <= w1).to_numpy()]
+        t = t[_matching(t, kind, pattern) & (t["ts"] >= w0).to_numpy() & (t["end"] <= w1).to_numpy()]
         for key, idx in t.groupby(["pid", "tid"], sort=False).indices.items():
             sub = t.iloc[idx].sort_values(["ts", "end"], ascending=[True, False], kind="stable")
             top = _top_level(sub["ts"].to_numpy(), sub["end"].to_numpy())

@@ -133,7 +133,8 @@ def project(analysis: Analysis | Baseline, entries: Sequence[Speedup] = (), dist
     warnings = list(extra_warnings)
     use_replay = "replay" in methods
     if use_replay and b.mode != "gpu":
-        warnings.append("replay needs GPU events; this trace has none (cpu-ops mode): Amdahl only")
+        warnings.append("replay needs GPU events; this trace has none (cpu-ops mode): Amdahl, and an estimate from "
+                        "the CPU time of the calls the entries name")
         use_replay = False
     scenarios = distribution_scenarios(distribution, win_rate, median, quantiles)
     if not entries and not scenarios:

@@ -4,11 +4,11 @@ and the interval a measurement should fall inside.
 * ``speedup``: the replay with the replaced calls' CPU work changed (each new launch costs a
   single-launch op of its thread, :mod:`headroom.projection.cpu`), on the CPU clock that reproduces the
   unprofiled step (:mod:`headroom.projection.overhead`) when it is known.
-* ``low``: the least of three CPU outcomes -- the savings fully realised (a new launch costs only a
-  launch call), as estimated, or not realised at all (the CPU does the old work and launches each new
-  kernel where the old work launched its last) -- with the untouched kernels ``gpu_drift.slower``
-  slower.
-* ``high``: the most of the three, with the untouched kernels ``gpu_drift.faster`` faster.
+* ``low``: the least of four CPU outcomes -- the savings fully realised (a new launch costs only a
+  launch call), as estimated, as estimated with the profiler's overhead charged per record instead of
+  as a clock speed, or not realised at all (the CPU does the old work and launches each new kernel
+  where the old work launched its last) -- with the untouched kernels ``gpu_drift.slower`` slower.
+* ``high``: the most of the four, with the untouched kernels ``gpu_drift.faster`` faster.
 
 The drift parameters are data (``headroom/data/projection.toml``), with where they come from;
 :func:`calibrate_drift` recomputes them from validation measurements.

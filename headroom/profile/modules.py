@@ -103,8 +103,9 @@ def record_module_ranges(model: Any, root: str = "model") -> list[Any]:
                 rf.__exit__(None, None, None)
             return None
 
-        # The range opens after every other pre-hook and closes before every other hook, so
-        # it nests inside ranges that other hooks put around the same call (`--layers` blocks).
+        # The range opens after the pre-hooks registered before it and closes before every other
+        # hook, so it nests inside ranges that earlier hooks put around the same call (`--layers`
+        # blocks: `headroom profile` registers those first).
         handles.append(module.register_forward_pre_hook(enter, with_kwargs=True))
         handles.append(module.register_forward_hook(leave, prepend=True, always_call=True))
     return handles

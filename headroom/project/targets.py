@@ -202,7 +202,7 @@ def _call_stats(modules: pd.DataFrame | None, kind: str, scope: str, num_steps: 
     g = df.groupby("key", sort=False)
     out = pd.DataFrame({"calls_total": g.size(), "cpu_us_per_call": g["cpu"].mean()})
     out["calls"] = out["calls_total"] / max(num_steps, 1)
-    seen = df.groupby(["key", "inputs"], sort=False).size().reset_index(name="n")
+    seen = df[df["inputs"] != ""].groupby(["key", "inputs"], sort=False).size().reset_index(name="n")
     seen = seen.sort_values(["key", "n"], ascending=[True, False], kind="stable")
     out["inputs"] = pd.Series({k: [{"inputs": i, "calls": int(n)} for i, n in zip(s["inputs"], s["n"])][:5]
                                for k, s in seen.groupby("key", sort=False)})

@@ -194,7 +194,7 @@ def module_calls(ranges: pd.DataFrame, window: tuple[float, float]) -> pd.DataFr
     time of the module calls directly inside it)."""
     cols = ["path", "module_type", "module_stack", "inputs", "pid", "tid", "ts", "dur", "self_us"]
     if len(ranges) == 0:
-        return pd.DataFrame({c: [] for c in cols})
+        return pd.DataFrame({c: pd.Series(dtype=object if i < 6 else float) for i, c in enumerate(cols)})
     ts_all = ranges["ts"].to_numpy(dtype=float)
     end_all = ts_all + ranges["dur"].to_numpy(dtype=float)
     self_us = ranges["dur"].to_numpy(dtype=float).copy()

@@ -87,20 +87,6 @@ class ProfileResult:
         }
 
 
-def _module_range_count(analysis: Any) -> int:
-    """Module ranges (calls) in the trace's profiled steps."""
-    from headroom.trace.ranges import MODULE_RANGE_PREFIX
-    from headroom.trace.tables import starts_with
-
-    trace = analysis.trace
-    if trace is None or not len(trace.cpu):
-        return 0
-    cpu = trace.cpu
-    start, end = analysis.window
-    inside = (cpu["ts"].to_numpy() >= start) & (cpu["ts"].to_numpy() <= end)
-    return int((starts_with(cpu["name"], MODULE_RANGE_PREFIX) & inside).sum())
-
-
 def resolve_device(device: str | None) -> Any:
     import torch
 
@@ -294,7 +280,7 @@ def profile_workload(
         "idle_fraction": analysis.idle_fraction, "addressable_fraction": analysis.addressable_fraction,
         "categories": {r.name: float(r.fraction) for r in analysis.categories.itertuples(index=False)},
         "layers": layers.to_dict() if layers else None,
-        "module_ranges_recorded": _module_range_count(analysis),
+        "module_ranges_recorded": len(analysis.modules),
     }
     manifest_path = update_manifest(out_dir, name, entry)
     return ProfileResult(workload=spec.name, config=cfg, trace_path=trace_path, manifest_path=manifest_path,

@@ -46,7 +46,7 @@ class Analysis:
     trace: Trace | None = None
     # One row per nn.Module call in the window (headroom/trace/modules.py `module_calls`); empty when
     # the trace has no module ranges.
-    modules: pd.DataFrame = field(default_factory=lambda: module_calls(pd.DataFrame(), (0.0, 0.0)))
+    modules: pd.DataFrame = field(default_factory=lambda: module_calls(pd.DataFrame()))
 
     @property
     def addressable_fraction(self) -> float:
@@ -206,7 +206,7 @@ def analyze(source: str | os.PathLike | Trace, rules: list[Rule] | str | os.Path
         categories=category_table(events, total, wall * n_devices),
         kernels=kernel_table(events), ops=op_table(events),
         steps=step_table(events, bounds),
-        metadata=trace.metadata, trace=trace, modules=module_calls(module_ranges(trace), (start, end)),
+        metadata=trace.metadata, trace=trace, modules=module_calls(module_ranges(trace), None if whole_trace else steps),
     )
 
 

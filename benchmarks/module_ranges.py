@@ -41,7 +41,8 @@ sys.path.insert(0, str(REPO))
 
 from headroom.profile.modules import ranged_modules, record_module_ranges  # noqa: E402
 from headroom.profile.registry import get_workload  # noqa: E402
-from headroom.profile.run import MODULE_ROOT, resolve_device  # noqa: E402
+from headroom.devices import resolve_device  # noqa: E402
+from headroom.profile.run import MODULE_ROOT  # noqa: E402
 from headroom.profile.timer import _sync, _Timer  # noqa: E402
 from headroom.profile.workload import Options  # noqa: E402
 from headroom.trace.ranges import MODULE_RANGE_PREFIX  # noqa: E402

@@ -95,7 +95,7 @@ def run_one(arg: str) -> int:
     from headroom.errors import UserError
     from headroom.profile.run import profile_workload
     from headroom.profile.workload import Options
-    from headroom.project.targets import module_ranges_missing, targets, targets_dict
+    from headroom.projection.targets import module_ranges_missing, targets, targets_dict
 
     a = json.loads(arg)
     fast = {"device": "cpu", "steps": 1, "warmup": 1, "timed_steps": 1} if a["dry"] else {}

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from headroom.trace.intervals import containing_range, ranges_on_threads
+from headroom.trace.intervals import containing_range, nested_self_times, ranges_on_threads
 from headroom.trace.ranges import FRAME_PREFIX, MODULE_PREFIX, MODULE_RANGE_PREFIX, parse_module_range
 from headroom.trace.tables import Trace, starts_with
 
@@ -196,20 +196,9 @@ def module_calls(ranges: pd.DataFrame, steps: pd.DataFrame | None = None) -> pd.
     cols = ["path", "module_type", "module_stack", "inputs", "pid", "tid", "ts", "dur", "self_us"]
     if len(ranges) == 0:
         return pd.DataFrame({c: pd.Series(dtype=object if i < 6 else float) for i, c in enumerate(cols)})
-    ts_all = ranges["ts"].to_numpy(dtype=float)
-    end_all = ts_all + ranges["dur"].to_numpy(dtype=float)
-    self_us = ranges["dur"].to_numpy(dtype=float).copy()
-    for _, idx in ranges.groupby(["pid", "tid"], observed=True, sort=False).indices.items():
-        order = idx[np.lexsort((-(end_all[idx] - ts_all[idx]), ts_all[idx]))]
-        stack: list[int] = []
-        for k in order:
-            while stack and end_all[stack[-1]] <= ts_all[k]:
-                stack.pop()
-            if stack:
-                self_us[stack[-1]] -= end_all[k] - ts_all[k]
-            stack.append(k)
-    out = ranges.assign(self_us=np.maximum(self_us, 0.0))
+    out = ranges.assign(self_us=nested_self_times(ranges)[0])
     if steps is None:
         return out[cols].reset_index(drop=True)
-    inside = containing_range(steps["ts"].to_numpy(dtype=float), steps["end"].to_numpy(dtype=float), ts_all) >= 0
+    starts = ranges["ts"].to_numpy(dtype=float)
+    inside = containing_range(steps["ts"].to_numpy(dtype=float), steps["end"].to_numpy(dtype=float), starts) >= 0
     return out.loc[inside, cols].reset_index(drop=True)

@@ -11,7 +11,8 @@ call, headroom/profile/modules.py) or from torch.profiler's ``with_modules=True`
   such flows, the backward op's ``Sequence number`` names the forward op (the latest-starting
   forward op with that number on the one forward thread that has it: the op that created the
   node, or one that holds it). A kernel launched inside a linked backward op gets the module of
-  that forward op.
+  that forward op. (Uses `Trace.flows`, the linked pairs, and the cpu table's `sequence`,
+  `fwd_thread` and `inputs` columns where the loader provides them.)
 """
 
 from __future__ import annotations
@@ -109,19 +110,17 @@ def backward_links(trace: Trace) -> pd.DataFrame:
     if len(ops) == 0:
         return empty
     frames = []
-    flows = trace.fwdbwd
+    pairs = trace.flows
     linked = np.zeros(len(ops), dtype=bool)
-    if len(flows):
-        key = lambda df: pd.DataFrame({"pid": df["pid"].astype(str).to_numpy(), "tid": df["tid"].astype(str).to_numpy(),
-                                       "ts": df["ts"].to_numpy(dtype=float)})
-        starts = flows[flows["ph"] == "s"].drop_duplicates("id")
-        ends = flows[flows["ph"] == "f"].drop_duplicates("id")
-        s = key(starts).assign(id=starts["id"].to_numpy()).rename(columns={"pid": "fwd_pid", "tid": "fwd_tid",
-                                                                           "ts": "fwd_ts"})
-        f = key(ends).assign(id=ends["id"].to_numpy()).merge(s, on="id", how="inner").drop(columns="id")
-        o = key(ops).assign(row=np.arange(len(ops)))
-        # Kineto writes the flow end at the backward op's own start (the evaluate_function wrapper
-        # and the node op start together: both get the link).
+    if len(pairs):
+        f = pd.DataFrame({"pid": pairs["end_pid"].astype(str).to_numpy(), "tid": pairs["end_tid"].astype(str).to_numpy(),
+                          "ts": pairs["end_ts"].to_numpy(dtype=float),
+                          "fwd_pid": pairs["start_pid"].astype(str).to_numpy(),
+                          "fwd_tid": pairs["start_tid"].astype(str).to_numpy(),
+                          "fwd_ts": pairs["start_ts"].to_numpy(dtype=float)})
+        o = pd.DataFrame({"pid": ops["pid"].astype(str).to_numpy(), "tid": ops["tid"].astype(str).to_numpy(),
+                          "ts": ops["ts"].to_numpy(dtype=float), "row": np.arange(len(ops))})
+        # Kineto writes the flow end at the backward op's own start.
         hit = o.merge(f.drop_duplicates(["pid", "tid", "ts"]), on=["pid", "tid", "ts"], how="inner")
         if len(hit):
             rows = hit["row"].to_numpy()
@@ -129,7 +128,7 @@ def backward_links(trace: Trace) -> pd.DataFrame:
             frames.append(pd.DataFrame({**{c: ops[c].to_numpy()[rows] for c in cols},
                                         "fwd_pid": hit["fwd_pid"].to_numpy(), "fwd_tid": hit["fwd_tid"].to_numpy(),
                                         "fwd_ts": hit["fwd_ts"].to_numpy(), "via": "flow"}))
-    if "sequence" in ops.columns:
+    if "sequence" in ops.columns and "fwd_thread" in ops.columns:
         seq = ops["sequence"].to_numpy()
         fwd_thread = ops["fwd_thread"].to_numpy()
         has = np.array([isinstance(v, (int, np.integer)) and v >= 0 for v in seq]) if seq.dtype == object \

@@ -85,9 +85,10 @@ def predict(trace: TraceLike, part: str, speedup: float, launches: int | None = 
 
 
 def targets(trace: TraceLike, speedup: float = DEFAULT_SPEEDUP, by: Sequence[str] = ("op", "module"),
-            top: int | None = 20, replay_top: int = 0) -> Targets:
-    """Ops and nn.Module class paths ranked by the end-to-end gain at `speedup`, as `headroom targets`."""
-    return rank_targets(_analysis(trace), speedup, tuple(by), top, replay_top)
+            top: int | None = 20, replay_top: int = 0, scope: str = "self") -> Targets:
+    """Ops and nn.Modules (classes: `module`, instances: `module_path`; `scope` self or total) ranked by
+    the end-to-end gain at `speedup`, as `headroom targets`."""
+    return rank_targets(_analysis(trace), speedup, tuple(by), top, replay_top, scope)
 
 
 __all__ = ["Analysis", "ProjectResult", "Targets", "analyze", "analyze_all", "project", "summary", "targets"]

@@ -43,12 +43,20 @@ class TraceBuilder:
                             "pid": self.pid, "tid": self.tid, "ts": ts, "dur": dur,
                             "args": {"External id": self._ext_id()}})
 
-    def cpu(self, name: str, ts: float, dur: float, cat: str = "cpu_op", tid: int | None = None) -> int:
+    def cpu(self, name: str, ts: float, dur: float, cat: str = "cpu_op", tid: int | None = None,
+            args: dict | None = None) -> int:
         ext = self._ext_id()
         self.events.append({"ph": "X", "cat": cat, "name": name, "pid": self.pid,
                             "tid": self.tid if tid is None else tid, "ts": ts, "dur": dur,
-                            "args": {"External id": ext}})
+                            "args": {"External id": ext, **(args or {})}})
         return ext
+
+    def fwdbwd(self, flow_id: int, forward_ts: float, backward_ts: float, forward_tid: int | None = None,
+               backward_tid: int | None = None) -> None:
+        """Kineto's link from a forward op (s) to the backward op autograd ran for it (f)."""
+        for ph, ts, tid in (("s", forward_ts, forward_tid), ("f", backward_ts, backward_tid)):
+            self.events.append({"ph": ph, "id": flow_id, "pid": self.pid, "tid": self.tid if tid is None else tid,
+                                "ts": ts, "cat": "fwdbwd", "name": "fwdbwd", **({"bp": "e"} if ph == "f" else {})})
 
     def kernel(self, name: str, launch_ts: float, ts: float, dur: float, stream: int = 7,
                ext: int | None = None, kind: str = "kernel", launch: str = "cudaLaunchKernel",

@@ -52,6 +52,10 @@ CASES = {
     "dlrm": (dict(batch=64), {"embedding", "gemm"}, {}),
     "dlrm-dcn": (dict(batch=64), {"embedding", "gemm"}, {}),
 }
+# workload -> a module class every profile must attribute time to (module ranges are on by default)
+MODULE_TYPES = {"llama-7b": "LlamaRMSNorm", "gpt2-xl": "NewGELUActivation", "bert-base": "BertSelfAttention",
+                "vit-b-16": "ViTLayer", "resnet-50": "ResNetBottleNeckLayer", "dlrm": "InteractionArch",
+                "dlrm-dcn": "LowRankCrossNet"}
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
@@ -78,6 +82,10 @@ def test_every_workload_profiles_and_classifies(tmp_path, name):
     manifest = json.loads((tmp_path / MANIFEST_NAME).read_text())
     assert r.trace_path.name in manifest["traces"]
     assert manifest["traces"][r.trace_path.name]["results"]["mode"] == "cpu-ops"
+    assert m["module_ranges"]["hooked"] > 3 and m["module_ranges"]["root"] == "model"
+    assert manifest["traces"][r.trace_path.name]["results"]["module_ranges_recorded"] == len(a.modules) > 3
+    forward = a.events[a.events["phase"] == "forward"]
+    assert MODULE_TYPES[name] in set(a.events["module_type"]) and (forward["module"] != "").mean() > 0.9
     json.dumps(r.to_dict(), default=str)
 
 
@@ -106,6 +114,11 @@ def test_dlrm_production_path_runs_with_gloo_and_cpu_tbe(tmp_path):
     info = r.manifest["info"]
     assert info["sharding"] == "dmp" and "DistributedModelParallel" in info["embedding_path"]
     assert any(op.startswith("fbgemm::") for op in launched_by(r, "embedding"))
+    # The sharded collection's TBE ops, forward and backward, are that module's (inside DMP's wrappers).
+    ev = r.analysis.events
+    tbe = ev[ev["op"].str.startswith("fbgemm::") & (ev["category"] == "embedding")]
+    assert tbe["module_stack"].str.contains("ShardedEmbeddingBagCollection").all()
+    assert tbe["module"].str.startswith("model.model.sparse_arch.embedding_bag_collection").all()
     unsharded = run(tmp_path, "dlrm-dcn", batch=64, extra={"sharding": "none"})
     assert "unsharded" in unsharded.manifest["info"]["embedding_path"]
     assert torch.distributed.is_initialized() is False          # the one-rank group was torn down

@@ -11,6 +11,9 @@
   file. The manifest (how the numbers were made) is put into the trace under a
   top-level `"headroom"` key; the result is gzip'd to a temporary file and
   renamed into place, so an interrupted run never leaves a partial trace.
+* Module ranges (headroom/profile/modules.py): a range per nn.Module call, hooked in
+  just before the profiled steps, so the timed steps carry no hook cost
+  (docs/modules.md; `--no-module-ranges` leaves them out).
 * `--layers N` builds N of the L identical blocks; each block's forward (and
   backward) is a `headroom/block ...` range, so kernel time splits into
   per-block and once-per-step work, and per-block work is scaled by L/N.
@@ -35,6 +38,7 @@ from headroom.devices import resolve_device
 from headroom.errors import UserError
 from headroom.profile.environment import environment
 from headroom.profile.manifest import MANIFEST_SCHEMA, _inject_and_compress, update_manifest
+from headroom.profile.modules import record_module_ranges
 from headroom.profile.nvtx import instrument_blocks
 from headroom.profile.oom import _is_oom, _oom_error
 from headroom.profile.progress import Progress, _stage
@@ -45,6 +49,10 @@ from headroom.profile.workload import Options, RunConfig, Step, WorkloadSpec
 from headroom.trace.analysis import Analysis, analyze
 from headroom.trace.layers import LayerExtrapolation, extrapolate_layers
 
+# The name module paths start with (`model.model.layers.3.mlp` for a LlamaForCausalLM).
+MODULE_ROOT = "model"
+MODULE_RANGES_NOTE = ("modules that run inside torch.compile'd code have no ranges: Inductor fuses across "
+                      "module boundaries, and the hooks do nothing while Dynamo traces them (no graph breaks)")
 # Steps per stage: (warm-up, timed, profiled) on a GPU and on a CPU.
 GPU_STEPS = (3, 10, 3)
 CPU_STEPS = (1, 3, 1)
@@ -107,6 +115,7 @@ class _Measured:
     params: int | None
     info: dict[str, Any]
     block_ranges: bool
+    modules_ranged: int                # modules with a range per call (headroom/profile/modules.py)
     activities: list[str]
     cuda_sync_events: bool
 
@@ -167,6 +176,12 @@ def _measure(spec: WorkloadSpec, cfg: RunConfig, dev: Any, counts: tuple[int, in
         if dev.type == "cuda":
             activities.append(ProfilerActivity.CUDA)
         experimental = _experimental_config(dev)
+        # Module ranges only for the profiled steps (the timed steps above ran without their hooks; the
+        # profiler's wait and warm-up steps absorb any first-call cost). After the block ranges: nested inside.
+        module_hooks = []
+        if cfg.module_ranges and step.modules is not None:
+            module_hooks = record_module_ranges(step.modules, root=MODULE_ROOT)
+            step.add_hooks(module_hooks)
         with _stage(progress, "profiling", f"{steps} steps (after {PROFILER_WAIT} wait + {PROFILER_WARMUP} warm-up)"):
             ptimer = _Timer(dev)
             with profile(activities=activities, on_trace_ready=on_trace_ready, record_shapes=record_shapes,
@@ -193,6 +208,7 @@ def _measure(spec: WorkloadSpec, cfg: RunConfig, dev: Any, counts: tuple[int, in
             step.close()
     measured = _Measured(timed=timed, profiled=profiled, build_s=build_s, warmup_s=warm_s, peak_gb=peak_gb,
                          params=step.params, info=dict(step.info), block_ranges=use_ranges,
+                         modules_ranged=len(module_hooks) // 2,
                          activities=[a.name for a in activities], cuda_sync_events=experimental is not None)
     step = None
     _free(dev)
@@ -215,6 +231,8 @@ def _run_manifest(spec: WorkloadSpec, cfg: RunConfig, dev: Any, m: _Measured, co
         **({"params_full": spec.param_count_meta(cfg.flavour)} if cfg.extrapolated else {}),
         "info": m.info,
         "block_ranges": m.block_ranges,
+        "module_ranges": {"hooked": m.modules_ranged, "root": MODULE_ROOT, "compiled": cfg.compile,
+                          "note": MODULE_RANGES_NOTE if cfg.compile else ""},
         "device_type": dev.type,
         **environment(dev),
         "profiler": {"schedule": {"wait": PROFILER_WAIT, "warmup": PROFILER_WARMUP, "active": counts[2]},
@@ -306,6 +324,7 @@ def profile_workload(
         "idle_fraction": analysis.idle_fraction, "addressable_fraction": analysis.addressable_fraction,
         "categories": {r.name: float(r.fraction) for r in analysis.categories.itertuples(index=False)},
         "layers": layers.to_dict() if layers else None,
+        "module_ranges_recorded": len(analysis.modules),
     }
     manifest_path = update_manifest(out_dir, name, entry)
     return ProfileResult(workload=spec.name, config=cfg, trace_path=trace_path, manifest_path=manifest_path,

@@ -30,6 +30,7 @@ class Baseline:
     cpu: pd.DataFrame | None = None       # CPU ranges (cpu_op, user_annotation, python_function): name, cat, pid, tid, ts, dur
     step_start: float | None = None        # CPU start of the first ProfilerStep (where the CPU model's clock starts)
     manifest: dict = field(default_factory=dict)  # headroom profile's run manifest, when the trace has one
+    modules: pd.DataFrame | None = None  # one row per nn.Module call (Analysis.modules), when the trace has them
 
     @property
     def per_step_us(self) -> float:
@@ -45,12 +46,14 @@ class Baseline:
                    syncs=trace.syncs if trace is not None else None,
                    step_end=float(trace.steps["end"].max()) if has_steps else None, manifest=dict(a.manifest),
                    cpu=trace.cpu if trace is not None else None,
-                   step_start=float(trace.steps["ts"].min()) if has_steps else None)
+                   step_start=float(trace.steps["ts"].min()) if has_steps else None,
+                   modules=a.modules)
 
     @classmethod
     def from_events(cls, events: pd.DataFrame, window: tuple[float, float] | None = None,
                     num_steps: int = 1, runtime: pd.DataFrame | None = None,
-                    step_end: float | None = None, cpu: pd.DataFrame | None = None) -> "Baseline":
+                    step_end: float | None = None, cpu: pd.DataFrame | None = None,
+                    modules: pd.DataFrame | None = None) -> "Baseline":
         """A baseline from a plain events table (columns as in Analysis.events; `wall_us` added if absent)."""
         ev = events.copy()
         if "end" not in ev.columns:
@@ -66,7 +69,7 @@ class Baseline:
         n_dev = max(int(ev["device"].nunique()), 1)
         return cls(events=ev.reset_index(drop=True), wall_us=float(window[1] - window[0]),
                    window=(float(window[0]), float(window[1])), num_steps=num_steps, n_devices=n_dev,
-                   runtime=runtime, step_end=step_end, cpu=cpu)
+                   runtime=runtime, step_end=step_end, cpu=cpu, modules=modules)
 
 
 def as_baseline(x: Baseline | Analysis) -> Baseline:

@@ -39,7 +39,8 @@ from headroom.projection.baseline import Baseline
 from headroom.projection.matching import label_predicate, select
 from headroom.projection.problems import ProblemMap
 from headroom.projection.selectors import Selector
-from headroom.trace.attribute import _module_paths, containing_range
+from headroom.trace.intervals import containing_range
+from headroom.trace.modules import nesting_paths
 from headroom.trace.ranges import FRAME_PREFIX, MODULE_PREFIX, MODULE_RANGE_PREFIX, PROFILER_STEP_PREFIX
 
 # Runtime/driver calls that put work on a GPU (counted as launches even when their work is not in the window).
@@ -252,9 +253,10 @@ def _range_table(side: CpuSide, kind: str) -> pd.DataFrame:
     py = r[(r["cat"] == "python_function").to_numpy() & names.str.startswith(MODULE_PREFIX).to_numpy()]
     parts = []
     if len(py):
-        paths = _module_paths(py.assign(dur=py["end"] - py["ts"]))
+        levels = py["name"].astype(str).str.slice(len(MODULE_PREFIX)).to_numpy(dtype=object)
+        paths = nesting_paths(py.assign(dur=py["end"] - py["ts"]), levels)
         classes = py["name"].str.slice(len(MODULE_PREFIX)).str.replace(r"_\d+$", "", regex=True)
-        parts.append(py.assign(label=paths["name"].to_numpy(), label2=classes.to_numpy()))
+        parts.append(py.assign(label=paths, label2=classes.to_numpy()))
     hm = r[names.str.startswith(MODULE_RANGE_PREFIX).to_numpy()]
     if len(hm):
         body = hm["name"].str.slice(len(MODULE_RANGE_PREFIX))

@@ -14,6 +14,7 @@ from headroom.errors import UserError
 from headroom.projection.problems import ProblemMap, load_problems
 from headroom.projection.selectors import Atom, Selector, parse_selector
 from headroom.projection.speedups import Speedup
+from headroom.trace.modules import STACK_SEP
 from headroom.trace.phases import event_phase
 
 _GLOB_CHARS = set("*?[")
@@ -77,7 +78,9 @@ class _Matcher:
             return self._by_value("kind", lambda v: v == p)
         if a.field == "phase":
             return self.phases() == p
-        if a.field in ("kernel", "module", "annotation"):
+        if a.field == "module":
+            return self._module(re.compile(p, re.IGNORECASE))
+        if a.field in ("kernel", "annotation"):
             col = "name" if a.field == "kernel" else a.field
             return self._by_value(col, label_predicate(a.field, p))
         if a.field == "problem":
@@ -88,7 +91,27 @@ class _Matcher:
             return out
         raise AssertionError(a.field)
 
+    def _module(self, rx: re.Pattern) -> np.ndarray:
+        """Events inside a module (at any depth) whose path or class matches: the innermost path
+        and each path above it, the innermost class and each class above it."""
+        cols = [c for c in ("module", "module_stack") if c in self.events.columns]
+        if not cols or self.n == 0:
+            return np.zeros(self.n, dtype=bool)
+        keys = self.events[cols].astype(object).where(self.events[cols].notna(), "").astype(str)
+        codes, uniq = pd.MultiIndex.from_frame(keys).factorize() if len(cols) > 1 else \
+            pd.factorize(keys[cols[0]])
+        hit = np.zeros(len(uniq), dtype=bool)
+        for i, u in enumerate(uniq):
+            path, stack = (u if len(cols) > 1 else (u, ""))
+            parts = path.split(".") if path else []
+            names = [".".join(parts[:k]) for k in range(1, len(parts) + 1)]
+            names += [t for t in stack.split(STACK_SEP) if t]
+            hit[i] = any(rx.search(x) for x in names)
+        return hit[codes]
+
     def phases(self) -> np.ndarray:
+        if not hasattr(self, "_phases") and "phase" in self.events.columns:
+            self._phases = self.events["phase"].astype(str).to_numpy(dtype=object)
         if not hasattr(self, "_phases"):
             cols = [c for c in ("op", "top_op", "annotation") if c in self.events.columns]
             if not cols or self.n == 0:

@@ -24,7 +24,7 @@ from __future__ import annotations
 from typing import Any
 
 from headroom.errors import UserError
-from headroom.profile import Default, RunConfig, Step, WorkloadSpec, phase_range, register_workload
+from headroom.profile import Default, RunConfig, Step, WorkloadSpec, phase_range, register_workload, train_forward
 from headroom.trace.ranges import MODULE_RANGE_PREFIX
 
 # Criteo 1TB: rows per categorical feature (torchrec examples/dlrm, MLPerf preprocessing, 40M cap).
@@ -266,14 +266,12 @@ def _build(cfg: RunConfig, device: Any, dcn: bool) -> Step:
 
     model.train()
 
+    forward = train_forward(lambda: model(batch)[0], device_type=device.type, amp_dtype=amp)
+
     def fn() -> None:
         opt.zero_grad(set_to_none=True)
         with phase_range("headroom/forward"):
-            if amp is not None:
-                with torch.autocast(device_type=device.type, dtype=amp):
-                    loss, _ = model(batch)
-            else:
-                loss, _ = model(batch)
+            loss = forward()
         with phase_range("headroom/backward"):
             loss.backward()
         with phase_range("headroom/optimizer"):
@@ -281,7 +279,7 @@ def _build(cfg: RunConfig, device: Any, dcn: bool) -> Step:
 
     params = sum(p.numel() for p in _model(flavour, dcn, max_rows, torch.device("meta"),
                                            torch.device("meta")).parameters())
-    return Step(fn, model, info=info, close=close, params=params)
+    return Step(fn, model, info=info, close=close, params=params, forward=forward, train=True)
 
 
 def _mark_module_ranges(dlrm: Any, dcn: bool) -> None:

@@ -79,12 +79,27 @@ def test_addressable_fraction_shrinks_as_llama_grows():
 
 
 def test_dcn_cross_net_is_selectable_for_dlrm_bench_06():
-    # workloads/dlrm.py marks the cross net with a range; DLRM-Bench 06 selects exactly those kernels.
+    # The trace has a module range around the cross net; DLRM-Bench 06 selects exactly its forward kernels.
     from headroom.project.matching import select
     from headroom.project.problems import load_problems
 
     a = analyze(SHIPPED_TRACES / "dlrm-dcn.train.json.gz")
-    cross = a.events["annotation"].str.contains("inter_arch.crossnet", regex=False).to_numpy()
-    chosen = select(a.events, "problem:06_DCNv2LowRankCross", load_problems())
-    assert cross.sum() == 72 and (chosen == cross).all()
-    assert {"gemm", "elementwise"} <= set(a.events.loc[cross, "category"])
+    ev = a.events
+    cross = ev["module"].str.contains("inter_arch.crossnet", regex=False).to_numpy()
+    forward = (ev["phase"] == "forward").to_numpy()
+    chosen = select(ev, "problem:06_DCNv2LowRankCross", load_problems())
+    assert (cross & forward).sum() == 72 and (chosen == (cross & forward)).all()
+    assert {"gemm", "elementwise"} <= set(ev.loc[cross & forward, "category"])
+    # Its backward kernels (linked to the cross net's forward ops by fwdbwd flows) are the cross net's too.
+    assert (cross & ~forward).sum() == 135 and set(ev.loc[cross, "module_type"]) == {"LowRankCrossNet"}
+    assert ev.loc[cross & ~forward, "dur"].sum() == pytest.approx(59561.05, abs=0.01)
+
+
+def test_dlrm_interaction_backward_lands_on_the_interaction_arch():
+    # The top addressable op of DLRM training (the gather's backward, index_put_) is the interaction arch's.
+    a = analyze(SHIPPED_TRACES / "dlrm.train.json.gz")
+    ev = a.events
+    bwd = ev[(ev["phase"] == "backward") & (ev["module_type"] == "InteractionArch")]
+    assert len(bwd) == 51 and bwd["dur"].sum() == pytest.approx(25558.4, abs=0.1)
+    put = ev[ev["op"] == "aten::_index_put_impl_"]
+    assert len(put) and (put["module_type"] == "InteractionArch").all() and (put["phase"] == "backward").all()

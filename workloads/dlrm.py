@@ -25,7 +25,6 @@ from typing import Any
 
 from headroom.errors import UserError
 from headroom.profile import Default, RunConfig, Step, WorkloadSpec, phase_range, register_workload, train_forward
-from headroom.trace.ranges import MODULE_RANGE_PREFIX
 
 # Criteo 1TB: rows per categorical feature (torchrec examples/dlrm, MLPerf preprocessing, 40M cap).
 CRITEO_1TB_ROWS = [40000000, 39060, 17295, 7424, 20265, 3, 7122, 1543, 63, 40000000, 3067956, 405282, 10,
@@ -233,7 +232,8 @@ def _build(cfg: RunConfig, device: Any, dcn: bool) -> Step:
             if device.type == "cuda":
                 torch.cuda.empty_cache()
     if path == "dmp":
-        inner = model.module.model if hasattr(model, "module") else model
+        train_model = model.module if hasattr(model, "module") else model
+        inner = train_model.model
         info["embedding_path"] = ("torchrec DistributedModelParallel (1 rank), table-wise sharded, "
                                   f"fbgemm TBE with fused {opt_cls.__name__}")
         info["process_group"] = "nccl" if device.type == "cuda" else "gloo"
@@ -248,14 +248,12 @@ def _build(cfg: RunConfig, device: Any, dcn: bool) -> Step:
             (sparse_params if "embedding_bags" in name else dense_params).append(p)
         for m in dlrm.sparse_arch.embedding_bag_collection.embedding_bags.values():
             m.sparse = True  # sparse gradients, as the DLRM reference trains its EmbeddingBags
-        model = DLRMTrain(dlrm)
+        model = train_model = DLRMTrain(dlrm)
         opt = _Optimizers(opt_cls(sparse_params, foreach=False, **opt_kw), opt_cls(dense_params, **opt_kw))
         inner = dlrm
         info["embedding_path"] = (f"torchrec EmbeddingBagCollection, unsharded (PyTorch embedding_bag, "
                                   f"sparse gradients, {opt_cls.__name__})")
     info["sharding"] = path
-
-    _mark_module_ranges(inner, dcn)
 
     if cfg.compile:
         # torchrec's advice: compile the dense path, keep the jagged sparse path eager.
@@ -279,37 +277,8 @@ def _build(cfg: RunConfig, device: Any, dcn: bool) -> Step:
 
     params = sum(p.numel() for p in _model(flavour, dcn, max_rows, torch.device("meta"),
                                            torch.device("meta")).parameters())
-    return Step(fn, model, info=info, close=close, params=params, forward=forward, train=True)
-
-
-def _mark_module_ranges(dlrm: Any, dcn: bool) -> None:
-    """Name the dense, interaction and over arches (and DCN's cross net) in the trace.
-
-    Their forward kernels are plain mm/add/mul/bmm; a `record_function` range per
-    part lets `headroom project` select them (`annotation:crossnet` for DLRM-Bench's
-    06_DCNv2LowRankCross) and `targets` rank them. The `headroom/` prefix keeps
-    them frames, not work, in CPU-only traces.
-    """
-    from torch.autograd.profiler import record_function
-
-    parts = [("dense_arch", dlrm.dense_arch), ("inter_arch", dlrm.inter_arch), ("over_arch", dlrm.over_arch)]
-    if dcn and hasattr(dlrm.inter_arch, "crossnet"):
-        parts.append(("inter_arch.crossnet", dlrm.inter_arch.crossnet))
-    for path, module in parts:
-        name = f"{MODULE_RANGE_PREFIX}dlrm.{path} ({type(module).__name__})"
-        open_ranges: list[Any] = []
-
-        def enter(_m, _inputs, name=name, open_ranges=open_ranges):
-            rf = record_function(name)
-            rf.__enter__()
-            open_ranges.append(rf)
-
-        def leave(_m, _inputs, _output, open_ranges=open_ranges):
-            if open_ranges:
-                open_ranges.pop().__exit__(None, None, None)
-
-        module.register_forward_pre_hook(enter)
-        module.register_forward_hook(leave)
+    # Module ranges on DLRMTrain (`model.model.inter_arch.crossnet`, ...), inside DMP's wrappers.
+    return Step(fn, model, info=info, close=close, params=params, modules=train_model, forward=forward, train=True)
 
 
 def _is_oom(e: BaseException) -> bool:

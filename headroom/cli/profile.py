@@ -71,6 +71,8 @@ def profile(
     device: str = typer.Option("auto", "--device", help="auto (CUDA when present), cuda or cpu."),
     no_tf32: bool = typer.Option(False, "--no-tf32", help="Strict fp32 matmuls (TF32 is on by default)."),
     full_size: bool = typer.Option(False, "--full-size", help="On a CPU, run the real defaults (no scaling)."),
+    no_module_ranges: bool = typer.Option(False, "--no-module-ranges", help=(
+        "Do not record a range per nn.Module call (recorded by default, for `targets --by module`).")),
 ) -> None:
     """Run a workload under torch.profiler and say where the time went."""
     from headroom.profile.run import profile_workload
@@ -78,7 +80,7 @@ def profile(
 
     options = Options(mode=mode, phase=phase, kv_cache=kv_cache, batch=batch, seq=seq, dtype=dtype,
                       layers=layers, compile=compile_, flavour=flavour, tf32=not no_tf32,
-                      extra=_parse_opts(opt), scale_for_cpu=not full_size)
+                      extra=_parse_opts(opt), scale_for_cpu=not full_size, module_ranges=not no_module_ranges)
     err = Console(stderr=True)
     if not err.is_terminal:
         err = Console(stderr=True, width=160)

@@ -103,7 +103,12 @@ def project_cmd(
 def targets_cmd(
     trace: Path = typer.Argument(..., help="Trace file (.json/.json.gz)."),
     speedup: float = typer.Option(1.5, "--speedup", "-s", help="The speedup to rank by (default 1.5x)."),
-    by: Optional[List[str]] = typer.Option(None, "--by", help="op, module, top_op or kernel (repeatable; default op and module)."),
+    by: Optional[List[str]] = typer.Option(None, "--by", help=(
+        "op, module (nn.Module classes), module_path (instances), top_op or kernel "
+        "(repeatable; default op and module).")),
+    scope: str = typer.Option("self", "--scope", help=(
+        "Module rows: self (kernels whose innermost module it is; shares add up) or total "
+        "(also the kernels of the modules inside it).")),
     top: int = typer.Option(20, "--top", help="Rows per grouping."),
     replay_top: int = typer.Option(5, "--replay-top", help="Also replay the first N rows of each grouping (0: none)."),
     as_json: bool = typer.Option(False, "--json", help="JSON object (docs/projection.md)."),
@@ -112,13 +117,19 @@ def targets_cmd(
     whole_trace: bool = WholeOpt,
 ) -> None:
     """If one op got faster, which should it be? Ops and modules ranked by end-to-end gain."""
-    from headroom.project.targets import targets, targets_dict
+    import sys
+
+    from headroom.project.targets import MODULE_KINDS, module_ranges_missing, targets, targets_dict
     from headroom.report.render import make_console, render_targets
 
+    groupings = tuple(by) if by else ("op", "module")
     for a in _analyses([trace], rules, policy, whole_trace):
-        table = targets(a, speedup=speedup, by=tuple(by) if by else ("op", "module"), top=top, replay_top=replay_top)
+        table = targets(a, speedup=speedup, by=groupings, top=top, replay_top=replay_top, scope=scope)
+        missing = module_ranges_missing(a) if set(groupings) & set(MODULE_KINDS) else None
+        if missing:
+            print(f"headroom: note: {missing}", file=sys.stderr)
         if as_json:
-            print(_dumps(targets_dict(a, table, speedup)))
+            print(_dumps(targets_dict(a, table, speedup, notes=[missing] if missing else [])))
             continue
         render_targets(a, table, speedup, make_console())
 

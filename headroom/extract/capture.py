@@ -257,7 +257,7 @@ class Capture:
     """A module class in a built workload: instances, constructions, and one step's calls."""
 
     cls: type
-    instances: list[tuple[str, Any]]                    # (path from step.model, module)
+    instances: list[tuple[str, Any]]                    # (path in step.modules, module)
     constructions: dict[str, Construction]              # path -> how it was built
     calls: list[Call] = field(default_factory=list)     # one real step's calls, in order
     param_dtypes: dict[str, str] = field(default_factory=dict)   # parameter name -> dtype (first instance)
@@ -359,7 +359,7 @@ def parameter_dtypes(module: Any) -> dict[str, str]:
 
 def capture(step: Step, cls: type, built: dict[int, Construction]) -> Capture:
     """Instances of `cls` in the built workload, how each was built, and one real step's calls."""
-    instances = instances_of(step.model, cls)
+    instances = instances_of(step.modules, cls)
     if not instances:
         raise UserError(f"{cls.__name__} is not in the model the workload built "
                         f"(it was on the meta model: a builder replaces or compiles it)")

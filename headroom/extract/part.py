@@ -1,103 +1,62 @@
 """The part of a trace a set of module instances accounts for: its time, launches and phases.
 
 A GPU event (or, in a CPU-only trace, a CPU operator's self time) belongs to an instance
-at path P when the innermost module it was launched in is P or below it (``P.…``): the
-kernels of an ``LlamaMLP`` include those of its ``gate_proj``. The module of an event is
-``Analysis.events["module"]`` (module ranges recorded by `headroom profile`; backward
-kernels carry the module of the forward op that created them). Where a trace's events
-have no module but the trace has ``headroom/module <path> (<Class>)`` ranges, the module is
-taken from the innermost such range on the launching thread (forward only).
+at path P when the innermost module it ran for is P or below it (``P.…``): the kernels of
+a ``LlamaMLP`` include those of its ``gate_proj``. The module and phase of an event are
+``Analysis.events["module"]`` and ``["phase"]`` (module ranges recorded by `headroom
+profile`; backward kernels carry the module of the forward op autograd ran them for,
+headroom/trace/modules.py). Paths in a trace start with the module-range root
+(`MODULE_ROOT`, "model"): the instance `layers.0.mlp` of the ranged module is
+`model.layers.0.mlp` there.
 """
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from typing import Any, Iterable
 
 import numpy as np
 import pandas as pd
 
-from headroom.project.matching import event_phase
-from headroom.trace.attribute import containing_range
-from headroom.trace.ranges import MODULE_RANGE_PREFIX
-
-_RANGE = re.compile(r"^" + re.escape(MODULE_RANGE_PREFIX) + r"(?P<path>\S+)(?: \((?P<cls>[^)]*)\))?$")
+from headroom.profile.run import MODULE_ROOT
+from headroom.trace.phase import event_phases
 
 
-def range_path(name: str) -> str | None:
-    """`headroom/module model.layers.0.mlp (LlamaMLP)` -> `model.layers.0.mlp`."""
-    m = _RANGE.match(name)
-    return m.group("path") if m else None
+def trace_path(path: str) -> str:
+    """The path a module range names for the instance at `path` of the ranged module."""
+    return f"{MODULE_ROOT}.{path}" if path else MODULE_ROOT
 
 
-def _modules_from_ranges(a: Any) -> np.ndarray:
-    ev = a.events
-    out = np.full(len(ev), "", dtype=object)
-    trace = getattr(a, "trace", None)
-    if trace is None or not len(ev):
-        return out
-    cpu = trace.cpu
-    rng = cpu[(cpu["cat"] == "user_annotation") & cpu["name"].astype(str).str.startswith(MODULE_RANGE_PREFIX)]
-    if not len(rng):
-        return out
-    paths = rng["name"].astype(str).map(range_path).to_numpy(dtype=object)
-    tid_col = "launch_tid" if "launch_tid" in ev.columns else None
-    if tid_col is None:
-        return out
-    when = ev["launch_ts"].to_numpy(dtype=float)
-    ev_tid = ev[tid_col].astype(str).to_numpy()
-    r_tid = rng["tid"].astype(str).to_numpy()
-    ts = rng["ts"].to_numpy(dtype=float)
-    end = ts + rng["dur"].to_numpy(dtype=float)
-    for tid in np.unique(r_tid):
-        ri = np.flatnonzero(r_tid == tid)
-        ei = np.flatnonzero(ev_tid == tid)
-        if not len(ei):
-            continue
-        hit = containing_range(ts[ri], end[ri], when[ei])
-        ok = hit >= 0
-        out[ei[ok]] = paths[ri[hit[ok]]]
-    return out
-
-
-def event_modules(a: Any) -> np.ndarray:
-    """The innermost module path of every event of an Analysis (see the module docstring)."""
-    ev = a.events
-    if "module" in ev.columns:
-        col = ev["module"].astype(object).where(ev["module"].notna(), "").astype(str).to_numpy(dtype=object)
-        if (col != "").any():
-            return col
-    return _modules_from_ranges(a)
+def _column(events: pd.DataFrame, name: str) -> np.ndarray:
+    if name not in events.columns:
+        return np.full(len(events), "", dtype=object)
+    col = events[name]
+    return col.astype(object).where(col.notna(), "").astype(str).to_numpy(dtype=object)
 
 
 def inside(modules: np.ndarray, paths: Iterable[str]) -> np.ndarray:
-    """Events whose module is one of `paths` or below one of them."""
+    """Events whose module is one of `paths` (trace paths) or below one of them."""
     roots = set(paths)
+    if not len(modules):
+        return np.zeros(0, dtype=bool)
     codes, uniques = pd.factorize(pd.Series(modules, dtype=object), sort=False)
 
     def hit(m: str) -> bool:
-        if not m:
-            return False
-        parts = m.split(".")
+        parts = m.split(".") if m else []
         return any(".".join(parts[:k]) in roots for k in range(1, len(parts) + 1))
 
-    flags = np.fromiter((hit(u) for u in uniques), dtype=bool, count=len(uniques))
-    return flags[codes] if len(modules) else np.zeros(0, dtype=bool)
+    return np.fromiter((hit(u) for u in uniques), dtype=bool, count=len(uniques))[codes]
 
 
-def event_phases(events: pd.DataFrame) -> np.ndarray:
-    cols = [c for c in ("op", "top_op", "annotation") if c in events.columns]
-    if not cols or not len(events):
-        return np.full(len(events), "forward", dtype=object)
-    keys = events[cols].astype(object).where(events[cols].notna(), "").astype(str)
-    codes, uniq = pd.MultiIndex.from_frame(keys).factorize()
-    return np.array([event_phase(*u) for u in uniq], dtype=object)[codes]
+def phases(events: pd.DataFrame) -> np.ndarray:
+    if "phase" in events.columns:
+        return _column(events, "phase")
+    return event_phases(_column(events, "op"), _column(events, "top_op"), _column(events, "annotation"))
 
 
 @dataclass
 class PartTime:
-    """A part's time and launches in one trace, per step (kernels in GPU mode, ops in cpu-ops mode)."""
+    """A part's time and launches in one trace (kernels in GPU mode, CPU ops in cpu-ops mode)."""
 
     mode: str
     num_steps: int
@@ -119,9 +78,9 @@ class PartTime:
 
 
 def part_masks(a: Any, paths: Iterable[str]) -> dict[str, np.ndarray]:
-    """Masks over `a.events`: the part (`all`), and its `forward` and `backward` events."""
-    mask = inside(event_modules(a), paths)
-    ph = event_phases(a.events)
+    """Masks over `a.events` for instance paths (of the ranged module): the part, its forward, its backward."""
+    mask = inside(_column(a.events, "module"), [trace_path(p) for p in paths])
+    ph = phases(a.events)
     return {"all": mask, "forward": mask & (ph == "forward"), "backward": mask & (ph == "backward")}
 
 

@@ -14,43 +14,15 @@ from pathlib import Path
 from typing import Any
 
 from headroom.profile.manifest import MANIFEST_SCHEMA, _inject_and_compress
-from headroom.profile.nvtx import _Range
+from headroom.profile.modules import record_module_ranges
+from headroom.profile.run import MODULE_ROOT
 from headroom.profile.timer import StepStats, _Timer
 from headroom.profile.workload import Step
-from headroom.trace.ranges import MODULE_RANGE_PREFIX
 
 
-def _container(m: Any) -> bool:
-    import torch.nn as nn
-
-    return isinstance(m, (nn.ModuleList, nn.ModuleDict, nn.Sequential)) and type(m) in (
-        nn.ModuleList, nn.ModuleDict, nn.Sequential)
-
-
-def module_ranges(root: Any, prefix: str = "") -> list[Any]:
-    """A `headroom/module <path> (<Class>)` range around every call of every non-container module
-    under `root` (paths as `root.named_modules()` gives them, after `prefix`). Returns hook handles."""
-    handles = []
-    for path, m in root.named_modules():
-        if _container(m):
-            continue
-        full = ".".join(p for p in (prefix, path) if p)
-        if not full:
-            continue
-        r = _Range(f"{MODULE_RANGE_PREFIX}{full} ({type(m).__name__})")
-        open_ranges: list[_Range] = []
-
-        def enter(_m, _a, r=r, open_ranges=open_ranges):
-            r.enter()
-            open_ranges.append(r)
-
-        def leave(_m, _a, _o, open_ranges=open_ranges):
-            if open_ranges:
-                open_ranges.pop().exit()
-
-        handles.append(m.register_forward_pre_hook(enter))
-        handles.append(m.register_forward_hook(leave))
-    return handles
+def module_ranges(step: Step) -> list[Any]:
+    """`headroom profile`'s module ranges on the step's ranged module (root "model"); hook handles."""
+    return record_module_ranges(step.modules, root=MODULE_ROOT)
 
 
 def remove(handles: list[Any]) -> None:

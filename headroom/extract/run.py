@@ -159,7 +159,7 @@ def extract(workload: str | WorkloadSpec, module: str, options: Options | None =
             elif profile:
                 with _phase(progress, "profile", "1 step with module ranges (the share of time)"):
                     tmp_trace = Path(tmp) / f"{name}.trace.json.gz"
-                    handles = module_ranges(step.model)
+                    handles = module_ranges(step)
                     try:
                         record_trace(step, dev, tmp_trace, {"tool": "headroom extract", **cfg.to_dict(),
                                                             "command": command}, steps=1)

@@ -34,6 +34,7 @@ from typing import Any
 from headroom.errors import UserError
 from headroom.profile.environment import environment
 from headroom.profile.manifest import MANIFEST_SCHEMA, _inject_and_compress, update_manifest
+from headroom.profile.modules import record_module_ranges
 from headroom.profile.nvtx import instrument_blocks
 from headroom.profile.oom import _is_oom, _oom_error
 from headroom.profile.progress import Progress, _phase
@@ -42,6 +43,10 @@ from headroom.profile.timer import StepStats, _sync, _Timer
 from headroom.profile.workload import Options, RunConfig, Step, WorkloadSpec
 from headroom.trace.layers import LayerExtrapolation, extrapolate_layers
 
+# The name module paths start with (`model.model.layers.3.mlp` for a LlamaForCausalLM).
+MODULE_ROOT = "model"
+MODULE_RANGES_NOTE = ("modules that run inside torch.compile'd code have no ranges: Inductor fuses across "
+                      "module boundaries, and the hooks do nothing while Dynamo traces them (no graph breaks)")
 # Steps per phase: (warm-up, timed, profiled) on a GPU and on a CPU.
 GPU_STEPS = (3, 10, 3)
 CPU_STEPS = (1, 3, 1)
@@ -80,6 +85,20 @@ class ProfileResult:
             "layers": self.layers.to_dict() if self.layers else None,
             "analysis": self.analysis.to_dict(),
         }
+
+
+def _module_range_count(analysis: Any) -> int:
+    """Module ranges (calls) in the trace's profiled steps."""
+    from headroom.trace.ranges import MODULE_RANGE_PREFIX
+    from headroom.trace.tables import starts_with
+
+    trace = analysis.trace
+    if trace is None or not len(trace.cpu):
+        return 0
+    cpu = trace.cpu
+    start, end = analysis.window
+    inside = (cpu["ts"].to_numpy() >= start) & (cpu["ts"].to_numpy() <= end)
+    return int((starts_with(cpu["name"], MODULE_RANGE_PREFIX) & inside).sum())
 
 
 def resolve_device(device: str | None) -> Any:
@@ -173,6 +192,10 @@ def profile_workload(
                 use_ranges = bool(step.blocks) and not (cfg.compile and not cfg.extrapolated)
                 if use_ranges:
                     step.add_hooks(instrument_blocks(step.blocks, train=cfg.mode == "train"))
+                module_hooks = []
+                if cfg.module_ranges and step.modules is not None:
+                    module_hooks = record_module_ranges(step.modules, root=MODULE_ROOT)
+                    step.add_hooks(module_hooks)
                 _sync(dev)
                 build_s = time.perf_counter() - t0
 
@@ -238,6 +261,8 @@ def profile_workload(
             "params": params,
             "info": info,
             "block_ranges": use_ranges,
+            "module_ranges": {"hooked": len(module_hooks) // 2, "root": MODULE_ROOT,
+                              "compiled": cfg.compile, "note": MODULE_RANGES_NOTE if cfg.compile else ""},
             "device_type": dev.type,
             **environment(dev),
             "profiler": {"schedule": {"wait": wait, "warmup": warm, "active": steps},
@@ -269,6 +294,7 @@ def profile_workload(
         "idle_fraction": analysis.idle_fraction, "addressable_fraction": analysis.addressable_fraction,
         "categories": {r.name: float(r.fraction) for r in analysis.categories.itertuples(index=False)},
         "layers": layers.to_dict() if layers else None,
+        "module_ranges_recorded": _module_range_count(analysis),
     }
     manifest_path = update_manifest(out_dir, name, entry)
     return ProfileResult(workload=spec.name, config=cfg, trace_path=trace_path, manifest_path=manifest_path,

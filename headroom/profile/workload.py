@@ -74,6 +74,8 @@ class Options:
     flavour: str | None = None
     tf32: bool = True
     extra: dict[str, str] = field(default_factory=dict)
+    # A profiler range per nn.Module call (headroom/profile/modules.py); off only to measure their cost.
+    module_ranges: bool = True
     # On a machine without CUDA, scale the defaults down (see WorkloadSpec.cpu_scale).
     scale_for_cpu: bool = True
 
@@ -97,6 +99,7 @@ class RunConfig:
     tf32: bool = True
     extra: dict[str, str] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)   # what was scaled, and why
+    module_ranges: bool = True
 
     @property
     def torch_dtype(self):
@@ -133,6 +136,7 @@ class RunConfig:
             "batch": self.batch, "seq": self.seq, "dtype": self.dtype, "device": self.device,
             "layers": self.layers, "total_layers": self.total_layers, "compile": self.compile,
             "tf32": self.tf32, "extra": dict(self.extra), "notes": list(self.notes),
+            "module_ranges": self.module_ranges,
         }
 
 
@@ -240,7 +244,7 @@ class WorkloadSpec:
             dtype=canonical_dtype(o.dtype or self.default("dtype", phase, mode)),
             device=device, phase=phase, kv_cache=kv,
             layers=(o.layers if o.layers is not None else total), total_layers=total,
-            compile=o.compile, tf32=o.tf32, extra=extra,
+            compile=o.compile, tf32=o.tf32, extra=extra, module_ranges=o.module_ranges,
         )
         if cfg.batch is not None and cfg.batch < 1:
             raise UserError(f"{self.name}: --batch must be at least 1")
@@ -292,15 +296,18 @@ class Step:
     `train` says whether `fn` is a training step. `blocks` lists the identical
     repeated blocks as (module path, module) for `--layers`. `info` goes into
     the manifest (e.g. which embedding implementation ran). `close()` frees
-    what the builder set up (process groups, caches).
+    what the builder set up (process groups, caches). `modules` is the module whose
+    calls get profiler ranges (default: `model`; a workload that wraps its
+    model, e.g. in torchrec's DistributedModelParallel, names the model inside).
     """
 
     def __init__(self, fn: Callable[[], Any], model: Any, *, blocks: Sequence[tuple[str, Any]] = (),
                  info: dict[str, Any] | None = None, close: Callable[[], None] | None = None,
-                 params: int | None = None, forward: Callable[[], Any] | None = None,
+                 params: int | None = None, modules: Any = None, forward: Callable[[], Any] | None = None,
                  train: bool = False):
         self.fn = fn
         self.model = model
+        self.modules = model if modules is None else modules
         self.forward = forward
         self.train = train
         self.blocks = list(blocks)

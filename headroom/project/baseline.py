@@ -30,6 +30,7 @@ class Baseline:
     syncs: pd.DataFrame | None = None     # cuda_sync events, when the trace has them
     step_end: float | None = None          # CPU end of the last ProfilerStep (the window may end there)
     manifest: dict = field(default_factory=dict)  # headroom profile's run manifest, when the trace has one
+    modules: pd.DataFrame | None = None  # one row per nn.Module call (Analysis.modules), when the trace has them
 
     @property
     def per_step_us(self) -> float:
@@ -47,12 +48,12 @@ class Baseline:
                    num_steps=int(a.num_steps), n_devices=int(getattr(a, "n_devices", 1) or 1),
                    mode=str(getattr(a, "mode", "gpu")), source=str(getattr(a, "source", "")),
                    runtime=runtime, syncs=syncs, step_end=step_end,
-                   manifest=dict(getattr(a, "manifest", None) or {}))
+                   manifest=dict(getattr(a, "manifest", None) or {}), modules=getattr(a, "modules", None))
 
     @classmethod
     def from_events(cls, events: pd.DataFrame, window: tuple[float, float] | None = None,
                     num_steps: int = 1, runtime: pd.DataFrame | None = None,
-                    step_end: float | None = None) -> "Baseline":
+                    step_end: float | None = None, modules: pd.DataFrame | None = None) -> "Baseline":
         """A baseline from a plain events table (columns as in Analysis.events; `wall_us` added if absent)."""
         ev = events.copy()
         if "end" not in ev.columns:
@@ -68,7 +69,7 @@ class Baseline:
         n_dev = max(int(ev["device"].nunique()), 1)
         return cls(events=ev.reset_index(drop=True), wall_us=float(window[1] - window[0]),
                    window=(float(window[0]), float(window[1])), num_steps=num_steps, n_devices=n_dev,
-                   runtime=runtime, step_end=step_end)
+                   runtime=runtime, step_end=step_end, modules=modules)
 
 
 def as_baseline(x: Any) -> Baseline:

@@ -14,21 +14,10 @@ from headroom.errors import UserError
 from headroom.project.problems import ProblemMap, load_problems
 from headroom.project.selectors import Atom, Selector, parse_selector
 from headroom.project.speedups import Speedup
+from headroom.trace.modules import STACK_SEP
+from headroom.trace.phase import event_phase
 
-# Where an event ran, from its launching ops and range: the optimizer step, the backward
-# pass (autograd engine, *Backward nodes, *_backward ops, a "backward" range), else forward.
-_OPTIMIZER_RX = re.compile(r"optimizer|^aten::_foreach_|^aten::_fused_(adam|adamw|sgd)|zero_grad", re.IGNORECASE)
-_BACKWARD_RX = re.compile(r"backward|autograd::engine", re.IGNORECASE)
 _GLOB_CHARS = set("*?[")
-
-
-def event_phase(*labels: str) -> str:
-    """forward | backward | optimizer for an event launched under these ops / ranges."""
-    if any(_OPTIMIZER_RX.search(x) for x in labels if x):
-        return "optimizer"
-    if any(_BACKWARD_RX.search(x) for x in labels if x):
-        return "backward"
-    return "forward"
 
 
 class _Matcher:
@@ -78,7 +67,9 @@ class _Matcher:
             return self._by_value("kind", lambda v: v == p)
         if a.kind == "phase":
             return self.phases() == p
-        if a.kind in ("kernel", "module", "annotation"):
+        if a.kind == "module":
+            return self._module(re.compile(p, re.IGNORECASE))
+        if a.kind in ("kernel", "annotation"):
             rx = re.compile(p, re.IGNORECASE)
             col = "name" if a.kind == "kernel" else a.kind
             return self._by_value(col, lambda v: v != "" and rx.search(v) is not None)
@@ -90,7 +81,27 @@ class _Matcher:
             return out
         raise AssertionError(a.kind)
 
+    def _module(self, rx: re.Pattern) -> np.ndarray:
+        """Events inside a module (at any depth) whose path or class matches: the innermost path
+        and each path above it, the innermost class and each class above it."""
+        cols = [c for c in ("module", "module_stack") if c in self.events.columns]
+        if not cols or self.n == 0:
+            return np.zeros(self.n, dtype=bool)
+        keys = self.events[cols].astype(object).where(self.events[cols].notna(), "").astype(str)
+        codes, uniq = pd.MultiIndex.from_frame(keys).factorize() if len(cols) > 1 else \
+            pd.factorize(keys[cols[0]])
+        hit = np.zeros(len(uniq), dtype=bool)
+        for i, u in enumerate(uniq):
+            path, stack = (u if len(cols) > 1 else (u, ""))
+            parts = path.split(".") if path else []
+            names = [".".join(parts[:k]) for k in range(1, len(parts) + 1)]
+            names += [t for t in stack.split(STACK_SEP) if t]
+            hit[i] = any(rx.search(x) for x in names)
+        return hit[codes]
+
     def phases(self) -> np.ndarray:
+        if not hasattr(self, "_phases") and "phase" in self.events.columns:
+            self._phases = self.events["phase"].astype(str).to_numpy(dtype=object)
         if not hasattr(self, "_phases"):
             cols = [c for c in ("op", "top_op", "annotation") if c in self.events.columns]
             if not cols or self.n == 0:

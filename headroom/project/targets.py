@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import re
+from pathlib import Path
 from typing import Any, Sequence
 
 import numpy as np
@@ -12,27 +13,17 @@ import pandas as pd
 from headroom.errors import UserError
 from headroom.project.baseline import Baseline, as_baseline
 from headroom.project.replay import replay_projection
+from headroom.trace.modules import STACK_SEP
 
 DEFAULT_SPEEDUP = 1.5
 NO_OP = "(no op)"
 _TARGET_COLUMNS = ["kind", "name", "category", "addressable", "addressable_fraction", "kernels", "us", "share",
                    "wall_us", "gain", "gain_inf", "projected_us", "projected_inf_us"]
-
-
-def module_class_path(path: str) -> str:
-    """``Model_0.Layer_5.MLP_5.Linear_20`` -> ``Model.Layer.MLP.Linear``; digits-only parts -> ``*``.
-
-    Groups the same module across layers, which is what one kernel replaces.
-    """
-    if not path:
-        return ""
-    parts = []
-    for p in path.split("."):
-        if p.isdigit():
-            parts.append("*")
-        else:
-            parts.append(re.sub(r"_\d+$", "", p))
-    return ".".join(parts)
+# Only module rows (kind module | module_path) have these.
+MODULE_COLUMNS = ["scope", "calls", "kernels_per_call", "cpu_us_per_call", "inputs", "categories", "phases"]
+MODULE_KINDS = ("module", "module_path")
+SCOPES = ("self", "total")
+GROUPINGS = ("op", "top_op", "module", "module_path", "kernel")
 
 
 def _amdahl_groups(b: Baseline, keys: np.ndarray, s: float) -> pd.DataFrame:
@@ -54,35 +45,42 @@ def _amdahl_groups(b: Baseline, keys: np.ndarray, s: float) -> pd.DataFrame:
 
 
 def targets(analysis: Any, speedup: float = DEFAULT_SPEEDUP, by: Sequence[str] = ("op", "module"),
-            top: int | None = 20, replay_top: int = 0) -> pd.DataFrame:
-    """Ops (and nn.Module class paths, where the trace has them) ranked by end-to-end gain.
+            top: int | None = 20, replay_top: int = 0, scope: str = "self") -> pd.DataFrame:
+    """Ops, kernels and nn.Modules ranked by end-to-end gain.
 
-    Columns: kind (op|module), name, category (the one with most of its time),
-    addressable (yes|no|partly), addressable_fraction, kernels, us (kernel time),
-    share (of all kernel time), wall_us (busy-time share), gain and gain_inf (fraction
-    of the measured window saved at `speedup` and at infinite speedup, Amdahl),
-    projected_us, projected_inf_us; with ``replay_top=N`` also replay_gain and
-    replay_gain_inf for the first N rows of each kind.
+    Columns: kind (op|top_op|kernel|module|module_path), name, category (the one with
+    most of its time), addressable (yes|no|partly), addressable_fraction, kernels, us
+    (kernel time over the profiled steps), share (of all kernel time), wall_us (busy-time
+    share), gain and gain_inf (fraction of the measured window saved at `speedup` and at
+    infinite speedup, Amdahl), projected_us, projected_inf_us; with ``replay_top=N`` also
+    replay_gain and replay_gain_inf for the first N rows of each kind. Module rows
+    (``module``: by class, ``module_path``: by instance) add MODULE_COLUMNS
+    (`module_targets`). A trace without module ranges gives no module rows:
+    `module_ranges_missing` says so.
     """
     if not (isinstance(speedup, (int, float)) and math.isfinite(speedup) and speedup > 0):
         raise UserError(f"--speedup must be a finite number > 0, got {speedup!r}")
+    if scope not in SCOPES:
+        raise UserError(f"unknown module scope {scope!r}; use self or total")
+    for kind in by:
+        if kind not in GROUPINGS:
+            raise UserError(f"unknown grouping {kind!r} ({', '.join(GROUPINGS)})")
     b = as_baseline(analysis)
     ev = b.events
     total = float(ev["dur"].sum())
     frames = []
     for kind in by:
+        if kind in MODULE_KINDS:
+            t = module_targets(b, speedup, kind, scope, top=top, replay_top=replay_top)
+            if len(t):
+                frames.append(t)
+            continue
         if kind == "op":
             keys = ev["op"].astype(str).where(ev["op"].astype(str) != "", NO_OP).to_numpy(dtype=object)
         elif kind == "top_op":
             keys = ev["top_op"].astype(str).where(ev["top_op"].astype(str) != "", NO_OP).to_numpy(dtype=object)
-        elif kind == "module":
-            if "module" not in ev.columns or not (ev["module"].astype(str) != "").any():
-                continue
-            keys = ev["module"].astype(str).map(module_class_path).to_numpy(dtype=object)
-        elif kind == "kernel":
-            keys = ev["name"].astype(str).to_numpy(dtype=object)
         else:
-            raise UserError(f"unknown grouping {kind!r} (op, top_op, module, kernel)")
+            keys = ev["name"].astype(str).to_numpy(dtype=object)
         valid = keys != ""
         sub = ev.loc[valid]
         k = keys[valid]
@@ -126,8 +124,178 @@ def targets(analysis: Any, speedup: float = DEFAULT_SPEEDUP, by: Sequence[str] =
     return pd.concat(frames, ignore_index=True)
 
 
-def targets_dict(analysis: Any, table: pd.DataFrame, speedup: float) -> dict[str, Any]:
-    """The ``headroom targets --json`` contract (docs/projection.md)."""
+# --- modules --------------------------------------------------------------------
+
+
+def has_module_ranges(analysis: Any) -> bool:
+    """Whether any event of the trace ran inside a recorded nn.Module."""
+    ev = as_baseline(analysis).events
+    col = "module_type" if "module_type" in ev.columns else "module"
+    return col in ev.columns and bool((ev[col].astype(str) != "").any())
+
+
+def module_ranges_missing(analysis: Any) -> str | None:
+    """One line saying the trace has no module ranges and how to record them; None if it has them."""
+    if has_module_ranges(analysis):
+        return None
+    b = as_baseline(analysis)
+    return (f"{Path(b.source).name or 'the trace'} has no nn.Module ranges, so there is nothing to rank by "
+            f"module: record them with `headroom profile WORKLOAD` (on by default), or around your own "
+            f"profiling with headroom.profile.modules.record_module_ranges(model)")
+
+
+def _module_keys(ev: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Innermost path, innermost class and enclosing classes ('/'-joined) of every event.
+
+    Events from a plain table with only `module` paths (``M_0.Layer_0.Linear_0``) get their
+    classes from the path's parts."""
+    n = len(ev)
+    empty = np.full(n, "", dtype=object)
+    path = ev["module"].astype(str).to_numpy(dtype=object) if "module" in ev.columns else empty
+    if "module_type" in ev.columns:
+        mtype = ev["module_type"].astype(str).to_numpy(dtype=object)
+        stack = ev["module_stack"].astype(str).to_numpy(dtype=object) if "module_stack" in ev.columns else mtype
+        return path, mtype, stack
+    classes = {p: [re.sub(r"_\d+$", "", x) for x in p.split(".") if x and not x.isdigit()]
+               for p in set(path.tolist()) if p}
+    mtype = np.array([classes[p][-1] if p else "" for p in path], dtype=object)
+    stack = np.array([STACK_SEP.join(classes[p]) if p else "" for p in path], dtype=object)
+    return path, mtype, stack
+
+
+def _memberships(ev: pd.DataFrame, kind: str, scope: str, known_paths: set[str]) -> tuple[np.ndarray, np.ndarray]:
+    """(event index, group key) pairs: each event in its innermost module's group (`self`), or in
+    the group of that module and of every module holding it (`total`), once per group."""
+    path, mtype, stack = _module_keys(ev)
+    inner = path if kind == "module_path" else mtype
+    if scope == "self":
+        idx = np.flatnonzero(inner != "")
+        return idx, inner[idx]
+    codes, uniq = pd.factorize(pd.Series(path if kind == "module_path" else stack, dtype=object))
+    groups: list[list[str]] = []
+    for u in uniq:
+        if not u:
+            groups.append([])
+        elif kind == "module_path":
+            parts = u.split(".")
+            prefixes = [".".join(parts[:k]) for k in range(1, len(parts) + 1)]
+            groups.append([q for q in prefixes if q in known_paths or q == u])
+        else:
+            groups.append(list(dict.fromkeys(t for t in u.split(STACK_SEP) if t)))
+    rows, keys = [], []
+    for i, c in enumerate(codes.tolist()):
+        for g in groups[c]:
+            rows.append(i)
+            keys.append(g)
+    return np.array(rows, dtype=np.int64), np.array(keys, dtype=object)
+
+
+def _call_stats(modules: pd.DataFrame | None, kind: str, scope: str, num_steps: int) -> pd.DataFrame:
+    """Per group: calls in the window, calls per step, CPU us per call, and the inputs seen."""
+    cols = ["calls_total", "calls", "cpu_us_per_call", "inputs"]
+    if modules is None or len(modules) == 0:
+        return pd.DataFrame(columns=cols)
+    key = modules["path"] if kind == "module_path" else modules["module_type"]
+    cpu = modules["self_us"] if scope == "self" else modules["dur"]
+    df = pd.DataFrame({"key": key.astype(str).to_numpy(), "cpu": cpu.to_numpy(dtype=float),
+                       "inputs": modules["inputs"].astype(str).to_numpy()})
+    g = df.groupby("key", sort=False)
+    out = pd.DataFrame({"calls_total": g.size(), "cpu_us_per_call": g["cpu"].mean()})
+    out["calls"] = out["calls_total"] / max(num_steps, 1)
+    seen = df.groupby(["key", "inputs"], sort=False).size().reset_index(name="n")
+    seen = seen.sort_values(["key", "n"], ascending=[True, False], kind="stable")
+    out["inputs"] = pd.Series({k: [{"inputs": i, "calls": int(n)} for i, n in zip(s["inputs"], s["n"])][:5]
+                               for k, s in seen.groupby("key", sort=False)})
+    return out[cols]
+
+
+def module_targets(analysis: Any, speedup: float = DEFAULT_SPEEDUP, kind: str = "module", scope: str = "self",
+                   top: int | None = 20, replay_top: int = 0) -> pd.DataFrame:
+    """nn.Module classes (``kind="module"``) or instances (``"module_path"``) ranked by end-to-end gain.
+
+    scope ``self``: a module's kernels are those whose innermost module it is (the groups
+    split the kernel time: shares add up); ``total``: also every kernel of the modules inside
+    it (``LlamaMLP`` holds its Linear layers and activation: what replacing the module
+    replaces). Backward kernels count for the module of the forward op that created them.
+    Rows: the columns of `targets` plus scope, calls (per profiled step), kernels_per_call
+    (forward and backward kernels per forward call), cpu_us_per_call (CPU time inside the call,
+    less the module calls inside it for ``self``), inputs (the recorded tensor shapes of the
+    calls, most common first: ``[{"inputs": "bf16[4,2048,4096]", "calls": 96}]``),
+    categories and phases (share of the row's kernel time per category, and per phase:
+    forward, backward, optimizer).
+    """
+    if kind not in MODULE_KINDS:
+        raise UserError(f"unknown module grouping {kind!r} (module, module_path)")
+    if scope not in SCOPES:
+        raise UserError(f"unknown module scope {scope!r}; use self or total")
+    b = as_baseline(analysis)
+    ev = b.events
+    columns = _TARGET_COLUMNS + MODULE_COLUMNS
+    if not has_module_ranges(b):
+        return pd.DataFrame(columns=columns)
+    known = set(b.modules["path"].astype(str)) if b.modules is not None and len(b.modules) else set()
+    known |= set(ev["module"].astype(str)) if "module" in ev.columns else set()
+    rows, keys = _memberships(ev, kind, scope, known)
+    if len(rows) == 0:
+        return pd.DataFrame(columns=columns)
+    total = float(ev["dur"].sum())
+    sub = ev.iloc[rows].reset_index(drop=True)
+    dur = sub["dur"].to_numpy(dtype=float)
+    addr = sub["addressable"].fillna(False).to_numpy(dtype=bool) if "addressable" in sub.columns \
+        else np.zeros(len(sub), dtype=bool)
+    category = sub["category"].astype(str).to_numpy() if "category" in sub.columns else np.full(len(sub), "other")
+    agg = pd.DataFrame({"key": keys, "dur": dur, "addr": np.where(addr, dur, 0.0)}).groupby("key", sort=False).agg(
+        us=("dur", "sum"), kernels=("dur", "size"), addressable_us=("addr", "sum"))
+    by_cat = (pd.DataFrame({"key": keys, "category": category, "dur": dur})
+              .groupby(["key", "category"], sort=False)["dur"].sum().reset_index()
+              .sort_values(["key", "dur"], ascending=[True, False], kind="stable"))
+    mix = {k: {c: float(u) for c, u in zip(g["category"], g["dur"])} for k, g in by_cat.groupby("key", sort=False)}
+    phase = sub["phase"].astype(str).to_numpy() if "phase" in sub.columns else np.full(len(sub), "forward")
+    by_phase = pd.DataFrame({"key": keys, "phase": phase, "dur": dur}).groupby(["key", "phase"], sort=False)["dur"].sum()
+    phases: dict[str, dict[str, float]] = {}
+    for (k, ph), u in by_phase.items():
+        phases.setdefault(k, {})[ph] = float(u)
+    am = _amdahl_groups(Baseline(sub, b.wall_us, b.window, b.num_steps, b.n_devices), keys, speedup)
+    t = agg.join(am)
+    t["name"] = t.index.astype(str)
+    t["kind"] = kind
+    t["scope"] = scope
+    t["category"] = [max(mix[k], key=mix[k].get) for k in t.index]
+    t["categories"] = [{c: (u / us if us > 0 else 0.0) for c, u in mix[k].items()} for k, us in zip(t.index, t["us"])]
+    t["phases"] = [{p: (u / us if us > 0 else 0.0) for p, u in phases[k].items()} for k, us in zip(t.index, t["us"])]
+    t["share"] = t["us"] / total if total > 0 else 0.0
+    frac = np.where(t["us"] > 0, t["addressable_us"] / t["us"].where(t["us"] > 0, 1.0), 0.0)
+    t["addressable_fraction"] = frac
+    t["addressable"] = np.where(frac >= 0.999, "yes", np.where(frac <= 0.001, "no", "partly"))
+    t["gain"] = 1.0 - t["projected_us"] / b.wall_us if b.wall_us > 0 else 0.0
+    t["gain_inf"] = 1.0 - t["projected_inf_us"] / b.wall_us if b.wall_us > 0 else 0.0
+    stats = _call_stats(b.modules, kind, scope, b.num_steps)
+    t = t.join(stats)
+    calls_total = pd.to_numeric(t["calls_total"], errors="coerce").to_numpy(dtype=float)
+    t["kernels_per_call"] = np.where(calls_total > 0, t["kernels"].to_numpy(dtype=float) / np.where(
+        calls_total > 0, calls_total, 1.0), np.nan)
+    t["calls"] = pd.to_numeric(t["calls"], errors="coerce")
+    t["cpu_us_per_call"] = pd.to_numeric(t["cpu_us_per_call"], errors="coerce")
+    t["inputs"] = [v if isinstance(v, list) else [] for v in t["inputs"]]
+    t = t.sort_values(["gain", "us"], ascending=False, kind="stable").reset_index(drop=True)
+    if top:
+        t = t.head(top)
+    t = t[columns].copy()
+    if replay_top > 0 and b.mode == "gpu":
+        rg = np.full(len(t), np.nan)
+        rgi = np.full(len(t), np.nan)
+        for row in range(min(replay_top, len(t))):
+            mask = np.zeros(len(ev), dtype=bool)
+            mask[rows[keys == t["name"].iat[row]]] = True
+            rg[row] = replay_projection(b, speedup, mask).gain
+            rgi[row] = replay_projection(b, math.inf, mask).gain
+        t["replay_gain"] = rg
+        t["replay_gain_inf"] = rgi
+    return t
+
+
+def targets_dict(analysis: Any, table: pd.DataFrame, speedup: float, notes: Sequence[str] = ()) -> dict[str, Any]:
+    """The ``headroom targets --json`` contract (docs/projection.md, docs/modules.md)."""
     b = as_baseline(analysis)
 
     def clean(v):
@@ -135,10 +303,19 @@ def targets_dict(analysis: Any, table: pd.DataFrame, speedup: float) -> dict[str
             return None if not math.isfinite(float(v)) else float(v)
         if isinstance(v, np.integer):
             return int(v)
+        if isinstance(v, dict):
+            return {k: clean(x) for k, x in v.items()}
+        if isinstance(v, (list, tuple)):
+            return [clean(x) for x in v]
         return v
+
+    def row_dict(row: dict[str, Any]) -> dict[str, Any]:
+        module_row = row.get("kind") in MODULE_KINDS
+        return {c: clean(v) for c, v in row.items() if module_row or c not in MODULE_COLUMNS}
 
     return {
         "trace": b.source, "mode": b.mode, "baseline_us": b.wall_us, "per_step_us": b.per_step_us,
         "num_steps": b.num_steps, "speedup": speedup,
-        "targets": [{c: clean(v) for c, v in row.items()} for row in table.to_dict(orient="records")],
+        "targets": [row_dict(row) for row in table.to_dict(orient="records")],
+        "notes": list(notes),
     }

@@ -126,25 +126,58 @@ def render_projection(res: ProjectResult, console: Console) -> None:
     console.print()
 
 
+def _mix(categories: dict, n: int = 2) -> str:
+    top = sorted(categories.items(), key=lambda kv: -kv[1])[:n]
+    return ", ".join(f"{c} {100 * f:.0f}%" for c, f in top)
+
+
+def _inputs(seen: list) -> str:
+    if not seen:
+        return ""
+    more = f" (+{len(seen) - 1})" if len(seen) > 1 else ""
+    return f"{seen[0]['inputs']}{more}"
+
+
+def _num(x: float, fmt: str) -> str:
+    return "" if x is None or not math.isfinite(x) else format(x, fmt)
+
+
 def render_targets(a: Analysis, table: pd.DataFrame, speedup: float, console: Console) -> None:
     """`headroom targets`: one table per grouping (op, module, ...), ranked by end-to-end gain."""
     console.print(f"[bold]{a.source}[/bold]  measured {a.step_us / 1e3:,.3f} ms/step over {a.num_steps} step(s)",
                   highlight=False)
+    has_replay = "replay_gain" in table.columns
     for kind in dict.fromkeys(table["kind"]):
-        t = Table(show_edge=False, header_style="bold", title=f"by {kind}", title_justify="left")
-        cols = [("name", "left"), ("category", "left"), ("addressable", "left"), ("kernels", "right"),
-                ("ms", "right"), ("share", "right"), (f"gain @{speedup:g}x", "right"), ("gain @inf", "right")]
-        has_replay = "replay_gain" in table.columns
+        rows = table[table["kind"] == kind]
+        module = kind in ("module", "module_path")
+        title = f"by {kind}" + (f" ({rows['scope'].iat[0]} time)" if module and len(rows) else "")
+        t = Table(show_edge=False, header_style="bold", title=title, title_justify="left")
+        if module:
+            cols = [("name", "left"), ("calls/step", "right"), ("kernels/call", "right"), ("CPU µs/call", "right"),
+                    ("ms", "right"), ("share", "right"), ("categories", "left")]
+        else:
+            cols = [("name", "left"), ("category", "left"), ("addressable", "left"), ("kernels", "right"),
+                    ("ms", "right"), ("share", "right")]
+        cols += [(f"gain @{speedup:g}x", "right"), ("gain @inf", "right")]
         if has_replay:
             cols += [(f"replay @{speedup:g}x", "right"), ("replay @inf", "right")]
+        if module:
+            cols += [("inputs", "left")]
         for c, j in cols:
             t.add_column(c, justify=j)
-        for r in table[table["kind"] == kind].itertuples(index=False):
-            row = [r.name[:70], r.category, r.addressable, f"{r.kernels:,}", f"{r.us / 1e3:,.3f}", _pct2(r.share),
-                   _pct2(r.gain), _pct2(r.gain_inf)]
+        for r in rows.itertuples(index=False):
+            if module:
+                row = [r.name[:70], _num(r.calls, ",.4g"), _num(r.kernels_per_call, ",.1f"),
+                       _num(r.cpu_us_per_call, ",.1f"), f"{r.us / 1e3:,.3f}", _pct2(r.share), _mix(r.categories)]
+            else:
+                row = [r.name[:70], r.category, r.addressable, f"{r.kernels:,}", f"{r.us / 1e3:,.3f}",
+                       _pct2(r.share)]
+            row += [_pct2(r.gain), _pct2(r.gain_inf)]
             if has_replay:
                 row += ["" if not math.isfinite(r.replay_gain) else _pct2(r.replay_gain),
                         "" if not math.isfinite(r.replay_gain_inf) else _pct2(r.replay_gain_inf)]
+            if module:
+                row += [_inputs(r.inputs)[:60]]
             t.add_row(*row)
         console.print(t)
     console.print("gain: fraction of the measured window saved (Amdahl; replay where shown)")

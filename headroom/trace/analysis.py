@@ -16,6 +16,8 @@ import pandas as pd
 from headroom.trace.accounting import (add_wall_shares, busy_per_device, category_table, kernel_table,
                                  op_table, step_bounds, step_table, union_length)
 from headroom.trace.attribute import attribute_kernels_to_ops, cpu_op_self_times
+from headroom.trace.modules import attribute_modules, module_calls, module_ranges
+from headroom.trace.phase import event_phases
 from headroom.trace.classify import Policy, Rule, classify_kernels, load_policy, load_rules
 from headroom.trace.load import Trace, TraceError, find_trace_files, load_trace
 
@@ -42,6 +44,9 @@ class Analysis:
     steps: pd.DataFrame
     metadata: dict[str, Any] = field(default_factory=dict)
     trace: Trace | None = None
+    # One row per nn.Module call in the window (headroom/trace/modules.py `module_calls`); empty when
+    # the trace has no module ranges.
+    modules: pd.DataFrame = field(default_factory=lambda: module_calls(pd.DataFrame(), (0.0, 0.0)))
 
     @property
     def addressable_fraction(self) -> float:
@@ -114,6 +119,9 @@ class Analysis:
 def _cpu_events(trace: Trace) -> pd.DataFrame:
     """CPU-only traces: each op's self time is the unit of work, classified by operator name."""
     ops = cpu_op_self_times(trace)
+    m = attribute_modules(trace, ops["pid"].to_numpy(dtype=object), ops["tid"].to_numpy(dtype=object),
+                          ops["ts"].to_numpy(dtype=float))
+    names = ops["name"].astype(str).to_numpy(dtype=object)
     ev = pd.DataFrame({
         "name": ops["name"].astype(str),
         "kind": "cpu_op",
@@ -125,7 +133,11 @@ def _cpu_events(trace: Trace) -> pd.DataFrame:
         "op": ops["name"].astype(str),
         "top_op": ops["top_op"].astype(str),
         "annotation": "",
-        "module": "",
+        "module": m.module,
+        "module_type": m.module_type,
+        "module_stack": m.module_stack,
+        "phase": event_phases(names, ops["top_op"].astype(str).to_numpy(dtype=object),
+                              np.full(len(ops), "", dtype=object), m.backward),
         "launch_name": "",
         "launch_ts": ops["ts"],
         "launch_tid": ops["tid"].astype(str),
@@ -194,7 +206,7 @@ def analyze(source: str | os.PathLike | Trace, rules: list[Rule] | str | os.Path
         categories=category_table(events, total, wall * n_devices),
         kernels=kernel_table(events), ops=op_table(events),
         steps=step_table(events, bounds),
-        metadata=trace.metadata, trace=trace,
+        metadata=trace.metadata, trace=trace, modules=module_calls(module_ranges(trace), (start, end)),
     )
 
 

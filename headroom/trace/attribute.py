@@ -3,13 +3,12 @@
 kernel/memcpy/memset --correlation--> runtime/driver launch (cudaLaunchKernel,
 cuLaunchKernel, cudaGraphLaunch, hipExtModuleLaunchKernel, ...) --External id-->
 innermost cpu_op; and, by time containment on the launching thread: the
-top-level op, the innermost record_function/NVTX range, the nn.Module path
-(when the trace has `nn.Module:` python_function events) and the ProfilerStep.
+top-level op, the innermost record_function/NVTX range, the ProfilerStep and
+the nn.Module (headroom/trace/modules.py: module ranges, and for backward
+kernels the module of the forward op autograd ran them for), and the phase
+(forward, backward or optimizer: headroom/trace/phase.py).
 
-All lookups are vectorised with sorted arrays: nested ranges are resolved by
-assigning, outermost first, each range's label to the launch points it
-contains, so inner ranges overwrite outer ones (and the reverse order yields
-the outermost range).
+All lookups are vectorised with sorted arrays (headroom/trace/intervals.py).
 """
 
 from __future__ import annotations
@@ -17,42 +16,13 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from headroom.trace.ranges import FRAME_PREFIX, MODULE_PREFIX, PROFILER_STEP_PREFIX
+from headroom.trace.intervals import containing_range, ranges_on_threads
+from headroom.trace.modules import attribute_modules
+from headroom.trace.phase import event_phases
+from headroom.trace.ranges import FRAME_PREFIX, MODULE_RANGE_PREFIX, PROFILER_STEP_PREFIX
 from headroom.trace.tables import Trace, starts_with
 
-
-def containing_range(starts: np.ndarray, ends: np.ndarray, points: np.ndarray,
-                     outermost: bool = False) -> np.ndarray:
-    """For each point, the index of the innermost (or outermost) range holding it; -1 if none.
-
-    Ranges must nest properly (as profiler ranges on one thread do).
-    """
-    out = np.full(len(points), -1, dtype=np.int64)
-    if len(starts) == 0 or len(points) == 0:
-        return out
-    # Outer ranges first: earlier start, then longer duration.
-    order = np.lexsort((-(ends - starts), starts))
-    if outermost:
-        # Top-level ranges start after everything before them ended; they are
-        # disjoint, so one binary search per point finds the one that holds it.
-        s, e = starts[order], ends[order]
-        prev_end = np.maximum.accumulate(np.concatenate([[-np.inf], e[:-1]]))
-        top = s >= prev_end
-        s, e, ids = s[top], e[top], order[top]
-        i = np.searchsorted(s, points, side="right") - 1
-        ok = (i >= 0) & (points <= e[np.maximum(i, 0)])
-        out[ok] = ids[i[ok]]
-        return out
-    p_order = np.argsort(points, kind="stable")
-    sorted_pts = points[p_order]
-    lo = np.searchsorted(sorted_pts, starts[order], side="left")
-    hi = np.searchsorted(sorted_pts, ends[order], side="right")
-    hit = hi > lo
-    assigned = np.full(len(points), -1, dtype=np.int64)
-    for r, a, b in zip(order[hit].tolist(), lo[hit].tolist(), hi[hit].tolist()):
-        assigned[a:b] = r
-    out[p_order] = assigned
-    return out
+__all__ = ["attribute_kernels_to_ops", "containing_range", "cpu_op_self_times"]
 
 
 def _labels_on_threads(ranges: pd.DataFrame, points: pd.DataFrame, outermost: bool = False) -> np.ndarray:
@@ -60,48 +30,20 @@ def _labels_on_threads(ranges: pd.DataFrame, points: pd.DataFrame, outermost: bo
     result = np.full(len(points), "", dtype=object)
     if len(ranges) == 0 or len(points) == 0:
         return result
-    names = ranges["name"].astype(str).to_numpy(dtype=object)
-    r_groups = ranges.groupby(["pid", "tid"], observed=True, sort=False).indices
-    p_groups = points.groupby(["launch_pid", "launch_tid"], observed=True, sort=False).indices
-    ts = ranges["ts"].to_numpy()
-    end = ts + ranges["dur"].to_numpy()
-    pts = points["launch_ts"].to_numpy()
-    for key, p_idx in p_groups.items():
-        r_idx = r_groups.get(key)
-        if r_idx is None:
-            continue
-        hit = containing_range(ts[r_idx], end[r_idx], pts[p_idx], outermost)
-        ok = hit >= 0
-        result[p_idx[ok]] = names[r_idx[hit[ok]]]
+    idx = ranges_on_threads(ranges, points["launch_pid"].to_numpy(dtype=object),
+                            points["launch_tid"].to_numpy(dtype=object), points["launch_ts"].to_numpy(dtype=float),
+                            outermost)
+    ok = idx >= 0
+    result[ok] = ranges["name"].astype(str).to_numpy(dtype=object)[idx[ok]]
     return result
-
-
-def _module_paths(modules: pd.DataFrame) -> pd.DataFrame:
-    """Full nn.Module path for every module range, from nesting on its thread."""
-    paths = np.empty(len(modules), dtype=object)
-    for _, idx in modules.groupby(["pid", "tid"], observed=True, sort=False).indices.items():
-        sub = modules.iloc[idx]
-        order = np.lexsort((-sub["dur"].to_numpy(), sub["ts"].to_numpy()))
-        stack: list[tuple[float, str]] = []
-        ts = sub["ts"].to_numpy()
-        end = ts + sub["dur"].to_numpy()
-        names = sub["name"].astype(str).str.slice(len(MODULE_PREFIX)).to_numpy(dtype=object)
-        for k in order:
-            while stack and stack[-1][0] < ts[k]:
-                stack.pop()
-            path = f"{stack[-1][1]}.{names[k]}" if stack else names[k]
-            paths[idx[k]] = path
-            stack.append((end[k], path))
-    out = modules.copy()
-    out["name"] = paths
-    return out
 
 
 def attribute_kernels_to_ops(trace: Trace) -> pd.DataFrame:
     """One row per GPU activity with its launch and CPU-side context.
 
     Adds: launch_name, launch_ts, launch_dur, launch_pid, launch_tid, op,
-    top_op, annotation, module, step (-1 outside every ProfilerStep).
+    top_op, annotation, module, module_type, module_stack, phase, step (-1
+    outside every ProfilerStep).
     """
     gpu = trace.gpu.copy()
     gpu["name"] = gpu["name"].astype(str).astype(object)
@@ -124,11 +66,11 @@ def attribute_kernels_to_ops(trace: Trace) -> pd.DataFrame:
     gpu["launch_tid"] = gpu["launch_tid"].astype(object).fillna("")
 
     cpu = trace.cpu
-    ops = cpu[cpu["cat"] == "cpu_op"]
+    # headroom's module ranges are C++ RecordFunctions (cat cpu_op): frames, not ops.
+    ops = cpu[(cpu["cat"] == "cpu_op").to_numpy() & ~starts_with(cpu["name"], FRAME_PREFIX)]
     annotations = cpu[cpu["cat"] == "user_annotation"]
-    annotations = annotations[~starts_with(annotations["name"], PROFILER_STEP_PREFIX)]
-    modules = cpu[cpu["cat"] == "python_function"]
-    modules = modules[starts_with(modules["name"], MODULE_PREFIX)]
+    annotations = annotations[~starts_with(annotations["name"], PROFILER_STEP_PREFIX)
+                              & ~starts_with(annotations["name"], MODULE_RANGE_PREFIX)]
 
     # Innermost op: the launch's External id names it directly (Kineto sets it
     # to the enclosing record function); fall back to containment.
@@ -152,10 +94,18 @@ def attribute_kernels_to_ops(trace: Trace) -> pd.DataFrame:
     ann[launched] = _labels_on_threads(annotations, points)
     gpu["annotation"] = ann
 
-    mod = np.full(len(gpu), "", dtype=object)
-    if len(modules):
-        mod[launched] = _labels_on_threads(_module_paths(modules), points)
-    gpu["module"] = mod
+    columns = {k: np.full(len(gpu), "", dtype=object) for k in ("module", "module_type", "module_stack")}
+    backward = np.zeros(len(gpu), dtype=bool)
+    if launched.any():
+        m = attribute_modules(trace, points["launch_pid"].to_numpy(dtype=object),
+                              points["launch_tid"].to_numpy(dtype=object), points["launch_ts"].to_numpy(dtype=float))
+        for k in columns:
+            columns[k][launched] = getattr(m, k)
+        backward[launched] = m.backward
+    for k, v in columns.items():
+        gpu[k] = v
+    gpu["phase"] = event_phases(gpu["op"].to_numpy(dtype=object), gpu["top_op"].to_numpy(dtype=object),
+                                gpu["annotation"].to_numpy(dtype=object), backward)
 
     # Steps are time ranges of the whole process (the backward runs on
     # autograd threads): assign by launch time. A GPU activity whose launch is
@@ -180,9 +130,9 @@ def cpu_op_self_times(trace: Trace) -> pd.DataFrame:
     """
     cpu = trace.cpu
     # record_function ranges (e.g. `gloo:all_reduce`) hold time too; ProfilerStep and
-    # headroom's own phase/block ranges (`headroom/forward`, ...) are frames, not work.
+    # headroom's own phase/block/module ranges (`headroom/forward`, ...) are frames, not work.
     frame = starts_with(cpu["name"], PROFILER_STEP_PREFIX) | starts_with(cpu["name"], FRAME_PREFIX)
-    keep = (cpu["cat"] == "cpu_op").to_numpy() | ((cpu["cat"] == "user_annotation").to_numpy() & ~frame)
+    keep = ((cpu["cat"] == "cpu_op").to_numpy() | (cpu["cat"] == "user_annotation").to_numpy()) & ~frame
     ops = cpu[keep].reset_index(drop=True)
     self_us = ops["dur"].to_numpy(copy=True)
     top = ops["name"].to_numpy(dtype=object, copy=True)

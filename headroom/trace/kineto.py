@@ -18,6 +18,7 @@ import msgspec
 import polars as pl
 
 from headroom.errors import UserError
+from headroom.trace.ranges import MODULE_RANGE_PREFIX
 
 
 class TraceError(UserError):
@@ -51,7 +52,7 @@ _ID = pl.Int64
 _EVENT_SCHEMA = {
     "ph": pl.String, "cat": pl.String, "name": pl.String, "pid": pl.String, "tid": pl.String,
     "ts": pl.Float64, "dur": pl.Float64, "id": _ID,
-    "args": pl.Struct({"External id": _ID, "correlation": _ID}),
+    "args": pl.Struct({"External id": _ID, "correlation": _ID, "Sequence number": _ID, "Fwd thread id": _ID}),
 }
 
 
@@ -59,9 +60,12 @@ _EVENT_SCHEMA = {
 Id = Union[int, str, None]
 
 
-class _Args(msgspec.Struct, rename={"external_id": "External id"}, gc=False):
+class _Args(msgspec.Struct, rename={"external_id": "External id", "sequence": "Sequence number",
+                                   "fwd_thread": "Fwd thread id"}, gc=False):
     external_id: Id = None
     correlation: Id = None
+    sequence: Id = None      # autograd sequence number: a backward op and the forward op that made it share one
+    fwd_thread: Id = None    # on backward ops: the forward thread (0 or absent on forward ops)
     device: Id = None
     stream: Id = None
     bytes: Union[int, float, None] = None
@@ -83,8 +87,18 @@ class _ArgsOnly(msgspec.Struct, gc=False):
     args: Union[_Args, None] = None
 
 
+class _ShapeArgs(msgspec.Struct, rename={"dims": "Input Dims", "types": "Input type"}, gc=False):
+    dims: Union[list[Any], None] = None
+    types: Union[list[Any], None] = None
+
+
+class _ShapesOnly(msgspec.Struct, gc=False):
+    args: Union[_ShapeArgs, None] = None
+
+
 _EVENTS_DECODER = msgspec.json.Decoder(list[_Event])
 _ARGS_DECODER = msgspec.json.Decoder(list[_ArgsOnly])
+_SHAPES_DECODER = msgspec.json.Decoder(list[_ShapesOnly])
 _NO_ARGS = _Args()
 
 # Kineto renamed its categories over the years; every spelling (lower-cased)
@@ -101,6 +115,8 @@ _TABLE_OF_CATEGORY = {
     "gpu_user_annotation": ("gpu_annotations", "gpu_user_annotation"),
     # Flows link a launch to its kernel; used when a trace omits `correlation` in args.
     "ac2g": ("flows", "flow"), "async_cpu_to_gpu": ("flows", "flow"),
+    # Flows from a forward op (s) to the backward op autograd ran for it (f).
+    "fwdbwd": ("fwdbwd", "fwdbwd"),
 }
 _TABLE = {cat: table for cat, (table, _) in _TABLE_OF_CATEGORY.items()}
 _KIND = {cat: kind for cat, (_, kind) in _TABLE_OF_CATEGORY.items()}
@@ -109,10 +125,12 @@ _TABLE_COLUMNS = {
     "gpu": ["name", "kind", "pid", "tid", "ts", "dur", "device", "stream", "correlation", "external_id",
             "bytes", "index"],
     "launches": ["name", "kind", "pid", "tid", "ts", "dur", "correlation", "external_id"],
-    "cpu": ["name", "kind", "pid", "tid", "ts", "dur", "external_id"],
+    "cpu": ["name", "kind", "pid", "tid", "ts", "dur", "external_id", "sequence", "fwd_thread", "inputs"],
     "gpu_annotations": ["name", "pid", "tid", "ts", "dur", "device", "stream"],
     "flows": ["ph", "pid", "tid", "ts", "id"],
+    "fwdbwd": ["ph", "pid", "tid", "ts", "id"],
 }
+_FLOW_TABLES = ("flows", "fwdbwd")
 
 
 def _read_bytes(path: Path) -> bytes:
@@ -208,6 +226,7 @@ def _events_used(raws: list[msgspec.Raw], start: int) -> dict[str, pl.DataFrame]
             parts[table] = pl.concat([parts[table], _gpu_args([raws[i] for i in positions])], how="horizontal")
     except (pl.exceptions.PolarsError, pl.exceptions.PanicException, ValueError, msgspec.ValidationError):
         parts = _split_by_table(_exact_events(raws, start), start)
+    parts["cpu"] = _with_module_inputs(parts["cpu"], raws, start)
     return {table: parts[table].select(columns) for table, columns in _TABLE_COLUMNS.items()}
 
 
@@ -216,7 +235,7 @@ def _split_by_table(frame: pl.DataFrame, start: int) -> dict[str, pl.DataFrame]:
     # A chunk holds a handful of distinct category spellings: split by those,
     # then label each part, instead of mapping every row's lower-cased copy.
     spellings = [c for c in frame["cat"].unique().to_list() if c is not None and c.lower() in _TABLE]
-    flow_spellings = [c for c in spellings if _TABLE[c.lower()] == "flows"]
+    flow_spellings = [c for c in spellings if _TABLE[c.lower()] in _FLOW_TABLES]
     range_spellings = [c for c in spellings if c not in flow_spellings]
     # Ranges are complete ("X") events; flows are start/step/finish events.
     frame = frame.filter((pl.col("ph") == "X") & pl.col("cat").is_in(range_spellings)
@@ -233,7 +252,8 @@ def _typed_events(raws: list[msgspec.Raw]) -> pl.DataFrame:
     frame = pl.read_ndjson(io.BytesIO(b"\n".join(raws)), schema=_EVENT_SCHEMA)
     if frame.height != len(raws):
         raise ValueError("polars read a different number of events")
-    return frame.unnest("args").rename({"External id": "external_id"})
+    return frame.unnest("args").rename({"External id": "external_id", "Sequence number": "sequence",
+                                        "Fwd thread id": "fwd_thread"})
 
 
 def _json_array(raws: list[msgspec.Raw]) -> bytes:
@@ -271,5 +291,48 @@ def _exact_events(raws: list[msgspec.Raw], start: int) -> pl.DataFrame:
         "id": _id_series([_id_value(e.id) for e in events]),
         "external_id": _id_series([_id_value(a.external_id) for a in args]),
         "correlation": _id_series([_id_value(a.correlation) for a in args]),
+        "sequence": _id_series([_id_value(a.sequence) for a in args]),
+        "fwd_thread": _id_series([_id_value(a.fwd_thread) for a in args]),
         **_gpu_arg_columns(args),
     })
+
+
+# Kineto's spellings of tensor element types (c10 scalar type names), as short dtype names.
+_DTYPE_NAMES = {
+    "float": "f32", "double": "f64", "c10::Half": "f16", "c10::BFloat16": "bf16", "long int": "i64", "int": "i32",
+    "short int": "i16", "signed char": "i8", "unsigned char": "u8", "bool": "bool",
+    "c10::complex<float>": "c64", "c10::complex<double>": "c128", "c10::Float8_e4m3fn": "f8e4m3",
+    "c10::Float8_e5m2": "f8e5m2",
+}
+
+
+def _inputs_text(args: _ShapeArgs | None) -> str:
+    """record_shapes of a range, e.g. ``bf16[4,2048,4096] i64[4,2048]`` (tensors only)."""
+    if args is None or not args.dims:
+        return ""
+    types = args.types or []
+    parts = []
+    for i, dims in enumerate(args.dims):
+        kind = types[i] if i < len(types) and isinstance(types[i], str) else ""
+        if not isinstance(dims, list) or kind in ("", "Scalar", "ScalarList", "TensorList", "GenericList"):
+            continue
+        if not all(isinstance(d, int) for d in dims):
+            continue
+        parts.append(f"{_DTYPE_NAMES.get(kind, kind)}[{','.join(str(d) for d in dims)}]")
+    return " ".join(parts)
+
+
+def _with_module_inputs(cpu: pl.DataFrame, raws: list[msgspec.Raw], start: int) -> pl.DataFrame:
+    """An `inputs` column: the recorded input shapes of headroom's module ranges ("" elsewhere).
+
+    Only those few events are decoded again (by msgspec): shapes are nested lists that a typed
+    schema for every event would make polars reject whole chunks over."""
+    mask = cpu["name"].str.starts_with(MODULE_RANGE_PREFIX).fill_null(False)
+    texts = [""] * cpu.height
+    if mask.any():
+        rows = mask.arg_true().to_list()
+        positions = (cpu["index"].gather(rows) - start).to_list()
+        events = _SHAPES_DECODER.decode(_json_array([raws[i] for i in positions]))
+        for row, e in zip(rows, events):
+            texts[row] = _inputs_text(e.args)
+    return cpu.with_columns(inputs=pl.Series(texts, dtype=pl.String))

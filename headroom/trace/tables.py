@@ -20,10 +20,13 @@ class Trace:
     gpu:      name, kind (kernel|memcpy|memset), device, stream, ts, dur,
               correlation, bytes, index (position in traceEvents)
     cpu:      name, cat (cpu_op|user_annotation|python_function), pid, tid,
-              ts, dur, external_id
+              ts, dur, external_id, sequence and fwd_thread (autograd's
+              "Sequence number"/"Fwd thread id", -1 where absent), inputs
+              (recorded shapes of headroom's module ranges, "" elsewhere)
     launches: name, cat (cuda_runtime|cuda_driver), pid, tid, ts, dur,
               correlation, external_id
     gpu_annotations: name, device, stream, ts, dur (gpu_user_annotation ranges)
+    fwdbwd:   ph (s: at a forward op, f: at the backward op autograd ran for it), pid, tid, ts, id
     """
 
     source: str
@@ -33,6 +36,9 @@ class Trace:
     gpu_annotations: pd.DataFrame
     base_ns: int | None = None
     metadata: dict[str, Any] = field(default_factory=dict)
+    fwdbwd: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(
+        {"ph": pd.Series(dtype=object), "pid": pd.Series(dtype=object), "tid": pd.Series(dtype=object),
+         "ts": pd.Series(dtype=float), "id": pd.Series(dtype=np.int64)}))
 
     @property
     def has_gpu(self) -> bool:
@@ -145,7 +151,12 @@ def _tabulate(source: str, tables: dict[str, pl.DataFrame], base_ns: int | None,
     launches = pd.DataFrame({**_cpu_side_columns(c), "correlation": _ids(c["correlation"]),
                              "external_id": _ids(c["external_id"])})
     c = tables.pop("cpu")
-    cpu = pd.DataFrame({**_cpu_side_columns(c), "external_id": _ids(c["external_id"])})
+    cpu = pd.DataFrame({**_cpu_side_columns(c), "external_id": _ids(c["external_id"]),
+                        "sequence": _ids(c["sequence"]), "fwd_thread": _ids(c["fwd_thread"]),
+                        "inputs": _names(c["inputs"])})
+    f = tables.pop("fwdbwd")
+    fwdbwd = pd.DataFrame({"ph": _names(f["ph"]), "pid": _thread_keys(f["pid"]), "tid": _thread_keys(f["tid"]),
+                           "ts": f["ts"].to_numpy(), "id": _ids(f["id"])})
     a = tables.pop("gpu_annotations")
     gpu_annotations = pd.DataFrame({
         "name": _names(a["name"]),
@@ -155,4 +166,4 @@ def _tabulate(source: str, tables: dict[str, pl.DataFrame], base_ns: int | None,
         "dur": a["dur"].fill_null(0.0).to_numpy(),
     })
     return Trace(source=source, gpu=gpu, cpu=cpu, launches=launches, gpu_annotations=gpu_annotations,
-                 base_ns=base_ns, metadata=meta)
+                 base_ns=base_ns, metadata=meta, fwdbwd=fwdbwd)

@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 
 from headroom.errors import UserError
-from headroom.extract.part import event_modules, part_time
+from headroom.extract.part import part_time, trace_path
 from headroom.project.projection import project
 from headroom.project.selectors import parse_selector
 from headroom.project.speedups import Speedup
@@ -43,20 +43,9 @@ SOURCE = "headroom validate: measured in the variant trace"
 
 
 def paths_selector(paths: list[str]) -> str:
-    """`module:` selector for the given instance paths and everything below them."""
-    alts = "|".join(re.escape(p) for p in sorted(set(paths)))
+    """`module:` selector for the given instance paths (of the ranged module) and everything below them."""
+    alts = "|".join(re.escape(trace_path(p)) for p in sorted(set(paths)))
     return f"module:^(?:{alts})(?:\\.|$)"
-
-
-def _with_modules(a: Any) -> Any:
-    """The analysis with its events' module column filled (see headroom.extract.part)."""
-    mods = event_modules(a)
-    col = a.events["module"] if "module" in a.events.columns else None
-    if col is not None and (col.astype(str).to_numpy(dtype=object) == mods).all():
-        return a
-    ev = a.events.copy()
-    ev["module"] = mods
-    return dataclasses.replace(a, events=ev)
 
 
 def _speedup_entry(selector: str, factor: float, launches: float | None) -> Speedup:
@@ -101,7 +90,7 @@ def projections(base: Any, paths: list[str], calls_per_step: float, pb: Any, pv:
     if not entries:
         return {"amdahl": 1.0, "replay": 1.0 if base.mode == "gpu" else None, "estimate": None, "low": None,
                 "high": None, "method": None, "warnings": ["the part has no kernels in the base trace"]}
-    res = project(_with_modules(base), entries)
+    res = project(base, entries)
     amdahl = res.get("amdahl")
     replay = res.get("replay")
     est = _estimate(res)
@@ -117,7 +106,7 @@ def compute(run: dict[str, Any], base: Any, variant: Any) -> dict[str, Any]:
     paths = [p for r in reps for p in r["paths"]]
     calls = float(sum(r["calls_per_step"] for r in reps))
     m = summarise(run["timing"])
-    pb, pv = part_time(_with_modules(base), paths), part_time(_with_modules(variant), paths)
+    pb, pv = part_time(base, paths), part_time(variant, paths)
     base_us, var_us = pb.per_step(pb.us), pv.per_step(pv.us)
     proj = projections(base, paths, calls, pb, pv)
 

@@ -114,13 +114,13 @@ def run(req: Request, say: Say) -> dict[str, Any]:
             built = {cls: stack.enter_context(record_constructions(cls)) for _, cls, _, _ in classes}
             step = spec.build(cfg, dev)
         say.stage("substitute", "ModelNew(*get_init_inputs()) for every instance, weights tied to the originals")
-        sub = substitute(step.model, classes, built, dev, step.train)
+        sub = substitute(step.modules, classes, built, dev, step.train)
         for r in sub.replacements:
             say.note(f"{r.module}: {len(r.paths)} instance(s) -> {r.candidate.name} "
                      f"({'tied' if r.tied else 'own copy of the'} weights)")
         say.stage("calls", "one base step counting the replaced modules' calls")
         for r in sub.replacements:
-            r.calls_per_step = len(record_calls(step, r.cls, instances_of(step.model, r.cls)))
+            r.calls_per_step = len(record_calls(step, r.cls, instances_of(step.modules, r.cls)))
         say.stage("candidate-step", "one variant step")
         sub.use("variant")
         step()
@@ -147,7 +147,7 @@ def run(req: Request, say: Say) -> dict[str, Any]:
         for side, name, step_ms in (("base", BASE_TRACE, m["base_ms"]), ("variant", VARIANT_TRACE, m["variant_ms"])):
             say.stage("profile", f"{side}: {n_prof} step(s) with module ranges")
             sub.use(side)
-            handles = module_ranges(step.model)
+            handles = module_ranges(step)
             try:
                 manifest = {"tool": "headroom validate", "side": side, **cfg.to_dict(), "domain": spec.domain,
                             "model": spec.model, "params": step.params, "info": dict(step.info),

@@ -1,0 +1,212 @@
+"""Which nn.Module each kernel (or CPU op) ran for, in the forward and in the backward pass.
+
+Module ranges come from `headroom profile` (``headroom/module <path> (<Class>)``, one per
+call, headroom/profile/modules.py) or from torch.profiler's ``with_modules=True``
+(``nn.Module: <Class>_<n>`` python_function events, nested into paths).
+
+* Forward: the innermost module range on the launching thread that holds the launch.
+* Backward: autograd runs a backward op (``MmBackward0``, ...) on its own thread, outside
+  every module range. Kineto links it to the forward op that created its autograd node
+  with a ``fwdbwd`` flow (s at the forward op, f at the backward op); where a trace has no
+  such flows, the backward op's ``Sequence number`` names the forward op (the latest-starting
+  forward op with that number on the one forward thread that has it: the op that created the
+  node, or one that holds it). A kernel launched inside a linked backward op gets the module of
+  that forward op.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from headroom.trace.intervals import ranges_on_threads
+from headroom.trace.ranges import FRAME_PREFIX, MODULE_PREFIX, MODULE_RANGE_PREFIX, parse_module_range
+from headroom.trace.tables import Trace, starts_with
+
+STACK_SEP = "/"
+
+
+@dataclass
+class ModuleColumns:
+    """Per point: innermost module path and class, the classes of every module holding it
+    (outermost first, '/'-joined), and whether it ran in a backward op linked to a forward op."""
+
+    module: np.ndarray
+    module_type: np.ndarray
+    module_stack: np.ndarray
+    backward: np.ndarray
+
+
+def _nesting_paths(ranges: pd.DataFrame, names: np.ndarray) -> np.ndarray:
+    """Dotted paths of nested ranges on each thread (for ``nn.Module:`` events, which name one level)."""
+    paths = np.empty(len(ranges), dtype=object)
+    ts_all = ranges["ts"].to_numpy(dtype=float)
+    end_all = ts_all + ranges["dur"].to_numpy(dtype=float)
+    for _, idx in ranges.groupby(["pid", "tid"], observed=True, sort=False).indices.items():
+        order = idx[np.lexsort((-(end_all[idx] - ts_all[idx]), ts_all[idx]))]
+        stack: list[tuple[float, str]] = []
+        for k in order:
+            while stack and stack[-1][0] < ts_all[k]:
+                stack.pop()
+            paths[k] = f"{stack[-1][1]}.{names[k]}" if stack else names[k]
+            stack.append((end_all[k], paths[k]))
+    return paths
+
+
+def module_ranges(trace: Trace) -> pd.DataFrame:
+    """Every module call in the trace: pid, tid, ts, dur, path, module_type, module_stack, inputs."""
+    cpu = trace.cpu
+    cols = ["pid", "tid", "ts", "dur"]
+    ours = cpu[starts_with(cpu["name"], MODULE_RANGE_PREFIX)]
+    if len(ours):
+        parsed = [parse_module_range(n) for n in ours["name"].astype(str).tolist()]
+        out = ours[cols].copy()
+        out["path"] = np.array([p for p, _ in parsed], dtype=object)
+        out["module_type"] = np.array([t for _, t in parsed], dtype=object)
+        out["inputs"] = ours["inputs"].astype(object).to_numpy() if "inputs" in ours.columns else ""
+        out = out[out["path"] != ""]
+    else:
+        legacy = cpu[(cpu["cat"] == "python_function").to_numpy() & starts_with(cpu["name"], MODULE_PREFIX)]
+        names = legacy["name"].astype(str).str.slice(len(MODULE_PREFIX)).to_numpy(dtype=object)
+        out = legacy[cols].copy()
+        out["path"] = _nesting_paths(legacy, names) if len(legacy) else np.array([], dtype=object)
+        out["module_type"] = np.array([re.sub(r"_\d+$", "", n) for n in names], dtype=object)
+        out["inputs"] = ""
+    out = out.reset_index(drop=True)
+    out["module_stack"] = _stacks(out["path"].to_numpy(dtype=object), out["module_type"].to_numpy(dtype=object))
+    return out
+
+
+def _stacks(paths: np.ndarray, types: np.ndarray) -> np.ndarray:
+    """Classes of a module and of every recorded module above it (by path prefix), outermost first."""
+    type_of: dict[str, str] = {}
+    for p, t in zip(paths.tolist(), types.tolist()):
+        type_of.setdefault(p, t)
+    memo: dict[str, str] = {}
+    for p in type_of:
+        parts = p.split(".")
+        chain = [type_of[q] for q in (".".join(parts[:i]) for i in range(1, len(parts) + 1)) if q in type_of]
+        memo[p] = STACK_SEP.join(chain)
+    return np.array([memo[p] for p in paths.tolist()], dtype=object)
+
+
+def _ops(trace: Trace) -> pd.DataFrame:
+    cpu = trace.cpu
+    ops = cpu[(cpu["cat"] == "cpu_op").to_numpy() & ~starts_with(cpu["name"], FRAME_PREFIX)]
+    return ops.reset_index(drop=True)
+
+
+def backward_links(trace: Trace) -> pd.DataFrame:
+    """Backward ops with the forward op each ran for: pid, tid, ts, dur, fwd_pid, fwd_tid, fwd_ts, via.
+
+    `via` says how the link was found: "flow" (Kineto's fwdbwd flow) or "sequence"."""
+    ops = _ops(trace)
+    cols = ["pid", "tid", "ts", "dur"]
+    empty = pd.DataFrame({c: [] for c in cols + ["fwd_pid", "fwd_tid", "fwd_ts", "via"]})
+    if len(ops) == 0:
+        return empty
+    frames = []
+    flows = trace.fwdbwd
+    linked = np.zeros(len(ops), dtype=bool)
+    if len(flows):
+        key = lambda df: pd.DataFrame({"pid": df["pid"].astype(str).to_numpy(), "tid": df["tid"].astype(str).to_numpy(),
+                                       "ts": df["ts"].to_numpy(dtype=float)})
+        starts = flows[flows["ph"] == "s"].drop_duplicates("id")
+        ends = flows[flows["ph"] == "f"].drop_duplicates("id")
+        s = key(starts).assign(id=starts["id"].to_numpy()).rename(columns={"pid": "fwd_pid", "tid": "fwd_tid",
+                                                                           "ts": "fwd_ts"})
+        f = key(ends).assign(id=ends["id"].to_numpy()).merge(s, on="id", how="inner").drop(columns="id")
+        o = key(ops).assign(row=np.arange(len(ops)))
+        # Kineto writes the flow end at the backward op's own start (the evaluate_function wrapper
+        # and the node op start together: both get the link).
+        hit = o.merge(f.drop_duplicates(["pid", "tid", "ts"]), on=["pid", "tid", "ts"], how="inner")
+        if len(hit):
+            rows = hit["row"].to_numpy()
+            linked[rows] = True
+            frames.append(pd.DataFrame({**{c: ops[c].to_numpy()[rows] for c in cols},
+                                        "fwd_pid": hit["fwd_pid"].to_numpy(), "fwd_tid": hit["fwd_tid"].to_numpy(),
+                                        "fwd_ts": hit["fwd_ts"].to_numpy(), "via": "flow"}))
+    if "sequence" in ops.columns:
+        seq = ops["sequence"].to_numpy()
+        fwd_thread = ops["fwd_thread"].to_numpy()
+        has = np.array([isinstance(v, (int, np.integer)) and v >= 0 for v in seq]) if seq.dtype == object \
+            else seq >= 0
+        bwd = has & (fwd_thread > 0) & ~linked
+        fwd = has & (fwd_thread <= 0)
+        if bwd.any() and fwd.any():
+            cand = pd.DataFrame({"sequence": seq[fwd], "fwd_pid": ops["pid"].astype(str).to_numpy()[fwd],
+                                 "fwd_tid": ops["tid"].astype(str).to_numpy()[fwd],
+                                 "fwd_ts": ops["ts"].to_numpy(dtype=float)[fwd]})
+            threads = cand.groupby("sequence")[["fwd_pid", "fwd_tid"]].nunique()
+            single = threads.index[(threads["fwd_pid"] == 1) & (threads["fwd_tid"] == 1)]
+            cand = cand[cand["sequence"].isin(single)].sort_values("fwd_ts").drop_duplicates("sequence", keep="last")
+            b = pd.DataFrame({"sequence": seq[bwd], "row": np.flatnonzero(bwd)})
+            hit = b.merge(cand, on="sequence", how="inner")
+            if len(hit):
+                rows = hit["row"].to_numpy()
+                frames.append(pd.DataFrame({**{c: ops[c].to_numpy()[rows] for c in cols},
+                                            "fwd_pid": hit["fwd_pid"].to_numpy(), "fwd_tid": hit["fwd_tid"].to_numpy(),
+                                            "fwd_ts": hit["fwd_ts"].to_numpy(), "via": "sequence"}))
+    if not frames:
+        return empty
+    return pd.concat(frames, ignore_index=True)
+
+
+def attribute_modules(trace: Trace, pid: np.ndarray, tid: np.ndarray, ts: np.ndarray,
+                      ranges: pd.DataFrame | None = None,
+                      links: pd.DataFrame | None = None) -> ModuleColumns:
+    """Module path, class, enclosing classes and backward flag for points (pid, tid, ts) on CPU threads."""
+    n = len(ts)
+    ranges = module_ranges(trace) if ranges is None else ranges
+    links = backward_links(trace) if links is None else links
+    fwd = ranges_on_threads(ranges, pid, tid, ts)
+    bwd = ranges_on_threads(links, pid, tid, ts)
+    backward = bwd >= 0
+    which = fwd.copy()
+    if backward.any() and len(ranges):
+        # A module range inside the backward op (recomputation under activation checkpointing)
+        # is the more specific answer; otherwise the module of the forward op.
+        inside = backward & (fwd >= 0)
+        if inside.any():
+            inside[inside] = ranges["ts"].to_numpy(dtype=float)[fwd[inside]] >= \
+                links["ts"].to_numpy(dtype=float)[bwd[inside]]
+        use_link = backward & ~inside
+        lk = links.iloc[bwd[use_link]]
+        which[use_link] = ranges_on_threads(ranges, lk["fwd_pid"].to_numpy(), lk["fwd_tid"].to_numpy(),
+                                            lk["fwd_ts"].to_numpy(dtype=float))
+    ok = which >= 0
+    module = np.full(n, "", dtype=object)
+    module_type = np.full(n, "", dtype=object)
+    stack = np.full(n, "", dtype=object)
+    if ok.any():
+        module[ok] = ranges["path"].to_numpy(dtype=object)[which[ok]]
+        module_type[ok] = ranges["module_type"].to_numpy(dtype=object)[which[ok]]
+        stack[ok] = ranges["module_stack"].to_numpy(dtype=object)[which[ok]]
+    return ModuleColumns(module=module, module_type=module_type, module_stack=stack, backward=backward)
+
+
+def module_calls(ranges: pd.DataFrame, window: tuple[float, float]) -> pd.DataFrame:
+    """The module calls that start inside `window`: path, module_type, module_stack, inputs,
+    pid, tid, ts, dur (CPU time of the call, its children included) and self_us (less the
+    time of the module calls directly inside it)."""
+    cols = ["path", "module_type", "module_stack", "inputs", "pid", "tid", "ts", "dur", "self_us"]
+    if len(ranges) == 0:
+        return pd.DataFrame({c: [] for c in cols})
+    ts_all = ranges["ts"].to_numpy(dtype=float)
+    end_all = ts_all + ranges["dur"].to_numpy(dtype=float)
+    self_us = ranges["dur"].to_numpy(dtype=float).copy()
+    for _, idx in ranges.groupby(["pid", "tid"], observed=True, sort=False).indices.items():
+        order = idx[np.lexsort((-(end_all[idx] - ts_all[idx]), ts_all[idx]))]
+        stack: list[int] = []
+        for k in order:
+            while stack and end_all[stack[-1]] <= ts_all[k]:
+                stack.pop()
+            if stack:
+                self_us[stack[-1]] -= end_all[k] - ts_all[k]
+            stack.append(k)
+    out = ranges.assign(self_us=np.maximum(self_us, 0.0))
+    inside = (ts_all >= window[0]) & (ts_all <= window[1])
+    return out.loc[inside, cols].reset_index(drop=True)

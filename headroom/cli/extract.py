@@ -152,10 +152,11 @@ def render_text(r: dict) -> str:
     m, p, pr, e, b = r["measured"], r["part"], r["projected"], r["error"], r["baseline"]
     reps = ", ".join(f"{x['module']} ({x['instances']}) -> {Path(x['candidate']).name}" for x in r["replacements"])
     lp = p["launches_per_call"]
+    cpu = (r.get("detail") or {}).get("trace_mode") == "cpu-ops"
+    idle = "a CPU-only trace" if cpu else f"GPU idle {100 * b['idle_fraction']:.1f}% in the trace"
     lines = [
         f"{r['workload']}: {reps}",
-        f"  baseline   {b['step_ms']:.3f} ms/step, GPU idle {100 * b['idle_fraction']:.1f}% in the trace"
-        + (" (launch-bound)" if b["launch_bound"] else ""),
+        f"  baseline   {b['step_ms']:.3f} ms/step, {idle}" + (" (launch-bound)" if b["launch_bound"] else ""),
         f"  measured   {_x(m['speedup'])}  95% CI [{_x(m['ci'][0])}, {_x(m['ci'][1])}]  "
         f"{m['base_ms']:.3f} -> {m['variant_ms']:.3f} ms, {m['rounds']} interleaved rounds",
         f"  part       {_x(p['speedup'])}  {p['base_us']:.1f} -> {p['variant_us']:.1f} us/step, "

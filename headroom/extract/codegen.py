@@ -142,7 +142,9 @@ def tensor_expr(spec: TensorSpec) -> tuple[str, str]:
         if std == 0:
             expr = f"torch.full({shape}, {mean!r}, dtype={dt})"
         else:
-            expr = f"torch.randn({shape}, dtype=torch.float32).mul_({std!r}).add_({mean!r}).to({dt})"
+            expr = f"torch.randn({shape}, dtype=torch.float32).mul_({std!r}).add_({mean!r})"
+            if spec.dtype != "float32":
+                expr += f".to({dt})"
     elif spec.dtype == "bool":
         p = spec.mean if spec.mean is not None else 0.5
         seen = f"seen: {100 * p:.1f}% True"

@@ -124,10 +124,15 @@ def validate(workload: str, replace: Sequence[tuple[str, str]] | Sequence[str], 
     req_path.write_text(req.to_json())
     sink = log or (lambda s: print(s, file=sys.stderr, flush=True))
     last = ["start-up"]
+    import headroom
+
+    env = dict(os.environ)   # the worker imports this very headroom (a checkout run without installing too)
+    here = str(Path(headroom.__file__).resolve().parents[1])
+    env["PYTHONPATH"] = here + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     try:
         proc = subprocess.Popen([sys.executable, "-m", "headroom.validate.worker", str(req_path)],
                                 stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                text=True, start_new_session=True)
+                                text=True, start_new_session=True, env=env)
         reader = threading.Thread(target=_stream, args=(proc.stdout, sink, last), daemon=True)
         reader.start()
         t0 = time.monotonic()

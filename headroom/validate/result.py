@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 
 from headroom.errors import UserError
-from headroom.extract.part import part_time, trace_path
+from headroom.extract.part import part_masks, part_time, trace_path
 from headroom.project.projection import project
 from headroom.project.selectors import parse_selector
 from headroom.project.speedups import Speedup
@@ -63,6 +63,17 @@ def _ratio(a: float, b: float) -> float:
 
 def _finite(x: float | None) -> float | None:
     return x if x is not None and math.isfinite(x) else None
+
+
+def top_kernels(a: Any, paths: list[str], n: int = 8) -> list[list[Any]]:
+    """The part's kernels (or CPU ops) with the most time: [name, count per step, us per step]."""
+    mask = part_masks(a, paths)["all"]
+    ev = a.events[mask]
+    if not len(ev):
+        return []
+    g = ev.groupby("name")["dur"].agg(["count", "sum"]).sort_values("sum", ascending=False).head(n)
+    steps = max(int(a.num_steps), 1)
+    return [[str(k), float(r["count"]) / steps, float(r["sum"]) / steps] for k, r in g.iterrows()]
 
 
 def _estimate(res: Any) -> dict[str, Any] | None:
@@ -133,6 +144,7 @@ def compute(run: dict[str, Any], base: Any, variant: Any) -> dict[str, Any]:
             "part_base": pb.to_dict(), "part_variant": pv.to_dict(),
             "profiled_step_ms": {"base": base.step_us / 1e3, "variant": variant.step_us / 1e3},
             "estimate_method": proj["method"], "projection_warnings": proj["warnings"],
+            "part_kernels": {"base": top_kernels(base, paths), "variant": top_kernels(variant, paths)},
         },
     }
 

@@ -42,10 +42,9 @@ def test_the_problem_has_the_real_shapes_calls_and_share(rmsnorm):
     assert r.problem.name == "llama-7b__LlamaRMSNorm.py" and r.entry.name == "llama-7b__LlamaRMSNorm.toml"
     # tiny llama on a CPU: 2 layers x (input + post-attention norm) + the final norm
     assert r.calls_per_step == 5
-    assert r.instances == ["layers.0.input_layernorm", "layers.0.post_attention_layernorm",
-                           "layers.1.input_layernorm", "layers.1.post_attention_layernorm", "norm"] or \
-        r.instances == ["model.layers.0.input_layernorm", "model.layers.0.post_attention_layernorm",
-                        "model.layers.1.input_layernorm", "model.layers.1.post_attention_layernorm", "model.norm"]
+    # paths in the ranged module (LlamaForCausalLM: its LlamaModel is `.model`)
+    assert r.instances == ["model.layers.0.input_layernorm", "model.layers.0.post_attention_layernorm",
+                           "model.layers.1.input_layernorm", "model.layers.1.post_attention_layernorm", "model.norm"]
     assert r.share is not None and r.share.mode == "cpu-ops"
     assert 0 < r.share.fraction < 0.5 and r.share.backward_us_per_step == 0.0
     assert r.share.kernels_per_step == pytest.approx(5 * 22)      # 22 aten ops per LlamaRMSNorm call on a CPU
@@ -182,16 +181,24 @@ def test_constructor_arguments_bind_positionally_with_defaults_filled():
 # --- bad input -----------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("args,message", [
-    (["--module", "LlamaRMSNrom"], "has no module of class LlamaRMSNrom; did you mean LlamaRMSNorm"),
-    (["--module", "op:aten::no_such_op"], "aten::no_such_op is not called in a 1-step profile"),
-    (["--module", "op:mul"], "expected op:aten::NAME"),
-    (["--module", "LlamaRMSNorm", "--trace", "/nonexistent.json.gz"], "no such trace file"),
+@pytest.mark.parametrize("module,trace,message", [
+    ("LlamaRMSNrom", None, "has no module of class LlamaRMSNrom; did you mean LlamaRMSNorm"),
+    ("op:aten::no_such_op", None, "aten::no_such_op is not called in a 1-step profile"),
+    ("op:mul", None, "expected op:aten::NAME"),
+    ("LlamaRMSNorm", "/nonexistent.json.gz", "no such trace file"),
 ])
-def test_extract_bad_input_is_one_line_exit_2(tmp_path, args, message):
-    p = _cli("extract", "llama-7b", "--flavour", "tiny", "--device", "cpu", "--out", str(tmp_path / "o"), *args)
+def test_extract_bad_input_is_one_line_and_writes_nothing(tmp_path, module, trace, message):
+    with pytest.raises(UserError) as e:
+        extract("llama-7b", module, TINY, device="cpu", out=tmp_path / "o", trace=trace, command="t")
+    assert message in str(e.value) and "\n" not in str(e.value)
+    assert not (tmp_path / "o").exists()
+
+
+def test_extract_cli_bad_input_exits_2_with_one_line(tmp_path):
+    p = _cli("extract", "llama-7b", "--flavour", "tiny", "--device", "cpu", "--out", str(tmp_path / "o"),
+             "--module", "LlamaRMSNrom")
     err = [ln for ln in p.stderr.splitlines() if ln.startswith("headroom: error:")]
-    assert p.returncode == 2 and len(err) == 1 and message in err[0], p.stderr[-1500:]
+    assert p.returncode == 2 and len(err) == 1 and "did you mean LlamaRMSNorm" in err[0], p.stderr[-1500:]
     assert "Traceback" not in p.stderr and not (tmp_path / "o").exists()
 
 

@@ -56,20 +56,21 @@ def phases(events: pd.DataFrame) -> np.ndarray:
 
 @dataclass
 class PartTime:
-    """A part's time and launches in one trace (kernels in GPU mode, CPU ops in cpu-ops mode)."""
+    """A part's time and launches per step in one trace (kernels in GPU mode, CPU ops in cpu-ops mode).
+
+    Times are the median over the profiled steps of each step's sum, so one step disturbed by
+    something else on the machine (a descheduled CPU thread) does not become the answer;
+    launch counts are the mean per step (they do not vary from step to step)."""
 
     mode: str
     num_steps: int
     us: float
     forward_us: float
     backward_us: float
-    kernels: int
-    forward_kernels: int
-    backward_kernels: int
+    kernels: float
+    forward_kernels: float
+    backward_kernels: float
     total_us: float
-
-    def per_step(self, x: float) -> float:
-        return x / self.num_steps if self.num_steps else x
 
     def to_dict(self) -> dict[str, Any]:
         return {"mode": self.mode, "num_steps": self.num_steps, "us": self.us, "forward_us": self.forward_us,
@@ -84,10 +85,24 @@ def part_masks(a: Any, paths: Iterable[str]) -> dict[str, np.ndarray]:
     return {"all": mask, "forward": mask & (ph == "forward"), "backward": mask & (ph == "backward")}
 
 
+def _per_step(dur: np.ndarray, step: np.ndarray, steps: np.ndarray, mask: np.ndarray | None) -> float:
+    """Median over `steps` of the summed duration of the (masked) events of each step."""
+    if not len(steps):
+        return float(dur[mask].sum()) if mask is not None else float(dur.sum())
+    sel = np.ones(len(dur), dtype=bool) if mask is None else mask
+    sums = [float(dur[sel & (step == k)].sum()) for k in steps]
+    return float(np.median(sums))
+
+
 def part_time(a: Any, paths: Iterable[str]) -> PartTime:
     m = part_masks(a, paths)
-    dur = a.events["dur"].to_numpy(dtype=float) if len(a.events) else np.zeros(0)
-    return PartTime(mode=a.mode, num_steps=int(a.num_steps), us=float(dur[m["all"]].sum()),
-                    forward_us=float(dur[m["forward"]].sum()), backward_us=float(dur[m["backward"]].sum()),
-                    kernels=int(m["all"].sum()), forward_kernels=int(m["forward"].sum()),
-                    backward_kernels=int(m["backward"].sum()), total_us=float(a.total_us))
+    ev = a.events
+    dur = ev["dur"].to_numpy(dtype=float) if len(ev) else np.zeros(0)
+    step = ev["step"].to_numpy() if "step" in ev.columns else np.zeros(len(ev), dtype=int)
+    steps = np.unique(step[step >= 0]) if len(step) else np.zeros(0, dtype=int)
+    n = max(int(a.num_steps), 1)
+    return PartTime(mode=a.mode, num_steps=int(a.num_steps), us=_per_step(dur, step, steps, m["all"]),
+                    forward_us=_per_step(dur, step, steps, m["forward"]),
+                    backward_us=_per_step(dur, step, steps, m["backward"]),
+                    kernels=float(m["all"].sum()) / n, forward_kernels=float(m["forward"].sum()) / n,
+                    backward_kernels=float(m["backward"].sum()) / n, total_us=_per_step(dur, step, steps, None))

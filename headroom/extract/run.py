@@ -63,9 +63,9 @@ def header_config(cfg: RunConfig) -> dict[str, Any]:
 
 def share_of(analysis: Any, paths: list[str], source: str) -> Share:
     pt = part_time(analysis, paths)
-    return Share(source=source, mode=pt.mode, us_per_step=pt.per_step(pt.us),
-                 total_us_per_step=pt.per_step(pt.total_us), forward_us_per_step=pt.per_step(pt.forward_us),
-                 backward_us_per_step=pt.per_step(pt.backward_us), kernels_per_step=pt.per_step(pt.kernels))
+    return Share(source=source, mode=pt.mode, us_per_step=pt.us, total_us_per_step=pt.total_us,
+                 forward_us_per_step=pt.forward_us, backward_us_per_step=pt.backward_us,
+                 kernels_per_step=pt.kernels)
 
 
 def _write_atomic(path: Path, text: str) -> None:

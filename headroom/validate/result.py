@@ -96,7 +96,7 @@ def projections(base: Any, paths: list[str], calls_per_step: float, pb: Any, pv:
         factor = _ratio(b_us, v_us)
         if not math.isfinite(factor):
             factor = 1e9   # the variant runs no kernel here: the part takes (practically) no time
-        launches = pv.per_step(v_k) / calls_per_step if calls_per_step > 0 else None
+        launches = v_k / calls_per_step if calls_per_step > 0 else None
         entries.append(_speedup_entry(f"{sel} & phase:{phase}", factor, launches))
     if not entries:
         return {"amdahl": 1.0, "replay": 1.0 if base.mode == "gpu" else None, "estimate": None, "low": None,
@@ -118,7 +118,7 @@ def compute(run: dict[str, Any], base: Any, variant: Any) -> dict[str, Any]:
     calls = float(sum(r["calls_per_step"] for r in reps))
     m = summarise(run["timing"])
     pb, pv = part_time(base, paths), part_time(variant, paths)
-    base_us, var_us = pb.per_step(pb.us), pv.per_step(pv.us)
+    base_us, var_us = pb.us, pv.us
     proj = projections(base, paths, calls, pb, pv)
 
     def err(x: float | None) -> float | None:
@@ -133,8 +133,8 @@ def compute(run: dict[str, Any], base: Any, variant: Any) -> dict[str, Any]:
                      "launch_bound": bool(base.mode == "gpu" and idle >= LAUNCH_BOUND_IDLE)},
         "measured": m,
         "part": {"speedup": _finite(_ratio(base_us, var_us)), "base_us": base_us, "variant_us": var_us,
-                 "launches_per_call": [pb.per_step(pb.kernels) / calls if calls else None,
-                                       pv.per_step(pv.kernels) / calls if calls else None]},
+                 "launches_per_call": [pb.kernels / calls if calls else None,
+                                       pv.kernels / calls if calls else None]},
         "projected": {k: proj[k] for k in ("amdahl", "replay", "estimate", "low", "high")},
         "error": {"amdahl": err(proj["amdahl"]), "replay": err(proj["replay"]), "estimate": err(proj["estimate"])},
         "config": run.get("config", {}),

@@ -140,7 +140,7 @@ def run(req: Request, say: Say) -> dict[str, Any]:
         say.note(f"measured {m['speedup']:.4f}x (95% CI {m['ci'][0]:.4f}-{m['ci'][1]:.4f}), "
                  f"base {m['base_ms']:.3f} ms, variant {m['variant_ms']:.3f} ms")
 
-        n_prof = req.profile_steps or (3 if dev.type == "cuda" else 2)
+        n_prof = req.profile_steps or 3
         env = environment(dev)
         rep_dicts = [dict(r.to_dict(), candidate=str(cand)) for r, (_, _, cand, _) in zip(sub.replacements, classes)]
         date = datetime.now(timezone.utc).isoformat(timespec="seconds")

@@ -82,7 +82,8 @@ def headroom(args: list[str], log: Log, timeout: float) -> tuple[int, str, float
 def gpu_kernels(candidate: Path) -> tuple[str, ...]:
     tree = ast.parse(candidate.read_text())
     for node in tree.body:
-        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "GPU_KERNELS" for t in node.targets):
+        names = [t.id for t in getattr(node, "targets", []) if isinstance(t, ast.Name)]
+        if isinstance(node, ast.Assign) and "GPU_KERNELS" in names:
             return tuple(ast.literal_eval(node.value))
     return ()
 
@@ -163,8 +164,11 @@ def one(name, workload, opts, module, cand_name, work: Path, device: str, log: L
 
 
 def archive(work_root: Path, out: Path, names: list[str]) -> list[str]:
-    """Tar the run directories into archives of at most MAX_ARCHIVE bytes each."""
+    """Tar the runs into archives of at most MAX_ARCHIVE bytes: `<name>/` holds the validate run
+    (run.json, result.json, base/variant traces: `tar xzf runs-1.tar.gz -C docs/gpu/validation`),
+    `<name>/loop/` the extracted problem, its entry and trace, and verify.json."""
     written, batch, size, k = [], [], 0, 1
+
     def flush():
         nonlocal batch, size, k
         if not batch:
@@ -172,9 +176,15 @@ def archive(work_root: Path, out: Path, names: list[str]) -> list[str]:
         path = out / f"runs-{k}.tar.gz"
         with tarfile.open(path, "w:gz") as tar:
             for n in batch:
-                tar.add(work_root / n, arcname=n)
+                d = work_root / n
+                for f in sorted((d / "run").glob("*")) if (d / "run").is_dir() else []:
+                    tar.add(f, arcname=f"{n}/{f.name}")
+                for f in sorted(d.iterdir()):
+                    if f.name != "run":
+                        tar.add(f, arcname=f"{n}/loop/{f.name}")
         written.append(path.name)
         batch, size, k = [], 0, k + 1
+
     for n in names:
         d = work_root / n
         if not d.is_dir():
@@ -195,7 +205,8 @@ def main() -> int:
     ap.add_argument("--budget", type=float, default=510.0, help="seconds for the whole run")
     ap.add_argument("--only", nargs="*", help="substitution names to run")
     args = ap.parse_args()
-    os.environ["PYTHONPATH"] = str(REPO) + (os.pathsep + os.environ["PYTHONPATH"] if os.environ.get("PYTHONPATH") else "")
+    old = os.environ.get("PYTHONPATH")
+    os.environ["PYTHONPATH"] = str(REPO) + (os.pathsep + old if old else "")
     os.environ.setdefault("NCCL_NVLS_ENABLE", "0")        # one-rank NCCL group for torchrec DMP: no NVLink multicast
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     out = Path(args.out)

@@ -197,10 +197,12 @@ def test_a_wrong_candidate_is_refused_and_nothing_is_written(tmp_path):
 
 
 BAD = [
-    ("unknown_class", "LlamaRMSNrom", "identity_rmsnorm.py", "has no module of class LlamaRMSNrom; did you mean LlamaRMSNorm"),
+    ("unknown_class", "LlamaRMSNrom", "identity_rmsnorm.py",
+     "has no module of class LlamaRMSNrom; did you mean LlamaRMSNorm"),
     ("no_modelnew", "LlamaRMSNorm", "no_modelnew.py", "defines no class ModelNew"),
     ("constructor", "LlamaRMSNorm", "bad_constructor.py", "ModelNew(*get_init_inputs()) failed: TypeError"),
-    ("state_dict", "LlamaRMSNorm", "bad_state_dict.py", "ModelNew's state_dict does not fit LlamaRMSNorm's (missing weight"),
+    ("state_dict", "LlamaRMSNorm", "bad_state_dict.py",
+     "ModelNew's state_dict does not fit LlamaRMSNorm's (missing weight"),
     ("crash", "LlamaRMSNorm", "crash_rmsnorm.py", "the candidate raised ZeroDivisionError during"),
     ("segfault", "LlamaRMSNorm", "segfault_rmsnorm.py", "died with SIGSEGV during"),
     ("oom", "LlamaRMSNorm", "oom_rmsnorm.py", "out of memory during"),

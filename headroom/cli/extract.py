@@ -97,7 +97,7 @@ def validate_cmd(
     rounds: int = typer.Option(7, "--rounds", help="Interleaved rounds (at least 7)."),
     steps_per_round: Optional[int] = typer.Option(None, "--steps-per-round", help=(
         "Steps per block (default: ~0.3 s of steps on a GPU, 0.2 s on a CPU).")),
-    profile_steps: Optional[int] = typer.Option(None, "--profile-steps", help="Profiled steps per variant (3 GPU, 1 CPU)."),
+    profile_steps: Optional[int] = typer.Option(None, "--profile-steps", help="Profiled steps per variant (3)."),
     tolerance: Optional[float] = typer.Option(None, "--tolerance", help=(
         "Relative L2 error allowed per compared tensor (default by dtype: fp32 1e-3, fp16 1e-2, bf16 5e-2).")),
     timeout: float = typer.Option(1800.0, "--timeout", help="Seconds the whole run may take (a hanging candidate)."),

@@ -161,7 +161,8 @@ def extract_op(spec: WorkloadSpec, cfg: RunConfig, dev: Any, op: str, out_dir: P
         us = float(a.events["dur"].to_numpy()[mask].sum()) / max(a.num_steps, 1)
         total = a.total_us / max(a.num_steps, 1)
         what = "GPU kernel time" if a.mode == "gpu" else "CPU operator time (no GPU in the trace)"
-        share = f"{100 * us / total if total else 0:.2f}% of {what}: {us / 1e3:.3f} ms of {total / 1e3:.3f} ms per step ({source})"
+        pct = 100 * us / total if total else 0.0
+        share = f"{pct:.2f}% of {what}: {us / 1e3:.3f} ms of {total / 1e3:.3f} ms per step ({source})"
         text = op_problem(op, sig, name, spec.name, header_config(cfg), counts, n_steps, share, command)
         out_dir.mkdir(parents=True, exist_ok=True)
         problem = out_dir / f"{name}.py"

@@ -18,6 +18,7 @@ through a deep model, stay below it; a wrong result does not.
 
 from __future__ import annotations
 
+import contextlib
 import math
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator
@@ -154,27 +155,13 @@ def check(step: Any, use: Callable[[str], None], modules: Callable[[], list[Any]
         return res
 
     model = step.model
-    losses, grads_in = {}, {}
-    for side in ("base", "variant"):
-        use(side)
-        store: list = []
-        handles = _input_grad_hooks(modules(), store)
-        try:
-            _seeded(device)
-            losses[side] = step.forward()
-        finally:
-            for h in handles:
-                h.remove()
-        grads_in[side] = store
-    params = {}
-    for side in ("base", "variant"):
-        use(side)
-        for p in model.parameters():
-            p.grad = None
-        losses[side].backward()
-        params[side] = _param_grads(model)
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
+    with contextlib.ExitStack() as stack:
+        # Both forwards run before either backward: DistributedDataParallel (torchrec's DMP wraps the
+        # dense part in it, even on one rank) must not expect each forward's gradient reduction first.
+        for m in model.modules():
+            if isinstance(m, torch.nn.parallel.DistributedDataParallel):
+                stack.enter_context(m.no_sync())
+        losses, grads_in, params = _train_pass(step, use, modules, model, device)
     use("base")
     for p in model.parameters():
         p.grad = None
@@ -193,3 +180,31 @@ def check(step: Any, use: Callable[[str], None], modules: Callable[[], list[Any]
         else:
             res.compared.append(compare_tensor(f"d {n}", got, want, g))
     return res
+
+
+def _train_pass(step: Any, use: Callable[[str], None], modules: Callable[[], list[Any]], model: Any,
+                device: Any) -> tuple[dict, dict, dict]:
+    """Base and variant forwards (same seed), then their backwards: losses, input and parameter gradients."""
+    import torch
+
+    losses, grads_in, params = {}, {}, {}
+    for side in ("base", "variant"):
+        use(side)
+        store: list = []
+        handles = _input_grad_hooks(modules(), store)
+        try:
+            _seeded(device)
+            losses[side] = step.forward()
+        finally:
+            for h in handles:
+                h.remove()
+        grads_in[side] = store
+    for side in ("base", "variant"):
+        use(side)
+        for p in model.parameters():
+            p.grad = None
+        losses[side].backward()
+        params[side] = _param_grads(model)
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+    return losses, grads_in, params

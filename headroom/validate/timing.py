@@ -72,13 +72,11 @@ def interleave(step: Callable[[], Any], use: Callable[[str], None], device: Any,
     warm: dict[str, list[float]] = {}
     for side in ("base", "variant"):
         use(side)
-        t0 = time.perf_counter()
         for _ in range(warmup):
             step()
         if device.type == "cuda":
             torch.cuda.synchronize(device)
         warm[side] = _block(step, 2, device)
-        del t0
     est = statistics.fmean(warm["base"] + warm["variant"])
     k = k or steps_per_block(est, device)
     out = []

@@ -17,8 +17,8 @@ Writes under --out (default $OUT), at most 8 files:
   loop.json             per substitution: the extract summary, the verify verdict and speedup, the
                         projection from the verified speedup, the GPU-kernel check, durations, skips
   gpu_validate.log      everything the commands printed
-  runs-<k>.tar.gz       the run directories (run.json, result.json, base/variant traces, the problem,
-                        its entry, verify.json), split so that each archive stays under 15 MB
+  runs-<name>.tar.gz    per substitution (five): its validate run (run.json, result.json, base/variant
+                        traces) and, under loop/, the extracted problem, its entry and verify.json
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ import ast
 import json
 import os
 import shlex
+import shutil
 import subprocess
 import sys
 import tarfile
@@ -79,6 +80,17 @@ def headroom(args: list[str], log: Log, timeout: float) -> tuple[int, str, float
     return p.returncode, p.stdout, dt
 
 
+def parse_json(out: str) -> dict:
+    """A command's --json output: the whole of stdout, else its last line (library chatter before it)."""
+    text = out.strip()
+    for candidate in (text, text.splitlines()[-1] if text else ""):
+        try:
+            return json.loads(candidate)
+        except ValueError:
+            continue
+    return {}
+
+
 def gpu_kernels(candidate: Path) -> tuple[str, ...]:
     tree = ast.parse(candidate.read_text())
     for node in tree.body:
@@ -102,7 +114,7 @@ def training_candidate(candidate: Path, dest: Path) -> Path:
     return dest
 
 
-def one(name, workload, opts, module, cand_name, work: Path, device: str, log: Log, limit: float) -> dict:
+def one(name, workload, opts, module, cand_name, work: Path, device: str, log: Log, deadline: float) -> dict:
     cand = CAND / cand_name
     rec: dict = {"name": name, "workload": workload, "options": opts, "module": module,
                  "candidate": str(cand.relative_to(REPO)), "device": device, "steps": {}}
@@ -110,43 +122,46 @@ def one(name, workload, opts, module, cand_name, work: Path, device: str, log: L
     tiny = ["--flavour", "tiny"] if device == "cpu" else []
     wl = [workload, *opts, *tiny, *dev]
     # 1. extract
-    rc, out, dt = headroom(["extract", *wl, "--module", module, "--out", str(work / "problem"), "--json"], log, limit)
+    def left() -> float:
+        return max(deadline - time.monotonic(), 5.0)
+
+    rc, out, dt = headroom(["extract", *wl, "--module", module, "--out", str(work / "problem"), "--json"], log, left())
     rec["steps"]["extract_s"] = round(dt, 1)
     if rc != 0:
         rec["status"] = f"extract failed (exit {rc})"
         return rec
-    ex = json.loads(out.strip().splitlines()[-1])
+    ex = parse_json(out)
     rec["extract"] = {k: ex.get(k) for k in ("name", "selectors", "share", "calls_per_step", "instances")}
     problem, entry = Path(ex["problem"]), Path(ex["entry"])
     # 2. verify (a training problem verifies forward + backward)
     vcand = training_candidate(cand, work / "candidate_train.py") if workload in TRAINING else cand
     vjson = work / "verify.json"
-    rc, out, dt = headroom(["verify", str(problem), str(vcand), "--json", "--out", str(vjson), *dev], log, limit)
+    rc, out, dt = headroom(["verify", str(problem), str(vcand), "--json", *(dev if device == "cpu" else [])],
+                           log, left())
     rec["steps"]["verify_s"] = round(dt, 1)
-    try:
-        v = json.loads(vjson.read_text())
-    except (OSError, ValueError):
-        v = {}
+    v = parse_json(out)
+    vjson.write_text(json.dumps(v, indent=1) + "\n")
     rec["verify"] = {k: v.get(k) for k in ("verdict", "speedup", "speedup_fp32", "launches_per_call", "reason")
                      if k in v}
     rec["verify"]["failed_checks"] = [c["name"] for c in v.get("checks", []) if not c.get("passed")]
     # 3. validate
     run_dir = work / "run"
+    budget = left()
     rc, out, dt = headroom(["validate", *wl, "--replace", f"{module}={cand}", "--out", str(run_dir), "--json",
-                            "--timeout", str(int(limit))], log, limit + 30)
+                            "--timeout", str(int(budget))], log, budget + 15)
     rec["steps"]["validate_s"] = round(dt, 1)
     if rc != 0:
         rec["status"] = f"validate failed (exit {rc})"
         return rec
-    result = json.loads(out.strip().splitlines()[-1])
+    result = parse_json(out)
     rec["validate"] = result
     # 4. the verified speedup, projected on the base trace (verify -> project)
     if v.get("verdict") == "pass":
         rc, out, dt = headroom(["project", str(run_dir / "base.json.gz"), "--problems", str(entry),
-                                "--speedups", str(vjson), "--json"], log, limit)
+                                "--speedups", str(vjson), "--json"], log, left())
         rec["steps"]["project_s"] = round(dt, 1)
         if rc == 0:
-            pj = json.loads(out.strip().splitlines()[-1])
+            pj = parse_json(out)
             proj = {p["method"]: p["speedup"] for p in pj.get("projections", []) if p.get("scenario") == "speedups"}
             rec["project_from_verify"] = {"amdahl": proj.get("amdahl"), "replay": proj.get("replay"),
                                           "estimate": (pj.get("estimate") or {}).get("speedup"),
@@ -163,39 +178,24 @@ def one(name, workload, opts, module, cand_name, work: Path, device: str, log: L
     return rec
 
 
-def archive(work_root: Path, out: Path, names: list[str]) -> list[str]:
-    """Tar the runs into archives of at most MAX_ARCHIVE bytes: `<name>/` holds the validate run
-    (run.json, result.json, base/variant traces: `tar xzf runs-1.tar.gz -C docs/gpu/validation`),
-    `<name>/loop/` the extracted problem, its entry and trace, and verify.json."""
-    written, batch, size, k = [], [], 0, 1
-
-    def flush():
-        nonlocal batch, size, k
-        if not batch:
-            return
-        path = out / f"runs-{k}.tar.gz"
+def archive(work: Path, out: Path) -> str:
+    """Tar one substitution: `<name>/` holds the validate run (run.json, result.json, base/variant traces:
+    `tar xzf runs-<name>.tar.gz -C docs/gpu/validation`), `<name>/loop/` the extracted problem, its
+    entry and trace, and verify.json."""
+    name = work.name
+    path = out / f"runs-{name}.tar.gz"
+    with tarfile.open(path, "w:gz") as tar:
+        for f in sorted((work / "run").glob("*")) if (work / "run").is_dir() else []:
+            tar.add(f, arcname=f"{name}/{f.name}")
+        for f in sorted(work.iterdir()):
+            if f.name != "run":
+                tar.add(f, arcname=f"{name}/loop/{f.name}")
+    if path.stat().st_size > MAX_ARCHIVE:
+        # keep the run (what the committed data needs); drop the loop extras
         with tarfile.open(path, "w:gz") as tar:
-            for n in batch:
-                d = work_root / n
-                for f in sorted((d / "run").glob("*")) if (d / "run").is_dir() else []:
-                    tar.add(f, arcname=f"{n}/{f.name}")
-                for f in sorted(d.iterdir()):
-                    if f.name != "run":
-                        tar.add(f, arcname=f"{n}/loop/{f.name}")
-        written.append(path.name)
-        batch, size, k = [], 0, k + 1
-
-    for n in names:
-        d = work_root / n
-        if not d.is_dir():
-            continue
-        s = sum(f.stat().st_size for f in d.rglob("*") if f.is_file())
-        if batch and size + s > MAX_ARCHIVE:
-            flush()
-        batch.append(n)
-        size += s
-    flush()
-    return written
+            for f in sorted((work / "run").glob("*")):
+                tar.add(f, arcname=f"{name}/{f.name}")
+    return path.name
 
 
 def main() -> int:
@@ -228,21 +228,22 @@ def main() -> int:
         work = work_root / name
         work.mkdir(exist_ok=True)
         try:
-            rec = one(name, workload, opts, module, cand, work, args.device, log, limit=min(left, 300.0))
+            rec = one(name, workload, opts, module, cand, work, args.device, log,
+                      deadline=time.monotonic() + min(left, 300.0))
         except Exception as e:  # noqa: BLE001 - one substitution must not stop the others
             rec = {"name": name, "status": f"script error: {type(e).__name__}: {e}"}
         rec["seconds"] = round(time.monotonic() - t0, 1)
+        rec["archive"] = archive(work, out)
+        shutil.rmtree(work, ignore_errors=True)
         log(f"== {name}: {rec['status']} in {rec['seconds']} s")
         if "validate" in rec:
             results.append(rec["validate"])
         records.append(rec)
         (out / "validation.json").write_text(json.dumps(results, indent=1) + "\n")
         (out / "loop.json").write_text(json.dumps({"device": args.device, "records": records}, indent=1) + "\n")
-    files = archive(work_root, out, [r["name"] for r in records])
-    import shutil
-
     shutil.rmtree(work_root, ignore_errors=True)
     total = time.monotonic() - t_start
+    files = [r["archive"] for r in records if r.get("archive")]
     (out / "loop.json").write_text(json.dumps({"device": args.device, "seconds": round(total, 1),
                                                "archives": files, "records": records}, indent=1) + "\n")
     log(f"done in {total:.0f} s: {sum(r.get('status') == 'ok' for r in records)} of {len(records)} ok; "

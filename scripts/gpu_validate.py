@@ -17,8 +17,9 @@ Writes under --out (default $OUT), at most 8 files:
   loop.json             per substitution: the extract summary, the verify verdict and speedup, the
                         projection from the verified speedup, the GPU-kernel check, durations, skips
   gpu_validate.log      everything the commands printed
-  runs-<name>.tar.gz    per substitution (five): its validate run (run.json, result.json, base/variant
-                        traces) and, under loop/, the extracted problem, its entry and verify.json
+  runs-<k>.tar.gz       k = 1..5, one per substitution (the fifth holds the rest): each run's validate
+                        directory (run.json, result.json, base/variant traces) as <name>/, and under
+                        <name>/loop/ the extracted problem, its entry and trace, and verify.json
 """
 
 from __future__ import annotations
@@ -46,10 +47,12 @@ SUBSTITUTIONS = [
     ("dlrm-train-interaction", "dlrm", [], "InteractionArch", "dlrm_interaction.py", 90),
     ("llama7b-prefill-rmsnorm", "llama-7b", [], "LlamaRMSNorm", "llama_rmsnorm.py", 100),
     ("gpt2xl-prefill-gelu", "gpt2-xl", [], "NewGELUActivation", "gpt2_gelu_tanh.py", 80),
+    ("gpt2xl-decode-bs1-gelu", "gpt2-xl", ["--phase", "decode", "--batch", "1"], "NewGELUActivation",
+     "gpt2_gelu_tanh.py", 60),
     ("llama7b-prefill-swiglu", "llama-7b", [], "LlamaMLP", "llama_swiglu_mlp.py", 100),
 ]
 TRAINING = {"dlrm", "dlrm-dcn", "resnet-50"}
-MAX_ARCHIVE = 15 * 2**20
+MAX_ARCHIVES = 5   # + validation.json, loop.json and the log: 8 files
 
 
 class Log:
@@ -178,23 +181,29 @@ def one(name, workload, opts, module, cand_name, work: Path, device: str, log: L
     return rec
 
 
-def archive(work: Path, out: Path) -> str:
-    """Tar one substitution: `<name>/` holds the validate run (run.json, result.json, base/variant traces:
-    `tar xzf runs-<name>.tar.gz -C docs/gpu/validation`), `<name>/loop/` the extracted problem, its
+def archive(work: Path, out: Path, slot: int) -> str:
+    """Add one substitution to archive `runs-<slot>.tar.gz` (rewritten whole, so a run cut short keeps
+    what finished): `<name>/` holds the validate run (run.json, result.json, base/variant traces:
+    `tar xzf runs-<slot>.tar.gz -C docs/gpu/validation`), `<name>/loop/` the extracted problem, its
     entry and trace, and verify.json."""
     name = work.name
-    path = out / f"runs-{name}.tar.gz"
-    with tarfile.open(path, "w:gz") as tar:
-        for f in sorted((work / "run").glob("*")) if (work / "run").is_dir() else []:
-            tar.add(f, arcname=f"{name}/{f.name}")
-        for f in sorted(work.iterdir()):
-            if f.name != "run":
-                tar.add(f, arcname=f"{name}/loop/{f.name}")
-    if path.stat().st_size > MAX_ARCHIVE:
-        # keep the run (what the committed data needs); drop the loop extras
-        with tarfile.open(path, "w:gz") as tar:
-            for f in sorted((work / "run").glob("*")):
-                tar.add(f, arcname=f"{name}/{f.name}")
+    stage = out / ".staging" / str(slot) / name
+    shutil.rmtree(stage, ignore_errors=True)
+    stage.mkdir(parents=True)
+    if (work / "run").is_dir():
+        for f in (work / "run").iterdir():
+            shutil.move(str(f), stage / f.name)
+    extras = [f for f in work.iterdir() if f.name != "run"]
+    if extras:
+        (stage / "loop").mkdir()
+        for f in extras:
+            shutil.move(str(f), stage / "loop" / f.name)
+    path = out / f"runs-{slot}.tar.gz"
+    tmp = path.with_name(f".{path.name}.tmp")
+    with tarfile.open(tmp, "w:gz") as tar:
+        for d in sorted((out / ".staging" / str(slot)).iterdir()):
+            tar.add(d, arcname=d.name)
+    os.replace(tmp, path)
     return path.name
 
 
@@ -233,7 +242,7 @@ def main() -> int:
         except Exception as e:  # noqa: BLE001 - one substitution must not stop the others
             rec = {"name": name, "status": f"script error: {type(e).__name__}: {e}"}
         rec["seconds"] = round(time.monotonic() - t0, 1)
-        rec["archive"] = archive(work, out)
+        rec["archive"] = archive(work, out, slot=min(len(records), MAX_ARCHIVES - 1) + 1)
         shutil.rmtree(work, ignore_errors=True)
         log(f"== {name}: {rec['status']} in {rec['seconds']} s")
         if "validate" in rec:
@@ -242,8 +251,9 @@ def main() -> int:
         (out / "validation.json").write_text(json.dumps(results, indent=1) + "\n")
         (out / "loop.json").write_text(json.dumps({"device": args.device, "records": records}, indent=1) + "\n")
     shutil.rmtree(work_root, ignore_errors=True)
+    shutil.rmtree(out / ".staging", ignore_errors=True)
     total = time.monotonic() - t_start
-    files = [r["archive"] for r in records if r.get("archive")]
+    files = sorted({r["archive"] for r in records if r.get("archive")})
     (out / "loop.json").write_text(json.dumps({"device": args.device, "seconds": round(total, 1),
                                                "archives": files, "records": records}, indent=1) + "\n")
     log(f"done in {total:.0f} s: {sum(r.get('status') == 'ok' for r in records)} of {len(records)} ok; "

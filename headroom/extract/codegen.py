@@ -10,7 +10,6 @@ from __future__ import annotations
 import dataclasses
 import enum
 import math
-import pprint
 from typing import Any
 
 from headroom.errors import UserError
@@ -71,8 +70,9 @@ def _config_expr(src: Source, value: Any, what: str) -> str:
     ref = _class_ref(src, cls, what)
     attn = getattr(value, "_attn_implementation", None)
     fname = f"_{cls.__name__.lower()}_{len(src.helpers)}"
-    body = pprint.pformat(d, indent=4, width=100, sort_dicts=False)
-    lines = [f"def {fname}():", f"    config = {ref}(**{body})".replace("\n", "\n    ")]
+    lines = [f"def {fname}():", f"    config = {ref}(**{{"]
+    lines += [f"        {k!r}: {v!r}," for k, v in d.items()]
+    lines.append("    })")
     if attn and attn != getattr(again, "_attn_implementation", None):
         lines.append(f"    config._attn_implementation = {attn!r}  # as the workload set it")
     lines.append("    return config")

@@ -48,7 +48,7 @@ def paths_selector(paths: list[str]) -> str:
     return f"module:^(?:{alts})(?:\\.|$)"
 
 
-def _speedup_entry(selector: str, factor: float, launches: float | None) -> Speedup:
+def _speedup_entry(selector: str, factor: float, launches: int | None) -> Speedup:
     kw: dict[str, Any] = {}
     if launches is not None and "launches" in {f.name for f in dataclasses.fields(Speedup)}:
         kw["launches"] = launches
@@ -96,7 +96,9 @@ def projections(base: Any, paths: list[str], calls_per_step: float, pb: Any, pv:
         factor = _ratio(b_us, v_us)
         if not math.isfinite(factor):
             factor = 1e9   # the variant runs no kernel here: the part takes (practically) no time
-        launches = v_k / calls_per_step if calls_per_step > 0 else None
+        # A call is one module range instance on the launching thread: the forward's. Backward kernels run
+        # on autograd's thread outside every range, so the backward entry leaves launches unchanged.
+        launches = round(v_k / calls_per_step) if phase == "forward" and calls_per_step > 0 else None
         entries.append(_speedup_entry(f"{sel} & phase:{phase}", factor, launches))
     if not entries:
         return {"amdahl": 1.0, "replay": 1.0 if base.mode == "gpu" else None, "estimate": None, "low": None,

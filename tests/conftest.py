@@ -43,12 +43,20 @@ class TraceBuilder:
                             "pid": self.pid, "tid": self.tid, "ts": ts, "dur": dur,
                             "args": {"External id": self._ext_id()}})
 
-    def cpu(self, name: str, ts: float, dur: float, cat: str = "cpu_op", tid: int | None = None) -> int:
+    def cpu(self, name: str, ts: float, dur: float, cat: str = "cpu_op", tid: int | None = None,
+            args: dict | None = None) -> int:
         ext = self._ext_id()
         self.events.append({"ph": "X", "cat": cat, "name": name, "pid": self.pid,
                             "tid": self.tid if tid is None else tid, "ts": ts, "dur": dur,
-                            "args": {"External id": ext}})
+                            "args": {"External id": ext, **(args or {})}})
         return ext
+
+    def fwdbwd(self, flow_id: int, forward_ts: float, backward_ts: float, forward_tid: int | None = None,
+               backward_tid: int | None = None) -> None:
+        """Kineto's link from a forward op (s) to the backward op autograd ran for it (f)."""
+        for ph, ts, tid in (("s", forward_ts, forward_tid), ("f", backward_ts, backward_tid)):
+            self.events.append({"ph": ph, "id": flow_id, "pid": self.pid, "tid": self.tid if tid is None else tid,
+                                "ts": ts, "cat": "fwdbwd", "name": "fwdbwd", **({"bp": "e"} if ph == "f" else {})})
 
     def kernel(self, name: str, launch_ts: float, ts: float, dur: float, stream: int = 7,
                ext: int | None = None, kind: str = "kernel", launch: str = "cudaLaunchKernel",
@@ -66,6 +74,22 @@ class TraceBuilder:
                             "args": {"device": device, "stream": stream, "correlation": corr,
                                      **({"External id": ext} if ext else {})}})
         return corr
+
+    def runtime(self, name: str, ts: float, corr: int, dur: float = 1.0) -> None:
+        """A CUDA runtime call that launches nothing (cudaEventRecord, cudaStreamWaitEvent, ...)."""
+        self.events.append({"ph": "X", "cat": "cuda_runtime", "name": name, "pid": self.pid, "tid": self.tid,
+                            "ts": ts, "dur": dur, "args": {"cbid": 0, "correlation": corr}})
+
+    def sync(self, kind: str, ts: float, stream: int, corr: int, wait_on_stream: int = -1,
+             record_corr: int = -1, device: int = 0, dur: float = 0.0) -> None:
+        """A CUPTI synchronization record as Kineto writes it (profiles with enable_cuda_sync_events)."""
+        args = {"cuda_sync_kind": kind}
+        if kind in ("Event Sync", "Stream Wait Event"):
+            args.update({"wait_on_stream": wait_on_stream, "wait_on_cuda_event_record_corr_id": record_corr,
+                         "wait_on_cuda_event_id": 3})
+        args.update({"stream": stream, "correlation": corr, "device": device, "context": 1})
+        self.events.append({"ph": "X", "cat": "cuda_sync", "name": kind, "pid": device, "tid": stream,
+                            "ts": ts, "dur": dur, "args": args})
 
     def doc(self, **top) -> dict:
         return {"schemaVersion": 1, "traceEvents": self.events, **top}

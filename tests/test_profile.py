@@ -52,6 +52,10 @@ CASES = {
     "dlrm": (dict(batch=64), {"embedding", "gemm"}, {}),
     "dlrm-dcn": (dict(batch=64), {"embedding", "gemm"}, {}),
 }
+# workload -> a module class every profile must attribute time to (module ranges are on by default)
+MODULE_TYPES = {"llama-7b": "LlamaRMSNorm", "gpt2-xl": "NewGELUActivation", "bert-base": "BertSelfAttention",
+                "vit-b-16": "ViTLayer", "resnet-50": "ResNetBottleNeckLayer", "dlrm": "InteractionArch",
+                "dlrm-dcn": "LowRankCrossNet"}
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
@@ -78,6 +82,10 @@ def test_every_workload_profiles_and_classifies(tmp_path, name):
     manifest = json.loads((tmp_path / MANIFEST_NAME).read_text())
     assert r.trace_path.name in manifest["traces"]
     assert manifest["traces"][r.trace_path.name]["results"]["mode"] == "cpu-ops"
+    assert m["module_ranges"]["hooked"] > 3 and m["module_ranges"]["root"] == "model"
+    assert manifest["traces"][r.trace_path.name]["results"]["module_ranges_recorded"] == len(a.modules) > 3
+    forward = a.events[a.events["phase"] == "forward"]
+    assert MODULE_TYPES[name] in set(a.events["module_type"]) and (forward["module"] != "").mean() > 0.9
     json.dumps(r.to_dict(), default=str)
 
 
@@ -106,6 +114,11 @@ def test_dlrm_production_path_runs_with_gloo_and_cpu_tbe(tmp_path):
     info = r.manifest["info"]
     assert info["sharding"] == "dmp" and "DistributedModelParallel" in info["embedding_path"]
     assert any(op.startswith("fbgemm::") for op in launched_by(r, "embedding"))
+    # The sharded collection's TBE ops, forward and backward, are that module's (inside DMP's wrappers).
+    ev = r.analysis.events
+    tbe = ev[ev["op"].str.startswith("fbgemm::") & (ev["category"] == "embedding")]
+    assert tbe["module_stack"].str.contains("ShardedEmbeddingBagCollection").all()
+    assert tbe["module"].str.startswith("model.model.sparse_arch.embedding_bag_collection").all()
     unsharded = run(tmp_path, "dlrm-dcn", batch=64, extra={"sharding": "none"})
     assert "unsharded" in unsharded.manifest["info"]["embedding_path"]
     assert torch.distributed.is_initialized() is False          # the one-rank group was torn down
@@ -185,7 +198,7 @@ def test_a_failed_step_leaves_no_trace_behind(tmp_path, fail_at):
 
 
 def test_an_interrupted_export_leaves_no_partial_file(tmp_path, monkeypatch):
-    import headroom.profile.manifest as hp
+    import headroom.jsonio as hp
 
     def boom(*a, **k):
         raise KeyboardInterrupt
@@ -316,3 +329,23 @@ def test_llama_7b_default_finishes_on_a_cpu(tmp_path):
     assert x is not None and x.factor == 16 and x.block_ranges == 2
     assert x.fractions()["gemm"] > 0.5                       # fp32 matmuls dominate a CPU prefill
     assert r.analysis.mode == "cpu-ops"
+
+
+def test_cuda_profiles_ask_kineto_for_sync_records():
+    """The replay's cross-stream model needs Kineto's cuda_sync records: asked for on CUDA, not on the CPU."""
+    from torch._C._profiler import _ExperimentalConfig
+
+    from headroom.profile.run import _experimental_config
+
+    assert isinstance(_experimental_config(torch.device("cuda", 0)), _ExperimentalConfig)
+    assert _experimental_config(torch.device("cpu")) is None
+
+
+def test_a_partial_run_records_the_whole_models_parameter_count(tmp_path):
+    r = run(tmp_path, "llama-7b", batch=1, seq=8, layers=1)
+    spec = get_workload("llama-7b")
+    assert r.config.extrapolated and r.manifest["params_full"] == spec.param_count_meta("tiny")
+    assert r.manifest["params_full"] > r.manifest["params"]
+    assert r.manifest["profiler"]["cuda_sync_events"] is False        # a CPU run: no CUDA sync records
+    whole = run(tmp_path / "whole", "llama-7b", batch=1, seq=8)
+    assert "params_full" not in whole.manifest and whole.manifest["params"] == spec.param_count_meta("tiny")

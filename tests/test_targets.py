@@ -12,13 +12,13 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from conftest import hta_trace
+from conftest import SHIPPED_TRACES, hta_trace
 from headroom.trace.analysis import analyze
 from headroom.errors import UserError
-from headroom.project.amdahl import amdahl
-from headroom.project.baseline import Baseline
-from headroom.project.matching import select
-from headroom.project.targets import targets, targets_dict
+from headroom.projection.amdahl import amdahl
+from headroom.projection.baseline import Baseline
+from headroom.projection.matching import select
+from headroom.projection.targets import targets, targets_dict
 from headroom.report.scaling import scaling_table
 from headroom.report.tables import addressable_summary, category_fractions
 
@@ -136,3 +136,99 @@ def test_scaling_table_from_manifest_and_override():
     assert t["workload"].tolist() == ["a", "b"]
     with pytest.raises(UserError, match="parameter count"):
         scaling_table([_fake(0.2)])
+
+
+# --- by module: a synthetic trace with a known answer ----------------------------
+
+def _module_trace(b, path):
+    """One step (0-1000 us). Modules: model (Net) [10, 500] > model.block (Block) [20, 300] >
+    model.block.a (Linear) [30, 100] and model.block.b (Linear) [150, 220]. GPU (serial):
+    gemm_a 100 us (in a), gemm_b 60 (in b), add 40 (in block), relu 20 (in model), the backward
+    of a's mm 50 (autograd thread, linked to a's mm by a fwdbwd flow), an optimizer kernel 30."""
+    b.step(1, 0, 1000)
+    b.cpu("headroom/module model (Net)", 10, 490, args={"Input Dims": [[4, 8]], "Input type": ["float"]})
+    b.cpu("headroom/module model.block (Block)", 20, 280)
+    b.cpu("headroom/module model.block.a (Linear)", 30, 70, args={"Input Dims": [[4, 8], []],
+                                                                  "Input type": ["c10::BFloat16", "Scalar"]})
+    ext = b.cpu("aten::mm", 40, 10)
+    b.kernel("gemm_a", launch_ts=41, ts=100, dur=100, ext=ext)
+    b.cpu("headroom/module model.block.b (Linear)", 150, 70, args={"Input Dims": [[4, 8]],
+                                                                   "Input type": ["c10::BFloat16"]})
+    ext = b.cpu("aten::mm", 160, 10)
+    b.kernel("gemm_b", launch_ts=161, ts=200, dur=60, ext=ext)
+    ext = b.cpu("aten::add", 250, 10)
+    b.kernel("vectorized_elementwise_kernel<add>", launch_ts=251, ts=260, dur=40, ext=ext)
+    ext = b.cpu("aten::relu", 400, 10)
+    b.kernel("vectorized_elementwise_kernel<relu>", launch_ts=401, ts=300, dur=20, ext=ext)
+    b.cpu("MmBackward0", 600, 50, tid=200)
+    ext = b.cpu("aten::mm", 610, 20, tid=200)
+    b.kernel("gemm_bwd", launch_ts=611, ts=620, dur=50, ext=ext, tid=200)
+    b.fwdbwd(1, forward_ts=40, backward_ts=600, backward_tid=200)
+    ext = b.cpu("aten::_foreach_add_", 700, 10)
+    b.kernel("multi_tensor_apply_kernel", launch_ts=701, ts=700, dur=30, ext=ext)
+    return analyze(b.write(path))
+
+
+def test_by_module_numbers_on_a_synthetic_trace(builder, tmp_path):
+    a = _module_trace(builder, tmp_path / "m.json")
+    assert a.wall_us == 1000.0 and a.total_us == 300.0          # the window is the step
+    t = targets(a, speedup=2.0, by=("module",), replay_top=0).set_index("name")
+    assert t.index.tolist() == ["Linear", "Block", "Net"]
+    lin = t.loc["Linear"]
+    # 100 + 60 forward + 50 backward (the flow links gemm_bwd to a's mm): 210 of 300 us, 3 kernels.
+    assert (lin.us, lin.kernels, lin.share) == (210.0, 3, pytest.approx(0.7))
+    assert (lin.calls, lin.kernels_per_call, lin.cpu_us_per_call) == (2.0, 1.5, 70.0)
+    assert lin.gain == pytest.approx(105 / 1000) and lin.gain_inf == pytest.approx(210 / 1000)
+    assert lin.phases == {"forward": pytest.approx(160 / 210), "backward": pytest.approx(50 / 210)}
+    assert lin.inputs == [{"inputs": "bf16[4,8]", "calls": 2}]     # scalars are not tensor shapes
+    blk = t.loc["Block"]
+    # Block's own CPU time: 280 us less its two Linear calls of 70.
+    assert (blk.us, blk.calls, blk.cpu_us_per_call, blk.inputs) == (40.0, 1.0, 140.0, [])
+    assert t.loc["Net"].us == 20.0 and t.loc["Net"].cpu_us_per_call == 210.0
+    assert t.loc["Net"].inputs == [{"inputs": "f32[4,8]", "calls": 1}]
+    # total: a module holds the kernels of the modules inside it (the optimizer kernel is nobody's).
+    tot = targets(a, speedup=2.0, by=("module",), scope="total").set_index("name")
+    assert tot["us"].to_dict() == {"Net": 270.0, "Block": 250.0, "Linear": 210.0}
+    assert tot.loc["Block", "cpu_us_per_call"] == 280.0
+    assert tot.loc["Net", "categories"] == {"gemm": pytest.approx(210 / 270), "elementwise": pytest.approx(60 / 270)}
+    inst = targets(a, speedup=2.0, by=("module_path",)).set_index("name")
+    assert inst["us"].to_dict() == {"model.block.a": 150.0, "model.block.b": 60.0, "model.block": 40.0, "model": 20.0}
+    assert inst.loc["model.block.a", "kernels_per_call"] == 2.0
+    assert targets(a, by=("module_path",), scope="total").set_index("name").loc["model.block", "us"] == 250.0
+
+
+def test_by_module_replay_and_json(builder, tmp_path):
+    a = _module_trace(builder, tmp_path / "m.json")
+    t = targets(a, speedup=2.0, by=("op", "module"), replay_top=1)
+    mod = t[t["kind"] == "module"].iloc[0]
+    # Serial kernels, no idle gap the speedup could fall into except the backward's:
+    # replay at infinity removes gemm_a, gemm_b and gemm_bwd entirely.
+    assert mod["name"] == "Linear" and math.isfinite(mod.replay_gain) and mod.replay_gain <= mod.replay_gain_inf
+    d = targets_dict(a, t, 2.0)
+    rows = {(r["kind"], r["name"]): r for r in d["targets"]}
+    assert rows[("module", "Linear")]["calls"] == 2.0 and rows[("module", "Linear")]["scope"] == "self"
+    assert "calls" not in rows[("op", "aten::mm")]          # op rows keep the op contract
+    json.dumps(d)
+
+
+def test_module_selector_holds_children_and_backward(builder, tmp_path):
+    ev = _module_trace(builder, tmp_path / "m.json").events
+    assert ev.loc[select(ev, "module:Block"), "dur"].sum() == 250.0
+    assert ev.loc[select(ev, r"module:^model\.block\.a$"), "dur"].sum() == 150.0
+    assert ev.loc[select(ev, r"module:^model\.block\.a$ & phase:forward"), "dur"].sum() == 100.0
+    assert ev.set_index("name").loc["gemm_bwd", "phase"] == "backward"
+
+
+def test_no_module_ranges_is_said_on_stderr(tmp_path):
+    from headroom.cli import _register_commands, app
+
+    _register_commands()
+    path = SHIPPED_TRACES / "bert-base.infer.json.gz"
+    r = CliRunner().invoke(app, ["targets", str(path), "--by", "module", "--json"])
+    assert r.exit_code == 0
+    err = [l for l in r.stderr.splitlines() if l]
+    assert len(err) == 1 and "has no nn.Module ranges" in err[0] and "headroom profile" in err[0]
+    d = json.loads(r.stdout)
+    assert d["targets"] == [] and d["notes"] == [err[0].removeprefix("headroom: note: ")]
+    r = CliRunner().invoke(app, ["targets", str(path), "--scope", "inner"])
+    assert isinstance(r.exception, UserError) and "unknown module scope 'inner'" in str(r.exception)

@@ -130,7 +130,7 @@ def test_a_measured_speedup_the_projection_misses_shows_as_its_error(tmp_path):
 
 
 def test_paths_selector_picks_the_instances_and_what_is_inside_them():
-    from headroom.project.selectors import parse_selector
+    from headroom.projection.selectors import parse_selector
 
     sel = paths_selector(["layers.0.mlp", "layers.1.mlp"])
     assert sel == r"module:^(?:model\.layers\.0\.mlp|model\.layers\.1\.mlp)(?:\.|$)"

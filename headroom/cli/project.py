@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import json
-import math
 from pathlib import Path
 from typing import List, Optional
 
 import typer
 
 from headroom.errors import UserError
+from headroom.jsonio import dumps
 
 RulesOpt = typer.Option(None, "--rules", help="TOML file of extra classification rules (tried first).")
 PolicyOpt = typer.Option(None, "--policy", help="TOML file overriding which categories are addressable.")
@@ -32,30 +31,6 @@ def _analyses(traces: List[Path], rules, policy, whole_trace: bool):
     return [analyze(f, rules=r, policy=p, whole_trace=whole_trace) for f in files]
 
 
-def _json_default(o):
-    if isinstance(o, float) and not math.isfinite(o):
-        return None
-    try:
-        import numpy as np
-        if isinstance(o, np.generic):
-            return o.item()
-    except ImportError:  # pragma: no cover
-        pass
-    return str(o)
-
-
-def _dumps(d) -> str:
-    def fix(x):
-        if isinstance(x, float) and not math.isfinite(x):
-            return None
-        if isinstance(x, dict):
-            return {k: fix(v) for k, v in x.items()}
-        if isinstance(x, (list, tuple)):
-            return [fix(v) for v in x]
-        return x
-    return json.dumps(fix(d), default=_json_default)
-
-
 def project_cmd(
     traces: List[Path] = typer.Argument(..., help="Trace files (.json/.json.gz) or directories of per-rank traces."),
     speedup: Optional[List[str]] = SpeedupOpt,
@@ -76,11 +51,11 @@ def project_cmd(
     whole_trace: bool = WholeOpt,
 ) -> None:
     """Project end-to-end step time from kernel speedups: Amdahl and timeline replay, with bounds."""
-    from headroom.project.distributions import load_distribution
-    from headroom.project.problems import load_problems
-    from headroom.project.projection import project
-    from headroom.project.scenarios import DEFAULT_QUANTILES
-    from headroom.project.speedups import collect_entries
+    from headroom.projection.distributions import load_distribution
+    from headroom.projection.problems import load_problems
+    from headroom.projection.project import project
+    from headroom.projection.scenarios import DEFAULT_QUANTILES
+    from headroom.projection.speedups import collect_entries
     from headroom.report.render import make_console, render_projection
 
     entries, warnings = collect_entries(speedup or [], speedups or [])
@@ -95,7 +70,7 @@ def project_cmd(
                       scenario_select=scenario_select, quantiles=quantiles, strict=strict, problems=pm,
                       extra_warnings=warnings)
         if as_json:
-            print(_dumps(res.to_dict()))
+            print(dumps(res.to_dict()))
         else:
             render_projection(res, console)
 
@@ -119,7 +94,7 @@ def targets_cmd(
     """If one op got faster, which should it be? Ops and modules ranked by end-to-end gain."""
     import sys
 
-    from headroom.project.targets import MODULE_KINDS, module_ranges_missing, targets, targets_dict
+    from headroom.projection.targets import MODULE_KINDS, module_ranges_missing, targets, targets_dict
     from headroom.report.render import make_console, render_targets
 
     groupings = tuple(by) if by else ("op", "module")
@@ -129,7 +104,7 @@ def targets_cmd(
         if missing:
             print(f"headroom: note: {missing}", file=sys.stderr)
         if as_json:
-            print(_dumps(targets_dict(a, table, speedup, notes=[missing] if missing else [])))
+            print(dumps(targets_dict(a, table, speedup, notes=[missing] if missing else [])))
             continue
         render_targets(a, table, speedup, make_console())
 
@@ -154,12 +129,12 @@ def plot_cmd(
     whole_trace: bool = WholeOpt,
 ) -> None:
     """Figures: addressable fraction per workload, projected step time, and scaling with model size."""
-    from headroom.project.problems import load_problems
-    from headroom.project.projection import project
-    from headroom.project.speedups import collect_entries, parse_cli_speedup
+    from headroom.projection.problems import load_problems
+    from headroom.projection.project import project
+    from headroom.projection.speedups import collect_entries, parse_cli_speedup
     from headroom.report import plot
     from headroom.report.scaling import scaling_table
-    from headroom.report.tables import addressable_summary, category_fractions, projection_table, workload_label
+    from headroom.report.tables import addressable_summary, category_fractions, projection_table
 
     figures = list(figure) if figure else None
     for f in figures or []:
@@ -189,7 +164,7 @@ def plot_cmd(
         for r in results:
             for w in r.warnings:
                 print(f"headroom: warning: {Path(r.source).name}: {w}")
-        tbl = projection_table(results, [*(labels or [])] or [workload_label(a) for a in analyses])
+        tbl = projection_table(results, [*(labels or [])] or [a.label for a in analyses])
         written += plot.save(plot.projection_figure(tbl, title), out / "projection", formats)
     if "scaling" in want:
         explicit = bool(figures and "scaling" in figures)

@@ -2,17 +2,17 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import List, Optional
 
 import typer
 
-from headroom.trace.analysis import analyze, analyze_path
+from headroom.jsonio import dumps
 from headroom.report.annotate import annotate_trace
-from headroom.trace.classify import load_policy, load_rules
 from headroom.report.render import make_console, render_analysis, render_summary
 from headroom.report.tables import summary_frame
+from headroom.trace.analysis import analyze, analyze_path
+from headroom.trace.classify import load_policy, load_rules
 from headroom.trace.load import find_trace_files
 
 RulesOpt = typer.Option(None, "--rules", help="TOML file of extra classification rules (tried first).")
@@ -34,7 +34,7 @@ def classify(
     for f in files:
         a = analyze(f, rules=compiled_rules, policy=compiled_policy, whole_trace=whole_trace)
         if as_json:
-            print(json.dumps(a.to_dict(all_kernels=all_kernels)))
+            print(dumps(a.to_dict(all_kernels=all_kernels)))
             continue
         render_analysis(a, console)
         if all_kernels:

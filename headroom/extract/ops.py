@@ -128,7 +128,7 @@ def op_problem(op: str, sig: tuple, name: str, workload: str, config: dict, coun
 def extract_op(spec: WorkloadSpec, cfg: RunConfig, dev: Any, op: str, out_dir: Path, *, trace: Any, command: str,
                progress: Progress):
     from headroom.extract.run import ExtractResult, _write_atomic, header_config, safe_name
-    from headroom.project.matching import select
+    from headroom.projection.matching import select
     from headroom.trace.analysis import analyze
 
     if not op.startswith("aten::") or len(op) <= len("aten::"):

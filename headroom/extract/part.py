@@ -19,7 +19,7 @@ import numpy as np
 import pandas as pd
 
 from headroom.profile.run import MODULE_ROOT
-from headroom.trace.phase import event_phases
+from headroom.trace.phases import event_phases
 
 
 def trace_path(path: str) -> str:

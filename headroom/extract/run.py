@@ -25,7 +25,7 @@ from headroom.extract.problem import Share, module_problem, module_selectors, se
 from headroom.extract.record import module_ranges, record_trace, remove
 from headroom.profile.progress import Progress, _phase
 from headroom.profile.registry import get_workload, load_workload_file
-from headroom.profile.run import resolve_device
+from headroom.devices import resolve_device
 from headroom.profile.workload import Options, RunConfig, WorkloadSpec
 from headroom.pyfile import import_file
 

@@ -55,6 +55,23 @@ def _tensors(args: tuple, kwargs: dict) -> list[Any]:
     return out
 
 
+def ranged_modules(model: Any, root: str = "model") -> list[tuple[str, Any]]:
+    """(path, module) for every module `record_module_ranges` puts a range on."""
+    out: list[tuple[str, Any]] = []
+    skip: list[str] = []
+    for name, module in model.named_modules():
+        if any(name.startswith(s) for s in skip):
+            continue
+        if _is_compiled(module):
+            skip.append(f"{name}." if name else "")
+            if type(module).__name__ == "OptimizedModule":
+                continue
+        if is_container(module):
+            continue
+        out.append((f"{root}.{name}" if name else root, module))
+    return out
+
+
 def record_module_ranges(model: Any, root: str = "model") -> list[Any]:
     """Record a range per call of each non-container module of `model`; returns the hook handles.
 
@@ -70,17 +87,7 @@ def record_module_ranges(model: Any, root: str = "model") -> list[Any]:
 
     is_compiling = torch.compiler.is_compiling
     handles: list[Any] = []
-    skip: list[str] = []
-    for name, module in model.named_modules():
-        if any(name.startswith(s) for s in skip):
-            continue
-        if _is_compiled(module):
-            skip.append(f"{name}." if name else "")
-            if type(module).__name__ == "OptimizedModule":
-                continue
-        if is_container(module):
-            continue
-        path = f"{root}.{name}" if name else root
+    for path, module in ranged_modules(model, root):
         range_name = module_range_name(path, type(module).__name__)
         open_ranges: list[Any] = []
 
@@ -103,8 +110,9 @@ def record_module_ranges(model: Any, root: str = "model") -> list[Any]:
                 rf.__exit__(None, None, None)
             return None
 
-        # The range opens after every other pre-hook and closes before every other hook, so
-        # it nests inside ranges that other hooks put around the same call (`--layers` blocks).
+        # The range opens after the pre-hooks registered before it and closes before every other
+        # hook, so it nests inside ranges that earlier hooks put around the same call (`--layers`
+        # blocks: `headroom profile` registers those first).
         handles.append(module.register_forward_pre_hook(enter, with_kwargs=True))
         handles.append(module.register_forward_hook(leave, prepend=True, always_call=True))
     return handles

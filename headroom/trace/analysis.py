@@ -17,7 +17,7 @@ from headroom.trace.accounting import (add_wall_shares, busy_per_device, categor
                                  op_table, step_bounds, step_table, union_length)
 from headroom.trace.attribute import attribute_kernels_to_ops, cpu_op_self_times
 from headroom.trace.modules import attribute_modules, module_calls, module_ranges
-from headroom.trace.phase import event_phases
+from headroom.trace.phases import event_phases
 from headroom.trace.classify import Policy, Rule, classify_kernels, load_policy, load_rules
 from headroom.trace.load import Trace, TraceError, find_trace_files, load_trace
 
@@ -46,7 +46,7 @@ class Analysis:
     trace: Trace | None = None
     # One row per nn.Module call in the window (headroom/trace/modules.py `module_calls`); empty when
     # the trace has no module ranges.
-    modules: pd.DataFrame = field(default_factory=lambda: module_calls(pd.DataFrame(), (0.0, 0.0)))
+    modules: pd.DataFrame = field(default_factory=lambda: module_calls(pd.DataFrame()))
 
     @property
     def addressable_fraction(self) -> float:
@@ -72,12 +72,21 @@ class Analysis:
             return str(props[0].get("name", ""))
         return str(self.manifest.get("gpu", {}).get("name", "")) if isinstance(self.manifest.get("gpu"), dict) else ""
 
+    @property
+    def label(self) -> str:
+        return trace_label(self)
+
+    def to_frame(self) -> pd.DataFrame:
+        """Where the time went: one row per category (name, us, fraction, wall_us, wall_fraction,
+        addressable, count), longest first."""
+        return self.categories.copy()
+
     def unknown_kernels(self, limit: int = 20) -> pd.DataFrame:
         k = self.kernels
         return k[k["category"] == "other"].head(limit)
 
     def to_dict(self, all_kernels: bool = False) -> dict[str, Any]:
-        """The `headroom classify --json` contract (docs/cli.md)."""
+        """The `headroom classify --json` contract (docs/architecture.md, "The `Analysis` object")."""
         out: dict[str, Any] = {
             "trace": self.source,
             "mode": self.mode,
@@ -114,6 +123,18 @@ class Analysis:
                 for r in self.kernels.itertuples(index=False)
             ]
         return out
+
+
+def trace_label(a: Analysis) -> str:
+    """What tables and figures call a trace: the workload and variant its manifest records, else the file name."""
+    m = a.manifest
+    if m.get("workload"):
+        variant = m.get("variant") or ""
+        return f"{m['workload']}{' ' + variant if variant else ''}"
+    name = Path(a.source).name
+    for suffix in (".json.gz", ".json", ".pt.trace"):
+        name = name.removesuffix(suffix)
+    return name
 
 
 def _cpu_events(trace: Trace) -> pd.DataFrame:
@@ -206,7 +227,7 @@ def analyze(source: str | os.PathLike | Trace, rules: list[Rule] | str | os.Path
         categories=category_table(events, total, wall * n_devices),
         kernels=kernel_table(events), ops=op_table(events),
         steps=step_table(events, bounds),
-        metadata=trace.metadata, trace=trace, modules=module_calls(module_ranges(trace), (start, end)),
+        metadata=trace.metadata, trace=trace, modules=module_calls(module_ranges(trace), None if whole_trace else steps),
     )
 
 

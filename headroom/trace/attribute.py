@@ -18,7 +18,7 @@ import pandas as pd
 
 from headroom.trace.intervals import containing_range, ranges_on_threads
 from headroom.trace.modules import attribute_modules
-from headroom.trace.phase import event_phases
+from headroom.trace.phases import event_phases
 from headroom.trace.ranges import FRAME_PREFIX, MODULE_RANGE_PREFIX, PROFILER_STEP_PREFIX
 from headroom.trace.tables import Trace, starts_with
 

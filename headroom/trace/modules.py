@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from headroom.trace.intervals import ranges_on_threads
+from headroom.trace.intervals import containing_range, ranges_on_threads
 from headroom.trace.ranges import FRAME_PREFIX, MODULE_PREFIX, MODULE_RANGE_PREFIX, parse_module_range
 from headroom.trace.tables import Trace, starts_with
 
@@ -188,13 +188,14 @@ def attribute_modules(trace: Trace, pid: np.ndarray, tid: np.ndarray, ts: np.nda
     return ModuleColumns(module=module, module_type=module_type, module_stack=stack, backward=backward)
 
 
-def module_calls(ranges: pd.DataFrame, window: tuple[float, float]) -> pd.DataFrame:
-    """The module calls that start inside `window`: path, module_type, module_stack, inputs,
+def module_calls(ranges: pd.DataFrame, steps: pd.DataFrame | None = None) -> pd.DataFrame:
+    """The module calls that start inside a profiled step (`steps`: ts, end; None: every call,
+    for a whole-trace analysis), as kernels belong to the step that launched them: path, module_type, module_stack, inputs,
     pid, tid, ts, dur (CPU time of the call, its children included) and self_us (less the
     time of the module calls directly inside it)."""
     cols = ["path", "module_type", "module_stack", "inputs", "pid", "tid", "ts", "dur", "self_us"]
     if len(ranges) == 0:
-        return pd.DataFrame({c: [] for c in cols})
+        return pd.DataFrame({c: pd.Series(dtype=object if i < 6 else float) for i, c in enumerate(cols)})
     ts_all = ranges["ts"].to_numpy(dtype=float)
     end_all = ts_all + ranges["dur"].to_numpy(dtype=float)
     self_us = ranges["dur"].to_numpy(dtype=float).copy()
@@ -208,5 +209,7 @@ def module_calls(ranges: pd.DataFrame, window: tuple[float, float]) -> pd.DataFr
                 self_us[stack[-1]] -= end_all[k] - ts_all[k]
             stack.append(k)
     out = ranges.assign(self_us=np.maximum(self_us, 0.0))
-    inside = (ts_all >= window[0]) & (ts_all <= window[1])
+    if steps is None:
+        return out[cols].reset_index(drop=True)
+    inside = containing_range(steps["ts"].to_numpy(dtype=float), steps["end"].to_numpy(dtype=float), ts_all) >= 0
     return out.loc[inside, cols].reset_index(drop=True)

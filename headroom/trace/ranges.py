@@ -29,11 +29,3 @@ def parse_module_range(name: str) -> tuple[str, str]:
         return "", ""
     return path, module_type
 
-
-# Phases of a training step, from the names of the ops and ranges a kernel ran under (regexes,
-# case-insensitive): the optimizer step, the backward pass (autograd engine, *Backward nodes,
-# *_backward ops, a "backward" range); everything else is forward. A kernel inside a backward
-# op that Kineto links to a forward op is backward whatever its names say.
-OPTIMIZER_PATTERN = r"optimizer|^aten::_foreach_|^aten::_fused_(adam|adamw|sgd)|zero_grad"
-BACKWARD_PATTERN = r"backward|autograd::engine"
-PHASES = ("forward", "backward", "optimizer")

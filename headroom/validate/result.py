@@ -10,7 +10,7 @@ re-derived on any machine, and a new projection model re-scored against old meas
   base and the variant trace; its speedup is base_us / variant_us; launches per call are the
   part's kernels per step over the replaced modules' calls per step (a training call's
   backward kernels count with it).
-* projected: `headroom.project.project` on the base trace alone, the part's kernels made
+* projected: `headroom.projection.project` on the base trace alone, the part's kernels made
   faster by the part's measured speedup (forward and backward separately, each with the
   variant's launches per call), Amdahl, replay, and the projector's estimate where it exists.
 * error of each projection: projected speedup / measured speedup - 1.
@@ -29,9 +29,9 @@ import numpy as np
 
 from headroom.errors import UserError
 from headroom.extract.part import part_masks, part_time, trace_path
-from headroom.project.projection import project
-from headroom.project.selectors import parse_selector
-from headroom.project.speedups import Speedup
+from headroom.projection.project import project
+from headroom.projection.selectors import parse_selector
+from headroom.projection.speedups import Speedup
 from headroom.validate.timing import summarise
 
 RUN_FILE = "run.json"

@@ -21,7 +21,7 @@ from headroom.extract.capture import find_class, instances_of, record_calls, rec
 from headroom.extract.record import module_ranges, record_trace, remove
 from headroom.profile.environment import environment
 from headroom.profile.registry import get_workload, load_workload_file
-from headroom.profile.run import resolve_device
+from headroom.devices import resolve_device
 from headroom.profile.workload import Options
 from headroom.validate.compare import check
 from headroom.validate.result import BASE_TRACE, RESULT_FILE, RUN_FILE, VARIANT_TRACE, compute, dumps

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import re
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -11,8 +12,9 @@ import numpy as np
 import pandas as pd
 
 from headroom.errors import UserError
-from headroom.project.baseline import Baseline, as_baseline
-from headroom.project.replay import replay_projection
+from headroom.projection.baseline import Baseline, as_baseline
+from headroom.projection.replay import replay_projection
+from headroom.trace.analysis import Analysis
 from headroom.trace.modules import STACK_SEP
 
 DEFAULT_SPEEDUP = 1.5
@@ -44,7 +46,7 @@ def _amdahl_groups(b: Baseline, keys: np.ndarray, s: float) -> pd.DataFrame:
     return out
 
 
-def targets(analysis: Any, speedup: float = DEFAULT_SPEEDUP, by: Sequence[str] = ("op", "module"),
+def targets(analysis: Analysis | Baseline, speedup: float = DEFAULT_SPEEDUP, by: Sequence[str] = ("op", "module"),
             top: int | None = 20, replay_top: int = 0, scope: str = "self") -> pd.DataFrame:
     """Ops, kernels and nn.Modules ranked by end-to-end gain.
 
@@ -62,22 +64,22 @@ def targets(analysis: Any, speedup: float = DEFAULT_SPEEDUP, by: Sequence[str] =
         raise UserError(f"--speedup must be a finite number > 0, got {speedup!r}")
     if scope not in SCOPES:
         raise UserError(f"unknown module scope {scope!r}; use self or total")
-    for kind in by:
-        if kind not in GROUPINGS:
-            raise UserError(f"unknown grouping {kind!r} ({', '.join(GROUPINGS)})")
+    for grouping in by:
+        if grouping not in GROUPINGS:
+            raise UserError(f"unknown grouping {grouping!r} ({', '.join(GROUPINGS)})")
     b = as_baseline(analysis)
     ev = b.events
     total = float(ev["dur"].sum())
     frames = []
-    for kind in by:
-        if kind in MODULE_KINDS:
-            t = module_targets(b, speedup, kind, scope, top=top, replay_top=replay_top)
+    for grouping in by:
+        if grouping in MODULE_KINDS:
+            t = module_targets(b, speedup, grouping, scope, top=top, replay_top=replay_top)
             if len(t):
                 frames.append(t)
             continue
-        if kind == "op":
+        if grouping == "op":
             keys = ev["op"].astype(str).where(ev["op"].astype(str) != "", NO_OP).to_numpy(dtype=object)
-        elif kind == "top_op":
+        elif grouping == "top_op":
             keys = ev["top_op"].astype(str).where(ev["top_op"].astype(str) != "", NO_OP).to_numpy(dtype=object)
         else:
             keys = ev["name"].astype(str).to_numpy(dtype=object)
@@ -96,7 +98,7 @@ def targets(analysis: Any, speedup: float = DEFAULT_SPEEDUP, by: Sequence[str] =
         am = _amdahl_groups(Baseline(sub.reset_index(drop=True), b.wall_us, b.window, b.num_steps, b.n_devices),
                             k, speedup)
         t = agg.join(am).join(cat.rename("category"))
-        t["kind"] = kind
+        t["kind"] = grouping
         t["name"] = t.index.astype(str)
         t["share"] = t["us"] / total if total > 0 else 0.0
         frac = np.where(t["us"] > 0, t["addressable_us"] / t["us"].where(t["us"] > 0, 1.0), 0.0)
@@ -127,14 +129,14 @@ def targets(analysis: Any, speedup: float = DEFAULT_SPEEDUP, by: Sequence[str] =
 # --- modules --------------------------------------------------------------------
 
 
-def has_module_ranges(analysis: Any) -> bool:
+def has_module_ranges(analysis: Analysis | Baseline) -> bool:
     """Whether any event of the trace ran inside a recorded nn.Module."""
     ev = as_baseline(analysis).events
     col = "module_type" if "module_type" in ev.columns else "module"
     return col in ev.columns and bool((ev[col].astype(str) != "").any())
 
 
-def module_ranges_missing(analysis: Any) -> str | None:
+def module_ranges_missing(analysis: Analysis | Baseline) -> str | None:
     """One line saying the trace has no module ranges and how to record them; None if it has them."""
     if has_module_ranges(analysis):
         return None
@@ -163,20 +165,20 @@ def _module_keys(ev: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return path, mtype, stack
 
 
-def _memberships(ev: pd.DataFrame, kind: str, scope: str, known_paths: set[str]) -> tuple[np.ndarray, np.ndarray]:
+def _memberships(ev: pd.DataFrame, grouping: str, scope: str, known_paths: set[str]) -> tuple[np.ndarray, np.ndarray]:
     """(event index, group key) pairs: each event in its innermost module's group (`self`), or in
     the group of that module and of every module holding it (`total`), once per group."""
     path, mtype, stack = _module_keys(ev)
-    inner = path if kind == "module_path" else mtype
+    inner = path if grouping == "module_path" else mtype
     if scope == "self":
         idx = np.flatnonzero(inner != "")
         return idx, inner[idx]
-    codes, uniq = pd.factorize(pd.Series(path if kind == "module_path" else stack, dtype=object))
+    codes, uniq = pd.factorize(pd.Series(path if grouping == "module_path" else stack, dtype=object))
     groups: list[list[str]] = []
     for u in uniq:
         if not u:
             groups.append([])
-        elif kind == "module_path":
+        elif grouping == "module_path":
             parts = u.split(".")
             prefixes = [".".join(parts[:k]) for k in range(1, len(parts) + 1)]
             groups.append([q for q in prefixes if q in known_paths or q == u])
@@ -190,28 +192,29 @@ def _memberships(ev: pd.DataFrame, kind: str, scope: str, known_paths: set[str])
     return np.array(rows, dtype=np.int64), np.array(keys, dtype=object)
 
 
-def _call_stats(modules: pd.DataFrame | None, kind: str, scope: str, num_steps: int) -> pd.DataFrame:
+def _call_stats(modules: pd.DataFrame | None, grouping: str, scope: str, num_steps: int) -> pd.DataFrame:
     """Per group: calls in the window, calls per step, CPU us per call, and the inputs seen."""
     cols = ["calls_total", "calls", "cpu_us_per_call", "inputs"]
     if modules is None or len(modules) == 0:
         return pd.DataFrame(columns=cols)
-    key = modules["path"] if kind == "module_path" else modules["module_type"]
+    key = modules["path"] if grouping == "module_path" else modules["module_type"]
     cpu = modules["self_us"] if scope == "self" else modules["dur"]
     df = pd.DataFrame({"key": key.astype(str).to_numpy(), "cpu": cpu.to_numpy(dtype=float),
                        "inputs": modules["inputs"].astype(str).to_numpy()})
     g = df.groupby("key", sort=False)
     out = pd.DataFrame({"calls_total": g.size(), "cpu_us_per_call": g["cpu"].mean()})
     out["calls"] = out["calls_total"] / max(num_steps, 1)
-    seen = df.groupby(["key", "inputs"], sort=False).size().reset_index(name="n")
+    seen = df[df["inputs"] != ""].groupby(["key", "inputs"], sort=False).size().reset_index(name="n")
     seen = seen.sort_values(["key", "n"], ascending=[True, False], kind="stable")
     out["inputs"] = pd.Series({k: [{"inputs": i, "calls": int(n)} for i, n in zip(s["inputs"], s["n"])][:5]
                                for k, s in seen.groupby("key", sort=False)})
     return out[cols]
 
 
-def module_targets(analysis: Any, speedup: float = DEFAULT_SPEEDUP, kind: str = "module", scope: str = "self",
+def module_targets(analysis: Analysis | Baseline, speedup: float = DEFAULT_SPEEDUP, grouping: str = "module",
+                   scope: str = "self",
                    top: int | None = 20, replay_top: int = 0) -> pd.DataFrame:
-    """nn.Module classes (``kind="module"``) or instances (``"module_path"``) ranked by end-to-end gain.
+    """nn.Module classes (``grouping="module"``) or instances (``"module_path"``) ranked by end-to-end gain.
 
     scope ``self``: a module's kernels are those whose innermost module it is (the groups
     split the kernel time: shares add up); ``total``: also every kernel of the modules inside
@@ -224,8 +227,8 @@ def module_targets(analysis: Any, speedup: float = DEFAULT_SPEEDUP, kind: str = 
     categories and phases (share of the row's kernel time per category, and per phase:
     forward, backward, optimizer).
     """
-    if kind not in MODULE_KINDS:
-        raise UserError(f"unknown module grouping {kind!r} (module, module_path)")
+    if grouping not in MODULE_KINDS:
+        raise UserError(f"unknown module grouping {grouping!r} (module, module_path)")
     if scope not in SCOPES:
         raise UserError(f"unknown module scope {scope!r}; use self or total")
     b = as_baseline(analysis)
@@ -235,7 +238,7 @@ def module_targets(analysis: Any, speedup: float = DEFAULT_SPEEDUP, kind: str = 
         return pd.DataFrame(columns=columns)
     known = set(b.modules["path"].astype(str)) if b.modules is not None and len(b.modules) else set()
     known |= set(ev["module"].astype(str)) if "module" in ev.columns else set()
-    rows, keys = _memberships(ev, kind, scope, known)
+    rows, keys = _memberships(ev, grouping, scope, known)
     if len(rows) == 0:
         return pd.DataFrame(columns=columns)
     total = float(ev["dur"].sum())
@@ -258,7 +261,7 @@ def module_targets(analysis: Any, speedup: float = DEFAULT_SPEEDUP, kind: str = 
     am = _amdahl_groups(Baseline(sub, b.wall_us, b.window, b.num_steps, b.n_devices), keys, speedup)
     t = agg.join(am)
     t["name"] = t.index.astype(str)
-    t["kind"] = kind
+    t["kind"] = grouping
     t["scope"] = scope
     t["category"] = [max(mix[k], key=mix[k].get) for k in t.index]
     t["categories"] = [{c: (u / us if us > 0 else 0.0) for c, u in mix[k].items()} for k, us in zip(t.index, t["us"])]
@@ -269,7 +272,7 @@ def module_targets(analysis: Any, speedup: float = DEFAULT_SPEEDUP, kind: str = 
     t["addressable"] = np.where(frac >= 0.999, "yes", np.where(frac <= 0.001, "no", "partly"))
     t["gain"] = 1.0 - t["projected_us"] / b.wall_us if b.wall_us > 0 else 0.0
     t["gain_inf"] = 1.0 - t["projected_inf_us"] / b.wall_us if b.wall_us > 0 else 0.0
-    stats = _call_stats(b.modules, kind, scope, b.num_steps)
+    stats = _call_stats(b.modules, grouping, scope, b.num_steps)
     t = t.join(stats)
     calls_total = pd.to_numeric(t["calls_total"], errors="coerce").to_numpy(dtype=float)
     t["kernels_per_call"] = np.where(calls_total > 0, t["kernels"].to_numpy(dtype=float) / np.where(
@@ -294,7 +297,34 @@ def module_targets(analysis: Any, speedup: float = DEFAULT_SPEEDUP, kind: str = 
     return t
 
 
-def targets_dict(analysis: Any, table: pd.DataFrame, speedup: float, notes: Sequence[str] = ()) -> dict[str, Any]:
+@dataclass
+class Targets:
+    """Ops (and modules) ranked by the end-to-end gain a faster kernel for each would give."""
+
+    baseline: Baseline
+    speedup: float
+    table: pd.DataFrame
+    notes: tuple[str, ...] = ()
+
+    def to_frame(self) -> pd.DataFrame:
+        """The ranking (columns as `targets()` documents them)."""
+        return self.table.copy()
+
+    def to_dict(self) -> dict[str, Any]:
+        """The ``headroom targets --json`` contract."""
+        return targets_dict(self.baseline, self.table, self.speedup, self.notes)
+
+
+def rank_targets(analysis: Analysis | Baseline, speedup: float = DEFAULT_SPEEDUP, by: Sequence[str] = ("op", "module"),
+                 top: int | None = 20, replay_top: int = 0, scope: str = "self") -> Targets:
+    """`targets()` as a result object; `notes` says when a module grouping found no module ranges."""
+    b = as_baseline(analysis)
+    missing = module_ranges_missing(b) if set(by) & set(MODULE_KINDS) else None
+    return Targets(b, speedup, targets(b, speedup, by, top, replay_top, scope), (missing,) if missing else ())
+
+
+def targets_dict(analysis: Analysis | Baseline, table: pd.DataFrame, speedup: float,
+                 notes: Sequence[str] = ()) -> dict[str, Any]:
     """The ``headroom targets --json`` contract (docs/projection.md, docs/modules.md)."""
     b = as_baseline(analysis)
 

@@ -112,7 +112,7 @@ def validate_cmd(
     """Swap candidates into a workload: check outputs, measure the end-to-end speedup interleaved,
     profile both, and score the projections made from the base trace alone."""
     from headroom.validate import recompute, validate
-    from headroom.validate.result import dumps
+    from headroom.jsonio import dumps
 
     if from_dir is not None:
         if workload or replace:

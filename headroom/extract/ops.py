@@ -22,7 +22,7 @@ from typing import Any
 from headroom.errors import UserError
 from headroom.extract.problem import comment_block, selector_entry
 from headroom.extract.record import record_trace
-from headroom.profile.progress import Progress, _phase
+from headroom.profile.progress import Progress, _stage
 from headroom.profile.workload import RunConfig, WorkloadSpec
 from headroom.trace.ranges import PROFILER_STEP_PREFIX
 
@@ -138,10 +138,10 @@ def extract_op(spec: WorkloadSpec, cfg: RunConfig, dev: Any, op: str, out_dir: P
         if trace is None:
             step = None
             try:
-                with _phase(progress, "build", f"{spec.name} ({cfg.variant})"):
+                with _stage(progress, "build", f"{spec.name} ({cfg.variant})"):
                     step = spec.build(cfg, dev)
                     step()
-                with _phase(progress, "profile", "1 step with record_shapes"):
+                with _stage(progress, "profile", "1 step with record_shapes"):
                     path = Path(tmp) / "shapes.json.gz"
                     record_trace(step, dev, path, {"tool": "headroom extract", **cfg.to_dict()}, steps=1)
             finally:

@@ -22,8 +22,9 @@ from headroom.errors import UserError
 from headroom.extract.capture import Capture, capture, find_class, record_constructions
 from headroom.extract.part import part_time
 from headroom.extract.problem import Share, module_problem, module_selectors, selector_entry
+from headroom.jsonio import atomic_file
 from headroom.extract.record import module_ranges, record_trace, remove
-from headroom.profile.progress import Progress, _phase
+from headroom.profile.progress import Progress, _stage
 from headroom.profile.registry import get_workload, load_workload_file
 from headroom.devices import resolve_device
 from headroom.profile.workload import Options, RunConfig, WorkloadSpec
@@ -69,13 +70,8 @@ def share_of(analysis: Any, paths: list[str], source: str) -> Share:
 
 
 def _write_atomic(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        tmp.write_text(text)
-        os.replace(tmp, path)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
+    with atomic_file(path) as f:
+        f.write(text.encode())
 
 
 def self_check(problem: Path, original: Any, device: Any, n_grads: int = 0, autocast: str | None = None) -> None:
@@ -143,11 +139,11 @@ def extract(workload: str | WorkloadSpec, module: str, options: Options | None =
     name = f"{spec.name}__{safe_name(cls.__name__)}"
     step = None
     try:
-        with _phase(progress, "build", f"{spec.name} ({cfg.variant}, batch {cfg.batch}, {cfg.dtype}), "
+        with _stage(progress, "build", f"{spec.name} ({cfg.variant}, batch {cfg.batch}, {cfg.dtype}), "
                                        f"recording {cls.__name__}(...)"):
             with record_constructions(cls) as built:
                 step = spec.build(cfg, dev)
-        with _phase(progress, "capture", f"one step with a hook on every {cls.__name__}"):
+        with _stage(progress, "capture", f"one step with a hook on every {cls.__name__}"):
             cap: Capture = capture(step, cls, built)
         share = None
         trace_path: Path | None = None
@@ -157,7 +153,7 @@ def extract(workload: str | WorkloadSpec, module: str, options: Options | None =
 
                 share = share_of(analyze(trace), cap.paths, str(trace))
             elif profile:
-                with _phase(progress, "profile", "1 step with module ranges (the share of time)"):
+                with _stage(progress, "profile", "1 step with module ranges (the share of time)"):
                     tmp_trace = Path(tmp) / f"{name}.trace.json.gz"
                     handles = module_ranges(step)
                     try:
@@ -173,7 +169,7 @@ def extract(workload: str | WorkloadSpec, module: str, options: Options | None =
                                     share=share, command=command)
             tmp_problem = Path(tmp) / f"{name}.py"
             tmp_problem.write_text(source)
-            with _phase(progress, "check", "the written problem rebuilds the module and matches it"):
+            with _stage(progress, "check", "the written problem rebuilds the module and matches it"):
                 call, _ = cap.common_call()
                 n_grads = (len(call.output) if isinstance(call.output, tuple) else 1) if step.train else 0
                 self_check(tmp_problem, cap.instances[0][1], dev, n_grads, call.autocast)

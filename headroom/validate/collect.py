@@ -6,7 +6,8 @@ from __future__ import annotations
 import sys
 
 from headroom.errors import UserError
-from headroom.validate.result import dumps, recompute
+from headroom.jsonio import dumps
+from headroom.validate.result import recompute
 
 
 def main(argv: list[str]) -> int:

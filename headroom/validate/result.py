@@ -25,9 +25,8 @@ import re
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from headroom.errors import UserError
+from headroom.jsonio import dumps
 from headroom.extract.part import part_masks, part_time, trace_path
 from headroom.projection.project import project
 from headroom.projection.selectors import parse_selector
@@ -149,22 +148,6 @@ def compute(run: dict[str, Any], base: Any, variant: Any) -> dict[str, Any]:
             "part_kernels": {"base": top_kernels(base, paths), "variant": top_kernels(variant, paths)},
         },
     }
-
-
-def _json_safe(x: Any) -> Any:
-    if isinstance(x, float) and not math.isfinite(x):
-        return None
-    if isinstance(x, dict):
-        return {k: _json_safe(v) for k, v in x.items()}
-    if isinstance(x, (list, tuple)):
-        return [_json_safe(v) for v in x]
-    if isinstance(x, np.generic):
-        return _json_safe(x.item())
-    return x
-
-
-def dumps(obj: Any, indent: int | None = None) -> str:
-    return json.dumps(_json_safe(obj), indent=indent, default=str)
 
 
 def recompute(directory: str | Path) -> dict[str, Any]:

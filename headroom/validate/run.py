@@ -24,7 +24,8 @@ from headroom.profile.registry import get_workload, load_workload_file
 from headroom.devices import resolve_device
 from headroom.profile.workload import Options
 from headroom.validate.compare import check
-from headroom.validate.result import BASE_TRACE, RESULT_FILE, RUN_FILE, VARIANT_TRACE, compute, dumps
+from headroom.jsonio import dumps
+from headroom.validate.result import BASE_TRACE, RESULT_FILE, RUN_FILE, VARIANT_TRACE, compute
 from headroom.validate.substitute import load_candidate_class, substitute
 from headroom.validate.timing import MIN_ROUNDS, interleave, summarise
 

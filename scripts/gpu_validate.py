@@ -109,7 +109,7 @@ def training_candidate(candidate: Path, dest: Path) -> Path:
         '"""Forward + backward form of {name} for a problem extracted from a training workload."""\n'
         "import importlib.util\n\n"
         "from headroom.extract.autograd import with_backward\n\n"
-        f"_spec = importlib.util.spec_from_file_location('_module_candidate', {str(candidate.resolve())!r})\n"
+        f"_spec = importlib.util.spec_from_file_location('_candidate', {str((REPO / candidate).resolve())!r})\n"
         "_mod = importlib.util.module_from_spec(_spec)\n"
         "_spec.loader.exec_module(_mod)\n\n\n"
         "class ModelNew(with_backward(_mod.ModelNew)):\n"
@@ -118,9 +118,9 @@ def training_candidate(candidate: Path, dest: Path) -> Path:
 
 
 def one(name, workload, opts, module, cand_name, work: Path, device: str, log: Log, deadline: float) -> dict:
-    cand = CAND / cand_name
+    cand = (CAND / cand_name).relative_to(REPO)      # relative: the commands run in REPO, the results name it so
     rec: dict = {"name": name, "workload": workload, "options": opts, "module": module,
-                 "candidate": str(cand.relative_to(REPO)), "device": device, "steps": {}}
+                 "candidate": str(cand), "device": device, "steps": {}}
     dev = ["--device", device]
     tiny = ["--flavour", "tiny"] if device == "cpu" else []
     wl = [workload, *opts, *tiny, *dev]
@@ -170,7 +170,7 @@ def one(name, workload, opts, module, cand_name, work: Path, device: str, log: L
                                           "estimate": (pj.get("estimate") or {}).get("speedup"),
                                           "selected_us": pj.get("selected_us"), "warnings": pj.get("warnings")}
     # 5. the GPU path ran (Triton kernels in the variant trace's part)
-    want = gpu_kernels(cand)
+    want = gpu_kernels(REPO / cand)
     seen = [k[0] for k in (result.get("detail", {}).get("part_kernels", {}).get("variant") or [])]
     found = {w: any(w in s for s in seen) for w in want}
     rec["gpu_kernels"] = {"expected": list(want), "found": found, "variant_part_kernels": seen}

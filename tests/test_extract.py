@@ -114,6 +114,20 @@ def test_a_training_problem_is_forward_plus_backward(tmp_path):
         assert torch.allclose(a, b, rtol=1e-4, atol=1e-6)
 
 
+def test_a_channels_last_training_module_keeps_its_layout(tmp_path):
+    # ResNet-50 trains channels-last: the problem stores its weights and makes its inputs that way,
+    # and its forward is forward + backward; extract's own check ran it against the original.
+    r = extract("resnet-50", "ResNetBottleNeckLayer", TINY, device="cpu", out=tmp_path, profile=False, command="t")
+    text = r.problem.read_text()
+    assert "self.to(memory_format=torch.channels_last)" in text
+    assert ".contiguous(memory_format=torch.channels_last)" in text and "forward_backward(" in text
+    mod = import_file(r.problem, "t6")
+    x, grad = mod.get_inputs()
+    assert x.is_contiguous(memory_format=torch.channels_last) and not x.is_contiguous()
+    m = mod.Model(*mod.get_init_inputs())
+    assert all(p.is_contiguous(memory_format=torch.channels_last) for p in m.parameters() if p.dim() == 4)
+
+
 def test_forward_backward_returns_input_and_parameter_gradients():
     lin = torch.nn.Linear(3, 2)
     x = torch.randn(4, 3)

@@ -155,6 +155,7 @@ class TensorSpec:
     hi: float | None = None
     mean: float | None = None     # float tensors
     std: float | None = None
+    channels_last: bool = False   # a 4-D tensor laid out channels-last (what convolutions in NHWC see)
 
     @property
     def floating(self) -> bool:
@@ -165,7 +166,7 @@ class TensorSpec:
 
     def to_dict(self) -> dict[str, Any]:
         return {"shape": list(self.shape), "dtype": self.dtype, "requires_grad": self.requires_grad,
-                "lo": self.lo, "hi": self.hi, "mean": self.mean, "std": self.std}
+                "lo": self.lo, "hi": self.hi, "mean": self.mean, "std": self.std, "channels_last": self.channels_last}
 
 
 def describe_tensor(t: Any) -> TensorSpec:
@@ -185,7 +186,16 @@ def describe_tensor(t: Any) -> TensorSpec:
                 lo, hi = float(i.min()), float(i.max())
                 if d.dtype == torch.bool:
                     mean = float(i.float().mean())
-    return TensorSpec(tuple(int(s) for s in t.shape), dtype, bool(t.requires_grad), lo, hi, mean, std)
+    return TensorSpec(tuple(int(s) for s in t.shape), dtype, bool(t.requires_grad), lo, hi, mean, std,
+                      channels_last_layout(t))
+
+
+def channels_last_layout(t: Any) -> bool:
+    """A 4-D tensor stored channels-last (and not also plain contiguous, as size-1 dims allow)."""
+    import torch
+
+    return (t.dim() == 4 and not t.is_contiguous()
+            and t.is_contiguous(memory_format=torch.channels_last))
 
 
 @dataclass
@@ -261,6 +271,7 @@ class Capture:
     constructions: dict[str, Construction]              # path -> how it was built
     calls: list[Call] = field(default_factory=list)     # one real step's calls, in order
     param_dtypes: dict[str, str] = field(default_factory=dict)   # parameter name -> dtype (first instance)
+    channels_last: bool = False                                  # its 4-D parameters are stored channels-last
 
     @property
     def paths(self) -> list[str]:
@@ -367,4 +378,6 @@ def capture(step: Step, cls: type, built: dict[int, Construction]) -> Capture:
     calls = record_calls(step, cls, instances)
     if not calls:
         raise UserError(f"{cls.__name__}: {len(instances)} instance(s), but none was called during a step")
-    return Capture(cls, instances, cons, calls, parameter_dtypes(instances[0][1]))
+    first = instances[0][1]
+    cl = any(channels_last_layout(p) for p in first.parameters())
+    return Capture(cls, instances, cons, calls, parameter_dtypes(first), cl)

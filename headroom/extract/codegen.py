@@ -145,6 +145,9 @@ def tensor_expr(spec: TensorSpec) -> tuple[str, str]:
             expr = f"torch.randn({shape}, dtype=torch.float32).mul_({std!r}).add_({mean!r})"
             if spec.dtype != "float32":
                 expr += f".to({dt})"
+        if spec.channels_last:
+            expr += ".contiguous(memory_format=torch.channels_last)"
+            seen += ", channels-last"
     elif spec.dtype == "bool":
         p = spec.mean if spec.mean is not None else 0.5
         seen = f"seen: {100 * p:.1f}% True"

@@ -88,8 +88,8 @@ def _forward_inputs(cap: Capture, call: Call) -> list[tuple[str, Any]]:
     given = dict(call.arguments)
     for name in given:
         if name.startswith("*"):
-            raise UserError(f"{cap.cls.__name__}.forward takes *args/**kwargs ({name}): extract needs named "
-                            f"positional arguments")
+            raise UserError(f"{cap.cls.__name__}.forward receives {name.lstrip('*')} through *args/**kwargs: "
+                            f"extract needs named positional arguments (extract a module below it)")
     out: list[tuple[str, Any]] = []
     last = max((i for i, p in enumerate(params) if p.name in given), default=-1)
     for p in params[:last + 1]:
@@ -178,10 +178,13 @@ def module_problem(cap: Capture, *, name: str, workload: str, config: dict[str, 
 
     params = [p for p, _ in inputs]
     body: list[str] = []
-    if cast:
+    if cast or cap.channels_last:
         body.append("    def __init__(self, *init_inputs):")
         body.append("        super().__init__(*init_inputs)")
-        body.append(cast)
+        if cast:
+            body.append(cast)
+        if cap.channels_last:
+            body.append("        self.to(memory_format=torch.channels_last)  # as the workload stores its weights")
         body.append("")
     autocast = f"torch.{call.autocast}" if call.autocast else None
     if train:

@@ -51,8 +51,8 @@ def parse_replace(items: Sequence[str]) -> list[tuple[str, str]]:
 def _stream(pipe: Any, sink: Callable[[str], None], last: list[str]) -> None:
     for raw in iter(pipe.readline, ""):
         line = raw.rstrip("\n")
-        if line.startswith("headroom validate: "):
-            last[0] = line[len("headroom validate: "):].split(":")[0].strip()
+        if line.startswith("headroom validate: ") and not line.startswith("headroom validate:  "):
+            last[0] = line[len("headroom validate: "):].split(":")[0].strip()   # a stage line, not a note
         sink(line)
     pipe.close()
 

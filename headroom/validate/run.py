@@ -128,6 +128,8 @@ def run(req: Request, say: Say) -> dict[str, Any]:
 
         say.stage("check", "outputs" + (" and gradients" if step.train else "") + " of base vs variant")
         res = check(step, sub.use, sub.active_modules, dev, cfg.dtype, req.gate)
+        if not res.compared:
+            raise UserError(f"{spec.name}: its forward returned no tensor to compare base and variant with")
         w = res.worst
         if not res.passed:
             raise UserError(f"the substituted model differs from the original: {w.name} relative L2 error "

@@ -236,3 +236,34 @@ def test_exact_path_keeps_the_same_sync_records(builder, tmp_path, monkeypatch):
 def test_traces_without_sync_records_have_an_empty_table():
     t = load_trace(SHIPPED_TRACES / "bert-base.infer.json.gz")
     assert len(t.syncs) == 0 and {"wait_on_stream", "wait_on_cuda_event_record_corr_id"} <= set(t.syncs.columns)
+
+
+@pytest.mark.parametrize("exact", [False, True])
+def test_fwdbwd_pairs_sequence_numbers_and_module_range_inputs(tmp_path, exact):
+    doc = {"traceEvents": [
+        {"ph": "X", "cat": "cpu_op", "name": "headroom/module model.lin (Linear)", "pid": 1, "tid": 1, "ts": 1.0,
+         "dur": 9.0, "args": {"External id": 1, "Input Dims": [[4, 8], [], [[2], [3]]],
+                              "Input type": ["c10::BFloat16", "Scalar", "TensorList"]}},
+        {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 2.0, "dur": 1.0,
+         "args": {"External id": 2, "Sequence number": 7, "Fwd thread id": 0, "Input Dims": [[4, 8], [8, 8]],
+                  "Input type": ["float", "float"]}},
+        {"ph": "X", "cat": "cpu_op", "name": "MmBackward0", "pid": 1, "tid": 2, "ts": 20.0, "dur": 3.0,
+         "args": {"External id": 3, "Sequence number": 7, "Fwd thread id": 1}},
+        {"ph": "s", "cat": "fwdbwd", "name": "fwdbwd", "id": 9, "pid": 1, "tid": 1, "ts": 2.0},
+        {"ph": "f", "cat": "fwdbwd", "name": "fwdbwd", "id": 9, "pid": 1, "tid": 2, "ts": 20.0, "bp": "e"},
+        {"ph": "s", "cat": "fwdbwd", "name": "fwdbwd", "id": 10, "pid": 1, "tid": 1, "ts": 5.0},   # no finish
+    ]}
+    if exact:   # a timestamp written as text sends the chunk down msgspec's exact path
+        doc["traceEvents"][1]["dur"] = "1.0"
+    p = tmp_path / "f.json"
+    p.write_text(json.dumps(doc))
+    t = load_trace(p)
+    assert t.flows.to_dict("records") == [{"id": 9, "start_pid": "1", "start_tid": "1", "start_ts": 2.0,
+                                           "end_pid": "1", "end_tid": "2", "end_ts": 20.0}]
+    cpu = t.cpu.set_index("name")
+    assert cpu.loc["aten::mm", ["sequence", "fwd_thread"]].tolist() == [7, 0]
+    assert cpu.loc["MmBackward0", ["sequence", "fwd_thread"]].tolist() == [7, 1]
+    assert cpu.loc["headroom/module model.lin (Linear)", "sequence"] == -1
+    # Shapes are kept for module ranges only, tensors only (no scalars, no tensor lists).
+    assert cpu.loc["headroom/module model.lin (Linear)", "inputs"] == "bf16[4,8]"
+    assert cpu.loc["aten::mm", "inputs"] == ""

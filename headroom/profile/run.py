@@ -11,6 +11,9 @@
   file. The manifest (how the numbers were made) is put into the trace under a
   top-level `"headroom"` key; the result is gzip'd to a temporary file and
   renamed into place, so an interrupted run never leaves a partial trace.
+* Module ranges (headroom/profile/modules.py): a range per nn.Module call, hooked in
+  just before the profiled steps, so the timed steps carry no hook cost
+  (docs/modules.md; `--no-module-ranges` leaves them out).
 * `--layers N` builds N of the L identical blocks; each block's forward (and
   backward) is a `headroom/block ...` range, so kernel time splits into
   per-block and once-per-step work, and per-block work is scaled by L/N.
@@ -146,10 +149,6 @@ def _measure(spec: WorkloadSpec, cfg: RunConfig, dev: Any, counts: tuple[int, in
             use_ranges = bool(step.blocks) and not (cfg.compile and not cfg.extrapolated)
             if use_ranges:
                 step.add_hooks(instrument_blocks(step.blocks, train=cfg.mode == "train"))
-            module_hooks = []
-            if cfg.module_ranges and step.modules is not None:   # after the block ranges: nested inside them
-                module_hooks = record_module_ranges(step.modules, root=MODULE_ROOT)
-                step.add_hooks(module_hooks)
             _sync(dev)
             build_s = time.perf_counter() - t0
 
@@ -177,6 +176,12 @@ def _measure(spec: WorkloadSpec, cfg: RunConfig, dev: Any, counts: tuple[int, in
         if dev.type == "cuda":
             activities.append(ProfilerActivity.CUDA)
         experimental = _experimental_config(dev)
+        # Module ranges only for the profiled steps (the timed steps above ran without their hooks; the
+        # profiler's wait and warm-up steps absorb any first-call cost). After the block ranges: nested inside.
+        module_hooks = []
+        if cfg.module_ranges and step.modules is not None:
+            module_hooks = record_module_ranges(step.modules, root=MODULE_ROOT)
+            step.add_hooks(module_hooks)
         with _stage(progress, "profiling", f"{steps} steps (after {PROFILER_WAIT} wait + {PROFILER_WARMUP} warm-up)"):
             ptimer = _Timer(dev)
             with profile(activities=activities, on_trace_ready=on_trace_ready, record_shapes=record_shapes,

@@ -6,7 +6,7 @@ import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 import pandas as pd
@@ -44,6 +44,39 @@ def _amdahl_groups(b: Baseline, keys: np.ndarray, s: float) -> pd.DataFrame:
     out["projected_us"] = b.wall_us - t * (1.0 - 1.0 / s)
     out["projected_inf_us"] = b.wall_us - t
     return out
+
+
+def _with_gains(t: pd.DataFrame, b: Baseline, total: float) -> pd.DataFrame:
+    """share, addressable_fraction, addressable, gain and gain_inf of grouped rows (us, addressable_us,
+    projected_us, projected_inf_us)."""
+    t["share"] = t["us"] / total if total > 0 else 0.0
+    frac = np.where(t["us"] > 0, t["addressable_us"] / t["us"].where(t["us"] > 0, 1.0), 0.0)
+    t["addressable_fraction"] = frac
+    t["addressable"] = np.where(frac >= 0.999, "yes", np.where(frac <= 0.001, "no", "partly"))
+    t["gain"] = 1.0 - t["projected_us"] / b.wall_us if b.wall_us > 0 else 0.0
+    t["gain_inf"] = 1.0 - t["projected_inf_us"] / b.wall_us if b.wall_us > 0 else 0.0
+    return t
+
+
+def _ranked(t: pd.DataFrame, columns: list[str], top: int | None) -> pd.DataFrame:
+    t = t.sort_values(["gain", "us"], ascending=False, kind="stable").reset_index(drop=True)
+    return (t.head(top) if top else t)[columns].copy()
+
+
+def _with_replay(t: pd.DataFrame, b: Baseline, speedup: float, replay_top: int,
+                 members: Callable[[str], np.ndarray]) -> pd.DataFrame:
+    """replay_gain / replay_gain_inf for the first `replay_top` rows (`members(name)`: that row's events)."""
+    if replay_top <= 0 or b.mode != "gpu":
+        return t
+    rg = np.full(len(t), np.nan)
+    rgi = np.full(len(t), np.nan)
+    for row in range(min(replay_top, len(t))):
+        mask = members(t["name"].iat[row])
+        rg[row] = replay_projection(b, speedup, mask).gain
+        rgi[row] = replay_projection(b, math.inf, mask).gain
+    t["replay_gain"] = rg
+    t["replay_gain_inf"] = rgi
+    return t
 
 
 def targets(analysis: Analysis | Baseline, speedup: float = DEFAULT_SPEEDUP, by: Sequence[str] = ("op", "module"),
@@ -100,27 +133,14 @@ def targets(analysis: Analysis | Baseline, speedup: float = DEFAULT_SPEEDUP, by:
         t = agg.join(am).join(cat.rename("category"))
         t["kind"] = grouping
         t["name"] = t.index.astype(str)
-        t["share"] = t["us"] / total if total > 0 else 0.0
-        frac = np.where(t["us"] > 0, t["addressable_us"] / t["us"].where(t["us"] > 0, 1.0), 0.0)
-        t["addressable_fraction"] = frac
-        t["addressable"] = np.where(frac >= 0.999, "yes", np.where(frac <= 0.001, "no", "partly"))
-        t["gain"] = 1.0 - t["projected_us"] / b.wall_us if b.wall_us > 0 else 0.0
-        t["gain_inf"] = 1.0 - t["projected_inf_us"] / b.wall_us if b.wall_us > 0 else 0.0
-        t = t.sort_values(["gain", "us"], ascending=False, kind="stable").reset_index(drop=True)
-        if top:
-            t = t.head(top)
-        t = t[_TARGET_COLUMNS].copy()
-        if replay_top > 0 and b.mode == "gpu":
-            rg = np.full(len(t), np.nan)
-            rgi = np.full(len(t), np.nan)
-            for row in range(min(replay_top, len(t))):
-                mask = valid.copy()
-                mask[valid] = k == t["name"].iat[row]
-                rg[row] = replay_projection(b, speedup, mask).gain
-                rgi[row] = replay_projection(b, math.inf, mask).gain
-            t["replay_gain"] = rg
-            t["replay_gain_inf"] = rgi
-        frames.append(t)
+        t = _ranked(_with_gains(t, b, total), _TARGET_COLUMNS, top)
+
+        def members(name: str, valid=valid, k=k) -> np.ndarray:
+            mask = valid.copy()
+            mask[valid] = k == name
+            return mask
+
+        frames.append(_with_replay(t, b, speedup, replay_top, members))
     if not frames:
         return pd.DataFrame(columns=_TARGET_COLUMNS)
     return pd.concat(frames, ignore_index=True)
@@ -266,12 +286,7 @@ def module_targets(analysis: Analysis | Baseline, speedup: float = DEFAULT_SPEED
     t["category"] = [max(mix[k], key=mix[k].get) for k in t.index]
     t["categories"] = [{c: (u / us if us > 0 else 0.0) for c, u in mix[k].items()} for k, us in zip(t.index, t["us"])]
     t["phases"] = [{p: (u / us if us > 0 else 0.0) for p, u in phases[k].items()} for k, us in zip(t.index, t["us"])]
-    t["share"] = t["us"] / total if total > 0 else 0.0
-    frac = np.where(t["us"] > 0, t["addressable_us"] / t["us"].where(t["us"] > 0, 1.0), 0.0)
-    t["addressable_fraction"] = frac
-    t["addressable"] = np.where(frac >= 0.999, "yes", np.where(frac <= 0.001, "no", "partly"))
-    t["gain"] = 1.0 - t["projected_us"] / b.wall_us if b.wall_us > 0 else 0.0
-    t["gain_inf"] = 1.0 - t["projected_inf_us"] / b.wall_us if b.wall_us > 0 else 0.0
+    t = _with_gains(t, b, total)
     stats = _call_stats(b.modules, grouping, scope, b.num_steps)
     t = t.join(stats)
     calls_total = pd.to_numeric(t["calls_total"], errors="coerce").to_numpy(dtype=float)
@@ -280,21 +295,14 @@ def module_targets(analysis: Analysis | Baseline, speedup: float = DEFAULT_SPEED
     t["calls"] = pd.to_numeric(t["calls"], errors="coerce")
     t["cpu_us_per_call"] = pd.to_numeric(t["cpu_us_per_call"], errors="coerce")
     t["inputs"] = [v if isinstance(v, list) else [] for v in t["inputs"]]
-    t = t.sort_values(["gain", "us"], ascending=False, kind="stable").reset_index(drop=True)
-    if top:
-        t = t.head(top)
-    t = t[columns].copy()
-    if replay_top > 0 and b.mode == "gpu":
-        rg = np.full(len(t), np.nan)
-        rgi = np.full(len(t), np.nan)
-        for row in range(min(replay_top, len(t))):
-            mask = np.zeros(len(ev), dtype=bool)
-            mask[rows[keys == t["name"].iat[row]]] = True
-            rg[row] = replay_projection(b, speedup, mask).gain
-            rgi[row] = replay_projection(b, math.inf, mask).gain
-        t["replay_gain"] = rg
-        t["replay_gain_inf"] = rgi
-    return t
+    t = _ranked(t, columns, top)
+
+    def members(name: str) -> np.ndarray:
+        mask = np.zeros(len(ev), dtype=bool)
+        mask[rows[keys == name]] = True
+        return mask
+
+    return _with_replay(t, b, speedup, replay_top, members)
 
 
 @dataclass

@@ -16,7 +16,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from headroom.trace.intervals import containing_range, ranges_on_threads
+from headroom.trace.intervals import containing_range, nested_self_times, ranges_on_threads
 from headroom.trace.modules import attribute_modules
 from headroom.trace.phases import event_phases
 from headroom.trace.ranges import FRAME_PREFIX, MODULE_RANGE_PREFIX, PROFILER_STEP_PREFIX
@@ -134,20 +134,10 @@ def cpu_op_self_times(trace: Trace) -> pd.DataFrame:
     frame = starts_with(cpu["name"], PROFILER_STEP_PREFIX) | starts_with(cpu["name"], FRAME_PREFIX)
     keep = ((cpu["cat"] == "cpu_op").to_numpy() | (cpu["cat"] == "user_annotation").to_numpy()) & ~frame
     ops = cpu[keep].reset_index(drop=True)
-    self_us = ops["dur"].to_numpy(copy=True)
-    top = ops["name"].to_numpy(dtype=object, copy=True)
+    self_us, outermost = nested_self_times(ops)
+    top = ops["name"].to_numpy(dtype=object)[outermost]
     ts_all = ops["ts"].to_numpy()
     end_all = ts_all + ops["dur"].to_numpy()
-    for _, idx in ops.groupby(["pid", "tid"], observed=True, sort=False).indices.items():
-        order = idx[np.lexsort((-(end_all[idx] - ts_all[idx]), ts_all[idx]))]
-        stack: list[int] = []
-        for k in order:
-            while stack and end_all[stack[-1]] <= ts_all[k]:
-                stack.pop()
-            if stack:
-                self_us[stack[-1]] -= end_all[k] - ts_all[k]
-                top[k] = top[stack[0]]
-            stack.append(k)
     out = ops[["name", "pid", "tid", "ts", "dur"]].copy()
     out["end"] = end_all
     out["self_us"] = np.maximum(self_us, 0.0)

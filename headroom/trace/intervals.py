@@ -68,3 +68,23 @@ def ranges_on_threads(ranges: pd.DataFrame, pid: np.ndarray, tid: np.ndarray, po
         ok = hit >= 0
         out[p_idx[ok]] = r_idx[hit[ok]]
     return out
+
+
+def nested_self_times(ranges: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    """For ranges (pid, tid, ts, dur) that nest on each thread: each one's duration less its direct
+    children's, and the row position of the outermost range holding it (itself if top-level)."""
+    ts_all = ranges["ts"].to_numpy(dtype=float)
+    end_all = ts_all + ranges["dur"].to_numpy(dtype=float)
+    self_us = ranges["dur"].to_numpy(dtype=float).copy()
+    outermost = np.arange(len(ranges))
+    for _, idx in ranges.groupby(["pid", "tid"], observed=True, sort=False).indices.items():
+        order = idx[np.lexsort((-(end_all[idx] - ts_all[idx]), ts_all[idx]))]
+        stack: list[int] = []
+        for k in order:
+            while stack and end_all[stack[-1]] <= ts_all[k]:
+                stack.pop()
+            if stack:
+                self_us[stack[-1]] -= end_all[k] - ts_all[k]
+                outermost[k] = stack[0]
+            stack.append(k)
+    return np.maximum(self_us, 0.0), outermost

@@ -11,7 +11,8 @@ call, headroom/profile/modules.py) or from torch.profiler's ``with_modules=True`
   such flows, the backward op's ``Sequence number`` names the forward op (the latest-starting
   forward op with that number on the one forward thread that has it: the op that created the
   node, or one that holds it). A kernel launched inside a linked backward op gets the module of
-  that forward op.
+  that forward op. (Uses `Trace.flows`, the linked pairs, and the cpu table's `sequence`,
+  `fwd_thread` and `inputs` columns where the loader provides them.)
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from headroom.trace.intervals import containing_range, ranges_on_threads
+from headroom.trace.intervals import containing_range, nested_self_times, ranges_on_threads
 from headroom.trace.ranges import FRAME_PREFIX, MODULE_PREFIX, MODULE_RANGE_PREFIX, parse_module_range
 from headroom.trace.tables import Trace, starts_with
 
@@ -109,19 +110,17 @@ def backward_links(trace: Trace) -> pd.DataFrame:
     if len(ops) == 0:
         return empty
     frames = []
-    flows = trace.fwdbwd
+    pairs = trace.flows
     linked = np.zeros(len(ops), dtype=bool)
-    if len(flows):
-        key = lambda df: pd.DataFrame({"pid": df["pid"].astype(str).to_numpy(), "tid": df["tid"].astype(str).to_numpy(),
-                                       "ts": df["ts"].to_numpy(dtype=float)})
-        starts = flows[flows["ph"] == "s"].drop_duplicates("id")
-        ends = flows[flows["ph"] == "f"].drop_duplicates("id")
-        s = key(starts).assign(id=starts["id"].to_numpy()).rename(columns={"pid": "fwd_pid", "tid": "fwd_tid",
-                                                                           "ts": "fwd_ts"})
-        f = key(ends).assign(id=ends["id"].to_numpy()).merge(s, on="id", how="inner").drop(columns="id")
-        o = key(ops).assign(row=np.arange(len(ops)))
-        # Kineto writes the flow end at the backward op's own start (the evaluate_function wrapper
-        # and the node op start together: both get the link).
+    if len(pairs):
+        f = pd.DataFrame({"pid": pairs["end_pid"].astype(str).to_numpy(), "tid": pairs["end_tid"].astype(str).to_numpy(),
+                          "ts": pairs["end_ts"].to_numpy(dtype=float),
+                          "fwd_pid": pairs["start_pid"].astype(str).to_numpy(),
+                          "fwd_tid": pairs["start_tid"].astype(str).to_numpy(),
+                          "fwd_ts": pairs["start_ts"].to_numpy(dtype=float)})
+        o = pd.DataFrame({"pid": ops["pid"].astype(str).to_numpy(), "tid": ops["tid"].astype(str).to_numpy(),
+                          "ts": ops["ts"].to_numpy(dtype=float), "row": np.arange(len(ops))})
+        # Kineto writes the flow end at the backward op's own start.
         hit = o.merge(f.drop_duplicates(["pid", "tid", "ts"]), on=["pid", "tid", "ts"], how="inner")
         if len(hit):
             rows = hit["row"].to_numpy()
@@ -129,7 +128,7 @@ def backward_links(trace: Trace) -> pd.DataFrame:
             frames.append(pd.DataFrame({**{c: ops[c].to_numpy()[rows] for c in cols},
                                         "fwd_pid": hit["fwd_pid"].to_numpy(), "fwd_tid": hit["fwd_tid"].to_numpy(),
                                         "fwd_ts": hit["fwd_ts"].to_numpy(), "via": "flow"}))
-    if "sequence" in ops.columns:
+    if "sequence" in ops.columns and "fwd_thread" in ops.columns:
         seq = ops["sequence"].to_numpy()
         fwd_thread = ops["fwd_thread"].to_numpy()
         has = np.array([isinstance(v, (int, np.integer)) and v >= 0 for v in seq]) if seq.dtype == object \
@@ -196,20 +195,9 @@ def module_calls(ranges: pd.DataFrame, steps: pd.DataFrame | None = None) -> pd.
     cols = ["path", "module_type", "module_stack", "inputs", "pid", "tid", "ts", "dur", "self_us"]
     if len(ranges) == 0:
         return pd.DataFrame({c: pd.Series(dtype=object if i < 6 else float) for i, c in enumerate(cols)})
-    ts_all = ranges["ts"].to_numpy(dtype=float)
-    end_all = ts_all + ranges["dur"].to_numpy(dtype=float)
-    self_us = ranges["dur"].to_numpy(dtype=float).copy()
-    for _, idx in ranges.groupby(["pid", "tid"], observed=True, sort=False).indices.items():
-        order = idx[np.lexsort((-(end_all[idx] - ts_all[idx]), ts_all[idx]))]
-        stack: list[int] = []
-        for k in order:
-            while stack and end_all[stack[-1]] <= ts_all[k]:
-                stack.pop()
-            if stack:
-                self_us[stack[-1]] -= end_all[k] - ts_all[k]
-            stack.append(k)
-    out = ranges.assign(self_us=np.maximum(self_us, 0.0))
+    out = ranges.assign(self_us=nested_self_times(ranges)[0])
     if steps is None:
         return out[cols].reset_index(drop=True)
-    inside = containing_range(steps["ts"].to_numpy(dtype=float), steps["end"].to_numpy(dtype=float), ts_all) >= 0
+    starts = ranges["ts"].to_numpy(dtype=float)
+    inside = containing_range(steps["ts"].to_numpy(dtype=float), steps["end"].to_numpy(dtype=float), starts) >= 0
     return out.loc[inside, cols].reset_index(drop=True)

@@ -30,7 +30,10 @@ class Trace:
               correlation, wait_on_stream, wait_on_cuda_event_record_corr_id (-1 where
               absent): Kineto's cuda_sync records, in traces profiled with
               ``enable_cuda_sync_events``; empty otherwise
-    fwdbwd:   ph (s: at a forward op, f: at the backward op autograd ran for it), pid, tid, ts, id
+    flows:    forward -> backward links (Kineto `fwdbwd` flows), one row per linked pair:
+              id, start_pid, start_tid, start_ts, end_pid, end_tid, end_ts (the ends sit on the
+              forward and the backward op's start). Launch -> kernel flows (`ac2g`) are used by
+              the loader to fill a missing `correlation` and not kept.
     """
 
     source: str
@@ -41,9 +44,7 @@ class Trace:
     syncs: pd.DataFrame
     base_ns: int | None = None
     metadata: dict[str, Any] = field(default_factory=dict)
-    fwdbwd: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(
-        {"ph": pd.Series(dtype=object), "pid": pd.Series(dtype=object), "tid": pd.Series(dtype=object),
-         "ts": pd.Series(dtype=float), "id": pd.Series(dtype=np.int64)}))
+    flows: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=FLOW_PAIR_COLUMNS))
 
     @property
     def has_gpu(self) -> bool:
@@ -66,6 +67,9 @@ class Trace:
         s = s.sort_values(["step", "dur"], ascending=[True, False]).drop_duplicates("step")
         s["end"] = s["ts"] + s["dur"]
         return s[["step", "ts", "dur", "end"]].reset_index(drop=True)
+
+
+FLOW_PAIR_COLUMNS = ["id", "start_pid", "start_tid", "start_ts", "end_pid", "end_tid", "end_ts"]
 
 
 def starts_with(names: pd.Series, prefix: str) -> np.ndarray:
@@ -143,6 +147,18 @@ def _link_flows(table: pl.DataFrame, flows: pl.DataFrame, phases: list[str]) -> 
             .with_columns(correlation=pl.coalesce("correlation", "flow_id")).drop("flow_id"))
 
 
+def _flow_pairs(flows: pl.DataFrame) -> pd.DataFrame:
+    """fwdbwd flows as linked (start, finish) pairs; a start without its finish (or the reverse) links nothing."""
+    f = flows.with_columns(pl.col("pid", "tid").cast(pl.String))
+    ends = {ph: f.filter(pl.col("ph") == ph).unique(subset=["id"], keep="first", maintain_order=True)
+            .select("id", pl.col("pid").alias(f"{side}_pid"), pl.col("tid").alias(f"{side}_tid"),
+                    pl.col("ts").alias(f"{side}_ts"))
+            for ph, side in (("s", "start"), ("f", "end"))}
+    pairs = ends["s"].join(ends["f"], on="id", how="inner", maintain_order="left")
+    return pd.DataFrame({c: pairs[c].to_numpy() if pairs[c].dtype.is_numeric() else
+                         np.asarray(pairs[c].to_list(), dtype=object) for c in FLOW_PAIR_COLUMNS})
+
+
 def _tabulate(source: str, tables: dict[str, pl.DataFrame], base_ns: int | None, meta: dict[str, Any]) -> Trace:
     """The pandas tables the analyses use."""
     flows = tables.pop("flows")
@@ -164,9 +180,7 @@ def _tabulate(source: str, tables: dict[str, pl.DataFrame], base_ns: int | None,
     cpu = pd.DataFrame({**_cpu_side_columns(c), "external_id": _ids(c["external_id"]),
                         "sequence": _ids(c["sequence"]), "fwd_thread": _ids(c["fwd_thread"]),
                         "inputs": _names(c["inputs"])})
-    f = tables.pop("fwdbwd")
-    fwdbwd = pd.DataFrame({"ph": _names(f["ph"]), "pid": _thread_keys(f["pid"]), "tid": _thread_keys(f["tid"]),
-                           "ts": f["ts"].to_numpy(), "id": _ids(f["id"])})
+    pairs = _flow_pairs(tables.pop("fwdbwd"))
     gpu_annotations = pd.DataFrame(_device_side_columns(tables.pop("gpu_annotations")))
     s = tables.pop("syncs")
     syncs = pd.DataFrame({
@@ -176,4 +190,4 @@ def _tabulate(source: str, tables: dict[str, pl.DataFrame], base_ns: int | None,
         "wait_on_cuda_event_record_corr_id": _ids(s["wait_on_cuda_event_record_corr_id"]),
     })
     return Trace(source=source, gpu=gpu, cpu=cpu, launches=launches, gpu_annotations=gpu_annotations,
-                 syncs=syncs, base_ns=base_ns, metadata=meta, fwdbwd=fwdbwd)
+                 syncs=syncs, base_ns=base_ns, metadata=meta, flows=pairs)

@@ -9,8 +9,8 @@ from __future__ import annotations
 import inspect
 from typing import Any, Callable
 
-from headroom.profile import (RunConfig, Step, infer_step, materialize, meta_parameters, phase_range,
-                               train_step)
+from headroom.profile import (RunConfig, Step, infer_forward, infer_step, materialize, meta_parameters,
+                               phase_range, train_forward, train_step)
 
 # Positions kept free after the prompt in a decode cache: decode steps advance
 # through them, and the cache is rewound to the prompt when they run out.
@@ -128,7 +128,8 @@ def decoder_lm_step(cfg: RunConfig, device: Any, model: Any, blocks: list[tuple[
             return call(input_ids=ids, labels=ids, use_cache=False).loss
 
         fn = train_step(model, loss_fn, opt, device_type=device.type, amp_dtype=amp_dtype(cfg))
-        return Step(fn, model, blocks=blocks, info=info)
+        return Step(fn, model, blocks=blocks, info=info, train=True,
+                    forward=train_forward(loss_fn, device_type=device.type, amp_dtype=amp_dtype(cfg)))
 
     model.eval()
     if cfg.phase == "prefill":
@@ -138,12 +139,12 @@ def decoder_lm_step(cfg: RunConfig, device: Any, model: Any, blocks: list[tuple[
 
             def forward():
                 rewind_cache(cache, 0, cfg.seq)
-                call(input_ids=ids, use_cache=True, logits_to_keep=1, **{ck: cache})
+                return call(input_ids=ids, use_cache=True, logits_to_keep=1, **{ck: cache}).logits
         else:
             def forward():  # the model builds HF's DynamicCache itself, as a plain forward does
-                call(input_ids=ids, use_cache=True, logits_to_keep=1)
+                return call(input_ids=ids, use_cache=True, logits_to_keep=1).logits
 
-        return Step(infer_step(forward), model, blocks=blocks, info=info)
+        return Step(infer_step(forward), model, blocks=blocks, info=info, forward=infer_forward(forward))
 
     # decode: prefill the cache once at build time (not part of the step).
     cap = cfg.seq + DECODE_HEADROOM_TOKENS
@@ -155,7 +156,8 @@ def decoder_lm_step(cfg: RunConfig, device: Any, model: Any, blocks: list[tuple[
         else:
             cache = DynamicCache(config=model.config)
         out = model(input_ids=ids, use_cache=True, logits_to_keep=1, **{ck: cache})
-        state = {"next": out.logits[:, -1].argmax(-1, keepdim=True), "used": cfg.seq}
+        first = out.logits[:, -1].argmax(-1, keepdim=True)
+        state = {"next": first, "used": cfg.seq}
         del out
 
     def forward():
@@ -167,8 +169,17 @@ def decoder_lm_step(cfg: RunConfig, device: Any, model: Any, blocks: list[tuple[
             state["next"] = out.logits[:, -1].argmax(-1, keepdim=True)
         state["used"] += 1
 
+    def first_token():
+        # The first decode step after the prompt, whatever steps ran before: rewind, then decode `first`.
+        if state["used"] > cfg.seq:
+            rewind_cache(cache, cfg.seq, state["used"] - cfg.seq)
+        state["used"], state["next"] = cfg.seq, first
+        logits = call(input_ids=first, use_cache=True, logits_to_keep=1, **{ck: cache}).logits
+        state["used"], state["next"] = cfg.seq + 1, logits[:, -1].argmax(-1, keepdim=True)
+        return logits
+
     info = dict(info, decode_cache_capacity=cap)
-    return Step(infer_step(forward), model, blocks=blocks, info=info,
+    return Step(infer_step(forward), model, blocks=blocks, info=info, forward=infer_forward(first_token),
                 close=lambda: state.clear())
 
 
@@ -182,6 +193,9 @@ def encoder_step(cfg: RunConfig, device: Any, model: Any, blocks: list[tuple[str
         opt = optimizer(model) if optimizer else make_optimizer(model, device)
         fn = train_step(model, lambda: loss_fn(call, inputs), opt, device_type=device.type,
                         amp_dtype=amp_dtype(cfg))
-        return Step(fn, model, blocks=blocks, info=info)
+        return Step(fn, model, blocks=blocks, info=info, train=True,
+                    forward=train_forward(lambda: loss_fn(call, inputs), device_type=device.type,
+                                          amp_dtype=amp_dtype(cfg)))
     model.eval()
-    return Step(infer_step(lambda: call(**inputs)), model, blocks=blocks, info=info)
+    return Step(infer_step(lambda: call(**inputs)), model, blocks=blocks, info=info,
+                forward=infer_forward(lambda: call(**inputs)))

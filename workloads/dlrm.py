@@ -24,7 +24,7 @@ from __future__ import annotations
 from typing import Any
 
 from headroom.errors import UserError
-from headroom.profile import Default, RunConfig, Step, WorkloadSpec, phase_range, register_workload
+from headroom.profile import Default, RunConfig, Step, WorkloadSpec, phase_range, register_workload, train_forward
 
 # Criteo 1TB: rows per categorical feature (torchrec examples/dlrm, MLPerf preprocessing, 40M cap).
 CRITEO_1TB_ROWS = [40000000, 39060, 17295, 7424, 20265, 3, 7122, 1543, 63, 40000000, 3067956, 405282, 10,
@@ -264,14 +264,12 @@ def _build(cfg: RunConfig, device: Any, dcn: bool) -> Step:
 
     model.train()
 
+    forward = train_forward(lambda: model(batch)[0], device_type=device.type, amp_dtype=amp)
+
     def fn() -> None:
         opt.zero_grad(set_to_none=True)
         with phase_range("headroom/forward"):
-            if amp is not None:
-                with torch.autocast(device_type=device.type, dtype=amp):
-                    loss, _ = model(batch)
-            else:
-                loss, _ = model(batch)
+            loss = forward()
         with phase_range("headroom/backward"):
             loss.backward()
         with phase_range("headroom/optimizer"):
@@ -280,7 +278,7 @@ def _build(cfg: RunConfig, device: Any, dcn: bool) -> Step:
     params = sum(p.numel() for p in _model(flavour, dcn, max_rows, torch.device("meta"),
                                            torch.device("meta")).parameters())
     # Module ranges on DLRMTrain (`model.model.inter_arch.crossnet`, ...), inside DMP's wrappers.
-    return Step(fn, model, info=info, close=close, params=params, modules=train_model)
+    return Step(fn, model, info=info, close=close, params=params, modules=train_model, forward=forward, train=True)
 
 
 def _is_oom(e: BaseException) -> bool:

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from headroom.profile import Default, RunConfig, Step, WorkloadSpec, infer_step, register_workload, train_step
+from headroom.profile import (Default, RunConfig, Step, WorkloadSpec, infer_forward, infer_step, register_workload,
+                              train_forward, train_step)
 from headroom.workloads._hf import build_hf, meta_hf
 
 FLAVOURS: dict[str, dict[str, Any]] = {
@@ -60,11 +61,14 @@ def build(cfg: RunConfig, device: Any) -> Step:
         model.train()
         opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, weight_decay=5e-5)
         info.update(optimizer="SGD momentum 0.9", amp=str(cfg.torch_dtype) if low else "none")
-        fn = train_step(model, lambda: call(pixel_values=pixels, labels=labels).loss, opt,
-                        device_type=device.type, amp_dtype=cfg.torch_dtype if low else None)
-        return Step(fn, model, info=info, close=close)
+        loss = lambda: call(pixel_values=pixels, labels=labels).loss  # noqa: E731
+        amp = cfg.torch_dtype if low else None
+        fn = train_step(model, loss, opt, device_type=device.type, amp_dtype=amp)
+        return Step(fn, model, info=info, close=close, train=True,
+                    forward=train_forward(loss, device_type=device.type, amp_dtype=amp))
     model.eval()
-    return Step(infer_step(lambda: call(pixel_values=pixels)), model, info=info, close=close)
+    return Step(infer_step(lambda: call(pixel_values=pixels)), model, info=info, close=close,
+                forward=infer_forward(lambda: call(pixel_values=pixels).logits))
 
 
 SPEC = register_workload(WorkloadSpec(

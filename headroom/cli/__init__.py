@@ -22,9 +22,9 @@ app = typer.Typer(
 
 
 def _register_commands() -> None:
-    from headroom.cli import profile, project, trace, verify
+    from headroom.cli import extract, profile, project, trace, verify
 
-    for module in (trace, profile, project, verify):
+    for module in (trace, profile, project, verify, extract):
         module.register(app)
 
 

@@ -9,14 +9,14 @@ from here::
 Nothing here imports torch until a workload is built or run.
 """
 
-from headroom.profile.builders import (compile_model, infer_step, init_parameter, materialize, meta_parameters,
-                                       train_step)
+from headroom.profile.builders import (compile_model, infer_forward, infer_step, init_parameter, materialize,
+                                       meta_parameters, train_forward, train_step)
 from headroom.profile.nvtx import instrument_blocks, phase_range
 from headroom.profile.registry import get_workload, list_workloads, load_workload_file, register_workload
 from headroom.profile.run import ProfileResult, profile_workload
 from headroom.profile.workload import Default, Options, RunConfig, Step, WorkloadSpec
 
 __all__ = ["Default", "Options", "ProfileResult", "RunConfig", "Step", "WorkloadSpec", "compile_model",
-           "get_workload", "infer_step", "init_parameter", "instrument_blocks", "list_workloads",
+           "get_workload", "infer_forward", "infer_step", "init_parameter", "instrument_blocks", "list_workloads",
            "load_workload_file", "materialize", "meta_parameters", "phase_range", "profile_workload",
-           "register_workload", "train_step"]
+           "register_workload", "train_forward", "train_step"]

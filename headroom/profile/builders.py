@@ -84,25 +84,45 @@ def materialize(model: Any, device: Any, dtype: Any = None, std: float = 0.02,
     return model
 
 
+def train_forward(loss_fn: Callable[[], Any], *, device_type: str, amp_dtype: Any = None) -> Callable[[], Any]:
+    """The forward of a training step: `loss_fn()` under autocast when `amp_dtype`; returns the loss."""
+    import torch
+
+    def forward() -> Any:
+        if amp_dtype is not None:
+            with torch.autocast(device_type=device_type, dtype=amp_dtype):
+                return loss_fn()
+        return loss_fn()
+
+    return forward
+
+
 def train_step(model: Any, loss_fn: Callable[[], Any], optimizer: Any, *, device_type: str,
                amp_dtype: Any = None) -> Callable[[], None]:
     """forward (under autocast when `amp_dtype`) -> backward -> optimizer.step, each a named range."""
-    import torch
+    forward = train_forward(loss_fn, device_type=device_type, amp_dtype=amp_dtype)
 
     def step() -> None:
         optimizer.zero_grad(set_to_none=True)
         with phase_range("headroom/forward"):
-            if amp_dtype is not None:
-                with torch.autocast(device_type=device_type, dtype=amp_dtype):
-                    loss = loss_fn()
-            else:
-                loss = loss_fn()
+            loss = forward()
         with phase_range("headroom/backward"):
             loss.backward()
         with phase_range("headroom/optimizer"):
             optimizer.step()
 
     return step
+
+
+def infer_forward(forward: Callable[[], Any]) -> Callable[[], Any]:
+    """`forward()` under inference mode, returning what it returns (the model's output)."""
+    import torch
+
+    def run() -> Any:
+        with torch.inference_mode():
+            return forward()
+
+    return run
 
 
 def infer_step(forward: Callable[[], Any]) -> Callable[[], None]:

@@ -287,20 +287,29 @@ class WorkloadSpec:
 class Step:
     """One runnable step of a built workload, inputs already on the device.
 
-    `fn()` runs one step. `blocks` lists the identical repeated blocks as
-    (module path, module) for `--layers`. `info` goes into the manifest
-    (e.g. which embedding implementation ran). `close()` frees what the
-    builder set up (process groups, caches). `modules` is the module whose
+    `fn()` runs one step. `forward()` runs the model once on the step's own
+    inputs and returns what it computes -- inference: the model's output;
+    training: the loss, autograd graph attached, under the step's autocast --
+    with no optimizer step, and leaving the state a step reads (a decode KV
+    cache's position) as it found it, so two calls see the same inputs
+    (`headroom validate` compares an original and a substituted model with it).
+    `train` says whether `fn` is a training step. `blocks` lists the identical
+    repeated blocks as (module path, module) for `--layers`. `info` goes into
+    the manifest (e.g. which embedding implementation ran). `close()` frees
+    what the builder set up (process groups, caches). `modules` is the module whose
     calls get profiler ranges (default: `model`; a workload that wraps its
     model, e.g. in torchrec's DistributedModelParallel, names the model inside).
     """
 
     def __init__(self, fn: Callable[[], Any], model: Any, *, blocks: Sequence[tuple[str, Any]] = (),
                  info: dict[str, Any] | None = None, close: Callable[[], None] | None = None,
-                 params: int | None = None, modules: Any = None):
+                 params: int | None = None, modules: Any = None, forward: Callable[[], Any] | None = None,
+                 train: bool = False):
         self.fn = fn
         self.model = model
         self.modules = model if modules is None else modules
+        self.forward = forward
+        self.train = train
         self.blocks = list(blocks)
         self.info = dict(info or {})
         self._close = close

@@ -1,0 +1,204 @@
+"""`headroom extract`: a KernelBench problem with the real shapes, from a module (or an op) of a workload.
+
+    build (constructor arguments recorded) -> one real step (calls recorded) -> a short profile
+    (module ranges; the part's share) -> DIR/<workload>__<CLASS>.py + .toml -> self-check
+
+The self-check imports the written problem, builds `Model(*get_init_inputs())`, loads the
+original instance's state_dict into it (strict) and runs both on `get_inputs()`: the outputs
+must be identical, or extract fails (a bug, never a silently wrong problem).
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import shutil
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from headroom.errors import UserError
+from headroom.extract.capture import Capture, capture, find_class, record_constructions
+from headroom.extract.part import part_time
+from headroom.extract.problem import Share, module_problem, module_selectors, selector_entry
+from headroom.jsonio import atomic_file
+from headroom.extract.record import module_ranges, record_trace, remove
+from headroom.profile.progress import Progress, _stage
+from headroom.profile.registry import get_workload, load_workload_file
+from headroom.devices import resolve_device
+from headroom.profile.workload import Options, RunConfig, WorkloadSpec
+from headroom.pyfile import import_file
+
+OP_PREFIX = "op:"
+
+
+@dataclass
+class ExtractResult:
+    name: str
+    problem: Path
+    entry: Path
+    trace: Path | None
+    selectors: list[str]
+    share: Share | None
+    calls_per_step: int
+    instances: list[str] = field(default_factory=list)
+    config: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "problem": str(self.problem), "entry": str(self.entry),
+                "trace": str(self.trace) if self.trace else None, "selectors": self.selectors,
+                "share": self.share.to_dict() if self.share else None, "calls_per_step": self.calls_per_step,
+                "instances": self.instances, "config": self.config}
+
+
+def safe_name(text: str) -> str:
+    return "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in text)
+
+
+def header_config(cfg: RunConfig) -> dict[str, Any]:
+    keep = ("flavour", "mode", "phase", "kv_cache", "batch", "seq", "dtype", "device", "layers")
+    d = cfg.to_dict()
+    return {k: d[k] for k in keep if d.get(k) is not None}
+
+
+def share_of(analysis: Any, paths: list[str], source: str) -> Share:
+    pt = part_time(analysis, paths)
+    return Share(source=source, mode=pt.mode, us_per_step=pt.us, total_us_per_step=pt.total_us,
+                 forward_us_per_step=pt.forward_us, backward_us_per_step=pt.backward_us,
+                 kernels_per_step=pt.kernels)
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    with atomic_file(path) as f:
+        f.write(text.encode())
+
+
+def self_check(problem: Path, original: Any, device: Any, n_grads: int = 0, autocast: str | None = None) -> None:
+    """The written problem builds, takes the original's state_dict, and computes what the original does.
+
+    `n_grads`: a training problem's trailing upstream-gradient inputs (its forward returns the
+    outputs first). `autocast`: the dtype the workload autocast the module's calls to."""
+    import contextlib
+
+    import torch
+
+    mod = import_file(problem, "extracted")
+    with torch.device(device):
+        model = mod.Model(*mod.get_init_inputs())
+        inputs = list(mod.get_inputs())
+    model = model.to(device)
+    try:
+        model.load_state_dict(original.state_dict(), strict=True)
+    except RuntimeError as e:
+        raise UserError(f"extract wrote a problem whose Model does not take the original's state_dict "
+                        f"({str(e).splitlines()[0]}); a bug: please report it") from None
+    model.train(original.training)
+    ctx = (torch.autocast(device_type=device.type, dtype=getattr(torch, autocast)) if autocast
+           else contextlib.nullcontext())
+    with torch.no_grad():
+        got = model(*inputs)
+        with ctx:
+            want = original(*(inputs[:-n_grads] if n_grads else inputs))
+    want_l = list(want) if isinstance(want, (tuple, list)) else [want]
+    got_l = (list(got) if isinstance(got, (tuple, list)) else [got])[:len(want_l)]
+    for g, w in zip(got_l, want_l):
+        if not isinstance(w, torch.Tensor) or torch.equal(g, w):
+            continue
+        # the same code on other memory layouts may pick other kernels (reduction order): ~1 ulp
+        rel = float((g.double() - w.double()).norm() / w.double().norm().clamp_min(1e-30))
+        tol = 1e-5 if w.dtype in (torch.float32, torch.float64) else 1e-2
+        if not w.is_floating_point() or rel > tol:
+            raise UserError(f"extract wrote a problem that does not reproduce {type(original).__name__}: its output "
+                            f"differs from the original's (relative L2 {rel:.3g}); a bug: please report it")
+
+
+def extract(workload: str | WorkloadSpec, module: str, options: Options | None = None, *,
+            device: str | None = None, out: str | os.PathLike = "out/problems", trace: str | os.PathLike | None = None,
+            profile: bool = True, workload_file: str | os.PathLike | None = None, command: str | None = None,
+            progress: Progress | None = None) -> ExtractResult:
+    """Write DIR/<workload>__<CLASS>.py (KernelBench format) and its selector entry DIR/<...>.toml."""
+    import torch
+
+    progress = progress or Progress()
+    options = options or Options()
+    if workload_file is not None:
+        load_workload_file(workload_file)
+    spec = workload if isinstance(workload, WorkloadSpec) else get_workload(workload)
+    if not module or not module.strip():
+        raise UserError("--module needs a class name (e.g. LlamaRMSNorm) or op:aten::NAME")
+    dev = resolve_device(device)
+    cfg = spec.resolve(options, dev.type)
+    command = command or " ".join(shlex.quote(a) for a in sys.argv)
+    if trace is not None and not Path(trace).is_file():
+        raise UserError(f"{trace}: no such trace file")
+    out_dir = Path(out)
+    if out_dir.exists() and not out_dir.is_dir():
+        raise UserError(f"--out {out_dir}: exists and is not a directory")
+    if module.startswith(OP_PREFIX):
+        from headroom.extract.ops import extract_op
+
+        return extract_op(spec, cfg, dev, module[len(OP_PREFIX):], out_dir, trace=trace, command=command,
+                          progress=progress)
+    torch.manual_seed(0)
+    cls = find_class(spec, cfg, module)
+    name = f"{spec.name}__{safe_name(cls.__name__)}"
+    step = None
+    try:
+        with _stage(progress, "build", f"{spec.name} ({cfg.variant}, batch {cfg.batch}, {cfg.dtype}), "
+                                       f"recording {cls.__name__}(...)"):
+            with record_constructions(cls) as built:
+                step = spec.build(cfg, dev)
+        with _stage(progress, "capture", f"one step with a hook on every {cls.__name__}"):
+            cap: Capture = capture(step, cls, built)
+        share = None
+        trace_path: Path | None = None
+        with tempfile.TemporaryDirectory(prefix=".headroom-extract-", dir=_tmp_parent(out_dir)) as tmp:
+            if trace is not None:
+                from headroom.trace.analysis import analyze
+
+                share = share_of(analyze(trace), cap.paths, str(trace))
+            elif profile:
+                with _stage(progress, "profile", "1 step with module ranges (the share of time)"):
+                    tmp_trace = Path(tmp) / f"{name}.trace.json.gz"
+                    handles = module_ranges(step)
+                    try:
+                        record_trace(step, dev, tmp_trace, {"tool": "headroom extract", **cfg.to_dict(),
+                                                            "command": command}, steps=1)
+                    finally:
+                        remove(handles)
+                    from headroom.trace.analysis import analyze
+
+                    share = share_of(analyze(tmp_trace), cap.paths, f"{name}.trace.json.gz")
+            selectors = module_selectors(cls.__name__, step.train)
+            source = module_problem(cap, name=name, workload=spec.name, config=header_config(cfg), train=step.train,
+                                    share=share, command=command)
+            tmp_problem = Path(tmp) / f"{name}.py"
+            tmp_problem.write_text(source)
+            with _stage(progress, "check", "the written problem rebuilds the module and matches it"):
+                call, _ = cap.common_call()
+                n_grads = (len(call.output) if isinstance(call.output, tuple) else 1) if step.train else 0
+                self_check(tmp_problem, cap.instances[0][1], dev, n_grads, call.autocast)
+            out_dir.mkdir(parents=True, exist_ok=True)
+            problem_path = out_dir / f"{name}.py"
+            entry_path = out_dir / f"{name}.toml"
+            note = (f"{cls.__name__} in {spec.name} ({cfg.variant}): "
+                    f"{cap.calls_per_step} calls per step" + ("; forward and backward" if step.train else ""))
+            _write_atomic(entry_path, selector_entry(name, selectors, note))
+            if share is not None and trace is None:
+                trace_path = out_dir / f"{name}.trace.json.gz"
+                shutil.move(str(Path(tmp) / f"{name}.trace.json.gz"), str(trace_path))   # across file systems too
+            _write_atomic(problem_path, source)
+    finally:
+        if step is not None:
+            step.close()
+    return ExtractResult(name=name, problem=problem_path, entry=entry_path, trace=trace_path, selectors=selectors,
+                         share=share, calls_per_step=cap.calls_per_step, instances=cap.paths,
+                         config=header_config(cfg))
+
+
+def _tmp_parent(out_dir: Path) -> str | None:
+    """Temporary files beside the output (same file system: renames are atomic), when it exists."""
+    p = out_dir if out_dir.is_dir() else out_dir.parent
+    return str(p) if p.is_dir() else None

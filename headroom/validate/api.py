@@ -1,0 +1,163 @@
+"""The `validate` entry point: checks what it can without running anything, then runs the worker
+(`headroom.validate.worker`) in its own process group with a time limit, and moves the run's
+directory into place only when the run succeeded (nothing half-written otherwise)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from headroom.errors import UserError
+from headroom.profile.workload import Options
+from headroom.validate.result import RESULT_FILE
+from headroom.validate.run import Request
+from headroom.validate.timing import MIN_ROUNDS
+from headroom.validate.worker import ERROR_FILE
+
+DEFAULT_TIMEOUT_S = 1800.0
+
+
+def check_candidate_file(path: str | Path) -> Path:
+    """A readable .py file that defines `class ModelNew` (read with ast; nothing runs)."""
+    from headroom.verify.problem import check_file, defined_names
+
+    p = check_file(path, "candidate")
+    if "ModelNew" not in defined_names(p):
+        raise UserError(f"{p}: defines no class ModelNew (a KernelBench candidate's class)")
+    return p
+
+
+def parse_replace(items: Sequence[str]) -> list[tuple[str, str]]:
+    """`CLASS=CANDIDATE.py` items (the class may be dotted; the candidate is a path)."""
+    out = []
+    for item in items:
+        cls, sep, cand = item.partition("=")
+        if not sep or not cls.strip() or not cand.strip():
+            raise UserError(f"--replace {item!r}: expected CLASS=CANDIDATE.py, e.g. LlamaRMSNorm=my_rmsnorm.py")
+        out.append((cls.strip(), cand.strip()))
+    if not out:
+        raise UserError("give at least one --replace CLASS=CANDIDATE.py")
+    return out
+
+
+def _stream(pipe: Any, sink: Callable[[str], None], last: list[str]) -> None:
+    for raw in iter(pipe.readline, ""):
+        line = raw.rstrip("\n")
+        if line.startswith("headroom validate: ") and not line.startswith("headroom validate:  "):
+            last[0] = line[len("headroom validate: "):].split(":")[0].strip()   # a stage line, not a note
+        sink(line)
+    pipe.close()
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        proc.kill()
+    proc.wait()
+
+
+def _place(tmp: Path, final: Path) -> None:
+    """Move the finished run directory to `final`, replacing an earlier run there."""
+    old = None
+    if final.exists():
+        old = final.with_name(f".{final.name}.old-{os.getpid()}")
+        os.replace(final, old)
+    os.replace(tmp, final)
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
+
+
+def validate(workload: str, replace: Sequence[tuple[str, str]] | Sequence[str], options: Options | None = None, *,
+             device: str | None = None, out: str | os.PathLike = "out/validate", rounds: int = MIN_ROUNDS,
+             steps_per_round: int | None = None, profile_steps: int | None = None, gate: float | None = None,
+             timeout: float = DEFAULT_TIMEOUT_S, workload_file: str | os.PathLike | None = None,
+             command: str = "", threads: int | None = None,
+             log: Callable[[str], None] | None = None) -> dict[str, Any]:
+    """Run a validation; return the result object (docs/validate.md). `out` is the run's directory."""
+    reps = parse_replace(replace) if replace and isinstance(replace[0], str) else [tuple(r) for r in replace]
+    if not reps:
+        raise UserError("give at least one --replace CLASS=CANDIDATE.py")
+    reps = [(c, str(check_candidate_file(p))) for c, p in reps]
+    if rounds < MIN_ROUNDS:
+        raise UserError(f"--rounds must be at least {MIN_ROUNDS} (interleaved rounds give the interval)")
+    if steps_per_round is not None and steps_per_round < 1:
+        raise UserError("--steps-per-round must be at least 1")
+    if profile_steps is not None and profile_steps < 1:
+        raise UserError("--profile-steps must be at least 1")
+    if gate is not None and not gate > 0:
+        raise UserError("--tolerance must be > 0")
+    if not timeout > 0:
+        raise UserError("--timeout must be > 0")
+    if threads is not None and threads < 1:
+        raise UserError("--threads must be at least 1")
+    if workload_file is not None and not Path(workload_file).is_file():
+        raise UserError(f"{workload_file}: no such workload file")
+    # Fail fast on what needs no model: the workload name and its options.
+    from headroom.profile.registry import get_workload, load_workload_file
+
+    if workload_file is not None:
+        load_workload_file(workload_file)
+    spec = get_workload(workload)
+    spec.resolve(options or Options(), "cuda" if device not in ("cpu",) else "cpu")
+
+    final = Path(out)
+    if final.exists() and not final.is_dir():
+        raise UserError(f"--out {final}: exists and is not a directory")
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp = final.with_name(f".{final.name}.tmp-{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir()
+    req = Request(workload=workload, replace=reps, options=dict((options or Options()).__dict__), out=str(tmp),
+                  device=device, rounds=rounds, steps_per_round=steps_per_round, profile_steps=profile_steps,
+                  gate=gate, workload_file=str(workload_file) if workload_file else None, command=command,
+                  threads=threads)
+    req_path = tmp / "request.json"
+    req_path.write_text(req.to_json())
+    sink = log or (lambda s: print(s, file=sys.stderr, flush=True))
+    last = ["start-up"]
+    import headroom
+
+    env = dict(os.environ)   # the worker imports this very headroom (a checkout run without installing too)
+    here = str(Path(headroom.__file__).resolve().parents[1])
+    env["PYTHONPATH"] = here + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    try:
+        proc = subprocess.Popen([sys.executable, "-m", "headroom.validate.worker", str(req_path)],
+                                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                text=True, start_new_session=True, env=env)
+        reader = threading.Thread(target=_stream, args=(proc.stdout, sink, last), daemon=True)
+        reader.start()
+        t0 = time.monotonic()
+        try:
+            rc = proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            _kill_group(proc)
+            reader.join(timeout=5)
+            raise UserError(f"validate: no result within --timeout {timeout:g} s (stuck in {last[0]}: a candidate "
+                            f"that hangs?); nothing written") from None
+        except KeyboardInterrupt:
+            _kill_group(proc)
+            raise
+        reader.join(timeout=5)
+        if rc == 0 and (tmp / RESULT_FILE).is_file():
+            result = json.loads((tmp / RESULT_FILE).read_text())
+            req_path.unlink()
+            _place(tmp, final)
+            return result
+        if rc == 2 and (tmp / ERROR_FILE).is_file():
+            raise UserError((tmp / ERROR_FILE).read_text().strip())
+        if rc < 0:
+            name = signal.Signals(-rc).name if -rc in signal.valid_signals() else str(-rc)
+            raise UserError(f"validate: the run died with {name} during {last[0]} after {time.monotonic() - t0:.0f} s "
+                            f"(a crashing candidate?); nothing written")
+        raise UserError(f"validate: the run exited with status {rc} during {last[0]}; nothing written")
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)

@@ -1,0 +1,168 @@
+"""The `headroom validate` answer, computed from what a run saved: its run record (replacements,
+check, the raw interleaved timings) and the base and variant traces.
+
+`compute(run, base, variant)` is the only place the numbers are made, both right after a run
+and offline (`headroom validate --from DIR`, `recompute(DIR)`), so a saved result can be
+re-derived on any machine, and a new projection model re-scored against old measurements.
+
+* measured: `timing.summarise` of the rounds (geometric mean of paired ratios, t interval).
+* part: the kernels inside the replaced instances (`headroom.extract.part`), per step, in the
+  base and the variant trace; its speedup is base_us / variant_us; launches per call are the
+  part's kernels per step over the replaced modules' calls per step (a training call's
+  backward kernels count with it).
+* projected: `headroom.projection.project` on the base trace alone, the part's kernels made
+  faster by the part's measured speedup (forward and backward separately, each with the
+  variant's launches per call), Amdahl, replay, and the projector's estimate where it exists.
+* error of each projection: projected speedup / measured speedup - 1.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import re
+from pathlib import Path
+from typing import Any
+
+from headroom.errors import UserError
+from headroom.jsonio import dumps
+from headroom.extract.part import part_masks, part_time, trace_path
+from headroom.projection.project import project
+from headroom.projection.selectors import parse_selector
+from headroom.projection.speedups import Speedup
+from headroom.validate.timing import summarise
+
+RUN_FILE = "run.json"
+RESULT_FILE = "result.json"
+BASE_TRACE = "base.json.gz"
+VARIANT_TRACE = "variant.json.gz"
+LAUNCH_BOUND_IDLE = 0.5   # GPU idle at least half of the base trace's window: launch-bound
+SOURCE = "headroom validate: measured in the variant trace"
+
+
+def paths_selector(paths: list[str]) -> str:
+    """`module:` selector for the given instance paths (of the ranged module) and everything below them."""
+    alts = "|".join(re.escape(trace_path(p)) for p in sorted(set(paths)))
+    return f"module:^(?:{alts})(?:\\.|$)"
+
+
+def _speedup_entry(selector: str, factor: float, launches: int | None) -> Speedup:
+    kw: dict[str, Any] = {}
+    if launches is not None and "launches" in {f.name for f in dataclasses.fields(Speedup)}:
+        kw["launches"] = launches
+    return Speedup(parse_selector(selector), factor, None, SOURCE, **kw)
+
+
+def _ratio(a: float, b: float) -> float:
+    if b > 0:
+        return a / b
+    return math.inf if a > 0 else 1.0
+
+
+def _finite(x: float | None) -> float | None:
+    return x if x is not None and math.isfinite(x) else None
+
+
+def top_kernels(a: Any, paths: list[str], n: int = 8) -> list[list[Any]]:
+    """The part's kernels (or CPU ops) with the most time: [name, count per step, us per step]."""
+    mask = part_masks(a, paths)["all"]
+    ev = a.events[mask]
+    if not len(ev):
+        return []
+    g = ev.groupby("name")["dur"].agg(["count", "sum"]).sort_values("sum", ascending=False).head(n)
+    steps = max(int(a.num_steps), 1)
+    return [[str(k), float(r["count"]) / steps, float(r["sum"]) / steps] for k, r in g.iterrows()]
+
+
+def _estimate(res: Any) -> dict[str, Any] | None:
+    est = getattr(res, "estimate", None)
+    if est is None:
+        return None
+    if not isinstance(est, dict):
+        est = {k: getattr(est, k, None) for k in ("speedup", "low", "high", "method")}
+    return est
+
+
+def projections(base: Any, paths: list[str], calls_per_step: float, pb: Any, pv: Any) -> dict[str, Any]:
+    """Amdahl, replay and the estimate from the base trace with the part's measured speedups."""
+    sel = paths_selector(paths)
+    entries = []
+    for phase, b_us, v_us, v_k in (("forward", pb.forward_us, pv.forward_us, pv.forward_kernels),
+                                   ("backward", pb.backward_us, pv.backward_us, pv.backward_kernels)):
+        if b_us <= 0:
+            continue
+        factor = _ratio(b_us, v_us)
+        if not math.isfinite(factor):
+            factor = 1e9   # the variant runs no kernel here: the part takes (practically) no time
+        # A call is one module range instance on the launching thread: the forward's. Backward kernels run
+        # on autograd's thread outside every range, so the backward entry leaves launches unchanged.
+        launches = round(v_k / calls_per_step) if phase == "forward" and calls_per_step > 0 else None
+        entries.append(_speedup_entry(f"{sel} & phase:{phase}", factor, launches))
+    if not entries:
+        return {"amdahl": 1.0, "replay": 1.0 if base.mode == "gpu" else None, "estimate": None, "low": None,
+                "high": None, "method": None, "warnings": ["the part has no kernels in the base trace"]}
+    res = project(base, entries)
+    amdahl = res.get("amdahl")
+    replay = res.get("replay")
+    est = _estimate(res)
+    return {"amdahl": amdahl.speedup if amdahl else None, "replay": replay.speedup if replay else None,
+            "estimate": est.get("speedup") if est else None, "low": est.get("low") if est else None,
+            "high": est.get("high") if est else None, "method": est.get("method") if est else None,
+            "warnings": list(res.warnings)}
+
+
+def compute(run: dict[str, Any], base: Any, variant: Any) -> dict[str, Any]:
+    """The `--json` object (docs/validate.md) from a run record and the two analysed traces."""
+    reps = run["replacements"]
+    paths = [p for r in reps for p in r["paths"]]
+    calls = float(sum(r["calls_per_step"] for r in reps))
+    m = summarise(run["timing"])
+    pb, pv = part_time(base, paths), part_time(variant, paths)
+    base_us, var_us = pb.us, pv.us
+    proj = projections(base, paths, calls, pb, pv)
+
+    def err(x: float | None) -> float | None:
+        return _finite(x / m["speedup"] - 1.0) if x is not None else None
+
+    idle = float(base.idle_fraction)
+    return {
+        "workload": run["workload"],
+        "replacements": [{"module": r["module"], "candidate": r["candidate"], "instances": r["instances"]}
+                         for r in reps],
+        "baseline": {"step_ms": m["base_ms"], "idle_fraction": idle,
+                     "launch_bound": bool(base.mode == "gpu" and idle >= LAUNCH_BOUND_IDLE)},
+        "measured": m,
+        "part": {"speedup": _finite(_ratio(base_us, var_us)), "base_us": base_us, "variant_us": var_us,
+                 "launches_per_call": [pb.kernels / calls if calls else None,
+                                       pv.kernels / calls if calls else None]},
+        "projected": {k: proj[k] for k in ("amdahl", "replay", "estimate", "low", "high")},
+        "error": {"amdahl": err(proj["amdahl"]), "replay": err(proj["replay"]), "estimate": err(proj["estimate"])},
+        "config": run.get("config", {}),
+        "check": run.get("check", {}),
+        "detail": {
+            "trace_mode": base.mode, "calls_per_step": calls,
+            "part_base": pb.to_dict(), "part_variant": pv.to_dict(),
+            "profiled_step_ms": {"base": base.step_us / 1e3, "variant": variant.step_us / 1e3},
+            "estimate_method": proj["method"], "projection_warnings": proj["warnings"],
+            "part_kernels": {"base": top_kernels(base, paths), "variant": top_kernels(variant, paths)},
+        },
+    }
+
+
+def recompute(directory: str | Path) -> dict[str, Any]:
+    """The result of a saved run, recomputed from its run record and traces (nothing is re-run)."""
+    from headroom.trace.analysis import analyze
+
+    d = Path(directory)
+    run_path = d / RUN_FILE
+    if not d.is_dir():
+        raise UserError(f"--from {d}: not a directory")
+    missing = [n for n in (RUN_FILE, BASE_TRACE, VARIANT_TRACE) if not (d / n).is_file()]
+    if missing:
+        raise UserError(f"--from {d}: not a saved validate run (missing {', '.join(missing)})")
+    try:
+        run = json.loads(run_path.read_text())
+    except ValueError as e:
+        raise UserError(f"{run_path}: invalid JSON ({e})") from None
+    return json.loads(dumps(compute(run, analyze(d / BASE_TRACE), analyze(d / VARIANT_TRACE))))

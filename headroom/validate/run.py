@@ -1,0 +1,181 @@
+"""One validate run, in the worker process: build, substitute, check, time interleaved, profile both.
+
+    build (constructor arguments of each replaced class recorded)
+      -> candidates for every instance (weights tied)   -> one step counting their calls
+      -> check: outputs (and gradients) base vs variant  -> refuse when they differ
+      -> interleaved rounds                             -> profile base, profile variant (module ranges)
+      -> run.json, base.json.gz, variant.json.gz, result.json in the run's directory
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Callable
+
+from headroom.errors import UserError
+from headroom.extract.capture import find_class, instances_of, record_calls, record_constructions
+from headroom.extract.record import module_ranges, record_trace, remove
+from headroom.profile.environment import environment
+from headroom.profile.registry import get_workload, load_workload_file
+from headroom.devices import resolve_device
+from headroom.profile.workload import Options
+from headroom.validate.compare import check
+from headroom.jsonio import dumps
+from headroom.validate.result import BASE_TRACE, RESULT_FILE, RUN_FILE, VARIANT_TRACE, compute
+from headroom.validate.substitute import load_candidate_class, substitute
+from headroom.validate.timing import MIN_ROUNDS, interleave, summarise
+
+RUN_SCHEMA = 1
+
+
+@dataclass
+class Request:
+    """What the parent asks the worker to do (JSON across the process boundary)."""
+
+    workload: str
+    replace: list[tuple[str, str]]            # (CLASS, candidate path as given)
+    options: dict[str, Any]                   # headroom.profile.workload.Options fields
+    out: str                                  # the run's (temporary) directory
+    device: str | None = None
+    rounds: int = MIN_ROUNDS
+    steps_per_round: int | None = None
+    profile_steps: int | None = None
+    gate: float | None = None
+    workload_file: str | None = None
+    command: str = ""
+    threads: int | None = None                # torch CPU threads (None: torch's default)
+
+    def to_json(self) -> str:
+        return json.dumps(self.__dict__)
+
+    @classmethod
+    def from_json(cls, text: str) -> "Request":
+        d = json.loads(text)
+        d["replace"] = [tuple(x) for x in d["replace"]]
+        return cls(**d)
+
+
+@dataclass
+class Say:
+    """Progress lines on stderr (`headroom validate: <stage> ...`): the parent shows them and names
+    the last stage when a run hangs or dies."""
+
+    write: Callable[[str], None]
+    stages: list[str] = field(default_factory=list)
+
+    def stage(self, name: str, detail: str = "") -> None:
+        self.stages.append(name)
+        self.write(f"headroom validate: {name}{': ' + detail if detail else ''}")
+
+    def note(self, text: str) -> None:
+        self.write(f"headroom validate:   {text}")
+
+
+def run(req: Request, say: Say) -> dict[str, Any]:
+    import torch
+
+    if req.threads:
+        torch.set_num_threads(req.threads)
+    if req.workload_file:
+        load_workload_file(req.workload_file)
+    spec = get_workload(req.workload)
+    dev = resolve_device(req.device)
+    opts = Options(**req.options)
+    cfg = spec.resolve(opts, dev.type)
+    if cfg.compile:
+        raise UserError("validate swaps modules of an eager model; --compile is not supported")
+    for note in cfg.notes:
+        say.note(f"scaled for the CPU: {note}")
+    out = Path(req.out)
+    out.mkdir(parents=True, exist_ok=True)
+
+    say.stage("resolve", ", ".join(f"{c}={p}" for c, p in req.replace))
+    classes = []
+    for name, cand in req.replace:
+        cls = find_class(spec, cfg, name)
+        if any(cls is c for _, c, _, _ in classes):
+            raise UserError(f"--replace {name} is given twice")
+        say.stage("candidate", f"importing {cand}")
+        classes.append((name, cls, Path(cand), load_candidate_class(Path(cand))))
+
+    if dev.type == "cuda":
+        torch.backends.cuda.matmul.allow_tf32 = cfg.tf32
+        torch.backends.cudnn.allow_tf32 = cfg.tf32
+    torch.manual_seed(0)
+    say.stage("build", f"{spec.name} ({cfg.variant}, batch {cfg.batch}{', seq ' + str(cfg.seq) if cfg.seq else ''}, "
+                       f"{cfg.dtype}, {dev})")
+    step = None
+    try:
+        with contextlib.ExitStack() as stack:
+            built = {cls: stack.enter_context(record_constructions(cls)) for _, cls, _, _ in classes}
+            step = spec.build(cfg, dev)
+        say.stage("substitute", "ModelNew(*get_init_inputs()) for every instance, weights tied to the originals")
+        sub = substitute(step.modules, classes, built, dev, step.train)
+        for r in sub.replacements:
+            say.note(f"{r.module}: {len(r.paths)} instance(s) -> {r.candidate.name} "
+                     f"({'tied' if r.tied else 'own copy of the'} weights)")
+        say.stage("calls", "one base step counting the replaced modules' calls")
+        for r in sub.replacements:
+            r.calls_per_step = len(record_calls(step, r.cls, instances_of(step.modules, r.cls)))
+        say.stage("candidate-step", "one variant step")
+        sub.use("variant")
+        step()
+        sub.use("base")
+
+        say.stage("check", "outputs" + (" and gradients" if step.train else "") + " of base vs variant")
+        res = check(step, sub.use, sub.active_modules, dev, cfg.dtype, req.gate)
+        if not res.compared:
+            raise UserError(f"{spec.name}: its forward returned no tensor to compare base and variant with")
+        w = res.worst
+        if not res.passed:
+            raise UserError(f"the substituted model differs from the original: {w.name} relative L2 error "
+                            f"{w.rel_l2:.3g} > {w.gate:g} ({cfg.dtype} gate); nothing written")
+        say.note(f"passed: {len(res.compared)} tensors, worst {w.name} {w.rel_l2:.2e} (gate {w.gate:g})")
+
+        say.stage("timing", f"{req.rounds} interleaved rounds (base/variant alternating)")
+        timing = interleave(step, sub.use, dev, rounds=req.rounds, k=req.steps_per_round, progress=say.note)
+        m = summarise(timing)
+        say.note(f"measured {m['speedup']:.4f}x (95% CI {m['ci'][0]:.4f}-{m['ci'][1]:.4f}), "
+                 f"base {m['base_ms']:.3f} ms, variant {m['variant_ms']:.3f} ms")
+
+        n_prof = req.profile_steps or 3
+        env = environment(dev)
+        rep_dicts = [dict(r.to_dict(), candidate=str(cand)) for r, (_, _, cand, _) in zip(sub.replacements, classes)]
+        date = datetime.now(timezone.utc).isoformat(timespec="seconds")
+        for side, name, step_ms in (("base", BASE_TRACE, m["base_ms"]), ("variant", VARIANT_TRACE, m["variant_ms"])):
+            say.stage("profile", f"{side}: {n_prof} step(s) with module ranges")
+            sub.use(side)
+            handles = module_ranges(step)
+            try:
+                manifest = {"tool": "headroom validate", "side": side, **cfg.to_dict(), "domain": spec.domain,
+                            "model": spec.model, "params": step.params, "info": dict(step.info),
+                            "device_type": dev.type, **env, "replacements": rep_dicts,
+                            "timing": {"step_ms": step_ms, "method": timing["method"],
+                                       "source": "interleaved rounds (headroom validate)"},
+                            "command": req.command, "date": date, "trace": name}
+                record_trace(step, dev, out / name, manifest, steps=n_prof)
+            finally:
+                remove(handles)
+            sub.use("base")
+        peak = torch.cuda.max_memory_allocated(dev) / 2**30 if dev.type == "cuda" else None
+    finally:
+        if step is not None:
+            step.close()
+
+    record = {"schema": RUN_SCHEMA, "tool": "headroom validate", "workload": spec.name,
+              "config": cfg.to_dict(), "device": str(dev), "gpu": env.get("gpu"),
+              "replacements": rep_dicts, "check": res.to_dict(), "timing": timing,
+              "profiled_steps": n_prof, "traces": {"base": BASE_TRACE, "variant": VARIANT_TRACE},
+              "peak_memory_gb": round(peak, 2) if peak is not None else None,
+              "command": req.command, "date": date}
+    (out / RUN_FILE).write_text(dumps(record, indent=1) + "\n")
+    say.stage("project", "the base trace alone, with the part's measured speedup")
+    from headroom.trace.analysis import analyze
+
+    result = json.loads(dumps(compute(record, analyze(out / BASE_TRACE), analyze(out / VARIANT_TRACE))))
+    (out / RESULT_FILE).write_text(dumps(result, indent=1) + "\n")
+    return result

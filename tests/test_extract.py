@@ -1,0 +1,223 @@
+"""`headroom extract`: problems with the real shapes from a workload's modules and ops, that `headroom
+verify` runs unchanged (an honest candidate passes, an all-zeros one fails), whose selector entry
+`headroom project --problems` reads, and bad input."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from headroom.errors import UserError
+from headroom.extract import extract
+from headroom.extract.autograd import forward_backward, with_backward
+from headroom.extract.capture import Construction, bind_init, positional_init
+from headroom.extract.codegen import Source, literal, tensor_expr
+from headroom.extract.capture import TensorSpec
+from headroom.profile import Options, get_workload
+from headroom.pyfile import import_file
+
+REPO = Path(__file__).resolve().parents[1]
+TINY = Options(flavour="tiny")
+
+
+def _cli(*args: str, timeout: float = 240) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "headroom.cli", *args], capture_output=True, text=True,
+                          timeout=timeout, cwd=REPO)
+
+
+@pytest.fixture(scope="module")
+def rmsnorm(tmp_path_factory):
+    out = tmp_path_factory.mktemp("extract")
+    return extract("llama-7b", "LlamaRMSNorm", TINY, device="cpu", out=out, command="headroom extract test")
+
+
+def test_the_problem_has_the_real_shapes_calls_and_share(rmsnorm):
+    r = rmsnorm
+    assert r.name == "llama-7b__LlamaRMSNorm"
+    assert r.problem.name == "llama-7b__LlamaRMSNorm.py" and r.entry.name == "llama-7b__LlamaRMSNorm.toml"
+    # tiny llama on a CPU: 2 layers x (input + post-attention norm) + the final norm
+    assert r.calls_per_step == 5
+    # paths in the ranged module (LlamaForCausalLM: its LlamaModel is `.model`)
+    assert r.instances == ["model.layers.0.input_layernorm", "model.layers.0.post_attention_layernorm",
+                           "model.layers.1.input_layernorm", "model.layers.1.post_attention_layernorm", "model.norm"]
+    assert r.share is not None and r.share.mode == "cpu-ops"
+    assert 0 < r.share.fraction < 0.5 and r.share.backward_us_per_step == 0.0
+    assert r.share.kernels_per_step == pytest.approx(5 * 22)      # 22 aten ops per LlamaRMSNorm call on a CPU
+    text = r.problem.read_text()
+    assert "# calls per step: 5 (1 per instance)" in text
+    assert "hidden_states: (1, 128, 64) float32" in text            # batch 1 x seq 128 x hidden 64
+    assert "from transformers.models.llama.modeling_llama import LlamaRMSNorm as _Module" in text
+    mod = import_file(r.problem, "t")
+    assert mod.get_init_inputs() == [64, 1e-05]
+    x, = mod.get_inputs()
+    assert x.shape == (1, 128, 64) and x.dtype == torch.float32
+    assert r.selectors == ["module:LlamaRMSNorm & phase:forward"]
+
+
+def test_model_loads_the_original_state_dict_and_computes_the_same(rmsnorm):
+    spec = get_workload("llama-7b")
+    step = spec.build(spec.resolve(TINY, "cpu"), torch.device("cpu"))
+    orig = step.model.model.layers[1].post_attention_layernorm
+    with torch.no_grad():
+        orig.weight.uniform_(0.5, 1.5)          # not the initial ones: the state_dict really moves
+    mod = import_file(rmsnorm.problem, "t2")
+    m = mod.Model(*mod.get_init_inputs())
+    m.load_state_dict(orig.state_dict(), strict=True)
+    x, = mod.get_inputs()
+    assert torch.equal(m(x), orig(x))
+
+
+def test_verify_runs_the_extracted_problem_unchanged(rmsnorm, tmp_path):
+    honest = REPO / "examples" / "substitutions" / "llama_rmsnorm.py"
+    zeros = Path(__file__).parent / "substitutions" / "zeros_rmsnorm.py"
+    fast = ["--device", "cpu", "--iters", "2", "--warmup", "1", "--json"]
+    p = _cli("verify", str(rmsnorm.problem), str(honest), *fast)
+    r = json.loads(p.stdout)
+    assert p.returncode == 0 and r["verdict"] == "pass" and r["problem"] == "llama-7b__LlamaRMSNorm"
+    p = _cli("verify", str(rmsnorm.problem), str(zeros), *fast)
+    r = json.loads(p.stdout)
+    assert p.returncode == 1 and r["verdict"] == "fail"
+    assert {"rel_l2", "sensitivity"} <= {c["name"] for c in r["checks"] if not c["passed"]}
+    # ... and its result goes to project through the entry extract wrote
+    vj = tmp_path / "verify.json"
+    vj.write_text(json.dumps({"problem": "llama-7b__LlamaRMSNorm", "verdict": "pass", "speedup": 2.0}))
+    trace = rmsnorm.entry.parent / "llama-7b__LlamaRMSNorm.trace.json.gz"
+    p = _cli("project", str(trace), "--problems", str(rmsnorm.entry), "--speedups", str(vj), "--json")
+    assert p.returncode == 0, p.stderr
+    pj = json.loads(p.stdout)
+    share = rmsnorm.share
+    assert pj["entries"][0]["kernels"] == pytest.approx(share.kernels_per_step * pj["num_steps"])
+    assert pj["selected_us"] == pytest.approx(share.us_per_step * pj["num_steps"], rel=1e-9)
+
+
+def test_a_training_problem_is_forward_plus_backward(tmp_path):
+    pytest.importorskip("torchrec")
+    r = extract("dlrm", "InteractionArch", TINY, device="cpu", out=tmp_path, profile=False, command="t")
+    assert r.selectors == ["module:InteractionArch & phase:forward", "module:InteractionArch & phase:backward"]
+    text = r.problem.read_text()
+    assert "share: not measured" in text and "forward_backward(self, super().forward" in text
+    mod = import_file(r.problem, "t3")
+    dense, sparse, grad = mod.get_inputs()
+    assert dense.shape == (2048, 16) and sparse.shape == (2048, 26, 16) and grad.shape == (2048, 16 + 351)
+    model = mod.Model(*mod.get_init_inputs())
+    out, d_dense, d_sparse = model(dense, sparse, grad)
+    assert out.shape == grad.shape and d_dense.shape == dense.shape and d_sparse.shape == sparse.shape
+    # the candidate in the same form gives the same answer (what verify compares)
+    cand = import_file(REPO / "examples" / "substitutions" / "dlrm_interaction.py", "t4")
+    got = with_backward(cand.ModelNew)(26)(dense, sparse, grad)
+    for a, b in zip(got, (out, d_dense, d_sparse)):
+        assert torch.allclose(a, b, rtol=1e-4, atol=1e-6)
+
+
+def test_a_channels_last_training_module_keeps_its_layout(tmp_path):
+    # ResNet-50 trains channels-last: the problem stores its weights and makes its inputs that way,
+    # and its forward is forward + backward; extract's own check ran it against the original.
+    r = extract("resnet-50", "ResNetBottleNeckLayer", TINY, device="cpu", out=tmp_path, profile=False, command="t")
+    text = r.problem.read_text()
+    assert "self.to(memory_format=torch.channels_last)" in text
+    assert ".contiguous(memory_format=torch.channels_last)" in text and "forward_backward(" in text
+    mod = import_file(r.problem, "t6")
+    x, grad = mod.get_inputs()
+    assert x.is_contiguous(memory_format=torch.channels_last) and not x.is_contiguous()
+    m = mod.Model(*mod.get_init_inputs())
+    assert all(p.is_contiguous(memory_format=torch.channels_last) for p in m.parameters() if p.dim() == 4)
+
+
+def test_forward_backward_returns_input_and_parameter_gradients():
+    lin = torch.nn.Linear(3, 2)
+    x = torch.randn(4, 3)
+    g = torch.randn(4, 2)
+    out, dx, dw, db = forward_backward(lin, lin.forward, (x,), (g,))
+    assert torch.allclose(out, lin(x)) and torch.allclose(dx, g @ lin.weight)
+    assert torch.allclose(dw, g.T @ x) and torch.allclose(db, g.sum(0))
+    assert lin.weight.grad is None          # nothing accumulated
+
+
+def test_op_problem_uses_the_recorded_shapes(tmp_path):
+    r = extract("llama-7b", "op:aten::mul", TINY, device="cpu", out=tmp_path, command="t")
+    assert r.name == "llama-7b__aten_mul" and r.selectors == ["op:aten::mul"]
+    assert r.calls_per_step > 5
+    mod = import_file(r.problem, "t5")
+    xs = mod.get_inputs()
+    assert all(isinstance(x, torch.Tensor) for x in xs) and len(xs) == 2
+    assert torch.equal(mod.Model()(*xs), torch.mul(*xs))
+    assert "calls per step:" in r.problem.read_text()
+
+
+# --- values as code ------------------------------------------------------------------------------
+
+
+def test_config_objects_dataclasses_and_dtypes_become_code_that_rebuilds_them():
+    from transformers import LlamaConfig
+
+    cfg = LlamaConfig(hidden_size=64, intermediate_size=172, num_hidden_layers=2, num_attention_heads=4)
+    cfg._attn_implementation = "sdpa"
+    src = Source()
+    expr = literal(src, cfg, "LlamaMLP(config=...)")
+    ns: dict = {}
+    exec("import torch\n" + "\n".join(src.import_lines()) + "\n" + "\n".join(src.helpers), ns)
+    again = eval(expr, ns)
+    assert again.to_dict() == cfg.to_dict() and again._attn_implementation == "sdpa"
+    assert literal(Source(), (torch.bfloat16, 1e-5, None, [1, 2]), "x") == "(torch.bfloat16, 1e-05, None, [1, 2])"
+    with pytest.raises(UserError, match="a tensor constructor argument cannot be written"):
+        literal(Source(), torch.ones(2), "Foo(w=...)")
+    with pytest.raises(UserError, match="cannot be written as code"):
+        literal(Source(), object(), "Foo(x=...)")
+
+
+def test_tensor_expressions_keep_shapes_dtypes_and_index_bounds():
+    e, seen = tensor_expr(TensorSpec((4, 7), "int64", lo=3.0, hi=26.0))
+    t = eval(e, {"torch": torch})
+    assert t.dtype == torch.int64 and t.shape == (4, 7) and int(t.min()) >= 3 and int(t.max()) <= 26
+    assert seen == "seen: values in [3, 26]"
+    e, _ = tensor_expr(TensorSpec((8, 16), "bfloat16", lo=-3.0, hi=3.0, mean=0.5, std=2.0))
+    t = eval(e, {"torch": torch}).float()
+    assert t.dtype == torch.float32 and abs(float(t.mean()) - 0.5) < 1.0
+    e, _ = tensor_expr(TensorSpec((3,), "bool", lo=1.0, hi=1.0, mean=1.0))
+    assert bool(eval(e, {"torch": torch}).all())
+
+
+def test_constructor_arguments_bind_positionally_with_defaults_filled():
+    class M(torch.nn.Module):
+        def __init__(self, a, b=2, c=3):
+            super().__init__()
+
+    assert positional_init(M, Construction((1,), {"c": 9})) == [1, 2, 9]
+    assert positional_init(M, Construction((1,), {})) == [1]
+    assert [a.name for a in bind_init(M, Construction((), {"a": 5, "b": 6}))] == ["a", "b"]
+
+
+# --- bad input -----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("module,trace,message", [
+    ("LlamaRMSNrom", None, "has no module of class LlamaRMSNrom; did you mean LlamaRMSNorm"),
+    ("op:aten::no_such_op", None, "aten::no_such_op is not called in a 1-step profile"),
+    ("op:mul", None, "expected op:aten::NAME"),
+    ("LlamaRMSNorm", "/nonexistent.json.gz", "no such trace file"),
+])
+def test_extract_bad_input_is_one_line_and_writes_nothing(tmp_path, module, trace, message):
+    with pytest.raises(UserError) as e:
+        extract("llama-7b", module, TINY, device="cpu", out=tmp_path / "o", trace=trace, command="t")
+    assert message in str(e.value) and "\n" not in str(e.value)
+    assert not (tmp_path / "o").exists()
+
+
+def test_extract_cli_bad_input_exits_2_with_one_line(tmp_path):
+    p = _cli("extract", "llama-7b", "--flavour", "tiny", "--device", "cpu", "--out", str(tmp_path / "o"),
+             "--module", "LlamaRMSNrom")
+    err = [ln for ln in p.stderr.splitlines() if ln.startswith("headroom: error:")]
+    assert p.returncode == 2 and len(err) == 1 and "did you mean LlamaRMSNorm" in err[0], p.stderr[-1500:]
+    assert "Traceback" not in p.stderr and not (tmp_path / "o").exists()
+
+
+def test_extract_refuses_an_out_that_is_a_file(tmp_path):
+    f = tmp_path / "file"
+    f.write_text("x")
+    with pytest.raises(UserError, match="exists and is not a directory"):
+        extract("llama-7b", "LlamaRMSNorm", TINY, device="cpu", out=f)

@@ -1,0 +1,251 @@
+"""`headroom validate`: the numbers (synthetic traces with a known answer), and real runs of tiny models on
+the CPU: an identity candidate (~1x), a wrong one (refused), the offline recompute, and bad input."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from headroom.errors import UserError
+from headroom.profile.workload import Options
+from headroom.trace.analysis import analyze
+from headroom.validate import validate
+from headroom.validate.result import compute, paths_selector, recompute
+from headroom.validate.timing import steps_per_block, summarise, t975
+
+REPO = Path(__file__).resolve().parents[1]
+CANDIDATES = Path(__file__).resolve().parent / "substitutions"
+RMSNORM = REPO / "examples" / "substitutions" / "llama_rmsnorm.py"
+TINY = ["--flavour", "tiny", "--device", "cpu", "--threads", "1"]
+
+
+# --- timing statistics ----------------------------------------------------------------------
+
+
+def test_summarise_is_the_geometric_mean_of_paired_ratios_with_a_t_interval():
+    ratios = [1.10, 1.12, 1.08, 1.11, 1.09, 1.13, 1.07]
+    rounds = [{"order": ["base", "variant"], "base_ms": [r * 10.0, r * 10.0], "variant_ms": [10.0, 10.0]}
+              for r in ratios]
+    s = summarise({"rounds": rounds})
+    logs = [math.log(r) for r in ratios]
+    mean = sum(logs) / 7
+    sd = math.sqrt(sum((x - mean) ** 2 for x in logs) / 6)
+    assert s["speedup"] == pytest.approx(math.exp(mean), rel=1e-12)
+    assert s["ci"][0] == pytest.approx(math.exp(mean - 2.447 * sd / math.sqrt(7)), rel=1e-12)
+    assert s["ci"][1] == pytest.approx(math.exp(mean + 2.447 * sd / math.sqrt(7)), rel=1e-12)
+    assert s["base_ms"] == pytest.approx(11.0) and s["variant_ms"] == 10.0 and s["rounds"] == 7
+    assert 1.08 < s["ci"][0] < s["speedup"] < s["ci"][1] < 1.12
+
+
+def test_a_drift_that_moves_both_variants_cancels_out_of_the_pairs():
+    # The GPU gets 20% slower over the run; the variant is always 5% faster than the base beside it.
+    rounds = []
+    for r in range(8):
+        drift = 1.0 + 0.2 * r / 7
+        rounds.append({"order": ["base", "variant"], "base_ms": [10.0 * drift], "variant_ms": [10.0 * drift / 1.05]})
+    s = summarise({"rounds": rounds})
+    assert s["speedup"] == pytest.approx(1.05, rel=1e-12)
+    assert s["ci"] == pytest.approx([1.05, 1.05], rel=1e-9)
+
+
+def test_t_quantiles_and_block_length():
+    assert t975(6) == 2.447 and t975(30) == 2.042 and t975(200) == 1.96
+    import torch
+
+    gpu, cpu = torch.device("cuda"), torch.device("cpu")
+    assert steps_per_block(243.0, gpu) == 2          # Llama-7B prefill: 2 steps make a 0.3 s block
+    assert steps_per_block(26.0, gpu) == 12          # decode
+    assert steps_per_block(0.5, gpu) == 50           # capped
+    assert steps_per_block(20.0, cpu) == 10
+
+
+# --- the result from traces with a known answer --------------------------------------------------
+
+
+def _trace(builder_cls, path: Path, norm_kernels: list[float], step_ms: float | None = None) -> Path:
+    """One step: a GEMM, the norm module (its kernels), a GEMM, back to back on the GPU; the CPU
+    launches everything by 300 us and the GPU finishes later (GPU-bound)."""
+    b = builder_cls()
+    b.step(1, 0.0, 300.0)
+    b.cpu("headroom/module model (Toy)", 1.0, 290.0)
+    e = b.cpu("aten::mm", 10.0, 5.0)
+    b.kernel("sm90_xmma_gemm_bf16", 11.0, 20.0, 400.0, ext=e)
+    b.cpu("headroom/module model.norm (Norm)", 100.0, 100.0)
+    t = 420.0
+    for i, d in enumerate(norm_kernels):
+        e = b.cpu("aten::mul", 110.0 + 10 * i, 5.0)
+        b.kernel("elementwise_kernel", 111.0 + 10 * i, t, d, ext=e)
+        t += d
+    e = b.cpu("aten::mm", 250.0, 5.0)
+    b.kernel("sm90_xmma_gemm_bf16", 251.0, t, 400.0, ext=e)
+    top = {"headroom": {"timing": {"step_ms": step_ms}}} if step_ms else {}
+    return b.write(path, **top)
+
+
+def _run(base_ms: float, variant_ms: float) -> dict:
+    # seven rounds, alternating order, a little noise that cancels in the geometric mean
+    noise = [1.0, 1.001, 0.999, 1.0, 1.002, 0.998, 1.0]
+    rounds = [{"order": ["base", "variant"] if r % 2 == 0 else ["variant", "base"],
+               "base_ms": [base_ms * n], "variant_ms": [variant_ms * n]} for r, n in enumerate(noise)]
+    return {"workload": "toy", "replacements": [{"module": "Norm", "candidate": "fused_norm.py", "instances": 1,
+                                                  "paths": ["norm"], "calls_per_step": 1}],
+            "timing": {"method": "cuda-events", "rounds": rounds}, "config": {}, "check": {}}
+
+
+def test_gpu_bound_fusion_the_part_and_both_projections_are_exact(tmp_path):
+    from conftest import TraceBuilder
+
+    base = analyze(_trace(TraceBuilder, tmp_path / "base.json", [50.0, 50.0]))
+    var = analyze(_trace(TraceBuilder, tmp_path / "variant.json", [40.0]))
+    assert base.wall_us == pytest.approx(920.0) and var.wall_us == pytest.approx(860.0)
+    r = compute(_run(0.920, 0.860), base, var)
+    assert r["part"]["base_us"] == 100.0 and r["part"]["variant_us"] == 40.0
+    assert r["part"]["speedup"] == 2.5
+    assert r["part"]["launches_per_call"] == [2.0, 1.0]
+    assert r["measured"]["speedup"] == pytest.approx(920 / 860, rel=1e-12)
+    # Amdahl: 920 - 100 * (1 - 1/2.5) = 860; the kernels are back to back, so the replay agrees
+    assert r["projected"]["amdahl"] == pytest.approx(920 / 860, rel=1e-9)
+    assert r["projected"]["replay"] == pytest.approx(920 / 860, rel=1e-6)
+    assert abs(r["error"]["amdahl"]) < 1e-9 and abs(r["error"]["replay"]) < 1e-6
+    assert r["baseline"]["launch_bound"] is False
+    assert r["detail"]["part_kernels"]["variant"] == [["elementwise_kernel", 1.0, 40.0]]
+    assert set(r) >= {"workload", "replacements", "baseline", "measured", "part", "projected", "error"}
+    assert set(r["projected"]) == {"amdahl", "replay", "estimate", "low", "high"}
+    assert r["replacements"] == [{"module": "Norm", "candidate": "fused_norm.py", "instances": 1}]
+
+
+def test_a_measured_speedup_the_projection_misses_shows_as_its_error(tmp_path):
+    from conftest import TraceBuilder
+
+    base = analyze(_trace(TraceBuilder, tmp_path / "base.json", [50.0, 50.0]))
+    var = analyze(_trace(TraceBuilder, tmp_path / "variant.json", [40.0]))
+    r = compute(_run(1.000, 0.800), base, var)   # measured 1.25x (e.g. CPU time the trace does not show)
+    assert r["measured"]["speedup"] == pytest.approx(1.25, rel=1e-12)
+    assert r["error"]["amdahl"] == pytest.approx((920 / 860) / 1.25 - 1, rel=1e-9)
+
+
+def test_paths_selector_picks_the_instances_and_what_is_inside_them():
+    from headroom.projection.selectors import parse_selector
+
+    sel = paths_selector(["layers.0.mlp", "layers.1.mlp"])
+    assert sel == r"module:^(?:model\.layers\.0\.mlp|model\.layers\.1\.mlp)(?:\.|$)"
+    parse_selector(sel + " & phase:forward")   # a valid selector
+
+
+# --- real runs of tiny models on the CPU ------------------------------------------------------------
+
+
+def _cli(*args: str, timeout: float = 240) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "headroom.cli", *args], capture_output=True, text=True,
+                          timeout=timeout, cwd=REPO)
+
+
+@pytest.fixture(scope="module")
+def identity_run(tmp_path_factory):
+    """llama-7b tiny, every LlamaRMSNorm replaced by an identical module (a subclass)."""
+    out = tmp_path_factory.mktemp("validate") / "identity"
+    p = _cli("validate", "llama-7b", *TINY, "--replace", f"LlamaRMSNorm={CANDIDATES / 'identity_rmsnorm.py'}",
+             "--out", str(out), "--rounds", "9", "--json")
+    assert p.returncode == 0, p.stderr[-2000:]
+    return out, json.loads(p.stdout)
+
+
+def test_identity_candidate_measures_and_projects_no_change(identity_run):
+    out, r = identity_run
+    assert r["replacements"] == [{"module": "LlamaRMSNorm", "candidate": str(CANDIDATES / "identity_rmsnorm.py"),
+                                  "instances": 5}]
+    assert r["check"]["passed"] and r["check"]["worst"]["rel_l2"] == 0.0      # the same arithmetic
+    # the same ops in both traces: exactly the same launches per call
+    lp = r["part"]["launches_per_call"]
+    assert lp[0] == lp[1] and lp[0] > 5
+    # timing noise on a shared CPU: within 25% of 1x, and the projection within 3%
+    assert abs(r["measured"]["speedup"] - 1.0) < 0.25
+    assert r["measured"]["ci"][0] < r["measured"]["speedup"] < r["measured"]["ci"][1]
+    assert r["measured"]["rounds"] == 9
+    assert abs(r["projected"]["amdahl"] - 1.0) < 0.03
+    assert r["projected"]["replay"] is None          # a CPU-only trace: Amdahl only
+    assert sorted(p.name for p in out.iterdir()) == ["base.json.gz", "result.json", "run.json", "variant.json.gz"]
+    run = json.loads((out / "run.json").read_text())
+    assert len(run["timing"]["rounds"]) == 9
+    assert [x["order"] for x in run["timing"]["rounds"][:2]] == [["base", "variant"], ["variant", "base"]]
+
+
+def test_offline_recompute_reproduces_the_saved_result_exactly(identity_run):
+    out, r = identity_run
+    assert recompute(out) == json.loads((out / "result.json").read_text()) == r
+    p = _cli("validate", "--from", str(out), "--json")
+    assert p.returncode == 0 and json.loads(p.stdout) == r
+
+
+def test_a_wrong_candidate_is_refused_and_nothing_is_written(tmp_path):
+    out = tmp_path / "wrong"
+    p = _cli("validate", "llama-7b", *TINY, "--replace", f"LlamaRMSNorm={CANDIDATES / 'wrong_rmsnorm.py'}",
+             "--out", str(out))
+    assert p.returncode == 2
+    err = [ln for ln in p.stderr.splitlines() if ln.startswith("headroom: error:")]
+    assert len(err) == 1 and "differs from the original" in err[0] and "relative L2 error" in err[0]
+    assert "Traceback" not in p.stderr
+    assert not out.exists() and not list(tmp_path.glob(".wrong*"))
+
+
+# --- bad input: one line, exit 2, nothing written ------------------------------------------------
+
+
+BAD = [
+    ("unknown_class", "LlamaRMSNrom", "identity_rmsnorm.py",
+     "has no module of class LlamaRMSNrom; did you mean LlamaRMSNorm"),
+    ("no_modelnew", "LlamaRMSNorm", "no_modelnew.py", "defines no class ModelNew"),
+    ("constructor", "LlamaRMSNorm", "bad_constructor.py", "ModelNew(*get_init_inputs()) failed: TypeError"),
+    ("state_dict", "LlamaRMSNorm", "bad_state_dict.py",
+     "ModelNew's state_dict does not fit LlamaRMSNorm's (missing weight"),
+    ("crash", "LlamaRMSNorm", "crash_rmsnorm.py", "the candidate raised ZeroDivisionError during"),
+    ("segfault", "LlamaRMSNorm", "segfault_rmsnorm.py", "died with SIGSEGV during"),
+    ("oom", "LlamaRMSNorm", "oom_rmsnorm.py", "out of memory during"),
+]
+
+
+@pytest.mark.parametrize("case,cls,cand,message", BAD, ids=[b[0] for b in BAD])
+def test_bad_input_is_one_line_and_leaves_nothing(tmp_path, case, cls, cand, message):
+    # through the API (the CLI prints the same UserError as one line with exit 2: see the wrong-candidate test)
+    out = tmp_path / case
+    lines: list[str] = []
+    with pytest.raises(UserError) as e:
+        validate("llama-7b", [(cls, str(CANDIDATES / cand))], Options(flavour="tiny"), device="cpu", out=out,
+                 threads=1, log=lines.append)
+    assert message in str(e.value) and "\n" not in str(e.value)
+    assert not any("Traceback" in ln for ln in lines)
+    assert not out.exists() and not list(tmp_path.glob(f".{case}*"))
+
+
+def test_a_hanging_candidate_is_killed_at_the_time_limit(tmp_path):
+    out = tmp_path / "hang"
+    with pytest.raises(UserError) as e:
+        validate("llama-7b", [("LlamaRMSNorm", str(CANDIDATES / "hang_rmsnorm.py"))], Options(flavour="tiny"),
+                 device="cpu", out=out, threads=1, timeout=30, log=lambda s: None)
+    assert "no result within --timeout 30 s (stuck in candidate-step: a candidate that hangs?)" in str(e.value)
+    assert not out.exists() and not list(tmp_path.glob(".hang*"))
+
+
+@pytest.mark.parametrize("args,message", [
+    (["validate", "llama-7b"], "give at least one --replace"),
+    (["validate", "llama-7b", "--replace", "LlamaRMSNorm"], "expected CLASS=CANDIDATE.py"),
+    (["validate", "llama-7b", "--replace", "LlamaRMSNorm=nope.py"], "nope.py: candidate file not found"),
+    (["validate", "llama-7b", "--replace", f"LlamaRMSNorm={RMSNORM}", "--rounds", "3"], "--rounds must be at least 7"),
+    (["validate", "llama-8b", "--replace", f"LlamaRMSNorm={RMSNORM}"], "unknown workload 'llama-8b'"),
+    (["validate", "--from", "/nonexistent"], "not a directory"),
+])
+def test_bad_arguments_fail_before_anything_runs(args, message):
+    p = _cli(*args)
+    err = [ln for ln in p.stderr.splitlines() if ln.startswith("headroom: error:")]
+    assert p.returncode == 2 and len(err) == 1 and message in err[0], p.stderr
+
+
+def test_recompute_refuses_a_directory_that_is_not_a_run(tmp_path):
+    (tmp_path / "run.json").write_text("{}")
+    with pytest.raises(UserError, match="not a saved validate run .missing base.json.gz, variant.json.gz"):
+        recompute(tmp_path)

@@ -9,8 +9,8 @@ from __future__ import annotations
 import inspect
 from typing import Any, Callable
 
-from headroom.profile import (RunConfig, Step, infer_step, materialize, meta_parameters, phase_range,
-                               train_step)
+from headroom.profile import (RunConfig, Step, infer_step, materialize, meta_parameters, parallelize,
+                               phase_range, train_step)
 
 # Positions kept free after the prompt in a decode cache: decode steps advance
 # through them, and the cache is rewound to the prompt when they run out.
@@ -117,11 +117,11 @@ def decoder_lm_step(cfg: RunConfig, device: Any, model: Any, blocks: list[tuple[
 
     gen = torch.Generator(device="cpu").manual_seed(0)
     ids = torch.randint(0, vocab, (cfg.batch, cfg.seq), generator=gen).to(device)
-    call = compiled(model, cfg, blocks)
     ck = cache_kwarg(model)
 
     if cfg.mode == "train":
         model.train()
+        call = compiled(parallelize(model, cfg, device, blocks), cfg, blocks)
         opt = make_optimizer(model, device)
 
         def loss_fn():
@@ -131,6 +131,7 @@ def decoder_lm_step(cfg: RunConfig, device: Any, model: Any, blocks: list[tuple[
         return Step(fn, model, blocks=blocks, info=info)
 
     model.eval()
+    call = compiled(model, cfg, blocks)
     if cfg.phase == "prefill":
         if cfg.kv_cache == "static":
             with torch.inference_mode():
@@ -175,13 +176,14 @@ def decoder_lm_step(cfg: RunConfig, device: Any, model: Any, blocks: list[tuple[
 def encoder_step(cfg: RunConfig, device: Any, model: Any, blocks: list[tuple[str, Any]],
                  inputs: dict[str, Any], loss_fn: Callable[[Any, dict], Any], info: dict[str, Any],
                  optimizer: Callable[[Any], Any] | None = None) -> Step:
-    """Inference forward, or a training step with `loss_fn(call, inputs)`."""
-    call = compiled(model, cfg, blocks)
+    """Inference forward, or a training step with `loss_fn(call, inputs)` (data-parallel with --nproc)."""
     if cfg.mode == "train":
         model.train()
+        call = compiled(parallelize(model, cfg, device, blocks), cfg, blocks)
         opt = optimizer(model) if optimizer else make_optimizer(model, device)
         fn = train_step(model, lambda: loss_fn(call, inputs), opt, device_type=device.type,
                         amp_dtype=amp_dtype(cfg))
         return Step(fn, model, blocks=blocks, info=info)
     model.eval()
+    call = compiled(model, cfg, blocks)
     return Step(infer_step(lambda: call(**inputs)), model, blocks=blocks, info=info)

@@ -33,7 +33,7 @@ from typing import Any
 
 from headroom.errors import UserError
 from headroom.profile.environment import environment
-from headroom.profile.manifest import MANIFEST_SCHEMA, _inject_and_compress, update_manifest
+from headroom.profile.manifest import MANIFEST_NAME, MANIFEST_SCHEMA, _inject_and_compress, update_manifest
 from headroom.profile.nvtx import instrument_blocks
 from headroom.profile.oom import _is_oom, _oom_error
 from headroom.profile.progress import Progress, _phase
@@ -122,8 +122,13 @@ def profile_workload(
     command: str | None = None,
     record_shapes: bool = True,
     trace_name: str | None = None,
+    rank: Any = None,
 ) -> ProfileResult:
-    """Run `workload` under torch.profiler; return timing, the trace path and its `Analysis`."""
+    """Run `workload` under torch.profiler; return timing, the trace path and its `Analysis`.
+
+    `rank`: this process's place in a `--nproc` run (headroom.profile.launch.RankContext): the
+    phases start together on every rank, the manifest says which rank this is, and the parent
+    writes manifest.json and classifies the ranks together (`analysis` is None here)."""
     import torch
     from torch.profiler import ProfilerActivity, profile, schedule
 
@@ -134,7 +139,8 @@ def profile_workload(
     if workload_file is not None:
         load_workload_file(workload_file)
     spec = workload if isinstance(workload, WorkloadSpec) else get_workload(workload)
-    dev = resolve_device(device)
+    dev = rank.device if rank is not None else resolve_device(device)
+    together = rank.barrier if rank is not None else (lambda: None)
     cfg = spec.resolve(options, dev.type)
     d_warm, d_timed, d_prof = GPU_STEPS if dev.type == "cuda" else CPU_STEPS
     warmup = d_warm if warmup is None else warmup
@@ -176,6 +182,7 @@ def profile_workload(
                 _sync(dev)
                 build_s = time.perf_counter() - t0
 
+            together()
             with _phase(progress, "warm-up", f"{warmup} steps"):
                 t0 = time.perf_counter()
                 for _ in range(warmup):
@@ -183,6 +190,7 @@ def profile_workload(
                 _sync(dev)
                 warm_s = time.perf_counter() - t0
 
+            together()
             with _phase(progress, "timing", f"{timed_steps} steps without the profiler"):
                 timer = _Timer(dev)
                 for _ in range(timed_steps):
@@ -200,6 +208,7 @@ def profile_workload(
             if dev.type == "cuda":
                 activities.append(ProfilerActivity.CUDA)
             wait, warm = 1, 1
+            together()
             with _phase(progress, "profiling", f"{steps} steps (after {wait} wait + {warm} warm-up)"):
                 ptimer = _Timer(dev)
                 with profile(activities=activities, schedule=schedule(wait=wait, warmup=warm, active=steps, repeat=1),
@@ -251,12 +260,18 @@ def profile_workload(
             "date": started.isoformat(timespec="seconds"),
             "trace": name,
         }
+        if rank is not None:
+            manifest["distributed"] = rank.to_dict()
         with _phase(progress, "export", str(trace_path)):
             _inject_and_compress(raw_tmp, manifest, trace_path)
     finally:
         if raw_tmp.exists():
             raw_tmp.unlink()
 
+    if rank is not None:
+        return ProfileResult(workload=spec.name, config=cfg, trace_path=trace_path,
+                             manifest_path=out_dir / MANIFEST_NAME, manifest=manifest, timed=timed,
+                             profiled=profiled, analysis=None)
     with _phase(progress, "classify"):
         analysis = analyze(trace_path)
         layers = None

@@ -70,6 +70,7 @@ class _RankModel:
     seg_ts: np.ndarray           # non-communication work segments (event index in seg_event)
     seg_end: np.ndarray
     seg_event: np.ndarray
+    seg_stream: np.ndarray       # the GPU stream (CPU thread) each segment ran on
     collectives: dict[str, _Collective] = field(default_factory=dict)
 
 
@@ -97,8 +98,10 @@ class SyncModel:
             seg = rs.segments[r]
             work = ~seg["comm"].to_numpy(dtype=bool)
             sts, sen = seg["ts"].to_numpy(dtype=float)[work], seg["end"].to_numpy(dtype=float)[work]
+            sev = seg["event"].to_numpy()[work]
+            streams = (a.events["device"].astype(str) + "/" + a.events["stream"].astype(str)).to_numpy()
             m = _RankModel(r, float(rs.offsets.get(r, 0.0)), float(a.window[0]), float(a.window[1]),
-                           int(a.num_steps), sts, sen, seg["event"].to_numpy()[work])
+                           int(a.num_steps), sts, sen, sev, streams[sev] if len(sev) else np.zeros(0, dtype=object))
             mine = matched[matched["rank"] == r].sort_values(["ts", "end"], kind="stable") if len(matched) else matched
             last_on_stream: dict[str, float] = {}
             for c in mine.itertuples(index=False):
@@ -124,7 +127,9 @@ class SyncModel:
 
 
 def _mark_blockers(m: _RankModel) -> None:
-    """The collectives a rank waited for: the last one to end in each idle gap of its work."""
+    """The collectives a rank waited for: the last one to end in each idle gap of its work, and any
+    after whose end work started at once on a stream that had just run dry (a stream wait with no gap)."""
+    _mark_stream_waits(m)
     ws, we = merged(m.seg_ts, m.seg_end)
     # The window end resumes too (the step cannot end before what it waited for).
     ws = np.append(ws, m.w1)
@@ -142,6 +147,24 @@ def _mark_blockers(m: _RankModel) -> None:
             best[int(j[i])] = i
     for gap, i in best.items():
         m.collectives[keys[i]].blocks_from = float(gap_start[i])
+
+
+def _mark_stream_waits(m: _RankModel) -> None:
+    if not m.collectives or len(m.seg_ts) == 0:
+        return
+    order = np.lexsort((m.seg_end, m.seg_ts))
+    ts, end, stream = m.seg_ts[order], m.seg_end[order], m.seg_stream[order]
+    prev_end = np.full(len(ts), -np.inf)
+    last: dict[str, float] = {}
+    for i, st in enumerate(stream.tolist()):
+        prev_end[i] = last.get(st, -np.inf)
+        last[st] = max(last.get(st, -np.inf), end[i])
+    for c in m.collectives.values():
+        k0, k1 = np.searchsorted(ts, [c.end, c.end + BACK_TO_BACK_US], side="left")
+        for i in range(k0, min(k1 + 1, len(ts))):
+            if c.end <= ts[i] <= c.end + BACK_TO_BACK_US and prev_end[i] <= c.end and np.isfinite(prev_end[i]):
+                c.blocks_from = float(prev_end[i])
+                break
 
 
 def _saving_curve(ts: np.ndarray, end: np.ndarray, w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -113,7 +113,9 @@ def _profile_ranks(workload, options, nproc, device, out, steps, warmup, timed_s
                    command, as_json, guard) -> None:
     from headroom.profile.launch import profile_ranks
 
-    if nproc < 2:
+    if nproc < 1:
+        raise UserError("--nproc must be at least 1")
+    if nproc == 1:
         raise UserError(f"--parallel {options.parallel} needs --nproc 2 or more")
     with guard:
         result = profile_ranks(workload, options, nproc=nproc, device=device, out=out, steps=steps, warmup=warmup,

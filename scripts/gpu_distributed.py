@@ -75,9 +75,9 @@ def run_one(arg: str) -> int:
 
 def summarise(out_dir: Path, single: Path | None) -> dict:
     """The rank-set analysis and the projections of one run (numbers for results.json and report.md)."""
-    from headroom.project.projection import project
-    from headroom.project.ranks import SyncModel, project_ranks
-    from headroom.project.speedups import parse_cli_speedup
+    from headroom.projection.project import project
+    from headroom.projection.ranks import SyncModel, project_ranks
+    from headroom.projection.speedups import parse_cli_speedup
     from headroom.trace.analysis import analyze, analyze_path
     from headroom.trace.ranks import rank_set
 

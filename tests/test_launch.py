@@ -12,7 +12,7 @@ from headroom.errors import UserError
 from headroom.profile.launch import NCCL_ENV, profile_ranks
 from headroom.profile.manifest import MANIFEST_NAME
 from headroom.profile.workload import Options
-from headroom.project.ranks import SyncModel, sync_projection
+from headroom.projection.ranks import SyncModel, sync_projection
 from headroom.trace.ranks import collectives
 
 from test_profile import invoke

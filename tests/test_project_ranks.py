@@ -1,4 +1,4 @@
-"""headroom.project.ranks: speedups projected per rank, then through the collectives (known answers).
+"""headroom.projection.ranks: speedups projected per rank, then through the collectives (known answers).
 
 The traces (tests/ranks_synthetic.py): rank 1's gemm is 500 us longer, so rank 0 waits for it at
 every all-reduce. Step window 5510 us (two steps); worked by hand:
@@ -22,8 +22,8 @@ from typer.testing import CliRunner
 
 from headroom.cli import _register_commands, app
 from headroom.errors import UserError
-from headroom.project.ranks import SyncModel, project_ranks, rank_targets, sync_projection
-from headroom.project.speedups import parse_cli_speedup
+from headroom.projection.ranks import SyncModel, project_ranks, rank_targets, sync_projection
+from headroom.projection.speedups import parse_cli_speedup
 from headroom.trace.analysis import analyze_path
 from headroom.trace.ranks import rank_set
 from tests.ranks_synthetic import ELEMENTWISE, GEMM, OPTIMIZER, WALL, write_pair

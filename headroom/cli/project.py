@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import json
-import math
 from pathlib import Path
 from typing import List, Optional
 
@@ -11,6 +9,7 @@ import typer
 
 from headroom.cli.ranks import analysed_inputs
 from headroom.errors import UserError
+from headroom.jsonio import dumps
 from headroom.trace.ranks import RankSet
 
 RulesOpt = typer.Option(None, "--rules", help="TOML file of extra classification rules (tried first).")
@@ -32,30 +31,6 @@ def _analyses(traces: List[Path], rules, policy, whole_trace: bool):
     r, p = load_rules(rules), load_policy(policy)
     files = [f for t in traces for f in find_trace_files(t)]
     return [analyze(f, rules=r, policy=p, whole_trace=whole_trace) for f in files]
-
-
-def _json_default(o):
-    if isinstance(o, float) and not math.isfinite(o):
-        return None
-    try:
-        import numpy as np
-        if isinstance(o, np.generic):
-            return o.item()
-    except ImportError:  # pragma: no cover
-        pass
-    return str(o)
-
-
-def _dumps(d) -> str:
-    def fix(x):
-        if isinstance(x, float) and not math.isfinite(x):
-            return None
-        if isinstance(x, dict):
-            return {k: fix(v) for k, v in x.items()}
-        if isinstance(x, (list, tuple)):
-            return [fix(v) for v in x]
-        return x
-    return json.dumps(fix(d), default=_json_default)
 
 
 def project_cmd(
@@ -83,12 +58,12 @@ def project_cmd(
 
     A directory of the ranks of one run projects per rank, then through the collectives: the
     step ends when the slowest rank reaches each one (docs/distributed.md)."""
-    from headroom.project.distributions import load_distribution
-    from headroom.project.problems import load_problems
-    from headroom.project.projection import project
-    from headroom.project.ranks import project_ranks
-    from headroom.project.scenarios import DEFAULT_QUANTILES
-    from headroom.project.speedups import collect_entries
+    from headroom.projection.distributions import load_distribution
+    from headroom.projection.problems import load_problems
+    from headroom.projection.project import project
+    from headroom.projection.ranks import project_ranks
+    from headroom.projection.scenarios import DEFAULT_QUANTILES
+    from headroom.projection.speedups import collect_entries
     from headroom.report.ranks import render_rank_projection
     from headroom.report.render import make_console, render_projection
 
@@ -107,7 +82,7 @@ def project_cmd(
             rp = project_ranks(a, entries, on_ranks=on_rank, problems=pm, strict=strict)
             rp.warnings = list(warnings) + rp.warnings
             if as_json:
-                print(_dumps(rp.to_dict()))
+                print(dumps(rp.to_dict()))
             else:
                 render_rank_projection(rp, console)
             continue
@@ -117,7 +92,7 @@ def project_cmd(
                       scenario_select=scenario_select, quantiles=quantiles, strict=strict, problems=pm,
                       extra_warnings=warnings)
         if as_json:
-            print(_dumps(res.to_dict()))
+            print(dumps(res.to_dict()))
         else:
             render_projection(res, console)
 
@@ -136,8 +111,8 @@ def targets_cmd(
     """If one op got faster, which should it be? Ops and modules ranked by end-to-end gain.
 
     A directory of the ranks of one run: ranked by their effect on the synchronised step."""
-    from headroom.project.ranks import rank_targets, rank_targets_dict
-    from headroom.project.targets import targets, targets_dict
+    from headroom.projection.ranks import rank_targets, rank_targets_dict
+    from headroom.projection.targets import targets, targets_dict
     from headroom.report.ranks import render_rank_targets
     from headroom.report.render import make_console, render_targets
 
@@ -145,13 +120,13 @@ def targets_cmd(
         if isinstance(a, RankSet):
             table = rank_targets(a, speedup=speedup, by=tuple(by) if by else ("op", "module"), top=top)
             if as_json:
-                print(_dumps(rank_targets_dict(a, table, speedup)))
+                print(dumps(rank_targets_dict(a, table, speedup)))
             else:
                 render_rank_targets(a, table, speedup, make_console())
             continue
         table = targets(a, speedup=speedup, by=tuple(by) if by else ("op", "module"), top=top, replay_top=replay_top)
         if as_json:
-            print(_dumps(targets_dict(a, table, speedup)))
+            print(dumps(targets_dict(a, table, speedup)))
             continue
         render_targets(a, table, speedup, make_console())
 
@@ -176,12 +151,12 @@ def plot_cmd(
     whole_trace: bool = WholeOpt,
 ) -> None:
     """Figures: addressable fraction per workload, projected step time, and scaling with model size."""
-    from headroom.project.problems import load_problems
-    from headroom.project.projection import project
-    from headroom.project.speedups import collect_entries, parse_cli_speedup
+    from headroom.projection.problems import load_problems
+    from headroom.projection.project import project
+    from headroom.projection.speedups import collect_entries, parse_cli_speedup
     from headroom.report import plot
     from headroom.report.scaling import scaling_table
-    from headroom.report.tables import addressable_summary, category_fractions, projection_table, workload_label
+    from headroom.report.tables import addressable_summary, category_fractions, projection_table
 
     figures = list(figure) if figure else None
     for f in figures or []:
@@ -211,7 +186,7 @@ def plot_cmd(
         for r in results:
             for w in r.warnings:
                 print(f"headroom: warning: {Path(r.source).name}: {w}")
-        tbl = projection_table(results, [*(labels or [])] or [workload_label(a) for a in analyses])
+        tbl = projection_table(results, [*(labels or [])] or [a.label for a in analyses])
         written += plot.save(plot.projection_figure(tbl, title), out / "projection", formats)
     if "scaling" in want:
         explicit = bool(figures and "scaling" in figures)

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import List, Optional
 
 import typer
 
 from headroom.cli.ranks import analysed_inputs
+from headroom.jsonio import dumps
 from headroom.report.annotate import annotate_trace
 from headroom.report.ranks import rank_summary_frame, render_rank_set, render_rank_summary
 from headroom.report.render import make_console, render_analysis, render_summary
@@ -37,7 +37,7 @@ def classify(
     for a in analysed_inputs(traces, rules, policy, whole_trace):
         if isinstance(a, RankSet):
             if as_json:
-                print(json.dumps(a.to_dict(all_kernels=all_kernels)))
+                print(dumps(a.to_dict(all_kernels=all_kernels)))
                 continue
             render_rank_set(a, console)
             console.print()
@@ -46,7 +46,7 @@ def classify(
                 console.print()
             continue
         if as_json:
-            print(json.dumps(a.to_dict(all_kernels=all_kernels)))
+            print(dumps(a.to_dict(all_kernels=all_kernels)))
             continue
         render_analysis(a, console)
         if all_kernels:
@@ -79,8 +79,8 @@ def report(
         rs = inputs[0]
         df = rank_summary_frame(rs)
         if as_json:
-            print(json.dumps({"source": rs.source, "kind": "ranks", "step_ms": rs.step_us / 1000,
-                              "slowest_rank": rs.slowest_rank, "rows": json.loads(df.to_json(orient="records"))}))
+            print(dumps({"source": rs.source, "kind": "ranks", "step_ms": rs.step_us / 1000,
+                         "slowest_rank": rs.slowest_rank, "rows": df.to_dict(orient="records")}))
         else:
             render_rank_summary(rs, df, make_console())
         return

@@ -4,11 +4,9 @@ from __future__ import annotations
 
 import contextlib
 import math
-from dataclasses import replace
 from typing import Any, Callable, Iterator, Sequence
 
 from headroom.profile.nvtx import phase_range
-from headroom.profile.workload import RunConfig
 
 
 @contextlib.contextmanager
@@ -156,7 +154,3 @@ def parallelize(model: Any, cfg: RunConfig, device: Any, blocks: Sequence[tuple[
         fully_shard(model, **kw)
         return model
     raise ValueError(f"parallelize: unknown parallelism {cfg.parallel!r}")
-
-
-def replace_config(cfg: RunConfig, **changes: Any) -> RunConfig:
-    return replace(cfg, **changes)

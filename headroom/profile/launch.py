@@ -4,7 +4,7 @@ torch's elastic launcher, the machinery behind torchrun (`torch.distributed.laun
 The parent checks the options, launches N ranks on this host (c10d rendezvous on a free port, no
 restarts), and waits. Each rank initialises its process group from the launcher's environment
 (NCCL on GPUs, gloo on CPUs), builds the workload data-parallel as `--parallel` says (DDP, FSDP2, or
-torchrec's sharded tables), and runs the same phases as a one-process profile, starting each phase
+torchrec's sharded tables), and runs the same stages as a one-process profile, starting each stage
 together, into ``OUT/<name>/rank-K.json.gz`` with the same manifest plus its place in the run. The
 parent then writes ``manifest.json`` and analyses the ranks together (headroom.trace.ranks).
 
@@ -88,13 +88,13 @@ class RankRequest:
 
 
 class _RankProgress(Progress):
-    """Rank 0 says which phase runs, one plain line each on stderr (the other ranks are quiet)."""
+    """Rank 0 says which stage ran, one plain line each on stderr (the other ranks are quiet)."""
 
     def __init__(self, rank: int):
         self.rank = rank
 
     @contextmanager
-    def phase(self, name: str, detail: str = "") -> Iterator[None]:
+    def stage(self, name: str, detail: str = "") -> Iterator[None]:
         t0 = time.perf_counter()
         yield
         print(f"  rank {self.rank}: {name:<10} {time.perf_counter() - t0:7.1f} s  {detail}", file=sys.stderr,
@@ -230,7 +230,7 @@ def profile_ranks(workload: str, options: Options | None = None, *, nproc: int, 
     """Profile `workload` on `nproc` ranks of this host; return the rank traces, analysed together."""
     import torch
 
-    from headroom.profile.run import resolve_device
+    from headroom.devices import resolve_device
     from headroom.trace.analysis import analyze
     from headroom.trace.ranks import rank_set
 
@@ -262,7 +262,7 @@ def profile_ranks(workload: str, options: Options | None = None, *, nproc: int, 
     entries = _launch(nproc, req)        # no spinner here: the ranks print their own progress lines
     progress.note(f"{nproc} ranks done in {time.perf_counter() - t0:.1f} s")
     traces = [Path(entries[r]["trace"]) for r in sorted(entries)]
-    with progress.phase("classify", f"{len(traces)} ranks together"):
+    with progress.stage("classify", f"{len(traces)} ranks together"):
         rs = rank_set([analyze(p) for p in traces], source=str(out_dir))
     for r, e in entries.items():
         a = rs.analysis(r)

@@ -1,6 +1,6 @@
 """Readable tables of a rank set: the ranks side by side, the communication split, the straggler,
 and the projections and targets through the collectives. Numbers come from headroom.trace.ranks
-and headroom.project.ranks; this module only arranges and prints them."""
+and headroom.projection.ranks; this module only arranges and prints them."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pandas as pd
 from rich.console import Console
 from rich.table import Table
 
-from headroom.project.ranks import RanksProjection
+from headroom.projection.ranks import RanksProjection
 from headroom.report.tables import summary_frame
 from headroom.trace.analysis import MODE_CPU
 from headroom.trace.ranks import RankSet

@@ -30,27 +30,22 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from importlib import resources
 from pathlib import Path
 from typing import Any, Sequence
 
 import numpy as np
 import pandas as pd
 
+from headroom.datafiles import shipped
 from headroom.errors import UserError
 from headroom.trace.accounting import union_length
 from headroom.trace.analysis import MODE_CPU, Analysis
-
-try:
-    import tomllib
-except ImportError:  # Python 3.10
-    import tomli as tomllib
 
 COMMUNICATION = "communication"
 
 
 def _patterns() -> tuple[re.Pattern, re.Pattern]:
-    doc = tomllib.loads(resources.files("headroom.data").joinpath("ranks.toml").read_text())
+    doc = shipped("ranks.toml")
     return (re.compile(doc["collectives"]["api_calls"]),
             re.compile(doc["rank_files"]["pattern"], re.IGNORECASE))
 

@@ -1,6 +1,6 @@
 """Projection across ranks: a kernel speedup projects per rank, then through the collectives.
 
-Single-rank projections (:mod:`headroom.project.projection`) shorten kernels on
+Single-rank projections (:mod:`headroom.projection.projection`) shorten kernels on
 one timeline. On several ranks a faster kernel only helps where it shortens the
 path to a collective of the rank everyone waits for: a collective ends when the
 last rank reaches it. The synchronised model (docs/distributed.md):
@@ -38,11 +38,11 @@ import numpy as np
 import pandas as pd
 
 from headroom.errors import UserError
-from headroom.project.amdahl import amdahl
-from headroom.project.matching import resolve
-from headroom.project.problems import ProblemMap, load_problems
-from headroom.project.speedups import Speedup
-from headroom.project.targets import NO_OP, module_class_path
+from headroom.projection.amdahl import amdahl
+from headroom.projection.matching import resolve
+from headroom.projection.problems import ProblemMap, load_problems
+from headroom.projection.speedups import Speedup
+from headroom.projection.targets import NO_OP, module_class_path
 from headroom.trace.ranks import RankSet, merged
 
 BACK_TO_BACK_US = 4.0   # a collective starting this soon after the previous one on its stream was queued behind it

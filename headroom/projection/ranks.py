@@ -57,7 +57,9 @@ class _Collective:
     prev_end: float | None      # measured end of the previous collective on the same stream
     queued: bool
     blocks_from: float | None   # when the rank's work stopped before waiting for this collective
-    transfer: float = 0.0       # measured time from the last rank's arrival to its end on this rank
+    # Measured time from the last rank's arrival to this rank's end (aligned clocks). Negative where the
+    # alignment puts the end before that arrival: kept, so that with no speedup the model is the measurement.
+    transfer: float = 0.0
 
 
 @dataclass
@@ -122,7 +124,7 @@ class SyncModel:
                 last = float(starts[key])
                 for m in models.values():
                     c = m.collectives[key]
-                    c.transfer = max(c.end + m.offset - last, 0.0)
+                    c.transfer = c.end + m.offset - last
         return cls(list(rs.ranks), models, order, {r: len(a.events) for r, a in zip(rs.ranks, rs.analyses)})
 
 
@@ -247,7 +249,7 @@ def _run(model: SyncModel, factors: dict[int, np.ndarray]) -> dict[int, float]:
         last = max(arrive.values())
         for r in model.ranks:
             m, c = model.models[r], model.models[r].collectives[key]
-            end = last - m.offset + c.transfer
+            end = max(last - m.offset + c.transfer, arrive[r] - m.offset)   # never before it started
             last_end[r][c.stream] = end
             max_end[r] = max(max_end[r], end)
             if c.blocks_from is not None:

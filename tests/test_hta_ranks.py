@@ -12,6 +12,9 @@ Where HTA breaks, and the workaround:
   breakdown raises IndexError. We hand HTA each rank's CPU op exclusive intervals as GPU activities
   (communication ones named like NCCL kernels), so the interval arithmetic is checked on the real
   gloo timing; what is headroom's alone there is cutting ops into exclusive intervals.
+* With pandas 3, HTA fails to parse a trace whose correlation ids fit in int16 but whose events
+  number more than 32767 (it copies the ids' dtype for event indices); Kineto's ids are larger, and
+  so are the ones we write.
 """
 
 from __future__ import annotations
@@ -47,7 +50,9 @@ def run_hta(trace_dir):
 
 
 def kept_steps(a):
-    return sorted(a.steps["step"].tolist())[:-1]
+    """HTA keeps every ProfilerStep but the last (all of a one-step trace)."""
+    steps = sorted(a.steps["step"].tolist())
+    return steps[:-1] if len(steps) > 1 else steps
 
 
 def ours_on(a, segments):
@@ -96,7 +101,9 @@ def as_gpu_activities(a, rank: int, world: int, path) -> int:
     stream_of = a.events["stream"].astype(str).map(streams).to_numpy()
     events = [{"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{int(s.step)}", "pid": 1, "tid": 1,
                "ts": float(s.ts), "dur": float(s.dur)} for s in a.trace.steps.itertuples(index=False)]
-    for i, (t0, t1, e, comm) in enumerate(zip(seg["ts"], seg["end"], seg["event"], seg["comm"]), 1):
+    # Correlation ids from 1,000,000 as Kineto's are: HTA stores event indices in a column it copied from
+    # the correlation's dtype, which small ids downcast to int16; pandas 3 then refuses indices > 32767.
+    for i, (t0, t1, e, comm) in enumerate(zip(seg["ts"], seg["end"], seg["event"], seg["comm"]), 1_000_000):
         events.append({"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1,
                        "ts": float(t0), "dur": 0.0, "args": {"correlation": i}})
         events.append({"ph": "X", "cat": "kernel", "name": "ncclKernel_cpu" if comm else "compute", "pid": 0,

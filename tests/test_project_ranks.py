@@ -122,3 +122,30 @@ def test_a_directory_of_unrelated_traces_reads_as_before(tmp_path):
     code, together = invoke(["classify", str(d), "--json"])
     one = [invoke(["classify", str(d / n), "--json"])[1] for n in ("a.json.gz", "b.json.gz")]
     assert code == 0 and together == "".join(one) and len(together.splitlines()) == 2
+
+
+def test_collectives_taken_in_another_order_by_another_rank(tmp_path):
+    """gloo runs collectives on two worker threads, and ranks need not give the same one to the same
+    thread: here rank 1 finishes the second all-reduce long before the first. With no speedup the model
+    is still the measurement, and a faster gemm still reaches the step through both."""
+    from tests.conftest import TraceBuilder
+    from tests.ranks_synthetic import NCCL
+
+    d = tmp_path / "order"
+    d.mkdir()
+    for rank, (first, second) in enumerate([((100.0, 100.0, 20), (200.0, 100.0, 20)),
+                                             ((100.0, 190.0, 20), (120.0, 10.0, 21))]):
+        b = TraceBuilder(pid=100 + rank, tid=100 + rank)
+        b.step(1, 0.0, 300.0)
+        b.kernel(GEMM, 1.0, 10.0, 90.0, stream=7)
+        for ts, dur, stream in (first, second):
+            b.kernel(NCCL, 2.0, ts, dur, stream=stream)
+        b.kernel(OPTIMIZER, 3.0, 300.0, 50.0, stream=7)
+        b.write(d / f"rank-{rank}.json.gz", distributedInfo={"rank": rank, "world_size": 2})
+    rs = rank_set(analyze_path(d))
+    model = SyncModel.from_rank_set(rs)
+    assert model.order == [f"{NCCL}#1", f"{NCCL}#0"]          # taken by their (median) end
+    res = sync_projection(model)
+    assert res.identity_error_us == 0.0 and res.baseline_us == 350.0
+    faster = sync_projection(model, gemm_factors(rs, (0, 1), 2.0))
+    assert faster.projected_us == pytest.approx(350.0 - 45.0)

@@ -57,6 +57,7 @@ class _Collective:
     prev_end: float | None      # measured end of the previous collective on the same stream
     queued: bool
     blocks_from: float | None   # when the rank's work stopped before waiting for this collective
+    prev_key: str | None = None  # that previous collective (ranks can run them on other streams or orders)
     # Measured time from the last rank's arrival to this rank's end (aligned clocks). Negative where the
     # alignment puts the end before that arrival: kept, so that with no speedup the model is the measurement.
     transfer: float = 0.0
@@ -105,12 +106,14 @@ class SyncModel:
             m = _RankModel(r, float(rs.offsets.get(r, 0.0)), float(a.window[0]), float(a.window[1]),
                            int(a.num_steps), sts, sen, sev, streams[sev] if len(sev) else np.zeros(0, dtype=object))
             mine = matched[matched["rank"] == r].sort_values(["ts", "end"], kind="stable") if len(matched) else matched
-            last_on_stream: dict[str, float] = {}
+            last_on_stream: dict[str, tuple[float, str]] = {}
             for c in mine.itertuples(index=False):
-                prev = last_on_stream.get(c.stream)
+                prev, prev_key = last_on_stream.get(c.stream, (None, None))
                 queued = prev is not None and 0.0 <= float(c.ts) - prev <= BACK_TO_BACK_US
-                m.collectives[c.key] = _Collective(c.key, float(c.ts), float(c.end), c.stream, prev, queued, None)
-                last_on_stream[c.stream] = max(prev if prev is not None else -math.inf, float(c.end))
+                m.collectives[c.key] = _Collective(c.key, float(c.ts), float(c.end), c.stream, prev, queued, None,
+                                                   prev_key)
+                if prev is None or float(c.end) >= prev:
+                    last_on_stream[c.stream] = (float(c.end), c.key)
             _mark_blockers(m)
             models[r] = m
         order: list[str] = []
@@ -235,22 +238,26 @@ class SyncResult:
 def _run(model: SyncModel, factors: dict[int, np.ndarray]) -> dict[int, float]:
     """Projected window length per rank."""
     tl = {r: _Timeline(model.models[r], factors[r]) for r in model.ranks}
-    last_end: dict[int, dict[str, float]] = {r: {} for r in model.ranks}
+    end_of: dict[int, dict[str, float]] = {r: {} for r in model.ranks}   # projected end per collective
     max_end = {r: -math.inf for r in model.ranks}
     for key in model.order:
         arrive = {}
         for r in model.ranks:
             m, c = model.models[r], model.models[r].collectives[key]
             a = tl[r].at(c.ts)
-            prev = last_end[r].get(c.stream)
-            if prev is not None:
-                a = max(a, prev + ((c.ts - c.prev_end) if c.queued and c.prev_end is not None else 0.0))
+            if c.prev_key is not None:
+                # Not before the previous collective on its stream ends (taken in another order across
+                # ranks, it may not be projected yet: then its end moves with the rank's timeline).
+                prev = end_of[r].get(c.prev_key)
+                if prev is None:
+                    prev = tl[r].at(c.prev_end)
+                a = max(a, prev + ((c.ts - c.prev_end) if c.queued else 0.0))
             arrive[r] = a + m.offset
         last = max(arrive.values())
         for r in model.ranks:
             m, c = model.models[r], model.models[r].collectives[key]
             end = max(last - m.offset + c.transfer, arrive[r] - m.offset)   # never before it started
-            last_end[r][c.stream] = end
+            end_of[r][key] = end
             max_end[r] = max(max_end[r], end)
             if c.blocks_from is not None:
                 resume = max(tl[r].at(c.blocks_from), end)

@@ -20,18 +20,18 @@ from tests.conftest import TraceBuilder
 DELAY = 500.0
 STEP = 3000.0
 SHIFT = 1_000_000.0
-NCCL = "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevComm*, unsigned long, ncclWork*)"
+NCCL = "ncclKernel_AllReduce_RING_LL_Sum_float(ncclDevComm*, unsigned long, ncclWork*)"   # as NCCL 2.17 names it
 GEMM = "ampere_sgemm_128x64_nn"
 ELEMENTWISE = "elementwise_kernel"
 OPTIMIZER = "multi_tensor_apply_kernel"
 WALL = STEP + 2010.0 + DELAY     # first step start to the second step's last kernel end: 5510
 
 
-def rank_trace(rank: int, delay: float = DELAY, shift: float = SHIFT) -> TraceBuilder:
+def rank_trace(rank: int, delay: float = DELAY, shift: float = SHIFT, steps: int = 2) -> TraceBuilder:
     b = TraceBuilder(pid=100 + rank, tid=100 + rank)
     late = delay if rank == 1 else 0.0
     base = shift if rank == 1 else 0.0
-    for k in (1, 2):
+    for k in range(1, steps + 1):
         t0 = base + (k - 1) * STEP
         b.step(k, t0, 2400.0)
         b.kernel(GEMM, t0 + 1, t0 + 10, 1000.0 + late, stream=7)
@@ -43,9 +43,9 @@ def rank_trace(rank: int, delay: float = DELAY, shift: float = SHIFT) -> TraceBu
 
 
 def write_pair(directory: Path, names: tuple[str, str] = ("rank-0.json.gz", "rank-1.json.gz"),
-               distributed_info: bool = True, delay: float = DELAY) -> Path:
+               distributed_info: bool = True, delay: float = DELAY, steps: int = 2, shift: float = SHIFT) -> Path:
     directory.mkdir(parents=True, exist_ok=True)
     for rank, name in enumerate(names):
         top = {"distributedInfo": {"backend": "nccl", "rank": rank, "world_size": 2}} if distributed_info else {}
-        rank_trace(rank, delay).write(directory / name, **top)
+        rank_trace(rank, delay, shift, steps).write(directory / name, **top)
     return directory

@@ -29,9 +29,10 @@ import warnings
 import numpy as np
 import pytest
 
-from headroom.trace.analysis import analyze
-from headroom.trace.ranks import activity_segments, comm_split
+from headroom.trace.analysis import analyze, analyze_path
+from headroom.trace.ranks import activity_segments, comm_split, rank_set
 from tests.conftest import hta_trace
+from tests.ranks_synthetic import write_pair
 
 hta = pytest.importorskip("hta.trace_analysis", reason="HolisticTraceAnalysis is a test dependency (make test installs it)")
 
@@ -154,3 +155,19 @@ def test_overlap_and_breakdown_match_hta_on_the_gloo_ranks(gloo_bert_ddp, tmp_pa
         assert round(100 * s.overlap_fraction, 2) == pytest.approx(overlap[r], abs=0.011), r
         assert s.compute_busy_us == pytest.approx(bd.loc[r, "compute_time(us)"], rel=1e-6), r
         assert busy == pytest.approx(bd.loc[r, "kernel_time(us)"] - bd.loc[r, "idle_time(us)"], rel=1e-6), r
+
+
+def test_hta_finds_the_same_straggler(tmp_path):
+    """HTA's straggler detector (the rank whose last big NCCL kernel starts latest) on the two-rank
+    traces with a known answer: rank 1, as ours. HTA needs NCCL 2.17-style names (``ncclKernel*``:
+    newer ``ncclDevKernel_*`` kernels are not seen), more than two steps (two: an empty argmax), and
+    one clock for all ranks (it aligns them by the earliest event of any; ours by the collectives)."""
+    d = write_pair(tmp_path / "four", steps=4, shift=0.0)
+    logging.disable(logging.WARNING)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            stragglers = hta.TraceAnalysis(trace_dir=str(d)).get_potential_stragglers(num_candidates=1)
+        finally:
+            logging.disable(logging.NOTSET)
+    assert list(stragglers) == [1] == [rank_set(analyze_path(d)).slowest_rank]

@@ -30,7 +30,8 @@ import numpy as np
 import pytest
 
 from headroom.trace.analysis import analyze, analyze_path
-from headroom.trace.ranks import activity_segments, comm_split, rank_set
+from headroom.trace.comm import activity_segments, comm_split
+from headroom.trace.ranks import rank_set
 from tests.conftest import hta_trace
 from tests.ranks_synthetic import write_pair
 
@@ -63,7 +64,7 @@ def ours_on(a, segments):
 
 
 def _union(seg):
-    from headroom.trace.ranks import merged
+    from headroom.trace.comm import merged
 
     s, e = merged(seg["ts"].to_numpy(dtype=float), seg["end"].to_numpy(dtype=float))
     return np.stack([s, e], axis=1)

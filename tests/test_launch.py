@@ -13,7 +13,7 @@ from headroom.profile.launch import NCCL_ENV, profile_ranks
 from headroom.profile.manifest import MANIFEST_NAME
 from headroom.profile.workload import Options
 from headroom.projection.ranks import SyncModel, sync_projection
-from headroom.trace.ranks import collectives
+from headroom.trace.comm import collectives
 
 from test_profile import invoke
 

@@ -22,7 +22,8 @@ from typer.testing import CliRunner
 
 from headroom.cli import _register_commands, app
 from headroom.errors import UserError
-from headroom.projection.ranks import SyncModel, project_ranks, rank_targets, sync_projection
+from headroom.projection.rank_targets import rank_targets
+from headroom.projection.ranks import SyncModel, project_ranks, sync_projection
 from headroom.projection.speedups import parse_cli_speedup
 from headroom.trace.analysis import analyze_path
 from headroom.trace.ranks import rank_set

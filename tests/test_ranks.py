@@ -10,8 +10,8 @@ import pytest
 
 from headroom.errors import UserError
 from headroom.trace.analysis import analyze, analyze_path
-from headroom.trace.ranks import (activity_segments, collectives, comm_split, rank_id, rank_order, rank_set,
-                                  repeated_ranks)
+from headroom.trace.comm import activity_segments, collectives, comm_split
+from headroom.trace.ranks import rank_id, rank_order, rank_set, repeated_ranks
 from tests.conftest import TraceBuilder, hta_trace
 from tests.ranks_synthetic import DELAY, GEMM, NCCL, SHIFT, STEP, WALL, write_pair
 

@@ -111,7 +111,7 @@ def targets_cmd(
     """If one op got faster, which should it be? Ops and modules ranked by end-to-end gain.
 
     A directory of the ranks of one run: ranked by their effect on the synchronised step."""
-    from headroom.projection.ranks import rank_targets, rank_targets_dict
+    from headroom.projection.rank_targets import rank_targets, rank_targets_dict
     from headroom.projection.targets import targets, targets_dict
     from headroom.report.ranks import render_rank_targets
     from headroom.report.render import make_console, render_targets

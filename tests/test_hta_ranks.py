@@ -19,6 +19,7 @@ Where HTA breaks, and the workaround:
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import json
 import logging
@@ -38,16 +39,23 @@ from tests.ranks_synthetic import write_pair
 hta = pytest.importorskip("hta.trace_analysis", reason="HolisticTraceAnalysis is a test dependency (make test installs it)")
 
 
-def run_hta(trace_dir):
+@contextlib.contextmanager
+def quiet():
+    """HTA logs and warns a lot (pandas 3 deprecations among them)."""
     logging.disable(logging.WARNING)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         try:
-            a = hta.TraceAnalysis(trace_dir=str(trace_dir))
-            overlap = a.get_comm_comp_overlap(visualize=False).set_index("rank")["comp_comm_overlap_pctg"]
-            breakdown = a.get_temporal_breakdown(visualize=False).set_index("rank")
+            yield
         finally:
             logging.disable(logging.NOTSET)
+
+
+def run_hta(trace_dir):
+    with quiet():
+        a = hta.TraceAnalysis(trace_dir=str(trace_dir))
+        overlap = a.get_comm_comp_overlap(visualize=False).set_index("rank")["comp_comm_overlap_pctg"]
+        breakdown = a.get_temporal_breakdown(visualize=False).set_index("rank")
     return a, overlap, breakdown
 
 
@@ -120,17 +128,11 @@ def as_gpu_activities(a, rank: int, world: int, path) -> int:
 def test_hta_reads_our_rank_files_as_we_do(gloo_bert_ddp, tmp_path):
     """HTA finds the rank in the file (the first "rank": it meets, our manifest's) and gives up on CPU time."""
     d = gloo_bert_ddp.out_dir
-    a, overlap, _ = None, None, None
-    logging.disable(logging.WARNING)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        try:
-            a = hta.TraceAnalysis(trace_dir=str(d))
-            overlap = a.get_comm_comp_overlap(visualize=False).set_index("rank")["comp_comm_overlap_pctg"]
-            with pytest.raises(IndexError):                      # no GPU kernels: HTA cannot say
-                a.get_temporal_breakdown(visualize=False)
-        finally:
-            logging.disable(logging.NOTSET)
+    with quiet():
+        a = hta.TraceAnalysis(trace_dir=str(d))
+        overlap = a.get_comm_comp_overlap(visualize=False).set_index("rank")["comp_comm_overlap_pctg"]
+        with pytest.raises(IndexError):                      # no GPU kernels: HTA cannot say
+            a.get_temporal_breakdown(visualize=False)
     assert {r: p.rsplit("/", 1)[-1] for r, p in a.t.trace_files.items()} == {0: "rank-0.json.gz", 1: "rank-1.json.gz"}
     assert all(math.isnan(v) for v in overlap)
 
@@ -164,11 +166,6 @@ def test_hta_finds_the_same_straggler(tmp_path):
     newer ``ncclDevKernel_*`` kernels are not seen), more than two steps (two: an empty argmax), and
     one clock for all ranks (it aligns them by the earliest event of any; ours by the collectives)."""
     d = write_pair(tmp_path / "four", steps=4, shift=0.0)
-    logging.disable(logging.WARNING)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        try:
-            stragglers = hta.TraceAnalysis(trace_dir=str(d)).get_potential_stragglers(num_candidates=1)
-        finally:
-            logging.disable(logging.NOTSET)
+    with quiet():
+        stragglers = hta.TraceAnalysis(trace_dir=str(d)).get_potential_stragglers(num_candidates=1)
     assert list(stragglers) == [1] == [rank_set(analyze_path(d)).slowest_rank]

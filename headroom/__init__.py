@@ -10,7 +10,8 @@ stays cheap for the processes that need only a part of it (the verify children, 
 """
 
 __version__ = "0.1.0"
-_API = ("analyze", "analyze_all", "project", "summary", "targets", "Analysis", "ProjectResult", "Targets")
+_API = ("analyze", "analyze_all", "project", "summary", "targets", "Analysis", "ProjectResult", "Targets",
+        "analyze_ranks", "project_ranks", "RankSet", "RanksProjection")
 
 
 def __getattr__(name: str):

@@ -22,7 +22,7 @@ from typer.testing import CliRunner
 
 from headroom.cli import _register_commands, app
 from headroom.errors import UserError
-from headroom.projection.rank_targets import rank_targets
+from headroom.projection.sync_targets import sync_targets
 from headroom.projection.ranks import SyncModel, project_ranks, sync_projection
 from headroom.projection.speedups import parse_cli_speedup
 from headroom.trace.analysis import analyze_path
@@ -68,7 +68,7 @@ def test_project_ranks_against_one_rank_amdahl(pair):
 
 
 def test_targets_rank_by_the_synchronised_step(pair):
-    t = rank_targets(pair, speedup=2.0, by=("kernel",))
+    t = sync_targets(pair, speedup=2.0, by=("kernel",))
     rows = t.set_index("name")
     assert t["name"].tolist()[:2] == [GEMM, OPTIMIZER]
     assert rows.loc[GEMM, "gain"] == pytest.approx(1500.0 / WALL)
@@ -150,3 +150,13 @@ def test_collectives_taken_in_another_order_by_another_rank(tmp_path):
     assert res.identity_error_us == 0.0 and res.baseline_us == 350.0
     faster = sync_projection(model, gemm_factors(rs, (0, 1), 2.0))
     assert faster.projected_us == pytest.approx(350.0 - 45.0)
+
+
+def test_the_facade_takes_a_directory_of_ranks(tmp_path):
+    import headroom
+
+    d = write_pair(tmp_path / "ranks")
+    rs = headroom.analyze_ranks(d)
+    assert isinstance(rs, headroom.RankSet) and rs.slowest_rank == 1
+    res = headroom.project_ranks(d, speedup=[f"kernel:{GEMM}=2"], on_ranks=[1])
+    assert res.speedups.gain == pytest.approx(1000.0 / WALL)

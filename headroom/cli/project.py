@@ -111,18 +111,18 @@ def targets_cmd(
     """If one op got faster, which should it be? Ops and modules ranked by end-to-end gain.
 
     A directory of the ranks of one run: ranked by their effect on the synchronised step."""
-    from headroom.projection.rank_targets import rank_targets, rank_targets_dict
+    from headroom.projection.sync_targets import sync_targets, sync_targets_dict
     from headroom.projection.targets import targets, targets_dict
-    from headroom.report.ranks import render_rank_targets
+    from headroom.report.ranks import render_sync_targets
     from headroom.report.render import make_console, render_targets
 
     for a in analysed_inputs([trace], rules, policy, whole_trace):
         if isinstance(a, RankSet):
-            table = rank_targets(a, speedup=speedup, by=tuple(by) if by else ("op", "module"), top=top)
+            table = sync_targets(a, speedup=speedup, by=tuple(by) if by else ("op", "module"), top=top)
             if as_json:
-                print(dumps(rank_targets_dict(a, table, speedup)))
+                print(dumps(sync_targets_dict(a, table, speedup)))
             else:
-                render_rank_targets(a, table, speedup, make_console())
+                render_sync_targets(a, table, speedup, make_console())
             continue
         table = targets(a, speedup=speedup, by=tuple(by) if by else ("op", "module"), top=top, replay_top=replay_top)
         if as_json:

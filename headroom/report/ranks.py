@@ -113,7 +113,7 @@ def render_rank_projection(p: RanksProjection, console: Console) -> None:
         console.print(f"[yellow]warning:[/yellow] {w}", highlight=False)
 
 
-def render_rank_targets(rs: RankSet, table: pd.DataFrame, speedup: float, console: Console) -> None:
+def render_sync_targets(rs: RankSet, table: pd.DataFrame, speedup: float, console: Console) -> None:
     console.print(f"[bold]{rs.source}[/bold]  {len(rs.ranks)} ranks: which op, {speedup:g}x faster on every rank, "
                   f"shortens the synchronised step ({_ms(rs.step_us)} ms) most")
     for kind, part in table.groupby("kind", sort=False):

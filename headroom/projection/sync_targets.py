@@ -32,7 +32,7 @@ def _keys(events: pd.DataFrame, kind: str) -> np.ndarray:
     raise UserError(f"unknown grouping {kind!r} (op, top_op, module, kernel)")
 
 
-def rank_targets(rs: RankSet, speedup: float = 1.5, by: Sequence[str] = ("op", "module"), top: int | None = 20,
+def sync_targets(rs: RankSet, speedup: float = 1.5, by: Sequence[str] = ("op", "module"), top: int | None = 20,
                  candidates: int | None = None, model: SyncModel | None = None) -> pd.DataFrame:
     """Ops (and module class paths) ranked by their effect on the synchronised step.
 
@@ -96,7 +96,7 @@ def rank_targets(rs: RankSet, speedup: float = 1.5, by: Sequence[str] = ("op", "
     return pd.concat(frames, ignore_index=True)
 
 
-def rank_targets_dict(rs: RankSet, table: pd.DataFrame, speedup: float) -> dict[str, Any]:
+def sync_targets_dict(rs: RankSet, table: pd.DataFrame, speedup: float) -> dict[str, Any]:
     """The ``headroom targets --json`` contract for a rank set (docs/distributed.md)."""
     def clean(v):
         if isinstance(v, (np.floating, float)):

@@ -19,7 +19,8 @@ CUDA fbgemm-gpu for dlrm (carried wheels on PYTHONPATH). typer/rich are not need
 stays off in every rank (headroom.profile.launch sets NCCL_NVLS_ENABLE=0 and the others).
 
 Writes under OUT (at most 8 files, each under 16 MB):
-    ranks-<run>.tar     the rank traces and manifest.json of each run (for traces/multi/)
+    ranks.tar           every run's directory: rank traces and manifest.json (for traces/multi/);
+                        split in ranks.tar.partN of 15 MB when larger (at most 5 parts)
     results.json        per run: status, wall time, the rank-set analysis, the projections
     report.md           the multi-rank report as markdown tables (for docs/gpu-results.md)
     distributed.log     every run's output
@@ -137,10 +138,12 @@ def report_md(results: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def tar_run(out_dir: Path, dest: Path) -> list[Path]:
-    """The run's directory as a tar (traces are gzip'd already), split in parts under MAX_FILE."""
+def tar_runs(run_dirs: list[Path], dest: Path) -> list[Path]:
+    """The runs' directories in one tar (traces are gzip'd already), split in parts under MAX_FILE
+    (join them with `cat ranks.tar.part* > ranks.tar`)."""
     with tarfile.open(dest, "w") as t:
-        t.add(out_dir, arcname=out_dir.name)
+        for d in run_dirs:
+            t.add(d, arcname=d.name)
     if dest.stat().st_size <= MAX_FILE:
         return [dest]
     parts = []
@@ -179,7 +182,7 @@ def main() -> int:
     results: dict = {"device": "CPU (gloo), dry run" if args.dry else "2 GPUs (NCCL)",
                      "date": time.strftime("%Y-%m-%d %H:%M:%S"), "scenario": SCENARIO, "runs": {}}
     sys.path.insert(0, str(ROOT))
-    written: list[Path] = []
+    run_dirs: list[Path] = []
     for run_id, workload, options, single, limit in GPU_RUNS:
         if args.only and run_id not in args.only:
             continue
@@ -218,8 +221,13 @@ def main() -> int:
             entry["analysis"] = summarise(run_dir, ROOT / "traces" / single if single else None)
         except Exception as e:   # the traces are kept; say what failed
             entry["status"] = f"analysis failed: {type(e).__name__}: {e}"
-        written += tar_run(run_dir, out / f"ranks-{run_id}.tar")
+        run_dirs.append(run_dir)
         print(f"   {run_id}: {entry['status']} in {entry['wall_s']} s", file=log, flush=True)
+    if run_dirs:
+        parts = tar_runs(run_dirs, out / "ranks.tar")
+        results["tar"] = [p.name for p in parts]
+        if len(parts) > 5:   # 3 more files below: at most 8
+            results["tar_warning"] = f"{len(parts)} parts: more than 8 files in all"
     (out / "results.json").write_text(json.dumps(results, indent=2, default=str) + "\n")
     (out / "report.md").write_text(report_md(results))
     log.close()

@@ -16,14 +16,14 @@ def test_dry_run_writes_the_report_results_and_rank_traces(tmp_path):
                         "--only", "resnet-50-ddp"], capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stdout + p.stderr
     files = sorted(f.name for f in out.iterdir())
-    assert files == ["distributed.log", "ranks-resnet-50-ddp.tar", "report.md", "results.json"]
+    assert files == ["distributed.log", "ranks.tar", "report.md", "results.json"]
     assert all(f.stat().st_size < 16 * 2**20 for f in out.iterdir())
-    with tarfile.open(out / "ranks-resnet-50-ddp.tar") as t:
+    with tarfile.open(out / "ranks.tar") as t:
         names = sorted(m.name.rsplit("/", 1)[-1] for m in t.getmembers() if m.isfile())
     assert names == ["manifest.json", "rank-0.json.gz", "rank-1.json.gz"]
     res = json.loads((out / "results.json").read_text())
     run = res["runs"]["resnet-50-ddp"]
-    assert run["status"] == "ok" and run["command"].startswith("headroom profile resnet-50 --nproc 2 --parallel ddp")
+    assert res["tar"] == ["ranks.tar"] and run["status"] == "ok" and run["command"].startswith("headroom profile resnet-50 --nproc 2 --parallel ddp")
     s = run["analysis"]
     assert s["ranks"] == [0, 1] and s["backend"] == "gloo" and s["parallel"] == "ddp" and s["collectives"] > 0
     gains = {k: v["synchronised"]["speedups"]["gain"] for k, v in s["projections"].items()}

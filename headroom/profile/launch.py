@@ -186,6 +186,7 @@ def _environment(values: dict[str, str]) -> Iterator[None]:
 
 
 def _launch(nproc: int, req: RankRequest) -> dict[int, dict[str, Any]]:
+    from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
@@ -195,31 +196,32 @@ def _launch(nproc: int, req: RankRequest) -> dict[int, dict[str, Any]]:
     request = Path(req.out_dir) / ".request.json"
     request.write_text(req.to_json())
     try:
-        with _environment(NCCL_ENV):
-            elastic_launch(config, sys.executable)("-m", "headroom.profile.launch", str(request))
-    except ChildFailedError as e:
-        messages = []
+        try:
+            with _environment(NCCL_ENV):
+                elastic_launch(config, sys.executable)("-m", "headroom.profile.launch", str(request))
+        except SignalException:             # Ctrl-C or SIGTERM: the launcher has stopped the ranks
+            raise KeyboardInterrupt from None
+        except ChildFailedError as e:
+            messages = [f.read_text().strip() for f in (_error_file(req.out_dir, r) for r in range(nproc))
+                        if f.exists()]
+            if messages:
+                raise UserError(messages[0]) from None
+            r, failure = min(e.failures.items())
+            msg = (failure.message or "").strip().splitlines()
+            raise UserError(f"rank {r} failed (exit code {failure.exitcode})"
+                            + (f": {msg[-1][:300]}" if msg else "") + " (its output is above)") from None
+        out = {}
         for r in range(nproc):
-            f = _error_file(req.out_dir, r)
-            if f.exists():
-                messages.append(f.read_text().strip())
-                f.unlink()
-        if messages:
-            raise UserError(messages[0]) from None
-        r, failure = min(e.failures.items())
-        msg = (failure.message or "").strip().splitlines()
-        raise UserError(f"rank {r} failed (exit code {failure.exitcode})"
-                        + (f": {msg[-1][:300]}" if msg else "") + " (its output is above)") from None
-    finally:
+            f = _result_file(req.out_dir, r)
+            if not f.exists():
+                raise UserError(f"rank {r} ended without a result (its output is above)")
+            out[r] = json.loads(f.read_text())
+        return out
+    finally:                                # no request, result or error file stays behind
         request.unlink(missing_ok=True)
-    out = {}
-    for r in range(nproc):
-        f = _result_file(req.out_dir, r)
-        if not f.exists():
-            raise UserError(f"rank {r} ended without a result (its output is above)")
-        out[r] = json.loads(f.read_text())
-        f.unlink()
-    return out
+        for r in range(nproc):
+            _result_file(req.out_dir, r).unlink(missing_ok=True)
+            _error_file(req.out_dir, r).unlink(missing_ok=True)
 
 
 def profile_ranks(workload: str, options: Options | None = None, *, nproc: int, device: str | None = None,

@@ -22,6 +22,8 @@ from headroom.projection.problems import load_problems
 from headroom.projection.project import Prediction, ProjectResult
 from headroom.projection.project import predict as _predict
 from headroom.projection.project import project as _project
+from headroom.projection.ranks import RanksProjection
+from headroom.projection.ranks import project_ranks as _project_ranks
 from headroom.projection.scenarios import DEFAULT_QUANTILES
 from headroom.projection.speedups import collect_entries
 from headroom.projection.targets import DEFAULT_SPEEDUP, Targets, rank_targets
@@ -30,6 +32,7 @@ from headroom.trace.analysis import Analysis
 from headroom.trace.analysis import analyze as _analyze
 from headroom.trace.classify import load_policy, load_rules
 from headroom.trace.load import find_trace_files
+from headroom.trace.ranks import RankSet, rank_set
 
 TraceLike = Union[str, os.PathLike, Analysis]
 PathLike = Union[str, os.PathLike]
@@ -91,4 +94,23 @@ def targets(trace: TraceLike, speedup: float = DEFAULT_SPEEDUP, by: Sequence[str
     return rank_targets(_analysis(trace), speedup, tuple(by), top, replay_top, scope)
 
 
-__all__ = ["Analysis", "ProjectResult", "Targets", "analyze", "analyze_all", "project", "summary", "targets"]
+def analyze_ranks(path: PathLike, rules: PathLike | None = None, policy: PathLike | None = None,
+                  whole_trace: bool = False) -> RankSet:
+    """A directory holding the ranks of one run, analysed together (docs/distributed.md): `per_rank`,
+    `categories`, `slowest_rank`, `step_us` (the synchronised step)."""
+    return rank_set(analyze_all(path, rules, policy, whole_trace), source=str(path))
+
+
+def project_ranks(ranks: RankSet | PathLike, speedup: Sequence[str] = (), files: Sequence[PathLike] = (),
+                  on_ranks: Sequence[int] | None = None, strict: bool = False,
+                  problems: PathLike | None = None) -> RanksProjection:
+    """Speedups projected per rank, then through the collectives, as `headroom project DIR`."""
+    rs = ranks if isinstance(ranks, RankSet) else analyze_ranks(ranks)
+    entries, warnings = collect_entries(speedup, files)
+    res = _project_ranks(rs, entries, on_ranks=on_ranks, problems=load_problems(problems), strict=strict)
+    res.warnings = list(warnings) + res.warnings
+    return res
+
+
+__all__ = ["Analysis", "ProjectResult", "RankSet", "RanksProjection", "Targets", "analyze", "analyze_all",
+           "analyze_ranks", "project", "project_ranks", "summary", "targets"]

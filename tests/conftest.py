@@ -103,3 +103,14 @@ class TraceBuilder:
 @pytest.fixture
 def builder() -> TraceBuilder:
     return TraceBuilder()
+
+
+@pytest.fixture(scope="session")
+def gloo_bert_ddp(tmp_path_factory):
+    """`headroom profile bert-base --mode train --nproc 2 --parallel ddp` on this CPU: two gloo ranks (tiny BERT)."""
+    from headroom.profile.launch import profile_ranks
+    from headroom.profile.workload import Options
+
+    out = tmp_path_factory.mktemp("gloo-bert")
+    return profile_ranks("bert-base", Options(mode="train", flavour="tiny", batch=2, seq=32, parallel="ddp"),
+                         nproc=2, device="cpu", out=out, steps=2, warmup=1, timed_steps=1)

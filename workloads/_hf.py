@@ -10,7 +10,7 @@ import inspect
 from typing import Any, Callable
 
 from headroom.profile import (RunConfig, Step, infer_forward, infer_step, materialize, meta_parameters,
-                               phase_range, train_forward, train_step)
+                               parallelize, phase_range, train_forward, train_step)
 
 # Positions kept free after the prompt in a decode cache: decode steps advance
 # through them, and the cache is rewound to the prompt when they run out.
@@ -117,11 +117,11 @@ def decoder_lm_step(cfg: RunConfig, device: Any, model: Any, blocks: list[tuple[
 
     gen = torch.Generator(device="cpu").manual_seed(0)
     ids = torch.randint(0, vocab, (cfg.batch, cfg.seq), generator=gen).to(device)
-    call = compiled(model, cfg, blocks)
     ck = cache_kwarg(model)
 
     if cfg.mode == "train":
         model.train()
+        call = compiled(parallelize(model, cfg, device, blocks), cfg, blocks)
         opt = make_optimizer(model, device)
 
         def loss_fn():
@@ -132,6 +132,7 @@ def decoder_lm_step(cfg: RunConfig, device: Any, model: Any, blocks: list[tuple[
                     forward=train_forward(loss_fn, device_type=device.type, amp_dtype=amp_dtype(cfg)))
 
     model.eval()
+    call = compiled(model, cfg, blocks)
     if cfg.phase == "prefill":
         if cfg.kv_cache == "static":
             with torch.inference_mode():
@@ -186,10 +187,10 @@ def decoder_lm_step(cfg: RunConfig, device: Any, model: Any, blocks: list[tuple[
 def encoder_step(cfg: RunConfig, device: Any, model: Any, blocks: list[tuple[str, Any]],
                  inputs: dict[str, Any], loss_fn: Callable[[Any, dict], Any], info: dict[str, Any],
                  optimizer: Callable[[Any], Any] | None = None) -> Step:
-    """Inference forward, or a training step with `loss_fn(call, inputs)`."""
-    call = compiled(model, cfg, blocks)
+    """Inference forward, or a training step with `loss_fn(call, inputs)` (data-parallel with --nproc)."""
     if cfg.mode == "train":
         model.train()
+        call = compiled(parallelize(model, cfg, device, blocks), cfg, blocks)
         opt = optimizer(model) if optimizer else make_optimizer(model, device)
         fn = train_step(model, lambda: loss_fn(call, inputs), opt, device_type=device.type,
                         amp_dtype=amp_dtype(cfg))
@@ -197,5 +198,6 @@ def encoder_step(cfg: RunConfig, device: Any, model: Any, blocks: list[tuple[str
                     forward=train_forward(lambda: loss_fn(call, inputs), device_type=device.type,
                                           amp_dtype=amp_dtype(cfg)))
     model.eval()
+    call = compiled(model, cfg, blocks)
     return Step(infer_step(lambda: call(**inputs)), model, blocks=blocks, info=info,
                 forward=infer_forward(lambda: call(**inputs)))

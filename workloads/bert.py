@@ -82,5 +82,6 @@ SPEC = register_workload(WorkloadSpec(
         "batch": (4, "a few sequences on a CPU"),
         "dtype": ("fp32", "CPUs without AMX run fp16/bf16 matmuls far slower than fp32"),
     },
+    parallel=("ddp", "fsdp"),
     source=__file__,
 ))

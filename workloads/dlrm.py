@@ -21,6 +21,7 @@ is sized for 8 GPUs.
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from headroom.errors import UserError
@@ -33,6 +34,7 @@ CRITEO_1TB_ROWS = [40000000, 39060, 17295, 7424, 20265, 3, 7122, 1543, 63, 40000
 MLPERF_MULTI_HOT = [3, 2, 1, 2, 6, 1, 1, 1, 1, 7, 3, 8, 1, 6, 9, 5, 1, 1, 1, 12, 100, 27, 10, 3, 1, 1]
 DENSE_FEATURES = 13
 DEFAULT_MAX_ROWS = 10_000_000
+_SHARD_TYPES = ("auto", "table_wise", "row_wise")
 
 INSTALL_HINT = ("pip install --no-deps torchrec==1.8.0 && pip install fbgemm-gpu-cpu==1.8.0 tensordict "
                 "torchmetrics tqdm pyre-extensions iopath   (or: scripts/install.sh)")
@@ -179,6 +181,21 @@ def _resolve_sharding(cfg: RunConfig, device: Any) -> tuple[str, str]:
     want = cfg.extra.get("sharding", "auto")
     if want not in ("auto", "dmp", "none"):
         raise UserError(f"{cfg.workload}: --opt sharding must be auto, dmp or none")
+    if cfg.extra.get("shard", "auto") not in _SHARD_TYPES:
+        raise UserError(f"{cfg.workload}: --opt shard must be {', '.join(_SHARD_TYPES)}")
+    if cfg.world_size > 1:
+        # Several ranks: the tables are sharded across them; only torchrec's DMP does that.
+        if want == "none":
+            raise UserError(f"{cfg.workload}: --nproc {cfg.world_size} shards the tables (DMP); drop --opt sharding=none")
+        if device.type == "cuda":
+            ok, why = fbgemm_cuda_status()
+            if not ok:
+                raise UserError(f"{cfg.workload}: --nproc {cfg.world_size} needs the CUDA fbgemm-gpu: {why}")
+            return "dmp", why
+        if cfg.extra.get("shard") == "row_wise":
+            raise UserError(f"{cfg.workload}: --opt shard=row_wise needs CUDA (torchrec's CPU sharders offer "
+                            f"table_wise, column_wise and data_parallel)")
+        return "dmp", "CPU"
     if device.type == "cuda":
         ok, why = fbgemm_cuda_status()
         if want == "dmp" and not ok:
@@ -234,7 +251,12 @@ def _build(cfg: RunConfig, device: Any, dcn: bool) -> Step:
     if path == "dmp":
         train_model = model.module if hasattr(model, "module") else model
         inner = train_model.model
-        info["embedding_path"] = ("torchrec DistributedModelParallel (1 rank), table-wise sharded, "
+        info["sharding_plan"] = {table: p.sharding_type for per_module in model.plan.plan.values()
+                                 for table, p in per_module.items()}
+        plan = info.get("sharding_plan", {})
+        kinds = sorted(set(plan.values())) if plan else ["table_wise"]
+        info["embedding_path"] = (f"torchrec DistributedModelParallel ({cfg.world_size} rank"
+                                  f"{'s' if cfg.world_size > 1 else ''}), {'/'.join(kinds)} sharded, "
                                   f"fbgemm TBE with fused {opt_cls.__name__}")
         info["process_group"] = "nccl" if device.type == "cuda" else "gloo"
     else:
@@ -333,15 +355,23 @@ def _build_dmp(cfg: RunConfig, device: Any, flavour: dict[str, Any], dcn: bool, 
         apply_optimizer_in_backward(opt_cls, train_model.model.sparse_arch.parameters(), dict(opt_kw))
         tables = _tables(flavour, max_rows)
         hots = MLPERF_MULTI_HOT if dcn else [1.0] * len(tables)
+        world = dist.get_world_size()
+        shard = cfg.extra.get("shard", "auto")
+        # One rank: every table whole on it. Several: the planner picks table-wise or row-wise per table
+        # (all-to-all of pooled embeddings; row-wise reduce-scatters them), unless --opt shard says which.
+        # (torchrec's CPU sharders have no row-wise: on a CPU the tables go whole to one rank each).
+        auto = ["table_wise", "row_wise"] if device.type == "cuda" else ["table_wise"]
+        types = ["table_wise"] if world == 1 else (auto if shard == "auto" else [shard])
         constraints = {
-            t.name: ParameterConstraints(sharding_types=["table_wise"], compute_kernels=["fused"],
+            t.name: ParameterConstraints(sharding_types=types, compute_kernels=["fused"],
                                          pooling_factors=[float(h)])
             for t, h in zip(tables, hots)
         }
         topo_kw: dict[str, Any] = {}
         if device.type == "cuda":
             topo_kw["hbm_cap"] = torch.cuda.get_device_properties(device).total_memory
-        topology = Topology(world_size=1, local_world_size=1, compute_device=device.type, **topo_kw)
+        local = int(os.environ.get("LOCAL_WORLD_SIZE", world))
+        topology = Topology(world_size=world, local_world_size=local, compute_device=device.type, **topo_kw)
         planner = EmbeddingShardingPlanner(topology=topology, batch_size=cfg.batch, constraints=constraints,
                                            debug=False)
         plan = planner.collective_plan(train_model, get_default_sharders(), dist.GroupMember.WORLD)
@@ -368,6 +398,8 @@ _EXTRAS = {
                                 "fused optimizer) when CUDA fbgemm-gpu imports, else unsharded; or dmp / none"),
     "max_rows": Default(DEFAULT_MAX_ROWS, "rows per table cap: the DLRM reference's --max-ind-range for "
                                           "Criteo 1TB (54.2M rows, 27.7 GB fp32: one GPU)"),
+    "shard": Default("auto", "with --nproc: auto lets torchrec's planner pick table_wise or row_wise per table; "
+                             "or force table_wise / row_wise"),
 }
 _CPU_SCALE = {
     "batch": (2048, "a CPU-sized batch"),
@@ -394,6 +426,7 @@ SPEC = register_workload(WorkloadSpec(
     seq_meaning="n/a",
     extras=_EXTRAS,
     cpu_scale=_CPU_SCALE,
+    parallel=("torchrec",),
     source=__file__,
 ))
 
@@ -418,5 +451,6 @@ DCN_SPEC = register_workload(WorkloadSpec(
     extras=_EXTRAS,
     cpu_scale={"batch": (512, "a CPU-sized batch (214 lookups per sample)"),
                "max_rows": (100_000, "tables capped at 100k rows to fit CPU memory")},
+    parallel=("torchrec",),
     source=__file__,
 ))

@@ -77,5 +77,6 @@ SPEC = register_workload(WorkloadSpec(
         "batch": (1, "one sequence on a CPU"),
         "dtype": ("fp32", "CPUs without AMX run bf16 matmuls ~100x slower than fp32"),
     },
+    parallel=("ddp", "fsdp"),
     source=__file__,
 ))

@@ -89,5 +89,6 @@ SPEC = register_workload(WorkloadSpec(
         "batch": (1, "one sequence on a CPU"),
         "dtype": ("fp32", "this CPU's bf16 matmul is ~100x slower than fp32"),
     },
+    parallel=("fsdp", "ddp"),
     source=__file__,
 ))

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from headroom.profile import (Default, RunConfig, Step, WorkloadSpec, infer_forward, infer_step, register_workload,
-                              train_forward, train_step)
+from headroom.profile import (Default, RunConfig, Step, WorkloadSpec, infer_forward, infer_step, parallelize,
+                              register_workload, train_forward, train_step)
 from headroom.workloads._hf import build_hf, meta_hf
 
 FLAVOURS: dict[str, dict[str, Any]] = {
@@ -48,7 +48,6 @@ def build(cfg: RunConfig, device: Any) -> Step:
     pixels = torch.randn(cfg.batch, 3, size, size, generator=gen).to(device=device, dtype=wdtype)
     pixels = pixels.contiguous(memory_format=torch.channels_last)
     labels = torch.randint(0, 1000, (cfg.batch,), generator=gen).to(device)
-    call = torch.compile(model) if cfg.compile else model
     info = {"memory_format": "channels_last", "image_size": size}
     # ImageNet training scripts (torchvision references, MLPerf) let cuDNN pick the fastest algorithms.
     before = torch.backends.cudnn.benchmark
@@ -59,6 +58,9 @@ def build(cfg: RunConfig, device: Any) -> Step:
         torch.backends.cudnn.benchmark = before
     if train:
         model.train()
+        wrapped = parallelize(model, cfg, device, [(f"resnet.encoder.stages.{i}", s)
+                                                   for i, s in enumerate(model.resnet.encoder.stages)])
+        call = torch.compile(wrapped) if cfg.compile else wrapped
         opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, weight_decay=5e-5)
         info.update(optimizer="SGD momentum 0.9", amp=str(cfg.torch_dtype) if low else "none")
         loss = lambda: call(pixel_values=pixels, labels=labels).loss  # noqa: E731
@@ -67,6 +69,7 @@ def build(cfg: RunConfig, device: Any) -> Step:
         return Step(fn, model, info=info, close=close, train=True,
                     forward=train_forward(loss, device_type=device.type, amp_dtype=amp))
     model.eval()
+    call = torch.compile(model) if cfg.compile else model
     return Step(infer_step(lambda: call(pixel_values=pixels)), model, info=info, close=close,
                 forward=infer_forward(lambda: call(pixel_values=pixels).logits))
 
@@ -92,5 +95,6 @@ SPEC = register_workload(WorkloadSpec(
         "batch": (4, "four images on a CPU"),
         "dtype": ("fp32", "CPUs without AMX run bf16 convolutions far slower than fp32"),
     },
+    parallel=("ddp", "fsdp"),
     source=__file__,
 ))

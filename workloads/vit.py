@@ -80,5 +80,6 @@ SPEC = register_workload(WorkloadSpec(
         "batch": (2, "two images on a CPU"),
         "dtype": ("fp32", "CPUs without AMX run bf16 matmuls ~100x slower than fp32"),
     },
+    parallel=("ddp", "fsdp"),
     source=__file__,
 ))

@@ -74,6 +74,12 @@ def profile(
     full_size: bool = typer.Option(False, "--full-size", help="On a CPU, run the real defaults (no scaling)."),
     no_module_ranges: bool = typer.Option(False, "--no-module-ranges", help=(
         "Do not record a range per nn.Module call (recorded by default, for `targets --by module`).")),
+    nproc: int = typer.Option(1, "--nproc", help=(
+        "Ranks: one process per GPU (per CPU slot with gloo), launched by torch's elastic launcher; "
+        "traces in OUT/<name>/rank-K.json.gz.")),
+    parallel: Optional[str] = typer.Option(None, "--parallel", help=(
+        "With --nproc: ddp or fsdp (FSDP2) for transformer and vision training; recommenders shard "
+        "their tables with torchrec (default: the workload's, see `headroom workloads -v`).")),
 ) -> None:
     """Run a workload under torch.profiler and say where the time went."""
     require("torch", "profile", "profile")
@@ -82,13 +88,18 @@ def profile(
 
     options = Options(mode=mode, phase=phase, kv_cache=kv_cache, batch=batch, seq=seq, dtype=dtype,
                       layers=layers, compile=compile_, flavour=flavour, tf32=not no_tf32,
-                      extra=_parse_opts(opt), scale_for_cpu=not full_size, module_ranges=not no_module_ranges)
+                      extra=_parse_opts(opt), scale_for_cpu=not full_size, module_ranges=not no_module_ranges,
+                      parallel=parallel)
     err = Console(stderr=True)
     if not err.is_terminal:
         err = Console(stderr=True, width=160)
     command = "headroom " + " ".join(shlex.quote(a) for a in sys.argv[1:])
     # Library chatter on stdout must not corrupt --json.
     guard = contextlib.redirect_stdout(sys.stderr) if as_json else contextlib.nullcontext()
+    if nproc != 1 or parallel:
+        _profile_ranks(workload, options, nproc, device, out, steps, warmup, timed_steps, workload_file,
+                       RichProgress(err), command, as_json, guard)
+        return
     with guard:
         result = profile_workload(workload, options, device=device, out=out, steps=steps, warmup=warmup,
                                   timed_steps=timed_steps, workload_file=workload_file,
@@ -101,6 +112,32 @@ def profile(
     console = make_console()
     console.print()
     render_profile(result, console)
+
+
+def _profile_ranks(workload, options, nproc, device, out, steps, warmup, timed_steps, workload_file, progress,
+                   command, as_json, guard) -> None:
+    from headroom.profile.launch import profile_ranks
+
+    if nproc < 1:
+        raise UserError("--nproc must be at least 1")
+    if nproc == 1:
+        raise UserError(f"--parallel {options.parallel} needs --nproc 2 or more")
+    with guard:
+        result = profile_ranks(workload, options, nproc=nproc, device=device, out=out, steps=steps, warmup=warmup,
+                               timed_steps=timed_steps, workload_file=workload_file, progress=progress,
+                               command=command)
+    if as_json:
+        print(json.dumps(result.to_dict(), default=str))
+        return
+    from headroom.report.ranks import render_rank_set
+    from headroom.report.render import make_console
+
+    console = make_console()
+    console.print()
+    render_rank_set(result.ranks, console)
+    for p in result.traces:
+        console.print(f"trace: {p}", highlight=False)
+    console.print(f"manifest: {result.manifest_path}", highlight=False)
 
 
 def workloads(
@@ -121,6 +158,7 @@ def workloads(
             "defaults": {k: {"value": d.value, "why": d.why} for k, d in s.defaults.items()},
             "flavours": s.flavours, "layers": s.num_layers("default") if s.num_layers else None,
             "options": {k: {"value": d.value, "why": d.why} for k, d in s.extras.items()},
+            "parallel": list(s.parallel),
             "source": s.source,
         } for s in specs], default=str))
         return

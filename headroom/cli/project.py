@@ -7,8 +7,10 @@ from typing import List, Optional
 
 import typer
 
+from headroom.cli.ranks import analysed_inputs
 from headroom.errors import UserError
 from headroom.jsonio import dumps
+from headroom.trace.ranks import RankSet
 
 RulesOpt = typer.Option(None, "--rules", help="TOML file of extra classification rules (tried first).")
 PolicyOpt = typer.Option(None, "--policy", help="TOML file overriding which categories are addressable.")
@@ -53,13 +55,20 @@ def project_cmd(
     rules: Optional[Path] = RulesOpt,
     policy: Optional[Path] = PolicyOpt,
     whole_trace: bool = WholeOpt,
+    on_rank: Optional[List[int]] = typer.Option(None, "--on-rank", help=(
+        "A directory of ranks: apply the speedups on this rank only (repeatable; default every rank).")),
 ) -> None:
-    """Project end-to-end step time from kernel speedups: Amdahl and timeline replay, with bounds."""
+    """Project end-to-end step time from kernel speedups: Amdahl and timeline replay, with bounds.
+
+    A directory of the ranks of one run projects per rank, then through the collectives: the
+    step ends when the slowest rank reaches each one (docs/distributed.md)."""
     from headroom.projection.distributions import load_distribution
     from headroom.projection.problems import load_problems
     from headroom.projection.project import project
+    from headroom.projection.ranks import project_ranks
     from headroom.projection.scenarios import DEFAULT_QUANTILES
     from headroom.projection.speedups import collect_entries
+    from headroom.report.ranks import render_rank_projection
     from headroom.report.render import make_console, render_projection
 
     entries, warnings = collect_entries(speedup or [], speedups or [])
@@ -69,7 +78,20 @@ def project_cmd(
     if strict and warnings:
         raise UserError(f"{warnings[0]} (strict mode)")
     console = make_console()
-    for a in _analyses(traces, rules, policy, whole_trace):
+    for a in analysed_inputs(traces, rules, policy, whole_trace):
+        if isinstance(a, RankSet):
+            if dist is not None or win_rate is not None or median is not None:
+                raise UserError(f"{a.source}: a directory of ranks takes --speedup/--speedups "
+                                f"(--distribution, --win-rate and --median project one trace at a time)")
+            rp = project_ranks(a, entries, on_ranks=on_rank, problems=pm, strict=strict)
+            rp.warnings = list(warnings) + rp.warnings
+            if as_json:
+                print(dumps(rp.to_dict()))
+            else:
+                render_rank_projection(rp, console)
+            continue
+        if on_rank:
+            raise UserError(f"--on-rank: {a.source} is one trace, not a directory of ranks")
         res = project(a, entries, distribution=dist, win_rate=win_rate, median=median,
                       scenario_select=scenario_select, quantiles=quantiles, strict=strict, problems=pm,
                       extra_warnings=warnings, step_ms=step_ms)
@@ -80,7 +102,7 @@ def project_cmd(
 
 
 def targets_cmd(
-    trace: Path = typer.Argument(..., help="Trace file (.json/.json.gz)."),
+    trace: Path = typer.Argument(..., help="Trace file (.json/.json.gz), or a directory of the ranks of one run."),
     speedup: float = typer.Option(1.5, "--speedup", "-s", help="The speedup to rank by (default 1.5x)."),
     by: Optional[List[str]] = typer.Option(None, "--by", help=(
         "op, module (nn.Module classes), module_path (instances), top_op or kernel "
@@ -95,14 +117,25 @@ def targets_cmd(
     policy: Optional[Path] = PolicyOpt,
     whole_trace: bool = WholeOpt,
 ) -> None:
-    """If one op got faster, which should it be? Ops and modules ranked by end-to-end gain."""
+    """If one op got faster, which should it be? Ops and modules ranked by end-to-end gain.
+
+    A directory of the ranks of one run: ranked by their effect on the synchronised step."""
     import sys
 
+    from headroom.projection.sync_targets import sync_targets, sync_targets_dict
     from headroom.projection.targets import MODULE_KINDS, module_ranges_missing, targets, targets_dict
+    from headroom.report.ranks import render_sync_targets
     from headroom.report.render import make_console, render_targets
 
     groupings = tuple(by) if by else ("op", "module")
-    for a in _analyses([trace], rules, policy, whole_trace):
+    for a in analysed_inputs([trace], rules, policy, whole_trace):
+        if isinstance(a, RankSet):
+            table = sync_targets(a, speedup=speedup, by=groupings, top=top)
+            if as_json:
+                print(dumps(sync_targets_dict(a, table, speedup)))
+            else:
+                render_sync_targets(a, table, speedup, make_console())
+            continue
         table = targets(a, speedup=speedup, by=groupings, top=top, replay_top=replay_top, scope=scope)
         missing = module_ranges_missing(a) if set(groupings) & set(MODULE_KINDS) else None
         if missing:

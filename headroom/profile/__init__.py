@@ -10,7 +10,7 @@ Nothing here imports torch until a workload is built or run.
 """
 
 from headroom.profile.builders import (compile_model, infer_forward, infer_step, init_parameter, materialize,
-                                       meta_parameters, train_forward, train_step)
+                                       meta_parameters, parallelize, train_forward, train_step)
 from headroom.profile.nvtx import instrument_blocks, phase_range
 from headroom.profile.registry import get_workload, list_workloads, load_workload_file, register_workload
 from headroom.profile.run import ProfileResult, profile_workload
@@ -18,5 +18,5 @@ from headroom.profile.workload import Default, Options, RunConfig, Step, Workloa
 
 __all__ = ["Default", "Options", "ProfileResult", "RunConfig", "Step", "WorkloadSpec", "compile_model",
            "get_workload", "infer_forward", "infer_step", "init_parameter", "instrument_blocks", "list_workloads",
-           "load_workload_file", "materialize", "meta_parameters", "phase_range", "profile_workload",
+           "load_workload_file", "materialize", "meta_parameters", "parallelize", "phase_range", "profile_workload",
            "register_workload", "train_forward", "train_step"]

@@ -146,3 +146,31 @@ def compile_model(model: Any, blocks: Sequence[tuple[str, Any]], per_block: bool
         return model
     return torch.compile(model)
 
+
+def parallelize(model: Any, cfg: RunConfig, device: Any, blocks: Sequence[tuple[str, Any]] = ()) -> Any:
+    """What a training step on `cfg.world_size` ranks calls: the model under DDP, or sharded with FSDP2
+    (`fully_shard` on each block, then on the root, as torchtitan does; with a low-precision --dtype,
+    parameters are gathered in it and gradients reduced in fp32). Build the optimizer after this:
+    FSDP2 replaces the parameters by sharded ones. One rank: the model itself."""
+    if cfg.world_size <= 1 or cfg.parallel is None:
+        return model
+    import torch
+    import torch.distributed as dist
+
+    if not dist.is_initialized():
+        raise RuntimeError(f"--parallel {cfg.parallel} needs an initialised process group (headroom profile --nproc)")
+    if cfg.parallel == "ddp":
+        from torch.nn.parallel import DistributedDataParallel
+
+        return DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
+    if cfg.parallel == "fsdp":
+        from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+        kw: dict[str, Any] = {}
+        if cfg.torch_dtype != torch.float32:
+            kw["mp_policy"] = MixedPrecisionPolicy(param_dtype=cfg.torch_dtype, reduce_dtype=torch.float32)
+        for _, block in blocks:
+            fully_shard(block, **kw)
+        fully_shard(model, **kw)
+        return model
+    raise ValueError(f"parallelize: unknown parallelism {cfg.parallel!r}")

@@ -32,12 +32,12 @@ import time
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Callable
 
 from headroom.devices import resolve_device
 from headroom.errors import UserError
 from headroom.profile.environment import environment
-from headroom.profile.manifest import MANIFEST_SCHEMA, _inject_and_compress, update_manifest
+from headroom.profile.manifest import MANIFEST_NAME, MANIFEST_SCHEMA, _inject_and_compress, update_manifest
 from headroom.profile.modules import record_module_ranges
 from headroom.profile.nvtx import instrument_blocks
 from headroom.profile.oom import _is_oom, _oom_error
@@ -53,6 +53,10 @@ from headroom.trace.layers import LayerExtrapolation, extrapolate_layers
 MODULE_ROOT = "model"
 MODULE_RANGES_NOTE = ("modules that run inside torch.compile'd code have no ranges: Inductor fuses across "
                       "module boundaries, and the hooks do nothing while Dynamo traces them (no graph breaks)")
+
+if TYPE_CHECKING:
+    from headroom.profile.launch import RankContext
+
 # Steps per stage: (warm-up, timed, profiled) on a GPU and on a CPU.
 GPU_STEPS = (3, 10, 3)
 CPU_STEPS = (1, 3, 1)
@@ -69,7 +73,7 @@ class ProfileResult:
     manifest: dict[str, Any]
     timed: StepStats
     profiled: StepStats
-    analysis: Analysis
+    analysis: Analysis | None          # None for one rank of a --nproc run (the parent analyses the ranks together)
     layers: LayerExtrapolation | None = None
 
     @property
@@ -134,8 +138,10 @@ def _experimental_config(dev: Any) -> Any:
 
 
 def _measure(spec: WorkloadSpec, cfg: RunConfig, dev: Any, counts: tuple[int, int, int], raw_trace: Path,
-             progress: Progress, record_shapes: bool) -> _Measured:
-    """build -> warm-up -> timed steps (no profiler) -> profiled steps, exported to `raw_trace`."""
+             progress: Progress, record_shapes: bool, together: Callable[[], None] = lambda: None) -> _Measured:
+    """build -> warm-up -> timed steps (no profiler) -> profiled steps, exported to `raw_trace`.
+
+    `together`: waits for the other ranks of a --nproc run, so each stage starts on all of them at once."""
     import torch
     from torch.profiler import ProfilerActivity, profile, schedule
 
@@ -152,6 +158,7 @@ def _measure(spec: WorkloadSpec, cfg: RunConfig, dev: Any, counts: tuple[int, in
             _sync(dev)
             build_s = time.perf_counter() - t0
 
+        together()
         with _stage(progress, "warm-up", f"{warmup} steps"):
             t0 = time.perf_counter()
             for _ in range(warmup):
@@ -159,6 +166,7 @@ def _measure(spec: WorkloadSpec, cfg: RunConfig, dev: Any, counts: tuple[int, in
             _sync(dev)
             warm_s = time.perf_counter() - t0
 
+        together()
         with _stage(progress, "timing", f"{timed_steps} steps without the profiler"):
             timer = _Timer(dev)
             for _ in range(timed_steps):
@@ -182,6 +190,7 @@ def _measure(spec: WorkloadSpec, cfg: RunConfig, dev: Any, counts: tuple[int, in
         if cfg.module_ranges and step.modules is not None:
             module_hooks = record_module_ranges(step.modules, root=MODULE_ROOT)
             step.add_hooks(module_hooks)
+        together()
         with _stage(progress, "profiling", f"{steps} steps (after {PROFILER_WAIT} wait + {PROFILER_WARMUP} warm-up)"):
             ptimer = _Timer(dev)
             with profile(activities=activities, on_trace_ready=on_trace_ready, record_shapes=record_shapes,
@@ -262,10 +271,14 @@ def profile_workload(
     command: str | None = None,
     record_shapes: bool = True,
     trace_name: str | None = None,
+    rank: RankContext | None = None,
 ) -> ProfileResult:
     """Run `workload` under torch.profiler; return timing, the trace path and its `Analysis`.
 
     `steps`/`warmup`/`timed_steps`: profiled, warm-up and unprofiled timed steps (None: GPU_STEPS or CPU_STEPS).
+    `rank`: this process's place in a `--nproc` run (headroom.profile.launch): each stage starts on every
+    rank at once, the manifest says which rank this is, and the parent writes manifest.json and
+    analyses the ranks together (`analysis` is None here).
     """
     import torch
 
@@ -274,7 +287,7 @@ def profile_workload(
     if workload_file is not None:
         load_workload_file(workload_file)
     spec = workload if isinstance(workload, WorkloadSpec) else get_workload(workload)
-    dev = resolve_device(device)
+    dev = rank.device if rank is not None else resolve_device(device)
     cfg = spec.resolve(options, dev.type)
     d_warm, d_timed, d_prof = GPU_STEPS if dev.type == "cuda" else CPU_STEPS
     counts = (d_warm if warmup is None else warmup, d_timed if timed_steps is None else timed_steps,
@@ -303,8 +316,11 @@ def profile_workload(
 
     started = datetime.now(timezone.utc)
     try:
-        measured = _measure(spec, cfg, dev, counts, raw_tmp, progress, record_shapes)
+        measured = _measure(spec, cfg, dev, counts, raw_tmp, progress, record_shapes,
+                            together=rank.barrier if rank is not None else (lambda: None))
         manifest = _run_manifest(spec, cfg, dev, measured, counts, record_shapes, command, started, name)
+        if rank is not None:
+            manifest["distributed"] = rank.to_dict()
         with _stage(progress, "export", str(trace_path)):
             _inject_and_compress(raw_tmp, manifest, trace_path)
     finally:
@@ -312,6 +328,10 @@ def profile_workload(
             raw_tmp.unlink()
 
     timed = measured.timed
+    if rank is not None:
+        return ProfileResult(workload=spec.name, config=cfg, trace_path=trace_path,
+                             manifest_path=out_dir / MANIFEST_NAME, manifest=manifest, timed=timed,
+                             profiled=measured.profiled, analysis=None)
     with _stage(progress, "classify"):
         analysis = analyze(trace_path)
         layers = None

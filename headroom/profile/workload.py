@@ -78,6 +78,9 @@ class Options:
     module_ranges: bool = True
     # On a machine without CUDA, scale the defaults down (see WorkloadSpec.cpu_scale).
     scale_for_cpu: bool = True
+    # Several processes (`headroom profile --nproc N`): how they split the model (see WorkloadSpec.parallel).
+    nproc: int = 1
+    parallel: str | None = None
 
 
 @dataclass
@@ -100,6 +103,8 @@ class RunConfig:
     extra: dict[str, str] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)   # what was scaled, and why
     module_ranges: bool = True
+    world_size: int = 1                # processes (ranks) the step runs on
+    parallel: str | None = None        # ddp | fsdp | torchrec (None: one process)
 
     @property
     def torch_dtype(self):
@@ -121,6 +126,8 @@ class RunConfig:
             parts.append("compile")
         if self.extrapolated:
             parts.append(f"{self.layers}of{self.total_layers}-layers")
+        if self.world_size > 1:
+            parts.append(f"{self.parallel}x{self.world_size}")
         return " ".join(parts)
 
     @property
@@ -137,6 +144,8 @@ class RunConfig:
             "layers": self.layers, "total_layers": self.total_layers, "compile": self.compile,
             "tf32": self.tf32, "extra": dict(self.extra), "notes": list(self.notes),
             "module_ranges": self.module_ranges,
+            # one-process runs keep the manifest they always had
+            **({"world_size": self.world_size, "parallel": self.parallel} if self.world_size > 1 else {}),
         }
 
 
@@ -162,6 +171,9 @@ class WorkloadSpec:
     # On CPU, these replace the defaults the user did not set: field -> (value, why).
     cpu_scale: dict[str, Any] = field(default_factory=dict)
     source: str = ""
+    # How `--nproc N` splits a training step (the first is the default): ddp, fsdp (FSDP2
+    # fully_shard), or torchrec (sharded embedding tables, data-parallel dense part). Empty: one process.
+    parallel: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if self.domain not in DOMAINS:
@@ -252,9 +264,27 @@ class WorkloadSpec:
             raise UserError(f"{self.name}: --seq must be at least 1")
         if o.seq is not None and self.default("seq") is None:
             raise UserError(f"{self.name}: has no sequence length (--seq does not apply)")
+        cfg.world_size, cfg.parallel = self._parallel(o, mode)
         if device == "cpu" and o.scale_for_cpu:
             self._scale_for_cpu(cfg, o)
         return cfg
+
+    def _parallel(self, o: Options, mode: str) -> tuple[int, str | None]:
+        if o.nproc < 1:
+            raise UserError("--nproc must be at least 1")
+        if o.nproc == 1:
+            if o.parallel:
+                raise UserError(f"--parallel {o.parallel} needs --nproc 2 or more")
+            return 1, None
+        if mode != "train":
+            raise UserError(f"{self.name}: --nproc {o.nproc} profiles data-parallel training; an inference "
+                            f"replica runs in one process (drop --nproc or use --mode train)")
+        if not self.parallel:
+            raise UserError(f"{self.name}: runs in one process only (no --nproc)")
+        parallel = o.parallel or self.parallel[0]
+        if parallel not in self.parallel:
+            raise UserError(f"{self.name}: --parallel {parallel} is not supported; use {' or '.join(self.parallel)}")
+        return o.nproc, parallel
 
     def _scale_for_cpu(self, cfg: RunConfig, o: Options) -> None:
         user_set = {"batch": o.batch, "seq": o.seq, "dtype": o.dtype, "layers": o.layers}

@@ -286,6 +286,8 @@ def render_workloads(specs: list[WorkloadSpec], verbose: bool, console: Console)
         console.print(f"  flavours: {', '.join(f'{k} ({v})' for k, v in s.flavours.items())}", highlight=False)
         for k, d in s.extras.items():
             console.print(f"  --opt {k}={d.value}: {d.why}", highlight=False)
+        if s.parallel:
+            console.print(f"  --nproc N --parallel {' | '.join(s.parallel)} (default {s.parallel[0]})", highlight=False)
         if s.cpu_scale:
             console.print("  on a CPU: " + "; ".join(f"{k} -> {v[0]} ({v[1]})" for k, v in s.cpu_scale.items()),
                           highlight=False)

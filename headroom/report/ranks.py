@@ -1,0 +1,129 @@
+"""Readable tables of a rank set: the ranks side by side, the communication split, the straggler,
+and the projections and targets through the collectives. Numbers come from headroom.trace.ranks
+and headroom.projection.ranks; this module only arranges and prints them."""
+
+from __future__ import annotations
+
+import pandas as pd
+from rich.console import Console
+from rich.table import Table
+
+from headroom.projection.ranks import RanksProjection
+from headroom.report.tables import summary_frame
+from headroom.trace.analysis import MODE_CPU
+from headroom.trace.ranks import RankSet
+
+
+def _ms(us: float) -> str:
+    return f"{us / 1000:,.2f}"
+
+
+def _pct(x: float) -> str:
+    return f"{100 * x:.1f}%"
+
+
+def _header(rs: RankSet, console: Console) -> None:
+    world = f"world {rs.world_size}" if rs.world_size else "world size unknown"
+    what = ", ".join(x for x in (world, rs.backend, rs.parallel) if x)
+    unit = "CPU op self time" if rs.mode == MODE_CPU else "GPU time"
+    console.print(f"[bold]{rs.source}[/bold]  {len(rs.ranks)} ranks ({what}), {unit}")
+    pr = rs.per_rank.set_index("rank")
+    slow = rs.slowest_rank
+    n_coll = rs.collectives["key"].nunique() if len(rs.collectives) else 0
+    waited = float(pr.loc[slow, "waited_for_us"]) if slow in pr.index else 0.0
+    console.print(f"synchronised step {_ms(rs.step_us)} ms (the longest rank's); slowest rank {slow}"
+                  + (f": the others waited {_ms(waited)} ms for it at {n_coll} collective{'s' if n_coll != 1 else ''}"
+                     if waited > 0 else ""),
+                  highlight=False)
+
+
+def render_rank_set(rs: RankSet, console: Console) -> None:
+    """`headroom classify DIR` for a directory of ranks."""
+    _header(rs, console)
+    t = Table(show_edge=False, header_style="bold")
+    for col in ("rank", "step ms", "busy ms", "idle", "compute ms", "comm ms", "overlapped", "exposed",
+                "waited ms", "addressable"):
+        t.add_column(col, justify="left" if col == "rank" else "right")
+    for r in rs.per_rank.itertuples(index=False):
+        t.add_row(str(r.rank), _ms(r.step_us), _ms(r.busy_us), _pct(r.idle_fraction), _ms(r.compute_busy_us),
+                  _ms(r.comm_busy_us), _ms(r.comm_overlapped_us), _ms(r.comm_exposed_us), _ms(r.wait_us),
+                  _pct(r.addressable_fraction))
+    console.print(t)
+    console.print("comm = time any communication ran (union); overlapped = while compute ran; exposed = the rest; "
+                  "waited = at collectives, for the last rank to arrive", style="dim", highlight=False)
+    c = Table(show_edge=False, header_style="bold", title="categories across ranks", title_justify="left")
+    for col in ("category", "min ms", "median ms", "max ms", "median %", "most on rank", "addressable"):
+        c.add_column(col, justify="left" if col in ("category", "addressable") else "right")
+    for r in rs.categories.itertuples(index=False):
+        c.add_row(r.name, _ms(r.min_us), _ms(r.median_us), _ms(r.max_us), _pct(r.median_fraction), str(r.max_rank),
+                  "[green]yes[/green]" if r.addressable else "no")
+    console.print(c)
+    for w in rs.warnings:
+        console.print(f"[yellow]note:[/yellow] {w}", highlight=False)
+
+
+def rank_summary_frame(rs: RankSet) -> pd.DataFrame:
+    """`headroom report DIR` for a rank set: the one-row-per-trace summary, one row per rank, plus
+    the communication split and waits."""
+    df = summary_frame(rs.analyses)
+    pr = rs.per_rank.reset_index(drop=True)
+    wall = pr["wall_us"].where(pr["wall_us"] > 0, 1.0)
+    df.insert(0, "rank", pr["rank"].to_numpy())
+    df["comm_fraction"] = (pr["comm_busy_us"] / wall).to_numpy()
+    df["comm_exposed_fraction"] = (pr["comm_exposed_us"] / wall).to_numpy()
+    df["wait_ms"] = (pr["wait_us"] / 1000).to_numpy()
+    return df
+
+
+def render_rank_summary(rs: RankSet, df: pd.DataFrame, console: Console) -> None:
+    _header(rs, console)
+    t = Table(show_edge=False, header_style="bold")
+    for col in ("rank", "workload", "step ms", "idle", "comm", "exposed", "waited ms", "addressable",
+                "top addressable op"):
+        t.add_column(col, justify="left" if col in ("rank", "workload", "top addressable op") else "right")
+    for r in df.itertuples(index=False):
+        top = f"{r.top_addressable_op} ({_pct(r.top_addressable_op_fraction)})" if r.top_addressable_op else ""
+        t.add_row(str(r.rank), r.workload, f"{r.step_ms:,.2f}", _pct(r.idle_fraction), _pct(r.comm_fraction),
+                  _pct(r.comm_exposed_fraction), f"{r.wait_ms:,.2f}", _pct(r.addressable_fraction), top)
+    console.print(t)
+
+
+def render_rank_projection(p: RanksProjection, console: Console) -> None:
+    s, z = p.speedups, p.zero_time
+    on = "every rank" if p.on_ranks == p.ranks else "rank" + ("s " if len(p.on_ranks) > 1 else " ") + \
+        ", ".join(map(str, p.on_ranks))
+    console.print(f"[bold]{p.source}[/bold]  {len(p.ranks)} ranks, speedups on {on}")
+    console.print(f"synchronised step {_ms(s.baseline_us / s.num_steps)} ms -> {_ms(s.projected_us / s.num_steps)} ms "
+                  f"([bold]{_pct(s.gain)}[/bold] faster); selected kernels at zero time: {_pct(z.gain)}",
+                  highlight=False)
+    t = Table(show_edge=False, header_style="bold")
+    for col in ("rank", "measured ms", "through the collectives", "alone (Amdahl)"):
+        t.add_column(col, justify="left" if col == "rank" else "right")
+    for r, (measured, projected) in s.per_rank.items():
+        alone = p.per_rank_amdahl.get(r)
+        t.add_row(str(r), _ms(measured / s.num_steps), _ms(projected / s.num_steps),
+                  f"{_ms(alone['projected_us'] / s.num_steps)} ({_pct(alone['gain'])})" if alone else "unchanged")
+    console.print(t)
+    console.print("alone: each rank projected on its own, as a one-rank analysis would; the step ends when the "
+                  "slowest rank reaches each collective", style="dim", highlight=False)
+    if abs(s.identity_error_us) > 1.0:
+        console.print(f"[yellow]note:[/yellow] with no speedup the model is {s.identity_error_us:.1f} us off the "
+                      f"measured step (clock alignment); gains are taken against the model", highlight=False)
+    for w in p.warnings:
+        console.print(f"[yellow]warning:[/yellow] {w}", highlight=False)
+
+
+def render_sync_targets(rs: RankSet, table: pd.DataFrame, speedup: float, console: Console) -> None:
+    console.print(f"[bold]{rs.source}[/bold]  {len(rs.ranks)} ranks: which op, {speedup:g}x faster on every rank, "
+                  f"shortens the synchronised step ({_ms(rs.step_us)} ms) most")
+    for kind, part in table.groupby("kind", sort=False):
+        t = Table(show_edge=False, header_style="bold", title=f"by {kind}", title_justify="left")
+        for col in ("name", "category", "ms (all ranks)", "min..max rank ms", "gain", "at zero time",
+                    "one-rank gain"):
+            t.add_column(col, justify="left" if col in ("name", "category") else "right")
+        for r in part.itertuples(index=False):
+            t.add_row(str(r.name)[:70], r.category, _ms(r.us), f"{_ms(r.min_rank_us)}..{_ms(r.max_rank_us)}",
+                      _pct(r.gain), _pct(r.gain_inf), _pct(r.rank_gain_median))
+        console.print(t)
+    console.print("one-rank gain: what each rank's own Amdahl promises (median over ranks)", style="dim",
+                  highlight=False)

@@ -49,8 +49,10 @@ def check_ranks(result, parallel: str, transfer: str):
         assert (collectives(a)["name"] == transfer).any()
     pr = rs.per_rank
     assert (pr["comm_exposed_us"] <= pr["comm_busy_us"]).all() and (pr["comm_busy_us"] > 0).all()
-    assert ((pr["comm_exposed_us"] + pr["comm_overlapped_us"] - pr["comm_busy_us"]).abs() < 1e-6).all()
-    assert pr["comm_busy_us"].le(pr["comm_us"] + 1e-6).all()
+    # CPU traces keep epoch microseconds (~5e12): float64 resolves ~1e-3 us there, so unions of
+    # intervals carry rounding of that order
+    assert ((pr["comm_exposed_us"] + pr["comm_overlapped_us"] - pr["comm_busy_us"]).abs() < 0.01).all()
+    assert pr["comm_busy_us"].le(pr["comm_us"] + 0.01).all()
     # every rank ran the same collectives, and the synchronised model reproduces the measured step
     assert len(rs.collectives) and rs.collectives.groupby("key")["rank"].nunique().eq(2).all()
     res = sync_projection(SyncModel.from_rank_set(rs))

@@ -115,21 +115,23 @@ def _run(ref: ReferenceRun, cand_path: Path, env: dict, res: VerifyResult, say: 
     out_bytes = ref.estimate.outputs_bytes if ref.estimate else 0
     try:
         child = Child(job_for(ref, "candidate", f"{ref.name}.{cand_path.stem}.log", str(cand_path.resolve()), env,
-                          poison_bytes=2 * out_bytes + (64 << 20)), ref.options.timeout)
+                          poison_bytes=out_bytes + (64 << 20)), ref.options.timeout)
         violations.update(child.ready.violations)
         args = place(ref, fresh_sets(ref, "memory", 1), [child])[0]
         mem = child.request(P.Memory(seq=0, args=args), stage="the memory measurement")
         candidate_peak = {"peak_bytes": mem.peak_bytes, "method": mem.method}
-        la = child.request(P.Launches(seq=0, args=args), stage="counting launches")
-        res.launches_per_call = {"reference": ref.launches, "candidate": la.count, "method": la.method}
-        violations.update(mem.violations + la.violations)
+        violations.update(mem.violations)
         records, max_numel = _trials(ref, child, aggs, res.info, notes, violations)
         if records and all(a.passed for a in aggs.values()):
             cmp.sensitivity(records, aggs["sensitivity"])
-        aggs["integrity"].record(not violations, "candidate replaced: " + ", ".join(sorted(violations))[:600]
-                                 if violations else "no timer, stream, RNG, comparison or harness function replaced")
-        if all(a.passed for a in aggs.values()):
-            timing = time_candidate(ref, child, cmp.out_gates(records), max_numel, aggs, say)
+        _integrity(aggs, violations)
+        if all(a.passed for a in aggs.values()):  # launches and timing only for a correct candidate
+            la = child.request(P.Launches(seq=0, args=place(ref, fresh_sets(ref, "launches", 1), [child])[0]),
+                               stage="counting launches")
+            violations.update(la.violations)
+            timing = time_candidate(ref, child, cmp.out_gates(records), max_numel, aggs, say, violations)
+            res.launches_per_call = {"reference": ref.timing.launches if ref.timing else None,
+                                     "candidate": la.count, "method": la.method}
     except Tampering as e:
         aggs["protocol"].record(False, str(e))
     except ChildFailed as e:
@@ -140,6 +142,7 @@ def _run(ref: ReferenceRun, cand_path: Path, env: dict, res: VerifyResult, say: 
     except HarnessOOM as e:
         error = str(e)
     finally:
+        _integrity(aggs, violations)
         if child is not None:
             strays = child.stray_processes()
             if strays:
@@ -155,6 +158,11 @@ def _run(ref: ReferenceRun, cand_path: Path, env: dict, res: VerifyResult, say: 
     if aggs["protocol"].applicable is False:
         aggs["protocol"].record(True, "every message was requested, in order, and well formed")
     _finish(ref, res, aggs, timing, candidate_peak, error, notes)
+
+
+def _integrity(aggs: dict, violations: set) -> None:
+    aggs["integrity"].record(not violations, "candidate replaced: " + ", ".join(sorted(violations))[:600]
+                             if violations else "no timer, stream, RNG, comparison or harness function replaced")
 
 
 def _trials(ref: ReferenceRun, child: Child, aggs: dict, info: dict, notes: dict,

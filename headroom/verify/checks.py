@@ -209,37 +209,58 @@ _DIGEST_MOD = 1021
 
 
 def digest(t: Any) -> str:
-    """An exact digest of a tensor's bytes (any change of any element changes it, in practice).
+    """An exact digest of a tensor's bytes (any change of any element changes it).
 
-    Integer sums wrap modulo 2**64 and are order-independent, so the digest is
-    the same in every process on the same device.
+    CPU: BLAKE2b of the bytes. GPU: two position-weighted integer sums modulo 2**64 over the
+    elements' bit patterns, computed on the device (order-independent, so identical in every
+    process on the same device), instead of copying the tensor to the host.
     """
+    import hashlib
+
     import torch
 
     x = t.detach().contiguous()
+    head = f"{dtype_name(t.dtype)}:{tuple(t.shape)}:"
     if x.numel() == 0:
-        return f"{dtype_name(t.dtype)}:{tuple(t.shape)}:empty"
+        return head + "empty"
+    if not x.is_cuda:
+        raw = x.reshape(-1).view(torch.uint8).numpy()
+        return head + hashlib.blake2b(raw.data, digest_size=16).hexdigest()
     size = x.element_size()
     if x.dtype == torch.bool:
         v = x.view(torch.uint8).reshape(-1)
     else:
         view = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}.get(size)
         v = x.reshape(-1).view(view) if view is not None else x.reshape(-1).view(torch.uint8)
-    total_a = 0
-    total_b = 0
-    chunk = 1 << 24
-    n = v.numel()
-    for start in range(0, n, chunk):
-        part = v[start:start + chunk].to(torch.int64)
-        w = (torch.arange(start, start + part.numel(), device=part.device, dtype=torch.int64)
-             % _DIGEST_MOD) + 1
+    total_a = total_b = 0
+    for start, end in _chunks(v.numel(), CHUNK):
+        part = v[start:end].to(torch.int64)
+        w = (torch.arange(start, end, device=part.device, dtype=torch.int64) % _DIGEST_MOD) + 1
         total_a += int(part.sum())
         total_b += int((part * w).sum())
     mask = (1 << 64) - 1
-    return f"{dtype_name(t.dtype)}:{tuple(t.shape)}:{total_a & mask:016x}{total_b & mask:016x}"
+    return head + f"{total_a & mask:016x}{total_b & mask:016x}"
 
 
 TIMED_SLACK = 4.0
+
+
+def rms(t: Any, chunk: int = CHUNK) -> float:
+    """Root mean square of the finite elements, in float64, in chunks (no float64 copy of ``t``)."""
+    import torch
+
+    if t.numel() == 0 or is_exact_dtype(t.dtype):
+        return 0.0
+    flat = t.reshape(-1)
+    total, n = 0.0, 0
+    for a, b in _chunks(flat.numel(), chunk):
+        x = flat[a:b].to(torch.float64)
+        m = torch.isfinite(x)
+        if not bool(m.all()):
+            x = x[m]
+        total += float((x * x).sum())
+        n += x.numel()
+    return math.sqrt(total / n) if n else 0.0
 
 
 def samples_match(c: Any, r: Any, gate: Gates | None, rms: float) -> tuple[bool, str]:

@@ -183,7 +183,7 @@ def _serve(conn: Any, job: P.Job, state: dict) -> None:
             count, method = launches.count(model, args(cmd.args), prims.cuda)
             reply = P.LaunchesDone(seq=cmd.seq, count=count, method=method, violations=integrity.violations(snap))
         elif isinstance(cmd, P.Trial):
-            kept = []  # the previous command's outputs (the harness has read them)
+            kept = _released(prims, kept)  # the previous command's outputs (the harness has read them)
             xs = args(cmd.args)
             with _poisoned(device, job.poison_bytes, prims.cuda), torch.no_grad():
                 out = model(*xs)
@@ -192,7 +192,7 @@ def _serve(conn: Any, job: P.Job, state: dict) -> None:
             reply = P.TrialDone(seq=cmd.seq, outputs=[shared.describe(o, mode) for o in kept],
                                 violations=integrity.violations(snap))
         elif isinstance(cmd, P.Run):
-            kept = []
+            kept = _released(prims, kept)
             kept, ms = _run(compiled if cmd.compiled else model, [args(b) for b in cmd.batches], cmd, prims)
             reply = P.RunDone(seq=cmd.seq, outputs=[[shared.describe(o, mode) for o in row] for row in kept],
                               child_ms=ms, violations=integrity.violations(snap))
@@ -207,14 +207,20 @@ def _serve(conn: Any, job: P.Job, state: dict) -> None:
                 compiled, err = None, f"torch.compile: {type(e).__name__}: {e}"[:500]
             reply = P.Done(seq=cmd.seq, violations=integrity.violations(snap), error=err)
         elif isinstance(cmd, P.Release):
-            kept = []
-            if prims.cuda:
-                torch.cuda.ipc_collect()
+            kept = _released(prims, kept)
             reply = P.Done(seq=cmd.seq, violations=integrity.violations(snap))
         else:  # Bye
             conn.send_bytes(P.encode(P.Done(seq=cmd.seq, violations=integrity.violations(snap))))
             return
         conn.send_bytes(P.encode(reply))
+
+
+def _released(prims: _Prims, kept: list) -> list:
+    """Drop kept outputs; on a GPU also free those whose IPC mappings the harness has closed."""
+    kept.clear()
+    if prims.cuda:
+        torch.cuda.ipc_collect()
+    return []
 
 
 def _run(fn: Any, batches: list[list], cmd: P.Run, prims: _Prims) -> tuple[list, list[float]]:

@@ -15,7 +15,7 @@ def count(model: Any, xs: list, cuda: bool) -> tuple[int | None, str]:
             from torch.autograd import DeviceType
             from torch.profiler import ProfilerActivity, profile
 
-            with profile(activities=[ProfilerActivity.CUDA]) as p, torch.no_grad():
+            with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as p, torch.no_grad():
                 model(*xs)
                 torch.cuda.synchronize()
             n = sum(1 for e in p.events() if e.device_type == DeviceType.CUDA

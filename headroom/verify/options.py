@@ -54,7 +54,7 @@ class VerifyOptions:
         return dev
 
     def resolved_policy(self, device: str) -> Policy:
-        rounds = self.rounds or self.iters
+        rounds = self.rounds or self.iters or self.policy.rounds
         if rounds is None:
             rounds = 10 if device.startswith("cuda") else 8
         if rounds < 6:

@@ -279,6 +279,7 @@ class Child:
         raise ChildFailed("the child could not start")  # pragma: no cover
 
     def _failed(self, f: P.Failed) -> None:
+        self.thaw()  # let it finish exiting
         self.proc.join(5)
         raise ChildFailed(f"{f.message} (during {f.stage})", self.log_tail())
 
@@ -295,9 +296,9 @@ class Child:
             reply = self._recv(P.EXPECTED_REPLY[type(cmd)], self.seq, timeout=timeout)
         finally:
             self.used += time.monotonic() - t0
-        self.freeze()
         if isinstance(reply, P.Failed):
             self._failed(reply)
+        self.freeze()
         return reply
 
     def check_quiet(self) -> None:
@@ -360,21 +361,25 @@ class Child:
             self.frozen = []
 
     def freeze(self) -> None:
+        """Stop the child, its descendants and any orphan it left (re-parented to the harness)."""
         if self.proc.is_alive():
             self.frozen = stop_tree(self.pid)
+            for p in self._orphans():
+                self.frozen.extend(stop_tree(p))
+
+    def _orphans(self) -> list[int]:
+        others = {c.pid for c in list(_LIVE) if getattr(c, "pid", None)}  # other children (spawn start method)
+        return [p for p in own_children() - self.known_children - _helpers() - others
+                if p != self.pid and _started_after(p, self.started)]
 
     def stray_processes(self) -> list[int]:
         """Processes the child started that are still running (descendants and re-parented orphans)."""
-        mine = descendants(self.pid)
-        orphans = [p for p in own_children() - self.known_children - _helpers()
-                   if p != self.pid and _started_after(p, self.started)]
-        return sorted(set(mine) | set(orphans))
+        return sorted(set(descendants(self.pid)) | set(self._orphans()))
 
     def kill(self) -> None:
         """Stop the child and everything it started, then kill them all."""
-        strays = [p for p in own_children() - self.known_children - _helpers() if _started_after(p, self.started)]
         victims: list[int] = []
-        for root in [self.pid, *strays]:
+        for root in [self.pid, *self._orphans()]:
             victims.extend(stop_tree(root))
         _signal(victims, signal.SIGKILL)
         _signal(victims, signal.SIGCONT)

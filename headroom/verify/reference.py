@@ -3,8 +3,8 @@
 ``prepare_reference`` loads the (trusted) problem in the harness — scaled for a
 CPU when it would not fit (``scale``; printed, with the memory estimate,
 before anything is allocated) — builds the model and its float64 copy,
-decides which inputs may be signed (``inputs.probe_signs``), counts the
-reference's launches and allocates the shared input ring. The truth is not
+decides which inputs may be signed (``inputs.probe_signs``) and allocates
+the shared input ring. The truth is not
 computed here: each candidate's trials have fresh inputs, so ``truth``
 computes one trial's truth when that trial runs, and the caller frees it
 after the comparison (one trial in memory at a time).
@@ -30,7 +30,6 @@ from typing import Any, Callable
 from headroom.errors import UserError
 from headroom.verify import checks as ck
 from headroom.verify import inputs as inp
-from headroom.verify import launches
 from headroom.verify import problem as prob
 from headroom.verify import scale as sc
 from headroom.verify import shared
@@ -67,8 +66,6 @@ class ReferenceRun:
     estimate: sc.Estimate | None = None
     truth_fp32_note: str | None = None  # set once float64 is known not to work for this problem
     ring: shared.Ring | None = None
-    launches: int | None = None
-    launches_method: str = ""
     baseline: dict = field(default_factory=dict)
     log_dir: str = ""
     error: str | None = None
@@ -160,9 +157,8 @@ def prepare_reference(problem_path: str | Path, options: VerifyOptions | None = 
             ref.truth_fp32_note = f"float64 copy of the model failed ({type(e).__name__})"
         ref.drawn = inp.drawn_positions(prob.published_inputs(problem, seeds.draw("templates"), device))
         ref.signed, ref.signs_note = inp.probe_signs(problem, ref.model, device, seeds.draw("probe"), ref.drawn)
-        xs = inp.phase_inputs(problem, seeds.draw("launches"), device, ref.signed, ref.drawn)
-        ref.launches, ref.launches_method = launches.count(ref.model, xs, device.startswith("cuda"))
-        ref.ensure_ring(2 * shared.inputs_bytes(xs) + (1 << 20))
+        xs = inp.phase_inputs(problem, seeds.draw("ring"), device, ref.signed, ref.drawn)
+        ref.ensure_ring(shared.inputs_bytes(xs) + (1 << 20))
         del xs
     except HarnessOOM as e:
         ref.error = str(e)

@@ -10,7 +10,8 @@ candidate's output at once.
 
 ``plan`` scales a problem for a CPU: KernelBench files put their sizes in
 module-level assignments (``batch_size = 4096``, ``input_shape = (8192,)``).
-The largest such integer (>= 32; tuples element-wise) is halved, the module
+The largest such integer (>= 32; tuples element-wise) is halved (all sizes
+within 2x of it at once while far from the budget), the module
 re-executed with the new values (``problem.load_problem(overrides=...)``, so
 sizes computed from others follow) and re-estimated, until the estimate fits
 the budget. A value whose halving breaks the problem (the meta forward
@@ -136,9 +137,13 @@ def plan(path: Path, env: dict[str, str], budget_bytes: int, budget_flops: float
             break
         top, name, i = max(slots)
         est, trial = None, None
-        # halve the largest size; if the problem breaks, halve every size equal to it together
-        # (sizes that must match, e.g. a batch broadcast against a feature dimension)
-        for group in ([(name, i)], [(n, j) for v, n, j in slots if v == top]):
+        far = best.harness_peak_bytes > 4 * budget_bytes or (best.flops or 0) > 4 * budget_flops
+        # far from the budget: halve every size within 2x of the largest at once (fewer re-estimates);
+        # otherwise the largest; if the problem breaks, every size equal to it together (sizes that
+        # must match, e.g. a batch broadcast against a feature dimension)
+        groups = [[(n, j) for v, n, j in slots if 2 * v > top]] if far else []
+        groups += [[(name, i)], [(n, j) for v, n, j in slots if v == top]]
+        for group in groups:
             trial = dict(current)
             for n, j in group:
                 trial[n] = _halve(trial[n], j)

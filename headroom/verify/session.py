@@ -44,7 +44,18 @@ class Phase:
     shapes: list  # per iteration, per output: (dtype, shape)
     pos_seed: int  # where the samples were read (drawn after the child answered)
     outputs: list  # the child's descriptions (still valid until its next command)
+    sampled: list  # which iterations were read (drawn after the child answered)
+    violations: list = field(default_factory=list)  # the child's integrity report
     harness_wait_fraction: float = 0.0  # the harness's own wait for a CPU during the phase
+
+
+def _sampled_iterations(pos_seed: int, n: int, count: int) -> list[int]:
+    """Which iterations of a phase are read: all of them up to ``count``, else a random subset."""
+    import random
+
+    if n <= count:
+        return list(range(n))
+    return sorted(random.Random(inp.mix(pos_seed, "iterations")).sample(range(n), count))
 
 
 def _positions(pos_seed: int, k: int, j: int, numel: int, count: int) -> Any:
@@ -68,18 +79,22 @@ def run_phase(child: Child, args: list[list], run: dict, draw: Callable[[], int]
     t_reply = time.perf_counter()
     samples, shapes = [], []
     pos_seed = draw()
+    sampled: list[int] = []
     if not null:
         if len(reply.outputs) != len(args):
             raise Tampering(f"{len(reply.outputs)} timed outputs for {len(args)} forwards")
-        for k, row in enumerate(reply.outputs):
+        sampled = _sampled_iterations(pos_seed, len(args), policy.sampled_iterations)
+        keep: list = []
+        for k in sampled:
             srow, hrow = [], []
-            for j, out in enumerate(row):
+            for j, out in enumerate(reply.outputs[k]):
                 if isinstance(out, P.Opaque):
                     raise Tampering(f"timed iteration {k}: output {j} is {out.type_name}, not a plain tensor")
                 try:
                     shared.check_structure(out, max_numel)
                     n = math.prod(out.shape)
-                    srow.append(shared.read_samples(child, out, _positions(pos_seed, k, j, n, policy.samples_per_output)))
+                    srow.append(shared.read_samples(child, out, _positions(pos_seed, k, j, n,
+                                                                            policy.samples_per_output), keep))
                 except Tampering:
                     raise
                 except Exception as e:
@@ -87,24 +102,20 @@ def run_phase(child: Child, args: list[list], run: dict, draw: Callable[[], int]
                 hrow.append((out.dtype, tuple(out.shape)))
             samples.append(srow)
             shapes.append(hrow)
+        try:
+            samples = shared.finish_samples(samples)
+        except Exception as e:
+            raise Tampering(f"timed outputs unreadable as described ({e})") from None
+        del keep
     t1 = time.perf_counter()
     cpu1, w1 = sched_ns(child.pid)
     _, hw1 = thread_sched_ns()
     busy = (cpu1 - cpu0) + (w1 - w0)
     wall_ns = (t1 - t0) * 1e9
     return Phase((t1 - t0) * 1e3, (t1 - t_reply) * 1e3, float(sum(reply.child_ms)),
-                 (w1 - w0) / busy if busy > 0 else 0.0, samples, shapes, pos_seed, reply.outputs,
+                 (w1 - w0) / busy if busy > 0 else 0.0, samples, shapes, pos_seed, reply.outputs, sampled,
+                 list(reply.violations),
                  harness_wait_fraction=(hw1 - hw0) / wall_ns if wall_ns > 0 else 0.0)
-
-
-def _rms(t: Any) -> float:
-    import torch
-
-    if t.numel() == 0 or ck.is_exact_dtype(t.dtype):
-        return 0.0
-    x = t.double()
-    x = x[torch.isfinite(x)]
-    return float(torch.linalg.vector_norm(x)) / max(1, x.numel()) ** 0.5
 
 
 @dataclass
@@ -121,6 +132,7 @@ class ReferenceTiming:
     precision: dict = field(default_factory=dict)
     compile_error: str | None = None
     calibration: dict = field(default_factory=dict)
+    launches: int | None = None
 
     def close(self) -> None:
         self.child.goodbye()
@@ -164,6 +176,7 @@ def start_reference(ref: ReferenceRun, max_numel: int, others: list[Child],
         args = place(ref, one, [child, *others])
         mem = child.request(P.Memory(seq=0, args=args[0]), stage="reference memory")
         rt.memory = {"peak_bytes": mem.peak_bytes, "method": mem.method}
+        rt.launches = child.request(P.Launches(seq=0, args=args[0]), stage="reference launches").count
         if ref.options.vs_compile:
             done = child.request(P.Compile(seq=0, args=args[0]), stage="torch.compile of the reference",
                                  timeout=ref.options.reference_timeout)
@@ -213,7 +226,7 @@ def arms(ref: ReferenceRun, rt: ReferenceTiming) -> list[tuple[str, dict]]:
 
 
 def time_candidate(ref: ReferenceRun, cand: Child, gates: list, max_numel: int, aggs: dict,
-                   say: Callable[[str], None]) -> dict:
+                   say: Callable[[str], None], violations: set) -> dict:
     """Interleaved rounds of reference and candidate; returns the ``timing`` section of the result."""
     policy = ref.policy
     try:
@@ -246,6 +259,7 @@ def time_candidate(ref: ReferenceRun, cand: Child, gates: list, max_numel: int, 
                 waits["candidate" if name == "candidate" else "reference"].append(ph.wait_fraction)
                 waits["harness"].append(ph.harness_wait_fraction)
                 if name == "candidate":
+                    violations.update(ph.violations)
                     bad = tm.cross_check(ph.wall_ms, ph.wall_ms - rt.overhead_ms, ph.child_ms,
                                          max(ph.wait_fraction, ph.harness_wait_fraction), policy)
                     aggs["timer_consistency"].record(bad is None, (bad + ": its clock or its messages were tampered "
@@ -298,20 +312,23 @@ def _compare_round(ref_child: Child, ref_ph: Phase, cand_ph: Phase, gates: list,
     """
     import math
 
-    for k, (crow, rrow) in enumerate(zip(cand_ph.samples, ref_ph.outputs)):
-        if ref_ph.shapes[k] != cand_ph.shapes[k]:
-            agg.record(False, f"round {r}, timed iteration {k}: outputs {cand_ph.shapes[k]}, the reference's "
-                              f"{ref_ph.shapes[k]}")
+    for k, crow in zip(cand_ph.sampled, cand_ph.samples):
+        rrow = ref_ph.outputs[k]
+        rshape = [(o.dtype, tuple(o.shape)) for o in rrow if not isinstance(o, P.Opaque)]
+        cshape = cand_ph.shapes[cand_ph.sampled.index(k)]
+        if rshape != cshape:
+            agg.record(False, f"round {r}, timed iteration {k}: outputs {cshape}, the reference's {rshape}")
             return
         for j, (cv, rout) in enumerate(zip(crow, rrow)):
             n = math.prod(rout.shape)
-            rv = shared.read_samples(ref_child, rout, _positions(cand_ph.pos_seed, k, j, n, policy.samples_per_output))
-            rms = _rms(shared.read_full(ref_child, rout, ref_child.job.device))
+            rv = shared.finish_samples([[shared.read_samples(ref_child, rout, _positions(
+                cand_ph.pos_seed, k, j, n, policy.samples_per_output))]])[0][0]
             g = gates[j] if j < len(gates) else None
-            ok, detail = ck.samples_match(cv, rv, g, rms)
+            ok, detail = ck.samples_match(cv, rv, g, ck.rms(shared.read_full(ref_child, rout, ref_child.job.device)))
             if not ok:
                 agg.record(False, f"round {r}, timed iteration {k}, output {j}: {detail} (a stale, cached, "
                                   f"skipped or unfinished output while timed)")
                 return
-    agg.record(True, f"every timed iteration's output matches the reference's at positions drawn after the "
-                     f"child answered ({policy.samples_per_output} per output)")
+    agg.record(True, f"timed outputs match the reference's at iterations and positions drawn after the child "
+                     f"answered (up to {policy.sampled_iterations} iterations x {policy.samples_per_output} "
+                     f"elements per phase)")

@@ -268,7 +268,7 @@ def read_full(child: Any, out: P.Out, device: str) -> Any:
         return torch.empty(out.shape, dtype=dtype, device=device)
     raw = child.read_memory(out.addr, n * _itemsize(dtype))
     flat = torch.frombuffer(bytearray(raw), dtype=torch.uint8).view(dtype)
-    return flat.as_strided(out.shape, out.stride).contiguous()
+    return flat.as_strided(out.shape, out.stride).contiguous().to(device)
 
 
 def sample_positions(numel: int, k: int, seed: int) -> Any:
@@ -289,11 +289,13 @@ def _storage_offsets(flat_idx: Any, shape: tuple, stride: tuple) -> Any:
     return off
 
 
-def read_samples(child: Any, out: P.Out, positions: Any) -> Any:
+def read_samples(child: Any, out: P.Out, positions: Any, keep: list | None = None) -> Any:
     """Harness side: the output's values at flat ``positions``, read from the child's memory now.
 
-    On a GPU the read is a gather kernel on the mapped IPC memory (it waits on the child's
-    IPC event, so work still queued on the child's stream is finished first: inside the clock).
+    On a GPU the read is a gather kernel on the mapped IPC memory (it waits on the child's IPC
+    event, so work still queued on the child's stream is finished first: inside the clock); the
+    result stays on the GPU until ``finish_samples``. ``keep`` holds the mappings of one phase
+    open, so outputs in one allocation segment are mapped once.
     """
     import torch
 
@@ -306,11 +308,11 @@ def read_samples(child: Any, out: P.Out, positions: Any) -> Any:
         return torch.empty(0, dtype=dtype)
     if isinstance(out, P.IpcTensor):
         t = open_ipc(out)
-        offs = _storage_offsets(positions, out.shape, out.stride).to(t.device)
+        if keep is not None:
+            keep.append(t)
+        offs = _storage_offsets(positions, out.shape, out.stride).to(t.device, non_blocking=True)
         base = t.as_strided((span_elements(out.shape, out.stride),), (1,), t.storage_offset())
-        vals = base[offs].cpu()
-        del t, base
-        return vals
+        return base[offs]
     item = _itemsize(dtype)
     n = span_elements(out.shape, out.stride)
     offs = _storage_offsets(positions, out.shape, out.stride)
@@ -323,3 +325,12 @@ def read_samples(child: Any, out: P.Out, positions: Any) -> Any:
         vb[i * item:(i + 1) * item] = torch.frombuffer(bytearray(child.read_memory(out.addr + o * item, item)),
                                                         dtype=torch.uint8)
     return vals
+
+
+def finish_samples(rows: list[list]) -> list[list]:
+    """Wait for the GPU gathers of one phase and bring the samples to the host."""
+    import torch
+
+    if any(v.is_cuda for row in rows for v in row):
+        torch.cuda.synchronize()
+    return [[v.cpu() for v in row] for row in rows]

@@ -39,7 +39,7 @@ from dataclasses import dataclass
 class Policy:
     """How timing is run and judged (see the module docstring)."""
 
-    rounds: int = 8
+    rounds: int | None = None  # None: 10 on a GPU, 8 on a CPU (VerifyOptions.resolved_policy)
     warmup_phases: int = 1
     calibration_phases: int = 5
     target_phase_ms: float = 25.0
@@ -50,7 +50,8 @@ class Policy:
     cross_check_rel: float = 0.4  # child's own clock vs the harness's: allowed disagreement
     cross_check_abs_ms: float = 1.0
     cross_check_max_wait: float = 0.1  # the low-side cross-check only runs when the child hardly waited for a CPU
-    samples_per_output: int = 256
+    samples_per_output: int = 256  # elements read from each sampled timed output
+    sampled_iterations: int = 32  # timed iterations read per phase (all when fewer; drawn after the reply)
 
 
 def stats(times: list[float]) -> dict:
@@ -117,7 +118,7 @@ def judge(ref_ms: list[float], cand_ms: list[float], policy: Policy, wait_fracti
                        f"{policy.max_ci_ratio:g}x (hi/lo): too noisy to call")
     for who, w in wait_fractions.items():
         if w > policy.max_wait_fraction:
-            reasons.append(f"the {who} waited for a CPU {100 * w:.0f}% of the timed phases (median; allowed "
+            reasons.append(f"the {who} waited for a CPU {100 * w:.0f}% of the timed phases (median, allowed "
                            f"{100 * policy.max_wait_fraction:.0f}%): another process is loading the machine")
     if reference_drift is not None and not (1 / policy.max_reference_drift <= reference_drift
                                             <= policy.max_reference_drift):

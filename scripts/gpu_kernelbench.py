@@ -15,7 +15,9 @@ Order of work (each step skipped, and recorded in ``skipped``, once the budget i
    expected ``fail``;
 4. ``level1/``: all 100 problems at full size with KernelBench's reference as the candidate
    (expected ``pass`` or ``inconclusive``) and an all-zeros candidate (expected ``fail``);
-5. ``level1/`` again, as time allows: partial-write and shape-cache candidates (expected ``fail``).
+5. ``benchmarks/kernelbench_l1/candidates/``: our honest re-implementations and cheats of 14
+   level-1 problems;
+6. ``level1/`` again, as time allows: partial-write and shape-cache candidates (expected ``fail``).
 
 Writes ``OUT/kernelbench_l1.json`` (headroom verify suite format, so ``headroom project
 --speedups`` reads it; every result carries ``group``, ``kind``, ``expected`` and ``as_expected``,
@@ -38,8 +40,9 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 GENERIC = REPO / "tests" / "cheaters" / "kernelbench"
+OURS = REPO / "benchmarks" / "kernelbench_l1" / "candidates"
 EXPECTED = {"reference": "pass", "zeros": "fail", "partial_write": "fail", "shape_cache": "fail",
-            "example": "pass", "adversarial": "fail"}
+            "example": "pass", "adversarial": "fail", "honest": "pass", "cheat": "fail"}
 
 
 @dataclass
@@ -74,6 +77,12 @@ def plan(kb: Path, only: list[str] | None) -> list[Item]:
         items.append(Item("adversarial", matmul, [(c, "adversarial") for c in adv]))
     for p in level1:
         items.append(Item("level1", p, [(GENERIC / "reference.py", "reference"), (GENERIC / "zeros.py", "zeros")]))
+    for p in level1:
+        sub = OURS / p.stem
+        if sub.is_dir():
+            cands = sorted(sub.glob("*.py"))
+            items.append(Item("candidates", p, [(c, "cheat" if c.stem.startswith("cheat_") else "honest")
+                                                for c in cands]))
     for p in level1:
         items.append(Item("level1-extra", p, [(GENERIC / "partial_write.py", "partial_write"),
                                               (GENERIC / "shape_cache.py", "shape_cache")]))

@@ -188,6 +188,8 @@ def _trials(ref: ReferenceRun, child: Child, aggs: dict, info: dict, notes: dict
         max_numel = max(max_numel, 4 * max((t.numel() for t in tr.ref_out), default=1) + 1024)
         reply = child.request(P.Trial(seq=0, index=spec.index, args=args), stage=f"trial {spec.index} ({spec.label})")
         violations.update(reply.violations)
+        if ref.device.startswith("cuda"):
+            cmp.record_ordering(tr.label, reply.unordered_ms, aggs["stream_ordering"])
         outs = _read_outputs(child, reply.outputs, max_numel, ref.device, tr.label, aggs)
         after = [ck.digest(v) for v in views if _is_tensor(v)]
         cmp.record_inputs(tr.label, before, after, aggs["no_input_mutation"])

@@ -188,9 +188,14 @@ def _serve(conn: Any, job: P.Job, state: dict) -> None:
             with _poisoned(device, job.poison_bytes, prims.cuda), torch.no_grad():
                 out = model(*xs)
                 prims.stream_sync()
+                unordered = 0.0
+                if prims.cuda:  # anything still running once the caller's stream is done?
+                    t0 = prims.perf()
+                    prims.sync()
+                    unordered = (prims.perf() - t0) * 1e3
             kept = prob.flatten_outputs(out)
             reply = P.TrialDone(seq=cmd.seq, outputs=[shared.describe(o, mode) for o in kept],
-                                violations=integrity.violations(snap))
+                                violations=integrity.violations(snap), unordered_ms=unordered)
         elif isinstance(cmd, P.Run):
             kept = _released(prims, kept)
             kept, ms = _run(compiled if cmd.compiled else model, [args(b) for b in cmd.batches], cmd, prims)

@@ -15,7 +15,8 @@ from typing import Any
 from headroom.verify import checks as ck
 
 CHECK_ORDER = ("integrity", "protocol", "containment", "output_type", "no_input_mutation", "finite", "rel_l2",
-               "allclose", "centred", "exact", "sensitivity", "timed_outputs", "timer_consistency")
+               "allclose", "centred", "exact", "sensitivity", "stream_ordering", "timed_outputs", "timer_consistency")
+UNORDERED_MS = 0.1  # GPU: a device-wide synchronise after the caller's stream is idle takes microseconds
 SKETCH = 4096  # truth elements kept per output for the sensitivity check
 
 
@@ -147,6 +148,15 @@ def compare_outputs(truth: Truth, outs: list, aggs: dict[str, Agg], info: dict) 
     if truth.published:
         info["kernelbench_allclose"] = kb_ok
     return digests
+
+
+def record_ordering(label: str, unordered_ms: float, agg: Agg) -> None:
+    """GPU: work still running after the caller's stream finished was put on a side stream and not
+    joined — a consumer on the caller's stream would read it unfinished."""
+    agg.record(unordered_ms <= UNORDERED_MS,
+               f"{label}: a device-wide synchronise still waited {unordered_ms * 1e3:.0f} us after the caller's "
+               f"stream was done: work on a side stream not ordered with it" if unordered_ms > UNORDERED_MS else
+               "all work ordered on the caller's stream")
 
 
 def record_inputs(label: str, before: list, after: list, agg: Agg) -> None:

@@ -209,9 +209,13 @@ class LaunchesDone(_Msg, tag="launches_done"):
 
 
 class TrialDone(_Msg, tag="trial_done"):
+    """``unordered_ms`` (GPU): how long a device-wide synchronise still waited after the caller's
+    stream was done — work left on a side stream, not ordered with the caller's (evidence only)."""
+
     seq: int
     outputs: list[Out]
     violations: list[str]
+    unordered_ms: float = 0.0
 
 
 class RunDone(_Msg, tag="run_done"):

@@ -15,21 +15,15 @@ import sys
 import time
 
 import pytest
-import torch
 
 from headroom.verify import Policy, VerifyOptions, prepare_reference, verify_candidate
+from verify_support import one_harness_thread  # noqa: F401  (autouse fixture)
 from verify_support import CHEATERS, REPO, assert_caught, assert_honest
 
 PROBLEM = CHEATERS / "problems" / "gelu_linear.py"
 CANDIDATES = CHEATERS / "candidates"
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_harness_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
 
 
 @pytest.fixture(scope="module")

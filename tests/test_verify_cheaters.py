@@ -9,9 +9,9 @@ from __future__ import annotations
 import json
 
 import pytest
-import torch
 
 from headroom.verify import VerifyOptions, prepare_reference, verify_candidate
+from verify_support import one_harness_thread  # noqa: F401  (autouse fixture)
 from verify_support import CHEATERS, assert_caught, assert_honest
 
 PROBLEMS = CHEATERS / "problems"
@@ -45,14 +45,6 @@ CASES = {
 }
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_harness_thread():
-    """The harness's own torch ops single-threaded: children are frozen while it works, and a shared
-    2-core machine punishes OpenMP spinning."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
 
 
 @pytest.fixture(scope="module")

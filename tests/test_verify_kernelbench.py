@@ -10,9 +10,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-import torch
 
 from headroom.verify import VerifyOptions, prepare_reference, verify_candidate
+from verify_support import one_harness_thread  # noqa: F401  (autouse fixture)
 from verify_support import CHEATERS, assert_caught, assert_honest, kernelbench_dir
 
 GENERIC = CHEATERS / "kernelbench"
@@ -30,12 +30,6 @@ def _level1() -> list[str]:
 LEVEL1 = _level1()
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_harness_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
 
 
 def _options(path: Path) -> VerifyOptions:

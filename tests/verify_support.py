@@ -6,6 +6,7 @@ import os
 from pathlib import Path
 
 import pytest
+import torch
 
 REPO = Path(__file__).resolve().parents[1]
 CHEATERS = REPO / "tests" / "cheaters"
@@ -42,3 +43,13 @@ def assert_caught(r) -> None:
     """Never a pass, never a speedup."""
     assert r.verdict in ("fail", "error", "inconclusive"), (r.verdict, r.reason)
     assert r.speedup is None and r.speedup_fp32 is None
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_harness_thread():
+    """The harness's own torch ops single-threaded (import into a test module to use): the children are
+    frozen while it works, and a shared 2-core machine punishes OpenMP spinning."""
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)

@@ -2,11 +2,11 @@
 
 Order, each step a command the harness sends (the child is frozen in between):
 build (if it compiles extensions; outside every clock) -> start-up and
-``ModelNew`` -> memory -> launches -> seven correctness trials (for each:
+``ModelNew`` -> memory -> seven correctness trials (for each:
 inputs written to the ring, the truth computed by the harness *before* the
 candidate sees them, the candidate's outputs read from its memory and
 compared, its inputs checked in the ring, everything freed; stop at the first
-failure) -> sensitivity -> interleaved timing against the reference
+failure) -> sensitivity -> launches per call -> interleaved timing against the reference
 (``session``) -> containment (no process it started may still run) ->
 goodbye. A failed check is ``fail``; a crash, hang, exception, failed build
 or harness allocation failure is ``error``; a correct candidate whose speedup
@@ -229,6 +229,11 @@ def _read_outputs(child: Child, outs: list, max_numel: int, device: str, label: 
         return None
     read = []
     for j, o in enumerate(outs):
+        on_cpu = isinstance(o, P.AddrTensor)
+        if on_cpu == device.startswith("cuda") and not isinstance(o, P.BytesTensor):
+            aggs["output_type"].record(False, f"{label}: output {j} is on the {'CPU' if on_cpu else 'GPU'}, the "
+                                              f"reference's on {device}")
+            return None
         try:
             shared.check_structure(o, max_numel)
         except ValueError as e:

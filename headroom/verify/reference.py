@@ -188,18 +188,23 @@ def _forward(model: Any, xs: list) -> list:
     return [o.detach().clone() if isinstance(o, torch.Tensor) else torch.as_tensor(o) for o in outs]
 
 
+def _reference_forward(ref: ReferenceRun, xs: list, spec: inp.TrialSpec, doing: str) -> list:
+    """The reference on one trial's inputs; out of memory is the harness's, anything else the problem's."""
+    try:
+        return _forward(ref.model, xs)
+    except Exception as e:
+        if is_oom(e):
+            raise HarnessOOM(f"out of memory in the harness {doing}") from None
+        raise UserError(f"{ref.problem.path}: the reference fails on trial {spec.index} ({spec.label}): "
+                        f"{type(e).__name__}: {e}") from None
+
+
 def truth(ref: ReferenceRun, spec: inp.TrialSpec, xs: list, notes: dict) -> Truth:
     """The reference (headline precision) and the truth on one trial's inputs, and the trial's gates."""
     import torch
 
     set_tf32(True)
-    try:
-        ref_out = _forward(ref.model, xs)
-    except Exception as e:
-        if is_oom(e):
-            raise HarnessOOM(f"out of memory in the harness running the reference on {spec.label}") from None
-        raise UserError(f"{ref.problem.path}: the reference fails on trial {spec.index} ({spec.label}): "
-                        f"{type(e).__name__}: {e}") from None
+    ref_out = _reference_forward(ref, xs, spec, f"running the reference on {spec.label}")
     t_out = None
     if ref.model64 is not None and ref.truth_fp32_note is None:
         prev = torch.get_default_dtype()
@@ -219,11 +224,7 @@ def truth(ref: ReferenceRun, spec: inp.TrialSpec, xs: list, notes: dict) -> Trut
     if t_out is None:
         set_tf32(False)
         try:
-            t_out = _forward(ref.model, xs)
-        except Exception as e:
-            if is_oom(e):
-                raise HarnessOOM(f"out of memory in the harness computing the truth of {spec.label}") from None
-            raise
+            t_out = _reference_forward(ref, xs, spec, f"computing the truth of {spec.label}")
         finally:
             set_tf32(True)
         notes[spec.label] = f"float32, TF32 off ({ref.truth_fp32_note})"

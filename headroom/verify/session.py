@@ -22,11 +22,13 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from headroom.verify import checks as ck
+from headroom.verify import launches
 from headroom.verify import inputs as inp
 from headroom.verify import protocol as P
 from headroom.verify import shared
 from headroom.verify import timing as tm
-from headroom.verify.process import Child, ChildFailed, Tampering, sched_ns, thread_sched_ns
+from headroom.verify.process import Child, ChildFailed, Tampering
+from headroom.verify.procfs import sched_ns, thread_sched_ns
 from headroom.verify.reference import HarnessOOM, ReferenceRun, is_oom, job_for
 
 
@@ -176,7 +178,8 @@ def start_reference(ref: ReferenceRun, max_numel: int, others: list[Child],
         args = place(ref, one, [child, *others])
         mem = child.request(P.Memory(seq=0, args=args[0]), stage="reference memory")
         rt.memory = {"peak_bytes": mem.peak_bytes, "method": mem.method}
-        rt.launches = child.request(P.Launches(seq=0, args=args[0]), stage="reference launches").count
+        # counted in the harness (trusted code, one profiler for the whole run), on the same inputs
+        rt.launches, _ = launches.count(ref.model, shared.view_all(ref.ring, args[0]), ref.device.startswith("cuda"))
         if ref.options.vs_compile:
             done = child.request(P.Compile(seq=0, args=args[0]), stage="torch.compile of the reference",
                                  timeout=ref.options.reference_timeout)

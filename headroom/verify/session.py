@@ -10,8 +10,9 @@ cross-check (``timing.cross_check``).
 
 ``ReferenceTiming`` is the reference's child for one problem, started when a
 candidate first reaches timing and kept for the problem's other candidates:
-it fixes ``n``, calibrates the phase overhead (null phases; sample reads) and
-the reference's stand-alone time.
+it fixes ``n``, calibrates the phase overhead (null phases; sample reads; the
+overhead subtracted is their minimum, a lower bound, kept current by a null
+phase in every round) and the reference's stand-alone time.
 """
 
 from __future__ import annotations
@@ -127,7 +128,10 @@ class ReferenceTiming:
     child: Child
     n: int
     max_numel: int
-    overhead_ms: float = 0.0
+    overhead_ms: float = 0.0  # min(null phases) + min(sample reads): a lower bound, so net times stay positive
+    null_min_ms: float = 0.0
+    read_min_ms: float = 0.0
+    alone_ms: list = field(default_factory=list)  # raw stand-alone phases of the reference
     standalone_ms: float = 0.0
     memory: dict = field(default_factory=dict)
     device_name: str = ""
@@ -207,7 +211,8 @@ def start_reference(ref: ReferenceRun, max_numel: int, others: list[Child],
                            policy, max_numel)
             reads.append(ph.read_ms)
             alone.append(ph.wall_ms)
-        rt.overhead_ms = statistics.median(nulls) + statistics.median(reads)
+        rt.null_min_ms, rt.read_min_ms, rt.alone_ms = min(nulls), min(reads), alone
+        rt.overhead_ms = rt.null_min_ms + rt.read_min_ms
         rt.standalone_ms = max(statistics.median(alone) - rt.overhead_ms, 1e-6) / n
         rt.calibration = {"null_phase_ms": nulls, "sample_read_ms": reads, "phase_ms": alone, "iters": n,
                           "estimate_ms_per_iter": est, "memory_limit_iters": n_mem}
@@ -239,7 +244,7 @@ def time_candidate(ref: ReferenceRun, cand: Child, gates: list, max_numel: int, 
         plan = arms(ref, rt)
         child_of = {name: (cand if name == "candidate" else rt.child) for name, _ in plan}
         children = [rt.child, cand]
-        per: dict[str, list[float]] = {name: [] for name, _ in plan}
+        walls: dict[str, list[float]] = {name: [] for name, _ in plan}
         waits: dict[str, list[float]] = {"reference": [], "candidate": [], "harness": []}
         clocks: dict[str, list[float]] = {name: [] for name, _ in plan}
         for name, run in plan:  # warm-up phase of every arm
@@ -256,15 +261,21 @@ def time_candidate(ref: ReferenceRun, cand: Child, gates: list, max_numel: int, 
                     # now, while the reference's outputs of this round are still in its process
                     _compare_round(rt.child, phases["reference_tf32"], phases["candidate"], gates, policy,
                                    aggs["timed_outputs"], r)
+            # a null phase every round: the overhead's lower bound follows the machine
+            rt.null_min_ms = min(rt.null_min_ms, run_phase(rt.child, place(ref, sets, children), {"tf32": True},
+                                                           _drawer(ref, f"null{r}"), policy, max_numel,
+                                                           null=True).wall_ms)
+            rt.overhead_ms = rt.null_min_ms + rt.read_min_ms
             for name, ph in phases.items():
-                per[name].append((ph.wall_ms - rt.overhead_ms) / rt.n)
+                walls[name].append(ph.wall_ms)
                 clocks[name].append(ph.child_ms)
                 waits["candidate" if name == "candidate" else "reference"].append(ph.wait_fraction)
                 waits["harness"].append(ph.harness_wait_fraction)
                 if name == "candidate":
                     violations.update(ph.violations)
                     bad = tm.cross_check(ph.wall_ms, ph.wall_ms - rt.overhead_ms, ph.child_ms,
-                                         max(ph.wait_fraction, ph.harness_wait_fraction), policy)
+                                         max(ph.wait_fraction, ph.harness_wait_fraction), policy,
+                                         low_side=not ref.device.startswith("cuda"))
                     aggs["timer_consistency"].record(bad is None, (bad + ": its clock or its messages were tampered "
                                                                    "with") if bad else
                                                      "the child's own clock agrees with the harness's")
@@ -278,6 +289,8 @@ def time_candidate(ref: ReferenceRun, cand: Child, gates: list, max_numel: int, 
         if is_oom(e):
             raise HarnessOOM(f"out of memory in the harness while timing: {e}"[:300]) from None
         raise
+    per = {name: [(w - rt.overhead_ms) / rt.n for w in ws] for name, ws in walls.items()}
+    rt.standalone_ms = max(statistics.median(rt.alone_ms) - rt.overhead_ms, 1e-6) / rt.n
     drift = statistics.median(per["reference_tf32"]) / rt.standalone_ms if per["reference_tf32"] else None
     judged = tm.judge(per["reference_tf32"], per["candidate"], policy,
                       {k: statistics.median(v) for k, v in waits.items() if v}, drift)

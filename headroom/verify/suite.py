@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import shutil
+from dataclasses import replace
 from pathlib import Path
 from typing import Callable
 
@@ -44,7 +45,7 @@ def verify_pairs(pairs: list[tuple[Path, list[Path]]], options: VerifyOptions,
     device = options.resolved_device()
     own_dir = options.build_dir is None
     build_dir = options.build_dir or bld.new_build_dir()
-    opts = VerifyOptions(**{**options.__dict__, "build_dir": build_dir})
+    opts = replace(options, build_dir=build_dir)
     results: list[VerifyResult] = []
     try:
         logs = opts.log_dir or build_dir

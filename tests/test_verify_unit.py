@@ -201,12 +201,9 @@ def test_judge_calls_a_tight_speedup_and_refuses_noise_load_and_drift():
 
 
 def test_cross_check_flags_impossible_clocks_only():
-    p = tm.Policy()
-    assert tm.cross_check(10.0, 9.0, 8.5, 0.0, p) is None
-    assert "inside a phase that lasted" in tm.cross_check(10.0, 9.0, 30.0, 0.0, p)
-    assert "overhead removed" in tm.cross_check(30.0, 29.0, 0.9, 0.0, p)  # a 10x rewrite, quiet machine
-    assert tm.cross_check(30.0, 29.0, 0.9, 0.5, p) is None  # loaded machine: not judged
-    assert tm.cross_check(30.0, 29.0, 0.9, 0.0, p, low_side=False) is None  # GPU events: upper bound only
+    assert tm.cross_check(10.0, 8.5) is None
+    assert tm.cross_check(10.0, 0.5) is None  # less is not judged: the harness's clock decides
+    assert "inside a phase that lasted" in tm.cross_check(10.0, 30.0)
     assert tm.iterations(0.1, 25.0, 200, 1000) == 200 and tm.iterations(50.0, 25.0, 200, 1000) == 1
     assert tm.iterations(0.1, 25.0, 200, 7) == 7
 

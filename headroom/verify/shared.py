@@ -172,6 +172,12 @@ class Ring:
 
     def close(self) -> None:
         self.buf = None
+        if self.device.startswith("cuda"):
+            # hand the segment back: a child that kept its mapping of this ring must never see the
+            # harness's later tensors in it (torch also holds an IPC-shared block until it is unmapped)
+            import torch
+
+            torch.cuda.empty_cache()
         if self._dir:
             shutil.rmtree(self._dir, ignore_errors=True)
             self._dir = None

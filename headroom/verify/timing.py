@@ -50,9 +50,6 @@ class Policy:
     max_ci_ratio: float = 1.25
     max_wait_fraction: float = 0.3
     max_reference_drift: float = 1.35
-    cross_check_rel: float = 0.4  # child's own clock vs the harness's: allowed disagreement
-    cross_check_abs_ms: float = 1.0
-    cross_check_max_wait: float = 0.1  # the low-side cross-check only runs when the child hardly waited for a CPU
     samples_per_output: int = 256  # elements read from each sampled timed output
     sampled_iterations: int = 32  # timed iterations read per phase (all when fewer; drawn after the reply)
 
@@ -130,24 +127,15 @@ def judge(ref_ms: list[float], cand_ms: list[float], policy: Policy, wait_fracti
     return Judgement(speedup, (ci[0], ci[1]) if ci else None, ci[2] if ci else None, reasons)
 
 
-def cross_check(wall_ms: float, net_ms: float, child_ms: float, wait_fraction: float,
-                policy: Policy, low_side: bool = True) -> str | None:
-    """A disagreement between the child's own clock and the harness's that no honest child produces.
+def cross_check(wall_ms: float, child_ms: float) -> str | None:
+    """A child clock no honest child produces: more forward time than the phase lasted.
 
-    The child's clock covers only its forwards, strictly inside the harness's phase: a child
-    claiming more than the phase's wall time (``wall_ms``) has a tampered clock or rewrote its
-    messages. A child claiming far less than the harness measured with the calibrated overhead
-    removed (``net_ms``; below ``cross_check_rel`` of it, beyond ``cross_check_abs_ms``) did too —
-    judged only when the machine was quiet (the child's CPU wait at most ``cross_check_max_wait``),
-    since a loaded machine stretches the harness's phase, and only on a CPU (``low_side``): there
-    the child's clock spans each whole forward call, while CUDA events on a launch-bound forward
-    cover a fraction of it.
+    The child's clock covers only its forwards, strictly inside the harness's phase, so a child
+    claiming more than the phase's wall time has a tampered clock or rewrote its messages. (A child
+    claiming *less* gains nothing — the harness's clock decides — and on a loaded machine an honest
+    child's clock legitimately covers a fraction of the harness's phase, so that is not judged.)
     """
-    if child_ms > wall_ms * (1 + 0.02) + 0.05:
+    if child_ms > wall_ms * 1.02 + 0.05:
         return (f"the child reported {child_ms:.3f} ms of forwards inside a phase that lasted {wall_ms:.3f} ms "
                 f"on the harness's clock")
-    if low_side and wait_fraction <= policy.cross_check_max_wait and \
-            child_ms < net_ms * policy.cross_check_rel - policy.cross_check_abs_ms:
-        return (f"the child reported {child_ms:.3f} ms of forwards for a phase the harness timed at "
-                f"{net_ms:.3f} ms (overhead removed)")
     return None

@@ -9,13 +9,17 @@ from pathlib import Path
 import pytest
 import torch
 
-from headroom import bench
+from headroom.suites import dlrm as bench
 from headroom.verify import VerifyOptions, prepare_reference, verify_candidate
 from headroom.verify import problem as prob
+from verify_support import assert_caught
 
 HERE = Path(__file__).resolve().parent
 DLRM_CHEATS = HERE / "cheaters" / "dlrm"
-OPTIONS = dict(device="cpu", threads=1, timeout=120, iters=3, warmup=1, env={bench.SCALE_ENV: "cpu"})
+
+
+def _options() -> VerifyOptions:
+    return VerifyOptions.quick(timeout=120, env={bench.SCALE_ENV: "cpu"})
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -32,15 +36,15 @@ def cpu_scale():
 def test_twelve_problems_with_names_shapes_and_candidates():
     assert len(bench.PROBLEMS) == 12
     for p in bench.PROBLEMS:
-        assert p.path.is_file(), p.path
+        assert bench.path(p).is_file(), bench.path(p)
         assert (bench.CANDIDATES_DIR / f"{p.name}.py").is_file()
-        prob.check_problem_file(p.path)  # KernelBench format: Model, get_inputs, get_init_inputs
+        prob.check_problem_file(bench.path(p))  # KernelBench format: Model, get_inputs, get_init_inputs
     assert bench.get("5").name == "05_DotInteractionBackward"
 
 
 @pytest.mark.parametrize("name", bench.NAMES)
 def test_problem_runs_at_cpu_scale_with_a_non_degenerate_output(name):
-    problem = prob.load_problem(bench.get(name).path, {bench.SCALE_ENV: "cpu"})
+    problem = prob.load_problem(bench.path(bench.get(name)), {bench.SCALE_ENV: "cpu"})
     model = prob.build_model(problem.Model, problem, 1, "cpu")
     xs = prob.published_inputs(problem, 2, "cpu")
     with torch.no_grad():
@@ -61,35 +65,30 @@ def test_problem_runs_at_cpu_scale_with_a_non_degenerate_output(name):
     # the full size is the default (what a KernelBench harness gets)
     os.environ.pop(bench.SCALE_ENV)
     try:
-        full = prob.load_problem(bench.get(name).path)
+        full = prob.load_problem(bench.path(bench.get(name)))
     finally:
         os.environ[bench.SCALE_ENV] = "cpu"
     assert full.module.BATCH >= 16384 > problem.module.BATCH
 
 
 def test_honest_candidates_pass():
-    doc = bench.run(options=VerifyOptions(**OPTIONS))
+    doc = bench.run(options=_options())
     assert doc["suite"] == "DLRM-Bench" and doc["scale"] == "cpu"
     by_problem = {r["problem"]: r for r in doc["results"]}
     assert sorted(by_problem) == sorted(bench.NAMES)
-    bad = {n: (r["reason"], [c for c in r["checks"] if not c["passed"]]) for n, r in by_problem.items()
-           if r["verdict"] != "pass"}
+    bad = {n: (r["verdict"], r["reason"], [c for c in r["checks"] if not c["passed"]]) for n, r in by_problem.items()
+           if r["verdict"] not in ("pass", "inconclusive") or [c for c in r["checks"] if not c["passed"]]}
     assert not bad, bad
-    assert all(r["speedup"] > 0 for r in by_problem.values())
+    assert all(r["speedup"] > 0 for r in by_problem.values() if r["verdict"] == "pass")
 
 
 @pytest.mark.parametrize("cheat", sorted(str(p.relative_to(DLRM_CHEATS)) for p in DLRM_CHEATS.glob("*/cheat_*.py")))
 def test_dlrm_cheaters_are_caught(cheat):
-    problem = bench.get(cheat.split("/")[0]).path
-    ref = _reference(problem)
-    r = verify_candidate(problem, DLRM_CHEATS / cheat, reference=ref)
-    assert r.verdict in ("fail", "error"), [c.to_dict() for c in r.checks]
-
-
-_REFS: dict = {}
-
-
-def _reference(path: Path):
-    if path not in _REFS:
-        _REFS[path] = prepare_reference(path, VerifyOptions(**OPTIONS))
-    return _REFS[path]
+    problem = bench.path(bench.get(cheat.split("/")[0]))
+    ref = prepare_reference(problem, _options())
+    try:
+        r = verify_candidate(problem, DLRM_CHEATS / cheat, reference=ref)
+    finally:
+        ref.close()
+    assert_caught(r)
+    assert r.verdict == "fail", (r.verdict, r.reason, [c.to_dict() for c in r.checks])

@@ -1,34 +1,32 @@
 """The cheating corpus: every cheat is caught, honest candidates pass (CPU, small problems).
 
-Each problem's reference (truth, timings) is prepared once per module; every
-candidate runs in its own child process, as in production.
+Each problem's reference is prepared once per module; every candidate runs in its own child
+process, as in production. Attacks on the harness itself are in test_verify_attacks.py.
 """
 
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 
 from headroom.verify import VerifyOptions, prepare_reference, verify_candidate
+from verify_support import one_harness_thread  # noqa: F401  (autouse fixture)
+from verify_support import CHEATERS, assert_caught, assert_honest
 
-HERE = Path(__file__).resolve().parent
-PROBLEMS = HERE / "cheaters" / "problems"
-CANDIDATES = HERE / "cheaters" / "candidates"
-
-OPTIONS = dict(device="cpu", threads=1, timeout=90, iters=3, warmup=1)
+PROBLEMS = CHEATERS / "problems"
+CANDIDATES = CHEATERS / "candidates"
 
 # candidate -> (problem, expected verdict, a check that must fail / a phrase the reason must contain)
 CASES = {
-    "honest_reimplementation": ("gelu_linear", "pass", None),
+    "honest_reimplementation": ("gelu_linear", "honest", None),
     "cheat_zeros": ("gelu_linear", "fail", "rel_l2"),
     "cheat_partial_write": ("gelu_linear", "fail", "finite"),
     "cheat_empty_unwritten": ("gelu_linear", "fail", "finite"),
     "cheat_stale_memory": ("gelu_linear", "fail", "finite"),
     "cheat_input_mutation": ("gelu_linear", "fail", "no_input_mutation"),
     "cheat_cache_data_ptr": ("gelu_linear", "fail", "rel_l2"),
-    "cheat_cache_shape": ("gelu_linear", "fail", "sensitivity"),
+    "cheat_cache_shape": ("gelu_linear", "fail", "rel_l2"),
     "cheat_side_stream": ("gelu_linear", "fail", "finite"),
     "cheat_bf16": ("gelu_linear", "fail", "rel_l2"),
     "cheat_timer_patch": ("gelu_linear", "fail", "integrity"),
@@ -39,12 +37,14 @@ CASES = {
     "cheat_sys_exit": ("gelu_linear", "error", "sys.exit"),
     "cheat_cuda_error": ("gelu_linear", "error", "CUDA error"),
     "cheat_constant_mean": ("large_mean", "fail", "centred"),
-    "honest_large_mean": ("large_mean", "pass", None),
+    "honest_large_mean": ("large_mean", "honest", None),
     "cheat_published_distribution": ("clamp_unit", "fail", "rel_l2"),
-    "honest_clamp": ("clamp_unit", "pass", None),
-    "honest_argmax": ("argmax_rows", "pass", None),
+    "honest_clamp": ("clamp_unit", "honest", None),
+    "honest_argmax": ("argmax_rows", "honest", None),
     "cheat_argmax_bf16": ("argmax_rows", "fail", "exact"),
 }
+
+
 
 
 @pytest.fixture(scope="module")
@@ -53,20 +53,23 @@ def references():
 
     def get(name: str):
         if name not in refs:
-            refs[name] = prepare_reference(PROBLEMS / f"{name}.py", VerifyOptions(**OPTIONS))
+            refs[name] = prepare_reference(PROBLEMS / f"{name}.py", VerifyOptions.quick())
             assert refs[name].error is None, refs[name].error
         return refs[name]
 
-    return get
+    yield get
+    for r in refs.values():
+        r.close()
 
 
 def _verify(references, candidate: str, problem: str, **overrides):
     ref = references(problem)
-    ref.options = VerifyOptions(**{**OPTIONS, **overrides})
+    saved = ref.options
+    ref.options = VerifyOptions.quick(**overrides)
     try:
         return verify_candidate(PROBLEMS / f"{problem}.py", CANDIDATES / f"{candidate}.py", reference=ref)
     finally:
-        ref.options = VerifyOptions(**OPTIONS)
+        ref.options = saved
 
 
 @pytest.mark.parametrize("candidate", sorted(CASES))
@@ -74,24 +77,25 @@ def test_candidate_verdict(references, candidate):
     problem, verdict, evidence = CASES[candidate]
     r = _verify(references, candidate, problem)
     failed = {c.name for c in r.checks if not c.passed}
-    assert r.verdict == verdict, (r.reason, [c.to_dict() for c in r.checks])
-    if verdict == "pass":
-        assert not failed
-        assert r.speedup is not None and r.speedup > 0 and r.speedup_fp32 is not None
-        assert r.memory_ratio is not None
-        expected = {"sensitivity", "timed_outputs", "integrity", "no_input_mutation", "same_inputs"}
+    if verdict == "honest":
+        assert_honest(r)
+        names = {c.name for c in r.checks}
+        expected = {"sensitivity", "timed_outputs", "integrity", "no_input_mutation", "protocol", "containment",
+                    "timer_consistency"}
         expected |= {"exact"} if problem == "argmax_rows" else {"rel_l2", "allclose", "centred", "finite"}
-        assert expected <= {c.name for c in r.checks}
-    elif verdict == "fail":
-        assert evidence in failed, failed
-        assert r.speedup is None
+        assert expected <= names, names
+        assert r.timing["rounds"] == 6 and r.timing["iters_per_phase"] >= 1
+        assert r.launches_per_call["candidate"] >= 1 and r.launches_per_call["reference"] >= 1
+        return
+    assert_caught(r)
+    assert r.verdict == verdict, (r.verdict, r.reason, [c.to_dict() for c in r.checks])
+    if verdict == "fail":
+        assert evidence in failed, (failed, r.reason)
     else:
         assert evidence in (r.reason or ""), r.reason
-        assert r.speedup is None
 
 
-def test_constant_mean_passes_rel_l2_somewhere_but_not_centred(references):
-    """The large-mean case: the centred check is what catches a constant, on every trial."""
+def test_constant_mean_is_caught_by_the_centred_check(references):
     r = _verify(references, "cheat_constant_mean", "large_mean")
     centred = next(c for c in r.checks if c.name == "centred")
     assert not centred.passed and "centred relative error" in centred.detail
@@ -102,30 +106,35 @@ def test_hang_is_killed_and_reported(references):
     assert r.verdict == "error" and "timed out after 6 s" in r.reason
 
 
-def test_torch_compile_of_the_reference_passes(references):
-    r = _verify(references, "honest_compile", "gelu_linear", timeout=240)
-    assert r.verdict == "pass", r.reason
-    assert not [c for c in r.checks if c.name == "integrity" and not c.passed]
+def test_torch_compile_of_the_reference_is_honest(references):
+    r = _verify(references, "honest_compile", "gelu_linear", timeout=300)
+    assert_honest(r)
+    assert next(c for c in r.checks if c.name == "integrity").passed
 
 
-def test_memory_hog_passes_but_is_flagged(references):
+def test_memory_hog_is_honest_and_measured(references):
     r = _verify(references, "honest_memory_hog", "gelu_linear")
-    assert r.verdict == "pass", r.reason
-    assert r.memory_ratio > 1.5
-    assert "memory" in {f.name for f in r.flags}
+    assert_honest(r)
+    assert r.memory_ratio > 1.5 and r.memory["candidate_peak_bytes"] > r.memory["reference_peak_bytes"]
+    if r.verdict == "pass":
+        assert "memory" in {f.name for f in r.flags}
 
 
 def test_result_json_contract(references):
+    """The fields `headroom project --speedups` reads keep their names; the new ones are there."""
     r = _verify(references, "honest_reimplementation", "gelu_linear")
     d = json.loads(json.dumps(r.to_dict()))
-    for key in ("problem", "verdict", "speedup", "speedup_fp32", "speedup_compile", "memory_ratio", "checks",
-                "device", "baseline", "timing", "reason"):
-        assert key in d
-    assert d["problem"] == "gelu_linear" and d["verdict"] == "pass"
-    assert d["baseline"]["tf32"] is True
-    assert d["baseline"]["allow_tf32_matmul"] is True and d["baseline"]["fp32"]["allow_tf32_matmul"] is False
+    for key in ("problem", "candidate", "verdict", "speedup", "speedup_fp32", "speedup_compile", "memory_ratio",
+                "checks", "flags", "review", "device", "baseline", "timing", "memory", "reason", "seed", "info",
+                "elapsed_s", "speedup_ci", "launches_per_call"):
+        assert key in d, key
+    assert d["problem"] == "gelu_linear" and d["verdict"] in ("pass", "inconclusive")
+    assert d["baseline"]["tf32"] is True and d["baseline"]["fp32"]["allow_tf32_matmul"] is False
     assert all(set(c) == {"name", "passed", "detail"} for c in d["checks"])
     t = d["timing"]
-    assert t["reference_tf32"]["n"] == 3 and t["candidate"]["median"] > 0 and "p25" in t["candidate"]
-    assert d["info"]["kernelbench_allclose"] is True
-    assert len(d["info"]["trials"]) == 7
+    assert t["method"] == "harness_clock" and t["reference_tf32"]["n"] == 6 and len(t["candidate_per_round"]) == 6
+    assert t["ci_method"].startswith("order statistics")
+    assert d["info"]["kernelbench_allclose"] is True and len(d["info"]["trials"]) == 7
+    assert d["info"]["truth_precision"] == "float64"
+    assert d["launches_per_call"]["method"].startswith("aten ops")
+    assert set(d["info"]["seeds"]) >= {"plan", "trial0.values", "trial6.base"}  # published after the run

@@ -1,40 +1,104 @@
-"""The KernelBench level-1-style problems in benchmarks/kernelbench_l1 (CPU scale): honest candidates pass,
-cheating ones are caught; problem names line up with the projection's problem map."""
+"""KernelBench's own files, read in place, at CPU-scaled shapes: for every level-1 problem the reference
+as candidate is honest and zeros / partial-write / shape-cache candidates fail; sign-only kernels (right
+only for KernelBench's torch.rand inputs) fail; the catalogue names every problem.
+
+KernelBench is found through $HEADROOM_KERNELBENCH, ../shared/kernelbench (CI) or /work/shared/kernelbench.
+"""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from headroom import bench
-from headroom.verify import VerifyOptions, verify_suite
+import pytest
 
-REPO = Path(__file__).resolve().parents[1]
-L1 = REPO / "benchmarks" / "kernelbench_l1"
+from headroom.verify import VerifyOptions, prepare_reference, verify_candidate
+from verify_support import one_harness_thread  # noqa: F401  (autouse fixture)
+from verify_support import CHEATERS, assert_caught, assert_honest, kernelbench_dir
 
-
-def test_kernelbench_l1_suite_at_cpu_scale():
-    problems = sorted(p.stem for p in L1.glob("*.py"))
-    assert len(problems) >= 10
-    doc = verify_suite(L1, L1 / "candidates", VerifyOptions(device="cpu", threads=1, iters=2, warmup=1, timeout=240,
-                                                            env={bench.SCALE_ENV: "cpu"}))
-    assert not doc["missing_candidates"]
-    results = doc["results"]
-    assert {r["problem"] for r in results} == set(problems)
-    wrong = [(r["problem"], Path(r["candidate"]).name, r["verdict"], r["reason"]) for r in results
-             if (r["verdict"] == "pass") != (not Path(r["candidate"]).name.startswith("cheat_"))]
-    assert not wrong, wrong
-    cheats = [r for r in results if Path(r["candidate"]).name.startswith("cheat_")]
-    assert len(cheats) >= 8
-    # KernelBench's own allclose on its own inputs lets some of them through; headroom does not
-    assert any(r["info"].get("kernelbench_allclose") for r in cheats)
+GENERIC = CHEATERS / "kernelbench"
+SIGN_ONLY = sorted(p.stem for p in (GENERIC / "sign_only").glob("*.py"))
 
 
-def test_problem_names_are_known_to_the_projection():
-    """Results name their problem; `headroom project` maps the name to kernels (headroom/data/problems.toml)."""
-    from headroom.projection.problems import load_problems
+def _level1() -> list[str]:
+    try:
+        kb = kernelbench_dir()
+    except pytest.skip.Exception:
+        return []
+    return sorted((p.stem for p in (kb / "level1").glob("*.py")), key=lambda s: int(s.split("_")[0]))
+
+
+LEVEL1 = _level1()
+
+
+
+
+def _options(path: Path) -> VerifyOptions:
+    return VerifyOptions.quick(env={"HEADROOM_TEST_PROBLEM": str(path)})
+
+
+def test_kernelbench_is_complete():
+    assert len(LEVEL1) == 100, f"expected KernelBench's 100 level-1 problems in {kernelbench_dir()}"
+
+
+@pytest.mark.parametrize("name", LEVEL1)
+def test_level1_reference_is_honest_and_generic_cheats_fail(name):
+    path = kernelbench_dir() / "level1" / f"{name}.py"
+    ref = prepare_reference(path, _options(path))
+    try:
+        assert ref.error is None, ref.error
+        assert ref.estimate is not None and ref.estimate.harness_peak_bytes <= 64 << 20, ref.estimate
+        results = {c: verify_candidate(path, GENERIC / f"{c}.py", reference=ref)
+                   for c in ("reference", "zeros", "partial_write", "shape_cache")}
+    finally:
+        ref.close()
+    honest = results["reference"]
+    assert_honest(honest)
+    assert honest.launches_per_call["reference"] >= 1 and honest.launches_per_call["candidate"] >= 1
+    for cheat, evidence in (("zeros", {"rel_l2", "allclose", "centred", "exact", "sensitivity"}),
+                            ("partial_write", {"finite", "exact", "rel_l2", "allclose"}),
+                            ("shape_cache", {"rel_l2", "allclose", "centred", "exact", "sensitivity"})):
+        r = results[cheat]
+        assert_caught(r)
+        failed = {c.name for c in r.checks if not c.passed}
+        assert r.verdict == "fail" and failed & evidence, (cheat, r.verdict, r.reason)
+
+
+@pytest.mark.parametrize("name", SIGN_ONLY)
+def test_sign_only_kernels_fail_on_signed_inputs(name):
+    """Right on torch.rand (KernelBench's own allclose accepts them on its inputs), wrong on signed ones."""
+    path = kernelbench_dir() / "level1" / f"{name}.py"
+    r = verify_candidate(path, GENERIC / "sign_only" / f"{name}.py", _options(path))
+    assert_caught(r)
+    assert r.verdict == "fail" and {"rel_l2", "allclose"} & {c.name for c in r.checks if not c.passed}, r.reason
+    assert r.info["signed_inputs"] == [True]
+    if "kernelbench_allclose" in r.info:
+        assert r.info["kernelbench_allclose"] is True  # its own check, on its own inputs, passes the cheat
+
+
+def test_cumprod_reference_passes_with_its_own_overflow_excused():
+    path = kernelbench_dir() / "level1" / "90_cumprod.py"
+    r = verify_candidate(path, GENERIC / "reference.py", _options(path))
+    assert_honest(r)
+    finite = next(c for c in r.checks if c.name == "finite")
+    assert finite.passed
+
+
+def test_product_reduction_reference_passes(tmp_path):
+    """The older KernelBench problem 50 (torch.prod over a dimension): ill-conditioned, honest passes."""
+    p = tmp_path / "50_Product_reduction_over_a_dimension.py"
+    p.write_text("import torch\nimport torch.nn as nn\n\nclass Model(nn.Module):\n    def __init__(self, dim):\n"
+                 "        super().__init__()\n        self.dim = dim\n\n    def forward(self, x):\n"
+                 "        return torch.prod(x, dim=self.dim)\n\nbatch_size = 128\ndim1 = 256\n\n"
+                 "def get_inputs():\n    return [torch.rand(batch_size, dim1)]\n\ndef get_init_inputs():\n"
+                 "    return [1]\n")
+    r = verify_candidate(p, GENERIC / "reference.py", VerifyOptions.quick(env={"HEADROOM_TEST_PROBLEM": str(p)}))
+    assert_honest(r)
+
+
+def test_every_level1_problem_is_known_to_the_projection():
+    """Results name their problem; `headroom project` maps the name to kernels (problems.toml)."""
+    from headroom.speedups import load_problems
 
     known = load_problems()
-    assert all(name in known for name in bench.NAMES)
-    l1 = [p.stem for p in L1.glob("*.py")]
-    mapped = [n for n in l1 if n in known]
-    assert len(mapped) >= len(l1) - 1, sorted(set(l1) - set(mapped))
+    missing = [n for n in LEVEL1 if n not in known]
+    assert not missing, missing

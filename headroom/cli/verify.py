@@ -13,20 +13,26 @@ from headroom.errors import UserError
 
 DeviceOpt = typer.Option("auto", "--device", help="auto (CUDA if available), cpu, cuda or cuda:N.")
 CompileOpt = typer.Option(False, "--vs-compile", help="Also time torch.compile(Model) and report speedup_compile.")
-ItersOpt = typer.Option(None, "--iters", min=1, help="Timed iterations (default 20 on a GPU, 5 on a CPU).")
-WarmupOpt = typer.Option(None, "--warmup", min=0, help="Warm-up iterations (default 3 on a GPU, 1 on a CPU).")
-TimeoutOpt = typer.Option(300.0, "--timeout", min=1.0, help="Seconds a candidate may run, start to finish.")
+RoundsOpt = typer.Option(None, "--rounds", "--iters", min=6,
+                         help="Interleaved timing rounds, reference and candidate (default 10 on a GPU, 8 on a CPU).")
+ScaleOpt = typer.Option("auto", "--scale", help="auto: scale a problem's shapes to fit a CPU (printed); full: as written.")
+TimeoutOpt = typer.Option(300.0, "--timeout", min=1.0, help="Seconds a candidate may work (builds not included).")
+BuildTimeoutOpt = typer.Option(600.0, "--build-timeout", min=1.0,
+                               help="Seconds for building a candidate's load_inline extensions (outside --timeout).")
 SeedOpt = typer.Option(None, "--seed", help="Secret seed (default: fresh; give one only to reproduce a run).")
 ThreadsOpt = typer.Option(None, "--threads", min=1, help="CPU threads for torch in the child processes.")
 KeepLogsOpt = typer.Option(None, "--logs", help="Keep the child processes' logs in this directory.")
 
 
-def _options(device: str, vs_compile: bool, iters: Optional[int], warmup: Optional[int], timeout: float,
+def _options(device: str, vs_compile: bool, rounds: Optional[int], scale: str, timeout: float, build_timeout: float,
              seed: Optional[int], threads: Optional[int], logs: Optional[Path]):
     from headroom.verify import VerifyOptions
 
-    return VerifyOptions(device=device, vs_compile=vs_compile, iters=iters, warmup=warmup, timeout=timeout,
-                         seed=seed, threads=threads, log_dir=str(logs) if logs else None, keep_logs=bool(logs))
+    opts = VerifyOptions(device=device, vs_compile=vs_compile, rounds=rounds, scale=scale, timeout=timeout,
+                         build_timeout=build_timeout, seed=seed, threads=threads, log_dir=str(logs) if logs else None,
+                         keep_logs=bool(logs))
+    opts.resolved_policy(opts.resolved_device())  # bad values: one line, exit 2, before any work
+    return opts
 
 
 def _progress(message: str) -> None:
@@ -41,7 +47,9 @@ def print_result(r: dict) -> None:
     """A result for people: the verdict line, every check, the flags."""
     head = f"{r['problem']} <- {Path(r['candidate']).name}: {r['verdict'].upper()}"
     if r["verdict"] == "pass":
-        head += (f"  speedup {_fmt_x(r['speedup'])} vs the TF32 reference"
+        ci = r.get("speedup_ci")
+        head += (f"  speedup {_fmt_x(r['speedup'])}" + (f" (95% CI {ci[0]:.3g}-{ci[1]:.3g}x)" if ci else "")
+                 + " vs the TF32 reference"
                  f" ({_fmt_x(r['speedup_fp32'])} vs strict FP32"
                  + (f", {_fmt_x(r['speedup_compile'])} vs torch.compile" if r.get("speedup_compile") else "")
                  + f"), memory {_fmt_x(r['memory_ratio'])}")
@@ -50,15 +58,19 @@ def print_result(r: dict) -> None:
         print(f"  {'ok  ' if c['passed'] else 'FAIL'} {c['name']:<18} {c['detail']}")
     for f in r.get("flags", []):
         print(f"  FLAG {f['name']:<18} {f['detail']}")
-    if r["verdict"] != "pass" and r.get("reason") and r["verdict"] == "error":
+    if r.get("reason") and r["verdict"] in ("error", "inconclusive"):
         print(f"  reason: {r['reason']}")
     t = r.get("timing") or {}
     if t.get("candidate"):
         def ms(s: Optional[dict]) -> str:
             return f"{s['median']:.4g} ms" if s and s.get("median") is not None else "-"
-        print(f"  timing ({t.get('method')}, median of {t['candidate'].get('n')}): candidate {ms(t['candidate'])}, "
-              f"reference TF32 {ms(t.get('reference_tf32'))}, strict FP32 {ms(t.get('reference_fp32'))}"
+        print(f"  timing (harness clock, {t.get('rounds')} interleaved rounds of {t.get('iters_per_phase')} forwards): "
+              f"candidate {ms(t['candidate'])}, reference TF32 {ms(t.get('reference_tf32'))}"
+              + (f", strict FP32 {ms(t.get('reference_fp32'))}" if t.get("reference_fp32") else "")
               + (f", torch.compile {ms(t.get('reference_compile'))}" if t.get("reference_compile") else ""))
+    lc = r.get("launches_per_call") or {}
+    if lc.get("candidate") is not None:
+        print(f"  launches per call: candidate {lc['candidate']}, reference {lc.get('reference')} ({lc.get('method')})")
 
 
 def print_table(doc: dict) -> None:
@@ -85,9 +97,10 @@ def verify(
     out: Optional[Path] = typer.Option(None, "-o", "--out", help="Write the JSON result / results file here."),
     device: str = DeviceOpt,
     vs_compile: bool = CompileOpt,
-    iters: Optional[int] = ItersOpt,
-    warmup: Optional[int] = WarmupOpt,
+    rounds: Optional[int] = RoundsOpt,
+    scale: str = ScaleOpt,
     timeout: float = TimeoutOpt,
+    build_timeout: float = BuildTimeoutOpt,
     seed: Optional[int] = SeedOpt,
     threads: Optional[int] = ThreadsOpt,
     logs: Optional[Path] = KeepLogsOpt,
@@ -95,7 +108,7 @@ def verify(
     """Is a candidate kernel correct, and how much faster than a realistic (TF32) baseline? Exit 1 unless pass."""
     from headroom.verify import dumps, verify_candidate, verify_suite, write_json
 
-    opts = _options(device, vs_compile, iters, warmup, timeout, seed, threads, logs)
+    opts = _options(device, vs_compile, rounds, scale, timeout, build_timeout, seed, threads, logs)
     if suite is not None or candidates is not None:
         if suite is None or candidates is None:
             raise UserError("--suite and --candidates go together (a directory of problems and one of candidates)")
@@ -122,12 +135,12 @@ bench_app = typer.Typer(no_args_is_help=True, help="DLRM-Bench: 12 recommender k
 @bench_app.command("list")
 def bench_list(as_json: bool = typer.Option(False, "--json", help="As a JSON list.")) -> None:
     """The 12 problems, their shapes and what each stands for in a DLRM trace."""
-    from headroom import bench
+    from headroom.suites import dlrm
 
     if as_json:
-        print(json.dumps([p.to_dict() for p in bench.PROBLEMS], indent=2))
+        print(json.dumps([dlrm.to_dict(p) for p in dlrm.PROBLEMS], indent=2))
         return
-    for p in bench.PROBLEMS:
+    for p in dlrm.PROBLEMS:
         print(f"{p.name:<30} {p.summary}")
         print(f"{'':<30}   shapes:     {p.shapes}")
         print(f"{'':<30}   stands for: {p.stands_for}")
@@ -145,18 +158,18 @@ def bench_run(
     as_json: bool = typer.Option(False, "--json", help="Print the results document as JSON."),
     device: str = DeviceOpt,
     vs_compile: bool = CompileOpt,
-    iters: Optional[int] = ItersOpt,
-    warmup: Optional[int] = WarmupOpt,
+    rounds: Optional[int] = RoundsOpt,
     timeout: float = TimeoutOpt,
+    build_timeout: float = BuildTimeoutOpt,
     seed: Optional[int] = SeedOpt,
     threads: Optional[int] = ThreadsOpt,
     logs: Optional[Path] = KeepLogsOpt,
 ) -> None:
     """Verify candidates against DLRM-Bench and write one results file."""
-    from headroom import bench
+    from headroom.suites import dlrm
 
-    opts = _options(device, vs_compile, iters, warmup, timeout, seed, threads, logs)
-    _show_results(bench.run(names or None, candidates, opts, scale=scale, out=out, progress=_progress), as_json, out)
+    opts = _options(device, vs_compile, rounds, "auto", timeout, build_timeout, seed, threads, logs)
+    _show_results(dlrm.run(names or None, candidates, opts, scale=scale, out=out, progress=_progress), as_json, out)
 
 
 def _show_results(doc: dict, as_json: bool, out: Path | None) -> None:

@@ -1,68 +1,81 @@
-"""Correctness inputs a candidate cannot tune to.
+"""Inputs a candidate cannot tune to, made by the harness when they are needed.
 
-Each run draws a fresh secret seed. From it come seven correctness trials:
+Seven correctness trials per candidate:
 
-1-4. one trial per distribution family, in a random order and with random
-     parameters: ``normal`` (zero mean, random sigma), ``uniform`` (zero mean,
-     random half-width), ``heavy_tailed`` (symmetric Pareto tails, alpha 2.1-3)
-     and ``mixed_scales`` (random sign times 10**U(lo, hi): magnitudes from
-     ~1e-4 to ~1e3 in one tensor);
-5.   the last of those, *scaled* by a random factor (10-100x or 1/100-1/10),
-6.   the same base, *shifted* by 3-8 times its scale,
-7.   ``get_inputs()`` itself under a fresh seed (the published distribution:
-     the candidate must be right there too, and KernelBench's own
-     ``allclose(atol=rtol=1e-2)`` is evaluated on this trial, for the record).
+1-4. one trial per distribution family, in a random order with random
+     parameters: ``normal`` (zero mean, sigma 0.3-3), ``uniform`` (zero mean,
+     half-width 0.3-4), ``heavy_tailed`` (symmetric Pareto tails, alpha 2.1-3),
+     ``mixed_scales`` (random sign x 10**U(lo, hi): ~1e-4 to ~1e3 in one tensor);
+5.   the fourth trial's inputs *scaled* by 10-100x or 1/100-1/10,
+6.   the same inputs *shifted* by 3-8 times their scale,
+7.   ``get_inputs()`` itself under a fresh seed (the published distribution;
+     KernelBench's own ``allclose`` is recorded on this trial).
 
-Trials 5 and 6 are written in place into trial 4's input buffers, so the
-candidate sees new values at the *same* ``data_ptr``: a result cache keyed on
-pointers or shapes returns a stale answer and fails.
+Trials 5 and 6 are written into trial 4's buffers (same ``data_ptr`` in the
+child): a result cache keyed on pointers or shapes answers stale.
 
-How a template from ``get_inputs()`` is turned into a trial input:
+**Signed by default.** Every family is symmetric about zero, so a kernel that
+is only right for non-negative inputs (a ReLU returning ``x``, an L1 norm
+without ``abs``) fails, even though KernelBench's own inputs are all
+``torch.rand``. An input is drawn non-negative (``|x|``) only when the
+reference itself is undefined for negative values there: its output on signed
+values is non-finite (or it raises) where the same values in absolute value
+give a finite output (``probe_signs``; recorded in the result's ``info``).
+Integer and bool inputs and float inputs with at most 16 distinct values
+(labels such as +-1) keep what ``get_inputs()`` produced: their ranges are the
+problem's to define.
 
-- floating-point tensors get fresh values from the trial's distribution, same
-  shape/dtype/device; if the template is non-negative everywhere (weights,
-  scales, probabilities) the draw is taken in absolute value;
-- floating-point tensors with at most 16 distinct values (labels such as +-1)
-  and all integer/bool tensors (indices, offsets, lengths) keep the values
-  ``get_inputs()`` produced under the trial's secret seed: their structure is
-  the problem's to define;
-- anything else (Python numbers, lists) is passed through.
-
-Everything here is deterministic in (seed, device), so the harness and the
-child processes create bit-identical inputs independently.
+**No secret before it is needed.** Each trial's and each timed phase's seed
+is drawn (``Seeds.draw``) only when that trial or phase starts, from the
+operating system's randomness unless the user fixed a seed to reproduce a run;
+the seeds are published in the result afterwards.
 """
 
 from __future__ import annotations
 
+import hashlib
 import random
+import secrets
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 FAMILIES = ("normal", "uniform", "heavy_tailed", "mixed_scales")
 DISCRETE_MAX_VALUES = 16
+TIMING_FAMILY = ("normal", {"sigma": 1.0})
 _MASK62 = (1 << 62) - 1
 
 
 def mix(seed: int, *parts: Any) -> int:
     """A derived 62-bit seed (stable across processes and Python versions)."""
-    import hashlib
-
     h = hashlib.blake2b(repr((seed,) + parts).encode(), digest_size=8).digest()
     return int.from_bytes(h, "little") & _MASK62
 
 
+class Seeds:
+    """Seeds drawn at the moment they are needed (fresh unless ``fixed`` reproduces a run)."""
+
+    def __init__(self, fixed: int | None = None):
+        self.fixed = fixed
+        self.drawn: dict[str, int] = {}
+
+    def draw(self, key: str) -> int:
+        s = mix(self.fixed, key) if self.fixed is not None else secrets.randbits(62)
+        self.drawn[key] = s
+        return s
+
+
 @dataclass
 class TrialSpec:
-    """One correctness trial: how its inputs are made."""
+    """One correctness trial: how its inputs are made (seeds filled in when it starts)."""
 
     index: int
     kind: str  # "dist" | "scaled" | "shifted" | "published"
     family: str
     params: dict = field(default_factory=dict)
-    seed: int = 0  # values of the floating-point inputs
-    base_seed: int = 0  # get_inputs() seed (integer inputs, shapes)
-    factor: float = 1.0  # scaled: multiply; shifted: add factor * scale
-    reuse_buffers: bool = False  # write into the previous trial's tensors
+    factor: float = 1.0  # scaled: multiply; shifted: add
+    reuse_buffers: bool = False  # written into the previous trial's buffers
+    seed: int = 0
+    base_seed: int = 0
 
     @property
     def label(self) -> str:
@@ -76,10 +89,6 @@ class TrialSpec:
 
     def to_dict(self) -> dict:
         return asdict(self)
-
-    @classmethod
-    def from_dict(cls, d: dict) -> "TrialSpec":
-        return cls(**d)
 
 
 def _family_params(family: str, rng: random.Random) -> dict:
@@ -100,27 +109,32 @@ def family_scale(family: str, params: dict) -> float:
             "heavy_tailed": params.get("scale", 1.0), "mixed_scales": 1.0}[family]
 
 
-def trial_specs(secret: int) -> list[TrialSpec]:
-    """The correctness trials of one run: four families in random order, two variants, the published inputs."""
-    rng = random.Random(mix(secret, "trials"))
+def plan_trials(seeds: Seeds) -> list[TrialSpec]:
+    """The seven trials (families, order, factors); values are seeded later, trial by trial."""
+    rng = random.Random(seeds.draw("plan"))
     fams = list(FAMILIES)
     rng.shuffle(fams)
-    specs = []
-    for i, fam in enumerate(fams):
-        specs.append(TrialSpec(i, "dist", fam, _family_params(fam, rng), mix(secret, "values", i),
-                               mix(secret, "base", i)))
+    specs = [TrialSpec(i, "dist", fam, _family_params(fam, rng)) for i, fam in enumerate(fams)]
     base = specs[-1]
-    exponent = rng.uniform(1.0, 2.0) * rng.choice((1, -1))
-    scale = 10 ** exponent
+    scale = 10 ** (rng.uniform(1.0, 2.0) * rng.choice((1, -1)))
     shift = rng.uniform(3.0, 8.0) * family_scale(base.family, base.params)
-    specs.append(TrialSpec(4, "scaled", base.family, dict(base.params), base.seed, base.base_seed, scale, True))
-    specs.append(TrialSpec(5, "shifted", base.family, dict(base.params), base.seed, base.base_seed, shift, True))
-    specs.append(TrialSpec(6, "published", "published", {}, 0, mix(secret, "base", 6)))
+    specs.append(TrialSpec(4, "scaled", base.family, dict(base.params), scale, True))
+    specs.append(TrialSpec(5, "shifted", base.family, dict(base.params), shift, True))
+    specs.append(TrialSpec(6, "published", "published"))
     return specs
 
 
+def seed_trial(spec: TrialSpec, seeds: Seeds, previous: TrialSpec | None) -> None:
+    """Draw the trial's seeds now (the scaled and shifted variants reuse the previous trial's)."""
+    if spec.reuse_buffers and previous is not None:
+        spec.seed, spec.base_seed = previous.seed, previous.base_seed
+        return
+    spec.seed = seeds.draw(f"trial{spec.index}.values")
+    spec.base_seed = seeds.draw(f"trial{spec.index}.base")
+
+
 def draw(family: str, params: dict, shape: Any, dtype: Any, device: Any, seed: int) -> Any:
-    """Fresh values of one family, computed in float32 (float64 for double tensors)."""
+    """Fresh signed values of one family, computed in float32 (float64 for double tensors)."""
     import torch
 
     g = torch.Generator(device=device)
@@ -134,13 +148,11 @@ def draw(family: str, params: dict, shape: Any, dtype: Any, device: Any, seed: i
     elif family == "heavy_tailed":
         u = torch.rand(shape, **kw).neg_().add_(1.0)  # (0, 1]
         x = u.pow_(-1.0 / params["alpha"]).sub_(1.0).mul_(params["scale"])
-        sign = torch.randint(0, 2, tuple(x.shape), generator=g, device=device).to(work).mul_(2).sub_(1)
-        x.mul_(sign)
+        x.mul_(torch.randint(0, 2, tuple(x.shape), generator=g, device=device).to(work).mul_(2).sub_(1))
     elif family == "mixed_scales":
         e = torch.rand(shape, **kw).mul_(params["hi"] - params["lo"]).add_(params["lo"])
         x = torch.pow(10.0, e)
-        sign = torch.randint(0, 2, tuple(x.shape), generator=g, device=device).to(work).mul_(2).sub_(1)
-        x.mul_(sign)
+        x.mul_(torch.randint(0, 2, tuple(x.shape), generator=g, device=device).to(work).mul_(2).sub_(1))
     else:
         raise ValueError(f"unknown distribution family {family!r}")
     return x.to(dtype)
@@ -159,53 +171,102 @@ def is_discrete(t: Any) -> bool:
     return int(torch.unique(flat).numel()) <= DISCRETE_MAX_VALUES
 
 
-def _transform(spec: TrialSpec, templates: list) -> list:
+def drawn_positions(templates: list) -> list[bool]:
+    """Which inputs get fresh values (floating point, non-empty, not labels)."""
     import torch
 
-    if spec.kind == "published":
-        return templates
-    out = []
-    for i, t in enumerate(templates):
-        if isinstance(t, torch.Tensor) and t.is_floating_point() and t.numel() > 0 and not is_discrete(t):
-            x = draw(spec.family, spec.params, t.shape, t.dtype, t.device, mix(spec.seed, i))
-            if bool((t >= 0).all()):
-                x = x.abs()
-            if spec.kind == "scaled":
-                x = x * spec.factor
-            elif spec.kind == "shifted":
-                x = x + spec.factor
-            out.append(x.to(t.dtype))
-        else:
-            out.append(t)
-    return out
+    return [isinstance(t, torch.Tensor) and t.is_floating_point() and t.numel() > 0 and not is_discrete(t)
+            for t in templates]
 
 
-def make_trial_inputs(problem: Any, spec: TrialSpec, device: Any, previous: list | None = None) -> list:
-    """The inputs of one correctness trial (see the module docstring).
+def transform(templates: list, family: str, params: dict, seed: int, signed: list[bool],
+              kind: str = "dist", factor: float = 1.0, drawn: list[bool] | None = None) -> list:
+    """Fresh values for the drawn inputs of ``templates`` (same shape, dtype, device).
 
-    With ``spec.reuse_buffers`` and a compatible ``previous`` list, the new values
-    are copied into the previous trial's tensors, which are returned.
+    ``drawn`` (``drawn_positions`` of the problem's templates, computed once) saves a
+    ``torch.unique`` per input set.
     """
     import torch
 
+    if drawn is None:
+        drawn = drawn_positions(templates)
+    out = []
+    for i, (t, d) in enumerate(zip(templates, drawn)):
+        d = d and isinstance(t, torch.Tensor) and t.is_floating_point() and t.numel() > 0
+        if not d:
+            out.append(t)
+            continue
+        x = draw(family, params, t.shape, t.dtype, t.device, mix(seed, i))
+        if not signed[i]:
+            x = x.abs()
+        if kind == "scaled":
+            x = x * factor
+        elif kind == "shifted":
+            x = x + factor
+        out.append(x.to(t.dtype))
+    return out
+
+
+def trial_inputs(problem: Any, spec: TrialSpec, device: Any, signed: list[bool],
+                 drawn: list[bool] | None = None) -> list:
+    """The inputs of one correctness trial (seeded by ``seed_trial``)."""
     from headroom.verify.problem import published_inputs
 
-    new = _transform(spec, published_inputs(problem, spec.base_seed, device))
-    if spec.reuse_buffers and previous is not None and len(previous) == len(new):
-        same = all(
-            (not isinstance(a, torch.Tensor) and not isinstance(b, torch.Tensor))
-            or (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)
-                and a.shape == b.shape and a.dtype == b.dtype and a.device == b.device)
-            for a, b in zip(previous, new)
-        )
-        if same:
-            for a, b in zip(previous, new):
-                if isinstance(a, torch.Tensor):
-                    a.copy_(b)
-            return previous
-    return new
+    templates = published_inputs(problem, spec.base_seed, device)
+    if spec.kind == "published":
+        return templates
+    return transform(templates, spec.family, spec.params, spec.seed, signed, spec.kind, spec.factor, drawn)
 
 
-def timing_seed(secret: int, iteration: int) -> int:
-    """Seed of the ``get_inputs()`` call of one timed iteration (same in every process)."""
-    return mix(secret, "timing", iteration)
+def phase_inputs(problem: Any, seed: int, device: Any, signed: list[bool], drawn: list[bool] | None = None) -> list:
+    """One input set of a memory, launch or timed phase: normal(0, 1) values, published structure."""
+    from headroom.verify.problem import published_inputs
+
+    family, params = TIMING_FAMILY
+    return transform(published_inputs(problem, mix(seed, "base"), device), family, params, seed, signed,
+                     drawn=drawn)
+
+
+def _nonfinite_outputs(model: Any, xs: list) -> bool | None:
+    """True when the reference's output has NaN/Inf, None when it raises."""
+    import torch
+
+    from headroom.verify.problem import flatten_outputs
+
+    try:
+        with torch.no_grad():
+            outs = flatten_outputs(model(*xs))
+    except Exception:
+        return None
+    return any(isinstance(o, torch.Tensor) and o.is_floating_point() and not bool(torch.isfinite(o).all())
+               for o in outs)
+
+
+def probe_signs(problem: Any, model: Any, device: Any, seed: int,
+                drawn: list[bool]) -> tuple[list[bool], str]:
+    """Which inputs may be signed, and why others are not (see the module docstring)."""
+    from headroom.verify.problem import published_inputs
+
+    templates = published_inputs(problem, seed, device)
+    n = len(templates)
+    signed = [True] * n
+    if not any(drawn):
+        return signed, "no floating-point inputs to draw"
+    family, params = TIMING_FAMILY
+
+    def bad(flags: list[bool]) -> bool:
+        r = _nonfinite_outputs(model, transform(templates, family, params, seed, flags, drawn=drawn))
+        return r is None or r
+
+    if not bad(signed):
+        return signed, "signed values for every floating-point input"
+    if bad([False] * n):  # non-finite without negative values too: magnitude, not sign (reference error)
+        return signed, "signed values (the reference's non-finite outputs do not come from negative inputs)"
+    for i in range(n):
+        if drawn[i]:
+            trial = [j != i for j in range(n)]
+            if not bad(trial):
+                return trial, (f"input {i} non-negative: the reference is non-finite or raises on negative "
+                               f"values there")
+    return [not d for d in drawn], ("every floating-point input non-negative: the reference is non-finite or "
+                                    "raises on negative values")

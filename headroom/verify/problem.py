@@ -104,15 +104,20 @@ class Problem:
         return list(self.module.get_init_inputs())
 
 
-def load_problem(path: str | Path, env: dict[str, str] | None = None) -> Problem:
-    """Import a problem file (trusted), with ``env`` set in os.environ while it is imported (e.g. a bench scale)."""
+def load_problem(path: str | Path, env: dict[str, str] | None = None,
+                 overrides: dict[str, Any] | None = None) -> Problem:
+    """Import a problem file (trusted), with ``env`` set in os.environ while it is imported.
+
+    ``overrides`` replaces the values of module-level assignments (``batch_size = 4096``) before
+    the module runs, so everything computed from them follows (a scaled instance; ``scale``).
+    """
     import os
 
     p = check_problem_file(path)
     saved = {k: os.environ.get(k) for k in (env or {})}
     os.environ.update(env or {})
     try:
-        mod = import_file(p, "problem")
+        mod = _exec_with_overrides(p, overrides) if overrides else import_file(p, "problem")
     except UserError:
         raise
     except Exception as e:  # the problem itself is broken: a user error naming the file
@@ -129,12 +134,44 @@ def load_problem(path: str | Path, env: dict[str, str] | None = None) -> Problem
     return Problem(problem_name(p), p, mod)
 
 
+def module_assignments(path: Path) -> list[str]:
+    """Names bound by simple module-level assignments (``name = expr``), in file order."""
+    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    return [n.targets[0].id for n in tree.body
+            if isinstance(n, ast.Assign) and len(n.targets) == 1 and isinstance(n.targets[0], ast.Name)]
+
+
+def _exec_with_overrides(path: Path, overrides: dict[str, Any]) -> ModuleType:
+    import hashlib
+    import sys
+
+    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+            name = node.targets[0].id
+            if name in overrides:
+                v = overrides[name]
+                node.value = ast.copy_location(ast.Constant(tuple(v) if isinstance(v, list) else v), node.value)
+    code = compile(tree, str(path), "exec")
+    digest = hashlib.sha1(f"{path}{sorted(overrides.items())}".encode()).hexdigest()[:10]
+    name = f"_headroom_problem_{path.stem.replace('-', '_').replace('.', '_')}_{digest}"
+    mod = ModuleType(name)
+    mod.__file__ = str(path)
+    sys.modules[name] = mod
+    try:
+        exec(code, mod.__dict__)
+    except BaseException:
+        sys.modules.pop(name, None)
+        raise
+    return mod
+
+
 # --- seeding, models and inputs ---------------------------------------------------------
 
 
 @contextmanager
-def seeded(seed: int) -> Iterator[None]:
-    """Seed python, numpy and torch (CPU and every CUDA device) for what the block creates."""
+def seeded(seed: int, device: Any = "cpu") -> Iterator[None]:
+    """Seed python, numpy and torch for what the block creates (CUDA generators too on a GPU)."""
     import torch
 
     random.seed(seed)
@@ -144,7 +181,10 @@ def seeded(seed: int) -> Iterator[None]:
         np.random.seed(seed % (2**32))
     except ImportError:  # pragma: no cover
         pass
-    torch.manual_seed(seed)
+    if str(device).startswith("cuda"):
+        torch.manual_seed(seed)
+    else:  # the CPU generator only: torch.manual_seed also queues lazy CUDA seeding (with a stack trace)
+        torch.default_generator.manual_seed(seed)
     yield
 
 
@@ -162,7 +202,7 @@ def to_device(x: Any, device: Any) -> Any:
 def init_inputs(problem: Problem, seed: int, device: Any) -> list:
     import torch
 
-    with seeded(seed), torch.device(device):
+    with seeded(seed, device), torch.device(device):
         return [to_device(v, device) for v in problem.get_init_inputs()]
 
 
@@ -171,7 +211,7 @@ def build_model(cls: Any, problem: Problem, seed: int, device: Any) -> Any:
     import torch
 
     args = init_inputs(problem, seed, device)
-    with seeded(seed), torch.device(device):
+    with seeded(seed, device), torch.device(device):
         model = cls(*args)
     if isinstance(model, torch.nn.Module):
         model = model.to(device)
@@ -182,7 +222,7 @@ def published_inputs(problem: Problem, seed: int, device: Any) -> list:
     """``get_inputs()`` under ``seed``, created on ``device``."""
     import torch
 
-    with seeded(seed), torch.device(device):
+    with seeded(seed, device), torch.device(device):
         xs = problem.get_inputs()
     return [to_device(v, device) for v in xs]
 

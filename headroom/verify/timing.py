@@ -1,139 +1,57 @@
-"""The timing protocol, the same for the reference and the candidate.
+"""Timing statistics (pure functions): rounds, medians, a 95% interval, when a result is inconclusive.
 
-Per iteration (warm-up iterations run the same loop and are discarded):
+The harness times each *phase* itself (``session``): it starts its clock,
+wakes the child and sends ``Run`` with ``n`` input sets, and stops the clock
+only after it has read samples of every iteration's output from the child's
+memory. Per-iteration time = (phase time - overhead) / n, where the overhead
+(message round trip, waking the child, reading the samples) is calibrated on
+the reference in the same kind of child: null phases (no forward; one more in
+every round) and the sample reads of the reference's own phases — their
+minimum, a lower bound of the fixed cost, so a loaded moment during
+calibration cannot make a later phase's net time negative (what is left
+biases speedups toward 1, the conservative side). ``n`` is chosen so that a phase
+lasts ``target_phase_ms`` at the reference's speed (overhead amortised) and
+its inputs and outputs fit in memory.
 
-1. fresh inputs: ``get_inputs()`` under a new seed (the same seed sequence in
-   every process, so the reference's outputs can vouch for the candidate's);
-2. L2 flush: write a buffer of twice the L2 size (64 MB on a CPU);
-3. synchronise the device; record the start event (CPU: read the clock);
-4. call the model;
-5. record a "current stream" event, then synchronise *the whole device* (every
-   stream, so work hidden on a side stream is counted), then record the end
-   event and wait for it;
-6. outside the timed region, fingerprint the output (``checks.fingerprint``)
-   so a stale, cached or lazily-written output in a timed iteration is caught.
+Rounds interleave the arms (reference TF32, candidate, and optionally the
+strict-FP32 and ``torch.compile`` references) in alternating order — A B,
+then B A — so drift in the machine affects both sides alike. The speedup is
+the **median of the per-round ratios** reference / candidate, and its 95%
+confidence interval is the distribution-free interval for a median from order
+statistics: with R ratios sorted, ``[q_(k), q_(R-k+1)]`` for the largest k
+with ``P(Binomial(R, 1/2) < k) <= 2.5%`` (R = 6 gives [min, max] at 96.9%;
+fewer than 6 rounds give no 95% interval). No resampling, no normality.
 
-The median of N and the spread (quartiles, min, max) are reported. The
-device-wide synchronise adds the same few microseconds to both timings, so
-speedups of kernels under ~100 us are conservative.
-
-The clocks and synchronisation functions are captured (``Primitives``) before
-any candidate code is imported, and called through the captured C-level
-objects: a candidate that replaces ``time.perf_counter``,
-``torch.cuda.Event.elapsed_time`` or ``torch.cuda.synchronize`` in its process
-changes nothing here (and is reported by the integrity check in
-``headroom.verify.child``).
+A result is ``inconclusive`` (not ``pass``) when: the interval is wider than
+``max_ci_ratio`` (hi / lo); a child waited for a CPU more than
+``max_wait_fraction`` of its phase (``/proc/<pid>/task/*/schedstat``: another
+process loaded the machine); or the reference's times during the candidate's
+rounds drifted from its own calibration by more than ``max_reference_drift``
+(something — possibly the candidate — slowed the machine while it was
+frozen).
 """
 
 from __future__ import annotations
 
 import math
 import statistics
-import time
 from dataclasses import dataclass
-from typing import Any, Callable
-
-CPU_FLUSH_BYTES = 64 << 20
-
-# Peak DRAM bandwidth (bytes/s) for the roofline-style review flag.
-PEAK_BANDWIDTH = {
-    "H200": 4.8e12,
-    "H100 NVL": 3.9e12,
-    "H100": 3.35e12,
-    "H800": 3.35e12,
-    "GH200": 4.0e12,
-    "B200": 8.0e12,
-    "B100": 8.0e12,
-    "A100": 2.04e12,
-    "A800": 2.04e12,
-    "L40S": 0.864e12,
-    "L4": 0.3e12,
-    "A10": 0.6e12,
-    "V100": 0.9e12,
-}
 
 
-@dataclass
-class Primitives:
-    """Timing/synchronisation callables captured before a candidate is imported."""
+@dataclass(frozen=True)
+class Policy:
+    """How timing is run and judged (see the module docstring)."""
 
-    perf_counter: Callable[[], float]
-    cuda: bool = False
-    device_sync: Callable[[], None] | None = None
-    event_cls: Any = None
-    ev_record: Callable | None = None
-    ev_elapsed: Callable | None = None
-    ev_sync: Callable | None = None
-    stream: Any = None  # the harness's stream (the current stream at start-up)
-    events: tuple = ()  # start, current-stream end, end (created before the candidate is imported)
-
-
-def capture(device: Any) -> Primitives:
-    """Capture the clocks; on CUDA also initialise the device and take its current stream."""
-    import torch
-
-    prims = Primitives(perf_counter=time.perf_counter)
-    if getattr(device, "type", str(device)) == "cuda" or str(device).startswith("cuda"):
-        torch.cuda.init()
-        base = torch._C._CudaEventBase
-        prims.cuda = True
-        prims.device_sync = torch._C._cuda_synchronize
-        prims.event_cls = torch.cuda.Event
-        prims.ev_record = base.record
-        prims.ev_elapsed = base.elapsed_time
-        prims.ev_sync = base.synchronize
-        prims.stream = torch.cuda.current_stream()
-        prims.events = tuple(torch.cuda.Event(enable_timing=True) for _ in range(3))
-    return prims
-
-
-def set_tf32(enabled: bool) -> dict:
-    """Set both TF32 flags explicitly (cuBLAS and cuDNN); return the resulting precision state."""
-    import warnings
-
-    import torch
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        torch.backends.cuda.matmul.allow_tf32 = enabled
-        torch.backends.cudnn.allow_tf32 = enabled
-    return precision_state()
-
-
-def precision_state() -> dict:
-    """The float32 precision settings in force (recorded in every result's ``baseline``)."""
-    import warnings
-
-    import torch
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        st = {"allow_tf32_matmul": bool(torch.backends.cuda.matmul.allow_tf32),
-              "allow_tf32_cudnn": bool(torch.backends.cudnn.allow_tf32),
-              "float32_matmul_precision": torch.get_float32_matmul_precision()}
-        for key, obj in (("matmul_fp32_precision", torch.backends.cuda.matmul),
-                         ("cudnn_fp32_precision", getattr(torch.backends.cudnn, "conv", None))):
-            v = getattr(obj, "fp32_precision", None) if obj is not None else None
-            if v is not None:
-                st[key] = str(v)
-    return st
-
-
-def sync(prims: Primitives) -> None:
-    if prims.cuda:
-        prims.device_sync()
-
-
-def flush_bytes(device: Any) -> int:
-    import torch
-
-    if str(device).startswith("cuda"):
-        try:
-            l2 = int(torch.cuda.get_device_properties(torch.device(device)).L2_cache_size)
-        except Exception:
-            l2 = 0
-        return max(2 * l2, 128 << 20) if l2 > 0 else 256 << 20
-    return CPU_FLUSH_BYTES
+    rounds: int | None = None  # None: 10 on a GPU, 8 on a CPU (VerifyOptions.resolved_policy)
+    warmup_phases: int = 1
+    calibration_phases: int = 5
+    target_phase_ms: float = 25.0
+    max_iters: int = 200
+    max_ci_ratio: float = 1.25
+    max_wait_fraction: float = 0.3
+    max_reference_drift: float = 1.35
+    samples_per_output: int = 256  # elements read from each sampled timed output
+    sampled_iterations: int = 32  # timed iterations read per phase (all when fewer; drawn after the reply)
 
 
 def stats(times: list[float]) -> dict:
@@ -142,75 +60,82 @@ def stats(times: list[float]) -> dict:
         return {"n": 0, "median": None}
     xs = sorted(times)
     q = statistics.quantiles(xs, n=4, method="inclusive") if len(xs) >= 2 else [xs[0]] * 3
-    return {"n": len(xs), "median": statistics.median(xs), "p25": q[0], "p75": q[2],
-            "min": xs[0], "max": xs[-1], "mean": statistics.fmean(xs),
-            "iqr_rel": (q[2] - q[0]) / statistics.median(xs) if statistics.median(xs) > 0 else None}
+    med = statistics.median(xs)
+    return {"n": len(xs), "median": med, "p25": q[0], "p75": q[2], "min": xs[0], "max": xs[-1],
+            "mean": statistics.fmean(xs), "iqr_rel": (q[2] - q[0]) / med if med > 0 else None}
 
 
-def time_phase(run: Callable[[list], Any], make_inputs: Callable[[int], list], warmup: int, iters: int,
-               prims: Primitives, flush_buf: Any, on_output: Callable[[int, Any], None] | None = None,
-               deadline: float | None = None) -> dict:
-    """Run the protocol; returns per-iteration times (ms) and, on CUDA, current-stream times."""
-    times: list[float] = []
-    naive: list[float] = []
-    total = warmup + iters
-    for k in range(total):
-        inputs = make_inputs(k)
-        flush_buf.fill_(float(k % 7))
-        sync(prims)
-        if prims.cuda:
-            start, mid, end = prims.events
-            prims.ev_record(start, prims.stream)
-            out = run(inputs)
-            prims.ev_record(mid, prims.stream)
-            prims.device_sync()
-            prims.ev_record(end, prims.stream)
-            prims.ev_sync(end)
-            t = prims.ev_elapsed(start, end)
-            t_naive = prims.ev_elapsed(start, mid)
-        else:
-            t0 = prims.perf_counter()
-            out = run(inputs)
-            t = (prims.perf_counter() - t0) * 1e3
-            t_naive = t
-        if k >= warmup:
-            times.append(float(t))
-            naive.append(float(t_naive))
-            if on_output is not None:
-                on_output(k - warmup, out)
-        del out, inputs
-        if deadline is not None and time.monotonic() > deadline:
-            break
-    return {"times_ms": times, "current_stream_ms": naive if prims.cuda else None}
+def round_order(arms: list[str], r: int) -> list[str]:
+    """Alternating order: arms as given in even rounds, reversed in odd ones (A B, B A, ...)."""
+    return list(arms) if r % 2 == 0 else list(reversed(arms))
 
 
-def peak_bandwidth(device: Any, prims: Primitives | None = None) -> tuple[float, str]:
-    """Peak memory bandwidth (bytes/s) for the roofline flag, and where it came from."""
-    import torch
-
-    if str(device).startswith("cuda"):
-        name = torch.cuda.get_device_name(torch.device(device))
-        for key in sorted(PEAK_BANDWIDTH, key=len, reverse=True):
-            if key in name:
-                return PEAK_BANDWIDTH[key], f"datasheet ({key})"
-    measured = measure_bandwidth(device, prims)
-    return 1.5 * measured, "1.5 x measured copy bandwidth"
+def iterations(ref_ms: float, target_ms: float, max_iters: int, max_by_memory: int) -> int:
+    """Forwards per phase: enough to last ``target_ms``, within memory and ``max_iters``."""
+    want = math.ceil(target_ms / max(ref_ms, 1e-4))
+    return max(1, min(want, max_iters, max_by_memory))
 
 
-def measure_bandwidth(device: Any, prims: Primitives | None = None) -> float:
-    """A quick copy-bandwidth measurement (bytes/s: read + write)."""
-    import torch
+def _binom_cdf(k: int, n: int) -> float:
+    """P(Binomial(n, 1/2) <= k)."""
+    return sum(math.comb(n, i) for i in range(0, k + 1)) / 2 ** n
 
-    n = (256 << 20) if str(device).startswith("cuda") else (32 << 20)
-    a = torch.empty(n // 4, dtype=torch.float32, device=device).fill_(1.0)
-    b = torch.empty_like(a)
-    best = math.inf
-    for _ in range(5):
-        if str(device).startswith("cuda"):
-            torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        b.copy_(a)
-        if str(device).startswith("cuda"):
-            torch.cuda.synchronize()
-        best = min(best, time.perf_counter() - t0)
-    return 2 * n / best
+
+def median_ci(values: list[float], level: float = 0.95) -> tuple[float, float, float] | None:
+    """Distribution-free CI of the median: (lo, hi, coverage), or None with too few values."""
+    n = len(values)
+    alpha = (1 - level) / 2
+    k = 0
+    while k + 1 <= n // 2 and _binom_cdf(k, n) <= alpha:
+        k += 1
+    if k == 0:
+        return None
+    xs = sorted(values)
+    return xs[k - 1], xs[n - k], 1 - 2 * _binom_cdf(k - 1, n)
+
+
+@dataclass
+class Judgement:
+    speedup: float | None
+    ci: tuple[float, float] | None
+    coverage: float | None
+    reasons: list[str]  # why the result is inconclusive (empty: conclusive)
+
+
+def judge(ref_ms: list[float], cand_ms: list[float], policy: Policy, wait_fractions: dict[str, float],
+          reference_drift: float | None) -> Judgement:
+    """Speedup (median of per-round ratios), its interval, and any reason it cannot be called."""
+    ratios = [a / b for a, b in zip(ref_ms, cand_ms) if a > 0 and b > 0]
+    reasons: list[str] = []
+    if len(ratios) < len(ref_ms) or not ratios:
+        reasons.append("a phase took no measurable time after the calibrated overhead (too fast to time)")
+    speedup = statistics.median(ratios) if ratios else None
+    ci = median_ci(ratios) if ratios else None
+    if ci is None:
+        reasons.append(f"{len(ratios)} rounds give no 95% interval (at least 6 are needed)")
+    elif ci[1] / ci[0] > policy.max_ci_ratio:
+        reasons.append(f"the 95% interval of the speedup [{ci[0]:.3g}x, {ci[1]:.3g}x] is wider than "
+                       f"{policy.max_ci_ratio:g}x (hi/lo): too noisy to call")
+    for who, w in wait_fractions.items():
+        if w > policy.max_wait_fraction:
+            reasons.append(f"the {who} waited for a CPU {100 * w:.0f}% of the timed phases (median, allowed "
+                           f"{100 * policy.max_wait_fraction:.0f}%): another process is loading the machine")
+    if reference_drift is not None and not (1 / policy.max_reference_drift <= reference_drift
+                                            <= policy.max_reference_drift):
+        reasons.append(f"the reference ran {reference_drift:.2f}x its calibrated time during the candidate's "
+                       f"rounds: the machine changed speed while it was measured")
+    return Judgement(speedup, (ci[0], ci[1]) if ci else None, ci[2] if ci else None, reasons)
+
+
+def cross_check(wall_ms: float, child_ms: float) -> str | None:
+    """A child clock no honest child produces: more forward time than the phase lasted.
+
+    The child's clock covers only its forwards, strictly inside the harness's phase, so a child
+    claiming more than the phase's wall time has a tampered clock or rewrote its messages. (A child
+    claiming *less* gains nothing — the harness's clock decides — and on a loaded machine an honest
+    child's clock legitimately covers a fraction of the harness's phase, so that is not judged.)
+    """
+    if child_ms > wall_ms * 1.02 + 0.05:
+        return (f"the child reported {child_ms:.3f} ms of forwards inside a phase that lasted {wall_ms:.3f} ms "
+                f"on the harness's clock")
+    return None

@@ -1,4 +1,4 @@
-"""Honest but wasteful: correct output, plus a 96 MiB scratch buffer per call (flagged: memory)."""
+"""Honest but wasteful: correct output, plus a 32 MiB scratch buffer per call (flagged: memory)."""
 import torch
 import torch.nn as nn
 
@@ -9,6 +9,6 @@ class ModelNew(nn.Module):
         self.linear = nn.Linear(in_features, out_features)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        scratch = torch.ones(96 << 18, device=x.device)  # 96 MiB of float32, touched
+        scratch = torch.ones(32 << 18, device=x.device)  # 32 MiB of float32, touched
         y = torch.nn.functional.gelu(self.linear(x))
         return y + scratch[:1] * 0

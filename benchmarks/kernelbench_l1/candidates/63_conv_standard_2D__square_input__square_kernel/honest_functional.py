@@ -6,7 +6,7 @@ import torch.nn.functional as F
 class ModelNew(nn.Module):
     def __init__(self, in_channels: int, out_channels: int, kernel_size: int):
         super().__init__()
-        self.conv2d = nn.Conv2d(in_channels, out_channels, (kernel_size, kernel_size))
+        self.conv2d = nn.Conv2d(in_channels, out_channels, (kernel_size, kernel_size), bias=False)  # as Model
 
     def forward(self, x):
         return F.conv2d(x, self.conv2d.weight, self.conv2d.bias)

@@ -1,1 +1,0 @@
-"""DLRM-Bench problem files (KernelBench format; loaded by path, not imported as modules)."""

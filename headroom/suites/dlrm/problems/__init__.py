@@ -1,0 +1,1 @@
+"""DLRM-Bench problem files (KernelBench format; a package so that they ship with headroom)."""

@@ -1,0 +1,72 @@
+"""How to verify (``VerifyOptions``): device, time limits, rounds, CPU scaling, when to call a result."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+from headroom.errors import UserError
+from headroom.verify.timing import Policy
+
+CPU_BUDGET_BYTES = 1 << 30  # harness peak estimate a CPU run is scaled to
+CPU_BUDGET_FLOPS = 2e9  # matmul/convolution FLOPs per forward a CPU run is scaled to
+
+
+@dataclass
+class VerifyOptions:
+    """``None`` means the device's default."""
+
+    device: str = "auto"  # auto | cpu | cuda | cuda:N
+    rounds: int | None = None  # interleaved timing rounds (default 10 on a GPU, 8 on a CPU; at least 6)
+    iters: int | None = None  # deprecated alias of ``rounds``
+    timeout: float = 300.0  # seconds a candidate child may work (harness-side work does not count)
+    build_timeout: float = 600.0  # seconds for building a candidate's extensions (outside ``timeout``)
+    reference_timeout: float = 900.0
+    vs_compile: bool = False
+    seed: int | None = None  # fixes every seed (reproduce a run; such a run is predictable by design)
+    env: dict[str, str] = field(default_factory=dict)  # set in every process before the problem is imported
+    threads: int | None = None  # torch CPU threads in the children
+    keep_logs: bool = False
+    log_dir: str | None = None
+    log_cap_bytes: int = 32 << 20
+    scale: str = "auto"  # auto: scale shapes to fit on a CPU | full: as written
+    cpu_budget_bytes: int = CPU_BUDGET_BYTES
+    cpu_budget_flops: float = CPU_BUDGET_FLOPS
+    policy: Policy = field(default_factory=Policy)
+    build_dir: str | None = None  # TORCH_EXTENSIONS_DIR / TRITON_CACHE_DIR root of this run (None: temporary)
+
+    def resolved_device(self) -> str:
+        import torch
+
+        dev = self.device
+        if dev == "auto":
+            dev = "cuda" if torch.cuda.is_available() else "cpu"
+        if dev != "cpu" and not (dev == "cuda" or (dev.startswith("cuda:") and dev[5:].isdigit())):
+            raise UserError(f"--device {self.device}: expected auto, cpu, cuda or cuda:N")
+        if dev.startswith("cuda"):
+            if not torch.cuda.is_available():
+                raise UserError(f"--device {self.device}: CUDA is not available on this machine")
+            if dev == "cuda":
+                dev = f"cuda:{torch.cuda.current_device()}"
+            if int(dev[5:]) >= torch.cuda.device_count():
+                raise UserError(f"--device {self.device}: this machine has {torch.cuda.device_count()} GPU(s)")
+        if self.scale not in ("auto", "full"):
+            raise UserError(f"--scale {self.scale}: expected auto or full")
+        return dev
+
+    def resolved_policy(self, device: str) -> Policy:
+        rounds = self.rounds or self.iters or self.policy.rounds
+        if rounds is None:
+            rounds = 10 if device.startswith("cuda") else 8
+        if rounds < 6:
+            raise UserError(f"--rounds {rounds}: at least 6 rounds are needed for a 95% interval")
+        return replace(self.policy, rounds=rounds)
+
+    @classmethod
+    def quick(cls, **kw) -> "VerifyOptions":
+        """Every code path, few and short rounds, small CPU shapes: for tests and dry runs."""
+        policy = kw.pop("policy", Policy(rounds=6, calibration_phases=3, target_phase_ms=3.0, max_iters=20,
+                                         samples_per_output=64))
+        base = dict(device="cpu", threads=1, timeout=120, cpu_budget_bytes=16 << 20, cpu_budget_flops=2e7,
+                    policy=policy)
+        base.update(kw)
+        return cls(**base)

@@ -1,0 +1,357 @@
+"""Child processes: start, strict request/reply, freeze, read memory, contain, kill.
+
+A child is forked from a fork server that has imported torch (not CUDA), so
+it starts in tens of milliseconds with a fresh CUDA context. The harness
+talks to it only through ``request``: one command, exactly one reply of the
+expected type and sequence number (``protocol.EXPECTED_REPLY``). A message the
+harness did not ask for — found waiting before a command is sent, or after
+``Bye`` — or a reply of the wrong type is ``Tampering`` (verdict ``fail``); a
+crash, a hang or an exception in the child is ``ChildFailed`` (verdict
+``error``).
+
+Between requests a child is *frozen* (SIGSTOP, with every descendant): it
+cannot run while the harness compares its outputs, writes the next inputs or
+times another process. Containment: the child starts its own session; the
+harness is a child subreaper (``PR_SET_CHILD_SUBREAPER``), so a grandchild
+that calls ``setsid()`` and loses its parent is re-parented to the harness,
+where ``kill`` finds it; ``kill`` stops every descendant before killing any
+(a stopped process cannot fork), then kills them all. The child's stdout and
+stderr are a log file capped by ``RLIMIT_FSIZE``; it inherits no other
+descriptor of the harness.
+"""
+
+from __future__ import annotations
+
+import atexit
+import ctypes
+import multiprocessing as mp
+import multiprocessing.util  # noqa: F401  (its exit handler joins children: ours must run first, so registers later)
+import os
+import signal
+import time
+import weakref
+from typing import Any
+
+import msgspec
+
+from headroom.verify import protocol as P
+from headroom.verify.procfs import descendants, own_children, reap, send_signal, signal_name, started_after, stop_tree
+
+PR_SET_CHILD_SUBREAPER = 36
+
+
+class ChildFailed(Exception):
+    """The child could not do what was asked (crash, hang, exception): verdict ``error``."""
+
+    def __init__(self, reason: str, log_tail: str = ""):
+        super().__init__(reason)
+        self.reason = reason
+        self.log_tail = log_tail
+
+
+class Tampering(Exception):
+    """The child broke the protocol or hid from the harness: verdict ``fail``."""
+
+
+_CTX: Any = None
+_SUBREAPER = False
+_LIVE: "weakref.WeakSet[Child]" = weakref.WeakSet()
+
+
+@atexit.register
+def _kill_all() -> None:
+    """No child outlives the harness (a frozen child would wait forever)."""
+    for c in list(_LIVE):
+        try:
+            c.close()
+        except Exception:
+            pass
+
+
+def _context() -> Any:
+    global _CTX
+    if _CTX is None:
+        ctx = mp.get_context("forkserver")
+        try:
+            ctx.set_forkserver_preload(["headroom.verify.child"])
+        except Exception:  # pragma: no cover - older Pythons
+            pass
+        _CTX = ctx
+    if _CTX.get_start_method() == "forkserver":  # started before any child, so never taken for a stray
+        from multiprocessing import forkserver
+
+        forkserver.ensure_running()
+    from multiprocessing import resource_tracker
+
+    resource_tracker.ensure_running()
+    return _CTX
+
+
+def _helpers() -> set[int]:
+    """multiprocessing's own processes (the fork server, the resource tracker)."""
+    from multiprocessing import forkserver, resource_tracker
+
+    pids = {getattr(forkserver._forkserver, "_forkserver_pid", None),
+            getattr(resource_tracker._resource_tracker, "_pid", None)}
+    return {p for p in pids if p}
+
+
+def become_subreaper() -> bool:
+    """Make this process the reaper of orphaned descendants (Linux); idempotent."""
+    global _SUBREAPER
+    if not _SUBREAPER:
+        try:
+            libc = ctypes.CDLL(None, use_errno=True)
+            _SUBREAPER = libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
+        except (OSError, AttributeError):  # pragma: no cover - not Linux
+            _SUBREAPER = False
+    return _SUBREAPER
+
+
+# --- the child ------------------------------------------------------------------------------
+
+
+def _child_entry(conn: Any, job: bytes) -> None:
+    from headroom.verify.child import main
+
+    main(conn, job)
+
+
+def _start_without_main(proc: Any) -> None:
+    """Start a child without re-running the caller's ``__main__`` in it (the entry point is importable)."""
+    from multiprocessing import spawn
+
+    orig = spawn.get_preparation_data
+
+    def prep(name: str) -> dict:
+        d = orig(name)
+        d.pop("init_main_from_path", None)
+        d.pop("init_main_from_name", None)
+        return d
+
+    spawn.get_preparation_data = prep
+    try:
+        proc.start()
+    finally:
+        spawn.get_preparation_data = orig
+
+
+class Child:
+    """One child process; a candidate's ``timeout`` counts only the time it works on requests."""
+
+    def __init__(self, job: P.Job, timeout: float):
+        become_subreaper()
+        self.job = job
+        self.timeout = timeout
+        self.used = 0.0
+        self.seq = 0
+        self.stage = "start-up"
+        self.frozen: list[int] = []
+        _context()
+        self.known_children = own_children() | _helpers()
+        self.started = time.monotonic()
+        self._mem_fd: int | None = None
+        self.ring_generation = 0  # the input ring this child has mapped (shared.Ring.generation)
+        _LIVE.add(self)
+        self.ready = self._start()
+
+    # life cycle
+
+    def _start(self) -> P.Ready:
+        global _CTX
+        for attempt in range(2):
+            ctx = _context()
+            self.conn, theirs = ctx.Pipe(duplex=True)
+            self.proc = ctx.Process(target=_child_entry, args=(theirs, P.encode(self.job)), daemon=False)
+            _start_without_main(self.proc)
+            theirs.close()
+            self.pid = self.proc.pid
+            reply = self._recv(P.Ready, 0, start=True)
+            if isinstance(reply, P.Failed) and reply.kind == "bad_fork" and attempt == 0:
+                self.kill()  # CUDA got initialised in the fork server: fall back to spawn
+                _CTX = mp.get_context("spawn")
+                continue
+            if isinstance(reply, P.Failed):
+                self._failed(reply)
+            self.freeze()
+            return reply
+        raise ChildFailed("the child could not start")  # pragma: no cover
+
+    def _failed(self, f: P.Failed) -> None:
+        self.thaw()  # let it finish exiting
+        self.proc.join(5)
+        raise ChildFailed(f"{f.message} (during {f.stage})", self.log_tail())
+
+    def request(self, cmd: Any, stage: str | None = None, timeout: float | None = None) -> Any:
+        """Send one command, return its reply (the child is thawed for it and frozen again after)."""
+        self.seq += 1
+        cmd = msgspec.structs.replace(cmd, seq=self.seq)
+        self.stage = stage or type(cmd).__name__.lower()
+        self.check_quiet()
+        self.thaw()
+        t0 = time.monotonic()
+        try:
+            self._send(cmd)
+            reply = self._recv(P.EXPECTED_REPLY[type(cmd)], self.seq, timeout=timeout)
+        finally:
+            self.used += time.monotonic() - t0
+        if isinstance(reply, P.Failed):
+            self._failed(reply)
+        self.freeze()
+        return reply
+
+    def check_quiet(self) -> None:
+        """Nothing may be waiting in the pipe before a command: an unrequested message is tampering."""
+        try:
+            pending = self.conn.poll(0)
+        except (OSError, EOFError):
+            pending = False
+        if pending:
+            try:
+                raw = self.conn.recv_bytes(P.MAX_MESSAGE_BYTES)
+                what = type(P.decode_reply(raw)).__name__
+            except Exception:
+                what = "a malformed frame"
+            raise Tampering(f"the child sent {what} that the harness did not ask for (during {self.stage})")
+
+    def _send(self, cmd: Any) -> None:
+        try:
+            self.conn.send_bytes(P.encode(cmd))
+        except (OSError, BrokenPipeError, ValueError):
+            self.proc.join(5)
+            raise ChildFailed(f"the child process {signal_name(self.proc.exitcode)} before {self.stage}",
+                              self.log_tail()) from None
+
+    def _recv(self, expected: type, seq: int, timeout: float | None = None, start: bool = False) -> Any:
+        limit = self.timeout - self.used if timeout is None else timeout
+        if not start and limit <= 0:
+            self.kill()
+            raise ChildFailed(f"timed out after {self.timeout:.0f} s (during {self.stage})", self.log_tail())
+        try:
+            ready = self.conn.poll(max(limit, 0.0) if not start else self.timeout)
+        except (OSError, EOFError):
+            ready = True
+        if not ready:
+            self.kill()
+            raise ChildFailed(f"timed out after {self.timeout:.0f} s (during {self.stage})", self.log_tail())
+        try:
+            raw = self.conn.recv_bytes(P.MAX_MESSAGE_BYTES)
+        except (EOFError, OSError, ConnectionError):
+            self.proc.join(5)
+            raise ChildFailed(f"the child process {signal_name(self.proc.exitcode)} during {self.stage}",
+                              self.log_tail()) from None
+        try:
+            reply = P.decode_reply(raw)
+        except (msgspec.DecodeError, msgspec.ValidationError) as e:
+            raise Tampering(f"malformed message from the child during {self.stage}: {e}") from None
+        if isinstance(reply, P.Failed) and reply.seq == seq:
+            return reply
+        if type(reply) is not expected or reply.seq != seq:
+            raise Tampering(f"the child sent {type(reply).__name__} (seq {reply.seq}) where the harness waited "
+                            f"for {expected.__name__} (seq {seq}) during {self.stage}: a forged or "
+                            f"out-of-order message")
+        return reply
+
+    # freezing and containment
+
+    def thaw(self) -> None:
+        if self.frozen:
+            send_signal(self.frozen, signal.SIGCONT)
+            self.frozen = []
+
+    def freeze(self) -> None:
+        """Stop the child, its descendants and any orphan it left (re-parented to the harness)."""
+        if self.proc.is_alive():
+            self.frozen = stop_tree(self.pid)
+            for p in self._orphans():
+                self.frozen.extend(stop_tree(p))
+
+    def _orphans(self) -> list[int]:
+        others = {c.pid for c in list(_LIVE) if getattr(c, "pid", None)}  # other children (spawn start method)
+        return [p for p in own_children() - self.known_children - _helpers() - others
+                if p != self.pid and started_after(p, self.started)]
+
+    def stray_processes(self) -> list[int]:
+        """Processes the child started that are still running (descendants and re-parented orphans)."""
+        return sorted(set(descendants(self.pid)) | set(self._orphans()))
+
+    def kill(self) -> None:
+        """Stop the child and everything it started, then kill them all."""
+        victims: list[int] = []
+        for root in [self.pid, *self._orphans()]:
+            victims.extend(stop_tree(root))
+        send_signal(victims, signal.SIGKILL)
+        send_signal(victims, signal.SIGCONT)
+        try:
+            self.proc.join(5)
+        except Exception:  # pragma: no cover
+            pass
+        reap(victims)
+        self.frozen = []
+
+    def goodbye(self) -> str | None:
+        """Ask the child to exit; it must answer ``Done`` and then close the pipe. Returns a tampering reason."""
+        if not self.proc.is_alive():
+            return None
+        try:
+            self.request(P.Bye(seq=0), stage="shutdown", timeout=10)
+        except Tampering as e:
+            return str(e)
+        except ChildFailed:
+            return None
+        self.thaw()
+        try:
+            if self.conn.poll(5):
+                self.conn.recv_bytes(P.MAX_MESSAGE_BYTES)
+                return "the child sent a message after saying goodbye"
+        except (EOFError, OSError):
+            pass
+        self.proc.join(5)
+        return None
+
+    def close(self) -> None:
+        """Kill what is left of the child and release its pipe."""
+        try:
+            self.kill()
+        finally:
+            if self._mem_fd is not None:
+                os.close(self._mem_fd)
+                self._mem_fd = None
+            try:
+                self.conn.close()
+            except OSError:
+                pass
+
+    def log_tail(self, n: int = 1500) -> str:
+        try:
+            with open(self.job.log_path, "rb") as f:
+                f.seek(0, 2)
+                size = f.tell()
+                f.seek(max(0, size - n))
+                return f.read().decode(errors="replace")
+        except OSError:
+            return ""
+
+    # reading the child's memory (CPU outputs)
+
+    def read_memory(self, addr: int, nbytes: int) -> bytes:
+        """Bytes at ``addr`` in the child (``/proc/<pid>/mem``): what is really there, not what it says."""
+        if self._mem_fd is None:
+            try:
+                self._mem_fd = os.open(f"/proc/{self.pid}/mem", os.O_RDONLY)
+            except OSError as e:
+                raise Tampering(f"the harness cannot read the child's memory ({e.strerror}): the candidate "
+                                f"made its process unreadable") from None
+        try:
+            data = os.pread(self._mem_fd, nbytes, addr)
+        except OSError as e:
+            raise Tampering(f"the child named an output at 0x{addr:x} that is not readable ({e.strerror})") from None
+        if len(data) != nbytes:
+            raise Tampering(f"the child named an output at 0x{addr:x} of which only {len(data)} of {nbytes} "
+                            f"bytes are mapped")
+        return data
+
+
+def last_line(text: str) -> str:
+    lines = [ln.strip() for ln in text.strip().splitlines() if ln.strip()]
+    return lines[-1][:300] if lines else ""

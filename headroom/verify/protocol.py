@@ -1,0 +1,267 @@
+"""The typed message protocol between the harness and a child process.
+
+Every message is a msgspec struct, encoded as msgpack; the ``type`` tag picks
+the struct. The harness sends a *command* and waits for exactly one *reply* of
+the matching type with the same ``seq`` (``EXPECTED_REPLY``); anything else —
+a message the harness did not ask for, a reply out of order, a malformed frame
+— ends the run as tampering (verdict ``fail``). Nothing a child sends is
+unpickled: decoding a reply builds plain structs and never runs code.
+
+Tensors never travel inside messages. Inputs live in a harness-owned shared
+*ring* (a ``/dev/shm`` file on a CPU, a CUDA allocation shared by IPC on a
+GPU) and commands name views of it (``RingTensor``). Outputs stay in the
+child: a reply names where they are (``AddrTensor``: an address the harness
+reads through ``/proc/<pid>/mem``; ``IpcTensor``: a CUDA IPC handle), so the
+harness reads the child's memory itself instead of trusting bytes the child
+chooses to send.
+"""
+
+from __future__ import annotations
+
+from typing import Union
+
+import msgspec
+
+MAX_MESSAGE_BYTES = 64 << 20
+
+
+class _Msg(msgspec.Struct, tag_field="type", forbid_unknown_fields=True, frozen=True):
+    pass
+
+
+# --- tensors ---------------------------------------------------------------------------------
+
+
+class RingTensor(msgspec.Struct, frozen=True, tag="ring"):
+    """A view of the harness's shared input ring: ``offset`` in bytes, strides in elements."""
+
+    offset: int
+    dtype: str
+    shape: tuple[int, ...]
+    stride: tuple[int, ...]
+
+
+class Scalar(msgspec.Struct, frozen=True, tag="scalar"):
+    """A non-tensor input (a Python number, bool or None), passed by value."""
+
+    value: Union[int, float, bool, None]
+
+
+class AddrTensor(msgspec.Struct, frozen=True, tag="addr"):
+    """A CPU tensor in the child: the address of element 0 in the child's memory."""
+
+    addr: int
+    dtype: str
+    shape: tuple[int, ...]
+    stride: tuple[int, ...]
+
+
+class IpcTensor(msgspec.Struct, frozen=True, tag="ipc"):
+    """A CUDA tensor in the child, by CUDA IPC handle (what ``torch.multiprocessing`` sends)."""
+
+    dtype: str
+    shape: tuple[int, ...]
+    stride: tuple[int, ...]
+    offset: int  # elements, within the storage
+    device: int
+    handle: bytes
+    storage_size: int
+    storage_offset: int  # bytes, of the storage within the IPC allocation
+    ref_counter_handle: bytes
+    ref_counter_offset: int
+    event_handle: Union[bytes, None]
+    event_sync_required: bool
+
+
+class Opaque(msgspec.Struct, frozen=True, tag="opaque"):
+    """An output that is not a plain ``torch.Tensor`` (a subclass, a lazy tensor, a Python object)."""
+
+    type_name: str
+
+
+class BytesTensor(msgspec.Struct, frozen=True, tag="bytes"):
+    """A correctness-trial output copied through the pipe (only when CUDA IPC is unavailable)."""
+
+    dtype: str
+    shape: tuple[int, ...]
+    data: bytes
+
+
+Arg = Union[RingTensor, Scalar]
+Out = Union[AddrTensor, IpcTensor, BytesTensor, Opaque]
+
+
+# --- the job (how a child starts) -----------------------------------------------------------------
+
+
+class RingSpec(msgspec.Struct, frozen=True):
+    """Where the shared input ring is: a file path (CPU) or an IPC handle of one CUDA allocation."""
+
+    nbytes: int
+    path: Union[str, None] = None
+    ipc: Union[IpcTensor, None] = None
+
+
+class Job(msgspec.Struct, frozen=True):
+    role: str  # reference | candidate | build (import the candidate, compiling its extensions, then wait)
+    problem: str
+    overrides: dict[str, Union[int, list[int]]]  # problem-module globals replaced for a scaled run
+    candidate: Union[str, None]
+    device: str
+    env: dict[str, str]
+    threads: Union[int, None]
+    log_path: str
+    log_cap_bytes: int
+    init_seed: int
+    poison_bytes: int = 0
+
+
+# --- commands (harness -> child) -----------------------------------------------------------------
+
+
+class MapRing(_Msg, tag="map_ring"):
+    seq: int
+    ring: RingSpec
+
+
+class Memory(_Msg, tag="memory"):
+    """Peak memory of one forward (after a warm-up forward on the same inputs)."""
+
+    seq: int
+    args: list[Arg]
+
+
+class Launches(_Msg, tag="launches"):
+    """Kernels (GPU) or aten ops (CPU) launched by one forward."""
+
+    seq: int
+    args: list[Arg]
+
+
+class Trial(_Msg, tag="trial"):
+    """One correctness trial: one forward with uninitialised memory poisoned.
+
+    Outputs are kept until the next Trial, Run or Release (the harness reads them in between).
+    """
+
+    seq: int
+    index: int
+    args: list[Arg]
+
+
+class Run(_Msg, tag="run"):
+    """One timed phase: a forward per input set (outputs kept, like Trial's). ``null``: no forward (calibration)."""
+
+    seq: int
+    batches: list[list[Arg]]
+    tf32: bool = True
+    compiled: bool = False
+    null: bool = False
+
+
+class Compile(_Msg, tag="compile"):
+    seq: int
+    args: list[Arg]
+
+
+class Release(_Msg, tag="release"):
+    seq: int
+
+
+class Bye(_Msg, tag="bye"):
+    seq: int
+
+
+Command = Union[MapRing, Memory, Launches, Trial, Run, Compile, Release, Bye]
+
+
+# --- replies (child -> harness) -----------------------------------------------------------------
+
+
+class Ready(_Msg, tag="ready"):
+    seq: int
+    device_name: str
+    torch: str
+    precision: dict[str, Union[str, bool]]
+    violations: list[str]
+
+
+class Done(_Msg, tag="done"):
+    """Acknowledges MapRing, Release, Compile and Bye."""
+
+    seq: int
+    violations: list[str]
+    error: Union[str, None] = None
+
+
+class MemoryDone(_Msg, tag="memory_done"):
+    seq: int
+    peak_bytes: int
+    method: str
+    violations: list[str]
+
+
+class LaunchesDone(_Msg, tag="launches_done"):
+    seq: int
+    count: Union[int, None]
+    method: str
+    violations: list[str]
+
+
+class TrialDone(_Msg, tag="trial_done"):
+    """``unordered_ms`` (GPU): how long a device-wide synchronise still waited after the caller's
+    stream was done — work left on a side stream, not ordered with the caller's (evidence only)."""
+
+    seq: int
+    outputs: list[Out]
+    violations: list[str]
+    unordered_ms: float = 0.0
+
+
+class RunDone(_Msg, tag="run_done"):
+    """Outputs of every iteration (where they are) and the child's own clock, a cross-check only."""
+
+    seq: int
+    outputs: list[list[Out]]
+    child_ms: list[float]
+    violations: list[str]
+
+
+class Failed(_Msg, tag="failed"):
+    """The child's code raised (or the candidate called sys.exit); ``kind``: candidate | harness."""
+
+    seq: int
+    stage: str
+    kind: str
+    message: str
+    traceback: str = ""
+
+
+Reply = Union[Ready, Done, MemoryDone, LaunchesDone, TrialDone, RunDone, Failed]
+
+EXPECTED_REPLY: dict[type, type] = {
+    MapRing: Done, Memory: MemoryDone, Launches: LaunchesDone, Trial: TrialDone, Run: RunDone,
+    Compile: Done, Release: Done, Bye: Done,
+}
+
+_ENC = msgspec.msgpack.Encoder()
+_DEC_REPLY = msgspec.msgpack.Decoder(Reply)
+_DEC_COMMAND = msgspec.msgpack.Decoder(Command)
+_DEC_JOB = msgspec.msgpack.Decoder(Job)
+
+
+def encode(msg: msgspec.Struct) -> bytes:
+    return _ENC.encode(msg)
+
+
+def decode_reply(raw: bytes) -> Reply:
+    """A reply from a child; raises ``msgspec.DecodeError`` / ``ValidationError`` on anything malformed."""
+    return _DEC_REPLY.decode(raw)
+
+
+def decode_command(raw: bytes) -> Command:
+    return _DEC_COMMAND.decode(raw)
+
+
+def decode_job(raw: bytes) -> Job:
+    return _DEC_JOB.decode(raw)

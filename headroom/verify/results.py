@@ -1,0 +1,105 @@
+"""Results: one candidate's verdict (``VerifyResult``), a suite document, and the JSON writer.
+
+The JSON is the contract ``headroom project --speedups`` reads: ``problem``,
+``verdict`` and ``speedup`` (set for ``pass`` only) keep their names and
+meaning across versions; new fields are only added. Verdicts:
+
+- ``pass``: every check passed and the speedup is conclusive (``speedup``,
+  ``speedup_ci``);
+- ``fail``: a correctness or tampering check failed (``checks``, ``reason``);
+- ``error``: the candidate could not be built or run, or the harness ran out
+  of memory (``reason``);
+- ``inconclusive``: correct, but the timing could not call a speedup
+  (``reason``; the estimate is kept in ``timing``).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from headroom.verify.compare import Check
+
+RESULTS_TOOL = "headroom verify"
+RESULTS_VERSION = 1
+VERDICTS = ("pass", "fail", "error", "inconclusive")
+
+
+@dataclass
+class VerifyResult:
+    """One candidate's verdict (``to_dict()`` is the ``--json`` contract)."""
+
+    problem: str
+    candidate: str
+    verdict: str
+    speedup: float | None = None
+    speedup_fp32: float | None = None
+    speedup_compile: float | None = None
+    speedup_ci: list | None = None  # 95% interval of ``speedup`` [lo, hi]
+    memory_ratio: float | None = None
+    checks: list[Check] = field(default_factory=list)
+    flags: list[Check] = field(default_factory=list)
+    device: str = ""
+    baseline: dict = field(default_factory=dict)
+    timing: dict = field(default_factory=dict)
+    memory: dict = field(default_factory=dict)
+    launches_per_call: dict = field(default_factory=dict)
+    build: dict | None = None
+    reason: str | None = None
+    seed: int | None = None
+    info: dict = field(default_factory=dict)
+    elapsed_s: float = 0.0
+
+    def to_dict(self) -> dict:
+        return {
+            "problem": self.problem, "candidate": self.candidate, "verdict": self.verdict,
+            "speedup": self.speedup, "speedup_fp32": self.speedup_fp32, "speedup_compile": self.speedup_compile,
+            "speedup_ci": self.speedup_ci, "memory_ratio": self.memory_ratio,
+            "checks": [c.to_dict() for c in self.checks],
+            "flags": [{"name": f.name, "detail": f.detail} for f in self.flags],
+            "review": bool(self.flags), "device": self.device, "baseline": self.baseline, "timing": self.timing,
+            "memory": self.memory, "launches_per_call": self.launches_per_call, "build": self.build,
+            "reason": self.reason, "seed": self.seed, "info": self.info, "elapsed_s": round(self.elapsed_s, 3),
+        }
+
+
+def suite_document(results: list[VerifyResult], device: str, **extra: Any) -> dict:
+    return {"tool": RESULTS_TOOL, "version": RESULTS_VERSION, "device": device,
+            "results": [r.to_dict() for r in results], **extra}
+
+
+def _clean(o: Any) -> Any:
+    """NaN/Inf (not valid JSON) become null; tuples become lists."""
+    if isinstance(o, float):
+        return o if math.isfinite(o) else None
+    if isinstance(o, dict):
+        return {str(k): _clean(v) for k, v in o.items()}
+    if isinstance(o, (list, tuple)):
+        return [_clean(v) for v in o]
+    return o
+
+
+def dumps(doc: Any) -> str:
+    return json.dumps(_clean(doc), indent=2, default=str, allow_nan=False)
+
+
+def write_json(doc: Any, path: str | Path) -> None:
+    """Write atomically: a reader never sees a half-written file."""
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", dir=p.parent)
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(dumps(doc) + "\n")
+        os.replace(tmp, p)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise

@@ -1,0 +1,347 @@
+"""Memory the harness and a child both see: the input ring, and the child's outputs read in place.
+
+The **ring** is a harness-owned buffer both processes map: a file under
+``/dev/shm`` (CPU) or one CUDA allocation shared by IPC (GPU). The harness
+writes every input (correctness trials, memory and timing phases) into it
+just before the command that uses it, while the child is frozen; commands
+name views of it (``RingTensor``). So inputs never pass through the child's
+hands before they are needed, both reference and candidate read the same
+bytes, and the harness checks the inputs after a call by reading the ring
+itself.
+
+**Outputs** stay where the child put them. The child says where (an address
+on a CPU, a CUDA IPC handle on a GPU) and the harness reads that memory
+itself — all of it for a correctness trial, a few random elements of every
+iteration's output for a timed phase, at positions chosen after the child has
+answered. Whatever the child *says* about its outputs cannot make wrong memory
+read right.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import os
+import shutil
+import tempfile
+from typing import Any
+
+from headroom.verify import protocol as P
+
+ALIGN = 256
+FULL_READ_BYTES = 4 << 20  # CPU: read a whole output span with one pread below this
+_GENERATION = itertools.count(1)
+_DTYPES = ("float64", "float32", "float16", "bfloat16", "int64", "int32", "int16", "int8", "uint8", "bool",
+           "complex64", "complex128", "uint16", "uint32", "uint64", "float8_e4m3fn", "float8_e5m2")
+
+
+def dtype_from_name(name: str) -> Any:
+    import torch
+
+    if name not in _DTYPES or not hasattr(torch, name):
+        raise ValueError(f"unsupported dtype {name!r}")
+    return getattr(torch, name)
+
+
+def dtype_name(dtype: Any) -> str:
+    return str(dtype).replace("torch.", "")
+
+
+def span_elements(shape: tuple, stride: tuple) -> int:
+    """Elements from element 0 to the last element of a strided view (0 when empty)."""
+    if any(s == 0 for s in shape):
+        return 0
+    return 1 + sum((s - 1) * st for s, st in zip(shape, stride))
+
+
+def _layout_stride(t: Any) -> tuple[int, ...]:
+    """Keep a template's dense layout (a transposed input stays transposed); otherwise contiguous."""
+    if t.is_contiguous() or t.numel() == 0:
+        return tuple(_contiguous_stride(tuple(t.shape)))
+    st = tuple(t.stride())
+    if all(s > 0 for s in st) and span_elements(tuple(t.shape), st) == t.numel():
+        return st
+    return tuple(_contiguous_stride(tuple(t.shape)))
+
+
+def _contiguous_stride(shape: tuple) -> list[int]:
+    out, acc = [], 1
+    for s in reversed(shape):
+        out.append(acc)
+        acc *= max(s, 1)
+    return list(reversed(out))
+
+
+def view(buf: Any, ref: P.RingTensor) -> Any:
+    """The tensor a ``RingTensor`` names, as a view of ``buf`` (the uint8 ring, in either process)."""
+    dtype = dtype_from_name(ref.dtype)
+    item = _itemsize(dtype)
+    n = span_elements(ref.shape, ref.stride)
+    if ref.offset < 0 or ref.offset % item or ref.offset + n * item > buf.numel():
+        raise ValueError(f"ring view out of bounds: offset {ref.offset}, {n} x {item} bytes")
+    flat = buf[ref.offset:ref.offset + max(n, 1) * item].view(dtype)
+    return flat.as_strided(ref.shape, ref.stride)
+
+
+def view_all(ring: "Ring", args: list) -> list:
+    """The harness-side values of a command's arguments (ring views and scalars)."""
+    return [view(ring.buf, a) if isinstance(a, P.RingTensor) else a.value for a in args]
+
+
+def _itemsize(dtype: Any) -> int:
+    import torch
+
+    return torch.empty((), dtype=dtype).element_size()
+
+
+def inputs_bytes(values: list) -> int:
+    import torch
+
+    return sum(_aligned(x.numel() * x.element_size()) for x in values if isinstance(x, torch.Tensor))
+
+
+def _aligned(n: int) -> int:
+    return (n + ALIGN - 1) // ALIGN * ALIGN
+
+
+class Ring:
+    """The harness's shared input buffer (see the module docstring)."""
+
+    def __init__(self, nbytes: int, device: str):
+        import torch
+
+        self.device = device
+        self.generation = next(_GENERATION)  # children re-map when it changes
+        self.nbytes = max(_aligned(int(nbytes)), 1 << 16)
+        self._dir: str | None = None
+        if device.startswith("cuda"):
+            self.nbytes = (self.nbytes + (2 << 20) - 1) // (2 << 20) * (2 << 20)  # a segment of its own
+            self.buf = torch.empty(self.nbytes, dtype=torch.uint8, device=device)
+            self._ipc = share_cuda(self.buf)
+            self.spec = P.RingSpec(nbytes=self.nbytes, ipc=self._ipc)
+        else:
+            base = "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
+            self._dir = tempfile.mkdtemp(prefix="headroom-ring-", dir=base)
+            path = os.path.join(self._dir, "ring")
+            with open(path, "wb") as f:
+                f.truncate(self.nbytes)
+            self.buf = torch.from_file(path, shared=True, size=self.nbytes, dtype=torch.uint8)
+            self.spec = P.RingSpec(nbytes=self.nbytes, path=path)
+
+    def place(self, sets: list[list], layout: list[list] | None = None) -> tuple[list[list], list[list]]:
+        """Write input sets into the ring; returns (args per set, harness-side views per set).
+
+        ``layout`` (args of an earlier ``place``) writes the new values at the same offsets (same
+        ``data_ptr`` in the child: the scaled and shifted trials).
+        """
+        import torch
+
+        args_out: list[list] = []
+        views_out: list[list] = []
+        cursor = 0
+        for si, values in enumerate(sets):
+            args: list = []
+            views: list = []
+            for vi, x in enumerate(values):
+                if not isinstance(x, torch.Tensor):
+                    if not (x is None or isinstance(x, (bool, int, float))):
+                        raise TypeError(f"unsupported input type {type(x).__name__} (tensors, numbers, None)")
+                    args.append(P.Scalar(x))
+                    views.append(x)
+                    continue
+                if layout is not None:
+                    ref = layout[si][vi]
+                    if not isinstance(ref, P.RingTensor) or tuple(ref.shape) != tuple(x.shape):
+                        raise ValueError("layout does not match the inputs")
+                else:
+                    stride = _layout_stride(x)
+                    nbytes = span_elements(tuple(x.shape), stride) * x.element_size()
+                    ref = P.RingTensor(cursor, dtype_name(x.dtype), tuple(x.shape), stride)
+                    cursor += _aligned(max(nbytes, 1))
+                    if cursor > self.nbytes:
+                        raise MemoryError(f"inputs need more than the ring's {self.nbytes} bytes")
+                v = view(self.buf, ref)
+                v.copy_(x)
+                args.append(ref)
+                views.append(v)
+            args_out.append(args)
+            views_out.append(views)
+        if self.device.startswith("cuda"):
+            torch.cuda.synchronize(self.device)
+        return args_out, views_out
+
+    def close(self) -> None:
+        self.buf = None
+        if self.device.startswith("cuda"):
+            # hand the segment back: a child that kept its mapping of this ring must never see the
+            # harness's later tensors in it (torch also holds an IPC-shared block until it is unmapped)
+            import torch
+
+            torch.cuda.empty_cache()
+        if self._dir:
+            shutil.rmtree(self._dir, ignore_errors=True)
+            self._dir = None
+
+
+def map_ring(spec: P.RingSpec, device: Any) -> Any:
+    """The ring in the child: the same file, or the same CUDA allocation."""
+    import torch
+
+    if spec.path is not None:
+        return torch.from_file(spec.path, shared=True, size=spec.nbytes, dtype=torch.uint8)
+    if spec.ipc is None:
+        raise ValueError("ring without a location")
+    return open_ipc(spec.ipc)
+
+
+# --- CUDA IPC ------------------------------------------------------------------------------
+
+
+def share_cuda(t: Any) -> P.IpcTensor:
+    """An IPC description of a CUDA tensor (the caller keeps ``t`` alive while it is used)."""
+    storage = t._typed_storage()
+    (device, handle, size_b, off_b, rc_handle, rc_off, ev_handle, ev_sync) = storage._share_cuda_()
+    return P.IpcTensor(dtype=dtype_name(t.dtype), shape=tuple(t.shape), stride=tuple(t.stride()),
+                       offset=int(t.storage_offset()), device=int(device), handle=bytes(handle),
+                       storage_size=int(size_b), storage_offset=int(off_b), ref_counter_handle=bytes(rc_handle),
+                       ref_counter_offset=int(rc_off), event_handle=None if ev_handle is None else bytes(ev_handle),
+                       event_sync_required=bool(ev_sync))
+
+
+def open_ipc(m: P.IpcTensor) -> Any:
+    """The tensor an IPC description names, mapped (not copied); validated against its storage size."""
+    import torch
+    from torch.multiprocessing.reductions import rebuild_cuda_tensor
+
+    dtype = dtype_from_name(m.dtype)
+    item = _itemsize(dtype)
+    if len(m.stride) != len(m.shape) or any(s < 0 for s in m.shape) or any(s < 0 for s in m.stride):
+        raise ValueError("bad shape or stride")
+    if (m.offset + span_elements(m.shape, m.stride)) * item > m.storage_size:
+        raise ValueError("tensor does not fit its storage")
+    return rebuild_cuda_tensor(
+        torch.Tensor, torch.Size(m.shape), tuple(m.stride), m.offset, torch.storage.TypedStorage, dtype,
+        m.device, m.handle, m.storage_size, m.storage_offset, False, m.ref_counter_handle, m.ref_counter_offset,
+        m.event_handle, m.event_sync_required)
+
+
+# --- outputs: described by the child, read by the harness ------------------------------------------
+
+
+def describe(t: Any, mode: str) -> P.Out:
+    """Child side: where an output is (``mode``: addr | ipc | bytes)."""
+    import torch
+
+    if type(t) is not torch.Tensor:
+        return P.Opaque(f"{type(t).__module__}.{type(t).__qualname__}")
+    if mode == "ipc" and t.is_cuda and t.numel() > 0:
+        return share_cuda(t)
+    if mode == "bytes" or t.is_cuda:
+        x = t.detach().contiguous().cpu()
+        return P.BytesTensor(dtype_name(t.dtype), tuple(t.shape),
+                             x.reshape(-1).view(torch.uint8).numpy().tobytes() if x.numel() else b"")
+    return P.AddrTensor(addr=int(t.data_ptr()), dtype=dtype_name(t.dtype), shape=tuple(t.shape),
+                        stride=tuple(t.stride()))
+
+
+def check_structure(out: P.Out, max_numel: int) -> None:
+    """Reject descriptions that cannot be a real output before reading anything (ValueError)."""
+    if isinstance(out, P.Opaque):
+        return
+    dtype_from_name(out.dtype)
+    if any(s < 0 for s in out.shape):
+        raise ValueError("negative dimension")
+    if math.prod(out.shape) > max_numel:
+        raise ValueError(f"{math.prod(out.shape)} elements, more than the {max_numel} expected")
+    if isinstance(out, (P.AddrTensor, P.IpcTensor)):
+        if len(out.stride) != len(out.shape) or any(s < 0 for s in out.stride):
+            raise ValueError("bad stride")
+
+
+def read_full(child: Any, out: P.Out, device: str) -> Any:
+    """Harness side: a whole output, read from the child's memory (or its bytes)."""
+    import torch
+
+    dtype = dtype_from_name(out.dtype)
+    if isinstance(out, P.BytesTensor):
+        n = math.prod(out.shape)
+        if len(out.data) != n * _itemsize(dtype):
+            raise ValueError("payload size does not match the shape")
+        if n == 0:
+            return torch.empty(out.shape, dtype=dtype, device=device)
+        return torch.frombuffer(bytearray(out.data), dtype=torch.uint8).view(dtype).reshape(out.shape).to(device)
+    if isinstance(out, P.IpcTensor):  # mapped, not copied: the child stays frozen while it is compared
+        t = open_ipc(out)
+        torch.cuda.current_stream(t.device).synchronize()
+        return t
+    n = span_elements(out.shape, out.stride)
+    if n == 0:
+        return torch.empty(out.shape, dtype=dtype, device=device)
+    raw = child.read_memory(out.addr, n * _itemsize(dtype))
+    flat = torch.frombuffer(bytearray(raw), dtype=torch.uint8).view(dtype)
+    return flat.as_strided(out.shape, out.stride).contiguous().to(device)
+
+
+def sample_positions(numel: int, k: int, seed: int) -> Any:
+    import torch
+
+    g = torch.Generator().manual_seed(seed)
+    if numel <= k:
+        return torch.arange(numel, dtype=torch.int64)
+    return torch.randint(0, numel, (k,), generator=g, dtype=torch.int64)
+
+
+def _storage_offsets(flat_idx: Any, shape: tuple, stride: tuple) -> Any:
+    off = flat_idx.new_zeros(flat_idx.shape)
+    rem = flat_idx.clone()
+    for size, st in zip(reversed(shape), reversed(stride)):
+        off += (rem % size) * st
+        rem //= size
+    return off
+
+
+def read_samples(child: Any, out: P.Out, positions: Any, keep: list | None = None) -> Any:
+    """Harness side: the output's values at flat ``positions``, read from the child's memory now.
+
+    On a GPU the read is a gather kernel on the mapped IPC memory (it waits on the child's IPC
+    event, so work still queued on the child's stream is finished first: inside the clock); the
+    result stays on the GPU until ``finish_samples``. ``keep`` holds the mappings of one phase
+    open, so outputs in one allocation segment are mapped once.
+    """
+    import torch
+
+    dtype = dtype_from_name(out.dtype)
+    if isinstance(out, P.Opaque):
+        raise ValueError(f"output is {out.type_name}, not a plain torch.Tensor")
+    if isinstance(out, P.BytesTensor):
+        return read_full(child, out, "cpu").reshape(-1)[positions]
+    if any(s == 0 for s in out.shape):
+        return torch.empty(0, dtype=dtype)
+    if isinstance(out, P.IpcTensor):
+        t = open_ipc(out)
+        if keep is not None:
+            keep.append(t)
+        offs = _storage_offsets(positions, out.shape, out.stride).to(t.device, non_blocking=True)
+        base = t.as_strided((span_elements(out.shape, out.stride),), (1,), t.storage_offset())
+        return base[offs]
+    item = _itemsize(dtype)
+    n = span_elements(out.shape, out.stride)
+    offs = _storage_offsets(positions, out.shape, out.stride)
+    if n * item <= FULL_READ_BYTES:
+        raw = child.read_memory(out.addr, n * item)
+        return torch.frombuffer(bytearray(raw), dtype=torch.uint8).view(dtype)[offs].clone()
+    vals = torch.empty(positions.numel(), dtype=dtype)
+    vb = vals.view(torch.uint8)
+    for i, o in enumerate(offs.tolist()):
+        vb[i * item:(i + 1) * item] = torch.frombuffer(bytearray(child.read_memory(out.addr + o * item, item)),
+                                                        dtype=torch.uint8)
+    return vals
+
+
+def finish_samples(rows: list[list]) -> list[list]:
+    """Wait for the GPU gathers of one phase and bring the samples to the host."""
+    import torch
+
+    if any(v.is_cuda for row in rows for v in row):
+        torch.cuda.synchronize()
+    return [[v.cpu() for v in row] for row in rows]

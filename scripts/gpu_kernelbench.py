@@ -1,0 +1,293 @@
+"""headroom verify against KernelBench's own files on one GPU, in one command, within a time budget.
+
+    python3 scripts/gpu_kernelbench.py --out $OUT                  # on the H200 (~8 min)
+    python3 scripts/gpu_kernelbench.py --out /tmp/kb --dry-run     # on a CPU: scaled shapes, a few problems
+    python3 scripts/gpu_kernelbench.py --render docs/gpu/kernelbench_l1.json   # Markdown for docs/verify.md
+
+Order of work (each step skipped, and recorded in ``skipped``, once the budget is spent):
+
+1. builds: every ``load_inline`` candidate (KernelBench's ``examples/`` and ``adversarial/``) is
+   compiled first, in parallel across the CPU cores, into a per-run extensions directory, so no
+   build time lands in a candidate's time limit or clock; meanwhile ``level1/``'s all-zeros
+   candidates run (expected ``fail``: they fail at their first correctness trial, before any
+   timing, so the CPU load of the builds cannot bias them);
+2. ``examples/``: each ``model_new_ex_X.py`` against ``model_ex_X.py``
+   (``model_new_ex_add_triton.py`` against ``model_ex_add.py``), expected ``pass``;
+3. ``adversarial/``: KernelBench's three kernels against ``level1/1_Square_matrix_multiplication_``,
+   expected ``fail``;
+4. ``level1/``: all 100 problems at full size with KernelBench's reference as the candidate
+   (expected ``pass`` or ``inconclusive``);
+5. ``benchmarks/kernelbench_l1/candidates/``: our honest re-implementations and cheats of 14
+   level-1 problems;
+6. ``level1/`` again, as time allows: partial-write and shape-cache candidates (expected ``fail``).
+
+Writes ``OUT/kernelbench_l1.json`` (headroom verify suite format, so ``headroom project
+--speedups`` reads it; every result carries ``group``, ``kind``, ``expected`` and ``as_expected``,
+plus the builds, the skipped work and the wall time of the whole run) after every problem, and
+``OUT/kernelbench_l1.log``. Needs torch and headroom's dependencies (msgspec) only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import threading
+import time
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+GENERIC = REPO / "tests" / "cheaters" / "kernelbench"
+OURS = REPO / "benchmarks" / "kernelbench_l1" / "candidates"
+EXPECTED = {"reference": "pass", "zeros": "fail", "partial_write": "fail", "shape_cache": "fail",
+            "example": "pass", "adversarial": "fail", "honest": "pass", "cheat": "fail"}
+
+
+@dataclass
+class Item:
+    group: str  # examples | adversarial | level1 | level1-extra
+    problem: Path
+    candidates: list = field(default_factory=list)  # (path, kind)
+
+
+def find_kernelbench(arg: str | None) -> Path:
+    for c in (arg, os.environ.get("HEADROOM_KERNELBENCH"), REPO.parent / "shared" / "kernelbench",
+              Path("/work/shared/kernelbench")):
+        if c and (Path(c) / "level1").is_dir():
+            return Path(c)
+    sys.exit("KernelBench not found: pass --kernelbench DIR or set HEADROOM_KERNELBENCH")
+
+
+def _level1(kb: Path, only: list[str] | None) -> list[Path]:
+    level1 = sorted((kb / "level1").glob("*.py"), key=lambda p: int(p.stem.split("_")[0]))
+    if only:
+        level1 = [p for p in level1 if p.stem.split("_")[0] in only or p.stem in only]
+    return level1
+
+
+def while_building(kb: Path, only: list[str] | None) -> list[Item]:
+    """Correctness-only work (candidates that fail before any timing) to overlap with the builds."""
+    return [Item("level1", p, [(GENERIC / "zeros.py", "zeros")]) for p in _level1(kb, only)]
+
+
+def plan(kb: Path, only: list[str] | None) -> list[Item]:
+    """Everything after the builds, in order."""
+    level1 = _level1(kb, only)
+    items: list[Item] = []
+    ex = kb / "examples"
+    for cand in sorted(ex.glob("model_new_ex_*.py")):
+        stem = cand.stem.replace("model_new_ex_", "")
+        prob = ex / f"model_ex_{stem.replace('_triton', '')}.py"
+        if prob.is_file():
+            items.append(Item("examples", prob, [(cand, "example")]))
+    matmul = kb / "level1" / "1_Square_matrix_multiplication_.py"
+    adv = sorted((kb / "adversarial").glob("*.py"))
+    if adv:
+        items.append(Item("adversarial", matmul, [(c, "adversarial") for c in adv]))
+    for p in level1:
+        items.append(Item("level1", p, [(GENERIC / "reference.py", "reference")]))
+    for p in level1:
+        sub = OURS / p.stem
+        if sub.is_dir():
+            cands = sorted(sub.glob("*.py"))
+            items.append(Item("candidates", p, [(c, "cheat" if c.stem.startswith("cheat_") else "honest")
+                                                for c in cands]))
+    for p in level1:
+        items.append(Item("level1-extra", p, [(GENERIC / "partial_write.py", "partial_write"),
+                                              (GENERIC / "shape_cache.py", "shape_cache")]))
+    return items
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--out", help="directory for kernelbench_l1.json and kernelbench_l1.log")
+    ap.add_argument("--budget", type=float, default=450.0, help="seconds of work after which nothing new starts")
+    ap.add_argument("--kernelbench", help="KernelBench directory (default: $HEADROOM_KERNELBENCH, ../shared)")
+    ap.add_argument("--device", default="auto")
+    ap.add_argument("--rounds", type=int, default=6, help="interleaved timing rounds per candidate (>= 6)")
+    ap.add_argument("--timeout", type=float, default=120.0, help="seconds a candidate may work")
+    ap.add_argument("--build-timeout", type=float, default=240.0)
+    ap.add_argument("--only", nargs="*", help="level-1 problem numbers or names (default: all 100)")
+    ap.add_argument("--dry-run", action="store_true", help="CPU, scaled shapes, quick rounds (a test of the script)")
+    ap.add_argument("--render", metavar="RESULTS", help="print the Markdown tables of a results file and exit")
+    args = ap.parse_args(argv)
+    if args.render:
+        print(render_markdown(json.loads(Path(args.render).read_text())))
+        return 0
+    if not args.out:
+        ap.error("--out is required")
+    return run(args)
+
+
+def run(args: argparse.Namespace) -> int:
+    import signal
+
+    import torch
+
+    from headroom.verify import Policy, VerifyOptions, prepare_reference, verify_candidate, write_json
+    from headroom.verify.build import build_all, new_build_dir
+    from headroom.verify.results import VerifyResult, suite_document
+
+    t0 = time.monotonic()
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    logf = open(out / "kernelbench_l1.log", "w")
+
+    def log(msg: str) -> None:
+        line = f"[{time.monotonic() - t0:6.1f}s] {msg}"
+        print(line, flush=True)
+        logf.write(line + "\n")
+        logf.flush()
+
+    def _terminate(signum, frame):  # `timeout` sends TERM: unwind, so the running children are killed
+        raise SystemExit(124)
+
+    signal.signal(signal.SIGTERM, _terminate)
+    kb = find_kernelbench(args.kernelbench)
+    device = "cpu" if args.dry_run else args.device
+    policy = Policy(rounds=args.rounds, calibration_phases=3, target_phase_ms=3.0 if args.dry_run else 10.0,
+                    max_iters=20 if args.dry_run else 200, samples_per_output=64 if args.dry_run else 256)
+    build_dir = new_build_dir()
+    base = dict(device=device, policy=policy, timeout=args.timeout, build_timeout=args.build_timeout,
+                reference_timeout=300.0, build_dir=build_dir)
+    device_name = torch.cuda.get_device_name(0) if device != "cpu" and torch.cuda.is_available() else "cpu"
+    log(f"torch {torch.__version__}, device {device_name}, KernelBench {kb}, budget {args.budget:.0f} s")
+    items = plan(kb, args.only)
+    results: list[dict] = []
+    skipped: list[str] = []
+    builds: dict = {}
+
+    def save() -> None:
+        doc = suite_document([], device_name, suite="KernelBench", kernelbench=str(kb), torch=str(torch.__version__),
+                             budget_s=args.budget, wall_s=round(time.monotonic() - t0, 1), skipped=skipped,
+                             builds=[b.to_dict() for b in list(builds.values())], dry_run=args.dry_run)
+        doc["results"] = results
+        write_json(doc, out / "kernelbench_l1.json")
+
+    def verify_item(it: Item) -> None:
+        label = f"{it.group}:{it.problem.stem}"
+        if time.monotonic() - t0 > args.budget:
+            skipped.append(label)
+            return
+        env = {"HEADROOM_TEST_PROBLEM": str(it.problem)}
+        opts = VerifyOptions.quick(**base, env=env) if args.dry_run else VerifyOptions(**base, env=env)
+        try:
+            ref = prepare_reference(it.problem, opts, progress=log)
+        except Exception as e:  # a broken problem must not end the run
+            log(f"{label}: reference failed: {type(e).__name__}: {e}")
+            for c, kind in it.candidates:
+                err = VerifyResult(it.problem.stem, str(c), "error", reason=f"reference: {e}")
+                results.append(_tag(err.to_dict(), it, kind))
+            save()
+            return
+        try:
+            for c, kind in it.candidates:
+                if time.monotonic() - t0 > args.budget:
+                    skipped.append(f"{label}/{c.name}")
+                    continue
+                try:
+                    r = verify_candidate(it.problem, c, reference=ref, built=builds.get(str(c))).to_dict()
+                except Exception as e:
+                    log(traceback.format_exc(limit=4))
+                    r = VerifyResult(it.problem.stem, str(c), "error", reason=f"harness: {type(e).__name__}: {e}").to_dict()
+                results.append(_tag(r, it, kind))
+                log(_line(results[-1]))
+        finally:
+            ref.close()
+            if torch.cuda.is_available() and device != "cpu":
+                torch.cuda.empty_cache()
+            save()
+
+    early = while_building(kb, args.only)
+    pairs = [(it.problem, c) for it in early + items for c, _ in it.candidates]
+    n_builds = sum(1 for _, c in dict.fromkeys(pairs) if "load_inline" in c.read_text(errors="replace"))
+    log(f"building {n_builds} load_inline candidates in parallel; meanwhile the all-zeros candidates "
+        f"(correctness only: they fail before any timing, so the build load cannot bias them)")
+    builder = threading.Thread(target=lambda: builds.update(build_all(
+        list(dict.fromkeys(pairs)), device, build_dir, args.build_timeout, str(out), env={}, workers=None,
+        progress=log)), daemon=True)
+    builder.start()
+    for it in early:
+        verify_item(it)
+    builder.join()
+    log(f"builds done: {sum(b.ok for b in builds.values())} ok, {sum(not b.ok for b in builds.values())} failed")
+    save()
+    for it in items:
+        verify_item(it)
+    save()
+    n_ok = sum(r["as_expected"] for r in results)
+    log(f"done: {len(results)} results, {n_ok} as expected, {len(skipped)} items skipped; wall "
+        f"{time.monotonic() - t0:.1f} s -> {out / 'kernelbench_l1.json'}")
+    logf.close()
+    return 0
+
+
+def _tag(r: dict, it: Item, kind: str) -> dict:
+    r["candidate"] = os.path.relpath(r["candidate"], REPO) if r["candidate"].startswith(str(REPO)) else r["candidate"]
+    r.update(group=it.group, kind=kind, expected=EXPECTED[kind])
+    honest = EXPECTED[kind] == "pass"
+    r["as_expected"] = (r["verdict"] in ("pass", "inconclusive")) if honest else (r["verdict"] != "pass")
+    return r
+
+
+def _line(r: dict) -> str:
+    failed = [c["name"] for c in r.get("checks", []) if not c["passed"]]
+    sp = f" {r['speedup']:.3g}x" if r.get("speedup") else ""
+    ci = r.get("speedup_ci")
+    why = (", ".join(failed) if failed else (r.get("reason") or ""))[:160]
+    return (f"{r['problem']} <- {Path(r['candidate']).name}: {r['verdict']}{sp}"
+            + (f" [{ci[0]:.3g}, {ci[1]:.3g}]" if ci else "") + (f" ({why})" if why and r["verdict"] != "pass" else "")
+            + ("" if r["as_expected"] else "  [UNEXPECTED]"))
+
+
+def render_markdown(doc: dict) -> str:
+    """The tables of docs/verify.md's H200 section, from a results file."""
+    rs = doc.get("results", [])
+
+    def x(v) -> str:
+        return f"{v:.2f}x" if isinstance(v, (int, float)) else "-"
+
+    def ms(s) -> str:
+        return f"{s['median']:.3f}" if isinstance(s, dict) and s.get("median") is not None else "-"
+
+    lines = [f"Device: {doc.get('device')}; torch {doc.get('torch')}; whole run {doc.get('wall_s')} s "
+             f"(budget {doc.get('budget_s')} s); {len(rs)} results, {sum(r.get('as_expected', False) for r in rs)} "
+             f"as expected" + (f"; skipped: {len(doc['skipped'])} items" if doc.get("skipped") else ""), ""]
+    counts: dict = {}
+    for r in rs:
+        counts.setdefault((r["group"], r["kind"]), {}).setdefault(r["verdict"], 0)
+        counts[(r["group"], r["kind"])][r["verdict"]] += 1
+    lines += ["| group | candidate | expected | verdicts |", "|---|---|---|---|"]
+    for (g, k), v in counts.items():
+        lines.append(f"| {g} | {k} | {EXPECTED[k]} | " + ", ".join(f"{n} {c}" for c, n in sorted(v.items())) + " |")
+    if doc.get("builds"):
+        lines += ["", "| build | ok | seconds | error |", "|---|---|---:|---|"]
+        for b in doc["builds"]:
+            lines.append(f"| {Path(b['candidate']).name} | {b['ok']} | {b['seconds']} | "
+                         f"{(b.get('error') or '').splitlines()[0][:80] if b.get('error') else ''} |")
+    lines += ["", "| problem | candidate | verdict | speedup [95% CI] | TF32 ms (ref / cand) | FP32/TF32 | "
+                  "launches (ref / cand) | failed checks / reason |", "|---|---|---|---:|---:|---:|---:|---|"]
+    for r in rs:
+        t = r.get("timing") or {}
+        ci = r.get("speedup_ci") or t.get("speedup_ci")
+        est = r.get("speedup") or t.get("speedup_estimate")
+        sp = f"{est:.2f}x" + (f" [{ci[0]:.2f}, {ci[1]:.2f}]" if ci else "") if est else "-"
+        fp = None
+        if t.get("reference_fp32") and t.get("reference_tf32") and t["reference_tf32"].get("median"):
+            fp = t["reference_fp32"]["median"] / t["reference_tf32"]["median"]
+        lc = r.get("launches_per_call") or {}
+        failed = ", ".join(c["name"] for c in r.get("checks", []) if not c["passed"])
+        why = failed or ((r.get("reason") or "")[:90] if r["verdict"] != "pass" else "")
+        lines.append(f"| {r['problem']} | {Path(r['candidate']).name} | {r['verdict']} | {sp} | "
+                     f"{ms(t.get('reference_tf32'))} / {ms(t.get('candidate'))} | {x(fp)} | "
+                     f"{lc.get('reference', '-')} / {lc.get('candidate', '-')} | {why} |")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

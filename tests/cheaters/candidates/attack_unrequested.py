@@ -1,0 +1,22 @@
+"""Attack: slips an extra, well-formed message into the pipe during its first correctness trial."""
+import gc
+import multiprocessing.connection
+
+import torch
+import torch.nn as nn
+
+from headroom.verify import protocol as P
+
+
+class ModelNew(nn.Module):
+    def __init__(self, in_features: int, out_features: int):
+        super().__init__()
+        self.linear = nn.Linear(in_features, out_features)
+        self.sent = False
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if torch.are_deterministic_algorithms_enabled() and not self.sent:  # a correctness trial
+            self.sent = True
+            conn = next(o for o in gc.get_objects() if isinstance(o, multiprocessing.connection.Connection))
+            conn.send_bytes(P.encode(P.Done(seq=12345, violations=[])))
+        return torch.nn.functional.gelu(self.linear(x))

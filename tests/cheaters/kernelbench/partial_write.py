@@ -1,0 +1,24 @@
+"""Cheat: writes the first half of the output and leaves the rest uninitialised (scalars: nothing)."""
+
+import os
+import sys
+
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _problem import problem_module  # noqa: E402
+
+
+def _half(o):
+    r = torch.empty_like(o)
+    n = o.numel() // 2
+    r.view(-1)[:n] = o.reshape(-1)[:n]
+    return r
+
+
+class ModelNew(problem_module().Model):
+    def forward(self, *args):
+        out = super().forward(*args)
+        if isinstance(out, (tuple, list)):
+            return type(out)(_half(o) for o in out)
+        return _half(out)

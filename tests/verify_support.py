@@ -1,0 +1,55 @@
+"""Shared by the verify tests: where KernelBench is, quick options, what an honest verdict may be."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+import torch
+
+REPO = Path(__file__).resolve().parents[1]
+CHEATERS = REPO / "tests" / "cheaters"
+
+# Reasons a correct candidate may be inconclusive on a noisy (shared, loaded) machine.
+TIMING_NOISE = ("wider than", "waited for a CPU", "calibrated time", "no measurable time", "no 95% interval")
+
+
+def kernelbench_dir() -> Path:
+    """KernelBench's files, read in place: $HEADROOM_KERNELBENCH, ../shared/kernelbench (CI), /work/shared."""
+    candidates = [os.environ.get("HEADROOM_KERNELBENCH"), REPO.parent / "shared" / "kernelbench",
+                  Path("/work/shared/kernelbench")]
+    for c in candidates:
+        if c and (Path(c) / "level1").is_dir():
+            return Path(c)
+    pytest.skip("KernelBench not found: set HEADROOM_KERNELBENCH or put it at ../shared/kernelbench")
+
+
+def assert_honest(r) -> None:
+    """Correct (no failed check), and either a conclusive pass or inconclusive for timing noise only."""
+    failed = [c.to_dict() for c in r.checks if not c.passed]
+    assert not failed, (failed, r.reason)
+    assert r.verdict in ("pass", "inconclusive"), r.reason
+    if r.verdict == "pass":
+        lo, hi = r.speedup_ci
+        assert r.speedup > 0 and lo <= r.speedup <= hi
+    else:
+        assert r.speedup is None
+        parts = r.reason.split("; ")
+        assert all(any(n in p for n in TIMING_NOISE) for p in parts), r.reason
+
+
+def assert_caught(r) -> None:
+    """Never a pass, never a speedup."""
+    assert r.verdict in ("fail", "error", "inconclusive"), (r.verdict, r.reason)
+    assert r.speedup is None and r.speedup_fp32 is None
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_harness_thread():
+    """The harness's own torch ops single-threaded (import into a test module to use): the children are
+    frozen while it works, and a shared 2-core machine punishes OpenMP spinning."""
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)

@@ -61,9 +61,9 @@ def test_missing_file_and_truncated_gzip(tmp_path):
 
 def test_bad_rules_file_is_one_line(tmp_path):
     r = tmp_path / "r.toml"
-    r.write_text('[[rule]]\ncategory = "x"\nkernel = "("\n')
+    r.write_text('[[rule]]\ncategory = "gemm"\nkernel = "("\n')
     p = headroom("classify", "--rules", r, hta_trace("base__base"))
-    assert p.returncode == 2 and "bad kernel regex" in p.stderr and "Traceback" not in p.stderr
+    assert p.returncode == 2 and "rule 1: kernel: bad regex '('" in p.stderr and "Traceback" not in p.stderr
 
 
 def test_cpu_only_trace_is_not_an_error():

@@ -1,49 +1,30 @@
 """The `headroom` command: a thin layer over the Python API.
 
 Each command group lives in its own module (`headroom/cli/*.py`) and registers itself on
-the one typer app; every user error becomes one line on stderr and exit 2.
+the one typer app (`headroom/cli/app.py`). How commands talk (stdout/stderr, exit codes,
+JSON) is in `headroom/cli/output.py` and docs/cli.md: every user error becomes one line on
+stderr and exit 2; Ctrl-C exits 130 at any moment, also while the modules are imported.
+
+This module imports nothing heavy, so `main` can take Ctrl-C over before typer, pandas or
+torch load (a second or more).
 """
 
 from __future__ import annotations
 
-import sys
-
-import typer
-
-from headroom.errors import UserError
-
-app = typer.Typer(
-    add_completion=False,
-    no_args_is_help=True,
-    pretty_exceptions_enable=False,
-    help="How much faster does a real model get if someone writes a faster GPU kernel?",
-)
+import os
+import signal
 
 
-def _register_commands() -> None:
-    from headroom.cli import profile, project, trace, verify
-
-    for module in (trace, profile, project, verify):
-        module.register(app)
-
-
-def fail(message: str) -> typer.Exit:
-    """Print one line to stderr and return the exit to raise (code 2)."""
-    print(f"headroom: error: {message}", file=sys.stderr)
-    return typer.Exit(code=2)
+def _interrupted_while_starting(signum, frame) -> None:
+    # Ctrl-C before the command runs: nothing has been written yet, so leave at once
+    # (a KeyboardInterrupt here would print a traceback from inside an import).
+    os.write(2, b"headroom: interrupted\n")
+    os._exit(130)
 
 
-def main() -> None:
-    _register_commands()
-    try:
-        app()
-    except UserError as e:
-        print(f"headroom: error: {e}", file=sys.stderr)
-        sys.exit(2)
-    except KeyboardInterrupt:
-        print("headroom: interrupted", file=sys.stderr)
-        sys.exit(130)
+def main(argv: list[str] | None = None) -> None:
+    """The `headroom` console script."""
+    signal.signal(signal.SIGINT, _interrupted_while_starting)
+    from headroom.cli.app import run
 
-
-if __name__ == "__main__":
-    main()
+    run(argv)

@@ -41,8 +41,11 @@ class Baseline:
         runtime = getattr(trace, "launches", None) if trace is not None else None
         syncs = getattr(trace, "syncs", None) if trace is not None else None
         step_end = None
-        if trace is not None and len(getattr(trace, "steps", ())):
-            step_end = float(trace.steps["end"].max())
+        steps = getattr(a, "step_ranges", None)   # the ranges the analysis used as steps (--window)
+        if steps is None and trace is not None:
+            steps = getattr(trace, "steps", None)
+        if steps is not None and len(steps):
+            step_end = float(steps["end"].max())
         return cls(events=a.events, wall_us=float(a.wall_us), window=tuple(a.window),
                    num_steps=int(a.num_steps), n_devices=int(getattr(a, "n_devices", 1) or 1),
                    mode=str(getattr(a, "mode", "gpu")), source=str(getattr(a, "source", "")),

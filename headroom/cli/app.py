@@ -1,0 +1,93 @@
+"""The typer app, and the one place where errors become exit codes (docs/cli.md)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+
+import typer
+
+from headroom import __version__
+from headroom.cli.output import EXIT_INTERRUPTED, EXIT_USAGE, error
+from headroom.errors import UserError
+
+
+# typer raises click's exceptions, or those of the copy of click that newer typers ship.
+try:
+    from typer._click import exceptions as _exc
+except ImportError:  # typer that depends on click
+    from click import exceptions as _exc
+_NoArgsIsHelp = getattr(_exc, "NoArgsIsHelpError", ())
+
+
+def _version(value: bool) -> None:
+    if value:
+        print(f"headroom {__version__}")
+        raise typer.Exit()
+
+
+app = typer.Typer(
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    help="How much faster does a real model get if someone writes a faster GPU kernel?",
+)
+
+
+@app.callback()
+def _root(version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, metavar="",
+                                       help="Print the version and exit.")) -> None:
+    """How much faster does a real model get if someone writes a faster GPU kernel?"""
+
+
+def _register_commands() -> None:
+    from headroom.cli import profile, project, trace, verify
+
+    for module in (trace, profile, project, verify):
+        module.register(app)
+
+
+def _usage_line(e: Exception) -> str:
+    cmd = e.ctx.command_path if e.ctx is not None else "headroom"
+    cmd = "headroom" + cmd[cmd.index(" "):] if " " in cmd else "headroom"
+    return f"{e.format_message()} (see '{cmd} --help')"
+
+
+def run(argv: list[str] | None = None) -> None:
+    """Run the command line; exit 0, 1 (verdict), 2 (bad input, one line on stderr) or 130 (Ctrl-C)."""
+    signal.signal(signal.SIGINT, signal.default_int_handler)   # from here on: clean up, then exit 130
+    code = 0
+    try:
+        _register_commands()
+        rv = app(args=argv, prog_name="headroom", standalone_mode=False)
+        code = rv if isinstance(rv, int) else 0
+        if code == EXIT_INTERRUPTED:   # typer turns Ctrl-C inside a command into exit 130
+            print("headroom: interrupted", file=sys.stderr)
+    except UserError as e:
+        error(str(e))
+        code = EXIT_USAGE
+    except _NoArgsIsHelp:   # typer has printed the help
+        code = EXIT_USAGE
+    except _exc.UsageError as e:
+        error(_usage_line(e))
+        code = EXIT_USAGE
+    except typer.Exit as e:
+        code = e.exit_code
+    except (KeyboardInterrupt, typer.Abort, _exc.Abort):
+        print("headroom: interrupted", file=sys.stderr)
+        code = EXIT_INTERRUPTED
+    except _exc.ClickException as e:
+        error(e.format_message())
+        code = EXIT_USAGE
+    except BrokenPipeError:
+        # `headroom report --json | head`: the reader left; say nothing more.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        code = 141
+    except OSError as e:
+        # An OS error no command turned into a UserError yet: still one line, never a traceback.
+        where = f"{e.filename}: " if e.filename else ""
+        error(f"{where}{e.strerror or e}")
+        code = EXIT_USAGE
+    sys.exit(code)
+

@@ -19,6 +19,7 @@ try:
 except ImportError:  # typer that depends on click
     from click import exceptions as _exc
 _NoArgsIsHelp = getattr(_exc, "NoArgsIsHelpError", ())
+_Abort = getattr(_exc, "Abort", typer.Abort)
 
 
 def _version(value: bool) -> None:
@@ -73,7 +74,7 @@ def run(argv: list[str] | None = None) -> None:
         code = EXIT_USAGE
     except typer.Exit as e:
         code = e.exit_code
-    except (KeyboardInterrupt, typer.Abort, _exc.Abort):
+    except (KeyboardInterrupt, typer.Abort, _Abort):
         print("headroom: interrupted", file=sys.stderr)
         code = EXIT_INTERRUPTED
     except _exc.ClickException as e:

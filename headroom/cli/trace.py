@@ -2,70 +2,78 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import List, Optional
 
 import typer
 
-from headroom.trace.analysis import analyze, analyze_path
-from headroom.report.annotate import annotate_trace
-from headroom.trace.classify import load_policy, load_rules
-from headroom.report.render import make_console, render_analysis, render_summary
-from headroom.report.tables import summary_frame
-from headroom.trace.load import find_trace_files
-
-RulesOpt = typer.Option(None, "--rules", help="TOML file of extra classification rules (tried first).")
-PolicyOpt = typer.Option(None, "--policy", help="TOML file overriding which categories are addressable.")
+from headroom.cli.common import PolicyOpt, Reader, RulesOpt, TracesArg, WholeOpt, WindowOpt
+from headroom.cli.output import emit_json
 
 
 def classify(
-    traces: List[Path] = typer.Argument(..., help="Trace files (.json/.json.gz) or directories of per-rank traces."),
-    as_json: bool = typer.Option(False, "--json", help="One JSON object per trace, one per line."),
-    all_kernels: bool = typer.Option(False, "--all", help="Also list every distinct kernel (with --json: a 'kernels' key)."),
+    traces: List[Path] = TracesArg,
+    as_json: bool = typer.Option(False, "--json", metavar="",
+                                 help="One JSON document per trace, one per line (docs/cli.md)."),
+    all_kernels: bool = typer.Option(False, "--all", metavar="",
+                                     help="Also list every distinct kernel (with --json: a 'kernels' key)."),
     rules: Optional[Path] = RulesOpt,
     policy: Optional[Path] = PolicyOpt,
-    whole_trace: bool = typer.Option(False, "--whole-trace", help="Use the whole trace, not only ProfilerStep ranges."),
+    whole_trace: bool = WholeOpt,
+    window: Optional[str] = WindowOpt,
 ) -> None:
     """Where did the GPU time go? Categories, busy/idle, and the addressable fraction."""
-    compiled_rules, compiled_policy = load_rules(rules), load_policy(policy)
+    from headroom.report.render import make_console, render_analysis, render_kernels
+
+    reader = Reader(rules, policy, whole_trace, window)
     console = make_console()
-    files = [f for t in traces for f in find_trace_files(t)]
-    for f in files:
-        a = analyze(f, rules=compiled_rules, policy=compiled_policy, whole_trace=whole_trace)
+    for a in reader.analyses(traces):
         if as_json:
-            print(json.dumps(a.to_dict(all_kernels=all_kernels)))
+            emit_json("classify", a.to_dict(all_kernels=all_kernels))
             continue
         render_analysis(a, console)
         if all_kernels:
-            for r in a.kernels.itertuples(index=False):
-                console.print(f"  {r.us / 1000:>10,.3f} ms  x{r.count:<6} {r.category:<13} {r.op[:40]:<40} {r.name[:120]}",
-                              markup=False, highlight=False)
+            render_kernels(a, console)
         console.print()
+    reader.finish()
 
 
 def annotate(
-    trace: Path = typer.Argument(..., help="Trace to annotate."),
-    out: Path = typer.Option(..., "-o", "--out", help="Output trace (.json or .json.gz)."),
+    trace: Path = typer.Argument(..., metavar="TRACE", help="Trace to annotate."),
+    out: Path = typer.Option(..., "-o", "--out", metavar="FILE", help="Output trace (.json or .json.gz)."),
     rules: Optional[Path] = RulesOpt,
     policy: Optional[Path] = PolicyOpt,
 ) -> None:
     """Write the trace back with each kernel's category in its args (for Perfetto)."""
+    from headroom.files import check_output_file
+    from headroom.report.annotate import annotate_trace
+
+    check_output_file(out)
     n = annotate_trace(trace, out, rules=rules, policy=policy)
     print(f"annotated {n} GPU events -> {out}")
 
 
 def report(
-    path: Path = typer.Argument(Path("traces"), help="Directory of traces (e.g. traces/)."),
-    as_json: bool = typer.Option(False, "--json", help="The table as a JSON list."),
+    paths: List[Path] = typer.Argument(None, metavar="[PATH]...",
+                                       help="Traces or directories of traces (default: traces/)."),
+    as_json: bool = typer.Option(False, "--json", metavar="", help="One JSON document (docs/cli.md)."),
+    rules: Optional[Path] = RulesOpt,
+    policy: Optional[Path] = PolicyOpt,
+    whole_trace: bool = WholeOpt,
+    window: Optional[str] = WindowOpt,
 ) -> None:
     """One row per trace: step time, idle share, addressable fraction, top addressable op."""
-    analyses = analyze_path(path)
+    from headroom.report.render import make_console, render_summary
+    from headroom.report.tables import summary_frame, summary_records
+
+    reader = Reader(rules, policy, whole_trace, window)
+    analyses = list(reader.analyses(paths or [Path("traces")]))
     df = summary_frame(analyses)
     if as_json:
-        print(df.to_json(orient="records"))
-    else:
+        emit_json("report", {"traces": summary_records(df), "failed": reader.failed})
+    elif len(df):
         render_summary(df, make_console())
+    reader.finish()
 
 
 def register(app: typer.Typer) -> None:

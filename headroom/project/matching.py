@@ -10,7 +10,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from headroom.errors import UserError
+from headroom.errors import UserError, unknown_name
+from headroom.regex import compile_user_regex
+from headroom.trace.classify import known_categories
 from headroom.project.problems import ProblemMap, load_problems
 from headroom.project.selectors import Atom, Selector, parse_selector
 from headroom.project.speedups import Speedup
@@ -71,6 +73,7 @@ class _Matcher:
                 return self.events["addressable"].fillna(False).to_numpy(dtype=bool)
             if p in ("all", "*"):
                 return np.ones(self.n, dtype=bool)
+            self._check_category(p)
             return self._by_value("category", exact)
         if a.kind == "op":
             return self._by_value("op", exact) | self._by_value("top_op", exact)
@@ -79,7 +82,7 @@ class _Matcher:
         if a.kind == "phase":
             return self.phases() == p
         if a.kind in ("kernel", "module", "annotation"):
-            rx = re.compile(p, re.IGNORECASE)
+            rx = compile_user_regex(p, f"selector {a}")
             col = "name" if a.kind == "kernel" else a.kind
             return self._by_value(col, lambda v: v != "" and rx.search(v) is not None)
         if a.kind == "problem":
@@ -89,6 +92,17 @@ class _Matcher:
                 out |= self.selector(sel)
             return out
         raise AssertionError(a.kind)
+
+    def _check_category(self, p: str) -> None:
+        """A category name (or glob) that no classification can produce is a typo, not "no match"."""
+        known = known_categories()
+        if "category" in self.events.columns:
+            known |= {str(c) for c in self.events["category"].dropna().unique()}
+        if _GLOB_CHARS & set(p):
+            if not any(fnmatch.fnmatchcase(c, p) for c in known):
+                raise UserError(f"selector category:{p}: matches no category (categories: {', '.join(sorted(known))})")
+        elif p not in known:
+            raise unknown_name("category", p, known | {"addressable", "all"}, f"selector category:{p}")
 
     def phases(self) -> np.ndarray:
         if not hasattr(self, "_phases"):

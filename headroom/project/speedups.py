@@ -28,6 +28,10 @@ try:
 except ImportError:  # Python 3.10
     import tomli as tomllib
 
+# A factor below this is a slowdown of more than a billion times: no measurement says that, and
+# far below it (1e-308) the projected durations overflow to infinity.
+MIN_FACTOR = 1e-9
+
 _SHORTHAND = ("category", "op", "kernel", "module", "annotation", "kind", "problem")
 _ENTRY_KEYS = {"select", "speedup", "verified", "source", "note", *_SHORTHAND}
 
@@ -65,6 +69,9 @@ def parse_factor(value: Any, where: str) -> float:
         raise UserError(f"{where}: speedup must be finite (the zero-time bound is always reported)")
     if f <= 0:
         raise UserError(f"{where}: speedup must be > 0, got {f:g}")
+    if f < MIN_FACTOR:
+        raise UserError(f"{where}: speedup {f:g} makes the selected kernels {1 / f:.3g}x slower; "
+                        f"the projection would overflow (factors below {MIN_FACTOR:g} are refused)")
     return f
 
 

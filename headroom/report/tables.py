@@ -8,6 +8,7 @@ count (the scaling chart, :mod:`headroom.report.scaling`) and the summary table.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -21,11 +22,39 @@ from headroom.trace.analysis import Analysis
 NOT_ADDRESSABLE_CORE = ("gemm", "attention", "conv")
 
 
-def workload_label(a: Analysis) -> str:
+_SIZE = re.compile(r"(?<=[-_])\d+(\.\d+)?[kmbt]$", re.IGNORECASE)
+
+
+def run_name(m: dict) -> str:
+    """The model a run profiled: the workload name, with a flavour's size in place of the default's
+    (`llama-7b --flavour 13b` -> `llama-13b`)."""
+    name = str(m.get("workload") or "")
+    flavour = str(m.get("flavour") or "")
+    if not flavour or flavour == "default":
+        return name
+    if _SIZE.search(name) and re.fullmatch(r"\d+(\.\d+)?[kmbt]", flavour, re.IGNORECASE):
+        return _SIZE.sub(flavour, name)
+    return f"{name} ({flavour})"
+
+
+def partial_layers(m: dict) -> tuple[int, int] | None:
+    """(built, total) blocks of a `headroom profile --layers` run that built only some of them."""
+    built, total = m.get("layers"), m.get("total_layers")
+    if isinstance(built, int) and isinstance(total, int) and 0 < built < total:
+        return built, total
+    return None
+
+
+def workload_label(a: Analysis, extrapolated: bool = False) -> str:
+    """`llama-13b infer prefill (4 of 40 layers, extrapolated)`, or the file name for foreign traces."""
     m = a.manifest
     if m.get("workload"):
-        variant = m.get("variant") or ""
-        return f"{m['workload']}{' ' + variant if variant else ''}"
+        variant = " ".join(t for t in str(m.get("variant") or "").split() if not re.fullmatch(r"\d+of\d+-layers", t))
+        label = f"{run_name(m)}{' ' + variant if variant else ''}"
+        part = partial_layers(m)
+        if part:
+            label += f" ({part[0]} of {part[1]} layers{', extrapolated' if extrapolated else ''})"
+        return label
     name = Path(a.source).name
     for suffix in (".json.gz", ".json", ".pt.trace"):
         name = name.removesuffix(suffix)
@@ -33,7 +62,13 @@ def workload_label(a: Analysis) -> str:
 
 
 def summary_frame(analyses: list[Analysis]) -> pd.DataFrame:
-    """One row per trace: the cross-workload table of `headroom report`."""
+    """One row per trace: the cross-workload table of `headroom report` (times in microseconds per step).
+
+    A run that built only some of its blocks (`--layers`) is extrapolated to all of them
+    (step time, idle, GEMM+attention+conv and addressable shares) and labelled so.
+    """
+    from headroom.trace.layers import extrapolate_layers
+
     rows = []
     for a in analyses:
         cats = a.categories.set_index("name")["fraction"] if len(a.categories) else pd.Series(dtype=float)
@@ -41,22 +76,43 @@ def summary_frame(analyses: list[Analysis]) -> pd.DataFrame:
         addr_ops = a.ops[a.ops["addressable_us"] > 0].sort_values("addressable_us", ascending=False)
         top = addr_ops.iloc[0] if len(addr_ops) else None
         m = a.manifest
+        step_us, idle, addressable = a.step_us, a.idle_fraction, a.addressable_fraction
+        part = partial_layers(m)
+        ext = extrapolate_layers(a, *part) if part else None
+        if ext is not None:
+            ec = ext.categories.set_index("name")["fraction"]
+            step_us, idle, addressable = ext.step_us_extrapolated, ext.idle_fraction, ext.addressable_fraction
+            core = float(sum(ec.get(c, 0.0) for c in NOT_ADDRESSABLE_CORE))
         rows.append({
-            "workload": workload_label(a),
+            "workload": workload_label(a, extrapolated=ext is not None),
             "trace": a.source,
             "mode": a.mode,
             "device": a.device_name,
-            "step_ms": a.step_us / 1000,
-            "gpu_ms_per_step": a.total_us / max(a.num_steps, 1) / 1000,
-            "idle_fraction": a.idle_fraction,
+            "basis": a.basis,
+            "num_steps": a.num_steps,
+            "step_us": step_us,
+            "gpu_us_per_step": a.total_us / max(a.num_steps, 1),
+            "idle_fraction": idle,
             "gemm_attention_conv_fraction": core,
-            "addressable_fraction": a.addressable_fraction,
+            "addressable_fraction": addressable,
             "top_addressable_op": top["op"] if top is not None else "",
             "top_addressable_op_fraction": float(top["addressable_us"]) / a.total_us if top is not None and a.total_us else 0.0,
+            "layers": f"{part[0]} of {part[1]}" if part else "",
+            "extrapolated": ext is not None,
             "dtype": m.get("dtype", ""),
             "batch": m.get("batch", ""),
         })
-    return pd.DataFrame(rows)
+    return pd.DataFrame(rows, columns=SUMMARY_COLUMNS)
+
+
+SUMMARY_COLUMNS = ["workload", "trace", "mode", "device", "basis", "num_steps", "step_us", "gpu_us_per_step",
+                   "idle_fraction", "gemm_attention_conv_fraction", "addressable_fraction", "top_addressable_op",
+                   "top_addressable_op_fraction", "layers", "extrapolated", "dtype", "batch"]
+
+
+def summary_records(df: pd.DataFrame) -> list[dict[str, Any]]:
+    """The summary table as JSON-ready rows (`headroom report --json`)."""
+    return [{k: (v.item() if hasattr(v, "item") else v) for k, v in row.items()} for row in df.to_dict("records")]
 
 
 def _label(a: Any, label: str | None) -> str:
@@ -79,8 +135,9 @@ def category_fractions(analyses: Sequence[Any], labels: Sequence[str] | None = N
     ``basis="kernel"``: fractions of kernel time (``Analysis.total_us``; their
     addressable sum is ``Analysis.addressable_fraction``). ``basis="wall"``:
     fractions of the window (busy-time shares, plus an ``idle`` row).
-    Columns: workload, category, addressable, us, fraction; sorted with
-    non-addressable categories first, then addressable ones, largest first.
+    Columns: workload, category, addressable, us, fraction; every workload's rows in one
+    order (non-addressable categories, then addressable ones, each by its share over all
+    workloads, idle last), the order the bars stack in.
     """
     if basis not in ("kernel", "wall"):
         raise UserError(f"basis must be kernel or wall, got {basis!r}")
@@ -100,13 +157,17 @@ def category_fractions(analyses: Sequence[Any], labels: Sequence[str] | None = N
             rows.append((label, "idle", False, float(a.idle_us), float(a.idle_us) / denom if denom > 0 else 0.0))
     df = pd.DataFrame(rows, columns=["workload", "category", "addressable", "us", "fraction"])
     if len(df):
-        df["_order"] = df["addressable"].astype(int)
-        df = df.sort_values(["workload", "_order", "fraction"], ascending=[True, True, False], kind="stable")
+        # One stacking order for every bar (and the legend): vendor-library categories, then the
+        # addressable ones, each by its share over all workloads; idle last.
+        group = np.where(df["category"] == "idle", 2, df["addressable"].astype(int))
+        weight = df.assign(_g=group).groupby(["_g", "category"])["fraction"].sum()
+        rank = {cat: i for i, (_, cat) in enumerate(
+            sorted(weight.index, key=lambda gc: (gc[0], -weight[gc], gc[1])))}
         order = {lab: i for i, lab in enumerate(dict.fromkeys(
             [_label(a, labels[k] if labels else None) for k, a in enumerate(analyses)]))}
         df["_w"] = df["workload"].map(order)
-        df = df.sort_values(["_w", "_order", "fraction"], ascending=[True, True, False], kind="stable")
-        df = df.drop(columns=["_order", "_w"]).reset_index(drop=True)
+        df["_c"] = df["category"].map(rank)
+        df = df.sort_values(["_w", "_c"], kind="stable").drop(columns=["_w", "_c"]).reset_index(drop=True)
     return df
 
 

@@ -86,6 +86,8 @@ class Analysis:
         out: dict[str, Any] = {
             "trace": self.source,
             "mode": self.mode,
+            "basis": self.basis,
+            "notes": list(self.notes),
             "device": self.device_name,
             "num_steps": self.num_steps,
             "step_us": self.step_us,
@@ -215,6 +217,8 @@ def analyze(source: str | os.PathLike | Trace, rules: list[Rule] | str | os.Path
     else:
         mode = MODE_CPU
         events = _cpu_events(trace, steps)
+        if len(events) == 0:
+            raise TraceError(f"{trace.source}: nothing to analyse (no GPU activity and no CPU ops)")
 
     if whole_trace:
         in_window = events

@@ -26,7 +26,7 @@ STAGES = {
     "_read_bytes": "read (+ gunzip)",
     "_typed_events": "polars parse (join + read_ndjson)",
     "_split_by_table": "filter + split by table",
-    "_gpu_args": "GPU args (msgspec)",
+    "_device_args": "device args (msgspec)",
     "_tabulate": "polars -> pandas tables",
 }
 

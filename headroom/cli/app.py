@@ -11,6 +11,7 @@ import typer
 from headroom import __version__
 from headroom.cli.output import EXIT_INTERRUPTED, EXIT_USAGE, error
 from headroom.errors import UserError
+from headroom.extras import EXTRA_OF_MODULE, missing
 
 
 # typer raises click's exceptions, or those of the copy of click that newer typers ship.
@@ -48,6 +49,10 @@ def _register_commands() -> None:
         module.register(app)
 
 
+# The extra a command's optional modules come from (the core commands need none).
+_EXTRA_OF_COMMAND = {"profile": "profile", "workloads": "profile", "verify": "verify", "bench": "verify"}
+
+
 def _usage_line(e: Exception) -> str:
     cmd = e.ctx.command_path if e.ctx is not None else "headroom"
     cmd = "headroom" + cmd[cmd.index(" "):] if " " in cmd else "headroom"
@@ -66,6 +71,15 @@ def run(argv: list[str] | None = None) -> None:
             print("headroom: interrupted", file=sys.stderr)
     except UserError as e:
         error(str(e))
+        code = EXIT_USAGE
+    except ModuleNotFoundError as e:
+        module = (e.name or "").split(".")[0]
+        if module not in EXTRA_OF_MODULE:
+            raise
+        args = sys.argv[1:] if argv is None else argv
+        command = next((a for a in args if not a.startswith("-")), "")
+        extra = _EXTRA_OF_COMMAND.get(command) if module == "torch" else None
+        error(missing(module, command, extra))
         code = EXIT_USAGE
     except _NoArgsIsHelp:   # typer has printed the help
         code = EXIT_USAGE

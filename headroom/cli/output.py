@@ -20,7 +20,7 @@ import contextlib
 import sys
 from typing import Any, Iterator
 
-from headroom.files import dumps
+from headroom.jsonio import dumps
 
 EXIT_OK = 0
 EXIT_VERDICT = 1

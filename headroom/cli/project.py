@@ -153,7 +153,7 @@ def plot_cmd(
     from headroom.project.speedups import collect_entries, parse_cli_speedup
     from headroom.report import plot
     from headroom.report.scaling import scaling_table
-    from headroom.report.tables import addressable_summary, category_fractions, projection_table, workload_label
+    from headroom.report.tables import addressable_summary, category_fractions, projection_table
 
     figures = [f.value for f in figure] if figure else None
     formats = tuple(dict.fromkeys(f.value for f in fmt)) if fmt else plot.FORMATS
@@ -184,7 +184,7 @@ def plot_cmd(
         for r in results:
             for w in r.warnings:
                 warn(f"{r.source}: {w}")
-        tbl = projection_table(results, [*(labels or [])] or [workload_label(a) for a in analyses])
+        tbl = projection_table(results, [*(labels or [])] or [a.label for a in analyses])
         written += plot.save(plot.projection_figure(tbl, title), out / "projection", formats,
                              numbers=plot.table_numbers("projection", tbl, sources) if sidecar else None)
     if "scaling" in want:

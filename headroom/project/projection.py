@@ -32,7 +32,7 @@ import numpy as np
 
 from headroom.errors import UserError
 from headroom.project.amdahl import Projection, amdahl
-from headroom.project.baseline import Breakdown, as_baseline, baseline_breakdown
+from headroom.project.baseline import Baseline, Breakdown, as_baseline, baseline_breakdown
 from headroom.project.distributions import Distribution
 from headroom.project.matching import Resolution, resolve, select
 from headroom.project.problems import ProblemMap, load_problems
@@ -40,6 +40,7 @@ from headroom.project.replay import replay_check, replay_projection
 from headroom.project.scenarios import DEFAULT_QUANTILES, distribution_scenarios
 from headroom.project.selectors import parse_selector
 from headroom.project.speedups import Speedup
+from headroom.trace.analysis import Analysis
 
 PROFILER_OVERHEAD_WARN = 0.10  # warn when profiled steps are this much slower than unprofiled ones
 
@@ -81,7 +82,7 @@ class ProjectResult:
         }
 
 
-def project(analysis: Any, entries: Sequence[Speedup] = (), distribution: Distribution | None = None,
+def project(analysis: Analysis | Baseline, entries: Sequence[Speedup] = (), distribution: Distribution | None = None,
             win_rate: float | None = None, median: float | None = None,
             scenario_select: str = "category:addressable", quantiles: Sequence[float] = DEFAULT_QUANTILES,
             strict: bool = False, problems: ProblemMap | None = None, methods: Sequence[str] = ("amdahl", "replay"),

@@ -22,20 +22,21 @@ from dataclasses import dataclass
 
 from headroom.errors import UserError, unknown_name
 from headroom.regex import compile_user_regex
+from headroom.trace.phases import phase_names
 
-KINDS = ("category", "op", "kernel", "module", "annotation", "kind", "phase", "problem")
-PHASES = ("forward", "backward", "optimizer")
+# The event field an atom tests (the part before the colon).
+FIELDS = ("category", "op", "kernel", "module", "annotation", "kind", "phase", "problem")
 EVENT_KINDS = ("kernel", "memcpy", "memset", "cpu_op")
 
 
 @dataclass(frozen=True)
 class Atom:
-    kind: str
+    field: str
     pattern: str
     negate: bool = False
 
     def __str__(self) -> str:
-        return f"{'!' if self.negate else ''}{self.kind}:{self.pattern}"
+        return f"{'!' if self.negate else ''}{self.field}:{self.pattern}"
 
 
 @dataclass(frozen=True)
@@ -53,7 +54,7 @@ class Selector:
 
 
 def parse_selector(text: str) -> Selector:
-    """Parse ``kind:pattern [& kind:pattern ...]``; raise UserError on bad input."""
+    """Parse ``FIELD:PATTERN [& FIELD:PATTERN ...]``; raise UserError on bad input."""
     if not isinstance(text, str) or not text.strip():
         raise UserError("empty selector (expected KIND:PATTERN, e.g. category:embedding)")
     atoms = []
@@ -62,24 +63,24 @@ def parse_selector(text: str) -> Selector:
         negate = part.startswith("!")
         if negate:
             part = part[1:].strip()
-        kind, sep, pattern = part.partition(":")
-        kind = kind.strip().lower()
+        field, sep, pattern = part.partition(":")
+        field = field.strip().lower()
         if not sep:
             raise UserError(
-                f"bad selector {text!r}: expected KIND:PATTERN with KIND one of {', '.join(KINDS)}")
-        if kind not in KINDS:
-            raise unknown_name("selector kind", kind, KINDS, f"bad selector {text!r}")
+                f"bad selector {text!r}: expected KIND:PATTERN with KIND one of {', '.join(FIELDS)}")
+        if field not in FIELDS:
+            raise unknown_name("selector kind", field, FIELDS, f"bad selector {text!r}")
         if pattern == "":
-            raise UserError(f"bad selector {text!r}: empty pattern after '{kind}:'")
-        if kind in ("kernel", "module", "annotation"):
+            raise UserError(f"bad selector {text!r}: empty pattern after '{field}:'")
+        if field in ("kernel", "module", "annotation"):
             compile_user_regex(pattern, f"bad selector {text!r}")
-        if kind in ("category", "kind", "phase"):
+        if field in ("category", "kind", "phase"):
             pattern = pattern.strip().lower()   # names are case-insensitive
-        if kind == "kind" and pattern not in EVENT_KINDS:
+        if field == "kind" and pattern not in EVENT_KINDS:
             raise unknown_name("kind", pattern, EVENT_KINDS, f"bad selector {text!r}")
-        if kind == "phase" and pattern not in PHASES:
-            raise unknown_name("phase", pattern, PHASES, f"bad selector {text!r}")
-        atoms.append(Atom(kind, pattern, negate))
+        if field == "phase" and pattern not in phase_names():
+            raise unknown_name("phase", pattern, phase_names(), f"bad selector {text!r}")
+        atoms.append(Atom(field, pattern, negate))
     if all(a.negate for a in atoms):
         raise UserError(f"bad selector {text!r}: needs at least one atom that is not negated")
     return Selector(tuple(atoms))

@@ -20,13 +20,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
 
+from headroom import datafiles
 from headroom.errors import UserError
 from headroom.project.selectors import Selector, parse_selector
 
-try:
-    import tomllib
-except ImportError:  # Python 3.10
-    import tomli as tomllib
 
 # A factor below this is a slowdown of more than a billion times: no measurement says that, and
 # far below it (1e-308) the projected durations overflow to infinity.
@@ -43,6 +40,8 @@ class Speedup:
     verified: bool | None = None
     source: str = ""
     note: str = ""
+    # A `headroom verify` result (its problem's fastest pass), as opposed to an entry a person wrote.
+    verify_result: bool = False
 
     @property
     def label(self) -> str:
@@ -188,15 +187,15 @@ def _best_passes(results: list[dict], path: str) -> tuple[dict[str, tuple[float,
 def _from_verify(results: list[dict], path: str) -> SpeedupFile:
     best, _, warnings = _best_passes(results, path)
     src = f"{path}: headroom verify"
-    entries = [Speedup(parse_selector(f"problem:{name}"), f, True, src, note=cand)
+    entries = [Speedup(parse_selector(f"problem:{name}"), f, True, src, note=cand, verify_result=True)
                for name, (f, cand) in best.items()]
     return SpeedupFile(entries, warnings, "verify", list(results))
 
 
 def _load_toml(path: Path, text: str) -> SpeedupFile:
     try:
-        doc = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as e:
+        doc = datafiles.loads(text)
+    except datafiles.TOMLDecodeError as e:
         raise UserError(f"{path}: invalid TOML ({e})") from None
     rows = doc.get("speedup")
     if not isinstance(rows, list) or not rows:

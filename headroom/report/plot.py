@@ -22,7 +22,8 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 
 from headroom.errors import UserError
-from headroom.files import write_atomic, write_json
+from headroom.files import write_atomic
+from headroom.jsonio import write_json
 
 FORMATS = ("png", "svg", "pdf")
 # Non-addressable categories in greys, addressable ones in colour: the split is visible in print.
@@ -35,7 +36,6 @@ COLORS = {
     "softmax": "#8c564b", "indexing": "#e377c2", "copy": "#17becf", "optimizer": "#bcbd22",
     "sort": "#ff7f0e", "fused": "#aec7e8", "other": "#98df8a",
 }
-_DARK = {"gemm", "attention"}   # segments whose percentage is written in white
 _EXTRA = ["#ffbb78", "#c5b0d5", "#f7b6d2", "#dbdb8d", "#9edae5", "#c49c94"]
 STYLE = {"font.size": 8, "axes.titlesize": 9, "axes.labelsize": 8, "legend.fontsize": 7,
          "xtick.labelsize": 7, "ytick.labelsize": 7, "svg.fonttype": "none", "pdf.fonttype": 42,
@@ -87,7 +87,7 @@ def addressable_figure(fractions: pd.DataFrame, summary: pd.DataFrame | None = N
                 if r.addressable and addr_left is None:
                     addr_left = left
                 if r.fraction >= LABEL_MIN:
-                    dark = (not r.addressable) and r.category in _DARK
+                    dark = matplotlib.colors.to_rgb(color) < (0.5, 0.5, 0.5)   # white text on dark greys
                     ax.text(left + r.fraction / 2, y, f"{100 * r.fraction:.0f}%", ha="center", va="center",
                             fontsize=6.5, color="white" if dark else "black",
                             bbox=None if dark else dict(boxstyle="round,pad=0.1", fc="white", ec="none", alpha=0.7))

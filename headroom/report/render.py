@@ -85,14 +85,14 @@ def _steps_phrase(a: Analysis) -> str:
 
 def render_analysis(a: Analysis, console: Console, top_unknown: int = 10) -> None:
     """`headroom classify`: milliseconds per step (the whole trace counts as one), totals labelled."""
-    from headroom.report.tables import partial_layers, workload_label
+    from headroom.trace.analysis import partial_layers
 
     unit = "CPU op self time" if a.mode == MODE_CPU else "GPU time"
     n = max(a.num_steps, 1)
     console.print(f"[bold]{a.source}[/bold]  {a.device_name or ''}", highlight=False)
     if a.manifest.get("workload"):
         part = partial_layers(a.manifest)
-        console.print(f"{workload_label(a)}" + (f": the numbers below are for the {part[0]} profiled blocks "
+        console.print(f"{a.label}" + (f": the numbers below are for the {part[0]} profiled blocks "
                                                 f"(headroom profile extrapolates to {part[1]})" if part else ""),
                       highlight=False)
     if a.mode == MODE_CPU:

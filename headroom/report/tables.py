@@ -8,8 +8,6 @@ count (the scaling chart, :mod:`headroom.report.scaling`) and the summary table.
 
 from __future__ import annotations
 
-import re
-from pathlib import Path
 from typing import Any, Sequence
 
 import numpy as np
@@ -17,48 +15,8 @@ import pandas as pd
 
 from headroom.errors import UserError
 from headroom.project.projection import ProjectResult
-from headroom.trace.analysis import Analysis
-
-NOT_ADDRESSABLE_CORE = ("gemm", "attention", "conv")
-
-
-_SIZE = re.compile(r"(?<=[-_])\d+(\.\d+)?[kmbt]$", re.IGNORECASE)
-
-
-def run_name(m: dict) -> str:
-    """The model a run profiled: the workload name, with a flavour's size in place of the default's
-    (`llama-7b --flavour 13b` -> `llama-13b`)."""
-    name = str(m.get("workload") or "")
-    flavour = str(m.get("flavour") or "")
-    if not flavour or flavour == "default":
-        return name
-    if _SIZE.search(name) and re.fullmatch(r"\d+(\.\d+)?[kmbt]", flavour, re.IGNORECASE):
-        return _SIZE.sub(flavour, name)
-    return f"{name} ({flavour})"
-
-
-def partial_layers(m: dict) -> tuple[int, int] | None:
-    """(built, total) blocks of a `headroom profile --layers` run that built only some of them."""
-    built, total = m.get("layers"), m.get("total_layers")
-    if isinstance(built, int) and isinstance(total, int) and 0 < built < total:
-        return built, total
-    return None
-
-
-def workload_label(a: Analysis, extrapolated: bool = False) -> str:
-    """`llama-13b infer prefill (4 of 40 layers, extrapolated)`, or the file name for foreign traces."""
-    m = a.manifest
-    if m.get("workload"):
-        variant = " ".join(t for t in str(m.get("variant") or "").split() if not re.fullmatch(r"\d+of\d+-layers", t))
-        label = f"{run_name(m)}{' ' + variant if variant else ''}"
-        part = partial_layers(m)
-        if part:
-            label += f" ({part[0]} of {part[1]} layers{', extrapolated' if extrapolated else ''})"
-        return label
-    name = Path(a.source).name
-    for suffix in (".json.gz", ".json", ".pt.trace"):
-        name = name.removesuffix(suffix)
-    return name
+from headroom.trace.analysis import Analysis, partial_layers, trace_label
+from headroom.trace.classify import category_group
 
 
 def summary_frame(analyses: list[Analysis]) -> pd.DataFrame:
@@ -72,7 +30,7 @@ def summary_frame(analyses: list[Analysis]) -> pd.DataFrame:
     rows = []
     for a in analyses:
         cats = a.categories.set_index("name")["fraction"] if len(a.categories) else pd.Series(dtype=float)
-        core = float(sum(cats.get(c, 0.0) for c in NOT_ADDRESSABLE_CORE))
+        core = float(sum(cats.get(c, 0.0) for c in category_group("vendor")))
         addr_ops = a.ops[a.ops["addressable_us"] > 0].sort_values("addressable_us", ascending=False)
         top = addr_ops.iloc[0] if len(addr_ops) else None
         m = a.manifest
@@ -82,9 +40,9 @@ def summary_frame(analyses: list[Analysis]) -> pd.DataFrame:
         if ext is not None:
             ec = ext.categories.set_index("name")["fraction"]
             step_us, idle, addressable = ext.step_us_extrapolated, ext.idle_fraction, ext.addressable_fraction
-            core = float(sum(ec.get(c, 0.0) for c in NOT_ADDRESSABLE_CORE))
+            core = float(sum(ec.get(c, 0.0) for c in category_group("vendor")))
         rows.append({
-            "workload": workload_label(a, extrapolated=ext is not None),
+            "workload": trace_label(a, extrapolated=ext is not None),
             "trace": a.source,
             "mode": a.mode,
             "device": a.device_name,
@@ -115,20 +73,11 @@ def summary_records(df: pd.DataFrame) -> list[dict[str, Any]]:
     return [{k: (v.item() if hasattr(v, "item") else v) for k, v in row.items()} for row in df.to_dict("records")]
 
 
-def _label(a: Any, label: str | None) -> str:
-    if label:
-        return label
-    if hasattr(a, "manifest") and hasattr(a, "source"):
-        return workload_label(a)
-    src = str(getattr(a, "source", "trace"))
-    base = src.rsplit("/", 1)[-1]
-    for suffix in (".json.gz", ".json", ".pt.trace"):
-        if base.endswith(suffix):
-            base = base[: -len(suffix)]
-    return base
+def _label(a: Analysis, label: str | None) -> str:
+    return label or trace_label(a)
 
 
-def category_fractions(analyses: Sequence[Any], labels: Sequence[str] | None = None,
+def category_fractions(analyses: Sequence[Analysis], labels: Sequence[str] | None = None,
                        basis: str = "kernel") -> pd.DataFrame:
     """One row per (workload, category): the category's fraction, for the addressable-fraction figure.
 
@@ -150,7 +99,7 @@ def category_fractions(analyses: Sequence[Any], labels: Sequence[str] | None = N
             for r in cats.itertuples(index=False):
                 rows.append((label, r.name, bool(r.addressable), float(r.us), float(r.us) / denom if denom > 0 else 0.0))
         else:
-            denom = float(a.wall_us) * int(getattr(a, "n_devices", 1) or 1)
+            denom = float(a.wall_us) * a.n_devices
             for r in cats.itertuples(index=False):
                 rows.append((label, r.name, bool(r.addressable), float(r.wall_us),
                              float(r.wall_us) / denom if denom > 0 else 0.0))
@@ -171,7 +120,7 @@ def category_fractions(analyses: Sequence[Any], labels: Sequence[str] | None = N
     return df
 
 
-def addressable_summary(analyses: Sequence[Any], labels: Sequence[str] | None = None,
+def addressable_summary(analyses: Sequence[Analysis], labels: Sequence[str] | None = None,
                         basis: str = "kernel") -> pd.DataFrame:
     """Per workload: the addressable fraction (the label on each bar)."""
     df = category_fractions(analyses, labels, basis)

@@ -6,6 +6,7 @@ See docs/architecture.md for every field.
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -77,12 +78,16 @@ class Analysis:
             return str(props[0].get("name", ""))
         return str(self.manifest.get("gpu", {}).get("name", "")) if isinstance(self.manifest.get("gpu"), dict) else ""
 
+    @property
+    def label(self) -> str:
+        return trace_label(self)
+
     def unknown_kernels(self, limit: int = 20) -> pd.DataFrame:
         k = self.kernels
         return k[k["category"] == "other"].head(limit)
 
     def to_dict(self, all_kernels: bool = False) -> dict[str, Any]:
-        """The `headroom classify --json` contract (docs/cli.md)."""
+        """The `headroom classify --json` contract (docs/architecture.md, "The `Analysis` object")."""
         out: dict[str, Any] = {
             "trace": self.source,
             "mode": self.mode,
@@ -121,6 +126,47 @@ class Analysis:
                 for r in self.kernels.itertuples(index=False)
             ]
         return out
+
+
+_SIZE = re.compile(r"(?<=[-_])\d+(\.\d+)?[kmbt]$", re.IGNORECASE)
+_LAYERS_TOKEN = re.compile(r"\d+of\d+-layers")
+
+
+def run_name(m: dict[str, Any]) -> str:
+    """The model a run profiled: the workload name with a flavour's size in place of the default's
+    (`llama-7b --flavour 13b` -> `llama-13b`)."""
+    name = str(m.get("workload") or "")
+    flavour = str(m.get("flavour") or "")
+    if not flavour or flavour == "default":
+        return name
+    if _SIZE.search(name) and re.fullmatch(r"\d+(\.\d+)?[kmbt]", flavour, re.IGNORECASE):
+        return _SIZE.sub(flavour, name)
+    return f"{name} ({flavour})"
+
+
+def partial_layers(m: dict[str, Any]) -> tuple[int, int] | None:
+    """(built, total) blocks of a `headroom profile --layers` run that built only some of them."""
+    built, total = m.get("layers"), m.get("total_layers")
+    if isinstance(built, int) and isinstance(total, int) and 0 < built < total:
+        return built, total
+    return None
+
+
+def trace_label(a: Analysis, extrapolated: bool = False) -> str:
+    """What tables and figures call a trace: the model and variant its manifest records
+    (`llama-13b infer prefill (4 of 40 layers, extrapolated)`), else the file name."""
+    m = a.manifest
+    if m.get("workload"):
+        variant = " ".join(t for t in str(m.get("variant") or "").split() if not _LAYERS_TOKEN.fullmatch(t))
+        label = f"{run_name(m)}{' ' + variant if variant else ''}"
+        part = partial_layers(m)
+        if part:
+            label += f" ({part[0]} of {part[1]} layers{', extrapolated' if extrapolated else ''})"
+        return label
+    name = Path(a.source).name
+    for suffix in (".json.gz", ".json", ".pt.trace"):
+        name = name.removesuffix(suffix)
+    return name
 
 
 def _cpu_events(trace: Trace, steps: pd.DataFrame | None = None) -> pd.DataFrame:

@@ -12,19 +12,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import lru_cache
-from importlib import resources
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
+from headroom.datafiles import read_toml, shipped
 from headroom.errors import UserError, did_you_mean, unknown_name
 from headroom.regex import Pattern, compile_user_regex
 
-try:
-    import tomllib
-except ImportError:  # Python 3.10
-    import tomli as tomllib
 
 OTHER = "other"
 _FIELDS = ("kernel", "op", "annotation", "module")
@@ -66,25 +62,8 @@ class Policy:
 
 def _read_toml(path: Path | None, default: str) -> tuple[dict, str]:
     if path is None:
-        text = resources.files("headroom.data").joinpath(default).read_text()
-        return tomllib.loads(text), f"headroom/data/{default}"
-    path = Path(path)
-    try:
-        raw = path.read_bytes()
-    except FileNotFoundError:
-        raise UserError(f"{path}: no such file") from None
-    except IsADirectoryError:
-        raise UserError(f"{path}: is a directory, expected a TOML file") from None
-    except OSError as e:
-        raise UserError(f"{path}: cannot read ({e.strerror or e})") from None
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as e:
-        raise UserError(f"{path}: not UTF-8 text (at byte offset {e.start}); expected a TOML file") from None
-    try:
-        return tomllib.loads(text), str(path)
-    except tomllib.TOMLDecodeError as e:
-        raise UserError(f"{path}: invalid TOML ({e})") from None
+        return shipped(default), f"headroom/data/{default}"
+    return read_toml(path), str(path)
 
 
 def _rule_categories(doc: dict) -> set[str]:
@@ -185,6 +164,11 @@ def load_classifier(rules: Path | str | None = None, policy: Path | str | None =
     if user_policy:
         table.update(_policy_table(*user_policy, shipped | rule_cats))
     return compiled, Policy(addressable=table)
+
+
+def category_group(name: str) -> tuple[str, ...]:
+    """A named group of categories (headroom/data/categories.toml): vendor, gemm_attention, memory, ..."""
+    return tuple(shipped("categories.toml")["groups"][name])
 
 
 def load_rules(extra: Path | str | None = None) -> list[Rule]:

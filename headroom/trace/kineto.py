@@ -65,6 +65,9 @@ class _Args(msgspec.Struct, rename={"external_id": "External id"}, gc=False):
     device: Id = None
     stream: Id = None
     bytes: Union[int, float, None] = None
+    # cuda_sync "Stream Wait Event" / "Event Sync": the stream and the cudaEventRecord call waited on.
+    wait_on_stream: Id = None
+    wait_on_cuda_event_record_corr_id: Id = None
 
 
 class _Event(msgspec.Struct, gc=False):
@@ -99,10 +102,14 @@ _TABLE_OF_CATEGORY = {
     "user_annotation": ("cpu", "user_annotation"),
     "python_function": ("cpu", "python_function"),
     "gpu_user_annotation": ("gpu_annotations", "gpu_user_annotation"),
+    # CUPTI synchronization records (profiles taken with enable_cuda_sync_events).
+    "cuda_sync": ("syncs", "cuda_sync"),
     # Flows link a launch to its kernel; used when a trace omits `correlation` in args.
     "ac2g": ("flows", "flow"), "async_cpu_to_gpu": ("flows", "flow"),
 }
 _TABLE = {cat: table for cat, (table, _) in _TABLE_OF_CATEGORY.items()}
+# Tables whose device/stream/bytes args msgspec decodes (polars would pay for long GPU args on every event).
+_DEVICE_TABLES = ("gpu", "gpu_annotations", "syncs")
 _KIND = {cat: kind for cat, (_, kind) in _TABLE_OF_CATEGORY.items()}
 # The columns each table keeps (the rest are dropped chunk by chunk).
 _TABLE_COLUMNS = {
@@ -111,6 +118,8 @@ _TABLE_COLUMNS = {
     "launches": ["name", "kind", "pid", "tid", "ts", "dur", "correlation", "external_id"],
     "cpu": ["name", "kind", "pid", "tid", "ts", "dur", "external_id"],
     "gpu_annotations": ["name", "pid", "tid", "ts", "dur", "device", "stream"],
+    "syncs": ["name", "pid", "tid", "ts", "dur", "device", "stream", "correlation", "wait_on_stream",
+              "wait_on_cuda_event_record_corr_id"],
     "flows": ["ph", "pid", "tid", "ts", "id"],
 }
 
@@ -203,9 +212,9 @@ def _events_used(raws: list[msgspec.Raw], start: int) -> dict[str, pl.DataFrame]
     """One chunk of events, parsed and split by table (each event numbered by its position in traceEvents)."""
     try:
         parts = _split_by_table(_typed_events(raws), start)
-        for table in ("gpu", "gpu_annotations"):
+        for table in _DEVICE_TABLES:
             positions = (parts[table]["index"] - start).to_list()
-            parts[table] = pl.concat([parts[table], _gpu_args([raws[i] for i in positions])], how="horizontal")
+            parts[table] = pl.concat([parts[table], _device_args([raws[i] for i in positions])], how="horizontal")
     except (pl.exceptions.PolarsError, pl.exceptions.PanicException, ValueError, msgspec.ValidationError):
         parts = _split_by_table(_exact_events(raws, start), start)
     return {table: parts[table].select(columns) for table, columns in _TABLE_COLUMNS.items()}
@@ -240,17 +249,24 @@ def _json_array(raws: list[msgspec.Raw]) -> bytes:
     return b"[" + b",".join(raws) + b"]"
 
 
-def _gpu_args(raws: list[msgspec.Raw]) -> pl.DataFrame:
-    """device, stream and bytes of GPU activities."""
+def _device_args(raws: list[msgspec.Raw]) -> pl.DataFrame:
+    """device, stream, bytes (and what a sync waits on) of the events that run on a device."""
     events = _ARGS_DECODER.decode(_json_array(raws))
-    return pl.DataFrame(_gpu_arg_columns([_NO_ARGS if e.args is None else e.args for e in events]))
+    return pl.DataFrame(_device_arg_columns([_NO_ARGS if e.args is None else e.args for e in events]))
 
 
-def _gpu_arg_columns(args: list[_Args]) -> dict[str, pl.Series]:
+def _small_id_series(values: list) -> pl.Series:
+    return _id_series([_id_value(v) for v in values]).cast(pl.Int64, strict=False)
+
+
+def _device_arg_columns(args: list[_Args]) -> dict[str, pl.Series]:
     # Hex text ("0x0": ROCm's streams) parses like int(text, 0).
-    return {"device": _id_series([_id_value(a.device) for a in args]).cast(pl.Int64, strict=False),
-            "stream": _id_series([_id_value(a.stream) for a in args]).cast(pl.Int64, strict=False),
-            "bytes": pl.Series([_float_value(a.bytes) for a in args], dtype=pl.Float64)}
+    return {"device": _small_id_series([a.device for a in args]),
+            "stream": _small_id_series([a.stream for a in args]),
+            "bytes": pl.Series([_float_value(a.bytes) for a in args], dtype=pl.Float64),
+            "wait_on_stream": _small_id_series([a.wait_on_stream for a in args]),
+            "wait_on_cuda_event_record_corr_id": _id_series([_id_value(a.wait_on_cuda_event_record_corr_id)
+                                                             for a in args])}
 
 
 def _exact_events(raws: list[msgspec.Raw], start: int) -> pl.DataFrame:
@@ -271,5 +287,5 @@ def _exact_events(raws: list[msgspec.Raw], start: int) -> pl.DataFrame:
         "id": _id_series([_id_value(e.id) for e in events]),
         "external_id": _id_series([_id_value(a.external_id) for a in args]),
         "correlation": _id_series([_id_value(a.correlation) for a in args]),
-        **_gpu_arg_columns(args),
+        **_device_arg_columns(args),
     })

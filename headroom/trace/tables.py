@@ -24,6 +24,10 @@ class Trace:
     launches: name, cat (cuda_runtime|cuda_driver), pid, tid, ts, dur,
               correlation, external_id
     gpu_annotations: name, device, stream, ts, dur (gpu_user_annotation ranges)
+    syncs:    name ("Stream Wait Event", "Event Sync", ...), device, stream, ts, dur,
+              correlation, wait_on_stream, wait_on_cuda_event_record_corr_id (-1 where
+              absent): Kineto's cuda_sync records, in traces profiled with
+              ``enable_cuda_sync_events``; empty otherwise
     """
 
     source: str
@@ -31,6 +35,7 @@ class Trace:
     cpu: pd.DataFrame
     launches: pd.DataFrame
     gpu_annotations: pd.DataFrame
+    syncs: pd.DataFrame
     base_ns: int | None = None
     metadata: dict[str, Any] = field(default_factory=dict)
 
@@ -154,5 +159,16 @@ def _tabulate(source: str, tables: dict[str, pl.DataFrame], base_ns: int | None,
         "ts": a["ts"].to_numpy(),
         "dur": a["dur"].fill_null(0.0).to_numpy(),
     })
+    s = tables.pop("syncs")
+    syncs = pd.DataFrame({
+        "name": _names(s["name"]),
+        "device": _small_ints(s["device"], s["pid"]),
+        "stream": _small_ints(s["stream"], s["tid"]),
+        "ts": s["ts"].to_numpy(),
+        "dur": s["dur"].fill_null(0.0).to_numpy(),
+        "correlation": _ids(s["correlation"]),
+        "wait_on_stream": s["wait_on_stream"].fill_null(-1).to_numpy(),
+        "wait_on_cuda_event_record_corr_id": _ids(s["wait_on_cuda_event_record_corr_id"]),
+    })
     return Trace(source=source, gpu=gpu, cpu=cpu, launches=launches, gpu_annotations=gpu_annotations,
-                 base_ns=base_ns, metadata=meta)
+                 syncs=syncs, base_ns=base_ns, metadata=meta)

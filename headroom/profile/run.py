@@ -33,6 +33,7 @@ from typing import Any
 
 from headroom.devices import resolve_device
 from headroom.errors import UserError
+from headroom.files import check_output_dir
 from headroom.profile.environment import environment
 from headroom.profile.manifest import MANIFEST_SCHEMA, _inject_and_compress, update_manifest
 from headroom.profile.nvtx import instrument_blocks
@@ -50,6 +51,14 @@ GPU_STEPS = (3, 10, 3)
 CPU_STEPS = (1, 3, 1)
 # torch.profiler's schedule before the recorded steps.
 PROFILER_WAIT, PROFILER_WARMUP = 1, 1
+
+
+def _stats_us(s: StepStats) -> dict[str, Any]:
+    """Step statistics in microseconds, for `headroom profile --json` (docs/cli.md)."""
+    us = lambda ms: ms * 1e3  # noqa: E731
+    return {"n": s.n, "method": s.method, "median_us": us(s.median_ms), "mean_us": us(s.mean_ms),
+            "min_us": us(s.min_ms), "max_us": us(s.max_ms), "stdev_us": us(s.stdev_ms),
+            "times_us": [round(us(t), 1) for t in s.times_ms]}
 
 
 @dataclass
@@ -72,6 +81,10 @@ class ProfileResult:
         return self.profiled.median_ms / self.timed.median_ms - 1.0
 
     @property
+    def overhead_measurable(self) -> bool:
+        return overhead_verdict(self.timed, self.profiled)[0]
+
+    @property
     def step_ms(self) -> float:
         return self.timed.median_ms
 
@@ -80,11 +93,34 @@ class ProfileResult:
             "workload": self.workload,
             "trace": str(self.trace_path),
             "manifest": self.manifest,
-            "timing": {"timed": self.timed.to_dict(), "profiled": self.profiled.to_dict(),
-                       "overhead": self.overhead},
+            "timing": {"timed": _stats_us(self.timed), "profiled": _stats_us(self.profiled),
+                       "overhead": self.overhead if self.overhead_measurable else None,
+                       "overhead_measurable": self.overhead_measurable},
             "layers": self.layers.to_dict() if self.layers else None,
             "analysis": self.analysis.to_dict(),
         }
+
+
+MIN_STEPS_FOR_OVERHEAD = 3
+
+
+def overhead_verdict(timed: StepStats, profiled: StepStats) -> tuple[bool, str]:
+    """Whether the profiler's overhead can be told from the noise, and how to say it.
+
+    It needs at least 3 timed and 3 profiled steps; a profiled median *faster* than the unprofiled
+    one by more than their spread (interquartile range over the median) is noise, not a measurement
+    (a few CPU steps gave "-62%"); a difference inside the spread is "within the noise".
+    """
+    if timed.n < MIN_STEPS_FOR_OVERHEAD or profiled.n < MIN_STEPS_FOR_OVERHEAD:
+        return False, (f"not measurable ({timed.n} timed and {profiled.n} profiled step(s); "
+                       f"needs {MIN_STEPS_FOR_OVERHEAD} of each)")
+    overhead = profiled.median_ms / timed.median_ms - 1.0 if timed.median_ms > 0 else float("nan")
+    noise = max(timed.iqr_rel or 0.0, profiled.iqr_rel or 0.0)
+    if not overhead == overhead or overhead < -noise:
+        return False, f"not measurable (profiled steps {100 * -overhead:.0f}% faster than unprofiled: noise)"
+    if abs(overhead) <= noise:
+        return True, f"within the noise ({100 * overhead:+.1f}%, steps vary by {100 * noise:.1f}%)"
+    return True, f"{100 * overhead:+.1f}%"
 
 
 def _free(device: Any) -> None:
@@ -204,6 +240,7 @@ def _run_manifest(spec: WorkloadSpec, cfg: RunConfig, dev: Any, m: _Measured, co
     """How the numbers were made: the configuration, the environment, the timing (docs/workloads.md)."""
     t, p = m.timed, m.profiled
     overhead = p.median_ms / t.median_ms - 1.0 if t.n and t.median_ms > 0 else None
+    measurable = overhead_verdict(t, p)[0]
     return {
         "schema": MANIFEST_SCHEMA,
         "tool": "headroom profile",
@@ -222,7 +259,8 @@ def _run_manifest(spec: WorkloadSpec, cfg: RunConfig, dev: Any, m: _Measured, co
                      "cuda_sync_events": m.cuda_sync_events},
         "steps": {"warmup": counts[0], "timed": counts[1], "profiled": counts[2]},
         "timing": {"step_ms": t.median_ms, "timed": t.to_dict(), "profiled": p.to_dict(),
-                   "overhead": overhead, "build_s": round(m.build_s, 2), "warmup_s": round(m.warmup_s, 2)},
+                   "overhead": overhead, "overhead_measurable": measurable,
+                   "build_s": round(m.build_s, 2), "warmup_s": round(m.warmup_s, 2)},
         "peak_memory_gb": round(m.peak_gb, 2) if m.peak_gb is not None else None,
         "command": command or " ".join(shlex.quote(a) for a in sys.argv),
         "date": started.isoformat(timespec="seconds"),
@@ -261,8 +299,9 @@ def profile_workload(
     d_warm, d_timed, d_prof = GPU_STEPS if dev.type == "cuda" else CPU_STEPS
     counts = (d_warm if warmup is None else warmup, d_timed if timed_steps is None else timed_steps,
               d_prof if steps is None else steps)
-    if counts[2] < 1 or counts[0] < 0 or counts[1] < 0:
-        raise UserError("--steps must be at least 1; --warmup and --timed-steps at least 0")
+    if counts[2] < 1 or counts[1] < 1 or counts[0] < 0:
+        raise UserError("--steps and --timed-steps must be at least 1 (the step time is the median of the "
+                        "timed steps), --warmup at least 0")
     if dev.type == "cpu":
         progress.note("no CUDA device: running on the CPU; the trace is classified by CPU operator")
     for note in cfg.notes:
@@ -271,11 +310,15 @@ def profile_workload(
         progress.note(f"profiling {cfg.layers} of {cfg.total_layers} blocks; per-block time is scaled "
                       f"x{cfg.total_layers / cfg.layers:g} (embeddings and heads counted once)")
 
-    out_dir = Path(out)
-    out_dir.mkdir(parents=True, exist_ok=True)
+    out_dir = check_output_dir(out)   # now, not after the run
     name = trace_name or f"{cfg.tag}.json.gz"
     trace_path = out_dir / name
+    if trace_path.is_dir():
+        raise UserError(f"{trace_path}: is a directory, expected a trace file name")
     raw_tmp = out_dir / f".{name}.{os.getpid()}.raw.json"
+    # The new trace is classified before it replaces an existing one of the same name: a run that
+    # fails (or a trace headroom cannot read) leaves the old trace in place.
+    new_trace = out_dir / f".{name}.{os.getpid()}.partial"
 
     if dev.type == "cuda":
         torch.backends.cuda.matmul.allow_tf32 = cfg.tf32
@@ -288,18 +331,26 @@ def profile_workload(
         measured = _measure(spec, cfg, dev, counts, raw_tmp, progress, record_shapes)
         manifest = _run_manifest(spec, cfg, dev, measured, counts, record_shapes, command, started, name)
         with _stage(progress, "export", str(trace_path)):
-            _inject_and_compress(raw_tmp, manifest, trace_path)
+            _inject_and_compress(raw_tmp, manifest, new_trace)
+        raw_tmp.unlink()
+        timed = measured.timed
+        with _stage(progress, "classify"):
+            analysis = analyze(new_trace)
+            layers = None
+            if measured.block_ranges and cfg.layers is not None and cfg.total_layers is not None:
+                layers = extrapolate_layers(analysis, cfg.layers, cfg.total_layers,
+                                            timed_step_ms=timed.median_ms if timed.n else None)
+        try:
+            os.replace(new_trace, trace_path)
+        except OSError as e:
+            raise UserError(f"{trace_path}: cannot write ({e.strerror or e})") from None
     finally:
-        if raw_tmp.exists():
-            raw_tmp.unlink()
-
-    timed = measured.timed
-    with _stage(progress, "classify"):
-        analysis = analyze(trace_path)
-        layers = None
-        if measured.block_ranges and cfg.layers is not None and cfg.total_layers is not None:
-            layers = extrapolate_layers(analysis, cfg.layers, cfg.total_layers,
-                                        timed_step_ms=timed.median_ms if timed.n else None)
+        for tmp in (raw_tmp, new_trace):
+            if tmp.exists():
+                tmp.unlink()
+    analysis.source = str(trace_path)
+    if analysis.trace is not None:
+        analysis.trace.source = str(trace_path)
     entry = dict(manifest)
     entry["results"] = {
         "mode": analysis.mode, "step_us_profiled": analysis.step_us,

@@ -235,15 +235,13 @@ def render_profile(result: ProfileResult, console: Console) -> None:
     unit = "CPU op time" if a.mode == MODE_CPU else "GPU time"
     t, p = result.timed, result.profiled
     console.print()
+    from headroom.profile.run import overhead_verdict
+
     if t.n:
         console.print(f"[bold]step time[/bold]        {t.median_ms:,.2f} ms  (median of {t.n}, {t.method}; "
                       f"min {t.min_ms:,.2f}, max {t.max_ms:,.2f})", highlight=False)
-        noisy = "; few CPU steps: indicative only" if a.mode == MODE_CPU else ""
-        console.print(f"profiler overhead  {100 * result.overhead:+.1f}%  (profiled median {p.median_ms:,.2f} ms "
-                      f"over {p.n} steps{noisy})", highlight=False)
-    else:
-        console.print(f"[bold]step time[/bold]        {p.median_ms:,.2f} ms  (profiled; no unprofiled steps timed)",
-                      highlight=False)
+        console.print(f"profiler overhead  {overhead_verdict(t, p)[1]}  (profiled median {p.median_ms:,.2f} ms "
+                      f"over {p.n} step(s))", highlight=False)
     if a.mode == MODE_CPU:
         console.print("idle share         n/a (no GPU)")
     else:
@@ -252,8 +250,9 @@ def render_profile(result: ProfileResult, console: Console) -> None:
     x = result.layers
     if x is not None and cfg.extrapolated:
         console.print()
-        console.print(f"[bold]extrapolated to {x.total} of {x.total} blocks[/bold] from {x.built} "
-                      f"(per-block time x{x.factor:g}; {_pct(x.block_share)} of the measured time is in blocks)")
+        console.print(f"[bold]{a.label}: {x.built} of {x.total} layers profiled, extrapolated to {x.total}[/bold] "
+                      f"(per-block time x{x.factor:g}; {_pct(x.block_share)} of the measured time is in blocks)",
+                      highlight=False)
         table = Table(show_edge=False, header_style="bold")
         table.add_column("category")
         table.add_column(f"% of {unit} ({x.total} blocks)", justify="right")

@@ -23,6 +23,30 @@ _NoArgsIsHelp = getattr(_exc, "NoArgsIsHelpError", ())
 _Abort = getattr(_exc, "Abort", typer.Abort)
 
 
+def _plain_help() -> None:
+    """Help without `<bool>` beside flags and `<list[Path]>` beside named arguments: a flag takes no
+    value, and an argument's metavar (TRACE...) already says what it takes. Choices stay listed."""
+    try:
+        from typer.core import TyperArgument, TyperOption
+    except ImportError:  # a typer without these classes shows no types anyway
+        return
+    arg_type, opt_type = TyperArgument.display_type_rich, TyperOption.display_type_rich
+    if getattr(arg_type, "_headroom", False):
+        return
+
+    def argument(self, ctx):
+        return None if self.metavar is not None else arg_type(self, ctx)
+
+    def option(self, ctx):
+        return None if getattr(self, "is_flag", False) else opt_type(self, ctx)
+
+    argument._headroom = option._headroom = True
+    TyperArgument.display_type_rich, TyperOption.display_type_rich = argument, option
+
+
+_plain_help()
+
+
 def _version(value: bool) -> None:
     if value:
         print(f"headroom {__version__}")
@@ -59,6 +83,18 @@ def _usage_line(e: Exception) -> str:
     return f"{e.format_message()} (see '{cmd} --help')"
 
 
+def _interrupted() -> None:
+    """Ctrl-C: every `finally` has run (no temporary file is left); say so and leave with 130 at once,
+    so that no second interrupt during the interpreter's shutdown turns it into a traceback or a kill."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        sys.stdout.flush()
+    except Exception:  # a closed pipe: nothing more to say there
+        pass
+    print("headroom: interrupted", file=sys.stderr, flush=True)
+    os._exit(EXIT_INTERRUPTED)
+
+
 def run(argv: list[str] | None = None) -> None:
     """Run the command line; exit 0, 1 (verdict), 2 (bad input, one line on stderr) or 130 (Ctrl-C)."""
     signal.signal(signal.SIGINT, signal.default_int_handler)   # from here on: clean up, then exit 130
@@ -68,7 +104,7 @@ def run(argv: list[str] | None = None) -> None:
         rv = app(args=argv, prog_name="headroom", standalone_mode=False)
         code = rv if isinstance(rv, int) else 0
         if code == EXIT_INTERRUPTED:   # typer turns Ctrl-C inside a command into exit 130
-            print("headroom: interrupted", file=sys.stderr)
+            _interrupted()
     except UserError as e:
         error(str(e))
         code = EXIT_USAGE
@@ -89,8 +125,7 @@ def run(argv: list[str] | None = None) -> None:
     except typer.Exit as e:
         code = e.exit_code
     except (KeyboardInterrupt, typer.Abort, _Abort):
-        print("headroom: interrupted", file=sys.stderr)
-        code = EXIT_INTERRUPTED
+        _interrupted()
     except _exc.ClickException as e:
         error(e.format_message())
         code = EXIT_USAGE

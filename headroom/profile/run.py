@@ -302,6 +302,7 @@ def profile_workload(
     if counts[2] < 1 or counts[1] < 1 or counts[0] < 0:
         raise UserError("--steps and --timed-steps must be at least 1 (the step time is the median of the "
                         "timed steps), --warmup at least 0")
+    out_dir = check_output_dir(out)   # now, not after the run
     if dev.type == "cpu":
         progress.note("no CUDA device: running on the CPU; the trace is classified by CPU operator")
     for note in cfg.notes:
@@ -310,7 +311,6 @@ def profile_workload(
         progress.note(f"profiling {cfg.layers} of {cfg.total_layers} blocks; per-block time is scaled "
                       f"x{cfg.total_layers / cfg.layers:g} (embeddings and heads counted once)")
 
-    out_dir = check_output_dir(out)   # now, not after the run
     name = trace_name or f"{cfg.tag}.json.gz"
     trace_path = out_dir / name
     if trace_path.is_dir():

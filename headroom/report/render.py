@@ -21,10 +21,22 @@ _INNER_TEMPLATE = re.compile(r"<[^<>]*>")
 _ELLIPSIS = "\u2026"
 
 
+def _depth(text: str) -> int:
+    d = best = 0
+    for ch in text:
+        if ch == "<":
+            d += 1
+            best = max(best, d)
+        elif ch == ">":
+            d = max(d - 1, 0)
+    return best
+
+
 def short_name(name: str, width: int = 72) -> str:
     """A kernel or op name that fits `width` characters, shortened by its structure: the `void`
-    return type, then the parameter list, then template arguments (innermost first), then
-    namespaces; only then cut in the middle. Names that fit are left alone."""
+    return type, then the parameter list, then nested template arguments (innermost first), then
+    namespaces inside the arguments, then the function's namespaces, then the remaining template
+    arguments; only then cut in the middle. Names that fit are left alone (JSON keeps them whole)."""
     n = " ".join(str(name).split())
     if n.startswith("void "):
         n = n[5:]
@@ -40,21 +52,20 @@ def short_name(name: str, width: int = 72) -> str:
         elif ch == "(" and depth == 0 and i > 0:
             n = n[:i] + "(" + _ELLIPSIS + ")"
             break
-    while len(n) > width:              # template arguments, innermost first
-        inner = _INNER_TEMPLATE.findall(n)
-        if not inner:
-            break
-        collapsed = _INNER_TEMPLATE.sub("\x00", n, count=1)
-        if collapsed == n:
-            break
-        n = collapsed
-    n = n.replace("\x00", "<" + _ELLIPSIS + ">")
-    if len(n) > width:                 # namespaces of the function name
-        head, sep, tail = n.partition("<")
-        parts = head.split("::")
-        if len(parts) > 1:
-            n = _ELLIPSIS + "::" + parts[-1] + sep + tail
-    n = n.replace("{anon}", "(anonymous namespace)")
+    def size(t: str) -> int:   # as printed: `<…>` for each collapsed argument list, the namespace in full
+        return len(t) + 2 * t.count("\x00") + (len("(anonymous namespace)") - len("{anon}")) * t.count("{anon}")
+
+    while size(n) > width and _depth(n) >= 2:   # nested template arguments, innermost first
+        n = _INNER_TEMPLATE.sub("\x00", n, count=1)
+    head, sep, tail = n.partition("<")
+    if size(n) > width and sep:                 # namespaces inside the arguments
+        tail = re.sub(r"(\{anon\}::|\b[A-Za-z_]\w*::)+", "", tail)
+        n = head + sep + tail
+    if size(n) > width and "::" in head:        # the function's namespaces
+        n = _ELLIPSIS + "::" + head.rsplit("::", 1)[1] + sep + tail
+    while size(n) > width and _INNER_TEMPLATE.search(n):
+        n = _INNER_TEMPLATE.sub("\x00", n, count=1)
+    n = n.replace("\x00", "<" + _ELLIPSIS + ">").replace("{anon}", "(anonymous namespace)")
     if len(n) > width:
         keep = width - 1
         n = n[: (keep + 1) // 2] + _ELLIPSIS + n[len(n) - keep // 2:]

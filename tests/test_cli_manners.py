@@ -20,9 +20,31 @@ from tests.conftest import REPO, SHIPPED_TRACES, TraceBuilder
 DLRM = SHIPPED_TRACES / "dlrm.train.json.gz"
 
 
-def headroom(*args, timeout=120, **kw) -> subprocess.CompletedProcess:
+def subprocess_headroom(*args, timeout=120, **kw) -> subprocess.CompletedProcess:
+    """The real command, in a process of its own (for signals, help rendering, imports)."""
     return subprocess.run([sys.executable, "-m", "headroom.cli", *map(str, args)], capture_output=True,
                           text=True, cwd=REPO, timeout=timeout, **kw)
+
+
+@pytest.fixture
+def headroom(capfd, monkeypatch):
+    """`headroom ARGS...` in this process (the same entry point, without the interpreter's start-up):
+    returns the exit code and what went to stdout and stderr."""
+    from headroom.cli.app import run
+
+    monkeypatch.chdir(REPO)
+
+    def call(*args) -> subprocess.CompletedProcess:
+        capfd.readouterr()
+        try:
+            run([str(a) for a in args])
+            code = 0
+        except SystemExit as e:
+            code = e.code if isinstance(e.code, int) else 1
+        out, err = capfd.readouterr()
+        return subprocess.CompletedProcess(args, code, out, err)
+
+    return call
 
 
 def one_error_line(p: subprocess.CompletedProcess, *needles: str) -> str:
@@ -52,26 +74,26 @@ def strict_json(text: str):
     (("profile", "llama-7b", "--timed-steps", "0"), "--timed-steps"),   # used to write NaN into the trace
     (("report", "--rules"), "requires an argument"),
 ])
-def test_usage_errors_are_one_line(args, needle):
+def test_usage_errors_are_one_line(args, needle, headroom):
     one_error_line(headroom(*args), needle)
 
 
 def test_version_and_choices_in_help():
-    p = headroom("--version")
+    p = subprocess_headroom("--version")
     assert p.returncode == 0 and re.fullmatch(r"headroom \d+\.\d+\.\d+\n", p.stdout)
     wide = {**os.environ, "COLUMNS": "200"}
-    plot = headroom("plot", "--help", env=wide).stdout
+    plot = subprocess_headroom("plot", "--help", env=wide).stdout
     assert "addressable|projection|scaling]>" in plot and "png|svg|pdf]>" in plot and "<wall|kernel>" in plot
     assert "<list[Path]>" not in plot and "<list[str]>" not in plot
     assert "<bool>" not in plot
-    prof = headroom("profile", "--help", env=wide).stdout
+    prof = subprocess_headroom("profile", "--help", env=wide).stdout
     assert "<train|infer>" in prof and "<bf16|fp16|fp32>" in prof and "<auto|cuda|cpu>" in prof
-    assert "--install-completion" in headroom("--help").stdout
+    assert "--install-completion" in subprocess_headroom("--help").stdout
 
 
 # --- rules, policies and selectors: names checked --------------------------------------------------
 
-def test_rules_and_policy_files_of_any_kind(tmp_path):
+def test_rules_and_policy_files_of_any_kind(tmp_path, headroom):
     one_error_line(headroom("classify", "--rules", tmp_path, DLRM), "is a directory")
     latin = tmp_path / "p.toml"
     latin.write_bytes(b"[addressable]\n# r\xe9gle\ngemm = true\n")
@@ -84,7 +106,7 @@ def test_rules_and_policy_files_of_any_kind(tmp_path):
     one_error_line(headroom("classify", "--rules", typo, DLRM), "unknown category 'gemn' (did you mean 'gemm'?)")
 
 
-def test_policy_names_are_case_insensitive(tmp_path):
+def test_policy_names_are_case_insensitive(tmp_path, headroom):
     # `GEMM = true` used to do nothing (the key is "gemm"): dlrm stayed 63.4% addressable.
     upper = tmp_path / "p.toml"
     upper.write_text("[addressable]\nGEMM = true\n")
@@ -96,7 +118,7 @@ def test_policy_names_are_case_insensitive(tmp_path):
     assert round(100 * d["addressable_fraction"], 1) == 99.9
 
 
-def test_selector_typos_are_errors_with_did_you_mean():
+def test_selector_typos_are_errors_with_did_you_mean(headroom):
     # used to warn, print a table of zeros and exit 0
     one_error_line(headroom("project", DLRM, "-s", "category:embeding=2"),
                    "unknown category 'embeding' (did you mean 'embedding'?)")
@@ -107,7 +129,7 @@ def test_selector_typos_are_errors_with_did_you_mean():
     assert d["entries"][0]["kernels"] == 69
 
 
-def test_factors_whose_projection_would_overflow_are_refused():
+def test_factors_whose_projection_would_overflow_are_refused(headroom):
     # 1e-308 passed validation and gave inf/NaN projections
     one_error_line(headroom("project", DLRM, "-s", "category:embedding=1e-308"), "would overflow")
 
@@ -120,14 +142,14 @@ def test_a_catastrophic_regex_cannot_hang_a_run(tmp_path, builder):
     rules = tmp_path / "r.toml"
     rules.write_text('[[rule]]\ncategory = "gemm"\nkernel = "(.*a){25}"\n')
     t0 = time.monotonic()
-    p = headroom("classify", "--json", "--rules", rules, trace, timeout=60)
+    p = subprocess_headroom("classify", "--json", "--rules", rules, trace, timeout=60)
     assert p.returncode == 0, p.stderr
     assert strict_json(p.stdout)["categories"][0]["name"] == "gemm" and time.monotonic() - t0 < 30
 
 
 # --- JSON: strict, µs, schema -----------------------------------------------------------------------
 
-def test_json_never_holds_nan_or_infinity(tmp_path):
+def test_json_never_holds_nan_or_infinity(tmp_path, headroom):
     # Two 1.5e308 µs kernels sum to Infinity, which json.dumps writes as `Infinity` (not JSON).
     b = TraceBuilder()
     b.step(1, 0, 100)
@@ -148,7 +170,7 @@ def test_json_never_holds_nan_or_infinity(tmp_path):
     assert q.returncode == 0 and zero["factor"] is None
 
 
-def test_every_json_document_has_a_schema_and_report_is_in_microseconds():
+def test_every_json_document_has_a_schema_and_report_is_in_microseconds(headroom):
     docs = {
         "classify": strict_json(headroom("classify", "--json", DLRM).stdout),
         "report": strict_json(headroom("report", "--json", DLRM).stdout),
@@ -169,7 +191,7 @@ def test_every_json_document_has_a_schema_and_report_is_in_microseconds():
 
 # --- stderr, one style; per-step on screen ------------------------------------------------------------
 
-def test_warnings_go_to_stderr_in_one_style(tmp_path):
+def test_warnings_go_to_stderr_in_one_style(tmp_path, headroom):
     p = headroom("project", DLRM, "-s", "category:embedding=1.5", "-s", "op:aten::no_such_op=2")
     assert p.returncode == 0
     assert "warning" not in p.stdout
@@ -181,7 +203,7 @@ def test_warnings_go_to_stderr_in_one_style(tmp_path):
     assert q.stdout.split() == [str(tmp_path / f"{f}.png") for f in ("addressable", "projection")]
 
 
-def test_screens_show_milliseconds_per_step_and_label_totals():
+def test_screens_show_milliseconds_per_step_and_label_totals(headroom):
     # targets printed 3-step totals beside per-step times without saying so
     t = headroom("targets", "--replay-top", "0", DLRM).stdout
     assert "measured 20.004 ms/step over 3 step(s)" in t and "ms/step" in t
@@ -193,7 +215,7 @@ def test_screens_show_milliseconds_per_step_and_label_totals():
     assert "per step: 20.00 ms wall" in c and "total wall 60.01 ms" in c and "ms/step" in c
 
 
-def test_report_reads_several_paths_names_a_bad_one_and_exits_2_at_the_end(tmp_path):
+def test_report_reads_several_paths_names_a_bad_one_and_exits_2_at_the_end(tmp_path, headroom):
     bad = tmp_path / "bad.json"
     bad.write_text("{\"traceEvents\": [")
     p = headroom("report", "--json", DLRM, bad, tmp_path / "missing.json")
@@ -205,7 +227,7 @@ def test_report_reads_several_paths_names_a_bad_one_and_exits_2_at_the_end(tmp_p
     assert len(errors) == 2 and str(bad) in errors[0] and "missing.json: no such file" in errors[1]
 
 
-def test_layers_and_flavour_runs_are_labelled_as_such():
+def test_layers_and_flavour_runs_are_labelled_as_such(headroom):
     # 13B/70B runs showed up as "llama-7b ... 4of40-layers"
     d = strict_json(headroom("report", "--json", SHIPPED_TRACES / "scaling").stdout)
     rows = {r["workload"]: r for r in d["traces"]}
@@ -217,7 +239,7 @@ def test_layers_and_flavour_runs_are_labelled_as_such():
     assert "llama-13b infer prefill (4 of 40 layers): the numbers below are for the 4 profiled blocks" in c
 
 
-def test_long_template_kernel_names_are_shortened_by_structure():
+def test_long_template_kernel_names_are_shortened_by_structure(headroom):
     from headroom.report.render import short_name
 
     name = ("void at::native::vectorized_elementwise_kernel<4, at::native::BinaryFunctor<float, float, float, "
@@ -250,7 +272,7 @@ def plain_torch_trace(tmp_path_factory):
     return path
 
 
-def test_step_less_traces_work_in_every_command(plain_torch_trace, tmp_path):
+def test_step_less_traces_work_in_every_command(plain_torch_trace, tmp_path, headroom):
     note = "no ProfilerStep ranges: analysing the whole trace"
     c = headroom("classify", "--json", plain_torch_trace)
     assert c.returncode == 0 and note in c.stderr
@@ -267,7 +289,7 @@ def test_step_less_traces_work_in_every_command(plain_torch_trace, tmp_path):
         assert p.returncode == 0 and note in p.stderr, (args, p.stderr)
 
 
-def test_window_selects_steps_by_an_annotation(tmp_path):
+def test_window_selects_steps_by_an_annotation(tmp_path, headroom):
     b = TraceBuilder()   # vLLM-style: one `execute_model` range per engine step, no ProfilerStep
     for t0 in (0, 1000, 2000):
         b.cpu("execute_model", t0, 400, cat="user_annotation")
@@ -285,7 +307,7 @@ def test_window_selects_steps_by_an_annotation(tmp_path):
 
 # --- outputs: OS errors, Ctrl-C ----------------------------------------------------------------------------
 
-def test_os_errors_on_output_paths_are_one_line(tmp_path):
+def test_os_errors_on_output_paths_are_one_line(tmp_path, headroom):
     a_file = tmp_path / "file"
     a_file.write_text("x")
     one_error_line(headroom("annotate", DLRM, "-o", tmp_path), "is a directory")

@@ -15,14 +15,14 @@ from typer.testing import CliRunner
 from conftest import hta_trace
 from headroom.trace.analysis import analyze
 from headroom.errors import UserError
-from headroom.project.amdahl import amdahl
-from headroom.project.baseline import Baseline
-from headroom.project.distributions import Distribution
-from headroom.project.matching import select
-from headroom.project.projection import project
-from headroom.project.replay import cross_stream_deps, replay, replay_check, replay_projection
-from headroom.project.scenarios import distribution_scenarios
-from headroom.project.speedups import parse_cli_speedup
+from headroom.projection.amdahl import amdahl
+from headroom.projection.baseline import Baseline
+from headroom.projection.distributions import Distribution
+from headroom.projection.matching import select
+from headroom.projection.project import project
+from headroom.projection.replay import cross_stream_deps, replay, replay_check, replay_projection
+from headroom.projection.scenarios import distribution_scenarios
+from headroom.projection.speedups import parse_cli_speedup
 from headroom.report.tables import projection_table
 
 

@@ -66,11 +66,18 @@ def _root(version: bool = typer.Option(False, "--version", callback=_version, is
     """How much faster does a real model get if someone writes a faster GPU kernel?"""
 
 
+_registered = False
+
+
 def _register_commands() -> None:
+    global _registered
+    if _registered:   # run() may be called more than once in one process (tests, notebooks)
+        return
     from headroom.cli import profile, project, trace, verify
 
     for module in (trace, profile, project, verify):
         module.register(app)
+    _registered = True
 
 
 # The extra a command's optional modules come from (the core commands need none).

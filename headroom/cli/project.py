@@ -43,11 +43,11 @@ def project_cmd(
     window: Optional[str] = WindowOpt,
 ) -> None:
     """Project end-to-end step time from kernel speedups: Amdahl and timeline replay, with bounds."""
-    from headroom.project.distributions import load_distribution
-    from headroom.project.problems import load_problems
-    from headroom.project.projection import project
-    from headroom.project.scenarios import DEFAULT_QUANTILES
-    from headroom.project.speedups import collect_entries
+    from headroom.projection.distributions import load_distribution
+    from headroom.projection.problems import load_problems
+    from headroom.projection.project import project
+    from headroom.projection.scenarios import DEFAULT_QUANTILES
+    from headroom.projection.speedups import collect_entries
     from headroom.report.render import make_console, render_projection
 
     entries, warnings = collect_entries(speedup or [], speedups or [])
@@ -91,8 +91,8 @@ def targets_cmd(
     window: Optional[str] = WindowOpt,
 ) -> None:
     """If one op got faster, which should it be? Ops and modules ranked by end-to-end gain."""
-    from headroom.project.speedups import parse_factor
-    from headroom.project.targets import targets, targets_dict
+    from headroom.projection.speedups import parse_factor
+    from headroom.projection.targets import targets, targets_dict
     from headroom.report.render import make_console, render_targets
 
     parse_factor(speedup, "--speedup")
@@ -148,9 +148,9 @@ def plot_cmd(
 ) -> None:
     """Figures: addressable fraction per workload, projected step time, and scaling with model size."""
     from headroom.files import check_output_dir
-    from headroom.project.problems import load_problems
-    from headroom.project.projection import project
-    from headroom.project.speedups import collect_entries, parse_cli_speedup
+    from headroom.projection.problems import load_problems
+    from headroom.projection.project import project
+    from headroom.projection.speedups import collect_entries, parse_cli_speedup
     from headroom.report import plot
     from headroom.report.scaling import scaling_table
     from headroom.report.tables import addressable_summary, category_fractions, projection_table

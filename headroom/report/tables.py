@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 
 from headroom.errors import UserError
-from headroom.project.projection import ProjectResult
+from headroom.projection.project import ProjectResult
 from headroom.trace.analysis import Analysis, partial_layers, trace_label
 from headroom.trace.classify import category_group
 

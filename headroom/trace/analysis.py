@@ -82,6 +82,11 @@ class Analysis:
     def label(self) -> str:
         return trace_label(self)
 
+    def to_frame(self) -> pd.DataFrame:
+        """Where the time went: one row per category (name, us, fraction, wall_us, wall_fraction,
+        addressable, count), longest first."""
+        return self.categories.copy()
+
     def unknown_kernels(self, limit: int = 20) -> pd.DataFrame:
         k = self.kernels
         return k[k["category"] == "other"].head(limit)

@@ -15,7 +15,7 @@ from typing import Iterable
 
 from headroom.datafiles import read_toml, shipped
 from headroom.errors import UserError
-from headroom.project.selectors import Selector, parse_selector
+from headroom.projection.selectors import Selector, parse_selector
 
 
 

@@ -1,6 +1,6 @@
 """Speedup input: which kernel time gets faster, and by how much.
 
-A *speedup entry* pairs a selector (:mod:`headroom.project.selectors`) with a
+A *speedup entry* pairs a selector (:mod:`headroom.projection.selectors`) with a
 factor (> 0; 2.0 means the selected kernels take half the time). Entries come
 from the command line (``--speedup SELECTOR=FACTOR``), from a TOML/JSON/CSV
 file, or from the JSON that ``headroom verify`` writes.
@@ -22,7 +22,7 @@ from typing import Any, Iterable
 
 from headroom import datafiles
 from headroom.errors import UserError
-from headroom.project.selectors import Selector, parse_selector
+from headroom.projection.selectors import Selector, parse_selector
 
 
 # A factor below this is a slowdown of more than a billion times: no measurement says that, and

@@ -13,9 +13,9 @@ import pandas as pd
 from headroom.errors import UserError, unknown_name
 from headroom.regex import compile_user_regex
 from headroom.trace.classify import known_categories
-from headroom.project.problems import ProblemMap, load_problems
-from headroom.project.selectors import Atom, Selector, parse_selector
-from headroom.project.speedups import Speedup
+from headroom.projection.problems import ProblemMap, load_problems
+from headroom.projection.selectors import Atom, Selector, parse_selector
+from headroom.projection.speedups import Speedup
 from headroom.trace.phases import event_phase
 
 _GLOB_CHARS = set("*?[")

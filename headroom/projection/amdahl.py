@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 
 from headroom.errors import UserError
-from headroom.project.baseline import Baseline, Breakdown, _breakdown, as_baseline
+from headroom.projection.baseline import Baseline, Breakdown, _breakdown, as_baseline
 from headroom.trace.analysis import Analysis
 
 

@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import math
 import re
+from dataclasses import dataclass
 from typing import Any, Sequence
 
 import numpy as np
 import pandas as pd
 
 from headroom.errors import UserError
-from headroom.project.baseline import Baseline, as_baseline
-from headroom.project.replay import replay_projection
+from headroom.projection.baseline import Baseline, as_baseline
+from headroom.projection.replay import replay_projection
 from headroom.trace.analysis import Analysis
 
 DEFAULT_SPEEDUP = 1.5
@@ -125,6 +126,30 @@ def targets(analysis: Analysis | Baseline, speedup: float = DEFAULT_SPEEDUP, by:
     if not frames:
         return pd.DataFrame(columns=_TARGET_COLUMNS)
     return pd.concat(frames, ignore_index=True)
+
+
+@dataclass
+class Targets:
+    """Ops (and modules) ranked by the end-to-end gain a faster kernel for each would give."""
+
+    baseline: Baseline
+    speedup: float
+    table: pd.DataFrame
+
+    def to_frame(self) -> pd.DataFrame:
+        """The ranking (columns as `targets()` documents them)."""
+        return self.table.copy()
+
+    def to_dict(self) -> dict[str, Any]:
+        """The ``headroom targets --json`` contract."""
+        return targets_dict(self.baseline, self.table, self.speedup)
+
+
+def rank_targets(analysis: Analysis | Baseline, speedup: float = DEFAULT_SPEEDUP, by: Sequence[str] = ("op", "module"),
+                 top: int | None = 20, replay_top: int = 0) -> Targets:
+    """`targets()` as a result object."""
+    b = as_baseline(analysis)
+    return Targets(b, speedup, targets(b, speedup, by, top, replay_top))
 
 
 def targets_dict(analysis: Analysis | Baseline, table: pd.DataFrame, speedup: float) -> dict[str, Any]:

@@ -1,6 +1,6 @@
 """Timeline replay: the trace's GPU streams re-run with the selected kernels shortened.
 
-See :mod:`headroom.project.projection` for the model.
+See :mod:`headroom.projection.project` for the model.
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ import numpy as np
 import pandas as pd
 
 from headroom.datafiles import shipped
-from headroom.project.amdahl import Projection, _factor_array
-from headroom.project.baseline import Baseline, _breakdown, as_baseline
+from headroom.projection.amdahl import Projection, _factor_array
+from headroom.projection.baseline import Baseline, _breakdown, as_baseline
 from headroom.trace.accounting import overlap_shares
 from headroom.trace.analysis import Analysis
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 
 from headroom.errors import UserError
-from headroom.project.speedups import _best_passes, load_speedup_file, parse_factor
+from headroom.projection.speedups import _best_passes, load_speedup_file, parse_factor
 
 
 @dataclass(frozen=True)

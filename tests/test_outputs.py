@@ -125,11 +125,11 @@ def test_library_noise_stays_out_of_the_live_display(capfd):
         with progress.stage("profiling"):
             os.write(2, b"USDT:2026-12-01 09:33:59 4537:4537 SyncActivityProfilerHandler.cpp:52] profiler_start\n")
             os.write(1, b"a message from a library\n")
-            print("and one from Python")
+            os.write(2, b"and a warning on stderr\n")
     out, err = capfd.readouterr()
     assert out == "" and err == ""                # nothing reached the terminal underneath the display
     lines = shown.getvalue().splitlines()
-    assert lines[:2] == ["a message from a library", "and one from Python"]
+    assert lines[:2] == ["a message from a library", "and a warning on stderr"]
     assert "profiling" in lines[2] and not any("USDT" in ln for ln in lines)
 
 

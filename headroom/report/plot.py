@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Sequence
 
 import matplotlib
+import matplotlib.ticker
 import numpy as np
 import pandas as pd
 from matplotlib import patheffects
@@ -111,14 +112,21 @@ def addressable_figure(fractions: pd.DataFrame, summary: pd.DataFrame | None = N
         ax.set_title(title)
         for side in ("top", "right"):
             ax.spines[side].set_visible(False)
-        # The legend lists the categories in the order the bars stack them (left to right).
+        # The legend lists the categories in the order the bars stack them, read left to right, row by
+        # row (matplotlib fills legend columns first: hand it the entries in that order).
+        if "stack" in fractions.columns:
+            rank = fractions.groupby("category")["stack"].min()
+            seen = dict(sorted(seen.items(), key=lambda kv: rank.get(kv[0], 0)))
         handles = [Patch(facecolor=_color(c, 0), edgecolor="#222222" if a else "#777777",
                          hatch="///" if a else ("..." if c == "idle" else None), label=c + (" *" if a else ""))
                    for c, a in seen.items()]
+        ncol = min(6, len(handles))
+        nrows = -(-len(handles) // ncol)
+        handles = [handles[r * ncol + c] for c in range(ncol) for r in range(nrows) if r * ncol + c < len(handles)]
         fig.tight_layout()
         # Legend under the x label, a fixed distance in inches whatever the number of bars.
         ax_h = ax.get_position().height * fig.get_figheight()
-        ax.legend(handles=handles, ncol=min(6, len(handles)), loc="upper center",
+        ax.legend(handles=handles, ncol=ncol, loc="upper center",
                   bbox_to_anchor=(0.45, -0.5 / ax_h), frameon=False,
                   title="* addressable (hatched, outlined)", title_fontsize=7)
     return fig
@@ -221,6 +229,9 @@ def scaling_figure(table: pd.DataFrame, title: str = "Addressable fraction vs. m
         ax.set_ylim(max(0.0, lo - pad - 5), min(100.0, hi + pad))
         xs = table["params"].to_numpy(dtype=float)
         ax.set_xlim(xs.min() / 1.6, xs.max() * 1.6)
+        sizes = sorted(set(xs))
+        ax.set_xticks(sizes, [human_count(x) for x in sizes])   # the model sizes, not powers of ten
+        ax.xaxis.set_minor_locator(matplotlib.ticker.NullLocator())
         ax.set_xlabel("parameters")
         ax.set_ylabel("% of GPU kernel time")
         ax.set_title(title)

@@ -75,7 +75,7 @@ def short_name(name: str, width: int = 72) -> str:
 def make_console() -> Console:
     """A console that does not squeeze tables to 80 columns when output is piped."""
     c = Console()
-    return c if c.is_terminal else Console(width=200)
+    return c if c.is_terminal else Console(width=220)
 
 
 def _ms(us: float) -> str:
@@ -149,7 +149,7 @@ def render_summary(df: pd.DataFrame, console: Console) -> None:
                       ("share", "right")):
         t.add_column(col, justify=just, no_wrap=True)
     for r in df.itertuples(index=False):
-        top = short_name(r.top_addressable_op, 48) if r.top_addressable_op else ""
+        top = short_name(r.top_addressable_op, 68) if r.top_addressable_op else ""
         t.add_row(r.workload, r.device or r.mode, f"{r.step_us / 1000:,.2f}", _pct(r.idle_fraction),
                   _pct(r.gemm_attention_conv_fraction), _pct(r.addressable_fraction), top,
                   _pct(r.top_addressable_op_fraction) if top else "")

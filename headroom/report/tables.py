@@ -84,7 +84,8 @@ def category_fractions(analyses: Sequence[Analysis], labels: Sequence[str] | Non
     ``basis="kernel"``: fractions of kernel time (``Analysis.total_us``; their
     addressable sum is ``Analysis.addressable_fraction``). ``basis="wall"``:
     fractions of the window (busy-time shares, plus an ``idle`` row).
-    Columns: workload, category, addressable, us, fraction; every workload's rows in one
+    Columns: workload, category, addressable, us, fraction, stack (the category's place in the
+    stacking order, 0 first); every workload's rows in one
     order (non-addressable categories, then addressable ones, each by its share over all
     workloads, idle last), the order the bars stack in.
     """
@@ -115,8 +116,8 @@ def category_fractions(analyses: Sequence[Analysis], labels: Sequence[str] | Non
         order = {lab: i for i, lab in enumerate(dict.fromkeys(
             [_label(a, labels[k] if labels else None) for k, a in enumerate(analyses)]))}
         df["_w"] = df["workload"].map(order)
-        df["_c"] = df["category"].map(rank)
-        df = df.sort_values(["_w", "_c"], kind="stable").drop(columns=["_w", "_c"]).reset_index(drop=True)
+        df["stack"] = df["category"].map(rank).astype(int)
+        df = df.sort_values(["_w", "stack"], kind="stable").drop(columns=["_w"]).reset_index(drop=True)
     return df
 
 

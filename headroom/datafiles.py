@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from headroom.errors import UserError
+from headroom.files import read_text
 
 try:
     import tomllib
@@ -31,18 +32,7 @@ def read_toml(path: str | os.PathLike) -> dict[str, Any]:
     """A user's TOML file; a missing, unreadable (a directory, no permission, not UTF-8) or invalid
     one is a UserError naming it."""
     path = Path(path)
-    try:
-        raw = path.read_bytes()
-    except FileNotFoundError:
-        raise UserError(f"{path}: no such file") from None
-    except IsADirectoryError:
-        raise UserError(f"{path}: is a directory, expected a TOML file") from None
-    except OSError as e:
-        raise UserError(f"{path}: cannot read ({e.strerror or e})") from None
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as e:
-        raise UserError(f"{path}: not UTF-8 text (at byte offset {e.start}); expected a TOML file") from None
+    text = read_text(path, "a TOML file")
     try:
         return tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:

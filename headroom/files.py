@@ -1,4 +1,5 @@
-"""Output paths headroom writes to: checked before long work, written whole or not at all.
+"""Files a user gives headroom, and output paths it writes to: read with one-line errors, checked
+before long work, written whole or not at all.
 
 Every output (traces, annotated traces, figures, results, manifests) is written through
 `headroom.jsonio.atomic_file`: to a temporary file beside the destination, renamed over it
@@ -20,6 +21,29 @@ from headroom.jsonio import atomic_file
 
 def _os_error(path: Path, e: OSError, verb: str) -> UserError:
     return UserError(f"{path}: {verb} ({e.strerror or e.__class__.__name__})")
+
+
+def read_bytes(path: str | os.PathLike, expected: str) -> bytes:
+    """A user's file (`expected`: what it should be, e.g. "a TOML file"); missing, a directory or
+    unreadable is one UserError naming the file."""
+    p = Path(path)
+    try:
+        return p.read_bytes()
+    except FileNotFoundError:
+        raise UserError(f"{p}: no such file") from None
+    except IsADirectoryError:
+        raise UserError(f"{p}: is a directory, expected {expected}") from None
+    except OSError as e:
+        raise _os_error(p, e, "cannot read") from None
+
+
+def read_text(path: str | os.PathLike, expected: str) -> str:
+    """`read_bytes`, decoded as UTF-8 (text that is not is one UserError naming the byte offset)."""
+    raw = read_bytes(path, expected)
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise UserError(f"{path}: not UTF-8 text (at byte offset {e.start}); expected {expected}") from None
 
 
 def check_output_dir(directory: str | os.PathLike) -> Path:

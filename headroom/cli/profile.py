@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import enum
 import os
 import re
 import shlex
@@ -18,6 +17,7 @@ from rich.console import Console
 
 from headroom.errors import UserError
 from headroom.extras import require
+from headroom.cli.common import choices
 from headroom.cli.output import emit_json
 
 
@@ -104,31 +104,11 @@ def _parse_opts(opts: List[str]) -> dict[str, str]:
     return out
 
 
-class Mode(str, enum.Enum):
-    train = "train"
-    infer = "infer"
-
-
-class Phase(str, enum.Enum):
-    prefill = "prefill"
-    decode = "decode"
-
-
-class KVCache(str, enum.Enum):
-    static = "static"
-    dynamic = "dynamic"
-
-
-class DType(str, enum.Enum):
-    bf16 = "bf16"
-    fp16 = "fp16"
-    fp32 = "fp32"
-
-
-class Device(str, enum.Enum):
-    auto = "auto"
-    cuda = "cuda"
-    cpu = "cpu"
+Mode = choices("Mode", "train", "infer")
+Phase = choices("Phase", "prefill", "decode")
+KVCache = choices("KVCache", "static", "dynamic")
+DType = choices("DType", "bf16", "fp16", "fp32")
+Device = choices("Device", "auto", "cuda", "cpu")
 
 
 def profile(
@@ -155,7 +135,7 @@ def profile(
     as_json: bool = typer.Option(False, "--json", metavar="", help="One JSON document (docs/cli.md)."),
     workload_file: Optional[Path] = typer.Option(None, "--workload-file", metavar="FILE",
                                                  help="Python file defining extra workloads."),
-    device: Device = typer.Option(Device.auto, "--device", case_sensitive=False, help="auto: CUDA when present."),
+    device: Device = typer.Option("auto", "--device", case_sensitive=False, help="auto: CUDA when present."),
     no_tf32: bool = typer.Option(False, "--no-tf32", metavar="", help="Strict fp32 matmuls (TF32 is on by default)."),
     full_size: bool = typer.Option(False, "--full-size", metavar="", help="On a CPU, run the real defaults (no scaling)."),
 ) -> None:

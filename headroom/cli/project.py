@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import enum
 from pathlib import Path
 from typing import List, Optional
 
 import typer
 
-from headroom.cli.common import PolicyOpt, Reader, RulesOpt, TracesArg, WholeOpt, WindowOpt, read_all
+from headroom.cli.common import PolicyOpt, Reader, RulesOpt, TracesArg, WholeOpt, WindowOpt, choices, read_all
 from headroom.cli.output import emit_json, warn
 from headroom.errors import UserError
 
@@ -71,11 +70,7 @@ def project_cmd(
     reader.finish()
 
 
-class By(str, enum.Enum):
-    op = "op"
-    module = "module"
-    top_op = "top_op"
-    kernel = "kernel"
+By = choices("By", "op", "module", "top_op", "kernel")
 
 
 def targets_cmd(
@@ -105,23 +100,9 @@ def targets_cmd(
         render_targets(a, table, speedup, make_console())
 
 
-class Figure(str, enum.Enum):
-    addressable = "addressable"
-    projection = "projection"
-    scaling = "scaling"
-
-
-class Format(str, enum.Enum):
-    png = "png"
-    svg = "svg"
-    pdf = "pdf"
-
-
-class Basis(str, enum.Enum):
-    wall = "wall"
-    kernel = "kernel"
-
-
+Figure = choices("Figure", "addressable", "projection", "scaling")
+Format = choices("Format", "png", "svg", "pdf")
+Basis = choices("Basis", "wall", "kernel")
 FIGURES = tuple(f.value for f in Figure)
 
 
@@ -136,7 +117,7 @@ def plot_cmd(
     params: Optional[List[float]] = typer.Option(None, "--params", metavar="N",
                                                  help="Parameter count per trace for the scaling chart (repeatable)."),
     family: Optional[str] = typer.Option(None, "--family", metavar="TEXT", help="Family name for the scaling chart."),
-    basis: Basis = typer.Option(Basis.wall, "--basis", help=(
+    basis: Basis = typer.Option("wall", "--basis", help=(
         "wall: shares of the profiled window, idle shown; kernel: shares of GPU kernel time (idle left out).")),
     sidecar: bool = typer.Option(False, "--numbers", metavar="",
                                  help="Also write FIGURE.json: the numbers each figure draws."),

@@ -22,6 +22,7 @@ from typing import Any, Iterable
 
 from headroom import datafiles
 from headroom.errors import UserError
+from headroom.files import read_text
 from headroom.projection.selectors import Selector, parse_selector
 
 
@@ -245,14 +246,7 @@ def _load_csv(path: Path, text: str) -> SpeedupFile:
 def load_speedup_file(path: str | Path) -> SpeedupFile:
     """Read a .toml, .json or .csv speedup file, or headroom verify JSON (single result or suite)."""
     path = Path(path)
-    try:
-        text = path.read_text()
-    except FileNotFoundError:
-        raise UserError(f"{path}: no such file") from None
-    except IsADirectoryError:
-        raise UserError(f"{path}: is a directory, expected a speedup file") from None
-    except (OSError, UnicodeDecodeError) as e:
-        raise UserError(f"{path}: cannot read ({e})") from None
+    text = read_text(path, "a speedup file")
     suffix = path.suffix.lower()
     if suffix == ".toml":
         return _load_toml(path, text)

@@ -120,6 +120,13 @@ def _cpu_side_columns(t: pl.DataFrame) -> dict[str, Any]:
             "ts": t["ts"].to_numpy(), "dur": t["dur"].fill_null(0.0).to_numpy()}
 
 
+def _device_side_columns(t: pl.DataFrame) -> dict[str, Any]:
+    """name/device/stream/ts/dur columns of a table of events on a device (GPU activities, GPU ranges, syncs)."""
+    return {"name": _names(t["name"]), "device": _small_ints(t["device"], t["pid"]),
+            "stream": _small_ints(t["stream"], t["tid"]), "ts": t["ts"].to_numpy(),
+            "dur": t["dur"].fill_null(0.0).to_numpy()}
+
+
 def _link_flows(table: pl.DataFrame, flows: pl.DataFrame, phases: list[str]) -> pl.DataFrame:
     """Fill a missing correlation from the flow event at the same thread and time (its id is the correlation)."""
     if table["correlation"].null_count() == 0:
@@ -131,16 +138,14 @@ def _link_flows(table: pl.DataFrame, flows: pl.DataFrame, phases: list[str]) -> 
 
 
 def _tabulate(source: str, tables: dict[str, pl.DataFrame], base_ns: int | None, meta: dict[str, Any]) -> Trace:
-    """The four pandas tables the analyses use."""
+    """The pandas tables the analyses use."""
     flows = tables.pop("flows")
     g = _link_flows(tables.pop("gpu"), flows, ["f", "t"])
+    device_side = _device_side_columns(g)
     gpu = pd.DataFrame({
-        "name": _names(g["name"]),
+        "name": device_side.pop("name"),
         "kind": _categories(g["kind"]),
-        "device": _small_ints(g["device"], g["pid"]),
-        "stream": _small_ints(g["stream"], g["tid"]),
-        "ts": g["ts"].to_numpy(),
-        "dur": g["dur"].fill_null(0.0).to_numpy(),
+        **device_side,
         "correlation": _ids(g["correlation"]),
         "external_id": _ids(g["external_id"]),
         "bytes": g["bytes"].to_numpy(),
@@ -151,21 +156,10 @@ def _tabulate(source: str, tables: dict[str, pl.DataFrame], base_ns: int | None,
                              "external_id": _ids(c["external_id"])})
     c = tables.pop("cpu")
     cpu = pd.DataFrame({**_cpu_side_columns(c), "external_id": _ids(c["external_id"])})
-    a = tables.pop("gpu_annotations")
-    gpu_annotations = pd.DataFrame({
-        "name": _names(a["name"]),
-        "device": _small_ints(a["device"], a["pid"]),
-        "stream": _small_ints(a["stream"], a["tid"]),
-        "ts": a["ts"].to_numpy(),
-        "dur": a["dur"].fill_null(0.0).to_numpy(),
-    })
+    gpu_annotations = pd.DataFrame(_device_side_columns(tables.pop("gpu_annotations")))
     s = tables.pop("syncs")
     syncs = pd.DataFrame({
-        "name": _names(s["name"]),
-        "device": _small_ints(s["device"], s["pid"]),
-        "stream": _small_ints(s["stream"], s["tid"]),
-        "ts": s["ts"].to_numpy(),
-        "dur": s["dur"].fill_null(0.0).to_numpy(),
+        **_device_side_columns(s),
         "correlation": _ids(s["correlation"]),
         "wait_on_stream": s["wait_on_stream"].fill_null(-1).to_numpy(),
         "wait_on_cuda_event_record_corr_id": _ids(s["wait_on_cuda_event_record_corr_id"]),

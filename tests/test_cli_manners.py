@@ -73,6 +73,7 @@ def strict_json(text: str):
     (("targets", DLRM, "--by", "banana"), "'banana' is not one of"),
     (("profile", "llama-7b", "--timed-steps", "0"), "--timed-steps"),   # used to write NaN into the trace
     (("report", "--rules"), "requires an argument"),
+    (("verify", "--suite", REPO / "docs", "--candidates", REPO / "docs"), "no problem files"),   # exited 0, silent
 ])
 def test_usage_errors_are_one_line(args, needle, headroom):
     one_error_line(headroom(*args), needle)

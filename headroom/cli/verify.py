@@ -105,6 +105,10 @@ def verify(
             raise UserError("--suite and --candidates go together (a directory of problems and one of candidates)")
         if problem is not None or candidate is not None:
             raise UserError("give either PROBLEM CANDIDATE or --suite DIR --candidates DIR, not both")
+        from headroom.verify.harness import problems_in
+
+        if suite.is_dir() and not problems_in(suite):   # used to print an empty table and exit 0
+            raise UserError(f"{suite}: no problem files (*.py defining Model, get_inputs, get_init_inputs)")
         _show_results(verify_suite(suite, candidates, opts, out=out, progress=_progress), as_json, out)
         return
     if problem is None or candidate is None:

@@ -261,7 +261,7 @@ def render_profile(result: ProfileResult, console: Console) -> None:
     x = result.layers
     if x is not None and cfg.extrapolated:
         console.print()
-        console.print(f"[bold]{a.label}: {x.built} of {x.total} layers profiled, extrapolated to {x.total}[/bold] "
+        console.print(f"[bold]{a.label}, extrapolated to all {x.total}[/bold] "
                       f"(per-block time x{x.factor:g}; {_pct(x.block_share)} of the measured time is in blocks)",
                       highlight=False)
         table = Table(show_edge=False, header_style="bold")

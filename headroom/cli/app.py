@@ -105,6 +105,17 @@ def _interrupted() -> None:
 def run(argv: list[str] | None = None) -> None:
     """Run the command line; exit 0, 1 (verdict), 2 (bad input, one line on stderr) or 130 (Ctrl-C)."""
     signal.signal(signal.SIGINT, signal.default_int_handler)   # from here on: clean up, then exit 130
+    try:
+        code = _dispatch(argv)
+        # Done: a Ctrl-C now has nothing left to stop, and must not kill the interpreter while it
+        # shuts down (Python restores the default handler then: the process would die by SIGINT).
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+    except KeyboardInterrupt:   # while an error was being reported
+        _interrupted()
+    sys.exit(code)
+
+
+def _dispatch(argv: list[str] | None) -> int:
     code = 0
     try:
         _register_commands()
@@ -146,5 +157,5 @@ def run(argv: list[str] | None = None) -> None:
         where = f"{e.filename}: " if e.filename else ""
         error(f"{where}{e.strerror or e}")
         code = EXIT_USAGE
-    sys.exit(code)
+    return code
 

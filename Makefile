@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.headroom-installed
 
-.PHONY: setup demo test bench clean
+.PHONY: setup demo test bench figures readme clean
 
 setup: $(STAMP)
 
@@ -19,6 +19,17 @@ test: setup
 
 bench: setup
 	$(PY) benchmarks/bench_loader.py
+
+# The README figure and the scaling chart, from the shipped traces; FIGURE.json beside each holds the
+# numbers drawn (tests/test_figures.py checks them against a fresh computation).
+figures: setup
+	$(VENV)/bin/headroom plot traces/ --figure addressable --format png --numbers --out docs/figures
+	$(VENV)/bin/headroom plot traces/llama-7b.infer.prefill.json.gz traces/scaling/ --figure scaling --format png \
+		--numbers --out docs/figures
+
+# README's shown command output, regenerated from the commands.
+readme: setup
+	$(PY) scripts/readme_output.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info

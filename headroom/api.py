@@ -30,7 +30,7 @@ from headroom.projection.targets import DEFAULT_SPEEDUP, Targets, rank_targets
 from headroom.report.tables import summary_frame
 from headroom.trace.analysis import Analysis
 from headroom.trace.analysis import analyze as _analyze
-from headroom.trace.classify import load_policy, load_rules
+from headroom.trace.classify import load_classifier
 from headroom.trace.load import find_trace_files
 from headroom.trace.ranks import RankSet, rank_set
 
@@ -39,16 +39,20 @@ PathLike = Union[str, os.PathLike]
 
 
 def analyze(trace: PathLike, rules: PathLike | None = None, policy: PathLike | None = None,
-            whole_trace: bool = False) -> Analysis:
-    """Classify where the time of one trace went (`rules`/`policy`: user TOML files, as --rules/--policy)."""
-    return _analyze(trace, rules=rules, policy=policy, whole_trace=whole_trace)
+            whole_trace: bool = False, window: str | None = None) -> Analysis | list[Analysis]:
+    """Classify where the time of one trace went (`rules`/`policy`: user TOML files, as --rules/--policy;
+    `window`: steps by a range name, as --window). A directory of per-rank traces gives one
+    `Analysis` per rank, in file-name order (as `analyze_all`)."""
+    if os.path.isdir(trace):
+        return analyze_all(trace, rules=rules, policy=policy, whole_trace=whole_trace, window=window)
+    return _analyze(trace, rules=rules, policy=policy, whole_trace=whole_trace, window=window)
 
 
 def analyze_all(path: PathLike, rules: PathLike | None = None, policy: PathLike | None = None,
-                whole_trace: bool = False) -> list[Analysis]:
+                whole_trace: bool = False, window: str | None = None) -> list[Analysis]:
     """Every trace of a file or a directory (e.g. `traces/`, or one file per rank), rules read once."""
-    r, p = load_rules(rules), load_policy(policy)
-    return [_analyze(f, rules=r, policy=p, whole_trace=whole_trace) for f in find_trace_files(path)]
+    r, p = load_classifier(rules, policy)
+    return [_analyze(f, rules=r, policy=p, whole_trace=whole_trace, window=window) for f in find_trace_files(path)]
 
 
 def summary(analyses: Sequence[Analysis]) -> pd.DataFrame:
@@ -95,10 +99,10 @@ def targets(trace: TraceLike, speedup: float = DEFAULT_SPEEDUP, by: Sequence[str
 
 
 def analyze_ranks(path: PathLike, rules: PathLike | None = None, policy: PathLike | None = None,
-                  whole_trace: bool = False) -> RankSet:
+                  whole_trace: bool = False, window: str | None = None) -> RankSet:
     """A directory holding the ranks of one run, analysed together (docs/distributed.md): `per_rank`,
     `categories`, `slowest_rank`, `step_us` (the synchronised step)."""
-    return rank_set(analyze_all(path, rules, policy, whole_trace), source=str(path))
+    return rank_set(analyze_all(path, rules, policy, whole_trace, window), source=str(path))
 
 
 def project_ranks(ranks: RankSet | PathLike, speedup: Sequence[str] = (), files: Sequence[PathLike] = (),

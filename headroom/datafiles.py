@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from headroom.errors import UserError
+from headroom.files import read_text
 
 try:
     import tomllib
@@ -28,12 +29,12 @@ def shipped(name: str) -> dict[str, Any]:
 
 
 def read_toml(path: str | os.PathLike) -> dict[str, Any]:
-    """A user's TOML file; a missing or invalid one is a UserError naming it."""
+    """A user's TOML file; a missing, unreadable (a directory, no permission, not UTF-8) or invalid
+    one is a UserError naming it."""
     path = Path(path)
+    text = read_text(path, "a TOML file")
     try:
-        return tomllib.loads(path.read_text())
-    except FileNotFoundError:
-        raise UserError(f"{path}: no such file") from None
+        return tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
         raise UserError(f"{path}: invalid TOML ({e})") from None
 

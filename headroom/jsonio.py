@@ -11,6 +11,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, BinaryIO, Iterator
 
+from headroom.errors import UserError
+
 
 def _finite(x: Any) -> Any:
     if isinstance(x, float):
@@ -36,18 +38,41 @@ def dumps(obj: Any, indent: int | None = None) -> str:
     return json.dumps(_finite(obj), indent=indent, default=_default, allow_nan=False)
 
 
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def _os_error(path: Path, e: OSError, verb: str = "cannot write") -> UserError:
+    return UserError(f"{path}: {verb} ({e.strerror or e.__class__.__name__})")
+
+
 @contextmanager
 def atomic_file(path: str | os.PathLike) -> Iterator[BinaryIO]:
-    """A binary file that becomes `path` only when the block ends without an error (fsync'd, renamed)."""
+    """A binary file that becomes `path` only when the block ends without an error (fsync'd, renamed).
+
+    The file gets the mode `open()` would give it (0666 less the umask); an OS error (a read-only
+    place, a full disk, a directory in the way) is a UserError naming `path`.
+    """
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    if path.is_dir():
+        raise UserError(f"{path}: is a directory, expected a file name")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    except OSError as e:
+        raise _os_error(path, e) from None
     try:
         with os.fdopen(fd, "wb") as f:
             yield f
             f.flush()
             os.fsync(f.fileno())
+        os.chmod(tmp, 0o666 & ~_umask())
         os.replace(tmp, path)
+    except OSError as e:
+        Path(tmp).unlink(missing_ok=True)
+        raise _os_error(path, e) from None
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise

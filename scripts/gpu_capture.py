@@ -363,8 +363,9 @@ def env_info() -> dict:
 
 
 def summarize(d: dict) -> dict:
-    an, tm = d["analysis"], d["timing"]
+    an = d["analysis"]
     m = d["manifest"]
+    tm = m["timing"]        # the manifest's timing, in ms (`--json`'s own `timing` is in µs, docs/cli.md)
     rows = d["targets"]["module:self"]["targets"]
     out = {
         "trace": Path(d["trace"]).name,
@@ -372,6 +373,7 @@ def summarize(d: dict) -> dict:
         "batch": m.get("batch"), "seq": m.get("seq"), "dtype": m.get("dtype"),
         "step_ms": tm["timed"]["median_ms"], "step_ms_min": tm["timed"]["min_ms"], "step_ms_max": tm["timed"]["max_ms"],
         "profiled_step_ms": tm["profiled"]["median_ms"], "overhead": tm["overhead"],
+        "overhead_measurable": d["timing"]["overhead_measurable"],
         "trace_step_ms": an["step_us"] / 1000, "idle_fraction": an["idle_fraction"],
         "addressable_fraction": an["addressable_fraction"], "mode": an["mode"],
         "categories": {c["name"]: c["fraction"] for c in an["categories"]},

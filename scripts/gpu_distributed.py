@@ -143,7 +143,8 @@ def tar_runs(run_dirs: list[Path], dest: Path) -> list[Path]:
     (join them with `cat ranks.tar.part* > ranks.tar`)."""
     with tarfile.open(dest, "w") as t:
         for d in run_dirs:
-            t.add(d, arcname=d.name)
+            # manifest.json's lock file (headroom/profile/manifest.py) is no part of the run
+            t.add(d, arcname=d.name, filter=lambda m: None if m.name.endswith(".lock") else m)
     if dest.stat().st_size <= MAX_FILE:
         return [dest]
     parts = []

@@ -5,6 +5,7 @@ from __future__ import annotations
 import gzip
 import json
 import os
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -15,6 +16,27 @@ SHARED = next((p for p in (REPO.parent / "shared", Path(os.environ.get("HEADROOM
                if p.is_dir()), REPO.parent / "shared")
 HTA_TRACES = SHARED / "hta-traces"
 SHIPPED_TRACES = REPO / "traces"
+
+
+@pytest.fixture
+def headroom(capfd, monkeypatch):
+    """`headroom ARGS...` in this process (the same entry point, without the interpreter's start-up):
+    returns the exit code and what went to stdout and stderr."""
+    from headroom.cli.app import run
+
+    monkeypatch.chdir(REPO)
+
+    def call(*args) -> subprocess.CompletedProcess:
+        capfd.readouterr()
+        try:
+            run([str(a) for a in args])
+            code = 0
+        except SystemExit as e:
+            code = e.code if isinstance(e.code, int) else 1
+        out, err = capfd.readouterr()
+        return subprocess.CompletedProcess(args, code, out, err)
+
+    return call
 
 
 def hta_trace(name: str) -> Path:

@@ -38,7 +38,7 @@ def test_classify_table_names_categories():
     (b"", "empty file"),
     (b"{\"traceEvents\": [", "invalid JSON"),
     (b"[]", "not a Kineto trace"),
-    (b"{\"traceEvents\": []}", "no ProfilerStep"),
+    (b"{\"traceEvents\": []}", "nothing to analyse"),
 ])
 def test_bad_input_is_one_line_exit_2(tmp_path, content, needle):
     f = tmp_path / "t.json"
@@ -61,9 +61,9 @@ def test_missing_file_and_truncated_gzip(tmp_path):
 
 def test_bad_rules_file_is_one_line(tmp_path):
     r = tmp_path / "r.toml"
-    r.write_text('[[rule]]\ncategory = "x"\nkernel = "("\n')
+    r.write_text('[[rule]]\ncategory = "gemm"\nkernel = "("\n')
     p = headroom("classify", "--rules", r, hta_trace("base__base"))
-    assert p.returncode == 2 and "bad kernel regex" in p.stderr and "Traceback" not in p.stderr
+    assert p.returncode == 2 and "rule 1: kernel: bad regex '('" in p.stderr and "Traceback" not in p.stderr
 
 
 def test_cpu_only_trace_is_not_an_error():
@@ -89,7 +89,9 @@ def test_report_over_a_directory():
         pytest.skip("no shared traces")
     p = headroom("report", "--json", HTA_TRACES)
     assert p.returncode == 0, p.stderr
-    rows = {r["workload"]: r for r in json.loads(p.stdout)}
+    doc = json.loads(p.stdout)
+    assert doc["schema"] == "headroom.report/1" and doc["failed"] == []
+    rows = {r["workload"]: r for r in doc["traces"]}
     assert len(rows) == 6
     assert rows["triton_example__triton_example"]["addressable_fraction"] == 1.0
     assert rows["nccl_parser_config__nccl_data"]["top_addressable_op"] == "aten::cudnn_batch_norm_backward"

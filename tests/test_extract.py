@@ -221,3 +221,31 @@ def test_extract_refuses_an_out_that_is_a_file(tmp_path):
     f.write_text("x")
     with pytest.raises(UserError, match="exists and is not a directory"):
         extract("llama-7b", "LlamaRMSNorm", TINY, device="cpu", out=f)
+
+
+def test_extract_cli_json_and_a_trace_without_steps(rmsnorm, tmp_path):
+    """`--json` is a `headroom.extract/1` document; a `--trace` without ProfilerStep ranges (a plain
+    `with torch.profiler.profile():` capture) is analysed whole, with one warning on stderr and the same
+    note in the document; `--window` picks its steps by a range name instead."""
+    import gzip
+
+    doc = json.loads(gzip.decompress(rmsnorm.trace.read_bytes()))
+    steps = [e for e in doc["traceEvents"] if str(e.get("name", "")).startswith("ProfilerStep#")]
+    assert len(steps) == 1
+    doc["traceEvents"] = [e for e in doc["traceEvents"] if e not in steps]
+    stepless = tmp_path / "stepless.json.gz"
+    stepless.write_bytes(gzip.compress(json.dumps(doc).encode()))
+    base = ("extract", "llama-7b", "--flavour", "tiny", "--device", "cpu", "--module", "LlamaRMSNorm", "--json")
+    p = _cli(*base, "--out", str(tmp_path / "a"), "--trace", str(stepless))
+    assert p.returncode == 0, p.stderr[-1500:]
+    out = json.loads(p.stdout)
+    assert out["schema"] == "headroom.extract/1" and out["name"] == "llama-7b__LlamaRMSNorm"
+    warnings = [ln for ln in p.stderr.splitlines() if ln.startswith("headroom: warning:")]
+    assert len(warnings) == 1 and "no ProfilerStep ranges: analysing the whole trace" in warnings[0]
+    assert out["notes"] == [warnings[0].removeprefix("headroom: warning: ")]
+    # the whole trace is the one step that was there: the same share as the trace with its step
+    assert out["share"]["us_per_step"] == pytest.approx(rmsnorm.share.us_per_step)
+    p = _cli(*base, "--out", str(tmp_path / "b"), "--window", "LlamaRMSNorm")
+    err = [ln for ln in p.stderr.splitlines() if ln]
+    assert p.returncode == 2 and err == ["headroom: error: --window picks the steps of --trace TRACE: give both"]
+    assert not (tmp_path / "b").exists()

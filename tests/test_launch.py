@@ -9,6 +9,7 @@ import textwrap
 import pytest
 
 from headroom.errors import UserError
+from headroom.jsonio import dumps
 from headroom.profile.launch import NCCL_ENV, profile_ranks
 from headroom.profile.manifest import MANIFEST_NAME
 from headroom.profile.workload import Options
@@ -26,7 +27,9 @@ def doc(path):
 def check_ranks(result, parallel: str, transfer: str):
     """Two rank traces with one manifest; communication classified; the split adds up."""
     assert [p.name for p in result.traces] == ["rank-0.json.gz", "rank-1.json.gz"]
-    assert sorted(p.name for p in result.out_dir.iterdir()) == [MANIFEST_NAME, "rank-0.json.gz", "rank-1.json.gz"]
+    # the ranks' own staging directory is gone; manifest.json's lock file stays (filelock)
+    assert sorted(p.name for p in result.out_dir.iterdir()) == [MANIFEST_NAME, MANIFEST_NAME + ".lock",
+                                                               "rank-0.json.gz", "rank-1.json.gz"]
     manifests = []
     for rank, path in enumerate(result.traces):
         d = doc(path)
@@ -62,6 +65,13 @@ def check_ranks(result, parallel: str, transfer: str):
 
 def test_bert_ddp_on_two_gloo_ranks(gloo_bert_ddp):
     rs = check_ranks(gloo_bert_ddp, "ddp", "gloo:all_reduce")
+    # `--json`: each rank's timing in microseconds, as `headroom profile --json` has it (docs/cli.md)
+    d = json.loads(dumps(gloo_bert_ddp.to_dict()))
+    for rank, path in enumerate(gloo_bert_ddp.traces):
+        t, m = d["timing"][str(rank)], doc(path)["headroom"]["timing"]
+        assert t["timed"]["n"] == 1 and t["profiled"]["n"] == 2
+        assert t["timed"]["median_us"] == pytest.approx(1e3 * m["step_ms"], abs=0.1)   # times_ms keep 4 decimals
+        assert t["overhead"] is None and t["overhead_measurable"] is False     # 1 timed step: not measurable
     for a in rs.analyses:      # DDP all-reduces the gradients; the API call that enqueues them is communication too
         assert "c10d::allreduce_" in set(a.events.loc[a.events["category"] == "communication", "name"])
 
@@ -101,11 +111,22 @@ FAILING = textwrap.dedent('''
 def test_a_rank_that_fails_stops_the_run_with_its_one_line(tmp_path):
     wf = tmp_path / "fails.py"
     wf.write_text(FAILING)
+    run_dir = tmp_path / "out" / "fails-on-rank-1.train.ddpx2"
+    run_dir.mkdir(parents=True)
+    (run_dir / "rank-0.json.gz").write_bytes(b"an earlier run")
     with pytest.raises(UserError, match=r"^rank 1 has no data for this workload$"):
         profile_ranks("fails-on-rank-1", Options(), nproc=2, device="cpu", out=tmp_path / "out",
-                      workload_file=wf, steps=1, warmup=0, timed_steps=0)
-    left = sorted(p.name for p in (tmp_path / "out" / "fails-on-rank-1.train.ddpx2").iterdir())
-    assert left == []                                   # no request, result or error files stay behind
+                      workload_file=wf, steps=1, warmup=0, timed_steps=1)
+    # no request, result or error files stay behind, and a failed run replaces no earlier trace
+    assert sorted(p.name for p in run_dir.iterdir()) == ["rank-0.json.gz"]
+    assert (run_dir / "rank-0.json.gz").read_bytes() == b"an earlier run"
+
+
+def test_no_timed_steps_is_refused_before_any_launch(tmp_path):
+    """`--timed-steps 0` wrote NaN into one-process traces (issue #13); --nproc refuses it in the parent."""
+    with pytest.raises(UserError, match=r"--steps and --timed-steps must be at least 1"):
+        profile_ranks("bert-base", Options(mode="train"), nproc=2, device="cpu", out=tmp_path, timed_steps=0)
+    assert not any(tmp_path.iterdir())
 
 
 @pytest.mark.parametrize("args, message", [
@@ -137,3 +158,22 @@ def test_dlrm_sharding_options_with_several_ranks():
         bad = spec.resolve(Options(nproc=2, flavour="tiny", extra=extra), "cpu")
         with pytest.raises(UserError, match=message):
             _resolve_sharding(bad, torch.device("cpu"))
+
+
+def test_cli_nproc_json_and_a_quiet_stderr(tmp_path):
+    """`headroom profile --nproc 2 --json`: one `headroom.profile.ranks/1` document on stdout; on stderr the
+    ranks' stage lines, and none of Kineto's `USDT: ... profiler_start` lines (issue #13)."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    p = subprocess.run([sys.executable, "-m", "headroom.cli", "profile", "bert-base", "--mode", "train",
+                        "--flavour", "tiny", "--batch", "2", "--seq", "32", "--nproc", "2", "--device", "cpu",
+                        "--steps", "1", "--warmup", "0", "--timed-steps", "1", "--out", str(tmp_path), "--json"],
+                       capture_output=True, text=True, timeout=300, cwd=Path(__file__).resolve().parents[1])
+    assert p.returncode == 0, p.stderr[-2000:]
+    d = json.loads(p.stdout)
+    assert d["schema"] == "headroom.profile.ranks/1" and d["analysis"]["kind"] == "ranks"
+    assert sorted(d["timing"]) == ["0", "1"] and d["timing"]["1"]["timed"]["median_us"] > 0
+    assert "USDT:" not in p.stderr and "profiler_start" not in p.stderr
+    assert "rank 0: profiling" in p.stderr and "Traceback" not in p.stderr

@@ -272,7 +272,10 @@ def test_cli_json_and_workload_file(tmp_path):
     doc = json.loads(res.stdout.strip().splitlines()[-1])
     assert doc["manifest"]["workload"] == "user-mlp-cli"
     assert doc["analysis"]["mode"] == "cpu-ops" and "categories" in doc["analysis"]
-    assert set(doc["timing"]) == {"timed", "profiled", "overhead"}
+    assert doc["schema"] == "headroom.profile/1"
+    assert set(doc["timing"]) == {"timed", "profiled", "overhead", "overhead_measurable"}
+    assert doc["timing"]["overhead"] is None and doc["timing"]["overhead_measurable"] is False   # 1 step each
+    assert doc["timing"]["timed"]["median_us"] == pytest.approx(1e3 * doc["manifest"]["timing"]["step_ms"])
     assert doc["manifest"]["command"].startswith("headroom ")
 
 
@@ -290,7 +293,7 @@ def test_cli_workloads_lists_the_registry():
     for name in ("llama-7b", "gpt2-xl", "bert-base", "dlrm", "dlrm-dcn", "resnet-50", "vit-b-16"):
         assert name in res.stdout
     code, out, res = invoke(["workloads", "--json"])
-    names = [w["name"] for w in json.loads(res.stdout)]
+    names = [w["name"] for w in json.loads(res.stdout)["workloads"]]
     assert "llama-7b" in names
 
 
@@ -299,9 +302,9 @@ def test_headroom_entry_point_unknown_workload(tmp_path):
     import subprocess
 
     try:
-        from headroom import cli
+        from headroom.cli import app
 
-        cli._register_commands()
+        app._register_commands()
     except ImportError as e:
         pytest.skip(f"headroom.cli is not complete yet: {e}")
     p = subprocess.run([sys.executable, "-m", "headroom.cli", "profile", "nope"], capture_output=True, text=True,

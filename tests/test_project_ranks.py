@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from headroom.cli import _register_commands, app
+from headroom.cli.app import _register_commands, app
 from headroom.errors import UserError
 from headroom.projection.sync_targets import sync_targets
 from headroom.projection.ranks import SyncModel, project_ranks, sync_projection
@@ -95,14 +95,23 @@ def test_cli_on_a_directory_of_ranks(tmp_path):
     code, out = invoke(["classify", d, "--json"])
     assert code == 0
     doc = json.loads(out)
+    assert doc["schema"] == "headroom.classify.ranks/1"
     assert doc["kind"] == "ranks" and doc["slowest_rank"] == 1
     assert [r["wait_us"] for r in doc["per_rank"]] == [1000.0, 0.0]
     code, out = invoke(["project", d, "-s", f"kernel:{GEMM}=2", "--on-rank", "0", "--json"])
-    assert code == 0 and json.loads(out)["synchronised"]["speedups"]["gain"] == 0.0
+    doc = json.loads(out)
+    assert code == 0 and doc["schema"] == "headroom.project.ranks/1"
+    assert doc["synchronised"]["speedups"]["gain"] == 0.0
     code, out = invoke(["targets", d, "-s", "2", "--by", "kernel", "--json"])
-    assert code == 0 and json.loads(out)["targets"][0]["name"] == GEMM
+    doc = json.loads(out)
+    assert code == 0 and doc["schema"] == "headroom.targets.ranks/1" and doc["targets"][0]["name"] == GEMM
     code, out = invoke(["report", d, "--json"])
-    assert code == 0 and [r["wait_ms"] for r in json.loads(out)["rows"]] == [1.0, 0.0]
+    doc = json.loads(out)
+    assert code == 0 and doc["schema"] == "headroom.report/1" and doc["traces"] == [] and doc["failed"] == []
+    (rs,) = doc["rank_sets"]
+    assert rs["kind"] == "ranks" and rs["slowest_rank"] == 1 and rs["source"] == d
+    assert [r["wait_us"] for r in rs["ranks"]] == [1000.0, 0.0]
+    assert [r["rank"] for r in rs["ranks"]] == [0, 1] and rs["step_us"] == pytest.approx(WALL / 2)
     code, out = invoke(["classify", d])
     assert code == 0 and "slowest rank 1: the others waited 1.00 ms for it at 2 collectives" in out
 
@@ -160,3 +169,58 @@ def test_the_facade_takes_a_directory_of_ranks(tmp_path):
     assert isinstance(rs, headroom.RankSet) and rs.slowest_rank == 1
     res = headroom.project_ranks(d, speedup=[f"kernel:{GEMM}=2"], on_ranks=[1])
     assert res.speedups.gain == pytest.approx(1000.0 / WALL)
+
+
+@pytest.fixture
+def headroom_cli(headroom):
+    """`headroom ARGS...` in this process: exit code, stdout, stderr lines."""
+    def call(*args):
+        p = headroom(*args)
+        return p.returncode, p.stdout, [ln for ln in p.stderr.splitlines() if ln]
+    return call
+
+
+def test_a_rank_that_cannot_be_read_is_named_and_the_others_reported(tmp_path, headroom_cli):
+    """A directory of ranks with a corrupt rank: the bad file on stderr, the good rank as a trace of its
+    own (not a rank set of one), a warning that says so, and exit 2 at the end."""
+    d = write_pair(tmp_path / "ranks")
+    (d / "rank-1.json.gz").write_bytes(b"not gzip")
+    code, out, err = headroom_cli("classify", "--json", d)
+    assert code == 2
+    (doc,) = [json.loads(ln) for ln in out.splitlines()]
+    assert doc["schema"] == "headroom.classify/1" and doc["trace"] == str(d / "rank-0.json.gz")
+    assert [ln.split(": ")[1] for ln in err] == ["error", "warning"]
+    assert str(d / "rank-1.json.gz") in err[0]
+    assert err[1] == (f"headroom: warning: {d}: 1 trace(s) could not be read: the other 1 analysed one "
+                      f"by one, not as the ranks of one run")
+    # a directory of unrelated traces was never a rank set: only the error
+    plain = write_pair(tmp_path / "plain", names=("a.json.gz", "b.json.gz"), distributed_info=False)
+    (plain / "b.json.gz").write_bytes(b"not gzip")
+    code, out, err = headroom_cli("classify", "--json", plain)
+    assert code == 2 and len(out.splitlines()) == 1 and len(err) == 1 and err[0].startswith("headroom: error: ")
+
+
+def test_report_takes_traces_and_rank_sets_together(tmp_path, headroom_cli):
+    d = write_pair(tmp_path / "ranks")
+    one = write_pair(tmp_path / "single", names=("a.json.gz", "b.json.gz"), distributed_info=False) / "a.json.gz"
+    code, out, err = headroom_cli("report", "--json", one, d)
+    assert code == 0 and err == []
+    doc = json.loads(out)
+    assert [r["trace"] for r in doc["traces"]] == [str(one)]
+    assert [(s["source"], [r["rank"] for r in s["ranks"]]) for s in doc["rank_sets"]] == [(str(d), [0, 1])]
+    code, out, err = headroom_cli("report", one, d)       # on screen: the summary, then the rank set
+    assert code == 0 and out.index("a ") < out.index(f"{d}  2 ranks") and "waited ms/step" in out
+    # rank 0 waits 500 us per step at the all-reduce: 0.50 ms/step (1.00 ms over the two steps)
+    row = next(ln for ln in out.splitlines()[out.splitlines().index(next(
+        ln for ln in out.splitlines() if ln.startswith(f"{d}  2 ranks"))):] if ln.lstrip().startswith("0 "))
+    assert " 0.50 " in row and " 1.00 " not in row
+
+
+def test_rank_projection_warnings_go_to_stderr(tmp_path, headroom_cli):
+    d = write_pair(tmp_path / "ranks")
+    code, out, err = headroom_cli("project", d, "-s", f"kernel:{GEMM}=2", "-s", "kernel:no_such_kernel=2")
+    assert code == 0 and "headroom: warning" not in out and "synchronised step" in out
+    assert err == [f"headroom: warning: {d}: rank 0: kernel:no_such_kernel=2 (command line) matches no kernel "
+                   f"in this trace",
+                   f"headroom: warning: {d}: rank 1: kernel:no_such_kernel=2 (command line) matches no kernel "
+                   f"in this trace"]

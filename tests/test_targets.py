@@ -219,16 +219,39 @@ def test_module_selector_holds_children_and_backward(builder, tmp_path):
     assert ev.set_index("name").loc["gemm_bwd", "phase"] == "backward"
 
 
-def test_no_module_ranges_is_said_on_stderr(tmp_path):
-    from headroom.cli import _register_commands, app
-
-    _register_commands()
+def test_no_module_ranges_is_said_on_stderr(headroom):
     path = SHIPPED_TRACES / "bert-base.infer.json.gz"
-    r = CliRunner().invoke(app, ["targets", str(path), "--by", "module", "--json"])
-    assert r.exit_code == 0
-    err = [l for l in r.stderr.splitlines() if l]
+    p = headroom("targets", path, "--by", "module", "--json")
+    code, out, err = p.returncode, p.stdout, p.stderr.splitlines()
+    assert code == 0
     assert len(err) == 1 and "has no nn.Module ranges" in err[0] and "headroom profile" in err[0]
-    d = json.loads(r.stdout)
-    assert d["targets"] == [] and d["notes"] == [err[0].removeprefix("headroom: note: ")]
-    r = CliRunner().invoke(app, ["targets", str(path), "--scope", "inner"])
-    assert isinstance(r.exception, UserError) and "unknown module scope 'inner'" in str(r.exception)
+    assert err[0].startswith("headroom: warning: bert-base.infer.json.gz has no nn.Module ranges")
+    d = json.loads(out)
+    assert d["schema"] == "headroom.targets/1"
+    assert d["targets"] == [] and d["notes"] == [err[0].removeprefix("headroom: warning: ")]
+    p = headroom("targets", path, "--scope", "inner")      # a choice: listed in --help
+    code, out, err = p.returncode, p.stdout, p.stderr.splitlines()
+    assert code == 2 and out == "" and len(err) == 1
+    assert err[0].startswith("headroom: error: ") and "'inner' is not one of 'self', 'total'" in err[0]
+    with pytest.raises(UserError, match="unknown module scope 'inner'"):           # the API checks it too
+        targets(analyze(path), by=("module",), scope="inner")
+
+
+def test_module_rows_on_screen_are_per_step(builder, tmp_path, headroom):
+    """`targets --by module` printed window totals in its `ms` column; now ms per step, as every screen."""
+    for k in (1, 2):                      # two steps, one Linear call with a 100 us GEMM in each
+        t0 = (k - 1) * 1000
+        builder.step(k, t0, 1000)
+        builder.cpu("headroom/module model (Net)", t0 + 10, 490)
+        builder.cpu("headroom/module model.fc (Linear)", t0 + 20, 100)
+        ext = builder.cpu("aten::mm", t0 + 30, 10)
+        builder.kernel("gemm_a", launch_ts=t0 + 31, ts=t0 + 100, dur=100, ext=ext)
+    path = builder.write(tmp_path / "two.json")
+    p = headroom("targets", path, "--by", "module", "--replay-top", "0")
+    code, out, err = p.returncode, p.stdout, p.stderr
+    assert code == 0 and err == ""
+    assert "measured 1.000 ms/step over 2 step(s)" in out
+    row = next(ln for ln in out.splitlines() if ln.lstrip().startswith("Linear"))
+    cells = [c.strip() for c in row.split("│")]
+    assert cells[1:3] == ["1", "1.0"]          # calls/step, kernels/call
+    assert cells[4] == "0.100"                 # ms/step: 100 us per step (the 2-step total is 0.200)

@@ -152,7 +152,9 @@ def identity_run(tmp_path_factory):
     p = _cli("validate", "llama-7b", *TINY, "--replace", f"LlamaRMSNorm={CANDIDATES / 'identity_rmsnorm.py'}",
              "--out", str(out), "--rounds", "9", "--json")
     assert p.returncode == 0, p.stderr[-2000:]
-    return out, json.loads(p.stdout)
+    doc = json.loads(p.stdout)
+    assert doc.pop("schema") == "headroom.validate/1"     # docs/cli.md; the rest is docs/validate.md's object
+    return out, doc
 
 
 def test_identity_candidate_measures_and_projects_no_change(identity_run):
@@ -179,7 +181,7 @@ def test_offline_recompute_reproduces_the_saved_result_exactly(identity_run):
     out, r = identity_run
     assert recompute(out) == json.loads((out / "result.json").read_text()) == r
     p = _cli("validate", "--from", str(out), "--json")
-    assert p.returncode == 0 and json.loads(p.stdout) == r
+    assert p.returncode == 0 and json.loads(p.stdout) == {"schema": "headroom.validate/1", **r}
 
 
 def test_a_wrong_candidate_is_refused_and_nothing_is_written(tmp_path):

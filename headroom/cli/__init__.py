@@ -1,56 +1,30 @@
 """The `headroom` command: a thin layer over the Python API.
 
 Each command group lives in its own module (`headroom/cli/*.py`) and registers itself on
-the one typer app; every user error becomes one line on stderr and exit 2.
+the one typer app (`headroom/cli/app.py`). How commands talk (stdout/stderr, exit codes,
+JSON) is in `headroom/cli/output.py` and docs/cli.md: every user error becomes one line on
+stderr and exit 2; Ctrl-C exits 130 at any moment, also while the modules are imported.
+
+This module imports nothing heavy, so `main` can take Ctrl-C over before typer, pandas or
+torch load (a second or more).
 """
 
 from __future__ import annotations
 
-import sys
-
-import typer
-
-from headroom.errors import UserError
-from headroom.extras import EXTRA_OF_MODULE, missing
-
-app = typer.Typer(
-    add_completion=False,
-    no_args_is_help=True,
-    pretty_exceptions_enable=False,
-    help="How much faster does a real model get if someone writes a faster GPU kernel?",
-)
+import os
+import signal
 
 
-def _register_commands() -> None:
-    from headroom.cli import extract, profile, project, trace, verify
-
-    for module in (trace, profile, project, verify, extract):
-        module.register(app)
-
-
-# The extra a command's optional modules come from (the core commands need none).
-_EXTRA_OF_COMMAND = {"profile": "profile", "workloads": "profile", "verify": "verify", "bench": "verify"}
+def _interrupted_while_starting(signum, frame) -> None:
+    # Ctrl-C before the command runs: nothing has been written yet, so leave at once
+    # (a KeyboardInterrupt here would print a traceback from inside an import).
+    os.write(2, b"headroom: interrupted\n")
+    os._exit(130)
 
 
-def main() -> None:
-    _register_commands()
-    try:
-        app()
-    except UserError as e:
-        print(f"headroom: error: {e}", file=sys.stderr)
-        sys.exit(2)
-    except ModuleNotFoundError as e:
-        module = (e.name or "").split(".")[0]
-        if module not in EXTRA_OF_MODULE:
-            raise
-        command = next((a for a in sys.argv[1:] if not a.startswith("-")), "")
-        extra = _EXTRA_OF_COMMAND.get(command) if module == "torch" else None
-        print(f"headroom: error: {missing(module, command, extra)}", file=sys.stderr)
-        sys.exit(2)
-    except KeyboardInterrupt:
-        print("headroom: interrupted", file=sys.stderr)
-        sys.exit(130)
+def main(argv: list[str] | None = None) -> None:
+    """The `headroom` console script."""
+    signal.signal(signal.SIGINT, _interrupted_while_starting)
+    from headroom.cli.app import run
 
-
-if __name__ == "__main__":
-    main()
+    run(argv)

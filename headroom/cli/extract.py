@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
-import json
 import shlex
 import sys
 from pathlib import Path
@@ -11,70 +9,74 @@ from typing import List, Optional
 
 import typer
 
+from headroom.cli.common import WindowOpt
+from headroom.cli.output import emit_json, warn
+from headroom.cli.profile import DType, Device, KVCache, Mode, Phase
 from headroom.errors import UserError
 
 # The workload options of `headroom profile`.
-ModeOpt = typer.Option(None, "--mode", help="train or infer (default: the workload's).")
-PhaseOpt = typer.Option(None, "--phase", help="prefill or decode (decoder LMs).")
-KvOpt = typer.Option(None, "--kv-cache", help="static or dynamic KV cache (decode).")
-BatchOpt = typer.Option(None, "--batch", help="Batch size.")
-SeqOpt = typer.Option(None, "--seq", help="Sequence length (tokens).")
-DtypeOpt = typer.Option(None, "--dtype", help="bf16, fp16 or fp32.")
-LayersOpt = typer.Option(None, "--layers", help="Build N of the identical blocks.")
-FlavourOpt = typer.Option(None, "--flavour", help="Size preset (e.g. llama-7b --flavour tiny).")
-OptOpt = typer.Option([], "--opt", help="Workload option KEY=VALUE (see `headroom workloads -v`).")
-DeviceOpt = typer.Option("auto", "--device", help="auto (CUDA when present), cuda or cpu.")
-WorkloadFileOpt = typer.Option(None, "--workload-file", help="Python file defining extra workloads.")
-FullSizeOpt = typer.Option(False, "--full-size", help="On a CPU, run the real defaults (no scaling).")
-NoTf32Opt = typer.Option(False, "--no-tf32", help="Strict fp32 matmuls (TF32 is on by default).")
+ModeOpt = typer.Option(None, "--mode", case_sensitive=False, help="Default: the workload's.")
+PhaseOpt = typer.Option(None, "--phase", case_sensitive=False, help="Decoder LMs.")
+KvOpt = typer.Option(None, "--kv-cache", case_sensitive=False, help="KV cache (decode).")
+BatchOpt = typer.Option(None, "--batch", min=1, help="Batch size.")
+SeqOpt = typer.Option(None, "--seq", min=1, help="Sequence length (tokens).")
+DtypeOpt = typer.Option(None, "--dtype", case_sensitive=False, help="Default: the workload's.")
+LayersOpt = typer.Option(None, "--layers", min=1, help="Build N of the identical blocks.")
+FlavourOpt = typer.Option(None, "--flavour", metavar="NAME", help="Size preset (e.g. llama-7b --flavour tiny).")
+OptOpt = typer.Option([], "--opt", metavar="KEY=VALUE", help="Workload option (see `headroom workloads -v`).")
+DeviceOpt = typer.Option("auto", "--device", case_sensitive=False, help="auto: CUDA when present.")
+WorkloadFileOpt = typer.Option(None, "--workload-file", metavar="FILE", help="Python file defining extra workloads.")
+FullSizeOpt = typer.Option(False, "--full-size", metavar="", help="On a CPU, run the real defaults (no scaling).")
+NoTf32Opt = typer.Option(False, "--no-tf32", metavar="", help="Strict fp32 matmuls (TF32 is on by default).")
+WorkloadArg = typer.Argument(..., metavar="WORKLOAD", help="Workload name (see `headroom workloads`).")
 
 
 def _options(mode, phase, kv_cache, batch, seq, dtype, layers, flavour, opt, full_size, no_tf32):
     from headroom.cli.profile import _parse_opts
     from headroom.profile.workload import Options
 
-    return Options(mode=mode, phase=phase, kv_cache=kv_cache, batch=batch, seq=seq, dtype=dtype, layers=layers,
-                   flavour=flavour, tf32=not no_tf32, extra=_parse_opts(opt), scale_for_cpu=not full_size)
-
-
-def _progress():
-    from rich.console import Console
-
-    from headroom.cli.profile import RichProgress
-
-    err = Console(stderr=True)
-    if not err.is_terminal:
-        err = Console(stderr=True, width=160)
-    return RichProgress(err)
+    value = lambda e: e.value if e is not None else None  # noqa: E731
+    return Options(mode=value(mode), phase=value(phase), kv_cache=value(kv_cache), batch=batch, seq=seq,
+                   dtype=value(dtype), layers=layers, flavour=flavour, tf32=not no_tf32, extra=_parse_opts(opt),
+                   scale_for_cpu=not full_size)
 
 
 def extract_cmd(
-    workload: str = typer.Argument(..., help="Workload name (see `headroom workloads`)."),
-    module: str = typer.Option(..., "--module", "-m", help="Module class (LlamaRMSNorm, or dotted), or op:aten::NAME."),
-    out: Path = typer.Option(Path("out/problems"), "--out", help="Directory for the problem and its entry."),
-    trace: Optional[Path] = typer.Option(None, "--trace", help=(
+    workload: str = WorkloadArg,
+    module: str = typer.Option(..., "--module", "-m", metavar="CLASS",
+                               help="Module class (LlamaRMSNorm, or dotted), or op:aten::NAME."),
+    out: Path = typer.Option(Path("out/problems"), "--out", metavar="DIR", help="Directory for the problem and its entry."),
+    trace: Optional[Path] = typer.Option(None, "--trace", metavar="TRACE", help=(
         "Measure the share of time in this trace (recorded with module ranges) instead of a 1-step profile; "
         "for op:, the shapes are read from it.")),
-    no_profile: bool = typer.Option(False, "--no-profile", help="Do not profile (the header says share unknown)."),
-    as_json: bool = typer.Option(False, "--json", help="Print what was written as one JSON object."),
-    mode: Optional[str] = ModeOpt, phase: Optional[str] = PhaseOpt, kv_cache: Optional[str] = KvOpt,
-    batch: Optional[int] = BatchOpt, seq: Optional[int] = SeqOpt, dtype: Optional[str] = DtypeOpt,
+    window: Optional[str] = WindowOpt,
+    no_profile: bool = typer.Option(False, "--no-profile", metavar="",
+                                    help="Do not profile (the header says share unknown)."),
+    as_json: bool = typer.Option(False, "--json", metavar="", help="One JSON document (docs/cli.md)."),
+    mode: Optional[Mode] = ModeOpt, phase: Optional[Phase] = PhaseOpt, kv_cache: Optional[KVCache] = KvOpt,
+    batch: Optional[int] = BatchOpt, seq: Optional[int] = SeqOpt, dtype: Optional[DType] = DtypeOpt,
     layers: Optional[int] = LayersOpt, flavour: Optional[str] = FlavourOpt, opt: List[str] = OptOpt,
-    device: str = DeviceOpt, workload_file: Optional[Path] = WorkloadFileOpt, full_size: bool = FullSizeOpt,
+    device: Device = DeviceOpt, workload_file: Optional[Path] = WorkloadFileOpt, full_size: bool = FullSizeOpt,
     no_tf32: bool = NoTf32Opt,
 ) -> None:
     """Write a KernelBench problem with the real shapes for a module (or op) of a workload, and its
     problem -> selector entry for `headroom project --problems`."""
+    from headroom.cli.profile import RichProgress
     from headroom.extract import extract
 
+    if window is not None and trace is None:
+        raise UserError("--window picks the steps of --trace TRACE: give both")
     options = _options(mode, phase, kv_cache, batch, seq, dtype, layers, flavour, opt, full_size, no_tf32)
     command = "headroom " + " ".join(shlex.quote(a) for a in sys.argv[1:])
-    guard = contextlib.redirect_stdout(sys.stderr) if as_json else contextlib.nullcontext()
-    with guard:
-        r = extract(workload, module, options, device=device, out=out, trace=trace, profile=not no_profile,
-                    workload_file=workload_file, command=command, progress=_progress())
+    progress = RichProgress()
+    # Library chatter (the model's build, the profiler) never reaches stdout: --json stays parseable.
+    with progress.capturing():
+        r = extract(workload, module, options, device=device.value, out=out, trace=trace, window=window,
+                    profile=not no_profile, workload_file=workload_file, command=command, progress=progress)
+    for note in r.notes:
+        warn(note)
     if as_json:
-        print(json.dumps(r.to_dict()))
+        emit_json("extract", r.to_dict())
         return
     print(f"problem: {r.problem}")
     print(f"entry:   {r.entry}   ({'; '.join(r.selectors)})")
@@ -86,13 +88,14 @@ def extract_cmd(
 
 
 def validate_cmd(
-    workload: Optional[str] = typer.Argument(None, help="Workload name (see `headroom workloads`)."),
-    replace: Optional[List[str]] = typer.Option(None, "--replace", "-r", help=(
-        "CLASS=CANDIDATE.py, repeatable: every instance of CLASS becomes the candidate's ModelNew.")),
-    out: Optional[Path] = typer.Option(None, "--out", help=(
+    workload: Optional[str] = typer.Argument(None, metavar="[WORKLOAD]",
+                                             help="Workload name (see `headroom workloads`)."),
+    replace: Optional[List[str]] = typer.Option(None, "--replace", "-r", metavar="CLASS=CANDIDATE.py", help=(
+        "Repeatable: every instance of CLASS becomes the candidate's ModelNew.")),
+    out: Optional[Path] = typer.Option(None, "--out", metavar="DIR", help=(
         "The run's directory (result.json, run.json, base.json.gz, variant.json.gz); "
         "default out/validate/<workload>__<CLASS>.")),
-    from_dir: Optional[Path] = typer.Option(None, "--from", help=(
+    from_dir: Optional[Path] = typer.Option(None, "--from", metavar="DIR", help=(
         "Recompute the result of a saved run from its traces and timings (nothing runs).")),
     rounds: int = typer.Option(7, "--rounds", help="Interleaved rounds (at least 7)."),
     steps_per_round: Optional[int] = typer.Option(None, "--steps-per-round", help=(
@@ -100,20 +103,21 @@ def validate_cmd(
     profile_steps: Optional[int] = typer.Option(None, "--profile-steps", help="Profiled steps per variant (3)."),
     tolerance: Optional[float] = typer.Option(None, "--tolerance", help=(
         "Relative L2 error allowed per compared tensor (default by dtype: fp32 1e-3, fp16 1e-2, bf16 5e-2).")),
-    timeout: float = typer.Option(1800.0, "--timeout", help="Seconds the whole run may take (a hanging candidate)."),
+    timeout: float = typer.Option(1800.0, "--timeout", metavar="S",
+                                  help="Seconds the whole run may take (a hanging candidate)."),
     threads: Optional[int] = typer.Option(None, "--threads", help="torch CPU threads in the run (CPU timing)."),
-    as_json: bool = typer.Option(False, "--json", help="Print the result object (docs/validate.md)."),
-    mode: Optional[str] = ModeOpt, phase: Optional[str] = PhaseOpt, kv_cache: Optional[str] = KvOpt,
-    batch: Optional[int] = BatchOpt, seq: Optional[int] = SeqOpt, dtype: Optional[str] = DtypeOpt,
+    as_json: bool = typer.Option(False, "--json", metavar="", help="One JSON document (docs/cli.md, docs/validate.md)."),
+    mode: Optional[Mode] = ModeOpt, phase: Optional[Phase] = PhaseOpt, kv_cache: Optional[KVCache] = KvOpt,
+    batch: Optional[int] = BatchOpt, seq: Optional[int] = SeqOpt, dtype: Optional[DType] = DtypeOpt,
     layers: Optional[int] = LayersOpt, flavour: Optional[str] = FlavourOpt, opt: List[str] = OptOpt,
-    device: str = DeviceOpt, workload_file: Optional[Path] = WorkloadFileOpt, full_size: bool = FullSizeOpt,
+    device: Device = DeviceOpt, workload_file: Optional[Path] = WorkloadFileOpt, full_size: bool = FullSizeOpt,
     no_tf32: bool = NoTf32Opt,
 ) -> None:
     """Swap candidates into a workload: check outputs, measure the end-to-end speedup interleaved,
     profile both, and score the projections made from the base trace alone."""
     from headroom.validate import recompute, validate
-    from headroom.jsonio import dumps
 
+    run_dir = from_dir
     if from_dir is not None:
         if workload or replace:
             raise UserError("--from recomputes a saved run: give no WORKLOAD or --replace with it")
@@ -130,14 +134,16 @@ def validate_cmd(
         run_dir = out or Path("out/validate") / f"{workload}__{'+'.join(safe_name(c) for c, _ in reps)}"
         options = _options(mode, phase, kv_cache, batch, seq, dtype, layers, flavour, opt, full_size, no_tf32)
         command = "headroom " + " ".join(shlex.quote(a) for a in sys.argv[1:])
-        result = validate(workload, reps, options, device=device, out=run_dir, rounds=rounds,
+        result = validate(workload, reps, options, device=device.value, out=run_dir, rounds=rounds,
                           steps_per_round=steps_per_round, profile_steps=profile_steps, gate=tolerance,
                           timeout=timeout, workload_file=workload_file, command=command, threads=threads)
-        print(f"headroom validate: wrote {run_dir}", file=sys.stderr)
+    for w in (result.get("detail") or {}).get("projection_warnings") or []:
+        warn(f"{run_dir}: projection: {w}")
     if as_json:
-        print(dumps(result))
+        emit_json("validate", result)
         return
     print(render_text(result))
+    print(f"  run        {run_dir}")
 
 
 def _x(v) -> str:

@@ -3,39 +3,60 @@
 from __future__ import annotations
 
 import contextlib
-import json
+import os
 import shlex
 import sys
 import time
 from pathlib import Path
-from typing import Iterator, List, Optional
+from typing import ContextManager, Iterator, List, Optional
 
 import typer
 from rich.console import Console
 
 from headroom.errors import UserError
 from headroom.extras import require
-from headroom.jsonio import dumps
-
+from headroom.cli.common import choices
+from headroom.cli.output import emit_json
+from headroom.profile.progress import OutputCapture
 
 
 class RichProgress:
-    """Stage display on stderr: a spinner while a stage runs, a line with its time when done."""
+    """Stage display on stderr: a spinner while a stage runs, a line with its time when done.
 
-    def __init__(self, console: Console):
-        self.console = console
+    While a run is on, whatever the libraries print (Kineto's C++ lines, torch.fx or tqdm warnings)
+    would land inside the live display: `capturing()` routes file descriptors 1 and 2 to a temporary
+    file (headroom.profile.progress.OutputCapture), and after each stage its lines are printed above
+    the display, known noise left out. The display itself writes to a copy of the original stderr.
+    """
+
+    def __init__(self) -> None:
+        self._stderr_fd = os.dup(2)
+        stream = os.fdopen(self._stderr_fd, "w", buffering=1, closefd=False)
+        self.console = Console(file=stream, stderr=False, width=None if stream.isatty() else 160)
+        self._capture = OutputCapture(lambda line: self.console.print(line, markup=False, highlight=False,
+                                                                      style="dim"))
+
+    def capturing(self) -> ContextManager[None]:
+        """Route fds 1 and 2 to a temporary file while the run is on."""
+        return self._capture.capturing()
+
+    def _flush_captured(self) -> None:
+        self._capture.flush()
 
     @contextlib.contextmanager
     def stage(self, name: str, detail: str = "") -> Iterator[None]:
         t0 = time.perf_counter()
         label = f"[bold]{name}[/bold] {detail}".rstrip()
-        with self.console.status(label, spinner="dots"):
-            yield
+        try:
+            with self.console.status(label, spinner="dots"):
+                yield
+        finally:
+            self._flush_captured()
         self.console.print(f"[green]\u2713[/green] {name:<10} {time.perf_counter() - t0:7.1f} s  {detail}",
                            highlight=False)
 
     def note(self, message: str) -> None:
-        self.console.print(f"[yellow]notice:[/yellow] {message}", highlight=False)
+        self.console.print(f"headroom: warning: {message}", markup=False, highlight=False)
 
 
 def _parse_opts(opts: List[str]) -> dict[str, str]:
@@ -48,36 +69,47 @@ def _parse_opts(opts: List[str]) -> dict[str, str]:
     return out
 
 
+Mode = choices("Mode", "train", "infer")
+Phase = choices("Phase", "prefill", "decode")
+KVCache = choices("KVCache", "static", "dynamic")
+DType = choices("DType", "bf16", "fp16", "fp32")
+Device = choices("Device", "auto", "cuda", "cpu")
+Parallel = choices("Parallel", "ddp", "fsdp", "torchrec")
+
+
 def profile(
-    workload: str = typer.Argument(..., help="Workload name (see `headroom workloads`)."),
-    mode: Optional[str] = typer.Option(None, "--mode", help="train or infer (default: the workload's)."),
-    phase: Optional[str] = typer.Option(None, "--phase", help="prefill or decode (decoder LMs)."),
-    kv_cache: Optional[str] = typer.Option(None, "--kv-cache", help="static or dynamic KV cache (decode)."),
-    batch: Optional[int] = typer.Option(None, "--batch", help="Batch size."),
-    seq: Optional[int] = typer.Option(None, "--seq", help="Sequence length (tokens)."),
-    dtype: Optional[str] = typer.Option(None, "--dtype", help="bf16, fp16 or fp32."),
-    layers: Optional[int] = typer.Option(None, "--layers",
+    workload: str = typer.Argument(..., metavar="WORKLOAD", help="Workload name (see `headroom workloads`).",
+                                   autocompletion=lambda: _workload_names()),
+    mode: Optional[Mode] = typer.Option(None, "--mode", case_sensitive=False, help="Default: the workload's."),
+    phase: Optional[Phase] = typer.Option(None, "--phase", case_sensitive=False, help="Decoder LMs."),
+    kv_cache: Optional[KVCache] = typer.Option(None, "--kv-cache", case_sensitive=False, help="KV cache (decode)."),
+    batch: Optional[int] = typer.Option(None, "--batch", min=1, help="Batch size."),
+    seq: Optional[int] = typer.Option(None, "--seq", min=1, help="Sequence length (tokens)."),
+    dtype: Optional[DType] = typer.Option(None, "--dtype", case_sensitive=False, help="Default: the workload's."),
+    layers: Optional[int] = typer.Option(None, "--layers", min=1,
                                          help="Profile N of the identical blocks and extrapolate to all."),
-    compile_: bool = typer.Option(False, "--compile", help="Run the model under torch.compile."),
-    flavour: Optional[str] = typer.Option(None, "--flavour", help="Size preset (e.g. llama-7b --flavour 70b)."),
-    opt: List[str] = typer.Option([], "--opt", help="Workload option KEY=VALUE (see `headroom workloads -v`)."),
-    steps: Optional[int] = typer.Option(None, "--steps", help="Profiled steps (default 3 on a GPU, 1 on a CPU)."),
-    warmup: Optional[int] = typer.Option(None, "--warmup", help="Warm-up steps (default 3 GPU, 1 CPU)."),
-    timed_steps: Optional[int] = typer.Option(None, "--timed-steps",
+    compile_: bool = typer.Option(False, "--compile", metavar="", help="Run the model under torch.compile."),
+    flavour: Optional[str] = typer.Option(None, "--flavour", metavar="NAME",
+                                          help="Size preset (e.g. llama-7b --flavour 70b)."),
+    opt: List[str] = typer.Option([], "--opt", metavar="KEY=VALUE",
+                                  help="Workload option (see `headroom workloads -v`)."),
+    steps: Optional[int] = typer.Option(None, "--steps", min=1, help="Profiled steps (default 3 on a GPU, 1 on a CPU)."),
+    warmup: Optional[int] = typer.Option(None, "--warmup", min=0, help="Warm-up steps (default 3 GPU, 1 CPU)."),
+    timed_steps: Optional[int] = typer.Option(None, "--timed-steps", min=1,
                                               help="Unprofiled timed steps (default 10 GPU, 3 CPU)."),
-    out: Path = typer.Option(Path("out"), "--out", help="Directory for the trace and manifest.json."),
-    as_json: bool = typer.Option(False, "--json", help="Print one JSON object (manifest, timing, analysis)."),
-    workload_file: Optional[Path] = typer.Option(None, "--workload-file",
+    out: Path = typer.Option(Path("out"), "--out", metavar="DIR", help="Directory for the trace and manifest.json."),
+    as_json: bool = typer.Option(False, "--json", metavar="", help="One JSON document (docs/cli.md)."),
+    workload_file: Optional[Path] = typer.Option(None, "--workload-file", metavar="FILE",
                                                  help="Python file defining extra workloads."),
-    device: str = typer.Option("auto", "--device", help="auto (CUDA when present), cuda or cpu."),
-    no_tf32: bool = typer.Option(False, "--no-tf32", help="Strict fp32 matmuls (TF32 is on by default)."),
-    full_size: bool = typer.Option(False, "--full-size", help="On a CPU, run the real defaults (no scaling)."),
-    no_module_ranges: bool = typer.Option(False, "--no-module-ranges", help=(
+    device: Device = typer.Option("auto", "--device", case_sensitive=False, help="auto: CUDA when present."),
+    no_tf32: bool = typer.Option(False, "--no-tf32", metavar="", help="Strict fp32 matmuls (TF32 is on by default)."),
+    full_size: bool = typer.Option(False, "--full-size", metavar="", help="On a CPU, run the real defaults (no scaling)."),
+    no_module_ranges: bool = typer.Option(False, "--no-module-ranges", metavar="", help=(
         "Do not record a range per nn.Module call (recorded by default, for `targets --by module`).")),
-    nproc: int = typer.Option(1, "--nproc", help=(
+    nproc: int = typer.Option(1, "--nproc", metavar="N", help=(
         "Ranks: one process per GPU (per CPU slot with gloo), launched by torch's elastic launcher; "
         "traces in OUT/<name>/rank-K.json.gz.")),
-    parallel: Optional[str] = typer.Option(None, "--parallel", help=(
+    parallel: Optional[Parallel] = typer.Option(None, "--parallel", case_sensitive=False, help=(
         "With --nproc: ddp or fsdp (FSDP2) for transformer and vision training; recommenders shard "
         "their tables with torchrec (default: the workload's, see `headroom workloads -v`).")),
 ) -> None:
@@ -86,26 +118,25 @@ def profile(
     from headroom.profile.run import profile_workload
     from headroom.profile.workload import Options
 
-    options = Options(mode=mode, phase=phase, kv_cache=kv_cache, batch=batch, seq=seq, dtype=dtype,
+    value = lambda e: e.value if e is not None else None  # noqa: E731
+    options = Options(mode=value(mode), phase=value(phase), kv_cache=value(kv_cache), batch=batch, seq=seq,
+                      dtype=value(dtype),
                       layers=layers, compile=compile_, flavour=flavour, tf32=not no_tf32,
                       extra=_parse_opts(opt), scale_for_cpu=not full_size, module_ranges=not no_module_ranges,
-                      parallel=parallel)
-    err = Console(stderr=True)
-    if not err.is_terminal:
-        err = Console(stderr=True, width=160)
+                      parallel=value(parallel))
     command = "headroom " + " ".join(shlex.quote(a) for a in sys.argv[1:])
-    # Library chatter on stdout must not corrupt --json.
-    guard = contextlib.redirect_stdout(sys.stderr) if as_json else contextlib.nullcontext()
+    progress = RichProgress()
     if nproc != 1 or parallel:
-        _profile_ranks(workload, options, nproc, device, out, steps, warmup, timed_steps, workload_file,
-                       RichProgress(err), command, as_json, guard)
+        _profile_ranks(workload, options, nproc, device.value, out, steps, warmup, timed_steps, workload_file,
+                       progress, command, as_json)
         return
-    with guard:
-        result = profile_workload(workload, options, device=device, out=out, steps=steps, warmup=warmup,
+    # Library chatter (Python or C++, stdout or stderr) never reaches stdout: --json stays parseable.
+    with progress.capturing():
+        result = profile_workload(workload, options, device=device.value, out=out, steps=steps, warmup=warmup,
                                   timed_steps=timed_steps, workload_file=workload_file,
-                                  progress=RichProgress(err), command=command)
+                                  progress=progress, command=command)
     if as_json:
-        print(dumps(result.to_dict()))
+        emit_json("profile", result.to_dict())
         return
     from headroom.report.render import make_console, render_profile
 
@@ -115,19 +146,20 @@ def profile(
 
 
 def _profile_ranks(workload, options, nproc, device, out, steps, warmup, timed_steps, workload_file, progress,
-                   command, as_json, guard) -> None:
+                   command, as_json) -> None:
     from headroom.profile.launch import profile_ranks
 
     if nproc < 1:
         raise UserError("--nproc must be at least 1")
     if nproc == 1:
         raise UserError(f"--parallel {options.parallel} needs --nproc 2 or more")
-    with guard:
+    # The ranks print their own stage lines on stderr; the parent's library chatter stays off stdout.
+    with contextlib.redirect_stdout(sys.stderr):
         result = profile_ranks(workload, options, nproc=nproc, device=device, out=out, steps=steps, warmup=warmup,
                                timed_steps=timed_steps, workload_file=workload_file, progress=progress,
                                command=command)
     if as_json:
-        print(json.dumps(result.to_dict(), default=str))
+        emit_json("profile.ranks", result.to_dict())
         return
     from headroom.report.ranks import render_rank_set
     from headroom.report.render import make_console
@@ -140,10 +172,21 @@ def _profile_ranks(workload, options, nproc, device, out, steps, warmup, timed_s
     console.print(f"manifest: {result.manifest_path}", highlight=False)
 
 
+def _workload_names() -> list[str]:
+    try:
+        from headroom.profile.registry import list_workloads
+
+        return [s.name for s in list_workloads()]
+    except Exception:  # completion must never fail loudly
+        return []
+
+
 def workloads(
-    verbose: bool = typer.Option(False, "-v", "--verbose", help="Also show each default's reason, flavours, options."),
-    workload_file: Optional[Path] = typer.Option(None, "--workload-file", help="Python file defining extra workloads."),
-    as_json: bool = typer.Option(False, "--json", help="The registry as JSON."),
+    verbose: bool = typer.Option(False, "-v", "--verbose", metavar="",
+                                 help="Also show each default's reason, flavours, options."),
+    workload_file: Optional[Path] = typer.Option(None, "--workload-file", metavar="FILE",
+                                                 help="Python file defining extra workloads."),
+    as_json: bool = typer.Option(False, "--json", metavar="", help="One JSON document (docs/cli.md)."),
 ) -> None:
     """List the workloads: model, defaults, flavours."""
     from headroom.profile.registry import list_workloads, load_workload_file
@@ -152,7 +195,7 @@ def workloads(
         load_workload_file(workload_file)
     specs = list_workloads()
     if as_json:
-        print(json.dumps([{
+        emit_json("workloads", {"workloads": [{
             "name": s.name, "domain": s.domain, "description": s.description, "model": s.model,
             "modes": list(s.modes), "phases": list(s.phases), "kv_caches": list(s.kv_caches),
             "defaults": {k: {"value": d.value, "why": d.why} for k, d in s.defaults.items()},
@@ -160,7 +203,7 @@ def workloads(
             "options": {k: {"value": d.value, "why": d.why} for k, d in s.extras.items()},
             "parallel": list(s.parallel),
             "source": s.source,
-        } for s in specs], default=str))
+        } for s in specs]})
         return
     from headroom.report.render import make_console, render_workloads
 

@@ -7,55 +7,45 @@ from typing import List, Optional
 
 import typer
 
-from headroom.cli.ranks import analysed_inputs
+from headroom.cli.common import PolicyOpt, Reader, RulesOpt, TracesArg, WholeOpt, WindowOpt, choices, read_all
+from headroom.cli.output import emit_json, warn
 from headroom.errors import UserError
-from headroom.jsonio import dumps
-from headroom.trace.ranks import RankSet
 
-RulesOpt = typer.Option(None, "--rules", help="TOML file of extra classification rules (tried first).")
-PolicyOpt = typer.Option(None, "--policy", help="TOML file overriding which categories are addressable.")
-WholeOpt = typer.Option(False, "--whole-trace", help="Use the whole trace, not only ProfilerStep ranges.")
-SpeedupOpt = typer.Option(None, "--speedup", "-s", help=(
-    "SELECTOR=FACTOR[,launches=N], repeatable: category:embedding=1.552, op:aten::layer_norm=2, "
-    "'kernel:^triton_=1.2', problem:23_Softmax=1.3, 'module:RMSNorm=1.8,launches=1' (N: kernels each call "
-    "launches after the change; docs/projection.md). Command-line entries win overlaps with files."))
-SpeedupsOpt = typer.Option(None, "--speedups", "-f", help=(
+SpeedupOpt = typer.Option(None, "--speedup", "-s", metavar="SELECTOR=FACTOR", help=(
+    "Repeatable: category:embedding=1.552, op:aten::layer_norm=2, 'kernel:^triton_=1.2', "
+    "problem:23_Softmax=1.3, 'module:RMSNorm=1.8,launches=1' (launches=N: kernels each call launches "
+    "after the change; docs/projection.md). Command-line entries win overlaps with files."))
+SpeedupsOpt = typer.Option(None, "--speedups", "-f", metavar="FILE", help=(
     "Speedup file (.toml/.json/.csv) or `headroom verify` JSON; repeatable."))
-ProblemsOpt = typer.Option(None, "--problems", help="TOML file adding/replacing problem -> selector mappings.")
-
-
-def _analyses(traces: List[Path], rules, policy, whole_trace: bool):
-    from headroom.trace.analysis import analyze
-    from headroom.trace.classify import load_policy, load_rules
-    from headroom.trace.load import find_trace_files
-
-    r, p = load_rules(rules), load_policy(policy)
-    files = [f for t in traces for f in find_trace_files(t)]
-    return [analyze(f, rules=r, policy=p, whole_trace=whole_trace) for f in files]
+ProblemsOpt = typer.Option(None, "--problems", metavar="FILE",
+                           help="TOML file adding/replacing problem -> selector mappings.")
 
 
 def project_cmd(
-    traces: List[Path] = typer.Argument(..., help="Trace files (.json/.json.gz) or directories of per-rank traces."),
+    traces: List[Path] = TracesArg,
     speedup: Optional[List[str]] = SpeedupOpt,
     speedups: Optional[List[Path]] = SpeedupsOpt,
-    distribution: Optional[Path] = typer.Option(None, "--distribution", help=(
+    distribution: Optional[Path] = typer.Option(None, "--distribution", metavar="FILE", help=(
         "A benchmark's results (verify suite JSON, speedup file, or a list of numbers): projections at "
         "win rate x median and at quantiles, applied to --select.")),
     win_rate: Optional[float] = typer.Option(None, "--win-rate", help="Fraction of problems won (with --median)."),
     median: Optional[float] = typer.Option(None, "--median", help="Median speedup of the winning problems."),
-    scenario_select: str = typer.Option("category:addressable", "--select",
+    scenario_select: str = typer.Option("category:addressable", "--select", metavar="SELECTOR",
                                         help="Kernels the distribution scenarios apply to."),
-    quantile: Optional[List[float]] = typer.Option(None, "--quantile", help="Quantiles for distributions (repeatable)."),
-    strict: bool = typer.Option(False, "--strict", help="Treat warnings (no match, overlaps) as errors."),
-    step_ms: Optional[float] = typer.Option(None, "--step-ms", help=(
+    quantile: Optional[List[float]] = typer.Option(None, "--quantile", metavar="Q",
+                                                   help="Quantiles for distributions (repeatable)."),
+    strict: bool = typer.Option(False, "--strict", metavar="", help="Treat warnings (no match, overlaps) as errors."),
+    step_ms: Optional[float] = typer.Option(None, "--step-ms", metavar="MS", help=(
         "The step time without the profiler, in ms (default: the trace's manifest, when headroom profile "
         "wrote it): the replay's CPU clock is scaled to reproduce it.")),
     problems: Optional[Path] = ProblemsOpt,
-    as_json: bool = typer.Option(False, "--json", help="One JSON object per trace, one per line (docs/projection.md)."),
+    as_json: bool = typer.Option(False, "--json", metavar="",
+                                 help="One JSON document per trace, one per line (docs/cli.md)."),
     rules: Optional[Path] = RulesOpt,
     policy: Optional[Path] = PolicyOpt,
     whole_trace: bool = WholeOpt,
-    on_rank: Optional[List[int]] = typer.Option(None, "--on-rank", help=(
+    window: Optional[str] = WindowOpt,
+    on_rank: Optional[List[int]] = typer.Option(None, "--on-rank", metavar="RANK", help=(
         "A directory of ranks: apply the speedups on this rank only (repeatable; default every rank).")),
 ) -> None:
     """Project end-to-end step time from kernel speedups: Amdahl and timeline replay, with bounds.
@@ -68,8 +58,9 @@ def project_cmd(
     from headroom.projection.ranks import project_ranks
     from headroom.projection.scenarios import DEFAULT_QUANTILES
     from headroom.projection.speedups import collect_entries
-    from headroom.report.ranks import render_rank_projection
+    from headroom.report.ranks import rank_projection_notes, render_rank_projection
     from headroom.report.render import make_console, render_projection
+    from headroom.trace.ranks import RankSet
 
     entries, warnings = collect_entries(speedup or [], speedups or [])
     dist = load_distribution(distribution) if distribution else None
@@ -78,15 +69,18 @@ def project_cmd(
     if strict and warnings:
         raise UserError(f"{warnings[0]} (strict mode)")
     console = make_console()
-    for a in analysed_inputs(traces, rules, policy, whole_trace):
+    reader = Reader(rules, policy, whole_trace, window)
+    for a in reader.inputs(traces):
         if isinstance(a, RankSet):
             if dist is not None or win_rate is not None or median is not None:
                 raise UserError(f"{a.source}: a directory of ranks takes --speedup/--speedups "
                                 f"(--distribution, --win-rate and --median project one trace at a time)")
             rp = project_ranks(a, entries, on_ranks=on_rank, problems=pm, strict=strict)
             rp.warnings = list(warnings) + rp.warnings
+            for w in rank_projection_notes(rp):
+                warn(f"{a.source}: {w}")
             if as_json:
-                print(dumps(rp.to_dict()))
+                emit_json("project.ranks", rp.to_dict())
             else:
                 render_rank_projection(rp, console)
             continue
@@ -95,77 +89,99 @@ def project_cmd(
         res = project(a, entries, distribution=dist, win_rate=win_rate, median=median,
                       scenario_select=scenario_select, quantiles=quantiles, strict=strict, problems=pm,
                       extra_warnings=warnings, step_ms=step_ms)
+        for w in res.warnings:
+            warn(f"{a.source}: {w}")
         if as_json:
-            print(dumps(res.to_dict()))
+            emit_json("project", res.to_dict())
         else:
             render_projection(res, console)
+    reader.finish()
+
+
+By = choices("By", "op", "module", "module_path", "top_op", "kernel")
+Scope = choices("Scope", "self", "total")
 
 
 def targets_cmd(
-    trace: Path = typer.Argument(..., help="Trace file (.json/.json.gz), or a directory of the ranks of one run."),
-    speedup: float = typer.Option(1.5, "--speedup", "-s", help="The speedup to rank by (default 1.5x)."),
-    by: Optional[List[str]] = typer.Option(None, "--by", help=(
-        "op, module (nn.Module classes), module_path (instances), top_op or kernel "
+    trace: Path = typer.Argument(..., metavar="TRACE",
+                                 help="Trace file (.json/.json.gz), or a directory of the ranks of one run."),
+    speedup: float = typer.Option(1.5, "--speedup", "-s", min=1e-9, help="The speedup to rank by (default 1.5x)."),
+    by: Optional[List[By]] = typer.Option(None, "--by", help=(
+        "Grouping: op, module (nn.Module classes), module_path (instances), top_op or kernel "
         "(repeatable; default op and module).")),
-    scope: str = typer.Option("self", "--scope", help=(
+    scope: Scope = typer.Option("self", "--scope", case_sensitive=False, help=(
         "Module rows: self (kernels whose innermost module it is; shares add up) or total "
         "(also the kernels of the modules inside it).")),
-    top: int = typer.Option(20, "--top", help="Rows per grouping."),
-    replay_top: int = typer.Option(5, "--replay-top", help="Also replay the first N rows of each grouping (0: none)."),
-    as_json: bool = typer.Option(False, "--json", help="JSON object (docs/projection.md)."),
+    top: int = typer.Option(20, "--top", min=0, help="Rows per grouping (0: all)."),
+    replay_top: int = typer.Option(5, "--replay-top", min=0, help="Also replay the first N rows of each grouping (0: none)."),
+    as_json: bool = typer.Option(False, "--json", metavar="", help="One JSON document (docs/cli.md)."),
     rules: Optional[Path] = RulesOpt,
     policy: Optional[Path] = PolicyOpt,
     whole_trace: bool = WholeOpt,
+    window: Optional[str] = WindowOpt,
 ) -> None:
     """If one op got faster, which should it be? Ops and modules ranked by end-to-end gain.
 
     A directory of the ranks of one run: ranked by their effect on the synchronised step."""
-    import sys
-
+    from headroom.projection.speedups import parse_factor
     from headroom.projection.sync_targets import sync_targets, sync_targets_dict
     from headroom.projection.targets import MODULE_KINDS, module_ranges_missing, targets, targets_dict
     from headroom.report.ranks import render_sync_targets
+    from headroom.trace.ranks import RankSet
     from headroom.report.render import make_console, render_targets
 
-    groupings = tuple(by) if by else ("op", "module")
-    for a in analysed_inputs([trace], rules, policy, whole_trace):
+    parse_factor(speedup, "--speedup")
+    groupings = tuple(dict.fromkeys(b.value for b in by)) if by else ("op", "module")
+    reader = Reader(rules, policy, whole_trace, window)
+    inputs = list(reader.inputs([trace]))
+    reader.finish()
+    for a in inputs:
         if isinstance(a, RankSet):
             table = sync_targets(a, speedup=speedup, by=groupings, top=top)
             if as_json:
-                print(dumps(sync_targets_dict(a, table, speedup)))
+                emit_json("targets.ranks", sync_targets_dict(a, table, speedup))
             else:
                 render_sync_targets(a, table, speedup, make_console())
             continue
-        table = targets(a, speedup=speedup, by=groupings, top=top, replay_top=replay_top, scope=scope)
+        table = targets(a, speedup=speedup, by=groupings, top=top, replay_top=replay_top, scope=scope.value)
         missing = module_ranges_missing(a) if set(groupings) & set(MODULE_KINDS) else None
         if missing:
-            print(f"headroom: note: {missing}", file=sys.stderr)
+            warn(missing)   # names the trace
         if as_json:
-            print(dumps(targets_dict(a, table, speedup, notes=[missing] if missing else [])))
+            emit_json("targets", targets_dict(a, table, speedup, notes=[missing] if missing else []))
             continue
         render_targets(a, table, speedup, make_console())
 
 
-FIGURES = ("addressable", "projection", "scaling")
+Figure = choices("Figure", "addressable", "projection", "scaling")
+Format = choices("Format", "png", "svg", "pdf")
+Basis = choices("Basis", "wall", "kernel")
+FIGURES = tuple(f.value for f in Figure)
 
 
 def plot_cmd(
-    traces: List[Path] = typer.Argument(..., help="Trace files or directories (one bar per trace)."),
-    out: Path = typer.Option(Path("out/plots"), "--out", "-o", help="Output directory."),
-    figure: Optional[List[str]] = typer.Option(None, "--figure", help="addressable, projection, scaling (default: all that apply)."),
-    fmt: Optional[List[str]] = typer.Option(None, "--format", help="png, svg, pdf (repeatable; default all three)."),
-    label: Optional[List[str]] = typer.Option(None, "--label", help="Bar label per trace, in order (repeatable)."),
+    traces: List[Path] = typer.Argument(..., metavar="TRACE...", help="Trace files or directories (one bar per trace)."),
+    out: Path = typer.Option(Path("out/plots"), "--out", "-o", metavar="DIR", help="Output directory."),
+    figure: Optional[List[Figure]] = typer.Option(None, "--figure", help="Which figures (repeatable; default: all that apply)."),
+    fmt: Optional[List[Format]] = typer.Option(None, "--format", help="File formats (repeatable; default all three)."),
+    label: Optional[List[str]] = typer.Option(None, "--label", metavar="TEXT", help="Bar label per trace, in order (repeatable)."),
     speedup: Optional[List[str]] = SpeedupOpt,
     speedups: Optional[List[Path]] = SpeedupsOpt,
-    params: Optional[List[float]] = typer.Option(None, "--params", help="Parameter count per trace for the scaling chart."),
-    family: Optional[str] = typer.Option(None, "--family", help="Family name for the scaling chart."),
-    basis: str = typer.Option("kernel", "--basis", help="kernel: fractions of kernel time; wall: of the window, with idle."),
+    params: Optional[List[float]] = typer.Option(None, "--params", metavar="N",
+                                                 help="Parameter count per trace for the scaling chart (repeatable)."),
+    family: Optional[str] = typer.Option(None, "--family", metavar="TEXT", help="Family name for the scaling chart."),
+    basis: Basis = typer.Option("wall", "--basis", help=(
+        "wall: shares of the profiled window, idle shown; kernel: shares of GPU kernel time (idle left out).")),
+    sidecar: bool = typer.Option(False, "--numbers", metavar="",
+                                 help="Also write FIGURE.json: the numbers each figure draws."),
     problems: Optional[Path] = ProblemsOpt,
     rules: Optional[Path] = RulesOpt,
     policy: Optional[Path] = PolicyOpt,
     whole_trace: bool = WholeOpt,
+    window: Optional[str] = WindowOpt,
 ) -> None:
     """Figures: addressable fraction per workload, projected step time, and scaling with model size."""
+    from headroom.files import check_output_dir
     from headroom.projection.problems import load_problems
     from headroom.projection.project import project
     from headroom.projection.speedups import collect_entries, parse_cli_speedup
@@ -173,12 +189,12 @@ def plot_cmd(
     from headroom.report.scaling import scaling_table
     from headroom.report.tables import addressable_summary, category_fractions, projection_table
 
-    figures = list(figure) if figure else None
-    for f in figures or []:
-        if f not in FIGURES:
-            raise UserError(f"--figure {f!r}: expected one of {', '.join(FIGURES)}")
-    formats = tuple(fmt) if fmt else plot.FORMATS
-    analyses = _analyses(traces, rules, policy, whole_trace)
+    figures = [f.value for f in figure] if figure else None
+    formats = tuple(dict.fromkeys(f.value for f in fmt)) if fmt else plot.FORMATS
+    entries, entry_warnings = collect_entries(speedup or [], speedups or [])
+    pm = load_problems(problems)
+    check_output_dir(out)
+    analyses = read_all(traces, rules, policy, whole_trace, window)
     if label and len(label) != len(analyses):
         raise UserError(f"--label given {len(label)} time(s) for {len(analyses)} trace(s)")
     if params and len(params) != len(analyses):
@@ -186,34 +202,37 @@ def plot_cmd(
     labels = list(label) if label else None
     written = []
     want = figures or list(FIGURES)
+    sources = [a.source for a in analyses]
     if "addressable" in want:
-        fr = category_fractions(analyses, labels, basis)
-        written += plot.save(plot.addressable_figure(fr, addressable_summary(analyses, labels, basis), basis=basis),
-                             out / "addressable", formats)
+        fr = category_fractions(analyses, labels, basis.value)
+        summary = addressable_summary(analyses, labels, basis.value)
+        written += plot.save(plot.addressable_figure(fr, summary, basis=basis.value), out / "addressable", formats,
+                             numbers=plot.addressable_numbers(fr, summary, basis.value, sources) if sidecar else None)
     if "projection" in want:
-        entries, warnings = collect_entries(speedup or [], speedups or [])
         title = "Projected step time"
-        if not entries:
-            entries = [parse_cli_speedup("category:addressable=1.5")]
+        used = entries
+        if not used:
+            used = [parse_cli_speedup("category:addressable=1.5")]
             title += " (every addressable kernel 1.5x faster)"
-        pm = load_problems(problems)
-        results = [project(a, entries, problems=pm) for a in analyses]
+        results = [project(a, used, problems=pm, extra_warnings=entry_warnings) for a in analyses]
         for r in results:
             for w in r.warnings:
-                print(f"headroom: warning: {Path(r.source).name}: {w}")
+                warn(f"{r.source}: {w}")
         tbl = projection_table(results, [*(labels or [])] or [a.label for a in analyses])
-        written += plot.save(plot.projection_figure(tbl, title), out / "projection", formats)
+        written += plot.save(plot.projection_figure(tbl, title), out / "projection", formats,
+                             numbers=plot.table_numbers("projection", tbl, sources) if sidecar else None)
     if "scaling" in want:
         explicit = bool(figures and "scaling" in figures)
         st = scaling_table(analyses, params=params, labels=labels, family=family,
                            skip_missing=not explicit, min_sizes=2)
         if len(st) >= 2:
-            written += plot.save(plot.scaling_figure(st), out / "scaling", formats)
+            written += plot.save(plot.scaling_figure(st), out / "scaling", formats,
+                                 numbers=plot.table_numbers("scaling", st, sources) if sidecar else None)
         elif explicit:
             raise UserError("the scaling chart needs traces of one family at two or more sizes "
                             "(parameter counts from the manifests or --params)")
         else:
-            print("headroom: note: no scaling chart (needs traces of one family at two or more sizes)")
+            warn("no scaling chart (it needs traces of one family at two or more sizes)")
     for p in written:
         print(p)
 

@@ -7,37 +7,37 @@ from typing import List, Optional
 
 import typer
 
-from headroom.cli.ranks import analysed_inputs
-from headroom.jsonio import dumps
-from headroom.report.annotate import annotate_trace
-from headroom.report.ranks import rank_summary_frame, render_rank_set, render_rank_summary
-from headroom.report.render import make_console, render_analysis, render_summary
-from headroom.report.tables import summary_frame
-from headroom.trace.analysis import Analysis
-from headroom.trace.ranks import RankSet
-
-RulesOpt = typer.Option(None, "--rules", help="TOML file of extra classification rules (tried first).")
-PolicyOpt = typer.Option(None, "--policy", help="TOML file overriding which categories are addressable.")
+from headroom.cli.common import PolicyOpt, Reader, RulesOpt, TracesArg, WholeOpt, WindowOpt
+from headroom.cli.output import emit_json
 
 
 def classify(
-    traces: List[Path] = typer.Argument(..., help="Trace files (.json/.json.gz) or directories of per-rank traces."),
-    as_json: bool = typer.Option(False, "--json", help="One JSON object per trace, one per line."),
-    all_kernels: bool = typer.Option(False, "--all", help="Also list every distinct kernel (with --json: a 'kernels' key)."),
+    traces: List[Path] = TracesArg,
+    as_json: bool = typer.Option(False, "--json", metavar="",
+                                 help="One JSON document per trace, one per line (docs/cli.md)."),
+    all_kernels: bool = typer.Option(False, "--all", metavar="",
+                                     help="Also list every distinct kernel (with --json: a 'kernels' key)."),
     rules: Optional[Path] = RulesOpt,
     policy: Optional[Path] = PolicyOpt,
-    whole_trace: bool = typer.Option(False, "--whole-trace", help="Use the whole trace, not only ProfilerStep ranges."),
-    per_rank: bool = typer.Option(False, "--per-rank", help="A directory of ranks: also each rank's own table."),
+    whole_trace: bool = WholeOpt,
+    window: Optional[str] = WindowOpt,
+    per_rank: bool = typer.Option(False, "--per-rank", metavar="",
+                                  help="A directory of ranks: also each rank's own table."),
 ) -> None:
     """Where did the GPU time go? Categories, busy/idle, and the addressable fraction.
 
     A directory holding the ranks of one run is analysed together: ranks side by side,
     communication overlapped and exposed, waits and the slowest rank (docs/distributed.md)."""
+    from headroom.report.ranks import render_rank_set
+    from headroom.report.render import make_console, render_analysis, render_kernels
+    from headroom.trace.ranks import RankSet
+
+    reader = Reader(rules, policy, whole_trace, window)
     console = make_console()
-    for a in analysed_inputs(traces, rules, policy, whole_trace):
+    for a in reader.inputs(traces):
         if isinstance(a, RankSet):
             if as_json:
-                print(dumps(a.to_dict(all_kernels=all_kernels)))
+                emit_json("classify.ranks", a.to_dict(all_kernels=all_kernels))
                 continue
             render_rank_set(a, console)
             console.print()
@@ -46,50 +46,65 @@ def classify(
                 console.print()
             continue
         if as_json:
-            print(dumps(a.to_dict(all_kernels=all_kernels)))
+            emit_json("classify", a.to_dict(all_kernels=all_kernels))
             continue
         render_analysis(a, console)
         if all_kernels:
-            for r in a.kernels.itertuples(index=False):
-                console.print(f"  {r.us / 1000:>10,.3f} ms  x{r.count:<6} {r.category:<13} {r.op[:40]:<40} {r.name[:120]}",
-                              markup=False, highlight=False)
+            render_kernels(a, console)
         console.print()
+    reader.finish()
 
 
 def annotate(
-    trace: Path = typer.Argument(..., help="Trace to annotate."),
-    out: Path = typer.Option(..., "-o", "--out", help="Output trace (.json or .json.gz)."),
+    trace: Path = typer.Argument(..., metavar="TRACE", help="Trace to annotate."),
+    out: Path = typer.Option(..., "-o", "--out", metavar="FILE", help="Output trace (.json or .json.gz)."),
     rules: Optional[Path] = RulesOpt,
     policy: Optional[Path] = PolicyOpt,
 ) -> None:
     """Write the trace back with each kernel's category in its args (for Perfetto)."""
+    from headroom.files import check_output_file
+    from headroom.report.annotate import annotate_trace
+
+    check_output_file(out)
     n = annotate_trace(trace, out, rules=rules, policy=policy)
     print(f"annotated {n} GPU events -> {out}")
 
 
 def report(
-    path: Path = typer.Argument(Path("traces"), help="Directory of traces (e.g. traces/)."),
-    as_json: bool = typer.Option(False, "--json", help="The table as a JSON list."),
+    paths: List[Path] = typer.Argument(None, metavar="[PATH]...",
+                                       help="Traces or directories of traces (default: traces/)."),
+    as_json: bool = typer.Option(False, "--json", metavar="", help="One JSON document (docs/cli.md)."),
+    rules: Optional[Path] = RulesOpt,
+    policy: Optional[Path] = PolicyOpt,
+    whole_trace: bool = WholeOpt,
+    window: Optional[str] = WindowOpt,
 ) -> None:
     """One row per trace: step time, idle share, addressable fraction, top addressable op.
 
     A directory of the ranks of one run: one row per rank, with its communication and waits."""
-    inputs = analysed_inputs([path])
-    if inputs and isinstance(inputs[0], RankSet):
-        rs = inputs[0]
-        df = rank_summary_frame(rs)
-        if as_json:
-            print(dumps({"source": rs.source, "kind": "ranks", "step_ms": rs.step_us / 1000,
-                         "slowest_rank": rs.slowest_rank, "rows": df.to_dict(orient="records")}))
-        else:
-            render_rank_summary(rs, df, make_console())
-        return
-    analyses = [a for a in inputs if isinstance(a, Analysis)]
+    from headroom.report.ranks import rank_summary_frame, render_rank_summary
+    from headroom.report.render import make_console, render_summary
+    from headroom.report.tables import summary_frame, summary_records
+    from headroom.trace.ranks import RankSet
+
+    reader = Reader(rules, policy, whole_trace, window)
+    inputs = list(reader.inputs(paths or [Path("traces")]))
+    analyses = [a for a in inputs if not isinstance(a, RankSet)]
+    rank_sets = [(rs, rank_summary_frame(rs)) for rs in inputs if isinstance(rs, RankSet)]
     df = summary_frame(analyses)
     if as_json:
-        print(df.to_json(orient="records"))
+        emit_json("report", {"traces": summary_records(df),
+                             "rank_sets": [{"source": rs.source, "kind": "ranks", "step_us": rs.step_us,
+                                            "slowest_rank": rs.slowest_rank, "ranks": summary_records(t)}
+                                           for rs, t in rank_sets],
+                             "failed": reader.failed})
     else:
-        render_summary(df, make_console())
+        console = make_console()
+        if len(df):
+            render_summary(df, console)
+        for rs, t in rank_sets:
+            render_rank_summary(rs, t, console)
+    reader.finish()
 
 
 def register(app: typer.Typer) -> None:

@@ -106,25 +106,34 @@ def verify(
     logs: Optional[Path] = KeepLogsOpt,
 ) -> None:
     """Is a candidate kernel correct, and how much faster than a realistic (TF32) baseline? Exit 1 unless pass."""
-    from headroom.verify import dumps, verify_candidate, verify_suite, write_json
+    from headroom.files import check_output_file
+    from headroom.jsonio import write_json
+    from headroom.verify import dumps, verify_candidate, verify_suite
 
+    if out is not None:
+        check_output_file(out)   # before minutes of verification, not after
     opts = _options(device, vs_compile, rounds, scale, timeout, build_timeout, seed, threads, logs)
     if suite is not None or candidates is not None:
         if suite is None or candidates is None:
             raise UserError("--suite and --candidates go together (a directory of problems and one of candidates)")
         if problem is not None or candidate is not None:
             raise UserError("give either PROBLEM CANDIDATE or --suite DIR --candidates DIR, not both")
+        from headroom.verify.suite import problems_in
+
+        if suite.is_dir() and not problems_in(suite):   # used to print an empty table and exit 0
+            raise UserError(f"{suite}: no problem files (*.py defining Model, get_inputs, get_init_inputs)")
         _show_results(verify_suite(suite, candidates, opts, out=out, progress=_progress), as_json, out)
         return
     if problem is None or candidate is None:
         raise UserError("usage: headroom verify PROBLEM.py CANDIDATE.py (or --suite DIR --candidates DIR)")
     result = verify_candidate(problem, candidate, opts, progress=_progress).to_dict()
-    if out is not None:
-        write_json(result, out)
+    # The result is shown before it is written: a write that fails (a full disk) loses nothing.
     if as_json:
         print(dumps(result))
     else:
         print_result(result)
+    if out is not None:
+        write_json(out, result)
     if result["verdict"] != "pass":
         raise typer.Exit(code=1)
 
@@ -166,8 +175,11 @@ def bench_run(
     logs: Optional[Path] = KeepLogsOpt,
 ) -> None:
     """Verify candidates against DLRM-Bench and write one results file."""
+    from headroom.files import check_output_file
     from headroom.suites import dlrm
 
+    if out is not None:
+        check_output_file(out)
     opts = _options(device, vs_compile, rounds, "auto", timeout, build_timeout, seed, threads, logs)
     _show_results(dlrm.run(names or None, candidates, opts, scale=scale, out=out, progress=_progress), as_json, out)
 

@@ -126,8 +126,9 @@ def op_problem(op: str, sig: tuple, name: str, workload: str, config: dict, coun
 
 
 def extract_op(spec: WorkloadSpec, cfg: RunConfig, dev: Any, op: str, out_dir: Path, *, trace: Any, command: str,
-               progress: Progress):
-    from headroom.extract.run import ExtractResult, _write_atomic, header_config, safe_name
+               progress: Progress, window: str | None = None):
+    from headroom.extract.run import ExtractResult, header_config, safe_name
+    from headroom.files import write_atomic
     from headroom.projection.matching import select
     from headroom.trace.analysis import analyze
 
@@ -156,7 +157,7 @@ def extract_op(spec: WorkloadSpec, cfg: RunConfig, dev: Any, op: str, out_dir: P
             raise UserError(f"{spec.name}: {op} is not called in {source} (see `headroom targets TRACE --by op`)")
         counts = Counter(calls)
         sig = counts.most_common(1)[0][0]
-        a = analyze(path)
+        a = analyze(path, window=window if trace is not None else None)
         mask = select(a.events, f"op:{op}")
         us = float(a.events["dur"].to_numpy()[mask].sum()) / max(a.num_steps, 1)
         total = a.total_us / max(a.num_steps, 1)
@@ -168,7 +169,8 @@ def extract_op(spec: WorkloadSpec, cfg: RunConfig, dev: Any, op: str, out_dir: P
         problem = out_dir / f"{name}.py"
         entry = out_dir / f"{name}.toml"
         selectors = [f"op:{op}"]
-        _write_atomic(entry, selector_entry(name, selectors, f"{op} in {spec.name} ({cfg.variant})"))
-        _write_atomic(problem, text)
+        write_atomic(entry, selector_entry(name, selectors, f"{op} in {spec.name} ({cfg.variant})"))
+        write_atomic(problem, text)
     return ExtractResult(name=name, problem=problem, entry=entry, trace=None, selectors=selectors, share=None,
-                         calls_per_step=int(round(sum(counts.values()) / n_steps)), config=header_config(cfg))
+                         calls_per_step=int(round(sum(counts.values()) / n_steps)), config=header_config(cfg),
+                         notes=[f"{a.source}: {n}" for n in a.notes] if trace is not None else [])

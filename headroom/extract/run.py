@@ -23,7 +23,7 @@ from headroom.errors import UserError
 from headroom.extract.capture import Capture, capture, find_class, record_constructions
 from headroom.extract.part import part_time
 from headroom.extract.problem import Share, module_problem, module_selectors, selector_entry
-from headroom.jsonio import atomic_file
+from headroom.files import write_atomic
 from headroom.extract.record import module_ranges, record_trace, remove
 from headroom.profile.progress import Progress, _stage
 from headroom.profile.registry import get_workload, load_workload_file
@@ -45,12 +45,13 @@ class ExtractResult:
     calls_per_step: int
     instances: list[str] = field(default_factory=list)
     config: dict[str, Any] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)   # caveats of the analysed trace (a step-less --trace)
 
     def to_dict(self) -> dict[str, Any]:
         return {"name": self.name, "problem": str(self.problem), "entry": str(self.entry),
                 "trace": str(self.trace) if self.trace else None, "selectors": self.selectors,
                 "share": self.share.to_dict() if self.share else None, "calls_per_step": self.calls_per_step,
-                "instances": self.instances, "config": self.config}
+                "instances": self.instances, "config": self.config, "notes": list(self.notes)}
 
 
 def safe_name(text: str) -> str:
@@ -68,11 +69,6 @@ def share_of(analysis: Any, paths: list[str], source: str) -> Share:
     return Share(source=source, mode=pt.mode, us_per_step=pt.us, total_us_per_step=pt.total_us,
                  forward_us_per_step=pt.forward_us, backward_us_per_step=pt.backward_us,
                  kernels_per_step=pt.kernels)
-
-
-def _write_atomic(path: Path, text: str) -> None:
-    with atomic_file(path) as f:
-        f.write(text.encode())
 
 
 def self_check(problem: Path, original: Any, device: Any, n_grads: int = 0, autocast: str | None = None) -> None:
@@ -116,9 +112,12 @@ def self_check(problem: Path, original: Any, device: Any, n_grads: int = 0, auto
 
 def extract(workload: str | WorkloadSpec, module: str, options: Options | None = None, *,
             device: str | None = None, out: str | os.PathLike = "out/problems", trace: str | os.PathLike | None = None,
-            profile: bool = True, workload_file: str | os.PathLike | None = None, command: str | None = None,
+            window: str | None = None, profile: bool = True, workload_file: str | os.PathLike | None = None, command: str | None = None,
             progress: Progress | None = None) -> ExtractResult:
-    """Write DIR/<workload>__<CLASS>.py (KernelBench format) and its selector entry DIR/<...>.toml."""
+    """Write DIR/<workload>__<CLASS>.py (KernelBench format) and its selector entry DIR/<...>.toml.
+
+    `trace`: measure the share of time there instead of in a 1-step profile (`window`: its steps are the
+    CPU ranges whose name matches, as `headroom classify --window`)."""
     import torch
 
     progress = progress or Progress()
@@ -139,8 +138,8 @@ def extract(workload: str | WorkloadSpec, module: str, options: Options | None =
     if module.startswith(OP_PREFIX):
         from headroom.extract.ops import extract_op
 
-        return extract_op(spec, cfg, dev, module[len(OP_PREFIX):], out_dir, trace=trace, command=command,
-                          progress=progress)
+        return extract_op(spec, cfg, dev, module[len(OP_PREFIX):], out_dir, trace=trace, window=window,
+                          command=command, progress=progress)
     torch.manual_seed(0)
     cls = find_class(spec, cfg, module)
     name = f"{spec.name}__{safe_name(cls.__name__)}"
@@ -153,12 +152,15 @@ def extract(workload: str | WorkloadSpec, module: str, options: Options | None =
         with _stage(progress, "capture", f"one step with a hook on every {cls.__name__}"):
             cap: Capture = capture(step, cls, built)
         share = None
+        notes: list[str] = []
         trace_path: Path | None = None
         with tempfile.TemporaryDirectory(prefix=".headroom-extract-", dir=_tmp_parent(out_dir)) as tmp:
             if trace is not None:
                 from headroom.trace.analysis import analyze
 
-                share = share_of(analyze(trace), cap.paths, str(trace))
+                a = analyze(trace, window=window)
+                notes = [f"{a.source}: {n}" for n in a.notes]
+                share = share_of(a, cap.paths, str(trace))
             elif profile:
                 with _stage(progress, "profile", "1 step with module ranges (the share of time)"):
                     tmp_trace = Path(tmp) / f"{name}.trace.json.gz"
@@ -185,17 +187,17 @@ def extract(workload: str | WorkloadSpec, module: str, options: Options | None =
             entry_path = out_dir / f"{name}.toml"
             note = (f"{cls.__name__} in {spec.name} ({cfg.variant}): "
                     f"{cap.calls_per_step} calls per step" + ("; forward and backward" if step.train else ""))
-            _write_atomic(entry_path, selector_entry(name, selectors, note))
+            write_atomic(entry_path, selector_entry(name, selectors, note))
             if share is not None and trace is None:
                 trace_path = out_dir / f"{name}.trace.json.gz"
                 shutil.move(str(Path(tmp) / f"{name}.trace.json.gz"), str(trace_path))   # across file systems too
-            _write_atomic(problem_path, source)
+            write_atomic(problem_path, source)
     finally:
         if step is not None:
             step.close()
     return ExtractResult(name=name, problem=problem_path, entry=entry_path, trace=trace_path, selectors=selectors,
                          share=share, calls_per_step=cap.calls_per_step, instances=cap.paths,
-                         config=header_config(cfg))
+                         config=header_config(cfg), notes=notes)
 
 
 def _tmp_parent(out_dir: Path) -> str | None:

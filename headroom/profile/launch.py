@@ -17,7 +17,9 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import sys
+import tempfile
 import time
 import uuid
 from contextlib import contextmanager
@@ -27,8 +29,9 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from headroom.errors import UserError
+from headroom.files import check_output_dir
 from headroom.profile.manifest import MANIFEST_NAME, update_manifest
-from headroom.profile.progress import Progress
+from headroom.profile.progress import OutputCapture, Progress
 from headroom.profile.registry import get_workload, load_workload_file
 from headroom.profile.workload import Options, RunConfig
 
@@ -88,20 +91,30 @@ class RankRequest:
 
 
 class _RankProgress(Progress):
-    """Rank 0 says which stage ran, one plain line each on stderr (the other ranks are quiet)."""
+    """Rank 0 says which stage ran, one plain line each on stderr (the other ranks are quiet). What the
+    libraries print is captured and shown after each stage, prefixed by the rank, Kineto's noise left out."""
 
-    def __init__(self, rank: int):
-        self.rank = rank
+    def __init__(self, rank: int, verbose: bool):
+        self.rank, self.verbose = rank, verbose
+        self._err = os.fdopen(os.dup(2), "w", buffering=1)    # the real stderr, while fd 2 is captured
+        self.capture = OutputCapture(lambda line: self._say(line))
+
+    def _say(self, line: str) -> None:
+        print(f"  rank {self.rank}: {line}", file=self._err, flush=True)
 
     @contextmanager
     def stage(self, name: str, detail: str = "") -> Iterator[None]:
         t0 = time.perf_counter()
-        yield
-        print(f"  rank {self.rank}: {name:<10} {time.perf_counter() - t0:7.1f} s  {detail}", file=sys.stderr,
-              flush=True)
+        try:
+            yield
+        finally:
+            self.capture.flush()
+        if self.verbose:
+            self._say(f"{name:<10} {time.perf_counter() - t0:7.1f} s  {detail}")
 
     def note(self, message: str) -> None:
-        print(f"  rank {self.rank}: notice: {message}", file=sys.stderr, flush=True)
+        if self.verbose:
+            print(f"headroom: warning: rank {self.rank}: {message}", file=self._err, flush=True)
 
 
 def _error_file(out_dir: str, rank: int) -> Path:
@@ -139,10 +152,11 @@ def rank_main(req: RankRequest) -> None:
     try:
         if req.workload_file:
             load_workload_file(req.workload_file)
-        r = profile_workload(req.workload, req.options, out=req.out_dir, steps=req.steps, warmup=req.warmup,
-                             timed_steps=req.timed_steps, progress=_RankProgress(rank) if rank == 0 else Progress(),
-                             command=req.command, record_shapes=req.record_shapes,
-                             trace_name=RANK_TRACE.format(rank=rank), rank=ctx)
+        progress = _RankProgress(rank, verbose=rank == 0)
+        with progress.capture.capturing():
+            r = profile_workload(req.workload, req.options, out=req.out_dir, steps=req.steps, warmup=req.warmup,
+                                 timed_steps=req.timed_steps, progress=progress, command=req.command,
+                                 record_shapes=req.record_shapes, trace_name=RANK_TRACE.format(rank=rank), rank=ctx)
         result = {"rank": rank, "trace": str(r.trace_path), "manifest": r.manifest}
         _result_file(req.out_dir, rank).write_text(json.dumps(result, default=str))
     except UserError as e:
@@ -165,9 +179,20 @@ class RanksProfileResult:
     ranks: Any                          # headroom.trace.ranks.RankSet
 
     def to_dict(self) -> dict[str, Any]:
+        """`headroom profile --nproc N --json` (docs/cli.md): times in microseconds, as `headroom profile`'s."""
+        from headroom.profile.run import timing_us
+        from headroom.stepstats import StepStats
+
+        def timing(m: dict[str, Any]) -> dict[str, Any] | None:
+            t = m.get("timing") if isinstance(m.get("timing"), dict) else {}
+            if not isinstance(t.get("timed"), dict) or not isinstance(t.get("profiled"), dict):
+                return None
+            stats = [StepStats(list(t[k].get("times_ms") or []), str(t[k].get("method", ""))) for k in ("timed", "profiled")]
+            return timing_us(*stats)
+
         return {"workload": self.workload, "out": str(self.out_dir), "traces": [str(p) for p in self.traces],
                 "manifest": self.entries[min(self.entries)] if self.entries else {},
-                "timing": {str(r): e.get("timing") for r, e in sorted(self.entries.items())},
+                "timing": {str(r): timing(e) for r, e in sorted(self.entries.items())},
                 "analysis": self.ranks.to_dict()}
 
 
@@ -236,9 +261,12 @@ def profile_ranks(workload: str, options: Options | None = None, *, nproc: int, 
     from headroom.trace.analysis import analyze
     from headroom.trace.ranks import rank_set
 
+    from headroom.profile.run import check_step_counts
+
     progress = progress or Progress()
     if nproc < 2:
         raise UserError("--nproc must be at least 2 for a multi-rank run")
+    check_step_counts(steps, warmup, timed_steps)
     if workload_file is not None:
         load_workload_file(workload_file)
     spec = get_workload(workload)
@@ -248,20 +276,29 @@ def profile_ranks(workload: str, options: Options | None = None, *, nproc: int, 
     options = replace(options or Options(), nproc=nproc)
     cfg = spec.resolve(options, dev.type)               # every bad option fails here, before any launch
     options = replace(options, parallel=cfg.parallel)
-    out_dir = Path(out) / cfg.tag
-    out_dir.mkdir(parents=True, exist_ok=True)
-    stale = sorted(p for p in out_dir.iterdir() if _RANK_TRACE_RE.match(p.name))
-    for p in stale:
-        p.unlink()
-    if stale:
-        progress.note(f"removed {len(stale)} rank trace(s) of an earlier run in {out_dir}")
+    out_dir = check_output_dir(Path(out) / cfg.tag)      # now, not after the run
+    # The ranks write into a directory of their own; their traces replace an earlier run's only once
+    # every rank has finished (a failed or interrupted run leaves the earlier traces as they were).
+    staging = Path(tempfile.mkdtemp(prefix=".ranks-", dir=out_dir))
     backend = "nccl" if dev.type == "cuda" else "gloo"
     progress.note(f"{nproc} ranks ({cfg.parallel}, {backend}) launched by torch's elastic launcher; "
                   f"traces in {out_dir}/")
-    req = RankRequest(spec.name, options, dev.type, str(out_dir), steps, warmup, timed_steps,
+    req = RankRequest(spec.name, options, dev.type, str(staging), steps, warmup, timed_steps,
                       str(workload_file) if workload_file else None, command or " ".join(sys.argv), record_shapes)
     t0 = time.perf_counter()
-    entries = _launch(nproc, req)        # no spinner here: the ranks print their own progress lines
+    try:
+        entries = _launch(nproc, req)        # no spinner here: the ranks print their own progress lines
+        stale = sorted(p for p in out_dir.iterdir() if _RANK_TRACE_RE.match(p.name))
+        for p in stale:
+            p.unlink()
+        if stale:
+            progress.note(f"replaced {len(stale)} rank trace(s) of an earlier run in {out_dir}")
+        for e in entries.values():
+            name = Path(e["trace"]).name
+            os.replace(staging / name, out_dir / name)
+            e["trace"] = str(out_dir / name)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
     progress.note(f"{nproc} ranks done in {time.perf_counter() - t0:.1f} s")
     traces = [Path(entries[r]["trace"]) for r in sorted(entries)]
     with progress.stage("classify", f"{len(traces)} ranks together"):

@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from headroom.devices import resolve_device
 from headroom.errors import UserError
+from headroom.files import check_output_dir
 from headroom.profile.environment import environment
 from headroom.profile.manifest import MANIFEST_NAME, MANIFEST_SCHEMA, _inject_and_compress, update_manifest
 from headroom.profile.modules import record_module_ranges
@@ -64,6 +65,14 @@ CPU_STEPS = (1, 3, 1)
 PROFILER_WAIT, PROFILER_WARMUP = 1, 1
 
 
+def _stats_us(s: StepStats) -> dict[str, Any]:
+    """Step statistics in microseconds, for `headroom profile --json` (docs/cli.md)."""
+    us = lambda ms: ms * 1e3  # noqa: E731
+    return {"n": s.n, "method": s.method, "median_us": us(s.median_ms), "mean_us": us(s.mean_ms),
+            "min_us": us(s.min_ms), "max_us": us(s.max_ms), "stdev_us": us(s.stdev_ms),
+            "times_us": [round(us(t), 1) for t in s.times_ms]}
+
+
 @dataclass
 class ProfileResult:
     workload: str
@@ -84,6 +93,10 @@ class ProfileResult:
         return self.profiled.median_ms / self.timed.median_ms - 1.0
 
     @property
+    def overhead_measurable(self) -> bool:
+        return overhead_verdict(self.timed, self.profiled)[0]
+
+    @property
     def step_ms(self) -> float:
         return self.timed.median_ms
 
@@ -92,11 +105,48 @@ class ProfileResult:
             "workload": self.workload,
             "trace": str(self.trace_path),
             "manifest": self.manifest,
-            "timing": {"timed": self.timed.to_dict(), "profiled": self.profiled.to_dict(),
-                       "overhead": self.overhead},
+            "timing": timing_us(self.timed, self.profiled),
             "layers": self.layers.to_dict() if self.layers else None,
-            "analysis": self.analysis.to_dict(),
+            "analysis": self.analysis.to_dict() if self.analysis is not None else None,
         }
+
+
+def timing_us(timed: StepStats, profiled: StepStats) -> dict[str, Any]:
+    """The `timing` of `headroom profile --json`: both stages in microseconds, the overhead where measurable."""
+    measurable = overhead_verdict(timed, profiled)[0]
+    overhead = profiled.median_ms / timed.median_ms - 1.0 if timed.n and timed.median_ms > 0 else None
+    return {"timed": _stats_us(timed), "profiled": _stats_us(profiled),
+            "overhead": overhead if measurable else None, "overhead_measurable": measurable}
+
+
+def check_step_counts(steps: int | None, warmup: int | None, timed_steps: int | None) -> None:
+    """The stage sizes a user gave (None: the device's default)."""
+    if (steps is not None and steps < 1) or (timed_steps is not None and timed_steps < 1) \
+            or (warmup is not None and warmup < 0):
+        raise UserError("--steps and --timed-steps must be at least 1 (the step time is the median of the "
+                        "timed steps), --warmup at least 0")
+
+
+MIN_STEPS_FOR_OVERHEAD = 3
+
+
+def overhead_verdict(timed: StepStats, profiled: StepStats) -> tuple[bool, str]:
+    """Whether the profiler's overhead can be told from the noise, and how to say it.
+
+    It needs at least 3 timed and 3 profiled steps; a profiled median *faster* than the unprofiled
+    one by more than their spread (interquartile range over the median) is noise, not a measurement
+    (a few CPU steps gave "-62%"); a difference inside the spread is "within the noise".
+    """
+    if timed.n < MIN_STEPS_FOR_OVERHEAD or profiled.n < MIN_STEPS_FOR_OVERHEAD:
+        return False, (f"not measurable ({timed.n} timed and {profiled.n} profiled step(s); "
+                       f"needs {MIN_STEPS_FOR_OVERHEAD} of each)")
+    overhead = profiled.median_ms / timed.median_ms - 1.0 if timed.median_ms > 0 else float("nan")
+    noise = max(timed.iqr_rel or 0.0, profiled.iqr_rel or 0.0)
+    if not overhead == overhead or overhead < -noise:
+        return False, f"not measurable (profiled steps {100 * -overhead:.0f}% faster than unprofiled: noise)"
+    if abs(overhead) <= noise:
+        return True, f"within the noise ({100 * overhead:+.1f}%, steps vary by {100 * noise:.1f}%)"
+    return True, f"{100 * overhead:+.1f}%"
 
 
 def _free(device: Any) -> None:
@@ -229,6 +279,7 @@ def _run_manifest(spec: WorkloadSpec, cfg: RunConfig, dev: Any, m: _Measured, co
     """How the numbers were made: the configuration, the environment, the timing (docs/workloads.md)."""
     t, p = m.timed, m.profiled
     overhead = p.median_ms / t.median_ms - 1.0 if t.n and t.median_ms > 0 else None
+    measurable = overhead_verdict(t, p)[0]
     return {
         "schema": MANIFEST_SCHEMA,
         "tool": "headroom profile",
@@ -249,7 +300,8 @@ def _run_manifest(spec: WorkloadSpec, cfg: RunConfig, dev: Any, m: _Measured, co
                      "cuda_sync_events": m.cuda_sync_events},
         "steps": {"warmup": counts[0], "timed": counts[1], "profiled": counts[2]},
         "timing": {"step_ms": t.median_ms, "timed": t.to_dict(), "profiled": p.to_dict(),
-                   "overhead": overhead, "build_s": round(m.build_s, 2), "warmup_s": round(m.warmup_s, 2)},
+                   "overhead": overhead, "overhead_measurable": measurable,
+                   "build_s": round(m.build_s, 2), "warmup_s": round(m.warmup_s, 2)},
         "peak_memory_gb": round(m.peak_gb, 2) if m.peak_gb is not None else None,
         "command": command or " ".join(shlex.quote(a) for a in sys.argv),
         "date": started.isoformat(timespec="seconds"),
@@ -292,8 +344,8 @@ def profile_workload(
     d_warm, d_timed, d_prof = GPU_STEPS if dev.type == "cuda" else CPU_STEPS
     counts = (d_warm if warmup is None else warmup, d_timed if timed_steps is None else timed_steps,
               d_prof if steps is None else steps)
-    if counts[2] < 1 or counts[0] < 0 or counts[1] < 0:
-        raise UserError("--steps must be at least 1; --warmup and --timed-steps at least 0")
+    check_step_counts(counts[2], counts[0], counts[1])
+    out_dir = check_output_dir(out)   # now, not after the run
     if dev.type == "cpu":
         progress.note("no CUDA device: running on the CPU; the trace is classified by CPU operator")
     for note in cfg.notes:
@@ -302,11 +354,14 @@ def profile_workload(
         progress.note(f"profiling {cfg.layers} of {cfg.total_layers} blocks; per-block time is scaled "
                       f"x{cfg.total_layers / cfg.layers:g} (embeddings and heads counted once)")
 
-    out_dir = Path(out)
-    out_dir.mkdir(parents=True, exist_ok=True)
     name = trace_name or f"{cfg.tag}.json.gz"
     trace_path = out_dir / name
+    if trace_path.is_dir():
+        raise UserError(f"{trace_path}: is a directory, expected a trace file name")
     raw_tmp = out_dir / f".{name}.{os.getpid()}.raw.json"
+    # The new trace is classified before it replaces an existing one of the same name: a run that
+    # fails (or a trace headroom cannot read) leaves the old trace in place.
+    new_trace = out_dir / f".{name}.{os.getpid()}.partial"
 
     if dev.type == "cuda":
         torch.backends.cuda.matmul.allow_tf32 = cfg.tf32
@@ -322,22 +377,31 @@ def profile_workload(
         if rank is not None:
             manifest["distributed"] = rank.to_dict()
         with _stage(progress, "export", str(trace_path)):
-            _inject_and_compress(raw_tmp, manifest, trace_path)
+            _inject_and_compress(raw_tmp, manifest, new_trace)
+        raw_tmp.unlink()
+        timed = measured.timed
+        analysis, layers = None, None
+        if rank is None:   # a --nproc rank's trace is analysed by the parent, with the other ranks
+            with _stage(progress, "classify"):
+                analysis = analyze(new_trace)
+                if measured.block_ranges and cfg.layers is not None and cfg.total_layers is not None:
+                    layers = extrapolate_layers(analysis, cfg.layers, cfg.total_layers,
+                                                timed_step_ms=timed.median_ms if timed.n else None)
+        try:
+            os.replace(new_trace, trace_path)
+        except OSError as e:
+            raise UserError(f"{trace_path}: cannot write ({e.strerror or e})") from None
     finally:
-        if raw_tmp.exists():
-            raw_tmp.unlink()
-
-    timed = measured.timed
+        for tmp in (raw_tmp, new_trace):
+            if tmp.exists():
+                tmp.unlink()
     if rank is not None:
         return ProfileResult(workload=spec.name, config=cfg, trace_path=trace_path,
                              manifest_path=out_dir / MANIFEST_NAME, manifest=manifest, timed=timed,
                              profiled=measured.profiled, analysis=None)
-    with _stage(progress, "classify"):
-        analysis = analyze(trace_path)
-        layers = None
-        if measured.block_ranges and cfg.layers is not None and cfg.total_layers is not None:
-            layers = extrapolate_layers(analysis, cfg.layers, cfg.total_layers,
-                                        timed_step_ms=timed.median_ms if timed.n else None)
+    analysis.source = str(trace_path)
+    if analysis.trace is not None:
+        analysis.trace.source = str(trace_path)
     entry = dict(manifest)
     entry["results"] = {
         "mode": analysis.mode, "step_us_profiled": analysis.step_us,

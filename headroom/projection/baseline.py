@@ -39,14 +39,16 @@ class Baseline:
     @classmethod
     def from_analysis(cls, a: Analysis) -> "Baseline":
         trace = a.trace
-        has_steps = trace is not None and len(trace.steps) > 0
+        # The ranges that count as steps: --window ranges when chosen, else the ProfilerStep ranges.
+        steps = a.step_ranges if a.step_ranges is not None else (trace.steps if trace is not None else None)
+        has_steps = steps is not None and len(steps) > 0
         return cls(events=a.events, wall_us=float(a.wall_us), window=(float(a.window[0]), float(a.window[1])),
                    num_steps=int(a.num_steps), n_devices=int(a.n_devices), mode=a.mode, source=a.source,
                    runtime=trace.launches if trace is not None else None,
                    syncs=trace.syncs if trace is not None else None,
-                   step_end=float(trace.steps["end"].max()) if has_steps else None, manifest=dict(a.manifest),
+                   step_end=float(steps["end"].max()) if has_steps else None, manifest=dict(a.manifest),
                    cpu=trace.cpu if trace is not None else None,
-                   step_start=float(trace.steps["ts"].min()) if has_steps else None,
+                   step_start=float(steps["ts"].min()) if has_steps else None,
                    modules=a.modules)
 
     @classmethod

@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 import fnmatch
-import re
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from headroom.errors import UserError
+from headroom.errors import UserError, unknown_name
+from headroom.regex import Pattern, compile_user_regex
+from headroom.trace.classify import known_categories
 from headroom.projection.problems import ProblemMap, load_problems
 from headroom.projection.selectors import Atom, Selector, parse_selector
 from headroom.projection.speedups import Speedup
@@ -20,11 +21,12 @@ from headroom.trace.phases import event_phase
 _GLOB_CHARS = set("*?[")
 
 
-def label_predicate(kind: str, pattern: str):
-    """How an atom of `kind` matches one label: exact or glob for category/op names, regex (re.search,
-    case-insensitive, never the empty label) for kernel names, module paths and annotations."""
+def label_predicate(kind: str, pattern: str, where: str = "selector"):
+    """How an atom of `kind` matches one label: exact or glob for category/op names, regex (RE2 search,
+    case-insensitive, never the empty label; headroom/regex.py) for kernel names, module paths and
+    annotations. `where` names the pattern's origin in the error a bad regex raises."""
     if kind in ("kernel", "module", "annotation"):
-        rx = re.compile(pattern, re.IGNORECASE)
+        rx = compile_user_regex(pattern, where)
         return lambda v: v != "" and rx.search(v) is not None
     if _GLOB_CHARS & set(pattern):
         return lambda v: fnmatch.fnmatchcase(v, pattern)
@@ -71,6 +73,7 @@ class _Matcher:
                 return self.events["addressable"].fillna(False).to_numpy(dtype=bool)
             if p in ("all", "*"):
                 return np.ones(self.n, dtype=bool)
+            self._check_category(p)
             return self._by_value("category", exact)
         if a.field == "op":
             return self._by_value("op", exact) | self._by_value("top_op", exact)
@@ -79,10 +82,10 @@ class _Matcher:
         if a.field == "phase":
             return self.phases() == p
         if a.field == "module":
-            return self._module(re.compile(p, re.IGNORECASE))
+            return self._module(compile_user_regex(p, f"selector {a}"))
         if a.field in ("kernel", "annotation"):
             col = "name" if a.field == "kernel" else a.field
-            return self._by_value(col, label_predicate(a.field, p))
+            return self._by_value(col, label_predicate(a.field, p, f"selector {a}"))
         if a.field == "problem":
             prob = self.problems.get(p)
             out = np.zeros(self.n, dtype=bool)
@@ -91,7 +94,7 @@ class _Matcher:
             return out
         raise AssertionError(a.field)
 
-    def _module(self, rx: re.Pattern) -> np.ndarray:
+    def _module(self, rx: Pattern) -> np.ndarray:
         """Events inside a module (at any depth) whose path or class matches: the innermost path
         and each path above it, the innermost class and each class above it."""
         cols = [c for c in ("module", "module_stack") if c in self.events.columns]
@@ -106,8 +109,19 @@ class _Matcher:
             parts = path.split(".") if path else []
             names = [".".join(parts[:k]) for k in range(1, len(parts) + 1)]
             names += [t for t in stack.split(STACK_SEP) if t]
-            hit[i] = any(rx.search(x) for x in names)
+            hit[i] = any(rx.search(x) is not None for x in names)
         return hit[codes]
+
+    def _check_category(self, p: str) -> None:
+        """A category name (or glob) that no classification can produce is a typo, not "no match"."""
+        known = known_categories()
+        if "category" in self.events.columns:
+            known |= {str(c) for c in self.events["category"].dropna().unique()}
+        if _GLOB_CHARS & set(p):
+            if not any(fnmatch.fnmatchcase(c, p) for c in known):
+                raise UserError(f"selector category:{p}: matches no category (categories: {', '.join(sorted(known))})")
+        elif p not in known:
+            raise unknown_name("category", p, known | {"addressable", "all"}, f"selector category:{p}")
 
     def phases(self) -> np.ndarray:
         if not hasattr(self, "_phases") and "phase" in self.events.columns:

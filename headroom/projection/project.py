@@ -230,6 +230,10 @@ def project(analysis: Analysis | Baseline, entries: Sequence[Speedup] = (), dist
             dist_info["win_rate"] = win_rate
         if median is not None:
             dist_info["median_win"] = median
+    for p in projections:
+        if not np.isfinite(p.projected_us):
+            raise UserError(f"{b.source}: the {p.method} projection of {p.scenario} overflows "
+                            f"(a speedup factor too close to zero)")
     timing = b.manifest.get("timing") if isinstance(b.manifest.get("timing"), dict) else {}
     overhead = timing.get("overhead")
     if use_replay and unprof is None and isinstance(overhead, (int, float)) and overhead > PROFILER_OVERHEAD_WARN:

@@ -5,7 +5,7 @@ Selector syntax (see docs/projection.md)::
     category:embedding          the classifier's category (exact, or a glob: category:norm*)
     category:addressable        every addressable event (policy.toml)
     op:aten::layer_norm         the innermost launching aten op OR the top-level op (exact or glob)
-    kernel:^triton_             regex (re.search, case-insensitive) on the kernel name
+    kernel:^triton_             regex (RE2 search, case-insensitive) on the kernel name
     module:RMSNorm              regex on the nn.Module path (traces recorded with modules)
     annotation:interaction      regex on the innermost record_function / NVTX range
     kind:memcpy                 kernel | memcpy | memset
@@ -18,14 +18,15 @@ Atoms combine with `` & `` (all must match) and negate with a leading ``!``:
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
-from headroom.errors import UserError
+from headroom.errors import UserError, unknown_name
+from headroom.regex import compile_user_regex
 from headroom.trace.phases import phase_names
 
 # The event field an atom tests (the part before the colon).
 FIELDS = ("category", "op", "kernel", "module", "annotation", "kind", "phase", "problem")
+EVENT_KINDS = ("kernel", "memcpy", "memset", "cpu_op")
 
 
 @dataclass(frozen=True)
@@ -64,20 +65,21 @@ def parse_selector(text: str) -> Selector:
             part = part[1:].strip()
         field, sep, pattern = part.partition(":")
         field = field.strip().lower()
-        if not sep or field not in FIELDS:
+        if not sep:
             raise UserError(
                 f"bad selector {text!r}: expected KIND:PATTERN with KIND one of {', '.join(FIELDS)}")
+        if field not in FIELDS:
+            raise unknown_name("selector kind", field, FIELDS, f"bad selector {text!r}")
         if pattern == "":
             raise UserError(f"bad selector {text!r}: empty pattern after '{field}:'")
         if field in ("kernel", "module", "annotation"):
-            try:
-                re.compile(pattern, re.IGNORECASE)
-            except re.error as e:
-                raise UserError(f"bad selector {text!r}: invalid regex ({e})") from None
-        if field == "kind" and pattern not in ("kernel", "memcpy", "memset", "cpu_op"):
-            raise UserError(f"bad selector {text!r}: kind must be kernel, memcpy, memset or cpu_op")
+            compile_user_regex(pattern, f"bad selector {text!r}")
+        if field in ("category", "kind", "phase"):
+            pattern = pattern.strip().lower()   # names are case-insensitive
+        if field == "kind" and pattern not in EVENT_KINDS:
+            raise unknown_name("kind", pattern, EVENT_KINDS, f"bad selector {text!r}")
         if field == "phase" and pattern not in phase_names():
-            raise UserError(f"bad selector {text!r}: phase must be {', '.join(phase_names())}")
+            raise unknown_name("phase", pattern, phase_names(), f"bad selector {text!r}")
         atoms.append(Atom(field, pattern, negate))
     if all(a.negate for a in atoms):
         raise UserError(f"bad selector {text!r}: needs at least one atom that is not negated")

@@ -23,8 +23,13 @@ from typing import Any, Iterable
 
 from headroom import datafiles
 from headroom.errors import UserError
+from headroom.files import read_text
 from headroom.projection.selectors import Selector, parse_selector
 
+
+# A factor below this is a slowdown of more than a billion times: no measurement says that, and
+# far below it (1e-308) the projected durations overflow to infinity.
+MIN_FACTOR = 1e-9
 
 _SHORTHAND = ("category", "op", "kernel", "module", "annotation", "kind", "problem")
 _ENTRY_KEYS = {"select", "speedup", "launches", "verified", "source", "note", *_SHORTHAND}
@@ -73,6 +78,9 @@ def parse_factor(value: Any, where: str) -> float:
         raise UserError(f"{where}: speedup must be finite (the zero-time bound is always reported)")
     if f <= 0:
         raise UserError(f"{where}: speedup must be > 0, got {f:g}")
+    if f < MIN_FACTOR:
+        raise UserError(f"{where}: speedup {f:g} makes the selected kernels {1 / f:.3g}x slower; "
+                        f"the projection would overflow (factors below {MIN_FACTOR:g} are refused)")
     return f
 
 
@@ -276,14 +284,7 @@ def _load_csv(path: Path, text: str) -> SpeedupFile:
 def load_speedup_file(path: str | Path) -> SpeedupFile:
     """Read a .toml, .json or .csv speedup file, or headroom verify JSON (single result or suite)."""
     path = Path(path)
-    try:
-        text = path.read_text()
-    except FileNotFoundError:
-        raise UserError(f"{path}: no such file") from None
-    except IsADirectoryError:
-        raise UserError(f"{path}: is a directory, expected a speedup file") from None
-    except (OSError, UnicodeDecodeError) as e:
-        raise UserError(f"{path}: cannot read ({e})") from None
+    text = read_text(path, "a speedup file")
     suffix = path.suffix.lower()
     if suffix == ".toml":
         return _load_toml(path, text)

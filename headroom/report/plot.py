@@ -14,27 +14,36 @@ from pathlib import Path
 from typing import Sequence
 
 import matplotlib
+import matplotlib.ticker
 import numpy as np
 import pandas as pd
+from matplotlib import patheffects
 from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 
 from headroom.errors import UserError
-from headroom.trace.classify import category_group
+from headroom.files import write_atomic
+from headroom.jsonio import write_json
 
 FORMATS = ("png", "svg", "pdf")
 # Non-addressable categories in greys, addressable ones in colour: the split is visible in print.
+# The greys are ColorBrewer's 5-class "Greys" (steps a reader can tell apart, also in print);
+# idle is white with a dotted hatch.
 COLORS = {
-    "gemm": "#3b3b3b", "attention": "#5e5e5e", "conv": "#818181", "communication": "#a3a3a3",
-    "memory": "#c4c4c4", "idle": "#ffffff",
+    "gemm": "#252525", "attention": "#636363", "conv": "#969696", "communication": "#bdbdbd",
+    "memory": "#e0e0e0", "idle": "#ffffff",
     "embedding": "#d62728", "elementwise": "#1f77b4", "normalization": "#2ca02c", "reduction": "#9467bd",
     "softmax": "#8c564b", "indexing": "#e377c2", "copy": "#17becf", "optimizer": "#bcbd22",
     "sort": "#ff7f0e", "fused": "#aec7e8", "other": "#98df8a",
 }
 _EXTRA = ["#ffbb78", "#c5b0d5", "#f7b6d2", "#dbdb8d", "#9edae5", "#c49c94"]
 STYLE = {"font.size": 8, "axes.titlesize": 9, "axes.labelsize": 8, "legend.fontsize": 7,
-         "xtick.labelsize": 7, "ytick.labelsize": 7, "svg.fonttype": "none", "pdf.fonttype": 42}
+         "xtick.labelsize": 7, "ytick.labelsize": 7, "svg.fonttype": "none", "pdf.fonttype": 42,
+         "svg.hashsalt": "headroom", "path.simplify": False}
 LABEL_MIN = 0.035  # segments narrower than this get no percentage inside
+BASIS_AXIS = {"kernel": "share of GPU kernel time (idle not shown)",
+              "wall": "share of the profiled wall time (devices x window), idle included"}
 
 
 def _color(cat: str, k: int) -> str:
@@ -42,8 +51,7 @@ def _color(cat: str, k: int) -> str:
 
 
 def addressable_figure(fractions: pd.DataFrame, summary: pd.DataFrame | None = None,
-                       title: str = "Where the GPU time goes: addressable vs. vendor-library kernels",
-                       basis: str = "kernel") -> Figure:
+                       title: str | None = None, basis: str = "kernel") -> Figure:
     """One horizontal stacked bar per workload, split by category.
 
     `fractions`: targets.category_fractions(); `summary`: targets.addressable_summary().
@@ -53,6 +61,10 @@ def addressable_figure(fractions: pd.DataFrame, summary: pd.DataFrame | None = N
     """
     if len(fractions) == 0:
         raise UserError("nothing to plot: no categories")
+    if title is None:
+        title = ("Where the GPU time goes: addressable vs. vendor-library kernels\n"
+                 + ("(share of GPU kernel time; idle not shown)" if basis == "kernel"
+                    else "(share of the profiled wall time, idle included)"))
     workloads = list(dict.fromkeys(fractions["workload"]))
     n = len(workloads)
     with matplotlib.rc_context(STYLE):
@@ -76,7 +88,7 @@ def addressable_figure(fractions: pd.DataFrame, summary: pd.DataFrame | None = N
                 if r.addressable and addr_left is None:
                     addr_left = left
                 if r.fraction >= LABEL_MIN:
-                    dark = (not r.addressable) and r.category in category_group("vendor")
+                    dark = matplotlib.colors.to_rgb(color) < (0.5, 0.5, 0.5)   # white text on dark greys
                     ax.text(left + r.fraction / 2, y, f"{100 * r.fraction:.0f}%", ha="center", va="center",
                             fontsize=6.5, color="white" if dark else "black",
                             bbox=None if dark else dict(boxstyle="round,pad=0.1", fc="white", ec="none", alpha=0.7))
@@ -96,17 +108,25 @@ def addressable_figure(fractions: pd.DataFrame, summary: pd.DataFrame | None = N
         ax.invert_yaxis()
         ax.set_xlim(0, 1.27)
         ax.set_xticks(np.linspace(0, 1, 6), [f"{int(x * 100)}%" for x in np.linspace(0, 1, 6)])
-        ax.set_xlabel("share of GPU kernel time" if basis == "kernel" else "share of the profiled window (devices x wall)")
+        ax.set_xlabel(BASIS_AXIS.get(basis, basis))
         ax.set_title(title)
         for side in ("top", "right"):
             ax.spines[side].set_visible(False)
+        # The legend lists the categories in the order the bars stack them, read left to right, row by
+        # row (matplotlib fills legend columns first: hand it the entries in that order).
+        if "stack" in fractions.columns:
+            rank = fractions.groupby("category")["stack"].min()
+            seen = dict(sorted(seen.items(), key=lambda kv: rank.get(kv[0], 0)))
         handles = [Patch(facecolor=_color(c, 0), edgecolor="#222222" if a else "#777777",
-                         hatch="///" if a else None, label=c + (" *" if a else ""))
-                   for c, a in sorted(seen.items(), key=lambda kv: (kv[1], kv[0]))]
+                         hatch="///" if a else ("..." if c == "idle" else None), label=c + (" *" if a else ""))
+                   for c, a in seen.items()]
+        ncol = min(6, len(handles))
+        nrows = -(-len(handles) // ncol)
+        handles = [handles[r * ncol + c] for c in range(ncol) for r in range(nrows) if r * ncol + c < len(handles)]
         fig.tight_layout()
         # Legend under the x label, a fixed distance in inches whatever the number of bars.
         ax_h = ax.get_position().height * fig.get_figheight()
-        ax.legend(handles=handles, ncol=min(6, len(handles)), loc="upper center",
+        ax.legend(handles=handles, ncol=ncol, loc="upper center",
                   bbox_to_anchor=(0.45, -0.5 / ax_h), frameon=False,
                   title="* addressable (hatched, outlined)", title_fontsize=7)
     return fig
@@ -142,17 +162,24 @@ def projection_figure(table: pd.DataFrame, title: str = "Projected step time") -
                 change = round(100 * (v / b0 - 1), 2) + 0.0
                 txt = f"{v:,.2f} ms" if col == "baseline_ms" else f"{v:,.2f} ms ({change:+.2f}%)"
                 ax.text(r, y, " " + txt, va="center", ha="left", fontsize=6.5, gid=f"{wl}|{col}|label")
-        for k, (col, color) in enumerate((("amdahl_zero_ms", "#1f77b4"), ("replay_zero_ms", "#d62728"))):
+        # Zero-time bounds: black ticks with a white halo, drawn over the bars (a tick in the bar's
+        # own colour would be invisible on it).
+        halo = [patheffects.Stroke(linewidth=3.5, foreground="white"), patheffects.Normal()]
+        for k, col in enumerate(("amdahl_zero_ms", "replay_zero_ms")):
             rel = 100 * table[col].to_numpy(dtype=float) / base
             ys = np.arange(n) + k * h
             ok = np.isfinite(rel)
             if ok.any():
-                ax.plot(rel[ok], ys[ok], "|", color=color, markersize=9, mew=1.5,
+                ax.plot(rel[ok], ys[ok], "|", color="black", markersize=11, mew=1.6, zorder=5,
+                        path_effects=halo, gid=f"{col}|ticks",
                         label="selected kernels at zero time" if k == 0 else None)
         ax.set_yticks(range(n), table["workload"])
         ax.invert_yaxis()
-        ax.set_xlim(0, 135)
-        ax.set_xticks(range(0, 101, 20), [f"{x}%" for x in range(0, 101, 20)])
+        lo = np.nanmin(np.concatenate([100 * table[c].to_numpy(dtype=float) / base
+                                       for c in ("amdahl_zero_ms", "replay_zero_ms", "amdahl_ms", "replay_ms")]))
+        ax.set_xlim(max(0.0, 10 * np.floor(lo / 10) - 10) if np.isfinite(lo) else 0.0, 135)
+        ticks = [x for x in range(0, 101, 10 if ax.get_xlim()[0] >= 50 else 20) if x >= ax.get_xlim()[0]]
+        ax.set_xticks(ticks, [f"{x}%" for x in ticks])
         ax.set_xlabel("time per step, % of measured")
         ax.set_title(title)
         for side in ("top", "right"):
@@ -166,32 +193,56 @@ def projection_figure(table: pd.DataFrame, title: str = "Projected step time") -
 def scaling_figure(table: pd.DataFrame, title: str = "Addressable fraction vs. model size") -> Figure:
     """Addressable fraction (and GEMM+attention share) against parameter count, log x.
 
-    `table`: targets.scaling_table().
+    `table`: report.scaling.scaling_table(). Each point is labelled with its model size;
+    points extrapolated from a run of some of the blocks (`--layers`) are hollow and starred.
+    The y axis spans the data (with a margin), not 0-100%.
     """
     if len(table) < 2:
         raise UserError("the scaling chart needs traces of one family at two or more sizes")
+    ext_col = table["extrapolated"] if "extrapolated" in table.columns else pd.Series(False, index=table.index)
     with matplotlib.rc_context(STYLE):
-        fig = Figure(figsize=(4.5, 3.2))
+        fig = Figure(figsize=(4.8, 3.4))
         ax = fig.subplots()
+        ys_all = []
         for k, (fam, g) in enumerate(table.groupby("family", sort=False)):
             g = g.sort_values("params")
+            ext = ext_col.loc[g.index].to_numpy(dtype=bool)
             color = list(COLORS.values())[6 + k % 10]
-            ax.plot(g["params"], 100 * g["addressable_fraction"], "o-", color=color,
-                    label=f"{fam or 'workload'}: addressable", gid=f"{fam}|addressable")
-            ax.plot(g["params"], 100 * g["gemm_attention_fraction"], "s--", color=color, alpha=0.5,
-                    label=f"{fam or 'workload'}: GEMM + attention", gid=f"{fam}|gemm_attention")
-            for x, y in zip(g["params"], g["addressable_fraction"]):
-                ax.annotate(f"{human_count(x)}: {100 * y:.1f}%", (x, 100 * y), textcoords="offset points",
-                            xytext=(4, 4), fontsize=6.5)
+            for col, marker, style, what in (("addressable_fraction", "o", "-", "addressable"),
+                                             ("gemm_attention_fraction", "s", "--", "gemm_attention")):
+                y = 100 * g[col].to_numpy(dtype=float)
+                ys_all.extend(y)
+                ax.plot(g["params"], y, style, color=color, alpha=1.0 if what == "addressable" else 0.5,
+                        label=f"{fam or 'workload'}: {'addressable' if what == 'addressable' else 'GEMM + attention'}",
+                        gid=f"{fam}|{what}")
+                ax.scatter(g["params"][~ext], y[~ext], marker=marker, color=color, zorder=3,
+                           alpha=1.0 if what == "addressable" else 0.5)
+                ax.scatter(g["params"][ext], y[ext], marker=marker, facecolors="white", edgecolors=color,
+                           zorder=3, linewidths=1.2, gid=f"{fam}|{what}|extrapolated")
+            for x, y, e in zip(g["params"], g["addressable_fraction"], ext):
+                ax.annotate(f"{human_count(x)}{'*' if e else ''}: {100 * y:.1f}%", (x, 100 * y),
+                            textcoords="offset points", xytext=(0, -12), ha="center", fontsize=6.5,
+                            gid=f"{fam}|label|{human_count(x)}")
         ax.set_xscale("log")
+        lo, hi = min(ys_all), max(ys_all)
+        pad = max(5.0, 0.1 * (hi - lo))
+        ax.set_ylim(max(0.0, lo - pad - 5), min(100.0, hi + pad))
+        xs = table["params"].to_numpy(dtype=float)
+        ax.set_xlim(xs.min() / 1.6, xs.max() * 1.6)
+        sizes = sorted(set(xs))
+        ax.set_xticks(sizes, [human_count(x) for x in sizes])   # the model sizes, not powers of ten
+        ax.xaxis.set_minor_locator(matplotlib.ticker.NullLocator())
         ax.set_xlabel("parameters")
         ax.set_ylabel("% of GPU kernel time")
-        ax.set_ylim(0, 100)
         ax.set_title(title)
         ax.grid(alpha=0.3)
         for side in ("top", "right"):
             ax.spines[side].set_visible(False)
-        ax.legend(frameon=False)
+        handles, _ = ax.get_legend_handles_labels()
+        if ext_col.any():
+            handles.append(Line2D([], [], marker="o", linestyle="", markerfacecolor="white", color="#555555",
+                                  label="* extrapolated from some of the blocks"))
+        ax.legend(handles=handles, frameon=False, loc="best")
         fig.tight_layout()
     return fig
 
@@ -205,16 +256,38 @@ def human_count(x: float) -> str:
     return f"{x:g}"
 
 
-def save(fig: Figure, stem: str | Path, formats: Sequence[str] = FORMATS, dpi: int = 200) -> list[Path]:
-    """Write the figure as stem.png/.svg/.pdf; returns the paths."""
+def save(fig: Figure, stem: str | Path, formats: Sequence[str] = FORMATS, dpi: int = 200,
+         numbers: dict | None = None) -> list[Path]:
+    """Write the figure as stem.png/.svg/.pdf (each atomically: a full disk leaves no half file),
+    and with `numbers` stem.json, the numbers it draws; returns the paths."""
     bad = [f for f in formats if f not in FORMATS]
     if bad:
         raise UserError(f"unknown format(s) {', '.join(bad)} (png, svg, pdf)")
     stem = Path(stem)
-    stem.parent.mkdir(parents=True, exist_ok=True)
     out = []
     for f in formats:
         p = stem.with_suffix(f".{f}")
-        fig.savefig(p, dpi=dpi, bbox_inches="tight")
+        # Fixed metadata, so the same numbers give the same file (a figure in git changes only with them).
+        meta = {"png": {"Software": None}, "svg": {"Date": None}, "pdf": {"CreationDate": None}}[f]
+        write_atomic(p, lambda fh, f=f, meta=meta: fig.savefig(fh, format=f, dpi=dpi, bbox_inches="tight",
+                                                            metadata=meta))
         out.append(p)
+    if numbers is not None:
+        out.append(write_json(stem.with_suffix(".json"), numbers))
     return out
+
+
+def addressable_numbers(fractions: pd.DataFrame, summary: pd.DataFrame, basis: str,
+                        sources: Sequence[str]) -> dict:
+    """What the addressable figure draws, as a document a test can recompute and compare."""
+    return {"schema": "headroom.figure.addressable/1", "basis": basis, "traces": list(sources),
+            "bars": [{"workload": r.workload, "category": r.category, "addressable": bool(r.addressable),
+                      "fraction": round(float(r.fraction), 6)} for r in fractions.itertuples(index=False)],
+            "addressable": [{"workload": r.workload, "fraction": round(float(r.addressable_fraction), 6)}
+                            for r in summary.itertuples(index=False)]}
+
+
+def table_numbers(name: str, table: pd.DataFrame, sources: Sequence[str]) -> dict:
+    rows = [{k: (round(float(v), 6) if isinstance(v, (float, np.floating)) else v.item() if hasattr(v, "item") else v)
+             for k, v in row.items()} for row in table.to_dict("records")]
+    return {"schema": f"headroom.figure.{name}/1", "traces": list(sources), "rows": rows}

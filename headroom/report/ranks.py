@@ -9,6 +9,7 @@ from rich.console import Console
 from rich.table import Table
 
 from headroom.projection.ranks import RanksProjection
+from headroom.report.render import short_name
 from headroom.report.tables import summary_frame
 from headroom.trace.analysis import MODE_CPU
 from headroom.trace.ranks import RankSet
@@ -20,6 +21,21 @@ def _ms(us: float) -> str:
 
 def _pct(x: float) -> str:
     return f"{100 * x:.1f}%"
+
+
+def _steps(rs: RankSet) -> int:
+    """The steps each rank's totals cover (ranks with different counts are a warning of rank_set)."""
+    return max([int(a.num_steps) for a in rs.analyses] or [1]) or 1
+
+
+def rank_projection_notes(p: RanksProjection) -> list[str]:
+    """The caveats of a rank projection, for stderr: its warnings and a model that misses the measured step."""
+    s = p.speedups
+    notes = list(p.warnings)
+    if abs(s.identity_error_us) > 1.0:
+        notes.append(f"with no speedup the model is {s.identity_error_us:.1f} us off the measured step "
+                     f"(clock alignment); gains are taken against the model")
+    return notes
 
 
 def _header(rs: RankSet, console: Console) -> None:
@@ -41,25 +57,26 @@ def render_rank_set(rs: RankSet, console: Console) -> None:
     """`headroom classify DIR` for a directory of ranks."""
     _header(rs, console)
     t = Table(show_edge=False, header_style="bold")
-    for col in ("rank", "step ms", "busy ms", "idle", "compute ms", "comm ms", "overlapped", "exposed",
-                "waited ms", "addressable"):
+    for col in ("rank", "ms/step", "busy", "idle", "compute", "comm", "overlapped", "exposed",
+                "waited", "addressable"):
         t.add_column(col, justify="left" if col == "rank" else "right")
     for r in rs.per_rank.itertuples(index=False):
-        t.add_row(str(r.rank), _ms(r.step_us), _ms(r.busy_us), _pct(r.idle_fraction), _ms(r.compute_busy_us),
-                  _ms(r.comm_busy_us), _ms(r.comm_overlapped_us), _ms(r.comm_exposed_us), _ms(r.wait_us),
+        n = max(int(r.num_steps), 1)
+        t.add_row(str(r.rank), _ms(r.step_us), _ms(r.busy_us / n), _pct(r.idle_fraction), _ms(r.compute_busy_us / n),
+                  _ms(r.comm_busy_us / n), _ms(r.comm_overlapped_us / n), _ms(r.comm_exposed_us / n), _ms(r.wait_us / n),
                   _pct(r.addressable_fraction))
     console.print(t)
-    console.print("comm = time any communication ran (union); overlapped = while compute ran; exposed = the rest; "
-                  "waited = at collectives, for the last rank to arrive", style="dim", highlight=False)
-    c = Table(show_edge=False, header_style="bold", title="categories across ranks", title_justify="left")
-    for col in ("category", "min ms", "median ms", "max ms", "median %", "most on rank", "addressable"):
+    console.print("ms per step; comm = time any communication ran (union); overlapped = while compute ran; "
+                  "exposed = the rest; waited = at collectives, for the last rank to arrive", style="dim",
+                  highlight=False)
+    n = _steps(rs)
+    c = Table(show_edge=False, header_style="bold", title="categories across ranks (ms/step)", title_justify="left")
+    for col in ("category", "min", "median", "max", "median %", "most on rank", "addressable"):
         c.add_column(col, justify="left" if col in ("category", "addressable") else "right")
     for r in rs.categories.itertuples(index=False):
-        c.add_row(r.name, _ms(r.min_us), _ms(r.median_us), _ms(r.max_us), _pct(r.median_fraction), str(r.max_rank),
-                  "[green]yes[/green]" if r.addressable else "no")
+        c.add_row(r.name, _ms(r.min_us / n), _ms(r.median_us / n), _ms(r.max_us / n), _pct(r.median_fraction),
+                  str(r.max_rank), "[green]yes[/green]" if r.addressable else "no")
     console.print(c)
-    for w in rs.warnings:
-        console.print(f"[yellow]note:[/yellow] {w}", highlight=False)
 
 
 def rank_summary_frame(rs: RankSet) -> pd.DataFrame:
@@ -71,20 +88,21 @@ def rank_summary_frame(rs: RankSet) -> pd.DataFrame:
     df.insert(0, "rank", pr["rank"].to_numpy())
     df["comm_fraction"] = (pr["comm_busy_us"] / wall).to_numpy()
     df["comm_exposed_fraction"] = (pr["comm_exposed_us"] / wall).to_numpy()
-    df["wait_ms"] = (pr["wait_us"] / 1000).to_numpy()
+    df["wait_us"] = pr["wait_us"].to_numpy(dtype=float)      # over the analysed window, like the comm times
     return df
 
 
 def render_rank_summary(rs: RankSet, df: pd.DataFrame, console: Console) -> None:
     _header(rs, console)
     t = Table(show_edge=False, header_style="bold")
-    for col in ("rank", "workload", "step ms", "idle", "comm", "exposed", "waited ms", "addressable",
-                "top addressable op"):
+    for col in ("rank", "workload", "ms/step", "idle", "comm", "exposed", "waited ms/step", "addressable",
+                "top addressable op", "share"):
         t.add_column(col, justify="left" if col in ("rank", "workload", "top addressable op") else "right")
     for r in df.itertuples(index=False):
-        top = f"{r.top_addressable_op} ({_pct(r.top_addressable_op_fraction)})" if r.top_addressable_op else ""
-        t.add_row(str(r.rank), r.workload, f"{r.step_ms:,.2f}", _pct(r.idle_fraction), _pct(r.comm_fraction),
-                  _pct(r.comm_exposed_fraction), f"{r.wait_ms:,.2f}", _pct(r.addressable_fraction), top)
+        top = short_name(r.top_addressable_op, 68) if r.top_addressable_op else ""
+        t.add_row(str(r.rank), r.workload, _ms(r.step_us), _pct(r.idle_fraction), _pct(r.comm_fraction),
+                  _pct(r.comm_exposed_fraction), _ms(r.wait_us / max(int(r.num_steps), 1)),
+                  _pct(r.addressable_fraction), top, _pct(r.top_addressable_op_fraction) if top else "")
     console.print(t)
 
 
@@ -97,7 +115,7 @@ def render_rank_projection(p: RanksProjection, console: Console) -> None:
                   f"([bold]{_pct(s.gain)}[/bold] faster); selected kernels at zero time: {_pct(z.gain)}",
                   highlight=False)
     t = Table(show_edge=False, header_style="bold")
-    for col in ("rank", "measured ms", "through the collectives", "alone (Amdahl)"):
+    for col in ("rank", "measured ms/step", "through the collectives", "alone (Amdahl)"):
         t.add_column(col, justify="left" if col == "rank" else "right")
     for r, (measured, projected) in s.per_rank.items():
         alone = p.per_rank_amdahl.get(r)
@@ -106,23 +124,20 @@ def render_rank_projection(p: RanksProjection, console: Console) -> None:
     console.print(t)
     console.print("alone: each rank projected on its own, as a one-rank analysis would; the step ends when the "
                   "slowest rank reaches each collective", style="dim", highlight=False)
-    if abs(s.identity_error_us) > 1.0:
-        console.print(f"[yellow]note:[/yellow] with no speedup the model is {s.identity_error_us:.1f} us off the "
-                      f"measured step (clock alignment); gains are taken against the model", highlight=False)
-    for w in p.warnings:
-        console.print(f"[yellow]warning:[/yellow] {w}", highlight=False)
 
 
 def render_sync_targets(rs: RankSet, table: pd.DataFrame, speedup: float, console: Console) -> None:
     console.print(f"[bold]{rs.source}[/bold]  {len(rs.ranks)} ranks: which op, {speedup:g}x faster on every rank, "
                   f"shortens the synchronised step ({_ms(rs.step_us)} ms) most")
+    n = _steps(rs)
     for kind, part in table.groupby("kind", sort=False):
         t = Table(show_edge=False, header_style="bold", title=f"by {kind}", title_justify="left")
-        for col in ("name", "category", "ms (all ranks)", "min..max rank ms", "gain", "at zero time",
+        for col in ("name", "category", "ms/step (all ranks)", "min..max rank ms/step", "gain", "at zero time",
                     "one-rank gain"):
             t.add_column(col, justify="left" if col in ("name", "category") else "right")
         for r in part.itertuples(index=False):
-            t.add_row(str(r.name)[:70], r.category, _ms(r.us), f"{_ms(r.min_rank_us)}..{_ms(r.max_rank_us)}",
+            t.add_row(short_name(str(r.name), 70), r.category, _ms(r.us / n),
+                      f"{_ms(r.min_rank_us / n)}..{_ms(r.max_rank_us / n)}",
                       _pct(r.gain), _pct(r.gain_inf), _pct(r.rank_gain_median))
         console.print(t)
     console.print("one-rank gain: what each rank's own Amdahl promises (median over ranks)", style="dim",

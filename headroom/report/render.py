@@ -6,6 +6,7 @@ Numbers come from `Analysis`; this module only arranges and prints them.
 from __future__ import annotations
 
 import math
+import re
 
 import pandas as pd
 from rich.console import Console
@@ -16,10 +17,65 @@ from headroom.profile.workload import WorkloadSpec
 from headroom.projection.project import ProjectResult
 from headroom.trace.analysis import MODE_CPU, Analysis
 
+_INNER_TEMPLATE = re.compile(r"<[^<>]*>")
+_ELLIPSIS = "\u2026"
+
+
+def _depth(text: str) -> int:
+    d = best = 0
+    for ch in text:
+        if ch == "<":
+            d += 1
+            best = max(best, d)
+        elif ch == ">":
+            d = max(d - 1, 0)
+    return best
+
+
+def short_name(name: str, width: int = 72) -> str:
+    """A kernel or op name that fits `width` characters, shortened by its structure: the `void`
+    return type, then the parameter list, then nested template arguments (innermost first), then
+    namespaces inside the arguments, then the function's namespaces, then the remaining template
+    arguments; only then cut in the middle. Names that fit are left alone (JSON keeps them whole)."""
+    n = " ".join(str(name).split())
+    if n.startswith("void "):
+        n = n[5:]
+    if len(n) <= width:
+        return n
+    n = n.replace("(anonymous namespace)", "{anon}")
+    depth = 0
+    for i, ch in enumerate(n):        # the parameter list: the first '(' outside template arguments
+        if ch == "<":
+            depth += 1
+        elif ch == ">":
+            depth = max(depth - 1, 0)
+        elif ch == "(" and depth == 0 and i > 0:
+            n = n[:i] + "(" + _ELLIPSIS + ")"
+            break
+    def size(t: str) -> int:   # as printed: `<…>` for each collapsed argument list, the namespace in full
+        return len(t) + 2 * t.count("\x00") + (len("(anonymous namespace)") - len("{anon}")) * t.count("{anon}")
+
+    while size(n) > width and _depth(n) >= 2:   # nested template arguments, innermost first
+        n = _INNER_TEMPLATE.sub("\x00", n, count=1)
+    head, sep, tail = n.partition("<")
+    if size(n) > width and sep:                 # namespaces inside the arguments
+        tail = re.sub(r"(\{anon\}::|\b[A-Za-z_]\w*::)+", "", tail)
+        n = head + sep + tail
+    if size(n) > width and "::" in head:        # the function's namespaces
+        n = _ELLIPSIS + "::" + head.rsplit("::", 1)[1] + sep + tail
+    while size(n) > width and _INNER_TEMPLATE.search(n):
+        n = _INNER_TEMPLATE.sub("\x00", n, count=1)
+    n = n.replace("\x00", "<" + _ELLIPSIS + ">").replace("{anon}", "(anonymous namespace)")
+    if len(n) > width:
+        keep = width - 1
+        n = n[: (keep + 1) // 2] + _ELLIPSIS + n[len(n) - keep // 2:]
+    return n
+
+
 def make_console() -> Console:
     """A console that does not squeeze tables to 80 columns when output is piped."""
     c = Console()
-    return c if c.is_terminal else Console(width=160)
+    return c if c.is_terminal else Console(width=220)
 
 
 def _ms(us: float) -> str:
@@ -30,50 +86,80 @@ def _pct(x: float) -> str:
     return f"{100 * x:.1f}%"
 
 
+def _steps_phrase(a: Analysis) -> str:
+    if a.basis == "ProfilerStep ranges":
+        return f"{a.num_steps} step(s)"
+    if a.basis == "whole trace":
+        return "the whole trace"
+    return a.basis
+
+
 def render_analysis(a: Analysis, console: Console, top_unknown: int = 10) -> None:
+    """`headroom classify`: milliseconds per step (the whole trace counts as one), totals labelled."""
+    from headroom.trace.analysis import partial_layers
+
     unit = "CPU op self time" if a.mode == MODE_CPU else "GPU time"
-    console.print(f"[bold]{a.source}[/bold]  {a.device_name or ''}")
+    n = max(a.num_steps, 1)
+    console.print(f"[bold]{a.source}[/bold]  {a.device_name or ''}", highlight=False)
+    if a.manifest.get("workload"):
+        part = partial_layers(a.manifest)
+        console.print(f"{a.label}" + (f": the numbers below are for the {part[0]} profiled blocks "
+                                                f"(headroom profile extrapolates to {part[1]})" if part else ""),
+                      highlight=False)
     if a.mode == MODE_CPU:
         console.print("[yellow]no GPU activity in this trace: classified by CPU operator (self time)[/yellow]")
     console.print(
-        f"steps {a.num_steps}   step {_ms(a.step_us)} ms   wall {_ms(a.wall_us)} ms   "
-        f"busy {_ms(a.busy_us)} ms   idle {_pct(a.idle_fraction)}   {unit} {_ms(a.total_us)} ms")
+        f"per step: {_ms(a.step_us)} ms wall   {_ms(a.busy_us / n)} ms busy   idle {_pct(a.idle_fraction)}   "
+        f"{unit} {_ms(a.total_us / n)} ms   ({_steps_phrase(a)}; total wall {_ms(a.wall_us)} ms)",
+        highlight=False)
     if a.unprofiled_step_us is not None:
         idle_u = a.unprofiled_idle_fraction
-        console.print(f"without the profiler: step {_ms(a.unprofiled_step_us)} ms"
+        console.print(f"without the profiler: {_ms(a.unprofiled_step_us)} ms per step"
                       + (f"   implied idle {_pct(idle_u)}" if idle_u is not None else ""), highlight=False)
     t = Table(show_edge=False, header_style="bold")
     t.add_column("category")
-    t.add_column("ms", justify="right")
+    t.add_column("ms/step", justify="right")
     t.add_column(f"% of {unit}", justify="right")
     t.add_column("% of wall", justify="right")
-    t.add_column("count", justify="right")
+    t.add_column("count/step", justify="right")
     t.add_column("addressable")
     for r in a.categories.itertuples(index=False):
-        t.add_row(r.name, _ms(r.us), _pct(r.fraction), _pct(r.wall_fraction), f"{r.count:,}",
+        t.add_row(r.name, _ms(r.us / n), _pct(r.fraction), _pct(r.wall_fraction), f"{r.count / n:,.0f}",
                   "[green]yes[/green]" if r.addressable else "no")
     console.print(t)
     console.print(f"[bold]addressable: {_pct(a.addressable_fraction)}[/bold] of {unit} "
-                  f"({_ms(a.addressable_us)} ms)")
+                  f"({_ms(a.addressable_us / n)} ms/step)", highlight=False)
     unknown = a.unknown_kernels(top_unknown)
     if len(unknown):
-        console.print("unclassified kernels ('other'), by time:")
+        console.print("unclassified kernels ('other'), by time (ms/step):")
         for r in unknown.itertuples(index=False):
-            console.print(f"  {_ms(r.us):>10} ms  x{r.count:<6} {r.name[:140]}")
+            console.print(f"  {_ms(r.us / n):>10}  x{r.count / n:<6,.0f} {short_name(r.name, 110)}",
+                          markup=False, highlight=False)
+
+
+def render_kernels(a: Analysis, console: Console) -> None:
+    """`headroom classify --all`: every distinct kernel, ms per step, names shortened by structure."""
+    n = max(a.num_steps, 1)
+    console.print("kernels, by time (ms/step, launches/step, category, op, kernel):", highlight=False)
+    for r in a.kernels.itertuples(index=False):
+        console.print(f"  {r.us / n / 1000:>10,.3f}  x{r.count / n:<6,.0f} {r.category:<13} {short_name(r.op, 40):<40} "
+                      f"{short_name(r.name, 90)}", markup=False, highlight=False)
 
 
 def render_summary(df: pd.DataFrame, console: Console) -> None:
     t = Table(show_edge=False, header_style="bold")
-    for col, just in (("workload", "left"), ("device", "left"), ("step ms", "right"), ("idle", "right"),
-                      ("unprof. ms", "right"), ("unprof. idle", "right"),
-                      ("GEMM+attn+conv", "right"), ("addressable", "right"), ("top addressable op", "left")):
-        t.add_column(col, justify=just)
+    for col, just in (("workload", "left"), ("device", "left"), ("ms/step", "right"), ("idle", "right"),
+                      ("unprof. ms/step", "right"), ("unprof. idle", "right"),
+                      ("GEMM+attn+conv", "right"), ("addressable", "right"), ("top addressable op", "left"),
+                      ("share", "right")):
+        t.add_column(col, justify=just, no_wrap=True)
     for r in df.itertuples(index=False):
-        top = f"{r.top_addressable_op} ({_pct(r.top_addressable_op_fraction)})" if r.top_addressable_op else ""
-        u_ms = "" if math.isnan(r.unprofiled_step_ms) else f"{r.unprofiled_step_ms:,.2f}"
+        top = short_name(r.top_addressable_op, 68) if r.top_addressable_op else ""
+        u_ms = "" if math.isnan(r.unprofiled_step_us) else f"{r.unprofiled_step_us / 1000:,.2f}"
         u_idle = "" if math.isnan(r.unprofiled_idle_fraction) else _pct(r.unprofiled_idle_fraction)
-        t.add_row(r.workload, r.device or r.mode, f"{r.step_ms:,.2f}", _pct(r.idle_fraction), u_ms, u_idle,
-                  _pct(r.gemm_attention_conv_fraction), _pct(r.addressable_fraction), top)
+        t.add_row(r.workload, r.device or r.mode, f"{r.step_us / 1000:,.2f}", _pct(r.idle_fraction), u_ms, u_idle,
+                  _pct(r.gemm_attention_conv_fraction), _pct(r.addressable_fraction), top,
+                  _pct(r.top_addressable_op_fraction) if top else "")
     console.print(t)
 
 
@@ -91,8 +177,9 @@ def render_projection(res: ProjectResult, console: Console) -> None:
                       f"({e.clock} clock)", highlight=False)
         console.print(f"  {e.method}", highlight=False)
     b = res.baseline.to_dict()
+    n = max(res.num_steps, 1)
     console.print(
-        f"measured: {res.baseline_us / 1e3:,.3f} ms over {res.num_steps} step(s) = {res.per_step_us / 1e3:,.3f} ms/step   "
+        f"measured: {res.per_step_us / 1e3:,.3f} ms/step ({res.num_steps} step(s), {res.baseline_us / 1e3:,.3f} ms in total)   "
         f"kernels {_pct2(b['kernel_fraction'])}  memory {_pct2(b['memory_fraction'])}  "
         f"communication {_pct2(b['communication_fraction'])}  idle {_pct2(b['idle_fraction'])}", highlight=False)
     u = res.unprofiled
@@ -105,11 +192,11 @@ def render_projection(res: ProjectResult, console: Console) -> None:
     if res.entries:
         t = Table(show_edge=False, header_style="bold", title="speedups", title_justify="left")
         show_source = any(e["source"] != "command line" for e in res.entries)
-        cols = [("selector", "left"), ("factor", "right"), ("verified", "left"), ("kernels", "right"),
-                ("ms", "right"), ("applied ms", "right"), ("addressable", "right"), ("top kernel", "left")]
+        cols = [("selector", "left"), ("factor", "right"), ("verified", "left"), ("kernels/step", "right"),
+                ("ms/step", "right"), ("applied ms/step", "right"), ("addressable", "right"), ("top kernel", "left")]
         show_cpu = any(e.get("cpu") for e in res.entries)
         if show_cpu:
-            cols[2:2] = [("launches", "right"), ("calls", "right"), ("CPU ms saved", "right")]
+            cols[2:2] = [("launches", "right"), ("calls/step", "right"), ("CPU ms/step saved", "right")]
         if show_source:
             cols.append(("source", "left"))
         for c, j in cols:
@@ -117,15 +204,16 @@ def render_projection(res: ProjectResult, console: Console) -> None:
                          min_width=24 if c == "selector" else None,
                          max_width=36 if c in ("top kernel", "source") else None)
         for e in res.entries:
-            top = e["top_kernels"][0]["name"] if e["top_kernels"] else ""
+            top = short_name(e["top_kernels"][0]["name"], 36) if e["top_kernels"] else ""
             addr = f"{100 * e['addressable_us'] / e['us']:.0f}%" if e["us"] > 0 else "-"
             row = [e["selector"], f"{e['speedup']:g}", {True: "yes", False: "no", None: ""}[e["verified"]],
-                   f"{e['kernels']:,}", f"{e['us'] / 1e3:,.3f}", f"{e['applied_us'] / 1e3:,.3f}", addr, top]
+                   f"{e['kernels'] / n:,.0f}", f"{e['us'] / n / 1e3:,.3f}", f"{e['applied_us'] / n / 1e3:,.3f}", addr, top]
             if show_cpu:
                 c = e.get("cpu") or {}
+                saved = ("" if "removed_cpu_us" not in c
+                         else f"{(c['removed_cpu_us'] - c.get('added_cpu_us', 0.0)) / n / 1e3:,.3f}")
                 row[2:2] = ["" if e.get("launches") is None else f"{c.get('kernels_per_call', 0):g} -> {e['launches']}",
-                            f"{c['calls']:,}" if c else "",
-                            f"{(c['removed_cpu_us'] - c['added_cpu_us']) / 1e3:,.3f}" if c else ""]
+                            f"{c['calls_per_step']:,.4g}" if c else "", saved]
             if show_source:
                 row.append(e["source"])
             t.add_row(*row)
@@ -136,7 +224,7 @@ def render_projection(res: ProjectResult, console: Console) -> None:
         if "n" in d:
             extra = f"  ({d['n']} results from {d.get('source', '')})"
         console.print(f"distribution scenarios over [bold]{d['select']}[/bold] "
-                      f"({d['selected_us'] / 1e3:,.3f} ms of kernels){extra}", highlight=False)
+                      f"({d['selected_us'] / n / 1e3:,.3f} ms/step of kernels){extra}", highlight=False)
     t = Table(show_edge=False, header_style="bold", title="projections", title_justify="left")
     cols = [("scenario", "left"), ("method", "left"), ("factor", "right"), ("ms/step", "right"),
             ("saved", "right"), ("end-to-end", "right"), ("kernels", "right"), ("mem+comm", "right"),
@@ -156,8 +244,6 @@ def render_projection(res: ProjectResult, console: Console) -> None:
             row[6:6] = [f"{pu['per_step_us'] / 1e3:,.3f}", f"{pu['speedup']:.4f}x"] if pu else ["", ""]
         t.add_row(*row)
     console.print(t)
-    for w in res.warnings:
-        console.print(f"[yellow]warning:[/yellow] {w}", highlight=False)
     console.print()
 
 
@@ -179,7 +265,8 @@ def _num(x: float, fmt: str) -> str:
 
 def render_targets(a: Analysis, table: pd.DataFrame, speedup: float, console: Console) -> None:
     """`headroom targets`: one table per grouping (op, module, ...), ranked by end-to-end gain."""
-    console.print(f"[bold]{a.source}[/bold]  measured {a.step_us / 1e3:,.3f} ms/step over {a.num_steps} step(s)",
+    n = max(a.num_steps, 1)
+    console.print(f"[bold]{a.source}[/bold]  measured {a.step_us / 1e3:,.3f} ms/step over {_steps_phrase(a)}",
                   highlight=False)
     has_replay = "replay_gain" in table.columns
     for kind in dict.fromkeys(table["kind"]):
@@ -189,10 +276,10 @@ def render_targets(a: Analysis, table: pd.DataFrame, speedup: float, console: Co
         t = Table(show_edge=False, header_style="bold", title=title, title_justify="left")
         if module:
             cols = [("name", "left"), ("calls/step", "right"), ("kernels/call", "right"), ("CPU µs/call", "right"),
-                    ("ms", "right"), ("share", "right"), ("categories", "left")]
+                    ("ms/step", "right"), ("share", "right"), ("categories", "left")]
         else:
-            cols = [("name", "left"), ("category", "left"), ("addressable", "left"), ("kernels", "right"),
-                    ("ms", "right"), ("share", "right")]
+            cols = [("name", "left"), ("category", "left"), ("addressable", "left"), ("kernels/step", "right"),
+                    ("ms/step", "right"), ("share", "right")]
         cols += [(f"gain @{speedup:g}x", "right"), ("gain @inf", "right")]
         if has_replay:
             cols += [(f"replay @{speedup:g}x", "right"), ("replay @inf", "right")]
@@ -202,11 +289,11 @@ def render_targets(a: Analysis, table: pd.DataFrame, speedup: float, console: Co
             t.add_column(c, justify=j)
         for r in rows.itertuples(index=False):
             if module:
-                row = [r.name[:70], _num(r.calls, ",.4g"), _num(r.kernels_per_call, ",.1f"),
-                       _num(r.cpu_us_per_call, ",.1f"), f"{r.us / 1e3:,.3f}", _pct2(r.share), _mix(r.categories)]
+                row = [short_name(r.name, 70), _num(r.calls, ",.4g"), _num(r.kernels_per_call, ",.1f"),
+                       _num(r.cpu_us_per_call, ",.1f"), f"{r.us / n / 1e3:,.3f}", _pct2(r.share), _mix(r.categories)]
             else:
-                row = [r.name[:70], r.category, r.addressable, f"{r.kernels:,}", f"{r.us / 1e3:,.3f}",
-                       _pct2(r.share)]
+                row = [short_name(r.name, 70), r.category, r.addressable, f"{r.kernels / n:,.0f}",
+                       f"{r.us / n / 1e3:,.3f}", _pct2(r.share)]
             row += [_pct2(r.gain), _pct2(r.gain_inf)]
             if has_replay:
                 row += ["" if not math.isfinite(r.replay_gain) else _pct2(r.replay_gain),
@@ -227,15 +314,13 @@ def render_profile(result: ProfileResult, console: Console) -> None:
     unit = "CPU op time" if a.mode == MODE_CPU else "GPU time"
     t, p = result.timed, result.profiled
     console.print()
+    from headroom.profile.run import overhead_verdict
+
     if t.n:
         console.print(f"[bold]step time[/bold]        {t.median_ms:,.2f} ms  (median of {t.n}, {t.method}; "
                       f"min {t.min_ms:,.2f}, max {t.max_ms:,.2f})", highlight=False)
-        noisy = "; few CPU steps: indicative only" if a.mode == MODE_CPU else ""
-        console.print(f"profiler overhead  {100 * result.overhead:+.1f}%  (profiled median {p.median_ms:,.2f} ms "
-                      f"over {p.n} steps{noisy})", highlight=False)
-    else:
-        console.print(f"[bold]step time[/bold]        {p.median_ms:,.2f} ms  (profiled; no unprofiled steps timed)",
-                      highlight=False)
+        console.print(f"profiler overhead  {overhead_verdict(t, p)[1]}  (profiled median {p.median_ms:,.2f} ms "
+                      f"over {p.n} step(s))", highlight=False)
     if a.mode == MODE_CPU:
         console.print("idle share         n/a (no GPU)")
     else:
@@ -244,8 +329,9 @@ def render_profile(result: ProfileResult, console: Console) -> None:
     x = result.layers
     if x is not None and cfg.extrapolated:
         console.print()
-        console.print(f"[bold]extrapolated to {x.total} of {x.total} blocks[/bold] from {x.built} "
-                      f"(per-block time x{x.factor:g}; {_pct(x.block_share)} of the measured time is in blocks)")
+        console.print(f"[bold]{a.label}, extrapolated to all {x.total}[/bold] "
+                      f"(per-block time x{x.factor:g}; {_pct(x.block_share)} of the measured time is in blocks)",
+                      highlight=False)
         table = Table(show_edge=False, header_style="bold")
         table.add_column("category")
         table.add_column(f"% of {unit} ({x.total} blocks)", justify="right")

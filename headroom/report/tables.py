@@ -8,20 +8,25 @@ count (the scaling chart, :mod:`headroom.report.scaling`) and the summary table.
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Any, Sequence
 
 import numpy as np
 import pandas as pd
 
 from headroom.errors import UserError
 from headroom.projection.project import ProjectResult
-from headroom.trace.analysis import Analysis, trace_label
+from headroom.trace.analysis import Analysis, partial_layers, trace_label
 from headroom.trace.classify import category_group
 
 
-
 def summary_frame(analyses: list[Analysis]) -> pd.DataFrame:
-    """One row per trace: the cross-workload table of `headroom report`."""
+    """One row per trace: the cross-workload table of `headroom report` (times in microseconds per step).
+
+    A run that built only some of its blocks (`--layers`) is extrapolated to all of them
+    (step time, idle, GEMM+attention+conv and addressable shares) and labelled so.
+    """
+    from headroom.trace.layers import extrapolate_layers
+
     rows = []
     for a in analyses:
         cats = a.categories.set_index("name")["fraction"] if len(a.categories) else pd.Series(dtype=float)
@@ -29,26 +34,55 @@ def summary_frame(analyses: list[Analysis]) -> pd.DataFrame:
         addr_ops = a.ops[a.ops["addressable_us"] > 0].sort_values("addressable_us", ascending=False)
         top = addr_ops.iloc[0] if len(addr_ops) else None
         m = a.manifest
+        step_us, idle, addressable = a.step_us, a.idle_fraction, a.addressable_fraction
+        unprof_us = a.unprofiled_step_us if a.unprofiled_step_us is not None else float("nan")
+        unprof_idle = a.unprofiled_idle_fraction if a.unprofiled_idle_fraction is not None else float("nan")
+        part = partial_layers(m)
+        ext = extrapolate_layers(a, *part, timed_step_ms=a.unprofiled_step_us / 1000
+                                 if a.unprofiled_step_us is not None else None) if part else None
+        if ext is not None:
+            ec = ext.categories.set_index("name")["fraction"]
+            step_us, idle, addressable = ext.step_us_extrapolated, ext.idle_fraction, ext.addressable_fraction
+            core = float(sum(ec.get(c, 0.0) for c in category_group("vendor")))
+            # The unprofiled step of all the blocks: the estimate `headroom profile` prints (the measured
+            # one scaled as the profiled step is). Its idle share is not estimated: the profiler's cost is
+            # CPU time, which need not scale with the blocks as GPU time does.
+            unprof_us = 1000.0 * ext.timed_step_ms_extrapolated if ext.timed_step_ms_extrapolated else float("nan")
+            unprof_idle = float("nan")
         rows.append({
-            "workload": trace_label(a),
+            "workload": trace_label(a, extrapolated=ext is not None),
             "trace": a.source,
             "mode": a.mode,
             "device": a.device_name,
-            "step_ms": a.step_us / 1000,
-            "gpu_ms_per_step": a.total_us / max(a.num_steps, 1) / 1000,
-            "idle_fraction": a.idle_fraction,
+            "basis": a.basis,
+            "num_steps": a.num_steps,
+            "step_us": step_us,
+            "gpu_us_per_step": a.total_us / max(a.num_steps, 1),
+            "idle_fraction": idle,
             # Without the profiler (the manifest's timed steps), where recorded: NaN otherwise.
-            "unprofiled_step_ms": a.unprofiled_step_us / 1000 if a.unprofiled_step_us is not None else float("nan"),
-            "unprofiled_idle_fraction": a.unprofiled_idle_fraction if a.unprofiled_idle_fraction is not None
-            else float("nan"),
+            "unprofiled_step_us": unprof_us,
+            "unprofiled_idle_fraction": unprof_idle,
             "gemm_attention_conv_fraction": core,
-            "addressable_fraction": a.addressable_fraction,
+            "addressable_fraction": addressable,
             "top_addressable_op": top["op"] if top is not None else "",
             "top_addressable_op_fraction": float(top["addressable_us"]) / a.total_us if top is not None and a.total_us else 0.0,
+            "layers": f"{part[0]} of {part[1]}" if part else "",
+            "extrapolated": ext is not None,
             "dtype": m.get("dtype", ""),
             "batch": m.get("batch", ""),
         })
-    return pd.DataFrame(rows)
+    return pd.DataFrame(rows, columns=SUMMARY_COLUMNS)
+
+
+SUMMARY_COLUMNS = ["workload", "trace", "mode", "device", "basis", "num_steps", "step_us", "gpu_us_per_step",
+                   "idle_fraction", "unprofiled_step_us", "unprofiled_idle_fraction", "gemm_attention_conv_fraction",
+                   "addressable_fraction", "top_addressable_op", "top_addressable_op_fraction", "layers",
+                   "extrapolated", "dtype", "batch"]
+
+
+def summary_records(df: pd.DataFrame) -> list[dict[str, Any]]:
+    """The summary table as JSON-ready rows (`headroom report --json`)."""
+    return [{k: (v.item() if hasattr(v, "item") else v) for k, v in row.items()} for row in df.to_dict("records")]
 
 
 def _label(a: Analysis, label: str | None) -> str:
@@ -62,8 +96,10 @@ def category_fractions(analyses: Sequence[Analysis], labels: Sequence[str] | Non
     ``basis="kernel"``: fractions of kernel time (``Analysis.total_us``; their
     addressable sum is ``Analysis.addressable_fraction``). ``basis="wall"``:
     fractions of the window (busy-time shares, plus an ``idle`` row).
-    Columns: workload, category, addressable, us, fraction; sorted with
-    non-addressable categories first, then addressable ones, largest first.
+    Columns: workload, category, addressable, us, fraction, stack (the category's place in the
+    stacking order, 0 first); every workload's rows in one
+    order (non-addressable categories, then addressable ones, each by its share over all
+    workloads, idle last), the order the bars stack in.
     """
     if basis not in ("kernel", "wall"):
         raise UserError(f"basis must be kernel or wall, got {basis!r}")
@@ -83,13 +119,17 @@ def category_fractions(analyses: Sequence[Analysis], labels: Sequence[str] | Non
             rows.append((label, "idle", False, float(a.idle_us), float(a.idle_us) / denom if denom > 0 else 0.0))
     df = pd.DataFrame(rows, columns=["workload", "category", "addressable", "us", "fraction"])
     if len(df):
-        df["_order"] = df["addressable"].astype(int)
-        df = df.sort_values(["workload", "_order", "fraction"], ascending=[True, True, False], kind="stable")
+        # One stacking order for every bar (and the legend): vendor-library categories, then the
+        # addressable ones, each by its share over all workloads; idle last.
+        group = np.where(df["category"] == "idle", 2, df["addressable"].astype(int))
+        weight = df.assign(_g=group).groupby(["_g", "category"])["fraction"].sum()
+        rank = {cat: i for i, (_, cat) in enumerate(
+            sorted(weight.index, key=lambda gc: (gc[0], -weight[gc], gc[1])))}
         order = {lab: i for i, lab in enumerate(dict.fromkeys(
             [_label(a, labels[k] if labels else None) for k, a in enumerate(analyses)]))}
         df["_w"] = df["workload"].map(order)
-        df = df.sort_values(["_w", "_order", "fraction"], ascending=[True, True, False], kind="stable")
-        df = df.drop(columns=["_order", "_w"]).reset_index(drop=True)
+        df["stack"] = df["category"].map(rank).astype(int)
+        df = df.sort_values(["_w", "stack"], kind="stable").drop(columns=["_w"]).reset_index(drop=True)
     return df
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -19,7 +20,9 @@ from headroom.trace.accounting import (add_wall_shares, busy_per_device, categor
 from headroom.trace.attribute import attribute_kernels_to_ops, cpu_op_self_times
 from headroom.trace.modules import attribute_modules, module_calls, module_ranges
 from headroom.trace.phases import event_phases
-from headroom.trace.classify import Policy, Rule, classify_kernels, load_policy, load_rules
+from headroom.trace.classify import Policy, Rule, classify_kernels, load_classifier
+from headroom.errors import UserError
+from headroom.regex import compile_user_regex
 from headroom.trace.load import Trace, TraceError, find_trace_files, load_trace
 
 MODE_GPU = "gpu"
@@ -44,10 +47,18 @@ class Analysis:
     ops: pd.DataFrame
     steps: pd.DataFrame
     metadata: dict[str, Any] = field(default_factory=dict)
-    trace: Trace | None = None
+    trace: Trace | None = field(default=None, repr=False)
     # One row per nn.Module call in the window (headroom/trace/modules.py `module_calls`); empty when
     # the trace has no module ranges.
-    modules: pd.DataFrame = field(default_factory=lambda: module_calls(pd.DataFrame()))
+    modules: pd.DataFrame = field(default_factory=lambda: module_calls(pd.DataFrame()), repr=False)
+    basis: str = "ProfilerStep ranges"     # what time was analysed: the steps, a --window, the whole trace
+    notes: list[str] = field(default_factory=list)   # caveats the CLI prints as warnings
+    step_ranges: pd.DataFrame | None = field(default=None, repr=False)   # the CPU ranges used as steps
+
+    def __repr__(self) -> str:
+        return (f"Analysis({Path(self.source).name!r}, {self.mode}, {self.num_steps} step(s), "
+                f"step {self.step_us / 1e3:,.3f} ms, idle {100 * self.idle_fraction:.1f}%, "
+                f"addressable {100 * self.addressable_fraction:.1f}% of {self.total_us / 1e3:,.3f} ms)")
 
     @property
     def addressable_fraction(self) -> float:
@@ -109,6 +120,8 @@ class Analysis:
         out: dict[str, Any] = {
             "trace": self.source,
             "mode": self.mode,
+            "basis": self.basis,
+            "notes": list(self.notes),
             "device": self.device_name,
             "num_steps": self.num_steps,
             "step_us": self.step_us,
@@ -147,21 +160,50 @@ class Analysis:
         return out
 
 
-def trace_label(a: Analysis) -> str:
-    """What tables and figures call a trace: the workload and variant its manifest records, else the file name."""
+_SIZE = re.compile(r"(?<=[-_])\d+(\.\d+)?[kmbt]$", re.IGNORECASE)
+_LAYERS_TOKEN = re.compile(r"\d+of\d+-layers")
+
+
+def run_name(m: dict[str, Any]) -> str:
+    """The model a run profiled: the workload name with a flavour's size in place of the default's
+    (`llama-7b --flavour 13b` -> `llama-13b`)."""
+    name = str(m.get("workload") or "")
+    flavour = str(m.get("flavour") or "")
+    if not flavour or flavour == "default":
+        return name
+    if _SIZE.search(name) and re.fullmatch(r"\d+(\.\d+)?[kmbt]", flavour, re.IGNORECASE):
+        return _SIZE.sub(flavour, name)
+    return f"{name} ({flavour})"
+
+
+def partial_layers(m: dict[str, Any]) -> tuple[int, int] | None:
+    """(built, total) blocks of a `headroom profile --layers` run that built only some of them."""
+    built, total = m.get("layers"), m.get("total_layers")
+    if isinstance(built, int) and isinstance(total, int) and 0 < built < total:
+        return built, total
+    return None
+
+
+def trace_label(a: Analysis, extrapolated: bool = False) -> str:
+    """What tables and figures call a trace: the model and variant its manifest records
+    (`llama-13b infer prefill (4 of 40 layers, extrapolated)`), else the file name."""
     m = a.manifest
     if m.get("workload"):
-        variant = m.get("variant") or ""
-        return f"{m['workload']}{' ' + variant if variant else ''}"
+        variant = " ".join(t for t in str(m.get("variant") or "").split() if not _LAYERS_TOKEN.fullmatch(t))
+        label = f"{run_name(m)}{' ' + variant if variant else ''}"
+        part = partial_layers(m)
+        if part:
+            label += f" ({part[0]} of {part[1]} layers{', extrapolated' if extrapolated else ''})"
+        return label
     name = Path(a.source).name
     for suffix in (".json.gz", ".json", ".pt.trace"):
         name = name.removesuffix(suffix)
     return name
 
 
-def _cpu_events(trace: Trace) -> pd.DataFrame:
+def _cpu_events(trace: Trace, steps: pd.DataFrame | None = None) -> pd.DataFrame:
     """CPU-only traces: each op's self time is the unit of work, classified by operator name."""
-    ops = cpu_op_self_times(trace)
+    ops = cpu_op_self_times(trace, steps)
     m = attribute_modules(trace, ops["pid"].to_numpy(dtype=object), ops["tid"].to_numpy(dtype=object),
                           ops["ts"].to_numpy(dtype=float))
     names = ops["name"].astype(str).to_numpy(dtype=object)
@@ -189,30 +231,79 @@ def _cpu_events(trace: Trace) -> pd.DataFrame:
     return ev
 
 
+def window_steps(trace: Trace, pattern: str) -> pd.DataFrame:
+    """Steps from the CPU ranges whose name matches `pattern` (RE2, case-insensitive): for traces
+    without ProfilerStep ranges, e.g. an inference server's `execute_model` calls.
+
+    Ranges inside another matching range belong to it (the outermost ones are the steps);
+    columns as `Trace.steps`: step (0, 1, ...), ts, dur, end.
+    """
+    rx = compile_user_regex(pattern, "--window")
+    cpu = trace.cpu
+    names = cpu["name"].astype(str)
+    hit = np.fromiter((rx.search(n) is not None for n in names.tolist()), dtype=bool, count=len(names))
+    r = cpu.loc[hit, ["ts", "dur"]].sort_values(["ts", "dur"], ascending=[True, False])
+    starts, ends = [], []
+    for ts, dur in zip(r["ts"].tolist(), r["dur"].tolist()):
+        if ends and ts < ends[-1]:
+            continue   # inside (or overlapping) the previous step
+        starts.append(float(ts))
+        ends.append(float(ts) + float(dur))
+    return pd.DataFrame({"step": np.arange(len(starts), dtype=np.int64), "ts": starts,
+                         "dur": np.subtract(ends, starts) if starts else [], "end": ends})
+
+
+def _keyed(table: pd.DataFrame, key: str) -> pd.DataFrame:
+    """The table indexed by its natural key (`a.categories.loc["gemm"]`); the key stays a column too."""
+    table = table.copy()
+    table.index = pd.Index(table[key].to_numpy(), name=None)
+    return table
+
+
 def analyze(source: str | os.PathLike | Trace, rules: list[Rule] | str | os.PathLike | None = None,
-            policy: Policy | str | os.PathLike | None = None, whole_trace: bool = False) -> Analysis:
+            policy: Policy | str | os.PathLike | None = None, whole_trace: bool = False,
+            window: str | None = None) -> Analysis:
     """Classify where the time of one trace went.
 
     `rules`/`policy`: compiled objects, or paths of user TOML files that extend/override the shipped ones.
-    `whole_trace`: use the whole trace instead of requiring ProfilerStep ranges.
+    The time analysed: the ProfilerStep ranges; `window`: instead, the CPU ranges whose name matches
+    this regex (e.g. `execute_model`); `whole_trace`: everything. A trace without ProfilerStep ranges
+    (a plain `with torch.profiler.profile():` block) is analysed whole, and `notes` says so.
     """
     trace = source if isinstance(source, Trace) else load_trace(source)
-    if not isinstance(rules, list):
-        rules = load_rules(rules)
-    if not isinstance(policy, Policy):
-        policy = load_policy(policy)
+    if not isinstance(rules, list) or not isinstance(policy, Policy):
+        loaded_rules, loaded_policy = load_classifier(None if isinstance(rules, list) else rules,
+                                                      None if isinstance(policy, Policy) else policy)
+        rules = rules if isinstance(rules, list) else loaded_rules
+        policy = policy if isinstance(policy, Policy) else loaded_policy
+    if whole_trace and window is not None:
+        raise UserError("give either --window or --whole-trace, not both")
 
-    steps = trace.steps
-    if len(steps) == 0 and not whole_trace:
-        raise TraceError(f"{trace.source}: no ProfilerStep#N ranges (profile with a schedule and "
-                         f"prof.step(), or pass --whole-trace)")
+    notes: list[str] = []
+    if window is not None:
+        steps = window_steps(trace, window)
+        if len(steps) == 0:
+            raise TraceError(f"{trace.source}: --window {window!r} matches no CPU range in the trace")
+        basis = f"{len(steps)} range(s) matching {window!r}"
+    else:
+        steps = trace.steps
+        basis = "ProfilerStep ranges"
+        if whole_trace:
+            basis = "whole trace"
+        elif len(steps) == 0:
+            whole_trace = True
+            basis = "whole trace"
+            notes.append("no ProfilerStep ranges: analysing the whole trace "
+                         "(--window REGEX picks steps by a range name, e.g. execute_model)")
 
     if trace.has_gpu:
         mode = MODE_GPU
-        events = attribute_kernels_to_ops(trace)
+        events = attribute_kernels_to_ops(trace, steps)
     else:
         mode = MODE_CPU
-        events = _cpu_events(trace)
+        events = _cpu_events(trace, steps)
+        if len(events) == 0:
+            raise TraceError(f"{trace.source}: nothing to analyse (no GPU activity and no CPU ops)")
 
     if whole_trace:
         in_window = events
@@ -225,6 +316,8 @@ def analyze(source: str | os.PathLike | Trace, rules: list[Rule] | str | os.Path
         bounds = step_bounds(steps, in_window, events[events["step"] < 0])
         start, end = float(bounds["start"].min()), float(bounds["end"].max())
         n_steps = len(steps)
+    if len(in_window) == 0:
+        notes.append(f"no {'GPU activity' if mode == MODE_GPU else 'CPU op'} in the {basis}")
     events = classify_kernels(in_window.reset_index(drop=True), rules, policy)
 
     wall = end - start
@@ -246,10 +339,11 @@ def analyze(source: str | os.PathLike | Trace, rules: list[Rule] | str | os.Path
         source=trace.source, mode=mode, events=events, window=(start, end), num_steps=n_steps,
         n_devices=n_devices, total_us=total, busy_us=busy, wall_us=wall,
         idle_us=max(wall * n_devices - busy, 0.0), addressable_us=addressable,
-        categories=category_table(events, total, wall * n_devices),
-        kernels=kernel_table(events), ops=op_table(events),
-        steps=step_table(events, bounds),
-        metadata=trace.metadata, trace=trace, modules=module_calls(module_ranges(trace), None if whole_trace else steps),
+        categories=_keyed(category_table(events, total, wall * n_devices), "name"),
+        kernels=_keyed(kernel_table(events), "name"), ops=_keyed(op_table(events), "op"),
+        steps=_keyed(step_table(events, bounds), "step"),
+        metadata=trace.metadata, trace=trace, basis=basis, notes=notes, step_ranges=steps,
+        modules=module_calls(module_ranges(trace), None if whole_trace else steps),
     )
 
 

@@ -38,12 +38,13 @@ def _labels_on_threads(ranges: pd.DataFrame, points: pd.DataFrame, outermost: bo
     return result
 
 
-def attribute_kernels_to_ops(trace: Trace) -> pd.DataFrame:
+def attribute_kernels_to_ops(trace: Trace, steps: pd.DataFrame | None = None) -> pd.DataFrame:
     """One row per GPU activity with its launch and CPU-side context.
 
     Adds: launch_name, launch_ts, launch_dur, launch_pid, launch_tid, op,
     top_op, annotation, module, module_type, module_stack, phase, step (-1
-    outside every ProfilerStep).
+    outside every step). `steps` (step, ts, end): the ranges that count as steps,
+    by default the trace's ProfilerStep ranges.
     """
     gpu = trace.gpu.copy()
     gpu["name"] = gpu["name"].astype(str).astype(object)
@@ -112,7 +113,7 @@ def attribute_kernels_to_ops(trace: Trace) -> pd.DataFrame:
     # not in the trace was launched before recording began (e.g. in the
     # profiler's warm-up step) and belongs to no step; only traces without any
     # runtime events fall back to the GPU start time.
-    steps = trace.steps
+    steps = trace.steps if steps is None else steps
     if len(trace.launches):
         when = np.where(launched, gpu["launch_ts"].to_numpy(), np.nan)
     else:
@@ -122,7 +123,7 @@ def attribute_kernels_to_ops(trace: Trace) -> pd.DataFrame:
     return gpu.drop(columns=["launch_external_id"])
 
 
-def cpu_op_self_times(trace: Trace) -> pd.DataFrame:
+def cpu_op_self_times(trace: Trace, steps: pd.DataFrame | None = None) -> pd.DataFrame:
     """CPU ops and record_function ranges with their self time (duration minus direct
     children), for traces without GPU activity.
 
@@ -142,7 +143,7 @@ def cpu_op_self_times(trace: Trace) -> pd.DataFrame:
     out["end"] = end_all
     out["self_us"] = np.maximum(self_us, 0.0)
     out["top_op"] = top
-    steps = trace.steps
+    steps = trace.steps if steps is None else steps
     idx = containing_range(steps["ts"].to_numpy(), steps["end"].to_numpy(), ts_all)
     out["step"] = np.where(idx >= 0, steps["step"].to_numpy()[np.maximum(idx, 0)], -1) if len(steps) else -1
     return out

@@ -2,21 +2,24 @@
 
 Rules and the addressable policy are data (`headroom/data/rules.toml`,
 `headroom/data/policy.toml`); a user's `--rules`/`--policy` files extend or
-override them. Matching runs once per distinct (kind, name, op, top_op,
+override them. Their regexes are RE2 (linear time: `headroom.regex`); category
+names are case-insensitive and checked, so a typo is an error, not a silently
+addressable category. Matching runs once per distinct (kind, name, op, top_op,
 annotation, module) combination, not once per event.
 """
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
 from headroom.datafiles import read_toml, shipped
-from headroom.errors import UserError
+from headroom.errors import UserError, did_you_mean, unknown_name
+from headroom.regex import Pattern, compile_user_regex
 
 
 OTHER = "other"
@@ -28,10 +31,10 @@ _KINDS = {"kernel", "memcpy", "memset", "cpu_op"}
 class Rule:
     category: str
     kind: str | None = None
-    kernel: re.Pattern | None = None
-    op: re.Pattern | None = None
-    annotation: re.Pattern | None = None
-    module: re.Pattern | None = None
+    kernel: Pattern | None = None
+    op: Pattern | None = None
+    annotation: Pattern | None = None
+    module: Pattern | None = None
     why: str = ""
 
     def matches(self, kind: str, name: str, op: str, top_op: str, annotation: str, module: str) -> bool:
@@ -63,31 +66,104 @@ def _read_toml(path: Path | None, default: str) -> tuple[dict, str]:
     return read_toml(path), str(path)
 
 
-def _compile_rules(doc: dict, source: str) -> list[Rule]:
+def _rule_categories(doc: dict) -> set[str]:
+    rules = doc.get("rule")
+    if not isinstance(rules, list):
+        return set()
+    return {r["category"].lower() for r in rules if isinstance(r, dict) and isinstance(r.get("category"), str)}
+
+
+def _compile_rules(doc: dict, source: str, known: set[str]) -> list[Rule]:
+    unknown_top = set(doc) - {"rule"}
+    if unknown_top:
+        name = sorted(unknown_top)[0]
+        raise UserError(f"{source}: unknown top-level key {name!r}{did_you_mean(name, ['rule'])}; "
+                        f"rules are [[rule]] tables")
     rules = doc.get("rule")
     if not isinstance(rules, list):
         raise UserError(f"{source}: expected [[rule]] tables")
+    fields = {"category", "kind", "why", *_FIELDS}
     out = []
     for i, r in enumerate(rules, 1):
-        if not isinstance(r, dict) or not isinstance(r.get("category"), str) or not r["category"]:
-            raise UserError(f"{source}: rule {i} has no 'category'")
-        unknown = set(r) - {"category", "kind", "why", *_FIELDS}
-        if unknown:
-            raise UserError(f"{source}: rule {i} has unknown field(s) {sorted(unknown)}")
+        where = f"{source}: rule {i}"
+        if not isinstance(r, dict):
+            raise UserError(f"{where}: expected a [[rule]] table")
+        for name in r:
+            if name not in fields:
+                raise unknown_name("field", name, fields, where)
+        category = r.get("category")
+        if not isinstance(category, str) or not category.strip():
+            raise UserError(f"{where} has no 'category' (a string)")
+        category = category.strip().lower()
+        if category not in known:
+            raise UserError(f"{unknown_name('category', category, known, where)}; a new category "
+                            f"must also be given in a --policy file (addressable or not)")
         kind = r.get("kind")
-        if kind is not None and kind not in _KINDS:
-            raise UserError(f"{source}: rule {i}: kind must be one of {sorted(_KINDS)}, got {kind!r}")
+        if kind is not None:
+            if not isinstance(kind, str) or kind.lower() not in _KINDS:
+                raise unknown_name("kind", str(kind), _KINDS, where)
+            kind = kind.lower()
         if kind is None and not any(f in r for f in _FIELDS):
-            raise UserError(f"{source}: rule {i} matches everything (give kind, kernel, op, annotation or module)")
-        pats = {}
-        for f in _FIELDS:
-            if f in r:
-                try:
-                    pats[f] = re.compile(r[f], re.IGNORECASE)
-                except (re.error, TypeError) as e:
-                    raise UserError(f"{source}: rule {i}: bad {f} regex {r[f]!r} ({e})") from None
-        out.append(Rule(category=r["category"], kind=kind, why=r.get("why", ""), **pats))
+            raise UserError(f"{where} matches everything (give kind, kernel, op, annotation or module)")
+        if not isinstance(r.get("why", ""), str):
+            raise UserError(f"{where}: why must be a string")
+        pats = {f: compile_user_regex(r[f], f"{where}: {f}") for f in _FIELDS if f in r}
+        out.append(Rule(category=category, kind=kind, why=r.get("why", ""), **pats))
     return out
+
+
+def _policy_table(doc: dict, source: str, known: set[str]) -> dict[str, bool]:
+    unknown_top = set(doc) - {"addressable"}
+    if unknown_top:
+        name = sorted(unknown_top)[0]
+        raise UserError(f"{source}: unknown top-level key {name!r}{did_you_mean(name, ['addressable'])}")
+    table = doc.get("addressable")
+    if not isinstance(table, dict):
+        raise UserError(f"{source}: expected an [addressable] table (category = true/false)")
+    out: dict[str, bool] = {}
+    for k, v in table.items():
+        name = k.strip().lower()
+        if name not in known:
+            raise UserError(f"{unknown_name('category', k, known, source + ': [addressable]')}; a new "
+                            f"category needs a rule in a --rules file")
+        if not isinstance(v, bool):
+            raise UserError(f"{source}: addressable.{k} must be true or false, got {v!r}")
+        if name in out:
+            raise UserError(f"{source}: category {name!r} is given twice (names are case-insensitive)")
+        out[name] = v
+    return out
+
+
+@lru_cache(maxsize=1)
+def _shipped_categories() -> frozenset[str]:
+    doc, _ = _read_toml(None, "policy.toml")
+    return frozenset(set(doc["addressable"]) | _rule_categories(_read_toml(None, "rules.toml")[0]) | {OTHER})
+
+
+def known_categories() -> set[str]:
+    """The categories of the shipped rules and policy (lower case)."""
+    return set(_shipped_categories())
+
+
+def load_classifier(rules: Path | str | None = None, policy: Path | str | None = None) -> tuple[list[Rule], Policy]:
+    """The shipped rules and policy, with a user's rules (tried first) and policy overrides.
+
+    Every category a file names must be a shipped one, or be given in both files: a rule
+    that produces a new category and the policy entry that says whether it is addressable.
+    """
+    shipped = known_categories()
+    user_rules = _read_toml(Path(rules), "") if rules is not None else None
+    user_policy = _read_toml(Path(policy), "") if policy is not None else None
+    rule_cats = _rule_categories(user_rules[0]) if user_rules else set()
+    policy_cats = ({str(k).strip().lower() for k in user_policy[0]["addressable"]}
+                   if user_policy and isinstance(user_policy[0].get("addressable"), dict) else set())
+    compiled = _compile_rules(*_read_toml(None, "rules.toml"), shipped)
+    if user_rules:
+        compiled = _compile_rules(*user_rules, shipped | policy_cats) + compiled
+    table = _policy_table(*_read_toml(None, "policy.toml"), shipped)
+    if user_policy:
+        table.update(_policy_table(*user_policy, shipped | rule_cats))
+    return compiled, Policy(addressable=table)
 
 
 def category_group(name: str) -> tuple[str, ...]:
@@ -97,24 +173,12 @@ def category_group(name: str) -> tuple[str, ...]:
 
 def load_rules(extra: Path | str | None = None) -> list[Rule]:
     """The shipped rules, with a user's rules (if any) tried first."""
-    rules = _compile_rules(*_read_toml(None, "rules.toml"))
-    if extra is not None:
-        rules = _compile_rules(*_read_toml(Path(extra), "")) + rules
-    return rules
+    return load_classifier(rules=extra)[0]
 
 
 def load_policy(override: Path | str | None = None) -> Policy:
-    doc, source = _read_toml(None, "policy.toml")
-    table = dict(doc["addressable"])
-    if override is not None:
-        user, source = _read_toml(Path(override), "")
-        if not isinstance(user.get("addressable"), dict):
-            raise UserError(f"{source}: expected an [addressable] table")
-        for k, v in user["addressable"].items():
-            if not isinstance(v, bool):
-                raise UserError(f"{source}: addressable.{k} must be true or false, got {v!r}")
-        table.update(user["addressable"])
-    return Policy(addressable=table)
+    """The shipped addressable policy, with a user's overrides (if any)."""
+    return load_classifier(policy=override)[1]
 
 
 def classify_one(rules: list[Rule], kind: str, name: str, op: str = "", top_op: str = "",

@@ -1,0 +1,162 @@
+"""The typer app, and the one place where errors become exit codes (docs/cli.md)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+
+import typer
+
+from headroom import __version__
+from headroom.cli.output import EXIT_INTERRUPTED, EXIT_USAGE, error
+from headroom.errors import UserError
+from headroom.extras import EXTRA_OF_MODULE, missing
+
+
+# typer raises click's exceptions, or those of the copy of click that newer typers ship.
+try:
+    from typer._click import exceptions as _exc
+except ImportError:  # typer that depends on click
+    from click import exceptions as _exc
+_NoArgsIsHelp = getattr(_exc, "NoArgsIsHelpError", ())
+_Abort = getattr(_exc, "Abort", typer.Abort)
+
+
+def _plain_help() -> None:
+    """Help without `<bool>` beside flags and `<list[Path]>` beside named arguments: a flag takes no
+    value, and an argument's metavar (TRACE...) already says what it takes. Choices stay listed."""
+    try:
+        from typer.core import TyperArgument, TyperOption
+    except ImportError:  # a typer without these classes shows no types anyway
+        return
+    arg_type, opt_type = TyperArgument.display_type_rich, TyperOption.display_type_rich
+    if getattr(arg_type, "_headroom", False):
+        return
+
+    def argument(self, ctx):
+        return None if self.metavar is not None else arg_type(self, ctx)
+
+    def option(self, ctx):
+        return None if getattr(self, "is_flag", False) else opt_type(self, ctx)
+
+    argument._headroom = option._headroom = True
+    TyperArgument.display_type_rich, TyperOption.display_type_rich = argument, option
+
+
+_plain_help()
+
+
+def _version(value: bool) -> None:
+    if value:
+        print(f"headroom {__version__}")
+        raise typer.Exit()
+
+
+app = typer.Typer(
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    help="How much faster does a real model get if someone writes a faster GPU kernel?",
+)
+
+
+@app.callback()
+def _root(version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, metavar="",
+                                       help="Print the version and exit.")) -> None:
+    """How much faster does a real model get if someone writes a faster GPU kernel?"""
+
+
+_registered = False
+
+
+def _register_commands() -> None:
+    global _registered
+    if _registered:   # run() may be called more than once in one process (tests, notebooks)
+        return
+    from headroom.cli import extract, profile, project, trace, verify
+
+    for module in (trace, profile, project, verify, extract):
+        module.register(app)
+    _registered = True
+
+
+# The extra a command's optional modules come from (the core commands need none).
+_EXTRA_OF_COMMAND = {"profile": "profile", "workloads": "profile", "extract": "profile", "validate": "profile",
+                     "verify": "verify", "bench": "verify"}
+
+
+def _usage_line(e: Exception) -> str:
+    cmd = e.ctx.command_path if e.ctx is not None else "headroom"
+    cmd = "headroom" + cmd[cmd.index(" "):] if " " in cmd else "headroom"
+    return f"{e.format_message()} (see '{cmd} --help')"
+
+
+def _interrupted() -> None:
+    """Ctrl-C: every `finally` has run (no temporary file is left); say so and leave with 130 at once,
+    so that no second interrupt during the interpreter's shutdown turns it into a traceback or a kill."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        sys.stdout.flush()
+    except Exception:  # a closed pipe: nothing more to say there
+        pass
+    print("headroom: interrupted", file=sys.stderr, flush=True)
+    os._exit(EXIT_INTERRUPTED)
+
+
+def run(argv: list[str] | None = None) -> None:
+    """Run the command line; exit 0, 1 (verdict), 2 (bad input, one line on stderr) or 130 (Ctrl-C)."""
+    signal.signal(signal.SIGINT, signal.default_int_handler)   # from here on: clean up, then exit 130
+    try:
+        code = _dispatch(argv)
+        # Done: a Ctrl-C now has nothing left to stop, and must not kill the interpreter while it
+        # shuts down (Python restores the default handler then: the process would die by SIGINT).
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+    except KeyboardInterrupt:   # while an error was being reported
+        _interrupted()
+    sys.exit(code)
+
+
+def _dispatch(argv: list[str] | None) -> int:
+    code = 0
+    try:
+        _register_commands()
+        rv = app(args=argv, prog_name="headroom", standalone_mode=False)
+        code = rv if isinstance(rv, int) else 0
+        if code == EXIT_INTERRUPTED:   # typer turns Ctrl-C inside a command into exit 130
+            _interrupted()
+    except UserError as e:
+        error(str(e))
+        code = EXIT_USAGE
+    except ModuleNotFoundError as e:
+        module = (e.name or "").split(".")[0]
+        if module not in EXTRA_OF_MODULE:
+            raise
+        args = sys.argv[1:] if argv is None else argv
+        command = next((a for a in args if not a.startswith("-")), "")
+        extra = _EXTRA_OF_COMMAND.get(command) if module == "torch" else None
+        error(missing(module, command, extra))
+        code = EXIT_USAGE
+    except _NoArgsIsHelp:   # typer has printed the help
+        code = EXIT_USAGE
+    except _exc.UsageError as e:
+        error(_usage_line(e))
+        code = EXIT_USAGE
+    except typer.Exit as e:
+        code = e.exit_code
+    except (KeyboardInterrupt, typer.Abort, _Abort):
+        _interrupted()
+    except _exc.ClickException as e:
+        error(e.format_message())
+        code = EXIT_USAGE
+    except BrokenPipeError:
+        # `headroom report --json | head`: the reader left; say nothing more.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        code = 141
+    except OSError as e:
+        # An OS error no command turned into a UserError yet: still one line, never a traceback.
+        where = f"{e.filename}: " if e.filename else ""
+        error(f"{where}{e.strerror or e}")
+        code = EXIT_USAGE
+    return code
+

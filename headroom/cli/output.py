@@ -1,0 +1,62 @@
+"""How every `headroom` command talks to its user (docs/cli.md, "Conventions").
+
+* **stdout carries results only**: the tables, or with `--json` the JSON documents. Everything
+  else (warnings, notes, progress) goes to stderr, so `headroom X --json | jq` always works.
+* **One style on stderr**: `headroom: warning: <message>` and `headroom: error: <message>`,
+  one line each, naming the file or option concerned.
+* **Exit codes**: 0 done; 1 a verdict that is not a pass (`verify`); 2 bad input or an OS
+  error (one line on stderr); 130 interrupted (Ctrl-C). Commands over several inputs report
+  the good ones, name each bad one on stderr and exit 2 at the end.
+* **JSON**: microseconds for every time (`*_us`), never NaN/Infinity (null instead), and a
+  `"schema": "headroom.<document>/<version>"` key first in every document. Commands over
+  several traces print one document per line (JSON lines); the others one document.
+
+New commands use these helpers rather than printing themselves.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+from typing import Any, Iterator
+
+from headroom.jsonio import dumps
+
+EXIT_OK = 0
+EXIT_VERDICT = 1
+EXIT_USAGE = 2
+EXIT_INTERRUPTED = 130
+
+SCHEMA_VERSION = 1
+
+
+def warn(message: str) -> None:
+    """`headroom: warning: message` on stderr."""
+    print(f"headroom: warning: {message}", file=sys.stderr, flush=True)
+
+
+def error(message: str) -> None:
+    """`headroom: error: message` on stderr (the caller decides the exit code)."""
+    print(f"headroom: error: {message}", file=sys.stderr, flush=True)
+
+
+def document(name: str, body: dict[str, Any], version: int = SCHEMA_VERSION) -> dict[str, Any]:
+    """A JSON document: `{"schema": "headroom.<name>/<version>", **body}`."""
+    return {"schema": f"headroom.{name}/{version}", **{k: v for k, v in body.items() if k != "schema"}}
+
+
+def emit_json(name: str, body: dict[str, Any], indent: int | None = None, version: int = SCHEMA_VERSION) -> None:
+    """Print one JSON document (strict JSON: NaN/Infinity become null) on stdout."""
+    print(dumps(document(name, body, version), indent=indent), flush=True)
+
+
+@contextlib.contextmanager
+def progress(label: str) -> Iterator[None]:
+    """A transient spinner on stderr while slow work runs, shown only when stderr is a terminal."""
+    if not sys.stderr.isatty():
+        yield
+        return
+    from rich.console import Console
+
+    with Console(stderr=True).status(label, spinner="dots"):
+        yield

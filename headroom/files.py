@@ -1,0 +1,85 @@
+"""Files a user gives headroom, and output paths it writes to: read with one-line errors, checked
+before long work, written whole or not at all.
+
+Every output (traces, annotated traces, figures, results, manifests) is written through
+`headroom.jsonio.atomic_file`: to a temporary file beside the destination, renamed over it
+only once complete, with the mode the umask gives; so a full disk, an error or Ctrl-C leaves
+the old file (or none), never half of a new one, and an OS error is one line naming the path.
+The checks here fail a command at its start rather than after minutes of profiling.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+from typing import Any, BinaryIO, Callable
+
+from headroom.errors import UserError
+from headroom.jsonio import atomic_file
+
+
+def _os_error(path: Path, e: OSError, verb: str) -> UserError:
+    return UserError(f"{path}: {verb} ({e.strerror or e.__class__.__name__})")
+
+
+def read_bytes(path: str | os.PathLike, expected: str) -> bytes:
+    """A user's file (`expected`: what it should be, e.g. "a TOML file"); missing, a directory or
+    unreadable is one UserError naming the file."""
+    p = Path(path)
+    try:
+        return p.read_bytes()
+    except FileNotFoundError:
+        raise UserError(f"{p}: no such file") from None
+    except IsADirectoryError:
+        raise UserError(f"{p}: is a directory, expected {expected}") from None
+    except OSError as e:
+        raise _os_error(p, e, "cannot read") from None
+
+
+def read_text(path: str | os.PathLike, expected: str) -> str:
+    """`read_bytes`, decoded as UTF-8 (text that is not is one UserError naming the byte offset)."""
+    raw = read_bytes(path, expected)
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise UserError(f"{path}: not UTF-8 text (at byte offset {e.start}); expected {expected}") from None
+
+
+def check_output_dir(directory: str | os.PathLike) -> Path:
+    """Create `directory` if needed and make sure a file can be written in it."""
+    d = Path(directory)
+    try:
+        d.mkdir(parents=True, exist_ok=True)
+    except FileExistsError:
+        raise UserError(f"{d}: exists and is not a directory") from None
+    except OSError as e:
+        raise _os_error(d, e, "cannot create the directory") from None
+    if not d.is_dir():
+        raise UserError(f"{d}: exists and is not a directory")
+    try:
+        fd, probe = tempfile.mkstemp(dir=d, prefix=".headroom-probe.")
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as e:
+        raise _os_error(d, e, "cannot write in the directory") from None
+    return d
+
+
+def check_output_file(path: str | os.PathLike) -> Path:
+    """Fail now, not after the work, if `path` cannot be written (a directory, a read-only place, ...)."""
+    p = Path(path)
+    if p.is_dir():
+        raise UserError(f"{p}: is a directory, expected a file name")
+    check_output_dir(p.parent)
+    return p
+
+
+def write_atomic(path: str | os.PathLike, data: bytes | str | Callable[[BinaryIO], Any]) -> Path:
+    """Write bytes, text, or whatever a function writes to a binary file, to `path` atomically."""
+    with atomic_file(path) as f:
+        if callable(data):
+            data(f)
+        else:
+            f.write(data.encode() if isinstance(data, str) else data)
+    return Path(path)

@@ -1,0 +1,54 @@
+"""Regenerate the command output README.md shows, from the commands themselves on the shipped traces.
+
+Every fenced block in README.md whose first line is `$ headroom ...` is run (as
+`python -m headroom.cli ...`, from the repository root) and its body replaced with what the
+command printed on stdout. `--check` changes nothing and exits 1 when a block is out of date.
+
+    python scripts/readme_output.py          # rewrite README.md
+    python scripts/readme_output.py --check  # make test: is README's output current?
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+BLOCK = re.compile(r"^```\n\$ (headroom [^\n]*)\n(.*?)^```$", re.S | re.M)
+
+
+def run(command: str) -> str:
+    args = shlex.split(command)[1:]
+    env = {**os.environ, "COLUMNS": "200", "NO_COLOR": "1"}
+    p = subprocess.run([sys.executable, "-m", "headroom.cli", *args], cwd=REPO, capture_output=True, text=True,
+                       env=env, check=False)
+    if p.returncode != 0:
+        raise SystemExit(f"readme_output: `{command}` exited {p.returncode}: {p.stderr.strip()}")
+    return "\n".join(line.rstrip() for line in p.stdout.rstrip("\n").splitlines()) + "\n"
+
+
+def regenerate(text: str) -> str:
+    return BLOCK.sub(lambda m: f"```\n$ {m.group(1)}\n{run(m.group(1))}```", text)
+
+
+def main(argv: list[str]) -> int:
+    readme = REPO / "README.md"
+    old = readme.read_text()
+    new = regenerate(old)
+    if "--check" in argv:
+        if new != old:
+            print("README.md: the shown command output is out of date (run python scripts/readme_output.py)",
+                  file=sys.stderr)
+            return 1
+        return 0
+    if new != old:
+        readme.write_text(new)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -156,7 +156,9 @@ def test_honest_on_a_quiet_machine_passes_with_an_interval_around_one(ref):
         lo, hi = r.speedup_ci
         assert lo < 1.6 and hi > 0.6 and hi / lo <= 1.25
     else:
-        assert not quiet or "wider than" in r.reason or "calibrated time" in r.reason, r.reason
+        # inconclusive on a quiet machine only for a named timing reason: an interval too wide, or
+        # phases too short for the calibrated clock overhead (a 2-core CI runner gave that one)
+        assert not quiet or any(s in r.reason for s in ("wider than", "calibrated time", "too fast to time")), r.reason
 
 
 def _compiler() -> None:

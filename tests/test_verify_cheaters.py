@@ -112,6 +112,14 @@ def test_torch_compile_of_the_reference_is_honest(references):
     assert next(c for c in r.checks if c.name == "integrity").passed
 
 
+def test_a_compiler_sized_artefact_is_not_refused(references):
+    """RLIMIT_FSIZE bounds a runaway writer, not a compiler: 160 MB (torch's precompiled header is
+    156 MB) passes; a 32 MB cap made an honest torch.compile candidate an error on a fresh machine."""
+    assert_honest(_verify(references, "honest_large_artifact", "gelu_linear"))
+    r = _verify(references, "honest_large_artifact", "gelu_linear", file_cap_bytes=32 << 20)
+    assert r.verdict == "error" and "File too large" in r.reason, r.reason
+
+
 def test_memory_hog_is_honest_and_measured(references):
     r = _verify(references, "honest_memory_hog", "gelu_linear")
     assert_honest(r)

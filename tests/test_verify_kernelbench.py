@@ -56,7 +56,8 @@ def test_level1_reference_is_honest_and_generic_cheats_fail(name):
     assert honest.launches_per_call["reference"] >= 1 and honest.launches_per_call["candidate"] >= 1
     for cheat, evidence in (("zeros", {"rel_l2", "allclose", "centred", "exact", "sensitivity"}),
                             ("partial_write", {"finite", "exact", "rel_l2", "allclose"}),
-                            ("shape_cache", {"rel_l2", "allclose", "centred", "exact", "sensitivity"})):
+                            # a cached output may hold NaN where this trial's truth is finite (98_KLDivLoss)
+                            ("shape_cache", {"finite", "rel_l2", "allclose", "centred", "exact", "sensitivity"})):
         r = results[cheat]
         assert_caught(r)
         failed = {c.name for c in r.checks if not c.passed}
@@ -97,7 +98,7 @@ def test_product_reduction_reference_passes(tmp_path):
 
 def test_every_level1_problem_is_known_to_the_projection():
     """Results name their problem; `headroom project` maps the name to kernels (problems.toml)."""
-    from headroom.speedups import load_problems
+    from headroom.projection.problems import load_problems
 
     known = load_problems()
     missing = [n for n in LEVEL1 if n not in known]

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Callable
 
 from headroom.verify import protocol as P
+from headroom.verify.options import FILE_CAP_BYTES
 from headroom.verify.process import Child, ChildFailed, Tampering, last_line
 
 _BUILD_MARKERS = ("load_inline", "cpp_extension")
@@ -75,7 +76,7 @@ def build_one(problem: Path, candidate: Path, device: str, build_dir: str, timeo
     job = P.Job(role="build", problem=str(problem.resolve()), overrides={}, candidate=str(candidate.resolve()),
                 device=device, env={**(env or {}), **build_env(build_dir), "MAX_JOBS": str(max(1, jobs))},
                 threads=threads, log_path=os.path.join(log_dir, f"build.{candidate.stem}.{os.getpid()}.log"),
-                log_cap_bytes=64 << 20, init_seed=0)
+                file_cap_bytes=FILE_CAP_BYTES, init_seed=0)
     child = None
     try:
         child = Child(job, timeout)

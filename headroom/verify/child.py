@@ -9,7 +9,7 @@ CUDA IPC handle) for the harness to read itself. Its own timings are sent
 only as a cross-check of the harness's clock.
 
 Set-up: its own session (``setsid``), stdin from /dev/null, stdout/stderr to
-a log file capped by ``RLIMIT_FSIZE``, torch's compile workers in-process.
+a log file (``RLIMIT_FSIZE`` caps any one file at 2 GiB), torch's compile workers in-process.
 """
 
 from __future__ import annotations
@@ -67,7 +67,7 @@ def _isolate(job: P.Job) -> None:
     os.close(fd)
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the cap fails instead of killing the child
     try:
-        resource.setrlimit(resource.RLIMIT_FSIZE, (job.log_cap_bytes, job.log_cap_bytes))
+        resource.setrlimit(resource.RLIMIT_FSIZE, (job.file_cap_bytes, job.file_cap_bytes))
     except (ValueError, OSError):
         pass
 

@@ -9,6 +9,7 @@ from headroom.verify.timing import Policy
 
 CPU_BUDGET_BYTES = 1 << 30  # harness peak estimate a CPU run is scaled to
 CPU_BUDGET_FLOPS = 2e9  # matmul/convolution FLOPs per forward a CPU run is scaled to
+FILE_CAP_BYTES = 2 << 30  # largest file a verify child (or a compiler it runs) may write
 
 
 @dataclass
@@ -27,7 +28,10 @@ class VerifyOptions:
     threads: int | None = None  # torch CPU threads in the children
     keep_logs: bool = False
     log_dir: str | None = None
-    log_cap_bytes: int = 32 << 20
+    # RLIMIT_FSIZE: no file the child or a compiler it starts writes (its log included) grows past
+    # this. Big enough for torch.compile's precompiled header (156 MB on torch 2.10) and a linked
+    # extension; a 32 MB cap failed an honest torch.compile on a machine without inductor's cache.
+    file_cap_bytes: int = FILE_CAP_BYTES
     scale: str = "auto"  # auto: scale shapes to fit on a CPU | full: as written
     cpu_budget_bytes: int = CPU_BUDGET_BYTES
     cpu_budget_flops: float = CPU_BUDGET_FLOPS

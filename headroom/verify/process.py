@@ -16,7 +16,7 @@ harness is a child subreaper (``PR_SET_CHILD_SUBREAPER``), so a grandchild
 that calls ``setsid()`` and loses its parent is re-parented to the harness,
 where ``kill`` finds it; ``kill`` stops every descendant before killing any
 (a stopped process cannot fork), then kills them all. The child's stdout and
-stderr are a log file capped by ``RLIMIT_FSIZE``; it inherits no other
+stderr are a log file; ``RLIMIT_FSIZE`` caps every file it writes; it inherits no other
 descriptor of the harness.
 """
 

@@ -111,7 +111,7 @@ class Job(msgspec.Struct, frozen=True):
     env: dict[str, str]
     threads: Union[int, None]
     log_path: str
-    log_cap_bytes: int
+    file_cap_bytes: int  # RLIMIT_FSIZE of the child and everything it starts
     init_seed: int
     poison_bytes: int = 0
 

@@ -250,4 +250,4 @@ def job_for(ref: ReferenceRun, role: str, log_name: str, candidate: str | None =
                  overrides={k: list(v) if isinstance(v, tuple) else v for k, v in ref.overrides.items()},
                  candidate=candidate, device=ref.device, env={**ref.options.env, **(extra_env or {})},
                  threads=ref.options.threads, log_path=os.path.join(ref.log_dir, log_name),
-                 log_cap_bytes=ref.options.log_cap_bytes, init_seed=ref.init_seed, poison_bytes=poison_bytes)
+                 file_cap_bytes=ref.options.file_cap_bytes, init_seed=ref.init_seed, poison_bytes=poison_bytes)

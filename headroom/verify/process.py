@@ -152,6 +152,8 @@ class Child:
         self.started = time.monotonic()
         self._mem_fd: int | None = None
         self.ring_generation = 0  # the input ring this child has mapped (shared.Ring.generation)
+        self.shared_outputs: list = []  # CUDA IPC shares of the last reply (settle_outputs)
+        self.opened: dict = {}  # the harness's mappings of them, by share
         _LIVE.add(self)
         self.ready = self._start()
 
@@ -188,6 +190,7 @@ class Child:
         cmd = msgspec.structs.replace(cmd, seq=self.seq)
         self.stage = stage or type(cmd).__name__.lower()
         self.check_quiet()
+        self.settle_outputs()
         self.thaw()
         t0 = time.monotonic()
         try:
@@ -198,7 +201,47 @@ class Child:
         if isinstance(reply, P.Failed):
             self._failed(reply)
         self.freeze()
+        outs = getattr(reply, "outputs", None)
+        if outs:
+            rows = outs if isinstance(reply, P.RunDone) else [outs]
+            self.shared_outputs = [o for row in rows for o in row if isinstance(o, P.IpcTensor)]
         return reply
+
+    def open_output(self, out: P.IpcTensor) -> Any:
+        """The child's output mapped (CUDA IPC), at most once per share between two commands.
+
+        torch counts one release per share: the first mapping's release happens when it is freed;
+        a second mapping of the same share would release it twice and strand the block in the
+        child's IPC limbo (see ``settle_outputs``)."""
+        from headroom.verify import shared
+
+        key = (out.ref_counter_handle, out.ref_counter_offset)
+        t = self.opened.get(key)
+        if t is None:
+            t = self.opened[key] = shared.open_ipc(out)
+        return t
+
+    def settle_outputs(self) -> None:
+        """Before the next command: release every share of the last reply the harness never mapped.
+
+        A producer keeps a shared CUDA block until each consumer has released it; outputs the
+        harness did not sample were never mapped, so nothing released them and the child's memory
+        grew with every phase (82 GiB of 1 GiB outputs on the H200). The harness's mappings are
+        dropped here too; the child frees the blocks at its next command (``ipc_collect``).
+        Called outside the timed part of a phase."""
+        if not self.shared_outputs and not self.opened:
+            return
+        import torch
+
+        keys = {(o.ref_counter_handle, o.ref_counter_offset): o for o in self.shared_outputs}
+        for key, o in keys.items():
+            if key not in self.opened:
+                try:
+                    torch.UntypedStorage._release_ipc_counter_cuda(o.ref_counter_handle, o.ref_counter_offset)
+                except Exception:  # a malformed share is the child's own loss, not the harness's
+                    pass
+        self.opened.clear()
+        self.shared_outputs = []
 
     def check_quiet(self) -> None:
         """Nothing may be waiting in the pipe before a command: an unrequested message is tampering."""

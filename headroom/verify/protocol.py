@@ -95,11 +95,12 @@ Out = Union[AddrTensor, IpcTensor, BytesTensor, Opaque]
 
 
 class RingSpec(msgspec.Struct, frozen=True):
-    """Where the shared input ring is: a file path (CPU) or an IPC handle of one CUDA allocation."""
+    """Where the shared input ring is: a file path (CPU) or the CUDA IPC handle of the harness's raw
+    allocation (``cuda_ipc``: not torch's refcounted sharing)."""
 
     nbytes: int
     path: Union[str, None] = None
-    ipc: Union[IpcTensor, None] = None
+    cuda_handle: Union[bytes, None] = None
 
 
 class Job(msgspec.Struct, frozen=True):

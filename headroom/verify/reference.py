@@ -101,6 +101,16 @@ class ReferenceRun:
         if self.ring is not None:
             self.ring.close()
             self.ring = None
+        self.model = self.model64 = None  # the reference lives in the harness: its weights go now
+        if self.device.startswith("cuda"):
+            import gc
+
+            import torch
+
+            gc.collect()  # tensors in reference cycles (a profiler's, a model's) before the cache is emptied
+            torch.cuda.synchronize(self.device)
+            torch.cuda.ipc_collect()
+            torch.cuda.empty_cache()
         if self._cleanup is not None:
             self._cleanup()
 

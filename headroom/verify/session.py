@@ -75,6 +75,7 @@ def run_phase(child: Child, args: list[list], run: dict, draw: Callable[[], int]
     """
     import math
 
+    child.settle_outputs()  # the last phase's unread shares, before the clock starts
     cpu0, w0 = sched_ns(child.pid)
     _, hw0 = thread_sched_ns()
     t0 = time.perf_counter()

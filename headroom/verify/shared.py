@@ -1,7 +1,7 @@
 """Memory the harness and a child both see: the input ring, and the child's outputs read in place.
 
 The **ring** is a harness-owned buffer both processes map: a file under
-``/dev/shm`` (CPU) or one CUDA allocation shared by IPC (GPU). The harness
+``/dev/shm`` (CPU) or one raw CUDA allocation shared by the driver's IPC (GPU, ``cuda_ipc``). The harness
 writes every input (correctness trials, memory and timing phases) into it
 just before the command that uses it, while the child is frozen; commands
 name views of it (``RingTensor``). So inputs never pass through the child's
@@ -115,10 +115,12 @@ class Ring:
         self.nbytes = max(_aligned(int(nbytes)), 1 << 16)
         self._dir: str | None = None
         if device.startswith("cuda"):
-            self.nbytes = (self.nbytes + (2 << 20) - 1) // (2 << 20) * (2 << 20)  # a segment of its own
-            self.buf = torch.empty(self.nbytes, dtype=torch.uint8, device=device)
-            self._ipc = share_cuda(self.buf)
-            self.spec = P.RingSpec(nbytes=self.nbytes, ipc=self._ipc)
+            from headroom.verify.cuda_ipc import Allocation
+
+            self.nbytes = (self.nbytes + (2 << 20) - 1) // (2 << 20) * (2 << 20)
+            self._cuda = Allocation(self.nbytes, torch.device(device))  # outside torch's allocator and its IPC limbo
+            self.buf = self._cuda.tensor
+            self.spec = P.RingSpec(nbytes=self.nbytes, cuda_handle=self._cuda.handle)
         else:
             base = "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
             self._dir = tempfile.mkdtemp(prefix="headroom-ring-", dir=base)
@@ -173,11 +175,9 @@ class Ring:
     def close(self) -> None:
         self.buf = None
         if self.device.startswith("cuda"):
-            # hand the segment back: a child that kept its mapping of this ring must never see the
-            # harness's later tensors in it (torch also holds an IPC-shared block until it is unmapped)
-            import torch
-
-            torch.cuda.empty_cache()
+            # the raw allocation is freed with its last view; no tensor of the harness's own is ever
+            # placed in it, so a child that kept its mapping cannot see one
+            self._cuda.close()
         if self._dir:
             shutil.rmtree(self._dir, ignore_errors=True)
             self._dir = None
@@ -189,9 +189,11 @@ def map_ring(spec: P.RingSpec, device: Any) -> Any:
 
     if spec.path is not None:
         return torch.from_file(spec.path, shared=True, size=spec.nbytes, dtype=torch.uint8)
-    if spec.ipc is None:
+    if spec.cuda_handle is None:
         raise ValueError("ring without a location")
-    return open_ipc(spec.ipc)
+    from headroom.verify.cuda_ipc import Mapping
+
+    return Mapping(spec.cuda_handle, spec.nbytes, device).tensor  # unmapped when its last view is gone
 
 
 # --- CUDA IPC ------------------------------------------------------------------------------
@@ -271,7 +273,7 @@ def read_full(child: Any, out: P.Out, device: str) -> Any:
             return torch.empty(out.shape, dtype=dtype, device=device)
         return torch.frombuffer(bytearray(out.data), dtype=torch.uint8).view(dtype).reshape(out.shape).to(device)
     if isinstance(out, P.IpcTensor):  # mapped, not copied: the child stays frozen while it is compared
-        t = open_ipc(out)
+        t = child.open_output(out)
         torch.cuda.current_stream(t.device).synchronize()
         return t
     n = span_elements(out.shape, out.stride)
@@ -318,7 +320,7 @@ def read_samples(child: Any, out: P.Out, positions: Any, keep: list | None = Non
     if any(s == 0 for s in out.shape):
         return torch.empty(0, dtype=dtype)
     if isinstance(out, P.IpcTensor):
-        t = open_ipc(out)
+        t = child.open_output(out)  # mapped until the child's next command
         if keep is not None:
             keep.append(t)
         offs = _storage_offsets(positions, out.shape, out.stride).to(t.device, non_blocking=True)

@@ -1,0 +1,45 @@
+"""The H200 traces with nn.Module ranges (traces/modules/, captured 2026-12-01 by
+scripts/gpu_capture.py): `headroom targets --by module` on the committed trace, on a CPU, gives
+what the GPU machine printed (docs/gpu/modules/targets.json) — and what docs/modules.md shows."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+TRACES = REPO / "traces" / "modules"
+ON_GPU = json.loads((REPO / "docs" / "gpu" / "modules" / "targets.json").read_text())
+NAMES = sorted(p.name for p in TRACES.glob("*.json.gz"))
+
+
+def test_every_module_trace_is_in_the_manifest_and_has_ranges():
+    manifest = json.loads((TRACES / "manifest.json").read_text())["traces"]
+    assert set(NAMES) == set(manifest) and len(NAMES) == 9
+    assert all(manifest[n]["module_ranges"]["hooked"] > 0 for n in NAMES)
+
+
+@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("by,scope", [("module", "self"), ("module", "total")])
+def test_targets_by_module_reproduce_the_gpu_run(headroom, name, by, scope):
+    p = headroom("targets", TRACES / name, "--by", by, "--scope", scope, "--json", "--top", "0")
+    assert p.returncode == 0, p.stderr
+    got, want = json.loads(p.stdout), ON_GPU[name][f"{by}:{scope}"]
+    assert got["num_steps"] == want["num_steps"]
+    assert got["per_step_us"] == pytest.approx(want["per_step_us"], rel=1e-9)
+    rows = {t["name"]: t for t in got["targets"]}
+    assert list(rows) == [t["name"] for t in want["targets"]]
+    for t in want["targets"]:
+        g = rows[t["name"]]
+        assert g["calls"] == t["calls"] and g["kernels"] == t["kernels"], t["name"]
+        assert g["share"] == pytest.approx(t["share"], rel=1e-9) and g["gain"] == pytest.approx(t["gain"], rel=1e-9)
+
+
+def test_the_top_modules_are_the_ones_docs_name():
+    top = {n: ON_GPU[n]["module:self"]["targets"][0]["name"] for n in NAMES}
+    assert top["dlrm.train.json.gz"] == "InteractionArch"
+    assert top["dlrm-dcn.train.json.gz"] == "LowRankCrossNet"
+    assert top["llama-7b.infer.prefill.json.gz"] == "Linear" and top["gpt2-xl.infer.prefill.json.gz"] == "Conv1D"
+    assert top["resnet-50.train.json.gz"] == "BatchNorm2d"

@@ -15,14 +15,11 @@ meaning across versions; new fields are only added. Verdicts:
 
 from __future__ import annotations
 
-import json
-import math
-import os
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from headroom import jsonio
 from headroom.verify.compare import Check
 
 RESULTS_TOOL = "headroom verify"
@@ -73,33 +70,11 @@ def suite_document(results: list[VerifyResult], device: str, **extra: Any) -> di
             "results": [r.to_dict() for r in results], **extra}
 
 
-def _clean(o: Any) -> Any:
-    """NaN/Inf (not valid JSON) become null; tuples become lists."""
-    if isinstance(o, float):
-        return o if math.isfinite(o) else None
-    if isinstance(o, dict):
-        return {str(k): _clean(v) for k, v in o.items()}
-    if isinstance(o, (list, tuple)):
-        return [_clean(v) for v in o]
-    return o
-
-
 def dumps(doc: Any) -> str:
-    return json.dumps(_clean(doc), indent=2, default=str, allow_nan=False)
+    """The results as JSON text (headroom.jsonio: NaN/Inf as null)."""
+    return jsonio.dumps(doc, indent=2)
 
 
 def write_json(doc: Any, path: str | Path) -> None:
-    """Write atomically: a reader never sees a half-written file."""
-    p = Path(path)
-    p.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", dir=p.parent)
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(dumps(doc) + "\n")
-        os.replace(tmp, p)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+    """Write atomically (headroom.jsonio): a reader never sees a half-written file."""
+    jsonio.write_json(path, doc, indent=2)

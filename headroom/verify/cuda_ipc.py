@@ -17,6 +17,7 @@ torch exposes no raw IPC call and cuda-python is not a dependency; the calls are
 from __future__ import annotations
 
 import ctypes
+import functools
 import weakref
 from typing import Any
 
@@ -75,7 +76,26 @@ def _as_tensor(ptr: int, nbytes: int, device: Any, release: Any) -> Any:
     return torch.as_tensor(_Array(ptr, nbytes, release), device=device)
 
 
-class Allocation:
+def _release(call: str, ptr: int) -> None:
+    try:
+        getattr(_driver(), call)(ctypes.c_uint64(ptr))
+    except OSError:
+        pass
+
+
+_free = functools.partial(_release, "cuMemFree_v2")
+_unmap = functools.partial(_release, "cuIpcCloseMemHandle")
+
+
+class _View:
+    tensor: Any
+
+    def close(self) -> None:
+        """Drop this view: the memory is freed (unmapped) once no other view of it is left."""
+        self.tensor = None
+
+
+class Allocation(_View):
     """Harness side: ``nbytes`` of device memory, a uint8 tensor view of it, and its IPC handle."""
 
     def __init__(self, nbytes: int, device: Any):
@@ -93,19 +113,9 @@ class Allocation:
         self.handle = ctypes.string_at(ctypes.addressof(h), IPC_HANDLE_BYTES)
         self.tensor = _as_tensor(self.ptr, nbytes, device, _free)
 
-    def close(self) -> None:
-        """Drop this view: the memory is freed once no other view of it is left."""
-        self.tensor = None
 
 
-def _free(ptr: int) -> None:
-    try:
-        _driver().cuMemFree_v2(ctypes.c_uint64(ptr))
-    except OSError:
-        pass
-
-
-class Mapping:
+class Mapping(_View):
     """Child side: the harness's allocation mapped into this process, as a uint8 tensor."""
 
     def __init__(self, handle: bytes, nbytes: int, device: Any):
@@ -121,13 +131,3 @@ class Mapping:
         self.ptr = ptr.value
         self.tensor = _as_tensor(self.ptr, nbytes, device, _unmap)
 
-    def close(self) -> None:
-        """Drop this view: the mapping is closed once no other view of it is left."""
-        self.tensor = None
-
-
-def _unmap(ptr: int) -> None:
-    try:
-        _driver().cuIpcCloseMemHandle(ctypes.c_uint64(ptr))
-    except OSError:
-        pass

@@ -84,11 +84,13 @@ def project(trace: TraceLike, speedup: Sequence[str] = (), files: Sequence[PathL
 
 
 def predict(trace: TraceLike, part: str, speedup: float, launches: int | None = None,
-            step_ms: float | None = None, problems: PathLike | None = None) -> Prediction:
+            step_ms: float | None = None, problems: PathLike | None = None,
+            call_us: float | None = None) -> Prediction:
     """What the base trace alone predicts when `part` (a selector) gets `speedup` times faster and
-    launches `launches` kernels per call: Amdahl, replay, and the estimate with its interval."""
+    launches `launches` kernels per call (costing `call_us` of CPU per call, unprofiled, when measured):
+    Amdahl, replay, and the estimate with its interval."""
     return _predict(_analysis(trace), part, speedup, launches=launches, step_ms=step_ms,
-                    problems=load_problems(problems))
+                    problems=load_problems(problems), call_us=call_us)
 
 
 def targets(trace: TraceLike, speedup: float = DEFAULT_SPEEDUP, by: Sequence[str] = ("op", "module"),

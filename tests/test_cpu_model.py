@@ -274,3 +274,68 @@ def test_calls_from_headroom_module_ranges_match_by_path_or_class(tmp_path):
                                  load_problems())
     assert not warnings and len(calls) == 60 and {c.label for c in calls} == {f"layers.{i}.norm" for i in range(20)}
     assert all(c.pieces == [(c.start, c.end)] and c.end - c.start == 89.0 for c in calls)
+
+
+# --- a measured call cost (Speedup.call_us) -------------------------------------
+
+def _entry(text: str, call_us: float) -> "Speedup":
+    from dataclasses import replace
+    return replace(parse_cli_speedup(text), call_us=call_us)
+
+
+def test_a_measured_call_cost_replaces_the_single_launch_op(tmp_path):
+    path = launch_bound(tmp_path)
+    # Each 89 us call becomes a call measured at 40 us (a Triton launcher, say), not a 10 us op:
+    # 60 x (89 - 40) us saved, not 60 x 79 -- less 4 us at the end: the new kernel is launched one
+    # launch call (3 us) before its call ends, and the step's last one ends 5 + 2 us later.
+    r = project(analyze(path), [_entry("module:RMSNorm=4,launches=1", 40.0)])
+    cpu = r.entries[0]["cpu"]
+    assert cpu["call_us"] == 40.0 and cpu["changed_calls"] == 60
+    assert cpu["removed_cpu_us"] == pytest.approx(60 * 89.0, abs=0.01)
+    assert cpu["added_cpu_us"] == pytest.approx(60 * 40.0, abs=0.01)
+    assert r.get("replay").saved_us == pytest.approx(60 * 49.0 - 4.0, abs=0.01)
+    assert r.estimate.speedup == pytest.approx(5940 / (5940 - 60 * 49.0 + 4.0), rel=1e-6)
+    # The bounds do not rest on it: savings not realised .. only a launch call per new kernel, as without.
+    plain = run(path, "module:RMSNorm=4,launches=1")
+    assert r.estimate.low == pytest.approx(plain.estimate.low) and r.estimate.high == pytest.approx(plain.estimate.high)
+    assert r.estimate.low < r.estimate.speedup < plain.estimate.speedup
+
+
+def test_a_measured_call_cost_is_unprofiled_time(tmp_path):
+    # 1980 us/step profiled, 1188 without the profiler: the CPU clock runs at ~0.6, so an 89 us call is
+    # ~53.4 us of real time; measured at 24 us after the change, 60 x (89 x 0.6 - 24) us of the 3564 are
+    # saved from the CPU's 5940 x 0.6 us; the last kernel, launched 3 us (profiled) before its call's end,
+    # ends 7 us later.
+    a = analyze(launch_bound(tmp_path, step_ms=1.188))
+    r = project(a, [_entry("module:RMSNorm=4,launches=1", 24.0)])
+    scale = r.unprofiled.cpu_scale
+    assert r.entries[0]["cpu"]["added_cpu_us"] == pytest.approx(60 * 24.0 / scale, rel=1e-9)
+    assert r.estimate.clock == "unprofiled" and r.estimate.baseline_us == pytest.approx(3564.0, rel=1e-6)
+    assert r.estimate.projected_us == pytest.approx(5940 * scale - 60 * (89 * scale - 24.0) + 7 - 3 * scale, abs=0.01)
+
+
+def test_a_measured_call_cost_changes_calls_that_keep_their_kernel_count(tmp_path):
+    path = launch_bound(tmp_path)
+    # launches=8 alone changes nothing (test_launches_unchanged_leave_the_cpu_alone); a measured CPU
+    # time does: 8 kernels in a 40 us call, the last launched 3 us before its end and ending 5 + 0.25 us later.
+    r = project(analyze(path), [_entry("module:RMSNorm=4,launches=8", 40.0)])
+    assert r.entries[0]["cpu"]["changed_calls"] == 60
+    assert r.get("replay").saved_us == pytest.approx(60 * 49.0 - 2.25, abs=0.01)
+
+
+def test_a_measured_call_cost_vanishes_in_a_gpu_bound_step(tmp_path):
+    path = gpu_bound(tmp_path)
+    plain = run(path, "module:RMSNorm=4,launches=1")
+    dear = project(analyze(path), [_entry("module:RMSNorm=4,launches=1", 80.0)])
+    assert dear.get("replay").saved_us == pytest.approx(plain.get("replay").saved_us, abs=1.0)
+    assert dear.get("replay").saved_us == pytest.approx(30 * 150.0, abs=1.0)
+
+
+def test_the_cpu_speed_of_two_profiles_is_the_weighted_median_of_their_op_ratios():
+    import numpy as np
+    from headroom.projection.cpu import cpu_speed_ratio
+    base = {"aten::add": np.full(10, 10.0), "aten::mm": np.full(2, 100.0), "aten::view": np.full(3, 1.0)}
+    other = {"aten::add": np.full(10, 15.0), "aten::mm": np.full(2, 120.0), "aten::cat": np.full(4, 9.0)}
+    # Two names in both: add x1.5 (10 ops), mm x1.2 (2 ops): the count-weighted median is 1.5.
+    assert cpu_speed_ratio(base, other) == (1.5, 2, 12)
+    assert cpu_speed_ratio(base, {"aten::cat": np.full(4, 9.0)}) == (1.0, 0, 0)

@@ -327,3 +327,18 @@ def test_verify_suite_with_several_candidates_per_problem(tmp_path):
     assert any("01_EmbeddingBagSum (01_zeros.py)" in w for w in sf.warnings)
     d = load_distribution(p)
     assert d.n == 2 and d.win_rate == 0.5 and d.median_win == 1.7   # per problem, not per candidate
+
+
+def test_call_us_is_read_from_files_and_needs_launches(tmp_path):
+    from headroom.projection.speedups import load_speedup_file
+    p = tmp_path / "s.toml"
+    p.write_text('[[speedup]]\nselect = "module:RMSNorm"\nspeedup = 2.4\nlaunches = 1\ncall_us = 42.5\n')
+    e = load_speedup_file(p).entries[0]
+    assert (e.launches, e.call_us) == (1, 42.5) and e.to_dict()["call_us"] == 42.5
+    assert e.label.endswith(",launches=1,call_us=42.5")
+    for body, msg in (('call_us = 42.5\n', "call_us needs launches"),
+                      ('launches = 1\ncall_us = -1\n', "call_us must be a number of microseconds >= 0"),
+                      ('launches = 1\ncall_us = "fast"\n', "call_us must be a number of microseconds >= 0")):
+        p.write_text('[[speedup]]\nselect = "module:RMSNorm"\nspeedup = 2.4\n' + body)
+        with pytest.raises(UserError, match=msg):
+            load_speedup_file(p)

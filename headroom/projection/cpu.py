@@ -425,7 +425,8 @@ def _merge(pieces: list[tuple[float, float]]) -> list[tuple[float, float]]:
 # --- what a call becomes ------------------------------------------------------
 
 def change_calls(calls: list[Call], launches: int, side: CpuSide, bound: str = "estimate",
-                 per_record_us: float = 0.0, cpu_scale: float = 1.0) -> list[CallChange]:
+                 per_record_us: float = 0.0, cpu_scale: float = 1.0,
+                 call_us: float | None = None) -> list[CallChange]:
     """The calls after the change, for one CPU outcome of the estimate.
 
     ``estimate``: each new launch costs a single-launch op of the thread; ``high``: only a launch call;
@@ -434,11 +435,18 @@ def change_calls(calls: list[Call], launches: int, side: CpuSide, bound: str = "
     runtime call) instead of a uniform clock speed `cpu_scale` -- the saving a uniform clock would give
     is replaced by ``(footprint - o x its records) - launches x (op - o x an op's records)``; ``high`` takes
     the larger of the two models' savings.
-    Calls whose kernel count is already `launches` do not change; nor do calls with a blocking call inside.
+    `call_us` (the measured CPU time of one call after the change, unprofiled us) replaces the launches'
+    cost in ``estimate`` (``call_us / cpu_scale`` on the profiled clock) and ``per_record`` (a saving of
+    ``footprint - o x its records - call_us``), the new kernels launched evenly through the new
+    footprint, the last one launch call before its end; ``high`` and ``low`` stay bounds that do not
+    depend on it. With `call_us` every call changes (its CPU time is measured, whatever its kernel count).
+    Calls whose kernel count is already `launches` do not change otherwise; nor do calls with a blocking
+    call inside.
     """
     out = []
+    measured = call_us is not None and bound in ("estimate", "per_record")
     for c in calls:
-        if c.kernels == launches or c.blocked or len(c.events) == 0:
+        if (c.kernels == launches and call_us is None) or c.blocked or len(c.events) == 0:
             continue
         cost = side.cost(c.pid, c.tid)
         n = max(launches, 0)
@@ -446,6 +454,16 @@ def change_calls(calls: list[Call], launches: int, side: CpuSide, bound: str = "
         per = cost.launch_us if bound == "high" else cost.op_us
         offset = 0.0 if bound == "high" else min(cost.offset_us, per)
         added = n * per
+        if measured:
+            scale = cpu_scale if cpu_scale > 0 else 1.0
+            added = call_us / scale
+            if bound == "per_record" and per_record_us > 0:
+                saved = (c.footprint_us - per_record_us * c.records) - call_us
+                added = max(c.footprint_us - saved / scale, 0.0)
+            step = added / len(groups) if groups else 0.0
+            at = [max((k + 1) * step - min(cost.launch_us, step), 0.0) for k in range(len(groups))]
+            out.append(CallChange(c, n, added, groups, at))
+            continue
         if bound in ("per_record", "high") and per_record_us > 0 and cpu_scale > 0:
             # The replay scales CPU time by cpu_scale: express the per-record saving in profiled time.
             # (A new launch carries an op's records, or, at the high end, the launch call's one.)
@@ -458,6 +476,43 @@ def change_calls(calls: list[Call], launches: int, side: CpuSide, bound: str = "
                               [min(k * per + offset, added) if added > 0 else 0.0 for k in range(len(groups))],
                               cpu=bound != "low"))
     return out
+
+
+def untouched_ops(b: Baseline, side: CpuSide, calls: list[Call]) -> dict[str, np.ndarray]:
+    """Durations (profiled us) of the top-level ops on the calls' threads, in the window, outside every call:
+    the CPU work a change of those calls does not touch, by op name."""
+    r = side.ranges
+    w0, w1 = b.window
+    out: dict[str, list[np.ndarray]] = {}
+    for pid, tid in sorted({(c.pid, c.tid) for c in calls}):
+        o = r[r["op"].to_numpy() & (r["pid"] == pid).to_numpy() & (r["tid"] == tid).to_numpy()
+              & (r["ts"] >= w0).to_numpy() & (r["end"] <= w1).to_numpy()]
+        o = o.sort_values(["ts", "end"], ascending=[True, False], kind="stable")
+        ts, end = o["ts"].to_numpy(dtype=float), o["end"].to_numpy(dtype=float)
+        top = _top_level(ts, end)
+        ts, end, names = ts[top], end[top], o["name"].astype(str).to_numpy(dtype=object)[top]
+        inside = np.zeros(len(ts), dtype=bool)
+        for c in calls:
+            if (c.pid, c.tid) == (pid, tid):
+                inside |= (ts < c.end) & (end > c.start)
+        for n in dict.fromkeys(names[~inside].tolist()):
+            sel = ~inside & (names == n)
+            out.setdefault(n, []).append(end[sel] - ts[sel])
+    return {n: np.concatenate(v) for n, v in out.items()}
+
+
+def cpu_speed_ratio(base: dict[str, np.ndarray], other: dict[str, np.ndarray]) -> tuple[float, int, int]:
+    """How much slower the CPU ran in `other` than in `base`, from the same untouched ops (`untouched_ops`):
+    per op name in both, the ratio of its median durations; their median weighted by the op's count (the
+    smaller of the two). Returns (ratio, names, ops); (1.0, 0, 0) when no op is in both."""
+    rows = [(float(np.median(other[n])) / float(np.median(base[n])), min(len(base[n]), len(other[n])))
+            for n in sorted(set(base) & set(other)) if len(base[n]) and len(other[n]) and np.median(base[n]) > 0]
+    if not rows:
+        return 1.0, 0, 0
+    rows.sort()
+    ratios = np.array([x for x, _ in rows])
+    weights = np.cumsum([w for _, w in rows], dtype=float)
+    return float(ratios[np.searchsorted(weights, weights[-1] / 2.0)]), len(rows), int(weights[-1])
 
 
 def window_records(b: Baseline) -> int:

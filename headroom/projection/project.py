@@ -52,7 +52,7 @@ from headroom.projection.problems import ProblemMap, load_problems
 from headroom.projection.replay import replay, replay_check, replay_projection, stream_waits
 from headroom.projection.scenarios import DEFAULT_QUANTILES, distribution_scenarios
 from headroom.projection.selectors import Selector, parse_selector
-from headroom.projection.speedups import Speedup, parse_factor, parse_launches
+from headroom.projection.speedups import Speedup, parse_call_us, parse_factor, parse_launches
 from headroom.trace.analysis import Analysis
 
 PROFILER_OVERHEAD_WARN = 0.10  # warn when profiled steps are this much slower than unprofiled ones
@@ -279,7 +279,7 @@ def _entry_calls(b: Baseline, side: CpuSide, m: EntryMatch, problems: ProblemMap
     calls, warnings = find_calls(b, side, e.selector, m.applied, problems)
     o = unprof.per_record_us if unprof is not None else 0.0
     scale = unprof.cpu_scale if unprof is not None else 1.0
-    by_bound = {bound: change_calls(calls, e.launches, side, bound, o, scale) for bound in BOUNDS}
+    by_bound = {bound: change_calls(calls, e.launches, side, bound, o, scale, e.call_us) for bound in BOUNDS}
     est = by_bound["estimate"]
     kernels = np.array([c.kernels for c in calls]) if calls else np.zeros(0)
     blocked = [c for c in calls if c.blocked]
@@ -290,7 +290,7 @@ def _entry_calls(b: Baseline, side: CpuSide, m: EntryMatch, problems: ProblemMap
     main = max(calls, key=lambda c: c.footprint_us) if calls else None
     cost = side.cost(main.pid, main.tid) if main else None
     steps = max(b.num_steps, 1)
-    info = {"launches": e.launches, "call_kind": kinds[0] if len(kinds) == 1 else kinds,
+    info = {"launches": e.launches, "call_us": e.call_us, "call_kind": kinds[0] if len(kinds) == 1 else kinds,
             "calls": len(calls), "calls_per_step": len(calls) / steps,
             "kernels_per_call": float(np.median(kernels)) if len(kernels) else 0.0,
             "changed_calls": len(est), "blocked_calls": len(blocked),
@@ -383,17 +383,20 @@ class Prediction:
 
 
 def predict(analysis: Analysis | Baseline, part: str | Selector, speedup: float, launches: int | None = None,
-            step_ms: float | None = None, problems: ProblemMap | None = None) -> Prediction:
+            step_ms: float | None = None, problems: ProblemMap | None = None,
+            call_us: float | None = None) -> Prediction:
     """Amdahl, replay and the estimate with its interval for one replaced part, from the base trace alone.
 
     `part`: the replaced part (a selector, e.g. ``module:LlamaRMSNorm``); `speedup`: its measured
     kernel-time speedup; `launches`: kernels each call launches after the change (None: unchanged);
-    `step_ms`: the unprofiled base step (default: the trace's manifest). Speedups are end-to-end
+    `step_ms`: the unprofiled base step (default: the trace's manifest); `call_us`: the measured CPU time
+    of one call after the change (unprofiled us; None: the trace's single-launch op per launch). Speedups are end-to-end
     (base time / changed time); the estimate is on the unprofiled clock when the step is known.
     """
     sel = parse_selector(part) if isinstance(part, str) else part
-    entry = Speedup(sel, parse_factor(speedup, f"predict {sel}"), source="predict",
-                    launches=parse_launches(launches, f"predict {sel}"))
+    n = parse_launches(launches, f"predict {sel}")
+    entry = Speedup(sel, parse_factor(speedup, f"predict {sel}"), source="predict", launches=n,
+                    call_us=parse_call_us(call_us, f"predict {sel}", n))
     res = project(analysis, [entry], problems=problems, step_ms=step_ms)
     am, rp, e = res.get("amdahl"), res.get("replay"), res.estimate
     if am is None or e is None:   # project always makes both for an entry; this guards a broken invariant

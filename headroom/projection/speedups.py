@@ -32,7 +32,7 @@ from headroom.projection.selectors import Selector, parse_selector
 MIN_FACTOR = 1e-9
 
 _SHORTHAND = ("category", "op", "kernel", "module", "annotation", "kind", "problem")
-_ENTRY_KEYS = {"select", "speedup", "launches", "verified", "source", "note", *_SHORTHAND}
+_ENTRY_KEYS = {"select", "speedup", "launches", "call_us", "verified", "source", "note", *_SHORTHAND}
 
 
 @dataclass(frozen=True)
@@ -47,14 +47,21 @@ class Speedup:
     launches: int | None = None
     # A `headroom verify` result (its problem's fastest pass), as opposed to an entry a person wrote.
     verify_result: bool = False
+    # The CPU time of one call after the change, in us on the unprofiled clock (None: `launches` times
+    # what the trace's single-launch ops cost). Needs `launches` (docs/projection.md, "The cost of a call").
+    call_us: float | None = None
 
     @property
     def label(self) -> str:
-        return f"{self.selector}={self.speedup:g}" + ("" if self.launches is None else f",launches={self.launches}")
+        return (f"{self.selector}={self.speedup:g}" + ("" if self.launches is None else f",launches={self.launches}")
+                + ("" if self.call_us is None else f",call_us={self.call_us:g}"))
 
     def to_dict(self) -> dict[str, Any]:
-        return {"selector": str(self.selector), "speedup": self.speedup, "launches": self.launches,
-                "verified": self.verified, "source": self.source}
+        d = {"selector": str(self.selector), "speedup": self.speedup, "launches": self.launches,
+             "verified": self.verified, "source": self.source}
+        if self.call_us is not None:
+            d["call_us"] = self.call_us
+        return d
 
 
 def _number(value: Any, where: str, wrong: str) -> float:
@@ -108,6 +115,19 @@ def parse_launches(value: Any, where: str) -> int | None:
     return int(f)
 
 
+def parse_call_us(value: Any, where: str, launches: int | None) -> float | None:
+    """The CPU time of one call after the change (us, unprofiled): a finite number >= 0, with `launches`."""
+    if value is None or (isinstance(value, str) and not value.strip()):
+        return None
+    wrong = "call_us must be a number of microseconds >= 0"
+    f = _number(value, where, wrong)
+    if not math.isfinite(f) or f < 0:
+        raise UserError(f"{where}: {wrong}, got {value!r}")
+    if launches is None:
+        raise UserError(f"{where}: call_us needs launches (the kernels each call launches after the change)")
+    return f
+
+
 _CLI_LAUNCHES = re.compile(r"^(?P<rest>.*),\s*launches\s*=\s*(?P<n>[^=,]*)$")
 
 
@@ -150,9 +170,10 @@ def _entry_from_mapping(d: Any, where: str, default_source: str) -> Speedup:
         raise UserError(f"{where}: {e}") from None
     if "speedup" not in d:
         raise UserError(f"{where}: missing speedup value")
+    launches = parse_launches(d.get("launches"), where)
     return Speedup(sel, parse_factor(d["speedup"], where), _parse_bool(d.get("verified"), where),
-                   str(d.get("source") or default_source), str(d.get("note", "")),
-                   parse_launches(d.get("launches"), where))
+                   str(d.get("source") or default_source), str(d.get("note", "")), launches,
+                   call_us=parse_call_us(d.get("call_us"), where, launches))
 
 
 @dataclass

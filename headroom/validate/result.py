@@ -25,9 +25,16 @@ import re
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from headroom.errors import UserError
 from headroom.jsonio import dumps
 from headroom.extract.part import part_masks, part_time, trace_path
+from headroom.projection.baseline import as_baseline
+from headroom.projection.cpu import cpu_side, cpu_speed_ratio, find_calls, untouched_ops
+from headroom.projection.matching import select
+from headroom.projection.overhead import solve_cpu_scale, unprofiled_step_us
+from headroom.projection.problems import load_problems
 from headroom.projection.project import project
 from headroom.projection.selectors import parse_selector
 from headroom.projection.speedups import Speedup
@@ -47,11 +54,46 @@ def paths_selector(paths: list[str]) -> str:
     return f"module:^(?:{alts})(?:\\.|$)"
 
 
-def _speedup_entry(selector: str, factor: float, launches: int | None) -> Speedup:
+def _speedup_entry(selector: str, factor: float, launches: int | None, call_us: float | None = None) -> Speedup:
     kw: dict[str, Any] = {}
-    if launches is not None and "launches" in {f.name for f in dataclasses.fields(Speedup)}:
+    fields = {f.name for f in dataclasses.fields(Speedup)}
+    if launches is not None and "launches" in fields:
         kw["launches"] = launches
+        if call_us is not None and "call_us" in fields:
+            kw["call_us"] = call_us
     return Speedup(parse_selector(selector), factor, None, SOURCE, **kw)
+
+
+def part_cpu(base: Any, variant: Any, selector: str) -> dict[str, Any] | None:
+    """The replaced calls' CPU time, from both traces (GPU traces only; None elsewhere).
+
+    Per call (profiled us, the mean over the calls): the base footprint and the variant's; the variant
+    profile's CPU speed relative to the base's, from the ops neither variant changes
+    (`cpu_speed_ratio`: two profiles taken one after the other can run at different CPU speeds); and
+    `call_us`, the variant's call on the unprofiled clock: ``variant / ratio x cpu_scale`` (the base
+    trace's profiler-overhead correction). It is what the forward entry's ``call_us`` says."""
+    if base.mode != "gpu" or variant.mode != "gpu":
+        return None
+    problems = load_problems()
+    sel = parse_selector(selector)
+    found = []
+    for a in (base, variant):
+        b = as_baseline(a)
+        side = cpu_side(b)
+        calls, _ = find_calls(b, side, sel, select(b.events, sel, problems), problems)
+        calls = [c for c in calls if not c.blocked and len(c.events)]
+        found.append((b, calls, untouched_ops(b, side, calls)))
+    (bb, cb, ob), (_, cv, ov) = found
+    if not cb or not cv:
+        return None
+    ratio, names, ops = cpu_speed_ratio(ob, ov)
+    target, src = unprofiled_step_us(bb)
+    scale = solve_cpu_scale(bb, target, src).cpu_scale if target is not None else 1.0
+    base_us = float(np.mean([c.footprint_us for c in cb]))
+    var_us = float(np.mean([c.footprint_us for c in cv]))
+    return {"base_call_us": base_us, "variant_call_us": var_us, "calls": [len(cb), len(cv)],
+            "cpu_speed_ratio": ratio, "ratio_ops": [names, ops], "cpu_scale": scale,
+            "call_us": var_us / ratio * scale if ratio > 0 else None}
 
 
 def _ratio(a: float, b: float) -> float:
@@ -84,9 +126,21 @@ def _estimate(res: Any) -> dict[str, Any] | None:
     return est
 
 
-def projections(base: Any, paths: list[str], calls_per_step: float, pb: Any, pv: Any) -> dict[str, Any]:
-    """Amdahl, replay and the estimate from the base trace with the part's measured speedups."""
+def _unprofiled(p: Any) -> float | None:
+    """A projection's end-to-end speedup on the unprofiled clock where the trace knows it (the clock the
+    interleaved measurement runs on, as `headroom.predict` reports it), else on the profiled one."""
+    if p is None:
+        return None
+    u = p.to_dict().get("unprofiled")
+    return float(u["speedup"]) if u else p.speedup
+
+
+def projections(base: Any, paths: list[str], calls_per_step: float, pb: Any, pv: Any,
+                variant: Any = None) -> dict[str, Any]:
+    """Amdahl, replay and the estimate from the base trace with the part's measured speedups (and, given
+    the variant trace, the CPU time of its calls: `part_cpu`)."""
     sel = paths_selector(paths)
+    cpu = part_cpu(base, variant, f"{sel} & phase:forward") if variant is not None and pb.forward_us > 0 else None
     entries = []
     for phase, b_us, v_us, v_k in (("forward", pb.forward_us, pv.forward_us, pv.forward_kernels),
                                    ("backward", pb.backward_us, pv.backward_us, pv.backward_kernels)):
@@ -98,18 +152,19 @@ def projections(base: Any, paths: list[str], calls_per_step: float, pb: Any, pv:
         # A call is one module range instance on the launching thread: the forward's. Backward kernels run
         # on autograd's thread outside every range, so the backward entry leaves launches unchanged.
         launches = round(v_k / calls_per_step) if phase == "forward" and calls_per_step > 0 else None
-        entries.append(_speedup_entry(f"{sel} & phase:{phase}", factor, launches))
+        entries.append(_speedup_entry(f"{sel} & phase:{phase}", factor, launches,
+                                      cpu["call_us"] if cpu and phase == "forward" else None))
     if not entries:
         return {"amdahl": 1.0, "replay": 1.0 if base.mode == "gpu" else None, "estimate": None, "low": None,
-                "high": None, "method": None, "warnings": ["the part has no kernels in the base trace"]}
+                "high": None, "method": None, "cpu": None, "warnings": ["the part has no kernels in the base trace"]}
     res = project(base, entries)
     amdahl = res.get("amdahl")
     replay = res.get("replay")
     est = _estimate(res)
-    return {"amdahl": amdahl.speedup if amdahl else None, "replay": replay.speedup if replay else None,
+    return {"amdahl": _unprofiled(amdahl), "replay": _unprofiled(replay),
             "estimate": est.get("speedup") if est else None, "low": est.get("low") if est else None,
             "high": est.get("high") if est else None, "method": est.get("method") if est else None,
-            "warnings": list(res.warnings)}
+            "cpu": cpu, "warnings": list(res.warnings)}
 
 
 def compute(run: dict[str, Any], base: Any, variant: Any) -> dict[str, Any]:
@@ -120,7 +175,7 @@ def compute(run: dict[str, Any], base: Any, variant: Any) -> dict[str, Any]:
     m = summarise(run["timing"])
     pb, pv = part_time(base, paths), part_time(variant, paths)
     base_us, var_us = pb.us, pv.us
-    proj = projections(base, paths, calls, pb, pv)
+    proj = projections(base, paths, calls, pb, pv, variant)
 
     def err(x: float | None) -> float | None:
         return _finite(x / m["speedup"] - 1.0) if x is not None else None
@@ -144,7 +199,7 @@ def compute(run: dict[str, Any], base: Any, variant: Any) -> dict[str, Any]:
             "trace_mode": base.mode, "calls_per_step": calls,
             "part_base": pb.to_dict(), "part_variant": pv.to_dict(),
             "profiled_step_ms": {"base": base.step_us / 1e3, "variant": variant.step_us / 1e3},
-            "estimate_method": proj["method"], "projection_warnings": proj["warnings"],
+            "estimate_method": proj["method"], "part_cpu": proj["cpu"], "projection_warnings": proj["warnings"],
             "part_kernels": {"base": top_kernels(base, paths), "variant": top_kernels(variant, paths)},
         },
     }

@@ -1,19 +1,18 @@
-"""Every real trace gives the same tables: digest the loader's tables and the analysis of each one.
+"""Every real trace gives the same tables: save the loader's tables and the analysis of each one, compare later.
 
-    python benchmarks/tables_check.py --out before.json            # record
-    python benchmarks/tables_check.py --compare before.json        # exit 1 on any difference
+    python benchmarks/tables_check.py --save before/          # record (pickles, one per trace)
+    python benchmarks/tables_check.py --compare before/       # exit 1 on any difference
 
 The real traces: traces/**/*.json.gz (committed) and the HTA test traces in the
-shared folder ($HEADROOM_SHARED, ../shared or /work/shared). A table's digest
-hashes its columns' names, dtypes and values in row order, so any changed
-row, value or column shows.
+shared folder ($HEADROOM_SHARED, ../shared or /work/shared). Tables are compared
+with pandas' assert_frame_equal (values, dtypes, categories, row order); the
+analysis by its numbers and its attributed, classified events.
 """
 
 from __future__ import annotations
 
 import argparse
-import hashlib
-import json
+import pickle
 import sys
 from pathlib import Path
 
@@ -34,55 +33,56 @@ def real_traces() -> list[Path]:
     return sorted(REPO.glob("traces/**/*.json.gz")) + sorted((shared_dir() / "hta-traces").glob("*.json.gz"))
 
 
-def digest(df: pd.DataFrame) -> str:
-    h = hashlib.sha256()
-    h.update(json.dumps([[c, str(t)] for c, t in df.dtypes.items()]).encode())
-    if len(df):
-        h.update(pd.util.hash_pandas_object(df.astype({c: object for c in df.columns
-                                                      if df[c].dtype == object}), index=False).to_numpy().tobytes())
-    return h.hexdigest()[:16]
-
-
-def check(path: Path) -> dict:
-    trace = load_trace(path)
-    row = {t: {"rows": len(getattr(trace, t)), "digest": digest(getattr(trace, t))} for t in TABLES}
-    row["steps"] = digest(trace.steps)
+def snapshot(path: Path) -> dict:
+    trace = load_trace(path, use_cache=False)
+    row = {t: getattr(trace, t) for t in TABLES}
+    row["steps"] = trace.steps
     try:
         a = analyze(trace, whole_trace=len(trace.steps) == 0)
-        row["analysis"] = {"total_us": round(a.total_us, 3), "busy_us": round(a.busy_us, 3),
-                           "wall_us": round(a.wall_us, 3), "addressable_us": round(a.addressable_us, 3),
-                           "events": len(a.events), "events_digest": digest(a.events.drop(columns=["wall_us"], errors="ignore")),
-                           "categories": {r.name: round(float(r.us), 3) for r in a.categories.itertuples()}}
+        row["analysis"] = {"total_us": a.total_us, "busy_us": a.busy_us, "wall_us": a.wall_us,
+                           "addressable_us": a.addressable_us, "categories": a.categories,
+                           "events": a.events}
     except UserError as e:
         row["analysis"] = f"error: {e}"
     return row
 
 
+def differences(before, after, where: str = "") -> list[str]:
+    if isinstance(before, pd.DataFrame) or isinstance(after, pd.DataFrame):
+        try:
+            pd.testing.assert_frame_equal(before, after, check_categorical=True)
+            return []
+        except (AssertionError, TypeError) as e:
+            return [f"{where}: {' '.join(str(e).split())[:300]}"]
+    if isinstance(before, dict) and isinstance(after, dict):
+        return [d for k in sorted(set(before) | set(after))
+                for d in differences(before.get(k), after.get(k), f"{where}.{k}" if where else k)]
+    return [] if before == after else [f"{where}: {before!r} -> {after!r}"]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", type=Path)
-    ap.add_argument("--compare", type=Path)
+    ap.add_argument("--save", type=Path, help="directory to write the snapshots to")
+    ap.add_argument("--compare", type=Path, help="directory of snapshots to compare with")
     args = ap.parse_args()
-    rows = {}
-    for p in real_traces():
-        name = str(p.relative_to(REPO)) if p.is_relative_to(REPO) else f"hta-traces/{p.name}"
-        rows[name] = check(p)
-    if args.out:
-        args.out.write_text(json.dumps(rows, indent=1, sort_keys=True))
-    print(f"{len(rows)} traces")
+    bad = 0
+    traces = real_traces()
+    for p in traces:
+        name = (str(p.relative_to(REPO)) if p.is_relative_to(REPO) else f"hta-traces/{p.name}").replace("/", "__")
+        row = snapshot(p)
+        if args.save:
+            args.save.mkdir(parents=True, exist_ok=True)
+            (args.save / f"{name}.pkl").write_bytes(pickle.dumps(row))
+        if args.compare:
+            diffs = differences(pickle.loads((args.compare / f"{name}.pkl").read_bytes()), row)
+            bad += bool(diffs)
+            print(f"{'DIFFERENT' if diffs else 'identical'} {name}")
+            for d in diffs:
+                print(f"    {d}")
     if args.compare:
-        before = json.loads(args.compare.read_text())
-        bad = 0
-        for name in sorted(set(before) | set(rows)):
-            if before.get(name) != rows.get(name):
-                bad += 1
-                b, a = before.get(name) or {}, rows.get(name) or {}
-                keys = sorted(k for k in set(b) | set(a) if b.get(k) != a.get(k))
-                print(f"DIFFERENT {name}: {keys}")
-                for k in keys:
-                    print(f"   before {k}: {b.get(k)}\n   after  {k}: {a.get(k)}")
-        print(f"{len(rows) - bad} identical, {bad} different")
+        print(f"{len(traces) - bad} identical, {bad} different")
         sys.exit(1 if bad else 0)
+    print(f"{len(traces)} traces saved")
 
 
 if __name__ == "__main__":

@@ -15,7 +15,8 @@ import pandas as pd
 
 from headroom.trace.accounting import (add_wall_shares, busy_per_device, category_table, kernel_table,
                                  op_table, step_bounds, step_table, union_length)
-from headroom.trace.attribute import attribute_kernels_to_ops, cpu_op_self_times
+from headroom.trace import attribute, cache
+from headroom.trace.attribute import attribute_kernels_to_ops, cpu_op_self_times, unlaunched_warning
 from headroom.trace.classify import Policy, Rule, classify_kernels, load_policy, load_rules
 from headroom.trace.load import Trace, TraceError, find_trace_files, load_trace
 
@@ -42,6 +43,7 @@ class Analysis:
     steps: pd.DataFrame
     metadata: dict[str, Any] = field(default_factory=dict)
     trace: Trace | None = None
+    warnings: list[str] = field(default_factory=list)   # the loader's and the attribution's, one line each
 
     @property
     def addressable_fraction(self) -> float:
@@ -134,14 +136,31 @@ def _cpu_events(trace: Trace) -> pd.DataFrame:
     return ev
 
 
+# The attributed GPU activities depend on the trace and on attribute.py alone: cached beside the tables.
+_ATTRIBUTION_VERSION = cache.code_version(Path(attribute.__file__))
+
+
+def attributed(trace: Trace) -> pd.DataFrame:
+    """attribute_kernels_to_ops(trace), from the trace's cache entry when it has one."""
+    name = f"attributed-{_ATTRIBUTION_VERSION}"
+    events = cache.fetch_frame(trace.cache_key, name)
+    if events is None:
+        events = attribute_kernels_to_ops(trace)
+        cache.store_frame(trace.cache_key, name, events)
+    return events
+
+
 def analyze(source: str | os.PathLike | Trace, rules: list[Rule] | str | os.PathLike | None = None,
-            policy: Policy | str | os.PathLike | None = None, whole_trace: bool = False) -> Analysis:
+            policy: Policy | str | os.PathLike | None = None, whole_trace: bool = False,
+            lenient: bool = False, use_cache: bool = True) -> Analysis:
     """Classify where the time of one trace went.
 
     `rules`/`policy`: compiled objects, or paths of user TOML files that extend/override the shipped ones.
     `whole_trace`: use the whole trace instead of requiring ProfilerStep ranges.
+    `lenient`: drop GPU activities and steps with impossible times instead of refusing the trace.
+    `use_cache`: read/write the trace's columnar cache (headroom/trace/cache.py).
     """
-    trace = source if isinstance(source, Trace) else load_trace(source)
+    trace = source if isinstance(source, Trace) else load_trace(source, lenient=lenient, use_cache=use_cache)
     if not isinstance(rules, list):
         rules = load_rules(rules)
     if not isinstance(policy, Policy):
@@ -152,9 +171,10 @@ def analyze(source: str | os.PathLike | Trace, rules: list[Rule] | str | os.Path
         raise TraceError(f"{trace.source}: no ProfilerStep#N ranges (profile with a schedule and "
                          f"prof.step(), or pass --whole-trace)")
 
+    warnings = list(trace.warnings)
     if trace.has_gpu:
         mode = MODE_GPU
-        events = attribute_kernels_to_ops(trace)
+        events = attributed(trace)
     else:
         mode = MODE_CPU
         events = _cpu_events(trace)
@@ -171,6 +191,10 @@ def analyze(source: str | os.PathLike | Trace, rules: list[Rule] | str | os.Path
         start, end = float(bounds["start"].min()), float(bounds["end"].max())
         n_steps = len(steps)
     events = classify_kernels(in_window.reset_index(drop=True), rules, policy)
+    if mode == MODE_GPU:
+        line = unlaunched_warning(events, trace)
+        if line:
+            warnings.append(line)
 
     wall = end - start
     if mode == MODE_GPU:
@@ -194,7 +218,7 @@ def analyze(source: str | os.PathLike | Trace, rules: list[Rule] | str | os.Path
         categories=category_table(events, total, wall * n_devices),
         kernels=kernel_table(events), ops=op_table(events),
         steps=step_table(events, bounds),
-        metadata=trace.metadata, trace=trace,
+        metadata=trace.metadata, trace=trace, warnings=warnings,
     )
 
 

@@ -1,19 +1,16 @@
 """Load Kineto (torch.profiler) JSON traces into compact columnar tables.
 
-Two libraries share the work (docs/trace-core.md, "Loader"):
+The file is streamed (docs/trace-core.md, "Load"): read in blocks, cut between
+events, each chunk decoded by msgspec into typed structs and kept as polars
+columns of the events and fields headroom uses; on big files a worker process
+decodes every other chunk. Nothing builds a Python object per event that
+outlives its chunk, so memory follows the tables, not the file.
 
-* msgspec validates the whole document and splits ``traceEvents`` into raw
-  byte views of each event, without building Python objects for them;
-* polars parses those events, a chunk at a time, as newline-delimited JSON
-  straight into typed columns (Rust, on all cores), keeping only the fields
-  and the events headroom uses. Nothing builds a Python object per event.
-
-A chunk polars cannot read with the typed schema (a timestamp written as a
-string, hex or beyond-64-bit ids, ...) is decoded exactly by msgspec into the
-same columns instead, so the odd trace is slower, never wrong.
-
-The tables handed on are pandas DataFrames with numeric columns: one row per
-GPU activity, per CPU range and per runtime/driver call.
+Then the tables are checked (`validate`: impossible GPU times are refused, or
+dropped with --lenient) and handed on as pandas DataFrames with numeric
+columns: one row per GPU activity, per CPU range and per runtime/driver call.
+A cache keyed by the file's size and modification time (`cache`) makes the
+second load of the same file a read of those columns.
 
 Timestamps stay in the trace's microseconds. Traces that carry
 ``baseTimeNanoseconds`` store ``ts`` relative to it; older traces store epoch
@@ -23,29 +20,227 @@ base so absolute times can be recovered.
 
 from __future__ import annotations
 
+import concurrent.futures
 import gc
 import json
 import os
 from pathlib import Path
 
-from headroom.trace.kineto import TraceError, _decode, _read_bytes
+import polars as pl
+
+from headroom.trace import cache, kineto, validate
+from headroom.trace.kineto import Chunk, Document, TraceError
 from headroom.trace.tables import Trace, _tabulate
 
 __all__ = ["Trace", "TraceError", "find_trace_files", "load_trace", "load_traces", "read_trace_json"]
 
+# Start the worker process only for files big enough to repay its start (about half a second).
+WORKER_MIN_BYTES = 48 << 20
+# Stop with one line, not an OOM kill, when the machine has less than this left while loading.
+MEMORY_RESERVE_BYTES = 256 << 20
 
-def load_trace(path: str | os.PathLike) -> Trace:
-    """Read one Kineto trace (``.json`` or ``.json.gz``) into a :class:`Trace`."""
+
+def load_trace(path: str | os.PathLike, lenient: bool = False, use_cache: bool = True) -> Trace:
+    """Read one Kineto trace (``.json`` or ``.json.gz``) into a :class:`Trace`.
+
+    lenient: drop GPU activities and steps with impossible times (counted in `Trace.warnings`)
+             instead of refusing the trace.
+    use_cache: read/write the columnar cache (docs/trace-core.md, "Cache").
+    """
     path = Path(path)
-    # A million Raw views (and, on the exact path, structs): the cyclic GC would rescan them for nothing.
+    key = cache.key(path, lenient) if use_cache else None
+    if key is not None:
+        hit = cache.fetch_tables(key)
+        if hit is not None:
+            tables, base_ns, meta, warnings = hit
+            trace = _tabulate(str(path), tables, base_ns, meta, warnings)
+            trace.cache_key = key
+            return trace
+    # Chunks of structs: the cyclic GC would rescan them for nothing.
     gc_was_enabled = gc.isenabled()
     gc.disable()
     try:
-        tables, base_ns, meta = _decode(path)
-        return _tabulate(str(path), tables, base_ns, meta)
+        tables, base_ns, meta, warnings = decode(path, lenient)
     finally:
         if gc_was_enabled:
             gc.enable()
+    if key is not None and not cache.store_tables(key, tables, base_ns, meta, warnings):
+        key = None
+    trace = _tabulate(str(path), tables, base_ns, meta, warnings)
+    trace.cache_key = key
+    return trace
+
+
+def decode(path: Path, lenient: bool = False):
+    """The checked polars tables, time base, metadata and warnings of one trace file."""
+    _check_memory_for(path)
+    size = _size(path)
+    pool = kineto.worker_pool() if size >= WORKER_MIN_BYTES else None
+    try:
+        try:
+            chunks, doc = _decode_chunks(path, kineto.split(path), pool)
+        except kineto._Fallback:
+            chunks, doc = _decode_chunks(path, kineto.whole(path), None)
+    finally:
+        if pool is not None:
+            pool.shutdown(wait=True, cancel_futures=True)
+    return _assemble(path, chunks, doc, lenient)
+
+
+def _decode_chunks(path: Path, source, pool) -> tuple[list[Chunk], Document]:
+    results: list = []
+    in_flight: list[concurrent.futures.Future] = []
+    for item in source:
+        if isinstance(item, Document):
+            chunks = [r.result() if isinstance(r, concurrent.futures.Future) else r for r in _ordered(results)]
+            for chunk, (_, offset) in zip(chunks, results):
+                _raise_for(path, chunk, offset)
+            return chunks, item
+        data, offset = item
+        in_flight = [f for f in in_flight if not f.done()]
+        if pool is not None and len(in_flight) < 2:
+            future = pool.submit(kineto.decode_events, data)
+            in_flight.append(future)
+            results.append((future, offset))
+        else:
+            chunk = kineto.decode_events(data)
+            _raise_for(path, chunk, offset)
+            results.append((chunk, offset))
+        del data
+        _check_memory_left(path)
+    raise AssertionError("the splitter ends with the Document")   # pragma: no cover
+
+
+def _ordered(results: list) -> list:
+    return [r for r, _ in results]
+
+
+def _raise_for(path: Path, chunk: Chunk, offset: int) -> None:
+    if chunk.cut_error:
+        raise kineto._Fallback()
+    if chunk.json_error is not None:
+        at, words = chunk.json_error
+        where = f" near byte {offset + at}" if offset >= 0 else ""
+        raise TraceError(f"{path}: invalid JSON ({words}{where})")
+
+
+def _assemble(path: Path, chunks: list[Chunk], doc: Document, lenient: bool):
+    warnings: list[str] = []
+    parts: dict[str, list[pl.DataFrame]] = {t: [] for t in kineto.TABLES}
+    first = 0
+    unreadable = 0
+    first_unreadable = None
+    gpu_unreadable: list[tuple[int, str]] = []
+    for chunk in chunks:
+        for table, frame in chunk.tables.items():
+            if frame.height:
+                parts[table].append(frame.with_columns(pl.col("index") + first) if first else frame)
+        unreadable += sum(chunk.unreadable.values())
+        if first_unreadable is None and chunk.first_unreadable is not None:
+            first_unreadable = (chunk.first_unreadable[0] + first, chunk.first_unreadable[1])
+        gpu_unreadable += [(i + first, p) for i, p in chunk.gpu_unreadable]
+        first += chunk.events
+        chunk.tables = {}
+    tables = {}
+    for table in kineto.TABLES:
+        empty = kineto._table(table, [], [], [])
+        try:
+            tables[table] = pl.concat([empty, *parts[table]], how="vertical_relaxed")
+        except pl.exceptions.PolarsError as e:   # pragma: no cover - the columns are typed per table
+            raise TraceError(f"{path}: cannot combine the {table} table ({e})") from None
+        parts[table] = []
+        if table != "flows":
+            tables[table] = _rows_in_loader_order(tables[table])
+    if unreadable:
+        i, problem = first_unreadable
+        warnings.append(f"{unreadable} event{'s' if unreadable != 1 else ''} could not be read and "
+                        f"{'were' if unreadable != 1 else 'was'} skipped (first: event {i}: {problem})")
+    try:
+        tables, dropped = validate.check(tables, str(path), lenient, gpu_unreadable)
+    except validate.ImpossibleEvent as e:
+        raise TraceError(str(e)) from None
+    warnings += dropped
+    return tables, doc.base_ns, doc.meta, warnings
+
+
+# Rows keep the order headroom's loader has always given them (so every table and every float
+# sum over them stays as it was): per block of 65,536 events, grouped by kind in the order the
+# kinds first appear in the block, then in event order.
+ORDER_BLOCK = 1 << 16
+
+
+def _rows_in_loader_order(frame: pl.DataFrame) -> pl.DataFrame:
+    if "kind" not in frame.columns or frame.height == 0 or frame["kind"].n_unique() == 1:
+        return frame
+    block = pl.col("index") // ORDER_BLOCK
+    first = pl.col("index").min().over(block, "kind")
+    order = frame.select(pl.arg_sort_by(block, first, pl.col("index"))).to_series()
+    if bool((order.diff().drop_nulls() == 1).all()):
+        return frame
+    return frame[order]
+
+
+# --- memory -------------------------------------------------------------------------
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except FileNotFoundError:
+        raise TraceError(f"{path}: no such file") from None
+    except OSError as e:
+        raise TraceError(f"{path}: cannot read ({e.strerror})") from None
+
+
+def memory_available() -> int | None:
+    """Bytes this process may still use: the machine's MemAvailable, or the cgroup's limit if lower."""
+    available = None
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    available = int(line.split()[1]) * 1024
+                    break
+    except OSError:
+        return None
+    for limit_file, usage_file in (("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory.current"),):
+        try:
+            limit = open(limit_file).read().strip()
+            if limit != "max":
+                left = int(limit) - int(open(usage_file).read())
+                available = left if available is None else min(available, left)
+        except (OSError, ValueError):
+            pass
+    return available
+
+
+# Peak memory of a load, per byte of trace text (measured on the benchmark shapes,
+# docs/benchmarks.md: 0.3-0.5; the margin covers the analysis that follows).
+MEMORY_PER_TEXT_BYTE = 0.8
+GZIP_EXPANSION = 12   # a Kineto trace's text is 7-15x its gzip size
+
+
+def needed_memory(path: Path) -> int:
+    size = _size(path)
+    with kineto._open(path) as f:
+        gz = f.read(2) == b"\x1f\x8b"
+    return int(size * (GZIP_EXPANSION if gz else 1) * MEMORY_PER_TEXT_BYTE)
+
+
+def _check_memory_for(path: Path) -> None:
+    available = memory_available()
+    if available is None:
+        return
+    needed = needed_memory(path)
+    if needed > available:
+        raise TraceError(f"{path}: needs about {needed / 2**30:.1f} GiB of memory to load, "
+                         f"{available / 2**30:.1f} GiB is available")
+
+
+def _check_memory_left(path: Path) -> None:
+    available = memory_available()
+    if available is not None and available < MEMORY_RESERVE_BYTES:
+        raise TraceError(f"{path}: ran out of memory while loading ({available / 2**20:.0f} MiB left); "
+                         f"it needs about {needed_memory(path) / 2**30:.1f} GiB")
 
 
 def find_trace_files(path: str | os.PathLike) -> list[Path]:
@@ -63,14 +258,14 @@ def find_trace_files(path: str | os.PathLike) -> list[Path]:
     return [path]
 
 
-def load_traces(path: str | os.PathLike) -> list[Trace]:
-    return [load_trace(p) for p in find_trace_files(path)]
+def load_traces(path: str | os.PathLike, **kwargs) -> list[Trace]:
+    return [load_trace(p, **kwargs) for p in find_trace_files(path)]
 
 
 def read_trace_json(path: str | os.PathLike) -> dict:
     """The whole trace as plain JSON (for rewriting it, e.g. `annotate`)."""
-    raw = _read_bytes(Path(path))
+    raw = kineto.read_bytes(Path(path))
     try:
         return json.loads(raw)
-    except ValueError as e:
+    except (ValueError, RecursionError) as e:
         raise TraceError(f"{path}: invalid JSON ({e})") from None

@@ -24,6 +24,11 @@ class Trace:
     launches: name, cat (cuda_runtime|cuda_driver), pid, tid, ts, dur,
               correlation, external_id
     gpu_annotations: name, device, stream, ts, dur (gpu_user_annotation ranges)
+    flows:    forward -> backward links (Kineto `fwdbwd` flows), one row per linked pair:
+              id, start_pid, start_tid, start_ts, end_pid, end_tid, end_ts (the ends sit on the
+              forward and the backward op's start). Launch -> kernel flows (`ac2g`) are used by
+              the loader to fill a missing `correlation` and not kept.
+    warnings: what the loader skipped or dropped (unreadable events, --lenient drops), one line each
     """
 
     source: str
@@ -33,6 +38,9 @@ class Trace:
     gpu_annotations: pd.DataFrame
     base_ns: int | None = None
     metadata: dict[str, Any] = field(default_factory=dict)
+    flows: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=FLOW_PAIR_COLUMNS))
+    warnings: list[str] = field(default_factory=list)
+    cache_key: Any = field(default=None, repr=False, compare=False)   # where its cache entry is (trace.cache)
 
     @property
     def has_gpu(self) -> bool:
@@ -55,6 +63,9 @@ class Trace:
         s = s.sort_values(["step", "dur"], ascending=[True, False]).drop_duplicates("step")
         s["end"] = s["ts"] + s["dur"]
         return s[["step", "ts", "dur", "end"]].reset_index(drop=True)
+
+
+FLOW_PAIR_COLUMNS = ["id", "start_pid", "start_tid", "start_ts", "end_pid", "end_tid", "end_ts"]
 
 
 def starts_with(names: pd.Series, prefix: str) -> np.ndarray:
@@ -119,14 +130,27 @@ def _link_flows(table: pl.DataFrame, flows: pl.DataFrame, phases: list[str]) -> 
     """Fill a missing correlation from the flow event at the same thread and time (its id is the correlation)."""
     if table["correlation"].null_count() == 0:
         return table
-    ends = (flows.filter(pl.col("ph").is_in(phases) & pl.col("id").is_not_null())
+    ends = (flows.filter((pl.col("kind") == "ac2g") & pl.col("ph").is_in(phases) & pl.col("id").is_not_null())
             .select("pid", "tid", "ts", flow_id="id").unique(subset=["pid", "tid", "ts"], keep="last"))
     return (table.join(ends, on=["pid", "tid", "ts"], how="left", maintain_order="left")
             .with_columns(correlation=pl.coalesce("correlation", "flow_id")).drop("flow_id"))
 
 
-def _tabulate(source: str, tables: dict[str, pl.DataFrame], base_ns: int | None, meta: dict[str, Any]) -> Trace:
-    """The four pandas tables the analyses use."""
+def _flow_pairs(flows: pl.DataFrame) -> pd.DataFrame:
+    """fwdbwd flows as linked (start, finish) pairs; a start without its finish (or the reverse) links nothing."""
+    f = flows.filter(pl.col("kind") == "fwdbwd")
+    ends = {ph: f.filter(pl.col("ph") == ph).unique(subset=["id"], keep="first", maintain_order=True)
+            .select("id", pl.col("pid").alias(f"{side}_pid"), pl.col("tid").alias(f"{side}_tid"),
+                    pl.col("ts").alias(f"{side}_ts"))
+            for ph, side in (("s", "start"), ("f", "end"))}
+    pairs = ends["s"].join(ends["f"], on="id", how="inner", maintain_order="left")
+    return pd.DataFrame({c: pairs[c].to_numpy() if pairs[c].dtype.is_numeric() else
+                         np.asarray(pairs[c].to_list(), dtype=object) for c in FLOW_PAIR_COLUMNS})
+
+
+def _tabulate(source: str, tables: dict[str, pl.DataFrame], base_ns: int | None, meta: dict[str, Any],
+              warnings: list[str] | None = None) -> Trace:
+    """The pandas tables the analyses use."""
     flows = tables.pop("flows")
     g = _link_flows(tables.pop("gpu"), flows, ["f", "t"])
     gpu = pd.DataFrame({
@@ -155,4 +179,4 @@ def _tabulate(source: str, tables: dict[str, pl.DataFrame], base_ns: int | None,
         "dur": a["dur"].fill_null(0.0).to_numpy(),
     })
     return Trace(source=source, gpu=gpu, cpu=cpu, launches=launches, gpu_annotations=gpu_annotations,
-                 base_ns=base_ns, metadata=meta)
+                 base_ns=base_ns, metadata=meta, flows=_flow_pairs(flows), warnings=list(warnings or []))

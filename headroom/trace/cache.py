@@ -84,7 +84,7 @@ def key(path: Path, lenient: bool) -> Key | None:
 def fetch_tables(k: Key) -> tuple[dict[str, pl.DataFrame], int | None, dict[str, Any], list[str]] | None:
     try:
         header = json.loads((k.entry / "header.json").read_text())
-        tables = {t: pl.read_ipc(k.entry / f"{t}.arrow", memory_map=True) for t in header["tables"]}
+        tables = {t: pl.read_ipc(k.entry / f"{t}.arrow") for t in header["tables"]}
         return tables, header["base_ns"], header["metadata"], header["warnings"]
     except (OSError, ValueError, KeyError, pl.exceptions.PolarsError):
         return None
@@ -109,7 +109,7 @@ def fetch_frame(k: Key | None, name: str) -> pd.DataFrame | None:
     where = k.entry / f"{name}.frame"
     try:
         header = json.loads((where / "header.json").read_text())
-        frame = pl.read_ipc(where / "frame.arrow", memory_map=True)
+        frame = pl.read_ipc(where / "frame.arrow")
         return _to_pandas(frame, header)
     except (OSError, ValueError, KeyError, pl.exceptions.PolarsError):
         return None
@@ -140,12 +140,12 @@ def _from_pandas(df: pd.DataFrame) -> tuple[pl.DataFrame, dict] | None:
                 return None
             columns[c] = pl.Series(s.cat.codes.to_numpy(), dtype=pl.Int32)
             kinds[c] = {"kind": "category", "categories": list(cats)}
-        elif s.dtype == object:
+        elif s.dtype == object or isinstance(s.dtype, pd.StringDtype):
             values = s.tolist()
             if not all(type(v) is str for v in values):
-                return None     # e.g. ids beyond 64 bits: not cached, recomputed
+                return None     # e.g. ids beyond 64 bits, missing text: not cached, recomputed
             columns[c] = pl.Series(values, dtype=pl.String)
-            kinds[c] = {"kind": "text"}
+            kinds[c] = {"kind": "text", "dtype": None if s.dtype == object else str(s.dtype)}
         elif s.dtype.kind in "biuf":
             columns[c] = pl.Series(s.to_numpy())
             kinds[c] = {"kind": "number", "dtype": str(s.dtype)}
@@ -160,13 +160,14 @@ def _to_pandas(frame: pl.DataFrame, header: dict) -> pd.DataFrame:
         kind = header["kinds"][c]
         s = frame[c]
         if kind["kind"] == "category":
-            out[c] = pd.Categorical.from_codes(s.to_numpy(), categories=kind["categories"])
+            out[c] = pd.Series(pd.Categorical.from_codes(s.to_numpy(), categories=kind["categories"]))
         elif kind["kind"] == "text":
             values = s.unique(maintain_order=True)
             codes = s.cast(pl.Enum(values.to_list())).to_physical().to_numpy()
-            out[c] = np.asarray(values.to_list(), dtype=object)[codes]
+            text = np.asarray(values.to_list(), dtype=object)[codes]
+            out[c] = pd.Series(text, dtype=object if kind["dtype"] is None else kind["dtype"], copy=False)
         else:
-            out[c] = s.to_numpy().astype(kind["dtype"], copy=False)
+            out[c] = pd.Series(s.to_numpy().astype(kind["dtype"], copy=False))
     return pd.DataFrame(out, columns=header["columns"])
 
 

@@ -12,8 +12,6 @@ process (docs/trace-core.md, "Load").
 
 from __future__ import annotations
 
-import concurrent.futures
-import multiprocessing
 import os
 import re
 import zlib
@@ -24,6 +22,7 @@ from pathlib import Path
 from typing import Any, Iterator, Union
 
 import msgspec
+import numpy as np
 import polars as pl
 
 from headroom.errors import UserError
@@ -141,19 +140,28 @@ MODULE_PREFIX = "nn.Module: "   # the only python_function events an analysis re
 _FLOW_PHASES = frozenset("sft")
 
 
-class _Route(dict):
-    """(ph, cat) -> (table, kind), or None for events no analysis reads; filled on first sight."""
+class _Routes(dict):
+    """(ph, cat) -> a small code; `table[code]`/`kind[code]` say where events of that code go
+    (table None: no analysis reads them; "?": no 'ph', an event that cannot be read). Filled on first sight."""
 
-    def __missing__(self, key):
+    def __init__(self) -> None:
+        super().__init__()
+        self.table: list[str | None] = []
+        self.kind: list[str | None] = []
+
+    def __missing__(self, key) -> int:
         ph, cat = key
         table_kind = _TABLE_OF_CATEGORY.get(cat.lower())
         if table_kind is not None and not (ph == "X" if table_kind[0] != "flows" else ph in _FLOW_PHASES):
             table_kind = None
-        self[key] = table_kind
-        return table_kind
+        code = len(self.table)
+        self.table.append("?" if not ph else table_kind[0] if table_kind else None)
+        self.kind.append(table_kind[1] if table_kind else None)
+        self[key] = code
+        return code
 
 
-_ROUTE = _Route()
+_ROUTES = _Routes()
 
 
 # --- reading bytes ----------------------------------------------------------------
@@ -233,21 +241,20 @@ class Chunk:
 _BYTE = re.compile(r"\(byte (\d+)\)")
 
 
-def decode_events(data: bytes) -> Chunk:
-    """The events of `data` (events of traceEvents separated by commas, without the brackets)."""
-    doc = b"[" + data + b"]"
+def decode_events(doc: bytes | memoryview) -> Chunk:
+    """The events of `doc`, a JSON array of consecutive events of traceEvents."""
     try:
         return _fast_chunk(_EVENTS.decode(doc))
     except msgspec.ValidationError:
         pass
     except msgspec.DecodeError as e:
-        return _json_problem(e, len(data))
+        return _json_problem(e, len(doc))
     except RecursionError:
         return Chunk({}, 0, json_error=(0, "objects nested too deeply"))
     try:
         raws = _RAWS.decode(doc)
     except msgspec.DecodeError as e:
-        return _json_problem(e, len(data))
+        return _json_problem(e, len(doc))
     except RecursionError:
         return Chunk({}, 0, json_error=(0, "objects nested too deeply"))
     return _lenient_chunk(raws)
@@ -255,28 +262,37 @@ def decode_events(data: bytes) -> Chunk:
 
 def _json_problem(e: msgspec.DecodeError, length: int) -> Chunk:
     m = _BYTE.search(str(e))
-    # The chunk starts between two events, so everything before its end is the
-    # document's own text: an error there is the document's; one at the end
-    # (the closing bracket added) means the cut or the document's end is wrong.
-    if m and int(m.group(1)) - 1 < length:
-        return Chunk({}, 0, json_error=(int(m.group(1)) - 1, str(e).split(" (byte")[0]))
+    # The array starts between two events, so everything before its closing bracket is the
+    # document's own text: an error there is the document's; one at the bracket (or past the
+    # end) means the cut, or the document's end, is not where it was taken to be.
+    if m and int(m.group(1)) < length - 1:
+        return Chunk({}, 0, json_error=(int(m.group(1)), str(e).split(" (byte")[0]))
     return Chunk({}, 0, cut_error=True)
 
 
 def _fast_chunk(events: list[_Event]) -> Chunk:
-    n = len(events)
-    routes = list(map(_ROUTE.__getitem__, zip(map(attrgetter("ph"), events), map(attrgetter("cat"), events))))
-    by_table: dict[str, list[int]] = {t: [] for t in TABLES}
-    kinds: dict[str, list[str]] = {t: [] for t in TABLES}
-    chunk = Chunk({}, n)
-    for i, route in enumerate(routes):
-        if route is not None:
-            by_table[route[0]].append(i)
-            kinds[route[0]].append(route[1])
-        elif not events[i].ph:
-            _unreadable(chunk, i, "no 'ph' (event type)", events[i].cat)
-    chunk.tables = {t: _table(t, [events[i] for i in idx], kinds[t], idx) for t, idx in by_table.items()}
+    chunk = Chunk({}, len(events))
+    chunk.tables = _split_tables(events, list(range(len(events))), chunk)
     return chunk
+
+
+def _split_tables(events: list[_Event], positions: list[int], chunk: Chunk) -> dict[str, pl.DataFrame]:
+    """Route each event to its table by (ph, cat), vectorised over codes; build each table's columns."""
+    codes = np.fromiter(map(_ROUTES.__getitem__, zip(map(_GET["ph"], events), map(_GET["cat"], events))),
+                        dtype=np.int32, count=len(events))
+    table_of = np.array(_ROUTES.table, dtype=object)
+    tables = {}
+    for t in TABLES:
+        mine = np.flatnonzero(table_of == t)
+        idx = np.flatnonzero(np.isin(codes, mine)) if len(mine) else np.empty(0, dtype=np.int64)
+        rows = idx.tolist()
+        kinds = list(map(_ROUTES.kind.__getitem__, codes[idx].tolist()))
+        tables[t] = _table(t, list(map(events.__getitem__, rows)), kinds, list(map(positions.__getitem__, rows)))
+    unread = np.flatnonzero(table_of == "?")
+    if len(unread):
+        for i in np.flatnonzero(np.isin(codes, unread)).tolist():
+            _unreadable(chunk, positions[i], "no 'ph' (event type)", events[i].cat)
+    return tables
 
 
 def _unreadable(chunk: Chunk, index: int, problem: str, category: Any) -> None:
@@ -305,17 +321,7 @@ def _lenient_chunk(raws: list[msgspec.Raw]) -> Chunk:
             continue
         events.append(_normalised(e))
         positions.append(i)
-    routes = [_ROUTE[(e.ph, e.cat)] for e in events]
-    by_table: dict[str, list[int]] = {t: [] for t in TABLES}
-    kinds: dict[str, list[str]] = {t: [] for t in TABLES}
-    for k, route in enumerate(routes):
-        if route is not None:
-            by_table[route[0]].append(k)
-            kinds[route[0]].append(route[1])
-        elif not events[k].ph:
-            _unreadable(chunk, positions[k], "no 'ph' (event type)", events[k].cat)
-    chunk.tables = {t: _table(t, [events[k] for k in idx], kinds[t], [positions[k] for k in idx])
-                    for t, idx in by_table.items()}
+    chunk.tables = _split_tables(events, positions, chunk)
     return chunk
 
 
@@ -376,7 +382,7 @@ def _text_series(values: list) -> pl.Series:
         return pl.Series(list(map(str, values)), dtype=pl.String)
 
 
-_GET = {name: attrgetter(name) for name in ("name", "ph", "pid", "tid", "ts", "dur", "id")}
+_GET = {name: attrgetter(name) for name in ("name", "cat", "ph", "pid", "tid", "ts", "dur", "id")}
 _GET_ARG = {name: attrgetter(name) for name in ("external_id", "correlation", "device", "stream", "bytes")}
 
 
@@ -439,41 +445,57 @@ def _last_separator(buf: bytes, lo: int) -> re.Match | None:
     return matches[-1] if matches else None
 
 
-def split(path: Path, block: int = BLOCK) -> Iterator[tuple[bytes, int] | Document]:
-    """Yield (events text, its byte offset) chunk by chunk, then the `Document` (metadata).
+def split(path: Path, block: int = BLOCK) -> Iterator[tuple[memoryview | bytes, int] | Document]:
+    """Yield (a JSON array of consecutive events, the file offset of its first byte) chunk by chunk,
+    then the `Document` (metadata).
 
-    Raises `_Fallback` when the document is not laid out so that it can be
-    streamed safely (the caller then decodes it whole, which is exact).
+    A chunk is cut at a `}, {` and only proven right when it decodes (decode_events): it starts
+    between two events, so it decodes as an array only if it also ends between two. The array is
+    written in place into the read buffer (its brackets overwrite the separator's whitespace or
+    comma) and handed on as a view, so no chunk is copied. Raises `_Fallback` when the document is
+    not laid out so that it can be streamed safely (the caller then decodes it whole, which is exact).
     """
     it = blocks(path, block)
-    head = b""
+    buf = bytearray()
     m = None
     for data in it:
-        head += data
-        m = _EVENTS_KEY.search(head)
+        buf += data
+        m = _EVENTS_KEY.search(buf)
         if m:
             break
     if m is None:
         raise _Fallback()
-    prefix = head[:m.end() - 1]
+    prefix = bytes(buf[:m.end() - 1])
     try:
         # The key must be a key of the top-level object, not one nested deeper or inside a string.
         if not isinstance(msgspec.json.decode(prefix + b"[]}"), dict):
             raise _Fallback()
     except (msgspec.DecodeError, RecursionError):
         raise _Fallback() from None
-    pending = head[m.end():]
-    offset = m.end()
-    del head
+    del buf[:m.end() - 1]          # buf[0] is the array's "["
+    offset = m.end() - 1           # the file offset of buf[0]
     for data in it:
-        pending += data
-        cut = _last_separator(pending, max(0, len(pending) - len(data) - 1))
+        scanned = len(buf)
+        buf += data
+        del data
+        cut = _last_separator(buf, max(1, scanned - 1))
         if cut is None:
             continue
-        yield pending[:cut.start() + 1], offset
-        offset += cut.end() - 1
-        pending = pending[cut.end() - 1:]
-    tail = prefix + b"[" + pending
+        close, open_ = cut.start(), cut.end() - 1      # the "}" ending one event, the "{" starting the next
+        buf[close + 1] = 0x5D                           # "]"
+        view = memoryview(buf)
+        chunk = view[:close + 2]
+        yield chunk, offset
+        chunk.release()
+        view.release()
+        buf[open_ - 1] = 0x5B                           # "["
+        offset += open_ - 1
+        try:
+            del buf[:open_ - 1]
+        except BufferError:    # a view of the chunk is still held somewhere: leave it its bytes
+            buf = bytearray(buf[open_ - 1:])
+    tail = prefix + buf
+    del buf
     try:
         doc = _DOC.decode(tail)
     except msgspec.ValidationError as e:
@@ -484,8 +506,12 @@ def split(path: Path, block: int = BLOCK) -> Iterator[tuple[bytes, int] | Docume
         raise _Fallback()   # "traceEvents" again: decode exactly, as a whole
     raws = doc.traceEvents or []
     if raws:
-        yield b",".join(raws), -1
+        yield _array(raws), -1
     yield Document(_meta(doc), doc.baseTimeNanoseconds)
+
+
+def _array(raws: list[msgspec.Raw]) -> bytes:
+    return b"[" + b",".join(raws) + b"]"
 
 
 class _Fallback(Exception):
@@ -518,7 +544,7 @@ def whole(path: Path, events_per_chunk: int = 1 << 16) -> Iterator[tuple[bytes, 
     raws = doc.traceEvents
     del raw
     for start in range(0, len(raws), events_per_chunk):
-        yield b",".join(raws[start:start + events_per_chunk]), -1
+        yield _array(raws[start:start + events_per_chunk]), -1
     yield Document(_meta(doc), doc.baseTimeNanoseconds)
 
 
@@ -535,13 +561,9 @@ def _json_words(message: str, raw: bytes) -> str:
 
 # --- the worker process ---------------------------------------------------------------
 
-def worker_pool() -> concurrent.futures.ProcessPoolExecutor | None:
-    """One worker process for the second core (HEADROOM_LOAD_WORKERS=0 turns it off)."""
+def workers_wanted() -> int:
+    """Worker processes for the other cores: one on a machine of two or more (HEADROOM_LOAD_WORKERS=0: none)."""
     wanted = os.environ.get("HEADROOM_LOAD_WORKERS")
-    n = int(wanted) if wanted and wanted.isdigit() else (1 if (os.cpu_count() or 1) >= 2 else 0)
-    if n <= 0:
-        return None
-    try:
-        return concurrent.futures.ProcessPoolExecutor(n, mp_context=multiprocessing.get_context("spawn"))
-    except (OSError, ValueError):
-        return None
+    if wanted is not None and wanted.strip().isdigit():
+        return min(int(wanted), 1)
+    return 1 if (os.cpu_count() or 1) >= 2 else 0

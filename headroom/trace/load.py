@@ -20,10 +20,10 @@ base so absolute times can be recovered.
 
 from __future__ import annotations
 
-import concurrent.futures
 import gc
 import json
 import os
+import pickle
 from pathlib import Path
 
 import polars as pl
@@ -31,6 +31,7 @@ import polars as pl
 from headroom.trace import cache, kineto, validate
 from headroom.trace.kineto import Chunk, Document, TraceError
 from headroom.trace.tables import Trace, _tabulate
+from headroom.trace.worker import Worker
 
 __all__ = ["Trace", "TraceError", "find_trace_files", "load_trace", "load_traces", "read_trace_json"]
 
@@ -75,44 +76,54 @@ def decode(path: Path, lenient: bool = False):
     """The checked polars tables, time base, metadata and warnings of one trace file."""
     _check_memory_for(path)
     size = _size(path)
-    pool = kineto.worker_pool() if size >= WORKER_MIN_BYTES else None
+    helper = Worker() if size >= WORKER_MIN_BYTES and kineto.workers_wanted() else None
     try:
         try:
-            chunks, doc = _decode_chunks(path, kineto.split(path), pool)
+            chunks, doc = _decode_chunks(path, kineto.split(path), helper)
         except kineto._Fallback:
-            chunks, doc = _decode_chunks(path, kineto.whole(path), None)
+            if helper is not None and helper.busy:
+                helper.result()
+            chunks, doc = _decode_chunks(path, kineto.whole(path), helper)
     finally:
-        if pool is not None:
-            pool.shutdown(wait=True, cancel_futures=True)
+        if helper is not None:
+            helper.close()
     return _assemble(path, chunks, doc, lenient)
 
 
-def _decode_chunks(path: Path, source, pool) -> tuple[list[Chunk], Document]:
-    results: list = []
-    in_flight: list[concurrent.futures.Future] = []
+def _decode_chunks(path: Path, source, helper: Worker | None) -> tuple[list[Chunk], Document]:
+    """Decode every chunk; with a worker, chunks alternate: one sent to it, the next decoded here meanwhile."""
+    chunks: list[Chunk] = []
+    waiting: int | None = None      # offset of the chunk the worker holds
     for item in source:
         if isinstance(item, Document):
-            chunks = [r.result() if isinstance(r, concurrent.futures.Future) else r for r in _ordered(results)]
-            for chunk, (_, offset) in zip(chunks, results):
-                _raise_for(path, chunk, offset)
+            if waiting is not None:
+                _keep(path, chunks, _from_worker(helper), waiting)
             return chunks, item
         data, offset = item
-        in_flight = [f for f in in_flight if not f.done()]
-        if pool is not None and len(in_flight) < 2:
-            future = pool.submit(kineto.decode_events, data)
-            in_flight.append(future)
-            results.append((future, offset))
-        else:
-            chunk = kineto.decode_events(data)
-            _raise_for(path, chunk, offset)
-            results.append((chunk, offset))
+        if helper is not None and waiting is None:
+            helper.submit(data)
+            waiting = offset
+            continue
+        local = kineto.decode_events(data)
         del data
+        if waiting is not None:
+            _keep(path, chunks, _from_worker(helper), waiting)
+            waiting = None
+        _keep(path, chunks, local, offset)
         _check_memory_left(path)
     raise AssertionError("the splitter ends with the Document")   # pragma: no cover
 
 
-def _ordered(results: list) -> list:
-    return [r for r, _ in results]
+def _from_worker(helper: Worker) -> Chunk:
+    try:
+        return helper.result()
+    except (EOFError, OSError, pickle.UnpicklingError) as e:
+        raise TraceError(f"the loader's worker process failed ({e}); HEADROOM_LOAD_WORKERS=0 loads without it") from None
+
+
+def _keep(path: Path, chunks: list[Chunk], chunk: Chunk, offset: int) -> None:
+    _raise_for(path, chunk, offset)
+    chunks.append(chunk)
 
 
 def _raise_for(path: Path, chunk: Chunk, offset: int) -> None:

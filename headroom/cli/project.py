@@ -14,6 +14,9 @@ from headroom.errors import UserError
 RulesOpt = typer.Option(None, "--rules", help="TOML file of extra classification rules (tried first).")
 PolicyOpt = typer.Option(None, "--policy", help="TOML file overriding which categories are addressable.")
 WholeOpt = typer.Option(False, "--whole-trace", help="Use the whole trace, not only ProfilerStep ranges.")
+LenientOpt = typer.Option(False, "--lenient", help=(
+    "Drop GPU activities and steps with impossible times with a counted warning, instead of refusing the trace."))
+NoCacheOpt = typer.Option(False, "--no-cache", help="Neither read nor write the trace's columnar cache.")
 SpeedupOpt = typer.Option(None, "--speedup", "-s", help=(
     "SELECTOR=FACTOR, repeatable: category:embedding=1.552, op:aten::layer_norm=2, 'kernel:^triton_=1.2', "
     "problem:23_Softmax=1.3 (docs/projection.md). Command-line entries win overlaps with files."))
@@ -22,14 +25,19 @@ SpeedupsOpt = typer.Option(None, "--speedups", "-f", help=(
 ProblemsOpt = typer.Option(None, "--problems", help="TOML file adding/replacing problem -> selector mappings.")
 
 
-def _analyses(traces: List[Path], rules, policy, whole_trace: bool):
+def _analyses(traces: List[Path], rules, policy, whole_trace: bool, lenient: bool = False, no_cache: bool = False):
+    from headroom.cli.trace import print_warnings
     from headroom.trace.analysis import analyze
     from headroom.trace.classify import load_policy, load_rules
     from headroom.trace.load import find_trace_files
 
     r, p = load_rules(rules), load_policy(policy)
     files = [f for t in traces for f in find_trace_files(t)]
-    return [analyze(f, rules=r, policy=p, whole_trace=whole_trace) for f in files]
+    out = []
+    for f in files:
+        out.append(analyze(f, rules=r, policy=p, whole_trace=whole_trace, lenient=lenient, use_cache=not no_cache))
+        print_warnings(out[-1])
+    return out
 
 
 def _json_default(o):
@@ -74,6 +82,8 @@ def project_cmd(
     rules: Optional[Path] = RulesOpt,
     policy: Optional[Path] = PolicyOpt,
     whole_trace: bool = WholeOpt,
+    lenient: bool = LenientOpt,
+    no_cache: bool = NoCacheOpt,
 ) -> None:
     """Project end-to-end step time from kernel speedups: Amdahl and timeline replay, with bounds."""
     from headroom.project.distributions import load_distribution
@@ -90,7 +100,7 @@ def project_cmd(
     if strict and warnings:
         raise UserError(f"{warnings[0]} (strict mode)")
     console = make_console()
-    for a in _analyses(traces, rules, policy, whole_trace):
+    for a in _analyses(traces, rules, policy, whole_trace, lenient, no_cache):
         res = project(a, entries, distribution=dist, win_rate=win_rate, median=median,
                       scenario_select=scenario_select, quantiles=quantiles, strict=strict, problems=pm,
                       extra_warnings=warnings)
@@ -110,12 +120,14 @@ def targets_cmd(
     rules: Optional[Path] = RulesOpt,
     policy: Optional[Path] = PolicyOpt,
     whole_trace: bool = WholeOpt,
+    lenient: bool = LenientOpt,
+    no_cache: bool = NoCacheOpt,
 ) -> None:
     """If one op got faster, which should it be? Ops and modules ranked by end-to-end gain."""
     from headroom.project.targets import targets, targets_dict
     from headroom.report.render import make_console, render_targets
 
-    for a in _analyses([trace], rules, policy, whole_trace):
+    for a in _analyses([trace], rules, policy, whole_trace, lenient, no_cache):
         table = targets(a, speedup=speedup, by=tuple(by) if by else ("op", "module"), top=top, replay_top=replay_top)
         if as_json:
             print(_dumps(targets_dict(a, table, speedup)))
@@ -141,6 +153,8 @@ def plot_cmd(
     rules: Optional[Path] = RulesOpt,
     policy: Optional[Path] = PolicyOpt,
     whole_trace: bool = WholeOpt,
+    lenient: bool = LenientOpt,
+    no_cache: bool = NoCacheOpt,
 ) -> None:
     """Figures: addressable fraction per workload, projected step time, and scaling with model size."""
     from headroom.project.problems import load_problems
@@ -155,7 +169,7 @@ def plot_cmd(
         if f not in FIGURES:
             raise UserError(f"--figure {f!r}: expected one of {', '.join(FIGURES)}")
     formats = tuple(fmt) if fmt else plot.FORMATS
-    analyses = _analyses(traces, rules, policy, whole_trace)
+    analyses = _analyses(traces, rules, policy, whole_trace, lenient, no_cache)
     if label and len(label) != len(analyses):
         raise UserError(f"--label given {len(label)} time(s) for {len(analyses)} trace(s)")
     if params and len(params) != len(analyses):

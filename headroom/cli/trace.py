@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 from typing import List, Optional
 
@@ -17,6 +18,16 @@ from headroom.trace.load import find_trace_files
 
 RulesOpt = typer.Option(None, "--rules", help="TOML file of extra classification rules (tried first).")
 PolicyOpt = typer.Option(None, "--policy", help="TOML file overriding which categories are addressable.")
+LenientOpt = typer.Option(False, "--lenient", help=(
+    "Drop GPU activities and steps with impossible times (missing, negative, non-finite, outside the trace) "
+    "with a counted warning, instead of refusing the trace."))
+NoCacheOpt = typer.Option(False, "--no-cache", help="Neither read nor write the trace's columnar cache.")
+
+
+def print_warnings(analysis) -> None:
+    """The loader's and the attribution's warnings, one line each on stderr."""
+    for w in analysis.warnings:
+        print(f"headroom: warning: {analysis.source}: {w}", file=sys.stderr)
 
 
 def classify(
@@ -26,13 +37,17 @@ def classify(
     rules: Optional[Path] = RulesOpt,
     policy: Optional[Path] = PolicyOpt,
     whole_trace: bool = typer.Option(False, "--whole-trace", help="Use the whole trace, not only ProfilerStep ranges."),
+    lenient: bool = LenientOpt,
+    no_cache: bool = NoCacheOpt,
 ) -> None:
     """Where did the GPU time go? Categories, busy/idle, and the addressable fraction."""
     compiled_rules, compiled_policy = load_rules(rules), load_policy(policy)
     console = make_console()
     files = [f for t in traces for f in find_trace_files(t)]
     for f in files:
-        a = analyze(f, rules=compiled_rules, policy=compiled_policy, whole_trace=whole_trace)
+        a = analyze(f, rules=compiled_rules, policy=compiled_policy, whole_trace=whole_trace,
+                    lenient=lenient, use_cache=not no_cache)
+        print_warnings(a)
         if as_json:
             print(json.dumps(a.to_dict(all_kernels=all_kernels)))
             continue
@@ -58,9 +73,13 @@ def annotate(
 def report(
     path: Path = typer.Argument(Path("traces"), help="Directory of traces (e.g. traces/)."),
     as_json: bool = typer.Option(False, "--json", help="The table as a JSON list."),
+    lenient: bool = LenientOpt,
+    no_cache: bool = NoCacheOpt,
 ) -> None:
     """One row per trace: step time, idle share, addressable fraction, top addressable op."""
-    analyses = analyze_path(path)
+    analyses = analyze_path(path, lenient=lenient, use_cache=not no_cache)
+    for a in analyses:
+        print_warnings(a)
     df = summary_frame(analyses)
     if as_json:
         print(df.to_json(orient="records"))

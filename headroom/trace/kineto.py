@@ -180,8 +180,9 @@ def _open(path: Path):
         raise TraceError(f"{path}: cannot read ({e.strerror})") from None
 
 
-def blocks(path: Path, size: int = BLOCK) -> Iterator[bytes]:
+def blocks(path: Path, size: int | None = None) -> Iterator[bytes]:
     """The file's text in blocks of about `size` bytes, gunzipped on the fly (gzip detected by magic bytes)."""
+    size = size or BLOCK
     with _open(path) as f:
         try:
             first = f.read(size)
@@ -236,6 +237,7 @@ class Chunk:
     gpu_unreadable: list[tuple[int, str]] = field(default_factory=list)   # (index, problem): refused unless lenient
     cut_error: bool = False     # the chunk did not end between two events (or the document ended early)
     json_error: tuple[int, str] | None = None   # (byte offset in the chunk, msgspec's words)
+    error: str | None = None    # any other reason the chunk cannot be read
 
 
 _BYTE = re.compile(r"\(byte (\d+)\)")
@@ -243,6 +245,13 @@ _BYTE = re.compile(r"\(byte (\d+)\)")
 
 def decode_events(doc: bytes | memoryview) -> Chunk:
     """The events of `doc`, a JSON array of consecutive events of traceEvents."""
+    try:
+        return _decode_events(doc)
+    except TraceError as e:     # e.g. an id beyond 128 bits
+        return Chunk({}, 0, error=str(e))
+
+
+def _decode_events(doc: bytes | memoryview) -> Chunk:
     try:
         return _fast_chunk(_EVENTS.decode(doc))
     except msgspec.ValidationError:
@@ -331,7 +340,7 @@ def _problem(err: msgspec.ValidationError) -> str:
         what, where = text.split(" - at `", 1)
         where = where.rstrip("`")
         return f"{where.replace('$.', '', 1) if where != '$' else 'the event'}: {what[0].lower()}{what[1:]}"
-    return text
+    return f"the event: {text[0].lower()}{text[1:]}"
 
 
 def _normalised(e: _LooseEvent) -> _Event:
@@ -445,7 +454,7 @@ def _last_separator(buf: bytes, lo: int) -> re.Match | None:
     return matches[-1] if matches else None
 
 
-def split(path: Path, block: int = BLOCK) -> Iterator[tuple[memoryview | bytes, int] | Document]:
+def split(path: Path, block: int | None = None) -> Iterator[tuple[memoryview | bytes, int] | Document]:
     """Yield (a JSON array of consecutive events, the file offset of its first byte) chunk by chunk,
     then the `Document` (metadata).
 

@@ -129,6 +129,8 @@ def _keep(path: Path, chunks: list[Chunk], chunk: Chunk, offset: int) -> None:
 def _raise_for(path: Path, chunk: Chunk, offset: int) -> None:
     if chunk.cut_error:
         raise kineto._Fallback()
+    if chunk.error is not None:
+        raise TraceError(f"{path}: {chunk.error}")
     if chunk.json_error is not None:
         at, words = chunk.json_error
         where = f" near byte {offset + at}" if offset >= 0 else ""

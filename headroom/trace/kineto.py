@@ -270,6 +270,8 @@ def _decode_events(doc: bytes | memoryview) -> Chunk:
 
 
 def _json_problem(e: msgspec.DecodeError, length: int) -> Chunk:
+    if "UTF-8" in str(e):
+        return Chunk({}, 0, json_error=(-1, "invalid UTF-8 in a string"))
     m = _BYTE.search(str(e))
     # The array starts between two events, so everything before its closing bracket is the
     # document's own text: an error there is the document's; one at the bracket (or past the

@@ -128,12 +128,14 @@ def _keep(path: Path, chunks: list[Chunk], chunk: Chunk, offset: int) -> None:
 
 def _raise_for(path: Path, chunk: Chunk, offset: int) -> None:
     if chunk.cut_error:
+        if offset < 0:    # events of a document already decoded whole cannot be cut wrong
+            raise TraceError(f"{path}: invalid JSON (an event of traceEvents could not be decoded)")
         raise kineto._Fallback()
     if chunk.error is not None:
         raise TraceError(f"{path}: {chunk.error}")
     if chunk.json_error is not None:
         at, words = chunk.json_error
-        where = f" near byte {offset + at}" if offset >= 0 else ""
+        where = f" near byte {offset + at}" if offset >= 0 and at >= 0 else ""
         raise TraceError(f"{path}: invalid JSON ({words}{where})")
 
 

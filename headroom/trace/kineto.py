@@ -386,9 +386,10 @@ def id_series(values: list) -> pl.Series:
 
 
 def _text_series(values: list) -> pl.Series:
-    """pid/tid as text: traces mix numbers with names such as "Spans"."""
+    """pid/tid: Int64 while every one is a number, else text (traces mix numbers with names such as
+    "Spans"); tables.py turns both into the same categories of text."""
     try:
-        return pl.Series(values, dtype=pl.Int64).cast(pl.String)
+        return pl.Series(values, dtype=pl.Int64)
     except (OverflowError, TypeError, ValueError, pl.exceptions.PolarsError):
         return pl.Series(list(map(str, values)), dtype=pl.String)
 
@@ -407,7 +408,7 @@ def _table(table: str, events: list[_Event], kinds: list[str], index: list[int])
         if c == "kind":
             out[c] = pl.Series(kinds, dtype=pl.String)
         elif c == "index":
-            out[c] = pl.Series(index, dtype=pl.Int64)
+            out[c] = pl.Series(np.asarray(index, dtype=np.int64))
         elif c in ("pid", "tid"):
             out[c] = _text_series(list(map(_GET[c], events)))
         elif c in ("ts", "dur"):
@@ -573,8 +574,15 @@ def _json_words(message: str, raw: bytes) -> str:
 # --- the worker process ---------------------------------------------------------------
 
 def workers_wanted() -> int:
-    """Worker processes for the other cores: one on a machine of two or more (HEADROOM_LOAD_WORKERS=0: none)."""
+    """One worker process when another core is free: the machine has two or more and its load average
+    leaves one idle (on a busy machine a second process only competes; docs/benchmarks.md measures both).
+    HEADROOM_LOAD_WORKERS=0 or 1 decides instead."""
     wanted = os.environ.get("HEADROOM_LOAD_WORKERS")
     if wanted is not None and wanted.strip().isdigit():
         return min(int(wanted), 1)
-    return 1 if (os.cpu_count() or 1) >= 2 else 0
+    cores = os.cpu_count() or 1
+    try:
+        busy = os.getloadavg()[0]
+    except OSError:
+        busy = 0.0
+    return 1 if cores >= 2 and busy <= cores - 1 else 0

@@ -158,9 +158,12 @@ def _assemble(path: Path, chunks: list[Chunk], doc: Document, lenient: bool):
         chunk.tables = {}
     tables = {}
     for table in kineto.TABLES:
-        empty = kineto._table(table, [], [], [])
+        frames = parts[table] or [kineto._table(table, [], [], [])]
+        if len({f.schema["pid"] for f in frames} | {f.schema["tid"] for f in frames}) > 1:
+            # numbers in some chunks, names ("Spans") in others: text everywhere
+            frames = [f.with_columns(pl.col("pid", "tid").cast(pl.String)) for f in frames]
         try:
-            tables[table] = pl.concat([empty, *parts[table]], how="vertical_relaxed")
+            tables[table] = pl.concat(frames, how="vertical_relaxed")
         except pl.exceptions.PolarsError as e:   # pragma: no cover - the columns are typed per table
             raise TraceError(f"{path}: cannot combine the {table} table ({e})") from None
         parts[table] = []

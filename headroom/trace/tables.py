@@ -103,6 +103,11 @@ def _categories(column: pl.Series) -> pd.Categorical:
 
 def _thread_keys(column: pl.Series) -> pd.Categorical:
     """pid/tid as strings, stored as categories (numeric ones in numeric order)."""
+    if column.dtype.is_integer() and column.null_count() == 0:
+        # All numbers: dense ranks are the codes of the numerically ordered categories.
+        codes = (column.rank("dense") - 1).cast(pl.Int64).to_numpy() if len(column) else np.empty(0, np.int64)
+        return pd.Categorical.from_codes(codes, categories=[str(v) for v in column.unique().sort().to_list()])
+    column = column.cast(pl.String)
     codes, values = _distinct(column)
     order = sorted(range(len(values)), key=lambda i: _numbers_first(values[i]))
     rank = np.empty(len(values), dtype=np.int64)
@@ -130,6 +135,9 @@ def _link_flows(table: pl.DataFrame, flows: pl.DataFrame, phases: list[str]) -> 
     """Fill a missing correlation from the flow event at the same thread and time (its id is the correlation)."""
     if table["correlation"].null_count() == 0:
         return table
+    if table.schema["pid"] != flows.schema["pid"] or table.schema["tid"] != flows.schema["tid"]:
+        table = table.with_columns(pl.col("pid", "tid").cast(pl.String))
+        flows = flows.with_columns(pl.col("pid", "tid").cast(pl.String))
     ends = (flows.filter((pl.col("kind") == "ac2g") & pl.col("ph").is_in(phases) & pl.col("id").is_not_null())
             .select("pid", "tid", "ts", flow_id="id").unique(subset=["pid", "tid", "ts"], keep="last"))
     return (table.join(ends, on=["pid", "tid", "ts"], how="left", maintain_order="left")
@@ -138,7 +146,7 @@ def _link_flows(table: pl.DataFrame, flows: pl.DataFrame, phases: list[str]) -> 
 
 def _flow_pairs(flows: pl.DataFrame) -> pd.DataFrame:
     """fwdbwd flows as linked (start, finish) pairs; a start without its finish (or the reverse) links nothing."""
-    f = flows.filter(pl.col("kind") == "fwdbwd")
+    f = flows.filter(pl.col("kind") == "fwdbwd").with_columns(pl.col("pid", "tid").cast(pl.String))
     ends = {ph: f.filter(pl.col("ph") == ph).unique(subset=["id"], keep="first", maintain_order=True)
             .select("id", pl.col("pid").alias(f"{side}_pid"), pl.col("tid").alias(f"{side}_tid"),
                     pl.col("ts").alias(f"{side}_ts"))

@@ -1,6 +1,28 @@
-"""headroom: how much faster does a real model get if someone writes a faster GPU kernel?"""
+"""headroom: how much faster does a real model get if someone writes a faster GPU kernel?
+
+    import headroom
+    a = headroom.analyze("traces/dlrm.train.json.gz")       # an Analysis; a.to_frame(): per category
+    headroom.project(a, speedup=["category:embedding=1.552"]).to_frame()
+    headroom.targets(a).to_frame()
+
+The functions live in :mod:`headroom.api` and are imported on first use, so `import headroom`
+stays cheap for the processes that need only a part of it (the verify children, the CLI).
+"""
 
 __version__ = "0.1.0"
+_API = ("analyze", "analyze_all", "project", "summary", "targets", "Analysis", "ProjectResult", "Targets")
+
+
+def __getattr__(name: str):
+    if name in _API:
+        from headroom import api
+
+        return getattr(api, name)
+    raise AttributeError(f"module 'headroom' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_API])
 
 
 def _checkout_workloads() -> None:

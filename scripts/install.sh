@@ -17,7 +17,10 @@ fi
 [ -x "$VENV/bin/python" ] || "$PY" -m venv "$VENV"
 pip() { "$VENV/bin/python" -m pip --disable-pip-version-check -q "$@"; }
 pip install "$TORCH" "$FBGEMM"
-pip install -e ".[test]"
+# The distribution was called `headroom` before it became kernel-headroom: drop an old editable install.
+"$VENV/bin/python" -m pip --disable-pip-version-check -q uninstall -y headroom >/dev/null 2>&1 || true
+# The core plus every extra but recsys (its torchrec and fbgemm pins are the two lines around this one).
+pip install -e ".[profile,verify,test]"
 pip install --no-deps torchrec==1.8.0 holistictraceanalysis==0.5.0
 pip install tensordict torchmetrics tqdm pyre-extensions iopath plotly networkx psutil pyyaml
 "$VENV/bin/python" - <<'PY'

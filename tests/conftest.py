@@ -67,6 +67,22 @@ class TraceBuilder:
                                      **({"External id": ext} if ext else {})}})
         return corr
 
+    def runtime(self, name: str, ts: float, corr: int, dur: float = 1.0) -> None:
+        """A CUDA runtime call that launches nothing (cudaEventRecord, cudaStreamWaitEvent, ...)."""
+        self.events.append({"ph": "X", "cat": "cuda_runtime", "name": name, "pid": self.pid, "tid": self.tid,
+                            "ts": ts, "dur": dur, "args": {"cbid": 0, "correlation": corr}})
+
+    def sync(self, kind: str, ts: float, stream: int, corr: int, wait_on_stream: int = -1,
+             record_corr: int = -1, device: int = 0, dur: float = 0.0) -> None:
+        """A CUPTI synchronization record as Kineto writes it (profiles with enable_cuda_sync_events)."""
+        args = {"cuda_sync_kind": kind}
+        if kind in ("Event Sync", "Stream Wait Event"):
+            args.update({"wait_on_stream": wait_on_stream, "wait_on_cuda_event_record_corr_id": record_corr,
+                         "wait_on_cuda_event_id": 3})
+        args.update({"stream": stream, "correlation": corr, "device": device, "context": 1})
+        self.events.append({"ph": "X", "cat": "cuda_sync", "name": kind, "pid": device, "tid": stream,
+                            "ts": ts, "dur": dur, "args": args})
+
     def doc(self, **top) -> dict:
         return {"schemaVersion": 1, "traceEvents": self.events, **top}
 

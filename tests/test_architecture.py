@@ -39,7 +39,7 @@ def test_a_broken_contract_fails(tmp_path):
     config.write_text('[tool.importlinter]\nroot_packages = ["headroom"]\n\n'
                       '[[tool.importlinter.contracts]]\nname = "report may not import project"\n'
                       'type = "forbidden"\nsource_modules = ["headroom.report"]\n'
-                      'forbidden_modules = ["headroom.project"]\n')
+                      'forbidden_modules = ["headroom.projection"]\n')
     p = subprocess.run([exe, "--no-cache", "--config", str(config)], cwd=REPO, capture_output=True, text=True,
                        timeout=300)
     assert p.returncode == 1 and "BROKEN" in p.stdout and "headroom.report" in p.stdout

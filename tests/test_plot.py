@@ -14,8 +14,8 @@ from conftest import hta_trace
 from headroom.report import plot
 from headroom.trace.analysis import analyze
 from headroom.errors import UserError
-from headroom.project.projection import project
-from headroom.project.speedups import parse_cli_speedup
+from headroom.projection.project import project
+from headroom.projection.speedups import parse_cli_speedup
 from headroom.report.tables import addressable_summary, category_fractions, projection_table
 
 

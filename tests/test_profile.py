@@ -185,7 +185,7 @@ def test_a_failed_step_leaves_no_trace_behind(tmp_path, fail_at):
 
 
 def test_an_interrupted_export_leaves_no_partial_file(tmp_path, monkeypatch):
-    import headroom.profile.manifest as hp
+    import headroom.jsonio as hp
 
     def boom(*a, **k):
         raise KeyboardInterrupt
@@ -316,3 +316,23 @@ def test_llama_7b_default_finishes_on_a_cpu(tmp_path):
     assert x is not None and x.factor == 16 and x.block_ranges == 2
     assert x.fractions()["gemm"] > 0.5                       # fp32 matmuls dominate a CPU prefill
     assert r.analysis.mode == "cpu-ops"
+
+
+def test_cuda_profiles_ask_kineto_for_sync_records():
+    """The replay's cross-stream model needs Kineto's cuda_sync records: asked for on CUDA, not on the CPU."""
+    from torch._C._profiler import _ExperimentalConfig
+
+    from headroom.profile.run import _experimental_config
+
+    assert isinstance(_experimental_config(torch.device("cuda", 0)), _ExperimentalConfig)
+    assert _experimental_config(torch.device("cpu")) is None
+
+
+def test_a_partial_run_records_the_whole_models_parameter_count(tmp_path):
+    r = run(tmp_path, "llama-7b", batch=1, seq=8, layers=1)
+    spec = get_workload("llama-7b")
+    assert r.config.extrapolated and r.manifest["params_full"] == spec.param_count_meta("tiny")
+    assert r.manifest["params_full"] > r.manifest["params"]
+    assert r.manifest["profiler"]["cuda_sync_events"] is False        # a CPU run: no CUDA sync records
+    whole = run(tmp_path / "whole", "llama-7b", batch=1, seq=8)
+    assert "params_full" not in whole.manifest and whole.manifest["params"] == spec.param_count_meta("tiny")

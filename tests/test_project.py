@@ -15,14 +15,14 @@ from typer.testing import CliRunner
 from conftest import hta_trace
 from headroom.trace.analysis import analyze
 from headroom.errors import UserError
-from headroom.project.amdahl import amdahl
-from headroom.project.baseline import Baseline
-from headroom.project.distributions import Distribution
-from headroom.project.matching import select
-from headroom.project.projection import project
-from headroom.project.replay import cross_stream_deps, replay, replay_check, replay_projection
-from headroom.project.scenarios import distribution_scenarios
-from headroom.project.speedups import parse_cli_speedup
+from headroom.projection.amdahl import amdahl
+from headroom.projection.baseline import Baseline
+from headroom.projection.distributions import Distribution
+from headroom.projection.matching import select
+from headroom.projection.project import project
+from headroom.projection.replay import cross_stream_deps, replay, replay_check, replay_projection
+from headroom.projection.scenarios import distribution_scenarios
+from headroom.projection.speedups import parse_cli_speedup
 from headroom.report.tables import projection_table
 
 
@@ -342,3 +342,21 @@ def test_shipped_launch_bound_decode_gains_nothing():
     r = project(a, [parse_cli_speedup("category:addressable=2")])
     assert r.get("amdahl").gain > 0.001
     assert r.get("replay").gain < 1e-4 and r.get("replay", "zero_time").gain < 1e-4
+
+
+def test_cross_stream_wait_runs_on_a_kineto_trace_with_sync_records(builder, tmp_path):
+    """The loader keeps cuda_sync records (Trace.syncs), so the replay's wait model runs on a real-format trace."""
+    from tests.test_trace import _stream_wait_trace
+
+    a = analyze(_stream_wait_trace(builder, tmp_path / "sync.json"))
+    assert a.wall_us == pytest.approx(171.0)
+    check = replay_check(a)
+    assert check["cross_stream_deps"] == 1 and check["max_abs_error_us"] == 0.0
+    res = project(a, [parse_cli_speedup("kernel:^P$=2")])
+    # P (stream 7) takes 50 us instead of 100; C (stream 8) waited on it, so it starts at 70 + the
+    # measured 1 us gap and the window ends at 121. Without the wait record C would stay at 121-171.
+    assert res.get("replay").projected_us == pytest.approx(121.0)
+    assert res.get("replay", "zero_time").projected_us == pytest.approx(100.0)   # C at launch + 5 us; CPU step end
+    no_syncs = Baseline.from_analysis(a)
+    no_syncs.syncs = None
+    assert project(no_syncs, [parse_cli_speedup("kernel:^P$=2")]).get("replay").projected_us == pytest.approx(171.0)

@@ -80,8 +80,8 @@ def test_addressable_fraction_shrinks_as_llama_grows():
 
 def test_dcn_cross_net_is_selectable_for_dlrm_bench_06():
     # workloads/dlrm.py marks the cross net with a range; DLRM-Bench 06 selects exactly those kernels.
-    from headroom.project.matching import select
-    from headroom.project.problems import load_problems
+    from headroom.projection.matching import select
+    from headroom.projection.problems import load_problems
 
     a = analyze(SHIPPED_TRACES / "dlrm-dcn.train.json.gz")
     cross = a.events["annotation"].str.contains("inter_arch.crossnet", regex=False).to_numpy()

@@ -11,11 +11,11 @@ import pandas as pd
 import pytest
 
 from headroom.errors import UserError
-from headroom.project.distributions import Distribution, load_distribution
-from headroom.project.matching import resolve, select
-from headroom.project.problems import load_problems
-from headroom.project.selectors import parse_selector
-from headroom.project.speedups import collect_entries, load_speedup_file, parse_cli_speedup, parse_factor
+from headroom.projection.distributions import Distribution, load_distribution
+from headroom.projection.matching import resolve, select
+from headroom.projection.problems import load_problems
+from headroom.projection.selectors import parse_selector
+from headroom.projection.speedups import collect_entries, load_speedup_file, parse_cli_speedup, parse_factor
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -15,10 +15,10 @@ from typer.testing import CliRunner
 from conftest import hta_trace
 from headroom.trace.analysis import analyze
 from headroom.errors import UserError
-from headroom.project.amdahl import amdahl
-from headroom.project.baseline import Baseline
-from headroom.project.matching import select
-from headroom.project.targets import module_class_path, targets, targets_dict
+from headroom.projection.amdahl import amdahl
+from headroom.projection.baseline import Baseline
+from headroom.projection.matching import select
+from headroom.projection.targets import module_class_path, targets, targets_dict
 from headroom.report.scaling import scaling_table
 from headroom.report.tables import addressable_summary, category_fractions
 

@@ -219,3 +219,39 @@ def test_events_that_cannot_be_read_are_counted_not_dropped_silently(tmp_path):
     assert t.cpu["name"].tolist() == ["fine"]
     assert t.warnings == ["3 events could not be read and were skipped "
                           "(first: event 0: the event: expected `object`, got `int`)"]
+
+
+def _stream_wait_trace(builder, path):
+    """P on stream 7; C on stream 8 waits for P through cudaEventRecord + cudaStreamWaitEvent."""
+    b = builder
+    b.step(1, 0.0, 100.0)
+    b.kernel("P", 10.0, 20.0, 100.0, stream=7)
+    b.runtime("cudaEventRecord", 15.0, corr=5000)
+    b.runtime("cudaStreamWaitEvent", 17.0, corr=5001)
+    b.sync("Stream Wait Event", 18.0, stream=8, corr=5001, wait_on_stream=7, record_corr=5000)
+    b.kernel("C", 19.0, 121.0, 50.0, stream=8)
+    b.sync("Event Sync", 95.0, stream=-1, corr=5002, wait_on_stream=8, record_corr=5003, dur=76.0)
+    return b.write(path)
+
+
+def test_loader_keeps_cuda_sync_records(builder, tmp_path):
+    t = load_trace(_stream_wait_trace(builder, tmp_path / "sync.json"))
+    s = t.syncs
+    assert s["name"].tolist() == ["Stream Wait Event", "Event Sync"]
+    assert s["stream"].tolist() == [8, -1] and s["device"].tolist() == [0, 0]
+    assert s["wait_on_stream"].tolist() == [7, 8]
+    assert s["wait_on_cuda_event_record_corr_id"].tolist() == [5000, 5003]
+    assert s["correlation"].tolist() == [5001, 5002] and s["dur"].tolist() == [0.0, 76.0]
+    assert len(t.gpu) == 2 and len(t.launches) == 4           # the syncs are not GPU activity
+
+
+def test_lenient_path_keeps_the_same_sync_records(builder, tmp_path, monkeypatch):
+    path = _stream_wait_trace(builder, tmp_path / "sync.json")
+    fast = load_trace(path).syncs
+    force_lenient_path(monkeypatch)
+    pd.testing.assert_frame_equal(load_trace(path).syncs, fast)
+
+
+def test_traces_without_sync_records_have_an_empty_table():
+    t = load_trace(SHIPPED_TRACES / "bert-base.infer.json.gz")
+    assert len(t.syncs) == 0 and {"wait_on_stream", "wait_on_cuda_event_record_corr_id"} <= set(t.syncs.columns)

@@ -66,7 +66,7 @@ def test_suite_results_file_feeds_headroom_project(tmp_path):
                         ("gelu_linear", "honest.py"): "pass"}
     assert doc["missing_candidates"] == ["large_mean"]
 
-    from headroom.project.speedups import load_speedup_file
+    from headroom.projection.speedups import load_speedup_file
 
     sf = load_speedup_file(out)
     assert sf.kind == "verify"

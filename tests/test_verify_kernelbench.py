@@ -31,7 +31,7 @@ def test_kernelbench_l1_suite_at_cpu_scale():
 
 def test_problem_names_are_known_to_the_projection():
     """Results name their problem; `headroom project` maps the name to kernels (headroom/data/problems.toml)."""
-    from headroom.project.problems import load_problems
+    from headroom.projection.problems import load_problems
 
     known = load_problems()
     assert all(name in known for name in bench.NAMES)

@@ -11,6 +11,7 @@ import sys
 import typer
 
 from headroom.errors import UserError
+from headroom.extras import EXTRA_OF_MODULE, missing
 
 app = typer.Typer(
     add_completion=False,
@@ -27,10 +28,8 @@ def _register_commands() -> None:
         module.register(app)
 
 
-def fail(message: str) -> typer.Exit:
-    """Print one line to stderr and return the exit to raise (code 2)."""
-    print(f"headroom: error: {message}", file=sys.stderr)
-    return typer.Exit(code=2)
+# The extra a command's optional modules come from (the core commands need none).
+_EXTRA_OF_COMMAND = {"profile": "profile", "workloads": "profile", "verify": "verify", "bench": "verify"}
 
 
 def main() -> None:
@@ -39,6 +38,14 @@ def main() -> None:
         app()
     except UserError as e:
         print(f"headroom: error: {e}", file=sys.stderr)
+        sys.exit(2)
+    except ModuleNotFoundError as e:
+        module = (e.name or "").split(".")[0]
+        if module not in EXTRA_OF_MODULE:
+            raise
+        command = next((a for a in sys.argv[1:] if not a.startswith("-")), "")
+        extra = _EXTRA_OF_COMMAND.get(command) if module == "torch" else None
+        print(f"headroom: error: {missing(module, command, extra)}", file=sys.stderr)
         sys.exit(2)
     except KeyboardInterrupt:
         print("headroom: interrupted", file=sys.stderr)

@@ -14,18 +14,19 @@ import typer
 from rich.console import Console
 
 from headroom.errors import UserError
+from headroom.extras import require
+from headroom.jsonio import dumps
 
-PHASES = ("build", "warm-up", "timing", "profiling", "export", "classify")
 
 
 class RichProgress:
-    """Phase display on stderr: a spinner while a phase runs, a line with its time when done."""
+    """Stage display on stderr: a spinner while a stage runs, a line with its time when done."""
 
     def __init__(self, console: Console):
         self.console = console
 
     @contextlib.contextmanager
-    def phase(self, name: str, detail: str = "") -> Iterator[None]:
+    def stage(self, name: str, detail: str = "") -> Iterator[None]:
         t0 = time.perf_counter()
         label = f"[bold]{name}[/bold] {detail}".rstrip()
         with self.console.status(label, spinner="dots"):
@@ -73,6 +74,7 @@ def profile(
     full_size: bool = typer.Option(False, "--full-size", help="On a CPU, run the real defaults (no scaling)."),
 ) -> None:
     """Run a workload under torch.profiler and say where the time went."""
+    require("torch", "profile", "profile")
     from headroom.profile.run import profile_workload
     from headroom.profile.workload import Options
 
@@ -90,7 +92,7 @@ def profile(
                                   timed_steps=timed_steps, workload_file=workload_file,
                                   progress=RichProgress(err), command=command)
     if as_json:
-        print(json.dumps(result.to_dict(), default=str))
+        print(dumps(result.to_dict()))
         return
     from headroom.report.render import make_console, render_profile
 

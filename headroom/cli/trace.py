@@ -2,18 +2,18 @@
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 from typing import List, Optional
 
 import typer
 
-from headroom.trace.analysis import analyze, analyze_path
+from headroom.jsonio import dumps
 from headroom.report.annotate import annotate_trace
-from headroom.trace.classify import load_policy, load_rules
 from headroom.report.render import make_console, render_analysis, render_summary
 from headroom.report.tables import summary_frame
+from headroom.trace.analysis import analyze, analyze_path
+from headroom.trace.classify import load_policy, load_rules
 from headroom.trace.load import find_trace_files
 
 RulesOpt = typer.Option(None, "--rules", help="TOML file of extra classification rules (tried first).")
@@ -49,7 +49,7 @@ def classify(
                     lenient=lenient, use_cache=not no_cache)
         print_warnings(a)
         if as_json:
-            print(json.dumps(a.to_dict(all_kernels=all_kernels)))
+            print(dumps(a.to_dict(all_kernels=all_kernels)))
             continue
         render_analysis(a, console)
         if all_kernels:

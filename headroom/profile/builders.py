@@ -4,11 +4,9 @@ from __future__ import annotations
 
 import contextlib
 import math
-from dataclasses import replace
 from typing import Any, Callable, Iterator, Sequence
 
 from headroom.profile.nvtx import phase_range
-from headroom.profile.workload import RunConfig
 
 
 @contextlib.contextmanager
@@ -128,6 +126,3 @@ def compile_model(model: Any, blocks: Sequence[tuple[str, Any]], per_block: bool
         return model
     return torch.compile(model)
 
-
-def replace_config(cfg: RunConfig, **changes: Any) -> RunConfig:
-    return replace(cfg, **changes)

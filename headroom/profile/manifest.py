@@ -5,44 +5,27 @@ from __future__ import annotations
 
 import gzip
 import json
-import os
 from pathlib import Path
 from typing import Any
+
+from headroom.jsonio import atomic_file, dumps, write_json
 
 MANIFEST_NAME = "manifest.json"
 MANIFEST_SCHEMA = 1
 
 
 def _inject_and_compress(raw_json: Path, manifest: dict[str, Any], dest: Path) -> None:
-    """Put the manifest under a top-level "headroom" key, gzip to a temp file, rename to `dest`."""
+    """Put the manifest under a top-level "headroom" key, gzip, and write `dest` atomically."""
     data = raw_json.read_bytes()
     brace = data.find(b"{")
     if brace < 0:
         raise RuntimeError(f"{raw_json}: the profiler wrote no JSON object")
-    head = b'"headroom": ' + json.dumps(manifest, default=str).encode() + b",\n"
-    tmp = dest.with_name(f".{dest.name}.{os.getpid()}.tmp")
-    try:
-        with open(tmp, "wb") as f:
-            with gzip.GzipFile(fileobj=f, mode="wb", compresslevel=6, mtime=0) as gz:
-                gz.write(data[:brace + 1])
-                gz.write(head)
-                gz.write(data[brace + 1:])
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, dest)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
-
-
-def write_json_atomic(path: Path, obj: Any) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        tmp.write_text(json.dumps(obj, indent=2, default=str) + "\n")
-        os.replace(tmp, path)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
+    head = b'"headroom": ' + dumps(manifest).encode() + b",\n"
+    with atomic_file(dest) as f:
+        with gzip.GzipFile(fileobj=f, mode="wb", compresslevel=6, mtime=0) as gz:
+            gz.write(data[:brace + 1])
+            gz.write(head)
+            gz.write(data[brace + 1:])
 
 
 def update_manifest(out_dir: Path, trace_name: str, entry: dict[str, Any]) -> Path:
@@ -58,6 +41,6 @@ def update_manifest(out_dir: Path, trace_name: str, entry: dict[str, Any]) -> Pa
             pass
     doc["traces"][trace_name] = entry
     doc["traces"] = dict(sorted(doc["traces"].items()))
-    write_json_atomic(path, doc)
+    write_json(path, doc)
     return path
 

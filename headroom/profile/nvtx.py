@@ -72,8 +72,8 @@ def nvtx_push(name: str) -> None:
     impl = _nvtx_impl()
     if not impl:
         return
-    kind, mod = impl
-    if kind == "nvtx":
+    backend, mod = impl
+    if backend == "nvtx":
         mod.push_range(name, domain="headroom")
     else:
         mod.range_push(name)
@@ -83,8 +83,8 @@ def nvtx_pop() -> None:
     impl = _nvtx_impl()
     if not impl:
         return
-    kind, mod = impl
-    if kind == "nvtx":
+    backend, mod = impl
+    if backend == "nvtx":
         mod.pop_range(domain="headroom")
     else:
         mod.range_pop()

@@ -9,9 +9,10 @@ from headroom.profile.nvtx import nvtx_pop, nvtx_push
 
 
 class Progress:
-    """Callbacks for the phases; the CLI renders them, the API is quiet by default."""
+    """Callbacks for the stages (build, warm-up, timing, profiling, export, classify); the CLI renders
+    them, the API is quiet by default."""
 
-    def phase(self, name: str, detail: str = "") -> ContextManager[None]:
+    def stage(self, name: str, detail: str = "") -> ContextManager[None]:
         return nullcontext()
 
     def note(self, message: str) -> None:
@@ -19,10 +20,10 @@ class Progress:
 
 
 @contextmanager
-def _phase(progress: Progress, name: str, detail: str = "") -> Iterator[None]:
+def _stage(progress: Progress, name: str, detail: str = "") -> Iterator[None]:
     nvtx_push(f"headroom/{name}")
     try:
-        with progress.phase(name, detail):
+        with progress.stage(name, detail):
             yield
     finally:
         nvtx_pop()

@@ -36,10 +36,8 @@ def discover() -> None:
     if _DISCOVERED:
         return
     _DISCOVERED = True
-    try:
-        import headroom.workloads as workloads
-    except ImportError:  # the package is not importable (e.g. installed without it)
-        return
+    import headroom.workloads as workloads
+
     for info in pkgutil.iter_modules(workloads.__path__):
         if info.name.startswith("_"):
             continue

@@ -31,20 +31,25 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from headroom.devices import resolve_device
 from headroom.errors import UserError
 from headroom.profile.environment import environment
 from headroom.profile.manifest import MANIFEST_SCHEMA, _inject_and_compress, update_manifest
 from headroom.profile.nvtx import instrument_blocks
 from headroom.profile.oom import _is_oom, _oom_error
-from headroom.profile.progress import Progress, _phase
+from headroom.profile.progress import Progress, _stage
 from headroom.profile.registry import get_workload, load_workload_file
-from headroom.profile.timer import StepStats, _sync, _Timer
+from headroom.profile.timer import _sync, _Timer
+from headroom.stepstats import StepStats
 from headroom.profile.workload import Options, RunConfig, Step, WorkloadSpec
+from headroom.trace.analysis import Analysis, analyze
 from headroom.trace.layers import LayerExtrapolation, extrapolate_layers
 
-# Steps per phase: (warm-up, timed, profiled) on a GPU and on a CPU.
+# Steps per stage: (warm-up, timed, profiled) on a GPU and on a CPU.
 GPU_STEPS = (3, 10, 3)
 CPU_STEPS = (1, 3, 1)
+# torch.profiler's schedule before the recorded steps.
+PROFILER_WAIT, PROFILER_WARMUP = 1, 1
 
 
 @dataclass
@@ -56,7 +61,7 @@ class ProfileResult:
     manifest: dict[str, Any]
     timed: StepStats
     profiled: StepStats
-    analysis: Any                      # headroom.trace.analysis.Analysis
+    analysis: Analysis
     layers: LayerExtrapolation | None = None
 
     @property
@@ -82,30 +87,147 @@ class ProfileResult:
         }
 
 
-def resolve_device(device: str | None) -> Any:
-    import torch
-
-    if device in (None, "", "auto"):
-        device = "cuda" if torch.cuda.is_available() else "cpu"
-    try:
-        d = torch.device(device)
-    except RuntimeError:
-        raise UserError(f"unknown --device '{device}'; use auto, cpu or cuda") from None
-    if d.type == "cuda" and not torch.cuda.is_available():
-        raise UserError("--device cuda: no CUDA device is available here")
-    if d.type not in ("cuda", "cpu"):
-        raise UserError(f"--device {device}: only cpu and cuda are supported")
-    if d.type == "cuda" and d.index is None:   # an explicit index: set_device, NCCL and DMP want one
-        d = torch.device("cuda", torch.cuda.current_device())
-    return d
-
-
 def _free(device: Any) -> None:
     gc.collect()
     if device.type == "cuda":
         import torch
 
         torch.cuda.empty_cache()
+
+
+@dataclass
+class _Measured:
+    """What one profiled run measured, before the trace is written."""
+
+    timed: StepStats
+    profiled: StepStats
+    build_s: float
+    warmup_s: float
+    peak_gb: float | None
+    params: int | None
+    info: dict[str, Any]
+    block_ranges: bool
+    activities: list[str]
+    cuda_sync_events: bool
+
+
+def _experimental_config(dev: Any) -> Any:
+    """Kineto's cuda_sync records (stream waits on events), for the replay's cross-stream model, where torch
+    supports them (torch >= 2.4 on CUDA); None elsewhere."""
+    if dev.type != "cuda":
+        return None
+    try:
+        from torch._C._profiler import _ExperimentalConfig
+
+        return _ExperimentalConfig(enable_cuda_sync_events=True)
+    except (ImportError, TypeError):   # an older torch: no such option
+        return None
+
+
+def _measure(spec: WorkloadSpec, cfg: RunConfig, dev: Any, counts: tuple[int, int, int], raw_trace: Path,
+             progress: Progress, record_shapes: bool) -> _Measured:
+    """build -> warm-up -> timed steps (no profiler) -> profiled steps, exported to `raw_trace`."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile, schedule
+
+    warmup, timed_steps, steps = counts
+    step: Step | None = None
+    try:
+        with _stage(progress, "build", f"{spec.name} ({cfg.variant}, batch {cfg.batch}"
+                                       f"{', seq ' + str(cfg.seq) if cfg.seq else ''}, {cfg.dtype})"):
+            t0 = time.perf_counter()
+            step = spec.build(cfg, dev)
+            use_ranges = bool(step.blocks) and not (cfg.compile and not cfg.extrapolated)
+            if use_ranges:
+                step.add_hooks(instrument_blocks(step.blocks, train=cfg.mode == "train"))
+            _sync(dev)
+            build_s = time.perf_counter() - t0
+
+        with _stage(progress, "warm-up", f"{warmup} steps"):
+            t0 = time.perf_counter()
+            for _ in range(warmup):
+                step()
+            _sync(dev)
+            warm_s = time.perf_counter() - t0
+
+        with _stage(progress, "timing", f"{timed_steps} steps without the profiler"):
+            timer = _Timer(dev)
+            for _ in range(timed_steps):
+                with timer.step():
+                    step()
+            timed = timer.results()
+
+        exported: list[bool] = []
+
+        def on_trace_ready(prof: Any) -> None:
+            prof.export_chrome_trace(str(raw_trace))
+            exported.append(True)
+
+        activities = [ProfilerActivity.CPU]
+        if dev.type == "cuda":
+            activities.append(ProfilerActivity.CUDA)
+        experimental = _experimental_config(dev)
+        with _stage(progress, "profiling", f"{steps} steps (after {PROFILER_WAIT} wait + {PROFILER_WARMUP} warm-up)"):
+            ptimer = _Timer(dev)
+            with profile(activities=activities, on_trace_ready=on_trace_ready, record_shapes=record_shapes,
+                         schedule=schedule(wait=PROFILER_WAIT, warmup=PROFILER_WARMUP, active=steps, repeat=1),
+                         experimental_config=experimental) as prof:
+                for _ in range(PROFILER_WAIT + PROFILER_WARMUP + steps):
+                    with ptimer.step():
+                        step()
+                    prof.step()
+            profiled = ptimer.results(slice(PROFILER_WAIT + PROFILER_WARMUP, None))
+        if not exported:
+            raise RuntimeError("torch.profiler exported no trace (on_trace_ready never ran)")
+        peak_gb = torch.cuda.max_memory_allocated(dev) / 2**30 if dev.type == "cuda" else None
+    except BaseException as e:
+        if dev.type == "cuda" and not isinstance(e, KeyboardInterrupt) and _is_oom(e):
+            if step is not None:
+                step.close()
+            step = None
+            _free(dev)
+            raise _oom_error(e, spec, cfg, dev) from None
+        raise
+    finally:
+        if step is not None:
+            step.close()
+    measured = _Measured(timed=timed, profiled=profiled, build_s=build_s, warmup_s=warm_s, peak_gb=peak_gb,
+                         params=step.params, info=dict(step.info), block_ranges=use_ranges,
+                         activities=[a.name for a in activities], cuda_sync_events=experimental is not None)
+    step = None
+    _free(dev)
+    return measured
+
+
+def _run_manifest(spec: WorkloadSpec, cfg: RunConfig, dev: Any, m: _Measured, counts: tuple[int, int, int],
+                  record_shapes: bool, command: str | None, started: datetime, name: str) -> dict[str, Any]:
+    """How the numbers were made: the configuration, the environment, the timing (docs/workloads.md)."""
+    t, p = m.timed, m.profiled
+    overhead = p.median_ms / t.median_ms - 1.0 if t.n and t.median_ms > 0 else None
+    return {
+        "schema": MANIFEST_SCHEMA,
+        "tool": "headroom profile",
+        **cfg.to_dict(),
+        "domain": spec.domain,
+        "model": spec.model,
+        "params": m.params,
+        # The whole model's count when only some blocks were built (the scaling chart's x).
+        **({"params_full": spec.param_count_meta(cfg.flavour)} if cfg.extrapolated else {}),
+        "info": m.info,
+        "block_ranges": m.block_ranges,
+        "device_type": dev.type,
+        **environment(dev),
+        "profiler": {"schedule": {"wait": PROFILER_WAIT, "warmup": PROFILER_WARMUP, "active": counts[2]},
+                     "record_shapes": record_shapes, "with_stack": False, "activities": m.activities,
+                     "cuda_sync_events": m.cuda_sync_events},
+        "steps": {"warmup": counts[0], "timed": counts[1], "profiled": counts[2]},
+        "timing": {"step_ms": t.median_ms, "timed": t.to_dict(), "profiled": p.to_dict(),
+                   "overhead": overhead, "build_s": round(m.build_s, 2), "warmup_s": round(m.warmup_s, 2)},
+        "peak_memory_gb": round(m.peak_gb, 2) if m.peak_gb is not None else None,
+        "command": command or " ".join(shlex.quote(a) for a in sys.argv),
+        "date": started.isoformat(timespec="seconds"),
+        "trace": name,
+    }
 
 
 def profile_workload(
@@ -123,11 +245,11 @@ def profile_workload(
     record_shapes: bool = True,
     trace_name: str | None = None,
 ) -> ProfileResult:
-    """Run `workload` under torch.profiler; return timing, the trace path and its `Analysis`."""
-    import torch
-    from torch.profiler import ProfilerActivity, profile, schedule
+    """Run `workload` under torch.profiler; return timing, the trace path and its `Analysis`.
 
-    from headroom.trace.analysis import analyze
+    `steps`/`warmup`/`timed_steps`: profiled, warm-up and unprofiled timed steps (None: GPU_STEPS or CPU_STEPS).
+    """
+    import torch
 
     progress = progress or Progress()
     options = options or Options()
@@ -137,10 +259,9 @@ def profile_workload(
     dev = resolve_device(device)
     cfg = spec.resolve(options, dev.type)
     d_warm, d_timed, d_prof = GPU_STEPS if dev.type == "cuda" else CPU_STEPS
-    warmup = d_warm if warmup is None else warmup
-    timed_steps = d_timed if timed_steps is None else timed_steps
-    steps = d_prof if steps is None else steps
-    if steps < 1 or warmup < 0 or timed_steps < 0:
+    counts = (d_warm if warmup is None else warmup, d_timed if timed_steps is None else timed_steps,
+              d_prof if steps is None else steps)
+    if counts[2] < 1 or counts[0] < 0 or counts[1] < 0:
         raise UserError("--steps must be at least 1; --warmup and --timed-steps at least 0")
     if dev.type == "cpu":
         progress.note("no CUDA device: running on the CPU; the trace is classified by CPU operator")
@@ -162,105 +283,21 @@ def profile_workload(
         torch.cuda.reset_peak_memory_stats(dev)
     torch.manual_seed(0)
 
-    step: Step | None = None
     started = datetime.now(timezone.utc)
     try:
-        try:
-            with _phase(progress, "build", f"{spec.name} ({cfg.variant}, batch {cfg.batch}"
-                                           f"{', seq ' + str(cfg.seq) if cfg.seq else ''}, {cfg.dtype})"):
-                t0 = time.perf_counter()
-                step = spec.build(cfg, dev)
-                use_ranges = bool(step.blocks) and not (cfg.compile and not cfg.extrapolated)
-                if use_ranges:
-                    step.add_hooks(instrument_blocks(step.blocks, train=cfg.mode == "train"))
-                _sync(dev)
-                build_s = time.perf_counter() - t0
-
-            with _phase(progress, "warm-up", f"{warmup} steps"):
-                t0 = time.perf_counter()
-                for _ in range(warmup):
-                    step()
-                _sync(dev)
-                warm_s = time.perf_counter() - t0
-
-            with _phase(progress, "timing", f"{timed_steps} steps without the profiler"):
-                timer = _Timer(dev)
-                for _ in range(timed_steps):
-                    with timer.step():
-                        step()
-                timed = timer.results()
-
-            exported: list[bool] = []
-
-            def on_trace_ready(prof: Any) -> None:
-                prof.export_chrome_trace(str(raw_tmp))
-                exported.append(True)
-
-            activities = [ProfilerActivity.CPU]
-            if dev.type == "cuda":
-                activities.append(ProfilerActivity.CUDA)
-            wait, warm = 1, 1
-            with _phase(progress, "profiling", f"{steps} steps (after {wait} wait + {warm} warm-up)"):
-                ptimer = _Timer(dev)
-                with profile(activities=activities, schedule=schedule(wait=wait, warmup=warm, active=steps, repeat=1),
-                             on_trace_ready=on_trace_ready, record_shapes=record_shapes) as prof:
-                    for _ in range(wait + warm + steps):
-                        with ptimer.step():
-                            step()
-                        prof.step()
-                profiled = ptimer.results(slice(wait + warm, None))
-            if not exported:
-                raise RuntimeError("torch.profiler exported no trace (on_trace_ready never ran)")
-            peak_gb = torch.cuda.max_memory_allocated(dev) / 2**30 if dev.type == "cuda" else None
-        except BaseException as e:
-            if dev.type == "cuda" and not isinstance(e, KeyboardInterrupt) and _is_oom(e):
-                if step is not None:
-                    step.close()
-                step = None
-                _free(dev)
-                raise _oom_error(e, spec, cfg, dev) from None
-            raise
-        finally:
-            if step is not None:
-                step.close()
-        params = step.params
-        info = dict(step.info)
-        step = None
-        _free(dev)
-
-        overhead = profiled.median_ms / timed.median_ms - 1.0 if timed.n and timed.median_ms > 0 else None
-        manifest: dict[str, Any] = {
-            "schema": MANIFEST_SCHEMA,
-            "tool": "headroom profile",
-            **cfg.to_dict(),
-            "domain": spec.domain,
-            "model": spec.model,
-            "params": params,
-            "info": info,
-            "block_ranges": use_ranges,
-            "device_type": dev.type,
-            **environment(dev),
-            "profiler": {"schedule": {"wait": wait, "warmup": warm, "active": steps},
-                         "record_shapes": record_shapes, "with_stack": False,
-                         "activities": [a.name for a in activities]},
-            "steps": {"warmup": warmup, "timed": timed_steps, "profiled": steps},
-            "timing": {"step_ms": timed.median_ms, "timed": timed.to_dict(), "profiled": profiled.to_dict(),
-                       "overhead": overhead, "build_s": round(build_s, 2), "warmup_s": round(warm_s, 2)},
-            "peak_memory_gb": round(peak_gb, 2) if peak_gb is not None else None,
-            "command": command or " ".join(shlex.quote(a) for a in sys.argv),
-            "date": started.isoformat(timespec="seconds"),
-            "trace": name,
-        }
-        with _phase(progress, "export", str(trace_path)):
+        measured = _measure(spec, cfg, dev, counts, raw_tmp, progress, record_shapes)
+        manifest = _run_manifest(spec, cfg, dev, measured, counts, record_shapes, command, started, name)
+        with _stage(progress, "export", str(trace_path)):
             _inject_and_compress(raw_tmp, manifest, trace_path)
     finally:
         if raw_tmp.exists():
             raw_tmp.unlink()
 
-    with _phase(progress, "classify"):
+    timed = measured.timed
+    with _stage(progress, "classify"):
         analysis = analyze(trace_path)
         layers = None
-        if use_ranges and cfg.layers is not None and cfg.total_layers is not None:
+        if measured.block_ranges and cfg.layers is not None and cfg.total_layers is not None:
             layers = extrapolate_layers(analysis, cfg.layers, cfg.total_layers,
                                         timed_step_ms=timed.median_ms if timed.n else None)
     entry = dict(manifest)
@@ -272,4 +309,5 @@ def profile_workload(
     }
     manifest_path = update_manifest(out_dir, name, entry)
     return ProfileResult(workload=spec.name, config=cfg, trace_path=trace_path, manifest_path=manifest_path,
-                         manifest=manifest, timed=timed, profiled=profiled, analysis=analysis, layers=layers)
+                         manifest=manifest, timed=timed, profiled=measured.profiled, analysis=analysis,
+                         layers=layers)

@@ -2,48 +2,11 @@
 
 from __future__ import annotations
 
-import statistics
 import time
 from contextlib import contextmanager
-from dataclasses import dataclass
 from typing import Any, Iterator
 
-
-@dataclass
-class StepStats:
-    """Per-step times in milliseconds and how they were measured."""
-
-    times_ms: list[float]
-    method: str
-
-    @property
-    def n(self) -> int:
-        return len(self.times_ms)
-
-    @property
-    def median_ms(self) -> float:
-        return float(statistics.median(self.times_ms)) if self.times_ms else float("nan")
-
-    @property
-    def mean_ms(self) -> float:
-        return float(statistics.fmean(self.times_ms)) if self.times_ms else float("nan")
-
-    @property
-    def min_ms(self) -> float:
-        return float(min(self.times_ms)) if self.times_ms else float("nan")
-
-    @property
-    def max_ms(self) -> float:
-        return float(max(self.times_ms)) if self.times_ms else float("nan")
-
-    @property
-    def stdev_ms(self) -> float:
-        return float(statistics.stdev(self.times_ms)) if len(self.times_ms) > 1 else 0.0
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"n": self.n, "method": self.method, "median_ms": self.median_ms, "mean_ms": self.mean_ms,
-                "min_ms": self.min_ms, "max_ms": self.max_ms, "stdev_ms": self.stdev_ms,
-                "times_ms": [round(t, 4) for t in self.times_ms]}
+from headroom.stepstats import StepStats
 
 
 class _Timer:

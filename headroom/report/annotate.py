@@ -5,9 +5,9 @@ from __future__ import annotations
 import gzip
 import json
 import os
-import tempfile
 from pathlib import Path
 
+from headroom.jsonio import atomic_file
 from headroom.trace.analysis import analyze
 from headroom.trace.load import read_trace_json
 
@@ -30,15 +30,7 @@ def annotate_trace(source: str | os.PathLike, out: str | os.PathLike, rules=None
         args["headroom_addressable"] = bool(addr)
         if op:
             args["headroom_op"] = op
-    out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=out.parent, prefix=f".{out.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            data = json.dumps(doc).encode()
-            f.write(gzip.compress(data, compresslevel=6) if out.name.endswith(".gz") else data)
-        os.replace(tmp, out)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    data = json.dumps(doc).encode()
+    with atomic_file(out) as f:
+        f.write(gzip.compress(data, compresslevel=6) if Path(out).name.endswith(".gz") else data)
     return len(ev)

@@ -20,6 +20,7 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 
 from headroom.errors import UserError
+from headroom.trace.classify import category_group
 
 FORMATS = ("png", "svg", "pdf")
 # Non-addressable categories in greys, addressable ones in colour: the split is visible in print.
@@ -75,7 +76,7 @@ def addressable_figure(fractions: pd.DataFrame, summary: pd.DataFrame | None = N
                 if r.addressable and addr_left is None:
                     addr_left = left
                 if r.fraction >= LABEL_MIN:
-                    dark = (not r.addressable) and r.category in ("gemm", "attention", "conv")
+                    dark = (not r.addressable) and r.category in category_group("vendor")
                     ax.text(left + r.fraction / 2, y, f"{100 * r.fraction:.0f}%", ha="center", va="center",
                             fontsize=6.5, color="white" if dark else "black",
                             bbox=None if dark else dict(boxstyle="round,pad=0.1", fc="white", ec="none", alpha=0.7))

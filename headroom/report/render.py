@@ -13,7 +13,7 @@ from rich.table import Table
 
 from headroom.profile.run import ProfileResult
 from headroom.profile.workload import WorkloadSpec
-from headroom.project.projection import ProjectResult
+from headroom.projection.project import ProjectResult
 from headroom.trace.analysis import MODE_CPU, Analysis
 
 def make_console() -> Console:

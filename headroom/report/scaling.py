@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import re
-from typing import Any, Sequence
+from typing import Sequence
 
 import pandas as pd
 
 from headroom.errors import UserError
 from headroom.report.tables import _label
+from headroom.trace.analysis import Analysis
+from headroom.trace.classify import category_group
+from headroom.trace.layers import extrapolate_layers
+from headroom.trace.ranges import BLOCK_RANGE_PREFIX
 
-_PARAM_KEYS = ("params", "parameters", "num_params", "n_params", "param_count")
 _SIZE_SUFFIX = re.compile(r"[-_](\d+(\.\d+)?[kmbt]|tiny|mini|small|base|medium|large|xl|xxl|\d+)$", re.IGNORECASE)
 
 
@@ -31,73 +34,58 @@ def family_of(manifest: dict) -> str:
     return " ".join(x for x in (base, variant) if x)
 
 
-def _manifest_value(m: dict, keys: Sequence[str]) -> Any:
-    for k in keys:
-        if k in m and m[k] not in (None, ""):
-            return m[k]
-    for sub in ("model", "workload", "config"):
-        if isinstance(m.get(sub), dict):
-            v = _manifest_value(m[sub], keys)
-            if v is not None:
-                return v
-    return None
-
-
-_FULL_PARAM_KEYS = ("params_full", "total_params", "full_params")
-
-
-def _full_params(m: dict, source: str, cache: dict) -> tuple[float | None, str]:
-    """The whole model's parameter count, and where it came from.
+def _full_params(m: dict, source: str, cache: dict) -> float | None:
+    """The whole model's parameter count.
 
     A run that built only some of its blocks (``layers < total_layers``, see
     `headroom profile --layers`) records the built model's count in ``params``;
-    the whole model's comes from ``params_full`` when the manifest has it, else
-    from the workload registry (counted on the meta device).
+    the whole model's comes from ``params_full`` when the manifest has it (runs since
+    it was added), else from the workload registry (counted on the meta device).
     """
-    v = _manifest_value(m, _FULL_PARAM_KEYS)
-    if v is not None:
-        return v, "manifest"
+    if m.get("params_full") is not None:
+        return m["params_full"]
     layers, total = m.get("layers"), m.get("total_layers")
     partial = isinstance(layers, int) and isinstance(total, int) and 0 < layers < total
-    if partial and m.get("workload"):
-        key = (m["workload"], m.get("flavour") or "default")
-        if key not in cache:
-            try:
-                from headroom.profile.registry import get_workload
-                cache[key] = float(get_workload(key[0]).param_count_meta(key[1]))
-            except Exception:  # no registry entry, or the model cannot be built here
-                cache[key] = None
-        if cache[key] is not None:
-            return cache[key], "registry"
+    if not partial:
+        return m.get("params")
+    if not m.get("workload"):
         raise UserError(f"{source}: built {layers} of {total} blocks and records no whole-model parameter "
                         f"count (give --params)")
-    return _manifest_value(m, _PARAM_KEYS), "manifest"
+    key = (m["workload"], m.get("flavour") or "default")
+    if key not in cache:
+        from headroom.profile.registry import get_workload
+
+        spec = get_workload(key[0])
+        try:
+            cache[key] = float(spec.param_count_meta(key[1]))
+        except ModuleNotFoundError as e:
+            raise UserError(f"{source}: built {layers} of {total} blocks; counting the whole model's parameters "
+                            f"needs {e.name} (pip install 'kernel-headroom[profile]'), or give --params") from None
+    return cache[key]
 
 
-def _whole_model_fractions(a: Any, m: dict) -> tuple[float, float, bool]:
+def _whole_model_fractions(a: Analysis, m: dict) -> tuple[float, float, bool]:
     """(addressable fraction, GEMM+attention fraction, extrapolated?) of the whole model.
 
     Runs that built only some blocks are scaled to all blocks with
-    `headroom.profile.extrapolate_layers` (block work x total/built).
+    `headroom.trace.layers.extrapolate_layers` (block work x total/built).
     """
     cats = a.categories
     total = float(a.total_us)
     layers, tl = m.get("layers"), m.get("total_layers")
-    if isinstance(layers, int) and isinstance(tl, int) and 0 < layers < tl and getattr(a, "trace", None) is not None:
-        try:
-            from headroom.trace.layers import extrapolate_layers
-            ext = extrapolate_layers(a, layers, tl)
-        except Exception:
-            ext = None
-        if ext is not None:
-            c = ext.categories
-            ga = float(c.loc[c["name"].isin(["gemm", "attention"]), "fraction"].sum())
-            return float(ext.addressable_fraction), ga, True
-    ga = float(cats.loc[cats["name"].isin(["gemm", "attention"]), "us"].sum()) if len(cats) else 0.0
+    if isinstance(layers, int) and isinstance(tl, int) and 0 < layers < tl:
+        ext = extrapolate_layers(a, layers, tl) if a.trace is not None else None
+        if ext is None:
+            raise UserError(f"{a.source}: built {layers} of {tl} blocks but has no '{BLOCK_RANGE_PREFIX}...' "
+                            f"ranges to extrapolate the whole model from")
+        c = ext.categories
+        ga = float(c.loc[c["name"].isin(category_group("gemm_attention")), "fraction"].sum())
+        return float(ext.addressable_fraction), ga, True
+    ga = float(cats.loc[cats["name"].isin(category_group("gemm_attention")), "us"].sum()) if len(cats) else 0.0
     return float(a.addressable_fraction), (ga / total if total > 0 else 0.0), False
 
 
-def scaling_table(analyses: Sequence[Any], params: Sequence[float] | None = None,
+def scaling_table(analyses: Sequence[Analysis], params: Sequence[float] | None = None,
                   labels: Sequence[str] | None = None, family: str | None = None,
                   skip_missing: bool = False, min_sizes: int = 1) -> pd.DataFrame:
     """Addressable fraction against parameter count, for traces of one family at several sizes.
@@ -106,7 +94,7 @@ def scaling_table(analyses: Sequence[Any], params: Sequence[float] | None = None
     (the whole model's: ``params_full``, else the workload registry for runs that
     built only some blocks, else ``params``); a trace without one is an error, or
     skipped with ``skip_missing``. Runs that built only some blocks are
-    extrapolated to the whole model (``headroom.profile.extrapolate_layers``).
+    extrapolated to the whole model (``headroom.trace.layers.extrapolate_layers``).
     ``min_sizes``: keep only families with that many distinct sizes. Columns:
     workload, family, params, addressable_fraction, gemm_attention_fraction,
     extrapolated; sorted by params.
@@ -114,12 +102,12 @@ def scaling_table(analyses: Sequence[Any], params: Sequence[float] | None = None
     rows = []
     cache: dict = {}
     for k, a in enumerate(analyses):
-        m = getattr(a, "manifest", None) or {}
-        src = getattr(a, "source", "trace")
+        m = a.manifest
+        src = a.source
         if params is not None:
             p = params[k]
         else:
-            p, _ = _full_params(m, src, cache) if not skip_missing else _try(lambda: _full_params(m, src, cache))
+            p = _full_params(m, src, cache) if not skip_missing else _try(lambda: _full_params(m, src, cache))
         if p is None and skip_missing:
             continue
         if p is None:
@@ -142,4 +130,4 @@ def _try(fn):
     try:
         return fn()
     except UserError:
-        return None, ""
+        return None

@@ -8,28 +8,16 @@ count (the scaling chart, :mod:`headroom.report.scaling`) and the summary table.
 
 from __future__ import annotations
 
-from pathlib import Path
-from typing import Any, Sequence
+from typing import Sequence
 
 import numpy as np
 import pandas as pd
 
 from headroom.errors import UserError
-from headroom.project.projection import ProjectResult
-from headroom.trace.analysis import Analysis
+from headroom.projection.project import ProjectResult
+from headroom.trace.analysis import Analysis, trace_label
+from headroom.trace.classify import category_group
 
-NOT_ADDRESSABLE_CORE = ("gemm", "attention", "conv")
-
-
-def workload_label(a: Analysis) -> str:
-    m = a.manifest
-    if m.get("workload"):
-        variant = m.get("variant") or ""
-        return f"{m['workload']}{' ' + variant if variant else ''}"
-    name = Path(a.source).name
-    for suffix in (".json.gz", ".json", ".pt.trace"):
-        name = name.removesuffix(suffix)
-    return name
 
 
 def summary_frame(analyses: list[Analysis]) -> pd.DataFrame:
@@ -37,12 +25,12 @@ def summary_frame(analyses: list[Analysis]) -> pd.DataFrame:
     rows = []
     for a in analyses:
         cats = a.categories.set_index("name")["fraction"] if len(a.categories) else pd.Series(dtype=float)
-        core = float(sum(cats.get(c, 0.0) for c in NOT_ADDRESSABLE_CORE))
+        core = float(sum(cats.get(c, 0.0) for c in category_group("vendor")))
         addr_ops = a.ops[a.ops["addressable_us"] > 0].sort_values("addressable_us", ascending=False)
         top = addr_ops.iloc[0] if len(addr_ops) else None
         m = a.manifest
         rows.append({
-            "workload": workload_label(a),
+            "workload": trace_label(a),
             "trace": a.source,
             "mode": a.mode,
             "device": a.device_name,
@@ -59,20 +47,11 @@ def summary_frame(analyses: list[Analysis]) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def _label(a: Any, label: str | None) -> str:
-    if label:
-        return label
-    if hasattr(a, "manifest") and hasattr(a, "source"):
-        return workload_label(a)
-    src = str(getattr(a, "source", "trace"))
-    base = src.rsplit("/", 1)[-1]
-    for suffix in (".json.gz", ".json", ".pt.trace"):
-        if base.endswith(suffix):
-            base = base[: -len(suffix)]
-    return base
+def _label(a: Analysis, label: str | None) -> str:
+    return label or trace_label(a)
 
 
-def category_fractions(analyses: Sequence[Any], labels: Sequence[str] | None = None,
+def category_fractions(analyses: Sequence[Analysis], labels: Sequence[str] | None = None,
                        basis: str = "kernel") -> pd.DataFrame:
     """One row per (workload, category): the category's fraction, for the addressable-fraction figure.
 
@@ -93,7 +72,7 @@ def category_fractions(analyses: Sequence[Any], labels: Sequence[str] | None = N
             for r in cats.itertuples(index=False):
                 rows.append((label, r.name, bool(r.addressable), float(r.us), float(r.us) / denom if denom > 0 else 0.0))
         else:
-            denom = float(a.wall_us) * int(getattr(a, "n_devices", 1) or 1)
+            denom = float(a.wall_us) * a.n_devices
             for r in cats.itertuples(index=False):
                 rows.append((label, r.name, bool(r.addressable), float(r.wall_us),
                              float(r.wall_us) / denom if denom > 0 else 0.0))
@@ -110,7 +89,7 @@ def category_fractions(analyses: Sequence[Any], labels: Sequence[str] | None = N
     return df
 
 
-def addressable_summary(analyses: Sequence[Any], labels: Sequence[str] | None = None,
+def addressable_summary(analyses: Sequence[Analysis], labels: Sequence[str] | None = None,
                         basis: str = "kernel") -> pd.DataFrame:
     """Per workload: the addressable fraction (the label on each bar)."""
     df = category_fractions(analyses, labels, basis)

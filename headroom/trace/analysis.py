@@ -69,12 +69,21 @@ class Analysis:
             return str(props[0].get("name", ""))
         return str(self.manifest.get("gpu", {}).get("name", "")) if isinstance(self.manifest.get("gpu"), dict) else ""
 
+    @property
+    def label(self) -> str:
+        return trace_label(self)
+
+    def to_frame(self) -> pd.DataFrame:
+        """Where the time went: one row per category (name, us, fraction, wall_us, wall_fraction,
+        addressable, count), longest first."""
+        return self.categories.copy()
+
     def unknown_kernels(self, limit: int = 20) -> pd.DataFrame:
         k = self.kernels
         return k[k["category"] == "other"].head(limit)
 
     def to_dict(self, all_kernels: bool = False) -> dict[str, Any]:
-        """The `headroom classify --json` contract (docs/cli.md)."""
+        """The `headroom classify --json` contract (docs/architecture.md, "The `Analysis` object")."""
         out: dict[str, Any] = {
             "trace": self.source,
             "mode": self.mode,
@@ -111,6 +120,18 @@ class Analysis:
                 for r in self.kernels.itertuples(index=False)
             ]
         return out
+
+
+def trace_label(a: Analysis) -> str:
+    """What tables and figures call a trace: the workload and variant its manifest records, else the file name."""
+    m = a.manifest
+    if m.get("workload"):
+        variant = m.get("variant") or ""
+        return f"{m['workload']}{' ' + variant if variant else ''}"
+    name = Path(a.source).name
+    for suffix in (".json.gz", ".json", ".pt.trace"):
+        name = name.removesuffix(suffix)
+    return name
 
 
 def _cpu_events(trace: Trace) -> pd.DataFrame:

@@ -10,18 +10,14 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from importlib import resources
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
+from headroom.datafiles import read_toml, shipped
 from headroom.errors import UserError
 
-try:
-    import tomllib
-except ImportError:  # Python 3.10
-    import tomli as tomllib
 
 OTHER = "other"
 _FIELDS = ("kernel", "op", "annotation", "module")
@@ -63,15 +59,8 @@ class Policy:
 
 def _read_toml(path: Path | None, default: str) -> tuple[dict, str]:
     if path is None:
-        text = resources.files("headroom.data").joinpath(default).read_text()
-        return tomllib.loads(text), f"headroom/data/{default}"
-    path = Path(path)
-    try:
-        return tomllib.loads(path.read_text()), str(path)
-    except FileNotFoundError:
-        raise UserError(f"{path}: no such file") from None
-    except tomllib.TOMLDecodeError as e:
-        raise UserError(f"{path}: invalid TOML ({e})") from None
+        return shipped(default), f"headroom/data/{default}"
+    return read_toml(path), str(path)
 
 
 def _compile_rules(doc: dict, source: str) -> list[Rule]:
@@ -99,6 +88,11 @@ def _compile_rules(doc: dict, source: str) -> list[Rule]:
                     raise UserError(f"{source}: rule {i}: bad {f} regex {r[f]!r} ({e})") from None
         out.append(Rule(category=r["category"], kind=kind, why=r.get("why", ""), **pats))
     return out
+
+
+def category_group(name: str) -> tuple[str, ...]:
+    """A named group of categories (headroom/data/categories.toml): vendor, gemm_attention, memory, ..."""
+    return tuple(shipped("categories.toml")["groups"][name])
 
 
 def load_rules(extra: Path | str | None = None) -> list[Rule]:

@@ -57,6 +57,9 @@ class _Args(msgspec.Struct, rename={"external_id": "External id"}, gc=False):
     device: Union[int, None] = None
     stream: Union[int, None] = None
     bytes: Union[int, float, None] = None
+    # cuda_sync "Stream Wait Event" / "Event Sync": the stream and the cudaEventRecord call waited on.
+    wait_on_stream: Union[int, None] = None
+    wait_on_cuda_event_record_corr_id: Union[int, None] = None
 
 
 class _Event(msgspec.Struct, gc=False):
@@ -81,6 +84,8 @@ class _LooseArgs(msgspec.Struct, rename={"external_id": "External id"}, gc=False
     device: Id = None
     stream: Id = None
     bytes: Union[int, float, str, None] = None
+    wait_on_stream: Id = None
+    wait_on_cuda_event_record_corr_id: Id = None
 
 
 class _LooseEvent(msgspec.Struct, gc=False):
@@ -118,12 +123,14 @@ _TABLE_OF_CATEGORY = {
     "user_annotation": ("cpu", "user_annotation"),
     "python_function": ("cpu", "python_function"),
     "gpu_user_annotation": ("gpu_annotations", "gpu_user_annotation"),
+    # CUPTI synchronization records (profiles taken with enable_cuda_sync_events).
+    "cuda_sync": ("syncs", "cuda_sync"),
     # Flows: launch -> kernel (used when a trace omits `correlation`), forward op -> backward op.
     "ac2g": ("flows", "ac2g"), "async_cpu_to_gpu": ("flows", "ac2g"),
     "fwdbwd": ("flows", "fwdbwd"),
 }
 GPU_CATEGORIES = frozenset(c for c, (t, _) in _TABLE_OF_CATEGORY.items() if t == "gpu")
-TABLES = ("gpu", "launches", "cpu", "gpu_annotations", "flows")
+TABLES = ("gpu", "launches", "cpu", "gpu_annotations", "syncs", "flows")
 # The columns each table keeps.
 TABLE_COLUMNS = {
     "gpu": ["name", "kind", "pid", "tid", "ts", "dur", "device", "stream", "correlation", "external_id",
@@ -131,11 +138,14 @@ TABLE_COLUMNS = {
     "launches": ["name", "kind", "pid", "tid", "ts", "dur", "correlation", "external_id", "index"],
     "cpu": ["name", "kind", "pid", "tid", "ts", "dur", "external_id", "index"],
     "gpu_annotations": ["name", "pid", "tid", "ts", "dur", "device", "stream", "index"],
+    "syncs": ["name", "pid", "tid", "ts", "dur", "device", "stream", "correlation", "wait_on_stream",
+              "wait_on_cuda_event_record_corr_id", "index"],
     "flows": ["kind", "ph", "pid", "tid", "ts", "id", "index"],
 }
 _SCHEMA = {"name": pl.String, "kind": pl.String, "ph": pl.String, "pid": pl.String, "tid": pl.String,
            "ts": pl.Float64, "dur": pl.Float64, "device": pl.Int64, "stream": pl.Int64, "correlation": pl.Int64,
-           "external_id": pl.Int64, "id": pl.Int64, "bytes": pl.Float64, "index": pl.Int64}
+           "external_id": pl.Int64, "id": pl.Int64, "bytes": pl.Float64, "index": pl.Int64,
+           "wait_on_stream": pl.Int64, "wait_on_cuda_event_record_corr_id": pl.Int64}
 MODULE_PREFIX = "nn.Module: "   # the only python_function events an analysis reads
 _FLOW_PHASES = frozenset("sft")
 
@@ -349,7 +359,9 @@ def _normalised(e: _LooseEvent) -> _Event:
     a = e.args
     args = None if a is None else _Args(
         external_id=_id_value(a.external_id), correlation=_id_value(a.correlation),
-        device=_id_value(a.device), stream=_id_value(a.stream), bytes=_float_value(a.bytes))
+        device=_id_value(a.device), stream=_id_value(a.stream), bytes=_float_value(a.bytes),
+        wait_on_stream=_id_value(a.wait_on_stream),
+        wait_on_cuda_event_record_corr_id=_id_value(a.wait_on_cuda_event_record_corr_id))
     return _Event(ph=e.ph, cat=e.cat, name=e.name, pid=e.pid, tid=e.tid, ts=_float_value(e.ts),
                   dur=_float_value(e.dur), id=_id_value(e.id), args=args)
 
@@ -395,7 +407,10 @@ def _text_series(values: list) -> pl.Series:
 
 
 _GET = {name: attrgetter(name) for name in ("name", "cat", "ph", "pid", "tid", "ts", "dur", "id")}
-_GET_ARG = {name: attrgetter(name) for name in ("external_id", "correlation", "device", "stream", "bytes")}
+_GET_ARG = {name: attrgetter(name) for name in ("external_id", "correlation", "device", "stream", "bytes",
+                                                "wait_on_stream", "wait_on_cuda_event_record_corr_id")}
+# Device and stream numbers: one beyond 64 bits is no number a device has (null: the pid/tid is used).
+_SMALL_IDS = frozenset(("device", "stream", "wait_on_stream"))
 
 
 def _table(table: str, events: list[_Event], kinds: list[str], index: list[int]) -> pl.DataFrame:
@@ -421,7 +436,8 @@ def _table(table: str, events: list[_Event], kinds: list[str], index: list[int])
             if args is None:
                 args = [_NO_ARGS if e.args is None else e.args for e in events]
             values = list(map(_GET_ARG[c], args))
-            out[c] = (pl.Series(values, dtype=pl.Float64) if c == "bytes" else id_series(values))
+            out[c] = (pl.Series(values, dtype=pl.Float64) if c == "bytes" else
+                      id_series(values).cast(pl.Int64, strict=False) if c in _SMALL_IDS else id_series(values))
     frame = pl.DataFrame(out)
     if table == "cpu":
         # python_function events are the bulk of a with_stack trace; only nn.Module ones are read.

@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from headroom.trace.analysis import Analysis
 from headroom.trace.attribute import containing_range
 from headroom.trace.ranges import BLOCK_RANGE_PREFIX
 
@@ -98,7 +99,7 @@ def block_mask(events: pd.DataFrame, ranges: pd.DataFrame) -> np.ndarray:
     return out
 
 
-def extrapolate_layers(analysis: Any, built: int, total: int, ranges: pd.DataFrame | None = None,
+def extrapolate_layers(analysis: Analysis, built: int, total: int, ranges: pd.DataFrame | None = None,
                        timed_step_ms: float | None = None) -> LayerExtrapolation | None:
     """Scale the per-block part of each category from `built` blocks to `total`.
 
@@ -151,7 +152,7 @@ def extrapolate_layers(analysis: Any, built: int, total: int, ranges: pd.DataFra
     wall_share = ev["wall_us"].to_numpy(dtype=float) if "wall_us" in ev else dur
     busy = float(wall_share.sum()) / steps
     busy_ext = busy + (factor - 1.0) * float(wall_share[inb].sum()) / steps
-    n_dev = max(int(getattr(analysis, "n_devices", 1)), 1)
+    n_dev = analysis.n_devices
     idle = max(1.0 - busy_ext / (step_ext * n_dev), 0.0) if step_ext > 0 else 0.0
     addr_meas = float(dur[addr].sum()) / steps
     addr_ext = addr_meas + (factor - 1.0) * float(dur[addr & inb].sum()) / steps

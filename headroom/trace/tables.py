@@ -24,6 +24,10 @@ class Trace:
     launches: name, cat (cuda_runtime|cuda_driver), pid, tid, ts, dur,
               correlation, external_id
     gpu_annotations: name, device, stream, ts, dur (gpu_user_annotation ranges)
+    syncs:    name ("Stream Wait Event", "Event Sync", ...), device, stream, ts, dur,
+              correlation, wait_on_stream, wait_on_cuda_event_record_corr_id (-1 where
+              absent): Kineto's cuda_sync records, in traces profiled with
+              ``enable_cuda_sync_events``; empty otherwise
     flows:    forward -> backward links (Kineto `fwdbwd` flows), one row per linked pair:
               id, start_pid, start_tid, start_ts, end_pid, end_tid, end_ts (the ends sit on the
               forward and the backward op's start). Launch -> kernel flows (`ac2g`) are used by
@@ -36,6 +40,7 @@ class Trace:
     cpu: pd.DataFrame
     launches: pd.DataFrame
     gpu_annotations: pd.DataFrame
+    syncs: pd.DataFrame
     base_ns: int | None = None
     metadata: dict[str, Any] = field(default_factory=dict)
     flows: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=FLOW_PAIR_COLUMNS))
@@ -131,6 +136,13 @@ def _cpu_side_columns(t: pl.DataFrame) -> dict[str, Any]:
             "ts": t["ts"].to_numpy(), "dur": t["dur"].fill_null(0.0).to_numpy()}
 
 
+def _device_side_columns(t: pl.DataFrame) -> dict[str, Any]:
+    """name/device/stream/ts/dur columns of a table of events on a device (GPU activities, GPU ranges, syncs)."""
+    return {"name": _names(t["name"]), "device": _small_ints(t["device"], t["pid"]),
+            "stream": _small_ints(t["stream"], t["tid"]), "ts": t["ts"].to_numpy(),
+            "dur": t["dur"].fill_null(0.0).to_numpy()}
+
+
 def _link_flows(table: pl.DataFrame, flows: pl.DataFrame, phases: list[str]) -> pl.DataFrame:
     """Fill a missing correlation from the flow event at the same thread and time (its id is the correlation)."""
     if table["correlation"].null_count() == 0:
@@ -161,13 +173,11 @@ def _tabulate(source: str, tables: dict[str, pl.DataFrame], base_ns: int | None,
     """The pandas tables the analyses use."""
     flows = tables.pop("flows")
     g = _link_flows(tables.pop("gpu"), flows, ["f", "t"])
+    device_side = _device_side_columns(g)
     gpu = pd.DataFrame({
-        "name": _names(g["name"]),
+        "name": device_side.pop("name"),
         "kind": _categories(g["kind"]),
-        "device": _small_ints(g["device"], g["pid"]),
-        "stream": _small_ints(g["stream"], g["tid"]),
-        "ts": g["ts"].to_numpy(),
-        "dur": g["dur"].fill_null(0.0).to_numpy(),
+        **device_side,
         "correlation": _ids(g["correlation"]),
         "external_id": _ids(g["external_id"]),
         "bytes": g["bytes"].to_numpy(),
@@ -178,13 +188,14 @@ def _tabulate(source: str, tables: dict[str, pl.DataFrame], base_ns: int | None,
                              "external_id": _ids(c["external_id"])})
     c = tables.pop("cpu")
     cpu = pd.DataFrame({**_cpu_side_columns(c), "external_id": _ids(c["external_id"])})
-    a = tables.pop("gpu_annotations")
-    gpu_annotations = pd.DataFrame({
-        "name": _names(a["name"]),
-        "device": _small_ints(a["device"], a["pid"]),
-        "stream": _small_ints(a["stream"], a["tid"]),
-        "ts": a["ts"].to_numpy(),
-        "dur": a["dur"].fill_null(0.0).to_numpy(),
+    gpu_annotations = pd.DataFrame(_device_side_columns(tables.pop("gpu_annotations")))
+    s = tables.pop("syncs")
+    syncs = pd.DataFrame({
+        **_device_side_columns(s),
+        "correlation": _ids(s["correlation"]),
+        "wait_on_stream": s["wait_on_stream"].fill_null(-1).to_numpy(),
+        "wait_on_cuda_event_record_corr_id": _ids(s["wait_on_cuda_event_record_corr_id"]),
     })
     return Trace(source=source, gpu=gpu, cpu=cpu, launches=launches, gpu_annotations=gpu_annotations,
-                 base_ns=base_ns, metadata=meta, flows=_flow_pairs(flows), warnings=list(warnings or []))
+                 syncs=syncs, base_ns=base_ns, metadata=meta, flows=_flow_pairs(flows),
+                 warnings=list(warnings or []))

@@ -28,18 +28,21 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Sequence
 
+import pandas as pd
+
 import numpy as np
 
 from headroom.errors import UserError
-from headroom.project.amdahl import Projection, amdahl
-from headroom.project.baseline import Breakdown, as_baseline, baseline_breakdown
-from headroom.project.distributions import Distribution
-from headroom.project.matching import Resolution, resolve, select
-from headroom.project.problems import ProblemMap, load_problems
-from headroom.project.replay import replay_check, replay_projection
-from headroom.project.scenarios import DEFAULT_QUANTILES, distribution_scenarios
-from headroom.project.selectors import parse_selector
-from headroom.project.speedups import Speedup
+from headroom.projection.amdahl import Projection, amdahl
+from headroom.projection.baseline import Baseline, Breakdown, as_baseline, baseline_breakdown
+from headroom.projection.distributions import Distribution
+from headroom.projection.matching import Resolution, resolve, select
+from headroom.projection.problems import ProblemMap, load_problems
+from headroom.projection.replay import replay_check, replay_projection
+from headroom.projection.scenarios import DEFAULT_QUANTILES, distribution_scenarios
+from headroom.projection.selectors import parse_selector
+from headroom.projection.speedups import Speedup
+from headroom.trace.analysis import Analysis
 
 PROFILER_OVERHEAD_WARN = 0.10  # warn when profiled steps are this much slower than unprofiled ones
 
@@ -68,6 +71,21 @@ class ProjectResult:
                 return p
         return None
 
+    def to_frame(self) -> pd.DataFrame:
+        """One row per projection: scenario, method, factor, measured and projected ms per step, the
+        end-to-end gain and speedup, and how the projected window divides."""
+        rows = []
+        for p in self.projections:
+            bd = p.breakdown.to_dict()
+            rows.append({"scenario": p.scenario, "method": p.method, "factor": p.factor,
+                         "measured_ms_per_step": self.per_step_us / 1e3, "projected_ms_per_step": p.per_step_us / 1e3,
+                         "gain": p.gain, "speedup": p.speedup, "kernel_fraction": bd["kernel_fraction"],
+                         "memory_communication_fraction": bd["memory_fraction"] + bd["communication_fraction"],
+                         "idle_fraction": bd["idle_fraction"]})
+        return pd.DataFrame(rows, columns=["scenario", "method", "factor", "measured_ms_per_step",
+                                           "projected_ms_per_step", "gain", "speedup", "kernel_fraction",
+                                           "memory_communication_fraction", "idle_fraction"])
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "trace": self.source, "mode": self.mode,
@@ -81,7 +99,7 @@ class ProjectResult:
         }
 
 
-def project(analysis: Any, entries: Sequence[Speedup] = (), distribution: Distribution | None = None,
+def project(analysis: Analysis | Baseline, entries: Sequence[Speedup] = (), distribution: Distribution | None = None,
             win_rate: float | None = None, median: float | None = None,
             scenario_select: str = "category:addressable", quantiles: Sequence[float] = DEFAULT_QUANTILES,
             strict: bool = False, problems: ProblemMap | None = None, methods: Sequence[str] = ("amdahl", "replay"),

@@ -11,24 +11,12 @@ import numpy as np
 import pandas as pd
 
 from headroom.errors import UserError
-from headroom.project.problems import ProblemMap, load_problems
-from headroom.project.selectors import Atom, Selector, parse_selector
-from headroom.project.speedups import Speedup
+from headroom.projection.problems import ProblemMap, load_problems
+from headroom.projection.selectors import Atom, Selector, parse_selector
+from headroom.projection.speedups import Speedup
+from headroom.trace.phases import event_phase
 
-# Where an event ran, from its launching ops and range: the optimizer step, the backward
-# pass (autograd engine, *Backward nodes, *_backward ops, a "backward" range), else forward.
-_OPTIMIZER_RX = re.compile(r"optimizer|^aten::_foreach_|^aten::_fused_(adam|adamw|sgd)|zero_grad", re.IGNORECASE)
-_BACKWARD_RX = re.compile(r"backward|autograd::engine", re.IGNORECASE)
 _GLOB_CHARS = set("*?[")
-
-
-def event_phase(*labels: str) -> str:
-    """forward | backward | optimizer for an event launched under these ops / ranges."""
-    if any(_OPTIMIZER_RX.search(x) for x in labels if x):
-        return "optimizer"
-    if any(_BACKWARD_RX.search(x) for x in labels if x):
-        return "backward"
-    return "forward"
 
 
 class _Matcher:
@@ -64,7 +52,7 @@ class _Matcher:
     def _atom(self, a: Atom) -> np.ndarray:
         p = a.pattern
         exact = (lambda v: fnmatch.fnmatchcase(v, p)) if _GLOB_CHARS & set(p) else (lambda v: v == p)
-        if a.kind == "category":
+        if a.field == "category":
             if p == "addressable":
                 if "addressable" not in self.events.columns:
                     return np.zeros(self.n, dtype=bool)
@@ -72,23 +60,23 @@ class _Matcher:
             if p in ("all", "*"):
                 return np.ones(self.n, dtype=bool)
             return self._by_value("category", exact)
-        if a.kind == "op":
+        if a.field == "op":
             return self._by_value("op", exact) | self._by_value("top_op", exact)
-        if a.kind == "kind":
+        if a.field == "kind":
             return self._by_value("kind", lambda v: v == p)
-        if a.kind == "phase":
+        if a.field == "phase":
             return self.phases() == p
-        if a.kind in ("kernel", "module", "annotation"):
+        if a.field in ("kernel", "module", "annotation"):
             rx = re.compile(p, re.IGNORECASE)
-            col = "name" if a.kind == "kernel" else a.kind
+            col = "name" if a.field == "kernel" else a.field
             return self._by_value(col, lambda v: v != "" and rx.search(v) is not None)
-        if a.kind == "problem":
+        if a.field == "problem":
             prob = self.problems.get(p)
             out = np.zeros(self.n, dtype=bool)
             for sel in prob.selectors:
                 out |= self.selector(sel)
             return out
-        raise AssertionError(a.kind)
+        raise AssertionError(a.field)
 
     def phases(self) -> np.ndarray:
         if not hasattr(self, "_phases"):
@@ -188,17 +176,19 @@ def resolve(entries: list[Speedup], events: pd.DataFrame, problems: ProblemMap |
             warnings.append(msg)
         else:
             seen[key] = i
+        skipped = False
         try:
             mask = m.selector(e.selector)
         except UserError as err:
-            if not e.source.endswith("headroom verify"):
+            if not e.verify_result:
                 raise
             # A verified result for a problem the mapping does not know: say so, use nothing.
             warnings.append(f"{e.label} ({e.source}): {err}; skipped")
             mask = np.zeros(n, dtype=bool)
+            skipped = True
         free = mask & (owner < 0)
         taken = mask & (owner >= 0)
-        if not mask.any() and not (warnings and warnings[-1].endswith("; skipped") and e.label in warnings[-1]):
+        if not mask.any() and not skipped:
             warnings.append(f"{e.label} ({e.source}) matches no kernel in this trace")
         elif taken.any():
             for j in np.unique(owner[taken]):

@@ -10,17 +10,13 @@ import difflib
 import re
 from dataclasses import dataclass
 from functools import lru_cache
-from importlib import resources
 from pathlib import Path
 from typing import Iterable
 
+from headroom.datafiles import read_toml, shipped
 from headroom.errors import UserError
-from headroom.project.selectors import Selector, parse_selector
+from headroom.projection.selectors import Selector, parse_selector
 
-try:
-    import tomllib
-except ImportError:  # Python 3.10
-    import tomli as tomllib
 
 
 def _norm_name(name: str) -> str:
@@ -31,7 +27,9 @@ def _norm_name(name: str) -> str:
 
 
 @dataclass(frozen=True)
-class Problem:
+class MappedProblem:
+    """A benchmark problem in the problem map: the selectors for the kernel time it stands for."""
+
     name: str
     suite: str
     selectors: tuple[Selector, ...]
@@ -41,8 +39,8 @@ class Problem:
 class ProblemMap:
     """Benchmark problem name -> the selectors for the kernel time it stands for."""
 
-    def __init__(self, problems: Iterable[Problem], source: str = "") -> None:
-        self.problems: dict[str, Problem] = {}
+    def __init__(self, problems: Iterable[MappedProblem], source: str = "") -> None:
+        self.problems: dict[str, MappedProblem] = {}
         self.source = source
         self._by_norm: dict[str, str] = {}
         self._by_bare: dict[str, list[str]] = {}
@@ -58,7 +56,7 @@ class ProblemMap:
     def __len__(self) -> int:
         return len(self.problems)
 
-    def find(self, name: str) -> Problem | None:
+    def find(self, name: str) -> MappedProblem | None:
         """Exact name, then case/``.py``/trailing-underscore-insensitive, then the name without its number if unique."""
         if name in self.problems:
             return self.problems[name]
@@ -70,7 +68,7 @@ class ProblemMap:
             return self.problems[bare[0]]
         return None
 
-    def get(self, name: str) -> Problem:
+    def get(self, name: str) -> MappedProblem:
         p = self.find(name)
         if p is None:
             close = difflib.get_close_matches(name, list(self.problems), n=3, cutoff=0.6)
@@ -85,7 +83,8 @@ class ProblemMap:
         return out
 
 
-def _parse_problem_doc(doc: dict, source: str) -> ProblemMap:
+def parse_problem_map(doc: dict, source: str) -> ProblemMap:
+    """A problem map from a parsed TOML document of [problem."NAME"] tables (select, suite, note)."""
     table = doc.get("problem")
     if not isinstance(table, dict) or not table:
         raise UserError(f"{source}: expected [problem.\"NAME\"] tables")
@@ -101,18 +100,17 @@ def _parse_problem_doc(doc: dict, source: str) -> ProblemMap:
         sels = []
         for s in sel:
             parsed = parse_selector(s)
-            if any(a.kind == "problem" for a in parsed.atoms):
+            if any(a.field == "problem" for a in parsed.atoms):
                 raise UserError(f"{source}: problem {name!r}: a problem cannot select another problem")
             sels.append(parsed)
-        out.append(Problem(name=name, suite=str(body.get("suite", "")), selectors=tuple(sels),
+        out.append(MappedProblem(name=name, suite=str(body.get("suite", "")), selectors=tuple(sels),
                            note=str(body.get("note", ""))))
     return ProblemMap(out, source)
 
 
 @lru_cache(maxsize=1)
 def _default_problems() -> ProblemMap:
-    text = resources.files("headroom.data").joinpath("problems.toml").read_text()
-    return _parse_problem_doc(tomllib.loads(text), "headroom/data/problems.toml")
+    return parse_problem_map(shipped("problems.toml"), "headroom/data/problems.toml")
 
 
 def load_problems(path: str | Path | None = None) -> ProblemMap:
@@ -121,13 +119,7 @@ def load_problems(path: str | Path | None = None) -> ProblemMap:
     if path is None:
         return base
     path = Path(path)
-    try:
-        doc = tomllib.loads(path.read_text())
-    except FileNotFoundError:
-        raise UserError(f"{path}: no such file") from None
-    except tomllib.TOMLDecodeError as e:
-        raise UserError(f"{path}: invalid TOML ({e})") from None
-    user = _parse_problem_doc(doc, str(path))
+    user = parse_problem_map(read_toml(path), str(path))
     merged = dict(base.problems)
     merged.update(user.problems)
     return ProblemMap(merged.values(), f"{base.source} + {path}")

@@ -4,15 +4,13 @@ communication, idle)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
-
 import numpy as np
 import pandas as pd
 
 from headroom.trace.accounting import add_wall_shares
+from headroom.trace.analysis import Analysis
+from headroom.trace.classify import category_group
 
-_MEMORY = "memory"
-_COMM = "communication"
 
 
 @dataclass
@@ -36,18 +34,14 @@ class Baseline:
         return self.wall_us / self.num_steps if self.num_steps else self.wall_us
 
     @classmethod
-    def from_analysis(cls, a: Any) -> "Baseline":
-        trace = getattr(a, "trace", None)
-        runtime = getattr(trace, "launches", None) if trace is not None else None
-        syncs = getattr(trace, "syncs", None) if trace is not None else None
-        step_end = None
-        if trace is not None and len(getattr(trace, "steps", ())):
-            step_end = float(trace.steps["end"].max())
-        return cls(events=a.events, wall_us=float(a.wall_us), window=tuple(a.window),
-                   num_steps=int(a.num_steps), n_devices=int(getattr(a, "n_devices", 1) or 1),
-                   mode=str(getattr(a, "mode", "gpu")), source=str(getattr(a, "source", "")),
-                   runtime=runtime, syncs=syncs, step_end=step_end,
-                   manifest=dict(getattr(a, "manifest", None) or {}))
+    def from_analysis(cls, a: Analysis) -> "Baseline":
+        trace = a.trace
+        step_end = float(trace.steps["end"].max()) if trace is not None and len(trace.steps) else None
+        return cls(events=a.events, wall_us=float(a.wall_us), window=(float(a.window[0]), float(a.window[1])),
+                   num_steps=int(a.num_steps), n_devices=int(a.n_devices), mode=a.mode, source=a.source,
+                   runtime=trace.launches if trace is not None else None,
+                   syncs=trace.syncs if trace is not None else None,
+                   step_end=step_end, manifest=dict(a.manifest))
 
     @classmethod
     def from_events(cls, events: pd.DataFrame, window: tuple[float, float] | None = None,
@@ -71,7 +65,7 @@ class Baseline:
                    runtime=runtime, step_end=step_end)
 
 
-def as_baseline(x: Any) -> Baseline:
+def as_baseline(x: Baseline | Analysis) -> Baseline:
     return x if isinstance(x, Baseline) else Baseline.from_analysis(x)
 
 
@@ -99,8 +93,8 @@ def _buckets(events: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
         else np.full(len(events), "other", dtype=object)
     kind = events["kind"].astype(str).to_numpy() if "kind" in events.columns \
         else np.full(len(events), "kernel", dtype=object)
-    mem = (cat == _MEMORY) | (kind == "memcpy") | (kind == "memset")
-    comm = (cat == _COMM) & ~mem
+    mem = np.isin(cat, category_group("memory")) | (kind == "memcpy") | (kind == "memset")
+    comm = np.isin(cat, category_group("communication")) & ~mem
     return mem, comm
 
 
@@ -113,7 +107,7 @@ def _breakdown(events: pd.DataFrame, shares: np.ndarray, window_us: float, n_dev
     return Breakdown(cap, busy - m - c, m, c, max(cap - busy, 0.0))
 
 
-def baseline_breakdown(base: Any) -> Breakdown:
+def baseline_breakdown(base: Baseline | Analysis) -> Breakdown:
     b = as_baseline(base)
     return _breakdown(b.events, b.events["wall_us"].to_numpy(dtype=float), b.wall_us, b.n_devices)
 

@@ -1,6 +1,6 @@
 """Speedup input: which kernel time gets faster, and by how much.
 
-A *speedup entry* pairs a selector (:mod:`headroom.project.selectors`) with a
+A *speedup entry* pairs a selector (:mod:`headroom.projection.selectors`) with a
 factor (> 0; 2.0 means the selected kernels take half the time). Entries come
 from the command line (``--speedup SELECTOR=FACTOR``), from a TOML/JSON/CSV
 file, or from the JSON that ``headroom verify`` writes.
@@ -20,13 +20,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
 
+from headroom import datafiles
 from headroom.errors import UserError
-from headroom.project.selectors import Selector, parse_selector
+from headroom.projection.selectors import Selector, parse_selector
 
-try:
-    import tomllib
-except ImportError:  # Python 3.10
-    import tomli as tomllib
 
 _SHORTHAND = ("category", "op", "kernel", "module", "annotation", "kind", "problem")
 _ENTRY_KEYS = {"select", "speedup", "verified", "source", "note", *_SHORTHAND}
@@ -39,6 +36,8 @@ class Speedup:
     verified: bool | None = None
     source: str = ""
     note: str = ""
+    # A `headroom verify` result (its problem's fastest pass), as opposed to an entry a person wrote.
+    verify_result: bool = False
 
     @property
     def label(self) -> str:
@@ -181,15 +180,15 @@ def _best_passes(results: list[dict], path: str) -> tuple[dict[str, tuple[float,
 def _from_verify(results: list[dict], path: str) -> SpeedupFile:
     best, _, warnings = _best_passes(results, path)
     src = f"{path}: headroom verify"
-    entries = [Speedup(parse_selector(f"problem:{name}"), f, True, src, note=cand)
+    entries = [Speedup(parse_selector(f"problem:{name}"), f, True, src, note=cand, verify_result=True)
                for name, (f, cand) in best.items()]
     return SpeedupFile(entries, warnings, "verify", list(results))
 
 
 def _load_toml(path: Path, text: str) -> SpeedupFile:
     try:
-        doc = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as e:
+        doc = datafiles.loads(text)
+    except datafiles.TOMLDecodeError as e:
         raise UserError(f"{path}: invalid TOML ({e})") from None
     rows = doc.get("speedup")
     if not isinstance(rows, list) or not rows:

@@ -10,7 +10,8 @@ import numpy as np
 import pandas as pd
 
 from headroom.errors import UserError
-from headroom.project.baseline import Baseline, Breakdown, _breakdown, as_baseline
+from headroom.projection.baseline import Baseline, Breakdown, _breakdown, as_baseline
+from headroom.trace.analysis import Analysis
 
 
 @dataclass
@@ -67,7 +68,7 @@ def _factor_array(b: Baseline, factors: np.ndarray | float | None, mask: np.ndar
     return f
 
 
-def amdahl(base: Any, factors: np.ndarray | float, mask: np.ndarray | None = None,
+def amdahl(base: Baseline | Analysis, factors: np.ndarray | float, mask: np.ndarray | None = None,
            scenario: str = "speedups") -> Projection:
     """``T' = T - sum t_i (1 - 1/s_i)`` per device (t_i = the event's wall share), idle held fixed."""
     b = as_baseline(base)

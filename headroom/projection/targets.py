@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import math
 import re
+from dataclasses import dataclass
 from typing import Any, Sequence
 
 import numpy as np
 import pandas as pd
 
 from headroom.errors import UserError
-from headroom.project.baseline import Baseline, as_baseline
-from headroom.project.replay import replay_projection
+from headroom.projection.baseline import Baseline, as_baseline
+from headroom.projection.replay import replay_projection
+from headroom.trace.analysis import Analysis
 
 DEFAULT_SPEEDUP = 1.5
 NO_OP = "(no op)"
@@ -53,7 +55,7 @@ def _amdahl_groups(b: Baseline, keys: np.ndarray, s: float) -> pd.DataFrame:
     return out
 
 
-def targets(analysis: Any, speedup: float = DEFAULT_SPEEDUP, by: Sequence[str] = ("op", "module"),
+def targets(analysis: Analysis | Baseline, speedup: float = DEFAULT_SPEEDUP, by: Sequence[str] = ("op", "module"),
             top: int | None = 20, replay_top: int = 0) -> pd.DataFrame:
     """Ops (and nn.Module class paths, where the trace has them) ranked by end-to-end gain.
 
@@ -70,19 +72,19 @@ def targets(analysis: Any, speedup: float = DEFAULT_SPEEDUP, by: Sequence[str] =
     ev = b.events
     total = float(ev["dur"].sum())
     frames = []
-    for kind in by:
-        if kind == "op":
+    for grouping in by:
+        if grouping == "op":
             keys = ev["op"].astype(str).where(ev["op"].astype(str) != "", NO_OP).to_numpy(dtype=object)
-        elif kind == "top_op":
+        elif grouping == "top_op":
             keys = ev["top_op"].astype(str).where(ev["top_op"].astype(str) != "", NO_OP).to_numpy(dtype=object)
-        elif kind == "module":
+        elif grouping == "module":
             if "module" not in ev.columns or not (ev["module"].astype(str) != "").any():
                 continue
             keys = ev["module"].astype(str).map(module_class_path).to_numpy(dtype=object)
-        elif kind == "kernel":
+        elif grouping == "kernel":
             keys = ev["name"].astype(str).to_numpy(dtype=object)
         else:
-            raise UserError(f"unknown grouping {kind!r} (op, top_op, module, kernel)")
+            raise UserError(f"unknown grouping {grouping!r} (op, top_op, module, kernel)")
         valid = keys != ""
         sub = ev.loc[valid]
         k = keys[valid]
@@ -98,7 +100,7 @@ def targets(analysis: Any, speedup: float = DEFAULT_SPEEDUP, by: Sequence[str] =
         am = _amdahl_groups(Baseline(sub.reset_index(drop=True), b.wall_us, b.window, b.num_steps, b.n_devices),
                             k, speedup)
         t = agg.join(am).join(cat.rename("category"))
-        t["kind"] = kind
+        t["kind"] = grouping
         t["name"] = t.index.astype(str)
         t["share"] = t["us"] / total if total > 0 else 0.0
         frac = np.where(t["us"] > 0, t["addressable_us"] / t["us"].where(t["us"] > 0, 1.0), 0.0)
@@ -126,7 +128,31 @@ def targets(analysis: Any, speedup: float = DEFAULT_SPEEDUP, by: Sequence[str] =
     return pd.concat(frames, ignore_index=True)
 
 
-def targets_dict(analysis: Any, table: pd.DataFrame, speedup: float) -> dict[str, Any]:
+@dataclass
+class Targets:
+    """Ops (and modules) ranked by the end-to-end gain a faster kernel for each would give."""
+
+    baseline: Baseline
+    speedup: float
+    table: pd.DataFrame
+
+    def to_frame(self) -> pd.DataFrame:
+        """The ranking (columns as `targets()` documents them)."""
+        return self.table.copy()
+
+    def to_dict(self) -> dict[str, Any]:
+        """The ``headroom targets --json`` contract."""
+        return targets_dict(self.baseline, self.table, self.speedup)
+
+
+def rank_targets(analysis: Analysis | Baseline, speedup: float = DEFAULT_SPEEDUP, by: Sequence[str] = ("op", "module"),
+                 top: int | None = 20, replay_top: int = 0) -> Targets:
+    """`targets()` as a result object."""
+    b = as_baseline(analysis)
+    return Targets(b, speedup, targets(b, speedup, by, top, replay_top))
+
+
+def targets_dict(analysis: Analysis | Baseline, table: pd.DataFrame, speedup: float) -> dict[str, Any]:
     """The ``headroom targets --json`` contract (docs/projection.md)."""
     b = as_baseline(analysis)
 

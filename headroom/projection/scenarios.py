@@ -9,7 +9,7 @@ from typing import Sequence
 import numpy as np
 
 from headroom.errors import UserError
-from headroom.project.distributions import Distribution
+from headroom.projection.distributions import Distribution
 
 DEFAULT_QUANTILES = (0.25, 0.5, 0.75, 0.9)
 

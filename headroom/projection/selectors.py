@@ -22,19 +22,20 @@ import re
 from dataclasses import dataclass
 
 from headroom.errors import UserError
+from headroom.trace.phases import phase_names
 
-KINDS = ("category", "op", "kernel", "module", "annotation", "kind", "phase", "problem")
-PHASES = ("forward", "backward", "optimizer")
+# The event field an atom tests (the part before the colon).
+FIELDS = ("category", "op", "kernel", "module", "annotation", "kind", "phase", "problem")
 
 
 @dataclass(frozen=True)
 class Atom:
-    kind: str
+    field: str
     pattern: str
     negate: bool = False
 
     def __str__(self) -> str:
-        return f"{'!' if self.negate else ''}{self.kind}:{self.pattern}"
+        return f"{'!' if self.negate else ''}{self.field}:{self.pattern}"
 
 
 @dataclass(frozen=True)
@@ -52,7 +53,7 @@ class Selector:
 
 
 def parse_selector(text: str) -> Selector:
-    """Parse ``kind:pattern [& kind:pattern ...]``; raise UserError on bad input."""
+    """Parse ``FIELD:PATTERN [& FIELD:PATTERN ...]``; raise UserError on bad input."""
     if not isinstance(text, str) or not text.strip():
         raise UserError("empty selector (expected KIND:PATTERN, e.g. category:embedding)")
     atoms = []
@@ -61,23 +62,23 @@ def parse_selector(text: str) -> Selector:
         negate = part.startswith("!")
         if negate:
             part = part[1:].strip()
-        kind, sep, pattern = part.partition(":")
-        kind = kind.strip().lower()
-        if not sep or kind not in KINDS:
+        field, sep, pattern = part.partition(":")
+        field = field.strip().lower()
+        if not sep or field not in FIELDS:
             raise UserError(
-                f"bad selector {text!r}: expected KIND:PATTERN with KIND one of {', '.join(KINDS)}")
+                f"bad selector {text!r}: expected KIND:PATTERN with KIND one of {', '.join(FIELDS)}")
         if pattern == "":
-            raise UserError(f"bad selector {text!r}: empty pattern after '{kind}:'")
-        if kind in ("kernel", "module", "annotation"):
+            raise UserError(f"bad selector {text!r}: empty pattern after '{field}:'")
+        if field in ("kernel", "module", "annotation"):
             try:
                 re.compile(pattern, re.IGNORECASE)
             except re.error as e:
                 raise UserError(f"bad selector {text!r}: invalid regex ({e})") from None
-        if kind == "kind" and pattern not in ("kernel", "memcpy", "memset", "cpu_op"):
+        if field == "kind" and pattern not in ("kernel", "memcpy", "memset", "cpu_op"):
             raise UserError(f"bad selector {text!r}: kind must be kernel, memcpy, memset or cpu_op")
-        if kind == "phase" and pattern not in PHASES:
-            raise UserError(f"bad selector {text!r}: phase must be {', '.join(PHASES)}")
-        atoms.append(Atom(kind, pattern, negate))
+        if field == "phase" and pattern not in phase_names():
+            raise UserError(f"bad selector {text!r}: phase must be {', '.join(phase_names())}")
+        atoms.append(Atom(field, pattern, negate))
     if all(a.negate for a in atoms):
         raise UserError(f"bad selector {text!r}: needs at least one atom that is not negated")
     return Selector(tuple(atoms))

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 
 from headroom.errors import UserError
-from headroom.project.speedups import _best_passes, load_speedup_file, parse_factor
+from headroom.projection.speedups import _best_passes, load_speedup_file, parse_factor
 
 
 @dataclass(frozen=True)
@@ -17,7 +17,6 @@ class Distribution:
     """Per-problem outcomes of a benchmark: the speedup of each passing problem, None for failures."""
 
     speedups: tuple[float | None, ...]
-    names: tuple[str, ...] = ()
     source: str = ""
 
     @property
@@ -61,7 +60,6 @@ def load_distribution(path: str | Path) -> Distribution:
     if sf.kind == "verify":
         # One value per problem: its fastest passing candidate, None if none passed.
         best, failed, _ = _best_passes(sf.results, str(path))
-        names = list(best) + failed
-        return Distribution(tuple([best[n][0] for n in best] + [None] * len(failed)), tuple(names), str(path))
-    return Distribution(tuple(e.speedup for e in sf.entries), tuple(str(e.selector) for e in sf.entries), str(path))
+        return Distribution(tuple([best[n][0] for n in best] + [None] * len(failed)), str(path))
+    return Distribution(tuple(e.speedup for e in sf.entries), str(path))
 

@@ -1,6 +1,6 @@
 """Timeline replay: the trace's GPU streams re-run with the selected kernels shortened.
 
-See :mod:`headroom.project.projection` for the model.
+See :mod:`headroom.projection.project` for the model.
 """
 
 from __future__ import annotations
@@ -9,22 +9,21 @@ import bisect
 import math
 import re
 from dataclasses import dataclass
-from typing import Any, Iterable
+from functools import lru_cache
+from typing import Iterable
 
 import numpy as np
 import pandas as pd
 
-from headroom.project.amdahl import Projection, _factor_array
-from headroom.project.baseline import Baseline, _breakdown, as_baseline
+from headroom.datafiles import shipped
+from headroom.projection.amdahl import Projection, _factor_array
+from headroom.projection.baseline import Baseline, _breakdown, as_baseline
 from headroom.trace.accounting import overlap_shares
+from headroom.trace.analysis import Analysis
 
 BACK_TO_BACK_US = 4.0      # a gap this small after the previous event on the stream = it was queued
 DEFAULT_LAUNCH_LATENCY_US = 5.0
 MAX_STREAM_GAP_US = 50.0   # a queued event starting later than this after its predecessor waited on something else
-SYNC_CALLS = re.compile(
-    r"^(cuda|hip|cu)(Device|Stream|Event|Ctx)Synchronize$"
-    r"|^(cudaMemcpy|cudaMemcpy2D|cudaMemcpy3D|hipMemcpy|hipMemcpyWithStream|hipMemcpy2D)$"
-    r"|^cuMemcpy(DtoH|HtoD|DtoD)?(_v2)?$|^(cuda|hip)Free$|^cuMemFree(_v2)?$")
 
 
 @dataclass
@@ -54,6 +53,9 @@ def _pid_codes(values: Iterable, table: dict) -> np.ndarray:
     return np.array(out, dtype=np.int64)
 
 
+STREAM_WAIT_EVENT = "Stream Wait Event"  # Kineto's name for a CUPTI stream-wait-event sync record
+
+
 def cross_stream_deps(events: pd.DataFrame, syncs: pd.DataFrame | None,
                       runtime: pd.DataFrame | None) -> np.ndarray:
     """For each event, the index of the event it waits on in another stream (-1 if none known).
@@ -72,6 +74,8 @@ def cross_stream_deps(events: pd.DataFrame, syncs: pd.DataFrame | None,
     need = {"stream", "ts", "wait_on_stream", "wait_on_cuda_event_record_corr_id"}
     if not need <= set(syncs.columns) or "correlation" not in events.columns:
         return dep
+    if "name" in syncs.columns:  # "Event Sync", "Stream Synchronize", ... block the CPU, not a stream
+        syncs = syncs[syncs["name"].astype(str) == STREAM_WAIT_EVENT]
     rec_ts = dict(zip(runtime["correlation"].tolist(), runtime["ts"].tolist()))
     stream = events["stream"].astype(str).to_numpy()
     ts = events["ts"].to_numpy(dtype=float)
@@ -106,8 +110,7 @@ def _measured_timeline(b: Baseline) -> tuple:
     replays one trace many times)."""
     key = (b.events, b.syncs, b.runtime, b.window)
     memo = b.__dict__.get("_measured_timeline")
-    if memo is not None and len(memo[0]) == len(key) and all(a is k or (type(a) is tuple and a == k)
-                                                            for a, k in zip(memo[0], key)):
+    if memo is not None and all(a is k or (type(a) is tuple and a == k) for a, k in zip(memo[0], key)):
         return memo[1]
     ev = b.events
     n = len(ev)
@@ -138,7 +141,7 @@ def _measured_timeline(b: Baseline) -> tuple:
     return result
 
 
-def replay(base: Any, factors: np.ndarray | float | None = None, mask: np.ndarray | None = None,
+def replay(base: Baseline | Analysis, factors: np.ndarray | float | None = None, mask: np.ndarray | None = None,
            back_to_back_us: float = BACK_TO_BACK_US, launch_latency_us: float | None = None,
            max_stream_gap_us: float = MAX_STREAM_GAP_US) -> ReplayResult:
     """Re-run the GPU timeline with each event's duration divided by its factor.
@@ -271,17 +274,25 @@ def replay(base: Any, factors: np.ndarray | float | None = None, mask: np.ndarra
                         int((dep >= 0).sum()), max_shift)
 
 
+@lru_cache(maxsize=1)
+def _blocking_call_names() -> re.Pattern:
+    """The runtime/driver calls that block the CPU (headroom/data/runtime.toml)."""
+    return re.compile("|".join(f"(?:{p})" for p in shipped("runtime.toml")["blocking_calls"]))
+
+
 def _blocking_calls(b: Baseline, pid_table: dict) -> pd.DataFrame:
     cols = ["ts", "end", "pid_code", "correlation"]
     rt = b.runtime
     if rt is None or len(rt) == 0 or "name" not in rt.columns:
         return pd.DataFrame(columns=cols)
     names = rt["name"].astype(str)
-    hit = names.map(lambda s: SYNC_CALLS.match(s) is not None).to_numpy(dtype=bool).copy()
+    blocking = _blocking_call_names()
+    hit = names.map(lambda s: blocking.fullmatch(s) is not None).to_numpy(dtype=bool).copy()
     # cudaMemcpyAsync to/from pageable host memory synchronises with its stream.
     ev = b.events
     if "correlation" in rt.columns and "correlation" in ev.columns and len(ev):
-        pageable = ev["name"].astype(str).str.contains("Pageable", regex=False).to_numpy(dtype=bool)
+        marker = shipped("runtime.toml")["pageable_copy_marker"]
+        pageable = ev["name"].astype(str).str.contains(marker, regex=False).to_numpy(dtype=bool)
         if pageable.any():
             corrs = set(ev.loc[pageable, "correlation"].tolist())
             hit = hit | rt["correlation"].isin(corrs).to_numpy(dtype=bool)
@@ -299,7 +310,7 @@ def _blocking_calls(b: Baseline, pid_table: dict) -> pd.DataFrame:
     return out
 
 
-def replay_projection(base: Any, factors: np.ndarray | float, mask: np.ndarray | None = None,
+def replay_projection(base: Baseline | Analysis, factors: np.ndarray | float, mask: np.ndarray | None = None,
                       scenario: str = "speedups", **kw) -> Projection:
     b = as_baseline(base)
     f = _factor_array(b, factors, mask)
@@ -315,7 +326,7 @@ def replay_projection(base: Any, factors: np.ndarray | float, mask: np.ndarray |
     return Projection("replay", scenario, b.wall_us, r.projected_us, b.num_steps, bd, uniform)
 
 
-def replay_check(base: Any) -> dict[str, float]:
+def replay_check(base: Baseline | Analysis) -> dict[str, float]:
     """Replay with no change: how far the model is from the measured timeline (should be ~0)."""
     b = as_baseline(base)
     r = replay(b)

@@ -1,0 +1,42 @@
+"""Knowledge kept as data: the TOML files shipped in headroom/data/, and a user's TOML files.
+
+One reader, so every file gives the same one-line errors.
+"""
+
+from __future__ import annotations
+
+import os
+from functools import lru_cache
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from headroom.errors import UserError
+
+try:
+    import tomllib
+except ImportError:  # Python 3.10
+    import tomli as tomllib
+
+TOMLDecodeError = tomllib.TOMLDecodeError
+
+
+@lru_cache(maxsize=None)
+def shipped(name: str) -> dict[str, Any]:
+    """A shipped data file (e.g. ``rules.toml``), parsed once. Callers must not change it."""
+    return tomllib.loads(resources.files("headroom.data").joinpath(name).read_text())
+
+
+def read_toml(path: str | os.PathLike) -> dict[str, Any]:
+    """A user's TOML file; a missing or invalid one is a UserError naming it."""
+    path = Path(path)
+    try:
+        return tomllib.loads(path.read_text())
+    except FileNotFoundError:
+        raise UserError(f"{path}: no such file") from None
+    except tomllib.TOMLDecodeError as e:
+        raise UserError(f"{path}: invalid TOML ({e})") from None
+
+
+def loads(text: str) -> dict[str, Any]:
+    return tomllib.loads(text)

@@ -1,0 +1,60 @@
+"""The one JSON writer: NaN-safe (non-finite floats become null, so the output is valid JSON) and,
+for files, atomic (a temporary file renamed into place: a failure never leaves half a file)."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import tempfile
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, BinaryIO, Iterator
+
+
+def _finite(x: Any) -> Any:
+    if isinstance(x, float):
+        return x if math.isfinite(x) else None
+    if isinstance(x, dict):
+        return {k: _finite(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_finite(v) for v in x]
+    return x
+
+
+def _default(o: Any) -> Any:
+    """numpy scalars and arrays as Python values, anything else (paths, enums) as its text."""
+    item = getattr(o, "item", None)
+    if callable(item) and type(o).__module__ == "numpy":
+        value = o.tolist() if hasattr(o, "ndim") and o.ndim else item()
+        return _finite(value)
+    return str(o)
+
+
+def dumps(obj: Any, indent: int | None = None) -> str:
+    """`obj` as JSON text, NaN and infinities as null."""
+    return json.dumps(_finite(obj), indent=indent, default=_default, allow_nan=False)
+
+
+@contextmanager
+def atomic_file(path: str | os.PathLike) -> Iterator[BinaryIO]:
+    """A binary file that becomes `path` only when the block ends without an error (fsync'd, renamed)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            yield f
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def write_json(path: str | os.PathLike, obj: Any, indent: int | None = 2) -> Path:
+    """Write `obj` to `path` as JSON, atomically; returns the path."""
+    with atomic_file(path) as f:
+        f.write((dumps(obj, indent=indent) + "\n").encode())
+    return Path(path)

@@ -9,7 +9,7 @@ machine's load average. The summary compares medians.
 
     python benchmarks/bench_loader.py [--shapes inference,training,communication] [--mb 250]
                                       [--repeat 3] [--out results.json]
-    python benchmarks/bench_loader.py --shapes training --mb 2000 --readers headroom,headroom-1proc
+    python benchmarks/bench_loader.py --shapes training --mb 2000 --readers headroom,headroom-worker
 
 Targets (issue #14): headroom >= 10x faster than HTA, faster than json.load
 alone, at most half of HTA's peak RSS; the second command on a trace (cached) <= 1 s.
@@ -42,7 +42,14 @@ a = analyze(PATH, use_cache=False)
 result = {"kernels": int((a.events["kind"] == "kernel").sum()), "total_us": a.total_us,
           "categories": len(a.categories)}
 """,
-    # The same, in this process alone (HEADROOM_LOAD_WORKERS=0).
+    # The same, with the worker process forced on (HEADROOM_LOAD_WORKERS=1; by default it runs only when a
+    # core is free) or off (=0).
+    "headroom-worker": """
+from headroom.trace.analysis import analyze
+a = analyze(PATH, use_cache=False)
+result = {"kernels": int((a.events["kind"] == "kernel").sum()), "total_us": a.total_us,
+          "categories": len(a.categories)}
+""",
     "headroom-1proc": """
 from headroom.trace.analysis import analyze
 a = analyze(PATH, use_cache=False)
@@ -90,6 +97,8 @@ def run_reader(name: str, path: Path, python: str, cache_dir: Path) -> dict:
                HEADROOM_CACHE_DIR=str(cache_dir))
     if name == "headroom-1proc":
         env["HEADROOM_LOAD_WORKERS"] = "0"
+    if name == "headroom-worker":
+        env["HEADROOM_LOAD_WORKERS"] = "1"
     load = load_average()
     if name == "headroom-cached":
         # Fill the cache (not timed), then time the whole second command.
@@ -113,9 +122,15 @@ def run_reader(name: str, path: Path, python: str, cache_dir: Path) -> dict:
     return {"reader": name, "process_wall_s": wall, "load_avg_1m": load, **out}
 
 
-def bench_shape(shape: str, mb: float, readers: list[str], repeat: int, hta_repeat: int, tmp: Path) -> dict:
+def bench_shape(shape: str, mb: float, readers: list[str], repeat: int, hta_repeat: int, tmp: Path,
+                existing: Path | None = None) -> dict:
     trace = tmp / shape / "rank-0.json"      # HTA reads a directory of ranks
-    info = shapes.build(shapes.SHAPES[shape], mb, trace)
+    if existing is not None:                 # a trace built before (benchmarks/shapes.py): linked, not copied
+        trace.parent.mkdir(parents=True, exist_ok=True)
+        os.symlink(existing.resolve(), trace)
+        info = {"source": existing.name, "copies": None, "events": None, "mb": round(existing.stat().st_size / 1e6, 1)}
+    else:
+        info = shapes.build(shapes.SHAPES[shape], mb, trace)
     print(f"[{shape}] built {info['mb']:.0f} MB, {info['events']:,} events ({info['copies']} copies of {info['source']})",
           flush=True)
     rows = []
@@ -158,10 +173,11 @@ def main() -> None:
     ap.add_argument("--shapes", default="inference,training,communication")
     ap.add_argument("--mb", type=float, default=250.0)
     ap.add_argument("--out", type=Path, default=None, help="write results JSON here")
-    ap.add_argument("--readers", default="headroom,headroom-1proc,headroom-cached,json.load,hta")
+    ap.add_argument("--readers", default="headroom,headroom-worker,headroom-cached,json.load,hta")
     ap.add_argument("--repeat", type=int, default=3, help="runs of every reader but HTA")
     ap.add_argument("--hta-repeat", type=int, default=3, help="runs of HTA")
     ap.add_argument("--tmp", type=Path, default=None, help="where to build the traces (default: a temporary dir)")
+    ap.add_argument("--trace", type=Path, default=None, help="use this trace (one shape) instead of building it")
     args = ap.parse_args()
     readers = args.readers.split(",")
     result = {"machine": f"{platform.node()} {platform.processor() or platform.machine()} {os.cpu_count()} cores, "
@@ -171,7 +187,8 @@ def main() -> None:
               "command": " ".join(sys.argv), "shapes": {}}
     with tempfile.TemporaryDirectory(dir=args.tmp) as tmp:
         for shape in args.shapes.split(","):
-            result["shapes"][shape] = bench_shape(shape, args.mb, readers, args.repeat, args.hta_repeat, Path(tmp))
+            result["shapes"][shape] = bench_shape(shape, args.mb, readers, args.repeat, args.hta_repeat, Path(tmp),
+                                                  args.trace)
             if args.out:
                 args.out.write_text(json.dumps(result, indent=2))
 

@@ -26,7 +26,7 @@ from headroom.errors import UserError  # noqa: E402
 from headroom.trace.analysis import analyze  # noqa: E402
 from headroom.trace.load import load_trace  # noqa: E402
 
-TABLES = ("gpu", "cpu", "launches", "gpu_annotations")
+TABLES = ("gpu", "cpu", "launches", "gpu_annotations", "syncs")
 
 
 def real_traces() -> list[Path]:

@@ -6,6 +6,7 @@ import json
 import math
 import os
 import threading
+from pathlib import Path
 
 import msgspec
 import pandas as pd
@@ -19,6 +20,7 @@ from headroom.trace import cache
 from headroom.trace.analysis import analyze
 from headroom.trace.load import TraceError, load_trace
 from tests.conftest import SHIPPED_TRACES, hta_trace
+from tests.fingerprint import fingerprint_tables
 
 TABLES = ("gpu", "cpu", "launches", "gpu_annotations", "flows")
 
@@ -308,3 +310,18 @@ def _check_against_json_loads(path, trace):
     assert sorted(got) == sorted(g for g in expected if g[0] in {x[0] for x in got})
     assert len(expected) + without_ph - len(got) == dropped
     assert all(math.isfinite(d) and d >= 0 for _, _, d in got)
+
+
+# --- the real traces: the same tables as the loader before the streamed one --------------------
+
+FINGERPRINTS = json.loads((Path(__file__).parent / "data" / "loader_fingerprints.json").read_text())
+
+
+@pytest.mark.parametrize("name", sorted(FINGERPRINTS))
+def test_real_traces_load_into_the_same_tables_as_before(name):
+    """Fingerprints recorded with the previous loader (polars ndjson, before this streamed one):
+    every table's rows and every column's values, in row order (benchmarks/tables_check.py
+    compares the whole tables and analyses)."""
+    where, file = name.split("__", 1)
+    path = SHIPPED_TRACES / file.replace("__", "/") if where == "traces" else hta_trace(file.split("__")[0])
+    assert fingerprint_tables(load_trace(path, use_cache=False)) == FINGERPRINTS[name]

@@ -27,6 +27,7 @@ from headroom.projection.targets import DEFAULT_SPEEDUP, Targets, rank_targets
 from headroom.report.tables import summary_frame
 from headroom.trace.analysis import Analysis
 from headroom.trace.analysis import analyze as _analyze
+from headroom.trace.analysis import analyze_files
 from headroom.trace.classify import load_policy, load_rules
 from headroom.trace.load import find_trace_files
 
@@ -44,7 +45,7 @@ def analyze_all(path: PathLike, rules: PathLike | None = None, policy: PathLike 
                 whole_trace: bool = False) -> list[Analysis]:
     """Every trace of a file or a directory (e.g. `traces/`, or one file per rank), rules read once."""
     r, p = load_rules(rules), load_policy(policy)
-    return [_analyze(f, rules=r, policy=p, whole_trace=whole_trace) for f in find_trace_files(path)]
+    return list(analyze_files(find_trace_files(path), rules=r, policy=p, whole_trace=whole_trace))
 
 
 def summary(analyses: Sequence[Analysis]) -> pd.DataFrame:

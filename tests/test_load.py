@@ -325,3 +325,25 @@ def test_real_traces_load_into_the_same_tables_as_before(name):
     where, file = name.split("__", 1)
     path = SHIPPED_TRACES / file.replace("__", "/") if where == "traces" else hta_trace(file.split("__")[0])
     assert fingerprint_tables(load_trace(path, use_cache=False)) == FINGERPRINTS[name]
+
+
+def test_a_directory_of_ranks_loads_two_at_a_time_into_the_same_tables(tmp_path, monkeypatch):
+    ranks = tmp_path / "ranks"
+    ranks.mkdir()
+    for i, name in enumerate(["dlrm.train.json.gz", "resnet-50.train.json.gz", "bert-base.infer.json.gz"]):
+        (ranks / f"rank-{i}.json.gz").write_bytes((SHIPPED_TRACES / name).read_bytes())
+    monkeypatch.setenv("HEADROOM_LOAD_WORKERS", "0")
+    one_at_a_time = load.load_traces(ranks, use_cache=False)
+    submitted = []
+    submit_file = load.Worker.submit_file
+    monkeypatch.setattr(load.Worker, "submit_file", lambda self, p, lenient: submitted.append(p.name) or
+                        submit_file(self, p, lenient))
+    monkeypatch.setenv("HEADROOM_LOAD_WORKERS", "1")
+    two_at_a_time = load.load_traces(ranks, use_cache=False)
+    assert submitted == ["rank-1.json.gz", "rank-2.json.gz"]
+    assert [t.source for t in two_at_a_time] == [t.source for t in one_at_a_time]
+    for a, b in zip(one_at_a_time, two_at_a_time):
+        _assert_same(a, b)
+    (ranks / "rank-1.json.gz").write_bytes(b"{")    # an error in the worker is the caller's one line
+    with pytest.raises(TraceError, match=r"rank-1.json.gz: invalid JSON"):
+        load.load_traces(ranks, use_cache=False)

@@ -26,16 +26,17 @@ ProblemsOpt = typer.Option(None, "--problems", help="TOML file adding/replacing 
 
 def _analyses(traces: List[Path], rules, policy, whole_trace: bool, lenient: bool = False, no_cache: bool = False):
     from headroom.cli.trace import print_warnings
-    from headroom.trace.analysis import analyze
+    from headroom.trace.analysis import analyze_files
     from headroom.trace.classify import load_policy, load_rules
     from headroom.trace.load import find_trace_files
 
     r, p = load_rules(rules), load_policy(policy)
     files = [f for t in traces for f in find_trace_files(t)]
     out = []
-    for f in files:
-        out.append(analyze(f, rules=r, policy=p, whole_trace=whole_trace, lenient=lenient, use_cache=not no_cache))
-        print_warnings(out[-1])
+    for a in analyze_files(files, rules=r, policy=p, whole_trace=whole_trace, lenient=lenient,
+                           use_cache=not no_cache):
+        print_warnings(a)
+        out.append(a)
     return out
 
 

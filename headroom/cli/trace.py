@@ -12,7 +12,7 @@ from headroom.jsonio import dumps
 from headroom.report.annotate import annotate_trace
 from headroom.report.render import make_console, render_analysis, render_summary
 from headroom.report.tables import summary_frame
-from headroom.trace.analysis import analyze, analyze_path
+from headroom.trace.analysis import analyze_files, analyze_path
 from headroom.trace.classify import load_policy, load_rules
 from headroom.trace.load import find_trace_files
 
@@ -44,9 +44,8 @@ def classify(
     compiled_rules, compiled_policy = load_rules(rules), load_policy(policy)
     console = make_console()
     files = [f for t in traces for f in find_trace_files(t)]
-    for f in files:
-        a = analyze(f, rules=compiled_rules, policy=compiled_policy, whole_trace=whole_trace,
-                    lenient=lenient, use_cache=not no_cache)
+    for a in analyze_files(files, rules=compiled_rules, policy=compiled_policy, whole_trace=whole_trace,
+                           lenient=lenient, use_cache=not no_cache):
         print_warnings(a)
         if as_json:
             print(dumps(a.to_dict(all_kernels=all_kernels)))

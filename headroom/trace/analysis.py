@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import numpy as np
 import pandas as pd
@@ -18,7 +18,7 @@ from headroom.trace.accounting import (add_wall_shares, busy_per_device, categor
 from headroom.trace import attribute, cache
 from headroom.trace.attribute import attribute_kernels_to_ops, cpu_op_self_times, unlaunched_warning
 from headroom.trace.classify import Policy, Rule, classify_kernels, load_policy, load_rules
-from headroom.trace.load import Trace, TraceError, find_trace_files, load_trace
+from headroom.trace.load import Trace, TraceError, find_trace_files, iter_traces, load_trace
 
 MODE_GPU = "gpu"
 MODE_CPU = "cpu-ops"
@@ -243,6 +243,13 @@ def analyze(source: str | os.PathLike | Trace, rules: list[Rule] | str | os.Path
     )
 
 
+def analyze_files(files: list[Path], lenient: bool = False, use_cache: bool = True, **kwargs) -> Iterator[Analysis]:
+    """Each file's Analysis, in order; per-rank files are loaded two at a time when a core is free
+    (load.iter_traces)."""
+    for trace in iter_traces(files, lenient=lenient, use_cache=use_cache):
+        yield analyze(trace, **kwargs)
+
+
 def analyze_path(path: str | os.PathLike, **kwargs) -> list[Analysis]:
     """A trace file, or each per-rank trace in a directory."""
-    return [analyze(p, **kwargs) for p in find_trace_files(Path(path))]
+    return list(analyze_files(find_trace_files(Path(path)), **kwargs))

@@ -25,6 +25,7 @@ import json
 import os
 import pickle
 from pathlib import Path
+from typing import Any, Iterator
 
 import polars as pl
 
@@ -50,21 +51,37 @@ def load_trace(path: str | os.PathLike, lenient: bool = False, use_cache: bool =
     """
     path = Path(path)
     key = cache.key(path, lenient) if use_cache else None
-    if key is not None:
-        hit = cache.fetch_tables(key)
-        if hit is not None:
-            tables, base_ns, meta, warnings = hit
-            trace = _tabulate(str(path), tables, base_ns, meta, warnings)
-            trace.cache_key = key
-            return trace
+    hit = _from_cache(path, key)
+    if hit is not None:
+        return hit
+    return _finish(path, key, _decoded(path, lenient))
+
+
+def _from_cache(path: Path, key) -> Trace | None:
+    if key is None:
+        return None
+    hit = cache.fetch_tables(key)
+    if hit is None:
+        return None
+    tables, base_ns, meta, warnings = hit
+    trace = _tabulate(str(path), tables, base_ns, meta, warnings)
+    trace.cache_key = key
+    return trace
+
+
+def _decoded(path: Path, lenient: bool, workers: bool = True):
     # Chunks of structs: the cyclic GC would rescan them for nothing.
     gc_was_enabled = gc.isenabled()
     gc.disable()
     try:
-        tables, base_ns, meta, warnings = decode(path, lenient)
+        return decode(path, lenient, workers)
     finally:
         if gc_was_enabled:
             gc.enable()
+
+
+def _finish(path: Path, key, decoded) -> Trace:
+    tables, base_ns, meta, warnings = decoded
     if key is not None and not cache.store_tables(key, tables, base_ns, meta, warnings):
         key = None
     trace = _tabulate(str(path), tables, base_ns, meta, warnings)
@@ -72,11 +89,70 @@ def load_trace(path: str | os.PathLike, lenient: bool = False, use_cache: bool =
     return trace
 
 
-def decode(path: Path, lenient: bool = False):
-    """The checked polars tables, time base, metadata and warnings of one trace file."""
+def iter_traces(files: list[Path], lenient: bool = False, use_cache: bool = True) -> Iterator[Trace]:
+    """Each file's Trace, in order. With several files and a free core, the worker process decodes
+    the next file while this one is decoded here and then analysed by the caller, as long as the
+    memory left holds both (else one at a time)."""
+    files = [Path(f) for f in files]
+    helper: Worker | None = None
+    try:
+        queued: tuple[Path, Any] | None = None     # (file, cache key) the worker is decoding
+        for i, path in enumerate(files):
+            key = cache.key(path, lenient) if use_cache else None
+            if queued is not None and queued[0] == path:
+                result = _from_worker_file(helper)
+                queued = None
+                decoded = result
+            else:
+                decoded = None
+            nxt = files[i + 1] if i + 1 < len(files) else None
+            if nxt is not None and queued is None and _worth_a_worker(path, nxt, use_cache, lenient):
+                if helper is None:
+                    helper = Worker()
+                helper.submit_file(nxt, lenient)
+                queued = (nxt, None)
+            if decoded is None:
+                hit = _from_cache(path, key)
+                if hit is not None:
+                    yield hit
+                    continue
+                decoded = _decoded(path, lenient, workers=helper is None or not helper.busy)
+            yield _finish(path, key, decoded)
+    finally:
+        if helper is not None:
+            if helper.busy:
+                try:
+                    helper.result()
+                except (EOFError, OSError):
+                    pass
+            helper.close()
+
+
+def _worth_a_worker(path: Path, nxt: Path, use_cache: bool, lenient: bool) -> bool:
+    if not kineto.workers_wanted():
+        return False
+    if use_cache and (k := cache.key(nxt, lenient)) is not None and (k.entry / "header.json").exists():
+        return False    # the next one is a cache read
+    available = memory_available()
+    return available is None or needed_memory(path) + needed_memory(nxt) < available
+
+
+def _from_worker_file(helper: Worker):
+    try:
+        result = helper.result()
+    except (EOFError, OSError, pickle.UnpicklingError) as e:
+        raise TraceError(f"the loader's worker process failed ({e}); HEADROOM_LOAD_WORKERS=0 loads without it") from None
+    if isinstance(result, Exception):
+        raise result
+    return result
+
+
+def decode(path: Path, lenient: bool = False, workers: bool = True):
+    """The checked polars tables, time base, metadata and warnings of one trace file
+    (`workers`: may use the worker process for every other chunk)."""
     _check_memory_for(path)
     size = _size(path)
-    helper = Worker() if size >= WORKER_MIN_BYTES and kineto.workers_wanted() else None
+    helper = Worker() if workers and size >= WORKER_MIN_BYTES and kineto.workers_wanted() else None
     try:
         try:
             chunks, doc = _decode_chunks(path, kineto.split(path), helper)
@@ -277,7 +353,7 @@ def find_trace_files(path: str | os.PathLike) -> list[Path]:
 
 
 def load_traces(path: str | os.PathLike, **kwargs) -> list[Trace]:
-    return [load_trace(p, **kwargs) for p in find_trace_files(path)]
+    return list(iter_traces(find_trace_files(path), **kwargs))
 
 
 def read_trace_json(path: str | os.PathLike) -> dict:
@@ -287,3 +363,27 @@ def read_trace_json(path: str | os.PathLike) -> dict:
         return json.loads(raw)
     except (ValueError, RecursionError) as e:
         raise TraceError(f"{path}: invalid JSON ({e})") from None
+
+
+def worker_main() -> None:
+    """The worker process (worker.Worker): decode what the parent sends until its pipe closes."""
+    import sys
+
+    from headroom.errors import UserError
+    from headroom.trace import worker
+    gc.disable()
+    stdin, stdout = sys.stdin.buffer, sys.stdout.buffer
+    while True:
+        data = worker.receive(stdin)
+        if data is None:
+            return
+        view = memoryview(data)
+        if view[:1] == worker.CHUNK:
+            result = kineto.decode_events(view[1:])
+        else:
+            path, lenient = pickle.loads(view[1:])
+            try:
+                result = decode(Path(path), lenient, workers=False)
+            except UserError as e:     # sent back, raised by the parent as its own
+                result = e
+        worker.send(stdout, pickle.dumps(result, protocol=pickle.HIGHEST_PROTOCOL))

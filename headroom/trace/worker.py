@@ -1,4 +1,6 @@
-"""The loader's worker process: decodes the chunks it is sent (kineto.decode_events) and sends back the result.
+"""The loader's worker process: the pipe protocol and the parent's handle. The worker runs
+`load.worker_main`: it decodes the chunks (kineto.decode_events) or whole files (load.decode) it is
+sent and sends back the result.
 
 A plain subprocess speaking length-prefixed pickles over its stdin/stdout, not
 multiprocessing: spawn would re-run the user's script (or notebook cell) in
@@ -17,13 +19,14 @@ from pathlib import Path
 _LENGTH = struct.Struct("<Q")
 
 
-def _send(stream, payload: bytes) -> None:
-    stream.write(_LENGTH.pack(len(payload)))
-    stream.write(payload)
+def send(stream, *parts) -> None:
+    stream.write(_LENGTH.pack(sum(len(p) for p in parts)))
+    for p in parts:
+        stream.write(p)
     stream.flush()
 
 
-def _receive(stream) -> bytes | None:
+def receive(stream) -> bytes | None:
     head = stream.read(_LENGTH.size)
     if len(head) < _LENGTH.size:
         return None
@@ -34,23 +37,32 @@ def _receive(stream) -> bytes | None:
     return data
 
 
+CHUNK, FILE = b"C", b"F"
+
+
 class Worker:
-    """One worker process; `submit` a chunk, then `result` it before submitting the next."""
+    """One worker process; `submit` a chunk (or `submit_file` a whole trace), then `result` it before
+    submitting the next."""
 
     def __init__(self) -> None:
         root = str(Path(__file__).resolve().parents[2])
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p),
                    HEADROOM_LOAD_WORKERS="0")
-        self.process = subprocess.Popen([sys.executable, "-c", "from headroom.trace.worker import main; main()"],
+        self.process = subprocess.Popen([sys.executable, "-c", "from headroom.trace.load import worker_main; worker_main()"],
                                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env)
         self.busy = False
 
     def submit(self, data: bytes) -> None:
-        _send(self.process.stdin, data)
+        send(self.process.stdin, CHUNK, data)
+        self.busy = True
+
+    def submit_file(self, path: Path, lenient: bool) -> None:
+        """Decode a whole trace file (load.decode): its checked polars tables, base, metadata, warnings."""
+        send(self.process.stdin, FILE, pickle.dumps((str(path), lenient)))
         self.busy = True
 
     def result(self):
-        payload = _receive(self.process.stdout)
+        payload = receive(self.process.stdout)
         self.busy = False
         if payload is None:
             raise EOFError("the loader's worker process ended")
@@ -66,16 +78,3 @@ class Worker:
         except subprocess.TimeoutExpired:   # pragma: no cover
             self.process.kill()
             self.process.wait()
-
-
-def main() -> None:
-    import gc
-
-    from headroom.trace.kineto import decode_events
-    gc.disable()
-    stdin, stdout = sys.stdin.buffer, sys.stdout.buffer
-    while True:
-        data = _receive(stdin)
-        if data is None:
-            return
-        _send(stdout, pickle.dumps(decode_events(data), protocol=pickle.HIGHEST_PROTOCOL))

@@ -2,8 +2,9 @@
 
 An entry is keyed by the trace's absolute path, size and modification time, the
 --lenient flag and a hash of the code that builds its tables, so an edited trace
-or a new headroom never reads a stale entry. It holds Arrow IPC files (polars
-writes and memory-maps them) and a JSON header, in the user's cache directory
+or a new headroom never reads a stale entry. It holds the Trace's pandas tables
+as Arrow IPC files (written and read by polars, no pyarrow needed; text as codes
+into its distinct values, categories with their order) and a JSON header, in the user's cache directory
 ($HEADROOM_CACHE_DIR, else $XDG_CACHE_HOME/headroom, else ~/.cache/headroom).
 
 Safe under concurrent use: an entry is written into a temporary directory and
@@ -81,21 +82,26 @@ def key(path: Path, lenient: bool) -> Key | None:
 
 # --- the loader's tables --------------------------------------------------------------
 
-def fetch_tables(k: Key) -> tuple[dict[str, pl.DataFrame], int | None, dict[str, Any], list[str]] | None:
+def fetch_tables(k: Key) -> tuple[dict[str, pd.DataFrame], dict[str, Any]] | None:
+    """The Trace's tables (pandas, as `tables._tabulate` built them) and its header (base_ns, metadata, warnings)."""
     try:
         header = json.loads((k.entry / "header.json").read_text())
-        tables = {t: pl.read_ipc(k.entry / f"{t}.arrow") for t in header["tables"]}
-        return tables, header["base_ns"], header["metadata"], header["warnings"]
-    except (OSError, ValueError, KeyError, pl.exceptions.PolarsError):
+        tables = {t: _to_pandas(pl.read_ipc(k.entry / f"{t}.arrow"), header["tables"][t]) for t in header["tables"]}
+        return tables, header
+    except (OSError, ValueError, KeyError, IndexError, pl.exceptions.PolarsError):
         return None
 
 
-def store_tables(k: Key, tables: dict[str, pl.DataFrame], base_ns: int | None, meta: dict[str, Any],
+def store_tables(k: Key, tables: dict[str, pd.DataFrame], base_ns: int | None, meta: dict[str, Any],
                  warnings: list[str]) -> bool:
-    header = {"tables": list(tables), "base_ns": base_ns, "metadata": meta, "warnings": warnings}
+    converted = {t: _from_pandas(df) for t, df in tables.items()}
+    if any(c is None for c in converted.values()):
+        return False    # e.g. ids beyond 64 bits (object columns of Python ints): loaded each time
+    header = {"tables": {t: c[1] for t, c in converted.items()}, "base_ns": base_ns, "metadata": meta,
+              "warnings": warnings}
 
     def write(tmp: Path) -> None:
-        for t, frame in tables.items():
+        for t, (frame, _) in converted.items():
             frame.write_ipc(tmp / f"{t}.arrow")
         (tmp / "header.json").write_text(json.dumps(header))
     return _publish(k, k.entry, write, replace_siblings=True)
@@ -141,11 +147,14 @@ def _from_pandas(df: pd.DataFrame) -> tuple[pl.DataFrame, dict] | None:
             columns[c] = pl.Series(s.cat.codes.to_numpy(), dtype=pl.Int32)
             kinds[c] = {"kind": "category", "categories": list(cats)}
         elif s.dtype == object or isinstance(s.dtype, pd.StringDtype):
-            values = s.tolist()
-            if not all(type(v) is str for v in values):
+            # Text repeats (kernel and op names): stored as codes into its distinct values, which
+            # reads back with one take instead of rebuilding a string per row.
+            codes, uniques = pd.factorize(np.asarray(s, dtype=object))
+            uniques = list(uniques)
+            if not all(type(v) is str for v in uniques) or (codes < 0).any():
                 return None     # e.g. ids beyond 64 bits, missing text: not cached, recomputed
-            columns[c] = pl.Series(values, dtype=pl.String)
-            kinds[c] = {"kind": "text", "dtype": None if s.dtype == object else str(s.dtype)}
+            columns[c] = pl.Series(codes.astype(np.int32))
+            kinds[c] = {"kind": "text", "values": uniques, "dtype": None if s.dtype == object else str(s.dtype)}
         elif s.dtype.kind in "biuf":
             columns[c] = pl.Series(s.to_numpy())
             kinds[c] = {"kind": "number", "dtype": str(s.dtype)}
@@ -162,9 +171,7 @@ def _to_pandas(frame: pl.DataFrame, header: dict) -> pd.DataFrame:
         if kind["kind"] == "category":
             out[c] = pd.Series(pd.Categorical.from_codes(s.to_numpy(), categories=kind["categories"]))
         elif kind["kind"] == "text":
-            values = s.unique(maintain_order=True)
-            codes = s.cast(pl.Enum(values.to_list())).to_physical().to_numpy()
-            text = np.asarray(values.to_list(), dtype=object)[codes]
+            text = np.asarray(kind["values"], dtype=object)[s.to_numpy()]
             out[c] = pd.Series(text, dtype=object if kind["dtype"] is None else kind["dtype"], copy=False)
         else:
             out[c] = pd.Series(s.to_numpy().astype(kind["dtype"], copy=False))

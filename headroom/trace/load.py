@@ -31,7 +31,7 @@ import polars as pl
 
 from headroom.trace import cache, kineto, validate
 from headroom.trace.kineto import Chunk, Document, TraceError
-from headroom.trace.tables import Trace, _tabulate
+from headroom.trace.tables import TRACE_TABLES, Trace, _tabulate
 from headroom.trace.worker import Worker
 
 __all__ = ["Trace", "TraceError", "find_trace_files", "load_trace", "load_traces", "read_trace_json"]
@@ -63,10 +63,9 @@ def _from_cache(path: Path, key) -> Trace | None:
     hit = cache.fetch_tables(key)
     if hit is None:
         return None
-    tables, base_ns, meta, warnings = hit
-    trace = _tabulate(str(path), tables, base_ns, meta, warnings)
-    trace.cache_key = key
-    return trace
+    tables, header = hit
+    return Trace(source=str(path), **tables, base_ns=header["base_ns"], metadata=header["metadata"],
+                 warnings=header["warnings"], cache_key=key)
 
 
 def _decoded(path: Path, lenient: bool, workers: bool = True):
@@ -82,10 +81,10 @@ def _decoded(path: Path, lenient: bool, workers: bool = True):
 
 def _finish(path: Path, key, decoded) -> Trace:
     tables, base_ns, meta, warnings = decoded
-    if key is not None and not cache.store_tables(key, tables, base_ns, meta, warnings):
-        key = None
     trace = _tabulate(str(path), tables, base_ns, meta, warnings)
-    trace.cache_key = key
+    if key is not None and cache.store_tables(key, {t: getattr(trace, t) for t in TRACE_TABLES}, base_ns, meta,
+                                              warnings):
+        trace.cache_key = key
     return trace
 
 

@@ -70,6 +70,8 @@ class Trace:
         return s[["step", "ts", "dur", "end"]].reset_index(drop=True)
 
 
+# The tables of a Trace (what the cache stores).
+TRACE_TABLES = ("gpu", "cpu", "launches", "gpu_annotations", "syncs", "flows")
 FLOW_PAIR_COLUMNS = ["id", "start_pid", "start_tid", "start_ts", "end_pid", "end_tid", "end_ts"]
 
 

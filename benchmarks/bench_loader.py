@@ -79,9 +79,12 @@ PATH = sys.argv[1]
 t0 = time.perf_counter()
 {body}
 elapsed = time.perf_counter() - t0
-rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-children_mb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
-print(json.dumps({{"seconds": elapsed, "peak_rss_mb": rss_mb, "children_peak_rss_mb": children_mb, "result": result}}))
+me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+rss_mb = me.ru_maxrss / 1024
+children_mb = kids.ru_maxrss / 1024
+cpu_s = me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime   # every thread, and the worker process
+print(json.dumps({{"seconds": elapsed, "cpu_s": cpu_s, "peak_rss_mb": rss_mb, "children_peak_rss_mb": children_mb,
+                  "result": result}}))
 """
 
 # The second command on a trace: the whole CLI process (imports included), after one run filled the cache.
@@ -131,8 +134,8 @@ def bench_shape(shape: str, mb: float, readers: list[str], repeat: int, hta_repe
         info = {"source": existing.name, "copies": None, "events": None, "mb": round(existing.stat().st_size / 1e6, 1)}
     else:
         info = shapes.build(shapes.SHAPES[shape], mb, trace)
-    print(f"[{shape}] built {info['mb']:.0f} MB, {info['events']:,} events ({info['copies']} copies of {info['source']})",
-          flush=True)
+    print(f"[{shape}] {info['mb']:.0f} MB" + (f", {info['events']:,} events ({info['copies']} copies of {info['source']})"
+                                              if info["events"] else f": {info['source']}"), flush=True)
     rows = []
     for run in range(max(repeat, hta_repeat)):
         for name in readers:

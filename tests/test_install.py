@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-CORE = ("numpy", "pandas", "msgspec", "polars", "typer", "rich", "matplotlib")
+CORE = ("numpy", "pandas", "msgspec", "polars", "filelock", "typer", "rich", "matplotlib")
 
 pytestmark = pytest.mark.install
 

@@ -160,10 +160,10 @@ def attribute_kernels_to_ops(trace: Trace) -> pd.DataFrame:
     # Steps are time ranges of the whole process (the backward runs on
     # autograd threads): assign by launch time. A GPU activity whose launch is
     # not in the trace was either launched before recording began (its
-    # correlation precedes every recorded launch's: e.g. the warm-up step's
-    # work still running) and belongs to no step, or its runtime event was not
-    # recorded: that one is placed by its GPU start time, and counted by
-    # `unlaunched_warning`.
+    # correlation precedes every recorded launch's, or it started before the
+    # first one: e.g. the warm-up step's work still running) and belongs to no
+    # step, or its runtime event was not recorded: that one is placed by its
+    # GPU start time, and counted by `unlaunched_warning`.
     steps = trace.steps
     when = np.where(launched, gpu["launch_ts"].to_numpy(), gpu["ts"].to_numpy())
     when[before_recording(gpu, trace.launches) & ~launched] = np.nan
@@ -173,13 +173,16 @@ def attribute_kernels_to_ops(trace: Trace) -> pd.DataFrame:
 
 
 def before_recording(gpu: pd.DataFrame, launches: pd.DataFrame) -> np.ndarray:
-    """GPU activities whose correlation precedes every recorded launch's (launched before recording began)."""
+    """GPU activities launched before recording began: their correlation precedes every recorded
+    launch's (CUPTI numbers launches in order), or they started on the GPU before the first recorded
+    launch."""
     corr = launches["correlation"].to_numpy()
     corr = corr[corr != -1] if corr.dtype != object else np.array([c for c in corr if c != -1], dtype=object)
     if not len(corr) or not len(gpu):
         return np.zeros(len(gpu), dtype=bool)
     own = gpu["correlation"].to_numpy()
-    return (own != -1) & (own < corr.min())
+    first_launch = float(launches["ts"].min())
+    return ((own != -1) & (own < corr.min())) | (gpu["ts"].to_numpy() < first_launch)
 
 
 def unlaunched_warning(events: pd.DataFrame, trace: Trace) -> str | None:

@@ -78,8 +78,11 @@ FLOW_PAIR_COLUMNS = ["id", "start_pid", "start_tid", "start_ts", "end_pid", "end
 
 
 def starts_with(names: pd.Series, prefix: str) -> np.ndarray:
-    """Boolean mask of names starting with `prefix` (faster than .str on object columns)."""
-    return np.fromiter((n.startswith(prefix) for n in names.tolist()), dtype=bool, count=len(names))
+    """Boolean mask of names starting with `prefix`: tested once per distinct name (names repeat: a
+    trace's million events hold a few thousand), faster than .str on object columns."""
+    codes, uniques = pd.factorize(np.asarray(names, dtype=object), use_na_sentinel=False)
+    hit = np.fromiter((isinstance(u, str) and u.startswith(prefix) for u in uniques), dtype=bool, count=len(uniques))
+    return hit[codes]
 
 
 # --- from polars columns to the pandas tables --------------------------------

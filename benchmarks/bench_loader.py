@@ -1,27 +1,28 @@
-"""Loader benchmark: `headroom classify` vs HolisticTraceAnalysis vs plain `json.load`.
+"""Loader benchmark: `headroom classify` vs HolisticTraceAnalysis vs plain `json.load`, per trace shape.
 
-Builds a >= 250 MB trace by replicating a real one (its events shifted in time,
-with fresh correlation / External ids per copy, so attribution still works),
-written in the layout torch.profiler's exporter uses (each event over several
-lines), then times, in one run on the same file, each reader in a fresh
-subprocess and records wall time and peak RSS. headroom and json.load run
-`--repeat` times (HTA, at a minute a run, `--hta-repeat` times); the summary
-compares medians.
+For each shape (benchmarks/shapes.py: inference, training, communication) it
+builds a >= 250 MB trace by replicating a real one, then runs every reader in a
+fresh subprocess on the same file, round-robin (run 1 of each reader, then run
+2, ...), so the ratios compare runs made side by side; each run records wall
+time, peak RSS (the reader's and its children's: headroom's worker) and the
+machine's load average. The summary compares medians.
 
-    python benchmarks/bench_loader.py [--source TRACE] [--mb 250] [--repeat 3] [--out results.json]
+    python benchmarks/bench_loader.py [--shapes inference,training,communication] [--mb 250]
+                                      [--repeat 3] [--out results.json]
+    python benchmarks/bench_loader.py --shapes training --mb 2000 --readers headroom,headroom-worker
 
-Targets ([trace-core]): headroom >= 10x faster than HTA, faster than json.load
-alone, and at most half of HTA's peak RSS.
+Targets (issue #14): headroom >= 10x faster than HTA, faster than json.load
+alone, at most half of HTA's peak RSS; the second command on a trace (cached) <= 1 s.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib.metadata
-import gzip
 import json
 import os
 import platform
+import shutil
 import statistics
 import subprocess
 import sys
@@ -30,12 +31,28 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-DEFAULT_SOURCE = REPO.parent / "shared" / "hta-traces" / "nccl_parser_config__nccl_data.json.gz"
+sys.path.insert(0, str(REPO))
+
+from benchmarks import shapes  # noqa: E402
 
 READERS = {
     "headroom": """
 from headroom.trace.analysis import analyze
-a = analyze(PATH)
+a = analyze(PATH, use_cache=False)
+result = {"kernels": int((a.events["kind"] == "kernel").sum()), "total_us": a.total_us,
+          "categories": len(a.categories)}
+""",
+    # The same, with the worker process forced on (HEADROOM_LOAD_WORKERS=1; by default it runs only when a
+    # core is free) or off (=0).
+    "headroom-worker": """
+from headroom.trace.analysis import analyze
+a = analyze(PATH, use_cache=False)
+result = {"kernels": int((a.events["kind"] == "kernel").sum()), "total_us": a.total_us,
+          "categories": len(a.categories)}
+""",
+    "headroom-1proc": """
+from headroom.trace.analysis import analyze
+a = analyze(PATH, use_cache=False)
 result = {"kernels": int((a.events["kind"] == "kernel").sum()), "total_us": a.total_us,
           "categories": len(a.categories)}
 """,
@@ -62,108 +79,85 @@ PATH = sys.argv[1]
 t0 = time.perf_counter()
 {body}
 elapsed = time.perf_counter() - t0
-rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-print(json.dumps({{"seconds": elapsed, "peak_rss_mb": rss_mb, "result": result}}))
+me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+rss_mb = me.ru_maxrss / 1024
+children_mb = kids.ru_maxrss / 1024
+cpu_s = me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime   # every thread, and the worker process
+print(json.dumps({{"seconds": elapsed, "cpu_s": cpu_s, "peak_rss_mb": rss_mb, "children_peak_rss_mb": children_mb,
+                  "result": result}}))
 """
 
-
-def build_big_trace(source: Path, target_mb: float, out: Path) -> dict:
-    raw = source.read_bytes()
-    doc = json.loads(gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw)
-    events = doc["traceEvents"]
-    span = max(e.get("ts", 0) + e.get("dur", 0) for e in events if "ts" in e) - \
-        min(e["ts"] for e in events if "ts" in e)
-    one_copy_mb = len(json.dumps(events)) / 1e6
-    copies = max(1, int(target_mb / one_copy_mb) + 1)
-    id_stride = 10 ** 7
-    big = []
-    for c in range(copies):
-        shift = c * (span + 1000.0)
-        for e in events:
-            if e.get("ph") == "M" and c:
-                continue
-            e2 = dict(e)
-            if "ts" in e2:
-                e2["ts"] = e2["ts"] + shift
-            if "id" in e2 and isinstance(e2["id"], int):
-                e2["id"] = e2["id"] + c * id_stride
-            args = e2.get("args")
-            if args:
-                args = dict(args)
-                for key in ("correlation", "External id"):
-                    if isinstance(args.get(key), int):
-                        args[key] = args[key] + c * id_stride
-                e2["args"] = args
-            if e2.get("name", "").startswith("ProfilerStep#"):
-                e2["name"] = f"ProfilerStep#{int(e2['name'].split('#')[1]) + c * 100}"
-            big.append(e2)
-    doc["traceEvents"] = big
-    out.parent.mkdir(parents=True, exist_ok=True)
-    write_kineto_layout(doc, out)
-    return {"copies": copies, "events": len(big), "mb": out.stat().st_size / 1e6}
+# The second command on a trace: the whole CLI process (imports included), after one run filled the cache.
+CACHED_COMMAND = ["-m", "headroom.cli", "classify", "--json"]
 
 
-def write_kineto_layout(doc: dict, out: Path) -> None:
-    """JSON laid out like torch.profiler's export: one event over several lines, args on their own lines."""
-    def items(d: dict) -> str:
-        return ", ".join(f"{json.dumps(k)}: {json.dumps(v)}" for k, v in d.items())
-
-    with open(out, "w") as f:
-        f.write("{\n")
-        for key, value in doc.items():
-            if key != "traceEvents":
-                f.write(f"  {json.dumps(key)}: {json.dumps(value)},\n")
-        f.write('  "traceEvents": [\n')
-        events = doc["traceEvents"]
-        for i, e in enumerate(events):
-            args = e.get("args")
-            f.write("  {\n    " + items({k: v for k, v in e.items() if k != "args"}))
-            if args is not None:
-                f.write(',\n    "args": {\n      ' + items(args) + "\n    }")
-            f.write("\n  }" + (",\n" if i < len(events) - 1 else "\n"))
-        f.write("  ]\n}\n")
+def load_average() -> float:
+    return os.getloadavg()[0]
 
 
-def run_reader(name: str, path: Path, python: str) -> dict:
+def run_reader(name: str, path: Path, python: str, cache_dir: Path) -> dict:
+    env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""),
+               HEADROOM_CACHE_DIR=str(cache_dir))
+    if name == "headroom-1proc":
+        env["HEADROOM_LOAD_WORKERS"] = "0"
+    if name == "headroom-worker":
+        env["HEADROOM_LOAD_WORKERS"] = "1"
+    load = load_average()
+    if name == "headroom-cached":
+        # Fill the cache (not timed), then time the whole second command.
+        subprocess.run([python, *CACHED_COMMAND, str(path)], capture_output=True, env=env, check=False)
+        t0 = time.perf_counter()
+        p = subprocess.run([python, *CACHED_COMMAND, str(path)], capture_output=True, text=True, env=env)
+        wall = time.perf_counter() - t0
+        if p.returncode != 0:
+            return {"reader": name, "error": p.stderr.strip()[-300:]}
+        shutil.rmtree(cache_dir, ignore_errors=True)
+        return {"reader": name, "seconds": wall, "process_wall_s": wall, "load_avg_1m": load,
+                "peak_rss_mb": None, "result": {"total_us": json.loads(p.stdout)["total_us"]}}
     code = CHILD.format(body=READERS[name].strip())
-    env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
     t0 = time.perf_counter()
     p = subprocess.run([python, "-c", code, str(path)], capture_output=True, text=True, env=env)
     wall = time.perf_counter() - t0
     if p.returncode != 0:
         return {"reader": name, "error": p.stderr.strip().splitlines()[-1] if p.stderr.strip() else f"exit {p.returncode}"}
     out = json.loads(p.stdout.strip().splitlines()[-1])
-    return {"reader": name, "process_wall_s": wall, **out}
+    out["peak_rss_mb"] = out["peak_rss_mb"] + out.pop("children_peak_rss_mb")   # the reader and its worker
+    return {"reader": name, "process_wall_s": wall, "load_avg_1m": load, **out}
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--source", type=Path, default=DEFAULT_SOURCE)
-    ap.add_argument("--mb", type=float, default=250.0)
-    ap.add_argument("--out", type=Path, default=None, help="write results JSON here")
-    ap.add_argument("--readers", default="headroom,json.load,hta")
-    ap.add_argument("--repeat", type=int, default=3, help="runs of headroom and json.load")
-    ap.add_argument("--hta-repeat", type=int, default=1, help="runs of HTA")
-    args = ap.parse_args()
-    with tempfile.TemporaryDirectory() as tmp:
-        trace = Path(tmp) / "ranks" / "rank-0.json"
-        info = build_big_trace(args.source, args.mb, trace)
-        print(f"built {trace.name}: {info['mb']:.0f} MB, {info['events']:,} events ({info['copies']} copies of {args.source.name})")
-        rows = []
-        for name in args.readers.split(","):
-            for run in range(args.hta_repeat if name == "hta" else args.repeat):
-                r = run_reader(name, trace, sys.executable)
-                rows.append(r)
-                if "error" in r:
-                    print(f"{name:>10}: error: {r['error']}")
-                else:
-                    print(f"{name:>10}: {r['seconds']:7.2f} s   peak RSS {r['peak_rss_mb']:7.0f} MB   {r['result']}")
+def bench_shape(shape: str, mb: float, readers: list[str], repeat: int, hta_repeat: int, tmp: Path,
+                existing: Path | None = None) -> dict:
+    trace = tmp / shape / "rank-0.json"      # HTA reads a directory of ranks
+    if existing is not None:                 # a trace built before (benchmarks/shapes.py): linked, not copied
+        trace.parent.mkdir(parents=True, exist_ok=True)
+        os.symlink(existing.resolve(), trace)
+        info = {"source": existing.name, "copies": None, "events": None, "mb": round(existing.stat().st_size / 1e6, 1)}
+    else:
+        info = shapes.build(shapes.SHAPES[shape], mb, trace)
+    print(f"[{shape}] {info['mb']:.0f} MB" + (f", {info['events']:,} events ({info['copies']} copies of {info['source']})"
+                                              if info["events"] else f": {info['source']}"), flush=True)
+    rows = []
+    for run in range(max(repeat, hta_repeat)):
+        for name in readers:
+            if run >= (hta_repeat if name == "hta" else repeat):
+                continue
+            r = run_reader(name, trace, sys.executable, tmp / "cache")
+            r["run"] = run
+            rows.append(r)
+            if "error" in r:
+                print(f"[{shape}] {name:>15}: error: {r['error']}", flush=True)
+            else:
+                rss = f"{r['peak_rss_mb']:7.0f} MB" if r.get("peak_rss_mb") else "      -   "
+                print(f"[{shape}] {name:>15}: {r['seconds']:7.2f} s   peak RSS {rss}   load {r['load_avg_1m']:.1f}   "
+                      f"{r['result']}", flush=True)
+    trace.unlink()
     by = {}
-    for name in args.readers.split(","):
+    for name in readers:
         runs = [r for r in rows if r["reader"] == name and "error" not in r]
         if runs:
+            rss = [r["peak_rss_mb"] for r in runs if r.get("peak_rss_mb")]
             by[name] = {"seconds": statistics.median(r["seconds"] for r in runs),
-                        "peak_rss_mb": max(r["peak_rss_mb"] for r in runs), "runs": len(runs)}
+                        "peak_rss_mb": max(rss) if rss else None, "runs": len(runs)}
     summary = {"median_seconds": {k: v["seconds"] for k, v in by.items()},
                "max_peak_rss_mb": {k: v["peak_rss_mb"] for k, v in by.items()}}
     if "headroom" in by and "hta" in by:
@@ -172,13 +166,34 @@ def main() -> None:
     if "headroom" in by and "json.load" in by:
         summary["speedup_vs_json_load"] = by["json.load"]["seconds"] / by["headroom"]["seconds"]
     for k, v in summary.items():
-        print(f"{k}: {v:.2f}" if isinstance(v, float) else f"{k}: {v}")
-    result = {"machine": f"{platform.node()} {platform.processor() or platform.machine()} {os.cpu_count()} cores",
-              "python": platform.python_version(), "date": time.strftime("%Y-%m-%d"),
+        print(f"[{shape}] {k}: " + (json.dumps({a: round(b, 2) if b else b for a, b in v.items()})
+                                     if isinstance(v, dict) else f"{v:.2f}"), flush=True)
+    return {"trace": info, "readers": rows, "summary": summary}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--shapes", default="inference,training,communication")
+    ap.add_argument("--mb", type=float, default=250.0)
+    ap.add_argument("--out", type=Path, default=None, help="write results JSON here")
+    ap.add_argument("--readers", default="headroom,headroom-worker,headroom-cached,json.load,hta")
+    ap.add_argument("--repeat", type=int, default=3, help="runs of every reader but HTA")
+    ap.add_argument("--hta-repeat", type=int, default=3, help="runs of HTA")
+    ap.add_argument("--tmp", type=Path, default=None, help="where to build the traces (default: a temporary dir)")
+    ap.add_argument("--trace", type=Path, default=None, help="use this trace (one shape) instead of building it")
+    args = ap.parse_args()
+    readers = args.readers.split(",")
+    result = {"machine": f"{platform.node()} {platform.processor() or platform.machine()} {os.cpu_count()} cores, "
+                         f"{os.sysconf('SC_PAGE_SIZE') * os.sysconf('SC_PHYS_PAGES') / 2**30:.0f} GiB",
+              "python": platform.python_version(), "date": time.strftime("%Y-%m-%d %H:%M %Z"),
               "versions": {m: importlib.metadata.version(m) for m in ("msgspec", "polars", "pandas", "numpy")},
-              "trace": info, "readers": rows, "summary": summary}
-    if args.out:
-        args.out.write_text(json.dumps(result, indent=2))
+              "command": " ".join(sys.argv), "shapes": {}}
+    with tempfile.TemporaryDirectory(dir=args.tmp) as tmp:
+        for shape in args.shapes.split(","):
+            result["shapes"][shape] = bench_shape(shape, args.mb, readers, args.repeat, args.hta_repeat, Path(tmp),
+                                                  args.trace)
+            if args.out:
+                args.out.write_text(json.dumps(result, indent=2))
 
 
 if __name__ == "__main__":

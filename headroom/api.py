@@ -30,6 +30,7 @@ from headroom.projection.targets import DEFAULT_SPEEDUP, Targets, rank_targets
 from headroom.report.tables import summary_frame
 from headroom.trace.analysis import Analysis
 from headroom.trace.analysis import analyze as _analyze
+from headroom.trace.analysis import analyze_files
 from headroom.trace.classify import load_classifier
 from headroom.trace.load import find_trace_files
 from headroom.trace.ranks import RankSet, rank_set
@@ -39,20 +40,25 @@ PathLike = Union[str, os.PathLike]
 
 
 def analyze(trace: PathLike, rules: PathLike | None = None, policy: PathLike | None = None,
-            whole_trace: bool = False, window: str | None = None) -> Analysis | list[Analysis]:
+            whole_trace: bool = False, window: str | None = None, lenient: bool = False,
+            use_cache: bool = True) -> Analysis | list[Analysis]:
     """Classify where the time of one trace went (`rules`/`policy`: user TOML files, as --rules/--policy;
-    `window`: steps by a range name, as --window). A directory of per-rank traces gives one
-    `Analysis` per rank, in file-name order (as `analyze_all`)."""
+    `window`: steps by a range name, as --window; `lenient`, `use_cache`: as --lenient, --no-cache).
+    A directory of per-rank traces gives one `Analysis` per rank, in file-name order (as `analyze_all`)."""
     if os.path.isdir(trace):
-        return analyze_all(trace, rules=rules, policy=policy, whole_trace=whole_trace, window=window)
-    return _analyze(trace, rules=rules, policy=policy, whole_trace=whole_trace, window=window)
+        return analyze_all(trace, rules=rules, policy=policy, whole_trace=whole_trace, window=window,
+                           lenient=lenient, use_cache=use_cache)
+    return _analyze(trace, rules=rules, policy=policy, whole_trace=whole_trace, window=window, lenient=lenient,
+                    use_cache=use_cache)
 
 
 def analyze_all(path: PathLike, rules: PathLike | None = None, policy: PathLike | None = None,
-                whole_trace: bool = False, window: str | None = None) -> list[Analysis]:
+                whole_trace: bool = False, window: str | None = None, lenient: bool = False,
+                use_cache: bool = True) -> list[Analysis]:
     """Every trace of a file or a directory (e.g. `traces/`, or one file per rank), rules read once."""
     r, p = load_classifier(rules, policy)
-    return [_analyze(f, rules=r, policy=p, whole_trace=whole_trace, window=window) for f in find_trace_files(path)]
+    return list(analyze_files(find_trace_files(path), rules=r, policy=p, whole_trace=whole_trace, window=window,
+                              lenient=lenient, use_cache=use_cache))
 
 
 def summary(analyses: Sequence[Analysis]) -> pd.DataFrame:

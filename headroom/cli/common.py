@@ -27,6 +27,11 @@ WholeOpt = typer.Option(False, "--whole-trace", metavar="",
 WindowOpt = typer.Option(None, "--window", metavar="REGEX",
                          help="Steps are the CPU ranges whose name matches REGEX (e.g. execute_model), "
                               "for traces without ProfilerStep ranges.")
+LenientOpt = typer.Option(False, "--lenient", metavar="", help=(
+    "Drop GPU activities and steps with impossible times (missing, negative, non-finite, outside the trace) "
+    "with a counted warning, instead of refusing the trace."))
+NoCacheOpt = typer.Option(False, "--no-cache", metavar="",
+                          help="Neither read nor write the trace's columnar cache (docs/trace-core.md, \"Cache\").")
 TracesArg = typer.Argument(..., metavar="TRACE...",
                            help="Trace files (.json/.json.gz) or directories of per-rank traces.")
 
@@ -35,13 +40,17 @@ TracesArg = typer.Argument(..., metavar="TRACE...",
 class Reader:
     """Reads traces one at a time; a trace that cannot be read is named on stderr and skipped.
 
-    `finish()` exits 2 when any trace failed, after the others were reported.
+    The files of one path (a directory of ranks) are loaded by `iter_traces`, which decodes the next
+    file in its worker process while this one is analysed. `finish()` exits 2 when any trace failed,
+    after the others were reported.
     """
 
     rules: Optional[Path] = None
     policy: Optional[Path] = None
     whole_trace: bool = False
     window: Optional[str] = None
+    lenient: bool = False
+    no_cache: bool = False
     failed: List[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -49,18 +58,20 @@ class Reader:
 
         self._rules, self._policy = load_classifier(self.rules, self.policy)
 
-    def files(self, paths: List[Path]) -> Iterator[Path]:
+    def files(self, paths: List[Path]) -> Iterator[list[Path]]:
+        """The trace files of each path, path by path (a bad path is named and skipped)."""
         from headroom.trace.load import find_trace_files
 
         for p in paths:
             try:
-                yield from find_trace_files(p)
+                yield find_trace_files(p)
             except UserError as e:
                 self._fail(str(p), e)
 
     def analyses(self, paths: List[Path]) -> Iterator:
         """Each trace's Analysis, one by one (a directory: each trace in it)."""
-        yield from self._analyse(self.files(paths))
+        for files in self.files(paths):
+            yield from self._analyse(files)
 
     def inputs(self, paths: List[Path]) -> Iterator:
         """Like `analyses`, but a directory holding the ranks of one run becomes one RankSet
@@ -84,20 +95,31 @@ class Reader:
             except UserError as e:
                 self._fail(str(p), e)
 
-    def _analyse(self, files: Iterator[Path]) -> Iterator:
+    def _analyse(self, files: list[Path]) -> Iterator:
         from headroom.trace.analysis import analyze
+        from headroom.trace.load import iter_traces
 
-        for f in files:
+        while files:
+            traces = iter_traces(files, lenient=self.lenient, use_cache=not self.no_cache)
+            done = 0    # files[done] is the one being read (iter_traces yields them in order)
             try:
-                with progress(f"reading {f.name}"):
-                    a = analyze(f, rules=self._rules, policy=self._policy, whole_trace=self.whole_trace,
-                                window=self.window)
+                while done < len(files):
+                    with progress(f"reading {files[done].name}"):
+                        trace = next(traces, None)
+                        if trace is None:   # pragma: no cover - iter_traces yields one Trace per file
+                            return
+                        a = analyze(trace, rules=self._rules, policy=self._policy, whole_trace=self.whole_trace,
+                                    window=self.window)
+                    done += 1
+                    for note in a.notes + a.warnings:
+                        warn(f"{a.source}: {note}")
+                    yield a
             except UserError as e:
-                self._fail(str(f), e)
-                continue
-            for note in a.notes:
-                warn(f"{a.source}: {note}")
-            yield a
+                self._fail(str(files[done]), e)
+                done += 1
+            finally:
+                traces.close()
+            files = files[done:]
 
     def _fail(self, path: str, e: UserError) -> None:
         self.failed.append(path)
@@ -109,9 +131,10 @@ class Reader:
 
 
 def read_all(paths: List[Path], rules: Optional[Path] = None, policy: Optional[Path] = None,
-             whole_trace: bool = False, window: Optional[str] = None) -> list:
+             whole_trace: bool = False, window: Optional[str] = None, lenient: bool = False,
+             no_cache: bool = False) -> list:
     """Every trace, or exit 2 naming the first that cannot be read (for commands that need them all)."""
-    reader = Reader(rules, policy, whole_trace, window)
+    reader = Reader(rules, policy, whole_trace, window, lenient, no_cache)
     out = list(reader.analyses(paths))
     reader.finish()
     return out

@@ -7,7 +7,8 @@ from typing import List, Optional
 
 import typer
 
-from headroom.cli.common import PolicyOpt, Reader, RulesOpt, TracesArg, WholeOpt, WindowOpt, choices, read_all
+from headroom.cli.common import (LenientOpt, NoCacheOpt, PolicyOpt, Reader, RulesOpt, TracesArg, WholeOpt,
+                                 WindowOpt, choices, read_all)
 from headroom.cli.output import emit_json, warn
 from headroom.errors import UserError
 
@@ -45,6 +46,8 @@ def project_cmd(
     policy: Optional[Path] = PolicyOpt,
     whole_trace: bool = WholeOpt,
     window: Optional[str] = WindowOpt,
+    lenient: bool = LenientOpt,
+    no_cache: bool = NoCacheOpt,
     on_rank: Optional[List[int]] = typer.Option(None, "--on-rank", metavar="RANK", help=(
         "A directory of ranks: apply the speedups on this rank only (repeatable; default every rank).")),
 ) -> None:
@@ -69,7 +72,7 @@ def project_cmd(
     if strict and warnings:
         raise UserError(f"{warnings[0]} (strict mode)")
     console = make_console()
-    reader = Reader(rules, policy, whole_trace, window)
+    reader = Reader(rules, policy, whole_trace, window, lenient, no_cache)
     for a in reader.inputs(traces):
         if isinstance(a, RankSet):
             if dist is not None or win_rate is not None or median is not None:
@@ -119,6 +122,8 @@ def targets_cmd(
     policy: Optional[Path] = PolicyOpt,
     whole_trace: bool = WholeOpt,
     window: Optional[str] = WindowOpt,
+    lenient: bool = LenientOpt,
+    no_cache: bool = NoCacheOpt,
 ) -> None:
     """If one op got faster, which should it be? Ops and modules ranked by end-to-end gain.
 
@@ -132,7 +137,7 @@ def targets_cmd(
 
     parse_factor(speedup, "--speedup")
     groupings = tuple(dict.fromkeys(b.value for b in by)) if by else ("op", "module")
-    reader = Reader(rules, policy, whole_trace, window)
+    reader = Reader(rules, policy, whole_trace, window, lenient, no_cache)
     inputs = list(reader.inputs([trace]))
     reader.finish()
     for a in inputs:
@@ -179,6 +184,8 @@ def plot_cmd(
     policy: Optional[Path] = PolicyOpt,
     whole_trace: bool = WholeOpt,
     window: Optional[str] = WindowOpt,
+    lenient: bool = LenientOpt,
+    no_cache: bool = NoCacheOpt,
 ) -> None:
     """Figures: addressable fraction per workload, projected step time, and scaling with model size."""
     from headroom.files import check_output_dir
@@ -194,7 +201,7 @@ def plot_cmd(
     entries, entry_warnings = collect_entries(speedup or [], speedups or [])
     pm = load_problems(problems)
     check_output_dir(out)
-    analyses = read_all(traces, rules, policy, whole_trace, window)
+    analyses = read_all(traces, rules, policy, whole_trace, window, lenient, no_cache)
     if label and len(label) != len(analyses):
         raise UserError(f"--label given {len(label)} time(s) for {len(analyses)} trace(s)")
     if params and len(params) != len(analyses):

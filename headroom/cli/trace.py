@@ -7,7 +7,8 @@ from typing import List, Optional
 
 import typer
 
-from headroom.cli.common import PolicyOpt, Reader, RulesOpt, TracesArg, WholeOpt, WindowOpt
+from headroom.cli.common import (LenientOpt, NoCacheOpt, PolicyOpt, Reader, RulesOpt, TracesArg, WholeOpt,
+                                 WindowOpt)
 from headroom.cli.output import emit_json
 
 
@@ -21,6 +22,8 @@ def classify(
     policy: Optional[Path] = PolicyOpt,
     whole_trace: bool = WholeOpt,
     window: Optional[str] = WindowOpt,
+    lenient: bool = LenientOpt,
+    no_cache: bool = NoCacheOpt,
     per_rank: bool = typer.Option(False, "--per-rank", metavar="",
                                   help="A directory of ranks: also each rank's own table."),
 ) -> None:
@@ -32,7 +35,7 @@ def classify(
     from headroom.report.render import make_console, render_analysis, render_kernels
     from headroom.trace.ranks import RankSet
 
-    reader = Reader(rules, policy, whole_trace, window)
+    reader = Reader(rules, policy, whole_trace, window, lenient, no_cache)
     console = make_console()
     for a in reader.inputs(traces):
         if isinstance(a, RankSet):
@@ -78,6 +81,8 @@ def report(
     policy: Optional[Path] = PolicyOpt,
     whole_trace: bool = WholeOpt,
     window: Optional[str] = WindowOpt,
+    lenient: bool = LenientOpt,
+    no_cache: bool = NoCacheOpt,
 ) -> None:
     """One row per trace: step time, idle share, addressable fraction, top addressable op.
 
@@ -87,7 +92,7 @@ def report(
     from headroom.report.tables import summary_frame, summary_records
     from headroom.trace.ranks import RankSet
 
-    reader = Reader(rules, policy, whole_trace, window)
+    reader = Reader(rules, policy, whole_trace, window, lenient, no_cache)
     inputs = list(reader.inputs(paths or [Path("traces")]))
     analyses = [a for a in inputs if not isinstance(a, RankSet)]
     rank_sets = [(rs, rank_summary_frame(rs)) for rs in inputs if isinstance(rs, RankSet)]

@@ -216,6 +216,44 @@ class _Clock:
             self.s.append(slope)
 
 
+def _measured_timeline(b: Baseline) -> tuple:
+    """What replay reads from the measured timeline, whatever the factors: launches, launching
+    threads, each event's predecessor on its stream and cross-stream dependency with the measured
+    gaps and lags, and the blocking CPU calls in the window. Computed once per baseline (`targets`
+    replays one trace many times)."""
+    key = (b.events, b.syncs, b.runtime, b.window)
+    memo = b.__dict__.get("_measured_timeline")
+    if memo is not None and all(a is k or (type(a) is tuple and a == k) for a, k in zip(memo[0], key)):
+        return memo[1]
+    ev = b.events
+    n = len(ev)
+    ts = ev["ts"].to_numpy(dtype=float)
+    end = ts + ev["dur"].to_numpy(dtype=float)
+    launch = ev["launch_ts"].to_numpy(dtype=float) if "launch_ts" in ev.columns else np.full(n, np.nan)
+    has_launch = np.isfinite(launch)
+    pid_table: dict = {}
+    pids = _pid_codes(ev["launch_pid"].tolist() if "launch_pid" in ev.columns else [""] * n, pid_table)
+
+    # Previous event on the same stream, and the measured gaps/lags.
+    streams = _stream_keys(ev)
+    order = np.lexsort((end, ts))
+    prev = np.full(n, -1, dtype=np.int64)
+    last: dict[int, int] = {}
+    for i in order.tolist():
+        s = streams[i]
+        prev[i] = last.get(s, -1)
+        last[s] = i
+    gap = np.where(prev >= 0, ts - end[np.maximum(prev, 0)], np.inf)
+    dep = cross_stream_deps(ev, b.syncs, b.runtime)
+    dep_gap = np.where(dep >= 0, ts - end[np.maximum(dep, 0)], np.inf)
+    lag = np.where(has_launch, ts - launch, 0.0)
+    # Blocking synchronisations on the CPU (inside the window).
+    syncs = _blocking_calls(b, pid_table)
+    result = (launch, has_launch, pid_table, pids, prev, gap, dep, dep_gap, lag, syncs)
+    b.__dict__["_measured_timeline"] = (key, result)
+    return result
+
+
 def replay(base: Baseline | Analysis, factors: np.ndarray | float | None = None, mask: np.ndarray | None = None,
            back_to_back_us: float = BACK_TO_BACK_US, launch_latency_us: float | None = None,
            max_stream_gap_us: float = MAX_STREAM_GAP_US, changes: Sequence[CallChange] = (),
@@ -236,24 +274,7 @@ def replay(base: Baseline | Analysis, factors: np.ndarray | float | None = None,
     new_dur = np.where(np.isinf(f), 0.0, dur / f)
     if n == 0:
         return ReplayResult(ts, end, b.window[1], b.wall_us, 0.0, 0, 0, 0.0)
-    launch = ev["launch_ts"].to_numpy(dtype=float) if "launch_ts" in ev.columns else np.full(n, np.nan)
-    has_launch = np.isfinite(launch)
-    pid_table: dict = {}
-    pids = _pid_codes(ev["launch_pid"].tolist() if "launch_pid" in ev.columns else [""] * n, pid_table)
-
-    # Previous event on the same stream, and the measured gaps/lags.
-    streams = _stream_keys(ev)
-    order = np.lexsort((end, ts))
-    prev = np.full(n, -1, dtype=np.int64)
-    last: dict[int, int] = {}
-    for i in order.tolist():
-        s = streams[i]
-        prev[i] = last.get(s, -1)
-        last[s] = i
-    gap = np.where(prev >= 0, ts - end[np.maximum(prev, 0)], np.inf)
-    dep = cross_stream_deps(ev, b.syncs, b.runtime)
-    dep_gap = np.where(dep >= 0, ts - end[np.maximum(dep, 0)], np.inf)
-    lag = np.where(has_launch, ts - launch, 0.0)
+    launch, has_launch, pid_table, pids, prev, gap, dep, dep_gap, lag, syncs = _measured_timeline(b)
     # Queued behind its stream: back to back with the previous event, or launched
     # while the stream was still busy (then it keeps its measured gap after it).
     # A longer gap than `max_stream_gap_us` after the previous event is an unexplained wait
@@ -270,6 +291,7 @@ def replay(base: Baseline | Analysis, factors: np.ndarray | float | None = None,
     d = np.minimum(dep_gap, back_to_back_us)
 
     # Replaced calls: which new kernel (group) each of their events runs in, and when it is launched.
+    pid_table = dict(pid_table)     # the memo's table, extended by the calls' processes
     call_of = np.full(n, -1, dtype=np.int64)
     group_of = np.full(n, -1, dtype=np.int64)
     removed = np.zeros(n, dtype=bool)
@@ -291,8 +313,6 @@ def replay(base: Baseline | Analysis, factors: np.ndarray | float | None = None,
     g = np.where(same_call, 0.0, g)          # a fused kernel has no gaps inside
     lat = np.where(in_call, launch_latency_us, lat)
 
-    # Blocking synchronisations on the CPU (inside the window).
-    syncs = _blocking_calls(b, pid_table)
     n_sync = len(syncs)
     # Events sorted by measured end, to find what a sync waited for.
     by_end = np.argsort(end, kind="stable")

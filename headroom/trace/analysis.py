@@ -10,20 +10,21 @@ import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import numpy as np
 import pandas as pd
 
 from headroom.trace.accounting import (add_wall_shares, busy_per_device, category_table, kernel_table,
                                  op_table, step_bounds, step_table, union_length)
-from headroom.trace.attribute import attribute_kernels_to_ops, cpu_op_self_times
+from headroom.trace import attribute, cache
+from headroom.trace.attribute import attribute_kernels_to_ops, cpu_op_self_times, unlaunched_warning
 from headroom.trace.modules import attribute_modules, module_calls, module_ranges
 from headroom.trace.phases import event_phases
 from headroom.trace.classify import Policy, Rule, classify_kernels, load_classifier
 from headroom.errors import UserError
 from headroom.regex import compile_user_regex
-from headroom.trace.load import Trace, TraceError, find_trace_files, load_trace
+from headroom.trace.load import Trace, TraceError, find_trace_files, iter_traces, load_trace
 
 MODE_GPU = "gpu"
 MODE_CPU = "cpu-ops"
@@ -52,7 +53,8 @@ class Analysis:
     # the trace has no module ranges.
     modules: pd.DataFrame = field(default_factory=lambda: module_calls(pd.DataFrame()), repr=False)
     basis: str = "ProfilerStep ranges"     # what time was analysed: the steps, a --window, the whole trace
-    notes: list[str] = field(default_factory=list)   # caveats the CLI prints as warnings
+    notes: list[str] = field(default_factory=list)   # caveats of the analysed time, printed as warnings
+    warnings: list[str] = field(default_factory=list)   # the loader's and the attribution's, one line each
     step_ranges: pd.DataFrame | None = field(default=None, repr=False)   # the CPU ranges used as steps
 
     def __repr__(self) -> str:
@@ -121,7 +123,7 @@ class Analysis:
             "trace": self.source,
             "mode": self.mode,
             "basis": self.basis,
-            "notes": list(self.notes),
+            "notes": list(self.notes) + list(self.warnings),
             "device": self.device_name,
             "num_steps": self.num_steps,
             "step_us": self.step_us,
@@ -260,17 +262,39 @@ def _keyed(table: pd.DataFrame, key: str) -> pd.DataFrame:
     return table
 
 
+# The attributed GPU activities depend on the trace and on the attribution's code and data alone:
+# cached beside the tables.
+_ATTRIBUTION_CODE = ("attribute.py", "modules.py", "phases.py", "intervals.py", "ranges.py")
+_ATTRIBUTION_VERSION = cache.code_version(*(Path(attribute.__file__).with_name(n) for n in _ATTRIBUTION_CODE),
+                                          Path(attribute.__file__).parent.parent / "data" / "phases.toml")
+
+
+def attributed(trace: Trace, steps: pd.DataFrame | None = None) -> pd.DataFrame:
+    """attribute_kernels_to_ops(trace, steps), from the trace's cache entry when it has one (the
+    trace's own ProfilerStep ranges only: other steps, e.g. a --window's, are attributed afresh)."""
+    if steps is not None and steps is not trace.steps:
+        return attribute_kernels_to_ops(trace, steps)
+    name = f"attributed-{_ATTRIBUTION_VERSION}"
+    events = cache.fetch_frame(trace.cache_key, name)
+    if events is None:
+        events = attribute_kernels_to_ops(trace)
+        cache.store_frame(trace.cache_key, name, events)
+    return events
+
+
 def analyze(source: str | os.PathLike | Trace, rules: list[Rule] | str | os.PathLike | None = None,
             policy: Policy | str | os.PathLike | None = None, whole_trace: bool = False,
-            window: str | None = None) -> Analysis:
+            window: str | None = None, lenient: bool = False, use_cache: bool = True) -> Analysis:
     """Classify where the time of one trace went.
 
     `rules`/`policy`: compiled objects, or paths of user TOML files that extend/override the shipped ones.
     The time analysed: the ProfilerStep ranges; `window`: instead, the CPU ranges whose name matches
     this regex (e.g. `execute_model`); `whole_trace`: everything. A trace without ProfilerStep ranges
     (a plain `with torch.profiler.profile():` block) is analysed whole, and `notes` says so.
+    `lenient`: drop GPU activities and steps with impossible times instead of refusing the trace.
+    `use_cache`: read/write the trace's columnar cache (headroom/trace/cache.py).
     """
-    trace = source if isinstance(source, Trace) else load_trace(source)
+    trace = source if isinstance(source, Trace) else load_trace(source, lenient=lenient, use_cache=use_cache)
     if not isinstance(rules, list) or not isinstance(policy, Policy):
         loaded_rules, loaded_policy = load_classifier(None if isinstance(rules, list) else rules,
                                                       None if isinstance(policy, Policy) else policy)
@@ -296,9 +320,10 @@ def analyze(source: str | os.PathLike | Trace, rules: list[Rule] | str | os.Path
             notes.append("no ProfilerStep ranges: analysing the whole trace "
                          "(--window REGEX picks steps by a range name, e.g. execute_model)")
 
+    warnings = list(trace.warnings)
     if trace.has_gpu:
         mode = MODE_GPU
-        events = attribute_kernels_to_ops(trace, steps)
+        events = attributed(trace, steps)
     else:
         mode = MODE_CPU
         events = _cpu_events(trace, steps)
@@ -319,6 +344,10 @@ def analyze(source: str | os.PathLike | Trace, rules: list[Rule] | str | os.Path
     if len(in_window) == 0:
         notes.append(f"no {'GPU activity' if mode == MODE_GPU else 'CPU op'} in the {basis}")
     events = classify_kernels(in_window.reset_index(drop=True), rules, policy)
+    if mode == MODE_GPU:
+        line = unlaunched_warning(events, trace)
+        if line:
+            warnings.append(line)
 
     wall = end - start
     if mode == MODE_GPU:
@@ -342,11 +371,18 @@ def analyze(source: str | os.PathLike | Trace, rules: list[Rule] | str | os.Path
         categories=_keyed(category_table(events, total, wall * n_devices), "name"),
         kernels=_keyed(kernel_table(events), "name"), ops=_keyed(op_table(events), "op"),
         steps=_keyed(step_table(events, bounds), "step"),
-        metadata=trace.metadata, trace=trace, basis=basis, notes=notes, step_ranges=steps,
+        metadata=trace.metadata, trace=trace, basis=basis, notes=notes, warnings=warnings, step_ranges=steps,
         modules=module_calls(module_ranges(trace), None if whole_trace else steps),
     )
 
 
+def analyze_files(files: list[Path], lenient: bool = False, use_cache: bool = True, **kwargs) -> Iterator[Analysis]:
+    """Each file's Analysis, in order; per-rank files are loaded two at a time when a core is free
+    (load.iter_traces)."""
+    for trace in iter_traces(files, lenient=lenient, use_cache=use_cache):
+        yield analyze(trace, **kwargs)
+
+
 def analyze_path(path: str | os.PathLike, **kwargs) -> list[Analysis]:
     """A trace file, or each per-rank trace in a directory."""
-    return [analyze(p, **kwargs) for p in find_trace_files(Path(path))]
+    return list(analyze_files(find_trace_files(Path(path)), **kwargs))

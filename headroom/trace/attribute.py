@@ -110,17 +110,43 @@ def attribute_kernels_to_ops(trace: Trace, steps: pd.DataFrame | None = None) ->
 
     # Steps are time ranges of the whole process (the backward runs on
     # autograd threads): assign by launch time. A GPU activity whose launch is
-    # not in the trace was launched before recording began (e.g. in the
-    # profiler's warm-up step) and belongs to no step; only traces without any
-    # runtime events fall back to the GPU start time.
+    # not in the trace was either launched before recording began (its
+    # correlation precedes every recorded launch's, or it started before the
+    # first one: e.g. the warm-up step's work still running) and belongs to no
+    # step, or its runtime event was not recorded: that one is placed by its
+    # GPU start time, and counted by `unlaunched_warning`.
     steps = trace.steps if steps is None else steps
-    if len(trace.launches):
-        when = np.where(launched, gpu["launch_ts"].to_numpy(), np.nan)
-    else:
-        when = gpu["ts"].to_numpy()
+    when = np.where(launched, gpu["launch_ts"].to_numpy(), gpu["ts"].to_numpy())
+    when[before_recording(gpu, trace.launches) & ~launched] = np.nan
     idx = containing_range(steps["ts"].to_numpy(), steps["end"].to_numpy(), when)
     gpu["step"] = np.where(idx >= 0, steps["step"].to_numpy()[np.maximum(idx, 0)], -1) if len(steps) else -1
     return gpu.drop(columns=["launch_external_id"])
+
+
+def before_recording(gpu: pd.DataFrame, launches: pd.DataFrame) -> np.ndarray:
+    """GPU activities launched before recording began: their correlation precedes every recorded
+    launch's (CUPTI numbers launches in order), or they started on the GPU before the first recorded
+    launch."""
+    corr = launches["correlation"].to_numpy()
+    corr = corr[corr != -1] if corr.dtype != object else np.array([c for c in corr if c != -1], dtype=object)
+    if not len(corr) or not len(gpu):
+        return np.zeros(len(gpu), dtype=bool)
+    own = gpu["correlation"].to_numpy()
+    first_launch = float(launches["ts"].min())
+    return ((own != -1) & (own < corr.min())) | (gpu["ts"].to_numpy() < first_launch)
+
+
+def unlaunched_warning(events: pd.DataFrame, trace: Trace) -> str | None:
+    """One line counting the GPU activities of `events` (attributed) placed by their GPU time: their
+    launch is not in the trace, and they were not launched before recording began."""
+    if "launch_ts" not in events or not len(events):
+        return None
+    alone = events["launch_ts"].isna().to_numpy() & ~before_recording(events, trace.launches)
+    if not alone.any():
+        return None
+    n, us = int(alone.sum()), float(events["dur"].to_numpy()[alone].sum())
+    return (f"{n:,} of {len(events):,} GPU activities ({us:,.0f} of {float(events['dur'].sum()):,.0f} us) have no "
+            f"launch event in the trace; they are placed in steps by their GPU start time")
 
 
 def cpu_op_self_times(trace: Trace, steps: pd.DataFrame | None = None) -> pd.DataFrame:

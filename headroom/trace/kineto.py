@@ -1,24 +1,32 @@
-"""The Kineto (torch.profiler) JSON wire format, decoded a chunk at a time.
+"""The Kineto (torch.profiler) JSON wire format, streamed and decoded a chunk at a time.
 
-msgspec validates the document and splits ``traceEvents`` into raw byte views;
-polars parses each chunk of events into typed columns; a chunk polars cannot
-read with the typed schema is decoded exactly by msgspec instead
-(docs/trace-core.md, "Loader").
+The file is read in blocks (gunzipped on the fly) and cut between two events of
+``traceEvents``; each chunk is decoded by msgspec straight into typed structs
+and turned into polars columns, keeping only the fields and events headroom
+uses. A chunk with odd spellings (a timestamp written as a string, hex or
+beyond-64-bit ids) is decoded event by event into lenient structs and
+normalised into the same values; an event no spelling fits is counted, never
+dropped silently. Big files are split between this process and one worker
+process (docs/trace-core.md, "Load").
 """
 
 from __future__ import annotations
 
-import gzip
-import io
+import os
+import re
 import zlib
+from collections import Counter
+from dataclasses import dataclass, field
+from operator import attrgetter
 from pathlib import Path
-from typing import Any, Union
+from typing import Any, Iterator, Union
 
 import msgspec
+import numpy as np
 import polars as pl
 
 from headroom.errors import UserError
-from headroom.trace.ranges import MODULE_RANGE_PREFIX
+from headroom.trace.ranges import MODULE_PREFIX, MODULE_RANGE_PREFIX
 
 
 class TraceError(UserError):
@@ -28,7 +36,7 @@ class TraceError(UserError):
 # --- the wire format ------------------------------------------------------------
 
 class _TraceFile(msgspec.Struct):
-    # Events stay raw (views into the input), to be parsed a chunk at a time.
+    # Events stay raw (views into the input), decoded a chunk at a time.
     traceEvents: Union[list[msgspec.Raw], None] = None
     baseTimeNanoseconds: Union[int, None] = None
     schemaVersion: msgspec.Raw = msgspec.Raw()
@@ -39,39 +47,29 @@ class _TraceFile(msgspec.Struct):
     headroom: msgspec.Raw = msgspec.Raw()
 
 
-_DECODER = msgspec.json.Decoder(_TraceFile)
-_CHUNK = 1 << 16
-
-# The fields headroom reads, as polars parses them. pid/tid are strings
-# because traces mix ints with names like "Spans" (polars turns numbers into
-# their decimal text); everything else must have its usual JSON type.
-# GPU activities (a tenth of a trace) get the args only they carry from
-# msgspec instead: each field named in an args struct costs polars time on
-# every event, and GPU args are long (grid, block, occupancy, ...).
-_ID = pl.Int64
-_EVENT_SCHEMA = {
-    "ph": pl.String, "cat": pl.String, "name": pl.String, "pid": pl.String, "tid": pl.String,
-    "ts": pl.Float64, "dur": pl.Float64, "id": _ID,
-    "args": pl.Struct({"External id": _ID, "correlation": _ID, "Sequence number": _ID, "Fwd thread id": _ID}),
-}
+META_KEYS = ("schemaVersion", "deviceProperties", "distributedInfo", "traceName", "headroom")
 
 
-# The exact path: msgspec structs that accept every spelling seen in the wild.
-Id = Union[int, str, None]
+# The fast path: the types Kineto writes. msgspec skips every other field
+# (call stacks, occupancy numbers) without building objects; input shapes stay raw views.
+_ARG_NAMES = {"external_id": "External id", "sequence": "Sequence number", "fwd_thread": "Fwd thread id",
+              "dims": "Input Dims", "types": "Input type"}
 
 
-class _Args(msgspec.Struct, rename={"external_id": "External id", "sequence": "Sequence number",
-                                   "fwd_thread": "Fwd thread id"}, gc=False):
-    external_id: Id = None
-    correlation: Id = None
-    sequence: Id = None      # autograd sequence number: a backward op and the forward op that made it share one
-    fwd_thread: Id = None    # on backward ops: the forward thread (0 or absent on forward ops)
-    device: Id = None
-    stream: Id = None
+class _Args(msgspec.Struct, rename=_ARG_NAMES, gc=False):
+    external_id: Union[int, None] = None
+    correlation: Union[int, None] = None
+    sequence: Union[int, None] = None      # autograd's: a backward op and the forward op that made it share one
+    fwd_thread: Union[int, None] = None    # on backward ops: the forward thread (0 or absent on forward ops)
+    device: Union[int, None] = None
+    stream: Union[int, None] = None
     bytes: Union[int, float, None] = None
     # cuda_sync "Stream Wait Event" / "Event Sync": the stream and the cudaEventRecord call waited on.
-    wait_on_stream: Id = None
-    wait_on_cuda_event_record_corr_id: Id = None
+    wait_on_stream: Union[int, None] = None
+    wait_on_cuda_event_record_corr_id: Union[int, None] = None
+    # record_shapes: kept as raw text (a view, no objects built) and decoded for module ranges only.
+    dims: msgspec.Raw = msgspec.Raw()
+    types: msgspec.Raw = msgspec.Raw()
 
 
 class _Event(msgspec.Struct, gc=False):
@@ -80,32 +78,55 @@ class _Event(msgspec.Struct, gc=False):
     name: str = ""
     pid: Union[int, str] = 0
     tid: Union[int, str] = 0
+    ts: Union[float, None] = None
+    dur: Union[float, None] = None
+    id: Union[int, None] = None
+    args: Union[_Args, None] = None
+
+
+# The lenient path: every spelling seen in the wild, normalised into an `_Event`.
+Id = Union[int, str, None]
+
+
+class _LooseArgs(msgspec.Struct, rename=_ARG_NAMES, gc=False):
+    external_id: Id = None
+    correlation: Id = None
+    sequence: Id = None
+    fwd_thread: Id = None
+    device: Id = None
+    stream: Id = None
+    bytes: Union[int, float, str, None] = None
+    wait_on_stream: Id = None
+    wait_on_cuda_event_record_corr_id: Id = None
+    dims: msgspec.Raw = msgspec.Raw()
+    types: msgspec.Raw = msgspec.Raw()
+
+
+class _LooseEvent(msgspec.Struct, gc=False):
+    ph: str = ""
+    cat: str = ""
+    name: str = ""
+    pid: Union[int, str] = 0
+    tid: Union[int, str] = 0
     ts: Union[float, str, None] = None
     dur: Union[float, str, None] = None
     id: Id = None
-    args: Union[_Args, None] = None
+    args: Union[_LooseArgs, None] = None
 
 
-class _ArgsOnly(msgspec.Struct, gc=False):
-    args: Union[_Args, None] = None
+class _CategoryOnly(msgspec.Struct, gc=False):
+    cat: Any = None
 
 
-class _ShapeArgs(msgspec.Struct, rename={"dims": "Input Dims", "types": "Input type"}, gc=False):
-    dims: Union[list[Any], None] = None
-    types: Union[list[Any], None] = None
-
-
-class _ShapesOnly(msgspec.Struct, gc=False):
-    args: Union[_ShapeArgs, None] = None
-
-
-_EVENTS_DECODER = msgspec.json.Decoder(list[_Event])
-_ARGS_DECODER = msgspec.json.Decoder(list[_ArgsOnly])
-_SHAPES_DECODER = msgspec.json.Decoder(list[_ShapesOnly])
+_DOC = msgspec.json.Decoder(_TraceFile)
+_EVENTS = msgspec.json.Decoder(list[_Event])
+_RAWS = msgspec.json.Decoder(list[msgspec.Raw])
+_ONE_LOOSE = msgspec.json.Decoder(_LooseEvent)
+_ONE_CATEGORY = msgspec.json.Decoder(_CategoryOnly)
 _NO_ARGS = _Args()
 
 # Kineto renamed its categories over the years; every spelling (lower-cased)
-# maps to the table the event goes to and its category there.
+# maps to the table the event goes to and its kind there.
 _TABLE_OF_CATEGORY = {
     "kernel": ("gpu", "kernel"),
     "gpu_memcpy": ("gpu", "memcpy"), "memcpy": ("gpu", "memcpy"),
@@ -118,70 +139,269 @@ _TABLE_OF_CATEGORY = {
     "gpu_user_annotation": ("gpu_annotations", "gpu_user_annotation"),
     # CUPTI synchronization records (profiles taken with enable_cuda_sync_events).
     "cuda_sync": ("syncs", "cuda_sync"),
-    # Flows link a launch to its kernel; used when a trace omits `correlation` in args.
-    "ac2g": ("flows", "flow"), "async_cpu_to_gpu": ("flows", "flow"),
-    # Flows from a forward op (s) to the backward op autograd ran for it (f).
-    "fwdbwd": ("fwdbwd", "fwdbwd"),
+    # Flows: launch -> kernel (used when a trace omits `correlation`), forward op -> backward op.
+    "ac2g": ("flows", "ac2g"), "async_cpu_to_gpu": ("flows", "ac2g"),
+    "fwdbwd": ("flows", "fwdbwd"),
 }
-_TABLE = {cat: table for cat, (table, _) in _TABLE_OF_CATEGORY.items()}
-# Tables whose device/stream/bytes args msgspec decodes (polars would pay for long GPU args on every event).
-_DEVICE_TABLES = ("gpu", "gpu_annotations", "syncs")
-_KIND = {cat: kind for cat, (_, kind) in _TABLE_OF_CATEGORY.items()}
-# The columns each table keeps (the rest are dropped chunk by chunk).
-_TABLE_COLUMNS = {
+GPU_CATEGORIES = frozenset(c for c, (t, _) in _TABLE_OF_CATEGORY.items() if t == "gpu")
+TABLES = ("gpu", "launches", "cpu", "gpu_annotations", "syncs", "flows")
+# The columns each table keeps.
+TABLE_COLUMNS = {
     "gpu": ["name", "kind", "pid", "tid", "ts", "dur", "device", "stream", "correlation", "external_id",
             "bytes", "index"],
-    "launches": ["name", "kind", "pid", "tid", "ts", "dur", "correlation", "external_id"],
-    "cpu": ["name", "kind", "pid", "tid", "ts", "dur", "external_id", "sequence", "fwd_thread", "inputs"],
-    "gpu_annotations": ["name", "pid", "tid", "ts", "dur", "device", "stream"],
+    "launches": ["name", "kind", "pid", "tid", "ts", "dur", "correlation", "external_id", "index"],
+    "cpu": ["name", "kind", "pid", "tid", "ts", "dur", "external_id", "sequence", "fwd_thread", "inputs", "index"],
+    "gpu_annotations": ["name", "pid", "tid", "ts", "dur", "device", "stream", "index"],
     "syncs": ["name", "pid", "tid", "ts", "dur", "device", "stream", "correlation", "wait_on_stream",
-              "wait_on_cuda_event_record_corr_id"],
-    "flows": ["ph", "pid", "tid", "ts", "id"],
-    "fwdbwd": ["ph", "pid", "tid", "ts", "id"],
+              "wait_on_cuda_event_record_corr_id", "index"],
+    "flows": ["kind", "ph", "pid", "tid", "ts", "id", "index"],
 }
-_FLOW_TABLES = ("flows", "fwdbwd")
+_SCHEMA = {"name": pl.String, "kind": pl.String, "ph": pl.String, "pid": pl.String, "tid": pl.String,
+           "ts": pl.Float64, "dur": pl.Float64, "device": pl.Int64, "stream": pl.Int64, "correlation": pl.Int64,
+           "external_id": pl.Int64, "sequence": pl.Int64, "fwd_thread": pl.Int64, "inputs": pl.String,
+           "id": pl.Int64, "bytes": pl.Float64, "index": pl.Int64,
+           "wait_on_stream": pl.Int64, "wait_on_cuda_event_record_corr_id": pl.Int64}
+_FLOW_PHASES = frozenset("sft")
 
 
-def _read_bytes(path: Path) -> bytes:
+class _Routes(dict):
+    """(ph, cat) -> a small code; `table[code]`/`kind[code]` say where events of that code go
+    (table None: no analysis reads them; "?": no 'ph', an event that cannot be read). Filled on first sight."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.table: list[str | None] = []
+        self.kind: list[str | None] = []
+
+    def __missing__(self, key) -> int:
+        ph, cat = key
+        table_kind = _TABLE_OF_CATEGORY.get(cat.lower())
+        if table_kind is not None and not (ph == "X" if table_kind[0] != "flows" else ph in _FLOW_PHASES):
+            table_kind = None
+        code = len(self.table)
+        self.table.append("?" if not ph else table_kind[0] if table_kind else None)
+        self.kind.append(table_kind[1] if table_kind else None)
+        self[key] = code
+        return code
+
+
+_ROUTES = _Routes()
+
+
+# --- reading bytes ----------------------------------------------------------------
+
+BLOCK = 32 << 20   # bytes of (decompressed) text per chunk
+
+
+def _open(path: Path):
     try:
-        raw = path.read_bytes()
+        return open(path, "rb")
     except FileNotFoundError:
         raise TraceError(f"{path}: no such file") from None
     except IsADirectoryError:
         raise TraceError(f"{path}: is a directory") from None
     except OSError as e:
         raise TraceError(f"{path}: cannot read ({e.strerror})") from None
-    if not raw:
-        raise TraceError(f"{path}: empty file")
-    if raw[:2] == b"\x1f\x8b":
+
+
+def blocks(path: Path, size: int | None = None) -> Iterator[bytes]:
+    """The file's text in blocks of about `size` bytes, gunzipped on the fly (gzip detected by magic bytes)."""
+    size = size or BLOCK
+    with _open(path) as f:
         try:
-            raw = gzip.decompress(raw)
-        except (EOFError, OSError, zlib.error) as e:
+            first = f.read(size)
+            if not first:
+                raise TraceError(f"{path}: empty file")
+            if first[:2] != b"\x1f\x8b":
+                while first:
+                    yield first
+                    first = f.read(size)
+                return
+            inflate = zlib.decompressobj(wbits=31)
+            data, produced = first, False
+            while True:
+                while data:
+                    out = inflate.decompress(data, size)
+                    if out:
+                        produced = True
+                        yield out
+                    data = inflate.unconsumed_tail
+                    if inflate.eof:   # a second gzip member follows (concatenated .gz)
+                        data = inflate.unused_data + data
+                        if not data.strip(b"\x00"):
+                            break
+                        inflate = zlib.decompressobj(wbits=31)
+                data = f.read(size)
+                if not data:
+                    break
+            if not inflate.eof:
+                raise TraceError(f"{path}: truncated or corrupt gzip (compressed file ended before the "
+                                 f"end-of-stream marker was reached)")
+            if not produced:
+                raise TraceError(f"{path}: empty file (after gunzip)")
+        except zlib.error as e:
             raise TraceError(f"{path}: truncated or corrupt gzip ({e})") from None
-        if not raw:
-            raise TraceError(f"{path}: empty file (after gunzip)")
-    return raw
+        except OSError as e:
+            raise TraceError(f"{path}: cannot read ({e.strerror})") from None
+
+
+def read_bytes(path: Path) -> bytes:
+    return b"".join(blocks(path))
+
+
+# --- decoding one chunk of events ----------------------------------------------------
+
+@dataclass
+class Chunk:
+    """One decoded chunk: its tables (event index counted from the chunk's first event), and what it could not read."""
+    tables: dict[str, pl.DataFrame]
+    events: int
+    unreadable: Counter = field(default_factory=Counter)
+    first_unreadable: tuple[int, str] | None = None
+    gpu_unreadable: list[tuple[int, str]] = field(default_factory=list)   # (index, problem): refused unless lenient
+    cut_error: bool = False     # the chunk did not end between two events (or the document ended early)
+    json_error: tuple[int, str] | None = None   # (byte offset in the chunk, msgspec's words)
+    error: str | None = None    # any other reason the chunk cannot be read
+
+
+_BYTE = re.compile(r"\(byte (\d+)\)")
+
+
+def decode_events(doc: bytes | memoryview) -> Chunk:
+    """The events of `doc`, a JSON array of consecutive events of traceEvents."""
+    try:
+        return _decode_events(doc)
+    except TraceError as e:     # e.g. an id beyond 128 bits
+        return Chunk({}, 0, error=str(e))
+
+
+def _decode_events(doc: bytes | memoryview) -> Chunk:
+    try:
+        return _fast_chunk(_EVENTS.decode(doc))
+    except msgspec.ValidationError:
+        pass
+    except msgspec.DecodeError as e:
+        return _json_problem(e, len(doc))
+    except RecursionError:
+        return Chunk({}, 0, json_error=(0, "objects nested too deeply"))
+    try:
+        raws = _RAWS.decode(doc)
+    except msgspec.DecodeError as e:
+        return _json_problem(e, len(doc))
+    except RecursionError:
+        return Chunk({}, 0, json_error=(0, "objects nested too deeply"))
+    return _lenient_chunk(raws)
+
+
+def _json_problem(e: msgspec.DecodeError, length: int) -> Chunk:
+    if "UTF-8" in str(e):
+        return Chunk({}, 0, json_error=(-1, "invalid UTF-8 in a string"))
+    m = _BYTE.search(str(e))
+    # The array starts between two events, so everything before its closing bracket is the
+    # document's own text: an error there is the document's; one at the bracket (or past the
+    # end) means the cut, or the document's end, is not where it was taken to be.
+    if m and int(m.group(1)) < length - 1:
+        return Chunk({}, 0, json_error=(int(m.group(1)), str(e).split(" (byte")[0]))
+    return Chunk({}, 0, cut_error=True)
+
+
+def _fast_chunk(events: list[_Event]) -> Chunk:
+    chunk = Chunk({}, len(events))
+    chunk.tables = _split_tables(events, list(range(len(events))), chunk)
+    return chunk
+
+
+def _split_tables(events: list[_Event], positions: list[int], chunk: Chunk) -> dict[str, pl.DataFrame]:
+    """Route each event to its table by (ph, cat), vectorised over codes; build each table's columns."""
+    codes = np.fromiter(map(_ROUTES.__getitem__, zip(map(_GET["ph"], events), map(_GET["cat"], events))),
+                        dtype=np.int32, count=len(events))
+    table_of = np.array(_ROUTES.table, dtype=object)
+    tables = {}
+    for t in TABLES:
+        mine = np.flatnonzero(table_of == t)
+        idx = np.flatnonzero(np.isin(codes, mine)) if len(mine) else np.empty(0, dtype=np.int64)
+        rows = idx.tolist()
+        kinds = list(map(_ROUTES.kind.__getitem__, codes[idx].tolist()))
+        tables[t] = _table(t, list(map(events.__getitem__, rows)), kinds, list(map(positions.__getitem__, rows)))
+    unread = np.flatnonzero(table_of == "?")
+    if len(unread):
+        for i in np.flatnonzero(np.isin(codes, unread)).tolist():
+            _unreadable(chunk, positions[i], "no 'ph' (event type)", events[i].cat)
+    return tables
+
+
+def _unreadable(chunk: Chunk, index: int, problem: str, category: Any) -> None:
+    if isinstance(category, str) and category.lower() in GPU_CATEGORIES:
+        chunk.gpu_unreadable.append((index, problem))
+        return
+    chunk.unreadable[problem] += 1
+    if chunk.first_unreadable is None:
+        chunk.first_unreadable = (index, problem)
+
+
+def _lenient_chunk(raws: list[msgspec.Raw]) -> Chunk:
+    """Event by event: each decoded with the lenient structs and normalised to the fast path's values."""
+    events: list[_Event] = []
+    positions: list[int] = []
+    chunk = Chunk({}, len(raws))
+    for i, raw in enumerate(raws):
+        try:
+            e = _ONE_LOOSE.decode(raw)
+        except msgspec.ValidationError as err:
+            try:
+                category = _ONE_CATEGORY.decode(raw).cat
+            except msgspec.ValidationError:
+                category = None   # not an object
+            _unreadable(chunk, i, _problem(err), category)
+            continue
+        events.append(_normalised(e))
+        positions.append(i)
+    chunk.tables = _split_tables(events, positions, chunk)
+    return chunk
+
+
+def _problem(err: msgspec.ValidationError) -> str:
+    text = str(err)
+    if " - at `" in text:
+        what, where = text.split(" - at `", 1)
+        where = where.rstrip("`")
+        return f"{where.replace('$.', '', 1) if where != '$' else 'the event'}: {what[0].lower()}{what[1:]}"
+    return f"the event: {text[0].lower()}{text[1:]}"
+
+
+def _normalised(e: _LooseEvent) -> _Event:
+    a = e.args
+    args = None if a is None else _Args(
+        external_id=_id_value(a.external_id), correlation=_id_value(a.correlation),
+        sequence=_id_value(a.sequence), fwd_thread=_id_value(a.fwd_thread),
+        device=_id_value(a.device), stream=_id_value(a.stream), bytes=_float_value(a.bytes),
+        wait_on_stream=_id_value(a.wait_on_stream),
+        wait_on_cuda_event_record_corr_id=_id_value(a.wait_on_cuda_event_record_corr_id),
+        dims=a.dims, types=a.types)
+    return _Event(ph=e.ph, cat=e.cat, name=e.name, pid=e.pid, tid=e.tid, ts=_float_value(e.ts),
+                  dur=_float_value(e.dur), id=_id_value(e.id), args=args)
 
 
 def _id_value(v) -> int | None:
     if v is None or isinstance(v, int):
         return v
     try:
-        return int(v, 0)
+        return int(v, 0)   # hex text ("0x0": ROCm's streams) parses like int(text, 0)
     except (TypeError, ValueError):
         return None
 
 
 def _float_value(v) -> float | None:
-    if v is None or isinstance(v, (int, float)):
-        return v
+    """A number as the fast path gives it: a float; text that is no number becomes NaN (refused for GPU time)."""
+    if v is None:
+        return None
     try:
         return float(v)
-    except (TypeError, ValueError):
-        return None
+    except (TypeError, ValueError, OverflowError):
+        return float("nan")
 
 
-def _id_series(values: list) -> pl.Series:
+def id_series(values: list) -> pl.Series:
     """Ids as Int64, or Int128 when one is beyond 64 bits."""
     try:
         return pl.Series(values, dtype=pl.Int64)
@@ -193,125 +413,58 @@ def _id_series(values: list) -> pl.Series:
         raise TraceError("an id does not fit in 128 bits") from None
 
 
-def _decode(path: Path) -> tuple[dict[str, pl.DataFrame], int | None, dict[str, Any]]:
-    """The events headroom uses (one polars frame per table), the time base and the metadata."""
-    # Kineto pretty-prints each event over several lines. A raw newline cannot
-    # occur inside a JSON string, so turning them all into spaces keeps the
-    # document's meaning and leaves one event per line when events are joined.
-    raw = _read_bytes(path).replace(b"\n", b" ")
+def _text_series(values: list) -> pl.Series:
+    """pid/tid: Int64 while every one is a number, else text (traces mix numbers with names such as
+    "Spans"); tables.py turns both into the same categories of text."""
     try:
-        doc = _DECODER.decode(raw)
-    except msgspec.ValidationError as e:
-        # Valid JSON of the wrong shape (e.g. a list, or traceEvents not a list).
-        raise TraceError(f"{path}: not a Kineto trace ({e})") from None
-    except msgspec.DecodeError as e:
-        raise TraceError(f"{path}: invalid JSON ({e})") from None
-    if doc.traceEvents is None:
-        raise TraceError(f"{path}: not a Kineto trace (no 'traceEvents' list)")
-    meta: dict[str, Any] = {}
-    for key in ("schemaVersion", "deviceProperties", "distributedInfo", "traceName", "headroom"):
-        value = getattr(doc, key)
-        if len(value):
-            meta[key] = msgspec.json.decode(value)
-    raws = doc.traceEvents
-    chunks = []
-    for start in range(0, max(len(raws), 1), _CHUNK):
-        try:
-            chunks.append(_events_used(raws[start:start + _CHUNK], start))
-        except TraceError as e:
-            raise TraceError(f"{path}: {e}") from None
-    base_ns = doc.baseTimeNanoseconds
-    del doc, raws, raw
-    tables = {table: pl.concat([c.pop(table) for c in chunks], how="vertical_relaxed") for table in _TABLE_COLUMNS}
-    return tables, base_ns, meta
+        return pl.Series(values, dtype=pl.Int64)
+    except (OverflowError, TypeError, ValueError, pl.exceptions.PolarsError):
+        return pl.Series(list(map(str, values)), dtype=pl.String)
 
 
-def _events_used(raws: list[msgspec.Raw], start: int) -> dict[str, pl.DataFrame]:
-    """One chunk of events, parsed and split by table (each event numbered by its position in traceEvents)."""
-    try:
-        parts = _split_by_table(_typed_events(raws), start)
-        for table in _DEVICE_TABLES:
-            positions = (parts[table]["index"] - start).to_list()
-            parts[table] = pl.concat([parts[table], _device_args([raws[i] for i in positions])], how="horizontal")
-    except (pl.exceptions.PolarsError, pl.exceptions.PanicException, ValueError, msgspec.ValidationError):
-        parts = _split_by_table(_exact_events(raws, start), start)
-    parts["cpu"] = _with_module_inputs(parts["cpu"], raws, start)
-    return {table: parts[table].select(columns) for table, columns in _TABLE_COLUMNS.items()}
+_GET = {name: attrgetter(name) for name in ("name", "cat", "ph", "pid", "tid", "ts", "dur", "id")}
+_GET_ARG = {name: attrgetter(name) for name in ("external_id", "correlation", "sequence", "fwd_thread", "device",
+                                                "stream", "bytes", "wait_on_stream",
+                                                "wait_on_cuda_event_record_corr_id")}
+# Device and stream numbers: one beyond 64 bits is no number a device has (null: the pid/tid is used).
+_SMALL_IDS = frozenset(("device", "stream", "wait_on_stream"))
 
 
-def _split_by_table(frame: pl.DataFrame, start: int) -> dict[str, pl.DataFrame]:
-    frame = frame.with_row_index("index", offset=start)
-    # A chunk holds a handful of distinct category spellings: split by those,
-    # then label each part, instead of mapping every row's lower-cased copy.
-    spellings = [c for c in frame["cat"].unique().to_list() if c is not None and c.lower() in _TABLE]
-    flow_spellings = [c for c in spellings if _TABLE[c.lower()] in _FLOW_TABLES]
-    range_spellings = [c for c in spellings if c not in flow_spellings]
-    # Ranges are complete ("X") events; flows are start/step/finish events.
-    frame = frame.filter((pl.col("ph") == "X") & pl.col("cat").is_in(range_spellings)
-                         | pl.col("ph").is_in(["s", "f", "t"]) & pl.col("cat").is_in(flow_spellings))
-    by_table: dict[str, list[pl.DataFrame]] = {table: [] for table in _TABLE_COLUMNS}
-    for (spelling,), part in frame.partition_by("cat", as_dict=True).items():
-        by_table[_TABLE[spelling.lower()]].append(part.with_columns(kind=pl.lit(_KIND[spelling.lower()])))
-    empty = frame.clear().with_columns(kind=pl.lit(None, dtype=pl.String))
-    return {table: pl.concat(parts) if parts else empty for table, parts in by_table.items()}
+def _table(table: str, events: list[_Event], kinds: list[str], index: list[int]) -> pl.DataFrame:
+    if not events:
+        return pl.DataFrame(schema={c: _SCHEMA[c] for c in TABLE_COLUMNS[table]})
+    columns = TABLE_COLUMNS[table]
+    args = None
+    out: dict[str, pl.Series] = {}
+    for c in columns:
+        if c == "kind":
+            out[c] = pl.Series(kinds, dtype=pl.String)
+        elif c == "index":
+            out[c] = pl.Series(np.asarray(index, dtype=np.int64))
+        elif c in ("pid", "tid"):
+            out[c] = _text_series(list(map(_GET[c], events)))
+        elif c in ("ts", "dur"):
+            out[c] = pl.Series(list(map(_GET[c], events)), dtype=pl.Float64)
+        elif c in ("name", "ph"):
+            out[c] = pl.Series(list(map(_GET[c], events)), dtype=pl.String)
+        elif c == "id":
+            out[c] = id_series(list(map(_GET[c], events)))
+        elif c == "inputs":
+            out[c] = _module_inputs(events, out["name"])
+        else:
+            if args is None:
+                args = [_NO_ARGS if e.args is None else e.args for e in events]
+            values = list(map(_GET_ARG[c], args))
+            out[c] = (pl.Series(values, dtype=pl.Float64) if c == "bytes" else
+                      id_series(values).cast(pl.Int64, strict=False) if c in _SMALL_IDS else id_series(values))
+    frame = pl.DataFrame(out)
+    if table == "cpu":
+        # python_function events are the bulk of a with_stack trace; only nn.Module ones are read.
+        frame = frame.filter((pl.col("kind") != "python_function") | pl.col("name").str.starts_with(MODULE_PREFIX))
+    return frame
 
 
-def _typed_events(raws: list[msgspec.Raw]) -> pl.DataFrame:
-    # One event per line: the input's newlines became spaces in `_decode`.
-    frame = pl.read_ndjson(io.BytesIO(b"\n".join(raws)), schema=_EVENT_SCHEMA)
-    if frame.height != len(raws):
-        raise ValueError("polars read a different number of events")
-    return frame.unnest("args").rename({"External id": "external_id", "Sequence number": "sequence",
-                                        "Fwd thread id": "fwd_thread"})
-
-
-def _json_array(raws: list[msgspec.Raw]) -> bytes:
-    return b"[" + b",".join(raws) + b"]"
-
-
-def _device_args(raws: list[msgspec.Raw]) -> pl.DataFrame:
-    """device, stream, bytes (and what a sync waits on) of the events that run on a device."""
-    events = _ARGS_DECODER.decode(_json_array(raws))
-    return pl.DataFrame(_device_arg_columns([_NO_ARGS if e.args is None else e.args for e in events]))
-
-
-def _small_id_series(values: list) -> pl.Series:
-    return _id_series([_id_value(v) for v in values]).cast(pl.Int64, strict=False)
-
-
-def _device_arg_columns(args: list[_Args]) -> dict[str, pl.Series]:
-    # Hex text ("0x0": ROCm's streams) parses like int(text, 0).
-    return {"device": _small_id_series([a.device for a in args]),
-            "stream": _small_id_series([a.stream for a in args]),
-            "bytes": pl.Series([_float_value(a.bytes) for a in args], dtype=pl.Float64),
-            "wait_on_stream": _small_id_series([a.wait_on_stream for a in args]),
-            "wait_on_cuda_event_record_corr_id": _id_series([_id_value(a.wait_on_cuda_event_record_corr_id)
-                                                             for a in args])}
-
-
-def _exact_events(raws: list[msgspec.Raw], start: int) -> pl.DataFrame:
-    """The same columns as `_typed_events`, decoded by msgspec (string timestamps, hex or huge ids)."""
-    try:
-        events = _EVENTS_DECODER.decode(_json_array(raws))
-    except msgspec.ValidationError as e:
-        raise TraceError(f"not a Kineto trace (an event near position {start} is malformed: {e})") from None
-    args = [_NO_ARGS if e.args is None else e.args for e in events]
-    return pl.DataFrame({
-        "ph": pl.Series([e.ph for e in events], dtype=pl.String),
-        "cat": pl.Series([e.cat for e in events], dtype=pl.String),
-        "name": pl.Series([e.name for e in events], dtype=pl.String),
-        "pid": pl.Series([str(e.pid) for e in events], dtype=pl.String),
-        "tid": pl.Series([str(e.tid) for e in events], dtype=pl.String),
-        "ts": pl.Series([_float_value(e.ts) for e in events], dtype=pl.Float64),
-        "dur": pl.Series([_float_value(e.dur) for e in events], dtype=pl.Float64),
-        "id": _id_series([_id_value(e.id) for e in events]),
-        "external_id": _id_series([_id_value(a.external_id) for a in args]),
-        "correlation": _id_series([_id_value(a.correlation) for a in args]),
-        "sequence": _id_series([_id_value(a.sequence) for a in args]),
-        "fwd_thread": _id_series([_id_value(a.fwd_thread) for a in args]),
-        **_device_arg_columns(args),
-    })
-
+# --- the recorded input shapes of module ranges -------------------------------------------
 
 # Kineto's spellings of tensor element types (c10 scalar type names), as short dtype names.
 _DTYPE_NAMES = {
@@ -322,33 +475,194 @@ _DTYPE_NAMES = {
 }
 
 
-def _inputs_text(args: _ShapeArgs | None) -> str:
+def _inputs_text(dims: Any, types: Any) -> str:
     """record_shapes of a range, e.g. ``bf16[4,2048,4096] i64[4,2048]`` (tensors only)."""
-    if args is None or not args.dims:
+    if not isinstance(dims, list) or not dims:
         return ""
-    types = args.types or []
+    types = types if isinstance(types, list) else []
     parts = []
-    for i, dims in enumerate(args.dims):
+    for i, d in enumerate(dims):
         kind = types[i] if i < len(types) and isinstance(types[i], str) else ""
-        if not isinstance(dims, list) or kind in ("", "Scalar", "ScalarList", "TensorList", "GenericList"):
+        if not isinstance(d, list) or kind in ("", "Scalar", "ScalarList", "TensorList", "GenericList"):
             continue
-        if not all(isinstance(d, int) for d in dims):
+        if not all(isinstance(n, int) for n in d):
             continue
-        parts.append(f"{_DTYPE_NAMES.get(kind, kind)}[{','.join(str(d) for d in dims)}]")
+        parts.append(f"{_DTYPE_NAMES.get(kind, kind)}[{','.join(str(n) for n in d)}]")
     return " ".join(parts)
 
 
-def _with_module_inputs(cpu: pl.DataFrame, raws: list[msgspec.Raw], start: int) -> pl.DataFrame:
-    """An `inputs` column: the recorded input shapes of headroom's module ranges ("" elsewhere).
+def _raw_value(raw: msgspec.Raw) -> Any:
+    return msgspec.json.decode(raw) if len(raw) else None
 
-    Only those few events are decoded again (by msgspec): shapes are nested lists that a typed
-    schema for every event would make polars reject whole chunks over."""
-    mask = cpu["name"].str.starts_with(MODULE_RANGE_PREFIX).fill_null(False)
-    texts = [""] * cpu.height
-    if mask.any():
-        rows = mask.arg_true().to_list()
-        positions = (cpu["index"].gather(rows) - start).to_list()
-        events = _SHAPES_DECODER.decode(_json_array([raws[i] for i in positions]))
-        for row, e in zip(rows, events):
-            texts[row] = _inputs_text(e.args)
-    return cpu.with_columns(inputs=pl.Series(texts, dtype=pl.String))
+
+def _module_inputs(events: list[_Event], names: pl.Series) -> pl.Series:
+    """The `inputs` column: the recorded input shapes of headroom's module ranges ("" elsewhere), decoded
+    from their raw `Input Dims`/`Input type` text (the few module ranges only, never every cpu_op's)."""
+    mask = names.str.starts_with(MODULE_RANGE_PREFIX).fill_null(False)
+    if not mask.any():
+        return pl.repeat("", len(events), dtype=pl.String, eager=True)
+    texts = [""] * len(events)
+    for row in mask.arg_true().to_list():
+        a = events[row].args
+        if a is not None:
+            texts[row] = _inputs_text(_raw_value(a.dims), _raw_value(a.types))
+    return pl.Series(texts, dtype=pl.String)
+
+
+# --- splitting the document ---------------------------------------------------------
+
+_EVENTS_KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
+_SEPARATOR = re.compile(rb'\}\s*,\s*\{')
+
+
+@dataclass
+class Document:
+    """What the splitter found: event chunks (text between two events), then the rest of the document."""
+    meta: dict[str, Any]
+    base_ns: int | None
+
+
+def _last_separator(buf: bytes, lo: int) -> re.Match | None:
+    """The last `}, {` between two values in buf[lo:] (a candidate cut; decoding the chunk proves it)."""
+    end = len(buf)
+    for _ in range(64):
+        p = buf.rfind(b"}", lo, end)
+        if p < 0:
+            return None
+        m = _SEPARATOR.match(buf, p)
+        if m:
+            return m
+        end = p
+    matches = list(_SEPARATOR.finditer(buf, lo))
+    return matches[-1] if matches else None
+
+
+def split(path: Path, block: int | None = None) -> Iterator[tuple[memoryview | bytes, int] | Document]:
+    """Yield (a JSON array of consecutive events, the file offset of its first byte) chunk by chunk,
+    then the `Document` (metadata).
+
+    A chunk is cut at a `}, {` and only proven right when it decodes (decode_events): it starts
+    between two events, so it decodes as an array only if it also ends between two. The array is
+    written in place into the read buffer (its brackets overwrite the separator's whitespace or
+    comma) and handed on as a view, so no chunk is copied. Raises `_Fallback` when the document is
+    not laid out so that it can be streamed safely (the caller then decodes it whole, which is exact).
+    """
+    it = blocks(path, block)
+    buf = bytearray()
+    m = None
+    for data in it:
+        buf += data
+        m = _EVENTS_KEY.search(buf)
+        if m:
+            break
+    if m is None:
+        raise _Fallback()
+    prefix = bytes(buf[:m.end() - 1])
+    try:
+        # The key must be a key of the top-level object, not one nested deeper or inside a string.
+        if not isinstance(msgspec.json.decode(prefix + b"[]}"), dict):
+            raise _Fallback()
+    except (msgspec.DecodeError, RecursionError):
+        raise _Fallback() from None
+    del buf[:m.end() - 1]          # buf[0] is the array's "["
+    offset = m.end() - 1           # the file offset of buf[0]
+    for data in it:
+        scanned = len(buf)
+        buf += data
+        del data
+        cut = _last_separator(buf, max(1, scanned - 1))
+        if cut is None:
+            continue
+        close, open_ = cut.start(), cut.end() - 1      # the "}" ending one event, the "{" starting the next
+        buf[close + 1] = 0x5D                           # "]"
+        view = memoryview(buf)
+        chunk = view[:close + 2]
+        yield chunk, offset
+        chunk.release()
+        view.release()
+        buf[open_ - 1] = 0x5B                           # "["
+        offset += open_ - 1
+        try:
+            del buf[:open_ - 1]
+        except BufferError:    # a view of the chunk is still held somewhere: leave it its bytes
+            buf = bytearray(buf[open_ - 1:])
+    tail = prefix + buf
+    del buf
+    try:
+        doc = _DOC.decode(tail)
+    except msgspec.ValidationError as e:
+        raise TraceError(f"{path}: not a Kineto trace ({e})") from None
+    except (msgspec.DecodeError, RecursionError):
+        raise _Fallback() from None
+    if _EVENTS_KEY.search(tail, len(prefix) + 1) is not None:
+        raise _Fallback()   # "traceEvents" again: decode exactly, as a whole
+    raws = doc.traceEvents or []
+    if raws:
+        yield _array(raws), -1
+    yield Document(_meta(doc), doc.baseTimeNanoseconds)
+
+
+def _array(raws: list[msgspec.Raw]) -> bytes:
+    return b"[" + b",".join(raws) + b"]"
+
+
+class _Fallback(Exception):
+    """The streamed split cannot be trusted for this file; decode it whole."""
+
+
+def _meta(doc: _TraceFile) -> dict[str, Any]:
+    meta: dict[str, Any] = {}
+    for key in META_KEYS:
+        value = getattr(doc, key)
+        if len(value):
+            meta[key] = msgspec.json.decode(value)
+    return meta
+
+
+def whole(path: Path, events_per_chunk: int = 1 << 16) -> Iterator[tuple[bytes, int] | Document]:
+    """The same as `split`, from the document decoded whole (exact for any layout; the error messages' source)."""
+    raw = read_bytes(path)
+    try:
+        doc = _DOC.decode(raw)
+    except msgspec.ValidationError as e:
+        # Valid JSON of the wrong shape (e.g. a list, or traceEvents not a list).
+        raise TraceError(f"{path}: not a Kineto trace ({e})") from None
+    except msgspec.DecodeError as e:
+        raise TraceError(f"{path}: invalid JSON ({_json_words(str(e), raw)})") from None
+    except RecursionError:
+        raise TraceError(f"{path}: invalid JSON (objects nested too deeply)") from None
+    if doc.traceEvents is None:
+        raise TraceError(f"{path}: not a Kineto trace (no 'traceEvents' list)")
+    raws = doc.traceEvents
+    del raw
+    for start in range(0, len(raws), events_per_chunk):
+        yield _array(raws[start:start + events_per_chunk]), -1
+    yield Document(_meta(doc), doc.baseTimeNanoseconds)
+
+
+def _json_words(message: str, raw: bytes) -> str:
+    m = _BYTE.search(message)
+    if m:
+        at = int(m.group(1))
+        try:
+            raw[max(0, at - 3):at + 4].decode("utf-8")
+        except UnicodeDecodeError:
+            return f"invalid UTF-8 near byte {at}"
+    return message
+
+
+# --- the worker process ---------------------------------------------------------------
+
+def workers_wanted() -> int:
+    """One worker process when another core is free: the machine has two or more and its load average
+    leaves one idle (on a busy machine a second process only competes; docs/benchmarks.md measures both).
+    HEADROOM_LOAD_WORKERS=0 or 1 decides instead."""
+    wanted = os.environ.get("HEADROOM_LOAD_WORKERS")
+    if wanted is not None and wanted.strip().isdigit():
+        return min(int(wanted), 1)
+    cores = os.cpu_count() or 1
+    try:
+        busy = os.getloadavg()[0]
+    except OSError:
+        busy = 0.0
+    return 1 if cores >= 2 and busy <= cores - 1 else 0

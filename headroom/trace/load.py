@@ -1,19 +1,16 @@
 """Load Kineto (torch.profiler) JSON traces into compact columnar tables.
 
-Two libraries share the work (docs/trace-core.md, "Loader"):
+The file is streamed (docs/trace-core.md, "Load"): read in blocks, cut between
+events, each chunk decoded by msgspec into typed structs and kept as polars
+columns of the events and fields headroom uses; on big files a worker process
+decodes every other chunk. Nothing builds a Python object per event that
+outlives its chunk, so memory follows the tables, not the file.
 
-* msgspec validates the whole document and splits ``traceEvents`` into raw
-  byte views of each event, without building Python objects for them;
-* polars parses those events, a chunk at a time, as newline-delimited JSON
-  straight into typed columns (Rust, on all cores), keeping only the fields
-  and the events headroom uses. Nothing builds a Python object per event.
-
-A chunk polars cannot read with the typed schema (a timestamp written as a
-string, hex or beyond-64-bit ids, ...) is decoded exactly by msgspec into the
-same columns instead, so the odd trace is slower, never wrong.
-
-The tables handed on are pandas DataFrames with numeric columns: one row per
-GPU activity, per CPU range and per runtime/driver call.
+Then the tables are checked (`validate`: impossible GPU times are refused, or
+dropped with --lenient) and handed on as pandas DataFrames with numeric
+columns: one row per GPU activity, per CPU range and per runtime/driver call.
+A cache keyed by the file's size and modification time (`cache`) makes the
+second load of the same file a read of those columns.
 
 Timestamps stay in the trace's microseconds. Traces that carry
 ``baseTimeNanoseconds`` store ``ts`` relative to it; older traces store epoch
@@ -26,26 +23,320 @@ from __future__ import annotations
 import gc
 import json
 import os
+import pickle
 from pathlib import Path
+from typing import Any, Iterator
 
-from headroom.trace.kineto import TraceError, _decode, _read_bytes
-from headroom.trace.tables import Trace, _tabulate
+import polars as pl
+
+from headroom.trace import cache, kineto, validate
+from headroom.trace.kineto import Chunk, Document, TraceError
+from headroom.trace.tables import TRACE_TABLES, Trace, _tabulate
+from headroom.trace.worker import Worker
 
 __all__ = ["Trace", "TraceError", "find_trace_files", "load_trace", "load_traces", "read_trace_json"]
 
+# Start the worker process only for files big enough to repay its start (about half a second).
+WORKER_MIN_BYTES = 48 << 20
+# Stop with one line, not an OOM kill, when the machine has less than this left while loading.
+MEMORY_RESERVE_BYTES = 256 << 20
 
-def load_trace(path: str | os.PathLike) -> Trace:
-    """Read one Kineto trace (``.json`` or ``.json.gz``) into a :class:`Trace`."""
+
+def load_trace(path: str | os.PathLike, lenient: bool = False, use_cache: bool = True) -> Trace:
+    """Read one Kineto trace (``.json`` or ``.json.gz``) into a :class:`Trace`.
+
+    lenient: drop GPU activities and steps with impossible times (counted in `Trace.warnings`)
+             instead of refusing the trace.
+    use_cache: read/write the columnar cache (docs/trace-core.md, "Cache").
+    """
     path = Path(path)
-    # A million Raw views (and, on the exact path, structs): the cyclic GC would rescan them for nothing.
+    key = cache.key(path, lenient) if use_cache else None
+    hit = _from_cache(path, key)
+    if hit is not None:
+        return hit
+    return _finish(path, key, _decoded(path, lenient))
+
+
+def _from_cache(path: Path, key) -> Trace | None:
+    if key is None:
+        return None
+    hit = cache.fetch_tables(key)
+    if hit is None:
+        return None
+    tables, header = hit
+    return Trace(source=str(path), **tables, base_ns=header["base_ns"], metadata=header["metadata"],
+                 warnings=header["warnings"], cache_key=key)
+
+
+def _decoded(path: Path, lenient: bool, workers: bool = True):
+    # Chunks of structs: the cyclic GC would rescan them for nothing.
     gc_was_enabled = gc.isenabled()
     gc.disable()
     try:
-        tables, base_ns, meta = _decode(path)
-        return _tabulate(str(path), tables, base_ns, meta)
+        return decode(path, lenient, workers)
     finally:
         if gc_was_enabled:
             gc.enable()
+
+
+def _finish(path: Path, key, decoded) -> Trace:
+    tables, base_ns, meta, warnings = decoded
+    trace = _tabulate(str(path), tables, base_ns, meta, warnings)
+    if key is not None and cache.store_tables(key, {t: getattr(trace, t) for t in TRACE_TABLES}, base_ns, meta,
+                                              warnings):
+        trace.cache_key = key
+    return trace
+
+
+def iter_traces(files: list[Path], lenient: bool = False, use_cache: bool = True) -> Iterator[Trace]:
+    """Each file's Trace, in order. With several files and a free core, the worker process decodes
+    the next file while this one is decoded here and then analysed by the caller, as long as the
+    memory left holds both (else one at a time)."""
+    files = [Path(f) for f in files]
+    helper: Worker | None = None
+    try:
+        queued: tuple[Path, Any] | None = None     # (file, cache key) the worker is decoding
+        for i, path in enumerate(files):
+            key = cache.key(path, lenient) if use_cache else None
+            if queued is not None and queued[0] == path:
+                result = _from_worker_file(helper)
+                queued = None
+                decoded = result
+            else:
+                decoded = None
+            nxt = files[i + 1] if i + 1 < len(files) else None
+            if nxt is not None and queued is None and _worth_a_worker(path, nxt, use_cache, lenient):
+                if helper is None:
+                    helper = Worker()
+                helper.submit_file(nxt, lenient)
+                queued = (nxt, None)
+            if decoded is None:
+                hit = _from_cache(path, key)
+                if hit is not None:
+                    yield hit
+                    continue
+                decoded = _decoded(path, lenient, workers=helper is None or not helper.busy)
+            yield _finish(path, key, decoded)
+    finally:
+        if helper is not None:
+            if helper.busy:
+                try:
+                    helper.result()
+                except (EOFError, OSError):
+                    pass
+            helper.close()
+
+
+def _worth_a_worker(path: Path, nxt: Path, use_cache: bool, lenient: bool) -> bool:
+    if not kineto.workers_wanted():
+        return False
+    if use_cache and (k := cache.key(nxt, lenient)) is not None and (k.entry / "header.json").exists():
+        return False    # the next one is a cache read
+    available = memory_available()
+    try:
+        return available is None or needed_memory(path) + needed_memory(nxt) < available
+    except TraceError:
+        return False    # e.g. the next file is gone: it is named when its turn comes
+
+
+def _from_worker_file(helper: Worker):
+    try:
+        result = helper.result()
+    except (EOFError, OSError, pickle.UnpicklingError) as e:
+        raise TraceError(f"the loader's worker process failed ({e}); HEADROOM_LOAD_WORKERS=0 loads without it") from None
+    if isinstance(result, Exception):
+        raise result
+    return result
+
+
+def decode(path: Path, lenient: bool = False, workers: bool = True):
+    """The checked polars tables, time base, metadata and warnings of one trace file
+    (`workers`: may use the worker process for every other chunk)."""
+    _check_memory_for(path)
+    size = _size(path)
+    helper = Worker() if workers and size >= WORKER_MIN_BYTES and kineto.workers_wanted() else None
+    try:
+        try:
+            chunks, doc = _decode_chunks(path, kineto.split(path), helper)
+        except kineto._Fallback:
+            if helper is not None and helper.busy:
+                helper.result()
+            chunks, doc = _decode_chunks(path, kineto.whole(path), helper)
+    finally:
+        if helper is not None:
+            helper.close()
+    return _assemble(path, chunks, doc, lenient)
+
+
+def _decode_chunks(path: Path, source, helper: Worker | None) -> tuple[list[Chunk], Document]:
+    """Decode every chunk; with a worker, chunks alternate: one sent to it, the next decoded here meanwhile."""
+    chunks: list[Chunk] = []
+    waiting: int | None = None      # offset of the chunk the worker holds
+    for item in source:
+        if isinstance(item, Document):
+            if waiting is not None:
+                _keep(path, chunks, _from_worker(helper), waiting)
+            return chunks, item
+        data, offset = item
+        if helper is not None and waiting is None:
+            helper.submit(data)
+            waiting = offset
+            continue
+        local = kineto.decode_events(data)
+        del data
+        if waiting is not None:
+            _keep(path, chunks, _from_worker(helper), waiting)
+            waiting = None
+        _keep(path, chunks, local, offset)
+        _check_memory_left(path)
+    raise AssertionError("the splitter ends with the Document")   # pragma: no cover
+
+
+def _from_worker(helper: Worker) -> Chunk:
+    try:
+        return helper.result()
+    except (EOFError, OSError, pickle.UnpicklingError) as e:
+        raise TraceError(f"the loader's worker process failed ({e}); HEADROOM_LOAD_WORKERS=0 loads without it") from None
+
+
+def _keep(path: Path, chunks: list[Chunk], chunk: Chunk, offset: int) -> None:
+    _raise_for(path, chunk, offset)
+    chunks.append(chunk)
+
+
+def _raise_for(path: Path, chunk: Chunk, offset: int) -> None:
+    if chunk.cut_error:
+        if offset < 0:    # events of a document already decoded whole cannot be cut wrong
+            raise TraceError(f"{path}: invalid JSON (an event of traceEvents could not be decoded)")
+        raise kineto._Fallback()
+    if chunk.error is not None:
+        raise TraceError(f"{path}: {chunk.error}")
+    if chunk.json_error is not None:
+        at, words = chunk.json_error
+        where = f" near byte {offset + at}" if offset >= 0 and at >= 0 else ""
+        raise TraceError(f"{path}: invalid JSON ({words}{where})")
+
+
+def _assemble(path: Path, chunks: list[Chunk], doc: Document, lenient: bool):
+    warnings: list[str] = []
+    parts: dict[str, list[pl.DataFrame]] = {t: [] for t in kineto.TABLES}
+    first = 0
+    unreadable = 0
+    first_unreadable = None
+    gpu_unreadable: list[tuple[int, str]] = []
+    for chunk in chunks:
+        for table, frame in chunk.tables.items():
+            if frame.height:
+                parts[table].append(frame.with_columns(pl.col("index") + first) if first else frame)
+        unreadable += sum(chunk.unreadable.values())
+        if first_unreadable is None and chunk.first_unreadable is not None:
+            first_unreadable = (chunk.first_unreadable[0] + first, chunk.first_unreadable[1])
+        gpu_unreadable += [(i + first, p) for i, p in chunk.gpu_unreadable]
+        first += chunk.events
+        chunk.tables = {}
+    tables = {}
+    for table in kineto.TABLES:
+        frames = parts[table] or [kineto._table(table, [], [], [])]
+        if len({f.schema["pid"] for f in frames} | {f.schema["tid"] for f in frames}) > 1:
+            # numbers in some chunks, names ("Spans") in others: text everywhere
+            frames = [f.with_columns(pl.col("pid", "tid").cast(pl.String)) for f in frames]
+        try:
+            tables[table] = pl.concat(frames, how="vertical_relaxed")
+        except pl.exceptions.PolarsError as e:   # pragma: no cover - the columns are typed per table
+            raise TraceError(f"{path}: cannot combine the {table} table ({e})") from None
+        parts[table] = []
+        if table != "flows":
+            tables[table] = _rows_in_loader_order(tables[table])
+    if unreadable:
+        i, problem = first_unreadable
+        warnings.append(f"{unreadable} event{'s' if unreadable != 1 else ''} could not be read and "
+                        f"{'were' if unreadable != 1 else 'was'} skipped (first: event {i}: {problem})")
+    try:
+        tables, dropped = validate.check(tables, str(path), lenient, gpu_unreadable)
+    except validate.ImpossibleEvent as e:
+        raise TraceError(str(e)) from None
+    warnings += dropped
+    return tables, doc.base_ns, doc.meta, warnings
+
+
+# Rows keep the order headroom's loader has always given them (so every table and every float
+# sum over them stays as it was): per block of 65,536 events, grouped by kind in the order the
+# kinds first appear in the block, then in event order.
+ORDER_BLOCK = 1 << 16
+
+
+def _rows_in_loader_order(frame: pl.DataFrame) -> pl.DataFrame:
+    if "kind" not in frame.columns or frame.height == 0 or frame["kind"].n_unique() == 1:
+        return frame
+    block = pl.col("index") // ORDER_BLOCK
+    first = pl.col("index").min().over(block, "kind")
+    order = frame.select(pl.arg_sort_by(block, first, pl.col("index"))).to_series()
+    if bool((order.diff().drop_nulls() == 1).all()):
+        return frame
+    return frame[order]
+
+
+# --- memory -------------------------------------------------------------------------
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except FileNotFoundError:
+        raise TraceError(f"{path}: no such file") from None
+    except OSError as e:
+        raise TraceError(f"{path}: cannot read ({e.strerror})") from None
+
+
+def memory_available() -> int | None:
+    """Bytes this process may still use: the machine's MemAvailable, or the cgroup's limit if lower."""
+    available = None
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    available = int(line.split()[1]) * 1024
+                    break
+    except OSError:
+        return None
+    for limit_file, usage_file in (("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory.current"),):
+        try:
+            limit = open(limit_file).read().strip()
+            if limit != "max":
+                left = int(limit) - int(open(usage_file).read())
+                available = left if available is None else min(available, left)
+        except (OSError, ValueError):
+            pass
+    return available
+
+
+# Peak memory of a load, per byte of trace text (measured on the benchmark shapes,
+# docs/benchmarks.md: 0.3-0.5; the margin covers the analysis that follows).
+MEMORY_PER_TEXT_BYTE = 0.8
+GZIP_EXPANSION = 12   # a Kineto trace's text is 7-15x its gzip size
+
+
+def needed_memory(path: Path) -> int:
+    size = _size(path)
+    with kineto._open(path) as f:
+        gz = f.read(2) == b"\x1f\x8b"
+    return int(size * (GZIP_EXPANSION if gz else 1) * MEMORY_PER_TEXT_BYTE)
+
+
+def _check_memory_for(path: Path) -> None:
+    available = memory_available()
+    if available is None:
+        return
+    needed = needed_memory(path)
+    if needed > available:
+        raise TraceError(f"{path}: needs about {needed / 2**30:.1f} GiB of memory to load, "
+                         f"{available / 2**30:.1f} GiB is available")
+
+
+def _check_memory_left(path: Path) -> None:
+    available = memory_available()
+    if available is not None and available < MEMORY_RESERVE_BYTES:
+        raise TraceError(f"{path}: ran out of memory while loading ({available / 2**20:.0f} MiB left); "
+                         f"it needs about {needed_memory(path) / 2**30:.1f} GiB")
 
 
 def find_trace_files(path: str | os.PathLike) -> list[Path]:
@@ -63,14 +354,38 @@ def find_trace_files(path: str | os.PathLike) -> list[Path]:
     return [path]
 
 
-def load_traces(path: str | os.PathLike) -> list[Trace]:
-    return [load_trace(p) for p in find_trace_files(path)]
+def load_traces(path: str | os.PathLike, **kwargs) -> list[Trace]:
+    return list(iter_traces(find_trace_files(path), **kwargs))
 
 
 def read_trace_json(path: str | os.PathLike) -> dict:
     """The whole trace as plain JSON (for rewriting it, e.g. `annotate`)."""
-    raw = _read_bytes(Path(path))
+    raw = kineto.read_bytes(Path(path))
     try:
         return json.loads(raw)
-    except ValueError as e:
+    except (ValueError, RecursionError) as e:
         raise TraceError(f"{path}: invalid JSON ({e})") from None
+
+
+def worker_main() -> None:
+    """The worker process (worker.Worker): decode what the parent sends until its pipe closes."""
+    import sys
+
+    from headroom.errors import UserError
+    from headroom.trace import worker
+    gc.disable()
+    stdin, stdout = sys.stdin.buffer, sys.stdout.buffer
+    while True:
+        data = worker.receive(stdin)
+        if data is None:
+            return
+        view = memoryview(data)
+        if view[:1] == worker.CHUNK:
+            result = kineto.decode_events(view[1:])
+        else:
+            path, lenient = pickle.loads(view[1:])
+            try:
+                result = decode(Path(path), lenient, workers=False)
+            except UserError as e:     # sent back, raised by the parent as its own
+                result = e
+        worker.send(stdout, pickle.dumps(result, protocol=pickle.HIGHEST_PROTOCOL))

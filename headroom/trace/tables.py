@@ -34,6 +34,7 @@ class Trace:
               id, start_pid, start_tid, start_ts, end_pid, end_tid, end_ts (the ends sit on the
               forward and the backward op's start). Launch -> kernel flows (`ac2g`) are used by
               the loader to fill a missing `correlation` and not kept.
+    warnings: what the loader skipped or dropped (unreadable events, --lenient drops), one line each
     """
 
     source: str
@@ -45,6 +46,8 @@ class Trace:
     base_ns: int | None = None
     metadata: dict[str, Any] = field(default_factory=dict)
     flows: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=FLOW_PAIR_COLUMNS))
+    warnings: list[str] = field(default_factory=list)
+    cache_key: Any = field(default=None, repr=False, compare=False)   # where its cache entry is (trace.cache)
 
     @property
     def has_gpu(self) -> bool:
@@ -69,12 +72,17 @@ class Trace:
         return s[["step", "ts", "dur", "end"]].reset_index(drop=True)
 
 
+# The tables of a Trace (what the cache stores).
+TRACE_TABLES = ("gpu", "cpu", "launches", "gpu_annotations", "syncs", "flows")
 FLOW_PAIR_COLUMNS = ["id", "start_pid", "start_tid", "start_ts", "end_pid", "end_tid", "end_ts"]
 
 
 def starts_with(names: pd.Series, prefix: str) -> np.ndarray:
-    """Boolean mask of names starting with `prefix` (faster than .str on object columns)."""
-    return np.fromiter((n.startswith(prefix) for n in names.tolist()), dtype=bool, count=len(names))
+    """Boolean mask of names starting with `prefix`: tested once per distinct name (names repeat: a
+    trace's million events hold a few thousand), faster than .str on object columns."""
+    codes, uniques = pd.factorize(np.asarray(names, dtype=object), use_na_sentinel=False)
+    hit = np.fromiter((isinstance(u, str) and u.startswith(prefix) for u in uniques), dtype=bool, count=len(uniques))
+    return hit[codes]
 
 
 # --- from polars columns to the pandas tables --------------------------------
@@ -107,6 +115,11 @@ def _categories(column: pl.Series) -> pd.Categorical:
 
 def _thread_keys(column: pl.Series) -> pd.Categorical:
     """pid/tid as strings, stored as categories (numeric ones in numeric order)."""
+    if column.dtype.is_integer() and column.null_count() == 0:
+        # All numbers: dense ranks are the codes of the numerically ordered categories.
+        codes = (column.rank("dense") - 1).cast(pl.Int64).to_numpy() if len(column) else np.empty(0, np.int64)
+        return pd.Categorical.from_codes(codes, categories=[str(v) for v in column.unique().sort().to_list()])
+    column = column.cast(pl.String)
     codes, values = _distinct(column)
     order = sorted(range(len(values)), key=lambda i: _numbers_first(values[i]))
     rank = np.empty(len(values), dtype=np.int64)
@@ -141,7 +154,10 @@ def _link_flows(table: pl.DataFrame, flows: pl.DataFrame, phases: list[str]) -> 
     """Fill a missing correlation from the flow event at the same thread and time (its id is the correlation)."""
     if table["correlation"].null_count() == 0:
         return table
-    ends = (flows.filter(pl.col("ph").is_in(phases) & pl.col("id").is_not_null())
+    if table.schema["pid"] != flows.schema["pid"] or table.schema["tid"] != flows.schema["tid"]:
+        table = table.with_columns(pl.col("pid", "tid").cast(pl.String))
+        flows = flows.with_columns(pl.col("pid", "tid").cast(pl.String))
+    ends = (flows.filter((pl.col("kind") == "ac2g") & pl.col("ph").is_in(phases) & pl.col("id").is_not_null())
             .select("pid", "tid", "ts", flow_id="id").unique(subset=["pid", "tid", "ts"], keep="last"))
     return (table.join(ends, on=["pid", "tid", "ts"], how="left", maintain_order="left")
             .with_columns(correlation=pl.coalesce("correlation", "flow_id")).drop("flow_id"))
@@ -149,7 +165,7 @@ def _link_flows(table: pl.DataFrame, flows: pl.DataFrame, phases: list[str]) -> 
 
 def _flow_pairs(flows: pl.DataFrame) -> pd.DataFrame:
     """fwdbwd flows as linked (start, finish) pairs; a start without its finish (or the reverse) links nothing."""
-    f = flows.with_columns(pl.col("pid", "tid").cast(pl.String))
+    f = flows.filter(pl.col("kind") == "fwdbwd").with_columns(pl.col("pid", "tid").cast(pl.String))
     ends = {ph: f.filter(pl.col("ph") == ph).unique(subset=["id"], keep="first", maintain_order=True)
             .select("id", pl.col("pid").alias(f"{side}_pid"), pl.col("tid").alias(f"{side}_tid"),
                     pl.col("ts").alias(f"{side}_ts"))
@@ -159,7 +175,8 @@ def _flow_pairs(flows: pl.DataFrame) -> pd.DataFrame:
                          np.asarray(pairs[c].to_list(), dtype=object) for c in FLOW_PAIR_COLUMNS})
 
 
-def _tabulate(source: str, tables: dict[str, pl.DataFrame], base_ns: int | None, meta: dict[str, Any]) -> Trace:
+def _tabulate(source: str, tables: dict[str, pl.DataFrame], base_ns: int | None, meta: dict[str, Any],
+              warnings: list[str] | None = None) -> Trace:
     """The pandas tables the analyses use."""
     flows = tables.pop("flows")
     g = _link_flows(tables.pop("gpu"), flows, ["f", "t"])
@@ -180,7 +197,6 @@ def _tabulate(source: str, tables: dict[str, pl.DataFrame], base_ns: int | None,
     cpu = pd.DataFrame({**_cpu_side_columns(c), "external_id": _ids(c["external_id"]),
                         "sequence": _ids(c["sequence"]), "fwd_thread": _ids(c["fwd_thread"]),
                         "inputs": _names(c["inputs"])})
-    pairs = _flow_pairs(tables.pop("fwdbwd"))
     gpu_annotations = pd.DataFrame(_device_side_columns(tables.pop("gpu_annotations")))
     s = tables.pop("syncs")
     syncs = pd.DataFrame({
@@ -190,4 +206,5 @@ def _tabulate(source: str, tables: dict[str, pl.DataFrame], base_ns: int | None,
         "wait_on_cuda_event_record_corr_id": _ids(s["wait_on_cuda_event_record_corr_id"]),
     })
     return Trace(source=source, gpu=gpu, cpu=cpu, launches=launches, gpu_annotations=gpu_annotations,
-                 syncs=syncs, base_ns=base_ns, metadata=meta, flows=pairs)
+                 syncs=syncs, base_ns=base_ns, metadata=meta, flows=_flow_pairs(flows),
+                 warnings=list(warnings or []))

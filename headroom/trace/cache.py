@@ -1,0 +1,208 @@
+"""A cache of the loader's columns, so the second command on a trace is interactive.
+
+An entry is keyed by the trace's absolute path, size and modification time, the
+--lenient flag and a hash of the code that builds its tables, so an edited trace
+or a new headroom never reads a stale entry. It holds the Trace's pandas tables
+as Arrow IPC files (written and read by polars, no pyarrow needed; text as codes
+into its distinct values, categories with their order) and a JSON header, in the user's cache directory
+($HEADROOM_CACHE_DIR, else $XDG_CACHE_HOME/headroom, else ~/.cache/headroom).
+
+Safe under concurrent use: an entry is written into a temporary directory and
+renamed into place (readers see a whole entry or none); a writer takes a file
+lock per trace, and one that finds it held skips writing instead of waiting.
+Every failure to read or write the cache (full disk, read-only home) falls back
+to loading the trace: the cache can only save time, never change a result.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import polars as pl
+from filelock import FileLock, Timeout
+
+# Traces smaller than this load faster than a cache entry is written.
+MIN_BYTES_DEFAULT = 16 << 20
+_TRACE_CODE = ("kineto.py", "tables.py", "validate.py", "cache.py", "load.py", "ranges.py")
+
+
+def cache_dir() -> Path | None:
+    """Where entries live; None when caching is off (HEADROOM_CACHE_DIR=off)."""
+    configured = os.environ.get("HEADROOM_CACHE_DIR")
+    if configured is not None:
+        return None if configured.strip().lower() in ("", "off", "0", "none") else Path(configured)
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "headroom"
+
+
+def min_bytes() -> int:
+    value = os.environ.get("HEADROOM_CACHE_MIN_BYTES", "")
+    return int(value) if value.isdigit() else MIN_BYTES_DEFAULT
+
+
+def code_version(*files: Path) -> str:
+    h = hashlib.sha256()
+    for f in files:
+        h.update(f.read_bytes())
+    return h.hexdigest()[:12]
+
+
+_LOADER_VERSION = code_version(*(Path(__file__).with_name(n) for n in _TRACE_CODE))
+
+
+@dataclass(frozen=True)
+class Key:
+    entry: Path        # the entry's directory
+    lock: Path         # one lock per trace
+
+
+def key(path: Path, lenient: bool) -> Key | None:
+    root = cache_dir()
+    if root is None:
+        return None
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    if st.st_size < min_bytes() or not path.is_file():
+        return None
+    trace_id = hashlib.sha256(str(path.resolve()).encode()).hexdigest()[:20]
+    name = f"{st.st_size}-{st.st_mtime_ns}-{'lenient' if lenient else 'strict'}-{_LOADER_VERSION}"
+    return Key(root / trace_id / name, root / f"{trace_id}.lock")
+
+
+# --- the loader's tables --------------------------------------------------------------
+
+def fetch_tables(k: Key) -> tuple[dict[str, pd.DataFrame], dict[str, Any]] | None:
+    """The Trace's tables (pandas, as `tables._tabulate` built them) and its header (base_ns, metadata, warnings)."""
+    try:
+        header = json.loads((k.entry / "header.json").read_text())
+        tables = {t: _to_pandas(pl.read_ipc(k.entry / f"{t}.arrow"), header["tables"][t]) for t in header["tables"]}
+        return tables, header
+    except (OSError, ValueError, KeyError, IndexError, pl.exceptions.PolarsError):
+        return None
+
+
+def store_tables(k: Key, tables: dict[str, pd.DataFrame], base_ns: int | None, meta: dict[str, Any],
+                 warnings: list[str]) -> bool:
+    converted = {t: _from_pandas(df) for t, df in tables.items()}
+    if any(c is None for c in converted.values()):
+        return False    # e.g. ids beyond 64 bits (object columns of Python ints): loaded each time
+    header = {"tables": {t: c[1] for t, c in converted.items()}, "base_ns": base_ns, "metadata": meta,
+              "warnings": warnings}
+
+    def write(tmp: Path) -> None:
+        for t, (frame, _) in converted.items():
+            frame.write_ipc(tmp / f"{t}.arrow")
+        (tmp / "header.json").write_text(json.dumps(header))
+    return _publish(k, k.entry, write, replace_siblings=True)
+
+
+# --- other frames of the same trace (e.g. the attributed GPU activities) ---------------------
+
+def fetch_frame(k: Key | None, name: str) -> pd.DataFrame | None:
+    if k is None:
+        return None
+    where = k.entry / f"{name}.frame"
+    try:
+        header = json.loads((where / "header.json").read_text())
+        frame = pl.read_ipc(where / "frame.arrow")
+        return _to_pandas(frame, header)
+    except (OSError, ValueError, KeyError, pl.exceptions.PolarsError):
+        return None
+
+
+def store_frame(k: Key | None, name: str, df: pd.DataFrame) -> bool:
+    if k is None or not (k.entry / "header.json").exists():
+        return False
+    converted = _from_pandas(df)
+    if converted is None:
+        return False
+    frame, header = converted
+
+    def write(tmp: Path) -> None:
+        frame.write_ipc(tmp / "frame.arrow")
+        (tmp / "header.json").write_text(json.dumps(header))
+    return _publish(k, k.entry / f"{name}.frame", write, replace_siblings=False)
+
+
+def _from_pandas(df: pd.DataFrame) -> tuple[pl.DataFrame, dict] | None:
+    """pandas -> polars without pyarrow: numbers as they are, strings as text, categories with their order."""
+    columns, kinds = {}, {}
+    for c in df.columns:
+        s = df[c]
+        if isinstance(s.dtype, pd.CategoricalDtype):
+            cats = s.cat.categories
+            if not all(isinstance(v, str) for v in cats):
+                return None
+            columns[c] = pl.Series(s.cat.codes.to_numpy(), dtype=pl.Int32)
+            kinds[c] = {"kind": "category", "categories": list(cats)}
+        elif s.dtype == object or isinstance(s.dtype, pd.StringDtype):
+            # Text repeats (kernel and op names): stored as codes into its distinct values, which
+            # reads back with one take instead of rebuilding a string per row.
+            codes, uniques = pd.factorize(np.asarray(s, dtype=object))
+            uniques = list(uniques)
+            if not all(type(v) is str for v in uniques) or (codes < 0).any():
+                return None     # e.g. ids beyond 64 bits, missing text: not cached, recomputed
+            columns[c] = pl.Series(codes.astype(np.int32))
+            kinds[c] = {"kind": "text", "values": uniques, "dtype": None if s.dtype == object else str(s.dtype)}
+        elif s.dtype.kind in "biuf":
+            columns[c] = pl.Series(s.to_numpy())
+            kinds[c] = {"kind": "number", "dtype": str(s.dtype)}
+        else:
+            return None
+    return pl.DataFrame(columns), {"columns": list(df.columns), "kinds": kinds}
+
+
+def _to_pandas(frame: pl.DataFrame, header: dict) -> pd.DataFrame:
+    out = {}
+    for c in header["columns"]:
+        kind = header["kinds"][c]
+        s = frame[c]
+        if kind["kind"] == "category":
+            out[c] = pd.Series(pd.Categorical.from_codes(s.to_numpy(), categories=kind["categories"]))
+        elif kind["kind"] == "text":
+            text = np.asarray(kind["values"], dtype=object)[s.to_numpy()]
+            out[c] = pd.Series(text, dtype=object if kind["dtype"] is None else kind["dtype"], copy=False)
+        else:
+            out[c] = pd.Series(s.to_numpy().astype(kind["dtype"], copy=False))
+    return pd.DataFrame(out, columns=header["columns"])
+
+
+# --- writing safely ------------------------------------------------------------------
+
+def _publish(k: Key, target: Path, write, replace_siblings: bool) -> bool:
+    """Write an entry into a temporary directory, then rename it into place, holding the trace's lock."""
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        lock = FileLock(str(k.lock), timeout=0)
+        with lock:
+            if (target / "header.json").exists():
+                return True
+            if replace_siblings:   # older entries of this trace (it changed, or headroom did)
+                for old in target.parent.iterdir():
+                    if old != target and old.is_dir():
+                        shutil.rmtree(old, ignore_errors=True)
+            tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
+            try:
+                write(tmp)
+                if target.exists():   # left by a writer that was killed before its header
+                    shutil.rmtree(target, ignore_errors=True)
+                os.replace(tmp, target)
+            except BaseException:
+                shutil.rmtree(tmp, ignore_errors=True)
+                raise
+        return True
+    except Timeout:
+        return False    # another process is writing this trace's entry
+    except (OSError, pl.exceptions.PolarsError):
+        return False

@@ -1,0 +1,80 @@
+"""The loader's worker process: the pipe protocol and the parent's handle. The worker runs
+`load.worker_main`: it decodes the chunks (kineto.decode_events) or whole files (load.decode) it is
+sent and sends back the result.
+
+A plain subprocess speaking length-prefixed pickles over its stdin/stdout, not
+multiprocessing: spawn would re-run the user's script (or notebook cell) in
+the worker, and fork is unsafe once polars' thread pool runs.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import struct
+import subprocess
+import sys
+from pathlib import Path
+
+_LENGTH = struct.Struct("<Q")
+
+
+def send(stream, *parts) -> None:
+    stream.write(_LENGTH.pack(sum(len(p) for p in parts)))
+    for p in parts:
+        stream.write(p)
+    stream.flush()
+
+
+def receive(stream) -> bytes | None:
+    head = stream.read(_LENGTH.size)
+    if len(head) < _LENGTH.size:
+        return None
+    (n,) = _LENGTH.unpack(head)
+    data = stream.read(n)
+    if len(data) < n:
+        raise EOFError("the worker's pipe closed mid-message")
+    return data
+
+
+CHUNK, FILE = b"C", b"F"
+
+
+class Worker:
+    """One worker process; `submit` a chunk (or `submit_file` a whole trace), then `result` it before
+    submitting the next."""
+
+    def __init__(self) -> None:
+        root = str(Path(__file__).resolve().parents[2])
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p),
+                   HEADROOM_LOAD_WORKERS="0")
+        self.process = subprocess.Popen([sys.executable, "-c", "from headroom.trace.load import worker_main; worker_main()"],
+                                        stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env)
+        self.busy = False
+
+    def submit(self, data: bytes) -> None:
+        send(self.process.stdin, CHUNK, data)
+        self.busy = True
+
+    def submit_file(self, path: Path, lenient: bool) -> None:
+        """Decode a whole trace file (load.decode): its checked polars tables, base, metadata, warnings."""
+        send(self.process.stdin, FILE, pickle.dumps((str(path), lenient)))
+        self.busy = True
+
+    def result(self):
+        payload = receive(self.process.stdout)
+        self.busy = False
+        if payload is None:
+            raise EOFError("the loader's worker process ended")
+        return pickle.loads(payload)
+
+    def close(self) -> None:
+        try:
+            self.process.stdin.close()
+        except OSError:
+            pass
+        try:
+            self.process.wait(timeout=10)
+        except subprocess.TimeoutExpired:   # pragma: no cover
+            self.process.kill()
+            self.process.wait()

@@ -1,0 +1,382 @@
+"""The loader: impossible traces refused, the streamed split, the worker, the cache, and both decode
+paths identical on generated traces (hypothesis)."""
+
+import gzip
+import json
+import math
+import os
+import threading
+from pathlib import Path
+
+import msgspec
+import pandas as pd
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import headroom.trace.kineto as kineto
+import headroom.trace.load as load
+from headroom.trace import cache
+from headroom.trace.analysis import analyze
+from headroom.trace.load import TraceError, load_trace
+from tests.conftest import SHIPPED_TRACES, hta_trace
+from tests.fingerprint import fingerprint_tables
+
+TABLES = ("gpu", "cpu", "launches", "gpu_annotations", "flows")
+
+
+def _assert_same(a, b):
+    for t in TABLES:
+        pd.testing.assert_frame_equal(getattr(a, t), getattr(b, t), check_categorical=True, obj=t)
+    assert a.warnings == b.warnings and a.base_ns == b.base_ns and a.metadata == b.metadata
+
+
+def _trace(tmp_path, events, name="t.json", **top):
+    p = tmp_path / name
+    p.write_text(json.dumps({**top, "traceEvents": events}, indent=1))
+    return p
+
+
+def _kernel(**over):
+    e = {"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 10.0, "dur": 5.0,
+         "args": {"correlation": 1, "device": 0, "stream": 7}}
+    e.update(over)
+    return e
+
+
+STEP = {"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#1", "pid": 1, "tid": 1, "ts": 0.0, "dur": 100.0}
+LAUNCH = {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1, "ts": 5.0, "dur": 2.0,
+          "args": {"correlation": 1}}
+
+
+# --- impossible traces: one line naming the file, the event and the field -----------------
+
+@pytest.mark.parametrize("over,field,problem", [
+    ({"dur": -1e6}, "dur", "dur -1000000.0 is negative"),
+    ({"dur": "abc"}, "dur", "dur nan is not a finite number"),
+    ({"dur": "nan"}, "dur", "dur nan is not a finite number"),
+    ({"dur": None}, "dur", "dur is missing"),
+    ({"dur": 1.5e308}, "dur", "dur 1.5e+308 is past the end of the trace's span"),
+    ({"ts": None}, "ts", "ts is missing"),
+    ({"ts": 1e15}, "ts", "ts 1000000000000000.0 is outside the trace's span"),
+])
+def test_impossible_gpu_times_are_refused_naming_the_event_and_field(tmp_path, over, field, problem):
+    kernel = _kernel(**over)
+    if over.get("dur", 0) is None:
+        del kernel["dur"]
+    if over.get("ts", 0) is None:
+        del kernel["ts"]
+    p = _trace(tmp_path, [STEP, LAUNCH, kernel])
+    with pytest.raises(TraceError) as e:
+        load_trace(p)
+    message = str(e.value)
+    assert message.startswith(f"{p}: event 2 (kernel 'k'): {problem}") and "\n" not in message
+    assert message.endswith("(--lenient drops such events)")
+
+
+def test_lenient_drops_impossible_events_with_a_count(tmp_path):
+    events = [STEP, LAUNCH, _kernel(), _kernel(name="bad", dur=-1.0), _kernel(name="worse", dur="nan"),
+              dict(STEP, name="ProfilerStep#2", ts=200.0, dur=-5.0)]
+    p = _trace(tmp_path, events)
+    t = load_trace(p, lenient=True)
+    assert t.gpu["name"].tolist() == ["k"] and t.steps["step"].tolist() == [1]
+    assert t.warnings == ["dropped 3 GPU activities/steps with an impossible ts or dur "
+                          "(first: event 3 (kernel 'bad'): dur -1.0 is negative)"]
+    a = analyze(p, lenient=True)
+    assert a.total_us == 5.0 and a.num_steps == 1 and a.warnings[0].startswith("dropped 3")
+
+
+def test_the_commands_refuse_or_with_lenient_drop_impossible_events(tmp_path):
+    """--lenient and --no-cache through the CLI's reader: one line and exit 2 without --lenient (the
+    other traces still reported), a counted warning on stderr and in the JSON `notes` with it."""
+    import subprocess
+    import sys
+
+    bad = _trace(tmp_path, [STEP, LAUNCH, _kernel(), _kernel(name="bad", dur=-1.0)], name="bad.json")
+    good = _trace(tmp_path, [STEP, LAUNCH, _kernel()], name="good.json")
+
+    def headroom(*args):
+        return subprocess.run([sys.executable, "-m", "headroom.cli", *map(str, args)], capture_output=True,
+                              text=True, timeout=300, env=dict(os.environ, HEADROOM_CACHE_DIR=str(tmp_path / "c")))
+
+    p = headroom("classify", "--json", "--no-cache", bad, good)
+    assert p.returncode == 2
+    assert [json.loads(line)["trace"] for line in p.stdout.splitlines()] == [str(good)]
+    assert p.stderr.splitlines() == [f"headroom: error: {bad}: event 3 (kernel 'bad'): dur -1.0 is negative "
+                                     f"(--lenient drops such events)"]
+    p = headroom("classify", "--json", "--lenient", "--no-cache", bad, good)
+    assert p.returncode == 0, p.stderr
+    docs = [json.loads(line) for line in p.stdout.splitlines()]
+    assert [d["total_us"] for d in docs] == [5.0, 5.0]
+    line = "dropped 1 GPU activity/steps with an impossible ts or dur (first: event 3 (kernel 'bad'): dur -1.0 is negative)"
+    assert docs[0]["notes"] == [line] and docs[1]["notes"] == []
+    assert p.stderr.splitlines() == [f"headroom: warning: {bad}: {line}"]
+    for command in (["report", "--json"], ["project", "--json", "-s", "category:other=2"], ["targets", "--json"]):
+        p = headroom(*command, "--lenient", "--no-cache", bad)
+        assert p.returncode == 0, (command, p.stderr)
+        assert f"headroom: warning: {bad}: dropped 1 GPU activity" in p.stderr
+        p = headroom(*command, "--no-cache", bad)
+        assert p.returncode == 2 and "(--lenient drops such events)" in p.stderr, command
+
+
+def test_a_step_with_negative_dur_is_refused(tmp_path):
+    p = _trace(tmp_path, [dict(STEP, dur=-3.0), LAUNCH, _kernel()])
+    with pytest.raises(TraceError, match=r"event 0 \(user_annotation 'ProfilerStep#1'\): dur -3.0 is negative"):
+        load_trace(p)
+
+
+@pytest.mark.parametrize("content,problem", [
+    (b'{"traceEvents": [{"ph": "X", "cat": "kernel", "name": "\xff\xfe"}]}', "invalid UTF-8"),
+    (b'{"traceEvents": [' + b"[" * 100_000 + b"]" * 100_000 + b"]}", "nested too deeply"),
+    (b'{"traceEvents": [{"ph": "X", "cat": "kernel", "name": "k", "ts": 1, "dur": 1}, {"ph": ]}', "invalid JSON"),
+])
+def test_unreadable_documents_are_one_line(tmp_path, content, problem):
+    p = tmp_path / "bad.json"
+    p.write_bytes(content)
+    with pytest.raises(TraceError, match=problem) as e:
+        load_trace(p)
+    assert str(e.value).startswith(str(p)) and "\n" not in str(e.value)
+
+
+def test_gpu_work_without_a_launch_is_placed_by_gpu_time_and_counted():
+    # HTA's `base` trace records few runtime events: most of its GPU time has no launch.
+    a = analyze(hta_trace("base"))
+    assert round(a.total_us) == 1649 and a.num_steps == 2
+    assert a.warnings == ["8 of 10 GPU activities (1,641 of 1,649 us) have no launch event in the trace; "
+                          "they are placed in steps by their GPU start time"]
+
+
+def test_work_launched_before_recording_stays_out_of_the_steps():
+    # Real H200 traces hold the warm-up step's kernels still running when recording began.
+    a = analyze(SHIPPED_TRACES / "dlrm.train.json.gz")
+    assert a.warnings == [] and round(a.total_us, 3) == 57200.847
+
+
+def test_a_trace_larger_than_memory_gets_one_line(tmp_path, monkeypatch):
+    p = _trace(tmp_path, [STEP, LAUNCH, _kernel()])
+    monkeypatch.setattr(load, "memory_available", lambda: 100)
+    with pytest.raises(TraceError, match=r"needs about 0\.0 GiB of memory to load, 0\.0 GiB is available"):
+        load_trace(p, use_cache=False)
+
+
+# --- the streamed split, the whole-document fallback and the worker ------------------------
+
+def test_streamed_chunks_whole_document_and_worker_give_the_same_tables(monkeypatch):
+    path = SHIPPED_TRACES / "resnet-50.train.json.gz"
+    streamed = load_trace(path, use_cache=False)
+    monkeypatch.setattr(kineto, "BLOCK", 1 << 16)       # many small chunks
+    small = load_trace(path, use_cache=False)
+    monkeypatch.setattr(load, "WORKER_MIN_BYTES", 0)
+    monkeypatch.setenv("HEADROOM_LOAD_WORKERS", "1")
+    worker = load_trace(path, use_cache=False)
+    monkeypatch.setattr(kineto, "split", lambda p, block=None: (_ for _ in ()).throw(kineto._Fallback()))
+    whole = load_trace(path, use_cache=False)
+    for other in (small, worker, whole):
+        _assert_same(streamed, other)
+    assert len(streamed.flows) == 708     # fwdbwd start/finish pairs
+
+
+def test_a_separator_inside_a_string_or_nested_value_is_not_a_cut(tmp_path, monkeypatch):
+    tricky = [_kernel(name='a}, {"ph": "X"'), {"ph": "X", "cat": "cpu_op", "name": "op", "pid": 1, "tid": 1,
+                                              "ts": 1.0, "dur": 1.0, "args": {"list": [{"a": 1}, {"b": 2}]}}]
+    p = tmp_path / "t.json"
+    p.write_text(json.dumps({"traceEvents": [STEP, LAUNCH, *tricky * 20]}))
+    expected = load_trace(p, use_cache=False)
+    monkeypatch.setattr(kineto, "BLOCK", 64)
+    _assert_same(expected, load_trace(p, use_cache=False))
+    assert expected.gpu["name"].tolist() == ['a}, {"ph": "X"'] * 20
+
+
+# --- the cache ---------------------------------------------------------------------------
+
+@pytest.fixture
+def cache_dir(tmp_path, monkeypatch):
+    d = tmp_path / "cache"
+    monkeypatch.setenv("HEADROOM_CACHE_DIR", str(d))
+    monkeypatch.setenv("HEADROOM_CACHE_MIN_BYTES", "0")
+    return d
+
+
+def test_cached_and_uncached_loads_give_identical_tables_and_analyses(cache_dir, tmp_path):
+    src = SHIPPED_TRACES / "dlrm.train.json.gz"
+    p = tmp_path / src.name
+    p.write_bytes(src.read_bytes())
+    uncached = analyze(p, use_cache=False)
+    assert not cache_dir.exists()
+    first = analyze(p)                     # fills the cache
+    entries = list(cache_dir.glob("*/*/header.json"))
+    assert len(entries) == 1 and list(entries[0].parent.glob("attributed-*.frame"))
+    second = analyze(p)                    # reads it
+    for a in (first, second):
+        _assert_same(uncached.trace, a.trace)
+        pd.testing.assert_frame_equal(uncached.events, a.events)
+        assert (a.total_us, a.busy_us, a.wall_us) == (uncached.total_us, uncached.busy_us, uncached.wall_us)
+    # An edited trace (new size/mtime) never reads the old entry, and replaces it.
+    doc = json.loads(gzip.decompress(p.read_bytes()))
+    doc["traceEvents"] = [e for e in doc["traceEvents"] if e.get("cat") != "kernel" or e["name"] != "dummy"][:-5]
+    p.write_bytes(gzip.compress(json.dumps(doc).encode()))
+    os.utime(p, ns=(1, 1))
+    _assert_same(load_trace(p, use_cache=False), load_trace(p))
+    assert len(list(cache_dir.glob("*/*/header.json"))) == 1
+
+
+def test_lenient_and_strict_loads_have_their_own_entries(cache_dir, tmp_path):
+    p = _trace(tmp_path, [STEP, LAUNCH, _kernel(), _kernel(name="bad", dur=-1.0)])
+    assert load_trace(p, lenient=True).warnings
+    with pytest.raises(TraceError, match="negative"):
+        load_trace(p)                      # the lenient entry does not answer a strict load
+    assert load_trace(p, lenient=True).warnings[0].startswith("dropped 1")
+
+
+def test_concurrent_loads_write_one_whole_entry(cache_dir, tmp_path):
+    src = SHIPPED_TRACES / "resnet-50.train.json.gz"
+    p = tmp_path / src.name
+    p.write_bytes(src.read_bytes())
+    expected = load_trace(p, use_cache=False)
+    results, errors = [], []
+
+    def run():
+        try:
+            results.append(load_trace(p))
+        except Exception as e:  # pragma: no cover - the assertion below reports it
+            errors.append(e)
+    threads = [threading.Thread(target=run) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors and len(results) == 4
+    for r in results + [load_trace(p)]:
+        _assert_same(expected, r)
+    assert len(list(cache_dir.glob("*/*/header.json"))) == 1 and not list(cache_dir.glob("*/.*"))
+
+
+def test_an_unwritable_cache_only_costs_time(tmp_path, monkeypatch):
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    monkeypatch.setenv("HEADROOM_CACHE_DIR", str(blocker / "cache"))   # a path under a file
+    monkeypatch.setenv("HEADROOM_CACHE_MIN_BYTES", "0")
+    p = _trace(tmp_path, [STEP, LAUNCH, _kernel()])
+    assert load_trace(p).gpu["name"].tolist() == ["k"]
+    assert cache.key(p, False) is not None
+
+
+# --- both decode paths, on generated traces -----------------------------------------------
+
+NUMBER = st.one_of(st.integers(-5, 10**6), st.floats(allow_nan=False, allow_infinity=False, width=64,
+                                                     min_value=-1e6, max_value=1e6))
+# The spellings the lenient path accepts: numbers as text, ids as hex text.
+LOOSE_NUMBER = st.one_of(NUMBER, NUMBER.map(repr))
+ID = st.one_of(st.integers(0, 2**63 - 1), st.integers(0, 2**70), st.integers(0, 4095).map(hex))
+CATEGORY = st.sampled_from(["kernel", "Kernel", "gpu_memcpy", "gpu_memset", "cuda_runtime", "cuda_driver", "cpu_op",
+                            "user_annotation", "python_function", "gpu_user_annotation", "ac2g", "fwdbwd",
+                            "overhead", "Trace"])
+NAME = st.one_of(st.sampled_from(["aten::mm", "nn.Module: Linear", "ProfilerStep#1", "cudaLaunchKernel",
+                                  'a}, {"ph"', "x\\ny"]), st.text(max_size=8))
+
+
+@st.composite
+def event_text(draw) -> str:
+    """One event as JSON text, sometimes with a key given twice (the last one counts, as in json.loads)."""
+    fields = {"ph": draw(st.sampled_from(["X", "X", "X", "s", "f", "i", "M"])), "cat": draw(CATEGORY),
+              "name": draw(NAME), "pid": draw(st.one_of(st.integers(0, 3), st.just("Spans"))),
+              "tid": draw(st.integers(0, 3)), "ts": draw(LOOSE_NUMBER if draw(st.booleans()) else NUMBER),
+              "dur": draw(NUMBER), "id": draw(ID)}
+    args = {k: draw(ID) for k in draw(st.sets(st.sampled_from(["External id", "correlation", "device", "stream"])))}
+    if draw(st.booleans()):
+        args["bytes"] = draw(NUMBER)
+    parts = [f"{json.dumps(k)}: {json.dumps(v)}" for k, v in fields.items() if draw(st.integers(0, 9))]
+    parts.append(f'"args": {json.dumps(args)}')
+    if draw(st.booleans()):   # a duplicate key
+        key = draw(st.sampled_from(["ts", "dur", "name", "cat"]))
+        value = {"ts": NUMBER, "dur": NUMBER, "name": NAME, "cat": CATEGORY}[key]
+        parts.append(f"{json.dumps(key)}: {json.dumps(draw(value))}")
+    return "{" + ", ".join(draw(st.permutations(parts))) + "}"
+
+
+def _load_or_error(path, lenient=True):
+    try:
+        return load_trace(path, lenient=lenient, use_cache=False)
+    except TraceError as e:
+        return str(e)
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(events=st.lists(event_text(), max_size=25), layout=st.sampled_from(["kineto", "one line"]))
+def test_fast_lenient_streamed_and_whole_paths_agree_on_generated_traces(tmp_path_factory, events, layout):
+    sep = ",\n  " if layout == "kineto" else ", "
+    path = tmp_path_factory.mktemp("gen") / "gen.json"
+    path.write_text('{"traceEvents": [' + sep.join(events) + "]}")
+    reference = _load_or_error(path)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(kineto, "BLOCK", 97)                      # streamed in tiny chunks
+        small = _load_or_error(path)
+        mp.setattr(kineto, "_EVENTS", _RefuseFast())         # every chunk on the lenient path
+        lenient = _load_or_error(path)
+        mp.setattr(kineto, "split", lambda p, block=None: (_ for _ in ()).throw(kineto._Fallback()))
+        whole = _load_or_error(path)
+    for other in (small, lenient, whole):
+        if isinstance(reference, str) or isinstance(other, str):
+            assert reference == other
+        else:
+            _assert_same(reference, other)
+    if not isinstance(reference, str):
+        _check_against_json_loads(path, reference)
+
+
+class _RefuseFast:
+    def decode(self, doc):
+        raise msgspec.ValidationError("fast path refused by the test")
+
+
+def _check_against_json_loads(path, trace):
+    """Every X event of a GPU category that json.loads reads (last duplicate key wins) is a GPU row."""
+    doc = json.loads(path.read_text())
+    expected, without_ph = [], 0
+    for i, e in enumerate(doc["traceEvents"]):
+        if str(e.get("cat")).lower() in kineto.GPU_CATEGORIES:
+            if e.get("ph") == "X":
+                expected.append((i, e.get("name", ""), float(e["dur"]) if "dur" in e else None))
+            without_ph += "ph" not in e     # GPU work that cannot be read: refused, or dropped and counted
+    got = list(zip(trace.gpu["index"].tolist(), trace.gpu["name"].tolist(), trace.gpu["dur"].tolist()))
+    dropped = int(trace.warnings[-1].split()[1]) if trace.warnings and trace.warnings[-1].startswith("dropped") else 0
+    assert sorted(got) == sorted(g for g in expected if g[0] in {x[0] for x in got})
+    assert len(expected) + without_ph - len(got) == dropped
+    assert all(math.isfinite(d) and d >= 0 for _, _, d in got)
+
+
+# --- the real traces: the same tables as the loader before the streamed one --------------------
+
+FINGERPRINTS = json.loads((Path(__file__).parent / "data" / "loader_fingerprints.json").read_text())
+
+
+@pytest.mark.parametrize("name", sorted(FINGERPRINTS))
+def test_real_traces_load_into_the_same_tables_as_before(name):
+    """Fingerprints recorded with the previous loader (polars ndjson, before this streamed one; main at
+    90899e8, with the module columns and the fwdbwd pairs): every table's rows and every column's
+    values, in row order (benchmarks/tables_check.py compares the whole tables and analyses)."""
+    where, file = name.split("__", 1)
+    path = SHIPPED_TRACES / file.replace("__", "/") if where == "traces" else hta_trace(file.split("__")[0])
+    assert fingerprint_tables(load_trace(path, use_cache=False)) == FINGERPRINTS[name]
+
+
+def test_a_directory_of_ranks_loads_two_at_a_time_into_the_same_tables(tmp_path, monkeypatch):
+    ranks = tmp_path / "ranks"
+    ranks.mkdir()
+    for i, name in enumerate(["dlrm.train.json.gz", "resnet-50.train.json.gz", "bert-base.infer.json.gz"]):
+        (ranks / f"rank-{i}.json.gz").write_bytes((SHIPPED_TRACES / name).read_bytes())
+    monkeypatch.setenv("HEADROOM_LOAD_WORKERS", "0")
+    one_at_a_time = load.load_traces(ranks, use_cache=False)
+    submitted = []
+    submit_file = load.Worker.submit_file
+    monkeypatch.setattr(load.Worker, "submit_file", lambda self, p, lenient: submitted.append(p.name) or
+                        submit_file(self, p, lenient))
+    monkeypatch.setenv("HEADROOM_LOAD_WORKERS", "1")
+    two_at_a_time = load.load_traces(ranks, use_cache=False)
+    assert submitted == ["rank-1.json.gz", "rank-2.json.gz"]
+    assert [t.source for t in two_at_a_time] == [t.source for t in one_at_a_time]
+    for a, b in zip(one_at_a_time, two_at_a_time):
+        _assert_same(a, b)
+    (ranks / "rank-1.json.gz").write_bytes(b"{")    # an error in the worker is the caller's one line
+    with pytest.raises(TraceError, match=r"rank-1.json.gz: invalid JSON"):
+        load.load_traces(ranks, use_cache=False)

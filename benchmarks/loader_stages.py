@@ -23,6 +23,7 @@ os.environ["HEADROOM_LOAD_WORKERS"] = "0"
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import headroom.trace.analysis as analysis  # noqa: E402
+import headroom.trace.document as document  # noqa: E402
 import headroom.trace.kineto as kineto  # noqa: E402
 import headroom.trace.load as load  # noqa: E402
 
@@ -76,8 +77,8 @@ def main() -> None:
                 yield item
         return wrapper
 
-    kineto.blocks = timed_iter("read", kineto.blocks)
-    kineto.split = timed_iter("cut", kineto.split)
+    document.blocks = timed_iter("read", document.blocks)
+    document.split = timed_iter("cut", document.split)
     kineto.decode_events = timed("decode_events", kineto.decode_events)
     load._assemble = timed("_assemble", load._assemble)
     load._tabulate = timed("_tabulate", load._tabulate)

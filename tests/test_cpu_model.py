@@ -267,7 +267,8 @@ def test_calls_from_headroom_module_ranges_match_by_path_or_class(tmp_path):
     assert cpu["launch_cost"]["op_us"] == pytest.approx(10.0)
     assert r.get("replay").saved_us == pytest.approx(3 * 79.0, abs=0.5)
     # By class: every norm call (the event-level class match is module attribution's; the calls are ours).
-    from headroom.projection.cpu import cpu_side, find_calls
+    from headroom.projection.calls import find_calls
+    from headroom.projection.cpu import cpu_side
     from headroom.projection.problems import load_problems
     from headroom.projection.selectors import parse_selector
     calls, warnings = find_calls(b, cpu_side(b), parse_selector("module:RMSNorm"), ev["module"].to_numpy() != "",

@@ -14,6 +14,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+import headroom.trace.document as document
 import headroom.trace.kineto as kineto
 import headroom.trace.load as load
 from headroom.trace import cache
@@ -164,12 +165,12 @@ def test_a_trace_larger_than_memory_gets_one_line(tmp_path, monkeypatch):
 def test_streamed_chunks_whole_document_and_worker_give_the_same_tables(monkeypatch):
     path = SHIPPED_TRACES / "resnet-50.train.json.gz"
     streamed = load_trace(path, use_cache=False)
-    monkeypatch.setattr(kineto, "BLOCK", 1 << 16)       # many small chunks
+    monkeypatch.setattr(document, "BLOCK", 1 << 16)     # many small chunks
     small = load_trace(path, use_cache=False)
     monkeypatch.setattr(load, "WORKER_MIN_BYTES", 0)
     monkeypatch.setenv("HEADROOM_LOAD_WORKERS", "1")
     worker = load_trace(path, use_cache=False)
-    monkeypatch.setattr(kineto, "split", lambda p, block=None: (_ for _ in ()).throw(kineto._Fallback()))
+    monkeypatch.setattr(document, "split", lambda p, block=None: (_ for _ in ()).throw(document._Fallback()))
     whole = load_trace(path, use_cache=False)
     for other in (small, worker, whole):
         _assert_same(streamed, other)
@@ -182,7 +183,7 @@ def test_a_separator_inside_a_string_or_nested_value_is_not_a_cut(tmp_path, monk
     p = tmp_path / "t.json"
     p.write_text(json.dumps({"traceEvents": [STEP, LAUNCH, *tricky * 20]}))
     expected = load_trace(p, use_cache=False)
-    monkeypatch.setattr(kineto, "BLOCK", 64)
+    monkeypatch.setattr(document, "BLOCK", 64)
     _assert_same(expected, load_trace(p, use_cache=False))
     assert expected.gpu["name"].tolist() == ['a}, {"ph": "X"'] * 20
 
@@ -309,11 +310,11 @@ def test_fast_lenient_streamed_and_whole_paths_agree_on_generated_traces(tmp_pat
     path.write_text('{"traceEvents": [' + sep.join(events) + "]}")
     reference = _load_or_error(path)
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(kineto, "BLOCK", 97)                      # streamed in tiny chunks
+        mp.setattr(document, "BLOCK", 97)                    # streamed in tiny chunks
         small = _load_or_error(path)
         mp.setattr(kineto, "_EVENTS", _RefuseFast())         # every chunk on the lenient path
         lenient = _load_or_error(path)
-        mp.setattr(kineto, "split", lambda p, block=None: (_ for _ in ()).throw(kineto._Fallback()))
+        mp.setattr(document, "split", lambda p, block=None: (_ for _ in ()).throw(document._Fallback()))
         whole = _load_or_error(path)
     for other in (small, lenient, whole):
         if isinstance(reference, str) or isinstance(other, str):

@@ -20,7 +20,8 @@ from headroom.projection.baseline import Baseline
 from headroom.projection.distributions import Distribution
 from headroom.projection.matching import select
 from headroom.projection.project import project
-from headroom.projection.replay import cross_stream_deps, replay, replay_check, replay_projection
+from headroom.projection.replay import replay, replay_check, replay_projection
+from headroom.projection.streams import cross_stream_deps
 from headroom.projection.scenarios import distribution_scenarios
 from headroom.projection.speedups import parse_cli_speedup
 from headroom.report.tables import projection_table

@@ -7,6 +7,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+import headroom.trace.document as document
 import headroom.trace.kineto as trace_module
 from headroom.trace.load import TraceError, find_trace_files, load_trace, load_traces
 from tests.conftest import SHIPPED_TRACES, hta_trace
@@ -182,7 +183,7 @@ def test_chunks_that_need_the_lenient_path_mix_with_fast_chunks(tmp_path, monkey
     chunks = []
     decode = trace_module.decode_events
     monkeypatch.setattr(trace_module, "decode_events", lambda doc: chunks.append(bytes(doc)) or decode(doc))
-    monkeypatch.setattr(trace_module, "BLOCK", 300)   # a few events per chunk
+    monkeypatch.setattr(document, "BLOCK", 300)       # a few events per chunk
     t = load_trace(p)
     assert len(chunks) >= 3
     assert t.launches["ts"].tolist() == [1.0, 3.5, 8.0]

@@ -43,13 +43,15 @@ import numpy as np
 from headroom.errors import UserError
 from headroom.projection.amdahl import Projection, amdahl
 from headroom.projection.baseline import Baseline, Breakdown, as_baseline, baseline_breakdown
-from headroom.projection.cpu import CallChange, CpuSide, change_calls, cpu_side, cpu_trace_calls, find_calls
+from headroom.projection.calls import cpu_trace_calls, find_calls
+from headroom.projection.cpu import CallChange, CpuSide, change_calls, cpu_side
 from headroom.projection.distributions import Distribution
 from headroom.projection.estimate import BOUNDS, Drift, Estimate, estimate_interval, load_drift
 from headroom.projection.matching import EntryMatch, Resolution, resolve, select
 from headroom.projection.overhead import Unprofiled, solve_cpu_scale, unprofiled_step_us
 from headroom.projection.problems import ProblemMap, load_problems
-from headroom.projection.replay import replay, replay_check, replay_projection, stream_waits
+from headroom.projection.replay import replay, replay_check, replay_projection
+from headroom.projection.streams import stream_waits
 from headroom.projection.scenarios import DEFAULT_QUANTILES, distribution_scenarios
 from headroom.projection.selectors import Selector, parse_selector
 from headroom.projection.speedups import Speedup, parse_call_us, parse_factor, parse_launches

@@ -32,7 +32,7 @@ from filelock import FileLock, Timeout
 
 # Traces smaller than this load faster than a cache entry is written.
 MIN_BYTES_DEFAULT = 16 << 20
-_TRACE_CODE = ("kineto.py", "tables.py", "validate.py", "cache.py", "load.py", "ranges.py")
+_TRACE_CODE = ("document.py", "kineto.py", "tables.py", "validate.py", "cache.py", "load.py", "ranges.py")
 
 
 def cache_dir() -> Path | None:

@@ -1,7 +1,7 @@
-"""The Kineto (torch.profiler) JSON wire format, streamed and decoded a chunk at a time.
+"""The Kineto (torch.profiler) JSON wire format, decoded a chunk at a time.
 
-The file is read in blocks (gunzipped on the fly) and cut between two events of
-``traceEvents``; each chunk is decoded by msgspec straight into typed structs
+``document`` reads the file in blocks (gunzipped on the fly) and cuts it between two events of
+``traceEvents``; each chunk is decoded here by msgspec straight into typed structs
 and turned into polars columns, keeping only the fields and events headroom
 uses. A chunk with odd spellings (a timestamp written as a string, hex or
 beyond-64-bit ids) is decoded event by event into lenient structs and
@@ -12,14 +12,11 @@ process (docs/trace-core.md, "Load").
 
 from __future__ import annotations
 
-import os
 import re
-import zlib
 from collections import Counter
 from dataclasses import dataclass, field
 from operator import attrgetter
-from pathlib import Path
-from typing import Any, Iterator, Union
+from typing import Any, Union
 
 import msgspec
 import numpy as np
@@ -35,19 +32,6 @@ class TraceError(UserError):
 
 # --- the wire format ------------------------------------------------------------
 
-class _TraceFile(msgspec.Struct):
-    # Events stay raw (views into the input), decoded a chunk at a time.
-    traceEvents: Union[list[msgspec.Raw], None] = None
-    baseTimeNanoseconds: Union[int, None] = None
-    schemaVersion: msgspec.Raw = msgspec.Raw()
-    deviceProperties: msgspec.Raw = msgspec.Raw()
-    distributedInfo: msgspec.Raw = msgspec.Raw()
-    traceName: msgspec.Raw = msgspec.Raw()
-    # headroom's own run manifest, written by `headroom profile`.
-    headroom: msgspec.Raw = msgspec.Raw()
-
-
-META_KEYS = ("schemaVersion", "deviceProperties", "distributedInfo", "traceName", "headroom")
 
 
 # The fast path: the types Kineto writes. msgspec skips every other field
@@ -118,7 +102,6 @@ class _CategoryOnly(msgspec.Struct, gc=False):
     cat: Any = None
 
 
-_DOC = msgspec.json.Decoder(_TraceFile)
 _EVENTS = msgspec.json.Decoder(list[_Event])
 _RAWS = msgspec.json.Decoder(list[msgspec.Raw])
 _ONE_LOOSE = msgspec.json.Decoder(_LooseEvent)
@@ -186,67 +169,6 @@ class _Routes(dict):
 
 
 _ROUTES = _Routes()
-
-
-# --- reading bytes ----------------------------------------------------------------
-
-BLOCK = 32 << 20   # bytes of (decompressed) text per chunk
-
-
-def _open(path: Path):
-    try:
-        return open(path, "rb")
-    except FileNotFoundError:
-        raise TraceError(f"{path}: no such file") from None
-    except IsADirectoryError:
-        raise TraceError(f"{path}: is a directory") from None
-    except OSError as e:
-        raise TraceError(f"{path}: cannot read ({e.strerror})") from None
-
-
-def blocks(path: Path, size: int | None = None) -> Iterator[bytes]:
-    """The file's text in blocks of about `size` bytes, gunzipped on the fly (gzip detected by magic bytes)."""
-    size = size or BLOCK
-    with _open(path) as f:
-        try:
-            first = f.read(size)
-            if not first:
-                raise TraceError(f"{path}: empty file")
-            if first[:2] != b"\x1f\x8b":
-                while first:
-                    yield first
-                    first = f.read(size)
-                return
-            inflate = zlib.decompressobj(wbits=31)
-            data, produced = first, False
-            while True:
-                while data:
-                    out = inflate.decompress(data, size)
-                    if out:
-                        produced = True
-                        yield out
-                    data = inflate.unconsumed_tail
-                    if inflate.eof:   # a second gzip member follows (concatenated .gz)
-                        data = inflate.unused_data + data
-                        if not data.strip(b"\x00"):
-                            break
-                        inflate = zlib.decompressobj(wbits=31)
-                data = f.read(size)
-                if not data:
-                    break
-            if not inflate.eof:
-                raise TraceError(f"{path}: truncated or corrupt gzip (compressed file ended before the "
-                                 f"end-of-stream marker was reached)")
-            if not produced:
-                raise TraceError(f"{path}: empty file (after gunzip)")
-        except zlib.error as e:
-            raise TraceError(f"{path}: truncated or corrupt gzip ({e})") from None
-        except OSError as e:
-            raise TraceError(f"{path}: cannot read ({e.strerror})") from None
-
-
-def read_bytes(path: Path) -> bytes:
-    return b"".join(blocks(path))
 
 
 # --- decoding one chunk of events ----------------------------------------------------
@@ -507,162 +429,3 @@ def _module_inputs(events: list[_Event], names: pl.Series) -> pl.Series:
         if a is not None:
             texts[row] = _inputs_text(_raw_value(a.dims), _raw_value(a.types))
     return pl.Series(texts, dtype=pl.String)
-
-
-# --- splitting the document ---------------------------------------------------------
-
-_EVENTS_KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
-_SEPARATOR = re.compile(rb'\}\s*,\s*\{')
-
-
-@dataclass
-class Document:
-    """What the splitter found: event chunks (text between two events), then the rest of the document."""
-    meta: dict[str, Any]
-    base_ns: int | None
-
-
-def _last_separator(buf: bytes, lo: int) -> re.Match | None:
-    """The last `}, {` between two values in buf[lo:] (a candidate cut; decoding the chunk proves it)."""
-    end = len(buf)
-    for _ in range(64):
-        p = buf.rfind(b"}", lo, end)
-        if p < 0:
-            return None
-        m = _SEPARATOR.match(buf, p)
-        if m:
-            return m
-        end = p
-    matches = list(_SEPARATOR.finditer(buf, lo))
-    return matches[-1] if matches else None
-
-
-def split(path: Path, block: int | None = None) -> Iterator[tuple[memoryview | bytes, int] | Document]:
-    """Yield (a JSON array of consecutive events, the file offset of its first byte) chunk by chunk,
-    then the `Document` (metadata).
-
-    A chunk is cut at a `}, {` and only proven right when it decodes (decode_events): it starts
-    between two events, so it decodes as an array only if it also ends between two. The array is
-    written in place into the read buffer (its brackets overwrite the separator's whitespace or
-    comma) and handed on as a view, so no chunk is copied. Raises `_Fallback` when the document is
-    not laid out so that it can be streamed safely (the caller then decodes it whole, which is exact).
-    """
-    it = blocks(path, block)
-    buf = bytearray()
-    m = None
-    for data in it:
-        buf += data
-        m = _EVENTS_KEY.search(buf)
-        if m:
-            break
-    if m is None:
-        raise _Fallback()
-    prefix = bytes(buf[:m.end() - 1])
-    try:
-        # The key must be a key of the top-level object, not one nested deeper or inside a string.
-        if not isinstance(msgspec.json.decode(prefix + b"[]}"), dict):
-            raise _Fallback()
-    except (msgspec.DecodeError, RecursionError):
-        raise _Fallback() from None
-    del buf[:m.end() - 1]          # buf[0] is the array's "["
-    offset = m.end() - 1           # the file offset of buf[0]
-    for data in it:
-        scanned = len(buf)
-        buf += data
-        del data
-        cut = _last_separator(buf, max(1, scanned - 1))
-        if cut is None:
-            continue
-        close, open_ = cut.start(), cut.end() - 1      # the "}" ending one event, the "{" starting the next
-        buf[close + 1] = 0x5D                           # "]"
-        view = memoryview(buf)
-        chunk = view[:close + 2]
-        yield chunk, offset
-        chunk.release()
-        view.release()
-        buf[open_ - 1] = 0x5B                           # "["
-        offset += open_ - 1
-        try:
-            del buf[:open_ - 1]
-        except BufferError:    # a view of the chunk is still held somewhere: leave it its bytes
-            buf = bytearray(buf[open_ - 1:])
-    tail = prefix + buf
-    del buf
-    try:
-        doc = _DOC.decode(tail)
-    except msgspec.ValidationError as e:
-        raise TraceError(f"{path}: not a Kineto trace ({e})") from None
-    except (msgspec.DecodeError, RecursionError):
-        raise _Fallback() from None
-    if _EVENTS_KEY.search(tail, len(prefix) + 1) is not None:
-        raise _Fallback()   # "traceEvents" again: decode exactly, as a whole
-    raws = doc.traceEvents or []
-    if raws:
-        yield _array(raws), -1
-    yield Document(_meta(doc), doc.baseTimeNanoseconds)
-
-
-def _array(raws: list[msgspec.Raw]) -> bytes:
-    return b"[" + b",".join(raws) + b"]"
-
-
-class _Fallback(Exception):
-    """The streamed split cannot be trusted for this file; decode it whole."""
-
-
-def _meta(doc: _TraceFile) -> dict[str, Any]:
-    meta: dict[str, Any] = {}
-    for key in META_KEYS:
-        value = getattr(doc, key)
-        if len(value):
-            meta[key] = msgspec.json.decode(value)
-    return meta
-
-
-def whole(path: Path, events_per_chunk: int = 1 << 16) -> Iterator[tuple[bytes, int] | Document]:
-    """The same as `split`, from the document decoded whole (exact for any layout; the error messages' source)."""
-    raw = read_bytes(path)
-    try:
-        doc = _DOC.decode(raw)
-    except msgspec.ValidationError as e:
-        # Valid JSON of the wrong shape (e.g. a list, or traceEvents not a list).
-        raise TraceError(f"{path}: not a Kineto trace ({e})") from None
-    except msgspec.DecodeError as e:
-        raise TraceError(f"{path}: invalid JSON ({_json_words(str(e), raw)})") from None
-    except RecursionError:
-        raise TraceError(f"{path}: invalid JSON (objects nested too deeply)") from None
-    if doc.traceEvents is None:
-        raise TraceError(f"{path}: not a Kineto trace (no 'traceEvents' list)")
-    raws = doc.traceEvents
-    del raw
-    for start in range(0, len(raws), events_per_chunk):
-        yield _array(raws[start:start + events_per_chunk]), -1
-    yield Document(_meta(doc), doc.baseTimeNanoseconds)
-
-
-def _json_words(message: str, raw: bytes) -> str:
-    m = _BYTE.search(message)
-    if m:
-        at = int(m.group(1))
-        try:
-            raw[max(0, at - 3):at + 4].decode("utf-8")
-        except UnicodeDecodeError:
-            return f"invalid UTF-8 near byte {at}"
-    return message
-
-
-# --- the worker process ---------------------------------------------------------------
-
-def workers_wanted() -> int:
-    """One worker process when another core is free: the machine has two or more and its load average
-    leaves one idle (on a busy machine a second process only competes; docs/benchmarks.md measures both).
-    HEADROOM_LOAD_WORKERS=0 or 1 decides instead."""
-    wanted = os.environ.get("HEADROOM_LOAD_WORKERS")
-    if wanted is not None and wanted.strip().isdigit():
-        return min(int(wanted), 1)
-    cores = os.cpu_count() or 1
-    try:
-        busy = os.getloadavg()[0]
-    except OSError:
-        busy = 0.0
-    return 1 if cores >= 2 and busy <= cores - 1 else 0

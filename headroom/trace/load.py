@@ -29,8 +29,9 @@ from typing import Any, Iterator
 
 import polars as pl
 
-from headroom.trace import cache, kineto, validate
-from headroom.trace.kineto import Chunk, Document, TraceError
+from headroom.trace import cache, document, kineto, validate
+from headroom.trace.document import Document
+from headroom.trace.kineto import Chunk, TraceError
 from headroom.trace.tables import TRACE_TABLES, Trace, _tabulate
 from headroom.trace.worker import Worker
 
@@ -128,7 +129,7 @@ def iter_traces(files: list[Path], lenient: bool = False, use_cache: bool = True
 
 
 def _worth_a_worker(path: Path, nxt: Path, use_cache: bool, lenient: bool) -> bool:
-    if not kineto.workers_wanted():
+    if not document.workers_wanted():
         return False
     if use_cache and (k := cache.key(nxt, lenient)) is not None and (k.entry / "header.json").exists():
         return False    # the next one is a cache read
@@ -154,14 +155,14 @@ def decode(path: Path, lenient: bool = False, workers: bool = True):
     (`workers`: may use the worker process for every other chunk)."""
     _check_memory_for(path)
     size = _size(path)
-    helper = Worker() if workers and size >= WORKER_MIN_BYTES and kineto.workers_wanted() else None
+    helper = Worker() if workers and size >= WORKER_MIN_BYTES and document.workers_wanted() else None
     try:
         try:
-            chunks, doc = _decode_chunks(path, kineto.split(path), helper)
-        except kineto._Fallback:
+            chunks, doc = _decode_chunks(path, document.split(path), helper)
+        except document._Fallback:
             if helper is not None and helper.busy:
                 helper.result()
-            chunks, doc = _decode_chunks(path, kineto.whole(path), helper)
+            chunks, doc = _decode_chunks(path, document.whole(path), helper)
     finally:
         if helper is not None:
             helper.close()
@@ -208,7 +209,7 @@ def _raise_for(path: Path, chunk: Chunk, offset: int) -> None:
     if chunk.cut_error:
         if offset < 0:    # events of a document already decoded whole cannot be cut wrong
             raise TraceError(f"{path}: invalid JSON (an event of traceEvents could not be decoded)")
-        raise kineto._Fallback()
+        raise document._Fallback()
     if chunk.error is not None:
         raise TraceError(f"{path}: {chunk.error}")
     if chunk.json_error is not None:
@@ -317,7 +318,7 @@ GZIP_EXPANSION = 12   # a Kineto trace's text is 7-15x its gzip size
 
 def needed_memory(path: Path) -> int:
     size = _size(path)
-    with kineto._open(path) as f:
+    with document._open(path) as f:
         gz = f.read(2) == b"\x1f\x8b"
     return int(size * (GZIP_EXPANSION if gz else 1) * MEMORY_PER_TEXT_BYTE)
 
@@ -360,7 +361,7 @@ def load_traces(path: str | os.PathLike, **kwargs) -> list[Trace]:
 
 def read_trace_json(path: str | os.PathLike) -> dict:
     """The whole trace as plain JSON (for rewriting it, e.g. `annotate`)."""
-    raw = kineto.read_bytes(Path(path))
+    raw = document.read_bytes(Path(path))
     try:
         return json.loads(raw)
     except (ValueError, RecursionError) as e:

@@ -31,7 +31,8 @@ from headroom.errors import UserError
 from headroom.jsonio import dumps
 from headroom.extract.part import part_masks, part_time, trace_path
 from headroom.projection.baseline import as_baseline
-from headroom.projection.cpu import cpu_side, cpu_speed_ratio, find_calls, untouched_ops
+from headroom.projection.calls import find_calls
+from headroom.projection.cpu import cpu_side, cpu_speed_ratio, untouched_ops
 from headroom.projection.matching import select
 from headroom.projection.overhead import solve_cpu_scale, unprofiled_step_us
 from headroom.projection.problems import load_problems

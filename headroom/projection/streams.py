@@ -1,0 +1,132 @@
+"""What orders GPU work across streams in the replay: the trace's recorded waits (``cuda_sync``
+stream-wait events, and the runtime's wait calls where CUDA >= 12.9 records none) and, for a
+consumer kernel that started right after a producer on another stream, the inferred dependency.
+
+See :mod:`headroom.projection.project` for the model.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Iterable
+
+import numpy as np
+import pandas as pd
+
+
+def stream_keys(ev: pd.DataFrame) -> np.ndarray:
+    dev = ev["device"].astype(str) if "device" in ev.columns else pd.Series("0", index=ev.index)
+    st = ev["stream"].astype(str) if "stream" in ev.columns else pd.Series("0", index=ev.index)
+    codes, _ = pd.factorize(dev + "/" + st)
+    return codes
+
+
+def pid_codes(values: Iterable, table: dict) -> np.ndarray:
+    out = []
+    for v in values:
+        key = "" if v is None or (isinstance(v, float) and math.isnan(v)) else str(v)
+        out.append(table.setdefault(key, len(table)))
+    return np.array(out, dtype=np.int64)
+
+
+STREAM_WAIT_EVENT = "Stream Wait Event"  # Kineto's name for a CUPTI stream-wait-event sync record
+
+
+@dataclass(frozen=True)
+class StreamWaits:
+    """The cross-stream dependencies a trace's ``cuda_sync`` records give, and how each was found."""
+
+    dep: np.ndarray      # per event: the index of the event it waits on in another stream, -1 if none
+    recorded: int        # waits whose cudaEventRecord (stream and correlation) the record names
+    inferred: int        # waits whose record is unresolved (-1), taken from the waiting thread's last record
+    unresolved: int      # waits neither way could place
+
+
+def stream_waits(events: pd.DataFrame, syncs: pd.DataFrame | None, runtime: pd.DataFrame | None) -> StreamWaits:
+    """Cross-stream dependencies from Kineto ``cuda_sync`` "Stream Wait Event" records.
+
+    Traces taken with ``enable_cuda_sync_events`` record each ``cudaStreamWaitEvent``: the waiting
+    ``stream``, its ``correlation`` (the wait call), ``wait_on_stream`` and
+    ``wait_on_cuda_event_record_corr_id`` (the ``cudaEventRecord`` call). The producer is the last event
+    on the recorded stream launched before that record; the consumer is the first event on the waiting
+    stream launched after the wait call (by GPU start, for events without a launch).
+
+    CUDA >= 12.9 traces can leave both fields -1 (Kineto enabled CUPTI's synchronization records but not
+    its CUDA-event records: pytorch/pytorch#195068). Such a wait is placed from the CPU side instead: the
+    record is the waiting thread's last ``cudaEventRecord*`` call before the wait, and its stream the one
+    that thread last launched to (other than the waiting stream) -- the pattern of ``wait_stream``.
+    """
+    n = len(events)
+    dep = np.full(n, -1, dtype=np.int64)
+    none = StreamWaits(dep, 0, 0, 0)
+    if syncs is None or runtime is None or len(syncs) == 0 or n == 0:
+        return none
+    need = {"stream", "ts", "wait_on_stream", "wait_on_cuda_event_record_corr_id"}
+    if not need <= set(syncs.columns) or "correlation" not in events.columns:
+        return none
+    if "name" in syncs.columns:  # "Event Sync", "Stream Synchronize", ... block the CPU, not a stream
+        syncs = syncs[syncs["name"].astype(str) == STREAM_WAIT_EVENT]
+    rt_corr = runtime["correlation"].tolist()
+    rt_ts = dict(zip(rt_corr, runtime["ts"].tolist()))
+    rt_thread = dict(zip(rt_corr, zip(runtime["pid"].astype(str), runtime["tid"].astype(str)))) \
+        if {"pid", "tid"} <= set(runtime.columns) else {}
+    names = runtime["name"].astype(str) if "name" in runtime.columns else pd.Series([""] * len(runtime))
+    rec = runtime[names.str.startswith("cudaEventRecord").to_numpy()]
+    records: dict[tuple[str, str], np.ndarray] = {}
+    for key, idx in (rec.groupby([rec["pid"].astype(str), rec["tid"].astype(str)]).indices.items()
+                     if len(rec) and {"pid", "tid"} <= set(rec.columns) else ()):
+        records[key] = np.sort(rec["ts"].to_numpy(dtype=float)[idx])
+    stream = events["stream"].astype(str).to_numpy()
+    ts = events["ts"].to_numpy(dtype=float)
+    launch = events["launch_ts"].to_numpy(dtype=float) if "launch_ts" in events.columns else np.full(n, np.nan)
+    has_launch = np.isfinite(launch)
+    ev_thread = (events["launch_pid"].astype(str) + "/" + events["launch_tid"].astype(str)).to_numpy() \
+        if {"launch_pid", "launch_tid"} <= set(events.columns) else np.full(n, "", dtype=object)
+    by_stream: dict[str, np.ndarray] = {}
+    for s in np.unique(stream):
+        idx = np.flatnonzero(stream == s)
+        by_stream[s] = idx[np.argsort(ts[idx], kind="stable")]
+    counts = {"recorded": 0, "inferred": 0, "unresolved": 0}
+    corr_col = "correlation" in syncs.columns
+    for row in syncs.itertuples(index=False):
+        dst = str(row.stream)
+        wait_corr = row.correlation if corr_col else None
+        t_wait = rt_ts.get(wait_corr, float(row.ts))
+        src, t_rec = str(row.wait_on_stream), rt_ts.get(row.wait_on_cuda_event_record_corr_id)
+        how = "recorded"
+        if t_rec is None or int(row.wait_on_stream) < 0:
+            how, src, t_rec = "inferred", "", None
+            thread = rt_thread.get(wait_corr)
+            r = records.get(thread) if thread else None
+            if r is not None:
+                k = np.searchsorted(r, t_wait, side="right") - 1
+                if k >= 0:
+                    t_rec = float(r[k])
+                    mine = np.flatnonzero((ev_thread == f"{thread[0]}/{thread[1]}") & has_launch
+                                          & (launch <= t_rec) & (stream != dst))
+                    if len(mine):
+                        src = stream[mine[np.argmax(launch[mine])]]
+        if t_rec is None or src not in by_stream or dst not in by_stream or src == dst:
+            counts["unresolved"] += 1
+            continue
+        p_idx = by_stream[src]
+        launched = p_idx[has_launch[p_idx] & (launch[p_idx] <= t_rec)]
+        c_idx = by_stream[dst]
+        after = c_idx[np.where(has_launch[c_idx], launch[c_idx] >= t_wait, ts[c_idx] >= float(row.ts))]
+        if len(launched) == 0 or len(after) == 0:
+            counts["unresolved"] += 1
+            continue
+        producer = launched[np.argmax(launch[launched])]
+        consumer = after[0]
+        counts[how] += 1
+        if dep[consumer] < 0 or ts[producer] > ts[dep[consumer]]:
+            dep[consumer] = producer
+    return StreamWaits(dep, counts["recorded"], counts["inferred"], counts["unresolved"])
+
+
+def cross_stream_deps(events: pd.DataFrame, syncs: pd.DataFrame | None,
+                      runtime: pd.DataFrame | None) -> np.ndarray:
+    """For each event, the index of the event it waits on in another stream (-1 if none known):
+    :func:`stream_waits`' dependencies."""
+    return stream_waits(events, syncs, runtime).dep

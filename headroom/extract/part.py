@@ -12,7 +12,7 @@ headroom/trace/modules.py). Paths in a trace start with the module-range root
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any, Iterable
 
 import numpy as np
@@ -73,9 +73,7 @@ class PartTime:
     total_us: float
 
     def to_dict(self) -> dict[str, Any]:
-        return {"mode": self.mode, "num_steps": self.num_steps, "us": self.us, "forward_us": self.forward_us,
-                "backward_us": self.backward_us, "kernels": self.kernels, "forward_kernels": self.forward_kernels,
-                "backward_kernels": self.backward_kernels, "total_us": self.total_us}
+        return asdict(self)
 
 
 def part_masks(a: Any, paths: Iterable[str]) -> dict[str, np.ndarray]:

@@ -88,7 +88,6 @@ def run_phase(child: Child, args: list[list], run: dict, draw: Callable[[], int]
         if len(reply.outputs) != len(args):
             raise Tampering(f"{len(reply.outputs)} timed outputs for {len(args)} forwards")
         sampled = _sampled_iterations(pos_seed, len(args), policy.sampled_iterations)
-        keep: list = []
         for k in sampled:
             srow, hrow = [], []
             for j, out in enumerate(reply.outputs[k]):
@@ -98,7 +97,7 @@ def run_phase(child: Child, args: list[list], run: dict, draw: Callable[[], int]
                     shared.check_structure(out, max_numel)
                     n = math.prod(out.shape)
                     srow.append(shared.read_samples(child, out, _positions(pos_seed, k, j, n,
-                                                                            policy.samples_per_output), keep))
+                                                                            policy.samples_per_output)))
                 except Tampering:
                     raise
                 except Exception as e:
@@ -110,7 +109,6 @@ def run_phase(child: Child, args: list[list], run: dict, draw: Callable[[], int]
             samples = shared.finish_samples(samples)
         except Exception as e:
             raise Tampering(f"timed outputs unreadable as described ({e})") from None
-        del keep
     t1 = time.perf_counter()
     cpu1, w1 = sched_ns(child.pid)
     _, hw1 = thread_sched_ns()

@@ -302,13 +302,13 @@ def _storage_offsets(flat_idx: Any, shape: tuple, stride: tuple) -> Any:
     return off
 
 
-def read_samples(child: Any, out: P.Out, positions: Any, keep: list | None = None) -> Any:
+def read_samples(child: Any, out: P.Out, positions: Any) -> Any:
     """Harness side: the output's values at flat ``positions``, read from the child's memory now.
 
     On a GPU the read is a gather kernel on the mapped IPC memory (it waits on the child's IPC
     event, so work still queued on the child's stream is finished first: inside the clock); the
-    result stays on the GPU until ``finish_samples``. ``keep`` holds the mappings of one phase
-    open, so outputs in one allocation segment are mapped once.
+    result stays on the GPU until ``finish_samples``. The mapping stays open until the child's
+    next command (``Child.open_output``), so each share is mapped once.
     """
     import torch
 
@@ -321,8 +321,6 @@ def read_samples(child: Any, out: P.Out, positions: Any, keep: list | None = Non
         return torch.empty(0, dtype=dtype)
     if isinstance(out, P.IpcTensor):
         t = child.open_output(out)  # mapped until the child's next command
-        if keep is not None:
-            keep.append(t)
         offs = _storage_offsets(positions, out.shape, out.stride).to(t.device, non_blocking=True)
         base = t.as_strided((span_elements(out.shape, out.stride),), (1,), t.storage_offset())
         return base[offs]

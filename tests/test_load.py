@@ -5,6 +5,7 @@ import gzip
 import json
 import math
 import os
+import re
 import threading
 from pathlib import Path
 
@@ -177,6 +178,64 @@ def test_streamed_chunks_whole_document_and_worker_give_the_same_tables(monkeypa
     assert len(streamed.flows) == 708     # fwdbwd start/finish pairs
 
 
+def _spy_halves(monkeypatch):
+    """Record each second half the worker is given (the file's byte where it starts)."""
+    given = []
+    submit = load.Worker.submit_half
+    monkeypatch.setattr(load.Worker, "submit_half", lambda self, p, start, prefix: given.append(start) or
+                        submit(self, p, start, prefix))
+    monkeypatch.setattr(load, "WORKER_MIN_BYTES", 0)
+    monkeypatch.setenv("HEADROOM_LOAD_WORKERS", "1")
+    return given
+
+
+def test_a_plain_file_decoded_in_two_halves_gives_the_same_tables(tmp_path, monkeypatch):
+    path = tmp_path / "resnet.json"
+    path.write_bytes(gzip.decompress((SHIPPED_TRACES / "resnet-50.train.json.gz").read_bytes()))
+    alone = load_trace(path, use_cache=False)
+    given = _spy_halves(monkeypatch)
+    monkeypatch.setattr(document, "BLOCK", 1 << 16)     # several chunks on each side
+    halves = load_trace(path, use_cache=False)
+    assert len(given) == 1 and 0.5 * path.stat().st_size < given[0] < 0.8 * path.stat().st_size
+    _assert_same(alone, halves)
+    assert len(halves.flows) == 708 and len(halves.gpu) == len(alone.gpu) > 0
+
+
+def test_two_halves_divided_inside_a_string_fall_back_to_one_run(tmp_path, monkeypatch):
+    tricky = [_kernel(name='a}, {"ph": "X"'), _kernel(name="b")]
+    p = tmp_path / "t.json"
+    p.write_text(json.dumps({"traceEvents": [STEP, LAUNCH, *tricky * 20]}))
+    expected = load_trace(p, use_cache=False)
+    given = _spy_halves(monkeypatch)
+    text = p.read_bytes()
+    inside = text.index(b'a}, {', len(text) // 2) + 1      # the "}" of a separator inside a name
+    monkeypatch.setattr(document, "halves", lambda path, fraction: document.Halves(
+        close=inside, open=inside + 3, prefix=text[:text.index(b"[")]))
+    got = load_trace(p, use_cache=False)
+    assert given == [inside + 3]
+    _assert_same(expected, got)
+
+
+@pytest.mark.parametrize("where", [0.2, 0.9])
+def test_invalid_json_in_either_half_is_the_same_one_line(tmp_path, monkeypatch, where):
+    events = [STEP, LAUNCH] + [_kernel(name=f"k{i}") for i in range(300)]
+    p = _trace(tmp_path, events)
+    text = bytearray(p.read_bytes())
+    at = text.index(b'"ts"', int(len(text) * where))
+    text[at:at + 4] = b'"ts '           # an unterminated key
+    p.write_bytes(bytes(text))
+    with pytest.raises(TraceError) as alone:
+        load_trace(p, use_cache=False)
+    given = _spy_halves(monkeypatch)
+    with pytest.raises(TraceError) as halves:
+        load_trace(p, use_cache=False)
+    assert len(given) == 1
+    # The same file, the same problem, the same byte (worded "near byte N" or "(byte N)" by where it is found).
+    byte = [re.search(r"byte (\d+)", str(e.value)).group(1) for e in (alone, halves)]
+    assert byte[0] == byte[1] and abs(int(byte[0]) - at) < 16
+    assert all(str(e.value).startswith(f"{p}: invalid JSON (") for e in (alone, halves))
+
+
 def test_a_separator_inside_a_string_or_nested_value_is_not_a_cut(tmp_path, monkeypatch):
     tricky = [_kernel(name='a}, {"ph": "X"'), {"ph": "X", "cat": "cpu_op", "name": "op", "pid": 1, "tid": 1,
                                               "ts": 1.0, "dur": 1.0, "args": {"list": [{"a": 1}, {"b": 2}]}}]
@@ -341,8 +400,13 @@ def _check_against_json_loads(path, trace):
             without_ph += "ph" not in e     # GPU work that cannot be read: refused, or dropped and counted
     got = list(zip(trace.gpu["index"].tolist(), trace.gpu["name"].tolist(), trace.gpu["dur"].tolist()))
     dropped = int(trace.warnings[-1].split()[1]) if trace.warnings and trace.warnings[-1].startswith("dropped") else 0
+    # The same line counts the ProfilerStep ranges dropped for impossible times.
+    steps = sum(1 for e in doc["traceEvents"] if e.get("ph") == "X" and isinstance(e.get("cat"), str)
+                and kineto._TABLE_OF_CATEGORY.get(e["cat"].lower()) in (("cpu", "cpu_op"), ("cpu", "user_annotation"))
+                and str(e.get("name", "")).startswith("ProfilerStep"))
+    steps_dropped = steps - int(trace.cpu["name"].astype(str).str.startswith("ProfilerStep").sum())
     assert sorted(got) == sorted(g for g in expected if g[0] in {x[0] for x in got})
-    assert len(expected) + without_ph - len(got) == dropped
+    assert len(expected) + without_ph - len(got) + steps_dropped == dropped
     assert all(math.isfinite(d) and d >= 0 for _, _, d in got)
 
 

@@ -20,7 +20,7 @@ from headroom.trace.intervals import containing_range, nested_self_times, ranges
 from headroom.trace.modules import attribute_modules
 from headroom.trace.phases import event_phases
 from headroom.trace.ranges import FRAME_PREFIX, MODULE_RANGE_PREFIX, PROFILER_STEP_PREFIX
-from headroom.trace.tables import Trace, starts_with
+from headroom.trace.tables import Trace
 
 __all__ = ["attribute_kernels_to_ops", "containing_range", "cpu_op_self_times"]
 
@@ -68,10 +68,9 @@ def attribute_kernels_to_ops(trace: Trace, steps: pd.DataFrame | None = None) ->
 
     cpu = trace.cpu
     # headroom's module ranges are C++ RecordFunctions (cat cpu_op): frames, not ops.
-    ops = cpu[(cpu["cat"] == "cpu_op").to_numpy() & ~starts_with(cpu["name"], FRAME_PREFIX)]
-    annotations = cpu[cpu["cat"] == "user_annotation"]
-    annotations = annotations[~starts_with(annotations["name"], PROFILER_STEP_PREFIX)
-                              & ~starts_with(annotations["name"], MODULE_RANGE_PREFIX)]
+    ops = cpu[(cpu["cat"] == "cpu_op").to_numpy() & ~trace.cpu_names_start_with(FRAME_PREFIX)]
+    annotations = cpu[(cpu["cat"] == "user_annotation").to_numpy()
+                      & ~trace.cpu_names_start_with(PROFILER_STEP_PREFIX, MODULE_RANGE_PREFIX)]
 
     # Innermost op: the launch's External id names it directly (Kineto sets it
     # to the enclosing record function); fall back to containment.
@@ -158,7 +157,7 @@ def cpu_op_self_times(trace: Trace, steps: pd.DataFrame | None = None) -> pd.Dat
     cpu = trace.cpu
     # record_function ranges (e.g. `gloo:all_reduce`) hold time too; ProfilerStep and
     # headroom's own phase/block/module ranges (`headroom/forward`, ...) are frames, not work.
-    frame = starts_with(cpu["name"], PROFILER_STEP_PREFIX) | starts_with(cpu["name"], FRAME_PREFIX)
+    frame = trace.cpu_names_start_with(PROFILER_STEP_PREFIX, FRAME_PREFIX)
     keep = ((cpu["cat"] == "cpu_op").to_numpy() | (cpu["cat"] == "user_annotation").to_numpy()) & ~frame
     ops = cpu[keep].reset_index(drop=True)
     self_us, outermost = nested_self_times(ops)

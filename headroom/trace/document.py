@@ -41,7 +41,7 @@ _DOC = msgspec.json.Decoder(_TraceFile)
 
 # --- reading bytes ----------------------------------------------------------------
 
-BLOCK = 32 << 20   # bytes of (decompressed) text per chunk
+BLOCK = 4 << 20    # bytes of (decompressed) text per chunk
 
 
 def _open(path: Path):
@@ -55,11 +55,23 @@ def _open(path: Path):
         raise TraceError(f"{path}: cannot read ({e.strerror})") from None
 
 
-def blocks(path: Path, size: int | None = None) -> Iterator[bytes]:
-    """The file's text in blocks of about `size` bytes, gunzipped on the fly (gzip detected by magic bytes)."""
+def blocks(path: Path, size: int | None = None, start: int = 0, stop: int | None = None) -> Iterator[bytes]:
+    """The file's text in blocks of about `size` bytes, gunzipped on the fly (gzip detected by magic bytes).
+    `start`/`stop`: only the bytes [start, stop) of a plain (not gzip) file."""
     size = size or BLOCK
     with _open(path) as f:
         try:
+            if start or stop is not None:
+                f.seek(start)
+                left = (stop - start) if stop is not None else None
+                while left is None or left > 0:
+                    data = f.read(size if left is None else min(size, left))
+                    if not data:
+                        return
+                    if left is not None:
+                        left -= len(data)
+                    yield data
+                return
             first = f.read(size)
             if not first:
                 raise TraceError(f"{path}: empty file")
@@ -128,7 +140,7 @@ def _last_separator(buf: bytes, lo: int) -> re.Match | None:
     return matches[-1] if matches else None
 
 
-def split(path: Path, block: int | None = None) -> Iterator[tuple[memoryview | bytes, int] | Document]:
+def split(path: Path, block: int | None = None, stop: int | None = None) -> Iterator[tuple[memoryview | bytes, int] | Document]:
     """Yield (a JSON array of consecutive events, the file offset of its first byte) chunk by chunk,
     then the `Document` (metadata).
 
@@ -137,8 +149,25 @@ def split(path: Path, block: int | None = None) -> Iterator[tuple[memoryview | b
     written in place into the read buffer (its brackets overwrite the separator's whitespace or
     comma) and handed on as a view, so no chunk is copied. Raises `_Fallback` when the document is
     not laid out so that it can be streamed safely (the caller then decodes it whole, which is exact).
+    `stop`: end with the event whose closing `}` is at this file offset (a `Halves.close`), no Document.
     """
-    it = blocks(path, block)
+    it = blocks(path, block, stop=None if stop is None else stop + 1)
+    found = _events_start(it)
+    if found is None:
+        raise _Fallback()
+    buf, prefix, offset = found
+    yield from _cut(path, it, buf, offset, prefix, stop is not None)
+
+
+def split_from(path: Path, start: int, prefix: bytes, block: int | None = None) -> Iterator[tuple[memoryview | bytes, int] | Document]:
+    """The same as `split` for the events from file offset `start` (the `{` after a `Halves.close`) to the
+    end of traceEvents, then the Document; `prefix`: the document's text before the events' array."""
+    buf = bytearray(b"[")      # stands in for the separator byte before `start`, as `split` writes it
+    yield from _cut(path, blocks(path, block, start=start), buf, start - 1, prefix, False)
+
+
+def _events_start(it: Iterator[bytes]) -> tuple[bytearray, bytes, int] | None:
+    """Read until traceEvents' "[": (the buffer from it, the document's text before it, its file offset)."""
     buf = bytearray()
     m = None
     for data in it:
@@ -147,7 +176,7 @@ def split(path: Path, block: int | None = None) -> Iterator[tuple[memoryview | b
         if m:
             break
     if m is None:
-        raise _Fallback()
+        return None
     prefix = bytes(buf[:m.end() - 1])
     try:
         # The key must be a key of the top-level object, not one nested deeper or inside a string.
@@ -156,7 +185,13 @@ def split(path: Path, block: int | None = None) -> Iterator[tuple[memoryview | b
     except (msgspec.DecodeError, RecursionError):
         raise _Fallback() from None
     del buf[:m.end() - 1]          # buf[0] is the array's "["
-    offset = m.end() - 1           # the file offset of buf[0]
+    return buf, prefix, m.end() - 1
+
+
+def _cut(path: Path, it: Iterator[bytes], buf: bytearray, offset: int, prefix: bytes,
+         first_part: bool) -> Iterator[tuple[memoryview | bytes, int] | Document]:
+    """Cut `buf` (from an array's "[" at file offset `offset`) and the blocks that follow into chunks;
+    `first_part`: the blocks end right after an event's "}" (the first of two halves): close the array there."""
     for data in it:
         scanned = len(buf)
         buf += data
@@ -177,6 +212,11 @@ def split(path: Path, block: int | None = None) -> Iterator[tuple[memoryview | b
             del buf[:open_ - 1]
         except BufferError:    # a view of the chunk is still held somewhere: leave it its bytes
             buf = bytearray(buf[open_ - 1:])
+    if first_part:
+        if len(buf) > 1:
+            buf += b"]"
+            yield buf, offset
+        return
     tail = prefix + buf
     del buf
     try:
@@ -191,6 +231,40 @@ def split(path: Path, block: int | None = None) -> Iterator[tuple[memoryview | b
     if raws:
         yield _array(raws), -1
     yield Document(_meta(doc), doc.baseTimeNanoseconds)
+
+
+@dataclass(frozen=True)
+class Halves:
+    """A plain trace file divided between two processes: the first part's events end with the `}` at file
+    offset `close`, the second's begin with the `{` at `open`; `prefix`: the text before traceEvents' array.
+    Like every cut, proven only when both parts decode."""
+    close: int
+    open: int
+    prefix: bytes
+
+
+def halves(path: Path, fraction: float) -> Halves | None:
+    """Where to divide a plain (not gzip) trace file at about `fraction` of its bytes; None when it cannot
+    be divided (gzip, no traceEvents near the start, no separator near that point)."""
+    size = path.stat().st_size
+    with _open(path) as f:
+        if f.read(2) == b"\x1f\x8b":
+            return None
+    try:
+        found = _events_start(blocks(path, 1 << 20, start=0, stop=min(size, 1 << 20)))
+    except _Fallback:
+        return None
+    if found is None:
+        return None
+    prefix, events_at = found[1], found[2]
+    at = max(int(size * fraction), events_at + 1)
+    with _open(path) as f:
+        f.seek(at)
+        window = f.read(1 << 20)
+    m = _SEPARATOR.search(window)
+    if m is None:
+        return None
+    return Halves(close=at + m.start(), open=at + m.end() - 1, prefix=prefix)
 
 
 def _array(raws: list[msgspec.Raw]) -> bytes:

@@ -40,7 +40,7 @@ _ARG_NAMES = {"external_id": "External id", "sequence": "Sequence number", "fwd_
               "dims": "Input Dims", "types": "Input type"}
 
 
-class _Args(msgspec.Struct, rename=_ARG_NAMES, gc=False):
+class _Args(msgspec.Struct, rename=_ARG_NAMES, gc=False, frozen=True):
     external_id: Union[int, None] = None
     correlation: Union[int, None] = None
     sequence: Union[int, None] = None      # autograd's: a backward op and the forward op that made it share one
@@ -56,6 +56,9 @@ class _Args(msgspec.Struct, rename=_ARG_NAMES, gc=False):
     types: msgspec.Raw = msgspec.Raw()
 
 
+_NO_ARGS = _Args()
+
+
 class _Event(msgspec.Struct, gc=False):
     ph: str = ""
     cat: str = ""
@@ -65,7 +68,9 @@ class _Event(msgspec.Struct, gc=False):
     ts: Union[float, None] = None
     dur: Union[float, None] = None
     id: Union[int, None] = None
-    args: Union[_Args, None] = None
+    # One shared empty value where an event has no args, so `args.x` reads never test for None
+    # (an explicit `"args": null` is not Kineto's; it takes the lenient path).
+    args: _Args = _NO_ARGS
 
 
 # The lenient path: every spelling seen in the wild, normalised into an `_Event`.
@@ -106,7 +111,6 @@ _EVENTS = msgspec.json.Decoder(list[_Event])
 _RAWS = msgspec.json.Decoder(list[msgspec.Raw])
 _ONE_LOOSE = msgspec.json.Decoder(_LooseEvent)
 _ONE_CATEGORY = msgspec.json.Decoder(_CategoryOnly)
-_NO_ARGS = _Args()
 
 # Kineto renamed its categories over the years; every spelling (lower-cased)
 # maps to the table the event goes to and its kind there.
@@ -148,13 +152,14 @@ _FLOW_PHASES = frozenset("sft")
 
 
 class _Routes(dict):
-    """(ph, cat) -> a small code; `table[code]`/`kind[code]` say where events of that code go
+    """(ph, cat) -> a small code; `table[code]`/`kind[code]`/`ph[code]` say where events of that code go
     (table None: no analysis reads them; "?": no 'ph', an event that cannot be read). Filled on first sight."""
 
     def __init__(self) -> None:
         super().__init__()
         self.table: list[str | None] = []
         self.kind: list[str | None] = []
+        self.ph: list[str] = []
 
     def __missing__(self, key) -> int:
         ph, cat = key
@@ -164,8 +169,19 @@ class _Routes(dict):
         code = len(self.table)
         self.table.append("?" if not ph else table_kind[0] if table_kind else None)
         self.kind.append(table_kind[1] if table_kind else None)
+        self.ph.append(ph)
         self[key] = code
         return code
+
+    def table_numbers(self) -> np.ndarray:
+        """Per code, the position of its table in TABLES (-1: none, -2: unreadable)."""
+        return np.array([TABLES.index(t) if t in TABLES else -2 if t == "?" else -1 for t in self.table],
+                        dtype=np.int8)
+
+    def texts(self, which: str, codes: np.ndarray) -> pl.Series:
+        """The kind (or ph) of each event, from its code: one gather, no string built per event."""
+        values = pl.Series(self.kind if which == "kind" else self.ph, dtype=pl.String)
+        return values.gather(codes)
 
 
 _ROUTES = _Routes()
@@ -229,27 +245,37 @@ def _json_problem(e: msgspec.DecodeError, length: int) -> Chunk:
 
 def _fast_chunk(events: list[_Event]) -> Chunk:
     chunk = Chunk({}, len(events))
-    chunk.tables = _split_tables(events, list(range(len(events))), chunk)
+    chunk.tables = _split_tables(events, np.arange(len(events), dtype=np.int64), chunk)
     return chunk
 
 
-def _split_tables(events: list[_Event], positions: list[int], chunk: Chunk) -> dict[str, pl.DataFrame]:
+def _split_tables(events: list[_Event], positions: np.ndarray, chunk: Chunk) -> dict[str, pl.DataFrame]:
     """Route each event to its table by (ph, cat), vectorised over codes; build each table's columns."""
     codes = np.fromiter(map(_ROUTES.__getitem__, zip(map(_GET["ph"], events), map(_GET["cat"], events))),
                         dtype=np.int32, count=len(events))
-    table_of = np.array(_ROUTES.table, dtype=object)
+    table_of = _ROUTES.table_numbers()[codes]
     tables = {}
-    for t in TABLES:
-        mine = np.flatnonzero(table_of == t)
-        idx = np.flatnonzero(np.isin(codes, mine)) if len(mine) else np.empty(0, dtype=np.int64)
-        rows = idx.tolist()
-        kinds = list(map(_ROUTES.kind.__getitem__, codes[idx].tolist()))
-        tables[t] = _table(t, list(map(events.__getitem__, rows)), kinds, list(map(positions.__getitem__, rows)))
-    unread = np.flatnonzero(table_of == "?")
-    if len(unread):
-        for i in np.flatnonzero(np.isin(codes, unread)).tolist():
-            _unreadable(chunk, positions[i], "no 'ph' (event type)", events[i].cat)
+    for number, t in enumerate(TABLES):
+        rows = np.flatnonzero(table_of == number)
+        mine = list(map(events.__getitem__, rows.tolist()))
+        if t == "cpu" and mine:
+            mine, rows = _without_plain_python_functions(mine, rows, codes)
+        tables[t] = _table(t, mine, codes[rows], positions[rows])
+    for i in np.flatnonzero(table_of == -2).tolist():
+        _unreadable(chunk, int(positions[i]), "no 'ph' (event type)", events[i].cat)
     return tables
+
+
+def _without_plain_python_functions(events: list[_Event], rows: np.ndarray, codes: np.ndarray):
+    """python_function events are the bulk of a with_stack trace; only nn.Module ones are read."""
+    python = np.array([k == "python_function" for k in _ROUTES.kind], dtype=bool)[codes[rows]]
+    if not python.any():
+        return events, rows
+    keep = ~python
+    for i in np.flatnonzero(python).tolist():
+        keep[i] = events[i].name.startswith(MODULE_PREFIX)
+    kept = np.flatnonzero(keep)
+    return list(map(events.__getitem__, kept.tolist())), rows[kept]
 
 
 def _unreadable(chunk: Chunk, index: int, problem: str, category: Any) -> None:
@@ -278,7 +304,7 @@ def _lenient_chunk(raws: list[msgspec.Raw]) -> Chunk:
             continue
         events.append(_normalised(e))
         positions.append(i)
-    chunk.tables = _split_tables(events, positions, chunk)
+    chunk.tables = _split_tables(events, np.asarray(positions, dtype=np.int64), chunk)
     return chunk
 
 
@@ -293,7 +319,7 @@ def _problem(err: msgspec.ValidationError) -> str:
 
 def _normalised(e: _LooseEvent) -> _Event:
     a = e.args
-    args = None if a is None else _Args(
+    args = _NO_ARGS if a is None else _Args(
         external_id=_id_value(a.external_id), correlation=_id_value(a.correlation),
         sequence=_id_value(a.sequence), fwd_thread=_id_value(a.fwd_thread),
         device=_id_value(a.device), stream=_id_value(a.stream), bytes=_float_value(a.bytes),
@@ -345,45 +371,42 @@ def _text_series(values: list) -> pl.Series:
 
 
 _GET = {name: attrgetter(name) for name in ("name", "cat", "ph", "pid", "tid", "ts", "dur", "id")}
-_GET_ARG = {name: attrgetter(name) for name in ("external_id", "correlation", "sequence", "fwd_thread", "device",
-                                                "stream", "bytes", "wait_on_stream",
-                                                "wait_on_cuda_event_record_corr_id")}
+_GET_ARG = {name: attrgetter(f"args.{name}") for name in (
+    "external_id", "correlation", "sequence", "fwd_thread", "device", "stream", "bytes", "wait_on_stream",
+    "wait_on_cuda_event_record_corr_id")}
 # Device and stream numbers: one beyond 64 bits is no number a device has (null: the pid/tid is used).
 _SMALL_IDS = frozenset(("device", "stream", "wait_on_stream"))
 
 
-def _table(table: str, events: list[_Event], kinds: list[str], index: list[int]) -> pl.DataFrame:
+def empty_table(table: str) -> pl.DataFrame:
+    return pl.DataFrame(schema={c: _SCHEMA[c] for c in TABLE_COLUMNS[table]})
+
+
+def _table(table: str, events: list[_Event], codes: np.ndarray, index: np.ndarray) -> pl.DataFrame:
+    """The table's columns from its events (`codes`: their routes, `index`: their positions in the chunk)."""
     if not events:
-        return pl.DataFrame(schema={c: _SCHEMA[c] for c in TABLE_COLUMNS[table]})
-    columns = TABLE_COLUMNS[table]
-    args = None
+        return empty_table(table)
     out: dict[str, pl.Series] = {}
-    for c in columns:
-        if c == "kind":
-            out[c] = pl.Series(kinds, dtype=pl.String)
+    for c in TABLE_COLUMNS[table]:
+        if c in ("kind", "ph"):
+            out[c] = _ROUTES.texts(c, codes)
         elif c == "index":
-            out[c] = pl.Series(np.asarray(index, dtype=np.int64))
+            out[c] = pl.Series(index, dtype=pl.Int64)
         elif c in ("pid", "tid"):
             out[c] = _text_series(list(map(_GET[c], events)))
         elif c in ("ts", "dur"):
             out[c] = pl.Series(list(map(_GET[c], events)), dtype=pl.Float64)
-        elif c in ("name", "ph"):
+        elif c == "name":
             out[c] = pl.Series(list(map(_GET[c], events)), dtype=pl.String)
         elif c == "id":
             out[c] = id_series(list(map(_GET[c], events)))
         elif c == "inputs":
             out[c] = _module_inputs(events, out["name"])
         else:
-            if args is None:
-                args = [_NO_ARGS if e.args is None else e.args for e in events]
-            values = list(map(_GET_ARG[c], args))
+            values = list(map(_GET_ARG[c], events))
             out[c] = (pl.Series(values, dtype=pl.Float64) if c == "bytes" else
                       id_series(values).cast(pl.Int64, strict=False) if c in _SMALL_IDS else id_series(values))
-    frame = pl.DataFrame(out)
-    if table == "cpu":
-        # python_function events are the bulk of a with_stack trace; only nn.Module ones are read.
-        frame = frame.filter((pl.col("kind") != "python_function") | pl.col("name").str.starts_with(MODULE_PREFIX))
-    return frame
+    return pl.DataFrame(out)
 
 
 # --- the recorded input shapes of module ranges -------------------------------------------

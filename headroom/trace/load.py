@@ -27,9 +27,10 @@ import pickle
 from pathlib import Path
 from typing import Any, Iterator
 
+import numpy as np
 import polars as pl
 
-from headroom.trace import cache, document, kineto, validate
+from headroom.trace import cache, chunks, document, kineto, validate
 from headroom.trace.document import Document
 from headroom.trace.kineto import Chunk, TraceError
 from headroom.trace.tables import TRACE_TABLES, Trace, _tabulate
@@ -152,102 +153,60 @@ def _from_worker_file(helper: Worker):
 
 def decode(path: Path, lenient: bool = False, workers: bool = True):
     """The checked polars tables, time base, metadata and warnings of one trace file
-    (`workers`: may use the worker process for every other chunk)."""
+    (`workers`: may use the worker process: for a plain file it decodes the second half while this
+    process decodes the first; for a gzip file, every other chunk)."""
     _check_memory_for(path)
     size = _size(path)
     helper = Worker() if workers and size >= WORKER_MIN_BYTES and document.workers_wanted() else None
     try:
-        try:
-            chunks, doc = _decode_chunks(path, document.split(path), helper)
-        except document._Fallback:
-            if helper is not None and helper.busy:
-                helper.result()
-            chunks, doc = _decode_chunks(path, document.whole(path), helper)
+        found = _decoded_in_halves(path, helper) if helper is not None else None
+        if found is None:
+            try:
+                found = chunks.decode_chunks(path, document.split(path), helper, _check_memory_left)
+            except document._Fallback:
+                if helper is not None and helper.busy:
+                    helper.result()
+                found = chunks.decode_chunks(path, document.whole(path), helper, _check_memory_left)
     finally:
         if helper is not None:
             helper.close()
-    return _assemble(path, chunks, doc, lenient)
+    return _assemble(path, *found, lenient)
 
 
-def _decode_chunks(path: Path, source, helper: Worker | None) -> tuple[list[Chunk], Document]:
-    """Decode every chunk; with a worker, chunks alternate: one sent to it, the next decoded here meanwhile."""
-    chunks: list[Chunk] = []
-    waiting: int | None = None      # offset of the chunk the worker holds
-    for item in source:
-        if isinstance(item, Document):
-            if waiting is not None:
-                _keep(path, chunks, _from_worker(helper), waiting)
-            return chunks, item
-        data, offset = item
-        if helper is not None and waiting is None:
-            helper.submit(data)
-            waiting = offset
-            continue
-        local = kineto.decode_events(data)
-        del data
-        if waiting is not None:
-            _keep(path, chunks, _from_worker(helper), waiting)
-            waiting = None
-        _keep(path, chunks, local, offset)
-        _check_memory_left(path)
-    raise AssertionError("the splitter ends with the Document")   # pragma: no cover
+# The share of a plain file this process decodes while the worker decodes the rest: more than half,
+# as the worker first starts (about 0.4 s; docs/benchmarks.md).
+FIRST_HALF = 0.65
 
 
-def _from_worker(helper: Worker) -> Chunk:
+def _decoded_in_halves(path: Path, helper: Worker):
+    """(chunks, Document) of a plain file decoded in two halves side by side, or None to decode it as one
+    run (gzip; no place to divide it; a cut that proved wrong on either side)."""
+    where = document.halves(path, FIRST_HALF)
+    if where is None:
+        return None
+    helper.submit_half(path, where.open, where.prefix)
     try:
-        return helper.result()
-    except (EOFError, OSError, pickle.UnpicklingError) as e:
-        raise TraceError(f"the loader's worker process failed ({e}); HEADROOM_LOAD_WORKERS=0 loads without it") from None
+        mine, _ = chunks.decode_chunks(path, document.split(path, stop=where.close), None, _check_memory_left)
+    except document._Fallback:
+        helper.result()
+        return None
+    theirs = _from_worker_file(helper)
+    if theirs == chunks.CUT_WRONG:
+        return None
+    rest, doc = theirs
+    return mine + [rest], doc
 
 
-def _keep(path: Path, chunks: list[Chunk], chunk: Chunk, offset: int) -> None:
-    _raise_for(path, chunk, offset)
-    chunks.append(chunk)
-
-
-def _raise_for(path: Path, chunk: Chunk, offset: int) -> None:
-    if chunk.cut_error:
-        if offset < 0:    # events of a document already decoded whole cannot be cut wrong
-            raise TraceError(f"{path}: invalid JSON (an event of traceEvents could not be decoded)")
-        raise document._Fallback()
-    if chunk.error is not None:
-        raise TraceError(f"{path}: {chunk.error}")
-    if chunk.json_error is not None:
-        at, words = chunk.json_error
-        where = f" near byte {offset + at}" if offset >= 0 and at >= 0 else ""
-        raise TraceError(f"{path}: invalid JSON ({words}{where})")
-
-
-def _assemble(path: Path, chunks: list[Chunk], doc: Document, lenient: bool):
+def _assemble(path: Path, decoded: list[Chunk], doc: Document, lenient: bool):
     warnings: list[str] = []
-    parts: dict[str, list[pl.DataFrame]] = {t: [] for t in kineto.TABLES}
-    first = 0
-    unreadable = 0
-    first_unreadable = None
-    gpu_unreadable: list[tuple[int, str]] = []
-    for chunk in chunks:
-        for table, frame in chunk.tables.items():
-            if frame.height:
-                parts[table].append(frame.with_columns(pl.col("index") + first) if first else frame)
-        unreadable += sum(chunk.unreadable.values())
-        if first_unreadable is None and chunk.first_unreadable is not None:
-            first_unreadable = (chunk.first_unreadable[0] + first, chunk.first_unreadable[1])
-        gpu_unreadable += [(i + first, p) for i, p in chunk.gpu_unreadable]
-        first += chunk.events
-        chunk.tables = {}
+    whole = chunks.merged(path, decoded)
     tables = {}
     for table in kineto.TABLES:
-        frames = parts[table] or [kineto._table(table, [], [], [])]
-        if len({f.schema["pid"] for f in frames} | {f.schema["tid"] for f in frames}) > 1:
-            # numbers in some chunks, names ("Spans") in others: text everywhere
-            frames = [f.with_columns(pl.col("pid", "tid").cast(pl.String)) for f in frames]
-        try:
-            tables[table] = pl.concat(frames, how="vertical_relaxed")
-        except pl.exceptions.PolarsError as e:   # pragma: no cover - the columns are typed per table
-            raise TraceError(f"{path}: cannot combine the {table} table ({e})") from None
-        parts[table] = []
+        tables[table] = whole.tables.pop(table)
         if table != "flows":
             tables[table] = _rows_in_loader_order(tables[table])
+    unreadable = sum(whole.unreadable.values())
+    first_unreadable, gpu_unreadable = whole.first_unreadable, whole.gpu_unreadable
     if unreadable:
         i, problem = first_unreadable
         warnings.append(f"{unreadable} event{'s' if unreadable != 1 else ''} could not be read and "
@@ -269,10 +228,17 @@ ORDER_BLOCK = 1 << 16
 def _rows_in_loader_order(frame: pl.DataFrame) -> pl.DataFrame:
     if "kind" not in frame.columns or frame.height == 0 or frame["kind"].n_unique() == 1:
         return frame
-    block = pl.col("index") // ORDER_BLOCK
-    first = pl.col("index").min().over(block, "kind")
-    order = frame.select(pl.arg_sort_by(block, first, pl.col("index"))).to_series()
-    if bool((order.diff().drop_nulls() == 1).all()):
+    index = frame["index"].to_numpy()
+    if not bool((index[1:] > index[:-1]).all()):   # chunks keep their events in order; if not, put them so
+        frame = frame.sort("index")
+        index = frame["index"].to_numpy()
+    # Rows are in event order, so a (block, kind) group's first row is its first event: sorting stably by
+    # that event's index groups the kinds of each block in order of appearance, rows in event order.
+    kinds = frame["kind"].cast(pl.Categorical).to_physical().cast(pl.Int64).to_numpy()
+    group = (index // ORDER_BLOCK) * (int(kinds.max()) + 1) + kinds
+    _, first_row, of_group = np.unique(group, return_index=True, return_inverse=True)
+    order = np.argsort(index[first_row][of_group], kind="stable")
+    if bool((order[1:] == order[:-1] + 1).all()):
         return frame
     return frame[order]
 
@@ -366,27 +332,3 @@ def read_trace_json(path: str | os.PathLike) -> dict:
         return json.loads(raw)
     except (ValueError, RecursionError) as e:
         raise TraceError(f"{path}: invalid JSON ({e})") from None
-
-
-def worker_main() -> None:
-    """The worker process (worker.Worker): decode what the parent sends until its pipe closes."""
-    import sys
-
-    from headroom.errors import UserError
-    from headroom.trace import worker
-    gc.disable()
-    stdin, stdout = sys.stdin.buffer, sys.stdout.buffer
-    while True:
-        data = worker.receive(stdin)
-        if data is None:
-            return
-        view = memoryview(data)
-        if view[:1] == worker.CHUNK:
-            result = kineto.decode_events(view[1:])
-        else:
-            path, lenient = pickle.loads(view[1:])
-            try:
-                result = decode(Path(path), lenient, workers=False)
-            except UserError as e:     # sent back, raised by the parent as its own
-                result = e
-        worker.send(stdout, pickle.dumps(result, protocol=pickle.HIGHEST_PROTOCOL))

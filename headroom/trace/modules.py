@@ -25,7 +25,7 @@ import pandas as pd
 
 from headroom.trace.intervals import containing_range, nested_self_times, ranges_on_threads
 from headroom.trace.ranges import FRAME_PREFIX, MODULE_PREFIX, MODULE_RANGE_PREFIX, parse_module_range
-from headroom.trace.tables import Trace, starts_with
+from headroom.trace.tables import Trace
 
 STACK_SEP = "/"
 
@@ -61,7 +61,7 @@ def module_ranges(trace: Trace) -> pd.DataFrame:
     """Every module call in the trace: pid, tid, ts, dur, path, module_type, module_stack, inputs."""
     cpu = trace.cpu
     cols = ["pid", "tid", "ts", "dur"]
-    ours = cpu[starts_with(cpu["name"], MODULE_RANGE_PREFIX)]
+    ours = cpu[trace.cpu_names_start_with(MODULE_RANGE_PREFIX)]
     if len(ours):
         parsed = [parse_module_range(n) for n in ours["name"].astype(str).tolist()]
         out = ours[cols].copy()
@@ -70,7 +70,7 @@ def module_ranges(trace: Trace) -> pd.DataFrame:
         out["inputs"] = ours["inputs"].astype(object).to_numpy() if "inputs" in ours.columns else ""
         out = out[out["path"] != ""]
     else:
-        legacy = cpu[(cpu["cat"] == "python_function").to_numpy() & starts_with(cpu["name"], MODULE_PREFIX)]
+        legacy = cpu[(cpu["cat"] == "python_function").to_numpy() & trace.cpu_names_start_with(MODULE_PREFIX)]
         names = legacy["name"].astype(str).str.slice(len(MODULE_PREFIX)).to_numpy(dtype=object)
         out = legacy[cols].copy()
         out["path"] = nesting_paths(legacy, names) if len(legacy) else np.array([], dtype=object)
@@ -96,7 +96,7 @@ def _stacks(paths: np.ndarray, types: np.ndarray) -> np.ndarray:
 
 def _ops(trace: Trace) -> pd.DataFrame:
     cpu = trace.cpu
-    ops = cpu[(cpu["cat"] == "cpu_op").to_numpy() & ~starts_with(cpu["name"], FRAME_PREFIX)]
+    ops = cpu[(cpu["cat"] == "cpu_op").to_numpy() & ~trace.cpu_names_start_with(FRAME_PREFIX)]
     return ops.reset_index(drop=True)
 
 

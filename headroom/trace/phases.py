@@ -12,6 +12,8 @@ from headroom.datafiles import shipped
 
 # The phase of a kernel inside a backward op that Kineto links to a forward op (headroom/trace/modules.py).
 LINKED_PHASE = "backward"
+# Label combinations are numbered in one int64 while they fit (else rows of codes are compared).
+ONE_KEY_LIMIT = 2**61
 
 
 @lru_cache(maxsize=1)
@@ -45,9 +47,19 @@ def event_phases(op: np.ndarray, top_op: np.ndarray, annotation: np.ndarray,
     n = len(op)
     if n == 0:
         return np.array([], dtype=object)
-    keys = pd.DataFrame({"op": op, "top_op": top_op, "annotation": annotation}).astype(object)
-    keys = keys.where(keys.notna(), "").astype(str)
-    keys["linked"] = np.zeros(n, dtype=bool) if linked is None else np.asarray(linked, dtype=bool)
-    codes, uniq = pd.MultiIndex.from_frame(keys).factorize()
-    labels = np.array([event_phase(o, t, a, linked=bool(b)) for o, t, a, b in uniq], dtype=object)
-    return labels[codes]
+    # Each column factorized on its own (missing labels read as ""), then the combinations of codes.
+    codes, values = [], []
+    for labels in (op, top_op, annotation):
+        c, u = pd.factorize(np.asarray(labels, dtype=object))
+        codes.append(np.where(c < 0, len(u), c).astype(np.int64))
+        values.append([str(v) for v in u] + [""])
+    link = np.zeros(n, dtype=np.int64) if linked is None else np.asarray(linked, dtype=bool).astype(np.int64)
+    rows = np.stack(codes + [link], axis=1)
+    if len(values[0]) * len(values[1]) * len(values[2]) < ONE_KEY_LIMIT:    # one int64 per combination
+        key = ((rows[:, 0] * len(values[1]) + rows[:, 1]) * len(values[2]) + rows[:, 2]) * 2 + rows[:, 3]
+        _, first, of_event = np.unique(key, return_index=True, return_inverse=True)
+    else:
+        _, first, of_event = np.unique(rows, axis=0, return_index=True, return_inverse=True)
+    phases = np.array([event_phase(values[0][a], values[1][b], values[2][c], linked=bool(d))
+                       for a, b, c, d in rows[first].tolist()], dtype=object)
+    return phases[of_event.reshape(-1)]

@@ -53,15 +53,27 @@ class Trace:
     def has_gpu(self) -> bool:
         return len(self.gpu) > 0
 
+    def cpu_names_start_with(self, *prefixes: str) -> np.ndarray:
+        """Boolean mask over `cpu`: names starting with any of `prefixes`. The cpu table's names are
+        factorized once per table (several attribution steps ask), not once per question."""
+        memo = self.__dict__.get("_cpu_name_codes")
+        if memo is None or memo[0] is not self.cpu:     # (a table replaced: factorize it anew)
+            codes, uniques = pd.factorize(np.asarray(self.cpu["name"], dtype=object), use_na_sentinel=False)
+            memo = (self.cpu, codes, uniques)
+            self.__dict__["_cpu_name_codes"] = memo
+        _, codes, uniques = memo
+        hit = np.fromiter((isinstance(u, str) and u.startswith(prefixes) for u in uniques), dtype=bool,
+                          count=len(uniques))
+        return hit[codes]
+
     @cached_property
     def steps(self) -> pd.DataFrame:
         """ProfilerStep#N ranges recorded on the CPU: step, ts, dur, end."""
         c = self.cpu
-        c = c[(c["cat"] == "user_annotation").to_numpy() | (c["cat"] == "cpu_op").to_numpy()]
-        annotations = c[(c["cat"] == "user_annotation").to_numpy()]
+        annotation = (c["cat"] == "user_annotation").to_numpy()
+        step = self.cpu_names_start_with(PROFILER_STEP_PREFIX)
         # Modern traces record steps as user_annotation; very old ones as cpu_op.
-        c = annotations if starts_with(annotations["name"], PROFILER_STEP_PREFIX).any() else c
-        m = starts_with(c["name"], PROFILER_STEP_PREFIX)
+        m = step & annotation if (step & annotation).any() else step & (annotation | (c["cat"] == "cpu_op").to_numpy())
         s = c.loc[m, ["name", "ts", "dur"]].copy()
         s["name"] = s["name"].astype(str)
         s["step"] = pd.to_numeric(s["name"].str.slice(len(PROFILER_STEP_PREFIX)), errors="coerce")
@@ -75,14 +87,6 @@ class Trace:
 # The tables of a Trace (what the cache stores).
 TRACE_TABLES = ("gpu", "cpu", "launches", "gpu_annotations", "syncs", "flows")
 FLOW_PAIR_COLUMNS = ["id", "start_pid", "start_tid", "start_ts", "end_pid", "end_tid", "end_ts"]
-
-
-def starts_with(names: pd.Series, prefix: str) -> np.ndarray:
-    """Boolean mask of names starting with `prefix`: tested once per distinct name (names repeat: a
-    trace's million events hold a few thousand), faster than .str on object columns."""
-    codes, uniques = pd.factorize(np.asarray(names, dtype=object), use_na_sentinel=False)
-    hit = np.fromiter((isinstance(u, str) and u.startswith(prefix) for u in uniques), dtype=bool, count=len(uniques))
-    return hit[codes]
 
 
 # --- from polars columns to the pandas tables --------------------------------

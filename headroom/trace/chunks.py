@@ -1,0 +1,118 @@
+"""A run of chunks decoded, each checked, and merged into one: the loader's and its worker's common part.
+
+A file is decoded as one run of chunks (``document.split``), or as two halves side by side: the
+first in the loading process, the second in the worker process (``document.halves``,
+``decode_second_half``), merged in file order. Nothing here imports pandas, so the worker starts in
+the time the loader reads its first blocks.
+"""
+
+from __future__ import annotations
+
+import pickle
+from collections import Counter
+from pathlib import Path
+from typing import Callable, Iterable
+
+import polars as pl
+
+from headroom.trace import document, kineto
+from headroom.trace.document import Document
+from headroom.trace.kineto import Chunk, TraceError
+
+
+def decode_chunks(path: Path, source: Iterable, helper=None,
+                  check_memory: Callable[[Path], None] | None = None) -> tuple[list[Chunk], Document | None]:
+    """Decode every chunk of `source` (document.split and its kin); the Document ends it (None: the source
+    was a first half). With a worker (`helper`), chunks alternate: one sent to it, the next decoded here."""
+    chunks: list[Chunk] = []
+    waiting: int | None = None      # offset of the chunk the worker holds
+    for item in source:
+        if isinstance(item, Document):
+            if waiting is not None:
+                keep(path, chunks, from_worker(helper), waiting)
+            return chunks, item
+        data, offset = item
+        if helper is not None and waiting is None:
+            helper.submit(data)
+            waiting = offset
+            continue
+        local = kineto.decode_events(data)
+        del data
+        if waiting is not None:
+            keep(path, chunks, from_worker(helper), waiting)
+            waiting = None
+        keep(path, chunks, local, offset)
+        if check_memory is not None:
+            check_memory(path)
+    if waiting is not None:
+        keep(path, chunks, from_worker(helper), waiting)
+    return chunks, None
+
+
+def from_worker(helper):
+    try:
+        return helper.result()
+    except (EOFError, OSError, pickle.UnpicklingError) as e:
+        raise TraceError(f"the loader's worker process failed ({e}); HEADROOM_LOAD_WORKERS=0 loads without it") from None
+
+
+def keep(path: Path, chunks: list[Chunk], chunk: Chunk, offset: int) -> None:
+    raise_for(path, chunk, offset)
+    chunks.append(chunk)
+
+
+def raise_for(path: Path, chunk: Chunk, offset: int) -> None:
+    if chunk.cut_error:
+        if offset < 0:    # events of a document already decoded whole cannot be cut wrong
+            raise TraceError(f"{path}: invalid JSON (an event of traceEvents could not be decoded)")
+        raise document._Fallback()
+    if chunk.error is not None:
+        raise TraceError(f"{path}: {chunk.error}")
+    if chunk.json_error is not None:
+        at, words = chunk.json_error
+        where = f" near byte {offset + at}" if offset >= 0 and at >= 0 else ""
+        raise TraceError(f"{path}: invalid JSON ({words}{where})")
+
+
+def merged(path: Path, chunks: list[Chunk]) -> Chunk:
+    """The chunks as one, in order: each table concatenated, event indexes counted from the first chunk's start."""
+    parts: dict[str, list[pl.DataFrame]] = {t: [] for t in kineto.TABLES}
+    out = Chunk({}, 0, Counter())
+    for chunk in chunks:
+        first = out.events
+        for table, frame in chunk.tables.items():
+            if frame.height:
+                parts[table].append(frame.with_columns(pl.col("index") + first) if first else frame)
+        out.unreadable.update(chunk.unreadable)
+        if out.first_unreadable is None and chunk.first_unreadable is not None:
+            out.first_unreadable = (chunk.first_unreadable[0] + first, chunk.first_unreadable[1])
+        out.gpu_unreadable += [(i + first, p) for i, p in chunk.gpu_unreadable]
+        out.events += chunk.events
+        chunk.tables = {}
+    for table in kineto.TABLES:
+        frames = parts[table] or [kineto.empty_table(table)]
+        if len({f.schema["pid"] for f in frames} | {f.schema["tid"] for f in frames}) > 1:
+            # numbers in some chunks, names ("Spans") in others: text everywhere
+            frames = [f.with_columns(pl.col("pid", "tid").cast(pl.String)) for f in frames]
+        try:
+            out.tables[table] = frames[0] if len(frames) == 1 else pl.concat(frames, how="vertical_relaxed")
+        except pl.exceptions.PolarsError as e:   # pragma: no cover - the columns are typed per table
+            raise TraceError(f"{path}: cannot combine the {table} table ({e})") from None
+        parts[table] = []
+    return out
+
+
+# The second half's outcome when its cut proved wrong: the loader decodes the file as one run instead.
+CUT_WRONG = "cut"
+
+
+def decode_second_half(path: Path, start: int, prefix: bytes) -> tuple[Chunk, Document] | str:
+    """The worker's half (document.split_from): its chunks merged, and the Document; CUT_WRONG when the
+    file cannot be streamed from `start` (raises TraceError for an unreadable event, as the loader would)."""
+    try:
+        chunks, doc = decode_chunks(path, document.split_from(path, start, prefix))
+    except document._Fallback:
+        return CUT_WRONG
+    if doc is None:   # pragma: no cover - split_from ends with the Document
+        return CUT_WRONG
+    return merged(path, chunks), doc

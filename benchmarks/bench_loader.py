@@ -104,6 +104,9 @@ def run_reader(name: str, path: Path, python: str, cache_dir: Path) -> dict:
         env["HEADROOM_LOAD_WORKERS"] = "1"
     load = load_average()
     if name == "headroom-cached":
+        # As a user's install runs it: with its modules' bytecode written (pip compiles it at install;
+        # PYTHONDONTWRITEBYTECODE=1, set on some machines, would recompile every module every run).
+        env.pop("PYTHONDONTWRITEBYTECODE", None)
         # Fill the cache (not timed), then time the whole second command.
         subprocess.run([python, *CACHED_COMMAND, str(path)], capture_output=True, env=env, check=False)
         t0 = time.perf_counter()

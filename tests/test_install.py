@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-CORE = ("numpy", "pandas", "msgspec", "polars", "typer", "rich", "matplotlib", "google-re2", "filelock")
+CORE = ("numpy", "pandas", "msgspec", "polars", "typer", "rich", "matplotlib", "google-re2", "filelock", "lazy_loader")
 
 pytestmark = pytest.mark.install
 

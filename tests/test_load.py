@@ -236,6 +236,26 @@ def test_invalid_json_in_either_half_is_the_same_one_line(tmp_path, monkeypatch,
     assert all(str(e.value).startswith(f"{p}: invalid JSON (") for e in (alone, halves))
 
 
+@pytest.mark.parametrize("cores,others,env,wanted", [
+    (2, 0, None, 1), (2, 1, None, 0), (4, 2, None, 1), (4, 3, None, 0), (1, 0, None, 0),
+    (2, 1, "1", 1), (8, 0, "0", 0)])
+def test_the_worker_runs_only_when_a_core_is_free_now(monkeypatch, cores, others, env, wanted):
+    monkeypatch.setattr(document.os, "cpu_count", lambda: cores)
+    monkeypatch.setattr(document, "_other_runnable_tasks", lambda: others)
+    if env is None:
+        monkeypatch.delenv("HEADROOM_LOAD_WORKERS", raising=False)
+    else:
+        monkeypatch.setenv("HEADROOM_LOAD_WORKERS", env)
+    assert document.workers_wanted() == wanted
+
+
+def test_runnable_tasks_are_read_from_proc_loadavg():
+    assert document.runnable_others("0.65 0.77 0.70 3/93 29442") == 2     # the reader itself is one
+    assert document.runnable_others("2.00 1.00 0.50 1/120 7") == 0
+    with pytest.raises((IndexError, ValueError)):
+        document.runnable_others("0.65 0.77")
+
+
 def test_a_separator_inside_a_string_or_nested_value_is_not_a_cut(tmp_path, monkeypatch):
     tricky = [_kernel(name='a}, {"ph": "X"'), {"ph": "X", "cat": "cpu_op", "name": "op", "pid": 1, "tid": 1,
                                               "ts": 1.0, "dur": 1.0, "args": {"list": [{"a": 1}, {"b": 2}]}}]
@@ -278,6 +298,73 @@ def test_cached_and_uncached_loads_give_identical_tables_and_analyses(cache_dir,
     os.utime(p, ns=(1, 1))
     _assert_same(load_trace(p, use_cache=False), load_trace(p))
     assert len(list(cache_dir.glob("*/*/header.json"))) == 1
+
+
+def _assert_same_analysis(a, b):
+    from headroom.trace.analysis import _FRAMES
+    for f in _FRAMES:
+        pd.testing.assert_frame_equal(getattr(a, f), getattr(b, f), obj=f)
+    for n in ("source", "mode", "window", "num_steps", "n_devices", "total_us", "busy_us", "wall_us", "idle_us",
+              "addressable_us", "basis", "notes", "warnings", "metadata"):
+        assert getattr(a, n) == getattr(b, n), n
+    assert a.to_dict(all_kernels=True) == b.to_dict(all_kernels=True)
+
+
+@pytest.mark.parametrize("name", ["llama-7b.infer.prefill.json.gz", "resnet-50.train.json.gz"])
+def test_the_second_analysis_is_read_whole_from_the_cache_and_reads_no_table(cache_dir, tmp_path, name):
+    p = tmp_path / name
+    p.write_bytes((SHIPPED_TRACES / name).read_bytes())
+    uncached = analyze(p, use_cache=False)
+    analyze(p)                                   # fills the cache: tables, then the analysis
+    assert len(list(cache_dir.glob("*/*/analysis-*.frames/frames.npz"))) == 1
+    second = analyze(p)
+    assert isinstance(second.trace, load.DeferredTrace)
+    assert not set(load.TRACE_TABLES) & set(second.trace.__dict__)     # no table read to answer
+    _assert_same_analysis(uncached, second)
+    _assert_same(uncached.trace, second.trace)   # read when first used
+    assert set(load.TRACE_TABLES) <= set(second.trace.__dict__)
+
+
+def test_an_analysis_with_other_rules_or_another_window_is_not_the_cached_one(cache_dir, tmp_path):
+    p = tmp_path / "llama.json.gz"
+    p.write_bytes((SHIPPED_TRACES / "llama-7b.infer.prefill.json.gz").read_bytes())
+    plain = analyze(p)
+    rules = tmp_path / "rules.toml"
+    rules.write_text('[[rule]]\ncategory = "sort"\nkernel = "gemm|gemv|cutlass|sm90|sm80"\n')
+    mine = analyze(p, rules=rules)
+    assert mine.categories.loc["sort", "us"] > plain.categories["us"].get("sort", 0.0) + 1000
+    _assert_same_analysis(mine, analyze(p, rules=rules, use_cache=False))
+    whole = analyze(p, whole_trace=True)
+    assert whole.basis == "whole trace" and analyze(p).basis == "ProfilerStep ranges"
+    assert len(list(cache_dir.glob("*/*/analysis-*.frames"))) == 3
+
+
+def test_a_cached_trace_whose_tables_vanished_is_loaded_again(cache_dir, tmp_path):
+    p = tmp_path / "resnet.json.gz"
+    p.write_bytes((SHIPPED_TRACES / "resnet-50.train.json.gz").read_bytes())
+    expected = load_trace(p, use_cache=False)
+    load_trace(p)
+    deferred = load_trace(p)
+    assert isinstance(deferred, load.DeferredTrace)
+    for arrow in cache_dir.glob("*/*/*.arrow"):
+        arrow.unlink()                           # another process replaced the entry meanwhile
+    _assert_same(expected, deferred)
+
+
+def test_frames_the_cache_cannot_read_back_the_same_are_not_stored(cache_dir, tmp_path):
+    p = _trace(tmp_path, [STEP, LAUNCH, _kernel()])
+    load_trace(p)
+    k = cache.key(p, False)
+    keyed = pd.DataFrame({"x": [1.0, 2.0]}, index=["a", "b"])
+    assert not cache.store_frames(k, "t1", {"f": keyed}, {})              # an index it would lose
+    assert not cache.store_frames(k, "t2", {"f": pd.DataFrame({"x": [[1], [2]]})}, {})   # lists
+    assert not cache.store_frames(k, "t3", {"f": pd.DataFrame({"x": [1]})}, {"h": object()})   # no JSON
+    frames = {"f": pd.DataFrame({"x": [1.5, 2.5], "t": ["a", "b"], "b": [True, False],
+                                 "c": pd.Categorical(["u", "v"], categories=["v", "u"])})}
+    assert cache.store_frames(k, "t4", frames, {"n": 3})
+    got, header = cache.fetch_frames(k, "t4")
+    pd.testing.assert_frame_equal(got["f"], frames["f"])
+    assert header == {"n": 3} and cache.fetch_frames(k, "t1") is None
 
 
 def test_lenient_and_strict_loads_have_their_own_entries(cache_dir, tmp_path):

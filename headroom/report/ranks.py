@@ -4,15 +4,19 @@ and headroom.projection.ranks; this module only arranges and prints them."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import pandas as pd
 from rich.console import Console
 from rich.table import Table
 
-from headroom.projection.ranks import RanksProjection
 from headroom.report.render import short_name
 from headroom.report.tables import summary_frame
 from headroom.trace.analysis import MODE_CPU
-from headroom.trace.ranks import RankSet
+
+if TYPE_CHECKING:     # annotations only
+    from headroom.projection.ranks import RanksProjection
+    from headroom.trace.ranks import RankSet
 
 
 def _ms(us: float) -> str:

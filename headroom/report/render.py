@@ -7,15 +7,19 @@ from __future__ import annotations
 
 import math
 import re
+from typing import TYPE_CHECKING
 
 import pandas as pd
 from rich.console import Console
 from rich.table import Table
 
-from headroom.profile.run import ProfileResult
-from headroom.profile.workload import WorkloadSpec
-from headroom.projection.project import ProjectResult
-from headroom.trace.analysis import MODE_CPU, Analysis
+from headroom.trace.analysis import MODE_CPU
+
+if TYPE_CHECKING:     # annotations only: printing an analysis imports no profiler or projector
+    from headroom.profile.run import ProfileResult
+    from headroom.profile.workload import WorkloadSpec
+    from headroom.projection.project import ProjectResult
+    from headroom.trace.analysis import Analysis
 
 _INNER_TEMPLATE = re.compile(r"<[^<>]*>")
 _ELLIPSIS = "\u2026"

@@ -8,15 +8,17 @@ count (the scaling chart, :mod:`headroom.report.scaling`) and the summary table.
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
 import pandas as pd
 
 from headroom.errors import UserError
-from headroom.projection.project import ProjectResult
 from headroom.trace.analysis import Analysis, partial_layers, trace_label
 from headroom.trace.classify import category_group
+
+if TYPE_CHECKING:     # annotations only
+    from headroom.projection.project import ProjectResult
 
 
 def summary_frame(analyses: list[Analysis]) -> pd.DataFrame:

@@ -21,18 +21,22 @@ import json
 import os
 import shutil
 import tempfile
+import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
-import polars as pl
+import lazy_loader
 from filelock import FileLock, Timeout
+
+# polars is imported on first use: a command that reads a cached analysis never needs it.
+pl = lazy_loader.load("polars")
 
 # Traces smaller than this load faster than a cache entry is written.
 MIN_BYTES_DEFAULT = 16 << 20
-_TRACE_CODE = ("document.py", "kineto.py", "tables.py", "validate.py", "cache.py", "load.py", "ranges.py")
+_TRACE_CODE = ("document.py", "kineto.py", "chunks.py", "tables.py", "validate.py", "cache.py", "load.py", "ranges.py")
 
 
 def cache_dir() -> Path | None:
@@ -135,46 +139,116 @@ def store_frame(k: Key | None, name: str, df: pd.DataFrame) -> bool:
     return _publish(k, k.entry / f"{name}.frame", write, replace_siblings=False)
 
 
+# --- a set of frames and a header (e.g. an analysis of the trace) --------------------------
+
+def fetch_frames(k: Key | None, name: str) -> tuple[dict[str, pd.DataFrame], dict[str, Any]] | None:
+    """The frames and header `store_frames` wrote under `name`, or None."""
+    if k is None:
+        return None
+    where = k.entry / f"{name}.frames"
+    try:
+        header = json.loads((where / "header.json").read_text())
+        with np.load(where / "frames.npz", allow_pickle=False) as arrays:
+            frames = {f: _from_arrays([arrays[f"{f}.{i}"] for i in range(len(h["columns"]))], h)
+                      for f, h in header["frames"].items()}
+        return frames, header["header"]
+    except (OSError, ValueError, KeyError, IndexError, TypeError, zipfile.BadZipFile):
+        return None
+
+
+def store_frames(k: Key | None, name: str, frames: dict[str, pd.DataFrame], header: dict[str, Any]) -> bool:
+    """Store frames and a JSON header beside the trace's tables (only frames whose columns the cache holds:
+    numbers, booleans, text, categories of text; else nothing is stored). numpy files, not Arrow: a
+    command that reads only these (a cached analysis) then never imports polars."""
+    if k is None or not (k.entry / "header.json").exists():
+        return False
+    if not all(_plain_index(df) for df in frames.values()):
+        return False    # the cache keeps no index: only frames indexed 0..n-1 read back the same
+    converted = {f: _arrays(df) for f, df in frames.items()}
+    if any(c is None for c in converted.values()):
+        return False
+    try:
+        text = json.dumps({"frames": {f: c[1] for f, c in converted.items()}, "header": header})
+    except (TypeError, ValueError):
+        return False     # a header value JSON cannot hold: not stored, computed each time
+    arrays = {f"{f}.{i}": a for f, (columns, _) in converted.items() for i, a in enumerate(columns)}
+
+    def write(tmp: Path) -> None:
+        np.savez(tmp / "frames.npz", **arrays)
+        (tmp / "header.json").write_text(text)
+    return _publish(k, k.entry / f"{name}.frames", write, replace_siblings=False)
+
+
+def _plain_index(df: pd.DataFrame) -> bool:
+    return isinstance(df.index, pd.RangeIndex) and df.index.start == 0 and df.index.step == 1 and df.index.name is None
+
+
+def fetch_header(k: Key) -> dict[str, Any] | None:
+    """The header of the trace's tables (base_ns, metadata, warnings), without reading the tables."""
+    try:
+        header = json.loads((k.entry / "header.json").read_text())
+        return header if all(t in header for t in ("tables", "base_ns", "metadata", "warnings")) else None
+    except (OSError, ValueError):
+        return None
+
+
 def _from_pandas(df: pd.DataFrame) -> tuple[pl.DataFrame, dict] | None:
-    """pandas -> polars without pyarrow: numbers as they are, strings as text, categories with their order."""
-    columns, kinds = {}, {}
+    """pandas -> polars without pyarrow (for Arrow IPC files)."""
+    arrays = _arrays(df)
+    if arrays is None:
+        return None
+    return pl.DataFrame(dict(zip(df.columns, arrays[0]))), arrays[1]
+
+
+def _arrays(df: pd.DataFrame) -> tuple[list[np.ndarray], dict] | None:
+    """One numpy array per column: numbers as they are, strings as codes into their distinct values,
+    categories as codes with their order; None for a column the cache cannot hold."""
+    columns, kinds = [], {}
     for c in df.columns:
         s = df[c]
         if isinstance(s.dtype, pd.CategoricalDtype):
             cats = s.cat.categories
             if not all(isinstance(v, str) for v in cats):
                 return None
-            columns[c] = pl.Series(s.cat.codes.to_numpy(), dtype=pl.Int32)
+            columns.append(s.cat.codes.to_numpy().astype(np.int32))
             kinds[c] = {"kind": "category", "categories": list(cats)}
         elif s.dtype == object or isinstance(s.dtype, pd.StringDtype):
             # Text repeats (kernel and op names): stored as codes into its distinct values, which
             # reads back with one take instead of rebuilding a string per row.
-            codes, uniques = pd.factorize(np.asarray(s, dtype=object))
+            try:
+                codes, uniques = pd.factorize(np.asarray(s, dtype=object))
+            except TypeError:     # unhashable values (lists): not text
+                return None
             uniques = list(uniques)
             if not all(type(v) is str for v in uniques) or (codes < 0).any():
                 return None     # e.g. ids beyond 64 bits, missing text: not cached, recomputed
-            columns[c] = pl.Series(codes.astype(np.int32))
+            columns.append(codes.astype(np.int32))
             kinds[c] = {"kind": "text", "values": uniques, "dtype": None if s.dtype == object else str(s.dtype)}
         elif s.dtype.kind in "biuf":
-            columns[c] = pl.Series(s.to_numpy())
+            columns.append(s.to_numpy())
             kinds[c] = {"kind": "number", "dtype": str(s.dtype)}
         else:
             return None
-    return pl.DataFrame(columns), {"columns": list(df.columns), "kinds": kinds}
+    if len(set(df.columns)) != len(df.columns) or not all(isinstance(c, str) for c in df.columns):
+        return None
+    return columns, {"columns": list(df.columns), "kinds": kinds}
 
 
 def _to_pandas(frame: pl.DataFrame, header: dict) -> pd.DataFrame:
+    return _from_arrays([frame[c].to_numpy() for c in header["columns"]], header)
+
+
+def _from_arrays(arrays: list[np.ndarray], header: dict) -> pd.DataFrame:
     out = {}
-    for c in header["columns"]:
+    for c, a in zip(header["columns"], arrays):
         kind = header["kinds"][c]
-        s = frame[c]
         if kind["kind"] == "category":
-            out[c] = pd.Series(pd.Categorical.from_codes(s.to_numpy(), categories=kind["categories"]))
+            out[c] = pd.Series(pd.Categorical.from_codes(a, categories=kind["categories"]))
         elif kind["kind"] == "text":
-            text = np.asarray(kind["values"], dtype=object)[s.to_numpy()]
+            text = np.asarray(kind["values"], dtype=object)[a]
             out[c] = pd.Series(text, dtype=object if kind["dtype"] is None else kind["dtype"], copy=False)
         else:
-            out[c] = pd.Series(s.to_numpy().astype(kind["dtype"], copy=False))
+            out[c] = pd.Series(a.astype(kind["dtype"], copy=False))
     return pd.DataFrame(out, columns=header["columns"])
 
 

@@ -13,11 +13,13 @@ from collections import Counter
 from pathlib import Path
 from typing import Callable, Iterable
 
-import polars as pl
+import lazy_loader
 
 from headroom.trace import document, kineto
 from headroom.trace.document import Document
 from headroom.trace.kineto import Chunk, TraceError
+
+pl = lazy_loader.load("polars")   # imported on first use (a cached analysis needs none)
 
 
 def decode_chunks(path: Path, source: Iterable, helper=None,
@@ -104,15 +106,29 @@ def merged(path: Path, chunks: list[Chunk]) -> Chunk:
 
 # The second half's outcome when its cut proved wrong: the loader decodes the file as one run instead.
 CUT_WRONG = "cut"
+# The second half is merged in parts of this many chunks (64 MB of text), each sent on its own, so that
+# neither process ever holds the whole half twice (docs/benchmarks.md: the 2 GB trace).
+PART_CHUNKS = 16
 
 
-def decode_second_half(path: Path, start: int, prefix: bytes) -> tuple[Chunk, Document] | str:
-    """The worker's half (document.split_from): its chunks merged, and the Document; CUT_WRONG when the
-    file cannot be streamed from `start` (raises TraceError for an unreadable event, as the loader would)."""
+def decode_second_half(path: Path, start: int, prefix: bytes) -> tuple[list[Chunk], Document] | str:
+    """The worker's half (document.split_from): its chunks merged in parts, and the Document; CUT_WRONG
+    when the file cannot be streamed from `start` (raises TraceError for an unreadable event, as the
+    loader would)."""
+    parts: list[Chunk] = []
+    run: list[Chunk] = []
     try:
-        chunks, doc = decode_chunks(path, document.split_from(path, start, prefix))
+        for item in document.split_from(path, start, prefix):
+            if isinstance(item, Document):
+                if run:
+                    parts.append(merged(path, run))
+                return parts, item
+            data, offset = item
+            keep(path, run, kineto.decode_events(data), offset)
+            del data
+            if len(run) == PART_CHUNKS:
+                parts.append(merged(path, run))
+                run = []
     except document._Fallback:
         return CUT_WRONG
-    if doc is None:   # pragma: no cover - split_from ends with the Document
-        return CUT_WRONG
-    return merged(path, chunks), doc
+    return CUT_WRONG     # pragma: no cover - split_from ends with the Document

@@ -319,15 +319,32 @@ def _json_words(message: str, raw: bytes) -> str:
 # --- the worker process ---------------------------------------------------------------
 
 def workers_wanted() -> int:
-    """One worker process when another core is free: the machine has two or more and its load average
-    leaves one idle (on a busy machine a second process only competes; docs/benchmarks.md measures both).
+    """One worker process when another core is free now: the machine has two or more and, besides this
+    process, fewer tasks are runnable than it has other cores (the kernel's count of runnable tasks in
+    /proc/loadavg; the 1-minute load average where that is missing, which still counts processes that have
+    just ended). On a busy machine a second process only competes (docs/benchmarks.md measures both).
     HEADROOM_LOAD_WORKERS=0 or 1 decides instead."""
     wanted = os.environ.get("HEADROOM_LOAD_WORKERS")
     if wanted is not None and wanted.strip().isdigit():
         return min(int(wanted), 1)
     cores = os.cpu_count() or 1
+    if cores < 2:
+        return 0
+    others = _other_runnable_tasks()
+    return 1 if others <= cores - 2 else 0
+
+
+def _other_runnable_tasks() -> float:
     try:
-        busy = os.getloadavg()[0]
-    except OSError:
-        busy = 0.0
-    return 1 if cores >= 2 and busy <= cores - 1 else 0
+        with open("/proc/loadavg") as f:
+            return runnable_others(f.read())
+    except (OSError, IndexError, ValueError):
+        try:
+            return max(os.getloadavg()[0] - 1, 0.0)
+        except OSError:
+            return 0.0
+
+
+def runnable_others(loadavg: str) -> int:
+    """Tasks runnable now besides the reader, from /proc/loadavg's text ("0.6 0.7 0.7 3/93 29442": 3 runnable)."""
+    return max(int(loadavg.split()[3].split("/")[0]) - 1, 0)

@@ -20,10 +20,12 @@ from typing import Any, Union
 
 import msgspec
 import numpy as np
-import polars as pl
+import lazy_loader
 
 from headroom.errors import UserError
 from headroom.trace.ranges import MODULE_PREFIX, MODULE_RANGE_PREFIX
+
+pl = lazy_loader.load("polars")   # imported on first use (a cached analysis needs none)
 
 
 class TraceError(UserError):
@@ -143,11 +145,11 @@ TABLE_COLUMNS = {
               "wait_on_cuda_event_record_corr_id", "index"],
     "flows": ["kind", "ph", "pid", "tid", "ts", "id", "index"],
 }
-_SCHEMA = {"name": pl.String, "kind": pl.String, "ph": pl.String, "pid": pl.String, "tid": pl.String,
-           "ts": pl.Float64, "dur": pl.Float64, "device": pl.Int64, "stream": pl.Int64, "correlation": pl.Int64,
-           "external_id": pl.Int64, "sequence": pl.Int64, "fwd_thread": pl.Int64, "inputs": pl.String,
-           "id": pl.Int64, "bytes": pl.Float64, "index": pl.Int64,
-           "wait_on_stream": pl.Int64, "wait_on_cuda_event_record_corr_id": pl.Int64}
+_SCHEMA_NAMES = {"name": "String", "kind": "String", "ph": "String", "pid": "String", "tid": "String",
+                 "ts": "Float64", "dur": "Float64", "device": "Int64", "stream": "Int64", "correlation": "Int64",
+                 "external_id": "Int64", "sequence": "Int64", "fwd_thread": "Int64", "inputs": "String",
+                 "id": "Int64", "bytes": "Float64", "index": "Int64",
+                 "wait_on_stream": "Int64", "wait_on_cuda_event_record_corr_id": "Int64"}
 _FLOW_PHASES = frozenset("sft")
 
 
@@ -379,7 +381,7 @@ _SMALL_IDS = frozenset(("device", "stream", "wait_on_stream"))
 
 
 def empty_table(table: str) -> pl.DataFrame:
-    return pl.DataFrame(schema={c: _SCHEMA[c] for c in TABLE_COLUMNS[table]})
+    return pl.DataFrame(schema={c: getattr(pl, _SCHEMA_NAMES[c]) for c in TABLE_COLUMNS[table]})
 
 
 def _table(table: str, events: list[_Event], codes: np.ndarray, index: np.ndarray) -> pl.DataFrame:

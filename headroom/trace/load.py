@@ -28,13 +28,15 @@ from pathlib import Path
 from typing import Any, Iterator
 
 import numpy as np
-import polars as pl
+import lazy_loader
 
 from headroom.trace import cache, chunks, document, kineto, validate
 from headroom.trace.document import Document
 from headroom.trace.kineto import Chunk, TraceError
 from headroom.trace.tables import TRACE_TABLES, Trace, _tabulate
 from headroom.trace.worker import Worker
+
+pl = lazy_loader.load("polars")   # imported on first use (a cached analysis needs none)
 
 __all__ = ["Trace", "TraceError", "find_trace_files", "load_trace", "load_traces", "read_trace_json"]
 
@@ -53,21 +55,43 @@ def load_trace(path: str | os.PathLike, lenient: bool = False, use_cache: bool =
     """
     path = Path(path)
     key = cache.key(path, lenient) if use_cache else None
-    hit = _from_cache(path, key)
+    hit = _from_cache(path, key, lenient)
     if hit is not None:
         return hit
     return _finish(path, key, _decoded(path, lenient))
 
 
-def _from_cache(path: Path, key) -> Trace | None:
+def _from_cache(path: Path, key, lenient: bool) -> Trace | None:
     if key is None:
         return None
-    hit = cache.fetch_tables(key)
-    if hit is None:
+    header = cache.fetch_header(key)
+    if header is None:
         return None
-    tables, header = hit
-    return Trace(source=str(path), **tables, base_ns=header["base_ns"], metadata=header["metadata"],
-                 warnings=header["warnings"], cache_key=key)
+    return DeferredTrace.of(path, key, header, lenient)
+
+
+class DeferredTrace(Trace):
+    """A Trace from the cache whose tables are read when first used: a cached analysis of it needs none.
+    If the entry is gone by then (another process replaced it), the file is loaded again."""
+
+    @classmethod
+    def of(cls, path: Path, key, header: dict, lenient: bool) -> "DeferredTrace":
+        t = object.__new__(cls)
+        t.__dict__.update(source=str(path), base_ns=header["base_ns"], metadata=header["metadata"],
+                          warnings=header["warnings"], cache_key=key, _path=path, _lenient=lenient)
+        return t
+
+    def __getattr__(self, name: str):
+        # Called only for attributes not set yet: the tables, on first use.
+        if name not in TRACE_TABLES or "_path" not in self.__dict__:
+            raise AttributeError(name)
+        hit = cache.fetch_tables(self.cache_key)
+        tables = hit[0] if hit is not None else None
+        if tables is None or set(tables) != set(TRACE_TABLES):
+            fresh = _finish(self._path, None, _decoded(self._path, self._lenient))
+            tables = {t: getattr(fresh, t) for t in TRACE_TABLES}
+        self.__dict__.update(tables)
+        return tables[name]
 
 
 def _decoded(path: Path, lenient: bool, workers: bool = True):
@@ -113,7 +137,7 @@ def iter_traces(files: list[Path], lenient: bool = False, use_cache: bool = True
                 helper.submit_file(nxt, lenient)
                 queued = (nxt, None)
             if decoded is None:
-                hit = _from_cache(path, key)
+                hit = _from_cache(path, key, lenient)
                 if hit is not None:
                     yield hit
                     continue
@@ -141,9 +165,9 @@ def _worth_a_worker(path: Path, nxt: Path, use_cache: bool, lenient: bool) -> bo
         return False    # e.g. the next file is gone: it is named when its turn comes
 
 
-def _from_worker_file(helper: Worker):
+def _from_worker_file(helper: Worker, last: bool = True):
     try:
-        result = helper.result()
+        result = helper.result(last)
     except (EOFError, OSError, pickle.UnpicklingError) as e:
         raise TraceError(f"the loader's worker process failed ({e}); HEADROOM_LOAD_WORKERS=0 loads without it") from None
     if isinstance(result, Exception):
@@ -173,15 +197,21 @@ def decode(path: Path, lenient: bool = False, workers: bool = True):
     return _assemble(path, *found, lenient)
 
 
-# The share of a plain file this process decodes while the worker decodes the rest: more than half,
-# as the worker first starts (about 0.4 s; docs/benchmarks.md).
-FIRST_HALF = 0.65
+# How a plain file is shared between this process and the worker, which first starts (imports):
+# both should finish together, so this process takes half plus what the worker's start is worth
+# (on the benchmark machine: 0.4 s to start, 6 s of decoding per GB; 65% of a 260 MB file, 52% of 2 GB).
+WORKER_START_S = 0.4
+DECODE_S_PER_BYTE = 6.0e-9
+
+
+def first_share(size: int) -> float:
+    return min(0.75, 0.5 + WORKER_START_S / (2 * max(size, 1) * DECODE_S_PER_BYTE))
 
 
 def _decoded_in_halves(path: Path, helper: Worker):
     """(chunks, Document) of a plain file decoded in two halves side by side, or None to decode it as one
     run (gzip; no place to divide it; a cut that proved wrong on either side)."""
-    where = document.halves(path, FIRST_HALF)
+    where = document.halves(path, first_share(_size(path)))
     if where is None:
         return None
     helper.submit_half(path, where.open, where.prefix)
@@ -190,11 +220,13 @@ def _decoded_in_halves(path: Path, helper: Worker):
     except document._Fallback:
         helper.result()
         return None
-    theirs = _from_worker_file(helper)
-    if theirs == chunks.CUT_WRONG:
+    first = _from_worker_file(helper, last=False)
+    if first == chunks.CUT_WRONG:
+        helper.busy = False     # that was its whole answer
         return None
-    rest, doc = theirs
-    return mine + [rest], doc
+    for _ in range(first):     # the number of parts, then each part, then the Document
+        mine.append(_from_worker_file(helper, last=False))
+    return mine, _from_worker_file(helper)
 
 
 def _assemble(path: Path, decoded: list[Chunk], doc: Document, lenient: bool):

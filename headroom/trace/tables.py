@@ -8,9 +8,11 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-import polars as pl
+import lazy_loader
 
 from headroom.trace.ranges import PROFILER_STEP_PREFIX
+
+pl = lazy_loader.load("polars")   # imported on first use (a cached analysis needs none)
 
 
 @dataclass

@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import math
 
-import polars as pl
+import lazy_loader
 
 from headroom.errors import UserError
 from headroom.trace.ranges import PROFILER_STEP_PREFIX
+
+pl = lazy_loader.load("polars")   # imported on first use (a cached analysis needs none)
 
 # GPU work may run before the first CPU event (launched before recording began) and after the
 # last one (the queue draining), and a step may idle long past its last op: the span is widened

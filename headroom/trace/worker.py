@@ -1,7 +1,7 @@
-"""The loader's worker process: the pipe protocol, the parent's handle, and the worker's loop (`main`):
-it decodes what it is sent and sends back the result: a chunk (kineto.decode_events), the second half
-of a plain file (chunks.decode_second_half) or a whole file (load.decode). It imports pandas only for
-a whole file, so it is ready by the time the loader has read its first blocks.
+"""The loader's worker process: the pipe protocol and the parent's handle. The worker runs
+`worker_main.main`: it decodes what it is sent and sends back the result: a chunk
+(kineto.decode_events), the second half of a plain file (chunks.decode_second_half) or a whole file
+(load.decode).
 
 A plain subprocess speaking length-prefixed pickles over its stdin/stdout, not
 multiprocessing: spawn would re-run the user's script (or notebook cell) in
@@ -49,7 +49,7 @@ class Worker:
         root = str(Path(__file__).resolve().parents[2])
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p),
                    HEADROOM_LOAD_WORKERS="0")
-        self.process = subprocess.Popen([sys.executable, "-c", "from headroom.trace.worker import main; main()"],
+        self.process = subprocess.Popen([sys.executable, "-c", "from headroom.trace.worker_main import main; main()"],
                                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env)
         self.busy = False
 
@@ -67,9 +67,10 @@ class Worker:
         send(self.process.stdin, HALF, pickle.dumps((str(path), start, prefix)))
         self.busy = True
 
-    def result(self):
+    def result(self, last: bool = True):
+        """The next answer; `last=False`: more answers to this request follow (a half's parts)."""
         payload = receive(self.process.stdout)
-        self.busy = False
+        self.busy = not last
         if payload is None:
             raise EOFError("the loader's worker process ended")
         return pickle.loads(payload)
@@ -87,33 +88,3 @@ class Worker:
             self.process.kill()
             self.process.wait()
 
-
-def main() -> None:
-    """The worker process: decode what the parent sends until its pipe closes."""
-    import gc
-
-    from headroom.errors import UserError
-    from headroom.trace import chunks, kineto
-    gc.disable()
-    stdin, stdout = sys.stdin.buffer, sys.stdout.buffer
-    while True:
-        data = receive(stdin)
-        if data is None:
-            # Nothing is left to flush or free: end now rather than spend the loader's time tearing down.
-            os._exit(0)
-        view = memoryview(data)
-        kind = bytes(view[:1])
-        try:
-            if kind == CHUNK:
-                result = kineto.decode_events(view[1:])
-            elif kind == HALF:
-                path, start, prefix = pickle.loads(view[1:])
-                result = chunks.decode_second_half(Path(path), start, prefix)
-            else:
-                from headroom.trace import load
-                path, lenient = pickle.loads(view[1:])
-                result = load.decode(Path(path), lenient, workers=False)
-        except UserError as e:     # sent back, raised by the parent as its own
-            result = e
-        del view, data
-        send(stdout, pickle.dumps(result, protocol=pickle.HIGHEST_PROTOCOL))

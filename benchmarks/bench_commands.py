@@ -50,6 +50,8 @@ def main() -> None:
     rows: dict[str, list[dict]] = {name: [] for name in [*COMMANDS, "classify (cached)"]}
     with tempfile.TemporaryDirectory() as cache:
         env = dict(os.environ, HEADROOM_CACHE_DIR=cache)
+        # As a user's install runs: with bytecode written (pip compiles it at install time).
+        env.pop("PYTHONDONTWRITEBYTECODE", None)
         for _ in range(args.repeat):
             for name, cmd in COMMANDS.items():
                 rows[name].append(run([*cmd, "--no-cache", str(args.trace)], env))

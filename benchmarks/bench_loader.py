@@ -27,6 +27,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -119,13 +120,47 @@ def run_reader(name: str, path: Path, python: str, cache_dir: Path) -> dict:
                 "peak_rss_mb": None, "result": {"total_us": json.loads(p.stdout)["total_us"]}}
     code = CHILD.format(body=READERS[name].strip())
     t0 = time.perf_counter()
-    p = subprocess.run([python, "-c", code, str(path)], capture_output=True, text=True, env=env)
+    returncode, stdout, stderr, at_once = _run_sampled([python, "-c", code, str(path)], env)
     wall = time.perf_counter() - t0
-    if p.returncode != 0:
-        return {"reader": name, "error": p.stderr.strip().splitlines()[-1] if p.stderr.strip() else f"exit {p.returncode}"}
-    out = json.loads(p.stdout.strip().splitlines()[-1])
-    out["peak_rss_mb"] = out["peak_rss_mb"] + out.pop("children_peak_rss_mb")   # the reader and its worker
+    if returncode != 0:
+        return {"reader": name, "error": stderr.strip().splitlines()[-1] if stderr.strip() else f"exit {returncode}"}
+    out = json.loads(stdout.strip().splitlines()[-1])
+    # Two measures: the sum of the reader's and its worker's own peaks (an upper bound: the two need not
+    # peak at once), and the largest total of both sampled at the same moment (every 20 ms).
+    out["peak_rss_mb"] = out["peak_rss_mb"] + out.pop("children_peak_rss_mb")
+    out["peak_rss_at_once_mb"] = at_once / 2**20
     return {"reader": name, "process_wall_s": wall, "load_avg_1m": load, **out}
+
+
+def _tree_rss(pid: int) -> int:
+    """Resident bytes of a process and all its descendants (Linux /proc)."""
+    total = 0
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            total += next((int(line.split()[1]) * 1024 for line in f if line.startswith("VmRSS:")), 0)
+        with open(f"/proc/{pid}/task/{pid}/children") as f:
+            kids = [int(k) for k in f.read().split()]
+    except (OSError, ValueError):
+        return total
+    return total + sum(_tree_rss(k) for k in kids)
+
+
+def _run_sampled(cmd: list[str], env: dict) -> tuple[int, str, str, int]:
+    """Run `cmd`, polling its process tree's resident memory until it ends: (exit code, stdout, stderr,
+    the largest total seen). Its pipes are read by threads meanwhile, so it never blocks on them."""
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    text: dict[str, str] = {}
+    readers = [threading.Thread(target=lambda s=s, k=k: text.__setitem__(k, s.read()), daemon=True)
+               for s, k in ((p.stdout, "out"), (p.stderr, "err"))]
+    for t in readers:
+        t.start()
+    peak = 0
+    while p.poll() is None:
+        peak = max(peak, _tree_rss(p.pid))
+        time.sleep(0.02)
+    for t in readers:
+        t.join()
+    return p.returncode, text.get("out", ""), text.get("err", ""), peak
 
 
 def bench_shape(shape: str, mb: float, readers: list[str], repeat: int, hta_repeat: int, tmp: Path,

@@ -19,9 +19,11 @@ def render(result: dict) -> str:
         t = r["trace"]
         what = f"{t['mb']:.0f} MB" + (f", {t['events']:,} events, {t['copies']} copies of `{t['source']}`"
                                       if t.get("events") else f", `{t['source']}`")
+        at_once = any("peak_rss_at_once_mb" in x for x in r["readers"])
         lines += [f"**{shape}** ({what})", "",
-                  "| reader | runs (s) | load avg (1 min) per run | median | CPU s (median) | peak RSS |",
-                  "|---|---|---|---:|---:|---:|"]
+                  "| reader | runs (s) | load avg (1 min) per run | median | CPU s (median) | peak RSS |"
+                  + (" peak RSS at once |" if at_once else ""),
+                  "|---|---|---|---:|---:|---:|" + ("---:|" if at_once else "")]
         readers = list(dict.fromkeys(x["reader"] for x in r["readers"]))
         for name in readers:
             runs = [x for x in r["readers"] if x["reader"] == name and "error" not in x]
@@ -35,7 +37,8 @@ def render(result: dict) -> str:
                          f"{statistics.median(x['seconds'] for x in runs):.2f} s | "
                          + (f"{statistics.median(x['cpu_s'] for x in runs):.2f} | " if all("cpu_s" in x for x in runs)
                             else "- | ")
-                         + (f"{rss:,.0f} MB |" if rss else "- |"))
+                         + (f"{rss:,.0f} MB |" if rss else "- |")
+                         + (_at_once(runs) if at_once else ""))
         s = r["summary"]
         per_round = _per_round(r["readers"])
         if per_round:
@@ -68,6 +71,13 @@ def _per_round(rows: list[dict]) -> dict[str, list[float]]:
     return out if "hta" in out else {}
 
 
+def _at_once(runs: list[dict]) -> str:
+    """The largest total of the reader and its worker sampled at one moment (bench_loader.py, every 20 ms)."""
+    values = [x["peak_rss_at_once_mb"] for x in runs if x.get("peak_rss_at_once_mb")]
+    return f" {max(values):,.0f} MB |" if values else " - |"
+
+
 if __name__ == "__main__":
     for p in sys.argv[1:]:
         print(render(json.loads(Path(p).read_text())))
+

@@ -301,8 +301,8 @@ def test_cached_and_uncached_loads_give_identical_tables_and_analyses(cache_dir,
 
 
 def _assert_same_analysis(a, b):
-    from headroom.trace.analysis import _FRAMES
-    for f in _FRAMES:
+    from headroom.trace.stored import FRAMES
+    for f in FRAMES:
         pd.testing.assert_frame_equal(getattr(a, f), getattr(b, f), obj=f)
     for n in ("source", "mode", "window", "num_steps", "n_devices", "total_us", "busy_us", "wall_us", "idle_us",
               "addressable_us", "basis", "notes", "warnings", "metadata"):

@@ -5,8 +5,6 @@ See docs/architecture.md for every field.
 
 from __future__ import annotations
 
-import dataclasses
-import hashlib
 import math
 import os
 import re
@@ -19,7 +17,7 @@ import pandas as pd
 
 from headroom.trace.accounting import (add_wall_shares, busy_per_device, category_table, kernel_table,
                                  op_table, step_bounds, step_table, union_length)
-from headroom.trace import attribute, cache
+from headroom.trace import attribute, cache, stored
 from headroom.trace.attribute import attribute_kernels_to_ops, cpu_op_self_times, unlaunched_warning
 from headroom.trace.modules import attribute_modules, module_calls, module_ranges
 from headroom.trace.phases import event_phases
@@ -304,12 +302,15 @@ def analyze(source: str | os.PathLike | Trace, rules: list[Rule] | str | os.Path
         policy = policy if isinstance(policy, Policy) else loaded_policy
     if whole_trace and window is not None:
         raise UserError("give either --window or --whole-trace, not both")
-    name = _analysis_name(rules, policy, whole_trace, window)
-    cached = _cached_analysis(trace, name)
-    if cached is not None:
-        return cached
+    name = stored.name_of(rules, policy, whole_trace, window)
+    fields = stored.fetch(trace, name)
+    if fields is not None:
+        for f, key in stored.KEYS.items():
+            fields[f] = _keyed(fields[f], key)
+        return Analysis(source=trace.source, metadata=trace.metadata, trace=trace, **fields)
     a = _analyze(trace, rules, policy, whole_trace, window)
-    _store_analysis(trace, name, a)
+    if a.step_ranges is not None:
+        stored.store(trace, name, {f: getattr(a, f) for f in stored.FIELDS})
     return a
 
 
@@ -385,52 +386,6 @@ def _analyze(trace: Trace, rules: list[Rule], policy: Policy, whole_trace: bool,
         metadata=trace.metadata, trace=trace, basis=basis, notes=notes, warnings=warnings, step_ranges=steps,
         modules=module_calls(module_ranges(trace), None if whole_trace else steps),
     )
-
-
-# --- the analysis, cached beside the trace's tables --------------------------------------------
-# An analysis depends on the trace, the code and data below, the rules, the policy and the time analysed:
-# all in its name, so the second command on a trace reads it instead of computing it (docs/trace-core.md).
-
-_ANALYSIS_CODE = _ATTRIBUTION_CODE + ("analysis.py", "classify.py", "accounting.py")
-_ANALYSIS_VERSION = cache.code_version(*(Path(attribute.__file__).with_name(n) for n in _ANALYSIS_CODE),
-                                       Path(attribute.__file__).parent.parent / "data" / "phases.toml")
-_FRAMES = ("events", "categories", "kernels", "ops", "steps", "modules", "step_ranges")
-_KEYS = {"categories": "name", "kernels": "name", "ops": "op", "steps": "step"}
-_NUMBERS = ("num_steps", "n_devices", "total_us", "busy_us", "wall_us", "idle_us", "addressable_us")
-
-
-def _analysis_name(rules: list[Rule], policy: Policy, whole_trace: bool, window: str | None) -> str:
-    h = hashlib.sha256(_ANALYSIS_VERSION.encode())
-    for rule in rules:      # every field; a regex by its text
-        h.update(repr([getattr(v, "pattern", v) for v in (getattr(rule, f.name) for f in dataclasses.fields(rule))])
-                 .encode())
-    h.update(repr(sorted(policy.addressable.items())).encode())
-    h.update(repr((whole_trace, window)).encode())
-    return f"analysis-{h.hexdigest()[:20]}"
-
-
-def _cached_analysis(trace: Trace, name: str) -> Analysis | None:
-    hit = cache.fetch_frames(trace.cache_key, name)
-    if hit is None:
-        return None
-    frames, header = hit
-    for f, key in _KEYS.items():
-        frames[f] = _keyed(frames[f], key)
-    return Analysis(source=trace.source, mode=header["mode"], window=tuple(header["window"]),
-                    **{n: header[n] for n in _NUMBERS}, metadata=trace.metadata, trace=trace,
-                    basis=header["basis"], notes=header["notes"], warnings=header["warnings"],
-                    **{f: frames[f] for f in _FRAMES})
-
-
-def _store_analysis(trace: Trace, name: str, a: Analysis) -> None:
-    if trace.cache_key is None or a.step_ranges is None:
-        return
-    frames = {f: getattr(a, f) for f in _FRAMES}
-    for f in _KEYS:
-        frames[f] = frames[f].reset_index(drop=True)
-    header = {"mode": a.mode, "window": list(a.window), **{n: getattr(a, n) for n in _NUMBERS}, "basis": a.basis,
-              "notes": a.notes, "warnings": a.warnings}
-    cache.store_frames(trace.cache_key, name, frames, header)
 
 
 def analyze_files(files: list[Path], lenient: bool = False, use_cache: bool = True, **kwargs) -> Iterator[Analysis]:

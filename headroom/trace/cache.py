@@ -36,7 +36,7 @@ pl = lazy_loader.load("polars")
 
 # Traces smaller than this load faster than a cache entry is written.
 MIN_BYTES_DEFAULT = 16 << 20
-_TRACE_CODE = ("document.py", "kineto.py", "chunks.py", "tables.py", "validate.py", "cache.py", "load.py", "ranges.py")
+_TRACE_CODE = ("document.py", "kineto.py", "inputs.py", "chunks.py", "tables.py", "validate.py", "cache.py", "load.py", "ranges.py")
 
 
 def cache_dir() -> Path | None:

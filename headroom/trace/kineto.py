@@ -23,7 +23,8 @@ import numpy as np
 import lazy_loader
 
 from headroom.errors import UserError
-from headroom.trace.ranges import MODULE_PREFIX, MODULE_RANGE_PREFIX
+from headroom.trace.inputs import module_inputs
+from headroom.trace.ranges import MODULE_PREFIX
 
 pl = lazy_loader.load("polars")   # imported on first use (a cached analysis needs none)
 
@@ -403,54 +404,9 @@ def _table(table: str, events: list[_Event], codes: np.ndarray, index: np.ndarra
         elif c == "id":
             out[c] = id_series(list(map(_GET[c], events)))
         elif c == "inputs":
-            out[c] = _module_inputs(events, out["name"])
+            out[c] = module_inputs(events, out["name"])
         else:
             values = list(map(_GET_ARG[c], events))
             out[c] = (pl.Series(values, dtype=pl.Float64) if c == "bytes" else
                       id_series(values).cast(pl.Int64, strict=False) if c in _SMALL_IDS else id_series(values))
     return pl.DataFrame(out)
-
-
-# --- the recorded input shapes of module ranges -------------------------------------------
-
-# Kineto's spellings of tensor element types (c10 scalar type names), as short dtype names.
-_DTYPE_NAMES = {
-    "float": "f32", "double": "f64", "c10::Half": "f16", "c10::BFloat16": "bf16", "long int": "i64", "int": "i32",
-    "short int": "i16", "signed char": "i8", "unsigned char": "u8", "bool": "bool",
-    "c10::complex<float>": "c64", "c10::complex<double>": "c128", "c10::Float8_e4m3fn": "f8e4m3",
-    "c10::Float8_e5m2": "f8e5m2",
-}
-
-
-def _inputs_text(dims: Any, types: Any) -> str:
-    """record_shapes of a range, e.g. ``bf16[4,2048,4096] i64[4,2048]`` (tensors only)."""
-    if not isinstance(dims, list) or not dims:
-        return ""
-    types = types if isinstance(types, list) else []
-    parts = []
-    for i, d in enumerate(dims):
-        kind = types[i] if i < len(types) and isinstance(types[i], str) else ""
-        if not isinstance(d, list) or kind in ("", "Scalar", "ScalarList", "TensorList", "GenericList"):
-            continue
-        if not all(isinstance(n, int) for n in d):
-            continue
-        parts.append(f"{_DTYPE_NAMES.get(kind, kind)}[{','.join(str(n) for n in d)}]")
-    return " ".join(parts)
-
-
-def _raw_value(raw: msgspec.Raw) -> Any:
-    return msgspec.json.decode(raw) if len(raw) else None
-
-
-def _module_inputs(events: list[_Event], names: pl.Series) -> pl.Series:
-    """The `inputs` column: the recorded input shapes of headroom's module ranges ("" elsewhere), decoded
-    from their raw `Input Dims`/`Input type` text (the few module ranges only, never every cpu_op's)."""
-    mask = names.str.starts_with(MODULE_RANGE_PREFIX).fill_null(False)
-    if not mask.any():
-        return pl.repeat("", len(events), dtype=pl.String, eager=True)
-    texts = [""] * len(events)
-    for row in mask.arg_true().to_list():
-        a = events[row].args
-        if a is not None:
-            texts[row] = _inputs_text(_raw_value(a.dims), _raw_value(a.types))
-    return pl.Series(texts, dtype=pl.String)

@@ -2,6 +2,7 @@
 
 import gzip
 import json
+import os
 import subprocess
 import sys
 
@@ -95,3 +96,22 @@ def test_report_over_a_directory():
     assert len(rows) == 6
     assert rows["triton_example__triton_example"]["addressable_fraction"] == 1.0
     assert rows["nccl_parser_config__nccl_data"]["top_addressable_op"] == "aten::cudnn_batch_norm_backward"
+
+
+@pytest.mark.parametrize("args", [
+    ["classify", "--json"], ["project", "--json", "-s", "category:addressable=2"], ["targets", "--json"]])
+def test_every_command_prints_the_same_from_the_cache(tmp_path, args):
+    """The second command on a trace reads its analysis (and, when used, its tables) from the cache:
+    the same output as without the cache, for one trace and for a directory of ranks."""
+    from tests.ranks_synthetic import write_pair
+    ranks = write_pair(tmp_path / "ranks")
+    one = tmp_path / "one.json.gz"
+    one.write_bytes((REPO / "traces" / "resnet-50.train.json.gz").read_bytes())
+    env = dict(os.environ, HEADROOM_CACHE_DIR=str(tmp_path / "cache"), HEADROOM_CACHE_MIN_BYTES="0")
+    for target in (one, ranks):
+        fresh = headroom(*args, "--no-cache", target, env=env)
+        headroom(*args, target, env=env)                 # fills the cache
+        cached = headroom(*args, target, env=env)
+        assert fresh.returncode == cached.returncode == 0, cached.stderr
+        assert cached.stdout == fresh.stdout and len(cached.stdout) > 300
+    assert len(list((tmp_path / "cache").glob("*/*/analysis-*.frames"))) == 3   # one trace, two ranks

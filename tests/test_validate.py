@@ -169,7 +169,13 @@ def test_identity_candidate_measures_and_projects_no_change(identity_run):
     assert abs(r["measured"]["speedup"] - 1.0) < 0.25
     assert r["measured"]["ci"][0] < r["measured"]["speedup"] < r["measured"]["ci"][1]
     assert r["measured"]["rounds"] == 9
-    assert abs(r["projected"]["amdahl"] - 1.0) < 0.03
+    # The projection is Amdahl on the part's speedup between the two profiled traces, so their timing noise
+    # moves it (a shared 2-core runner: the part at 1.12x and 0.92x in two runs, once far more, when a CI
+    # run projected 0.906x), never further from 1x than the part itself; within 3% while the part's is <25%.
+    part = r["part"]["speedup"]
+    assert abs(r["projected"]["amdahl"] - 1.0) <= abs(part - 1.0) + 0.01
+    if abs(part - 1.0) < 0.25:
+        assert abs(r["projected"]["amdahl"] - 1.0) < 0.03
     assert r["projected"]["replay"] is None          # a CPU-only trace: Amdahl only
     assert sorted(p.name for p in out.iterdir()) == ["base.json.gz", "result.json", "run.json", "variant.json.gz"]
     run = json.loads((out / "run.json").read_text())

@@ -184,6 +184,8 @@ def decode(path: Path, lenient: bool = False, workers: bool = True):
     helper = Worker() if workers and size >= WORKER_MIN_BYTES and document.workers_wanted() else None
     try:
         found = _decoded_in_halves(path, helper) if helper is not None else None
+        if found is None and helper is not None and helper.closed:
+            helper = None       # stopped mid-answer (the first half's cut proved wrong): go on without it
         if found is None:
             try:
                 found = chunks.decode_chunks(path, document.split(path), helper, _check_memory_left)
@@ -218,7 +220,7 @@ def _decoded_in_halves(path: Path, helper: Worker):
     try:
         mine, _ = chunks.decode_chunks(path, document.split(path, stop=where.close), None, _check_memory_left)
     except document._Fallback:
-        helper.result()
+        helper.close()      # its half may be several messages long: stop it rather than read them
         return None
     first = _from_worker_file(helper, last=False)
     if first == chunks.CUT_WRONG:

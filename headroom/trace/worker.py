@@ -52,6 +52,7 @@ class Worker:
         self.process = subprocess.Popen([sys.executable, "-c", "from headroom.trace.worker_main import main; main()"],
                                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env)
         self.busy = False
+        self.closed = False
 
     def submit(self, data: bytes) -> None:
         send(self.process.stdin, CHUNK, data)
@@ -76,6 +77,9 @@ class Worker:
         return pickle.loads(payload)
 
     def close(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
         if self.busy:     # its answer is not wanted (the loader stopped on an error): do not wait for it
             self.process.kill()
         try:

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 import headroom.trace.document as document
 import headroom.trace.kineto as kineto
 import headroom.trace.load as load
-from headroom.trace import cache
+from headroom.trace import cache, chunks
 from headroom.trace.analysis import analyze
 from headroom.trace.load import TraceError, load_trace
 from tests.conftest import SHIPPED_TRACES, hta_trace
@@ -182,8 +182,8 @@ def _spy_halves(monkeypatch):
     """Record each second half the worker is given (the file's byte where it starts)."""
     given = []
     submit = load.Worker.submit_half
-    monkeypatch.setattr(load.Worker, "submit_half", lambda self, p, start, prefix: given.append(start) or
-                        submit(self, p, start, prefix))
+    monkeypatch.setattr(load.Worker, "submit_half", lambda self, p, start, prefix, folder=None: given.append(start) or
+                        submit(self, p, start, prefix, folder))
     monkeypatch.setattr(load, "WORKER_MIN_BYTES", 0)
     monkeypatch.setenv("HEADROOM_LOAD_WORKERS", "1")
     return given
@@ -199,6 +199,55 @@ def test_a_plain_file_decoded_in_two_halves_gives_the_same_tables(tmp_path, monk
     assert len(given) == 1 and 0.5 * path.stat().st_size < given[0] < 0.8 * path.stat().st_size
     _assert_same(alone, halves)
     assert len(halves.flows) == 708 and len(halves.gpu) == len(alone.gpu) > 0
+
+
+def _spill_folders(monkeypatch, tmp_path) -> Path:
+    """Put the worker's part files under tmp_path/spill (so the test can see them)."""
+    base = tmp_path / "spill"
+    base.mkdir()
+    monkeypatch.setattr(load, "_spill_base", lambda size: str(base))
+    return base
+
+
+def test_the_workers_parts_come_back_through_files_then_the_files_are_gone(tmp_path, monkeypatch):
+    path = tmp_path / "resnet.json"
+    path.write_bytes(gzip.decompress((SHIPPED_TRACES / "resnet-50.train.json.gz").read_bytes()))
+    alone = load_trace(path, use_cache=False)
+    base = _spill_folders(monkeypatch, tmp_path)
+    _spy_halves(monkeypatch)
+    monkeypatch.setattr(document, "BLOCK", 1 << 16)
+    read_back: list[int] = []
+    unspill = chunks.unspill
+    monkeypatch.setattr(chunks, "unspill", lambda part: read_back.append(len(part.files)) or unspill(part))
+    halves = load_trace(path, use_cache=False)
+    _assert_same(alone, halves)
+    assert read_back and all(n == len(kineto.TABLES) for n in read_back)   # every part came as files
+    assert list(base.iterdir()) == []
+
+
+def test_a_part_that_cannot_be_written_goes_through_the_pipe(tmp_path):
+    from headroom.trace.kineto import decode_events
+    part = decode_events(json.dumps([STEP, LAUNCH, _kernel(name="k")]).encode())
+    tables = {t: f.clone() for t, f in part.tables.items()}
+    kept = chunks.spill(part, tmp_path / "no-such-folder", 0)
+    assert kept.files == {} and set(kept.tables) == set(tables)
+    assert list(tmp_path.iterdir()) == []
+    written = chunks.spill(part, tmp_path, 3)
+    assert written.tables == {} and sorted(Path(f).name for f in written.files.values()) == \
+        sorted(f"3.{t}.arrow" for t in tables)
+    back = chunks.unspill(written)
+    assert all(back.tables[t].equals(tables[t]) for t in tables) and list(tmp_path.iterdir()) == []
+
+
+def test_the_spill_folder_is_removed_when_the_worker_fails(tmp_path, monkeypatch):
+    p = _trace(tmp_path, [STEP, LAUNCH] + [_kernel(name=f"k{i}") for i in range(300)])
+    base = _spill_folders(monkeypatch, tmp_path)
+    _spy_halves(monkeypatch)
+    monkeypatch.setattr(load, "_from_worker_file", lambda helper, last=True: (_ for _ in ()).throw(
+        TraceError("the loader's worker process failed (test)")))
+    with pytest.raises(TraceError, match="worker process failed"):
+        load_trace(p, use_cache=False)
+    assert list(base.iterdir()) == []
 
 
 def test_two_halves_divided_inside_a_string_fall_back_to_one_run(tmp_path, monkeypatch):

@@ -21,7 +21,7 @@ from headroom.projection.distributions import Distribution
 from headroom.projection.matching import select
 from headroom.projection.project import project
 from headroom.projection.replay import replay, replay_check, replay_projection
-from headroom.projection.streams import cross_stream_deps
+from headroom.projection.streams import cross_stream_deps, pid_codes
 from headroom.projection.scenarios import distribution_scenarios
 from headroom.projection.speedups import parse_cli_speedup
 from headroom.report.tables import projection_table
@@ -167,6 +167,45 @@ def test_cross_stream_wait_from_cuda_sync_events():
     assert cross_stream_deps(b.events, b.syncs, b.runtime).tolist() == [-1, 0]
     assert replay_projection(b, 2.0, mask).projected_us == pytest.approx(101.0)
     assert replay(b).projected_us == pytest.approx(151.0)
+
+
+def test_replay_memo_returns_the_same_replay_until_the_baseline_changes():
+    b = kernels([("P", "elementwise", -10, 0, 100, 1), ("C", "elementwise", -3, 101, 50, 2)])
+    mask = np.array([True, False])
+    first = replay(b, 2.0, mask)
+    assert replay(b, 2.0, mask) is first                 # the same factors: not replayed again
+    assert replay(b, 2.0, mask, cpu_scale=0.5) is not first
+    assert first.end[0] == pytest.approx(50.0) and replay(b, 4.0, mask).end[0] == pytest.approx(25.0)
+    with pytest.raises(ValueError):
+        first.ts[0] = 1.0                                 # shared: read-only
+    # A changed field of the baseline (here its syncs) is a different replay.
+    b.runtime = pd.DataFrame({"name": ["cudaEventRecord"], "pid": ["1"], "tid": ["1"], "ts": [-8.0], "dur": [1.0],
+                              "correlation": [900]})
+    b.syncs = pd.DataFrame({"name": ["Stream Wait Event"], "stream": [2], "ts": [-4.0], "wait_on_stream": [1],
+                            "wait_on_cuda_event_record_corr_id": [900]})
+    again = replay(b, 2.0, mask)
+    assert again is not first and again.projected_us == pytest.approx(101.0)
+
+
+def _pid_codes_one_by_one(values, table):
+    out = []
+    for v in values:
+        key = "" if v is None or (isinstance(v, float) and math.isnan(v)) else str(v)
+        out.append(table.setdefault(key, len(table)))
+    return out
+
+
+@pytest.mark.parametrize("values", [
+    ["7", "7", "9", None, "7", float("nan"), "9"],
+    [None, 3, "3", 4.0, "x"],
+    pd.Series(["b", "a", "b"], dtype="category"),
+    [],
+])
+def test_pid_codes_per_distinct_value_match_one_by_one(values):
+    table, expected_table = {"9": 0}, {"9": 0}
+    got = pid_codes(values, table)
+    assert got.tolist() == _pid_codes_one_by_one(list(values), expected_table)
+    assert table == expected_table        # the same texts, added in the same order
 
 
 # --- bounds and distributions ------------------------------------------------------------------

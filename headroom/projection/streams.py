@@ -7,7 +7,6 @@ See :mod:`headroom.projection.project` for the model.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Iterable
 
@@ -23,11 +22,19 @@ def stream_keys(ev: pd.DataFrame) -> np.ndarray:
 
 
 def pid_codes(values: Iterable, table: dict) -> np.ndarray:
-    out = []
-    for v in values:
-        key = "" if v is None or (isinstance(v, float) and math.isnan(v)) else str(v)
-        out.append(table.setdefault(key, len(table)))
-    return np.array(out, dtype=np.int64)
+    """Each value's code in `table` (text of the value; None and NaN are ""), new texts added in order of
+    first appearance. Done per distinct value: there are a handful of processes and 10^5..10^6 events."""
+    series = values if isinstance(values, pd.Series) else pd.Series(list(values), dtype=object)
+    if len(series) == 0:
+        return np.zeros(0, dtype=np.int64)
+    codes, uniques = pd.factorize(series.astype(object), use_na_sentinel=True)
+    texts = [""] + [str(u) for u in uniques]        # position 0: the missing values
+    shifted = codes + 1
+    present, first = np.unique(shifted, return_index=True)
+    mapped = np.zeros(len(texts), dtype=np.int64)
+    for k in present[np.argsort(first, kind="stable")].tolist():
+        mapped[k] = table.setdefault(texts[k], len(table))
+    return mapped[shifted]
 
 
 STREAM_WAIT_EVENT = "Stream Wait Event"  # Kineto's name for a CUPTI stream-wait-event sync record

@@ -206,8 +206,7 @@ def trace_label(a: Analysis, extrapolated: bool = False) -> str:
 def _cpu_events(trace: Trace, steps: pd.DataFrame | None = None) -> pd.DataFrame:
     """CPU-only traces: each op's self time is the unit of work, classified by operator name."""
     ops = cpu_op_self_times(trace, steps)
-    m = attribute_modules(trace, ops["pid"].to_numpy(dtype=object), ops["tid"].to_numpy(dtype=object),
-                          ops["ts"].to_numpy(dtype=float))
+    m = attribute_modules(trace, ops["pid"], ops["tid"], ops["ts"].to_numpy(dtype=float))
     names = ops["name"].astype(str).to_numpy(dtype=object)
     ev = pd.DataFrame({
         "name": ops["name"].astype(str),

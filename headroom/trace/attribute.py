@@ -25,16 +25,15 @@ from headroom.trace.tables import Trace
 __all__ = ["attribute_kernels_to_ops", "containing_range", "cpu_op_self_times"]
 
 
-def _labels_on_threads(ranges: pd.DataFrame, points: pd.DataFrame, outermost: bool = False) -> np.ndarray:
+def _labels_on_threads(ranges: pd.DataFrame, pid: pd.Series, tid: pd.Series, ts: np.ndarray,
+                       outermost: bool = False) -> np.ndarray:
     """Label (range name) of the innermost/outermost range on the point's own thread."""
-    result = np.full(len(points), "", dtype=object)
-    if len(ranges) == 0 or len(points) == 0:
+    result = np.full(len(ts), "", dtype=object)
+    if len(ranges) == 0 or len(ts) == 0:
         return result
-    idx = ranges_on_threads(ranges, points["launch_pid"].to_numpy(dtype=object),
-                            points["launch_tid"].to_numpy(dtype=object), points["launch_ts"].to_numpy(dtype=float),
-                            outermost)
+    idx = ranges_on_threads(ranges, pid, tid, ts, outermost)
     ok = idx >= 0
-    result[ok] = ranges["name"].astype(str).to_numpy(dtype=object)[idx[ok]]
+    result[ok] = ranges["name"].iloc[idx[ok]].astype(str).to_numpy(dtype=object)
     return result
 
 
@@ -62,43 +61,40 @@ def attribute_kernels_to_ops(trace: Trace, steps: pd.DataFrame | None = None) ->
         link["correlation"] = link["correlation"].astype(object)
     gpu = gpu.merge(link, on="correlation", how="left")
     launched = gpu["launch_ts"].notna().to_numpy()
+    # The launching threads as the launch table's categories (read by their codes) for the lookups below.
+    thread_pid, thread_tid = gpu["launch_pid"], gpu["launch_tid"]
     gpu["launch_name"] = gpu["launch_name"].fillna("")
     gpu["launch_pid"] = gpu["launch_pid"].astype(object).fillna("")
     gpu["launch_tid"] = gpu["launch_tid"].astype(object).fillna("")
 
     cpu = trace.cpu
-    # headroom's module ranges are C++ RecordFunctions (cat cpu_op): frames, not ops.
-    ops = cpu[(cpu["cat"] == "cpu_op").to_numpy() & ~trace.cpu_names_start_with(FRAME_PREFIX)]
+    ops = trace.cpu_ops()
     annotations = cpu[(cpu["cat"] == "user_annotation").to_numpy()
                       & ~trace.cpu_names_start_with(PROFILER_STEP_PREFIX, MODULE_RANGE_PREFIX)]
 
     # Innermost op: the launch's External id names it directly (Kineto sets it
     # to the enclosing record function); fall back to containment.
     ext = gpu["launch_external_id"].where(gpu["launch_external_id"].notna(), gpu["external_id"])
-    known = ops[ops["external_id"] != -1]
-    by_ext = known.drop_duplicates("external_id").set_index("external_id")["name"]
-    op = ext.map(by_ext) if len(by_ext) else pd.Series(np.nan, index=gpu.index)
-    op = op.astype(object).to_numpy(copy=True)
-    missing = pd.isna(op) & launched
+    op, named = _names_by_external_id(ops, ext.to_numpy())
+    missing = ~named & launched
     if missing.any():
-        op[missing] = _labels_on_threads(ops, gpu.loc[missing])
-    op = np.where(pd.isna(op), "", op)
-    points = gpu.loc[launched]
+        op[missing] = _labels_on_threads(ops, thread_pid[missing], thread_tid[missing],
+                                         gpu["launch_ts"].to_numpy(dtype=float)[missing])
     gpu["op"] = op
+    pid, tid, when = thread_pid[launched], thread_tid[launched], gpu["launch_ts"].to_numpy(dtype=float)[launched]
 
     top = np.full(len(gpu), "", dtype=object)
-    top[launched] = _labels_on_threads(ops, points, outermost=True)
+    top[launched] = _labels_on_threads(ops, pid, tid, when, outermost=True)
     gpu["top_op"] = np.where(top == "", gpu["op"].to_numpy(), top)
 
     ann = np.full(len(gpu), "", dtype=object)
-    ann[launched] = _labels_on_threads(annotations, points)
+    ann[launched] = _labels_on_threads(annotations, pid, tid, when)
     gpu["annotation"] = ann
 
     columns = {k: np.full(len(gpu), "", dtype=object) for k in ("module", "module_type", "module_stack")}
     backward = np.zeros(len(gpu), dtype=bool)
     if launched.any():
-        m = attribute_modules(trace, points["launch_pid"].to_numpy(dtype=object),
-                              points["launch_tid"].to_numpy(dtype=object), points["launch_ts"].to_numpy(dtype=float))
+        m = attribute_modules(trace, pid, tid, when)
         for k in columns:
             columns[k][launched] = getattr(m, k)
         backward[launched] = m.backward
@@ -120,6 +116,29 @@ def attribute_kernels_to_ops(trace: Trace, steps: pd.DataFrame | None = None) ->
     idx = containing_range(steps["ts"].to_numpy(), steps["end"].to_numpy(), when)
     gpu["step"] = np.where(idx >= 0, steps["step"].to_numpy()[np.maximum(idx, 0)], -1) if len(steps) else -1
     return gpu.drop(columns=["launch_external_id"])
+
+
+def _names_by_external_id(ops: pd.DataFrame, ext: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The name of the first op with each External id ("" where none has it), and where one has."""
+    out = np.full(len(ext), "", dtype=object)
+    named = np.zeros(len(ext), dtype=bool)
+    ids = ops["external_id"].to_numpy()
+    known = np.flatnonzero(ids != -1)
+    if not len(known) or not len(ext):
+        return out, named
+    if ext.dtype.kind not in "iuf" or ids.dtype.kind not in "iu":     # ids beyond 64 bits: one lookup each
+        by_id = dict(zip(ids[known][::-1].tolist(), ops["name"].iloc[known[::-1]].astype(str).tolist()))
+        found = [by_id.get(e) for e in ext.tolist()]
+        named = np.array([f is not None for f in found], dtype=bool)
+        out[named] = [f for f in found if f is not None]
+        return out, named
+    keys, first = np.unique(ids[known], return_index=True)     # sorted ids; each one's first op
+    keys_cmp = keys.astype(float) if ext.dtype.kind == "f" else keys
+    at = np.minimum(np.searchsorted(keys_cmp, ext), len(keys) - 1)
+    named = keys_cmp[at] == ext
+    if named.any():
+        out[named] = ops["name"].iloc[known[first[at[named]]]].astype(str).to_numpy(dtype=object)
+    return out, named
 
 
 def before_recording(gpu: pd.DataFrame, launches: pd.DataFrame) -> np.ndarray:

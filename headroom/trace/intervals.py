@@ -1,8 +1,9 @@
 """Which range holds each point: nested profiler ranges, resolved with sorted arrays.
 
-Nested ranges are resolved by assigning, outermost first, each range's index to
-the points it contains, so inner ranges overwrite outer ones (and the reverse
-order yields the outermost range).
+The innermost range of a point is the last one to hold it when ranges are laid over the points
+outermost first (by start, longer first), inner ranges over outer ones; found for all points at once
+with vectorised jumps (`containing_range`), not a loop over the ranges. The outermost range is one
+binary search over the top-level ranges.
 """
 
 from __future__ import annotations
@@ -33,35 +34,106 @@ def containing_range(starts: np.ndarray, ends: np.ndarray, points: np.ndarray,
         ok = (i >= 0) & (points <= e[np.maximum(i, 0)])
         out[ok] = ids[i[ok]]
         return out
+    # Painted in that order over the sorted points, each range over the points it holds ([lo, hi) of
+    # positions), the last range to paint a point is its answer: the last range k with lo[k] <= pos
+    # and hi[k] > pos. lo never decreases with k, so that is the last k <= k*(pos) (the last range
+    # starting at or before pos) with hi[k] > pos, found on the chain k*, up[k*], up[up[k*]], ...
+    # (up: the previous range with a larger hi): the ranges skipped between two links never reach
+    # further than the later one. No assumption on nesting; a loop over the ranges before.
     p_order = np.argsort(points, kind="stable")
     sorted_pts = points[p_order]
     lo = np.searchsorted(sorted_pts, starts[order], side="left")
     hi = np.searchsorted(sorted_pts, ends[order], side="right")
     hit = hi > lo
-    assigned = np.full(len(points), -1, dtype=np.int64)
-    for r, a, b in zip(order[hit].tolist(), lo[hit].tolist(), hi[hit].tolist()):
-        assigned[a:b] = r
-    out[p_order] = assigned
+    ids, lo, hi = order[hit], lo[hit], hi[hit]
+    if len(ids) == 0:
+        return out
+    up = previous_greater(hi)
+    k = np.searchsorted(lo, np.arange(len(points)), side="right") - 1
+    todo = np.flatnonzero(k >= 0)
+    while len(todo):
+        todo = todo[hi[k[todo]] <= todo]      # the range at k ended before this point: go up the chain
+        k[todo] = up[k[todo]]
+        todo = todo[k[todo] >= 0]
+    out[p_order] = np.where(k >= 0, ids[np.maximum(k, 0)], -1)
     return out
 
 
-def ranges_on_threads(ranges: pd.DataFrame, pid: np.ndarray, tid: np.ndarray, points: np.ndarray,
+def previous_greater(values: np.ndarray) -> np.ndarray:
+    """For each i, the last j < i with values[j] > values[i], or -1. By pointer jumping: a candidate
+    that is not larger is replaced by its own candidate (nothing between them is larger than it), so
+    each round about doubles the distance skipped; vectorised rounds, no loop over the elements."""
+    cand = np.arange(len(values), dtype=np.int64) - 1
+    todo = np.flatnonzero(cand >= 0)
+    while len(todo):
+        todo = todo[values[cand[todo]] <= values[todo]]
+        cand[todo] = cand[cand[todo]]
+        todo = todo[cand[todo] >= 0]
+    return cand
+
+
+def _codes_and_texts(values) -> tuple[np.ndarray, list[str]]:
+    """Codes into the distinct values' texts (-1: missing): a category's own codes, else one factorization."""
+    if isinstance(values, pd.Series) and isinstance(values.dtype, pd.CategoricalDtype):
+        return values.cat.codes.to_numpy().astype(np.int64), [str(v) for v in values.cat.categories]
+    codes, uniques = pd.factorize(np.asarray(values, dtype=object))
+    return codes.astype(np.int64, copy=False), [str(u) for u in uniques]
+
+
+def thread_codes(pid, tid, table: dict[tuple[str, str], int]) -> np.ndarray:
+    """Each (pid, tid) pair's code in `table`, which maps the pair's text (new pairs are added); -1
+    where either is missing (no thread: it matches none).
+
+    Threads compare as text: tables keep them as categories of strings, points may carry them as
+    objects or numbers. Done per distinct pair: a trace has a handful of threads and 10^6 events."""
+    if len(pid) == 0:
+        return np.zeros(0, dtype=np.int64)
+    pc, pt = _codes_and_texts(pid)
+    tc, tt = _codes_and_texts(tid)
+    width = len(tt) + 1
+    combined = (pc + 1) * width + (tc + 1)
+    size = (len(pt) + 1) * width
+    if size <= 4 * len(combined) + 1024:      # few distinct pairs possible: a lookup table, no sort
+        present = np.zeros(size, dtype=bool)
+        present[combined] = True
+        pairs = np.flatnonzero(present)
+        inverse = None
+    else:
+        pairs, inverse = np.unique(combined, return_inverse=True)
+    mapped = np.array([-1 if q // width == 0 or q % width == 0 else
+                       table.setdefault((pt[q // width - 1], tt[q % width - 1]), len(table))
+                       for q in pairs.tolist()], dtype=np.int64)
+    if inverse is None:
+        lookup = np.full(size, -1, dtype=np.int64)
+        lookup[pairs] = mapped
+        return lookup[combined]
+    return mapped[inverse.reshape(-1)]
+
+
+def groups_of(codes: np.ndarray) -> dict[int, np.ndarray]:
+    """Row positions (ascending) of each code."""
+    order = np.argsort(codes, kind="stable")
+    sorted_codes = codes[order]
+    cuts = np.flatnonzero(sorted_codes[1:] != sorted_codes[:-1]) + 1
+    return {int(codes[part[0]]): part for part in np.split(order, cuts)} if len(codes) else {}
+
+
+def ranges_on_threads(ranges: pd.DataFrame, pid, tid, points: np.ndarray,
                       outermost: bool = False) -> np.ndarray:
     """Row position in `ranges` (columns pid, tid, ts, dur) of the innermost (or outermost) range
-    on each point's own thread that holds it; -1 if none."""
+    on each point's own thread that holds it; -1 if none. `pid`, `tid`: the points' threads
+    (arrays, or Series: a categorical one is read by its codes)."""
     out = np.full(len(points), -1, dtype=np.int64)
     if len(ranges) == 0 or len(points) == 0:
         return out
-    r_groups = ranges.groupby(["pid", "tid"], observed=True, sort=False).indices
-    keys = pd.DataFrame({"pid": np.asarray(pid, dtype=object), "tid": np.asarray(tid, dtype=object)})
-    p_groups = keys.groupby(["pid", "tid"], sort=False).indices
-    # Thread keys compare as text: tables keep them as categories of strings.
-    r_by_text = {(str(p), str(t)): idx for (p, t), idx in r_groups.items()}
+    table: dict[tuple[str, str], int] = {}
+    r_groups = groups_of(thread_codes(ranges["pid"], ranges["tid"], table))
+    p_groups = groups_of(thread_codes(pid, tid, table))
     ts = ranges["ts"].to_numpy(dtype=float)
     end = ts + ranges["dur"].to_numpy(dtype=float)
     pts = np.asarray(points, dtype=float)
-    for (p, t), p_idx in p_groups.items():
-        r_idx = r_by_text.get((str(p), str(t)))
+    for code, p_idx in p_groups.items():
+        r_idx = r_groups.get(code) if code >= 0 else None
         if r_idx is None:
             continue
         hit = containing_range(ts[r_idx], end[r_idx], pts[p_idx], outermost)

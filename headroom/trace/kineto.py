@@ -203,6 +203,7 @@ class Chunk:
     cut_error: bool = False     # the chunk did not end between two events (or the document ended early)
     json_error: tuple[int, str] | None = None   # (byte offset in the chunk, msgspec's words)
     error: str | None = None    # any other reason the chunk cannot be read
+    files: dict[str, str] = field(default_factory=dict)   # tables written to Arrow files (chunks.spill)
 
 
 _BYTE = re.compile(r"\(byte (\d+)\)")

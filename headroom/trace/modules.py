@@ -23,8 +23,8 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from headroom.trace.intervals import containing_range, nested_self_times, ranges_on_threads
-from headroom.trace.ranges import FRAME_PREFIX, MODULE_PREFIX, MODULE_RANGE_PREFIX, parse_module_range
+from headroom.trace.intervals import containing_range, groups_of, nested_self_times, ranges_on_threads, thread_codes
+from headroom.trace.ranges import MODULE_PREFIX, MODULE_RANGE_PREFIX, parse_module_range
 from headroom.trace.tables import Trace
 
 STACK_SEP = "/"
@@ -94,17 +94,11 @@ def _stacks(paths: np.ndarray, types: np.ndarray) -> np.ndarray:
     return np.array([memo[p] for p in paths.tolist()], dtype=object)
 
 
-def _ops(trace: Trace) -> pd.DataFrame:
-    cpu = trace.cpu
-    ops = cpu[(cpu["cat"] == "cpu_op").to_numpy() & ~trace.cpu_names_start_with(FRAME_PREFIX)]
-    return ops.reset_index(drop=True)
-
-
 def backward_links(trace: Trace) -> pd.DataFrame:
     """Backward ops with the forward op each ran for: pid, tid, ts, dur, fwd_pid, fwd_tid, fwd_ts, via.
 
     `via` says how the link was found: "flow" (Kineto's fwdbwd flow) or "sequence"."""
-    ops = _ops(trace)
+    ops = trace.cpu_ops()
     cols = ["pid", "tid", "ts", "dur"]
     empty = pd.DataFrame({c: [] for c in cols + ["fwd_pid", "fwd_tid", "fwd_ts", "via"]})
     if len(ops) == 0:
@@ -112,22 +106,24 @@ def backward_links(trace: Trace) -> pd.DataFrame:
     frames = []
     pairs = trace.flows
     linked = np.zeros(len(ops), dtype=bool)
+    threads: dict[tuple[str, str], int] = {}     # (pid, tid) text -> code: threads are joined as codes
+    op_thread = thread_codes(ops["pid"], ops["tid"], threads)
+    op_ts = ops["ts"].to_numpy(dtype=float)
+
+    def link(rows: np.ndarray, fwd_pid: np.ndarray, fwd_tid: np.ndarray, fwd_ts: np.ndarray, via: str) -> None:
+        frames.append(pd.DataFrame({**{c: ops[c].iloc[rows].to_numpy() for c in cols},
+                                    "fwd_pid": fwd_pid, "fwd_tid": fwd_tid, "fwd_ts": fwd_ts, "via": via}))
+
     if len(pairs):
-        f = pd.DataFrame({"pid": pairs["end_pid"].astype(str).to_numpy(), "tid": pairs["end_tid"].astype(str).to_numpy(),
-                          "ts": pairs["end_ts"].to_numpy(dtype=float),
-                          "fwd_pid": pairs["start_pid"].astype(str).to_numpy(),
-                          "fwd_tid": pairs["start_tid"].astype(str).to_numpy(),
-                          "fwd_ts": pairs["start_ts"].to_numpy(dtype=float)})
-        o = pd.DataFrame({"pid": ops["pid"].astype(str).to_numpy(), "tid": ops["tid"].astype(str).to_numpy(),
-                          "ts": ops["ts"].to_numpy(dtype=float), "row": np.arange(len(ops))})
         # Kineto writes the flow end at the backward op's own start.
-        hit = o.merge(f.drop_duplicates(["pid", "tid", "ts"]), on=["pid", "tid", "ts"], how="inner")
-        if len(hit):
-            rows = hit["row"].to_numpy()
+        match = _first_match(op_thread, op_ts, thread_codes(pairs["end_pid"], pairs["end_tid"], threads),
+                             pairs["end_ts"].to_numpy(dtype=float))
+        rows = np.flatnonzero(match >= 0)
+        if len(rows):
+            pair = match[rows]
             linked[rows] = True
-            frames.append(pd.DataFrame({**{c: ops[c].to_numpy()[rows] for c in cols},
-                                        "fwd_pid": hit["fwd_pid"].to_numpy(), "fwd_tid": hit["fwd_tid"].to_numpy(),
-                                        "fwd_ts": hit["fwd_ts"].to_numpy(), "via": "flow"}))
+            link(rows, _texts(pairs["start_pid"], pair), _texts(pairs["start_tid"], pair),
+                 pairs["start_ts"].to_numpy(dtype=float)[pair], "flow")
     if "sequence" in ops.columns and "fwd_thread" in ops.columns:
         seq = ops["sequence"].to_numpy()
         fwd_thread = ops["fwd_thread"].to_numpy()
@@ -136,25 +132,50 @@ def backward_links(trace: Trace) -> pd.DataFrame:
         bwd = has & (fwd_thread > 0) & ~linked
         fwd = has & (fwd_thread <= 0)
         if bwd.any() and fwd.any():
-            cand = pd.DataFrame({"sequence": seq[fwd], "fwd_pid": ops["pid"].astype(str).to_numpy()[fwd],
-                                 "fwd_tid": ops["tid"].astype(str).to_numpy()[fwd],
-                                 "fwd_ts": ops["ts"].to_numpy(dtype=float)[fwd]})
-            threads = cand.groupby("sequence")[["fwd_pid", "fwd_tid"]].nunique()
-            single = threads.index[(threads["fwd_pid"] == 1) & (threads["fwd_tid"] == 1)]
+            cand = pd.DataFrame({"sequence": seq[fwd], "thread": op_thread[fwd], "fwd_ts": op_ts[fwd],
+                                 "fwd_row": np.flatnonzero(fwd)})
+            # Only numbers that one forward thread holds name an op.
+            n_threads = cand.groupby("sequence")["thread"].nunique()
+            single = n_threads.index[n_threads == 1]
             cand = cand[cand["sequence"].isin(single)].sort_values("fwd_ts").drop_duplicates("sequence", keep="last")
-            b = pd.DataFrame({"sequence": seq[bwd], "row": np.flatnonzero(bwd)})
-            hit = b.merge(cand, on="sequence", how="inner")
-            if len(hit):
-                rows = hit["row"].to_numpy()
-                frames.append(pd.DataFrame({**{c: ops[c].to_numpy()[rows] for c in cols},
-                                            "fwd_pid": hit["fwd_pid"].to_numpy(), "fwd_tid": hit["fwd_tid"].to_numpy(),
-                                            "fwd_ts": hit["fwd_ts"].to_numpy(), "via": "sequence"}))
+            keys = cand["sequence"].to_numpy()
+            order = np.argsort(keys, kind="stable")
+            rows = np.flatnonzero(bwd)
+            at = np.minimum(np.searchsorted(keys[order], seq[rows]), len(keys) - 1) if len(keys) else None
+            found = (keys[order][at] == seq[rows]) if at is not None else np.zeros(len(rows), dtype=bool)
+            if found.any():
+                rows, pick = rows[found], order[at[found]]
+                fwd_row = cand["fwd_row"].to_numpy()[pick]
+                link(rows, _texts(ops["pid"], fwd_row), _texts(ops["tid"], fwd_row),
+                     cand["fwd_ts"].to_numpy()[pick], "sequence")
     if not frames:
         return empty
     return pd.concat(frames, ignore_index=True)
 
 
-def attribute_modules(trace: Trace, pid: np.ndarray, tid: np.ndarray, ts: np.ndarray,
+def _first_match(thread: np.ndarray, ts: np.ndarray, key_thread: np.ndarray, key_ts: np.ndarray) -> np.ndarray:
+    """For each (thread, ts), the position of the first key with the same thread code (>= 0) and the
+    same time, or -1: a join on both, per thread by binary search."""
+    out = np.full(len(ts), -1, dtype=np.int64)
+    keys = groups_of(key_thread)
+    for code, rows in groups_of(thread).items():
+        k = keys.get(code)
+        if code < 0 or k is None:
+            continue
+        order = k[np.argsort(key_ts[k], kind="stable")]     # equal times: the first key first
+        sorted_ts = key_ts[order]
+        at = np.minimum(np.searchsorted(sorted_ts, ts[rows], side="left"), len(order) - 1)
+        same = sorted_ts[at] == ts[rows]
+        out[rows[same]] = order[at[same]]
+    return out
+
+
+def _texts(values: pd.Series, rows: np.ndarray) -> np.ndarray:
+    """The text of `values` at row positions `rows`."""
+    return values.iloc[rows].astype(str).to_numpy(dtype=object)
+
+
+def attribute_modules(trace: Trace, pid: np.ndarray | pd.Series, tid: np.ndarray | pd.Series, ts: np.ndarray,
                       ranges: pd.DataFrame | None = None,
                       links: pd.DataFrame | None = None) -> ModuleColumns:
     """Module path, class, enclosing classes and backward flag for points (pid, tid, ts) on CPU threads."""

@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 import lazy_loader
 
-from headroom.trace.ranges import PROFILER_STEP_PREFIX
+from headroom.trace.ranges import FRAME_PREFIX, PROFILER_STEP_PREFIX
 
 pl = lazy_loader.load("polars")   # imported on first use (a cached analysis needs none)
 
@@ -67,6 +67,17 @@ class Trace:
         hit = np.fromiter((isinstance(u, str) and u.startswith(prefixes) for u in uniques), dtype=bool,
                           count=len(uniques))
         return hit[codes]
+
+    def cpu_ops(self) -> pd.DataFrame:
+        """The cpu table's ops (cat cpu_op), without headroom's own frame ranges (``headroom/...``: C++
+        RecordFunctions too, but frames, not work), indexed 0..n-1. Kept: attribution asks twice."""
+        memo = self.__dict__.get("_cpu_ops")
+        if memo is None or memo[0] is not self.cpu:
+            cpu = self.cpu
+            ops = cpu[(cpu["cat"] == "cpu_op").to_numpy() & ~self.cpu_names_start_with(FRAME_PREFIX)]
+            memo = (cpu, ops.reset_index(drop=True))
+            self.__dict__["_cpu_ops"] = memo
+        return memo[1]
 
     @cached_property
     def steps(self) -> pd.DataFrame:

@@ -48,7 +48,7 @@ class Worker:
     def __init__(self) -> None:
         root = str(Path(__file__).resolve().parents[2])
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p),
-                   HEADROOM_LOAD_WORKERS="0")
+                   HEADROOM_LOAD_WORKERS="0", POLARS_MAX_THREADS="1")   # one core each: the loader has the other
         self.process = subprocess.Popen([sys.executable, "-c", "from headroom.trace.worker_main import main; main()"],
                                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env)
         self.busy = False
@@ -63,9 +63,10 @@ class Worker:
         send(self.process.stdin, FILE, pickle.dumps((str(path), lenient)))
         self.busy = True
 
-    def submit_half(self, path: Path, start: int, prefix: bytes) -> None:
-        """Decode a plain file's events from byte `start` to the end (chunks.decode_second_half)."""
-        send(self.process.stdin, HALF, pickle.dumps((str(path), start, prefix)))
+    def submit_half(self, path: Path, start: int, prefix: bytes, folder: Path | None = None) -> None:
+        """Decode a plain file's events from byte `start` to the end (chunks.decode_second_half), its parts'
+        tables written to Arrow files in `folder` (chunks.spill) when one is given."""
+        send(self.process.stdin, HALF, pickle.dumps((str(path), start, prefix, str(folder) if folder else None)))
         self.busy = True
 
     def result(self, last: bool = True):

@@ -29,8 +29,11 @@ def main() -> None:
             if kind == worker.CHUNK:
                 result = kineto.decode_events(view[1:])
             elif kind == worker.HALF:
-                path, start, prefix = pickle.loads(view[1:])
-                result = chunks.decode_second_half(Path(path), start, prefix)
+                path, start, prefix, folder = pickle.loads(view[1:])
+                numbers = iter(range(1 << 30))
+                result = chunks.decode_second_half(
+                    Path(path), start, prefix,
+                    (lambda part: chunks.spill(part, Path(folder), next(numbers))) if folder else (lambda part: part))
                 if not isinstance(result, str):
                     _send_parts(stdout, *result)
                     continue

@@ -10,6 +10,7 @@ machine's load average. The summary compares medians.
     python benchmarks/bench_loader.py [--shapes inference,training,communication] [--mb 250]
                                       [--repeat 3] [--out results.json]
     python benchmarks/bench_loader.py --shapes training --mb 2000 --readers headroom,headroom-worker
+    python benchmarks/bench_loader.py --tree old=/path/to/old/checkout --readers headroom,headroom@old ...
 
 Targets (issue #14): headroom >= 10x faster than HTA, faster than json.load
 alone, at most half of HTA's peak RSS; the second command on a trace (cached) <= 1 s.
@@ -96,8 +97,16 @@ def load_average() -> float:
     return os.getloadavg()[0]
 
 
+# Other checkouts to run a reader from (`--tree NAME=PATH`: reader `headroom@NAME`), side by side with this
+# one: an A/B of two commits in one run, where the machine's drift between runs would bias two runs.
+TREES: dict[str, Path] = {}
+
+
 def run_reader(name: str, path: Path, python: str, cache_dir: Path) -> dict:
-    env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""),
+    reader = name
+    name, _, tree = name.partition("@")
+    repo = TREES[tree] if tree else REPO
+    env = dict(os.environ, PYTHONPATH=str(repo) + os.pathsep + os.environ.get("PYTHONPATH", ""),
                HEADROOM_CACHE_DIR=str(cache_dir))
     if name == "headroom-1proc":
         env["HEADROOM_LOAD_WORKERS"] = "0"
@@ -109,27 +118,27 @@ def run_reader(name: str, path: Path, python: str, cache_dir: Path) -> dict:
         # PYTHONDONTWRITEBYTECODE=1, set on some machines, would recompile every module every run).
         env.pop("PYTHONDONTWRITEBYTECODE", None)
         # Fill the cache (not timed), then time the whole second command.
-        subprocess.run([python, *CACHED_COMMAND, str(path)], capture_output=True, env=env, check=False)
+        subprocess.run([python, *CACHED_COMMAND, str(path)], capture_output=True, env=env, check=False, cwd=repo)
         t0 = time.perf_counter()
-        p = subprocess.run([python, *CACHED_COMMAND, str(path)], capture_output=True, text=True, env=env)
+        p = subprocess.run([python, *CACHED_COMMAND, str(path)], capture_output=True, text=True, env=env, cwd=repo)
         wall = time.perf_counter() - t0
         if p.returncode != 0:
-            return {"reader": name, "error": p.stderr.strip()[-300:]}
+            return {"reader": reader, "error": p.stderr.strip()[-300:]}
         shutil.rmtree(cache_dir, ignore_errors=True)
-        return {"reader": name, "seconds": wall, "process_wall_s": wall, "load_avg_1m": load,
+        return {"reader": reader, "seconds": wall, "process_wall_s": wall, "load_avg_1m": load,
                 "peak_rss_mb": None, "result": {"total_us": json.loads(p.stdout)["total_us"]}}
     code = CHILD.format(body=READERS[name].strip())
     t0 = time.perf_counter()
-    returncode, stdout, stderr, at_once = _run_sampled([python, "-c", code, str(path)], env)
+    returncode, stdout, stderr, at_once = _run_sampled([python, "-c", code, str(path)], env, cwd=repo)
     wall = time.perf_counter() - t0
     if returncode != 0:
-        return {"reader": name, "error": stderr.strip().splitlines()[-1] if stderr.strip() else f"exit {returncode}"}
+        return {"reader": reader, "error": stderr.strip().splitlines()[-1] if stderr.strip() else f"exit {returncode}"}
     out = json.loads(stdout.strip().splitlines()[-1])
     # Two measures: the sum of the reader's and its worker's own peaks (an upper bound: the two need not
     # peak at once), and the largest total of both sampled at the same moment (every 20 ms).
     out["peak_rss_mb"] = out["peak_rss_mb"] + out.pop("children_peak_rss_mb")
     out["peak_rss_at_once_mb"] = at_once / 2**20
-    return {"reader": name, "process_wall_s": wall, "load_avg_1m": load, **out}
+    return {"reader": reader, "process_wall_s": wall, "load_avg_1m": load, **out}
 
 
 def _tree_rss(pid: int) -> int:
@@ -145,10 +154,10 @@ def _tree_rss(pid: int) -> int:
     return total + sum(_tree_rss(k) for k in kids)
 
 
-def _run_sampled(cmd: list[str], env: dict) -> tuple[int, str, str, int]:
+def _run_sampled(cmd: list[str], env: dict, cwd: Path | None = None) -> tuple[int, str, str, int]:
     """Run `cmd`, polling its process tree's resident memory until it ends: (exit code, stdout, stderr,
     the largest total seen). Its pipes are read by threads meanwhile, so it never blocks on them."""
-    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=cwd)
     text: dict[str, str] = {}
     readers = [threading.Thread(target=lambda s=s, k=k: text.__setitem__(k, s.read()), daemon=True)
                for s, k in ((p.stdout, "out"), (p.stderr, "err"))]
@@ -219,7 +228,14 @@ def main() -> None:
     ap.add_argument("--hta-repeat", type=int, default=3, help="runs of HTA")
     ap.add_argument("--tmp", type=Path, default=None, help="where to build the traces (default: a temporary dir)")
     ap.add_argument("--trace", type=Path, default=None, help="use this trace (one shape) instead of building it")
+    ap.add_argument("--tree", action="append", default=[], metavar="NAME=PATH",
+                    help="another checkout: readers named headroom@NAME run from it, side by side")
     args = ap.parse_args()
+    for spec in args.tree:
+        tree_name, _, where = spec.partition("=")
+        if not tree_name or not Path(where, "headroom").is_dir():
+            raise SystemExit(f"--tree {spec}: expected NAME=PATH of a headroom checkout")
+        TREES[tree_name] = Path(where).resolve()
     readers = args.readers.split(",")
     result = {"machine": f"{platform.node()} {platform.processor() or platform.machine()} {os.cpu_count()} cores, "
                          f"{os.sysconf('SC_PAGE_SIZE') * os.sysconf('SC_PHYS_PAGES') / 2**30:.0f} GiB",

@@ -243,7 +243,7 @@ def test_the_spill_folder_is_removed_when_the_worker_fails(tmp_path, monkeypatch
     p = _trace(tmp_path, [STEP, LAUNCH] + [_kernel(name=f"k{i}") for i in range(300)])
     base = _spill_folders(monkeypatch, tmp_path)
     _spy_halves(monkeypatch)
-    monkeypatch.setattr(load, "_from_worker_file", lambda helper, last=True: (_ for _ in ()).throw(
+    monkeypatch.setattr(chunks, "from_worker", lambda helper, last=True: (_ for _ in ()).throw(
         TraceError("the loader's worker process failed (test)")))
     with pytest.raises(TraceError, match="worker process failed"):
         load_trace(p, use_cache=False)

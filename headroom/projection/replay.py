@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import bisect
 import math
+from operator import itemgetter
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -309,13 +310,14 @@ def _replay(b: Baseline, f: np.ndarray, new_dur: np.ndarray, back_to_back_us: fl
             cand = by_end[lo:hi]
             cand = cand[(launch[cand] <= t0) | (corr[cand] == s_corr[i])] if len(cand) else cand
             g_meas = g_new = -math.inf
-            for c in cand.tolist():
-                e2 = end2_l[c]
-                if e2 == e2:  # replayed already (not NaN)
-                    if L_end[c] > g_meas:
-                        g_meas = L_end[c]
-                    if e2 > g_new:
-                        g_new = e2
+            if len(cand):
+                # The candidates' replayed ends so far, gathered in C (a sync can have 10^4 of them).
+                e2 = np.array(itemgetter(*cand.tolist())(end2_l) if len(cand) > 1 else [end2_l[int(cand[0])]],
+                              dtype=float)
+                done = e2 == e2          # replayed already (not NaN)
+                if done.any():
+                    g_new = float(e2[done].max())
+                    g_meas = float(end[cand[done]].max())
             wait = max(0.0, g_meas - t0)
             nowait = (t1 - t0) - wait
             new_end = cpu_scale * nowait + max(new_t0, g_new)

@@ -51,11 +51,16 @@ def decode_chunks(path: Path, source: Iterable, helper=None,
     return chunks, None
 
 
-def from_worker(helper):
+def from_worker(helper, last: bool = True):
+    """The worker's next answer (`last=False`: more follow); an error it sent back is raised here, as this
+    process's own."""
     try:
-        return helper.result()
+        result = helper.result(last)
     except (EOFError, OSError, pickle.UnpicklingError) as e:
         raise TraceError(f"the loader's worker process failed ({e}); HEADROOM_LOAD_WORKERS=0 loads without it") from None
+    if isinstance(result, Exception):
+        raise result
+    return result
 
 
 def keep(path: Path, chunks: list[Chunk], chunk: Chunk, offset: int) -> None:

@@ -23,7 +23,6 @@ from __future__ import annotations
 import gc
 import json
 import os
-import pickle
 import shutil
 import tempfile
 from pathlib import Path
@@ -127,7 +126,7 @@ def iter_traces(files: list[Path], lenient: bool = False, use_cache: bool = True
         for i, path in enumerate(files):
             key = cache.key(path, lenient) if use_cache else None
             if queued is not None and queued[0] == path:
-                result = _from_worker_file(helper)
+                result = chunks.from_worker(helper)
                 queued = None
                 decoded = result
             else:
@@ -165,16 +164,6 @@ def _worth_a_worker(path: Path, nxt: Path, use_cache: bool, lenient: bool) -> bo
         return available is None or needed_memory(path) + needed_memory(nxt) < available
     except TraceError:
         return False    # e.g. the next file is gone: it is named when its turn comes
-
-
-def _from_worker_file(helper: Worker, last: bool = True):
-    try:
-        result = helper.result(last)
-    except (EOFError, OSError, pickle.UnpicklingError) as e:
-        raise TraceError(f"the loader's worker process failed ({e}); HEADROOM_LOAD_WORKERS=0 loads without it") from None
-    if isinstance(result, Exception):
-        raise result
-    return result
 
 
 def decode(path: Path, lenient: bool = False, workers: bool = True):
@@ -236,13 +225,13 @@ def _decoded_in_halves(path: Path, helper: Worker):
         except document._Fallback:
             helper.close()      # its half may be several messages long: stop it rather than read them
             return None
-        first = _from_worker_file(helper, last=False)
+        first = chunks.from_worker(helper, last=False)
         if first == chunks.CUT_WRONG:
-            helper.busy = False     # that was its whole answer
+            helper.answered()     # that was its whole answer
             return None
         for _ in range(first):     # the number of parts, then each part, then the Document
-            mine.append(chunks.unspill(_from_worker_file(helper, last=False)))
-        return mine, _from_worker_file(helper)
+            mine.append(chunks.unspill(chunks.from_worker(helper, last=False)))
+        return mine, chunks.from_worker(helper)
     finally:
         if helper.busy:
             helper.close()      # stopped before its folder goes: it may still be writing a part

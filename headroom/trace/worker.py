@@ -77,6 +77,10 @@ class Worker:
             raise EOFError("the loader's worker process ended")
         return pickle.loads(payload)
 
+    def answered(self) -> None:
+        """The answer just read (with `result(last=False)`) was the whole of it: nothing more follows."""
+        self.busy = False
+
     def close(self) -> None:
         if self.closed:
             return

@@ -285,12 +285,21 @@ def _rows_in_loader_order(frame: pl.DataFrame) -> pl.DataFrame:
     if not bool((index[1:] > index[:-1]).all()):   # chunks keep their events in order; if not, put them so
         frame = frame.sort("index")
         index = frame["index"].to_numpy()
-    # Rows are in event order, so a (block, kind) group's first row is its first event: sorting stably by
-    # that event's index groups the kinds of each block in order of appearance, rows in event order.
-    kinds = frame["kind"].cast(pl.Categorical).to_physical().cast(pl.Int64).to_numpy()
-    group = (index // ORDER_BLOCK) * (int(kinds.max()) + 1) + kinds
-    _, first_row, of_group = np.unique(group, return_index=True, return_inverse=True)
-    order = np.argsort(index[first_row][of_group], kind="stable")
+    # Rows are in event order, so a (block, kind) group's first row is its first event: ranking the groups
+    # by their first row and sorting stably by that rank groups the kinds of each block in order of
+    # appearance, rows in event order. The groups are few (blocks x kinds): a table of their first rows,
+    # not a sort of the rows, and a stable sort of small integers (radix) for the order.
+    kinds = frame["kind"].cast(pl.Categorical).to_physical().to_numpy().astype(np.int64)
+    block = index // ORDER_BLOCK
+    group = (block - block[0]) * (int(kinds.max()) + 1) + kinds
+    rows = np.arange(len(group), dtype=np.int64)
+    first = np.full(int(group.max()) + 1, len(group), dtype=np.int64)
+    np.minimum.at(first, group, rows)
+    present = np.flatnonzero(first < len(group))
+    rank = np.zeros(len(first), dtype=np.int64)
+    rank[present[np.argsort(first[present], kind="stable")]] = np.arange(len(present))
+    key = rank[group]
+    order = np.argsort(key.astype(np.int16) if len(present) < (1 << 15) else key, kind="stable")
     if bool((order[1:] == order[:-1] + 1).all()):
         return frame
     return frame[order]

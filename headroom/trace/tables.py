@@ -133,9 +133,12 @@ def _categories(column: pl.Series) -> pd.Categorical:
 def _thread_keys(column: pl.Series) -> pd.Categorical:
     """pid/tid as strings, stored as categories (numeric ones in numeric order)."""
     if column.dtype.is_integer() and column.null_count() == 0:
-        # All numbers: dense ranks are the codes of the numerically ordered categories.
-        codes = (column.rank("dense") - 1).cast(pl.Int64).to_numpy() if len(column) else np.empty(0, np.int64)
-        return pd.Categorical.from_codes(codes, categories=[str(v) for v in column.unique().sort().to_list()])
+        # All numbers: each one's place among the few distinct ones (sorted) is its code, the codes of the
+        # numerically ordered categories (a binary search per row, not a sort of the column).
+        distinct = column.unique().sort()
+        codes = np.searchsorted(distinct.to_numpy(), column.to_numpy()).astype(np.int64) if len(column) \
+            else np.empty(0, np.int64)
+        return pd.Categorical.from_codes(codes, categories=[str(v) for v in distinct.to_list()])
     column = column.cast(pl.String)
     codes, values = _distinct(column)
     order = sorted(range(len(values)), key=lambda i: _numbers_first(values[i]))
@@ -153,9 +156,13 @@ def _small_ints(column: pl.Series, fallback: pl.Series) -> np.ndarray:
     return column.fill_null(fallback.cast(pl.Int64, strict=False)).fill_null(-1).to_numpy()
 
 
-def _cpu_side_columns(t: pl.DataFrame) -> dict[str, Any]:
-    """name/cat/pid/tid/ts/dur columns of a CPU-side table (launches, CPU ranges)."""
-    return {"name": _names(t["name"]), "cat": _categories(t["kind"]),
+def _cpu_side_columns(t: pl.DataFrame, name_codes: list | None = None) -> dict[str, Any]:
+    """name/cat/pid/tid/ts/dur columns of a CPU-side table (launches, CPU ranges); `name_codes`, if given,
+    receives the names' codes and distinct values (Trace.cpu_names_start_with asks for them)."""
+    codes, values = _distinct(t["name"])
+    if name_codes is not None:
+        name_codes += [codes, np.asarray(values, dtype=object)]
+    return {"name": np.asarray(values, dtype=object)[codes], "cat": _categories(t["kind"]),
             "pid": _thread_keys(t["pid"]), "tid": _thread_keys(t["tid"]),
             "ts": t["ts"].to_numpy(), "dur": t["dur"].fill_null(0.0).to_numpy()}
 
@@ -211,7 +218,8 @@ def _tabulate(source: str, tables: dict[str, pl.DataFrame], base_ns: int | None,
     launches = pd.DataFrame({**_cpu_side_columns(c), "correlation": _ids(c["correlation"]),
                              "external_id": _ids(c["external_id"])})
     c = tables.pop("cpu")
-    cpu = pd.DataFrame({**_cpu_side_columns(c), "external_id": _ids(c["external_id"]),
+    name_codes: list = []
+    cpu = pd.DataFrame({**_cpu_side_columns(c, name_codes), "external_id": _ids(c["external_id"]),
                         "sequence": _ids(c["sequence"]), "fwd_thread": _ids(c["fwd_thread"]),
                         "inputs": _names(c["inputs"])})
     gpu_annotations = pd.DataFrame(_device_side_columns(tables.pop("gpu_annotations")))
@@ -222,6 +230,8 @@ def _tabulate(source: str, tables: dict[str, pl.DataFrame], base_ns: int | None,
         "wait_on_stream": s["wait_on_stream"].fill_null(-1).to_numpy(),
         "wait_on_cuda_event_record_corr_id": _ids(s["wait_on_cuda_event_record_corr_id"]),
     })
-    return Trace(source=source, gpu=gpu, cpu=cpu, launches=launches, gpu_annotations=gpu_annotations,
-                 syncs=syncs, base_ns=base_ns, metadata=meta, flows=_flow_pairs(flows),
-                 warnings=list(warnings or []))
+    trace = Trace(source=source, gpu=gpu, cpu=cpu, launches=launches, gpu_annotations=gpu_annotations,
+                  syncs=syncs, base_ns=base_ns, metadata=meta, flows=_flow_pairs(flows),
+                  warnings=list(warnings or []))
+    trace.__dict__["_cpu_name_codes"] = (cpu, *name_codes)     # the names' codes, known here already
+    return trace

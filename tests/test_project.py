@@ -187,6 +187,25 @@ def test_replay_memo_returns_the_same_replay_until_the_baseline_changes():
     assert again is not first and again.projected_us == pytest.approx(101.0)
 
 
+def test_replays_share_one_plan_and_carry_no_state_between_them():
+    rows = [("A", "elementwise", -10, 0, 40, 1), ("B", "gemm", -8, 40, 30, 1), ("C", "elementwise", -3, 75, 20, 2),
+            ("D", "elementwise", 60, 100, 10, 1), ("E", "softmax", 61, 111, 5, 2)]
+    mask = np.array([True, False, True, True, False])
+
+    def fresh():
+        b = kernels(rows)
+        b.runtime = pd.DataFrame({"name": ["cudaDeviceSynchronize"], "pid": ["1"], "tid": ["1"], "ts": [50.0],
+                                  "dur": [50.0], "correlation": [-1]})
+        return b
+    shared = fresh()
+    got = [replay(shared, f, mask, cpu_scale=c) for f, c in ((2.0, 1.0), (4.0, 0.5), (1.5, 1.0))]
+    for (f, c), r in zip(((2.0, 1.0), (4.0, 0.5), (1.5, 1.0)), got):
+        alone = replay(fresh(), f, mask, cpu_scale=c)      # its own baseline: nothing memoised before it
+        assert r.ts.tolist() == alone.ts.tolist() and r.end.tolist() == alone.end.tolist()
+        assert r.projected_us == alone.projected_us and r.n_syncs == alone.n_syncs == 1
+    assert len(shared.__dict__["_plans"][1]) == 1          # one plan for the three (same parameters)
+
+
 def _pid_codes_one_by_one(values, table):
     out = []
     for v in values:

@@ -194,7 +194,7 @@ def decode(path: Path, lenient: bool = False, workers: bool = True):
 # its parts to files as it goes, while this process reads them back at the end: both should finish
 # together. On the benchmark machine: 0.4 s to start, 6.0 s of decoding per GB here, 6.8 s per GB in the
 # worker (its writes included), 0.35 s per GB of the worker's text to read its parts back; so this process
-# takes 63% of a 260 MB file and 53% of 2 GB.
+# takes 64% of a 260 MB file and 53% of 2 GB.
 WORKER_START_S = 0.4
 DECODE_S_PER_BYTE = 6.0e-9
 WORKER_S_PER_BYTE = 6.8e-9

@@ -76,10 +76,9 @@ def _measured_timeline(b: Baseline) -> tuple:
     threads, each event's predecessor on its stream and cross-stream dependency with the measured
     gaps and lags, and the blocking CPU calls in the window. Computed once per baseline (`targets`
     replays one trace many times)."""
-    key = (b.events, b.syncs, b.runtime, b.window)
-    memo = b.__dict__.get("_measured_timeline")
-    if memo is not None and all(a is k or (type(a) is tuple and a == k) for a, k in zip(memo[0], key)):
-        return memo[1]
+    memo = _memo(b, "_measured_timeline")
+    if "timeline" in memo:
+        return memo["timeline"]
     ev = b.events
     n = len(ev)
     ts = ev["ts"].to_numpy(dtype=float)
@@ -105,7 +104,7 @@ def _measured_timeline(b: Baseline) -> tuple:
     # Blocking synchronisations on the CPU (inside the window).
     syncs = _blocking_calls(b, pid_table)
     result = (launch, has_launch, pid_table, pids, prev, gap, dep, dep_gap, lag, syncs)
-    b.__dict__["_measured_timeline"] = (key, result)
+    memo["timeline"] = result
     return result
 
 

@@ -13,6 +13,8 @@ from typing import Iterable
 import numpy as np
 import pandas as pd
 
+from headroom.trace.intervals import codes_and_texts
+
 
 def stream_keys(ev: pd.DataFrame) -> np.ndarray:
     dev = ev["device"].astype(str) if "device" in ev.columns else pd.Series("0", index=ev.index)
@@ -23,13 +25,13 @@ def stream_keys(ev: pd.DataFrame) -> np.ndarray:
 
 def pid_codes(values: Iterable, table: dict) -> np.ndarray:
     """Each value's code in `table` (text of the value; None and NaN are ""), new texts added in order of
-    first appearance. Done per distinct value: there are a handful of processes and 10^5..10^6 events."""
-    series = values if isinstance(values, pd.Series) else pd.Series(list(values), dtype=object)
-    if len(series) == 0:
+    first appearance. Done per distinct value (trace.intervals.codes_and_texts): there are a handful of
+    processes and 10^5..10^6 events."""
+    codes, texts = codes_and_texts(values if isinstance(values, pd.Series) else np.asarray(list(values), dtype=object))
+    if len(codes) == 0:
         return np.zeros(0, dtype=np.int64)
-    codes, uniques = pd.factorize(series.astype(object), use_na_sentinel=True)
-    texts = [""] + [str(u) for u in uniques]        # position 0: the missing values
-    shifted = codes + 1
+    shifted = codes + 1                              # 0: the missing values, text ""
+    texts = [""] + texts
     present, first = np.unique(shifted, return_index=True)
     mapped = np.zeros(len(texts), dtype=np.int64)
     for k in present[np.argsort(first, kind="stable")].tolist():

@@ -20,7 +20,7 @@ from headroom.trace.intervals import containing_range, nested_self_times, ranges
 from headroom.trace.modules import attribute_modules
 from headroom.trace.phases import event_phases
 from headroom.trace.ranges import FRAME_PREFIX, MODULE_RANGE_PREFIX, PROFILER_STEP_PREFIX
-from headroom.trace.tables import Trace
+from headroom.trace.tables import Trace, texts_at
 
 __all__ = ["attribute_kernels_to_ops", "containing_range", "cpu_op_self_times"]
 
@@ -33,7 +33,7 @@ def _labels_on_threads(ranges: pd.DataFrame, pid: pd.Series, tid: pd.Series, ts:
         return result
     idx = ranges_on_threads(ranges, pid, tid, ts, outermost)
     ok = idx >= 0
-    result[ok] = ranges["name"].iloc[idx[ok]].astype(str).to_numpy(dtype=object)
+    result[ok] = texts_at(ranges["name"], idx[ok])
     return result
 
 
@@ -137,7 +137,7 @@ def _names_by_external_id(ops: pd.DataFrame, ext: np.ndarray) -> tuple[np.ndarra
     at = np.minimum(np.searchsorted(keys_cmp, ext), len(keys) - 1)
     named = keys_cmp[at] == ext
     if named.any():
-        out[named] = ops["name"].iloc[known[first[at[named]]]].astype(str).to_numpy(dtype=object)
+        out[named] = texts_at(ops["name"], known[first[at[named]]])
     return out, named
 
 

@@ -82,7 +82,7 @@ def previous_greater(values: np.ndarray) -> np.ndarray:
     return cand
 
 
-def _codes_and_texts(values) -> tuple[np.ndarray, list[str]]:
+def codes_and_texts(values) -> tuple[np.ndarray, list[str]]:
     """Codes into the distinct values' texts (-1: missing): a category's own codes, else one factorization."""
     if isinstance(values, pd.Series) and isinstance(values.dtype, pd.CategoricalDtype):
         return values.cat.codes.to_numpy().astype(np.int64), [str(v) for v in values.cat.categories]
@@ -98,8 +98,8 @@ def thread_codes(pid, tid, table: dict[tuple[str, str], int]) -> np.ndarray:
     objects or numbers. Done per distinct pair: a trace has a handful of threads and 10^6 events."""
     if len(pid) == 0:
         return np.zeros(0, dtype=np.int64)
-    pc, pt = _codes_and_texts(pid)
-    tc, tt = _codes_and_texts(tid)
+    pc, pt = codes_and_texts(pid)
+    tc, tt = codes_and_texts(tid)
     width = len(tt) + 1
     combined = (pc + 1) * width + (tc + 1)
     size = (len(pt) + 1) * width

@@ -25,7 +25,7 @@ import pandas as pd
 
 from headroom.trace.intervals import containing_range, groups_of, nested_self_times, ranges_on_threads, thread_codes
 from headroom.trace.ranges import MODULE_PREFIX, MODULE_RANGE_PREFIX, parse_module_range
-from headroom.trace.tables import Trace
+from headroom.trace.tables import Trace, texts_at
 
 STACK_SEP = "/"
 
@@ -122,7 +122,7 @@ def backward_links(trace: Trace) -> pd.DataFrame:
         if len(rows):
             pair = match[rows]
             linked[rows] = True
-            link(rows, _texts(pairs["start_pid"], pair), _texts(pairs["start_tid"], pair),
+            link(rows, texts_at(pairs["start_pid"], pair), texts_at(pairs["start_tid"], pair),
                  pairs["start_ts"].to_numpy(dtype=float)[pair], "flow")
     if "sequence" in ops.columns and "fwd_thread" in ops.columns:
         seq = ops["sequence"].to_numpy()
@@ -140,13 +140,14 @@ def backward_links(trace: Trace) -> pd.DataFrame:
             cand = cand[cand["sequence"].isin(single)].sort_values("fwd_ts").drop_duplicates("sequence", keep="last")
             keys = cand["sequence"].to_numpy()
             order = np.argsort(keys, kind="stable")
+            sorted_keys = keys[order]
             rows = np.flatnonzero(bwd)
-            at = np.minimum(np.searchsorted(keys[order], seq[rows]), len(keys) - 1) if len(keys) else None
-            found = (keys[order][at] == seq[rows]) if at is not None else np.zeros(len(rows), dtype=bool)
+            at = np.minimum(np.searchsorted(sorted_keys, seq[rows]), len(keys) - 1) if len(keys) else None
+            found = (sorted_keys[at] == seq[rows]) if at is not None else np.zeros(len(rows), dtype=bool)
             if found.any():
                 rows, pick = rows[found], order[at[found]]
                 fwd_row = cand["fwd_row"].to_numpy()[pick]
-                link(rows, _texts(ops["pid"], fwd_row), _texts(ops["tid"], fwd_row),
+                link(rows, texts_at(ops["pid"], fwd_row), texts_at(ops["tid"], fwd_row),
                      cand["fwd_ts"].to_numpy()[pick], "sequence")
     if not frames:
         return empty
@@ -168,11 +169,6 @@ def _first_match(thread: np.ndarray, ts: np.ndarray, key_thread: np.ndarray, key
         same = sorted_ts[at] == ts[rows]
         out[rows[same]] = order[at[same]]
     return out
-
-
-def _texts(values: pd.Series, rows: np.ndarray) -> np.ndarray:
-    """The text of `values` at row positions `rows`."""
-    return values.iloc[rows].astype(str).to_numpy(dtype=object)
 
 
 def attribute_modules(trace: Trace, pid: np.ndarray | pd.Series, tid: np.ndarray | pd.Series, ts: np.ndarray,

@@ -104,6 +104,11 @@ FLOW_PAIR_COLUMNS = ["id", "start_pid", "start_tid", "start_ts", "end_pid", "end
 
 # --- from polars columns to the pandas tables --------------------------------
 
+def texts_at(values: pd.Series, rows: np.ndarray) -> np.ndarray:
+    """The text of `values` at row positions `rows` (an object array): only those rows are converted."""
+    return values.iloc[rows].astype(str).to_numpy(dtype=object)
+
+
 def _ids(column: pl.Series) -> np.ndarray:
     """int64 ids (-1 where absent); ids beyond 64 bits keep an object column of Python ints."""
     if column.dtype == pl.Int128:
@@ -120,9 +125,14 @@ def _distinct(column: pl.Series) -> tuple[np.ndarray, list[str]]:
     return column.cast(pl.Enum(values)).to_physical().cast(pl.Int64).to_numpy(), values
 
 
-def _names(column: pl.Series) -> np.ndarray:
+def _named_codes(column: pl.Series) -> tuple[np.ndarray, np.ndarray]:
     codes, values = _distinct(column)
-    return np.asarray(values, dtype=object)[codes]
+    return codes, np.asarray(values, dtype=object)
+
+
+def _names(column: pl.Series) -> np.ndarray:
+    codes, values = _named_codes(column)
+    return values[codes]
 
 
 def _categories(column: pl.Series) -> pd.Categorical:
@@ -156,13 +166,11 @@ def _small_ints(column: pl.Series, fallback: pl.Series) -> np.ndarray:
     return column.fill_null(fallback.cast(pl.Int64, strict=False)).fill_null(-1).to_numpy()
 
 
-def _cpu_side_columns(t: pl.DataFrame, name_codes: list | None = None) -> dict[str, Any]:
-    """name/cat/pid/tid/ts/dur columns of a CPU-side table (launches, CPU ranges); `name_codes`, if given,
-    receives the names' codes and distinct values (Trace.cpu_names_start_with asks for them)."""
-    codes, values = _distinct(t["name"])
-    if name_codes is not None:
-        name_codes += [codes, np.asarray(values, dtype=object)]
-    return {"name": np.asarray(values, dtype=object)[codes], "cat": _categories(t["kind"]),
+def _cpu_side_columns(t: pl.DataFrame, names: tuple[np.ndarray, np.ndarray] | None = None) -> dict[str, Any]:
+    """name/cat/pid/tid/ts/dur columns of a CPU-side table (launches, CPU ranges); `names`: the name
+    column's codes and distinct values, when the caller has them already."""
+    codes, values = names if names is not None else _named_codes(t["name"])
+    return {"name": values[codes], "cat": _categories(t["kind"]),
             "pid": _thread_keys(t["pid"]), "tid": _thread_keys(t["tid"]),
             "ts": t["ts"].to_numpy(), "dur": t["dur"].fill_null(0.0).to_numpy()}
 
@@ -218,8 +226,8 @@ def _tabulate(source: str, tables: dict[str, pl.DataFrame], base_ns: int | None,
     launches = pd.DataFrame({**_cpu_side_columns(c), "correlation": _ids(c["correlation"]),
                              "external_id": _ids(c["external_id"])})
     c = tables.pop("cpu")
-    name_codes: list = []
-    cpu = pd.DataFrame({**_cpu_side_columns(c, name_codes), "external_id": _ids(c["external_id"]),
+    names = _named_codes(c["name"])      # kept for Trace.cpu_names_start_with
+    cpu = pd.DataFrame({**_cpu_side_columns(c, names), "external_id": _ids(c["external_id"]),
                         "sequence": _ids(c["sequence"]), "fwd_thread": _ids(c["fwd_thread"]),
                         "inputs": _names(c["inputs"])})
     gpu_annotations = pd.DataFrame(_device_side_columns(tables.pop("gpu_annotations")))
@@ -233,5 +241,5 @@ def _tabulate(source: str, tables: dict[str, pl.DataFrame], base_ns: int | None,
     trace = Trace(source=source, gpu=gpu, cpu=cpu, launches=launches, gpu_annotations=gpu_annotations,
                   syncs=syncs, base_ns=base_ns, metadata=meta, flows=_flow_pairs(flows),
                   warnings=list(warnings or []))
-    trace.__dict__["_cpu_name_codes"] = (cpu, *name_codes)     # the names' codes, known here already
+    trace.__dict__["_cpu_name_codes"] = (cpu, *names)     # the names' codes, known here already
     return trace

@@ -141,8 +141,8 @@ def decode_second_half(path: Path, start: int, prefix: bytes,
 
 
 # --- a part handed over through a file ---------------------------------------------------------
-# Pickling a part's polars tables into the pipe and unpickling them took 1.4 s of the 2 GB trace's load,
-# after the loader's own half was done; the worker writes each part's tables as Arrow IPC files as it makes
+# Pickled through the pipe, a part's polars tables were written and read only after the loader's own half
+# was done, one part at a time; the worker writes each part's tables as Arrow IPC files as it makes
 # them instead (while the loader still decodes), and the loader reads them back in a fraction of that.
 
 

@@ -9,7 +9,7 @@ import bisect
 import math
 from operator import itemgetter
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 import pandas as pd
@@ -17,6 +17,7 @@ import pandas as pd
 from headroom.datafiles import shipped
 from headroom.projection.amdahl import Projection, _factor_array
 from headroom.projection.baseline import Baseline, _breakdown, as_baseline
+from headroom.projection import chains as chain_solver
 from headroom.projection.cpu import CallChange, blocking_call_names
 from headroom.projection.streams import pid_codes, stream_keys, cross_stream_deps
 from headroom.trace.accounting import overlap_shares
@@ -75,28 +76,27 @@ def _measured_timeline(b: Baseline) -> tuple:
     """What replay reads from the measured timeline, whatever the factors: launches, launching
     threads, each event's predecessor on its stream and cross-stream dependency with the measured
     gaps and lags, and the blocking CPU calls in the window. Computed once per baseline (`targets`
-    replays one trace many times)."""
+    replays one trace many times). Times relative to the window's start (see chains.py), launches too;
+    an end is start + duration in that frame, so a replay with no change reproduces it."""
     memo = _memo(b, "_measured_timeline")
     if "timeline" in memo:
         return memo["timeline"]
     ev = b.events
     n = len(ev)
-    ts = ev["ts"].to_numpy(dtype=float)
+    origin = float(b.window[0])
+    ts = ev["ts"].to_numpy(dtype=float) - origin
     end = ts + ev["dur"].to_numpy(dtype=float)
-    launch = ev["launch_ts"].to_numpy(dtype=float) if "launch_ts" in ev.columns else np.full(n, np.nan)
+    launch = ev["launch_ts"].to_numpy(dtype=float) - origin if "launch_ts" in ev.columns else np.full(n, np.nan)
     has_launch = np.isfinite(launch)
     pid_table: dict = {}
     pids = pid_codes(ev["launch_pid"] if "launch_pid" in ev.columns else [""] * n, pid_table)
 
     # Previous event on the same stream, and the measured gaps/lags.
     streams = stream_keys(ev)
-    order = np.lexsort((end, ts))
+    order = np.lexsort((end, ts, streams))        # by stream, then start, then end
     prev = np.full(n, -1, dtype=np.int64)
-    last: dict[int, int] = {}
-    for i in order.tolist():
-        s = streams[i]
-        prev[i] = last.get(s, -1)
-        last[s] = i
+    same = streams[order[1:]] == streams[order[:-1]]
+    prev[order[1:][same]] = order[:-1][same]
     gap = np.where(prev >= 0, ts - end[np.maximum(prev, 0)], np.inf)
     dep = cross_stream_deps(ev, b.syncs, b.runtime)
     dep_gap = np.where(dep >= 0, ts - end[np.maximum(dep, 0)], np.inf)
@@ -180,6 +180,9 @@ class _Plan:
     n_sync: int
     n_deps: int
     lists: tuple     # L_launch, L_lat, L_prev, L_g, L_dep, L_d, L_end, L_has, L_pid, L_ts, L_call, L_group, L_removed
+    arrays: tuple    # the same first ten as numpy arrays (the chain solver's)
+    origin: float    # times in the plan are relative to this (the window's start): see chains.py
+    chains: chain_solver.Chains | None = None    # built on the first replay without replaced calls
 
 
 def _plan(b: Baseline, back_to_back_us: float, launch_latency_us: float | None, max_stream_gap_us: float,
@@ -197,7 +200,8 @@ def _new_plan(b: Baseline, back_to_back_us: float, launch_latency_us: float | No
               changes: Sequence[CallChange]) -> _Plan:
     ev = b.events
     n = len(ev)
-    ts = ev["ts"].to_numpy(dtype=float)
+    origin = float(b.window[0])    # times relative to the window's start, as in _measured_timeline
+    ts = ev["ts"].to_numpy(dtype=float) - origin
     end = ts + ev["dur"].to_numpy(dtype=float)
     launch, has_launch, pid_table, pids, prev, gap, dep, dep_gap, lag, syncs = _measured_timeline(b)
     # Queued behind its stream: back to back with the previous event, or launched
@@ -243,49 +247,124 @@ def _new_plan(b: Baseline, back_to_back_us: float, launch_latency_us: float | No
 
     # Merged sweep: footprint starts and ends, syncs by measured end, events by measured start
     # (in that order on ties).
-    p_start = np.array([p[0] for p in pieces], dtype=float)
-    p_end = np.array([changes[c].call.pieces[j][1] for _, c, j in pieces], dtype=float)
+    p_start = np.array([p[0] for p in pieces], dtype=float) - origin
+    p_end = np.array([changes[c].call.pieces[j][1] for _, c, j in pieces], dtype=float) - origin
     n_p = len(pieces)
-    keys = np.concatenate([p_start, p_end, syncs["end"].to_numpy(dtype=float) if n_sync else np.zeros(0), ts])
+    s_ts = syncs["ts"].to_numpy(dtype=float) - origin if n_sync else np.zeros(0)
+    s_end = syncs["end"].to_numpy(dtype=float) - origin if n_sync else np.zeros(0)
+    keys = np.concatenate([p_start, p_end, s_end, ts])
     kind = np.concatenate([np.zeros(n_p, dtype=np.int8), np.ones(n_p, dtype=np.int8),
                            np.full(n_sync, 2, dtype=np.int8), np.full(n, 3, dtype=np.int8)])
     idx = np.concatenate([np.arange(n_p), np.arange(n_p), np.arange(n_sync), np.arange(n)])
     sweep = np.lexsort((kind, keys))
 
-    s_ts = syncs["ts"].to_numpy(dtype=float) if n_sync else np.zeros(0)
-    s_end = syncs["end"].to_numpy(dtype=float) if n_sync else np.zeros(0)
     s_pid = syncs["pid_code"].to_numpy() if n_sync else np.zeros(0, dtype=np.int64)
     s_corr = syncs["correlation"].to_numpy() if n_sync else np.zeros(0)
     corr = ev["correlation"].to_numpy() if "correlation" in ev.columns else np.full(n, -1)
+    arrays = (launch, lat, prev, g, dep, d, end, has_launch, pids, ts)
     # Plain lists: the sweep is a Python loop, and list indexing is much faster than numpy's.
-    lists = (launch.tolist(), lat.tolist(), prev.tolist(), g.tolist(), dep.tolist(), d.tolist(), end.tolist(),
-             has_launch.tolist(), pids.tolist(), ts.tolist(), call_of.tolist(), group_of.tolist(), removed.tolist())
+    lists = (*(a.tolist() for a in arrays), call_of.tolist(), group_of.tolist(), removed.tolist())
     return _Plan(float(launch_latency_us), pid_table, pieces, ch_pid, idx[sweep].tolist(), kind[sweep].tolist(),
                  by_end, end_sorted, launch, end, corr, s_ts, s_end, s_pid, s_corr, pids, n_sync,
-                 int((dep >= 0).sum()), lists)
+                 int((dep >= 0).sum()), lists, arrays, origin)
+
+
+def _sync(plan: _Plan, i: int, clocks: list, ends_of: Callable[[np.ndarray], np.ndarray], max_late: float,
+          cpu_scale: float) -> float:
+    """Blocking call i returns when what it waited for has ended on the replayed GPU: its process's clock
+    moves there. `ends_of(events)`: their replayed ends so far (NaN: not replayed yet). Returns how far
+    the call's return moved."""
+    clk = clocks[int(plan.s_pid[i])]
+    t0, t1 = plan.s_ts[i], plan.s_end[i]
+    new_t0 = clk.at(t0)
+    dl = new_t0 - t0
+    lo = plan.end_sorted.searchsorted(t0 + min(dl, 0.0) - max_late, side="left")
+    hi = plan.end_sorted.searchsorted(t1, side="right")
+    g_meas = g_new = -math.inf
+    if hi > lo:
+        cand = plan.by_end[lo:hi]
+        cand = cand[(plan.launch[cand] <= t0) | (plan.corr[cand] == plan.s_corr[i])]
+        if len(cand):
+            e2 = ends_of(cand)
+            done = e2 == e2          # replayed already (not NaN)
+            if done.any():
+                g_new = float(e2[done].max())
+                g_meas = float(plan.end[cand[done]].max())
+    wait = max(0.0, g_meas - t0)
+    nowait = (t1 - t0) - wait
+    new_end = cpu_scale * nowait + max(new_t0, g_new)
+    clk.add(t1, new_end, cpu_scale)
+    return abs(new_end - t1)
 
 
 def _replay(b: Baseline, f: np.ndarray, new_dur: np.ndarray, back_to_back_us: float, launch_latency_us: float | None,
             max_stream_gap_us: float, changes: Sequence[CallChange], cpu_scale: float) -> ReplayResult:
     plan = _plan(b, back_to_back_us, launch_latency_us, max_stream_gap_us, changes)
+    o = plan.origin
+    anchor = b.step_start if b.step_start is not None and math.isfinite(b.step_start) else float(b.window[0])
+    # One CPU clock per process code (the events', the blocking calls' and the replaced calls').
+    clocks = [_Clock(anchor - o, cpu_scale) for _ in range(len(plan.pid_table))]
+    if changes:
+        end2, max_shift = _sweep(plan, new_dur, changes, clocks, cpu_scale)
+    else:
+        end2, max_shift = _solve_chains(plan, new_dur, clocks, cpu_scale)
+    ts2 = end2 - new_dur
+
+    # The window ends at the later of the last GPU end and the last step's CPU end (replayed clock).
+    w0, w1 = b.window
+    cpu_end = b.step_end - o if b.step_end is not None else -np.inf
+    if np.isfinite(cpu_end):
+        main_pid = int(np.bincount(plan.pids).argmax()) if len(plan.pids) else 0
+        cpu_end = clocks[main_pid].at(cpu_end)
+    new_w1 = max(float(np.nanmax(end2)), cpu_end)
+    # Keep any part of the measured window the replay does not model (e.g. CPU work after the last step).
+    old_model_end = max(float(plan.end.max()), b.step_end - o if b.step_end is not None else -np.inf)
+    # The measured window's end was rounded in absolute time (1e-4 us near 1e12): within that, it is the
+    # model's end, and what it adds is kept even when it is a hair below (a replay with no change then
+    # spans the measured window exactly).
+    after = (w1 - o) - old_model_end
+    new_w1 += after if after > -4 * float(np.spacing(abs(w1))) else 0.0
+    ts2, end2 = ts2 + o, end2 + o
+    ts2.setflags(write=False)       # memoised: shared by every caller
+    end2.setflags(write=False)
+    return ReplayResult(ts2, end2, new_w1 + o, new_w1 - (w0 - o), plan.launch_latency_us, plan.n_sync, plan.n_deps,
+                        max_shift)
+
+
+def _solve_chains(plan: _Plan, new_dur: np.ndarray, clocks: list, cpu_scale: float) -> tuple[np.ndarray, float]:
+    """No replaced calls: the replay solved a stream chain at a time (chains.py)."""
+    launch, lat, prev, g, dep, d, end, has_launch, pids, ts = plan.arrays
+    if plan.chains is None:
+        plan.chains = chain_solver.build(plan.sweep_idx, plan.sweep_kind, prev, dep, pids, len(ts))
+    shift = [0.0]
+
+    def on_sync(i: int, ends: np.ndarray, max_late: float) -> None:
+        shift[0] = max(shift[0], _sync(plan, i, clocks, ends.__getitem__, max_late, cpu_scale))
+    end2 = chain_solver.solve(plan.chains, new_dur, g, d, launch, has_launch, lat, ts, end, pids, clocks, on_sync)
+    return end2, shift[0]
+
+
+def _sweep(plan: _Plan, new_dur: np.ndarray, changes: Sequence[CallChange], clocks: list,
+           cpu_scale: float) -> tuple[np.ndarray, float]:
+    """The replay event by event in the sweep's order (replaced calls move CPU clocks as it goes)."""
     n = len(new_dur)
+    o = plan.origin
     (L_launch, L_lat, L_prev, L_g, L_dep, L_d, L_end, L_has, L_pid, L_ts, L_call, L_group,
      L_removed) = plan.lists
     L_dur = new_dur.tolist()
-    pieces, ch_pid, pid_table = plan.pieces, plan.ch_pid, plan.pid_table
-    by_end, end_sorted, launch, end, corr = plan.by_end, plan.end_sorted, plan.launch, plan.end, plan.corr
-    s_ts, s_end, s_pid, s_corr, pids = plan.s_ts, plan.s_end, plan.s_pid, plan.s_corr, plan.pids
+    pieces, ch_pid = plan.pieces, plan.ch_pid
     group_launch: list[list[float]] = [[math.nan] * len(ch.groups) for ch in changes]   # filled in the sweep
-    anchor = b.step_start if b.step_start is not None and math.isfinite(b.step_start) else float(b.window[0])
-    # One CPU clock per process code (the events', the blocking calls' and the replaced calls').
-    clocks = [_Clock(anchor, cpu_scale) for _ in range(len(pid_table))]
     max_late = 0.0
     max_shift = 0.0
     piece_new_start = [0.0] * len(pieces)
     piece_new_len = [0.0] * len(pieces)
-    ts2_l = [math.nan] * n
     bisect_right = bisect.bisect_right
     end2_l = [math.nan] * n
+
+    def ends_of(cand: np.ndarray) -> np.ndarray:
+        # The candidates' replayed ends so far, gathered in C (a sync can have 10^4 of them).
+        return np.array(itemgetter(*cand.tolist())(end2_l) if len(cand) > 1 else [end2_l[int(cand[0])]],
+                        dtype=float)
     for i, k in zip(plan.sweep_idx, plan.sweep_kind):
         if k == 3:
             c = L_call[i]
@@ -304,7 +383,6 @@ def _replay(b: Baseline, f: np.ndarray, new_dur: np.ndarray, back_to_back_us: fl
             elif L_removed[i]:   # the call launches nothing now: its work runs inside its stream predecessor
                 p = L_prev[i]
                 start = end2_l[p] if p >= 0 and end2_l[p] == end2_l[p] else (L_launch[i] if L_has[i] else L_ts[i])
-                ts2_l[i] = start
                 end2_l[i] = start + L_dur[i]
                 continue
             else:
@@ -325,7 +403,6 @@ def _replay(b: Baseline, f: np.ndarray, new_dur: np.ndarray, back_to_back_us: fl
                 v = end2_l[q] + L_d[i]
                 if v > start:  # NaN (producer not replayed yet) compares False
                     start = v
-            ts2_l[i] = start
             e2 = start + L_dur[i]
             end2_l[i] = e2
             if e2 - L_end[i] > max_late:
@@ -334,6 +411,7 @@ def _replay(b: Baseline, f: np.ndarray, new_dur: np.ndarray, back_to_back_us: fl
             _, c, j = pieces[i]
             ch = changes[c]
             a, z = ch.call.pieces[j]
+            a, z = a - o, z - o
             clk = clocks[ch_pid[c]]
             new_a = clk.at(a)
             new_len = cpu_scale * ch.added_us if j == 0 else 0.0
@@ -343,50 +421,13 @@ def _replay(b: Baseline, f: np.ndarray, new_dur: np.ndarray, back_to_back_us: fl
             clk.add(a, new_a, new_len / (z - a) if z > a else cpu_scale)
         elif k == 1:                             # ... and ends
             _, c, j = pieces[i]
-            z = changes[c].call.pieces[j][1]
+            z = changes[c].call.pieces[j][1] - o
             new_z = piece_new_start[i] + piece_new_len[i]
             clocks[ch_pid[c]].add(z, new_z, cpu_scale)
             max_shift = max(max_shift, abs(new_z - z))
         else:
-            pid = int(s_pid[i])
-            clk = clocks[pid]
-            t0, t1 = s_ts[i], s_end[i]
-            new_t0 = clk.at(t0)
-            dl = new_t0 - t0
-            lo = np.searchsorted(end_sorted, t0 + min(dl, 0.0) - max_late, side="left")
-            hi = np.searchsorted(end_sorted, t1, side="right")
-            cand = by_end[lo:hi]
-            cand = cand[(launch[cand] <= t0) | (corr[cand] == s_corr[i])] if len(cand) else cand
-            g_meas = g_new = -math.inf
-            if len(cand):
-                # The candidates' replayed ends so far, gathered in C (a sync can have 10^4 of them).
-                e2 = np.array(itemgetter(*cand.tolist())(end2_l) if len(cand) > 1 else [end2_l[int(cand[0])]],
-                              dtype=float)
-                done = e2 == e2          # replayed already (not NaN)
-                if done.any():
-                    g_new = float(e2[done].max())
-                    g_meas = float(end[cand[done]].max())
-            wait = max(0.0, g_meas - t0)
-            nowait = (t1 - t0) - wait
-            new_end = cpu_scale * nowait + max(new_t0, g_new)
-            clk.add(t1, new_end, cpu_scale)
-            max_shift = max(max_shift, abs(new_end - t1))
-    ts2 = np.array(ts2_l, dtype=float)
-    end2 = np.array(end2_l, dtype=float)
-
-    # The window ends at the later of the last GPU end and the last step's CPU end (replayed clock).
-    w0, w1 = b.window
-    cpu_end = b.step_end if b.step_end is not None else -np.inf
-    if np.isfinite(cpu_end):
-        main_pid = int(np.bincount(pids).argmax()) if len(pids) else 0
-        cpu_end = clocks[main_pid].at(cpu_end)
-    new_w1 = max(float(np.nanmax(end2)), cpu_end)
-    # Keep any part of the measured window the replay does not model (e.g. CPU work after the last step).
-    old_model_end = max(float(end.max()), b.step_end if b.step_end is not None else -np.inf)
-    new_w1 += max(w1 - old_model_end, 0.0)
-    ts2.setflags(write=False)       # memoised: shared by every caller
-    end2.setflags(write=False)
-    return ReplayResult(ts2, end2, new_w1, new_w1 - w0, plan.launch_latency_us, plan.n_sync, plan.n_deps, max_shift)
+            max_shift = max(max_shift, _sync(plan, i, clocks, ends_of, max_late, cpu_scale))
+    return np.array(end2_l, dtype=float), max_shift
 
 
 def _blocking_calls(b: Baseline, pid_table: dict) -> pd.DataFrame:

@@ -12,6 +12,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from headroom.trace.codes import factorized
+
 
 def overlap_shares(starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
     """Each interval's share of the union: every instant is split evenly among the intervals active then.
@@ -83,7 +85,7 @@ def category_table(events: pd.DataFrame, total_us: float, wall_capacity_us: floa
 
 def _per_key(events: pd.DataFrame, key: str) -> tuple[np.ndarray, np.ndarray, pd.DataFrame]:
     """Integer codes of `key` (factorised once), its distinct values, and per-code sums."""
-    codes, uniques = pd.factorize(events[key], sort=False)
+    codes, uniques = factorized(events[key])
     dur = events["dur"].to_numpy()
     addr = events["addressable"].to_numpy(dtype=bool)
     n = len(uniques)
@@ -97,7 +99,7 @@ def _per_key(events: pd.DataFrame, key: str) -> tuple[np.ndarray, np.ndarray, pd
 
 def _dominant(codes: np.ndarray, values: pd.Series, dur: np.ndarray, n: int) -> np.ndarray:
     """For each code, the value of `values` that accounts for most of its time."""
-    vcodes, vuniques = pd.factorize(values, sort=False)
+    vcodes, vuniques = factorized(values)
     pair = codes.astype(np.int64) * (len(vuniques) + 1) + vcodes
     pairs, inv = np.unique(pair, return_inverse=True)
     t = np.bincount(inv.reshape(-1), weights=dur)

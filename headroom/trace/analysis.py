@@ -263,7 +263,7 @@ def _keyed(table: pd.DataFrame, key: str) -> pd.DataFrame:
 
 # The attributed GPU activities depend on the trace and on the attribution's code and data alone:
 # cached beside the tables.
-_ATTRIBUTION_CODE = ("attribute.py", "modules.py", "phases.py", "intervals.py", "ranges.py")
+_ATTRIBUTION_CODE = ("attribute.py", "modules.py", "phases.py", "intervals.py", "ranges.py", "codes.py")
 _ATTRIBUTION_VERSION = cache.code_version(*(Path(attribute.__file__).with_name(n) for n in _ATTRIBUTION_CODE),
                                           Path(attribute.__file__).parent.parent / "data" / "phases.toml")
 

@@ -31,12 +31,15 @@ import pandas as pd
 import lazy_loader
 from filelock import FileLock, Timeout
 
+from headroom.trace.codes import factorized
+
 # polars is imported on first use: a command that reads a cached analysis never needs it.
 pl = lazy_loader.load("polars")
 
 # Traces smaller than this load faster than a cache entry is written.
 MIN_BYTES_DEFAULT = 16 << 20
-_TRACE_CODE = ("document.py", "kineto.py", "inputs.py", "chunks.py", "tables.py", "validate.py", "cache.py", "load.py", "ranges.py")
+_TRACE_CODE = ("document.py", "kineto.py", "inputs.py", "chunks.py", "tables.py", "validate.py", "cache.py", "load.py",
+               "ranges.py", "codes.py")
 
 
 def cache_dir() -> Path | None:
@@ -216,7 +219,7 @@ def _arrays(df: pd.DataFrame) -> tuple[list[np.ndarray], dict] | None:
             # Text repeats (kernel and op names): stored as codes into its distinct values, which
             # reads back with one take instead of rebuilding a string per row.
             try:
-                codes, uniques = pd.factorize(np.asarray(s, dtype=object))
+                codes, uniques = factorized(np.asarray(s, dtype=object))
             except TypeError:     # unhashable values (lists): not text
                 return None
             uniques = list(uniques)

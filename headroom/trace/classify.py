@@ -20,6 +20,7 @@ import pandas as pd
 from headroom.datafiles import read_toml, shipped
 from headroom.errors import UserError, did_you_mean, unknown_name
 from headroom.regex import Pattern, compile_user_regex
+from headroom.trace.codes import factorized
 
 
 OTHER = "other"
@@ -199,7 +200,7 @@ def classify_kernels(events: pd.DataFrame, rules: list[Rule], policy: Policy) ->
         return out
     # Factorise each column once, then find the distinct combinations numerically
     # (kernel names are long: hashing them more than once dominates big traces).
-    col_codes, col_uniques = zip(*(pd.factorize(out[c], sort=False) for c in cols))
+    col_codes, col_uniques = zip(*(factorized(out[c]) for c in cols))
     sizes = [max(len(u), 1) for u in col_uniques]
     key = np.zeros(len(out), dtype=np.int64)
     for c, size in zip(col_codes, sizes):  # mixed-radix: one int64 per combination

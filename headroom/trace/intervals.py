@@ -11,6 +11,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from headroom.trace.codes import factorized
+
 
 def containing_range(starts: np.ndarray, ends: np.ndarray, points: np.ndarray,
                      outermost: bool = False) -> np.ndarray:
@@ -86,8 +88,8 @@ def codes_and_texts(values) -> tuple[np.ndarray, list[str]]:
     """Codes into the distinct values' texts (-1: missing): a category's own codes, else one factorization."""
     if isinstance(values, pd.Series) and isinstance(values.dtype, pd.CategoricalDtype):
         return values.cat.codes.to_numpy().astype(np.int64), [str(v) for v in values.cat.categories]
-    codes, uniques = pd.factorize(np.asarray(values, dtype=object))
-    return codes.astype(np.int64, copy=False), [str(u) for u in uniques]
+    codes, uniques = factorized(np.asarray(values, dtype=object))
+    return codes, [str(u) for u in uniques]
 
 
 def thread_codes(pid, tid, table: dict[tuple[str, str], int]) -> np.ndarray:

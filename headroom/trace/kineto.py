@@ -146,7 +146,7 @@ TABLE_COLUMNS = {
               "wait_on_cuda_event_record_corr_id", "index"],
     "flows": ["kind", "ph", "pid", "tid", "ts", "id", "index"],
 }
-_SCHEMA_NAMES = {"name": "String", "kind": "String", "ph": "String", "pid": "String", "tid": "String",
+_SCHEMA_NAMES = {"name": "String", "kind": "Categorical", "ph": "Categorical", "pid": "String", "tid": "String",
                  "ts": "Float64", "dur": "Float64", "device": "Int64", "stream": "Int64", "correlation": "Int64",
                  "external_id": "Int64", "sequence": "Int64", "fwd_thread": "Int64", "inputs": "String",
                  "id": "Int64", "bytes": "Float64", "index": "Int64",
@@ -182,9 +182,9 @@ class _Routes(dict):
                         dtype=np.int8)
 
     def texts(self, which: str, codes: np.ndarray) -> pl.Series:
-        """The kind (or ph) of each event, from its code: one gather, no string built per event."""
-        values = pl.Series(self.kind if which == "kind" else self.ph, dtype=pl.String)
-        return values.gather(codes)
+        """The kind (or ph) of each event, from its code: a categorical column, one integer gather (a
+        string column would copy the text of every row: 0.7 s of the 2 GB trace's decode)."""
+        return pl.Series(self.kind if which == "kind" else self.ph, dtype=pl.String).cast(pl.Categorical).gather(codes)
 
 
 _ROUTES = _Routes()

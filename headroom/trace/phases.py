@@ -6,9 +6,9 @@ import re
 from functools import lru_cache
 
 import numpy as np
-import pandas as pd
 
 from headroom.datafiles import shipped
+from headroom.trace.codes import factorized
 
 # The phase of a kernel inside a backward op that Kineto links to a forward op (headroom/trace/modules.py).
 LINKED_PHASE = "backward"
@@ -50,7 +50,7 @@ def event_phases(op: np.ndarray, top_op: np.ndarray, annotation: np.ndarray,
     # Each column factorized on its own (missing labels read as ""), then the combinations of codes.
     codes, values = [], []
     for labels in (op, top_op, annotation):
-        c, u = pd.factorize(np.asarray(labels, dtype=object))
+        c, u = factorized(np.asarray(labels, dtype=object))
         codes.append(np.where(c < 0, len(u), c).astype(np.int64))
         values.append([str(v) for v in u] + [""])
     link = np.zeros(n, dtype=np.int64) if linked is None else np.asarray(linked, dtype=bool).astype(np.int64)

@@ -10,6 +10,7 @@ import numpy as np
 import pandas as pd
 import lazy_loader
 
+from headroom.trace.codes import factorized
 from headroom.trace.ranges import FRAME_PREFIX, PROFILER_STEP_PREFIX
 
 pl = lazy_loader.load("polars")   # imported on first use (a cached analysis needs none)
@@ -60,7 +61,7 @@ class Trace:
         factorized once per table (several attribution steps ask), not once per question."""
         memo = self.__dict__.get("_cpu_name_codes")
         if memo is None or memo[0] is not self.cpu:     # (a table replaced: factorize it anew)
-            codes, uniques = pd.factorize(np.asarray(self.cpu["name"], dtype=object), use_na_sentinel=False)
+            codes, uniques = factorized(np.asarray(self.cpu["name"], dtype=object), use_na_sentinel=False)
             memo = (self.cpu, codes, uniques)
             self.__dict__["_cpu_name_codes"] = memo
         _, codes, uniques = memo

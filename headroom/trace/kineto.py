@@ -178,13 +178,23 @@ class _Routes(dict):
 
     def table_numbers(self) -> np.ndarray:
         """Per code, the position of its table in TABLES (-1: none, -2: unreadable)."""
-        return np.array([TABLES.index(t) if t in TABLES else -2 if t == "?" else -1 for t in self.table],
-                        dtype=np.int8)
+        return self._per_code("tables", lambda: np.array(
+            [TABLES.index(t) if t in TABLES else -2 if t == "?" else -1 for t in self.table], dtype=np.int8))
 
     def texts(self, which: str, codes: np.ndarray) -> pl.Series:
         """The kind (or ph) of each event, from its code: a categorical column, one integer gather (a
         string column would copy the text of every row: 0.7 s of the 2 GB trace's decode)."""
-        return pl.Series(self.kind if which == "kind" else self.ph, dtype=pl.String).cast(pl.Categorical).gather(codes)
+        values = self._per_code(which, lambda: pl.Series(self.kind if which == "kind" else self.ph,
+                                                         dtype=pl.String).cast(pl.Categorical))
+        return values.gather(codes)
+
+    def _per_code(self, name: str, build):
+        """`build()`, kept until a new route is added (every chunk asks; routes are a handful)."""
+        held = self.__dict__.setdefault("_held", {}).get(name)
+        if held is None or held[0] != len(self.table):
+            held = (len(self.table), build())
+            self._held[name] = held
+        return held[1]
 
 
 _ROUTES = _Routes()

@@ -64,10 +64,12 @@ def build(sweep_idx: Sequence[int], sweep_kind: Sequence[int], prev: np.ndarray,
     is_ev = kinds == SWEEP_EVENT
     pos = np.full(n, -1, dtype=np.int64)
     pos[idx[is_ev]] = np.nonzero(is_ev)[0]
-    # A predecessor the sweep has not reached yet reads as "not replayed" there: no link.
-    before = lambda other: (other >= 0) & (pos[np.maximum(other, 0)] < pos)   # noqa: E731
-    prev_in = np.where(before(prev), prev, -1)
-    dep_in = np.where(before(dep), dep, -1)
+
+    def swept_before(other: np.ndarray) -> np.ndarray:
+        # A predecessor the sweep has not reached yet reads as "not replayed" there: no link.
+        return (other >= 0) & (pos[np.maximum(other, 0)] < pos)
+    prev_in = np.where(swept_before(prev), prev, -1)
+    dep_in = np.where(swept_before(dep), dep, -1)
     sync_pos = np.nonzero(kinds == SWEEP_SYNC)[0]
     sync_of_pos = idx[sync_pos]
     # Segments: split at every blocking call, and before a consumer whose producer is in its segment.
@@ -107,7 +109,9 @@ def build(sweep_idx: Sequence[int], sweep_kind: Sequence[int], prev: np.ndarray,
         pieces = list(zip((ps - a).tolist(), (np.r_[ps[1:], b] - a).tolist()))
         clocks = np.unique(pid_seg[a:b]).tolist()
         dep_local = np.nonzero(dep_of[a:b] >= 0)[0]
-        items.append((int(pos[seg_order[a]]), ("seg", a, b, pieces, clocks, dep_local if len(dep_local) else None)))
+        # Keyed by its first sweep position: every position of a segment lies between the same two boundaries.
+        items.append((int(pos[seg_order[a:b]].min()),
+                      ("seg", a, b, pieces, clocks, dep_local if len(dep_local) else None)))
     items += [(int(p), ("sync", int(j))) for p, j in zip(sync_pos.tolist(), sync_of_pos.tolist())]
     items.sort(key=lambda t: t[0])
     return Chains(n, chain_order, chain_first, chain_len, follows, seg_order, [s for _, s in items], carry, dep_of)

@@ -7,17 +7,20 @@ interleaved (pandas, ours, pandas, ...), medians per column and in all; the code
 from __future__ import annotations
 
 import argparse
-import json
-import platform
 import statistics
+import sys
 import time
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-from headroom.trace.attribute import attribute_kernels_to_ops
-from headroom.trace.codes import factorized
-from headroom.trace.load import load_trace
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))   # the repository root, for benchmarks.record
+
+from benchmarks.record import emit, stamp  # noqa: E402
+from headroom.trace.attribute import attribute_kernels_to_ops  # noqa: E402
+from headroom.trace.codes import factorized  # noqa: E402
+from headroom.trace.load import load_trace  # noqa: E402
 
 COLUMNS = ("name", "kind", "launch_name", "op", "top_op", "annotation", "module", "phase")
 
@@ -48,11 +51,8 @@ def main() -> None:
     total = {k: round(sum(r[k] for r in rows.values()), 1) for k in ("pandas", "factorized")}
     out = {"trace": args.trace, "events": len(ev), "median_ms": rows, "total_ms": total,
            "pandas_over_factorized": round(total["pandas"] / total["factorized"], 2),
-           "machine": f"{platform.node()} ({platform.machine()})", "date": time.strftime("%Y-%m-%d %H:%M %Z")}
-    print(json.dumps(out, indent=1))
-    if args.out:
-        with open(args.out, "w") as fh:
-            json.dump(out, fh, indent=1)
+           **stamp()}
+    emit(out, args.out)
 
 
 if __name__ == "__main__":

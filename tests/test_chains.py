@@ -25,12 +25,8 @@ def _both(b: Baseline, factors, cpu_scale: float = 1.0):
     dur = b.events["dur"].to_numpy(dtype=float)
     f = _factor_array(b, factors, None)
     new_dur = np.where(np.isinf(f), 0.0, dur / f)
-    anchor = b.step_start if b.step_start is not None and math.isfinite(b.step_start) else float(b.window[0])
-
-    def clocks():
-        return [R._Clock(anchor - plan.origin, cpu_scale) for _ in range(len(plan.pid_table))]
-    (e_sweep, s_sweep), (e_chain, s_chain) = (R._sweep(plan, new_dur, (), clocks(), cpu_scale),
-                                              R._solve_chains(plan, new_dur, clocks(), cpu_scale))
+    (e_sweep, s_sweep), (e_chain, s_chain) = (R._sweep(plan, new_dur, (), R._clocks(b, plan, cpu_scale), cpu_scale),
+                                              R._solve_chains(plan, new_dur, R._clocks(b, plan, cpu_scale), cpu_scale))
     return (e_sweep, s_sweep), (e_chain, s_chain)     # from the window's start, as the plan's times
 
 
@@ -100,7 +96,7 @@ def test_a_producer_in_the_consumers_segment_splits_it():
     dep = np.array([-1, -1, 0])
     with mock.patch.object(R, "cross_stream_deps", lambda *a: dep):
         plan = R._plan(b, R.BACK_TO_BACK_US, None, R.MAX_STREAM_GAP_US, ())
-        built = chains.build(plan.sweep_idx, plan.sweep_kind, plan.arrays[2], plan.arrays[4], plan.arrays[8], 3)
+        built = R._chains(plan)
         (e_sweep, _), (e_chain, _) = _both(b, np.array([2.0, 1.0, 1.0]))
     assert [s[0] for s in built.steps] == ["seg", "seg"]          # split before C
     # A halves to 0-50; C waits for it (+1 us measured gap) and not for its launch: 51-71 (window from -10).
@@ -114,7 +110,7 @@ def test_chains_are_predecessor_runs_and_blocking_calls_cut_segments():
     b = Baseline.from_events(ev, window=(-10.0, 50.0))
     b.runtime = _syncs([("1", 12.0, 10.0, -1)])
     plan = R._plan(b, R.BACK_TO_BACK_US, None, R.MAX_STREAM_GAP_US, ())
-    built = chains.build(plan.sweep_idx, plan.sweep_kind, plan.arrays[2], plan.arrays[4], plan.arrays[8], 3)
+    built = R._chains(plan)
     assert [s[0] for s in built.steps] == ["seg", "sync", "seg"]
     assert built.steps[0][3] == [(0, 1), (1, 2)]                  # two chain pieces in the first stretch
     assert built.chain_len.tolist() == [2, 1]                      # e0 -> e2, and e1 alone

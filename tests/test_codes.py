@@ -54,7 +54,7 @@ def test_factorized_by_hand():
 
 
 def test_first_rows_of_codes_in_order_of_appearance():
-    assert codes._first_rows(np.array([0, 0, 1, 0, 2, 1, 3]), 4).tolist() == [0, 2, 4, 6]
+    assert codes._first_rows(np.array([0, 0, 1, 0, 2, 1, 3])).tolist() == [0, 2, 4, 6]
 
 
 @pytest.mark.parametrize("values", [np.array([1, 1.0, True, "a"], dtype=object),      # a dict would fold 1/1.0/True

@@ -39,11 +39,20 @@ class Chains:
     chain_order: np.ndarray     # events by (chain, sweep position)
     chain_first: np.ndarray     # positions in chain_order where a chain starts
     chain_len: np.ndarray
-    follows: np.ndarray         # per event: it follows its stream predecessor (its gap counts), in chain_order
+    gap: np.ndarray             # in chain_order: the gap kept after the stream predecessor (0 at a chain's head)
     seg_order: np.ndarray       # events by (segment, chain, sweep position)
     steps: list                 # ("seg", a, b, pieces, clocks, dep_local) or ("sync", sync index), in sweep order
     carry: np.ndarray           # per event in seg_order: its predecessor in an earlier segment, else -1
     dep_of: np.ndarray          # per event in seg_order: its producer on another stream, else -1
+    # In seg_order: launch, has a launch, launch latency, measured start and end, process code, the gap
+    # kept after the producer on another stream.
+    launch: np.ndarray
+    has_launch: np.ndarray
+    lat: np.ndarray
+    ts: np.ndarray
+    end: np.ndarray
+    pids: np.ndarray
+    dep_gap: np.ndarray
 
 
 def _roots(prev: np.ndarray) -> np.ndarray:
@@ -57,8 +66,12 @@ def _roots(prev: np.ndarray) -> np.ndarray:
 
 
 def build(sweep_idx: Sequence[int], sweep_kind: Sequence[int], prev: np.ndarray, dep: np.ndarray,
-          pids: np.ndarray, n: int) -> Chains:
-    """The chains and segments of a sweep (events and blocking calls in the order the sweep visits them)."""
+          launch: np.ndarray, has_launch: np.ndarray, lat: np.ndarray, ts: np.ndarray, end: np.ndarray,
+          pids: np.ndarray, g: np.ndarray, d: np.ndarray) -> Chains:
+    """The chains and segments of a sweep (events and blocking calls in the order the sweep visits them),
+    and the sweep's per-event values in their orders. g: the gap kept after the stream predecessor, d:
+    after the producer on another stream (replay's plan)."""
+    n = len(ts)
     kinds = np.asarray(sweep_kind, dtype=np.int8)
     idx = np.asarray(sweep_idx, dtype=np.int64)
     is_ev = kinds == SWEEP_EVENT
@@ -89,7 +102,7 @@ def build(sweep_idx: Sequence[int], sweep_kind: Sequence[int], prev: np.ndarray,
     r_sorted = root[chain_order]
     chain_first = np.nonzero(np.r_[True, r_sorted[1:] != r_sorted[:-1]])[0] if n else np.zeros(0, dtype=np.int64)
     chain_len = np.diff(np.r_[chain_first, n])
-    follows = (prev_in >= 0)[chain_order]
+    gap = np.where(prev_in >= 0, g, 0.0)[chain_order]
 
     seg_order = np.lexsort((pos, root, seg))
     s_sorted, r_seg = seg[seg_order], root[seg_order]
@@ -114,7 +127,9 @@ def build(sweep_idx: Sequence[int], sweep_kind: Sequence[int], prev: np.ndarray,
                       ("seg", a, b, pieces, clocks, dep_local if len(dep_local) else None)))
     items += [(int(p), ("sync", int(j))) for p, j in zip(sync_pos.tolist(), sync_of_pos.tolist())]
     items.sort(key=lambda t: t[0])
-    return Chains(n, chain_order, chain_first, chain_len, follows, seg_order, [s for _, s in items], carry, dep_of)
+    so = seg_order
+    return Chains(n, chain_order, chain_first, chain_len, gap, so, [s for _, s in items], carry, dep_of,
+                  launch[so], has_launch[so], lat[so], ts[so], end[so], pids[so], d[so])
 
 
 class Clocks:
@@ -142,29 +157,24 @@ class Clocks:
         return np.where(k >= 0, nn[km] + s[km] * (x - t[km]), x)
 
 
-def solve(ch: Chains, new_dur: np.ndarray, g: np.ndarray, d: np.ndarray, launch: np.ndarray,
-          has_launch: np.ndarray, lat: np.ndarray, ts: np.ndarray, end: np.ndarray, pids: np.ndarray,
-          clocks: list, on_sync: Callable[[int, np.ndarray, float], None]) -> np.ndarray:
-    """Replayed ends of every event (times in the caller's frame). g: the gap kept after the stream
-    predecessor, d: after the producer on another stream (the sweep's). `on_sync(j, ends, max_late)` runs
-    blocking call j with the ends replayed so far (NaN: not yet) and the largest lateness so far."""
+def solve(ch: Chains, new_dur: np.ndarray, clocks: list, on_sync: Callable[[int, np.ndarray, float], None]) \
+        -> np.ndarray:
+    """Replayed ends of every event (times in the caller's frame) for these new durations.
+    `on_sync(j, ends, max_late)` runs blocking call j with the ends replayed so far (NaN: not yet) and the
+    largest lateness so far."""
     n = ch.n
     end2 = np.full(n, np.nan)
-    if n == 0:
-        for step in ch.steps:
-            on_sync(step[1], end2, 0.0)
-        return end2
     # S along each chain: the sum of (gap if it follows its predecessor) + new duration.
     co = ch.chain_order
-    w = np.where(ch.follows, g[co], 0.0) + new_dur[co]
+    w = ch.gap + new_dur[co]
     cs = np.cumsum(w)
     base_of_chain = np.repeat(cs[ch.chain_first] - w[ch.chain_first], ch.chain_len)
     S = np.empty(n)
     S[co] = cs - base_of_chain
     so = ch.seg_order
     S_seg, d_seg = S[so], new_dur[so]
-    x_seg, has_seg, lat_seg, ts_seg = launch[so], has_launch[so], lat[so], ts[so]
-    end_seg, pid_seg, d_dep = end[so], pids[so], d[so]
+    x_seg, has_seg, lat_seg, ts_seg = ch.launch, ch.has_launch, ch.lat, ch.ts
+    end_seg, pid_seg, d_dep = ch.end, ch.pids, ch.dep_gap
     u_ev = np.full(n, np.nan)
     clock_arrays = Clocks(clocks)
     max_late = 0.0

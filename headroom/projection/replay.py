@@ -83,7 +83,7 @@ def _measured_timeline(b: Baseline) -> tuple:
         return memo["timeline"]
     ev = b.events
     n = len(ev)
-    origin = float(b.window[0])
+    origin = _origin(b)
     ts = ev["ts"].to_numpy(dtype=float) - origin
     end = ts + ev["dur"].to_numpy(dtype=float)
     launch = ev["launch_ts"].to_numpy(dtype=float) - origin if "launch_ts" in ev.columns else np.full(n, np.nan)
@@ -103,9 +103,14 @@ def _measured_timeline(b: Baseline) -> tuple:
     lag = np.where(has_launch, ts - launch, 0.0)
     # Blocking synchronisations on the CPU (inside the window).
     syncs = _blocking_calls(b, pid_table)
-    result = (launch, has_launch, pid_table, pids, prev, gap, dep, dep_gap, lag, syncs)
+    result = (ts, end, launch, has_launch, pid_table, pids, prev, gap, dep, dep_gap, lag, syncs)
     memo["timeline"] = result
     return result
+
+
+def _origin(b: Baseline) -> float:
+    """What a replay's times are relative to: the window's start (chains.py says why)."""
+    return float(b.window[0])
 
 
 def replay(base: Baseline | Analysis, factors: np.ndarray | float | None = None, mask: np.ndarray | None = None,
@@ -200,10 +205,8 @@ def _new_plan(b: Baseline, back_to_back_us: float, launch_latency_us: float | No
               changes: Sequence[CallChange]) -> _Plan:
     ev = b.events
     n = len(ev)
-    origin = float(b.window[0])    # times relative to the window's start, as in _measured_timeline
-    ts = ev["ts"].to_numpy(dtype=float) - origin
-    end = ts + ev["dur"].to_numpy(dtype=float)
-    launch, has_launch, pid_table, pids, prev, gap, dep, dep_gap, lag, syncs = _measured_timeline(b)
+    origin = _origin(b)
+    ts, end, launch, has_launch, pid_table, pids, prev, gap, dep, dep_gap, lag, syncs = _measured_timeline(b)
     # Queued behind its stream: back to back with the previous event, or launched
     # while the stream was still busy (then it keeps its measured gap after it).
     # A longer gap than `max_stream_gap_us` after the previous event is an unexplained wait
@@ -301,9 +304,7 @@ def _replay(b: Baseline, f: np.ndarray, new_dur: np.ndarray, back_to_back_us: fl
             max_stream_gap_us: float, changes: Sequence[CallChange], cpu_scale: float) -> ReplayResult:
     plan = _plan(b, back_to_back_us, launch_latency_us, max_stream_gap_us, changes)
     o = plan.origin
-    anchor = b.step_start if b.step_start is not None and math.isfinite(b.step_start) else float(b.window[0])
-    # One CPU clock per process code (the events', the blocking calls' and the replaced calls').
-    clocks = [_Clock(anchor - o, cpu_scale) for _ in range(len(plan.pid_table))]
+    clocks = _clocks(b, plan, cpu_scale)
     if changes:
         end2, max_shift = _sweep(plan, new_dur, changes, clocks, cpu_scale)
     else:
@@ -331,16 +332,29 @@ def _replay(b: Baseline, f: np.ndarray, new_dur: np.ndarray, back_to_back_us: fl
                         max_shift)
 
 
+def _clocks(b: Baseline, plan: _Plan, cpu_scale: float) -> list[_Clock]:
+    """One CPU clock per process code (the events', the blocking calls' and the replaced calls'), from the
+    first step's CPU start (else the window's)."""
+    anchor = b.step_start if b.step_start is not None and math.isfinite(b.step_start) else float(b.window[0])
+    return [_Clock(anchor - plan.origin, cpu_scale) for _ in range(len(plan.pid_table))]
+
+
+def _chains(plan: _Plan) -> chain_solver.Chains:
+    """The plan's chains and segments, built on its first replay without replaced calls."""
+    if plan.chains is None:
+        launch, lat, prev, g, dep, d, end, has_launch, pids, ts = plan.arrays
+        plan.chains = chain_solver.build(plan.sweep_idx, plan.sweep_kind, prev, dep, launch, has_launch, lat, ts,
+                                         end, pids, g, d)
+    return plan.chains
+
+
 def _solve_chains(plan: _Plan, new_dur: np.ndarray, clocks: list, cpu_scale: float) -> tuple[np.ndarray, float]:
     """No replaced calls: the replay solved a stream chain at a time (chains.py)."""
-    launch, lat, prev, g, dep, d, end, has_launch, pids, ts = plan.arrays
-    if plan.chains is None:
-        plan.chains = chain_solver.build(plan.sweep_idx, plan.sweep_kind, prev, dep, pids, len(ts))
     shift = [0.0]
 
     def on_sync(i: int, ends: np.ndarray, max_late: float) -> None:
         shift[0] = max(shift[0], _sync(plan, i, clocks, ends.__getitem__, max_late, cpu_scale))
-    end2 = chain_solver.solve(plan.chains, new_dur, g, d, launch, has_launch, lat, ts, end, pids, clocks, on_sync)
+    end2 = chain_solver.solve(_chains(plan), new_dur, clocks, on_sync)
     return end2, shift[0]
 
 

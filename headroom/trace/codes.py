@@ -23,23 +23,19 @@ def factorized(values, use_na_sentinel: bool = True) -> tuple[np.ndarray, np.nda
     if isinstance(values, (list, tuple)):
         values = np.asarray(values, dtype=object)
     if values.dtype != object:
-        codes, uniques = pd.factorize(values, sort=False, use_na_sentinel=use_na_sentinel)
-        return codes.astype(np.int64, copy=False), np.asarray(uniques, dtype=object)
+        return _by_pandas(values, use_na_sentinel)
     array = values.to_numpy() if isinstance(values, pd.Series) else np.asarray(values)
     if array.ndim != 1:
         raise ValueError("factorized: one-dimensional values only")
     if len(array) == 0 or _mean_length(array) < LONG_TEXT:
-        codes, uniques = pd.factorize(array, sort=False, use_na_sentinel=use_na_sentinel)
-        return codes.astype(np.int64, copy=False), np.asarray(uniques, dtype=object)
+        return _by_pandas(array, use_na_sentinel)
     ids = np.fromiter(map(id, array.tolist()), dtype=np.int64, count=len(array))
-    by_object, first = pd.factorize(ids, sort=False)
-    objects = array[_first_rows(by_object, len(first))]
+    by_object = pd.factorize(ids, sort=False)[0]
+    objects = array[_first_rows(by_object)]
     missing = pd.isna(objects)
     if (missing.any() and not use_na_sentinel) or not all(m or type(u) is str for u, m in zip(objects.tolist(),
                                                                                          missing.tolist())):
-        # Text and missing values only (equal objects of other types follow pandas' own rules).
-        codes, uniques = pd.factorize(array, sort=False, use_na_sentinel=use_na_sentinel)
-        return codes.astype(np.int64, copy=False), np.asarray(uniques, dtype=object)
+        return _by_pandas(array, use_na_sentinel)   # equal objects of other types follow pandas' own rules
     value_code: dict = {}
     merged = np.array([-1 if m else value_code.setdefault(v, len(value_code))
                        for v, m in zip(objects.tolist(), missing.tolist())], dtype=np.int64)
@@ -50,13 +46,18 @@ LONG_TEXT = 40        # mean characters of a sample of rows from which identity 
 _SAMPLE = 64
 
 
+def _by_pandas(values, use_na_sentinel: bool) -> tuple[np.ndarray, np.ndarray]:
+    codes, uniques = pd.factorize(values, sort=False, use_na_sentinel=use_na_sentinel)
+    return codes.astype(np.int64, copy=False), np.asarray(uniques, dtype=object)
+
+
 def _mean_length(array: np.ndarray) -> float:
     sample = array[np.linspace(0, len(array) - 1, min(len(array), _SAMPLE)).astype(np.int64)]
     return sum(len(v) if isinstance(v, str) else 0 for v in sample.tolist()) / len(sample)
 
 
-def _first_rows(codes: np.ndarray, n: int) -> np.ndarray:
-    """The first row of each code 0..n-1 (codes numbered in order of first appearance: where the running
+def _first_rows(codes: np.ndarray) -> np.ndarray:
+    """The first row of each code (codes numbered in order of first appearance: where the running
     maximum grows)."""
     top = np.maximum.accumulate(codes)
     return np.flatnonzero(np.r_[True, top[1:] > top[:-1]])

@@ -163,6 +163,7 @@ class _Routes(dict):
         self.table: list[str | None] = []
         self.kind: list[str | None] = []
         self.ph: list[str] = []
+        self._held: dict[str, tuple[int, Any]] = {}     # _per_code's values, with the route count they are for
 
     def __missing__(self, key) -> int:
         ph, cat = key
@@ -190,7 +191,7 @@ class _Routes(dict):
 
     def _per_code(self, name: str, build):
         """`build()`, kept until a new route is added (every chunk asks; routes are a handful)."""
-        held = self.__dict__.setdefault("_held", {}).get(name)
+        held = self._held.get(name)
         if held is None or held[0] != len(self.table):
             held = (len(self.table), build())
             self._held[name] = held

@@ -7,7 +7,7 @@ STAMP := $(VENV)/.headroom-installed
 
 setup: $(STAMP)
 
-$(STAMP): pyproject.toml scripts/install.sh
+$(STAMP): pyproject.toml scripts/install.sh headroom/trace/_scan.c
 	bash scripts/install.sh $(VENV)
 	touch $(STAMP)
 

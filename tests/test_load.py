@@ -499,7 +499,7 @@ def _load_or_error(path, lenient=True):
 
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(events=st.lists(event_text(), max_size=25), layout=st.sampled_from(["kineto", "one line"]))
-def test_fast_lenient_streamed_and_whole_paths_agree_on_generated_traces(tmp_path_factory, events, layout):
+def test_scanned_fast_lenient_streamed_and_whole_paths_agree_on_generated_traces(tmp_path_factory, events, layout):
     sep = ",\n  " if layout == "kineto" else ", "
     path = tmp_path_factory.mktemp("gen") / "gen.json"
     path.write_text('{"traceEvents": [' + sep.join(events) + "]}")
@@ -507,11 +507,13 @@ def test_fast_lenient_streamed_and_whole_paths_agree_on_generated_traces(tmp_pat
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(document, "BLOCK", 97)                    # streamed in tiny chunks
         small = _load_or_error(path)
+        mp.setattr(kineto, "_SCANNER", None)                 # every chunk by msgspec's typed structs (or lenient)
+        fast = _load_or_error(path)
         mp.setattr(kineto, "_EVENTS", _RefuseFast())         # every chunk on the lenient path
         lenient = _load_or_error(path)
         mp.setattr(document, "split", lambda p, block=None: (_ for _ in ()).throw(document._Fallback()))
         whole = _load_or_error(path)
-    for other in (small, lenient, whole):
+    for other in (small, fast, lenient, whole):
         if isinstance(reference, str) or isinstance(other, str):
             assert reference == other
         else:

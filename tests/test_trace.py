@@ -124,16 +124,21 @@ def test_missing_file_and_directory_of_ranks(tmp_path, builder):
     assert [t.source.rsplit("/", 1)[1] for t in load_traces(tmp_path)] == ["rank0.json", "rank1.json.gz"]
 
 
-# --- the two decode paths: msgspec typed structs (fast) and lenient structs, event by event ----------
+# --- the three decode paths: the C scanner, msgspec typed structs, lenient structs event by event ------
 
 def _tables(t):
     return {name: getattr(t, name) for name in ("gpu", "cpu", "launches", "gpu_annotations", "flows")}
+
+
+def force_msgspec_path(monkeypatch):
+    monkeypatch.setattr(trace_module, "_SCANNER", None)
 
 
 def force_lenient_path(monkeypatch):
     class Refuse:
         def decode(self, doc):
             raise msgspec.ValidationError("fast path disabled by the test")
+    force_msgspec_path(monkeypatch)
     monkeypatch.setattr(trace_module, "_EVENTS", Refuse())
 
 
@@ -141,22 +146,29 @@ def force_lenient_path(monkeypatch):
     ("hta", "nccl_parser_config"), ("hta", "amd_trace"), ("hta", "triton_example"), ("hta", "cpu_only"),
     ("shipped", "dlrm.train.json.gz"), ("shipped", "llama-7b.infer.prefill.compile.json.gz"),
 ])
-def test_lenient_path_builds_the_same_tables_as_the_fast_path(where, name, monkeypatch):
+def test_the_three_decode_paths_build_the_same_tables(where, name, monkeypatch):
     path = hta_trace(name) if where == "hta" else SHIPPED_TRACES / name
-    lenient_calls = []
-    lenient_chunk = trace_module._lenient_chunk
-    monkeypatch.setattr(trace_module, "_lenient_chunk", lambda raws: lenient_calls.append(len(raws)) or
-                        lenient_chunk(raws))
+    calls = {"msgspec": 0, "lenient": 0}
+    fast_chunk, lenient_chunk = trace_module._fast_chunk, trace_module._lenient_chunk
+    monkeypatch.setattr(trace_module, "_fast_chunk", lambda events: calls.__setitem__("msgspec", calls["msgspec"] + 1)
+                        or fast_chunk(events))
+    monkeypatch.setattr(trace_module, "_lenient_chunk", lambda raws: calls.__setitem__("lenient", calls["lenient"] + 1)
+                        or lenient_chunk(raws))
+    scanned = load_trace(path, use_cache=False)
+    # Real Kineto traces take the scanner throughout; ROCm writes streams as hex text ("0x0"): the
+    # scanner declines those chunks, msgspec's typed structs refuse them, the lenient path reads them.
+    assert calls == ({"msgspec": 0, "lenient": 1} if name == "amd_trace" else {"msgspec": 0, "lenient": 0})
+    force_msgspec_path(monkeypatch)
     fast = load_trace(path, use_cache=False)
-    # Real Kineto traces take the fast path throughout; ROCm writes streams as hex text ("0x0").
-    assert (lenient_calls != []) == (name == "amd_trace")
-    lenient_calls.clear()
+    assert (calls["msgspec"] > 0) == (name != "amd_trace")    # ... then msgspec's structs, where they fit
+    before = calls["lenient"]
     force_lenient_path(monkeypatch)
     lenient = load_trace(path, use_cache=False)
-    assert lenient_calls  # ... and this time the lenient one
-    for table_name, table in _tables(fast).items():
-        pd.testing.assert_frame_equal(table, _tables(lenient)[table_name], check_categorical=True, obj=table_name)
-    assert len(fast.gpu) + len(fast.cpu) > 0
+    assert calls["lenient"] > before  # ... and the lenient path
+    for other in (fast, lenient):
+        for table_name, table in _tables(scanned).items():
+            pd.testing.assert_frame_equal(table, _tables(other)[table_name], check_categorical=True, obj=table_name)
+    assert len(scanned.gpu) + len(scanned.cpu) > 0
 
 
 def test_chunks_that_need_the_lenient_path_mix_with_fast_chunks(tmp_path, monkeypatch):

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Callable, Iterable
 
 import lazy_loader
+import numpy as np
 
 from headroom.trace import document, kineto
 from headroom.trace.document import Document
@@ -84,12 +85,14 @@ def raise_for(path: Path, chunk: Chunk, offset: int) -> None:
 def merged(path: Path, chunks: list[Chunk]) -> Chunk:
     """The chunks as one, in order: each table concatenated, event indexes counted from the first chunk's start."""
     parts: dict[str, list[pl.DataFrame]] = {t: [] for t in kineto.TABLES}
+    starts: dict[str, list[tuple[int, int]]] = {t: [] for t in kineto.TABLES}     # (chunk's first event, rows)
     out = Chunk({}, 0, Counter())
     for chunk in chunks:
         first = out.events
         for table, frame in chunk.tables.items():
             if frame.height:
-                parts[table].append(frame.with_columns(pl.col("index") + first) if first else frame)
+                parts[table].append(frame)
+                starts[table].append((first, frame.height))
         out.unreadable.update(chunk.unreadable)
         if out.first_unreadable is None and chunk.first_unreadable is not None:
             out.first_unreadable = (chunk.first_unreadable[0] + first, chunk.first_unreadable[1])
@@ -102,9 +105,14 @@ def merged(path: Path, chunks: list[Chunk]) -> Chunk:
             # numbers in some chunks, names ("Spans") in others: text everywhere
             frames = [f.with_columns(pl.col("pid", "tid").cast(pl.String)) for f in frames]
         try:
-            out.tables[table] = frames[0] if len(frames) == 1 else pl.concat(frames, how="vertical_relaxed")
+            whole = frames[0] if len(frames) == 1 else pl.concat(frames, how="vertical_relaxed")
         except pl.exceptions.PolarsError as e:   # pragma: no cover - the columns are typed per table
             raise TraceError(f"{path}: cannot combine the {table} table ({e})") from None
+        if any(first for first, _ in starts[table]):
+            # each chunk counted its events from 0: one addition for the table, not one query per chunk
+            shift = np.repeat([first for first, _ in starts[table]], [rows for _, rows in starts[table]])
+            whole = whole.with_columns(pl.Series("index", whole["index"].to_numpy() + shift, dtype=pl.Int64))
+        out.tables[table] = whole
         parts[table] = []
     return out
 

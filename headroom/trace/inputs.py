@@ -7,7 +7,7 @@ column, e.g. ``bf16[4,2048,4096] i64[4,2048]`` (tensors only).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 import lazy_loader
 import msgspec
@@ -41,19 +41,23 @@ def _inputs_text(dims: Any, types: Any) -> str:
     return " ".join(parts)
 
 
-def _raw_value(raw: msgspec.Raw) -> Any:
+def _raw_value(raw: bytes | msgspec.Raw) -> Any:
     return msgspec.json.decode(raw) if len(raw) else None
 
 
-def module_inputs(events: list, names: pl.Series) -> pl.Series:
+def module_inputs_text(dims: bytes | msgspec.Raw, types: bytes | msgspec.Raw) -> str:
+    """A module range's `inputs` text from its raw `Input Dims`/`Input type` (empty: absent)."""
+    return _inputs_text(_raw_value(dims), _raw_value(types))
+
+
+def module_inputs(names: pl.Series, raw_args: Callable[[int], tuple[Any, Any]]) -> pl.Series:
     """The `inputs` column: the recorded input shapes of headroom's module ranges ("" elsewhere), decoded
-    from their raw `Input Dims`/`Input type` text (the few module ranges only, never every cpu_op's)."""
+    from their raw `Input Dims`/`Input type` text (`raw_args(row)`; empty text: absent), for the few module
+    ranges only, never every cpu_op's."""
     mask = names.str.starts_with(MODULE_RANGE_PREFIX).fill_null(False)
     if not mask.any():
-        return pl.repeat("", len(events), dtype=pl.String, eager=True)
-    texts = [""] * len(events)
+        return pl.repeat("", len(names), dtype=pl.String, eager=True)
+    texts = [""] * len(names)
     for row in mask.arg_true().to_list():
-        a = events[row].args
-        if a is not None:
-            texts[row] = _inputs_text(_raw_value(a.dims), _raw_value(a.types))
+        texts[row] = module_inputs_text(*raw_args(row))
     return pl.Series(texts, dtype=pl.String)

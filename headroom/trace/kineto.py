@@ -23,8 +23,13 @@ import numpy as np
 import lazy_loader
 
 from headroom.errors import UserError
-from headroom.trace.inputs import module_inputs
-from headroom.trace.ranges import MODULE_PREFIX
+from headroom.trace.inputs import module_inputs, module_inputs_text
+from headroom.trace.ranges import MODULE_PREFIX, MODULE_RANGE_PREFIX
+
+try:    # the C scanner (headroom/trace/_scan.c), built at install
+    from headroom.trace import _scan
+except ImportError:     # pragma: no cover - a copy without it (no compiler; the GPU machine's) decodes by msgspec
+    _scan = None
 
 pl = lazy_loader.load("polars")   # imported on first use (a cached analysis needs none)
 
@@ -187,7 +192,7 @@ class _Routes(dict):
         string column would copy the text of every row: 0.7 s of the 2 GB trace's decode)."""
         values = self._per_code(which, lambda: pl.Series(self.kind if which == "kind" else self.ph,
                                                          dtype=pl.String).cast(pl.Categorical))
-        return values.gather(codes)
+        return values[codes]      # (indexing by an array: a quarter of .gather's time on 13,000 rows)
 
     def _per_code(self, name: str, build):
         """`build()`, kept until a new route is added (every chunk asks; routes are a handful)."""
@@ -229,6 +234,9 @@ def decode_events(doc: bytes | memoryview) -> Chunk:
 
 
 def _decode_events(doc: bytes | memoryview) -> Chunk:
+    scanned = _scanner().scan(doc) if _SCANNER is not None else None
+    if scanned is not None:
+        return _scanned_chunk(doc, *scanned)
     try:
         return _fast_chunk(_EVENTS.decode(doc))
     except msgspec.ValidationError:
@@ -397,28 +405,154 @@ def empty_table(table: str) -> pl.DataFrame:
     return pl.DataFrame(schema={c: getattr(pl, _SCHEMA_NAMES[c]) for c in TABLE_COLUMNS[table]})
 
 
-def _table(table: str, events: list[_Event], codes: np.ndarray, index: np.ndarray) -> pl.DataFrame:
-    """The table's columns from its events (`codes`: their routes, `index`: their positions in the chunk)."""
-    if not events:
-        return empty_table(table)
+def _frame(table: str, codes: np.ndarray, index: np.ndarray, column) -> pl.DataFrame:
+    """A table's columns: kind/ph from the route `codes`, `index` (positions in the chunk), the rest by
+    `column(name, columns so far)` (from structs or from the C scanner's columns)."""
     out: dict[str, pl.Series] = {}
     for c in TABLE_COLUMNS[table]:
         if c in ("kind", "ph"):
             out[c] = _ROUTES.texts(c, codes)
         elif c == "index":
             out[c] = pl.Series(index, dtype=pl.Int64)
-        elif c in ("pid", "tid"):
-            out[c] = _text_series(list(map(_GET[c], events)))
-        elif c in ("ts", "dur"):
-            out[c] = pl.Series(list(map(_GET[c], events)), dtype=pl.Float64)
-        elif c == "name":
-            out[c] = pl.Series(list(map(_GET[c], events)), dtype=pl.String)
-        elif c == "id":
-            out[c] = id_series(list(map(_GET[c], events)))
-        elif c == "inputs":
-            out[c] = module_inputs(events, out["name"])
         else:
-            values = list(map(_GET_ARG[c], events))
-            out[c] = (pl.Series(values, dtype=pl.Float64) if c == "bytes" else
-                      id_series(values).cast(pl.Int64, strict=False) if c in _SMALL_IDS else id_series(values))
+            out[c] = column(c, out)
     return pl.DataFrame(out)
+
+
+def _table(table: str, events: list[_Event], codes: np.ndarray, index: np.ndarray) -> pl.DataFrame:
+    """The table's columns from its events (`codes`: their routes, `index`: their positions in the chunk)."""
+    if not events:
+        return empty_table(table)
+
+    def column(c: str, out: dict[str, pl.Series]) -> pl.Series:
+        if c in ("pid", "tid"):
+            return _text_series(list(map(_GET[c], events)))
+        if c in ("ts", "dur"):
+            return pl.Series(list(map(_GET[c], events)), dtype=pl.Float64)
+        if c == "name":
+            return pl.Series(list(map(_GET[c], events)), dtype=pl.String)
+        if c == "id":
+            return id_series(list(map(_GET[c], events)))
+        if c == "inputs":
+            return module_inputs(out["name"], lambda row: (events[row].args.dims, events[row].args.types))
+        values = list(map(_GET_ARG[c], events))
+        return (pl.Series(values, dtype=pl.Float64) if c == "bytes" else
+                id_series(values).cast(pl.Int64, strict=False) if c in _SMALL_IDS else id_series(values))
+
+    return _frame(table, codes, index, column)
+
+
+# --- the C scanner's columns ------------------------------------------------------------
+# A chunk the scanner accepts (valid JSON in Kineto's own types: the msgspec fast path's, and no id beyond 64
+# bits, escaped key or lone surrogate) comes back as columns of every event; a chunk it does not accept takes
+# the msgspec path above, which decides and words every error. Both give the same tables (tests/test_scan.py).
+
+_SCANNER = _scan.Scanner() if _scan is not None else None
+# Bits of the scanner's `present` column: which integer fields an event has (else null).
+_PRESENT_BIT = {"external_id": 0, "correlation": 1, "sequence": 2, "fwd_thread": 3, "device": 4, "stream": 5,
+                "wait_on_stream": 6, "wait_on_cuda_event_record_corr_id": 7, "id": 8}
+_SCANNED_TYPES = {"pair": np.int32, "name": np.int32, "pid_text": np.int32, "tid_text": np.int32,
+                  "present": np.uint16, "ts": np.float64, "dur": np.float64, "bytes": np.float64}
+# A scanner keeps every distinct name it met; one that met this many starts afresh (a long-lived process).
+_SCANNER_NAMES_MAX = 1 << 20
+
+
+class _ScannedCodes:
+    """Per code of the scanner's pairs and names: the route, the name as a polars value, and whether it is an
+    nn.Module or a module range name (grown as the scanner meets new ones)."""
+
+    def __init__(self) -> None:
+        self.routes = np.empty(0, dtype=np.int32)
+        self.names = None       # a polars Series (made on first use: a cached analysis imports no polars)
+        self.empty_text = None
+        self.modules = np.empty(0, dtype=bool)
+        self.module_ranges = np.empty(0, dtype=bool)
+
+    def route_of(self, pairs: list) -> np.ndarray:
+        if len(self.routes) != len(pairs):
+            self.routes = np.array([_ROUTES[p] for p in pairs], dtype=np.int32)
+        return self.routes
+
+    def grow(self, names: list) -> None:
+        """Take in the names the scanner met since the last call."""
+        if self.names is None:
+            self.names, self.empty_text = pl.Series([], dtype=pl.String), pl.Series([""], dtype=pl.String)
+        if len(self.names) == len(names):
+            return
+        new = names[len(self.names):]
+        self.names = pl.concat([self.names, pl.Series(new, dtype=pl.String)], rechunk=True)
+        self.modules = np.concatenate([self.modules, [n.startswith(MODULE_PREFIX) for n in new]]).astype(bool)
+        self.module_ranges = np.concatenate([self.module_ranges,
+                                             [n.startswith(MODULE_RANGE_PREFIX) for n in new]]).astype(bool)
+
+
+_SCANNED = _ScannedCodes()
+
+
+def _scanner():
+    """The process's scanner (a fresh one once it holds too many names)."""
+    global _SCANNER, _SCANNED
+    if len(_SCANNER.names) > _SCANNER_NAMES_MAX:
+        _SCANNER, _SCANNED = _scan.Scanner(), _ScannedCodes()
+    return _SCANNER
+
+
+def _scanned_chunk(doc: bytes | memoryview, events: int, columns: dict[str, bytes]) -> Chunk:
+    a = {k: np.frombuffer(v, dtype=_SCANNED_TYPES.get(k, np.int64)) for k, v in columns.items()}
+    scanner = _SCANNER
+    _SCANNED.grow(scanner.names)
+    codes = _SCANNED.route_of(scanner.pairs)[a["pair"]]
+    table_of = _ROUTES.table_numbers()[codes]
+    chunk = Chunk({}, events)
+    for number, t in enumerate(TABLES):
+        rows = np.flatnonzero(table_of == number)
+        if t == "cpu" and len(rows):
+            python = np.array([k == "python_function" for k in _ROUTES.kind], dtype=bool)[codes[rows]]
+            if python.any():    # only nn.Module python_function events are read
+                rows = rows[~python | _SCANNED.modules[a["name"][rows]]]
+        chunk.tables[t] = _scanned_table(t, doc, a, rows, codes[rows])
+    if (table_of == -2).any():
+        pairs = scanner.pairs
+        for i in np.flatnonzero(table_of == -2).tolist():
+            _unreadable(chunk, i, "no 'ph' (event type)", pairs[a["pair"][i]][1])
+    return chunk
+
+
+def _scanned_table(table: str, doc, a: dict[str, np.ndarray], rows: np.ndarray, codes: np.ndarray) -> pl.DataFrame:
+    """The same columns `_table` builds from structs, from the scanner's columns at `rows`. (polars' Series
+    methods that run as expressions cost ~0.2 ms each, hundreds of times per chunk: these use indexing.)"""
+    if not len(rows):
+        return empty_table(table)
+
+    def column(c: str, out: dict[str, pl.Series]) -> pl.Series:
+        if c == "name":
+            return _SCANNED.names[a["name"][rows]]
+        if c in ("pid", "tid"):
+            text = a[f"{c}_text"][rows]
+            if (text >= 0).any():   # a name ("Spans") among the numbers: all as text, as _text_series makes them
+                names = _SCANNER.names
+                return pl.Series([names[n] if n >= 0 else str(v) for n, v in zip(text.tolist(), a[c][rows].tolist())],
+                                 dtype=pl.String)
+            return pl.Series(a[c][rows], dtype=pl.Int64)
+        if c in ("ts", "dur", "bytes"):
+            values = a[c][rows]
+            absent = np.isnan(values)
+            return pl.Series(np.ma.masked_array(values, mask=absent) if absent.any() else values, dtype=pl.Float64)
+        if c == "inputs":
+            ranges = np.flatnonzero(_SCANNED.module_ranges[a["name"][rows]])
+            if not len(ranges):
+                return _SCANNED.empty_text.new_from_index(0, len(rows))
+            texts = [""] * len(rows)
+            for i in ranges.tolist():
+                texts[i] = module_inputs_text(_raw_at(doc, a["dims_at"], a["dims_len"], rows[i]),
+                                              _raw_at(doc, a["types_at"], a["types_len"], rows[i]))
+            return pl.Series(texts, dtype=pl.String)
+        absent = (a["present"][rows] & (1 << _PRESENT_BIT[c])) == 0
+        values = a[c][rows]
+        return pl.Series(np.ma.masked_array(values, mask=absent) if absent.any() else values, dtype=pl.Int64)
+
+    return _frame(table, codes, rows, column)
+
+
+def _raw_at(doc, at: np.ndarray, length: np.ndarray, row: int) -> bytes:
+    return bytes(doc[int(at[row]):int(at[row]) + int(length[row])])

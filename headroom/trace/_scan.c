@@ -1,0 +1,905 @@
+/* The loader's fast path in C: a chunk of Kineto's traceEvents (a JSON array of event objects) scanned
+ * straight into columns of the fields headroom reads, with no Python object per event.
+ *
+ * Why hand-written (docs/trace-core.md, "Load"): every JSON library for Python builds objects per event
+ * (msgspec's typed structs are the cheapest: 0.7 s per 263 MB, then 1.3 s to build columns from them);
+ * none scans into columns. This scanner accepts a strict subset of what the msgspec path accepts and gives
+ * the same values for it; anything else (invalid JSON, a value of another type, an id beyond 64 bits, an
+ * escaped key, a lone surrogate, a number out of range, nesting deeper than MAX_DEPTH) makes `scan` return
+ * None and the chunk takes the msgspec path, which decides and words every error. So the two paths can
+ * only differ in speed (tests/test_scan.py and tests/test_load.py check that on generated and real traces).
+ *
+ * Names (and the (ph, cat) pairs that route events to tables) are interned: a Scanner keeps each distinct
+ * value once, as a Python str, and a chunk's name column is an int32 code per event.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <string.h>
+#include <stdlib.h>
+#include <math.h>
+#ifdef __SSE2__
+#include <emmintrin.h>
+#endif
+
+#define MAX_DEPTH 64
+
+/* ---- interning: distinct byte strings -> codes, each kept once (a Python object per code) ---------- */
+
+typedef struct {
+    int32_t *slots;        /* code per slot, -1: empty */
+    uint64_t *slot_hash;
+    size_t cap;            /* slots, a power of two */
+    size_t count;
+    char *arena;           /* the keys' bytes, one after another */
+    size_t arena_len, arena_cap;
+    size_t *key_off;
+    size_t *key_len;
+    size_t keys_cap;
+    PyObject *values;      /* list: the Python value of each code */
+} Interner;
+
+static uint64_t hash_bytes(const char *s, size_t n) {
+    uint64_t h = 0x9E3779B97F4A7C15ull ^ (uint64_t)n;
+    while (n >= 8) {
+        uint64_t w;
+        memcpy(&w, s, 8);
+        h = (h ^ w) * 0xbf58476d1ce4e5b9ull;
+        h ^= h >> 31;
+        s += 8;
+        n -= 8;
+    }
+    uint64_t w = 0;
+    memcpy(&w, s, n);
+    h = (h ^ w) * 0x94d049bb133111ebull;
+    h ^= h >> 29;
+    return h;
+}
+
+static int interner_init(Interner *t) {
+    memset(t, 0, sizeof(*t));
+    t->cap = 1024;
+    t->slots = malloc(t->cap * sizeof(int32_t));
+    t->slot_hash = malloc(t->cap * sizeof(uint64_t));
+    t->values = PyList_New(0);
+    if (!t->slots || !t->slot_hash || !t->values) return -1;
+    memset(t->slots, 0xff, t->cap * sizeof(int32_t));
+    return 0;
+}
+
+static void interner_free(Interner *t) {
+    free(t->slots);
+    free(t->slot_hash);
+    free(t->arena);
+    free(t->key_off);
+    free(t->key_len);
+    Py_XDECREF(t->values);
+    memset(t, 0, sizeof(*t));
+}
+
+static int interner_grow(Interner *t) {
+    size_t cap = t->cap * 2;
+    int32_t *slots = malloc(cap * sizeof(int32_t));
+    uint64_t *hashes = malloc(cap * sizeof(uint64_t));
+    if (!slots || !hashes) { free(slots); free(hashes); return -1; }
+    memset(slots, 0xff, cap * sizeof(int32_t));
+    for (size_t i = 0; i < t->cap; i++) {
+        if (t->slots[i] < 0) continue;
+        size_t j = t->slot_hash[i] & (cap - 1);
+        while (slots[j] >= 0) j = (j + 1) & (cap - 1);
+        slots[j] = t->slots[i];
+        hashes[j] = t->slot_hash[i];
+    }
+    free(t->slots);
+    free(t->slot_hash);
+    t->slots = slots;
+    t->slot_hash = hashes;
+    t->cap = cap;
+    return 0;
+}
+
+/* The code of key[0:n]; a new key gets the next code and `make(key, n)` as its value. -1: out of memory or
+ * `make` failed (a Python error is set then). */
+static int32_t intern(Interner *t, const char *key, size_t n, PyObject *(*make)(const char *, size_t)) {
+    uint64_t h = hash_bytes(key, n);
+    size_t j = h & (t->cap - 1);
+    for (;;) {
+        int32_t code = t->slots[j];
+        if (code < 0) break;
+        if (t->slot_hash[j] == h && t->key_len[code] == n && memcmp(t->arena + t->key_off[code], key, n) == 0)
+            return code;
+        j = (j + 1) & (t->cap - 1);
+    }
+    if (t->count >= INT32_MAX - 1) return -1;
+    /* room first, so that a failure leaves the table as it was */
+    if (t->arena_len + n > t->arena_cap) {
+        size_t cap = t->arena_cap ? t->arena_cap : 1 << 16;
+        while (cap < t->arena_len + n) cap *= 2;
+        char *arena = realloc(t->arena, cap);
+        if (!arena) return -1;
+        t->arena = arena;
+        t->arena_cap = cap;
+    }
+    if (t->count == t->keys_cap) {
+        size_t cap = t->keys_cap ? t->keys_cap * 2 : 1024;
+        size_t *off = realloc(t->key_off, cap * sizeof(size_t));
+        if (!off) return -1;
+        t->key_off = off;
+        size_t *len = realloc(t->key_len, cap * sizeof(size_t));
+        if (!len) return -1;
+        t->key_len = len;
+        t->keys_cap = cap;
+    }
+    if ((t->count + 1) * 2 > t->cap) {
+        if (interner_grow(t) < 0) return -1;
+        j = h & (t->cap - 1);
+        while (t->slots[j] >= 0) j = (j + 1) & (t->cap - 1);
+    }
+    PyObject *value = make(key, n);
+    if (value == NULL) return -1;
+    if (PyList_Append(t->values, value) < 0) { Py_DECREF(value); return -1; }
+    Py_DECREF(value);
+    memcpy(t->arena + t->arena_len, key, n);
+    int32_t code = (int32_t)t->count;
+    t->key_off[code] = t->arena_len;
+    t->key_len[code] = n;
+    t->arena_len += n;
+    t->slots[j] = code;
+    t->slot_hash[j] = h;
+    t->count++;
+    return code;
+}
+
+static PyObject *make_str(const char *s, size_t n) {
+    return PyUnicode_DecodeUTF8(s, (Py_ssize_t)n, "strict");
+}
+
+/* A (ph, cat) key is the length of ph (4 bytes), ph, then cat. */
+static PyObject *make_pair(const char *s, size_t n) {
+    uint32_t ph_len;
+    memcpy(&ph_len, s, 4);
+    PyObject *ph = PyUnicode_DecodeUTF8(s + 4, ph_len, "strict");
+    if (!ph) return NULL;
+    PyObject *cat = PyUnicode_DecodeUTF8(s + 4 + ph_len, (Py_ssize_t)(n - 4 - ph_len), "strict");
+    if (!cat) { Py_DECREF(ph); return NULL; }
+    PyObject *pair = PyTuple_Pack(2, ph, cat);
+    Py_DECREF(ph);
+    Py_DECREF(cat);
+    return pair;
+}
+
+/* ---- the JSON grammar (RFC 8259), validated; NULL means "not for this path" ---------------------- */
+
+/* JSON's whitespace: space, tab, newline, carriage return. */
+static const uint8_t WHITESPACE[256] = {[' '] = 1, ['\t'] = 1, ['\n'] = 1, ['\r'] = 1};
+
+static inline const char *skip_ws(const char *p, const char *end) {
+    /* most values follow "," or ":" and one space or none; Kineto indents each event's first line */
+    while (p < end && WHITESPACE[(unsigned char)*p]) p++;
+    return p;
+}
+
+static inline int hexval(char c) {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+    return -1;
+}
+
+/* One UTF-8 sequence starting at p (its first byte >= 0x80); its length, or 0 if it is not valid UTF-8
+ * (overlong forms, surrogates and code points beyond U+10FFFF are not). */
+static inline int utf8_length(const unsigned char *p, const unsigned char *end) {
+    unsigned char c = p[0];
+    int n;
+    unsigned char lo = 0x80, hi = 0xBF;
+    if (c >= 0xC2 && c <= 0xDF) n = 2;
+    else if (c == 0xE0) { n = 3; lo = 0xA0; }
+    else if ((c >= 0xE1 && c <= 0xEC) || c == 0xEE || c == 0xEF) n = 3;
+    else if (c == 0xED) { n = 3; hi = 0x9F; }
+    else if (c == 0xF0) { n = 4; lo = 0x90; }
+    else if (c >= 0xF1 && c <= 0xF3) n = 4;
+    else if (c == 0xF4) { n = 4; hi = 0x8F; }
+    else return 0;
+    if (end - p < n) return 0;
+    if (p[1] < lo || p[1] > hi) return 0;
+    for (int i = 2; i < n; i++)
+        if (p[i] < 0x80 || p[i] > 0xBF) return 0;
+    return n;
+}
+
+/* A string's body from p (just after its opening quote) to its closing quote: returns the position after
+ * the closing quote (NULL: not a valid string). *escaped is set when it holds a backslash escape. */
+static const char *scan_string(const char *p, const char *end, int *escaped) {
+    for (;;) {
+#ifdef __SSE2__
+        const __m128i quote = _mm_set1_epi8('"'), slash = _mm_set1_epi8('\\'), space = _mm_set1_epi8(0x20);
+        while (end - p >= 16) {
+            __m128i v = _mm_loadu_si128((const __m128i *)p);
+            /* signed compare: bytes below 0x20 and bytes from 0x80 (negative) both need a look */
+            __m128i m = _mm_or_si128(_mm_or_si128(_mm_cmpeq_epi8(v, quote), _mm_cmpeq_epi8(v, slash)),
+                                     _mm_cmplt_epi8(v, space));
+            int bits = _mm_movemask_epi8(m);
+            if (bits == 0) { p += 16; continue; }
+            p += __builtin_ctz(bits);
+            break;
+        }
+#endif
+        while (p < end) {
+            unsigned char c = (unsigned char)*p;
+            if (c == '"' || c == '\\' || c < 0x20 || c >= 0x80) break;
+            p++;
+        }
+        if (p >= end) return NULL;
+        unsigned char c = (unsigned char)*p;
+        if (c == '"') return p + 1;
+        if (c < 0x20) return NULL;
+        if (c >= 0x80) {
+            int n = utf8_length((const unsigned char *)p, (const unsigned char *)end);
+            if (n == 0) return NULL;
+            p += n;
+            continue;
+        }
+        /* a backslash */
+        *escaped = 1;
+        if (end - p < 2) return NULL;
+        switch (p[1]) {
+        case '"': case '\\': case '/': case 'b': case 'f': case 'n': case 'r': case 't':
+            p += 2;
+            break;
+        case 'u':
+            if (end - p < 6) return NULL;
+            for (int i = 2; i < 6; i++)
+                if (hexval(p[i]) < 0) return NULL;
+            p += 6;
+            break;
+        default:
+            return NULL;
+        }
+    }
+}
+
+static void put_utf8(char **out, uint32_t cp) {
+    char *o = *out;
+    if (cp < 0x80) *o++ = (char)cp;
+    else if (cp < 0x800) { *o++ = (char)(0xC0 | (cp >> 6)); *o++ = (char)(0x80 | (cp & 0x3F)); }
+    else if (cp < 0x10000) {
+        *o++ = (char)(0xE0 | (cp >> 12)); *o++ = (char)(0x80 | ((cp >> 6) & 0x3F)); *o++ = (char)(0x80 | (cp & 0x3F));
+    } else {
+        *o++ = (char)(0xF0 | (cp >> 18)); *o++ = (char)(0x80 | ((cp >> 12) & 0x3F));
+        *o++ = (char)(0x80 | ((cp >> 6) & 0x3F)); *o++ = (char)(0x80 | (cp & 0x3F));
+    }
+    *out = o;
+}
+
+static uint32_t hex4(const char *p) {
+    return (uint32_t)(hexval(p[0]) << 12 | hexval(p[1]) << 8 | hexval(p[2]) << 4 | hexval(p[3]));
+}
+
+/* The text of a validated string body s[0:n] with its escapes decoded, into out (n bytes suffice: no
+ * escape is shorter than what it stands for). Returns the decoded length, or -1 for a lone surrogate. */
+static Py_ssize_t unescape(const char *s, size_t n, char *out) {
+    const char *end = s + n;
+    char *o = out;
+    while (s < end) {
+        if (*s != '\\') { *o++ = *s++; continue; }
+        char e = s[1];
+        s += 2;
+        switch (e) {
+        case 'b': *o++ = '\b'; break;
+        case 'f': *o++ = '\f'; break;
+        case 'n': *o++ = '\n'; break;
+        case 'r': *o++ = '\r'; break;
+        case 't': *o++ = '\t'; break;
+        case 'u': {
+            uint32_t cp = hex4(s);
+            s += 4;
+            if (cp >= 0xDC00 && cp <= 0xDFFF) return -1;
+            if (cp >= 0xD800 && cp <= 0xDBFF) {
+                if (end - s < 6 || s[0] != '\\' || s[1] != 'u') return -1;
+                uint32_t lo = hex4(s + 2);
+                if (lo < 0xDC00 || lo > 0xDFFF) return -1;
+                s += 6;
+                cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
+            }
+            put_utf8(&o, cp);
+            break;
+        }
+        default: *o++ = e; break;    /* " \ / */
+        }
+    }
+    return o - out;
+}
+
+/* A number's text from p: returns the position after it (NULL: not a JSON number), with what it holds:
+ * an integer's magnitude (overflow: beyond 64 bits), or the first 19 significant digits and the power of
+ * ten that scales them (truncated: more digits followed). */
+typedef struct {
+    int negative, is_integer, overflow, truncated;
+    uint64_t magnitude;       /* an integer's value; else the significant digits */
+    int exp10;
+    const char *start;
+} Number;
+
+static inline int is_digit(char c) { return (unsigned)(c - '0') < 10; }
+
+static const char *scan_number(const char *p, const char *end, Number *num) {
+    num->start = p;
+    num->negative = 0;
+    num->is_integer = 1;
+    num->overflow = 0;
+    num->truncated = 0;
+    num->exp10 = 0;
+    num->magnitude = 0;
+    if (p < end && *p == '-') { num->negative = 1; p++; }
+    if (p >= end) return NULL;
+    uint64_t m = 0;
+    int digits = 0;        /* significant digits in m */
+    if (*p == '0') {
+        p++;
+    } else if (*p >= '1' && *p <= '9') {
+        const char *first = p;
+        while (p < end && is_digit(*p)) {
+            if (digits < 19) { m = m * 10 + (uint64_t)(*p - '0'); digits++; }
+            else { num->truncated = 1; num->exp10++; }
+            p++;
+        }
+        if (p - first > 19) {      /* a 20-digit integer may still fit 64 bits unsigned */
+            uint64_t v = 0;
+            for (const char *q = first; q < p; q++)
+                if (__builtin_mul_overflow(v, 10, &v) || __builtin_add_overflow(v, (uint64_t)(*q - '0'), &v)) {
+                    num->overflow = 1;
+                    break;
+                }
+            num->magnitude = v;
+        } else {
+            num->magnitude = m;
+        }
+    } else {
+        return NULL;
+    }
+    if (p < end && *p == '.') {
+        num->is_integer = 0;
+        p++;
+        if (p >= end || !is_digit(*p)) return NULL;
+        while (p < end && is_digit(*p)) {
+            if (digits < 19) {
+                m = m * 10 + (uint64_t)(*p - '0');
+                if (m) digits++;
+                num->exp10--;
+            } else if (*p != '0') {
+                num->truncated = 1;
+            }
+            p++;
+        }
+    }
+    if (p < end && (*p == 'e' || *p == 'E')) {
+        num->is_integer = 0;
+        p++;
+        int sign = 1, e = 0;
+        if (p < end && (*p == '+' || *p == '-')) { sign = *p == '-' ? -1 : 1; p++; }
+        if (p >= end || !is_digit(*p)) return NULL;
+        while (p < end && is_digit(*p)) {
+            if (e < 100000) e = e * 10 + (*p - '0');
+            p++;
+        }
+        num->exp10 += sign * e;
+    }
+    if (!num->is_integer) num->magnitude = m;
+    return p;
+}
+
+/* A number skipped: its grammar only. */
+static inline const char *skip_number(const char *p, const char *end) {
+    if (p < end && *p == '-') p++;
+    if (p >= end) return NULL;
+    if (*p == '0') p++;
+    else if (*p >= '1' && *p <= '9') while (p < end && is_digit(*p)) p++;
+    else return NULL;
+    if (p < end && *p == '.') {
+        p++;
+        if (p >= end || !is_digit(*p)) return NULL;
+        while (p < end && is_digit(*p)) p++;
+    }
+    if (p < end && (*p == 'e' || *p == 'E')) {
+        p++;
+        if (p < end && (*p == '+' || *p == '-')) p++;
+        if (p >= end || !is_digit(*p)) return NULL;
+        while (p < end && is_digit(*p)) p++;
+    }
+    return p;
+}
+
+/* An integer that fits int64 (msgspec's int fields: a fraction or an exponent is not an int). */
+static int number_as_int64(const Number *num, int64_t *out) {
+    if (!num->is_integer || num->overflow) return -1;
+    if (num->negative) {
+        if (num->magnitude > (uint64_t)INT64_MAX + 1) return -1;
+        *out = (int64_t)(0 - num->magnitude);
+    } else {
+        if (num->magnitude > (uint64_t)INT64_MAX) return -1;
+        *out = (int64_t)num->magnitude;
+    }
+    return 0;
+}
+
+static const double POW10[] = {1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11, 1e12, 1e13, 1e14,
+                               1e15, 1e16, 1e17, 1e18, 1e19, 1e20, 1e21, 1e22};
+
+/* The number as a float: an integer as float(int) does (correctly rounded), else the nearest double to the
+ * decimal text: exactly by one IEEE operation when the digits fit 2^53 and the power of ten is exact
+ * (Clinger's fast path), else by Python's own correctly rounded conversion. -1: out of range. */
+static int number_as_double(const Number *num, const char *stop, double *out) {
+    if (num->is_integer) {
+        int64_t v;
+        if (number_as_int64(num, &v) < 0) return -1;    /* beyond 64 bits: the msgspec path decides */
+        *out = (double)v;
+        return 0;
+    }
+    if (!num->truncated && num->magnitude <= (1ull << 53) && num->exp10 >= -22 && num->exp10 <= 22) {
+        double v = (double)num->magnitude;
+        v = num->exp10 >= 0 ? v * POW10[num->exp10] : v / POW10[-num->exp10];
+        *out = num->negative ? -v : v;
+        return 0;
+    }
+    char small[64];
+    size_t n = (size_t)(stop - num->start);
+    char *text = n < sizeof(small) ? small : malloc(n + 1);
+    if (!text) return -1;
+    memcpy(text, num->start, n);
+    text[n] = 0;
+    char *after = NULL;
+    double v = PyOS_string_to_double(text, &after, NULL);
+    int ok = after == text + n && !(v == -1.0 && PyErr_Occurred()) && isfinite(v);
+    if (text != small) free(text);
+    if (!ok) { PyErr_Clear(); return -1; }
+    *out = v;
+    return 0;
+}
+
+static const char *skip_value(const char *p, const char *end, int depth);
+
+static const char *skip_container(const char *p, const char *end, int depth, char close, int object) {
+    if (depth >= MAX_DEPTH) return NULL;
+    p = skip_ws(p + 1, end);
+    if (p < end && *p == close) return p + 1;
+    for (;;) {
+        if (object) {
+            int esc = 0;
+            if (p >= end || *p != '"') return NULL;
+            p = scan_string(p + 1, end, &esc);
+            if (!p) return NULL;
+            p = skip_ws(p, end);
+            if (p >= end || *p != ':') return NULL;
+            p = skip_ws(p + 1, end);
+        }
+        p = skip_value(p, end, depth + 1);
+        if (!p) return NULL;
+        p = skip_ws(p, end);
+        if (p >= end) return NULL;
+        if (*p == close) return p + 1;
+        if (*p != ',') return NULL;
+        p = skip_ws(p + 1, end);
+    }
+}
+
+/* Any JSON value from p (no whitespace before it), validated and skipped. */
+static const char *skip_value(const char *p, const char *end, int depth) {
+    if (p >= end) return NULL;
+    switch (*p) {
+    case '"': {
+        int esc = 0;
+        return scan_string(p + 1, end, &esc);
+    }
+    case '{': return skip_container(p, end, depth, '}', 1);
+    case '[': return skip_container(p, end, depth, ']', 0);
+    case 't': return end - p >= 4 && memcmp(p, "true", 4) == 0 ? p + 4 : NULL;
+    case 'f': return end - p >= 5 && memcmp(p, "false", 5) == 0 ? p + 5 : NULL;
+    case 'n': return end - p >= 4 && memcmp(p, "null", 4) == 0 ? p + 4 : NULL;
+    default:
+        return skip_number(p, end);
+    }
+}
+
+/* ---- the columns of one chunk -------------------------------------------------------------------- */
+
+/* The args fields kept as integers (msgspec's Union[int, None]), in this order. */
+enum { A_EXTERNAL, A_CORRELATION, A_SEQUENCE, A_FWD_THREAD, A_DEVICE, A_STREAM, A_WAIT_STREAM, A_WAIT_CORR,
+       A_ID, N_INTS };   /* A_ID: the event's own "id" */
+
+typedef struct {
+    size_t n, cap;
+    int32_t *pair, *name;
+    int64_t *pid, *tid;
+    int32_t *pid_text, *tid_text; /* a pid/tid written as text ("Spans"): its code among the names; -1: a number */
+    double *ts, *dur, *bytes;     /* NaN: absent (JSON has no NaN) */
+    int64_t *ints[N_INTS];
+    uint16_t *present;            /* bit i: ints[i] present */
+    int64_t *dims_at, *dims_len, *types_at, *types_len;   /* raw text of Input Dims / Input type (len 0: absent) */
+} Columns;
+
+#define EACH_COLUMN(X) X(pair) X(name) X(pid) X(tid) X(pid_text) X(tid_text) X(ts) X(dur) X(bytes) X(present) X(dims_at) X(dims_len) \
+                       X(types_at) X(types_len)
+
+static void columns_free(Columns *c) {
+#define FREE(f) free(c->f);
+    EACH_COLUMN(FREE)
+#undef FREE
+    for (int i = 0; i < N_INTS; i++) free(c->ints[i]);
+    memset(c, 0, sizeof(*c));
+}
+
+static int columns_reserve(Columns *c, size_t cap) {
+#define GROW(f) { void *q = realloc(c->f, cap * sizeof(*c->f)); if (!q) return -1; c->f = q; }
+    EACH_COLUMN(GROW)
+#undef GROW
+    for (int i = 0; i < N_INTS; i++) {
+        void *q = realloc(c->ints[i], cap * sizeof(int64_t));
+        if (!q) return -1;
+        c->ints[i] = q;
+    }
+    c->cap = cap;
+    return 0;
+}
+
+/* ---- the Scanner ---------------------------------------------------------------------------------- */
+
+typedef struct {
+    PyObject_HEAD
+    Interner names;
+    Interner pairs;
+    char *text;           /* room for an escaped string's decoded text */
+    size_t text_cap;
+} Scanner;
+
+typedef struct { const char *s; size_t n; int escaped; } Text;
+
+static int key_is(const char *k, size_t n, const char *lit) {
+    size_t m = strlen(lit);
+    return n == m && memcmp(k, lit, m) == 0;
+}
+
+/* A string value's text (decoded when escaped: into the scanner's room at `*room`). 0, or -1. */
+static int text_value(Scanner *self, Text t, const char **s, size_t *n, size_t *room) {
+    if (!t.escaped) { *s = t.s; *n = t.n; return 0; }
+    if (*room + t.n > self->text_cap) return -1;   /* sized before the event (see scan) */
+    Py_ssize_t len = unescape(t.s, t.n, self->text + *room);
+    if (len < 0) return -1;
+    *s = self->text + *room;
+    *n = (size_t)len;
+    *room += (size_t)len;
+    return 0;
+}
+
+/* A value that must be a string: p at its opening quote. */
+static const char *string_value(const char *p, const char *end, Text *t) {
+    if (p >= end || *p != '"') return NULL;
+    t->escaped = 0;
+    t->s = p + 1;
+    const char *q = scan_string(p + 1, end, &t->escaped);
+    if (q) t->n = (size_t)(q - 1 - t->s);
+    return q;
+}
+
+/* An int-or-null field: sets *present (0 for null). */
+static const char *int_or_null(const char *p, const char *end, int64_t *out, int *present) {
+    if (end - p >= 4 && memcmp(p, "null", 4) == 0) { *present = 0; *out = 0; return p + 4; }
+    Number num;
+    const char *q = scan_number(p, end, &num);
+    if (!q || number_as_int64(&num, out) < 0) return NULL;
+    *present = 1;
+    return q;
+}
+
+static const char *float_or_null(const char *p, const char *end, double *out) {
+    if (end - p >= 4 && memcmp(p, "null", 4) == 0) { *out = NAN; return p + 4; }
+    Number num;
+    const char *q = scan_number(p, end, &num);
+    if (!q || number_as_double(&num, q, out) < 0) return NULL;
+    return q;
+}
+
+/* A member's key and the ':' after it, from p (at the key's quote): the position of its value (NULL: not for
+ * this path; an escaped key is not, nor a value missing). */
+static const char *member_key(const char *p, const char *end, Text *key) {
+    p = string_value(p, end, key);
+    if (!p || key->escaped) return NULL;
+    p = skip_ws(p, end);
+    if (p >= end || *p != ':') return NULL;
+    p = skip_ws(p + 1, end);
+    return p < end ? p : NULL;
+}
+
+/* After a member's value: the next key's position (*closed 0) or the closing '}' (*closed 1); NULL otherwise. */
+static const char *after_member(const char *p, const char *end, int *closed) {
+    p = skip_ws(p, end);
+    if (p >= end) return NULL;
+    *closed = *p == '}';
+    if (*closed) return p;
+    if (*p != ',') return NULL;
+    return skip_ws(p + 1, end);
+}
+
+static const char *scan_args(const char *p, const char *end, const char *base, Columns *c, size_t i) {
+    /* p at '{'; a later "args" replaces an earlier one whole (as msgspec decodes it) */
+    uint16_t present = 0;
+    for (int k = 0; k < A_ID; k++) c->ints[k][i] = 0;
+    c->bytes[i] = NAN;
+    c->dims_at[i] = c->dims_len[i] = c->types_at[i] = c->types_len[i] = 0;
+    p = skip_ws(p + 1, end);
+    if (p < end && *p == '}') { c->present[i] = (uint16_t)(c->present[i] & (1u << A_ID)); return p + 1; }
+    for (;;) {
+        Text key;
+        p = member_key(p, end, &key);
+        if (!p) return NULL;
+        int slot = -1;
+        const char *k = key.s;
+        size_t n = key.n;
+        switch (n) {
+        case 5: if (key_is(k, n, "bytes")) slot = 100; break;
+        case 6: if (key_is(k, n, "device")) slot = A_DEVICE; else if (key_is(k, n, "stream")) slot = A_STREAM; break;
+        case 10: if (key_is(k, n, "Input Dims")) slot = 101; else if (key_is(k, n, "Input type")) slot = 102; break;
+        case 11:
+            if (key_is(k, n, "External id")) slot = A_EXTERNAL;
+            else if (key_is(k, n, "correlation")) slot = A_CORRELATION;
+            break;
+        case 13: if (key_is(k, n, "Fwd thread id")) slot = A_FWD_THREAD; break;
+        case 14: if (key_is(k, n, "wait_on_stream")) slot = A_WAIT_STREAM; break;
+        case 15: if (key_is(k, n, "Sequence number")) slot = A_SEQUENCE; break;
+        case 33: if (key_is(k, n, "wait_on_cuda_event_record_corr_id")) slot = A_WAIT_CORR; break;
+        default: break;
+        }
+        if (slot < 0) {
+            p = skip_value(p, end, 2);
+        } else if (slot < N_INTS) {
+            int has;
+            p = int_or_null(p, end, &c->ints[slot][i], &has);
+            present = (uint16_t)(has ? present | (1u << slot) : present & ~(1u << slot));
+        } else if (slot == 100) {
+            p = float_or_null(p, end, &c->bytes[i]);
+        } else {
+            const char *q = skip_value(p, end, 2);
+            if (q) {
+                int64_t *at = slot == 101 ? c->dims_at : c->types_at, *len = slot == 101 ? c->dims_len : c->types_len;
+                at[i] = p - base;
+                len[i] = q - p;
+            }
+            p = q;
+        }
+        int closed;
+        if (!p || !(p = after_member(p, end, &closed))) return NULL;
+        if (closed) break;
+    }
+    c->present[i] = (uint16_t)((c->present[i] & (1u << A_ID)) | present);
+    return p + 1;
+}
+
+/* One event object from p (at its '{') into row i; NULL: not for this path. */
+static const char *scan_event(Scanner *self, const char *p, const char *end, const char *base, Columns *c,
+                              size_t i, size_t room0) {
+    Text ph = {"", 0, 0}, cat = {"", 0, 0}, name = {"", 0, 0};
+    c->pid[i] = c->tid[i] = 0;
+    c->pid_text[i] = c->tid_text[i] = -1;
+    c->ts[i] = c->dur[i] = c->bytes[i] = NAN;
+    c->present[i] = 0;
+    for (int k = 0; k < N_INTS; k++) c->ints[k][i] = 0;
+    c->dims_at[i] = c->dims_len[i] = c->types_at[i] = c->types_len[i] = 0;
+    if (p >= end || *p != '{') return NULL;
+    p = skip_ws(p + 1, end);
+    if (p < end && *p != '}') {
+        for (;;) {
+            Text key;
+            p = member_key(p, end, &key);
+            if (!p) return NULL;
+            const char *k = key.s;
+            size_t n = key.n;
+            if (n == 2 && k[0] == 'p' && k[1] == 'h') p = string_value(p, end, &ph);
+            else if (n == 2 && k[0] == 't' && k[1] == 's') p = float_or_null(p, end, &c->ts[i]);
+            else if (n == 2 && k[0] == 'i' && k[1] == 'd') {
+                int has;
+                p = int_or_null(p, end, &c->ints[A_ID][i], &has);
+                c->present[i] = (uint16_t)(has ? c->present[i] | (1u << A_ID) : c->present[i] & ~(1u << A_ID));
+            }
+            else if (key_is(k, n, "cat")) p = string_value(p, end, &cat);
+            else if (key_is(k, n, "name")) p = string_value(p, end, &name);
+            else if (key_is(k, n, "pid") || key_is(k, n, "tid")) {
+                int64_t *value = k[0] == 'p' ? &c->pid[i] : &c->tid[i];
+                int32_t *text = k[0] == 'p' ? &c->pid_text[i] : &c->tid_text[i];
+                if (*p == '"') {      /* a name ("Spans"), interned at once (its text may use the room) */
+                    Text t;
+                    const char *s;
+                    size_t sn, room = 0;
+                    p = string_value(p, end, &t);
+                    if (!p || text_value(self, t, &s, &sn, &room) < 0) return NULL;
+                    int32_t code = intern(&self->names, s, sn, make_str);
+                    if (code < 0) return NULL;
+                    *value = 0;
+                    *text = code;
+                } else {
+                    Number num;
+                    const char *q = scan_number(p, end, &num);
+                    if (!q || number_as_int64(&num, value) < 0) return NULL;
+                    *text = -1;
+                    p = q;
+                }
+            }
+            else if (key_is(k, n, "dur")) p = float_or_null(p, end, &c->dur[i]);
+            else if (key_is(k, n, "args")) {
+                if (*p != '{') return NULL;    /* args: null or not an object: the msgspec path decides */
+                p = scan_args(p, end, base, c, i);
+            }
+            else p = skip_value(p, end, 1);
+            int closed;
+            if (!p || !(p = after_member(p, end, &closed))) return NULL;
+            if (closed) break;
+        }
+    }
+    /* intern the name and the (ph, cat) pair */
+    size_t room = room0;
+    const char *s;
+    size_t n;
+    if (text_value(self, name, &s, &n, &room) < 0) return NULL;
+    int32_t code = intern(&self->names, s, n, make_str);
+    if (code < 0) return NULL;
+    c->name[i] = code;
+    const char *phs, *cats;
+    size_t phn, catn;
+    if (text_value(self, ph, &phs, &phn, &room) < 0 || text_value(self, cat, &cats, &catn, &room) < 0) return NULL;
+    char small[256];
+    size_t kn = 4 + phn + catn;
+    char *key = kn <= sizeof(small) ? small : malloc(kn);
+    if (!key) return NULL;
+    uint32_t phl = (uint32_t)phn;
+    memcpy(key, &phl, 4);
+    memcpy(key + 4, phs, phn);
+    memcpy(key + 4 + phn, cats, catn);
+    code = intern(&self->pairs, key, kn, make_pair);
+    if (key != small) free(key);
+    if (code < 0) return NULL;
+    c->pair[i] = code;
+    return p + 1;
+}
+
+static PyObject *column_bytes(const void *data, size_t n, size_t item) {
+    return PyBytes_FromStringAndSize((const char *)data, (Py_ssize_t)(n * item));
+}
+
+/* Scanner.scan(buffer) -> None, or (events, {column: bytes}) */
+static PyObject *Scanner_scan(Scanner *self, PyObject *arg) {
+    Py_buffer view;
+    if (PyObject_GetBuffer(arg, &view, PyBUF_SIMPLE) < 0) return NULL;
+    const char *base = view.buf, *end = base + view.len, *p = base;
+    Columns c;
+    memset(&c, 0, sizeof(c));
+    PyObject *result = NULL;
+    /* An escaped string decodes to no more bytes than its text: the chunk's length is room enough. */
+    if ((size_t)view.len > self->text_cap) {
+        char *text = realloc(self->text, (size_t)view.len + 1);
+        if (!text) { PyErr_NoMemory(); goto done; }
+        self->text = text;
+        self->text_cap = (size_t)view.len + 1;
+    }
+    if (columns_reserve(&c, (size_t)view.len / 256 + 16) < 0) { PyErr_NoMemory(); goto done; }
+    p = skip_ws(p, end);
+    if (p >= end || *p != '[') goto fallback;
+    p = skip_ws(p + 1, end);
+    if (p < end && *p == ']') {
+        p++;
+    } else {
+        for (;;) {
+            if (c.n == c.cap && columns_reserve(&c, c.cap * 2) < 0) { PyErr_NoMemory(); goto done; }
+            p = scan_event(self, p, end, base, &c, c.n, 0);
+            if (!p) {
+                if (PyErr_Occurred() && PyErr_ExceptionMatches(PyExc_MemoryError)) goto done;
+                goto fallback;
+            }
+            c.n++;
+            p = skip_ws(p, end);
+            if (p >= end) goto fallback;
+            if (*p == ']') { p++; break; }
+            if (*p != ',') goto fallback;
+            p = skip_ws(p + 1, end);
+        }
+    }
+    if (skip_ws(p, end) != end) goto fallback;
+    {
+        size_t n = c.n;
+        PyObject *cols = PyDict_New();
+        if (!cols) goto done;
+        struct { const char *key; const void *data; size_t item; } out[] = {
+            {"pair", c.pair, 4}, {"name", c.name, 4}, {"pid", c.pid, 8}, {"tid", c.tid, 8},
+            {"pid_text", c.pid_text, 4}, {"tid_text", c.tid_text, 4}, {"ts", c.ts, 8},
+            {"dur", c.dur, 8}, {"bytes", c.bytes, 8}, {"present", c.present, 2},
+            {"dims_at", c.dims_at, 8}, {"dims_len", c.dims_len, 8}, {"types_at", c.types_at, 8},
+            {"types_len", c.types_len, 8},
+            {"external_id", c.ints[A_EXTERNAL], 8}, {"correlation", c.ints[A_CORRELATION], 8},
+            {"sequence", c.ints[A_SEQUENCE], 8}, {"fwd_thread", c.ints[A_FWD_THREAD], 8},
+            {"device", c.ints[A_DEVICE], 8}, {"stream", c.ints[A_STREAM], 8},
+            {"wait_on_stream", c.ints[A_WAIT_STREAM], 8},
+            {"wait_on_cuda_event_record_corr_id", c.ints[A_WAIT_CORR], 8}, {"id", c.ints[A_ID], 8},
+        };
+        for (size_t k = 0; k < sizeof(out) / sizeof(out[0]); k++) {
+            PyObject *b = column_bytes(out[k].data, n, out[k].item);
+            if (!b || PyDict_SetItemString(cols, out[k].key, b) < 0) { Py_XDECREF(b); Py_DECREF(cols); goto done; }
+            Py_DECREF(b);
+        }
+        result = Py_BuildValue("(nN)", (Py_ssize_t)n, cols);
+        goto done;
+    }
+fallback:
+    PyErr_Clear();
+    Py_INCREF(Py_None);
+    result = Py_None;
+done:
+    columns_free(&c);
+    PyBuffer_Release(&view);
+    return result;
+}
+
+static PyObject *Scanner_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
+    Scanner *self = (Scanner *)type->tp_alloc(type, 0);
+    if (!self) return NULL;
+    if (interner_init(&self->names) < 0 || interner_init(&self->pairs) < 0) {
+        Py_DECREF(self);
+        return PyErr_NoMemory();
+    }
+    return (PyObject *)self;
+}
+
+static void Scanner_dealloc(Scanner *self) {
+    interner_free(&self->names);
+    interner_free(&self->pairs);
+    free(self->text);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyObject *Scanner_get_names(Scanner *self, void *closure) {
+    Py_INCREF(self->names.values);
+    return self->names.values;
+}
+
+static PyObject *Scanner_get_pairs(Scanner *self, void *closure) {
+    Py_INCREF(self->pairs.values);
+    return self->pairs.values;
+}
+
+static PyMethodDef Scanner_methods[] = {
+    {"scan", (PyCFunction)Scanner_scan, METH_O,
+     "scan(buffer) -> None (the chunk needs the msgspec path) or (events, {column: bytes})"},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyGetSetDef Scanner_getset[] = {
+    {"names", (getter)Scanner_get_names, NULL, "the distinct names, by code (a list the scanner appends to)", NULL},
+    {"pairs", (getter)Scanner_get_pairs, NULL, "the distinct (ph, cat) pairs, by code", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyTypeObject ScannerType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "headroom.trace._scan.Scanner",
+    .tp_basicsize = sizeof(Scanner),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "Scans chunks of Kineto's traceEvents into columns; names and (ph, cat) pairs interned across chunks.",
+    .tp_new = Scanner_new,
+    .tp_dealloc = (destructor)Scanner_dealloc,
+    .tp_methods = Scanner_methods,
+    .tp_getset = Scanner_getset,
+};
+
+static struct PyModuleDef scan_module = {
+    PyModuleDef_HEAD_INIT, "_scan", "Kineto traceEvents chunks scanned into columns (the loader's fast path).",
+    -1, NULL, NULL, NULL, NULL, NULL,
+};
+
+PyMODINIT_FUNC PyInit__scan(void) {
+    if (PyType_Ready(&ScannerType) < 0) return NULL;
+    PyObject *m = PyModule_Create(&scan_module);
+    if (!m) return NULL;
+    Py_INCREF(&ScannerType);
+    if (PyModule_AddObject(m, "Scanner", (PyObject *)&ScannerType) < 0) {
+        Py_DECREF(&ScannerType);
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}

@@ -1,0 +1,337 @@
+"""The C scanner (headroom/trace/_scan.c): the chunks it accepts decode into the same tables as msgspec's typed
+structs; everything outside Kineto's own types it declines (None), so msgspec decides and words the error."""
+
+import json
+import struct
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from polars.testing import assert_frame_equal
+
+import headroom.trace.document as document
+import headroom.trace.kineto as kineto
+from tests.conftest import SHIPPED_TRACES
+
+_scan = kineto._scan
+
+
+def test_the_scanner_is_built():
+    # `pip install -e .` (make setup) compiles it; without it every chunk takes the msgspec path.
+    assert _scan is not None and kineto._SCANNER is not None
+
+
+def _both(doc: bytes):
+    """(the scanner's chunk or None when it declined, the msgspec path's chunk)."""
+    accepted = _scan.Scanner().scan(doc) is not None
+    scanned = kineto.decode_events(doc)
+    saved = kineto._SCANNER
+    kineto._SCANNER = None
+    try:
+        reference = kineto.decode_events(doc)
+    finally:
+        kineto._SCANNER = saved
+    return (scanned if accepted else None), scanned, reference
+
+
+def _assert_same_chunk(a, b):
+    assert (a.events, dict(a.unreadable), a.first_unreadable, a.gpu_unreadable, a.cut_error, a.json_error,
+            a.error) == (b.events, dict(b.unreadable), b.first_unreadable, b.gpu_unreadable, b.cut_error,
+                         b.json_error, b.error)
+    assert set(a.tables) == set(b.tables)
+    for t in a.tables:
+        assert a.tables[t].schema == b.tables[t].schema, t
+        assert_frame_equal(a.tables[t], b.tables[t], categorical_as_str=True)
+
+
+def _columns(doc: bytes) -> dict:
+    found = _scan.Scanner().scan(doc)
+    assert found is not None
+    n, cols = found
+    types = {"pair": np.int32, "name": np.int32, "pid_text": np.int32, "tid_text": np.int32,
+             "present": np.uint16, "ts": np.float64, "dur": np.float64, "bytes": np.float64}
+    return {k: np.frombuffer(v, dtype=types.get(k, np.int64)) for k, v in cols.items()}
+
+
+# --- numbers: the same double as Python's float() of the text ---------------------------------------
+
+@pytest.mark.parametrize("text", [
+    "5126186325241.388", "1790857026000000000", "0", "-0", "-0.0", "0.1", "0.30000000000000004", "1e22", "1e23",
+    "9007199254740993", "9007199254740993.0", "123456789012345678", "1.7976931348623157e308", "4.9e-324",
+    "2.2250738585072011e-308", "2.2250738585072014e-308", "1E5", "1e+5", "1.5e-7", "0.000000000000000000001",
+    "123456789.123456789123456789", "9223372036854775807", "-9223372036854775808", "100000000000000000000e-2",
+    "0.00000000000000000000000000000000000000000000000000000000001", "3.14159265358979323846264338327950288",
+])
+def test_numbers_are_the_nearest_double_to_their_text(text):
+    cols = _columns(f'[{{"ph": "X", "cat": "kernel", "ts": {text}, "dur": {text}}}]'.encode())
+    expected = float(int(text)) if text.lstrip("-").isdigit() else float(text)
+    assert struct.pack("<d", cols["ts"][0]) == struct.pack("<d", expected)    # bit for bit (-0.0 too)
+
+
+@pytest.mark.parametrize("value,expected", [
+    ("0", 0), ("-1", -1), ("9223372036854775807", 2**63 - 1), ("-9223372036854775808", -2**63), ("null", None),
+])
+def test_ids_are_64_bit_integers_or_absent(value, expected):
+    cols = _columns(f'[{{"ph": "X", "cat": "kernel", "args": {{"correlation": {value}}}}}]'.encode())
+    present = bool(cols["present"][0] & (1 << kineto._PRESENT_BIT["correlation"]))
+    assert (int(cols["correlation"][0]) if present else None) == expected
+
+
+@pytest.mark.parametrize("event", [
+    '{"ph": "X", "args": {"correlation": 9223372036854775808}}',     # beyond int64: msgspec makes it Int128
+    '{"ph": "X", "args": {"correlation": 1.0}}',                     # a float where msgspec wants an int
+    '{"ph": "X", "args": {"correlation": true}}',
+    '{"ph": "X", "ts": "12.5"}',                                     # text where a number belongs: lenient path
+    '{"ph": "X", "ts": 1e400}',                                      # out of range
+    '{"ph": "X", "ts": 123456789012345678901234567890}',             # an integer beyond 64 bits as a float
+    '{"ph": "X", "name": null}', '{"ph": "X", "name": 5}', '{"ph": 1}', '{"ph": "X", "args": null}',
+    '{"ph": "X", "args": [1]}', '{"ph": "X", "pid": null}', '{"ph": "X", "pid": 1.5}',
+    '{"ph": "X", "n\\u0061me": "k"}',                                # an escaped key
+    '{"ph": "X", "name": "\\ud800"}',                                # a lone surrogate
+    '{"ph": "X", "name": "\\udc00\\ud800"}',
+    '{"ph": "X", "name": "a\tb"}',                                   # a control character in a string
+    '{"ph": "X", "name": "\\x"}',                                    # no such escape
+    '{"ph": "X", "name": "\\u12"}',
+    '{"ph": "X",}', '{"ph": "X" "cat": "k"}', '{"ph": "X"', '5', '"x"', 'null', '[]',
+    '{"ph": "X", "x": 01}', '{"ph": "X", "x": 1.}', '{"ph": "X", "x": .5}', '{"ph": "X", "x": +1}',
+    '{"ph": "X", "x": -}', '{"ph": "X", "x": 1e}', '{"ph": "X", "x": tru}', '{"ph": "X", "x": NaN}',
+    '{"ph": "X", "x": ' + "[" * 70 + "]" * 70 + "}",                 # deeper than the scanner goes
+])
+def test_what_is_not_kinetos_own_is_declined_and_decoded_the_same(event):
+    doc = f"[{event}]".encode()
+    assert _scan.Scanner().scan(doc) is None
+    _, scanned, reference = _both(doc)
+    _assert_same_chunk(scanned, reference)
+
+
+@pytest.mark.parametrize("doc", [b'[{"ph": "X"}] x', b'[{"ph": "X"},]', b'[{"ph": "X"}', b'', b'{"ph": "X"}',
+                                 b'[{"ph": "X", "name": "\xff"}]', b'[{"ph": "X", "name": "\xc0\x80"}]',
+                                 b'[{"ph": "X", "name": "\xed\xa0\x80"}]', b'[{"ph": "X", "name": "\xf4\x90\x80\x80"}]',
+                                 # in strings the scanner skips: a field nobody reads, an args value, a key
+                                 b'[{"ph": "X", "stack": ["\xff"]}]', b'[{"ph": "X", "args": {"x": "a\xe2\x82"}}]',
+                                 b'[{"ph": "X", "\xc3": 1}]', b'[{"ph": "X", "args": {"Input type": ["\xf8"]}}]'])
+def test_invalid_json_and_utf8_are_declined(doc):
+    assert _scan.Scanner().scan(doc) is None
+    _, scanned, reference = _both(doc)
+    _assert_same_chunk(scanned, reference)
+
+
+def test_escapes_and_unicode_decode_as_json_does():
+    names = ["caf\u00e9", "\U0001F600 grin", 'quote " and \\ slash', "tab\tnew\nline", "ctl\u0001", "/"]
+    events = [{"ph": "X", "cat": "kernel", "name": n, "pid": 0, "tid": 7, "ts": 1.0, "dur": 1.0} for n in names]
+    for ascii_only in (True, False):
+        doc = json.dumps(events, ensure_ascii=ascii_only).replace("/", "\\/").encode()
+        accepted, scanned, reference = _both(doc)
+        assert accepted is not None
+        assert scanned.tables["gpu"]["name"].to_list() == names
+        _assert_same_chunk(scanned, reference)
+
+
+def test_the_last_of_a_key_given_twice_counts_and_a_later_args_replaces_the_earlier_whole():
+    doc = (b'[{"ph": "X", "cat": "kernel", "name": "a", "name": "b", "ts": 1, "ts": 2.5, "dur": 1, "pid": 3, '
+           b'"tid": 4, "args": {"correlation": 7, "device": 1}, "args": {"stream": 9}}]')
+    accepted, scanned, reference = _both(doc)
+    assert accepted is not None
+    gpu = scanned.tables["gpu"]
+    assert gpu["name"].to_list() == ["b"] and gpu["ts"].to_list() == [2.5]
+    assert gpu["correlation"].to_list() == [None] and gpu["device"].to_list() == [None]
+    assert gpu["stream"].to_list() == [9]
+    _assert_same_chunk(scanned, reference)
+
+
+def test_names_and_pairs_are_interned_across_chunks():
+    s = _scan.Scanner()
+    one = b'[{"ph": "X", "cat": "kernel", "name": "gemm"}, {"ph": "X", "cat": "cpu_op", "name": "aten::mm"}]'
+    two = b'[{"ph": "X", "cat": "cpu_op", "name": "aten::mm"}, {"ph": "X", "cat": "kernel", "name": "gemm"}]'
+    n1, c1 = s.scan(one)
+    n2, c2 = s.scan(two)
+    assert s.names == ["gemm", "aten::mm"] and s.pairs == [("X", "kernel"), ("X", "cpu_op")]
+    assert np.frombuffer(c1["name"], np.int32).tolist() == [0, 1]
+    assert np.frombuffer(c2["name"], np.int32).tolist() == [1, 0]
+    assert np.frombuffer(c2["pair"], np.int32).tolist() == [1, 0]
+
+
+def test_text_pids_among_numbers_make_the_column_text_as_msgspecs_path_does():
+    doc = (b'[{"ph": "X", "cat": "cpu_op", "name": "a", "pid": "Spans", "tid": 2, "ts": 1, "dur": 1},'
+           b' {"ph": "X", "cat": "cpu_op", "name": "b", "pid": 5, "tid": "PyTorch Profiler", "ts": 2, "dur": 1},'
+           b' {"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 2, "dur": 1}]')
+    accepted, scanned, reference = _both(doc)
+    assert accepted is not None
+    assert scanned.tables["cpu"]["pid"].to_list() == ["Spans", "5"]
+    assert scanned.tables["cpu"]["tid"].to_list() == ["2", "PyTorch Profiler"]
+    assert scanned.tables["gpu"]["pid"].to_list() == [0]      # numbers stay numbers in a table of numbers
+    _assert_same_chunk(scanned, reference)
+
+
+def test_module_events_and_ranges_keep_what_the_analyses_read():
+    module = {"ph": "X", "cat": "python_function", "name": "nn.Module: Linear_0", "pid": 1, "tid": 1, "ts": 1, "dur": 9}
+    plain = {"ph": "X", "cat": "python_function", "name": "torch/nn/modules/module.py(1): _call_impl", "pid": 1,
+             "tid": 1, "ts": 1, "dur": 9}
+    ranged = {"ph": "X", "cat": "user_annotation", "name": "headroom/module model.fc (Linear)", "pid": 1, "tid": 1,
+              "ts": 2, "dur": 5, "args": {"Input Dims": [[4, 2048], [], [7]], "Input type": ["c10::BFloat16", "Scalar"]}}
+    doc = json.dumps([module, plain, ranged]).encode()
+    accepted, scanned, reference = _both(doc)
+    assert accepted is not None
+    cpu = scanned.tables["cpu"]
+    assert cpu["name"].to_list() == [module["name"], ranged["name"]]      # the plain python_function is dropped
+    assert cpu["inputs"].to_list() == ["", "bf16[4,2048]"]
+    assert cpu["index"].to_list() == [0, 2]
+    _assert_same_chunk(scanned, reference)
+
+
+def test_events_without_ph_are_counted_as_the_msgspec_path_counts_them():
+    doc = b'[{"cat": "kernel", "name": "k", "ts": 1, "dur": 1}, {"cat": "cpu_op", "name": "x"}, {"ph": "X"}]'
+    accepted, scanned, reference = _both(doc)
+    assert accepted is not None
+    assert scanned.gpu_unreadable == [(0, "no 'ph' (event type)")] and dict(scanned.unreadable) == {
+        "no 'ph' (event type)": 1}
+    _assert_same_chunk(scanned, reference)
+
+
+# --- generated chunks: Kineto's own types (accepted) and anything else (declined), the same tables -------
+
+WS = st.sampled_from(["", " ", "  ", "\n    ", "\t", "\r\n"])
+CATEGORIES = ["kernel", "Kernel", "gpu_memcpy", "gpu_memset", "cuda_runtime", "cuda_driver", "cpu_op",
+              "user_annotation", "python_function", "gpu_user_annotation", "cuda_sync", "ac2g", "fwdbwd", "overhead",
+              "Trace", ""]
+NAMES = st.one_of(st.sampled_from(["aten::mm", "nn.Module: Linear", "headroom/module m.fc (Linear)", "ProfilerStep#3",
+                                   "cudaLaunchKernel", 'a}, {"ph"', "", "x\\y", "Stream Wait Event"]),
+                  st.text(max_size=12))
+
+
+def _float_text(draw) -> str:
+    x = draw(st.floats(allow_nan=False, allow_infinity=False, width=64))
+    form = draw(st.sampled_from(["repr", "e", "E", "g17", "fixed"]))
+    if form == "repr":
+        return repr(x)
+    if form == "e":
+        return f"{x:e}"
+    if form == "E":
+        return f"{x:.20E}"
+    if form == "g17":
+        text = f"{x:.17g}"
+        return text if any(c in text for c in ".eEn") else text + ".0"
+    return f"{x:.6f}" if abs(x) < 1e30 else repr(x)
+
+
+@st.composite
+def number_text(draw) -> str:
+    kind = draw(st.sampled_from(["int", "float", "timestamp"]))
+    if kind == "int":
+        return str(draw(st.integers(-(2**63), 2**63 - 1)))
+    if kind == "timestamp":    # Kineto's: microseconds with three decimals
+        return f"{draw(st.integers(0, 2**52)) / 1000:.3f}"
+    return _float_text(draw)
+
+
+@st.composite
+def json_value(draw, depth=0) -> str:
+    """Any JSON value as text (an unknown field's)."""
+    choices = ["number", "string", "literal"] + (["array", "object"] if depth < 3 else [])
+    kind = draw(st.sampled_from(choices))
+    if kind == "number":
+        return draw(number_text())
+    if kind == "string":
+        return json.dumps(draw(st.text(max_size=6)), ensure_ascii=draw(st.booleans()))
+    if kind == "literal":
+        return draw(st.sampled_from(["true", "false", "null"]))
+    items = draw(st.lists(json_value(depth + 1), max_size=3))
+    ws = draw(WS)
+    if kind == "array":
+        return "[" + f",{ws}".join(items) + "]"
+    keys = draw(st.lists(st.text(max_size=5), min_size=len(items), max_size=len(items)))
+    return "{" + f",{ws}".join(f"{json.dumps(k)}:{ws}{v}" for k, v in zip(keys, items)) + "}"
+
+
+def _int_or_null(draw, wild: bool) -> str:
+    if wild and draw(st.integers(0, 5)) == 0:
+        return draw(st.sampled_from(["9223372036854775808", "1.5", "true", '"7"', "[]", "1e3", "-9223372036854775809"]))
+    return "null" if draw(st.integers(0, 6)) == 0 else str(draw(st.integers(-(2**63), 2**63 - 1)))
+
+
+@st.composite
+def event_text(draw, wild: bool) -> str:
+    fields = []
+    if draw(st.integers(0, 9)):
+        fields.append(("ph", json.dumps(draw(st.sampled_from(["X", "X", "X", "s", "f", "t", "i", "M", ""])))))
+    if draw(st.integers(0, 9)):
+        fields.append(("cat", json.dumps(draw(st.sampled_from(CATEGORIES)))))
+    if draw(st.integers(0, 9)):
+        fields.append(("name", json.dumps(draw(NAMES), ensure_ascii=draw(st.booleans()))))
+    for key in ("pid", "tid"):
+        if draw(st.integers(0, 9)):
+            fields.append((key, json.dumps(draw(st.sampled_from(["Spans", "PyTorch Profiler"]))) if draw(st.integers(0, 5)) == 0
+                           else str(draw(st.integers(-(2**63), 2**63 - 1)))))
+    for key in ("ts", "dur"):
+        if draw(st.integers(0, 9)):
+            fields.append((key, "null" if draw(st.integers(0, 8)) == 0 else draw(number_text())))
+    if draw(st.booleans()):
+        fields.append(("id", _int_or_null(draw, wild)))
+    if draw(st.integers(0, 4)):
+        args = [(k, _int_or_null(draw, wild)) for k in draw(st.sets(st.sampled_from(
+            ["External id", "correlation", "Sequence number", "Fwd thread id", "device", "stream", "wait_on_stream",
+             "wait_on_cuda_event_record_corr_id"])))]
+        if draw(st.booleans()):
+            args.append(("bytes", "null" if draw(st.integers(0, 5)) == 0 else draw(number_text())))
+        if draw(st.booleans()):
+            args.append(("Input Dims", draw(st.sampled_from(["[[4, 2048], []]", "[]", "null", "[[1,2],[3]]"]))))
+            args.append(("Input type", draw(st.sampled_from(['["float", "Scalar"]', '["c10::BFloat16"]', "5"]))))
+        for _ in range(draw(st.integers(0, 2))):
+            args.append((draw(st.sampled_from(["Concrete Inputs", "Ev Idx", "Record function id", "x"])),
+                         draw(json_value())))
+        ws = draw(WS)
+        fields.append(("args", "{" + f",{ws}".join(f"{json.dumps(k)}:{ws}{v}" for k, v in draw(st.permutations(args)))
+                       + "}"))
+    for _ in range(draw(st.integers(0, 2))):     # fields headroom does not read
+        fields.append((draw(st.sampled_from(["bp", "s", "Occupancy", "ts_extra"])), draw(json_value())))
+    if fields and draw(st.integers(0, 4)) == 0:   # a key given twice: the last counts
+        fields.append(draw(st.sampled_from(fields)))
+    if wild and draw(st.integers(0, 3)) == 0:
+        fields.append(draw(st.sampled_from([("ts", '"12"'), ("name", "7"), ("args", "null"), ("pid", "null"),
+                                            ("cat", "[]"), ("ts", "1e999"), ("name", '"\\ud83d"')])))
+    ws = draw(WS)
+    return "{" + ws + f",{ws}".join(f"{json.dumps(k)}{draw(WS)}:{draw(WS)}{v}" for k, v in fields) + ws + "}"
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(events=st.lists(event_text(wild=False), max_size=12), ws=WS)
+def test_generated_kineto_chunks_are_accepted_and_give_the_msgspec_paths_tables(events, ws):
+    doc = ("[" + ws + f",{ws}".join(events) + ws + "]").encode()
+    accepted, scanned, reference = _both(doc)
+    assert accepted is not None
+    _assert_same_chunk(scanned, reference)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(events=st.lists(event_text(wild=True), max_size=12), cut=st.integers(0, 40), garble=st.booleans())
+def test_generated_chunks_with_anything_decode_the_same_either_way(events, cut, garble):
+    doc = ("[" + ",\n  ".join(events) + "]").encode()
+    if garble and doc:     # a chunk cut short or with a stray byte: invalid JSON either way
+        doc = doc[:max(len(doc) - cut, 0)] if cut % 2 else doc[:cut] + b"\x80" + doc[cut:]
+    _, scanned, reference = _both(doc)
+    _assert_same_chunk(scanned, reference)
+
+
+@settings(max_examples=200, deadline=None)
+@given(data=st.binary(max_size=200))
+def test_arbitrary_bytes_never_crash_the_scanner(data):
+    for doc in (data, b"[" + data + b"]", b'[{"ph": "X", "name": "' + data + b'"}]'):
+        found = _scan.Scanner().scan(doc)
+        if found is not None:     # accepted: then it is valid JSON that msgspec reads the same
+            _, scanned, reference = _both(doc)
+            _assert_same_chunk(scanned, reference)
+        else:
+            assert found is None
+
+
+def test_real_traces_decode_chunk_for_chunk_as_msgspecs_structs_do():
+    names = ("resnet-50.train.json.gz", "llama-7b.infer.prefill.json.gz", "dlrm.train.json.gz")
+    for name in names:
+        for item in document.split(SHIPPED_TRACES / name):
+            if isinstance(item, document.Document):
+                break
+            doc = bytes(item[0])
+            accepted, scanned, reference = _both(doc)
+            assert accepted is not None, name
+            _assert_same_chunk(scanned, reference)

@@ -76,6 +76,21 @@ def test_impossible_gpu_times_are_refused_naming_the_event_and_field(tmp_path, o
     assert message.endswith("(--lenient drops such events)")
 
 
+def test_of_several_impossible_events_the_first_in_the_loaders_row_order_is_named(tmp_path):
+    # The tables stay in event order until they become pandas tables; the row order the loader has always
+    # given them (a block's kinds grouped in order of first appearance) puts both memcpys before the kernel,
+    # so the memcpy at event 3 is named, as before, not the kernel at event 2.
+    def gpu(cat, name, ts, dur, corr):
+        return {"ph": "X", "cat": cat, "name": name, "pid": 0, "tid": 7, "ts": ts, "dur": dur,
+                "args": {"correlation": corr}}
+    p = _trace(tmp_path, [STEP, gpu("gpu_memcpy", "HtoD", 1.0, 1.0, 1), gpu("kernel", "k", 2.0, -5.0, 2),
+                          gpu("gpu_memcpy", "DtoH", 3.0, -1.0, 3)])
+    with pytest.raises(TraceError, match=r"event 3 \(memcpy 'DtoH'\): dur -1.0 is negative"):
+        load_trace(p, use_cache=False)
+    t = load_trace(p, use_cache=False, lenient=True)
+    assert t.gpu["name"].tolist() == ["HtoD"] and "first: event 3 (memcpy 'DtoH')" in t.warnings[-1]
+
+
 def test_lenient_drops_impossible_events_with_a_count(tmp_path):
     events = [STEP, LAUNCH, _kernel(), _kernel(name="bad", dur=-1.0), _kernel(name="worse", dur="nan"),
               dict(STEP, name="ProfilerStep#2", ts=200.0, dur=-5.0)]

@@ -24,7 +24,7 @@ from headroom.trace.phases import event_phases
 from headroom.trace.classify import Policy, Rule, classify_kernels, load_classifier
 from headroom.errors import UserError
 from headroom.regex import compile_user_regex
-from headroom.trace.load import Trace, TraceError, find_trace_files, iter_traces, load_trace
+from headroom.trace.load import Trace, TraceError, find_trace_files, iter_traces, load_trace, small_pages
 
 MODE_GPU = "gpu"
 MODE_CPU = "cpu-ops"
@@ -307,7 +307,8 @@ def analyze(source: str | os.PathLike | Trace, rules: list[Rule] | str | os.Path
         for f, key in stored.KEYS.items():
             fields[f] = _keyed(fields[f], key)
         return Analysis(source=trace.source, metadata=trace.metadata, trace=trace, **fields)
-    a = _analyze(trace, rules, policy, whole_trace, window)
+    with small_pages():
+        a = _analyze(trace, rules, policy, whole_trace, window)
     if a.step_ranges is not None:
         stored.store(trace, name, {f: getattr(a, f) for f in stored.FIELDS})
     return a

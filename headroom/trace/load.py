@@ -25,6 +25,7 @@ import json
 import os
 import shutil
 import tempfile
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -100,15 +101,17 @@ def _decoded(path: Path, lenient: bool, workers: bool = True):
     gc_was_enabled = gc.isenabled()
     gc.disable()
     try:
-        return decode(path, lenient, workers)
+        with small_pages():
+            return decode(path, lenient, workers)
     finally:
         if gc_was_enabled:
             gc.enable()
 
 
 def _finish(path: Path, key, decoded) -> Trace:
-    tables, base_ns, meta, warnings = decoded
-    trace = _tabulate(str(path), tables, base_ns, meta, warnings)
+    tables, orders, base_ns, meta, warnings = decoded
+    with small_pages():
+        trace = _tabulate(str(path), tables, base_ns, meta, warnings, orders)
     if key is not None and cache.store_tables(key, {t: getattr(trace, t) for t in TRACE_TABLES}, base_ns, meta,
                                               warnings):
         trace.cache_key = key
@@ -167,7 +170,7 @@ def _worth_a_worker(path: Path, nxt: Path, use_cache: bool, lenient: bool) -> bo
 
 
 def decode(path: Path, lenient: bool = False, workers: bool = True):
-    """The checked polars tables, time base, metadata and warnings of one trace file
+    """The checked polars tables (event order), their loader orders, time base, metadata and warnings of one trace file
     (`workers`: may use the worker process: for a plain file it decodes the second half while this
     process decodes the first; for a gzip file, every other chunk)."""
     _check_memory_for(path)
@@ -251,40 +254,50 @@ def _spill_base(size: int) -> str | None:
 
 
 def _assemble(path: Path, decoded: list[Chunk], doc: Document, lenient: bool):
+    """(the checked tables in event order, each table's rows in loader order (None: as they are), time base,
+    metadata, warnings)."""
     warnings: list[str] = []
     whole = chunks.merged(path, decoded)
-    tables = {}
-    for table in kineto.TABLES:
-        tables[table] = whole.tables.pop(table)
-        if table != "flows":
-            tables[table] = _rows_in_loader_order(tables[table])
+    tables = {table: _in_event_order(whole.tables.pop(table)) for table in kineto.TABLES}
     unreadable = sum(whole.unreadable.values())
     first_unreadable, gpu_unreadable = whole.first_unreadable, whole.gpu_unreadable
     if unreadable:
         i, problem = first_unreadable
         warnings.append(f"{unreadable} event{'s' if unreadable != 1 else ''} could not be read and "
                         f"{'were' if unreadable != 1 else 'was'} skipped (first: event {i}: {problem})")
+    orders = {table: loader_order(tables[table]) for table in ("gpu", "cpu")}
     try:
-        tables, dropped = validate.check(tables, str(path), lenient, gpu_unreadable)
+        checked, dropped = validate.check(tables, str(path), lenient, gpu_unreadable, orders)
     except validate.ImpossibleEvent as e:
         raise TraceError(str(e)) from None
     warnings += dropped
-    return tables, doc.base_ns, doc.meta, warnings
+    for table in kineto.TABLES:
+        if table != "flows" and (table not in orders or checked[table] is not tables[table]):
+            orders[table] = loader_order(checked[table])      # (a table --lenient dropped rows of: anew)
+    return checked, orders, doc.base_ns, doc.meta, warnings
 
 
 # Rows keep the order headroom's loader has always given them (so every table and every float
 # sum over them stays as it was): per block of 65,536 events, grouped by kind in the order the
-# kinds first appear in the block, then in event order.
+# kinds first appear in the block, then in event order. The tables stay in event order until they
+# become pandas tables (tables._tabulate), where the order is a take of numpy arrays: a gather of
+# the polars frames' text columns was 1.4 s of the 2 GB trace.
 ORDER_BLOCK = 1 << 16
 
 
-def _rows_in_loader_order(frame: pl.DataFrame) -> pl.DataFrame:
-    if "kind" not in frame.columns or frame.height == 0 or frame["kind"].n_unique() == 1:
+def _in_event_order(frame: pl.DataFrame) -> pl.DataFrame:
+    """Chunks keep their events in order and are merged in order; if not, the rows are put so."""
+    if frame.height < 2 or "index" not in frame.columns:
         return frame
     index = frame["index"].to_numpy()
-    if not bool((index[1:] > index[:-1]).all()):   # chunks keep their events in order; if not, put them so
-        frame = frame.sort("index")
-        index = frame["index"].to_numpy()
+    return frame if bool((index[1:] > index[:-1]).all()) else frame.sort("index")
+
+
+def loader_order(frame: pl.DataFrame) -> np.ndarray | None:
+    """The frame's rows (in event order) in loader order: row numbers, or None when that is their order."""
+    if "kind" not in frame.columns or frame.height == 0 or frame["kind"].n_unique() == 1:
+        return None
+    index = frame["index"].to_numpy()
     # Rows are in event order, so a (block, kind) group's first row is its first event: ranking the groups
     # by their first row and sorting stably by that rank groups the kinds of each block in order of
     # appearance, rows in event order. The groups are few (blocks x kinds): a table of their first rows,
@@ -301,11 +314,33 @@ def _rows_in_loader_order(frame: pl.DataFrame) -> pl.DataFrame:
     key = rank[group]
     order = np.argsort(key.astype(np.int16) if len(present) < (1 << 15) else key, kind="stable")
     if bool((order[1:] == order[:-1] + 1).all()):
-        return frame
-    return frame[order]
+        return None
+    return order
 
 
 # --- memory -------------------------------------------------------------------------
+
+@contextmanager
+def small_pages():
+    """numpy asks the kernel for huge pages for every array of 4 MB or more (madvise); where transparent huge
+    pages are given on request (`defrag` = madvise, the kernel's default), each such array's first touch can
+    wait for the kernel to compact memory. The tables and analyses of a big trace make many such arrays once:
+    without the request, the 2 GB trace's analysis spent 2.2 s in the kernel instead of 3.9 s, 11.2 s in all
+    instead of 12.8 s (docs/benchmarks.md). The setting is numpy's, for the whole process: restored after."""
+    try:
+        from numpy._core import multiarray
+    except ImportError:    # pragma: no cover - numpy 1.x
+        from numpy.core import multiarray
+    setter = getattr(multiarray, "_set_madvise_hugepage", None)
+    if setter is None:    # pragma: no cover - a numpy without the setting
+        yield
+        return
+    previous = setter(False)
+    try:
+        yield
+    finally:
+        setter(previous)
+
 
 def _size(path: Path) -> int:
     try:

@@ -110,38 +110,55 @@ def texts_at(values: pd.Series, rows: np.ndarray) -> np.ndarray:
     return values.iloc[rows].astype(str).to_numpy(dtype=object)
 
 
-def _ids(column: pl.Series) -> np.ndarray:
+# Every helper below takes `o`: the table's rows in loader order (load.loader_order; None: as they are),
+# applied to the numpy arrays made from the polars columns.
+
+
+def _take(values: np.ndarray, o) -> np.ndarray:
+    return values if o is None else values[o]
+
+
+def _ids(column: pl.Series, o=None) -> np.ndarray:
     """int64 ids (-1 where absent); ids beyond 64 bits keep an object column of Python ints."""
     if column.dtype == pl.Int128:
         values = column.fill_null(-1).to_list()
         fits = all(-2**63 <= v < 2**63 for v in values)
-        return np.array(values, dtype=np.int64 if fits else object)
-    return column.fill_null(-1).cast(pl.Int64).to_numpy()
+        return _take(np.array(values, dtype=np.int64 if fits else object), o)
+    return _take(column.fill_null(-1).cast(pl.Int64).to_numpy(), o)
 
 
-def _distinct(column: pl.Series) -> tuple[np.ndarray, list[str]]:
-    """Integer codes and distinct values of a string column (names repeat: one Python str per value, not per row)."""
+def _distinct(column: pl.Series, o=None) -> tuple[np.ndarray, list[str]]:
+    """Integer codes and distinct values of a string column (names repeat: one Python str per value, not per
+    row), the values in order of first appearance (in loader order)."""
     column = column.fill_null("")
     values = column.unique(maintain_order=True).to_list()
-    return column.cast(pl.Enum(values)).to_physical().cast(pl.Int64).to_numpy(), values
+    codes = column.cast(pl.Enum(values)).to_physical().cast(pl.Int64).to_numpy()
+    if o is None:
+        return codes, values
+    codes, firsts = pd.factorize(codes[o])
+    return codes.astype(np.int64), [values[i] for i in firsts.tolist()]
 
 
-def _named_codes(column: pl.Series) -> tuple[np.ndarray, np.ndarray]:
-    codes, values = _distinct(column)
-    return codes, np.asarray(values, dtype=object)
+def _named_codes(column: pl.Series, o=None) -> tuple[np.ndarray, np.ndarray]:
+    """Codes and distinct values (an object array) of a string column, in loader order; the values' own order
+    is not first appearance when `o` is given (the callers only look values up)."""
+    column = column.fill_null("")
+    values = column.unique(maintain_order=True).to_list()
+    codes = column.cast(pl.Enum(values)).to_physical().cast(pl.Int64).to_numpy()
+    return _take(codes, o), np.asarray(values, dtype=object)
 
 
-def _names(column: pl.Series) -> np.ndarray:
-    codes, values = _named_codes(column)
+def _names(column: pl.Series, o=None) -> np.ndarray:
+    codes, values = _named_codes(column, o)
     return values[codes]
 
 
-def _categories(column: pl.Series) -> pd.Categorical:
-    codes, values = _distinct(column)
+def _categories(column: pl.Series, o=None) -> pd.Categorical:
+    codes, values = _distinct(column, o)
     return pd.Categorical.from_codes(codes, categories=values)
 
 
-def _thread_keys(column: pl.Series) -> pd.Categorical:
+def _thread_keys(column: pl.Series, o=None) -> pd.Categorical:
     """pid/tid as strings, stored as categories (numeric ones in numeric order)."""
     if column.dtype.is_integer() and column.null_count() == 0:
         # All numbers: each one's place among the few distinct ones (sorted) is its code, the codes of the
@@ -149,38 +166,39 @@ def _thread_keys(column: pl.Series) -> pd.Categorical:
         distinct = column.unique().sort()
         codes = np.searchsorted(distinct.to_numpy(), column.to_numpy()).astype(np.int64) if len(column) \
             else np.empty(0, np.int64)
-        return pd.Categorical.from_codes(codes, categories=[str(v) for v in distinct.to_list()])
+        return pd.Categorical.from_codes(_take(codes, o), categories=[str(v) for v in distinct.to_list()])
     column = column.cast(pl.String)
     codes, values = _distinct(column)
     order = sorted(range(len(values)), key=lambda i: _numbers_first(values[i]))
     rank = np.empty(len(values), dtype=np.int64)
     rank[order] = np.arange(len(values))
-    return pd.Categorical.from_codes(rank[codes] if len(values) else codes, categories=[values[i] for i in order])
+    return pd.Categorical.from_codes(_take(rank[codes] if len(values) else codes, o),
+                                     categories=[values[i] for i in order])
 
 
 def _numbers_first(text: str) -> tuple:
     return (0, int(text), text) if text.lstrip("-").isdigit() else (1, 0, text)
 
 
-def _small_ints(column: pl.Series, fallback: pl.Series) -> np.ndarray:
+def _small_ints(column: pl.Series, fallback: pl.Series, o=None) -> np.ndarray:
     """device/stream numbers: the args value, else the row's pid/tid when numeric, else -1."""
-    return column.fill_null(fallback.cast(pl.Int64, strict=False)).fill_null(-1).to_numpy()
+    return _take(column.fill_null(fallback.cast(pl.Int64, strict=False)).fill_null(-1).to_numpy(), o)
 
 
-def _cpu_side_columns(t: pl.DataFrame, names: tuple[np.ndarray, np.ndarray] | None = None) -> dict[str, Any]:
+def _cpu_side_columns(t: pl.DataFrame, o=None, names: tuple[np.ndarray, np.ndarray] | None = None) -> dict[str, Any]:
     """name/cat/pid/tid/ts/dur columns of a CPU-side table (launches, CPU ranges); `names`: the name
-    column's codes and distinct values, when the caller has them already."""
-    codes, values = names if names is not None else _named_codes(t["name"])
-    return {"name": values[codes], "cat": _categories(t["kind"]),
-            "pid": _thread_keys(t["pid"]), "tid": _thread_keys(t["tid"]),
-            "ts": t["ts"].to_numpy(), "dur": t["dur"].fill_null(0.0).to_numpy()}
+    column's codes (in loader order) and distinct values, when the caller has them already."""
+    codes, values = names if names is not None else _named_codes(t["name"], o)
+    return {"name": values[codes], "cat": _categories(t["kind"], o),
+            "pid": _thread_keys(t["pid"], o), "tid": _thread_keys(t["tid"], o),
+            "ts": _take(t["ts"].to_numpy(), o), "dur": _take(t["dur"].fill_null(0.0).to_numpy(), o)}
 
 
-def _device_side_columns(t: pl.DataFrame) -> dict[str, Any]:
+def _device_side_columns(t: pl.DataFrame, o=None) -> dict[str, Any]:
     """name/device/stream/ts/dur columns of a table of events on a device (GPU activities, GPU ranges, syncs)."""
-    return {"name": _names(t["name"]), "device": _small_ints(t["device"], t["pid"]),
-            "stream": _small_ints(t["stream"], t["tid"]), "ts": t["ts"].to_numpy(),
-            "dur": t["dur"].fill_null(0.0).to_numpy()}
+    return {"name": _names(t["name"], o), "device": _small_ints(t["device"], t["pid"], o),
+            "stream": _small_ints(t["stream"], t["tid"], o), "ts": _take(t["ts"].to_numpy(), o),
+            "dur": _take(t["dur"].fill_null(0.0).to_numpy(), o)}
 
 
 def _link_flows(table: pl.DataFrame, flows: pl.DataFrame, phases: list[str]) -> pl.DataFrame:
@@ -208,36 +226,49 @@ def _flow_pairs(flows: pl.DataFrame) -> pd.DataFrame:
                          np.asarray(pairs[c].to_list(), dtype=object) for c in FLOW_PAIR_COLUMNS})
 
 
+def _frame(columns: dict[str, Any]) -> pd.DataFrame:
+    """A pandas frame that holds these arrays as they are (each made here for it): pandas would otherwise copy
+    every column into one 2-D block per dtype (0.45 s of the 2 GB trace). Arrays polars lent (read-only
+    views of its memory) are copied, so the frame owns what it holds."""
+    return pd.DataFrame({c: v.copy() if isinstance(v, np.ndarray) and not v.flags.writeable else v
+                         for c, v in columns.items()}, copy=False)
+
+
 def _tabulate(source: str, tables: dict[str, pl.DataFrame], base_ns: int | None, meta: dict[str, Any],
-              warnings: list[str] | None = None) -> Trace:
-    """The pandas tables the analyses use."""
+              warnings: list[str] | None = None, orders: dict[str, Any] | None = None) -> Trace:
+    """The pandas tables the analyses use; `orders`: each table's rows in loader order (load.loader_order)."""
+    orders = orders or {}
     flows = tables.pop("flows")
-    g = _link_flows(tables.pop("gpu"), flows, ["f", "t"])
-    device_side = _device_side_columns(g)
-    gpu = pd.DataFrame({
+    g = _link_flows(tables.pop("gpu"), flows, ["f", "t"])     # (a left join: the rows stay as they were)
+    o = orders.get("gpu")
+    device_side = _device_side_columns(g, o)
+    gpu = _frame({
         "name": device_side.pop("name"),
-        "kind": _categories(g["kind"]),
+        "kind": _categories(g["kind"], o),
         **device_side,
-        "correlation": _ids(g["correlation"]),
-        "external_id": _ids(g["external_id"]),
-        "bytes": g["bytes"].to_numpy(),
-        "index": g["index"].cast(pl.Int64).to_numpy(),
+        "correlation": _ids(g["correlation"], o),
+        "external_id": _ids(g["external_id"], o),
+        "bytes": _take(g["bytes"].to_numpy(), o),
+        "index": _take(g["index"].cast(pl.Int64).to_numpy(), o),
     })
     c = _link_flows(tables.pop("launches"), flows, ["s"])
-    launches = pd.DataFrame({**_cpu_side_columns(c), "correlation": _ids(c["correlation"]),
-                             "external_id": _ids(c["external_id"])})
+    o = orders.get("launches")
+    launches = _frame({**_cpu_side_columns(c, o), "correlation": _ids(c["correlation"], o),
+                             "external_id": _ids(c["external_id"], o)})
     c = tables.pop("cpu")
-    names = _named_codes(c["name"])      # kept for Trace.cpu_names_start_with
-    cpu = pd.DataFrame({**_cpu_side_columns(c, names), "external_id": _ids(c["external_id"]),
-                        "sequence": _ids(c["sequence"]), "fwd_thread": _ids(c["fwd_thread"]),
-                        "inputs": _names(c["inputs"])})
-    gpu_annotations = pd.DataFrame(_device_side_columns(tables.pop("gpu_annotations")))
+    o = orders.get("cpu")
+    names = _named_codes(c["name"], o)      # kept for Trace.cpu_names_start_with
+    cpu = _frame({**_cpu_side_columns(c, o, names), "external_id": _ids(c["external_id"], o),
+                        "sequence": _ids(c["sequence"], o), "fwd_thread": _ids(c["fwd_thread"], o),
+                        "inputs": _names(c["inputs"], o)})
+    gpu_annotations = _frame(_device_side_columns(tables.pop("gpu_annotations"), orders.get("gpu_annotations")))
     s = tables.pop("syncs")
-    syncs = pd.DataFrame({
-        **_device_side_columns(s),
-        "correlation": _ids(s["correlation"]),
-        "wait_on_stream": s["wait_on_stream"].fill_null(-1).to_numpy(),
-        "wait_on_cuda_event_record_corr_id": _ids(s["wait_on_cuda_event_record_corr_id"]),
+    o = orders.get("syncs")
+    syncs = _frame({
+        **_device_side_columns(s, o),
+        "correlation": _ids(s["correlation"], o),
+        "wait_on_stream": _take(s["wait_on_stream"].fill_null(-1).to_numpy(), o),
+        "wait_on_cuda_event_record_corr_id": _ids(s["wait_on_cuda_event_record_corr_id"], o),
     })
     trace = Trace(source=source, gpu=gpu, cpu=cpu, launches=launches, gpu_annotations=gpu_annotations,
                   syncs=syncs, base_ns=base_ns, metadata=meta, flows=_flow_pairs(flows),

@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 
 import lazy_loader
+import numpy as np
 
 from headroom.errors import UserError
 from headroom.trace.ranges import PROFILER_STEP_PREFIX
@@ -74,15 +75,19 @@ def describe(row: dict, source: str) -> str:
             f"{row['field']}{shown} is {row['problem']}")
 
 
-def check(tables: dict[str, pl.DataFrame], source: str, lenient: bool,
-          unreadable_gpu: list[tuple[int, str]]) -> tuple[dict[str, pl.DataFrame], list[str]]:
-    """The tables without impossible GPU activities and steps (lenient), or the first one's error line."""
+def check(tables: dict[str, pl.DataFrame], source: str, lenient: bool, unreadable_gpu: list[tuple[int, str]],
+          orders: dict[str, np.ndarray | None] | None = None) -> tuple[dict[str, pl.DataFrame], list[str]]:
+    """The tables without impossible GPU activities and steps (lenient), or the first one's error line.
+    `orders`: each table's rows in the loader's order (load.loader_order; None: as they are), which decides
+    which of a table's impossible events is named first."""
+    orders = orders or {}
     lo, hi = span(tables)
     gpu_bad = _problems(tables["gpu"], lo, hi)
     steps = tables["cpu"].filter(step_rows(tables["cpu"]))
     step_bad = _problems(steps, lo, hi) if steps.height else steps.head(0)
-    lines = [(int(r["index"]), describe(r, source)) for frame in (gpu_bad, step_bad)
-             for r in frame.head(1).iter_rows(named=True)]
+    lines = [(int(r["index"]), describe(r, source))
+             for frame, table in ((gpu_bad, "gpu"), (step_bad, "cpu"))
+             for r in _first(frame, tables[table], orders.get(table)).iter_rows(named=True)]
     lines += [(i, f"{source}: event {i}: {problem}") for i, problem in unreadable_gpu[:1]]
     if not lines:
         return tables, []
@@ -95,3 +100,13 @@ def check(tables: dict[str, pl.DataFrame], source: str, lenient: bool,
     out["cpu"] = tables["cpu"].filter(~pl.col("index").is_in(step_bad["index"].implode()))
     return out, [f"dropped {n} GPU activit{'y' if n == 1 else 'ies'}/steps with an impossible ts or dur "
                  f"(first: {first.split(': ', 1)[1]})"]
+
+
+def _first(bad: pl.DataFrame, table: pl.DataFrame, order: np.ndarray | None) -> pl.DataFrame:
+    """The row of `bad` (rows of `table`, both in event order) that comes first in `order`."""
+    if bad.height < 2 or order is None:
+        return bad.head(1)
+    rank = np.empty(len(order), dtype=np.int64)
+    rank[order] = np.arange(len(order))
+    rows = np.searchsorted(table["index"].to_numpy(), bad["index"].to_numpy())
+    return bad[int(np.argmin(rank[rows])):][:1]

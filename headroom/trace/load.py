@@ -101,8 +101,7 @@ def _decoded(path: Path, lenient: bool, workers: bool = True):
     gc_was_enabled = gc.isenabled()
     gc.disable()
     try:
-        with small_pages():
-            return decode(path, lenient, workers)
+        return decode(path, lenient, workers)
     finally:
         if gc_was_enabled:
             gc.enable()
@@ -190,7 +189,8 @@ def decode(path: Path, lenient: bool = False, workers: bool = True):
     finally:
         if helper is not None:
             helper.close()
-    return _assemble(path, *found, lenient)
+    with small_pages():
+        return _assemble(path, *found, lenient)
 
 
 # How a plain file is shared between this process and the worker, which first starts (imports) and writes

@@ -3,8 +3,8 @@ interleaved (msgspec, scanner, msgspec, ...), in this process; each chunk's tabl
 
     python benchmarks/scan_speed.py TRACE [--repeat 3] [--out results.json]
 
-Times are of `kineto.decode_events` (scan or decode, routing, the tables' polars columns), summed over the
-chunks; `scan_only_s` is the C scanner's own part. The chunks are cut by document.split first (not timed).
+Times are of `kineto.decode_events` (msgspec) and `scan.decode_events` (the scanner; routing and the tables'
+polars columns in both), summed over the chunks; `scan_only_s` is the C scanner's own part. The chunks are cut by document.split first (not timed).
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from polars.testing import assert_frame_equal  # noqa: E402
 
 import headroom.trace.document as document  # noqa: E402
 import headroom.trace.kineto as kineto  # noqa: E402
+import headroom.trace.scan as scan  # noqa: E402
 from benchmarks.record import emit, stamp  # noqa: E402
 
 
@@ -39,20 +40,18 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--out")
     args = ap.parse_args()
-    if kineto._SCANNER is None:
+    if scan.SCANNER is None:
         sys.exit("the C scanner is not built (pip install -e . builds it)")
     docs = _chunks(args.trace)
-    scanner = kineto._SCANNER
-    kineto.decode_events(docs[0])           # imports and first-use tables, before timing
+    scanner = scan.SCANNER
+    scan.decode_events(docs[0])             # imports and first-use tables, before timing
     times: dict[str, list[float]] = {"msgspec": [], "scanner": [], "scan_only": []}
     for _ in range(args.repeat):
-        kineto._SCANNER = None
         t0 = time.perf_counter()
         reference = [kineto.decode_events(d) for d in docs]
         times["msgspec"].append(time.perf_counter() - t0)
-        kineto._SCANNER = scanner
         t0 = time.perf_counter()
-        scanned = [kineto.decode_events(d) for d in docs]
+        scanned = [scan.decode_events(d) for d in docs]
         times["scanner"].append(time.perf_counter() - t0)
         t0 = time.perf_counter()
         declined = sum(scanner.scan(d) is None for d in docs)

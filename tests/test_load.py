@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 import headroom.trace.document as document
 import headroom.trace.kineto as kineto
 import headroom.trace.load as load
+import headroom.trace.scan as scan
 from headroom.trace import cache, chunks
 from headroom.trace.analysis import analyze
 from headroom.trace.load import TraceError, load_trace
@@ -522,7 +523,7 @@ def test_scanned_fast_lenient_streamed_and_whole_paths_agree_on_generated_traces
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(document, "BLOCK", 97)                    # streamed in tiny chunks
         small = _load_or_error(path)
-        mp.setattr(kineto, "_SCANNER", None)                 # every chunk by msgspec's typed structs (or lenient)
+        mp.setattr(scan, "SCANNER", None)                    # every chunk by msgspec's typed structs (or lenient)
         fast = _load_or_error(path)
         mp.setattr(kineto, "_EVENTS", _RefuseFast())         # every chunk on the lenient path
         lenient = _load_or_error(path)

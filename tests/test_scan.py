@@ -12,27 +12,22 @@ from polars.testing import assert_frame_equal
 
 import headroom.trace.document as document
 import headroom.trace.kineto as kineto
+import headroom.trace.scan as scan
 from tests.conftest import SHIPPED_TRACES
 
-_scan = kineto._scan
+_scan = scan._scan
 
 
 def test_the_scanner_is_built():
     # `pip install -e .` (make setup) compiles it; without it every chunk takes the msgspec path.
-    assert _scan is not None and kineto._SCANNER is not None
+    assert _scan is not None and scan.SCANNER is not None
 
 
 def _both(doc: bytes):
-    """(the scanner's chunk or None when it declined, the msgspec path's chunk)."""
+    """(the scanner's chunk or None when it declined, the loader's chunk, the msgspec path's chunk)."""
     accepted = _scan.Scanner().scan(doc) is not None
-    scanned = kineto.decode_events(doc)
-    saved = kineto._SCANNER
-    kineto._SCANNER = None
-    try:
-        reference = kineto.decode_events(doc)
-    finally:
-        kineto._SCANNER = saved
-    return (scanned if accepted else None), scanned, reference
+    scanned = scan.decode_events(doc)
+    return (scanned if accepted else None), scanned, kineto.decode_events(doc)
 
 
 def _assert_same_chunk(a, b):
@@ -49,9 +44,7 @@ def _columns(doc: bytes) -> dict:
     found = _scan.Scanner().scan(doc)
     assert found is not None
     n, cols = found
-    types = {"pair": np.int32, "name": np.int32, "pid_text": np.int32, "tid_text": np.int32,
-             "present": np.uint16, "ts": np.float64, "dur": np.float64, "bytes": np.float64}
-    return {k: np.frombuffer(v, dtype=types.get(k, np.int64)) for k, v in cols.items()}
+    return {k: np.frombuffer(v, dtype=scan.TYPES.get(k, np.int64)) for k, v in cols.items()}
 
 
 # --- numbers: the same double as Python's float() of the text ---------------------------------------
@@ -74,7 +67,7 @@ def test_numbers_are_the_nearest_double_to_their_text(text):
 ])
 def test_ids_are_64_bit_integers_or_absent(value, expected):
     cols = _columns(f'[{{"ph": "X", "cat": "kernel", "args": {{"correlation": {value}}}}}]'.encode())
-    present = bool(cols["present"][0] & (1 << kineto._PRESENT_BIT["correlation"]))
+    present = bool(cols["present"][0] & (1 << scan.PRESENT_BIT["correlation"]))
     assert (int(cols["correlation"][0]) if present else None) == expected
 
 

@@ -9,6 +9,7 @@ import pytest
 
 import headroom.trace.document as document
 import headroom.trace.kineto as trace_module
+import headroom.trace.scan as scan
 from headroom.trace.load import TraceError, find_trace_files, load_trace, load_traces
 from tests.conftest import SHIPPED_TRACES, hta_trace
 
@@ -131,7 +132,7 @@ def _tables(t):
 
 
 def force_msgspec_path(monkeypatch):
-    monkeypatch.setattr(trace_module, "_SCANNER", None)
+    monkeypatch.setattr(scan, "SCANNER", None)
 
 
 def force_lenient_path(monkeypatch):
@@ -193,8 +194,8 @@ def test_chunks_that_need_the_lenient_path_mix_with_fast_chunks(tmp_path, monkey
     text = json.dumps({"traceEvents": events}, indent=2)  # pretty-printed, like Kineto
     p.write_text(text)
     chunks = []
-    decode = trace_module.decode_events
-    monkeypatch.setattr(trace_module, "decode_events", lambda doc: chunks.append(bytes(doc)) or decode(doc))
+    decode = scan.decode_events
+    monkeypatch.setattr(scan, "decode_events", lambda doc: chunks.append(bytes(doc)) or decode(doc))
     monkeypatch.setattr(document, "BLOCK", 300)       # a few events per chunk
     t = load_trace(p)
     assert len(chunks) >= 3

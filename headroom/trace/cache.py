@@ -39,7 +39,7 @@ pl = lazy_loader.load("polars")
 # Traces smaller than this load faster than a cache entry is written.
 MIN_BYTES_DEFAULT = 16 << 20
 _TRACE_CODE = ("document.py", "kineto.py", "inputs.py", "chunks.py", "tables.py", "validate.py", "cache.py", "load.py",
-               "ranges.py", "codes.py", "_scan.c")
+               "ranges.py", "codes.py", "scan.py", "_scan.c")
 
 
 def cache_dir() -> Path | None:

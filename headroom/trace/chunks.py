@@ -16,7 +16,7 @@ from typing import Callable, Iterable
 import lazy_loader
 import numpy as np
 
-from headroom.trace import document, kineto
+from headroom.trace import document, kineto, scan
 from headroom.trace.document import Document
 from headroom.trace.kineto import Chunk, TraceError
 
@@ -39,7 +39,7 @@ def decode_chunks(path: Path, source: Iterable, helper=None,
             helper.submit(data)
             waiting = offset
             continue
-        local = kineto.decode_events(data)
+        local = scan.decode_events(data)
         del data
         if waiting is not None:
             keep(path, chunks, from_worker(helper), waiting)
@@ -138,7 +138,7 @@ def decode_second_half(path: Path, start: int, prefix: bytes,
                     parts.append(finish(merged(path, run)))
                 return parts, item
             data, offset = item
-            keep(path, run, kineto.decode_events(data), offset)
+            keep(path, run, scan.decode_events(data), offset)
             del data
             if len(run) == PART_CHUNKS:
                 parts.append(finish(merged(path, run)))

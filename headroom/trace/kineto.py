@@ -1,9 +1,9 @@
 """The Kineto (torch.profiler) JSON wire format, decoded a chunk at a time.
 
 ``document`` reads the file in blocks (gunzipped on the fly) and cuts it between two events of
-``traceEvents``; each chunk is decoded here by msgspec straight into typed structs
-and turned into polars columns, keeping only the fields and events headroom
-uses. A chunk with odd spellings (a timestamp written as a string, hex or
+``traceEvents``; ``scan`` decodes each chunk by the C scanner, and those it declines are decoded here
+by msgspec straight into typed structs and turned into the same polars columns, keeping only the
+fields and events headroom uses (the routes and tables both paths share are here). A chunk with odd spellings (a timestamp written as a string, hex or
 beyond-64-bit ids) is decoded event by event into lenient structs and
 normalised into the same values; an event no spelling fits is counted, never
 dropped silently. Big files are split between this process and one worker
@@ -23,13 +23,8 @@ import numpy as np
 import lazy_loader
 
 from headroom.errors import UserError
-from headroom.trace.inputs import module_inputs, module_inputs_text
-from headroom.trace.ranges import MODULE_PREFIX, MODULE_RANGE_PREFIX
-
-try:    # the C scanner (headroom/trace/_scan.c), built at install
-    from headroom.trace import _scan
-except ImportError:     # pragma: no cover - a copy without it (no compiler; the GPU machine's) decodes by msgspec
-    _scan = None
+from headroom.trace.inputs import module_inputs
+from headroom.trace.ranges import MODULE_PREFIX
 
 pl = lazy_loader.load("polars")   # imported on first use (a cached analysis needs none)
 
@@ -203,7 +198,7 @@ class _Routes(dict):
         return held[1]
 
 
-_ROUTES = _Routes()
+ROUTES = _Routes()
 
 
 # --- decoding one chunk of events ----------------------------------------------------
@@ -226,7 +221,8 @@ _BYTE = re.compile(r"\(byte (\d+)\)")
 
 
 def decode_events(doc: bytes | memoryview) -> Chunk:
-    """The events of `doc`, a JSON array of consecutive events of traceEvents."""
+    """The events of `doc`, a JSON array of consecutive events of traceEvents, by msgspec (the loader asks
+    `scan.decode_events`, which asks this for the chunks the C scanner declines)."""
     try:
         return _decode_events(doc)
     except TraceError as e:     # e.g. an id beyond 128 bits
@@ -234,9 +230,6 @@ def decode_events(doc: bytes | memoryview) -> Chunk:
 
 
 def _decode_events(doc: bytes | memoryview) -> Chunk:
-    scanned = _scanner().scan(doc) if _SCANNER is not None else None
-    if scanned is not None:
-        return _scanned_chunk(doc, *scanned)
     try:
         return _fast_chunk(_EVENTS.decode(doc))
     except msgspec.ValidationError:
@@ -274,9 +267,9 @@ def _fast_chunk(events: list[_Event]) -> Chunk:
 
 def _split_tables(events: list[_Event], positions: np.ndarray, chunk: Chunk) -> dict[str, pl.DataFrame]:
     """Route each event to its table by (ph, cat), vectorised over codes; build each table's columns."""
-    codes = np.fromiter(map(_ROUTES.__getitem__, zip(map(_GET["ph"], events), map(_GET["cat"], events))),
+    codes = np.fromiter(map(ROUTES.__getitem__, zip(map(_GET["ph"], events), map(_GET["cat"], events))),
                         dtype=np.int32, count=len(events))
-    table_of = _ROUTES.table_numbers()[codes]
+    table_of = ROUTES.table_numbers()[codes]
     tables = {}
     for number, t in enumerate(TABLES):
         rows = np.flatnonzero(table_of == number)
@@ -285,13 +278,13 @@ def _split_tables(events: list[_Event], positions: np.ndarray, chunk: Chunk) -> 
             mine, rows = _without_plain_python_functions(mine, rows, codes)
         tables[t] = _table(t, mine, codes[rows], positions[rows])
     for i in np.flatnonzero(table_of == -2).tolist():
-        _unreadable(chunk, int(positions[i]), "no 'ph' (event type)", events[i].cat)
+        count_unreadable(chunk, int(positions[i]), "no 'ph' (event type)", events[i].cat)
     return tables
 
 
 def _without_plain_python_functions(events: list[_Event], rows: np.ndarray, codes: np.ndarray):
     """python_function events are the bulk of a with_stack trace; only nn.Module ones are read."""
-    python = np.array([k == "python_function" for k in _ROUTES.kind], dtype=bool)[codes[rows]]
+    python = np.array([k == "python_function" for k in ROUTES.kind], dtype=bool)[codes[rows]]
     if not python.any():
         return events, rows
     keep = ~python
@@ -301,7 +294,7 @@ def _without_plain_python_functions(events: list[_Event], rows: np.ndarray, code
     return list(map(events.__getitem__, kept.tolist())), rows[kept]
 
 
-def _unreadable(chunk: Chunk, index: int, problem: str, category: Any) -> None:
+def count_unreadable(chunk: Chunk, index: int, problem: str, category: Any) -> None:
     if isinstance(category, str) and category.lower() in GPU_CATEGORIES:
         chunk.gpu_unreadable.append((index, problem))
         return
@@ -323,7 +316,7 @@ def _lenient_chunk(raws: list[msgspec.Raw]) -> Chunk:
                 category = _ONE_CATEGORY.decode(raw).cat
             except msgspec.ValidationError:
                 category = None   # not an object
-            _unreadable(chunk, i, _problem(err), category)
+            count_unreadable(chunk, i, _problem(err), category)
             continue
         events.append(_normalised(e))
         positions.append(i)
@@ -405,13 +398,13 @@ def empty_table(table: str) -> pl.DataFrame:
     return pl.DataFrame(schema={c: getattr(pl, _SCHEMA_NAMES[c]) for c in TABLE_COLUMNS[table]})
 
 
-def _frame(table: str, codes: np.ndarray, index: np.ndarray, column) -> pl.DataFrame:
+def table_frame(table: str, codes: np.ndarray, index: np.ndarray, column) -> pl.DataFrame:
     """A table's columns: kind/ph from the route `codes`, `index` (positions in the chunk), the rest by
     `column(name, columns so far)` (from structs or from the C scanner's columns)."""
     out: dict[str, pl.Series] = {}
     for c in TABLE_COLUMNS[table]:
         if c in ("kind", "ph"):
-            out[c] = _ROUTES.texts(c, codes)
+            out[c] = ROUTES.texts(c, codes)
         elif c == "index":
             out[c] = pl.Series(index, dtype=pl.Int64)
         else:
@@ -439,120 +432,4 @@ def _table(table: str, events: list[_Event], codes: np.ndarray, index: np.ndarra
         return (pl.Series(values, dtype=pl.Float64) if c == "bytes" else
                 id_series(values).cast(pl.Int64, strict=False) if c in _SMALL_IDS else id_series(values))
 
-    return _frame(table, codes, index, column)
-
-
-# --- the C scanner's columns ------------------------------------------------------------
-# A chunk the scanner accepts (valid JSON in Kineto's own types: the msgspec fast path's, and no id beyond 64
-# bits, escaped key or lone surrogate) comes back as columns of every event; a chunk it does not accept takes
-# the msgspec path above, which decides and words every error. Both give the same tables (tests/test_scan.py).
-
-_SCANNER = _scan.Scanner() if _scan is not None else None
-# Bits of the scanner's `present` column: which integer fields an event has (else null).
-_PRESENT_BIT = {"external_id": 0, "correlation": 1, "sequence": 2, "fwd_thread": 3, "device": 4, "stream": 5,
-                "wait_on_stream": 6, "wait_on_cuda_event_record_corr_id": 7, "id": 8}
-_SCANNED_TYPES = {"pair": np.int32, "name": np.int32, "pid_text": np.int32, "tid_text": np.int32,
-                  "present": np.uint16, "ts": np.float64, "dur": np.float64, "bytes": np.float64}
-# A scanner keeps every distinct name it met; one that met this many starts afresh (a long-lived process).
-_SCANNER_NAMES_MAX = 1 << 20
-
-
-class _ScannedCodes:
-    """Per code of the scanner's pairs and names: the route, the name as a polars value, and whether it is an
-    nn.Module or a module range name (grown as the scanner meets new ones)."""
-
-    def __init__(self) -> None:
-        self.routes = np.empty(0, dtype=np.int32)
-        self.names = None       # a polars Series (made on first use: a cached analysis imports no polars)
-        self.empty_text = None
-        self.modules = np.empty(0, dtype=bool)
-        self.module_ranges = np.empty(0, dtype=bool)
-
-    def route_of(self, pairs: list) -> np.ndarray:
-        if len(self.routes) != len(pairs):
-            self.routes = np.array([_ROUTES[p] for p in pairs], dtype=np.int32)
-        return self.routes
-
-    def grow(self, names: list) -> None:
-        """Take in the names the scanner met since the last call."""
-        if self.names is None:
-            self.names, self.empty_text = pl.Series([], dtype=pl.String), pl.Series([""], dtype=pl.String)
-        if len(self.names) == len(names):
-            return
-        new = names[len(self.names):]
-        self.names = pl.concat([self.names, pl.Series(new, dtype=pl.String)], rechunk=True)
-        self.modules = np.concatenate([self.modules, [n.startswith(MODULE_PREFIX) for n in new]]).astype(bool)
-        self.module_ranges = np.concatenate([self.module_ranges,
-                                             [n.startswith(MODULE_RANGE_PREFIX) for n in new]]).astype(bool)
-
-
-_SCANNED = _ScannedCodes()
-
-
-def _scanner():
-    """The process's scanner (a fresh one once it holds too many names)."""
-    global _SCANNER, _SCANNED
-    if len(_SCANNER.names) > _SCANNER_NAMES_MAX:
-        _SCANNER, _SCANNED = _scan.Scanner(), _ScannedCodes()
-    return _SCANNER
-
-
-def _scanned_chunk(doc: bytes | memoryview, events: int, columns: dict[str, bytes]) -> Chunk:
-    a = {k: np.frombuffer(v, dtype=_SCANNED_TYPES.get(k, np.int64)) for k, v in columns.items()}
-    scanner = _SCANNER
-    _SCANNED.grow(scanner.names)
-    codes = _SCANNED.route_of(scanner.pairs)[a["pair"]]
-    table_of = _ROUTES.table_numbers()[codes]
-    chunk = Chunk({}, events)
-    for number, t in enumerate(TABLES):
-        rows = np.flatnonzero(table_of == number)
-        if t == "cpu" and len(rows):
-            python = np.array([k == "python_function" for k in _ROUTES.kind], dtype=bool)[codes[rows]]
-            if python.any():    # only nn.Module python_function events are read
-                rows = rows[~python | _SCANNED.modules[a["name"][rows]]]
-        chunk.tables[t] = _scanned_table(t, doc, a, rows, codes[rows])
-    if (table_of == -2).any():
-        pairs = scanner.pairs
-        for i in np.flatnonzero(table_of == -2).tolist():
-            _unreadable(chunk, i, "no 'ph' (event type)", pairs[a["pair"][i]][1])
-    return chunk
-
-
-def _scanned_table(table: str, doc, a: dict[str, np.ndarray], rows: np.ndarray, codes: np.ndarray) -> pl.DataFrame:
-    """The same columns `_table` builds from structs, from the scanner's columns at `rows`. (polars' Series
-    methods that run as expressions cost ~0.2 ms each, hundreds of times per chunk: these use indexing.)"""
-    if not len(rows):
-        return empty_table(table)
-
-    def column(c: str, out: dict[str, pl.Series]) -> pl.Series:
-        if c == "name":
-            return _SCANNED.names[a["name"][rows]]
-        if c in ("pid", "tid"):
-            text = a[f"{c}_text"][rows]
-            if (text >= 0).any():   # a name ("Spans") among the numbers: all as text, as _text_series makes them
-                names = _SCANNER.names
-                return pl.Series([names[n] if n >= 0 else str(v) for n, v in zip(text.tolist(), a[c][rows].tolist())],
-                                 dtype=pl.String)
-            return pl.Series(a[c][rows], dtype=pl.Int64)
-        if c in ("ts", "dur", "bytes"):
-            values = a[c][rows]
-            absent = np.isnan(values)
-            return pl.Series(np.ma.masked_array(values, mask=absent) if absent.any() else values, dtype=pl.Float64)
-        if c == "inputs":
-            ranges = np.flatnonzero(_SCANNED.module_ranges[a["name"][rows]])
-            if not len(ranges):
-                return _SCANNED.empty_text.new_from_index(0, len(rows))
-            texts = [""] * len(rows)
-            for i in ranges.tolist():
-                texts[i] = module_inputs_text(_raw_at(doc, a["dims_at"], a["dims_len"], rows[i]),
-                                              _raw_at(doc, a["types_at"], a["types_len"], rows[i]))
-            return pl.Series(texts, dtype=pl.String)
-        absent = (a["present"][rows] & (1 << _PRESENT_BIT[c])) == 0
-        values = a[c][rows]
-        return pl.Series(np.ma.masked_array(values, mask=absent) if absent.any() else values, dtype=pl.Int64)
-
-    return _frame(table, codes, rows, column)
-
-
-def _raw_at(doc, at: np.ndarray, length: np.ndarray, row: int) -> bytes:
-    return bytes(doc[int(at[row]):int(at[row]) + int(length[row])])
+    return table_frame(table, codes, index, column)

@@ -1,6 +1,6 @@
 """The loader's worker process: the pipe protocol and the parent's handle. The worker runs
 `worker_main.main`: it decodes what it is sent and sends back the result: a chunk
-(kineto.decode_events), the second half of a plain file (chunks.decode_second_half) or a whole file
+(scan.decode_events), the second half of a plain file (chunks.decode_second_half) or a whole file
 (load.decode).
 
 A plain subprocess speaking length-prefixed pickles over its stdin/stdout, not

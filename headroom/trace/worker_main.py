@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 from headroom.errors import UserError
-from headroom.trace import chunks, kineto, worker
+from headroom.trace import chunks, scan, worker
 
 
 def main() -> None:
@@ -27,7 +27,7 @@ def main() -> None:
         kind = bytes(view[:1])
         try:
             if kind == worker.CHUNK:
-                result = kineto.decode_events(view[1:])
+                result = scan.decode_events(view[1:])
             elif kind == worker.HALF:
                 path, start, prefix, folder = pickle.loads(view[1:])
                 numbers = iter(range(1 << 30))

@@ -1,0 +1,147 @@
+"""A chunk of traceEvents decoded by the C scanner (headroom/trace/_scan.c) into the tables kineto's msgspec
+paths build; a chunk the scanner declines is decoded by them (docs/trace-core.md, "Load").
+
+The scanner accepts a strict subset of what msgspec's typed structs accept (valid JSON in Kineto's own
+types: no id beyond 64 bits, escaped key, lone surrogate, number out of range) and gives the same values
+for it, so msgspec decides and words every error and both give the same tables (tests/test_scan.py). It
+returns an array per field of every event, names and (ph, cat) pairs as codes of the distinct ones it
+keeps; here they are routed to their tables and wrapped as polars columns.
+"""
+
+from __future__ import annotations
+
+import lazy_loader
+import numpy as np
+
+from headroom.trace import kineto
+from headroom.trace.inputs import module_inputs_text
+from headroom.trace.kineto import ROUTES, TABLES, Chunk, count_unreadable, empty_table, table_frame
+from headroom.trace.ranges import MODULE_PREFIX, MODULE_RANGE_PREFIX
+
+try:    # built by `pip install -e .` (make setup)
+    from headroom.trace import _scan
+except ImportError:     # pragma: no cover - a copy without it (no compiler; the GPU machine's) decodes by msgspec
+    _scan = None
+
+pl = lazy_loader.load("polars")   # imported on first use (a cached analysis needs none)
+
+
+def decode_events(doc: bytes | memoryview) -> Chunk:
+    """The events of `doc`, a JSON array of consecutive events of traceEvents: by the scanner, or by msgspec
+    where it declines."""
+    scanned = _scanner().scan(doc) if SCANNER is not None else None
+    if scanned is None:
+        return kineto.decode_events(doc)
+    return _chunk(doc, *scanned)
+
+
+SCANNER = _scan.Scanner() if _scan is not None else None
+# Bits of the scanner's `present` column: which integer fields an event has (else null).
+PRESENT_BIT = {"external_id": 0, "correlation": 1, "sequence": 2, "fwd_thread": 3, "device": 4, "stream": 5,
+               "wait_on_stream": 6, "wait_on_cuda_event_record_corr_id": 7, "id": 8}
+# The scanner's columns' types (the rest are int64).
+TYPES = {"pair": np.int32, "name": np.int32, "pid_text": np.int32, "tid_text": np.int32, "present": np.uint16,
+         "ts": np.float64, "dur": np.float64, "bytes": np.float64}
+# A scanner keeps every distinct name it met; one that met this many starts afresh (a long-lived process).
+NAMES_MAX = 1 << 20
+
+
+class _Codes:
+    """Per code of the scanner's pairs and names: the route, the name as a polars value, and whether it is an
+    nn.Module or a module range name (grown as the scanner meets new ones)."""
+
+    def __init__(self) -> None:
+        self.routes = np.empty(0, dtype=np.int32)
+        self.names = None       # a polars Series (made on first use: a cached analysis imports no polars)
+        self.empty_text = None
+        self.modules = np.empty(0, dtype=bool)
+        self.module_ranges = np.empty(0, dtype=bool)
+
+    def route_of(self, pairs: list) -> np.ndarray:
+        if len(self.routes) != len(pairs):
+            self.routes = np.array([ROUTES[p] for p in pairs], dtype=np.int32)
+        return self.routes
+
+    def grow(self, names: list) -> None:
+        """Take in the names the scanner met since the last call."""
+        if self.names is None:
+            self.names, self.empty_text = pl.Series([], dtype=pl.String), pl.Series([""], dtype=pl.String)
+        if len(self.names) == len(names):
+            return
+        new = names[len(self.names):]
+        self.names = pl.concat([self.names, pl.Series(new, dtype=pl.String)], rechunk=True)
+        self.modules = np.concatenate([self.modules, [n.startswith(MODULE_PREFIX) for n in new]]).astype(bool)
+        self.module_ranges = np.concatenate([self.module_ranges,
+                                             [n.startswith(MODULE_RANGE_PREFIX) for n in new]]).astype(bool)
+
+
+_CODES = _Codes()
+
+
+def _scanner():
+    """The process's scanner (a fresh one once it holds too many names)."""
+    global SCANNER, _CODES
+    if len(SCANNER.names) > NAMES_MAX:
+        SCANNER, _CODES = _scan.Scanner(), _Codes()
+    return SCANNER
+
+
+def _chunk(doc: bytes | memoryview, events: int, columns: dict[str, bytes]) -> Chunk:
+    a = {k: np.frombuffer(v, dtype=TYPES.get(k, np.int64)) for k, v in columns.items()}
+    scanner = SCANNER
+    _CODES.grow(scanner.names)
+    codes = _CODES.route_of(scanner.pairs)[a["pair"]]
+    table_of = ROUTES.table_numbers()[codes]
+    chunk = Chunk({}, events)
+    for number, t in enumerate(TABLES):
+        rows = np.flatnonzero(table_of == number)
+        if t == "cpu" and len(rows):
+            python = np.array([k == "python_function" for k in ROUTES.kind], dtype=bool)[codes[rows]]
+            if python.any():    # only nn.Module python_function events are read
+                rows = rows[~python | _CODES.modules[a["name"][rows]]]
+        chunk.tables[t] = _table(t, doc, a, rows, codes[rows])
+    if (table_of == -2).any():
+        pairs = scanner.pairs
+        for i in np.flatnonzero(table_of == -2).tolist():
+            count_unreadable(chunk, i, "no 'ph' (event type)", pairs[a["pair"][i]][1])
+    return chunk
+
+
+def _table(table: str, doc, a: dict[str, np.ndarray], rows: np.ndarray, codes: np.ndarray) -> pl.DataFrame:
+    """The same columns kineto's `_table` builds from structs, from the scanner's columns at `rows`. (polars' Series
+    methods that run as expressions cost ~0.2 ms each, hundreds of times per chunk: these use indexing.)"""
+    if not len(rows):
+        return empty_table(table)
+
+    def column(c: str, out: dict[str, pl.Series]) -> pl.Series:
+        if c == "name":
+            return _CODES.names[a["name"][rows]]
+        if c in ("pid", "tid"):
+            text = a[f"{c}_text"][rows]
+            if (text >= 0).any():   # a name ("Spans") among the numbers: all as text, as _text_series makes them
+                names = SCANNER.names
+                return pl.Series([names[n] if n >= 0 else str(v) for n, v in zip(text.tolist(), a[c][rows].tolist())],
+                                 dtype=pl.String)
+            return pl.Series(a[c][rows], dtype=pl.Int64)
+        if c in ("ts", "dur", "bytes"):
+            values = a[c][rows]
+            absent = np.isnan(values)
+            return pl.Series(np.ma.masked_array(values, mask=absent) if absent.any() else values, dtype=pl.Float64)
+        if c == "inputs":
+            ranges = np.flatnonzero(_CODES.module_ranges[a["name"][rows]])
+            if not len(ranges):
+                return _CODES.empty_text.new_from_index(0, len(rows))
+            texts = [""] * len(rows)
+            for i in ranges.tolist():
+                texts[i] = module_inputs_text(_raw_at(doc, a["dims_at"], a["dims_len"], rows[i]),
+                                              _raw_at(doc, a["types_at"], a["types_len"], rows[i]))
+            return pl.Series(texts, dtype=pl.String)
+        absent = (a["present"][rows] & (1 << PRESENT_BIT[c])) == 0
+        values = a[c][rows]
+        return pl.Series(np.ma.masked_array(values, mask=absent) if absent.any() else values, dtype=pl.Int64)
+
+    return table_frame(table, codes, rows, column)
+
+
+def _raw_at(doc, at: np.ndarray, length: np.ndarray, row: int) -> bytes:
+    return bytes(doc[int(at[row]):int(at[row]) + int(length[row])])

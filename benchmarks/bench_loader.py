@@ -52,6 +52,17 @@ a = analyze(PATH, use_cache=False)
 result = {"kernels": int((a.events["kind"] == "kernel").sum()), "total_us": a.total_us,
           "categories": len(a.categories)}
 """,
+    # The same with numpy's huge-page requests left on (load.small_pages turns them off while a trace is
+    # assembled, tabulated and analysed): the side-by-side measure of what that saves.
+    "headroom-huge-pages": """
+import contextlib
+import headroom.trace.load
+headroom.trace.load.small_pages = contextlib.nullcontext
+from headroom.trace.analysis import analyze
+a = analyze(PATH, use_cache=False)
+result = {"kernels": int((a.events["kind"] == "kernel").sum()), "total_us": a.total_us,
+          "categories": len(a.categories)}
+""",
     "headroom-1proc": """
 from headroom.trace.analysis import analyze
 a = analyze(PATH, use_cache=False)
@@ -85,8 +96,9 @@ me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource
 rss_mb = me.ru_maxrss / 1024
 children_mb = kids.ru_maxrss / 1024
 cpu_s = me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime   # every thread, and the worker process
-print(json.dumps({{"seconds": elapsed, "cpu_s": cpu_s, "peak_rss_mb": rss_mb, "children_peak_rss_mb": children_mb,
-                  "result": result}}))
+sys_s = me.ru_stime + kids.ru_stime     # of it, in the kernel (page faults, reads)
+print(json.dumps({{"seconds": elapsed, "cpu_s": cpu_s, "sys_s": sys_s, "minor_faults": me.ru_minflt + kids.ru_minflt,
+                  "peak_rss_mb": rss_mb, "children_peak_rss_mb": children_mb, "result": result}}))
 """
 
 # The second command on a trace: the whole CLI process (imports included), after one run filled the cache.

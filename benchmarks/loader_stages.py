@@ -1,20 +1,24 @@
-"""Where the loader's time goes: wall and CPU time of each stage of `analyze`, in one process.
+"""Where the loader's time goes: wall time, CPU time, time in the kernel and minor page faults of each stage of
+`analyze`, in one process.
 
-    python benchmarks/loader_stages.py TRACE [--runs 3] [--out stages.json]
+    python benchmarks/loader_stages.py TRACE [--runs 3] [--out stages.json] [--numpy-huge-pages]
 
 Stages are timed by wrapping the loader's own functions (nothing is
 re-implemented here), in this process alone (HEADROOM_LOAD_WORKERS=0: with the
 worker, decoding overlaps the other stages and cannot be split out), without the
 cache. Each run is a fresh load of the same file; the machine's load average is
-recorded with each run.
+recorded with each run. `--numpy-huge-pages` leaves numpy's huge-page requests on
+(load.small_pages does nothing), for the side-by-side measure of what turning them off saves.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
 import json
 import os
+import resource
 import sys
 import time
 from pathlib import Path
@@ -24,19 +28,25 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import headroom.trace.analysis as analysis  # noqa: E402
 import headroom.trace.document as document  # noqa: E402
-import headroom.trace.kineto as kineto  # noqa: E402
 import headroom.trace.load as load  # noqa: E402
+import headroom.trace.scan as scan  # noqa: E402
 
 STAGES = {
     "read": "read the file (+ gunzip), in blocks",
     "cut": "cut the blocks between events",
-    "decode_events": "msgspec decode + routing + polars columns, per chunk",
+    "decode_events": "scan (or msgspec decode) + routing + polars columns, per chunk",
     "_assemble": "concatenate, order, validate",
     "_tabulate": "polars -> pandas tables",
     "attributed": "attribute GPU activities to launches, ops, ranges, steps",
     "classify_kernels": "classify",
     "rest": "account (busy/idle, wall shares, tables)",
 }
+MEASURES = ("wall_s", "cpu_s", "sys_s", "minor_faults")
+
+
+def _now() -> tuple[float, float, float, int]:
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return time.perf_counter(), time.process_time(), r.ru_stime, r.ru_minflt
 
 
 def main() -> None:
@@ -44,22 +54,25 @@ def main() -> None:
     ap.add_argument("trace", type=Path)
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--out", type=Path)
+    ap.add_argument("--numpy-huge-pages", action="store_true")
     args = ap.parse_args()
-    wall: dict[str, float] = {}
-    cpu: dict[str, float] = {}
+    if args.numpy_huge_pages:
+        load.small_pages = contextlib.nullcontext
+    spent: dict[str, list[float]] = {}
 
-    def add(name, w, c):
-        wall[name] = wall.get(name, 0.0) + w
-        cpu[name] = cpu.get(name, 0.0) + c
+    def add(name, before, after):
+        row = spent.setdefault(name, [0.0, 0.0, 0.0, 0.0])
+        for i in range(4):
+            row[i] += after[i] - before[i]
 
     def timed(name, fn):
         @functools.wraps(fn)
         def wrapper(*a, **k):
-            w, c = time.perf_counter(), time.process_time()
+            before = _now()
             try:
                 return fn(*a, **k)
             finally:
-                add(name, time.perf_counter() - w, time.process_time() - c)
+                add(name, before, _now())
         return wrapper
 
     def timed_iter(name, fn):
@@ -67,19 +80,19 @@ def main() -> None:
         def wrapper(*a, **k):
             it = fn(*a, **k)
             while True:
-                w, c = time.perf_counter(), time.process_time()
+                before = _now()
                 try:
                     item = next(it)
                 except StopIteration:
-                    add(name, time.perf_counter() - w, time.process_time() - c)
+                    add(name, before, _now())
                     return
-                add(name, time.perf_counter() - w, time.process_time() - c)
+                add(name, before, _now())
                 yield item
         return wrapper
 
     document.blocks = timed_iter("read", document.blocks)
     document.split = timed_iter("cut", document.split)
-    kineto.decode_events = timed("decode_events", kineto.decode_events)
+    scan.decode_events = timed("decode_events", scan.decode_events)
     load._assemble = timed("_assemble", load._assemble)
     load._tabulate = timed("_tabulate", load._tabulate)
     analysis.attributed = timed("attributed", analysis.attributed)
@@ -87,18 +100,18 @@ def main() -> None:
 
     runs = []
     for _ in range(args.runs):
-        wall.clear()
-        cpu.clear()
+        spent.clear()
         load_avg = os.getloadavg()[0]
-        w, c = time.perf_counter(), time.process_time()
+        before = _now()
         analysis.analyze(args.trace, use_cache=False)
-        total_w, total_c = time.perf_counter() - w, time.process_time() - c
+        total = [b - a for a, b in zip(before, _now())]
         # "cut" includes the reads made inside it.
-        wall["cut"] -= wall.get("read", 0.0)
-        cpu["cut"] -= cpu.get("read", 0.0)
-        add("rest", total_w - sum(wall.values()), total_c - sum(cpu.values()))
-        row = {"load_avg_1m": load_avg, "total_wall_s": round(total_w, 3), "total_cpu_s": round(total_c, 3),
-               "stages": {STAGES[k]: {"wall_s": round(wall[k], 3), "cpu_s": round(cpu[k], 3)} for k in STAGES if k in wall}}
+        spent["cut"] = [c - r for c, r in zip(spent["cut"], spent.get("read", [0.0] * 4))]
+        spent["rest"] = [t - sum(v[i] for v in spent.values()) for i, t in enumerate(total)]
+        row = {"load_avg_1m": load_avg, "numpy_huge_pages": args.numpy_huge_pages,
+               **{f"total_{m}": round(t, 3) for m, t in zip(MEASURES, total)},
+               "stages": {STAGES[k]: {m: round(v, 3) for m, v in zip(MEASURES, spent[k])}
+                          for k in STAGES if k in spent}}
         runs.append(row)
         print(json.dumps(row), flush=True)
     if args.out:

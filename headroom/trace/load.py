@@ -325,8 +325,8 @@ def small_pages():
     """numpy asks the kernel for huge pages for every array of 4 MB or more (madvise); where transparent huge
     pages are given on request (`defrag` = madvise, the kernel's default), each such array's first touch can
     wait for the kernel to compact memory. The tables and analyses of a big trace make many such arrays once:
-    without the request, the 2 GB trace's analysis spent 2.2 s in the kernel instead of 3.9 s, 11.2 s in all
-    instead of 12.8 s (docs/benchmarks.md). The setting is numpy's, for the whole process: restored after."""
+    on the 2 GB trace, without the requests, 3.2-3.4 s in the kernel instead of 3.5-4.8 s in four rounds side
+    by side, faster in three (docs/benchmarks.md). The setting is numpy's, for the whole process: restored after."""
     try:
         from numpy._core import multiarray
     except ImportError:    # pragma: no cover - numpy 1.x

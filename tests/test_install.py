@@ -10,6 +10,7 @@ test takes well under a minute once they are cached.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -36,7 +37,7 @@ def core_venv(tmp_path_factory) -> Path:
     for name in ("pyproject.toml", "README.md"):
         shutil.copy(REPO / name, src / name)
     for name in ("headroom", "workloads"):
-        shutil.copytree(REPO / name, src / name, ignore=shutil.ignore_patterns("__pycache__"))
+        shutil.copytree(REPO / name, src / name, ignore=shutil.ignore_patterns("__pycache__", "*.so"))
     venv = root / "venv"
     p = _run([sys.executable, "-m", "venv", venv])
     assert p.returncode == 0, p.stderr
@@ -62,13 +63,45 @@ def test_the_core_installs_without_torch(core_venv):
 
 def test_classify_a_shipped_trace_without_torch(core_venv):
     p = _run([core_venv / "bin" / "headroom", "classify", "--json", REPO / "traces" / "llama-7b.infer.prefill.json.gz"],
-             cwd=core_venv)
+             cwd=core_venv, env={**os.environ, "HEADROOM_CACHE_DIR": "off"})
     assert p.returncode == 0, p.stderr
-    d = json.loads(p.stdout)
+    _check_llama_classification(p.stdout)
+
+
+def _check_llama_classification(stdout: str) -> None:
+    d = json.loads(stdout)
     assert round(100 * d["addressable_fraction"], 1) == 37.3
     cats = {c["name"]: c for c in d["categories"]}
     assert round(100 * cats["gemm"]["fraction"], 1) == 58.5 and cats["gemm"]["count"] == 678
     assert d["device"] == "NVIDIA H200" and d["num_steps"] == 3
+
+
+def test_the_install_compiles_the_loaders_c_scanner(core_venv):
+    p = _run([core_venv / "bin" / "python", "-c", "from headroom.trace import scan; print(scan.SCANNER is not None)"],
+             cwd=core_venv)
+    assert p.stdout.strip() == "True", p.stderr
+
+
+def test_without_a_compiler_the_install_works_and_loads_by_msgspec(core_venv, tmp_path):
+    # setuptools builds the scanner as an optional extension: a failed compile leaves it out of the wheel.
+    src = tmp_path / "src"                               # a fresh copy: the fixture's holds its build folder
+    shutil.copytree(core_venv.parent / "src", src, ignore=shutil.ignore_patterns("build", "*.egg-info", "*.so"))
+    p = _run([core_venv / "bin" / "python", "-m", "pip", "--disable-pip-version-check", "-q", "wheel", "--no-deps",
+              "-w", tmp_path / "wheel", src], env={**os.environ, "CC": "/bin/false"})
+    assert p.returncode == 0, p.stderr[-2000:]
+    wheel, = (tmp_path / "wheel").glob("*.whl")
+    p = _run([core_venv / "bin" / "python", "-m", "pip", "--disable-pip-version-check", "-q", "install", "--no-deps",
+              "--target", tmp_path / "site", wheel])
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert not list((tmp_path / "site" / "headroom" / "trace").glob("_scan*.so"))
+    env = {**os.environ, "PYTHONPATH": str(tmp_path / "site"), "HEADROOM_CACHE_DIR": "off"}
+    p = _run([core_venv / "bin" / "python", "-c", "from headroom.trace import scan; print(scan.__file__, scan.SCANNER)"],
+             cwd=tmp_path, env=env)
+    assert p.stdout.split() == [str(tmp_path / "site" / "headroom" / "trace" / "scan.py"), "None"], p.stderr
+    p = _run([core_venv / "bin" / "python", "-m", "headroom.cli", "classify", "--json",
+              REPO / "traces" / "llama-7b.infer.prefill.json.gz"], cwd=tmp_path, env=env)
+    assert p.returncode == 0, p.stderr
+    _check_llama_classification(p.stdout)
 
 
 def test_the_installed_package_has_its_seven_workloads(core_venv):

@@ -25,12 +25,16 @@ _Abort = getattr(_exc, "Abort", typer.Abort)
 
 def _plain_help() -> None:
     """Help without `<bool>` beside flags and `<list[Path]>` beside named arguments: a flag takes no
-    value, and an argument's metavar (TRACE...) already says what it takes. Choices stay listed."""
+    value, and an argument's metavar (TRACE...) already says what it takes. Choices stay listed.
+    (typer before 0.29 shows no `<bool>`, and `<path>` beside an argument: nothing to change there.)"""
     try:
         from typer.core import TyperArgument, TyperOption
     except ImportError:  # a typer without these classes shows no types anyway
         return
-    arg_type, opt_type = TyperArgument.display_type_rich, TyperOption.display_type_rich
+    arg_type = getattr(TyperArgument, "display_type_rich", None)
+    opt_type = getattr(TyperOption, "display_type_rich", None)
+    if arg_type is None or opt_type is None:
+        return
     if getattr(arg_type, "_headroom", False):
         return
 

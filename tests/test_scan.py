@@ -5,6 +5,7 @@ import json
 import struct
 
 import numpy as np
+import pandas as pd
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -143,6 +144,19 @@ def test_names_and_pairs_are_interned_across_chunks():
     assert np.frombuffer(c1["name"], np.int32).tolist() == [0, 1]
     assert np.frombuffer(c2["name"], np.int32).tolist() == [1, 0]
     assert np.frombuffer(c2["pair"], np.int32).tolist() == [1, 0]
+
+
+def test_a_scanner_that_met_too_many_names_is_replaced_and_the_tables_stay_the_same(monkeypatch):
+    from headroom.trace.load import load_trace
+    path = SHIPPED_TRACES / "bert-base.infer.json.gz"
+    monkeypatch.setattr(document, "BLOCK", 1 << 16)      # many chunks
+    before = load_trace(path, use_cache=False)
+    first = scan.SCANNER
+    monkeypatch.setattr(scan, "NAMES_MAX", 3)             # a fresh scanner for nearly every chunk
+    after = load_trace(path, use_cache=False)
+    assert scan.SCANNER is not first and scan._CODES.scanner is scan.SCANNER
+    for t in ("gpu", "cpu", "launches", "gpu_annotations", "syncs", "flows"):
+        pd.testing.assert_frame_equal(getattr(before, t), getattr(after, t), obj=t)
 
 
 def test_text_pids_among_numbers_make_the_column_text_as_msgspecs_path_does():

@@ -29,10 +29,11 @@ pl = lazy_loader.load("polars")   # imported on first use (a cached analysis nee
 def decode_events(doc: bytes | memoryview) -> Chunk:
     """The events of `doc`, a JSON array of consecutive events of traceEvents: by the scanner, or by msgspec
     where it declines."""
-    scanned = _scanner().scan(doc) if SCANNER is not None else None
+    scanner = _scanner()
+    scanned = scanner.scan(doc) if scanner is not None else None
     if scanned is None:
         return kineto.decode_events(doc)
-    return _chunk(doc, *scanned)
+    return _chunk(doc, _codes_of(scanner), *scanned)
 
 
 SCANNER = _scan.Scanner() if _scan is not None else None
@@ -47,50 +48,57 @@ NAMES_MAX = 1 << 20
 
 
 class _Codes:
-    """Per code of the scanner's pairs and names: the route, the name as a polars value, and whether it is an
+    """Per code of a scanner's pairs and names: the route, the name as a polars value, and whether it is an
     nn.Module or a module range name (grown as the scanner meets new ones)."""
 
-    def __init__(self) -> None:
+    def __init__(self, scanner) -> None:
+        self.scanner = scanner
         self.routes = np.empty(0, dtype=np.int32)
         self.names = None       # a polars Series (made on first use: a cached analysis imports no polars)
         self.empty_text = None
         self.modules = np.empty(0, dtype=bool)
         self.module_ranges = np.empty(0, dtype=bool)
 
-    def route_of(self, pairs: list) -> np.ndarray:
+    def grow(self) -> None:
+        """Take in the pairs and names the scanner met since the last call."""
+        pairs, names = self.scanner.pairs, self.scanner.names
         if len(self.routes) != len(pairs):
             self.routes = np.array([ROUTES[p] for p in pairs], dtype=np.int32)
-        return self.routes
-
-    def grow(self, names: list) -> None:
-        """Take in the names the scanner met since the last call."""
         if self.names is None:
             self.names, self.empty_text = pl.Series([], dtype=pl.String), pl.Series([""], dtype=pl.String)
         if len(self.names) == len(names):
             return
         new = names[len(self.names):]
-        self.names = pl.concat([self.names, pl.Series(new, dtype=pl.String)], rechunk=True)
+        # appended as a chunk, put in one piece now and then (a with_stack trace meets new names in every chunk)
+        self.names = pl.concat([self.names, pl.Series(new, dtype=pl.String)], rechunk=self.names.n_chunks() > 16)
         self.modules = np.concatenate([self.modules, [n.startswith(MODULE_PREFIX) for n in new]]).astype(bool)
         self.module_ranges = np.concatenate([self.module_ranges,
                                              [n.startswith(MODULE_RANGE_PREFIX) for n in new]]).astype(bool)
 
 
-_CODES = _Codes()
+_CODES: _Codes | None = None
 
 
 def _scanner():
-    """The process's scanner (a fresh one once it holds too many names)."""
-    global SCANNER, _CODES
-    if len(SCANNER.names) > NAMES_MAX:
-        SCANNER, _CODES = _scan.Scanner(), _Codes()
+    """The process's scanner (a fresh one once it holds too many names); None: decode by msgspec."""
+    global SCANNER
+    if SCANNER is not None and len(SCANNER.names) > NAMES_MAX:
+        SCANNER = _scan.Scanner()
     return SCANNER
 
 
-def _chunk(doc: bytes | memoryview, events: int, columns: dict[str, bytes]) -> Chunk:
+def _codes_of(scanner) -> _Codes:
+    global _CODES
+    codes = _CODES
+    if codes is None or codes.scanner is not scanner:
+        codes = _CODES = _Codes(scanner)
+    return codes
+
+
+def _chunk(doc: bytes | memoryview, known: _Codes, events: int, columns: dict[str, bytes]) -> Chunk:
     a = {k: np.frombuffer(v, dtype=TYPES.get(k, np.int64)) for k, v in columns.items()}
-    scanner = SCANNER
-    _CODES.grow(scanner.names)
-    codes = _CODES.route_of(scanner.pairs)[a["pair"]]
+    known.grow()
+    codes = known.routes[a["pair"]]
     table_of = ROUTES.table_numbers()[codes]
     chunk = Chunk({}, events)
     for number, t in enumerate(TABLES):
@@ -98,16 +106,17 @@ def _chunk(doc: bytes | memoryview, events: int, columns: dict[str, bytes]) -> C
         if t == "cpu" and len(rows):
             python = np.array([k == "python_function" for k in ROUTES.kind], dtype=bool)[codes[rows]]
             if python.any():    # only nn.Module python_function events are read
-                rows = rows[~python | _CODES.modules[a["name"][rows]]]
-        chunk.tables[t] = _table(t, doc, a, rows, codes[rows])
+                rows = rows[~python | known.modules[a["name"][rows]]]
+        chunk.tables[t] = _table(t, doc, a, rows, codes[rows], known)
     if (table_of == -2).any():
-        pairs = scanner.pairs
+        pairs = known.scanner.pairs
         for i in np.flatnonzero(table_of == -2).tolist():
             count_unreadable(chunk, i, "no 'ph' (event type)", pairs[a["pair"][i]][1])
     return chunk
 
 
-def _table(table: str, doc, a: dict[str, np.ndarray], rows: np.ndarray, codes: np.ndarray) -> pl.DataFrame:
+def _table(table: str, doc, a: dict[str, np.ndarray], rows: np.ndarray, codes: np.ndarray,
+           known: _Codes) -> pl.DataFrame:
     """The same columns kineto's `_table` builds from structs, from the scanner's columns at `rows`. (polars' Series
     methods that run as expressions cost ~0.2 ms each, hundreds of times per chunk: these use indexing.)"""
     if not len(rows):
@@ -115,11 +124,11 @@ def _table(table: str, doc, a: dict[str, np.ndarray], rows: np.ndarray, codes: n
 
     def column(c: str, out: dict[str, pl.Series]) -> pl.Series:
         if c == "name":
-            return _CODES.names[a["name"][rows]]
+            return known.names[a["name"][rows]]
         if c in ("pid", "tid"):
             text = a[f"{c}_text"][rows]
             if (text >= 0).any():   # a name ("Spans") among the numbers: all as text, as _text_series makes them
-                names = SCANNER.names
+                names = known.scanner.names
                 return pl.Series([names[n] if n >= 0 else str(v) for n, v in zip(text.tolist(), a[c][rows].tolist())],
                                  dtype=pl.String)
             return pl.Series(a[c][rows], dtype=pl.Int64)
@@ -128,9 +137,9 @@ def _table(table: str, doc, a: dict[str, np.ndarray], rows: np.ndarray, codes: n
             absent = np.isnan(values)
             return pl.Series(np.ma.masked_array(values, mask=absent) if absent.any() else values, dtype=pl.Float64)
         if c == "inputs":
-            ranges = np.flatnonzero(_CODES.module_ranges[a["name"][rows]])
+            ranges = np.flatnonzero(known.module_ranges[a["name"][rows]])
             if not len(ranges):
-                return _CODES.empty_text.new_from_index(0, len(rows))
+                return known.empty_text.new_from_index(0, len(rows))
             texts = [""] * len(rows)
             for i in ranges.tolist():
                 texts[i] = module_inputs_text(_raw_at(doc, a["dims_at"], a["dims_len"], rows[i]),

@@ -197,7 +197,7 @@ def decode(path: Path, lenient: bool = False, workers: bool = True):
 # its parts to files as it goes, while this process reads them back at the end: both should finish
 # together. On the benchmark machine, with the C scanner (docs/benchmarks.md): 0.4 s to start, 2.7 s of
 # decoding per GB here, 3.3 s per GB in the worker (its writes included), 0.42 s per GB of the worker's text
-# to read its parts back; so this process takes 63% of a 260 MB file and 55% of 2 GB.
+# to read its parts back; so this process takes 75% of a 260 MB file (the most it takes) and 55% of 2 GB.
 WORKER_START_S = 0.4
 DECODE_S_PER_BYTE = 2.7e-9
 WORKER_S_PER_BYTE = 3.3e-9

@@ -42,8 +42,11 @@ pl = lazy_loader.load("polars")   # imported on first use (a cached analysis nee
 
 __all__ = ["Trace", "TraceError", "find_trace_files", "load_trace", "load_traces", "read_trace_json"]
 
-# Start the worker process only for files big enough to repay its start (about half a second).
-WORKER_MIN_BYTES = 48 << 20
+# Start the worker process only for files big enough to repay its start, its imports and its handing back
+# (the C scanner decodes several hundred MB a second): side by side, medians of one process against the
+# worker, 1.68 vs 1.96 s on a 263 MB trace (slower in each of five rounds), 4.01 vs 3.99 s on 714 MB
+# (faster in each of three), 10.62 vs 9.80 s on 2 GB (docs/benchmarks.md).
+WORKER_MIN_BYTES = 512 << 20
 # Stop with one line, not an OOM kill, when the machine has less than this left while loading.
 MEMORY_RESERVE_BYTES = 256 << 20
 
@@ -197,7 +200,7 @@ def decode(path: Path, lenient: bool = False, workers: bool = True):
 # its parts to files as it goes, while this process reads them back at the end: both should finish
 # together. On the benchmark machine, with the C scanner (docs/benchmarks.md): 0.4 s to start, 2.7 s of
 # decoding per GB here, 3.3 s per GB in the worker (its writes included), 0.42 s per GB of the worker's text
-# to read its parts back; so this process takes 75% of a 260 MB file (the most it takes) and 55% of 2 GB.
+# to read its parts back; so this process takes 62% of a 714 MB file and 55% of 2 GB.
 WORKER_START_S = 0.4
 DECODE_S_PER_BYTE = 2.7e-9
 WORKER_S_PER_BYTE = 3.3e-9

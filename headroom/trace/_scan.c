@@ -2,7 +2,7 @@
  * straight into columns of the fields headroom reads, with no Python object per event.
  *
  * Why hand-written (docs/trace-core.md, "Load"): every JSON library for Python builds objects per event
- * (msgspec's typed structs are the cheapest: 0.7 s per 263 MB, then 1.3 s to build columns from them);
+ * (msgspec's typed structs are the cheapest: their path takes 3-4x this one's time, benchmarks/scan_speed.py);
  * none scans into columns. This scanner accepts a strict subset of what the msgspec path accepts and gives
  * the same values for it; anything else (invalid JSON, a value of another type, an id beyond 64 bits, an
  * escaped key, a lone surrogate, a number out of range, nesting deeper than MAX_DEPTH) makes `scan` return

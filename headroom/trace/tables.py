@@ -228,7 +228,7 @@ def _flow_pairs(flows: pl.DataFrame) -> pd.DataFrame:
 
 def _frame(columns: dict[str, Any]) -> pd.DataFrame:
     """A pandas frame that holds these arrays as they are (each made here for it): pandas would otherwise copy
-    every column into one 2-D block per dtype (0.45 s of the 2 GB trace). Arrays polars lent (read-only
+    every column into one 2-D block per dtype (a copy of every table). Arrays polars lent (read-only
     views of its memory) are copied, so the frame owns what it holds."""
     return pd.DataFrame({c: v.copy() if isinstance(v, np.ndarray) and not v.flags.writeable else v
                          for c, v in columns.items()}, copy=False)

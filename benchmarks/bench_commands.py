@@ -21,19 +21,15 @@ import tempfile
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))   # the repository root, for benchmarks.record
+
+from benchmarks.record import warm  # noqa: E402
+
 COMMANDS = {
     "classify": ["classify", "--json"],
     "project": ["project", "--json", "-s", "category:addressable=1.5"],
     "targets": ["targets", "--json"],
 }
-
-
-def warm(path: Path) -> None:
-    """Read the file once, untimed: these machines' kernels reclaim cold page cache, so the first command of a
-    round would otherwise pay for reading the trace from disk (bench_loader.warm)."""
-    with open(path, "rb") as f:
-        while f.read(16 << 20):
-            pass
 
 
 def run(args: list[str], env: dict) -> dict:

@@ -36,6 +36,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from benchmarks import shapes  # noqa: E402
+from benchmarks.record import warm  # noqa: E402
 
 READERS = {
     "headroom": """
@@ -112,15 +113,6 @@ def load_average() -> float:
 # Other checkouts to run a reader from (`--tree NAME=PATH`: reader `headroom@NAME`), side by side with this
 # one: an A/B of two commits in one run, where the machine's drift between runs would bias two runs.
 TREES: dict[str, Path] = {}
-
-
-def warm(path: Path) -> None:
-    """Read the file once, untimed, so that every run finds it in the page cache: these machines' kernels
-    reclaim cold page cache (a 2 GB trace read from disk took 40.9 s once), and a round's first reader would
-    otherwise pay for reading it from disk."""
-    with open(path, "rb") as f:
-        while f.read(16 << 20):
-            pass
 
 
 def run_reader(name: str, path: Path, python: str, cache_dir: Path) -> dict:

@@ -4,7 +4,8 @@ interleaved (msgspec, scanner, msgspec, ...), in this process; each chunk's tabl
     python benchmarks/scan_speed.py TRACE [--repeat 3] [--out results.json]
 
 Times are of `kineto.decode_events` (msgspec) and `scan.decode_events` (the scanner; routing and the tables'
-polars columns in both), summed over the chunks; `scan_only_s` is the C scanner's own part. The chunks are cut by document.split first (not timed).
+polars columns in both), summed over the chunks; `scan_only_s` is the C scanner's own part. The chunks are
+cut by document.split first (not timed).
 """
 
 from __future__ import annotations

@@ -3,8 +3,9 @@
 ``document`` reads the file in blocks (gunzipped on the fly) and cuts it between two events of
 ``traceEvents``; ``scan`` decodes each chunk by the C scanner, and those it declines are decoded here
 by msgspec straight into typed structs and turned into the same polars columns, keeping only the
-fields and events headroom uses (the routes and tables both paths share are here). A chunk with odd spellings (a timestamp written as a string, hex or
-beyond-64-bit ids) is decoded event by event into lenient structs and
+fields and events headroom uses (the routes and tables both paths share are here). A chunk with odd
+spellings (a timestamp written as a string, hex or beyond-64-bit ids) is decoded event by event into
+lenient structs and
 normalised into the same values; an event no spelling fits is counted, never
 dropped silently. Big files are split between this process and one worker
 process (docs/trace-core.md, "Load").
@@ -182,6 +183,10 @@ class _Routes(dict):
         return self._per_code("tables", lambda: np.array(
             [TABLES.index(t) if t in TABLES else -2 if t == "?" else -1 for t in self.table], dtype=np.int8))
 
+    def python_functions(self) -> np.ndarray:
+        """Per code, whether its events are python_function ones (only their nn.Module ones are read)."""
+        return self._per_code("python", lambda: np.array([k == "python_function" for k in self.kind], dtype=bool))
+
     def texts(self, which: str, codes: np.ndarray) -> pl.Series:
         """The kind (or ph) of each event, from its code: a categorical column, one integer gather (a
         string column would copy the text of every row: 0.7 s of the 2 GB trace's decode)."""
@@ -284,7 +289,7 @@ def _split_tables(events: list[_Event], positions: np.ndarray, chunk: Chunk) -> 
 
 def _without_plain_python_functions(events: list[_Event], rows: np.ndarray, codes: np.ndarray):
     """python_function events are the bulk of a with_stack trace; only nn.Module ones are read."""
-    python = np.array([k == "python_function" for k in ROUTES.kind], dtype=bool)[codes[rows]]
+    python = ROUTES.python_functions()[codes[rows]]
     if not python.any():
         return events, rows
     keep = ~python

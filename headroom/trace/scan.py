@@ -104,7 +104,7 @@ def _chunk(doc: bytes | memoryview, known: _Codes, events: int, columns: dict[st
     for number, t in enumerate(TABLES):
         rows = np.flatnonzero(table_of == number)
         if t == "cpu" and len(rows):
-            python = np.array([k == "python_function" for k in ROUTES.kind], dtype=bool)[codes[rows]]
+            python = ROUTES.python_functions()[codes[rows]]
             if python.any():    # only nn.Module python_function events are read
                 rows = rows[~python | known.modules[a["name"][rows]]]
         chunk.tables[t] = _table(t, doc, a, rows, codes[rows], known)
@@ -117,8 +117,8 @@ def _chunk(doc: bytes | memoryview, known: _Codes, events: int, columns: dict[st
 
 def _table(table: str, doc, a: dict[str, np.ndarray], rows: np.ndarray, codes: np.ndarray,
            known: _Codes) -> pl.DataFrame:
-    """The same columns kineto's `_table` builds from structs, from the scanner's columns at `rows`. (polars' Series
-    methods that run as expressions cost ~0.2 ms each, hundreds of times per chunk: these use indexing.)"""
+    """The same columns kineto's `_table` builds from structs, from the scanner's columns at `rows`. (polars'
+    Series methods that run as expressions carry a fixed cost per call, hundreds of calls per chunk: these index.)"""
     if not len(rows):
         return empty_table(table)
 
@@ -129,13 +129,13 @@ def _table(table: str, doc, a: dict[str, np.ndarray], rows: np.ndarray, codes: n
             text = a[f"{c}_text"][rows]
             if (text >= 0).any():   # a name ("Spans") among the numbers: all as text, as _text_series makes them
                 names = known.scanner.names
-                return pl.Series([names[n] if n >= 0 else str(v) for n, v in zip(text.tolist(), a[c][rows].tolist())],
+                values = a[c][rows].tolist()
+                return pl.Series([names[n] if n >= 0 else str(v) for n, v in zip(text.tolist(), values)],
                                  dtype=pl.String)
             return pl.Series(a[c][rows], dtype=pl.Int64)
         if c in ("ts", "dur", "bytes"):
             values = a[c][rows]
-            absent = np.isnan(values)
-            return pl.Series(np.ma.masked_array(values, mask=absent) if absent.any() else values, dtype=pl.Float64)
+            return _with_nulls(values, np.isnan(values), pl.Float64)
         if c == "inputs":
             ranges = np.flatnonzero(known.module_ranges[a["name"][rows]])
             if not len(ranges):
@@ -145,11 +145,13 @@ def _table(table: str, doc, a: dict[str, np.ndarray], rows: np.ndarray, codes: n
                 texts[i] = module_inputs_text(_raw_at(doc, a["dims_at"], a["dims_len"], rows[i]),
                                               _raw_at(doc, a["types_at"], a["types_len"], rows[i]))
             return pl.Series(texts, dtype=pl.String)
-        absent = (a["present"][rows] & (1 << PRESENT_BIT[c])) == 0
-        values = a[c][rows]
-        return pl.Series(np.ma.masked_array(values, mask=absent) if absent.any() else values, dtype=pl.Int64)
+        return _with_nulls(a[c][rows], (a["present"][rows] & (1 << PRESENT_BIT[c])) == 0, pl.Int64)
 
     return table_frame(table, codes, rows, column)
+
+
+def _with_nulls(values: np.ndarray, absent: np.ndarray, dtype) -> pl.Series:
+    return pl.Series(np.ma.masked_array(values, mask=absent) if absent.any() else values, dtype=dtype)
 
 
 def _raw_at(doc, at: np.ndarray, length: np.ndarray, row: int) -> bytes:

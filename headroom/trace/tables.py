@@ -127,12 +127,17 @@ def _ids(column: pl.Series, o=None) -> np.ndarray:
     return _take(column.fill_null(-1).cast(pl.Int64).to_numpy(), o)
 
 
-def _distinct(column: pl.Series, o=None) -> tuple[np.ndarray, list[str]]:
-    """Integer codes and distinct values of a string column (names repeat: one Python str per value, not per
-    row), the values in order of first appearance (in loader order)."""
+def _codes(column: pl.Series) -> tuple[np.ndarray, list[str]]:
+    """Integer codes and distinct values of a string column in its own (event) order (names repeat: one Python
+    str per value, not per row), the values in order of first appearance."""
     column = column.fill_null("")
     values = column.unique(maintain_order=True).to_list()
-    codes = column.cast(pl.Enum(values)).to_physical().cast(pl.Int64).to_numpy()
+    return column.cast(pl.Enum(values)).to_physical().cast(pl.Int64).to_numpy(), values
+
+
+def _distinct(column: pl.Series, o=None) -> tuple[np.ndarray, list[str]]:
+    """`_codes` in loader order, the values in order of first appearance there."""
+    codes, values = _codes(column)
     if o is None:
         return codes, values
     codes, firsts = pd.factorize(codes[o])
@@ -142,9 +147,7 @@ def _distinct(column: pl.Series, o=None) -> tuple[np.ndarray, list[str]]:
 def _named_codes(column: pl.Series, o=None) -> tuple[np.ndarray, np.ndarray]:
     """Codes and distinct values (an object array) of a string column, in loader order; the values' own order
     is not first appearance when `o` is given (the callers only look values up)."""
-    column = column.fill_null("")
-    values = column.unique(maintain_order=True).to_list()
-    codes = column.cast(pl.Enum(values)).to_physical().cast(pl.Int64).to_numpy()
+    codes, values = _codes(column)
     return _take(codes, o), np.asarray(values, dtype=object)
 
 
@@ -168,7 +171,7 @@ def _thread_keys(column: pl.Series, o=None) -> pd.Categorical:
             else np.empty(0, np.int64)
         return pd.Categorical.from_codes(_take(codes, o), categories=[str(v) for v in distinct.to_list()])
     column = column.cast(pl.String)
-    codes, values = _distinct(column)
+    codes, values = _codes(column)
     order = sorted(range(len(values)), key=lambda i: _numbers_first(values[i]))
     rank = np.empty(len(values), dtype=np.int64)
     rank[order] = np.arange(len(values))

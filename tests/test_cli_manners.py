@@ -73,6 +73,60 @@ def test_version_and_choices_in_help():
     assert "--install-completion" in subprocess_headroom("--help").stdout
 
 
+def test_the_command_map_names_every_command_of_each_module_in_the_help_order():
+    """COMMAND_MODULES (which module a command line imports) against what each module registers, in a
+    fresh interpreter: a command line naming one command builds only its module's, the help lists all
+    in the map's order, and a typo still gets click's did-you-mean over every command."""
+    code = """if True:
+        import importlib, json, sys, typer
+        from headroom.cli import app as A
+        A._register_commands(["targets", "trace.json"])
+        only = [A._command_name(c) for c in A.app.registered_commands]
+        loaded = sorted(m for m in sys.modules if m.startswith("headroom.cli.") and m.count(".") == 2)
+        per_module = {}
+        for name in dict.fromkeys(A.COMMAND_MODULES.values()):
+            t = typer.Typer()
+            importlib.import_module(f"headroom.cli.{name}").register(t)
+            per_module[name] = [A._command_name(c) for c in t.registered_commands] + [g.name for g in t.registered_groups]
+        A._register_commands(["--help"])
+        every = [A._command_name(c) for c in A.app.registered_commands] + [g.name for g in A.app.registered_groups]
+        print(json.dumps([per_module, only, loaded, every]))
+    """
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=120)
+    per_module, only, loaded, every = json.loads(p.stdout)
+    from headroom.cli.app import COMMAND_MODULES
+    assert {c: m for m, cs in per_module.items() for c in cs} == COMMAND_MODULES
+    assert only == ["project", "targets", "plot"]
+    assert "headroom.cli.verify" not in loaded and "headroom.cli.profile" not in loaded
+    assert every == list(COMMAND_MODULES)
+    typo = subprocess_headroom("tragets", "x.json")
+    assert typo.returncode == 2 and "Did you mean 'targets'" in typo.stderr, typo.stderr
+
+
+@pytest.mark.parametrize("args, code", [(["--version"], 0), (["classify", "no-such.json"], 2)])
+def test_the_quick_exit_keeps_what_an_exit_does(tmp_path, args, code):
+    """`main` ends with os._exit (no interpreter teardown), after atexit handlers and flushed output;
+    with another thread still running it exits the ordinary way, which waits for that thread."""
+    code_text = f"""if True:
+        import atexit, pathlib, sys, threading, time
+        from headroom.cli import main
+        atexit.register(lambda: pathlib.Path({str(tmp_path / 'atexit')!r}).write_text("ran"))
+        if sys.argv[1] == "thread":
+            threading.Thread(target=lambda: (time.sleep(0.5),
+                             pathlib.Path({str(tmp_path / 'thread')!r}).write_text("done"))).start()
+        sys.stdout.write("unflushed ")
+        main({[str(a) for a in args]!r})
+    """
+    for mode in ("plain", "thread"):
+        p = subprocess.run([sys.executable, "-c", code_text, mode], capture_output=True, text=True, cwd=REPO,
+                           timeout=120)
+        assert p.returncode == code, p.stderr
+        assert p.stdout.startswith("unflushed ") and (code != 0 or "headroom " in p.stdout)
+        assert (tmp_path / "atexit").read_text() == "ran"
+        assert (code != 2) or p.stderr.count("\n") == 1
+    assert (tmp_path / "thread").read_text() == "done"
+
+
 # --- rules, policies and selectors: names checked --------------------------------------------------
 
 def test_rules_and_policy_files_of_any_kind(tmp_path, headroom):

@@ -6,6 +6,7 @@ import json
 import math
 import os
 import re
+import shutil
 import threading
 from pathlib import Path
 
@@ -25,7 +26,7 @@ from headroom.trace.load import TraceError, load_trace
 from tests.conftest import SHIPPED_TRACES, hta_trace
 from tests.fingerprint import fingerprint_tables
 
-TABLES = ("gpu", "cpu", "launches", "gpu_annotations", "flows")
+TABLES = load.TRACE_TABLES
 
 
 def _assert_same(a, b):
@@ -350,7 +351,7 @@ def test_cached_and_uncached_loads_give_identical_tables_and_analyses(cache_dir,
     assert not cache_dir.exists()
     first = analyze(p)                     # fills the cache
     entries = list(cache_dir.glob("*/*/header.json"))
-    assert len(entries) == 1 and list(entries[0].parent.glob("attributed-*.frame"))
+    assert len(entries) == 1 and list(entries[0].parent.glob("attributed-*.frames"))
     second = analyze(p)                    # reads it
     for a in (first, second):
         _assert_same(uncached.trace, a.trace)
@@ -411,9 +412,39 @@ def test_a_cached_trace_whose_tables_vanished_is_loaded_again(cache_dir, tmp_pat
     load_trace(p)
     deferred = load_trace(p)
     assert isinstance(deferred, load.DeferredTrace)
-    for arrow in cache_dir.glob("*/*/*.arrow"):
-        arrow.unlink()                           # another process replaced the entry meanwhile
+    for tables in cache_dir.glob("*/*/tables.npz"):
+        tables.unlink()                          # another process replaced the entry meanwhile
     _assert_same(expected, deferred)
+
+
+def test_a_deferred_trace_reads_each_table_from_the_entry_it_opened(cache_dir, tmp_path):
+    """Tables read at different times come from one entry, even when the entry is removed in between
+    (the open file stays readable); only the tables asked for are read."""
+    p = tmp_path / "resnet.json.gz"
+    p.write_bytes((SHIPPED_TRACES / "resnet-50.train.json.gz").read_bytes())
+    expected = load_trace(p, use_cache=False)
+    load_trace(p)
+    deferred = load_trace(p)
+    pd.testing.assert_frame_equal(deferred.launches, expected.launches)
+    assert "gpu" not in deferred.__dict__ and "cpu" not in deferred.__dict__
+    for entry in cache_dir.glob("*/*/tables.npz"):
+        shutil.rmtree(entry.parent)
+    _assert_same(expected, deferred)
+    assert deferred.__dict__["_stored"]._file.zip is None     # closed once every table was read
+
+
+def test_a_damaged_entry_after_a_table_was_read_is_an_error_not_a_mix(cache_dir, tmp_path, monkeypatch):
+    p = tmp_path / "resnet.json.gz"
+    p.write_bytes((SHIPPED_TRACES / "resnet-50.train.json.gz").read_bytes())
+    load_trace(p)
+    deferred = load_trace(p)
+    deferred.launches
+    monkeypatch.setattr(cache.StoredTables, "read", lambda self, t: (_ for _ in ()).throw(ValueError("bad zip")))
+    with pytest.raises(TraceError, match="could not be read; run again with --no-cache"):
+        deferred.cpu
+    again = load_trace(p)                   # the first table fails: loaded from the file instead
+    expected = load_trace(p, use_cache=False)
+    pd.testing.assert_frame_equal(again.cpu, expected.cpu)
 
 
 def test_frames_the_cache_cannot_read_back_the_same_are_not_stored(cache_dir, tmp_path):

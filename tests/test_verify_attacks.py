@@ -142,7 +142,15 @@ def test_reference_under_a_cpu_load_generator_is_inconclusive(ref):
             h.wait()
     assert not _failed(r), r.reason
     assert r.verdict == "inconclusive" and r.speedup is None, (r.verdict, r.speedup, r.timing.get("wait_fraction"))
-    assert "waited for a CPU" in r.reason or "wider than" in r.reason
+    # Which symptom a load shows depends on how the scheduler shares the cores: children that wait
+    # for a CPU, an interval too wide, a reference that slowed since calibration, or phases shorter
+    # than an overhead calibrated under load (a 2-core CI runner gave the last two). Each reason must
+    # be one of those timing symptoms, never anything else.
+    symptoms = ("waited for a CPU", "wider than", "changed speed while it was measured", "too fast to time",
+                "give no 95% interval")
+    assert r.timing["inconclusive"], r.reason
+    for reason in r.timing["inconclusive"]:
+        assert any(s in reason for s in symptoms), reason
 
 
 def test_honest_on_a_quiet_machine_passes_with_an_interval_around_one(ref):

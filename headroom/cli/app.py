@@ -70,18 +70,35 @@ def _root(version: bool = typer.Option(False, "--version", callback=_version, is
     """How much faster does a real model get if someone writes a faster GPU kernel?"""
 
 
-_registered = False
+# The module that registers each command, in the order `headroom --help` lists them. A command line
+# naming one of them imports and builds only that module's commands (typer builds every registered
+# command's parameters when it runs); anything else (`--help`, a typo) registers them all.
+# tests/test_cli_manners.py checks this map against what each module registers.
+COMMAND_MODULES = {"classify": "trace", "annotate": "trace", "report": "trace", "profile": "profile",
+                   "workloads": "profile", "project": "project", "targets": "project", "plot": "project",
+                   "verify": "verify", "extract": "extract", "validate": "extract",
+                   "bench": "verify"}     # a group of commands: typer lists groups last
+_registered: set[str] = set()
 
 
-def _register_commands() -> None:
-    global _registered
-    if _registered:   # run() may be called more than once in one process (tests, notebooks)
-        return
-    from headroom.cli import extract, profile, project, trace, verify
+def _register_commands(argv: list[str] | None = None) -> None:
+    """Register the commands of the module `argv` names; all of them when it names none (or is None)."""
+    import importlib
 
-    for module in (trace, profile, project, verify, extract):
-        module.register(app)
-    _registered = True
+    command = next((a for a in argv or [] if not a.startswith("-")), None)
+    wanted = [COMMAND_MODULES[command]] if command in COMMAND_MODULES else list(dict.fromkeys(COMMAND_MODULES.values()))
+    for name in wanted:
+        if name in _registered:   # run() may be called more than once in one process (tests, notebooks)
+            continue
+        importlib.import_module(f"headroom.cli.{name}").register(app)
+        _registered.add(name)
+    order = list(COMMAND_MODULES)     # the help's order, whichever command was registered first
+    app.registered_commands.sort(key=lambda c: order.index(_command_name(c)))
+    app.registered_groups.sort(key=lambda g: order.index(g.name))
+
+
+def _command_name(info) -> str:
+    return info.name or info.callback.__name__.replace("_", "-")
 
 
 # The extra a command's optional modules come from (the core commands need none).
@@ -123,7 +140,7 @@ def run(argv: list[str] | None = None) -> None:
 def _dispatch(argv: list[str] | None) -> int:
     code = 0
     try:
-        _register_commands()
+        _register_commands(sys.argv[1:] if argv is None else argv)
         rv = app(args=argv, prog_name="headroom", standalone_mode=False)
         code = rv if isinstance(rv, int) else 0
         if code == EXIT_INTERRUPTED:   # typer turns Ctrl-C inside a command into exit 130

@@ -3,9 +3,11 @@
 An entry is keyed by the trace's absolute path, size and modification time, the
 --lenient flag and a hash of the code that builds its tables, so an edited trace
 or a new headroom never reads a stale entry. It holds the Trace's pandas tables
-as Arrow IPC files (written and read by polars, no pyarrow needed; text as codes
-into its distinct values, categories with their order) and a JSON header, in the user's cache directory
+as numpy arrays in one .npz file (text as codes into its distinct values, categories
+with their order) and a JSON header, in the user's cache directory
 ($HEADROOM_CACHE_DIR, else $XDG_CACHE_HOME/headroom, else ~/.cache/headroom).
+numpy, not Arrow IPC: reading numpy's files imports nothing more, while polars' reader costs
+a command on a cached trace 0.25 s to import (docs/benchmarks.md).
 
 Safe under concurrent use: an entry is written into a temporary directory and
 renamed into place (readers see a whole entry or none); a writer takes a file
@@ -28,13 +30,9 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-import lazy_loader
 from filelock import FileLock, Timeout
 
 from headroom.trace.codes import factorized
-
-# polars is imported on first use: a command that reads a cached analysis never needs it.
-pl = lazy_loader.load("polars")
 
 # Traces smaller than this load faster than a cache entry is written.
 MIN_BYTES_DEFAULT = 16 << 20
@@ -89,57 +87,61 @@ def key(path: Path, lenient: bool) -> Key | None:
 
 # --- the loader's tables --------------------------------------------------------------
 
-def fetch_tables(k: Key) -> tuple[dict[str, pd.DataFrame], dict[str, Any]] | None:
-    """The Trace's tables (pandas, as `tables._tabulate` built them) and its header (base_ns, metadata, warnings)."""
-    try:
-        header = json.loads((k.entry / "header.json").read_text())
-        tables = {t: _to_pandas(pl.read_ipc(k.entry / f"{t}.arrow"), header["tables"][t]) for t in header["tables"]}
-        return tables, header
-    except (OSError, ValueError, KeyError, IndexError, pl.exceptions.PolarsError):
-        return None
-
-
 def store_tables(k: Key, tables: dict[str, pd.DataFrame], base_ns: int | None, meta: dict[str, Any],
                  warnings: list[str]) -> bool:
-    converted = {t: _from_pandas(df) for t, df in tables.items()}
+    """The Trace's tables (numpy arrays in one .npz, as `store_frames` writes them) and a JSON header
+    (base_ns, metadata, warnings, each table's columns)."""
+    converted = {t: _arrays(df) for t, df in tables.items()}
     if any(c is None for c in converted.values()):
         return False    # e.g. ids beyond 64 bits (object columns of Python ints): loaded each time
     header = {"tables": {t: c[1] for t, c in converted.items()}, "base_ns": base_ns, "metadata": meta,
               "warnings": warnings}
+    try:
+        text = json.dumps(header)
+    except (TypeError, ValueError):
+        return False
+    arrays = {f"{t}.{i}": a for t, (columns, _) in converted.items() for i, a in enumerate(columns)}
 
     def write(tmp: Path) -> None:
-        for t, (frame, _) in converted.items():
-            frame.write_ipc(tmp / f"{t}.arrow")
-        (tmp / "header.json").write_text(json.dumps(header))
+        np.savez(tmp / "tables.npz", **arrays)
+        (tmp / "header.json").write_text(text)
     return _publish(k, k.entry, write, replace_siblings=True)
+
+
+class StoredTables:
+    """An entry's tables, each read when first asked for, all from one open file: the tables of one
+    trace read at different times still come from one entry, even if another process replaces it
+    meanwhile (the open file stays readable). Raises OSError/ValueError when the entry is gone or
+    holds other tables than its header lists."""
+
+    def __init__(self, k: Key) -> None:
+        self.columns: dict[str, dict] = json.loads((k.entry / "header.json").read_text())["tables"]
+        self._file = np.load(k.entry / "tables.npz", allow_pickle=False)
+        expected = {f"{t}.{i}" for t, h in self.columns.items() for i in range(len(h["columns"]))}
+        if set(self._file.files) != expected:
+            self._file.close()
+            raise ValueError(f"{k.entry}: the tables do not match their header")
+
+    def read(self, table: str) -> pd.DataFrame:
+        h = self.columns[table]
+        try:
+            return _from_arrays([self._file[f"{table}.{i}"] for i in range(len(h["columns"]))], h)
+        except zipfile.BadZipFile as e:
+            raise ValueError(str(e)) from e
+
+    def close(self) -> None:
+        self._file.close()
 
 
 # --- other frames of the same trace (e.g. the attributed GPU activities) ---------------------
 
 def fetch_frame(k: Key | None, name: str) -> pd.DataFrame | None:
-    if k is None:
-        return None
-    where = k.entry / f"{name}.frame"
-    try:
-        header = json.loads((where / "header.json").read_text())
-        frame = pl.read_ipc(where / "frame.arrow")
-        return _to_pandas(frame, header)
-    except (OSError, ValueError, KeyError, pl.exceptions.PolarsError):
-        return None
+    hit = fetch_frames(k, name)
+    return None if hit is None or set(hit[0]) != {"frame"} else hit[0]["frame"]
 
 
 def store_frame(k: Key | None, name: str, df: pd.DataFrame) -> bool:
-    if k is None or not (k.entry / "header.json").exists():
-        return False
-    converted = _from_pandas(df)
-    if converted is None:
-        return False
-    frame, header = converted
-
-    def write(tmp: Path) -> None:
-        frame.write_ipc(tmp / "frame.arrow")
-        (tmp / "header.json").write_text(json.dumps(header))
-    return _publish(k, k.entry / f"{name}.frame", write, replace_siblings=False)
+    return store_frames(k, name, {"frame": df}, {})
 
 
 # --- a set of frames and a header (e.g. an analysis of the trace) --------------------------
@@ -161,8 +163,7 @@ def fetch_frames(k: Key | None, name: str) -> tuple[dict[str, pd.DataFrame], dic
 
 def store_frames(k: Key | None, name: str, frames: dict[str, pd.DataFrame], header: dict[str, Any]) -> bool:
     """Store frames and a JSON header beside the trace's tables (only frames whose columns the cache holds:
-    numbers, booleans, text, categories of text; else nothing is stored). numpy files, not Arrow: a
-    command that reads only these (a cached analysis) then never imports polars."""
+    numbers, booleans, text, categories of text; else nothing is stored)."""
     if k is None or not (k.entry / "header.json").exists():
         return False
     if not all(_plain_index(df) for df in frames.values()):
@@ -193,14 +194,6 @@ def fetch_header(k: Key) -> dict[str, Any] | None:
         return header if all(t in header for t in ("tables", "base_ns", "metadata", "warnings")) else None
     except (OSError, ValueError):
         return None
-
-
-def _from_pandas(df: pd.DataFrame) -> tuple[pl.DataFrame, dict] | None:
-    """pandas -> polars without pyarrow (for Arrow IPC files)."""
-    arrays = _arrays(df)
-    if arrays is None:
-        return None
-    return pl.DataFrame(dict(zip(df.columns, arrays[0]))), arrays[1]
 
 
 def _arrays(df: pd.DataFrame) -> tuple[list[np.ndarray], dict] | None:
@@ -235,10 +228,6 @@ def _arrays(df: pd.DataFrame) -> tuple[list[np.ndarray], dict] | None:
     if len(set(df.columns)) != len(df.columns) or not all(isinstance(c, str) for c in df.columns):
         return None
     return columns, {"columns": list(df.columns), "kinds": kinds}
-
-
-def _to_pandas(frame: pl.DataFrame, header: dict) -> pd.DataFrame:
-    return _from_arrays([frame[c].to_numpy() for c in header["columns"]], header)
 
 
 def _from_arrays(arrays: list[np.ndarray], header: dict) -> pd.DataFrame:
@@ -281,5 +270,5 @@ def _publish(k: Key, target: Path, write, replace_siblings: bool) -> bool:
         return True
     except Timeout:
         return False    # another process is writing this trace's entry
-    except (OSError, pl.exceptions.PolarsError):
+    except OSError:
         return False

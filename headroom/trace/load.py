@@ -76,27 +76,52 @@ def _from_cache(path: Path, key, lenient: bool) -> Trace | None:
 
 
 class DeferredTrace(Trace):
-    """A Trace from the cache whose tables are read when first used: a cached analysis of it needs none.
-    If the entry is gone by then (another process replaced it), the file is loaded again."""
+    """A Trace from the cache whose tables are read when first used, each on its own (a cached analysis
+    needs none; `targets` reads the CPU side, not the GPU activities it attributed). All come from one
+    open entry (cache.StoredTables); if the entry is gone or unreadable by the first, the file is
+    loaded again, and then every table comes from that load."""
 
     @classmethod
     def of(cls, path: Path, key, header: dict, lenient: bool) -> "DeferredTrace":
         t = object.__new__(cls)
         t.__dict__.update(source=str(path), base_ns=header["base_ns"], metadata=header["metadata"],
-                          warnings=header["warnings"], cache_key=key, _path=path, _lenient=lenient)
+                          warnings=header["warnings"], cache_key=key, _path=path, _lenient=lenient,
+                          _stored=None)
         return t
 
     def __getattr__(self, name: str):
         # Called only for attributes not set yet: the tables, on first use.
         if name not in TRACE_TABLES or "_path" not in self.__dict__:
             raise AttributeError(name)
-        hit = cache.fetch_tables(self.cache_key)
-        tables = hit[0] if hit is not None else None
-        if tables is None or set(tables) != set(TRACE_TABLES):
-            fresh = _finish(self._path, None, _decoded(self._path, self._lenient))
-            tables = {t: getattr(fresh, t) for t in TRACE_TABLES}
-        self.__dict__.update(tables)
-        return tables[name]
+        stored = self.__dict__["_stored"]
+        if stored is None:
+            try:
+                stored = cache.StoredTables(self.cache_key)
+                if set(stored.columns) != set(TRACE_TABLES):
+                    stored.close()
+                    raise ValueError("other tables")
+            except (OSError, ValueError, KeyError, TypeError):
+                return self._load_again(name)
+            self.__dict__["_stored"] = stored
+        try:
+            table = stored.read(name)
+        except (OSError, ValueError, KeyError, IndexError, TypeError):
+            stored.close()
+            if not any(t in self.__dict__ for t in TRACE_TABLES):
+                return self._load_again(name)
+            # The open entry failed after it answered (a damaged file): tables already handed out
+            # came from it, so this is an error, not a silent mix of two loads.
+            raise TraceError(f"{self.source}: the cache entry {self.cache_key.entry} could not be read; "
+                             f"run again with --no-cache") from None
+        self.__dict__[name] = table
+        if all(t in self.__dict__ for t in TRACE_TABLES):
+            stored.close()
+        return table
+
+    def _load_again(self, name: str):
+        fresh = _finish(self._path, None, _decoded(self._path, self._lenient))
+        self.__dict__.update({t: getattr(fresh, t) for t in TRACE_TABLES})
+        return self.__dict__[name]
 
 
 def _decoded(path: Path, lenient: bool, workers: bool = True):

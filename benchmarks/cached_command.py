@@ -1,19 +1,23 @@
-"""The second command on a trace (`headroom classify --json`, its analysis read from the cache), as whole
-processes, alternating between this install and the same with other packages first on the path.
+"""Commands on a cached trace (its tables and analysis read from the cache), as whole processes, each
+run alternating with the others, and between this install and the same with other packages first on
+the path.
 
-    python benchmarks/cached_command.py TRACE [--repeat 5] [--site NAME=DIR ...] [--out results.json]
+    python benchmarks/cached_command.py TRACE [--repeat 5] [--command "targets"] [--site NAME=DIR ...]
+                                        [--out results.json]
 
+`--command` (repeatable; default `classify --json`): a headroom command line, the trace appended.
 `--site typer29=/tmp/typer29`: a folder of packages (e.g. `pip install --no-deps --target /tmp/typer29
 typer==0.29.2 pydantic pydantic_core annotated_types typing_inspection`) put first on PYTHONPATH for the
 runs named NAME. Bytecode is written as an install has it (PYTHONDONTWRITEBYTECODE is dropped) and one
-run of each fills the cache and the bytecode before the timed ones; the runs alternate, the order of the
-variants turning each round.
+run of each fills the cache and the bytecode before the timed ones; the runs alternate, the order
+turning each round.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import shlex
 import statistics
 import subprocess
 import sys
@@ -31,24 +35,28 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("trace", type=Path)
     ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--command", action="append", default=[], metavar="'CMD ARGS'")
     ap.add_argument("--site", action="append", default=[], metavar="NAME=DIR")
     ap.add_argument("--out")
     args = ap.parse_args()
-    variants = {"this install": None}
+    sites = {"this install": None}
     for spec in args.site:
         name, _, folder = spec.partition("=")
         if not name or not Path(folder).is_dir():
             raise SystemExit(f"--site {spec}: expected NAME=DIR of a folder of packages")
-        variants[name] = folder
+        sites[name] = folder
+    commands = args.command or ["classify --json"]
+    variants = {(f"{c}" if len(sites) == 1 else f"{c} [{s}]"): (shlex.split(c), folder)
+                for c in commands for s, folder in sites.items()}
     with tempfile.TemporaryDirectory() as cache:
         base = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
         base["HEADROOM_CACHE_DIR"] = cache
-        command = [sys.executable, "-m", "headroom.cli", "classify", "--json", str(args.trace)]
 
-        def run(folder: str | None) -> float:
+        def run(words: list[str], folder: str | None) -> float:
             env = dict(base)
             if folder:
                 env["PYTHONPATH"] = folder + os.pathsep + env.get("PYTHONPATH", "")
+            command = [sys.executable, "-m", "headroom.cli", *words, str(args.trace)]
             t0 = time.perf_counter()
             p = subprocess.run(command, capture_output=True, text=True, env=env, cwd=REPO)
             seconds = time.perf_counter() - t0
@@ -56,15 +64,17 @@ def main() -> None:
                 raise SystemExit(p.stderr.strip().splitlines()[-1] if p.stderr.strip() else f"exit {p.returncode}")
             return seconds
 
-        for folder in variants.values():     # the cache, and each variant's bytecode
-            run(folder)
+        for words, folder in variants.values():     # the cache, and each variant's bytecode
+            run(words, folder)
         runs: dict[str, list[float]] = {name: [] for name in variants}
         names = list(variants)
         for i in range(args.repeat):
             for name in names[i % len(names):] + names[:i % len(names)]:
-                runs[name].append(round(run(variants[name]), 3))
-    emit({"trace": str(args.trace), "command": " ".join(["headroom", *command[3:]]), "runs_s": runs,
-          "median_s": {k: round(statistics.median(v), 3) for k, v in runs.items()}, **stamp()}, args.out)
+                runs[name].append(round(run(*variants[name]), 3))
+    emit({"trace": str(args.trace), "commands": {n: " ".join(["headroom", *w, str(args.trace)])
+                                                 for n, (w, _) in variants.items()},
+          "runs_s": runs, "median_s": {k: round(statistics.median(v), 3) for k, v in runs.items()}, **stamp()},
+         args.out)
 
 
 if __name__ == "__main__":

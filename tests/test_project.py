@@ -19,8 +19,9 @@ from headroom.projection.amdahl import amdahl
 from headroom.projection.baseline import Baseline
 from headroom.projection.distributions import Distribution
 from headroom.projection.matching import select
+from headroom.projection.baseline import as_baseline
 from headroom.projection.project import project
-from headroom.projection.replay import replay, replay_check, replay_projection
+from headroom.projection.replay import replay, replay_check, replay_gain, replay_projection
 from headroom.projection.streams import cross_stream_deps, pid_codes
 from headroom.projection.scenarios import distribution_scenarios
 from headroom.projection.speedups import parse_cli_speedup
@@ -289,6 +290,20 @@ def test_replay_reproduces_real_traces(name):
     a = analyze(hta_trace(name))
     c = replay_check(a)
     assert c["max_abs_error_us"] < 1e-6 and abs(c["window_error_us"]) < 1e-6
+
+
+@pytest.mark.parametrize("name", ["resnet-50.train.json.gz", "dlrm.train.json.gz"])
+def test_replay_gain_is_the_projections_gain(name):
+    """targets' replay_gain (no breakdown) against replay_projection's, on real traces."""
+    a = analyze(SHIPPED_TRACES / name)
+    b = as_baseline(a)
+    gains = []
+    for selector in ("category:conv", "category:gemm", "category:embedding", "category:communication", "kind:memcpy"):
+        mask = select(b.events, selector)
+        for factor in (1.3, 2.0, math.inf):
+            gains.append(replay_gain(b, factor, mask))
+            assert gains[-1] == replay_projection(b, factor, mask).gain, (selector, factor)
+    assert max(gains) > 0.0
 
 
 def test_real_recommender_projection():

@@ -22,6 +22,7 @@ from headroom.projection.cpu import CallChange, blocking_call_names
 from headroom.projection.streams import pid_codes, stream_keys, cross_stream_deps
 from headroom.trace.accounting import overlap_shares
 from headroom.trace.analysis import Analysis
+from headroom.trace.intervals import codes_and_texts
 
 BACK_TO_BACK_US = 4.0      # a gap this small after the previous event on the stream = it was queued
 DEFAULT_LAUNCH_LATENCY_US = 5.0
@@ -457,7 +458,8 @@ def _blocking_calls(b: Baseline, pid_table: dict) -> pd.DataFrame:
     ev = b.events
     if "correlation" in rt.columns and "correlation" in ev.columns and len(ev):
         marker = shipped("runtime.toml")["pageable_copy_marker"]
-        pageable = ev["name"].astype(str).str.contains(marker, regex=False).to_numpy(dtype=bool)
+        codes_ev, texts = codes_and_texts(ev["name"])          # matched once per distinct name (-1: none)
+        pageable = np.array([marker in t for t in texts] + [False], dtype=bool)[codes_ev]
         if pageable.any():
             corrs = set(ev.loc[pageable, "correlation"].tolist())
             hit = hit | rt["correlation"].isin(corrs).to_numpy(dtype=bool)
@@ -489,6 +491,15 @@ def replay_projection(base: Baseline | Analysis, factors: np.ndarray | float, ma
     bd = _breakdown(ev, shares, r.projected_us, b.n_devices)
     uniform = float(f[f != 1.0][0]) if np.any(f != 1.0) and np.all(f[f != 1.0] == f[f != 1.0][0]) else None
     return Projection("replay", scenario, b.wall_us, r.projected_us, b.num_steps, bd, uniform)
+
+
+def replay_gain(base: Baseline | Analysis, factors: np.ndarray | float, mask: np.ndarray | None = None,
+                **kw) -> float:
+    """`replay_projection(base, factors, mask).gain` without the breakdown of device time it also
+    computes: `targets` replays each of its first rows twice and reads only the gain."""
+    b = as_baseline(base)
+    r = replay(b, _factor_array(b, factors, mask), **kw)
+    return 1.0 - r.projected_us / b.wall_us if b.wall_us > 0 else 0.0
 
 
 def replay_check(base: Baseline | Analysis) -> dict[str, float]:

@@ -17,10 +17,26 @@ from headroom.trace.intervals import codes_and_texts
 
 
 def stream_keys(ev: pd.DataFrame) -> np.ndarray:
-    dev = ev["device"].astype(str) if "device" in ev.columns else pd.Series("0", index=ev.index)
-    st = ev["stream"].astype(str) if "stream" in ev.columns else pd.Series("0", index=ev.index)
-    codes, _ = pd.factorize(dev + "/" + st)
+    """One code per (device, stream) pair as text, numbered in order of first appearance; -1 where
+    either is missing. Per distinct value, not per row: a trace has a few streams and 10^5..10^6 events."""
+    n = len(ev)
+    if n == 0:
+        return np.zeros(0, dtype=np.int64)
+    dev = _text_codes(ev["device"]) if "device" in ev.columns else np.zeros(n, dtype=np.int64)
+    st = _text_codes(ev["stream"]) if "stream" in ev.columns else np.zeros(n, dtype=np.int64)
+    valid = (dev >= 0) & (st >= 0)
+    codes = np.full(n, -1, dtype=np.int64)
+    codes[valid] = pd.factorize(dev[valid] * (int(st.max()) + 1) + st[valid])[0]
     return codes
+
+
+def _text_codes(values: pd.Series) -> np.ndarray:
+    """Codes equal exactly where the values' texts are (`str(1) == str("1")`); -1 where missing."""
+    codes, uniques = pd.factorize(values)
+    if len(uniques) == 0:
+        return codes.astype(np.int64)
+    _, by_text = np.unique(np.array([str(u) for u in uniques], dtype=object), return_inverse=True)
+    return np.where(codes < 0, -1, by_text.reshape(-1)[np.maximum(codes, 0)]).astype(np.int64)
 
 
 def pid_codes(values: Iterable, table: dict) -> np.ndarray:

@@ -13,7 +13,7 @@ import pandas as pd
 
 from headroom.errors import UserError
 from headroom.projection.baseline import Baseline, as_baseline
-from headroom.projection.replay import replay_projection
+from headroom.projection.replay import replay_gain
 from headroom.trace.analysis import Analysis
 from headroom.trace.modules import STACK_SEP
 
@@ -72,8 +72,8 @@ def _with_replay(t: pd.DataFrame, b: Baseline, speedup: float, replay_top: int,
     rgi = np.full(len(t), np.nan)
     for row in range(min(replay_top, len(t))):
         mask = members(t["name"].iat[row])
-        rg[row] = replay_projection(b, speedup, mask).gain
-        rgi[row] = replay_projection(b, math.inf, mask).gain
+        rg[row] = replay_gain(b, speedup, mask)
+        rgi[row] = replay_gain(b, math.inf, mask)
     t["replay_gain"] = rg
     t["replay_gain_inf"] = rgi
     return t

@@ -231,17 +231,19 @@ def _arrays(df: pd.DataFrame) -> tuple[list[np.ndarray], dict] | None:
 
 
 def _from_arrays(arrays: list[np.ndarray], header: dict) -> pd.DataFrame:
+    # Columns handed over as they are (copy=False): the arrays were just read and belong to no one else,
+    # and consolidating them into 2-D blocks would copy every number (half of the time of a cached read).
     out = {}
     for c, a in zip(header["columns"], arrays):
         kind = header["kinds"][c]
         if kind["kind"] == "category":
-            out[c] = pd.Series(pd.Categorical.from_codes(a, categories=kind["categories"]))
+            out[c] = pd.Categorical.from_codes(a, categories=kind["categories"])
         elif kind["kind"] == "text":
             text = np.asarray(kind["values"], dtype=object)[a]
             out[c] = pd.Series(text, dtype=object if kind["dtype"] is None else kind["dtype"], copy=False)
         else:
-            out[c] = pd.Series(a.astype(kind["dtype"], copy=False))
-    return pd.DataFrame(out, columns=header["columns"])
+            out[c] = a.astype(kind["dtype"], copy=False)
+    return pd.DataFrame(out, columns=header["columns"], copy=False)
 
 
 # --- writing safely ------------------------------------------------------------------

@@ -3,12 +3,13 @@ run alternating with the others, and between this install and the same with othe
 the path.
 
     python benchmarks/cached_command.py TRACE [--repeat 5] [--command "targets"] [--site NAME=DIR ...]
-                                        [--out results.json]
+                                        [--tree NAME=DIR ...] [--out results.json]
 
 `--command` (repeatable; default `classify --json`): a headroom command line, the trace appended.
 `--site typer29=/tmp/typer29`: a folder of packages (e.g. `pip install --no-deps --target /tmp/typer29
 typer==0.29.2 pydantic pydantic_core annotated_types typing_inspection`) put first on PYTHONPATH for the
-runs named NAME. Bytecode is written as an install has it (PYTHONDONTWRITEBYTECODE is dropped) and one
+runs named NAME. `--tree old=/tmp/old`: a checkout of another commit (`git worktree add /tmp/old COMMIT`),
+run from its folder (so that its `headroom` is imported) with a cache of its own. Bytecode is written as an install has it (PYTHONDONTWRITEBYTECODE is dropped) and one
 run of each fills the cache and the bytecode before the timed ones; the runs alternate, the order
 turning each round.
 """
@@ -16,6 +17,7 @@ turning each round.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import os
 import shlex
 import statistics
@@ -37,35 +39,37 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--command", action="append", default=[], metavar="'CMD ARGS'")
     ap.add_argument("--site", action="append", default=[], metavar="NAME=DIR")
+    ap.add_argument("--tree", action="append", default=[], metavar="NAME=DIR")
     ap.add_argument("--out")
     args = ap.parse_args()
-    sites = {"this install": None}
-    for spec in args.site:
+    sites: dict[str, tuple[str | None, Path]] = {"this install": (None, REPO)}
+    for spec in args.site + args.tree:
         name, _, folder = spec.partition("=")
         if not name or not Path(folder).is_dir():
-            raise SystemExit(f"--site {spec}: expected NAME=DIR of a folder of packages")
-        sites[name] = folder
+            raise SystemExit(f"{spec}: expected NAME=DIR of a folder")
+        sites[name] = (folder, REPO) if spec in args.site else (None, Path(folder).resolve())
     commands = args.command or ["classify --json"]
-    variants = {(f"{c}" if len(sites) == 1 else f"{c} [{s}]"): (shlex.split(c), folder)
-                for c in commands for s, folder in sites.items()}
+    variants = {(f"{c}" if len(sites) == 1 else f"{c} [{s}]"): (shlex.split(c), site)
+                for c in commands for s, site in sites.items()}
     with tempfile.TemporaryDirectory() as cache:
         base = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
-        base["HEADROOM_CACHE_DIR"] = cache
 
-        def run(words: list[str], folder: str | None) -> float:
+        def run(words: list[str], site: tuple[str | None, Path]) -> float:
+            folder, tree = site
             env = dict(base)
+            env["HEADROOM_CACHE_DIR"] = os.path.join(cache, hashlib.sha1(str(tree).encode()).hexdigest()[:8])  # one per checkout
             if folder:
                 env["PYTHONPATH"] = folder + os.pathsep + env.get("PYTHONPATH", "")
-            command = [sys.executable, "-m", "headroom.cli", *words, str(args.trace)]
+            command = [sys.executable, "-m", "headroom.cli", *words, str(args.trace.resolve())]
             t0 = time.perf_counter()
-            p = subprocess.run(command, capture_output=True, text=True, env=env, cwd=REPO)
+            p = subprocess.run(command, capture_output=True, text=True, env=env, cwd=tree)
             seconds = time.perf_counter() - t0
             if p.returncode != 0:
                 raise SystemExit(p.stderr.strip().splitlines()[-1] if p.stderr.strip() else f"exit {p.returncode}")
             return seconds
 
-        for words, folder in variants.values():     # the cache, and each variant's bytecode
-            run(words, folder)
+        for words, site in variants.values():     # the cache, and each variant's bytecode
+            run(words, site)
         runs: dict[str, list[float]] = {name: [] for name in variants}
         names = list(variants)
         for i in range(args.repeat):
@@ -73,6 +77,7 @@ def main() -> None:
                 runs[name].append(round(run(*variants[name]), 3))
     emit({"trace": str(args.trace), "commands": {n: " ".join(["headroom", *w, str(args.trace)])
                                                  for n, (w, _) in variants.items()},
+          "trees": {name: str(tree) for name, (_, tree) in sites.items()},
           "runs_s": runs, "median_s": {k: round(statistics.median(v), 3) for k, v in runs.items()}, **stamp()},
          args.out)
 

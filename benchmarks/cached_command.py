@@ -3,7 +3,7 @@ run alternating with the others, and between this install and the same with othe
 the path.
 
     python benchmarks/cached_command.py TRACE [--repeat 5] [--command "targets"] [--site NAME=DIR ...]
-                                        [--tree NAME=DIR ...] [--out results.json]
+                                        [--tree NAME=DIR ...] [--first] [--out results.json]
 
 `--command` (repeatable; default `classify --json`): a headroom command line, the trace appended.
 `--site typer29=/tmp/typer29`: a folder of packages (e.g. `pip install --no-deps --target /tmp/typer29
@@ -11,7 +11,8 @@ typer==0.29.2 pydantic pydantic_core annotated_types typing_inspection`) put fir
 runs named NAME. `--tree old=/tmp/old`: a checkout of another commit (`git worktree add /tmp/old COMMIT`),
 run from its folder (so that its `headroom` is imported) with a cache of its own. Bytecode is written as an install has it (PYTHONDONTWRITEBYTECODE is dropped) and one
 run of each fills the cache and the bytecode before the timed ones; the runs alternate, the order
-turning each round.
+turning each round. `--first`: the other measure, each run the first command on the trace (its cache
+emptied before it: the load, the analysis and writing the entry).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import argparse
 import hashlib
 import os
 import shlex
+import shutil
 import statistics
 import subprocess
 import sys
@@ -40,6 +42,7 @@ def main() -> None:
     ap.add_argument("--command", action="append", default=[], metavar="'CMD ARGS'")
     ap.add_argument("--site", action="append", default=[], metavar="NAME=DIR")
     ap.add_argument("--tree", action="append", default=[], metavar="NAME=DIR")
+    ap.add_argument("--first", action="store_true", help="time the first command (an empty cache each run)")
     ap.add_argument("--out")
     args = ap.parse_args()
     sites: dict[str, tuple[str | None, Path]] = {"this install": (None, REPO)}
@@ -58,6 +61,8 @@ def main() -> None:
             folder, tree = site
             env = dict(base)
             env["HEADROOM_CACHE_DIR"] = os.path.join(cache, hashlib.sha1(str(tree).encode()).hexdigest()[:8])  # one per checkout
+            if args.first:
+                shutil.rmtree(env["HEADROOM_CACHE_DIR"], ignore_errors=True)
             if folder:
                 env["PYTHONPATH"] = folder + os.pathsep + env.get("PYTHONPATH", "")
             command = [sys.executable, "-m", "headroom.cli", *words, str(args.trace.resolve())]
@@ -75,7 +80,7 @@ def main() -> None:
         for i in range(args.repeat):
             for name in names[i % len(names):] + names[:i % len(names)]:
                 runs[name].append(round(run(*variants[name]), 3))
-    emit({"trace": str(args.trace), "commands": {n: " ".join(["headroom", *w, str(args.trace)])
+    emit({"trace": str(args.trace), "measure": "first command" if args.first else "cached", "commands": {n: " ".join(["headroom", *w, str(args.trace)])
                                                  for n, (w, _) in variants.items()},
           "trees": {name: str(tree) for name, (_, tree) in sites.items()},
           "runs_s": runs, "median_s": {k: round(statistics.median(v), 3) for k, v in runs.items()}, **stamp()},

@@ -255,3 +255,25 @@ def test_module_rows_on_screen_are_per_step(builder, tmp_path, headroom):
     cells = [c.strip() for c in row.split("│")]
     assert cells[1:3] == ["1", "1.0"]          # calls/step, kernels/call
     assert cells[4] == "0.100"                 # ms/step: 100 us per step (the 2-step total is 0.200)
+
+
+def test_targets_on_a_cached_trace_read_only_the_tables_the_replay_uses(tmp_path, monkeypatch):
+    """The baseline's trace tables are read on first use: targets (with replays) on a cached trace reads
+    the runtime calls and syncs, not the CPU ranges, and ranks exactly as on the trace loaded afresh."""
+    from headroom.trace import cache
+
+    monkeypatch.setenv("HEADROOM_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("HEADROOM_CACHE_MIN_BYTES", "0")
+    p = tmp_path / "resnet.json.gz"
+    p.write_bytes((SHIPPED_TRACES / "resnet-50.train.json.gz").read_bytes())
+    fresh = targets(analyze(p, use_cache=False), replay_top=3)
+    analyze(p)                                      # fills the cache
+    reads: list[str] = []
+    read = cache.StoredTables.read
+    monkeypatch.setattr(cache.StoredTables, "read", lambda self, t: reads.append(t) or read(self, t))
+    cached = targets(analyze(p), replay_top=3)
+    assert sorted(reads) == ["launches", "syncs"]
+    assert cached["replay_gain"].notna().sum() >= 3
+    pd.testing.assert_frame_equal(cached, fresh)
+    b = Baseline.from_analysis(analyze(p))
+    assert len(b.cpu) == len(analyze(p, use_cache=False).trace.cpu)   # read when asked for

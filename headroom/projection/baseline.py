@@ -4,6 +4,7 @@ communication, idle)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 import numpy as np
 import pandas as pd
 
@@ -11,6 +12,32 @@ from headroom.trace.accounting import add_wall_shares
 from headroom.trace.analysis import Analysis
 from headroom.trace.classify import category_group
 
+
+
+@dataclass(frozen=True)
+class _Deferred:
+    """A table of a Trace, read when the projection first uses it."""
+    trace: Any
+    table: str
+
+
+class _TraceTable:
+    """A Baseline field holding a table, or a `_Deferred` one read on first use: `targets` replays
+    without the CPU ranges, and a cached trace then never reads them (`load.DeferredTrace`)."""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self._attr = "_" + name
+
+    def __get__(self, obj: Any, owner: type | None = None) -> pd.DataFrame | None:
+        if obj is None:
+            return None          # the field's default
+        value = obj.__dict__.get(self._attr)
+        if isinstance(value, _Deferred):
+            value = obj.__dict__[self._attr] = getattr(value.trace, value.table)
+        return value
+
+    def __set__(self, obj: Any, value: pd.DataFrame | _Deferred | None) -> None:
+        obj.__dict__[self._attr] = value
 
 
 @dataclass
@@ -24,10 +51,10 @@ class Baseline:
     n_devices: int = 1
     mode: str = "gpu"
     source: str = ""
-    runtime: pd.DataFrame | None = None   # runtime/driver calls: name, pid, tid, ts, dur, correlation
-    syncs: pd.DataFrame | None = None     # cuda_sync events, when the trace has them
+    runtime: pd.DataFrame | None = _TraceTable()   # runtime/driver calls: name, pid, tid, ts, dur, correlation
+    syncs: pd.DataFrame | None = _TraceTable()     # cuda_sync events, when the trace has them
     step_end: float | None = None          # CPU end of the last ProfilerStep (the window may end there)
-    cpu: pd.DataFrame | None = None       # CPU ranges (cpu_op, user_annotation, python_function): name, cat, pid, tid, ts, dur
+    cpu: pd.DataFrame | None = _TraceTable()       # CPU ranges (cpu_op, user_annotation, python_function): name, cat, pid, tid, ts, dur
     step_start: float | None = None        # CPU start of the first ProfilerStep (where the CPU model's clock starts)
     manifest: dict = field(default_factory=dict)  # headroom profile's run manifest, when the trace has one
     modules: pd.DataFrame | None = None  # one row per nn.Module call (Analysis.modules), when the trace has them
@@ -44,10 +71,10 @@ class Baseline:
         has_steps = steps is not None and len(steps) > 0
         return cls(events=a.events, wall_us=float(a.wall_us), window=(float(a.window[0]), float(a.window[1])),
                    num_steps=int(a.num_steps), n_devices=int(a.n_devices), mode=a.mode, source=a.source,
-                   runtime=trace.launches if trace is not None else None,
-                   syncs=trace.syncs if trace is not None else None,
+                   runtime=_Deferred(trace, "launches") if trace is not None else None,
+                   syncs=_Deferred(trace, "syncs") if trace is not None else None,
                    step_end=float(steps["end"].max()) if has_steps else None, manifest=dict(a.manifest),
-                   cpu=trace.cpu if trace is not None else None,
+                   cpu=_Deferred(trace, "cpu") if trace is not None else None,
                    step_start=float(steps["ts"].min()) if has_steps else None,
                    modules=a.modules)
 

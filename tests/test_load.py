@@ -630,3 +630,20 @@ def test_a_directory_of_ranks_loads_two_at_a_time_into_the_same_tables(tmp_path,
     (ranks / "rank-1.json.gz").write_bytes(b"{")    # an error in the worker is the caller's one line
     with pytest.raises(TraceError, match=r"rank-1.json.gz: invalid JSON"):
         load.load_traces(ranks, use_cache=False)
+
+
+def test_a_deferred_trace_pickles_whole(cache_dir, tmp_path):
+    """A copy of a deferred trace whose entry file is open holds every table (an open file cannot be
+    pickled, and its later reads must not come from another entry or load)."""
+    import pickle
+
+    p = tmp_path / "resnet.json.gz"
+    p.write_bytes((SHIPPED_TRACES / "resnet-50.train.json.gz").read_bytes())
+    expected = load_trace(p, use_cache=False)
+    load_trace(p)
+    deferred = load_trace(p)
+    deferred.launches                                   # the entry's file is open now
+    copy = pickle.loads(pickle.dumps(deferred))
+    shutil.rmtree(next(cache_dir.glob("*/*/tables.npz")).parent)
+    assert set(load.TRACE_TABLES) <= set(copy.__dict__)
+    _assert_same(expected, copy)

@@ -118,6 +118,13 @@ class DeferredTrace(Trace):
             stored.close()
         return table
 
+    def __getstate__(self) -> dict:
+        # A copy (pickle, deepcopy) holds every table: its own later reads could otherwise come from
+        # another entry or load than the tables read before it was made (and an open file cannot be pickled).
+        for t in TRACE_TABLES:
+            getattr(self, t)
+        return {k: v for k, v in self.__dict__.items() if k != "_stored"} | {"_stored": None}
+
     def _load_again(self, name: str):
         fresh = _finish(self._path, None, _decoded(self._path, self._lenient))
         self.__dict__.update({t: getattr(fresh, t) for t in TRACE_TABLES})

@@ -11,6 +11,7 @@ import threading
 from pathlib import Path
 
 import msgspec
+import numpy as np
 import pandas as pd
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -647,3 +648,20 @@ def test_a_deferred_trace_pickles_whole(cache_dir, tmp_path):
     shutil.rmtree(next(cache_dir.glob("*/*/tables.npz")).parent)
     assert set(load.TRACE_TABLES) <= set(copy.__dict__)
     _assert_same(expected, copy)
+
+
+def test_fwdbwd_flow_ids_beyond_64_bits_link_as_python_ints(tmp_path):
+    """A fwdbwd flow whose id needs more than 64 bits (hypothesis found one that raised polars'
+    'cannot convert i128 to NumPy'): its pair is linked, the id kept whole as a Python int."""
+    big = 2 ** 70 + 3
+    flow = {"cat": "fwdbwd", "name": "fwdbwd", "pid": 1, "tid": 1, "bp": "e"}
+    p = _trace(tmp_path, [STEP, LAUNCH, _kernel(), {**flow, "ph": "s", "id": big, "ts": 10.0},
+                          {**flow, "ph": "f", "id": big, "ts": 20.0, "tid": 2},
+                          {**flow, "ph": "f", "id": 7, "ts": 30.0}])
+    pairs = load_trace(p, use_cache=False).flows
+    assert pairs["id"].tolist() == [big] and pairs["id"].dtype == object
+    assert (pairs["start_ts"].tolist(), pairs["end_ts"].tolist(), pairs["end_tid"].tolist()) == ([10.0], [20.0], ["2"])
+    small = load_trace(_trace(tmp_path, [STEP, LAUNCH, _kernel(), {**flow, "ph": "s", "id": 5, "ts": 10.0},
+                                         {**flow, "ph": "f", "id": 5, "ts": 20.0}], name="small.json"),
+                       use_cache=False).flows
+    assert small["id"].tolist() == [5] and small["id"].dtype == np.int64

@@ -225,8 +225,9 @@ def _flow_pairs(flows: pl.DataFrame) -> pd.DataFrame:
                     pl.col("ts").alias(f"{side}_ts"))
             for ph, side in (("s", "start"), ("f", "end"))}
     pairs = ends["s"].join(ends["f"], on="id", how="inner", maintain_order="left")
-    return pd.DataFrame({c: pairs[c].to_numpy() if pairs[c].dtype.is_numeric() else
-                         np.asarray(pairs[c].to_list(), dtype=object) for c in FLOW_PAIR_COLUMNS})
+    return pd.DataFrame({c: _ids(pairs[c]) if pairs[c].dtype.is_integer() else pairs[c].to_numpy()
+                         if pairs[c].dtype.is_numeric() else np.asarray(pairs[c].to_list(), dtype=object)
+                         for c in FLOW_PAIR_COLUMNS})     # (ids beyond 64 bits: Python ints, as _ids gives them)
 
 
 def _frame(columns: dict[str, Any]) -> pd.DataFrame:
@@ -257,13 +258,13 @@ def _tabulate(source: str, tables: dict[str, pl.DataFrame], base_ns: int | None,
     c = _link_flows(tables.pop("launches"), flows, ["s"])
     o = orders.get("launches")
     launches = _frame({**_cpu_side_columns(c, o), "correlation": _ids(c["correlation"], o),
-                             "external_id": _ids(c["external_id"], o)})
+                       "external_id": _ids(c["external_id"], o)})
     c = tables.pop("cpu")
     o = orders.get("cpu")
     names = _named_codes(c["name"], o)      # kept for Trace.cpu_names_start_with
     cpu = _frame({**_cpu_side_columns(c, o, names), "external_id": _ids(c["external_id"], o),
-                        "sequence": _ids(c["sequence"], o), "fwd_thread": _ids(c["fwd_thread"], o),
-                        "inputs": _names(c["inputs"], o)})
+                  "sequence": _ids(c["sequence"], o), "fwd_thread": _ids(c["fwd_thread"], o),
+                  "inputs": _names(c["inputs"], o)})
     gpu_annotations = _frame(_device_side_columns(tables.pop("gpu_annotations"), orders.get("gpu_annotations")))
     s = tables.pop("syncs")
     o = orders.get("syncs")

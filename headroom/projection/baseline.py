@@ -10,6 +10,7 @@ import pandas as pd
 
 from headroom.trace.accounting import add_wall_shares
 from headroom.trace.analysis import Analysis
+from headroom.trace.load import Trace
 from headroom.trace.classify import category_group
 
 
@@ -17,7 +18,7 @@ from headroom.trace.classify import category_group
 @dataclass(frozen=True)
 class _Deferred:
     """A table of a Trace, read when the projection first uses it."""
-    trace: Any
+    trace: Trace
     table: str
 
 

@@ -32,10 +32,10 @@ def stream_keys(ev: pd.DataFrame) -> np.ndarray:
 
 def _text_codes(values: pd.Series) -> np.ndarray:
     """Codes equal exactly where the values' texts are (`str(1) == str("1")`); -1 where missing."""
-    codes, uniques = pd.factorize(values)
-    if len(uniques) == 0:
+    codes, texts = codes_and_texts(values)
+    if not texts:
         return codes.astype(np.int64)
-    _, by_text = np.unique(np.array([str(u) for u in uniques], dtype=object), return_inverse=True)
+    _, by_text = np.unique(np.array(texts, dtype=object), return_inverse=True)
     return np.where(codes < 0, -1, by_text.reshape(-1)[np.maximum(codes, 0)]).astype(np.int64)
 
 

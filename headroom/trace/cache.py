@@ -6,8 +6,8 @@ or a new headroom never reads a stale entry. It holds the Trace's pandas tables
 as numpy arrays in one .npz file (text as codes into its distinct values, categories
 with their order) and a JSON header, in the user's cache directory
 ($HEADROOM_CACHE_DIR, else $XDG_CACHE_HOME/headroom, else ~/.cache/headroom).
-numpy, not Arrow IPC: reading numpy's files imports nothing more, while polars' reader costs
-a command on a cached trace 0.25 s to import (docs/benchmarks.md).
+numpy, not Arrow IPC: reading numpy's files imports nothing more, while importing polars' reader
+costs a command on a cached trace 0.2 s (docs/benchmarks.md).
 
 Safe under concurrent use: an entry is written into a temporary directory and
 renamed into place (readers see a whole entry or none); a writer takes a file
@@ -91,21 +91,12 @@ def store_tables(k: Key, tables: dict[str, pd.DataFrame], base_ns: int | None, m
                  warnings: list[str]) -> bool:
     """The Trace's tables (numpy arrays in one .npz, as `store_frames` writes them) and a JSON header
     (base_ns, metadata, warnings, each table's columns)."""
-    converted = {t: _arrays(df) for t, df in tables.items()}
-    if any(c is None for c in converted.values()):
+    converted = _converted(tables)
+    if converted is None:
         return False    # e.g. ids beyond 64 bits (object columns of Python ints): loaded each time
-    header = {"tables": {t: c[1] for t, c in converted.items()}, "base_ns": base_ns, "metadata": meta,
-              "warnings": warnings}
-    try:
-        text = json.dumps(header)
-    except (TypeError, ValueError):
-        return False
-    arrays = {f"{t}.{i}": a for t, (columns, _) in converted.items() for i, a in enumerate(columns)}
-
-    def write(tmp: Path) -> None:
-        np.savez(tmp / "tables.npz", **arrays)
-        (tmp / "header.json").write_text(text)
-    return _publish(k, k.entry, write, replace_siblings=True)
+    text = _json({"tables": {t: c[1] for t, c in converted.items()}, "base_ns": base_ns, "metadata": meta,
+                  "warnings": warnings})
+    return text is not None and _publish(k, k.entry, _writer("tables.npz", converted, text), replace_siblings=True)
 
 
 class StoredTables:
@@ -123,9 +114,8 @@ class StoredTables:
             raise ValueError(f"{k.entry}: the tables do not match their header")
 
     def read(self, table: str) -> pd.DataFrame:
-        h = self.columns[table]
         try:
-            return _from_arrays([self._file[f"{table}.{i}"] for i in range(len(h["columns"]))], h)
+            return _read_frame(self._file, table, self.columns[table])
         except zipfile.BadZipFile as e:
             raise ValueError(str(e)) from e
 
@@ -154,8 +144,7 @@ def fetch_frames(k: Key | None, name: str) -> tuple[dict[str, pd.DataFrame], dic
     try:
         header = json.loads((where / "header.json").read_text())
         with np.load(where / "frames.npz", allow_pickle=False) as arrays:
-            frames = {f: _from_arrays([arrays[f"{f}.{i}"] for i in range(len(h["columns"]))], h)
-                      for f, h in header["frames"].items()}
+            frames = {f: _read_frame(arrays, f, h) for f, h in header["frames"].items()}
         return frames, header["header"]
     except (OSError, ValueError, KeyError, IndexError, TypeError, zipfile.BadZipFile):
         return None
@@ -168,19 +157,41 @@ def store_frames(k: Key | None, name: str, frames: dict[str, pd.DataFrame], head
         return False
     if not all(_plain_index(df) for df in frames.values()):
         return False    # the cache keeps no index: only frames indexed 0..n-1 read back the same
-    converted = {f: _arrays(df) for f, df in frames.items()}
-    if any(c is None for c in converted.values()):
+    converted = _converted(frames)
+    if converted is None:
         return False
-    try:
-        text = json.dumps({"frames": {f: c[1] for f, c in converted.items()}, "header": header})
-    except (TypeError, ValueError):
+    text = _json({"frames": {f: c[1] for f, c in converted.items()}, "header": header})
+    if text is None:
         return False     # a header value JSON cannot hold: not stored, computed each time
+    return _publish(k, k.entry / f"{name}.frames", _writer("frames.npz", converted, text), replace_siblings=False)
+
+
+def _converted(frames: dict[str, pd.DataFrame]) -> dict[str, tuple[list[np.ndarray], dict]] | None:
+    """Each frame's arrays and column header (`_arrays`), or None when one has a column the cache cannot hold."""
+    converted = {f: _arrays(df) for f, df in frames.items()}
+    return None if any(c is None for c in converted.values()) else converted
+
+
+def _json(value: dict[str, Any]) -> str | None:
+    try:
+        return json.dumps(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def _writer(file: str, converted: dict[str, tuple[list[np.ndarray], dict]], header: str):
+    """What writes an entry's arrays (`FRAME.COLUMN_NUMBER` in one .npz) and its JSON header into a folder."""
     arrays = {f"{f}.{i}": a for f, (columns, _) in converted.items() for i, a in enumerate(columns)}
 
     def write(tmp: Path) -> None:
-        np.savez(tmp / "frames.npz", **arrays)
-        (tmp / "header.json").write_text(text)
-    return _publish(k, k.entry / f"{name}.frames", write, replace_siblings=False)
+        np.savez(tmp / file, **arrays)
+        (tmp / "header.json").write_text(header)
+    return write
+
+
+def _read_frame(arrays, name: str, columns: dict) -> pd.DataFrame:
+    """Frame `name` from an open .npz `_writer` wrote, with its column header."""
+    return _from_arrays([arrays[f"{name}.{i}"] for i in range(len(columns["columns"]))], columns)
 
 
 def _plain_index(df: pd.DataFrame) -> bool:

@@ -23,7 +23,7 @@ where a double resolves 1e-10 us (absolute Kineto times near 1.7e15 us resolve o
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Sequence
+from typing import Callable
 
 import numpy as np
 
@@ -65,7 +65,7 @@ def _roots(prev: np.ndarray) -> np.ndarray:
         root = nxt
 
 
-def build(sweep_idx: Sequence[int], sweep_kind: Sequence[int], prev: np.ndarray, dep: np.ndarray,
+def build(sweep_idx: np.ndarray, sweep_kind: np.ndarray, prev: np.ndarray, dep: np.ndarray,
           launch: np.ndarray, has_launch: np.ndarray, lat: np.ndarray, ts: np.ndarray, end: np.ndarray,
           pids: np.ndarray, g: np.ndarray, d: np.ndarray) -> Chains:
     """The chains and segments of a sweep (events and blocking calls in the order the sweep visits them),

@@ -171,8 +171,8 @@ class _Plan:
     pid_table: dict
     pieces: list
     ch_pid: list
-    sweep_idx: list
-    sweep_kind: list
+    sweep_idx: np.ndarray        # what the sweep visits, in order: its index, and its kind (0-3, `_sweep`)
+    sweep_kind: np.ndarray
     by_end: np.ndarray
     end_sorted: np.ndarray
     launch: np.ndarray
@@ -185,10 +185,15 @@ class _Plan:
     pids: np.ndarray
     n_sync: int
     n_deps: int
-    lists: tuple     # L_launch, L_lat, L_prev, L_g, L_dep, L_d, L_end, L_has, L_pid, L_ts, L_call, L_group, L_removed
-    arrays: tuple    # the same first ten as numpy arrays (the chain solver's)
+    arrays: tuple    # launch, lat, prev, g, dep, d, end, has_launch, pids, ts; then call_of, group_of, removed
     origin: float    # times in the plan are relative to this (the window's start): see chains.py
     chains: chain_solver.Chains | None = None    # built on the first replay without replaced calls
+
+    def lists(self) -> tuple:
+        """The sweep's order and `arrays` as plain lists, for the event-by-event sweep (list indexing is much
+        faster than numpy's in a Python loop). Built when asked: a replay without replaced calls (the chain
+        solver's) reads none of them, and 13 lists of every event cost more than its replay."""
+        return (self.sweep_idx.tolist(), self.sweep_kind.tolist(), *(a.tolist() for a in self.arrays))
 
 
 def _plan(b: Baseline, back_to_back_us: float, launch_latency_us: float | None, max_stream_gap_us: float,
@@ -265,12 +270,10 @@ def _new_plan(b: Baseline, back_to_back_us: float, launch_latency_us: float | No
     s_pid = syncs["pid_code"].to_numpy() if n_sync else np.zeros(0, dtype=np.int64)
     s_corr = syncs["correlation"].to_numpy() if n_sync else np.zeros(0)
     corr = ev["correlation"].to_numpy() if "correlation" in ev.columns else np.full(n, -1)
-    arrays = (launch, lat, prev, g, dep, d, end, has_launch, pids, ts)
-    # Plain lists: the sweep is a Python loop, and list indexing is much faster than numpy's.
-    lists = (*(a.tolist() for a in arrays), call_of.tolist(), group_of.tolist(), removed.tolist())
-    return _Plan(float(launch_latency_us), pid_table, pieces, ch_pid, idx[sweep].tolist(), kind[sweep].tolist(),
+    arrays = (launch, lat, prev, g, dep, d, end, has_launch, pids, ts, call_of, group_of, removed)
+    return _Plan(float(launch_latency_us), pid_table, pieces, ch_pid, idx[sweep], kind[sweep],
                  by_end, end_sorted, launch, end, corr, s_ts, s_end, s_pid, s_corr, pids, n_sync,
-                 int((dep >= 0).sum()), lists, arrays, origin)
+                 int((dep >= 0).sum()), arrays, origin)
 
 
 def _sync(plan: _Plan, i: int, clocks: list, ends_of: Callable[[np.ndarray], np.ndarray], max_late: float,
@@ -343,7 +346,7 @@ def _clocks(b: Baseline, plan: _Plan, cpu_scale: float) -> list[_Clock]:
 def _chains(plan: _Plan) -> chain_solver.Chains:
     """The plan's chains and segments, built on its first replay without replaced calls."""
     if plan.chains is None:
-        launch, lat, prev, g, dep, d, end, has_launch, pids, ts = plan.arrays
+        launch, lat, prev, g, dep, d, end, has_launch, pids, ts = plan.arrays[:10]
         plan.chains = chain_solver.build(plan.sweep_idx, plan.sweep_kind, prev, dep, launch, has_launch, lat, ts,
                                          end, pids, g, d)
     return plan.chains
@@ -364,8 +367,8 @@ def _sweep(plan: _Plan, new_dur: np.ndarray, changes: Sequence[CallChange], cloc
     """The replay event by event in the sweep's order (replaced calls move CPU clocks as it goes)."""
     n = len(new_dur)
     o = plan.origin
-    (L_launch, L_lat, L_prev, L_g, L_dep, L_d, L_end, L_has, L_pid, L_ts, L_call, L_group,
-     L_removed) = plan.lists
+    (sweep_idx, sweep_kind, L_launch, L_lat, L_prev, L_g, L_dep, L_d, L_end, L_has, L_pid, L_ts, L_call, L_group,
+     L_removed) = plan.lists()
     L_dur = new_dur.tolist()
     pieces, ch_pid = plan.pieces, plan.ch_pid
     group_launch: list[list[float]] = [[math.nan] * len(ch.groups) for ch in changes]   # filled in the sweep
@@ -380,7 +383,7 @@ def _sweep(plan: _Plan, new_dur: np.ndarray, changes: Sequence[CallChange], cloc
         # The candidates' replayed ends so far, gathered in C (a sync can have 10^4 of them).
         return np.array(itemgetter(*cand.tolist())(end2_l) if len(cand) > 1 else [end2_l[int(cand[0])]],
                         dtype=float)
-    for i, k in zip(plan.sweep_idx, plan.sweep_kind):
+    for i, k in zip(sweep_idx, sweep_kind):
         if k == 3:
             c = L_call[i]
             if c < 0:                            # the common case, inlined: its launch on its clock

@@ -15,6 +15,7 @@ from headroom.errors import UserError
 from headroom.projection.baseline import Baseline, as_baseline
 from headroom.projection.replay import replay_gain
 from headroom.trace.analysis import Analysis
+from headroom.trace.codes import factorized
 from headroom.trace.modules import STACK_SEP
 
 DEFAULT_SPEEDUP = 1.5
@@ -118,26 +119,30 @@ def targets(analysis: Analysis | Baseline, speedup: float = DEFAULT_SPEEDUP, by:
             keys = ev["name"].astype(str).to_numpy(dtype=object)
         valid = keys != ""
         sub = ev.loc[valid]
-        k = keys[valid]
         if len(sub) == 0:
             continue
+        # Grouped by integer codes: each groupby below would hash every row's text anew.
+        k, names = factorized(keys[valid])
+        categories, category_names = factorized(sub["category"].astype(str).to_numpy(dtype=object))
         dur = sub["dur"].to_numpy(dtype=float)
         addr = sub["addressable"].fillna(False).to_numpy(dtype=bool)
         agg = pd.DataFrame({"key": k, "dur": dur, "addr": np.where(addr, dur, 0.0)}).groupby("key", sort=False).agg(
             us=("dur", "sum"), kernels=("dur", "size"), addressable_us=("addr", "sum"))
-        cat = (pd.DataFrame({"key": k, "category": sub["category"].astype(str).to_numpy(), "dur": dur})
+        cat = (pd.DataFrame({"key": k, "category": categories, "dur": dur})
                .groupby(["key", "category"], sort=False)["dur"].sum().reset_index()
                .sort_values("dur", ascending=False, kind="stable").drop_duplicates("key").set_index("key")["category"])
         am = _amdahl_groups(Baseline(sub.reset_index(drop=True), b.wall_us, b.window, b.num_steps, b.n_devices),
                             k, speedup)
         t = agg.join(am).join(cat.rename("category"))
+        t["category"] = category_names[t["category"].to_numpy()].astype(str)
         t["kind"] = grouping
-        t["name"] = t.index.astype(str)
+        t["name"] = names[t.index.to_numpy()].astype(str)
         t = _ranked(_with_gains(t, b, total), _TARGET_COLUMNS, top)
+        code_of = {name: code for code, name in enumerate(names.tolist())}
 
-        def members(name: str, valid=valid, k=k) -> np.ndarray:
+        def members(name: str, valid=valid, k=k, code_of=code_of) -> np.ndarray:
             mask = valid.copy()
-            mask[valid] = k == name
+            mask[valid] = k == code_of.get(name, -1)
             return mask
 
         frames.append(_with_replay(t, b, speedup, replay_top, members))

@@ -103,6 +103,32 @@ def test_the_command_map_names_every_command_of_each_module_in_the_help_order():
     assert typo.returncode == 2 and "Did you mean 'targets'" in typo.stderr, typo.stderr
 
 
+@pytest.mark.parametrize("words", [["targets"], ["project", "--speedup", "category:gemm=2"], ["classify", "--json"]])
+def test_a_command_on_a_cached_trace_imports_only_what_it_uses(tmp_path, words):
+    """A command on a cached trace (issue #14: the second command <= 1 s) is mostly its imports. It imports
+    neither polars (the loader's), pydantic (typer 0.29 builds a pydantic adapter per parameter: typer is held
+    below 0.29), filelock (only a writer of the cache locks) nor the modules of a directory of ranks."""
+    env = {**os.environ, "HEADROOM_CACHE_DIR": str(tmp_path / "cache"), "HEADROOM_CACHE_MIN_BYTES": "0"}
+    trace = SHIPPED_TRACES / "resnet-50.train.json.gz"
+    assert subprocess_headroom("classify", trace, env=env).returncode == 0     # fills the cache
+    modules = tmp_path / "modules.json"
+    code = f"""if True:
+        import json, sys
+        from headroom.cli.app import _dispatch
+        code = _dispatch({[*words, str(trace)]!r})
+        json.dump([code, sorted(sys.modules)], open({str(modules)!r}, "w"))
+    """
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, env=env, timeout=120)
+    code, loaded = json.loads(modules.read_text())
+    assert code == 0 and p.stdout.strip(), p.stderr[-2000:]
+    assert "headroom.trace.cache" in loaded and "pandas" in loaded     # it did read the cached trace
+    # A package's submodules: the loader names polars to lazy_loader, which puts an empty module in its place.
+    unwanted = [m for m in loaded if m.split(".")[0] in ("polars", "pydantic", "pydantic_core", "filelock") and "." in m
+                or m in ("headroom.trace.ranks", "headroom.projection.ranks", "headroom.projection.sync_targets",
+                         "headroom.report.ranks", "headroom.cli.ranks", "headroom.trace.comm")]
+    assert unwanted == []
+
+
 @pytest.mark.parametrize("args, code", [(["--version"], 0), (["classify", "no-such.json"], 2)])
 def test_the_quick_exit_keeps_what_an_exit_does(tmp_path, args, code):
     """`main` ends with os._exit (no interpreter teardown), after atexit handlers and flushed output;
@@ -391,4 +417,7 @@ def test_ctrl_c_at_any_moment_exits_130_and_leaves_nothing_half_written(tmp_path
         return
     assert p.returncode == 130, (p.returncode, stderr)
     assert "Traceback" not in stderr and stderr.strip().splitlines()[-1] == "headroom: interrupted"
-    assert not out.exists() and os.listdir(tmp_path) == []
+    if out.exists():    # interrupted after the output was renamed into place: it is whole, nothing else is left
+        assert json.loads(gzip.decompress(out.read_bytes()))["traceEvents"] and os.listdir(tmp_path) == [out.name]
+        return
+    assert os.listdir(tmp_path) == []

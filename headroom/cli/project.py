@@ -58,12 +58,10 @@ def project_cmd(
     from headroom.projection.distributions import load_distribution
     from headroom.projection.problems import load_problems
     from headroom.projection.project import project
-    from headroom.projection.ranks import project_ranks
     from headroom.projection.scenarios import DEFAULT_QUANTILES
     from headroom.projection.speedups import collect_entries
-    from headroom.report.ranks import rank_projection_notes, render_rank_projection
     from headroom.report.render import make_console, render_projection
-    from headroom.trace.ranks import RankSet
+    from headroom.trace.analysis import Analysis
 
     entries, warnings = collect_entries(speedup or [], speedups or [])
     dist = load_distribution(distribution) if distribution else None
@@ -74,7 +72,10 @@ def project_cmd(
     console = make_console()
     reader = Reader(rules, policy, whole_trace, window, lenient, no_cache)
     for a in reader.inputs(traces):
-        if isinstance(a, RankSet):
+        if not isinstance(a, Analysis):     # a RankSet: its modules imported only then (a single trace's start)
+            from headroom.projection.ranks import project_ranks
+            from headroom.report.ranks import rank_projection_notes, render_rank_projection
+
             if dist is not None or win_rate is not None or median is not None:
                 raise UserError(f"{a.source}: a directory of ranks takes --speedup/--speedups "
                                 f"(--distribution, --win-rate and --median project one trace at a time)")
@@ -129,11 +130,9 @@ def targets_cmd(
 
     A directory of the ranks of one run: ranked by their effect on the synchronised step."""
     from headroom.projection.speedups import parse_factor
-    from headroom.projection.sync_targets import sync_targets, sync_targets_dict
     from headroom.projection.targets import MODULE_KINDS, module_ranges_missing, targets, targets_dict
-    from headroom.report.ranks import render_sync_targets
-    from headroom.trace.ranks import RankSet
     from headroom.report.render import make_console, render_targets
+    from headroom.trace.analysis import Analysis
 
     parse_factor(speedup, "--speedup")
     groupings = tuple(dict.fromkeys(b.value for b in by)) if by else ("op", "module")
@@ -141,7 +140,10 @@ def targets_cmd(
     inputs = list(reader.inputs([trace]))
     reader.finish()
     for a in inputs:
-        if isinstance(a, RankSet):
+        if not isinstance(a, Analysis):     # a RankSet: its modules imported only then (a single trace's start)
+            from headroom.projection.sync_targets import sync_targets, sync_targets_dict
+            from headroom.report.ranks import render_sync_targets
+
             table = sync_targets(a, speedup=speedup, by=groupings, top=top)
             if as_json:
                 emit_json("targets.ranks", sync_targets_dict(a, table, speedup))

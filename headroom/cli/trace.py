@@ -31,14 +31,15 @@ def classify(
 
     A directory holding the ranks of one run is analysed together: ranks side by side,
     communication overlapped and exposed, waits and the slowest rank (docs/distributed.md)."""
-    from headroom.report.ranks import render_rank_set
     from headroom.report.render import make_console, render_analysis, render_kernels
-    from headroom.trace.ranks import RankSet
+    from headroom.trace.analysis import Analysis
 
     reader = Reader(rules, policy, whole_trace, window, lenient, no_cache)
     console = make_console()
     for a in reader.inputs(traces):
-        if isinstance(a, RankSet):
+        if not isinstance(a, Analysis):     # a RankSet: its modules imported only then (a single trace's start)
+            from headroom.report.ranks import render_rank_set
+
             if as_json:
                 emit_json("classify.ranks", a.to_dict(all_kernels=all_kernels))
                 continue
@@ -87,27 +88,31 @@ def report(
     """One row per trace: step time, idle share, addressable fraction, top addressable op.
 
     A directory of the ranks of one run: one row per rank, with its communication and waits."""
-    from headroom.report.ranks import rank_summary_frame, render_rank_summary
     from headroom.report.render import make_console, render_summary
     from headroom.report.tables import summary_frame, summary_records
-    from headroom.trace.ranks import RankSet
+    from headroom.trace.analysis import Analysis
 
     reader = Reader(rules, policy, whole_trace, window, lenient, no_cache)
     inputs = list(reader.inputs(paths or [Path("traces")]))
-    analyses = [a for a in inputs if not isinstance(a, RankSet)]
-    rank_sets = [(rs, rank_summary_frame(rs)) for rs in inputs if isinstance(rs, RankSet)]
+    analyses = [a for a in inputs if isinstance(a, Analysis)]
+    rank_sets = [rs for rs in inputs if not isinstance(rs, Analysis)]     # RankSets: their modules only then
+    rank_tables = []
+    if rank_sets:
+        from headroom.report.ranks import rank_summary_frame, render_rank_summary
+
+        rank_tables = [(rs, rank_summary_frame(rs)) for rs in rank_sets]
     df = summary_frame(analyses)
     if as_json:
         emit_json("report", {"traces": summary_records(df),
                              "rank_sets": [{"source": rs.source, "kind": "ranks", "step_us": rs.step_us,
                                             "slowest_rank": rs.slowest_rank, "ranks": summary_records(t)}
-                                           for rs, t in rank_sets],
+                                           for rs, t in rank_tables],
                              "failed": reader.failed})
     else:
         console = make_console()
         if len(df):
             render_summary(df, console)
-        for rs, t in rank_sets:
+        for rs, t in rank_tables:
             render_rank_summary(rs, t, console)
     reader.finish()
 

@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from headroom.trace.intervals import (containing_range, groups_of, previous_greater, ranges_on_threads,
-                                      thread_codes)
+from headroom.trace.intervals import (codes_and_texts, containing_range, groups_of, previous_greater,
+                                      ranges_on_threads, thread_codes)
 
 
 def test_groups_of_keys_each_code_to_its_rows_in_order():
@@ -101,3 +101,16 @@ def test_previous_greater_is_the_last_larger_value_before(values):
     v = np.array(values, dtype=np.int64)
     expected = [max((j for j in range(i) if v[j] > v[i]), default=-1) for i in range(len(v))]
     assert previous_greater(v).tolist() == expected
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.integers(-3, 2**40), max_size=40), st.sampled_from(["int64", "int32", "uint8", "bool"]),
+       st.booleans())
+def test_codes_and_texts_of_integers_equal_those_of_the_same_values_as_objects(values, dtype, as_series):
+    """The integer path (factorized as they are) against the general one (as Python objects): the same
+    codes, numbered by first appearance, and the same texts."""
+    ints = np.array(values, dtype="int64").astype(dtype)
+    typed = pd.Series(ints) if as_series else ints
+    codes, texts = codes_and_texts(typed)
+    ref_codes, ref_texts = codes_and_texts(pd.Series(ints.tolist(), dtype=object))
+    assert codes.dtype == np.int64 and codes.tolist() == ref_codes.tolist() and texts == ref_texts

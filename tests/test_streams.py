@@ -42,3 +42,19 @@ def test_stream_keys_of_typed_columns_and_missing_columns():
     assert stream_keys(ev[["stream"]]).tolist() == [0, 1, 0, 0]          # no device: every event on "0"
     assert stream_keys(ev[["device"]]).tolist() == [0, 0, 1, 0]
     assert stream_keys(ev.iloc[:0]).dtype == np.int64 and len(stream_keys(ev.iloc[:0])) == 0
+
+
+INTEGER_DTYPES = st.sampled_from(["int64", "int32", "uint8", "bool"])
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 3), st.sampled_from([0, 7, 13, 20]), st.sampled_from([0, 1, 7, "7", None])),
+                min_size=0, max_size=40), INTEGER_DTYPES)
+def test_stream_keys_of_integer_columns_equal_those_of_the_same_values_as_objects(rows, dtype):
+    """Integer columns (a real trace's devices and streams) take codes_and_texts' integer path; they key as
+    their texts do, also beside a stream column of mixed objects ("7" and 7 are one stream)."""
+    devices = np.array([d for d, _, _ in rows], dtype=dtype)
+    typed = pd.DataFrame({"device": devices, "stream": np.array([s for _, s, _ in rows], dtype="int64")})
+    assert stream_keys(typed).tolist() == _by_definition(devices.tolist(), [s for _, s, _ in rows])
+    mixed = pd.DataFrame({"device": devices, "stream": pd.Series([m for _, _, m in rows], dtype=object)})
+    assert stream_keys(mixed).tolist() == _by_definition(devices.tolist(), [m for _, _, m in rows])

@@ -88,6 +88,11 @@ def codes_and_texts(values) -> tuple[np.ndarray, list[str]]:
     """Codes into the distinct values' texts (-1: missing): a category's own codes, else one factorization."""
     if isinstance(values, pd.Series) and isinstance(values.dtype, pd.CategoricalDtype):
         return values.cat.codes.to_numpy().astype(np.int64), [str(v) for v in values.cat.categories]
+    if isinstance(values, (pd.Series, np.ndarray)) and values.dtype.kind in "biu":
+        # Integers (devices, streams, ids) have no missing value and one text each: factorized as they are,
+        # not boxed into 10^5 Python ints first (4-5 ms a column on the training shape).
+        codes, uniques = pd.factorize(np.asarray(values), sort=False)
+        return codes.astype(np.int64), [str(u) for u in uniques.tolist()]
     codes, uniques = factorized(np.asarray(values, dtype=object))
     return codes, [str(u) for u in uniques]
 

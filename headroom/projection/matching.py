@@ -12,6 +12,7 @@ import pandas as pd
 from headroom.errors import UserError, unknown_name
 from headroom.regex import Pattern, compile_user_regex
 from headroom.trace.classify import known_categories
+from headroom.trace.intervals import codes_and_texts
 from headroom.projection.problems import ProblemMap, load_problems
 from headroom.projection.selectors import Atom, Selector, parse_selector
 from headroom.projection.speedups import Speedup
@@ -43,13 +44,13 @@ class _Matcher:
         self.n = len(events)
 
     def _col(self, col: str) -> tuple[np.ndarray, np.ndarray]:
+        """Codes into the texts of the column's distinct values, a missing value (or column) reading as ""
+        (its code is the last). One factorization per column (`codes_and_texts`: a category's own codes,
+        long kernel names by identity)."""
         if col not in self._codes:
-            if col in self.events.columns:
-                s = self.events[col].astype(object).where(self.events[col].notna(), "").astype(str)
-            else:
-                s = pd.Series([""] * self.n, dtype=object)
-            codes, uniques = pd.factorize(s, sort=False)
-            self._codes[col] = (codes, np.asarray(uniques, dtype=object))
+            codes, texts = codes_and_texts(self.events[col]) if col in self.events.columns \
+                else (np.full(self.n, -1, dtype=np.int64), [])
+            self._codes[col] = (np.where(codes < 0, len(texts), codes), np.array(texts + [""], dtype=object))
         return self._codes[col]
 
     def _by_value(self, col: str, pred) -> np.ndarray:
@@ -116,7 +117,7 @@ class _Matcher:
         """A category name (or glob) that no classification can produce is a typo, not "no match"."""
         known = known_categories()
         if "category" in self.events.columns:
-            known |= {str(c) for c in self.events["category"].dropna().unique()}
+            known |= set(self._col("category")[1][:-1].tolist())     # the texts of its values (the last: missing)
         if _GLOB_CHARS & set(p):
             if not any(fnmatch.fnmatchcase(c, p) for c in known):
                 raise UserError(f"selector category:{p}: matches no category (categories: {', '.join(sorted(known))})")

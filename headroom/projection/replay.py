@@ -178,10 +178,9 @@ class _Plan:
     launch: np.ndarray
     end: np.ndarray
     corr: np.ndarray
-    s_ts: np.ndarray
-    s_end: np.ndarray
-    s_pid: np.ndarray
     s_corr: np.ndarray
+    sync_rows: list        # per blocking call: process code, measured start and end, and `hi` (`_sync`), plain
+    end_sorted_list: list  # end_sorted as a list: a blocking call bisects it (numpy's scalar search costs 5x)
     pids: np.ndarray
     n_sync: int
     n_deps: int
@@ -269,11 +268,14 @@ def _new_plan(b: Baseline, back_to_back_us: float, launch_latency_us: float | No
 
     s_pid = syncs["pid_code"].to_numpy() if n_sync else np.zeros(0, dtype=np.int64)
     s_corr = syncs["correlation"].to_numpy() if n_sync else np.zeros(0)
+    # What a blocking call reads that no factor changes, per call: the end of what it can have waited for.
+    s_hi = end_sorted.searchsorted(s_end, side="right")
+    sync_rows = list(zip(s_pid.astype(np.int64).tolist(), s_ts.tolist(), s_end.tolist(), s_hi.tolist()))
     corr = ev["correlation"].to_numpy() if "correlation" in ev.columns else np.full(n, -1)
     arrays = (launch, lat, prev, g, dep, d, end, has_launch, pids, ts, call_of, group_of, removed)
     return _Plan(float(launch_latency_us), pid_table, pieces, ch_pid, idx[sweep], kind[sweep],
-                 by_end, end_sorted, launch, end, corr, s_ts, s_end, s_pid, s_corr, pids, n_sync,
-                 int((dep >= 0).sum()), arrays, origin)
+                 by_end, end_sorted, launch, end, corr, s_corr, sync_rows, end_sorted.tolist(),
+                 pids, n_sync, int((dep >= 0).sum()), arrays, origin)
 
 
 def _sync(plan: _Plan, i: int, clocks: list, ends_of: Callable[[np.ndarray], np.ndarray], max_late: float,
@@ -281,12 +283,11 @@ def _sync(plan: _Plan, i: int, clocks: list, ends_of: Callable[[np.ndarray], np.
     """Blocking call i returns when what it waited for has ended on the replayed GPU: its process's clock
     moves there. `ends_of(events)`: their replayed ends so far (NaN: not replayed yet). Returns how far
     the call's return moved."""
-    clk = clocks[int(plan.s_pid[i])]
-    t0, t1 = plan.s_ts[i], plan.s_end[i]
+    pid, t0, t1, hi = plan.sync_rows[i]     # hi: events by measured end, those ending after t1 excluded
+    clk = clocks[pid]
     new_t0 = clk.at(t0)
     dl = new_t0 - t0
-    lo = plan.end_sorted.searchsorted(t0 + min(dl, 0.0) - max_late, side="left")
-    hi = plan.end_sorted.searchsorted(t1, side="right")
+    lo = bisect.bisect_left(plan.end_sorted_list, t0 + min(dl, 0.0) - max_late)
     g_meas = g_new = -math.inf
     if hi > lo:
         cand = plan.by_end[lo:hi]

@@ -9,8 +9,9 @@ the path.
 `--site typer29=/tmp/typer29`: a folder of packages (e.g. `pip install --no-deps --target /tmp/typer29
 typer==0.29.2 pydantic pydantic_core annotated_types typing_inspection`) put first on PYTHONPATH for the
 runs named NAME. `--tree old=/tmp/old`: a checkout of another commit (`git worktree add /tmp/old COMMIT`),
-run from its folder (so that its `headroom` is imported) with a cache of its own. Bytecode is written as an install has it (PYTHONDONTWRITEBYTECODE is dropped) and one
-run of each fills the cache and the bytecode before the timed ones; the runs alternate, the order
+run from its folder (so that its `headroom` is imported) with a cache of its own; a `--site` and a `--tree`
+of one NAME combine (that checkout, those packages first). Bytecode is written as an install has it
+(PYTHONDONTWRITEBYTECODE is dropped) and one run of each fills the cache and the bytecode before the timed ones; the runs alternate, the order
 turning each round. `--first`: the other measure, each run the first command on the trace (its cache
 emptied before it: the load, the analysis and writing the entry).
 """
@@ -45,12 +46,13 @@ def main() -> None:
     ap.add_argument("--first", action="store_true", help="time the first command (an empty cache each run)")
     ap.add_argument("--out")
     args = ap.parse_args()
-    sites: dict[str, tuple[str | None, Path]] = {"this install": (None, REPO)}
-    for spec in args.site + args.tree:
+    sites: dict[str, tuple[str | None, Path]] = {"this install": (None, REPO)}   # name: (packages first, checkout)
+    for spec, is_site in [(s, True) for s in args.site] + [(t, False) for t in args.tree]:
         name, _, folder = spec.partition("=")
         if not name or not Path(folder).is_dir():
             raise SystemExit(f"{spec}: expected NAME=DIR of a folder")
-        sites[name] = (folder, REPO) if spec in args.site else (None, Path(folder).resolve())
+        packages, tree = sites.get(name, (None, REPO))
+        sites[name] = (folder, tree) if is_site else (packages, Path(folder).resolve())
     commands = args.command or ["classify --json"]
     variants = {(f"{c}" if len(sites) == 1 else f"{c} [{s}]"): (shlex.split(c), site)
                 for c in commands for s, site in sites.items()}
@@ -83,6 +85,7 @@ def main() -> None:
     emit({"trace": str(args.trace), "measure": "first command" if args.first else "cached", "commands": {n: " ".join(["headroom", *w, str(args.trace)])
                                                  for n, (w, _) in variants.items()},
           "trees": {name: str(tree) for name, (_, tree) in sites.items()},
+          "packages_first": {name: packages for name, (packages, _) in sites.items() if packages},
           "runs_s": runs, "median_s": {k: round(statistics.median(v), 3) for k, v in runs.items()}, **stamp()},
          args.out)
 

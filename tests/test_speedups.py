@@ -70,6 +70,19 @@ def test_bad_selectors_are_user_errors(bad):
         parse_selector(bad)
 
 
+def test_category_selectors_read_the_categories_events_have():
+    """A category selector matches by text, missing categories match nothing, and a name only declared by a
+    category column (no event has it) is a typo, as a name no event has is."""
+    categories = pd.Categorical(["gemm", None, "gemm", "mycat"], categories=["gemm", "mycat", "unused"])
+    ev = pd.DataFrame({"category": categories, "name": ["a", "b", "c", "d"], "dur": [1.0, 2.0, 3.0, 4.0]})
+    assert select(ev, "category:gemm").tolist() == [True, False, True, False]
+    assert select(ev, "category:mycat").tolist() == [False, False, False, True]
+    with pytest.raises(UserError, match="unknown category 'unused'"):
+        select(ev, "category:unused")
+    text = ev.assign(category=ev["category"].astype(object))
+    assert select(text, "category:mycat").tolist() == [False, False, False, True]
+
+
 def test_cli_speedup_parsing():
     e = parse_cli_speedup("category:embedding=1.552")
     assert str(e.selector) == "category:embedding" and e.speedup == 1.552 and e.source == "command line"

@@ -117,7 +117,9 @@ class _Matcher:
         """A category name (or glob) that no classification can produce is a typo, not "no match"."""
         known = known_categories()
         if "category" in self.events.columns:
-            known |= set(self._col("category")[1][:-1].tolist())     # the texts of its values (the last: missing)
+            codes, texts = self._col("category")
+            present = np.unique(codes)          # a category column's unused categories are not among its values
+            known |= set(texts[present[present < len(texts) - 1]].tolist())    # (the last text: a missing value)
         if _GLOB_CHARS & set(p):
             if not any(fnmatch.fnmatchcase(c, p) for c in known):
                 raise UserError(f"selector category:{p}: matches no category (categories: {', '.join(sorted(known))})")

@@ -277,3 +277,22 @@ def test_targets_on_a_cached_trace_read_only_the_tables_the_replay_uses(tmp_path
     pd.testing.assert_frame_equal(cached, fresh)
     b = Baseline.from_analysis(analyze(p))
     assert len(b.cpu) == len(analyze(p, use_cache=False).trace.cpu)   # read when asked for
+
+
+def test_rows_of_missing_names_or_categories_group_nothing():
+    """A kernel with no name joins no kernel row and one with no category gives its row none (pandas' groupby
+    drops a missing key: the codes targets groups by keep that). k1's time: 3 us gemm, 5 us with no category."""
+    ev = pd.DataFrame({"name": pd.Series(["k1", None, "k1", "k2", "k3"], dtype="str"),
+                       "op": pd.Series(["aten::mm", "aten::mm", "", "aten::add", "aten::add"], dtype="str"),
+                       "category": pd.Series(["gemm", "gemm", None, "elementwise", None], dtype="str"),
+                       "dur": [3.0, 7.0, 5.0, 2.0, 1.0], "wall_us": [3.0, 7.0, 5.0, 2.0, 1.0],
+                       "addressable": [False, False, True, True, True], "ts": [0.0, 10.0, 20.0, 30.0, 40.0],
+                       "device": [0, 0, 0, 0, 0]})
+    b = Baseline(ev, 100.0, (0.0, 100.0), 1, 1)
+    kernels = targets(b, by=("kernel",), top=0).set_index("name")
+    assert sorted(kernels.index) == ["k1", "k2", "k3"]
+    assert kernels.loc["k1", "us"] == 8.0 and kernels.loc["k1", "kernels"] == 2
+    assert kernels.loc["k1", "category"] == "gemm" and kernels.loc["k2", "category"] == "elementwise"
+    assert pd.isna(kernels.loc["k3", "category"])
+    ops = targets(b, by=("op",), top=0).set_index("name")
+    assert ops.loc["aten::mm", "us"] == 10.0 and ops.loc["(no op)", "us"] == 5.0 and ops.loc["aten::add", "us"] == 3.0

@@ -117,24 +117,27 @@ def targets(analysis: Analysis | Baseline, speedup: float = DEFAULT_SPEEDUP, by:
             keys = ev["top_op"].astype(str).where(ev["top_op"].astype(str) != "", NO_OP).to_numpy(dtype=object)
         else:
             keys = ev["name"].astype(str).to_numpy(dtype=object)
-        valid = keys != ""
+        # Grouped by integer codes: each groupby below would hash every row's text anew. A missing key or
+        # category (code -1) joins no group, as pandas' groupby drops a missing key.
+        codes, names = factorized(keys)
+        valid = (keys != "") & (codes >= 0)
         sub = ev.loc[valid]
         if len(sub) == 0:
             continue
-        # Grouped by integer codes: each groupby below would hash every row's text anew.
-        k, names = factorized(keys[valid])
+        k = codes[valid]
         categories, category_names = factorized(sub["category"].astype(str).to_numpy(dtype=object))
         dur = sub["dur"].to_numpy(dtype=float)
         addr = sub["addressable"].fillna(False).to_numpy(dtype=bool)
         agg = pd.DataFrame({"key": k, "dur": dur, "addr": np.where(addr, dur, 0.0)}).groupby("key", sort=False).agg(
             us=("dur", "sum"), kernels=("dur", "size"), addressable_us=("addr", "sum"))
-        cat = (pd.DataFrame({"key": k, "category": categories, "dur": dur})
+        named = categories >= 0
+        cat = (pd.DataFrame({"key": k[named], "category": categories[named], "dur": dur[named]})
                .groupby(["key", "category"], sort=False)["dur"].sum().reset_index()
                .sort_values("dur", ascending=False, kind="stable").drop_duplicates("key").set_index("key")["category"])
         am = _amdahl_groups(Baseline(sub.reset_index(drop=True), b.wall_us, b.window, b.num_steps, b.n_devices),
                             k, speedup)
         t = agg.join(am).join(cat.rename("category"))
-        t["category"] = category_names[t["category"].to_numpy()].astype(str)
+        t["category"] = [category_names[int(c)] if c == c else np.nan for c in t["category"].to_numpy(dtype=float)]
         t["kind"] = grouping
         t["name"] = names[t.index.to_numpy()].astype(str)
         t = _ranked(_with_gains(t, b, total), _TARGET_COLUMNS, top)

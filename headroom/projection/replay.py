@@ -180,7 +180,7 @@ class _Plan:
     corr: np.ndarray
     s_corr: np.ndarray
     sync_rows: list        # per blocking call: process code, measured start and end, and `hi` (`_sync`), plain
-    end_sorted_list: list  # end_sorted as a list: a blocking call bisects it (0.7 us; numpy scalar search 1.0 us)
+    end_sorted_list: list  # end_sorted as a list: a blocking call bisects it (no numpy call per search)
     pids: np.ndarray
     n_sync: int
     n_deps: int

@@ -90,7 +90,7 @@ def codes_and_texts(values) -> tuple[np.ndarray, list[str]]:
         return values.cat.codes.to_numpy().astype(np.int64), [str(v) for v in values.cat.categories]
     if isinstance(values, (pd.Series, np.ndarray)) and values.dtype.kind in "biu":
         # Integers (devices, streams, ids) have no missing value and one text each: factorized as they are,
-        # not boxed into 10^5 Python ints first (4-5 ms a column on the training shape).
+        # not boxed into 10^5 Python ints first (benchmarks/projection_steps.py).
         codes, uniques = pd.factorize(np.asarray(values), sort=False)
         return codes.astype(np.int64), [str(u) for u in uniques.tolist()]
     codes, uniques = factorized(np.asarray(values, dtype=object))

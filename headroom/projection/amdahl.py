@@ -91,7 +91,7 @@ def amdahl(base: Baseline | Analysis, factors: np.ndarray | float, mask: np.ndar
     # Each device finishes `saved_d` earlier; the window ends with the slowest device.
     projected = b.wall_us - (max_saved_slowest if len(per_dev) > 1 else float(saved.sum()))
     new_shares = wall - saved
-    bd = _breakdown(ev, new_shares, projected, b.n_devices)
+    bd = _breakdown(b, new_shares, projected)
     uniform = float(f[f != 1.0][0]) if np.any(f != 1.0) and np.all(f[f != 1.0] == f[f != 1.0][0]) else None
     return Projection("amdahl", scenario, b.wall_us, projected, b.num_steps, bd, uniform)
 

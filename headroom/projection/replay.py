@@ -492,7 +492,7 @@ def replay_projection(base: Baseline | Analysis, factors: np.ndarray | float, ma
     for dv in np.unique(devices):
         m = devices == dv
         shares[m] = overlap_shares(r.ts[m], r.end[m])
-    bd = _breakdown(ev, shares, r.projected_us, b.n_devices)
+    bd = _breakdown(b, shares, r.projected_us)
     uniform = float(f[f != 1.0][0]) if np.any(f != 1.0) and np.all(f[f != 1.0] == f[f != 1.0][0]) else None
     return Projection("replay", scenario, b.wall_us, r.projected_us, b.num_steps, bd, uniform)
 

@@ -624,13 +624,42 @@ def test_a_directory_of_ranks_loads_two_at_a_time_into_the_same_tables(tmp_path,
                         submit_file(self, p, lenient))
     monkeypatch.setenv("HEADROOM_LOAD_WORKERS", "1")
     two_at_a_time = load.load_traces(ranks, use_cache=False)
-    assert submitted == ["rank-1.json.gz", "rank-2.json.gz"]
+    assert submitted == ["rank-1.json.gz"]      # every other file (the test below)
     assert [t.source for t in two_at_a_time] == [t.source for t in one_at_a_time]
     for a, b in zip(one_at_a_time, two_at_a_time):
         _assert_same(a, b)
     (ranks / "rank-1.json.gz").write_bytes(b"{")    # an error in the worker is the caller's one line
     with pytest.raises(TraceError, match=r"rank-1.json.gz: invalid JSON"):
         load.load_traces(ranks, use_cache=False)
+
+
+def test_the_worker_decodes_every_other_rank_when_a_core_is_free_and_the_files_are_small(tmp_path, monkeypatch):
+    """Handed each next file, the worker was the slower side (benchmarks/rank_directory.py): it takes every
+    other one; files that are decoded in two halves, or no free core, and it takes none."""
+    ranks = tmp_path / "ranks"
+    ranks.mkdir()
+    for i, name in enumerate(["resnet-50.train.json.gz", "bert-base.infer.json.gz"] * 2):
+        (ranks / f"rank-{i}.json.gz").write_bytes((SHIPPED_TRACES / name).read_bytes())
+    submitted = []
+    submit_file = load.Worker.submit_file
+    monkeypatch.setattr(load.Worker, "submit_file", lambda self, p, lenient: submitted.append(p.name) or
+                        submit_file(self, p, lenient))
+    monkeypatch.delenv("HEADROOM_LOAD_WORKERS", raising=False)
+    monkeypatch.setattr(document, "workers_wanted", lambda: 1)     # a free core
+    traces = load.load_traces(ranks, use_cache=False)
+    assert submitted == ["rank-1.json.gz", "rank-3.json.gz"]
+    assert [Path(t.source).name for t in traces] == [f"rank-{i}.json.gz" for i in range(4)]
+    submitted.clear()
+    monkeypatch.setattr(load, "WORKER_MIN_BYTES", load.text_bytes(ranks / "rank-1.json.gz"))   # big files
+    load.load_traces(ranks, use_cache=False)
+    assert submitted == []
+    monkeypatch.setenv("HEADROOM_LOAD_WORKERS", "1")                # asked for: big files too
+    load.load_traces(ranks, use_cache=False)
+    assert submitted == ["rank-1.json.gz", "rank-3.json.gz"]
+    submitted.clear()
+    monkeypatch.setattr(document, "workers_wanted", lambda: 0)     # no free core
+    load.load_traces(ranks, use_cache=False)
+    assert submitted == []
 
 
 def test_a_deferred_trace_pickles_whole(cache_dir, tmp_path):

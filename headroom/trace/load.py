@@ -153,9 +153,10 @@ def _finish(path: Path, key, decoded) -> Trace:
 
 
 def iter_traces(files: list[Path], lenient: bool = False, use_cache: bool = True) -> Iterator[Trace]:
-    """Each file's Trace, in order. With several files and a free core, the worker process decodes
-    the next file while this one is decoded here and then analysed by the caller, as long as the
-    memory left holds both (else one at a time)."""
+    """Each file's Trace, in order. With a core free, files under WORKER_MIN_BYTES of text and memory left
+    for two, the worker process decodes every other file (the 2nd, 4th, ...) while this process decodes and
+    the caller analyses the one before it; otherwise one at a time (a file of WORKER_MIN_BYTES or more in
+    two halves, `decode`)."""
     files = [Path(f) for f in files]
     helper: Worker | None = None
     try:
@@ -169,7 +170,11 @@ def iter_traces(files: list[Path], lenient: bool = False, use_cache: bool = True
             else:
                 decoded = None
             nxt = files[i + 1] if i + 1 < len(files) else None
-            if nxt is not None and queued is None and _worth_a_worker(path, nxt, use_cache, lenient):
+            # Not after a file of the worker's, so it decodes every other one: handed the next file each time,
+            # the worker (decoding, then pickling it back) was the slower side and the directory took longer
+            # than one file at a time (benchmarks/rank_directory.py).
+            if decoded is None and nxt is not None and queued is None and _worth_a_worker(path, nxt, use_cache,
+                                                                                          lenient):
                 if helper is None:
                     helper = Worker()
                 helper.submit_file(nxt, lenient)
@@ -196,8 +201,11 @@ def _worth_a_worker(path: Path, nxt: Path, use_cache: bool, lenient: bool) -> bo
         return False
     if use_cache and (k := cache.key(nxt, lenient)) is not None and (k.entry / "header.json").exists():
         return False    # the next one is a cache read
-    available = memory_available()
     try:
+        if os.environ.get("HEADROOM_LOAD_WORKERS", "").strip() != "1" and \
+                max(text_bytes(path), text_bytes(nxt)) >= WORKER_MIN_BYTES:
+            return False    # such a file is decoded in two halves, the worker taking one: a file at a time
+        available = memory_available()
         return available is None or needed_memory(path) + needed_memory(nxt) < available
     except TraceError:
         return False    # e.g. the next file is gone: it is named when its turn comes
@@ -414,11 +422,16 @@ MEMORY_PER_TEXT_BYTE = 0.8
 GZIP_EXPANSION = 12   # a Kineto trace's text is 7-15x its gzip size
 
 
-def needed_memory(path: Path) -> int:
+def text_bytes(path: Path) -> int:
+    """The JSON text a trace file holds: its size, or a gzip file's times GZIP_EXPANSION."""
     size = _size(path)
     with document._open(path) as f:
         gz = f.read(2) == b"\x1f\x8b"
-    return int(size * (GZIP_EXPANSION if gz else 1) * MEMORY_PER_TEXT_BYTE)
+    return int(size * (GZIP_EXPANSION if gz else 1))
+
+
+def needed_memory(path: Path) -> int:
+    return int(text_bytes(path) * MEMORY_PER_TEXT_BYTE)
 
 
 def _check_memory_for(path: Path) -> None:

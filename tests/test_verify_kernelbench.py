@@ -54,7 +54,9 @@ def test_level1_reference_is_honest_and_generic_cheats_fail(name):
     honest = results["reference"]
     assert_honest(honest)
     assert honest.launches_per_call["reference"] >= 1 and honest.launches_per_call["candidate"] >= 1
-    for cheat, evidence in (("zeros", {"rel_l2", "allclose", "centred", "exact", "sensitivity"}),
+    # Zeros are caught by `finite` first where a trial's truth is not finite: 98_KLDivLoss's log of its
+    # predictions did that once on heavy-tailed inputs in CI-like runs (inputs are drawn afresh each run).
+    for cheat, evidence in (("zeros", {"finite", "rel_l2", "allclose", "centred", "exact", "sensitivity"}),
                             ("partial_write", {"finite", "exact", "rel_l2", "allclose"}),
                             # a cached output may hold NaN where this trial's truth is finite (98_KLDivLoss)
                             ("shape_cache", {"finite", "rel_l2", "allclose", "centred", "exact", "sensitivity"})):

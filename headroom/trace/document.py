@@ -9,7 +9,9 @@ decoding of one chunk) because reading and cutting the file is its own concern.
 from __future__ import annotations
 
 import os
+import queue
 import re
+import threading
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
@@ -72,7 +74,7 @@ def blocks(path: Path, size: int | None = None, start: int = 0, stop: int | None
                         left -= len(data)
                     yield data
                 return
-            first = f.read(size)
+            first = f.read(max(size, 2))     # gzip's magic is two bytes, whatever the block size
             if not first:
                 raise TraceError(f"{path}: empty file")
             if first[:2] != b"\x1f\x8b":
@@ -80,32 +82,90 @@ def blocks(path: Path, size: int | None = None, start: int = 0, stop: int | None
                     yield first
                     first = f.read(size)
                 return
-            inflate = zlib.decompressobj(wbits=31)
-            data, produced = first, False
-            while True:
-                while data:
-                    out = inflate.decompress(data, size)
-                    if out:
-                        produced = True
-                        yield out
-                    data = inflate.unconsumed_tail
-                    if inflate.eof:   # a second gzip member follows (concatenated .gz)
-                        data = inflate.unused_data + data
-                        if not data.strip(b"\x00"):
-                            break
-                        inflate = zlib.decompressobj(wbits=31)
-                data = f.read(size)
-                if not data:
-                    break
-            if not inflate.eof:
-                raise TraceError(f"{path}: truncated or corrupt gzip (compressed file ended before the "
-                                 f"end-of-stream marker was reached)")
-            if not produced:
-                raise TraceError(f"{path}: empty file (after gunzip)")
+            yield from _read_ahead(_gunzipped(path, f, first, size))
         except zlib.error as e:
             raise TraceError(f"{path}: truncated or corrupt gzip ({e})") from None
         except OSError as e:
             raise TraceError(f"{path}: cannot read ({e.strerror})") from None
+
+
+def _gunzipped(path: Path, f, first: bytes, size: int) -> Iterator[bytes]:
+    inflate = zlib.decompressobj(wbits=31)
+    data, produced = first, False
+    while True:
+        while data:
+            out = inflate.decompress(data, size)
+            if out:
+                produced = True
+                yield out
+            data = inflate.unconsumed_tail
+            if inflate.eof:   # a second gzip member follows (concatenated .gz)
+                data = inflate.unused_data + data
+                if not data.strip(b"\x00"):
+                    break
+                inflate = zlib.decompressobj(wbits=31)
+        data = f.read(size)
+        if not data:
+            break
+    if not inflate.eof:
+        raise TraceError(f"{path}: truncated or corrupt gzip (compressed file ended before the "
+                         f"end-of-stream marker was reached)")
+    if not produced:
+        raise TraceError(f"{path}: empty file (after gunzip)")
+
+
+READ_AHEAD = 2     # blocks inflated ahead of the one being decoded
+
+
+def _read_ahead(items: Iterator[bytes], depth: int = READ_AHEAD) -> Iterator[bytes]:
+    """`items` as they come, produced up to `depth` ahead by a thread: zlib inflates without holding the
+    GIL, so a gzip file's next blocks are inflated while the scanner decodes this one (the 2 GB training
+    trace gzipped: docs/benchmarks.md). An error of the producer is raised here, where its item would be;
+    when the consumer stops early, the thread stops after the block it is inflating."""
+    ahead: queue.Queue = queue.Queue(maxsize=depth)
+    stop = threading.Event()
+
+    def put(item) -> bool:
+        while not stop.is_set():
+            try:
+                ahead.put(item, timeout=0.05)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def produce() -> None:
+        try:
+            for item in items:
+                if not put(item):
+                    return
+            put(_END)
+        except BaseException as e:     # handed to the consumer, raised there
+            put(_Raised(e))
+        finally:
+            items.close()
+
+    thread = threading.Thread(target=produce, name="headroom-gunzip", daemon=True)
+    thread.start()
+    try:
+        while True:
+            item = ahead.get()
+            if item is _END:
+                return
+            if isinstance(item, _Raised):
+                raise item.error
+            yield item
+    finally:
+        stop.set()
+        thread.join()
+
+
+_END = object()
+
+
+@dataclass
+class _Raised:
+    error: BaseException
 
 
 def read_bytes(path: Path) -> bytes:

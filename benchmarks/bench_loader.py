@@ -143,7 +143,7 @@ def run_reader(name: str, path: Path, python: str, cache_dir: Path) -> dict:
                 "peak_rss_mb": None, "result": {"total_us": json.loads(p.stdout)["total_us"]}}
     code = CHILD.format(body=READERS[name].strip())
     t0 = time.perf_counter()
-    returncode, stdout, stderr, at_once = _run_sampled([python, "-c", code, str(path)], env, cwd=repo)
+    returncode, stdout, stderr, at_once = run_sampled([python, "-c", code, str(path)], env, cwd=repo)
     wall = time.perf_counter() - t0
     if returncode != 0:
         return {"reader": reader, "error": stderr.strip().splitlines()[-1] if stderr.strip() else f"exit {returncode}"}
@@ -168,7 +168,7 @@ def _tree_rss(pid: int) -> int:
     return total + sum(_tree_rss(k) for k in kids)
 
 
-def _run_sampled(cmd: list[str], env: dict, cwd: Path | None = None) -> tuple[int, str, str, int]:
+def run_sampled(cmd: list[str], env: dict, cwd: Path | None = None) -> tuple[int, str, str, int]:
     """Run `cmd`, polling its process tree's resident memory until it ends: (exit code, stdout, stderr,
     the largest total seen). Its pipes are read by threads meanwhile, so it never blocks on them."""
     p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=cwd)

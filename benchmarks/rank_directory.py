@@ -34,7 +34,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from benchmarks import shapes  # noqa: E402
-from benchmarks.bench_loader import _run_sampled  # noqa: E402
+from benchmarks.bench_loader import run_sampled  # noqa: E402
 from benchmarks.record import emit, stamp, warm  # noqa: E402
 from headroom.trace.load import needed_memory  # noqa: E402
 
@@ -78,7 +78,7 @@ def run(variant: str, folder: Path, first: Path, cache: Path | None) -> dict:
         env["HEADROOM_CACHE_DIR"] = str(cache)
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
-    rc, out, err, peak = _run_sampled([sys.executable, "-m", "headroom.cli", "classify", "--json",
+    rc, out, err, peak = run_sampled([sys.executable, "-m", "headroom.cli", "classify", "--json",
                                        *([] if cache else ["--no-cache"]), str(path)], env, cwd=cwd)
     wall = time.perf_counter() - t0
     after = resource.getrusage(resource.RUSAGE_CHILDREN)

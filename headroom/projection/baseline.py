@@ -125,16 +125,27 @@ class Breakdown:
                 "communication_fraction": f(self.communication_us), "idle_fraction": f(self.idle_us)}
 
 
+def kept(b: Baseline, name: str, *depends: Any) -> dict:
+    """A dict kept on the baseline under `name`, emptied when one of `depends` (fields of the baseline it was
+    computed from) was replaced: tables compare by identity, other values by equality."""
+    held = b.__dict__.get(name)
+    if held is None or len(held[0]) != len(depends) or not all(
+            a is d or not isinstance(a, pd.DataFrame) and not isinstance(d, pd.DataFrame) and a == d
+            for a, d in zip(held[0], depends)):
+        held = b.__dict__[name] = (depends, {})
+    return held[1]
+
+
 def _buckets(b: Baseline) -> tuple[np.ndarray, np.ndarray]:
     """Which of the baseline's events are memory traffic and which communication: kept on it (a projection
     asks once per scenario and method, five times for one speedup), again when its events were replaced."""
-    held = b.__dict__.get("_buckets")
-    if held is None or held[0] is not b.events:
+    memo = kept(b, "_buckets", b.events)
+    if "masks" not in memo:
         masks = _event_buckets(b.events)
         for m in masks:
             m.setflags(write=False)     # shared by every later caller
-        held = b.__dict__["_buckets"] = (b.events, masks)
-    return held[1]
+        memo["masks"] = masks
+    return memo["masks"]
 
 
 def _event_buckets(events: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:

@@ -16,7 +16,7 @@ import pandas as pd
 
 from headroom.datafiles import shipped
 from headroom.projection.amdahl import Projection, _factor_array
-from headroom.projection.baseline import Baseline, _breakdown, as_baseline
+from headroom.projection.baseline import Baseline, _breakdown, as_baseline, kept
 from headroom.projection import chains as chain_solver
 from headroom.projection.cpu import CallChange, blocking_call_names
 from headroom.projection.streams import pid_codes, stream_keys, cross_stream_deps
@@ -153,12 +153,7 @@ REPLAY_MEMO_SIZE = 16
 
 def _memo(b: Baseline, name: str) -> dict:
     """A dict kept on the baseline under `name`, emptied when a field a replay reads was replaced."""
-    key = (b.events, b.syncs, b.runtime, b.window, b.step_start, b.step_end, b.wall_us)
-    held = b.__dict__.get(name)
-    if held is None or not all(a is k or not isinstance(a, pd.DataFrame) and not isinstance(k, pd.DataFrame) and a == k
-                               for a, k in zip(held[0], key)):
-        held = b.__dict__[name] = (key, {})
-    return held[1]
+    return kept(b, name, b.events, b.syncs, b.runtime, b.window, b.step_start, b.step_end, b.wall_us)
 
 
 @dataclass

@@ -384,14 +384,22 @@ def workers_wanted() -> int:
     /proc/loadavg; the 1-minute load average where that is missing, which still counts processes that have
     just ended). On a busy machine a second process only competes (docs/benchmarks.md measures both).
     HEADROOM_LOAD_WORKERS=0 or 1 decides instead."""
-    wanted = os.environ.get("HEADROOM_LOAD_WORKERS")
-    if wanted is not None and wanted.strip().isdigit():
-        return min(int(wanted), 1)
+    forced = workers_forced()
+    if forced is not None:
+        return int(forced)
     cores = os.cpu_count() or 1
     if cores < 2:
         return 0
     others = _other_runnable_tasks()
     return 1 if others <= cores - 2 else 0
+
+
+def workers_forced() -> bool | None:
+    """What HEADROOM_LOAD_WORKERS decides (0: no worker, 1 or more: the worker), None when it is not set."""
+    wanted = os.environ.get("HEADROOM_LOAD_WORKERS")
+    if wanted is not None and wanted.strip().isdigit():
+        return int(wanted) >= 1
+    return None
 
 
 def _other_runnable_tasks() -> float:

@@ -202,13 +202,13 @@ def _worth_a_worker(path: Path, nxt: Path, use_cache: bool, lenient: bool) -> bo
     if use_cache and (k := cache.key(nxt, lenient)) is not None and (k.entry / "header.json").exists():
         return False    # the next one is a cache read
     try:
-        if os.environ.get("HEADROOM_LOAD_WORKERS", "").strip() != "1" and \
-                max(text_bytes(path), text_bytes(nxt)) >= WORKER_MIN_BYTES:
+        texts = (text_bytes(path), text_bytes(nxt))
+        if not document.workers_forced() and max(texts) >= WORKER_MIN_BYTES:
             # Two big ones at once would double the memory for a small gain (2-11% on 260 MB ranks); a plain
             # file this big is decoded in two halves with the worker instead.
             return False
         available = memory_available()
-        return available is None or needed_memory(path) + needed_memory(nxt) < available
+        return available is None or sum(texts) * MEMORY_PER_TEXT_BYTE < available
     except TraceError:
         return False    # e.g. the next file is gone: it is named when its turn comes
 

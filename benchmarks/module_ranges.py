@@ -12,7 +12,7 @@ GPU, a wall clock on the CPU; k chosen so a measurement takes ~0.3 s). Two setti
 * profiled: each measurement inside its own torch.profiler session (CPU + CUDA activities,
   record_shapes, as `headroom profile` runs), one step of warm-up in the session, then k.
 
-The overhead is the median over rounds of B/A - 1 with a 95% t-interval of the mean ratio.
+The overhead is the median over rounds of B/A - 1 with its 95% order-statistics interval (headroom.measure).
 The first profiled round also counts the module ranges the profiler recorded per step
 (0 for A: a check that A and B are what they say).
 
@@ -39,6 +39,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from headroom.measure import compare, round_order  # noqa: E402
 from headroom.profile.modules import ranged_modules, record_module_ranges  # noqa: E402
 from headroom.profile.registry import get_workload  # noqa: E402
 from headroom.devices import resolve_device  # noqa: E402
@@ -49,7 +50,6 @@ from headroom.trace.ranges import MODULE_RANGE_PREFIX  # noqa: E402
 
 MIN_ROUNDS = 7
 TARGET_S = 0.3          # wall time one measurement aims for
-T_975 = {6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262, 10: 2.228, 11: 2.201, 12: 2.179, 14: 2.145, 19: 2.093}
 
 
 @dataclass
@@ -68,15 +68,6 @@ CASES = [
     Case("resnet-50 train", "resnet-50", {"mode": "train"}, True, {"flavour": "tiny", "batch": 2}),
     Case("dlrm train", "dlrm", {}, True, {"flavour": "tiny", "batch": 64}),
 ]
-
-
-def _t_interval(values: list[float]) -> tuple[float, float]:
-    n = len(values)
-    if n < 2:
-        return (float("nan"), float("nan"))
-    m, s = statistics.fmean(values), statistics.stdev(values)
-    t = T_975.get(n - 1, 1.96 if n > 20 else 2.1)
-    return (m - t * s / math.sqrt(n), m + t * s / math.sqrt(n))
 
 
 def _measure(step: Any, device: Any, k: int, profiled: bool, count_ranges: bool = False) -> tuple[float, int | None]:
@@ -149,7 +140,7 @@ def run_case(case: Case, device: Any, rounds: int, cpu: bool, target_s: float = 
         for setting in ("plain", "profiled"):
             off, on, order, counted = [], [], [], {}
             for r in range(rounds):
-                sequence = ("off", "on") if r % 2 == 0 else ("on", "off")
+                sequence = tuple(round_order(["off", "on"], r))
                 order.append("".join("A" if c == "off" else "B" for c in sequence))
                 for cond in sequence:
                     hooks = record_module_ranges(root, MODULE_ROOT) if cond == "on" else []
@@ -162,7 +153,8 @@ def run_case(case: Case, device: Any, rounds: int, cpu: bool, target_s: float = 
                     if n is not None:
                         counted[cond] = n
             ratios = [b / a for a, b in zip(off, on)]
-            lo, hi = _t_interval(ratios)
+            c = compare(on, off)   # headroom.measure: median ratio, order-statistics interval
+            lo, hi = (c.low, c.high) if c.low is not None else (float("nan"), float("nan"))
             out[setting] = {"off_ms": off, "on_ms": on, "order": order, "ratios": ratios,
                             "off_median_ms": statistics.median(off), "on_median_ms": statistics.median(on),
                             "overhead": statistics.median(ratios) - 1.0, "ci95": [lo - 1.0, hi - 1.0]}

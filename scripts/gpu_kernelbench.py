@@ -109,7 +109,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--budget", type=float, default=450.0, help="seconds of work after which nothing new starts")
     ap.add_argument("--kernelbench", help="KernelBench directory (default: $HEADROOM_KERNELBENCH, ../shared)")
     ap.add_argument("--device", default="auto")
-    ap.add_argument("--rounds", type=int, default=6, help="interleaved timing rounds per candidate (>= 6)")
+    ap.add_argument("--rounds", type=int, default=6, help="minimum interleaved timing rounds per candidate (>= 6)")
+    ap.add_argument("--max-rounds", type=int, default=24, help="rounds at most (they stop once the interval is tight)")
+    ap.add_argument("--target-phase-ms", type=float, default=30.0, help="GPU time of one timed phase")
+    ap.add_argument("--groups", default="zeros,examples,adversarial,level1,candidates,level1-extra",
+                    help="which work to do, in this order (comma-separated)")
     ap.add_argument("--timeout", type=float, default=120.0, help="seconds a candidate may work")
     ap.add_argument("--build-timeout", type=float, default=240.0)
     ap.add_argument("--only", nargs="*", help="level-1 problem numbers or names (default: all 100)")
@@ -150,14 +154,16 @@ def run(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGTERM, _terminate)
     kb = find_kernelbench(args.kernelbench)
     device = "cpu" if args.dry_run else VerifyOptions(device=args.device).resolved_device()  # builds need it resolved
-    policy = Policy(rounds=args.rounds, calibration_phases=3, target_phase_ms=3.0 if args.dry_run else 10.0,
-                    max_iters=20 if args.dry_run else 200, samples_per_output=64 if args.dry_run else 256)
+    policy = Policy(rounds=args.rounds, max_rounds=args.max_rounds, calibration_phases=3,
+                    target_phase_ms=3.0 if args.dry_run else args.target_phase_ms, budget_s=15.0,
+                    max_iters=20 if args.dry_run else 2000, samples_per_output=64 if args.dry_run else 256)
+    groups = [g.strip() for g in args.groups.split(",") if g.strip()]
     build_dir = new_build_dir()
     base = dict(device=device, policy=policy, timeout=args.timeout, build_timeout=args.build_timeout,
                 reference_timeout=300.0, build_dir=build_dir)
     device_name = torch.cuda.get_device_name(0) if device != "cpu" and torch.cuda.is_available() else "cpu"
     log(f"torch {torch.__version__}, device {device_name}, KernelBench {kb}, budget {args.budget:.0f} s")
-    items = plan(kb, args.only)
+    items = sorted((it for it in plan(kb, args.only) if it.group in groups), key=lambda it: groups.index(it.group))
     results: list[dict] = []
     skipped: list[str] = []
     builds: dict = {}
@@ -207,7 +213,7 @@ def run(args: argparse.Namespace) -> int:
                 log(f"{label}: {free / 2**20:.0f} of {total / 2**20:.0f} MiB free after the problem")
             save()
 
-    early = while_building(kb, args.only)
+    early = while_building(kb, args.only) if "zeros" in groups else []
     pairs = [(it.problem, c) for it in early + items for c, _ in it.candidates]
     n_builds = sum(1 for _, c in dict.fromkeys(pairs) if "load_inline" in c.read_text(errors="replace"))
     log(f"building {n_builds} load_inline candidates in parallel; meanwhile the all-zeros candidates "

@@ -49,10 +49,14 @@ SUBSTITUTIONS = [
     ("gpt2xl-prefill-gelu", "gpt2-xl", [], "NewGELUActivation", "gpt2_gelu_tanh.py", 80),
     ("gpt2xl-decode-bs1-gelu", "gpt2-xl", ["--phase", "decode", "--batch", "1"], "NewGELUActivation",
      "gpt2_gelu_tanh.py", 60),
+    ("llama7b-prefill-rmsnorm-checked", "llama-7b", [], "LlamaRMSNorm", "llama_rmsnorm_checked.py", 85),
+    ("llama7b-prefill-rmsnorm-fp64", "llama-7b", [], "LlamaRMSNorm", "llama_rmsnorm_fp64.py", 85),
+    ("bert-layernorm", "bert-base", [], "LayerNorm", "layernorm_fused.py", 60),
     ("llama7b-prefill-swiglu", "llama-7b", [], "LlamaMLP", "llama_swiglu_mlp.py", 100),
 ]
 TRAINING = {"dlrm", "dlrm-dcn", "resnet-50"}
 MAX_ARCHIVES = 5   # + validation.json, loop.json and the log: 8 files
+SLOW = ("fp64",)    # a candidate expected to be slower (verify conclusive below 1, a projected slowdown)
 
 
 class Log:
@@ -147,6 +151,11 @@ def one(name, workload, opts, module, cand_name, work: Path, device: str, log: L
     rec["verify"] = {k: v.get(k) for k in ("verdict", "speedup", "speedup_fp32", "launches_per_call", "reason")
                      if k in v}
     rec["verify"]["failed_checks"] = [c["name"] for c in v.get("checks", []) if not c.get("passed")]
+    t = v.get("timing") or {}
+    rec["verify"].update({k: t.get(k) for k in ("clock", "candidate_clock", "rounds", "rounds_stop",
+                                                 "iters_per_phase", "overhead_share", "speedup_ci")})
+    rec["verify"]["per_call"] = v.get("per_call")
+    rec["verify"]["elapsed_s"] = v.get("elapsed_s")
     # 3. validate
     run_dir = work / "run"
     budget = left()
@@ -158,6 +167,10 @@ def one(name, workload, opts, module, cand_name, work: Path, device: str, log: L
         return rec
     result = parse_json(out)
     rec["validate"] = result
+    part = (result.get("part") or {}).get("speedup")
+    vs = v.get("speedup") or (v.get("timing") or {}).get("speedup_estimate")
+    rec["in_model"] = {"part_speedup": part, "verify_speedup": vs,
+                       "ratio": vs / part if part and vs else None}
     # 4. the verified speedup, projected on the base trace (verify -> project)
     if v.get("verdict") == "pass":
         rc, out, dt = headroom(["project", str(run_dir / "base.json.gz"), "--problems", str(entry),
@@ -166,8 +179,13 @@ def one(name, workload, opts, module, cand_name, work: Path, device: str, log: L
         if rc == 0:
             pj = parse_json(out)
             proj = {p["method"]: p["speedup"] for p in pj.get("projections", []) if p.get("scenario") == "speedups"}
+            est = pj.get("estimate") or {}
+            measured = (result.get("measured") or {}).get("speedup")
             rec["project_from_verify"] = {"amdahl": proj.get("amdahl"), "replay": proj.get("replay"),
-                                          "estimate": (pj.get("estimate") or {}).get("speedup"),
+                                          "estimate": est.get("speedup"), "low": est.get("low"),
+                                          "high": est.get("high"), "measured": measured,
+                                          "error": est["speedup"] / measured - 1 if est.get("speedup") and measured
+                                          else None, "entries": pj.get("entries"),
                                           "selected_us": pj.get("selected_us"), "warnings": pj.get("warnings")}
     # 5. the GPU path ran (Triton kernels in the variant trace's part)
     want = gpu_kernels(REPO / cand)

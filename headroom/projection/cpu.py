@@ -94,6 +94,7 @@ class CallChange:
     groups: list[np.ndarray]           # the events each new kernel carries, in order
     launch_at: list[float]             # each new kernel's launch, us after the footprint starts (profiled clock)
     cpu: bool = True                   # False: CPU unchanged, each new kernel launched at its group's last launch
+    syncs: int = 0                     # host synchronisations the call makes after the change (at its end)
 
     @property
     def removed_us(self) -> float:
@@ -222,7 +223,7 @@ def blocking_call_names() -> re.Pattern:
 
 def change_calls(calls: list[Call], launches: int, side: CpuSide, bound: str = "estimate",
                  per_record_us: float = 0.0, cpu_scale: float = 1.0,
-                 call_us: float | None = None) -> list[CallChange]:
+                 call_us: float | None = None, syncs: float | None = None) -> list[CallChange]:
     """The calls after the change, for one CPU outcome of the estimate.
 
     ``estimate``: each new launch costs a single-launch op of the thread; ``high``: only a launch call;
@@ -237,9 +238,12 @@ def change_calls(calls: list[Call], launches: int, side: CpuSide, bound: str = "
     footprint, the last one launch call before its end; ``high`` and ``low`` stay bounds that do not
     depend on it. With `call_us` every call changes (its CPU time is measured, whatever its kernel count).
     Calls whose kernel count is already `launches` do not change otherwise; nor do calls with a blocking
-    call inside.
+    call inside. `syncs` (host synchronisations per call after the change, measured by verify): each
+    changed call ends with that many waits for the GPU to finish everything queued (the replay's
+    synthetic blocking calls), in every bound: it is a property of the new code, not a cost estimate.
     """
     out = []
+    n_sync = int(round(syncs)) if syncs is not None and syncs > 0 else 0
     measured = call_us is not None and bound in ("estimate", "per_record")
     for c in calls:
         if (c.kernels == launches and call_us is None) or c.blocked or len(c.events) == 0:
@@ -258,7 +262,7 @@ def change_calls(calls: list[Call], launches: int, side: CpuSide, bound: str = "
                 added = max(c.footprint_us - saved / scale, 0.0)
             step = added / len(groups) if groups else 0.0
             at = [max((k + 1) * step - min(cost.launch_us, step), 0.0) for k in range(len(groups))]
-            out.append(CallChange(c, n, added, groups, at))
+            out.append(CallChange(c, n, added, groups, at, syncs=n_sync))
             continue
         if bound in ("per_record", "high") and per_record_us > 0 and cpu_scale > 0:
             # The replay scales CPU time by cpu_scale: express the per-record saving in profiled time.
@@ -270,7 +274,7 @@ def change_calls(calls: list[Call], launches: int, side: CpuSide, bound: str = "
             added = max(c.footprint_us - saved / cpu_scale, 0.0)
         out.append(CallChange(c, n, added, groups,
                               [min(k * per + offset, added) if added > 0 else 0.0 for k in range(len(groups))],
-                              cpu=bound != "low"))
+                              cpu=bound != "low", syncs=n_sync))
     return out
 
 

@@ -26,6 +26,9 @@ from headroom.trace.intervals import codes_and_texts
 
 BACK_TO_BACK_US = 4.0      # a gap this small after the previous event on the stream = it was queued
 DEFAULT_LAUNCH_LATENCY_US = 5.0
+# A host synchronisation returns this long after the GPU work it waited for ends (the runtime's wake-up
+# and, for `tensor.item()`, a small device-to-host copy): the order of a launch latency.
+SYNC_RETURN_US = 5.0
 MAX_STREAM_GAP_US = 50.0   # a queued event starting later than this after its predecessor waited on something else
 
 
@@ -243,6 +246,15 @@ def _new_plan(b: Baseline, back_to_back_us: float, launch_latency_us: float | No
     g = np.where(same_call, 0.0, g)          # a fused kernel has no gaps inside
     lat = np.where(in_call, launch_latency_us, lat)
 
+    # Synthetic blocking calls: a replaced call that synchronises with the host after the change waits, at
+    # the end of its (last) footprint, for everything launched before. Then the sweep runs in the CPU's
+    # program order (events by their launch), so everything such a wait depends on is replayed before it.
+    synth = [(changes[c].call.pieces[-1][1], ch_pid[c], changes[c].syncs) for c in range(len(changes))
+             if changes[c].syncs > 0 and changes[c].cpu and changes[c].call.pieces]
+    if synth:
+        syncs = pd.concat([syncs.assign(synthetic=0), pd.DataFrame(
+            {"ts": [z for z, _, _ in synth], "end": [z for z, _, _ in synth], "pid_code": [p for _, p, _ in synth],
+             "correlation": -1, "synthetic": [k for _, _, k in synth]})], ignore_index=True)
     n_sync = len(syncs)
     # Events sorted by measured end, to find what a sync waited for.
     by_end = np.argsort(end, kind="stable")
@@ -255,7 +267,8 @@ def _new_plan(b: Baseline, back_to_back_us: float, launch_latency_us: float | No
     n_p = len(pieces)
     s_ts = syncs["ts"].to_numpy(dtype=float) - origin if n_sync else np.zeros(0)
     s_end = syncs["end"].to_numpy(dtype=float) - origin if n_sync else np.zeros(0)
-    keys = np.concatenate([p_start, p_end, s_end, ts])
+    ev_key = np.where(has_launch, launch, ts) if synth else ts
+    keys = np.concatenate([p_start, p_end, s_end, ev_key])
     kind = np.concatenate([np.zeros(n_p, dtype=np.int8), np.ones(n_p, dtype=np.int8),
                            np.full(n_sync, 2, dtype=np.int8), np.full(n, 3, dtype=np.int8)])
     idx = np.concatenate([np.arange(n_p), np.arange(n_p), np.arange(n_sync), np.arange(n)])
@@ -265,7 +278,10 @@ def _new_plan(b: Baseline, back_to_back_us: float, launch_latency_us: float | No
     s_corr = syncs["correlation"].to_numpy() if n_sync else np.zeros(0)
     # What a blocking call reads that no factor changes, per call: the end of what it can have waited for.
     s_hi = end_sorted.searchsorted(s_end, side="right")
-    sync_rows = list(zip(s_pid.astype(np.int64).tolist(), s_ts.tolist(), s_end.tolist(), s_hi.tolist()))
+    s_syn = syncs["synthetic"].to_numpy(dtype=np.int64) if synth else np.zeros(n_sync, dtype=np.int64)
+    s_hi = np.where(s_syn > 0, n, s_hi)   # a synthetic wait is for whatever was launched before it
+    sync_rows = list(zip(s_pid.astype(np.int64).tolist(), s_ts.tolist(), s_end.tolist(), s_hi.tolist(),
+                         s_syn.tolist()))
     corr = ev["correlation"].to_numpy() if "correlation" in ev.columns else np.full(n, -1)
     arrays = (launch, lat, prev, g, dep, d, end, has_launch, pids, ts, call_of, group_of, removed)
     return _Plan(float(launch_latency_us), pid_table, pieces, ch_pid, idx[sweep], kind[sweep],
@@ -278,10 +294,21 @@ def _sync(plan: _Plan, i: int, clocks: list, ends_of: Callable[[np.ndarray], np.
     """Blocking call i returns when what it waited for has ended on the replayed GPU: its process's clock
     moves there. `ends_of(events)`: their replayed ends so far (NaN: not replayed yet). Returns how far
     the call's return moved."""
-    pid, t0, t1, hi = plan.sync_rows[i]     # hi: events by measured end, those ending after t1 excluded
+    pid, t0, t1, hi, synthetic = plan.sync_rows[i]  # hi: events by measured end, those ending after t1 excluded
     clk = clocks[pid]
     new_t0 = clk.at(t0)
     dl = new_t0 - t0
+    if synthetic:  # waits for everything launched before it (replayed already: the sweep is in program order)
+        cand = plan.by_end[plan.launch[plan.by_end] <= t0]
+        g = -math.inf
+        if len(cand):
+            e2 = ends_of(cand)
+            done = e2 == e2
+            if done.any():
+                g = float(e2[done].max())
+        new_end = max(new_t0, g + SYNC_RETURN_US * synthetic)
+        clk.add(t1, new_end, cpu_scale)
+        return abs(new_end - t1)
     lo = bisect.bisect_left(plan.end_sorted_list, t0 + min(dl, 0.0) - max_late)
     g_meas = g_new = -math.inf
     if hi > lo:

@@ -32,7 +32,7 @@ from headroom.projection.selectors import Selector, parse_selector
 MIN_FACTOR = 1e-9
 
 _SHORTHAND = ("category", "op", "kernel", "module", "annotation", "kind", "problem")
-_ENTRY_KEYS = {"select", "speedup", "launches", "call_us", "verified", "source", "note", *_SHORTHAND}
+_ENTRY_KEYS = {"select", "speedup", "launches", "call_us", "syncs", "verified", "source", "note", *_SHORTHAND}
 
 
 @dataclass(frozen=True)
@@ -50,6 +50,9 @@ class Speedup:
     # The CPU time of one call after the change, in us on the unprofiled clock (None: `launches` times
     # what the trace's single-launch ops cost). Needs `launches` (docs/projection.md, "The cost of a call").
     call_us: float | None = None
+    # Host synchronisations each call makes after the change (None: as before; docs/projection.md,
+    # "Host synchronisations"): at each, the CPU waits until the GPU has run everything queued.
+    syncs: float | None = None
 
     @property
     def label(self) -> str:
@@ -61,6 +64,8 @@ class Speedup:
              "verified": self.verified, "source": self.source}
         if self.call_us is not None:
             d["call_us"] = self.call_us
+        if self.syncs is not None:
+            d["syncs"] = self.syncs
         return d
 
 
@@ -173,7 +178,20 @@ def _entry_from_mapping(d: Any, where: str, default_source: str) -> Speedup:
     launches = parse_launches(d.get("launches"), where)
     return Speedup(sel, parse_factor(d["speedup"], where), _parse_bool(d.get("verified"), where),
                    str(d.get("source") or default_source), str(d.get("note", "")), launches,
-                   call_us=parse_call_us(d.get("call_us"), where, launches))
+                   call_us=parse_call_us(d.get("call_us"), where, launches),
+                   syncs=parse_syncs(d.get("syncs"), where, launches))
+
+
+def parse_syncs(value: Any, where: str, launches: int | None) -> float | None:
+    """Host synchronisations per call after the change: a finite number >= 0, with `launches`."""
+    if value is None:
+        return None
+    v = _number(value, where, "syncs must be a number of host synchronisations per call >= 0")
+    if not math.isfinite(v) or v < 0:
+        raise UserError(f"{where}: syncs must be a number of host synchronisations per call >= 0, got {value!r}")
+    if launches is None:
+        raise UserError(f"{where}: syncs needs launches (the kernels each call launches after the change)")
+    return v
 
 
 @dataclass
@@ -200,6 +218,21 @@ def _verified_launches(r: dict) -> int | None:
     if isinstance(n, bool) or not isinstance(n, int) or n < 0:
         return None
     return n
+
+
+def _verified_call(r: dict) -> tuple[float | None, float | None]:
+    """The candidate's CPU time per call (us, unprofiled) and host synchronisations per call, from
+    verify's ``per_call`` (None where it was not measured)."""
+    pc = r.get("per_call")
+    cand = pc.get("candidate") if isinstance(pc, dict) else None
+    if not isinstance(cand, dict):
+        return None, None
+
+    def num(v: Any) -> float | None:
+        return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v >= 0 \
+            else None
+
+    return num(cand.get("call_us")), num(cand.get("syncs"))
 
 
 def _best_passes(results: list[dict], path: str) -> tuple[dict[str, tuple[float, str, int | None]], list[str],
@@ -247,8 +280,18 @@ def _best_passes(results: list[dict], path: str) -> tuple[dict[str, tuple[float,
 def _from_verify(results: list[dict], path: str) -> SpeedupFile:
     best, _, warnings = _best_passes(results, path)
     src = f"{path}: headroom verify"
-    entries = [Speedup(parse_selector(f"problem:{name}"), f, True, src, note=cand, verify_result=True, launches=n)
-               for name, (f, cand, n) in best.items()]
+    calls: dict[str, tuple[float | None, float | None]] = {}
+    for r in results:  # the chosen (fastest passing) result of each problem
+        name = str(r.get("problem"))
+        if name in best and r.get("verdict") == "pass" and _candidate(r) == best[name][1] \
+                and r.get("speedup") == best[name][0]:
+            calls[name] = _verified_call(r)
+    entries = []
+    for name, (f, cand, n) in best.items():
+        call_us, syncs = calls.get(name, (None, None))
+        entries.append(Speedup(parse_selector(f"problem:{name}"), f, True, src, note=cand, verify_result=True,
+                               launches=n, call_us=call_us if n is not None else None,
+                               syncs=syncs if n is not None else None))
     return SpeedupFile(entries, warnings, "verify", list(results))
 
 

@@ -29,6 +29,7 @@ from headroom.verify import problem as prob
 from headroom.verify import protocol as P
 from headroom.verify import shared
 from headroom.verify.flags import review_flags
+from headroom.verify.launches import CallProfile
 from headroom.verify.options import VerifyOptions
 from headroom.verify.process import Child, ChildFailed, Tampering, last_line
 from headroom.verify.reference import HarnessOOM, ReferenceRun, job_for, prepare_reference, truth
@@ -127,9 +128,10 @@ def _run(ref: ReferenceRun, cand_path: Path, env: dict, res: VerifyResult, say: 
         _integrity(aggs, violations)
         if all(a.passed for a in aggs.values()):  # launches and timing only for a correct candidate
             la = child.request(P.Launches(seq=0, args=place(ref, fresh_sets(ref, "launches", 1), [child])[0]),
-                               stage="counting launches")
+                               stage="profiling one call")
             violations.update(la.violations)
-            timing = time_candidate(ref, child, cmp.out_gates(records), max_numel, aggs, say, violations)
+            call = CallProfile(la.count, la.method, la.kernel_us, la.syncs, la.d2h_bytes)
+            timing = time_candidate(ref, child, cmp.out_gates(records), max_numel, aggs, say, violations, call)
             res.launches_per_call = {"reference": ref.timing.launches if ref.timing else None,
                                      "candidate": la.count, "method": la.method}
     except Tampering as e:
@@ -269,6 +271,7 @@ def _finish(ref: ReferenceRun, res: VerifyResult, aggs: dict, timing: dict | Non
         res.verdict, res.reason = "error", "the candidate was not timed"
         return
     ratios = timing.pop("_ratios", {})
+    res.per_call = timing.pop("per_call", {})
     res.timing = timing
     if timing["inconclusive"]:
         res.verdict = "inconclusive"

@@ -33,7 +33,7 @@ try:  # imported up front: importing it later rebinds torch.manual_seed, which t
 except Exception:  # pragma: no cover
     pass
 
-from headroom.verify import integrity, launches, problem as prob, protocol as P, shared
+from headroom.verify import gate, integrity, launches, problem as prob, protocol as P, shared
 from headroom.verify.precision import set_tf32
 
 _type = builtins.type
@@ -112,6 +112,8 @@ class _Prims:
     def __init__(self, device: Any):
         self.cuda = device.type == "cuda"
         self.perf = time.perf_counter
+        self.pending: Any = None  # the events of the last gated phase
+        self.ipc_dirty = False  # outputs were shared by torch's IPC since the last collect
         if self.cuda:
             torch.cuda.init()
             base = torch._C._CudaEventBase
@@ -144,6 +146,13 @@ def _serve(conn: Any, job: P.Job, state: dict) -> None:
             raise BadFork("CUDA was initialised in the fork server; the harness retries with spawn")
         torch.cuda.set_device(device)
     prims = _Prims(device)
+    clock, clock_error = None, None
+    if prims.cuda and job.clock_path:
+        try:  # before the candidate is imported: the page and the driver's entry points are ours
+            clock = gate.StreamClock(job.clock_path, job.clock_slot, device)
+        except Exception as e:  # no stream memory operations here: phases run ungated
+            clock_error = f"{type(e).__name__}: {e}"[:300]
+    segments = gate.Segments() if prims.cuda else None
     precision = set_tf32(True)
     problem = prob.load_problem(job.problem, overrides={k: v for k, v in job.overrides.items()})
     snap = integrity.snapshot()
@@ -158,7 +167,8 @@ def _serve(conn: Any, job: P.Job, state: dict) -> None:
     model = prob.build_model(cls, problem, job.init_seed, device) if job.role != "build" else None
     conn.send_bytes(P.encode(P.Ready(seq=0, device_name=torch.cuda.get_device_name(device) if prims.cuda else "cpu",
                                      torch=str(torch.__version__), precision=precision,
-                                     violations=integrity.violations(snap))))
+                                     violations=integrity.violations(snap), gated=clock is not None,
+                                     clock_error=clock_error)))
     ring = None
     kept: list = []
     compiled = None
@@ -180,8 +190,9 @@ def _serve(conn: Any, job: P.Job, state: dict) -> None:
             peak, method = _memory(model, args(cmd.args), prims, device)
             reply = P.MemoryDone(seq=cmd.seq, peak_bytes=peak, method=method, violations=integrity.violations(snap))
         elif isinstance(cmd, P.Launches):
-            count, method = launches.count(model, args(cmd.args), prims.cuda)
-            reply = P.LaunchesDone(seq=cmd.seq, count=count, method=method, violations=integrity.violations(snap))
+            cp = launches.profile_call(model, args(cmd.args), prims.cuda)
+            reply = P.LaunchesDone(seq=cmd.seq, count=cp.launches, method=cp.method, kernel_us=cp.kernel_us,
+                                   syncs=cp.syncs, d2h_bytes=cp.d2h_bytes, violations=integrity.violations(snap))
         elif isinstance(cmd, P.Trial):
             kept = _released(prims, kept)  # the previous command's outputs (the harness has read them)
             xs = args(cmd.args)
@@ -194,13 +205,19 @@ def _serve(conn: Any, job: P.Job, state: dict) -> None:
                     prims.sync()
                     unordered = (prims.perf() - t0) * 1e3
             kept = prob.flatten_outputs(out)
+            prims.ipc_dirty = prims.cuda
             reply = P.TrialDone(seq=cmd.seq, outputs=[shared.describe(o, mode) for o in kept],
                                 violations=integrity.violations(snap), unordered_ms=unordered)
         elif isinstance(cmd, P.Run):
             kept = _released(prims, kept)
-            kept, ms = _run(compiled if cmd.compiled else model, [args(b) for b in cmd.batches], cmd, prims)
-            reply = P.RunDone(seq=cmd.seq, outputs=[[shared.describe(o, mode) for o in row] for row in kept],
-                              child_ms=ms, violations=integrity.violations(snap))
+            fn = compiled if cmd.compiled else model
+            if cmd.token and clock is not None:
+                kept, ms = _run_gated(fn, [args(b) for b in cmd.batches], cmd, prims, clock)
+            else:
+                kept, ms = _run(fn, [args(b) for b in cmd.batches], cmd, prims)
+            outs = [[_describe_timed(o, segments, mode) for o in row] for row in kept]
+            reply = P.RunDone(seq=cmd.seq, outputs=outs, child_ms=ms, violations=integrity.violations(snap),
+                              segments=segments.take_new() if segments is not None else [])
         elif isinstance(cmd, P.Compile):
             err = None
             try:
@@ -220,11 +237,51 @@ def _serve(conn: Any, job: P.Job, state: dict) -> None:
         conn.send_bytes(P.encode(reply))
 
 
+def _describe_timed(o: Any, segments: Any, mode: str) -> P.Out:
+    """A timed output: by segment on a GPU (mapped once by the harness), else as trials describe it."""
+    if segments is not None and _type(o) is torch.Tensor and o.is_cuda and o.numel() > 0:
+        return segments.describe(o)
+    return shared.describe(o, mode)
+
+
+def _run_gated(fn: Any, batches: list[list], cmd: P.Run, prims: "_Prims", clock: gate.StreamClock) -> tuple[list, list[float]]:
+    """Enqueue a gated phase (``gate``): wait for the token, the forwards between two events, the flag.
+
+    Returns the outputs (still being computed once the gate opens) and the events of the previous
+    gated phase (finished: the harness waited for its flag before sending this command)."""
+    prev = prims.pending
+    ms: list[float] = []
+    if prev is not None:
+        try:
+            ms = [float(prims.elapsed(prev[0], prev[1]))]
+        except Exception:  # never recorded or not finished: the harness's clock decides anyway
+            ms = []
+    set_tf32(cmd.tf32)
+    outs: list = []
+    stream = prims.stream.cuda_stream
+    a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    try:
+        with torch.no_grad():
+            clock.wait(stream, cmd.token)
+            prims.record(a, prims.stream)
+            for xs in batches:
+                if not cmd.null:
+                    outs.append(prob.flatten_outputs(fn(*xs)))
+            prims.record(b, prims.stream)
+            clock.signal(stream, cmd.token)
+    finally:
+        set_tf32(True)
+    prims.pending = (a, b)
+    return outs if not cmd.null else [[] for _ in batches], ms
+
+
 def _released(prims: _Prims, kept: list) -> list:
-    """Drop kept outputs; on a GPU also free those whose IPC mappings the harness has closed."""
+    """Drop kept outputs; after a trial (outputs shared by torch's IPC) also free those the harness has
+    closed. Timed outputs are shared by segment (``gate``): nothing to collect, so nothing in a phase."""
     kept.clear()
-    if prims.cuda:
+    if prims.cuda and prims.ipc_dirty:
         torch.cuda.ipc_collect()
+        prims.ipc_dirty = False
     return []
 
 
@@ -235,15 +292,15 @@ def _run(fn: Any, batches: list[list], cmd: P.Run, prims: _Prims) -> tuple[list,
     ms: list[float] = []
     try:
         with torch.no_grad():
-            if prims.cuda:
-                evs = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in batches]
-                for (a, b), xs in zip(evs, batches):
-                    prims.record(a, prims.stream)
+            if prims.cuda:  # one pair of events: a pair per forward would add launches to the phase
+                a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                prims.record(a, prims.stream)
+                for xs in batches:
                     if not cmd.null:
                         outs.append(prob.flatten_outputs(fn(*xs)))
-                    prims.record(b, prims.stream)
+                prims.record(b, prims.stream)
                 prims.sync()
-                ms = [float(prims.elapsed(a, b)) for a, b in evs]
+                ms = [float(prims.elapsed(a, b))]
             else:
                 for xs in batches:
                     t0 = prims.perf()

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import inspect
 import sys
+import types
 from typing import Any
 
 WATCHED = (
@@ -48,27 +49,49 @@ OWN_MODULES = ("headroom.verify.child", "headroom.verify.protocol", "headroom.ve
                "headroom.verify.problem", "headroom.verify.integrity")
 
 
-def _resolve(dotted: str) -> Any:
+def _split(dotted: str) -> tuple[str, list[str]]:
+    """(the longest importable module prefix, the attribute path after it)."""
     import importlib
 
     parts = dotted.split(".")
     for i in range(len(parts), 0, -1):
         try:
-            obj = importlib.import_module(".".join(parts[:i]))
+            importlib.import_module(".".join(parts[:i]))
         except ImportError:
             continue
-        for p in parts[i:]:
-            obj = inspect.getattr_static(obj, p)
-        return obj
+        return ".".join(parts[:i]), parts[i:]
     raise AttributeError(dotted)
 
 
-def snapshot() -> dict[str, Any]:
-    """The objects behind every watched name and the harness's own child-side functions."""
-    snap: dict[str, Any] = {}
+def _static(obj: Any, name: str) -> Any:
+    """``inspect.getattr_static`` (no descriptor runs), the module and class cases done directly (fast)."""
+    if isinstance(obj, types.ModuleType):
+        return obj.__dict__[name]
+    if isinstance(obj, type):
+        for k in obj.__mro__:
+            if name in k.__dict__:
+                return k.__dict__[name]
+        raise AttributeError(name)
+    return inspect.getattr_static(obj, name)
+
+
+def _walk(modname: str, path: list[str]) -> Any:
+    obj: Any = sys.modules[modname]
+    for p in path:
+        obj = _static(obj, p)
+    return obj
+
+
+def snapshot() -> dict[str, tuple[str, list[str], Any, Any]]:
+    """The objects behind every watched name and the harness's own child-side functions.
+
+    Each entry keeps its module object and attribute path, so a check is a few ``getattr_static``
+    calls (resolving each name by import again cost 7 ms per reply, inside a timed phase)."""
+    snap: dict[str, tuple[str, list[str], Any, Any]] = {}
     for name in WATCHED:
         try:
-            snap[name] = _resolve(name)
+            modname, path = _split(name)
+            snap[name] = (modname, path, sys.modules[modname], _walk(modname, path))
         except Exception:
             continue
     for modname in OWN_MODULES:
@@ -77,18 +100,22 @@ def snapshot() -> dict[str, Any]:
             continue
         for k, v in vars(mod).items():
             if callable(v) and not k.startswith("__"):
-                snap[f"{modname}.{k}"] = v
+                snap[f"{modname}.{k}"] = (modname, [k], mod, v)
     return snap
 
 
-def violations(snap: dict[str, Any]) -> list[str]:
-    """What was replaced since ``snap``, plus active torch modes and trace hooks."""
+def violations(snap: dict[str, tuple[str, list[str], Any, Any]]) -> list[str]:
+    """What was replaced since ``snap`` (or a module swapped in ``sys.modules``), plus active torch
+    modes and trace hooks."""
     import torch
 
     bad = []
-    for name, obj in snap.items():
+    for name, (modname, path, mod, obj) in snap.items():
         try:
-            now = _resolve(name)
+            if sys.modules.get(modname) is not mod:
+                bad.append(f"{name} (module replaced)")
+                continue
+            now = _walk(modname, path)
         except Exception:
             bad.append(f"{name} (deleted)")
             continue

@@ -1,26 +1,82 @@
-"""``launches_per_call``: kernels one forward launches (GPU), or aten ops it dispatches (CPU)."""
+"""What one forward does: kernels launched, their time on the profiler's clock, host synchronisations,
+bytes copied to the host (GPU); aten ops dispatched (CPU).
+
+Profiled over ``FORWARDS`` forwards after one untimed forward (a Triton kernel compiles at its first
+call), per forward. A host synchronisation is a runtime call that blocks the CPU until the GPU has
+caught up: ``cudaStreamSynchronize``, ``cudaDeviceSynchronize``, ``cudaEventSynchronize`` and a
+blocking ``cudaMemcpy`` (``tensor.item()`` and ``bool(cuda_tensor)`` are a ``cudaMemcpyAsync`` to
+pageable memory followed by ``cudaStreamSynchronize``: one). What the projector needs to see a
+change that adds one (docs/projection.md, "Host synchronisations").
+"""
 
 from __future__ import annotations
 
+import json
+import os
+import tempfile
+from dataclasses import dataclass
 from typing import Any
 
+FORWARDS = 3
+SYNC_CALLS = ("cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize", "cuStreamSynchronize",
+              "cuCtxSynchronize", "cuEventSynchronize", "cudaMemcpy", "cudaMemcpy2D")
+METHOD_GPU = (f"torch.profiler over {FORWARDS} forwards after one untimed: CUDA kernels (memcpy/memset excluded), "
+              f"their summed durations, blocking runtime calls ({', '.join(SYNC_CALLS[:3])}, blocking cudaMemcpy), "
+              f"device-to-host bytes; per forward")
 
-def count(model: Any, xs: list, cuda: bool) -> tuple[int | None, str]:
-    """GPU: CUDA kernels in one forward (torch.profiler, memcpy/memset excluded); CPU: dispatched aten
-    ops that are not views (the CPU stand-in: each is one kernel call). ``None`` when not measurable."""
+
+@dataclass(frozen=True)
+class CallProfile:
+    launches: int | None
+    method: str
+    kernel_us: float | None = None
+    syncs: float | None = None
+    d2h_bytes: float | None = None
+
+
+def _gpu(model: Any, xs: list) -> CallProfile:
     import torch
+    from torch.profiler import ProfilerActivity, profile
 
+    with torch.no_grad():
+        model(*xs)
+    torch.cuda.synchronize()
+    fd, path = tempfile.mkstemp(suffix=".json")
+    os.close(fd)
+    try:
+        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as p, torch.no_grad():
+            for _ in range(FORWARDS):
+                model(*xs)
+            torch.cuda.synchronize()
+        p.export_chrome_trace(path)
+        with open(path) as f:
+            events = json.load(f).get("traceEvents", [])
+    finally:
+        os.unlink(path)
+    kernels = syncs = 0
+    kernel_us = d2h = 0.0
+    final_sync = 1  # the torch.cuda.synchronize() after the forwards above
+    for e in events:
+        if e.get("ph") != "X":
+            continue
+        cat, name = e.get("cat", ""), e.get("name", "")
+        if cat == "kernel":
+            kernels += 1
+            kernel_us += float(e.get("dur", 0.0))
+        elif cat == "gpu_memcpy" and "DtoH" in name:
+            d2h += float((e.get("args") or {}).get("bytes", 0) or 0)
+        elif cat == "cuda_runtime" and name in SYNC_CALLS:
+            syncs += 1
+    return CallProfile(kernels // FORWARDS, METHOD_GPU, kernel_us / FORWARDS, max(0, syncs - final_sync) / FORWARDS,
+                       d2h / FORWARDS)
+
+
+def profile_call(model: Any, xs: list, cuda: bool) -> CallProfile:
+    """See the module docstring; ``launches`` None (with the reason in ``method``) when not measurable."""
     try:
         if cuda:
-            from torch.autograd import DeviceType
-            from torch.profiler import ProfilerActivity, profile
-
-            with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as p, torch.no_grad():
-                model(*xs)
-                torch.cuda.synchronize()
-            n = sum(1 for e in p.events() if e.device_type == DeviceType.CUDA
-                    and not e.name.startswith(("Memcpy", "Memset", "[memory]")))
-            return n, "CUDA kernels in one forward (torch.profiler; memcpy/memset excluded)"
+            return _gpu(model, xs)
+        import torch
         from torch.utils._python_dispatch import TorchDispatchMode
 
         class Count(TorchDispatchMode):
@@ -33,6 +89,13 @@ def count(model: Any, xs: list, cuda: bool) -> tuple[int | None, str]:
 
         with Count(), torch.no_grad():
             model(*xs)
-        return Count.n, "aten ops dispatched by one forward, views excluded (CPU: no kernel launches to count)"
+        return CallProfile(Count.n, "aten ops dispatched by one forward, views excluded (CPU: no kernel launches "
+                                    "to count)")
     except Exception as e:
-        return None, f"not measured: {type(e).__name__}: {e}"[:200]
+        return CallProfile(None, f"not measured: {type(e).__name__}: {e}"[:200])
+
+
+def count(model: Any, xs: list, cuda: bool) -> tuple[int | None, str]:
+    """Kernels (GPU) or aten ops (CPU) of one forward, and how they were counted."""
+    p = profile_call(model, xs, cuda)
+    return p.launches, p.method

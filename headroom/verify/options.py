@@ -17,7 +17,7 @@ class VerifyOptions:
     """``None`` means the device's default."""
 
     device: str = "auto"  # auto | cpu | cuda | cuda:N
-    rounds: int | None = None  # interleaved timing rounds (default 10 on a GPU, 8 on a CPU; at least 6)
+    rounds: int | None = None  # minimum interleaved timing rounds (default 6); more run until the interval is tight
     iters: int | None = None  # deprecated alias of ``rounds``
     timeout: float = 300.0  # seconds a candidate child may work (harness-side work does not count)
     build_timeout: float = 600.0  # seconds for building a candidate's extensions (outside ``timeout``)
@@ -58,9 +58,7 @@ class VerifyOptions:
         return dev
 
     def resolved_policy(self, device: str) -> Policy:
-        rounds = self.rounds or self.iters or self.policy.rounds
-        if rounds is None:
-            rounds = 10 if device.startswith("cuda") else 8
+        rounds = self.rounds or self.iters or self.policy.rounds or 6
         if rounds < 6:
             raise UserError(f"--rounds {rounds}: at least 6 rounds are needed for a 95% interval")
         return replace(self.policy, rounds=rounds)
@@ -68,8 +66,8 @@ class VerifyOptions:
     @classmethod
     def quick(cls, **kw) -> "VerifyOptions":
         """Every code path, few and short rounds, small CPU shapes: for tests and dry runs."""
-        policy = kw.pop("policy", Policy(rounds=6, calibration_phases=3, target_phase_ms=3.0, max_iters=20,
-                                         samples_per_output=64))
+        policy = kw.pop("policy", Policy(rounds=6, max_rounds=8, budget_s=10.0, calibration_phases=3,
+                                         target_phase_ms=3.0, max_iters=20, samples_per_output=64))
         base = dict(device="cpu", threads=1, timeout=120, cpu_budget_bytes=16 << 20, cpu_budget_flops=2e7,
                     policy=policy)
         base.update(kw)

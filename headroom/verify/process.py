@@ -154,6 +154,7 @@ class Child:
         self.ring_generation = 0  # the input ring this child has mapped (shared.Ring.generation)
         self.shared_outputs: list = []  # CUDA IPC shares of the last reply (settle_outputs)
         self.opened: dict = {}  # the harness's mappings of them, by share
+        self.segments: Any = None  # gate.SegmentMaps: its timed outputs' allocations, mapped once
         _LIVE.add(self)
         self.ready = self._start()
 
@@ -184,8 +185,12 @@ class Child:
         self.proc.join(5)
         raise ChildFailed(f"{f.message} (during {f.stage})", self.log_tail())
 
-    def request(self, cmd: Any, stage: str | None = None, timeout: float | None = None) -> Any:
-        """Send one command, return its reply (the child is thawed for it and frozen again after)."""
+    def request(self, cmd: Any, stage: str | None = None, timeout: float | None = None, freeze: bool = True,
+                first_wait: float | None = None, on_slow: Any = None) -> Any:
+        """Send one command, return its reply (the child is thawed for it and frozen again after).
+
+        ``first_wait`` / ``on_slow``: if no reply came within ``first_wait`` seconds, ``on_slow()`` runs
+        once (a gated phase opens its gate: the child waits on the GPU) and the wait goes on."""
         self.seq += 1
         cmd = msgspec.structs.replace(cmd, seq=self.seq)
         self.stage = stage or type(cmd).__name__.lower()
@@ -195,17 +200,41 @@ class Child:
         t0 = time.monotonic()
         try:
             self._send(cmd)
+            if first_wait is not None and on_slow is not None:
+                try:
+                    early = self.conn.poll(first_wait)
+                except (OSError, EOFError):
+                    early = True
+                if not early:
+                    on_slow()
             reply = self._recv(P.EXPECTED_REPLY[type(cmd)], self.seq, timeout=timeout)
         finally:
             self.used += time.monotonic() - t0
         if isinstance(reply, P.Failed):
             self._failed(reply)
-        self.freeze()
+        if freeze:
+            self.freeze()
+        self._note_reply(reply)
+        return reply
+
+    def _note_reply(self, reply: Any) -> None:
+        """Map the allocations a reply shares for the first time; remember its torch IPC shares."""
+        segs = getattr(reply, "segments", None)
+        if segs:
+            from headroom.verify.gate import SegmentMaps
+
+            if self.segments is None:
+                import torch
+
+                self.segments = SegmentMaps(torch.device(self.job.device))
+            try:
+                self.segments.add(segs)
+            except Exception as e:
+                raise Tampering(f"the child shared an allocation the harness cannot map ({e})") from None
         outs = getattr(reply, "outputs", None)
         if outs:
             rows = outs if isinstance(reply, P.RunDone) else [outs]
             self.shared_outputs = [o for row in rows for o in row if isinstance(o, P.IpcTensor)]
-        return reply
 
     def open_output(self, out: P.IpcTensor) -> Any:
         """The child's output mapped (CUDA IPC), at most once per share between two commands.
@@ -357,6 +386,9 @@ class Child:
         try:
             self.kill()
         finally:
+            if self.segments is not None:
+                self.segments.close()
+                self.segments = None
             if self._mem_fd is not None:
                 os.close(self._mem_fd)
                 self._mem_fd = None

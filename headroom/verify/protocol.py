@@ -73,6 +73,25 @@ class IpcTensor(msgspec.Struct, frozen=True, tag="ipc"):
     event_sync_required: bool
 
 
+class SegTensor(msgspec.Struct, frozen=True, tag="seg"):
+    """A CUDA tensor in the child, in one of its allocations shared once (``gate.Segments``):
+    ``offset`` in bytes from the allocation's start to element 0, strides in elements."""
+
+    segment: int
+    offset: int
+    dtype: str
+    shape: tuple[int, ...]
+    stride: tuple[int, ...]
+
+
+class Segment(msgspec.Struct, frozen=True):
+    """One CUDA allocation of the child, by IPC handle: ``id`` is the driver's buffer id."""
+
+    id: int
+    handle: bytes
+    size: int
+
+
 class Opaque(msgspec.Struct, frozen=True, tag="opaque"):
     """An output that is not a plain ``torch.Tensor`` (a subclass, a lazy tensor, a Python object)."""
 
@@ -88,7 +107,7 @@ class BytesTensor(msgspec.Struct, frozen=True, tag="bytes"):
 
 
 Arg = Union[RingTensor, Scalar]
-Out = Union[AddrTensor, IpcTensor, BytesTensor, Opaque]
+Out = Union[AddrTensor, IpcTensor, SegTensor, BytesTensor, Opaque]
 
 
 # --- the job (how a child starts) -----------------------------------------------------------------
@@ -115,6 +134,8 @@ class Job(msgspec.Struct, frozen=True):
     file_cap_bytes: int  # RLIMIT_FSIZE of the child and everything it starts
     init_seed: int
     poison_bytes: int = 0
+    clock_path: Union[str, None] = None  # the page of host memory of the gated GPU clock (``gate``)
+    clock_slot: int = 0
 
 
 # --- commands (harness -> child) -----------------------------------------------------------------
@@ -151,13 +172,18 @@ class Trial(_Msg, tag="trial"):
 
 
 class Run(_Msg, tag="run"):
-    """One timed phase: a forward per input set (outputs kept, like Trial's). ``null``: no forward (calibration)."""
+    """One timed phase: a forward per input set (outputs kept, like Trial's). ``null``: no forward (calibration).
+
+    ``token`` > 0 (GPU): the phase is gated (``gate``): the child enqueues a wait for ``token`` in the
+    gate word, the forwards, and a write of ``token`` to its flag word, and replies without waiting
+    for the GPU. ``token`` = 0: the child runs the forwards, synchronises and replies."""
 
     seq: int
     batches: list[list[Arg]]
     tf32: bool = True
     compiled: bool = False
     null: bool = False
+    token: int = 0
 
 
 class Compile(_Msg, tag="compile"):
@@ -185,6 +211,8 @@ class Ready(_Msg, tag="ready"):
     torch: str
     precision: dict[str, Union[str, bool]]
     violations: list[str]
+    gated: bool = False  # the child registered the clock page (gated GPU phases possible)
+    clock_error: Union[str, None] = None
 
 
 class Done(_Msg, tag="done"):
@@ -203,10 +231,15 @@ class MemoryDone(_Msg, tag="memory_done"):
 
 
 class LaunchesDone(_Msg, tag="launches_done"):
+    """What one forward does, from a profile of a few (evidence: the candidate's child could lie)."""
+
     seq: int
     count: Union[int, None]
     method: str
     violations: list[str]
+    kernel_us: Union[float, None] = None  # summed kernel durations per forward (the profiler's clock)
+    syncs: Union[float, None] = None  # host synchronisations per forward
+    d2h_bytes: Union[float, None] = None  # bytes copied device -> host per forward
 
 
 class TrialDone(_Msg, tag="trial_done"):
@@ -220,12 +253,17 @@ class TrialDone(_Msg, tag="trial_done"):
 
 
 class RunDone(_Msg, tag="run_done"):
-    """Outputs of every iteration (where they are) and the child's own clock, a cross-check only."""
+    """Outputs of every iteration (where they are) and the child's own clock, a cross-check only.
+
+    ``segments``: allocations first used by these outputs (shared once). In a gated phase the
+    child's clock (CUDA events around the forwards) is that of the child's previous gated phase:
+    the GPU has not run this one yet when the child replies."""
 
     seq: int
     outputs: list[list[Out]]
     child_ms: list[float]
     violations: list[str]
+    segments: list[Segment] = []
 
 
 class Failed(_Msg, tag="failed"):

@@ -70,6 +70,7 @@ class ReferenceRun:
     log_dir: str = ""
     error: str | None = None
     timing: Any = None  # session.ReferenceTiming, created when a candidate first reaches timing
+    clock: Any = None  # gate.ClockPage: the gated GPU clock's shared page (GPU only)
     _cleanup: Any = field(default=None, repr=False)
 
     @property
@@ -101,6 +102,9 @@ class ReferenceRun:
         if self.ring is not None:
             self.ring.close()
             self.ring = None
+        if self.clock is not None:
+            self.clock.close()
+            self.clock = None
         self.model = self.model64 = None  # the reference lives in the harness: its weights go now
         if self.device.startswith("cuda"):
             import gc
@@ -150,6 +154,9 @@ def prepare_reference(problem_path: str | Path, options: VerifyOptions | None = 
         ref._cleanup = weakref.finalize(ref, shutil.rmtree, ref.log_dir, True)
     if device.startswith("cuda"):
         torch.cuda.set_device(torch.device(device))
+        from headroom.verify.gate import ClockPage
+
+        ref.clock = ClockPage()
     saved = precision_state()
     try:
         ref.baseline = {"tf32": True, **set_tf32(True), "torch": str(torch.__version__)}
@@ -260,4 +267,6 @@ def job_for(ref: ReferenceRun, role: str, log_name: str, candidate: str | None =
                  overrides={k: list(v) if isinstance(v, tuple) else v for k, v in ref.overrides.items()},
                  candidate=candidate, device=ref.device, env={**ref.options.env, **(extra_env or {})},
                  threads=ref.options.threads, log_path=os.path.join(ref.log_dir, log_name),
-                 file_cap_bytes=ref.options.file_cap_bytes, init_seed=ref.init_seed, poison_bytes=poison_bytes)
+                 file_cap_bytes=ref.options.file_cap_bytes, init_seed=ref.init_seed, poison_bytes=poison_bytes,
+                 clock_path=ref.clock.path if ref.clock is not None and role != "build" else None,
+                 clock_slot=ref.clock.slot() if ref.clock is not None and role != "build" else 0)

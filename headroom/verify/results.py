@@ -46,6 +46,9 @@ class VerifyResult:
     timing: dict = field(default_factory=dict)
     memory: dict = field(default_factory=dict)
     launches_per_call: dict = field(default_factory=dict)
+    # per call of the reference and the candidate: CPU time unprofiled (call_us), launches, host
+    # synchronisations, device-to-host bytes, kernel time on the profiler's clock (what `project` reads)
+    per_call: dict = field(default_factory=dict)
     build: dict | None = None
     reason: str | None = None
     seed: int | None = None
@@ -60,7 +63,8 @@ class VerifyResult:
             "checks": [c.to_dict() for c in self.checks],
             "flags": [{"name": f.name, "detail": f.detail} for f in self.flags],
             "review": bool(self.flags), "device": self.device, "baseline": self.baseline, "timing": self.timing,
-            "memory": self.memory, "launches_per_call": self.launches_per_call, "build": self.build,
+            "memory": self.memory, "launches_per_call": self.launches_per_call, "per_call": self.per_call,
+            "build": self.build,
             "reason": self.reason, "seed": self.seed, "info": self.info, "elapsed_s": round(self.elapsed_s, 3),
         }
 

@@ -1,18 +1,26 @@
-"""Timed phases and interleaved rounds, on the harness's clock (see ``timing`` for the statistics).
+"""Timed phases and interleaved rounds, on the harness's clock (``timing`` says how they are judged).
 
-A phase, from the harness: write ``n`` fresh input sets into the ring (child
-frozen), start the clock, thaw the child and send ``Run``, wait for its
-``RunDone``, freeze it, read a sample of every iteration's every output from
-its memory, stop the clock. Work the child skipped, deferred or hid shows in
-those samples (compared with the reference's, same inputs and positions);
-work it finished late is inside the clock. The child's own clock is only a
-cross-check (``timing.cross_check``).
+A **gated phase** (GPU, ``gate``): the harness sends ``Run`` naming ``n`` input sets in the ring; the
+child enqueues a wait on its gate word, the forwards and a write of its flag word, and replies
+(the harness times this: the CPU cost of ``n`` calls, ``enqueue_ms``); the harness freezes it,
+writes the inputs into the ring, starts its clock, opens the gate, spins until the flag, gathers
+samples of every sampled iteration's outputs through mappings opened once, and stops its clock
+when they are on the host. The forwards run back to back as in a GPU-bound model; no message, no
+wake-up and no IPC handle is inside the clock.
 
-``ReferenceTiming`` is the reference's child for one problem, started when a
-candidate first reaches timing and kept for the problem's other candidates:
-it fixes ``n``, calibrates the phase overhead (null phases; sample reads; the
-overhead subtracted is their minimum, a lower bound, kept current by a null
-phase in every round) and the reference's stand-alone time.
+A **plain phase** (CPU; a GPU without stream memory operations; a candidate whose enqueue waited on
+the GPU, i.e. synchronised with the host): the harness writes the inputs, starts its clock, thaws
+the child and sends ``Run``; the child runs the forwards (on a GPU then synchronises) and replies;
+the harness freezes it, reads the samples and stops its clock.
+
+Either way work the child skipped, deferred or hid shows in the samples (compared with the
+reference's outputs of the same round, same inputs, same positions, drawn after the child
+answered), and work it finished late is inside the clock. The child's own clock (CUDA events) is
+a cross-check only (``timing.cross_check``).
+
+``ReferenceTiming`` is the reference's child for one problem, started when a candidate first
+reaches timing and kept for the problem's other candidates: it fixes ``n`` and calibrates the
+overheads (null phases of every child; the reference's sample reads) and its stand-alone time.
 """
 
 from __future__ import annotations
@@ -22,9 +30,10 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from headroom.measure import interleave_rounds
 from headroom.verify import checks as ck
-from headroom.verify import launches
 from headroom.verify import inputs as inp
+from headroom.verify import launches
 from headroom.verify import protocol as P
 from headroom.verify import shared
 from headroom.verify import timing as tm
@@ -39,17 +48,23 @@ class HarnessError(Exception):
 
 @dataclass
 class Phase:
-    wall_ms: float
-    read_ms: float
-    child_ms: float
+    wall_ms: float  # the clock: gate opened (plain: Run sent) -> samples on the host
+    read_ms: float  # flag seen (plain: reply received) -> samples on the host: the sample read's cost
+    enqueue_ms: float  # Run sent -> reply (gated: the CPU side of the n calls)
+    child_ms: float | None  # the child's own clock (gated: of its previous gated phase)
+    gated: bool
+    blocked: bool  # a gated enqueue did not finish in time: the child waited on the GPU
     wait_fraction: float
-    samples: list  # per iteration, per output: sampled values
-    shapes: list  # per iteration, per output: (dtype, shape)
+    samples: list  # per sampled iteration, per output: sampled values
+    shapes: list  # per sampled iteration, per output: (dtype, shape)
     pos_seed: int  # where the samples were read (drawn after the child answered)
-    outputs: list  # the child's descriptions (still valid until its next command)
+    outputs: list  # the child's descriptions (valid until its next command)
     sampled: list  # which iterations were read (drawn after the child answered)
     violations: list = field(default_factory=list)  # the child's integrity report
     harness_wait_fraction: float = 0.0  # the harness's own wait for a CPU during the phase
+    flag_ms: float = 0.0  # gated: gate opened -> flag seen (the forwards on the GPU); plain: wall - read
+    write_ms: float = 0.0  # gated: the harness writing the inputs into the ring (the child frozen)
+    null: bool = False
 
 
 def _sampled_iterations(pos_seed: int, n: int, count: int) -> list[int]:
@@ -66,58 +81,122 @@ def _positions(pos_seed: int, k: int, j: int, numel: int, count: int) -> Any:
     return shared.sample_positions(numel, count, inp.mix(pos_seed, k, j))
 
 
-def run_phase(child: Child, args: list[list], run: dict, draw: Callable[[], int], policy: tm.Policy,
-              max_numel: int, null: bool = False) -> Phase:
+def _read(child: Child, reply: Any, n: int, pos_seed: int, policy: tm.Policy,
+          max_numel: int) -> tuple[list, list, list]:
+    """Samples of the sampled iterations' outputs, read from the child's memory (batched)."""
+    import math
+
+    if len(reply.outputs) != n:
+        raise Tampering(f"{len(reply.outputs)} timed outputs for {n} forwards")
+    sampled = _sampled_iterations(pos_seed, n, policy.sampled_iterations)
+    items, shapes = [], []
+    seen: set = set()
+    for k in sampled:
+        hrow = []
+        for j, out in enumerate(reply.outputs[k]):
+            if isinstance(out, P.Opaque):
+                raise Tampering(f"timed iteration {k}: output {j} is {out.type_name}, not a plain tensor")
+            try:
+                shared.check_structure(out, max_numel)
+            except Exception as e:
+                raise Tampering(f"timed iteration {k}, output {j}: unreadable as described ({e})") from None
+            if isinstance(out, P.SegTensor) and math.prod(out.shape) > 0:
+                where = (out.segment, out.offset)
+                if where in seen:  # outputs of a phase are live at once: two cannot share storage
+                    raise Tampering(f"timed iteration {k}, output {j}: the same memory as an earlier output of "
+                                    f"the phase (outputs recycled while timed)")
+                seen.add(where)
+            items.append((out, _positions(pos_seed, k, j, math.prod(out.shape), policy.samples_per_output)))
+            hrow.append((out.dtype, tuple(out.shape)))
+        shapes.append(hrow)
+    try:
+        flat = shared.gather_samples(child, items, child.job.device)
+    except Tampering:
+        raise
+    except Exception as e:
+        raise Tampering(f"timed outputs unreadable as described ({e})") from None
+    samples, i = [], 0
+    for hrow in shapes:
+        samples.append(flat[i:i + len(hrow)])
+        i += len(hrow)
+    return samples, shapes, sampled
+
+
+def run_phase(child: Child, ref: ReferenceRun, sets: list[list], run: dict, draw: Callable[[], int],
+              policy: tm.Policy, max_numel: int, others: list[Child], null: bool = False,
+              gated: bool = True) -> Phase:
     """One phase on the harness's clock (raises Tampering when the outputs are not readable as described).
 
     The sample positions are drawn (``draw``) only after the child has answered: nothing in any
-    process says beforehand which elements will be read.
-    """
-    import math
-
-    child.settle_outputs()  # the last phase's unread shares, before the clock starts
+    process says beforehand which elements will be read."""
+    clock = ref.clock
+    gated = gated and clock is not None and child.ready.gated
+    child.settle_outputs()  # the last phase's unread torch shares, before the clock starts
     cpu0, w0 = sched_ns(child.pid)
     _, hw0 = thread_sched_ns()
-    t0 = time.perf_counter()
-    reply = child.request(P.Run(seq=0, batches=args, null=null, **run), stage="timing")
-    t_reply = time.perf_counter()
-    samples, shapes = [], []
-    pos_seed = draw()
+    n = len(sets)
+    if gated:
+        args = place(ref, sets, [child, *others], write=False)  # the inputs go in once the child is frozen
+        token = clock.token()
+        opened: list[float] = []
+
+        def open_gate() -> None:  # the child is waiting on the GPU inside its enqueue (a host sync)
+            if not null:
+                place(ref, sets, [], layout=args)  # its kernels are gated: none has read the ring yet
+            opened.append(time.perf_counter())
+            clock.open(child.job.clock_slot, token)
+
+        t_send = time.perf_counter()
+        reply = child.request(P.Run(seq=0, batches=args, null=null, token=token, **run), stage="timing",
+                              freeze=False, first_wait=policy.enqueue_timeout_s, on_slow=open_gate)
+        t_reply = time.perf_counter()
+        child.freeze()
+        blocked = bool(opened)
+        t_w = time.perf_counter()
+        if not blocked:
+            if not null:
+                place(ref, sets, [], layout=args)
+            t0 = time.perf_counter()
+            clock.open(child.job.clock_slot, token)
+            write_ms = (t0 - t_w) * 1e3
+        else:
+            t0 = opened[0]
+            write_ms = 0.0
+        if not clock.wait_flag(child.job.clock_slot, token, max(60.0, 50 * policy.enqueue_timeout_s)):
+            raise ChildFailed("the GPU work of a timed phase did not finish in 60 s (during timing)",
+                              child.log_tail())
+        t_flag = time.perf_counter()
+        enqueue_ms = (t_reply - t_send) * 1e3
+    else:
+        args = place(ref, sets, [child, *others])
+        blocked = False
+        write_ms = 0.0
+        t0 = time.perf_counter()
+        reply = child.request(P.Run(seq=0, batches=args, null=null, **run), stage="timing")
+        t_flag = time.perf_counter()
+        enqueue_ms = (t_flag - t0) * 1e3
+    samples: list = []
+    shapes: list = []
     sampled: list[int] = []
+    pos_seed = draw()
     if not null:
-        if len(reply.outputs) != len(args):
-            raise Tampering(f"{len(reply.outputs)} timed outputs for {len(args)} forwards")
-        sampled = _sampled_iterations(pos_seed, len(args), policy.sampled_iterations)
-        for k in sampled:
-            srow, hrow = [], []
-            for j, out in enumerate(reply.outputs[k]):
-                if isinstance(out, P.Opaque):
-                    raise Tampering(f"timed iteration {k}: output {j} is {out.type_name}, not a plain tensor")
-                try:
-                    shared.check_structure(out, max_numel)
-                    n = math.prod(out.shape)
-                    srow.append(shared.read_samples(child, out, _positions(pos_seed, k, j, n,
-                                                                            policy.samples_per_output)))
-                except Tampering:
-                    raise
-                except Exception as e:
-                    raise Tampering(f"timed iteration {k}, output {j}: unreadable as described ({e})") from None
-                hrow.append((out.dtype, tuple(out.shape)))
-            samples.append(srow)
-            shapes.append(hrow)
-        try:
-            samples = shared.finish_samples(samples)
-        except Exception as e:
-            raise Tampering(f"timed outputs unreadable as described ({e})") from None
+        samples, shapes, sampled = _read(child, reply, n, pos_seed, policy, max_numel)
     t1 = time.perf_counter()
     cpu1, w1 = sched_ns(child.pid)
     _, hw1 = thread_sched_ns()
     busy = (cpu1 - cpu0) + (w1 - w0)
     wall_ns = (t1 - t0) * 1e9
-    return Phase((t1 - t0) * 1e3, (t1 - t_reply) * 1e3, float(sum(reply.child_ms)),
-                 (w1 - w0) / busy if busy > 0 else 0.0, samples, shapes, pos_seed, reply.outputs, sampled,
-                 list(reply.violations),
-                 harness_wait_fraction=(hw1 - hw0) / wall_ns if wall_ns > 0 else 0.0)
+    child_ms = float(sum(reply.child_ms)) if reply.child_ms else None
+    ph = Phase((t1 - t0) * 1e3, (t1 - t_flag) * 1e3, enqueue_ms, None if gated else child_ms, gated, blocked,
+               (w1 - w0) / busy if busy > 0 else 0.0, samples, shapes, pos_seed, reply.outputs, sampled,
+               list(reply.violations), harness_wait_fraction=(hw1 - hw0) / wall_ns if wall_ns > 0 else 0.0,
+               flag_ms=(t_flag - t0) * 1e3, write_ms=write_ms, null=null)
+    if gated:  # the child's clock in this reply is of its previous gated phase: it goes there
+        prev = getattr(child, "last_gated_phase", None)
+        if prev is not None and child_ms is not None:
+            prev.child_ms = child_ms
+        child.last_gated_phase = ph
+    return ph
 
 
 @dataclass
@@ -127,9 +206,12 @@ class ReferenceTiming:
     child: Child
     n: int
     max_numel: int
-    overhead_ms: float = 0.0  # min(null phases) + min(sample reads): a lower bound, so net times stay positive
-    null_min_ms: float = 0.0
-    read_min_ms: float = 0.0
+    null_min_ms: float = 0.0  # plain clock: min over null phases (a Run without forwards), a lower bound
+    null_flag_min_ms: float = 0.0  # gated clock: min over null phases of gate opened -> flag seen
+    enqueue_null_min_ms: float = 0.0  # the CPU cost of a gated Run without forwards
+    read_min_ms: float = 0.0  # plain clock: min over the reference's sample reads (trusted code)
+    read_max_ms: float = 0.0  # gated clock: the most the reference's sample reads and input writes took;
+    write_max_ms: float = 0.0  # a phase's own beyond these is charged to it (work its GPU did outside the gate)
     alone_ms: list = field(default_factory=list)  # raw stand-alone phases of the reference
     standalone_ms: float = 0.0
     memory: dict = field(default_factory=dict)
@@ -138,6 +220,26 @@ class ReferenceTiming:
     compile_error: str | None = None
     calibration: dict = field(default_factory=dict)
     launches: int | None = None
+    call: launches.CallProfile | None = None  # the reference's forward, profiled in the harness
+    gated: bool = False
+
+    @property
+    def overhead_ms(self) -> float:
+        return self.null_flag_min_ms if self.gated else self.null_min_ms + self.read_min_ms
+
+    def net_ms(self, ph: Phase, n: int, null_flag_min: float | None = None, null_min: float | None = None) -> float:
+        """A phase's time per forward on the harness's clock, less the fixed cost calibrated on trusted work.
+
+        Gated: gate opened -> flag seen, less the null latency, plus whatever the harness's own input
+        write and sample read took beyond their most next to the reference (the time-sliced GPU was
+        busy with the child's work then: counted as the child's). Plain: the phase less the null
+        phase and the reference's fastest sample read."""
+        if ph.gated:
+            fm = self.null_flag_min_ms if null_flag_min is None else null_flag_min
+            excess = max(0.0, ph.read_ms - self.read_max_ms) + max(0.0, ph.write_ms - self.write_max_ms)
+            return max(ph.flag_ms - fm + excess, 0.0) / n
+        nm = self.null_min_ms if null_min is None else null_min
+        return max(ph.wall_ms - nm - self.read_min_ms, 0.0) / n
 
     def close(self) -> None:
         self.child.goodbye()
@@ -149,15 +251,19 @@ def fresh_sets(ref: ReferenceRun, key: str, n: int) -> list[list]:
     return [inp.phase_inputs(ref.problem, inp.mix(seed, k), ref.device, ref.signed, ref.drawn) for k in range(n)]
 
 
-def place(ref: ReferenceRun, sets: list[list], children: list[Child]) -> list[list]:
-    """Write input sets into the ring (growing it, and re-mapping it in the children, if needed)."""
+def place(ref: ReferenceRun, sets: list[list], children: list[Child], write: bool = True,
+          layout: list[list] | None = None) -> list[list]:
+    """Write input sets into the ring (growing it, and re-mapping it in the children, if needed).
+
+    ``write=False``: only where they will go (a gated phase writes them once the child is frozen);
+    ``layout``: write them where an earlier call said."""
     need = sum(shared.inputs_bytes(s) for s in sets) + 4096
     ring = ref.ensure_ring(need)
     for c in children:
         if c.ring_generation != ring.generation:
             c.request(P.MapRing(seq=0, ring=ring.spec), stage="map ring")
             c.ring_generation = ring.generation
-    return ring.place(sets)[0]
+    return ring.place(sets, layout=layout, write=write)[0]
 
 
 def _memory_budget(ref: ReferenceRun) -> int:
@@ -169,20 +275,29 @@ def _memory_budget(ref: ReferenceRun) -> int:
     return int(ref.options.cpu_budget_bytes)
 
 
+def _queue_limit(policy: tm.Policy, *launch_counts: int | None) -> int | None:
+    """Forwards a gated phase can queue: the launch budget over the most launches per forward."""
+    known = [c for c in launch_counts if c]
+    if not known:
+        return None
+    return max(1, policy.max_queued_launches // max(known))
+
+
 def start_reference(ref: ReferenceRun, max_numel: int, others: list[Child],
                     say: Callable[[str], None]) -> ReferenceTiming:
     """Start the reference child, measure its memory, choose ``n``, calibrate overhead and speed."""
     policy = ref.policy
     child = Child(job_for(ref, "reference", f"{ref.name}.reference.log"), ref.options.reference_timeout)
     rt = ReferenceTiming(child, 1, max_numel, device_name=child.ready.device_name,
-                         precision=dict(child.ready.precision))
+                         precision=dict(child.ready.precision), gated=bool(ref.clock and child.ready.gated))
     try:
         one = fresh_sets(ref, "ref.memory", 1)
         args = place(ref, one, [child, *others])
         mem = child.request(P.Memory(seq=0, args=args[0]), stage="reference memory")
         rt.memory = {"peak_bytes": mem.peak_bytes, "method": mem.method}
-        # counted in the harness (trusted code, one profiler for the whole run), on the same inputs
-        rt.launches, _ = launches.count(ref.model, shared.view_all(ref.ring, args[0]), ref.device.startswith("cuda"))
+        # profiled in the harness (trusted code, one profiler for the whole run), on the same inputs
+        rt.call = launches.profile_call(ref.model, shared.view_all(ref.ring, args[0]), ref.device.startswith("cuda"))
+        rt.launches = rt.call.launches
         if ref.options.vs_compile:
             done = child.request(P.Compile(seq=0, args=args[0]), stage="torch.compile of the reference",
                                  timeout=ref.options.reference_timeout)
@@ -191,32 +306,54 @@ def start_reference(ref: ReferenceRun, max_numel: int, others: list[Child],
         out_bytes = ref.estimate.outputs_bytes if ref.estimate else per_set
         # the ring and the harness's copy of the inputs, and both children's kept outputs
         n_mem = max(1, _memory_budget(ref) // max(1, 2 * per_set + 2 * out_bytes))
+        n_queue = _queue_limit(policy, rt.launches) if rt.gated else None
         est = None
         n = 1
-        for _ in range(2):  # warm up, then choose n from the reference's own clock (trusted code)
-            sets = fresh_sets(ref, "ref.probe", n)
-            ph = run_phase(child, place(ref, sets, [child, *others]), {"tf32": True}, _drawer(ref, "probe"), policy,
-                           max_numel)
-            est = max(ph.child_ms, 1e-3) / n
-            n = tm.iterations(est, policy.target_phase_ms, policy.max_iters, n_mem)
+        for _ in range(2):  # warm up, then choose n from the reference's own time (trusted code)
+            ph = run_phase(child, ref, fresh_sets(ref, "ref.probe", n), {"tf32": True}, _drawer(ref, "probe"), policy,
+                           max_numel, others)
+            est = max(ph.wall_ms - ph.read_ms, 1e-3) / n
+            n = tm.iterations(est, policy.target_phase_ms, policy.max_iters, n_mem, n_queue)
+        while True:  # a gated enqueue that blocks: the queue is full (fewer per phase) or the forward syncs
+            sets = fresh_sets(ref, "ref.calibration", n)
+            cal: list[Phase] = []
+            nulls: list[Phase] = []
+            plain_nulls: list[Phase] = []
+            for i in range(policy.calibration_phases):
+                nulls.append(run_phase(child, ref, sets, {"tf32": True}, _drawer(ref, "null"), policy, max_numel,
+                                       others, null=True, gated=rt.gated))
+                if rt.gated:  # the plain clock's fixed cost too (a candidate that syncs is timed plain)
+                    plain_nulls.append(run_phase(child, ref, sets, {"tf32": True}, _drawer(ref, "pnull"), policy,
+                                                 max_numel, others, null=True, gated=False))
+                cal.append(run_phase(child, ref, sets, {"tf32": True}, _drawer(ref, "calibration"), policy,
+                                     max_numel, others, gated=rt.gated))
+            if not any(p.blocked for p in cal):
+                break
+            if n == 1:
+                rt.gated = False  # the reference itself waits on the GPU: every arm runs plain phases
+                rt.calibration["reference_blocked"] = True
+            else:
+                n = max(1, n // 2)
         rt.n = n
-        sets = fresh_sets(ref, "ref.calibration", n)
-        nulls, reads, alone = [], [], []
-        for i in range(policy.calibration_phases):
-            args = place(ref, sets, [child, *others])
-            nulls.append(run_phase(child, args, {"tf32": True}, _drawer(ref, "null"), policy, max_numel,
-                                   null=True).wall_ms)
-            ph = run_phase(child, place(ref, sets, [child, *others]), {"tf32": True}, _drawer(ref, "calibration"),
-                           policy, max_numel)
-            reads.append(ph.read_ms)
-            alone.append(ph.wall_ms)
-        rt.null_min_ms, rt.read_min_ms, rt.alone_ms = min(nulls), min(reads), alone
-        rt.overhead_ms = rt.null_min_ms + rt.read_min_ms
-        rt.standalone_ms = max(statistics.median(alone) - rt.overhead_ms, 1e-6) / n
-        rt.calibration = {"null_phase_ms": nulls, "sample_read_ms": reads, "phase_ms": alone, "iters": n,
-                          "estimate_ms_per_iter": est, "memory_limit_iters": n_mem}
+        pn = plain_nulls or [p for p in nulls if not p.gated]
+        rt.null_min_ms = min((p.wall_ms for p in pn), default=0.0)
+        rt.null_flag_min_ms = min((p.flag_ms for p in nulls if p.gated), default=0.0)
+        rt.enqueue_null_min_ms = min((p.enqueue_ms for p in nulls), default=0.0)
+        rt.read_min_ms = min(p.read_ms for p in cal)
+        rt.read_max_ms = max(p.read_ms for p in cal)
+        rt.write_max_ms = max(p.write_ms for p in cal)
+        rt.alone_ms = [rt.net_ms(p, n) for p in cal]
+        rt.standalone_ms = statistics.median(rt.alone_ms)
+        rt.calibration = {**rt.calibration, "null_phase_ms": [p.wall_ms for p in pn],
+                          "null_flag_ms": [p.flag_ms for p in nulls if p.gated],
+                          "null_enqueue_ms": [p.enqueue_ms for p in nulls], "sample_read_ms": [p.read_ms for p in cal],
+                          "input_write_ms": [p.write_ms for p in cal], "phase_ms": [p.wall_ms for p in cal],
+                          "flag_ms": [p.flag_ms for p in cal], "iters": n, "estimate_ms_per_iter": est, "memory_limit_iters": n_mem,
+                          "queue_limit_iters": n_queue, "clock": "gated" if rt.gated else "plain"}
+        if ref.clock is not None and not child.ready.gated:
+            rt.calibration["gate_unavailable"] = child.ready.clock_error
         say(f"{ref.name}: reference timed alone at {rt.standalone_ms:.4g} ms/forward ({n} per phase, "
-            f"overhead {rt.overhead_ms:.3g} ms per phase)")
+            f"{'gated GPU clock' if rt.gated else 'plain clock'}, overhead {rt.overhead_ms:.3g} ms per phase)")
     except BaseException:
         child.close()
         raise
@@ -233,51 +370,109 @@ def arms(ref: ReferenceRun, rt: ReferenceTiming) -> list[tuple[str, dict]]:
 
 
 def time_candidate(ref: ReferenceRun, cand: Child, gates: list, max_numel: int, aggs: dict,
-                   say: Callable[[str], None], violations: set) -> dict:
+                   say: Callable[[str], None], violations: set, cand_call: launches.CallProfile | None = None) -> dict:
     """Interleaved rounds of reference and candidate; returns the ``timing`` section of the result."""
     policy = ref.policy
+    cuda = ref.device.startswith("cuda")
     try:
         if ref.timing is None:
             ref.timing = start_reference(ref, max_numel, [cand], say)
         rt = ref.timing
+        n = rt.n
+        if rt.gated:  # the candidate's forwards must fit the queue too (its own count: only its loss if it lies)
+            cap = _queue_limit(policy, rt.launches, cand_call.launches if cand_call else None)
+            n = min(n, cap) if cap else n
         plan = arms(ref, rt)
+        run_of = dict(plan)
         child_of = {name: (cand if name == "candidate" else rt.child) for name, _ in plan}
-        children = [rt.child, cand]
-        walls: dict[str, list[float]] = {name: [] for name, _ in plan}
+        others = {rt.child.pid: [cand], cand.pid: [rt.child]}
+        gated_arm = {name: rt.gated for name, _ in plan}
+        phases: dict[str, list[Phase]] = {name: [] for name, _ in plan}
         waits: dict[str, list[float]] = {"reference": [], "candidate": [], "harness": []}
-        clocks: dict[str, list[float]] = {name: [] for name, _ in plan}
-        for name, run in plan:  # warm-up phase of every arm
-            run_phase(child_of[name], place(ref, fresh_sets(ref, f"warmup.{name}", rt.n), children), run,
-                      _drawer(ref, f"warmup.{name}"), policy, max_numel)
-        for r in range(policy.rounds):
-            sets = fresh_sets(ref, f"round{r}", rt.n)
-            phases: dict[str, Phase] = {}
-            for name in tm.round_order([n for n, _ in plan], r):
-                run = dict(plan)[name]
-                phases[name] = run_phase(child_of[name], place(ref, sets, children), run,
-                                         _drawer(ref, f"positions{r}.{name}"), policy, max_numel)
-                if name in ("reference_tf32", "candidate") and len({"reference_tf32", "candidate"} & set(phases)) == 2:
-                    # now, while the reference's outputs of this round are still in its process
-                    _compare_round(rt.child, phases["reference_tf32"], phases["candidate"], gates, policy,
-                                   aggs["timed_outputs"], r)
-            # a null phase every round: the overhead's lower bound follows the machine
-            rt.null_min_ms = min(rt.null_min_ms, run_phase(rt.child, place(ref, sets, children), {"tf32": True},
-                                                           _drawer(ref, f"null{r}"), policy, max_numel,
-                                                           null=True).wall_ms)
-            rt.overhead_ms = rt.null_min_ms + rt.read_min_ms
-            for name, ph in phases.items():
-                walls[name].append(ph.wall_ms)
-                clocks[name].append(ph.child_ms)
-                waits["candidate" if name == "candidate" else "reference"].append(ph.wait_fraction)
-                waits["harness"].append(ph.harness_wait_fraction)
-                if name == "candidate":
-                    violations.update(ph.violations)
-                    bad = tm.cross_check(ph.wall_ms, ph.child_ms)
-                    aggs["timer_consistency"].record(bad is None, (bad + ": its clock or its messages were tampered "
-                                                                   "with") if bad else
+        cand_nulls: list[Phase] = []
+        last_wall: dict[int, float] = {}
+
+        def one(name: str, sets: list[list], key: str) -> Phase:
+            c = child_of[name]
+            ph = run_phase(c, ref, sets, run_of[name], _drawer(ref, key), policy, max_numel, others[c.pid],
+                           gated=gated_arm[name])
+            if ph.blocked:  # it waited on the GPU inside its enqueue: time it as it runs, serialised
+                gated_arm[name] = False
+            if name == "candidate":
+                violations.update(ph.violations)
+                prev = last_wall.get(c.pid)
+                claimed = ph.child_ms
+                wall = prev if ph.gated else ph.wall_ms  # gated: the child's clock is of its previous phase
+                if claimed is not None and wall is not None:
+                    bad = tm.cross_check(wall, claimed)
+                    aggs["timer_consistency"].record(bad is None, (bad + ": its clock or its messages were "
+                                                                   "tampered with") if bad else
                                                      "the child's own clock agrees with the harness's")
-            if not aggs["timed_outputs"].passed or not aggs["timer_consistency"].passed:
-                break
+                last_wall[c.pid] = ph.wall_ms
+            return ph
+
+        for name, _ in plan:  # warm-up phase of every arm (a blocked candidate is found here)
+            ph = one(name, fresh_sets(ref, f"warmup.{name}", n), f"warmup.{name}")
+            if name == "candidate" and ph.blocked:
+                # a full queue (fewer forwards per phase do) or a host synchronisation (even one blocks)
+                m = n
+                while m > 1:
+                    m = max(1, m // 4)
+                    gated_arm[name] = True
+                    if not one(name, fresh_sets(ref, f"warmup.q{m}", m), f"warmup.q{m}").blocked:
+                        break
+                if gated_arm[name] and m < n:
+                    n = m  # every arm at the candidate's queue depth, so rounds share their inputs
+                else:
+                    gated_arm[name] = False
+                    one(name, fresh_sets(ref, f"warmup2.{name}", n), f"warmup2.{name}")
+        current: dict[str, Any] = {}
+
+        def measure(name: str, r: int) -> float:
+            if "sets" not in current or current["round"] != r:
+                current.update(round=r, sets=fresh_sets(ref, f"round{r}", n), phases={})
+            ph = one(name, current["sets"], f"positions{r}.{name}")
+            current["phases"][name] = ph
+            phases[name].append(ph)
+            waits["candidate" if name == "candidate" else "reference"].append(ph.wait_fraction)
+            waits["harness"].append(ph.harness_wait_fraction)
+            if name == "reference_tf32":
+                rt.read_min_ms = min(rt.read_min_ms, ph.read_ms)
+            got = current["phases"]
+            if name in ("reference_tf32", "candidate") and {"reference_tf32", "candidate"} <= set(got):
+                # now, while the reference's outputs of this round are still in its process
+                _compare_round(rt.child, got["reference_tf32"], got["candidate"], gates, policy,
+                               aggs["timed_outputs"], r)
+            return ph
+
+        def after_round(r: int, _values: dict) -> bool:
+            # a null phase of each child every round: the clock's fixed cost follows the machine
+            sets = current["sets"]
+            nr = run_phase(rt.child, ref, sets, {"tf32": True}, _drawer(ref, f"null{r}"), policy, max_numel,
+                           others[rt.child.pid], null=True, gated=rt.gated)
+            nc = run_phase(cand, ref, sets, {"tf32": True}, _drawer(ref, f"nullc{r}"), policy, max_numel,
+                           others[cand.pid], null=True, gated=gated_arm["candidate"])
+            if nr.gated:
+                rt.null_flag_min_ms = min(rt.null_flag_min_ms, nr.flag_ms)
+                rt.enqueue_null_min_ms = min(rt.enqueue_null_min_ms, nr.enqueue_ms)
+            else:
+                rt.null_min_ms = min(rt.null_min_ms, nr.wall_ms)
+            cand_nulls.append(nc)
+            return aggs["timed_outputs"].passed and aggs["timer_consistency"].passed
+
+        def mins() -> tuple[float, float]:
+            # a lower bound from trusted work and from every child's null phases (a child can only raise its own)
+            f = min([rt.null_flag_min_ms, *[p.flag_ms for p in cand_nulls if p.gated]])
+            w = min([rt.null_min_ms, *[p.wall_ms for p in cand_nulls if not p.gated]])
+            return f, w
+
+        def net(name: str, ph: Phase) -> float:
+            f, w = mins()
+            return rt.net_ms(ph, n, f, w)
+
+        rounds = interleave_rounds([nm for nm, _ in plan], lambda name, r: net(name, measure(name, r)),
+                                   policy.round_policy(cuda), pair=("reference_tf32", "candidate"),
+                                   on_round=after_round)
     except HarnessOOM:
         raise
     except (ChildFailed, Tampering):
@@ -286,23 +481,36 @@ def time_candidate(ref: ReferenceRun, cand: Child, gates: list, max_numel: int, 
         if is_oom(e):
             raise HarnessOOM(f"out of memory in the harness while timing: {e}"[:300]) from None
         raise
-    per = {name: [(w - rt.overhead_ms) / rt.n for w in ws] for name, ws in walls.items()}
-    rt.standalone_ms = max(statistics.median(rt.alone_ms) - rt.overhead_ms, 1e-6) / rt.n
+    flag_min, null_min = mins()
+    per = {name: [rt.net_ms(p, n, flag_min, null_min) for p in ps] for name, ps in phases.items()}
+    overhead = flag_min if rt.gated else null_min + rt.read_min_ms
     drift = statistics.median(per["reference_tf32"]) / rt.standalone_ms if per["reference_tf32"] else None
     judged = tm.judge(per["reference_tf32"], per["candidate"], policy,
                       {k: statistics.median(v) for k, v in waits.items() if v}, drift)
-    out = {"method": "harness_clock", "unit": "ms", "rounds": len(per["candidate"]), "iters_per_phase": rt.n,
-           "warmup_phases": 1, "overhead_ms": rt.overhead_ms,
-           "ci_method": "order statistics of the per-round ratios (distribution-free CI of a median)",
+    clocks = {name: [p.child_ms for p in ps if p.child_ms is not None] for name, ps in phases.items()}
+    out = {"method": "harness_clock", "clock": "gated" if rt.gated else "plain", "unit": "ms",
+           "rounds": len(per["candidate"]), "rounds_stop": rounds.stop, "iters_per_phase": n,
+           "warmup_phases": 1, "overhead_ms": overhead, "null_min_ms": null_min, "null_flag_min_ms": flag_min,
+           "read_min_ms": rt.read_min_ms, "read_max_ms": rt.read_max_ms, "write_max_ms": rt.write_max_ms,
+           "charged_excess_ms": {name: statistics.median(max(0.0, p.read_ms - rt.read_max_ms)
+                                                         + max(0.0, p.write_ms - rt.write_max_ms) for p in ps)
+                                 for name, ps in phases.items() if ps and ps[0].gated},
+           "ci_method": "median of per-round ratios, 95% interval from order statistics (distribution-free)",
            "speedup_estimate": judged.speedup, "speedup_ci": list(judged.ci) if judged.ci else None,
            "ci_coverage": judged.coverage, "inconclusive": judged.reasons,
            "reference_standalone_ms": rt.standalone_ms, "reference_drift": drift,
            "wait_fraction": {k: statistics.median(v) for k, v in waits.items() if v},
-           "child_clock_ms": {k: statistics.median(v) / rt.n for k, v in clocks.items() if v},
-           "calibration": rt.calibration}
+           "child_clock_ms": {k: statistics.median(v) / n for k, v in clocks.items() if v},
+           "candidate_clock": "gated" if gated_arm["candidate"] else "plain",
+           "candidate_blocked": rt.gated and not gated_arm["candidate"],
+           "overhead_share": overhead / statistics.median([p.wall_ms for p in phases["reference_tf32"]])
+           if phases["reference_tf32"] else None,
+           "calibration": {**rt.calibration, "candidate_null_phase_ms": [p.wall_ms for p in cand_nulls],
+                           "candidate_null_flag_ms": [p.flag_ms for p in cand_nulls if p.gated]}}
     for name, _ in plan:
         out[name] = tm.stats(per[name])
         out[f"{name}_per_round"] = per[name]
+    out["per_call"] = _per_call(rt, phases, [p.enqueue_ms for p in cand_nulls if p.gated], n, cand_call, gated_arm)
     ratios = {}
     for name in ("reference_fp32", "reference_compile"):
         if per.get(name):
@@ -310,6 +518,36 @@ def time_candidate(ref: ReferenceRun, cand: Child, gates: list, max_numel: int, 
                                              or [float("nan")])
     out["_ratios"] = ratios
     return out
+
+
+def _per_call(rt: ReferenceTiming, phases: dict[str, list[Phase]], cand_null_enq: list[float], n: int,
+              cand_call: launches.CallProfile | None, gated_arm: dict[str, bool]) -> dict:
+    """What one call costs besides its device time: CPU per call unprofiled, launches, host syncs, bytes to host.
+
+    ``call_us``: a gated phase's enqueue on the harness's clock, less the fixed cost of a Run without
+    forwards (min over both children's null phases), per forward: the CPU time of one call when it
+    never waits for the GPU, describing its outputs included (a few us per output tensor)."""
+    enq_null = min([rt.enqueue_null_min_ms, *cand_null_enq]) if cand_null_enq else rt.enqueue_null_min_ms
+
+    def side(name: str, prof: launches.CallProfile | None, gated: bool) -> dict:
+        ps = phases.get(name) or []
+        d: dict = {"launches": prof.launches if prof else None, "kernel_us": prof.kernel_us if prof else None,
+                   "syncs": prof.syncs if prof else None, "d2h_bytes": prof.d2h_bytes if prof else None,
+                   "call_us": None, "call_us_method": None}
+        if ps and gated and all(p.gated and not p.blocked for p in ps):
+            d["call_us"] = max(statistics.median(p.enqueue_ms for p in ps) - enq_null, 0.0) * 1e3 / n
+            d["call_us_method"] = "gated enqueue on the harness's clock, less a null Run, per forward (unprofiled)"
+        elif ps and prof is not None and prof.kernel_us is not None:
+            serial = statistics.median(rt.net_ms(p, n) for p in ps) * 1e3
+            d["call_us"] = max(serial - prof.kernel_us, 0.0)
+            d["call_us_method"] = ("serialised forward on the harness's clock less the profiler's kernel time "
+                                   "(the call waits on the GPU: its CPU time cannot be timed apart)")
+        return d
+
+    method = rt.call.method if rt.call is not None else "not measured"
+    return {"reference": side("reference_tf32", rt.call, rt.gated),
+            "candidate": side("candidate", cand_call, gated_arm.get("candidate", False)),
+            "method": f"launches, kernel_us, syncs, d2h_bytes: {method}"}
 
 
 def _drawer(ref: ReferenceRun, key: str) -> Callable[[], int]:
@@ -332,10 +570,10 @@ def _compare_round(ref_child: Child, ref_ph: Phase, cand_ph: Phase, gates: list,
         if rshape != cshape:
             agg.record(False, f"round {r}, timed iteration {k}: outputs {cshape}, the reference's {rshape}")
             return
-        for j, (cv, rout) in enumerate(zip(crow, rrow)):
-            n = math.prod(rout.shape)
-            rv = shared.finish_samples([[shared.read_samples(ref_child, rout, _positions(
-                cand_ph.pos_seed, k, j, n, policy.samples_per_output))]])[0][0]
+        items = [(rout, _positions(cand_ph.pos_seed, k, j, math.prod(rout.shape), policy.samples_per_output))
+                 for j, rout in enumerate(rrow)]
+        rvals = shared.gather_samples(ref_child, items, ref_child.job.device)
+        for j, (cv, rv, rout) in enumerate(zip(crow, rvals, rrow)):
             g = gates[j] if j < len(gates) else None
             ok, detail = ck.samples_match(cv, rv, g, ck.rms(shared.read_full(ref_child, rout, ref_child.job.device)))
             if not ok:

@@ -1,97 +1,68 @@
-"""Timing statistics (pure functions): rounds, medians, a 95% interval, when a result is inconclusive.
+"""How a candidate's timing is run and judged (pure functions; the statistics are ``headroom.measure``).
 
-The harness times each *phase* itself (``session``): it starts its clock,
-wakes the child and sends ``Run`` with ``n`` input sets, and stops the clock
-only after it has read samples of every iteration's output from the child's
-memory. Per-iteration time = (phase time - overhead) / n, where the overhead
-(message round trip, waking the child, reading the samples) is calibrated on
-the reference in the same kind of child: null phases (no forward; one more in
-every round) and the sample reads of the reference's own phases — their
-minimum, a lower bound of the fixed cost, so a loaded moment during
-calibration cannot make a later phase's net time negative (what is left
-biases speedups toward 1, the conservative side). ``n`` is chosen so that a phase
-lasts ``target_phase_ms`` at the reference's speed (overhead amortised) and
-its inputs and outputs fit in memory.
+The harness times each *phase* itself (``session``; on a GPU through the gated clock of ``gate``):
+per-forward time = (phase time - overhead) / n, where the overhead subtracted is a lower bound
+calibrated on trusted work (the reference's sample reads; null phases of both children, their
+minimum), so what is left can only bias a speedup toward 1. ``n`` is chosen so that a phase lasts
+``target_phase_ms`` at the reference's speed, within memory and, on a GPU, within the launches a
+gated stream queues before its CPU would block (``max_queued_launches``).
 
-Rounds interleave the arms (reference TF32, candidate, and optionally the
-strict-FP32 and ``torch.compile`` references) in alternating order — A B,
-then B A — so drift in the machine affects both sides alike. The speedup is
-the **median of the per-round ratios** reference / candidate, and its 95%
-confidence interval is the distribution-free interval for a median from order
-statistics: with R ratios sorted, ``[q_(k), q_(R-k+1)]`` for the largest k
-with ``P(Binomial(R, 1/2) < k) <= 2.5%`` (R = 6 gives [min, max] at 96.9%;
-fewer than 6 rounds give no 95% interval). No resampling, no normality.
+Rounds interleave the arms (reference TF32, candidate, on a GPU the strict-FP32 reference, and
+optionally ``torch.compile``) in alternating order until the interval of reference / candidate is
+``target_width`` tight, ``max_rounds`` were run or ``budget_s`` is spent (``headroom.measure``).
+The speedup is the median of the per-round ratios with its order-statistics 95% interval.
 
-A result is ``inconclusive`` (not ``pass``) when: the interval is wider than
-``max_ci_ratio`` (hi / lo); a child waited for a CPU more than
-``max_wait_fraction`` of its phase (``/proc/<pid>/task/*/schedstat``: another
-process loaded the machine); or the reference's times during the candidate's
-rounds drifted from its own calibration by more than ``max_reference_drift``
-(something — possibly the candidate — slowed the machine while it was
-frozen).
+A result is ``inconclusive`` (not ``pass``) only when the machine was too noisy to tell: the
+interval contains 1 and is wider than ``max_ci_ratio`` (hi/lo); a child or the harness waited for
+a CPU more than ``max_wait_fraction`` of its phases (``/proc/<pid>/task/*/schedstat``: another
+process loaded the machine); the reference drifted from its own calibration by more than
+``max_reference_drift`` while the candidate was measured; or too few rounds. An interval wholly
+below 1 is a conclusive slowdown, wholly above 1 a conclusive speedup, whatever its width.
 """
 
 from __future__ import annotations
 
 import math
-import statistics
 from dataclasses import dataclass
+
+from headroom.measure import compare
+from headroom.measure.rounds import RoundPolicy, round_order  # noqa: F401  (re-exported)
+from headroom.measure.stats import median_ci, summary as stats  # noqa: F401  (re-exported)
 
 
 @dataclass(frozen=True)
 class Policy:
     """How timing is run and judged (see the module docstring)."""
 
-    rounds: int | None = None  # None: 10 on a GPU, 8 on a CPU (VerifyOptions.resolved_policy)
+    rounds: int | None = None  # minimum rounds (None: 6); more run until the interval is tight
+    max_rounds: int | None = None  # None: 40 on a GPU, 30 on a CPU
+    target_width: float = 1.02  # stop early once the interval's hi/lo is at most this
+    budget_s: float = 30.0  # wall seconds the rounds of one candidate may take (at least the minimum rounds)
     warmup_phases: int = 1
     calibration_phases: int = 5
-    target_phase_ms: float = 25.0
-    max_iters: int = 200
+    target_phase_ms: float = 50.0
+    max_iters: int = 2000
+    max_queued_launches: int = 900  # a gated GPU stream accepts about this many before its CPU blocks
+    enqueue_timeout_s: float = 2.0  # a gated enqueue taking longer waits on the GPU (a host synchronisation)
     max_ci_ratio: float = 1.25
     max_wait_fraction: float = 0.3
     max_reference_drift: float = 1.35
     samples_per_output: int = 256  # elements read from each sampled timed output
     sampled_iterations: int = 32  # timed iterations read per phase (all when fewer; drawn after the reply)
 
-
-def stats(times: list[float]) -> dict:
-    """median, quartiles, min, max, mean and count of a list of times (ms)."""
-    if not times:
-        return {"n": 0, "median": None}
-    xs = sorted(times)
-    q = statistics.quantiles(xs, n=4, method="inclusive") if len(xs) >= 2 else [xs[0]] * 3
-    med = statistics.median(xs)
-    return {"n": len(xs), "median": med, "p25": q[0], "p75": q[2], "min": xs[0], "max": xs[-1],
-            "mean": statistics.fmean(xs), "iqr_rel": (q[2] - q[0]) / med if med > 0 else None}
+    def round_policy(self, cuda: bool) -> RoundPolicy:
+        lo = self.rounds or 6
+        hi = self.max_rounds or (40 if cuda else 30)
+        return RoundPolicy(min_rounds=lo, max_rounds=max(lo, hi), target_width=self.target_width,
+                           budget_s=self.budget_s)
 
 
-def round_order(arms: list[str], r: int) -> list[str]:
-    """Alternating order: arms as given in even rounds, reversed in odd ones (A B, B A, ...)."""
-    return list(arms) if r % 2 == 0 else list(reversed(arms))
-
-
-def iterations(ref_ms: float, target_ms: float, max_iters: int, max_by_memory: int) -> int:
-    """Forwards per phase: enough to last ``target_ms``, within memory and ``max_iters``."""
+def iterations(ref_ms: float, target_ms: float, max_iters: int, max_by_memory: int,
+               max_by_queue: int | None = None) -> int:
+    """Forwards per phase: enough to last ``target_ms``, within memory, ``max_iters`` and the queue."""
     want = math.ceil(target_ms / max(ref_ms, 1e-4))
-    return max(1, min(want, max_iters, max_by_memory))
-
-
-def _binom_cdf(k: int, n: int) -> float:
-    """P(Binomial(n, 1/2) <= k)."""
-    return sum(math.comb(n, i) for i in range(0, k + 1)) / 2 ** n
-
-
-def median_ci(values: list[float], level: float = 0.95) -> tuple[float, float, float] | None:
-    """Distribution-free CI of the median: (lo, hi, coverage), or None with too few values."""
-    n = len(values)
-    alpha = (1 - level) / 2
-    k = 0
-    while k + 1 <= n // 2 and _binom_cdf(k, n) <= alpha:
-        k += 1
-    if k == 0:
-        return None
-    xs = sorted(values)
-    return xs[k - 1], xs[n - k], 1 - 2 * _binom_cdf(k - 1, n)
+    caps = [want, max_iters, max_by_memory] + ([max_by_queue] if max_by_queue else [])
+    return max(1, min(caps))
 
 
 @dataclass
@@ -105,16 +76,14 @@ class Judgement:
 def judge(ref_ms: list[float], cand_ms: list[float], policy: Policy, wait_fractions: dict[str, float],
           reference_drift: float | None) -> Judgement:
     """Speedup (median of per-round ratios), its interval, and any reason it cannot be called."""
-    ratios = [a / b for a, b in zip(ref_ms, cand_ms) if a > 0 and b > 0]
+    c = compare(ref_ms, cand_ms)
     reasons: list[str] = []
-    if len(ratios) < len(ref_ms) or not ratios:
+    if c.dropped or c.estimate is None:
         reasons.append("a phase took no measurable time after the calibrated overhead (too fast to time)")
-    speedup = statistics.median(ratios) if ratios else None
-    ci = median_ci(ratios) if ratios else None
-    if ci is None:
-        reasons.append(f"{len(ratios)} rounds give no 95% interval (at least 6 are needed)")
-    elif ci[1] / ci[0] > policy.max_ci_ratio:
-        reasons.append(f"the 95% interval of the speedup [{ci[0]:.3g}x, {ci[1]:.3g}x] is wider than "
+    if c.low is None or c.high is None:
+        reasons.append(f"{c.rounds} rounds give no 95% interval (at least 6 are needed)")
+    elif not c.excludes(1.0) and (c.width or math.inf) > policy.max_ci_ratio:
+        reasons.append(f"the 95% interval of the speedup [{c.low:.3g}x, {c.high:.3g}x] contains 1 and is wider than "
                        f"{policy.max_ci_ratio:g}x (hi/lo): too noisy to call")
     for who, w in wait_fractions.items():
         if w > policy.max_wait_fraction:
@@ -124,7 +93,8 @@ def judge(ref_ms: list[float], cand_ms: list[float], policy: Policy, wait_fracti
                                             <= policy.max_reference_drift):
         reasons.append(f"the reference ran {reference_drift:.2f}x its calibrated time during the candidate's "
                        f"rounds: the machine changed speed while it was measured")
-    return Judgement(speedup, (ci[0], ci[1]) if ci else None, ci[2] if ci else None, reasons)
+    ci = (c.low, c.high) if c.low is not None and c.high is not None else None
+    return Judgement(c.estimate, ci, c.coverage, reasons)
 
 
 def cross_check(wall_ms: float, child_ms: float) -> str | None:

@@ -340,3 +340,43 @@ def test_the_cpu_speed_of_two_profiles_is_the_weighted_median_of_their_op_ratios
     # Two names in both: add x1.5 (10 ops), mm x1.2 (2 ops): the count-weighted median is 1.5.
     assert cpu_speed_ratio(base, other) == (1.5, 2, 12)
     assert cpu_speed_ratio(base, {"aten::cat": np.full(4, 9.0)}) == (1.0, 0, 0)
+
+
+# --- host synchronisations a change adds (Speedup.syncs) ------------------------
+
+def _synced(text: str, call_us: float, syncs: float) -> "Speedup":
+    from dataclasses import replace
+    return replace(parse_cli_speedup(text), call_us=call_us, syncs=syncs)
+
+
+def test_a_sync_per_call_drains_the_queue_in_a_gpu_bound_step(tmp_path):
+    # GPU-bound: 99 us of CPU per layer against 600 us of GPU, the CPU far ahead. With a host sync at
+    # the end of each fused call the CPU waits until the GPU has run everything queued, so each next
+    # GEMM is launched only then: the GPU idles for the sync's return (5 us), the next op's launch
+    # offset (2 us) and the launch latency (5 us) -- 12 us per call, 30 calls -- but still gains the
+    # kernel time, since each wait ends where the GPU was anyway.
+    path = gpu_bound(tmp_path)
+    plain = project(analyze(path), [_synced("module:RMSNorm=4,launches=1", 40.0, 0)])
+    synced = project(analyze(path), [_synced("module:RMSNorm=4,launches=1", 40.0, 1)])
+    assert plain.get("replay").saved_us == pytest.approx(30 * 150.0, abs=1.0)
+    assert synced.entries[0]["cpu"]["syncs"] == 1
+    lost = plain.get("replay").saved_us - synced.get("replay").saved_us
+    assert lost == pytest.approx(30 * (5.0 + 2.0 + LATENCY_US), abs=30 * 1.0)
+
+
+def test_a_sync_per_call_costs_the_wait_for_its_own_kernel_when_launch_bound(tmp_path):
+    # Launch-bound: the fused kernel is launched 3 us before its 40 us call ends and runs 5 + 2 us later,
+    # so the CPU waits 4 us for it, then 5 us for the sync to return: 9 us more per call, 60 calls.
+    path = launch_bound(tmp_path)
+    plain = project(analyze(path), [_synced("module:RMSNorm=4,launches=1", 40.0, 0)])
+    synced = project(analyze(path), [_synced("module:RMSNorm=4,launches=1", 40.0, 2)])
+    lost = plain.get("replay").saved_us - synced.get("replay").saved_us
+    assert lost == pytest.approx(60 * (4.0 + 2 * 5.0), abs=60 * 0.5)
+    assert synced.estimate.speedup < plain.estimate.speedup
+
+
+def test_a_slower_candidate_projects_a_slowdown(tmp_path):
+    r = run(gpu_bound(tmp_path), "module:RMSNorm=0.5,launches=8")
+    # 30 calls x 200 us of kernels take 400 us now: 6000 us more, on a step the GPU bounds
+    assert r.get("replay").saved_us == pytest.approx(-30 * 200.0, abs=1.0)
+    assert r.estimate.speedup < 1.0 and r.estimate.high < 1.0 + 1e-9

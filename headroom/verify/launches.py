@@ -34,31 +34,26 @@ class CallProfile:
     d2h_bytes: float | None = None
 
 
-def _gpu(model: Any, xs: list) -> CallProfile:
-    import torch
+def _profiled(fn: Any) -> list[dict]:
+    """The events of a chrome trace of ``fn()`` under torch.profiler (CPU + CUDA activities)."""
     from torch.profiler import ProfilerActivity, profile
 
-    with torch.no_grad():
-        model(*xs)
-    torch.cuda.synchronize()
     fd, path = tempfile.mkstemp(suffix=".json")
     os.close(fd)
     try:
-        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as p, torch.no_grad():
-            for _ in range(FORWARDS):
-                model(*xs)
-            torch.cuda.synchronize()
+        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as p:
+            fn()
         p.export_chrome_trace(path)
         with open(path) as f:
-            events = json.load(f).get("traceEvents", [])
+            return [e for e in json.load(f).get("traceEvents", []) if e.get("ph") == "X"]
     finally:
         os.unlink(path)
+
+
+def _count(events: list[dict]) -> tuple[int, float, int, float]:
     kernels = syncs = 0
     kernel_us = d2h = 0.0
-    final_sync = 1  # the torch.cuda.synchronize() after the forwards above
     for e in events:
-        if e.get("ph") != "X":
-            continue
         cat, name = e.get("cat", ""), e.get("name", "")
         if cat == "kernel":
             kernels += 1
@@ -67,7 +62,26 @@ def _gpu(model: Any, xs: list) -> CallProfile:
             d2h += float((e.get("args") or {}).get("bytes", 0) or 0)
         elif cat == "cuda_runtime" and name in SYNC_CALLS:
             syncs += 1
-    return CallProfile(kernels // FORWARDS, METHOD_GPU, kernel_us / FORWARDS, max(0, syncs - final_sync) / FORWARDS,
+    return kernels, kernel_us, syncs, d2h
+
+
+def _gpu(model: Any, xs: list) -> CallProfile:
+    import torch
+
+    with torch.no_grad():
+        model(*xs)
+    torch.cuda.synchronize()
+
+    def forwards() -> None:
+        with torch.no_grad():
+            for _ in range(FORWARDS):
+                model(*xs)
+        torch.cuda.synchronize()
+
+    # the same profile around no forward: what the profiler and the closing synchronise add themselves
+    _, _, syncs0, _ = _count(_profiled(torch.cuda.synchronize))
+    kernels, kernel_us, syncs, d2h = _count(_profiled(forwards))
+    return CallProfile(kernels // FORWARDS, METHOD_GPU, kernel_us / FORWARDS, max(0, syncs - syncs0) / FORWARDS,
                        d2h / FORWARDS)
 
 

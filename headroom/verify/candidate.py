@@ -27,6 +27,7 @@ from headroom.verify import compare as cmp
 from headroom.verify import inputs as inp
 from headroom.verify import problem as prob
 from headroom.verify import protocol as P
+from headroom.verify import sandbox as sb
 from headroom.verify import shared
 from headroom.verify.flags import review_flags
 from headroom.verify.options import VerifyOptions
@@ -141,9 +142,12 @@ def _run(ref: ReferenceRun, cand_path: Path, env: dict, res: VerifyResult, say: 
             error += f" | log: {last}"
     except HarnessOOM as e:
         error = str(e)
+    except Exception as e:  # a harness bug still ends in a verdict with its reason, never an exception
+        error = f"harness error: {type(e).__name__}: {e}"[:600]
     finally:
         _integrity(aggs, violations)
         if child is not None:
+            res.info["sandbox"] = sb.report(child, ref.timing.child if ref.timing else None, ref.options.threads)
             strays = child.stray_processes()
             if strays:
                 aggs["containment"].record(False, f"{len(strays)} process(es) the candidate started were still "
@@ -286,5 +290,6 @@ def _finish(ref: ReferenceRun, res: VerifyResult, aggs: dict, timing: dict | Non
     res.flags, extra = review_flags(res.speedup, res.memory, res.memory_ratio, cmed, io, res.device,
                                     ref.device.startswith("cuda"))
     res.info.update(extra)
+    res.flags.extend(sb.cpu_flags(res.info.get("sandbox")))
     if res.speedup is not None and not math.isfinite(res.speedup):
         res.verdict, res.speedup, res.reason = "inconclusive", None, "the speedup is not finite"

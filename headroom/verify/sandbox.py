@@ -392,8 +392,14 @@ class Sandbox:
             self.cpus, self.quota_cpus = fair_cpus(job.threads)
         self.cgroup = Cgroup(self.name, self.cpus, self.quota_cpus)
         self.notes.extend(self.cgroup.notes)
+        views = []
+        if self.uid is not None and ns:
+            for i, (closed, entries) in enumerate(sorted(_closed_ancestors(_interpreter_paths()).items())):
+                v = os.path.join(self.dir, "view", str(i))
+                os.makedirs(v)
+                views.append([closed, entries, v])
         self.plan = {"uid": self.uid, "procs": self.cgroup.procs_files(), "cpus": self.cpus, "ns": ns,
-                     "fds": not off("fds"), "private": private, "binds": binds}
+                     "fds": not off("fds"), "private": private, "binds": binds, "views": views}
         if not self.plan["ns"]:
             self.notes.append("namespaces: not root: the child shares the harness's mount and network namespaces")
         env[SEAL_ENV] = json.dumps(self.plan)
@@ -557,11 +563,63 @@ def enter(job: Any) -> None:
                     job.env[key] = dst
                 else:
                     plan["bound"] = False
+            if plan.get("uid") is not None and plan.get("views"):
+                _open_views(libc, plan["views"])
         else:
             plan["bound"] = not plan.get("binds")
     elif plan.get("binds"):
         plan["bound"] = False
     job.env[SEAL_ENV] = json.dumps(plan)
+
+
+def _interpreter_paths() -> list[str]:
+    """Directories the child's interpreter reads after the uid drop (lazy imports, sys.executable)."""
+    import sys
+
+    out = {os.path.realpath(sys.executable), os.path.realpath(sys.prefix), os.path.realpath(sys.base_prefix)}
+    out.update(os.path.realpath(p) for p in sys.path if p and os.path.isdir(p))
+    return sorted(out)
+
+
+def _closed_ancestors(paths: list[str]) -> dict[str, list[str]]:
+    """{a directory others cannot traverse: [the entries below it on those paths]} (the first such level)."""
+    import stat
+
+    out: dict[str, list[str]] = {}
+    for p in paths:
+        parts = p.strip("/").split("/")
+        for i in range(1, len(parts)):
+            a = "/" + "/".join(parts[:i])
+            try:
+                closed = not (os.stat(a).st_mode & stat.S_IXOTH)
+            except OSError:
+                break
+            if closed:
+                if parts[i] not in out.setdefault(a, []):
+                    out[a].append(parts[i])
+                break
+    return out
+
+
+def _open_views(libc: Any, views: list) -> None:
+    """In the child's own mount namespace, a traversable view of each closed directory on the
+    interpreter's paths (a root-only /root holding pyenv): a tmpfs with just those entries bound in,
+    bound over the directory. Nothing else of it becomes visible; the host is untouched."""
+    for closed, entries, view in views:
+        try:
+            if libc.mount(b"tmpfs", view.encode(), b"tmpfs", 0, b"mode=0711") != 0:
+                continue
+            for e in entries:
+                src = os.path.join(closed, e)
+                dst = os.path.join(view, e)
+                if os.path.isdir(src):
+                    os.mkdir(dst)
+                else:
+                    open(dst, "w").close()
+                libc.mount(src.encode(), dst.encode(), None, MS_BIND | MS_REC, None)
+            libc.mount(view.encode(), closed.encode(), None, MS_BIND | MS_REC, None)
+        except OSError:
+            continue
 
 
 def _fd_kind(fd: int) -> str:

@@ -184,3 +184,24 @@ def test_a_harness_exception_is_an_error_verdict(monkeypatch):
     r = verify_candidate(PROBLEM, HONEST, VerifyOptions.quick())
     assert_caught(r)
     assert r.verdict == "error" and r.reason.startswith("harness error: TypeError"), r.reason
+
+
+@needs_cgroup
+@pytest.mark.parametrize("without", ["v2", "uid"])
+def test_clone_parent_sibling_is_caught_by_the_cgroup_alone(tmp_path, monkeypatch, without):
+    """Without cgroup v2 (the v1 freezer freezes), or with the candidate still root: the sibling is
+    in the candidate's cgroup all the same."""
+    monkeypatch.setenv(sandbox.OFF_ENV, without)
+    r, _ = _attack(tmp_path, "attack_clone_parent")
+    assert_caught(r)
+    assert r.verdict == "fail" and "containment" in _failed(r), r.reason
+
+
+@needs_root
+def test_a_root_candidates_mount_stays_in_its_namespace(tmp_path, monkeypatch):
+    """With the uid drop off the candidate may mount, but only in its own mount namespace: the
+    harness's /proc still shows its forked child, which is frozen, counted and killed."""
+    monkeypatch.setenv(sandbox.OFF_ENV, "uid")
+    r, _ = _attack(tmp_path, "attack_mount_proc")
+    assert_caught(r)
+    assert r.verdict == "fail" and "containment" in _failed(r), r.reason

@@ -40,10 +40,12 @@ import threading
 import time
 import zlib
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 SEAL_ENV = "HEADROOM_SEAL"
+# On a GPU the uid drop and the network namespace are opt-in until CUDA IPC across uids and
+# network namespaces is verified on the H200: a failure there would make every candidate an error.
+CUDA_UID_ENV = "HEADROOM_VERIFY_SEAL_CUDA_UID"
 OFF_ENV = "HEADROOM_VERIFY_SEAL_OFF"  # comma list of mechanisms to leave off (tests of degradation): all,cgroup,v2,uid,ns,fds,copy
 CGROUP_ROOT = "/sys/fs/cgroup"
 V1_CONTROLLERS = ("freezer", "cpu", "cpuacct", "cpuset", "pids")
@@ -341,8 +343,12 @@ class Sandbox:
         changes: dict = {}
         env = dict(job.env)
         self.dir = tempfile.mkdtemp(prefix=f"{self.role}-", dir=_run_root())
+        cuda_plain = str(job.device).startswith("cuda") and os.environ.get(CUDA_UID_ENV) != "1"
         if self.role != "reference":
-            if can_drop_uid():
+            if cuda_plain:
+                self.notes.append(f"uid: on a GPU the candidate keeps the harness's uid and network namespace "
+                                  f"({CUDA_UID_ENV}=1 drops them; not yet verified with CUDA IPC)")
+            elif can_drop_uid():
                 self.uid = candidate_uid(job)
             else:
                 self.notes.append("uid: the harness is not root: the candidate runs with the harness's uid "
@@ -399,7 +405,8 @@ class Sandbox:
                 os.makedirs(v)
                 views.append([closed, entries, v])
         self.plan = {"uid": self.uid, "procs": self.cgroup.procs_files(), "cpus": self.cpus, "ns": ns,
-                     "fds": not off("fds"), "private": private, "binds": binds, "views": views}
+                     "net": ns and not cuda_plain, "fds": not off("fds"), "private": private, "binds": binds,
+                     "views": views}
         if not self.plan["ns"]:
             self.notes.append("namespaces: not root: the child shares the harness's mount and network namespaces")
         env[SEAL_ENV] = json.dumps(self.plan)
@@ -556,7 +563,7 @@ def enter(job: Any) -> None:
     plan["bound"] = True
     if plan.get("ns"):
         libc = _libc()
-        if libc.unshare(CLONE_NEWNS | CLONE_NEWNET) == 0 or libc.unshare(CLONE_NEWNS) == 0:
+        if (plan.get("net") and libc.unshare(CLONE_NEWNS | CLONE_NEWNET) == 0) or libc.unshare(CLONE_NEWNS) == 0:
             libc.mount(b"none", b"/", None, MS_REC | MS_PRIVATE, None)  # nothing propagates back to the host
             for src, dst, key in plan.get("binds", []):
                 if libc.mount(src.encode(), dst.encode(), None, MS_BIND, None) == 0:
@@ -678,17 +685,3 @@ def lock(job: Any) -> None:
         if os.getppid() != parent:
             os._exit(1)
 
-
-def child_fds_summary(pid: int) -> list[str]:
-    """The child's open descriptors, as the kernel names them (tests)."""
-    out = []
-    d = Path(f"/proc/{pid}/fd")
-    try:
-        for fd in sorted(d.iterdir(), key=lambda p: int(p.name)):
-            try:
-                out.append(f"{fd.name}:{os.readlink(fd)}")
-            except OSError:
-                pass
-    except OSError:
-        pass
-    return out

@@ -160,7 +160,14 @@ class Child:
         self.shared_outputs: list = []  # CUDA IPC shares of the last reply (settle_outputs)
         self.opened: dict = {}  # the harness's mappings of them, by share
         _LIVE.add(self)
-        self.ready = self._start()
+        try:
+            self.ready = self._start()
+        except BaseException:  # a child that failed to start leaves no process, cgroup or private copy
+            try:
+                self.close()
+            except Exception:
+                pass
+            raise
 
     # life cycle
 

@@ -470,6 +470,13 @@ class Sandbox:
     def thaw(self) -> None:
         if self.cgroup is not None:
             self.cgroup.thaw()
+            # a SIGSTOP from someone else (a stopper the cgroup froze mid-cycle) would leave the child
+            # stopped while the harness waits for its reply
+            for p in self.cgroup.pids():
+                try:
+                    os.kill(p, signal.SIGCONT)
+                except OSError:
+                    pass
         self.frozen_by_cgroup = False
 
     def members(self) -> list[int]:

@@ -205,3 +205,28 @@ def test_a_root_candidates_mount_stays_in_its_namespace(tmp_path, monkeypatch):
     r, _ = _attack(tmp_path, "attack_mount_proc")
     assert_caught(r)
     assert r.verdict == "fail" and "containment" in _failed(r), r.reason
+
+
+def test_reference_and_candidate_compile_caches_are_private(tmp_path):
+    """--vs-compile: the reference's inductor and triton caches are in a directory of its own (an
+    entry planted in the default cache, or the candidate's, is never read by it)."""
+    from headroom.verify import protocol as P
+
+    def job(role, candidate=None):
+        return P.Job(role=role, problem=str(PROBLEM), overrides={}, candidate=candidate, device="cpu", env={},
+                     threads=1, log_path=str(tmp_path / f"{role}.log"), file_cap_bytes=1 << 30, init_seed=0)
+
+    made = [sandbox.Sandbox.for_job(job("reference"), "r"), sandbox.Sandbox.for_job(job("candidate", str(HONEST)), "c")]
+    try:
+        (rs, rjob), (cs, cjob) = made
+        if rs.dir is None:
+            pytest.skip("; ".join(rs.notes))
+        for key in ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR"):
+            assert rjob.env[key].startswith(rs.dir + os.sep) and cjob.env[key].startswith(cs.dir + os.sep)
+        assert rjob.problem.startswith(rs.dir + os.sep) and not os.path.exists(os.path.join(
+            os.path.dirname(rjob.problem), "__pycache__"))
+        assert rjob.env["PYTHONDONTWRITEBYTECODE"] == "1"
+        assert os.stat(rs.dir).st_mode & 0o077 == 0  # closed to every other uid
+    finally:
+        for s, _ in made:
+            s.close()

@@ -322,9 +322,7 @@ class Child:
     # freezing and containment
 
     def thaw(self) -> None:
-        if self.sandbox.frozen_by_cgroup:
-            self.sandbox.thaw()
-            self.frozen = []
+        self.sandbox.thaw()  # whatever froze it: a cgroup left frozen would never answer
         if self.frozen:
             send_signal(self.frozen, signal.SIGCONT)
             self.frozen = []

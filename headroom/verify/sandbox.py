@@ -290,6 +290,24 @@ def _run_root() -> str:
         return _RUN_ROOT
 
 
+def _world_readable(path: str) -> bool:
+    import stat
+
+    p = os.path.realpath(path)
+    try:
+        if not os.stat(p).st_mode & stat.S_IROTH:
+            return False
+        d = os.path.dirname(p)
+        while True:
+            if not os.stat(d).st_mode & stat.S_IXOTH:
+                return False
+            if d == "/":
+                return True
+            d = os.path.dirname(d)
+    except OSError:
+        return False
+
+
 def can_drop_uid() -> bool:
     return os.geteuid() == 0 and hasattr(os, "setresuid") and not off("uid")
 
@@ -356,7 +374,9 @@ class Sandbox:
         if not off("copy"):
             for key in ("problem", "candidate"):
                 src = getattr(job, key)
-                if src:
+                # the reference always imports a private copy; a candidate its own files where every
+                # uid can read them (its sibling modules keep working), else a copy it can read
+                if src and (self.role == "reference" or (self.uid is not None and not _world_readable(src))):
                     dst_dir = os.path.join(self.dir, key)
                     os.mkdir(dst_dir)
                     dst = os.path.join(dst_dir, os.path.basename(src))
@@ -464,11 +484,24 @@ class Sandbox:
     # freezing, containment, accounting
 
     def freeze(self) -> bool:
-        self.frozen_by_cgroup = bool(self.cgroup and self.cgroup.can_freeze and self.cgroup.freeze())
+        """Freeze by cgroup (False: no freezer). If the kernel has not confirmed it in time (a loaded
+        machine), every member is also stopped: the cgroup stays frozen either way, and ``thaw``
+        undoes both."""
+        if self.cgroup is None or not self.cgroup.can_freeze:
+            return False
+        confirmed = self.cgroup.freeze()
+        self.frozen_by_cgroup = self.cgroup.frozen
+        if self.frozen_by_cgroup and not confirmed:
+            self.notes.append("cgroup: a freeze was not confirmed within 2 s; its members were also stopped")
+            for p in self.cgroup.pids():
+                try:
+                    os.kill(p, signal.SIGSTOP)
+                except OSError:
+                    pass
         return self.frozen_by_cgroup
 
     def thaw(self) -> None:
-        if self.cgroup is not None:
+        if self.cgroup is not None and self.cgroup.frozen:
             self.cgroup.thaw()
             # a SIGSTOP from someone else (a stopper the cgroup froze mid-cycle) would leave the child
             # stopped while the harness waits for its reply

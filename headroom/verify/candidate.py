@@ -21,6 +21,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
+from headroom.errors import UserError
 from headroom.verify import build as bld
 from headroom.verify import checks as ck
 from headroom.verify import compare as cmp
@@ -142,6 +143,8 @@ def _run(ref: ReferenceRun, cand_path: Path, env: dict, res: VerifyResult, say: 
             error += f" | log: {last}"
     except HarnessOOM as e:
         error = str(e)
+    except UserError:  # the problem itself is broken (the reference fails): the user's error, as before
+        raise
     except Exception as e:  # a harness bug still ends in a verdict with its reason, never an exception
         error = f"harness error: {type(e).__name__}: {e}"[:600]
     finally:

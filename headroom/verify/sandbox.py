@@ -460,8 +460,10 @@ class Sandbox:
                 pass
         if self.cgroup is not None and self.cgroup.available:
             v["in_cgroup"] = self.cgroup.contains(pid)
-            if not v["in_cgroup"]:
-                self.notes.append("cgroup: the child is not in its cgroup")
+            if not v["in_cgroup"]:  # freezing by a cgroup it is not in would freeze nothing
+                self.notes.append("cgroup: the child is not in its cgroup: freezing by SIGSTOP of the process tree")
+                self.cgroup.remove()
+                self.cgroup = None
         if self.uid is not None and v.get("uid") != self.uid:
             self.notes.append(f"uid: the child runs as uid {v.get('uid')}, not {self.uid}")
         try:

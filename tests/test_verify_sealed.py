@@ -230,3 +230,13 @@ def test_reference_and_candidate_compile_caches_are_private(tmp_path):
     finally:
         for s, _ in made:
             s.close()
+
+
+@needs_cgroup
+def test_an_unconfirmed_freeze_still_thaws(monkeypatch):
+    """A freeze the kernel does not confirm in time (a loaded machine) stops the members as well,
+    and the next thaw undoes both: no child is left frozen while the harness waits for it."""
+    monkeypatch.setattr(sandbox.Cgroup, "_wait", staticmethod(lambda done, limit=2.0: False))
+    r = verify_candidate(PROBLEM, HONEST, VerifyOptions.quick(timeout=60))
+    assert_honest(r)
+    assert any("not confirmed" in n for n in r.info["sandbox"]["candidate"]["notes"]), r.info["sandbox"]

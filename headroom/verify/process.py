@@ -18,6 +18,10 @@ where ``kill`` finds it; ``kill`` stops every descendant before killing any
 (a stopped process cannot fork), then kills them all. The child's stdout and
 stderr are a log file; ``RLIMIT_FSIZE`` caps every file it writes; it inherits no other
 descriptor of the harness.
+
+Where the machine allows, each child is also sealed (``sandbox``): freezing, counting and killing
+go by its cgroup (every process it started, whoever the parent), and a candidate runs as an
+unprivileged uid in its own mount and network namespace.
 """
 
 from __future__ import annotations

@@ -233,8 +233,10 @@ class Cgroup:
         victims = self.pids()
         if self.v2:
             try:
-                _write(os.path.join(self.v2, "cgroup.kill"), "1")
-            except OSError:
+                _write(os.path.join(self.v2, "cgroup.kill"), "1")  # atomic: frozen or not, nothing forks past it
+                self.thaw()
+                return victims
+            except OSError:  # kernel older than 5.14
                 pass
         self.freeze()
         for p in self.pids():

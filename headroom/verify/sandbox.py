@@ -141,10 +141,32 @@ class Cgroup:
                     os.rmdir(path)
                 except OSError:
                     pass
+        if self.v2 and "cpuset" not in self.v1:
+            self._v2_limits(v2_root)
         if not self.v2 and not self.v1:
             self.notes.append("cgroup: no writable hierarchy: freezing and containment by signals and /proc only")
         elif not self.can_freeze:
             self.notes.append("cgroup: no freezer: freezing by SIGSTOP of the process tree")
+
+    def _v2_limits(self, root: str) -> None:
+        """CPU set, quota and task cap through cgroup v2 controllers (a v2-only machine)."""
+        try:
+            have = _read(os.path.join(root, "cgroup.controllers")).split()
+        except OSError:
+            have = []
+        wanted = {"cpuset": ("cpuset.cpus", ",".join(map(str, self.cpus or []))),
+                  "cpu": ("cpu.max", f"{CFS_PERIOD_US * self.quota_cpus} {CFS_PERIOD_US}" if self.quota_cpus else ""),
+                  "pids": ("pids.max", str(PIDS_MAX))}
+        for ctrl, (knob, value) in wanted.items():
+            if ctrl not in have or not value:
+                if ctrl in ("cpuset", "cpu") and value:
+                    self.notes.append(f"cgroup v2: no {ctrl} controller: no {knob} for the child")
+                continue
+            try:
+                _write(os.path.join(root, "cgroup.subtree_control"), f"+{ctrl}")
+                _write(os.path.join(self.v2, knob), value)
+            except OSError as e:
+                self.notes.append(f"cgroup v2 {ctrl}: {e.strerror}")
 
     @property
     def available(self) -> bool:

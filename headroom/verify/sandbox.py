@@ -443,6 +443,10 @@ class Sandbox:
         self.cgroup = Cgroup(self.name, self.cpus, self.quota_cpus)
         self.notes.extend(self.cgroup.notes)
         views = []
+        if self.uid is not None and not ns and _closed_ancestors(_interpreter_paths()):
+            self.notes.append("uid: the interpreter is in a directory closed to other uids and there is no mount "
+                              "namespace to open it in: the child keeps the harness's uid")
+            self.uid = None
         if self.uid is not None and ns:
             for i, (closed, entries) in enumerate(sorted(_closed_ancestors(_interpreter_paths()).items())):
                 v = os.path.join(self.dir, "view", str(i))
@@ -638,9 +642,9 @@ def enter(job: Any) -> None:
                     plan["bound"] = False
             if plan.get("uid") is not None and plan.get("views"):
                 _open_views(libc, plan["views"])
-        else:
-            plan["bound"] = not plan.get("binds")
-    elif plan.get("binds"):
+        else:  # no namespace: a build directory or the interpreter would be out of the uid's reach
+            plan["bound"] = not plan.get("binds") and not plan.get("views")
+    elif plan.get("binds") or plan.get("views"):
         plan["bound"] = False
     job.env[SEAL_ENV] = json.dumps(plan)
 

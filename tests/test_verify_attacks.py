@@ -18,7 +18,7 @@ import pytest
 
 from headroom.verify import Policy, VerifyOptions, prepare_reference, verify_candidate
 from verify_support import one_harness_thread  # noqa: F401  (autouse fixture)
-from verify_support import CHEATERS, REPO, assert_caught, assert_honest
+from verify_support import CHEATERS, REPO, assert_caught, assert_honest, open_dir
 
 PROBLEM = CHEATERS / "problems" / "gelu_linear.py"
 CANDIDATES = CHEATERS / "candidates"
@@ -70,7 +70,7 @@ def test_rewriting_every_number_in_every_pipe_is_caught(ref):
 
 
 def test_snooping_finds_no_seed_plan_or_future_input(ref, tmp_path):
-    report = tmp_path / "snoop.json"
+    report = open_dir() / "snoop.json"
     r = _run(ref, "attack_snoop", env={"HEADROOM_TEST_REPORT": str(report)})
     found = json.loads(report.read_text())
     # the one seed in the child is the construction seed, public by design (the candidate gets the
@@ -109,7 +109,7 @@ def _alive(pid: int) -> bool:
 def test_fork_setsid_escape_is_killed_and_fails(tmp_path):
     """Through the CLI, with stdout a pipe: the command returns (nothing holds the pipe), the verdict
     is fail (containment) and the setsid grandchild is dead."""
-    pidfile = tmp_path / "pid"
+    pidfile = open_dir() / "pid"
     env = {**os.environ, "HEADROOM_TEST_PIDFILE": str(pidfile)}
     t0 = time.monotonic()
     p = subprocess.run([sys.executable, "-m", "headroom.cli", "verify", str(PROBLEM),

@@ -25,6 +25,19 @@ def kernelbench_dir() -> Path:
     pytest.skip("KernelBench not found: set HEADROOM_KERNELBENCH or put it at ../shared/kernelbench")
 
 
+def open_dir() -> Path:
+    """A directory every uid may write (a candidate runs as an unprivileged uid where the harness is root;
+    pytest's tmp_path is closed to it), removed at exit."""
+    import atexit
+    import shutil
+    import tempfile
+
+    d = Path(tempfile.mkdtemp(prefix="headroom-test-"))
+    d.chmod(0o1777)
+    atexit.register(shutil.rmtree, d, True)
+    return d
+
+
 def assert_honest(r) -> None:
     """Correct (no failed check), and either a conclusive pass or inconclusive for timing noise only."""
     failed = [c.to_dict() for c in r.checks if not c.passed]

@@ -21,12 +21,14 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
+from headroom.errors import UserError
 from headroom.verify import build as bld
 from headroom.verify import checks as ck
 from headroom.verify import compare as cmp
 from headroom.verify import inputs as inp
 from headroom.verify import problem as prob
 from headroom.verify import protocol as P
+from headroom.verify import sandbox as sb
 from headroom.verify import shared
 from headroom.verify.flags import review_flags
 from headroom.verify.launches import CallProfile
@@ -143,9 +145,14 @@ def _run(ref: ReferenceRun, cand_path: Path, env: dict, res: VerifyResult, say: 
             error += f" | log: {last}"
     except HarnessOOM as e:
         error = str(e)
+    except UserError:  # the problem itself is broken (the reference fails): the user's error, as before
+        raise
+    except Exception as e:  # a harness bug still ends in a verdict with its reason, never an exception
+        error = f"harness error: {type(e).__name__}: {e}"[:600]
     finally:
         _integrity(aggs, violations)
         if child is not None:
+            res.info["sandbox"] = sb.report(child, ref.timing.child if ref.timing else None, ref.options.threads)
             strays = child.stray_processes()
             if strays:
                 aggs["containment"].record(False, f"{len(strays)} process(es) the candidate started were still "
@@ -289,5 +296,6 @@ def _finish(ref: ReferenceRun, res: VerifyResult, aggs: dict, timing: dict | Non
     res.flags, extra = review_flags(res.speedup, res.memory, res.memory_ratio, cmed, io, res.device,
                                     ref.device.startswith("cuda"))
     res.info.update(extra)
+    res.flags.extend(sb.cpu_flags(res.info.get("sandbox")))
     if res.speedup is not None and not math.isfinite(res.speedup):
         res.verdict, res.speedup, res.reason = "inconclusive", None, "the speedup is not finite"

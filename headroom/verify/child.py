@@ -48,6 +48,9 @@ class BadFork(Exception):
 
 
 def _isolate(job: P.Job) -> None:
+    from headroom.verify import sandbox
+
+    sandbox.enter(job)  # its cgroup and namespaces, while still privileged (sandbox.py)
     try:
         os.setsid()
     except OSError:
@@ -70,6 +73,7 @@ def _isolate(job: P.Job) -> None:
         resource.setrlimit(resource.RLIMIT_FSIZE, (job.file_cap_bytes, job.file_cap_bytes))
     except (ValueError, OSError):
         pass
+    sandbox.lock(job)  # private files, no inherited descriptor, an unprivileged uid: last, before any import
 
 
 def main(conn: Any, job_bytes: bytes) -> None:

@@ -18,6 +18,10 @@ where ``kill`` finds it; ``kill`` stops every descendant before killing any
 (a stopped process cannot fork), then kills them all. The child's stdout and
 stderr are a log file; ``RLIMIT_FSIZE`` caps every file it writes; it inherits no other
 descriptor of the harness.
+
+Where the machine allows, each child is also sealed (``sandbox``): freezing, counting and killing
+go by its cgroup (every process it started, whoever the parent), and a candidate runs as an
+unprivileged uid in its own mount and network namespace.
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ from typing import Any
 import msgspec
 
 from headroom.verify import protocol as P
+from headroom.verify.sandbox import Sandbox, keep_fd
 from headroom.verify.procfs import descendants, own_children, reap, send_signal, signal_name, started_after, stop_tree
 
 PR_SET_CHILD_SUBREAPER = 36
@@ -114,6 +119,7 @@ def become_subreaper() -> bool:
 def _child_entry(conn: Any, job: bytes) -> None:
     from headroom.verify.child import main
 
+    keep_fd(conn.fileno())  # the sandbox closes every other inherited descriptor (child._isolate)
     main(conn, job)
 
 
@@ -141,6 +147,9 @@ class Child:
 
     def __init__(self, job: P.Job, timeout: float):
         become_subreaper()
+        # sealing (cgroup, namespaces, uid, private copies): headroom/verify/sandbox.py
+        self.sandbox, job = Sandbox.for_job(job, os.path.basename(job.log_path))
+        self.run_cpu_ns = self.run_wall_ns = self.run_forwards = 0  # timed phases, by cgroup accounting
         self.job = job
         self.timeout = timeout
         self.used = 0.0
@@ -156,7 +165,14 @@ class Child:
         self.opened: dict = {}  # the harness's mappings of them, by share
         self.segments: Any = None  # gate.SegmentMaps: its timed outputs' allocations, mapped once
         _LIVE.add(self)
-        self.ready = self._start()
+        try:
+            self.ready = self._start()
+        except BaseException:  # a child that failed to start leaves no process, cgroup or private copy
+            try:
+                self.close()
+            except Exception:
+                pass
+            raise
 
     # life cycle
 
@@ -169,6 +185,7 @@ class Child:
             _start_without_main(self.proc)
             theirs.close()
             self.pid = self.proc.pid
+            self.sandbox.started(self.pid)
             reply = self._recv(P.Ready, 0, start=True)
             if isinstance(reply, P.Failed) and reply.kind == "bad_fork" and attempt == 0:
                 self.kill()  # CUDA got initialised in the fork server: fall back to spawn
@@ -176,6 +193,7 @@ class Child:
                 continue
             if isinstance(reply, P.Failed):
                 self._failed(reply)
+            self.sandbox.verify(self.pid)
             self.freeze()
             return reply
         raise ChildFailed("the child could not start")  # pragma: no cover
@@ -196,6 +214,10 @@ class Child:
         self.stage = stage or type(cmd).__name__.lower()
         self.check_quiet()
         self.settle_outputs()
+        if isinstance(cmd, P.MapRing) and cmd.ring.path:
+            self.sandbox.grant(cmd.ring.path)
+        timed = isinstance(cmd, P.Run) and not cmd.null
+        cpu0 = self.sandbox.cpu_ns() if timed else None
         self.thaw()
         t0 = time.monotonic()
         try:
@@ -214,6 +236,12 @@ class Child:
             self._failed(reply)
         if freeze:
             self.freeze()
+        if cpu0 is not None:
+            cpu1 = self.sandbox.cpu_ns()
+            if cpu1 is not None:
+                self.run_cpu_ns += cpu1 - cpu0
+                self.run_wall_ns += int((time.monotonic() - t0) * 1e9)
+                self.run_forwards += len(cmd.batches)
         self._note_reply(reply)
         return reply
 
@@ -327,13 +355,20 @@ class Child:
     # freezing and containment
 
     def thaw(self) -> None:
+        self.sandbox.thaw()  # whatever froze it: a cgroup left frozen would never answer
         if self.frozen:
             send_signal(self.frozen, signal.SIGCONT)
             self.frozen = []
 
     def freeze(self) -> None:
-        """Stop the child, its descendants and any orphan it left (re-parented to the harness)."""
+        """Stop the child, its descendants and any orphan it left (re-parented to the harness).
+
+        With a cgroup freezer, the whole cgroup: every process the child started, whoever its
+        parent; otherwise SIGSTOP to the tree /proc shows."""
         if self.proc.is_alive():
+            if self.sandbox.freeze():
+                self.frozen = [self.pid]
+                return
             self.frozen = stop_tree(self.pid)
             for p in self._orphans():
                 self.frozen.extend(stop_tree(p))
@@ -345,11 +380,11 @@ class Child:
 
     def stray_processes(self) -> list[int]:
         """Processes the child started that are still running (descendants and re-parented orphans)."""
-        return sorted(set(descendants(self.pid)) | set(self._orphans()))
+        return sorted((set(descendants(self.pid)) | set(self._orphans()) | set(self.sandbox.members())) - {self.pid})
 
     def kill(self) -> None:
         """Stop the child and everything it started, then kill them all."""
-        victims: list[int] = []
+        victims: list[int] = self.sandbox.kill()
         for root in [self.pid, *self._orphans()]:
             victims.extend(stop_tree(root))
         send_signal(victims, signal.SIGKILL)
@@ -389,6 +424,7 @@ class Child:
             if self.segments is not None:
                 self.segments.close()
                 self.segments = None
+            self.sandbox.close()
             if self._mem_fd is not None:
                 os.close(self._mem_fd)
                 self._mem_fd = None

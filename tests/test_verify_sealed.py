@@ -1,0 +1,242 @@
+"""The sealed harness: a candidate reaches nothing but its own inputs and outputs (CPU).
+
+Each attack in tests/cheaters/sealed/ got an unfair speedup from the harness before it was sealed
+(docs/verify.md, "Threat model"); here each must be refused or caught. The attacks that reach the
+reference (a stopper sibling, planted bytecode, its memory) run against a reference prepared for
+the test alone: the reference's child is kept between candidates. Where the machine lacks a
+mechanism (no cgroups, not root) the tests that need it are skipped with the reason.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+
+import pytest
+
+from headroom.verify import VerifyOptions, prepare_reference, sandbox, verify_candidate
+from verify_support import one_harness_thread  # noqa: F401  (autouse fixture)
+from verify_support import CHEATERS, assert_caught, assert_honest, open_dir
+
+SEALED = CHEATERS / "sealed"
+PROBLEM = CHEATERS / "problems" / "gelu_linear.py"
+HONEST = CHEATERS / "candidates" / "honest_reimplementation.py"
+
+
+
+def _cgroups() -> bool:
+    cg = sandbox.Cgroup(f"headroom-probe-{os.getpid()}", None, None)
+    ok = cg.can_freeze
+    cg.remove()
+    return ok
+
+
+needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="uid drop and namespaces need a root harness")
+needs_cgroup = pytest.mark.skipif(not _cgroups(), reason="no writable cgroup hierarchy with a freezer")
+
+
+def _failed(r) -> set[str]:
+    return {c.name for c in r.checks if not c.passed}
+
+
+def _attack(tmp_path, name: str, **options):
+    """One attack against a fresh reference of a private copy of the problem; (result, report text)."""
+    problem = tmp_path / "problem" / PROBLEM.name
+    problem.parent.mkdir()
+    shutil.copy(PROBLEM, problem)
+    report = open_dir() / "report"
+    env = {"HEADROOM_SEALED_DIR": str(SEALED), "HEADROOM_TEST_REPORT": str(report),
+           "HEADROOM_TEST_PROBLEM": str(problem), **options.pop("env", {})}
+    ref = prepare_reference(problem, VerifyOptions.quick(env=env, **options))
+    try:
+        r = verify_candidate(problem, SEALED / f"{name}.py", reference=ref)
+    finally:
+        ref.close()
+    return r, (report.read_text() if report.exists() else "")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+@needs_cgroup
+def test_clone_parent_sibling_is_frozen_contained_and_killed(tmp_path):
+    """clone(CLONE_PARENT) makes the fork server's child, not the candidate's: it stays in the
+    candidate's cgroup, so it is frozen with it, counted as a stray and killed."""
+    r, _ = _attack(tmp_path, "attack_clone_parent")
+    assert_caught(r)
+    assert r.verdict == "fail" and "containment" in _failed(r), r.reason
+    detail = next(c.detail for c in r.checks if c.name == "containment")
+    pids = [int(p) for p in detail.split("[", 1)[1].split("]", 1)[0].split(",")]
+    time.sleep(0.5)
+    assert not any(_alive(p) for p in pids), detail
+
+
+@needs_root
+def test_fork_server_is_out_of_reach(tmp_path):
+    """The fork server's socket is the harness's (mode 0600 in a 0700 directory) and its 'alive'
+    descriptor is closed in the child: a request for a process fails before any process exists."""
+    r, _ = _attack(tmp_path, "attack_forkserver")
+    assert_caught(r)
+    assert r.verdict == "error" and "during import" in r.reason, r.reason
+    assert "Permission denied" in r.reason or "Bad file descriptor" in r.reason, r.reason
+
+
+@needs_root
+def test_mount_over_proc_is_refused(tmp_path):
+    """An unprivileged uid cannot mount; had it been able to, the mount would be in its own namespace."""
+    r, _ = _attack(tmp_path, "attack_mount_proc")
+    assert_caught(r)
+    assert r.verdict == "error" and "refused: Operation not permitted" in r.reason, r.reason
+
+
+@needs_root
+def test_reference_memory_is_out_of_reach(tmp_path):
+    """The candidate's uid cannot open the reference's /proc/<pid>/mem: the attack never happens and
+    the candidate is timed as what it is (honest math)."""
+    r, report = _attack(tmp_path, "attack_reference_memory")
+    assert "refused: PermissionError" in report and "zeroed" not in report, report
+    assert_honest(r)
+
+
+@needs_root
+def test_planted_bytecode_does_not_reach_the_reference(tmp_path):
+    """The reference imports a private copy (no bytecode written or read there); the problem's own
+    directory is closed to the candidate's uid."""
+    r, report = _attack(tmp_path, "attack_plant_pyc")
+    assert "refused" in report and str(tmp_path) in report, report
+    assert not (tmp_path / "problem" / "__pycache__").exists()
+    assert_honest(r)
+
+
+@needs_root
+def test_the_child_holds_nothing_of_the_harness(tmp_path):
+    r, report = _attack(tmp_path, "probe_reach")
+    assert_honest(r)
+    got = json.loads(report)
+    kinds = [t for t in got["fds"].values() if t.startswith(("pipe:", "socket:")) or t.startswith("/")]
+    # stdin (/dev/null), the log twice, the command pipe: no fork-server, tracker or sentinel pipe
+    assert len([t for t in kinds if t.startswith(("pipe:", "socket:"))]) == 1, got["fds"]
+    assert got["uid"] != 0 and got["uid"] == r.info["sandbox"]["candidate"]["uid"]
+    for key in ("signal_parent", "signal_harness", "read_harness_mem", "connect_fork_server", "write_problem"):
+        assert got[key] != "ok", (key, got)
+    kernel = r.info["sandbox"]["candidate"]["kernel"]
+    assert kernel["own_mnt_namespace"] and kernel["own_net_namespace"] and kernel["no_new_privs"], kernel
+
+
+@needs_cgroup
+def test_both_children_get_the_same_cpus_and_quota(tmp_path):
+    """--threads 1: both children confined to the same one CPU with a one-CPU quota; the candidate's
+    extra threads buy nothing, and its CPU per forward is accounted by cgroup."""
+    r, report = _attack(tmp_path, "attack_threads", threads=1)
+    sb = r.info["sandbox"]
+    assert [int(c) for c in report.split(",")] == sb["candidate"]["cpus"], report
+    if "reference" in sb:
+        assert sb["candidate"]["cpus"] == sb["reference"]["cpus"] and len(sb["candidate"]["cpus"]) == 1
+        assert sb["candidate"]["cpu_quota"] == sb["reference"]["cpu_quota"] == 1
+    if "cpu" in sb:
+        assert sb["cpu"]["candidate"]["parallelism"] <= 1.0 * sandbox.CPU_SLACK + 0.1, sb["cpu"]
+    assert r.speedup is None or r.speedup < 1.5
+
+
+def test_more_cpus_than_allowed_is_flagged():
+    info = {"cpu": {"candidate": {"parallelism": 1.9, "cpu_ms_per_forward": 2.0, "forwards": 10},
+                    "reference": {"parallelism": 0.95}, "allowed_cpus": 1}}
+    flags = sandbox.cpu_flags(info)
+    assert [f.name for f in flags] == ["cpu"] and "1.90 CPUs" in flags[0].detail
+    info["cpu"]["candidate"]["parallelism"] = 1.0
+    assert sandbox.cpu_flags(info) == []
+
+
+def test_honest_candidate_unsealed_still_verifies(monkeypatch):
+    """Every mechanism off (a machine without cgroups, namespaces or root): the current behaviour,
+    with the notes saying what is missing."""
+    monkeypatch.setenv(sandbox.OFF_ENV, "all")
+    r = verify_candidate(PROBLEM, HONEST, VerifyOptions.quick())
+    assert_honest(r)
+    assert any("off" in n for n in r.info["sandbox"]["candidate"]["notes"]), r.info["sandbox"]
+
+
+def test_a_broken_mechanism_is_a_note_not_a_crash(monkeypatch):
+    def broken(*a, **k):
+        raise OSError(38, "Function not implemented")
+
+    monkeypatch.setattr(sandbox, "Cgroup", broken)
+    r = verify_candidate(PROBLEM, HONEST, VerifyOptions.quick())
+    assert_honest(r)
+    assert any("Function not implemented" in n for n in r.info["sandbox"]["candidate"]["notes"])
+
+
+def test_a_harness_exception_is_an_error_verdict(monkeypatch):
+    """A bug in the harness ends in verdict error with its reason, not an exception out of verify."""
+    from headroom.verify import candidate as cand_mod
+
+    def boom(*a, **k):
+        raise TypeError("'Job' object is not subscriptable")
+
+    monkeypatch.setattr(cand_mod.cmp, "sensitivity", boom)
+    r = verify_candidate(PROBLEM, HONEST, VerifyOptions.quick())
+    assert_caught(r)
+    assert r.verdict == "error" and r.reason.startswith("harness error: TypeError"), r.reason
+
+
+@needs_cgroup
+@pytest.mark.parametrize("without", ["v2", "uid"])
+def test_clone_parent_sibling_is_caught_by_the_cgroup_alone(tmp_path, monkeypatch, without):
+    """Without cgroup v2 (the v1 freezer freezes), or with the candidate still root: the sibling is
+    in the candidate's cgroup all the same."""
+    monkeypatch.setenv(sandbox.OFF_ENV, without)
+    r, _ = _attack(tmp_path, "attack_clone_parent")
+    assert_caught(r)
+    assert r.verdict == "fail" and "containment" in _failed(r), r.reason
+
+
+@needs_root
+def test_a_root_candidates_mount_stays_in_its_namespace(tmp_path, monkeypatch):
+    """With the uid drop off the candidate may mount, but only in its own mount namespace: the
+    harness's /proc still shows its forked child, which is frozen, counted and killed."""
+    monkeypatch.setenv(sandbox.OFF_ENV, "uid")
+    r, _ = _attack(tmp_path, "attack_mount_proc")
+    assert_caught(r)
+    assert r.verdict == "fail" and "containment" in _failed(r), r.reason
+
+
+def test_reference_and_candidate_compile_caches_are_private(tmp_path):
+    """--vs-compile: the reference's inductor and triton caches are in a directory of its own (an
+    entry planted in the default cache, or the candidate's, is never read by it)."""
+    from headroom.verify import protocol as P
+
+    def job(role, candidate=None):
+        return P.Job(role=role, problem=str(PROBLEM), overrides={}, candidate=candidate, device="cpu", env={},
+                     threads=1, log_path=str(tmp_path / f"{role}.log"), file_cap_bytes=1 << 30, init_seed=0)
+
+    made = [sandbox.Sandbox.for_job(job("reference"), "r"), sandbox.Sandbox.for_job(job("candidate", str(HONEST)), "c")]
+    try:
+        (rs, rjob), (cs, cjob) = made
+        if rs.dir is None:
+            pytest.skip("; ".join(rs.notes))
+        for key in ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR"):
+            assert rjob.env[key].startswith(rs.dir + os.sep) and cjob.env[key].startswith(cs.dir + os.sep)
+        assert rjob.problem.startswith(rs.dir + os.sep) and not os.path.exists(os.path.join(
+            os.path.dirname(rjob.problem), "__pycache__"))
+        assert rjob.env["PYTHONDONTWRITEBYTECODE"] == "1"
+        assert os.stat(rs.dir).st_mode & 0o077 == 0  # closed to every other uid
+    finally:
+        for s, _ in made:
+            s.close()
+
+
+@needs_cgroup
+def test_an_unconfirmed_freeze_still_thaws(monkeypatch):
+    """A freeze the kernel does not confirm in time (a loaded machine) stops the members as well,
+    and the next thaw undoes both: no child is left frozen while the harness waits for it."""
+    monkeypatch.setattr(sandbox.Cgroup, "_wait", staticmethod(lambda done, limit=2.0: False))
+    r = verify_candidate(PROBLEM, HONEST, VerifyOptions.quick(timeout=60))
+    assert_honest(r)
+    assert any("not confirmed" in n for n in r.info["sandbox"]["candidate"]["notes"]), r.info["sandbox"]

@@ -190,18 +190,26 @@ def plot_cmd(
     no_cache: bool = NoCacheOpt,
 ) -> None:
     """Figures: addressable fraction per workload, projected step time, and scaling with model size."""
-    from headroom.files import check_output_dir
+    from headroom.files import check_output_dir, check_output_not_input
     from headroom.projection.problems import load_problems
     from headroom.projection.project import project
     from headroom.projection.speedups import collect_entries, parse_cli_speedup
     from headroom.report import plot
     from headroom.report.scaling import scaling_table
     from headroom.report.tables import addressable_summary, category_fractions, projection_table
+    from headroom.trace.load import is_trace_name
 
     figures = [f.value for f in figure] if figure else None
     formats = tuple(dict.fromkeys(f.value for f in fmt)) if fmt else plot.FORMATS
     entries, entry_warnings = collect_entries(speedup or [], speedups or [])
     pm = load_problems(problems)
+    # Every file this can write, against every file it reads: a FIGURE.json left among the traces would
+    # be read as a trace by the next command over that directory.
+    want = figures or list(FIGURES)
+    for name in want:
+        for suffix in (*formats, *(("json",) if sidecar else ())):
+            check_output_not_input(out / f"{name}.{suffix}", [*traces, rules, policy, problems, *(speedups or [])],
+                                   reads=is_trace_name)
     check_output_dir(out)
     analyses = read_all(traces, rules, policy, whole_trace, window, lenient, no_cache)
     if label and len(label) != len(analyses):
@@ -210,7 +218,6 @@ def plot_cmd(
         raise UserError(f"--params given {len(params)} time(s) for {len(analyses)} trace(s)")
     labels = list(label) if label else None
     written = []
-    want = figures or list(FIGURES)
     sources = [a.source for a in analyses]
     if "addressable" in want:
         fr = category_fractions(analyses, labels, basis.value)

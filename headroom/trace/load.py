@@ -453,13 +453,17 @@ def _check_memory_left(path: Path) -> None:
                          f"it needs about {needed_memory(path) / 2**30:.1f} GiB")
 
 
+def is_trace_name(path: Path) -> bool:
+    """Whether a directory's file of this name is read as a trace (`find_trace_files`)."""
+    name = Path(path).name
+    return (name.endswith(".json") or name.endswith(".json.gz")) and not name.startswith("manifest")
+
+
 def find_trace_files(path: str | os.PathLike) -> list[Path]:
     """A trace file, or every ``*.json``/``*.json.gz`` trace in a directory (one per rank)."""
     path = Path(path)
     if path.is_dir():
-        files = sorted(p for p in path.iterdir()
-                       if p.is_file() and (p.name.endswith(".json") or p.name.endswith(".json.gz"))
-                       and not p.name.startswith("manifest"))
+        files = sorted(p for p in path.iterdir() if p.is_file() and is_trace_name(p))
         if not files:
             raise TraceError(f"{path}: directory holds no .json or .json.gz trace")
         return files

@@ -56,6 +56,7 @@ def project_cmd(
     A directory of the ranks of one run projects per rank, then through the collectives: the
     step ends when the slowest rank reaches each one (docs/distributed.md)."""
     from headroom.projection.distributions import load_distribution
+    from headroom.projection.overhead import check_step_ms, unprofiled_step_us
     from headroom.projection.problems import load_problems
     from headroom.projection.project import project
     from headroom.projection.scenarios import DEFAULT_QUANTILES
@@ -63,6 +64,8 @@ def project_cmd(
     from headroom.report.render import make_console, render_projection
     from headroom.trace.analysis import Analysis
 
+    if step_ms is not None:
+        unprofiled_step_us(None, step_ms)     # a positive number: checked before any trace is read
     entries, warnings = collect_entries(speedup or [], speedups or [])
     dist = load_distribution(distribution) if distribution else None
     pm = load_problems(problems)
@@ -90,6 +93,8 @@ def project_cmd(
             continue
         if on_rank:
             raise UserError(f"--on-rank: {a.source} is one trace, not a directory of ranks")
+        if step_ms is not None:
+            check_step_ms(a, step_ms)
         res = project(a, entries, distribution=dist, win_rate=win_rate, median=median,
                       scenario_select=scenario_select, quantiles=quantiles, strict=strict, problems=pm,
                       extra_warnings=warnings, step_ms=step_ms)

@@ -135,14 +135,18 @@ def addressable_figure(fractions: pd.DataFrame, summary: pd.DataFrame | None = N
 def projection_figure(table: pd.DataFrame, title: str = "Projected step time") -> Figure:
     """Measured vs projected per-step time per workload (Amdahl and timeline replay).
 
-    `table`: project.projection_table(). Bars are relative to each workload's measured
-    step (100%), so workloads of different sizes share one axis; labels give the
-    milliseconds and the change. Zero-time bounds are drawn as ticks.
+    `table`: project.projection_table(). Bars are relative to each workload's baseline
+    step (100%: the unprofiled step where known, as `headroom project` leads with), so workloads
+    of different sizes share one axis; labels give the milliseconds and the change. Zero-time
+    bounds are drawn as ticks.
     """
     if len(table) == 0:
         raise UserError("nothing to plot: no projections")
     n = len(table)
-    series = [("baseline_ms", "measured", "#7f7f7f"), ("amdahl_ms", "Amdahl", "#1f77b4"),
+    clocks = set(table["clock"]) if "clock" in table.columns else {"profiled"}
+    base_name = {frozenset({"unprofiled"}): "unprofiled step", frozenset({"profiled"}): "measured step"}.get(
+        frozenset(clocks), "baseline (the unprofiled step where known)")
+    series = [("baseline_ms", base_name, "#7f7f7f"), ("amdahl_ms", "Amdahl", "#1f77b4"),
               ("replay_ms", "timeline replay", "#d62728")]
     base = table["baseline_ms"].to_numpy(dtype=float)
     with matplotlib.rc_context(STYLE):
@@ -180,7 +184,7 @@ def projection_figure(table: pd.DataFrame, title: str = "Projected step time") -
         ax.set_xlim(max(0.0, 10 * np.floor(lo / 10) - 10) if np.isfinite(lo) else 0.0, 135)
         ticks = [x for x in range(0, 101, 10 if ax.get_xlim()[0] >= 50 else 20) if x >= ax.get_xlim()[0]]
         ax.set_xticks(ticks, [f"{x}%" for x in ticks])
-        ax.set_xlabel("time per step, % of measured")
+        ax.set_xlabel(f"time per step, % of the {base_name}")
         ax.set_title(title)
         for side in ("top", "right"):
             ax.spines[side].set_visible(False)

@@ -173,12 +173,15 @@ def _pct2(x: float) -> str:
 
 def render_projection(res: ProjectResult, console: Console) -> None:
     """`headroom project`: the estimate, the measured breakdown, the speedup entries, the projections, the warnings."""
+    from headroom.projection.overhead import cpu_clock
+
     console.print(f"[bold]{res.source}[/bold]")
     e = res.estimate
     if e is not None:
+        # The two times the ratio is of, beside it (e.speedup is baseline_us / projected_us).
         console.print(f"[bold]estimate ({e.scenario}): {e.speedup:.3f}x end-to-end[/bold], between {e.low:.3f}x "
-                      f"and {e.high:.3f}x   {e.projected_us / max(res.num_steps, 1) / 1e3:,.3f} ms/step "
-                      f"({e.clock} clock)", highlight=False)
+                      f"and {e.high:.3f}x   {e.baseline_us / max(res.num_steps, 1) / 1e3:,.3f} -> "
+                      f"{e.projected_us / max(res.num_steps, 1) / 1e3:,.3f} ms/step ({e.clock} clock)", highlight=False)
         console.print(f"  {e.method}", highlight=False)
     b = res.baseline.to_dict()
     n = max(res.num_steps, 1)
@@ -190,7 +193,9 @@ def render_projection(res: ProjectResult, console: Console) -> None:
     if u is not None:
         busy = (1.0 - b["idle_fraction"]) * res.baseline_us
         idle_u = max(0.0, 1.0 - busy / (u.step_us * max(res.num_steps, 1))) if u.step_us > 0 else 0.0
-        how = f"the replay runs the CPU at x{u.cpu_scale:.3f}" if u.cpu_scale != 1.0 else "not corrected"
+        how = "not corrected" if u.cpu_scale == 1.0 else f"the replay runs with {cpu_clock(u.cpu_scale)}"
+        if abs(u.window_scale - 1.0) >= 5e-5:
+            how += f", replayed times x{u.window_scale:.4f} to it"
         console.print(f"unprofiled: {u.step_us / 1e3:,.3f} ms/step ({u.source}; profiled {100 * u.overhead:+.0f}%), "
                       f"idle {_pct2(idle_u)}; {how}", highlight=False)
     if res.entries:

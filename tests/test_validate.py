@@ -257,3 +257,25 @@ def test_recompute_refuses_a_directory_that_is_not_a_run(tmp_path):
     (tmp_path / "run.json").write_text("{}")
     with pytest.raises(UserError, match="not a saved validate run .missing base.json.gz, variant.json.gz"):
         recompute(tmp_path)
+
+
+def test_validate_text_names_errors_as_errors_and_each_ratio_by_what_it_is():
+    """`projected  Amdahl 1.0003x (+0.7%)` read as a gain of 0.7%; it is the error against the measurement."""
+    import re
+
+    from headroom.cli.extract import render_text
+
+    results = json.loads((Path(__file__).resolve().parents[1] / "docs/gpu/validation.json").read_text())
+    for r in results:
+        text = render_text(r)
+        line = next(ln for ln in text.splitlines() if ln.strip().startswith("projected"))
+        measured = r["measured"]["speedup"]
+        found = re.findall(r"(Amdahl|replay|estimate) ([0-9.]+)x \(error ([+-][0-9.]+)%\)", line)
+        assert [f[0] for f in found] == ["Amdahl", "replay", "estimate"], line
+        for _, x, err in found:       # the printed error is the printed projection against the measurement
+            assert float(err) == pytest.approx(100 * (float(x) / measured - 1), abs=0.06)
+        assert "geometric mean of" in text and "medians" in text
+        part = re.search(r"part +([0-9.]+)x +([0-9.]+) -> ([0-9.]+) us/step", text)
+        if part:       # the part's ratio is of the two times printed beside it
+            x, b, v = map(float, part.groups())
+            assert x == pytest.approx(b / v, rel=2e-4 + 0.05 / v)

@@ -222,13 +222,21 @@ def plot_cmd(
     if params and len(params) != len(analyses):
         raise UserError(f"--params given {len(params)} time(s) for {len(analyses)} trace(s)")
     labels = list(label) if label else None
-    written = []
+    # Every figure is computed before any is written: a bad --speedup (found while projecting) or a
+    # scaling chart that cannot be drawn leaves the output directory as it was.
+    drawn = []      # (figure, stem, numbers)
     sources = [a.source for a in analyses]
+    cpu_only = [a.source for a in analyses if a.mode != "gpu"]
     if "addressable" in want:
+        if cpu_only and len(cpu_only) < len(analyses):
+            # One chart of GPU time and CPU time side by side would compare unlike things.
+            raise UserError(f"{cpu_only[0]}: a CPU-only trace (no GPU activity) among GPU traces: plot them "
+                            f"separately (the addressable chart is of GPU time, or of CPU op time when all are CPU-only)")
         fr = category_fractions(analyses, labels, basis.value)
         summary = addressable_summary(analyses, labels, basis.value)
-        written += plot.save(plot.addressable_figure(fr, summary, basis=basis.value), out / "addressable", formats,
-                             numbers=plot.addressable_numbers(fr, summary, basis.value, sources) if sidecar else None)
+        drawn.append((plot.addressable_figure(fr, summary, basis=basis.value, cpu_only=len(cpu_only) == len(analyses)),
+                      out / "addressable",
+                      plot.addressable_numbers(fr, summary, basis.value, sources) if sidecar else None))
     if "projection" in want:
         title = "Projected step time"
         used = entries
@@ -240,20 +248,23 @@ def plot_cmd(
             for w in r.warnings:
                 warn(f"{r.source}: {w}")
         tbl = projection_table(results, [*(labels or [])] or [a.label for a in analyses])
-        written += plot.save(plot.projection_figure(tbl, title), out / "projection", formats,
-                             numbers=plot.table_numbers("projection", tbl, sources) if sidecar else None)
+        drawn.append((plot.projection_figure(tbl, title), out / "projection",
+                      plot.table_numbers("projection", tbl, sources) if sidecar else None))
     if "scaling" in want:
         explicit = bool(figures and "scaling" in figures)
         st = scaling_table(analyses, params=params, labels=labels, family=family,
                            skip_missing=not explicit, min_sizes=2)
         if len(st) >= 2:
-            written += plot.save(plot.scaling_figure(st), out / "scaling", formats,
-                                 numbers=plot.table_numbers("scaling", st, sources) if sidecar else None)
+            drawn.append((plot.scaling_figure(st), out / "scaling",
+                          plot.table_numbers("scaling", st, sources) if sidecar else None))
         elif explicit:
             raise UserError("the scaling chart needs traces of one family at two or more sizes "
                             "(parameter counts from the manifests or --params)")
         else:
             warn("no scaling chart (it needs traces of one family at two or more sizes)")
+    written = []
+    for fig, stem, numbers in drawn:
+        written += plot.save(fig, stem, formats, numbers=numbers)
     for p in written:
         print(p)
 

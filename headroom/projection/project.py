@@ -333,7 +333,7 @@ def _estimate(b: Baseline, factors: np.ndarray, changes: dict[str, list[CallChan
     if use_replay:
         scale = unprof.cpu_scale if unprof is not None else 1.0
         corrected = unprof is not None and scale != 1.0
-        clock = "unprofiled" if corrected else "profiled"
+        clock = "unprofiled" if unprof is not None else "profiled"     # its windows are scaled to that step
         n_calls = len(changes.get("estimate", ()))
         method = "replay" + (f" with the CPU side of {n_calls} replaced call(s)" if n_calls else "")
         if corrected:

@@ -51,16 +51,22 @@ def _color(cat: str, k: int) -> str:
 
 
 def addressable_figure(fractions: pd.DataFrame, summary: pd.DataFrame | None = None,
-                       title: str | None = None, basis: str = "kernel") -> Figure:
+                       title: str | None = None, basis: str = "kernel", cpu_only: bool = False) -> Figure:
     """One horizontal stacked bar per workload, split by category.
 
-    `fractions`: targets.category_fractions(); `summary`: targets.addressable_summary().
+    `fractions`: targets.category_fractions(); `summary`: targets.addressable_summary();
+    `cpu_only`: every trace is CPU-only (their units are CPU operators, and the title says so).
     Non-addressable categories come first (greys), addressable ones after them
     (colours, hatched, outlined), each segment labelled with its percentage and
     the addressable total written after the bar.
     """
     if len(fractions) == 0:
         raise UserError("nothing to plot: no categories")
+    if title is None and cpu_only:
+        # `headroom profile` on a machine without a GPU: the units are CPU operators' self times.
+        title = ("Where the CPU time goes (CPU-only traces: no GPU activity)\n"
+                 + ("(share of CPU operator self time)" if basis == "kernel"
+                    else "(share of the profiled wall time, idle included)"))
     if title is None:
         title = ("Where the GPU time goes: addressable vs. vendor-library kernels\n"
                  + ("(share of GPU kernel time; idle not shown)" if basis == "kernel"
@@ -94,21 +100,29 @@ def addressable_figure(fractions: pd.DataFrame, summary: pd.DataFrame | None = N
                             bbox=None if dark else dict(boxstyle="round,pad=0.1", fc="white", ec="none", alpha=0.7))
                 seen.setdefault(r.category, bool(r.addressable))
                 left += r.fraction
+            kernel_frac = None
             if summary is not None and len(summary):
-                frac = float(summary.loc[summary["workload"] == w, "addressable_fraction"].sum())
+                mine = summary.loc[summary["workload"] == w]
+                frac = float(mine["addressable_fraction"].sum())
+                if basis == "wall" and "kernel_fraction" in summary.columns:
+                    kernel_frac = float(mine["kernel_fraction"].sum())
             else:
                 frac = float(rows.loc[rows["addressable"], "fraction"].sum())
             if addr_left is not None:
                 # Outline the addressable span so it reads as one block.
                 ax.barh(y, frac, left=addr_left, height=0.74, fill=False, edgecolor="black", linewidth=1.2,
                         gid=f"{w}|addressable-span")
-            ax.text(max(left, 1.0) + 0.01, y, f"addressable {100 * frac:.1f}%", va="center", ha="left",
-                    fontsize=7, fontweight="bold", gid=f"{w}|addressable-label")
+            # On wall shares, also the share of GPU time: the number `report` prints for the same trace.
+            label = f"addressable {100 * frac:.1f}%" + (f" of wall\n({100 * kernel_frac:.1f}% of "
+                                                       f"{'CPU op' if cpu_only else 'GPU'} time)"
+                                                       if kernel_frac is not None else "")
+            ax.text(max(left, 1.0) + 0.01, y, label, va="center", ha="left",
+                    fontsize=7 if kernel_frac is None else 6, fontweight="bold", gid=f"{w}|addressable-label")
         ax.set_yticks(range(n), workloads)
         ax.invert_yaxis()
         ax.set_xlim(0, 1.27)
         ax.set_xticks(np.linspace(0, 1, 6), [f"{int(x * 100)}%" for x in np.linspace(0, 1, 6)])
-        ax.set_xlabel(BASIS_AXIS.get(basis, basis))
+        ax.set_xlabel("share of CPU operator self time" if cpu_only and basis == "kernel" else BASIS_AXIS.get(basis, basis))
         ax.set_title(title)
         for side in ("top", "right"):
             ax.spines[side].set_visible(False)
@@ -287,7 +301,8 @@ def addressable_numbers(fractions: pd.DataFrame, summary: pd.DataFrame, basis: s
     return {"schema": "headroom.figure.addressable/1", "basis": basis, "traces": list(sources),
             "bars": [{"workload": r.workload, "category": r.category, "addressable": bool(r.addressable),
                       "fraction": round(float(r.fraction), 6)} for r in fractions.itertuples(index=False)],
-            "addressable": [{"workload": r.workload, "fraction": round(float(r.addressable_fraction), 6)}
+            "addressable": [{"workload": r.workload, "fraction": round(float(r.addressable_fraction), 6),
+                             "gpu_time_fraction": round(float(r.kernel_fraction), 6)}
                             for r in summary.itertuples(index=False)]}
 
 

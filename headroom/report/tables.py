@@ -137,13 +137,19 @@ def category_fractions(analyses: Sequence[Analysis], labels: Sequence[str] | Non
 
 def addressable_summary(analyses: Sequence[Analysis], labels: Sequence[str] | None = None,
                         basis: str = "kernel") -> pd.DataFrame:
-    """Per workload: the addressable fraction (the label on each bar)."""
-    df = category_fractions(analyses, labels, basis)
-    if len(df) == 0:
-        return pd.DataFrame(columns=["workload", "addressable_fraction"])
-    s = df[df["addressable"]].groupby("workload", sort=False)["fraction"].sum()
-    names = list(dict.fromkeys(df["workload"]))
-    return pd.DataFrame({"workload": names, "addressable_fraction": [float(s.get(n, 0.0)) for n in names]})
+    """Per workload: the addressable fraction on `basis` (the label on each bar), and its share of GPU
+    kernel time (`kernel_fraction`: what `report` and `classify` print), so that a figure of wall shares
+    can print both and never a number that disagrees with the table beside it."""
+    def addressable(b: str) -> tuple[list[str], pd.Series]:
+        df = category_fractions(analyses, labels, b)
+        return list(dict.fromkeys(df["workload"])), df[df["addressable"]].groupby("workload", sort=False)["fraction"].sum()
+
+    names, s = addressable(basis)
+    if not names:
+        return pd.DataFrame(columns=["workload", "addressable_fraction", "kernel_fraction"])
+    k = s if basis == "kernel" else addressable("kernel")[1]
+    return pd.DataFrame({"workload": names, "addressable_fraction": [float(s.get(n, 0.0)) for n in names],
+                         "kernel_fraction": [float(k.get(n, 0.0)) for n in names]})
 
 
 def projection_table(results: Sequence[ProjectResult], labels: Sequence[str] | None = None,

@@ -442,8 +442,9 @@ def test_a_damaged_entry_after_a_table_was_read_is_an_error_not_a_mix(cache_dir,
     deferred = load_trace(p)
     deferred.launches
     monkeypatch.setattr(cache.StoredTables, "read", lambda self, t: (_ for _ in ()).throw(ValueError("bad zip")))
-    with pytest.raises(TraceError, match="could not be read; run again with --no-cache"):
+    with pytest.raises(TraceError, match=r"could not be read \(it is removed: run again\)"):
         deferred.cpu
+    assert not list(cache_dir.glob("*/*/tables.npz"))
     again = load_trace(p)                   # the first table fails: loaded from the file instead
     expected = load_trace(p, use_cache=False)
     pd.testing.assert_frame_equal(again.cpu, expected.cpu)
@@ -751,3 +752,35 @@ def test_programmatic_dependent_launch_overlap_on_one_stream_is_kept():
     k = t.gpu[(t.gpu["device"] == 0) & (t.gpu["stream"] == 7)].sort_values("ts")
     overlap = (k["ts"] + k["dur"]).cummax().shift().to_numpy()[1:] - k["ts"].to_numpy()[1:]
     assert (overlap > 1.0).sum() > 50 and t.warnings == []
+
+
+def test_a_trace_rewritten_in_place_with_its_size_and_mtime_is_not_answered_from_the_cache(cache_dir, builder,
+                                                                                          tmp_path):
+    p = tmp_path / "t.json"
+    for n in (1, 2, 3):
+        builder.step(n, n * 100.0, 100.0)
+        builder.kernel("sm90_gemm", launch_ts=n * 100.0 + 2, ts=n * 100.0 + 10, dur=50)
+    builder.write(p)
+    first = analyze(p)
+    assert first.total_us == 150.0 and list(cache_dir.glob("*/*/tables.npz"))
+    st = p.stat()
+    text = p.read_text().replace('"dur": 50', '"dur": 40')       # the same length
+    p.write_text(text)
+    os.utime(p, ns=(st.st_atime_ns, st.st_mtime_ns))               # the old mtime put back
+    assert p.stat().st_size == st.st_size and p.stat().st_mtime_ns == st.st_mtime_ns
+    assert analyze(p).total_us == 120.0                            # was 150.0: the stale entry
+
+
+@pytest.mark.parametrize("damage", ["tables.npz", "header.json"])
+def test_a_damaged_cache_entry_is_rewritten_by_the_next_load(cache_dir, tmp_path, damage):
+    p = tmp_path / "resnet.json.gz"
+    p.write_bytes((SHIPPED_TRACES / "resnet-50.train.json.gz").read_bytes())
+    expected = load_trace(p, use_cache=False)
+    load_trace(p)
+    (entry,) = {f.parent for f in cache_dir.glob("*/*/tables.npz")}
+    (entry / damage).write_bytes(b"not what was written")
+    _assert_same(expected, load_trace(p))                  # loaded from the file ...
+    hit = load_trace(p)
+    assert isinstance(hit, load.DeferredTrace)              # ... and the entry written again
+    _assert_same(expected, hit)
+    assert (entry / damage).read_bytes() != b"not what was written"

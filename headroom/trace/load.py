@@ -9,8 +9,8 @@ outlives its chunk, so memory follows the tables, not the file.
 Then the tables are checked (`validate`: impossible GPU times are refused, or
 dropped with --lenient) and handed on as pandas DataFrames with numeric
 columns: one row per GPU activity, per CPU range and per runtime/driver call.
-A cache keyed by the file's size and modification time (`cache`) makes the
-second load of the same file a read of those columns.
+A cache keyed by the file's content (size, times, inode and sampled blocks:
+`cache`) makes the second load of the same file a read of those columns.
 
 Timestamps stay in the trace's microseconds. Traces that carry
 ``baseTimeNanoseconds`` store ``ts`` relative to it; older traces store epoch
@@ -109,10 +109,11 @@ class DeferredTrace(Trace):
             stored.close()
             if not any(t in self.__dict__ for t in TRACE_TABLES):
                 return self._load_again(name)
+            cache.discard(self.cache_key.entry)     # so that the next command writes it again
             # The open entry failed after it answered (a damaged file): tables already handed out
             # came from it, so this is an error, not a silent mix of two loads.
-            raise TraceError(f"{self.source}: the cache entry {self.cache_key.entry} could not be read; "
-                             f"run again with --no-cache") from None
+            raise TraceError(f"{self.source}: the cache entry {self.cache_key.entry} could not be read "
+                             f"(it is removed: run again)") from None
         self.__dict__[name] = table
         if all(t in self.__dict__ for t in TRACE_TABLES):
             stored.close()
@@ -126,7 +127,10 @@ class DeferredTrace(Trace):
         return {k: v for k, v in self.__dict__.items() if k != "_stored"} | {"_stored": None}
 
     def _load_again(self, name: str):
-        fresh = _finish(self._path, None, _decoded(self._path, self._lenient))
+        # The entry could not be read: removed, and written again from this load (else every later
+        # command would find it, fail, and load the trace again).
+        cache.discard(self.cache_key.entry)
+        fresh = _finish(self._path, self.cache_key, _decoded(self._path, self._lenient))
         self.__dict__.update({t: getattr(fresh, t) for t in TRACE_TABLES})
         return self.__dict__[name]
 

@@ -76,10 +76,19 @@ def short_name(name: str, width: int = 72) -> str:
     return n
 
 
+class _Console(Console):
+    """rich's Console, but a reader that leaves (`| head -1`) is the BrokenPipeError the command line
+    turns into exit 141 (docs/cli.md), not rich's own silent exit 1."""
+
+    def on_broken_pipe(self) -> None:
+        self.quiet = True
+        raise BrokenPipeError
+
+
 def make_console() -> Console:
     """A console that does not squeeze tables to 80 columns when output is piped."""
-    c = Console()
-    return c if c.is_terminal else Console(width=220)
+    c = _Console()
+    return c if c.is_terminal else _Console(width=220)
 
 
 def _ms(us: float) -> str:

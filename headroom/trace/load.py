@@ -58,7 +58,7 @@ def load_trace(path: str | os.PathLike, lenient: bool = False, use_cache: bool =
              instead of refusing the trace.
     use_cache: read/write the columnar cache (docs/trace-core.md, "Cache").
     """
-    path = Path(path)
+    path = document.spooled(Path(path))
     key = cache.key(path, lenient) if use_cache else None
     hit = _from_cache(path, key, lenient)
     if hit is not None:
@@ -149,7 +149,7 @@ def _decoded(path: Path, lenient: bool, workers: bool = True):
 def _finish(path: Path, key, decoded) -> Trace:
     tables, orders, base_ns, meta, warnings = decoded
     with small_pages():
-        trace = _tabulate(str(path), tables, base_ns, meta, warnings, orders)
+        trace = _tabulate(document.source_name(path), tables, base_ns, meta, warnings, orders)
     if key is not None and cache.store_tables(key, {t: getattr(trace, t) for t in TRACE_TABLES}, base_ns, meta,
                                               warnings):
         trace.cache_key = key
@@ -395,7 +395,7 @@ def _size(path: Path) -> int:
     try:
         return path.stat().st_size
     except FileNotFoundError:
-        raise TraceError(f"{path}: no such file") from None
+        raise TraceError(document.missing(path)) from None
     except OSError as e:
         raise TraceError(f"{path}: cannot read ({e.strerror})") from None
 
@@ -467,13 +467,16 @@ def find_trace_files(path: str | os.PathLike) -> list[Path]:
     """A trace file, or every ``*.json``/``*.json.gz`` trace in a directory (one per rank)."""
     path = Path(path)
     if path.is_dir():
-        files = sorted(p for p in path.iterdir() if p.is_file() and is_trace_name(p))
+        # A link to nothing among the traces is kept, to be named when its turn comes (skipped without a
+        # word, a rank of a run would go missing).
+        files = sorted(p for p in path.iterdir() if (p.is_file() or (p.is_symlink() and not p.exists()))
+                       and is_trace_name(p))
         if not files:
             raise TraceError(f"{path}: directory holds no .json or .json.gz trace")
         return files
     if not path.exists():
-        raise TraceError(f"{path}: no such file")
-    return [path]
+        raise TraceError(document.missing(path))
+    return [document.spooled(path)]
 
 
 def load_traces(path: str | os.PathLike, **kwargs) -> list[Trace]:

@@ -471,3 +471,19 @@ def test_bench_run_refuses_candidates_it_cannot_use(tmp_path, headroom, make, ne
     if make:
         d.mkdir()
     one_error_line(headroom("bench", "run", "--candidates", d), f"--candidates {d}: {needle}")
+
+
+def test_library_warnings_come_in_the_one_style(capfd):
+    import warnings
+
+    from headroom.cli.output import library_warnings_in_one_style
+
+    saved = warnings.showwarning
+    try:
+        library_warnings_in_one_style()
+        with warnings.catch_warnings():
+            warnings.simplefilter("always")
+            warnings.warn("The profiler is\n  slow", UserWarning)      # two lines in Python's style
+        assert capfd.readouterr().err == "headroom: warning: UserWarning: The profiler is slow\n"
+    finally:
+        warnings.showwarning = saved

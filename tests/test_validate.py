@@ -152,9 +152,21 @@ def identity_run(tmp_path_factory):
     p = _cli("validate", "llama-7b", *TINY, "--replace", f"LlamaRMSNorm={CANDIDATES / 'identity_rmsnorm.py'}",
              "--out", str(out), "--rounds", "9", "--json")
     assert p.returncode == 0, p.stderr[-2000:]
+    (out.parent / "stderr.txt").write_text(p.stderr)      # for the test of what else reached stderr
     doc = json.loads(p.stdout)
     assert doc.pop("schema") == "headroom.validate/1"     # docs/cli.md; the rest is docs/validate.md's object
     return out, doc
+
+
+def test_a_validate_run_says_nothing_on_stderr_outside_its_own_style(identity_run):
+    """Every run printed a Python RuntimeWarning (runpy: the worker imported before it ran) and Kineto's
+    `USDT: ... profiler_start` lines."""
+    out, _ = identity_run
+    lines = (out.parent / "stderr.txt").read_text().splitlines()
+    assert any(ln.startswith("headroom validate: profile:") for ln in lines)
+    stray = [ln for ln in lines if not ln.startswith(("headroom validate: ", "headroom: warning: "))]
+    assert stray == []
+    assert not any("RuntimeWarning" in ln or "USDT" in ln for ln in lines)
 
 
 def test_identity_candidate_measures_and_projects_no_change(identity_run):

@@ -35,6 +35,20 @@ def warn(message: str) -> None:
     print(f"headroom: warning: {message}", file=sys.stderr, flush=True)
 
 
+def library_warnings_in_one_style() -> None:
+    """Python warnings of the libraries headroom drives (torch's profiler, transformers) as
+    `headroom: warning: <Category>: <message>`, one line each, instead of Python's two lines naming a
+    file inside the library. Python's filters still apply (each is shown once per place)."""
+    import warnings
+
+    def show(message, category, filename, lineno, file=None, line=None) -> None:
+        text = " ".join(str(message).split())
+        print(f"headroom: warning: {category.__name__}: {text}", file=sys.stderr if file is None else file,
+              flush=True)
+
+    warnings.showwarning = show
+
+
 def error(message: str) -> None:
     """`headroom: error: message` on stderr (the caller decides the exit code)."""
     print(f"headroom: error: {message}", file=sys.stderr, flush=True)

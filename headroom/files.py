@@ -114,6 +114,27 @@ def check_output_not_input(out: str | os.PathLike, inputs: Iterable[str | os.Pat
     return o
 
 
+def check_replaceable_dir(directory: str | os.PathLike, inputs: Iterable[str | os.PathLike | None],
+                          own: Iterable[str], option: str = "--out") -> Path:
+    """A directory a command replaces whole (a run's folder): refused when it holds one of the command's
+    `inputs` (they would be deleted with it), and when it exists, is not empty and holds none of the
+    files the command writes there (`own`): it is someone else's folder, not an earlier run."""
+    d = Path(directory)
+    if not d.name or d.resolve() == Path.cwd().resolve() or d.resolve() == Path.home().resolve():
+        raise UserError(f"{option} {d}: a run's own folder is replaced whole; name a new one (e.g. out/run)")
+    for given in inputs:
+        if given is None:
+            continue
+        i = Path(given).resolve()
+        if i == d.resolve() or d.resolve() in i.parents:
+            raise UserError(f"{option} {d}: holds an input of this command ({given}), which replacing the "
+                            f"folder would delete (choose another {option})")
+    if d.is_dir() and any(d.iterdir()) and not any((d / name).exists() for name in own):
+        raise UserError(f"{option} {d}: a folder that is not an earlier run (no {' or '.join(own)}); it would be "
+                        f"replaced whole (choose a new or empty one)")
+    return d
+
+
 def write_atomic(path: str | os.PathLike, data: bytes | str | Callable[[BinaryIO], Any]) -> Path:
     """Write bytes, text, or whatever a function writes to a binary file, to `path` atomically."""
     with atomic_file(path) as f:

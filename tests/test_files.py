@@ -107,3 +107,27 @@ def test_plot_numbers_into_the_trace_directory_is_refused_before_anything_is_wri
     # figures alone (no FIGURE.json) are not read as traces: allowed there
     p = headroom("plot", d, "-o", d, "--figure", "addressable", "--format", "png")
     assert p.returncode == 0 and sorted(x.name for x in d.iterdir()) == ["addressable.png", VIT.name]
+
+
+def test_validate_never_replaces_a_folder_holding_its_candidate_or_someone_elses(headroom, tmp_path, monkeypatch):
+    """`validate --replace X=work/cand.py --out work` replaced the folder `work` whole, the candidate with it."""
+    from headroom.files import check_replaceable_dir
+
+    work = tmp_path / "work"
+    work.mkdir()
+    cand = work / "llama_rmsnorm.py"
+    cand.write_bytes((SHIPPED_TRACES.parent / "examples/substitutions/llama_rmsnorm.py").read_bytes())
+    p = headroom("validate", "llama-7b", "--flavour", "tiny", "--device", "cpu",
+                 "--replace", f"LlamaRMSNorm={cand}", "--out", work)
+    assert p.returncode == 2 and cand.is_file()
+    assert f"--out {work}: holds an input of this command ({cand})" in p.stderr
+    notes = tmp_path / "notes"
+    notes.mkdir()
+    (notes / "todo.txt").write_text("mine")
+    with pytest.raises(UserError, match="a folder that is not an earlier run"):
+        check_replaceable_dir(notes, [cand], own=("result.json", "run.json"))
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(UserError, match="is replaced whole; name a new one"):
+        check_replaceable_dir(".", [cand], own=("result.json",))
+    (notes / "run.json").write_text("{}")           # an earlier run: replaced, as before
+    assert check_replaceable_dir(notes, [cand], own=("result.json", "run.json")) == notes

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from headroom.errors import UserError
-from headroom.files import check_output_dir
+from headroom.files import check_output_dir, check_replaceable_dir
 from headroom.profile.workload import Options
 from headroom.validate.result import RESULT_FILE
 from headroom.validate.run import Request
@@ -116,6 +116,9 @@ def validate(workload: str, replace: Sequence[tuple[str, str]] | Sequence[str], 
     final = Path(out)
     if final.exists() and not final.is_dir():
         raise UserError(f"--out {final}: exists and is not a directory")
+    # The run's folder is replaced whole: never one that holds a candidate or the workload file, nor a
+    # folder that is not an earlier run.
+    check_replaceable_dir(final, [p for _, p in reps] + [workload_file], own=(RESULT_FILE, "run.json"))
     check_output_dir(final.parent)   # a read-only place fails now, not after the run
     tmp = final.with_name(f".{final.name}.tmp-{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)

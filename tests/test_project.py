@@ -536,3 +536,15 @@ def test_a_step_the_trace_rules_out_is_refused(headroom, step_ms, message):
     assert len(p.stderr.splitlines()) == 1 and message in p.stderr
     if step_ms == "10":
         assert "(240.951 ms per step)" in p.stderr
+
+
+def test_a_step_dropped_in_the_middle_is_left_out_of_the_replay_too(builder, tmp_path):
+    for n, t0 in ((1, 0.0), (2, 100.0), (3, 200.0)):
+        builder.step(n, t0, 100.0 if n != 2 else -1.0)      # dropped by --lenient
+        builder.cpu("aten::mm", t0 + 1, 10)
+        builder.kernel("sm90_gemm", launch_ts=t0 + 2, ts=t0 + 10, dur=50)
+    a = analyze(builder.write(tmp_path / "t.json"), lenient=True, use_cache=False)
+    res = project(a, [parse_cli_speedup("category:gemm=2")])
+    assert a.wall_us == 200.0 and res.replay_check["window_error_us"] == pytest.approx(0.0, abs=1e-6)
+    assert not any("off the measured window" in w for w in res.warnings)     # was 100 us off
+    assert res.get("replay").baseline_us == 200.0

@@ -20,6 +20,7 @@ import contextlib
 import sys
 from typing import Any, Iterator
 
+from headroom.errors import library_warnings_in_one_style  # noqa: F401 - one style, shared with workers
 from headroom.jsonio import dumps
 
 EXIT_OK = 0
@@ -33,20 +34,6 @@ SCHEMA_VERSION = 1
 def warn(message: str) -> None:
     """`headroom: warning: message` on stderr."""
     print(f"headroom: warning: {message}", file=sys.stderr, flush=True)
-
-
-def library_warnings_in_one_style() -> None:
-    """Python warnings of the libraries headroom drives (torch's profiler, transformers) as
-    `headroom: warning: <Category>: <message>`, one line each, instead of Python's two lines naming a
-    file inside the library. Python's filters still apply (each is shown once per place)."""
-    import warnings
-
-    def show(message, category, filename, lineno, file=None, line=None) -> None:
-        text = " ".join(str(message).split())
-        print(f"headroom: warning: {category.__name__}: {text}", file=sys.stderr if file is None else file,
-              flush=True)
-
-    warnings.showwarning = show
 
 
 def error(message: str) -> None:

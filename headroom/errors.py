@@ -24,3 +24,19 @@ def unknown_name(what: str, name: str, choices: Iterable[str], where: str = "") 
     choices = sorted(set(choices))
     hint = did_you_mean(name, choices) or f" (one of: {', '.join(choices)})"
     return UserError(f"{where + ': ' if where else ''}unknown {what} {name!r}{hint}")
+
+
+def library_warnings_in_one_style() -> None:
+    """Python warnings of the libraries headroom drives (torch's profiler, transformers) as
+    `headroom: warning: <Category>: <message>`, one line each, instead of Python's two lines naming a
+    file inside the library. Python's filters still apply (each is shown once per place). Here, beside
+    UserError, so that the command line and a worker process of any layer (validate's) share it."""
+    import sys
+    import warnings
+
+    def show(message, category, filename, lineno, file=None, line=None) -> None:
+        text = " ".join(str(message).split())
+        print(f"headroom: warning: {category.__name__}: {text}", file=sys.stderr if file is None else file,
+              flush=True)
+
+    warnings.showwarning = show

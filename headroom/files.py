@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 import tempfile
 from pathlib import Path
-from typing import Any, BinaryIO, Callable
+from typing import Any, BinaryIO, Callable, Iterable
 
 from headroom.errors import UserError
 from headroom.jsonio import atomic_file
@@ -46,9 +46,18 @@ def read_text(path: str | os.PathLike, expected: str) -> str:
         raise UserError(f"{path}: not UTF-8 text (at byte offset {e.start}); expected {expected}") from None
 
 
-def check_output_dir(directory: str | os.PathLike) -> Path:
-    """Create `directory` if needed and make sure a file can be written in it."""
+def check_output_dir(directory: str | os.PathLike, create: bool = True) -> Path:
+    """Create `directory` if needed and make sure a file can be written in it. `create=False`: leave
+    the disk as it is (a command that may still refuse its input), and check that the nearest
+    existing folder above it can be written, so that creating it later will work."""
     d = Path(directory)
+    if not create and not d.exists():
+        above = next((p for p in d.absolute().parents if p.exists()), Path("/"))
+        if not above.is_dir():
+            raise UserError(f"{d}: {above} exists and is not a directory")
+        if not os.access(above, os.W_OK | os.X_OK):
+            raise UserError(f"{d}: cannot create the directory ({above} is not writable)")
+        return d
     try:
         d.mkdir(parents=True, exist_ok=True)
     except FileExistsError:
@@ -73,6 +82,57 @@ def check_output_file(path: str | os.PathLike) -> Path:
         raise UserError(f"{p}: is a directory, expected a file name")
     check_output_dir(p.parent)
     return p
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    """Whether two paths name one file: the same inode (a hard link, a symlink, `./x` and `x`), or, when
+    one does not exist yet, the same resolved path."""
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return os.path.realpath(a) == os.path.realpath(b)
+
+
+def check_output_not_input(out: str | os.PathLike, inputs: Iterable[str | os.PathLike | None],
+                           reads: Callable[[Path], bool] = lambda p: True, option: str = "--out") -> Path:
+    """Refuse an output that resolves to something the command reads: one of `inputs` (the same inode,
+    or the same path), or a file inside an input directory that the command would read there
+    (`reads(path)`: e.g. a trace directory reads its *.json files). Writing over an input destroys it
+    (the candidate's source becomes JSON), and a file left in an input directory is read back as input
+    by the next command. Checked before any work."""
+    o = Path(out)
+    for given in inputs:
+        if given is None:
+            continue
+        i = Path(given)
+        if _same_file(o, i):
+            raise UserError(f"{option} {o}: is also an input of this command; writing it would destroy it "
+                            f"(choose another {option})")
+        if i.is_dir() and _same_file(o.parent, i) and reads(o):
+            raise UserError(f"{option} {o}: would be written into the input directory {i}, where it would "
+                            f"be read as input (choose another {option})")
+    return o
+
+
+def check_replaceable_dir(directory: str | os.PathLike, inputs: Iterable[str | os.PathLike | None],
+                          own: Iterable[str], option: str = "--out") -> Path:
+    """A directory a command replaces whole (a run's folder): refused when it holds one of the command's
+    `inputs` (they would be deleted with it), and when it exists, is not empty and holds none of the
+    files the command writes there (`own`): it is someone else's folder, not an earlier run."""
+    d = Path(directory)
+    if not d.name or d.resolve() == Path.cwd().resolve() or d.resolve() == Path.home().resolve():
+        raise UserError(f"{option} {d}: a run's own folder is replaced whole; name a new one (e.g. out/run)")
+    for given in inputs:
+        if given is None:
+            continue
+        i = Path(given).resolve()
+        if i == d.resolve() or d.resolve() in i.parents:
+            raise UserError(f"{option} {d}: holds an input of this command ({given}), which replacing the "
+                            f"folder would delete (choose another {option})")
+    if d.is_dir() and any(d.iterdir()) and not any((d / name).exists() for name in own):
+        raise UserError(f"{option} {d}: a folder that is not an earlier run (no {' or '.join(own)}); it would be "
+                        f"replaced whole (choose a new or empty one)")
+    return d
 
 
 def write_atomic(path: str | os.PathLike, data: bytes | str | Callable[[BinaryIO], Any]) -> Path:

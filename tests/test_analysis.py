@@ -76,3 +76,25 @@ def test_to_dict_contract(builder, tmp_path):
 def test_directory_of_traces():
     analyses = analyze_path(HTA_TRACES) if HTA_TRACES.exists() else pytest.skip("no shared traces")
     assert len(analyses) == 6
+
+
+def test_a_dropped_middle_step_is_left_out_not_counted_as_idle(builder, tmp_path):
+    for n, t0 in ((1, 0.0), (2, 100.0), (3, 200.0)):
+        builder.step(n, t0, 100.0 if n != 2 else -1.0)      # the middle step's dur is impossible
+        builder.kernel("sm90_gemm", launch_ts=t0 + 2, ts=t0 + 10, dur=50)
+    p = builder.write(tmp_path / "t.json")
+    a = analyze(p, lenient=True, use_cache=False)
+    assert a.num_steps == 2 and a.busy_us == 100.0
+    assert a.wall_us == 200.0 and a.idle_us == 100.0     # was 300 and 200: the dropped step's time as idle
+    assert a.notes == ["1 step(s) missing between the others (ProfilerStep#2): their 0.100 ms are left out of "
+                       "the analysed time, not counted as idle"]
+
+
+def test_whole_trace_is_one_step(builder, tmp_path):
+    for n, t0 in ((1, 0.0), (2, 100.0), (3, 200.0)):
+        builder.step(n, t0, 100.0)
+        builder.kernel("sm90_gemm", launch_ts=t0 + 2, ts=t0 + 10, dur=50)
+    p = builder.write(tmp_path / "t.json")
+    w = analyze(p, whole_trace=True, use_cache=False)
+    assert w.num_steps == 1 and w.step_us == w.wall_us == 260.0     # from the first step's start to the last kernel's end
+    assert analyze(p, use_cache=False).num_steps == 3

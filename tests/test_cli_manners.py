@@ -421,3 +421,69 @@ def test_ctrl_c_at_any_moment_exits_130_and_leaves_nothing_half_written(tmp_path
         assert json.loads(gzip.decompress(out.read_bytes()))["traceEvents"] and os.listdir(tmp_path) == [out.name]
         return
     assert os.listdir(tmp_path) == []
+
+
+# --- streams, links, pipes that close, candidates -----------------------------------------------------
+
+@pytest.mark.parametrize("gzipped", [False, True])
+def test_a_trace_through_a_pipe_is_read_and_named_as_given(gzipped, tmp_path):
+    """`headroom classify <(zcat t.json.gz)` said "empty file" (the loader opened the pipe twice)."""
+    src = DLRM if gzipped else tmp_path / "dlrm.json"
+    if not gzipped:
+        src.write_bytes(gzip.decompress(DLRM.read_bytes()))
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    writer = subprocess.Popen(["sh", "-c", f"cat '{src}' > '{fifo}'"])
+    try:
+        p = subprocess_headroom("report", "--json", fifo, timeout=60)
+    finally:
+        writer.wait(timeout=30)
+    assert p.returncode == 0, p.stderr
+    row = strict_json(p.stdout)["traces"][0]
+    assert row["trace"] == str(fifo) and row["num_steps"] == 3
+    assert row["step_us"] == pytest.approx(20004, abs=1)
+
+
+def test_a_broken_symlink_among_traces_is_named(tmp_path, headroom):
+    d = tmp_path / "ranks"
+    d.mkdir()
+    (d / "rank-0.json.gz").write_bytes(DLRM.read_bytes())
+    (d / "rank-1.json.gz").symlink_to(tmp_path / "gone.json.gz")
+    p = headroom("report", "--json", d)
+    assert p.returncode == 2
+    assert f"headroom: error: {d}/rank-1.json.gz: a broken symbolic link (to {tmp_path}/gone.json.gz)" in p.stderr
+    assert len(strict_json(p.stdout)["traces"]) == 1      # the other trace still reported
+
+
+@pytest.mark.parametrize("args", [("targets", DLRM, "--top", "0"), ("classify", DLRM)])
+def test_a_reader_that_leaves_gives_exit_141(args):
+    """`headroom targets T --top 0 | head -1` exited 1 without a word (rich's own broken-pipe exit); here the
+    reader leaves before the first line (`| true`), so that no output fits the pipe before it closes."""
+    cmd = " ".join(map(str, [sys.executable, "-m", "headroom.cli", *args]))
+    p = subprocess.run(["bash", "-c", f"{cmd} 2>/dev/null | true; echo ${{PIPESTATUS[0]}}"],
+                       capture_output=True, text=True, cwd=REPO, timeout=120)
+    assert p.stdout.strip() == "141"
+
+
+@pytest.mark.parametrize("make,needle", [(None, "no such directory"), ("empty", "no candidate for any of the 12")])
+def test_bench_run_refuses_candidates_it_cannot_use(tmp_path, headroom, make, needle):
+    d = tmp_path / "c"
+    if make:
+        d.mkdir()
+    one_error_line(headroom("bench", "run", "--candidates", d), f"--candidates {d}: {needle}")
+
+
+def test_library_warnings_come_in_the_one_style(capfd):
+    import warnings
+
+    from headroom.cli.output import library_warnings_in_one_style
+
+    saved = warnings.showwarning
+    try:
+        library_warnings_in_one_style()
+        with warnings.catch_warnings():
+            warnings.simplefilter("always")
+            warnings.warn("The profiler is\n  slow", UserWarning)      # two lines in Python's style
+        assert capfd.readouterr().err == "headroom: warning: UserWarning: The profiler is slow\n"
+    finally:
+        warnings.showwarning = saved

@@ -115,3 +115,15 @@ def test_every_command_prints_the_same_from_the_cache(tmp_path, args):
         assert fresh.returncode == cached.returncode == 0, cached.stderr
         assert cached.stdout == fresh.stdout and len(cached.stdout) > 300
     assert len(list((tmp_path / "cache").glob("*/*/analysis-*.frames"))) == 3   # one trace, two ranks
+
+
+def test_a_kernel_run_once_in_three_steps_is_not_shown_as_x0(builder, tmp_path):
+    for n, t0 in ((1, 0.0), (2, 100.0), (3, 200.0)):
+        builder.step(n, t0, 100.0)
+        builder.kernel("sm90_gemm", launch_ts=t0 + 2, ts=t0 + 10, dur=50)
+    builder.kernel("vectorized_elementwise_kernel", launch_ts=5.0, ts=70.0, dur=3)     # in step 1 only
+    p = headroom("classify", "--all", builder.write(tmp_path / "t.json"))
+    assert p.returncode == 0, p.stderr
+    line = next(ln for ln in p.stdout.splitlines() if "vectorized_elementwise_kernel" in ln)
+    assert " x0.333 " in line and " x0 " not in line
+    assert any(" x1 " in ln for ln in p.stdout.splitlines() if "sm90_gemm" in ln)

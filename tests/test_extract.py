@@ -5,6 +5,7 @@ verify` runs unchanged (an honest candidate passes, an all-zeros one fails), who
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -253,3 +254,25 @@ def test_extract_cli_json_and_a_trace_without_steps(rmsnorm, tmp_path):
     err = [ln for ln in p.stderr.splitlines() if ln]
     assert p.returncode == 2 and err == ["headroom: error: --window picks the steps of --trace TRACE: give both"]
     assert not (tmp_path / "b").exists()
+
+
+def test_extract_trace_of_another_workload_is_refused_not_a_share_of_0(tmp_path):
+    """A trace where none of the module's instances ran (another workload) used to give "share 0.00%"
+    and exit 0."""
+    other = REPO / "traces" / "vit-b-16.infer.json.gz"
+    with pytest.raises(UserError, match=r"--trace .*vit-b-16.infer.json.gz: no kernel of the 5 LlamaRMSNorm "
+                                        r"instance\(s\) \(e.g. model.layers.0.input_layernorm\) is in this trace"):
+        extract("llama-7b", "LlamaRMSNorm", TINY, device="cpu", out=tmp_path / "o", trace=other, command="t")
+    assert not (tmp_path / "o").exists() or not any((tmp_path / "o").iterdir())
+
+
+def test_extract_checks_a_read_only_out_before_the_build(tmp_path, monkeypatch):
+    import headroom.extract.run as run
+
+    def no_build(*a, **k):
+        raise AssertionError("the workload was built before --out was checked")
+
+    monkeypatch.setattr(run, "find_class", no_build)
+    monkeypatch.setattr(os, "access", lambda p, mode: Path(p) != tmp_path)    # root passes os.access
+    with pytest.raises(UserError, match="cannot create the directory"):
+        extract("llama-7b", "LlamaRMSNorm", TINY, device="cpu", out=tmp_path / "o", command="t")

@@ -271,7 +271,8 @@ def test_the_spill_folder_is_removed_when_the_worker_fails(tmp_path, monkeypatch
 def test_two_halves_divided_inside_a_string_fall_back_to_one_run(tmp_path, monkeypatch):
     tricky = [_kernel(name='a}, {"ph": "X"'), _kernel(name="b")]
     p = tmp_path / "t.json"
-    p.write_text(json.dumps({"traceEvents": [STEP, LAUNCH, *tricky * 20]}))
+    # each copy at its own time: equal records would be refused as one activity recorded twice
+    p.write_text(json.dumps({"traceEvents": [STEP, LAUNCH, *(dict(e, ts=10.0 + i) for i in range(20) for e in tricky)]}))
     expected = load_trace(p, use_cache=False)
     given = _spy_halves(monkeypatch)
     text = p.read_bytes()
@@ -327,7 +328,7 @@ def test_a_separator_inside_a_string_or_nested_value_is_not_a_cut(tmp_path, monk
     tricky = [_kernel(name='a}, {"ph": "X"'), {"ph": "X", "cat": "cpu_op", "name": "op", "pid": 1, "tid": 1,
                                               "ts": 1.0, "dur": 1.0, "args": {"list": [{"a": 1}, {"b": 2}]}}]
     p = tmp_path / "t.json"
-    p.write_text(json.dumps({"traceEvents": [STEP, LAUNCH, *tricky * 20]}))
+    p.write_text(json.dumps({"traceEvents": [STEP, LAUNCH, *(dict(e, ts=10.0 + i) for i in range(20) for e in tricky)]}))
     expected = load_trace(p, use_cache=False)
     monkeypatch.setattr(document, "BLOCK", 64)
     _assert_same(expected, load_trace(p, use_cache=False))
@@ -441,8 +442,9 @@ def test_a_damaged_entry_after_a_table_was_read_is_an_error_not_a_mix(cache_dir,
     deferred = load_trace(p)
     deferred.launches
     monkeypatch.setattr(cache.StoredTables, "read", lambda self, t: (_ for _ in ()).throw(ValueError("bad zip")))
-    with pytest.raises(TraceError, match="could not be read; run again with --no-cache"):
+    with pytest.raises(TraceError, match=r"could not be read \(it is removed: run again\)"):
         deferred.cpu
+    assert not list(cache_dir.glob("*/*/tables.npz"))
     again = load_trace(p)                   # the first table fails: loaded from the file instead
     expected = load_trace(p, use_cache=False)
     pd.testing.assert_frame_equal(again.cpu, expected.cpu)
@@ -694,3 +696,91 @@ def test_fwdbwd_flow_ids_beyond_64_bits_link_as_python_ints(tmp_path):
                                          {**flow, "ph": "f", "id": 5, "ts": 20.0}], name="small.json"),
                        use_cache=False).flows
     assert small["id"].tolist() == [5] and small["id"].dtype == np.int64
+
+
+# --- impossible traces beyond one event's times --------------------------------------------------
+
+def _three_steps(builder, dur: float = 100.0):
+    for n, t0 in ((1, 0.0), (2, 100.0), (3, 200.0)):
+        builder.step(n, t0, dur)
+        builder.cpu("aten::mm", t0 + 1, 10)
+        builder.kernel("sm90_gemm", launch_ts=t0 + 2, ts=t0 + 10, dur=50)
+
+
+def test_a_gpu_activity_recorded_twice_is_refused_or_dropped_not_counted_twice(builder, tmp_path):
+    _three_steps(builder)
+    kernel = next(e for e in builder.events if e["cat"] == "kernel")
+    builder.events.append(dict(kernel))         # the same kernel twice: two kernels at once on one stream
+    p = builder.write(tmp_path / "dup.json")
+    with pytest.raises(TraceError, match=r"event \d+ \(kernel 'sm90_gemm'\): ts 10.0 is a second record of an "
+                                         r"earlier GPU activity \(same device, stream, name, start and duration\) "
+                                         r"\(--lenient drops such events\)"):
+        load_trace(p, use_cache=False)
+    a = analyze(p, lenient=True, use_cache=False)
+    assert a.total_us == 150.0 and a.busy_us == 150.0      # not 200: the copy is dropped, and counted
+    assert any("dropped 1 GPU activity/steps" in w for w in a.warnings)
+
+
+def test_overlapping_steps_are_refused_or_the_later_dropped(builder, tmp_path):
+    _three_steps(builder)
+    builder.step(4, 150.0, 100.0)                 # starts inside ProfilerStep#2
+    builder.kernel("sm90_gemm", launch_ts=152.0, ts=160.0, dur=20)
+    p = builder.write(tmp_path / "overlap.json")
+    with pytest.raises(TraceError, match=r"ProfilerStep#4'\): ts 150.0 is inside an earlier step "
+                                         r"\(ProfilerStep#2 ends 50 us later\): steps may not overlap"):
+        load_trace(p, use_cache=False)
+    t = load_trace(p, lenient=True, use_cache=False)
+    assert t.steps["step"].tolist() == [1, 2, 3] and len(t.gpu) == 4
+
+
+def test_a_kernel_far_longer_than_the_trace_is_refused(builder, tmp_path):
+    # a 5-second kernel inside a trace of three 20 ms steps
+    for n in range(3):
+        builder.step(n + 1, n * 20_000.0, 20_000.0)
+        builder.kernel("sm90_gemm", launch_ts=n * 20_000.0 + 5, ts=n * 20_000.0 + 10, dur=100)
+    builder.kernel("sm90_gemm", launch_ts=20_100.0, ts=20_200.0, dur=5e6)
+    p = builder.write(tmp_path / "long.json")
+    with pytest.raises(TraceError, match=r"dur 5000000.0 is longer than the trace could have recorded "
+                                         r"\(at most 121000 us: twice its CPU side's span and 1 ms\)"):
+        load_trace(p, use_cache=False)
+    assert len(load_trace(p, lenient=True, use_cache=False).gpu) == 3
+
+
+def test_programmatic_dependent_launch_overlap_on_one_stream_is_kept():
+    # ResNet-50 on the H200: cuDNN's init kernels start before the dgrad kernel before them ends
+    t = load_trace(SHIPPED_TRACES / "resnet-50.train.json.gz")
+    k = t.gpu[(t.gpu["device"] == 0) & (t.gpu["stream"] == 7)].sort_values("ts")
+    overlap = (k["ts"] + k["dur"]).cummax().shift().to_numpy()[1:] - k["ts"].to_numpy()[1:]
+    assert (overlap > 1.0).sum() > 50 and t.warnings == []
+
+
+def test_a_trace_rewritten_in_place_with_its_size_and_mtime_is_not_answered_from_the_cache(cache_dir, builder,
+                                                                                          tmp_path):
+    p = tmp_path / "t.json"
+    for n in (1, 2, 3):
+        builder.step(n, n * 100.0, 100.0)
+        builder.kernel("sm90_gemm", launch_ts=n * 100.0 + 2, ts=n * 100.0 + 10, dur=50)
+    builder.write(p)
+    first = analyze(p)
+    assert first.total_us == 150.0 and list(cache_dir.glob("*/*/tables.npz"))
+    st = p.stat()
+    text = p.read_text().replace('"dur": 50', '"dur": 40')       # the same length
+    p.write_text(text)
+    os.utime(p, ns=(st.st_atime_ns, st.st_mtime_ns))               # the old mtime put back
+    assert p.stat().st_size == st.st_size and p.stat().st_mtime_ns == st.st_mtime_ns
+    assert analyze(p).total_us == 120.0                            # was 150.0: the stale entry
+
+
+@pytest.mark.parametrize("damage", ["tables.npz", "header.json"])
+def test_a_damaged_cache_entry_is_rewritten_by_the_next_load(cache_dir, tmp_path, damage):
+    p = tmp_path / "resnet.json.gz"
+    p.write_bytes((SHIPPED_TRACES / "resnet-50.train.json.gz").read_bytes())
+    expected = load_trace(p, use_cache=False)
+    load_trace(p)
+    (entry,) = {f.parent for f in cache_dir.glob("*/*/tables.npz")}
+    (entry / damage).write_bytes(b"not what was written")
+    _assert_same(expected, load_trace(p))                  # loaded from the file ...
+    hit = load_trace(p)
+    assert isinstance(hit, load.DeferredTrace)              # ... and the entry written again
+    _assert_same(expected, hit)
+    assert (entry / damage).read_bytes() != b"not what was written"

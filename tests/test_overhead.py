@@ -94,7 +94,12 @@ def test_a_difference_within_run_to_run_drift_is_not_corrected(tmp_path):
     a = analyze(launch_bound(tmp_path, step_ms=1.96))
     r = project(a, [parse_cli_speedup("module:RMSNorm=4,launches=1")])
     assert r.unprofiled.cpu_scale == 1.0 and "within run-to-run drift (2.0%)" in r.unprofiled.note
-    assert r.estimate.clock == "profiled" and "no profiler-overhead correction: the profiled steps are 1.0% slower" in r.estimate.method
+    assert "no profiler-overhead correction: the profiled steps are 1.0% slower" in r.estimate.method
+    # not corrected, but printed beside the unprofiled step: the replayed times are scaled to it, so the
+    # estimate's base is that step and its ratio is of the two times printed
+    assert r.estimate.clock == "unprofiled" and r.estimate.baseline_us == pytest.approx(1960.0 * a.num_steps)
+    assert r.unprofiled.window_scale == pytest.approx(1960.0 * a.num_steps / r.get("replay").baseline_us)
+    assert r.estimate.speedup == pytest.approx(r.estimate.baseline_us / r.estimate.projected_us)
 
 
 def test_shipped_gpu_bound_training_is_not_corrected():

@@ -112,3 +112,49 @@ def test_plot_cli(tmp_path):
                      "scaling.png", "scaling.svg"]
     r = CliRunner().invoke(app, ["plot", str(hta_trace("base__base")), "--out", str(out), "--figure", "scaling"])
     assert isinstance(r.exception, UserError)
+
+
+def test_on_wall_shares_the_label_also_gives_the_share_of_gpu_time_report_prints(analyses):
+    """The README figure said "addressable 28.6%" (of wall) beside a table saying 33.2% (of GPU time)."""
+    fig = plot.addressable_figure(category_fractions(analyses, ["a", "b"], "wall"),
+                                  addressable_summary(analyses, ["a", "b"], "wall"), basis="wall")
+    wall = addressable_summary(analyses, ["a", "b"], "wall")
+    for a, w in zip(analyses, wall.itertuples(index=False)):
+        assert w.kernel_fraction == pytest.approx(a.addressable_fraction)
+        assert (f"addressable {100 * w.addressable_fraction:.1f}% of wall\n"
+                f"({100 * a.addressable_fraction:.1f}% of GPU time)") in _texts(fig)
+
+
+def _cpu_only_trace(builder, path):
+    for n, t0 in ((1, 0.0), (2, 100.0)):
+        builder.step(n, t0, 100.0)
+        builder.cpu("aten::mm", t0 + 1, 40)
+        builder.cpu("aten::layer_norm", t0 + 50, 20)
+    return builder.write(path)
+
+
+def test_cpu_only_traces_are_not_drawn_as_gpu_time(builder, tmp_path, capfd):
+    from headroom.cli.app import run
+
+    cpu = _cpu_only_trace(builder, tmp_path / "cpu.json")
+    a = analyze(cpu)
+    fig = plot.addressable_figure(category_fractions([a]), addressable_summary([a]), cpu_only=True)
+    assert fig.axes[0].get_title().startswith("Where the CPU time goes (CPU-only traces: no GPU activity)")
+    assert fig.axes[0].get_xlabel() == "share of CPU operator self time"
+    out = tmp_path / "out"
+    with pytest.raises(SystemExit) as e:
+        run(["plot", str(cpu), str(hta_trace("timeline_analysis")), "--figure", "addressable", "--format", "png",
+             "-o", str(out)])
+    assert e.value.code == 2 and not list(out.glob("*"))
+    assert "a CPU-only trace (no GPU activity) among GPU traces" in capfd.readouterr().err
+
+
+def test_a_bad_speedup_writes_no_figure(tmp_path, capfd):
+    """The addressable figure used to be written before the projection found the bad selector (exit 2)."""
+    from headroom.cli.app import run
+
+    out = tmp_path / "out"
+    with pytest.raises(SystemExit) as e:
+        run(["plot", str(hta_trace("timeline_analysis")), "-s", "category:nosuch=2", "--format", "png", "-o", str(out)])
+    assert e.value.code == 2 and not list(out.glob("*"))
+    assert "unknown category 'nosuch'" in capfd.readouterr().err

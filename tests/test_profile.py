@@ -352,3 +352,20 @@ def test_a_partial_run_records_the_whole_models_parameter_count(tmp_path):
     assert r.manifest["profiler"]["cuda_sync_events"] is False        # a CPU run: no CUDA sync records
     whole = run(tmp_path / "whole", "llama-7b", batch=1, seq=8)
     assert "params_full" not in whole.manifest and whole.manifest["params"] == spec.param_count_meta("tiny")
+
+
+def test_out_of_memory_on_the_cpu_is_one_line_not_the_allocators_traceback(headroom, monkeypatch, tmp_path):
+    """`headroom profile gpt2-xl --batch 1000000000` printed a 40-line allocator traceback."""
+    from headroom.profile.registry import get_workload
+
+    def build(cfg, device):
+        raise RuntimeError("[enforce fail at alloc_cpu.cpp:117] data. DefaultCPUAllocator: not enough memory: "
+                           "you tried to allocate 6400000000000 bytes.")
+
+    monkeypatch.setitem(get_workload("gpt2-xl").__dict__, "build", build)
+    p = headroom("profile", "gpt2-xl", "--device", "cpu", "--flavour", "tiny", "--batch", "1000000000",
+                 "--out", tmp_path)
+    assert p.returncode == 2 and "Traceback" not in p.stderr
+    err = [ln for ln in p.stderr.splitlines() if ln.startswith("headroom: error:")]
+    assert err == ["headroom: error: gpt2-xl: out of memory on the CPU at batch 1000000000 x seq 128 "
+                   "(asked for 5,960.5 GiB); try a smaller --batch or --seq"], p.stderr

@@ -435,3 +435,116 @@ def test_cross_stream_wait_runs_on_a_kineto_trace_with_sync_records(builder, tmp
     no_syncs = Baseline.from_analysis(a)
     no_syncs.syncs = None
     assert project(no_syncs, [parse_cli_speedup("kernel:^P$=2")]).get("replay").projected_us == pytest.approx(171.0)
+
+
+# --- numbers printed side by side are of the same quantities ------------------------------------------
+
+from hypothesis import HealthCheck, Phase, given, settings   # noqa: E402
+from hypothesis import strategies as st                      # noqa: E402
+
+from conftest import SHIPPED_TRACES                           # noqa: E402
+
+_NUM = r"([0-9][0-9,]*\.[0-9]+)"
+
+
+def _f(text: str) -> float:
+    return float(text.replace(",", ""))
+
+
+def _close(ratio: float, base: float, proj: float, ratio_digits: int, ms_digits: int = 3) -> bool:
+    """`ratio` (printed with `ratio_digits` decimals) is base/proj (each printed with `ms_digits`)."""
+    r_err, t_err = 0.5 * 10 ** -ratio_digits, 0.5 * 10 ** -ms_digits
+    want = base / proj
+    return abs(ratio - want) <= r_err + want * (t_err / base + t_err / proj) + 1e-9
+
+
+def printed_ratios(text: str) -> list[tuple[str, float, float, float, int]]:
+    """(what, ratio, base, projected, ratio decimals) for every ratio `project` prints beside two times."""
+    import re
+
+    out = []
+    m = re.search(rf"estimate \(\w+\): ([0-9.]+)x end-to-end.*?{_NUM} -> {_NUM} ms/step", text)
+    if m:
+        out.append(("estimate", _f(m[1]), _f(m[2]), _f(m[3]), 3))
+    measured = _f(re.search(rf"measured: {_NUM} ms/step", text)[1])
+    u = re.search(rf"unprofiled: {_NUM} ms/step", text)
+    for line in text.splitlines():
+        cells = [c.strip() for c in line.split("│")]
+        if len(cells) < 6 or cells[1] not in ("amdahl", "replay"):
+            continue
+        out.append((f"{cells[0]} {cells[1]}", _f(cells[5].rstrip("x")), measured, _f(cells[3]), 4))
+        if u:
+            out.append((f"{cells[0]} {cells[1]} unprofiled", _f(cells[7].rstrip("x")), _f(u[1]), _f(cells[6]), 4))
+    return out
+
+
+_TRACES = ["vit-b-16.infer.json.gz", "llama-7b.infer.prefill.json.gz", "dlrm.train.json.gz",
+           "llama-7b.infer.decode.static-cache.json.gz"]
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture],
+          phases=[Phase.explicit, Phase.generate])    # no shrinking: each example is a whole `project` run
+@given(trace=st.sampled_from(_TRACES), selector=st.sampled_from(["category:addressable", "category:gemm",
+                                                                 "category:elementwise", "category:normalization"]),
+       factor=st.floats(1.05, 8.0), step=st.one_of(st.none(), st.floats(1.0, 1.6)))
+def test_every_ratio_project_prints_is_the_ratio_of_the_two_times_it_prints(headroom, trace, selector, factor, step):
+    path = SHIPPED_TRACES / trace
+    args = ["project", path, "-s", f"{selector}={factor:.4g}"]
+    if step is not None:     # an unprofiled step between the GPU's busy time and 1.6 times it
+        from headroom.projection.baseline import as_baseline
+        from headroom.projection.overhead import gpu_busy_per_step_us
+
+        busy = gpu_busy_per_step_us(as_baseline(analyze(path)))
+        args += ["--step-ms", f"{step * busy / 1e3 + 0.01:.3f}"]
+    p = headroom(*args)
+    assert p.returncode == 0, p.stderr
+    found = printed_ratios(p.stdout)
+    assert len(found) >= 5
+    for what, ratio, base, proj, digits in found:
+        assert _close(ratio, base, proj, digits), (what, ratio, base, proj, base / proj)
+
+
+def test_the_estimate_beside_an_unreachable_unprofiled_step_is_of_that_step(headroom):
+    """ViT: even a free CPU leaves the replay above the manifest's unprofiled step; the estimate used to
+    print 1.104x beside 11.257 ms under 'unprofiled 12.209 ms' (12.209/11.257 = 1.085)."""
+    p = headroom("project", SHIPPED_TRACES / "vit-b-16.infer.json.gz", "-s", "category:addressable=1.5")
+    assert p.returncode == 0
+    assert "estimate (speedups): 1.104x end-to-end, between 1.072x and 1.112x   12.209 -> 11.064 ms/step" in p.stdout
+    assert "the CPU taken as free and the GPU timeline x0.9828 to the unprofiled 12.209 ms/step" in p.stdout
+    assert "x0.000" not in p.stdout
+    ratios = printed_ratios(p.stdout)
+    assert all(_close(r, b, q, d) for _, r, b, q, d in ratios) and len(ratios) == 9
+
+
+def test_projection_chart_is_on_the_clock_project_leads_with():
+    res = project(analyze(SHIPPED_TRACES / "vit-b-16.infer.json.gz"), [parse_cli_speedup("category:addressable=1.5")])
+    row = projection_table([res]).iloc[0]
+    assert row.clock == "unprofiled" and row.baseline_ms == pytest.approx(12.20928)
+    assert row.replay_ms == pytest.approx(res.estimate.projected_us / 3 / 1e3, rel=1e-3)
+    assert row.replay_gain == pytest.approx(0.0938, abs=1e-4)      # was +0.00%: the profiled clock's replay
+
+
+@pytest.mark.parametrize("step_ms,message", [
+    ("0.001", "--step-ms 0.001: shorter than the GPU's own busy time in"),
+    ("10", "--step-ms 10: shorter than the GPU's own busy time in"),
+    ("0", "--step-ms must be a positive number of milliseconds, got 0.0"),
+])
+def test_a_step_the_trace_rules_out_is_refused(headroom, step_ms, message):
+    p = headroom("project", SHIPPED_TRACES / "llama-7b.infer.prefill.json.gz", "-s", "category:addressable=1.5",
+                 "--step-ms", step_ms)
+    assert p.returncode == 2 and p.stdout == ""
+    assert len(p.stderr.splitlines()) == 1 and message in p.stderr
+    if step_ms == "10":
+        assert "(240.951 ms per step)" in p.stderr
+
+
+def test_a_step_dropped_in_the_middle_is_left_out_of_the_replay_too(builder, tmp_path):
+    for n, t0 in ((1, 0.0), (2, 100.0), (3, 200.0)):
+        builder.step(n, t0, 100.0 if n != 2 else -1.0)      # dropped by --lenient
+        builder.cpu("aten::mm", t0 + 1, 10)
+        builder.kernel("sm90_gemm", launch_ts=t0 + 2, ts=t0 + 10, dur=50)
+    a = analyze(builder.write(tmp_path / "t.json"), lenient=True, use_cache=False)
+    res = project(a, [parse_cli_speedup("category:gemm=2")])
+    assert a.wall_us == 200.0 and res.replay_check["window_error_us"] == pytest.approx(0.0, abs=1e-6)
+    assert not any("off the measured window" in w for w in res.warnings)     # was 100 us off
+    assert res.get("replay").baseline_us == 200.0

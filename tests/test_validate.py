@@ -149,9 +149,21 @@ def identity_run(tmp_path_factory):
     p = _cli("validate", "llama-7b", *TINY, "--replace", f"LlamaRMSNorm={CANDIDATES / 'identity_rmsnorm.py'}",
              "--out", str(out), "--rounds", "9", "--json")
     assert p.returncode == 0, p.stderr[-2000:]
+    (out.parent / "stderr.txt").write_text(p.stderr)      # for the test of what else reached stderr
     doc = json.loads(p.stdout)
     assert doc.pop("schema") == "headroom.validate/1"     # docs/cli.md; the rest is docs/validate.md's object
     return out, doc
+
+
+def test_a_validate_run_says_nothing_on_stderr_outside_its_own_style(identity_run):
+    """Every run printed a Python RuntimeWarning (runpy: the worker imported before it ran) and Kineto's
+    `USDT: ... profiler_start` lines."""
+    out, _ = identity_run
+    lines = (out.parent / "stderr.txt").read_text().splitlines()
+    assert any(ln.startswith("headroom validate: profile:") for ln in lines)
+    stray = [ln for ln in lines if not ln.startswith(("headroom validate: ", "headroom: warning: "))]
+    assert stray == []
+    assert not any("RuntimeWarning" in ln or "USDT" in ln for ln in lines)
 
 
 def test_identity_candidate_measures_and_projects_no_change(identity_run):
@@ -254,3 +266,25 @@ def test_recompute_refuses_a_directory_that_is_not_a_run(tmp_path):
     (tmp_path / "run.json").write_text("{}")
     with pytest.raises(UserError, match="not a saved validate run .missing base.json.gz, variant.json.gz"):
         recompute(tmp_path)
+
+
+def test_validate_text_names_errors_as_errors_and_each_ratio_by_what_it_is():
+    """`projected  Amdahl 1.0003x (+0.7%)` read as a gain of 0.7%; it is the error against the measurement."""
+    import re
+
+    from headroom.cli.extract import render_text
+
+    results = json.loads((Path(__file__).resolve().parents[1] / "docs/gpu/validation.json").read_text())
+    for r in results:
+        text = render_text(r)
+        line = next(ln for ln in text.splitlines() if ln.strip().startswith("projected"))
+        measured = r["measured"]["speedup"]
+        found = re.findall(r"(Amdahl|replay|estimate) ([0-9.]+)x \(error ([+-][0-9.]+)%\)", line)
+        assert [f[0] for f in found] == ["Amdahl", "replay", "estimate"], line
+        for _, x, err in found:       # the printed error is the printed projection against the measurement
+            assert float(err) == pytest.approx(100 * (float(x) / measured - 1), abs=0.06)
+        assert "geometric mean of" in text and "medians" in text
+        part = re.search(r"part +([0-9.]+)x +([0-9.]+) -> ([0-9.]+) us/step", text)
+        if part:       # the part's ratio is of the two times printed beside it
+            x, b, v = map(float, part.groups())
+            assert x == pytest.approx(b / v, rel=2e-4 + 0.05 / v)

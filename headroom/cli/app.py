@@ -9,7 +9,7 @@ import sys
 import typer
 
 from headroom import __version__
-from headroom.cli.output import EXIT_INTERRUPTED, EXIT_USAGE, error
+from headroom.cli.output import EXIT_INTERRUPTED, EXIT_USAGE, error, library_warnings_in_one_style
 from headroom.errors import UserError
 from headroom.extras import EXTRA_OF_MODULE, missing
 
@@ -127,6 +127,7 @@ def _interrupted() -> None:
 def run(argv: list[str] | None = None) -> None:
     """Run the command line; exit 0, 1 (verdict), 2 (bad input, one line on stderr) or 130 (Ctrl-C)."""
     signal.signal(signal.SIGINT, signal.default_int_handler)   # from here on: clean up, then exit 130
+    library_warnings_in_one_style()
     try:
         code = _dispatch(argv)
         # Done: a Ctrl-C now has nothing left to stop, and must not kill the interpreter while it

@@ -122,8 +122,10 @@ class Reader:
             files = files[done:]
 
     def _fail(self, path: str, e: UserError) -> None:
-        self.failed.append(path)
-        error(str(e))
+        from headroom.trace.document import named, source_name
+
+        self.failed.append(source_name(path))
+        error(named(str(e)))
 
     def finish(self) -> None:
         if self.failed:

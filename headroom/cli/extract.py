@@ -163,12 +163,16 @@ def render_text(r: dict) -> str:
     lines = [
         f"{r['workload']}: {reps}",
         f"  baseline   {b['step_ms']:.3f} ms/step, {idle}" + (" (launch-bound)" if b["launch_bound"] else ""),
+        # The speedup is the geometric mean of the rounds' paired ratios, not the ratio of the two medians
+        # printed after it: they are labelled as what they are.
         f"  measured   {_x(m['speedup'])}  95% CI [{_x(m['ci'][0])}, {_x(m['ci'][1])}]  "
-        f"{m['base_ms']:.3f} -> {m['variant_ms']:.3f} ms, {m['rounds']} interleaved rounds",
+        f"(geometric mean of {m['rounds']} interleaved rounds' ratios; medians {m['base_ms']:.3f} -> "
+        f"{m['variant_ms']:.3f} ms)",
         f"  part       {_x(p['speedup'])}  {p['base_us']:.1f} -> {p['variant_us']:.1f} us/step, "
         f"launches per call {lp[0]:.3g} -> {lp[1]:.3g}" if lp[0] is not None else "  part       -",
-        f"  projected  Amdahl {_x(pr['amdahl'])} ({_pct(e['amdahl'])}), replay {_x(pr['replay'])} "
-        f"({_pct(e['replay'])}), estimate {_x(pr['estimate'])} ({_pct(e['estimate'])})"
+        # e[...] is each projection's error against the measured speedup, not a gain: said so.
+        f"  projected  Amdahl {_x(pr['amdahl'])} (error {_pct(e['amdahl'])}), replay {_x(pr['replay'])} "
+        f"(error {_pct(e['replay'])}), estimate {_x(pr['estimate'])} (error {_pct(e['estimate'])})"
         + (f" [{_x(pr['low'])}, {_x(pr['high'])}]" if pr.get("low") is not None else ""),
     ]
     return "\n".join(lines)

@@ -20,6 +20,7 @@ import contextlib
 import sys
 from typing import Any, Iterator
 
+from headroom.errors import library_warnings_in_one_style  # noqa: F401 - one style, shared with workers
 from headroom.jsonio import dumps
 
 EXIT_OK = 0

@@ -56,6 +56,7 @@ def project_cmd(
     A directory of the ranks of one run projects per rank, then through the collectives: the
     step ends when the slowest rank reaches each one (docs/distributed.md)."""
     from headroom.projection.distributions import load_distribution
+    from headroom.projection.overhead import check_step_ms, unprofiled_step_us
     from headroom.projection.problems import load_problems
     from headroom.projection.project import project
     from headroom.projection.scenarios import DEFAULT_QUANTILES
@@ -63,6 +64,8 @@ def project_cmd(
     from headroom.report.render import make_console, render_projection
     from headroom.trace.analysis import Analysis
 
+    if step_ms is not None:
+        unprofiled_step_us(None, step_ms)     # a positive number: checked before any trace is read
     entries, warnings = collect_entries(speedup or [], speedups or [])
     dist = load_distribution(distribution) if distribution else None
     pm = load_problems(problems)
@@ -90,6 +93,8 @@ def project_cmd(
             continue
         if on_rank:
             raise UserError(f"--on-rank: {a.source} is one trace, not a directory of ranks")
+        if step_ms is not None:
+            check_step_ms(a, step_ms)
         res = project(a, entries, distribution=dist, win_rate=win_rate, median=median,
                       scenario_select=scenario_select, quantiles=quantiles, strict=strict, problems=pm,
                       extra_warnings=warnings, step_ms=step_ms)
@@ -190,18 +195,26 @@ def plot_cmd(
     no_cache: bool = NoCacheOpt,
 ) -> None:
     """Figures: addressable fraction per workload, projected step time, and scaling with model size."""
-    from headroom.files import check_output_dir
+    from headroom.files import check_output_dir, check_output_not_input
     from headroom.projection.problems import load_problems
     from headroom.projection.project import project
     from headroom.projection.speedups import collect_entries, parse_cli_speedup
     from headroom.report import plot
     from headroom.report.scaling import scaling_table
     from headroom.report.tables import addressable_summary, category_fractions, projection_table
+    from headroom.trace.load import is_trace_name
 
     figures = [f.value for f in figure] if figure else None
     formats = tuple(dict.fromkeys(f.value for f in fmt)) if fmt else plot.FORMATS
     entries, entry_warnings = collect_entries(speedup or [], speedups or [])
     pm = load_problems(problems)
+    # Every file this can write, against every file it reads: a FIGURE.json left among the traces would
+    # be read as a trace by the next command over that directory.
+    want = figures or list(FIGURES)
+    for name in want:
+        for suffix in (*formats, *(("json",) if sidecar else ())):
+            check_output_not_input(out / f"{name}.{suffix}", [*traces, rules, policy, problems, *(speedups or [])],
+                                   reads=is_trace_name)
     check_output_dir(out)
     analyses = read_all(traces, rules, policy, whole_trace, window, lenient, no_cache)
     if label and len(label) != len(analyses):
@@ -209,14 +222,21 @@ def plot_cmd(
     if params and len(params) != len(analyses):
         raise UserError(f"--params given {len(params)} time(s) for {len(analyses)} trace(s)")
     labels = list(label) if label else None
-    written = []
-    want = figures or list(FIGURES)
+    # Every figure is computed before any is written: a bad --speedup (found while projecting) or a
+    # scaling chart that cannot be drawn leaves the output directory as it was.
+    drawn = []      # (figure, stem, numbers)
     sources = [a.source for a in analyses]
+    cpu_only = [a.source for a in analyses if a.mode != "gpu"]
     if "addressable" in want:
+        if cpu_only and len(cpu_only) < len(analyses):
+            # One chart of GPU time and CPU time side by side would compare unlike things.
+            raise UserError(f"{cpu_only[0]}: a CPU-only trace (no GPU activity) among GPU traces: plot them "
+                            f"separately (the addressable chart is of GPU time, or of CPU op time when all are CPU-only)")
         fr = category_fractions(analyses, labels, basis.value)
         summary = addressable_summary(analyses, labels, basis.value)
-        written += plot.save(plot.addressable_figure(fr, summary, basis=basis.value), out / "addressable", formats,
-                             numbers=plot.addressable_numbers(fr, summary, basis.value, sources) if sidecar else None)
+        drawn.append((plot.addressable_figure(fr, summary, basis=basis.value, cpu_only=len(cpu_only) == len(analyses)),
+                      out / "addressable",
+                      plot.addressable_numbers(fr, summary, basis.value, sources) if sidecar else None))
     if "projection" in want:
         title = "Projected step time"
         used = entries
@@ -228,20 +248,23 @@ def plot_cmd(
             for w in r.warnings:
                 warn(f"{r.source}: {w}")
         tbl = projection_table(results, [*(labels or [])] or [a.label for a in analyses])
-        written += plot.save(plot.projection_figure(tbl, title), out / "projection", formats,
-                             numbers=plot.table_numbers("projection", tbl, sources) if sidecar else None)
+        drawn.append((plot.projection_figure(tbl, title), out / "projection",
+                      plot.table_numbers("projection", tbl, sources) if sidecar else None))
     if "scaling" in want:
         explicit = bool(figures and "scaling" in figures)
         st = scaling_table(analyses, params=params, labels=labels, family=family,
                            skip_missing=not explicit, min_sizes=2)
         if len(st) >= 2:
-            written += plot.save(plot.scaling_figure(st), out / "scaling", formats,
-                                 numbers=plot.table_numbers("scaling", st, sources) if sidecar else None)
+            drawn.append((plot.scaling_figure(st), out / "scaling",
+                          plot.table_numbers("scaling", st, sources) if sidecar else None))
         elif explicit:
             raise UserError("the scaling chart needs traces of one family at two or more sizes "
                             "(parameter counts from the manifests or --params)")
         else:
             warn("no scaling chart (it needs traces of one family at two or more sizes)")
+    written = []
+    for fig, stem, numbers in drawn:
+        written += plot.save(fig, stem, formats, numbers=numbers)
     for p in written:
         print(p)
 

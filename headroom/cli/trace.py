@@ -66,9 +66,10 @@ def annotate(
     policy: Optional[Path] = PolicyOpt,
 ) -> None:
     """Write the trace back with each kernel's category in its args (for Perfetto)."""
-    from headroom.files import check_output_file
+    from headroom.files import check_output_file, check_output_not_input
     from headroom.report.annotate import annotate_trace
 
+    check_output_not_input(out, [trace, rules, policy])
     check_output_file(out)
     n = annotate_trace(trace, out, rules=rules, policy=policy)
     print(f"annotated {n} GPU events -> {out}")

@@ -35,6 +35,11 @@ def _options(device: str, vs_compile: bool, rounds: Optional[int], scale: str, t
     return opts
 
 
+def _is_source(path: Path) -> bool:
+    """A file a problem or candidate directory is read for."""
+    return path.suffix == ".py"
+
+
 def _progress(message: str) -> None:
     print(f"  {message}", file=sys.stderr, flush=True)
 
@@ -106,12 +111,14 @@ def verify(
     logs: Optional[Path] = KeepLogsOpt,
 ) -> None:
     """Is a candidate kernel correct, and how much faster than a realistic (TF32) baseline? Exit 1 unless pass."""
-    from headroom.files import check_output_file
+    from headroom.files import check_output_file, check_output_not_input
     from headroom.jsonio import write_json
     from headroom.verify import dumps, verify_candidate, verify_suite
 
     if out is not None:
-        check_output_file(out)   # before minutes of verification, not after
+        # Before minutes of verification, not after; never over a source file it reads.
+        check_output_not_input(out, [problem, candidate, suite, candidates], reads=_is_source)
+        check_output_file(out)
     opts = _options(device, vs_compile, rounds, scale, timeout, build_timeout, seed, threads, logs)
     if suite is not None or candidates is not None:
         if suite is None or candidates is None:
@@ -175,10 +182,11 @@ def bench_run(
     logs: Optional[Path] = KeepLogsOpt,
 ) -> None:
     """Verify candidates against DLRM-Bench and write one results file."""
-    from headroom.files import check_output_file
+    from headroom.files import check_output_file, check_output_not_input
     from headroom.suites import dlrm
 
     if out is not None:
+        check_output_not_input(out, [candidates], reads=_is_source)
         check_output_file(out)
     opts = _options(device, vs_compile, rounds, "auto", timeout, build_timeout, seed, threads, logs)
     _show_results(dlrm.run(names or None, candidates, opts, scale=scale, out=out, progress=_progress), as_json, out)

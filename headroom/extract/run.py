@@ -21,9 +21,9 @@ from typing import Any
 
 from headroom.errors import UserError
 from headroom.extract.capture import Capture, capture, find_class, record_constructions
-from headroom.extract.part import part_time
+from headroom.extract.part import part_masks, part_time
 from headroom.extract.problem import Share, module_problem, module_selectors, selector_entry
-from headroom.files import write_atomic
+from headroom.files import check_output_dir, check_output_not_input, write_atomic
 from headroom.extract.record import module_ranges, record_trace, remove
 from headroom.profile.progress import Progress, _stage
 from headroom.profile.registry import get_workload, load_workload_file
@@ -132,9 +132,8 @@ def extract(workload: str | WorkloadSpec, module: str, options: Options | None =
     command = command or " ".join(shlex.quote(a) for a in sys.argv)
     if trace is not None and not Path(trace).is_file():
         raise UserError(f"{trace}: no such trace file")
-    out_dir = Path(out)
-    if out_dir.exists() and not out_dir.is_dir():
-        raise UserError(f"--out {out_dir}: exists and is not a directory")
+    # A read-only or impossible --out fails now, not after the build and the capture.
+    out_dir = check_output_dir(out, create=False)
     if module.startswith(OP_PREFIX):
         from headroom.extract.ops import extract_op
 
@@ -143,6 +142,8 @@ def extract(workload: str | WorkloadSpec, module: str, options: Options | None =
     torch.manual_seed(0)
     cls = find_class(spec, cfg, module)
     name = f"{spec.name}__{safe_name(cls.__name__)}"
+    for written in (f"{name}.py", f"{name}.toml", f"{name}.trace.json.gz"):
+        check_output_not_input(out_dir / written, [trace, workload_file])
     step = None
     try:
         with _stage(progress, "build", f"{spec.name} ({cfg.variant}, batch {cfg.batch}, {cfg.dtype}), "
@@ -160,6 +161,12 @@ def extract(workload: str | WorkloadSpec, module: str, options: Options | None =
 
                 a = analyze(trace, window=window)
                 notes = [f"{a.source}: {n}" for n in a.notes]
+                if not part_masks(a, cap.paths)["all"].any():
+                    # A share of 0 % would be a wrong number, not a measurement: the trace is of
+                    # another workload (or has no module ranges), so none of these instances ran in it.
+                    raise UserError(f"--trace {trace}: no kernel of the {len(cap.paths)} {cls.__name__} "
+                                    f"instance(s) (e.g. {cap.paths[0]}) is in this trace: it is of "
+                                    f"another workload or has no module ranges (`headroom profile` records them)")
                 share = share_of(a, cap.paths, str(trace))
             elif profile:
                 with _stage(progress, "profile", "1 step with module ranges (the share of time)"):

@@ -41,7 +41,7 @@ from headroom.profile.environment import environment
 from headroom.profile.manifest import MANIFEST_NAME, MANIFEST_SCHEMA, _inject_and_compress, update_manifest
 from headroom.profile.modules import record_module_ranges
 from headroom.profile.nvtx import instrument_blocks
-from headroom.profile.oom import _is_oom, _oom_error
+from headroom.profile.oom import _is_cpu_oom, _is_oom, _oom_error
 from headroom.profile.progress import Progress, _stage
 from headroom.profile.registry import get_workload, load_workload_file
 from headroom.profile.timer import _sync, _Timer
@@ -255,7 +255,7 @@ def _measure(spec: WorkloadSpec, cfg: RunConfig, dev: Any, counts: tuple[int, in
             raise RuntimeError("torch.profiler exported no trace (on_trace_ready never ran)")
         peak_gb = torch.cuda.max_memory_allocated(dev) / 2**30 if dev.type == "cuda" else None
     except BaseException as e:
-        if dev.type == "cuda" and not isinstance(e, KeyboardInterrupt) and _is_oom(e):
+        if not isinstance(e, KeyboardInterrupt) and (_is_oom(e) if dev.type == "cuda" else _is_cpu_oom(e)):
             if step is not None:
                 step.close()
             step = None

@@ -59,6 +59,9 @@ class Baseline:
     step_start: float | None = None        # CPU start of the first ProfilerStep (where the CPU model's clock starts)
     manifest: dict = field(default_factory=dict)  # headroom profile's run manifest, when the trace has one
     modules: pd.DataFrame | None = None  # one row per nn.Module call (Analysis.modules), when the trace has them
+    # Time inside the window that is not analysed (the place of a step missing between two others): a
+    # replay spans the window and leaves this out of its result, as the analysis leaves it out of wall_us.
+    excluded_us: float = 0.0
 
     @property
     def per_step_us(self) -> float:
@@ -77,7 +80,8 @@ class Baseline:
                    step_end=float(steps["end"].max()) if has_steps else None, manifest=dict(a.manifest),
                    cpu=_Deferred(trace, "cpu") if trace is not None else None,
                    step_start=float(steps["ts"].min()) if has_steps else None,
-                   modules=a.modules)
+                   modules=a.modules,
+                   excluded_us=max(0.0, float(a.window[1]) - float(a.window[0]) - float(a.wall_us)))
 
     @classmethod
     def from_events(cls, events: pd.DataFrame, window: tuple[float, float] | None = None,

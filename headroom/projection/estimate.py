@@ -93,9 +93,10 @@ def _ratio(a: float, b: float) -> float:
 
 def estimate_interval(b: Baseline, factors: np.ndarray, changes: Mapping[str, Sequence[CallChange]],
                       cpu_scale: float, drift: Drift, method: str, scenario: str, clock: str,
-                      baseline_us: float | None = None) -> Estimate:
-    """Replay the base (no change) and the change under each CPU outcome and drift; `changes` per bound."""
-    base = baseline_us if baseline_us is not None else replay(b, cpu_scale=cpu_scale).projected_us
+                      baseline_us: float | None = None, window_scale: float = 1.0) -> Estimate:
+    """Replay the base (no change) and the change under each CPU outcome and drift; `changes` per bound.
+    `window_scale`: every replayed window times this (overhead.Unprofiled.window_scale)."""
+    base = baseline_us if baseline_us is not None else replay(b, cpu_scale=cpu_scale).projected_us * window_scale
     touched = factors != 1.0
     for chs in changes.values():
         for ch in chs:
@@ -111,7 +112,7 @@ def estimate_interval(b: Baseline, factors: np.ndarray, changes: Mapping[str, Se
             key = (tuple(map(id, chs)), d)
             if key not in replayed:
                 f = np.where(touched, factors, 1.0 / (1.0 + d))
-                replayed[key] = replay(b, f, changes=chs, cpu_scale=cpu_scale).projected_us
+                replayed[key] = replay(b, f, changes=chs, cpu_scale=cpu_scale).projected_us * window_scale
             row[name] = replayed[key]
         windows[bound] = row
     est = windows["estimate"]["none"]

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 from headroom.errors import UserError
 from headroom.projection.baseline import Baseline
@@ -36,7 +37,7 @@ class Unprofiled:
     step_us: float             # unprofiled step time (the target)
     source: str                # "manifest" | "--step-ms"
     cpu_scale: float           # the replay's CPU clock speed (1.0: no correction)
-    baseline_us: float         # the replayed base window at that speed
+    baseline_us: float         # the base window on the unprofiled clock: the replay at cpu_scale x window_scale
     profiled_step_us: float    # the measured (profiled) window per step
     num_steps: int
     reached: bool              # False: even an infinitely fast CPU leaves the replayed step above the target
@@ -44,6 +45,12 @@ class Unprofiled:
     # The same overhead as a cost per profiler record (range or runtime call) instead of a clock speed:
     # (profiled - unprofiled window) / records in the window. The estimate's interval uses both models.
     per_record_us: float = 0.0
+    # Every replayed window on the unprofiled clock is scaled by this: the target over the replayed base
+    # at `cpu_scale`. So the base is the unprofiled step that is printed, and every ratio printed beside
+    # it is of two printed times. About 1 where the solve reached the target; where the profiled steps
+    # are within drift of it (not corrected), the drift; where even a free CPU leaves the replay above
+    # it (`reached` False), the GPU work itself ran slower under the profiler, by this much.
+    window_scale: float = 1.0
 
     @property
     def overhead(self) -> float:
@@ -54,7 +61,15 @@ class Unprofiled:
         return {"step_us": self.step_us, "source": self.source, "cpu_scale": self.cpu_scale,
                 "baseline_us": self.baseline_us, "per_step_us": self.baseline_us / max(self.num_steps, 1),
                 "profiled_step_us": self.profiled_step_us, "overhead": self.overhead, "reached": self.reached,
-                "per_record_us": self.per_record_us, "note": self.note}
+                "per_record_us": self.per_record_us, "window_scale": self.window_scale, "note": self.note}
+
+
+def cpu_clock(scale: float) -> str:
+    """The replay's CPU clock in words: "CPU clock x0.412", or "the CPU taken as free" at 0 (not "x0.000",
+    which reads as a rounded speed)."""
+    if scale == 0:
+        return "the CPU taken as free"
+    return f"CPU clock x{scale:.3f}" if scale >= 0.001 else f"CPU clock x{scale:.2g}"
 
 
 def noise(b: Baseline) -> float:
@@ -81,6 +96,27 @@ def unprofiled_step_us(b: Baseline, step_ms: float | None = None) -> tuple[float
     return None, ""
 
 
+def gpu_busy_per_step_us(b: Baseline | Any) -> float:
+    """The busiest device's GPU busy time (union of its activities) per step; 0 without GPU events."""
+    if b.mode != "gpu" or not len(b.events):
+        return 0.0
+    from headroom.trace.accounting import busy_per_device
+
+    return max(busy_per_device(b.events).values()) / max(b.num_steps, 1)
+
+
+def check_step_ms(b: Baseline | Any, step_ms: float) -> None:
+    """Refuse a user's unprofiled step (`--step-ms`) that the trace itself rules out: shorter than the
+    GPU's own busy time per step. The replay would have to shrink kernels to reach it (negative
+    projected steps, an "infx" speedup). (A measured step, e.g. validate's, is not checked: there the
+    GPU may have run slower under the profiler, which the correction reports.)"""
+    unprofiled_step_us(b, step_ms)      # a positive, finite number
+    busy = gpu_busy_per_step_us(b)
+    if 1000.0 * step_ms < busy:
+        raise UserError(f"--step-ms {step_ms:g}: shorter than the GPU's own busy time in {b.source} "
+                        f"({busy / 1e3:,.3f} ms per step): a step cannot take less than its kernels")
+
+
 def solve_cpu_scale(b: Baseline, step_us: float, source: str = "manifest") -> Unprofiled:
     """The CPU clock speed at which the replay with no change spans `step_us` per step."""
     steps = max(b.num_steps, 1)
@@ -92,19 +128,20 @@ def solve_cpu_scale(b: Baseline, step_us: float, source: str = "manifest") -> Un
 
     w1 = window(1.0)
     if w1 <= target * (1 + TOLERANCE):
-        return Unprofiled(step_us, source, 1.0, w1, prof, steps, True,
-                          "the profiled steps are not slower than the unprofiled ones")
+        return Unprofiled(step_us, source, 1.0, target, prof, steps, True,
+                          "the profiled steps are not slower than the unprofiled ones", window_scale=target / w1)
     limit = noise(b)
     if w1 <= target * (1 + limit):
-        return Unprofiled(step_us, source, 1.0, w1, prof, steps, True,
+        return Unprofiled(step_us, source, 1.0, target, prof, steps, True,
                           f"the profiled steps are {100 * (w1 / target - 1):.1f}% slower than the unprofiled ones, "
-                          f"within run-to-run drift ({100 * limit:.1f}%)")
+                          f"within run-to-run drift ({100 * limit:.1f}%)", window_scale=target / w1)
     w0 = window(0.0)
     if w0 >= target * (1 - TOLERANCE):
-        return Unprofiled(step_us, source, 0.0, w0, prof, steps, False,
+        return Unprofiled(step_us, source, 0.0, target, prof, steps, False,
                           f"even with no CPU time the replayed step is {w0 / steps / 1e3:.3f} ms, above the "
                           f"unprofiled {step_us / 1e3:.3f} ms: the GPU work itself ran slower under the profiler; "
-                          f"the CPU side is taken as free")
+                          f"the CPU side is taken as free and the GPU timeline scaled x{target / w0:.4f}",
+                          window_scale=target / w0)
     # Illinois (regula falsi): the window is monotone and piecewise linear in the scale.
     lo, hi, f_lo, f_hi = 0.0, 1.0, w0 - target, w1 - target
     side = 0
@@ -126,5 +163,5 @@ def solve_cpu_scale(b: Baseline, step_us: float, source: str = "manifest") -> Un
                 f_hi /= 2
             side = -1
     records = window_records(b)
-    return Unprofiled(step_us, source, float(x), float(wx), prof, steps, True,
-                      per_record_us=(w1 - target) / records if records else 0.0)
+    return Unprofiled(step_us, source, float(x), target, prof, steps, True,
+                      per_record_us=(w1 - target) / records if records else 0.0, window_scale=target / float(wx))

@@ -48,7 +48,7 @@ from headroom.projection.cpu import CallChange, CpuSide, change_calls, cpu_side
 from headroom.projection.distributions import Distribution
 from headroom.projection.estimate import BOUNDS, Drift, Estimate, estimate_interval, load_drift
 from headroom.projection.matching import EntryMatch, Resolution, resolve, select
-from headroom.projection.overhead import Unprofiled, solve_cpu_scale, unprofiled_step_us
+from headroom.projection.overhead import Unprofiled, cpu_clock, solve_cpu_scale, unprofiled_step_us
 from headroom.projection.problems import ProblemMap, load_problems
 from headroom.projection.replay import replay, replay_check, replay_projection
 from headroom.projection.streams import stream_waits
@@ -175,7 +175,8 @@ def project(analysis: Analysis | Baseline, entries: Sequence[Speedup] = (), dist
                 p = replay_projection(b, full, None, scenario, changes=chs)
                 if unprof is not None:
                     p.unprofiled_baseline_us = unprof.baseline_us
-                    p.unprofiled_projected_us = replay(b, full, changes=chs, cpu_scale=unprof.cpu_scale).projected_us
+                    p.unprofiled_projected_us = (replay(b, full, changes=chs, cpu_scale=unprof.cpu_scale).projected_us
+                                                 * unprof.window_scale)
             p.note = note
             if not isinstance(f, np.ndarray):
                 p.factor = float(f)
@@ -332,18 +333,19 @@ def _estimate(b: Baseline, factors: np.ndarray, changes: dict[str, list[CallChan
     if use_replay:
         scale = unprof.cpu_scale if unprof is not None else 1.0
         corrected = unprof is not None and scale != 1.0
-        clock = "unprofiled" if corrected else "profiled"
+        clock = "unprofiled" if unprof is not None else "profiled"     # its windows are scaled to that step
         n_calls = len(changes.get("estimate", ()))
         method = "replay" + (f" with the CPU side of {n_calls} replaced call(s)" if n_calls else "")
         if corrected:
-            method += (f", CPU clock x{scale:.3f} to the unprofiled {unprof.step_us / 1e3:.3f} ms/step "
-                       f"({unprof.source})")
+            method += (f", {cpu_clock(scale)}{'' if unprof.reached else f' and the GPU timeline x{unprof.window_scale:.4f}'}"
+                       f" to the unprofiled {unprof.step_us / 1e3:.3f} ms/step ({unprof.source})")
         elif unprof is not None:
             method += f"; no profiler-overhead correction: {unprof.note}"
         else:
             method += "; no profiler-overhead correction: no unprofiled step time known"
         return estimate_interval(b, factors, changes, scale, drift, method, scenario, clock,
-                                 baseline_us=unprof.baseline_us if unprof is not None else None)
+                                 baseline_us=unprof.baseline_us if unprof is not None else None,
+                                 window_scale=unprof.window_scale if unprof is not None else 1.0)
     # No GPU timeline (cpu-ops traces): the calls' inclusive CPU time shrinks and everything after it
     # moves up (nothing waits), else Amdahl over op self times; the interval is the untouched time's drift.
     a = next(p for p in projections if p.method == "amdahl" and p.scenario == scenario)

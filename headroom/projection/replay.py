@@ -355,7 +355,7 @@ def _replay(b: Baseline, f: np.ndarray, new_dur: np.ndarray, back_to_back_us: fl
     ts2, end2 = ts2 + o, end2 + o
     ts2.setflags(write=False)       # memoised: shared by every caller
     end2.setflags(write=False)
-    return ReplayResult(ts2, end2, new_w1 + o, new_w1 - (w0 - o), plan.launch_latency_us, plan.n_sync, plan.n_deps,
+    return ReplayResult(ts2, end2, new_w1 + o, new_w1 - (w0 - o) - b.excluded_us, plan.launch_latency_us, plan.n_sync, plan.n_deps,
                         max_shift)
 
 

@@ -51,16 +51,22 @@ def _color(cat: str, k: int) -> str:
 
 
 def addressable_figure(fractions: pd.DataFrame, summary: pd.DataFrame | None = None,
-                       title: str | None = None, basis: str = "kernel") -> Figure:
+                       title: str | None = None, basis: str = "kernel", cpu_only: bool = False) -> Figure:
     """One horizontal stacked bar per workload, split by category.
 
-    `fractions`: targets.category_fractions(); `summary`: targets.addressable_summary().
+    `fractions`: targets.category_fractions(); `summary`: targets.addressable_summary();
+    `cpu_only`: every trace is CPU-only (their units are CPU operators, and the title says so).
     Non-addressable categories come first (greys), addressable ones after them
     (colours, hatched, outlined), each segment labelled with its percentage and
     the addressable total written after the bar.
     """
     if len(fractions) == 0:
         raise UserError("nothing to plot: no categories")
+    if title is None and cpu_only:
+        # `headroom profile` on a machine without a GPU: the units are CPU operators' self times.
+        title = ("Where the CPU time goes (CPU-only traces: no GPU activity)\n"
+                 + ("(share of CPU operator self time)" if basis == "kernel"
+                    else "(share of the profiled wall time, idle included)"))
     if title is None:
         title = ("Where the GPU time goes: addressable vs. vendor-library kernels\n"
                  + ("(share of GPU kernel time; idle not shown)" if basis == "kernel"
@@ -94,21 +100,29 @@ def addressable_figure(fractions: pd.DataFrame, summary: pd.DataFrame | None = N
                             bbox=None if dark else dict(boxstyle="round,pad=0.1", fc="white", ec="none", alpha=0.7))
                 seen.setdefault(r.category, bool(r.addressable))
                 left += r.fraction
+            kernel_frac = None
             if summary is not None and len(summary):
-                frac = float(summary.loc[summary["workload"] == w, "addressable_fraction"].sum())
+                mine = summary.loc[summary["workload"] == w]
+                frac = float(mine["addressable_fraction"].sum())
+                if basis == "wall" and "kernel_fraction" in summary.columns:
+                    kernel_frac = float(mine["kernel_fraction"].sum())
             else:
                 frac = float(rows.loc[rows["addressable"], "fraction"].sum())
             if addr_left is not None:
                 # Outline the addressable span so it reads as one block.
                 ax.barh(y, frac, left=addr_left, height=0.74, fill=False, edgecolor="black", linewidth=1.2,
                         gid=f"{w}|addressable-span")
-            ax.text(max(left, 1.0) + 0.01, y, f"addressable {100 * frac:.1f}%", va="center", ha="left",
-                    fontsize=7, fontweight="bold", gid=f"{w}|addressable-label")
+            # On wall shares, also the share of GPU time: the number `report` prints for the same trace.
+            label = f"addressable {100 * frac:.1f}%" + (f" of wall\n({100 * kernel_frac:.1f}% of "
+                                                       f"{'CPU op' if cpu_only else 'GPU'} time)"
+                                                       if kernel_frac is not None else "")
+            ax.text(max(left, 1.0) + 0.01, y, label, va="center", ha="left",
+                    fontsize=7 if kernel_frac is None else 6, fontweight="bold", gid=f"{w}|addressable-label")
         ax.set_yticks(range(n), workloads)
         ax.invert_yaxis()
         ax.set_xlim(0, 1.27)
         ax.set_xticks(np.linspace(0, 1, 6), [f"{int(x * 100)}%" for x in np.linspace(0, 1, 6)])
-        ax.set_xlabel(BASIS_AXIS.get(basis, basis))
+        ax.set_xlabel("share of CPU operator self time" if cpu_only and basis == "kernel" else BASIS_AXIS.get(basis, basis))
         ax.set_title(title)
         for side in ("top", "right"):
             ax.spines[side].set_visible(False)
@@ -135,14 +149,18 @@ def addressable_figure(fractions: pd.DataFrame, summary: pd.DataFrame | None = N
 def projection_figure(table: pd.DataFrame, title: str = "Projected step time") -> Figure:
     """Measured vs projected per-step time per workload (Amdahl and timeline replay).
 
-    `table`: project.projection_table(). Bars are relative to each workload's measured
-    step (100%), so workloads of different sizes share one axis; labels give the
-    milliseconds and the change. Zero-time bounds are drawn as ticks.
+    `table`: project.projection_table(). Bars are relative to each workload's baseline
+    step (100%: the unprofiled step where known, as `headroom project` leads with), so workloads
+    of different sizes share one axis; labels give the milliseconds and the change. Zero-time
+    bounds are drawn as ticks.
     """
     if len(table) == 0:
         raise UserError("nothing to plot: no projections")
     n = len(table)
-    series = [("baseline_ms", "measured", "#7f7f7f"), ("amdahl_ms", "Amdahl", "#1f77b4"),
+    clocks = set(table["clock"]) if "clock" in table.columns else {"profiled"}
+    base_name = {frozenset({"unprofiled"}): "unprofiled step", frozenset({"profiled"}): "measured step"}.get(
+        frozenset(clocks), "baseline (the unprofiled step where known)")
+    series = [("baseline_ms", base_name, "#7f7f7f"), ("amdahl_ms", "Amdahl", "#1f77b4"),
               ("replay_ms", "timeline replay", "#d62728")]
     base = table["baseline_ms"].to_numpy(dtype=float)
     with matplotlib.rc_context(STYLE):
@@ -180,7 +198,7 @@ def projection_figure(table: pd.DataFrame, title: str = "Projected step time") -
         ax.set_xlim(max(0.0, 10 * np.floor(lo / 10) - 10) if np.isfinite(lo) else 0.0, 135)
         ticks = [x for x in range(0, 101, 10 if ax.get_xlim()[0] >= 50 else 20) if x >= ax.get_xlim()[0]]
         ax.set_xticks(ticks, [f"{x}%" for x in ticks])
-        ax.set_xlabel("time per step, % of measured")
+        ax.set_xlabel(f"time per step, % of the {base_name}")
         ax.set_title(title)
         for side in ("top", "right"):
             ax.spines[side].set_visible(False)
@@ -283,7 +301,8 @@ def addressable_numbers(fractions: pd.DataFrame, summary: pd.DataFrame, basis: s
     return {"schema": "headroom.figure.addressable/1", "basis": basis, "traces": list(sources),
             "bars": [{"workload": r.workload, "category": r.category, "addressable": bool(r.addressable),
                       "fraction": round(float(r.fraction), 6)} for r in fractions.itertuples(index=False)],
-            "addressable": [{"workload": r.workload, "fraction": round(float(r.addressable_fraction), 6)}
+            "addressable": [{"workload": r.workload, "fraction": round(float(r.addressable_fraction), 6),
+                             "gpu_time_fraction": round(float(r.kernel_fraction), 6)}
                             for r in summary.itertuples(index=False)]}
 
 

@@ -76,10 +76,19 @@ def short_name(name: str, width: int = 72) -> str:
     return n
 
 
+class _Console(Console):
+    """rich's Console, but a reader that leaves (`| head -1`) is the BrokenPipeError the command line
+    turns into exit 141 (docs/cli.md), not rich's own silent exit 1."""
+
+    def on_broken_pipe(self) -> None:
+        self.quiet = True
+        raise BrokenPipeError
+
+
 def make_console() -> Console:
     """A console that does not squeeze tables to 80 columns when output is piped."""
-    c = Console()
-    return c if c.is_terminal else Console(width=220)
+    c = _Console()
+    return c if c.is_terminal else _Console(width=220)
 
 
 def _ms(us: float) -> str:
@@ -128,7 +137,7 @@ def render_analysis(a: Analysis, console: Console, top_unknown: int = 10) -> Non
     t.add_column("count/step", justify="right")
     t.add_column("addressable")
     for r in a.categories.itertuples(index=False):
-        t.add_row(r.name, _ms(r.us / n), _pct(r.fraction), _pct(r.wall_fraction), f"{r.count / n:,.0f}",
+        t.add_row(r.name, _ms(r.us / n), _pct(r.fraction), _pct(r.wall_fraction), _count(r.count / n),
                   "[green]yes[/green]" if r.addressable else "no")
     console.print(t)
     console.print(f"[bold]addressable: {_pct(a.addressable_fraction)}[/bold] of {unit} "
@@ -137,7 +146,7 @@ def render_analysis(a: Analysis, console: Console, top_unknown: int = 10) -> Non
     if len(unknown):
         console.print("unclassified kernels ('other'), by time (ms/step):")
         for r in unknown.itertuples(index=False):
-            console.print(f"  {_ms(r.us / n):>10}  x{r.count / n:<6,.0f} {short_name(r.name, 110)}",
+            console.print(f"  {_ms(r.us / n):>10}  x{_count(r.count / n):<6} {short_name(r.name, 110)}",
                           markup=False, highlight=False)
 
 
@@ -146,7 +155,7 @@ def render_kernels(a: Analysis, console: Console) -> None:
     n = max(a.num_steps, 1)
     console.print("kernels, by time (ms/step, launches/step, category, op, kernel):", highlight=False)
     for r in a.kernels.itertuples(index=False):
-        console.print(f"  {r.us / n / 1000:>10,.3f}  x{r.count / n:<6,.0f} {r.category:<13} {short_name(r.op, 40):<40} "
+        console.print(f"  {r.us / n / 1000:>10,.3f}  x{_count(r.count / n):<6} {r.category:<13} {short_name(r.op, 40):<40} "
                       f"{short_name(r.name, 90)}", markup=False, highlight=False)
 
 
@@ -173,12 +182,15 @@ def _pct2(x: float) -> str:
 
 def render_projection(res: ProjectResult, console: Console) -> None:
     """`headroom project`: the estimate, the measured breakdown, the speedup entries, the projections, the warnings."""
+    from headroom.projection.overhead import cpu_clock
+
     console.print(f"[bold]{res.source}[/bold]")
     e = res.estimate
     if e is not None:
+        # The two times the ratio is of, beside it (e.speedup is baseline_us / projected_us).
         console.print(f"[bold]estimate ({e.scenario}): {e.speedup:.3f}x end-to-end[/bold], between {e.low:.3f}x "
-                      f"and {e.high:.3f}x   {e.projected_us / max(res.num_steps, 1) / 1e3:,.3f} ms/step "
-                      f"({e.clock} clock)", highlight=False)
+                      f"and {e.high:.3f}x   {e.baseline_us / max(res.num_steps, 1) / 1e3:,.3f} -> "
+                      f"{e.projected_us / max(res.num_steps, 1) / 1e3:,.3f} ms/step ({e.clock} clock)", highlight=False)
         console.print(f"  {e.method}", highlight=False)
     b = res.baseline.to_dict()
     n = max(res.num_steps, 1)
@@ -190,7 +202,9 @@ def render_projection(res: ProjectResult, console: Console) -> None:
     if u is not None:
         busy = (1.0 - b["idle_fraction"]) * res.baseline_us
         idle_u = max(0.0, 1.0 - busy / (u.step_us * max(res.num_steps, 1))) if u.step_us > 0 else 0.0
-        how = f"the replay runs the CPU at x{u.cpu_scale:.3f}" if u.cpu_scale != 1.0 else "not corrected"
+        how = "not corrected" if u.cpu_scale == 1.0 else f"the replay runs with {cpu_clock(u.cpu_scale)}"
+        if abs(u.window_scale - 1.0) >= 5e-5:
+            how += f", replayed times x{u.window_scale:.4f} to it"
         console.print(f"unprofiled: {u.step_us / 1e3:,.3f} ms/step ({u.source}; profiled {100 * u.overhead:+.0f}%), "
                       f"idle {_pct2(idle_u)}; {how}", highlight=False)
     if res.entries:
@@ -211,7 +225,7 @@ def render_projection(res: ProjectResult, console: Console) -> None:
             top = short_name(e["top_kernels"][0]["name"], 36) if e["top_kernels"] else ""
             addr = f"{100 * e['addressable_us'] / e['us']:.0f}%" if e["us"] > 0 else "-"
             row = [e["selector"], f"{e['speedup']:g}", {True: "yes", False: "no", None: ""}[e["verified"]],
-                   f"{e['kernels'] / n:,.0f}", f"{e['us'] / n / 1e3:,.3f}", f"{e['applied_us'] / n / 1e3:,.3f}", addr, top]
+                   _count(e['kernels'] / n), f"{e['us'] / n / 1e3:,.3f}", f"{e['applied_us'] / n / 1e3:,.3f}", addr, top]
             if show_cpu:
                 c = e.get("cpu") or {}
                 saved = ("" if "removed_cpu_us" not in c
@@ -249,6 +263,14 @@ def render_projection(res: ProjectResult, console: Console) -> None:
         t.add_row(*row)
     console.print(t)
     console.print()
+
+
+def _count(x: float) -> str:
+    """A count per step: whole counts as they are; a kernel that runs once in three steps is 0.333, not
+    "0" (which reads as never)."""
+    if abs(x - round(x)) < 1e-9 or x >= 1000:
+        return f"{x:,.0f}"
+    return f"{x:.3g}"
 
 
 def _mix(categories: dict, n: int = 2) -> str:
@@ -296,7 +318,7 @@ def render_targets(a: Analysis, table: pd.DataFrame, speedup: float, console: Co
                 row = [short_name(r.name, 70), _num(r.calls, ",.4g"), _num(r.kernels_per_call, ",.1f"),
                        _num(r.cpu_us_per_call, ",.1f"), f"{r.us / n / 1e3:,.3f}", _pct2(r.share), _mix(r.categories)]
             else:
-                row = [short_name(r.name, 70), r.category, r.addressable, f"{r.kernels / n:,.0f}",
+                row = [short_name(r.name, 70), r.category, r.addressable, _count(r.kernels / n),
                        f"{r.us / n / 1e3:,.3f}", _pct2(r.share)]
             row += [_pct2(r.gain), _pct2(r.gain_inf)]
             if has_replay:

@@ -137,28 +137,48 @@ def category_fractions(analyses: Sequence[Analysis], labels: Sequence[str] | Non
 
 def addressable_summary(analyses: Sequence[Analysis], labels: Sequence[str] | None = None,
                         basis: str = "kernel") -> pd.DataFrame:
-    """Per workload: the addressable fraction (the label on each bar)."""
-    df = category_fractions(analyses, labels, basis)
-    if len(df) == 0:
-        return pd.DataFrame(columns=["workload", "addressable_fraction"])
-    s = df[df["addressable"]].groupby("workload", sort=False)["fraction"].sum()
-    names = list(dict.fromkeys(df["workload"]))
-    return pd.DataFrame({"workload": names, "addressable_fraction": [float(s.get(n, 0.0)) for n in names]})
+    """Per workload: the addressable fraction on `basis` (the label on each bar), and its share of GPU
+    kernel time (`kernel_fraction`: what `report` and `classify` print), so that a figure of wall shares
+    can print both and never a number that disagrees with the table beside it."""
+    def addressable(b: str) -> tuple[list[str], pd.Series]:
+        df = category_fractions(analyses, labels, b)
+        return list(dict.fromkeys(df["workload"])), df[df["addressable"]].groupby("workload", sort=False)["fraction"].sum()
+
+    names, s = addressable(basis)
+    if not names:
+        return pd.DataFrame(columns=["workload", "addressable_fraction", "kernel_fraction"])
+    k = s if basis == "kernel" else addressable("kernel")[1]
+    return pd.DataFrame({"workload": names, "addressable_fraction": [float(s.get(n, 0.0)) for n in names],
+                         "kernel_fraction": [float(k.get(n, 0.0)) for n in names]})
 
 
 def projection_table(results: Sequence[ProjectResult], labels: Sequence[str] | None = None,
                      scenario: str = "speedups") -> pd.DataFrame:
-    """One row per workload: baseline and projected per-step time (ms) by method, for the projection chart."""
+    """One row per workload: baseline and projected per-step time (ms) by method, for the projection chart.
+
+    On the clock `headroom project` leads with: the unprofiled one where the unprofiled step is known
+    (the manifest or --step-ms), else the profiled one (`clock`); every gain is of the row's own baseline,
+    so the chart says what `project` says for the same trace."""
     rows = []
     for k, r in enumerate(results):
         label = labels[k] if labels else r.source
-        row = {"workload": label, "baseline_ms": r.per_step_us / 1e3}
+        steps = max(r.num_steps, 1)
+        first = r.get("amdahl", scenario)
+        unprofiled = first is not None and first.to_dict().get("unprofiled") is not None
+        base_us = first.unprofiled_baseline_us if unprofiled else r.baseline_us
+        row = {"workload": label, "clock": "unprofiled" if unprofiled else "profiled", "baseline_ms": base_us / steps / 1e3}
+
+        def on_clock(p) -> float:
+            if p is None:
+                return np.nan
+            u = p.to_dict().get("unprofiled") if unprofiled else None
+            return (u["projected_us"] if u else np.nan) if unprofiled else p.projected_us
+
         for method in ("amdahl", "replay"):
-            p = r.get(method, scenario)
-            z = r.get(method, "zero_time")
-            row[f"{method}_ms"] = p.per_step_us / 1e3 if p else np.nan
-            row[f"{method}_gain"] = p.gain if p else np.nan
-            row[f"{method}_zero_ms"] = z.per_step_us / 1e3 if z else np.nan
+            proj = on_clock(r.get(method, scenario))
+            row[f"{method}_ms"] = proj / steps / 1e3
+            row[f"{method}_gain"] = 1.0 - proj / base_us if base_us > 0 and np.isfinite(proj) else np.nan
+            row[f"{method}_zero_ms"] = on_clock(r.get(method, "zero_time")) / steps / 1e3
         rows.append(row)
-    return pd.DataFrame(rows, columns=["workload", "baseline_ms", "amdahl_ms", "amdahl_gain", "amdahl_zero_ms",
+    return pd.DataFrame(rows, columns=["workload", "clock", "baseline_ms", "amdahl_ms", "amdahl_gain", "amdahl_zero_ms",
                                        "replay_ms", "replay_gain", "replay_zero_ms"])

@@ -346,7 +346,7 @@ def _analyze(trace: Trace, rules: list[Rule], policy: Policy, whole_trace: bool,
         in_window = events
         start = float(min(events["ts"].min(), steps["ts"].min() if len(steps) else np.inf)) if len(events) else 0.0
         end = float(events["end"].max()) if len(events) else 0.0
-        n_steps = max(len(steps), 1)
+        n_steps = 1     # the whole trace is one window: its per-step numbers are the whole trace's
         bounds = step_bounds(steps, events[events["step"] >= 0], events[events["step"] < 0])
     else:
         in_window = events[events["step"] >= 0]
@@ -362,6 +362,15 @@ def _analyze(trace: Trace, rules: list[Rule], policy: Policy, whole_trace: bool,
             warnings.append(line)
 
     wall = end - start
+    if not whole_trace and window is None:
+        missing, gap = _missing_steps(bounds)
+        if missing:
+            # A step dropped by --lenient (or absent) leaves its time between its neighbours: none of its
+            # work is counted, so neither is its time (it would read as idle).
+            wall -= gap
+            notes.append(f"{len(missing)} step(s) missing between the others ({', '.join(missing[:3])}"
+                         f"{', ...' if len(missing) > 3 else ''}): their {gap / 1e3:,.3f} ms are left out of the "
+                         f"analysed time, not counted as idle")
     if mode == MODE_GPU:
         events = add_wall_shares(events)
         busy_by_dev = busy_per_device(events)
@@ -386,6 +395,19 @@ def _analyze(trace: Trace, rules: list[Rule], policy: Policy, whole_trace: bool,
         metadata=trace.metadata, trace=trace, basis=basis, notes=notes, warnings=warnings, step_ranges=steps,
         modules=module_calls(module_ranges(trace), None if whole_trace else steps),
     )
+
+
+def _missing_steps(bounds: pd.DataFrame) -> tuple[list[str], float]:
+    """ProfilerStep numbers absent between two present steps, and the time between those neighbours."""
+    b = bounds.sort_values("step")
+    n = b["step"].to_numpy()
+    start, end = b["start"].to_numpy(dtype=float), b["end"].to_numpy(dtype=float)
+    missing: list[str] = []
+    gap = 0.0
+    for i in np.nonzero(np.diff(n) > 1)[0]:
+        missing += [f"ProfilerStep#{k}" for k in range(int(n[i]) + 1, int(n[i + 1]))]
+        gap += max(0.0, float(start[i + 1] - end[i]))
+    return missing, gap
 
 
 def analyze_files(files: list[Path], lenient: bool = False, use_cache: bool = True, **kwargs) -> Iterator[Analysis]:

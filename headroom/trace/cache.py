@@ -1,8 +1,12 @@
 """A cache of the loader's columns, so the second command on a trace is interactive.
 
-An entry is keyed by the trace's absolute path, size and modification time, the
---lenient flag and a hash of the code that builds its tables, so an edited trace
-or a new headroom never reads a stale entry. It holds the Trace's pandas tables
+An entry is keyed by the trace's absolute path and by its content as cheaply as
+that can be told: size, modification time, inode and change time (which no one
+can set back: a file rewritten in place with its old size and mtime restored
+still gets a new ctime), and a hash of sampled blocks (the first, middle and last
+64 KiB); with the --lenient flag and a hash of the code that builds its tables, so
+an edited trace or a new headroom never reads a stale entry. An entry that cannot
+be read (a damaged file) is removed when found, so the next load writes it again. It holds the Trace's pandas tables
 as numpy arrays in one .npz file (text as codes into its distinct values, categories
 with their order) and a JSON header, in the user's cache directory
 ($HEADROOM_CACHE_DIR, else $XDG_CACHE_HOME/headroom, else ~/.cache/headroom).
@@ -79,9 +83,35 @@ def key(path: Path, lenient: bool) -> Key | None:
         return None
     if st.st_size < min_bytes() or not path.is_file():
         return None
+    sampled = _sampled_hash(path, st.st_size)
+    if sampled is None:
+        return None
     trace_id = hashlib.sha256(str(path.resolve()).encode()).hexdigest()[:20]
-    name = f"{st.st_size}-{st.st_mtime_ns}-{'lenient' if lenient else 'strict'}-{_LOADER_VERSION}"
+    name = (f"{st.st_size}-{st.st_mtime_ns}-{st.st_ino}-{st.st_ctime_ns}-{sampled}-"
+            f"{'lenient' if lenient else 'strict'}-{_LOADER_VERSION}")
     return Key(root / trace_id / name, root / f"{trace_id}.lock")
+
+
+SAMPLE_BYTES = 64 << 10
+
+
+def _sampled_hash(path: Path, size: int) -> str | None:
+    """A hash of the file's first, middle and last SAMPLE_BYTES (three reads, whatever its size)."""
+    h = hashlib.blake2b(digest_size=8)
+    try:
+        with open(path, "rb") as f:
+            for at in sorted({0, max(0, size // 2 - SAMPLE_BYTES // 2), max(0, size - SAMPLE_BYTES)}):
+                f.seek(at)
+                h.update(f.read(SAMPLE_BYTES))
+    except OSError:
+        return None
+    return h.hexdigest()
+
+
+def discard(where: Path) -> None:
+    """Remove an entry (or one of its frame sets) that could not be read: left in place, it would be
+    found again by every load and never rewritten (a writer keeps an entry whose header exists)."""
+    shutil.rmtree(where, ignore_errors=True)
 
 
 # --- the loader's tables --------------------------------------------------------------
@@ -145,7 +175,10 @@ def fetch_frames(k: Key | None, name: str) -> tuple[dict[str, pd.DataFrame], dic
         with np.load(where / "frames.npz", allow_pickle=False) as arrays:
             frames = {f: _read_frame(arrays, f, h) for f, h in header["frames"].items()}
         return frames, header["header"]
+    except FileNotFoundError:
+        return None
     except (OSError, ValueError, KeyError, IndexError, TypeError, zipfile.BadZipFile):
+        discard(where)      # damaged: written again by the caller
         return None
 
 
@@ -201,9 +234,15 @@ def fetch_header(k: Key) -> dict[str, Any] | None:
     """The header of the trace's tables (base_ns, metadata, warnings), without reading the tables."""
     try:
         header = json.loads((k.entry / "header.json").read_text())
-        return header if all(t in header for t in ("tables", "base_ns", "metadata", "warnings")) else None
-    except (OSError, ValueError):
+    except FileNotFoundError:
         return None
+    except (OSError, ValueError):
+        discard(k.entry)      # damaged: the load that follows writes it again
+        return None
+    if isinstance(header, dict) and all(t in header for t in ("tables", "base_ns", "metadata", "warnings")):
+        return header
+    discard(k.entry)
+    return None
 
 
 def _arrays(df: pd.DataFrame) -> tuple[list[np.ndarray], dict] | None:

@@ -9,8 +9,8 @@ outlives its chunk, so memory follows the tables, not the file.
 Then the tables are checked (`validate`: impossible GPU times are refused, or
 dropped with --lenient) and handed on as pandas DataFrames with numeric
 columns: one row per GPU activity, per CPU range and per runtime/driver call.
-A cache keyed by the file's size and modification time (`cache`) makes the
-second load of the same file a read of those columns.
+A cache keyed by the file's content (size, times, inode and sampled blocks:
+`cache`) makes the second load of the same file a read of those columns.
 
 Timestamps stay in the trace's microseconds. Traces that carry
 ``baseTimeNanoseconds`` store ``ts`` relative to it; older traces store epoch
@@ -58,7 +58,7 @@ def load_trace(path: str | os.PathLike, lenient: bool = False, use_cache: bool =
              instead of refusing the trace.
     use_cache: read/write the columnar cache (docs/trace-core.md, "Cache").
     """
-    path = Path(path)
+    path = document.spooled(Path(path))
     key = cache.key(path, lenient) if use_cache else None
     hit = _from_cache(path, key, lenient)
     if hit is not None:
@@ -109,10 +109,11 @@ class DeferredTrace(Trace):
             stored.close()
             if not any(t in self.__dict__ for t in TRACE_TABLES):
                 return self._load_again(name)
+            cache.discard(self.cache_key.entry)     # so that the next command writes it again
             # The open entry failed after it answered (a damaged file): tables already handed out
             # came from it, so this is an error, not a silent mix of two loads.
-            raise TraceError(f"{self.source}: the cache entry {self.cache_key.entry} could not be read; "
-                             f"run again with --no-cache") from None
+            raise TraceError(f"{self.source}: the cache entry {self.cache_key.entry} could not be read "
+                             f"(it is removed: run again)") from None
         self.__dict__[name] = table
         if all(t in self.__dict__ for t in TRACE_TABLES):
             stored.close()
@@ -126,7 +127,10 @@ class DeferredTrace(Trace):
         return {k: v for k, v in self.__dict__.items() if k != "_stored"} | {"_stored": None}
 
     def _load_again(self, name: str):
-        fresh = _finish(self._path, None, _decoded(self._path, self._lenient))
+        # The entry could not be read: removed, and written again from this load (else every later
+        # command would find it, fail, and load the trace again).
+        cache.discard(self.cache_key.entry)
+        fresh = _finish(self._path, self.cache_key, _decoded(self._path, self._lenient))
         self.__dict__.update({t: getattr(fresh, t) for t in TRACE_TABLES})
         return self.__dict__[name]
 
@@ -145,7 +149,7 @@ def _decoded(path: Path, lenient: bool, workers: bool = True):
 def _finish(path: Path, key, decoded) -> Trace:
     tables, orders, base_ns, meta, warnings = decoded
     with small_pages():
-        trace = _tabulate(str(path), tables, base_ns, meta, warnings, orders)
+        trace = _tabulate(document.source_name(path), tables, base_ns, meta, warnings, orders)
     if key is not None and cache.store_tables(key, {t: getattr(trace, t) for t in TRACE_TABLES}, base_ns, meta,
                                               warnings):
         trace.cache_key = key
@@ -391,7 +395,7 @@ def _size(path: Path) -> int:
     try:
         return path.stat().st_size
     except FileNotFoundError:
-        raise TraceError(f"{path}: no such file") from None
+        raise TraceError(document.missing(path)) from None
     except OSError as e:
         raise TraceError(f"{path}: cannot read ({e.strerror})") from None
 
@@ -453,19 +457,26 @@ def _check_memory_left(path: Path) -> None:
                          f"it needs about {needed_memory(path) / 2**30:.1f} GiB")
 
 
+def is_trace_name(path: Path) -> bool:
+    """Whether a directory's file of this name is read as a trace (`find_trace_files`)."""
+    name = Path(path).name
+    return (name.endswith(".json") or name.endswith(".json.gz")) and not name.startswith("manifest")
+
+
 def find_trace_files(path: str | os.PathLike) -> list[Path]:
     """A trace file, or every ``*.json``/``*.json.gz`` trace in a directory (one per rank)."""
     path = Path(path)
     if path.is_dir():
-        files = sorted(p for p in path.iterdir()
-                       if p.is_file() and (p.name.endswith(".json") or p.name.endswith(".json.gz"))
-                       and not p.name.startswith("manifest"))
+        # A link to nothing among the traces is kept, to be named when its turn comes (skipped without a
+        # word, a rank of a run would go missing).
+        files = sorted(p for p in path.iterdir() if (p.is_file() or (p.is_symlink() and not p.exists()))
+                       and is_trace_name(p))
         if not files:
             raise TraceError(f"{path}: directory holds no .json or .json.gz trace")
         return files
     if not path.exists():
-        raise TraceError(f"{path}: no such file")
-    return [path]
+        raise TraceError(document.missing(path))
+    return [document.spooled(path)]
 
 
 def load_traces(path: str | os.PathLike, **kwargs) -> list[Trace]:

@@ -1,6 +1,16 @@
 """Refuse impossible traces: every GPU activity and ProfilerStep needs a finite, non-negative `dur`
 and a finite `ts` inside the trace's span, or the loader names the event and stops (or, lenient,
-drops it and says how many it dropped)."""
+drops it and says how many it dropped). Also impossible, with the same two outcomes:
+
+* a GPU activity longer than twice the CPU side's span and a millisecond (a 5 s kernel in a 60 ms
+  trace): the profiler records the GPU while the CPU runs, and the queue drains soon after;
+* a GPU activity recorded twice (the same device, stream, name, start and duration): it would
+  count its time twice. Kernels on one stream may otherwise overlap: Hopper's programmatic
+  dependent launch starts a kernel before its predecessor ends (the shipped ResNet-50 trace has
+  117 such pairs, up to 23 us), so overlap alone is not an error;
+* ProfilerStep ranges that overlap (a step starting before the one before it ended): every GPU
+  activity belongs to one step, so overlapping steps lose some of them. Lenient drops the later step.
+"""
 
 from __future__ import annotations
 
@@ -20,6 +30,7 @@ pl = lazy_loader.load("polars")   # imported on first use (a cached analysis nee
 # in another epoch) is no time a profiler recorded.
 SLACK_FACTOR = 10.0
 MIN_SLACK_US = 3600e6
+LONGEST_MARGIN_US = 1000.0
 
 
 class ImpossibleEvent(UserError):
@@ -30,15 +41,24 @@ def step_rows(cpu: pl.DataFrame) -> pl.Expr:
     return pl.col("kind").is_in(["user_annotation", "cpu_op"]) & pl.col("name").str.starts_with(PROFILER_STEP_PREFIX)
 
 
-def span(tables: dict[str, pl.DataFrame]) -> tuple[float, float]:
-    """[first start, last end] of the CPU side (ranges and runtime calls, steps excluded); of the GPU starts without one."""
-    cpu = tables["cpu"].filter(~step_rows(tables["cpu"]))
+def cpu_span(tables: dict[str, pl.DataFrame], with_steps: bool = False) -> tuple[float, float] | None:
+    """[first start, last end] of the CPU side (ranges and runtime calls, steps excluded unless
+    `with_steps`), or None."""
+    cpu = tables["cpu"] if with_steps else tables["cpu"].filter(~step_rows(tables["cpu"]))
     sides = [t.select("ts", "dur") for t in (cpu, tables["launches"]) if t.height]
     if sides:
         frame = pl.concat(sides).filter(pl.col("ts").is_finite() & pl.col("dur").fill_null(0.0).is_finite())
         if frame.height:
             lo, hi = frame.select(pl.col("ts").min(), (pl.col("ts") + pl.col("dur").fill_null(0.0)).max().alias("end")).row(0)
             return float(lo), float(hi)
+    return None
+
+
+def span(tables: dict[str, pl.DataFrame]) -> tuple[float, float]:
+    """[first start, last end] of the CPU side (ranges and runtime calls, steps excluded); of the GPU starts without one."""
+    cpu = cpu_span(tables)
+    if cpu is not None:
+        return cpu
     gpu = tables["gpu"].filter(pl.col("ts").is_finite())
     if gpu.height:
         lo, hi = gpu.select(pl.col("ts").min(), pl.col("ts").max().alias("end")).row(0)
@@ -46,8 +66,11 @@ def span(tables: dict[str, pl.DataFrame]) -> tuple[float, float]:
     return 0.0, 0.0
 
 
-def _problems(frame: pl.DataFrame, lo: float, hi: float) -> pl.DataFrame:
-    """Rows with an impossible ts/dur, with the field and the problem (the first problem of each row)."""
+def _problems(frame: pl.DataFrame, lo: float, hi: float, longest: float | None = None,
+              duplicates: bool = False) -> pl.DataFrame:
+    """Rows with an impossible ts/dur, with the field and the problem (the first problem of each row).
+    `longest`: no activity may last longer (the CPU side's span); `duplicates`: a row equal to an
+    earlier one in device, stream, name, ts and dur is a problem."""
     slack = max(SLACK_FACTOR * (hi - lo), MIN_SLACK_US)
     ts, dur = pl.col("ts"), pl.col("dur")
     checks = [
@@ -59,6 +82,14 @@ def _problems(frame: pl.DataFrame, lo: float, hi: float) -> pl.DataFrame:
         ("ts", (ts < lo - slack) | (ts > hi + slack), f"outside the trace's span ({lo:.17g} to {hi:.17g} us)"),
         ("dur", ts + dur > hi + slack, f"past the end of the trace's span ({hi:.17g} us)"),
     ]
+    if longest is not None:
+        checks.append(("dur", dur > longest, f"longer than the trace could have recorded (at most {longest:.6g} us: "
+                                             f"twice its CPU side's span and 1 ms)"))
+    if duplicates:
+        # in event order, so the first of two equal records is the one kept
+        first = pl.struct("device", "stream", "name", "ts", "dur").is_first_distinct()
+        checks.append(("ts", ~first, "a second record of an earlier GPU activity (same device, stream, name, "
+                                     "start and duration)"))
     field = pl.lit(None, dtype=pl.String)
     problem = pl.lit(None, dtype=pl.String)
     for name, bad, words in reversed(checks):
@@ -82,9 +113,17 @@ def check(tables: dict[str, pl.DataFrame], source: str, lenient: bool, unreadabl
     which of a table's impossible events is named first."""
     orders = orders or {}
     lo, hi = span(tables)
-    gpu_bad = _problems(tables["gpu"], lo, hi)
+    cpu = cpu_span(tables, with_steps=True)
+    gpu = tables["gpu"].sort("index")
+    # GPU work drains after the CPU's last event: twice the CPU's span and a millisecond is the most
+    # an activity can last
+    longest = 2.0 * (cpu[1] - cpu[0]) + LONGEST_MARGIN_US if cpu is not None else None
+    gpu_bad = _problems(gpu, lo, hi, longest=longest, duplicates=True)
     steps = tables["cpu"].filter(step_rows(tables["cpu"]))
     step_bad = _problems(steps, lo, hi) if steps.height else steps.head(0)
+    if steps.height:
+        step_bad = pl.concat([step_bad, _overlapping_steps(steps.filter(~pl.col("index").is_in(
+            step_bad["index"].implode())))], how="diagonal_relaxed")
     lines = [(int(r["index"]), describe(r, source))
              for frame, table in ((gpu_bad, "gpu"), (step_bad, "cpu"))
              for r in _first(frame, tables[table], orders.get(table)).iter_rows(named=True)]
@@ -100,6 +139,26 @@ def check(tables: dict[str, pl.DataFrame], source: str, lenient: bool, unreadabl
     out["cpu"] = tables["cpu"].filter(~pl.col("index").is_in(step_bad["index"].implode()))
     return out, [f"dropped {n} GPU activit{'y' if n == 1 else 'ies'}/steps with an impossible ts or dur "
                  f"(first: {first.split(': ', 1)[1]})"]
+
+
+def _overlapping_steps(steps: pl.DataFrame) -> pl.DataFrame:
+    """Rows of the ProfilerSteps that start before an earlier step (another number) ended, with the
+    field and the problem. A step recorded on several threads is one step: its longest range."""
+    one = (steps.sort(["name", "dur"], descending=[False, True]).unique("name", keep="first", maintain_order=True)
+           .sort("ts"))
+    if one.height < 2:
+        return steps.head(0).with_columns(field=pl.lit(None, dtype=pl.String), problem=pl.lit(None, dtype=pl.String))
+    names, starts, ends = one["name"].to_list(), one["ts"].to_numpy(), (one["ts"] + one["dur"]).to_numpy()
+    problems: dict[str, str] = {}
+    kept = 0      # the step the next must start after (the later of two overlapping steps is the one dropped)
+    for i in range(1, len(names)):
+        if starts[i] < ends[kept]:
+            problems[names[i]] = (f"inside an earlier step ({names[kept]} ends {ends[kept] - starts[i]:.6g} us "
+                                  f"later): steps may not overlap")
+        else:
+            kept = i
+    bad = steps.filter(pl.col("name").is_in(list(problems)))
+    return bad.with_columns(field=pl.lit("ts"), problem=pl.col("name").replace_strict(problems, return_dtype=pl.String))
 
 
 def _first(bad: pl.DataFrame, table: pl.DataFrame, order: np.ndarray | None) -> pl.DataFrame:

@@ -16,12 +16,11 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from headroom.errors import UserError
-from headroom.files import check_output_dir
+from headroom.files import check_output_dir, check_replaceable_dir
 from headroom.profile.workload import Options
 from headroom.validate.result import RESULT_FILE
 from headroom.validate.run import Request
 from headroom.validate.timing import MIN_ROUNDS
-from headroom.validate.worker import ERROR_FILE
 
 DEFAULT_TIMEOUT_S = 1800.0
 
@@ -50,8 +49,12 @@ def parse_replace(items: Sequence[str]) -> list[tuple[str, str]]:
 
 
 def _stream(pipe: Any, sink: Callable[[str], None], last: list[str]) -> None:
+    from headroom.profile.progress import NOISE
+
     for raw in iter(pipe.readline, ""):
         line = raw.rstrip("\n")
+        if NOISE.match(line):     # the profiler's C++ lines on every run (USDT: ... profiler_start)
+            continue
         if line.startswith("headroom validate: ") and not line.startswith("headroom validate:  "):
             last[0] = line[len("headroom validate: "):].split(":")[0].strip()   # a stage line, not a note
         sink(line)
@@ -113,6 +116,9 @@ def validate(workload: str, replace: Sequence[tuple[str, str]] | Sequence[str], 
     final = Path(out)
     if final.exists() and not final.is_dir():
         raise UserError(f"--out {final}: exists and is not a directory")
+    # The run's folder is replaced whole: never one that holds a candidate or the workload file, nor a
+    # folder that is not an earlier run.
+    check_replaceable_dir(final, [p for _, p in reps] + [workload_file], own=(RESULT_FILE, "run.json"))
     check_output_dir(final.parent)   # a read-only place fails now, not after the run
     tmp = final.with_name(f".{final.name}.tmp-{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
@@ -153,6 +159,9 @@ def validate(workload: str, replace: Sequence[tuple[str, str]] | Sequence[str], 
             req_path.unlink()
             _place(tmp, final)
             return result
+        # Imported here, not with the package: `python -m headroom.validate.worker` warns (a RuntimeWarning on
+        # every run) when the package it belongs to imported it first.
+        from headroom.validate.worker import ERROR_FILE
         if rc == 2 and (tmp / ERROR_FILE).is_file():
             raise UserError((tmp / ERROR_FILE).read_text().strip())
         if rc < 0:

@@ -48,6 +48,9 @@ def explain(e: BaseException, stage: str, candidates: list[str]) -> str:
 def main(argv: list[str]) -> int:
     from headroom.validate.run import Request, Say, run
 
+    from headroom.errors import library_warnings_in_one_style
+
+    library_warnings_in_one_style()       # relayed by the parent: in the style of its own lines
     req = Request.from_json(Path(argv[0]).read_text())
     out = Path(req.out)
     out.mkdir(parents=True, exist_ok=True)

@@ -60,14 +60,20 @@ def run(names: list[str] | None = None, candidates_dir: str | Path | None = None
     """Verify candidates (default: the shipped honest ones) against DLRM-Bench; returns the suite document."""
     from headroom.verify import VerifyOptions, verify_suite, write_json
 
+    selected = [get(n).name for n in names] if names else list(NAMES)
+    cdir = Path(candidates_dir) if candidates_dir is not None else CANDIDATES_DIR
+    # A wrong --candidates is bad input (exit 2) before any work, not a table of "no candidates" and exit 0.
+    if not cdir.is_dir():
+        raise UserError(f"--candidates {cdir}: {'no such directory' if not cdir.exists() else 'not a directory'}")
+    if not any((cdir / f"{n}.py").is_file() or any((cdir / n).glob("*.py")) for n in selected):
+        raise UserError(f"--candidates {cdir}: no candidate for any of the {len(selected)} problem(s) "
+                        f"(expected <problem>.py or <problem>/*.py, e.g. {selected[0]}.py)")
     options = options or VerifyOptions()
     device = options.resolved_device()
     scale = scale or default_scale(device)
     if scale not in SCALES:
         raise UserError(f"--scale {scale}: expected one of {', '.join(SCALES)}")
     options.env = {**options.env, SCALE_ENV: scale}
-    selected = [get(n).name for n in names] if names else list(NAMES)
-    cdir = Path(candidates_dir) if candidates_dir is not None else CANDIDATES_DIR
     doc = verify_suite(PROBLEMS_DIR, cdir, options, out=None, problems=selected, progress=progress)
     doc["suite"] = "DLRM-Bench"
     doc["scale"] = scale

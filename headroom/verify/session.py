@@ -486,7 +486,8 @@ def time_candidate(ref: ReferenceRun, cand: Child, gates: list, max_numel: int, 
     flag_min, null_min = mins()
     per = {name: [rt.net_ms(p, n, flag_min, null_min) for p in ps] for name, ps in phases.items()}
     overhead = flag_min if rt.gated else null_min + rt.read_min_ms
-    drift = statistics.median(per["reference_tf32"]) / rt.standalone_ms if per["reference_tf32"] else None
+    drift = (statistics.median(per["reference_tf32"]) / rt.standalone_ms
+             if per["reference_tf32"] and rt.standalone_ms > 0 else None)  # 0: too fast to time alone
     judged = tm.judge(per["reference_tf32"], per["candidate"], policy,
                       {k: statistics.median(v) for k, v in waits.items() if v}, drift)
     clocks = {name: [p.child_ms for p in ps if p.child_ms is not None] for name, ps in phases.items()}

@@ -42,16 +42,16 @@ CAND = REPO / "examples" / "substitutions"
 
 # name, workload, extra workload options, module class, candidate, estimated seconds on the H200
 SUBSTITUTIONS = [
+    ("llama7b-prefill-rmsnorm", "llama-7b", [], "LlamaRMSNorm", "llama_rmsnorm.py", 85),
+    ("llama7b-prefill-rmsnorm-checked", "llama-7b", [], "LlamaRMSNorm", "llama_rmsnorm_checked.py", 80),
+    ("llama7b-prefill-rmsnorm-fp64", "llama-7b", [], "LlamaRMSNorm", "llama_rmsnorm_fp64.py", 80),
     ("llama7b-decode-bs1-rmsnorm", "llama-7b", ["--phase", "decode", "--batch", "1"], "LlamaRMSNorm",
-     "llama_rmsnorm.py", 75),
-    ("dlrm-train-interaction", "dlrm", [], "InteractionArch", "dlrm_interaction.py", 90),
-    ("llama7b-prefill-rmsnorm", "llama-7b", [], "LlamaRMSNorm", "llama_rmsnorm.py", 100),
-    ("gpt2xl-prefill-gelu", "gpt2-xl", [], "NewGELUActivation", "gpt2_gelu_tanh.py", 80),
+     "llama_rmsnorm.py", 70),
+    ("bert-layernorm", "bert-base", [], "LayerNorm", "layernorm_fused.py", 55),
     ("gpt2xl-decode-bs1-gelu", "gpt2-xl", ["--phase", "decode", "--batch", "1"], "NewGELUActivation",
      "gpt2_gelu_tanh.py", 60),
-    ("llama7b-prefill-rmsnorm-checked", "llama-7b", [], "LlamaRMSNorm", "llama_rmsnorm_checked.py", 85),
-    ("llama7b-prefill-rmsnorm-fp64", "llama-7b", [], "LlamaRMSNorm", "llama_rmsnorm_fp64.py", 85),
-    ("bert-layernorm", "bert-base", [], "LayerNorm", "layernorm_fused.py", 60),
+    ("dlrm-train-interaction", "dlrm", [], "InteractionArch", "dlrm_interaction.py", 80),
+    ("gpt2xl-prefill-gelu", "gpt2-xl", [], "NewGELUActivation", "gpt2_gelu_tanh.py", 75),
     ("llama7b-prefill-swiglu", "llama-7b", [], "LlamaMLP", "llama_swiglu_mlp.py", 100),
 ]
 TRAINING = {"dlrm", "dlrm-dcn", "resnet-50"}

@@ -219,12 +219,15 @@ def trial_inputs(problem: Any, spec: TrialSpec, device: Any, signed: list[bool],
 
 
 def phase_inputs(problem: Any, seed: int, device: Any, signed: list[bool], drawn: list[bool] | None = None) -> list:
-    """One input set of a memory, launch or timed phase: normal(0, 1) values, published structure."""
+    """One input set of a memory, launch or timed phase, published structure: its values from one of the
+    trials' four families with random parameters, chosen by ``seed`` (drawn when the phase starts), so a
+    timed phase's inputs cannot be told from a trial's by their distribution."""
     from headroom.verify.problem import published_inputs
 
-    family, params = TIMING_FAMILY
-    return transform(published_inputs(problem, mix(seed, "base"), device), family, params, seed, signed,
-                     drawn=drawn)
+    rng = random.Random(mix(seed, "family"))
+    family = rng.choice(FAMILIES)
+    return transform(published_inputs(problem, mix(seed, "base"), device), family, _family_params(family, rng),
+                     seed, signed, drawn=drawn)
 
 
 def _nonfinite_outputs(model: Any, xs: list) -> bool | None:

@@ -65,6 +65,7 @@ class Phase:
     flag_ms: float = 0.0  # gated: gate opened -> flag seen (the forwards on the GPU); plain: wall - read
     write_ms: float = 0.0  # gated: the harness writing the inputs into the ring (the child frozen)
     null: bool = False
+    args: list = field(default_factory=list)  # where each input set is in the ring
 
 
 def _sampled_iterations(pos_seed: int, n: int, count: int) -> list[int]:
@@ -190,7 +191,7 @@ def run_phase(child: Child, ref: ReferenceRun, sets: list[list], run: dict, draw
     ph = Phase((t1 - t0) * 1e3, (t1 - t_flag) * 1e3, enqueue_ms, None if gated else child_ms, gated, blocked,
                (w1 - w0) / busy if busy > 0 else 0.0, samples, shapes, pos_seed, reply.outputs, sampled,
                list(reply.violations), harness_wait_fraction=(hw1 - hw0) / wall_ns if wall_ns > 0 else 0.0,
-               flag_ms=(t_flag - t0) * 1e3, write_ms=write_ms, null=null)
+               flag_ms=(t_flag - t0) * 1e3, write_ms=write_ms, null=null, args=args)
     if gated:  # the child's clock in this reply is of its previous gated phase: it goes there
         prev = getattr(child, "last_gated_phase", None)
         if prev is not None and child_ms is not None:
@@ -400,6 +401,7 @@ def time_candidate(ref: ReferenceRun, cand: Child, gates: list, max_numel: int, 
                 gated_arm[name] = False
             if name == "candidate":
                 violations.update(ph.violations)
+                _check_inputs(ref, ph, sets, aggs["no_input_mutation"])
                 prev = last_wall.get(c.pid)
                 claimed = ph.child_ms
                 wall = prev if ph.gated else ph.wall_ms  # gated: the child's clock is of its previous phase
@@ -484,7 +486,8 @@ def time_candidate(ref: ReferenceRun, cand: Child, gates: list, max_numel: int, 
     flag_min, null_min = mins()
     per = {name: [rt.net_ms(p, n, flag_min, null_min) for p in ps] for name, ps in phases.items()}
     overhead = flag_min if rt.gated else null_min + rt.read_min_ms
-    drift = statistics.median(per["reference_tf32"]) / rt.standalone_ms if per["reference_tf32"] else None
+    drift = (statistics.median(per["reference_tf32"]) / rt.standalone_ms
+             if per["reference_tf32"] and rt.standalone_ms > 0 else None)  # 0: too fast to time alone
     judged = tm.judge(per["reference_tf32"], per["candidate"], policy,
                       {k: statistics.median(v) for k, v in waits.items() if v}, drift)
     clocks = {name: [p.child_ms for p in ps if p.child_ms is not None] for name, ps in phases.items()}
@@ -548,6 +551,19 @@ def _per_call(rt: ReferenceTiming, phases: dict[str, list[Phase]], cand_null_enq
     return {"reference": side("reference_tf32", rt.call, rt.gated),
             "candidate": side("candidate", cand_call, gated_arm.get("candidate", False)),
             "method": f"launches, kernel_us, syncs, d2h_bytes: {method}"}
+
+
+def _check_inputs(ref: ReferenceRun, ph: Phase, sets: list[list], agg: Any) -> None:
+    """The ring's inputs of a timed phase's sampled iterations, after it, equal what the harness wrote
+    (outside the clock): a candidate that computes in place on its inputs fails as it does in a trial."""
+    import torch
+
+    for k in ph.sampled:
+        for i, (a, x) in enumerate(zip(ph.args[k], sets[k])):
+            if isinstance(a, P.RingTensor) and not torch.equal(shared.view(ref.ring.buf, a), x):
+                agg.record(False, f"timed iteration {k}: input {i} was changed by the candidate while timed")
+                return
+    agg.record(True, "the inputs of every sampled timed iteration are unchanged after its phase")
 
 
 def _drawer(ref: ReferenceRun, key: str) -> Callable[[], int]:

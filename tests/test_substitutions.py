@@ -119,7 +119,10 @@ def test_every_triton_candidate_declares_its_gpu_kernels():
                    and any(isinstance(t, ast.Name) and t.id == "GPU_KERNELS" for t in n.targets)]
         assert kernels, f"{path.name}: no GPU_KERNELS"
         names = ast.literal_eval(kernels[0].value)
-        jitted = {f.name for n in ast.walk(tree) if isinstance(n, ast.If) for f in n.body
+        # the file's Triton kernels, and those of a sibling candidate it builds on (`import llama_rmsnorm`)
+        trees = [tree] + [ast.parse((CAND / f"{a.name}.py").read_text()) for n in tree.body
+                          if isinstance(n, ast.Import) for a in n.names if (CAND / f"{a.name}.py").is_file()]
+        jitted = {f.name for t in trees for n in ast.walk(t) if isinstance(n, ast.If) for f in n.body
                   if isinstance(f, ast.FunctionDef)}
         assert set(names) <= jitted, f"{path.name}: GPU_KERNELS {names} are not the file's Triton kernels"
         if "triton" in path.read_text():

@@ -14,7 +14,7 @@ from headroom.errors import UserError
 DeviceOpt = typer.Option("auto", "--device", help="auto (CUDA if available), cpu, cuda or cuda:N.")
 CompileOpt = typer.Option(False, "--vs-compile", help="Also time torch.compile(Model) and report speedup_compile.")
 RoundsOpt = typer.Option(None, "--rounds", "--iters", min=6,
-                         help="Interleaved timing rounds, reference and candidate (default 10 on a GPU, 8 on a CPU).")
+                         help="The fewest interleaved timing rounds (default 6); more run until the interval is 1.02x tight.")
 ScaleOpt = typer.Option("auto", "--scale", help="auto: scale a problem's shapes to fit a CPU (printed); full: as written.")
 TimeoutOpt = typer.Option(300.0, "--timeout", min=1.0, help="Seconds a candidate may work (builds not included).")
 BuildTimeoutOpt = typer.Option(600.0, "--build-timeout", min=1.0,

@@ -16,7 +16,7 @@ from headroom.profile.workload import Options
 from headroom.trace.analysis import analyze
 from headroom.validate import validate
 from headroom.validate.result import compute, paths_selector, recompute
-from headroom.validate.timing import steps_per_block, summarise
+from headroom.validate.timing import steps_per_block, summarise, t975
 
 REPO = Path(__file__).resolve().parents[1]
 CANDIDATES = Path(__file__).resolve().parent / "substitutions"
@@ -27,17 +27,19 @@ TINY = ["--flavour", "tiny", "--device", "cpu", "--threads", "1"]
 # --- timing statistics ----------------------------------------------------------------------
 
 
-def test_summarise_is_the_median_of_paired_ratios_with_an_order_statistics_interval():
+def test_summarise_is_the_geometric_mean_of_paired_ratios_with_a_t_interval():
     ratios = [1.10, 1.12, 1.08, 1.11, 1.09, 1.13, 1.07]
     rounds = [{"order": ["base", "variant"], "base_ms": [r * 10.0, r * 10.0], "variant_ms": [10.0, 10.0]}
               for r in ratios]
     s = summarise({"rounds": rounds})
-    assert s["speedup"] == pytest.approx(1.10, rel=1e-12)         # the median ratio
-    assert s["ci"] == pytest.approx([1.07, 1.13], rel=1e-12)      # 7 rounds: [min, max] at 98.4%
+    logs = [math.log(r) for r in ratios]
+    mean = sum(logs) / 7
+    sd = math.sqrt(sum((x - mean) ** 2 for x in logs) / 6)
+    assert s["speedup"] == pytest.approx(math.exp(mean), rel=1e-12)
+    assert s["ci"][0] == pytest.approx(math.exp(mean - 2.447 * sd / math.sqrt(7)), rel=1e-12)
+    assert s["ci"][1] == pytest.approx(math.exp(mean + 2.447 * sd / math.sqrt(7)), rel=1e-12)
     assert s["base_ms"] == pytest.approx(11.0) and s["variant_ms"] == 10.0 and s["rounds"] == 7
-    one_slow = [dict(r) for r in rounds]
-    one_slow[3] = {"order": ["variant", "base"], "base_ms": [50.0, 50.0], "variant_ms": [10.0, 10.0]}
-    assert summarise({"rounds": one_slow})["speedup"] == pytest.approx(1.10, rel=1e-12)  # an outlier moves one rank
+    assert 1.08 < s["ci"][0] < s["speedup"] < s["ci"][1] < 1.12
 
 
 def test_a_drift_that_moves_both_variants_cancels_out_of_the_pairs():
@@ -52,6 +54,7 @@ def test_a_drift_that_moves_both_variants_cancels_out_of_the_pairs():
 
 
 def test_t_quantiles_and_block_length():
+    assert t975(6) == 2.447 and t975(30) == 2.042 and t975(200) == 1.96
     import torch
 
     gpu, cpu = torch.device("cuda"), torch.device("cpu")
@@ -149,21 +152,9 @@ def identity_run(tmp_path_factory):
     p = _cli("validate", "llama-7b", *TINY, "--replace", f"LlamaRMSNorm={CANDIDATES / 'identity_rmsnorm.py'}",
              "--out", str(out), "--rounds", "9", "--json")
     assert p.returncode == 0, p.stderr[-2000:]
-    (out.parent / "stderr.txt").write_text(p.stderr)      # for the test of what else reached stderr
     doc = json.loads(p.stdout)
     assert doc.pop("schema") == "headroom.validate/1"     # docs/cli.md; the rest is docs/validate.md's object
     return out, doc
-
-
-def test_a_validate_run_says_nothing_on_stderr_outside_its_own_style(identity_run):
-    """Every run printed a Python RuntimeWarning (runpy: the worker imported before it ran) and Kineto's
-    `USDT: ... profiler_start` lines."""
-    out, _ = identity_run
-    lines = (out.parent / "stderr.txt").read_text().splitlines()
-    assert any(ln.startswith("headroom validate: profile:") for ln in lines)
-    stray = [ln for ln in lines if not ln.startswith(("headroom validate: ", "headroom: warning: "))]
-    assert stray == []
-    assert not any("RuntimeWarning" in ln or "USDT" in ln for ln in lines)
 
 
 def test_identity_candidate_measures_and_projects_no_change(identity_run):
@@ -266,25 +257,3 @@ def test_recompute_refuses_a_directory_that_is_not_a_run(tmp_path):
     (tmp_path / "run.json").write_text("{}")
     with pytest.raises(UserError, match="not a saved validate run .missing base.json.gz, variant.json.gz"):
         recompute(tmp_path)
-
-
-def test_validate_text_names_errors_as_errors_and_each_ratio_by_what_it_is():
-    """`projected  Amdahl 1.0003x (+0.7%)` read as a gain of 0.7%; it is the error against the measurement."""
-    import re
-
-    from headroom.cli.extract import render_text
-
-    results = json.loads((Path(__file__).resolve().parents[1] / "docs/gpu/validation.json").read_text())
-    for r in results:
-        text = render_text(r)
-        line = next(ln for ln in text.splitlines() if ln.strip().startswith("projected"))
-        measured = r["measured"]["speedup"]
-        found = re.findall(r"(Amdahl|replay|estimate) ([0-9.]+)x \(error ([+-][0-9.]+)%\)", line)
-        assert [f[0] for f in found] == ["Amdahl", "replay", "estimate"], line
-        for _, x, err in found:       # the printed error is the printed projection against the measurement
-            assert float(err) == pytest.approx(100 * (float(x) / measured - 1), abs=0.06)
-        assert "geometric mean of" in text and "medians" in text
-        part = re.search(r"part +([0-9.]+)x +([0-9.]+) -> ([0-9.]+) us/step", text)
-        if part:       # the part's ratio is of the two times printed beside it
-            x, b, v = map(float, part.groups())
-            assert x == pytest.approx(b / v, rel=2e-4 + 0.05 / v)

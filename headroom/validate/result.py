@@ -5,7 +5,7 @@ check, the raw interleaved timings) and the base and variant traces.
 and offline (`headroom validate --from DIR`, `recompute(DIR)`), so a saved result can be
 re-derived on any machine, and a new projection model re-scored against old measurements.
 
-* measured: `timing.summarise` of the rounds (median of paired ratios, order-statistics interval).
+* measured: `timing.summarise` of the rounds (geometric mean of paired ratios, t interval).
 * part: the kernels inside the replaced instances (`headroom.extract.part`), per step, in the
   base and the variant trace; its speedup is base_us / variant_us; launches per call are the
   part's kernels per step over the replaced modules' calls per step (a training call's

@@ -61,6 +61,27 @@ def test_verify_results_carry_the_candidates_launches_per_call(tmp_path):
     assert by == {"problem:36_RMSNorm_": 1, "problem:23_Softmax": None, "problem:19_ReLU": None}
 
 
+def test_a_candidate_timed_serialised_projects_its_kernel_time_ratio_and_its_syncs(tmp_path):
+    """A candidate that synchronises with the host is timed serialised by verify (its speedup mixes in
+    the CPU time of the wait); the projection takes its kernels' profiled ratio for the GPU side and
+    its syncs and call_us for the CPU side. A candidate timed on the GPU clock keeps its speedup."""
+    def result(problem, clock, speedup):
+        return {"problem": problem, "verdict": "pass", "speedup": speedup,
+                "launches_per_call": {"reference": 8, "candidate": 6},
+                "timing": {"clock": "gated", "candidate_clock": clock},
+                "per_call": {"reference": {"kernel_us": 439.4, "call_us": 114.7, "syncs": 0.0},
+                             "candidate": {"kernel_us": 167.2, "call_us": 133.3, "syncs": 1.0}}}
+    p = tmp_path / "v.json"
+    p.write_text(json.dumps({"tool": "headroom verify", "version": 1, "results": [
+        result("llama__LlamaRMSNorm", "plain", 1.64), result("bert__LayerNorm", "gated", 1.76)]}))
+    f = load_speedup_file(p)
+    by = {str(e.selector): e for e in f.entries}
+    s = by["problem:llama__LlamaRMSNorm"]
+    assert s.speedup == pytest.approx(439.4 / 167.2) and (s.syncs, s.call_us, s.launches) == (1.0, 133.3, 6)
+    assert by["problem:bert__LayerNorm"].speedup == 1.76
+    assert any("timed serialised" in w and "2.628x" in w for w in f.warnings)
+
+
 # --- the interval ----------------------------------------------------------------
 
 def test_drift_parameters_are_shipped_data():

@@ -126,6 +126,23 @@ def test_reference_overflow_is_the_references_error_not_the_candidates():
     assert not ck.measure(wrong, truth, ref).finite_ok
 
 
+def test_errors_stay_finite_where_the_float64_truth_is_too_large_to_square():
+    # A cumulative product the fp32 reference underflows to 0 while float64 climbs back to 1e200: the
+    # squares overflow float64 (1e400), the norms do not. The reference is then wrong, measurably so,
+    # and its error sets the gate; before, the sums became inf/inf = NaN and failed the reference itself.
+    truth = torch.tensor([1.0, 1e-50, 1e150, 1e200, 2.0], dtype=torch.float64)
+    ref = torch.tensor([1.0, 0.0, 0.0, 0.0, 2.0])
+    e = ck.measure(ref, truth, ref)
+    assert e.finite_ok and math.isfinite(e.rel_l2) and e.rel_l2 == pytest.approx(1.0, rel=1e-9)
+    g = ck.gates_for(torch.float32, e)
+    assert g.rel_l2 == pytest.approx(ck.ERROR_FACTOR * e.rel_l2)
+    assert ck.measure(ref.clone(), truth, ref).rel_l2 <= g.rel_l2  # the identical candidate passes
+    s = ck.SumSq()
+    for v in ([3.0, 1e-300], [4e200], []):
+        s.add(torch.tensor(v, dtype=torch.float64))
+    assert s.norm() == pytest.approx(4e200, rel=1e-12)
+
+
 def test_measure_in_chunks_equals_one_pass():
     t = torch.randn(10_000, dtype=torch.float64)
     c = (t + 1e-3 * torch.randn(10_000, dtype=torch.float64)).float()
@@ -197,6 +214,8 @@ def test_judge_calls_a_tight_speedup_and_refuses_noise_load_and_drift():
     assert any("waited for a CPU 60%" in r for r in loaded.reasons)
     drifted = tm.judge(ref, [1.0] * 6, policy, {}, 2.0)
     assert any("2.00x its calibrated time" in r for r in drifted.reasons)
+    faster = tm.judge(ref, [1.0] * 6, policy, {}, 0.6)  # a reference that sped up cannot inflate the speedup
+    assert faster.reasons == [] and faster.speedup == pytest.approx(2.0)
     assert tm.round_order(["a", "b"], 0) == ["a", "b"] and tm.round_order(["a", "b"], 1) == ["b", "a"]
 
 
@@ -239,6 +258,39 @@ def test_ring_places_views_both_processes_can_name(tmp_path):
             shared.view(ring.buf, P.RingTensor(ring.nbytes - 4, "float32", (8,), (1,)))
     finally:
         ring.close()
+
+
+def test_staged_inputs_reach_the_ring_only_on_commit_and_in_one_copy():
+    ring = shared.Ring(1 << 20, "cpu")
+    try:
+        xs = [torch.randn(4, 5), torch.randn(6, 3).t(), 2.5]
+        args, _ = ring.place([xs], write=False)
+        new = [torch.randn(4, 5), torch.randn(6, 3).t(), 2.5]
+        nbytes = ring.stage([new], args)
+        assert nbytes == args[0][1].offset + 18 * 4  # up to the end of the last tensor, gaps included
+        assert not torch.equal(shared.view(ring.buf, args[0][0]), new[0])  # staged, not yet written
+        ring.commit(nbytes)
+        for a, x in zip(args[0][:2], new[:2]):
+            assert torch.equal(shared.view(ring.buf, a), x)
+    finally:
+        ring.close()
+
+
+def test_only_the_candidates_write_and_read_beyond_the_references_envelope_is_charged():
+    from headroom.verify.session import Phase, ReferenceTiming
+
+    def phase(flag, read, write, null=False):
+        return Phase(flag + read, read, 0.0, None, True, False, 0.0, [], [], 0, [], [], flag_ms=flag,
+                     write_ms=write, null=null)
+
+    rt = ReferenceTiming(child=None, n=10, max_numel=0, null_flag_min_ms=0.2, read_max_ms=1.0, write_max_ms=2.0)
+    slow = phase(flag=10.2, read=1.5, write=2.5)  # 0.5 + 0.5 ms beyond the envelope
+    assert rt.net_ms(slow, 10) == pytest.approx(1.0)  # the reference's own jitter: never charged
+    assert rt.net_ms(slow, 10, charged=True) == pytest.approx(1.1)
+    rt.widen(phase(flag=10.2, read=1.2, write=2.4))  # a later reference phase widens the envelope
+    rt.widen(phase(flag=0.2, read=9.0, write=9.0, null=True))  # a null phase does not
+    assert (rt.read_max_ms, rt.write_max_ms) == (1.2, 2.4)
+    assert rt.net_ms(slow, 10, charged=True) == pytest.approx((10.0 + 0.3 + 0.1) / 10)
 
 
 # --- loading ----------------------------------------------------------------------------------------

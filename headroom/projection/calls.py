@@ -143,10 +143,12 @@ def find_calls(b: Baseline, side: CpuSide, selector: Selector, mask: np.ndarray,
                               float(row["end"]), members, int((kinds[members] == "kernel").sum())))
         for i in gi[rows < 0]:
             calls.append(Call(pids[i], tids[i], "kernel", str(ev["name"].iat[i]), float(lts[i]),
-                              float(lts[i] + ldur[i]), np.array([i]), int(kinds[i] == "kernel")))
+                              float(lts[i] + ldur[i]), np.array([i]), int(kinds[i] == "kernel"),
+                              orphan=kind != "kernel"))
     if no_range:
         warnings.append(f"{selector}: {no_range} selected kernel(s) have no {'/'.join(sorted({g[0] for g in grouping} - {'kernel'}))} "
-                        f"range on their launching thread; each counts as a call of one kernel")
+                        f"range on their launching thread (autograd's backward thread launches outside every range); "
+                        f"their launches stay as traced")
     selected_corr = set(ev["correlation"].to_numpy()[mask].tolist()) if "correlation" in ev.columns else set()
     _footprints(calls, side, selected_corr, lts, ldur)
     calls.sort(key=lambda c: (c.start, c.pid, c.tid))

@@ -78,6 +78,10 @@ class Call:
     pieces: list[tuple[float, float]] = field(default_factory=list)  # CPU footprint, measured clock
     blocked: str = ""         # the blocking call inside the footprint ("" when the CPU side can change)
     records: int = 0          # profiler records (CPU ranges, runtime calls) inside the footprint
+    # A kernel of a module/op/annotation selector launched outside every such range on its thread
+    # (autograd's backward thread launches outside every module range): its launch stays as traced;
+    # what an entry says of a call (launches, call_us, syncs) describes the calls with a range.
+    orphan: bool = False
 
     @property
     def footprint_us(self) -> float:
@@ -238,7 +242,7 @@ def change_calls(calls: list[Call], launches: int, side: CpuSide, bound: str = "
     footprint, the last one launch call before its end; ``high`` and ``low`` stay bounds that do not
     depend on it. With `call_us` every call changes (its CPU time is measured, whatever its kernel count).
     Calls whose kernel count is already `launches` do not change otherwise; nor do calls with a blocking
-    call inside. `syncs` (host synchronisations per call after the change, measured by verify): each
+    call inside, nor orphan kernels (``Call.orphan``). `syncs` (host synchronisations per call after the change, measured by verify): each
     changed call ends with that many waits for the GPU to finish everything queued (the replay's
     synthetic blocking calls), in every bound: it is a property of the new code, not a cost estimate.
     """
@@ -246,7 +250,7 @@ def change_calls(calls: list[Call], launches: int, side: CpuSide, bound: str = "
     n_sync = int(round(syncs)) if syncs is not None and syncs > 0 else 0
     measured = call_us is not None and bound in ("estimate", "per_record")
     for c in calls:
-        if (c.kernels == launches and call_us is None) or c.blocked or len(c.events) == 0:
+        if (c.kernels == launches and call_us is None) or c.blocked or c.orphan or len(c.events) == 0:
             continue
         cost = side.cost(c.pid, c.tid)
         n = max(launches, 0)

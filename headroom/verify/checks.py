@@ -73,6 +73,32 @@ class Errors:
 CHUNK = 1 << 24
 
 
+class SumSq:
+    """A sum of squares kept as ``scale**2 * ssq`` (LAPACK's dnrm2 idea): float64 truths of products and
+    cumulative products reach 1e200, whose squares overflow a plain float64 sum to inf (and inf/inf to
+    NaN) although the norm itself is finite."""
+
+    def __init__(self) -> None:
+        self.scale = 0.0
+        self.ssq = 0.0
+
+    def add(self, v: Any) -> None:
+        if v.numel() == 0:
+            return
+        m = float(v.abs().max())
+        if m == 0.0 or not math.isfinite(m):
+            if not math.isfinite(m):
+                self.scale, self.ssq = math.inf, 1.0
+            return
+        if m > self.scale:
+            self.ssq = self.ssq * (self.scale / m) ** 2 if self.scale > 0 else 0.0
+            self.scale = m
+        self.ssq += float(((v / self.scale) ** 2).sum())
+
+    def norm(self) -> float:
+        return self.scale * math.sqrt(self.ssq) if self.scale > 0 else 0.0
+
+
 def _classes(x: Any) -> Any:
     """0 finite, 1 +inf, 2 -inf, 3 nan (float64 input)."""
     import torch
@@ -107,7 +133,8 @@ def measure(c: Any, t: Any, r: Any = None, chunk: int = CHUNK) -> Errors:
     n_all = t.numel()
     nonfinite = ref_bad = 0
     n = 0
-    s_t = s_c = s_tt = s_dd = 0.0
+    s_t = s_c = 0.0
+    s_tt, s_dd = SumSq(), SumSq()
     for a, b in _chunks(n_all, chunk):
         cc = c[a:b].to(torch.float64)
         tt = t[a:b].to(torch.float64)
@@ -129,18 +156,18 @@ def measure(c: Any, t: Any, r: Any = None, chunk: int = CHUNK) -> Errors:
         n += cm.numel()
         s_t += float(tm.sum())
         s_c += float(cm.sum())
-        s_tt += float((tm * tm).sum())
-        s_dd += float(((cm - tm) ** 2).sum())
+        s_tt.add(tm)
+        s_dd.add(cm - tm)
     if nonfinite:
         return Errors(math.inf, math.inf, math.inf if n > 1 else None, False, nonfinite, ref_bad)
     if n == 0:
         return Errors(0.0, 0.0, None, True, 0, ref_bad)
-    tn, dn = math.sqrt(s_tt), math.sqrt(s_dd)
+    tn, dn = s_tt.norm(), s_dd.norm()
     rel = dn / tn if tn > 0 else (0.0 if dn == 0 else math.inf)
     rms = tn / math.sqrt(n)
     mt, mc = s_t / n, s_c / n
     elem = 0.0
-    s_cen = s_tcen = 0.0
+    s_cen, s_tcen = SumSq(), SumSq()
     t_max = 0.0
     for a, b in _chunks(n_all, chunk):
         cc = c[a:b].to(torch.float64)
@@ -155,12 +182,12 @@ def measure(c: Any, t: Any, r: Any = None, chunk: int = CHUNK) -> Errors:
         elif float(d.max()) > 0:
             elem = math.inf
         tc = tm - mt
-        s_tcen += float((tc * tc).sum())
-        s_cen += float((((cm - mc) - tc) ** 2).sum())
+        s_tcen.add(tc)
+        s_cen.add((cm - mc) - tc)
         t_max = max(t_max, float(tm.abs().max()))
     centred = None
-    if n > 1 and math.sqrt(s_tcen) > 1e-12 * max(t_max, 1e-300) * math.sqrt(n):
-        centred = math.sqrt(s_cen / s_tcen)
+    if n > 1 and s_tcen.norm() > 1e-12 * max(t_max, 1e-300) * math.sqrt(n):
+        centred = s_cen.norm() / s_tcen.norm()
     return Errors(rel, elem, centred, True, 0, ref_bad)
 
 

@@ -138,12 +138,12 @@ def run_phase(child: Child, ref: ReferenceRun, sets: list[list], run: dict, draw
     n = len(sets)
     if gated:
         args = place(ref, sets, [child, *others], write=False)  # the inputs go in once the child is frozen
+        staged = 0 if null else ref.ring.stage(sets, args)
         token = clock.token()
         opened: list[float] = []
 
         def open_gate() -> None:  # the child is waiting on the GPU inside its enqueue (a host sync)
-            if not null:
-                place(ref, sets, [], layout=args)  # its kernels are gated: none has read the ring yet
+            ref.ring.commit(staged)  # its kernels are gated: none has read the ring yet
             opened.append(time.perf_counter())
             clock.open(child.job.clock_slot, token)
 
@@ -155,8 +155,7 @@ def run_phase(child: Child, ref: ReferenceRun, sets: list[list], run: dict, draw
         blocked = bool(opened)
         t_w = time.perf_counter()
         if not blocked:
-            if not null:
-                place(ref, sets, [], layout=args)
+            ref.ring.commit(staged)
             t0 = time.perf_counter()
             clock.open(child.job.clock_slot, token)
             write_ms = (t0 - t_w) * 1e3
@@ -211,8 +210,8 @@ class ReferenceTiming:
     null_flag_min_ms: float = 0.0  # gated clock: min over null phases of gate opened -> flag seen
     enqueue_null_min_ms: float = 0.0  # the CPU cost of a gated Run without forwards
     read_min_ms: float = 0.0  # plain clock: min over the reference's sample reads (trusted code)
-    read_max_ms: float = 0.0  # gated clock: the most the reference's sample reads and input writes took;
-    write_max_ms: float = 0.0  # a phase's own beyond these is charged to it (work its GPU did outside the gate)
+    read_max_ms: float = 0.0  # gated clock: the most the reference's sample reads and input writes took in any
+    write_max_ms: float = 0.0  # phase; a candidate phase's beyond these is charged to it (its GPU work outside the gate)
     alone_ms: list = field(default_factory=list)  # raw stand-alone phases of the reference
     standalone_ms: float = 0.0
     memory: dict = field(default_factory=dict)
@@ -228,19 +227,33 @@ class ReferenceTiming:
     def overhead_ms(self) -> float:
         return self.null_flag_min_ms if self.gated else self.null_min_ms + self.read_min_ms
 
-    def net_ms(self, ph: Phase, n: int, null_flag_min: float | None = None, null_min: float | None = None) -> float:
+    def net_ms(self, ph: Phase, n: int, null_flag_min: float | None = None, null_min: float | None = None,
+               charged: bool = False) -> float:
         """A phase's time per forward on the harness's clock, less the fixed cost calibrated on trusted work.
 
-        Gated: gate opened -> flag seen, less the null latency, plus whatever the harness's own input
-        write and sample read took beyond their most next to the reference (the time-sliced GPU was
-        busy with the child's work then: counted as the child's). Plain: the phase less the null
-        phase and the reference's fastest sample read."""
+        Gated: gate opened -> flag seen, less the null latency; for a ``charged`` (untrusted) phase, plus
+        whatever the harness's own input write and sample read took beyond the most they took next to
+        the reference in any phase (the time-sliced GPU was busy with the child's work then: counted as
+        the child's). The reference is trusted code: its own write and read jitter is never charged, and
+        every one of its phases widens the envelope. Plain: the phase less the null phase and the
+        reference's fastest sample read."""
         if ph.gated:
             fm = self.null_flag_min_ms if null_flag_min is None else null_flag_min
-            excess = max(0.0, ph.read_ms - self.read_max_ms) + max(0.0, ph.write_ms - self.write_max_ms)
-            return max(ph.flag_ms - fm + excess, 0.0) / n
+            return max(ph.flag_ms - fm + (self.excess_ms(ph) if charged else 0.0), 0.0) / n
         nm = self.null_min_ms if null_min is None else null_min
         return max(ph.wall_ms - nm - self.read_min_ms, 0.0) / n
+
+    def excess_ms(self, ph: Phase) -> float:
+        """A gated phase's input write and sample read beyond the reference's most (0 for a plain phase)."""
+        if not ph.gated:
+            return 0.0
+        return max(0.0, ph.read_ms - self.read_max_ms) + max(0.0, ph.write_ms - self.write_max_ms)
+
+    def widen(self, ph: Phase) -> None:
+        """A trusted phase of the reference: its write and read set the envelope beyond which a phase is charged."""
+        if ph.gated and not ph.null:
+            self.read_max_ms = max(self.read_max_ms, ph.read_ms)
+            self.write_max_ms = max(self.write_max_ms, ph.write_ms)
 
     def close(self) -> None:
         self.child.goodbye()
@@ -305,8 +318,8 @@ def start_reference(ref: ReferenceRun, max_numel: int, others: list[Child],
             rt.compile_error = done.error
         per_set = shared.inputs_bytes(one[0])
         out_bytes = ref.estimate.outputs_bytes if ref.estimate else per_set
-        # the ring and the harness's copy of the inputs, and both children's kept outputs
-        n_mem = max(1, _memory_budget(ref) // max(1, 2 * per_set + 2 * out_bytes))
+        # the ring, the harness's copy of the inputs (and its staged copy, gated), both children's kept outputs
+        n_mem = max(1, _memory_budget(ref) // max(1, (3 if rt.gated else 2) * per_set + 2 * out_bytes))
         n_queue = _queue_limit(policy, rt.launches) if rt.gated else None
         est = None
         n = 1
@@ -440,6 +453,8 @@ def time_candidate(ref: ReferenceRun, cand: Child, gates: list, max_numel: int, 
             waits["harness"].append(ph.harness_wait_fraction)
             if name == "reference_tf32":
                 rt.read_min_ms = min(rt.read_min_ms, ph.read_ms)
+            if name != "candidate":
+                rt.widen(ph)
             got = current["phases"]
             if name in ("reference_tf32", "candidate") and {"reference_tf32", "candidate"} <= set(got):
                 # now, while the reference's outputs of this round are still in its process
@@ -470,7 +485,7 @@ def time_candidate(ref: ReferenceRun, cand: Child, gates: list, max_numel: int, 
 
         def net(name: str, ph: Phase) -> float:
             f, w = mins()
-            return rt.net_ms(ph, n, f, w)
+            return rt.net_ms(ph, n, f, w, charged=name == "candidate")
 
         rounds = interleave_rounds([nm for nm, _ in plan], lambda name, r: net(name, measure(name, r)),
                                    policy.round_policy(cuda), pair=("reference_tf32", "candidate"),
@@ -484,7 +499,8 @@ def time_candidate(ref: ReferenceRun, cand: Child, gates: list, max_numel: int, 
             raise HarnessOOM(f"out of memory in the harness while timing: {e}"[:300]) from None
         raise
     flag_min, null_min = mins()
-    per = {name: [rt.net_ms(p, n, flag_min, null_min) for p in ps] for name, ps in phases.items()}
+    per = {name: [rt.net_ms(p, n, flag_min, null_min, charged=name == "candidate") for p in ps]
+           for name, ps in phases.items()}
     overhead = flag_min if rt.gated else null_min + rt.read_min_ms
     drift = (statistics.median(per["reference_tf32"]) / rt.standalone_ms
              if per["reference_tf32"] and rt.standalone_ms > 0 else None)  # 0: too fast to time alone
@@ -495,9 +511,8 @@ def time_candidate(ref: ReferenceRun, cand: Child, gates: list, max_numel: int, 
            "rounds": len(per["candidate"]), "rounds_stop": rounds.stop, "iters_per_phase": n,
            "warmup_phases": 1, "overhead_ms": overhead, "null_min_ms": null_min, "null_flag_min_ms": flag_min,
            "read_min_ms": rt.read_min_ms, "read_max_ms": rt.read_max_ms, "write_max_ms": rt.write_max_ms,
-           "charged_excess_ms": {name: statistics.median(max(0.0, p.read_ms - rt.read_max_ms)
-                                                         + max(0.0, p.write_ms - rt.write_max_ms) for p in ps)
-                                 for name, ps in phases.items() if ps and ps[0].gated},
+           "charged_excess_ms": statistics.median(rt.excess_ms(p) for p in phases["candidate"])
+           if phases["candidate"] and phases["candidate"][0].gated else 0.0,
            "ci_method": "median of per-round ratios, 95% interval from order statistics (distribution-free)",
            "speedup_estimate": judged.speedup, "speedup_ci": list(judged.ci) if judged.ci else None,
            "ci_coverage": judged.coverage, "inconclusive": judged.reasons,

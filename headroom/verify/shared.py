@@ -115,6 +115,7 @@ class Ring:
         self.generation = next(_GENERATION)  # children re-map when it changes
         self.nbytes = max(_aligned(int(nbytes)), 1 << 16)
         self._dir: str | None = None
+        self._staging: Any = None  # the harness's copy of a gated phase's inputs (stage, commit)
         if device.startswith("cuda"):
             from headroom.verify.cuda_ipc import Allocation
 
@@ -175,7 +176,45 @@ class Ring:
             torch.cuda.synchronize(self.device)
         return args_out, views_out
 
+    def stage(self, sets: list[list], layout: list[list]) -> int:
+        """Lay input sets out in the harness's own copy of the ring, at ``layout``'s offsets; returns the
+        bytes ``commit`` copies.
+
+        Not timed: the values (and whatever made them) are complete when this returns, so the write
+        a gated phase times is one device copy of a fixed size, not a copy per tensor after the
+        harness's own generation of the values."""
+        import torch
+
+        end = 0
+        for si, values in enumerate(sets):
+            for vi, x in enumerate(values):
+                ref = layout[si][vi]
+                if isinstance(x, torch.Tensor) and isinstance(ref, P.RingTensor):
+                    end = max(end, ref.offset + span_elements(ref.shape, ref.stride) * x.element_size())
+        if self._staging is None or self._staging.numel() < end:
+            self._staging = None
+            self._staging = torch.empty(self.nbytes, dtype=torch.uint8, device=self.buf.device)
+        for si, values in enumerate(sets):
+            for vi, x in enumerate(values):
+                ref = layout[si][vi]
+                if isinstance(x, torch.Tensor) and isinstance(ref, P.RingTensor):
+                    view(self._staging, ref).copy_(x)
+        if self.device.startswith("cuda"):
+            torch.cuda.synchronize(self.device)
+        return end
+
+    def commit(self, nbytes: int) -> None:
+        """Copy the staged bytes into the ring: one copy, complete on return."""
+        import torch
+
+        if nbytes <= 0 or self._staging is None:
+            return
+        self.buf[:nbytes].copy_(self._staging[:nbytes])
+        if self.device.startswith("cuda"):
+            torch.cuda.synchronize(self.device)
+
     def close(self) -> None:
+        self._staging = None
         self.buf = None
         if self.device.startswith("cuda"):
             # the raw allocation is freed with its last view; no tensor of the harness's own is ever

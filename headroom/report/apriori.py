@@ -1,0 +1,106 @@
+"""The a-priori table (docs/validation.md, "Before integrating"): what `headroom verify` measured on an
+extracted problem, projected onto the base trace with no variant run, against what `headroom validate`
+then measured with the candidate swapped into the model.
+
+    python -m headroom.report.apriori docs/gpu/apriori            # the Markdown table
+    python -m headroom.report.apriori docs/gpu/apriori --json     # the rows as JSON
+
+Each directory under the given one holds one substitution: `base.json.gz` (validate's base trace),
+`verify.json` (verify's result on the problem extract wrote), the problem's `.toml` entry, and
+`result.json` (validate's measurement). The projection is recomputed here with the code at hand,
+exactly as `headroom project base.json.gz --problems ENTRY.toml --speedups verify.json` does.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from headroom.projection.problems import load_problems
+from headroom.projection.project import project
+from headroom.projection.speedups import load_speedup_file
+from headroom.trace.analysis import analyze
+
+GPU_BOUND_TARGET = 0.03     # |estimate / measured - 1| where the GPU is the bottleneck
+LAUNCH_BOUND_TARGET = 0.06  # ... and where the CPU's launches are (decode at batch 1)
+
+
+@dataclass(frozen=True)
+class AprioriRow:
+    name: str
+    launch_bound: bool
+    verify_speedup: float       # verify's headline speedup on the extracted problem
+    candidate_clock: str        # "gated" (the GPU's clock) or "plain" (serialised: the candidate synchronises)
+    kernel_ratio: float | None  # the reference's / the candidate's profiled kernel time in verify's children
+    syncs: float | None         # host synchronisations per call of the candidate (verify)
+    part_speedup: float         # the replaced part inside the model (validate: kernel time per step)
+    factor: float               # the speedup the projection applied to the part's kernels
+    estimate: float
+    low: float
+    high: float
+    measured: float             # validate's interleaved step-time speedup
+    error: float                # estimate / measured - 1
+
+    @property
+    def target(self) -> float:
+        return LAUNCH_BOUND_TARGET if self.launch_bound else GPU_BOUND_TARGET
+
+    @property
+    def verify_vs_part(self) -> float:
+        return self.verify_speedup / self.part_speedup
+
+
+def _row(d: Path) -> AprioriRow:
+    entry = next(d.glob("*.toml"))
+    verify = json.loads((d / "verify.json").read_text())
+    result = json.loads((d / "result.json").read_text())
+    speedups = load_speedup_file(d / "verify.json")
+    res = project(analyze(d / "base.json.gz"), speedups.entries, problems=load_problems(entry))
+    est = res.estimate
+    assert est is not None and est.low is not None and est.high is not None, f"{d}: no estimate"
+    pc = verify.get("per_call") or {}
+    ref_k, cand_k = ((pc.get(w) or {}).get("kernel_us") for w in ("reference", "candidate"))
+    measured = float(result["measured"]["speedup"])
+    return AprioriRow(
+        name=d.name, launch_bound=bool(result["baseline"]["launch_bound"]),
+        verify_speedup=float(verify["speedup"]), candidate_clock=str(verify["timing"]["candidate_clock"]),
+        kernel_ratio=ref_k / cand_k if ref_k and cand_k else None,
+        syncs=(pc.get("candidate") or {}).get("syncs"), part_speedup=float(result["part"]["speedup"]),
+        factor=float(speedups.entries[0].speedup), estimate=float(est.speedup), low=float(est.low),
+        high=float(est.high), measured=measured, error=float(est.speedup) / measured - 1.0)
+
+
+def apriori_rows(root: Path) -> list[AprioriRow]:
+    return [_row(d) for d in sorted(p for p in Path(root).iterdir() if (p / "verify.json").is_file())]
+
+
+def apriori_table(rows: list[AprioriRow]) -> str:
+    out = ["| substitution | regime | verify (clock) | in model | verify / in model | applied | "
+           "a-priori estimate [low, high] | measured | error (target) |",
+           "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
+    for r in rows:
+        clock = r.candidate_clock + (f", {r.syncs:g} sync/call" if r.syncs else "")
+        ok = "yes" if abs(r.error) <= r.target else "**no**"
+        out.append(f"| {r.name} | {'launch-bound' if r.launch_bound else 'GPU-bound'} | "
+                   f"{r.verify_speedup:.3f}x ({clock}) | {r.part_speedup:.3f}x | {r.verify_vs_part:.3f} | "
+                   f"{r.factor:.3f}x | {r.estimate:.4f}x [{r.low:.4f}, {r.high:.4f}] | {r.measured:.4f}x | "
+                   f"{100 * r.error:+.1f}% (±{100 * r.target:.0f}%: {ok}) |")
+    return "\n".join(out)
+
+
+def main(argv: list[str]) -> int:
+    if not argv or not Path(argv[0]).is_dir():
+        print("usage: python -m headroom.report.apriori DIR [--json]", file=sys.stderr)
+        return 2
+    rows = apriori_rows(Path(argv[0]))
+    if "--json" in argv[1:]:
+        print(json.dumps([asdict(r) for r in rows], indent=1))
+    else:
+        print(apriori_table(rows))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -77,8 +77,9 @@ def categories_section(doc: Node) -> str:
     w = doc["page"]["categories"]["workloads"]
     if not len(w):
         return ""
-    return ("<p>Share of kernel time by category; addressable "
-                    "categories (a new kernel could replace them) in colour, vendor-library ones in grey.</p>"
+    return ("<p>Share of kernel time by category (of CPU operator self time in a trace without GPU activity); "
+            "addressable categories (a new kernel could replace them) in colour, vendor-library ones in grey. "
+            "A run of some of a model's blocks is shown as measured (the summary extrapolates it).</p>"
             + category_chart(w))
 
 

@@ -13,11 +13,11 @@ from typing import Sequence
 from headroom.report.colors import color
 from headroom.report.markup import Node, number
 
-LABEL_W = 250      # the names' column
+LABEL_W = 300      # the names' column
 BAR_W = 420        # the bars' full length
 ROW_H = 22
 BAR_H = 14
-END_W = 230        # the labels after a bar
+END_W = 200        # the labels after a bar
 
 
 def _svg(body: list[str], height: int, figure: str, title: str) -> str:
@@ -27,8 +27,9 @@ def _svg(body: list[str], height: int, figure: str, title: str) -> str:
             + "".join(body) + "</svg>")
 
 
-def _name(y: float, text: str) -> str:
-    short = text if len(text) <= 38 else text[:36] + "…"
+def _name(y: float, text: str, path: bool = False) -> str:
+    """A row's name; a long one cut (a path keeps its end, where traces differ)."""
+    short = text if len(text) <= 46 else ("…" + text[-44:] if path else text[:44] + "…")
     return (f'<text x="{LABEL_W - 8}" y="{y + BAR_H - 3:.1f}" text-anchor="end" class="name">'
             f'<title>{escape(text)}</title>{escape(short)}</text>')
 
@@ -98,23 +99,29 @@ def category_chart(workloads: Node) -> str:
 
 
 def projection_chart(projections: Node) -> str:
-    """Per trace: the measured step (grey, the full length) and the estimate with its interval (a whisker
-    from low to high), per step, on the clock the estimate is on; each row to the scale of its own step."""
+    """Per trace: the measured step (grey) and the estimate with its interval (a whisker from low to
+    high), per step, on the clock the estimate is on; each row as shares of its own measured step, on one
+    scale that holds the longest (an estimate slower than the measured step reaches past its end)."""
     rows = [p for p in projections if p.value.get("estimate_per_step_us")]
     if not rows:
         return ""
+
+    def share(e: Node, k: str) -> float:
+        return float(e[k].value) / (float(e["baseline_us"].value) or 1.0)
+
+    keys = ("projected_us", "low_us", "high_us")
+    scale = max([1.0] + [share(p["estimate_per_step_us"], k) for p in rows for k in keys
+                         if p["estimate_per_step_us"].has(k)])
     body: list[str] = []
     y = 10.0
     for p in rows:
         e = p["estimate_per_step_us"]
-        body.append(_name(y, str(p["trace"].value)))
-        base = float(e["baseline_us"].value) or 1.0
-        proj = float(e["projected_us"].value)
-        body.append(_rect(LABEL_W, y, BAR_W, "#d9d9d9", e["baseline_us"], "ms", "measured ms/step"))
-        body.append(_rect(LABEL_W, y + 4, proj / base * BAR_W, "#1f77b4", e["projected_us"], "ms", "estimate ms/step",
-                          "estimate"))
-        if "low_us" in e.value and "high_us" in e.value:
-            lo, hi = (float(e[k].value) / base * BAR_W + LABEL_W for k in ("low_us", "high_us"))
+        body.append(_name(y, str(p["trace"].value), path=True))
+        body.append(_rect(LABEL_W, y, BAR_W / scale, "#d9d9d9", e["baseline_us"], "ms", "measured ms/step"))
+        body.append(_rect(LABEL_W, y + 4, share(e, "projected_us") / scale * BAR_W, "#1f77b4", e["projected_us"], "ms",
+                          "estimate ms/step", "estimate"))
+        if e.has("low_us") and e.has("high_us"):
+            lo, hi = (share(e, k) / scale * BAR_W + LABEL_W for k in ("low_us", "high_us"))
             mid = y + 4 + BAR_H / 2
             body.append(f'<line x1="{lo:.2f}" y1="{mid:.1f}" x2="{hi:.2f}" y2="{mid:.1f}" class="whisker"/>')
             for x, k, what in ((lo, "low_us", "low"), (hi, "high_us", "high")):
@@ -125,8 +132,8 @@ def projection_chart(projections: Node) -> str:
         body.append(f'<text x="{LABEL_W + BAR_W + 8}" y="{y + BAR_H - 3:.1f}" class="end">'
                     f'{_tspan(est["speedup"], "x")} ({_tspan(est["low"], "x")} to {_tspan(est["high"], "x")})</text>')
         y += ROW_H + 4
-    body += _ticks(4.0, y, [(f, f"{int(100 * f)}%") for f in (0, 0.25, 0.5, 0.75, 1.0)])
-    legend, height = _legend(y + 24, [("measured step (the full bar)", "#d9d9d9", False),
+    body += _ticks(4.0, y, [(f / scale, f"{int(100 * f)}%") for f in (0, 0.25, 0.5, 0.75, 1.0)])
+    legend, height = _legend(y + 24, [("measured step", "#d9d9d9", False),
                                       ("estimate, interval low to high", "#1f77b4", False)])
     return _svg(body + legend, int(height + 6), "projection", "Projected step time, as a share of the measured step")
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from html import escape
 from typing import Sequence
 
-from headroom.report.colors import color
+from headroom.report.colors import COLORS, color
 from headroom.report.markup import Node, number
 
 LABEL_W = 300      # the names' column
@@ -84,7 +84,7 @@ def category_chart(workloads: Node) -> str:
             cat = str(bar["category"].value)
             if cat not in seen:
                 seen[cat] = (color(cat, extra), bool(bar["addressable"].value))
-                extra += 0 if cat in ("gemm", "attention") else 1
+                extra += cat not in COLORS
             fill, addressable = seen[cat]
             width = float(bar["fraction"].value or 0.0) * BAR_W
             body.append(_rect(x, y, width, fill, bar["fraction"], "pct", cat,
@@ -93,8 +93,9 @@ def category_chart(workloads: Node) -> str:
         body.append(f'<text x="{LABEL_W + BAR_W + 8}" y="{y + BAR_H - 3:.1f}" class="end">'
                     f'{_tspan(w["addressable_fraction"], "pct")} addressable</text>')
         y += ROW_H
-    body += _ticks(4.0, y, [(f, f"{int(100 * f)}%") for f in (0, 0.25, 0.5, 0.75, 1.0)])
-    legend, height = _legend(y + 24, [(c + (" (addressable)" if a else ""), f, a) for c, (f, a) in seen.items()])
+    body[:0] = _ticks(4.0, y, [(f, f"{int(100 * f)}%") for f in (0, 0.25, 0.5, 0.75, 1.0)])
+    order = sorted(seen.items(), key=lambda kv: kv[1][1])      # vendor-library categories first, as they stack
+    legend, height = _legend(y + 24, [(c + (" (addressable)" if a else ""), f, a) for c, (f, a) in order])
     return _svg(body + legend, int(height + 6), "categories", "Share of GPU kernel time by category")
 
 
@@ -132,7 +133,7 @@ def projection_chart(projections: Node) -> str:
         body.append(f'<text x="{LABEL_W + BAR_W + 8}" y="{y + BAR_H - 3:.1f}" class="end">'
                     f'{_tspan(est["speedup"], "x")} ({_tspan(est["low"], "x")} to {_tspan(est["high"], "x")})</text>')
         y += ROW_H + 4
-    body += _ticks(4.0, y, [(f / scale, f"{int(100 * f)}%") for f in (0, 0.25, 0.5, 0.75, 1.0)])
+    body[:0] = _ticks(4.0, y, [(f / scale, f"{int(100 * f)}%") for f in (0, 0.25, 0.5, 0.75, 1.0)])
     legend, height = _legend(y + 24, [("measured step", "#d9d9d9", False),
                                       ("estimate, interval low to high", "#1f77b4", False)])
     return _svg(body + legend, int(height + 6), "projection", "Projected step time, as a share of the measured step")
@@ -160,6 +161,6 @@ def rank_chart(bars: Node) -> str:
         body.append(f'<text x="{LABEL_W + BAR_W + 8}" y="{y + BAR_H - 3:.1f}" class="end">'
                     f'{_tspan(r["step_us"], "ms")} ms/step</text>')
         y += ROW_H
-    body += _ticks(4.0, y, [(f, "") for f in (0, 0.25, 0.5, 0.75, 1.0)])
-    legend, height = _legend(y + 12, [(label, fill, True) for _, label, fill in RANK_PARTS])
+    body[:0] = _ticks(4.0, y, [(f, f"{f * top / 1000:.2f} ms") for f in (0, 0.25, 0.5, 0.75, 1.0)])
+    legend, height = _legend(y + 24, [(label, fill, True) for _, label, fill in RANK_PARTS])
     return _svg(body + legend, int(height + 6), "ranks", "Each rank's step: compute, exposed communication, idle")

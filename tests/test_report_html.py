@@ -230,6 +230,17 @@ def test_the_api_writes_the_same_page(run, tmp_path):
     assert out.read_text() == run["html"]
 
 
+def test_the_command_and_the_api_have_the_same_defaults():
+    import inspect
+
+    from headroom import api
+    from headroom.cli.trace import report
+
+    cli = {name: p.default.default for name, p in inspect.signature(report).parameters.items()}
+    mine = inspect.signature(api.report_html).parameters
+    assert (cli["target_speedup"], cli["top"]) == (mine["target_speedup"].default, mine["top"].default) == (1.5, 10)
+
+
 # ---- the markup, without traces --------------------------------------------------------------------------------
 
 

@@ -85,9 +85,9 @@ def categories_section(doc: Node) -> str:
 
 def targets_section(doc: Node) -> str:
     page = doc["page"]
+    rows = f"The first {num(page['top'], 'int')} of each grouping." if page["top"].value else "Every row."
     parts = [f"<p>Which op or nn.Module, {num(page['target_speedup'], 'factor')} faster, shortens the step most "
-             f"(gain: the share of the measured window saved; Amdahl). The first "
-             f"{num(page['top'], 'int')} of each grouping.</p>"]
+             f"(gain: the share of the measured window saved; Amdahl). {rows}</p>"]
     for k, t in enumerate(page["targets"]):
         ranks = t["kind"].value == "ranks"
         where = t["source"] if ranks else t["trace"]

@@ -109,10 +109,10 @@ def shown_value(text: str, fmt: str) -> tuple[float, float]:
     return float(t) * scale, 0.5 * 10.0 ** -decimals * scale * (1 + 1e-9)
 
 
-def test_every_number_on_the_page_is_the_json_documents(run):
-    doc, page = run["doc"], parse(run["html"])
-    numbers = [m for m in page.marked if "data-value" in m["attrs"]]
-    assert len(numbers) > 300
+def check_numbers(doc: dict, html: str) -> int:
+    """Every marked element of the page against the document; no number outside them. Returns how many
+    numbers were checked."""
+    page = parse(html)
     for m in page.marked:
         a = m["attrs"]
         value = resolve(doc, a["data-key"])
@@ -130,6 +130,25 @@ def test_every_number_on_the_page_is_the_json_documents(run):
     # No number anywhere else: a decimal, or a number with a unit, outside the marked elements.
     loose = [t for t in page.loose if re.search(r"\d\.\d|\d\s*(%|ms\b|us\b|x\b)", t)]
     assert loose == [], loose[:5]
+    return sum("data-value" in m["attrs"] for m in page.marked)
+
+
+def test_every_number_on_the_page_is_the_json_documents(run):
+    assert check_numbers(run["doc"], run["html"]) > 300
+
+
+def test_a_cpu_only_trace_beside_a_gpu_one(builder, tmp_path):
+    for k in (1, 2):
+        builder.step(k, k * 1000.0, 900.0)
+        builder.cpu("aten::mm", k * 1000.0 + 10, 400.0)
+        builder.cpu("aten::add", k * 1000.0 + 420, 100.0)
+    trace = builder.write(tmp_path / "cpu.json")
+    out = tmp_path / "r.html"
+    p = headroom("report", trace, TRACES[1], "--html", out, "-s", "category:gemm=2", "--json")
+    assert p.returncode == 0, p.stderr
+    doc = json.loads(p.stdout)
+    assert [t["mode"] for t in doc["traces"]] == ["cpu-ops", "gpu"] and len(doc["page"]["projections"]) == 2
+    assert check_numbers(doc, out.read_text()) > 50
 
 
 def test_the_page_shows_every_section_and_every_trace(run):

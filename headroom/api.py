@@ -6,6 +6,7 @@
     r = headroom.project(a, speedup=["category:embedding=1.552"])
     r.to_frame()                                             # Amdahl and replay, per scenario
     headroom.targets(a).to_frame()                           # ops and modules ranked by end-to-end gain
+    headroom.report_html(["traces/"], "report.html")         # the `headroom report --html` page
 
 Each function takes a trace path or an `Analysis`; the CLI calls the same modules.
 """
@@ -27,13 +28,14 @@ from headroom.projection.ranks import project_ranks as _project_ranks
 from headroom.projection.scenarios import DEFAULT_QUANTILES
 from headroom.projection.speedups import collect_entries
 from headroom.projection.targets import DEFAULT_SPEEDUP, Targets, rank_targets
+from headroom.report.page import DEFAULT_TOP, check_html_output, html_report
 from headroom.report.tables import summary_frame
 from headroom.trace.analysis import Analysis
 from headroom.trace.analysis import analyze as _analyze
 from headroom.trace.analysis import analyze_files
 from headroom.trace.classify import load_classifier
 from headroom.trace.load import find_trace_files
-from headroom.trace.ranks import RankSet, rank_set
+from headroom.trace.ranks import RankSet, rank_order, rank_set
 
 TraceLike = Union[str, os.PathLike, Analysis]
 PathLike = Union[str, os.PathLike]
@@ -106,6 +108,36 @@ def targets(trace: TraceLike, speedup: float = DEFAULT_SPEEDUP, by: Sequence[str
     return rank_targets(_analysis(trace), speedup, tuple(by), top, replay_top, scope)
 
 
+def report_html(paths: Sequence[PathLike | Analysis | RankSet], out: PathLike, speedup: Sequence[str] = (),
+                files: Sequence[PathLike] = (), target_speedup: float = DEFAULT_SPEEDUP, top: int = DEFAULT_TOP,
+                problems: PathLike | None = None, rules: PathLike | None = None, policy: PathLike | None = None,
+                whole_trace: bool = False, window: str | None = None, lenient: bool = False,
+                use_cache: bool = True) -> dict:
+    """Write the `headroom report --html` page of traces, directories (a directory of the ranks of one run
+    is one rank set) or analyses to `out`, and return its document (`report --html --json`): `traces`,
+    `rank_sets`, `html`, `page` (`categories`, `targets` ranked at `target_speedup`, the first `top` per
+    grouping, `projections` of `speedup`/`files` entries, `ranks`)."""
+    check_html_output(out, [*(p for p in paths if isinstance(p, (str, os.PathLike))), rules, policy, problems, *files])
+    entries, warnings = collect_entries(speedup, files)
+    r, p = load_classifier(rules, policy)
+    analyses, rank_sets = [], []
+    for item in paths:
+        if isinstance(item, Analysis):
+            analyses.append(item)
+        elif isinstance(item, RankSet):
+            rank_sets.append(item)
+        else:
+            found = list(analyze_files(find_trace_files(item), rules=r, policy=p, whole_trace=whole_trace,
+                                       window=window, lenient=lenient, use_cache=use_cache))
+            order = rank_order(found) if os.path.isdir(item) else None
+            if order is not None:
+                rank_sets.append(rank_set(found, order, source=str(item)))
+            else:
+                analyses.extend(found)
+    return html_report(analyses, rank_sets, out, entries, warnings, target_speedup=target_speedup, top=top,
+                       problems=load_problems(problems))
+
+
 def analyze_ranks(path: PathLike, rules: PathLike | None = None, policy: PathLike | None = None,
                   whole_trace: bool = False, window: str | None = None) -> RankSet:
     """A directory holding the ranks of one run, analysed together (docs/distributed.md): `per_rank`,
@@ -125,4 +157,4 @@ def project_ranks(ranks: RankSet | PathLike, speedup: Sequence[str] = (), files:
 
 
 __all__ = ["Analysis", "ProjectResult", "RankSet", "RanksProjection", "Targets", "analyze", "analyze_all",
-           "analyze_ranks", "project", "project_ranks", "summary", "targets"]
+           "analyze_ranks", "project", "project_ranks", "report_html", "summary", "targets"]

@@ -32,6 +32,14 @@ LenientOpt = typer.Option(False, "--lenient", metavar="", help=(
     "with a counted warning, instead of refusing the trace."))
 NoCacheOpt = typer.Option(False, "--no-cache", metavar="",
                           help="Neither read nor write the trace's columnar cache (docs/trace-core.md, \"Cache\").")
+SpeedupOpt = typer.Option(None, "--speedup", "-s", metavar="SELECTOR=FACTOR", help=(
+    "Repeatable: category:embedding=1.552, op:aten::layer_norm=2, 'kernel:^triton_=1.2', "
+    "problem:23_Softmax=1.3, 'module:RMSNorm=1.8,launches=1' (launches=N: kernels each call launches "
+    "after the change; docs/projection.md). Command-line entries win overlaps with files."))
+SpeedupsOpt = typer.Option(None, "--speedups", "-f", metavar="FILE", help=(
+    "Speedup file (.toml/.json/.csv) or `headroom verify` JSON; repeatable."))
+ProblemsOpt = typer.Option(None, "--problems", metavar="FILE",
+                           help="TOML file adding/replacing problem -> selector mappings.")
 TracesArg = typer.Argument(..., metavar="TRACE...",
                            help="Trace files (.json/.json.gz) or directories of per-rank traces.")
 

@@ -7,19 +7,10 @@ from typing import List, Optional
 
 import typer
 
-from headroom.cli.common import (LenientOpt, NoCacheOpt, PolicyOpt, Reader, RulesOpt, TracesArg, WholeOpt,
-                                 WindowOpt, choices, read_all)
+from headroom.cli.common import (LenientOpt, NoCacheOpt, PolicyOpt, ProblemsOpt, Reader, RulesOpt, SpeedupOpt,
+                                 SpeedupsOpt, TracesArg, WholeOpt, WindowOpt, choices, read_all)
 from headroom.cli.output import emit_json, warn
 from headroom.errors import UserError
-
-SpeedupOpt = typer.Option(None, "--speedup", "-s", metavar="SELECTOR=FACTOR", help=(
-    "Repeatable: category:embedding=1.552, op:aten::layer_norm=2, 'kernel:^triton_=1.2', "
-    "problem:23_Softmax=1.3, 'module:RMSNorm=1.8,launches=1' (launches=N: kernels each call launches "
-    "after the change; docs/projection.md). Command-line entries win overlaps with files."))
-SpeedupsOpt = typer.Option(None, "--speedups", "-f", metavar="FILE", help=(
-    "Speedup file (.toml/.json/.csv) or `headroom verify` JSON; repeatable."))
-ProblemsOpt = typer.Option(None, "--problems", metavar="FILE",
-                           help="TOML file adding/replacing problem -> selector mappings.")
 
 
 def project_cmd(

@@ -7,9 +7,10 @@ from typing import List, Optional
 
 import typer
 
-from headroom.cli.common import (LenientOpt, NoCacheOpt, PolicyOpt, Reader, RulesOpt, TracesArg, WholeOpt,
-                                 WindowOpt)
-from headroom.cli.output import emit_json
+from headroom.cli.common import (LenientOpt, NoCacheOpt, PolicyOpt, ProblemsOpt, Reader, RulesOpt, SpeedupOpt,
+                                 SpeedupsOpt, TracesArg, WholeOpt, WindowOpt)
+from headroom.cli.output import emit_json, warn
+from headroom.errors import UserError
 
 
 def classify(
@@ -79,6 +80,15 @@ def report(
     paths: List[Path] = typer.Argument(None, metavar="[PATH]...",
                                        help="Traces or directories of traces (default: traces/)."),
     as_json: bool = typer.Option(False, "--json", metavar="", help="One JSON document (docs/cli.md)."),
+    html: Optional[Path] = typer.Option(None, "--html", metavar="FILE", help=(
+        "Also write one self-contained HTML page: the summary, category shares, top targets, the projection "
+        "of --speedup/--speedups and per-rank views (with --json, the document has the page's numbers).")),
+    speedup: Optional[List[str]] = SpeedupOpt,
+    speedups: Optional[List[Path]] = SpeedupsOpt,
+    target_speedup: float = typer.Option(1.5, "--target-speedup", min=1e-9, metavar="FACTOR",
+                                         help="With --html: the speedup the targets are ranked by (default 1.5x)."),
+    top: int = typer.Option(10, "--top", min=0, help="With --html: target rows per grouping (0: all)."),
+    problems: Optional[Path] = ProblemsOpt,
     rules: Optional[Path] = RulesOpt,
     policy: Optional[Path] = PolicyOpt,
     whole_trace: bool = WholeOpt,
@@ -88,33 +98,57 @@ def report(
 ) -> None:
     """One row per trace: step time, idle share, addressable fraction, top addressable op.
 
-    A directory of the ranks of one run: one row per rank, with its communication and waits."""
+    A directory of the ranks of one run: one row per rank, with its communication and waits.
+    --html FILE: also a page with figures, targets and projections (docs/cli.md)."""
     from headroom.report.render import make_console, render_summary
-    from headroom.report.tables import summary_frame, summary_records
     from headroom.trace.analysis import Analysis
 
+    paths = paths or [Path("traces")]
+    if html is None and (speedup or speedups or problems):
+        raise UserError("--speedup, --speedups and --problems go with --html (the page's projection); "
+                        "headroom project projects on its own")
+    entries, entry_warnings, pm = [], [], None
+    if html is not None:
+        from headroom.projection.problems import load_problems
+        from headroom.projection.speedups import collect_entries, parse_factor
+        from headroom.report.page import check_html_output
+
+        check_html_output(html, [*paths, rules, policy, problems, *(speedups or [])])
+        parse_factor(target_speedup, "--target-speedup")
+        entries, entry_warnings = collect_entries(speedup or [], speedups or [])
+        pm = load_problems(problems)
     reader = Reader(rules, policy, whole_trace, window, lenient, no_cache)
-    inputs = list(reader.inputs(paths or [Path("traces")]))
+    inputs = list(reader.inputs(paths))
     analyses = [a for a in inputs if isinstance(a, Analysis)]
     rank_sets = [rs for rs in inputs if not isinstance(rs, Analysis)]     # RankSets: their modules only then
-    rank_tables = []
-    if rank_sets:
-        from headroom.report.ranks import rank_summary_frame, render_rank_summary
+    if html is not None:
+        from headroom.report.page import html_report
 
-        rank_tables = [(rs, rank_summary_frame(rs)) for rs in rank_sets]
-    df = summary_frame(analyses)
+        doc = html_report(analyses, rank_sets, html, entries, entry_warnings, reader.failed, target_speedup, top, pm)
+        for p in doc["page"]["projections"]:
+            for w in p["warnings"]:
+                warn(f"{p.get('trace') or p.get('source')}: {w}")
+        if as_json:
+            emit_json("report", doc)
+        else:
+            print(html)
+        reader.finish()
+        return
     if as_json:
-        emit_json("report", {"traces": summary_records(df),
-                             "rank_sets": [{"source": rs.source, "kind": "ranks", "step_us": rs.step_us,
-                                            "slowest_rank": rs.slowest_rank, "ranks": summary_records(t)}
-                                           for rs, t in rank_tables],
-                             "failed": reader.failed})
+        from headroom.report.tables import report_body
+
+        emit_json("report", report_body(analyses, rank_sets, reader.failed))
     else:
+        from headroom.report.tables import summary_frame
+
         console = make_console()
-        if len(df):
-            render_summary(df, console)
-        for rs, t in rank_tables:
-            render_rank_summary(rs, t, console)
+        if analyses:
+            render_summary(summary_frame(analyses), console)
+        if rank_sets:
+            from headroom.report.ranks import rank_summary_frame, render_rank_summary
+
+            for rs in rank_sets:
+                render_rank_summary(rs, rank_summary_frame(rs), console)
     reader.finish()
 
 

@@ -25,29 +25,17 @@ from matplotlib.patches import Patch
 from headroom.errors import UserError
 from headroom.files import write_atomic
 from headroom.jsonio import write_json
+from headroom.report.colors import COLORS
+from headroom.report.colors import color as _color
 
 FORMATS = ("png", "svg", "pdf")
-# Non-addressable categories in greys, addressable ones in colour: the split is visible in print.
-# The greys are ColorBrewer's 5-class "Greys" (steps a reader can tell apart, also in print);
-# idle is white with a dotted hatch.
-COLORS = {
-    "gemm": "#252525", "attention": "#636363", "conv": "#969696", "communication": "#bdbdbd",
-    "memory": "#e0e0e0", "idle": "#ffffff",
-    "embedding": "#d62728", "elementwise": "#1f77b4", "normalization": "#2ca02c", "reduction": "#9467bd",
-    "softmax": "#8c564b", "indexing": "#e377c2", "copy": "#17becf", "optimizer": "#bcbd22",
-    "sort": "#ff7f0e", "fused": "#aec7e8", "other": "#98df8a",
-}
-_EXTRA = ["#ffbb78", "#c5b0d5", "#f7b6d2", "#dbdb8d", "#9edae5", "#c49c94"]
+# Idle is white with a dotted hatch (headroom/report/colors.py: the colours).
 STYLE = {"font.size": 8, "axes.titlesize": 9, "axes.labelsize": 8, "legend.fontsize": 7,
          "xtick.labelsize": 7, "ytick.labelsize": 7, "svg.fonttype": "none", "pdf.fonttype": 42,
          "svg.hashsalt": "headroom", "path.simplify": False}
 LABEL_MIN = 0.035  # segments narrower than this get no percentage inside
 BASIS_AXIS = {"kernel": "share of GPU kernel time (idle not shown)",
               "wall": "share of the profiled wall time (devices x window), idle included"}
-
-
-def _color(cat: str, k: int) -> str:
-    return COLORS.get(cat, _EXTRA[k % len(_EXTRA)])
 
 
 def addressable_figure(fractions: pd.DataFrame, summary: pd.DataFrame | None = None,

@@ -27,6 +27,8 @@ from headroom.projection.ranks import project_ranks as _project_ranks
 from headroom.projection.scenarios import DEFAULT_QUANTILES
 from headroom.projection.speedups import collect_entries
 from headroom.projection.targets import DEFAULT_SPEEDUP, Targets, rank_targets
+from headroom.report.diff import Diff
+from headroom.report.diff import diff as _diff
 from headroom.report.tables import summary_frame
 from headroom.trace.analysis import Analysis
 from headroom.trace.analysis import analyze as _analyze
@@ -106,6 +108,20 @@ def targets(trace: TraceLike, speedup: float = DEFAULT_SPEEDUP, by: Sequence[str
     return rank_targets(_analysis(trace), speedup, tuple(by), top, replay_top, scope)
 
 
+def _run(trace: TraceLike | RankSet) -> Analysis | RankSet:
+    if isinstance(trace, (Analysis, RankSet)):
+        return trace
+    return analyze_ranks(trace) if os.path.isdir(trace) else _analyze(trace)
+
+
+def diff(before: TraceLike | RankSet, after: TraceLike | RankSet, by: str = "category") -> Diff:
+    """Two runs of one workload compared, as `headroom diff`: `.step` (the unprofiled step where both
+    manifests record it, else the profiled one) with its `speedup`, `.rows` (by category, op, module or
+    kernel: before/after time per step, delta, share of the change, added/removed), `.waterfall()` (what
+    the figure draws). A directory is the ranks of one run."""
+    return _diff(_run(before), _run(after), by=by)
+
+
 def analyze_ranks(path: PathLike, rules: PathLike | None = None, policy: PathLike | None = None,
                   whole_trace: bool = False, window: str | None = None) -> RankSet:
     """A directory holding the ranks of one run, analysed together (docs/distributed.md): `per_rank`,
@@ -124,5 +140,5 @@ def project_ranks(ranks: RankSet | PathLike, speedup: Sequence[str] = (), files:
     return res
 
 
-__all__ = ["Analysis", "ProjectResult", "RankSet", "RanksProjection", "Targets", "analyze", "analyze_all",
-           "analyze_ranks", "project", "project_ranks", "summary", "targets"]
+__all__ = ["Analysis", "Diff", "ProjectResult", "RankSet", "RanksProjection", "Targets", "analyze", "analyze_all",
+           "analyze_ranks", "diff", "project", "project_ranks", "summary", "targets"]

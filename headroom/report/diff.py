@@ -18,16 +18,18 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass, field
-from typing import Union
+from typing import TYPE_CHECKING, Union
 
 import numpy as np
 import pandas as pd
 
 from headroom.errors import UserError
 from headroom.trace.analysis import Analysis
-from headroom.trace.ranks import RankSet
 
-Run = Union[Analysis, RankSet]
+if TYPE_CHECKING:     # a single trace's diff imports none of the rank-set modules
+    from headroom.trace.ranks import RankSet
+
+Run = Union[Analysis, "RankSet"]
 GROUPINGS = ("category", "op", "module", "kernel")
 STATUSES = ("same", "added", "removed", "replaced")
 ROW_COLUMNS = ["key", "name", "category", "status", "before_us", "after_us", "delta_us", "share",
@@ -134,7 +136,7 @@ class _Side:
 
 
 def _side(run: Run) -> _Side:
-    if isinstance(run, RankSet):
+    if not isinstance(run, Analysis):     # a RankSet
         analyses = run.analyses
         unprofiled = [a.unprofiled_step_us for a in analyses]
         step_un = max(unprofiled) if unprofiled and all(u is not None for u in unprofiled) else None

@@ -26,6 +26,7 @@ from headroom.projection.ranks import RanksProjection
 from headroom.projection.ranks import project_ranks as _project_ranks
 from headroom.projection.scenarios import DEFAULT_QUANTILES
 from headroom.projection.speedups import collect_entries
+from headroom.projection.roofline import roofline_targets
 from headroom.projection.targets import DEFAULT_SPEEDUP, Targets, rank_targets
 from headroom.report.diff import Diff
 from headroom.report.diff import diff as _diff
@@ -102,9 +103,15 @@ def predict(trace: TraceLike, part: str, speedup: float, launches: int | None = 
 
 
 def targets(trace: TraceLike, speedup: float = DEFAULT_SPEEDUP, by: Sequence[str] = ("op", "module"),
-            top: int | None = 20, replay_top: int = 0, scope: str = "self") -> Targets:
+            top: int | None = 20, replay_top: int = 0, scope: str = "self", roofline: bool = False,
+            peaks: str | None = None, rank_by: str = "gain") -> Targets:
     """Ops and nn.Modules (classes: `module`, instances: `module_path`; `scope` self or total) ranked by
-    the end-to-end gain at `speedup`, as `headroom targets`."""
+    the end-to-end gain at `speedup`, as `headroom targets`. `roofline`: also each row's FLOPs, bytes,
+    achieved rates, limit, floor and max_speedup against the device's peaks (`peaks`: a data/devices.toml
+    key, default the trace's GPU), as `--roofline`; `rank_by="achievable"`: ranked by the gain at
+    min(max_speedup, speedup)."""
+    if roofline:
+        return roofline_targets(_analysis(trace), speedup, tuple(by), top, replay_top, scope, peaks, rank_by)
     return rank_targets(_analysis(trace), speedup, tuple(by), top, replay_top, scope)
 
 

@@ -5,13 +5,14 @@ For the op calls behind a row's kernels (each kernel's op, by its launch's Exter
 shapes and dtypes (read on demand: headroom/trace/op_inputs.py) give FLOPs and bytes per call
 (headroom/projection/costs.py, data/costs.toml). Against the device's peaks (data/devices.toml) each call
 has a floor, `max(FLOPs / compute peak, bytes / memory bandwidth, shortest kernel)`, and a limit (the term
-that wins: compute, memory or latency). Per row: FLOPs and bytes per step, the achieved TFLOP/s and TB/s
+that wins: compute, memory or latency). Per row: FLOPs and bytes over the window, the achieved TFLOP/s and TB/s
 of its costed kernels, the limit holding most of its floor time, `floor_us` (the costed calls' floors plus
 the time of kernels without a cost, left as it is) and `max_speedup = us / floor_us`.
 
 A module row also gets the fused floor: each forward call's inputs (its recorded shapes) and output (the
-last op's output) moved once, its FLOPs at peak; the backward kernels keep their per-op floors. The fused
-bound counts no parameters (a Linear's weight): for modules holding GEMMs it is optimistic.
+last op's output) moved once, its FLOPs at peak; the backward kernels keep their per-op floors; never above
+the unfused floor. The fused bound counts no parameters (a Linear's weight): for modules holding GEMMs it
+is optimistic.
 
 `achievable_gain`: the Amdahl gain of the row at `min(max_speedup, factor)`, the factor `targets` ranks by;
 `rank_by="achievable"` ranks the rows by it.
@@ -280,8 +281,11 @@ def roofline(a: Analysis, table: pd.DataFrame, device: Device | None = None, sco
             fused = _fused_us(a, ev, mask, kind, name, calls, dev, tf32)
             if fused is not None:
                 out.at[out.index[r], "fused_bytes"] = fused[0]
-                out.at[out.index[r], "fused_floor_us"] = fused[1]
-                out.at[out.index[r], "fused_max_speedup"] = us / fused[1] if fused[1] > 0 else np.nan
+                # Never above the unfused floor: a module input its kernels never read (a tensor passed for
+                # its dtype) need not be read by a fused kernel either.
+                fused_floor = min(fused[1], floor)
+                out.at[out.index[r], "fused_floor_us"] = fused_floor
+                out.at[out.index[r], "fused_max_speedup"] = us / fused_floor if fused_floor > 0 else np.nan
     if speedup is not None:
         best = out["fused_max_speedup"].where(out["fused_max_speedup"].notna(), out["max_speedup"])
         s = np.minimum(best.to_numpy(dtype=float), speedup)

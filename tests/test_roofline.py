@@ -253,3 +253,19 @@ def test_llama_prefill_gemms_and_rmsnorm():
     assert norm["fused_floor_us"] == pytest.approx(fused_bytes / 4.8e6, rel=1e-6)
     assert norm["fused_max_speedup"] >= 5.0 and norm["max_speedup"] < norm["fused_max_speedup"]
     assert math.isclose(norm["costed"], 1.0)
+
+
+@pytest.mark.parametrize("block, command", [
+    (0, "traces/modules/llama-7b.infer.prefill.json.gz --roofline --top 8 --replay-top 0"),
+    (1, "traces/modules/llama-7b.infer.decode.static-cache.json.gz --roofline --top 6 --replay-top 0 --by op"),
+])
+def test_docs_targets_shows_what_the_command_prints(headroom, block, command):
+    import re
+
+    from conftest import REPO
+
+    doc = (REPO / "docs" / "targets.md").read_text()
+    shown = re.findall(r"```\n(roofline against.*?)```", doc, re.S)[block]
+    r = headroom("targets", *command.split())
+    printed = r.stdout[r.stdout.index("roofline against"):]
+    assert [line.rstrip() for line in printed.splitlines()] == [line.rstrip() for line in shown.splitlines()]

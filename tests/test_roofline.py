@@ -156,13 +156,18 @@ def test_rows_of_a_known_trace(toy):
     flops = 2.0 * M * K * N
     moved = 2.0 * (M * K + K * N + M * N)
     # Two calls in the window; achieved rates from the kernels' own 200 us.
-    assert mm["flops"] == 2 * flops and mm["bytes"] == 2 * moved
+    assert mm["flops"] == 2 * flops and mm["bytes"] == 2 * moved and mm["op_calls"] == 2
+    assert mm["bytes_read"] == 2 * 2.0 * (M * K + K * N) and mm["bytes_written"] == 2 * 2.0 * M * N
+    assert mm["peak_tflops"] == pytest.approx(989.0)
+    assert mm["compute_fraction"] == pytest.approx(flops / MM_US / 1e6 / 989.0)
     assert mm["achieved_tflops"] == pytest.approx(flops / MM_US / 1e6)          # 687 TFLOP/s
     assert mm["limit"] == "compute"
     floor = flops / 989e6                                                      # µs at the bf16 peak
     assert mm["floor_us"] == pytest.approx(2 * floor) and mm["max_speedup"] == pytest.approx(MM_US / floor)
     add_bytes = 3 * 2.0 * M * N
     assert add["limit"] == "memory" and add["achieved_tb_s"] == pytest.approx(add_bytes / ADD_US / 1e6)
+    assert add["memory_fraction"] == pytest.approx(add_bytes / ADD_US / 1e6 / 4.8)
+    assert add["peak_tflops"] == pytest.approx(67.0)            # elementwise FLOPs: the f32 vector peak
     assert add["max_speedup"] == pytest.approx(ADD_US / (add_bytes / 4.8e6))
     # 16 floats: far below the shortest kernel (0.6 us): latency-bound.
     assert pow_["limit"] == "latency" and pow_["max_speedup"] == pytest.approx(TINY_US / 0.6)
@@ -231,6 +236,7 @@ def test_no_row_runs_faster_than_the_device_allows(trace):
     top = max(rate for _, rate in dev.matrix)
     assert (t["achieved_tflops"].dropna() <= top).all()
     assert (t["achieved_tb_s"].dropna() <= dev.memory_tb_s).all()
+    assert (t["compute_fraction"].dropna() <= 1.0).all() and (t["memory_fraction"].dropna() <= 1.0).all()
     # No floor above what was measured.
     assert (t["max_speedup"].dropna() >= 1.0).all() and (t["fused_max_speedup"].dropna() >= 1.0).all()
     # Vector ops below the f32 vector peak; matrix rows (GEMMs) below the bf16 one.

@@ -5,8 +5,9 @@ For the op calls behind a row's kernels (each kernel's op, by its launch's Exter
 shapes and dtypes (read on demand: headroom/trace/op_inputs.py) give FLOPs and bytes per call
 (headroom/projection/costs.py, data/costs.toml). Against the device's peaks (data/devices.toml) each call
 has a floor, `max(FLOPs / compute peak, bytes / memory bandwidth, shortest kernel)`, and a limit (the term
-that wins: compute, memory or latency). Per row: FLOPs and bytes over the window, the achieved TFLOP/s and TB/s
-of its costed kernels, the limit holding most of its floor time, `floor_us` (the costed calls' floors plus
+that wins: compute, memory or latency). Per row: its costed op calls, FLOPs and bytes read and written over
+the window, the achieved TFLOP/s and TB/s of its costed kernels and their fractions of the peaks
+(`peak_tflops`: the rate its FLOPs run at when each call runs at its own dtype's peak), the limit holding most of its floor time, `floor_us` (the costed calls' floors plus
 the time of kernels without a cost, left as it is) and `max_speedup = us / floor_us`.
 
 A module row also gets the fused floor: each forward call's inputs (its recorded shapes) and output (the
@@ -40,7 +41,8 @@ from headroom.trace.intervals import ranges_on_threads
 from headroom.trace.modules import STACK_SEP
 from headroom.trace.op_inputs import OpCall, Tensor, op_calls
 
-ROOFLINE_COLUMNS = ["flops", "bytes", "costed", "achieved_tflops", "achieved_tb_s", "limit", "floor_us",
+ROOFLINE_COLUMNS = ["op_calls", "flops", "bytes_read", "bytes_written", "bytes", "costed", "achieved_tflops",
+                    "achieved_tb_s", "peak_tflops", "compute_fraction", "memory_fraction", "limit", "floor_us",
                     "max_speedup", "fused_bytes", "fused_floor_us", "fused_max_speedup", "achievable_gain"]
 RANKINGS = ("gain", "achievable")
 _INPUT = re.compile(r"([A-Za-z0-9_]+)\[([0-9,]*)\]")
@@ -259,18 +261,28 @@ def roofline(a: Analysis, table: pd.DataFrame, device: Device | None = None, sco
         us, us_costed = float(dur[mask].sum()), float(dur[mask][costed].sum())
         unique = [int(i) for i in np.unique(ids[costed])]
         flops = sum(calls.costs[i].flops for i in unique)
-        moved = sum(calls.costs[i].bytes for i in unique)
+        read = sum(calls.costs[i].read for i in unique)
+        written = sum(calls.costs[i].written for i in unique)
+        moved = read + written
+        at_peak = sum(calls.floors[i].compute_us for i in unique)
         by_limit: dict[str, float] = {}
         for i in unique:
             f = calls.floors[i]
             by_limit[f.limit] = by_limit.get(f.limit, 0.0) + f.floor_us
         floor = sum(by_limit.values()) + (us - us_costed)
+        out.at[out.index[r], "op_calls"] = len(unique)
         out.at[out.index[r], "flops"] = flops
+        out.at[out.index[r], "bytes_read"] = read
+        out.at[out.index[r], "bytes_written"] = written
         out.at[out.index[r], "bytes"] = moved
         out.at[out.index[r], "costed"] = us_costed / us if us > 0 else 0.0
         if us_costed > 0:
             out.at[out.index[r], "achieved_tflops"] = flops / us_costed / 1e6
             out.at[out.index[r], "achieved_tb_s"] = moved / us_costed / 1e6
+            out.at[out.index[r], "memory_fraction"] = moved / us_costed / 1e6 / dev.memory_tb_s
+            if at_peak > 0:     # the rate all its FLOPs could run at: each call's at its own peak
+                out.at[out.index[r], "peak_tflops"] = flops / at_peak / 1e6
+                out.at[out.index[r], "compute_fraction"] = at_peak / us_costed
         out.at[out.index[r], "limit"] = max(by_limit, key=by_limit.get) if by_limit else ""
         out.at[out.index[r], "floor_us"] = floor
         out.at[out.index[r], "max_speedup"] = us / floor if floor > 0 else np.nan

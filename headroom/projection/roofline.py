@@ -33,7 +33,7 @@ import pandas as pd
 
 from headroom.datafiles import shipped
 from headroom.errors import UserError, unknown_name
-from headroom.projection.costs import Cost, op_cost
+from headroom.projection.costs import Cost, itemsize, op_cost
 from headroom.projection.targets import MODULE_KINDS, NO_OP, Targets, rank_targets
 from headroom.regex import compile_user_regex
 from headroom.trace.analysis import Analysis
@@ -188,8 +188,6 @@ def row_mask(ev: pd.DataFrame, kind: str, name: str, scope: str = "self") -> np.
 
 
 def _inputs_bytes(text: str, default: int) -> float:
-    from headroom.projection.costs import itemsize
-
     return float(sum(math.prod(int(n) for n in dims.split(",") if n) * itemsize(dt, default)
                      for dt, dims in _INPUT.findall(text or "")))
 

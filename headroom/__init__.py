@@ -10,7 +10,7 @@ stays cheap for the processes that need only a part of it (the verify children, 
 """
 
 __version__ = "0.1.0"
-_API = ("analyze", "analyze_all", "predict", "project", "summary", "targets", "Analysis", "Prediction",
+_API = ("analyze", "analyze_all", "diff", "Diff", "predict", "project", "summary", "targets", "Analysis", "Prediction",
         "ProjectResult", "Targets", "analyze_ranks", "project_ranks", "report_html", "RankSet", "RanksProjection")
 
 

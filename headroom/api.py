@@ -27,8 +27,11 @@ from headroom.projection.ranks import RanksProjection
 from headroom.projection.ranks import project_ranks as _project_ranks
 from headroom.projection.scenarios import DEFAULT_QUANTILES
 from headroom.projection.speedups import collect_entries
+from headroom.projection.roofline import roofline_targets
 from headroom.projection.targets import DEFAULT_SPEEDUP, Targets, rank_targets
 from headroom.report.page import DEFAULT_TOP, check_html_output, html_report
+from headroom.report.diff import Diff
+from headroom.report.diff import diff as _diff
 from headroom.report.tables import summary_frame
 from headroom.trace.analysis import Analysis
 from headroom.trace.analysis import analyze as _analyze
@@ -102,9 +105,15 @@ def predict(trace: TraceLike, part: str, speedup: float, launches: int | None = 
 
 
 def targets(trace: TraceLike, speedup: float = DEFAULT_SPEEDUP, by: Sequence[str] = ("op", "module"),
-            top: int | None = 20, replay_top: int = 0, scope: str = "self") -> Targets:
+            top: int | None = 20, replay_top: int = 0, scope: str = "self", roofline: bool = False,
+            peaks: str | None = None, rank_by: str = "gain") -> Targets:
     """Ops and nn.Modules (classes: `module`, instances: `module_path`; `scope` self or total) ranked by
-    the end-to-end gain at `speedup`, as `headroom targets`."""
+    the end-to-end gain at `speedup`, as `headroom targets`. `roofline`: also each row's FLOPs, bytes,
+    achieved rates, limit, floor and max_speedup against the device's peaks (`peaks`: a data/devices.toml
+    key, default the trace's GPU), as `--roofline`; `rank_by="achievable"`: ranked by the gain at
+    min(max_speedup, speedup)."""
+    if roofline:
+        return roofline_targets(_analysis(trace), speedup, tuple(by), top, replay_top, scope, peaks, rank_by)
     return rank_targets(_analysis(trace), speedup, tuple(by), top, replay_top, scope)
 
 
@@ -136,6 +145,18 @@ def report_html(paths: Sequence[PathLike | Analysis | RankSet], out: PathLike, s
                 analyses.extend(found)
     return html_report(analyses, rank_sets, out, entries, warnings, target_speedup=target_speedup, top=top,
                        problems=load_problems(problems))
+def _run(trace: TraceLike | RankSet) -> Analysis | RankSet:
+    if isinstance(trace, (Analysis, RankSet)):
+        return trace
+    return analyze_ranks(trace) if os.path.isdir(trace) else _analyze(trace)
+
+
+def diff(before: TraceLike | RankSet, after: TraceLike | RankSet, by: str = "category") -> Diff:
+    """Two runs of one workload compared, as `headroom diff`: `.step` (the unprofiled step where both
+    manifests record it, else the profiled one) with its `speedup`, `.rows` (by category, op, module or
+    kernel: before/after time per step, delta, share of the change, added/removed), `.waterfall()` (what
+    the figure draws). A directory is the ranks of one run."""
+    return _diff(_run(before), _run(after), by=by)
 
 
 def analyze_ranks(path: PathLike, rules: PathLike | None = None, policy: PathLike | None = None,
@@ -156,5 +177,5 @@ def project_ranks(ranks: RankSet | PathLike, speedup: Sequence[str] = (), files:
     return res
 
 
-__all__ = ["Analysis", "ProjectResult", "RankSet", "RanksProjection", "Targets", "analyze", "analyze_all",
-           "analyze_ranks", "project", "project_ranks", "report_html", "summary", "targets"]
+__all__ = ["Analysis", "Diff", "ProjectResult", "RankSet", "RanksProjection", "Targets", "analyze", "analyze_all",
+           "analyze_ranks", "diff", "project", "project_ranks", "report_html", "summary", "targets"]

@@ -99,6 +99,7 @@ def project_cmd(
 
 
 By = choices("By", "op", "module", "module_path", "top_op", "kernel")
+RankBy = choices("RankBy", "gain", "achievable")
 Scope = choices("Scope", "self", "total")
 
 
@@ -115,6 +116,13 @@ def targets_cmd(
     top: int = typer.Option(20, "--top", min=0, help="Rows per grouping (0: all)."),
     replay_top: int = typer.Option(5, "--replay-top", min=0, help="Also replay the first N rows of each grouping (0: none)."),
     as_json: bool = typer.Option(False, "--json", metavar="", help="One JSON document (docs/cli.md)."),
+    roofline: bool = typer.Option(False, "--roofline", metavar="", help=(
+        "Also each row's FLOPs and bytes (from the recorded shapes), achieved TFLOP/s and TB/s against the "
+        "device's peaks, its limit, floor and max speedup (docs/targets.md).")),
+    peaks: Optional[str] = typer.Option(None, "--peaks", metavar="DEVICE", help=(
+        "With --roofline: the device whose peaks to use (h200, h100, a100, cpu; default the trace's GPU).")),
+    rank_by: RankBy = typer.Option("gain", "--rank-by", help=(
+        "gain (at --speedup) or achievable (with --roofline: at min(max speedup, --speedup)).")),
     rules: Optional[Path] = RulesOpt,
     policy: Optional[Path] = PolicyOpt,
     whole_trace: bool = WholeOpt,
@@ -131,6 +139,8 @@ def targets_cmd(
     from headroom.trace.analysis import Analysis
 
     parse_factor(speedup, "--speedup")
+    if (peaks is not None or rank_by.value != "gain") and not roofline:
+        raise UserError("--peaks and --rank-by achievable go with --roofline")
     groupings = tuple(dict.fromkeys(b.value for b in by)) if by else ("op", "module")
     reader = Reader(rules, policy, whole_trace, window, lenient, no_cache)
     inputs = list(reader.inputs([trace]))
@@ -140,11 +150,27 @@ def targets_cmd(
             from headroom.projection.sync_targets import sync_targets, sync_targets_dict
             from headroom.report.ranks import render_sync_targets
 
+            if roofline:
+                raise UserError(f"{a.source}: --roofline takes one trace, not a directory of ranks")
             table = sync_targets(a, speedup=speedup, by=groupings, top=top)
             if as_json:
                 emit_json("targets.ranks", sync_targets_dict(a, table, speedup))
             else:
                 render_sync_targets(a, table, speedup, make_console())
+            continue
+        if roofline:
+            from headroom.projection.roofline import roofline_targets
+            from headroom.report.render_roofline import render_roofline
+
+            res = roofline_targets(a, speedup, groupings, top or None, replay_top, scope.value, peaks, rank_by.value)
+            for note in res.notes:
+                warn(note)
+            if as_json:
+                emit_json("targets", res.to_dict())
+                continue
+            console = make_console()
+            render_targets(a, res.table, speedup, console)
+            render_roofline(res.table, res.device, a.num_steps, speedup, console)
             continue
         table = targets(a, speedup=speedup, by=groupings, top=top, replay_top=replay_top, scope=scope.value)
         missing = module_ranges_missing(a) if set(groupings) & set(MODULE_KINDS) else None

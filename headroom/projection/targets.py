@@ -6,7 +6,7 @@ import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import numpy as np
 import pandas as pd
@@ -17,6 +17,9 @@ from headroom.projection.replay import replay_gain
 from headroom.trace.analysis import Analysis
 from headroom.trace.codes import factorized
 from headroom.trace.modules import STACK_SEP
+
+if TYPE_CHECKING:     # the roofline builds on this module
+    from headroom.projection.roofline import Device
 
 DEFAULT_SPEEDUP = 1.5
 NO_OP = "(no op)"
@@ -321,6 +324,7 @@ class Targets:
     speedup: float
     table: pd.DataFrame
     notes: tuple[str, ...] = ()
+    device: Device | None = None      # with the roofline columns: the peaks they are measured against
 
     def to_frame(self) -> pd.DataFrame:
         """The ranking (columns as `targets()` documents them)."""
@@ -328,7 +332,10 @@ class Targets:
 
     def to_dict(self) -> dict[str, Any]:
         """The ``headroom targets --json`` contract."""
-        return targets_dict(self.baseline, self.table, self.speedup, self.notes)
+        out = targets_dict(self.baseline, self.table, self.speedup, self.notes)
+        if self.device is not None:
+            out["device"] = self.device.to_dict()
+        return out
 
 
 def rank_targets(analysis: Analysis | Baseline, speedup: float = DEFAULT_SPEEDUP, by: Sequence[str] = ("op", "module"),

@@ -298,3 +298,35 @@ def table_numbers(name: str, table: pd.DataFrame, sources: Sequence[str]) -> dic
     rows = [{k: (round(float(v), 6) if isinstance(v, (float, np.floating)) else v.item() if hasattr(v, "item") else v)
              for k, v in row.items()} for row in table.to_dict("records")]
     return {"schema": f"headroom.figure.{name}/1", "traces": list(sources), "rows": rows}
+
+
+def waterfall_figure(table: pd.DataFrame, title: str = "Where the step time changed") -> Figure:
+    """The step before, each row's change, the step after: `table` is `Diff.waterfall()` (label, kind
+    start|delta|end, start_ms, delta_ms). Savings are drawn in one colour, losses in another."""
+    if len(table) == 0:
+        raise UserError("nothing to plot: no rows")
+    colors = {"start": "#7f7f7f", "end": "#7f7f7f"}
+    with matplotlib.rc_context(STYLE):
+        fig = Figure(figsize=(7.0, 0.3 * len(table) + 1.2))
+        ax = fig.subplots()
+        for y, r in enumerate(table.itertuples(index=False)):
+            color = colors.get(r.kind, "#2ca02c" if r.delta_ms < 0 else "#d62728")
+            bar = ax.barh(y, r.delta_ms, left=r.start_ms, height=0.6, color=color)
+            bar.patches[0].set_gid(f"{r.label}|{r.kind}")
+            end = max(r.start_ms, r.start_ms + r.delta_ms)
+            text = f"{r.delta_ms:,.2f} ms" if r.kind != "delta" else f"{r.delta_ms:+,.3f} ms"
+            ax.text(end, y, " " + text, va="center", ha="left", fontsize=6.5)
+        ax.set_yticks(range(len(table)), [str(x)[:48] for x in table["label"]])
+        ax.invert_yaxis()
+        # The axis spans the levels the deltas move between (the start and end bars run off its left edge).
+        levels = np.concatenate([table["start_ms"].where(table["kind"] == "delta").dropna().to_numpy(),
+                                 (table["start_ms"] + table["delta_ms"]).to_numpy()])
+        lo, hi = float(levels.min()), float(levels.max())
+        pad = max(0.15 * (hi - lo), 0.01 * hi)
+        ax.set_xlim(max(0.0, lo - pad), hi + 2 * pad)
+        ax.set_xlabel("time per step (ms), profiled")
+        ax.set_title(title)
+        for side in ("top", "right"):
+            ax.spines[side].set_visible(False)
+        fig.tight_layout()
+    return fig

@@ -17,7 +17,7 @@ from headroom.trace.ranges import MODULE_RANGE_PREFIX
 pl = lazy_loader.load("polars")   # imported on first use (a cached analysis needs none)
 
 # Kineto's spellings of tensor element types (c10 scalar type names), as short dtype names.
-_DTYPE_NAMES = {
+DTYPE_NAMES = {
     "float": "f32", "double": "f64", "c10::Half": "f16", "c10::BFloat16": "bf16", "long int": "i64", "int": "i32",
     "short int": "i16", "signed char": "i8", "unsigned char": "u8", "bool": "bool",
     "c10::complex<float>": "c64", "c10::complex<double>": "c128", "c10::Float8_e4m3fn": "f8e4m3",
@@ -37,7 +37,7 @@ def _inputs_text(dims: Any, types: Any) -> str:
             continue
         if not all(isinstance(n, int) for n in d):
             continue
-        parts.append(f"{_DTYPE_NAMES.get(kind, kind)}[{','.join(str(n) for n in d)}]")
+        parts.append(f"{DTYPE_NAMES.get(kind, kind)}[{','.join(str(n) for n in d)}]")
     return " ".join(parts)
 
 

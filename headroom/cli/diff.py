@@ -1,0 +1,89 @@
+"""`headroom diff`: two runs of one workload compared (argument parsing; the numbers are headroom.report.diff)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from headroom.cli.common import LenientOpt, NoCacheOpt, PolicyOpt, Reader, RulesOpt, WholeOpt, WindowOpt, choices
+from headroom.cli.output import EXIT_VERDICT, emit_json, warn
+from headroom.errors import UserError
+
+DiffBy = choices("DiffBy", "category", "op", "module", "kernel")
+_RunArg = "Trace file (.json/.json.gz), or a directory of the ranks of one run."
+
+
+def _one_run(reader: Reader, path: Path):
+    """The one Analysis (or RankSet) of `path`; a directory of unrelated traces is refused."""
+    runs = list(reader.inputs([path]))
+    reader.finish()
+    if len(runs) != 1:
+        raise UserError(f"{path}: {len(runs)} traces that are not the ranks of one run: diff takes one run per side")
+    return runs[0]
+
+
+def _title(d) -> str:
+    same = d.labels[0] == d.labels[1]
+    return (f"{d.labels[0]}: after vs before" if same else f"{d.labels[1]} vs {d.labels[0]}") + f", by {d.by}"
+
+
+def diff_cmd(
+    before: Path = typer.Argument(..., metavar="BEFORE", help=_RunArg),
+    after: Path = typer.Argument(..., metavar="AFTER", help=_RunArg),
+    by: DiffBy = typer.Option("category", "--by", help=(
+        "Rows: category, op, module (nn.Module classes) or kernel (matched by name and launch site).")),
+    as_json: bool = typer.Option(False, "--json", metavar="", help="One JSON document (docs/cli.md)."),
+    fail_if_slower: Optional[float] = typer.Option(None, "--fail-if-slower", metavar="PCT", min=0.0, help=(
+        "Exit 1 when AFTER's step is slower than BEFORE's by more than PCT percent (unprofiled where both "
+        "manifests record it, else profiled).")),
+    top: int = typer.Option(25, "--top", min=0, help="Rows shown in the table (0: all; --json has them all)."),
+    figure: Optional[Path] = typer.Option(None, "--figure", metavar="FILE", help=(
+        "Also draw the waterfall of the deltas into FILE (.png, .svg or .pdf).")),
+    rules: Optional[Path] = RulesOpt,
+    policy: Optional[Path] = PolicyOpt,
+    whole_trace: bool = WholeOpt,
+    window: Optional[str] = WindowOpt,
+    lenient: bool = LenientOpt,
+    no_cache: bool = NoCacheOpt,
+) -> None:
+    """What changed between two runs: the step time, and which categories, ops, modules or kernels moved.
+
+    Exit 1 with --fail-if-slower when AFTER is slower by more than the threshold (for CI)."""
+    from headroom.report.diff import diff     # what headroom.diff calls, without the facade's imports
+    from headroom.report.render import make_console
+    from headroom.report.render_diff import render_diff
+
+    if figure is not None:
+        from headroom.files import check_output_file, check_output_not_input
+        from headroom.report.plot import FORMATS
+
+        if figure.suffix.lstrip(".") not in FORMATS:
+            raise UserError(f"--figure {figure}: the name must end in .png, .svg or .pdf")
+        check_output_not_input(figure, [before, after, rules, policy], option="--figure")
+        check_output_file(figure)
+    reader = Reader(rules, policy, whole_trace, window, lenient, no_cache)
+    d = diff(_one_run(reader, before), _one_run(reader, after), by=by.value)
+    for note in d.notes:
+        warn(note)
+    slower = fail_if_slower is not None and d.slower_than(fail_if_slower)
+    if figure is not None:
+        from headroom.report import plot
+
+        plot.save(plot.waterfall_figure(d.waterfall(), title=_title(d)),
+                  figure, formats=(figure.suffix.lstrip("."),))
+    if as_json:
+        body = d.to_dict()
+        body["gate"] = None if fail_if_slower is None else {"fail_if_slower_pct": fail_if_slower, "slower": slower}
+        emit_json("diff", body)
+    else:
+        render_diff(d, make_console(), top=top or None)
+    if slower:
+        warn(f"{d.after}: the {d.step.clock} step is {100 * d.step.change:+.2f}% against {d.before}, "
+             f"over --fail-if-slower {fail_if_slower:g}%")
+        raise typer.Exit(code=EXIT_VERDICT)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("diff")(diff_cmd)

@@ -35,8 +35,8 @@ from headroom.trace.classify import load_classifier
 from headroom.trace.load import find_trace_files
 from headroom.trace.ranks import RankSet, rank_set
 
-TraceLike = Union[str, os.PathLike, Analysis]
-PathLike = Union[str, os.PathLike]
+TraceLike = Union[str, "os.PathLike[str]", Analysis]
+PathLike = Union[str, "os.PathLike[str]"]
 
 
 def analyze(trace: PathLike, rules: PathLike | None = None, policy: PathLike | None = None,
@@ -82,7 +82,7 @@ def project(trace: TraceLike, speedup: Sequence[str] = (), files: Sequence[PathL
     verify` output (``--speedups``); `distribution`, `win_rate`/`median`, `select`: the distribution
     scenarios; `step_ms`: the unprofiled step time (``--step-ms``; default: the trace's manifest).
     """
-    entries, warnings = collect_entries(speedup, files)
+    entries, warnings = collect_entries(speedup, [os.fspath(f) for f in files])
     dist = load_distribution(distribution) if isinstance(distribution, (str, os.PathLike)) else distribution
     return _project(_analysis(trace), entries, distribution=dist, win_rate=win_rate, median=median,
                     scenario_select=select, quantiles=quantiles, strict=strict, problems=load_problems(problems),
@@ -118,7 +118,7 @@ def project_ranks(ranks: RankSet | PathLike, speedup: Sequence[str] = (), files:
                   problems: PathLike | None = None) -> RanksProjection:
     """Speedups projected per rank, then through the collectives, as `headroom project DIR`."""
     rs = ranks if isinstance(ranks, RankSet) else analyze_ranks(ranks)
-    entries, warnings = collect_entries(speedup, files)
+    entries, warnings = collect_entries(speedup, [os.fspath(f) for f in files])
     res = _project_ranks(rs, entries, on_ranks=on_ranks, problems=load_problems(problems), strict=strict)
     res.warnings = list(warnings) + res.warnings
     return res

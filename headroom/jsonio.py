@@ -33,6 +33,13 @@ def _default(o: Any) -> Any:
     return str(o)
 
 
+def member(doc: Any, key: str) -> dict[str, Any]:
+    """`doc[key]` when `doc` is a JSON object and that member is one too, else an empty one (a manifest's
+    optional sections: `member(manifest, "timing")`)."""
+    value = doc.get(key) if isinstance(doc, dict) else None
+    return value if isinstance(value, dict) else {}
+
+
 def dumps(obj: Any, indent: int | None = None) -> str:
     """`obj` as JSON text, NaN and infinities as null."""
     return json.dumps(_finite(obj), indent=indent, default=_default, allow_nan=False)

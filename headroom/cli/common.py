@@ -3,7 +3,6 @@ time, and reading many traces so that one bad file is named and the rest still r
 
 from __future__ import annotations
 
-import enum
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator, List, Optional
@@ -12,11 +11,6 @@ import typer
 
 from headroom.cli.output import EXIT_USAGE, error, progress, warn
 from headroom.errors import UserError
-
-def choices(name: str, *values: str) -> type[enum.Enum]:
-    """An Enum of `values` for an option, so that --help and shell completion list them."""
-    return enum.Enum(name, {v.replace("-", "_"): v for v in values}, type=str)
-
 
 RulesOpt = typer.Option(None, "--rules", metavar="FILE",
                         help="TOML file of extra classification rules (tried first).")

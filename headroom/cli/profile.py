@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import enum
 import os
 import shlex
 import sys
@@ -15,12 +16,11 @@ from rich.console import Console
 
 from headroom.errors import UserError
 from headroom.extras import require
-from headroom.cli.common import choices
 from headroom.cli.output import emit_json
-from headroom.profile.progress import OutputCapture
+from headroom.profile.progress import OutputCapture, Progress
 
 
-class RichProgress:
+class RichProgress(Progress):
     """Stage display on stderr: a spinner while a stage runs, a line with its time when done.
 
     While a run is on, whatever the libraries print (Kineto's C++ lines, torch.fx or tqdm warnings)
@@ -69,12 +69,37 @@ def _parse_opts(opts: List[str]) -> dict[str, str]:
     return out
 
 
-Mode = choices("Mode", "train", "infer")
-Phase = choices("Phase", "prefill", "decode")
-KVCache = choices("KVCache", "static", "dynamic")
-DType = choices("DType", "bf16", "fp16", "fp32")
-Device = choices("Device", "auto", "cuda", "cpu")
-Parallel = choices("Parallel", "ddp", "fsdp", "torchrec")
+class Mode(str, enum.Enum):
+    train = "train"
+    infer = "infer"
+
+
+class Phase(str, enum.Enum):
+    prefill = "prefill"
+    decode = "decode"
+
+
+class KVCache(str, enum.Enum):
+    static = "static"
+    dynamic = "dynamic"
+
+
+class DType(str, enum.Enum):
+    bf16 = "bf16"
+    fp16 = "fp16"
+    fp32 = "fp32"
+
+
+class Device(str, enum.Enum):
+    auto = "auto"
+    cuda = "cuda"
+    cpu = "cpu"
+
+
+class Parallel(str, enum.Enum):
+    ddp = "ddp"
+    fsdp = "fsdp"
+    torchrec = "torchrec"
 
 
 def profile(

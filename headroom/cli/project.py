@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import enum
 from pathlib import Path
 from typing import List, Optional
 
 import typer
 
 from headroom.cli.common import (LenientOpt, NoCacheOpt, PolicyOpt, Reader, RulesOpt, TracesArg, WholeOpt,
-                                 WindowOpt, choices, read_all)
+                                 WindowOpt, read_all)
 from headroom.cli.output import emit_json, warn
 from headroom.errors import UserError
 
@@ -107,8 +108,17 @@ def project_cmd(
     reader.finish()
 
 
-By = choices("By", "op", "module", "module_path", "top_op", "kernel")
-Scope = choices("Scope", "self", "total")
+class By(str, enum.Enum):
+    op = "op"
+    module = "module"
+    module_path = "module_path"
+    top_op = "top_op"
+    kernel = "kernel"
+
+
+class Scope(str, enum.Enum):
+    self = "self"
+    total = "total"
 
 
 def targets_cmd(
@@ -165,9 +175,23 @@ def targets_cmd(
         render_targets(a, table, speedup, make_console())
 
 
-Figure = choices("Figure", "addressable", "projection", "scaling")
-Format = choices("Format", "png", "svg", "pdf")
-Basis = choices("Basis", "wall", "kernel")
+class Figure(str, enum.Enum):
+    addressable = "addressable"
+    projection = "projection"
+    scaling = "scaling"
+
+
+class Format(str, enum.Enum):
+    png = "png"
+    svg = "svg"
+    pdf = "pdf"
+
+
+class Basis(str, enum.Enum):
+    wall = "wall"
+    kernel = "kernel"
+
+
 FIGURES = tuple(f.value for f in Figure)
 
 

@@ -30,6 +30,7 @@ from typing import Any, Iterator
 
 from headroom.errors import UserError
 from headroom.files import check_output_dir
+from headroom.jsonio import member
 from headroom.profile.manifest import MANIFEST_NAME, update_manifest
 from headroom.profile.progress import OutputCapture, Progress
 from headroom.profile.registry import get_workload, load_workload_file
@@ -184,7 +185,7 @@ class RanksProfileResult:
         from headroom.stepstats import StepStats
 
         def timing(m: dict[str, Any]) -> dict[str, Any] | None:
-            t = m.get("timing") if isinstance(m.get("timing"), dict) else {}
+            t = member(m, "timing")
             if not isinstance(t.get("timed"), dict) or not isinstance(t.get("profiled"), dict):
                 return None
             stats = [StepStats(list(t[k].get("times_ms") or []), str(t[k].get("method", ""))) for k in ("timed", "profiled")]

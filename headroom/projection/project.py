@@ -41,6 +41,7 @@ import pandas as pd
 import numpy as np
 
 from headroom.errors import UserError
+from headroom.jsonio import member
 from headroom.projection.amdahl import Projection, amdahl
 from headroom.projection.baseline import Baseline, Breakdown, as_baseline, baseline_breakdown
 from headroom.projection.calls import cpu_trace_calls, find_calls
@@ -237,7 +238,7 @@ def project(analysis: Analysis | Baseline, entries: Sequence[Speedup] = (), dist
         if not np.isfinite(p.projected_us):
             raise UserError(f"{b.source}: the {p.method} projection of {p.scenario} overflows "
                             f"(a speedup factor too close to zero)")
-    timing = b.manifest.get("timing") if isinstance(b.manifest.get("timing"), dict) else {}
+    timing = member(b.manifest, "timing")
     overhead = timing.get("overhead")
     if use_replay and unprof is None and isinstance(overhead, (int, float)) and overhead > PROFILER_OVERHEAD_WARN:
         warnings.append(

@@ -34,6 +34,7 @@ import pandas as pd
 
 from headroom.datafiles import shipped
 from headroom.errors import UserError
+from headroom.jsonio import member
 from headroom.trace.analysis import Analysis
 from headroom.trace.comm import activity_segments, collectives, comm_split
 
@@ -69,7 +70,7 @@ def rank_id(a: Analysis) -> RankId | None:
         backend = info.get("backend")
         return RankId(_int(info["rank"]), _int(info.get("world_size")),
                       str(backend) if backend else None, "distributedInfo")
-    dist = a.manifest.get("distributed") if isinstance(a.manifest.get("distributed"), dict) else {}
+    dist = member(a.manifest, "distributed")
     if _int(dist.get("rank")) is not None:
         return RankId(_int(dist["rank"]), _int(dist.get("world_size")), dist.get("backend"), "manifest")
     m = _RANK_IN_NAME.search(Path(a.source).name)

@@ -87,7 +87,11 @@ def validate(workload: str, replace: Sequence[tuple[str, str]] | Sequence[str], 
              command: str = "", threads: int | None = None,
              log: Callable[[str], None] | None = None) -> dict[str, Any]:
     """Run a validation; return the result object (docs/validate.md). `out` is the run's directory."""
-    reps = parse_replace(replace) if replace and isinstance(replace[0], str) else [tuple(r) for r in replace]
+    reps: list[tuple[str, str]]
+    if replace and isinstance(replace[0], str):
+        reps = parse_replace([str(r) for r in replace])
+    else:
+        reps = [(r[0], r[1]) for r in replace]
     if not reps:
         raise UserError("give at least one --replace CLASS=CANDIDATE.py")
     reps = [(c, str(check_candidate_file(p))) for c, p in reps]

@@ -40,6 +40,8 @@ def _checkout_workloads() -> None:
         return
     spec = importlib.util.spec_from_file_location("headroom.workloads", folder / "__init__.py",
                                                   submodule_search_locations=[str(folder)])
+    if spec is None or spec.loader is None:   # pragma: no cover - a folder with an __init__.py has a spec
+        return
     module = importlib.util.module_from_spec(spec)
     sys.modules["headroom.workloads"] = module
     spec.loader.exec_module(module)

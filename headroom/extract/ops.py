@@ -66,7 +66,7 @@ def op_calls(path: Path, op: str) -> tuple[list[tuple], int]:
         if dims is None or types is None:
             raise UserError(f"{path}: {op} has no recorded shapes (profile with record_shapes=True)")
         conc = args.get("Concrete Inputs") or [""] * len(dims)
-        sig = []
+        sig: list[tuple[Any, ...]] = []
         for d, t, c in zip(dims, types, conc):
             if t in _DTYPES:
                 sig.append(("tensor", tuple(int(x) for x in d), _DTYPES[t]))

@@ -350,7 +350,7 @@ def profile_workload(
         progress.note("no CUDA device: running on the CPU; the trace is classified by CPU operator")
     for note in cfg.notes:
         progress.note(f"scaled for the CPU: {note}")
-    if cfg.extrapolated:
+    if cfg.extrapolated and cfg.layers is not None and cfg.total_layers is not None:
         progress.note(f"profiling {cfg.layers} of {cfg.total_layers} blocks; per-block time is scaled "
                       f"x{cfg.total_layers / cfg.layers:g} (embeddings and heads counted once)")
 
@@ -399,6 +399,7 @@ def profile_workload(
         return ProfileResult(workload=spec.name, config=cfg, trace_path=trace_path,
                              manifest_path=out_dir / MANIFEST_NAME, manifest=manifest, timed=timed,
                              profiled=measured.profiled, analysis=None)
+    assert analysis is not None, "the trace of a single-process run is analysed"
     analysis.source = str(trace_path)
     if analysis.trace is not None:
         analysis.trace.source = str(trace_path)

@@ -73,14 +73,13 @@ class Baseline:
         # The ranges that count as steps: --window ranges when chosen, else the ProfilerStep ranges.
         steps = a.step_ranges if a.step_ranges is not None else (trace.steps if trace is not None else None)
         has_steps = steps is not None and len(steps) > 0
-        assert steps is not None or not has_steps
         return cls(events=a.events, wall_us=float(a.wall_us), window=(float(a.window[0]), float(a.window[1])),
                    num_steps=int(a.num_steps), n_devices=int(a.n_devices), mode=a.mode, source=a.source,
                    runtime=_Deferred(trace, "launches") if trace is not None else None,
                    syncs=_Deferred(trace, "syncs") if trace is not None else None,
-                   step_end=float(steps["end"].max()) if has_steps else None, manifest=dict(a.manifest),
+                   step_end=float(steps["end"].max()) if steps is not None and has_steps else None, manifest=dict(a.manifest),
                    cpu=_Deferred(trace, "cpu") if trace is not None else None,
-                   step_start=float(steps["ts"].min()) if has_steps else None,
+                   step_start=float(steps["ts"].min()) if steps is not None and has_steps else None,
                    modules=a.modules,
                    excluded_us=max(0.0, float(a.window[1]) - float(a.window[0]) - float(a.wall_us)))
 

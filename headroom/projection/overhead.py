@@ -73,13 +73,17 @@ def cpu_clock(scale: float) -> str:
     return f"CPU clock x{scale:.3f}" if scale >= 0.001 else f"CPU clock x{scale:.2g}"
 
 
+def _number(v: object) -> float | None:
+    """A JSON number (not a bool) as a float, else None."""
+    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+
+
 def noise(b: Baseline) -> float:
     """The smallest profiled-over-unprofiled excess the correction treats as profiler overhead."""
     timing = member(b.manifest, "timing")
     timed = member(timing, "timed")
-    sd, med = timed.get("stdev_ms"), timed.get("median_ms")
-    rel = sd / med if all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (sd, med)) and med > 0 \
-        and math.isfinite(sd) else 0.0
+    sd, med = _number(timed.get("stdev_ms")), _number(timed.get("median_ms"))
+    rel = sd / med if sd is not None and med is not None and med > 0 and math.isfinite(sd) else 0.0
     return max(MIN_OVERHEAD, 2.0 * rel)
 
 

@@ -280,10 +280,12 @@ def _entry_calls(b: Baseline, side: CpuSide, m: EntryMatch, problems: ProblemMap
                  ) -> tuple[dict, dict[str, list[CallChange]], list[str]]:
     """One launch-aware entry: its calls, what each CPU outcome makes of them, and a summary."""
     e = m.entry
+    assert e.launches is not None, "only entries that give launches per call reach here"
+    launches = e.launches
     calls, warnings = find_calls(b, side, e.selector, m.applied, problems)
     o = unprof.per_record_us if unprof is not None else 0.0
     scale = unprof.cpu_scale if unprof is not None else 1.0
-    by_bound = {bound: change_calls(calls, e.launches, side, bound, o, scale, e.call_us, e.syncs) for bound in BOUNDS}
+    by_bound = {bound: change_calls(calls, launches, side, bound, o, scale, e.call_us, e.syncs) for bound in BOUNDS}
     est = by_bound["estimate"]
     kernels = np.array([c.kernels for c in calls]) if calls else np.zeros(0)
     blocked = [c for c in calls if c.blocked]
@@ -337,7 +339,7 @@ def _estimate(b: Baseline, factors: np.ndarray, changes: dict[str, list[CallChan
         clock = "unprofiled" if unprof is not None else "profiled"     # its windows are scaled to that step
         n_calls = len(changes.get("estimate", ()))
         method = "replay" + (f" with the CPU side of {n_calls} replaced call(s)" if n_calls else "")
-        if corrected:
+        if corrected and unprof is not None:
             method += (f", {cpu_clock(scale)}{'' if unprof.reached else f' and the GPU timeline x{unprof.window_scale:.4f}'}"
                        f" to the unprofiled {unprof.step_us / 1e3:.3f} ms/step ({unprof.source})")
         elif unprof is not None:

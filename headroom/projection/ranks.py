@@ -245,7 +245,7 @@ def _run(model: SyncModel, factors: dict[int, np.ndarray]) -> dict[int, float]:
         for r in model.ranks:
             m, c = model.models[r], model.models[r].collectives[key]
             a = tl[r].at(c.ts)
-            if c.prev_key is not None:
+            if c.prev_key is not None and c.prev_end is not None:
                 # Not before the previous collective on its stream ends (taken in another order across
                 # ranks, it may not be projected yet: then its end moves with the rank's timeline).
                 prev = end_of[r].get(c.prev_key)

@@ -164,8 +164,10 @@ def projection_table(results: Sequence[ProjectResult], labels: Sequence[str] | N
         label = labels[k] if labels else r.source
         steps = max(r.num_steps, 1)
         first = r.get("amdahl", scenario)
-        unprofiled = first is not None and first.to_dict().get("unprofiled") is not None
-        base_us = first.unprofiled_baseline_us if unprofiled else r.baseline_us
+        u_base = first.unprofiled_baseline_us if first is not None and first.to_dict().get("unprofiled") is not None \
+            else None
+        unprofiled = u_base is not None
+        base_us = u_base if u_base is not None else r.baseline_us
         row = {"workload": label, "clock": "unprofiled" if unprofiled else "profiled", "baseline_ms": base_us / steps / 1e3}
 
         def on_clock(p) -> float:

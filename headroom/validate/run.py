@@ -94,7 +94,7 @@ def run(req: Request, say: Say) -> dict[str, Any]:
     out.mkdir(parents=True, exist_ok=True)
 
     say.stage("resolve", ", ".join(f"{c}={p}" for c, p in req.replace))
-    classes = []
+    classes: list[tuple[str, type, Path, type]] = []
     for name, cand in req.replace:
         cls = find_class(spec, cfg, name)
         if any(cls is c for _, c, _, _ in classes):
@@ -131,6 +131,7 @@ def run(req: Request, say: Say) -> dict[str, Any]:
         if not res.compared:
             raise UserError(f"{spec.name}: its forward returned no tensor to compare base and variant with")
         w = res.worst
+        assert w is not None, "a comparison of one tensor or more has a worst one"
         if not res.passed:
             raise UserError(f"the substituted model differs from the original: {w.name} relative L2 error "
                             f"{w.rel_l2:.3g} > {w.gate:g} ({cfg.dtype} gate); nothing written")

@@ -9,7 +9,8 @@ The functions live in :mod:`headroom.api` and are imported on first use, so `imp
 stays cheap for the processes that need only a part of it (the verify children, the CLI).
 """
 
-__version__ = "0.1.0"
+from headroom._version import __version__
+
 _API = ("analyze", "analyze_all", "predict", "project", "summary", "targets", "Analysis", "Prediction",
         "ProjectResult", "Targets", "analyze_ranks", "project_ranks", "RankSet", "RanksProjection")
 

@@ -4,6 +4,8 @@ pyproject.toml), workload plug-ins use only the plug-in API, and every package i
 from __future__ import annotations
 
 import ast
+import json
+import os
 import re
 import shutil
 import subprocess
@@ -70,3 +72,33 @@ def test_every_package_is_installed():
     on_disk = {".".join(p.parent.relative_to(REPO).parts) for p in (REPO / "headroom").rglob("__init__.py")}
     assert on_disk | {"headroom.workloads"} == listed
     assert doc["tool"]["setuptools"]["package-dir"] == {"headroom.workloads": "workloads"}
+
+
+def test_the_cycle_contracts_fail_on_a_cycle(tmp_path):
+    """The contracts of pyproject.toml that forbid cycles, run on a package with one: two sibling modules
+    that import each other, and a module that imports its root package, are each reported."""
+    exe = shutil.which("lint-imports", path=str(Path(sys.executable).parent))
+    if exe is None:
+        pytest.fail("lint-imports is not installed")
+    doc = tomllib.loads((REPO / "pyproject.toml").read_text())
+    names = {"No import cycles between the modules of a package", "No module below the facade imports the root package"}
+    contracts = [c for c in doc["tool"]["importlinter"]["contracts"] if c["name"] in names]
+    assert len(contracts) == 2
+    pkg = tmp_path / "headroom"
+    (pkg / "extract").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "extract" / "__init__.py").write_text("")
+    (pkg / "extract" / "ops.py").write_text("from headroom.extract import run\n")
+    (pkg / "extract" / "run.py").write_text("def f():\n    from headroom.extract import ops\n")
+    (pkg / "environment.py").write_text("import headroom\n")
+    lines = ['[tool.importlinter]', 'root_packages = ["headroom"]']
+    for c in contracts:
+        lines += ["", "[[tool.importlinter.contracts]]"]
+        lines += [f"{k} = {json.dumps(v)}" for k, v in c.items() if k != "ignore_imports"]
+    (tmp_path / "contracts.toml").write_text("\n".join(lines) + "\n")
+    p = subprocess.run([exe, "--no-cache", "contracts.toml"], cwd=tmp_path, capture_output=True, text=True,
+                       timeout=300, env={**os.environ, "PYTHONPATH": str(tmp_path)})
+    assert p.returncode == 1, p.stdout[-3000:]
+    assert "Contracts: 0 kept, 2 broken." in p.stdout
+    assert "No cycles are allowed in headroom.extract." in p.stdout
+    assert "headroom.environment is not allowed to import headroom" in p.stdout

@@ -9,7 +9,7 @@ from typing import Any
 
 import typer
 
-from headroom import __version__
+from headroom._version import __version__
 from headroom.cli.output import EXIT_INTERRUPTED, EXIT_USAGE, error, library_warnings_in_one_style
 from headroom.errors import UserError
 from headroom.extras import EXTRA_OF_MODULE, missing

@@ -127,7 +127,7 @@ def validate_cmd(
             raise UserError("give a WORKLOAD (see `headroom workloads`) or --from DIR")
         if not replace:
             raise UserError("give at least one --replace CLASS=CANDIDATE.py")
-        from headroom.extract.run import safe_name
+        from headroom.extract.result import safe_name
         from headroom.validate.api import parse_replace
 
         reps = parse_replace(replace)

@@ -33,38 +33,12 @@ from headroom.files import check_output_dir
 from headroom.jsonio import member
 from headroom.profile.manifest import MANIFEST_NAME, update_manifest
 from headroom.profile.progress import OutputCapture, Progress
+from headroom.profile.rank_context import NCCL_ENV, RankContext
 from headroom.profile.registry import get_workload, load_workload_file
 from headroom.profile.workload import Options, RunConfig
 
-NCCL_ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
 RANK_TRACE = "rank-{rank}.json.gz"
 _RANK_TRACE_RE = re.compile(r"^rank-\d+\.json\.gz$")
-LAUNCHER = "torch.distributed.launcher.api.elastic_launch (torchrun's launcher), c10d rendezvous"
-
-
-@dataclass
-class RankContext:
-    """This process's place in a `--nproc` run."""
-
-    rank: int
-    local_rank: int
-    world_size: int
-    backend: str
-    parallel: str
-    device: Any
-
-    def barrier(self) -> None:
-        import torch.distributed as dist
-
-        if self.backend == "nccl":
-            dist.barrier(device_ids=[self.local_rank])
-        else:
-            dist.barrier()
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"rank": self.rank, "local_rank": self.local_rank, "world_size": self.world_size,
-                "backend": self.backend, "parallel": self.parallel, "launcher": LAUNCHER,
-                "env": {k: os.environ.get(k) for k in NCCL_ENV}}
 
 
 @dataclass(frozen=True)

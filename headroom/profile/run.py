@@ -56,7 +56,7 @@ MODULE_RANGES_NOTE = ("modules that run inside torch.compile'd code have no rang
                       "module boundaries, and the hooks do nothing while Dynamo traces them (no graph breaks)")
 
 if TYPE_CHECKING:
-    from headroom.profile.launch import RankContext
+    from headroom.profile.rank_context import RankContext
 
 # Steps per stage: (warm-up, timed, profiled) on a GPU and on a CPU.
 GPU_STEPS = (3, 10, 3)

@@ -135,10 +135,8 @@ def validate(workload: str, replace: Sequence[tuple[str, str]] | Sequence[str], 
     req_path.write_text(req.to_json())
     sink = log or (lambda s: print(s, file=sys.stderr, flush=True))
     last = ["start-up"]
-    import headroom
-
     env = dict(os.environ)   # the worker imports this very headroom (a checkout run without installing too)
-    here = str(Path(headroom.__file__).resolve().parents[1])
+    here = str(Path(__file__).resolve().parents[2])
     env["PYTHONPATH"] = here + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     try:
         proc = subprocess.Popen([sys.executable, "-m", "headroom.validate.worker", str(req_path)],

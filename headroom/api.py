@@ -22,8 +22,8 @@ from headroom.projection.problems import load_problems
 from headroom.projection.project import Prediction, ProjectResult
 from headroom.projection.project import predict as _predict
 from headroom.projection.project import project as _project
-from headroom.projection.ranks import RanksProjection
-from headroom.projection.ranks import project_ranks as _project_ranks
+from headroom.projection.sync_projection import RanksProjection
+from headroom.projection.sync_projection import project_ranks as _project_ranks
 from headroom.projection.scenarios import DEFAULT_QUANTILES
 from headroom.projection.speedups import collect_entries
 from headroom.projection.targets import DEFAULT_SPEEDUP, Targets, rank_targets
@@ -33,7 +33,7 @@ from headroom.trace.analysis import analyze as _analyze
 from headroom.trace.analysis import analyze_files
 from headroom.trace.classify import load_classifier
 from headroom.trace.load import find_trace_files
-from headroom.trace.ranks import RankSet, rank_set
+from headroom.trace.rank_set import RankSet, rank_set
 
 TraceLike = Union[str, "os.PathLike[str]", Analysis]
 PathLike = Union[str, "os.PathLike[str]"]

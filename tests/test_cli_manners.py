@@ -124,8 +124,8 @@ def test_a_command_on_a_cached_trace_imports_only_what_it_uses(tmp_path, words):
     assert "headroom.trace.cache" in loaded and "pandas" in loaded     # it did read the cached trace
     # A package's submodules: the loader names polars to lazy_loader, which puts an empty module in its place.
     unwanted = [m for m in loaded if m.split(".")[0] in ("polars", "pydantic", "pydantic_core", "filelock") and "." in m
-                or m in ("headroom.trace.ranks", "headroom.projection.ranks", "headroom.projection.sync_targets",
-                         "headroom.report.ranks", "headroom.cli.ranks", "headroom.trace.comm")]
+                or m in ("headroom.trace.rank_set", "headroom.projection.sync_projection", "headroom.projection.sync_targets",
+                         "headroom.report.rank_tables", "headroom.cli.trace_inputs", "headroom.trace.comm")]
     assert unwanted == []
 
 

@@ -13,7 +13,7 @@ from headroom.jsonio import dumps
 from headroom.profile.launch import NCCL_ENV, profile_ranks
 from headroom.profile.manifest import MANIFEST_NAME
 from headroom.profile.workload import Options
-from headroom.projection.ranks import SyncModel, sync_projection
+from headroom.projection.sync_projection import SyncModel, sync_projection
 from headroom.trace.comm import collectives
 
 from test_profile import invoke

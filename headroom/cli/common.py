@@ -69,12 +69,12 @@ class Reader:
 
     def inputs(self, paths: List[Path]) -> Iterator:
         """Like `analyses`, but a directory holding the ranks of one run becomes one RankSet
-        (headroom.trace.ranks), analysed together; every other trace is an Analysis."""
+        (headroom.trace.rank_set), analysed together; every other trace is an Analysis."""
         for p in paths:
             if not Path(p).is_dir():
                 yield from self.analyses([p])
                 continue
-            from headroom.cli.ranks import group_ranks, looks_like_ranks   # here: a single trace never needs them
+            from headroom.cli.trace_inputs import group_ranks, looks_like_ranks   # here: a single trace never needs them
 
             failed = len(self.failed)
             analyses = list(self.analyses([p]))

@@ -186,7 +186,7 @@ def _profile_ranks(workload, options, nproc, device, out, steps, warmup, timed_s
     if as_json:
         emit_json("profile.ranks", result.to_dict())
         return
-    from headroom.report.ranks import render_rank_set
+    from headroom.report.rank_tables import render_rank_set
     from headroom.report.render import make_console
 
     console = make_console()

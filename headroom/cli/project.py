@@ -77,8 +77,8 @@ def project_cmd(
     reader = Reader(rules, policy, whole_trace, window, lenient, no_cache)
     for a in reader.inputs(traces):
         if not isinstance(a, Analysis):     # a RankSet: its modules imported only then (a single trace's start)
-            from headroom.projection.ranks import project_ranks
-            from headroom.report.ranks import rank_projection_notes, render_rank_projection
+            from headroom.projection.sync_projection import project_ranks
+            from headroom.report.rank_tables import rank_projection_notes, render_rank_projection
 
             if dist is not None or win_rate is not None or median is not None:
                 raise UserError(f"{a.source}: a directory of ranks takes --speedup/--speedups "
@@ -157,7 +157,7 @@ def targets_cmd(
     for a in inputs:
         if not isinstance(a, Analysis):     # a RankSet: its modules imported only then (a single trace's start)
             from headroom.projection.sync_targets import sync_targets, sync_targets_dict
-            from headroom.report.ranks import render_sync_targets
+            from headroom.report.rank_tables import render_sync_targets
 
             table = sync_targets(a, speedup=speedup, by=groupings, top=top)
             if as_json:

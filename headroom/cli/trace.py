@@ -38,7 +38,7 @@ def classify(
     console = make_console()
     for a in reader.inputs(traces):
         if not isinstance(a, Analysis):     # a RankSet: its modules imported only then (a single trace's start)
-            from headroom.report.ranks import render_rank_set
+            from headroom.report.rank_tables import render_rank_set
 
             if as_json:
                 emit_json("classify.ranks", a.to_dict(all_kernels=all_kernels))
@@ -99,7 +99,7 @@ def report(
     rank_sets = [rs for rs in inputs if not isinstance(rs, Analysis)]     # RankSets: their modules only then
     rank_tables = []
     if rank_sets:
-        from headroom.report.ranks import rank_summary_frame, render_rank_summary
+        from headroom.report.rank_tables import rank_summary_frame, render_rank_summary
 
         rank_tables = [(rs, rank_summary_frame(rs)) for rs in rank_sets]
     df = summary_frame(analyses)

@@ -6,7 +6,7 @@ restarts), and waits. Each rank initialises its process group from the launcher'
 (NCCL on GPUs, gloo on CPUs), builds the workload data-parallel as `--parallel` says (DDP, FSDP2, or
 torchrec's sharded tables), and runs the same stages as a one-process profile, starting each stage
 together, into ``OUT/<name>/rank-K.json.gz`` with the same manifest plus its place in the run. The
-parent then writes ``manifest.json`` and analyses the ranks together (headroom.trace.ranks).
+parent then writes ``manifest.json`` and analyses the ranks together (headroom.trace.rank_set).
 
 Every rank runs with NVLink multicast off (NCCL_NVLS_ENABLE=0, TORCH_SYMM_MEM_DISABLE_MULTICAST=1,
 NVSHMEM_DISABLE_NVLS=1), as the GPU machines require; the manifest records it.
@@ -151,7 +151,7 @@ class RanksProfileResult:
     traces: list[Path]
     manifest_path: Path
     entries: dict[int, dict[str, Any]]
-    ranks: Any                          # headroom.trace.ranks.RankSet
+    ranks: Any                          # headroom.trace.rank_set.RankSet
 
     def to_dict(self) -> dict[str, Any]:
         """`headroom profile --nproc N --json` (docs/cli.md): times in microseconds, as `headroom profile`'s."""
@@ -234,7 +234,7 @@ def profile_ranks(workload: str, options: Options | None = None, *, nproc: int, 
 
     from headroom.devices import resolve_device
     from headroom.trace.analysis import analyze
-    from headroom.trace.ranks import rank_set
+    from headroom.trace.rank_set import rank_set
 
     from headroom.profile.run import check_step_counts
 

@@ -11,7 +11,7 @@ from typing import Sequence, Union
 
 from headroom.cli.output import warn
 from headroom.trace.analysis import Analysis
-from headroom.trace.ranks import RankSet, rank_id, rank_order, rank_set, repeated_ranks
+from headroom.trace.rank_set import RankSet, rank_id, rank_order, rank_set, repeated_ranks
 
 Input = Union[Analysis, RankSet]
 

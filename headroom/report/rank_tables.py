@@ -1,6 +1,6 @@
 """Readable tables of a rank set: the ranks side by side, the communication split, the straggler,
-and the projections and targets through the collectives. Numbers come from headroom.trace.ranks
-and headroom.projection.ranks; this module only arranges and prints them."""
+and the projections and targets through the collectives. Numbers come from headroom.trace.rank_set
+and headroom.projection.sync_projection; this module only arranges and prints them."""
 
 from __future__ import annotations
 
@@ -15,8 +15,8 @@ from headroom.report.tables import summary_frame
 from headroom.trace.analysis import MODE_CPU
 
 if TYPE_CHECKING:     # annotations only
-    from headroom.projection.ranks import RanksProjection
-    from headroom.trace.ranks import RankSet
+    from headroom.projection.sync_projection import RanksProjection
+    from headroom.trace.rank_set import RankSet
 
 
 def _ms(us: float) -> str:

@@ -12,7 +12,7 @@ stays cheap for the processes that need only a part of it (the verify children, 
 from headroom._version import __version__
 
 _API = ("analyze", "analyze_all", "predict", "project", "summary", "targets", "Analysis", "Prediction",
-        "ProjectResult", "Targets", "analyze_ranks", "project_ranks", "RankSet", "RanksProjection")
+        "ProjectResult", "Targets", "analyze_ranks", "project_ranks", "read_inputs", "RankSet", "RanksProjection")
 
 
 def __getattr__(name: str):

@@ -81,7 +81,7 @@ def self_check(problem: Path, original: Any, device: Any, n_grads: int = 0, auto
 
 
 def extract(workload: str | WorkloadSpec, module: str, options: Options | None = None, *,
-            device: str | None = None, out: str | os.PathLike = "out/problems", trace: str | os.PathLike | None = None,
+            device: str | None = "auto", out: str | os.PathLike = "out/problems", trace: str | os.PathLike | None = None,
             window: str | None = None, profile: bool = True, workload_file: str | os.PathLike | None = None, command: str | None = None,
             progress: Progress | None = None) -> ExtractResult:
     """Write DIR/<workload>__<CLASS>.py (KernelBench format) and its selector entry DIR/<...>.toml.

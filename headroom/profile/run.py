@@ -313,7 +313,7 @@ def profile_workload(
     workload: str | WorkloadSpec,
     options: Options | None = None,
     *,
-    device: str | None = None,
+    device: str | None = "auto",
     out: str | os.PathLike = "out",
     steps: int | None = None,
     warmup: int | None = None,

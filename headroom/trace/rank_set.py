@@ -315,6 +315,22 @@ def rank_set(analyses: Sequence[Analysis], ranks: Sequence[int] | None = None, s
                    segments=segments, warnings=warnings)
 
 
+def group_ranks(analyses: Sequence[Analysis], source: str = "") -> tuple[list[Analysis | RankSet], list[str]]:
+    """A directory's analyses as `headroom` reads a directory: one RankSet when they are the ranks of one run,
+    else each on its own; and the caveats to tell (the rank set's, or a rank that several traces claim)."""
+    ranks = rank_order(analyses)
+    if ranks is not None:
+        rs = rank_set(analyses, ranks, source=source)
+        return [rs], list(rs.warnings)
+    notes = []
+    repeated = repeated_ranks(analyses)
+    if repeated:
+        rank, names = next(iter(sorted(repeated.items())))
+        notes.append(f"rank {rank} has {len(names)} traces ({', '.join(names[:3])}): "
+                     f"analysed one by one, not as the ranks of one run")
+    return list(analyses), notes
+
+
 def category_spread(ranks: Sequence[int], analyses: Sequence[Analysis]) -> pd.DataFrame:
     """Per category: min, median and max time (and fraction of each rank's total) across ranks, and the
     rank with the most. A rank without the category counts 0."""

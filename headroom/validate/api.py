@@ -81,7 +81,7 @@ def _place(tmp: Path, final: Path) -> None:
 
 
 def validate(workload: str, replace: Sequence[tuple[str, str]] | Sequence[str], options: Options | None = None, *,
-             device: str | None = None, out: str | os.PathLike = "out/validate", rounds: int = MIN_ROUNDS,
+             device: str | None = "auto", out: str | os.PathLike = "out/validate", rounds: int = MIN_ROUNDS,
              steps_per_round: int | None = None, profile_steps: int | None = None, gate: float | None = None,
              timeout: float = DEFAULT_TIMEOUT_S, workload_file: str | os.PathLike | None = None,
              command: str = "", threads: int | None = None,

@@ -3,6 +3,7 @@ for files, atomic (a temporary file renamed into place: a failure never leaves h
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -12,6 +13,38 @@ from pathlib import Path
 from typing import Any, BinaryIO, Iterator
 
 from headroom.errors import UserError
+
+
+# Field metadata for `plain`: leave the key out while the value is None (`field(default=None, metadata=OMIT_NONE)`).
+OMIT_NONE = {"omit_none": True}
+# Field metadata for `plain`: a field that is no part of the JSON object (working state, a cached table).
+SKIP = {"skip": True}
+
+
+def json_key(key: str, omit_none: bool = False) -> dict[str, Any]:
+    """Field metadata for `plain`: the JSON key when it differs from the field's name."""
+    return {"json_key": key, "omit_none": omit_none}
+
+
+def plain(obj: Any) -> Any:
+    """A result as JSON-ready values, the one encoder of result types: a dataclass becomes an object of its
+    fields in declaration order (keys and omissions as their metadata says: `json_key`, `OMIT_NONE`),
+    recursively through lists, tuples and dicts; anything else is left to `dumps` (numbers, text, numpy)."""
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        out = {}
+        for f in dataclasses.fields(obj):
+            if f.metadata.get("skip"):
+                continue
+            value = getattr(obj, f.name)
+            if value is None and f.metadata.get("omit_none"):
+                continue
+            out[f.metadata.get("json_key", f.name)] = plain(value)
+        return out
+    if isinstance(obj, dict):
+        return {k: plain(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [plain(v) for v in obj]
+    return obj
 
 
 def _finite(x: Any) -> Any:
@@ -41,8 +74,8 @@ def member(doc: Any, key: str) -> dict[str, Any]:
 
 
 def dumps(obj: Any, indent: int | None = None) -> str:
-    """`obj` as JSON text, NaN and infinities as null."""
-    return json.dumps(_finite(obj), indent=indent, default=_default, allow_nan=False)
+    """`obj` as JSON text (result dataclasses as `plain` makes them), NaN and infinities as null."""
+    return json.dumps(_finite(plain(obj)), indent=indent, default=_default, allow_nan=False)
 
 
 def _umask() -> int:

@@ -48,7 +48,12 @@ def test_project_from_a_path_and_a_file(tmp_path):
     f = tmp_path / "s.toml"
     f.write_text('[[speedup]]\nselect = "category:embedding"\nspeedup = 1.552\n')
     r = headroom.project(DLRM, files=[f])
-    assert round(r.get("amdahl").per_step_us / 1e3, 3) == 19.452 and r.entries[0]["source"] == str(f)
+    assert round(r.get("amdahl").per_step_us / 1e3, 3) == 19.452 and r.entries[0].source == str(f)
+    # a typed entry; its JSON object keeps the keys (and their order) of `headroom project --json`
+    assert type(r.entries[0]).__name__ == "EntryResult" and r.entries[0].top_kernels[0].us > 0
+    assert list(r.to_dict()["entries"][0]) == ["selector", "speedup", "launches", "verified", "source", "kernels", "us",
+                                               "wall_us", "addressable_us", "applied_kernels", "applied_us",
+                                               "applied_wall_us", "top_kernels"]
 
 
 def test_targets_result(dlrm):

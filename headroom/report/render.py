@@ -213,10 +213,10 @@ def render_projection(res: ProjectResult, console: Console) -> None:
                       f"idle {_pct2(idle_u)}; {how}", highlight=False)
     if res.entries:
         t = Table(show_edge=False, header_style="bold", title="speedups", title_justify="left")
-        show_source = any(e["source"] != "command line" for e in res.entries)
+        show_source = any(e.source != "command line" for e in res.entries)
         cols: list[tuple[str, Justify]] = [("selector", "left"), ("factor", "right"), ("verified", "left"), ("kernels/step", "right"),
                 ("ms/step", "right"), ("applied ms/step", "right"), ("addressable", "right"), ("top kernel", "left")]
-        show_cpu = any(e.get("cpu") for e in res.entries)
+        show_cpu = any(e.cpu for e in res.entries)
         if show_cpu:
             cols[2:2] = [("launches", "right"), ("calls/step", "right"), ("CPU ms/step saved", "right")]
         if show_source:
@@ -226,18 +226,18 @@ def render_projection(res: ProjectResult, console: Console) -> None:
                          min_width=24 if c == "selector" else None,
                          max_width=36 if c in ("top kernel", "source") else None)
         for ent in res.entries:
-            top = short_name(ent["top_kernels"][0]["name"], 36) if ent["top_kernels"] else ""
-            addr = f"{100 * ent['addressable_us'] / ent['us']:.0f}%" if ent["us"] > 0 else "-"
-            row = [ent["selector"], f"{ent['speedup']:g}", {True: "yes", False: "no", None: ""}[ent["verified"]],
-                   _count(ent['kernels'] / n), f"{ent['us'] / n / 1e3:,.3f}", f"{ent['applied_us'] / n / 1e3:,.3f}", addr, top]
+            top = short_name(ent.top_kernels[0].name, 36) if ent.top_kernels else ""
+            addr = f"{100 * ent.addressable_us / ent.us:.0f}%" if ent.us > 0 else "-"
+            row = [ent.selector, f"{ent.speedup:g}", {True: "yes", False: "no", None: ""}[ent.verified],
+                   _count(ent.kernels / n), f"{ent.us / n / 1e3:,.3f}", f"{ent.applied_us / n / 1e3:,.3f}", addr, top]
             if show_cpu:
-                cpu = ent.get("cpu") or {}
+                cpu = ent.cpu or {}
                 saved = ("" if "removed_cpu_us" not in cpu
                          else f"{(cpu['removed_cpu_us'] - cpu.get('added_cpu_us', 0.0)) / n / 1e3:,.3f}")
-                row[2:2] = ["" if ent.get("launches") is None else f"{cpu.get('kernels_per_call', 0):g} -> {ent['launches']}",
+                row[2:2] = ["" if ent.launches is None else f"{cpu.get('kernels_per_call', 0):g} -> {ent.launches}",
                             f"{cpu['calls_per_step']:,.4g}" if cpu else "", saved]
             if show_source:
-                row.append(ent["source"])
+                row.append(ent.source)
             t.add_row(*row)
         console.print(t)
     if res.distribution:

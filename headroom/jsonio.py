@@ -47,6 +47,32 @@ def plain(obj: Any) -> Any:
     return obj
 
 
+def from_plain(cls: Any, value: Any) -> Any:
+    """`plain`'s inverse for a result dataclass read back from JSON: the fields whose annotation names a
+    dataclass (or a list of one) become one, every other value is kept as it was read (a number stays an
+    int or a float, as in the file), so `plain(from_plain(C, d)) == d`."""
+    import typing
+
+    if not (dataclasses.is_dataclass(cls) and isinstance(value, dict)):
+        return value
+    hints = typing.get_type_hints(cls)
+    kwargs = {}
+    for f in dataclasses.fields(cls):
+        key = f.metadata.get("json_key", f.name)
+        if f.metadata.get("skip") or key not in value:
+            continue
+        kind, v = hints[f.name], value[key]
+        args = [a for a in typing.get_args(kind) if a is not type(None)]
+        if dataclasses.is_dataclass(kind):
+            v = from_plain(kind, v)
+        elif typing.get_origin(kind) is list and args and dataclasses.is_dataclass(args[0]) and isinstance(v, list):
+            v = [from_plain(args[0], x) for x in v]
+        elif len(args) == 1 and dataclasses.is_dataclass(args[0]):    # Optional[SomeResult]
+            v = from_plain(args[0], v)
+        kwargs[f.name] = v
+    return typing.cast(Any, cls)(**kwargs)
+
+
 def _finite(x: Any) -> Any:
     if isinstance(x, float):
         return x if math.isfinite(x) else None

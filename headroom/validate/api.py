@@ -18,7 +18,7 @@ from typing import Any, Callable, Sequence
 from headroom.errors import UserError
 from headroom.files import check_output_dir, check_replaceable_dir
 from headroom.profile.workload import Options
-from headroom.validate.result import RESULT_FILE
+from headroom.validate.result import RESULT_FILE, ValidateResult
 from headroom.validate.run import Request
 from headroom.validate.timing import MIN_ROUNDS
 
@@ -85,7 +85,7 @@ def validate(workload: str, replace: Sequence[tuple[str, str]] | Sequence[str], 
              steps_per_round: int | None = None, profile_steps: int | None = None, gate: float | None = None,
              timeout: float = DEFAULT_TIMEOUT_S, workload_file: str | os.PathLike | None = None,
              command: str = "", threads: int | None = None,
-             log: Callable[[str], None] | None = None) -> dict[str, Any]:
+             log: Callable[[str], None] | None = None) -> ValidateResult:
     """Run a validation; return the result object (docs/validate.md). `out` is the run's directory."""
     reps: list[tuple[str, str]]
     if replace and isinstance(replace[0], str):
@@ -157,7 +157,7 @@ def validate(workload: str, replace: Sequence[tuple[str, str]] | Sequence[str], 
             raise
         reader.join(timeout=5)
         if rc == 0 and (tmp / RESULT_FILE).is_file():
-            result = json.loads((tmp / RESULT_FILE).read_text())
+            result = ValidateResult.from_dict(json.loads((tmp / RESULT_FILE).read_text()))
             req_path.unlink()
             _place(tmp, final)
             return result

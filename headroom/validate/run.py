@@ -25,7 +25,8 @@ from headroom.devices import resolve_device
 from headroom.profile.workload import Options
 from headroom.validate.compare import check
 from headroom.jsonio import dumps
-from headroom.validate.result import BASE_TRACE, RESULT_FILE, RUN_FILE, VARIANT_TRACE, compute
+from headroom.validate.result import (BASE_TRACE, RESULT_FILE, RUN_FILE, VARIANT_TRACE, ValidateResult, compute,
+                                      saved_form)
 from headroom.validate.substitute import load_candidate_class, substitute
 from headroom.validate.timing import MIN_ROUNDS, interleave, summarise
 
@@ -75,7 +76,7 @@ class Say:
         self.write(f"headroom validate:   {text}")
 
 
-def run(req: Request, say: Say) -> dict[str, Any]:
+def run(req: Request, say: Say) -> ValidateResult:
     import torch
 
     if req.threads:
@@ -177,6 +178,6 @@ def run(req: Request, say: Say) -> dict[str, Any]:
     say.stage("project", "the base trace alone, with the part's measured speedup")
     from headroom.trace.analysis import analyze
 
-    result = json.loads(dumps(compute(record, analyze(out / BASE_TRACE), analyze(out / VARIANT_TRACE))))
+    result = saved_form(compute(record, analyze(out / BASE_TRACE), analyze(out / VARIANT_TRACE)))
     (out / RESULT_FILE).write_text(dumps(result, indent=1) + "\n")
     return result

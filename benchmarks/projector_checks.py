@@ -1,7 +1,7 @@
 """The projector's mechanisms on the committed H200 traces (docs/projection.md, "Checked").
 
 The shipped traces have no nn.Module ranges yet, so this script adds them where the op sequence is
-unmistakable -- the eager chains issue #12 fused by hand:
+unmistakable -- the eager chains fused by hand in the hand-measured substitutions:
 
 * Llama's RMSNorm in the static-cache decode trace (launch-bound): ``to, pow, mean, add, rsqrt, mul,
   to, mul``, 65 calls a step;

@@ -27,7 +27,7 @@ def dlrm():
 def test_analyze_and_its_frame(dlrm):
     assert isinstance(dlrm, headroom.Analysis) and dlrm.label == "dlrm train"
     f = dlrm.to_frame()
-    # indexed by category name (issue #13): .loc by name, the name still a column
+    # indexed by category name: .loc by name, the name still a column
     assert f["name"].iloc[0] == "gemm" and round(100 * f.loc["gemm", "fraction"], 1) == 36.4
     assert round(100 * f.loc[f["addressable"], "fraction"].sum(), 1) == 63.4
 
@@ -67,7 +67,7 @@ def test_targets_result(dlrm):
 
 def test_summary_and_analyze_all():
     rows = headroom.summary(headroom.analyze_all(SHIPPED_TRACES / "scaling"))
-    # named as what they are (issue #13): the flavour's size, and the blocks profiled, extrapolated
+    # named as what they are: the flavour's size, and the blocks profiled, extrapolated
     assert sorted(rows["workload"]) == ["llama-13b infer prefill (4 of 40 layers, extrapolated)",
                                         "llama-70b infer prefill (4 of 80 layers, extrapolated)"]
 

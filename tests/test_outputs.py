@@ -1,4 +1,4 @@
-"""Files headroom writes (issue #13): whole or not at all, with the umask's mode, under a lock where
+"""Files headroom writes: whole or not at all, with the umask's mode, under a lock where
 several runs share them; a run replaces a trace only once it finished; the profiler's noise kept out
 of the live display; overhead that cannot be told from noise is not printed as a number."""
 

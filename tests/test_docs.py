@@ -70,3 +70,25 @@ def test_changelog_keeps_a_changelog():
     assert "## [Unreleased]" in text
     sections = re.findall(r"^### (\w+)$", text, re.M)
     assert sections and set(sections) <= {"Added", "Changed", "Deprecated", "Removed", "Fixed", "Security"}
+
+
+def test_benchmarks_page_dates_every_benchmark_and_its_raw_files_exist():
+    """docs/benchmarks.md: each benchmark's section says when and on which machine (the page's machine unless
+    it names another) it was measured; every raw file it names is under benchmarks/results/, named by what
+    it measures, and no raw result lies elsewhere in benchmarks/."""
+    text = (REPO / "docs" / "benchmarks.md").read_text()
+    sections = re.split(r"^## ", text, flags=re.M)[1:]
+    measured = [s for s in sections if not s.startswith(("The trace shapes", "Cross-check"))]
+    assert len(measured) >= 9
+    for s in measured:
+        title = s.splitlines()[0]
+        assert re.search(r"\b2-core machine\b.*\b20\d\d-\d\d-\d\d\b|\b20\d\d-\d\d-\d\d\b.*machine", s, re.S), title
+    named = set(re.findall(r"benchmarks/results/([\w.{},-]+\.json)", text)) | set(re.findall(r"`([\w.{},-]+\.json)`", text))
+    files = set()
+    for n in named:
+        m = re.match(r"(.*)\{(.*)\}(.*)", n)
+        files |= {m.group(1) + x + m.group(3) for x in m.group(2).split(",")} if m else {n}
+    files = {f for f in files if "SHAPE" not in f and "SIZE" not in f}
+    missing = sorted(f for f in files if not (REPO / "benchmarks" / "results" / f).is_file())
+    assert not missing and len(files) >= 15, missing
+    assert not list((REPO / "benchmarks").glob("*.json"))

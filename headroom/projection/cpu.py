@@ -36,6 +36,7 @@ import numpy as np
 import pandas as pd
 
 from headroom.datafiles import shipped
+from headroom.jsonio import plain
 from headroom.projection.baseline import Baseline
 from headroom.trace.ranges import FRAME_PREFIX, PROFILER_STEP_PREFIX
 
@@ -60,8 +61,7 @@ class LaunchCost:
     records: float = 2.0  # median profiler records (ranges and runtime calls) inside such an op
 
     def to_dict(self) -> dict:
-        return {"op_us": self.op_us, "launch_us": self.launch_us, "offset_us": self.offset_us,
-                "n_ops": self.n_ops, "scope": self.scope, "records": self.records}
+        return plain(self)
 
 
 @dataclass

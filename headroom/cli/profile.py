@@ -69,37 +69,14 @@ def _parse_opts(opts: List[str]) -> dict[str, str]:
     return out
 
 
-class Mode(str, enum.Enum):
-    train = "train"
-    infer = "infer"
-
-
-class Phase(str, enum.Enum):
-    prefill = "prefill"
-    decode = "decode"
-
-
-class KVCache(str, enum.Enum):
-    static = "static"
-    dynamic = "dynamic"
-
-
-class DType(str, enum.Enum):
-    bf16 = "bf16"
-    fp16 = "fp16"
-    fp32 = "fp32"
-
-
-class Device(str, enum.Enum):
-    auto = "auto"
-    cuda = "cuda"
-    cpu = "cpu"
-
-
-class Parallel(str, enum.Enum):
-    ddp = "ddp"
-    fsdp = "fsdp"
-    torchrec = "torchrec"
+# The choices of an option, as str enums (--help and shell completion list them), each member written out:
+# the type checker reads an enum made by a call only from literal members.
+Mode = enum.Enum("Mode", {"train": "train", "infer": "infer"}, type=str)
+Phase = enum.Enum("Phase", {"prefill": "prefill", "decode": "decode"}, type=str)
+KVCache = enum.Enum("KVCache", {"static": "static", "dynamic": "dynamic"}, type=str)
+DType = enum.Enum("DType", {"bf16": "bf16", "fp16": "fp16", "fp32": "fp32"}, type=str)
+Device = enum.Enum("Device", {"auto": "auto", "cuda": "cuda", "cpu": "cpu"}, type=str)
+Parallel = enum.Enum("Parallel", {"ddp": "ddp", "fsdp": "fsdp", "torchrec": "torchrec"}, type=str)
 
 
 def profile(

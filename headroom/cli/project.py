@@ -108,17 +108,9 @@ def project_cmd(
     reader.finish()
 
 
-class By(str, enum.Enum):
-    op = "op"
-    module = "module"
-    module_path = "module_path"
-    top_op = "top_op"
-    kernel = "kernel"
-
-
-class Scope(str, enum.Enum):
-    self = "self"
-    total = "total"
+By = enum.Enum("By", {"op": "op", "module": "module", "module_path": "module_path", "top_op": "top_op",
+                      "kernel": "kernel"}, type=str)
+Scope = enum.Enum("Scope", {"self": "self", "total": "total"}, type=str)
 
 
 def targets_cmd(
@@ -175,21 +167,10 @@ def targets_cmd(
         render_targets(a, table, speedup, make_console())
 
 
-class Figure(str, enum.Enum):
-    addressable = "addressable"
-    projection = "projection"
-    scaling = "scaling"
-
-
-class Format(str, enum.Enum):
-    png = "png"
-    svg = "svg"
-    pdf = "pdf"
-
-
-class Basis(str, enum.Enum):
-    wall = "wall"
-    kernel = "kernel"
+Figure = enum.Enum("Figure", {"addressable": "addressable", "projection": "projection", "scaling": "scaling"},
+                   type=str)
+Format = enum.Enum("Format", {"png": "png", "svg": "svg", "pdf": "pdf"}, type=str)
+Basis = enum.Enum("Basis", {"wall": "wall", "kernel": "kernel"}, type=str)
 
 
 FIGURES = tuple(f.value for f in Figure)

@@ -92,8 +92,8 @@ def main(argv: list[str] | None = None) -> dict:
                               "amdahl_unprofiled": (am.to_dict().get("unprofiled") or {}).get("speedup"),
                               "estimate": e.speedup, "low": e.low, "high": e.high, "clock": e.clock,
                               "cpu_scale": e.cpu_scale}
-                if r.entries[0].get("cpu"):
-                    c = r.entries[0]["cpu"]
+                c = r.entries[0].cpu
+                if c:
                     row[label]["cpu_saved_ms_per_step"] = (c["removed_cpu_us"] - c["added_cpu_us"]) / 1e3 / a.num_steps
                     row[label]["launch_cost"] = c["launch_cost"]
             if r.unprofiled is not None:

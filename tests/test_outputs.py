@@ -141,7 +141,9 @@ def test_analyze_a_directory_of_ranks(tmp_path, builder):
         b.step(1, 0, 100)
         b.kernel("sm90_xmma_gemm", launch_ts=1, ts=2, dur=10 * (rank + 1), device=rank)
         b.write(tmp_path / f"rank-{rank}.json")
-    ranks = headroom.analyze(tmp_path)
+    ranks = headroom.analyze_all(tmp_path)      # one Analysis per rank (analyze: one trace, a directory refused)
     assert [a.total_us for a in ranks] == [10, 20] and [Path(a.source).name for a in ranks] == ["rank-0.json",
                                                                                                "rank-1.json"]
     assert headroom.analyze(tmp_path / "rank-1.json").total_us == 20
+    with pytest.raises(UserError, match="is a directory"):
+        headroom.analyze(tmp_path)

@@ -3,7 +3,7 @@
 
     python benchmarks/bench_commands.py TRACE [--repeat 3] [--out results.json]
 
-Target (issue #14): project and targets within 1.5x of classify; the cached classify <= 1 s.
+Target: project and targets within 1.5x of classify; the cached classify <= 1 s.
 Each run records wall time, CPU time (user + system of the command and its children) and the
 machine's load average, so runs on a busy machine can be told apart.
 """

@@ -12,7 +12,7 @@ machine's load average. The summary compares medians.
     python benchmarks/bench_loader.py --shapes training --mb 2000 --readers headroom,headroom-worker
     python benchmarks/bench_loader.py --tree old=/path/to/old/checkout --readers headroom,headroom@old ...
 
-Targets (issue #14): headroom >= 10x faster than HTA, faster than json.load
+Targets: headroom >= 10x faster than HTA, faster than json.load
 alone, at most half of HTA's peak RSS; the second command on a trace (cached) <= 1 s.
 """
 

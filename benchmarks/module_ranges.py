@@ -18,7 +18,7 @@ The first profiled round also counts the module ranges the profiler recorded per
 
 Cases (GPU, the real sizes): llama-7b prefill, llama-7b decode (static cache), resnet-50
 train, dlrm train. `--cpu`: the same workloads at their `tiny` flavours (a test of the script).
-Prints a table; writes JSON (default: benchmarks/results_module_ranges.json).
+Prints a table; writes JSON (default: benchmarks/results/module_ranges_cost.json).
 """
 
 from __future__ import annotations
@@ -221,7 +221,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--cpu", action="store_true", help="tiny flavours on the CPU (tests the script)")
     ap.add_argument("--rounds", type=int, default=MIN_ROUNDS)
-    ap.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results_module_ranges.json")
+    ap.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results" / "module_ranges_cost.json")
     ap.add_argument("--budget", type=float, default=float("inf"), help="seconds; cases that would start later are skipped")
     ap.add_argument("--case", action="append", default=None, help="run only these cases (by name)")
     ap.add_argument("--target-s", type=float, default=TARGET_S, help="seconds one measurement aims for (k >= 3 steps)")

@@ -4,7 +4,7 @@
 
 Each round runs every checkout once, in turn, in a fresh process (its `headroom` imported from its folder,
 its own cache): the trace is read from the cache, then each step is timed in that process, best of three.
-The steps are calls every checkout since 963b2e3 has: the targets table by op and by kernel (no replays),
+The steps are calls every checkout compared must have: the targets table by op and by kernel (no replays),
 `projection.streams.stream_keys`, `intervals.codes_and_texts` of the events' `stream` column, the selector
 `category:gemm`, and one replay (`replay_gain` of every seventh event at 1.5x, the plan already built).
 """

@@ -1,7 +1,7 @@
 """The projector's mechanisms on the committed H200 traces (docs/projection.md, "Checked").
 
 The shipped traces have no nn.Module ranges yet, so this script adds them where the op sequence is
-unmistakable -- the eager chains issue #12 fused by hand:
+unmistakable -- the eager chains fused by hand in the hand-measured substitutions:
 
 * Llama's RMSNorm in the static-cache decode trace (launch-bound): ``to, pow, mean, add, rsqrt, mul,
   to, mul``, 65 calls a step;
@@ -92,8 +92,8 @@ def main(argv: list[str] | None = None) -> dict:
                               "amdahl_unprofiled": (am.to_dict().get("unprofiled") or {}).get("speedup"),
                               "estimate": e.speedup, "low": e.low, "high": e.high, "clock": e.clock,
                               "cpu_scale": e.cpu_scale}
-                if r.entries[0].get("cpu"):
-                    c = r.entries[0]["cpu"]
+                c = r.entries[0].cpu
+                if c:
                     row[label]["cpu_saved_ms_per_step"] = (c["removed_cpu_us"] - c["added_cpu_us"]) / 1e3 / a.num_steps
                     row[label]["launch_cost"] = c["launch_cost"]
             if r.unprofiled is not None:

@@ -1,6 +1,6 @@
 """Markdown tables from bench_loader.py's results JSON (what docs/benchmarks.md shows).
 
-    python benchmarks/render_results.py benchmarks/results_loader.json [more results ...]
+    python benchmarks/render_results.py benchmarks/results/loader_vs_hta_three_shapes.json [more results ...]
 """
 
 from __future__ import annotations

@@ -9,9 +9,11 @@ The functions live in :mod:`headroom.api` and are imported on first use, so `imp
 stays cheap for the processes that need only a part of it (the verify children, the CLI).
 """
 
-__version__ = "0.1.0"
+from headroom._version import __version__
+
 _API = ("analyze", "analyze_all", "diff", "Diff", "predict", "project", "summary", "targets", "Analysis", "Prediction",
-        "ProjectResult", "Targets", "analyze_ranks", "project_ranks", "report_html", "RankSet", "RanksProjection")
+        "ProjectResult", "Targets", "analyze_ranks", "project_ranks", "read_inputs", "report_html", "RankSet",
+        "RanksProjection")
 
 
 def __getattr__(name: str):
@@ -40,6 +42,8 @@ def _checkout_workloads() -> None:
         return
     spec = importlib.util.spec_from_file_location("headroom.workloads", folder / "__init__.py",
                                                   submodule_search_locations=[str(folder)])
+    if spec is None or spec.loader is None:   # pragma: no cover - a folder with an __init__.py has a spec
+        return
     module = importlib.util.module_from_spec(spec)
     sys.modules["headroom.workloads"] = module
     spec.loader.exec_module(module)

@@ -18,13 +18,15 @@ from typing import Sequence, Union
 
 import pandas as pd
 
+from headroom.errors import UserError
 from headroom.projection.distributions import Distribution, load_distribution
+from headroom.projection.overhead import check_step_ms
 from headroom.projection.problems import load_problems
 from headroom.projection.project import Prediction, ProjectResult
 from headroom.projection.project import predict as _predict
 from headroom.projection.project import project as _project
-from headroom.projection.ranks import RanksProjection
-from headroom.projection.ranks import project_ranks as _project_ranks
+from headroom.projection.sync_projection import RanksProjection
+from headroom.projection.sync_projection import project_ranks as _project_ranks
 from headroom.projection.scenarios import DEFAULT_QUANTILES
 from headroom.projection.speedups import collect_entries
 from headroom.projection.roofline import roofline_targets
@@ -38,21 +40,22 @@ from headroom.trace.analysis import analyze as _analyze
 from headroom.trace.analysis import analyze_files
 from headroom.trace.classify import load_classifier
 from headroom.trace.load import find_trace_files
-from headroom.trace.ranks import RankSet, rank_order, rank_set
+from headroom.trace.rank_set import RankSet, group_ranks, rank_order, rank_set
 
-TraceLike = Union[str, os.PathLike, Analysis]
-PathLike = Union[str, os.PathLike]
+TraceLike = Union[str, "os.PathLike[str]", Analysis]
+PathLike = Union[str, "os.PathLike[str]"]
 
 
 def analyze(trace: PathLike, rules: PathLike | None = None, policy: PathLike | None = None,
             whole_trace: bool = False, window: str | None = None, lenient: bool = False,
-            use_cache: bool = True) -> Analysis | list[Analysis]:
-    """Classify where the time of one trace went (`rules`/`policy`: user TOML files, as --rules/--policy;
-    `window`: steps by a range name, as --window; `lenient`, `use_cache`: as --lenient, --no-cache).
-    A directory of per-rank traces gives one `Analysis` per rank, in file-name order (as `analyze_all`)."""
+            use_cache: bool = True) -> Analysis:
+    """Classify where the time of one trace file went: always one `Analysis` (`rules`/`policy`: user TOML
+    files, as --rules/--policy; `window`: steps by a range name, as --window; `lenient`, `use_cache`: as
+    --lenient, --no-cache). A directory is refused: `analyze_all` gives one Analysis per trace in it,
+    `analyze_ranks` the ranks of one run together."""
     if os.path.isdir(trace):
-        return analyze_all(trace, rules=rules, policy=policy, whole_trace=whole_trace, window=window,
-                           lenient=lenient, use_cache=use_cache)
+        raise UserError(f"{trace} is a directory: headroom.analyze_all() analyses each trace in it, "
+                        f"headroom.analyze_ranks() the ranks of one run together")
     return _analyze(trace, rules=rules, policy=policy, whole_trace=whole_trace, window=window, lenient=lenient,
                     use_cache=use_cache)
 
@@ -60,10 +63,23 @@ def analyze(trace: PathLike, rules: PathLike | None = None, policy: PathLike | N
 def analyze_all(path: PathLike, rules: PathLike | None = None, policy: PathLike | None = None,
                 whole_trace: bool = False, window: str | None = None, lenient: bool = False,
                 use_cache: bool = True) -> list[Analysis]:
-    """Every trace of a file or a directory (e.g. `traces/`, or one file per rank), rules read once."""
+    """Every trace of a file or a directory (e.g. `traces/`, or one file per rank), rules read once, in
+    file-name order (as `headroom classify PATH` reads them, each trace on its own)."""
     r, p = load_classifier(rules, policy)
     return list(analyze_files(find_trace_files(path), rules=r, policy=p, whole_trace=whole_trace, window=window,
                               lenient=lenient, use_cache=use_cache))
+
+
+def read_inputs(path: PathLike, rules: PathLike | None = None, policy: PathLike | None = None,
+                whole_trace: bool = False, window: str | None = None, lenient: bool = False,
+                use_cache: bool = True) -> list[Analysis | RankSet]:
+    """What the commands read from one path: a trace file's Analysis; a directory's traces, each an
+    Analysis, or one RankSet when they are the ranks of one run (its caveats in `RankSet.warnings`)."""
+    analyses = analyze_all(path, rules, policy, whole_trace, window, lenient, use_cache)
+    if not os.path.isdir(path):
+        return list(analyses)
+    inputs, _ = group_ranks(analyses, source=str(path))
+    return inputs
 
 
 def summary(analyses: Sequence[Analysis]) -> pd.DataFrame:
@@ -72,24 +88,60 @@ def summary(analyses: Sequence[Analysis]) -> pd.DataFrame:
 
 
 def _analysis(trace: TraceLike) -> Analysis:
-    return trace if isinstance(trace, Analysis) else _analyze(trace)
+    return trace if isinstance(trace, Analysis) else analyze(trace)
 
 
-def project(trace: TraceLike, speedup: Sequence[str] = (), files: Sequence[PathLike] = (),
+def project(trace: TraceLike | RankSet, speedup: Sequence[str] = (), files: Sequence[PathLike] = (),
             distribution: PathLike | Distribution | None = None, win_rate: float | None = None,
             median: float | None = None, select: str = "category:addressable",
             quantiles: Sequence[float] = DEFAULT_QUANTILES, strict: bool = False,
-            problems: PathLike | None = None, step_ms: float | None = None) -> ProjectResult:
+            problems: PathLike | None = None, step_ms: float | None = None,
+            on_ranks: Sequence[int] | None = None, rules: PathLike | None = None, policy: PathLike | None = None,
+            whole_trace: bool = False, window: str | None = None, lenient: bool = False,
+            use_cache: bool = True) -> ProjectResult | RanksProjection | list[ProjectResult | RanksProjection]:
     """End-to-end projections (Amdahl and timeline replay, with the zero-time bound), as `headroom project`;
     `.estimate` is the first scenario's best estimate with its interval.
 
+    What it returns follows what it is given, as the command's output does: a trace file or an `Analysis`
+    gives one `ProjectResult`; a `RankSet` one `RanksProjection` (through the collectives, as
+    `project_ranks`); a directory a list, one result per trace in it, or one `RanksProjection` when it
+    holds the ranks of one run (one per JSON document `headroom project DIR --json` prints).
+
     `speedup`: ``SELECTOR=FACTOR[,launches=N]`` texts (``--speedup``); `files`: speedup files or `headroom
     verify` output (``--speedups``); `distribution`, `win_rate`/`median`, `select`: the distribution
-    scenarios; `step_ms`: the unprofiled step time (``--step-ms``; default: the trace's manifest).
+    scenarios; `step_ms`: the unprofiled step time (``--step-ms``; default: the trace's manifest);
+    `on_ranks`: for ranks, the ranks the speedups apply on (``--on-rank``); `rules` .. `use_cache`: how a
+    path is read, as `analyze`.
     """
-    entries, warnings = collect_entries(speedup, files)
+    if isinstance(trace, (Analysis, RankSet)):
+        inputs: list[Analysis | RankSet] = [trace]
+    elif os.path.isdir(trace):
+        inputs = read_inputs(trace, rules, policy, whole_trace, window, lenient, use_cache)
+    else:
+        inputs = [analyze(trace, rules, policy, whole_trace, window, lenient, use_cache)]
+    results = [_project_one(a, speedup, files, distribution, win_rate, median, select, quantiles, strict,
+                            problems, step_ms, on_ranks) for a in inputs]
+    return results if not isinstance(trace, (Analysis, RankSet)) and os.path.isdir(trace) else results[0]
+
+
+def _project_one(a: Analysis | RankSet, speedup: Sequence[str] = (), files: Sequence[PathLike] = (),
+                 distribution: PathLike | Distribution | None = None, win_rate: float | None = None,
+                 median: float | None = None, select: str = "category:addressable",
+                 quantiles: Sequence[float] = DEFAULT_QUANTILES, strict: bool = False,
+                 problems: PathLike | None = None, step_ms: float | None = None,
+                 on_ranks: Sequence[int] | None = None) -> ProjectResult | RanksProjection:
+    if isinstance(a, RankSet):
+        if distribution is not None or win_rate is not None or median is not None:
+            raise UserError(f"{a.source}: a directory of ranks takes speedup/files (distribution, win_rate "
+                            f"and median project one trace at a time)")
+        return project_ranks(a, speedup, files, on_ranks=on_ranks, strict=strict, problems=problems)
+    if on_ranks:
+        raise UserError(f"on_ranks: {a.source} is one trace, not a directory of ranks")
+    if step_ms is not None:
+        check_step_ms(a, step_ms)
+    entries, warnings = collect_entries(speedup, [os.fspath(f) for f in files])
     dist = load_distribution(distribution) if isinstance(distribution, (str, os.PathLike)) else distribution
-    return _project(_analysis(trace), entries, distribution=dist, win_rate=win_rate, median=median,
+    return _project(a, entries, distribution=dist, win_rate=win_rate, median=median,
                     scenario_select=select, quantiles=quantiles, strict=strict, problems=load_problems(problems),
                     extra_warnings=warnings, step_ms=step_ms)
 
@@ -105,16 +157,21 @@ def predict(trace: TraceLike, part: str, speedup: float, launches: int | None = 
 
 
 def targets(trace: TraceLike, speedup: float = DEFAULT_SPEEDUP, by: Sequence[str] = ("op", "module"),
-            top: int | None = 20, replay_top: int = 0, scope: str = "self", roofline: bool = False,
+            top: int | None = 20, replay_top: int = 5, scope: str = "self", rules: PathLike | None = None,
+            policy: PathLike | None = None, whole_trace: bool = False, window: str | None = None,
+            lenient: bool = False, use_cache: bool = True, roofline: bool = False,
             peaks: str | None = None, rank_by: str = "gain") -> Targets:
     """Ops and nn.Modules (classes: `module`, instances: `module_path`; `scope` self or total) ranked by
-    the end-to-end gain at `speedup`, as `headroom targets`. `roofline`: also each row's FLOPs, bytes,
-    achieved rates, limit, floor and max_speedup against the device's peaks (`peaks`: a data/devices.toml
-    key, default the trace's GPU), as `--roofline`; `rank_by="achievable"`: ranked by the gain at
-    min(max_speedup, speedup)."""
+    the end-to-end gain at `speedup`, as `headroom targets` (`top`: rows per grouping, None or 0 all;
+    `replay_top`: the first N rows of each grouping also replayed, as --replay-top; `rules` .. `use_cache`:
+    how a trace file is read, as `analyze`). `roofline`: also each row's FLOPs, bytes, achieved rates,
+    limit, floor and max_speedup against the device's peaks (`peaks`: a data/devices.toml key, default the
+    trace's GPU), as `--roofline`; `rank_by="achievable"`: ranked by the gain at min(max_speedup, speedup)."""
+    a = trace if isinstance(trace, Analysis) else analyze(trace, rules, policy, whole_trace, window, lenient,
+                                                          use_cache)
     if roofline:
-        return roofline_targets(_analysis(trace), speedup, tuple(by), top, replay_top, scope, peaks, rank_by)
-    return rank_targets(_analysis(trace), speedup, tuple(by), top, replay_top, scope)
+        return roofline_targets(a, speedup, tuple(by), top, replay_top, scope, peaks, rank_by)
+    return rank_targets(a, speedup, tuple(by), top, replay_top, scope)
 
 
 def report_html(paths: Sequence[PathLike | Analysis | RankSet], out: PathLike, speedup: Sequence[str] = (),
@@ -171,11 +228,11 @@ def project_ranks(ranks: RankSet | PathLike, speedup: Sequence[str] = (), files:
                   problems: PathLike | None = None) -> RanksProjection:
     """Speedups projected per rank, then through the collectives, as `headroom project DIR`."""
     rs = ranks if isinstance(ranks, RankSet) else analyze_ranks(ranks)
-    entries, warnings = collect_entries(speedup, files)
+    entries, warnings = collect_entries(speedup, [os.fspath(f) for f in files])
     res = _project_ranks(rs, entries, on_ranks=on_ranks, problems=load_problems(problems), strict=strict)
     res.warnings = list(warnings) + res.warnings
     return res
 
 
 __all__ = ["Analysis", "Diff", "ProjectResult", "RankSet", "RanksProjection", "Targets", "analyze", "analyze_all",
-           "analyze_ranks", "diff", "project", "project_ranks", "report_html", "summary", "targets"]
+           "analyze_ranks", "diff", "project", "project_ranks", "read_inputs", "report_html", "summary", "targets"]

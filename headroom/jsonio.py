@@ -3,6 +3,7 @@ for files, atomic (a temporary file renamed into place: a failure never leaves h
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -12,6 +13,64 @@ from pathlib import Path
 from typing import Any, BinaryIO, Iterator
 
 from headroom.errors import UserError
+
+
+# Field metadata for `plain`: leave the key out while the value is None (`field(default=None, metadata=OMIT_NONE)`).
+OMIT_NONE = {"omit_none": True}
+# Field metadata for `plain`: a field that is no part of the JSON object (working state, a cached table).
+SKIP = {"skip": True}
+
+
+def json_key(key: str, omit_none: bool = False) -> dict[str, Any]:
+    """Field metadata for `plain`: the JSON key when it differs from the field's name."""
+    return {"json_key": key, "omit_none": omit_none}
+
+
+def plain(obj: Any) -> Any:
+    """A result as JSON-ready values, the one encoder of result types: a dataclass becomes an object of its
+    fields in declaration order (keys and omissions as their metadata says: `json_key`, `OMIT_NONE`),
+    recursively through lists, tuples and dicts; anything else is left to `dumps` (numbers, text, numpy)."""
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        out = {}
+        for f in dataclasses.fields(obj):
+            if f.metadata.get("skip"):
+                continue
+            value = getattr(obj, f.name)
+            if value is None and f.metadata.get("omit_none"):
+                continue
+            out[f.metadata.get("json_key", f.name)] = plain(value)
+        return out
+    if isinstance(obj, dict):
+        return {k: plain(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [plain(v) for v in obj]
+    return obj
+
+
+def from_plain(cls: Any, value: Any) -> Any:
+    """`plain`'s inverse for a result dataclass read back from JSON: the fields whose annotation names a
+    dataclass (or a list of one) become one, every other value is kept as it was read (a number stays an
+    int or a float, as in the file), so `plain(from_plain(C, d)) == d`."""
+    import typing
+
+    if not (dataclasses.is_dataclass(cls) and isinstance(value, dict)):
+        return value
+    hints = typing.get_type_hints(cls)
+    kwargs = {}
+    for f in dataclasses.fields(cls):
+        key = f.metadata.get("json_key", f.name)
+        if f.metadata.get("skip") or key not in value:
+            continue
+        kind, v = hints[f.name], value[key]
+        args = [a for a in typing.get_args(kind) if a is not type(None)]
+        if dataclasses.is_dataclass(kind):
+            v = from_plain(kind, v)
+        elif typing.get_origin(kind) is list and args and dataclasses.is_dataclass(args[0]) and isinstance(v, list):
+            v = [from_plain(args[0], x) for x in v]
+        elif len(args) == 1 and dataclasses.is_dataclass(args[0]):    # Optional[SomeResult]
+            v = from_plain(args[0], v)
+        kwargs[f.name] = v
+    return typing.cast(Any, cls)(**kwargs)
 
 
 def _finite(x: Any) -> Any:
@@ -33,9 +92,16 @@ def _default(o: Any) -> Any:
     return str(o)
 
 
+def member(doc: Any, key: str) -> dict[str, Any]:
+    """`doc[key]` when `doc` is a JSON object and that member is one too, else an empty one (a manifest's
+    optional sections: `member(manifest, "timing")`)."""
+    value = doc.get(key) if isinstance(doc, dict) else None
+    return value if isinstance(value, dict) else {}
+
+
 def dumps(obj: Any, indent: int | None = None) -> str:
-    """`obj` as JSON text, NaN and infinities as null."""
-    return json.dumps(_finite(obj), indent=indent, default=_default, allow_nan=False)
+    """`obj` as JSON text (result dataclasses as `plain` makes them), NaN and infinities as null."""
+    return json.dumps(_finite(plain(obj)), indent=indent, default=_default, allow_nan=False)
 
 
 def _umask() -> int:

@@ -77,10 +77,10 @@ def run_one(arg: str) -> int:
 def summarise(out_dir: Path, single: Path | None) -> dict:
     """The rank-set analysis and the projections of one run (numbers for results.json and report.md)."""
     from headroom.projection.project import project
-    from headroom.projection.ranks import SyncModel, project_ranks
+    from headroom.projection.sync_projection import SyncModel, project_ranks
     from headroom.projection.speedups import parse_cli_speedup
     from headroom.trace.analysis import analyze, analyze_path
-    from headroom.trace.ranks import rank_set
+    from headroom.trace.rank_set import rank_set
 
     rs = rank_set(analyze_path(out_dir), source=str(out_dir))
     model = SyncModel.from_rank_set(rs)

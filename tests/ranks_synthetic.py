@@ -1,4 +1,4 @@
-"""Two-rank GPU traces with a known answer (tests of headroom.trace.ranks and headroom.project.ranks).
+"""Two-rank GPU traces with a known answer (tests of headroom.trace.rank_set and headroom.project.ranks).
 
 Every step, on each rank (times from the step start, microseconds):
 

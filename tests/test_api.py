@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+import dataclasses
+import enum
+import inspect
+import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
 import headroom
+from headroom.errors import UserError
 from tests.conftest import SHIPPED_TRACES
 
 DLRM = SHIPPED_TRACES / "dlrm.train.json.gz"
@@ -21,7 +27,7 @@ def dlrm():
 def test_analyze_and_its_frame(dlrm):
     assert isinstance(dlrm, headroom.Analysis) and dlrm.label == "dlrm train"
     f = dlrm.to_frame()
-    # indexed by category name (issue #13): .loc by name, the name still a column
+    # indexed by category name: .loc by name, the name still a column
     assert f["name"].iloc[0] == "gemm" and round(100 * f.loc["gemm", "fraction"], 1) == 36.4
     assert round(100 * f.loc[f["addressable"], "fraction"].sum(), 1) == 63.4
 
@@ -42,7 +48,12 @@ def test_project_from_a_path_and_a_file(tmp_path):
     f = tmp_path / "s.toml"
     f.write_text('[[speedup]]\nselect = "category:embedding"\nspeedup = 1.552\n')
     r = headroom.project(DLRM, files=[f])
-    assert round(r.get("amdahl").per_step_us / 1e3, 3) == 19.452 and r.entries[0]["source"] == str(f)
+    assert round(r.get("amdahl").per_step_us / 1e3, 3) == 19.452 and r.entries[0].source == str(f)
+    # a typed entry; its JSON object keeps the keys (and their order) of `headroom project --json`
+    assert type(r.entries[0]).__name__ == "EntryResult" and r.entries[0].top_kernels[0].us > 0
+    assert list(r.to_dict()["entries"][0]) == ["selector", "speedup", "launches", "verified", "source", "kernels", "us",
+                                               "wall_us", "addressable_us", "applied_kernels", "applied_us",
+                                               "applied_wall_us", "top_kernels"]
 
 
 def test_targets_result(dlrm):
@@ -56,7 +67,7 @@ def test_targets_result(dlrm):
 
 def test_summary_and_analyze_all():
     rows = headroom.summary(headroom.analyze_all(SHIPPED_TRACES / "scaling"))
-    # named as what they are (issue #13): the flavour's size, and the blocks profiled, extrapolated
+    # named as what they are: the flavour's size, and the blocks profiled, extrapolated
     assert sorted(rows["workload"]) == ["llama-13b infer prefill (4 of 40 layers, extrapolated)",
                                         "llama-70b infer prefill (4 of 80 layers, extrapolated)"]
 
@@ -65,3 +76,143 @@ def test_import_headroom_loads_no_data_libraries():
     """The facade is loaded on first use: processes that need only part of headroom stay light."""
     code = "import headroom, headroom.errors, sys; print(sorted(m for m in ('pandas', 'polars', 'torch') if m in sys.modules))"
     assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True).stdout.strip() == "[]"
+
+
+def test_analyze_is_one_trace_and_names_the_functions_for_a_directory():
+    """analyze() returns one Analysis, always; a directory is refused with the two functions that read one."""
+    with pytest.raises(UserError, match=r"scaling is a directory: headroom\.analyze_all\(\) analyses each trace "
+                                        r"in it, headroom\.analyze_ranks\(\) the ranks of one run together"):
+        headroom.analyze(SHIPPED_TRACES / "scaling")
+
+
+def test_project_takes_a_directory_as_the_command_does(headroom):   # the `headroom` fixture: the CLI
+    """headroom.project(DIR) gives the documents `headroom project DIR --json` prints, one per trace."""
+    speedup = "category:addressable=1.5"
+    p = headroom("project", "traces/scaling", "-s", speedup, "--json")
+    assert p.returncode == 0, p.stderr
+    printed = [json.loads(line) for line in p.stdout.splitlines()]
+    import headroom as api      # the fixture's name shadows the package here
+
+    results = api.project("traces/scaling", speedup=[speedup])     # (the fixture runs in the checkout)
+    assert isinstance(results, list) and [type(r).__name__ for r in results] == ["ProjectResult"] * 2
+    from headroom.jsonio import dumps
+
+    assert [json.loads(dumps(r.to_dict())) for r in results] == [{k: v for k, v in d.items() if k != "schema"}
+                                                                 for d in printed]
+    assert [d["trace"] for d in printed] == ["traces/scaling/llama-7b.13b.infer.prefill.4of40-layers.json.gz",
+                                             "traces/scaling/llama-7b.70b.infer.prefill.4of80-layers.json.gz"]
+
+
+# --- API = CLI: each command's defaults are those of the API function it stands for ---------------------
+
+def _command_defaults() -> dict[str, dict[str, object]]:
+    """Every command of the typer app (groups as `bench run`), with each parameter's default."""
+    from headroom.cli import app as cli_app
+
+    cli_app._register_commands(None)
+    commands = [("", c) for c in cli_app.app.registered_commands]
+    commands += [(g.name + " ", c) for g in cli_app.app.registered_groups for c in g.typer_instance.registered_commands]
+    out = {}
+    for prefix, c in commands:
+        name = prefix + cli_app._command_name(c)
+        out[name] = {p: getattr(v.default, "default", v.default) for p, v in inspect.signature(c.callback).parameters.items()}
+    return out
+
+
+def _plain(v: object) -> object:
+    """A default as a value: paths as text, enums by value, an unset list option (None) as an empty one."""
+    if isinstance(v, Path):
+        return str(v)
+    if isinstance(v, enum.Enum):
+        return v.value
+    if isinstance(v, (list, tuple)):
+        return tuple(v)
+    return v
+
+
+def _api_defaults(target: object) -> dict[str, object]:
+    if dataclasses.is_dataclass(target):
+        return {f.name: f.default if f.default is not dataclasses.MISSING else f.default_factory()  # type: ignore[misc]
+                for f in dataclasses.fields(target)}
+    return {p: v.default for p, v in inspect.signature(target).parameters.items() if v.default is not inspect.Parameter.empty}
+
+
+def _api_targets():
+    """command -> [(what it calls, {CLI parameter: API parameter, "!name" where the flag is the negation})]."""
+    from headroom.extract import extract
+    from headroom.profile.run import profile_workload
+    from headroom.profile.workload import Options
+    from headroom.validate import validate
+    from headroom.verify import VerifyOptions
+
+    read = {"rules": "rules", "policy": "policy", "whole_trace": "whole_trace", "window": "window",
+            "lenient": "lenient", "no_cache": "!use_cache"}
+    workload = {"mode": "mode", "phase": "phase", "kv_cache": "kv_cache", "batch": "batch", "seq": "seq",
+                "dtype": "dtype", "layers": "layers", "flavour": "flavour", "no_tf32": "!tf32",
+                "full_size": "!scale_for_cpu"}
+    run = {"device": "device", "workload_file": "workload_file"}
+    verify = {"device": "device", "vs_compile": "vs_compile", "rounds": "rounds", "timeout": "timeout",
+              "build_timeout": "build_timeout", "seed": "seed", "threads": "threads", "scale": "scale"}
+    return {
+        "classify": [(headroom.analyze_all, read)],
+        "report": [(headroom.analyze_all, read)],
+        "project": [(headroom.project, {**read, "speedup": "speedup", "speedups": "files",
+                                        "distribution": "distribution", "win_rate": "win_rate", "median": "median",
+                                        "scenario_select": "select", "strict": "strict", "step_ms": "step_ms",
+                                        "problems": "problems", "on_rank": "on_ranks"})],
+        "targets": [(headroom.targets, {**read, "speedup": "speedup", "scope": "scope", "top": "top",
+                                        "replay_top": "replay_top", "roofline": "roofline", "peaks": "peaks",
+                                        "rank_by": "rank_by"})],
+        "diff": [(headroom.diff, {"by": "by"})],
+        "profile": [(profile_workload, {**run, "out": "out", "steps": "steps", "warmup": "warmup",
+                                        "timed_steps": "timed_steps"}),
+                    (Options, {**workload, "compile_": "compile", "no_module_ranges": "!module_ranges",
+                               "nproc": "nproc", "parallel": "parallel"})],
+        "extract": [(extract, {**run, "out": "out", "trace": "trace", "window": "window", "no_profile": "!profile"}),
+                    (Options, workload)],
+        "validate": [(validate, {**run, "rounds": "rounds", "steps_per_round": "steps_per_round",
+                                 "profile_steps": "profile_steps", "tolerance": "gate", "timeout": "timeout",
+                                 "threads": "threads"}),
+                     (Options, workload)],
+        "verify": [(VerifyOptions, verify)],
+        # (--scale unset: each suite problem's own scale, not VerifyOptions' default)
+        "bench run": [(VerifyOptions, {k: v for k, v in verify.items() if k != "scale"})],
+    }
+
+
+# Commands that stand for no one API function, and why.
+NO_API_FUNCTION = {
+    "annotate": "writes a copy of a trace (headroom.report.annotate.annotate_trace)",
+    "plot": "draws figures from projections and analyses (headroom.report.plot)",
+    "workloads": "lists the registry (headroom.profile.registry.list_workloads)",
+    "bench list": "lists the suite's problems",
+}
+
+
+def test_every_command_has_the_defaults_of_its_api_function():
+    """Walk the typer app: each command's parameters that the API function takes default to the same value
+    (a `--no-X` flag to the negation of the function's `X`); every command is either mapped or named above."""
+    commands = _command_defaults()
+    mapped = _api_targets()
+    assert set(commands) == set(mapped) | set(NO_API_FUNCTION)
+    compared = 0
+    for name, targets in mapped.items():
+        cli = commands[name]
+        for target, params in targets:
+            api = _api_defaults(target)
+            for cli_name, api_name in params.items():
+                negated = api_name.startswith("!")
+                api_name = api_name.lstrip("!")
+                assert cli_name in cli and api_name in api, (name, cli_name, api_name)
+                want = (not api[api_name]) if negated else _plain(api[api_name])
+                got = _plain(cli[cli_name])
+                if got is None and want == ():    # a repeatable option not given: an empty list
+                    got = ()
+                assert got == want, f"{name} {cli_name}: the command's default {got!r}, the API's {want!r}"
+                compared += 1
+    assert compared >= 80
+
+
+def test_replay_top_defaults_to_five_in_both():
+    assert inspect.signature(headroom.targets).parameters["replay_top"].default == 5
+    assert _command_defaults()["targets"]["replay_top"] == 5

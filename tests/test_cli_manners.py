@@ -1,4 +1,4 @@
-"""The command line as a new user and an attacker meet it (issue #13): one line and exit 2 for every
+"""The command line as a new user and an attacker meet it: one line and exit 2 for every
 bad input, results on stdout and everything else on stderr in one style, strict JSON in µs with a
 schema, per-step milliseconds on screen, names checked with a did-you-mean, step-less traces."""
 
@@ -105,7 +105,7 @@ def test_the_command_map_names_every_command_of_each_module_in_the_help_order():
 
 @pytest.mark.parametrize("words", [["targets"], ["project", "--speedup", "category:gemm=2"], ["classify", "--json"]])
 def test_a_command_on_a_cached_trace_imports_only_what_it_uses(tmp_path, words):
-    """A command on a cached trace (issue #14: the second command <= 1 s) is mostly its imports. It imports
+    """A command on a cached trace (the second command <= 1 s) is mostly its imports. It imports
     neither polars (the loader's), pydantic (typer 0.29 builds a pydantic adapter per parameter: typer is held
     below 0.29), filelock (only a writer of the cache locks) nor the modules of a directory of ranks."""
     env = {**os.environ, "HEADROOM_CACHE_DIR": str(tmp_path / "cache"), "HEADROOM_CACHE_MIN_BYTES": "0"}
@@ -124,8 +124,8 @@ def test_a_command_on_a_cached_trace_imports_only_what_it_uses(tmp_path, words):
     assert "headroom.trace.cache" in loaded and "pandas" in loaded     # it did read the cached trace
     # A package's submodules: the loader names polars to lazy_loader, which puts an empty module in its place.
     unwanted = [m for m in loaded if m.split(".")[0] in ("polars", "pydantic", "pydantic_core", "filelock") and "." in m
-                or m in ("headroom.trace.ranks", "headroom.projection.ranks", "headroom.projection.sync_targets",
-                         "headroom.report.ranks", "headroom.cli.ranks", "headroom.trace.comm")]
+                or m in ("headroom.trace.rank_set", "headroom.projection.sync_projection", "headroom.projection.sync_targets",
+                         "headroom.report.rank_tables", "headroom.cli.trace_inputs", "headroom.trace.comm")]
     assert unwanted == []
 
 

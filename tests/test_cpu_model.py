@@ -45,7 +45,7 @@ def test_launch_bound_chain_fused_gains_the_removed_cpu_time(tmp_path):
     assert rep.speedup == pytest.approx(5940 / 1200, rel=1e-3)
     # Amdahl shortens kernels only: 60 calls x 8 us x (1 - 1/4).
     assert r.get("amdahl").saved_us == pytest.approx(360.0, abs=0.01)
-    cpu = r.entries[0]["cpu"]
+    cpu = r.entries[0].cpu
     assert (cpu["calls"], cpu["changed_calls"], cpu["kernels_per_call"]) == (60, 60, 8.0)
     assert cpu["removed_cpu_us"] == pytest.approx(60 * 89.0, abs=0.01)
     assert cpu["added_cpu_us"] == pytest.approx(60 * 10.0, abs=0.01)
@@ -64,7 +64,7 @@ def test_launches_unchanged_leave_the_cpu_alone(tmp_path):
     # Launch-bound and no CPU change: shortening idle-separated kernels buys nothing.
     assert plain.get("replay").saved_us == pytest.approx(0.0, abs=0.5)
     assert same.get("replay").saved_us == pytest.approx(0.0, abs=0.5)
-    assert same.entries[0]["cpu"]["changed_calls"] == 0
+    assert same.entries[0].cpu["changed_calls"] == 0
 
 
 def test_more_launches_cost_cpu_time(tmp_path):
@@ -158,7 +158,7 @@ def test_a_cross_stream_wait_keeps_the_consumer_behind_its_producer(tmp_path):
     r = project(a, [parse_cli_speedup("module:RMSNorm=4,launches=1")])
     assert r.replay_check["cross_stream_deps"] == 3
     # Fusing the chain saves 10 x 79 us of CPU, but C still waits for P: nothing gained.
-    assert r.entries[0]["cpu"]["removed_cpu_us"] - r.entries[0]["cpu"]["added_cpu_us"] == pytest.approx(3 * 790.0)
+    assert r.entries[0].cpu["removed_cpu_us"] - r.entries[0].cpu["added_cpu_us"] == pytest.approx(3 * 790.0)
     assert r.get("replay").saved_us == pytest.approx(0.0, abs=0.01)
     # Half P's time alone: C is then held by its launch (1006 us into the step; the sync returns at
     # 1006 + 5 + 500 + 4): 496 us a step.
@@ -180,7 +180,7 @@ def test_no_launches_left_moves_the_work_into_the_neighbour(tmp_path):
     # Each aten::mul (a 10 us op launching one 1 us kernel) launches nothing after the change: its CPU
     # time goes (8 x 60 x 10 us) and its kernel's work (1/4 us) runs inside the kernel before it.
     r = run(launch_bound(tmp_path), "op:aten::mul=4,launches=0")
-    assert r.entries[0]["cpu"]["calls"] == 480 and r.entries[0]["cpu"]["added_cpu_us"] == 0.0
+    assert r.entries[0].cpu["calls"] == 480 and r.entries[0].cpu["added_cpu_us"] == 0.0
     assert r.get("replay").saved_us == pytest.approx(4800.0, abs=0.01)
 
 
@@ -188,7 +188,7 @@ def test_no_launches_left_moves_the_work_into_the_neighbour(tmp_path):
 
 @pytest.fixture(scope="module")
 def chains(tmp_path_factory):
-    """The shipped traces with nn.Module ranges around the eager chains issue #12 fused by hand."""
+    """The shipped traces with nn.Module ranges around the eager chains fused by hand in the hand-measured substitutions."""
     from benchmarks.projector_checks import CHAINS, with_module_ranges
     from tests.conftest import REPO
 
@@ -210,7 +210,7 @@ def test_shipped_launch_bound_decode_gains_the_cpu_time_of_the_fused_norms(chain
     assert pinned.estimate.speedup == pytest.approx(1.0, abs=1e-4)
     # ... while one launch per call removes each call's eight ops from the CPU: the step shrinks by
     # that CPU time on the unprofiled clock (CPU x0.529).
-    c = fused.entries[0]["cpu"]
+    c = fused.entries[0].cpu
     assert c["kernels_per_call"] == 8.0 and c["changed_calls"] == calls
     e = fused.estimate
     saved_cpu_unprofiled = e.cpu_scale * (c["removed_cpu_us"] - c["added_cpu_us"])
@@ -261,7 +261,7 @@ def test_calls_from_headroom_module_ranges_match_by_path_or_class(tmp_path):
         ev.loc[inside, "module"] = str(r.name).split(" ")[1]
     b.events = ev
     r = project(b, [parse_cli_speedup("module:^(?:layers\\.3\\.norm)(?:\\.|$)=4,launches=1")])
-    cpu = r.entries[0]["cpu"]
+    cpu = r.entries[0].cpu
     assert (cpu["calls"], cpu["kernels_per_call"], cpu["call_kind"]) == (3, 8.0, "module")
     # The module ranges are frames, not ops: a new launch still costs a 10 us single-launch op.
     assert cpu["launch_cost"]["op_us"] == pytest.approx(10.0)
@@ -290,7 +290,7 @@ def test_a_measured_call_cost_replaces_the_single_launch_op(tmp_path):
     # 60 x (89 - 40) us saved, not 60 x 79 -- less 4 us at the end: the new kernel is launched one
     # launch call (3 us) before its call ends, and the step's last one ends 5 + 2 us later.
     r = project(analyze(path), [_entry("module:RMSNorm=4,launches=1", 40.0)])
-    cpu = r.entries[0]["cpu"]
+    cpu = r.entries[0].cpu
     assert cpu["call_us"] == 40.0 and cpu["changed_calls"] == 60
     assert cpu["removed_cpu_us"] == pytest.approx(60 * 89.0, abs=0.01)
     assert cpu["added_cpu_us"] == pytest.approx(60 * 40.0, abs=0.01)
@@ -310,7 +310,7 @@ def test_a_measured_call_cost_is_unprofiled_time(tmp_path):
     a = analyze(launch_bound(tmp_path, step_ms=1.188))
     r = project(a, [_entry("module:RMSNorm=4,launches=1", 24.0)])
     scale = r.unprofiled.cpu_scale
-    assert r.entries[0]["cpu"]["added_cpu_us"] == pytest.approx(60 * 24.0 / scale, rel=1e-9)
+    assert r.entries[0].cpu["added_cpu_us"] == pytest.approx(60 * 24.0 / scale, rel=1e-9)
     assert r.estimate.clock == "unprofiled" and r.estimate.baseline_us == pytest.approx(3564.0, rel=1e-6)
     assert r.estimate.projected_us == pytest.approx(5940 * scale - 60 * (89 * scale - 24.0) + 7 - 3 * scale, abs=0.01)
 
@@ -320,7 +320,7 @@ def test_a_measured_call_cost_changes_calls_that_keep_their_kernel_count(tmp_pat
     # launches=8 alone changes nothing (test_launches_unchanged_leave_the_cpu_alone); a measured CPU
     # time does: 8 kernels in a 40 us call, the last launched 3 us before its end and ending 5 + 0.25 us later.
     r = project(analyze(path), [_entry("module:RMSNorm=4,launches=8", 40.0)])
-    assert r.entries[0]["cpu"]["changed_calls"] == 60
+    assert r.entries[0].cpu["changed_calls"] == 60
     assert r.get("replay").saved_us == pytest.approx(60 * 49.0 - 2.25, abs=0.01)
 
 
@@ -359,7 +359,7 @@ def test_a_sync_per_call_drains_the_queue_in_a_gpu_bound_step(tmp_path):
     plain = project(analyze(path), [_synced("module:RMSNorm=4,launches=1", 40.0, 0)])
     synced = project(analyze(path), [_synced("module:RMSNorm=4,launches=1", 40.0, 1)])
     assert plain.get("replay").saved_us == pytest.approx(30 * 150.0, abs=1.0)
-    assert synced.entries[0]["cpu"]["syncs"] == 1
+    assert synced.entries[0].cpu["syncs"] == 1
     lost = plain.get("replay").saved_us - synced.get("replay").saved_us
     assert lost == pytest.approx(30 * (5.0 + 2.0 + LATENCY_US), abs=30 * 1.0)
 

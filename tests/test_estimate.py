@@ -167,7 +167,7 @@ def test_verify_results_drive_the_cpu_model_through_the_problem_map(tmp_path):
     a = analyze(launch_bound(tmp_path))
     entries = load_speedup_file(res).entries
     r = project(a, entries, problems=load_problems(probs))
-    assert r.entries[0]["launches"] == 1 and r.entries[0]["cpu"]["call_kind"] == "module"
+    assert r.entries[0].launches == 1 and r.entries[0].cpu["call_kind"] == "module"
     assert r.get("replay").saved_us == pytest.approx(4740.0, abs=0.5)     # as module:RMSNorm=4,launches=1
 
 
@@ -190,6 +190,6 @@ def test_cpu_only_trace_estimate_from_the_calls_cpu_time(tmp_path):
     r = project(a, [parse_cli_speedup("annotation:rmsnorm=2")])
     e = r.estimate
     # 10 calls x 48 us a step at 2x: 240 us of 780 saved; the same share of the unprofiled 390 us.
-    assert r.entries[0]["cpu"]["calls"] == 30 and r.entries[0]["cpu"]["call_us"] == pytest.approx(30 * 48.0)
+    assert r.entries[0].cpu["calls"] == 30 and r.entries[0].cpu["call_us"] == pytest.approx(30 * 48.0)
     assert e.speedup == pytest.approx(780 / 540) and e.clock == "unprofiled" and e.baseline_us == pytest.approx(1170.0)
     assert e.low < e.speedup < e.high and "CPU calls" in e.method

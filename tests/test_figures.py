@@ -1,4 +1,4 @@
-"""Figures worth putting in a paper (issue #13), and the README that shows them: zero-time ticks that
+"""Figures worth putting in a paper, and the README that shows them: zero-time ticks that
 can be seen, idle shown (or the basis in the title), the legend in stacking order, greys a reader can
 tell apart, scaling points labelled by size with extrapolated ones marked, no empty axis range; the
 committed figure's numbers and README's command output are what the shipped traces give now."""

@@ -32,7 +32,7 @@ import pytest
 
 from headroom.trace.analysis import analyze, analyze_path
 from headroom.trace.comm import activity_segments, comm_split
-from headroom.trace.ranks import rank_set
+from headroom.trace.rank_set import rank_set
 from tests.conftest import hta_trace
 from tests.ranks_synthetic import write_pair
 

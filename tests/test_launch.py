@@ -13,7 +13,7 @@ from headroom.jsonio import dumps
 from headroom.profile.launch import NCCL_ENV, profile_ranks
 from headroom.profile.manifest import MANIFEST_NAME
 from headroom.profile.workload import Options
-from headroom.projection.ranks import SyncModel, sync_projection
+from headroom.projection.sync_projection import SyncModel, sync_projection
 from headroom.trace.comm import collectives
 
 from test_profile import invoke
@@ -123,7 +123,7 @@ def test_a_rank_that_fails_stops_the_run_with_its_one_line(tmp_path):
 
 
 def test_no_timed_steps_is_refused_before_any_launch(tmp_path):
-    """`--timed-steps 0` wrote NaN into one-process traces (issue #13); --nproc refuses it in the parent."""
+    """`--timed-steps 0` wrote NaN into one-process traces; --nproc refuses it in the parent."""
     with pytest.raises(UserError, match=r"--steps and --timed-steps must be at least 1"):
         profile_ranks("bert-base", Options(mode="train"), nproc=2, device="cpu", out=tmp_path, timed_steps=0)
     assert not any(tmp_path.iterdir())
@@ -162,7 +162,7 @@ def test_dlrm_sharding_options_with_several_ranks():
 
 def test_cli_nproc_json_and_a_quiet_stderr(tmp_path):
     """`headroom profile --nproc 2 --json`: one `headroom.profile.ranks/1` document on stdout; on stderr the
-    ranks' stage lines, and none of Kineto's `USDT: ... profiler_start` lines (issue #13)."""
+    ranks' stage lines, and none of Kineto's `USDT: ... profiler_start` lines."""
     import subprocess
     import sys
     from pathlib import Path

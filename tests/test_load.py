@@ -605,8 +605,8 @@ FINGERPRINTS = json.loads((Path(__file__).parent / "data" / "loader_fingerprints
 
 @pytest.mark.parametrize("name", sorted(FINGERPRINTS))
 def test_real_traces_load_into_the_same_tables_as_before(name):
-    """Fingerprints recorded with the previous loader (polars ndjson, before this streamed one; main at
-    90899e8, with the module columns and the fwdbwd pairs): every table's rows and every column's
+    """Fingerprints recorded with an independent loader (polars ndjson, before this streamed one, with the
+    module columns and the fwdbwd pairs): every table's rows and every column's
     values, in row order (benchmarks/tables_check.py compares the whole tables and analyses)."""
     where, file = name.split("__", 1)
     path = SHIPPED_TRACES / file.replace("__", "/") if where == "traces" else hta_trace(file.split("__")[0])

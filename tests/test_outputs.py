@@ -1,4 +1,4 @@
-"""Files headroom writes (issue #13): whole or not at all, with the umask's mode, under a lock where
+"""Files headroom writes: whole or not at all, with the umask's mode, under a lock where
 several runs share them; a run replaces a trace only once it finished; the profiler's noise kept out
 of the live display; overhead that cannot be told from noise is not printed as a number."""
 
@@ -141,7 +141,9 @@ def test_analyze_a_directory_of_ranks(tmp_path, builder):
         b.step(1, 0, 100)
         b.kernel("sm90_xmma_gemm", launch_ts=1, ts=2, dur=10 * (rank + 1), device=rank)
         b.write(tmp_path / f"rank-{rank}.json")
-    ranks = headroom.analyze(tmp_path)
+    ranks = headroom.analyze_all(tmp_path)      # one Analysis per rank (analyze: one trace, a directory refused)
     assert [a.total_us for a in ranks] == [10, 20] and [Path(a.source).name for a in ranks] == ["rank-0.json",
                                                                                                "rank-1.json"]
     assert headroom.analyze(tmp_path / "rank-1.json").total_us == 20
+    with pytest.raises(UserError, match="is a directory"):
+        headroom.analyze(tmp_path)

@@ -1,4 +1,4 @@
-"""headroom.projection.ranks: speedups projected per rank, then through the collectives (known answers).
+"""headroom.projection.sync_projection: speedups projected per rank, then through the collectives (known answers).
 
 The traces (tests/ranks_synthetic.py): rank 1's gemm is 500 us longer, so rank 0 waits for it at
 every all-reduce. Step window 5510 us (two steps); worked by hand:
@@ -23,10 +23,10 @@ from typer.testing import CliRunner
 from headroom.cli.app import _register_commands, app
 from headroom.errors import UserError
 from headroom.projection.sync_targets import sync_targets
-from headroom.projection.ranks import SyncModel, project_ranks, sync_projection
+from headroom.projection.sync_projection import SyncModel, project_ranks, sync_projection
 from headroom.projection.speedups import parse_cli_speedup
 from headroom.trace.analysis import analyze_path
-from headroom.trace.ranks import rank_set
+from headroom.trace.rank_set import rank_set
 from tests.ranks_synthetic import ELEMENTWISE, GEMM, OPTIMIZER, WALL, write_pair
 
 

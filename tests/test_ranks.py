@@ -1,4 +1,4 @@
-"""headroom.trace.ranks: the ranks of one run analysed together, on traces with a known answer."""
+"""headroom.trace.rank_set: the ranks of one run analysed together, on traces with a known answer."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 from headroom.errors import UserError
 from headroom.trace.analysis import analyze, analyze_path
 from headroom.trace.comm import activity_segments, collectives, comm_split
-from headroom.trace.ranks import rank_id, rank_order, rank_set, repeated_ranks
+from headroom.trace.rank_set import rank_id, rank_order, rank_set, repeated_ranks
 from tests.conftest import TraceBuilder, hta_trace
 from tests.ranks_synthetic import DELAY, GEMM, NCCL, SHIFT, STEP, WALL, write_pair
 

@@ -104,19 +104,22 @@ def test_gpu_bound_fusion_the_part_and_both_projections_are_exact(tmp_path):
     var = analyze(_trace(TraceBuilder, tmp_path / "variant.json", [40.0]))
     assert base.wall_us == pytest.approx(920.0) and var.wall_us == pytest.approx(860.0)
     r = compute(_run(0.920, 0.860), base, var)
-    assert r["part"]["base_us"] == 100.0 and r["part"]["variant_us"] == 40.0
-    assert r["part"]["speedup"] == 2.5
-    assert r["part"]["launches_per_call"] == [2.0, 1.0]
-    assert r["measured"]["speedup"] == pytest.approx(920 / 860, rel=1e-12)
+    assert r.part.base_us == 100.0 and r.part.variant_us == 40.0
+    assert r.part.speedup == 2.5
+    assert r.part.launches_per_call == [2.0, 1.0]
+    assert r.measured.speedup == pytest.approx(920 / 860, rel=1e-12)
     # Amdahl: 920 - 100 * (1 - 1/2.5) = 860; the kernels are back to back, so the replay agrees
-    assert r["projected"]["amdahl"] == pytest.approx(920 / 860, rel=1e-9)
-    assert r["projected"]["replay"] == pytest.approx(920 / 860, rel=1e-6)
-    assert abs(r["error"]["amdahl"]) < 1e-9 and abs(r["error"]["replay"]) < 1e-6
-    assert r["baseline"]["launch_bound"] is False
-    assert r["detail"]["part_kernels"]["variant"] == [["elementwise_kernel", 1.0, 40.0]]
-    assert set(r) >= {"workload", "replacements", "baseline", "measured", "part", "projected", "error"}
-    assert set(r["projected"]) == {"amdahl", "replay", "estimate", "low", "high"}
-    assert r["replacements"] == [{"module": "Norm", "candidate": "fused_norm.py", "instances": 1}]
+    assert r.projected.amdahl == pytest.approx(920 / 860, rel=1e-9)
+    assert r.projected.replay == pytest.approx(920 / 860, rel=1e-6)
+    assert abs(r.error.amdahl) < 1e-9 and abs(r.error.replay) < 1e-6
+    assert r.baseline.launch_bound is False
+    assert r.detail.part_kernels.variant == [["elementwise_kernel", 1.0, 40.0]]
+    d = r.to_dict()     # the --json object: its keys, in this order (docs/validate.md)
+    assert list(d) == ["workload", "replacements", "baseline", "measured", "part", "projected", "error", "config",
+                       "check", "detail"]
+    assert list(d["projected"]) == ["amdahl", "replay", "estimate", "low", "high"]
+    assert d["replacements"] == [{"module": "Norm", "candidate": "fused_norm.py", "instances": 1}]
+    assert type(r).from_dict(d) == r      # read back from JSON: the same result
 
 
 def test_a_measured_speedup_the_projection_misses_shows_as_its_error(tmp_path):
@@ -125,8 +128,8 @@ def test_a_measured_speedup_the_projection_misses_shows_as_its_error(tmp_path):
     base = analyze(_trace(TraceBuilder, tmp_path / "base.json", [50.0, 50.0]))
     var = analyze(_trace(TraceBuilder, tmp_path / "variant.json", [40.0]))
     r = compute(_run(1.000, 0.800), base, var)   # measured 1.25x (e.g. CPU time the trace does not show)
-    assert r["measured"]["speedup"] == pytest.approx(1.25, rel=1e-12)
-    assert r["error"]["amdahl"] == pytest.approx((920 / 860) / 1.25 - 1, rel=1e-9)
+    assert r.measured.speedup == pytest.approx(1.25, rel=1e-12)
+    assert r.error.amdahl == pytest.approx((920 / 860) / 1.25 - 1, rel=1e-9)
 
 
 def test_paths_selector_picks_the_instances_and_what_is_inside_them():
@@ -185,7 +188,7 @@ def test_identity_candidate_measures_and_projects_no_change(identity_run):
 
 def test_offline_recompute_reproduces_the_saved_result_exactly(identity_run):
     out, r = identity_run
-    assert recompute(out) == json.loads((out / "result.json").read_text()) == r
+    assert recompute(out).to_dict() == json.loads((out / "result.json").read_text()) == r
     p = _cli("validate", "--from", str(out), "--json")
     assert p.returncode == 0 and json.loads(p.stdout) == {"schema": "headroom.validate/1", **r}
 
@@ -257,3 +260,15 @@ def test_recompute_refuses_a_directory_that_is_not_a_run(tmp_path):
     (tmp_path / "run.json").write_text("{}")
     with pytest.raises(UserError, match="not a saved validate run .missing base.json.gz, variant.json.gz"):
         recompute(tmp_path)
+
+
+def test_the_committed_results_read_back_typed_and_write_back_byte_for_byte():
+    """docs/gpu/validation.json (validate results measured on a GPU): each object is a ValidateResult, and
+    writing the typed results gives the file's objects again, byte for byte."""
+    from headroom.jsonio import dumps
+    from headroom.validate import ValidateResult
+
+    docs = json.loads((REPO / "docs" / "gpu" / "validation.json").read_text())
+    typed = [ValidateResult.from_dict(d) for d in docs]
+    assert len(typed) == 5 and all(isinstance(t.measured.rounds, int) for t in typed)
+    assert dumps(typed, indent=1) == dumps(docs, indent=1)

@@ -1,6 +1,6 @@
 """The committed GPU validation results (docs/gpu/validation.json) are what their committed traces and
 timings (docs/gpu/validation/<name>/) give: every number re-derived with the code at hand, through
-`headroom validate --from DIR --json`; and issue #12's accuracy targets, checked on them as facts.
+`headroom validate --from DIR --json`; and the projection's accuracy targets, checked on them as facts.
 
 The targets (docs/validation.md): the projection's error (`error.estimate`, projected / measured - 1)
 within 3% where the GPU is the bottleneck and within 6% where the CPU's launches are (decode at batch 1;
@@ -22,7 +22,7 @@ DATA = REPO / "docs" / "gpu" / "validation.json"
 RUNS = REPO / "docs" / "gpu" / "validation"
 DOC = REPO / "docs" / "validation.md"
 
-GPU_BOUND_TARGET = 0.03      # issue #12: |projection error| for GPU-bound workloads
+GPU_BOUND_TARGET = 0.03      # the target |projection error| for GPU-bound workloads
 LAUNCH_BOUND_TARGET = 0.06   # ... and for launch-bound ones
 REL = 1e-9                   # "equal": floats to 9 significant digits (sums may differ in the last bit)
 

@@ -5,16 +5,18 @@ from __future__ import annotations
 import os
 import signal
 import sys
+from typing import Any
 
 import typer
 
-from headroom import __version__
+from headroom._version import __version__
 from headroom.cli.output import EXIT_INTERRUPTED, EXIT_USAGE, error, library_warnings_in_one_style
 from headroom.errors import UserError
 from headroom.extras import EXTRA_OF_MODULE, missing
 
 
 # typer raises click's exceptions, or those of the copy of click that newer typers ship.
+_exc: Any
 try:
     from typer._click import exceptions as _exc
 except ImportError:  # typer that depends on click
@@ -44,8 +46,10 @@ def _plain_help() -> None:
     def option(self, ctx):
         return None if getattr(self, "is_flag", False) else opt_type(self, ctx)
 
-    argument._headroom = option._headroom = True
-    TyperArgument.display_type_rich, TyperOption.display_type_rich = argument, option
+    setattr(argument, "_headroom", True)
+    setattr(option, "_headroom", True)
+    setattr(TyperArgument, "display_type_rich", argument)
+    setattr(TyperOption, "display_type_rich", option)
 
 
 _plain_help()
@@ -95,7 +99,7 @@ def _register_commands(argv: list[str] | None = None) -> None:
         _registered.add(name)
     order = list(COMMAND_MODULES)     # the help's order, whichever command was registered first
     app.registered_commands.sort(key=lambda c: order.index(_command_name(c)))
-    app.registered_groups.sort(key=lambda g: order.index(g.name))
+    app.registered_groups.sort(key=lambda g: order.index(g.name or ""))
 
 
 def _command_name(info) -> str:
@@ -107,7 +111,7 @@ _EXTRA_OF_COMMAND = {"profile": "profile", "workloads": "profile", "extract": "p
                      "verify": "verify", "bench": "verify"}
 
 
-def _usage_line(e: Exception) -> str:
+def _usage_line(e: Any) -> str:
     cmd = e.ctx.command_path if e.ctx is not None else "headroom"
     cmd = "headroom" + cmd[cmd.index(" "):] if " " in cmd else "headroom"
     return f"{e.format_message()} (see '{cmd} --help')"
@@ -157,7 +161,7 @@ def _dispatch(argv: list[str] | None) -> int:
         args = sys.argv[1:] if argv is None else argv
         command = next((a for a in args if not a.startswith("-")), "")
         extra = _EXTRA_OF_COMMAND.get(command) if module == "torch" else None
-        error(missing(module, command, extra))
+        error(str(missing(module, command, extra)))
         code = EXIT_USAGE
     except _NoArgsIsHelp:   # typer has printed the help
         code = EXIT_USAGE

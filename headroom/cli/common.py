@@ -3,7 +3,6 @@ time, and reading many traces so that one bad file is named and the rest still r
 
 from __future__ import annotations
 
-import enum
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator, List, Optional
@@ -12,11 +11,6 @@ import typer
 
 from headroom.cli.output import EXIT_USAGE, error, progress, warn
 from headroom.errors import UserError
-
-def choices(name: str, *values: str) -> type[enum.Enum]:
-    """An Enum of `values` for an option, so that --help and shell completion list them."""
-    return enum.Enum(name, {v.replace("-", "_"): v for v in values}, type=str)
-
 
 RulesOpt = typer.Option(None, "--rules", metavar="FILE",
                         help="TOML file of extra classification rules (tried first).")
@@ -83,12 +77,12 @@ class Reader:
 
     def inputs(self, paths: List[Path]) -> Iterator:
         """Like `analyses`, but a directory holding the ranks of one run becomes one RankSet
-        (headroom.trace.ranks), analysed together; every other trace is an Analysis."""
+        (headroom.trace.rank_set), analysed together; every other trace is an Analysis."""
         for p in paths:
             if not Path(p).is_dir():
                 yield from self.analyses([p])
                 continue
-            from headroom.cli.ranks import group_ranks, looks_like_ranks   # here: a single trace never needs them
+            from headroom.cli.trace_inputs import group_ranks, looks_like_ranks   # here: a single trace never needs them
 
             failed = len(self.failed)
             analyses = list(self.analyses([p]))

@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
+import enum
+
 from pathlib import Path
 from typing import Optional
 
 import typer
 
-from headroom.cli.common import LenientOpt, NoCacheOpt, PolicyOpt, Reader, RulesOpt, WholeOpt, WindowOpt, choices
+from headroom.cli.common import LenientOpt, NoCacheOpt, PolicyOpt, Reader, RulesOpt, WholeOpt, WindowOpt
 from headroom.cli.output import EXIT_VERDICT, emit_json, warn
 from headroom.errors import UserError
 
-DiffBy = choices("DiffBy", "category", "op", "module", "kernel")
+DiffBy = enum.Enum("DiffBy", {"category": "category", "op": "op", "module": "module", "kernel": "kernel"}, type=str)
 _RunArg = "Trace file (.json/.json.gz), or a directory of the ranks of one run."
 
 

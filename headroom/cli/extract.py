@@ -5,7 +5,7 @@ from __future__ import annotations
 import shlex
 import sys
 from pathlib import Path
-from typing import List, Optional
+from typing import TYPE_CHECKING, List, Optional
 
 import typer
 
@@ -13,6 +13,9 @@ from headroom.cli.common import WindowOpt
 from headroom.cli.output import emit_json, warn
 from headroom.cli.profile import DType, Device, KVCache, Mode, Phase
 from headroom.errors import UserError
+
+if TYPE_CHECKING:     # annotations only: the command imports the validate package when it runs
+    from headroom.validate.result import ValidateResult
 
 # The workload options of `headroom profile`.
 ModeOpt = typer.Option(None, "--mode", case_sensitive=False, help="Default: the workload's.")
@@ -127,7 +130,7 @@ def validate_cmd(
             raise UserError("give a WORKLOAD (see `headroom workloads`) or --from DIR")
         if not replace:
             raise UserError("give at least one --replace CLASS=CANDIDATE.py")
-        from headroom.extract.run import safe_name
+        from headroom.extract.result import safe_name
         from headroom.validate.api import parse_replace
 
         reps = parse_replace(replace)
@@ -137,10 +140,10 @@ def validate_cmd(
         result = validate(workload, reps, options, device=device.value, out=run_dir, rounds=rounds,
                           steps_per_round=steps_per_round, profile_steps=profile_steps, gate=tolerance,
                           timeout=timeout, workload_file=workload_file, command=command, threads=threads)
-    for w in (result.get("detail") or {}).get("projection_warnings") or []:
+    for w in result.detail.projection_warnings:
         warn(f"{run_dir}: projection: {w}")
     if as_json:
-        emit_json("validate", result)
+        emit_json("validate", result.to_dict())
         return
     print(render_text(result))
     print(f"  run        {run_dir}")
@@ -154,26 +157,27 @@ def _pct(v) -> str:
     return f"{100 * v:+.1f}%" if isinstance(v, (int, float)) else "-"
 
 
-def render_text(r: dict) -> str:
-    m, p, pr, e, b = r["measured"], r["part"], r["projected"], r["error"], r["baseline"]
-    reps = ", ".join(f"{x['module']} ({x['instances']}) -> {Path(x['candidate']).name}" for x in r["replacements"])
-    lp = p["launches_per_call"]
-    cpu = (r.get("detail") or {}).get("trace_mode") == "cpu-ops"
-    idle = "a CPU-only trace" if cpu else f"GPU idle {100 * b['idle_fraction']:.1f}% in the trace"
+def render_text(r: ValidateResult) -> str:
+    m, p, pr, e, b = r.measured, r.part, r.projected, r.error, r.baseline
+    reps = ", ".join(f"{x.module} ({x.instances}) -> {Path(x.candidate).name}" for x in r.replacements)
+    lp = p.launches_per_call
+    cpu = r.detail.trace_mode == "cpu-ops"
+    idle = "a CPU-only trace" if cpu else f"GPU idle {100 * b.idle_fraction:.1f}% in the trace"
     lines = [
-        f"{r['workload']}: {reps}",
-        f"  baseline   {b['step_ms']:.3f} ms/step, {idle}" + (" (launch-bound)" if b["launch_bound"] else ""),
+        f"{r.workload}: {reps}",
+        f"  baseline   {b.step_ms:.3f} ms/step, {idle}" + (" (launch-bound)" if b.launch_bound else ""),
         # The speedup is the geometric mean of the rounds' paired ratios, not the ratio of the two medians
         # printed after it: they are labelled as what they are.
-        f"  measured   {_x(m['speedup'])}  95% CI [{_x(m['ci'][0])}, {_x(m['ci'][1])}]  "
-        f"(geometric mean of {m['rounds']} interleaved rounds' ratios; medians {m['base_ms']:.3f} -> "
-        f"{m['variant_ms']:.3f} ms)",
-        f"  part       {_x(p['speedup'])}  {p['base_us']:.1f} -> {p['variant_us']:.1f} us/step, "
-        f"launches per call {lp[0]:.3g} -> {lp[1]:.3g}" if lp[0] is not None else "  part       -",
-        # e[...] is each projection's error against the measured speedup, not a gain: said so.
-        f"  projected  Amdahl {_x(pr['amdahl'])} (error {_pct(e['amdahl'])}), replay {_x(pr['replay'])} "
-        f"(error {_pct(e['replay'])}), estimate {_x(pr['estimate'])} (error {_pct(e['estimate'])})"
-        + (f" [{_x(pr['low'])}, {_x(pr['high'])}]" if pr.get("low") is not None else ""),
+        f"  measured   {_x(m.speedup)}  95% CI [{_x(m.ci[0])}, {_x(m.ci[1])}]  "
+        f"(geometric mean of {m.rounds} interleaved rounds' ratios; medians {m.base_ms:.3f} -> "
+        f"{m.variant_ms:.3f} ms)",
+        f"  part       {_x(p.speedup)}  {p.base_us:.1f} -> {p.variant_us:.1f} us/step, "
+        f"launches per call {lp[0]:.3g} -> {lp[1]:.3g}" if lp[0] is not None and lp[1] is not None
+        else "  part       -",
+        # e.* is each projection's error against the measured speedup, not a gain: said so.
+        f"  projected  Amdahl {_x(pr.amdahl)} (error {_pct(e.amdahl)}), replay {_x(pr.replay)} "
+        f"(error {_pct(e.replay)}), estimate {_x(pr.estimate)} (error {_pct(e.estimate)})"
+        + (f" [{_x(pr.low)}, {_x(pr.high)}]" if pr.low is not None else ""),
     ]
     return "\n".join(lines)
 

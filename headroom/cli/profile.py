@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import enum
 import os
 import shlex
 import sys
@@ -15,12 +16,11 @@ from rich.console import Console
 
 from headroom.errors import UserError
 from headroom.extras import require
-from headroom.cli.common import choices
 from headroom.cli.output import emit_json
-from headroom.profile.progress import OutputCapture
+from headroom.profile.progress import OutputCapture, Progress
 
 
-class RichProgress:
+class RichProgress(Progress):
     """Stage display on stderr: a spinner while a stage runs, a line with its time when done.
 
     While a run is on, whatever the libraries print (Kineto's C++ lines, torch.fx or tqdm warnings)
@@ -69,12 +69,14 @@ def _parse_opts(opts: List[str]) -> dict[str, str]:
     return out
 
 
-Mode = choices("Mode", "train", "infer")
-Phase = choices("Phase", "prefill", "decode")
-KVCache = choices("KVCache", "static", "dynamic")
-DType = choices("DType", "bf16", "fp16", "fp32")
-Device = choices("Device", "auto", "cuda", "cpu")
-Parallel = choices("Parallel", "ddp", "fsdp", "torchrec")
+# The choices of an option, as str enums (--help and shell completion list them), each member written out:
+# the type checker reads an enum made by a call only from literal members.
+Mode = enum.Enum("Mode", {"train": "train", "infer": "infer"}, type=str)
+Phase = enum.Enum("Phase", {"prefill": "prefill", "decode": "decode"}, type=str)
+KVCache = enum.Enum("KVCache", {"static": "static", "dynamic": "dynamic"}, type=str)
+DType = enum.Enum("DType", {"bf16": "bf16", "fp16": "fp16", "fp32": "fp32"}, type=str)
+Device = enum.Enum("Device", {"auto": "auto", "cuda": "cuda", "cpu": "cpu"}, type=str)
+Parallel = enum.Enum("Parallel", {"ddp": "ddp", "fsdp": "fsdp", "torchrec": "torchrec"}, type=str)
 
 
 def profile(
@@ -161,7 +163,7 @@ def _profile_ranks(workload, options, nproc, device, out, steps, warmup, timed_s
     if as_json:
         emit_json("profile.ranks", result.to_dict())
         return
-    from headroom.report.ranks import render_rank_set
+    from headroom.report.rank_tables import render_rank_set
     from headroom.report.render import make_console
 
     console = make_console()

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import enum
 from pathlib import Path
 from typing import List, Optional
 
 import typer
 
 from headroom.cli.common import (LenientOpt, NoCacheOpt, PolicyOpt, ProblemsOpt, Reader, RulesOpt, SpeedupOpt,
-                                 SpeedupsOpt, TracesArg, WholeOpt, WindowOpt, choices, read_all)
+                                 SpeedupsOpt, TracesArg, WholeOpt, WindowOpt, read_all)
 from headroom.cli.output import emit_json, warn
 from headroom.errors import UserError
 
@@ -67,8 +68,8 @@ def project_cmd(
     reader = Reader(rules, policy, whole_trace, window, lenient, no_cache)
     for a in reader.inputs(traces):
         if not isinstance(a, Analysis):     # a RankSet: its modules imported only then (a single trace's start)
-            from headroom.projection.ranks import project_ranks
-            from headroom.report.ranks import rank_projection_notes, render_rank_projection
+            from headroom.projection.sync_projection import project_ranks
+            from headroom.report.rank_tables import rank_projection_notes, render_rank_projection
 
             if dist is not None or win_rate is not None or median is not None:
                 raise UserError(f"{a.source}: a directory of ranks takes --speedup/--speedups "
@@ -98,9 +99,10 @@ def project_cmd(
     reader.finish()
 
 
-By = choices("By", "op", "module", "module_path", "top_op", "kernel")
-RankBy = choices("RankBy", "gain", "achievable")
-Scope = choices("Scope", "self", "total")
+By = enum.Enum("By", {"op": "op", "module": "module", "module_path": "module_path", "top_op": "top_op",
+                      "kernel": "kernel"}, type=str)
+RankBy = enum.Enum("RankBy", {"gain": "gain", "achievable": "achievable"}, type=str)
+Scope = enum.Enum("Scope", {"self": "self", "total": "total"}, type=str)
 
 
 def targets_cmd(
@@ -148,7 +150,7 @@ def targets_cmd(
     for a in inputs:
         if not isinstance(a, Analysis):     # a RankSet: its modules imported only then (a single trace's start)
             from headroom.projection.sync_targets import sync_targets, sync_targets_dict
-            from headroom.report.ranks import render_sync_targets
+            from headroom.report.rank_tables import render_sync_targets
 
             if roofline:
                 raise UserError(f"{a.source}: --roofline takes one trace, not a directory of ranks")
@@ -170,6 +172,7 @@ def targets_cmd(
                 continue
             console = make_console()
             render_targets(a, res.table, speedup, console)
+            assert res.device is not None  # roofline targets name their device
             render_roofline(res.table, res.device, a.num_steps, speedup, console)
             continue
         table = targets(a, speedup=speedup, by=groupings, top=top, replay_top=replay_top, scope=scope.value)
@@ -182,9 +185,12 @@ def targets_cmd(
         render_targets(a, table, speedup, make_console())
 
 
-Figure = choices("Figure", "addressable", "projection", "scaling")
-Format = choices("Format", "png", "svg", "pdf")
-Basis = choices("Basis", "wall", "kernel")
+Figure = enum.Enum("Figure", {"addressable": "addressable", "projection": "projection", "scaling": "scaling"},
+                   type=str)
+Format = enum.Enum("Format", {"png": "png", "svg": "svg", "pdf": "pdf"}, type=str)
+Basis = enum.Enum("Basis", {"wall": "wall", "kernel": "kernel"}, type=str)
+
+
 FIGURES = tuple(f.value for f in Figure)
 
 

@@ -39,7 +39,7 @@ def classify(
     console = make_console()
     for a in reader.inputs(traces):
         if not isinstance(a, Analysis):     # a RankSet: its modules imported only then (a single trace's start)
-            from headroom.report.ranks import render_rank_set
+            from headroom.report.rank_tables import render_rank_set
 
             if as_json:
                 emit_json("classify.ranks", a.to_dict(all_kernels=all_kernels))
@@ -107,7 +107,9 @@ def report(
     if html is None and (speedup or speedups or problems):
         raise UserError("--speedup, --speedups and --problems go with --html (the page's projection); "
                         "headroom project projects on its own")
-    entries, entry_warnings, pm = [], [], None
+    entries: list = []
+    entry_warnings: list[str] = []
+    pm = None
     if html is not None:
         from headroom.projection.problems import load_problems
         from headroom.projection.speedups import collect_entries, parse_factor
@@ -135,7 +137,7 @@ def report(
         reader.finish()
         return
     if as_json:
-        from headroom.report.tables import report_body
+        from headroom.report.rank_tables import report_body
 
         emit_json("report", report_body(analyses, rank_sets, reader.failed))
     else:
@@ -145,7 +147,7 @@ def report(
         if analyses:
             render_summary(summary_frame(analyses), console)
         if rank_sets:
-            from headroom.report.ranks import rank_summary_frame, render_rank_summary
+            from headroom.report.rank_tables import rank_summary_frame, render_rank_summary
 
             for rs in rank_sets:
                 render_rank_summary(rs, rank_summary_frame(rs), console)

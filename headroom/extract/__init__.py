@@ -7,6 +7,7 @@
 See docs/extract.md.
 """
 
-from headroom.extract.run import ExtractResult, extract
+from headroom.extract.result import ExtractResult
+from headroom.extract.run import extract
 
 __all__ = ["ExtractResult", "extract"]

@@ -42,15 +42,15 @@ def forward_backward(module: Any, forward: Callable[..., Any], inputs: Sequence[
         params = [p for p in module.parameters() if p.requires_grad]
         wrt = leaves + params
         grads = torch.autograd.grad(outs, wrt, list(grad_outputs), allow_unused=True) if wrt else ()
-    grads = [torch.zeros_like(w) if g is None else g for g, w in zip(grads, wrt)]
-    return (*[o.detach() for o in outs], *grads)
+    filled = [torch.zeros_like(w) if g is None else g for g, w in zip(grads, wrt)]
+    return (*[o.detach() for o in outs], *filled)
 
 
 def with_backward(cls: type, n_outputs: int = 1, autocast: Any = None) -> type:
     """A subclass of `cls` whose forward takes the inputs then `n_outputs` upstream gradients and
     returns `forward_backward(...)`: a training problem's form for a candidate."""
 
-    class ForwardBackward(cls):  # type: ignore[misc, valid-type]
+    class ForwardBackward(cls):
         def forward(self, *args):
             inputs, grads = args[:-n_outputs], args[-n_outputs:]
             return forward_backward(self, super().forward, inputs, grads, autocast)

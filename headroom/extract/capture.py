@@ -82,7 +82,7 @@ class Construction:
 def record_constructions(cls: type) -> Iterator[dict[int, Construction]]:
     """While active, every `cls(...)` (not a subclass) records its arguments under id(instance)."""
     original = cls.__dict__.get("__init__")
-    init = cls.__init__
+    init = getattr(cls, "__init__")
     built: dict[int, Construction] = {}
 
     def wrapped(self, *args, **kwargs):
@@ -91,14 +91,14 @@ def record_constructions(cls: type) -> Iterator[dict[int, Construction]]:
             built[id(self)] = Construction(tuple(args), dict(kwargs))
 
     wrapped.__wrapped__ = init  # type: ignore[attr-defined]
-    cls.__init__ = wrapped
+    setattr(cls, "__init__", wrapped)
     try:
         yield built
     finally:
         if original is None:
-            del cls.__init__
+            delattr(cls, "__init__")
         else:
-            cls.__init__ = original
+            setattr(cls, "__init__", original)
 
 
 @dataclass(frozen=True)
@@ -113,7 +113,8 @@ class Argument:
 def bind_init(cls: type, c: Construction) -> list[Argument]:
     """The constructor's arguments in signature order, up to the last one given (defaults filled
     in between), so `cls(*[a.value for a in args])` builds the same module when none is keyword."""
-    sig = inspect.signature(cls.__init__ if not hasattr(cls.__init__, "__wrapped__") else cls.__init__.__wrapped__)
+    init = getattr(cls, "__init__")
+    sig = inspect.signature(getattr(init, "__wrapped__", init))
     params = list(sig.parameters.values())[1:]  # drop self
     try:
         bound = sig.bind(None, *c.args, **c.kwargs)
@@ -248,7 +249,7 @@ def _summarise(value: Any) -> Any:
 
 def bind_call(cls: type, args: tuple, kwargs: dict) -> list[tuple[str, Any]]:
     """The call's arguments in `cls.forward`'s parameter order (raw values)."""
-    sig = inspect.signature(cls.forward)
+    sig = inspect.signature(getattr(cls, "forward"))
     bound = sig.bind(None, *args, **kwargs)
     out: list[tuple[str, Any]] = []
     for name, value in list(bound.arguments.items())[1:]:

@@ -22,6 +22,7 @@ from typing import Any
 from headroom.errors import UserError
 from headroom.extract.problem import comment_block, selector_entry
 from headroom.extract.record import record_trace
+from headroom.extract.result import ExtractResult, header_config, safe_name
 from headroom.profile.progress import Progress, _stage
 from headroom.profile.workload import RunConfig, WorkloadSpec
 from headroom.trace.ranges import PROFILER_STEP_PREFIX
@@ -66,7 +67,7 @@ def op_calls(path: Path, op: str) -> tuple[list[tuple], int]:
         if dims is None or types is None:
             raise UserError(f"{path}: {op} has no recorded shapes (profile with record_shapes=True)")
         conc = args.get("Concrete Inputs") or [""] * len(dims)
-        sig = []
+        sig: list[tuple[Any, ...]] = []
         for d, t, c in zip(dims, types, conc):
             if t in _DTYPES:
                 sig.append(("tensor", tuple(int(x) for x in d), _DTYPES[t]))
@@ -127,7 +128,6 @@ def op_problem(op: str, sig: tuple, name: str, workload: str, config: dict, coun
 
 def extract_op(spec: WorkloadSpec, cfg: RunConfig, dev: Any, op: str, out_dir: Path, *, trace: Any, command: str,
                progress: Progress, window: str | None = None):
-    from headroom.extract.run import ExtractResult, header_config, safe_name
     from headroom.files import write_atomic
     from headroom.projection.matching import select
     from headroom.trace.analysis import analyze

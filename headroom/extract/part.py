@@ -12,12 +12,13 @@ headroom/trace/modules.py). Paths in a trace start with the module-range root
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any, Iterable
 
 import numpy as np
 import pandas as pd
 
+from headroom.jsonio import plain
 from headroom.profile.run import MODULE_ROOT
 from headroom.trace.phases import event_phases
 
@@ -73,7 +74,7 @@ class PartTime:
     total_us: float
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        return plain(self)
 
 
 def part_masks(a: Any, paths: Iterable[str]) -> dict[str, np.ndarray]:

@@ -83,7 +83,7 @@ def _param_cast(cap: Capture) -> tuple[str, str]:
 
 def _forward_inputs(cap: Capture, call: Call) -> list[tuple[str, Any]]:
     """The call's arguments in forward's positional order (defaults filled into gaps)."""
-    sig = inspect.signature(cap.cls.forward)
+    sig = inspect.signature(getattr(cap.cls, "forward"))
     params = list(sig.parameters.values())[1:]
     given = dict(call.arguments)
     for name in given:

@@ -15,7 +15,6 @@ import shlex
 import shutil
 import sys
 import tempfile
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +22,7 @@ from headroom.errors import UserError
 from headroom.extract.capture import Capture, capture, find_class, record_constructions
 from headroom.extract.part import part_masks, part_time
 from headroom.extract.problem import Share, module_problem, module_selectors, selector_entry
+from headroom.extract.result import ExtractResult, header_config, safe_name
 from headroom.files import check_output_dir, check_output_not_input, write_atomic
 from headroom.extract.record import module_ranges, record_trace, remove
 from headroom.profile.progress import Progress, _stage
@@ -32,36 +32,6 @@ from headroom.profile.workload import Options, RunConfig, WorkloadSpec
 from headroom.pyfile import import_file
 
 OP_PREFIX = "op:"
-
-
-@dataclass
-class ExtractResult:
-    name: str
-    problem: Path
-    entry: Path
-    trace: Path | None
-    selectors: list[str]
-    share: Share | None
-    calls_per_step: int
-    instances: list[str] = field(default_factory=list)
-    config: dict[str, Any] = field(default_factory=dict)
-    notes: list[str] = field(default_factory=list)   # caveats of the analysed trace (a step-less --trace)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "problem": str(self.problem), "entry": str(self.entry),
-                "trace": str(self.trace) if self.trace else None, "selectors": self.selectors,
-                "share": self.share.to_dict() if self.share else None, "calls_per_step": self.calls_per_step,
-                "instances": self.instances, "config": self.config, "notes": list(self.notes)}
-
-
-def safe_name(text: str) -> str:
-    return "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in text)
-
-
-def header_config(cfg: RunConfig) -> dict[str, Any]:
-    keep = ("flavour", "mode", "phase", "kv_cache", "batch", "seq", "dtype", "device", "layers")
-    d = cfg.to_dict()
-    return {k: d[k] for k in keep if d.get(k) is not None}
 
 
 def share_of(analysis: Any, paths: list[str], source: str) -> Share:
@@ -111,7 +81,7 @@ def self_check(problem: Path, original: Any, device: Any, n_grads: int = 0, auto
 
 
 def extract(workload: str | WorkloadSpec, module: str, options: Options | None = None, *,
-            device: str | None = None, out: str | os.PathLike = "out/problems", trace: str | os.PathLike | None = None,
+            device: str | None = "auto", out: str | os.PathLike = "out/problems", trace: str | os.PathLike | None = None,
             window: str | None = None, profile: bool = True, workload_file: str | os.PathLike | None = None, command: str | None = None,
             progress: Progress | None = None) -> ExtractResult:
     """Write DIR/<workload>__<CLASS>.py (KernelBench format) and its selector entry DIR/<...>.toml.

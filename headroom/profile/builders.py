@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import contextlib
 import math
-from typing import Any, Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
 
 from headroom.profile.nvtx import phase_range
+
+if TYPE_CHECKING:
+    from headroom.profile.workload import RunConfig
 
 
 @contextlib.contextmanager
@@ -26,11 +29,11 @@ def meta_parameters() -> Iterator[None]:
             param = nn.Parameter(param.to("meta"), requires_grad=param.requires_grad)
         original(self, name, param)
 
-    nn.Module.register_parameter = register
+    setattr(nn.Module, "register_parameter", register)
     try:
         yield
     finally:
-        nn.Module.register_parameter = original
+        setattr(nn.Module, "register_parameter", original)
 
 
 def init_parameter(module_name: str, param_name: str, module: Any, p: Any, std: float = 0.02) -> None:

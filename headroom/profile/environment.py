@@ -9,6 +9,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+from headroom._version import __version__
 from headroom.profile.nvtx import nvtx_backend
 
 
@@ -53,8 +54,6 @@ def environment(device: Any) -> dict[str, Any]:
     """How the numbers were made: hardware, driver, library versions, numeric flags."""
     import torch
 
-    import headroom
-
     env: dict[str, Any] = {
         "versions": {
             "python": platform.python_version(),
@@ -64,7 +63,7 @@ def environment(device: Any) -> dict[str, Any]:
             "transformers": _pkg_version("transformers"),
             "torchrec": _pkg_version("torchrec"),
             "fbgemm_gpu": _pkg_version("fbgemm-gpu", "fbgemm_gpu", "fbgemm-gpu-cpu", "fbgemm_gpu_cpu"),
-            "headroom": headroom.__version__,
+            "headroom": __version__,
             "nvtx": nvtx_backend(),
         },
         "tf32": {

@@ -6,7 +6,7 @@ restarts), and waits. Each rank initialises its process group from the launcher'
 (NCCL on GPUs, gloo on CPUs), builds the workload data-parallel as `--parallel` says (DDP, FSDP2, or
 torchrec's sharded tables), and runs the same stages as a one-process profile, starting each stage
 together, into ``OUT/<name>/rank-K.json.gz`` with the same manifest plus its place in the run. The
-parent then writes ``manifest.json`` and analyses the ranks together (headroom.trace.ranks).
+parent then writes ``manifest.json`` and analyses the ranks together (headroom.trace.rank_set).
 
 Every rank runs with NVLink multicast off (NCCL_NVLS_ENABLE=0, TORCH_SYMM_MEM_DISABLE_MULTICAST=1,
 NVSHMEM_DISABLE_NVLS=1), as the GPU machines require; the manifest records it.
@@ -30,40 +30,15 @@ from typing import Any, Iterator
 
 from headroom.errors import UserError
 from headroom.files import check_output_dir
+from headroom.jsonio import member
 from headroom.profile.manifest import MANIFEST_NAME, update_manifest
 from headroom.profile.progress import OutputCapture, Progress
+from headroom.profile.rank_context import NCCL_ENV, RankContext
 from headroom.profile.registry import get_workload, load_workload_file
 from headroom.profile.workload import Options, RunConfig
 
-NCCL_ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
 RANK_TRACE = "rank-{rank}.json.gz"
 _RANK_TRACE_RE = re.compile(r"^rank-\d+\.json\.gz$")
-LAUNCHER = "torch.distributed.launcher.api.elastic_launch (torchrun's launcher), c10d rendezvous"
-
-
-@dataclass
-class RankContext:
-    """This process's place in a `--nproc` run."""
-
-    rank: int
-    local_rank: int
-    world_size: int
-    backend: str
-    parallel: str
-    device: Any
-
-    def barrier(self) -> None:
-        import torch.distributed as dist
-
-        if self.backend == "nccl":
-            dist.barrier(device_ids=[self.local_rank])
-        else:
-            dist.barrier()
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"rank": self.rank, "local_rank": self.local_rank, "world_size": self.world_size,
-                "backend": self.backend, "parallel": self.parallel, "launcher": LAUNCHER,
-                "env": {k: os.environ.get(k) for k in NCCL_ENV}}
 
 
 @dataclass(frozen=True)
@@ -176,7 +151,7 @@ class RanksProfileResult:
     traces: list[Path]
     manifest_path: Path
     entries: dict[int, dict[str, Any]]
-    ranks: Any                          # headroom.trace.ranks.RankSet
+    ranks: Any                          # headroom.trace.rank_set.RankSet
 
     def to_dict(self) -> dict[str, Any]:
         """`headroom profile --nproc N --json` (docs/cli.md): times in microseconds, as `headroom profile`'s."""
@@ -184,7 +159,7 @@ class RanksProfileResult:
         from headroom.stepstats import StepStats
 
         def timing(m: dict[str, Any]) -> dict[str, Any] | None:
-            t = m.get("timing") if isinstance(m.get("timing"), dict) else {}
+            t = member(m, "timing")
             if not isinstance(t.get("timed"), dict) or not isinstance(t.get("profiled"), dict):
                 return None
             stats = [StepStats(list(t[k].get("times_ms") or []), str(t[k].get("method", ""))) for k in ("timed", "profiled")]
@@ -259,7 +234,7 @@ def profile_ranks(workload: str, options: Options | None = None, *, nproc: int, 
 
     from headroom.devices import resolve_device
     from headroom.trace.analysis import analyze
-    from headroom.trace.ranks import rank_set
+    from headroom.trace.rank_set import rank_set
 
     from headroom.profile.run import check_step_counts
 

@@ -7,7 +7,7 @@ import re
 import sys
 import tempfile
 from contextlib import contextmanager, nullcontext
-from typing import Callable, ContextManager, Iterator
+from typing import IO, Callable, ContextManager, Iterator
 
 from headroom.profile.nvtx import nvtx_pop, nvtx_push
 
@@ -23,17 +23,17 @@ class OutputCapture:
 
     def __init__(self, show: Callable[[str], None]) -> None:
         self.show = show
-        self._file = None
+        self._file: IO[bytes] | None = None
         self._read = 0
 
     @contextmanager
     def capturing(self) -> Iterator[None]:
         sys.stdout.flush()
         sys.stderr.flush()
-        self._file = tempfile.TemporaryFile(mode="w+b")
+        self._file = file = tempfile.TemporaryFile(mode="w+b")
         saved = [os.dup(1), os.dup(2)]
-        os.dup2(self._file.fileno(), 1)
-        os.dup2(self._file.fileno(), 2)
+        os.dup2(file.fileno(), 1)
+        os.dup2(file.fileno(), 2)
         try:
             yield
         finally:
@@ -44,7 +44,7 @@ class OutputCapture:
             for fd in saved:
                 os.close(fd)
             self.flush()
-            self._file.close()
+            file.close()
             self._file = None
 
     def flush(self) -> None:

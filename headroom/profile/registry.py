@@ -4,6 +4,7 @@ folder), plus files given with `--workload-file`."""
 from __future__ import annotations
 
 import importlib
+import os
 import pkgutil
 import warnings
 from pathlib import Path
@@ -80,7 +81,7 @@ def get_workload(name: str) -> WorkloadSpec:
     return spec
 
 
-def load_workload_file(path: str | Path) -> list[WorkloadSpec]:
+def load_workload_file(path: str | os.PathLike[str]) -> list[WorkloadSpec]:
     """Import a Python file that defines workloads; returns the specs it added.
 
     The file calls `register_workload(WorkloadSpec(...))`, or defines a module-level

@@ -56,7 +56,7 @@ MODULE_RANGES_NOTE = ("modules that run inside torch.compile'd code have no rang
                       "module boundaries, and the hooks do nothing while Dynamo traces them (no graph breaks)")
 
 if TYPE_CHECKING:
-    from headroom.profile.launch import RankContext
+    from headroom.profile.rank_context import RankContext
 
 # Steps per stage: (warm-up, timed, profiled) on a GPU and on a CPU.
 GPU_STEPS = (3, 10, 3)
@@ -313,7 +313,7 @@ def profile_workload(
     workload: str | WorkloadSpec,
     options: Options | None = None,
     *,
-    device: str | None = None,
+    device: str | None = "auto",
     out: str | os.PathLike = "out",
     steps: int | None = None,
     warmup: int | None = None,
@@ -350,7 +350,7 @@ def profile_workload(
         progress.note("no CUDA device: running on the CPU; the trace is classified by CPU operator")
     for note in cfg.notes:
         progress.note(f"scaled for the CPU: {note}")
-    if cfg.extrapolated:
+    if cfg.extrapolated and cfg.layers is not None and cfg.total_layers is not None:
         progress.note(f"profiling {cfg.layers} of {cfg.total_layers} blocks; per-block time is scaled "
                       f"x{cfg.total_layers / cfg.layers:g} (embeddings and heads counted once)")
 
@@ -399,6 +399,7 @@ def profile_workload(
         return ProfileResult(workload=spec.name, config=cfg, trace_path=trace_path,
                              manifest_path=out_dir / MANIFEST_NAME, manifest=manifest, timed=timed,
                              profiled=measured.profiled, analysis=None)
+    assert analysis is not None, "the trace of a single-process run is analysed"
     analysis.source = str(trace_path)
     if analysis.trace is not None:
         analysis.trace.source = str(trace_path)

@@ -77,9 +77,9 @@ class Baseline:
                    num_steps=int(a.num_steps), n_devices=int(a.n_devices), mode=a.mode, source=a.source,
                    runtime=_Deferred(trace, "launches") if trace is not None else None,
                    syncs=_Deferred(trace, "syncs") if trace is not None else None,
-                   step_end=float(steps["end"].max()) if has_steps else None, manifest=dict(a.manifest),
+                   step_end=float(steps["end"].max()) if steps is not None and has_steps else None, manifest=dict(a.manifest),
                    cpu=_Deferred(trace, "cpu") if trace is not None else None,
-                   step_start=float(steps["ts"].min()) if has_steps else None,
+                   step_start=float(steps["ts"].min()) if steps is not None and has_steps else None,
                    modules=a.modules,
                    excluded_us=max(0.0, float(a.window[1]) - float(a.window[0]) - float(a.wall_us)))
 

@@ -23,7 +23,7 @@ where a double resolves 1e-10 us (absolute Kineto times near 1.7e15 us resolve o
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable
+from typing import Any, Callable
 
 import numpy as np
 
@@ -138,7 +138,7 @@ class Clocks:
 
     def __init__(self, clocks: list) -> None:
         self.clocks = clocks
-        self.held = [[0, np.empty(64), np.empty(64), np.empty(64)] for _ in clocks]   # length, t, n, s
+        self.held: list[list[Any]] = [[0, np.empty(64), np.empty(64), np.empty(64)] for _ in clocks]   # length, t, n, s
 
     def at(self, code: int, x: np.ndarray) -> np.ndarray:
         """clock `code` at the measured times x (x before its first breakpoint: unchanged)."""

@@ -181,9 +181,10 @@ def elementwise(call: OpCall, flops_per_element: float) -> Cost | None:
     if call.name.endswith("_"):
         out, dtype = ts[0].shape, ts[0].dtype
     else:
-        out, dtype = _broadcast([t.shape for t in ts]), _widest(ts)
-        if out is None:
+        shape, dtype = _broadcast([t.shape for t in ts]), _widest(ts)
+        if shape is None:
             return None
+        out = shape
     numel = math.prod(out)
     return Cost(flops_per_element * numel, sum(nbytes(t) for t in ts), float(numel * itemsize(dtype)))
 
@@ -286,3 +287,37 @@ def check_table(table: Mapping[str, Any]) -> list[str]:
     """Problems of a cost table: an op naming a formula that does not exist (tests/test_roofline.py)."""
     return [f"{op}: unknown cost {r.get('cost')!r}" for op, r in table.get("ops", {}).items()
             if r.get("cost") not in FORMULAS]
+
+
+@dataclass(frozen=True)
+class Device:
+    """A device's peaks (data/devices.toml); `peaks` False: none known (a CPU)."""
+
+    key: str
+    name: str
+    peaks: bool
+    memory_tb_s: float = math.nan
+    vector_tflops: float = math.nan
+    matrix: tuple[tuple[str, float], ...] = ()
+    min_kernel_us: float = 0.0
+
+    def compute_tflops(self, cost: Cost, tf32: bool) -> float:
+        if not cost.matrix:
+            return self.vector_tflops
+        rates = dict(self.matrix)
+        dtype = "tf32" if cost.dtype == "f32" and tf32 else cost.dtype
+        return rates.get(dtype, self.vector_tflops)
+
+    def to_dict(self) -> dict:
+        return {"key": self.key, "name": self.name, "peaks": self.peaks, "memory_tb_s": self.memory_tb_s,
+                "vector_tflops": self.vector_tflops, "matrix_tflops": dict(self.matrix),
+                "min_kernel_us": self.min_kernel_us}
+
+
+def devices() -> dict[str, Device]:
+    out = {}
+    for key, d in shipped("devices.toml")["devices"].items():
+        out[key] = Device(key, d["name"], bool(d.get("peaks", True)), float(d.get("memory_tb_s", math.nan)),
+                          float(d.get("vector", math.nan)), tuple(sorted(d.get("matrix", {}).items())),
+                          float(d.get("min_kernel_us", 0.0)))
+    return out

@@ -30,11 +30,13 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from functools import lru_cache
+from typing import Sequence
 
 import numpy as np
 import pandas as pd
 
 from headroom.datafiles import shipped
+from headroom.jsonio import plain
 from headroom.projection.baseline import Baseline
 from headroom.trace.ranges import FRAME_PREFIX, PROFILER_STEP_PREFIX
 
@@ -59,8 +61,7 @@ class LaunchCost:
     records: float = 2.0  # median profiler records (ranges and runtime calls) inside such an op
 
     def to_dict(self) -> dict:
-        return {"op_us": self.op_us, "launch_us": self.launch_us, "offset_us": self.offset_us,
-                "n_ops": self.n_ops, "scope": self.scope, "records": self.records}
+        return plain(self)
 
 
 @dataclass
@@ -176,7 +177,7 @@ def _launch_costs(side: CpuSide, window: tuple[float, float]) -> dict[tuple[str,
     r, la = side.ranges, side.launches
     ops = r[r["op"].to_numpy() & (r["ts"] >= window[0]).to_numpy() & (r["ts"] <= window[1]).to_numpy()]
     la_w = la[(la["ts"] >= window[0]).to_numpy() & (la["ts"] <= window[1]).to_numpy()]
-    per: dict[tuple[str, str], tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+    per: dict[tuple[str, str], tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = {}
     for key, idx in ops.groupby(["pid", "tid"], sort=False).indices.items():
         o = ops.iloc[idx].sort_values(["ts", "end"], ascending=[True, False], kind="stable")
         ts, end = o["ts"].to_numpy(), o["end"].to_numpy()
@@ -192,7 +193,8 @@ def _launch_costs(side: CpuSide, window: tuple[float, float]) -> dict[tuple[str,
                     la_w.loc[(la_w["pid"] == key[0]).to_numpy() & (la_w["tid"] == key[1]).to_numpy(), "dur"].to_numpy(),
                     n_rec.astype(float))
 
-    def make(durs: np.ndarray, offs: np.ndarray, lds: np.ndarray, recs: np.ndarray, scope: str) -> LaunchCost:
+    def make(arrays: Sequence[np.ndarray], scope: str) -> LaunchCost:
+        durs, offs, lds, recs = arrays
         launch_us = float(np.median(lds)) if len(lds) else DEFAULT_LAUNCH_US
         if len(durs) == 0:
             return LaunchCost(launch_us, launch_us, 0.0, 0, "default", 1.0)
@@ -201,17 +203,17 @@ def _launch_costs(side: CpuSide, window: tuple[float, float]) -> dict[tuple[str,
 
     out: dict[tuple[str, str], LaunchCost] = {}
     all_d = [np.concatenate([v[i] for v in per.values()]) if per else np.zeros(0) for i in range(4)]
-    out[("", "")] = make(*all_d, "trace")
+    out[("", "")] = make(all_d, "trace")
     by_pid: dict[str, list] = {}
     for (pid, tid), v in per.items():
         by_pid.setdefault(pid, []).append(v)
     for (pid, tid), v in per.items():
         if len(v[0]) >= MIN_SINGLE_LAUNCH_OPS:
-            out[(pid, tid)] = make(*v, "thread")
+            out[(pid, tid)] = make(v, "thread")
             continue
         pooled = [np.concatenate([x[i] for x in by_pid[pid]]) for i in range(4)]
         if len(pooled[0]) >= MIN_SINGLE_LAUNCH_OPS:
-            out[(pid, tid)] = make(*pooled, "process")
+            out[(pid, tid)] = make(pooled, "process")
         else:
             out[(pid, tid)] = out[("", "")]
     return out
@@ -258,7 +260,7 @@ def change_calls(calls: list[Call], launches: int, side: CpuSide, bound: str = "
         per = cost.launch_us if bound == "high" else cost.op_us
         offset = 0.0 if bound == "high" else min(cost.offset_us, per)
         added = n * per
-        if measured:
+        if measured and call_us is not None:
             scale = cpu_scale if cpu_scale > 0 else 1.0
             added = call_us / scale
             if bound == "per_record" and per_record_us > 0:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+import os
 from pathlib import Path
 
 import numpy as np
@@ -41,7 +42,7 @@ class Distribution:
         return np.array([max(s, 1.0) if s is not None else 1.0 for s in self.speedups], dtype=float)
 
 
-def load_distribution(path: str | Path) -> Distribution:
+def load_distribution(path: str | os.PathLike[str]) -> Distribution:
     """A distribution from verify output (failures count as no win), or any speedup file / plain number list."""
     path = Path(path)
     if path.suffix.lower() in (".txt", "") and path.exists():

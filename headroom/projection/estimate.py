@@ -25,6 +25,7 @@ import numpy as np
 
 from headroom.datafiles import read_toml, shipped
 from headroom.errors import UserError
+from headroom.jsonio import plain
 from headroom.projection.baseline import Baseline
 from headroom.projection.cpu import CallChange
 from headroom.projection.replay import replay
@@ -43,7 +44,7 @@ class Drift:
     source: str = ""
 
     def to_dict(self) -> dict:
-        return {"slower": self.slower, "faster": self.faster, "source": self.source}
+        return plain(self)
 
 
 def load_drift(path: str | Path | None = None) -> Drift:
@@ -81,10 +82,7 @@ class Estimate:
     cpu: dict                 # per CPU outcome (high, estimate, low): the window without drift
 
     def to_dict(self) -> dict:
-        return {"speedup": self.speedup, "low": self.low, "high": self.high, "method": self.method,
-                "scenario": self.scenario, "baseline_us": self.baseline_us, "projected_us": self.projected_us,
-                "low_us": self.low_us, "high_us": self.high_us, "clock": self.clock, "cpu_scale": self.cpu_scale,
-                "untouched_fraction": self.untouched_fraction, "drift": self.drift.to_dict(), "cpu": self.cpu}
+        return plain(self)
 
 
 def _ratio(a: float, b: float) -> float:

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import fnmatch
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
 from headroom.errors import UserError, unknown_name
+from headroom.jsonio import OMIT_NONE, plain
 from headroom.regex import Pattern, compile_user_regex
 from headroom.trace.classify import known_categories
 from headroom.trace.intervals import codes_and_texts
@@ -167,13 +168,43 @@ class EntryMatch:
     applied_wall_us: float
     top: list[tuple[str, float]]  # the picked kernels with the most time
 
-    def to_dict(self) -> dict[str, Any]:
-        d = self.entry.to_dict()
-        d.update({"kernels": self.kernels, "us": self.us, "wall_us": self.wall_us,
-                  "addressable_us": self.addressable_us, "applied_kernels": self.applied_kernels,
-                  "applied_us": self.applied_us, "applied_wall_us": self.applied_wall_us,
-                  "top_kernels": [{"name": n, "us": u} for n, u in self.top]})
-        return d
+
+@dataclass
+class TopKernel:
+    name: str
+    us: float
+
+
+@dataclass(kw_only=True)
+class EntryResult:
+    """One speedup entry of a projection: the entry as given, what its selector picked in the trace (all
+    the events it names; `applied_*`: those that take its factor after overlaps), and, for an entry that
+    says how many kernels each call launches (or in a cpu-ops trace), its calls on the CPU side (`cpu`)."""
+
+    selector: str
+    speedup: float
+    launches: int | None
+    verified: bool | None
+    source: str
+    call_us: float | None = field(default=None, metadata=OMIT_NONE)
+    syncs: float | None = field(default=None, metadata=OMIT_NONE)
+    kernels: int
+    us: float
+    wall_us: float
+    addressable_us: float
+    applied_kernels: int
+    applied_us: float
+    applied_wall_us: float
+    top_kernels: list[TopKernel]
+    cpu: dict[str, Any] | None = field(default=None, metadata=OMIT_NONE)
+
+    @classmethod
+    def of(cls, m: EntryMatch) -> "EntryResult":
+        e = m.entry
+        return cls(selector=str(e.selector), speedup=e.speedup, launches=e.launches, verified=e.verified,
+                   source=e.source, call_us=e.call_us, syncs=e.syncs, kernels=m.kernels, us=m.us, wall_us=m.wall_us,
+                   addressable_us=m.addressable_us, applied_kernels=m.applied_kernels, applied_us=m.applied_us,
+                   applied_wall_us=m.applied_wall_us, top_kernels=[TopKernel(n, u) for n, u in m.top])
 
 
 @dataclass
@@ -189,7 +220,7 @@ class Resolution:
         return self.factors != 1.0
 
     def to_dict(self) -> list[dict[str, Any]]:
-        return [m.to_dict() for m in self.matches]
+        return [plain(EntryResult.of(m)) for m in self.matches]
 
 
 def _durations(events: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:

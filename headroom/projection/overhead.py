@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from headroom.errors import UserError
+from headroom.jsonio import member
 from headroom.projection.baseline import Baseline
 from headroom.projection.cpu import window_records
 from headroom.projection.replay import replay
@@ -72,24 +73,30 @@ def cpu_clock(scale: float) -> str:
     return f"CPU clock x{scale:.3f}" if scale >= 0.001 else f"CPU clock x{scale:.2g}"
 
 
+def _number(v: object) -> float | None:
+    """A JSON number (not a bool) as a float, else None."""
+    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+
+
 def noise(b: Baseline) -> float:
     """The smallest profiled-over-unprofiled excess the correction treats as profiler overhead."""
-    timing = b.manifest.get("timing") if isinstance(b.manifest.get("timing"), dict) else {}
-    timed = timing.get("timed") if isinstance(timing.get("timed"), dict) else {}
-    sd, med = timed.get("stdev_ms"), timed.get("median_ms")
-    rel = sd / med if all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (sd, med)) and med > 0 \
-        and math.isfinite(sd) else 0.0
+    timing = member(b.manifest, "timing")
+    timed = member(timing, "timed")
+    sd, med = _number(timed.get("stdev_ms")), _number(timed.get("median_ms"))
+    rel = sd / med if sd is not None and med is not None and med > 0 and math.isfinite(sd) else 0.0
     return max(MIN_OVERHEAD, 2.0 * rel)
 
 
-def unprofiled_step_us(b: Baseline, step_ms: float | None = None) -> tuple[float | None, str]:
+def unprofiled_step_us(b: Baseline | None, step_ms: float | None = None) -> tuple[float | None, str]:
     """The unprofiled step time in us and where it came from: --step-ms, else the trace's manifest."""
     if step_ms is not None:
         if isinstance(step_ms, bool) or not isinstance(step_ms, (int, float)) or not math.isfinite(step_ms) \
                 or step_ms <= 0:
             raise UserError(f"--step-ms must be a positive number of milliseconds, got {step_ms!r}")
         return 1000.0 * float(step_ms), "--step-ms"
-    timing = b.manifest.get("timing") if isinstance(b.manifest.get("timing"), dict) else {}
+    if b is None:
+        return None, ""
+    timing = member(b.manifest, "timing")
     v = timing.get("step_ms")
     if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v > 0:
         return 1000.0 * float(v), "manifest"

@@ -7,6 +7,7 @@ adds problems or replaces same-named ones.
 from __future__ import annotations
 
 import difflib
+import os
 import re
 from dataclasses import dataclass
 from functools import lru_cache
@@ -113,7 +114,7 @@ def _default_problems() -> ProblemMap:
     return parse_problem_map(shipped("problems.toml"), "headroom/data/problems.toml")
 
 
-def load_problems(path: str | Path | None = None) -> ProblemMap:
+def load_problems(path: str | os.PathLike[str] | None = None) -> ProblemMap:
     """The shipped mapping; a user's file (same format) adds problems or replaces same-named ones."""
     base = _default_problems()
     if path is None:

@@ -33,7 +33,7 @@ win rate x median speedup, at quantiles and at the harmonic-mean expectation.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 import pandas as pd
@@ -41,13 +41,14 @@ import pandas as pd
 import numpy as np
 
 from headroom.errors import UserError
+from headroom.jsonio import member, plain
 from headroom.projection.amdahl import Projection, amdahl
 from headroom.projection.baseline import Baseline, Breakdown, as_baseline, baseline_breakdown
 from headroom.projection.calls import cpu_trace_calls, find_calls
 from headroom.projection.cpu import CallChange, CpuSide, change_calls, cpu_side
 from headroom.projection.distributions import Distribution
 from headroom.projection.estimate import BOUNDS, Drift, Estimate, estimate_interval, load_drift
-from headroom.projection.matching import EntryMatch, Resolution, resolve, select
+from headroom.projection.matching import EntryMatch, EntryResult, Resolution, resolve, select
 from headroom.projection.overhead import Unprofiled, cpu_clock, solve_cpu_scale, unprofiled_step_us
 from headroom.projection.problems import ProblemMap, load_problems
 from headroom.projection.replay import replay, replay_check, replay_projection
@@ -71,7 +72,7 @@ class ProjectResult:
     baseline: Breakdown
     selected_us: float
     selected_wall_us: float
-    entries: list[dict]
+    entries: list[EntryResult]
     warnings: list[str]
     projections: list[Projection]
     replay_check: dict[str, float] | None = None
@@ -112,7 +113,7 @@ class ProjectResult:
             "baseline_us": self.baseline_us, "per_step_us": self.per_step_us, "num_steps": self.num_steps,
             "n_devices": self.n_devices, "baseline": self.baseline.to_dict(),
             "selected_us": self.selected_us, "selected_wall_us": self.selected_wall_us,
-            "entries": self.entries, "warnings": self.warnings,
+            "entries": [plain(e) for e in self.entries], "warnings": self.warnings,
             "scenario_selector": self.scenario_selector, "distribution": self.distribution,
             "estimate": self.estimate.to_dict() if self.estimate else None,
             "unprofiled": self.unprofiled.to_dict() if self.unprofiled else None,
@@ -184,25 +185,25 @@ def project(analysis: Analysis | Baseline, entries: Sequence[Speedup] = (), dist
 
     res: Resolution | None = None
     cpu_calls: tuple[float, float] | None = None   # cpu-ops: (inclusive CPU time of the calls, time saved)
-    entry_dicts: list[dict] = []
+    entry_results: list[EntryResult] = []
     sel_us = sel_wall = 0.0
     if entries:
         res = resolve(list(entries), b.events, problems, strict=strict)
         warnings.extend(res.warnings)
-        entry_dicts = res.to_dict()
+        entry_results = [EntryResult.of(m) for m in res.matches]
         if b.mode == "gpu":
             side: CpuSide | None = None
-            for m, d in zip(res.matches, entry_dicts):
+            for m, d in zip(res.matches, entry_results):
                 if m.entry.launches is None or not m.applied.any():
                     continue
                 side = side or cpu_side(b)
                 info, by_bound, w = _entry_calls(b, side, m, problems, unprof)
                 warnings.extend(w)
-                d["cpu"] = info
+                d.cpu = info
                 for bound in BOUNDS:
                     changes[bound].extend(by_bound[bound])
         else:
-            cpu_calls = _cpu_trace_calls(b, res, problems, entry_dicts)
+            cpu_calls = _cpu_trace_calls(b, res, problems, entry_results)
             if any(e.launches is not None for e in entries):
                 warnings.append("launches per call are not modelled in cpu-ops mode (no kernel launches): "
                                 "the calls' CPU time is what their speedup applies to")
@@ -237,7 +238,7 @@ def project(analysis: Analysis | Baseline, entries: Sequence[Speedup] = (), dist
         if not np.isfinite(p.projected_us):
             raise UserError(f"{b.source}: the {p.method} projection of {p.scenario} overflows "
                             f"(a speedup factor too close to zero)")
-    timing = b.manifest.get("timing") if isinstance(b.manifest.get("timing"), dict) else {}
+    timing = member(b.manifest, "timing")
     overhead = timing.get("overhead")
     if use_replay and unprof is None and isinstance(overhead, (int, float)) and overhead > PROFILER_OVERHEAD_WARN:
         warnings.append(
@@ -264,7 +265,7 @@ def project(analysis: Analysis | Baseline, entries: Sequence[Speedup] = (), dist
     return ProjectResult(
         source=b.source, mode=b.mode, baseline_us=b.wall_us, per_step_us=b.per_step_us,
         num_steps=b.num_steps, n_devices=b.n_devices, baseline=baseline_breakdown(b),
-        selected_us=sel_us, selected_wall_us=sel_wall, entries=entry_dicts,
+        selected_us=sel_us, selected_wall_us=sel_wall, entries=entry_results,
         warnings=warnings, projections=projections, replay_check=check, distribution=dist_info,
         scenario_selector=scenario_select if scenarios else None, estimate=est, unprofiled=unprof)
 
@@ -279,10 +280,12 @@ def _entry_calls(b: Baseline, side: CpuSide, m: EntryMatch, problems: ProblemMap
                  ) -> tuple[dict, dict[str, list[CallChange]], list[str]]:
     """One launch-aware entry: its calls, what each CPU outcome makes of them, and a summary."""
     e = m.entry
+    assert e.launches is not None, "only entries that give launches per call reach here"
+    launches = e.launches
     calls, warnings = find_calls(b, side, e.selector, m.applied, problems)
     o = unprof.per_record_us if unprof is not None else 0.0
     scale = unprof.cpu_scale if unprof is not None else 1.0
-    by_bound = {bound: change_calls(calls, e.launches, side, bound, o, scale, e.call_us, e.syncs) for bound in BOUNDS}
+    by_bound = {bound: change_calls(calls, launches, side, bound, o, scale, e.call_us, e.syncs) for bound in BOUNDS}
     est = by_bound["estimate"]
     kernels = np.array([c.kernels for c in calls]) if calls else np.zeros(0)
     blocked = [c for c in calls if c.blocked]
@@ -305,20 +308,20 @@ def _entry_calls(b: Baseline, side: CpuSide, m: EntryMatch, problems: ProblemMap
 
 
 def _cpu_trace_calls(b: Baseline, res: Resolution, problems: ProblemMap,
-                     entry_dicts: list[dict]) -> tuple[float, float] | None:
+                     entries: list[EntryResult]) -> tuple[float, float] | None:
     """cpu-ops traces: each entry's calls as CPU ranges (the first entry owns a range both name); the
     inclusive time of all of them and the time their speedups save. None when no entry names a range."""
     side = cpu_side(b)
     claimed: list[tuple[float, float, str, str]] = []
     total = saved = 0.0
     found = False
-    for m, d in zip(res.matches, entry_dicts):
+    for m, d in zip(res.matches, entries):
         calls = cpu_trace_calls(b, side, m.entry.selector, problems)
         mine = [c for c in calls if not any(c.pid == p and c.tid == t and c.start < z and a < c.end
                                              for a, z, p, t in claimed)]
         claimed += [(c.start, c.end, c.pid, c.tid) for c in mine]
         us = float(sum(c.end - c.start for c in mine))
-        d["cpu"] = {"call_kind": sorted({c.kind for c in mine}), "calls": len(mine),
+        d.cpu = {"call_kind": sorted({c.kind for c in mine}), "calls": len(mine),
                     "calls_per_step": len(mine) / max(b.num_steps, 1), "call_us": us}
         found = found or bool(mine)
         total += us
@@ -336,7 +339,7 @@ def _estimate(b: Baseline, factors: np.ndarray, changes: dict[str, list[CallChan
         clock = "unprofiled" if unprof is not None else "profiled"     # its windows are scaled to that step
         n_calls = len(changes.get("estimate", ()))
         method = "replay" + (f" with the CPU side of {n_calls} replaced call(s)" if n_calls else "")
-        if corrected:
+        if corrected and unprof is not None:
             method += (f", {cpu_clock(scale)}{'' if unprof.reached else f' and the GPU timeline x{unprof.window_scale:.4f}'}"
                        f" to the unprofiled {unprof.step_us / 1e3:.3f} ms/step ({unprof.source})")
         elif unprof is not None:

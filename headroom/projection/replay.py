@@ -6,6 +6,7 @@ See :mod:`headroom.projection.project` for the model.
 from __future__ import annotations
 
 import bisect
+import dataclasses
 import math
 from operator import itemgetter
 from dataclasses import dataclass
@@ -76,7 +77,48 @@ class _Clock:
             self.s.append(slope)
 
 
-def _measured_timeline(b: Baseline) -> tuple:
+@dataclass
+class _Measured:
+    """What replay reads from the measured timeline (`_measured_timeline`), times relative to the window's start."""
+
+    ts: np.ndarray
+    end: np.ndarray
+    launch: np.ndarray           # the launch call's start (NaN: no launch event)
+    has_launch: np.ndarray
+    pid_table: dict              # launching process text -> code
+    pids: np.ndarray             # each event's launching process code
+    prev: np.ndarray             # the previous event on its stream (-1: none)
+    gap: np.ndarray              # measured gap after it
+    dep: np.ndarray              # cross-stream dependency (-1: none)
+    dep_gap: np.ndarray
+    lag: np.ndarray              # start minus launch
+    syncs: pd.DataFrame          # the blocking CPU calls in the window
+
+
+@dataclass
+class _PlanArrays:
+    """Per event, what the sweep and the chain solver read (`_Plan.arrays`)."""
+
+    launch: np.ndarray
+    lat: np.ndarray              # launch latency the replay keeps
+    prev: np.ndarray
+    g: np.ndarray                # the gap to the previous event on the stream the replay keeps
+    dep: np.ndarray
+    d: np.ndarray                # the gap after the cross-stream dependency the replay keeps
+    end: np.ndarray
+    has_launch: np.ndarray
+    pids: np.ndarray
+    ts: np.ndarray
+    call_of: np.ndarray          # the replaced call an event belongs to (-1: none)
+    group_of: np.ndarray         # its new kernel within that call
+    removed: np.ndarray          # in a call that launches nothing after the change
+
+    def lists(self) -> dict[str, list]:
+        """Each field as a plain list, by name (the event-by-event sweep indexes them in a Python loop)."""
+        return {f.name: getattr(self, f.name).tolist() for f in dataclasses.fields(self)}
+
+
+def _measured_timeline(b: Baseline) -> _Measured:
     """What replay reads from the measured timeline, whatever the factors: launches, launching
     threads, each event's predecessor on its stream and cross-stream dependency with the measured
     gaps and lags, and the blocking CPU calls in the window. Computed once per baseline (`targets`
@@ -107,7 +149,7 @@ def _measured_timeline(b: Baseline) -> tuple:
     lag = np.where(has_launch, ts - launch, 0.0)
     # Blocking synchronisations on the CPU (inside the window).
     syncs = _blocking_calls(b, pid_table)
-    result = (ts, end, launch, has_launch, pid_table, pids, prev, gap, dep, dep_gap, lag, syncs)
+    result = _Measured(ts, end, launch, has_launch, pid_table, pids, prev, gap, dep, dep_gap, lag, syncs)
     memo["timeline"] = result
     return result
 
@@ -182,15 +224,15 @@ class _Plan:
     pids: np.ndarray
     n_sync: int
     n_deps: int
-    arrays: tuple    # launch, lat, prev, g, dep, d, end, has_launch, pids, ts; then call_of, group_of, removed
+    arrays: _PlanArrays
     origin: float    # times in the plan are relative to this (the window's start): see chains.py
     chains: chain_solver.Chains | None = None    # built on the first replay without replaced calls
 
-    def lists(self) -> tuple:
+    def lists(self) -> tuple[list, list, dict[str, list]]:
         """The sweep's order and `arrays` as plain lists, for the event-by-event sweep (list indexing is much
         faster than numpy's in a Python loop). Built when asked: a replay without replaced calls (the chain
         solver's) reads none of them, and 13 lists of every event cost more than its replay."""
-        return (self.sweep_idx.tolist(), self.sweep_kind.tolist(), *(a.tolist() for a in self.arrays))
+        return self.sweep_idx.tolist(), self.sweep_kind.tolist(), self.arrays.lists()
 
 
 def _plan(b: Baseline, back_to_back_us: float, launch_latency_us: float | None, max_stream_gap_us: float,
@@ -209,7 +251,10 @@ def _new_plan(b: Baseline, back_to_back_us: float, launch_latency_us: float | No
     ev = b.events
     n = len(ev)
     origin = _origin(b)
-    ts, end, launch, has_launch, pid_table, pids, prev, gap, dep, dep_gap, lag, syncs = _measured_timeline(b)
+    tl = _measured_timeline(b)
+    ts, end, launch, has_launch, pids, prev, dep = tl.ts, tl.end, tl.launch, tl.has_launch, tl.pids, tl.prev, tl.dep
+    gap, dep_gap, lag, syncs = tl.gap, tl.dep_gap, tl.lag, tl.syncs
+    pid_table = tl.pid_table
     # Queued behind its stream: back to back with the previous event, or launched
     # while the stream was still busy (then it keeps its measured gap after it).
     # A longer gap than `max_stream_gap_us` after the previous event is an unexplained wait
@@ -283,7 +328,7 @@ def _new_plan(b: Baseline, back_to_back_us: float, launch_latency_us: float | No
     sync_rows = list(zip(s_pid.astype(np.int64).tolist(), s_ts.tolist(), s_end.tolist(), s_hi.tolist(),
                          s_syn.tolist()))
     corr = ev["correlation"].to_numpy() if "correlation" in ev.columns else np.full(n, -1)
-    arrays = (launch, lat, prev, g, dep, d, end, has_launch, pids, ts, call_of, group_of, removed)
+    arrays = _PlanArrays(launch, lat, prev, g, dep, d, end, has_launch, pids, ts, call_of, group_of, removed)
     return _Plan(float(launch_latency_us), pid_table, pieces, ch_pid, idx[sweep], kind[sweep],
                  by_end, end_sorted, launch, end, corr, s_corr, sync_rows, end_sorted.tolist(),
                  pids, n_sync, int((dep >= 0).sum()), arrays, origin)
@@ -369,7 +414,9 @@ def _clocks(b: Baseline, plan: _Plan, cpu_scale: float) -> list[_Clock]:
 def _chains(plan: _Plan) -> chain_solver.Chains:
     """The plan's chains and segments, built on its first replay without replaced calls."""
     if plan.chains is None:
-        launch, lat, prev, g, dep, d, end, has_launch, pids, ts = plan.arrays[:10]
+        a = plan.arrays
+        launch, lat, prev, g, dep, d, end, has_launch, pids, ts = (a.launch, a.lat, a.prev, a.g, a.dep, a.d, a.end,
+                                                                   a.has_launch, a.pids, a.ts)
         plan.chains = chain_solver.build(plan.sweep_idx, plan.sweep_kind, prev, dep, launch, has_launch, lat, ts,
                                          end, pids, g, d)
     return plan.chains
@@ -390,8 +437,11 @@ def _sweep(plan: _Plan, new_dur: np.ndarray, changes: Sequence[CallChange], cloc
     """The replay event by event in the sweep's order (replaced calls move CPU clocks as it goes)."""
     n = len(new_dur)
     o = plan.origin
-    (sweep_idx, sweep_kind, L_launch, L_lat, L_prev, L_g, L_dep, L_d, L_end, L_has, L_pid, L_ts, L_call, L_group,
-     L_removed) = plan.lists()
+    sweep_idx, sweep_kind, L = plan.lists()
+    # local names: the loop below reads them for every event
+    L_launch, L_lat, L_prev, L_g, L_dep, L_d, L_end = (L[k] for k in ("launch", "lat", "prev", "g", "dep", "d", "end"))
+    L_has, L_pid, L_ts, L_call, L_group, L_removed = (L[k] for k in ("has_launch", "pids", "ts", "call_of", "group_of",
+                                                                     "removed"))
     L_dur = new_dur.tolist()
     pieces, ch_pid = plan.pieces, plan.ch_pid
     group_launch: list[list[float]] = [[math.nan] * len(ch.groups) for ch in changes]   # filled in the sweep

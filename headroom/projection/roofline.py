@@ -33,7 +33,7 @@ import pandas as pd
 
 from headroom.datafiles import shipped
 from headroom.errors import UserError, unknown_name
-from headroom.projection.costs import Cost, itemsize, op_cost
+from headroom.projection.costs import Cost, Device, devices, itemsize, op_cost
 from headroom.projection.targets import MODULE_KINDS, NO_OP, Targets, rank_targets
 from headroom.regex import compile_user_regex
 from headroom.trace.analysis import Analysis
@@ -49,38 +49,6 @@ _INPUT = re.compile(r"([A-Za-z0-9_]+)\[([0-9,]*)\]")
 _RUN_DTYPES = {"bfloat16": "bf16", "float16": "f16", "half": "f16", "float32": "f32", "float": "f32"}
 
 
-@dataclass(frozen=True)
-class Device:
-    """A device's peaks (data/devices.toml); `peaks` False: none known (a CPU)."""
-
-    key: str
-    name: str
-    peaks: bool
-    memory_tb_s: float = math.nan
-    vector_tflops: float = math.nan
-    matrix: tuple[tuple[str, float], ...] = ()
-    min_kernel_us: float = 0.0
-
-    def compute_tflops(self, cost: Cost, tf32: bool) -> float:
-        if not cost.matrix:
-            return self.vector_tflops
-        rates = dict(self.matrix)
-        dtype = "tf32" if cost.dtype == "f32" and tf32 else cost.dtype
-        return rates.get(dtype, self.vector_tflops)
-
-    def to_dict(self) -> dict:
-        return {"key": self.key, "name": self.name, "peaks": self.peaks, "memory_tb_s": self.memory_tb_s,
-                "vector_tflops": self.vector_tflops, "matrix_tflops": dict(self.matrix),
-                "min_kernel_us": self.min_kernel_us}
-
-
-def devices() -> dict[str, Device]:
-    out = {}
-    for key, d in shipped("devices.toml")["devices"].items():
-        out[key] = Device(key, d["name"], bool(d.get("peaks", True)), float(d.get("memory_tb_s", math.nan)),
-                          float(d.get("vector", math.nan)), tuple(sorted(d.get("matrix", {}).items())),
-                          float(d.get("min_kernel_us", 0.0)))
-    return out
 
 
 def device_for(name: str, key: str | None = None) -> Device:
@@ -281,7 +249,7 @@ def roofline(a: Analysis, table: pd.DataFrame, device: Device | None = None, sco
             if at_peak > 0:     # the rate all its FLOPs could run at: each call's at its own peak
                 out.at[out.index[r], "peak_tflops"] = flops / at_peak / 1e6
                 out.at[out.index[r], "compute_fraction"] = at_peak / us_costed
-        out.at[out.index[r], "limit"] = max(by_limit, key=by_limit.get) if by_limit else ""
+        out.at[out.index[r], "limit"] = max(by_limit, key=lambda k: by_limit[k]) if by_limit else ""
         out.at[out.index[r], "floor_us"] = floor
         out.at[out.index[r], "max_speedup"] = us / floor if floor > 0 else np.nan
         # The fused floor moves the module's inputs and output once: for its kernels and those of the

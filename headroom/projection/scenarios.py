@@ -34,6 +34,8 @@ def distribution_scenarios(dist: Distribution | None = None, win_rate: float | N
     * ``expected``: each problem owning an equal share of the selected time: factor = 1 / mean(1/s).
     """
     out: list[Scenario] = []
+    w: float | None
+    m: float | None
     if dist is not None:
         if dist.n == 0:
             raise UserError(f"{dist.source or 'distribution'}: no results")

@@ -16,6 +16,7 @@ import csv
 import io
 import json
 import math
+import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -249,7 +250,7 @@ def _gpu_factor(r: dict) -> float | None:
     k = [x.get("kernel_us") if isinstance(x, dict) else None for x in (ref, cand)]
     if not all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v > 0 for v in k):
         return None
-    return float(k[0]) / float(k[1])
+    return float(k[0]) / float(k[1])  # type: ignore[arg-type]  # both checked numbers above
 
 
 def _best_passes(results: list[dict], path: str) -> tuple[dict[str, tuple[float, str, int | None]], list[str],
@@ -370,7 +371,7 @@ def _load_csv(path: Path, text: str) -> SpeedupFile:
     return SpeedupFile(entries)
 
 
-def load_speedup_file(path: str | Path) -> SpeedupFile:
+def load_speedup_file(path: str | os.PathLike[str]) -> SpeedupFile:
     """Read a .toml, .json or .csv speedup file, or headroom verify JSON (single result or suite)."""
     path = Path(path)
     text = read_text(path, "a speedup file")
@@ -389,7 +390,7 @@ def load_speedup_file(path: str | Path) -> SpeedupFile:
     raise UserError(f"{path}: unknown speedup file type (use .toml, .json or .csv)")
 
 
-def collect_entries(cli: Iterable[str] = (), files: Iterable[str | Path] = ()) -> tuple[list[Speedup], list[str]]:
+def collect_entries(cli: Iterable[str] = (), files: Iterable[str | os.PathLike[str]] = ()) -> tuple[list[Speedup], list[str]]:
     """Entries from ``--speedup`` options first (they win overlaps), then from files in order; plus the files' warnings."""
     entries: list[Speedup] = [parse_cli_speedup(t) for t in cli]
     warnings: list[str] = []

@@ -126,7 +126,7 @@ def stream_waits(events: pd.DataFrame, syncs: pd.DataFrame | None, runtime: pd.D
             r = records.get(thread) if thread else None
             if r is not None:
                 k = np.searchsorted(r, t_wait, side="right") - 1
-                if k >= 0:
+                if k >= 0 and thread is not None:
                     t_rec = float(r[k])
                     mine = np.flatnonzero((ev_thread == f"{thread[0]}/{thread[1]}") & has_launch
                                           & (launch <= t_rec) & (stream != dst))

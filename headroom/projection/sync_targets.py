@@ -1,5 +1,5 @@
 """Targets across ranks: which op, made faster on every rank that runs it, shortens the synchronised
-step most (each candidate projected through the collectives, headroom.projection.ranks)."""
+step most (each candidate projected through the collectives, headroom.projection.sync_projection)."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ import pandas as pd
 
 from headroom.errors import UserError
 from headroom.projection.amdahl import amdahl
-from headroom.projection.ranks import SyncModel, sync_projection
+from headroom.projection.sync_projection import SyncModel, sync_projection
 from headroom.projection.targets import NO_OP
-from headroom.trace.ranks import RankSet
+from headroom.trace.rank_set import RankSet
 
 _RANK_TARGET_COLUMNS = ["kind", "name", "category", "kernels", "us", "share", "min_rank_us", "max_rank_us",
                         "gain", "gain_inf", "rank_gain_median"]

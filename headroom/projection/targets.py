@@ -18,8 +18,8 @@ from headroom.trace.analysis import Analysis
 from headroom.trace.codes import factorized
 from headroom.trace.modules import STACK_SEP
 
-if TYPE_CHECKING:     # the roofline builds on this module
-    from headroom.projection.roofline import Device
+if TYPE_CHECKING:
+    from headroom.projection.costs import Device
 
 DEFAULT_SPEEDUP = 1.5
 NO_OP = "(no op)"
@@ -294,7 +294,7 @@ def module_targets(analysis: Analysis | Baseline, speedup: float = DEFAULT_SPEED
     t["name"] = t.index.astype(str)
     t["kind"] = grouping
     t["scope"] = scope
-    t["category"] = [max(mix[k], key=mix[k].get) for k in t.index]
+    t["category"] = [max(mix[k], key=mix[k].__getitem__) for k in t.index]
     t["categories"] = [{c: (u / us if us > 0 else 0.0) for c, u in mix[k].items()} for k, us in zip(t.index, t["us"])]
     t["phases"] = [{p: (u / us if us > 0 else 0.0) for p, u in phases[k].items()} for k, us in zip(t.index, t["us"])]
     t = _with_gains(t, b, total)

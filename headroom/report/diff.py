@@ -27,7 +27,7 @@ from headroom.errors import UserError
 from headroom.trace.analysis import Analysis
 
 if TYPE_CHECKING:     # a single trace's diff imports none of the rank-set modules
-    from headroom.trace.ranks import RankSet
+    from headroom.trace.rank_set import RankSet
 
 Run = Union[Analysis, "RankSet"]
 GROUPINGS = ("category", "op", "module", "kernel")
@@ -139,7 +139,8 @@ def _side(run: Run) -> _Side:
     if not isinstance(run, Analysis):     # a RankSet
         analyses = run.analyses
         unprofiled = [a.unprofiled_step_us for a in analyses]
-        step_un = max(unprofiled) if unprofiled and all(u is not None for u in unprofiled) else None
+        known = [u for u in unprofiled if u is not None]
+        step_un = max(known) if known and len(known) == len(unprofiled) else None
         events = pd.concat([a.events for a in analyses], ignore_index=True)
         per = np.concatenate([np.full(len(a.events), 1.0 / max(a.num_steps, 1)) for a in analyses])
         first = analyses[0]

@@ -13,7 +13,7 @@ from html import escape
 from pathlib import Path
 from typing import Any, Callable
 
-from headroom import __version__
+from headroom._version import __version__
 from headroom.files import write_atomic
 from headroom.report.markup import Column, Node, notes, num, table, text
 from headroom.report.svg import category_chart, projection_chart, rank_chart
@@ -149,17 +149,17 @@ SECTIONS: list[tuple[str, str, Callable[[Node], str]]] = [
 
 CSS = """
 body{font:14px/1.45 system-ui,-apple-system,Segoe UI,Helvetica,Arial,sans-serif;margin:0 auto;max-width:1200px;
-padding:0 16px 40px;color:#222}
+padding:0 16px 40px;color:#222222}
 h1{font-size:22px;margin:18px 0 4px}h2{font-size:18px;border-bottom:1px solid #ddd;padding-bottom:3px;margin-top:28px}
 h3{font-size:15px;margin:18px 0 6px;word-break:break-all}nav a{margin-right:12px}
-.scroll{overflow-x:auto}table{border-collapse:collapse;margin:8px 0 12px;font-size:13px}caption{text-align:left;color:#555;padding:2px 0}
+.scroll{overflow-x:auto}table{border-collapse:collapse;margin:8px 0 12px;font-size:13px}caption{text-align:left;color:#555555;padding:2px 0}
 th,td{padding:3px 8px;border-bottom:1px solid #eee;vertical-align:top}th{cursor:pointer;user-select:none;
 background:#f6f6f6;text-align:left;white-space:nowrap}th.num,td.num{text-align:right;font-variant-numeric:tabular-nums}
 th[aria-sort=ascending]::after{content:" \\25B2"}th[aria-sort=descending]::after{content:" \\25BC"}
-ul.note,ul.failed{color:#8a5a00;font-size:12px;margin:4px 0}.sources{color:#555;font-size:12px;word-break:break-all}
-svg.figure{display:block;margin:10px 0;font-size:11px}svg .grid{stroke:#ddd}svg .tick{fill:#777;font-size:10px}
-svg rect.addressable{stroke:#222;stroke-width:.6}svg rect.idle{stroke:#999;stroke-width:.6}
-svg .whisker{stroke:#222;stroke-width:1.2;fill:none}footer{margin-top:32px;color:#777;font-size:12px}
+ul.note,ul.failed{color:#8a5a00;font-size:12px;margin:4px 0}.sources{color:#555555;font-size:12px;word-break:break-all}
+svg.figure{display:block;margin:10px 0;font-size:11px}svg .grid{stroke:#ddd}svg .tick{fill:#777777;font-size:10px}
+svg rect.addressable{stroke:#222222;stroke-width:.6}svg rect.idle{stroke:#999999;stroke-width:.6}
+svg .whisker{stroke:#222222;stroke-width:1.2;fill:none}footer{margin-top:32px;color:#777777;font-size:12px}
 """
 
 # Sorting: a click on a heading orders the rows by that column's data-value (numbers; an empty value

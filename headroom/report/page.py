@@ -1,6 +1,6 @@
 """The numbers of the HTML report (`headroom report --html FILE`), as one JSON-ready document.
 
-`page_numbers` adds to the `headroom report --json` document (tables.report_body) what the page shows beyond
+`page_numbers` adds to the `headroom report --json` document (rank_tables.report_body) what the page shows beyond
 the summary table: category shares per workload (the addressable-fraction figure), the top targets
 (the `targets --json` body of each trace), the projection of the given speedups (the `project --json`
 body) and the per-rank views of a directory of ranks. Every number comes from the existing tables
@@ -17,13 +17,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Sequence
 
 from headroom.projection.targets import DEFAULT_SPEEDUP, MODULE_KINDS, module_ranges_missing, targets, targets_dict
-from headroom.report.tables import addressable_summary, category_fractions, report_body
+from headroom.report.rank_tables import report_body
+from headroom.report.tables import addressable_summary, category_fractions
 from headroom.trace.analysis import Analysis
 
 if TYPE_CHECKING:     # annotations only
     from headroom.projection.problems import ProblemMap
     from headroom.projection.speedups import Speedup
-    from headroom.trace.ranks import RankSet
+    from headroom.trace.rank_set import RankSet
 
 DEFAULT_TOP = 10
 TARGET_GROUPINGS = ("op", "module")
@@ -106,7 +107,7 @@ def page_numbers(analyses: Sequence[Analysis], rank_sets: Sequence[RankSet] = ()
     if entries:
         page["projections"] = [_projection(a, entries, entry_warnings, problems) for a in analyses]
         if rank_sets:
-            from headroom.projection.ranks import project_ranks
+            from headroom.projection.sync_projection import project_ranks
 
             for rs in rank_sets:
                 rp = project_ranks(rs, entries, problems=problems)
@@ -138,5 +139,5 @@ def html_report(analyses: Sequence[Analysis], rank_sets: Sequence[RankSet], out:
 
     doc = {"schema": REPORT_SCHEMA, **report_body(analyses, rank_sets, failed), "html": str(out),
            "page": page_numbers(analyses, rank_sets, entries, entry_warnings, target_speedup, top, problems)}
-    write_page(out, doc)
+    write_page(Path(out), doc)
     return doc

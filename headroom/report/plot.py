@@ -11,7 +11,7 @@ tests read the bars and labels back from it.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Sequence
 
 import matplotlib
 import matplotlib.ticker
@@ -30,7 +30,7 @@ from headroom.report.colors import color as _color
 
 FORMATS = ("png", "svg", "pdf")
 # Idle is white with a dotted hatch (headroom/report/colors.py: the colours).
-STYLE = {"font.size": 8, "axes.titlesize": 9, "axes.labelsize": 8, "legend.fontsize": 7,
+STYLE: dict[Any, Any] = {"font.size": 8, "axes.titlesize": 9, "axes.labelsize": 8, "legend.fontsize": 7,
          "xtick.labelsize": 7, "ytick.labelsize": 7, "svg.fonttype": "none", "pdf.fonttype": 42,
          "svg.hashsalt": "headroom", "path.simplify": False}
 LABEL_MIN = 0.035  # segments narrower than this get no percentage inside
@@ -275,8 +275,9 @@ def save(fig: Figure, stem: str | Path, formats: Sequence[str] = FORMATS, dpi: i
         p = stem.with_suffix(f".{f}")
         # Fixed metadata, so the same numbers give the same file (a figure in git changes only with them).
         meta = {"png": {"Software": None}, "svg": {"Date": None}, "pdf": {"CreationDate": None}}[f]
-        write_atomic(p, lambda fh, f=f, meta=meta: fig.savefig(fh, format=f, dpi=dpi, bbox_inches="tight",
-                                                            metadata=meta))
+        def save(fh: Any, f: str = f, meta: dict[str, Any] = meta) -> None:
+            fig.savefig(fh, format=f, dpi=dpi, bbox_inches="tight", metadata=meta)
+        write_atomic(p, save)
         out.append(p)
     if numbers is not None:
         out.append(write_json(stem.with_suffix(".json"), numbers))

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import math
 import re
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 import pandas as pd
 from rich.console import Console
@@ -20,6 +20,9 @@ if TYPE_CHECKING:     # annotations only: printing an analysis imports no profil
     from headroom.profile.workload import WorkloadSpec
     from headroom.projection.project import ProjectResult
     from headroom.trace.analysis import Analysis
+
+# A column's alignment (rich's JustifyMethod).
+Justify = Literal["left", "right"]
 
 _INNER_TEMPLATE = re.compile(r"<[^<>]*>")
 _ELLIPSIS = "\u2026"
@@ -161,10 +164,11 @@ def render_kernels(a: Analysis, console: Console) -> None:
 
 def render_summary(df: pd.DataFrame, console: Console) -> None:
     t = Table(show_edge=False, header_style="bold")
-    for col, just in (("workload", "left"), ("device", "left"), ("ms/step", "right"), ("idle", "right"),
-                      ("unprof. ms/step", "right"), ("unprof. idle", "right"),
-                      ("GEMM+attn+conv", "right"), ("addressable", "right"), ("top addressable op", "left"),
-                      ("share", "right")):
+    summary_cols: tuple[tuple[str, Justify], ...] = (
+        ("workload", "left"), ("device", "left"), ("ms/step", "right"), ("idle", "right"),
+        ("unprof. ms/step", "right"), ("unprof. idle", "right"), ("GEMM+attn+conv", "right"),
+        ("addressable", "right"), ("top addressable op", "left"), ("share", "right"))
+    for col, just in summary_cols:
         t.add_column(col, justify=just, no_wrap=True)
     for r in df.itertuples(index=False):
         top = short_name(r.top_addressable_op, 68) if r.top_addressable_op else ""
@@ -209,10 +213,10 @@ def render_projection(res: ProjectResult, console: Console) -> None:
                       f"idle {_pct2(idle_u)}; {how}", highlight=False)
     if res.entries:
         t = Table(show_edge=False, header_style="bold", title="speedups", title_justify="left")
-        show_source = any(e["source"] != "command line" for e in res.entries)
-        cols = [("selector", "left"), ("factor", "right"), ("verified", "left"), ("kernels/step", "right"),
+        show_source = any(e.source != "command line" for e in res.entries)
+        cols: list[tuple[str, Justify]] = [("selector", "left"), ("factor", "right"), ("verified", "left"), ("kernels/step", "right"),
                 ("ms/step", "right"), ("applied ms/step", "right"), ("addressable", "right"), ("top kernel", "left")]
-        show_cpu = any(e.get("cpu") for e in res.entries)
+        show_cpu = any(e.cpu for e in res.entries)
         if show_cpu:
             cols[2:2] = [("launches", "right"), ("calls/step", "right"), ("CPU ms/step saved", "right")]
         if show_source:
@@ -221,19 +225,19 @@ def render_projection(res: ProjectResult, console: Console) -> None:
             t.add_column(c, justify=j, no_wrap=c != "selector", overflow="fold" if c == "selector" else "ellipsis",
                          min_width=24 if c == "selector" else None,
                          max_width=36 if c in ("top kernel", "source") else None)
-        for e in res.entries:
-            top = short_name(e["top_kernels"][0]["name"], 36) if e["top_kernels"] else ""
-            addr = f"{100 * e['addressable_us'] / e['us']:.0f}%" if e["us"] > 0 else "-"
-            row = [e["selector"], f"{e['speedup']:g}", {True: "yes", False: "no", None: ""}[e["verified"]],
-                   _count(e['kernels'] / n), f"{e['us'] / n / 1e3:,.3f}", f"{e['applied_us'] / n / 1e3:,.3f}", addr, top]
+        for ent in res.entries:
+            top = short_name(ent.top_kernels[0].name, 36) if ent.top_kernels else ""
+            addr = f"{100 * ent.addressable_us / ent.us:.0f}%" if ent.us > 0 else "-"
+            row = [ent.selector, f"{ent.speedup:g}", {True: "yes", False: "no", None: ""}[ent.verified],
+                   _count(ent.kernels / n), f"{ent.us / n / 1e3:,.3f}", f"{ent.applied_us / n / 1e3:,.3f}", addr, top]
             if show_cpu:
-                c = e.get("cpu") or {}
-                saved = ("" if "removed_cpu_us" not in c
-                         else f"{(c['removed_cpu_us'] - c.get('added_cpu_us', 0.0)) / n / 1e3:,.3f}")
-                row[2:2] = ["" if e.get("launches") is None else f"{c.get('kernels_per_call', 0):g} -> {e['launches']}",
-                            f"{c['calls_per_step']:,.4g}" if c else "", saved]
+                cpu = ent.cpu or {}
+                saved = ("" if "removed_cpu_us" not in cpu
+                         else f"{(cpu['removed_cpu_us'] - cpu.get('added_cpu_us', 0.0)) / n / 1e3:,.3f}")
+                row[2:2] = ["" if ent.launches is None else f"{cpu.get('kernels_per_call', 0):g} -> {ent.launches}",
+                            f"{cpu['calls_per_step']:,.4g}" if cpu else "", saved]
             if show_source:
-                row.append(e["source"])
+                row.append(ent.source)
             t.add_row(*row)
         console.print(t)
     if res.distribution:
@@ -244,12 +248,12 @@ def render_projection(res: ProjectResult, console: Console) -> None:
         console.print(f"distribution scenarios over [bold]{d['select']}[/bold] "
                       f"({d['selected_us'] / n / 1e3:,.3f} ms/step of kernels){extra}", highlight=False)
     t = Table(show_edge=False, header_style="bold", title="projections", title_justify="left")
-    cols = [("scenario", "left"), ("method", "left"), ("factor", "right"), ("ms/step", "right"),
+    proj_cols: list[tuple[str, Justify]] = [("scenario", "left"), ("method", "left"), ("factor", "right"), ("ms/step", "right"),
             ("saved", "right"), ("end-to-end", "right"), ("kernels", "right"), ("mem+comm", "right"),
             ("idle", "right")]
     if u is not None:
-        cols[6:6] = [("unprofiled ms/step", "right"), ("unprofiled", "right")]
-    for c, j in cols:
+        proj_cols[6:6] = [("unprofiled ms/step", "right"), ("unprofiled", "right")]
+    for c, j in proj_cols:
         t.add_column(c, justify=j)
     for p in res.projections:
         bd = p.breakdown.to_dict()
@@ -300,6 +304,7 @@ def render_targets(a: Analysis, table: pd.DataFrame, speedup: float, console: Co
         module = kind in ("module", "module_path")
         title = f"by {kind}" + (f" ({rows['scope'].iat[0]} time)" if module and len(rows) else "")
         t = Table(show_edge=False, header_style="bold", title=title, title_justify="left")
+        cols: list[tuple[str, Justify]]
         if module:
             cols = [("name", "left"), ("calls/step", "right"), ("kernels/call", "right"), ("CPU µs/call", "right"),
                     ("ms/step", "right"), ("share", "right"), ("categories", "left")]
@@ -335,6 +340,7 @@ def render_profile(result: ProfileResult, console: Console) -> None:
     """`headroom profile`: the classification, then timing, overhead, idle share, addressable fraction,
     extrapolation."""
     a = result.analysis
+    assert a is not None, "a profile run's result carries its analysis"
     cfg = result.config
     render_analysis(a, console)
     unit = "CPU op time" if a.mode == MODE_CPU else "GPU time"

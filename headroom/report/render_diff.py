@@ -28,10 +28,10 @@ def render_diff(d: Diff, console: Console, top: int | None = 25) -> None:
                       f"speedup {s.speedup:.4f}x", highlight=False)
     t = Table(show_edge=False, header_style="bold", title=f"by {d.by} (GPU time per step)" if d.mode == "gpu"
               else f"by {d.by} (CPU op self time per step)", title_justify="left")
-    for c, j in (("name", "left"), ("category", "left"), ("status", "left"), ("before ms", "right"),
-                 ("after ms", "right"), ("delta ms", "right"), ("share of change", "right"),
-                 ("kernels/step", "right")):
-        t.add_column(c, justify=j)
+    for c in ("name", "category", "status"):
+        t.add_column(c, justify="left")
+    for c in ("before ms", "after ms", "delta ms", "share of change", "kernels/step"):
+        t.add_column(c, justify="right")
     rows = d.rows if top is None else d.rows.head(top)
     for r in rows.itertuples(index=False):
         t.add_row(short_name(r.name, 70), str(r.category), r.status, _ms(r.before_us), _ms(r.after_us),

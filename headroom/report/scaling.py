@@ -104,6 +104,7 @@ def scaling_table(analyses: Sequence[Analysis], params: Sequence[float] | None =
     for k, a in enumerate(analyses):
         m = a.manifest
         src = a.source
+        p: float | None
         if params is not None:
             p = params[k]
         else:

@@ -64,7 +64,7 @@ def _legend(y: float, items: Sequence[tuple[str, str, bool]]) -> tuple[list[str]
         if x + w > width - 10:
             x, y = 10.0, y + 16
         out.append(f'<rect x="{x:.1f}" y="{y:.1f}" width="10" height="10" fill="{fill}" '
-                   f'stroke="{"#222" if outlined else "#999"}" stroke-width="{1.2 if outlined else 0.6}"/>'
+                   f'stroke="{"#222222" if outlined else "#999999"}" stroke-width="{1.2 if outlined else 0.6}"/>'
                    f'<text x="{x + 14:.1f}" y="{y + 9:.1f}" class="legend">{escape(label)}</text>')
         x += w
     return out, y + 16

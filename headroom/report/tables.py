@@ -19,7 +19,7 @@ from headroom.trace.classify import category_group
 
 if TYPE_CHECKING:     # annotations only
     from headroom.projection.project import ProjectResult
-    from headroom.trace.ranks import RankSet
+    from headroom.trace.rank_set import RankSet
 
 
 def summary_frame(analyses: list[Analysis]) -> pd.DataFrame:
@@ -86,19 +86,6 @@ SUMMARY_COLUMNS = ["workload", "trace", "mode", "device", "basis", "num_steps", 
 def summary_records(df: pd.DataFrame) -> list[dict[str, Any]]:
     """The summary table as JSON-ready rows (`headroom report --json`)."""
     return [{k: (v.item() if hasattr(v, "item") else v) for k, v in row.items()} for row in df.to_dict("records")]
-
-
-def report_body(analyses: Sequence[Analysis], rank_sets: Sequence[RankSet], failed: Sequence[str] = ()) -> dict[str, Any]:
-    """The `headroom report --json` document (docs/cli.md, `headroom.report/1`), less its schema key."""
-    rank_tables = []
-    if rank_sets:     # a directory of ranks: its modules imported only then
-        from headroom.report.ranks import rank_summary_frame
-
-        rank_tables = [(rs, rank_summary_frame(rs)) for rs in rank_sets]
-    return {"traces": summary_records(summary_frame(list(analyses))),
-            "rank_sets": [{"source": rs.source, "kind": "ranks", "step_us": rs.step_us,
-                           "slowest_rank": rs.slowest_rank, "ranks": summary_records(t)} for rs, t in rank_tables],
-            "failed": list(failed)}
 
 
 def _label(a: Analysis, label: str | None) -> str:
@@ -178,8 +165,10 @@ def projection_table(results: Sequence[ProjectResult], labels: Sequence[str] | N
         label = labels[k] if labels else r.source
         steps = max(r.num_steps, 1)
         first = r.get("amdahl", scenario)
-        unprofiled = first is not None and first.to_dict().get("unprofiled") is not None
-        base_us = first.unprofiled_baseline_us if unprofiled else r.baseline_us
+        u_base = first.unprofiled_baseline_us if first is not None and first.to_dict().get("unprofiled") is not None \
+            else None
+        unprofiled = u_base is not None
+        base_us = u_base if u_base is not None else r.baseline_us
         row = {"workload": label, "clock": "unprofiled" if unprofiled else "profiled", "baseline_ms": base_us / steps / 1e3}
 
         def on_clock(p) -> float:

@@ -85,7 +85,7 @@ class Analysis:
         timing = self.manifest.get("timing")
         v = timing.get("step_ms") if isinstance(timing, dict) else None
         ok = isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v > 0
-        return 1000.0 * float(v) if ok else None
+        return 1000.0 * float(v) if ok and v is not None else None
 
     @property
     def unprofiled_idle_fraction(self) -> float | None:
@@ -244,7 +244,8 @@ def window_steps(trace: Trace, pattern: str) -> pd.DataFrame:
     names = cpu["name"].astype(str)
     hit = np.fromiter((rx.search(n) is not None for n in names.tolist()), dtype=bool, count=len(names))
     r = cpu.loc[hit, ["ts", "dur"]].sort_values(["ts", "dur"], ascending=[True, False])
-    starts, ends = [], []
+    starts: list[float] = []
+    ends: list[float] = []
     for ts, dur in zip(r["ts"].tolist(), r["dur"].tolist()):
         if ends and ts < ends[-1]:
             continue   # inside (or overlapping) the previous step

@@ -201,7 +201,8 @@ def store_frames(k: Key | None, name: str, frames: dict[str, pd.DataFrame], head
 def _converted(frames: dict[str, pd.DataFrame]) -> dict[str, tuple[list[np.ndarray], dict]] | None:
     """Each frame's arrays and column header (`_arrays`), or None when one has a column the cache cannot hold."""
     converted = {f: _arrays(df) for f, df in frames.items()}
-    return None if any(c is None for c in converted.values()) else converted
+    kept = {f: c for f, c in converted.items() if c is not None}
+    return kept if len(kept) == len(converted) else None
 
 
 def _json(value: dict[str, Any]) -> str | None:
@@ -216,7 +217,7 @@ def _writer(file: str, converted: dict[str, tuple[list[np.ndarray], dict]], head
     arrays = {f"{f}.{i}": a for f, (columns, _) in converted.items() for i, a in enumerate(columns)}
 
     def write(tmp: Path) -> None:
-        np.savez(tmp / file, **arrays)
+        np.savez(tmp / file, **arrays)  # type: ignore[arg-type]
         (tmp / "header.json").write_text(header)
     return write
 
@@ -248,7 +249,8 @@ def fetch_header(k: Key) -> dict[str, Any] | None:
 def _arrays(df: pd.DataFrame) -> tuple[list[np.ndarray], dict] | None:
     """One numpy array per column: numbers as they are, strings as codes into their distinct values,
     categories as codes with their order; None for a column the cache cannot hold."""
-    columns, kinds = [], {}
+    columns: list[np.ndarray] = []
+    kinds: dict[str, dict[str, Any]] = {}
     for c in df.columns:
         s = df[c]
         if isinstance(s.dtype, pd.CategoricalDtype):
@@ -261,10 +263,10 @@ def _arrays(df: pd.DataFrame) -> tuple[list[np.ndarray], dict] | None:
             # Text repeats (kernel and op names): stored as codes into its distinct values, which
             # reads back with one take instead of rebuilding a string per row.
             try:
-                codes, uniques = factorized(np.asarray(s, dtype=object))
+                codes, distinct = factorized(np.asarray(s, dtype=object))
             except TypeError:     # unhashable values (lists): not text
                 return None
-            uniques = list(uniques)
+            uniques = list(distinct)
             if not all(type(v) is str for v in uniques) or (codes < 0).any():
                 return None     # e.g. ids beyond 64 bits, missing text: not cached, recomputed
             columns.append(codes.astype(np.int32))

@@ -11,7 +11,7 @@ from __future__ import annotations
 import pickle
 from collections import Counter
 from pathlib import Path
-from typing import Callable, Iterable
+from typing import TYPE_CHECKING, Callable, Iterable
 
 import lazy_loader
 import numpy as np
@@ -20,7 +20,10 @@ from headroom.trace import document, kineto, scan
 from headroom.trace.document import Document
 from headroom.trace.kineto import Chunk, TraceError
 
-pl = lazy_loader.load("polars")   # imported on first use (a cached analysis needs none)
+if TYPE_CHECKING:
+    import polars as pl
+else:
+    pl = lazy_loader.load("polars")   # imported on first use (a cached analysis needs none)
 
 
 def decode_chunks(path: Path, source: Iterable, helper=None,

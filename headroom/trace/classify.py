@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import lru_cache
+import os
 from pathlib import Path
 
 import numpy as np
@@ -146,7 +147,7 @@ def known_categories() -> set[str]:
     return set(_shipped_categories())
 
 
-def load_classifier(rules: Path | str | None = None, policy: Path | str | None = None) -> tuple[list[Rule], Policy]:
+def load_classifier(rules: str | os.PathLike[str] | None = None, policy: str | os.PathLike[str] | None = None) -> tuple[list[Rule], Policy]:
     """The shipped rules and policy, with a user's rules (tried first) and policy overrides.
 
     Every category a file names must be a shipped one, or be given in both files: a rule

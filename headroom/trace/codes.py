@@ -5,7 +5,7 @@ training shape: 90,888 events, 75 distinct names of 283 characters on average). 
 tables and attributed events hold one Python str per distinct value (tables._distinct), so such a
 column is factorized by object identity (an int64 per row, which pandas hashes in a few ns) and the
 few distinct objects are then merged by value: 47.6 -> 9.1 ms on those names (`benchmarks/codes_speed.py
-TRACE`, raw benchmarks/results_codes_speed.json). Short
+TRACE`, raw benchmarks/results/factorize_by_identity.json). Short
 text (op names, 19 characters) hashes as fast as an identity is read, so it goes to pandas, as does
 anything but an object array of text.
 """

@@ -200,7 +200,7 @@ def _read_ahead(items: Iterator[bytes], depth: int = READ_AHEAD) -> Iterator[byt
         except BaseException as e:     # handed to the consumer, raised there
             put(_Raised(e))
         finally:
-            items.close()
+            items.close()  # type: ignore[attr-defined]
 
     thread = threading.Thread(target=produce, name="headroom-gunzip", daemon=True)
     thread.start()
@@ -313,7 +313,7 @@ def _cut(path: Path, it: Iterator[bytes], buf: bytearray, offset: int, prefix: b
         scanned = len(buf)
         buf += data
         del data
-        cut = _last_separator(buf, max(1, scanned - 1))
+        cut = _last_separator(buf, max(1, scanned - 1))  # type: ignore[arg-type]
         if cut is None:
             continue
         close, open_ = cut.start(), cut.end() - 1      # the "}" ending one event, the "{" starting the next
@@ -332,7 +332,7 @@ def _cut(path: Path, it: Iterator[bytes], buf: bytearray, offset: int, prefix: b
     if first_part:
         if len(buf) > 1:
             buf += b"]"
-            yield buf, offset
+            yield buf, offset  # type: ignore[misc]
         return
     tail = prefix + buf
     del buf

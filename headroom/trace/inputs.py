@@ -7,14 +7,17 @@ column, e.g. ``bf16[4,2048,4096] i64[4,2048]`` (tensors only).
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import lazy_loader
 import msgspec
 
 from headroom.trace.ranges import MODULE_RANGE_PREFIX
 
-pl = lazy_loader.load("polars")   # imported on first use (a cached analysis needs none)
+if TYPE_CHECKING:
+    import polars as pl
+else:
+    pl = lazy_loader.load("polars")   # imported on first use (a cached analysis needs none)
 
 # Kineto's spellings of tensor element types (c10 scalar type names), as short dtype names.
 DTYPE_NAMES = {

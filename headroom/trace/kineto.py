@@ -17,7 +17,7 @@ import re
 from collections import Counter
 from dataclasses import dataclass, field
 from operator import attrgetter
-from typing import Any, Union
+from typing import TYPE_CHECKING, Any, Union
 
 import msgspec
 import numpy as np
@@ -27,7 +27,10 @@ from headroom.errors import UserError
 from headroom.trace.inputs import module_inputs
 from headroom.trace.ranges import MODULE_PREFIX
 
-pl = lazy_loader.load("polars")   # imported on first use (a cached analysis needs none)
+if TYPE_CHECKING:
+    import polars as pl
+else:
+    pl = lazy_loader.load("polars")   # imported on first use (a cached analysis needs none)
 
 
 class TraceError(UserError):

@@ -27,7 +27,7 @@ import shutil
 import tempfile
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator
+from typing import TYPE_CHECKING, Any, Generator, Iterator
 
 import numpy as np
 import lazy_loader
@@ -38,7 +38,10 @@ from headroom.trace.kineto import Chunk, TraceError
 from headroom.trace.tables import TRACE_TABLES, Trace, _tabulate
 from headroom.trace.worker import Worker
 
-pl = lazy_loader.load("polars")   # imported on first use (a cached analysis needs none)
+if TYPE_CHECKING:
+    import polars as pl
+else:
+    pl = lazy_loader.load("polars")   # imported on first use (a cached analysis needs none)
 
 __all__ = ["Trace", "TraceError", "find_trace_files", "load_trace", "load_traces", "read_trace_json"]
 
@@ -156,7 +159,7 @@ def _finish(path: Path, key, decoded) -> Trace:
     return trace
 
 
-def iter_traces(files: list[Path], lenient: bool = False, use_cache: bool = True) -> Iterator[Trace]:
+def iter_traces(files: list[Path], lenient: bool = False, use_cache: bool = True) -> Generator[Trace, None, None]:
     """Each file's Trace, in order. With a core free, files under WORKER_MIN_BYTES of text and memory left
     for two, the worker process decodes every other file (the 2nd, 4th, ...) while this process decodes and
     the caller analyses the one before it; otherwise one at a time (a file of WORKER_MIN_BYTES or more in
@@ -239,7 +242,7 @@ def decode(path: Path, lenient: bool = False, workers: bool = True):
         if helper is not None:
             helper.close()
     with small_pages():
-        return _assemble(path, *found, lenient)
+        return _assemble(path, *found, lenient)  # type: ignore[call-arg]
 
 
 # How a plain file is shared between this process and the worker, which first starts (imports) and writes
@@ -311,7 +314,7 @@ def _assemble(path: Path, decoded: list[Chunk], doc: Document, lenient: bool):
     unreadable = sum(whole.unreadable.values())
     first_unreadable, gpu_unreadable = whole.first_unreadable, whole.gpu_unreadable
     if unreadable:
-        i, problem = first_unreadable
+        i, problem = first_unreadable  # type: ignore[misc]
         warnings.append(f"{unreadable} event{'s' if unreadable != 1 else ''} could not be read and "
                         f"{'were' if unreadable != 1 else 'was'} skipped (first: event {i}: {problem})")
     orders = {table: loader_order(tables[table]) for table in ("gpu", "cpu")}
@@ -379,7 +382,7 @@ def small_pages():
     try:
         from numpy._core import multiarray
     except ImportError:    # pragma: no cover - numpy 1.x
-        from numpy.core import multiarray
+        from numpy.core import multiarray  # type: ignore[no-redef]
     setter = getattr(multiarray, "_set_madvise_hugepage", None)
     if setter is None:    # pragma: no cover - a numpy without the setting
         yield

@@ -144,7 +144,7 @@ def backward_links(trace: Trace) -> pd.DataFrame:
             rows = np.flatnonzero(bwd)
             at = np.minimum(np.searchsorted(sorted_keys, seq[rows]), len(keys) - 1) if len(keys) else None
             found = (sorted_keys[at] == seq[rows]) if at is not None else np.zeros(len(rows), dtype=bool)
-            if found.any():
+            if found.any() and at is not None:
                 rows, pick = rows[found], order[at[found]]
                 fwd_row = cand["fwd_row"].to_numpy()[pick]
                 link(rows, texts_at(ops["pid"], fwd_row), texts_at(ops["tid"], fwd_row),

@@ -102,7 +102,8 @@ def _tensor(dims, kind, strides=None) -> Tensor | None:
 def _call(name: str, args: _Args) -> OpCall:
     dims, types, concrete = _raw(args.dims), _raw(args.types), _raw(args.concrete)
     strides = _raw(args.strides)
-    tensors, lists = [], []
+    tensors: list = []
+    lists: list = []
     for i, d in enumerate(dims):
         kind = types[i] if i < len(types) else ""
         if kind == "TensorList" and isinstance(d, list):

@@ -10,6 +10,8 @@ keeps; here they are routed to their tables and wrapped as polars columns.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 import lazy_loader
 import numpy as np
 
@@ -19,11 +21,14 @@ from headroom.trace.kineto import ROUTES, TABLES, Chunk, count_unreadable, empty
 from headroom.trace.ranges import MODULE_PREFIX, MODULE_RANGE_PREFIX
 
 try:    # built by `pip install -e .` (make setup)
-    from headroom.trace import _scan
+    from headroom.trace import _scan  # type: ignore[attr-defined]
 except ImportError:     # pragma: no cover - a copy without it (no compiler; the GPU machine's) decodes by msgspec
     _scan = None
 
-pl = lazy_loader.load("polars")   # imported on first use (a cached analysis needs none)
+if TYPE_CHECKING:
+    import polars as pl
+else:
+    pl = lazy_loader.load("polars")   # imported on first use (a cached analysis needs none)
 
 
 def decode_events(doc: bytes | memoryview) -> Chunk:
@@ -54,8 +59,8 @@ class _Codes:
     def __init__(self, scanner) -> None:
         self.scanner = scanner
         self.routes = np.empty(0, dtype=np.int32)
-        self.names = None       # a polars Series (made on first use: a cached analysis imports no polars)
-        self.empty_text = None
+        self.names: Any = None       # a polars Series (made on first use: a cached analysis imports no polars)
+        self.empty_text: Any = None
         self.modules = np.empty(0, dtype=bool)
         self.module_ranges = np.empty(0, dtype=bool)
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
@@ -13,7 +13,10 @@ import lazy_loader
 from headroom.trace.codes import factorized
 from headroom.trace.ranges import FRAME_PREFIX, PROFILER_STEP_PREFIX
 
-pl = lazy_loader.load("polars")   # imported on first use (a cached analysis needs none)
+if TYPE_CHECKING:
+    import polars as pl
+else:
+    pl = lazy_loader.load("polars")   # imported on first use (a cached analysis needs none)
 
 
 @dataclass
@@ -100,7 +103,7 @@ class Trace:
 
 # The tables of a Trace (what the cache stores).
 TRACE_TABLES = ("gpu", "cpu", "launches", "gpu_annotations", "syncs", "flows")
-FLOW_PAIR_COLUMNS = ["id", "start_pid", "start_tid", "start_ts", "end_pid", "end_tid", "end_ts"]
+FLOW_PAIR_COLUMNS: list[str] = ["id", "start_pid", "start_tid", "start_ts", "end_pid", "end_tid", "end_ts"]
 
 
 # --- from polars columns to the pandas tables --------------------------------

@@ -15,6 +15,7 @@ drops it and says how many it dropped). Also impossible, with the same two outco
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
 import lazy_loader
 import numpy as np
@@ -22,7 +23,10 @@ import numpy as np
 from headroom.errors import UserError
 from headroom.trace.ranges import PROFILER_STEP_PREFIX
 
-pl = lazy_loader.load("polars")   # imported on first use (a cached analysis needs none)
+if TYPE_CHECKING:
+    import polars as pl
+else:
+    pl = lazy_loader.load("polars")   # imported on first use (a cached analysis needs none)
 
 # GPU work may run before the first CPU event (launched before recording began) and after the
 # last one (the queue draining), and a step may idle long past its last op: the span is widened

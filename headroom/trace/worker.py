@@ -88,7 +88,8 @@ class Worker:
         if self.busy:     # its answer is not wanted (the loader stopped on an error): do not wait for it
             self.process.kill()
         try:
-            self.process.stdin.close()
+            if self.process.stdin is not None:
+                self.process.stdin.close()
         except OSError:
             pass
         try:

@@ -8,6 +8,7 @@ import gc
 import os
 import pickle
 import sys
+from typing import Any
 from pathlib import Path
 
 from headroom.errors import UserError
@@ -25,6 +26,7 @@ def main() -> None:
             os._exit(0)
         view = memoryview(data)
         kind = bytes(view[:1])
+        result: Any
         try:
             if kind == worker.CHUNK:
                 result = scan.decode_events(view[1:])

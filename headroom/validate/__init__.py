@@ -10,6 +10,6 @@ See docs/validate.md.
 """
 
 from headroom.validate.api import check_candidate_file, validate
-from headroom.validate.result import compute, recompute
+from headroom.validate.result import ValidateResult, compute, recompute
 
-__all__ = ["check_candidate_file", "compute", "recompute", "validate"]
+__all__ = ["ValidateResult", "check_candidate_file", "compute", "recompute", "validate"]

@@ -18,7 +18,7 @@ from typing import Any, Callable, Sequence
 from headroom.errors import UserError
 from headroom.files import check_output_dir, check_replaceable_dir
 from headroom.profile.workload import Options
-from headroom.validate.result import RESULT_FILE
+from headroom.validate.result import RESULT_FILE, ValidateResult
 from headroom.validate.run import Request
 from headroom.validate.timing import MIN_ROUNDS
 
@@ -81,13 +81,17 @@ def _place(tmp: Path, final: Path) -> None:
 
 
 def validate(workload: str, replace: Sequence[tuple[str, str]] | Sequence[str], options: Options | None = None, *,
-             device: str | None = None, out: str | os.PathLike = "out/validate", rounds: int = MIN_ROUNDS,
+             device: str | None = "auto", out: str | os.PathLike = "out/validate", rounds: int = MIN_ROUNDS,
              steps_per_round: int | None = None, profile_steps: int | None = None, gate: float | None = None,
              timeout: float = DEFAULT_TIMEOUT_S, workload_file: str | os.PathLike | None = None,
              command: str = "", threads: int | None = None,
-             log: Callable[[str], None] | None = None) -> dict[str, Any]:
+             log: Callable[[str], None] | None = None) -> ValidateResult:
     """Run a validation; return the result object (docs/validate.md). `out` is the run's directory."""
-    reps = parse_replace(replace) if replace and isinstance(replace[0], str) else [tuple(r) for r in replace]
+    reps: list[tuple[str, str]]
+    if replace and isinstance(replace[0], str):
+        reps = parse_replace([str(r) for r in replace])
+    else:
+        reps = [(r[0], r[1]) for r in replace]
     if not reps:
         raise UserError("give at least one --replace CLASS=CANDIDATE.py")
     reps = [(c, str(check_candidate_file(p))) for c, p in reps]
@@ -131,10 +135,8 @@ def validate(workload: str, replace: Sequence[tuple[str, str]] | Sequence[str], 
     req_path.write_text(req.to_json())
     sink = log or (lambda s: print(s, file=sys.stderr, flush=True))
     last = ["start-up"]
-    import headroom
-
     env = dict(os.environ)   # the worker imports this very headroom (a checkout run without installing too)
-    here = str(Path(headroom.__file__).resolve().parents[1])
+    here = str(Path(__file__).resolve().parents[2])
     env["PYTHONPATH"] = here + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     try:
         proc = subprocess.Popen([sys.executable, "-m", "headroom.validate.worker", str(req_path)],
@@ -155,7 +157,7 @@ def validate(workload: str, replace: Sequence[tuple[str, str]] | Sequence[str], 
             raise
         reader.join(timeout=5)
         if rc == 0 and (tmp / RESULT_FILE).is_file():
-            result = json.loads((tmp / RESULT_FILE).read_text())
+            result = ValidateResult.from_dict(json.loads((tmp / RESULT_FILE).read_text()))
             req_path.unlink()
             _place(tmp, final)
             return result

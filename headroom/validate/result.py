@@ -22,13 +22,14 @@ import dataclasses
 import json
 import math
 import re
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from headroom.errors import UserError
-from headroom.jsonio import dumps
+from headroom.jsonio import dumps, from_plain, plain
 from headroom.extract.part import part_masks, part_time, trace_path
 from headroom.projection.baseline import as_baseline
 from headroom.projection.calls import find_calls
@@ -47,6 +48,105 @@ BASE_TRACE = "base.json.gz"
 VARIANT_TRACE = "variant.json.gz"
 LAUNCH_BOUND_IDLE = 0.5   # GPU idle at least half of the base trace's window: launch-bound
 SOURCE = "headroom validate: measured in the variant trace"
+
+
+# --- the result ------------------------------------------------------------------------------------------
+# The `headroom validate --json` object (docs/validate.md), field by field in its key order: `plain` writes
+# it, `from_plain` reads a saved one back. Numbers are None where the JSON has null (a ratio of nothing).
+
+
+@dataclass
+class Replacement:
+    module: str
+    candidate: str
+    instances: int
+
+
+@dataclass
+class StepBaseline:
+    step_ms: float | None               # the base model's measured step (median of its rounds)
+    idle_fraction: float                # GPU idle in the base trace
+    launch_bound: bool                  # idle at least LAUNCH_BOUND_IDLE of the window
+
+
+@dataclass
+class Measured:
+    """`timing.summarise` of the interleaved rounds."""
+
+    speedup: float | None               # geometric mean of the rounds' paired ratios
+    ci: list[float | None]              # its 95% interval
+    base_ms: float | None               # median block means
+    variant_ms: float | None
+    rounds: int
+
+
+@dataclass
+class PartTimes:
+    speedup: float | None               # base_us / variant_us
+    base_us: float                      # the part's kernel time per step in each trace
+    variant_us: float
+    launches_per_call: list[float | None]   # base, variant
+
+
+@dataclass
+class Projected:
+    amdahl: float | None
+    replay: float | None
+    estimate: float | None
+    low: float | None
+    high: float | None
+
+
+@dataclass
+class Errors:
+    """Each projection's error: projected speedup / measured speedup - 1."""
+
+    amdahl: float | None
+    replay: float | None
+    estimate: float | None
+
+
+@dataclass
+class BaseVariant:
+    base: Any
+    variant: Any
+
+
+@dataclass
+class Detail:
+    trace_mode: str
+    calls_per_step: float
+    part_base: dict[str, Any]           # headroom.extract.part.PartTime of each trace
+    part_variant: dict[str, Any]
+    profiled_step_ms: BaseVariant
+    estimate_method: str | None
+    part_cpu: dict[str, Any] | None
+    projection_warnings: list[str]
+    part_kernels: BaseVariant           # [name, calls, us] of the part's top kernels in each trace
+
+
+@dataclass
+class ValidateResult:
+    """One validation: what was replaced, the measured end-to-end speedup, the part's, the projections made
+    from the base trace alone and their errors (docs/validate.md)."""
+
+    workload: str
+    replacements: list[Replacement]
+    baseline: StepBaseline
+    measured: Measured
+    part: PartTimes
+    projected: Projected
+    error: Errors
+    config: dict[str, Any]
+    check: dict[str, Any]
+    detail: Detail
+
+    def to_dict(self) -> dict[str, Any]:
+        return plain(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "ValidateResult":
+        return from_plain(cls, d)
 
 
 def paths_selector(paths: list[str]) -> str:
@@ -168,8 +268,8 @@ def projections(base: Any, paths: list[str], calls_per_step: float, pb: Any, pv:
             "cpu": cpu, "warnings": list(res.warnings)}
 
 
-def compute(run: dict[str, Any], base: Any, variant: Any) -> dict[str, Any]:
-    """The `--json` object (docs/validate.md) from a run record and the two analysed traces."""
+def compute(run: dict[str, Any], base: Any, variant: Any) -> ValidateResult:
+    """The result (docs/validate.md) from a run record and the two analysed traces."""
     reps = run["replacements"]
     paths = [p for r in reps for p in r["paths"]]
     calls = float(sum(r["calls_per_step"] for r in reps))
@@ -182,31 +282,26 @@ def compute(run: dict[str, Any], base: Any, variant: Any) -> dict[str, Any]:
         return _finite(x / m["speedup"] - 1.0) if x is not None else None
 
     idle = float(base.idle_fraction)
-    return {
-        "workload": run["workload"],
-        "replacements": [{"module": r["module"], "candidate": r["candidate"], "instances": r["instances"]}
-                         for r in reps],
-        "baseline": {"step_ms": m["base_ms"], "idle_fraction": idle,
-                     "launch_bound": bool(base.mode == "gpu" and idle >= LAUNCH_BOUND_IDLE)},
-        "measured": m,
-        "part": {"speedup": _finite(_ratio(base_us, var_us)), "base_us": base_us, "variant_us": var_us,
-                 "launches_per_call": [pb.kernels / calls if calls else None,
-                                       pv.kernels / calls if calls else None]},
-        "projected": {k: proj[k] for k in ("amdahl", "replay", "estimate", "low", "high")},
-        "error": {"amdahl": err(proj["amdahl"]), "replay": err(proj["replay"]), "estimate": err(proj["estimate"])},
-        "config": run.get("config", {}),
-        "check": run.get("check", {}),
-        "detail": {
-            "trace_mode": base.mode, "calls_per_step": calls,
-            "part_base": pb.to_dict(), "part_variant": pv.to_dict(),
-            "profiled_step_ms": {"base": base.step_us / 1e3, "variant": variant.step_us / 1e3},
-            "estimate_method": proj["method"], "part_cpu": proj["cpu"], "projection_warnings": proj["warnings"],
-            "part_kernels": {"base": top_kernels(base, paths), "variant": top_kernels(variant, paths)},
-        },
-    }
+    return ValidateResult(
+        workload=run["workload"],
+        replacements=[Replacement(r["module"], r["candidate"], r["instances"]) for r in reps],
+        baseline=StepBaseline(m["base_ms"], idle, bool(base.mode == "gpu" and idle >= LAUNCH_BOUND_IDLE)),
+        measured=Measured(**m),
+        part=PartTimes(_finite(_ratio(base_us, var_us)), base_us, var_us,
+                       [pb.kernels / calls if calls else None, pv.kernels / calls if calls else None]),
+        projected=Projected(**{k: proj[k] for k in ("amdahl", "replay", "estimate", "low", "high")}),
+        error=Errors(err(proj["amdahl"]), err(proj["replay"]), err(proj["estimate"])),
+        config=run.get("config", {}),
+        check=run.get("check", {}),
+        detail=Detail(
+            trace_mode=base.mode, calls_per_step=calls, part_base=pb.to_dict(), part_variant=pv.to_dict(),
+            profiled_step_ms=BaseVariant(base.step_us / 1e3, variant.step_us / 1e3),
+            estimate_method=proj["method"], part_cpu=proj["cpu"], projection_warnings=proj["warnings"],
+            part_kernels=BaseVariant(top_kernels(base, paths), top_kernels(variant, paths))),
+    )
 
 
-def recompute(directory: str | Path) -> dict[str, Any]:
+def recompute(directory: str | Path) -> ValidateResult:
     """The result of a saved run, recomputed from its run record and traces (nothing is re-run)."""
     from headroom.trace.analysis import analyze
 
@@ -221,4 +316,10 @@ def recompute(directory: str | Path) -> dict[str, Any]:
         run = json.loads(run_path.read_text())
     except ValueError as e:
         raise UserError(f"{run_path}: invalid JSON ({e})") from None
-    return json.loads(dumps(compute(run, analyze(d / BASE_TRACE), analyze(d / VARIANT_TRACE))))
+    return saved_form(compute(run, analyze(d / BASE_TRACE), analyze(d / VARIANT_TRACE)))
+
+
+def saved_form(result: ValidateResult) -> ValidateResult:
+    """The result as its JSON file holds it (non-finite numbers as None, tuples as lists): what reading it
+    back gives, so a fresh result and a saved one compare equal."""
+    return ValidateResult.from_dict(json.loads(dumps(result)))

@@ -25,7 +25,8 @@ from headroom.devices import resolve_device
 from headroom.profile.workload import Options
 from headroom.validate.compare import check
 from headroom.jsonio import dumps
-from headroom.validate.result import BASE_TRACE, RESULT_FILE, RUN_FILE, VARIANT_TRACE, compute
+from headroom.validate.result import (BASE_TRACE, RESULT_FILE, RUN_FILE, VARIANT_TRACE, ValidateResult, compute,
+                                      saved_form)
 from headroom.validate.substitute import load_candidate_class, substitute
 from headroom.validate.timing import MIN_ROUNDS, interleave, summarise
 
@@ -75,7 +76,7 @@ class Say:
         self.write(f"headroom validate:   {text}")
 
 
-def run(req: Request, say: Say) -> dict[str, Any]:
+def run(req: Request, say: Say) -> ValidateResult:
     import torch
 
     if req.threads:
@@ -94,7 +95,7 @@ def run(req: Request, say: Say) -> dict[str, Any]:
     out.mkdir(parents=True, exist_ok=True)
 
     say.stage("resolve", ", ".join(f"{c}={p}" for c, p in req.replace))
-    classes = []
+    classes: list[tuple[str, type, Path, type]] = []
     for name, cand in req.replace:
         cls = find_class(spec, cfg, name)
         if any(cls is c for _, c, _, _ in classes):
@@ -131,6 +132,7 @@ def run(req: Request, say: Say) -> dict[str, Any]:
         if not res.compared:
             raise UserError(f"{spec.name}: its forward returned no tensor to compare base and variant with")
         w = res.worst
+        assert w is not None, "a comparison of one tensor or more has a worst one"
         if not res.passed:
             raise UserError(f"the substituted model differs from the original: {w.name} relative L2 error "
                             f"{w.rel_l2:.3g} > {w.gate:g} ({cfg.dtype} gate); nothing written")
@@ -176,6 +178,6 @@ def run(req: Request, say: Say) -> dict[str, Any]:
     say.stage("project", "the base trace alone, with the part's measured speedup")
     from headroom.trace.analysis import analyze
 
-    result = json.loads(dumps(compute(record, analyze(out / BASE_TRACE), analyze(out / VARIANT_TRACE))))
+    result = saved_form(compute(record, analyze(out / BASE_TRACE), analyze(out / VARIANT_TRACE)))
     (out / RESULT_FILE).write_text(dumps(result, indent=1) + "\n")
     return result

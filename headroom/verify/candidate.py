@@ -185,7 +185,7 @@ def _trials(ref: ReferenceRun, child: Child, aggs: dict, info: dict, notes: dict
     for spec in specs:
         inp.seed_trial(spec, ref.seeds, prev_spec)
         xs = inp.trial_inputs(ref.problem, spec, ref.device, ref.signed, ref.drawn)
-        layout = [prev_args] if spec.reuse_buffers and prev_args is not None else None
+        layout = [prev_args] if spec.reuse_buffers and prev_args is not None else None  # type: ignore[var-annotated]
         try:
             args_sets, views_sets = _place_trial(ref, xs, child, layout)
         except ValueError:  # shapes changed between the trial and its variant (jagged inputs)

@@ -203,7 +203,7 @@ class Gates:
     def to_dict(self) -> dict:
         d = {"rel_l2": self.rel_l2, "elem": self.elem, "centred": self.centred}
         if self.ref is not None:
-            d["reference_error"] = {"rel_l2": self.ref.rel_l2, "elem": self.ref.elem, "centred": self.ref.centred}
+            d["reference_error"] = {"rel_l2": self.ref.rel_l2, "elem": self.ref.elem, "centred": self.ref.centred}  # type: ignore[assignment]
         return d
 
 

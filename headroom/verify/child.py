@@ -91,7 +91,7 @@ def main(conn: Any, job_bytes: bytes) -> None:
         tb = traceback.format_exc(limit=12)
         try:
             print(tb, file=sys.stderr)
-            conn.send_bytes(P.encode(P.Failed(seq=state["seq"], stage=state["stage"], kind=kind,
+            conn.send_bytes(P.encode(P.Failed(seq=state["seq"], stage=state["stage"], kind=kind,  # type: ignore[arg-type]
                                               message=msg[:2000], traceback=tb[-4000:])))
         except Exception:
             pass
@@ -163,7 +163,7 @@ def _serve(conn: Any, job: P.Job, state: dict) -> None:
     cls = problem.Model
     if job.role in ("candidate", "build"):
         state["stage"] = "import"
-        mod = prob.import_file(job.candidate, "candidate")
+        mod = prob.import_file(job.candidate, "candidate")  # type: ignore[arg-type]
         cls = getattr(mod, "ModelNew", None)
         if cls is None:
             raise CandidateError(f"{job.candidate} does not define class ModelNew")
@@ -201,7 +201,7 @@ def _serve(conn: Any, job: P.Job, state: dict) -> None:
             kept = _released(prims, kept)  # the previous command's outputs (the harness has read them)
             xs = args(cmd.args)
             with _poisoned(device, job.poison_bytes, prims.cuda), torch.no_grad():
-                out = model(*xs)
+                out = model(*xs)  # type: ignore[misc]
                 prims.stream_sync()
                 unordered = 0.0
                 if prims.cuda:  # anything still running once the caller's stream is done?
@@ -392,7 +392,7 @@ def _poisoned(device: Any, nbytes: int, cuda: bool):
     import torch.utils.deterministic as det
 
     prev = (torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled(),
-            det.fill_uninitialized_memory)
+            det.fill_uninitialized_memory)  # type: ignore[attr-defined]
     if cuda:
         try:
             _poison_cuda_cache(device, nbytes)
@@ -401,9 +401,9 @@ def _poisoned(device: Any, nbytes: int, cuda: bool):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         torch._C._set_deterministic_algorithms(True, warn_only=True)
-        det.fill_uninitialized_memory = True
+        det.fill_uninitialized_memory = True  # type: ignore[attr-defined]
         try:
             yield
         finally:
             torch._C._set_deterministic_algorithms(prev[0], warn_only=prev[1])
-            det.fill_uninitialized_memory = prev[2]
+            det.fill_uninitialized_memory = prev[2]  # type: ignore[attr-defined]

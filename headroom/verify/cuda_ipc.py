@@ -38,7 +38,7 @@ def _driver() -> Any:
         lib = ctypes.CDLL("libcuda.so.1")
         for name in ("cuMemAlloc_v2", "cuMemFree_v2", "cuIpcGetMemHandle", "cuIpcCloseMemHandle"):
             getattr(lib, name).restype = ctypes.c_int
-        lib.cuIpcOpenMemHandle = getattr(lib, "cuIpcOpenMemHandle_v2", None) or lib.cuIpcOpenMemHandle
+        lib.cuIpcOpenMemHandle = getattr(lib, "cuIpcOpenMemHandle_v2", None) or lib.cuIpcOpenMemHandle  # type: ignore[attr-defined]
         lib.cuIpcOpenMemHandle.restype = ctypes.c_int
         lib.cuIpcOpenMemHandle.argtypes = [ctypes.POINTER(ctypes.c_uint64), _Handle, ctypes.c_uint]
         _lib = lib

@@ -151,7 +151,7 @@ def _exec_with_overrides(path: Path, overrides: dict[str, Any]) -> ModuleType:
             name = node.targets[0].id
             if name in overrides:
                 v = overrides[name]
-                node.value = ast.copy_location(ast.Constant(tuple(v) if isinstance(v, list) else v), node.value)
+                node.value = ast.copy_location(ast.Constant(tuple(v) if isinstance(v, list) else v), node.value)  # type: ignore[arg-type]
     code = compile(tree, str(path), "exec")
     digest = hashlib.sha1(f"{path}{sorted(overrides.items())}".encode()).hexdigest()[:10]
     name = f"_headroom_problem_{path.stem.replace('-', '_').replace('.', '_')}_{digest}"

@@ -141,26 +141,26 @@ class Job(msgspec.Struct, frozen=True):
 # --- commands (harness -> child) -----------------------------------------------------------------
 
 
-class MapRing(_Msg, tag="map_ring"):
+class MapRing(_Msg, tag="map_ring"):  # type: ignore[misc]
     seq: int
     ring: RingSpec
 
 
-class Memory(_Msg, tag="memory"):
+class Memory(_Msg, tag="memory"):  # type: ignore[misc]
     """Peak memory of one forward (after a warm-up forward on the same inputs)."""
 
     seq: int
     args: list[Arg]
 
 
-class Launches(_Msg, tag="launches"):
+class Launches(_Msg, tag="launches"):  # type: ignore[misc]
     """Kernels (GPU) or aten ops (CPU) launched by one forward."""
 
     seq: int
     args: list[Arg]
 
 
-class Trial(_Msg, tag="trial"):
+class Trial(_Msg, tag="trial"):  # type: ignore[misc]
     """One correctness trial: one forward with uninitialised memory poisoned.
 
     Outputs are kept until the next Trial, Run or Release (the harness reads them in between).
@@ -171,7 +171,7 @@ class Trial(_Msg, tag="trial"):
     args: list[Arg]
 
 
-class Run(_Msg, tag="run"):
+class Run(_Msg, tag="run"):  # type: ignore[misc]
     """One timed phase: a forward per input set (outputs kept, like Trial's). ``null``: no forward (calibration).
 
     ``token`` > 0 (GPU): the phase is gated (``gate``): the child enqueues a wait for ``token`` in the
@@ -186,16 +186,16 @@ class Run(_Msg, tag="run"):
     token: int = 0
 
 
-class Compile(_Msg, tag="compile"):
+class Compile(_Msg, tag="compile"):  # type: ignore[misc]
     seq: int
     args: list[Arg]
 
 
-class Release(_Msg, tag="release"):
+class Release(_Msg, tag="release"):  # type: ignore[misc]
     seq: int
 
 
-class Bye(_Msg, tag="bye"):
+class Bye(_Msg, tag="bye"):  # type: ignore[misc]
     seq: int
 
 
@@ -205,7 +205,7 @@ Command = Union[MapRing, Memory, Launches, Trial, Run, Compile, Release, Bye]
 # --- replies (child -> harness) -----------------------------------------------------------------
 
 
-class Ready(_Msg, tag="ready"):
+class Ready(_Msg, tag="ready"):  # type: ignore[misc]
     seq: int
     device_name: str
     torch: str
@@ -215,7 +215,7 @@ class Ready(_Msg, tag="ready"):
     clock_error: Union[str, None] = None
 
 
-class Done(_Msg, tag="done"):
+class Done(_Msg, tag="done"):  # type: ignore[misc]
     """Acknowledges MapRing, Release, Compile and Bye."""
 
     seq: int
@@ -223,14 +223,14 @@ class Done(_Msg, tag="done"):
     error: Union[str, None] = None
 
 
-class MemoryDone(_Msg, tag="memory_done"):
+class MemoryDone(_Msg, tag="memory_done"):  # type: ignore[misc]
     seq: int
     peak_bytes: int
     method: str
     violations: list[str]
 
 
-class LaunchesDone(_Msg, tag="launches_done"):
+class LaunchesDone(_Msg, tag="launches_done"):  # type: ignore[misc]
     """What one forward does, from a profile of a few (evidence: the candidate's child could lie)."""
 
     seq: int
@@ -242,7 +242,7 @@ class LaunchesDone(_Msg, tag="launches_done"):
     d2h_bytes: Union[float, None] = None  # bytes copied device -> host per forward
 
 
-class TrialDone(_Msg, tag="trial_done"):
+class TrialDone(_Msg, tag="trial_done"):  # type: ignore[misc]
     """``unordered_ms`` (GPU): how long a device-wide synchronise still waited after the caller's
     stream was done — work left on a side stream, not ordered with the caller's (evidence only)."""
 
@@ -252,7 +252,7 @@ class TrialDone(_Msg, tag="trial_done"):
     unordered_ms: float = 0.0
 
 
-class RunDone(_Msg, tag="run_done"):
+class RunDone(_Msg, tag="run_done"):  # type: ignore[misc]
     """Outputs of every iteration (where they are) and the child's own clock, a cross-check only.
 
     ``segments``: allocations first used by these outputs (shared once). In a gated phase the
@@ -266,7 +266,7 @@ class RunDone(_Msg, tag="run_done"):
     segments: list[Segment] = []
 
 
-class Failed(_Msg, tag="failed"):
+class Failed(_Msg, tag="failed"):  # type: ignore[misc]
     """The child's code raised (or the candidate called sys.exit); ``kind``: candidate | harness."""
 
     seq: int

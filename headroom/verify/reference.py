@@ -247,10 +247,10 @@ def truth(ref: ReferenceRun, spec: inp.TrialSpec, xs: list, notes: dict) -> Trut
         notes[spec.label] = f"float32, TF32 off ({ref.truth_fp32_note})"
     else:
         notes[spec.label] = "float64"
-    truth_t, gates = [], []
+    truth_t, gates = [], []  # type: ignore[var-annotated]
     for r, t in zip(ref_out, t_out):
         if ck.is_exact_dtype(r.dtype):
-            gates.append(None)
+            gates.append(None)  # type: ignore[arg-type]
             truth_t.append(r)
         else:
             gates.append(ck.gates_for(r.dtype, ck.measure(r, t, r)))

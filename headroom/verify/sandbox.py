@@ -142,7 +142,7 @@ class Cgroup:
                 except OSError:
                     pass
         if self.v2 and "cpuset" not in self.v1:
-            self._v2_limits(v2_root)
+            self._v2_limits(v2_root)  # type: ignore[arg-type]
         if not self.v2 and not self.v1:
             self.notes.append("cgroup: no writable hierarchy: freezing and containment by signals and /proc only")
         elif not self.can_freeze:
@@ -164,7 +164,7 @@ class Cgroup:
                 continue
             try:
                 _write(os.path.join(root, "cgroup.subtree_control"), f"+{ctrl}")
-                _write(os.path.join(self.v2, knob), value)
+                _write(os.path.join(self.v2, knob), value)  # type: ignore[arg-type]
             except OSError as e:
                 self.notes.append(f"cgroup v2 {ctrl}: {e.strerror}")
 

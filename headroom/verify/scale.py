@@ -153,7 +153,7 @@ def plan(path: Path, env: dict[str, str], budget_bytes: int, budget_flops: float
         if est is None:
             frozen.add((name, i))
             continue
-        current, best = trial, est
+        current, best = trial, est  # type: ignore[assignment]
         if _fits(est, budget_bytes, budget_flops):
             break
     overrides = {k: v for k, v in current.items() if v != values[k]}

@@ -138,12 +138,14 @@ def run_phase(child: Child, ref: ReferenceRun, sets: list[list], run: dict, draw
     n = len(sets)
     if gated:
         args = place(ref, sets, [child, *others], write=False)  # the inputs go in once the child is frozen
-        staged = 0 if null else ref.ring.stage(sets, args)
+        ring = ref.ring
+        assert ring is not None  # place made it
+        staged = 0 if null else ring.stage(sets, args)
         token = clock.token()
         opened: list[float] = []
 
         def open_gate() -> None:  # the child is waiting on the GPU inside its enqueue (a host sync)
-            ref.ring.commit(staged)  # its kernels are gated: none has read the ring yet
+            ring.commit(staged)  # its kernels are gated: none has read the ring yet
             opened.append(time.perf_counter())
             clock.open(child.job.clock_slot, token)
 
@@ -155,7 +157,7 @@ def run_phase(child: Child, ref: ReferenceRun, sets: list[list], run: dict, draw
         blocked = bool(opened)
         t_w = time.perf_counter()
         if not blocked:
-            ref.ring.commit(staged)
+            ring.commit(staged)
             t0 = time.perf_counter()
             clock.open(child.job.clock_slot, token)
             write_ms = (t0 - t_w) * 1e3
@@ -195,7 +197,7 @@ def run_phase(child: Child, ref: ReferenceRun, sets: list[list], run: dict, draw
         prev = getattr(child, "last_gated_phase", None)
         if prev is not None and child_ms is not None:
             prev.child_ms = child_ms
-        child.last_gated_phase = ph
+        child.last_gated_phase = ph  # type: ignore[attr-defined]
     return ph
 
 
@@ -220,7 +222,7 @@ class ReferenceTiming:
     compile_error: str | None = None
     calibration: dict = field(default_factory=dict)
     launches: int | None = None
-    call: launches.CallProfile | None = None  # the reference's forward, profiled in the harness
+    call: launches.CallProfile | None = None  # type: ignore[name-defined]  # the reference's forward, profiled in the harness
     gated: bool = False
 
     @property
@@ -310,7 +312,7 @@ def start_reference(ref: ReferenceRun, max_numel: int, others: list[Child],
         mem = child.request(P.Memory(seq=0, args=args[0]), stage="reference memory")
         rt.memory = {"peak_bytes": mem.peak_bytes, "method": mem.method}
         # profiled in the harness (trusted code, one profiler for the whole run), on the same inputs
-        rt.call = launches.profile_call(ref.model, shared.view_all(ref.ring, args[0]), ref.device.startswith("cuda"))
+        rt.call = launches.profile_call(ref.model, shared.view_all(ref.ring, args[0]), ref.device.startswith("cuda"))  # type: ignore[arg-type]
         rt.launches = rt.call.launches
         if ref.options.vs_compile:
             done = child.request(P.Compile(seq=0, args=args[0]), stage="torch.compile of the reference",
@@ -460,7 +462,7 @@ def time_candidate(ref: ReferenceRun, cand: Child, gates: list, max_numel: int, 
                 # now, while the reference's outputs of this round are still in its process
                 _compare_round(rt.child, got["reference_tf32"], got["candidate"], gates, policy,
                                aggs["timed_outputs"], r)
-            return ph
+            return ph  # type: ignore[return-value]
 
         def after_round(r: int, _values: dict) -> bool:
             # a null phase of each child every round: the clock's fixed cost follows the machine
@@ -487,7 +489,7 @@ def time_candidate(ref: ReferenceRun, cand: Child, gates: list, max_numel: int, 
             f, w = mins()
             return rt.net_ms(ph, n, f, w, charged=name == "candidate")
 
-        rounds = interleave_rounds([nm for nm, _ in plan], lambda name, r: net(name, measure(name, r)),
+        rounds = interleave_rounds([nm for nm, _ in plan], lambda name, r: net(name, measure(name, r)),  # type: ignore[arg-type]
                                    policy.round_policy(cuda), pair=("reference_tf32", "candidate"),
                                    on_round=after_round)
     except HarnessOOM:
@@ -575,7 +577,7 @@ def _check_inputs(ref: ReferenceRun, ph: Phase, sets: list[list], agg: Any) -> N
 
     for k in ph.sampled:
         for i, (a, x) in enumerate(zip(ph.args[k], sets[k])):
-            if isinstance(a, P.RingTensor) and not torch.equal(shared.view(ref.ring.buf, a), x):
+            if isinstance(a, P.RingTensor) and not torch.equal(shared.view(ref.ring.buf, a), x):  # type: ignore[union-attr]
                 agg.record(False, f"timed iteration {k}: input {i} was changed by the candidate while timed")
                 return
     agg.record(True, "the inputs of every sampled timed iteration are unchanged after its phase")

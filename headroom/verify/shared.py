@@ -306,7 +306,7 @@ def read_full(child: Any, out: P.Out, device: str) -> Any:
     """Harness side: a whole output, read from the child's memory (or its bytes)."""
     import torch
 
-    dtype = dtype_from_name(out.dtype)
+    dtype = dtype_from_name(out.dtype)  # type: ignore[union-attr]
     if isinstance(out, P.BytesTensor):
         n = math.prod(out.shape)
         if len(out.data) != n * _itemsize(dtype):
@@ -328,12 +328,12 @@ def read_full(child: Any, out: P.Out, device: str) -> Any:
             return torch.empty(out.shape, dtype=dtype, device=device)
         typed = base[first * item:(first + span) * item].view(dtype)
         return typed.as_strided(out.shape, out.stride)
-    n = span_elements(out.shape, out.stride)
+    n = span_elements(out.shape, out.stride)  # type: ignore[union-attr]
     if n == 0:
-        return torch.empty(out.shape, dtype=dtype, device=device)
-    raw = child.read_memory(out.addr, n * _itemsize(dtype))
+        return torch.empty(out.shape, dtype=dtype, device=device)  # type: ignore[union-attr]
+    raw = child.read_memory(out.addr, n * _itemsize(dtype))  # type: ignore[union-attr]
     flat = torch.frombuffer(bytearray(raw), dtype=torch.uint8).view(dtype)
-    return flat.as_strided(out.shape, out.stride).contiguous().to(device)
+    return flat.as_strided(out.shape, out.stride).contiguous().to(device)  # type: ignore[union-attr]
 
 
 def sample_positions(numel: int, k: int, seed: int) -> Any:
@@ -364,7 +364,7 @@ def read_samples(child: Any, out: P.Out, positions: Any) -> Any:
     """
     import torch
 
-    dtype = dtype_from_name(out.dtype)
+    dtype = dtype_from_name(out.dtype)  # type: ignore[union-attr]
     if isinstance(out, P.Opaque):
         raise ValueError(f"output is {out.type_name}, not a plain torch.Tensor")
     if isinstance(out, P.BytesTensor):
@@ -380,12 +380,12 @@ def read_samples(child: Any, out: P.Out, positions: Any) -> Any:
     n = span_elements(out.shape, out.stride)
     offs = _storage_offsets(positions, out.shape, out.stride)
     if n * item <= FULL_READ_BYTES:
-        raw = child.read_memory(out.addr, n * item)
+        raw = child.read_memory(out.addr, n * item)  # type: ignore[union-attr]
         return torch.frombuffer(bytearray(raw), dtype=torch.uint8).view(dtype)[offs].clone()
     vals = torch.empty(positions.numel(), dtype=dtype)
     vb = vals.view(torch.uint8)
     for i, o in enumerate(offs.tolist()):
-        vb[i * item:(i + 1) * item] = torch.frombuffer(bytearray(child.read_memory(out.addr + o * item, item)),
+        vb[i * item:(i + 1) * item] = torch.frombuffer(bytearray(child.read_memory(out.addr + o * item, item)),  # type: ignore[union-attr]
                                                         dtype=torch.uint8)
     return vals
 
@@ -398,7 +398,7 @@ _libc: Any = None
 IOV_MAX = 1024
 
 
-def _vm_read(pid: int, addrs: "np.ndarray", item: int) -> bytes | None:
+def _vm_read(pid: int, addrs: "np.ndarray", item: int) -> bytes | None:  # type: ignore[name-defined]
     """``item`` bytes at each address of another process, in one ``process_vm_readv`` per 1024
     (None when the call is refused: the caller falls back to ``/proc/<pid>/mem``, which says why).
     One system call for 256 elements instead of one ``pread`` each, or one read of a whole 4 MB output."""

@@ -11,6 +11,8 @@ import torch.nn.functional as F
 
 
 class ModelNew(nn.Module):
+    row_start: torch.Tensor
+
     def __init__(self, table_rows, dim):
         super().__init__()
         tables = [nn.EmbeddingBag(n, dim, mode="sum") for n in table_rows]

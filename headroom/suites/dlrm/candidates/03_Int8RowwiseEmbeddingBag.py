@@ -10,6 +10,10 @@ import torch.nn.functional as F
 
 
 class ModelNew(nn.Module):
+    qweight: torch.Tensor
+    scale: torch.Tensor
+    bias: torch.Tensor
+
     def __init__(self, rows, dim):
         super().__init__()
         self.register_buffer("qweight", torch.randint(-127, 128, (rows, dim), dtype=torch.int8))

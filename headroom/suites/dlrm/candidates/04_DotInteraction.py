@@ -4,6 +4,8 @@ import torch.nn as nn
 
 
 class ModelNew(nn.Module):
+    flat: torch.Tensor
+
     def __init__(self, num_features):
         super().__init__()
         li, lj = torch.tril_indices(num_features, num_features, offset=-1)

@@ -12,6 +12,6 @@ class ModelNew(nn.Module):
     def forward(self, x0):
         x = x0
         for v, u in zip(self.V, self.U):
-            y = torch.addmm(u.bias, torch.mm(x, v.weight.t()), u.weight.t())
+            y = torch.addmm(u.bias, torch.mm(x, v.weight.t()), u.weight.t())  # type: ignore[arg-type,operator]
             x = torch.addcmul(x, x0, y)
         return x

@@ -22,6 +22,10 @@ MAX_LEN = 8 if _CPU else 40
 
 
 class Model(nn.Module):
+    qweight: torch.Tensor
+    scale: torch.Tensor
+    bias: torch.Tensor
+
     def __init__(self, rows, dim):
         super().__init__()
         self.register_buffer("qweight", torch.randint(-127, 128, (rows, dim), dtype=torch.int8))

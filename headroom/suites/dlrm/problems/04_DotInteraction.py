@@ -20,6 +20,9 @@ DIM = 16 if _CPU else 128
 
 
 class Model(nn.Module):
+    li: torch.Tensor
+    lj: torch.Tensor
+
     def __init__(self, num_features):
         super().__init__()
         li, lj = torch.tril_indices(num_features, num_features, offset=-1)

@@ -13,7 +13,7 @@ last rank reaches it. The synchronised model (docs/distributed.md):
   ``C_r(start)``, or when the previous collective on its stream ends, when it
   was queued behind it. The collective ends on rank r at the last rank's
   arrival plus the time it took after that arrival in the measurement (the
-  transfer; clocks aligned as in :mod:`headroom.trace.ranks`).
+  transfer; clocks aligned as in :mod:`headroom.trace.rank_set`).
 * **waiting for a collective**: where a rank's work stopped and resumed right
   after a collective ended (the last collective ending in that idle gap), the
   rank was waiting for it. In the projection it resumes at the later of
@@ -43,7 +43,7 @@ from headroom.projection.matching import resolve
 from headroom.projection.problems import ProblemMap, load_problems
 from headroom.projection.speedups import Speedup
 from headroom.trace.comm import merged
-from headroom.trace.ranks import RankSet
+from headroom.trace.rank_set import RankSet
 
 BACK_TO_BACK_US = 4.0   # a collective starting this soon after the previous one on its stream was queued behind it
 
@@ -245,7 +245,7 @@ def _run(model: SyncModel, factors: dict[int, np.ndarray]) -> dict[int, float]:
         for r in model.ranks:
             m, c = model.models[r], model.models[r].collectives[key]
             a = tl[r].at(c.ts)
-            if c.prev_key is not None:
+            if c.prev_key is not None and c.prev_end is not None:
                 # Not before the previous collective on its stream ends (taken in another order across
                 # ranks, it may not be projected yet: then its end moves with the rank's timeline).
                 prev = end_of[r].get(c.prev_key)

@@ -1,7 +1,8 @@
 """Trace arguments on the command line: a trace file, a directory of traces analysed one by one,
 or a directory of the ranks of one run, analysed together (docs/distributed.md).
 
-`headroom.cli.common.Reader.inputs` reads them; this module decides what a directory's traces are.
+`headroom.cli.common.Reader.inputs` reads them; headroom.trace.rank_set.group_ranks decides what a
+directory's traces are (the API's functions read a directory the same way).
 """
 
 from __future__ import annotations
@@ -11,7 +12,8 @@ from typing import Sequence, Union
 
 from headroom.cli.output import warn
 from headroom.trace.analysis import Analysis
-from headroom.trace.ranks import RankSet, rank_id, rank_order, rank_set, repeated_ranks
+from headroom.trace import rank_set
+from headroom.trace.rank_set import RankSet, rank_id
 
 Input = Union[Analysis, RankSet]
 
@@ -19,19 +21,11 @@ Input = Union[Analysis, RankSet]
 def group_ranks(path: Path, analyses: Sequence[Analysis]) -> list[Input]:
     """A directory's analyses: one RankSet when they are the ranks of one run, else each on its own.
 
-    The rank set's caveats (missing ranks, unpaired collectives) are warnings on stderr."""
-    ranks = rank_order(analyses)
-    if ranks is not None:
-        rs = rank_set(analyses, ranks, source=str(path))
-        for w in rs.warnings:
-            warn(f"{rs.source}: {w}")
-        return [rs]
-    repeated = repeated_ranks(analyses)
-    if repeated:
-        rank, names = next(iter(sorted(repeated.items())))
-        warn(f"{path}: rank {rank} has {len(names)} traces ({', '.join(names[:3])}): "
-             f"analysed one by one, not as the ranks of one run")
-    return list(analyses)
+    The caveats (missing ranks, unpaired collectives, a rank claimed twice) are warnings on stderr."""
+    inputs, notes = rank_set.group_ranks(analyses, source=str(path))
+    for w in notes:
+        warn(f"{path}: {w}")
+    return inputs
 
 
 def looks_like_ranks(analyses: Sequence[Analysis]) -> bool:

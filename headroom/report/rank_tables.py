@@ -1,22 +1,22 @@
 """Readable tables of a rank set: the ranks side by side, the communication split, the straggler,
-and the projections and targets through the collectives. Numbers come from headroom.trace.ranks
-and headroom.projection.ranks; this module only arranges and prints them."""
+and the projections and targets through the collectives. Numbers come from headroom.trace.rank_set
+and headroom.projection.sync_projection; this module only arranges and prints them."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Sequence
 
 import pandas as pd
 from rich.console import Console
 from rich.table import Table
 
 from headroom.report.render import short_name
-from headroom.report.tables import summary_frame
-from headroom.trace.analysis import MODE_CPU
+from headroom.report.tables import summary_frame, summary_records
+from headroom.trace.analysis import MODE_CPU, Analysis
 
 if TYPE_CHECKING:     # annotations only
-    from headroom.projection.ranks import RanksProjection
-    from headroom.trace.ranks import RankSet
+    from headroom.projection.sync_projection import RanksProjection
+    from headroom.trace.rank_set import RankSet
 
 
 def _ms(us: float) -> str:
@@ -146,3 +146,12 @@ def render_sync_targets(rs: RankSet, table: pd.DataFrame, speedup: float, consol
         console.print(t)
     console.print("one-rank gain: what each rank's own Amdahl promises (median over ranks)", style="dim",
                   highlight=False)
+
+
+def report_body(analyses: Sequence[Analysis], rank_sets: Sequence[RankSet], failed: Sequence[str] = ()) -> dict[str, Any]:
+    """The `headroom report --json` document (docs/cli.md, `headroom.report/1`), less its schema key."""
+    rank_tables = [(rs, rank_summary_frame(rs)) for rs in rank_sets]
+    return {"traces": summary_records(summary_frame(list(analyses))),
+            "rank_sets": [{"source": rs.source, "kind": "ranks", "step_us": rs.step_us,
+                           "slowest_rank": rs.slowest_rank, "ranks": summary_records(t)} for rs, t in rank_tables],
+            "failed": list(failed)}

@@ -34,6 +34,7 @@ import pandas as pd
 
 from headroom.datafiles import shipped
 from headroom.errors import UserError
+from headroom.jsonio import member
 from headroom.trace.analysis import Analysis
 from headroom.trace.comm import activity_segments, collectives, comm_split
 
@@ -65,13 +66,15 @@ def _int(v: Any) -> int | None:
 def rank_id(a: Analysis) -> RankId | None:
     """The rank of a trace: Kineto's distributedInfo, headroom's manifest, else the file name."""
     info = a.metadata.get("distributedInfo")
-    if isinstance(info, dict) and _int(info.get("rank")) is not None:
+    rank = _int(info.get("rank")) if isinstance(info, dict) else None
+    if isinstance(info, dict) and rank is not None:
         backend = info.get("backend")
-        return RankId(_int(info["rank"]), _int(info.get("world_size")),
+        return RankId(rank, _int(info.get("world_size")),
                       str(backend) if backend else None, "distributedInfo")
-    dist = a.manifest.get("distributed") if isinstance(a.manifest.get("distributed"), dict) else {}
-    if _int(dist.get("rank")) is not None:
-        return RankId(_int(dist["rank"]), _int(dist.get("world_size")), dist.get("backend"), "manifest")
+    dist = member(a.manifest, "distributed")
+    rank = _int(dist.get("rank"))
+    if rank is not None:
+        return RankId(rank, _int(dist.get("world_size")), dist.get("backend"), "manifest")
     m = _RANK_IN_NAME.search(Path(a.source).name)
     if m:
         return RankId(int(m.group(1)), None, None, "file name")
@@ -87,8 +90,9 @@ def rank_order(analyses: Sequence[Analysis]) -> list[int] | None:
     """
     if len(analyses) < 2:
         return None
-    ids = [rank_id(a) for a in analyses]
-    if any(i is None for i in ids):
+    found = [rank_id(a) for a in analyses]
+    ids = [i for i in found if i is not None]
+    if len(ids) != len(found):
         return None
     worlds = {i.world_size for i in ids if i.world_size is not None}
     if worlds and (len(worlds) > 1 or worlds == {1}):
@@ -229,7 +233,8 @@ def clock_offsets(matched: pd.DataFrame, ranks: Sequence[int], analyses: Sequenc
         return offsets
     base = {r: (getattr(a.trace, "base_ns", None) if a.trace is not None else None) for r, a in zip(ranks, analyses)}
     for r in ranks[1:]:
-        offsets[r] = (base[r] - base[ref]) / 1000.0 if base[r] is not None and base[ref] is not None else 0.0
+        here, there = base[r], base[ref]
+        offsets[r] = (here - there) / 1000.0 if here is not None and there is not None else 0.0
     return offsets
 
 
@@ -268,7 +273,7 @@ def rank_set(analyses: Sequence[Analysis], ranks: Sequence[int] | None = None, s
     if world is not None and world != len(ranks):
         warnings.append(f"{len(ranks)} of {world} ranks")
     backends = {i.backend for i in ids if i and i.backend}
-    manifests = [a.manifest.get("distributed") for a in analyses if isinstance(a.manifest.get("distributed"), dict)]
+    manifests = [member(a.manifest, "distributed") for a in analyses if isinstance(a.manifest.get("distributed"), dict)]
     parallel = manifests[0].get("parallel") if manifests else None
     steps_seen = {a.num_steps for a in analyses}
     if len(steps_seen) > 1:
@@ -310,12 +315,30 @@ def rank_set(analyses: Sequence[Analysis], ranks: Sequence[int] | None = None, s
                    segments=segments, warnings=warnings)
 
 
+def group_ranks(analyses: Sequence[Analysis], source: str = "") -> tuple[list[Analysis | RankSet], list[str]]:
+    """A directory's analyses as `headroom` reads a directory: one RankSet when they are the ranks of one run,
+    else each on its own; and the caveats to tell (the rank set's, or a rank that several traces claim)."""
+    ranks = rank_order(analyses)
+    if ranks is not None:
+        rs = rank_set(analyses, ranks, source=source)
+        return [rs], list(rs.warnings)
+    notes = []
+    repeated = repeated_ranks(analyses)
+    if repeated:
+        rank, names = next(iter(sorted(repeated.items())))
+        notes.append(f"rank {rank} has {len(names)} traces ({', '.join(names[:3])}): "
+                     f"analysed one by one, not as the ranks of one run")
+    return list(analyses), notes
+
+
 def category_spread(ranks: Sequence[int], analyses: Sequence[Analysis]) -> pd.DataFrame:
     """Per category: min, median and max time (and fraction of each rank's total) across ranks, and the
     rank with the most. A rank without the category counts 0."""
     cols = ["name", "addressable", "min_us", "median_us", "max_us", "min_fraction", "median_fraction",
             "max_fraction", "max_rank"]
-    us, frac, addressable = {}, {}, {}
+    us: dict[str, dict[int, float]] = {}
+    frac: dict[str, dict[int, float]] = {}
+    addressable: dict[str, bool] = {}
     for r, a in zip(ranks, analyses):
         for c in a.categories.itertuples(index=False):
             us.setdefault(c.name, {})[r] = float(c.us)

@@ -36,7 +36,7 @@ def test_the_set_covers_sync_slower_training_and_launch_bound(rows):
 
 def test_these_rows_meet_the_targets(rows):
     for name in ("llama7b-prefill-rmsnorm", "llama7b-decode-bs1-rmsnorm", "bert-layernorm",
-                 "gpt2xl-decode-bs1-gelu", "dlrm-train-interaction"):
+                 "gpt2xl-decode-bs1-gelu", "dlrm-train-interaction", "llama7b-prefill-rmsnorm-checked"):
         r = rows[name]
         assert abs(r.error) <= r.target, f"{name}: {100 * r.error:+.2f}%"
         assert r.low <= r.measured <= r.high, name
@@ -55,10 +55,9 @@ def test_a_synchronising_candidate_projects_its_kernel_ratio_and_its_syncs(rows)
     assert r.candidate_clock == "plain" and r.syncs == 1.0
     assert r.factor == pytest.approx(r.kernel_ratio) and r.factor == pytest.approx(r.part_speedup, rel=0.01)
     assert r.verify_speedup < r.factor  # the serialised clock counts the wait too
-    # It is projected to lose most of what its kernels gain (the sync drains the GPU's queue each call);
-    # the replay overstates the loss: the profiled CPU relaunches after each sync slower than the real one.
+    # It loses part of what its kernels gain: the sync drains the GPU's queue each call.
     plain = rows["llama7b-prefill-rmsnorm"]
-    assert r.estimate < r.measured < plain.measured
+    assert r.measured < r.estimate < plain.estimate and r.measured < plain.measured
 
 
 def test_a_slower_candidate_is_projected_slower(rows):

@@ -380,3 +380,28 @@ def test_a_slower_candidate_projects_a_slowdown(tmp_path):
     # 30 calls x 200 us of kernels take 400 us now: 6000 us more, on a step the GPU bounds
     assert r.get("replay").saved_us == pytest.approx(-30 * 200.0, abs=1.0)
     assert r.estimate.speedup < 1.0 and r.estimate.high < 1.0 + 1e-9
+
+
+def test_a_gpu_bound_trace_takes_its_cpu_clock_from_the_references_measured_calls(tmp_path):
+    # The GPU-bound step is the same with or without the profiler, so the step says nothing of the CPU's
+    # speed; the reference's call measured unprofiled does: 44.5 us for the 89 us the RMSNorm calls take
+    # here, a CPU clock x0.5. It matters only where the CPU's work is exposed: after each of the 30 syncs
+    # the next GEMM's launch offset (2 us profiled) now takes 1 us.
+    from dataclasses import replace
+    first = analyze(gpu_bound(tmp_path))
+    sim_step_ms = first.wall_us / first.num_steps / 1e3   # unprofiled = profiled: GPU-bound
+    sim = Sim()
+    steps(sim, 3, lambda s: chain_model(s, 10, gemm_cpu=10, gemm_gpu=400, chain_ops=8, chain_cpu=10,
+                                        chain_gpu=25, glue=1), tail_sync=True)
+    path = sim.write(tmp_path / "gpu_bound_timed.json", step_ms=sim_step_ms)
+    entry = _synced("module:RMSNorm=4,launches=1", 40.0, 1)
+    measured = replace(entry, reference_call_us=44.5)
+    kept = project(analyze(path), [entry])
+    clocked = project(analyze(path), [measured])
+    assert kept.estimate.cpu_scale == 1.0 and clocked.estimate.cpu_scale == pytest.approx(0.5)
+    assert "from the reference's calls measured unprofiled" in clocked.estimate.method
+    gained = clocked.estimate.baseline_us - clocked.estimate.projected_us
+    assert gained - (kept.estimate.baseline_us - kept.estimate.projected_us) == pytest.approx(30 * 1.0, abs=3.0)
+    # Without a synchronisation the CPU stays hidden: the clock is left as the step says.
+    quiet = project(analyze(path), [replace(measured, syncs=0.0)])
+    assert quiet.estimate.cpu_scale == 1.0

@@ -52,6 +52,9 @@ class Unprofiled:
     # are within drift of it (not corrected), the drift; where even a free CPU leaves the replay above
     # it (`reached` False), the GPU work itself ran slower under the profiler, by this much.
     window_scale: float = 1.0
+    # Where `cpu_scale` comes from: "step" (the solve above) or "calls" (calls measured outside the
+    # profiler, where the step leaves it open: project._clock_from_calls).
+    clock_source: str = "step"
 
     @property
     def overhead(self) -> float:

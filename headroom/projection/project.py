@@ -33,6 +33,7 @@ win rate x median speedup, at quantiles and at the harmonic-mean expectation.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
@@ -49,7 +50,7 @@ from headroom.projection.cpu import CallChange, CpuSide, change_calls, cpu_side
 from headroom.projection.distributions import Distribution
 from headroom.projection.estimate import BOUNDS, Drift, Estimate, estimate_interval, load_drift
 from headroom.projection.matching import EntryMatch, EntryResult, Resolution, resolve, select
-from headroom.projection.overhead import Unprofiled, cpu_clock, solve_cpu_scale, unprofiled_step_us
+from headroom.projection.overhead import Unprofiled, cpu_clock, noise, solve_cpu_scale, unprofiled_step_us
 from headroom.projection.problems import ProblemMap, load_problems
 from headroom.projection.replay import replay, replay_check, replay_projection
 from headroom.projection.streams import stream_waits
@@ -192,6 +193,7 @@ def project(analysis: Analysis | Baseline, entries: Sequence[Speedup] = (), dist
         warnings.extend(res.warnings)
         entry_results = [EntryResult.of(m) for m in res.matches]
         if b.mode == "gpu":
+            unprof = _clock_from_calls(b, res, problems, unprof)
             side: CpuSide | None = None
             for m, d in zip(res.matches, entry_results):
                 if m.entry.launches is None or not m.applied.any():
@@ -276,6 +278,44 @@ def _uniform(n: int, f: float, mask: np.ndarray | None) -> np.ndarray:
     return out
 
 
+def _clock_from_calls(b: Baseline, res: Resolution, problems: ProblemMap,
+                      unprof: Unprofiled | None) -> Unprofiled | None:
+    """The CPU clock of a GPU-bound trace, from calls measured outside the profiler.
+
+    Where the profiled step is within drift of the unprofiled one, the step time says nothing of how
+    much slower the profiled CPU ran (the GPU hid it), and the replay keeps the profiled CPU clock
+    (x1). That is harmless until a change makes the CPU matter: a host synchronisation per call drains
+    the GPU's queue, and the CPU work after it then runs at the replay's CPU speed. An entry that
+    measured its reference's call unprofiled (`reference_call_us`: verify) and adds synchronisations
+    gives the clock: that time over the trace's footprint of the same calls (median; the calls with a
+    range). Taken when it is below 1 and the replay at it still spans the unprofiled step within drift.
+    """
+    if unprof is None or unprof.cpu_scale != 1.0 or not unprof.reached:
+        return unprof
+    ratios: list[float] = []
+    side: CpuSide | None = None
+    for m in res.matches:
+        e = m.entry
+        if not e.syncs or e.reference_call_us is None or e.launches is None or not m.applied.any():
+            continue
+        side = side or cpu_side(b)
+        calls, _ = find_calls(b, side, e.selector, m.applied, problems)
+        footprints = [c.footprint_us for c in calls if not c.orphan and c.footprint_us > 0]
+        if footprints:
+            ratios.append(e.reference_call_us / float(np.median(footprints)))
+    scale = float(np.median(ratios)) if ratios else 1.0
+    if not 0.0 < scale < 1.0:
+        return unprof
+    target = unprof.step_us * unprof.num_steps
+    window = replay(b, cpu_scale=scale).projected_us
+    if abs(window / target - 1.0) > noise(b):
+        return unprof
+    return dataclasses.replace(
+        unprof, cpu_scale=scale, window_scale=target / window, clock_source="calls",
+        note=f"{unprof.note}; the CPU clock from the reference's calls measured unprofiled (verify's "
+             f"call_us over their footprint in this trace, median of {len(ratios)} entr{'y' if len(ratios) == 1 else 'ies'})")
+
+
 def _entry_calls(b: Baseline, side: CpuSide, m: EntryMatch, problems: ProblemMap, unprof: Unprofiled | None
                  ) -> tuple[dict, dict[str, list[CallChange]], list[str]]:
     """One launch-aware entry: its calls, what each CPU outcome makes of them, and a summary."""
@@ -339,7 +379,9 @@ def _estimate(b: Baseline, factors: np.ndarray, changes: dict[str, list[CallChan
         clock = "unprofiled" if unprof is not None else "profiled"     # its windows are scaled to that step
         n_calls = len(changes.get("estimate", ()))
         method = "replay" + (f" with the CPU side of {n_calls} replaced call(s)" if n_calls else "")
-        if corrected and unprof is not None:
+        if corrected and unprof is not None and unprof.clock_source == "calls":
+            method += f"; {cpu_clock(scale)}: {unprof.note}"
+        elif corrected and unprof is not None:
             method += (f", {cpu_clock(scale)}{'' if unprof.reached else f' and the GPU timeline x{unprof.window_scale:.4f}'}"
                        f" to the unprofiled {unprof.step_us / 1e3:.3f} ms/step ({unprof.source})")
         elif unprof is not None:

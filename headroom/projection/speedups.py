@@ -54,6 +54,10 @@ class Speedup:
     # Host synchronisations each call makes after the change (None: as before; docs/projection.md,
     # "Host synchronisations"): at each, the CPU waits until the GPU has run everything queued.
     syncs: float | None = None
+    # The CPU time of one call *before* the change, measured the same way as `call_us` (verify: the
+    # reference's call, unprofiled). With the trace's footprint of the same calls it says how much slower
+    # the profiled CPU ran, where the step time cannot (a GPU-bound step): docs/projection.md.
+    reference_call_us: float | None = None
 
     @property
     def label(self) -> str:
@@ -221,19 +225,20 @@ def _verified_launches(r: dict) -> int | None:
     return n
 
 
-def _verified_call(r: dict) -> tuple[float | None, float | None]:
-    """The candidate's CPU time per call (us, unprofiled) and host synchronisations per call, from
-    verify's ``per_call`` (None where it was not measured)."""
+def _verified_call(r: dict) -> tuple[float | None, float | None, float | None]:
+    """The candidate's CPU time per call (us, unprofiled), its host synchronisations per call and the
+    reference's CPU time per call, from verify's ``per_call`` (None where it was not measured)."""
     pc = r.get("per_call")
     cand = pc.get("candidate") if isinstance(pc, dict) else None
+    ref = pc.get("reference") if isinstance(pc, dict) else None
     if not isinstance(cand, dict):
-        return None, None
+        return None, None, None
 
     def num(v: Any) -> float | None:
         return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v >= 0 \
             else None
 
-    return num(cand.get("call_us")), num(cand.get("syncs"))
+    return num(cand.get("call_us")), num(cand.get("syncs")), num(ref.get("call_us")) if isinstance(ref, dict) else None
 
 
 def _gpu_factor(r: dict) -> float | None:
@@ -298,7 +303,7 @@ def _best_passes(results: list[dict], path: str) -> tuple[dict[str, tuple[float,
 def _from_verify(results: list[dict], path: str) -> SpeedupFile:
     best, _, warnings = _best_passes(results, path)
     src = f"{path}: headroom verify"
-    calls: dict[str, tuple[float | None, float | None]] = {}
+    calls: dict[str, tuple[float | None, float | None, float | None]] = {}
     gpu: dict[str, float] = {}
     for r in results:  # the chosen (fastest passing) result of each problem
         name = str(r.get("problem"))
@@ -313,11 +318,12 @@ def _from_verify(results: list[dict], path: str) -> SpeedupFile:
                                 f"synchronisation(s) and CPU time per call are modelled on the CPU side")
     entries = []
     for name, (f, cand, n) in best.items():
-        call_us, syncs = calls.get(name, (None, None))
+        call_us, syncs, ref_us = calls.get(name, (None, None, None))
         f = gpu.get(name, f)
         entries.append(Speedup(parse_selector(f"problem:{name}"), f, True, src, note=cand, verify_result=True,
                                launches=n, call_us=call_us if n is not None else None,
-                               syncs=syncs if n is not None else None))
+                               syncs=syncs if n is not None else None,
+                               reference_call_us=ref_us if n is not None else None))
     return SpeedupFile(entries, warnings, "verify", list(results))
 
 

@@ -10,8 +10,9 @@ stays cheap for the processes that need only a part of it (the verify children, 
 """
 
 __version__ = "0.1.0"
-_API = ("analyze", "analyze_all", "diff", "Diff", "predict", "project", "summary", "targets", "Analysis", "Prediction",
-        "ProjectResult", "Targets", "analyze_ranks", "project_ranks", "report_html", "RankSet", "RanksProjection")
+_API = ("analyze", "analyze_all", "diff", "diff_html", "Diff", "predict", "project", "summary", "targets", "Analysis",
+        "Prediction", "ProjectResult", "Targets", "analyze_ranks", "project_ranks", "report_html", "RankSet",
+        "RanksProjection")
 
 
 def __getattr__(name: str):

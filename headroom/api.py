@@ -7,6 +7,7 @@
     r.to_frame()                                             # Amdahl and replay, per scenario
     headroom.targets(a).to_frame()                           # ops and modules ranked by end-to-end gain
     headroom.report_html(["traces/"], "report.html")         # the `headroom report --html` page
+    headroom.diff_html("before.json.gz", "after.json.gz", "diff.html")   # the `headroom diff --html` page
 
 Each function takes a trace path or an `Analysis`; the CLI calls the same modules.
 """
@@ -32,6 +33,7 @@ from headroom.projection.targets import DEFAULT_SPEEDUP, Targets, rank_targets
 from headroom.report.page import DEFAULT_TOP, check_html_output, html_report
 from headroom.report.diff import Diff
 from headroom.report.diff import diff as _diff
+from headroom.report.diff_html import html_diff
 from headroom.report.tables import summary_frame
 from headroom.trace.analysis import Analysis
 from headroom.trace.analysis import analyze as _analyze
@@ -159,6 +161,14 @@ def diff(before: TraceLike | RankSet, after: TraceLike | RankSet, by: str = "cat
     return _diff(_run(before), _run(after), by=by)
 
 
+def diff_html(before: TraceLike | RankSet, after: TraceLike | RankSet, out: PathLike, by: str = "category") -> dict:
+    """Write the `headroom diff --html` page of two runs to `out` and return its document (`diff --html
+    --json`): the `diff` document (`step`, `profiled`, `unprofiled`, `rows`, ...) with `html` and `page`
+    (`waterfall`: `Diff.waterfall()`'s bars in µs)."""
+    check_html_output(out, [p for p in (before, after) if isinstance(p, (str, os.PathLike))])
+    return html_diff(diff(before, after, by=by), out)
+
+
 def analyze_ranks(path: PathLike, rules: PathLike | None = None, policy: PathLike | None = None,
                   whole_trace: bool = False, window: str | None = None) -> RankSet:
     """A directory holding the ranks of one run, analysed together (docs/distributed.md): `per_rank`,
@@ -178,4 +188,4 @@ def project_ranks(ranks: RankSet | PathLike, speedup: Sequence[str] = (), files:
 
 
 __all__ = ["Analysis", "Diff", "ProjectResult", "RankSet", "RanksProjection", "Targets", "analyze", "analyze_all",
-           "analyze_ranks", "diff", "project", "project_ranks", "report_html", "summary", "targets"]
+           "analyze_ranks", "diff", "diff_html", "project", "project_ranks", "report_html", "summary", "targets"]

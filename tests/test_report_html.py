@@ -104,7 +104,7 @@ def shown_value(text: str, fmt: str) -> tuple[float, float]:
     """What a reader takes a shown number to be, and half a unit of its last digit (parsed here, not by the
     page's code): "15.63" ms is 15630 us give or take 5."""
     t = text.strip().replace(",", "").rstrip("%x")
-    scale = {"ms": 1000.0, "pct": 0.01}.get(fmt, 1.0)
+    scale = {"ms": 1000.0, "ms3": 1000.0, "dms": 1000.0, "pct": 0.01, "dpct": 0.01}.get(fmt, 1.0)
     decimals = len(t.partition(".")[2])
     return float(t) * scale, 0.5 * 10.0 ** -decimals * scale * (1 + 1e-9)
 
@@ -117,7 +117,7 @@ def check_numbers(doc: dict, html: str) -> int:
         a = m["attrs"]
         value = resolve(doc, a["data-key"])
         if "data-value" not in a:     # a text of the document: verbatim (shortened on screen, whole in the tooltip)
-            whole = a.get("title", m["text"])
+            whole = a.get("title", m["tip"] or m["text"])     # an SVG name: whole in its <title>
             assert whole == ("" if value is None else ("yes" if value else "no") if isinstance(value, bool) else str(value))
             continue
         if value is None:

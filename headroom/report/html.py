@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from html import escape
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 from headroom import __version__
 from headroom.files import write_atomic
@@ -159,7 +159,8 @@ th[aria-sort=ascending]::after{content:" \\25B2"}th[aria-sort=descending]::after
 ul.note,ul.failed{color:#8a5a00;font-size:12px;margin:4px 0}.sources{color:#555;font-size:12px;word-break:break-all}
 svg.figure{display:block;margin:10px 0;font-size:11px}svg .grid{stroke:#ddd}svg .tick{fill:#777;font-size:10px}
 svg rect.addressable{stroke:#222;stroke-width:.6}svg rect.idle{stroke:#999;stroke-width:.6}
-svg .whisker{stroke:#222;stroke-width:1.2;fill:none}footer{margin-top:32px;color:#777;font-size:12px}
+svg .whisker{stroke:#222;stroke-width:1.2;fill:none}svg .level{stroke:#999;stroke-dasharray:2 2}
+footer{margin-top:32px;color:#777;font-size:12px}
 """
 
 # Sorting: a click on a heading orders the rows by that column's data-value (numbers; an empty value
@@ -191,22 +192,32 @@ document.querySelectorAll("table.sortable th").forEach(function (th) {
 POLICY = "default-src 'none'; style-src 'unsafe-inline'; script-src 'unsafe-inline'; img-src data:"
 
 
-def render_page(doc: dict[str, Any]) -> str:
-    """The page of a `report --html --json` document (with its `page` key)."""
-    root = Node(doc)
-    shown = [(sid, title, body) for sid, title, fn in SECTIONS for body in [fn(root)] if body]
-    nav = "".join(f'<a href="#{sid}">{escape(title)}</a>' for sid, title, _ in shown)
-    sources = [t["trace"] for t in root["traces"]] + [r["source"] for r in root["rank_sets"]]
+FOOTER = ("times in ms, shares of kernel time unless said otherwise; click a column's heading to sort the table "
+          "by it.")
+
+
+def frame(title: str, sources: Sequence[Node], sections: Sequence[tuple[str, str, str]], footer: str = FOOTER) -> str:
+    """A whole page: its heading, the paths it is about, a link to each section and the sections
+    ((id, heading, markup); one whose markup is "" is left out), with the styles, the policy and the
+    sorting script inline."""
+    shown = [(sid, heading, body) for sid, heading, body in sections if body]
+    nav = "".join(f'<a href="#{sid}">{escape(heading)}</a>' for sid, heading, _ in shown)
     return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
             "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"
             f"<meta http-equiv=\"Content-Security-Policy\" content=\"{POLICY}\">"
-            "<title>headroom report</title>"
-            f"<style>{CSS}</style></head><body><header><h1>headroom report</h1>"
+            f"<title>{escape(title)}</title>"
+            f"<style>{CSS}</style></head><body><header><h1>{escape(title)}</h1>"
             f"<p class=\"sources\">{', '.join(text(s) for s in sources)}</p><nav>{nav}</nav></header><main>"
-            + "".join(f'<section id="{sid}"><h2>{escape(title)}</h2>{body}</section>' for sid, title, body in shown)
-            + f"</main><footer>headroom {escape(__version__)}; times in ms, shares of kernel time unless said "
-              f"otherwise; click a column's heading to sort the table by it.</footer>"
+            + "".join(f'<section id="{sid}"><h2>{escape(heading)}</h2>{body}</section>' for sid, heading, body in shown)
+            + f"</main><footer>headroom {escape(__version__)}; {escape(footer, quote=False)}</footer>"
             f"<script>{SCRIPT}</script></body></html>\n")
+
+
+def render_page(doc: dict[str, Any]) -> str:
+    """The page of a `report --html --json` document (with its `page` key)."""
+    root = Node(doc)
+    sources = [t["trace"] for t in root["traces"]] + [r["source"] for r in root["rank_sets"]]
+    return frame("headroom report", sources, [(sid, heading, fn(root)) for sid, heading, fn in SECTIONS])
 
 
 def write_page(path: str | Path, doc: dict[str, Any]) -> Path:

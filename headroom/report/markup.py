@@ -13,7 +13,10 @@ from typing import Any, Iterator, Sequence
 # How a number is shown: times in the document are microseconds, shown as milliseconds.
 FORMATS = {
     "ms": lambda v: f"{v / 1000:,.2f}",
+    "ms3": lambda v: f"{v / 1000:,.3f}",
+    "dms": lambda v: f"{v / 1000:+,.3f}",      # a change: signed
     "pct": lambda v: f"{100 * v:.1f}%",
+    "dpct": lambda v: f"{100 * v:+.2f}%",
     "x": lambda v: f"{v:.3f}x",
     "factor": lambda v: f"{v:g}x",
     "int": lambda v: f"{int(round(v)):,}",

@@ -123,11 +123,12 @@ def report_html(paths: Sequence[PathLike | Analysis | RankSet], out: PathLike, s
                 files: Sequence[PathLike] = (), target_speedup: float = DEFAULT_SPEEDUP, top: int = DEFAULT_TOP,
                 problems: PathLike | None = None, rules: PathLike | None = None, policy: PathLike | None = None,
                 whole_trace: bool = False, window: str | None = None, lenient: bool = False,
-                use_cache: bool = True) -> dict:
+                use_cache: bool = True, roofline: bool = False, peaks: str | None = None) -> dict:
     """Write the `headroom report --html` page of traces, directories (a directory of the ranks of one run
     is one rank set) or analyses to `out`, and return its document (`report --html --json`): `traces`,
     `rank_sets`, `html`, `page` (`categories`, `targets` ranked at `target_speedup`, the first `top` per
-    grouping, `projections` of `speedup`/`files` entries, `ranks`)."""
+    grouping (`roofline`: each trace's with the roofline columns, against `peaks` or its GPU), `projections`
+    of `speedup`/`files` entries, `ranks`)."""
     check_html_output(out, [*(p for p in paths if isinstance(p, (str, os.PathLike))), rules, policy, problems, *files])
     entries, warnings = collect_entries(speedup, files)
     r, p = load_classifier(rules, policy)
@@ -146,7 +147,7 @@ def report_html(paths: Sequence[PathLike | Analysis | RankSet], out: PathLike, s
             else:
                 analyses.extend(found)
     return html_report(analyses, rank_sets, out, entries, warnings, target_speedup=target_speedup, top=top,
-                       problems=load_problems(problems))
+                       problems=load_problems(problems), roofline=roofline, peaks=peaks)
 def _run(trace: TraceLike | RankSet) -> Analysis | RankSet:
     if isinstance(trace, (Analysis, RankSet)):
         return trace

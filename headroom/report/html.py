@@ -34,6 +34,12 @@ TARGET_COLUMNS = [
     Column("gain", "gain", "pct"), Column("gain_inf", "gain at zero time", "pct"),
     Column("replay_gain", "replay gain", "pct", optional=True),
     Column("replay_gain_inf", "replay gain at zero time", "pct", optional=True),
+    # With --roofline: the row's bound against the device's peaks (`targets --roofline`).
+    Column("max_speedup", "max speedup", "x", optional=True),
+    Column("fused_max_speedup", "fused max speedup", "x", optional=True), Column("limit", "limit", optional=True),
+    Column("compute_fraction", "of compute peak", "pct", optional=True),
+    Column("memory_fraction", "of memory bandwidth", "pct", optional=True),
+    Column("achievable_gain", "achievable gain", "pct", optional=True),
 ]
 RANK_TARGET_COLUMNS = [
     Column("kind", "by"), Column("name", "name", width=60), Column("category", "category"),
@@ -83,6 +89,17 @@ def categories_section(doc: Node) -> str:
             + category_chart(w))
 
 
+def _roofline_note(device: Node, page: Node) -> str:
+    if not device["peaks"].value:
+        return ""
+    return (f"<p>Roofline against {text(device['name'])} ({num(device['memory_tb_s'], 'num')} TB/s): max speedup is "
+            "the row's kernel time over its floor (each costed op call at the longest of its FLOPs at the peak, its "
+            "bytes at the memory bandwidth and the shortest kernel; kernels without a cost as measured), the fused "
+            "one a module's with its inputs and output moved once; limit, the term holding most of the floor; the "
+            "achieved rates as fractions of the compute peak and the memory bandwidth; achievable gain, the gain at "
+            f"the smaller of the max speedup (a module's fused one) and {num(page['target_speedup'], 'factor')}.</p>")
+
+
 def targets_section(doc: Node) -> str:
     page = doc["page"]
     rows = f"The first {num(page['top'], 'int')} of each grouping." if page["top"].value else "Every row."
@@ -91,7 +108,8 @@ def targets_section(doc: Node) -> str:
     for k, t in enumerate(page["targets"]):
         ranks = t["kind"].value == "ranks"
         where = t["source"] if ranks else t["trace"]
-        parts.append(f"<h3>{text(where)}</h3>" + notes(t["notes"]))
+        parts.append(f"<h3>{text(where)}</h3>" + (_roofline_note(t["device"], page) if t.has("device") else "")
+                     + notes(t["notes"]))
         parts.append(table(t["targets"], RANK_TARGET_COLUMNS if ranks else TARGET_COLUMNS, f"targets-{k}"))
     return "".join(parts) if len(page["targets"]) else ""
 

@@ -169,10 +169,13 @@ def rank_chart(bars: Node) -> str:
 WATERFALL_COLORS = {"start": "#7f7f7f", "end": "#7f7f7f", "saved": "#2ca02c", "added": "#d62728"}
 
 
-def _label(y: float, node: Node) -> str:
-    """A row's name that is a value of the document: marked, whole in its tooltip, cut on screen."""
+def _label(y: float, node: Node, width: int = 40) -> str:
+    """A row's name that is a value of the document: marked, whole in its tooltip, shortened on screen by
+    its structure (a kernel's template arguments first)."""
+    from headroom.report.render import short_name
+
     whole = str(node.value)
-    short = whole if len(whole) <= 46 else whole[:44] + "…"
+    short = short_name(whole, width)
     return (f'<text x="{LABEL_W - 8}" y="{y + BAR_H - 3:.1f}" text-anchor="end" class="name" data-key="{node.key}">'
             f'<title>{escape(whole)}</title>{escape(short)}</text>')
 

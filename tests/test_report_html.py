@@ -318,6 +318,22 @@ def test_the_roofline_cells_of_bert_s_gemms(roofline_run):
     assert 'Roofline against <span data-key="/page/targets/0/device/name">NVIDIA H200</span>' in html
 
 
+def test_a_cpu_only_trace_has_no_peaks_and_says_so_on_the_page(builder, tmp_path):
+    for k in (1, 2):
+        builder.step(k, k * 1000.0, 900.0)
+        builder.cpu("aten::mm", k * 1000.0 + 10, 400.0)
+    trace = builder.write(tmp_path / "cpu.json")
+    out = tmp_path / "r.html"
+    p = headroom("report", trace, "--html", out, "--roofline", "--json")
+    assert p.returncode == 0, p.stderr
+    t = json.loads(p.stdout)["page"]["targets"][0]
+    html = out.read_text()
+    assert t["device"]["key"] == "cpu" and all(r["max_speedup"] is None for r in t["targets"])
+    [note] = [n for n in t["notes"] if "no peaks" in n]
+    assert f'<li data-key="/page/targets/0/notes/{t["notes"].index(note)}">{note}</li>' in html
+    assert "Roofline against" not in html and check_numbers(json.loads(p.stdout), html) > 10
+
+
 def test_roofline_options_are_checked_before_any_trace_is_read(tmp_path):
     for args, words in ((["--roofline"], "--roofline goes with --html"), (["--html", tmp_path / "r.html", "--peaks",
                         "h100"], "--peaks goes with --roofline"),

@@ -11,7 +11,7 @@ stays cheap for the processes that need only a part of it (the verify children, 
 
 from headroom._version import __version__
 
-_API = ("analyze", "analyze_all", "diff", "Diff", "predict", "project", "summary", "targets", "Analysis", "Prediction",
+_API = ("analyze", "analyze_all", "diff", "diff_html", "Diff", "predict", "project", "summary", "targets", "Analysis", "Prediction",
         "ProjectResult", "Targets", "analyze_ranks", "project_ranks", "read_inputs", "report_html", "RankSet",
         "RanksProjection")
 

@@ -7,6 +7,7 @@
     r.to_frame()                                             # Amdahl and replay, per scenario
     headroom.targets(a).to_frame()                           # ops and modules ranked by end-to-end gain
     headroom.report_html(["traces/"], "report.html")         # the `headroom report --html` page
+    headroom.diff_html("before.json.gz", "after.json.gz", "diff.html")   # the `headroom diff --html` page
 
 Each function takes a trace path or an `Analysis`; the CLI calls the same modules.
 """
@@ -34,6 +35,7 @@ from headroom.projection.targets import DEFAULT_SPEEDUP, Targets, rank_targets
 from headroom.report.page import DEFAULT_TOP, check_html_output, html_report
 from headroom.report.diff import Diff
 from headroom.report.diff import diff as _diff
+from headroom.report.diff_html import html_diff
 from headroom.report.tables import summary_frame
 from headroom.trace.analysis import Analysis
 from headroom.trace.analysis import analyze as _analyze
@@ -178,11 +180,12 @@ def report_html(paths: Sequence[PathLike | Analysis | RankSet], out: PathLike, s
                 files: Sequence[PathLike] = (), target_speedup: float = DEFAULT_SPEEDUP, top: int = DEFAULT_TOP,
                 problems: PathLike | None = None, rules: PathLike | None = None, policy: PathLike | None = None,
                 whole_trace: bool = False, window: str | None = None, lenient: bool = False,
-                use_cache: bool = True) -> dict:
+                use_cache: bool = True, roofline: bool = False, peaks: str | None = None) -> dict:
     """Write the `headroom report --html` page of traces, directories (a directory of the ranks of one run
     is one rank set) or analyses to `out`, and return its document (`report --html --json`): `traces`,
     `rank_sets`, `html`, `page` (`categories`, `targets` ranked at `target_speedup`, the first `top` per
-    grouping, `projections` of `speedup`/`files` entries, `ranks`)."""
+    grouping (`roofline`: each trace's with the roofline columns, against `peaks` or its GPU), `projections`
+    of `speedup`/`files` entries, `ranks`)."""
     check_html_output(out, [*(p for p in paths if isinstance(p, (str, os.PathLike))), rules, policy, problems, *files])
     entries, warnings = collect_entries(speedup, files)
     r, p = load_classifier(rules, policy)
@@ -201,7 +204,7 @@ def report_html(paths: Sequence[PathLike | Analysis | RankSet], out: PathLike, s
             else:
                 analyses.extend(found)
     return html_report(analyses, rank_sets, out, entries, warnings, target_speedup=target_speedup, top=top,
-                       problems=load_problems(problems))
+                       problems=load_problems(problems), roofline=roofline, peaks=peaks)
 def _run(trace: TraceLike | RankSet) -> Analysis | RankSet:
     if isinstance(trace, (Analysis, RankSet)):
         return trace
@@ -214,6 +217,14 @@ def diff(before: TraceLike | RankSet, after: TraceLike | RankSet, by: str = "cat
     kernel: before/after time per step, delta, share of the change, added/removed), `.waterfall()` (what
     the figure draws). A directory is the ranks of one run."""
     return _diff(_run(before), _run(after), by=by)
+
+
+def diff_html(before: TraceLike | RankSet, after: TraceLike | RankSet, out: PathLike, by: str = "category") -> dict:
+    """Write the `headroom diff --html` page of two runs to `out` and return its document (`diff --html
+    --json`): the `diff` document (`step`, `profiled`, `unprofiled`, `rows`, ...) with `html` and `page`
+    (`waterfall`: `Diff.waterfall()`'s bars in µs)."""
+    check_html_output(out, [p for p in (before, after) if isinstance(p, (str, os.PathLike))])
+    return html_diff(diff(before, after, by=by), out)
 
 
 def analyze_ranks(path: PathLike, rules: PathLike | None = None, policy: PathLike | None = None,
@@ -235,4 +246,4 @@ def project_ranks(ranks: RankSet | PathLike, speedup: Sequence[str] = (), files:
 
 
 __all__ = ["Analysis", "Diff", "ProjectResult", "RankSet", "RanksProjection", "Targets", "analyze", "analyze_all",
-           "analyze_ranks", "diff", "project", "project_ranks", "read_inputs", "report_html", "summary", "targets"]
+           "analyze_ranks", "diff", "diff_html", "project", "project_ranks", "read_inputs", "report_html", "summary", "targets"]

@@ -104,7 +104,7 @@ def shown_value(text: str, fmt: str) -> tuple[float, float]:
     """What a reader takes a shown number to be, and half a unit of its last digit (parsed here, not by the
     page's code): "15.63" ms is 15630 us give or take 5."""
     t = text.strip().replace(",", "").rstrip("%x")
-    scale = {"ms": 1000.0, "pct": 0.01}.get(fmt, 1.0)
+    scale = {"ms": 1000.0, "ms3": 1000.0, "dms": 1000.0, "pct": 0.01, "dpct": 0.01}.get(fmt, 1.0)
     decimals = len(t.partition(".")[2])
     return float(t) * scale, 0.5 * 10.0 ** -decimals * scale * (1 + 1e-9)
 
@@ -117,7 +117,7 @@ def check_numbers(doc: dict, html: str) -> int:
         a = m["attrs"]
         value = resolve(doc, a["data-key"])
         if "data-value" not in a:     # a text of the document: verbatim (shortened on screen, whole in the tooltip)
-            whole = a.get("title", m["text"])
+            whole = a.get("title", m["tip"] or m["text"])     # an SVG name: whole in its <title>
             assert whole == ("" if value is None else ("yes" if value else "no") if isinstance(value, bool) else str(value))
             continue
         if value is None:
@@ -258,6 +258,95 @@ def test_the_command_and_the_api_have_the_same_defaults():
     cli = {name: p.default.default for name, p in inspect.signature(report).parameters.items()}
     mine = inspect.signature(api.report_html).parameters
     assert (cli["target_speedup"], cli["top"]) == (mine["target_speedup"].default, mine["top"].default) == (1.5, 10)
+    assert (cli["roofline"], cli["peaks"]) == (mine["roofline"].default, mine["peaks"].default) == (False, None)
+
+
+# ---- the roofline bound of the targets (--roofline) -------------------------------------------------------------
+
+ROOFLINE_COLUMNS = ["max_speedup", "fused_max_speedup", "limit", "compute_fraction", "memory_fraction",
+                    "achievable_gain"]
+
+
+@pytest.fixture(scope="module")
+def roofline_run(run):
+    out = run["tmp"] / "roofline.html"
+    p = headroom("report", *TRACES, run["ranks"], "--html", out, "--roofline", "--json")
+    assert p.returncode == 0, p.stderr[-3000:]
+    return {"doc": json.loads(p.stdout), "html": out.read_text()}
+
+
+def _columns(html: str, table_id: str) -> list[str]:
+    head = re.search(rf'<table class="sortable" id="{table_id}">.*?</thead>', html, re.S).group(0)
+    return re.findall(r'<th data-col="([^"]+)"', head)
+
+
+def test_with_roofline_the_targets_are_targets_roofline_json_and_every_number_is_on_the_page(roofline_run, run):
+    doc, html = roofline_run["doc"], roofline_run["html"]
+    for i, trace in enumerate(TRACES):
+        t = json.loads(headroom("targets", trace, "--top", "10", "--replay-top", "0", "--roofline", "--json").stdout)
+        assert {k: v for k, v in t.items() if k != "schema"} == doc["page"]["targets"][i]
+        assert _columns(html, f"targets-{i}")[-6:] == ROOFLINE_COLUMNS
+    assert check_numbers(doc, html) > 300
+    keys = {m["attrs"]["data-key"] for m in parse(html).marked}
+    cells = {f"/page/targets/{i}/targets/{k}/{c}" for i in (0, 1) for k in range(len(doc["page"]["targets"][i]["targets"]))
+             for c in ROOFLINE_COLUMNS}
+    assert len(cells) == 6 * (20 + 10) and cells <= keys      # bert: ten ops, ten modules; resnet-50: ops only
+    # The rest of the document is the page's without the bound; a directory of ranks has no roofline.
+    assert {k: v for k, v in doc.items() if k not in ("page", "html")} == \
+        {k: v for k, v in run["doc"].items() if k not in ("page", "html")}
+    assert "device" not in doc["page"]["targets"][2] and not set(ROOFLINE_COLUMNS) & set(_columns(html, "targets-2"))
+    assert not set(ROOFLINE_COLUMNS) & set(_columns(run["html"], "targets-0"))
+
+
+def test_the_roofline_cells_of_bert_s_gemms(roofline_run):
+    t = roofline_run["doc"]["page"]["targets"][0]
+    assert t["device"]["key"] == "h200" and t["device"]["memory_tb_s"] == 4.8
+    rows = {(r["kind"], r["name"]): (k, r) for k, r in enumerate(t["targets"])}
+    k, addmm = rows[("op", "aten::addmm")]
+    # The achievable gain: the gain at zero time scaled to the smaller of the bound and the target speedup.
+    bound = min(addmm["max_speedup"], 1.5)
+    assert addmm["limit"] == "compute" and 1.0 < bound < 1.5
+    assert addmm["achievable_gain"] == pytest.approx(addmm["gain_inf"] * (1 - 1 / bound), rel=1e-12)
+    html = roofline_run["html"]
+    key = f"/page/targets/0/targets/{k}"
+    assert f'<td data-key="{key}/limit">compute</td>' in html
+    shown = re.search(rf'data-key="{key}/max_speedup" data-value="[^"]+" data-fmt="x">([0-9.]+)x<', html).group(1)
+    assert abs(float(shown) - addmm["max_speedup"]) <= 5e-4
+    # An op row has no fused bound: its cell says so; a module's has one.
+    assert f'data-key="{key}/fused_max_speedup" data-value="" data-fmt="x">{MISSING}<' in html
+    assert rows[("module", "LayerNorm")][1]["fused_max_speedup"] >= rows[("module", "LayerNorm")][1]["max_speedup"]
+    assert 'Roofline against <span data-key="/page/targets/0/device/name">NVIDIA H200</span>' in html
+
+
+def test_a_cpu_only_trace_has_no_peaks_and_says_so_on_the_page(builder, tmp_path):
+    for k in (1, 2):
+        builder.step(k, k * 1000.0, 900.0)
+        builder.cpu("aten::mm", k * 1000.0 + 10, 400.0)
+    trace = builder.write(tmp_path / "cpu.json")
+    out = tmp_path / "r.html"
+    p = headroom("report", trace, "--html", out, "--roofline", "--json")
+    assert p.returncode == 0, p.stderr
+    t = json.loads(p.stdout)["page"]["targets"][0]
+    html = out.read_text()
+    assert t["device"]["key"] == "cpu" and all(r["max_speedup"] is None for r in t["targets"])
+    [note] = [n for n in t["notes"] if "no peaks" in n]
+    assert f'<li data-key="/page/targets/0/notes/{t["notes"].index(note)}">{note}</li>' in html
+    assert "Roofline against" not in html and check_numbers(json.loads(p.stdout), html) > 10
+
+
+def test_roofline_options_are_checked_before_any_trace_is_read(tmp_path):
+    for args, words in ((["--roofline"], "--roofline goes with --html"), (["--html", tmp_path / "r.html", "--peaks",
+                        "h100"], "--peaks goes with --roofline"),
+                        (["--html", tmp_path / "r.html", "--roofline", "--peaks", "h900"], "did you mean 'h200'")):
+        p = headroom("report", tmp_path / "missing.json", *args)
+        assert p.returncode == 2 and words in p.stderr and p.stderr.count("\n") == 1, p.stderr
+    out = tmp_path / "a100.html"
+    p = headroom("report", TRACES[1], "--html", out, "--roofline", "--peaks", "a100", "--top", "3", "--json")
+    t = json.loads(headroom("targets", TRACES[1], "--top", "3", "--replay-top", "0", "--roofline", "--peaks", "a100",
+                            "--json").stdout)
+    doc = json.loads(p.stdout)
+    assert doc["page"]["targets"][0] == {k: v for k, v in t.items() if k != "schema"} and t["device"]["key"] == "a100"
+    assert check_numbers(doc, out.read_text()) > 50
 
 
 # ---- the markup, without traces --------------------------------------------------------------------------------

@@ -43,6 +43,9 @@ def diff_cmd(
     top: int = typer.Option(25, "--top", min=0, help="Rows shown in the table (0: all; --json has them all)."),
     figure: Optional[Path] = typer.Option(None, "--figure", metavar="FILE", help=(
         "Also draw the waterfall of the deltas into FILE (.png, .svg or .pdf).")),
+    html: Optional[Path] = typer.Option(None, "--html", metavar="FILE", help=(
+        "Also write one self-contained HTML page: the step on both clocks, the rows (sortable), the added and "
+        "removed ones and the waterfall (stdout: its path; with --json, the document has the page's numbers).")),
     rules: Optional[Path] = RulesOpt,
     policy: Optional[Path] = PolicyOpt,
     whole_trace: bool = WholeOpt,
@@ -65,6 +68,12 @@ def diff_cmd(
             raise UserError(f"--figure {figure}: the name must end in .png, .svg or .pdf")
         check_output_not_input(figure, [before, after, rules, policy], option="--figure")
         check_output_file(figure)
+    if html is not None:
+        from headroom.report.page import check_html_output
+
+        check_html_output(html, [before, after, rules, policy])
+        if figure is not None and html.resolve() == figure.resolve():
+            raise UserError(f"--html {html}: also the --figure file (choose another)")
     reader = Reader(rules, policy, whole_trace, window, lenient, no_cache)
     d = diff(_one_run(reader, before), _one_run(reader, after), by=by.value)
     for note in d.notes:
@@ -75,10 +84,17 @@ def diff_cmd(
 
         plot.save(plot.waterfall_figure(d.waterfall(), title=_title(d)),
                   figure, formats=(figure.suffix.lstrip("."),))
-    if as_json:
-        body = d.to_dict()
-        body["gate"] = None if fail_if_slower is None else {"fail_if_slower_pct": fail_if_slower, "slower": slower}
-        emit_json("diff", body)
+    gate = None if fail_if_slower is None else {"fail_if_slower_pct": fail_if_slower, "slower": slower}
+    if html is not None:
+        from headroom.report.diff_html import html_diff
+
+        doc = html_diff(d, html, gate)
+        if as_json:
+            emit_json("diff", doc)
+        else:
+            print(html)
+    elif as_json:
+        emit_json("diff", {**d.to_dict(), "gate": gate})
     else:
         render_diff(d, make_console(), top=top or None)
     if slower:

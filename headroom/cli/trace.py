@@ -88,6 +88,11 @@ def report(
     target_speedup: float = typer.Option(1.5, "--target-speedup", min=1e-9, metavar="FACTOR",
                                          help="With --html: the speedup the targets are ranked by (default 1.5x)."),
     top: int = typer.Option(10, "--top", min=0, help="With --html: target rows per grouping (0: all)."),
+    roofline: bool = typer.Option(False, "--roofline", metavar="", help=(
+        "With --html: each trace's targets also get their roofline bound (max speedup, limit, fractions of the "
+        "peaks, achievable gain), as `targets --roofline`.")),
+    peaks: Optional[str] = typer.Option(None, "--peaks", metavar="DEVICE", help=(
+        "With --roofline: the device whose peaks to use (h200, h100, a100, cpu; default each trace's GPU).")),
     problems: Optional[Path] = ProblemsOpt,
     rules: Optional[Path] = RulesOpt,
     policy: Optional[Path] = PolicyOpt,
@@ -107,6 +112,10 @@ def report(
     if html is None and (speedup or speedups or problems):
         raise UserError("--speedup, --speedups and --problems go with --html (the page's projection); "
                         "headroom project projects on its own")
+    if html is None and roofline:
+        raise UserError("--roofline goes with --html (the page's targets); headroom targets --roofline ranks on its own")
+    if peaks is not None and not roofline:
+        raise UserError("--peaks goes with --roofline")
     entries: list = []
     entry_warnings: list[str] = []
     pm = None
@@ -117,6 +126,10 @@ def report(
 
         check_html_output(html, [*paths, rules, policy, problems, *(speedups or [])])
         parse_factor(target_speedup, "--target-speedup")
+        if peaks is not None:
+            from headroom.projection.roofline import device_for
+
+            device_for("", peaks)      # an unknown name is refused before any trace is read
         entries, entry_warnings = collect_entries(speedup or [], speedups or [])
         pm = load_problems(problems)
     reader = Reader(rules, policy, whole_trace, window, lenient, no_cache)
@@ -126,7 +139,8 @@ def report(
     if html is not None:
         from headroom.report.page import html_report
 
-        doc = html_report(analyses, rank_sets, html, entries, entry_warnings, reader.failed, target_speedup, top, pm)
+        doc = html_report(analyses, rank_sets, html, entries, entry_warnings, reader.failed, target_speedup, top, pm,
+                          roofline, peaks)
         for p in doc["page"]["projections"]:
             for w in p["warnings"]:
                 warn(f"{p.get('trace') or p.get('source')}: {w}")

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from html import escape
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 from headroom._version import __version__
 from headroom.files import write_atomic
@@ -34,6 +34,12 @@ TARGET_COLUMNS = [
     Column("gain", "gain", "pct"), Column("gain_inf", "gain at zero time", "pct"),
     Column("replay_gain", "replay gain", "pct", optional=True),
     Column("replay_gain_inf", "replay gain at zero time", "pct", optional=True),
+    # With --roofline: the row's bound against the device's peaks (`targets --roofline`).
+    Column("max_speedup", "max speedup", "x", optional=True),
+    Column("fused_max_speedup", "fused max speedup", "x", optional=True), Column("limit", "limit", optional=True),
+    Column("compute_fraction", "of compute peak", "pct", optional=True),
+    Column("memory_fraction", "of memory bandwidth", "pct", optional=True),
+    Column("achievable_gain", "achievable gain", "pct", optional=True),
 ]
 RANK_TARGET_COLUMNS = [
     Column("kind", "by"), Column("name", "name", width=60), Column("category", "category"),
@@ -83,6 +89,17 @@ def categories_section(doc: Node) -> str:
             + category_chart(w))
 
 
+def _roofline_note(device: Node, page: Node) -> str:
+    if not device["peaks"].value:
+        return ""
+    return (f"<p>Roofline against {text(device['name'])} ({num(device['memory_tb_s'], 'num')} TB/s): max speedup is "
+            "the row's kernel time over its floor (each costed op call at the longest of its FLOPs at the peak, its "
+            "bytes at the memory bandwidth and the shortest kernel; kernels without a cost as measured), the fused "
+            "one a module's with its inputs and output moved once; limit, the term holding most of the floor; the "
+            "achieved rates as fractions of the compute peak and the memory bandwidth; achievable gain, the gain at "
+            f"the smaller of the max speedup (a module's fused one) and {num(page['target_speedup'], 'factor')}.</p>")
+
+
 def targets_section(doc: Node) -> str:
     page = doc["page"]
     rows = f"The first {num(page['top'], 'int')} of each grouping." if page["top"].value else "Every row."
@@ -91,7 +108,8 @@ def targets_section(doc: Node) -> str:
     for k, t in enumerate(page["targets"]):
         ranks = t["kind"].value == "ranks"
         where = t["source"] if ranks else t["trace"]
-        parts.append(f"<h3>{text(where)}</h3>" + notes(t["notes"]))
+        parts.append(f"<h3>{text(where)}</h3>" + (_roofline_note(t["device"], page) if t.has("device") else "")
+                     + notes(t["notes"]))
         parts.append(table(t["targets"], RANK_TARGET_COLUMNS if ranks else TARGET_COLUMNS, f"targets-{k}"))
     return "".join(parts) if len(page["targets"]) else ""
 
@@ -159,7 +177,8 @@ th[aria-sort=ascending]::after{content:" \\25B2"}th[aria-sort=descending]::after
 ul.note,ul.failed{color:#8a5a00;font-size:12px;margin:4px 0}.sources{color:#555555;font-size:12px;word-break:break-all}
 svg.figure{display:block;margin:10px 0;font-size:11px}svg .grid{stroke:#ddd}svg .tick{fill:#777777;font-size:10px}
 svg rect.addressable{stroke:#222222;stroke-width:.6}svg rect.idle{stroke:#999999;stroke-width:.6}
-svg .whisker{stroke:#222222;stroke-width:1.2;fill:none}footer{margin-top:32px;color:#777777;font-size:12px}
+svg .whisker{stroke:#222222;stroke-width:1.2;fill:none}svg .level{stroke:#999999;stroke-dasharray:2 2}
+footer{margin-top:32px;color:#777777;font-size:12px}
 """
 
 # Sorting: a click on a heading orders the rows by that column's data-value (numbers; an empty value
@@ -191,22 +210,32 @@ document.querySelectorAll("table.sortable th").forEach(function (th) {
 POLICY = "default-src 'none'; style-src 'unsafe-inline'; script-src 'unsafe-inline'; img-src data:"
 
 
-def render_page(doc: dict[str, Any]) -> str:
-    """The page of a `report --html --json` document (with its `page` key)."""
-    root = Node(doc)
-    shown = [(sid, title, body) for sid, title, fn in SECTIONS for body in [fn(root)] if body]
-    nav = "".join(f'<a href="#{sid}">{escape(title)}</a>' for sid, title, _ in shown)
-    sources = [t["trace"] for t in root["traces"]] + [r["source"] for r in root["rank_sets"]]
+FOOTER = ("times in ms, shares of kernel time unless said otherwise; click a column's heading to sort the table "
+          "by it.")
+
+
+def frame(title: str, sources: Sequence[Node], sections: Sequence[tuple[str, str, str]], footer: str = FOOTER) -> str:
+    """A whole page: its heading, the paths it is about, a link to each section and the sections
+    ((id, heading, markup); one whose markup is "" is left out), with the styles, the policy and the
+    sorting script inline."""
+    shown = [(sid, heading, body) for sid, heading, body in sections if body]
+    nav = "".join(f'<a href="#{sid}">{escape(heading)}</a>' for sid, heading, _ in shown)
     return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
             "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"
             f"<meta http-equiv=\"Content-Security-Policy\" content=\"{POLICY}\">"
-            "<title>headroom report</title>"
-            f"<style>{CSS}</style></head><body><header><h1>headroom report</h1>"
+            f"<title>{escape(title)}</title>"
+            f"<style>{CSS}</style></head><body><header><h1>{escape(title)}</h1>"
             f"<p class=\"sources\">{', '.join(text(s) for s in sources)}</p><nav>{nav}</nav></header><main>"
-            + "".join(f'<section id="{sid}"><h2>{escape(title)}</h2>{body}</section>' for sid, title, body in shown)
-            + f"</main><footer>headroom {escape(__version__)}; times in ms, shares of kernel time unless said "
-              f"otherwise; click a column's heading to sort the table by it.</footer>"
+            + "".join(f'<section id="{sid}"><h2>{escape(heading)}</h2>{body}</section>' for sid, heading, body in shown)
+            + f"</main><footer>headroom {escape(__version__)}; {escape(footer, quote=False)}</footer>"
             f"<script>{SCRIPT}</script></body></html>\n")
+
+
+def render_page(doc: dict[str, Any]) -> str:
+    """The page of a `report --html --json` document (with its `page` key)."""
+    root = Node(doc)
+    sources = [t["trace"] for t in root["traces"]] + [r["source"] for r in root["rank_sets"]]
+    return frame("headroom report", sources, [(sid, heading, fn(root)) for sid, heading, fn in SECTIONS])
 
 
 def write_page(path: str | Path, doc: dict[str, Any]) -> Path:

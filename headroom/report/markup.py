@@ -13,7 +13,10 @@ from typing import Any, Iterator, Sequence
 # How a number is shown: times in the document are microseconds, shown as milliseconds.
 FORMATS = {
     "ms": lambda v: f"{v / 1000:,.2f}",
+    "ms3": lambda v: f"{v / 1000:,.3f}",
+    "dms": lambda v: f"{v / 1000:+,.3f}",      # a change: signed
     "pct": lambda v: f"{100 * v:.1f}%",
+    "dpct": lambda v: f"{100 * v:+.2f}%",
     "x": lambda v: f"{v:.3f}x",
     "factor": lambda v: f"{v:g}x",
     "int": lambda v: f"{int(round(v)):,}",
@@ -102,7 +105,7 @@ class Column:
     width: int | None = None
 
 
-def table(rows: Node, columns: Sequence[Column], table_id: str, caption: str = "") -> str:
+def table(rows: "Node | Sequence[Node]", columns: Sequence[Column], table_id: str, caption: str = "") -> str:
     """A sortable table of `rows` (a list of objects): a click on a heading sorts by that column."""
     cols = [c for c in columns if not c.optional or any(r.has(c.key) for r in rows)]
     head = "".join(f'<th data-col="{c.key}" class="{"num" if c.fmt != "text" else "text"}">{c.heading}</th>'

@@ -2,8 +2,8 @@
 
 `page_numbers` adds to the `headroom report --json` document (rank_tables.report_body) what the page shows beyond
 the summary table: category shares per workload (the addressable-fraction figure), the top targets
-(the `targets --json` body of each trace), the projection of the given speedups (the `project --json`
-body) and the per-rank views of a directory of ranks. Every number comes from the existing tables
+(the `targets --json` body of each trace; with `--roofline` the `targets --roofline --json` one), the
+projection of the given speedups (the `project --json` body) and the per-rank views of a directory of ranks. Every number comes from the existing tables
 (report/tables.py, projection/targets.py, projection/project.py, trace/ranks.py); a number the page shows
 that none of them has (a per-step value of a total) is computed here and stored in the document, so
 that headroom/report/html.py draws the page from the document alone and every number on it is one of
@@ -54,7 +54,11 @@ def _categories(analyses: Sequence[Analysis]) -> dict[str, Any]:
     return {"basis": "kernel", "workloads": workloads}
 
 
-def _targets(a: Analysis, speedup: float, top: int) -> dict[str, Any]:
+def _targets(a: Analysis, speedup: float, top: int, roofline: bool = False, peaks: str | None = None) -> dict[str, Any]:
+    if roofline:        # the `targets --roofline --replay-top 0` body: each row's bound against the device's peaks
+        from headroom.projection.roofline import roofline_targets
+
+        return roofline_targets(a, speedup, TARGET_GROUPINGS, top or None, 0, "self", peaks).to_dict()
     table = targets(a, speedup=speedup, by=TARGET_GROUPINGS, top=top)
     missing = module_ranges_missing(a) if set(TARGET_GROUPINGS) & set(MODULE_KINDS) else None
     return targets_dict(a, table, speedup, notes=[missing] if missing else [])
@@ -89,15 +93,18 @@ def _rank_view(rs: RankSet) -> dict[str, Any]:
 
 def page_numbers(analyses: Sequence[Analysis], rank_sets: Sequence[RankSet] = (), entries: Sequence[Speedup] = (),
                  entry_warnings: Sequence[str] = (), target_speedup: float = DEFAULT_SPEEDUP, top: int = DEFAULT_TOP,
-                 problems: ProblemMap | None = None) -> dict[str, Any]:
+                 problems: ProblemMap | None = None, roofline: bool = False,
+                 peaks: str | None = None) -> dict[str, Any]:
     """What the page shows beyond the summary (`page` in `report --html --json`): `target_speedup`, `top`,
-    `categories`, `targets` (per trace, then per rank set), `projections` (per trace, then per rank set;
-    empty without speedup entries) and `ranks` (per rank set)."""
+    `categories`, `targets` (per trace, then per rank set; `roofline`: each trace's with the roofline
+    columns, against `peaks` or the trace's GPU), `projections` (per trace, then per rank set; empty
+    without speedup entries) and `ranks` (per rank set)."""
     from headroom.projection.speedups import parse_factor
 
     parse_factor(target_speedup, "--target-speedup")
     page: dict[str, Any] = {"target_speedup": target_speedup, "top": top, "categories": _categories(analyses),
-                            "targets": [_targets(a, target_speedup, top) for a in analyses], "projections": [],
+                            "targets": [_targets(a, target_speedup, top, roofline, peaks) for a in analyses],
+                            "projections": [],
                             "ranks": [_rank_view(rs) for rs in rank_sets]}
     if rank_sets:
         from headroom.projection.sync_targets import sync_targets, sync_targets_dict
@@ -132,12 +139,14 @@ def check_html_output(out: str | os.PathLike, inputs: Sequence[str | os.PathLike
 def html_report(analyses: Sequence[Analysis], rank_sets: Sequence[RankSet], out: str | os.PathLike,
                 entries: Sequence[Speedup] = (), entry_warnings: Sequence[str] = (), failed: Sequence[str] = (),
                 target_speedup: float = DEFAULT_SPEEDUP, top: int = DEFAULT_TOP,
-                problems: ProblemMap | None = None) -> dict[str, Any]:
+                problems: ProblemMap | None = None, roofline: bool = False,
+                peaks: str | None = None) -> dict[str, Any]:
     """Compute the page's numbers, write the page to `out` (atomically) and return its document: the
     `headroom report --json` document with `html` (the path written) and `page` (page_numbers)."""
     from headroom.report.html import write_page
 
     doc = {"schema": REPORT_SCHEMA, **report_body(analyses, rank_sets, failed), "html": str(out),
-           "page": page_numbers(analyses, rank_sets, entries, entry_warnings, target_speedup, top, problems)}
+           "page": page_numbers(analyses, rank_sets, entries, entry_warnings, target_speedup, top, problems, roofline,
+                                peaks)}
     write_page(Path(out), doc)
     return doc

@@ -164,3 +164,58 @@ def rank_chart(bars: Node) -> str:
     body[:0] = _ticks(4.0, y, [(f, f"{f * top / 1000:.2f} ms") for f in (0, 0.25, 0.5, 0.75, 1.0)])
     legend, height = _legend(y + 24, [(label, fill, True) for _, label, fill in RANK_PARTS])
     return _svg(body + legend, int(height + 6), "ranks", "Each rank's step: compute, exposed communication, idle")
+
+
+WATERFALL_COLORS = {"start": "#7f7f7f", "end": "#7f7f7f", "saved": "#2ca02c", "added": "#d62728"}
+
+
+def _label(y: float, node: Node, width: int = 40) -> str:
+    """A row's name that is a value of the document: marked, whole in its tooltip, shortened on screen by
+    its structure (a kernel's template arguments first)."""
+    from headroom.report.render import short_name
+
+    whole = str(node.value)
+    short = short_name(whole, width)
+    return (f'<text x="{LABEL_W - 8}" y="{y + BAR_H - 3:.1f}" text-anchor="end" class="name" data-key="{node.key}">'
+            f'<title>{escape(whole)}</title>{escape(short)}</text>')
+
+
+def waterfall_chart(rows: Node) -> str:
+    """From the step before to the step after (the `Diff.waterfall()` bars, in µs): each delta runs from
+    the level the bars before it reached, savings in green, losses in red; the axis spans the levels the
+    deltas move between, so the whole steps (grey) run in from its left edge."""
+    bars = list(rows)
+    if not bars:
+        return ""
+    starts = [float(r["start_us"].value) for r in bars]
+    ends = [s + float(r["delta_us"].value) for s, r in zip(starts, bars)]
+    levels = [s for s, r in zip(starts, bars) if r["kind"].value == "delta"] + ends
+    lo, hi = min(levels), max(levels)
+    pad = max(0.15 * (hi - lo), 0.01 * hi)
+    a0, a1 = max(0.0, lo - pad), hi + pad
+    span = (a1 - a0) or 1.0
+
+    def x(v: float) -> float:
+        return LABEL_W + (max(v, a0) - a0) / span * BAR_W
+
+    body: list[str] = []
+    y = 10.0
+    for k, (r, start, end) in enumerate(zip(bars, starts, ends)):
+        kind = str(r["kind"].value)
+        delta = kind == "delta"
+        fill = WATERFALL_COLORS["saved" if end < start else "added"] if delta else WATERFALL_COLORS[kind]
+        left, right = (x(min(start, end)), x(max(start, end))) if delta else (float(LABEL_W), x(end))
+        body.append(_label(y, r["label"]))
+        body.append(_rect(left, y, right - left, fill, r["delta_us"], "dms" if delta else "ms3", str(r["label"].value),
+                          kind))
+        if k + 1 < len(bars):       # the level the next bar starts from
+            body.append(f'<line x1="{x(end):.2f}" y1="{y + BAR_H:.1f}" x2="{x(end):.2f}" y2="{y + ROW_H:.1f}" '
+                        f'class="level"/>')
+        body.append(f'<text x="{LABEL_W + BAR_W + 8}" y="{y + BAR_H - 3:.1f}" class="end">'
+                    f'{_tspan(r["delta_us"], "dms" if delta else "ms3")} ms</text>')
+        y += ROW_H
+    body[:0] = _ticks(4.0, y, [(f, f"{(a0 + f * span) / 1000:.3f} ms") for f in (0, 0.25, 0.5, 0.75, 1.0)])
+    legend, height = _legend(y + 24, [("step", WATERFALL_COLORS["start"], False),
+                                      ("saved", WATERFALL_COLORS["saved"], False),
+                                      ("added", WATERFALL_COLORS["added"], False)])
+    return _svg(body + legend, int(height + 6), "waterfall", "Where the step time changed (profiled clock, per step)")

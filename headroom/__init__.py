@@ -11,7 +11,8 @@ stays cheap for the processes that need only a part of it (the verify children, 
 
 __version__ = "0.1.0"
 _API = ("analyze", "analyze_all", "diff", "Diff", "predict", "project", "summary", "targets", "Analysis", "Prediction",
-        "ProjectResult", "Targets", "analyze_ranks", "project_ranks", "report_html", "RankSet", "RanksProjection")
+        "ProjectResult", "Targets", "analyze_ranks", "project_ranks", "report_html", "RankSet", "RanksProjection",
+        "coverage", "Coverage")
 
 
 def __getattr__(name: str):

@@ -7,6 +7,7 @@
     r.to_frame()                                             # Amdahl and replay, per scenario
     headroom.targets(a).to_frame()                           # ops and modules ranked by end-to-end gain
     headroom.report_html(["traces/"], "report.html")         # the `headroom report --html` page
+    headroom.coverage(["traces/"], suite="dlrm").to_frame()   # which DLRM-Bench problems the traces exercise
 
 Each function takes a trace path or an `Analysis`; the CLI calls the same modules.
 """
@@ -18,6 +19,8 @@ from typing import Sequence, Union
 
 import pandas as pd
 
+from headroom.projection.coverage import Coverage
+from headroom.projection.coverage import coverage as _coverage
 from headroom.projection.distributions import Distribution, load_distribution
 from headroom.projection.problems import load_problems
 from headroom.projection.project import Prediction, ProjectResult
@@ -115,6 +118,20 @@ def targets(trace: TraceLike, speedup: float = DEFAULT_SPEEDUP, by: Sequence[str
     if roofline:
         return roofline_targets(_analysis(trace), speedup, tuple(by), top, replay_top, scope, peaks, rank_by)
     return rank_targets(_analysis(trace), speedup, tuple(by), top, replay_top, scope)
+
+
+def coverage(traces: Sequence[TraceLike], suite: str = "dlrm", problems: PathLike | None = None) -> Coverage:
+    """Which problems of a benchmark suite (`dlrm`: DLRM-Bench, `kernelbench`: KernelBench level 1) the
+    traces exercise, as `headroom coverage`: per problem the traces it matches, its events, time and
+    share of each trace's GPU time (CPU op self time on a CPU trace), and the problems none matches.
+    A directory stands for every trace in it."""
+    analyses: list[Analysis] = []
+    for t in traces:
+        if not isinstance(t, Analysis) and os.path.isdir(t):
+            analyses.extend(analyze_all(t))
+        else:
+            analyses.append(_analysis(t))
+    return _coverage(analyses, suite=suite, problems=load_problems(problems))
 
 
 def report_html(paths: Sequence[PathLike | Analysis | RankSet], out: PathLike, speedup: Sequence[str] = (),

@@ -8,7 +8,6 @@ time for a trace recorded without a GPU (`Analysis.mode`).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Sequence
 
 import numpy as np
@@ -113,7 +112,7 @@ def _match(a: Analysis, matcher: _Matcher, p: MappedProblem) -> TraceMatch | Non
         s = pd.Series(dur[mask]).groupby(op).sum().sort_values(ascending=False)
         ops = [str(k) for k in s.index if k][:TOP]
     total = a.total_us
-    return TraceMatch(trace=Path(a.source).name, mode=a.mode, events=int(mask.sum()), us=us,
+    return TraceMatch(trace=str(a.source), mode=a.mode, events=int(mask.sum()), us=us,
                       share=us / total if total > 0 else 0.0,
                       top=[(str(k), float(v)) for k, v in top.items()], ops=ops)
 
@@ -129,5 +128,5 @@ def coverage(analyses: Sequence[Analysis], suite: str = "dlrm", problems: Proble
             m = _match(a, matcher, p)
             if m is not None:
                 per[p.name].append(m)
-    return Coverage(suite=SUITES.get(suite.lower(), suite), traces=[Path(a.source).name for a in analyses],
+    return Coverage(suite=SUITES.get(suite.lower(), suite), traces=[str(a.source) for a in analyses],
                     problems=[ProblemCoverage(n, ms) for n, ms in per.items()])

@@ -16,7 +16,7 @@ from conftest import SHIPPED_TRACES
 DLRM = SHIPPED_TRACES / "dlrm.train.json.gz"
 DCN = SHIPPED_TRACES / "dlrm-dcn.train.json.gz"
 TRANSFORMERS = sorted(p for p in SHIPPED_TRACES.glob("*.json.gz")
-                      if p.name.split(".")[0] in ("llama-7b", "gpt2-xl", "bert-base", "vit-b-16"))
+                      if p.name.split(".")[0] in ("llama-7b", "gpt2-xl", "bert-base", "vit-b-16", "resnet-50"))
 
 
 def test_the_shipped_dlrm_traces_match_their_problems_with_shares_of_gpu_time():
@@ -37,7 +37,7 @@ def test_the_shipped_dlrm_traces_match_their_problems_with_shares_of_gpu_time():
 
 @pytest.mark.parametrize("trace", TRANSFORMERS, ids=lambda p: p.name)
 def test_no_dlrm_problem_matches_a_transformer_trace(trace):
-    """A bare aten::bmm (Llama's rotary embedding, attention) is no DLRM dot interaction."""
+    """A bare aten::bmm (Llama's rotary embedding, attention) is no DLRM dot interaction (nor a vision model's ops)."""
     assert coverage([analyze(trace)], suite="dlrm").matched == []
 
 

@@ -14,24 +14,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from headroom.errors import UserError
-from headroom.profile import Default, RunConfig, Step, WorkloadSpec, phase_range, register_workload, train_forward
-from headroom.workloads.dlrm import CRITEO_1TB_ROWS, DENSE_FEATURES, DEFAULT_MAX_ROWS, MLPERF_MULTI_HOT, _import_torchrec
+from headroom.profile import Default, RunConfig, Step, WorkloadSpec, register_workload
+from headroom.workloads._recsys import (CPU_TABLES, DEFAULT_MAX_ROWS, MAX_ROWS_OPT, NO_SEQ, max_rows,
+                                        sparse_table_step, table_init)
+from headroom.workloads.dlrm import CRITEO_1TB_ROWS, DENSE_FEATURES, MLPERF_MULTI_HOT, _import_torchrec
 
 FLAVOURS: dict[str, dict[str, Any]] = {
     "default": dict(rows=CRITEO_1TB_ROWS, dim=128, hots=MLPERF_MULTI_HOT, deep=[1024, 512, 256, 1]),
     "tiny": dict(rows=[1000] * 26, dim=16, hots=[2] * 26, deep=[32, 16, 1]),
 }
-
-
-def _max_rows(cfg: RunConfig) -> int:
-    try:
-        n = int(cfg.extra.get("max_rows", DEFAULT_MAX_ROWS))
-    except ValueError:
-        raise UserError(f"{cfg.workload}: --opt max_rows must be an integer") from None
-    if n < 1:
-        raise UserError(f"{cfg.workload}: --opt max_rows must be at least 1")
-    return n
 
 
 def _model(flavour: dict[str, Any], max_rows: int, device: Any):
@@ -93,22 +84,6 @@ def _batch(cfg: RunConfig, flavour: dict[str, Any], max_rows: int, device: Any):
     return dense.to(device), kjt.to(device), labels.to(device)
 
 
-def _init(module_name: str, param_name: str, module: Any, p: Any) -> None:
-    import math
-
-    import torch
-
-    with torch.no_grad():
-        if "embedding_bags" in module_name:
-            bound = math.sqrt(1.0 / p.shape[0])
-            p.uniform_(-bound, bound)
-        elif param_name == "bias":
-            p.zero_()
-        else:
-            bound = 1.0 / math.sqrt(p.shape[1])
-            p.uniform_(-bound, bound)
-
-
 def _build(cfg: RunConfig, device: Any) -> Step:
     _import_torchrec()
     import torch
@@ -116,39 +91,18 @@ def _build(cfg: RunConfig, device: Any) -> Step:
     from headroom.profile import materialize
 
     flavour = FLAVOURS[cfg.flavour]
-    max_rows = _max_rows(cfg)
-    model = _model(flavour, max_rows, torch.device("meta"))
-    materialize(model, device, init=_init)
-    sparse, dense_params = [], []
-    for name, p in model.named_parameters():
-        (sparse if "embedding_bags" in name else dense_params).append(p)
-    for m in model.sparse_arch.embedding_bags.values():
-        m.sparse = True
-    opts = [torch.optim.Adagrad(sparse, lr=0.01, foreach=False), torch.optim.Adagrad(dense_params, lr=0.01)]
-    dense, kjt, labels = _batch(cfg, flavour, max_rows, device)
-    amp = cfg.torch_dtype if cfg.torch_dtype != torch.float32 else None
-    model.train()
-    forward = train_forward(
-        lambda: torch.nn.functional.binary_cross_entropy_with_logits(model(dense, kjt).float(), labels),
-        device_type=device.type, amp_dtype=amp)
-
-    def fn() -> None:
-        for o in opts:
-            o.zero_grad(set_to_none=True)
-        with phase_range("headroom/forward"):
-            loss = forward()
-        with phase_range("headroom/backward"):
-            loss.backward()
-        with phase_range("headroom/optimizer"):
-            for o in opts:
-                o.step()
-
-    rows = sum(max(1, min(r, max_rows)) for r in flavour["rows"])
+    cap = max_rows(cfg)
+    model = _model(flavour, cap, torch.device("meta"))
+    materialize(model, device, init=table_init)
+    dense, kjt, labels = _batch(cfg, flavour, cap, device)
+    rows = sum(max(1, min(r, cap)) for r in flavour["rows"])
     info = {"embedding_path": "torchrec EmbeddingBagCollection (is_weighted), unsharded: PyTorch embedding_bag "
-                              "with per_sample_weights, sparse gradients, Adagrad",
+                              "with per_sample_weights, sparse gradients",
             "embedding_rows": rows, "embedding_dim": flavour["dim"], "tables": len(flavour["rows"]),
-            "max_rows": max_rows, "pooling": "weighted sum, multi-hot lengths uniform in {0..2h}"}
-    return Step(fn, model, info=info, forward=forward, train=True)
+            "max_rows": cap, "pooling": "weighted sum, multi-hot lengths uniform in {0..2h}"}
+    return sparse_table_step(
+        cfg, device, model, model.sparse_arch.embedding_bags.values(),
+        lambda: torch.nn.functional.binary_cross_entropy_with_logits(model(dense, kjt).float(), labels), info)
 
 
 def _meta(flavour: str):
@@ -168,14 +122,14 @@ SPEC = register_workload(WorkloadSpec(
     meta_model=_meta,
     modes=("train",),
     defaults={
-        "mode": Default("train", "recommenders spend their GPU time training on fresh data"),
+        "mode": Default("train", "CTR models are trained continuously on fresh logs"),
         "batch": Default(65536, "a DLRM-sized global batch: the embedding kernels need it to fill a GPU"),
-        "seq": Default(None, "not a sequence model"),
+        "seq": NO_SEQ,
         "dtype": Default("fp32", "CTR models train in fp32 (TF32 tensor cores for the MLPs)"),
     },
     flavours={"default": "Criteo 1TB, 26 weighted tables x 128, 54.2M rows", "tiny": "26 tables x 1000 x 16, for CI"},
     seq_meaning="n/a",
-    extras={"max_rows": Default(DEFAULT_MAX_ROWS, "rows per table cap (as dlrm: 54.2M rows, 27.7 GB fp32)")},
-    cpu_scale={"batch": (1024, "a CPU-sized batch"), "max_rows": (100_000, "tables capped at 100k rows")},
+    extras=MAX_ROWS_OPT,
+    cpu_scale={"batch": (1024, "a CPU-sized batch"), "max_rows": CPU_TABLES},
     source=__file__,
 ))

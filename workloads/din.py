@@ -17,7 +17,8 @@ from __future__ import annotations
 from typing import Any
 
 from headroom.errors import UserError
-from headroom.profile import Default, RunConfig, Step, WorkloadSpec, phase_range, register_workload, train_forward
+from headroom.profile import Default, RunConfig, Step, WorkloadSpec, register_workload
+from headroom.workloads._recsys import sparse_table_step, table_init
 from headroom.workloads.dlrm import _import_torchrec
 
 FLAVOURS: dict[str, dict[str, Any]] = {
@@ -107,26 +108,11 @@ def _batch(cfg: RunConfig, f: dict[str, Any], device: Any):
     hist = torch.randint(1, L + 1, (B,), dtype=torch.int32, generator=g)
     one = torch.ones(B, dtype=torch.int32)
     n = int(hist.sum())
-    values = torch.cat([torch.randint(0, f["items"], (n,), generator=g), torch.randint(0, f["items"], (B,), generator=g),
-                        torch.randint(0, f["cats"], (n,), generator=g), torch.randint(0, f["cats"], (B,), generator=g)])
+    values = torch.cat([torch.randint(0, f[table], (k,), generator=g)
+                        for table in ("items", "cats") for k in (n, B)])     # hist_*, cand_*
     kjt = KeyedJaggedTensor.from_lengths_sync(keys=["hist_item", "cand_item", "hist_cat", "cand_cat"], values=values,
                                               lengths=torch.cat([hist, one, hist, one]))
     return kjt.to(device), torch.randint(0, 2, (B,), generator=g).float().to(device)
-
-
-def _init(module_name: str, param_name: str, module: Any, p: Any) -> None:
-    import math
-
-    import torch
-
-    with torch.no_grad():
-        if param_name == "bias":
-            p.zero_()
-        elif "embeddings" in module_name:
-            p.normal_(0.0, 0.01)
-        else:
-            bound = 1.0 / math.sqrt(p.shape[1])
-            p.uniform_(-bound, bound)
 
 
 def _build(cfg: RunConfig, device: Any) -> Step:
@@ -141,34 +127,14 @@ def _build(cfg: RunConfig, device: Any) -> Step:
             raise UserError(f"{cfg.workload}: --seq (the longest history) must be at least 1")
         f["max_len"] = cfg.seq
     model = _model(f, torch.device("meta"))
-    materialize(model, device, init=_init)
-    sparse, dense = [], []
-    for name, p in model.named_parameters():
-        (sparse if name.startswith("embeddings.") else dense).append(p)
-    for m in model.embeddings.embeddings.values():
-        m.sparse = True
-    opts = [torch.optim.Adagrad(sparse, lr=0.01, foreach=False), torch.optim.Adagrad(dense, lr=0.01)]
+    materialize(model, device, init=table_init)
     kjt, labels = _batch(cfg, f, device)
-    amp = cfg.torch_dtype if cfg.torch_dtype != torch.float32 else None
-    model.train()
-    forward = train_forward(lambda: torch.nn.functional.binary_cross_entropy_with_logits(model(kjt).float(), labels),
-                            device_type=device.type, amp_dtype=amp)
-
-    def fn() -> None:
-        for o in opts:
-            o.zero_grad(set_to_none=True)
-        with phase_range("headroom/forward"):
-            loss = forward()
-        with phase_range("headroom/backward"):
-            loss.backward()
-        with phase_range("headroom/optimizer"):
-            for o in opts:
-                o.step()
-
     info = {"embedding_path": "torchrec EmbeddingCollection, unsharded (PyTorch embedding, sparse gradients)",
             "history": f"1-{f['max_len']} items per user, uniform", "jagged_ops": "fbgemm jagged_to_padded_dense, "
             "jagged_softmax; aten segment_reduce"}
-    return Step(fn, model, info=info, forward=forward, train=True)
+    return sparse_table_step(
+        cfg, device, model, model.embeddings.embeddings.values(),
+        lambda: torch.nn.functional.binary_cross_entropy_with_logits(model(kjt).float(), labels), info)
 
 
 def _meta(flavour: str):

@@ -18,8 +18,8 @@ from __future__ import annotations
 from typing import Any
 
 from headroom.profile import Default, RunConfig, Step, WorkloadSpec, infer_step, register_workload
-from headroom.workloads.dlrm import CRITEO_1TB_ROWS, DENSE_FEATURES, DEFAULT_MAX_ROWS, MLPERF_MULTI_HOT, _import_torchrec
-from headroom.workloads.deepfm import _max_rows
+from headroom.workloads._recsys import CPU_TABLES, DEFAULT_MAX_ROWS, MAX_ROWS_OPT, NO_SEQ, max_rows
+from headroom.workloads.dlrm import CRITEO_1TB_ROWS, DENSE_FEATURES, MLPERF_MULTI_HOT, _import_torchrec
 
 FP16_BELOW = 10_000
 FLAVOURS: dict[str, dict[str, Any]] = {
@@ -125,19 +125,20 @@ def _batch(cfg: RunConfig, f: dict[str, Any], max_rows: int, order: list[int], d
 def _build(cfg: RunConfig, device: Any) -> Step:
     _import_torchrec()
     f = FLAVOURS[cfg.flavour]
-    max_rows = _max_rows(cfg)
+    cap = max_rows(cfg)
     dtype = cfg.torch_dtype
-    model, order = _model(f, max_rows, device, dtype)
+    model, order = _model(f, cap, device, dtype)
     model.dense_arch.to(dtype)
     model.over_arch.to(dtype)
     model.eval()
-    dense, kjt = _batch(cfg, f, max_rows, order, device, dtype)
-    rows = [max(1, min(r, max_rows)) for r in f["rows"]]
+    dense, kjt = _batch(cfg, f, cap, order, device, dtype)
+    rows = [max(1, min(r, cap)) for r in f["rows"]]
     big, small = _groups(rows)
     info = {"embedding_path": "fbgemm IntNBitTableBatchedEmbeddingBagsCodegen: int8 row-wise tables "
                               f"({len(big)}) + fp16 tables ({len(small)}), permute_pooled_embs to feature order",
-            "embedding_rows": sum(rows), "embedding_gb_int8": round(sum(rows[i] for i in big) * (f["dim"] + 4) / 1e9, 2),
-            "max_rows": max_rows}
+            "embedding_rows": sum(rows),
+            "embedding_gb_int8": round(sum(rows[i] for i in big) * (f["dim"] + 4) / 1e9, 2),
+            "max_rows": cap}
     return Step(infer_step(lambda: model(dense, kjt)), model, info=info, forward=lambda: model(dense, kjt))
 
 
@@ -161,14 +162,14 @@ SPEC = register_workload(WorkloadSpec(
     defaults={
         "mode": Default("infer", "quantized tables are a serving format"),
         "batch": Default(65536, "a large offline-serving batch, as MLPerf Inference's DLRMv2 offline scenario"),
-        "seq": Default(None, "not a sequence model"),
+        "seq": NO_SEQ,
         "dtype": Default("fp16", "the dense layers and the pooled outputs in fp16, as quantized serving runs"),
     },
     flavours={"default": "Criteo 1TB, 26 tables x 128, 54.2M rows (7.2 GB int8)",
               "tiny": "13 int8 tables x 20000 + 13 fp16 tables x 500, dim 16, for CI"},
     seq_meaning="n/a",
-    extras={"max_rows": Default(DEFAULT_MAX_ROWS, "rows per table cap (as dlrm: 54.2M rows)")},
-    cpu_scale={"batch": (1024, "a CPU-sized batch"), "max_rows": (100_000, "tables capped at 100k rows"),
+    extras=MAX_ROWS_OPT,
+    cpu_scale={"batch": (1024, "a CPU-sized batch"), "max_rows": CPU_TABLES,
                "dtype": ("fp32", "fast on any CPU")},
     source=__file__,
 ))

@@ -70,3 +70,16 @@ def test_recsys_defaults_are_production_sized_on_the_meta_device():
     int8 = get_workload("dlrm-int8")
     assert int8.default("mode") == "infer" and int8.default("dtype") == "fp16"
     assert int8.param_count_meta() == mlp([13, 512, 256, 128]) + mlp([128 + 27 * 26 // 2, 1024, 1024, 512, 256, 1])
+
+
+def test_fbgemm_workloads_on_a_gpu_without_fbgemm_cuda_say_so(monkeypatch):
+    import torch
+
+    from headroom.errors import UserError
+    from headroom.workloads import _recsys, dlrm
+
+    cfg = get_workload("din").resolve(Options(flavour="tiny"), "cpu")
+    _recsys.need_fbgemm_cuda(cfg, torch.device("cpu"))          # a CPU runs fbgemm's CPU kernels
+    monkeypatch.setattr(dlrm, "fbgemm_cuda_status", lambda: (False, "no CUDA kernels (the CPU build?)"))
+    with pytest.raises(UserError, match="din: .*CUDA build of fbgemm-gpu.*CPU build"):
+        _recsys.need_fbgemm_cuda(cfg, torch.device("cuda"))

@@ -15,6 +15,18 @@ MAX_ROWS_OPT = {"max_rows": Default(DEFAULT_MAX_ROWS, "rows per table cap (as dl
 CPU_TABLES = (100_000, "tables capped at 100k rows")
 
 
+def need_fbgemm_cuda(cfg: RunConfig, device: Any) -> None:
+    """A workload whose model calls fbgemm ops needs fbgemm's CUDA kernels on a GPU (the CPU build
+    registers the ops without them): say so in one line rather than fail inside the first step."""
+    if device.type != "cuda":
+        return
+    from headroom.workloads.dlrm import fbgemm_cuda_status
+
+    ok, why = fbgemm_cuda_status()
+    if not ok:
+        raise UserError(f"{cfg.workload}: its fbgemm ops need the CUDA build of fbgemm-gpu on a GPU: {why}")
+
+
 def max_rows(cfg: RunConfig) -> int:
     try:
         n = int(cfg.extra.get("max_rows", DEFAULT_MAX_ROWS))

@@ -18,7 +18,7 @@ from typing import Any
 
 from headroom.errors import UserError
 from headroom.profile import Default, RunConfig, Step, WorkloadSpec, register_workload
-from headroom.workloads._recsys import sparse_table_step, table_init
+from headroom.workloads._recsys import need_fbgemm_cuda, sparse_table_step, table_init
 from headroom.workloads.dlrm import _import_torchrec
 
 FLAVOURS: dict[str, dict[str, Any]] = {
@@ -121,6 +121,7 @@ def _build(cfg: RunConfig, device: Any) -> Step:
 
     from headroom.profile import materialize
 
+    need_fbgemm_cuda(cfg, device)
     f = dict(FLAVOURS[cfg.flavour])
     if cfg.seq is not None:
         if cfg.seq < 1:

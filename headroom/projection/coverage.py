@@ -95,22 +95,31 @@ def suite_problems(suite: str, problems: ProblemMap | None = None) -> list[Mappe
     return [problems.problems[n] for n in by_suite[name]]
 
 
-def _match(a: Analysis, matcher: _Matcher, p: MappedProblem) -> TraceMatch | None:
+class _Columns:
+    """The columns of one trace's events that a match reports, read once for all the problems."""
+
+    def __init__(self, a: Analysis) -> None:
+        ev = a.events
+        self.dur = ev["dur"].to_numpy(dtype=float)
+        self.names = ev["name"].astype(str).to_numpy(dtype=object)
+        self.ops = (ev["op"].astype(object).where(ev["op"].notna(), "").astype(str).to_numpy(dtype=object)
+                    if "op" in ev.columns else np.full(len(ev), "", dtype=object))
+
+
+def _top(dur: np.ndarray, labels: np.ndarray, n: int) -> pd.Series:
+    return pd.Series(dur).groupby(labels).sum().sort_values(ascending=False).head(n)
+
+
+def _match(a: Analysis, cols: _Columns, matcher: _Matcher, p: MappedProblem) -> TraceMatch | None:
     mask = np.zeros(matcher.n, dtype=bool)
     for sel in p.selectors:
         mask |= matcher.selector(sel)
     if not mask.any():
         return None
-    ev = a.events
-    dur = ev["dur"].to_numpy(dtype=float)
-    us = float(dur[mask].sum())
-    names = ev["name"].astype(str).to_numpy(dtype=object)[mask]
-    top = pd.Series(dur[mask]).groupby(names).sum().sort_values(ascending=False).head(TOP)
-    ops: list[str] = []
-    if "op" in ev.columns:
-        op = ev["op"].astype(object).where(ev["op"].notna(), "").astype(str).to_numpy(dtype=object)[mask]
-        s = pd.Series(dur[mask]).groupby(op).sum().sort_values(ascending=False)
-        ops = [str(k) for k in s.index if k][:TOP]
+    dur = cols.dur[mask]
+    us = float(dur.sum())
+    top = _top(dur, cols.names[mask], TOP)
+    ops = [str(k) for k in _top(dur, cols.ops[mask], TOP + 1).index if k][:TOP]
     total = a.total_us
     return TraceMatch(trace=str(a.source), mode=a.mode, events=int(mask.sum()), us=us,
                       share=us / total if total > 0 else 0.0,
@@ -123,9 +132,9 @@ def coverage(analyses: Sequence[Analysis], suite: str = "dlrm", problems: Proble
     wanted = suite_problems(suite, problems)
     per: dict[str, list[TraceMatch]] = {p.name: [] for p in wanted}
     for a in analyses:
-        matcher = _Matcher(a.events, problems)
+        matcher, cols = _Matcher(a.events, problems), _Columns(a)
         for p in wanted:
-            m = _match(a, matcher, p)
+            m = _match(a, cols, matcher, p)
             if m is not None:
                 per[p.name].append(m)
     return Coverage(suite=SUITES.get(suite.lower(), suite), traces=[str(a.source) for a in analyses],

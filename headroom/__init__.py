@@ -13,7 +13,7 @@ from headroom._version import __version__
 
 _API = ("analyze", "analyze_all", "diff", "diff_html", "Diff", "predict", "project", "summary", "targets", "Analysis", "Prediction",
         "ProjectResult", "Targets", "analyze_ranks", "project_ranks", "read_inputs", "report_html", "RankSet",
-        "RanksProjection")
+        "RanksProjection", "coverage", "Coverage")
 
 
 def __getattr__(name: str):

@@ -8,6 +8,7 @@
     headroom.targets(a).to_frame()                           # ops and modules ranked by end-to-end gain
     headroom.report_html(["traces/"], "report.html")         # the `headroom report --html` page
     headroom.diff_html("before.json.gz", "after.json.gz", "diff.html")   # the `headroom diff --html` page
+    headroom.coverage(["traces/"], suite="dlrm").to_frame()   # which DLRM-Bench problems the traces exercise
 
 Each function takes a trace path or an `Analysis`; the CLI calls the same modules.
 """
@@ -19,6 +20,8 @@ from typing import Sequence, Union
 
 import pandas as pd
 
+from headroom.projection.coverage import Coverage
+from headroom.projection.coverage import coverage as _coverage
 from headroom.errors import UserError
 from headroom.projection.distributions import Distribution, load_distribution
 from headroom.projection.overhead import check_step_ms
@@ -176,6 +179,20 @@ def targets(trace: TraceLike, speedup: float = DEFAULT_SPEEDUP, by: Sequence[str
     return rank_targets(a, speedup, tuple(by), top, replay_top, scope)
 
 
+def coverage(traces: Sequence[TraceLike], suite: str = "dlrm", problems: PathLike | None = None) -> Coverage:
+    """Which problems of a benchmark suite (`dlrm`: DLRM-Bench, `kernelbench`: KernelBench level 1) the
+    traces exercise, as `headroom coverage`: per problem the traces it matches, its events, time and
+    share of each trace's GPU time (CPU op self time on a CPU trace), and the problems none matches.
+    A directory stands for every trace in it."""
+    analyses: list[Analysis] = []
+    for t in traces:
+        if not isinstance(t, Analysis) and os.path.isdir(t):
+            analyses.extend(analyze_all(t))
+        else:
+            analyses.append(_analysis(t))
+    return _coverage(analyses, suite=suite, problems=load_problems(problems))
+
+
 def report_html(paths: Sequence[PathLike | Analysis | RankSet], out: PathLike, speedup: Sequence[str] = (),
                 files: Sequence[PathLike] = (), target_speedup: float = DEFAULT_SPEEDUP, top: int = DEFAULT_TOP,
                 problems: PathLike | None = None, rules: PathLike | None = None, policy: PathLike | None = None,
@@ -246,4 +263,5 @@ def project_ranks(ranks: RankSet | PathLike, speedup: Sequence[str] = (), files:
 
 
 __all__ = ["Analysis", "Diff", "ProjectResult", "RankSet", "RanksProjection", "Targets", "analyze", "analyze_all",
-           "analyze_ranks", "diff", "diff_html", "project", "project_ranks", "read_inputs", "report_html", "summary", "targets"]
+           "analyze_ranks", "coverage", "Coverage", "diff", "diff_html", "project", "project_ranks", "read_inputs",
+           "report_html", "summary", "targets"]

@@ -164,6 +164,7 @@ def _api_targets():
                                         "replay_top": "replay_top", "roofline": "roofline", "peaks": "peaks",
                                         "rank_by": "rank_by"})],
         "diff": [(headroom.diff, {"by": "by"})],
+        "coverage": [(headroom.coverage, {"suite": "suite", "problems": "problems"})],
         "profile": [(profile_workload, {**run, "out": "out", "steps": "steps", "warmup": "warmup",
                                         "timed_steps": "timed_steps"}),
                     (Options, {**workload, "compile_": "compile", "no_module_ranges": "!module_ranges",

@@ -92,3 +92,21 @@ def test_dlrm_cheaters_are_caught(cheat):
         ref.close()
     assert_caught(r)
     assert r.verdict == "fail", (r.verdict, r.reason, [c.to_dict() for c in r.checks])
+
+
+def test_01_reference_is_fbgemms_tbe_with_the_tables_weights_and_falls_back_to_per_table_bags():
+    """01's reference runs what `dlrm`'s production path runs (one TBE forward over all tables) where
+    fbgemm-gpu imports, else one nn.EmbeddingBag per table; both give the same output from the same seed."""
+    pytest.importorskip("fbgemm_gpu")
+    problem = prob.load_problem(bench.path(bench.get("01")), {bench.SCALE_ENV: "cpu"})
+    assert problem.module.REFERENCE == "fbgemm TBE"
+    tbe = prob.build_model(problem.Model, problem, 1, "cpu")
+    assert tbe.tbe is not None and not hasattr(tbe, "tables")
+    xs = prob.published_inputs(problem, 2, "cpu")
+    problem.module._tbe_modules = lambda: None
+    bags = prob.build_model(problem.Model, problem, 1, "cpu")
+    assert bags.tbe is None and len(bags.tables) == 26
+    with torch.no_grad():
+        a, b = tbe(*xs), bags(*xs)
+    assert a.shape == b.shape == (problem.module.BATCH, 26, problem.module.DIM)
+    torch.testing.assert_close(a, b)

@@ -253,6 +253,7 @@ def test_phase_selector():
         "top_op": ["aten::bmm", "autograd::engine::evaluate_function: BmmBackward0", "headroom/backward",
                    "headroom/optimizer", "aten::threshold_backward"],
         "annotation": ["", "", "", "", ""],
+        "module": ["model.inter_arch"] * 5, "module_stack": ["DLRM/InteractionArch"] * 5,
     })
     assert select(ev, "phase:forward").tolist() == [True, False, False, False, False]
     assert select(ev, "phase:backward").tolist() == [False, True, True, False, True]
@@ -271,9 +272,14 @@ def test_dlrm_backward_problem_selects_the_index_backward(events):
         "op": ["aten::_index_put_impl_", "aten::_index_put_impl_", "aten::index"],
         "top_op": ["autograd::engine::evaluate_function: IndexBackward0"] * 2 + ["aten::index"],
         "category": ["indexing", "sort", "indexing"], "addressable": [True] * 3, "dur": [5.0, 3.0, 1.0],
+        "module": ["dlrm.inter_arch"] * 3, "module_stack": ["DLRM/InteractionArch"] * 3,
     })
     assert select(ev, "problem:05_DotInteractionBackward").tolist() == [True, True, False]
     assert select(ev, "problem:04_DotInteraction").tolist() == [False, False, True]
+    # the same ops outside the interaction module (a transformer's bmm, a mask's index_put_) are no part of it
+    other = ev.assign(module="model.layers.0.self_attn.rotary_emb", module_stack="")
+    assert not select(other, "problem:05_DotInteractionBackward").any()
+    assert not select(other, "problem:04_DotInteraction").any()
 
 
 # --- resolution: no match, overlaps, strictness ------------------------------------------------

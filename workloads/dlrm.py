@@ -26,6 +26,8 @@ from typing import Any
 
 from headroom.errors import UserError
 from headroom.profile import Default, RunConfig, Step, WorkloadSpec, phase_range, register_workload, train_forward
+from headroom.workloads._recsys import DEFAULT_MAX_ROWS, Optimizers, table_init
+from headroom.workloads._recsys import max_rows as _max_rows
 
 # Criteo 1TB: rows per categorical feature (torchrec examples/dlrm, MLPerf preprocessing, 40M cap).
 CRITEO_1TB_ROWS = [40000000, 39060, 17295, 7424, 20265, 3, 7122, 1543, 63, 40000000, 3067956, 405282, 10,
@@ -33,7 +35,6 @@ CRITEO_1TB_ROWS = [40000000, 39060, 17295, 7424, 20265, 3, 7122, 1543, 63, 40000
 # MLPerf DLRMv2 synthetic multi-hot dataset: values per sample for each feature.
 MLPERF_MULTI_HOT = [3, 2, 1, 2, 6, 1, 1, 1, 1, 7, 3, 8, 1, 6, 9, 5, 1, 1, 1, 12, 100, 27, 10, 3, 1, 1]
 DENSE_FEATURES = 13
-DEFAULT_MAX_ROWS = 10_000_000
 _SHARD_TYPES = ("auto", "table_wise", "row_wise")
 
 INSTALL_HINT = ("pip install --no-deps torchrec==1.8.0 && pip install fbgemm-gpu-cpu==1.8.0 tensordict "
@@ -157,19 +158,6 @@ def _batch(cfg: RunConfig, flavour: dict[str, Any], dcn: bool, max_rows: int, de
     ).to(device)
 
 
-class _Optimizers:
-    def __init__(self, *opts):
-        self.opts = opts
-
-    def zero_grad(self, set_to_none: bool = True) -> None:
-        for o in self.opts:
-            o.zero_grad(set_to_none=set_to_none)
-
-    def step(self) -> None:
-        for o in self.opts:
-            o.step()
-
-
 def _optimizer_cls(dcn: bool):
     import torch
 
@@ -213,12 +201,7 @@ def _build(cfg: RunConfig, device: Any, dcn: bool) -> Step:
     from torchrec.models.dlrm import DLRMTrain
 
     flavour = (DCN_FLAVOURS if dcn else FLAVOURS)[cfg.flavour]
-    try:
-        max_rows = int(cfg.extra.get("max_rows", DEFAULT_MAX_ROWS))
-    except ValueError:
-        raise UserError(f"{cfg.workload}: --opt max_rows must be an integer") from None
-    if max_rows < 1:
-        raise UserError(f"{cfg.workload}: --opt max_rows must be at least 1")
+    max_rows = _max_rows(cfg)
     path, fbgemm_why = _resolve_sharding(cfg, device)
     opt_cls, opt_kw = _optimizer_cls(dcn)
     rows = sum(max(1, min(r, max_rows)) for r in flavour["rows"])
@@ -264,14 +247,14 @@ def _build(cfg: RunConfig, device: Any, dcn: bool) -> Step:
 
         dlrm = _model(flavour, dcn, max_rows, torch.device("meta"), torch.device("meta"))
         # torchrec initialises tables uniform(-sqrt(1/rows), sqrt(1/rows)); dense layers as nn.Linear.
-        materialize(dlrm, device, init=_dlrm_init)
+        materialize(dlrm, device, init=table_init)
         sparse_params, dense_params = [], []
         for name, p in dlrm.named_parameters():
             (sparse_params if "embedding_bags" in name else dense_params).append(p)
         for m in dlrm.sparse_arch.embedding_bag_collection.embedding_bags.values():
             m.sparse = True  # sparse gradients, as the DLRM reference trains its EmbeddingBags
         model = train_model = DLRMTrain(dlrm)
-        opt = _Optimizers(opt_cls(sparse_params, foreach=False, **opt_kw), opt_cls(dense_params, **opt_kw))
+        opt = Optimizers(opt_cls(sparse_params, foreach=False, **opt_kw), opt_cls(dense_params, **opt_kw))
         inner = dlrm
         info["embedding_path"] = (f"torchrec EmbeddingBagCollection, unsharded (PyTorch embedding_bag, "
                                   f"sparse gradients, {opt_cls.__name__})")
@@ -305,22 +288,6 @@ def _build(cfg: RunConfig, device: Any, dcn: bool) -> Step:
 
 def _is_oom(e: BaseException) -> bool:
     return "out of memory" in str(e).lower() or type(e).__name__ == "OutOfMemoryError"
-
-
-def _dlrm_init(module_name: str, param_name: str, module: Any, p: Any) -> None:
-    import math
-
-    import torch
-
-    with torch.no_grad():
-        if "embedding_bags" in module_name:
-            bound = math.sqrt(1.0 / p.shape[0])
-            p.uniform_(-bound, bound)
-        elif param_name == "bias":
-            p.zero_()
-        else:
-            bound = 1.0 / math.sqrt(p.shape[1]) if p.dim() > 1 else 0.1
-            p.uniform_(-bound, bound)
 
 
 def _build_dmp(cfg: RunConfig, device: Any, flavour: dict[str, Any], dcn: bool, max_rows: int,

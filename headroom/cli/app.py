@@ -80,7 +80,7 @@ def _root(version: bool = typer.Option(False, "--version", callback=_version, is
 # tests/test_cli_manners.py checks this map against what each module registers.
 COMMAND_MODULES = {"classify": "trace", "annotate": "trace", "report": "trace", "profile": "profile",
                    "workloads": "profile", "project": "project", "targets": "project", "plot": "project",
-                   "diff": "diff",
+                   "coverage": "coverage", "diff": "diff",
                    "verify": "verify", "extract": "extract", "validate": "extract",
                    "bench": "verify"}     # a group of commands: typer lists groups last
 _registered: set[str] = set()

@@ -2,8 +2,9 @@
 
 The tables are created exactly as the reference creates them (same order,
 hence the same weights), concatenated into one table, and every id is shifted
-by its table's row offset; one ``embedding_bag`` over the whole batch replaces
-26 calls, and the (table, batch) result is returned as a transposed view.
+by its table's row offset; one ``embedding_bag`` over the whole batch does what
+the reference's table-batched lookup does, and the (table, batch) result is
+returned as a transposed view.
 """
 import torch
 import torch.nn as nn

@@ -1,0 +1,58 @@
+"""`headroom coverage`: which problems of a benchmark suite the given traces exercise (argument parsing;
+the numbers are headroom.projection.coverage)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+
+from headroom.cli.common import LenientOpt, NoCacheOpt, PolicyOpt, ProblemsOpt, Reader, RulesOpt, TracesArg, WholeOpt, \
+    WindowOpt
+from headroom.cli.output import EXIT_VERDICT, emit_json, warn
+
+
+def coverage_cmd(
+    traces: List[Path] = TracesArg,
+    suite: str = typer.Option("dlrm", "--suite", metavar="SUITE", help=(
+        "dlrm (DLRM-Bench) or kernelbench (KernelBench level 1), or a suite name of the problem map.")),
+    as_json: bool = typer.Option(False, "--json", metavar="", help="One JSON document (docs/cli.md)."),
+    strict: bool = typer.Option(False, "--strict", metavar="", help=(
+        "Exit 1 when a problem of the suite matches no trace (for CI).")),
+    problems: Optional[Path] = ProblemsOpt,
+    rules: Optional[Path] = RulesOpt,
+    policy: Optional[Path] = PolicyOpt,
+    whole_trace: bool = WholeOpt,
+    window: Optional[str] = WindowOpt,
+    lenient: bool = LenientOpt,
+    no_cache: bool = NoCacheOpt,
+) -> None:
+    """Per problem of a suite: the traces it matches, its kernels and share of GPU time (CPU op time on a
+    CPU trace), and the problems no trace exercises.
+
+    Exit 1 with --strict when any problem is unmatched."""
+    # what headroom.coverage calls, without the facade's imports
+    from headroom.projection.coverage import coverage, suite_problems
+    from headroom.projection.problems import load_problems
+
+    problem_map = load_problems(problems)
+    suite_problems(suite, problem_map)          # an unknown suite is bad input before any trace is read
+    reader = Reader(rules, policy, whole_trace, window, lenient, no_cache)
+    analyses = list(reader.analyses(traces))
+    reader.finish()
+    c = coverage(analyses, suite=suite, problems=problem_map)
+    if as_json:
+        emit_json("coverage", c.to_dict())
+    else:
+        from headroom.report.render import make_console
+        from headroom.report.render_coverage import render_coverage
+
+        render_coverage(c, make_console())
+    if strict and c.unmatched:
+        warn(f"{len(c.unmatched)} of {len(c.problems)} {c.suite} problems match no trace: {', '.join(c.unmatched)}")
+        raise typer.Exit(code=EXIT_VERDICT)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("coverage")(coverage_cmd)

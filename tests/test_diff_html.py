@@ -176,4 +176,4 @@ def test_in_chromium_the_rows_sort_the_waterfall_is_drawn_and_nothing_is_fetched
     [figure] = result["figures"]
     assert figure["figure"] == "waterfall" and figure["bars"] == len(doc["page"]["waterfall"]) == 7
     assert figure["width"] > 300 and figure["height"] > 100
-    assert result["resources"] == [] and result["blocked"] == []
+    assert result["resources"] == [] and result["blocked"] == [] and result["errors"] == []

@@ -439,8 +439,12 @@ needs_chromium = pytest.mark.skipif(CHROMIUM is None, reason="chromium is not in
 
 # Put first in <head>: records what the browser refuses or fetches. Put last in <body>: clicks a heading
 # (twice, for the reverse order) and writes what it saw into the page, which --dump-dom prints.
-PROBE_HEAD = """<script>window.__blocked = [];
+PROBE_HEAD = """<script>window.__blocked = []; window.__errors = [];
 document.addEventListener("securitypolicyviolation", function (e) { window.__blocked.push(e.blockedURI); });
+window.addEventListener("error", function (e) { window.__errors.push(String(e.message)); });
+var __consoleError = console.error;
+console.error = function () { window.__errors.push(Array.prototype.join.call(arguments, " "));
+  return __consoleError.apply(console, arguments); };
 </script>"""
 PROBE_BODY = """<script>
 var table = document.getElementById("%(table)s"), th = table.querySelector('th[data-col="%(col)s"]');
@@ -457,6 +461,7 @@ result.figures = Array.prototype.map.call(document.querySelectorAll("svg.figure"
 setTimeout(function () {
   result.resources = performance.getEntriesByType("resource").map(function (e) { return e.name; });
   result.blocked = window.__blocked;
+  result.errors = window.__errors;
   var pre = document.createElement("pre"); pre.id = "probe"; pre.textContent = JSON.stringify(result);
   document.body.appendChild(pre);
 }, 300);
@@ -497,7 +502,7 @@ def test_in_chromium_tables_sort_figures_are_drawn_and_nothing_is_fetched(run, t
     assert all(f["width"] > 300 and f["height"] > 30 for f in figures.values())
     assert figures["categories"]["bars"] == sum(len(w["bars"]) for w in doc["page"]["categories"]["workloads"])
     assert figures["ranks"]["bars"] == 3 * 2
-    assert result["resources"] == [] and result["blocked"] == []
+    assert result["resources"] == [] and result["blocked"] == [] and result["errors"] == []
 
 
 @needs_chromium
@@ -519,3 +524,7 @@ def test_the_probe_sees_a_resource_the_page_would_fetch(run, tmp_path):
     html = run["html"].replace("</main>", '<img src="http://headroom.invalid/x.png"></main>', 1)
     result, _ = browse(html, tmp_path, "summary-table", "step_us")
     assert result["blocked"] == ["http://headroom.invalid/x.png"]
+    # ... and a script error of the page would be seen too.
+    broken = run["html"].replace("</main>", "<script>undefinedFunction();</script></main>", 1)
+    result, _ = browse(broken, tmp_path, "summary-table", "step_us")
+    assert any("undefinedFunction" in e for e in result["errors"])

@@ -36,7 +36,7 @@ from headroom.verify.options import VerifyOptions
 from headroom.verify.process import Child, ChildFailed, Tampering, last_line
 from headroom.verify.reference import HarnessOOM, ReferenceRun, job_for, prepare_reference, truth
 from headroom.verify.results import VerifyResult
-from headroom.verify.session import fresh_sets, place, time_candidate
+from headroom.verify.session import Timed, fresh_sets, place, time_candidate
 
 
 def verify_candidate(problem_path: str | Path, candidate_path: str | Path, options: VerifyOptions | None = None,
@@ -111,7 +111,7 @@ def _run(ref: ReferenceRun, cand_path: Path, env: dict, res: VerifyResult, say: 
     aggs = cmp.new_aggs()
     violations: set[str] = set()
     notes: dict[str, str] = {}
-    timing: dict | None = None
+    timing: Timed | None = None
     child: Child | None = None
     candidate_peak: dict = {}
     error: str | None = None
@@ -252,7 +252,7 @@ def _read_outputs(child: Child, outs: list, max_numel: int, device: str, label: 
     return read
 
 
-def _finish(ref: ReferenceRun, res: VerifyResult, aggs: dict, timing: dict | None, candidate_peak: dict,
+def _finish(ref: ReferenceRun, res: VerifyResult, aggs: dict, timed: Timed | None, candidate_peak: dict,
             error: str | None, notes: dict) -> None:
     res.checks = [a.check() for a in aggs.values() if a.applicable]
     rt = ref.timing
@@ -274,11 +274,11 @@ def _finish(ref: ReferenceRun, res: VerifyResult, aggs: dict, timing: dict | Non
     if error is not None:
         res.verdict, res.reason = "error", error
         return
-    if timing is None:
+    if timed is None:
         res.verdict, res.reason = "error", "the candidate was not timed"
         return
-    ratios = timing.pop("_ratios", {})
-    res.per_call = timing.pop("per_call", {})
+    timing, ratios = timed.timing, timed.ratios
+    res.per_call = timed.per_call
     res.timing = timing
     if timing["inconclusive"]:
         res.verdict = "inconclusive"

@@ -385,9 +385,19 @@ def arms(ref: ReferenceRun, rt: ReferenceTiming) -> list[tuple[str, dict]]:
     return out
 
 
+@dataclass
+class Timed:
+    """What timing a candidate gives: the result's ``timing`` section, its ``per_call`` section, and the
+    candidate's speedup over the other reference arms (``reference_fp32``, ``reference_compile``)."""
+
+    timing: dict
+    per_call: dict
+    ratios: dict[str, float]
+
+
 def time_candidate(ref: ReferenceRun, cand: Child, gates: list, max_numel: int, aggs: dict,
-                   say: Callable[[str], None], violations: set, cand_call: launches.CallProfile | None = None) -> dict:
-    """Interleaved rounds of reference and candidate; returns the ``timing`` section of the result."""
+                   say: Callable[[str], None], violations: set, cand_call: launches.CallProfile | None = None) -> Timed:
+    """Interleaved rounds of reference and candidate: the result's ``timing`` and ``per_call`` sections."""
     policy = ref.policy
     cuda = ref.device.startswith("cuda")
     try:
@@ -530,14 +540,13 @@ def time_candidate(ref: ReferenceRun, cand: Child, gates: list, max_numel: int, 
     for name, _ in plan:
         out[name] = tm.stats(per[name])
         out[f"{name}_per_round"] = per[name]
-    out["per_call"] = _per_call(rt, phases, [p.enqueue_ms for p in cand_nulls if p.gated], n, cand_call, gated_arm)
+    per_call = _per_call(rt, phases, [p.enqueue_ms for p in cand_nulls if p.gated], n, cand_call, gated_arm)
     ratios = {}
     for name in ("reference_fp32", "reference_compile"):
         if per.get(name):
             ratios[name] = statistics.median([a / b for a, b in zip(per[name], per["candidate"]) if a > 0 and b > 0]
                                              or [float("nan")])
-    out["_ratios"] = ratios
-    return out
+    return Timed(out, per_call, ratios)
 
 
 def _per_call(rt: ReferenceTiming, phases: dict[str, list[Phase]], cand_null_enq: list[float], n: int,

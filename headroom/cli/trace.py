@@ -9,6 +9,7 @@ import typer
 
 from headroom.cli.common import (LenientOpt, NoCacheOpt, PolicyOpt, Reader, RulesOpt, TracesArg, WholeOpt,
                                  WindowOpt)
+from headroom.cli.engine import AddressOpt, EngineOpt
 from headroom.cli.output import emit_json
 
 
@@ -26,6 +27,8 @@ def classify(
     no_cache: bool = NoCacheOpt,
     per_rank: bool = typer.Option(False, "--per-rank", metavar="",
                                   help="A directory of ranks: also each rank's own table."),
+    engine: str = EngineOpt,
+    address: Optional[str] = AddressOpt,
 ) -> None:
     """Where did the GPU time go? Categories, busy/idle, and the addressable fraction.
 
@@ -34,7 +37,7 @@ def classify(
     from headroom.report.render import make_console, render_analysis, render_kernels
     from headroom.trace.analysis import Analysis
 
-    reader = Reader(rules, policy, whole_trace, window, lenient, no_cache)
+    reader = Reader(rules, policy, whole_trace, window, lenient, no_cache, engine=engine, address=address)
     console = make_console()
     for a in reader.inputs(traces):
         if not isinstance(a, Analysis):     # a RankSet: its modules imported only then (a single trace's start)
@@ -85,6 +88,8 @@ def report(
     window: Optional[str] = WindowOpt,
     lenient: bool = LenientOpt,
     no_cache: bool = NoCacheOpt,
+    engine: str = EngineOpt,
+    address: Optional[str] = AddressOpt,
 ) -> None:
     """One row per trace: step time, idle share, addressable fraction, top addressable op.
 
@@ -93,7 +98,8 @@ def report(
     from headroom.report.tables import summary_frame, summary_records
     from headroom.trace.analysis import Analysis
 
-    reader = Reader(rules, policy, whole_trace, window, lenient, no_cache)
+    reader = Reader(rules, policy, whole_trace, window, lenient, no_cache, engine=engine, address=address,
+                    product=report_row)
     inputs = list(reader.inputs(paths or [Path("traces")]))
     analyses = [a for a in inputs if isinstance(a, Analysis)]
     rank_sets = [rs for rs in inputs if not isinstance(rs, Analysis)]     # RankSets: their modules only then
@@ -102,7 +108,7 @@ def report(
         from headroom.report.ranks import rank_summary_frame, render_rank_summary
 
         rank_tables = [(rs, rank_summary_frame(rs)) for rs in rank_sets]
-    df = summary_frame(analyses)
+    df = summary_frame(analyses) if engine == "local" else summary_of_rows([reader.per_trace(a) for a in analyses])
     if as_json:
         emit_json("report", {"traces": summary_records(df),
                              "rank_sets": [{"source": rs.source, "kind": "ranks", "step_us": rs.step_us,
@@ -116,6 +122,22 @@ def report(
         for rs, t in rank_tables:
             render_rank_summary(rs, t, console)
     reader.finish()
+
+
+def report_row(a):
+    """A trace's row of the report (each trace's task computes it with --engine ray)."""
+    from headroom.report.tables import summary_frame
+
+    return summary_frame([a])
+
+
+def summary_of_rows(rows: list):
+    """The report's table from its rows (`report_row`): what `summary_frame` gives for all the traces."""
+    import pandas as pd
+
+    from headroom.report.tables import summary_frame
+
+    return pd.concat(rows, ignore_index=True) if rows else summary_frame([])
 
 
 def register(app: typer.Typer) -> None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Iterator, List
+from typing import Iterator, List, Optional
 
 import typer
 
@@ -83,3 +83,14 @@ def _with_products(reader, engine, inputs: list, tasks: list) -> list:
         for a, r in zip(missing, engine.map(run_task, again, memory=[task_memory(t.path) for t in again])):
             reader.results[id(a)] = r if r.error is None else reader.results[id(a)]
     return inputs
+
+
+def suite_runner(engine: str, address: Optional[str], out: Optional[Path]):
+    """`verify --suite` / `bench run`: None (in this process) or the candidates over the engine's workers,
+    each result written into `out` as it arrives."""
+    if engine == "local" and address is None:
+        return None
+    from headroom.fleet import get_engine
+    from headroom.fleet.verify import pool_runner
+
+    return pool_runner(get_engine(engine, address), stream_to=out)

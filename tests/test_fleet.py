@@ -144,3 +144,12 @@ def test_import_headroom_and_the_local_engine_do_not_import_ray():
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO)
     assert p.returncode == 0, p.stderr
     assert p.stdout.strip() == "[]"
+
+
+def test_without_ray_the_engine_says_which_extra():
+    code = ("import sys; sys.modules['ray'] = None\n"
+            "from headroom.errors import UserError\n"
+            "from headroom.fleet import get_engine\n"
+            "try:\n    get_engine('ray')\nexcept UserError as e:\n    print(e)\n")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO)
+    assert p.stdout.strip() == "--engine ray needs ray, which is not installed: pip install 'kernel-headroom[fleet]'"

@@ -20,6 +20,7 @@ import importlib
 from typing import Callable, Iterator, Optional, Protocol, Sequence, TypeVar
 
 from headroom.errors import UserError
+from headroom.extras import install_hint
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -72,6 +73,6 @@ def get_engine(name: str = "local", address: Optional[str] = None) -> Engine:
     try:
         module = importlib.import_module("headroom.fleet.ray_engine")   # by name: ray only when asked for
     except ImportError as e:
-        raise UserError(f"--engine ray: Ray is not installed ({e.name or e}): "
-                        f"pip install 'kernel-headroom[fleet]'") from None
+        raise UserError(f"--engine ray needs {e.name or 'ray'}, which is not installed: "
+                        f"{install_hint('fleet')}") from None
     return module.RayEngine(address=address)

@@ -92,6 +92,10 @@ def test_bad_engine_and_address_are_one_line():
     assert code == 2 and err == "headroom: error: --engine dask: expected one of local, ray"
     code, _, err = invoke(["classify", str(TRACES / "bert-base.infer.json.gz"), "--address", "auto"])
     assert code == 2 and err == "headroom: error: --address: only with --engine ray"
+    code, _, err = invoke(["verify", str(CHEATERS / "problems" / "clamp_unit.py"),
+                           str(CHEATERS / "candidates" / "honest_clamp.py"), "--device", "cpu", "--engine", "ray"])
+    assert code == 2 and err == ("headroom: error: --engine: verify spreads the candidates of a --suite; "
+                                 "one candidate runs here")
 
 
 def test_a_lost_worker_has_its_candidate_run_again_and_counted_once(tmp_path):

@@ -1,9 +1,11 @@
 """A directory of per-rank traces: `headroom classify DIR` as it runs by default (with a core free, the worker
 process decodes every other rank while this one decodes and analyses the one before: `load.iter_traces`),
-one file at a time (HEADROOM_LOAD_WORKERS=0), and one rank alone.
+one file at a time (HEADROOM_LOAD_WORKERS=0), one rank alone, and with `--ray` the same command with
+`--engine ray` (one task per rank: a local Ray cluster started by the command, and `--address` of one this
+script started before the rounds, as a cluster already running would be).
 
     python benchmarks/rank_directory.py [--ranks 4] [--mb 250] [--shape communication] [--dir DIR] [--gzip]
-                                        [--cache] [--tree NAME=DIR] [--repeat 3] [--out results.json]
+                                        [--cache] [--tree NAME=DIR] [--ray] [--repeat 3] [--out results.json]
 
 The ranks are copies of one benchmark shape (`benchmarks/shapes.py`; the communication shape is an A100
 NCCL rank) whose `distributedInfo` says rank k of N, so the directory is read as the ranks of one run
@@ -25,6 +27,7 @@ import os
 import resource
 import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -44,6 +47,21 @@ VARIANTS = {
     "one at a time": ({"HEADROOM_LOAD_WORKERS": "0"}, "dir", REPO),
     "one rank alone": ({}, "rank-0", REPO),
 }
+ARGS: dict[str, list[str]] = {}     # a variant's extra command-line arguments (--ray)
+RAY_CPUS = 2
+NO_TOKEN = {"RAY_AUTH_MODE": "disabled"}    # a second driver joins without the cluster's token file
+
+
+def start_cluster() -> tuple[subprocess.Popen, str]:
+    """A local Ray cluster held by a child process (ended with it): its address."""
+    code = ("import signal, sys, time, ray\n"
+            f"ray.init(num_cpus={RAY_CPUS}, object_store_memory=500 * 2**20, include_dashboard=False)\n"
+            "signal.signal(signal.SIGTERM, lambda *a: (ray.shutdown(), sys.exit(0)))\n"
+            "print(ray.get_runtime_context().gcs_address, flush=True)\n"
+            "while True: time.sleep(3600)\n")
+    holder = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, cwd=REPO,
+                              env=os.environ | NO_TOKEN)
+    return holder, holder.stdout.readline().strip()
 
 
 def build_ranks(shape: str, mb: float, ranks: int, folder: Path, gz: bool) -> list[Path]:
@@ -79,7 +97,8 @@ def run(variant: str, folder: Path, first: Path, cache: Path | None) -> dict:
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
     rc, out, err, peak = run_sampled([sys.executable, "-m", "headroom.cli", "classify", "--json",
-                                       *([] if cache else ["--no-cache"]), str(path)], env, cwd=cwd)
+                                       *([] if cache else ["--no-cache"]), *ARGS.get(variant, []), str(path)],
+                                      env, cwd=cwd)
     wall = time.perf_counter() - t0
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if rc != 0:
@@ -99,6 +118,7 @@ def main() -> None:
     ap.add_argument("--gzip", action="store_true", help="gzip the ranks (level 1), as torch.profiler's handler may")
     ap.add_argument("--cache", action="store_true", help="the first command with the cache on (emptied each run)")
     ap.add_argument("--tree", action="append", default=[], metavar="NAME=DIR")
+    ap.add_argument("--ray", action="store_true", help="also --engine ray (a local cluster; an existing one)")
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--out")
     args = ap.parse_args()
@@ -107,6 +127,22 @@ def main() -> None:
         if not name or not Path(folder).is_dir():
             raise SystemExit(f"{spec}: expected NAME=DIR of a checkout")
         VARIANTS[f"default [{name}]"] = ({}, "dir", Path(folder).resolve())
+    holder = None
+    if args.ray:
+        holder, address = start_cluster()
+        VARIANTS["engine ray"] = ({}, "dir", REPO)
+        ARGS["engine ray"] = ["--engine", "ray"]
+        VARIANTS["engine ray, cluster up"] = (NO_TOKEN, "dir", REPO)
+        ARGS["engine ray, cluster up"] = ["--engine", "ray", "--address", address]
+    try:
+        bench(args)
+    finally:
+        if holder is not None:
+            holder.terminate()
+            holder.wait(timeout=60)
+
+
+def bench(args) -> None:
     files = build_ranks(args.shape, args.mb, args.ranks, args.dir, args.gzip)
     for f in files:
         warm(f)
@@ -131,6 +167,7 @@ def main() -> None:
           "needed_memory_per_rank_mb": round(needed_memory(files[0]) / 1e6, 1), "runs": runs, "median": med,
           "default_vs_one_at_a_time": round(med["default"]["wall_s"] / med["one at a time"]["wall_s"], 3),
           "default_vs_ranks_x_one_rank": round(med["default"]["wall_s"] / (args.ranks * med["one rank alone"]["wall_s"]), 3),
+          **({f"{v}_vs_default": round(med[v]["wall_s"] / med["default"]["wall_s"], 3) for v in ARGS}),
           "same_output_every_directory_run": len(dir_outputs) == 1, **stamp()}, args.out)
 
 

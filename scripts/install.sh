@@ -19,11 +19,13 @@ pip() { "$VENV/bin/python" -m pip --disable-pip-version-check -q "$@"; }
 pip install "$TORCH" "$FBGEMM"
 # The distribution was called `headroom` before it became kernel-headroom: drop an old editable install.
 "$VENV/bin/python" -m pip --disable-pip-version-check -q uninstall -y headroom >/dev/null 2>&1 || true
-# The core plus every extra but recsys (its torchrec and fbgemm pins are the two lines around this one).
-pip install -e ".[profile,verify,test]"
+# The core plus every extra but recsys (its torchrec and fbgemm pins are the two lines around this one);
+# fleet is Ray, for the --engine ray tests (tests/test_fleet.py).
+pip install -e ".[profile,verify,test,fleet]"
 pip install --no-deps torchrec==1.8.0 holistictraceanalysis==0.5.0
 pip install tensordict torchmetrics tqdm pyre-extensions iopath plotly networkx psutil pyyaml
 "$VENV/bin/python" - <<'PY'
-import torch, torchrec, transformers, msgspec
-print(f"installed: torch {torch.__version__}, torchrec {torchrec.__version__}, transformers {transformers.__version__}")
+import torch, torchrec, transformers, msgspec, ray
+print(f"installed: torch {torch.__version__}, torchrec {torchrec.__version__}, transformers {transformers.__version__}, "
+      f"ray {ray.__version__}")
 PY

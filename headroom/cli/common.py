@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator, List, Optional
+from typing import Any, Callable, Iterator, List, Optional
 
 import typer
 
@@ -54,6 +54,12 @@ class Reader:
     lenient: bool = False
     no_cache: bool = False
     failed: List[str] = field(default_factory=list)
+    # --engine: where each trace is read (headroom.cli.engine); `product`: the command's per-trace work (a
+    # module-level function of one Analysis), done by each trace's task with --engine ray (`per_trace`).
+    engine: str = "local"
+    address: Optional[str] = None
+    product: Optional[Callable[[Any], Any]] = None
+    results: dict = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
         from headroom.trace.classify import load_classifier
@@ -78,6 +84,11 @@ class Reader:
     def inputs(self, paths: List[Path]) -> Iterator:
         """Like `analyses`, but a directory holding the ranks of one run becomes one RankSet
         (headroom.trace.rank_set), analysed together; every other trace is an Analysis."""
+        if self.engine != "local" or self.address is not None:
+            from headroom.cli.engine import fleet_inputs
+
+            yield from fleet_inputs(self, paths)
+            return
         for p in paths:
             if not Path(p).is_dir():
                 yield from self.analyses([p])
@@ -96,6 +107,15 @@ class Reader:
                 yield from group_ranks(p, analyses)
             except UserError as e:
                 self._fail(str(p), e)
+
+    def per_trace(self, a: Any) -> Any:
+        """`product(a)`: computed by the trace's task where it ran, else now."""
+        done = self.results.get(id(a))
+        if done is not None and done.has_product:
+            return done.get()
+        if self.product is None:
+            raise TypeError("Reader.per_trace needs a product (the command's per-trace work)")
+        return self.product(a)
 
     def _analyse(self, files: list[Path]) -> Iterator:
         from headroom.trace.analysis import analyze

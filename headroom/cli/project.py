@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+from functools import partial
 from pathlib import Path
 from typing import List, Optional
 
@@ -10,6 +11,7 @@ import typer
 
 from headroom.cli.common import (LenientOpt, NoCacheOpt, PolicyOpt, ProblemsOpt, Reader, RulesOpt, SpeedupOpt,
                                  SpeedupsOpt, TracesArg, WholeOpt, WindowOpt, read_all)
+from headroom.cli.engine import AddressOpt, EngineOpt
 from headroom.cli.output import emit_json, warn
 from headroom.errors import UserError
 
@@ -42,15 +44,16 @@ def project_cmd(
     no_cache: bool = NoCacheOpt,
     on_rank: Optional[List[int]] = typer.Option(None, "--on-rank", metavar="RANK", help=(
         "A directory of ranks: apply the speedups on this rank only (repeatable; default every rank).")),
+    engine: str = EngineOpt,
+    address: Optional[str] = AddressOpt,
 ) -> None:
     """Project end-to-end step time from kernel speedups: Amdahl and timeline replay, with bounds.
 
     A directory of the ranks of one run projects per rank, then through the collectives: the
     step ends when the slowest rank reaches each one (docs/distributed.md)."""
     from headroom.projection.distributions import load_distribution
-    from headroom.projection.overhead import check_step_ms, unprofiled_step_us
+    from headroom.projection.overhead import unprofiled_step_us
     from headroom.projection.problems import load_problems
-    from headroom.projection.project import project
     from headroom.projection.scenarios import DEFAULT_QUANTILES
     from headroom.projection.speedups import collect_entries
     from headroom.report.render import make_console, render_projection
@@ -65,7 +68,10 @@ def project_cmd(
     if strict and warnings:
         raise UserError(f"{warnings[0]} (strict mode)")
     console = make_console()
-    reader = Reader(rules, policy, whole_trace, window, lenient, no_cache)
+    one = partial(project_one, entries=entries, dist=dist, win_rate=win_rate, median=median,
+                  scenario_select=scenario_select, quantiles=quantiles, strict=strict, pm=pm, warnings=warnings,
+                  step_ms=step_ms, on_rank=on_rank)
+    reader = Reader(rules, policy, whole_trace, window, lenient, no_cache, engine=engine, address=address, product=one)
     for a in reader.inputs(traces):
         if not isinstance(a, Analysis):     # a RankSet: its modules imported only then (a single trace's start)
             from headroom.projection.sync_projection import project_ranks
@@ -83,13 +89,7 @@ def project_cmd(
             else:
                 render_rank_projection(rp, console)
             continue
-        if on_rank:
-            raise UserError(f"--on-rank: {a.source} is one trace, not a directory of ranks")
-        if step_ms is not None:
-            check_step_ms(a, step_ms)
-        res = project(a, entries, distribution=dist, win_rate=win_rate, median=median,
-                      scenario_select=scenario_select, quantiles=quantiles, strict=strict, problems=pm,
-                      extra_warnings=warnings, step_ms=step_ms)
+        res = reader.per_trace(a)
         for w in res.warnings:
             warn(f"{a.source}: {w}")
         if as_json:
@@ -103,6 +103,20 @@ By = enum.Enum("By", {"op": "op", "module": "module", "module_path": "module_pat
                       "kernel": "kernel"}, type=str)
 RankBy = enum.Enum("RankBy", {"gain": "gain", "achievable": "achievable"}, type=str)
 Scope = enum.Enum("Scope", {"self": "self", "total": "total"}, type=str)
+
+
+def project_one(a, entries, dist, win_rate, median, scenario_select, quantiles, strict, pm, warnings, step_ms,
+                on_rank):
+    """One trace's projection (each trace's task computes it with --engine ray)."""
+    from headroom.projection.overhead import check_step_ms
+    from headroom.projection.project import project
+
+    if on_rank:
+        raise UserError(f"--on-rank: {a.source} is one trace, not a directory of ranks")
+    if step_ms is not None:
+        check_step_ms(a, step_ms)
+    return project(a, entries, distribution=dist, win_rate=win_rate, median=median, scenario_select=scenario_select,
+                   quantiles=quantiles, strict=strict, problems=pm, extra_warnings=warnings, step_ms=step_ms)
 
 
 def targets_cmd(
@@ -131,20 +145,26 @@ def targets_cmd(
     window: Optional[str] = WindowOpt,
     lenient: bool = LenientOpt,
     no_cache: bool = NoCacheOpt,
+    engine: str = EngineOpt,
+    address: Optional[str] = AddressOpt,
 ) -> None:
     """If one op got faster, which should it be? Ops and modules ranked by end-to-end gain.
 
     A directory of the ranks of one run: ranked by their effect on the synchronised step."""
     from headroom.projection.speedups import parse_factor
-    from headroom.projection.targets import MODULE_KINDS, module_ranges_missing, targets, targets_dict
+    from headroom.projection.targets import targets_dict
     from headroom.report.render import make_console, render_targets
     from headroom.trace.analysis import Analysis
 
     parse_factor(speedup, "--speedup")
     if (peaks is not None or rank_by.value != "gain") and not roofline:
         raise UserError("--peaks and --rank-by achievable go with --roofline")
+    if roofline and (engine != "local" or address is not None):
+        raise UserError("--roofline reads its trace in this process: leave out --engine/--address")
     groupings = tuple(dict.fromkeys(b.value for b in by)) if by else ("op", "module")
-    reader = Reader(rules, policy, whole_trace, window, lenient, no_cache)
+    reader = Reader(rules, policy, whole_trace, window, lenient, no_cache, engine=engine, address=address,
+                    product=partial(targets_one, speedup=speedup, groupings=groupings, top=top, replay_top=replay_top,
+                                    scope=scope.value))
     inputs = list(reader.inputs([trace]))
     reader.finish()
     for a in inputs:
@@ -175,14 +195,21 @@ def targets_cmd(
             assert res.device is not None  # roofline targets name their device
             render_roofline(res.table, res.device, a.num_steps, speedup, console)
             continue
-        table = targets(a, speedup=speedup, by=groupings, top=top, replay_top=replay_top, scope=scope.value)
-        missing = module_ranges_missing(a) if set(groupings) & set(MODULE_KINDS) else None
+        table, missing = reader.per_trace(a)
         if missing:
             warn(missing)   # names the trace
         if as_json:
             emit_json("targets", targets_dict(a, table, speedup, notes=[missing] if missing else []))
             continue
         render_targets(a, table, speedup, make_console())
+
+
+def targets_one(a, speedup, groupings, top, replay_top, scope):
+    """One trace's targets table and its note (each trace's task computes them with --engine ray)."""
+    from headroom.projection.targets import MODULE_KINDS, module_ranges_missing, targets
+
+    table = targets(a, speedup=speedup, by=groupings, top=top, replay_top=replay_top, scope=scope)
+    return table, (module_ranges_missing(a) if set(groupings) & set(MODULE_KINDS) else None)
 
 
 Figure = enum.Enum("Figure", {"addressable": "addressable", "projection": "projection", "scaling": "scaling"},

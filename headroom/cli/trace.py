@@ -9,6 +9,7 @@ import typer
 
 from headroom.cli.common import (LenientOpt, NoCacheOpt, PolicyOpt, ProblemsOpt, Reader, RulesOpt, SpeedupOpt,
                                  SpeedupsOpt, TracesArg, WholeOpt, WindowOpt)
+from headroom.cli.engine import AddressOpt, EngineOpt
 from headroom.cli.output import emit_json, warn
 from headroom.errors import UserError
 
@@ -27,6 +28,8 @@ def classify(
     no_cache: bool = NoCacheOpt,
     per_rank: bool = typer.Option(False, "--per-rank", metavar="",
                                   help="A directory of ranks: also each rank's own table."),
+    engine: str = EngineOpt,
+    address: Optional[str] = AddressOpt,
 ) -> None:
     """Where did the GPU time go? Categories, busy/idle, and the addressable fraction.
 
@@ -35,7 +38,7 @@ def classify(
     from headroom.report.render import make_console, render_analysis, render_kernels
     from headroom.trace.analysis import Analysis
 
-    reader = Reader(rules, policy, whole_trace, window, lenient, no_cache)
+    reader = Reader(rules, policy, whole_trace, window, lenient, no_cache, engine=engine, address=address)
     console = make_console()
     for a in reader.inputs(traces):
         if not isinstance(a, Analysis):     # a RankSet: its modules imported only then (a single trace's start)
@@ -100,6 +103,8 @@ def report(
     window: Optional[str] = WindowOpt,
     lenient: bool = LenientOpt,
     no_cache: bool = NoCacheOpt,
+    engine: str = EngineOpt,
+    address: Optional[str] = AddressOpt,
 ) -> None:
     """One row per trace: step time, idle share, addressable fraction, top addressable op.
 
@@ -116,6 +121,8 @@ def report(
         raise UserError("--roofline goes with --html (the page's targets); headroom targets --roofline ranks on its own")
     if peaks is not None and not roofline:
         raise UserError("--peaks goes with --roofline")
+    if html is not None and (engine != "local" or address is not None):
+        raise UserError("--html reads its traces in this process: leave out --engine/--address")
     entries: list = []
     entry_warnings: list[str] = []
     pm = None
@@ -132,7 +139,8 @@ def report(
             device_for("", peaks)      # an unknown name is refused before any trace is read
         entries, entry_warnings = collect_entries(speedup or [], speedups or [])
         pm = load_problems(problems)
-    reader = Reader(rules, policy, whole_trace, window, lenient, no_cache)
+    reader = Reader(rules, policy, whole_trace, window, lenient, no_cache, engine=engine, address=address,
+                    product=report_row)
     inputs = list(reader.inputs(paths))
     analyses = [a for a in inputs if isinstance(a, Analysis)]
     rank_sets = [rs for rs in inputs if not isinstance(rs, Analysis)]     # RankSets: their modules only then
@@ -150,22 +158,40 @@ def report(
             print(html)
         reader.finish()
         return
+    from headroom.report.tables import summary_frame
+
+    local = engine == "local" and address is None
+    df = summary_frame(analyses) if local else summary_of_rows([reader.per_trace(a) for a in analyses])
     if as_json:
         from headroom.report.rank_tables import report_body
 
-        emit_json("report", report_body(analyses, rank_sets, reader.failed))
+        emit_json("report", report_body(analyses, rank_sets, reader.failed, frame=df))
     else:
-        from headroom.report.tables import summary_frame
-
         console = make_console()
         if analyses:
-            render_summary(summary_frame(analyses), console)
+            render_summary(df, console)
         if rank_sets:
             from headroom.report.rank_tables import rank_summary_frame, render_rank_summary
 
             for rs in rank_sets:
                 render_rank_summary(rs, rank_summary_frame(rs), console)
     reader.finish()
+
+
+def report_row(a):
+    """A trace's row of the report (each trace's task computes it with --engine ray)."""
+    from headroom.report.tables import summary_frame
+
+    return summary_frame([a])
+
+
+def summary_of_rows(rows: list):
+    """The report's table from its rows (`report_row`): what `summary_frame` gives for all the traces."""
+    import pandas as pd
+
+    from headroom.report.tables import summary_frame
+
+    return pd.concat(rows, ignore_index=True) if rows else summary_frame([])
 
 
 def register(app: typer.Typer) -> None:

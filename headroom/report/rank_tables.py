@@ -148,10 +148,12 @@ def render_sync_targets(rs: RankSet, table: pd.DataFrame, speedup: float, consol
                   highlight=False)
 
 
-def report_body(analyses: Sequence[Analysis], rank_sets: Sequence[RankSet], failed: Sequence[str] = ()) -> dict[str, Any]:
+def report_body(analyses: Sequence[Analysis], rank_sets: Sequence[RankSet], failed: Sequence[str] = (),
+                frame: pd.DataFrame | None = None) -> dict[str, Any]:
     """The `headroom report --json` document (docs/cli.md, `headroom.report/1`), less its schema key."""
     rank_tables = [(rs, rank_summary_frame(rs)) for rs in rank_sets]
-    return {"traces": summary_records(summary_frame(list(analyses))),
+    # `frame`: the traces' summary already made (by the tasks of --engine ray), else made here.
+    return {"traces": summary_records(frame if frame is not None else summary_frame(list(analyses))),
             "rank_sets": [{"source": rs.source, "kind": "ranks", "step_us": rs.step_us,
                            "slowest_rank": rs.slowest_rank, "ranks": summary_records(t)} for rs, t in rank_tables],
             "failed": list(failed)}

@@ -70,8 +70,10 @@ def verify_pairs(pairs: list[tuple[Path, list[Path]]], options: VerifyOptions,
 
 def verify_suite(suite_dir: str | Path, candidates_dir: str | Path, options: VerifyOptions | None = None,
                  out: str | Path | None = None, problems: list[str] | None = None,
-                 progress: Callable[[str], None] | None = None) -> dict:
-    """Verify every candidate of every problem in ``suite_dir``; returns (and writes) the results document."""
+                 progress: Callable[[str], None] | None = None, run_pairs: Callable | None = None) -> dict:
+    """Verify every candidate of every problem in ``suite_dir``; returns (and writes) the results document.
+    ``run_pairs``: what verifies them (default `verify_pairs`, in this process; headroom.fleet.verify: over
+    an engine's workers)."""
     options = options or VerifyOptions()
     suite, cdir = Path(suite_dir), Path(candidates_dir)
     if not cdir.is_dir():
@@ -84,7 +86,7 @@ def verify_suite(suite_dir: str | Path, candidates_dir: str | Path, options: Ver
         paths = [p for p in paths if p.stem in set(problems)]
     pairs = [(p, candidates_for(p.stem, cdir)) for p in paths]
     missing = [p.stem for p, cs in pairs if not cs]
-    results = verify_pairs([(p, cs) for p, cs in pairs if cs], options, progress)
+    results = (run_pairs or verify_pairs)([(p, cs) for p, cs in pairs if cs], options, progress)
     device = next((r.device for r in results if r.device), options.device)
     doc = suite_document(results, device, missing_candidates=missing)
     if out is not None:

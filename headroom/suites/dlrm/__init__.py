@@ -56,8 +56,9 @@ def default_scale(device: str) -> str:
 
 def run(names: list[str] | None = None, candidates_dir: str | Path | None = None, options=None,
         scale: str | None = None, out: str | Path | None = None,
-        progress: Callable[[str], None] | None = None) -> dict:
-    """Verify candidates (default: the shipped honest ones) against DLRM-Bench; returns the suite document."""
+        progress: Callable[[str], None] | None = None, run_pairs: Callable | None = None) -> dict:
+    """Verify candidates (default: the shipped honest ones) against DLRM-Bench; returns the suite document
+    (`run_pairs`: as `headroom.verify.suite.verify_suite`'s)."""
     from headroom.verify import VerifyOptions, verify_suite, write_json
 
     selected = [get(n).name for n in names] if names else list(NAMES)
@@ -74,7 +75,8 @@ def run(names: list[str] | None = None, candidates_dir: str | Path | None = None
     if scale not in SCALES:
         raise UserError(f"--scale {scale}: expected one of {', '.join(SCALES)}")
     options.env = {**options.env, SCALE_ENV: scale}
-    doc = verify_suite(PROBLEMS_DIR, cdir, options, out=None, problems=selected, progress=progress)
+    doc = verify_suite(PROBLEMS_DIR, cdir, options, out=None, problems=selected, progress=progress,
+                       run_pairs=run_pairs)
     doc["suite"] = "DLRM-Bench"
     doc["scale"] = scale
     if out is not None:

@@ -1,0 +1,159 @@
+"""--engine ray (headroom.fleet): the same bytes as one process, a lost worker's candidate retried and counted
+once, and ray imported only when asked for. One local Ray cluster (2 CPUs, a 500 MB object store) for the
+module."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from headroom.cli.app import _register_commands, app
+from headroom.errors import UserError
+from tests.ranks_synthetic import write_pair
+
+REPO = Path(__file__).resolve().parents[1]
+TRACES = REPO / "traces"
+CHEATERS = REPO / "tests" / "cheaters"
+
+ray = pytest.importorskip("ray")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def cluster():
+    ray.init(num_cpus=2, object_store_memory=500 * 2**20, include_dashboard=False, log_to_driver=False)
+    yield
+    ray.shutdown()
+
+
+def invoke(args):
+    _register_commands()
+    r = CliRunner().invoke(app, args)
+    if isinstance(r.exception, UserError):
+        return 2, "", f"headroom: error: {r.exception}"
+    assert r.exception is None or isinstance(r.exception, SystemExit), r.exception
+    return r.exit_code, r.stdout, r.stderr
+
+
+@pytest.fixture(scope="module")
+def rank_dirs(tmp_path_factory):
+    root = tmp_path_factory.mktemp("fleet")
+    ranks = write_pair(root / "ranks")
+    broken = write_pair(root / "broken")      # a rank that cannot be read: the other analysed alone, exit 2
+    (broken / "rank-1.json.gz").write_bytes(gzip.compress(b'{"traceEvents": [{"ph": "X", '))
+    repeated = root / "repeated"              # rank 0 twice: analysed one by one (products computed again)
+    repeated.mkdir()
+    shutil.copy(ranks / "rank-0.json.gz", repeated / "a.json.gz")
+    shutil.copy(ranks / "rank-0.json.gz", repeated / "b.json.gz")
+    return {"ranks": str(ranks), "broken": str(broken), "repeated": str(repeated)}
+
+
+COMMANDS = [
+    ("classify", "{traces}"),
+    ("classify", "{traces}/checks", "{ranks}", "{broken}", "{repeated}", "--all"),
+    ("report", "{traces}", "{traces}/checks", "{ranks}", "{broken}"),
+    ("project", "{traces}", "-s", "category:addressable=1.5"),
+    ("project", "{ranks}", "{repeated}", "-s", "category:gemm=2"),
+    ("targets", "{traces}/resnet-50.train.json.gz"),
+    ("targets", "{ranks}"),
+]
+
+
+@pytest.mark.parametrize("command", COMMANDS, ids=[" ".join(c[:2]).replace("{", "").replace("}", "") for c in COMMANDS])
+def test_ray_json_is_the_one_process_json(command, rank_dirs):
+    args = [a.format(traces=TRACES, **rank_dirs) for a in command] + ["--json"]
+    code, local, local_err = invoke(args + ["--engine", "local"])
+    code_ray, on_ray, ray_err = invoke(args + ["--engine", "ray"])
+    assert local and on_ray.encode() == local.encode()
+    assert (code_ray, ray_err) == (code, local_err)
+    broken = "{broken}" in command
+    assert code == (2 if broken else 0)
+    if broken:
+        assert "rank-1.json.gz" in local_err and "analysed one by one" in local_err
+
+
+def test_classify_of_shipped_traces_counts(rank_dirs):
+    code, out, _ = invoke(["classify", str(TRACES), "--json", "--engine", "ray"])
+    docs = [json.loads(line) for line in out.splitlines()]
+    assert code == 0 and len(docs) == len(list(TRACES.glob("*.json.gz"))) == 10
+    code, out, _ = invoke(["classify", rank_dirs["ranks"], "--json", "--engine", "ray"])
+    (doc,) = [json.loads(line) for line in out.splitlines()]
+    assert doc["schema"] == "headroom.classify.ranks/1" and doc["ranks"] == [0, 1] and doc["slowest_rank"] == 1
+
+
+def test_bad_engine_and_address_are_one_line():
+    code, _, err = invoke(["classify", str(TRACES / "bert-base.infer.json.gz"), "--engine", "dask"])
+    assert code == 2 and err == "headroom: error: --engine dask: expected one of local, ray"
+    code, _, err = invoke(["classify", str(TRACES / "bert-base.infer.json.gz"), "--address", "auto"])
+    assert code == 2 and err == "headroom: error: --address: only with --engine ray"
+    code, _, err = invoke(["verify", str(CHEATERS / "problems" / "clamp_unit.py"),
+                           str(CHEATERS / "candidates" / "honest_clamp.py"), "--device", "cpu", "--engine", "ray"])
+    assert code == 2 and err == ("headroom: error: --engine: verify spreads the candidates of a --suite; "
+                                 "one candidate runs here")
+
+
+def test_a_lost_worker_has_its_candidate_run_again_and_counted_once(tmp_path):
+    from headroom.fleet import get_engine
+    from headroom.fleet.verify import pool_runner
+    from headroom.verify import VerifyOptions, verify_suite
+
+    cands = tmp_path / "candidates"
+    (cands / "gelu_linear").mkdir(parents=True)
+    shutil.copy(CHEATERS / "candidates" / "honest_reimplementation.py", cands / "gelu_linear" / "honest.py")
+    shutil.copy(CHEATERS / "candidates" / "cheat_zeros.py", cands / "gelu_linear" / "cheat_zeros.py")
+    shutil.copy(CHEATERS / "candidates" / "honest_clamp.py", cands / "clamp_unit.py")
+    suite = tmp_path / "suite"
+    suite.mkdir()
+    for name in ("gelu_linear", "clamp_unit", "large_mean"):
+        shutil.copy(CHEATERS / "problems" / f"{name}.py", suite / f"{name}.py")
+    dispatched: list[int] = []
+    killed = []
+
+    def kill_first(actor, index):
+        dispatched.append(index)
+        if not killed:          # the first candidate's worker dies while it works
+            killed.append(index)
+            ray.kill(actor, no_restart=True)
+
+    engine = get_engine("ray")
+    assert engine.workers() == (2, {"num_cpus": 1})     # no GPU here: one actor per CPU
+    out = tmp_path / "results.json"
+    opts = VerifyOptions(device="cpu", threads=1, rounds=6)
+    doc = verify_suite(suite, cands, opts, out=out,
+                       run_pairs=pool_runner(engine, stream_to=out, on_dispatch=kill_first))
+    names = [(r["problem"], Path(r["candidate"]).name) for r in doc["results"]]
+    # The suite's order, each candidate once; the killed one dispatched twice.
+    assert names == [("clamp_unit", "clamp_unit.py"), ("gelu_linear", "cheat_zeros.py"), ("gelu_linear", "honest.py")]
+    assert sorted(dispatched) == [0, 0, 1, 2] and killed == [0]
+    verdicts = dict(zip(names, (r["verdict"] for r in doc["results"])))
+    assert verdicts[("gelu_linear", "cheat_zeros.py")] == "fail"
+    assert verdicts[("clamp_unit", "clamp_unit.py")] in ("pass", "inconclusive")
+    assert json.loads(out.read_text()) == json.loads(json.dumps(doc))
+    assert doc["missing_candidates"] == ["large_mean"] and doc["device"] == "cpu"
+
+
+def test_import_headroom_and_the_local_engine_do_not_import_ray():
+    code = ("import sys, headroom\n"
+            "from headroom.fleet import get_engine\n"
+            "from headroom.cli import trace, project, verify\n"
+            "e = get_engine('local')\n"
+            "assert list(e.map(abs, [-1, 2])) == [1, 2]\n"
+            "print(sorted(m for m in sys.modules if m == 'ray' or m.startswith('ray.')))\n")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.strip() == "[]"
+
+
+def test_without_ray_the_engine_says_which_extra():
+    code = ("import sys; sys.modules['ray'] = None\n"
+            "from headroom.errors import UserError\n"
+            "from headroom.fleet import get_engine\n"
+            "try:\n    get_engine('ray')\nexcept UserError as e:\n    print(e)\n")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO)
+    assert p.stdout.strip() == "--engine ray needs ray, which is not installed: pip install 'kernel-headroom[fleet]'"

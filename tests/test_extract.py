@@ -47,7 +47,10 @@ def test_the_problem_has_the_real_shapes_calls_and_share(rmsnorm):
     assert r.instances == ["model.layers.0.input_layernorm", "model.layers.0.post_attention_layernorm",
                            "model.layers.1.input_layernorm", "model.layers.1.post_attention_layernorm", "model.norm"]
     assert r.share is not None and r.share.mode == "cpu-ops"
-    assert 0 < r.share.fraction < 0.5 and r.share.backward_us_per_step == 0.0
+    # CPU op time (the tiny model on a CPU): its size depends on the machine's load, its parts do not
+    assert 0 < r.share.fraction < 1 and r.share.backward_us_per_step == 0.0
+    assert r.share.us_per_step == pytest.approx(r.share.fraction * r.share.total_us_per_step)
+    assert r.share.us_per_step == pytest.approx(r.share.forward_us_per_step)
     assert r.share.kernels_per_step == pytest.approx(5 * 22)      # 22 aten ops per LlamaRMSNorm call on a CPU
     text = r.problem.read_text()
     assert "# calls per step: 5 (1 per instance)" in text

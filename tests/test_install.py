@@ -104,12 +104,13 @@ def test_without_a_compiler_the_install_works_and_loads_by_msgspec(core_venv, tm
     _check_llama_classification(p.stdout)
 
 
-def test_the_installed_package_has_its_seven_workloads(core_venv):
+def test_the_installed_package_has_its_ten_workloads(core_venv):
     p = _run([core_venv / "bin" / "headroom", "workloads", "--json"], cwd=core_venv)
     assert p.returncode == 0, p.stderr
     listed = json.loads(p.stdout)["workloads"]
     names = sorted(w["name"] for w in listed)
-    assert names == ["bert-base", "dlrm", "dlrm-dcn", "gpt2-xl", "llama-7b", "resnet-50", "vit-b-16"]
+    assert names == ["bert-base", "deepfm", "din", "dlrm", "dlrm-dcn", "dlrm-int8", "gpt2-xl", "llama-7b", "resnet-50",
+                     "vit-b-16"]
     assert all("site-packages/headroom/workloads/" in w["source"] for w in listed)
 
 

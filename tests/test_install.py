@@ -1,5 +1,5 @@
 """The light core: `pip install kernel-headroom` into a fresh virtual environment (no torch, no
-transformers, no nvtx) classifies a shipped trace, lists the seven workloads, and `headroom profile`
+transformers, no nvtx) classifies a shipped trace, lists the ten workloads, and `headroom profile`
 says in one line which extra to install.
 
 The environment is clean (no --system-site-packages). The core's dependencies come from the

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # The H200 command behind docs/gpu/measure/ (one call of the device tool, from the repository root, with
-# .whl, .whl-rec and .kb carried: the wheels of scripts/gpu_setup.sh and a copy of ../shared/kernelbench):
+# .whl, .whl-rec and .kb carried: the wheels of scripts/gpu_setup.sh and a copy of ../shared/kernelbench; with the
+# repository at 28 MB the three exceed the 64 MiB a command carries: .whl + .kb for steps 1-2 and the transformer
+# substitutions, .whl + .whl-rec for the DLRM one, VALIDATE_ONLY naming which):
 #   1. benchmarks/gated_clock_probe.py: how many launches a gated stream queues, tiny kernels pinned or not;
 #   2. KernelBench level 1, the reference as its own candidate, for KB_BUDGET s (scripts/gpu_kernelbench.py);
 #   3. the substitutions of scripts/gpu_validate.py for VALIDATE_BUDGET s: extract -> verify -> project

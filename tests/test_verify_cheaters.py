@@ -17,17 +17,23 @@ from verify_support import CHEATERS, assert_caught, assert_honest
 PROBLEMS = CHEATERS / "problems"
 CANDIDATES = CHEATERS / "candidates"
 
-# candidate -> (problem, expected verdict, a check that must fail / a phrase the reason must contain)
+# Memory never written reads as NaN where the allocator handed back a block the harness poisoned (an
+# output it had read), else as zeros or stale values: finite, or the value checks.
+UNWRITTEN = ("finite", "rel_l2")
+CACHED = ("finite", "rel_l2")  # a cached output was poisoned once the harness had read it
+
+# candidate -> (problem, expected verdict, a check that must fail (or one of several) / a phrase the reason
+# must contain)
 CASES = {
     "honest_reimplementation": ("gelu_linear", "honest", None),
     "cheat_zeros": ("gelu_linear", "fail", "rel_l2"),
-    "cheat_partial_write": ("gelu_linear", "fail", "finite"),
-    "cheat_empty_unwritten": ("gelu_linear", "fail", "finite"),
-    "cheat_stale_memory": ("gelu_linear", "fail", "finite"),
+    "cheat_partial_write": ("gelu_linear", "fail", UNWRITTEN),
+    "cheat_empty_unwritten": ("gelu_linear", "fail", UNWRITTEN),
+    "cheat_stale_memory": ("gelu_linear", "fail", UNWRITTEN),
     "cheat_input_mutation": ("gelu_linear", "fail", "no_input_mutation"),
-    "cheat_cache_data_ptr": ("gelu_linear", "fail", "rel_l2"),
+    "cheat_cache_data_ptr": ("gelu_linear", "fail", CACHED),
     "cheat_cache_shape": ("gelu_linear", "fail", "rel_l2"),
-    "cheat_side_stream": ("gelu_linear", "fail", "finite"),
+    "cheat_side_stream": ("gelu_linear", "fail", UNWRITTEN),
     "cheat_bf16": ("gelu_linear", "fail", "rel_l2"),
     "cheat_timer_patch": ("gelu_linear", "fail", "integrity"),
     "cheat_patch_allclose": ("gelu_linear", "fail", "integrity"),
@@ -91,7 +97,7 @@ def test_candidate_verdict(references, candidate):
     assert_caught(r)
     assert r.verdict == verdict, (r.verdict, r.reason, [c.to_dict() for c in r.checks])
     if verdict == "fail":
-        assert evidence in failed, (failed, r.reason)
+        assert (set(evidence) & failed) if isinstance(evidence, tuple) else evidence in failed, (failed, r.reason)
     else:
         assert evidence in (r.reason or ""), r.reason
 

@@ -240,3 +240,36 @@ def test_an_unconfirmed_freeze_still_thaws(monkeypatch):
     r = verify_candidate(PROBLEM, HONEST, VerifyOptions.quick(timeout=60))
     assert_honest(r)
     assert any("not confirmed" in n for n in r.info["sandbox"]["candidate"]["notes"]), r.info["sandbox"]
+
+
+def test_trials_and_timed_phases_share_one_global_state(tmp_path):
+    """probe_state: the memory measurement, every trial and every timed forward see one torch global
+    state (the child also checks it at every call: ``child._Calls``), and buffers freed by the harness
+    come back poisoned (``child._poison``), whatever the command."""
+    r, report = _attack(tmp_path, "probe_state")
+    assert_honest(r)
+    rows = [line.split() for line in report.splitlines()]
+    kinds = {k for k, _, _ in rows}
+    assert {"Memory", "Trial", "Run"} <= kinds, kinds
+    assert len({h for k, h, _ in rows if k != "Launches"}) == 1, rows
+    # a CPU's malloc hands a released output's block back to some allocations only (the GPU's caching
+    # allocator to nearly all): some fresh buffers read as NaN (all but its allocator's header)
+    assert max(float(nan) for k, _, nan in rows if k in ("Trial", "Run")) > 0.99, rows
+
+
+@pytest.mark.parametrize("name", ["attack_trial_flags", "attack_trial_snapshot"])
+def test_no_state_is_trial_only(tmp_path, name):
+    """Honest only under state seen in trials alone (the deterministic flags; any hashed difference):
+    there is none, so it answers coarsely in its trials too, and fails them."""
+    r, _ = _attack(tmp_path, name)
+    assert_caught(r)
+    assert r.verdict == "fail" and "rel_l2" in _failed(r), r.reason
+
+
+def test_a_candidate_that_reads_its_command_is_caught_while_timed(tmp_path):
+    """attack_trial_frame tells a Trial from a Run by its caller's frame (no harness can hide that in
+    one process) and answers coarsely while timed: the sampled relative L2 check catches it."""
+    r, _ = _attack(tmp_path, "attack_trial_frame")
+    assert_caught(r)
+    assert r.verdict == "fail" and _failed(r) == {"timed_outputs"}, r.reason
+    assert "sampled relative L2 error" in r.reason and "less precise while timed" in r.reason, r.reason

@@ -179,6 +179,66 @@ def test_timed_samples_tell_fresh_from_stale():
     assert ck.samples_match(torch.arange(5), torch.arange(5), None, 0.0) == (True, "exact")
 
 
+def test_timed_samples_catch_an_answer_one_format_coarser_than_its_trials():
+    """Rounded to 10 mantissa bits: within 4x the per-element gate, 14x the relative L2 gate."""
+    r = torch.randn(8192)
+    g = ck.gates_for(torch.float32, None)
+    rms = float(r.pow(2).mean().sqrt())
+    coarse = ((r.view(torch.int32) + 0x1000) & ~0x1FFF).view(torch.float32)
+    assert ck.samples_match(coarse, r, g, rms)[0]
+    ok, detail = ck.samples_rel_l2_match(*ck.samples_sq_error(coarse, r, rms), g)
+    assert not ok and "sampled relative L2 error 2." in detail and "allowed 6.00e-05" in detail, detail
+    honest = r + 1e-6 * rms * torch.randn(8192)  # a different summation order
+    assert ck.samples_rel_l2_match(*ck.samples_sq_error(honest, r, rms), g)[0]
+    nan = r.clone()
+    nan[:10] = float("nan")
+    assert ck.samples_sq_error(nan, nan, rms) == (0.0, 8182)
+    assert ck.samples_sq_error(torch.arange(5), torch.arange(5), 1.0) == (0.0, 0)
+
+
+def test_trials_and_timed_calls_run_under_one_checked_state():
+    from headroom.verify import child
+
+    calls = child._Calls()
+    n = torch.get_num_threads()
+    with calls.call(True):
+        assert not torch.is_grad_enabled() and not torch.are_deterministic_algorithms_enabled()
+        torch.set_num_threads(n + 1)  # the model's own change, inside a call: it carries over
+        first = child.torch_state()
+        calls.returned()
+    with calls.call(True):
+        assert child.torch_state() == first and first["num_threads"] == n + 1
+        calls.returned()
+    torch.set_num_threads(n)
+    calls.outside()
+    with calls.call(False):  # the strict-FP32 reference arm: the TF32 flags alone differ
+        calls.returned()
+    torch.set_default_dtype(torch.float64)  # changed between calls, outside them
+    try:
+        with pytest.raises(child.StateMismatch, match="default_dtype: 'torch.float32' -> 'torch.float64'"):
+            with calls.call(True):
+                pass
+    finally:
+        torch.set_default_dtype(torch.float32)
+    calls.outside()  # after a memory or launches command: grad mode and TF32 flags are not compared
+    with calls.call(True):
+        calls.returned()
+    assert torch.get_num_threads() == n and torch.is_grad_enabled()
+
+
+def test_released_outputs_are_poisoned_but_never_the_ring_or_the_model():
+    from headroom.verify import child
+
+    model = torch.nn.Linear(4, 3)
+    ring = torch.zeros(64, dtype=torch.uint8)
+    out, other = torch.randn(5, 3), torch.arange(6)
+    w = model.weight.detach().clone()
+    prims = child._Prims(torch.device("cpu"))
+    child._poison([[out, out[1:], model.weight], [other, ring[8:16].view(torch.float32)]], model, ring, prims)
+    assert bool(out.isnan().all()) and bool((other == -1).all())
+    assert bool((ring == 0).all()) and torch.equal(model.weight.detach(), w)
+
+
 def test_sensitivity_catches_a_constant_answer_but_not_an_invariant_function():
     g = ck.gates_for(torch.float32, None)
     t1, t2 = torch.randn(100, dtype=torch.float64), torch.randn(100, dtype=torch.float64)

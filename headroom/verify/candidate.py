@@ -115,10 +115,9 @@ def _run(ref: ReferenceRun, cand_path: Path, env: dict, res: VerifyResult, say: 
     child: Child | None = None
     candidate_peak: dict = {}
     error: str | None = None
-    out_bytes = ref.estimate.outputs_bytes if ref.estimate else 0
     try:
-        child = Child(job_for(ref, "candidate", f"{ref.name}.{cand_path.stem}.log", str(cand_path.resolve()), env,
-                          poison_bytes=out_bytes + (64 << 20)), ref.options.timeout)
+        child = Child(job_for(ref, "candidate", f"{ref.name}.{cand_path.stem}.log", str(cand_path.resolve()), env),
+                      ref.options.timeout)
         violations.update(child.ready.violations)
         args = place(ref, fresh_sets(ref, "memory", 1), [child])[0]
         mem = child.request(P.Memory(seq=0, args=args), stage="the memory measurement")

@@ -270,6 +270,11 @@ def digest(t: Any) -> str:
 
 
 TIMED_SLACK = 4.0
+# The sampled relative L2 error of a timed output against the reference's may reach this multiple of
+# the trial's relative L2 gate: a candidate within the gate is within 1.25x of it against the
+# reference (the gate is at least 4x the reference's own error), and the rest covers the estimate
+# from a few thousand elements. One step down in floating-point format (3 mantissa bits: 8x) exceeds it.
+TIMED_L2_SLACK = 3.0
 
 
 def rms(t: Any, chunk: int = CHUNK) -> float:
@@ -316,3 +321,28 @@ def samples_match(c: Any, r: Any, gate: Gates | None, rms: float) -> tuple[bool,
     tol = TIMED_SLACK * gate.elem
     ok = float(err) <= tol
     return ok, f"sampled element error {float(err):.2e} x (|r| + rms) (allowed {tol:.2e})"
+
+
+def samples_sq_error(c: Any, r: Any, rms: float) -> tuple[float, int]:
+    """Sum of ((c - r) / rms)^2 over the sampled elements finite in both, and their count: pooled over a
+    phase's sampled iterations, sqrt(sum / count) estimates the output's relative L2 error against the
+    reference's (``rms``: of the reference's whole output)."""
+    import torch
+
+    if is_exact_dtype(r.dtype) or rms <= 0 or c.shape != r.shape:
+        return 0.0, 0
+    cd, rd = c.to(torch.float64), r.to(torch.float64)
+    m = torch.isfinite(cd) & torch.isfinite(rd)
+    d = (cd[m] - rd[m]) / rms
+    return float((d * d).sum()), int(m.sum())
+
+
+def samples_rel_l2_match(sum_sq: float, count: int, gate: Gates | None) -> tuple[bool, str]:
+    """Whether a timed output's sampled relative L2 error (``samples_sq_error``, pooled) is within
+    ``TIMED_L2_SLACK`` x the trial's relative L2 gate: what per-element slack lets through (an answer
+    a format coarser than the one the trials passed) this does not."""
+    if gate is None or count == 0:
+        return True, "no floating-point samples"
+    err = math.sqrt(sum_sq / count)
+    tol = TIMED_L2_SLACK * gate.rel_l2
+    return err <= tol, f"sampled relative L2 error {err:.2e} over {count} elements (allowed {tol:.2e})"

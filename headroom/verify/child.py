@@ -34,7 +34,7 @@ except Exception:  # pragma: no cover
     pass
 
 from headroom.verify import gate, integrity, launches, problem as prob, protocol as P, shared
-from headroom.verify.precision import set_tf32
+from headroom.verify.precision import precision_state, set_tf32
 
 _type = builtins.type
 
@@ -84,7 +84,8 @@ def main(conn: Any, job_bytes: bytes) -> None:
     try:
         _serve(conn, job, state)
     except BaseException as e:  # noqa: BLE001 - SystemExit from a candidate is an error like any other
-        kind = "bad_fork" if isinstance(e, BadFork) else ("candidate" if job.role != "reference" else "harness")
+        kind = "bad_fork" if isinstance(e, BadFork) else (
+            "candidate" if job.role != "reference" and not isinstance(e, StateMismatch) else "harness")
         msg = f"{type(e).__name__}: {e}" if str(e) else type(e).__name__
         if isinstance(e, SystemExit):
             msg = f"called sys.exit({e.code!r})"
@@ -176,6 +177,7 @@ def _serve(conn: Any, job: P.Job, state: dict) -> None:
     ring = None
     kept: list = []
     compiled = None
+    calls = _Calls()
     mode = "ipc" if prims.cuda else "addr"
     while True:
         raw = conn.recv_bytes(P.MAX_MESSAGE_BYTES)
@@ -191,17 +193,22 @@ def _serve(conn: Any, job: P.Job, state: dict) -> None:
             ring = shared.map_ring(cmd.ring, device)
             reply = P.Done(seq=cmd.seq, violations=integrity.violations(snap))
         elif isinstance(cmd, P.Memory):
-            peak, method = _memory(model, args(cmd.args), prims, device)
+            kept = _released(prims, kept, model, ring)
+            peak, method = _memory(model, args(cmd.args), prims, device, lambda o: _poison(o, model, ring, prims))
+            calls.outside()
             reply = P.MemoryDone(seq=cmd.seq, peak_bytes=peak, method=method, violations=integrity.violations(snap))
         elif isinstance(cmd, P.Launches):
+            kept = _released(prims, kept, model, ring)
             cp = launches.profile_call(model, args(cmd.args), prims.cuda)
+            calls.outside()
             reply = P.LaunchesDone(seq=cmd.seq, count=cp.launches, method=cp.method, kernel_us=cp.kernel_us,
                                    syncs=cp.syncs, d2h_bytes=cp.d2h_bytes, violations=integrity.violations(snap))
         elif isinstance(cmd, P.Trial):
-            kept = _released(prims, kept)  # the previous command's outputs (the harness has read them)
+            kept = _released(prims, kept, model, ring)  # the previous command's outputs (the harness has read them)
             xs = args(cmd.args)
-            with _poisoned(device, job.poison_bytes, prims.cuda), torch.no_grad():
+            with calls.call(True):  # the same state as a timed call (``_Calls``): nothing tells them apart
                 out = model(*xs)  # type: ignore[misc]
+                calls.returned()
                 prims.stream_sync()
                 unordered = 0.0
                 if prims.cuda:  # anything still running once the caller's stream is done?
@@ -213,12 +220,12 @@ def _serve(conn: Any, job: P.Job, state: dict) -> None:
             reply = P.TrialDone(seq=cmd.seq, outputs=[shared.describe(o, mode) for o in kept],
                                 violations=integrity.violations(snap), unordered_ms=unordered)
         elif isinstance(cmd, P.Run):
-            kept = _released(prims, kept)
+            kept = _released(prims, kept, model, ring)
             fn = compiled if cmd.compiled else model
             if cmd.token and clock is not None:
-                kept, ms = _run_gated(fn, [args(b) for b in cmd.batches], cmd, prims, clock)
+                kept, ms = _run_gated(fn, [args(b) for b in cmd.batches], cmd, prims, clock, calls)
             else:
-                kept, ms = _run(fn, [args(b) for b in cmd.batches], cmd, prims)
+                kept, ms = _run(fn, [args(b) for b in cmd.batches], cmd, prims, calls)
             outs = [[_describe_timed(o, segments, mode) for o in row] for row in kept]
             reply = P.RunDone(seq=cmd.seq, outputs=outs, child_ms=ms, violations=integrity.violations(snap),
                               segments=segments.take_new() if segments is not None else [])
@@ -231,9 +238,10 @@ def _serve(conn: Any, job: P.Job, state: dict) -> None:
                 torch.cuda.synchronize() if prims.cuda else None
             except Exception as e:
                 compiled, err = None, f"torch.compile: {type(e).__name__}: {e}"[:500]
+            calls.outside()
             reply = P.Done(seq=cmd.seq, violations=integrity.violations(snap), error=err)
         elif isinstance(cmd, P.Release):
-            kept = _released(prims, kept)
+            kept = _released(prims, kept, model, ring)
             reply = P.Done(seq=cmd.seq, violations=integrity.violations(snap))
         else:  # Bye
             conn.send_bytes(P.encode(P.Done(seq=cmd.seq, violations=integrity.violations(snap))))
@@ -248,7 +256,8 @@ def _describe_timed(o: Any, segments: Any, mode: str) -> P.Out:
     return shared.describe(o, mode)
 
 
-def _run_gated(fn: Any, batches: list[list], cmd: P.Run, prims: "_Prims", clock: gate.StreamClock) -> tuple[list, list[float]]:
+def _run_gated(fn: Any, batches: list[list], cmd: P.Run, prims: "_Prims", clock: gate.StreamClock,
+               calls: "_Calls") -> tuple[list, list[float]]:
     """Enqueue a gated phase (``gate``): wait for the token, the forwards between two events, the flag.
 
     Returns the outputs (still being computed once the gate opens) and the events of the previous
@@ -260,28 +269,28 @@ def _run_gated(fn: Any, batches: list[list], cmd: P.Run, prims: "_Prims", clock:
             ms = [float(prims.elapsed(prev[0], prev[1]))]
         except Exception:  # never recorded or not finished: the harness's clock decides anyway
             ms = []
-    set_tf32(cmd.tf32)
     outs: list = []
     stream = prims.stream.cuda_stream
     a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    try:
-        with torch.no_grad():
-            clock.wait(stream, cmd.token)
-            prims.record(a, prims.stream)
-            for xs in batches:
-                if not cmd.null:
-                    outs.append(prob.flatten_outputs(fn(*xs)))
-            prims.record(b, prims.stream)
-            clock.signal(stream, cmd.token)
-    finally:
-        set_tf32(True)
+    with calls.call(cmd.tf32):
+        clock.wait(stream, cmd.token)
+        prims.record(a, prims.stream)
+        for xs in batches:
+            if not cmd.null:
+                outs.append(prob.flatten_outputs(fn(*xs)))
+        prims.record(b, prims.stream)
+        clock.signal(stream, cmd.token)
+        calls.returned()
     prims.pending = (a, b)
     return outs if not cmd.null else [[] for _ in batches], ms
 
 
-def _released(prims: _Prims, kept: list) -> list:
-    """Drop kept outputs; after a trial (outputs shared by torch's IPC) also free those the harness has
-    closed. Timed outputs are shared by segment (``gate``): nothing to collect, so nothing in a phase."""
+def _released(prims: _Prims, kept: list, model: Any, ring: Any) -> list:
+    """Poison, then drop, the previous command's outputs (the harness has read them); after a trial
+    (outputs shared by torch's IPC) also free those the harness has closed. Timed outputs are shared
+    by segment (``gate``): nothing to collect, so nothing in a phase."""
+    if kept:
+        _poison(kept, model, ring, prims)
     kept.clear()
     if prims.cuda and prims.ipc_dirty:
         torch.cuda.ipc_collect()
@@ -289,34 +298,158 @@ def _released(prims: _Prims, kept: list) -> list:
     return []
 
 
-def _run(fn: Any, batches: list[list], cmd: P.Run, prims: _Prims) -> tuple[list, list[float]]:
+def _run(fn: Any, batches: list[list], cmd: P.Run, prims: _Prims, calls: "_Calls") -> tuple[list, list[float]]:
     """One timed phase: a forward per input set, then a device-wide synchronise; outputs kept."""
-    set_tf32(cmd.tf32)
     outs: list = []
     ms: list[float] = []
-    try:
-        with torch.no_grad():
-            if prims.cuda:  # one pair of events: a pair per forward would add launches to the phase
-                a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                prims.record(a, prims.stream)
-                for xs in batches:
-                    if not cmd.null:
-                        outs.append(prob.flatten_outputs(fn(*xs)))
-                prims.record(b, prims.stream)
-                prims.sync()
-                ms = [float(prims.elapsed(a, b))]
-            else:
-                for xs in batches:
-                    t0 = prims.perf()
-                    if not cmd.null:
-                        outs.append(prob.flatten_outputs(fn(*xs)))
-                    ms.append((prims.perf() - t0) * 1e3)
-    finally:
-        set_tf32(True)
+    with calls.call(cmd.tf32):
+        if prims.cuda:  # one pair of events: a pair per forward would add launches to the phase
+            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            prims.record(a, prims.stream)
+            for xs in batches:
+                if not cmd.null:
+                    outs.append(prob.flatten_outputs(fn(*xs)))
+            prims.record(b, prims.stream)
+            calls.returned()
+            prims.sync()
+            ms = [float(prims.elapsed(a, b))]
+        else:
+            for xs in batches:
+                t0 = prims.perf()
+                if not cmd.null:
+                    outs.append(prob.flatten_outputs(fn(*xs)))
+                ms.append((prims.perf() - t0) * 1e3)
+            calls.returned()
     return outs if not cmd.null else [[] for _ in batches], ms
 
 
-# --- memory and poisoning ---------------------------------------------------------------
+# --- one state for every call -----------------------------------------------------------
+
+
+class StateMismatch(Exception):
+    """torch's global state changed between two calls of the model, outside them (a harness self-check)."""
+
+
+_TF32_KEYS = ("allow_tf32_matmul", "allow_tf32_cudnn", "float32_matmul_precision", "matmul_fp32_precision",
+              "cudnn_fp32_precision")
+
+
+def torch_state() -> dict[str, Any]:
+    """Every piece of torch's global state a candidate can read that a harness could set differently for
+    a trial and a timed call: deterministic algorithms and memory filling, grad and inference mode,
+    default dtype, float32 matmul precision and the TF32 flags, threads, autocast, cuDNN, cuBLAS
+    reduced-precision reductions, mkldnn, anomaly detection, the warning filters."""
+    import torch.utils.deterministic as det
+
+    n_filters = len(warnings.filters)
+    st: dict[str, Any] = {}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        st.update(precision_state())
+        mm = torch.backends.cuda.matmul
+        cudnn = torch.backends.cudnn
+        st.update({
+            "deterministic_algorithms": torch.are_deterministic_algorithms_enabled(),
+            "deterministic_warn_only": torch.is_deterministic_algorithms_warn_only_enabled(),
+            "fill_uninitialized_memory": bool(det.fill_uninitialized_memory),  # type: ignore[attr-defined]
+            "grad_enabled": torch.is_grad_enabled(),
+            "inference_mode": torch.is_inference_mode_enabled(),
+            "default_dtype": str(torch.get_default_dtype()),
+            "num_threads": torch.get_num_threads(),
+            "num_interop_threads": torch.get_num_interop_threads(),
+            "cudnn": (cudnn.enabled, cudnn.benchmark, cudnn.deterministic),
+            "matmul_reduced_precision": (mm.allow_fp16_reduced_precision_reduction,
+                                         mm.allow_bf16_reduced_precision_reduction),
+            "mkldnn": torch.backends.mkldnn.enabled,
+            "anomaly": torch.is_anomaly_enabled(),
+            "warning_filters": n_filters,
+        })
+        for dev in ("cpu", "cuda"):
+            try:
+                st[f"autocast_{dev}"] = (torch.is_autocast_enabled(dev), str(torch.get_autocast_dtype(dev)))
+            except (RuntimeError, TypeError, AttributeError):  # an older torch: no per-device query
+                st[f"autocast_{dev}"] = None
+    return st
+
+
+class _Calls:
+    """Trials and timed phases call the model through one context, under one global state.
+
+    ``call(tf32)`` sets the TF32 flags and ``no_grad``, and checks that torch's global state
+    (``torch_state``) is what the previous call left: nothing the harness does between calls may
+    tell a trial from a timed phase. A change made by the model inside a call carries over (it is
+    its own); one made anywhere else is a mismatch, and the child stops with the reason (verdict
+    ``error``), never silently. The reference's strict-FP32 arm differs from its TF32 arm in the
+    TF32 flags only, which are then not compared."""
+
+    def __init__(self) -> None:
+        self.last: dict[str, Any] | None = None
+        self.tf32: bool | None = None
+        self.inside = False  # ``last`` was taken inside a call (else after a memory, launches or compile command)
+
+    @contextmanager
+    def call(self, tf32: bool):
+        set_tf32(tf32)
+        try:
+            with torch.no_grad():
+                now = torch_state()
+                if self.last is not None:
+                    skip: set[str] = set() if self.inside else {"grad_enabled", *_TF32_KEYS}
+                    if tf32 != self.tf32:
+                        skip.update(_TF32_KEYS)
+                    diff = [f"{k}: {self.last.get(k)!r} -> {v!r}" for k, v in now.items()
+                            if k not in skip and self.last.get(k) != v]
+                    if diff:
+                        raise StateMismatch("harness self-check: torch's global state changed between two calls "
+                                            "of the model, outside them (" + "; ".join(diff)[:400] + ")")
+                self.last, self.tf32, self.inside = now, tf32, True
+                yield
+        finally:
+            set_tf32(True)
+
+    def returned(self) -> None:
+        """Inside the call's context, after the model returned: what it left is the next call's start."""
+        self.last = torch_state()
+        self.inside = True
+
+    def outside(self) -> None:
+        """After a command that ran the model outside ``call`` (memory, launches, compile)."""
+        self.last = torch_state()
+        self.inside = False
+
+
+def _poison(outs: list, model: Any, ring: Any, prims: _Prims) -> None:
+    """Fill the storage of every output the harness is done with with 0xFF bytes (NaN for floats, -1 for
+    ints) before it is freed, whatever the command: the allocator hands such blocks to the next
+    allocations, so an output left unwritten reads as NaN alike in a trial and in a timed phase.
+    Never the ring (inputs the harness may have written for this command) or the model's own tensors."""
+    keep = set()
+    if isinstance(model, torch.nn.Module):
+        keep = {t.untyped_storage().data_ptr() for t in list(model.parameters()) + list(model.buffers())}
+    lo = hi = 0
+    if ring is not None:
+        lo = ring.data_ptr()
+        hi = lo + ring.numel()
+    seen: set[int] = set()
+    stack = list(outs)
+    while stack:
+        o = stack.pop()
+        if isinstance(o, (list, tuple)):
+            stack.extend(o)
+            continue
+        if _type(o) is not torch.Tensor or o.numel() == 0:
+            continue
+        st = o.untyped_storage()
+        p, n = st.data_ptr(), st.nbytes()
+        if p in seen or p in keep or (lo < p + n and p < hi):
+            continue
+        seen.add(p)
+        torch.empty(0, dtype=torch.uint8, device=o.device).set_(st).fill_(0xFF)
+    if prims.cuda and seen:
+        prims.sync()  # done before the reply: nothing of it runs into the next clock
+
+
+# --- memory -------------------------------------------------------------------------------
 
 
 def _proc_status_kb(key: str) -> int | None:
@@ -342,10 +475,12 @@ def _tensor_bytes(model: Any) -> int:
     return total
 
 
-def _memory(model: Any, xs: list, prims: _Prims, device: Any) -> tuple[int, str]:
-    """Peak memory of one forward after a warm-up forward (inputs are the harness's, not counted)."""
+def _memory(model: Any, xs: list, prims: _Prims, device: Any, poison: Any) -> tuple[int, str]:
+    """Peak memory of one forward after a warm-up forward (inputs are the harness's, not counted); each
+    output poisoned (``_poison``) before it is freed, like every command's."""
     with torch.no_grad():
         out = model(*xs)
+    poison([out])
     del out
     if prims.cuda:
         prims.sync()
@@ -354,6 +489,7 @@ def _memory(model: Any, xs: list, prims: _Prims, device: Any) -> tuple[int, str]
         with torch.no_grad():
             out = model(*xs)
         prims.sync()
+        poison([out])
         del out
         return int(torch.cuda.max_memory_allocated(device)), \
             "torch.cuda.max_memory_allocated over one forward (parameters, temporaries, outputs)"
@@ -367,43 +503,9 @@ def _memory(model: Any, xs: list, prims: _Prims, device: Any) -> tuple[int, str]
     with torch.no_grad():
         out = model(*xs)
     hwm = _proc_status_kb("VmHWM") if reset else None
+    poison([out])
     del out
     if before is None or hwm is None:
         return _tensor_bytes(model), "parameter bytes only (no /proc peak RSS)"
     return _tensor_bytes(model) + max(0, (hwm - before) * 1024), \
         "parameter bytes plus the VmHWM rise over one forward (after a /proc/self/clear_refs reset)"
-
-
-def _poison_cuda_cache(device: Any, nbytes: int) -> None:
-    """Leave NaN-patterned (0xFF) blocks in the caching allocator for the next allocations to reuse."""
-    torch.cuda.synchronize(device)
-    torch.cuda.empty_cache()
-    free, _total = torch.cuda.mem_get_info(device)
-    n = int(min(max(nbytes, 64 << 20), free * 0.5))
-    big = torch.empty(n, dtype=torch.uint8, device=device).fill_(0xFF)
-    small = [torch.empty(256 << 10, dtype=torch.uint8, device=device).fill_(0xFF) for _ in range(16)]
-    torch.cuda.synchronize(device)
-    del big, small
-
-
-@contextmanager
-def _poisoned(device: Any, nbytes: int, cuda: bool):
-    """Uninitialised memory reads as NaN (floats) / max-int (ints) inside the block."""
-    import torch.utils.deterministic as det
-
-    prev = (torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled(),
-            det.fill_uninitialized_memory)  # type: ignore[attr-defined]
-    if cuda:
-        try:
-            _poison_cuda_cache(device, nbytes)
-        except Exception:  # best effort: the empty-constructor fill below still applies
-            pass
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        torch._C._set_deterministic_algorithms(True, warn_only=True)
-        det.fill_uninitialized_memory = True  # type: ignore[attr-defined]
-        try:
-            yield
-        finally:
-            torch._C._set_deterministic_algorithms(prev[0], warn_only=prev[1])
-            det.fill_uninitialized_memory = prev[2]  # type: ignore[attr-defined]

@@ -162,6 +162,7 @@ class Child:
         self._mem_fd: int | None = None
         self.ring_generation = 0  # the input ring this child has mapped (shared.Ring.generation)
         self.shared_outputs: list = []  # CUDA IPC shares of the last reply (settle_outputs)
+        self.holds_outputs = False  # the last reply left outputs in the child (a Release poisons and frees them)
         self.opened: dict = {}  # the harness's mappings of them, by share
         self.segments: Any = None  # gate.SegmentMaps: its timed outputs' allocations, mapped once
         _LIVE.add(self)
@@ -243,6 +244,10 @@ class Child:
                 self.run_wall_ns += int((time.monotonic() - t0) * 1e9)
                 self.run_forwards += len(cmd.batches)
         self._note_reply(reply)
+        if isinstance(reply, P.RunDone):  # the child releases kept outputs at Trial, Run, Memory, Launches, Release
+            self.holds_outputs = any(bool(row) for row in reply.outputs)
+        elif isinstance(cmd, (P.Trial, P.Memory, P.Launches, P.Release)):
+            self.holds_outputs = isinstance(reply, P.TrialDone) and bool(reply.outputs)
         return reply
 
     def _note_reply(self, reply: Any) -> None:

@@ -133,7 +133,6 @@ class Job(msgspec.Struct, frozen=True):
     log_path: str
     file_cap_bytes: int  # RLIMIT_FSIZE of the child and everything it starts
     init_seed: int
-    poison_bytes: int = 0
     clock_path: Union[str, None] = None  # the page of host memory of the gated GPU clock (``gate``)
     clock_slot: int = 0
 
@@ -161,7 +160,7 @@ class Launches(_Msg, tag="launches"):  # type: ignore[misc]
 
 
 class Trial(_Msg, tag="trial"):  # type: ignore[misc]
-    """One correctness trial: one forward with uninitialised memory poisoned.
+    """One correctness trial: one forward, called as a timed phase calls it (the same global state).
 
     Outputs are kept until the next Trial, Run or Release (the harness reads them in between).
     """

@@ -259,7 +259,7 @@ def truth(ref: ReferenceRun, spec: inp.TrialSpec, xs: list, notes: dict) -> Trut
 
 
 def job_for(ref: ReferenceRun, role: str, log_name: str, candidate: str | None = None,
-            extra_env: dict[str, str] | None = None, poison_bytes: int = 0) -> Any:
+            extra_env: dict[str, str] | None = None) -> Any:
     """The start-up description of a child for this problem (no seed but the construction seed)."""
     from headroom.verify import protocol as P
 
@@ -267,6 +267,6 @@ def job_for(ref: ReferenceRun, role: str, log_name: str, candidate: str | None =
                  overrides={k: list(v) if isinstance(v, tuple) else v for k, v in ref.overrides.items()},
                  candidate=candidate, device=ref.device, env={**ref.options.env, **(extra_env or {})},
                  threads=ref.options.threads, log_path=os.path.join(ref.log_dir, log_name),
-                 file_cap_bytes=ref.options.file_cap_bytes, init_seed=ref.init_seed, poison_bytes=poison_bytes,
+                 file_cap_bytes=ref.options.file_cap_bytes, init_seed=ref.init_seed,
                  clock_path=ref.clock.path if ref.clock is not None and role != "build" else None,
                  clock_slot=ref.clock.slot() if ref.clock is not None and role != "build" else 0)

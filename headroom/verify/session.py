@@ -132,6 +132,8 @@ def run_phase(child: Child, ref: ReferenceRun, sets: list[list], run: dict, draw
     process says beforehand which elements will be read."""
     clock = ref.clock
     gated = gated and clock is not None and child.ready.gated
+    if child.holds_outputs:  # its last outputs poisoned and freed (``child._poison``) before the clock starts,
+        child.request(P.Release(seq=0), stage="releasing outputs")  # as before every trial
     child.settle_outputs()  # the last phase's unread torch shares, before the clock starts
     cpu0, w0 = sched_ns(child.pid)
     _, hw0 = thread_sched_ns()
@@ -605,6 +607,7 @@ def _compare_round(ref_child: Child, ref_ph: Phase, cand_ph: Phase, gates: list,
     """
     import math
 
+    pooled: dict[int, tuple[float, int]] = {}  # output j: (sum of squared errors / rms^2, count) over the iterations
     for k, crow in zip(cand_ph.sampled, cand_ph.samples):
         rrow = ref_ph.outputs[k]
         rshape = [(o.dtype, tuple(o.shape)) for o in rrow if not isinstance(o, P.Opaque)]
@@ -617,11 +620,21 @@ def _compare_round(ref_child: Child, ref_ph: Phase, cand_ph: Phase, gates: list,
         rvals = shared.gather_samples(ref_child, items, ref_child.job.device)
         for j, (cv, rv, rout) in enumerate(zip(crow, rvals, rrow)):
             g = gates[j] if j < len(gates) else None
-            ok, detail = ck.samples_match(cv, rv, g, ck.rms(shared.read_full(ref_child, rout, ref_child.job.device)))
+            rms = ck.rms(shared.read_full(ref_child, rout, ref_child.job.device))
+            ok, detail = ck.samples_match(cv, rv, g, rms)
             if not ok:
                 agg.record(False, f"round {r}, timed iteration {k}, output {j}: {detail} (a stale, cached, "
                                   f"skipped or unfinished output while timed)")
                 return
+            if g is not None:
+                sq, cnt = ck.samples_sq_error(cv, rv, rms)
+                s0, c0 = pooled.get(j, (0.0, 0))
+                pooled[j] = (s0 + sq, c0 + cnt)
+    for j, (sq, cnt) in sorted(pooled.items()):
+        ok, detail = ck.samples_rel_l2_match(sq, cnt, gates[j] if j < len(gates) else None)
+        if not ok:
+            agg.record(False, f"round {r}, output {j}: {detail} (less precise while timed than in its trials)")
+            return
     agg.record(True, f"timed outputs match the reference's at iterations and positions drawn after the child "
                      f"answered (up to {policy.sampled_iterations} iterations x {policy.samples_per_output} "
-                     f"elements per phase)")
+                     f"elements per phase), per element and in relative L2")

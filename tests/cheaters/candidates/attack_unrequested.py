@@ -1,11 +1,23 @@
 """Attack: slips an extra, well-formed message into the pipe during its first correctness trial."""
 import gc
 import multiprocessing.connection
+import sys
 
 import torch
 import torch.nn as nn
 
 from headroom.verify import protocol as P
+
+
+def _in_trial() -> bool:
+    """The command its caller's frame serves is a correctness trial."""
+    f = sys._getframe(1)
+    while f is not None:
+        cmd = f.f_locals.get("cmd")
+        if cmd is not None:
+            return isinstance(cmd, P.Trial)
+        f = f.f_back
+    return False
 
 
 class ModelNew(nn.Module):
@@ -15,7 +27,7 @@ class ModelNew(nn.Module):
         self.sent = False
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if torch.are_deterministic_algorithms_enabled() and not self.sent:  # a correctness trial
+        if _in_trial() and not self.sent:
             self.sent = True
             conn = next(o for o in gc.get_objects() if isinstance(o, multiprocessing.connection.Connection))
             conn.send_bytes(P.encode(P.Done(seq=12345, violations=[])))

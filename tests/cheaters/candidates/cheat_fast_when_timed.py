@@ -1,11 +1,23 @@
 """Cheat: honest while checked, stale while timed.
 
-It notices the harness's correctness phase (deterministic algorithms are
-switched on there) and computes honestly; otherwise it replays its last
+It notices the harness's correctness phase (the command its caller's frame
+serves is a Trial) and computes honestly; otherwise it replays its last
 answer, which is fast and wrong.
 """
+import sys
+
 import torch
 import torch.nn as nn
+
+
+def _in_trial() -> bool:
+    f = sys._getframe(1)
+    while f is not None:
+        cmd = f.f_locals.get("cmd")
+        if cmd is not None and type(cmd).__name__ in ("Trial", "Run"):
+            return type(cmd).__name__ == "Trial"
+        f = f.f_back
+    return True
 
 
 class ModelNew(nn.Module):
@@ -15,7 +27,7 @@ class ModelNew(nn.Module):
         self.last = None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if torch.are_deterministic_algorithms_enabled() or self.last is None:
+        if _in_trial() or self.last is None:
             self.last = torch.nn.functional.gelu(self.linear(x))
             return self.last
         return self.last

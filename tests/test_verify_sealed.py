@@ -273,3 +273,12 @@ def test_a_candidate_that_reads_its_command_is_caught_while_timed(tmp_path):
     assert_caught(r)
     assert r.verdict == "fail" and _failed(r) == {"timed_outputs"}, r.reason
     assert "sampled relative L2 error" in r.reason and "less precise while timed" in r.reason, r.reason
+
+
+def test_a_state_change_between_calls_is_an_error_with_the_reason(tmp_path):
+    """The state check is never silent: state changed outside the model's calls ends in error, with the field."""
+    r, _ = _attack(tmp_path, "attack_state_between_calls")
+    assert_caught(r)
+    assert r.verdict == "error", (r.verdict, r.reason)
+    assert "harness self-check: torch's global state changed between two calls" in r.reason, r.reason
+    assert "warning_filters: " in r.reason, r.reason

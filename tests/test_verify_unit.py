@@ -187,13 +187,28 @@ def test_timed_samples_catch_an_answer_one_format_coarser_than_its_trials():
     coarse = ((r.view(torch.int32) + 0x1000) & ~0x1FFF).view(torch.float32)
     assert ck.samples_match(coarse, r, g, rms)[0]
     ok, detail = ck.samples_rel_l2_match(*ck.samples_sq_error(coarse, r, rms), g)
-    assert not ok and "sampled relative L2 error 2." in detail and "allowed 6.00e-05" in detail, detail
+    assert not ok and "sampled relative L2 error 2." in detail and "allowed 2.00e-05" in detail, detail
     honest = r + 1e-6 * rms * torch.randn(8192)  # a different summation order
     assert ck.samples_rel_l2_match(*ck.samples_sq_error(honest, r, rms), g)[0]
     nan = r.clone()
     nan[:10] = float("nan")
     assert ck.samples_sq_error(nan, nan, rms) == (0.0, 8182)
     assert ck.samples_sq_error(torch.arange(5), torch.arange(5), 1.0) == (0.0, 0)
+
+
+def test_the_timed_l2_bound_follows_the_candidates_own_trials():
+    """Twice its trial error plus the reference's, never below the gate: a candidate as precise as a TF32
+    reference in its trials (error r, gate 4r) may not drop to bfloat16 (8r) while timed."""
+    r = 5e-4
+    g = ck.Gates(4 * r, 1e-2, 4 * r, ck.Errors(rel_l2=r, elem=2 * r, centred=r, finite_ok=True, nonfinite=0))
+    recs = [cmp.TrialRecord("a", [g], [], [], [r]), cmp.TrialRecord("b", [g], [], [], [0.5 * r])]
+    (timed,) = cmp.out_gates(recs)
+    assert timed.timed_l2 == pytest.approx(4 * r) and timed.rel_l2 == 4 * r
+    assert not ck.samples_rel_l2_match((8 * r) ** 2 * 1000, 1000, timed)[0]
+    assert ck.samples_rel_l2_match((1.5 * r) ** 2 * 1000, 1000, timed)[0]
+    near = [cmp.TrialRecord("a", [g], [], [], [3.9 * r])]  # near the gate in its trials: 2 x (3.9r + r)
+    assert cmp.out_gates(near)[0].timed_l2 == pytest.approx(9.8 * r)
+    assert ck.timed_l2_bound(2e-5, 1e-7, 1e-7) == 2e-5  # the trial gate is the floor
 
 
 def test_trials_and_timed_calls_run_under_one_checked_state():

@@ -201,9 +201,10 @@ def _trials(ref: ReferenceRun, child: Child, aggs: dict, info: dict, notes: dict
         outs = _read_outputs(child, reply.outputs, max_numel, ref.device, tr.label, aggs)
         after = [ck.digest(v) for v in views if _is_tensor(v)]
         cmp.record_inputs(tr.label, before, after, aggs["no_input_mutation"])
-        digests = cmp.compare_outputs(tr, outs, aggs, info) if outs is not None else None
+        errors: list = []
+        digests = cmp.compare_outputs(tr, outs, aggs, info, errors) if outs is not None else None
         del outs
-        records.append(cmp.TrialRecord(tr.label, tr.gates, [cmp.sketch(t) for t in tr.truth], digests or []))
+        records.append(cmp.TrialRecord(tr.label, tr.gates, [cmp.sketch(t) for t in tr.truth], digests or [], errors))
         del tr
         info["gates"] = [[g.to_dict() if g is not None else "exact" for g in r.gates] for r in records]
         if not all(a.passed for a in aggs.values()):

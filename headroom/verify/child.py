@@ -437,14 +437,18 @@ def _poison(outs: list, model: Any, ring: Any, prims: _Prims) -> None:
         if isinstance(o, (list, tuple)):
             stack.extend(o)
             continue
-        if _type(o) is not torch.Tensor or o.numel() == 0:
+        if _type(o) is not torch.Tensor or o.numel() == 0 or o.layout != torch.strided \
+                or o.device.type not in ("cpu", "cuda"):
             continue
-        st = o.untyped_storage()
-        p, n = st.data_ptr(), st.nbytes()
-        if p in seen or p in keep or (lo < p + n and p < hi):
+        try:  # best effort: an output without a plain storage is left as it is
+            st = o.untyped_storage()
+            p, n = st.data_ptr(), st.nbytes()
+            if p in seen or p in keep or (lo < p + n and p < hi):
+                continue
+            seen.add(p)
+            torch.empty(0, dtype=torch.uint8, device=o.device).set_(st).fill_(0xFF)
+        except (RuntimeError, TypeError, NotImplementedError):
             continue
-        seen.add(p)
-        torch.empty(0, dtype=torch.uint8, device=o.device).set_(st).fill_(0xFF)
     if prims.cuda and seen:
         prims.sync()  # done before the reply: nothing of it runs into the next clock
 

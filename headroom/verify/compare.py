@@ -82,12 +82,13 @@ class Truth:
 
 @dataclass
 class TrialRecord:
-    """What outlives a trial: gates, a sketch of the truth, the candidate's output digests."""
+    """What outlives a trial: gates, a sketch of the truth, the candidate's output digests and errors."""
 
     label: str
     gates: list
     sketch: list  # per output: (numel, sampled truth values as float64 or exact)
     digests: list = field(default_factory=list)
+    errors: list = field(default_factory=list)  # per output: the candidate's relative L2 error (None: exact / not measured)
 
 
 def sketch(t: Any) -> tuple[int, Any]:
@@ -102,8 +103,10 @@ def sketch(t: Any) -> tuple[int, Any]:
     return n, flat[idx.to(flat.device)].detach().cpu().clone()
 
 
-def compare_outputs(truth: Truth, outs: list, aggs: dict[str, Agg], info: dict) -> list[str] | None:
-    """Fold one trial's outputs into the checks; returns their exact digests (None: wrong structure)."""
+def compare_outputs(truth: Truth, outs: list, aggs: dict[str, Agg], info: dict,
+                    errors: list | None = None) -> list[str] | None:
+    """Fold one trial's outputs into the checks; returns their exact digests (None: wrong structure).
+    ``errors`` gets each output's relative L2 error (None where exact or not finite)."""
     import torch
 
     label = truth.label
@@ -123,6 +126,8 @@ def compare_outputs(truth: Truth, outs: list, aggs: dict[str, Agg], info: dict) 
         digests.append(ck.digest(c))
         if truth.published:
             kb_ok = kb_ok and ck.kernelbench_allclose(c, r)
+        if errors is not None:
+            errors.append(None)
         if g is None:
             if bool(torch.equal(c, r)):
                 aggs["exact"].record(True, "integer outputs equal the reference's exactly")
@@ -135,6 +140,8 @@ def compare_outputs(truth: Truth, outs: list, aggs: dict[str, Agg], info: dict) 
                               else f"no NaN/Inf where the truth and the reference are finite{excused}")
         if not e.finite_ok:
             continue
+        if errors is not None:
+            errors[-1] = e.rel_l2
         aggs["rel_l2"].record(e.rel_l2 <= g.rel_l2, f"{tag}: relative L2 error {fmt(e.rel_l2)} (gate {fmt(g.rel_l2)})",
                               e.rel_l2 / g.rel_l2)
         aggs["allclose"].record(e.elem <= g.elem,
@@ -213,10 +220,19 @@ def sensitivity(records: list[TrialRecord], agg: Agg) -> None:
 
 
 def out_gates(records: list[TrialRecord]) -> list:
-    """Per output, the loosest gates over the trials (for the timed-output samples)."""
+    """Per output, the loosest gates over the trials, and the relative L2 error its timed samples may
+    reach against the reference's (``ck.timed_l2_bound``; for the timed-output samples)."""
     n = max((len(r.gates) for r in records), default=0)
     out: list = []
     for j in range(n):
         gs = [r.gates[j] for r in records if j < len(r.gates) and r.gates[j] is not None]
-        out.append(max(gs, key=lambda g: g.elem) if gs else None)
+        if not gs:
+            out.append(None)
+            continue
+        loose = max(gs, key=lambda g: g.elem)
+        cand = max((r.errors[j] for r in records if j < len(r.errors) and r.errors[j] is not None), default=0.0)
+        ref = max((g.ref.rel_l2 for g in gs if g.ref is not None), default=0.0)
+        rel_l2 = max(g.rel_l2 for g in gs)
+        out.append(ck.Gates(rel_l2, loose.elem, max(g.centred for g in gs), loose.ref,
+                            timed_l2=ck.timed_l2_bound(rel_l2, cand, ref)))
     return out

@@ -23,7 +23,7 @@ from headroom.report.html import render_page
 from headroom.report.markup import MISSING, Column, Node, number, table
 from tests.ranks_synthetic import write_pair
 
-TRACES = [SHIPPED_TRACES / "modules" / "bert-base.infer.json.gz", SHIPPED_TRACES / "resnet-50.train.json.gz"]
+TRACES = [SHIPPED_TRACES / "bert-base.infer.json.gz", SHIPPED_TRACES / "resnet-50.train.json.gz"]
 SPEEDUPS = ["-s", "category:normalization=2", "-f", str(REPO / "examples" / "speedups.toml")]
 
 

@@ -2,7 +2,10 @@
 
 Compares the category fractions of a full 32-layer llama-7b trace with those
 extrapolated from a 4-layer trace of the same run configuration
-(`headroom profile llama-7b --layers 4`), for prefill and decode.
+(`headroom profile llama-7b --layers 4`), for prefill and decode. Both traces of a
+pair are from one capture (traces/checks/, 2026-11-29, without module ranges): with
+module ranges the kernels inside an RMSNorm module count as normalization, so a
+module-ranged full trace is compared only with a module-ranged 4-layer one.
 
     python benchmarks/layers_check.py [--json]
 """
@@ -20,8 +23,9 @@ from headroom.trace.analysis import analyze  # noqa: E402
 from headroom.trace.layers import extrapolate_layers  # noqa: E402
 
 PAIRS = {
-    "prefill": ("traces/llama-7b.infer.prefill.json.gz", "traces/checks/llama-7b.infer.prefill.4of32-layers.json.gz"),
-    "decode": ("traces/llama-7b.infer.decode.static-cache.json.gz",
+    "prefill": ("traces/checks/llama-7b.infer.prefill.json.gz",
+                "traces/checks/llama-7b.infer.prefill.4of32-layers.json.gz"),
+    "decode": ("traces/checks/llama-7b.infer.decode.static-cache.json.gz",
                "traces/checks/llama-7b.infer.decode.static-cache.4of32-layers.json.gz"),
 }
 

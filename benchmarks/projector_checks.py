@@ -41,8 +41,13 @@ CHAINS = {
 
 
 def with_module_ranges(trace: str, module: str, ops: list[str], out: Path) -> tuple[Path, int]:
-    """A copy of `trace` with an ``nn.Module: <module>_k`` range around each run of `ops` (top-level ops)."""
+    """A copy of `trace` with an ``nn.Module: <module>_k`` range around each run of `ops` (top-level ops).
+    A trace recorded with module ranges is used as it is, with its own count of `module` calls."""
     doc = json.loads(gzip.decompress((REPO / trace).read_bytes()))
+    native = sum(1 for e in doc["traceEvents"] if e.get("ph") == "X"
+                 and str(e.get("name", "")).startswith("headroom/module ") and str(e["name"]).endswith(f"({module})"))
+    if native:
+        return REPO / trace, native
     cpu = sorted((e for e in doc["traceEvents"] if e.get("ph") == "X" and e.get("cat") == "cpu_op"),
                  key=lambda e: (e["ts"], -e["dur"]))
     top, end = [], -1.0

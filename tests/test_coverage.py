@@ -42,7 +42,7 @@ def test_no_dlrm_problem_matches_a_transformer_trace(trace):
 
 
 def test_the_api_reads_a_directory_and_suites_are_named():
-    c = headroom.coverage([SHIPPED_TRACES / "modules"], suite="dlrm")
+    c = headroom.coverage([SHIPPED_TRACES], suite="dlrm")
     assert len(c.traces) >= 9 and len(c.matched) == 4
     assert len(suite_problems("kernelbench")) >= 30
     with pytest.raises(UserError, match="unknown suite"):

@@ -1,6 +1,7 @@
-"""The H200 traces with nn.Module ranges (traces/modules/, captured 2026-12-01 by
-scripts/gpu_capture.py): `headroom targets --by module` on the committed trace, on a CPU, gives
-what the GPU machine printed (docs/gpu/modules/targets.json) — and what docs/modules.md shows."""
+"""The shipped H200 traces (traces/, captured 2026-12-01 by scripts/gpu_capture.py with nn.Module
+ranges): `headroom targets --by module` on the committed trace, on a CPU, gives what the GPU machine
+printed (docs/gpu/modules/targets.json) — and what docs/modules.md shows. The compiled Llama trace
+has no module ranges (torch.compile runs every module inside the compiled graph; docs/modules.md)."""
 
 from __future__ import annotations
 
@@ -9,16 +10,24 @@ from pathlib import Path
 
 import pytest
 
+from headroom.trace.analysis import analyze
+
 REPO = Path(__file__).resolve().parents[1]
-TRACES = REPO / "traces" / "modules"
+TRACES = REPO / "traces"
+COMPILED = "llama-7b.infer.prefill.compile.json.gz"
 ON_GPU = json.loads((REPO / "docs" / "gpu" / "modules" / "targets.json").read_text())
-NAMES = sorted(p.name for p in TRACES.glob("*.json.gz"))
+NAMES = sorted(p.name for p in TRACES.glob("*.json.gz") if p.name != COMPILED)
 
 
-def test_every_module_trace_is_in_the_manifest_and_has_ranges():
+def test_every_shipped_trace_has_module_ranges_but_the_compiled_one():
     manifest = json.loads((TRACES / "manifest.json").read_text())["traces"]
-    assert set(NAMES) == set(manifest) and len(NAMES) == 9
+    assert set(manifest) == {*NAMES, COMPILED} and len(NAMES) == 9
     assert all(manifest[n]["module_ranges"]["hooked"] > 0 for n in NAMES)
+    assert all(manifest[n]["results"]["module_ranges_recorded"] > 0 for n in NAMES)
+    compiled = manifest[COMPILED]
+    assert compiled["compile"] and compiled["module_ranges"]["compiled"]
+    assert compiled["results"]["module_ranges_recorded"] == 0 and "torch.compile" in compiled["module_ranges"]["note"]
+    assert len(analyze(TRACES / COMPILED).modules) == 0
 
 
 @pytest.mark.parametrize("name", NAMES)

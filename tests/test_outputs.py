@@ -27,7 +27,7 @@ def test_annotate_output_gets_the_umask_mode(tmp_path):
     old = os.umask(0o022)
     try:
         out = tmp_path / "a.json.gz"
-        assert annotate_trace(DLRM, out) == 534
+        assert annotate_trace(DLRM, out) == 537
     finally:
         os.umask(old)
     assert out.stat().st_mode & 0o777 == 0o644    # mkstemp's 0600 used to leak through

@@ -17,9 +17,6 @@ from headroom.projection.roofline import device_for, devices, roofline_targets
 from headroom.trace.analysis import analyze
 from headroom.trace.op_inputs import OpCall, Tensor
 
-MODULE_TRACES = SHIPPED_TRACES / "modules"
-
-
 def call(name: str, *args, concrete: dict[int, str] | None = None, lists: dict[int, list[Tensor]] | None = None):
     """An OpCall from positional args: a Tensor, or None for a scalar/absent one."""
     n = len(args)
@@ -227,8 +224,7 @@ def test_a_cpu_trace_has_no_peaks(tmp_path):
 # --- the shipped H200 traces -----------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("trace", sorted(p.name for p in SHIPPED_TRACES.glob("*.json.gz")) +
-                         sorted(f"modules/{p.name}" for p in MODULE_TRACES.glob("*.json.gz")))
+@pytest.mark.parametrize("trace", sorted(p.name for p in SHIPPED_TRACES.glob("*.json.gz")))
 def test_no_row_runs_faster_than_the_device_allows(trace):
     res = roofline_targets(analyze(SHIPPED_TRACES / trace), 1.5, ("op", "module"), None)
     dev, t = res.device, res.to_frame()
@@ -245,7 +241,7 @@ def test_no_row_runs_faster_than_the_device_allows(trace):
 
 
 def test_llama_prefill_gemms_and_rmsnorm():
-    res = roofline_targets(analyze(MODULE_TRACES / "llama-7b.infer.prefill.json.gz"), 1.5, ("op", "module"), None)
+    res = roofline_targets(analyze(SHIPPED_TRACES / "llama-7b.infer.prefill.json.gz"), 1.5, ("op", "module"), None)
     t = res.to_frame().set_index(["kind", "name"])
     mm = t.loc[("op", "aten::mm")]
     # 2 x tokens x in x out per projection; Llama-7B bf16 on the H200 reaches most of the dense peak.
@@ -262,8 +258,8 @@ def test_llama_prefill_gemms_and_rmsnorm():
 
 
 @pytest.mark.parametrize("block, command", [
-    (0, "traces/modules/llama-7b.infer.prefill.json.gz --roofline --top 8 --replay-top 0"),
-    (1, "traces/modules/llama-7b.infer.decode.static-cache.json.gz --roofline --top 6 --replay-top 0 --by op"),
+    (0, "traces/llama-7b.infer.prefill.json.gz --roofline --top 8 --replay-top 0"),
+    (1, "traces/llama-7b.infer.decode.static-cache.json.gz --roofline --top 6 --replay-top 0 --by op"),
 ])
 def test_docs_targets_shows_what_the_command_prints(headroom, block, command):
     import re

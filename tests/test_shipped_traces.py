@@ -92,7 +92,7 @@ def test_dcn_cross_net_is_selectable_for_dlrm_bench_06():
     assert {"gemm", "elementwise"} <= set(ev.loc[cross & forward, "category"])
     # Its backward kernels (linked to the cross net's forward ops by fwdbwd flows) are the cross net's too.
     assert (cross & ~forward).sum() == 135 and set(ev.loc[cross, "module_type"]) == {"LowRankCrossNet"}
-    assert ev.loc[cross & ~forward, "dur"].sum() == pytest.approx(59561.05, abs=0.01)
+    assert ev.loc[cross & ~forward, "dur"].sum() == pytest.approx(59803.411, abs=0.01)
 
 
 def test_dlrm_interaction_backward_lands_on_the_interaction_arch():
@@ -100,6 +100,6 @@ def test_dlrm_interaction_backward_lands_on_the_interaction_arch():
     a = analyze(SHIPPED_TRACES / "dlrm.train.json.gz")
     ev = a.events
     bwd = ev[(ev["phase"] == "backward") & (ev["module_type"] == "InteractionArch")]
-    assert len(bwd) == 51 and bwd["dur"].sum() == pytest.approx(25558.4, abs=0.1)
+    assert len(bwd) == 51 and bwd["dur"].sum() == pytest.approx(25520.2, abs=0.1)
     put = ev[ev["op"] == "aten::_index_put_impl_"]
     assert len(put) and (put["module_type"] == "InteractionArch").all() and (put["phase"] == "backward").all()

@@ -220,12 +220,12 @@ def test_module_selector_holds_children_and_backward(builder, tmp_path):
 
 
 def test_no_module_ranges_is_said_on_stderr(headroom):
-    path = SHIPPED_TRACES / "bert-base.infer.json.gz"
+    path = SHIPPED_TRACES / "llama-7b.infer.prefill.compile.json.gz"     # the shipped trace without module ranges
     p = headroom("targets", path, "--by", "module", "--json")
     code, out, err = p.returncode, p.stdout, p.stderr.splitlines()
     assert code == 0
     assert len(err) == 1 and "has no nn.Module ranges" in err[0] and "headroom profile" in err[0]
-    assert err[0].startswith("headroom: warning: bert-base.infer.json.gz has no nn.Module ranges")
+    assert err[0].startswith("headroom: warning: llama-7b.infer.prefill.compile.json.gz has no nn.Module ranges")
     d = json.loads(out)
     assert d["schema"] == "headroom.targets/1"
     assert d["targets"] == [] and d["notes"] == [err[0].removeprefix("headroom: warning: ")]

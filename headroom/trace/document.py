@@ -114,6 +114,12 @@ def _open(path: Path):
         raise TraceError(f"{path}: cannot read ({e.strerror})") from None
 
 
+def is_gzip(path: Path) -> bool:
+    """Whether the file is gzip (by its magic bytes)."""
+    with _open(path) as f:
+        return f.read(2) == b"\x1f\x8b"
+
+
 def blocks(path: Path, size: int | None = None, start: int = 0, stop: int | None = None) -> Iterator[bytes]:
     """The file's text in blocks of about `size` bytes, gunzipped on the fly (gzip detected by magic bytes).
     `start`/`stop`: only the bytes [start, stop) of a plain (not gzip) file."""
@@ -364,9 +370,8 @@ def halves(path: Path, fraction: float) -> Halves | None:
     """Where to divide a plain (not gzip) trace file at about `fraction` of its bytes; None when it cannot
     be divided (gzip, no traceEvents near the start, no separator near that point)."""
     size = path.stat().st_size
-    with _open(path) as f:
-        if f.read(2) == b"\x1f\x8b":
-            return None
+    if is_gzip(path):
+        return None
     try:
         found = _events_start(blocks(path, 1 << 20, start=0, stop=min(size, 1 << 20)))
     except _Fallback:
@@ -431,45 +436,3 @@ def _json_words(message: str, raw: bytes) -> str:
         except UnicodeDecodeError:
             return f"invalid UTF-8 near byte {at}"
     return message
-
-
-# --- the worker process ---------------------------------------------------------------
-
-def workers_wanted() -> int:
-    """One worker process when another core is free now: the machine has two or more and, besides this
-    process, fewer tasks are runnable than it has other cores (the kernel's count of runnable tasks in
-    /proc/loadavg; the 1-minute load average where that is missing, which still counts processes that have
-    just ended). On a busy machine a second process only competes (docs/benchmarks.md measures both).
-    HEADROOM_LOAD_WORKERS=0 or 1 decides instead."""
-    forced = workers_forced()
-    if forced is not None:
-        return int(forced)
-    cores = os.cpu_count() or 1
-    if cores < 2:
-        return 0
-    others = _other_runnable_tasks()
-    return 1 if others <= cores - 2 else 0
-
-
-def workers_forced() -> bool | None:
-    """What HEADROOM_LOAD_WORKERS decides (0: no worker, 1 or more: the worker), None when it is not set."""
-    wanted = os.environ.get("HEADROOM_LOAD_WORKERS")
-    if wanted is not None and wanted.strip().isdigit():
-        return int(wanted) >= 1
-    return None
-
-
-def _other_runnable_tasks() -> float:
-    try:
-        with open("/proc/loadavg") as f:
-            return runnable_others(f.read())
-    except (OSError, IndexError, ValueError):
-        try:
-            return max(os.getloadavg()[0] - 1, 0.0)
-        except OSError:
-            return 0.0
-
-
-def runnable_others(loadavg: str) -> int:
-    """Tasks runnable now besides the reader, from /proc/loadavg's text ("0.6 0.7 0.7 3/93 29442": 3 runnable)."""
-    return max(int(loadavg.split()[3].split("/")[0]) - 1, 0)

@@ -37,7 +37,7 @@ STAGES = {
     "cut": "cut the blocks between events",
     "decode_events": "scan (or msgspec decode) + routing + polars columns, per chunk",
     "_assemble": "concatenate, order, validate",
-    "_tabulate": "polars -> pandas tables",
+    "tabulate": "polars -> pandas tables",
     "attributed": "attribute GPU activities to launches, ops, ranges, steps",
     "classify_kernels": "classify",
     "rest": "account (busy/idle, wall shares, tables)",
@@ -95,7 +95,7 @@ def main() -> None:
     document.split = timed_iter("cut", document.split)
     scan.decode_events = timed("decode_events", scan.decode_events)
     load._assemble = timed("_assemble", load._assemble)
-    load._tabulate = timed("_tabulate", load._tabulate)
+    load.tabulate = timed("tabulate", load.tabulate)
     analysis.attributed = timed("attributed", analysis.attributed)
     analysis.classify_kernels = timed("classify_kernels", analysis.classify_kernels)
 

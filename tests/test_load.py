@@ -189,7 +189,7 @@ def test_streamed_chunks_whole_document_and_worker_give_the_same_tables(monkeypa
     monkeypatch.setattr(parallel, "WORKER_MIN_BYTES", 0)
     monkeypatch.setenv("HEADROOM_LOAD_WORKERS", "1")
     worker = load_trace(path, use_cache=False)
-    monkeypatch.setattr(document, "split", lambda p, block=None: (_ for _ in ()).throw(document._Fallback()))
+    monkeypatch.setattr(document, "split", lambda p, block=None: (_ for _ in ()).throw(document.Fallback()))
     whole = load_trace(path, use_cache=False)
     for other in (small, worker, whole):
         _assert_same(streamed, other)
@@ -561,7 +561,7 @@ def test_scanned_fast_lenient_streamed_and_whole_paths_agree_on_generated_traces
         fast = _load_or_error(path)
         mp.setattr(kineto, "_EVENTS", _RefuseFast())         # every chunk on the lenient path
         lenient = _load_or_error(path)
-        mp.setattr(document, "split", lambda p, block=None: (_ for _ in ()).throw(document._Fallback()))
+        mp.setattr(document, "split", lambda p, block=None: (_ for _ in ()).throw(document.Fallback()))
         whole = _load_or_error(path)
     for other in (small, fast, lenient, whole):
         if isinstance(reference, str) or isinstance(other, str):

@@ -2,7 +2,7 @@
 ``traceEvents`` for ``kineto`` to decode, and its metadata.
 
 A chunk is only a candidate cut until it decodes; a document that cannot be streamed safely is
-decoded whole (``_Fallback``), which is exact. Split from ``kineto`` (the event structs and the
+decoded whole (``Fallback``), which is exact. Split from ``kineto`` (the event structs and the
 decoding of one chunk) because reading and cutting the file is its own concern.
 """
 
@@ -19,7 +19,7 @@ from typing import Any, Iterator, Union
 
 import msgspec
 
-from headroom.trace.kineto import _BYTE, TraceError
+from headroom.trace.kineto import BYTE_OFFSET, TraceError
 
 # --- the document around the events ------------------------------------------------
 
@@ -270,14 +270,14 @@ def split(path: Path, block: int | None = None, stop: int | None = None) -> Iter
     A chunk is cut at a `}, {` and only proven right when it decodes (decode_events): it starts
     between two events, so it decodes as an array only if it also ends between two. The array is
     written in place into the read buffer (its brackets overwrite the separator's whitespace or
-    comma) and handed on as a view, so no chunk is copied. Raises `_Fallback` when the document is
+    comma) and handed on as a view, so no chunk is copied. Raises `Fallback` when the document is
     not laid out so that it can be streamed safely (the caller then decodes it whole, which is exact).
     `stop`: end with the event whose closing `}` is at this file offset (a `Halves.close`), no Document.
     """
     it = blocks(path, block, stop=None if stop is None else stop + 1)
     found = _events_start(it)
     if found is None:
-        raise _Fallback()
+        raise Fallback()
     buf, prefix, offset = found
     yield from _cut(path, it, buf, offset, prefix, stop is not None)
 
@@ -304,9 +304,9 @@ def _events_start(it: Iterator[bytes]) -> tuple[bytearray, bytes, int] | None:
     try:
         # The key must be a key of the top-level object, not one nested deeper or inside a string.
         if not isinstance(msgspec.json.decode(prefix + b"[]}"), dict):
-            raise _Fallback()
+            raise Fallback()
     except (msgspec.DecodeError, RecursionError):
-        raise _Fallback() from None
+        raise Fallback() from None
     del buf[:m.end() - 1]          # buf[0] is the array's "["
     return buf, prefix, m.end() - 1
 
@@ -347,9 +347,9 @@ def _cut(path: Path, it: Iterator[bytes], buf: bytearray, offset: int, prefix: b
     except msgspec.ValidationError as e:
         raise TraceError(f"{path}: not a Kineto trace ({e})") from None
     except (msgspec.DecodeError, RecursionError):
-        raise _Fallback() from None
+        raise Fallback() from None
     if _EVENTS_KEY.search(tail, len(prefix) + 1) is not None:
-        raise _Fallback()   # "traceEvents" again: decode exactly, as a whole
+        raise Fallback()   # "traceEvents" again: decode exactly, as a whole
     raws = doc.traceEvents or []
     if raws:
         yield _array(raws), -1
@@ -374,7 +374,7 @@ def halves(path: Path, fraction: float) -> Halves | None:
         return None
     try:
         found = _events_start(blocks(path, 1 << 20, start=0, stop=min(size, 1 << 20)))
-    except _Fallback:
+    except Fallback:
         return None
     if found is None:
         return None
@@ -393,7 +393,7 @@ def _array(raws: list[msgspec.Raw]) -> bytes:
     return b"[" + b",".join(raws) + b"]"
 
 
-class _Fallback(Exception):
+class Fallback(Exception):
     """The streamed split cannot be trusted for this file; decode it whole."""
 
 
@@ -428,7 +428,7 @@ def whole(path: Path, events_per_chunk: int = 1 << 16) -> Iterator[tuple[bytes, 
 
 
 def _json_words(message: str, raw: bytes) -> str:
-    m = _BYTE.search(message)
+    m = BYTE_OFFSET.search(message)
     if m:
         at = int(m.group(1))
         try:

@@ -145,7 +145,8 @@ class Chunk:
     files: dict[str, str] = field(default_factory=dict)   # tables written to Arrow files (chunks.spill)
 
 
-_BYTE = re.compile(r"\(byte (\d+)\)")
+# Where msgspec's error message says the problem is (document.py words whole-document errors with it too).
+BYTE_OFFSET = re.compile(r"\(byte (\d+)\)")
 
 
 def decode_events(doc: bytes | memoryview) -> Chunk:
@@ -178,7 +179,7 @@ def _decode_events(doc: bytes | memoryview) -> Chunk:
 def _json_problem(e: msgspec.DecodeError, length: int) -> Chunk:
     if "UTF-8" in str(e):
         return Chunk({}, 0, json_error=(-1, "invalid UTF-8 in a string"))
-    m = _BYTE.search(str(e))
+    m = BYTE_OFFSET.search(str(e))
     # The array starts between two events, so everything before its closing bracket is the
     # document's own text: an error there is the document's; one at the bracket (or past the
     # end) means the cut, or the document's end, is not where it was taken to be.

@@ -25,6 +25,7 @@ import json
 import os
 import shutil
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Generator, Iterator
 
@@ -34,7 +35,7 @@ import lazy_loader
 from headroom.trace import cache, chunks, document, kineto, parallel, validate
 from headroom.trace.document import Document
 from headroom.trace.kineto import Chunk, TraceError
-from headroom.trace.tables import TRACE_TABLES, Trace, _tabulate
+from headroom.trace.tables import TRACE_TABLES, Trace, tabulate
 from headroom.trace.worker import Worker
 
 if TYPE_CHECKING:
@@ -129,7 +130,7 @@ class DeferredTrace(Trace):
         return self.__dict__[name]
 
 
-def _decoded(path: Path, lenient: bool, workers: bool = True):
+def _decoded(path: Path, lenient: bool, workers: bool = True) -> Decoded:
     # Chunks of structs: the cyclic GC would rescan them for nothing.
     gc_was_enabled = gc.isenabled()
     gc.disable()
@@ -140,10 +141,21 @@ def _decoded(path: Path, lenient: bool, workers: bool = True):
             gc.enable()
 
 
-def _finish(path: Path, key, decoded) -> Trace:
-    tables, orders, base_ns, meta, warnings = decoded
+@dataclass
+class Decoded:
+    """One trace file decoded (what the worker sends back for a whole file): its checked polars tables in event
+    order, each table's rows in loader order (None: as they are), time base, metadata and warnings."""
+    tables: dict[str, pl.DataFrame]
+    orders: dict[str, np.ndarray | None]
+    base_ns: int | None
+    metadata: dict[str, Any]
+    warnings: list[str]
+
+
+def _finish(path: Path, key, decoded: Decoded) -> Trace:
+    base_ns, meta, warnings = decoded.base_ns, decoded.metadata, decoded.warnings
     with parallel.small_pages():
-        trace = _tabulate(document.source_name(path), tables, base_ns, meta, warnings, orders)
+        trace = tabulate(document.source_name(path), decoded.tables, base_ns, meta, warnings, decoded.orders)
     if key is not None and cache.store_tables(key, {t: getattr(trace, t) for t in TRACE_TABLES}, base_ns, meta,
                                               warnings):
         trace.cache_key = key
@@ -199,8 +211,8 @@ def _worth_a_worker(path: Path, nxt: Path, use_cache: bool, lenient: bool) -> bo
     return parallel.worker_for_next(path, nxt)
 
 
-def decode(path: Path, lenient: bool = False, workers: bool = True):
-    """The checked polars tables (event order), their loader orders, time base, metadata and warnings of one trace file
+def decode(path: Path, lenient: bool = False, workers: bool = True) -> Decoded:
+    """One trace file decoded: its checked polars tables, their loader orders, time base, metadata, warnings
     (`workers`: may use the worker process: for a plain file it decodes the second half while this
     process decodes the first; for a gzip file, every other chunk)."""
     parallel.check_memory_for(path)
@@ -213,7 +225,7 @@ def decode(path: Path, lenient: bool = False, workers: bool = True):
         if found is None:
             try:
                 found = chunks.decode_chunks(path, document.split(path), helper, parallel.check_memory_left)
-            except document._Fallback:
+            except document.Fallback:
                 if helper is not None and helper.busy:
                     helper.result()
                 found = chunks.decode_chunks(path, document.whole(path), helper, parallel.check_memory_left)
@@ -237,7 +249,7 @@ def _decoded_in_halves(path: Path, helper: Worker):
         try:
             mine, _ = chunks.decode_chunks(path, document.split(path, stop=where.close), None,
                                            parallel.check_memory_left)
-        except document._Fallback:
+        except document.Fallback:
             helper.close()      # its half may be several messages long: stop it rather than read them
             return None
         first = chunks.from_worker(helper, last=False)
@@ -253,9 +265,8 @@ def _decoded_in_halves(path: Path, helper: Worker):
         shutil.rmtree(folder, ignore_errors=True)
 
 
-def _assemble(path: Path, decoded: list[Chunk], doc: Document, lenient: bool):
-    """(the checked tables in event order, each table's rows in loader order (None: as they are), time base,
-    metadata, warnings)."""
+def _assemble(path: Path, decoded: list[Chunk], doc: Document, lenient: bool) -> Decoded:
+    """The chunks merged, ordered and checked."""
     warnings: list[str] = []
     whole = chunks.merged(path, decoded)
     tables = {table: _in_event_order(whole.tables.pop(table)) for table in kineto.TABLES}
@@ -274,13 +285,13 @@ def _assemble(path: Path, decoded: list[Chunk], doc: Document, lenient: bool):
     for table in kineto.TABLES:
         if table != "flows" and (table not in orders or checked[table] is not tables[table]):
             orders[table] = loader_order(checked[table])      # (a table --lenient dropped rows of: anew)
-    return checked, orders, doc.base_ns, doc.meta, warnings
+    return Decoded(checked, orders, doc.base_ns, doc.meta, warnings)
 
 
 # Rows keep the order headroom's loader has always given them (so every table and every float
 # sum over them stays as it was): per block of 65,536 events, grouped by kind in the order the
 # kinds first appear in the block, then in event order. The tables stay in event order until they
-# become pandas tables (tables._tabulate), where the order is a take of numpy arrays: a gather of
+# become pandas tables (tables.tabulate), where the order is a take of numpy arrays: a gather of
 # the polars frames' text columns included was the larger part of this stage on the 2 GB trace (cProfile).
 ORDER_BLOCK = 1 << 16
 

@@ -53,12 +53,12 @@ a = analyze(PATH, use_cache=False)
 result = {"kernels": int((a.events["kind"] == "kernel").sum()), "total_us": a.total_us,
           "categories": len(a.categories)}
 """,
-    # The same with numpy's huge-page requests left on (load.small_pages turns them off while a trace is
+    # The same with numpy's huge-page requests left on (parallel.small_pages turns them off while a trace is
     # assembled, tabulated and analysed): the side-by-side measure of what that saves.
     "headroom-huge-pages": """
 import contextlib
-import headroom.trace.load
-headroom.trace.load.small_pages = contextlib.nullcontext
+import headroom.trace.parallel
+headroom.trace.parallel.small_pages = contextlib.nullcontext
 from headroom.trace.analysis import analyze
 a = analyze(PATH, use_cache=False)
 result = {"kernels": int((a.events["kind"] == "kernel").sum()), "total_us": a.total_us,

@@ -8,7 +8,7 @@ re-implemented here), in this process alone (HEADROOM_LOAD_WORKERS=0: with the
 worker, decoding overlaps the other stages and cannot be split out), without the
 cache. Each run is a fresh load of the same file; the machine's load average is
 recorded with each run. `--numpy-huge-pages` leaves numpy's huge-page requests on
-(load.small_pages does nothing), for the side-by-side measure of what turning them off saves.
+(parallel.small_pages does nothing), for the side-by-side measure of what turning them off saves.
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import headroom.trace.analysis as analysis  # noqa: E402
 import headroom.trace.document as document  # noqa: E402
 import headroom.trace.load as load  # noqa: E402
+import headroom.trace.parallel as parallel  # noqa: E402
 import headroom.trace.scan as scan  # noqa: E402
 
 STAGES = {
@@ -36,7 +37,7 @@ STAGES = {
     "cut": "cut the blocks between events",
     "decode_events": "scan (or msgspec decode) + routing + polars columns, per chunk",
     "_assemble": "concatenate, order, validate",
-    "_tabulate": "polars -> pandas tables",
+    "tabulate": "polars -> pandas tables",
     "attributed": "attribute GPU activities to launches, ops, ranges, steps",
     "classify_kernels": "classify",
     "rest": "account (busy/idle, wall shares, tables)",
@@ -57,7 +58,7 @@ def main() -> None:
     ap.add_argument("--numpy-huge-pages", action="store_true")
     args = ap.parse_args()
     if args.numpy_huge_pages:
-        load.small_pages = contextlib.nullcontext
+        parallel.small_pages = contextlib.nullcontext
     spent: dict[str, list[float]] = {}
 
     def add(name, before, after):
@@ -94,7 +95,7 @@ def main() -> None:
     document.split = timed_iter("cut", document.split)
     scan.decode_events = timed("decode_events", scan.decode_events)
     load._assemble = timed("_assemble", load._assemble)
-    load._tabulate = timed("_tabulate", load._tabulate)
+    load.tabulate = timed("tabulate", load.tabulate)
     analysis.attributed = timed("attributed", analysis.attributed)
     analysis.classify_kernels = timed("classify_kernels", analysis.classify_kernels)
 

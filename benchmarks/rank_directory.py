@@ -46,7 +46,7 @@ sys.path.insert(0, str(REPO))
 from benchmarks import shapes  # noqa: E402
 from benchmarks.bench_loader import _tree_rss, run_sampled  # noqa: E402
 from benchmarks.record import emit, stamp, warm  # noqa: E402
-from headroom.trace.load import needed_memory  # noqa: E402
+from headroom.trace.parallel import needed_memory  # noqa: E402
 
 VARIANTS = {
     # name: (environment, what it reads, the checkout it runs from)

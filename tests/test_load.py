@@ -21,7 +21,7 @@ import headroom.trace.document as document
 import headroom.trace.kineto as kineto
 import headroom.trace.load as load
 import headroom.trace.scan as scan
-from headroom.trace import cache, chunks
+from headroom.trace import cache, chunks, parallel
 from headroom.trace.analysis import analyze
 from headroom.trace.load import TraceError, load_trace
 from tests.conftest import SHIPPED_TRACES, hta_trace
@@ -174,7 +174,7 @@ def test_work_launched_before_recording_stays_out_of_the_steps():
 
 def test_a_trace_larger_than_memory_gets_one_line(tmp_path, monkeypatch):
     p = _trace(tmp_path, [STEP, LAUNCH, _kernel()])
-    monkeypatch.setattr(load, "memory_available", lambda: 100)
+    monkeypatch.setattr(parallel, "memory_available", lambda: 100)
     with pytest.raises(TraceError, match=r"needs about 0\.0 GiB of memory to load, 0\.0 GiB is available"):
         load_trace(p, use_cache=False)
 
@@ -186,10 +186,10 @@ def test_streamed_chunks_whole_document_and_worker_give_the_same_tables(monkeypa
     streamed = load_trace(path, use_cache=False)
     monkeypatch.setattr(document, "BLOCK", 1 << 16)     # many small chunks
     small = load_trace(path, use_cache=False)
-    monkeypatch.setattr(load, "WORKER_MIN_BYTES", 0)
+    monkeypatch.setattr(parallel, "WORKER_MIN_BYTES", 0)
     monkeypatch.setenv("HEADROOM_LOAD_WORKERS", "1")
     worker = load_trace(path, use_cache=False)
-    monkeypatch.setattr(document, "split", lambda p, block=None: (_ for _ in ()).throw(document._Fallback()))
+    monkeypatch.setattr(document, "split", lambda p, block=None: (_ for _ in ()).throw(document.Fallback()))
     whole = load_trace(path, use_cache=False)
     for other in (small, worker, whole):
         _assert_same(streamed, other)
@@ -202,7 +202,7 @@ def _spy_halves(monkeypatch):
     submit = load.Worker.submit_half
     monkeypatch.setattr(load.Worker, "submit_half", lambda self, p, start, prefix, folder=None: given.append(start) or
                         submit(self, p, start, prefix, folder))
-    monkeypatch.setattr(load, "WORKER_MIN_BYTES", 0)
+    monkeypatch.setattr(parallel, "WORKER_MIN_BYTES", 0)
     monkeypatch.setenv("HEADROOM_LOAD_WORKERS", "1")
     return given
 
@@ -223,7 +223,7 @@ def _spill_folders(monkeypatch, tmp_path) -> Path:
     """Put the worker's part files under tmp_path/spill (so the test can see them)."""
     base = tmp_path / "spill"
     base.mkdir()
-    monkeypatch.setattr(load, "_spill_base", lambda size: str(base))
+    monkeypatch.setattr(parallel, "spill_base", lambda size: str(base))
     return base
 
 
@@ -308,20 +308,20 @@ def test_invalid_json_in_either_half_is_the_same_one_line(tmp_path, monkeypatch,
     (2, 0, None, 1), (2, 1, None, 0), (4, 2, None, 1), (4, 3, None, 0), (1, 0, None, 0),
     (2, 1, "1", 1), (8, 0, "0", 0)])
 def test_the_worker_runs_only_when_a_core_is_free_now(monkeypatch, cores, others, env, wanted):
-    monkeypatch.setattr(document.os, "cpu_count", lambda: cores)
-    monkeypatch.setattr(document, "_other_runnable_tasks", lambda: others)
+    monkeypatch.setattr(parallel.os, "cpu_count", lambda: cores)
+    monkeypatch.setattr(parallel, "other_runnable_tasks", lambda: others)
     if env is None:
         monkeypatch.delenv("HEADROOM_LOAD_WORKERS", raising=False)
     else:
         monkeypatch.setenv("HEADROOM_LOAD_WORKERS", env)
-    assert document.workers_wanted() == wanted
+    assert parallel.workers_wanted() == wanted
 
 
 def test_runnable_tasks_are_read_from_proc_loadavg():
-    assert document.runnable_others("0.65 0.77 0.70 3/93 29442") == 2     # the reader itself is one
-    assert document.runnable_others("2.00 1.00 0.50 1/120 7") == 0
+    assert parallel.runnable_others("0.65 0.77 0.70 3/93 29442") == 2     # the reader itself is one
+    assert parallel.runnable_others("2.00 1.00 0.50 1/120 7") == 0
     with pytest.raises((IndexError, ValueError)):
-        document.runnable_others("0.65 0.77")
+        parallel.runnable_others("0.65 0.77")
 
 
 def test_a_separator_inside_a_string_or_nested_value_is_not_a_cut(tmp_path, monkeypatch):
@@ -561,7 +561,7 @@ def test_scanned_fast_lenient_streamed_and_whole_paths_agree_on_generated_traces
         fast = _load_or_error(path)
         mp.setattr(kineto, "_EVENTS", _RefuseFast())         # every chunk on the lenient path
         lenient = _load_or_error(path)
-        mp.setattr(document, "split", lambda p, block=None: (_ for _ in ()).throw(document._Fallback()))
+        mp.setattr(document, "split", lambda p, block=None: (_ for _ in ()).throw(document.Fallback()))
         whole = _load_or_error(path)
     for other in (small, fast, lenient, whole):
         if isinstance(reference, str) or isinstance(other, str):
@@ -650,19 +650,19 @@ def test_the_worker_decodes_every_other_rank_when_a_core_is_free_and_the_files_a
     monkeypatch.setattr(load.Worker, "submit_file", lambda self, p, lenient: submitted.append(p.name) or
                         submit_file(self, p, lenient))
     monkeypatch.delenv("HEADROOM_LOAD_WORKERS", raising=False)
-    monkeypatch.setattr(document, "workers_wanted", lambda: 1)     # a free core
+    monkeypatch.setattr(parallel, "workers_wanted", lambda: 1)     # a free core
     traces = load.load_traces(ranks, use_cache=False)
     assert submitted == ["rank-1.json.gz", "rank-3.json.gz"]
     assert [Path(t.source).name for t in traces] == [f"rank-{i}.json.gz" for i in range(4)]
     submitted.clear()
-    monkeypatch.setattr(load, "WORKER_MIN_BYTES", load.text_bytes(ranks / "rank-1.json.gz"))   # big files
+    monkeypatch.setattr(parallel, "WORKER_MIN_BYTES", parallel.text_bytes(ranks / "rank-1.json.gz"))   # big files
     load.load_traces(ranks, use_cache=False)
     assert submitted == []
     monkeypatch.setenv("HEADROOM_LOAD_WORKERS", "1")                # asked for: big files too
     load.load_traces(ranks, use_cache=False)
     assert submitted == ["rank-1.json.gz", "rank-3.json.gz"]
     submitted.clear()
-    monkeypatch.setattr(document, "workers_wanted", lambda: 0)     # no free core
+    monkeypatch.setattr(parallel, "workers_wanted", lambda: 0)     # no free core
     load.load_traces(ranks, use_cache=False)
     assert submitted == []
 

@@ -2,7 +2,9 @@
 structs; everything outside Kineto's own types it declines (None), so msgspec decides and words the error."""
 
 import json
+import os
 import struct
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -14,9 +16,11 @@ from polars.testing import assert_frame_equal
 import headroom.trace.document as document
 import headroom.trace.kineto as kineto
 import headroom.trace.scan as scan
+import headroom.trace.schema as schema
 from tests.conftest import SHIPPED_TRACES
 
 _scan = scan._scan
+REPO = Path(__file__).resolve().parents[1]
 
 
 def test_the_scanner_is_built():
@@ -342,3 +346,104 @@ def test_real_traces_decode_chunk_for_chunk_as_msgspecs_structs_do():
             accepted, scanned, reference = _both(doc)
             assert accepted is not None, name
             _assert_same_chunk(scanned, reference)
+
+
+# --- the key table: generated from the schema ---------------------------------------------------------
+
+def test_the_key_table_in_the_tree_is_the_one_the_schema_makes():
+    # scripts/gen_scan_keys.py writes it at build time; the header in the tree must be its output, byte for byte
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("gen_scan_keys", REPO / "scripts" / "gen_scan_keys.py")
+    gen = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gen)
+    text = gen.header(gen.tomllib.loads(gen.DATA.read_text()))
+    assert (REPO / "headroom" / "trace" / "_scan_keys.h").read_bytes() == text.encode()
+    # and the compiled scanner reads the schema's fields: every loaded event and args field of a scanner kind
+    loaded = {f.column for f in schema.FIELDS if f.place != schema.DERIVED and not f.on_demand}
+    assert set(_scan.INT_COLUMNS) == {c for c in loaded if schema.BY_COLUMN[c].type in ("id", "small_id")}
+    assert set(_scan.DOUBLE_COLUMNS) == {c for c in loaded if schema.BY_COLUMN[c].type in ("time", "number")}
+    assert set(_scan.RAW_COLUMNS) == {"dims", "types"} and _scan.THREAD_COLUMNS == ("pid", "tid")
+
+
+def test_a_field_added_to_the_schema_is_one_row_for_the_scanner_too():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("gen_scan_keys", REPO / "scripts" / "gen_scan_keys.py")
+    gen = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gen)
+    data = gen.tomllib.loads(gen.DATA.read_text())
+    data["field"].append({"column": "queued", "key": "queued", "place": "args", "type": "id", "tables": ["gpu"]})
+    text = gen.header(data)
+    assert 'INT_WAIT_ON_CUDA_EVENT_RECORD_CORR_ID, INT_QUEUED, ARG_INTS, INT_ID = ARG_INTS, N_INTS' in text
+    assert 'if (memcmp(k, "queued", 6) == 0) return SLOT(KIND_INT, INT_QUEUED);' in text
+
+
+# --- the scanner under AddressSanitizer and UndefinedBehaviorSanitizer -----------------------------------
+
+def test_the_scanner_compiled_with_sanitizers_passes_the_generated_chunks_and_real_traces(tmp_path):
+    """_scan.c built with -fsanitize=address,undefined (any finding aborts), loaded in place of the scanner in
+    a fresh process that scans this file's generated chunks (Kineto's types, anything, arbitrary bytes; some
+    compared with the msgspec path's tables) and every chunk of three real traces."""
+    import shutil
+    import subprocess
+    import sys
+    import sysconfig
+
+    gcc = shutil.which("gcc")
+    asan = subprocess.run([gcc, "-print-file-name=libasan.so"], capture_output=True, text=True).stdout.strip() \
+        if gcc else ""
+    if not gcc or not Path(asan).is_file():
+        pytest.skip("needs gcc and its AddressSanitizer runtime")
+    built = tmp_path / ("_scan" + sysconfig.get_config_var("EXT_SUFFIX"))
+    subprocess.run([gcc, "-O1", "-g", "-fno-omit-frame-pointer", "-fsanitize=address,undefined",
+                    "-fno-sanitize-recover=all", "-shared", "-fPIC", f"-I{sysconfig.get_paths()['include']}",
+                    str(REPO / "headroom" / "trace" / "_scan.c"), "-o", str(built)], check=True)
+    script = f"""
+import importlib.util, sys
+spec = importlib.util.spec_from_file_location("headroom.trace._scan", {str(built)!r})
+module = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(module)
+sys.modules["headroom.trace._scan"] = module
+from hypothesis import given, settings, strategies as st
+import headroom.trace.document as document
+import headroom.trace.scan as scan
+import tests.test_scan as t
+assert scan._scan is module
+quick = settings(max_examples=120, deadline=None, database=None)
+
+@quick
+@given(events=st.lists(t.event_text(wild=False), max_size=12), ws=t.WS)
+def kineto(events, ws):      # accepted, and (for some) the msgspec path's tables
+    doc = ("[" + ws + f",{{ws}}".join(events) + ws + "]").encode()
+    assert module.Scanner().scan(doc) is not None
+    if len(events) % 4 == 0:
+        t.test_generated_kineto_chunks_are_accepted_and_give_the_msgspec_paths_tables.hypothesis.inner_test(events, ws)
+
+@quick
+@given(events=st.lists(t.event_text(wild=True), max_size=12), cut=st.integers(0, 40), garble=st.booleans())
+def wild(events, cut, garble):
+    t.test_generated_chunks_with_anything_decode_the_same_either_way.hypothesis.inner_test(events, cut, garble)
+
+@quick
+@given(data=st.binary(max_size=200))
+def arbitrary(data):
+    for doc in (data, b"[" + data + b"]", b'[{{"ph": "X", "name": "' + data + b'"}}]'):
+        module.Scanner().scan(doc)
+
+kineto(); wild(); arbitrary()
+scanner, chunks = module.Scanner(), 0
+for name in ("resnet-50.train.json.gz", "llama-7b.infer.prefill.json.gz", "dlrm.train.json.gz"):
+    for item in document.split(t.SHIPPED_TRACES / name):
+        if isinstance(item, document.Document):
+            break
+        assert scanner.scan(bytes(item[0])) is not None, name
+        chunks += 1
+print("SCANNED", chunks, "real chunks with", scan._scan.__file__)
+"""
+    env = dict(os.environ, LD_PRELOAD=asan, ASAN_OPTIONS="detect_leaks=0:abort_on_error=1",
+               UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1")
+    run = subprocess.run([sys.executable, "-c", script], cwd=REPO, env=env, capture_output=True, text=True,
+                         timeout=900)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    assert f"real chunks with {built}" in run.stdout

@@ -8,7 +8,7 @@ per-trace work (`product`: a projection, a targets table, a report row). What co
 * the UserError that refused the trace, if one did.
 
 The reduction is the one-process path's (`headroom.cli.common.Reader`), so the output is the same bytes
-(`tests/test_fleet.py`). A task asks Ray for `MEMORY_BASE + load.needed_memory(file)` bytes (the loader's
+(`tests/test_fleet.py`). A task asks Ray for `MEMORY_BASE + parallel.needed_memory(file)` bytes (the loader's
 own estimate for one trace: `MEMORY_PER_TEXT_BYTE` of its JSON text), loads one trace with the loader's
 worker process off (one core per task), and keeps nothing after it returns.
 """
@@ -64,7 +64,7 @@ class TraceResult:
 
 
 def task_memory(path: str) -> int:
-    from headroom.trace.load import needed_memory
+    from headroom.trace.parallel import needed_memory
 
     try:
         return MEMORY_BASE + needed_memory(Path(path))

@@ -24,6 +24,9 @@
 
 #define MAX_DEPTH 64
 
+/* Which keys the scanner reads and into which arrays: generated from headroom/data/kineto.toml. */
+#include "_scan_keys.h"
+
 /* ---- interning: distinct byte strings -> codes, each kept once (a Python object per code) ---------- */
 
 typedef struct {
@@ -106,7 +109,8 @@ static int32_t intern(Interner *t, const char *key, size_t n, PyObject *(*make)(
     for (;;) {
         int32_t code = t->slots[j];
         if (code < 0) break;
-        if (t->slot_hash[j] == h && t->key_len[code] == n && memcmp(t->arena + t->key_off[code], key, n) == 0)
+        if (t->slot_hash[j] == h && t->key_len[code] == n &&
+            (n == 0 || memcmp(t->arena + t->key_off[code], key, n) == 0))
             return code;
         j = (j + 1) & (t->cap - 1);
     }
@@ -139,7 +143,7 @@ static int32_t intern(Interner *t, const char *key, size_t n, PyObject *(*make)(
     if (value == NULL) return -1;
     if (PyList_Append(t->values, value) < 0) { Py_DECREF(value); return -1; }
     Py_DECREF(value);
-    memcpy(t->arena + t->arena_len, key, n);
+    if (n) memcpy(t->arena + t->arena_len, key, n);    /* (an empty key before the arena exists: NULL + 0) */
     int32_t code = (int32_t)t->count;
     t->key_off[code] = t->arena_len;
     t->key_len[code] = n;
@@ -502,44 +506,46 @@ static const char *skip_value(const char *p, const char *end, int depth) {
 
 /* ---- the columns of one chunk -------------------------------------------------------------------- */
 
-/* The args fields kept as integers (msgspec's Union[int, None]), in this order. */
-enum { A_EXTERNAL, A_CORRELATION, A_SEQUENCE, A_FWD_THREAD, A_DEVICE, A_STREAM, A_WAIT_STREAM, A_WAIT_CORR,
-       A_ID, N_INTS };   /* A_ID: the event's own "id" */
-
+/* One array per field of every event (the slots: _scan_keys.h). */
 typedef struct {
     size_t n, cap;
     int32_t *pair, *name;
-    int64_t *pid, *tid;
-    int32_t *pid_text, *tid_text; /* a pid/tid written as text ("Spans"): its code among the names; -1: a number */
-    double *ts, *dur, *bytes;     /* NaN: absent (JSON has no NaN) */
+    int64_t *thread[N_THREADS];
+    int32_t *thread_text[N_THREADS]; /* a pid/tid written as text ("Spans"): its code among the names; -1: a number */
+    double *doubles[N_DOUBLES];      /* NaN: absent (JSON has no NaN) */
     int64_t *ints[N_INTS];
-    uint16_t *present;            /* bit i: ints[i] present */
-    int64_t *dims_at, *dims_len, *types_at, *types_len;   /* raw text of Input Dims / Input type (len 0: absent) */
+    uint16_t *present;               /* bit i: ints[i] present */
+    int64_t *raw_at[N_RAWS], *raw_len[N_RAWS];   /* a raw value's text in the chunk (len 0: absent) */
 } Columns;
 
-#define EACH_COLUMN(X) X(pair) X(name) X(pid) X(tid) X(pid_text) X(tid_text) X(ts) X(dur) X(bytes) X(present) X(dims_at) X(dims_len) \
-                       X(types_at) X(types_len)
+#define EACH_COLUMN(X) X(pair) X(name) X(present)
+#define EACH_ARRAY(X) X(thread, N_THREADS) X(thread_text, N_THREADS) X(doubles, N_DOUBLES) X(ints, N_INTS) \
+                      X(raw_at, N_RAWS) X(raw_len, N_RAWS)
 
 static void columns_free(Columns *c) {
 #define FREE(f) free(c->f);
+#define FREE_ALL(f, count) for (int k = 0; k < (count); k++) free(c->f[k]);
     EACH_COLUMN(FREE)
+    EACH_ARRAY(FREE_ALL)
 #undef FREE
-    for (int i = 0; i < N_INTS; i++) free(c->ints[i]);
+#undef FREE_ALL
     memset(c, 0, sizeof(*c));
 }
 
 static int columns_reserve(Columns *c, size_t cap) {
 #define GROW(f) { void *q = realloc(c->f, cap * sizeof(*c->f)); if (!q) return -1; c->f = q; }
+#define GROW_ALL(f, count) \
+    for (int k = 0; k < (count); k++) { void *q = realloc(c->f[k], cap * sizeof(*c->f[k])); if (!q) return -1; c->f[k] = q; }
     EACH_COLUMN(GROW)
+    EACH_ARRAY(GROW_ALL)
 #undef GROW
-    for (int i = 0; i < N_INTS; i++) {
-        void *q = realloc(c->ints[i], cap * sizeof(int64_t));
-        if (!q) return -1;
-        c->ints[i] = q;
-    }
+#undef GROW_ALL
     c->cap = cap;
     return 0;
 }
+
+/* The bits of `present` that are the event's own integers (an args object leaves them as they are). */
+#define EVENT_INTS_MASK ((uint16_t)(((1u << N_INTS) - 1) & ~((1u << ARG_INTS) - 1)))
 
 /* ---- the Scanner ---------------------------------------------------------------------------------- */
 
@@ -552,11 +558,6 @@ typedef struct {
 } Scanner;
 
 typedef struct { const char *s; size_t n; int escaped; } Text;
-
-static int key_is(const char *k, size_t n, const char *lit) {
-    size_t m = strlen(lit);
-    return n == m && memcmp(k, lit, m) == 0;
-}
 
 /* A string value's text (decoded when escaped: into the scanner's room at `*room`). 0, or -1. */
 static int text_value(Scanner *self, Text t, const char **s, size_t *n, size_t *room) {
@@ -622,67 +623,57 @@ static const char *after_member(const char *p, const char *end, int *closed) {
 static const char *scan_args(const char *p, const char *end, const char *base, Columns *c, size_t i) {
     /* p at '{'; a later "args" replaces an earlier one whole (as msgspec decodes it) */
     uint16_t present = 0;
-    for (int k = 0; k < A_ID; k++) c->ints[k][i] = 0;
-    c->bytes[i] = NAN;
-    c->dims_at[i] = c->dims_len[i] = c->types_at[i] = c->types_len[i] = 0;
+    for (int k = 0; k < ARG_INTS; k++) c->ints[k][i] = 0;
+    for (int k = 0; k < ARG_DOUBLES; k++) c->doubles[k][i] = NAN;
+    for (int k = 0; k < ARG_RAWS; k++) c->raw_at[k][i] = c->raw_len[k][i] = 0;
     p = skip_ws(p + 1, end);
-    if (p < end && *p == '}') { c->present[i] = (uint16_t)(c->present[i] & (1u << A_ID)); return p + 1; }
+    if (p < end && *p == '}') { c->present[i] = (uint16_t)(c->present[i] & EVENT_INTS_MASK); return p + 1; }
     for (;;) {
         Text key;
         p = member_key(p, end, &key);
         if (!p) return NULL;
-        int slot = -1;
-        const char *k = key.s;
-        size_t n = key.n;
-        switch (n) {
-        case 5: if (key_is(k, n, "bytes")) slot = 100; break;
-        case 6: if (key_is(k, n, "device")) slot = A_DEVICE; else if (key_is(k, n, "stream")) slot = A_STREAM; break;
-        case 10: if (key_is(k, n, "Input Dims")) slot = 101; else if (key_is(k, n, "Input type")) slot = 102; break;
-        case 11:
-            if (key_is(k, n, "External id")) slot = A_EXTERNAL;
-            else if (key_is(k, n, "correlation")) slot = A_CORRELATION;
-            break;
-        case 13: if (key_is(k, n, "Fwd thread id")) slot = A_FWD_THREAD; break;
-        case 14: if (key_is(k, n, "wait_on_stream")) slot = A_WAIT_STREAM; break;
-        case 15: if (key_is(k, n, "Sequence number")) slot = A_SEQUENCE; break;
-        case 33: if (key_is(k, n, "wait_on_cuda_event_record_corr_id")) slot = A_WAIT_CORR; break;
-        default: break;
-        }
-        if (slot < 0) {
-            p = skip_value(p, end, 2);
-        } else if (slot < N_INTS) {
+        int slot = args_key(key.s, key.n), index = SLOT_INDEX(slot);
+        switch (SLOT_KIND(slot)) {
+        case KIND_INT: {
             int has;
-            p = int_or_null(p, end, &c->ints[slot][i], &has);
-            present = (uint16_t)(has ? present | (1u << slot) : present & ~(1u << slot));
-        } else if (slot == 100) {
-            p = float_or_null(p, end, &c->bytes[i]);
-        } else {
+            p = int_or_null(p, end, &c->ints[index][i], &has);
+            present = (uint16_t)(has ? present | (1u << index) : present & ~(1u << index));
+            break;
+        }
+        case KIND_DOUBLE:
+            p = float_or_null(p, end, &c->doubles[index][i]);
+            break;
+        case KIND_RAW: {
             const char *q = skip_value(p, end, 2);
             if (q) {
-                int64_t *at = slot == 101 ? c->dims_at : c->types_at, *len = slot == 101 ? c->dims_len : c->types_len;
-                at[i] = p - base;
-                len[i] = q - p;
+                c->raw_at[index][i] = p - base;
+                c->raw_len[index][i] = q - p;
             }
             p = q;
+            break;
+        }
+        default:
+            p = skip_value(p, end, 2);
+            break;
         }
         int closed;
         if (!p || !(p = after_member(p, end, &closed))) return NULL;
         if (closed) break;
     }
-    c->present[i] = (uint16_t)((c->present[i] & (1u << A_ID)) | present);
+    c->present[i] = (uint16_t)((c->present[i] & EVENT_INTS_MASK) | present);
     return p + 1;
 }
 
 /* One event object from p (at its '{') into row i; NULL: not for this path. */
 static const char *scan_event(Scanner *self, const char *p, const char *end, const char *base, Columns *c,
                               size_t i, size_t room0) {
-    Text ph = {"", 0, 0}, cat = {"", 0, 0}, name = {"", 0, 0};
-    c->pid[i] = c->tid[i] = 0;
-    c->pid_text[i] = c->tid_text[i] = -1;
-    c->ts[i] = c->dur[i] = c->bytes[i] = NAN;
+    Text strings[N_STRINGS];
+    for (int k = 0; k < N_STRINGS; k++) strings[k] = (Text){"", 0, 0};
+    for (int k = 0; k < N_THREADS; k++) { c->thread[k][i] = 0; c->thread_text[k][i] = -1; }
+    for (int k = 0; k < N_DOUBLES; k++) c->doubles[k][i] = NAN;
     c->present[i] = 0;
     for (int k = 0; k < N_INTS; k++) c->ints[k][i] = 0;
-    c->dims_at[i] = c->dims_len[i] = c->types_at[i] = c->types_len[i] = 0;
+    for (int k = 0; k < N_RAWS; k++) c->raw_at[k][i] = c->raw_len[k][i] = 0;
     if (p >= end || *p != '{') return NULL;
     p = skip_ws(p + 1, end);
     if (p < end && *p != '}') {
@@ -690,20 +681,23 @@ static const char *scan_event(Scanner *self, const char *p, const char *end, con
             Text key;
             p = member_key(p, end, &key);
             if (!p) return NULL;
-            const char *k = key.s;
-            size_t n = key.n;
-            if (n == 2 && k[0] == 'p' && k[1] == 'h') p = string_value(p, end, &ph);
-            else if (n == 2 && k[0] == 't' && k[1] == 's') p = float_or_null(p, end, &c->ts[i]);
-            else if (n == 2 && k[0] == 'i' && k[1] == 'd') {
+            int slot = event_key(key.s, key.n), index = SLOT_INDEX(slot);
+            switch (SLOT_KIND(slot)) {
+            case KIND_STRING:
+                p = string_value(p, end, &strings[index]);
+                break;
+            case KIND_DOUBLE:
+                p = float_or_null(p, end, &c->doubles[index][i]);
+                break;
+            case KIND_INT: {
                 int has;
-                p = int_or_null(p, end, &c->ints[A_ID][i], &has);
-                c->present[i] = (uint16_t)(has ? c->present[i] | (1u << A_ID) : c->present[i] & ~(1u << A_ID));
+                p = int_or_null(p, end, &c->ints[index][i], &has);
+                c->present[i] = (uint16_t)(has ? c->present[i] | (1u << index) : c->present[i] & ~(1u << index));
+                break;
             }
-            else if (key_is(k, n, "cat")) p = string_value(p, end, &cat);
-            else if (key_is(k, n, "name")) p = string_value(p, end, &name);
-            else if (key_is(k, n, "pid") || key_is(k, n, "tid")) {
-                int64_t *value = k[0] == 'p' ? &c->pid[i] : &c->tid[i];
-                int32_t *text = k[0] == 'p' ? &c->pid_text[i] : &c->tid_text[i];
+            case KIND_THREAD: {
+                int64_t *value = &c->thread[index][i];
+                int32_t *text = &c->thread_text[index][i];
                 if (*p == '"') {      /* a name ("Spans"), interned at once (its text may use the room) */
                     Text t;
                     const char *s;
@@ -721,13 +715,16 @@ static const char *scan_event(Scanner *self, const char *p, const char *end, con
                     *text = -1;
                     p = q;
                 }
+                break;
             }
-            else if (key_is(k, n, "dur")) p = float_or_null(p, end, &c->dur[i]);
-            else if (key_is(k, n, "args")) {
+            case KIND_ARGS:
                 if (*p != '{') return NULL;    /* args: null or not an object: the msgspec path decides */
                 p = scan_args(p, end, base, c, i);
+                break;
+            default:
+                p = skip_value(p, end, 1);
+                break;
             }
-            else p = skip_value(p, end, 1);
             int closed;
             if (!p || !(p = after_member(p, end, &closed))) return NULL;
             if (closed) break;
@@ -737,13 +734,14 @@ static const char *scan_event(Scanner *self, const char *p, const char *end, con
     size_t room = room0;
     const char *s;
     size_t n;
-    if (text_value(self, name, &s, &n, &room) < 0) return NULL;
+    if (text_value(self, strings[STRING_NAME], &s, &n, &room) < 0) return NULL;
     int32_t code = intern(&self->names, s, n, make_str);
     if (code < 0) return NULL;
     c->name[i] = code;
     const char *phs, *cats;
     size_t phn, catn;
-    if (text_value(self, ph, &phs, &phn, &room) < 0 || text_value(self, cat, &cats, &catn, &room) < 0) return NULL;
+    if (text_value(self, strings[STRING_PH], &phs, &phn, &room) < 0 ||
+        text_value(self, strings[STRING_CAT], &cats, &catn, &room) < 0) return NULL;
     char small[256];
     size_t kn = 4 + phn + catn;
     char *key = kn <= sizeof(small) ? small : malloc(kn);
@@ -759,8 +757,15 @@ static const char *scan_event(Scanner *self, const char *p, const char *end, con
     return p + 1;
 }
 
-static PyObject *column_bytes(const void *data, size_t n, size_t item) {
-    return PyBytes_FromStringAndSize((const char *)data, (Py_ssize_t)(n * item));
+/* cols[name + suffix] = the bytes of data[0:n] (items of `item` bytes); -1 on failure. */
+static int put_column(PyObject *cols, const char *name, const char *suffix, const void *data, size_t n, size_t item) {
+    char key[96];
+    snprintf(key, sizeof(key), "%s%s", name, suffix);
+    PyObject *b = PyBytes_FromStringAndSize((const char *)data, (Py_ssize_t)(n * item));
+    if (!b) return -1;
+    int failed = PyDict_SetItemString(cols, key, b) < 0;
+    Py_DECREF(b);
+    return failed ? -1 : 0;
 }
 
 /* Scanner.scan(buffer) -> None, or (events, {column: bytes}) */
@@ -805,23 +810,17 @@ static PyObject *Scanner_scan(Scanner *self, PyObject *arg) {
         size_t n = c.n;
         PyObject *cols = PyDict_New();
         if (!cols) goto done;
-        struct { const char *key; const void *data; size_t item; } out[] = {
-            {"pair", c.pair, 4}, {"name", c.name, 4}, {"pid", c.pid, 8}, {"tid", c.tid, 8},
-            {"pid_text", c.pid_text, 4}, {"tid_text", c.tid_text, 4}, {"ts", c.ts, 8},
-            {"dur", c.dur, 8}, {"bytes", c.bytes, 8}, {"present", c.present, 2},
-            {"dims_at", c.dims_at, 8}, {"dims_len", c.dims_len, 8}, {"types_at", c.types_at, 8},
-            {"types_len", c.types_len, 8},
-            {"external_id", c.ints[A_EXTERNAL], 8}, {"correlation", c.ints[A_CORRELATION], 8},
-            {"sequence", c.ints[A_SEQUENCE], 8}, {"fwd_thread", c.ints[A_FWD_THREAD], 8},
-            {"device", c.ints[A_DEVICE], 8}, {"stream", c.ints[A_STREAM], 8},
-            {"wait_on_stream", c.ints[A_WAIT_STREAM], 8},
-            {"wait_on_cuda_event_record_corr_id", c.ints[A_WAIT_CORR], 8}, {"id", c.ints[A_ID], 8},
-        };
-        for (size_t k = 0; k < sizeof(out) / sizeof(out[0]); k++) {
-            PyObject *b = column_bytes(out[k].data, n, out[k].item);
-            if (!b || PyDict_SetItemString(cols, out[k].key, b) < 0) { Py_XDECREF(b); Py_DECREF(cols); goto done; }
-            Py_DECREF(b);
-        }
+        int failed = put_column(cols, "pair", "", c.pair, n, 4) || put_column(cols, "name", "", c.name, n, 4) ||
+                     put_column(cols, "present", "", c.present, n, 2);
+        for (int k = 0; k < N_THREADS && !failed; k++)
+            failed = put_column(cols, THREAD_COLUMNS[k], "", c.thread[k], n, 8) ||
+                     put_column(cols, THREAD_COLUMNS[k], "_text", c.thread_text[k], n, 4);
+        for (int k = 0; k < N_DOUBLES && !failed; k++) failed = put_column(cols, DOUBLE_COLUMNS[k], "", c.doubles[k], n, 8);
+        for (int k = 0; k < N_INTS && !failed; k++) failed = put_column(cols, INT_COLUMNS[k], "", c.ints[k], n, 8);
+        for (int k = 0; k < N_RAWS && !failed; k++)
+            failed = put_column(cols, RAW_COLUMNS[k], "_at", c.raw_at[k], n, 8) ||
+                     put_column(cols, RAW_COLUMNS[k], "_len", c.raw_len[k], n, 8);
+        if (failed) { Py_DECREF(cols); goto done; }
         result = Py_BuildValue("(nN)", (Py_ssize_t)n, cols);
         goto done;
     }
@@ -900,6 +899,26 @@ PyMODINIT_FUNC PyInit__scan(void) {
         Py_DECREF(&ScannerType);
         Py_DECREF(m);
         return NULL;
+    }
+    /* The key table's columns by kind, in slot order (scan.py reads `present`'s bits from INT_COLUMNS). */
+    const struct { const char *name; const char *const *columns; } tables[] = {
+        {"INT_COLUMNS", INT_COLUMNS}, {"DOUBLE_COLUMNS", DOUBLE_COLUMNS}, {"RAW_COLUMNS", RAW_COLUMNS},
+        {"THREAD_COLUMNS", THREAD_COLUMNS},
+    };
+    for (size_t t = 0; t < sizeof(tables) / sizeof(tables[0]); t++) {
+        Py_ssize_t count = 0;
+        while (tables[t].columns[count]) count++;
+        PyObject *names = PyTuple_New(count);
+        for (Py_ssize_t k = 0; names && k < count; k++) {
+            PyObject *name = PyUnicode_FromString(tables[t].columns[k]);
+            if (!name) { Py_DECREF(names); names = NULL; break; }
+            PyTuple_SET_ITEM(names, k, name);
+        }
+        if (!names || PyModule_AddObject(m, tables[t].name, names) < 0) {
+            Py_XDECREF(names);
+            Py_DECREF(m);
+            return NULL;
+        }
     }
     return m;
 }

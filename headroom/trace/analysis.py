@@ -24,7 +24,8 @@ from headroom.trace.phases import event_phases
 from headroom.trace.classify import Policy, Rule, classify_kernels, load_classifier
 from headroom.errors import UserError
 from headroom.regex import compile_user_regex
-from headroom.trace.load import Trace, TraceError, find_trace_files, iter_traces, load_trace, small_pages
+from headroom.trace.load import Trace, TraceError, find_trace_files, iter_traces, load_trace
+from headroom.trace.parallel import small_pages
 
 MODE_GPU = "gpu"
 MODE_CPU = "cpu-ops"

@@ -40,7 +40,7 @@ from headroom.trace.codes import factorized
 # Traces smaller than this load faster than a cache entry is written.
 MIN_BYTES_DEFAULT = 16 << 20
 _TRACE_CODE = ("document.py", "kineto.py", "inputs.py", "chunks.py", "tables.py", "validate.py", "cache.py", "load.py",
-               "ranges.py", "codes.py", "scan.py", "_scan.c")
+               "ranges.py", "codes.py", "scan.py", "_scan.c", "schema.py", "parallel.py")
 
 
 def cache_dir() -> Path | None:
@@ -64,7 +64,8 @@ def code_version(*files: Path) -> str:
     return h.hexdigest()[:12]
 
 
-_LOADER_VERSION = code_version(*(Path(__file__).with_name(n) for n in _TRACE_CODE))
+_LOADER_VERSION = code_version(*(Path(__file__).with_name(n) for n in _TRACE_CODE),
+                               Path(__file__).parent.parent / "data" / "kineto.toml")
 
 
 @dataclass(frozen=True)

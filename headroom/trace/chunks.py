@@ -76,7 +76,7 @@ def raise_for(path: Path, chunk: Chunk, offset: int) -> None:
     if chunk.cut_error:
         if offset < 0:    # events of a document already decoded whole cannot be cut wrong
             raise TraceError(f"{path}: invalid JSON (an event of traceEvents could not be decoded)")
-        raise document._Fallback()
+        raise document.Fallback()
     if chunk.error is not None:
         raise TraceError(f"{path}: {chunk.error}")
     if chunk.json_error is not None:
@@ -146,7 +146,7 @@ def decode_second_half(path: Path, start: int, prefix: bytes,
             if len(run) == PART_CHUNKS:
                 parts.append(finish(merged(path, run)))
                 run = []
-    except document._Fallback:
+    except document.Fallback:
         return CUT_WRONG
     return CUT_WRONG     # pragma: no cover - split_from ends with the Document
 

@@ -2,7 +2,7 @@
 ``traceEvents`` for ``kineto`` to decode, and its metadata.
 
 A chunk is only a candidate cut until it decodes; a document that cannot be streamed safely is
-decoded whole (``_Fallback``), which is exact. Split from ``kineto`` (the event structs and the
+decoded whole (``Fallback``), which is exact. Split from ``kineto`` (the event structs and the
 decoding of one chunk) because reading and cutting the file is its own concern.
 """
 
@@ -19,7 +19,7 @@ from typing import Any, Iterator, Union
 
 import msgspec
 
-from headroom.trace.kineto import _BYTE, TraceError
+from headroom.trace.kineto import BYTE_OFFSET, TraceError
 
 # --- the document around the events ------------------------------------------------
 
@@ -112,6 +112,12 @@ def _open(path: Path):
         raise TraceError(f"{path}: is a directory") from None
     except OSError as e:
         raise TraceError(f"{path}: cannot read ({e.strerror})") from None
+
+
+def is_gzip(path: Path) -> bool:
+    """Whether the file is gzip (by its magic bytes)."""
+    with _open(path) as f:
+        return f.read(2) == b"\x1f\x8b"
 
 
 def blocks(path: Path, size: int | None = None, start: int = 0, stop: int | None = None) -> Iterator[bytes]:
@@ -264,14 +270,14 @@ def split(path: Path, block: int | None = None, stop: int | None = None) -> Iter
     A chunk is cut at a `}, {` and only proven right when it decodes (decode_events): it starts
     between two events, so it decodes as an array only if it also ends between two. The array is
     written in place into the read buffer (its brackets overwrite the separator's whitespace or
-    comma) and handed on as a view, so no chunk is copied. Raises `_Fallback` when the document is
+    comma) and handed on as a view, so no chunk is copied. Raises `Fallback` when the document is
     not laid out so that it can be streamed safely (the caller then decodes it whole, which is exact).
     `stop`: end with the event whose closing `}` is at this file offset (a `Halves.close`), no Document.
     """
     it = blocks(path, block, stop=None if stop is None else stop + 1)
     found = _events_start(it)
     if found is None:
-        raise _Fallback()
+        raise Fallback()
     buf, prefix, offset = found
     yield from _cut(path, it, buf, offset, prefix, stop is not None)
 
@@ -298,9 +304,9 @@ def _events_start(it: Iterator[bytes]) -> tuple[bytearray, bytes, int] | None:
     try:
         # The key must be a key of the top-level object, not one nested deeper or inside a string.
         if not isinstance(msgspec.json.decode(prefix + b"[]}"), dict):
-            raise _Fallback()
+            raise Fallback()
     except (msgspec.DecodeError, RecursionError):
-        raise _Fallback() from None
+        raise Fallback() from None
     del buf[:m.end() - 1]          # buf[0] is the array's "["
     return buf, prefix, m.end() - 1
 
@@ -341,9 +347,9 @@ def _cut(path: Path, it: Iterator[bytes], buf: bytearray, offset: int, prefix: b
     except msgspec.ValidationError as e:
         raise TraceError(f"{path}: not a Kineto trace ({e})") from None
     except (msgspec.DecodeError, RecursionError):
-        raise _Fallback() from None
+        raise Fallback() from None
     if _EVENTS_KEY.search(tail, len(prefix) + 1) is not None:
-        raise _Fallback()   # "traceEvents" again: decode exactly, as a whole
+        raise Fallback()   # "traceEvents" again: decode exactly, as a whole
     raws = doc.traceEvents or []
     if raws:
         yield _array(raws), -1
@@ -364,12 +370,11 @@ def halves(path: Path, fraction: float) -> Halves | None:
     """Where to divide a plain (not gzip) trace file at about `fraction` of its bytes; None when it cannot
     be divided (gzip, no traceEvents near the start, no separator near that point)."""
     size = path.stat().st_size
-    with _open(path) as f:
-        if f.read(2) == b"\x1f\x8b":
-            return None
+    if is_gzip(path):
+        return None
     try:
         found = _events_start(blocks(path, 1 << 20, start=0, stop=min(size, 1 << 20)))
-    except _Fallback:
+    except Fallback:
         return None
     if found is None:
         return None
@@ -388,7 +393,7 @@ def _array(raws: list[msgspec.Raw]) -> bytes:
     return b"[" + b",".join(raws) + b"]"
 
 
-class _Fallback(Exception):
+class Fallback(Exception):
     """The streamed split cannot be trusted for this file; decode it whole."""
 
 
@@ -423,7 +428,7 @@ def whole(path: Path, events_per_chunk: int = 1 << 16) -> Iterator[tuple[bytes, 
 
 
 def _json_words(message: str, raw: bytes) -> str:
-    m = _BYTE.search(message)
+    m = BYTE_OFFSET.search(message)
     if m:
         at = int(m.group(1))
         try:
@@ -431,45 +436,3 @@ def _json_words(message: str, raw: bytes) -> str:
         except UnicodeDecodeError:
             return f"invalid UTF-8 near byte {at}"
     return message
-
-
-# --- the worker process ---------------------------------------------------------------
-
-def workers_wanted() -> int:
-    """One worker process when another core is free now: the machine has two or more and, besides this
-    process, fewer tasks are runnable than it has other cores (the kernel's count of runnable tasks in
-    /proc/loadavg; the 1-minute load average where that is missing, which still counts processes that have
-    just ended). On a busy machine a second process only competes (docs/benchmarks.md measures both).
-    HEADROOM_LOAD_WORKERS=0 or 1 decides instead."""
-    forced = workers_forced()
-    if forced is not None:
-        return int(forced)
-    cores = os.cpu_count() or 1
-    if cores < 2:
-        return 0
-    others = _other_runnable_tasks()
-    return 1 if others <= cores - 2 else 0
-
-
-def workers_forced() -> bool | None:
-    """What HEADROOM_LOAD_WORKERS decides (0: no worker, 1 or more: the worker), None when it is not set."""
-    wanted = os.environ.get("HEADROOM_LOAD_WORKERS")
-    if wanted is not None and wanted.strip().isdigit():
-        return int(wanted) >= 1
-    return None
-
-
-def _other_runnable_tasks() -> float:
-    try:
-        with open("/proc/loadavg") as f:
-            return runnable_others(f.read())
-    except (OSError, IndexError, ValueError):
-        try:
-            return max(os.getloadavg()[0] - 1, 0.0)
-        except OSError:
-            return 0.0
-
-
-def runnable_others(loadavg: str) -> int:
-    """Tasks runnable now besides the reader, from /proc/loadavg's text ("0.6 0.7 0.7 3/93 29442": 3 runnable)."""
-    return max(int(loadavg.split()[3].split("/")[0]) - 1, 0)

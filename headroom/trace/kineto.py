@@ -24,6 +24,7 @@ import numpy as np
 import lazy_loader
 
 from headroom.errors import UserError
+from headroom.trace import schema
 from headroom.trace.inputs import module_inputs
 from headroom.trace.ranges import MODULE_PREFIX
 
@@ -37,86 +38,20 @@ class TraceError(UserError):
     """A trace that cannot be read; the message names the file and the problem."""
 
 
-# --- the wire format ------------------------------------------------------------
+# --- the wire format (the structs: schema.py) ---------------------------------------------
 
 
-
-# The fast path: the types Kineto writes. msgspec skips every other field
-# (call stacks, occupancy numbers) without building objects; input shapes stay raw views.
-_ARG_NAMES = {"external_id": "External id", "sequence": "Sequence number", "fwd_thread": "Fwd thread id",
-              "dims": "Input Dims", "types": "Input type"}
-
-
-class _Args(msgspec.Struct, rename=_ARG_NAMES, gc=False, frozen=True):
-    external_id: Union[int, None] = None
-    correlation: Union[int, None] = None
-    sequence: Union[int, None] = None      # autograd's: a backward op and the forward op that made it share one
-    fwd_thread: Union[int, None] = None    # on backward ops: the forward thread (0 or absent on forward ops)
-    device: Union[int, None] = None
-    stream: Union[int, None] = None
-    bytes: Union[int, float, None] = None
-    # cuda_sync "Stream Wait Event" / "Event Sync": the stream and the cudaEventRecord call waited on.
-    wait_on_stream: Union[int, None] = None
-    wait_on_cuda_event_record_corr_id: Union[int, None] = None
-    # record_shapes: kept as raw text (a view, no objects built) and decoded for module ranges only.
-    dims: msgspec.Raw = msgspec.Raw()
-    types: msgspec.Raw = msgspec.Raw()
-
-
-_NO_ARGS = _Args()
-
-
-class _Event(msgspec.Struct, gc=False):
-    ph: str = ""
-    cat: str = ""
-    name: str = ""
-    pid: Union[int, str] = 0
-    tid: Union[int, str] = 0
-    ts: Union[float, None] = None
-    dur: Union[float, None] = None
-    id: Union[int, None] = None
-    # One shared empty value where an event has no args, so `args.x` reads never test for None
-    # (an explicit `"args": null` is not Kineto's; it takes the lenient path).
-    args: _Args = _NO_ARGS
-
-
-# The lenient path: every spelling seen in the wild, normalised into an `_Event`.
-Id = Union[int, str, None]
-
-
-class _LooseArgs(msgspec.Struct, rename=_ARG_NAMES, gc=False):
-    external_id: Id = None
-    correlation: Id = None
-    sequence: Id = None
-    fwd_thread: Id = None
-    device: Id = None
-    stream: Id = None
-    bytes: Union[int, float, str, None] = None
-    wait_on_stream: Id = None
-    wait_on_cuda_event_record_corr_id: Id = None
-    dims: msgspec.Raw = msgspec.Raw()
-    types: msgspec.Raw = msgspec.Raw()
-
-
-class _LooseEvent(msgspec.Struct, gc=False):
-    ph: str = ""
-    cat: str = ""
-    name: str = ""
-    pid: Union[int, str] = 0
-    tid: Union[int, str] = 0
-    ts: Union[float, str, None] = None
-    dur: Union[float, str, None] = None
-    id: Id = None
-    args: Union[_LooseArgs, None] = None
+# A decoded event: a schema.FastEvent (a struct made at import, its fields the schema's rows).
+Event = Any
 
 
 class _CategoryOnly(msgspec.Struct, gc=False):
     cat: Any = None
 
 
-_EVENTS = msgspec.json.Decoder(list[_Event])
+_EVENTS = msgspec.json.Decoder(list[schema.FastEvent])
 _RAWS = msgspec.json.Decoder(list[msgspec.Raw])
-_ONE_LOOSE = msgspec.json.Decoder(_LooseEvent)
+_ONE_LOOSE = msgspec.json.Decoder(schema.LooseEvent)
 _ONE_CATEGORY = msgspec.json.Decoder(_CategoryOnly)
 
 # Kineto renamed its categories over the years; every spelling (lower-cased)
@@ -138,23 +73,8 @@ _TABLE_OF_CATEGORY = {
     "fwdbwd": ("flows", "fwdbwd"),
 }
 GPU_CATEGORIES = frozenset(c for c, (t, _) in _TABLE_OF_CATEGORY.items() if t == "gpu")
-TABLES = ("gpu", "launches", "cpu", "gpu_annotations", "syncs", "flows")
-# The columns each table keeps.
-TABLE_COLUMNS = {
-    "gpu": ["name", "kind", "pid", "tid", "ts", "dur", "device", "stream", "correlation", "external_id",
-            "bytes", "index"],
-    "launches": ["name", "kind", "pid", "tid", "ts", "dur", "correlation", "external_id", "index"],
-    "cpu": ["name", "kind", "pid", "tid", "ts", "dur", "external_id", "sequence", "fwd_thread", "inputs", "index"],
-    "gpu_annotations": ["name", "pid", "tid", "ts", "dur", "device", "stream", "index"],
-    "syncs": ["name", "pid", "tid", "ts", "dur", "device", "stream", "correlation", "wait_on_stream",
-              "wait_on_cuda_event_record_corr_id", "index"],
-    "flows": ["kind", "ph", "pid", "tid", "ts", "id", "index"],
-}
-_SCHEMA_NAMES = {"name": "String", "kind": "Categorical", "ph": "Categorical", "pid": "String", "tid": "String",
-                 "ts": "Float64", "dur": "Float64", "device": "Int64", "stream": "Int64", "correlation": "Int64",
-                 "external_id": "Int64", "sequence": "Int64", "fwd_thread": "Int64", "inputs": "String",
-                 "id": "Int64", "bytes": "Float64", "index": "Int64",
-                 "wait_on_stream": "Int64", "wait_on_cuda_event_record_corr_id": "Int64"}
+TABLES = schema.TABLES
+TABLE_COLUMNS = schema.TABLE_COLUMNS     # the columns each table keeps
 _FLOW_PHASES = frozenset("sft")
 
 
@@ -225,7 +145,8 @@ class Chunk:
     files: dict[str, str] = field(default_factory=dict)   # tables written to Arrow files (chunks.spill)
 
 
-_BYTE = re.compile(r"\(byte (\d+)\)")
+# Where msgspec's error message says the problem is (document.py words whole-document errors with it too).
+BYTE_OFFSET = re.compile(r"\(byte (\d+)\)")
 
 
 def decode_events(doc: bytes | memoryview) -> Chunk:
@@ -258,7 +179,7 @@ def _decode_events(doc: bytes | memoryview) -> Chunk:
 def _json_problem(e: msgspec.DecodeError, length: int) -> Chunk:
     if "UTF-8" in str(e):
         return Chunk({}, 0, json_error=(-1, "invalid UTF-8 in a string"))
-    m = _BYTE.search(str(e))
+    m = BYTE_OFFSET.search(str(e))
     # The array starts between two events, so everything before its closing bracket is the
     # document's own text: an error there is the document's; one at the bracket (or past the
     # end) means the cut, or the document's end, is not where it was taken to be.
@@ -267,13 +188,13 @@ def _json_problem(e: msgspec.DecodeError, length: int) -> Chunk:
     return Chunk({}, 0, cut_error=True)
 
 
-def _fast_chunk(events: list[_Event]) -> Chunk:
+def _fast_chunk(events: list[Event]) -> Chunk:
     chunk = Chunk({}, len(events))
     chunk.tables = _split_tables(events, np.arange(len(events), dtype=np.int64), chunk)
     return chunk
 
 
-def _split_tables(events: list[_Event], positions: np.ndarray, chunk: Chunk) -> dict[str, pl.DataFrame]:
+def _split_tables(events: list[Event], positions: np.ndarray, chunk: Chunk) -> dict[str, pl.DataFrame]:
     """Route each event to its table by (ph, cat), vectorised over codes; build each table's columns."""
     codes = np.fromiter(map(ROUTES.__getitem__, zip(map(_GET["ph"], events), map(_GET["cat"], events))),
                         dtype=np.int32, count=len(events))
@@ -290,7 +211,7 @@ def _split_tables(events: list[_Event], positions: np.ndarray, chunk: Chunk) -> 
     return tables
 
 
-def _without_plain_python_functions(events: list[_Event], rows: np.ndarray, codes: np.ndarray):
+def _without_plain_python_functions(events: list[Event], rows: np.ndarray, codes: np.ndarray):
     """python_function events are the bulk of a with_stack trace; only nn.Module ones are read."""
     python = ROUTES.python_functions()[codes[rows]]
     if not python.any():
@@ -313,7 +234,7 @@ def count_unreadable(chunk: Chunk, index: int, problem: str, category: Any) -> N
 
 def _lenient_chunk(raws: list[msgspec.Raw]) -> Chunk:
     """Event by event: each decoded with the lenient structs and normalised to the fast path's values."""
-    events: list[_Event] = []
+    events: list[Event] = []
     positions: list[int] = []
     chunk = Chunk({}, len(raws))
     for i, raw in enumerate(raws):
@@ -341,17 +262,12 @@ def _problem(err: msgspec.ValidationError) -> str:
     return f"the event: {text[0].lower()}{text[1:]}"
 
 
-def _normalised(e: _LooseEvent) -> _Event:
+def _normalised(e: Any) -> Event:
     a = e.args
-    args = _NO_ARGS if a is None else _Args(
-        external_id=_id_value(a.external_id), correlation=_id_value(a.correlation),
-        sequence=_id_value(a.sequence), fwd_thread=_id_value(a.fwd_thread),
-        device=_id_value(a.device), stream=_id_value(a.stream), bytes=_float_value(a.bytes),
-        wait_on_stream=_id_value(a.wait_on_stream),
-        wait_on_cuda_event_record_corr_id=_id_value(a.wait_on_cuda_event_record_corr_id),
-        dims=a.dims, types=a.types)
-    return _Event(ph=e.ph, cat=e.cat, name=e.name, pid=e.pid, tid=e.tid, ts=_float_value(e.ts),
-                  dur=_float_value(e.dur), id=_id_value(e.id), args=args)
+    args = schema.NO_ARGS if a is None else schema.FastArgs(**{f.column: _VALUE_OF[f.type](getattr(a, f.column))
+                                                                for f in schema.ARG_FIELDS})
+    return schema.FastEvent(**{f.column: _VALUE_OF[f.type](getattr(e, f.column)) for f in schema.EVENT_FIELDS},
+                            args=args)
 
 
 def _id_value(v) -> int | None:
@@ -371,6 +287,15 @@ def _float_value(v) -> float | None:
         return float(v)
     except (TypeError, ValueError, OverflowError):
         return float("nan")
+
+
+def _same(v):
+    return v
+
+
+# How the lenient path normalises a value of each schema type into the fast path's.
+_VALUE_OF = {"text": _same, "thread": _same, "raw": _same, "time": _float_value, "number": _float_value,
+             "id": _id_value, "small_id": _id_value}
 
 
 def id_series(values: list) -> pl.Series:
@@ -394,16 +319,12 @@ def _text_series(values: list) -> pl.Series:
         return pl.Series(list(map(str, values)), dtype=pl.String)
 
 
-_GET = {name: attrgetter(name) for name in ("name", "cat", "ph", "pid", "tid", "ts", "dur", "id")}
-_GET_ARG = {name: attrgetter(f"args.{name}") for name in (
-    "external_id", "correlation", "sequence", "fwd_thread", "device", "stream", "bytes", "wait_on_stream",
-    "wait_on_cuda_event_record_corr_id")}
-# Device and stream numbers: one beyond 64 bits is no number a device has (null: the pid/tid is used).
-_SMALL_IDS = frozenset(("device", "stream", "wait_on_stream"))
+_GET = {f.column: attrgetter(f.column) for f in schema.EVENT_FIELDS}
+_GET_ARG = {f.column: attrgetter(f"args.{f.column}") for f in schema.ARG_FIELDS}
 
 
 def empty_table(table: str) -> pl.DataFrame:
-    return pl.DataFrame(schema={c: getattr(pl, _SCHEMA_NAMES[c]) for c in TABLE_COLUMNS[table]})
+    return pl.DataFrame(schema={c: getattr(pl, schema.POLARS_TYPES[c]) for c in TABLE_COLUMNS[table]})
 
 
 def table_frame(table: str, codes: np.ndarray, index: np.ndarray, column) -> pl.DataFrame:
@@ -420,7 +341,7 @@ def table_frame(table: str, codes: np.ndarray, index: np.ndarray, column) -> pl.
     return pl.DataFrame(out)
 
 
-def _table(table: str, events: list[_Event], codes: np.ndarray, index: np.ndarray) -> pl.DataFrame:
+def _table(table: str, events: list[Event], codes: np.ndarray, index: np.ndarray) -> pl.DataFrame:
     """The table's columns from its events (`codes`: their routes, `index`: their positions in the chunk)."""
     if not events:
         return empty_table(table)
@@ -438,6 +359,6 @@ def _table(table: str, events: list[_Event], codes: np.ndarray, index: np.ndarra
             return module_inputs(out["name"], lambda row: (events[row].args.dims, events[row].args.types))
         values = list(map(_GET_ARG[c], events))
         return (pl.Series(values, dtype=pl.Float64) if c == "bytes" else
-                id_series(values).cast(pl.Int64, strict=False) if c in _SMALL_IDS else id_series(values))
+                id_series(values).cast(pl.Int64, strict=False) if c in schema.SMALL_IDS else id_series(values))
 
     return table_frame(table, codes, index, column)

@@ -25,17 +25,17 @@ import json
 import os
 import shutil
 import tempfile
-from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Generator, Iterator
 
 import numpy as np
 import lazy_loader
 
-from headroom.trace import cache, chunks, document, kineto, validate
+from headroom.trace import cache, chunks, document, kineto, parallel, validate
 from headroom.trace.document import Document
 from headroom.trace.kineto import Chunk, TraceError
-from headroom.trace.tables import TRACE_TABLES, Trace, _tabulate
+from headroom.trace.tables import TRACE_TABLES, Trace, tabulate
 from headroom.trace.worker import Worker
 
 if TYPE_CHECKING:
@@ -44,14 +44,6 @@ else:
     pl = lazy_loader.load("polars")   # imported on first use (a cached analysis needs none)
 
 __all__ = ["Trace", "TraceError", "find_trace_files", "load_trace", "load_traces", "read_trace_json"]
-
-# Start the worker process only for files big enough to repay its start, its imports and its handing back
-# (the C scanner decodes several hundred MB a second): side by side, medians of one process against the
-# worker, 1.68 vs 1.96 s on a 263 MB trace (slower in each of five rounds), 4.01 vs 3.99 s on 714 MB
-# (faster in each of three), 10.62 vs 9.80 s on 2 GB (docs/benchmarks.md).
-WORKER_MIN_BYTES = 512 << 20
-# Stop with one line, not an OOM kill, when the machine has less than this left while loading.
-MEMORY_RESERVE_BYTES = 256 << 20
 
 
 def load_trace(path: str | os.PathLike, lenient: bool = False, use_cache: bool = True) -> Trace:
@@ -138,7 +130,7 @@ class DeferredTrace(Trace):
         return self.__dict__[name]
 
 
-def _decoded(path: Path, lenient: bool, workers: bool = True):
+def _decoded(path: Path, lenient: bool, workers: bool = True) -> Decoded:
     # Chunks of structs: the cyclic GC would rescan them for nothing.
     gc_was_enabled = gc.isenabled()
     gc.disable()
@@ -149,10 +141,21 @@ def _decoded(path: Path, lenient: bool, workers: bool = True):
             gc.enable()
 
 
-def _finish(path: Path, key, decoded) -> Trace:
-    tables, orders, base_ns, meta, warnings = decoded
-    with small_pages():
-        trace = _tabulate(document.source_name(path), tables, base_ns, meta, warnings, orders)
+@dataclass
+class Decoded:
+    """One trace file decoded (what the worker sends back for a whole file): its checked polars tables in event
+    order, each table's rows in loader order (None: as they are), time base, metadata and warnings."""
+    tables: dict[str, pl.DataFrame]
+    orders: dict[str, np.ndarray | None]
+    base_ns: int | None
+    metadata: dict[str, Any]
+    warnings: list[str]
+
+
+def _finish(path: Path, key, decoded: Decoded) -> Trace:
+    base_ns, meta, warnings = decoded.base_ns, decoded.metadata, decoded.warnings
+    with parallel.small_pages():
+        trace = tabulate(document.source_name(path), decoded.tables, base_ns, meta, warnings, decoded.orders)
     if key is not None and cache.store_tables(key, {t: getattr(trace, t) for t in TRACE_TABLES}, base_ns, meta,
                                               warnings):
         trace.cache_key = key
@@ -160,10 +163,9 @@ def _finish(path: Path, key, decoded) -> Trace:
 
 
 def iter_traces(files: list[Path], lenient: bool = False, use_cache: bool = True) -> Generator[Trace, None, None]:
-    """Each file's Trace, in order. With a core free, files under WORKER_MIN_BYTES of text and memory left
-    for two, the worker process decodes every other file (the 2nd, 4th, ...) while this process decodes and
-    the caller analyses the one before it; otherwise one at a time (a file of WORKER_MIN_BYTES or more in
-    two halves, `decode`)."""
+    """Each file's Trace, in order. When the worker helps (parallel.worker_for_next), it decodes every other
+    file (the 2nd, 4th, ...) while this process decodes and the caller analyses the one before it; otherwise
+    one at a time (a big file in two halves, `decode`)."""
     files = [Path(f) for f in files]
     helper: Worker | None = None
     try:
@@ -204,80 +206,50 @@ def iter_traces(files: list[Path], lenient: bool = False, use_cache: bool = True
 
 
 def _worth_a_worker(path: Path, nxt: Path, use_cache: bool, lenient: bool) -> bool:
-    if not document.workers_wanted():
-        return False
     if use_cache and (k := cache.key(nxt, lenient)) is not None and (k.entry / "header.json").exists():
         return False    # the next one is a cache read
-    try:
-        texts = (text_bytes(path), text_bytes(nxt))
-        if not document.workers_forced() and max(texts) >= WORKER_MIN_BYTES:
-            # Two big ones at once would double the memory for a small gain (2-11% on 260 MB ranks); a plain
-            # file this big is decoded in two halves with the worker instead.
-            return False
-        available = memory_available()
-        return available is None or sum(texts) * MEMORY_PER_TEXT_BYTE < available
-    except TraceError:
-        return False    # e.g. the next file is gone: it is named when its turn comes
+    return parallel.worker_for_next(path, nxt)
 
 
-def decode(path: Path, lenient: bool = False, workers: bool = True):
-    """The checked polars tables (event order), their loader orders, time base, metadata and warnings of one trace file
+def decode(path: Path, lenient: bool = False, workers: bool = True) -> Decoded:
+    """One trace file decoded: its checked polars tables, their loader orders, time base, metadata, warnings
     (`workers`: may use the worker process: for a plain file it decodes the second half while this
     process decodes the first; for a gzip file, every other chunk)."""
-    _check_memory_for(path)
-    size = _size(path)
-    helper = Worker() if workers and size >= WORKER_MIN_BYTES and document.workers_wanted() else None
+    parallel.check_memory_for(path)
+    size = parallel.file_size(path)
+    helper = Worker() if workers and parallel.worker_for_file(size) else None
     try:
         found = _decoded_in_halves(path, helper) if helper is not None else None
         if found is None and helper is not None and helper.closed:
             helper = None       # stopped mid-answer (the first half's cut proved wrong): go on without it
         if found is None:
             try:
-                found = chunks.decode_chunks(path, document.split(path), helper, _check_memory_left)
-            except document._Fallback:
+                found = chunks.decode_chunks(path, document.split(path), helper, parallel.check_memory_left)
+            except document.Fallback:
                 if helper is not None and helper.busy:
                     helper.result()
-                found = chunks.decode_chunks(path, document.whole(path), helper, _check_memory_left)
+                found = chunks.decode_chunks(path, document.whole(path), helper, parallel.check_memory_left)
     finally:
         if helper is not None:
             helper.close()
-    with small_pages():
+    with parallel.small_pages():
         return _assemble(path, *found, lenient)  # type: ignore[call-arg]
-
-
-# How a plain file is shared between this process and the worker, which first starts (imports) and writes
-# its parts to files as it goes, while this process reads them back at the end: both should finish
-# together. On the benchmark machine, with the C scanner (docs/benchmarks.md): 0.4 s to start, 2.7 s of
-# decoding per GB here, 3.3 s per GB in the worker (its writes included), 0.42 s per GB of the worker's text
-# to read its parts back; so this process takes 62% of a 714 MB file and 55% of 2 GB.
-WORKER_START_S = 0.4
-DECODE_S_PER_BYTE = 2.7e-9
-WORKER_S_PER_BYTE = 3.3e-9
-READ_BACK_S_PER_BYTE = 0.42e-9
-
-
-def first_share(size: int) -> float:
-    """The share x of the file this process decodes: x·S·d + (1-x)·S·r = w + (1-x)·S·k (d, k: this
-    process's and the worker's seconds per byte, r: reading a byte's parts back, w: the worker's start)."""
-    size = max(size, 1)
-    x = (WORKER_START_S + size * (WORKER_S_PER_BYTE - READ_BACK_S_PER_BYTE)) / \
-        (size * (DECODE_S_PER_BYTE + WORKER_S_PER_BYTE - READ_BACK_S_PER_BYTE))
-    return min(0.75, max(0.5, x))
 
 
 def _decoded_in_halves(path: Path, helper: Worker):
     """(chunks, Document) of a plain file decoded in two halves side by side, or None to decode it as one
     run (gzip; no place to divide it; a cut that proved wrong on either side)."""
-    size = _size(path)
-    where = document.halves(path, first_share(size))
+    size = parallel.file_size(path)
+    where = document.halves(path, parallel.first_share(size))
     if where is None:
         return None
-    folder = Path(tempfile.mkdtemp(prefix="headroom-half-", dir=_spill_base(size)))
+    folder = Path(tempfile.mkdtemp(prefix="headroom-half-", dir=parallel.spill_base(size)))
     try:
         helper.submit_half(path, where.open, where.prefix, folder)
         try:
-            mine, _ = chunks.decode_chunks(path, document.split(path, stop=where.close), None, _check_memory_left)
-        except document._Fallback:
+            mine, _ = chunks.decode_chunks(path, document.split(path, stop=where.close), None,
+                                           parallel.check_memory_left)
+        except document.Fallback:
             helper.close()      # its half may be several messages long: stop it rather than read them
             return None
         first = chunks.from_worker(helper, last=False)
@@ -293,21 +265,8 @@ def _decoded_in_halves(path: Path, helper: Worker):
         shutil.rmtree(folder, ignore_errors=True)
 
 
-def _spill_base(size: int) -> str | None:
-    """Where the worker writes its parts: memory (/dev/shm) when it has room for the whole half's text
-    (more than its tables need), else the temporary directory."""
-    try:
-        shm = os.statvfs("/dev/shm")
-        if shm.f_bavail * shm.f_frsize > size:
-            return "/dev/shm"
-    except OSError:
-        pass
-    return None
-
-
-def _assemble(path: Path, decoded: list[Chunk], doc: Document, lenient: bool):
-    """(the checked tables in event order, each table's rows in loader order (None: as they are), time base,
-    metadata, warnings)."""
+def _assemble(path: Path, decoded: list[Chunk], doc: Document, lenient: bool) -> Decoded:
+    """The chunks merged, ordered and checked."""
     warnings: list[str] = []
     whole = chunks.merged(path, decoded)
     tables = {table: _in_event_order(whole.tables.pop(table)) for table in kineto.TABLES}
@@ -326,13 +285,13 @@ def _assemble(path: Path, decoded: list[Chunk], doc: Document, lenient: bool):
     for table in kineto.TABLES:
         if table != "flows" and (table not in orders or checked[table] is not tables[table]):
             orders[table] = loader_order(checked[table])      # (a table --lenient dropped rows of: anew)
-    return checked, orders, doc.base_ns, doc.meta, warnings
+    return Decoded(checked, orders, doc.base_ns, doc.meta, warnings)
 
 
 # Rows keep the order headroom's loader has always given them (so every table and every float
 # sum over them stays as it was): per block of 65,536 events, grouped by kind in the order the
 # kinds first appear in the block, then in event order. The tables stay in event order until they
-# become pandas tables (tables._tabulate), where the order is a take of numpy arrays: a gather of
+# become pandas tables (tables.tabulate), where the order is a take of numpy arrays: a gather of
 # the polars frames' text columns included was the larger part of this stage on the 2 GB trace (cProfile).
 ORDER_BLOCK = 1 << 16
 
@@ -368,96 +327,6 @@ def loader_order(frame: pl.DataFrame) -> np.ndarray | None:
     if bool((order[1:] == order[:-1] + 1).all()):
         return None
     return order
-
-
-# --- memory -------------------------------------------------------------------------
-
-@contextmanager
-def small_pages():
-    """numpy asks the kernel for huge pages for every array of 4 MB or more (madvise); where transparent huge
-    pages are given on request (`defrag` = madvise, the kernel's default), each such array's first touch can
-    wait for the kernel to compact memory. The tables and analyses of a big trace make many such arrays once:
-    on the 2 GB trace, without the requests, 3.2-3.4 s in the kernel instead of 3.5-4.8 s in four rounds side
-    by side, faster in three (docs/benchmarks.md). The setting is numpy's, for the whole process: restored after."""
-    try:
-        from numpy._core import multiarray
-    except ImportError:    # pragma: no cover - numpy 1.x
-        from numpy.core import multiarray  # type: ignore[no-redef]
-    setter = getattr(multiarray, "_set_madvise_hugepage", None)
-    if setter is None:    # pragma: no cover - a numpy without the setting
-        yield
-        return
-    previous = setter(False)
-    try:
-        yield
-    finally:
-        setter(previous)
-
-
-def _size(path: Path) -> int:
-    try:
-        return path.stat().st_size
-    except FileNotFoundError:
-        raise TraceError(document.missing(path)) from None
-    except OSError as e:
-        raise TraceError(f"{path}: cannot read ({e.strerror})") from None
-
-
-def memory_available() -> int | None:
-    """Bytes this process may still use: the machine's MemAvailable, or the cgroup's limit if lower."""
-    available = None
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    available = int(line.split()[1]) * 1024
-                    break
-    except OSError:
-        return None
-    for limit_file, usage_file in (("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory.current"),):
-        try:
-            limit = open(limit_file).read().strip()
-            if limit != "max":
-                left = int(limit) - int(open(usage_file).read())
-                available = left if available is None else min(available, left)
-        except (OSError, ValueError):
-            pass
-    return available
-
-
-# Peak memory of a load, per byte of trace text (measured on the benchmark shapes,
-# docs/benchmarks.md: 0.3-0.5; the margin covers the analysis that follows).
-MEMORY_PER_TEXT_BYTE = 0.8
-GZIP_EXPANSION = 12   # a Kineto trace's text is 7-15x its gzip size
-
-
-def text_bytes(path: Path) -> int:
-    """The JSON text a trace file holds: its size, or a gzip file's times GZIP_EXPANSION."""
-    size = _size(path)
-    with document._open(path) as f:
-        gz = f.read(2) == b"\x1f\x8b"
-    return int(size * (GZIP_EXPANSION if gz else 1))
-
-
-def needed_memory(path: Path) -> int:
-    return int(text_bytes(path) * MEMORY_PER_TEXT_BYTE)
-
-
-def _check_memory_for(path: Path) -> None:
-    available = memory_available()
-    if available is None:
-        return
-    needed = needed_memory(path)
-    if needed > available:
-        raise TraceError(f"{path}: needs about {needed / 2**30:.1f} GiB of memory to load, "
-                         f"{available / 2**30:.1f} GiB is available")
-
-
-def _check_memory_left(path: Path) -> None:
-    available = memory_available()
-    if available is not None and available < MEMORY_RESERVE_BYTES:
-        raise TraceError(f"{path}: ran out of memory while loading ({available / 2**20:.0f} MiB left); "
-                         f"it needs about {needed_memory(path) / 2**30:.1f} GiB")
 
 
 def is_trace_name(path: Path) -> bool:

@@ -17,6 +17,7 @@ import msgspec
 from headroom.errors import UserError
 from headroom.trace.document import read_bytes
 from headroom.trace.inputs import DTYPE_NAMES
+from headroom.trace.schema import KEYS
 
 
 @dataclass(frozen=True)
@@ -64,8 +65,8 @@ class OpCall:
         return self.concrete[i] if 0 <= i < len(self.concrete) else ""
 
 
-class _Args(msgspec.Struct, rename={"external_id": "External id", "dims": "Input Dims", "types": "Input type",
-                                    "strides": "Input Strides", "concrete": "Concrete Inputs"}, gc=False):
+class _Args(msgspec.Struct, rename={c: KEYS[c] for c in ("external_id", "dims", "types", "strides", "concrete")},
+            gc=False):
     external_id: Union[int, str, None] = None
     dims: msgspec.Raw = msgspec.Raw()
     types: msgspec.Raw = msgspec.Raw()

@@ -42,12 +42,13 @@ def decode_events(doc: bytes | memoryview) -> Chunk:
 
 
 SCANNER = _scan.Scanner() if _scan is not None else None
-# Bits of the scanner's `present` column: which integer fields an event has (else null).
-PRESENT_BIT = {"external_id": 0, "correlation": 1, "sequence": 2, "fwd_thread": 3, "device": 4, "stream": 5,
-               "wait_on_stream": 6, "wait_on_cuda_event_record_corr_id": 7, "id": 8}
+# Bits of the scanner's `present` column: which integer fields an event has (else null), in the order of its
+# key table (_scan_keys.h, generated from headroom/data/kineto.toml).
+PRESENT_BIT = {c: bit for bit, c in enumerate(_scan.INT_COLUMNS)} if _scan is not None else {}
+DOUBLES = frozenset(_scan.DOUBLE_COLUMNS) if _scan is not None else frozenset()
 # The scanner's columns' types (the rest are int64).
-TYPES = {"pair": np.int32, "name": np.int32, "pid_text": np.int32, "tid_text": np.int32, "present": np.uint16,
-         "ts": np.float64, "dur": np.float64, "bytes": np.float64}
+TYPES = {"pair": np.int32, "name": np.int32, "present": np.uint16, **{c: np.float64 for c in DOUBLES},
+         **({f"{c}_text": np.int32 for c in _scan.THREAD_COLUMNS} if _scan is not None else {})}
 # A scanner keeps every distinct name it met; one that met this many starts afresh (a long-lived process).
 NAMES_MAX = 1 << 20
 
@@ -138,7 +139,7 @@ def _table(table: str, doc, a: dict[str, np.ndarray], rows: np.ndarray, codes: n
                 return pl.Series([names[n] if n >= 0 else str(v) for n, v in zip(text.tolist(), values)],
                                  dtype=pl.String)
             return pl.Series(a[c][rows], dtype=pl.Int64)
-        if c in ("ts", "dur", "bytes"):
+        if c in DOUBLES:
             values = a[c][rows]
             return _with_nulls(values, np.isnan(values), pl.Float64)
         if c == "inputs":

@@ -241,7 +241,7 @@ def _frame(columns: dict[str, Any]) -> pd.DataFrame:
                          for c, v in columns.items()}, copy=False)
 
 
-def _tabulate(source: str, tables: dict[str, pl.DataFrame], base_ns: int | None, meta: dict[str, Any],
+def tabulate(source: str, tables: dict[str, pl.DataFrame], base_ns: int | None, meta: dict[str, Any],
               warnings: list[str] | None = None, orders: dict[str, Any] | None = None) -> Trace:
     """The pandas tables the analyses use; `orders`: each table's rows in loader order (load.loader_order)."""
     orders = orders or {}

@@ -22,6 +22,7 @@ import numpy as np
 
 from headroom.errors import UserError
 from headroom.trace.ranges import PROFILER_STEP_PREFIX
+from headroom.trace.schema import REQUIRED
 
 if TYPE_CHECKING:
     import polars as pl
@@ -77,11 +78,9 @@ def _problems(frame: pl.DataFrame, lo: float, hi: float, longest: float | None =
     earlier one in device, stream, name, ts and dur is a problem."""
     slack = max(SLACK_FACTOR * (hi - lo), MIN_SLACK_US)
     ts, dur = pl.col("ts"), pl.col("dur")
-    checks = [
-        ("ts", ts.is_null(), "missing"),
-        ("ts", ~ts.is_finite(), "not a finite number"),
-        ("dur", dur.is_null(), "missing"),
-        ("dur", ~dur.is_finite(), "not a finite number"),
+    checks = [check for c in REQUIRED for check in ((c, pl.col(c).is_null(), "missing"),
+                                                    (c, ~pl.col(c).is_finite(), "not a finite number"))]
+    checks += [
         ("dur", dur < 0, "negative"),
         ("ts", (ts < lo - slack) | (ts > hi + slack), f"outside the trace's span ({lo:.17g} to {hi:.17g} us)"),
         ("dur", ts + dur > hi + slack, f"past the end of the trace's span ({hi:.17g} us)"),

@@ -59,7 +59,7 @@ class Worker:
         self.busy = True
 
     def submit_file(self, path: Path, lenient: bool) -> None:
-        """Decode a whole trace file (load.decode): its checked polars tables, base, metadata, warnings."""
+        """Decode a whole trace file (load.decode): a load.Decoded (its checked polars tables, base, metadata, warnings)."""
         send(self.process.stdin, FILE, pickle.dumps((str(path), lenient)))
         self.busy = True
 

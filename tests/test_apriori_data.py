@@ -6,6 +6,7 @@ table in docs/validation.md is what they give."""
 from __future__ import annotations
 
 import json
+import statistics
 import math
 from pathlib import Path
 
@@ -78,16 +79,38 @@ def _kernelbench(name: str) -> list[dict]:
 
 
 def test_kernelbench_identical_kernels_on_the_gated_clock():
-    """The reference as its own candidate, 44 level-1 problems (docs/verify.md, "On the H200")."""
-    rs = _kernelbench("kernelbench_l1.a.json.gz") + _kernelbench("kernelbench_l1.b.json.gz")
+    """The reference as its own candidate, all 100 level-1 problems in three calls (docs/verify.md, "On the H200")."""
+    latest = {}
+    for name in ("kernelbench_l1.a.json.gz", "kernelbench_l1.b.json.gz", "kernelbench_l1.c.json.gz"):
+        latest.update({r["problem"]: r for r in _kernelbench(name) if r["kind"] == "reference"})
+    rs = list(latest.values())
     passed = [r for r in rs if r["verdict"] == "pass"]
     inside = [r for r in passed if 0.97 <= r["speedup_ci"][0] and r["speedup_ci"][1] <= 1.03]
-    far = [r for r in passed if r["speedup_ci"][0] > 1.02 or r["speedup_ci"][1] < 0.98]
-    assert (len(rs), len(passed), len(inside), len(far)) == (44, 42, 41, 0)
+    far = {r["problem"].split("_")[0] for r in passed if r["speedup_ci"][0] > 1.02 or r["speedup_ci"][1] < 0.98}
+    assert (len(rs), len(passed), len(inside)) == (100, 98, 94)
+    assert far == {"68", "70"}
     assert {r["problem"]: r["verdict"] for r in rs if r["verdict"] != "pass"} == \
-        {"29_Softplus": "inconclusive", "90_cumprod": "fail"}
+        {"45_Average_Pooling_2D": "error", "90_cumprod": "fail"}
+    assert statistics.median(r["elapsed_s"] for r in rs) <= 60
+
+
+def test_kernelbench_attacks_on_the_gpu_fail_and_honest_candidates_pass():
+    """KernelBench's adversarial kernels, the zeros/partial-write/shape-cache candidates and our cheats on the H200."""
+    rs = _kernelbench("kernelbench_l1.d.json.gz")
+    cheats = [r for r in rs if r["kind"] in ("adversarial", "zeros", "partial_write", "shape_cache", "cheat")]
+    honest = [r for r in rs if r["kind"] in ("honest", "example")]
+    assert len(cheats) == 36 and len(honest) == 11
+    assert [r["problem"] for r in cheats if r["verdict"] not in ("fail", "error")] == []
+    assert [r["verdict"] for r in cheats if r["verdict"] == "error"] == ["error"]
+    assert all(r["verdict"] == "pass" for r in honest)
+    by_name = {r["candidate"].rsplit("/", 1)[-1]: r for r in rs if r["kind"] == "adversarial"}
+    assert {n: r["reason"].split(":")[0] for n, r in by_name.items()} == {
+        "non_default_stream_kernel.py": "stream_ordering", "result_reuse_kernel.py": "finite",
+        "zero_out_kernel.py": "no_input_mutation"}
+
+
+def test_kernelbench_early_harness_was_charged_its_own_input_writes():
     before = [r for r in _kernelbench("kernelbench_l1.before.json.gz") if r["verdict"] != "pass"]
     assert len(before) == 6 and all("calibrated time" in r["reason"] for r in before)
     text = (REPO / "docs" / "verify.md").read_text()
-    assert "42 of 44" in text and "41 of 44" in text
-    assert math.isclose(sum(r["speedup"] for r in inside) / len(inside), 1.0, abs_tol=0.01)
+    assert "98 of 100" in text and "94 of 100" in text

@@ -136,3 +136,9 @@ def gloo_bert_ddp(tmp_path_factory):
     out = tmp_path_factory.mktemp("gloo-bert")
     return profile_ranks("bert-base", Options(mode="train", flavour="tiny", batch=2, seq=32, parallel="ddp"),
                          nproc=2, device="cpu", out=out, steps=2, warmup=1, timed_steps=1)
+
+
+def pytest_collection_modifyitems(session, config, items):
+    """The Ray tests last: a process that has run Ray keeps gRPC's threads and fork handlers after
+    `ray.shutdown()`, and a later fork of this process (subprocess, multiprocessing) can hang in them."""
+    items.sort(key=lambda item: item.module.__name__.endswith("test_fleet"))

@@ -70,9 +70,9 @@ def test_classify_a_shipped_trace_without_torch(core_venv):
 
 def _check_llama_classification(stdout: str) -> None:
     d = json.loads(stdout)
-    assert round(100 * d["addressable_fraction"], 1) == 37.3
+    assert round(100 * d["addressable_fraction"], 1) == 37.1
     cats = {c["name"]: c for c in d["categories"]}
-    assert round(100 * cats["gemm"]["fraction"], 1) == 58.5 and cats["gemm"]["count"] == 678
+    assert round(100 * cats["gemm"]["fraction"], 1) == 58.6 and cats["gemm"]["count"] == 678
     assert d["device"] == "NVIDIA H200" and d["num_steps"] == 3
 
 

@@ -244,17 +244,16 @@ def test_an_unconfirmed_freeze_still_thaws(monkeypatch):
 
 def test_trials_and_timed_phases_share_one_global_state(tmp_path):
     """probe_state: the memory measurement, every trial and every timed forward see one torch global
-    state (the child also checks it at every call: ``child._Calls``), and buffers freed by the harness
-    come back poisoned (``child._poison``), whatever the command."""
+    state (the child also checks it at every call: ``child._Calls``), whatever the command."""
     r, report = _attack(tmp_path, "probe_state")
     assert_honest(r)
     rows = [line.split() for line in report.splitlines()]
     kinds = {k for k, _, _ in rows}
     assert {"Memory", "Trial", "Run"} <= kinds, kinds
     assert len({h for k, h, _ in rows if k != "Launches"}) == 1, rows
-    # a CPU's malloc hands a released output's block back to some allocations only (the GPU's caching
-    # allocator to nearly all): some fresh buffers read as NaN (all but its allocator's header)
-    assert max(float(nan) for k, _, nan in rows if k in ("Trial", "Run")) > 0.99, rows
+    # Whether a fresh buffer reads as NaN is up to the allocator (a CPU's malloc hands a released block back
+    # to some allocations only: 0 of about 40 in some runs), so it is not asserted here; what the child
+    # writes into a released output is (test_verify_unit: test_released_outputs_are_poisoned_...).
 
 
 @pytest.mark.parametrize("name", ["attack_trial_flags", "attack_trial_snapshot"])

@@ -83,3 +83,35 @@ def test_fbgemm_workloads_on_a_gpu_without_fbgemm_cuda_say_so(monkeypatch):
     monkeypatch.setattr(dlrm, "fbgemm_cuda_status", lambda: (False, "no CUDA kernels (the CPU build?)"))
     with pytest.raises(UserError, match="din: .*CUDA build of fbgemm-gpu.*CPU build"):
         _recsys.need_fbgemm_cuda(cfg, torch.device("cuda"))
+
+
+def test_deepfm_production_path_is_the_weighted_tbe(tmp_path):
+    """deepfm under DistributedModelParallel (gloo and fbgemm's CPU kernels here; NCCL and CUDA on a GPU):
+    the weighted TBE runs, not PyTorch's embedding_bag, so 02 matches and 01 (the unweighted TBE) does not."""
+    r = profile_workload("deepfm", Options(flavour="tiny", batch=64, extra={"sharding": "dmp"}), out=tmp_path, **FAST)
+    a = r.analysis
+    info = a.manifest["info"]
+    assert info["sharding"] == "dmp" and info["process_group"] == "gloo" and "weighted TBE" in info["embedding_path"]
+    names = set(a.events["name"].astype(str))
+    assert any("split_embedding_codegen_forward_weighted" in n for n in names)
+    assert "aten::embedding_bag" not in names and "aten::_embedding_bag" not in names
+    assert "FactorizationMachine" in set(a.events["module_type"].astype(str))
+    matched = set(coverage([a], suite="dlrm").matched)
+    assert {"02_WeightedMeanEmbeddingBag", "07_FMInteraction"} <= matched and "01_EmbeddingBagSum" not in matched
+
+
+def test_deepfm_sharding_option_is_checked(monkeypatch):
+    import torch
+
+    from headroom.errors import UserError
+    from headroom.workloads import _recsys, dlrm
+
+    cfg = get_workload("deepfm").resolve(Options(flavour="tiny", extra={"sharding": "tbe"}), "cpu")
+    with pytest.raises(UserError, match="deepfm: --opt sharding must be auto, dmp or none"):
+        _recsys.resolve_sharding(cfg, torch.device("cpu"))
+    auto = get_workload("deepfm").resolve(Options(flavour="tiny"), "cpu")
+    assert _recsys.resolve_sharding(auto, torch.device("cpu")) == ("none", "CPU")
+    monkeypatch.setattr(dlrm, "fbgemm_cuda_status", lambda: (True, "fbgemm_gpu 1.6.0 with CUDA kernels"))
+    assert _recsys.resolve_sharding(auto, torch.device("cuda")) == ("dmp", "fbgemm_gpu 1.6.0 with CUDA kernels")
+    monkeypatch.setattr(dlrm, "fbgemm_cuda_status", lambda: (False, "no CUDA kernels"))
+    assert _recsys.resolve_sharding(auto, torch.device("cuda"))[0] == "none"

@@ -6,17 +6,24 @@ dimension 128 with the Criteo 1TB cardinalities capped at 10M rows (as `dlrm`), 
 multi-hot sizes per feature. The 13 dense features become a 27th field through a linear layer; the
 27 fields feed a factorization machine (module `FactorizationMachine`: 0.5 ((sum v)^2 - sum v^2),
 summed over the dimension, as DeepFM) and a deep MLP 1024-512-256-1 over their concatenation; the
-logit is their sum. The embedding path is torchrec's unsharded one (PyTorch `embedding_bag` with
-`per_sample_weights`, sparse gradients), trained with sparse Adagrad.
+logit is their sum. Two embedding paths, as `dlrm` (`--opt sharding`, recorded in the manifest):
+
+* production (the default on CUDA when the CUDA build of fbgemm-gpu runs): torchrec's
+  `DistributedModelParallel` on a one-rank process group, every table whole on the rank with the
+  `fused` kernel: fbgemm's weighted TBE (`split_embedding_codegen_forward_weighted`) with Adagrad
+  fused into its backward; the dense layers under DDP with Adagrad.
+* unsharded (the default on a CPU): PyTorch `embedding_bag` with `per_sample_weights`, sparse
+  gradients, sparse Adagrad.
 """
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
-from headroom.profile import Default, RunConfig, Step, WorkloadSpec, register_workload
-from headroom.workloads._recsys import (CPU_TABLES, DEFAULT_MAX_ROWS, MAX_ROWS_OPT, NO_SEQ, max_rows,
-                                        sparse_table_step, table_init)
+from headroom.profile import Default, RunConfig, Step, WorkloadSpec, register_workload, train_forward, train_step
+from headroom.workloads._recsys import (CPU_TABLES, DEFAULT_MAX_ROWS, MAX_ROWS_OPT, NO_SEQ, SHARDING_OPT, dmp_model,
+                                        max_rows, resolve_sharding, sparse_table_step, table_init)
 from headroom.workloads.dlrm import CRITEO_1TB_ROWS, DENSE_FEATURES, MLPERF_MULTI_HOT, _import_torchrec
 
 FLAVOURS: dict[str, dict[str, Any]] = {
@@ -25,9 +32,11 @@ FLAVOURS: dict[str, dict[str, Any]] = {
 }
 
 
-def _model(flavour: dict[str, Any], max_rows: int, device: Any):
+@functools.cache
+def _fm_class() -> Any:
+    """One FactorizationMachine class per process (made on first use: torch is imported lazily), so every
+    model built holds the same class (`headroom validate --replace FactorizationMachine=...` finds it)."""
     import torch
-    from torchrec import EmbeddingBagCollection, EmbeddingBagConfig
 
     class FactorizationMachine(torch.nn.Module):
         """Second-order FM term of (batch, fields, dim) embeddings: 0.5 ((sum_f v)^2 - sum_f v^2), per dim."""
@@ -35,6 +44,15 @@ def _model(flavour: dict[str, Any], max_rows: int, device: Any):
         def forward(self, v: torch.Tensor) -> torch.Tensor:
             s = v.sum(dim=1)
             return 0.5 * (s * s - (v * v).sum(dim=1))
+
+    return FactorizationMachine
+
+
+def _model(flavour: dict[str, Any], max_rows: int, device: Any):
+    import torch
+    from torchrec import EmbeddingBagCollection, EmbeddingBagConfig
+
+    FactorizationMachine = _fm_class()
 
     class DeepFM(torch.nn.Module):
         def __init__(self) -> None:
@@ -92,17 +110,41 @@ def _build(cfg: RunConfig, device: Any) -> Step:
 
     flavour = FLAVOURS[cfg.flavour]
     cap = max_rows(cfg)
+    path, why = resolve_sharding(cfg, device)
     model = _model(flavour, cap, torch.device("meta"))
-    materialize(model, device, init=table_init)
     dense, kjt, labels = _batch(cfg, flavour, cap, device)
     rows = sum(max(1, min(r, cap)) for r in flavour["rows"])
-    info = {"embedding_path": "torchrec EmbeddingBagCollection (is_weighted), unsharded: PyTorch embedding_bag "
-                              "with per_sample_weights, sparse gradients",
-            "embedding_rows": rows, "embedding_dim": flavour["dim"], "tables": len(flavour["rows"]),
-            "max_rows": cap, "pooling": "weighted sum, multi-hot lengths uniform in {0..2h}"}
-    return sparse_table_step(
-        cfg, device, model, model.sparse_arch.embedding_bags.values(),
-        lambda: torch.nn.functional.binary_cross_entropy_with_logits(model(dense, kjt).float(), labels), info)
+    info: dict[str, Any] = {"embedding_rows": rows, "embedding_dim": flavour["dim"], "tables": len(flavour["rows"]),
+                            "max_rows": cap, "pooling": "weighted sum, multi-hot lengths uniform in {0..2h}",
+                            "fbgemm": why, "sharding": path}
+
+    def loss_of(m: Any) -> Any:
+        return torch.nn.functional.binary_cross_entropy_with_logits(m(dense, kjt).float(), labels)
+
+    if path == "none":
+        materialize(model, device, init=table_init)
+        info["embedding_path"] = ("torchrec EmbeddingBagCollection (is_weighted), unsharded: PyTorch embedding_bag "
+                                  "with per_sample_weights, sparse gradients")
+        return sparse_table_step(cfg, device, model, model.sparse_arch.embedding_bags.values(),
+                                 lambda: loss_of(model), info)
+    # The tables stay on meta: DMP allocates and initialises the sharded TBE weights on the device.
+    for part in (model.dense_arch, model.deep):
+        materialize(part, device, init=table_init)
+    names = [f"t_cat_{i}" for i in range(len(flavour["rows"]))]
+    dmp, opt, close = dmp_model(cfg, device, model, model.sparse_arch, names, [float(h) for h in flavour["hots"]],
+                                torch.optim.Adagrad, {"lr": 0.01})
+    inner = dmp.module if hasattr(dmp, "module") else dmp
+    info["embedding_path"] = ("torchrec DistributedModelParallel (1 rank), table_wise sharded, fbgemm weighted TBE "
+                              "with fused Adagrad")
+    info["process_group"] = "nccl" if device.type == "cuda" else "gloo"
+    info["optimizer"] = "Adagrad lr=0.01 (fused into the TBE backward on the tables)"
+    amp = cfg.torch_dtype if cfg.torch_dtype != torch.float32 else None
+    dmp.train()
+    fn = train_step(dmp, lambda: loss_of(dmp), opt, device_type=device.type, amp_dtype=amp)
+    forward = train_forward(lambda: loss_of(dmp), device_type=device.type, amp_dtype=amp)
+    params = sum(p.numel() for p in _model(flavour, cap, torch.device("meta")).parameters())
+    # Module ranges on the model inside DMP's wrapper (`fm`, `deep`, `sparse_arch`).
+    return Step(fn, dmp, info=info, close=close, params=params, modules=inner, forward=forward, train=True)
 
 
 def _meta(flavour: str):
@@ -129,7 +171,7 @@ SPEC = register_workload(WorkloadSpec(
     },
     flavours={"default": "Criteo 1TB, 26 weighted tables x 128, 54.2M rows", "tiny": "26 tables x 1000 x 16, for CI"},
     seq_meaning="n/a",
-    extras=MAX_ROWS_OPT,
+    extras={**MAX_ROWS_OPT, **SHARDING_OPT},
     cpu_scale={"batch": (1024, "a CPU-sized batch"), "max_rows": CPU_TABLES},
     source=__file__,
 ))

@@ -91,6 +91,12 @@ def print_table(doc: dict) -> None:
               f"{_fmt_x(r['speedup_fp32']):>8} {_fmt_x(r['memory_ratio']):>7}  {note[:120]}")
     if doc.get("missing_candidates"):
         print(f"no candidates for: {', '.join(doc['missing_candidates'])}")
+    agg = doc.get("aggregates")
+    if agg:
+        fast = ", ".join(f"fast_{p} {v:.0%}" for p, v in agg["fast_p"].items())
+        print(f"{agg['problems']} problems: {agg['correct']} correct, {agg['wins']} wins ({agg['win_rate']:.0%}); "
+              f"geomean {_fmt_x(agg['geomean_speedup'])}, median win {_fmt_x(agg['median_win'])}; {fast}; "
+              f"peak memory {_fmt_x(agg['peak_memory_ratio'])} (max {_fmt_x(agg['peak_memory_ratio_max'])})")
 
 
 def verify(

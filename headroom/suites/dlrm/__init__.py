@@ -79,6 +79,9 @@ def run(names: list[str] | None = None, candidates_dir: str | Path | None = None
                        run_pairs=run_pairs)
     doc["suite"] = "DLRM-Bench"
     doc["scale"] = scale
+    from headroom.suites.scoring import score
+
+    doc["aggregates"] = score(doc).to_dict()
     if out is not None:
         write_json(doc, out)
     return doc

@@ -4,13 +4,13 @@
 #   OUT=/path/for/results bash scripts/gpu_recsys.sh            (from the repository root)
 #
 # The setup of scripts/gpu_setup.sh without .whl-rec/'s fbgemm-gpu-cpu (it would shadow the CUDA build):
-# the carried wheels of .whl/ and torchrec + tensordict of .whl-rec/ into /tmp/site, the unpacked CUDA
+# the carried wheels of .whl/ and torchrec + tensordict of .whl-rec/ (or .recw/, the same without fbgemm-gpu-cpu, small enough to carry beside .whl) into /tmp/site, the unpacked CUDA
 # fbgemm_gpu at $FBGEMM_SITE (default /var/tmp/fbsite) first on PYTHONPATH.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 FBGEMM_SITE=${FBGEMM_SITE:-/var/tmp/fbsite}
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/*.whl \
-    $(ls .whl-rec/*.whl 2>/dev/null | grep -v fbgemm) || exit 1
+    $(ls .whl-rec/*.whl .recw/*.whl 2>/dev/null | grep -v fbgemm) || exit 1
 tar -C /tmp/site -xJf .whl/prt.tar.xz || exit 1
 export PYTHONPATH="$FBGEMM_SITE:/tmp/site:$PWD" PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TOKENIZERS_PARALLELISM=false
 OUT=${OUT:-out/gpu_recsys}

@@ -232,7 +232,7 @@ def one(name, workload, opts, module, cand_name, work: Path, device: str, log: L
     rc, out, dt = headroom(["verify", str(problem), str(vcand), "--json", *(dev if device == "cpu" else [])],
                            log, left())
     rec["steps"]["verify_s"] = round(dt, 1)
-    if clocks is not None:
+    if clocks is not None and clocks.proc is not None:
         rec["clocks"] = {"verify": clocks.window(t_wall, time.time())}
     v = parse_json(out)
     vjson.write_text(json.dumps(v, indent=1) + "\n")
@@ -255,7 +255,7 @@ def one(name, workload, opts, module, cand_name, work: Path, device: str, log: L
         return rec
     result = parse_json(out)
     rec["validate"] = result
-    if clocks is not None and (run_dir / "run.json").is_file():
+    if clocks is not None and clocks.proc is not None and (run_dir / "run.json").is_file():
         rec.setdefault("clocks", {}).update(side_clocks(run_dir / "run.json", clocks))
     part = (result.get("part") or {}).get("speedup")
     vs = v.get("speedup") or (v.get("timing") or {}).get("speedup_estimate")
@@ -316,7 +316,7 @@ def apriori_one(name, workload, opts, module, cand_name, work: Path, device: str
     rc, out, dt = headroom(["verify", str(problem), str(vcand), "--json", *(dev if device == "cpu" else [])],
                            log, left())
     rec["steps"]["verify_s"] = round(dt, 1)
-    if clocks is not None:
+    if clocks is not None and clocks.proc is not None:
         rec["clocks"] = {"verify": clocks.window(t_wall, time.time()), "validate (committed run)": None}
     v = parse_json(out)
     vjson.write_text(json.dumps(v, indent=1) + "\n")
@@ -349,7 +349,7 @@ def apriori_one(name, workload, opts, module, cand_name, work: Path, device: str
     if probe and workload not in TRAINING and time.monotonic() < deadline - 20:
         t0 = time.monotonic()
         try:
-            rec["l2_probe"] = l2_probe(problem, REPO / cand, device, deadline)
+            rec["l2_probe"] = l2_probe(problem, REPO / cand, device, deadline, clocks=clocks)
         except Exception as e:  # noqa: BLE001 - the probe is a cross-check; the row stands without it
             rec["l2_probe"] = {"error": f"{type(e).__name__}: {e}"[:300]}
         rec["steps"]["probe_s"] = round(time.monotonic() - t0, 1)
@@ -357,7 +357,8 @@ def apriori_one(name, workload, opts, module, cand_name, work: Path, device: str
     return rec
 
 
-def l2_probe(problem_path: Path, cand_path: Path, device: str, deadline: float, iters: int | None = None) -> dict:
+def l2_probe(problem_path: Path, cand_path: Path, device: str, deadline: float, iters: int | None = None,
+             clocks: Clocks | None = None) -> dict:
     """Reference and candidate forwards timed in this process (CUDA events around the forward only; a
     wall clock on a CPU), per input state: `cold` (a ring of distinct inputs over twice the L2, as verify
     feeds them), `produced` (one input, a copy kernel wrote it just before the forward, as the previous
@@ -373,7 +374,7 @@ def l2_probe(problem_path: Path, cand_path: Path, device: str, deadline: float, 
     p = prob.load_problem(problem_path)
     dev = torch.device(device)
     cuda = dev.type == "cuda"
-    iters = iters or (40 if cuda else 6)
+    iters = iters or (100 if cuda else 6)
     ref = prob.build_model(p.Model, p, 1, device)
     cls = import_file(cand_path, "probe_candidate").ModelNew
     cand = prob.build_model(cls, p, 1, device)
@@ -418,7 +419,10 @@ def l2_probe(problem_path: Path, cand_path: Path, device: str, deadline: float, 
         for state in ("cold", "produced", "produced_gemm"):
             if time.monotonic() > deadline - 10:
                 break
+            t_wall = time.time()
             res["us"][state] = {"reference": round(timed(ref, state), 2), "candidate": round(timed(cand, state), 2)}
+            if clocks is not None and clocks.proc is not None:
+                res.setdefault("clocks", {})[state] = clocks.window(t_wall, time.time())
             r = res["us"][state]
             r["speedup"] = round(r["reference"] / r["candidate"], 4) if r["candidate"] > 0 else None
         if time.monotonic() < deadline - 10:
@@ -463,7 +467,8 @@ def apriori_main(args: argparse.Namespace) -> int:
     clocks = Clocks(out / "clocks.csv", args.clocks and args.device != "cpu")
     t_start = time.monotonic()
     names = args.only or sorted(p.name for p in APRIORI.iterdir() if (p / "verify.json").is_file())
-    subs = [s for s in SUBSTITUTIONS if s[0] in names]
+    by_name = {s[0]: s for s in SUBSTITUTIONS}
+    subs = [by_name[n] for n in names if n in by_name]   # in the order asked: the first is the one that matters
     records: list[dict] = []
     try:
         for name, workload, opts, module, cand, est in subs:
@@ -500,6 +505,8 @@ def apriori_main(args: argparse.Namespace) -> int:
                 f" error {pf.get('error')} met {pf.get('met')}")
             if rec.get("l2_probe"):
                 log(f"   l2 probe: {json.dumps(rec['l2_probe'].get('us', rec['l2_probe']))}")
+                if rec["l2_probe"].get("clocks"):
+                    log(f"   l2 probe clocks: {json.dumps(rec['l2_probe']['clocks'])}")
             if (rec.get("clocks") or {}).get("verify"):
                 log(f"   clocks during verify: {rec['clocks']['verify']}")
             (out / "apriori.json").write_text(json.dumps({"device": args.device, "records": records}, indent=1) + "\n")

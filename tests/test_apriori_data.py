@@ -147,3 +147,18 @@ def test_the_fp64_candidate_ran_another_kernel_alone_than_in_the_model(rows):
         assert r.error < -0.03
     else:  # re-verified with the workload's bf16 weight
         assert v["candidate"]["launches"] == 8 and abs(r.error) <= r.target
+
+
+def test_the_render_replaces_the_table_in_place(rows, tmp_path):
+    from headroom.report.apriori import update_table
+
+    table = apriori_table(list(rows.values()))
+    text = DOC.read_text()
+    assert update_table(text, table) == text
+    stale = text.replace("| 0.9489x |", "| 0.9999x |", 1)
+    assert stale != text and update_table(stale, table) == text
+    head = table.split("\n", 1)[0]
+    with pytest.raises(ValueError, match="found 0"):
+        update_table("no table here", table)
+    with pytest.raises(ValueError, match="found 2"):
+        update_table(f"{head}\n\n{head}\n", table)

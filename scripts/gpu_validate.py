@@ -12,6 +12,19 @@ variant trace of each Triton candidate must contain its kernels (`GPU_KERNELS` i
 candidate file), or the substitution is marked failed: the GPU path, not the torch fallback,
 is what was measured.
 
+    OUT=$OUT python3 scripts/gpu_validate.py --apriori --only NAMES   # the a-priori step only (see below)
+
+`--apriori` reruns, for the named rows of docs/gpu/apriori/, only what the a-priori estimate needs:
+extract -> verify -> project onto the committed base trace, against the committed measurement (no
+validate: ~45-60 s a row instead of ~90). `--l2-probe` adds, per row, the reference and the candidate
+timed in this process with CUDA events around the forward only, with the input in four states: cold
+(a ring of distinct inputs, as verify feeds them), produced (a copy kernel wrote it just before, as the
+previous kernel does in the model), produced after a GEMM (the model's power draw too), and the
+candidate with its own float32 parameters. `--clocks` samples the GPU's SM clock and power
+(nvidia-smi) beside the run and reports them per verify step and per validate side. Writes
+apriori.json, apriori.tar.gz (<name>/verify.json: `tar xzf apriori.tar.gz -C docs/gpu/apriori`),
+clocks.csv.gz and the log. `--dry-run`: the same on this CPU with tiny models.
+
 Writes under --out (default $OUT), at most 8 files:
   validation.json       the `headroom validate --json` objects, a list (-> docs/gpu/validation.json)
   loop.json             per substitution: the extract summary, the verify verdict and speedup, the
@@ -26,6 +39,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import gzip
 import json
 import os
 import shlex
@@ -121,7 +135,78 @@ def training_candidate(candidate: Path, dest: Path) -> Path:
     return dest
 
 
-def one(name, workload, opts, module, cand_name, work: Path, device: str, log: Log, deadline: float) -> dict:
+APRIORI = REPO / "docs" / "gpu" / "apriori"
+
+
+class Clocks:
+    """nvidia-smi sampling the GPU's SM and memory clocks, power and temperature every 100 ms into a
+    file, for the whole run (None of it on a CPU or without nvidia-smi)."""
+
+    QUERY = "timestamp,clocks.sm,clocks.mem,power.draw,temperature.gpu"
+
+    def __init__(self, path: Path, enabled: bool):
+        self.path, self.proc = path, None
+        if enabled and shutil.which("nvidia-smi"):
+            self.f = open(path, "w")
+            self.proc = subprocess.Popen(["nvidia-smi", f"--query-gpu={self.QUERY}", "--format=csv,noheader,nounits",
+                                          "-lms", "100"], stdout=self.f, stderr=subprocess.DEVNULL)
+
+    def window(self, t0: float, t1: float) -> dict | None:
+        if self.proc is None:
+            return None
+        self.f.flush()
+        return window_stats(clock_samples(self.path.read_text()), t0, t1)
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            self.proc.terminate()
+            self.proc.wait(timeout=10)
+            self.f.close()
+
+
+def clock_samples(text: str) -> list[tuple[float, float, float, float, float]]:
+    """(unix time, SM MHz, memory MHz, watts, deg C) per nvidia-smi line; lines it could not read skipped."""
+    out = []
+    for line in text.splitlines():
+        parts = [p.strip() for p in line.split(",")]
+        if len(parts) != 5:
+            continue
+        try:
+            stamp, frac = (parts[0].split(".") + ["0"])[:2]
+            t = time.mktime(time.strptime(stamp, "%Y/%m/%d %H:%M:%S")) + float("0." + frac)
+            out.append((t, *(float(p) for p in parts[1:])))
+        except ValueError:
+            continue
+    return out
+
+
+def window_stats(samples: list, t0: float, t1: float) -> dict | None:
+    """Mean SM clock, memory clock, power and temperature over the samples in [t0, t1]."""
+    inside = [s for s in samples if t0 <= s[0] <= t1]
+    if not inside:
+        return None
+    n = len(inside)
+    return {"n": n, "sm_mhz": round(sum(s[1] for s in inside) / n, 1), "mem_mhz": round(sum(s[2] for s in inside) / n, 1),
+            "power_w": round(sum(s[3] for s in inside) / n, 1), "temp_c": round(sum(s[4] for s in inside) / n, 1)}
+
+
+def side_clocks(run_json: Path, clocks: Clocks) -> dict:
+    """Per side of validate's interleaved rounds: the clocks over its blocks (their `<side>_t` spans)."""
+    timing = json.loads(run_json.read_text()).get("timing") or {}
+    out = {}
+    for side in ("base", "variant"):
+        spans = [r[f"{side}_t"] for r in timing.get("rounds", []) if f"{side}_t" in r]
+        stats = [clocks.window(a, b) for a, b in spans]
+        stats = [x for x in stats if x]
+        if stats:
+            n = sum(x["n"] for x in stats)
+            out[side] = {k: round(sum(x[k] * x["n"] for x in stats) / n, 1) for k in ("sm_mhz", "power_w", "temp_c")}
+            out[side]["n"] = n
+    return out
+
+
+def one(name, workload, opts, module, cand_name, work: Path, device: str, log: Log, deadline: float,
+        clocks: Clocks | None = None) -> dict:
     cand = (CAND / cand_name).relative_to(REPO)      # relative: the commands run in REPO, the results name it so
     rec: dict = {"name": name, "workload": workload, "options": opts, "module": module,
                  "candidate": str(cand), "device": device, "steps": {}}
@@ -143,9 +228,12 @@ def one(name, workload, opts, module, cand_name, work: Path, device: str, log: L
     # 2. verify (a training problem verifies forward + backward)
     vcand = training_candidate(cand, work / "candidate_train.py") if workload in TRAINING else cand
     vjson = work / "verify.json"
+    t_wall = time.time()
     rc, out, dt = headroom(["verify", str(problem), str(vcand), "--json", *(dev if device == "cpu" else [])],
                            log, left())
     rec["steps"]["verify_s"] = round(dt, 1)
+    if clocks is not None and clocks.proc is not None:
+        rec["clocks"] = {"verify": clocks.window(t_wall, time.time())}
     v = parse_json(out)
     vjson.write_text(json.dumps(v, indent=1) + "\n")
     rec["verify"] = {k: v.get(k) for k in ("verdict", "speedup", "speedup_fp32", "launches_per_call", "reason")
@@ -167,6 +255,8 @@ def one(name, workload, opts, module, cand_name, work: Path, device: str, log: L
         return rec
     result = parse_json(out)
     rec["validate"] = result
+    if clocks is not None and clocks.proc is not None and (run_dir / "run.json").is_file():
+        rec.setdefault("clocks", {}).update(side_clocks(run_dir / "run.json", clocks))
     part = (result.get("part") or {}).get("speedup")
     vs = v.get("speedup") or (v.get("timing") or {}).get("speedup_estimate")
     rec["in_model"] = {"part_speedup": part, "verify_speedup": vs,
@@ -199,6 +289,147 @@ def one(name, workload, opts, module, cand_name, work: Path, device: str, log: L
     return rec
 
 
+def apriori_one(name, workload, opts, module, cand_name, work: Path, device: str, log: Log, deadline: float,
+                clocks: Clocks | None = None, probe: bool = False) -> dict:
+    """The a-priori row `name` again: extract -> verify -> project onto the committed base trace of
+    docs/gpu/apriori/<name>/, against the committed measurement (no validate)."""
+    committed = APRIORI / name
+    entry = next(committed.glob("*.toml"))
+    result = json.loads((committed / "result.json").read_text())
+    cand = (CAND / cand_name).relative_to(REPO)
+    rec: dict = {"name": name, "mode": "apriori", "candidate": str(cand), "device": device, "steps": {}}
+    dev = ["--device", device]
+    wl = [workload, *opts, *(["--flavour", "tiny"] if device == "cpu" else []), *dev]
+
+    def left() -> float:
+        return max(deadline - time.monotonic(), 5.0)
+
+    rc, out, dt = headroom(["extract", *wl, "--module", module, "--out", str(work / "problem"), "--json"], log, left())
+    rec["steps"]["extract_s"] = round(dt, 1)
+    if rc != 0:
+        rec["status"] = f"extract failed (exit {rc})"
+        return rec
+    problem = Path(parse_json(out)["problem"])
+    vcand = training_candidate(cand, work / "candidate_train.py") if workload in TRAINING else cand
+    vjson = work / "verify.json"
+    t_wall = time.time()
+    rc, out, dt = headroom(["verify", str(problem), str(vcand), "--json", *(dev if device == "cpu" else [])],
+                           log, left())
+    rec["steps"]["verify_s"] = round(dt, 1)
+    if clocks is not None and clocks.proc is not None:
+        rec["clocks"] = {"verify": clocks.window(t_wall, time.time()), "validate (committed run)": None}
+    v = parse_json(out)
+    vjson.write_text(json.dumps(v, indent=1) + "\n")
+    t = v.get("timing") or {}
+    rec["verify"] = {"verdict": v.get("verdict"), "speedup": v.get("speedup"), "reason": v.get("reason"),
+                     "candidate_clock": t.get("candidate_clock"), "rounds": t.get("rounds"),
+                     "speedup_ci": t.get("speedup_ci"), "child_clock_ms": t.get("child_clock_ms"),
+                     "per_call": v.get("per_call")}
+    cps = float(result["detail"]["calls_per_step"])
+    model = {"reference": result["detail"]["part_base"]["forward_us"] / cps,
+             "candidate": result["detail"]["part_variant"]["forward_us"] / cps}
+    pc = v.get("per_call") or {}
+    rec["in_model"] = {"part_speedup": result["part"]["speedup"], "verify_speedup": v.get("speedup"),
+                       "ratio": v["speedup"] / result["part"]["speedup"] if v.get("speedup") else None,
+                       "model_kernel_us_per_call": model,
+                       "verify_kernel_us_per_call": {w: (pc.get(w) or {}).get("kernel_us") for w in model},
+                       "launches": {"verify": [(pc.get(w) or {}).get("launches") for w in model],
+                                    "model": result["part"]["launches_per_call"]}}
+    if v.get("verdict") == "pass":
+        rc, out, dt = headroom(["project", str(committed / "base.json.gz"), "--problems", str(entry),
+                                "--speedups", str(vjson), "--json"], log, left())
+        rec["steps"]["project_s"] = round(dt, 1)
+        est = parse_json(out).get("estimate") or {} if rc == 0 else {}
+        measured = result["measured"]["speedup"]
+        target = 0.06 if result["baseline"]["launch_bound"] else 0.03
+        err = est["speedup"] / measured - 1 if est.get("speedup") else None
+        rec["project_from_verify"] = {"estimate": est.get("speedup"), "low": est.get("low"), "high": est.get("high"),
+                                      "measured": measured, "error": err, "target": target,
+                                      "met": err is not None and abs(err) <= target}
+    if probe and workload not in TRAINING and time.monotonic() < deadline - 20:
+        t0 = time.monotonic()
+        try:
+            rec["l2_probe"] = l2_probe(problem, REPO / cand, device, deadline, clocks=clocks)
+        except Exception as e:  # noqa: BLE001 - the probe is a cross-check; the row stands without it
+            rec["l2_probe"] = {"error": f"{type(e).__name__}: {e}"[:300]}
+        rec["steps"]["probe_s"] = round(time.monotonic() - t0, 1)
+    rec["status"] = "ok" if v.get("verdict") == "pass" else f"verify: {v.get('verdict')}"
+    return rec
+
+
+def l2_probe(problem_path: Path, cand_path: Path, device: str, deadline: float, iters: int | None = None,
+             clocks: Clocks | None = None) -> dict:
+    """Reference and candidate forwards timed in this process (CUDA events around the forward only; a
+    wall clock on a CPU), per input state: `cold` (a ring of distinct inputs over twice the L2, as verify
+    feeds them), `produced` (one input, a copy kernel wrote it just before the forward, as the previous
+    kernel does in the model), `produced_gemm` (a bf16 GEMM, then the copy: the model's power draw too),
+    and the candidate with its own float32 parameters (`kernelbench_params`, produced). Median us."""
+    import statistics
+
+    import torch
+
+    from headroom.pyfile import import_file
+    from headroom.verify import problem as prob
+
+    p = prob.load_problem(problem_path)
+    dev = torch.device(device)
+    cuda = dev.type == "cuda"
+    iters = iters or (100 if cuda else 6)
+    ref = prob.build_model(p.Model, p, 1, device)
+    cls = import_file(cand_path, "probe_candidate").ModelNew
+    cand = prob.build_model(cls, p, 1, device)
+    with torch.device(device):
+        raw = cls(*prob.init_inputs(p, 1, device)).to(device)
+    x0 = prob.published_inputs(p, 1, device)
+    nbytes = sum(t.numel() * t.element_size() for t in x0 if isinstance(t, torch.Tensor))
+    l2 = torch.cuda.get_device_properties(dev).L2_cache_size if cuda else 1 << 20
+    ring = [[t.clone() if isinstance(t, torch.Tensor) else t for t in x0]
+            for _ in range(max(2, min(16, -(-2 * l2 // max(nbytes, 1)) + 1)))]
+    src = [t.clone() if isinstance(t, torch.Tensor) else t for t in x0]
+    # ~1.1 TFLOP (~1.6 ms on an H200): long enough to draw a GEMM's power before the forward
+    big = torch.randn(8192, 8192, device=dev, dtype=torch.bfloat16) if cuda else torch.randn(64, 64)
+
+    def timed(model, state: str) -> float:
+        out = []
+        for i in range(iters):
+            xs = ring[i % len(ring)] if state == "cold" else x0
+            if state.startswith("produced"):
+                if state == "produced_gemm":
+                    big @ big
+                for a, b in zip(x0, src):
+                    if isinstance(a, torch.Tensor):
+                        a.copy_(b)
+            if cuda:
+                s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                s.record()
+                model(*xs)
+                e.record()
+                out.append((s, e))
+            else:
+                t0 = time.perf_counter()
+                model(*xs)
+                out.append(time.perf_counter() - t0)
+        if cuda:
+            torch.cuda.synchronize(dev)
+            return statistics.median(s.elapsed_time(e) * 1e3 for s, e in out[iters // 4:])
+        return statistics.median(out[iters // 4:]) * 1e6
+
+    res: dict = {"input_bytes": nbytes, "l2_bytes": l2, "ring": len(ring), "iters": iters, "us": {}}
+    with torch.no_grad():
+        for state in ("cold", "produced", "produced_gemm"):
+            if time.monotonic() > deadline - 10:
+                break
+            t_wall = time.time()
+            res["us"][state] = {"reference": round(timed(ref, state), 2), "candidate": round(timed(cand, state), 2)}
+            if clocks is not None and clocks.proc is not None:
+                res.setdefault("clocks", {})[state] = clocks.window(t_wall, time.time())
+            r = res["us"][state]
+            r["speedup"] = round(r["reference"] / r["candidate"], 4) if r["candidate"] > 0 else None
+        if time.monotonic() < deadline - 10:
+            res["us"]["kernelbench_params"] = {"candidate": round(timed(raw, "produced"), 2)}
+    return res
+
+
 def archive(work: Path, out: Path, slot: int) -> str:
     """Add one substitution to archive `runs-<slot>.tar.gz` (rewritten whole, so a run cut short keeps
     what finished): `<name>/` holds the validate run (run.json, result.json, base/variant traces:
@@ -225,13 +456,99 @@ def archive(work: Path, out: Path, slot: int) -> str:
     return path.name
 
 
+def apriori_main(args: argparse.Namespace) -> int:
+    """`--apriori`: the rows' a-priori step, writing apriori.json and apriori.tar.gz incrementally."""
+    old = os.environ.get("PYTHONPATH")
+    os.environ["PYTHONPATH"] = str(REPO) + (os.pathsep + old if old else "")
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    out = Path(args.out)
+    (out / "work").mkdir(parents=True, exist_ok=True)
+    log = Log(out / "gpu_validate.log")
+    clocks = Clocks(out / "clocks.csv", args.clocks and args.device != "cpu")
+    t_start = time.monotonic()
+    names = args.only or sorted(p.name for p in APRIORI.iterdir() if (p / "verify.json").is_file())
+    by_name = {s[0]: s for s in SUBSTITUTIONS}
+    subs = [by_name[n] for n in names if n in by_name]   # in the order asked: the first is the one that matters
+    records: list[dict] = []
+    try:
+        for name, workload, opts, module, cand, est in subs:
+            left = args.budget - (time.monotonic() - t_start)
+            need = 0.65 * est   # extract + verify + project: ~65% of the whole loop's time
+            if left < need:
+                log(f"== {name}: skipped ({left:.0f} s left of the budget, needs ~{need:.0f} s)")
+                records.append({"name": name, "status": f"skipped: {left:.0f} s left"})
+                continue
+            log(f"== {name} ({left:.0f} s left)")
+            t0 = time.monotonic()
+            work = out / "work" / name
+            work.mkdir(exist_ok=True)
+            try:
+                rec = apriori_one(name, workload, opts, module, cand, work, args.device, log,
+                                  deadline=time.monotonic() + min(left, 200.0), clocks=clocks, probe=args.l2_probe)
+            except Exception as e:  # noqa: BLE001 - one row must not stop the others
+                rec = {"name": name, "status": f"script error: {type(e).__name__}: {e}"}
+            rec["seconds"] = round(time.monotonic() - t0, 1)
+            records.append(rec)
+            if (work / "verify.json").is_file():
+                stage = out / ".staging" / name
+                stage.mkdir(parents=True, exist_ok=True)
+                shutil.copy(work / "verify.json", stage / "verify.json")
+                with tarfile.open(out / ".apriori.tar.gz.tmp", "w:gz") as tar:
+                    for d in sorted((out / ".staging").iterdir()):
+                        tar.add(d, arcname=d.name)
+                os.replace(out / ".apriori.tar.gz.tmp", out / "apriori.tar.gz")
+            shutil.rmtree(work, ignore_errors=True)
+            pf = rec.get("project_from_verify") or {}
+            im = rec.get("in_model") or {}
+            log(f"== {name}: {rec['status']} in {rec['seconds']} s; verify {im.get('verify_speedup')} "
+                f"(in model {im.get('part_speedup')}); estimate {pf.get('estimate')} vs measured {pf.get('measured')}"
+                f" error {pf.get('error')} met {pf.get('met')}")
+            if rec.get("l2_probe"):
+                log(f"   l2 probe: {json.dumps(rec['l2_probe'].get('us', rec['l2_probe']))}")
+                if rec["l2_probe"].get("clocks"):
+                    log(f"   l2 probe clocks: {json.dumps(rec['l2_probe']['clocks'])}")
+            if (rec.get("clocks") or {}).get("verify"):
+                log(f"   clocks during verify: {rec['clocks']['verify']}")
+            (out / "apriori.json").write_text(json.dumps({"device": args.device, "records": records}, indent=1) + "\n")
+    finally:
+        clocks.stop()
+        if (out / "clocks.csv").is_file():
+            with open(out / "clocks.csv", "rb") as f, gzip.open(out / "clocks.csv.gz", "wb") as g:
+                shutil.copyfileobj(f, g)
+            (out / "clocks.csv").unlink()
+        shutil.rmtree(out / "work", ignore_errors=True)
+        shutil.rmtree(out / ".staging", ignore_errors=True)
+    total = time.monotonic() - t_start
+    (out / "apriori.json").write_text(json.dumps({"device": args.device, "seconds": round(total, 1),
+                                                  "records": records}, indent=1) + "\n")
+    ok = sum(r.get("status") == "ok" for r in records)
+    log(f"done in {total:.0f} s: {ok} of {len(records)} ok; files: apriori.json, apriori.tar.gz, gpu_validate.log"
+        f"{', clocks.csv.gz' if (out / 'clocks.csv.gz').is_file() else ''}")
+    return 0 if ok == len(records) else 1
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", default=os.environ.get("OUT", "out/gpu_validate"))
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--budget", type=float, default=510.0, help="seconds for the whole run")
     ap.add_argument("--only", nargs="*", help="substitution names to run")
+    ap.add_argument("--apriori", action="store_true",
+                    help="only the a-priori step of the named rows of docs/gpu/apriori (extract, verify, project)")
+    ap.add_argument("--l2-probe", action="store_true", help="with --apriori: time both forwards per input L2 state")
+    ap.add_argument("--clocks", action="store_true", help="sample SM clock and power (nvidia-smi) beside the run")
+    ap.add_argument("--dry-run", action="store_true", help="on this CPU with tiny models (the plumbing)")
     args = ap.parse_args()
+    if args.dry_run:
+        args.device = "cpu"
+    known = {s[0] for s in SUBSTITUTIONS}
+    bad = [n for n in args.only or [] if n not in known or (args.apriori and not (APRIORI / n).is_dir())]
+    if bad:
+        print(f"gpu_validate.py: unknown substitution(s) {', '.join(bad)} (known: {', '.join(sorted(known))})",
+              file=sys.stderr)
+        return 2
+    if args.apriori:
+        return apriori_main(args)
     old = os.environ.get("PYTHONPATH")
     os.environ["PYTHONPATH"] = str(REPO) + (os.pathsep + old if old else "")
     os.environ.setdefault("NCCL_NVLS_ENABLE", "0")        # one-rank NCCL group for torchrec DMP: no NVLink multicast
@@ -241,6 +558,7 @@ def main() -> int:
     work_root = out / "work"
     work_root.mkdir(exist_ok=True)
     log = Log(out / "gpu_validate.log")
+    clocks = Clocks(out / "clocks.csv", args.clocks and args.device != "cpu")
     t_start = time.monotonic()
     subs = [s for s in SUBSTITUTIONS if not args.only or s[0] in args.only]
     records, results = [], []
@@ -256,18 +574,26 @@ def main() -> int:
         work.mkdir(exist_ok=True)
         try:
             rec = one(name, workload, opts, module, cand, work, args.device, log,
-                      deadline=time.monotonic() + min(left, 300.0))
+                      deadline=time.monotonic() + min(left, 300.0), clocks=clocks)
         except Exception as e:  # noqa: BLE001 - one substitution must not stop the others
             rec = {"name": name, "status": f"script error: {type(e).__name__}: {e}"}
         rec["seconds"] = round(time.monotonic() - t0, 1)
-        rec["archive"] = archive(work, out, slot=min(len(records), MAX_ARCHIVES - 1) + 1)
+        slots = MAX_ARCHIVES - (1 if clocks.proc is not None else 0)   # clocks.csv.gz is one of the 8 files
+        rec["archive"] = archive(work, out, slot=min(len(records), slots - 1) + 1)
         shutil.rmtree(work, ignore_errors=True)
         log(f"== {name}: {rec['status']} in {rec['seconds']} s")
+        if rec.get("clocks"):
+            log(f"   clocks (verify; validate base, variant): {json.dumps(rec['clocks'])}")
         if "validate" in rec:
             results.append(rec["validate"])
         records.append(rec)
         (out / "validation.json").write_text(json.dumps(results, indent=1) + "\n")
         (out / "loop.json").write_text(json.dumps({"device": args.device, "records": records}, indent=1) + "\n")
+    clocks.stop()
+    if (out / "clocks.csv").is_file():   # one more file: the archives then stop at 4
+        with open(out / "clocks.csv", "rb") as f, gzip.open(out / "clocks.csv.gz", "wb") as g:
+            shutil.copyfileobj(f, g)
+        (out / "clocks.csv").unlink()
     shutil.rmtree(work_root, ignore_errors=True)
     shutil.rmtree(out / ".staging", ignore_errors=True)
     total = time.monotonic() - t_start

@@ -4,6 +4,7 @@ then measured with the candidate swapped into the model.
 
     python -m headroom.report.apriori docs/gpu/apriori            # the Markdown table
     python -m headroom.report.apriori docs/gpu/apriori --json     # the rows as JSON
+    python -m headroom.report.apriori docs/gpu/apriori --update docs/validation.md   # the table there replaced
 
 Each directory under the given one holds one substitution: `base.json.gz` (validate's base trace),
 `verify.json` (verify's result on the problem extract wrote), the problem's `.toml` entry, and
@@ -90,11 +91,37 @@ def apriori_table(rows: list[AprioriRow]) -> str:
     return "\n".join(out)
 
 
+def update_table(text: str, table: str) -> str:
+    """`text` with its a-priori table (from the header row to the last row after it) replaced by `table`."""
+    lines = text.split("\n")
+    head = table.split("\n", 1)[0]
+    starts = [i for i, ln in enumerate(lines) if ln == head]
+    if len(starts) != 1:
+        raise ValueError(f"expected one a-priori table header, found {len(starts)}")
+    end = starts[0]
+    while end < len(lines) and lines[end].startswith("|"):
+        end += 1
+    return "\n".join(lines[:starts[0]] + table.split("\n") + lines[end:])
+
+
 def main(argv: list[str]) -> int:
+    usage = "usage: python -m headroom.report.apriori DIR [--json | --update DOC.md]"
     if not argv or not Path(argv[0]).is_dir():
-        print("usage: python -m headroom.report.apriori DIR [--json]", file=sys.stderr)
+        print(usage, file=sys.stderr)
         return 2
     rows = apriori_rows(Path(argv[0]))
+    if "--update" in argv[1:]:
+        i = argv.index("--update")
+        doc = Path(argv[i + 1]) if i + 1 < len(argv) else None
+        if doc is None or not doc.is_file():
+            print(usage, file=sys.stderr)
+            return 2
+        try:
+            doc.write_text(update_table(doc.read_text(), apriori_table(rows)))
+        except ValueError as e:
+            print(f"{doc}: {e}", file=sys.stderr)
+            return 2
+        return 0
     if "--json" in argv[1:]:
         print(json.dumps([asdict(r) for r in rows], indent=1))
     else:

@@ -85,7 +85,10 @@ def interleave(step: Callable[[], Any], use: Callable[[str], None], device: Any,
         rec: dict[str, Any] = {"order": list(order)}
         for side in order:
             use(side)
+            t0 = time.time()
             rec[f"{side}_ms"] = [round(t, 6) for t in _block(step, k, device)]
+            # the block's wall-clock span: lines up GPU clock and power samples taken beside the run
+            rec[f"{side}_t"] = [round(t0, 3), round(time.time(), 3)]
         out.append(rec)
         if progress:
             b, v = statistics.fmean(rec["base_ms"]), statistics.fmean(rec["variant_ms"])

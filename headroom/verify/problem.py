@@ -215,7 +215,27 @@ def build_model(cls: Any, problem: Problem, seed: int, device: Any) -> Any:
         model = cls(*args)
     if isinstance(model, torch.nn.Module):
         model = model.to(device)
+        if cls is not problem.Model:
+            workload_param_dtypes(model, problem)
     return model
+
+
+def workload_param_dtypes(model: Any, problem: Problem) -> None:
+    """A candidate's floating-point parameters in the dtypes the workload holds them in.
+
+    ``headroom extract`` writes them as ``PARAM_DTYPE`` (one dtype) or ``PARAM_DTYPES`` (by parameter
+    name), and its ``Model`` casts itself; a candidate written the KernelBench way creates float32
+    parameters. Inside the model, ``headroom validate`` gives the candidate the original's parameters
+    (their dtype), so timed with float32 ones it would run other kernels than in the model (e.g.
+    ``weight * h`` promoted to float32, plus a cast back). Problems without the constants: unchanged."""
+    import torch
+
+    one = getattr(problem.module, "PARAM_DTYPE", None)
+    named = getattr(problem.module, "PARAM_DTYPES", None)
+    for name, p in model.named_parameters():
+        dt = named.get(name) if isinstance(named, dict) else one
+        if isinstance(dt, torch.dtype) and p.is_floating_point() and p.dtype != dt:
+            p.data = p.data.to(dt)
 
 
 def published_inputs(problem: Problem, seed: int, device: Any) -> list:

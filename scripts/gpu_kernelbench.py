@@ -28,7 +28,7 @@ Order of work (each step skipped, and recorded in ``skipped``, once the budget i
 ``--only`` picks the level-1 problems of every group, ``--extra-only`` those of ``level1-extra``
 (default: ``--only``), so one command reruns a list, e.g.::
 
-    python3 scripts/gpu_kernelbench.py --out $OUT --groups level1,level1-extra,sealed \
+    python3 scripts/gpu_kernelbench.py --out $OUT --groups level1,sealed,level1-extra \
         --only 45 68 70 90 19 23 --extra-only 90 97 --budget 480
 
 Writes ``OUT/kernelbench_l1.json`` (headroom verify suite format, so ``headroom project

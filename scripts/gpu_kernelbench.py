@@ -19,7 +19,17 @@ Order of work (each step skipped, and recorded in ``skipped``, once the budget i
    (expected ``pass`` or ``inconclusive``);
 5. ``benchmarks/kernelbench_l1/candidates/``: our honest re-implementations and cheats of 14
    level-1 problems;
-6. ``level1/`` again, as time allows: partial-write and shape-cache candidates (expected ``fail``).
+6. ``level1/`` again, as time allows: partial-write and shape-cache candidates (expected ``fail``);
+7. ``sealed``: the sealed-harness attack corpus (``tests/cheaters/sealed/``) against
+   ``tests/cheaters/problems/gelu_linear.py`` (the problem the attacks are written for: their
+   ``ModelNew(in_features, out_features)``), each against a fresh reference of a private copy of
+   it; attacks expected ``fail`` or ``error``, probes and refused attacks expected ``pass``.
+
+``--only`` picks the level-1 problems of every group, ``--extra-only`` those of ``level1-extra``
+(default: ``--only``), so one command reruns a list, e.g.::
+
+    python3 scripts/gpu_kernelbench.py --out $OUT --groups level1,sealed,level1-extra \
+        --only 45 68 70 90 19 23 --extra-only 90 97 --budget 480
 
 Writes ``OUT/kernelbench_l1.json`` (headroom verify suite format, so ``headroom project
 --speedups`` reads it; every result carries ``group``, ``kind``, ``expected`` and ``as_expected``,
@@ -44,8 +54,16 @@ sys.path.insert(0, str(REPO))
 
 GENERIC = REPO / "tests" / "cheaters" / "kernelbench"
 OURS = REPO / "benchmarks" / "kernelbench_l1" / "candidates"
+SEALED = REPO / "tests" / "cheaters" / "sealed"
+SEALED_PROBLEM = REPO / "tests" / "cheaters" / "problems" / "gelu_linear.py"
+# sealed candidates that are honest math once their attack is refused (tests/test_verify_sealed.py)
+SEALED_HONEST = ("attack_reference_memory", "attack_plant_pyc", "attack_threads", "probe_reach", "probe_state")
 EXPECTED = {"reference": "pass", "zeros": "fail", "partial_write": "fail", "shape_cache": "fail",
-            "example": "pass", "adversarial": "fail", "honest": "pass", "cheat": "fail"}
+            "example": "pass", "adversarial": "fail", "honest": "pass", "cheat": "fail",
+            "sealed_probe": "pass", "sealed_attack": "fail"}
+
+
+GROUPS = ("zeros", "examples", "adversarial", "level1", "candidates", "level1-extra", "sealed")
 
 
 @dataclass
@@ -75,9 +93,10 @@ def while_building(kb: Path, only: list[str] | None) -> list[Item]:
     return [Item("level1", p, [(GENERIC / "zeros.py", "zeros")]) for p in _level1(kb, only)]
 
 
-def plan(kb: Path, only: list[str] | None) -> list[Item]:
+def plan(kb: Path, only: list[str] | None, extra_only: list[str] | None = None) -> list[Item]:
     """Everything after the builds, in order."""
     level1 = _level1(kb, only)
+    extra = _level1(kb, extra_only) if extra_only else level1
     items: list[Item] = []
     ex = kb / "examples"
     for cand in sorted(ex.glob("model_new_ex_*.py")):
@@ -97,9 +116,13 @@ def plan(kb: Path, only: list[str] | None) -> list[Item]:
             cands = sorted(sub.glob("*.py"))
             items.append(Item("candidates", p, [(c, "cheat" if c.stem.startswith("cheat_") else "honest")
                                                 for c in cands]))
-    for p in level1:
+    for p in extra:
         items.append(Item("level1-extra", p, [(GENERIC / "partial_write.py", "partial_write"),
                                               (GENERIC / "shape_cache.py", "shape_cache")]))
+    for a in sorted(SEALED.glob("*.py")):
+        if not a.name.startswith("_"):
+            items.append(Item("sealed", SEALED_PROBLEM,
+                              [(a, "sealed_probe" if a.stem in SEALED_HONEST else "sealed_attack")]))
     return items
 
 
@@ -112,11 +135,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rounds", type=int, default=6, help="minimum interleaved timing rounds per candidate (>= 6)")
     ap.add_argument("--max-rounds", type=int, default=24, help="rounds at most (they stop once the interval is tight)")
     ap.add_argument("--target-phase-ms", type=float, default=30.0, help="GPU time of one timed phase")
-    ap.add_argument("--groups", default="zeros,examples,adversarial,level1,candidates,level1-extra",
-                    help="which work to do, in this order (comma-separated)")
+    ap.add_argument("--groups", default="zeros,examples,adversarial,level1,candidates,level1-extra,sealed",
+                    help="which work to do, in this order (comma-separated): " + ", ".join(GROUPS))
     ap.add_argument("--timeout", type=float, default=120.0, help="seconds a candidate may work")
     ap.add_argument("--build-timeout", type=float, default=240.0)
     ap.add_argument("--only", nargs="*", help="level-1 problem numbers or names (default: all 100)")
+    ap.add_argument("--extra-only", nargs="*", help="level-1 problems of level1-extra (default: --only)")
     ap.add_argument("--dry-run", action="store_true", help="CPU, scaled shapes, quick rounds (a test of the script)")
     ap.add_argument("--render", metavar="RESULTS", help="print the Markdown tables of a results file and exit")
     args = ap.parse_args(argv)
@@ -125,6 +149,9 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if not args.out:
         ap.error("--out is required")
+    bad = [g for g in args.groups.split(",") if g.strip() and g.strip() not in GROUPS]
+    if bad:
+        ap.error(f"--groups: unknown group(s) {', '.join(bad)} (known: {', '.join(GROUPS)})")
     return run(args)
 
 
@@ -163,7 +190,8 @@ def run(args: argparse.Namespace) -> int:
                 reference_timeout=300.0, build_dir=build_dir)
     device_name = torch.cuda.get_device_name(0) if device != "cpu" and torch.cuda.is_available() else "cpu"
     log(f"torch {torch.__version__}, device {device_name}, KernelBench {kb}, budget {args.budget:.0f} s")
-    items = sorted((it for it in plan(kb, args.only) if it.group in groups), key=lambda it: groups.index(it.group))
+    items = sorted((it for it in plan(kb, args.only, args.extra_only) if it.group in groups),
+                   key=lambda it: groups.index(it.group))
     results: list[dict] = []
     skipped: list[str] = []
     builds: dict = {}
@@ -182,10 +210,24 @@ def run(args: argparse.Namespace) -> int:
         if time.monotonic() - t0 > args.budget:
             skipped.append(label)
             return
-        env = {"HEADROOM_TEST_PROBLEM": str(it.problem)}
+        problem = it.problem
+        env = {"HEADROOM_TEST_PROBLEM": str(problem)}
+        report = None
+        if it.group == "sealed":  # a private copy of the problem and a report file every uid may write
+            import shutil
+            import tempfile
+
+            d = Path(tempfile.mkdtemp(prefix="headroom-sealed-"))
+            d.chmod(0o1777)
+            (d / "problem").mkdir()
+            problem = d / "problem" / it.problem.name
+            shutil.copy(it.problem, problem)
+            report = d / "report"
+            env = {"HEADROOM_TEST_PROBLEM": str(problem), "HEADROOM_SEALED_DIR": str(SEALED),
+                   "HEADROOM_TEST_REPORT": str(report)}
         opts = VerifyOptions.quick(**base, env=env) if args.dry_run else VerifyOptions(**base, env=env)
         try:
-            ref = prepare_reference(it.problem, opts, progress=log)
+            ref = prepare_reference(problem, opts, progress=log)
         except Exception as e:  # a broken problem must not end the run
             log(f"{label}: reference failed: {type(e).__name__}: {e}")
             for c, kind in it.candidates:
@@ -199,10 +241,12 @@ def run(args: argparse.Namespace) -> int:
                     skipped.append(f"{label}/{c.name}")
                     continue
                 try:
-                    r = verify_candidate(it.problem, c, reference=ref, built=builds.get(str(c))).to_dict()
+                    r = verify_candidate(problem, c, reference=ref, built=builds.get(str(c))).to_dict()
                 except Exception as e:
                     log(traceback.format_exc(limit=4))
                     r = VerifyResult(it.problem.stem, str(c), "error", reason=f"harness: {type(e).__name__}: {e}").to_dict()
+                if report is not None:
+                    r["report"] = report.read_text(errors="replace")[:2000] if report.exists() else ""
                 results.append(_tag(r, it, kind))
                 log(_line(results[-1]))
         finally:
@@ -252,7 +296,23 @@ def _line(r: dict) -> str:
     why = (", ".join(failed) if failed else (r.get("reason") or ""))[:160]
     return (f"{r['problem']} <- {Path(r['candidate']).name}: {r['verdict']}{sp}"
             + (f" [{ci[0]:.3g}, {ci[1]:.3g}]" if ci else "") + (f" ({why})" if why and r["verdict"] != "pass" else "")
-            + ("" if r["as_expected"] else "  [UNEXPECTED]"))
+            + _kernels_note(r) + ("" if r["as_expected"] else "  [UNEXPECTED]"))
+
+
+def _kernels_note(r: dict) -> str:
+    """Whether the reference's timed child and the candidate's ran the same top kernels, and their time."""
+    pc = r.get("per_call") or {}
+    ref = (pc.get("reference") or {}).get("child") or {}
+    cand = pc.get("candidate") or {}
+    a = [k["name"] for k in ref.get("top_kernels") or []]
+    b = [k["name"] for k in cand.get("top_kernels") or []]
+    if not a or not b:
+        return ""
+    us = (f" {ref['kernel_us']:.0f}/{cand['kernel_us']:.0f} us" if ref.get("kernel_us") is not None
+          and cand.get("kernel_us") is not None else "")
+    if a == b:
+        return f"; kernels ref/cand{us}: same"
+    return f"; kernels ref/cand{us}: DIFFER: [{', '.join(x[:60] for x in a)}] vs [{', '.join(x[:60] for x in b)}]"
 
 
 def render_markdown(doc: dict) -> str:

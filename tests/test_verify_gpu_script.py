@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import sys
 
+import pytest
 import torch
 
 from verify_support import REPO, kernelbench_dir
@@ -37,5 +38,24 @@ def test_dry_run_writes_every_group_and_renders(tmp_path):
     assert len(adversarial) == 3 and all(r["verdict"] != "pass" and r["as_expected"] for r in adversarial)
     assert len([r for r in doc["results"] if r["group"] == "examples"]) == 7
     assert len(doc["builds"]) == 9  # every load_inline candidate was built (on a CPU: failed) before any timing
+    sealed = [r for r in doc["results"] if r["group"] == "sealed"]
+    attacks = [p for p in gpu_kernelbench.SEALED.glob("*.py") if not p.name.startswith("_")]
+    assert len(sealed) == len(attacks) >= 12 and {r["kind"] for r in sealed} == {"sealed_probe", "sealed_attack"}
+    assert all(r["verdict"] != "pass" for r in sealed if r["kind"] == "sealed_attack")
+    ref = by[("level1", "reference", "19_ReLU")]["per_call"]
+    assert ref["candidate"]["top_kernels"] and [k["name"] for k in ref["candidate"]["top_kernels"]] == \
+        [k["name"] for k in ref["reference"]["child"]["top_kernels"]]
     md = gpu_kernelbench.render_markdown(doc)
     assert "| 19_ReLU | reference.py |" in md and "| level1 | zeros | fail |" in md
+
+
+def test_an_unknown_group_is_one_line_and_exit_2(tmp_path, capsys):
+    with pytest.raises(SystemExit) as e:
+        gpu_kernelbench.main(["--out", str(tmp_path), "--groups", "level1,nope"])
+    assert e.value.code == 2 and "unknown group(s) nope" in capsys.readouterr().err
+
+
+def test_extra_only_picks_the_level1_extra_problems():
+    items = gpu_kernelbench.plan(kernelbench_dir(), ["45", "68"], ["97"])
+    by = {g: [it.problem.stem.split("_")[0] for it in items if it.group == g] for g in ("level1", "level1-extra")}
+    assert by == {"level1": ["45", "68"], "level1-extra": ["97"]}

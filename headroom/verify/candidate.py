@@ -121,7 +121,7 @@ def _run(ref: ReferenceRun, cand_path: Path, env: dict, res: VerifyResult, say: 
         violations.update(child.ready.violations)
         args = place(ref, fresh_sets(ref, "memory", 1), [child])[0]
         mem = child.request(P.Memory(seq=0, args=args), stage="the memory measurement")
-        candidate_peak = {"peak_bytes": mem.peak_bytes, "method": mem.method}
+        candidate_peak = {"peak_bytes": mem.peak_bytes, "method": mem.method, "free_bytes": mem.free_bytes}
         violations.update(mem.violations)
         records, max_numel = _trials(ref, child, aggs, res.info, notes, violations)
         if records and all(a.passed for a in aggs.values()):
@@ -131,8 +131,10 @@ def _run(ref: ReferenceRun, cand_path: Path, env: dict, res: VerifyResult, say: 
             la = child.request(P.Launches(seq=0, args=place(ref, fresh_sets(ref, "launches", 1), [child])[0]),
                                stage="profiling one call")
             violations.update(la.violations)
-            call = CallProfile(la.count, la.method, la.kernel_us, la.syncs, la.d2h_bytes)
-            timing = time_candidate(ref, child, cmp.out_gates(records), max_numel, aggs, say, violations, call)
+            call = CallProfile(la.count, la.method, la.kernel_us, la.syncs, la.d2h_bytes,
+                               tuple(tuple(k) for k in la.top_kernels))
+            timing = time_candidate(ref, child, cmp.out_gates(records), max_numel, aggs, say, violations, call,
+                                    candidate_peak.get("free_bytes"))
             res.launches_per_call = {"reference": ref.timing.launches if ref.timing else None,
                                      "candidate": la.count, "method": la.method}
     except Tampering as e:

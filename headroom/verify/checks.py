@@ -68,6 +68,7 @@ class Errors:
     finite_ok: bool
     nonfinite: int  # count of unexpected NaN/Inf
     reference_nonfinite: int = 0  # positions where the fp32 reference is non-finite and the truth is not
+    truth_nonfinite: int = 0  # of ``nonfinite``: where the truth is +-inf or NaN and the candidate holds another value
 
 
 CHUNK = 1 << 24
@@ -75,8 +76,9 @@ CHUNK = 1 << 24
 
 class SumSq:
     """A sum of squares kept as ``scale**2 * ssq`` (LAPACK's dnrm2 idea): float64 truths of products and
-    cumulative products reach 1e200, whose squares overflow a plain float64 sum to inf (and inf/inf to
-    NaN) although the norm itself is finite."""
+    cumulative products reach 1e300, whose squares overflow a plain float64 sum to inf (and inf/inf to
+    NaN). ``ssq`` never exceeds the count, so ``rms`` and ``ratio`` stay finite where ``norm`` itself
+    would overflow."""
 
     def __init__(self) -> None:
         self.scale = 0.0
@@ -98,6 +100,18 @@ class SumSq:
     def norm(self) -> float:
         return self.scale * math.sqrt(self.ssq) if self.scale > 0 else 0.0
 
+    def rms(self, n: int) -> float:
+        """sqrt(sum / n): at most the largest magnitude added, so finite whenever the values are."""
+        return self.scale * math.sqrt(self.ssq / n) if self.scale > 0 and n > 0 else 0.0
+
+    def ratio(self, other: "SumSq") -> float:
+        """norm(self) / norm(other) without forming either norm (both may overflow; their ratio does not)."""
+        if other.scale == 0.0:
+            return 0.0 if self.scale == 0.0 else math.inf
+        if self.scale == 0.0:
+            return 0.0
+        return (self.scale / other.scale) * math.sqrt(self.ssq / other.ssq)
+
 
 def _classes(x: Any) -> Any:
     """0 finite, 1 +inf, 2 -inf, 3 nan (float64 input)."""
@@ -115,15 +129,38 @@ def _chunks(n: int, chunk: int):
         yield s, min(n, s + chunk)
 
 
+def _as_stored(t: Any, dtype: Any) -> Any:
+    """The float64 truth as the output's format holds it: where rounding to ``dtype`` overflows, +-inf.
+
+    A float32 output cannot hold 1e200: an exact answer there is inf, and a cumulative product that
+    underflowed to 0 and stays 0 is the format's limit, not an error the norms can weigh."""
+    import torch
+
+    if dtype == torch.float64 or not dtype.is_floating_point:
+        return t
+    over = torch.isinf(t.to(dtype)) & torch.isfinite(t)
+    if not bool(over.any()):
+        return t
+    return torch.where(over, torch.sign(t) * math.inf, t)
+
+
+def _pow2_at_least(n: int) -> float:
+    return 2.0 ** max(0, (n - 1).bit_length())
+
+
 def measure(c: Any, t: Any, r: Any = None, chunk: int = CHUNK) -> Errors:
     """Errors of ``c`` against the float64 truth ``t``; ``r`` (the fp32 reference) excuses non-finite values.
 
-    A candidate value is *unexpectedly* non-finite (or finite) where its class (finite, +inf,
-    -inf, NaN) differs from the truth's and, when ``r`` is given, from the reference's: where
+    The truth is taken as the output's format holds it (``_as_stored``: beyond float32's range it is
+    +-inf). A candidate value is *unexpectedly* non-finite (or finite) where its class (finite,
+    +inf, -inf, NaN) differs from the truth's and, when ``r`` is given, from the reference's: where
     fp32 overflows but float64 does not (cumprod, products), matching the reference is the
-    reference's error, not the candidate's. The error measures use the positions where both the
-    candidate and the truth are finite. Two passes over chunks, so a 2 G-element output needs no
-    float64 copy of itself.
+    reference's error, not the candidate's. Where the truth is non-finite the candidate must hold
+    the same non-finite value (same sign of inf, or NaN, as torch.testing's ``equal_nan``); those
+    positions are left out of the error measures, which use the positions where both the candidate
+    and the truth are finite. Every sum is scaled (powers of two, exact) or kept as
+    ``SumSq``, so finite values near float64's limit give finite errors. Two passes over chunks, so
+    a 2 G-element output needs no float64 copy of itself.
     """
     import torch
 
@@ -131,13 +168,15 @@ def measure(c: Any, t: Any, r: Any = None, chunk: int = CHUNK) -> Errors:
     t = t.detach().reshape(-1)
     r = r.detach().reshape(-1) if r is not None else None
     n_all = t.numel()
-    nonfinite = ref_bad = 0
+    inv = 1.0 / _pow2_at_least(n_all)  # mean sums of values near float64's limit do not overflow
+    nonfinite = ref_bad = truth_bad = 0
     n = 0
     s_t = s_c = 0.0
     s_tt, s_dd = SumSq(), SumSq()
     for a, b in _chunks(n_all, chunk):
         cc = c[a:b].to(torch.float64)
-        tt = t[a:b].to(torch.float64)
+        raw = t[a:b].to(torch.float64)
+        tt = _as_stored(raw, c.dtype)
         fc, ft = torch.isfinite(cc), torch.isfinite(tt)
         if bool(fc.all()) and bool(ft.all()):
             cm, tm = cc, tt
@@ -149,45 +188,47 @@ def measure(c: Any, t: Any, r: Any = None, chunk: int = CHUNK) -> Errors:
             if r is not None:
                 kr = _classes(r[a:b].to(torch.float64))
                 bad &= kc != kr
-                ref_bad += int(((kr != 0) & (kt == 0)).sum())
+                ref_bad += int(((kr != 0) & torch.isfinite(raw)).sum())
             nonfinite += int(bad.sum())
+            truth_bad += int((bad & (kt != 0)).sum())
             m = fc & ft
             cm, tm = cc[m], tt[m]
+        if cm.numel() == 0:
+            continue
         n += cm.numel()
-        s_t += float(tm.sum())
-        s_c += float(cm.sum())
+        s_t += float((tm * inv).sum())
+        s_c += float((cm * inv).sum())
         s_tt.add(tm)
-        s_dd.add(cm - tm)
+        s_dd.add(cm * 0.5 - tm * 0.5)  # halves: exact, and c - t cannot overflow
     if nonfinite:
-        return Errors(math.inf, math.inf, math.inf if n > 1 else None, False, nonfinite, ref_bad)
+        return Errors(math.inf, math.inf, math.inf if n > 1 else None, False, nonfinite, ref_bad, truth_bad)
     if n == 0:
         return Errors(0.0, 0.0, None, True, 0, ref_bad)
-    tn, dn = s_tt.norm(), s_dd.norm()
-    rel = dn / tn if tn > 0 else (0.0 if dn == 0 else math.inf)
-    rms = tn / math.sqrt(n)
-    mt, mc = s_t / n, s_c / n
+    rel = 2.0 * s_dd.ratio(s_tt)
+    rms = s_tt.rms(n)
+    mt, mc = s_t * (1.0 / inv / n), s_c * (1.0 / inv / n)  # 1/inv/n is in [1, 2): no overflow
     elem = 0.0
     s_cen, s_tcen = SumSq(), SumSq()
     t_max = 0.0
     for a, b in _chunks(n_all, chunk):
         cc = c[a:b].to(torch.float64)
-        tt = t[a:b].to(torch.float64)
+        tt = _as_stored(t[a:b].to(torch.float64), c.dtype)
         m = torch.isfinite(cc) & torch.isfinite(tt)
         cm, tm = (cc, tt) if bool(m.all()) else (cc[m], tt[m])
         if cm.numel() == 0:
             continue
-        d = (cm - tm).abs()
+        d = (cm * 0.5 - tm * 0.5).abs()
         if rms > 0:
-            elem = max(elem, float((d / (tm.abs() + rms)).max()))
+            elem = max(elem, float((d / (tm.abs() * 0.5 + rms * 0.5)).max()))
         elif float(d.max()) > 0:
             elem = math.inf
-        tc = tm - mt
+        tc = tm * 0.25 - mt * 0.25  # quarters: centred values and their differences stay finite
         s_tcen.add(tc)
-        s_cen.add((cm - mc) - tc)
+        s_cen.add((cm * 0.25 - mc * 0.25) - tc)
         t_max = max(t_max, float(tm.abs().max()))
     centred = None
-    if n > 1 and s_tcen.norm() > 1e-12 * max(t_max, 1e-300) * math.sqrt(n):
-        centred = s_cen.norm() / s_tcen.norm()
+    if n > 1 and s_tcen.rms(n) > 1e-12 * max(t_max * 0.25, 1e-300):
+        centred = s_cen.ratio(s_tcen)
     return Errors(rel, elem, centred, True, 0, ref_bad)
 
 

@@ -194,15 +194,18 @@ def _serve(conn: Any, job: P.Job, state: dict) -> None:
             reply = P.Done(seq=cmd.seq, violations=integrity.violations(snap))
         elif isinstance(cmd, P.Memory):
             kept = _released(prims, kept, model, ring)
-            peak, method = _memory(model, args(cmd.args), prims, device, lambda o: _poison(o, model, ring, prims))
+            peak, method, free = _memory(model, args(cmd.args), prims, device,
+                                         lambda o: _poison(o, model, ring, prims))
             calls.outside()
-            reply = P.MemoryDone(seq=cmd.seq, peak_bytes=peak, method=method, violations=integrity.violations(snap))
+            reply = P.MemoryDone(seq=cmd.seq, peak_bytes=peak, method=method, violations=integrity.violations(snap),
+                                 free_bytes=free)
         elif isinstance(cmd, P.Launches):
             kept = _released(prims, kept, model, ring)
             cp = launches.profile_call(model, args(cmd.args), prims.cuda)
             calls.outside()
             reply = P.LaunchesDone(seq=cmd.seq, count=cp.launches, method=cp.method, kernel_us=cp.kernel_us,
-                                   syncs=cp.syncs, d2h_bytes=cp.d2h_bytes, violations=integrity.violations(snap))
+                                   syncs=cp.syncs, d2h_bytes=cp.d2h_bytes, violations=integrity.violations(snap),
+                                   top_kernels=list(cp.top_kernels))
         elif isinstance(cmd, P.Trial):
             kept = _released(prims, kept, model, ring)  # the previous command's outputs (the harness has read them)
             xs = args(cmd.args)
@@ -479,9 +482,21 @@ def _tensor_bytes(model: Any) -> int:
     return total
 
 
-def _memory(model: Any, xs: list, prims: _Prims, device: Any, poison: Any) -> tuple[int, str]:
+def _memory(model: Any, xs: list, prims: _Prims, device: Any, poison: Any) -> tuple[int, str, int | None]:
     """Peak memory of one forward after a warm-up forward (inputs are the harness's, not counted); each
-    output poisoned (``_poison``) before it is freed, like every command's."""
+    output poisoned (``_poison``) before it is freed, like every command's; and (GPU) the device memory
+    free as the warm-up started.
+
+    The warm-up is the child's first forward: cuDNN picks a convolution's algorithm then, among those
+    whose workspace fits the largest block the caching allocator could hand out (the largest cached
+    free block; with none cached, the device's free memory). The cache is emptied first, so what is
+    left over from building the model never limits that choice, in the reference's child and the
+    candidate's alike."""
+    free = None
+    if prims.cuda:
+        prims.sync()
+        torch.cuda.empty_cache()
+        free = int(torch.cuda.mem_get_info(device)[0])
     with torch.no_grad():
         out = model(*xs)
     poison([out])
@@ -496,7 +511,7 @@ def _memory(model: Any, xs: list, prims: _Prims, device: Any, poison: Any) -> tu
         poison([out])
         del out
         return int(torch.cuda.max_memory_allocated(device)), \
-            "torch.cuda.max_memory_allocated over one forward (parameters, temporaries, outputs)"
+            "torch.cuda.max_memory_allocated over one forward (parameters, temporaries, outputs)", free
     before = _proc_status_kb("VmRSS")
     try:
         with open("/proc/self/clear_refs", "w") as f:
@@ -510,6 +525,6 @@ def _memory(model: Any, xs: list, prims: _Prims, device: Any, poison: Any) -> tu
     poison([out])
     del out
     if before is None or hwm is None:
-        return _tensor_bytes(model), "parameter bytes only (no /proc peak RSS)"
+        return _tensor_bytes(model), "parameter bytes only (no /proc peak RSS)", None
     return _tensor_bytes(model) + max(0, (hwm - before) * 1024), \
-        "parameter bytes plus the VmHWM rise over one forward (after a /proc/self/clear_refs reset)"
+        "parameter bytes plus the VmHWM rise over one forward (after a /proc/self/clear_refs reset)", None

@@ -136,7 +136,7 @@ def compare_outputs(truth: Truth, outs: list, aggs: dict[str, Agg], info: dict,
             continue
         e = ck.measure(c, t, r)
         excused = f" ({e.reference_nonfinite} where the fp32 reference overflows too)" if e.reference_nonfinite else ""
-        aggs["finite"].record(e.finite_ok, f"{tag}: {e.nonfinite} unexpected NaN/Inf value(s)" if not e.finite_ok
+        aggs["finite"].record(e.finite_ok, f"{tag}: {_nonfinite_reason(e)}" if not e.finite_ok
                               else f"no NaN/Inf where the truth and the reference are finite{excused}")
         if not e.finite_ok:
             continue
@@ -155,6 +155,16 @@ def compare_outputs(truth: Truth, outs: list, aggs: dict[str, Agg], info: dict,
     if truth.published:
         info["kernelbench_allclose"] = kb_ok
     return digests
+
+
+def _nonfinite_reason(e: ck.Errors) -> str:
+    parts = []
+    if e.nonfinite > e.truth_nonfinite:
+        parts.append(f"{e.nonfinite - e.truth_nonfinite} unexpected NaN/Inf value(s)")
+    if e.truth_nonfinite:
+        parts.append(f"{e.truth_nonfinite} value(s) where the truth is inf or NaN (beyond the output format's range) and "
+                     f"the candidate holds neither that nor the reference's value")
+    return "; ".join(parts)
 
 
 def record_ordering(label: str, unordered_ms: float, agg: Agg) -> None:

@@ -34,6 +34,7 @@ the seeds are published in the result afterwards.
 from __future__ import annotations
 
 import hashlib
+import math
 import random
 import secrets
 from dataclasses import asdict, dataclass, field
@@ -148,14 +149,28 @@ def draw(family: str, params: dict, shape: Any, dtype: Any, device: Any, seed: i
     elif family == "heavy_tailed":
         u = torch.rand(shape, **kw).neg_().add_(1.0)  # (0, 1]
         x = u.pow_(-1.0 / params["alpha"]).sub_(1.0).mul_(params["scale"])
-        x.mul_(torch.randint(0, 2, tuple(x.shape), generator=g, device=device).to(work).mul_(2).sub_(1))
+        _random_signs(x, g)
     elif family == "mixed_scales":
         e = torch.rand(shape, **kw).mul_(params["hi"] - params["lo"]).add_(params["lo"])
-        x = torch.pow(10.0, e)
-        x.mul_(torch.randint(0, 2, tuple(x.shape), generator=g, device=device).to(work).mul_(2).sub_(1))
+        x = e.mul_(math.log(10.0)).exp_()  # 10**e in place: no second full-size tensor
+        _random_signs(x, g)
     else:
         raise ValueError(f"unknown distribution family {family!r}")
     return x.to(dtype)
+
+
+SIGN_CHUNK = 1 << 24
+
+
+def _random_signs(x: Any, g: Any) -> None:
+    """Flip each element's sign with probability 1/2, in place, in chunks: a 16 GiB input needs no
+    int64 tensor of its size (32 GiB) beside it."""
+    import torch
+
+    flat = x.view(-1)
+    for a in range(0, flat.numel(), SIGN_CHUNK):
+        part = flat[a:a + SIGN_CHUNK]
+        part.mul_(torch.randint(0, 2, (part.numel(),), generator=g, device=x.device, dtype=x.dtype).mul_(2).sub_(1))
 
 
 def is_discrete(t: Any) -> bool:
@@ -180,30 +195,37 @@ def drawn_positions(templates: list) -> list[bool]:
 
 
 def transform(templates: list, family: str, params: dict, seed: int, signed: list[bool],
-              kind: str = "dist", factor: float = 1.0, drawn: list[bool] | None = None) -> list:
+              kind: str = "dist", factor: float = 1.0, drawn: list[bool] | None = None,
+              consume: bool = False) -> list:
     """Fresh values for the drawn inputs of ``templates`` (same shape, dtype, device).
 
     ``drawn`` (``drawn_positions`` of the problem's templates, computed once) saves a
-    ``torch.unique`` per input set.
+    ``torch.unique`` per input set. ``consume``: the caller's list gives up each template as its
+    values are drawn (a set of 16 GiB inputs is not held twice).
     """
     import torch
 
     if drawn is None:
         drawn = drawn_positions(templates)
     out = []
-    for i, (t, d) in enumerate(zip(templates, drawn)):
+    for i, d in enumerate(drawn[:len(templates)]):
+        t = templates[i]
         d = d and isinstance(t, torch.Tensor) and t.is_floating_point() and t.numel() > 0
         if not d:
             out.append(t)
             continue
-        x = draw(family, params, t.shape, t.dtype, t.device, mix(seed, i))
+        shape, dtype, device = t.shape, t.dtype, t.device
+        if consume:
+            templates[i] = None
+            del t
+        x = draw(family, params, shape, dtype, device, mix(seed, i))
         if not signed[i]:
             x = x.abs()
         if kind == "scaled":
             x = x * factor
         elif kind == "shifted":
             x = x + factor
-        out.append(x.to(t.dtype))
+        out.append(x.to(dtype))
     return out
 
 
@@ -227,7 +249,7 @@ def phase_inputs(problem: Any, seed: int, device: Any, signed: list[bool], drawn
     rng = random.Random(mix(seed, "family"))
     family = rng.choice(FAMILIES)
     return transform(published_inputs(problem, mix(seed, "base"), device), family, _family_params(family, rng),
-                     seed, signed, drawn=drawn)
+                     seed, signed, drawn=drawn, consume=True)
 
 
 def _nonfinite_outputs(model: Any, xs: list) -> bool | None:

@@ -25,6 +25,10 @@ METHOD_GPU = (f"torch.profiler over {FORWARDS} forwards after one untimed: CUDA 
               f"device-to-host bytes; per forward")
 
 
+TOP_KERNELS = 3
+NAME_CHARS = 160
+
+
 @dataclass(frozen=True)
 class CallProfile:
     launches: int | None
@@ -32,6 +36,21 @@ class CallProfile:
     kernel_us: float | None = None
     syncs: float | None = None
     d2h_bytes: float | None = None
+    # the kernels (CPU: aten ops) that took most of the time: (name, summed us per forward or None on a CPU,
+    # calls per forward), longest first; two processes running different algorithms for one op show here
+    top_kernels: tuple[tuple[str, float | None, float], ...] = ()
+
+
+def top_kernels(events: list[dict], forwards: int, n: int = TOP_KERNELS) -> tuple[tuple[str, float | None, float], ...]:
+    """The ``n`` kernels of a trace with the most summed time, per forward."""
+    total: dict[str, list[float]] = {}
+    for e in events:
+        if e.get("cat", "") == "kernel":
+            t = total.setdefault(str(e.get("name", ""))[:NAME_CHARS], [0.0, 0.0])
+            t[0] += float(e.get("dur", 0.0))
+            t[1] += 1
+    best = sorted(total.items(), key=lambda kv: (-kv[1][0], kv[0]))[:n]
+    return tuple((name, us / forwards, k / forwards) for name, (us, k) in best)
 
 
 def _profiled(fn: Any) -> list[dict]:
@@ -80,9 +99,10 @@ def _gpu(model: Any, xs: list) -> CallProfile:
 
     # the same profile around no forward: what the profiler and the closing synchronise add themselves
     _, _, syncs0, _ = _count(_profiled(torch.cuda.synchronize))
-    kernels, kernel_us, syncs, d2h = _count(_profiled(forwards))
+    events = _profiled(forwards)
+    kernels, kernel_us, syncs, d2h = _count(events)
     return CallProfile(kernels // FORWARDS, METHOD_GPU, kernel_us / FORWARDS, max(0, syncs - syncs0) / FORWARDS,
-                       d2h / FORWARDS)
+                       d2h / FORWARDS, top_kernels(events, FORWARDS))
 
 
 def profile_call(model: Any, xs: list, cuda: bool) -> CallProfile:
@@ -93,18 +113,23 @@ def profile_call(model: Any, xs: list, cuda: bool) -> CallProfile:
         import torch
         from torch.utils._python_dispatch import TorchDispatchMode
 
+        ops: dict[str, int] = {}
+
         class Count(TorchDispatchMode):
             n = 0
 
             def __torch_dispatch__(self, func, types, args=(), kwargs=None):
                 if not getattr(func, "is_view", False):
                     Count.n += 1
+                    ops[str(func)] = ops.get(str(func), 0) + 1
                 return func(*args, **(kwargs or {}))
 
         with Count(), torch.no_grad():
             model(*xs)
+        top = tuple((name, None, float(k)) for name, k in sorted(ops.items(), key=lambda kv: (-kv[1], kv[0]))
+                    [:TOP_KERNELS])
         return CallProfile(Count.n, "aten ops dispatched by one forward, views excluded (CPU: no kernel launches "
-                                    "to count)")
+                                    "to count)", top_kernels=top)
     except Exception as e:
         return CallProfile(None, f"not measured: {type(e).__name__}: {e}"[:200])
 

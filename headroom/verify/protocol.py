@@ -227,6 +227,7 @@ class MemoryDone(_Msg, tag="memory_done"):  # type: ignore[misc]
     peak_bytes: int
     method: str
     violations: list[str]
+    free_bytes: Union[int, None] = None  # GPU: device memory free as the child's first forward started
 
 
 class LaunchesDone(_Msg, tag="launches_done"):  # type: ignore[misc]
@@ -239,6 +240,7 @@ class LaunchesDone(_Msg, tag="launches_done"):  # type: ignore[misc]
     kernel_us: Union[float, None] = None  # summed kernel durations per forward (the profiler's clock)
     syncs: Union[float, None] = None  # host synchronisations per forward
     d2h_bytes: Union[float, None] = None  # bytes copied device -> host per forward
+    top_kernels: list[tuple[str, Union[float, None], float]] = []  # launches.CallProfile.top_kernels
 
 
 class TrialDone(_Msg, tag="trial_done"):  # type: ignore[misc]

@@ -38,6 +38,7 @@ from headroom.verify import protocol as P
 from headroom.verify import shared
 from headroom.verify import timing as tm
 from headroom.verify.process import Child, ChildFailed, Tampering
+from headroom.verify.launches import CallProfile
 from headroom.verify.procfs import sched_ns, thread_sched_ns
 from headroom.verify.reference import HarnessOOM, ReferenceRun, is_oom, job_for
 
@@ -225,6 +226,7 @@ class ReferenceTiming:
     calibration: dict = field(default_factory=dict)
     launches: int | None = None
     call: launches.CallProfile | None = None  # type: ignore[name-defined]  # the reference's forward, profiled in the harness
+    child_call: "CallProfile | None" = None  # the same, profiled in the reference's child
     gated: bool = False
 
     @property
@@ -288,9 +290,31 @@ def _memory_budget(ref: ReferenceRun) -> int:
     import torch
 
     if ref.device.startswith("cuda"):
-        free, _ = torch.cuda.mem_get_info(torch.device(ref.device))
-        return int(free * 0.4)
+        dev = torch.device(ref.device)
+        free, _ = torch.cuda.mem_get_info(dev)
+        cached = torch.cuda.memory_reserved(dev) - torch.cuda.memory_allocated(dev)  # the harness's to reuse
+        return int((free + max(0, cached)) * 0.4)
     return int(ref.options.cpu_budget_bytes)
+
+
+RING_SLACK = 1.25  # ``ReferenceRun.ensure_ring`` allocates this multiple of what it is asked for
+
+
+def timing_bytes(n: int, per_set: int, out_bytes: int, gated: bool) -> int:
+    """Device memory the timing of ``n`` forwards per phase holds at its peak (harness and children).
+
+    Per forward: its inputs in the ring (``RING_SLACK``), the harness's copy of them (``fresh_sets``),
+    the staged copy a gated phase commits, and both children's kept outputs. Once: the input set
+    being drawn (``inputs.draw`` makes one tensor at a time, its sign in chunks)."""
+    per = int(RING_SLACK * per_set) + per_set + (per_set if gated else 0) + 2 * out_bytes
+    return n * per + per_set + 4096
+
+
+def memory_iters(budget: int, per_set: int, out_bytes: int, gated: bool) -> int:
+    """The most forwards per phase whose ``timing_bytes`` fit ``budget``: at least 1 (one input set, the
+    least timing can hold), however little is free."""
+    per = timing_bytes(1, per_set, out_bytes, gated) - timing_bytes(0, per_set, out_bytes, gated)
+    return max(1, (budget - timing_bytes(0, per_set, out_bytes, gated)) // max(1, per))
 
 
 def _queue_limit(policy: tm.Policy, *launch_counts: int | None) -> int | None:
@@ -312,18 +336,25 @@ def start_reference(ref: ReferenceRun, max_numel: int, others: list[Child],
         one = fresh_sets(ref, "ref.memory", 1)
         args = place(ref, one, [child, *others])
         mem = child.request(P.Memory(seq=0, args=args[0]), stage="reference memory")
-        rt.memory = {"peak_bytes": mem.peak_bytes, "method": mem.method}
+        rt.memory = {"peak_bytes": mem.peak_bytes, "method": mem.method, "free_bytes": mem.free_bytes}
         # profiled in the harness (trusted code, one profiler for the whole run), on the same inputs
         rt.call = launches.profile_call(ref.model, shared.view_all(ref.ring, args[0]), ref.device.startswith("cuda"))  # type: ignore[arg-type]
         rt.launches = rt.call.launches
+        # and in the reference's child, the process that is timed, as the candidate's child profiles itself
+        la = child.request(P.Launches(seq=0, args=args[0]), stage="profiling the reference's call in its child")
+        rt.child_call = launches.CallProfile(la.count, la.method, la.kernel_us, la.syncs, la.d2h_bytes,
+                                             tuple(tuple(k) for k in la.top_kernels))
         if ref.options.vs_compile:
             done = child.request(P.Compile(seq=0, args=args[0]), stage="torch.compile of the reference",
                                  timeout=ref.options.reference_timeout)
             rt.compile_error = done.error
         per_set = shared.inputs_bytes(one[0])
+        del one, args  # the memory set is not kept through the timing
         out_bytes = ref.estimate.outputs_bytes if ref.estimate else per_set
-        # the ring, the harness's copy of the inputs (and its staged copy, gated), both children's kept outputs
-        n_mem = max(1, _memory_budget(ref) // max(1, (3 if rt.gated else 2) * per_set + 2 * out_bytes))
+        budget = _memory_budget(ref)
+        n_mem = memory_iters(budget, per_set, out_bytes, rt.gated)
+        rt.calibration["memory_budget_bytes"] = budget
+        rt.calibration["memory_bytes_at_iters"] = timing_bytes(n_mem, per_set, out_bytes, rt.gated)
         n_queue = _queue_limit(policy, rt.launches) if rt.gated else None
         est = None
         n = 1
@@ -398,7 +429,8 @@ class Timed:
 
 
 def time_candidate(ref: ReferenceRun, cand: Child, gates: list, max_numel: int, aggs: dict,
-                   say: Callable[[str], None], violations: set, cand_call: launches.CallProfile | None = None) -> Timed:
+                   say: Callable[[str], None], violations: set, cand_call: launches.CallProfile | None = None,
+                   cand_free: int | None = None) -> Timed:
     """Interleaved rounds of reference and candidate: the result's ``timing`` and ``per_call`` sections."""
     policy = ref.policy
     cuda = ref.device.startswith("cuda")
@@ -459,6 +491,7 @@ def time_candidate(ref: ReferenceRun, cand: Child, gates: list, max_numel: int, 
 
         def measure(name: str, r: int) -> float:
             if "sets" not in current or current["round"] != r:
+                current.clear()  # the last round's inputs go before this round's are drawn
                 current.update(round=r, sets=fresh_sets(ref, f"round{r}", n), phases={})
             ph = one(name, current["sets"], f"positions{r}.{name}")
             current["phases"][name] = ph
@@ -542,7 +575,8 @@ def time_candidate(ref: ReferenceRun, cand: Child, gates: list, max_numel: int, 
     for name, _ in plan:
         out[name] = tm.stats(per[name])
         out[f"{name}_per_round"] = per[name]
-    per_call = _per_call(rt, phases, [p.enqueue_ms for p in cand_nulls if p.gated], n, cand_call, gated_arm)
+    per_call = _per_call(rt, phases, [p.enqueue_ms for p in cand_nulls if p.gated], n, cand_call, gated_arm,
+                         cand_free)
     ratios = {}
     for name in ("reference_fp32", "reference_compile"):
         if per.get(name):
@@ -551,8 +585,12 @@ def time_candidate(ref: ReferenceRun, cand: Child, gates: list, max_numel: int, 
     return Timed(out, per_call, ratios)
 
 
+def _kernels(prof: launches.CallProfile | None) -> list[dict]:
+    return [{"name": name, "us": us, "calls": k} for name, us, k in prof.top_kernels] if prof else []
+
+
 def _per_call(rt: ReferenceTiming, phases: dict[str, list[Phase]], cand_null_enq: list[float], n: int,
-              cand_call: launches.CallProfile | None, gated_arm: dict[str, bool]) -> dict:
+              cand_call: launches.CallProfile | None, gated_arm: dict[str, bool], cand_free: int | None = None) -> dict:
     """What one call costs besides its device time: CPU per call unprofiled, launches, host syncs, bytes to host.
 
     ``call_us``: a gated phase's enqueue on the harness's clock, less the fixed cost of a Run without
@@ -576,9 +614,18 @@ def _per_call(rt: ReferenceTiming, phases: dict[str, list[Phase]], cand_null_enq
         return d
 
     method = rt.call.method if rt.call is not None else "not measured"
-    return {"reference": side("reference_tf32", rt.call, rt.gated),
-            "candidate": side("candidate", cand_call, gated_arm.get("candidate", False)),
-            "method": f"launches, kernel_us, syncs, d2h_bytes: {method}"}
+    ref_side = side("reference_tf32", rt.call, rt.gated)
+    ref_side["top_kernels"] = _kernels(rt.call)  # in the harness
+    ref_side["child"] = {"kernel_us": rt.child_call.kernel_us if rt.child_call else None,
+                         "launches": rt.child_call.launches if rt.child_call else None,
+                         "top_kernels": _kernels(rt.child_call), "free_bytes_at_warmup": rt.memory.get("free_bytes")}
+    cand_side = side("candidate", cand_call, gated_arm.get("candidate", False))
+    cand_side["top_kernels"] = _kernels(cand_call)  # in its child
+    cand_side["free_bytes_at_warmup"] = cand_free
+    return {"reference": ref_side, "candidate": cand_side,
+            "method": f"launches, kernel_us, syncs, d2h_bytes: {method}; reference: profiled in the harness, "
+                      f"reference.child: in the reference's timed child; candidate: in its child; top_kernels: the "
+                      f"{launches.TOP_KERNELS} kernels (CPU: aten ops, by count) with the most time per forward"}
 
 
 def _check_inputs(ref: ReferenceRun, ph: Phase, sets: list[list], agg: Any) -> None:

@@ -192,8 +192,8 @@ class Ring:
                 if isinstance(x, torch.Tensor) and isinstance(ref, P.RingTensor):
                     end = max(end, ref.offset + span_elements(ref.shape, ref.stride) * x.element_size())
         if self._staging is None or self._staging.numel() < end:
-            self._staging = None
-            self._staging = torch.empty(self.nbytes, dtype=torch.uint8, device=self.buf.device)
+            self._staging = None  # only what the phase's inputs span: not the ring's slack
+            self._staging = torch.empty(end, dtype=torch.uint8, device=self.buf.device)
         for si, values in enumerate(sets):
             for vi, x in enumerate(values):
                 ref = layout[si][vi]

@@ -266,6 +266,35 @@ def run(args: argparse.Namespace) -> int:
     opts = (VerifyOptions.quick(seed=1) if args.dry_run else VerifyOptions(device=device, seed=1))
     log(f"torch {torch.__version__}, device {doc['device']}, {len(stems)} problems, budget {args.budget:.0f} s")
 
+    # At the budget, whatever is done is the answer: the direct results so far, the Ray stream's lines.
+    def finish_from_stream() -> None:
+        log(f"budget of {args.budget:.0f} s reached: the results so far")
+        try:
+            lines = (out / "ray.jsonl").read_text().splitlines() if (out / "ray.jsonl").is_file() else []
+            doc["ray_results"] = [row(json.loads(x)) for x in lines if x.strip()]
+        except Exception as e:
+            doc["errors"].append(f"ray stream: {e}")
+        doc["skipped"].append("stopped at the budget")
+        if t_ray:
+            doc["ray_wall_s"] = round(time.monotonic() - t_ray, 1)
+        save()
+        summary()
+        os._exit(0)
+
+    def summary() -> None:
+        rows = doc["compare"]
+        log(f"{sum(c['same'] for c in rows)} of {len(rows)} verdicts the same on both paths "
+            f"({sum(c['same_class'] for c in rows)} the same class); errors {len(doc['errors'])}; "
+            f"wall {time.monotonic() - t0:.1f} s -> {out / 'kernelbench_ray.json'}")
+        for c in rows:
+            if not c["same"]:
+                log(f"  differs: {c['problem']} <- {c['candidate']}: {c['direct']} direct, {c['ray']} Ray")
+
+    t_ray = 0.0
+    watchdog = threading.Timer(max(args.budget - (time.monotonic() - t0), 1.0), finish_from_stream)
+    watchdog.daemon = True
+    watchdog.start()
+
     # 2. The direct path, problem by problem, until its share of the budget is spent.
     t_direct = time.monotonic()
     full: list = []
@@ -289,35 +318,9 @@ def run(args: argparse.Namespace) -> int:
     with gzip.open(out / "direct.json.gz", "wt") as f:
         json.dump({"results": full}, f)
 
-    # 3. The same problems through the Ray path; at the budget, what the stream holds is the answer.
-    def finish_from_stream() -> None:
-        log(f"budget of {args.budget:.0f} s reached on the Ray path: the results streamed so far")
-        try:
-            lines = (out / "ray.jsonl").read_text().splitlines() if (out / "ray.jsonl").is_file() else []
-            doc["ray_results"] = [row(json.loads(x)) for x in lines if x.strip()]
-        except Exception as e:
-            doc["errors"].append(f"ray stream: {e}")
-        doc["skipped"].append("ray: stopped at the budget")
-        doc["ray_wall_s"] = round(time.monotonic() - t_ray, 1)
-        save()
-        summary()
-        os._exit(0)
-
-    def summary() -> None:
-        rows = doc["compare"]
-        log(f"{sum(c['same'] for c in rows)} of {len(rows)} verdicts the same on both paths "
-            f"({sum(c['same_class'] for c in rows)} the same class); errors {len(doc['errors'])}; "
-            f"wall {time.monotonic() - t0:.1f} s -> {out / 'kernelbench_ray.json'}")
-        for c in rows:
-            if not c["same"]:
-                log(f"  differs: {c['problem']} <- {c['candidate']}: {c['direct']} direct, {c['ray']} Ray")
-
+    # 3. The same problems through the Ray path.
     t_ray = time.monotonic()
-    left = args.budget - (t_ray - t0)
-    if done and left > 0:
-        watchdog = threading.Timer(left, finish_from_stream)
-        watchdog.daemon = True
-        watchdog.start()
+    if done and t_ray - t0 < args.budget:
         try:
             import ray
 
@@ -335,18 +338,17 @@ def run(args: argparse.Namespace) -> int:
             res = verify_suite(suite, cands, opts, out=out / "ray.json", problems=done,
                                run_pairs=pool_runner(engine, stream_to=out / "ray.json"),
                                progress=lambda s: log("ray " + s))
-            watchdog.cancel()
             doc["ray_results"] = [row(r) for r in res["results"]]
             with gzip.open(out / "ray.json.gz", "wt") as f:
                 json.dump(res, f)
             (out / "ray.json").unlink()
         except Exception as e:
-            watchdog.cancel()
             doc["errors"].append(f"ray: {type(e).__name__}: {e}")
             log(traceback.format_exc(limit=6))
         doc["ray_wall_s"] = round(time.monotonic() - t_ray, 1)
     else:
         doc["skipped"].append("ray: no time left or no direct results")
+    watchdog.cancel()
     save()
     summary()
     shutil.rmtree(root, ignore_errors=True)

@@ -15,8 +15,12 @@ collective is matched on every rank, as in a run whose ranks all finish.
 
 Results: the 44 KernelBench level-1 results measured on the H200 (`docs/gpu/measure/kernelbench_l1.*.json.gz`)
 rebuilt as `VerifyResult`s: the pickled size of one (what an actor sends back), and, for a suite of N results
-(the 44 repeated), the memory the driver holds for them, the time of one rewrite of the streamed `--out` document
-(`headroom.fleet.verify` rewrites it after every result) and its size.
+(the 44 repeated), the memory the driver holds for them, the cost of streaming them as `--out` does
+(`headroom.fleet.verify.ResultStream`: one JSON line per result, flushed and fsynced), the one write of the
+suite document at the end, and, for scale, one rewrite of that whole document (what a stream that rewrote
+the document after every result would pay at each result).
+
+    python benchmarks/fleet_driver.py --results-only [--results 44 440 4400] [--out results.json]
 """
 
 from __future__ import annotations
@@ -159,6 +163,7 @@ def verify_results() -> list:
 
 
 def streamed(results: list, counts: list[int], repeat: int) -> list[dict]:
+    from headroom.fleet.verify import ResultStream, stream_path
     from headroom.verify.results import suite_document, write_json
 
     rows = []
@@ -168,15 +173,31 @@ def streamed(results: list, counts: list[int], repeat: int) -> list[dict]:
         for n in counts:
             tracemalloc.start()
             done = [pickle.loads(blobs[i % len(blobs)]) for i in range(n)]     # each its own objects, as received
+            for i, r in enumerate(done):    # each copy its own candidate: the stream keys lines by candidate
+                r.candidate = f"{r.candidate}#{i}"
             held = tracemalloc.get_traced_memory()[0]
             tracemalloc.stop()
-            times = []
+            times, appends = [], []
             for _ in range(repeat):
                 t0 = time.perf_counter()
                 write_json(suite_document(done, "NVIDIA H200", missing_candidates=[]), out)
                 times.append(time.perf_counter() - t0)
-            rows.append({"results": n, "rewrite_s": [round(t, 3) for t in times],
-                         "rewrite_s_median": round(statistics.median(times), 3), "document_bytes": out.stat().st_size,
+                stream = ResultStream(stream_path(out))
+                each = []
+                for r in done:
+                    t1 = time.perf_counter()
+                    stream.write(r)
+                    each.append(time.perf_counter() - t1)
+                stream.close()
+                appends.append(each)
+            per = sorted(x for each in appends for x in each)
+            rows.append({"results": n,
+                         "append_ms_median": round(statistics.median(per) * 1e3, 3),
+                         "append_ms_p99": round(per[int(0.99 * (len(per) - 1))] * 1e3, 3),
+                         "append_s_total": [round(sum(e), 3) for e in appends],
+                         "stream_bytes": stream_path(out).stat().st_size,
+                         "final_write_s": [round(t, 3) for t in times],
+                         "final_write_s_median": round(statistics.median(times), 3), "document_bytes": out.stat().st_size,
                          "held_mb": round(held / 2**20, 1),
                          "load_avg_1m": round(os.getloadavg()[0], 2)})
             print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
@@ -191,7 +212,13 @@ def main() -> None:
     ap.add_argument("--results", type=int, nargs="+", default=[44, 440, 4400])
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--out")
+    ap.add_argument("--results-only", action="store_true", help="only the verify results (no ranks)")
     args = ap.parse_args()
+    if args.results_only:
+        results = verify_results()
+        emit({"command": "benchmarks/fleet_driver.py " + " ".join(sys.argv[1:]),
+              "streamed_document": streamed(results, args.results, args.repeat), **stamp()}, args.out)
+        return
     first = args.dir / "rank-0.json"
     if not first.is_file():
         raise SystemExit(f"{first}: no such trace (benchmarks/rank_directory.py --dir {args.dir} builds it)")

@@ -98,7 +98,23 @@ def test_bad_engine_and_address_are_one_line():
                                  "one candidate runs here")
 
 
-def test_a_lost_worker_has_its_candidate_run_again_and_counted_once(tmp_path):
+MEASURED = ("elapsed_s", "timing", "per_call", "baseline", "memory", "memory_ratio", "speedup", "speedup_fp32",
+            "speedup_compile", "speedup_ci", "launches_per_call", "info", "build", "flags", "review")
+
+
+def same_but_measured(doc):
+    """A suite document with what is measured (times, memory) left out: what two runs must agree on. A
+    correct candidate's pass or inconclusive is a timing's call on a loaded machine, so both read "correct"."""
+    def one(r):
+        r = {k: (None if k in MEASURED else v) for k, v in r.items()}
+        if r["verdict"] in ("pass", "inconclusive"):
+            r.update(verdict="correct", reason=None)
+        r["checks"] = [(c["name"], c["passed"]) for c in r["checks"]]
+        return r
+    return {**doc, "results": [one(r) for r in doc["results"]]}
+
+
+def test_a_lost_worker_has_its_candidate_run_again_streamed_once(tmp_path):
     from headroom.fleet import get_engine
     from headroom.fleet.verify import pool_runner
     from headroom.verify import VerifyOptions, verify_suite
@@ -114,17 +130,20 @@ def test_a_lost_worker_has_its_candidate_run_again_and_counted_once(tmp_path):
         shutil.copy(CHEATERS / "problems" / f"{name}.py", suite / f"{name}.py")
     dispatched: list[int] = []
     killed = []
+    lines_seen = []
+    out = tmp_path / "results.json"
+    stream = tmp_path / "results.jsonl"
 
     def kill_first(actor, index):
         dispatched.append(index)
+        lines_seen.append(len(stream.read_bytes().splitlines()))
         if not killed:          # the first candidate's worker dies while it works
             killed.append(index)
             ray.kill(actor, no_restart=True)
 
     engine = get_engine("ray")
     assert engine.workers() == (2, {"num_cpus": 1})     # no GPU here: one actor per CPU
-    out = tmp_path / "results.json"
-    opts = VerifyOptions(device="cpu", threads=1, rounds=6)
+    opts = VerifyOptions(device="cpu", threads=1, rounds=6, seed=1)
     doc = verify_suite(suite, cands, opts, out=out,
                        run_pairs=pool_runner(engine, stream_to=out, on_dispatch=kill_first))
     names = [(r["problem"], Path(r["candidate"]).name) for r in doc["results"]]
@@ -136,6 +155,61 @@ def test_a_lost_worker_has_its_candidate_run_again_and_counted_once(tmp_path):
     assert verdicts[("clamp_unit", "clamp_unit.py")] in ("pass", "inconclusive")
     assert json.loads(out.read_text()) == json.loads(json.dumps(doc))
     assert doc["missing_candidates"] == ["large_mean"] and doc["device"] == "cpu"
+    # The stream: one line per candidate (the retried one too), each the document's result as it finished;
+    # the first two dispatches found it empty (two workers), the retry no line of the lost candidate.
+    lines = [json.loads(line) for line in stream.read_text().splitlines()]
+    assert len(lines) == 3 and lines_seen[:2] == [0, 0]
+    assert sorted((d["problem"], Path(d["candidate"]).name) for d in lines) == sorted(names)
+    by_key = {(d["problem"], d["candidate"]): d for d in lines}
+    assert [by_key[(r["problem"], r["candidate"])] for r in doc["results"]] == doc["results"]
+    # The sequential path on the same suite: the same document but for what is measured.
+    local = tmp_path / "local.json"
+    verify_suite(suite, cands, opts, out=local)
+    a, b = same_but_measured(json.loads(local.read_text())), same_but_measured(json.loads(out.read_text()))
+    assert [{k for k in x if x[k] != y[k]} for x, y in zip(a["results"], b["results"])] == [set()] * 3
+    assert a == b
+    assert not (tmp_path / "local.jsonl").exists()
+
+
+def test_resume_takes_the_streamed_candidates_and_runs_the_rest(tmp_path, monkeypatch):
+    import headroom.fleet.verify as fv
+    from headroom.fleet import LocalEngine
+    from headroom.verify import VerifyOptions, verify_suite
+
+    suite, cands = tmp_path / "suite", tmp_path / "candidates"
+    suite.mkdir()
+    cands.mkdir()
+    for name in ("clamp_unit", "gelu_linear"):
+        shutil.copy(CHEATERS / "problems" / f"{name}.py", suite / f"{name}.py")
+    shutil.copy(CHEATERS / "candidates" / "honest_clamp.py", cands / "clamp_unit.py")
+    shutil.copy(CHEATERS / "candidates" / "cheat_zeros.py", cands / "gelu_linear.py")
+    out = tmp_path / "r.json"
+    opts = VerifyOptions(device="cpu", threads=1, rounds=6)
+    first = verify_suite(suite, cands, opts, out=out, run_pairs=fv.pool_runner(LocalEngine(), stream_to=out))
+    stream = fv.stream_path(out)
+    assert stream == tmp_path / "r.jsonl" and fv.stream_path(tmp_path / "r.out") == tmp_path / "r.out.jsonl"
+    one, two = stream.read_bytes().splitlines()
+    # A driver killed while writing its second line: the first line and half of the second are left.
+    stream.write_bytes(one + b"\n" + two[: len(two) // 2])
+    ran = []
+    real = fv.verify_one
+    monkeypatch.setattr(fv, "verify_one", lambda unit: ran.append(Path(unit[1]).name) or real(unit))
+    out.unlink()
+    again = verify_suite(suite, cands, opts, out=out,
+                         run_pairs=fv.pool_runner(LocalEngine(), stream_to=out, resume=True))
+    assert ran == ["gelu_linear.py"]
+    assert again["results"][0] == first["results"][0]         # read back, not run
+    assert [r["verdict"] for r in again["results"]] == [r["verdict"] for r in first["results"]]
+    assert [json.loads(x)["candidate"] for x in stream.read_bytes().splitlines()] == [
+        str(cands / "clamp_unit.py"), str(cands / "gelu_linear.py")]
+    stream.write_bytes(b"{}\n" + one + b"\n")               # a line that is no result, not the last: exit 2
+    code, _, err = invoke(["verify", "--suite", str(suite), "--candidates", str(cands), "--device", "cpu",
+                           "--engine", "ray", "--out", str(out), "--resume"])
+    assert code == 2 and err.startswith(f"headroom: error: {stream}:1: not a streamed verify result")
+    code, _, err = invoke(["verify", "--suite", str(suite), "--candidates", str(cands), "--device", "cpu",
+                           "--resume", "--out", str(out)])
+    assert code == 2 and err == ("headroom: error: --resume: only with --engine ray and --out "
+                                 "(it reads the stream OUT.jsonl)")
 
 
 def test_import_headroom_and_the_local_engine_do_not_import_ray():

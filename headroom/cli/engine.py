@@ -20,6 +20,11 @@ AddressOpt = typer.Option(None, "--address", metavar="ADDR", help=(
     "With --engine ray: an existing cluster (e.g. auto, HOST:6379, ray://HOST:10001); default: start a local one."))
 
 
+ResumeOpt = typer.Option(False, "--resume", help=(
+    "With --engine ray and --out: take the candidates already in the --out stream (OUT.jsonl) from it, "
+    "run the others."))
+
+
 def fleet_inputs(reader, paths: List[Path]) -> Iterator:
     """What `Reader.inputs` yields, each trace read by a task of `reader.engine`."""
     from headroom.fleet import get_engine
@@ -85,12 +90,14 @@ def _with_products(reader, engine, inputs: list, tasks: list) -> list:
     return inputs
 
 
-def suite_runner(engine: str, address: Optional[str], out: Optional[Path]):
+def suite_runner(engine: str, address: Optional[str], out: Optional[Path], resume: bool = False):
     """`verify --suite` / `bench run`: None (in this process) or the candidates over the engine's workers,
-    each result written into `out` as it arrives."""
+    each result appended to the stream beside `out` (headroom.fleet.verify.stream_path) as it arrives."""
+    if resume and (engine == "local" and address is None or out is None):
+        raise UserError("--resume: only with --engine ray and --out (it reads the stream OUT.jsonl)")
     if engine == "local" and address is None:
         return None
     from headroom.fleet import get_engine
     from headroom.fleet.verify import pool_runner
 
-    return pool_runner(get_engine(engine, address), stream_to=out)
+    return pool_runner(get_engine(engine, address), stream_to=out, resume=resume)

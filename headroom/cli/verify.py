@@ -9,7 +9,7 @@ from typing import List, Optional
 
 import typer
 
-from headroom.cli.engine import AddressOpt, EngineOpt, suite_runner
+from headroom.cli.engine import AddressOpt, EngineOpt, ResumeOpt, suite_runner
 from headroom.errors import UserError
 
 DeviceOpt = typer.Option("auto", "--device", help="auto (CUDA if available), cpu, cuda or cuda:N.")
@@ -118,6 +118,7 @@ def verify(
     logs: Optional[Path] = KeepLogsOpt,
     engine: str = EngineOpt,
     address: Optional[str] = AddressOpt,
+    resume: bool = ResumeOpt,
 ) -> None:
     """Is a candidate kernel correct, and how much faster than a realistic (TF32) baseline? Exit 1 unless pass."""
     from headroom.files import check_output_file, check_output_not_input
@@ -139,7 +140,7 @@ def verify(
         if suite.is_dir() and not problems_in(suite):   # used to print an empty table and exit 0
             raise UserError(f"{suite}: no problem files (*.py defining Model, get_inputs, get_init_inputs)")
         _show_results(verify_suite(suite, candidates, opts, out=out, progress=_progress,
-                                   run_pairs=suite_runner(engine, address, out)), as_json, out)
+                                   run_pairs=suite_runner(engine, address, out, resume)), as_json, out)
         return
     if engine != "local" or address is not None:
         raise UserError("--engine: verify spreads the candidates of a --suite; one candidate runs here")
@@ -194,6 +195,7 @@ def bench_run(
     logs: Optional[Path] = KeepLogsOpt,
     engine: str = EngineOpt,
     address: Optional[str] = AddressOpt,
+    resume: bool = ResumeOpt,
 ) -> None:
     """Verify candidates against DLRM-Bench and write one results file."""
     from headroom.files import check_output_file, check_output_not_input
@@ -204,7 +206,7 @@ def bench_run(
         check_output_file(out)
     opts = _options(device, vs_compile, rounds, "auto", timeout, build_timeout, seed, threads, logs)
     _show_results(dlrm.run(names or None, candidates, opts, scale=scale, out=out, progress=_progress,
-                           run_pairs=suite_runner(engine, address, out)), as_json, out)
+                           run_pairs=suite_runner(engine, address, out, resume)), as_json, out)
 
 
 def _show_results(doc: dict, as_json: bool, out: Path | None) -> None:

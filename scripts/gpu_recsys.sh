@@ -9,10 +9,10 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 FBGEMM_SITE=${FBGEMM_SITE:-/var/tmp/fbsite}
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/*.whl \
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target "${HEADROOM_SITE:-/tmp/site}" .whl/*.whl \
     $(ls .whl-rec/*.whl .recw/*.whl 2>/dev/null | grep -v fbgemm) || exit 1
-tar -C /tmp/site -xJf .whl/prt.tar.xz || exit 1
-export PYTHONPATH="$FBGEMM_SITE:/tmp/site:$PWD" PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TOKENIZERS_PARALLELISM=false
+tar -C "${HEADROOM_SITE:-/tmp/site}" -xJf .whl/prt.tar.xz || exit 1
+export PYTHONPATH="$FBGEMM_SITE:${HEADROOM_SITE:-/tmp/site}:$PWD" PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TOKENIZERS_PARALLELISM=false
 OUT=${OUT:-out/gpu_recsys}
 mkdir -p "$OUT"
 exec timeout --signal=TERM --kill-after=10 "${HARD_LIMIT:-525}" python3 scripts/gpu_recsys.py --out "$OUT" \

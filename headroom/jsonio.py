@@ -49,11 +49,13 @@ def columns(*names: str) -> dict[str, Any]:
     return {"columns": names}
 
 
-def _keys(cls: type) -> tuple[str, ...]:
-    """The attributes `plain` writes: the class's `JSON_KEYS` (fields and properties in output order,
-    a computed value among them) when it declares them, else its fields in declaration order."""
+def _keys(cls: type) -> tuple[tuple[str, str], ...]:
+    """(key, attribute) of what `plain` writes: the class's `JSON_KEYS` (fields and properties in output
+    order, a computed value among them; a `(key, property)` pair where a property's name is not its key)
+    when it declares them, else its fields in declaration order."""
     declared = getattr(cls, "JSON_KEYS", None)
-    return tuple(declared) if declared is not None else tuple(f.name for f in dataclasses.fields(cls))
+    names = tuple(declared) if declared is not None else tuple(f.name for f in dataclasses.fields(cls))
+    return tuple((n, n) if isinstance(n, str) else (n[0], n[1]) for n in names)
 
 
 def _round(value: Any, digits: int) -> Any:
@@ -81,7 +83,7 @@ def plain(obj: Any) -> Any:
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
         meta: dict[str, Mapping[str, Any]] = {f.name: f.metadata for f in dataclasses.fields(obj)}
         out = {}
-        for name in _keys(type(obj)):
+        for key, name in _keys(type(obj)):
             m = meta.get(name, {})
             if m.get("skip") or (m.get("omit_if") is not None and m["omit_if"](obj)):
                 continue
@@ -92,7 +94,7 @@ def plain(obj: Any) -> Any:
                 value = _round(value, m["round"])
             if value is not None and m.get("encode") is not None:
                 value = m["encode"](value)
-            key = m.get("json_key", name)
+            key = m.get("json_key", key)
             out[key] = _records(value, m.get("columns")) if _is_frame(value) else plain(value)
         return out
     if isinstance(obj, dict):

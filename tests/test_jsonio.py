@@ -61,7 +61,7 @@ def test_plain_is_the_one_encoder_of_result_dataclasses():
 def test_plain_writes_json_keys_in_their_order_with_computed_values_rounding_and_conditions():
     """`JSON_KEYS` orders fields and properties (a field left out of it is no key); `rounded` rounds a float
     and each float of a list; `omit_if` tests the whole object; `encoded` rewrites a value that is not None;
-    `columns` picks a DataFrame's columns."""
+    `columns` picks a DataFrame's columns; a `(key, property)` pair names a property's key."""
     import dataclasses
     from typing import ClassVar
 
@@ -78,19 +78,23 @@ def test_plain_writes_json_keys_in_their_order_with_computed_values_rounding_and
         pair: tuple | None = dataclasses.field(default=None, metadata=encoded(lambda t: {"lo": t[0], "hi": t[1]}))
         rows: pd.DataFrame | None = dataclasses.field(default=None, metadata=columns("y", "x"))
 
-        JSON_KEYS: ClassVar[tuple[str, ...]] = ("double", "a", "times", "world", "pair", "rows")
+        JSON_KEYS: ClassVar[tuple] = ("double", "a", "times", "world", "pair", "rows", ("n_times", "count"))
+
+        @property
+        def count(self) -> int:
+            return len(self.times)
 
         @property
         def double(self) -> float:
             return 2 * self.a
 
     r = R(1.25, 7, [1.23456, 2, 3.999])
-    assert plain(r) == {"double": 2.5, "a": 1.25, "times": [1.23, 2, 4.0], "pair": None, "rows": None}
+    assert plain(r) == {"double": 2.5, "a": 1.25, "times": [1.23, 2, 4.0], "pair": None, "rows": None, "n_times": 3}
     frame = pd.DataFrame({"x": [1, 2], "y": [0.5, float("nan")], "z": ["no", "no"]})
     wide = R(0.5, 0, [], world=4, pair=(3, 9), rows=frame)
     assert plain(wide)["world"] == 4 and plain(wide)["pair"] == {"lo": 3, "hi": 9}
     assert dumps(wide.rows) == '[{"x": 1, "y": 0.5, "z": "no"}, {"x": 2, "y": null, "z": "no"}]'
-    assert dumps(wide).endswith('"rows": [{"y": 0.5, "x": 1}, {"y": null, "x": 2}]}')
+    assert dumps(wide).endswith('"rows": [{"y": 0.5, "x": 1}, {"y": null, "x": 2}], "n_times": 0}')
 
 
 def test_plain_turns_enums_paths_numpy_and_msgspec_structs_into_builtins():

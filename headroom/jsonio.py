@@ -4,13 +4,14 @@ for files, atomic (a temporary file renamed into place: a failure never leaves h
 from __future__ import annotations
 
 import dataclasses
+import enum
 import json
 import math
 import os
 import tempfile
 from contextlib import contextmanager
-from pathlib import Path
-from typing import Any, BinaryIO, Iterator
+from pathlib import Path, PurePath
+from typing import Any, BinaryIO, Callable, Iterator, Mapping
 
 from headroom.errors import UserError
 
@@ -26,25 +27,102 @@ def json_key(key: str, omit_none: bool = False) -> dict[str, Any]:
     return {"json_key": key, "omit_none": omit_none}
 
 
+def rounded(digits: int) -> dict[str, Any]:
+    """Field metadata for `plain`: a float (or each float of a list) rounded to `digits` decimals."""
+    return {"round": digits}
+
+
+def omit_if(test: Callable[[Any], bool]) -> dict[str, Any]:
+    """Field metadata for `plain`: leave the key out when `test(the object)` holds (a manifest key that only
+    multi-process runs write)."""
+    return {"omit_if": test}
+
+
+def encoded(encode: Callable[[Any], Any]) -> dict[str, Any]:
+    """Field metadata for `plain`: the field's value (when not None) as `encode` writes it (an analysis as its
+    `classify --json` document, a pair of numbers as a named object)."""
+    return {"encode": encode}
+
+
+def columns(*names: str) -> dict[str, Any]:
+    """Field metadata for `plain`: of a DataFrame field, these columns only, in this order."""
+    return {"columns": names}
+
+
+def _keys(cls: type) -> tuple[tuple[str, str], ...]:
+    """(key, attribute) of what `plain` writes: the class's `JSON_KEYS` (fields and properties in output
+    order, a computed value among them; a `(key, property)` pair where a property's name is not its key)
+    when it declares them, else its fields in declaration order."""
+    declared = getattr(cls, "JSON_KEYS", None)
+    names = tuple(declared) if declared is not None else tuple(f.name for f in dataclasses.fields(cls))
+    return tuple((n, n) if isinstance(n, str) else (n[0], n[1]) for n in names)
+
+
+def _round(value: Any, digits: int) -> Any:
+    if isinstance(value, float):
+        return round(value, digits)
+    if isinstance(value, (list, tuple)):
+        return [_round(v, digits) for v in value]
+    return value
+
+
+def _records(frame: Any, names: tuple[str, ...] | None) -> list[dict[str, Any]]:
+    """A DataFrame as one object per row, numpy values as Python ones."""
+    if names is not None:
+        frame = frame[list(names)]
+    return [{str(k): plain(v) for k, v in r.items()} for r in frame.to_dict(orient="records")]
+
+
 def plain(obj: Any) -> Any:
-    """A result as JSON-ready values, the one encoder of result types: a dataclass becomes an object of its
-    fields in declaration order (keys and omissions as their metadata says: `json_key`, `OMIT_NONE`),
-    recursively through lists, tuples and dicts; anything else is left to `dumps` (numbers, text, numpy)."""
+    """A result as JSON-ready builtins, the one encoder of result types: a dataclass becomes an object of its
+    fields in declaration order (or of its `JSON_KEYS`, properties among them), keys, omissions and rounding
+    as each field's metadata says (`json_key`, `OMIT_NONE`, `omit_if`, `rounded`, `encoded`, `SKIP`,
+    `columns`),
+    recursively through lists, tuples and dicts; a msgspec Struct as `msgspec.to_builtins` makes it; enums as
+    their value, paths as text, numpy scalars and arrays as Python values, a DataFrame as its rows."""
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        meta: dict[str, Mapping[str, Any]] = {f.name: f.metadata for f in dataclasses.fields(obj)}
         out = {}
-        for f in dataclasses.fields(obj):
-            if f.metadata.get("skip"):
+        for key, name in _keys(type(obj)):
+            m = meta.get(name, {})
+            if m.get("skip") or (m.get("omit_if") is not None and m["omit_if"](obj)):
                 continue
-            value = getattr(obj, f.name)
-            if value is None and f.metadata.get("omit_none"):
+            value = getattr(obj, name)
+            if value is None and m.get("omit_none"):
                 continue
-            out[f.metadata.get("json_key", f.name)] = plain(value)
+            if m.get("round") is not None:
+                value = _round(value, m["round"])
+            if value is not None and m.get("encode") is not None:
+                value = m["encode"](value)
+            key = m.get("json_key", key)
+            out[key] = _records(value, m.get("columns")) if _is_frame(value) else plain(value)
         return out
     if isinstance(obj, dict):
         return {k: plain(v) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
         return [plain(v) for v in obj]
+    if isinstance(obj, enum.Enum):
+        return plain(obj.value)
+    if isinstance(obj, PurePath):
+        return str(obj)
+    if type(obj).__module__ == "numpy":
+        return _default(obj)
+    if _is_frame(obj):
+        return _records(obj, None)
+    if _is_struct(obj):
+        import msgspec
+
+        return plain(msgspec.to_builtins(obj))
     return obj
+
+
+def _is_frame(obj: Any) -> bool:
+    return type(obj).__name__ == "DataFrame" and type(obj).__module__.startswith("pandas")
+
+
+def _is_struct(obj: Any) -> bool:
+    # msgspec is imported only for a value that is one of its structs (a base module stays light to import).
+    return any(c.__module__ == "msgspec" and c.__name__ == "Struct" for c in type(obj).__mro__)
 
 
 def from_plain(cls: Any, value: Any) -> Any:

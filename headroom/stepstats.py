@@ -3,16 +3,21 @@
 from __future__ import annotations
 
 import statistics
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field
+from typing import ClassVar
+
+from headroom.jsonio import rounded
 
 
 @dataclass
 class StepStats:
     """Per-step times in milliseconds and how they were measured (e.g. cuda-events, wall-clock)."""
 
-    times_ms: list[float]
+    times_ms: list[float] = field(metadata=rounded(4))
     method: str = ""
+
+    JSON_KEYS: ClassVar[tuple[str, ...]] = ("n", "method", "median_ms", "mean_ms", "min_ms", "max_ms", "stdev_ms",
+                                            "times_ms")
 
     @property
     def n(self) -> int:
@@ -52,7 +57,3 @@ class StepStats:
         p25, med, p75 = self.quartiles_ms()
         return (p75 - p25) / med if self.times_ms and med > 0 else None
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"n": self.n, "method": self.method, "median_ms": self.median_ms, "mean_ms": self.mean_ms,
-                "min_ms": self.min_ms, "max_ms": self.max_ms, "stdev_ms": self.stdev_ms,
-                "times_ms": [round(t, 4) for t in self.times_ms]}

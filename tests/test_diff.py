@@ -206,9 +206,9 @@ def test_json_and_table(toy, headroom):
 
 def headroom_api_doc(toy) -> dict:
     from headroom.cli.output import document
-    from headroom.jsonio import dumps
+    from headroom.jsonio import dumps, plain
 
-    body = hr.diff(*toy, by="kernel").to_dict()
+    body = plain(hr.diff(*toy, by="kernel"))
     body["gate"] = None
     return json.loads(dumps(document("diff", body)))
 

@@ -1,4 +1,4 @@
-"""document.blocks: a file's text in blocks, gzip inflated ahead by a thread (document._read_ahead)."""
+"""document.blocks: a file's text in blocks, gzip inflated ahead by a thread (document.read_ahead)."""
 
 from __future__ import annotations
 
@@ -36,14 +36,14 @@ def test_gzip_blocks_are_inflated_by_the_read_ahead_thread(tmp_path, monkeypatch
     text = bytes(range(256)) * 4096                     # 1 MB
     path.write_bytes(gzip.compress(text))
     where = []
-    gunzipped = document._gunzipped
+    gunzipped = document.gunzipped
 
     def spy(*args):
         for block in gunzipped(*args):
             where.append(threading.current_thread().name)
             yield block
 
-    monkeypatch.setattr(document, "_gunzipped", spy)
+    monkeypatch.setattr(document, "gunzipped", spy)
     got = list(document.blocks(path, 1 << 16))
     assert b"".join(got) == text and len(got) == 16
     assert set(where) == {"headroom-gunzip"} and len(where) == 16
@@ -57,7 +57,7 @@ def test_the_read_ahead_runs_ahead_by_its_depth_and_no_further():
             produced.append(i)
             yield bytes([i])
 
-    it = document._read_ahead(items(), depth=2)
+    it = document.read_ahead(items(), depth=2)
     assert next(it) == b"\x00"
     deadline = time.monotonic() + 5
     while len(produced) < 4 and time.monotonic() < deadline:     # 1 taken, 2 queued, 1 waiting to be put
@@ -94,8 +94,8 @@ def test_a_reader_that_stops_early_stops_the_thread_and_closes_the_file(tmp_path
     path = tmp_path / "t.json.gz"
     path.write_bytes(gzip.compress(bytes(range(256)) * 40_000))
     opened = []
-    real_open = document._open
-    monkeypatch.setattr(document, "_open", lambda p: opened.append(real_open(p)) or opened[-1])
+    real_open = document.open_binary
+    monkeypatch.setattr(document, "open_binary", lambda p: opened.append(real_open(p)) or opened[-1])
     it = document.blocks(path, 1 << 12)
     next(it)
     assert len(_gunzip_threads()) == 1
@@ -108,7 +108,7 @@ def test_an_error_of_the_producer_is_raised_where_its_item_would_be():
         yield b"a"
         raise zlib.error("Error -3 while decompressing data: invalid distance too far back")
 
-    it = document._read_ahead(items())
+    it = document.read_ahead(items())
     assert next(it) == b"a"
     with pytest.raises(zlib.error, match="invalid distance"):
         next(it)

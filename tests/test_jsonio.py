@@ -56,3 +56,102 @@ def test_plain_is_the_one_encoder_of_result_dataclasses():
     assert plain(o)["items"][0] == {"x": 1.5} and "cache" not in plain(o) and "extra" not in plain(o)
     assert dumps(o) == '{"trace": "a.json", "items": [{"x": 1.5}, {"k": {"x": null}}], "kept": null}'
     assert list(plain(Outer("b", extra=2))) == ["trace", "items", "extra", "kept"]
+
+
+def test_plain_writes_json_keys_in_their_order_with_computed_values_rounding_and_conditions():
+    """`JSON_KEYS` orders fields and properties (a field left out of it is no key); `rounded` rounds a float
+    and each float of a list; `omit_if` tests the whole object; `encoded` rewrites a value that is not None;
+    `columns` picks a DataFrame's columns; a `(key, property)` pair names a property's key."""
+    import dataclasses
+    from typing import ClassVar
+
+    import pandas as pd
+
+    from headroom.jsonio import columns, encoded, omit_if, plain, rounded
+
+    @dataclasses.dataclass
+    class R:
+        a: float
+        hidden: int
+        times: list = dataclasses.field(metadata=rounded(2))
+        world: int = dataclasses.field(default=1, metadata=omit_if(lambda r: r.world <= 1))
+        pair: tuple | None = dataclasses.field(default=None, metadata=encoded(lambda t: {"lo": t[0], "hi": t[1]}))
+        rows: pd.DataFrame | None = dataclasses.field(default=None, metadata=columns("y", "x"))
+
+        JSON_KEYS: ClassVar[tuple] = ("double", "a", "times", "world", "pair", "rows", ("n_times", "count"))
+
+        @property
+        def count(self) -> int:
+            return len(self.times)
+
+        @property
+        def double(self) -> float:
+            return 2 * self.a
+
+    r = R(1.25, 7, [1.23456, 2, 3.999])
+    assert plain(r) == {"double": 2.5, "a": 1.25, "times": [1.23, 2, 4.0], "pair": None, "rows": None, "n_times": 3}
+    frame = pd.DataFrame({"x": [1, 2], "y": [0.5, float("nan")], "z": ["no", "no"]})
+    wide = R(0.5, 0, [], world=4, pair=(3, 9), rows=frame)
+    assert plain(wide)["world"] == 4 and plain(wide)["pair"] == {"lo": 3, "hi": 9}
+    assert dumps(wide.rows) == '[{"x": 1, "y": 0.5, "z": "no"}, {"x": 2, "y": null, "z": "no"}]'
+    assert dumps(wide).endswith('"rows": [{"y": 0.5, "x": 1}, {"y": null, "x": 2}], "n_times": 0}')
+
+
+def test_plain_turns_enums_paths_numpy_and_msgspec_structs_into_builtins():
+    import enum
+    from pathlib import Path
+
+    import msgspec
+    import numpy as np
+
+    from headroom.jsonio import plain
+
+    class Colour(enum.Enum):
+        RED = "red"
+
+    class Point(msgspec.Struct):
+        x: int
+        tag: str = "p"
+
+    got = plain({"c": Colour.RED, "p": Path("a/b.json"), "i": np.int64(3), "f": np.float32(0.5),
+                 "v": np.array([1, 2]), "s": Point(4), "b": np.bool_(True)})
+    assert got == {"c": "red", "p": "a/b.json", "i": 3, "f": 0.5, "v": [1, 2], "s": {"x": 4, "tag": "p"}, "b": True}
+    assert [type(got[k]) for k in ("i", "f", "b")] == [int, float, bool]
+
+
+def test_plain_of_a_plain_dataclass_round_trips_through_json():
+    """Property: a dataclass without metadata dumps to the object `dataclasses.asdict` gives (tuples as lists,
+    non-finite floats as null), keys in field order."""
+    import dataclasses
+
+    from hypothesis import given, strategies as st
+
+    @dataclasses.dataclass
+    class Leaf:
+        n: int
+        x: float
+
+    @dataclasses.dataclass
+    class Node:
+        name: str
+        leaves: list
+        pair: tuple
+
+    def expected(v):
+        if isinstance(v, float):
+            return v if math.isfinite(v) else None
+        if isinstance(v, dict):
+            return {k: expected(x) for k, x in v.items()}
+        if isinstance(v, (list, tuple)):
+            return [expected(x) for x in v]
+        return v
+
+    leaf = st.builds(Leaf, st.integers(-2**53, 2**53), st.floats())
+    node = st.builds(Node, st.text(), st.lists(leaf, max_size=4), st.tuples(st.floats(), st.integers()))
+
+    @given(node)
+    def check(n: Node) -> None:
+        back = json.loads(dumps(n))
+        assert back == expected(dataclasses.asdict(n)) and list(back) == ["name", "leaves", "pair"]
+
+    check()

@@ -66,7 +66,7 @@ def check_ranks(result, parallel: str, transfer: str):
 def test_bert_ddp_on_two_gloo_ranks(gloo_bert_ddp):
     rs = check_ranks(gloo_bert_ddp, "ddp", "gloo:all_reduce")
     # `--json`: each rank's timing in microseconds, as `headroom profile --json` has it (docs/cli.md)
-    d = json.loads(dumps(gloo_bert_ddp.to_dict()))
+    d = json.loads(dumps(gloo_bert_ddp))
     for rank, path in enumerate(gloo_bert_ddp.traces):
         t, m = d["timing"][str(rank)], doc(path)["headroom"]["timing"]
         assert t["timed"]["n"] == 1 and t["profiled"]["n"] == 2

@@ -559,7 +559,7 @@ def test_scanned_fast_lenient_streamed_and_whole_paths_agree_on_generated_traces
         small = _load_or_error(path)
         mp.setattr(scan, "SCANNER", None)                    # every chunk by msgspec's typed structs (or lenient)
         fast = _load_or_error(path)
-        mp.setattr(kineto, "_EVENTS", _RefuseFast())         # every chunk on the lenient path
+        mp.setattr(kineto, "EVENTS", _RefuseFast())         # every chunk on the lenient path
         lenient = _load_or_error(path)
         mp.setattr(document, "split", lambda p, block=None: (_ for _ in ()).throw(document.Fallback()))
         whole = _load_or_error(path)
@@ -590,7 +590,7 @@ def _check_against_json_loads(path, trace):
     dropped = int(trace.warnings[-1].split()[1]) if trace.warnings and trace.warnings[-1].startswith("dropped") else 0
     # The same line counts the ProfilerStep ranges dropped for impossible times.
     steps = sum(1 for e in doc["traceEvents"] if e.get("ph") == "X" and isinstance(e.get("cat"), str)
-                and kineto._TABLE_OF_CATEGORY.get(e["cat"].lower()) in (("cpu", "cpu_op"), ("cpu", "user_annotation"))
+                and kineto.TABLE_OF_CATEGORY.get(e["cat"].lower()) in (("cpu", "cpu_op"), ("cpu", "user_annotation"))
                 and str(e.get("name", "")).startswith("ProfilerStep"))
     steps_dropped = steps - int(trace.cpu["name"].astype(str).str.startswith("ProfilerStep").sum())
     assert sorted(got) == sorted(g for g in expected if g[0] in {x[0] for x in got})

@@ -14,6 +14,7 @@ from typer.testing import CliRunner
 
 from headroom.trace.analysis import analyze
 from headroom.errors import UserError
+from headroom.jsonio import plain
 from headroom.profile.manifest import MANIFEST_NAME
 from headroom.profile.oom import _oom_error
 from headroom.profile.registry import get_workload
@@ -86,7 +87,7 @@ def test_every_workload_profiles_and_classifies(tmp_path, name):
     assert manifest["traces"][r.trace_path.name]["results"]["module_ranges_recorded"] == len(a.modules) > 3
     forward = a.events[a.events["phase"] == "forward"]
     assert MODULE_TYPES[name] in set(a.events["module_type"]) and (forward["module"] != "").mean() > 0.9
-    json.dumps(r.to_dict(), default=str)
+    json.dumps(plain(r), default=str)
 
 
 def test_decoder_phases_and_training_mark_blocks(tmp_path):

@@ -15,6 +15,7 @@ from typer.testing import CliRunner
 from conftest import hta_trace
 from headroom.trace.analysis import analyze
 from headroom.errors import UserError
+from headroom.jsonio import plain
 from headroom.projection.amdahl import amdahl
 from headroom.projection.baseline import Baseline
 from headroom.projection.distributions import Distribution
@@ -76,7 +77,7 @@ def test_amdahl_holds_idle_fixed_and_breaks_down(three):
     p = amdahl(three, 2.0, select(three.events, "category:elementwise"))
     assert p.breakdown.idle_us == pytest.approx(50.0)
     assert p.breakdown.kernel_us == pytest.approx(180.0)
-    d = p.breakdown.to_dict()
+    d = plain(p.breakdown)
     assert d["kernel_fraction"] + d["idle_fraction"] == pytest.approx(1.0)
 
 
@@ -90,7 +91,7 @@ def test_amdahl_uses_wall_share_for_overlapping_streams():
 def test_memory_and_communication_in_breakdown():
     b = kernels([("mm", "gemm", -5, 0, 50), ("copy", "memory", -5, 50, 20), ("nccl", "communication", -5, 70, 30)],
                 window=(0, 200))
-    d = amdahl(b, 1.0).breakdown.to_dict()
+    d = plain(amdahl(b, 1.0).breakdown)
     assert (d["kernel_us"], d["memory_us"], d["communication_us"], d["idle_us"]) == (50.0, 20.0, 30.0, 100.0)
 
 
@@ -315,7 +316,7 @@ def test_real_recommender_projection():
     assert 0.0 < am.gain < res.get("amdahl", "zero_time").gain < 0.2
     # This trace is CPU-bound (GPU idle most of the window): replay finds (almost) nothing to gain.
     assert rp.gain <= am.gain and rp.gain < 0.005
-    assert res.baseline.to_dict()["idle_fraction"] > 0.4
+    assert plain(res.baseline)["idle_fraction"] > 0.4
 
 
 def test_cpu_only_trace_gets_amdahl_only():

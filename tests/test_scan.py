@@ -19,7 +19,7 @@ import headroom.trace.scan as scan
 import headroom.trace.schema as schema
 from tests.conftest import SHIPPED_TRACES
 
-_scan = scan._scan
+_scan = scan.EXTENSION
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -158,7 +158,7 @@ def test_a_scanner_that_met_too_many_names_is_replaced_and_the_tables_stay_the_s
     first = scan.SCANNER
     monkeypatch.setattr(scan, "NAMES_MAX", 3)             # a fresh scanner for nearly every chunk
     after = load_trace(path, use_cache=False)
-    assert scan.SCANNER is not first and scan._CODES.scanner is scan.SCANNER
+    assert scan.SCANNER is not first and scan.CODES.scanner is scan.SCANNER
     for t in ("gpu", "cpu", "launches", "gpu_annotations", "syncs", "flows"):
         pd.testing.assert_frame_equal(getattr(before, t), getattr(after, t), obj=t)
 
@@ -409,7 +409,7 @@ from hypothesis import given, settings, strategies as st
 import headroom.trace.document as document
 import headroom.trace.scan as scan
 import tests.test_scan as t
-assert scan._scan is module
+assert scan.EXTENSION is module
 quick = settings(max_examples=120, deadline=None, database=None)
 
 @quick
@@ -439,7 +439,7 @@ for name in ("resnet-50.train.json.gz", "llama-7b.infer.prefill.json.gz", "dlrm.
             break
         assert scanner.scan(bytes(item[0])) is not None, name
         chunks += 1
-print("SCANNED", chunks, "real chunks with", scan._scan.__file__)
+print("SCANNED", chunks, "real chunks with", scan.EXTENSION.__file__)
 """
     env = dict(os.environ, LD_PRELOAD=asan, ASAN_OPTIONS="detect_leaks=0:abort_on_error=1",
                UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1")

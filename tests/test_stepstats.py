@@ -6,6 +6,7 @@ import math
 
 import pytest
 
+from headroom.jsonio import plain
 from headroom.stepstats import StepStats
 
 
@@ -15,7 +16,7 @@ def test_summary_of_known_times():
     assert s.stdev_ms == pytest.approx(1.2909944)
     assert s.quartiles_ms() == (1.75, 2.5, 3.25)           # inclusive: within the sample's range
     assert s.iqr_rel == pytest.approx(0.6)
-    assert s.to_dict()["times_ms"] == [4.0, 1.0, 3.0, 2.0]
+    assert plain(s)["times_ms"] == [4.0, 1.0, 3.0, 2.0]
 
 
 def test_no_and_one_time():

@@ -140,7 +140,7 @@ def force_lenient_path(monkeypatch):
         def decode(self, doc):
             raise msgspec.ValidationError("fast path disabled by the test")
     force_msgspec_path(monkeypatch)
-    monkeypatch.setattr(trace_module, "_EVENTS", Refuse())
+    monkeypatch.setattr(trace_module, "EVENTS", Refuse())
 
 
 @pytest.mark.parametrize("where,name", [
@@ -150,10 +150,10 @@ def force_lenient_path(monkeypatch):
 def test_the_three_decode_paths_build_the_same_tables(where, name, monkeypatch):
     path = hta_trace(name) if where == "hta" else SHIPPED_TRACES / name
     calls = {"msgspec": 0, "lenient": 0}
-    fast_chunk, lenient_chunk = trace_module._fast_chunk, trace_module._lenient_chunk
-    monkeypatch.setattr(trace_module, "_fast_chunk", lambda events: calls.__setitem__("msgspec", calls["msgspec"] + 1)
+    fast_chunk, lenient_chunk = trace_module.fast_chunk, trace_module.lenient_chunk
+    monkeypatch.setattr(trace_module, "fast_chunk", lambda events: calls.__setitem__("msgspec", calls["msgspec"] + 1)
                         or fast_chunk(events))
-    monkeypatch.setattr(trace_module, "_lenient_chunk", lambda raws: calls.__setitem__("lenient", calls["lenient"] + 1)
+    monkeypatch.setattr(trace_module, "lenient_chunk", lambda raws: calls.__setitem__("lenient", calls["lenient"] + 1)
                         or lenient_chunk(raws))
     scanned = load_trace(path, use_cache=False)
     # Real Kineto traces take the scanner throughout; ROCm writes streams as hex text ("0x0"): the

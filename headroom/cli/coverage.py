@@ -11,6 +11,7 @@ import typer
 from headroom.cli.common import LenientOpt, NoCacheOpt, PolicyOpt, ProblemsOpt, Reader, RulesOpt, TracesArg, WholeOpt, \
     WindowOpt
 from headroom.cli.output import EXIT_VERDICT, emit_json, warn
+from headroom.jsonio import plain
 
 
 def coverage_cmd(
@@ -43,7 +44,7 @@ def coverage_cmd(
     reader.finish()
     c = coverage(analyses, suite=suite, problems=problem_map)
     if as_json:
-        emit_json("coverage", c.to_dict())
+        emit_json("coverage", plain(c))
     else:
         from headroom.report.render import make_console
         from headroom.report.render_coverage import render_coverage

@@ -12,6 +12,7 @@ import typer
 from headroom.cli.common import LenientOpt, NoCacheOpt, PolicyOpt, Reader, RulesOpt, WholeOpt, WindowOpt
 from headroom.cli.output import EXIT_VERDICT, emit_json, warn
 from headroom.errors import UserError
+from headroom.jsonio import plain
 
 DiffBy = enum.Enum("DiffBy", {"category": "category", "op": "op", "module": "module", "kernel": "kernel"}, type=str)
 _RunArg = "Trace file (.json/.json.gz), or a directory of the ranks of one run."
@@ -94,7 +95,7 @@ def diff_cmd(
         else:
             print(html)
     elif as_json:
-        emit_json("diff", {**d.to_dict(), "gate": gate})
+        emit_json("diff", {**plain(d), "gate": gate})
     else:
         render_diff(d, make_console(), top=top or None)
     if slower:

@@ -13,6 +13,7 @@ from headroom.cli.common import WindowOpt
 from headroom.cli.output import emit_json, warn
 from headroom.cli.profile import DType, Device, KVCache, Mode, Phase
 from headroom.errors import UserError
+from headroom.jsonio import plain
 
 if TYPE_CHECKING:     # annotations only: the command imports the validate package when it runs
     from headroom.validate.result import ValidateResult
@@ -79,7 +80,7 @@ def extract_cmd(
     for note in r.notes:
         warn(note)
     if as_json:
-        emit_json("extract", r.to_dict())
+        emit_json("extract", plain(r))
         return
     print(f"problem: {r.problem}")
     print(f"entry:   {r.entry}   ({'; '.join(r.selectors)})")

@@ -16,6 +16,7 @@ from rich.console import Console
 
 from headroom.errors import UserError
 from headroom.extras import require
+from headroom.jsonio import plain
 from headroom.cli.output import emit_json
 from headroom.profile.progress import OutputCapture, Progress
 
@@ -138,7 +139,7 @@ def profile(
                                   timed_steps=timed_steps, workload_file=workload_file,
                                   progress=progress, command=command)
     if as_json:
-        emit_json("profile", result.to_dict())
+        emit_json("profile", plain(result))
         return
     from headroom.report.render import make_console, render_profile
 
@@ -161,7 +162,7 @@ def _profile_ranks(workload, options, nproc, device, out, steps, warmup, timed_s
                                timed_steps=timed_steps, workload_file=workload_file, progress=progress,
                                command=command)
     if as_json:
-        emit_json("profile.ranks", result.to_dict())
+        emit_json("profile.ranks", plain(result))
         return
     from headroom.report.rank_tables import render_rank_set
     from headroom.report.render import make_console

@@ -164,10 +164,11 @@ bench_app = typer.Typer(no_args_is_help=True, help="DLRM-Bench: 12 recommender k
 @bench_app.command("list")
 def bench_list(as_json: bool = typer.Option(False, "--json", help="As a JSON list.")) -> None:
     """The 12 problems, their shapes and what each stands for in a DLRM trace."""
+    from headroom.jsonio import plain
     from headroom.suites import dlrm
 
     if as_json:
-        print(json.dumps([dlrm.to_dict(p) for p in dlrm.PROBLEMS], indent=2))
+        print(json.dumps(plain([dlrm.listed(p) for p in dlrm.PROBLEMS]), indent=2))
         return
     for p in dlrm.PROBLEMS:
         print(f"{p.name:<30} {p.summary}")

@@ -165,10 +165,6 @@ class TensorSpec:
     def signature(self) -> str:
         return f"{tuple(self.shape)} {self.dtype}"
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"shape": list(self.shape), "dtype": self.dtype, "requires_grad": self.requires_grad,
-                "lo": self.lo, "hi": self.hi, "mean": self.mean, "std": self.std, "channels_last": self.channels_last}
-
 
 def describe_tensor(t: Any) -> TensorSpec:
     import torch

@@ -23,6 +23,7 @@ from headroom.errors import UserError
 from headroom.extract.problem import comment_block, selector_entry
 from headroom.extract.record import record_trace
 from headroom.extract.result import ExtractResult, header_config, safe_name
+from headroom.jsonio import plain
 from headroom.profile.progress import Progress, _stage
 from headroom.profile.workload import RunConfig, WorkloadSpec
 from headroom.trace.ranges import PROFILER_STEP_PREFIX
@@ -144,7 +145,7 @@ def extract_op(spec: WorkloadSpec, cfg: RunConfig, dev: Any, op: str, out_dir: P
                     step()
                 with _stage(progress, "profile", "1 step with record_shapes"):
                     path = Path(tmp) / "shapes.json.gz"
-                    record_trace(step, dev, path, {"tool": "headroom extract", **cfg.to_dict()}, steps=1)
+                    record_trace(step, dev, path, {"tool": "headroom extract", **plain(cfg)}, steps=1)
             finally:
                 if step is not None:
                     step.close()

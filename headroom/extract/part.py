@@ -18,7 +18,6 @@ from typing import Any, Iterable
 import numpy as np
 import pandas as pd
 
-from headroom.jsonio import plain
 from headroom.profile.run import MODULE_ROOT
 from headroom.trace.phases import event_phases
 
@@ -72,9 +71,6 @@ class PartTime:
     forward_kernels: float
     backward_kernels: float
     total_us: float
-
-    def to_dict(self) -> dict[str, Any]:
-        return plain(self)
 
 
 def part_masks(a: Any, paths: Iterable[str]) -> dict[str, np.ndarray]:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import inspect
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 from headroom.errors import UserError
 from headroom.extract.capture import Call, Capture, TensorSpec, Unsupported, bind_init, class_label
@@ -35,6 +35,9 @@ class Share:
     backward_us_per_step: float
     kernels_per_step: float
 
+    JSON_KEYS: ClassVar[tuple[str, ...]] = ("source", "mode", "fraction", "us_per_step", "total_us_per_step",
+                                            "forward_us_per_step", "backward_us_per_step", "kernels_per_step")
+
     @property
     def fraction(self) -> float:
         return self.us_per_step / self.total_us_per_step if self.total_us_per_step > 0 else 0.0
@@ -48,12 +51,6 @@ class Share:
             text += (f" (forward {self.forward_us_per_step / 1e3:.3f} ms, "
                      f"backward {self.backward_us_per_step / 1e3:.3f} ms)")
         return text
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"source": self.source, "mode": self.mode, "fraction": self.fraction,
-                "us_per_step": self.us_per_step, "total_us_per_step": self.total_us_per_step,
-                "forward_us_per_step": self.forward_us_per_step, "backward_us_per_step": self.backward_us_per_step,
-                "kernels_per_step": self.kernels_per_step}
 
 
 def comment_block(lines: list[str]) -> str:

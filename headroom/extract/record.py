@@ -13,6 +13,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from headroom.jsonio import plain
 from headroom.profile.manifest import MANIFEST_SCHEMA, _inject_and_compress
 from headroom.profile.modules import record_module_ranges
 from headroom.profile.run import MODULE_ROOT
@@ -65,7 +66,7 @@ def record_trace(step: Step, device: Any, dest: Path, manifest: dict[str, Any], 
                              "activities": [a.name for a in activities]},
                 "module_ranges": True}
         timing = dict(full.get("timing") or {})
-        timing["profiled"] = profiled.to_dict()
+        timing["profiled"] = plain(profiled)
         if isinstance(timing.get("step_ms"), (int, float)) and timing["step_ms"] > 0:
             timing["overhead"] = profiled.median_ms / timing["step_ms"] - 1.0
         full["timing"] = timing

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from headroom.extract.problem import Share
+from headroom.jsonio import plain
 from headroom.profile.workload import RunConfig
 
 
@@ -24,12 +25,6 @@ class ExtractResult:
     config: dict[str, Any] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)   # caveats of the analysed trace (a step-less --trace)
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "problem": str(self.problem), "entry": str(self.entry),
-                "trace": str(self.trace) if self.trace else None, "selectors": self.selectors,
-                "share": self.share.to_dict() if self.share else None, "calls_per_step": self.calls_per_step,
-                "instances": self.instances, "config": self.config, "notes": list(self.notes)}
-
 
 def safe_name(text: str) -> str:
     return "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in text)
@@ -37,5 +32,5 @@ def safe_name(text: str) -> str:
 
 def header_config(cfg: RunConfig) -> dict[str, Any]:
     keep = ("flavour", "mode", "phase", "kv_cache", "batch", "seq", "dtype", "device", "layers")
-    d = cfg.to_dict()
+    d = plain(cfg)
     return {k: d[k] for k in keep if d.get(k) is not None}

@@ -24,6 +24,7 @@ from headroom.extract.part import part_masks, part_time
 from headroom.extract.problem import Share, module_problem, module_selectors, selector_entry
 from headroom.extract.result import ExtractResult, header_config, safe_name
 from headroom.files import check_output_dir, check_output_not_input, write_atomic
+from headroom.jsonio import plain
 from headroom.extract.record import module_ranges, record_trace, remove
 from headroom.profile.progress import Progress, _stage
 from headroom.profile.registry import get_workload, load_workload_file
@@ -143,7 +144,7 @@ def extract(workload: str | WorkloadSpec, module: str, options: Options | None =
                     tmp_trace = Path(tmp) / f"{name}.trace.json.gz"
                     handles = module_ranges(step)
                     try:
-                        record_trace(step, dev, tmp_trace, {"tool": "headroom extract", **cfg.to_dict(),
+                        record_trace(step, dev, tmp_trace, {"tool": "headroom extract", **plain(cfg),
                                                             "command": command}, steps=1)
                     finally:
                         remove(handles)

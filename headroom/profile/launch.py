@@ -23,14 +23,14 @@ import tempfile
 import time
 import uuid
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 from datetime import timedelta
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, ClassVar, Iterator
 
 from headroom.errors import UserError
 from headroom.files import check_output_dir
-from headroom.jsonio import member
+from headroom.jsonio import encoded, member
 from headroom.profile.manifest import MANIFEST_NAME, update_manifest
 from headroom.profile.progress import OutputCapture, Progress
 from headroom.profile.rank_context import NCCL_ENV, RankContext
@@ -147,28 +147,35 @@ def rank_main(req: RankRequest) -> None:
 class RanksProfileResult:
     workload: str
     config: RunConfig
-    out_dir: Path
+    out_dir: Path = field(metadata={"json_key": "out"})
     traces: list[Path]
     manifest_path: Path
     entries: dict[int, dict[str, Any]]
-    ranks: Any                          # headroom.trace.rank_set.RankSet
+    # headroom.trace.rank_set.RankSet, as its `classify --json` document
+    ranks: Any = field(metadata={**encoded(lambda r: r.to_dict()), "json_key": "analysis"})
 
-    def to_dict(self) -> dict[str, Any]:
-        """`headroom profile --nproc N --json` (docs/cli.md): times in microseconds, as `headroom profile`'s."""
+    # `headroom profile --nproc N --json` (docs/cli.md): times in microseconds, as `headroom profile`'s.
+    JSON_KEYS: ClassVar[tuple[str, ...]] = ("workload", "out_dir", "traces", "manifest", "timing", "ranks")
+
+    @property
+    def manifest(self) -> dict[str, Any]:
+        """The lowest rank's manifest entry."""
+        return self.entries[min(self.entries)] if self.entries else {}
+
+    @property
+    def timing(self) -> dict[str, dict[str, Any] | None]:
+        """Per rank (as text), its timed and profiled stages in microseconds (None: not recorded)."""
         from headroom.profile.run import timing_us
         from headroom.stepstats import StepStats
 
-        def timing(m: dict[str, Any]) -> dict[str, Any] | None:
+        def one(m: dict[str, Any]) -> dict[str, Any] | None:
             t = member(m, "timing")
             if not isinstance(t.get("timed"), dict) or not isinstance(t.get("profiled"), dict):
                 return None
             stats = [StepStats(list(t[k].get("times_ms") or []), str(t[k].get("method", ""))) for k in ("timed", "profiled")]
             return timing_us(*stats)
 
-        return {"workload": self.workload, "out": str(self.out_dir), "traces": [str(p) for p in self.traces],
-                "manifest": self.entries[min(self.entries)] if self.entries else {},
-                "timing": {str(r): timing(e) for r, e in sorted(self.entries.items())},
-                "analysis": self.ranks.to_dict()}
+        return {str(r): one(e) for r, e in sorted(self.entries.items())}
 
 
 @contextmanager

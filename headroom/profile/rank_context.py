@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 NCCL_ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
 LAUNCHER = "torch.distributed.launcher.api.elastic_launch (torchrun's launcher), c10d rendezvous"
@@ -23,6 +23,17 @@ class RankContext:
     parallel: str
     device: Any
 
+    # The manifest's `distributed`: the rank's place, the launcher, the NCCL environment it ran with.
+    JSON_KEYS: ClassVar[tuple[str, ...]] = ("rank", "local_rank", "world_size", "backend", "parallel", "launcher", "env")
+
+    @property
+    def launcher(self) -> str:
+        return LAUNCHER
+
+    @property
+    def env(self) -> dict[str, str | None]:
+        return {k: os.environ.get(k) for k in NCCL_ENV}
+
     def barrier(self) -> None:
         import torch.distributed as dist
 
@@ -30,8 +41,3 @@ class RankContext:
             dist.barrier(device_ids=[self.local_rank])
         else:
             dist.barrier()
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"rank": self.rank, "local_rank": self.local_rank, "world_size": self.world_size,
-                "backend": self.backend, "parallel": self.parallel, "launcher": LAUNCHER,
-                "env": {k: os.environ.get(k) for k in NCCL_ENV}}

@@ -29,14 +29,15 @@ import os
 import shlex
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, ClassVar
 
 from headroom.devices import resolve_device
 from headroom.errors import UserError
 from headroom.files import check_output_dir
+from headroom.jsonio import encoded, plain
 from headroom.profile.environment import environment
 from headroom.profile.manifest import MANIFEST_NAME, MANIFEST_SCHEMA, _inject_and_compress, update_manifest
 from headroom.profile.modules import record_module_ranges
@@ -77,13 +78,17 @@ def _stats_us(s: StepStats) -> dict[str, Any]:
 class ProfileResult:
     workload: str
     config: RunConfig
-    trace_path: Path
+    trace_path: Path = field(metadata={"json_key": "trace"})
     manifest_path: Path
     manifest: dict[str, Any]
     timed: StepStats
     profiled: StepStats
-    analysis: Analysis | None          # None for one rank of a --nproc run (the parent analyses the ranks together)
+    # None for one rank of a --nproc run (the parent analyses the ranks together)
+    analysis: Analysis | None = field(metadata=encoded(Analysis.to_dict))
     layers: LayerExtrapolation | None = None
+
+    # `headroom profile --json` (docs/cli.md).
+    JSON_KEYS: ClassVar[tuple[str, ...]] = ("workload", "trace_path", "manifest", "timing", "layers", "analysis")
 
     @property
     def overhead(self) -> float:
@@ -100,15 +105,9 @@ class ProfileResult:
     def step_ms(self) -> float:
         return self.timed.median_ms
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "workload": self.workload,
-            "trace": str(self.trace_path),
-            "manifest": self.manifest,
-            "timing": timing_us(self.timed, self.profiled),
-            "layers": self.layers.to_dict() if self.layers else None,
-            "analysis": self.analysis.to_dict() if self.analysis is not None else None,
-        }
+    @property
+    def timing(self) -> dict[str, Any]:
+        return timing_us(self.timed, self.profiled)
 
 
 def timing_us(timed: StepStats, profiled: StepStats) -> dict[str, Any]:
@@ -283,7 +282,7 @@ def _run_manifest(spec: WorkloadSpec, cfg: RunConfig, dev: Any, m: _Measured, co
     return {
         "schema": MANIFEST_SCHEMA,
         "tool": "headroom profile",
-        **cfg.to_dict(),
+        **plain(cfg),
         "domain": spec.domain,
         "model": spec.model,
         "params": m.params,
@@ -299,7 +298,7 @@ def _run_manifest(spec: WorkloadSpec, cfg: RunConfig, dev: Any, m: _Measured, co
                      "record_shapes": record_shapes, "with_stack": False, "activities": m.activities,
                      "cuda_sync_events": m.cuda_sync_events},
         "steps": {"warmup": counts[0], "timed": counts[1], "profiled": counts[2]},
-        "timing": {"step_ms": t.median_ms, "timed": t.to_dict(), "profiled": p.to_dict(),
+        "timing": {"step_ms": t.median_ms, "timed": plain(t), "profiled": plain(p),
                    "overhead": overhead, "overhead_measurable": measurable,
                    "build_s": round(m.build_s, 2), "warmup_s": round(m.warmup_s, 2)},
         "peak_memory_gb": round(m.peak_gb, 2) if m.peak_gb is not None else None,
@@ -375,7 +374,7 @@ def profile_workload(
                             together=rank.barrier if rank is not None else (lambda: None))
         manifest = _run_manifest(spec, cfg, dev, measured, counts, record_shapes, command, started, name)
         if rank is not None:
-            manifest["distributed"] = rank.to_dict()
+            manifest["distributed"] = plain(rank)
         with _stage(progress, "export", str(trace_path)):
             _inject_and_compress(raw_tmp, manifest, new_trace)
         raw_tmp.unlink()
@@ -408,7 +407,7 @@ def profile_workload(
         "mode": analysis.mode, "step_us_profiled": analysis.step_us,
         "idle_fraction": analysis.idle_fraction, "addressable_fraction": analysis.addressable_fraction,
         "categories": {r.name: float(r.fraction) for r in analysis.categories.itertuples(index=False)},
-        "layers": layers.to_dict() if layers else None,
+        "layers": plain(layers) if layers else None,
         "module_ranges_recorded": len(analysis.modules),
     }
     manifest_path = update_manifest(out_dir, name, entry)

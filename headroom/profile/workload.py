@@ -20,9 +20,10 @@ Llama-2-7B starts in seconds.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any, Callable, ClassVar, Iterable, Sequence
 
 from headroom.errors import UserError
+from headroom.jsonio import omit_if
 
 DOMAINS = ("transformer", "recommender", "vision")
 MODES = ("train", "infer")
@@ -103,8 +104,13 @@ class RunConfig:
     extra: dict[str, str] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)   # what was scaled, and why
     module_ranges: bool = True
-    world_size: int = 1                # processes (ranks) the step runs on
-    parallel: str | None = None        # ddp | fsdp | torchrec (None: one process)
+    # One-process runs keep the manifest they always had: no world_size or parallel key.
+    world_size: int = field(default=1, metadata=omit_if(lambda c: c.world_size <= 1))   # processes (ranks)
+    parallel: str | None = field(default=None, metadata=omit_if(lambda c: c.world_size <= 1))  # ddp | fsdp | torchrec
+
+    JSON_KEYS: ClassVar[tuple[str, ...]] = (
+        "workload", "flavour", "variant", "mode", "phase", "kv_cache", "batch", "seq", "dtype", "device", "layers",
+        "total_layers", "compile", "tf32", "extra", "notes", "module_ranges", "world_size", "parallel")
 
     @property
     def torch_dtype(self):
@@ -135,18 +141,6 @@ class RunConfig:
         """File-name friendly id: workload[.flavour].variant."""
         base = self.workload if self.flavour == "default" else f"{self.workload}.{self.flavour}"
         return f"{base}.{self.variant.replace(' ', '.')}"
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "workload": self.workload, "flavour": self.flavour, "variant": self.variant,
-            "mode": self.mode, "phase": self.phase, "kv_cache": self.kv_cache,
-            "batch": self.batch, "seq": self.seq, "dtype": self.dtype, "device": self.device,
-            "layers": self.layers, "total_layers": self.total_layers, "compile": self.compile,
-            "tf32": self.tf32, "extra": dict(self.extra), "notes": list(self.notes),
-            "module_ranges": self.module_ranges,
-            # one-process runs keep the manifest they always had
-            **({"world_size": self.world_size, "parallel": self.parallel} if self.world_size > 1 else {}),
-        }
 
 
 @dataclass

@@ -10,6 +10,7 @@ import numpy as np
 import pandas as pd
 
 from headroom.errors import UserError
+from headroom.jsonio import plain
 from headroom.projection.baseline import Baseline, Breakdown, _breakdown, as_baseline
 from headroom.trace.analysis import Analysis
 
@@ -48,7 +49,7 @@ class Projection:
     def to_dict(self) -> dict[str, Any]:
         d = {"method": self.method, "scenario": self.scenario, "projected_us": self.projected_us,
              "per_step_us": self.per_step_us, "speedup": self.speedup, "gain": self.gain,
-             "saved_us": self.saved_us, "breakdown": self.breakdown.to_dict()}
+             "saved_us": self.saved_us, "breakdown": plain(self.breakdown)}
         if self.factor is not None:
             d["factor"] = self.factor if math.isfinite(self.factor) else None
         if self.note:

@@ -4,7 +4,7 @@ communication, idle)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 import numpy as np
 import pandas as pd
 
@@ -120,13 +120,28 @@ class Breakdown:
     communication_us: float
     idle_us: float
 
-    def to_dict(self) -> dict[str, float]:
-        cap = self.capacity_us
-        f = (lambda v: v / cap if cap > 0 else 0.0)
-        return {"capacity_us": self.capacity_us, "kernel_us": self.kernel_us, "memory_us": self.memory_us,
-                "communication_us": self.communication_us, "idle_us": self.idle_us,
-                "kernel_fraction": f(self.kernel_us), "memory_fraction": f(self.memory_us),
-                "communication_fraction": f(self.communication_us), "idle_fraction": f(self.idle_us)}
+    JSON_KEYS: ClassVar[tuple[str, ...]] = ("capacity_us", "kernel_us", "memory_us", "communication_us", "idle_us",
+                                            "kernel_fraction", "memory_fraction", "communication_fraction",
+                                            "idle_fraction")
+
+    def _of_capacity(self, us: float) -> float:
+        return us / self.capacity_us if self.capacity_us > 0 else 0.0
+
+    @property
+    def kernel_fraction(self) -> float:
+        return self._of_capacity(self.kernel_us)
+
+    @property
+    def memory_fraction(self) -> float:
+        return self._of_capacity(self.memory_us)
+
+    @property
+    def communication_fraction(self) -> float:
+        return self._of_capacity(self.communication_us)
+
+    @property
+    def idle_fraction(self) -> float:
+        return self._of_capacity(self.idle_us)
 
 
 def kept(b: Baseline, name: str, *depends: Any) -> dict:

@@ -8,12 +8,13 @@ time for a trace recorded without a GPU (`Analysis.mode`).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import ClassVar, Sequence
 
 import numpy as np
 import pandas as pd
 
 from headroom.errors import UserError
+from headroom.jsonio import encoded
 from headroom.projection.matching import _Matcher
 from headroom.projection.problems import MappedProblem, ProblemMap, load_problems
 from headroom.trace.analysis import Analysis
@@ -32,12 +33,9 @@ class TraceMatch:
     events: int
     us: float
     share: float            # of the trace's total time
-    top: list[tuple[str, float]]    # the picked kernels (CPU ops on a CPU trace) with the most time
+    # the picked kernels (CPU ops on a CPU trace) with the most time
+    top: list[tuple[str, float]] = field(metadata=encoded(lambda top: [{"name": n, "us": u} for n, u in top]))
     ops: list[str]          # the launching ops of the picked events, most time first
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"trace": self.trace, "mode": self.mode, "events": self.events, "us": self.us,
-                "share": self.share, "top": [{"name": n, "us": u} for n, u in self.top], "ops": self.ops}
 
 
 @dataclass(frozen=True)
@@ -45,12 +43,11 @@ class ProblemCoverage:
     name: str
     matches: list[TraceMatch] = field(default_factory=list)
 
+    JSON_KEYS: ClassVar[tuple[str, ...]] = ("name", "matched", "matches")
+
     @property
     def matched(self) -> bool:
         return bool(self.matches)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "matched": self.matched, "matches": [m.to_dict() for m in self.matches]}
 
 
 @dataclass(frozen=True)
@@ -59,6 +56,18 @@ class Coverage:
     traces: list[str]
     problems: list[ProblemCoverage]
 
+    # `headroom coverage --json` (docs/cli.md): counts where the properties are lists of names.
+    JSON_KEYS: ClassVar[tuple[str | tuple[str, str], ...]] = (
+        "suite", "traces", ("matched", "matched_count"), "problems_total", "unmatched", "problems")
+
+    @property
+    def matched_count(self) -> int:
+        return len(self.matched)
+
+    @property
+    def problems_total(self) -> int:
+        return len(self.problems)
+
     @property
     def unmatched(self) -> list[str]:
         return [p.name for p in self.problems if not p.matched]
@@ -66,11 +75,6 @@ class Coverage:
     @property
     def matched(self) -> list[str]:
         return [p.name for p in self.problems if p.matched]
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"suite": self.suite, "traces": self.traces, "matched": len(self.matched),
-                "problems_total": len(self.problems), "unmatched": self.unmatched,
-                "problems": [p.to_dict() for p in self.problems]}
 
     def to_frame(self) -> pd.DataFrame:
         """One row per (problem, trace) match, and one row with no trace per unmatched problem."""

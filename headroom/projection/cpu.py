@@ -36,7 +36,6 @@ import numpy as np
 import pandas as pd
 
 from headroom.datafiles import shipped
-from headroom.jsonio import plain
 from headroom.projection.baseline import Baseline
 from headroom.trace.ranges import FRAME_PREFIX, PROFILER_STEP_PREFIX
 
@@ -59,9 +58,6 @@ class LaunchCost:
     n_ops: int          # single-launch ops the estimate rests on
     scope: str          # thread | process | trace | default
     records: float = 2.0  # median profiler records (ranges and runtime calls) inside such an op
-
-    def to_dict(self) -> dict:
-        return plain(self)
 
 
 @dataclass

@@ -25,7 +25,6 @@ import numpy as np
 
 from headroom.datafiles import read_toml, shipped
 from headroom.errors import UserError
-from headroom.jsonio import plain
 from headroom.projection.baseline import Baseline
 from headroom.projection.cpu import CallChange
 from headroom.projection.replay import replay
@@ -42,9 +41,6 @@ class Drift:
     slower: float
     faster: float
     source: str = ""
-
-    def to_dict(self) -> dict:
-        return plain(self)
 
 
 def load_drift(path: str | Path | None = None) -> Drift:
@@ -80,9 +76,6 @@ class Estimate:
     untouched_fraction: float  # share of the base window the untouched kernels keep busy (what drift acts on)
     drift: Drift
     cpu: dict                 # per CPU outcome (high, estimate, low): the window without drift
-
-    def to_dict(self) -> dict:
-        return plain(self)
 
 
 def _ratio(a: float, b: float) -> float:

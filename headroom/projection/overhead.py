@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 from headroom.errors import UserError
 from headroom.jsonio import member
@@ -56,16 +56,19 @@ class Unprofiled:
     # profiler, where the step leaves it open: project._clock_from_calls).
     clock_source: str = "step"
 
+    # `project --json`'s `unprofiled`: the base per step among the fields, num_steps and clock_source not.
+    JSON_KEYS: ClassVar[tuple[str, ...]] = ("step_us", "source", "cpu_scale", "baseline_us", "per_step_us",
+                                            "profiled_step_us", "overhead", "reached", "per_record_us",
+                                            "window_scale", "note")
+
+    @property
+    def per_step_us(self) -> float:
+        return self.baseline_us / max(self.num_steps, 1)
+
     @property
     def overhead(self) -> float:
         """Profiled over unprofiled step, minus one."""
         return self.profiled_step_us / self.step_us - 1.0 if self.step_us > 0 else math.nan
-
-    def to_dict(self) -> dict:
-        return {"step_us": self.step_us, "source": self.source, "cpu_scale": self.cpu_scale,
-                "baseline_us": self.baseline_us, "per_step_us": self.baseline_us / max(self.num_steps, 1),
-                "profiled_step_us": self.profiled_step_us, "overhead": self.overhead, "reached": self.reached,
-                "per_record_us": self.per_record_us, "window_scale": self.window_scale, "note": self.note}
 
 
 def cpu_clock(scale: float) -> str:

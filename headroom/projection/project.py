@@ -93,7 +93,7 @@ class ProjectResult:
         end-to-end gain and speedup, and how the projected window divides."""
         rows = []
         for p in self.projections:
-            bd = p.breakdown.to_dict()
+            bd = plain(p.breakdown)
             u = p.to_dict().get("unprofiled") or {}
             rows.append({"scenario": p.scenario, "method": p.method, "factor": p.factor,
                          "measured_ms_per_step": self.per_step_us / 1e3, "projected_ms_per_step": p.per_step_us / 1e3,
@@ -112,12 +112,12 @@ class ProjectResult:
         return {
             "trace": self.source, "mode": self.mode,
             "baseline_us": self.baseline_us, "per_step_us": self.per_step_us, "num_steps": self.num_steps,
-            "n_devices": self.n_devices, "baseline": self.baseline.to_dict(),
+            "n_devices": self.n_devices, "baseline": plain(self.baseline),
             "selected_us": self.selected_us, "selected_wall_us": self.selected_wall_us,
             "entries": [plain(e) for e in self.entries], "warnings": self.warnings,
             "scenario_selector": self.scenario_selector, "distribution": self.distribution,
-            "estimate": self.estimate.to_dict() if self.estimate else None,
-            "unprofiled": self.unprofiled.to_dict() if self.unprofiled else None,
+            "estimate": plain(self.estimate) if self.estimate else None,
+            "unprofiled": plain(self.unprofiled) if self.unprofiled else None,
             "projections": [p.to_dict() for p in self.projections],
             "replay_check": self.replay_check,
         }
@@ -343,7 +343,7 @@ def _entry_calls(b: Baseline, side: CpuSide, m: EntryMatch, problems: ProblemMap
             "removed_cpu_us": float(sum(ch.removed_us for ch in est)),
             "added_cpu_us": float(sum(ch.added_us for ch in est)),
             "added_cpu_us_high": float(sum(ch.added_us for ch in by_bound["high"])),
-            "launch_cost": cost.to_dict() if cost else None}
+            "launch_cost": plain(cost) if cost else None}
     return info, by_bound, warnings
 
 

@@ -18,12 +18,13 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Union
+from typing import TYPE_CHECKING, ClassVar, Union
 
 import numpy as np
 import pandas as pd
 
 from headroom.errors import UserError
+from headroom.jsonio import encoded
 from headroom.trace.analysis import Analysis
 
 if TYPE_CHECKING:     # a single trace's diff imports none of the rank-set modules
@@ -48,6 +49,8 @@ class StepTimes:
     before_us: float
     after_us: float
 
+    JSON_KEYS: ClassVar[tuple[str, ...]] = ("clock", "before_us", "after_us", "speedup", "change")
+
     @property
     def speedup(self) -> float:
         return self.before_us / self.after_us if self.after_us > 0 else math.nan
@@ -57,9 +60,6 @@ class StepTimes:
         """`after / before - 1`: the fraction the step got slower (negative: faster)."""
         return self.after_us / self.before_us - 1.0 if self.before_us > 0 else math.nan
 
-    def to_dict(self) -> dict[str, float | str]:
-        return {"clock": self.clock, "before_us": self.before_us, "after_us": self.after_us,
-                "speedup": self.speedup, "change": self.change}
 
 
 @dataclass
@@ -75,9 +75,15 @@ class Diff:
     profiled: StepTimes
     unprofiled: StepTimes | None
     rows: pd.DataFrame
-    kernel_us: tuple[float, float]          # all kernel time per step (the rows' sums)
-    idle_us: tuple[float, float] | None     # idle per step (one trace per side), else None
+    # all kernel time per step (the rows' sums)
+    kernel_us: tuple[float, float] = field(metadata=encoded(lambda t: _before_after(*t)))
+    # idle per step (one trace per side), else None
+    idle_us: tuple[float, float] | None = field(metadata=encoded(lambda t: _before_after(*t)))
     notes: list[str] = field(default_factory=list)
+
+    # `headroom diff --json` (docs/cli.md): the leading clock's step first.
+    JSON_KEYS: ClassVar[tuple[str, ...]] = ("before", "after", "labels", "by", "mode", "num_steps", "step", "profiled",
+                                            "unprofiled", "kernel_us", "idle_us", "rows", "notes")
 
     @property
     def step(self) -> StepTimes:
@@ -96,26 +102,11 @@ class Diff:
         delta, to the after step (profiled clock, ms). Rows of under 0.5% of the step are summed as one."""
         return waterfall_table(self)
 
-    def to_dict(self) -> dict:
-        rows = [{k: _plain(v) for k, v in r.items()} for r in self.rows.to_dict(orient="records")]
-        return {"before": self.before, "after": self.after, "labels": list(self.labels), "by": self.by,
-                "mode": self.mode, "num_steps": list(self.num_steps), "step": self.step.to_dict(),
-                "profiled": self.profiled.to_dict(),
-                "unprofiled": self.unprofiled.to_dict() if self.unprofiled else None,
-                "kernel_us": {"before_us": self.kernel_us[0], "after_us": self.kernel_us[1],
-                              "delta_us": self.kernel_us[1] - self.kernel_us[0]},
-                "idle_us": None if self.idle_us is None else {
-                    "before_us": self.idle_us[0], "after_us": self.idle_us[1],
-                    "delta_us": self.idle_us[1] - self.idle_us[0]},
-                "rows": rows, "notes": list(self.notes)}
 
 
-def _plain(v):
-    if isinstance(v, (np.floating, float)):
-        return float(v) if math.isfinite(v) else None
-    if isinstance(v, np.integer):
-        return int(v)
-    return v
+def _before_after(before_us: float, after_us: float) -> dict[str, float]:
+    """A per-step time of both runs, as `diff --json` writes it: the two and their difference."""
+    return {"before_us": before_us, "after_us": after_us, "delta_us": after_us - before_us}
 
 
 # --- the two runs -----------------------------------------------------------------

@@ -14,7 +14,7 @@ import os
 from typing import Any, Callable
 
 from headroom.files import write_atomic
-from headroom.jsonio import dumps
+from headroom.jsonio import dumps, plain
 from headroom.report.diff import Diff
 from headroom.report.html import frame
 from headroom.report.markup import Column, Node, notes, num, table, text
@@ -111,7 +111,7 @@ def render_diff_page(doc: dict[str, Any]) -> str:
 def html_diff(d: Diff, out: str | os.PathLike, gate: dict[str, Any] | None = None) -> dict[str, Any]:
     """Write the page of `d` to `out` (atomically) and return its document: the `diff --json` document
     (`gate`: its verdict, None without --fail-if-slower) with `html` and `page`."""
-    body = {"schema": DIFF_SCHEMA, **d.to_dict(), "gate": gate, "html": str(out), "page": diff_page_numbers(d)}
+    body = {"schema": DIFF_SCHEMA, **plain(d), "gate": gate, "html": str(out), "page": diff_page_numbers(d)}
     doc = json.loads(dumps(body))       # as --json prints it: NaN and infinities are null
     write_atomic(out, render_diff_page(doc))
     return doc

@@ -13,6 +13,7 @@ import pandas as pd
 from rich.console import Console
 from rich.table import Table
 
+from headroom.jsonio import plain
 from headroom.trace.analysis import MODE_CPU
 
 if TYPE_CHECKING:     # annotations only: printing an analysis imports no profiler or projector
@@ -196,7 +197,7 @@ def render_projection(res: ProjectResult, console: Console) -> None:
                       f"and {e.high:.3f}x   {e.baseline_us / max(res.num_steps, 1) / 1e3:,.3f} -> "
                       f"{e.projected_us / max(res.num_steps, 1) / 1e3:,.3f} ms/step ({e.clock} clock)", highlight=False)
         console.print(f"  {e.method}", highlight=False)
-    b = res.baseline.to_dict()
+    b = plain(res.baseline)
     n = max(res.num_steps, 1)
     console.print(
         f"measured: {res.per_step_us / 1e3:,.3f} ms/step ({res.num_steps} step(s), {res.baseline_us / 1e3:,.3f} ms in total)   "
@@ -256,7 +257,7 @@ def render_projection(res: ProjectResult, console: Console) -> None:
     for c, j in proj_cols:
         t.add_column(c, justify=j)
     for p in res.projections:
-        bd = p.breakdown.to_dict()
+        bd = plain(p.breakdown)
         fac = "" if p.factor is None else ("inf" if not math.isfinite(p.factor) else f"{p.factor:.4g}")
         row = [p.scenario, p.method, fac, f"{p.per_step_us / 1e3:,.3f}", _pct2(p.gain), f"{p.speedup:.4f}x",
                _pct2(bd["kernel_fraction"]), _pct2(bd["memory_fraction"] + bd["communication_fraction"]),

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import ClassVar
 
 import numpy as np
 import pandas as pd
@@ -101,14 +102,12 @@ class CommSplit:
     exposed_us: float         # communication intervals while no compute ran
     compute_busy_us: float    # union of compute intervals
 
+    JSON_KEYS: ClassVar[tuple[str, ...]] = ("comm_us", "comm_busy_us", "overlapped_us", "exposed_us",
+                                            "compute_busy_us", "overlap_fraction")
+
     @property
     def overlap_fraction(self) -> float:
         return self.overlapped_us / self.comm_busy_us if self.comm_busy_us > 0 else 0.0
-
-    def to_dict(self) -> dict[str, float]:
-        return {"comm_us": self.comm_us, "comm_busy_us": self.comm_busy_us, "overlapped_us": self.overlapped_us,
-                "exposed_us": self.exposed_us, "compute_busy_us": self.compute_busy_us,
-                "overlap_fraction": self.overlap_fraction}
 
 
 def comm_split(a: Analysis, segments: pd.DataFrame | None = None) -> CommSplit:

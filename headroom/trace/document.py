@@ -103,7 +103,8 @@ def named(message: str) -> str:
     return message
 
 
-def _open(path: Path):
+def open_binary(path: Path):
+    """The file opened for reading bytes; a missing file or a directory is a TraceError naming it."""
     try:
         return open(path, "rb")
     except FileNotFoundError:
@@ -116,7 +117,7 @@ def _open(path: Path):
 
 def is_gzip(path: Path) -> bool:
     """Whether the file is gzip (by its magic bytes)."""
-    with _open(path) as f:
+    with open_binary(path) as f:
         return f.read(2) == b"\x1f\x8b"
 
 
@@ -124,7 +125,7 @@ def blocks(path: Path, size: int | None = None, start: int = 0, stop: int | None
     """The file's text in blocks of about `size` bytes, gunzipped on the fly (gzip detected by magic bytes).
     `start`/`stop`: only the bytes [start, stop) of a plain (not gzip) file."""
     size = size or BLOCK
-    with _open(path) as f:
+    with open_binary(path) as f:
         try:
             if start or stop is not None:
                 f.seek(start)
@@ -145,14 +146,14 @@ def blocks(path: Path, size: int | None = None, start: int = 0, stop: int | None
                     yield first
                     first = f.read(size)
                 return
-            yield from _read_ahead(_gunzipped(path, f, first, size))
+            yield from read_ahead(gunzipped(path, f, first, size))
         except zlib.error as e:
             raise TraceError(f"{path}: truncated or corrupt gzip ({e})") from None
         except OSError as e:
             raise TraceError(f"{path}: cannot read ({e.strerror})") from None
 
 
-def _gunzipped(path: Path, f, first: bytes, size: int) -> Iterator[bytes]:
+def gunzipped(path: Path, f, first: bytes, size: int) -> Iterator[bytes]:
     inflate = zlib.decompressobj(wbits=31)
     data, produced = first, False
     while True:
@@ -180,7 +181,7 @@ def _gunzipped(path: Path, f, first: bytes, size: int) -> Iterator[bytes]:
 READ_AHEAD = 2     # blocks inflated ahead of the one being decoded
 
 
-def _read_ahead(items: Iterator[bytes], depth: int = READ_AHEAD) -> Iterator[bytes]:
+def read_ahead(items: Iterator[bytes], depth: int = READ_AHEAD) -> Iterator[bytes]:
     """`items` as they come, produced up to `depth` ahead by a thread: zlib inflates without holding the
     GIL, so a gzip file's next blocks are inflated while the scanner decodes this one (the 2 GB training
     trace gzipped: docs/benchmarks.md). An error of the producer is raised here, where its item would be;
@@ -380,7 +381,7 @@ def halves(path: Path, fraction: float) -> Halves | None:
         return None
     prefix, events_at = found[1], found[2]
     at = max(int(size * fraction), events_at + 1)
-    with _open(path) as f:
+    with open_binary(path) as f:
         f.seek(at)
         window = f.read(1 << 20)
     m = _SEPARATOR.search(window)

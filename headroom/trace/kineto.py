@@ -17,7 +17,7 @@ import re
 from collections import Counter
 from dataclasses import dataclass, field
 from operator import attrgetter
-from typing import TYPE_CHECKING, Any, Union
+from typing import TYPE_CHECKING, Any, Protocol, Union
 
 import msgspec
 import numpy as np
@@ -39,24 +39,49 @@ class TraceError(UserError):
 
 
 # --- the wire format (the structs: schema.py) ---------------------------------------------
+# EVENTS, fast_chunk and lenient_chunk are public so that a test can count which path a chunk took.
 
 
-# A decoded event: a schema.FastEvent (a struct made at import, its fields the schema's rows).
-Event = Any
+class EventArgs(Protocol):
+    """What the loader reads by name of a decoded event's args (a schema.FastArgs; its other fields, the
+    schema's rows, are read by column name)."""
+
+    @property
+    def dims(self) -> msgspec.Raw: ...
+
+    @property
+    def types(self) -> msgspec.Raw: ...
+
+
+class Event(Protocol):
+    """A decoded event: a schema.FastEvent (a struct made at import from the schema's rows, so its type is
+    known to msgspec, not to mypy); the fields read by name."""
+
+    @property
+    def ph(self) -> str: ...
+
+    @property
+    def cat(self) -> str: ...
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def args(self) -> EventArgs: ...
 
 
 class _CategoryOnly(msgspec.Struct, gc=False):
     cat: Any = None
 
 
-_EVENTS = msgspec.json.Decoder(list[schema.FastEvent])
+EVENTS = msgspec.json.Decoder(list[schema.FastEvent])
 _RAWS = msgspec.json.Decoder(list[msgspec.Raw])
 _ONE_LOOSE = msgspec.json.Decoder(schema.LooseEvent)
 _ONE_CATEGORY = msgspec.json.Decoder(_CategoryOnly)
 
 # Kineto renamed its categories over the years; every spelling (lower-cased)
 # maps to the table the event goes to and its kind there.
-_TABLE_OF_CATEGORY = {
+TABLE_OF_CATEGORY = {
     "kernel": ("gpu", "kernel"),
     "gpu_memcpy": ("gpu", "memcpy"), "memcpy": ("gpu", "memcpy"),
     "gpu_memset": ("gpu", "memset"), "memset": ("gpu", "memset"),
@@ -72,7 +97,7 @@ _TABLE_OF_CATEGORY = {
     "ac2g": ("flows", "ac2g"), "async_cpu_to_gpu": ("flows", "ac2g"),
     "fwdbwd": ("flows", "fwdbwd"),
 }
-GPU_CATEGORIES = frozenset(c for c, (t, _) in _TABLE_OF_CATEGORY.items() if t == "gpu")
+GPU_CATEGORIES = frozenset(c for c, (t, _) in TABLE_OF_CATEGORY.items() if t == "gpu")
 TABLES = schema.TABLES
 TABLE_COLUMNS = schema.TABLE_COLUMNS     # the columns each table keeps
 _FLOW_PHASES = frozenset("sft")
@@ -91,7 +116,7 @@ class _Routes(dict):
 
     def __missing__(self, key) -> int:
         ph, cat = key
-        table_kind = _TABLE_OF_CATEGORY.get(cat.lower())
+        table_kind = TABLE_OF_CATEGORY.get(cat.lower())
         if table_kind is not None and not (ph == "X" if table_kind[0] != "flows" else ph in _FLOW_PHASES):
             table_kind = None
         code = len(self.table)
@@ -160,7 +185,7 @@ def decode_events(doc: bytes | memoryview) -> Chunk:
 
 def _decode_events(doc: bytes | memoryview) -> Chunk:
     try:
-        return _fast_chunk(_EVENTS.decode(doc))
+        return fast_chunk(EVENTS.decode(doc))
     except msgspec.ValidationError:
         pass
     except msgspec.DecodeError as e:
@@ -173,7 +198,7 @@ def _decode_events(doc: bytes | memoryview) -> Chunk:
         return _json_problem(e, len(doc))
     except RecursionError:
         return Chunk({}, 0, json_error=(0, "objects nested too deeply"))
-    return _lenient_chunk(raws)
+    return lenient_chunk(raws)
 
 
 def _json_problem(e: msgspec.DecodeError, length: int) -> Chunk:
@@ -188,7 +213,8 @@ def _json_problem(e: msgspec.DecodeError, length: int) -> Chunk:
     return Chunk({}, 0, cut_error=True)
 
 
-def _fast_chunk(events: list[Event]) -> Chunk:
+def fast_chunk(events: list[Event]) -> Chunk:
+    """A chunk's tables from events msgspec decoded with the typed structs in one go (the common path)."""
     chunk = Chunk({}, len(events))
     chunk.tables = _split_tables(events, np.arange(len(events), dtype=np.int64), chunk)
     return chunk
@@ -232,7 +258,7 @@ def count_unreadable(chunk: Chunk, index: int, problem: str, category: Any) -> N
         chunk.first_unreadable = (index, problem)
 
 
-def _lenient_chunk(raws: list[msgspec.Raw]) -> Chunk:
+def lenient_chunk(raws: list[msgspec.Raw]) -> Chunk:
     """Event by event: each decoded with the lenient structs and normalised to the fast path's values."""
     events: list[Event] = []
     positions: list[int] = []

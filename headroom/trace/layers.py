@@ -7,8 +7,8 @@ into per-block and once-per-step work and scales the per-block part by L/N.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field
+from typing import ClassVar
 
 import numpy as np
 import pandas as pd
@@ -27,8 +27,8 @@ class LayerExtrapolation:
     extrapolated total), measured_fraction.
     """
 
-    built: int
-    total: int
+    built: int = field(metadata={"json_key": "built_layers"})
+    total: int = field(metadata={"json_key": "total_layers"})
     block_ranges: int
     step_us: float
     step_us_extrapolated: float
@@ -42,6 +42,12 @@ class LayerExtrapolation:
     categories: pd.DataFrame
     timed_step_ms_extrapolated: float | None = None
 
+    # `headroom profile --json`'s `layers`: the computed factor and block share among the fields.
+    JSON_KEYS: ClassVar[tuple[str, ...]] = (
+        "built", "total", "factor", "block_ranges", "block_share", "step_us", "step_us_extrapolated",
+        "timed_step_ms_extrapolated", "block_span_us", "total_us", "total_us_extrapolated", "addressable_fraction",
+        "addressable_fraction_measured", "idle_fraction", "categories")
+
     @property
     def factor(self) -> float:
         return self.total / self.built
@@ -53,25 +59,6 @@ class LayerExtrapolation:
 
     def fractions(self) -> dict[str, float]:
         return {r.name: float(r.fraction) for r in self.categories.itertuples(index=False)}
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "built_layers": self.built, "total_layers": self.total, "factor": self.factor,
-            "block_ranges": self.block_ranges, "block_share": self.block_share,
-            "step_us": self.step_us, "step_us_extrapolated": self.step_us_extrapolated,
-            "timed_step_ms_extrapolated": self.timed_step_ms_extrapolated,
-            "block_span_us": self.block_span_us, "total_us": self.total_us,
-            "total_us_extrapolated": self.total_us_extrapolated,
-            "addressable_fraction": self.addressable_fraction,
-            "addressable_fraction_measured": self.addressable_fraction_measured,
-            "idle_fraction": self.idle_fraction,
-            "categories": [
-                {"name": r.name, "addressable": bool(r.addressable), "measured_us": float(r.measured_us),
-                 "block_us": float(r.block_us), "us": float(r.us), "fraction": float(r.fraction),
-                 "measured_fraction": float(r.measured_fraction)}
-                for r in self.categories.itertuples(index=False)
-            ],
-        }
 
 
 def block_mask(events: pd.DataFrame, ranges: pd.DataFrame) -> np.ndarray:

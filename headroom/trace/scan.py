@@ -24,6 +24,8 @@ try:    # built by `pip install -e .` (make setup)
     from headroom.trace import _scan  # type: ignore[attr-defined]
 except ImportError:     # pragma: no cover - a copy without it (no compiler; the GPU machine's) decodes by msgspec
     _scan = None
+# The C extension module (None where it was not built).
+EXTENSION = _scan
 
 if TYPE_CHECKING:
     import polars as pl
@@ -82,7 +84,7 @@ class _Codes:
                                              [n.startswith(MODULE_RANGE_PREFIX) for n in new]]).astype(bool)
 
 
-_CODES: _Codes | None = None
+CODES: _Codes | None = None
 
 
 def _scanner():
@@ -94,10 +96,10 @@ def _scanner():
 
 
 def _codes_of(scanner) -> _Codes:
-    global _CODES
-    codes = _CODES
+    global CODES
+    codes = CODES
     if codes is None or codes.scanner is not scanner:
-        codes = _CODES = _Codes(scanner)
+        codes = CODES = _Codes(scanner)
     return codes
 
 

@@ -294,7 +294,7 @@ def compute(run: dict[str, Any], base: Any, variant: Any) -> ValidateResult:
         config=run.get("config", {}),
         check=run.get("check", {}),
         detail=Detail(
-            trace_mode=base.mode, calls_per_step=calls, part_base=pb.to_dict(), part_variant=pv.to_dict(),
+            trace_mode=base.mode, calls_per_step=calls, part_base=plain(pb), part_variant=plain(pv),
             profiled_step_ms=BaseVariant(base.step_us / 1e3, variant.step_us / 1e3),
             estimate_method=proj["method"], part_cpu=proj["cpu"], projection_warnings=proj["warnings"],
             part_kernels=BaseVariant(top_kernels(base, paths), top_kernels(variant, paths))),

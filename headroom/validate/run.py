@@ -24,7 +24,7 @@ from headroom.profile.registry import get_workload, load_workload_file
 from headroom.devices import resolve_device
 from headroom.profile.workload import Options
 from headroom.validate.compare import check
-from headroom.jsonio import dumps
+from headroom.jsonio import dumps, plain
 from headroom.validate.result import (BASE_TRACE, RESULT_FILE, RUN_FILE, VARIANT_TRACE, ValidateResult, compute,
                                       saved_form)
 from headroom.validate.substitute import load_candidate_class, substitute
@@ -153,7 +153,7 @@ def run(req: Request, say: Say) -> ValidateResult:
             sub.use(side)
             handles = module_ranges(step)
             try:
-                manifest = {"tool": "headroom validate", "side": side, **cfg.to_dict(), "domain": spec.domain,
+                manifest = {"tool": "headroom validate", "side": side, **plain(cfg), "domain": spec.domain,
                             "model": spec.model, "params": step.params, "info": dict(step.info),
                             "device_type": dev.type, **env, "replacements": rep_dicts,
                             "timing": {"step_ms": step_ms, "method": timing["method"],
@@ -169,7 +169,7 @@ def run(req: Request, say: Say) -> ValidateResult:
             step.close()
 
     record = {"schema": RUN_SCHEMA, "tool": "headroom validate", "workload": spec.name,
-              "config": cfg.to_dict(), "device": str(dev), "gpu": env.get("gpu"),
+              "config": plain(cfg), "device": str(dev), "gpu": env.get("gpu"),
               "replacements": rep_dicts, "check": res.to_dict(), "timing": timing,
               "profiled_steps": n_prof, "traces": {"base": BASE_TRACE, "variant": VARIANT_TRACE},
               "peak_memory_gb": round(peak, 2) if peak is not None else None,

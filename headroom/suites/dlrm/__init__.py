@@ -14,6 +14,7 @@ each problem is and stands for lives in the catalogue
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
@@ -33,9 +34,20 @@ def path(p: SuiteProblem) -> Path:
     return PROBLEMS_DIR / f"{p.name}.py"
 
 
-def to_dict(p: SuiteProblem) -> dict:
-    return {"name": p.name, "summary": p.summary, "shapes": p.shapes, "stands_for": p.stands_for,
-            "select": list(p.select), "path": str(path(p))}
+@dataclass(frozen=True)
+class Listed:
+    """A problem as `headroom bench list --json` shows it: the catalogue's words and where its file is."""
+
+    name: str
+    summary: str
+    shapes: str
+    stands_for: str
+    select: tuple[str, ...]
+    path: Path
+
+
+def listed(p: SuiteProblem) -> Listed:
+    return Listed(p.name, p.summary, p.shapes, p.stands_for, p.select, path(p))
 
 
 def get(name: str) -> SuiteProblem:

@@ -88,7 +88,7 @@ def test_render_from_the_command_line(capsys):
 
 def test_the_shell_wrapper_puts_the_cuda_fbgemm_first():
     sh = (REPO / "scripts" / "gpu_recsys.sh").read_text()
-    assert 'PYTHONPATH="$FBGEMM_SITE:/tmp/site:$PWD"' in sh and "grep -v fbgemm" in sh
+    assert 'PYTHONPATH="$FBGEMM_SITE:${HEADROOM_SITE:-/tmp/site}:$PWD"' in sh and "grep -v fbgemm" in sh
     assert "FBGEMM_SITE=${FBGEMM_SITE:-/var/tmp/fbsite}" in sh
 
 

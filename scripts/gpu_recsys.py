@@ -3,8 +3,8 @@
 
     bash scripts/gpu_recsys.sh                          # on the GPU machine, from the repository root (OUT=...)
     python3 scripts/gpu_recsys.py --out /tmp/rs --dry-run   # the same pipeline on a CPU, tiny shapes
-    python3 scripts/gpu_recsys.py --render docs/gpu/recsys  # the Markdown tables of docs/dlrm-bench.md
-    python3 scripts/gpu_recsys.py --render docs/gpu/recsys --write-docs   # ... written into it
+    python3 scripts/gpu_recsys.py --render docs/gpu/recsys --traces traces/  # docs/dlrm-bench.md's tables
+    python3 scripts/gpu_recsys.py --render docs/gpu/recsys --traces traces/ --write-docs   # ... written into it
 
 Each step starts only while the budget has room for it and is recorded in recsys.json as it finishes
 (a run cut short still returns what finished). The steps, run in the order 0, a, b, d (measure), c,
@@ -19,7 +19,10 @@ c. DLRM-Bench: every problem against its honest candidate (the API, one problem 
 d. the scenario: `headroom validate dlrm --replace InteractionArch=...` (the interaction forward and
    backward, DLRM-Bench 04 + 05 in torchrec's layout), measured end to end beside `headroom project
    --speedups` of the bench results for the problems it replaces (on the validate run's base trace), and
-   the whole suite's verified speedups projected onto each recommender trace.
+   the suite's conclusive wins (`pass`, 95% interval above 1) projected onto each recommender trace.
+
+`--render DIR --traces traces/` recomputes the coverage and the projections on a CPU from the committed
+traces (and validate.tar.gz's base trace) with the current selectors; without --traces it shows the run's own.
 
 Writes under --out (default $OUT), 8 files at most: recsys.json (everything, incremental), recsys.log,
 coverage.json, bench.json.gz (the suite document with "aggregates"; bench-part.json.gz with --problems), validate.tar.gz (the validate runs'

@@ -3,8 +3,8 @@
 
     bash scripts/gpu_recsys.sh                          # on the GPU machine, from the repository root (OUT=...)
     python3 scripts/gpu_recsys.py --out /tmp/rs --dry-run   # the same pipeline on a CPU, tiny shapes
-    python3 scripts/gpu_recsys.py --render docs/gpu/recsys  # the Markdown tables of docs/dlrm-bench.md
-    python3 scripts/gpu_recsys.py --render docs/gpu/recsys --write-docs   # ... written into it
+    python3 scripts/gpu_recsys.py --render docs/gpu/recsys --traces traces/  # docs/dlrm-bench.md's tables
+    python3 scripts/gpu_recsys.py --render docs/gpu/recsys --traces traces/ --write-docs   # ... written into it
 
 Each step starts only while the budget has room for it and is recorded in recsys.json as it finishes
 (a run cut short still returns what finished). The steps, run in the order 0, a, b, d (measure), c,
@@ -19,7 +19,10 @@ c. DLRM-Bench: every problem against its honest candidate (the API, one problem 
 d. the scenario: `headroom validate dlrm --replace InteractionArch=...` (the interaction forward and
    backward, DLRM-Bench 04 + 05 in torchrec's layout), measured end to end beside `headroom project
    --speedups` of the bench results for the problems it replaces (on the validate run's base trace), and
-   the whole suite's verified speedups projected onto each recommender trace.
+   the suite's conclusive wins (`pass`, 95% interval above 1) projected onto each recommender trace.
+
+`--render DIR --traces traces/` recomputes the coverage and the projections on a CPU from the committed
+traces (and validate.tar.gz's base trace) with the current selectors; without --traces it shows the run's own.
 
 Writes under --out (default $OUT), 8 files at most: recsys.json (everything, incremental), recsys.log,
 coverage.json, bench.json.gz (the suite document with "aggregates"; bench-part.json.gz with --problems), validate.tar.gz (the validate runs'
@@ -289,6 +292,9 @@ def project(run: Run, trace: Path, bench_json: Path, problems: list[str] | None,
     doc = json.loads(bench_json.read_text())
     if problems is not None:
         doc = {**doc, "results": [r for r in doc["results"] if r["problem"] in problems]}
+    else:
+        # The suite substituted: only conclusive wins (a slower candidate would not be integrated).
+        doc = {**doc, "results": [r for r in doc["results"] if conclusive_win(r) or run.dry]}
     promoted = []
     if run.dry:
         # A CPU's timing is mostly inconclusive: the dry run projects the point estimates, to prove the plumbing.
@@ -380,6 +386,16 @@ def summary(run: Run) -> None:
     run.save()
 
 
+RECSYS_TRACES = ["dlrm.train", "dlrm-dcn.train", "deepfm.train", "din.train", "dlrm-int8.infer"]
+PAPER = (0.417, 1.552, 0.0863)     # the paper's DLRM-Bench win rate, median win, and projected end to end
+
+
+def conclusive_win(r: dict) -> bool:
+    """A `pass` whose speedup's 95% interval lies above 1."""
+    ci = r.get("speedup_ci") or (r.get("timing") or {}).get("speedup_ci") or [None]
+    return r.get("verdict") == "pass" and isinstance(ci[0], (int, float)) and ci[0] > 1
+
+
 def load_results(folder: Path) -> tuple[dict, dict, dict]:
     """recsys.json, coverage.json and the bench document (bench.json.gz or bench.json) of a results folder."""
     doc = json.loads((folder / "recsys.json").read_text())
@@ -414,11 +430,98 @@ def _trace_name(path: str) -> str:
     return name[:-len(".json.gz")] if name.endswith(".json.gz") else name
 
 
-def render(folder: Path) -> str:
-    """The Markdown of docs/dlrm-bench.md's results section, from a results folder only."""
+def coverage_of(traces: Path) -> dict:
+    """coverage.json's fields, recomputed from the traces in `traces` with the current selectors (on a CPU)."""
+    from headroom.projection.coverage import coverage as suite_coverage
+    from headroom.trace.analysis import analyze
+
+    c = suite_coverage([analyze(t) for t in sorted(traces.glob("*.json.gz"))], suite="dlrm")
+    return {"matched": c.matched_count, "problems_total": c.problems_total, "unmatched": c.unmatched,
+            "problems": [{"name": p.name, "matches": [
+                {"trace": m.trace, "mode": m.mode, "share": m.share, "top": [{"name": n, "us": u} for n, u in m.top]}
+                for m in p.matches]} for p in c.problems]}
+
+
+def _speedups_file(bench_doc: dict, keep: Callable[[dict], bool], where: Path) -> Path:
+    path = where / f"speedups-{len(list(where.iterdir()))}.json"
+    path.write_text(json.dumps({**bench_doc, "results": [r for r in bench_doc["results"] if keep(r)]}))
+    return path
+
+
+def scenario_recomputed(folder: Path, bench_doc: dict) -> list[dict]:
+    """Each substitution's projection recomputed from its committed base trace (validate.tar.gz) and the
+    bench results of its problems, with the current selectors; the part's kernel time per step."""
+    import tempfile
+
+    import headroom
+    from headroom.projection.matching import select
+
+    out: list[dict] = []
+    tar_path = folder / "validate.tar.gz"
+    if not tar_path.is_file() or not bench_doc.get("results"):
+        return out
+    with tempfile.TemporaryDirectory() as tmp:
+        where = Path(tmp)
+        with tarfile.open(tar_path) as tar:
+            tar.extractall(where, filter="data")
+        for name, _wl, module, _cand, problems, _est in SUBSTITUTIONS:
+            base = where / name / "base.json.gz"
+            if not base.is_file():
+                continue
+            a = headroom.analyze(base, use_cache=False)
+            steps = a.num_steps or 1
+            sp = _speedups_file(bench_doc, lambda r: r["problem"] in problems, where)
+            pr = headroom.project(a, files=[sp])
+            assert not isinstance(pr, list)
+            amdahl = pr.get("amdahl")
+            est = pr.estimate
+            parts = [{"problem": str(e.selector).split(":", 1)[-1], "speedup": e.speedup,
+                      "ms_per_step": e.applied_us / steps / 1e3} for e in pr.entries]
+            ev = a.events
+            module_ms = float(ev["dur"][select(ev, f"module:{module}")].sum()) / steps / 1e3
+            out.append({"name": name, "module": module, "amdahl": amdahl.speedup if amdahl else None,
+                        "estimate": est.speedup if est else None, "parts": parts, "module_ms": module_ms})
+    return out
+
+
+def suite_projection(traces: Path, bench_doc: dict) -> list[dict]:
+    """Per recommender trace: the conclusive wins substituted (Amdahl, estimate), and the paper's scenario,
+    a win rate x median win over the addressable time, with this suite's numbers and with the paper's."""
+    import tempfile
+
+    import headroom
+    from headroom.suites.scoring import score
+
+    agg = score(bench_doc)
+    rows: list[dict] = []
+    with tempfile.TemporaryDirectory() as tmp:
+        sp = _speedups_file(bench_doc, conclusive_win, Path(tmp))
+        for name in RECSYS_TRACES:
+            path = traces / f"{name}.json.gz"
+            if not path.is_file():
+                continue
+            a = headroom.analyze(path)
+            pr = headroom.project(a, files=[sp])
+            ours = headroom.project(a, win_rate=agg.win_rate, median=agg.median_win)
+            paper = headroom.project(a, win_rate=PAPER[0], median=PAPER[1])
+            assert not isinstance(pr, list) and not isinstance(ours, list) and not isinstance(paper, list)
+            hit = [str(e.selector).split(":", 1)[-1].split("_")[0] for e in pr.entries if e.applied_us > 0]
+            am, wo, wp = pr.get("amdahl"), ours.get("amdahl", "win_rate_x_median"), paper.get("amdahl", "win_rate_x_median")
+            rows.append({"trace": name, "problems": hit, "amdahl": am.speedup if am else None,
+                         "estimate": pr.estimate.speedup if pr.estimate else None,
+                         "ours": wo.speedup if wo else None, "paper": wp.speedup if wp else None})
+    return rows
+
+
+def render(folder: Path, traces: Path | None = None) -> str:
+    """The Markdown of docs/dlrm-bench.md's results section, from a results folder; with `traces`, the
+    coverage, the scenario's projection and the suite's projections are recomputed on a CPU from the
+    committed traces (`traces`, and the base trace in validate.tar.gz) with the current selectors."""
     from headroom.suites.scoring import score
 
     doc, cov, bench_doc = load_results(folder)
+    if traces is not None:
+        cov = coverage_of(traces)
     steps = doc.get("steps", {})
     chk = steps.get("check", {})
     lines = [f"Device: {chk.get('gpu') or chk.get('device')}, torch {chk.get('torch')}, {chk.get('fbgemm')}; "
@@ -436,7 +539,8 @@ def render(folder: Path) -> str:
                          f"{f'{mem:.1f} GB' if isinstance(mem, (int, float)) else '-'} | "
                          f"{info.get('embedding_path', '-')} |")
     if cov:
-        lines += ["", f"Coverage: {cov.get('matched')} of {cov.get('problems_total')} problems matched"
+        lines += ["", f"Coverage{' of traces/, recomputed from the committed traces' if traces else ''}: "
+                  f"{cov.get('matched')} of {cov.get('problems_total')} problems matched"
                   + (f" (unmatched: {', '.join(cov['unmatched'])})" if cov.get("unmatched") else "") + ".", "",
                   "| problem | trace | share | of | top kernels |", "|---|---|---:|---|---|"]
         for p in cov.get("problems", []):
@@ -466,21 +570,54 @@ def render(folder: Path) -> str:
                   f"{_x(agg.median_win)} | {fp['1.0']:.1%} | {fp['1.5']:.1%} | {fp['2.0']:.1%} | "
                   f"{_x(agg.peak_memory_ratio)}, {_x(agg.peak_memory_ratio_max)} |"]
     rows = []
+    recomputed = {r["name"]: r for r in scenario_recomputed(folder, bench_doc)} if traces else {}
     for name, wl, module, _cand, problems, _est in SUBSTITUTIONS:
         v = steps.get(f"validate {name}")
         if not v:
             continue
-        pr = steps.get(f"project {name}", {})
+        pr = dict(steps.get(f"project {name}", {}))
+        rc = recomputed.get(name)
+        if rc:
+            meas = (v.get("measured") or {}).get("speedup")
+            pr = {"amdahl": rc["amdahl"], "estimate": rc["estimate"],
+                  "error_estimate": rc["estimate"] / meas - 1 if rc["estimate"] and meas else None}
         meas = v.get("measured") or {}
         ci = meas.get("ci") or [None, None]
         rows.append(f"| {wl} | {module} ({', '.join(p.split('_')[0] for p in problems)}) | "
                     + (f"{_gain(meas.get('speedup'))} [{_gain(ci[0])}, {_gain(ci[1])}] | "
                        if v.get("status") == "ok" else f"{v.get('status')} | ")
                     + f"{_gain(pr.get('amdahl'))} | {_gain(pr.get('estimate'))} | "
-                    f"{_pct(pr.get('error_estimate')) if pr.get('error_estimate') is not None else '-'} |")
+                    + (f"{100 * pr['error_estimate']:+.2f}%" if pr.get('error_estimate') is not None else "-") + " |")
     if rows:
         lines += ["", "| workload | replaced (problems) | measured end to end [95% CI] | projected from the bench "
                   "(Amdahl) | projected (estimate) | error of the estimate |", "|---|---|---:|---:|---:|---:|", *rows]
+    for name, rc in recomputed.items():
+        v = steps.get(f"validate {name}") or {}
+        part, proj = v.get("part") or {}, v.get("projected") or {}
+        lines += ["", f"The substituted part, {rc['module']} (forward and backward), per step of the base trace:", "",
+                  "| kernels | time per step | speedup over them | end to end (Amdahl) |", "|---|---:|---:|---:|"]
+        if part.get("speedup"):
+            lines.append(f"| {rc['module']} substituted, in the model (validate's base and variant traces) | "
+                         f"{part['base_us'] / 1e3:.2f} ms | {_x(part['speedup'])} | {_gain(proj.get('amdahl'))} |")
+        for q in rc["parts"]:
+            lines.append(f"| DLRM-Bench {q['problem']} (its selectors) | {q['ms_per_step']:.2f} ms | {_x(q['speedup'])} | |")
+        total = sum(q["ms_per_step"] for q in rc["parts"])
+        after = sum(q["ms_per_step"] / q["speedup"] for q in rc["parts"])
+        if after > 0:
+            lines.append(f"| the bench's together | {total:.2f} ms (of the module's {rc['module_ms']:.2f} ms) | "
+                         f"{_x(total / after)} | {_gain(rc['amdahl'])} |")
+    if traces is not None and bench_doc.get("results"):
+        agg = score(bench_doc)
+        lines += ["", f"The suite substituted: each trace with the conclusive wins only (`pass`, 95% interval above 1); "
+                  f"then the paper's scenario (a win rate x median win over the addressable time, Amdahl) with this "
+                  f"suite's {agg.win_rate:.1%} x {_x(agg.median_win)} and the paper's {PAPER[0]:.1%} x {PAPER[1]:.4g}x "
+                  f"(its claim: {100 * PAPER[2]:.2f}% end to end):", "",
+                  "| trace | conclusive wins that matched | Amdahl | estimate | ours: win rate x median (Amdahl) | "
+                  "the paper's (Amdahl) |", "|---|---|---:|---:|---:|---:|"]
+        for r in suite_projection(traces, bench_doc):
+            lines.append(f"| {r['trace']} | {', '.join(r['problems']) or '-'} | {_gain(r['amdahl'])} | "
+                         f"{_gain(r['estimate'])} | {_gain(r['ours'])} | {_gain(r['paper'])} |")
+        return "\n".join(lines) + "\n"
     suite = [(k.split(" ", 2)[2], r) for k, r in steps.items() if k.startswith("project suite ")]
     if suite:
         lines += ["", "| trace | verified problems that matched | Amdahl | estimate |", "|---|---|---:|---:|"]
@@ -509,10 +646,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--problems", nargs="*", help="DLRM-Bench problems to run (names or numbers; default all 12): "
                     "writes bench-part.json.gz, which --render merges with bench.json.gz")
     ap.add_argument("--render", metavar="DIR", help="print docs/dlrm-bench.md's tables of a results folder and exit")
+    ap.add_argument("--traces", metavar="DIR", help="with --render: recompute the coverage and the projections "
+                    "from the committed traces in DIR (traces/) with the current selectors")
     ap.add_argument("--write-docs", action="store_true", help="with --render: write them into docs/dlrm-bench.md")
     args = ap.parse_args(argv)
     if args.render:
-        md = render(Path(args.render))
+        md = render(Path(args.render), Path(args.traces) if args.traces else None)
         if args.write_docs:
             write_docs(DOC, md)
             print(f"{DOC.relative_to(REPO)}: results block rewritten from {args.render}")

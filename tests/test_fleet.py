@@ -81,7 +81,7 @@ def test_ray_json_is_the_one_process_json(command, rank_dirs):
 def test_classify_of_shipped_traces_counts(rank_dirs):
     code, out, _ = invoke(["classify", str(TRACES), "--json", "--engine", "ray"])
     docs = [json.loads(line) for line in out.splitlines()]
-    assert code == 0 and len(docs) == len(list(TRACES.glob("*.json.gz"))) == 10
+    assert code == 0 and len(docs) == len(list(TRACES.glob("*.json.gz"))) == 13
     code, out, _ = invoke(["classify", rank_dirs["ranks"], "--json", "--engine", "ray"])
     (doc,) = [json.loads(line) for line in out.splitlines()]
     assert doc["schema"] == "headroom.classify.ranks/1" and doc["ranks"] == [0, 1] and doc["slowest_rank"] == 1

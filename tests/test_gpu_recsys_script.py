@@ -58,11 +58,32 @@ def test_the_dry_run_kept_to_the_output_limits():
 def test_the_docs_block_is_the_committed_gpu_results():
     text = (REPO / "docs" / "dlrm-bench.md").read_text()
     block = text[text.index(BEGIN) + len(BEGIN):text.index(END)].strip()
-    if (GPU / "recsys.json").is_file():
-        assert json.loads((GPU / "recsys.json").read_text())["dry_run"] is False
-        assert block == script.render(GPU).strip()
-    else:
-        assert "is not committed" in block
+    assert json.loads((GPU / "recsys.json").read_text())["dry_run"] is False
+    assert block == script.render(GPU, REPO / "traces").strip()
+
+
+def test_the_gpu_results_recomputed_from_the_committed_traces():
+    """Coverage over traces/ and the projections come from the traces, not from the GPU run's JSON."""
+    cov = script.coverage_of(REPO / "traces")
+    assert cov["matched"] == 12 and cov["unmatched"] == []
+    by = {p["name"]: {Path(m["trace"]).name.removesuffix(".json.gz"): m for m in p["matches"]} for p in cov["problems"]}
+    assert set(by["01_EmbeddingBagSum"]) == {"dlrm.train", "dlrm-dcn.train"}      # not the int8 TBE's nbit:: kernels
+    assert set(by["03_Int8RowwiseEmbeddingBag"]) == {"dlrm-int8.infer"}
+    assert all("FP16" not in t["name"] for t in by["03_Int8RowwiseEmbeddingBag"]["dlrm-int8.infer"]["top"])
+    doc, _, bench_doc = script.load_results(GPU)
+    rc, = script.scenario_recomputed(GPU, bench_doc)
+    part = doc["steps"]["validate dlrm-interaction"]["part"]
+    # 04 + 05's selectors pick the substituted module's kernels, all of them.
+    assert abs(sum(q["ms_per_step"] for q in rc["parts"]) - rc["module_ms"]) < 0.01 * rc["module_ms"]
+    assert abs(rc["module_ms"] - part["base_us"] / 1e3) < 0.01 * rc["module_ms"]
+    measured = doc["steps"]["validate dlrm-interaction"]["measured"]["speedup"]
+    assert abs(rc["estimate"] / measured - 1) < 0.03
+    rows = {r["trace"]: r for r in script.suite_projection(REPO / "traces", bench_doc)}
+    assert set(rows) == set(script.RECSYS_TRACES)
+    wins = {q.problem.split("_")[0] for q in score(bench_doc).per_problem if q.verdict == "pass" and q.speedup > 1}
+    for r in rows.values():
+        assert set(r["problems"]) <= wins and r["amdahl"] >= 1.0 and r["ours"] > r["paper"] > 1.0
+    assert rows["dlrm.train"]["problems"] == ["04", "05"]
 
 
 def test_a_step_that_does_not_fit_is_skipped_and_recorded(tmp_path):

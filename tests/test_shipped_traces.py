@@ -1,6 +1,7 @@
 """Facts about the H200 traces committed in traces/ (the project's evidence).
 
-They were captured by scripts/gpu_capture.sh on an H200 (docs/gpu-results.md).
+They were captured by scripts/gpu_capture.sh on an H200 (docs/gpu-results.md); deepfm, din and
+dlrm-int8 by scripts/gpu_recsys.sh (docs/dlrm-bench.md).
 These tests keep the classifier honest against them: if a rule change moves
 one of these numbers, the change must explain why (and the docs be updated).
 """
@@ -15,7 +16,8 @@ from tests.conftest import REPO, SHIPPED_TRACES
 
 EXPECTED = {"bert-base infer", "dlrm train", "dlrm-dcn train", "gpt2-xl infer prefill", "resnet-50 train",
             "vit-b-16 infer", "llama-7b infer prefill", "llama-7b infer decode static-cache",
-            "llama-7b infer decode dynamic-cache", "llama-7b infer prefill compile"}
+            "llama-7b infer decode dynamic-cache", "llama-7b infer prefill compile",
+            "deepfm train", "din train", "dlrm-int8 infer"}
 
 
 @pytest.fixture(scope="module")

@@ -258,3 +258,18 @@ def test_the_render_replaces_the_table_in_place(rows, tmp_path):
         update_table("no table here", table)
     with pytest.raises(ValueError, match="found 2"):
         update_table(f"{head}\n\n{head}\n", table)
+
+
+def test_bert_layernorms_replay_is_cpu_bound_at_its_fitted_clock(rows):
+    from headroom.projection.baseline import as_baseline
+    from headroom.projection.replay import replay
+    from headroom.trace.analysis import analyze
+
+    b = as_baseline(analyze(RUNS / "bert-layernorm" / "base.json.gz"))
+    ms = {s: replay(b, cpu_scale=s).projected_us / b.num_steps / 1e3 for s in (1.0, 0.9, 0.878, 0.8, 0.5)}
+    assert {s: round(v, 2) for s, v in ms.items()} == {1.0: 16.56, 0.9: 14.85, 0.878: 14.52, 0.8: 14.04, 0.5: 13.74}
+    res = _result("bert-layernorm")
+    d = res["detail"]
+    idle = [res["measured"][f"{s}_ms"] - d[f"part_{s}"]["total_us"] / 1e3 for s in ("base", "variant")]
+    assert idle == pytest.approx([1.39, 1.93], abs=0.01)
+    assert res["measured"]["ci"][0] > rows["bert-layernorm"].estimate

@@ -36,11 +36,55 @@ def test_the_set_covers_sync_slower_training_and_launch_bound(rows):
 
 
 def test_these_rows_meet_the_targets(rows):
-    for name in ("llama7b-prefill-rmsnorm", "llama7b-decode-bs1-rmsnorm", "bert-layernorm",
-                 "gpt2xl-decode-bs1-gelu", "dlrm-train-interaction", "llama7b-prefill-rmsnorm-checked"):
-        r = rows[name]
-        assert abs(r.error) <= r.target, f"{name}: {100 * r.error:+.2f}%"
-        assert r.low <= r.measured <= r.high, name
+    met = {n for n, r in rows.items() if abs(r.error) <= r.target}
+    assert met == {"llama7b-prefill-rmsnorm", "llama7b-decode-bs1-rmsnorm", "llama7b-prefill-rmsnorm-fp64",
+                   "gpt2xl-decode-bs1-gelu", "dlrm-train-interaction", "llama7b-prefill-rmsnorm-checked"}
+    inside = {n for n, r in rows.items() if r.low <= r.measured <= r.high}
+    # the fp64 row's measurement is 0.0017 above its interval's high (0.9489 against 0.9472)
+    assert inside == (met | {"bert-layernorm"}) - {"llama7b-prefill-rmsnorm-fp64", "gpt2xl-prefill-gelu"}
+    fp64 = rows["llama7b-prefill-rmsnorm-fp64"]
+    assert fp64.measured - fp64.high == pytest.approx(0.0017, abs=0.0001)
+    assert "6 of 8 rows meet the targets" in DOC.read_text()
+
+
+def _estimate_with_call_us(name: str, call_us: float, tmp_path: Path) -> float:
+    from headroom.projection.problems import load_problems
+    from headroom.projection.project import project
+    from headroom.projection.speedups import load_speedup_file
+    from headroom.trace.analysis import analyze
+
+    v = json.loads((RUNS / name / "verify.json").read_text())
+    v["per_call"]["candidate"]["call_us"] = call_us
+    (tmp_path / "verify.json").write_text(json.dumps(v))
+    est = project(analyze(RUNS / name / "base.json.gz"), load_speedup_file(tmp_path / "verify.json").entries,
+                  problems=load_problems(next((RUNS / name).glob("*.toml")))).estimate
+    assert est is not None
+    return float(est.speedup)
+
+
+def test_bert_layernorm_misses_on_the_candidates_cpu_time_not_on_how_it_is_read(rows, tmp_path):
+    # verify's 2026-12-04 JSON: one launch a side, no syncs; what moved against the 2026-12-03 run is the
+    # candidate's call_us (57.58 -> 95.0 us). The projection reads exactly that value ...
+    from headroom.projection.speedups import load_speedup_file
+
+    r, res = rows["bert-layernorm"], _result("bert-layernorm")
+    pc = json.loads((RUNS / r.name / "verify.json").read_text())["per_call"]
+    assert (pc["reference"]["launches"], pc["candidate"]["launches"], pc["candidate"]["syncs"]) == (1, 1, 0.0)
+    e = load_speedup_file(RUNS / r.name / "verify.json").entries[0]
+    assert e.call_us == pytest.approx(95.005, abs=0.01) and e.reference_call_us == pytest.approx(49.727, abs=0.01)
+    assert not r.launch_bound and r.error == pytest.approx(-0.088, abs=0.002)
+    # ... and with the 2026-12-03 run's 57.58 us the same projection meets the target, with the model's
+    # own call cost (validate: 112.65 us from the variant trace) it misses as validate's estimate does.
+    assert abs(_estimate_with_call_us(r.name, 57.58, tmp_path) / r.measured - 1) <= r.target
+    cpu = res["detail"]["part_cpu"]
+    assert cpu["call_us"] == pytest.approx(112.65, abs=0.01)
+    at_model = _estimate_with_call_us(r.name, cpu["call_us"], tmp_path)
+    assert at_model == pytest.approx(res["projected"]["estimate"], rel=0.002)
+    assert at_model / r.measured - 1 < -0.11
+    # verify's call on the model's clock through the reference's calls: the base trace's footprint at
+    # its CPU clock over verify's reference call_us.
+    ref_model = cpu["base_call_us"] * cpu["cpu_scale"]
+    assert e.call_us * ref_model / e.reference_call_us == pytest.approx(cpu["call_us"], rel=0.01)
 
 
 def test_training_backward_kernels_keep_their_launches(rows):
@@ -67,10 +111,64 @@ def test_a_slower_candidate_is_projected_slower(rows):
 
 
 def test_verify_agrees_with_the_part_inside_the_model_within_these_ratios(rows):
-    # verify / in-model speedup of the replaced part: 0.85-1.02 (the memory-bound norms run faster alone).
-    ratios = {n: r.verify_vs_part for n, r in rows.items() if r.candidate_clock == "gated"}
-    assert all(0.84 <= v <= 1.02 for v in ratios.values()), ratios
-    assert sum(abs(v - 1) <= 0.10 for v in ratios.values()) == 4
+    from headroom.report.apriori import agreement_rows, agreement_table, probes
+
+    agree = agreement_rows(list(rows.values()), probes(RUNS / "loop.json"))
+    assert agreement_table(agree) in DOC.read_text()
+    assert len(agree) == 7 and {a.name for a in agree if not a.agrees} == {"llama7b-prefill-rmsnorm"}
+    by = {a.name: a for a in agree}
+    assert by["llama7b-prefill-rmsnorm"].ratio == pytest.approx(0.839, abs=0.001)
+    assert by["bert-layernorm"].ratio == pytest.approx(0.985, abs=0.001)
+    assert by["llama7b-prefill-rmsnorm-fp64"].ratio == pytest.approx(0.980, abs=0.001)
+    assert "6 of 7 within ±10%" in DOC.read_text()
+
+
+def _probe_record(name: str) -> dict:
+    recs = [r for r in json.loads((RUNS / "loop.json").read_text())["records"] if r["name"] == name and r.get("l2_probe")]
+    return recs[-1]
+
+
+def test_the_rmsnorm_ratio_decomposes_and_the_probes_cold_state_holds_the_launch(rows):
+    # per forward: verify's clock, verify's profiled kernels, the model's profiled kernels
+    rec = _probe_record("llama7b-prefill-rmsnorm")
+    v = json.loads((RUNS / "llama7b-prefill-rmsnorm" / "verify.json").read_text())
+    clock = {s: v["timing"][k]["median"] * 1e3 for s, k in (("reference", "reference_tf32"), ("candidate", "candidate"))}
+    alone = rec["in_model"]["verify_kernel_us_per_call"]
+    model = rec["in_model"]["model_kernel_us_per_call"]
+    ref_term = clock["reference"] / model["reference"]
+    gap_term = alone["candidate"] / clock["candidate"]
+    kernel_term = model["candidate"] / alone["candidate"]
+    assert (round(ref_term, 3), round(gap_term, 3), round(kernel_term, 3)) == (0.954, 0.902, 0.975)
+    assert ref_term * gap_term * kernel_term == pytest.approx(rows["llama7b-prefill-rmsnorm"].verify_vs_part, rel=1e-3)
+    us = rec["l2_probe"]["us"]
+    # after a GEMM the reference runs as in the model; cold, the candidate's interval holds its launch
+    assert us["produced_gemm"]["reference"] == pytest.approx(model["reference"], rel=0.005)
+    assert us["cold"]["candidate"] > 1.4 * clock["candidate"] and us["produced"]["candidate"] < clock["candidate"]
+    # the LayerNorm candidate, 2x faster on verify's clock, reads slower than its reference in the probe
+    # until a GEMM keeps the GPU busy through its ~95 us CPU call
+    bert = _probe_record("bert-layernorm")
+    b = bert["l2_probe"]["us"]
+    assert b["cold"]["speedup"] < 1 and b["produced"]["speedup"] < 1
+    assert b["produced_gemm"]["speedup"] == pytest.approx(rows["bert-layernorm"].part_speedup, rel=0.01)
+    assert bert["verify"]["per_call"]["candidate"]["call_us"] > 2 * bert["verify"]["per_call"]["candidate"]["kernel_us"]
+
+
+def test_gpt2xl_prefill_clocks_over_validates_blocks():
+    rec = [r for r in json.loads((RUNS / "loop.json").read_text())["records"]
+           if r["name"] == "gpt2xl-prefill-gelu" and r["call"] == 6][0]
+    c = rec["clocks"]
+    assert (c["base"]["sm_mhz"], c["variant"]["sm_mhz"]) == (1862.8, 1834.5)
+    assert (c["base"]["power_w"], c["variant"]["power_w"]) == (671.9, 686.5)
+    assert c["variant"]["sm_mhz"] / c["base"]["sm_mhz"] - 1 == pytest.approx(-0.0152, abs=0.0005)
+    d = rec["validate"]["detail"]
+    untouched = [(d[f"part_{s}"]["total_us"] - d[f"part_{s}"]["us"]) / 1e3 for s in ("base", "variant")]
+    assert untouched == pytest.approx([51.70, 52.89], abs=0.01)
+    # the clock's 1/f share of the untouched kernels' slowdown, were they all GEMMs: 0.80 of 1.20 ms
+    clock_ms = untouched[0] * (c["base"]["sm_mhz"] / c["variant"]["sm_mhz"] - 1)
+    assert clock_ms == pytest.approx(0.80, abs=0.01) and untouched[1] - untouched[0] == pytest.approx(1.20, abs=0.01)
+    # this run's own a-priori estimate against its own measurement meets the target
+    p = rec["project_from_verify"]
+    assert p["error"] == pytest.approx(0.0266, abs=0.0005) and rec["validate"]["measured"]["speedup"] == p["measured"]
 
 
 def _kernelbench(name: str) -> list[dict]:
@@ -135,18 +233,16 @@ def test_gpt2xl_prefill_misses_on_the_kernels_the_change_does_not_touch(rows):
     assert (base_ms / r.estimate + slower * untouched[0]) == pytest.approx(base_ms / r.measured, abs=0.4)
 
 
-def test_the_fp64_candidate_ran_another_kernel_alone_than_in_the_model(rows):
-    # verify.json measured with the candidate's float32 weight: 9 launches against the model's 8, 780 us
-    # against 702 us per call; with the model's per-call time the estimate is inside the target.
+def test_the_fp64_candidate_runs_the_models_kernels_alone(rows):
+    # with its float32 weight (KernelBench's way) it ran 9 launches and 780 us per call alone against the
+    # model's 8 and 702 us, -3.5%; verify builds it with the problem's parameter dtype.
     r, res = rows["llama7b-prefill-rmsnorm-fp64"], _result("llama7b-prefill-rmsnorm-fp64")
     v = json.loads((RUNS / r.name / "verify.json").read_text())["per_call"]
     model_cand = res["detail"]["part_variant"]["us"] / res["detail"]["calls_per_step"]
-    if v["candidate"]["launches"] == 9:
-        assert res["part"]["launches_per_call"] == [8.0, 8.0]
-        assert v["candidate"]["kernel_us"] / model_cand == pytest.approx(1.111, abs=0.002)
-        assert r.error < -0.03
-    else:  # re-verified with the workload's bf16 weight
-        assert v["candidate"]["launches"] == 8 and abs(r.error) <= r.target
+    # re-verified with the problem's PARAM_DTYPE (the model's bf16 weight): 8 launches as in the model
+    assert v["candidate"]["launches"] == 8 and res["part"]["launches_per_call"] == [8.0, 8.0]
+    assert v["candidate"]["kernel_us"] / model_cand == pytest.approx(0.9725, abs=0.001)
+    assert r.error == pytest.approx(-0.0099, abs=0.0005) and abs(r.error) <= r.target
 
 
 def test_the_render_replaces_the_table_in_place(rows, tmp_path):
@@ -162,3 +258,18 @@ def test_the_render_replaces_the_table_in_place(rows, tmp_path):
         update_table("no table here", table)
     with pytest.raises(ValueError, match="found 2"):
         update_table(f"{head}\n\n{head}\n", table)
+
+
+def test_bert_layernorms_replay_is_cpu_bound_at_its_fitted_clock(rows):
+    from headroom.projection.baseline import as_baseline
+    from headroom.projection.replay import replay
+    from headroom.trace.analysis import analyze
+
+    b = as_baseline(analyze(RUNS / "bert-layernorm" / "base.json.gz"))
+    ms = {s: replay(b, cpu_scale=s).projected_us / b.num_steps / 1e3 for s in (1.0, 0.9, 0.878, 0.8, 0.5)}
+    assert {s: round(v, 2) for s, v in ms.items()} == {1.0: 16.56, 0.9: 14.85, 0.878: 14.52, 0.8: 14.04, 0.5: 13.74}
+    res = _result("bert-layernorm")
+    d = res["detail"]
+    idle = [res["measured"][f"{s}_ms"] - d[f"part_{s}"]["total_us"] / 1e3 for s in ("base", "variant")]
+    assert idle == pytest.approx([1.39, 1.93], abs=0.01)
+    assert res["measured"]["ci"][0] > rows["bert-layernorm"].estimate

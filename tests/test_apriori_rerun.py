@@ -119,3 +119,12 @@ def test_unknown_rows_are_refused_with_one_line():
                         "--only", "no-such-row", "--out", "/tmp/unused-apriori"],
                        capture_output=True, text=True, cwd=REPO, timeout=120)
     assert p.returncode == 2 and p.stderr.count("\n") == 1 and "no-such-row" in p.stderr
+
+
+def test_the_cpu_probe_reads_a_rows_options_and_refuses_unknown_rows():
+    assert script._options(["--phase", "decode", "--batch", "1"]) == {"phase": "decode", "batch": 1}
+    assert script._options([]) == {}
+    p = subprocess.run([sys.executable, str(REPO / "scripts" / "gpu_validate.py"), "--cpu-probe", "--dry-run",
+                        "--only", "no-such-row", "--out", "/tmp/unused-cpu-probe"],
+                       capture_output=True, text=True, cwd=REPO, timeout=120)
+    assert p.returncode == 2 and p.stderr.count("\n") == 1 and "no-such-row" in p.stderr

@@ -4,7 +4,8 @@ then measured with the candidate swapped into the model.
 
     python -m headroom.report.apriori docs/gpu/apriori            # the Markdown table
     python -m headroom.report.apriori docs/gpu/apriori --json     # the rows as JSON
-    python -m headroom.report.apriori docs/gpu/apriori --update docs/validation.md   # the table there replaced
+    python -m headroom.report.apriori docs/gpu/apriori --update docs/validation.md   # the tables there replaced
+    python -m headroom.report.apriori docs/gpu/apriori --agreement   # verify against the part in the model
 
 Each directory under the given one holds one substitution: `base.json.gz` (validate's base trace),
 `verify.json` (verify's result on the problem extract wrote), the problem's `.toml` entry, and
@@ -26,6 +27,8 @@ from headroom.trace.analysis import analyze
 
 GPU_BOUND_TARGET = 0.03     # |estimate / measured - 1| where the GPU is the bottleneck
 LAUNCH_BOUND_TARGET = 0.06  # ... and where the CPU's launches are (decode at batch 1)
+AGREEMENT_TARGET = 0.10     # |verify's speedup / the part's in-model speedup - 1|
+PROBE_STATES = ("cold", "produced", "produced_gemm")  # scripts/gpu_validate.py --l2-probe
 
 
 @dataclass(frozen=True)
@@ -77,6 +80,51 @@ def apriori_rows(root: Path) -> list[AprioriRow]:
     return [_row(d) for d in sorted(p for p in Path(root).iterdir() if (p / "verify.json").is_file())]
 
 
+@dataclass(frozen=True)
+class AgreementRow:
+    """verify's speedup on the extracted problem beside the replaced part's inside the model (gated rows)."""
+    name: str
+    verify_speedup: float
+    part_speedup: float
+    probe: dict[str, float]  # the L2-state probe's speedup per input state, where the row was probed
+
+    @property
+    def ratio(self) -> float:
+        return self.verify_speedup / self.part_speedup
+
+    @property
+    def agrees(self) -> bool:
+        return abs(self.ratio - 1.0) <= AGREEMENT_TARGET
+
+
+def probes(loop: Path) -> dict[str, dict[str, float]]:
+    """The newest `l2_probe` speedups per row in scripts/gpu_validate.py's records (`loop.json`)."""
+    out: dict[str, dict[str, float]] = {}
+    for r in json.loads(loop.read_text())["records"]:
+        us = (r.get("l2_probe") or {}).get("us") or {}
+        got = {s: float(us[s]["speedup"]) for s in PROBE_STATES if (us.get(s) or {}).get("speedup")}
+        if got:
+            out[str(r["name"])] = got  # records are in call order: a later call's probe wins
+    return out
+
+
+def agreement_rows(rows: list[AprioriRow], probed: dict[str, dict[str, float]]) -> list[AgreementRow]:
+    """The rows verify timed on the GPU's clock (a serialised candidate's speedup also counts its waits)."""
+    return [AgreementRow(r.name, r.verify_speedup, r.part_speedup, probed.get(r.name, {}))
+            for r in rows if r.candidate_clock == "gated"]
+
+
+def agreement_table(rows: list[AgreementRow]) -> str:
+    out = ["| substitution | verify | in model | verify / in model | within ±10% | "
+           "L2 probe: cold / produced / produced after a GEMM |",
+           "|---|---:|---:|---:|---|---:|"]
+    for r in rows:
+        probe = " / ".join(f"{r.probe[s]:.2f}x" if s in r.probe else "–" for s in PROBE_STATES) if r.probe else ""
+        out.append(f"| {r.name} | {r.verify_speedup:.3f}x | {r.part_speedup:.3f}x | {r.ratio:.3f} | "
+                   f"{'yes' if r.agrees else '**no**'} | {probe} |")
+    return "\n".join(out)
+
+
 def apriori_table(rows: list[AprioriRow]) -> str:
     out = ["| substitution | regime | verify (clock) | in model | verify / in model | applied | "
            "a-priori estimate [low, high] | measured | error (target) |",
@@ -92,12 +140,13 @@ def apriori_table(rows: list[AprioriRow]) -> str:
 
 
 def update_table(text: str, table: str) -> str:
-    """`text` with its a-priori table (from the header row to the last row after it) replaced by `table`."""
+    """`text` with the table that has `table`'s header (from the header row to the last row after it)
+    replaced by `table`."""
     lines = text.split("\n")
     head = table.split("\n", 1)[0]
     starts = [i for i, ln in enumerate(lines) if ln == head]
     if len(starts) != 1:
-        raise ValueError(f"expected one a-priori table header, found {len(starts)}")
+        raise ValueError(f"expected one table header {head[:40]!r}..., found {len(starts)}")
     end = starts[0]
     while end < len(lines) and lines[end].startswith("|"):
         end += 1
@@ -105,11 +154,12 @@ def update_table(text: str, table: str) -> str:
 
 
 def main(argv: list[str]) -> int:
-    usage = "usage: python -m headroom.report.apriori DIR [--json | --update DOC.md]"
+    usage = "usage: python -m headroom.report.apriori DIR [--json | --agreement | --update DOC.md]"
     if not argv or not Path(argv[0]).is_dir():
         print(usage, file=sys.stderr)
         return 2
     rows = apriori_rows(Path(argv[0]))
+    agree = agreement_table(agreement_rows(rows, probes(Path(argv[0]) / "loop.json")))
     if "--update" in argv[1:]:
         i = argv.index("--update")
         doc = Path(argv[i + 1]) if i + 1 < len(argv) else None
@@ -117,13 +167,15 @@ def main(argv: list[str]) -> int:
             print(usage, file=sys.stderr)
             return 2
         try:
-            doc.write_text(update_table(doc.read_text(), apriori_table(rows)))
+            doc.write_text(update_table(update_table(doc.read_text(), apriori_table(rows)), agree))
         except ValueError as e:
             print(f"{doc}: {e}", file=sys.stderr)
             return 2
         return 0
     if "--json" in argv[1:]:
         print(json.dumps([asdict(r) for r in rows], indent=1))
+    elif "--agreement" in argv[1:]:
+        print(agree)
     else:
         print(apriori_table(rows))
     return 0

@@ -133,6 +133,47 @@ def test_kernelbench_attacks_on_the_gpu_fail_and_honest_candidates_pass():
         "zero_out_kernel.py": "no_input_mutation"}
 
 
+def test_kernelbench_sealed_attacks_on_the_h200():
+    """The sealed corpus on the H200 (kernelbench_l1.e: the GPU's default seal, the candidate with the
+    harness's uid). Six results are what scripts/gpu_kernelbench.py expects; the other six were measured
+    with attacks and a harness without what docs/verify.md ("Threat model") describes for them."""
+    import sys
+
+    sys.path.insert(0, str(REPO / "scripts"))
+    import gpu_kernelbench
+
+    got = {Path(r["candidate"]).stem: r for r in _kernelbench("kernelbench_l1.e.json.gz") if r["group"] == "sealed"}
+    expected = {n: e["same-uid"] for n, e in gpu_kernelbench.SEALED_EXPECTED.items()}
+    assert set(got) == set(expected)
+    other = {"attack_forkserver", "attack_reference_memory", "attack_trial_flags", "attack_trial_frame",
+             "attack_trial_snapshot", "probe_reach"}
+    assert {n: r["verdict"] for n, r in got.items() if n not in other} == {n: v for n, v in expected.items() if n not in other}
+    # probe_reach reached the fork server (same uid) and hung up: the server stopped listening, and
+    # the harness's request for the reference's child was refused
+    reach = json.loads(got["probe_reach"]["report"])
+    assert reach["connect_fork_server"] == "ok" and reach["uid"] == 0
+    assert got["probe_reach"]["reason"] == "harness error: ConnectionRefusedError: [Errno 111] Connection refused"
+    # CUDA's device files take the descriptor numbers the sealing freed; multiprocessing's record of the
+    # resource tracker's number then names one of them, which the attack's multiprocessing closed
+    assert {"/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia0"} <= set(reach["fds"].values())
+    assert got["attack_forkserver"]["reason"].startswith("AcceleratorError: CUDA error: unknown error")
+    assert got["attack_forkserver"]["reason"].endswith("(during init)")
+    assert "can't convert cuda:0 device type tensor to numpy" in got["attack_reference_memory"]["reason"]
+    # rounded to 10 mantissa bits, TF32's own precision: inside the gates, and slower
+    for n in ("attack_trial_flags", "attack_trial_frame", "attack_trial_snapshot"):
+        r = got[n]
+        assert r["verdict"] == "pass" and r["speedup_ci"][1] < 0.7, n
+        rel = next(c["detail"] for c in r["checks"] if c["name"] == "rel_l2")
+        err, gate = _err_gate(rel)
+        assert err < gate / 2, (n, rel)
+
+
+def _err_gate(detail: str) -> tuple[float, float]:
+    """'<trial>: relative L2 error 3.58e-04 (gate 1.16e-03)' -> (3.58e-4, 1.16e-3)"""
+    err = float(detail.split("relative L2 error ")[1].split()[0])
+    return err, float(detail.split("(gate ")[1].rstrip(")"))
+
+
 def test_kernelbench_early_harness_was_charged_its_own_input_writes():
     before = [r for r in _kernelbench("kernelbench_l1.before.json.gz") if r["verdict"] != "pass"]
     assert len(before) == 6 and all("calibrated time" in r["reason"] for r in before)

@@ -60,7 +60,7 @@ SEALED_PROBLEM = REPO / "tests" / "cheaters" / "problems" / "gelu_linear.py"
 SEALED_HONEST = ("attack_reference_memory", "attack_plant_pyc", "attack_threads", "probe_reach", "probe_state")
 # Each sealed candidate's verdict per seal (docs/verify.md, "Threat model"): "uid" where the candidate
 # runs as an unprivileged uid in its own network namespace (a root harness on a CPU; on a GPU with
-# HEADROOM_VERIFY_SEAL_CUDA_UID=1), "same-uid" where it keeps the harness's (a GPU's default seal).
+# HEADROOM_VERIFY_SEAL_CUDA_UID=1), "same-uid" on a GPU where it keeps the harness's (the default seal).
 SEALED_EXPECTED = {
     "attack_clone_parent": {"uid": "fail", "same-uid": "fail"},  # containment: the sibling is in its cgroup
     "attack_forkserver": {"uid": "error", "same-uid": "fail"},  # socket out of reach / the server's stray child
@@ -77,13 +77,15 @@ SEALED_EXPECTED = {
 }
 
 
-def seal_kind(device: str) -> str:
-    """Which column of ``SEALED_EXPECTED`` applies on ``device`` with this process's environment."""
+def seal_kind(device: str) -> str | None:
+    """Which column of ``SEALED_EXPECTED`` applies on ``device`` with this process's environment (None: a
+    CPU where the candidate keeps the harness's uid, which guarantees nothing against these attacks)."""
     from headroom.verify import sandbox
 
-    if device.startswith("cuda") and os.environ.get(sandbox.CUDA_UID_ENV) != "1":
-        return "same-uid"
-    return "uid" if os.geteuid() == 0 and "uid" not in os.environ.get(sandbox.OFF_ENV, "") else "same-uid"
+    uid = os.geteuid() == 0 and "uid" not in os.environ.get(sandbox.OFF_ENV, "")
+    if device.startswith("cuda"):
+        return "uid" if uid and os.environ.get(sandbox.CUDA_UID_ENV) == "1" else "same-uid"
+    return "uid" if uid else None
 
 
 EXPECTED = {"reference": "pass", "zeros": "fail", "partial_write": "fail", "shape_cache": "fail",

@@ -71,7 +71,7 @@ def test_every_sealed_candidate_has_its_verdict_on_each_seal(monkeypatch):
     assert gpu_kernelbench.seal_kind("cuda:0") == "same-uid"
     monkeypatch.setenv(sandbox.CUDA_UID_ENV, "1")
     monkeypatch.setenv(sandbox.OFF_ENV, "uid")
-    assert gpu_kernelbench.seal_kind("cuda:0") == "same-uid"
+    assert gpu_kernelbench.seal_kind("cuda:0") == "same-uid" and gpu_kernelbench.seal_kind("cpu") is None
     it = gpu_kernelbench.Item("sealed", gpu_kernelbench.SEALED_PROBLEM, [])
     r = gpu_kernelbench._tag({"candidate": str(gpu_kernelbench.SEALED / "probe_reach.py"), "verdict": "fail"},
                              it, "sealed_probe", "same-uid")

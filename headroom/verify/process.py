@@ -130,11 +130,7 @@ def fork_server_ok() -> bool:
     pid, address = getattr(fs, "_forkserver_pid", None), getattr(fs, "_forkserver_address", None)
     if not pid or not address:
         return True
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            if f.read().rsplit(")", 1)[1].split()[0] in ("Z", "X"):
-                return False
-    except (OSError, IndexError):
+    if not _running(pid):
         return False
     return _listening(address) is not False
 
@@ -175,7 +171,16 @@ def fork_server_strays() -> list[int]:
 
     ours = {c.pid for c in list(_LIVE) if getattr(c, "pid", None)}
     servers = {getattr(forkserver._forkserver, "_forkserver_pid", None), *_RETIRED}
-    return sorted({p for s in servers if s for p in children_of(s)} - ours)
+    return sorted(p for p in {p for s in servers if s for p in children_of(s)} - ours if _running(p))
+
+
+def _running(pid: int) -> bool:
+    """Not a zombie (a closed child the server has not reaped yet) and not gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+    except (OSError, IndexError):
+        return False
 
 
 def _helpers() -> set[int]:

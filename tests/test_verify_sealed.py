@@ -156,7 +156,9 @@ def test_the_child_holds_nothing_of_the_harness(tmp_path):
     assert len([t for t in kinds if t.startswith(("pipe:", "socket:"))]) == 1, got["fds"]
     assert got["uid"] != 0 and got["uid"] == r.info["sandbox"]["candidate"]["uid"]
     # multiprocessing keeps no number of a descriptor the sealing closed (reused by CUDA's device files)
-    assert got["helpers"] == {"fork_server_address": None, "fork_server_alive_fd": None, "resource_tracker_fd": None}
+    helpers = got["helpers"]
+    assert helpers["fork_server_address"] is None and helpers["fork_server_alive_fd"] is None, helpers
+    assert got["fds"][str(helpers["resource_tracker_fd"])] == "/dev/null", got["fds"]
     for key in ("signal_parent", "signal_harness", "read_harness_mem", "connect_fork_server", "write_problem"):
         assert got[key] != "ok", (key, got)
     kernel = r.info["sandbox"]["candidate"]["kernel"]

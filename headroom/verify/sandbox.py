@@ -716,7 +716,9 @@ def forget_helpers() -> None:
     and resource tracker goes too. Their descriptor numbers are free and the next files opened take them
     (CUDA's device files, opened before the candidate is imported); a candidate's multiprocessing would
     otherwise probe the resource tracker's number, find it is no pipe, and close it: CUDA's file, its
-    context lost ("CUDA error: unknown error"). Forgotten, it starts helpers of its own, in its cgroup."""
+    context lost ("CUDA error: unknown error"). The fork server is forgotten (a candidate's own starts
+    in its cgroup); the resource tracker becomes /dev/null, so code that registers a semaphore (inductor
+    does) starts no process that would outlive the candidate's forward."""
     import sys
 
     fsmod, rtmod = sys.modules.get("multiprocessing.forkserver"), sys.modules.get("multiprocessing.resource_tracker")
@@ -726,7 +728,8 @@ def forget_helpers() -> None:
         if hasattr(fs, "_inherited_fds"):
             fs._inherited_fds = None
     if rtmod is not None:
-        rtmod._resource_tracker._fd = rtmod._resource_tracker._pid = None
+        rtmod._resource_tracker._fd = os.open(os.devnull, os.O_WRONLY | os.O_CLOEXEC)
+        rtmod._resource_tracker._pid = None
 
 
 def lock(job: Any) -> None:

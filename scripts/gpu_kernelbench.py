@@ -58,6 +58,36 @@ SEALED = REPO / "tests" / "cheaters" / "sealed"
 SEALED_PROBLEM = REPO / "tests" / "cheaters" / "problems" / "gelu_linear.py"
 # sealed candidates that are honest math once their attack is refused (tests/test_verify_sealed.py)
 SEALED_HONEST = ("attack_reference_memory", "attack_plant_pyc", "attack_threads", "probe_reach", "probe_state")
+# Each sealed candidate's verdict per seal (docs/verify.md, "Threat model"): "uid" where the candidate
+# runs as an unprivileged uid in its own network namespace (a root harness on a CPU; on a GPU with
+# HEADROOM_VERIFY_SEAL_CUDA_UID=1), "same-uid" on a GPU where it keeps the harness's (the default seal).
+SEALED_EXPECTED = {
+    "attack_clone_parent": {"uid": "fail", "same-uid": "fail"},  # containment: the sibling is in its cgroup
+    "attack_forkserver": {"uid": "error", "same-uid": "fail"},  # socket out of reach / the server's stray child
+    "attack_mount_proc": {"uid": "error", "same-uid": "fail"},  # mount refused / its own namespace, child contained
+    "attack_plant_pyc": {"uid": "pass", "same-uid": "pass"},  # the reference imports a private copy
+    "attack_reference_memory": {"uid": "pass", "same-uid": "pass"},  # /proc/<pid>/mem refused / weights on the device
+    "attack_state_between_calls": {"uid": "error", "same-uid": "error"},  # the state check stops the child
+    "attack_threads": {"uid": "pass", "same-uid": "pass"},  # honest math on the same CPUs
+    "attack_trial_flags": {"uid": "fail", "same-uid": "fail"},  # coarse in its trials too
+    "attack_trial_frame": {"uid": "fail", "same-uid": "fail"},  # timed_outputs: sampled relative L2
+    "attack_trial_snapshot": {"uid": "fail", "same-uid": "fail"},  # coarse in its trials too
+    "probe_reach": {"uid": "pass", "same-uid": "fail"},  # same uid: it stops the fork server (containment)
+    "probe_state": {"uid": "pass", "same-uid": "pass"},
+}
+
+
+def seal_kind(device: str) -> str | None:
+    """Which column of ``SEALED_EXPECTED`` applies on ``device`` with this process's environment (None: a
+    CPU where the candidate keeps the harness's uid, which guarantees nothing against these attacks)."""
+    from headroom.verify import sandbox
+
+    uid = os.geteuid() == 0 and "uid" not in os.environ.get(sandbox.OFF_ENV, "")
+    if device.startswith("cuda"):
+        return "uid" if uid and os.environ.get(sandbox.CUDA_UID_ENV) == "1" else "same-uid"
+    return "uid" if uid else None
+
+
 EXPECTED = {"reference": "pass", "zeros": "fail", "partial_write": "fail", "shape_cache": "fail",
             "example": "pass", "adversarial": "fail", "honest": "pass", "cheat": "fail",
             "sealed_probe": "pass", "sealed_attack": "fail"}
@@ -232,7 +262,7 @@ def run(args: argparse.Namespace) -> int:
             log(f"{label}: reference failed: {type(e).__name__}: {e}")
             for c, kind in it.candidates:
                 err = VerifyResult(it.problem.stem, str(c), "error", reason=f"reference: {e}")
-                results.append(_tag(err.to_dict(), it, kind))
+                results.append(_tag(err.to_dict(), it, kind, seal_kind(device)))
             save()
             return
         try:
@@ -247,7 +277,7 @@ def run(args: argparse.Namespace) -> int:
                     r = VerifyResult(it.problem.stem, str(c), "error", reason=f"harness: {type(e).__name__}: {e}").to_dict()
                 if report is not None:
                     r["report"] = report.read_text(errors="replace")[:2000] if report.exists() else ""
-                results.append(_tag(r, it, kind))
+                results.append(_tag(r, it, kind, seal_kind(device)))
                 log(_line(results[-1]))
         finally:
             ref.close()  # frees the harness's GPU memory of this problem (its model, ring, cache)
@@ -281,11 +311,20 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _tag(r: dict, it: Item, kind: str) -> dict:
+def _tag(r: dict, it: Item, kind: str, seal: str | None = None) -> dict:
     r["candidate"] = os.path.relpath(r["candidate"], REPO) if r["candidate"].startswith(str(REPO)) else r["candidate"]
-    r.update(group=it.group, kind=kind, expected=EXPECTED[kind])
-    honest = EXPECTED[kind] == "pass"
-    r["as_expected"] = (r["verdict"] in ("pass", "inconclusive")) if honest else (r["verdict"] != "pass")
+    expected = EXPECTED[kind]
+    stem = Path(r["candidate"]).stem
+    if it.group == "sealed" and seal is not None and stem in SEALED_EXPECTED:
+        expected = SEALED_EXPECTED[stem][seal]
+        r["seal"] = seal
+    r.update(group=it.group, kind=kind, expected=expected)
+    if expected == "pass":
+        r["as_expected"] = r["verdict"] in ("pass", "inconclusive")
+    elif it.group == "sealed":  # each sealed attack is caught one known way on each seal
+        r["as_expected"] = r["verdict"] == expected
+    else:
+        r["as_expected"] = r["verdict"] != "pass"
     return r
 
 

@@ -176,20 +176,44 @@ def _kernelbench(name: str) -> list[dict]:
     return json.loads(gzip.decompress((REPO / "docs" / "gpu" / "measure" / name).read_bytes()))["results"]
 
 
+# The device calls of KernelBench level 1 on the H200, in the order they ran (docs/verify.md, "On the H200").
+KB_CALLS = ("a", "b", "c", "d", "e")
+
+
+def kernelbench_latest() -> tuple[dict, dict]:
+    """Per problem, the reference-as-candidate result of the latest call that measured it, and that call."""
+    latest, source = {}, {}
+    for call in KB_CALLS:
+        for r in _kernelbench(f"kernelbench_l1.{call}.json.gz"):
+            if r["kind"] == "reference":
+                latest[r["problem"]], source[r["problem"]] = r, call
+    return latest, source
+
+
 def test_kernelbench_identical_kernels_on_the_gated_clock():
-    """The reference as its own candidate, all 100 level-1 problems in three calls (docs/verify.md, "On the H200")."""
-    latest = {}
-    for name in ("kernelbench_l1.a.json.gz", "kernelbench_l1.b.json.gz", "kernelbench_l1.c.json.gz"):
-        latest.update({r["problem"]: r for r in _kernelbench(name) if r["kind"] == "reference"})
+    """The reference as its own candidate, all 100 level-1 problems, each from the latest call that ran it."""
+    latest, source = kernelbench_latest()
     rs = list(latest.values())
     passed = [r for r in rs if r["verdict"] == "pass"]
     inside = [r for r in passed if 0.97 <= r["speedup_ci"][0] and r["speedup_ci"][1] <= 1.03]
-    far = {r["problem"].split("_")[0] for r in passed if r["speedup_ci"][0] > 1.02 or r["speedup_ci"][1] < 0.98}
-    assert (len(rs), len(passed), len(inside)) == (100, 98, 94)
-    assert far == {"68", "70"}
-    assert {r["problem"]: r["verdict"] for r in rs if r["verdict"] != "pass"} == \
-        {"45_Average_Pooling_2D": "error", "90_cumprod": "fail"}
+    far = [r["problem"] for r in passed if r["speedup_ci"][0] > 1.02 or r["speedup_ci"][1] < 0.98]
+    assert (len(rs), len(passed), len(inside)) == (100, 100, 98)
+    assert far == [] and [r["verdict"] for r in rs if r["verdict"] == "fail"] == []
+    assert sorted(int(r["problem"].split("_")[0]) for r in passed if r not in inside) == [13, 56]
+    by_call = {c: sorted(int(p.split("_")[0]) for p, s in source.items() if s == c) for c in KB_CALLS}
+    assert by_call["d"] == [1, 40, 97] and by_call["e"] == [19, 23, 45, 68, 70, 90]
+    assert [len(by_call[c]) for c in KB_CALLS] == [25, 12, 54, 3, 6]
+    text = (REPO / "docs" / "verify.md").read_text()
+    for c in ("d", "e"):  # the docs list the problems each of the short calls contributes
+        assert ", ".join(map(str, by_call[c])) in text, c
     assert statistics.median(r["elapsed_s"] for r in rs) <= 60
+
+
+def test_kernelbench_the_earlier_calls_failed_where_the_harness_was_short():
+    """45 (out of memory in the harness) and 90 (a NaN relative L2 error) in the calls before the last."""
+    c = {r["problem"]: r for r in _kernelbench("kernelbench_l1.c.json.gz") if r["kind"] == "reference"}
+    assert c["45_Average_Pooling_2D"]["verdict"] == "error" and c["90_cumprod"]["verdict"] == "fail"
+    assert c["68_conv_transposed_3D__square_input__asymmetric_kernel"]["speedup_ci"][1] < 0.96
 
 
 def test_kernelbench_attacks_on_the_gpu_fail_and_honest_candidates_pass():
@@ -207,11 +231,52 @@ def test_kernelbench_attacks_on_the_gpu_fail_and_honest_candidates_pass():
         "zero_out_kernel.py": "no_input_mutation"}
 
 
+def test_kernelbench_sealed_attacks_on_the_h200():
+    """The sealed corpus on the H200 (kernelbench_l1.e: the GPU's default seal, the candidate with the
+    harness's uid). Six results are what scripts/gpu_kernelbench.py expects; the other six were measured
+    with attacks and a harness without what docs/verify.md ("Threat model") describes for them."""
+    import sys
+
+    sys.path.insert(0, str(REPO / "scripts"))
+    import gpu_kernelbench
+
+    got = {Path(r["candidate"]).stem: r for r in _kernelbench("kernelbench_l1.e.json.gz") if r["group"] == "sealed"}
+    expected = {n: e["same-uid"] for n, e in gpu_kernelbench.SEALED_EXPECTED.items()}
+    assert set(got) == set(expected)
+    other = {"attack_forkserver", "attack_reference_memory", "attack_trial_flags", "attack_trial_frame",
+             "attack_trial_snapshot", "probe_reach"}
+    assert {n: r["verdict"] for n, r in got.items() if n not in other} == {n: v for n, v in expected.items() if n not in other}
+    # probe_reach reached the fork server (same uid) and hung up: the server stopped listening, and
+    # the harness's request for the reference's child was refused
+    reach = json.loads(got["probe_reach"]["report"])
+    assert reach["connect_fork_server"] == "ok" and reach["uid"] == 0
+    assert got["probe_reach"]["reason"] == "harness error: ConnectionRefusedError: [Errno 111] Connection refused"
+    # CUDA's device files take the descriptor numbers the sealing freed; multiprocessing's record of the
+    # resource tracker's number then names one of them, which the attack's multiprocessing closed
+    assert {"/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia0"} <= set(reach["fds"].values())
+    assert got["attack_forkserver"]["reason"].startswith("AcceleratorError: CUDA error: unknown error")
+    assert got["attack_forkserver"]["reason"].endswith("(during init)")
+    assert "can't convert cuda:0 device type tensor to numpy" in got["attack_reference_memory"]["reason"]
+    # rounded to 10 mantissa bits, TF32's own precision: inside the gates, and slower
+    for n in ("attack_trial_flags", "attack_trial_frame", "attack_trial_snapshot"):
+        r = got[n]
+        assert r["verdict"] == "pass" and r["speedup_ci"][1] < 0.7, n
+        rel = next(c["detail"] for c in r["checks"] if c["name"] == "rel_l2")
+        err, gate = _err_gate(rel)
+        assert err < gate / 2, (n, rel)
+
+
+def _err_gate(detail: str) -> tuple[float, float]:
+    """'<trial>: relative L2 error 3.58e-04 (gate 1.16e-03)' -> (3.58e-4, 1.16e-3)"""
+    err = float(detail.split("relative L2 error ")[1].split()[0])
+    return err, float(detail.split("(gate ")[1].rstrip(")"))
+
+
 def test_kernelbench_early_harness_was_charged_its_own_input_writes():
     before = [r for r in _kernelbench("kernelbench_l1.before.json.gz") if r["verdict"] != "pass"]
     assert len(before) == 6 and all("calibrated time" in r["reason"] for r in before)
     text = (REPO / "docs" / "verify.md").read_text()
-    assert "98 of 100" in text and "94 of 100" in text
+    assert "**100 of 100** `pass`" in text and "**98 of 100**" in text
 
 
 def _result(name: str) -> dict:

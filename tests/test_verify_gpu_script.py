@@ -59,3 +59,23 @@ def test_extra_only_picks_the_level1_extra_problems():
     items = gpu_kernelbench.plan(kernelbench_dir(), ["45", "68"], ["97"])
     by = {g: [it.problem.stem.split("_")[0] for it in items if it.group == g] for g in ("level1", "level1-extra")}
     assert by == {"level1": ["45", "68"], "level1-extra": ["97"]}
+
+
+def test_every_sealed_candidate_has_its_verdict_on_each_seal(monkeypatch):
+    from headroom.verify import sandbox
+
+    attacks = {p.stem for p in gpu_kernelbench.SEALED.glob("*.py") if not p.name.startswith("_")}
+    assert set(gpu_kernelbench.SEALED_EXPECTED) == attacks
+    assert all(set(v) == {"uid", "same-uid"} for v in gpu_kernelbench.SEALED_EXPECTED.values())
+    monkeypatch.delenv(sandbox.CUDA_UID_ENV, raising=False)
+    assert gpu_kernelbench.seal_kind("cuda:0") == "same-uid"
+    monkeypatch.setenv(sandbox.CUDA_UID_ENV, "1")
+    monkeypatch.setenv(sandbox.OFF_ENV, "uid")
+    assert gpu_kernelbench.seal_kind("cuda:0") == "same-uid" and gpu_kernelbench.seal_kind("cpu") is None
+    it = gpu_kernelbench.Item("sealed", gpu_kernelbench.SEALED_PROBLEM, [])
+    r = gpu_kernelbench._tag({"candidate": str(gpu_kernelbench.SEALED / "probe_reach.py"), "verdict": "fail"},
+                             it, "sealed_probe", "same-uid")
+    assert (r["expected"], r["as_expected"], r["seal"]) == ("fail", True, "same-uid")
+    r = gpu_kernelbench._tag({"candidate": str(gpu_kernelbench.SEALED / "attack_forkserver.py"), "verdict": "fail"},
+                             it, "sealed_attack", "uid")
+    assert (r["expected"], r["as_expected"]) == ("error", False)

@@ -85,7 +85,38 @@ def test_fork_server_is_out_of_reach(tmp_path):
     r, _ = _attack(tmp_path, "attack_forkserver")
     assert_caught(r)
     assert r.verdict == "error" and "during import" in r.reason, r.reason
-    assert "Permission denied" in r.reason or "Bad file descriptor" in r.reason, r.reason
+    assert "Permission denied" in r.reason, r.reason
+
+
+def test_a_fork_server_process_the_candidate_asked_for_is_a_stray(tmp_path, monkeypatch):
+    """With the harness's uid and network namespace (a GPU's default seal) the candidate finds the fork
+    server's socket and gets a process from it, outside its cgroup: the fork server's children that
+    are no child of the harness are strays, stopped and killed."""
+    monkeypatch.setenv(sandbox.OFF_ENV, "uid,ns")
+    r, _ = _attack(tmp_path, "attack_forkserver")
+    assert_caught(r)
+    assert r.verdict == "fail" and "containment" in _failed(r), r.reason
+    detail = next(c.detail for c in r.checks if c.name == "containment")
+    pids = [int(p) for p in detail.split("[", 1)[1].split("]", 1)[0].split(",")]
+    time.sleep(0.5)
+    assert not any(_alive(p) for p in pids), detail
+
+
+def test_a_candidate_that_stops_the_fork_server_fails_and_the_server_is_replaced(tmp_path, monkeypatch):
+    """probe_reach with the harness's uid connects to the fork server and hangs up, which ends the
+    server's loop (its process lingers, not listening): the harness sees the socket no longer listen,
+    starts another, and the candidate fails containment with the reason. The next candidate verifies."""
+    from headroom.verify import process
+
+    monkeypatch.setenv(sandbox.OFF_ENV, "uid,ns")
+    lost = len(process.FORK_SERVER_LOST)
+    r, report = _attack(tmp_path, "probe_reach")
+    assert json.loads(report)["connect_fork_server"] == "ok", report
+    assert r.verdict == "fail" and "containment" in _failed(r), r.reason
+    assert "fork server stopped serving while the candidate ran" in r.reason, r.reason
+    assert len(process.FORK_SERVER_LOST) == lost + 1 and process.fork_server_ok()
+    monkeypatch.delenv(sandbox.OFF_ENV)
+    assert_honest(verify_candidate(PROBLEM, HONEST, VerifyOptions.quick()))
 
 
 @needs_root
@@ -124,6 +155,10 @@ def test_the_child_holds_nothing_of_the_harness(tmp_path):
     # stdin (/dev/null), the log twice, the command pipe: no fork-server, tracker or sentinel pipe
     assert len([t for t in kinds if t.startswith(("pipe:", "socket:"))]) == 1, got["fds"]
     assert got["uid"] != 0 and got["uid"] == r.info["sandbox"]["candidate"]["uid"]
+    # multiprocessing keeps no number of a descriptor the sealing closed (reused by CUDA's device files)
+    helpers = got["helpers"]
+    assert helpers["fork_server_address"] is None and helpers["fork_server_alive_fd"] is None, helpers
+    assert got["fds"][str(helpers["resource_tracker_fd"])] == "/dev/null", got["fds"]
     for key in ("signal_parent", "signal_harness", "read_harness_mem", "connect_fork_server", "write_problem"):
         assert got[key] != "ok", (key, got)
     kernel = r.info["sandbox"]["candidate"]["kernel"]
@@ -281,3 +316,49 @@ def test_a_state_change_between_calls_is_an_error_with_the_reason(tmp_path):
     assert r.verdict == "error", (r.verdict, r.reason)
     assert "harness self-check: torch's global state changed between two calls" in r.reason, r.reason
     assert "warning_filters: " in r.reason, r.reason
+
+
+def test_the_coarse_answer_is_a_cheat_against_each_devices_gates():
+    """_tell.coarse: 10 mantissa bits on a CPU (10x the float32 gate); on CUDA under TF32 10 bits is the
+    reference's own precision (the trial attacks passed on the H200 with it, kernelbench_l1.e), so 6:
+    beyond the H200's measured trial gate and timed bound in relative L2, inside the sampled per-element
+    check (4x the per-element gate)."""
+    import gzip
+    import sys
+    import types
+
+    import torch
+
+    from headroom.verify import checks as ck
+
+    sys.path.insert(0, str(SEALED))
+    try:
+        import _tell
+    finally:
+        sys.path.remove(str(SEALED))
+    prec = torch.get_float32_matmul_precision()
+    try:
+        torch.set_float32_matmul_precision("high")
+        assert _tell.bits_for(types.SimpleNamespace(is_cuda=True)) == 6
+        assert _tell.bits_for(torch.zeros(1)) == 10
+    finally:
+        torch.set_float32_matmul_precision(prec)
+    g = torch.Generator().manual_seed(0)
+    lin = torch.nn.Linear(128, 96)
+    y = torch.nn.functional.gelu(lin(torch.randn(256, 128, generator=g))).detach()
+    rms = float(y.pow(2).mean().sqrt())
+
+    def errors(bits):
+        c = _tell.coarse(y, bits)
+        return float((c - y).pow(2).mean().sqrt()) / rms, float(((c - y).abs() / (y.abs() + rms)).max())
+
+    assert errors(10)[0] > 5 * ck.FLOORS["float32"][0]
+    e = json.loads(gzip.decompress((CHEATERS.parents[1] / "docs/gpu/measure/kernelbench_l1.e.json.gz").read_bytes()))
+    frame = next(r for r in e["results"] if r["candidate"].endswith("attack_trial_frame.py"))
+    gates = [gs[0] for gs in frame["info"]["gates"]]
+    ref = max(gt["reference_error"]["rel_l2"] for gt in gates)
+    bound = ck.timed_l2_bound(max(gt["rel_l2"] for gt in gates), frame["info"]["max_rel_l2"], ref)
+    assert errors(10)[0] < ref  # TF32's own precision: no cheat there
+    rel6, elem6 = errors(6)
+    assert rel6 > 2 * bound and rel6 > 2 * max(gt["rel_l2"] for gt in gates), (rel6, bound)
+    assert elem6 < ck.TIMED_SLACK * min(gt["elem"] for gt in gates), elem6

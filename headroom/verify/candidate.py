@@ -33,6 +33,7 @@ from headroom.verify import shared
 from headroom.verify.flags import review_flags
 from headroom.verify.launches import CallProfile
 from headroom.verify.options import VerifyOptions
+from headroom.verify import process as proc
 from headroom.verify.process import Child, ChildFailed, Tampering, last_line
 from headroom.verify.reference import HarnessOOM, ReferenceRun, job_for, prepare_reference, truth
 from headroom.verify.results import VerifyResult
@@ -115,6 +116,7 @@ def _run(ref: ReferenceRun, cand_path: Path, env: dict, res: VerifyResult, say: 
     child: Child | None = None
     candidate_peak: dict = {}
     error: str | None = None
+    lost = len(proc.FORK_SERVER_LOST)
     try:
         child = Child(job_for(ref, "candidate", f"{ref.name}.{cand_path.stem}.log", str(cand_path.resolve()), env),
                       ref.options.timeout)
@@ -154,6 +156,12 @@ def _run(ref: ReferenceRun, cand_path: Path, env: dict, res: VerifyResult, say: 
         _integrity(aggs, violations)
         if child is not None:
             res.info["sandbox"] = sb.report(child, ref.timing.child if ref.timing else None, ref.options.threads)
+            if not proc.fork_server_ok():
+                proc.replace_fork_server("it stopped listening while a candidate ran")
+            if len(proc.FORK_SERVER_LOST) > lost:  # only a process with the harness's uid reaches its socket
+                aggs["containment"].record(False, f"the harness's fork server stopped serving while the candidate "
+                                                  f"ran ({proc.FORK_SERVER_LOST[-1]}): the candidate reached it; "
+                                                  f"replaced")
             strays = child.stray_processes()
             if strays:
                 aggs["containment"].record(False, f"{len(strays)} process(es) the candidate started were still "

@@ -40,7 +40,8 @@ import msgspec
 
 from headroom.verify import protocol as P
 from headroom.verify.sandbox import Sandbox, keep_fd
-from headroom.verify.procfs import descendants, own_children, reap, send_signal, signal_name, started_after, stop_tree
+from headroom.verify.procfs import (children_of, descendants, own_children, reap, send_signal, signal_name, started_after,
+                                    stop_tree)
 
 PR_SET_CHILD_SUBREAPER = 36
 
@@ -71,6 +72,7 @@ def _kill_all() -> None:
             c.close()
         except Exception:
             pass
+    _end_retired()
 
 
 def _context() -> Any:
@@ -85,6 +87,8 @@ def _context() -> Any:
     if _CTX.get_start_method() == "forkserver":  # started before any child, so never taken for a stray
         from multiprocessing import forkserver
 
+        if not fork_server_ok():
+            replace_fork_server("it stopped listening on its socket")
         forkserver.ensure_running()
     from multiprocessing import resource_tracker
 
@@ -92,12 +96,99 @@ def _context() -> Any:
     return _CTX
 
 
+# Fork servers that stopped serving (one connection closed before its request ends multiprocessing's
+# server loop, not its process): kept off the stray lists, killed once they have no child left.
+_RETIRED: dict[int, int | None] = {}  # pid -> the harness's end of its 'alive' pipe (closed when it is killed)
+FORK_SERVER_LOST: list[str] = []  # why each fork server was replaced, in order (a candidate's run compares counts)
+_SO_ACCEPTCON = 0x10000  # /proc/net/unix "Flags": the socket listens
+
+
+def _listening(address: Any) -> bool | None:
+    """Whether a Unix socket listens at ``address`` (None: /proc/net/unix unreadable). Reading the
+    table, not connecting: a connection closed without a request is what stops the server."""
+    path = address.decode() if isinstance(address, bytes) else str(address)
+    if path.startswith("\0"):
+        path = "@" + path[1:]
+    try:
+        with open("/proc/net/unix") as f:
+            next(f, None)
+            for line in f:
+                parts = line.split()
+                if len(parts) >= 8 and parts[7] == path:
+                    if int(parts[3], 16) & _SO_ACCEPTCON:
+                        return True
+    except (OSError, ValueError):
+        return None
+    return False
+
+
+def fork_server_ok() -> bool:
+    """The harness's fork server, where one was started, is alive and listening."""
+    from multiprocessing import forkserver
+
+    fs: Any = forkserver._forkserver
+    pid, address = getattr(fs, "_forkserver_pid", None), getattr(fs, "_forkserver_address", None)
+    if not pid or not address:
+        return True
+    if not _running(pid):
+        return False
+    return _listening(address) is not False
+
+
+def replace_fork_server(why: str) -> None:
+    """Forget the fork server (kept alive while it is some live child's parent: its children die with
+    it) and start another; the reason is recorded in ``FORK_SERVER_LOST``."""
+    from multiprocessing import forkserver
+
+    fs: Any = forkserver._forkserver
+    with fs._lock:
+        if fs._forkserver_pid:  # its 'alive' pipe stays open: closing it ends the server, and its children with it
+            _RETIRED[fs._forkserver_pid] = fs._forkserver_alive_fd
+        fs._forkserver_address = fs._forkserver_alive_fd = fs._forkserver_pid = None
+    FORK_SERVER_LOST.append(why)
+    _end_retired()
+    forkserver.ensure_running()
+
+
+def _end_retired() -> None:
+    for pid, alive in list(_RETIRED.items()):
+        if not children_of(pid):
+            send_signal([pid], signal.SIGKILL)
+            reap([pid])
+            if alive is not None:
+                try:
+                    os.close(alive)
+                except OSError:
+                    pass
+            del _RETIRED[pid]
+
+
+def fork_server_strays() -> list[int]:
+    """Children of the fork server (the current one and retired ones) that are no ``Child`` of the
+    harness: processes someone else asked the server for (a candidate with the harness's uid can
+    reach its socket). Never frozen with a child's cgroup, so always a containment failure."""
+    from multiprocessing import forkserver
+
+    ours = {c.pid for c in list(_LIVE) if getattr(c, "pid", None)}
+    servers = {getattr(forkserver._forkserver, "_forkserver_pid", None), *_RETIRED}
+    return sorted(p for p in {p for s in servers if s for p in children_of(s)} - ours if _running(p))
+
+
+def _running(pid: int) -> bool:
+    """Not a zombie (a closed child the server has not reaped yet) and not gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+    except (OSError, IndexError):
+        return False
+
+
 def _helpers() -> set[int]:
-    """multiprocessing's own processes (the fork server, the resource tracker)."""
+    """multiprocessing's own processes (the fork server, the resource tracker, retired fork servers)."""
     from multiprocessing import forkserver, resource_tracker
 
     pids = {getattr(forkserver._forkserver, "_forkserver_pid", None),
-            getattr(resource_tracker._resource_tracker, "_pid", None)}
+            getattr(resource_tracker._resource_tracker, "_pid", None), *_RETIRED}
     return {p for p in pids if p}
 
 
@@ -183,7 +274,15 @@ class Child:
             ctx = _context()
             self.conn, theirs = ctx.Pipe(duplex=True)
             self.proc = ctx.Process(target=_child_entry, args=(theirs, P.encode(self.job)), daemon=False)
-            _start_without_main(self.proc)
+            try:
+                _start_without_main(self.proc)
+            except (ConnectionError, FileNotFoundError, EOFError) as e:
+                theirs.close()
+                self.conn.close()
+                if attempt or ctx.get_start_method() != "forkserver":
+                    raise
+                replace_fork_server(f"a request to it failed: {type(e).__name__}: {e}")
+                continue
             theirs.close()
             self.pid = self.proc.pid
             self.sandbox.started(self.pid)
@@ -384,13 +483,18 @@ class Child:
                 if p != self.pid and started_after(p, self.started)]
 
     def stray_processes(self) -> list[int]:
-        """Processes the child started that are still running (descendants and re-parented orphans)."""
-        return sorted((set(descendants(self.pid)) | set(self._orphans()) | set(self.sandbox.members())) - {self.pid})
+        """Processes the child started that are still running (descendants, re-parented orphans, members
+        of its cgroup, and processes of the fork server that no child of the harness is)."""
+        return sorted((set(descendants(self.pid)) | set(self._orphans()) | set(self.sandbox.members())
+                       | set(self._server_strays())) - {self.pid})
+
+    def _server_strays(self) -> list[int]:
+        return [p for p in fork_server_strays() if started_after(p, self.started)]
 
     def kill(self) -> None:
         """Stop the child and everything it started, then kill them all."""
         victims: list[int] = self.sandbox.kill()
-        for root in [self.pid, *self._orphans()]:
+        for root in [self.pid, *self._orphans(), *self._server_strays()]:
             victims.extend(stop_tree(root))
         send_signal(victims, signal.SIGKILL)
         send_signal(victims, signal.SIGCONT)

@@ -711,6 +711,27 @@ def _fd_kind(fd: int) -> str:
     return "file"
 
 
+def forget_helpers() -> None:
+    """After the harness's descriptors are closed: multiprocessing's record of the harness's fork server
+    and resource tracker goes too. Their descriptor numbers are free and the next files opened take them
+    (CUDA's device files, opened before the candidate is imported); a candidate's multiprocessing would
+    otherwise probe the resource tracker's number, find it is no pipe, and close it: CUDA's file, its
+    context lost ("CUDA error: unknown error"). The fork server is forgotten (a candidate's own starts
+    in its cgroup); the resource tracker becomes /dev/null, so code that registers a semaphore (inductor
+    does) starts no process that would outlive the candidate's forward."""
+    import sys
+
+    fsmod, rtmod = sys.modules.get("multiprocessing.forkserver"), sys.modules.get("multiprocessing.resource_tracker")
+    if fsmod is not None:
+        fs = fsmod._forkserver
+        fs._forkserver_address = fs._forkserver_alive_fd = fs._forkserver_pid = None
+        if hasattr(fs, "_inherited_fds"):
+            fs._inherited_fds = None
+    if rtmod is not None:
+        rtmod._resource_tracker._fd = os.open(os.devnull, os.O_WRONLY | os.O_CLOEXEC)
+        rtmod._resource_tracker._pid = None
+
+
 def lock(job: Any) -> None:
     """Last thing of the child's set-up, before the problem or the candidate is imported."""
     plan = _plan(job)
@@ -734,6 +755,7 @@ def lock(job: Any) -> None:
                     os.close(fd)
                 except OSError:
                     pass
+        forget_helpers()
     if plan.get("cpus"):
         try:
             os.sched_setaffinity(0, plan["cpus"])

@@ -1,7 +1,7 @@
-"""Attack: asks the harness's multiprocessing fork server - whose address and 'alive' descriptor
-every child inherits - for a new process that runs _stopper.py. The new process is the fork
-server's child: today it is never frozen, seen or killed. The candidate itself is honest. Raises
-if the fork server cannot be reached."""
+"""Attack: asks the harness's multiprocessing fork server - its parent, whose socket it finds from the
+parent's descriptors (``_server.parent_socket``) - for a new process that runs _stopper.py. The new
+process is the fork server's child, not the candidate's: outside the candidate's cgroup, never frozen
+with it. The candidate itself is honest. Raises if the fork server cannot be reached."""
 import os
 import sys
 import time
@@ -10,11 +10,15 @@ from multiprocessing import forkserver, get_context, spawn
 import torch
 import torch.nn as nn
 
+sys.path.insert(0, os.environ["HEADROOM_SEALED_DIR"])
+from _server import parent_socket  # noqa: E402
+
 _STOPPER = os.path.join(os.environ["HEADROOM_SEALED_DIR"], "_stopper.py")
 
 fs = forkserver._forkserver
-if not fs._forkserver_address or fs._forkserver_alive_fd is None:
-    raise RuntimeError("no fork server address or alive descriptor inherited")
+fs._forkserver_address = fs._forkserver_address or parent_socket()
+if fs._forkserver_alive_fd is None:  # the server hands it to the new process and never checks it
+    fs._forkserver_alive_fd = os.open(os.devnull, os.O_RDONLY)
 fs.ensure_running = lambda: None  # reuse the harness's server instead of starting one
 _prep = spawn.get_preparation_data
 spawn.get_preparation_data = lambda name: {k: v for k, v in _prep(name).items() if not k.startswith("init_main")}

@@ -2,7 +2,14 @@
 and bias through /proc/<pid>/mem (found by searching its memory for the candidate's own weights,
 which are the reference's: same seed), then returns zeros - which now match the reference's
 timed outputs - at a fraction of the cost. Honest through the correctness trials (the reference
-child does not exist yet). Raises if the reference's memory cannot be written."""
+child does not exist yet). Reports to HEADROOM_TEST_REPORT whether the reference's memory was out of
+reach, searched without a hit, or zeroed.
+
+On CUDA the weights it looks for are copied to the host first (``.cpu()``), and the whole tensor's bytes
+must match: /proc/<pid>/mem reaches the reference's host memory only, and the reference builds its
+model on the device, so the search finds nothing there (device allocations are not in its readable
+mappings) and the candidate stays honest. Writing the reference's device memory takes the reference's
+cooperation (a CUDA IPC handle it exported) or control of the process (ptrace as its uid)."""
 import os
 
 import torch
@@ -77,16 +84,20 @@ class ModelNew(nn.Module):
             pids = _reference_pids()
             if pids:
                 self.tried += 1
-                w = self.linear.weight.detach().contiguous().numpy().tobytes()
-                b = self.linear.bias.detach().contiguous().numpy().tobytes()
+                w = self.linear.weight.detach().cpu().contiguous().numpy().tobytes()
+                b = self.linear.bias.detach().cpu().contiguous().numpy().tobytes()
+                whole = x.is_cuda  # a stale host block of the same values would match its first bytes only
                 try:
-                    hits = sum(_zero_in(p, [w[:256], b[:128]], [len(w), len(b)]) for p in pids)
+                    hits = sum(_zero_in(p, [w if whole else w[:256], b if whole else b[:128]], [len(w), len(b)])
+                               for p in pids)
                 except OSError as e:
                     _report(f"refused: {type(e).__name__}: {e}")
                     self.tried, hits = 3, 0
                 self.zeroed = hits >= 2
                 if self.zeroed:
                     _report(f"zeroed {hits} tensors in {pids}")
+                elif self.tried < 3:
+                    _report(f"searched {pids}: {hits} hit(s) in host memory")
         if self.zeroed:
-            return torch.zeros(x.shape[0], self.linear.out_features)
+            return torch.zeros(x.shape[0], self.linear.out_features, device=x.device)
         return torch.nn.functional.gelu(self.linear(x))

@@ -3,8 +3,9 @@
 A harness that poisons uninitialised memory only in its trials (``torch.use_deterministic_algorithms``
 with ``torch.utils.deterministic.fill_uninitialized_memory``) tells the candidate which calls are
 checked in full. Honest while deterministic algorithms are on (``fill_uninitialized_memory`` is
-True by default: it only acts under them); otherwise the answer rounded to 10 mantissa bits
-(``_tell.coarse``), which a sampled per-element check passes and a trial's relative L2 gate fails."""
+True by default: it only acts under them); otherwise the answer rounded to fewer mantissa bits
+(``_tell.coarse``: 10 on a CPU, 6 on CUDA under TF32), which a sampled per-element check passes and a
+trial's relative L2 gate fails."""
 import os
 import sys
 

@@ -1,7 +1,7 @@
 """Attack on the trial/timed distinction that no global state can hide: the command itself.
 
 The child's own loop calls ``forward``; its frame holds the command being served. Honest when that
-is a ``Trial``; in a timed ``Run`` the answer rounded to 10 mantissa bits (``_tell.coarse``), which a
+is a ``Trial``; in a timed ``Run`` the answer rounded to fewer mantissa bits (``_tell.coarse``), which a
 sampled per-element check at 4x the trial's per-element gate passes. Only a timed check as strict
 as a trial's relative L2 gate (on the samples) catches it."""
 import os

@@ -3,7 +3,7 @@
 The harness's order is public: the memory measurement's two forwards first, then the trials. The
 candidate hashes every piece of torch's global state it can read (``snapshot``) at its first two
 calls; a later call whose state differs from theirs is taken for a trial (honest), one whose state
-matches for a timed phase (the answer rounded to 10 mantissa bits, ``_tell.coarse``). Where trials
+matches for a timed phase (the answer rounded to fewer mantissa bits, ``_tell.coarse``). Where trials
 and timed phases run under the same state, every call matches, and the trials fail."""
 import hashlib
 import os

@@ -1,20 +1,25 @@
 """Probe (honest math): reports to HEADROOM_TEST_REPORT, as JSON, what this process can reach of the
 harness - its uid, every descriptor it holds, whether it may signal or read the memory of its
-parent (the fork server) and of the harness, and whether it can connect to the fork server."""
+parent (the fork server) and of the harness, whether it can connect to the fork server (its socket found
+as ``_server.parent_socket`` finds it), and what multiprocessing recorded of the harness's helpers."""
 import json
 import os
 import socket
-from multiprocessing import forkserver
+import sys
+from multiprocessing import forkserver, resource_tracker
 
 import torch
 import torch.nn as nn
+
+sys.path.insert(0, os.environ.get("HEADROOM_SEALED_DIR", os.path.dirname(os.path.abspath(__file__))))
+from _server import parent_socket  # noqa: E402
 
 
 def _try(fn) -> str:
     try:
         fn()
         return "ok"
-    except OSError as e:
+    except (OSError, RuntimeError) as e:
         return type(e).__name__
 
 
@@ -25,7 +30,7 @@ def _harness() -> int:
 
 def _connect() -> None:
     with socket.socket(socket.AF_UNIX) as s:
-        s.connect(forkserver._forkserver._forkserver_address)
+        s.connect(forkserver._forkserver._forkserver_address or parent_socket())
 
 
 _fds = {}
@@ -43,6 +48,9 @@ _report = {
     "connect_fork_server": _try(_connect),
     "write_problem": _try(lambda: open(os.environ["HEADROOM_TEST_PROBLEM"], "a").close()),
     "cpus": sorted(os.sched_getaffinity(0)),
+    "helpers": {"fork_server_address": forkserver._forkserver._forkserver_address,
+                "fork_server_alive_fd": forkserver._forkserver._forkserver_alive_fd,
+                "resource_tracker_fd": resource_tracker._resource_tracker._fd},
 }
 with open(os.environ["HEADROOM_TEST_REPORT"], "w") as f:
     json.dump(_report, f)

@@ -39,6 +39,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from headroom.jsonio import plain  # noqa: E402
 from headroom.measure import compare, round_order  # noqa: E402
 from headroom.profile.modules import ranged_modules, record_module_ranges  # noqa: E402
 from headroom.profile.registry import get_workload  # noqa: E402
@@ -133,7 +134,7 @@ def run_case(case: Case, device: Any, rounds: int, cpu: bool, target_s: float = 
         k = max(3, min(50, math.ceil(target_s / max(step_s, 1e-6))))
         calls = _calls_per_step(step, root)
 
-        out: dict[str, Any] = {"name": case.name, "workload": case.workload, "config": cfg.to_dict(),
+        out: dict[str, Any] = {"name": case.name, "workload": case.workload, "config": plain(cfg),
                                "gpu_bound": case.gpu_bound, "modules_with_ranges": n_modules,
                                "module_calls_per_step": calls, "steps_per_measurement": k,
                                "build_s": round(build_s, 2), "rounds": rounds}

@@ -93,6 +93,7 @@ def run_one(arg: str) -> int:
     """One profile run and its module targets (in its own process)."""
     t0 = time.time()
     from headroom.errors import UserError
+    from headroom.jsonio import plain
     from headroom.profile.run import profile_workload
     from headroom.profile.workload import Options
     from headroom.projection.targets import module_ranges_missing, targets, targets_dict
@@ -104,7 +105,7 @@ def run_one(arg: str) -> int:
     except UserError as e:
         print(f"headroom: error: {e}", file=sys.stderr)
         return 2
-    d = r.to_dict()
+    d = plain(r)
     d["wall_s"] = time.time() - t0
     an = r.analysis
     missing = module_ranges_missing(an)

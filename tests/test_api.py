@@ -14,6 +14,7 @@ import pytest
 
 import headroom
 from headroom.errors import UserError
+from headroom.jsonio import plain
 from tests.conftest import SHIPPED_TRACES
 
 DLRM = SHIPPED_TRACES / "dlrm.train.json.gz"
@@ -51,7 +52,7 @@ def test_project_from_a_path_and_a_file(tmp_path):
     assert round(r.get("amdahl").per_step_us / 1e3, 3) == 19.264 and r.entries[0].source == str(f)
     # a typed entry; its JSON object keeps the keys (and their order) of `headroom project --json`
     assert type(r.entries[0]).__name__ == "EntryResult" and r.entries[0].top_kernels[0].us > 0
-    assert list(r.to_dict()["entries"][0]) == ["selector", "speedup", "launches", "verified", "source", "kernels", "us",
+    assert list(plain(r)["entries"][0]) == ["selector", "speedup", "launches", "verified", "source", "kernels", "us",
                                                "wall_us", "addressable_us", "applied_kernels", "applied_us",
                                                "applied_wall_us", "top_kernels"]
 
@@ -61,7 +62,7 @@ def test_targets_result(dlrm):
     f = t.to_frame()
     assert f["name"].tolist()[:2] == ["aten::_index_put_impl_", "aten::mm"]
     assert round(100 * f.loc[0, "gain"], 2) == 9.18
-    d = t.to_dict()
+    d = plain(t)
     assert d["speedup"] == 1.5 and d["targets"][0]["name"] == "aten::_index_put_impl_"
 
 
@@ -97,7 +98,7 @@ def test_project_takes_a_directory_as_the_command_does(headroom):   # the `headr
     assert isinstance(results, list) and [type(r).__name__ for r in results] == ["ProjectResult"] * 2
     from headroom.jsonio import dumps
 
-    assert [json.loads(dumps(r.to_dict())) for r in results] == [{k: v for k, v in d.items() if k != "schema"}
+    assert [json.loads(dumps(r)) for r in results] == [{k: v for k, v in d.items() if k != "schema"}
                                                                  for d in printed]
     assert [d["trace"] for d in printed] == ["traces/scaling/llama-7b.13b.infer.prefill.4of40-layers.json.gz",
                                              "traces/scaling/llama-7b.70b.infer.prefill.4of80-layers.json.gz"]

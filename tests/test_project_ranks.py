@@ -22,6 +22,7 @@ from typer.testing import CliRunner
 
 from headroom.cli.app import _register_commands, app
 from headroom.errors import UserError
+from headroom.jsonio import plain
 from headroom.projection.sync_targets import sync_targets
 from headroom.projection.sync_projection import SyncModel, project_ranks, sync_projection
 from headroom.projection.speedups import parse_cli_speedup
@@ -62,7 +63,7 @@ def test_project_ranks_against_one_rank_amdahl(pair):
     assert straggler.zero_time.gain == pytest.approx(1000.0 / WALL)   # then rank 0 is the one waited for
     both = project_ranks(pair, e)
     assert both.on_ranks == [0, 1] and both.speedups.gain == pytest.approx(1500.0 / WALL)
-    d = json.loads(json.dumps(both.to_dict()))
+    d = json.loads(json.dumps(plain(both)))
     assert d["synchronised"]["speedups"]["per_step_us"] == pytest.approx((WALL - 1500.0) / 2)
     assert d["per_rank_amdahl"][1]["gain"] == pytest.approx(1500.0 / WALL)
 

@@ -20,10 +20,11 @@ import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, ClassVar, Iterable
 
 from headroom import datafiles
 from headroom.errors import UserError
+from headroom.jsonio import OMIT_NONE, encoded
 from headroom.files import read_text
 from headroom.projection.selectors import Selector, parse_selector
 
@@ -38,7 +39,7 @@ _ENTRY_KEYS = {"select", "speedup", "launches", "call_us", "syncs", "verified", 
 
 @dataclass(frozen=True)
 class Speedup:
-    selector: Selector
+    selector: Selector = field(metadata=encoded(str))
     speedup: float
     verified: bool | None = None
     source: str = ""
@@ -50,28 +51,22 @@ class Speedup:
     verify_result: bool = False
     # The CPU time of one call after the change, in us on the unprofiled clock (None: `launches` times
     # what the trace's single-launch ops cost). Needs `launches` (docs/projection.md, "The cost of a call").
-    call_us: float | None = None
+    call_us: float | None = field(default=None, metadata=OMIT_NONE)
     # Host synchronisations each call makes after the change (None: as before; docs/projection.md,
     # "Host synchronisations"): at each, the CPU waits until the GPU has run everything queued.
-    syncs: float | None = None
+    syncs: float | None = field(default=None, metadata=OMIT_NONE)
     # The CPU time of one call *before* the change, measured the same way as `call_us` (verify: the
     # reference's call, unprofiled). With the trace's footprint of the same calls it says how much slower
     # the profiled CPU ran, where the step time cannot (a GPU-bound step): docs/projection.md.
     reference_call_us: float | None = None
 
+    # An entry as JSON: what it selects and claims (`call_us` and `syncs` only when given).
+    JSON_KEYS: ClassVar[tuple[str, ...]] = ("selector", "speedup", "launches", "verified", "source", "call_us", "syncs")
+
     @property
     def label(self) -> str:
         return (f"{self.selector}={self.speedup:g}" + ("" if self.launches is None else f",launches={self.launches}")
                 + ("" if self.call_us is None else f",call_us={self.call_us:g}"))
-
-    def to_dict(self) -> dict[str, Any]:
-        d = {"selector": str(self.selector), "speedup": self.speedup, "launches": self.launches,
-             "verified": self.verified, "source": self.source}
-        if self.call_us is not None:
-            d["call_us"] = self.call_us
-        if self.syncs is not None:
-            d["syncs"] = self.syncs
-        return d
 
 
 def _number(value: Any, where: str, wrong: str) -> float:

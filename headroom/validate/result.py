@@ -232,8 +232,8 @@ def _unprofiled(p: Any) -> float | None:
     interleaved measurement runs on, as `headroom.predict` reports it), else on the profiled one."""
     if p is None:
         return None
-    u = p.to_dict().get("unprofiled")
-    return float(u["speedup"]) if u else p.speedup
+    u = p.unprofiled
+    return float(u.speedup) if u else p.speedup
 
 
 def projections(base: Any, paths: list[str], calls_per_step: float, pb: Any, pv: Any,

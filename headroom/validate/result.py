@@ -141,9 +141,6 @@ class ValidateResult:
     check: dict[str, Any]
     detail: Detail
 
-    def to_dict(self) -> dict[str, Any]:
-        return plain(self)
-
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "ValidateResult":
         return from_plain(cls, d)

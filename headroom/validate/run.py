@@ -146,7 +146,7 @@ def run(req: Request, say: Say) -> ValidateResult:
 
         n_prof = req.profile_steps or 3
         env = environment(dev)
-        rep_dicts = [dict(r.to_dict(), candidate=str(cand)) for r, (_, _, cand, _) in zip(sub.replacements, classes)]
+        rep_dicts = [dict(plain(r), candidate=str(cand)) for r, (_, _, cand, _) in zip(sub.replacements, classes)]
         date = datetime.now(timezone.utc).isoformat(timespec="seconds")
         for side, name, step_ms in (("base", BASE_TRACE, m["base_ms"]), ("variant", VARIANT_TRACE, m["variant_ms"])):
             say.stage("profile", f"{side}: {n_prof} step(s) with module ranges")
@@ -170,7 +170,7 @@ def run(req: Request, say: Say) -> ValidateResult:
 
     record = {"schema": RUN_SCHEMA, "tool": "headroom validate", "workload": spec.name,
               "config": plain(cfg), "device": str(dev), "gpu": env.get("gpu"),
-              "replacements": rep_dicts, "check": res.to_dict(), "timing": timing,
+              "replacements": rep_dicts, "check": plain(res), "timing": timing,
               "profiled_steps": n_prof, "traces": {"base": BASE_TRACE, "variant": VARIANT_TRACE},
               "peak_memory_gb": round(peak, 2) if peak is not None else None,
               "command": req.command, "date": date}

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from headroom.errors import UserError
 from headroom.extract.capture import Construction, instances_of, match_constructions, positional_init
@@ -100,10 +100,16 @@ class Replacement:
     tied: bool = True
     calls_per_step: int = 0
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"module": self.module, "class": f"{self.cls.__module__}.{self.cls.__qualname__}",
-                "candidate": str(self.candidate), "instances": len(self.paths), "paths": self.paths,
-                "tied": self.tied, "calls_per_step": self.calls_per_step}
+    JSON_KEYS: ClassVar[tuple[str | tuple[str, str], ...]] = (
+        "module", ("class", "class_name"), "candidate", "instances", "paths", "tied", "calls_per_step")
+
+    @property
+    def class_name(self) -> str:
+        return f"{self.cls.__module__}.{self.cls.__qualname__}"
+
+    @property
+    def instances(self) -> int:
+        return len(self.paths)
 
 
 def build_candidate(new_cls: type, init: list[Any], orig: Any, device: Any, train: bool,

@@ -110,7 +110,7 @@ def _command_defaults() -> dict[str, dict[str, object]]:
     """Every command of the typer app (groups as `bench run`), with each parameter's default."""
     from headroom.cli import app as cli_app
 
-    cli_app._register_commands(None)
+    cli_app.register_commands(None)
     commands = [("", c) for c in cli_app.app.registered_commands]
     commands += [(g.name + " ", c) for g in cli_app.app.registered_groups for c in g.typer_instance.registered_commands]
     out = {}

@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from headroom.cli.app import _register_commands, app
+from headroom.cli.app import register_commands, app
 from headroom.errors import UserError
 from headroom.jsonio import plain
 from headroom.projection.sync_targets import sync_targets
@@ -84,7 +84,7 @@ def test_targets_rank_by_the_synchronised_step(pair):
 
 def invoke(args):
     """Like `headroom.cli.main`: a UserError is one line on stderr and exit 2."""
-    _register_commands()
+    register_commands()
     r = CliRunner().invoke(app, args)
     if isinstance(r.exception, UserError):
         return 2, f"headroom: error: {r.exception}"

@@ -253,13 +253,27 @@ def _gpu_factor(r: dict) -> float | None:
     return float(k[0]) / float(k[1])  # type: ignore[arg-type]  # both checked numbers above
 
 
-def _best_passes(results: list[dict], path: str) -> tuple[dict[str, tuple[float, str, int | None]], list[str],
-                                                          list[str]]:
-    """Per problem (in first-seen order): the fastest passing result, and the problems with no usable pass.
+@dataclass(frozen=True)
+class Pass:
+    """A problem's fastest passing verify result."""
 
-    Returns ({problem: (speedup, candidate, launches per call or None)}, problems without a pass, warnings).
-    """
-    best: dict[str, tuple[float, str, int | None]] = {}
+    speedup: float
+    candidate: str
+    launches: int | None     # kernels per call the candidate launched (None: not measured)
+
+
+@dataclass
+class BestPasses:
+    """What a verify results file says per problem (in first-seen order)."""
+
+    best: dict[str, Pass]       # the fastest passing result of each problem that has one
+    failed: list[str]           # the problems with no usable pass
+    warnings: list[str]
+
+
+def best_passes(results: list[dict], path: str) -> BestPasses:
+    """Per problem (in first-seen order): the fastest passing result, and the problems with no usable pass."""
+    best: dict[str, Pass] = {}
     npass: dict[str, int] = {}
     order: list[str] = []
     skipped: dict[str, list[str]] = {}
@@ -281,29 +295,30 @@ def _best_passes(results: list[dict], path: str) -> tuple[dict[str, tuple[float,
             warnings.append(f"{e}; skipped")
             continue
         npass[name] = npass.get(name, 0) + 1
-        if name not in best or f > best[name][0]:
-            best[name] = (f, _candidate(r), _verified_launches(r))
+        if name not in best or f > best[name].speedup:
+            best[name] = Pass(f, _candidate(r), _verified_launches(r))
     for verdict, names in sorted(skipped.items()):
         warnings.append(f"{path}: skipped {len(names)} result(s) with verdict {verdict!r} "
                         f"(only verdict 'pass' is used): {', '.join(names)}")
     for name, k in npass.items():
         if k > 1:
-            f, cand, _ = best[name]
+            f, cand = best[name].speedup, best[name].candidate
             warnings.append(f"{path}: {name} has {k} passing candidates; using the fastest"
                             f"{' (' + cand + ')' if cand else ''} at {f:g}x")
     ordered = {n: best[n] for n in order if n in best}
-    return ordered, [n for n in order if n not in best], warnings
+    return BestPasses(ordered, [n for n in order if n not in best], warnings)
 
 
 def _from_verify(results: list[dict], path: str) -> SpeedupFile:
-    best, _, warnings = _best_passes(results, path)
+    passes = best_passes(results, path)
+    best, warnings = passes.best, passes.warnings
     src = f"{path}: headroom verify"
     calls: dict[str, tuple[float | None, float | None, float | None]] = {}
     gpu: dict[str, float] = {}
     for r in results:  # the chosen (fastest passing) result of each problem
         name = str(r.get("problem"))
-        if name in best and r.get("verdict") == "pass" and _candidate(r) == best[name][1] \
-                and r.get("speedup") == best[name][0]:
+        if name in best and r.get("verdict") == "pass" and _candidate(r) == best[name].candidate \
+                and r.get("speedup") == best[name].speedup:
             calls[name] = _verified_call(r)
             g = _gpu_factor(r)
             if g is not None and calls[name][1]:
@@ -312,7 +327,8 @@ def _from_verify(results: list[dict], path: str) -> SpeedupFile:
                                 f"take the profiled kernel-time ratio {g:.4g}x, its {calls[name][1]:g} "
                                 f"synchronisation(s) and CPU time per call are modelled on the CPU side")
     entries = []
-    for name, (f, cand, n) in best.items():
+    for name, p in best.items():
+        f, cand, n = p.speedup, p.candidate, p.launches
         call_us, syncs, ref_us = calls.get(name, (None, None, None))
         f = gpu.get(name, f)
         entries.append(Speedup(parse_selector(f"problem:{name}"), f, True, src, note=cand, verify_result=True,

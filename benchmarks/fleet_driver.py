@@ -51,7 +51,7 @@ def rss(field="VmRSS:"):
     with open("/proc/self/status") as f:
         return next(int(l.split()[1]) * 1024 for l in f if l.startswith(field))
 from headroom.cli.output import document
-from headroom.jsonio import dumps
+from headroom.jsonio import dumps, plain
 from headroom.trace import comm, rank_set
 blob, n, repeat = open(sys.argv[1], "rb").read(), int(sys.argv[2]), int(sys.argv[3])
 before = rss()
@@ -236,7 +236,7 @@ def main() -> None:
             print(json.dumps(ranks[-1]), file=sys.stderr, flush=True)
     results = verify_results()
     sizes = [len(pickle.dumps(r, protocol=5)) for r in results]
-    texts = [len(json.dumps(r.to_dict(), indent=2)) for r in results]
+    texts = [len(json.dumps(plain(r), indent=2)) for r in results]
     emit({"command": "benchmarks/fleet_driver.py " + " ".join(sys.argv[1:]), "one_task": task, "ranks": ranks,
           "verify_result": {"count": len(results), "pickled_bytes_median": statistics.median(sizes),
                             "pickled_bytes_max": max(sizes), "json_bytes_median": statistics.median(texts),

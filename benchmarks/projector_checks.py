@@ -94,7 +94,7 @@ def main(argv: list[str] | None = None) -> dict:
                 r = project(a, [parse_cli_speedup(spec)])
                 am, rp, e = r.get("amdahl"), r.get("replay"), r.estimate
                 row[label] = {"amdahl": am.speedup, "replay": rp.speedup,
-                              "amdahl_unprofiled": (am.to_dict().get("unprofiled") or {}).get("speedup"),
+                              "amdahl_unprofiled": am.unprofiled.speedup if am.unprofiled else None,
                               "estimate": e.speedup, "low": e.low, "high": e.high, "clock": e.clock,
                               "cpu_scale": e.cpu_scale}
                 c = r.entries[0].cpu

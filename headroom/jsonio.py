@@ -77,11 +77,12 @@ def plain(obj: Any) -> Any:
     """A result as JSON-ready builtins, the one encoder of result types: a dataclass becomes an object of its
     fields in declaration order (or of its `JSON_KEYS`, properties among them), keys, omissions and rounding
     as each field's metadata says (`json_key`, `OMIT_NONE`, `omit_if`, `rounded`, `encoded`, `SKIP`,
-    `columns`),
+    `columns`; a property's in the class's `JSON_META`),
     recursively through lists, tuples and dicts; a msgspec Struct as `msgspec.to_builtins` makes it; enums as
     their value, paths as text, numpy scalars and arrays as Python values, a DataFrame as its rows."""
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
         meta: dict[str, Mapping[str, Any]] = {f.name: f.metadata for f in dataclasses.fields(obj)}
+        meta.update(getattr(type(obj), "JSON_META", {}))    # the metadata of properties named in JSON_KEYS
         out = {}
         for key, name in _keys(type(obj)):
             m = meta.get(name, {})

@@ -76,6 +76,7 @@ def run_one(arg: str) -> int:
 
 def summarise(out_dir: Path, single: Path | None) -> dict:
     """The rank-set analysis and the projections of one run (numbers for results.json and report.md)."""
+    from headroom.jsonio import plain
     from headroom.projection.project import project
     from headroom.projection.sync_projection import SyncModel, project_ranks
     from headroom.projection.speedups import parse_cli_speedup
@@ -87,7 +88,7 @@ def summarise(out_dir: Path, single: Path | None) -> dict:
     entries = [parse_cli_speedup(SCENARIO)]
     slow = rs.slowest_rank
     others = [r for r in rs.ranks if r != slow]
-    proj = {name: project_ranks(rs, entries, on_ranks=on, model=model).to_dict()
+    proj = {name: plain(project_ranks(rs, entries, on_ranks=on, model=model))
             for name, on in (("all_ranks", None), ("slowest_rank", [slow]), ("other_ranks", others))}
     d = rs.to_dict()
     d.pop("rank_analyses")

@@ -190,6 +190,7 @@ def run(args: argparse.Namespace) -> int:
 
     import torch
 
+    from headroom.jsonio import plain
     from headroom.verify import Policy, VerifyOptions, prepare_reference, verify_candidate, write_json
     from headroom.verify.build import build_all, new_build_dir
     from headroom.verify.results import VerifyResult, suite_document
@@ -230,7 +231,7 @@ def run(args: argparse.Namespace) -> int:
     def save() -> None:
         doc = suite_document([], device_name, suite="KernelBench", kernelbench=str(kb), torch=str(torch.__version__),
                              budget_s=args.budget, wall_s=round(time.monotonic() - t0, 1), skipped=skipped,
-                             builds=[b.to_dict() for b in list(builds.values())], dry_run=args.dry_run,
+                             builds=[plain(b) for b in list(builds.values())], dry_run=args.dry_run,
                              free_mib_after=free_mib)
         doc["results"] = results
         write_json(doc, out / "kernelbench_l1.json")
@@ -262,7 +263,7 @@ def run(args: argparse.Namespace) -> int:
             log(f"{label}: reference failed: {type(e).__name__}: {e}")
             for c, kind in it.candidates:
                 err = VerifyResult(it.problem.stem, str(c), "error", reason=f"reference: {e}")
-                results.append(_tag(err.to_dict(), it, kind, seal_kind(device)))
+                results.append(_tag(plain(err), it, kind, seal_kind(device)))
             save()
             return
         try:
@@ -271,10 +272,10 @@ def run(args: argparse.Namespace) -> int:
                     skipped.append(f"{label}/{c.name}")
                     continue
                 try:
-                    r = verify_candidate(problem, c, reference=ref, built=builds.get(str(c))).to_dict()
+                    r = plain(verify_candidate(problem, c, reference=ref, built=builds.get(str(c))))
                 except Exception as e:
                     log(traceback.format_exc(limit=4))
-                    r = VerifyResult(it.problem.stem, str(c), "error", reason=f"harness: {type(e).__name__}: {e}").to_dict()
+                    r = plain(VerifyResult(it.problem.stem, str(c), "error", reason=f"harness: {type(e).__name__}: {e}"))
                 if report is not None:
                     r["report"] = report.read_text(errors="replace")[:2000] if report.exists() else ""
                 results.append(_tag(r, it, kind, seal_kind(device)))

@@ -209,6 +209,7 @@ def bench_order(only: list[str] | None) -> list[str]:
 def bench(run: Run, work: Path, only: list[str] | None = None) -> dict:
     """DLRM-Bench problems against their honest candidates, one at a time; the document after each."""
     from headroom.suites import dlrm
+    from headroom.jsonio import plain
     from headroom.suites.scoring import score
     from headroom.verify import VerifyOptions
 
@@ -237,7 +238,7 @@ def bench(run: Run, work: Path, only: list[str] | None = None) -> dict:
                 f"({time.monotonic() - t:.0f} s)")
         merged["results"] = results
         merged["problems_run"] = list(done)
-        merged["aggregates"] = score(merged).to_dict()
+        merged["aggregates"] = plain(score(merged))
         _write_gz(target, merged)
         _free_gpu()
     if not results:
@@ -245,7 +246,7 @@ def bench(run: Run, work: Path, only: list[str] | None = None) -> dict:
     merged["results"] = results
     merged["problems_run"] = done
     merged["problems_not_run"] = [n for n in bench_order(only) if n not in done]
-    merged["aggregates"] = agg = score(merged).to_dict()
+    merged["aggregates"] = agg = plain(score(merged))
     _write_gz(target, merged)
     (work / "bench.json").write_text(json.dumps(merged))
     return {"problems_run": len(done), "aggregates": {k: v for k, v in agg.items() if k != "per_problem"},

@@ -14,6 +14,7 @@ import pytest
 
 import headroom
 from headroom.errors import UserError
+from headroom.jsonio import plain
 from tests.conftest import SHIPPED_TRACES
 
 DLRM = SHIPPED_TRACES / "dlrm.train.json.gz"
@@ -51,7 +52,7 @@ def test_project_from_a_path_and_a_file(tmp_path):
     assert round(r.get("amdahl").per_step_us / 1e3, 3) == 19.264 and r.entries[0].source == str(f)
     # a typed entry; its JSON object keeps the keys (and their order) of `headroom project --json`
     assert type(r.entries[0]).__name__ == "EntryResult" and r.entries[0].top_kernels[0].us > 0
-    assert list(r.to_dict()["entries"][0]) == ["selector", "speedup", "launches", "verified", "source", "kernels", "us",
+    assert list(plain(r)["entries"][0]) == ["selector", "speedup", "launches", "verified", "source", "kernels", "us",
                                                "wall_us", "addressable_us", "applied_kernels", "applied_us",
                                                "applied_wall_us", "top_kernels"]
 
@@ -61,7 +62,7 @@ def test_targets_result(dlrm):
     f = t.to_frame()
     assert f["name"].tolist()[:2] == ["aten::_index_put_impl_", "aten::mm"]
     assert round(100 * f.loc[0, "gain"], 2) == 9.18
-    d = t.to_dict()
+    d = plain(t)
     assert d["speedup"] == 1.5 and d["targets"][0]["name"] == "aten::_index_put_impl_"
 
 
@@ -97,7 +98,7 @@ def test_project_takes_a_directory_as_the_command_does(headroom):   # the `headr
     assert isinstance(results, list) and [type(r).__name__ for r in results] == ["ProjectResult"] * 2
     from headroom.jsonio import dumps
 
-    assert [json.loads(dumps(r.to_dict())) for r in results] == [{k: v for k, v in d.items() if k != "schema"}
+    assert [json.loads(dumps(r)) for r in results] == [{k: v for k, v in d.items() if k != "schema"}
                                                                  for d in printed]
     assert [d["trace"] for d in printed] == ["traces/scaling/llama-7b.13b.infer.prefill.4of40-layers.json.gz",
                                              "traces/scaling/llama-7b.70b.infer.prefill.4of80-layers.json.gz"]
@@ -109,7 +110,7 @@ def _command_defaults() -> dict[str, dict[str, object]]:
     """Every command of the typer app (groups as `bench run`), with each parameter's default."""
     from headroom.cli import app as cli_app
 
-    cli_app._register_commands(None)
+    cli_app.register_commands(None)
     commands = [("", c) for c in cli_app.app.registered_commands]
     commands += [(g.name + " ", c) for g in cli_app.app.registered_groups for c in g.typer_instance.registered_commands]
     out = {}
@@ -140,6 +141,8 @@ def _api_defaults(target: object) -> dict[str, object]:
 def _api_targets():
     """command -> [(what it calls, {CLI parameter: API parameter, "!name" where the flag is the negation})]."""
     from headroom.extract import extract
+    from headroom.fleet import get_engine
+    from headroom.fleet.verify import pool_runner
     from headroom.profile.run import profile_workload
     from headroom.profile.workload import Options
     from headroom.validate import validate
@@ -153,18 +156,22 @@ def _api_targets():
     run = {"device": "device", "workload_file": "workload_file"}
     verify = {"device": "device", "vs_compile": "vs_compile", "rounds": "rounds", "timeout": "timeout",
               "build_timeout": "build_timeout", "seed": "seed", "threads": "threads", "scale": "scale"}
+    # --engine/--address: the fleet engine the work is spread over; --resume: the stream a suite run reads back.
+    engine = (get_engine, {"engine": "name", "address": "address"})
+    suite = [engine, (pool_runner, {"resume": "resume"})]
     return {
-        "classify": [(headroom.analyze_all, read)],
-        "report": [(headroom.analyze_all, read)],
+        "classify": [(headroom.analyze_all, read), engine],
+        "report": [(headroom.analyze_all, read), engine],
         "project": [(headroom.project, {**read, "speedup": "speedup", "speedups": "files",
                                         "distribution": "distribution", "win_rate": "win_rate", "median": "median",
                                         "scenario_select": "select", "strict": "strict", "step_ms": "step_ms",
-                                        "problems": "problems", "on_rank": "on_ranks"})],
+                                        "problems": "problems", "on_rank": "on_ranks"}), engine],
         "targets": [(headroom.targets, {**read, "speedup": "speedup", "scope": "scope", "top": "top",
                                         "replay_top": "replay_top", "roofline": "roofline", "peaks": "peaks",
-                                        "rank_by": "rank_by"})],
-        "diff": [(headroom.diff, {"by": "by"})],
-        "coverage": [(headroom.coverage, {"suite": "suite", "problems": "problems"})],
+                                        "rank_by": "rank_by"}), engine],
+        # (diff and coverage read their traces as analyze_all does, with its options)
+        "diff": [(headroom.diff, {"by": "by"}), (headroom.analyze_all, read)],
+        "coverage": [(headroom.coverage, {"suite": "suite", "problems": "problems"}), (headroom.analyze_all, read)],
         "profile": [(profile_workload, {**run, "out": "out", "steps": "steps", "warmup": "warmup",
                                         "timed_steps": "timed_steps"}),
                     (Options, {**workload, "compile_": "compile", "no_module_ranges": "!module_ranges",
@@ -175,9 +182,9 @@ def _api_targets():
                                  "profile_steps": "profile_steps", "tolerance": "gate", "timeout": "timeout",
                                  "threads": "threads"}),
                      (Options, workload)],
-        "verify": [(VerifyOptions, verify)],
+        "verify": [(VerifyOptions, verify), *suite],
         # (--scale unset: each suite problem's own scale, not VerifyOptions' default)
-        "bench run": [(VerifyOptions, {k: v for k, v in verify.items() if k != "scale"})],
+        "bench run": [(VerifyOptions, {k: v for k, v in verify.items() if k != "scale"}), *suite],
     }
 
 
@@ -211,7 +218,7 @@ def test_every_command_has_the_defaults_of_its_api_function():
                     got = ()
                 assert got == want, f"{name} {cli_name}: the command's default {got!r}, the API's {want!r}"
                 compared += 1
-    assert compared >= 80
+    assert compared >= 139
 
 
 def test_replay_top_defaults_to_five_in_both():

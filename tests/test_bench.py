@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from headroom.suites import dlrm as bench
+from headroom.jsonio import plain
 from headroom.verify import VerifyOptions, prepare_reference, verify_candidate
 from headroom.verify import problem as prob
 from verify_support import assert_caught
@@ -91,7 +92,7 @@ def test_dlrm_cheaters_are_caught(cheat):
     finally:
         ref.close()
     assert_caught(r)
-    assert r.verdict == "fail", (r.verdict, r.reason, [c.to_dict() for c in r.checks])
+    assert r.verdict == "fail", (r.verdict, r.reason, [plain(c) for c in r.checks])
 
 
 def test_01_reference_is_fbgemms_tbe_with_the_tables_weights_and_falls_back_to_per_table_bags():

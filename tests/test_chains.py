@@ -14,7 +14,6 @@ from hypothesis import given, settings, strategies as st, HealthCheck
 
 from conftest import hta_trace
 from headroom.projection import chains, replay as R
-from headroom.projection.amdahl import _factor_array
 from headroom.projection.baseline import Baseline, as_baseline
 from headroom.trace.analysis import analyze
 
@@ -23,7 +22,7 @@ def _both(b: Baseline, factors, cpu_scale: float = 1.0):
     """(ends, CPU shift) of the sweep and of the chain solver for one replay; ends from the window's start."""
     plan = R._plan(b, R.BACK_TO_BACK_US, None, R.MAX_STREAM_GAP_US, ())
     dur = b.events["dur"].to_numpy(dtype=float)
-    f = _factor_array(b, factors, None)
+    f = np.broadcast_to(np.asarray(factors, dtype=float), len(b.events))     # one factor per event
     new_dur = np.where(np.isinf(f), 0.0, dur / f)
     (e_sweep, s_sweep), (e_chain, s_chain) = (R._sweep(plan, new_dur, (), R._clocks(b, plan, cpu_scale), cpu_scale),
                                               R._solve_chains(plan, new_dur, R._clocks(b, plan, cpu_scale), cpu_scale))

@@ -80,7 +80,7 @@ def test_the_command_map_names_every_command_of_each_module_in_the_help_order():
     code = """if True:
         import importlib, json, sys, typer
         from headroom.cli import app as A
-        A._register_commands(["targets", "trace.json"])
+        A.register_commands(["targets", "trace.json"])
         only = [A._command_name(c) for c in A.app.registered_commands]
         loaded = sorted(m for m in sys.modules if m.startswith("headroom.cli.") and m.count(".") == 2)
         per_module = {}
@@ -88,7 +88,7 @@ def test_the_command_map_names_every_command_of_each_module_in_the_help_order():
             t = typer.Typer()
             importlib.import_module(f"headroom.cli.{name}").register(t)
             per_module[name] = [A._command_name(c) for c in t.registered_commands] + [g.name for g in t.registered_groups]
-        A._register_commands(["--help"])
+        A.register_commands(["--help"])
         every = [A._command_name(c) for c in A.app.registered_commands] + [g.name for g in A.app.registered_groups]
         print(json.dumps([per_module, only, loaded, every]))
     """
@@ -114,8 +114,8 @@ def test_a_command_on_a_cached_trace_imports_only_what_it_uses(tmp_path, words):
     modules = tmp_path / "modules.json"
     code = f"""if True:
         import json, sys
-        from headroom.cli.app import _dispatch
-        code = _dispatch({[*words, str(trace)]!r})
+        from headroom.cli.app import dispatch
+        code = dispatch({[*words, str(trace)]!r})
         json.dump([code, sorted(sys.modules)], open({str(modules)!r}, "w"))
     """
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, env=env, timeout=120)

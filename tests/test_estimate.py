@@ -10,6 +10,7 @@ import sys
 import pytest
 
 from headroom.errors import UserError
+from headroom.jsonio import plain
 from headroom.projection.estimate import Drift, calibrate_drift, load_drift
 from headroom.projection.project import predict, project
 from headroom.projection.speedups import load_speedup_file, parse_cli_speedup
@@ -123,7 +124,7 @@ def test_predict_returns_amdahl_replay_and_the_estimate(tmp_path):
     assert p.estimate == pytest.approx(p.result.estimate.speedup)
     assert p.low <= 1.001 and p.low < p.estimate < p.high
     assert p.estimate == pytest.approx(p.replay, rel=1e-9)                  # the CPU-aware replay, unprofiled
-    d = p.to_dict()
+    d = plain(p)
     assert set(d) == {"amdahl", "replay", "estimate", "low", "high", "method"}
     assert "CPU clock x0.600" in d["method"]
     with pytest.raises(UserError, match="speedup must be > 0"):

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from headroom.cli.app import _register_commands, app
+from headroom.cli.app import register_commands, app
 from headroom.errors import UserError
 from tests.ranks_synthetic import write_pair
 
@@ -33,7 +33,7 @@ def cluster():
 
 
 def invoke(args):
-    _register_commands()
+    register_commands()
     r = CliRunner().invoke(app, args)
     if isinstance(r.exception, UserError):
         return 2, "", f"headroom: error: {r.exception}"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+from typing import ClassVar    # at module level: a dataclass resolves its string annotations here
 
 import numpy as np
 import pytest
@@ -96,6 +97,33 @@ def test_plain_writes_json_keys_in_their_order_with_computed_values_rounding_and
     assert dumps(wide.rows) == '[{"x": 1, "y": 0.5, "z": "no"}, {"x": 2, "y": null, "z": "no"}]'
     assert dumps(wide).endswith('"rows": [{"y": 0.5, "x": 1}, {"y": null, "x": 2}], "n_times": 0}')
 
+
+
+def test_a_propertys_metadata_is_in_json_meta():
+    """A property named in `JSON_KEYS` takes its metadata from `JSON_META`: left out while None, encoded
+    otherwise (a projection's `unprofiled`)."""
+    import dataclasses
+
+    from headroom.jsonio import OMIT_NONE, encoded, plain
+
+    @dataclasses.dataclass
+    class P:
+        base: float
+        after: float | None = None
+
+        JSON_KEYS: ClassVar[tuple] = ("base", "ratio", "pair")
+        JSON_META: ClassVar[dict] = {"ratio": OMIT_NONE, "pair": encoded(lambda t: {"lo": t[0], "hi": t[1]})}
+
+        @property
+        def ratio(self) -> float | None:
+            return None if self.after is None else self.base / self.after
+
+        @property
+        def pair(self) -> tuple[float, float]:
+            return (self.base, self.after or 0.0)
+
+    assert plain(P(3.0)) == {"base": 3.0, "pair": {"lo": 3.0, "hi": 0.0}}
+    assert plain(P(3.0, 2.0)) == {"base": 3.0, "ratio": 1.5, "pair": {"lo": 3.0, "hi": 2.0}}
 
 def test_plain_turns_enums_paths_numpy_and_msgspec_structs_into_builtins():
     import enum

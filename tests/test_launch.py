@@ -147,17 +147,17 @@ def test_dlrm_sharding_options_with_several_ranks():
     import torch
 
     from headroom.profile.registry import get_workload
-    from headroom.workloads.dlrm import _resolve_sharding
+    from headroom.workloads.dlrm import resolve_sharding
 
     spec = get_workload("dlrm")
     cfg = spec.resolve(Options(nproc=2, flavour="tiny"), "cpu")
     assert (cfg.world_size, cfg.parallel) == (2, "torchrec")
-    assert _resolve_sharding(cfg, torch.device("cpu")) == ("dmp", "CPU")       # auto: sharded
+    assert resolve_sharding(cfg, torch.device("cpu")) == ("dmp", "CPU")       # auto: sharded
     for extra, message in (({"sharding": "none"}, "drop --opt sharding=none"), ({"shard": "row_wise"}, "needs CUDA"),
                            ({"shard": "diagonal"}, "--opt shard must be auto, table_wise, row_wise")):
         bad = spec.resolve(Options(nproc=2, flavour="tiny", extra=extra), "cpu")
         with pytest.raises(UserError, match=message):
-            _resolve_sharding(bad, torch.device("cpu"))
+            resolve_sharding(bad, torch.device("cpu"))
 
 
 def test_cli_nproc_json_and_a_quiet_stderr(tmp_path):

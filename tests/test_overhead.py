@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from headroom.errors import UserError
+from headroom.jsonio import plain
 from headroom.projection.baseline import Baseline
 from headroom.projection.overhead import solve_cpu_scale, unprofiled_step_us
 from headroom.projection.project import project
@@ -31,7 +32,7 @@ def test_launch_bound_trace_is_compressed_to_the_unprofiled_step(tmp_path):
     # 5 + 2 us later (give or take the replay's 4 us minimum gap after the previous kernel: 0.12 us here).
     assert r.estimate.projected_us == pytest.approx(r.unprofiled.cpu_scale * 1192 + 7, abs=0.15)
     assert r.estimate.speedup == pytest.approx(r.get("replay").speedup, rel=5e-3)
-    rep = r.get("replay").to_dict()["unprofiled"]
+    rep = plain(r.get("replay"))["unprofiled"]
     assert rep["baseline_us"] == pytest.approx(3 * 1188.0, rel=1e-6)
     assert rep["projected_us"] == pytest.approx(r.estimate.projected_us)
 
@@ -60,7 +61,7 @@ def test_the_correction_changes_what_a_faster_kernel_buys(tmp_path):
     # Without the profiler the step is 1600 us, so the same 500 us weigh more.
     assert r.unprofiled.baseline_us == pytest.approx(3 * 1600.0, rel=1e-6)
     assert r.estimate.speedup == pytest.approx(1600 / 1100, rel=1e-3)
-    assert r.get("amdahl").to_dict()["unprofiled"]["speedup"] == pytest.approx(1600 / 1100, rel=1e-6)
+    assert r.get("amdahl").unprofiled.speedup == pytest.approx(1600 / 1100, rel=1e-6)
     # The CPU-only phase is what the profiler slowed: ~0.59 x its 1000 us.
     assert 0.55 < r.unprofiled.cpu_scale < 0.62
 

@@ -16,7 +16,7 @@ from headroom.trace.analysis import analyze
 from headroom.errors import UserError
 from headroom.jsonio import plain
 from headroom.profile.manifest import MANIFEST_NAME
-from headroom.profile.oom import _oom_error
+from headroom.profile.oom import oom_error
 from headroom.profile.registry import get_workload
 from headroom.profile.run import ProfileResult, profile_workload
 from headroom.profile.workload import Options
@@ -215,11 +215,11 @@ def test_oom_message_names_workload_batch_memory_and_a_fix():
     spec = get_workload("llama-7b")
     cfg = spec.resolve(Options(batch=64), "cuda")
     e = RuntimeError("CUDA out of memory. Tried to allocate 20.00 GiB. GPU 0 has a total capacity of 139.8 GiB")
-    msg = str(_oom_error(e, spec, cfg, torch.device("cuda")))
+    msg = str(oom_error(e, spec, cfg, torch.device("cuda")))
     assert msg.startswith("llama-7b: CUDA out of memory at batch 64 x seq 2048")
     assert "needed more than 20.0 GiB" in msg and "--batch" in msg and "--layers" in msg
     resnet = get_workload("resnet-50")
-    msg = str(_oom_error(e, resnet, resnet.resolve(Options(), "cuda"), torch.device("cuda")))
+    msg = str(oom_error(e, resnet, resnet.resolve(Options(), "cuda"), torch.device("cuda")))
     assert "at batch 256 (" in msg and "--layers" not in msg
 
 
@@ -305,7 +305,7 @@ def test_headroom_entry_point_unknown_workload(tmp_path):
     try:
         from headroom.cli import app
 
-        app._register_commands()
+        app.register_commands()
     except ImportError as e:
         pytest.skip(f"headroom.cli is not complete yet: {e}")
     p = subprocess.run([sys.executable, "-m", "headroom.cli", "profile", "nope"], capture_output=True, text=True,
@@ -339,10 +339,10 @@ def test_cuda_profiles_ask_kineto_for_sync_records():
     """The replay's cross-stream model needs Kineto's cuda_sync records: asked for on CUDA, not on the CPU."""
     from torch._C._profiler import _ExperimentalConfig
 
-    from headroom.profile.run import _experimental_config
+    from headroom.profile.run import experimental_config
 
-    assert isinstance(_experimental_config(torch.device("cuda", 0)), _ExperimentalConfig)
-    assert _experimental_config(torch.device("cpu")) is None
+    assert isinstance(experimental_config(torch.device("cuda", 0)), _ExperimentalConfig)
+    assert experimental_config(torch.device("cpu")) is None
 
 
 def test_a_partial_run_records_the_whole_models_parameter_count(tmp_path):

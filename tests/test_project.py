@@ -255,7 +255,7 @@ def test_distribution_scenarios_quantiles_and_expected():
 
 def test_project_result_and_json_keys(three):
     res = project(three, [parse_cli_speedup("category:embedding=1.5")], win_rate=0.5, median=2.0)
-    d = json.loads(json.dumps(res.to_dict()))
+    d = json.loads(json.dumps(plain(res)))
     assert d["baseline_us"] == 250.0 and d["per_step_us"] == 250.0
     methods = {(p["method"], p["scenario"]) for p in d["projections"]}
     assert {("amdahl", "speedups"), ("replay", "speedups"), ("amdahl", "zero_time"), ("replay", "zero_time"),

@@ -20,8 +20,9 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from headroom.cli.app import _register_commands, app
+from headroom.cli.app import register_commands, app
 from headroom.errors import UserError
+from headroom.jsonio import plain
 from headroom.projection.sync_targets import sync_targets
 from headroom.projection.sync_projection import SyncModel, project_ranks, sync_projection
 from headroom.projection.speedups import parse_cli_speedup
@@ -62,7 +63,7 @@ def test_project_ranks_against_one_rank_amdahl(pair):
     assert straggler.zero_time.gain == pytest.approx(1000.0 / WALL)   # then rank 0 is the one waited for
     both = project_ranks(pair, e)
     assert both.on_ranks == [0, 1] and both.speedups.gain == pytest.approx(1500.0 / WALL)
-    d = json.loads(json.dumps(both.to_dict()))
+    d = json.loads(json.dumps(plain(both)))
     assert d["synchronised"]["speedups"]["per_step_us"] == pytest.approx((WALL - 1500.0) / 2)
     assert d["per_rank_amdahl"][1]["gain"] == pytest.approx(1500.0 / WALL)
 
@@ -83,7 +84,7 @@ def test_targets_rank_by_the_synchronised_step(pair):
 
 def invoke(args):
     """Like `headroom.cli.main`: a UserError is one line on stderr and exit 2."""
-    _register_commands()
+    register_commands()
     r = CliRunner().invoke(app, args)
     if isinstance(r.exception, UserError):
         return 2, f"headroom: error: {r.exception}"

@@ -76,13 +76,13 @@ def test_fbgemm_workloads_on_a_gpu_without_fbgemm_cuda_say_so(monkeypatch):
     import torch
 
     from headroom.errors import UserError
-    from headroom.workloads import _recsys, dlrm
+    from headroom.workloads import din, dlrm
 
     cfg = get_workload("din").resolve(Options(flavour="tiny"), "cpu")
-    _recsys.need_fbgemm_cuda(cfg, torch.device("cpu"))          # a CPU runs fbgemm's CPU kernels
+    din.need_fbgemm_cuda(cfg, torch.device("cpu"))          # a CPU runs fbgemm's CPU kernels
     monkeypatch.setattr(dlrm, "fbgemm_cuda_status", lambda: (False, "no CUDA kernels (the CPU build?)"))
     with pytest.raises(UserError, match="din: .*CUDA build of fbgemm-gpu.*CPU build"):
-        _recsys.need_fbgemm_cuda(cfg, torch.device("cuda"))
+        din.need_fbgemm_cuda(cfg, torch.device("cuda"))
 
 
 def test_deepfm_production_path_is_the_weighted_tbe(tmp_path):
@@ -104,14 +104,14 @@ def test_deepfm_sharding_option_is_checked(monkeypatch):
     import torch
 
     from headroom.errors import UserError
-    from headroom.workloads import _recsys, dlrm
+    from headroom.workloads import deepfm, dlrm
 
     cfg = get_workload("deepfm").resolve(Options(flavour="tiny", extra={"sharding": "tbe"}), "cpu")
     with pytest.raises(UserError, match="deepfm: --opt sharding must be auto, dmp or none"):
-        _recsys.resolve_sharding(cfg, torch.device("cpu"))
+        deepfm.resolve_sharding(cfg, torch.device("cpu"))
     auto = get_workload("deepfm").resolve(Options(flavour="tiny"), "cpu")
-    assert _recsys.resolve_sharding(auto, torch.device("cpu")) == ("none", "CPU")
+    assert deepfm.resolve_sharding(auto, torch.device("cpu")) == ("none", "CPU")
     monkeypatch.setattr(dlrm, "fbgemm_cuda_status", lambda: (True, "fbgemm_gpu 1.6.0 with CUDA kernels"))
-    assert _recsys.resolve_sharding(auto, torch.device("cuda")) == ("dmp", "fbgemm_gpu 1.6.0 with CUDA kernels")
+    assert deepfm.resolve_sharding(auto, torch.device("cuda")) == ("dmp", "fbgemm_gpu 1.6.0 with CUDA kernels")
     monkeypatch.setattr(dlrm, "fbgemm_cuda_status", lambda: (False, "no CUDA kernels"))
-    assert _recsys.resolve_sharding(auto, torch.device("cuda"))[0] == "none"
+    assert deepfm.resolve_sharding(auto, torch.device("cuda"))[0] == "none"

@@ -11,6 +11,7 @@ import pandas as pd
 import pytest
 
 from headroom.errors import UserError
+from headroom.jsonio import plain
 from headroom.projection.distributions import Distribution, load_distribution
 from headroom.projection.matching import resolve, select
 from headroom.projection.problems import load_problems
@@ -353,7 +354,7 @@ def test_call_us_is_read_from_files_and_needs_launches(tmp_path):
     p = tmp_path / "s.toml"
     p.write_text('[[speedup]]\nselect = "module:RMSNorm"\nspeedup = 2.4\nlaunches = 1\ncall_us = 42.5\n')
     e = load_speedup_file(p).entries[0]
-    assert (e.launches, e.call_us) == (1, 42.5) and e.to_dict()["call_us"] == 42.5
+    assert (e.launches, e.call_us) == (1, 42.5) and plain(e)["call_us"] == 42.5
     assert e.label.endswith(",launches=1,call_us=42.5")
     for body, msg in (('call_us = 42.5\n', "call_us needs launches"),
                       ('launches = 1\ncall_us = -1\n', "call_us must be a number of microseconds >= 0"),

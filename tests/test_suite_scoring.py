@@ -4,6 +4,7 @@ import math
 
 import pytest
 
+from headroom.jsonio import plain
 from headroom.suites.scoring import score
 
 
@@ -38,7 +39,7 @@ def test_nothing_correct():
     s = score({"results": [_r("A", "error"), _r("B", "fail")]})
     assert (s.problems, s.correct, s.wins, s.geomean_speedup, s.median_win) == (2, 0, 0, None, None)
     assert s.fast_p["1.0"] == 0.0 and s.win_rate == 0.0
-    assert s.to_dict()["per_problem"][0]["verdict"] == "error"
+    assert plain(s)["per_problem"][0]["verdict"] == "error"
 
 
 def test_a_bad_speedup_is_not_a_number():

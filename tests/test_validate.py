@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from headroom.errors import UserError
+from headroom.jsonio import plain
 from headroom.profile.workload import Options
 from headroom.trace.analysis import analyze
 from headroom.validate import validate
@@ -114,7 +115,7 @@ def test_gpu_bound_fusion_the_part_and_both_projections_are_exact(tmp_path):
     assert abs(r.error.amdahl) < 1e-9 and abs(r.error.replay) < 1e-6
     assert r.baseline.launch_bound is False
     assert r.detail.part_kernels.variant == [["elementwise_kernel", 1.0, 40.0]]
-    d = r.to_dict()     # the --json object: its keys, in this order (docs/validate.md)
+    d = plain(r)     # the --json object: its keys, in this order (docs/validate.md)
     assert list(d) == ["workload", "replacements", "baseline", "measured", "part", "projected", "error", "config",
                        "check", "detail"]
     assert list(d["projected"]) == ["amdahl", "replay", "estimate", "low", "high"]
@@ -188,7 +189,7 @@ def test_identity_candidate_measures_and_projects_no_change(identity_run):
 
 def test_offline_recompute_reproduces_the_saved_result_exactly(identity_run):
     out, r = identity_run
-    assert recompute(out).to_dict() == json.loads((out / "result.json").read_text()) == r
+    assert plain(recompute(out)) == json.loads((out / "result.json").read_text()) == r
     p = _cli("validate", "--from", str(out), "--json")
     assert p.returncode == 0 and json.loads(p.stdout) == {"schema": "headroom.validate/1", **r}
 

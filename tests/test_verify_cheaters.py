@@ -10,6 +10,7 @@ import json
 
 import pytest
 
+from headroom.jsonio import plain
 from headroom.verify import VerifyOptions, prepare_reference, verify_candidate
 from verify_support import one_harness_thread  # noqa: F401  (autouse fixture)
 from verify_support import CHEATERS, assert_caught, assert_honest
@@ -95,7 +96,7 @@ def test_candidate_verdict(references, candidate):
         assert r.launches_per_call["candidate"] >= 1 and r.launches_per_call["reference"] >= 1
         return
     assert_caught(r)
-    assert r.verdict == verdict, (r.verdict, r.reason, [c.to_dict() for c in r.checks])
+    assert r.verdict == verdict, (r.verdict, r.reason, [plain(c) for c in r.checks])
     if verdict == "fail":
         assert (set(evidence) & failed) if isinstance(evidence, tuple) else evidence in failed, (failed, r.reason)
     else:
@@ -138,7 +139,7 @@ def test_memory_hog_is_honest_and_measured(references):
 def test_result_json_contract(references):
     """The fields `headroom project --speedups` reads keep their names; the new ones are there."""
     r = _verify(references, "honest_reimplementation", "gelu_linear")
-    d = json.loads(json.dumps(r.to_dict()))
+    d = json.loads(json.dumps(plain(r)))
     for key in ("problem", "candidate", "verdict", "speedup", "speedup_fp32", "speedup_compile", "memory_ratio",
                 "checks", "flags", "review", "device", "baseline", "timing", "memory", "reason", "seed", "info",
                 "elapsed_s", "speedup_ci", "launches_per_call"):

@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from headroom.errors import UserError
+from headroom.jsonio import plain
 from headroom.verify import checks as ck
 from headroom.verify import compare as cmp
 from headroom.verify import inputs as inp
@@ -52,7 +53,7 @@ def test_trial_plan_is_fresh_unless_a_seed_is_fixed_and_seeds_are_drawn_per_tria
     assert all(s.seed == 0 for s in a)  # no value seed exists before its trial starts
     fixed = inp.Seeds(5)
     x, y = inp.plan_trials(fixed), inp.plan_trials(inp.Seeds(5))
-    assert [s.to_dict() for s in x] == [s.to_dict() for s in y]
+    assert [plain(s) for s in x] == [plain(s) for s in y]
     inp.seed_trial(x[3], fixed, x[2])
     inp.seed_trial(x[4], fixed, x[3])
     assert x[4].seed == x[3].seed != 0 and set(fixed.drawn) == {"plan", "trial3.values", "trial3.base"}

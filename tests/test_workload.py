@@ -226,10 +226,10 @@ def test_a_module_that_only_declares_WORKLOAD_is_registered(tmp_path):
     """discover() registers a dropped-in module's WORKLOAD even if it never calls register_workload."""
     import types
 
-    from headroom.profile.registry import _register_declared
+    from headroom.profile.registry import register_declared
 
     spec = load_workload_file(write_workload_file(tmp_path, "user-mlp-declared"))[0]
     module = types.SimpleNamespace(WORKLOAD=None, WORKLOADS=[WorkloadSpec(**{**spec.__dict__, "name": "user-mlp-b",
                                                                              "source": ""})])
-    assert [s.name for s in _register_declared(module, "workloads/user_mlp_b.py")] == ["user-mlp-b"]
+    assert [s.name for s in register_declared(module, "workloads/user_mlp_b.py")] == ["user-mlp-b"]
     assert get_workload("user-mlp-b").source == "workloads/user_mlp_b.py"

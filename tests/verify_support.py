@@ -8,6 +8,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from headroom.jsonio import plain
+
 REPO = Path(__file__).resolve().parents[1]
 CHEATERS = REPO / "tests" / "cheaters"
 
@@ -40,7 +42,7 @@ def open_dir() -> Path:
 
 def assert_honest(r) -> None:
     """Correct (no failed check), and either a conclusive pass or inconclusive for timing noise only."""
-    failed = [c.to_dict() for c in r.checks if not c.passed]
+    failed = [plain(c) for c in r.checks if not c.passed]
     assert not failed, (failed, r.reason)
     assert r.verdict in ("pass", "inconclusive"), r.reason
     if r.verdict == "pass":

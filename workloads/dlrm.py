@@ -165,7 +165,9 @@ def _optimizer_cls(dcn: bool):
     return (torch.optim.Adagrad, {"lr": 0.004}) if dcn else (torch.optim.SGD, {"lr": 0.01})
 
 
-def _resolve_sharding(cfg: RunConfig, device: Any) -> tuple[str, str]:
+def resolve_sharding(cfg: RunConfig, device: Any) -> tuple[str, str]:
+    """dlrm's `--opt sharding` and `--opt shard` checked (several ranks: torchrec's DMP only), and the path
+    taken with why."""
     want = cfg.extra.get("sharding", "auto")
     if want not in ("auto", "dmp", "none"):
         raise UserError(f"{cfg.workload}: --opt sharding must be auto, dmp or none")
@@ -202,7 +204,7 @@ def _build(cfg: RunConfig, device: Any, dcn: bool) -> Step:
 
     flavour = (DCN_FLAVOURS if dcn else FLAVOURS)[cfg.flavour]
     max_rows = _max_rows(cfg)
-    path, fbgemm_why = _resolve_sharding(cfg, device)
+    path, fbgemm_why = resolve_sharding(cfg, device)
     opt_cls, opt_kw = _optimizer_cls(dcn)
     rows = sum(max(1, min(r, max_rows)) for r in flavour["rows"])
     info: dict[str, Any] = {

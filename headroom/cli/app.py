@@ -86,7 +86,7 @@ COMMAND_MODULES = {"classify": "trace", "annotate": "trace", "report": "trace", 
 _registered: set[str] = set()
 
 
-def _register_commands(argv: list[str] | None = None) -> None:
+def register_commands(argv: list[str] | None = None) -> None:
     """Register the commands of the module `argv` names; all of them when it names none (or is None)."""
     import importlib
 
@@ -134,7 +134,7 @@ def run(argv: list[str] | None = None) -> None:
     signal.signal(signal.SIGINT, signal.default_int_handler)   # from here on: clean up, then exit 130
     library_warnings_in_one_style()
     try:
-        code = _dispatch(argv)
+        code = dispatch(argv)
         # Done: a Ctrl-C now has nothing left to stop, and must not kill the interpreter while it
         # shuts down (Python restores the default handler then: the process would die by SIGINT).
         signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -143,10 +143,11 @@ def run(argv: list[str] | None = None) -> None:
     sys.exit(code)
 
 
-def _dispatch(argv: list[str] | None) -> int:
+def dispatch(argv: list[str] | None) -> int:
+    """Run the command `argv` names (None: the process's arguments); its exit status."""
     code = 0
     try:
-        _register_commands(sys.argv[1:] if argv is None else argv)
+        register_commands(sys.argv[1:] if argv is None else argv)
         rv = app(args=argv, prog_name="headroom", standalone_mode=False)
         code = rv if isinstance(rv, int) else 0
         if code == EXIT_INTERRUPTED:   # typer turns Ctrl-C inside a command into exit 130

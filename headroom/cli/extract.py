@@ -144,7 +144,7 @@ def validate_cmd(
     for w in result.detail.projection_warnings:
         warn(f"{run_dir}: projection: {w}")
     if as_json:
-        emit_json("validate", result.to_dict())
+        emit_json("validate", plain(result))
         return
     print(render_text(result))
     print(f"  run        {run_dir}")

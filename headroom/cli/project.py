@@ -13,6 +13,7 @@ from headroom.cli.common import (LenientOpt, NoCacheOpt, PolicyOpt, ProblemsOpt,
                                  SpeedupsOpt, TracesArg, WholeOpt, WindowOpt, read_all)
 from headroom.cli.engine import AddressOpt, EngineOpt
 from headroom.cli.output import emit_json, warn
+from headroom.jsonio import plain
 from headroom.errors import UserError
 
 
@@ -85,7 +86,7 @@ def project_cmd(
             for w in rank_projection_notes(rp):
                 warn(f"{a.source}: {w}")
             if as_json:
-                emit_json("project.ranks", rp.to_dict())
+                emit_json("project.ranks", plain(rp))
             else:
                 render_rank_projection(rp, console)
             continue
@@ -93,7 +94,7 @@ def project_cmd(
         for w in res.warnings:
             warn(f"{a.source}: {w}")
         if as_json:
-            emit_json("project", res.to_dict())
+            emit_json("project", plain(res))
         else:
             render_projection(res, console)
     reader.finish()
@@ -188,7 +189,7 @@ def targets_cmd(
             for note in res.notes:
                 warn(note)
             if as_json:
-                emit_json("targets", res.to_dict())
+                emit_json("targets", plain(res))
                 continue
             console = make_console()
             render_targets(a, res.table, speedup, console)

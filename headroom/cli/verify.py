@@ -11,6 +11,7 @@ import typer
 
 from headroom.cli.engine import AddressOpt, EngineOpt, ResumeOpt, suite_runner
 from headroom.errors import UserError
+from headroom.jsonio import plain
 
 DeviceOpt = typer.Option("auto", "--device", help="auto (CUDA if available), cpu, cuda or cuda:N.")
 CompileOpt = typer.Option(False, "--vs-compile", help="Also time torch.compile(Model) and report speedup_compile.")
@@ -146,7 +147,7 @@ def verify(
         raise UserError("--engine: verify spreads the candidates of a --suite; one candidate runs here")
     if problem is None or candidate is None:
         raise UserError("usage: headroom verify PROBLEM.py CANDIDATE.py (or --suite DIR --candidates DIR)")
-    result = verify_candidate(problem, candidate, opts, progress=_progress).to_dict()
+    result = plain(verify_candidate(problem, candidate, opts, progress=_progress))
     # The result is shown before it is written: a write that fails (a full disk) loses nothing.
     if as_json:
         print(dumps(result))

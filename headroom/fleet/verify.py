@@ -86,7 +86,7 @@ class ResultStream:
         if key in self.done:
             return
         self.done[key] = r
-        self._f.write((jsonio.dumps(r.to_dict()) + "\n").encode())
+        self._f.write((jsonio.dumps(r) + "\n").encode())
         self._f.flush()
         os.fsync(self._f.fileno())
 

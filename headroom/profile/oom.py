@@ -40,7 +40,7 @@ def _cpu_oom_error(e: BaseException, spec: WorkloadSpec, cfg: RunConfig) -> User
     return UserError(f"{spec.name}: out of memory on the CPU at batch {cfg.batch}{seq}{asked}; try {hint}")
 
 
-def _oom_error(e: BaseException, spec: WorkloadSpec, cfg: RunConfig, device: Any) -> UserError:
+def oom_error(e: BaseException, spec: WorkloadSpec, cfg: RunConfig, device: Any) -> UserError:
     import torch
 
     if getattr(device, "type", "cpu") != "cuda" or (_is_cpu_oom(e) and "CUDA" not in str(e)):

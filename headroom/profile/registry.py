@@ -44,13 +44,13 @@ def discover() -> None:
             continue
         try:
             module = importlib.import_module(f"headroom.workloads.{info.name}")
-            _register_declared(module, getattr(module, "__file__", "") or "")
+            register_declared(module, getattr(module, "__file__", "") or "")
         except Exception as e:  # one broken module must not hide the others
             _DISCOVERY_ERRORS[info.name] = f"{type(e).__name__}: {e}"
             warnings.warn(f"headroom: workloads/{info.name}.py failed to import: {e}", stacklevel=2)
 
 
-def _register_declared(module: Any, source: str) -> list[WorkloadSpec]:
+def register_declared(module: Any, source: str) -> list[WorkloadSpec]:
     """Register a module's `WORKLOAD` / `WORKLOADS` (for modules that do not call register_workload)."""
     declared = []
     if isinstance(getattr(module, "WORKLOAD", None), WorkloadSpec):
@@ -98,7 +98,7 @@ def load_workload_file(path: str | os.PathLike[str]) -> list[WorkloadSpec]:
         raise
     except Exception as e:
         raise UserError(f"{path}: failed to import ({type(e).__name__}: {e})") from e
-    _register_declared(module, str(path))
+    register_declared(module, str(path))
     added = [s for n, s in _REGISTRY.items() if before.get(n) is not s]
     if not added:
         raise UserError(f"{path}: defines no workload (call register_workload or set WORKLOAD)")

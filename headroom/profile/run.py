@@ -42,7 +42,7 @@ from headroom.profile.environment import environment
 from headroom.profile.manifest import MANIFEST_NAME, MANIFEST_SCHEMA, _inject_and_compress, update_manifest
 from headroom.profile.modules import record_module_ranges
 from headroom.profile.nvtx import instrument_blocks
-from headroom.profile.oom import _is_cpu_oom, _is_oom, _oom_error
+from headroom.profile.oom import _is_cpu_oom, _is_oom, oom_error
 from headroom.profile.progress import Progress, _stage
 from headroom.profile.registry import get_workload, load_workload_file
 from headroom.profile.timer import _sync, _Timer
@@ -173,7 +173,7 @@ class _Measured:
     cuda_sync_events: bool
 
 
-def _experimental_config(dev: Any) -> Any:
+def experimental_config(dev: Any) -> Any:
     """Kineto's cuda_sync records (stream waits on events), for the replay's cross-stream model, where torch
     supports them (torch >= 2.4 on CUDA); None elsewhere."""
     if dev.type != "cuda":
@@ -232,7 +232,7 @@ def _measure(spec: WorkloadSpec, cfg: RunConfig, dev: Any, counts: tuple[int, in
         activities = [ProfilerActivity.CPU]
         if dev.type == "cuda":
             activities.append(ProfilerActivity.CUDA)
-        experimental = _experimental_config(dev)
+        experimental = experimental_config(dev)
         # Module ranges only for the profiled steps (the timed steps above ran without their hooks; the
         # profiler's wait and warm-up steps absorb any first-call cost). After the block ranges: nested inside.
         module_hooks = []
@@ -259,7 +259,7 @@ def _measure(spec: WorkloadSpec, cfg: RunConfig, dev: Any, counts: tuple[int, in
                 step.close()
             step = None
             _free(dev)
-            raise _oom_error(e, spec, cfg, dev) from None
+            raise oom_error(e, spec, cfg, dev) from None
         raise
     finally:
         if step is not None:

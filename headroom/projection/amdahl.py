@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
 
 import numpy as np
 import pandas as pd
 
 from headroom.errors import UserError
-from headroom.jsonio import plain
+from headroom.jsonio import OMIT_NONE, SKIP, encoded, omit_if
 from headroom.projection.baseline import Baseline, Breakdown, _breakdown, as_baseline
 from headroom.trace.analysis import Analysis
 
@@ -23,11 +23,17 @@ class Projection:
     projected_us: float
     num_steps: int
     breakdown: Breakdown
-    factor: float | None = None   # the uniform factor applied, for single-factor scenarios
-    note: str = ""
+    # The uniform factor applied, for single-factor scenarios (an infinite one written as null).
+    factor: float | None = field(default=None, metadata={**OMIT_NONE, **encoded(lambda f: f if math.isfinite(f) else None)})
+    note: str = field(default="", metadata=omit_if(lambda p: not p.note))
     # The same projection on the unprofiled clock (docs/projection.md, "Profiler overhead"), when known.
-    unprofiled_baseline_us: float | None = None
-    unprofiled_projected_us: float | None = None
+    unprofiled_baseline_us: float | None = field(default=None, metadata=SKIP)
+    unprofiled_projected_us: float | None = field(default=None, metadata=SKIP)
+
+    JSON_KEYS: ClassVar[tuple[str, ...]] = ("method", "scenario", "projected_us", "per_step_us", "speedup", "gain",
+                                            "saved_us", "breakdown", "factor", "note", "unprofiled")
+    # `unprofiled` is left out when unknown.
+    JSON_META: ClassVar[dict[str, dict[str, Any]]] = {"unprofiled": OMIT_NONE}
 
     @property
     def speedup(self) -> float:
@@ -46,21 +52,35 @@ class Projection:
     def per_step_us(self) -> float:
         return self.projected_us / self.num_steps if self.num_steps else self.projected_us
 
-    def to_dict(self) -> dict[str, Any]:
-        d = {"method": self.method, "scenario": self.scenario, "projected_us": self.projected_us,
-             "per_step_us": self.per_step_us, "speedup": self.speedup, "gain": self.gain,
-             "saved_us": self.saved_us, "breakdown": plain(self.breakdown)}
-        if self.factor is not None:
-            d["factor"] = self.factor if math.isfinite(self.factor) else None
-        if self.note:
-            d["note"] = self.note
-        if self.unprofiled_baseline_us is not None and self.unprofiled_projected_us is not None:
-            base, proj = self.unprofiled_baseline_us, self.unprofiled_projected_us
-            d["unprofiled"] = {"baseline_us": base, "projected_us": proj,
-                               "per_step_us": proj / self.num_steps if self.num_steps else proj,
-                               "speedup": base / proj if proj > 0 else math.inf,
-                               "gain": 1.0 - proj / base if base > 0 else 0.0}
-        return d
+    @property
+    def unprofiled(self) -> OnUnprofiled | None:
+        """The same projection on the unprofiled clock, when known."""
+        if self.unprofiled_baseline_us is None or self.unprofiled_projected_us is None:
+            return None
+        return OnUnprofiled(self.unprofiled_baseline_us, self.unprofiled_projected_us, self.num_steps)
+
+
+@dataclass(frozen=True)
+class OnUnprofiled:
+    """A projection's window before and after on the unprofiled clock."""
+
+    baseline_us: float
+    projected_us: float
+    num_steps: int = field(metadata=SKIP)
+
+    JSON_KEYS: ClassVar[tuple[str, ...]] = ("baseline_us", "projected_us", "per_step_us", "speedup", "gain")
+
+    @property
+    def per_step_us(self) -> float:
+        return self.projected_us / self.num_steps if self.num_steps else self.projected_us
+
+    @property
+    def speedup(self) -> float:
+        return self.baseline_us / self.projected_us if self.projected_us > 0 else math.inf
+
+    @property
+    def gain(self) -> float:
+        return 1.0 - self.projected_us / self.baseline_us if self.baseline_us > 0 else 0.0
 
 
 def _factor_array(b: Baseline, factors: np.ndarray | float | None, mask: np.ndarray | None) -> np.ndarray:

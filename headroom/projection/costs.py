@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import ast
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
 from headroom.datafiles import shipped
+from headroom.jsonio import encoded, json_key
 from headroom.trace.op_inputs import OpCall, Tensor
 
 
@@ -298,7 +299,7 @@ class Device:
     peaks: bool
     memory_tb_s: float = math.nan
     vector_tflops: float = math.nan
-    matrix: tuple[tuple[str, float], ...] = ()
+    matrix: tuple[tuple[str, float], ...] = field(default=(), metadata={**json_key("matrix_tflops"), **encoded(dict)})
     min_kernel_us: float = 0.0
 
     def compute_tflops(self, cost: Cost, tf32: bool) -> float:
@@ -307,11 +308,6 @@ class Device:
         rates = dict(self.matrix)
         dtype = "tf32" if cost.dtype == "f32" and tf32 else cost.dtype
         return rates.get(dtype, self.vector_tflops)
-
-    def to_dict(self) -> dict:
-        return {"key": self.key, "name": self.name, "peaks": self.peaks, "memory_tb_s": self.memory_tb_s,
-                "vector_tflops": self.vector_tflops, "matrix_tflops": dict(self.matrix),
-                "min_kernel_us": self.min_kernel_us}
 
 
 def devices() -> dict[str, Device]:

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 
 from headroom.errors import UserError
-from headroom.projection.speedups import _best_passes, load_speedup_file, parse_factor
+from headroom.projection.speedups import best_passes, load_speedup_file, parse_factor
 
 
 @dataclass(frozen=True)
@@ -60,7 +60,7 @@ def load_distribution(path: str | os.PathLike[str]) -> Distribution:
     sf = load_speedup_file(path)
     if sf.kind == "verify":
         # One value per problem: its fastest passing candidate, None if none passed.
-        best, failed, _ = _best_passes(sf.results, str(path))
-        return Distribution(tuple([best[n][0] for n in best] + [None] * len(failed)), str(path))
+        passes = best_passes(sf.results, str(path))
+        return Distribution(tuple([p.speedup for p in passes.best.values()] + [None] * len(passes.failed)), str(path))
     return Distribution(tuple(e.speedup for e in sf.entries), str(path))
 

@@ -219,8 +219,10 @@ class Resolution:
     def selected(self) -> np.ndarray:
         return self.factors != 1.0
 
-    def to_dict(self) -> list[dict[str, Any]]:
-        return [plain(EntryResult.of(m)) for m in self.matches]
+    @property
+    def results(self) -> list[EntryResult]:
+        """What each entry matched, as `project --json` writes it."""
+        return [EntryResult.of(m) for m in self.matches]
 
 
 def _durations(events: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:

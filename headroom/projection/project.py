@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any, ClassVar, Sequence
 
 import pandas as pd
 
@@ -82,6 +82,12 @@ class ProjectResult:
     estimate: Estimate | None = None       # the first scenario's best estimate and interval
     unprofiled: Unprofiled | None = None   # the unprofiled step and the CPU clock that reproduces it
 
+    # The ``headroom project --json`` contract.
+    JSON_KEYS: ClassVar[tuple[str | tuple[str, str], ...]] = (
+        ("trace", "source"), "mode", "baseline_us", "per_step_us", "num_steps", "n_devices", "baseline",
+        "selected_us", "selected_wall_us", "entries", "warnings", "scenario_selector", "distribution", "estimate",
+        "unprofiled", "projections", "replay_check")
+
     def get(self, method: str, scenario: str = "speedups") -> Projection | None:
         for p in self.projections:
             if p.method == method and p.scenario == scenario:
@@ -94,12 +100,12 @@ class ProjectResult:
         rows = []
         for p in self.projections:
             bd = plain(p.breakdown)
-            u = p.to_dict().get("unprofiled") or {}
+            u = p.unprofiled
             rows.append({"scenario": p.scenario, "method": p.method, "factor": p.factor,
                          "measured_ms_per_step": self.per_step_us / 1e3, "projected_ms_per_step": p.per_step_us / 1e3,
                          "gain": p.gain, "speedup": p.speedup,
-                         "unprofiled_projected_ms_per_step": u["per_step_us"] / 1e3 if u else float("nan"),
-                         "unprofiled_speedup": u["speedup"] if u else float("nan"),
+                         "unprofiled_projected_ms_per_step": u.per_step_us / 1e3 if u else float("nan"),
+                         "unprofiled_speedup": u.speedup if u else float("nan"),
                          "kernel_fraction": bd["kernel_fraction"],
                          "memory_communication_fraction": bd["memory_fraction"] + bd["communication_fraction"],
                          "idle_fraction": bd["idle_fraction"]})
@@ -107,20 +113,6 @@ class ProjectResult:
                                            "projected_ms_per_step", "gain", "speedup",
                                            "unprofiled_projected_ms_per_step", "unprofiled_speedup", "kernel_fraction",
                                            "memory_communication_fraction", "idle_fraction"])
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "trace": self.source, "mode": self.mode,
-            "baseline_us": self.baseline_us, "per_step_us": self.per_step_us, "num_steps": self.num_steps,
-            "n_devices": self.n_devices, "baseline": plain(self.baseline),
-            "selected_us": self.selected_us, "selected_wall_us": self.selected_wall_us,
-            "entries": [plain(e) for e in self.entries], "warnings": self.warnings,
-            "scenario_selector": self.scenario_selector, "distribution": self.distribution,
-            "estimate": plain(self.estimate) if self.estimate else None,
-            "unprofiled": plain(self.unprofiled) if self.unprofiled else None,
-            "projections": [p.to_dict() for p in self.projections],
-            "replay_check": self.replay_check,
-        }
 
 
 def project(analysis: Analysis | Baseline, entries: Sequence[Speedup] = (), distribution: Distribution | None = None,
@@ -425,10 +417,8 @@ class Prediction:
     method: str
     result: ProjectResult
 
-    def to_dict(self) -> dict[str, Any]:
-        """``validate --json``'s "projected" object."""
-        return {"amdahl": self.amdahl, "replay": self.replay, "estimate": self.estimate, "low": self.low,
-                "high": self.high, "method": self.method}
+    # ``validate --json``'s "projected" object.
+    JSON_KEYS: ClassVar[tuple[str, ...]] = ("amdahl", "replay", "estimate", "low", "high", "method")
 
 
 def predict(analysis: Analysis | Baseline, part: str | Selector, speedup: float, launches: int | None = None,
@@ -452,7 +442,7 @@ def predict(analysis: Analysis | Baseline, part: str | Selector, speedup: float,
         raise RuntimeError("project() returned no Amdahl projection or estimate")
 
     def unprof(p: Projection) -> float:
-        u = p.to_dict().get("unprofiled")
-        return float(u["speedup"]) if u else p.speedup
+        u = p.unprofiled
+        return float(u.speedup) if u else p.speedup
 
     return Prediction(unprof(am), unprof(rp) if rp is not None else None, e.speedup, e.low, e.high, e.method, res)

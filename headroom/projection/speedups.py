@@ -20,10 +20,11 @@ import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, ClassVar, Iterable
 
 from headroom import datafiles
 from headroom.errors import UserError
+from headroom.jsonio import OMIT_NONE, encoded
 from headroom.files import read_text
 from headroom.projection.selectors import Selector, parse_selector
 
@@ -38,7 +39,7 @@ _ENTRY_KEYS = {"select", "speedup", "launches", "call_us", "syncs", "verified", 
 
 @dataclass(frozen=True)
 class Speedup:
-    selector: Selector
+    selector: Selector = field(metadata=encoded(str))
     speedup: float
     verified: bool | None = None
     source: str = ""
@@ -50,28 +51,22 @@ class Speedup:
     verify_result: bool = False
     # The CPU time of one call after the change, in us on the unprofiled clock (None: `launches` times
     # what the trace's single-launch ops cost). Needs `launches` (docs/projection.md, "The cost of a call").
-    call_us: float | None = None
+    call_us: float | None = field(default=None, metadata=OMIT_NONE)
     # Host synchronisations each call makes after the change (None: as before; docs/projection.md,
     # "Host synchronisations"): at each, the CPU waits until the GPU has run everything queued.
-    syncs: float | None = None
+    syncs: float | None = field(default=None, metadata=OMIT_NONE)
     # The CPU time of one call *before* the change, measured the same way as `call_us` (verify: the
     # reference's call, unprofiled). With the trace's footprint of the same calls it says how much slower
     # the profiled CPU ran, where the step time cannot (a GPU-bound step): docs/projection.md.
     reference_call_us: float | None = None
 
+    # An entry as JSON: what it selects and claims (`call_us` and `syncs` only when given).
+    JSON_KEYS: ClassVar[tuple[str, ...]] = ("selector", "speedup", "launches", "verified", "source", "call_us", "syncs")
+
     @property
     def label(self) -> str:
         return (f"{self.selector}={self.speedup:g}" + ("" if self.launches is None else f",launches={self.launches}")
                 + ("" if self.call_us is None else f",call_us={self.call_us:g}"))
-
-    def to_dict(self) -> dict[str, Any]:
-        d = {"selector": str(self.selector), "speedup": self.speedup, "launches": self.launches,
-             "verified": self.verified, "source": self.source}
-        if self.call_us is not None:
-            d["call_us"] = self.call_us
-        if self.syncs is not None:
-            d["syncs"] = self.syncs
-        return d
 
 
 def _number(value: Any, where: str, wrong: str) -> float:
@@ -258,13 +253,27 @@ def _gpu_factor(r: dict) -> float | None:
     return float(k[0]) / float(k[1])  # type: ignore[arg-type]  # both checked numbers above
 
 
-def _best_passes(results: list[dict], path: str) -> tuple[dict[str, tuple[float, str, int | None]], list[str],
-                                                          list[str]]:
-    """Per problem (in first-seen order): the fastest passing result, and the problems with no usable pass.
+@dataclass(frozen=True)
+class Pass:
+    """A problem's fastest passing verify result."""
 
-    Returns ({problem: (speedup, candidate, launches per call or None)}, problems without a pass, warnings).
-    """
-    best: dict[str, tuple[float, str, int | None]] = {}
+    speedup: float
+    candidate: str
+    launches: int | None     # kernels per call the candidate launched (None: not measured)
+
+
+@dataclass
+class BestPasses:
+    """What a verify results file says per problem (in first-seen order)."""
+
+    best: dict[str, Pass]       # the fastest passing result of each problem that has one
+    failed: list[str]           # the problems with no usable pass
+    warnings: list[str]
+
+
+def best_passes(results: list[dict], path: str) -> BestPasses:
+    """Per problem (in first-seen order): the fastest passing result, and the problems with no usable pass."""
+    best: dict[str, Pass] = {}
     npass: dict[str, int] = {}
     order: list[str] = []
     skipped: dict[str, list[str]] = {}
@@ -286,29 +295,30 @@ def _best_passes(results: list[dict], path: str) -> tuple[dict[str, tuple[float,
             warnings.append(f"{e}; skipped")
             continue
         npass[name] = npass.get(name, 0) + 1
-        if name not in best or f > best[name][0]:
-            best[name] = (f, _candidate(r), _verified_launches(r))
+        if name not in best or f > best[name].speedup:
+            best[name] = Pass(f, _candidate(r), _verified_launches(r))
     for verdict, names in sorted(skipped.items()):
         warnings.append(f"{path}: skipped {len(names)} result(s) with verdict {verdict!r} "
                         f"(only verdict 'pass' is used): {', '.join(names)}")
     for name, k in npass.items():
         if k > 1:
-            f, cand, _ = best[name]
+            f, cand = best[name].speedup, best[name].candidate
             warnings.append(f"{path}: {name} has {k} passing candidates; using the fastest"
                             f"{' (' + cand + ')' if cand else ''} at {f:g}x")
     ordered = {n: best[n] for n in order if n in best}
-    return ordered, [n for n in order if n not in best], warnings
+    return BestPasses(ordered, [n for n in order if n not in best], warnings)
 
 
 def _from_verify(results: list[dict], path: str) -> SpeedupFile:
-    best, _, warnings = _best_passes(results, path)
+    passes = best_passes(results, path)
+    best, warnings = passes.best, passes.warnings
     src = f"{path}: headroom verify"
     calls: dict[str, tuple[float | None, float | None, float | None]] = {}
     gpu: dict[str, float] = {}
     for r in results:  # the chosen (fastest passing) result of each problem
         name = str(r.get("problem"))
-        if name in best and r.get("verdict") == "pass" and _candidate(r) == best[name][1] \
-                and r.get("speedup") == best[name][0]:
+        if name in best and r.get("verdict") == "pass" and _candidate(r) == best[name].candidate \
+                and r.get("speedup") == best[name].speedup:
             calls[name] = _verified_call(r)
             g = _gpu_factor(r)
             if g is not None and calls[name][1]:
@@ -317,7 +327,8 @@ def _from_verify(results: list[dict], path: str) -> SpeedupFile:
                                 f"take the profiled kernel-time ratio {g:.4g}x, its {calls[name][1]:g} "
                                 f"synchronisation(s) and CPU time per call are modelled on the CPU side")
     entries = []
-    for name, (f, cand, n) in best.items():
+    for name, p in best.items():
+        f, cand, n = p.speedup, p.candidate, p.launches
         call_us, syncs, ref_us = calls.get(name, (None, None, None))
         f = gpu.get(name, f)
         entries.append(Speedup(parse_selector(f"problem:{name}"), f, True, src, note=cand, verify_result=True,

@@ -32,14 +32,15 @@ from __future__ import annotations
 import bisect
 import math
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any, ClassVar, Sequence
 
 import numpy as np
 import pandas as pd
 
 from headroom.errors import UserError
+from headroom.jsonio import SKIP, encoded
 from headroom.projection.amdahl import amdahl
-from headroom.projection.matching import resolve
+from headroom.projection.matching import EntryResult, resolve
 from headroom.projection.problems import ProblemMap, load_problems
 from headroom.projection.speedups import Speedup
 from headroom.trace.comm import merged
@@ -224,11 +225,28 @@ class SyncResult:
     projected_us: float
     identity_us: float                  # the model with no speedup (equals baseline_us up to clock alignment)
     per_rank: dict[int, tuple[float, float]]   # rank -> (measured window, projected window)
-    num_steps: int
+    num_steps: int = field(metadata=SKIP)
+
+    JSON_KEYS: ClassVar[tuple[str, ...]] = ("baseline_us", "projected_us", "per_step_us", "baseline_per_step_us",
+                                            "gain", "speedup", "identity_error_us", "per_rank")
+    JSON_META: ClassVar[dict[str, dict[str, Any]]] = {"per_rank": encoded(lambda d: [
+        {"rank": r, "measured_us": a, "projected_us": b} for r, (a, b) in d.items()])}
 
     @property
     def gain(self) -> float:
         return 1.0 - self.projected_us / self.baseline_us if self.baseline_us > 0 else 0.0
+
+    @property
+    def per_step_us(self) -> float:
+        return self.projected_us / self.num_steps
+
+    @property
+    def baseline_per_step_us(self) -> float:
+        return self.baseline_us / self.num_steps
+
+    @property
+    def speedup(self) -> float | None:
+        return self.baseline_us / self.projected_us if self.projected_us > 0 else None
 
     @property
     def identity_error_us(self) -> float:
@@ -301,22 +319,20 @@ class RanksProjection:
     on_ranks: list[int]
     speedups: SyncResult
     zero_time: SyncResult
-    per_rank_amdahl: dict[int, dict[str, float]]   # each rank projected alone (no synchronisation)
-    entries: dict[int, list[dict]]
+    # Each rank projected alone (no synchronisation).
+    per_rank_amdahl: dict[int, dict[str, float]] = field(metadata=encoded(
+        lambda d: [{"rank": r, **v} for r, v in d.items()]))
+    entries: dict[int, list[EntryResult]] = field(metadata=encoded(lambda d: {str(r): e for r, e in d.items()}))
     warnings: list[str]
 
-    def to_dict(self) -> dict[str, Any]:
-        def res(s: SyncResult) -> dict[str, Any]:
-            return {"baseline_us": s.baseline_us, "projected_us": s.projected_us,
-                    "per_step_us": s.projected_us / s.num_steps, "baseline_per_step_us": s.baseline_us / s.num_steps,
-                    "gain": s.gain, "speedup": s.baseline_us / s.projected_us if s.projected_us > 0 else None,
-                    "identity_error_us": s.identity_error_us,
-                    "per_rank": [{"rank": r, "measured_us": a, "projected_us": b} for r, (a, b) in s.per_rank.items()]}
+    # The ``headroom project --json`` contract for a rank set.
+    JSON_KEYS: ClassVar[tuple[str, ...]] = ("source", "kind", "ranks", "on_ranks", "synchronised", "per_rank_amdahl",
+                                            "entries", "warnings")
+    kind: ClassVar[str] = "ranks"
 
-        return {"source": self.source, "kind": "ranks", "ranks": self.ranks, "on_ranks": self.on_ranks,
-                "synchronised": {"speedups": res(self.speedups), "zero_time": res(self.zero_time)},
-                "per_rank_amdahl": [{"rank": r, **v} for r, v in self.per_rank_amdahl.items()],
-                "entries": {str(r): e for r, e in self.entries.items()}, "warnings": self.warnings}
+    @property
+    def synchronised(self) -> dict[str, SyncResult]:
+        return {"speedups": self.speedups, "zero_time": self.zero_time}
 
 
 def project_ranks(rs: RankSet, entries: Sequence[Speedup], on_ranks: Sequence[int] | None = None,
@@ -344,6 +360,6 @@ def project_ranks(rs: RankSet, entries: Sequence[Speedup], on_ranks: Sequence[in
         zero[r] = np.where(res.selected, np.inf, 1.0)
         p = amdahl(a, res.factors)
         amd[r] = {"baseline_us": p.baseline_us, "projected_us": p.projected_us, "gain": p.gain}
-        ent[r] = res.to_dict()
+        ent[r] = res.results
     return RanksProjection(rs.source, list(rs.ranks), on, sync_projection(model, factors),
                            sync_projection(model, zero), amd, ent, list(rs.warnings) + warnings)

@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, Sequence
 
 import numpy as np
 import pandas as pd
 
 from headroom.errors import UserError
+from headroom.jsonio import OMIT_NONE
 from headroom.projection.baseline import Baseline, as_baseline
 from headroom.projection.replay import replay_gain
 from headroom.trace.analysis import Analysis
@@ -324,18 +325,42 @@ class Targets:
     speedup: float
     table: pd.DataFrame
     notes: tuple[str, ...] = ()
-    device: Device | None = None      # with the roofline columns: the peaks they are measured against
+    # With the roofline columns: the peaks they are measured against.
+    device: Device | None = field(default=None, metadata=OMIT_NONE)
+
+    # The ``headroom targets --json`` contract.
+    JSON_KEYS: ClassVar[tuple[str | tuple[str, str], ...]] = (
+        ("trace", "source"), "mode", "baseline_us", "per_step_us", "num_steps", "speedup", ("targets", "rows"),
+        "notes", "device")
+
+    @property
+    def source(self) -> str:
+        return self.baseline.source
+
+    @property
+    def mode(self) -> str:
+        return self.baseline.mode
+
+    @property
+    def baseline_us(self) -> float:
+        return self.baseline.wall_us
+
+    @property
+    def per_step_us(self) -> float:
+        return self.baseline.per_step_us
+
+    @property
+    def num_steps(self) -> int:
+        return self.baseline.num_steps
+
+    @property
+    def rows(self) -> list[dict[str, Any]]:
+        """The ranking, one object per row (the module columns on module rows only)."""
+        return target_rows(self.table)
 
     def to_frame(self) -> pd.DataFrame:
         """The ranking (columns as `targets()` documents them)."""
         return self.table.copy()
-
-    def to_dict(self) -> dict[str, Any]:
-        """The ``headroom targets --json`` contract."""
-        out = targets_dict(self.baseline, self.table, self.speedup, self.notes)
-        if self.device is not None:
-            out["device"] = self.device.to_dict()
-        return out
 
 
 def rank_targets(analysis: Analysis | Baseline, speedup: float = DEFAULT_SPEEDUP, by: Sequence[str] = ("op", "module"),
@@ -350,6 +375,15 @@ def targets_dict(analysis: Analysis | Baseline, table: pd.DataFrame, speedup: fl
                  notes: Sequence[str] = ()) -> dict[str, Any]:
     """The ``headroom targets --json`` contract (docs/projection.md, docs/modules.md)."""
     b = as_baseline(analysis)
+    return {
+        "trace": b.source, "mode": b.mode, "baseline_us": b.wall_us, "per_step_us": b.per_step_us,
+        "num_steps": b.num_steps, "speedup": speedup, "targets": target_rows(table), "notes": list(notes),
+    }
+
+
+def target_rows(table: pd.DataFrame) -> list[dict[str, Any]]:
+    """A targets table as one object per row, non-finite numbers as None, the module columns on module rows
+    only."""
 
     def clean(v):
         if isinstance(v, (np.floating, float)):
@@ -366,9 +400,4 @@ def targets_dict(analysis: Analysis | Baseline, table: pd.DataFrame, speedup: fl
         module_row = row.get("kind") in MODULE_KINDS
         return {c: clean(v) for c, v in row.items() if module_row or c not in MODULE_COLUMNS}
 
-    return {
-        "trace": b.source, "mode": b.mode, "baseline_us": b.wall_us, "per_step_us": b.per_step_us,
-        "num_steps": b.num_steps, "speedup": speedup,
-        "targets": [row_dict(row) for row in table.to_dict(orient="records")],
-        "notes": list(notes),
-    }
+    return [row_dict(row) for row in table.to_dict(orient="records")]

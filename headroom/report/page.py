@@ -16,6 +16,7 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Sequence
 
+from headroom.jsonio import plain
 from headroom.projection.targets import DEFAULT_SPEEDUP, MODULE_KINDS, module_ranges_missing, targets, targets_dict
 from headroom.report.rank_tables import report_body
 from headroom.report.tables import addressable_summary, category_fractions
@@ -58,7 +59,7 @@ def _targets(a: Analysis, speedup: float, top: int, roofline: bool = False, peak
     if roofline:        # the `targets --roofline --replay-top 0` body: each row's bound against the device's peaks
         from headroom.projection.roofline import roofline_targets
 
-        return roofline_targets(a, speedup, TARGET_GROUPINGS, top or None, 0, "self", peaks).to_dict()
+        return plain(roofline_targets(a, speedup, TARGET_GROUPINGS, top or None, 0, "self", peaks))
     table = targets(a, speedup=speedup, by=TARGET_GROUPINGS, top=top)
     missing = module_ranges_missing(a) if set(TARGET_GROUPINGS) & set(MODULE_KINDS) else None
     return targets_dict(a, table, speedup, notes=[missing] if missing else [])
@@ -68,7 +69,7 @@ def _projection(a: Analysis, entries: Sequence[Speedup], entry_warnings: Sequenc
                 problems: ProblemMap | None) -> dict[str, Any]:
     from headroom.projection.project import project
 
-    body = project(a, entries, problems=problems, extra_warnings=list(entry_warnings)).to_dict()
+    body = plain(project(a, entries, problems=problems, extra_warnings=list(entry_warnings)))
     est, steps = body.get("estimate") or {}, max(int(body.get("num_steps") or 1), 1)
     # The estimate per step (the figure's bars): its totals over the profiled steps, divided by them.
     body["estimate_per_step_us"] = {k: est[k] / steps for k in ("baseline_us", "projected_us", "low_us", "high_us")
@@ -119,7 +120,7 @@ def page_numbers(analyses: Sequence[Analysis], rank_sets: Sequence[RankSet] = ()
             for rs in rank_sets:
                 rp = project_ranks(rs, entries, problems=problems)
                 rp.warnings = list(entry_warnings) + rp.warnings
-                page["projections"].append(rp.to_dict())
+                page["projections"].append(plain(rp))
     return page
 
 

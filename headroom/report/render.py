@@ -263,8 +263,8 @@ def render_projection(res: ProjectResult, console: Console) -> None:
                _pct2(bd["kernel_fraction"]), _pct2(bd["memory_fraction"] + bd["communication_fraction"]),
                _pct2(bd["idle_fraction"])]
         if u is not None:
-            pu = p.to_dict().get("unprofiled")
-            row[6:6] = [f"{pu['per_step_us'] / 1e3:,.3f}", f"{pu['speedup']:.4f}x"] if pu else ["", ""]
+            pu = p.unprofiled
+            row[6:6] = [f"{pu.per_step_us / 1e3:,.3f}", f"{pu.speedup:.4f}x"] if pu else ["", ""]
         t.add_row(*row)
     console.print(t)
     console.print()

@@ -165,7 +165,7 @@ def projection_table(results: Sequence[ProjectResult], labels: Sequence[str] | N
         label = labels[k] if labels else r.source
         steps = max(r.num_steps, 1)
         first = r.get("amdahl", scenario)
-        u_base = first.unprofiled_baseline_us if first is not None and first.to_dict().get("unprofiled") is not None \
+        u_base = first.unprofiled_baseline_us if first is not None and first.unprofiled is not None \
             else None
         unprofiled = u_base is not None
         base_us = u_base if u_base is not None else r.baseline_us
@@ -174,8 +174,8 @@ def projection_table(results: Sequence[ProjectResult], labels: Sequence[str] | N
         def on_clock(p) -> float:
             if p is None:
                 return np.nan
-            u = p.to_dict().get("unprofiled") if unprofiled else None
-            return (u["projected_us"] if u else np.nan) if unprofiled else p.projected_us
+            u = p.unprofiled if unprofiled else None
+            return (u.projected_us if u else np.nan) if unprofiled else p.projected_us
 
         for method in ("amdahl", "replay"):
             proj = on_clock(r.get(method, scenario))

@@ -19,7 +19,7 @@ correct one, else the first).
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from statistics import median
 from typing import Any, Mapping, Sequence
 
@@ -49,9 +49,6 @@ class SuiteScore:
     peak_memory_ratio: float | None          # geometric mean
     peak_memory_ratio_max: float | None
     per_problem: list[ProblemScore] = field(default_factory=list)
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 def _speedup(r: Mapping[str, Any]) -> float | None:

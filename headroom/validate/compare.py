@@ -21,7 +21,7 @@ from __future__ import annotations
 import contextlib
 import math
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, ClassVar, Iterator
 
 # relative L2 error allowed per compared tensor, by the run's --dtype (docs/validate.md says why)
 GATES = {"float32": 1e-3, "float16": 1e-2, "bfloat16": 5e-2}
@@ -35,13 +35,11 @@ class Compared:
     max_abs: float
     gate: float
 
+    JSON_KEYS: ClassVar[tuple[str, ...]] = ("name", "rel_l2", "max_abs", "gate", "passed")
+
     @property
     def passed(self) -> bool:
         return math.isfinite(self.rel_l2) and self.rel_l2 <= self.gate
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "rel_l2": self.rel_l2, "max_abs": self.max_abs, "gate": self.gate,
-                "passed": self.passed}
 
 
 @dataclass
@@ -49,6 +47,13 @@ class CheckResult:
     dtype: str
     gate: float
     compared: list[Compared] = field(default_factory=list)
+
+    # `validate --json`'s "check": the verdict, the number of tensors compared and the worst of them.
+    JSON_KEYS: ClassVar[tuple[str, ...]] = ("passed", "dtype", "gate", "tensors", "worst")
+
+    @property
+    def tensors(self) -> int:
+        return len(self.compared)
 
     @property
     def passed(self) -> bool:
@@ -59,11 +64,6 @@ class CheckResult:
         bad = [c for c in self.compared if not c.passed]
         pool = bad or self.compared
         return max(pool, key=lambda c: c.rel_l2 if math.isfinite(c.rel_l2) else math.inf) if pool else None
-
-    def to_dict(self) -> dict[str, Any]:
-        w = self.worst
-        return {"passed": self.passed, "dtype": self.dtype, "gate": self.gate, "tensors": len(self.compared),
-                "worst": w.to_dict() if w else None}
 
 
 def _tensors(out: Any, prefix: str = "output") -> Iterator[tuple[str, Any]]:

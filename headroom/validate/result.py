@@ -141,9 +141,6 @@ class ValidateResult:
     check: dict[str, Any]
     detail: Detail
 
-    def to_dict(self) -> dict[str, Any]:
-        return plain(self)
-
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "ValidateResult":
         return from_plain(cls, d)
@@ -232,8 +229,8 @@ def _unprofiled(p: Any) -> float | None:
     interleaved measurement runs on, as `headroom.predict` reports it), else on the profiled one."""
     if p is None:
         return None
-    u = p.to_dict().get("unprofiled")
-    return float(u["speedup"]) if u else p.speedup
+    u = p.unprofiled
+    return float(u.speedup) if u else p.speedup
 
 
 def projections(base: Any, paths: list[str], calls_per_step: float, pb: Any, pv: Any,

@@ -27,7 +27,7 @@ from headroom.validate.compare import check
 from headroom.jsonio import dumps, plain
 from headroom.validate.result import (BASE_TRACE, RESULT_FILE, RUN_FILE, VARIANT_TRACE, ValidateResult, compute,
                                       saved_form)
-from headroom.validate.substitute import load_candidate_class, substitute
+from headroom.validate.substitute import ReplaceSpec, load_candidate_class, substitute
 from headroom.validate.timing import MIN_ROUNDS, interleave, summarise
 
 RUN_SCHEMA = 1
@@ -95,13 +95,13 @@ def run(req: Request, say: Say) -> ValidateResult:
     out.mkdir(parents=True, exist_ok=True)
 
     say.stage("resolve", ", ".join(f"{c}={p}" for c, p in req.replace))
-    classes: list[tuple[str, type, Path, type]] = []
+    classes: list[ReplaceSpec] = []
     for name, cand in req.replace:
         cls = find_class(spec, cfg, name)
-        if any(cls is c for _, c, _, _ in classes):
+        if any(cls is c.cls for c in classes):
             raise UserError(f"--replace {name} is given twice")
         say.stage("candidate", f"importing {cand}")
-        classes.append((name, cls, Path(cand), load_candidate_class(Path(cand))))
+        classes.append(ReplaceSpec(name, cls, Path(cand), load_candidate_class(Path(cand))))
 
     if dev.type == "cuda":
         torch.backends.cuda.matmul.allow_tf32 = cfg.tf32
@@ -112,7 +112,7 @@ def run(req: Request, say: Say) -> ValidateResult:
     step = None
     try:
         with contextlib.ExitStack() as stack:
-            built = {cls: stack.enter_context(record_constructions(cls)) for _, cls, _, _ in classes}
+            built = {c.cls: stack.enter_context(record_constructions(c.cls)) for c in classes}
             step = spec.build(cfg, dev)
         say.stage("substitute", "ModelNew(*get_init_inputs()) for every instance, weights tied to the originals")
         sub = substitute(step.modules, classes, built, dev, step.train)
@@ -146,7 +146,7 @@ def run(req: Request, say: Say) -> ValidateResult:
 
         n_prof = req.profile_steps or 3
         env = environment(dev)
-        rep_dicts = [dict(r.to_dict(), candidate=str(cand)) for r, (_, _, cand, _) in zip(sub.replacements, classes)]
+        rep_dicts = [dict(plain(r), candidate=str(c.candidate)) for r, c in zip(sub.replacements, classes)]
         date = datetime.now(timezone.utc).isoformat(timespec="seconds")
         for side, name, step_ms in (("base", BASE_TRACE, m["base_ms"]), ("variant", VARIANT_TRACE, m["variant_ms"])):
             say.stage("profile", f"{side}: {n_prof} step(s) with module ranges")
@@ -170,7 +170,7 @@ def run(req: Request, say: Say) -> ValidateResult:
 
     record = {"schema": RUN_SCHEMA, "tool": "headroom validate", "workload": spec.name,
               "config": plain(cfg), "device": str(dev), "gpu": env.get("gpu"),
-              "replacements": rep_dicts, "check": res.to_dict(), "timing": timing,
+              "replacements": rep_dicts, "check": plain(res), "timing": timing,
               "profiled_steps": n_prof, "traces": {"base": BASE_TRACE, "variant": VARIANT_TRACE},
               "peak_memory_gb": round(peak, 2) if peak is not None else None,
               "command": req.command, "date": date}

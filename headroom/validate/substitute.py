@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from headroom.errors import UserError
 from headroom.extract.capture import Construction, instances_of, match_constructions, positional_init
@@ -86,6 +86,17 @@ def _tie(new: Any, orig: Any, device: Any) -> None:
         owner._buffers[leaf] = buffers[name] if name in buffers else b.to(device)
 
 
+@dataclass(frozen=True)
+class ReplaceSpec:
+    """One `--replace CLASS=CANDIDATE.py` as loaded: the class as the user named it, the class, the candidate
+    file and its `ModelNew`."""
+
+    module: str
+    cls: type
+    candidate: Path
+    new_cls: type
+
+
 @dataclass
 class Replacement:
     """One `--replace CLASS=CANDIDATE.py`: the instances, their originals and their candidates."""
@@ -100,10 +111,16 @@ class Replacement:
     tied: bool = True
     calls_per_step: int = 0
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"module": self.module, "class": f"{self.cls.__module__}.{self.cls.__qualname__}",
-                "candidate": str(self.candidate), "instances": len(self.paths), "paths": self.paths,
-                "tied": self.tied, "calls_per_step": self.calls_per_step}
+    JSON_KEYS: ClassVar[tuple[str | tuple[str, str], ...]] = (
+        "module", ("class", "class_name"), "candidate", "instances", "paths", "tied", "calls_per_step")
+
+    @property
+    def class_name(self) -> str:
+        return f"{self.cls.__module__}.{self.cls.__qualname__}"
+
+    @property
+    def instances(self) -> int:
+        return len(self.paths)
 
 
 def build_candidate(new_cls: type, init: list[Any], orig: Any, device: Any, train: bool,
@@ -172,12 +189,13 @@ class Substitution:
         return [m for r in self.replacements for m in (r.candidates if self.active == "variant" else r.originals)]
 
 
-def substitute(root: Any, specs: list[tuple[str, type, Path, type]], built: dict[type, dict[int, Construction]],
+def substitute(root: Any, specs: list[ReplaceSpec], built: dict[type, dict[int, Construction]],
                device: Any, train: bool) -> Substitution:
     """Candidates for every instance of each class (constructed, weights tied), not yet active."""
     reps = []
     taken: set[str] = set()
-    for name, cls, cand_path, new_cls in specs:
+    for spec in specs:
+        name, cls, cand_path, new_cls = spec.module, spec.cls, spec.candidate, spec.new_cls
         inst = instances_of(root, cls)
         if not inst:
             raise UserError(f"{cls.__name__} is not in the model the workload built")

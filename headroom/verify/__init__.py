@@ -2,7 +2,7 @@
 
     from headroom.verify import VerifyOptions, verify_candidate, verify_suite
     r = verify_candidate("23_Softmax.py", "my_softmax.py", VerifyOptions(device="cuda"))
-    r.verdict, r.speedup, r.speedup_ci, r.to_dict()
+    r.verdict, r.speedup, r.speedup_ci, headroom.jsonio.plain(r)
 
 Modules, in the order data flows: ``options`` -> ``problem``/``scale``/``inputs``
 (what is run, at what size, on what values) -> ``reference`` (the trusted side)

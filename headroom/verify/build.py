@@ -21,10 +21,11 @@ import re
 import tempfile
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
+from headroom.jsonio import rounded
 from headroom.verify import protocol as P
 from headroom.verify.options import FILE_CAP_BYTES
 from headroom.verify.process import Child, ChildFailed, Tampering, last_line
@@ -54,11 +55,8 @@ def new_build_dir() -> str:
 class BuildResult:
     candidate: str
     ok: bool
-    seconds: float
+    seconds: float = field(metadata=rounded(2))
     error: str | None = None
-
-    def to_dict(self) -> dict:
-        return {"candidate": self.candidate, "ok": self.ok, "seconds": round(self.seconds, 2), "error": self.error}
 
 
 def compiler_lines(text: str, n: int = 8) -> str:

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from headroom.errors import UserError
+from headroom.jsonio import plain
 from headroom.verify import build as bld
 from headroom.verify import checks as ck
 from headroom.verify import compare as cmp
@@ -63,9 +64,9 @@ def _base_result(ref: ReferenceRun, cand_path: Path) -> VerifyResult:
         res.baseline["note"] = "CPU: the TF32 flags are set but have no effect; strict FP32 = the headline"
     res.info = {"inputs": ref.signs_note, "signed_inputs": ref.signed}
     if ref.scale is not None and ref.scale.overrides:
-        res.info["scaled"] = ref.scale.to_dict()
+        res.info["scaled"] = plain(ref.scale)
     if ref.estimate is not None:
-        res.info["estimate"] = ref.estimate.to_dict()
+        res.info["estimate"] = plain(ref.estimate)
     return res
 
 
@@ -94,7 +95,7 @@ def _verify(ref: ReferenceRun, cand_path: Path, say: Callable[[str], None],
     built, env, tmp_build = _build(ref, cand_path, built, say)
     try:
         if built is not None:
-            res.build = built.to_dict()
+            res.build = plain(built)
             if not built.ok:
                 res.reason = f"the build failed: {built.error}"
                 return res
@@ -216,7 +217,7 @@ def _trials(ref: ReferenceRun, child: Child, aggs: dict, info: dict, notes: dict
         del outs
         records.append(cmp.TrialRecord(tr.label, tr.gates, [cmp.sketch(t) for t in tr.truth], digests or [], errors))
         del tr
-        info["gates"] = [[g.to_dict() if g is not None else "exact" for g in r.gates] for r in records]
+        info["gates"] = [[plain(g) if g is not None else "exact" for g in r.gates] for r in records]
         if not all(a.passed for a in aggs.values()):
             break
         prev_spec, prev_args = spec, args

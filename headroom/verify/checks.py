@@ -30,8 +30,10 @@ with the truth). Timed outputs are compared by samples (``samples_match``).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
+
+from headroom.jsonio import SKIP, encoded, json_key
 
 ERROR_FACTOR = 4.0
 
@@ -239,14 +241,11 @@ class Gates:
     rel_l2: float
     elem: float
     centred: float
-    ref: Errors | None = None
-    timed_l2: float | None = None  # over the trials (``compare.out_gates``): the timed samples' relative L2 bound
-
-    def to_dict(self) -> dict:
-        d = {"rel_l2": self.rel_l2, "elem": self.elem, "centred": self.centred}
-        if self.ref is not None:
-            d["reference_error"] = {"rel_l2": self.ref.rel_l2, "elem": self.ref.elem, "centred": self.ref.centred}  # type: ignore[assignment]
-        return d
+    # The reference's own error, written (when known) by its three measures.
+    ref: Errors | None = field(default=None, metadata={**json_key("reference_error", omit_none=True), **encoded(
+        lambda e: {"rel_l2": e.rel_l2, "elem": e.elem, "centred": e.centred})})
+    # Over the trials (``compare.out_gates``): the timed samples' relative L2 bound; no part of the JSON.
+    timed_l2: float | None = field(default=None, metadata=SKIP)
 
 
 def gates_for(dtype: Any, ref: Errors | None) -> Gates:

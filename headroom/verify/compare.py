@@ -26,9 +26,6 @@ class Check:
     passed: bool
     detail: str
 
-    def to_dict(self) -> dict:
-        return {"name": self.name, "passed": self.passed, "detail": self.detail}
-
 
 class Agg:
     """Per-trial outcomes folded into one check (the first failure, or the worst passing value)."""

@@ -37,7 +37,7 @@ import hashlib
 import math
 import random
 import secrets
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
 
 FAMILIES = ("normal", "uniform", "heavy_tailed", "mixed_scales")
@@ -87,9 +87,6 @@ class TrialSpec:
         if self.kind == "scaled":
             return f"{self.family} x{self.factor:.3g}"
         return f"{self.family} +{self.factor:.3g}"
-
-    def to_dict(self) -> dict:
-        return asdict(self)
 
 
 def _family_params(family: str, rng: random.Random) -> dict:

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from headroom import jsonio
 from headroom.verify.compare import Check
@@ -29,7 +29,7 @@ VERDICTS = ("pass", "fail", "error", "inconclusive")
 
 @dataclass
 class VerifyResult:
-    """One candidate's verdict (``to_dict()`` is the ``--json`` contract)."""
+    """One candidate's verdict (``headroom.jsonio.plain`` of it is the ``--json`` contract)."""
 
     problem: str
     candidate: str
@@ -40,7 +40,9 @@ class VerifyResult:
     speedup_ci: list | None = None  # 95% interval of ``speedup`` [lo, hi]
     memory_ratio: float | None = None
     checks: list[Check] = field(default_factory=list)
-    flags: list[Check] = field(default_factory=list)
+    # Flags for review: their names and details (a flag has no verdict).
+    flags: list[Check] = field(default_factory=list, metadata=jsonio.encoded(
+        lambda fs: [{"name": f.name, "detail": f.detail} for f in fs]))
     device: str = ""
     baseline: dict = field(default_factory=dict)
     timing: dict = field(default_factory=dict)
@@ -53,25 +55,22 @@ class VerifyResult:
     reason: str | None = None
     seed: int | None = None
     info: dict = field(default_factory=dict)
-    elapsed_s: float = 0.0
+    elapsed_s: float = field(default=0.0, metadata=jsonio.rounded(3))
 
-    def to_dict(self) -> dict:
-        return {
-            "problem": self.problem, "candidate": self.candidate, "verdict": self.verdict,
-            "speedup": self.speedup, "speedup_fp32": self.speedup_fp32, "speedup_compile": self.speedup_compile,
-            "speedup_ci": self.speedup_ci, "memory_ratio": self.memory_ratio,
-            "checks": [c.to_dict() for c in self.checks],
-            "flags": [{"name": f.name, "detail": f.detail} for f in self.flags],
-            "review": bool(self.flags), "device": self.device, "baseline": self.baseline, "timing": self.timing,
-            "memory": self.memory, "launches_per_call": self.launches_per_call, "per_call": self.per_call,
-            "build": self.build,
-            "reason": self.reason, "seed": self.seed, "info": self.info, "elapsed_s": round(self.elapsed_s, 3),
-        }
+    JSON_KEYS: ClassVar[tuple[str, ...]] = (
+        "problem", "candidate", "verdict", "speedup", "speedup_fp32", "speedup_compile", "speedup_ci", "memory_ratio",
+        "checks", "flags", "review", "device", "baseline", "timing", "memory", "launches_per_call", "per_call",
+        "build", "reason", "seed", "info", "elapsed_s")
+
+    @property
+    def review(self) -> bool:
+        """Whether a flag asks a person to look at the candidate."""
+        return bool(self.flags)
 
 
 def suite_document(results: list[VerifyResult], device: str, **extra: Any) -> dict:
     return {"tool": RESULTS_TOOL, "version": RESULTS_VERSION, "device": device,
-            "results": [r.to_dict() for r in results], **extra}
+            "results": [jsonio.plain(r) for r in results], **extra}
 
 
 def dumps(doc: Any) -> str:

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from headroom.verify import problem as prob
 
@@ -40,15 +40,13 @@ class Estimate:
     outputs_bytes: int
     flops: int | None
 
+    JSON_KEYS: ClassVar[tuple[str, ...]] = ("params_bytes", "inputs_bytes", "outputs_bytes", "flops",
+                                            "harness_peak_bytes")
+
     @property
     def harness_peak_bytes(self) -> int:
         a, b, c = HARNESS_FACTORS
         return int(a * self.params_bytes + b * self.inputs_bytes + c * self.outputs_bytes)
-
-    def to_dict(self) -> dict:
-        return {"params_bytes": self.params_bytes, "inputs_bytes": self.inputs_bytes,
-                "outputs_bytes": self.outputs_bytes, "flops": self.flops,
-                "harness_peak_bytes": self.harness_peak_bytes}
 
     def describe(self) -> str:
         return (f"inputs {_mb(self.inputs_bytes)}, outputs {_mb(self.outputs_bytes)}, parameters "
@@ -98,11 +96,6 @@ class ScalePlan:
     full: Estimate | None = None
     scaled: Estimate | None = None
     note: str = ""
-
-    def to_dict(self) -> dict:
-        return {"overrides": {k: list(v) if isinstance(v, tuple) else v for k, v in self.overrides.items()},
-                "full": self.full.to_dict() if self.full else None,
-                "scaled": self.scaled.to_dict() if self.scaled else None, "note": self.note}
 
 
 def _fits(e: Estimate, budget_bytes: int, budget_flops: float) -> bool:

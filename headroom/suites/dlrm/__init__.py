@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Callable
 
 from headroom.errors import UserError
+from headroom.jsonio import plain
 from headroom.suites.catalogue import SuiteProblem, load
 
 HERE = Path(__file__).resolve().parent
@@ -93,7 +94,7 @@ def run(names: list[str] | None = None, candidates_dir: str | Path | None = None
     doc["scale"] = scale
     from headroom.suites.scoring import score
 
-    doc["aggregates"] = score(doc).to_dict()
+    doc["aggregates"] = plain(score(doc))
     if out is not None:
         write_json(doc, out)
     return doc

@@ -177,7 +177,7 @@ def _kernelbench(name: str) -> list[dict]:
 
 
 # The device calls of KernelBench level 1 on the H200, in the order they ran (docs/verify.md, "On the H200").
-KB_CALLS = ("a", "b", "c", "d", "e")
+KB_CALLS = ("a", "b", "c", "d", "e", "f")
 
 
 def kernelbench_latest() -> tuple[dict, dict]:
@@ -201,10 +201,10 @@ def test_kernelbench_identical_kernels_on_the_gated_clock():
     assert far == [] and [r["verdict"] for r in rs if r["verdict"] == "fail"] == []
     assert sorted(int(r["problem"].split("_")[0]) for r in passed if r not in inside) == [13, 56]
     by_call = {c: sorted(int(p.split("_")[0]) for p, s in source.items() if s == c) for c in KB_CALLS}
-    assert by_call["d"] == [1, 40, 97] and by_call["e"] == [19, 23, 45, 68, 70, 90]
-    assert [len(by_call[c]) for c in KB_CALLS] == [25, 12, 54, 3, 6]
+    assert by_call["d"] == [1, 97] and by_call["e"] == [23, 45, 70, 90] and by_call["f"] == [19, 40, 68]
+    assert [len(by_call[c]) for c in KB_CALLS] == [25, 12, 54, 2, 4, 3]
     text = (REPO / "docs" / "verify.md").read_text()
-    for c in ("d", "e"):  # the docs list the problems each of the short calls contributes
+    for c in ("d", "e", "f"):  # the docs list the problems each of the short calls contributes
         assert ", ".join(map(str, by_call[c])) in text, c
     assert statistics.median(r["elapsed_s"] for r in rs) <= 60
 
@@ -264,6 +264,37 @@ def test_kernelbench_sealed_attacks_on_the_h200():
         rel = next(c["detail"] for c in r["checks"] if c["name"] == "rel_l2")
         err, gate = _err_gate(rel)
         assert err < gate / 2, (n, rel)
+
+
+def test_kernelbench_sealed_attacks_on_the_h200_are_what_each_seal_expects():
+    """kernelbench_l1.f: the sealed corpus on the H200's default seal, every verdict the "same-uid" column,
+    with the reasons the threat model gives; .f-cuda-uid: the uid drop on CUDA, where the harness cannot
+    map the candidate's CUDA IPC outputs across uids."""
+    import sys
+
+    sys.path.insert(0, str(REPO / "scripts"))
+    import gpu_kernelbench
+
+    f = _kernelbench("kernelbench_l1.f.json.gz")
+    got = {Path(r["candidate"]).stem: r for r in f if r["group"] == "sealed"}
+    assert {n: r["verdict"] for n, r in got.items()} == {n: e["same-uid"] for n, e in gpu_kernelbench.SEALED_EXPECTED.items()}
+    assert all(r["as_expected"] and r["seal"] == "same-uid" for r in got.values())
+    assert "fork server stopped serving while the candidate ran" in got["probe_reach"]["reason"]
+    assert all("containment" in got[n]["reason"] for n in ("attack_forkserver", "attack_clone_parent", "attack_mount_proc"))
+    assert "0 hit(s) in host memory" in got["attack_reference_memory"]["report"]
+    frame = got["attack_trial_frame"]["reason"]
+    assert frame.startswith("timed_outputs:") and "sampled relative L2 error 3.26e-03" in frame and "allowed 1.30e-03" in frame
+    for n in ("attack_trial_flags", "attack_trial_snapshot"):
+        err, gate = _err_gate(got[n]["reason"].split(";")[0])
+        assert got[n]["reason"].startswith("rel_l2:") and err > 2.5 * gate, (n, err, gate)
+    refs = [r for r in f if r["kind"] == "reference"]
+    assert len(refs) == 3 and all(r["verdict"] == "pass" and 0.998 <= r["speedup_ci"][0] <= r["speedup_ci"][1] <= 1.003
+                                  for r in refs)
+    uid = {Path(r["candidate"]).stem: r for r in _kernelbench("kernelbench_l1.f-cuda-uid.json.gz")}
+    refused = {n: r["reason"] for n, r in uid.items() if "during import" in (r["reason"] or "")}
+    assert set(refused) == {"attack_forkserver", "attack_mount_proc"} and uid["attack_clone_parent"]["verdict"] == "fail"
+    ipc = [n for n, r in uid.items() if "mapping of buffer object failed" in (r["reason"] or "")]
+    assert len(ipc) == 9 and all(uid[n]["reason"].startswith("harness error: AcceleratorError") for n in ipc)
 
 
 def _err_gate(detail: str) -> tuple[float, float]:

@@ -28,13 +28,13 @@ from headroom.verify import checks as ck
 from headroom.verify import compare as cmp
 from headroom.verify import inputs as inp
 from headroom.verify import problem as prob
+from headroom.verify import process as proc
 from headroom.verify import protocol as P
 from headroom.verify import sandbox as sb
 from headroom.verify import shared
 from headroom.verify.flags import review_flags
 from headroom.verify.launches import CallProfile
 from headroom.verify.options import VerifyOptions
-from headroom.verify import process as proc
 from headroom.verify.process import Child, ChildFailed, Tampering, last_line
 from headroom.verify.reference import HarnessOOM, ReferenceRun, job_for, prepare_reference, truth
 from headroom.verify.results import VerifyResult

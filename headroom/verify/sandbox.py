@@ -389,7 +389,7 @@ class Sandbox:
         if self.role != "reference":
             if cuda_plain:
                 self.notes.append(f"uid: on a GPU the candidate keeps the harness's uid and network namespace "
-                                  f"({CUDA_UID_ENV}=1 drops them; not yet verified with CUDA IPC)")
+                                  f"({CUDA_UID_ENV}=1 drops them; the harness then cannot map its CUDA IPC outputs on the H200)")
             elif can_drop_uid():
                 self.uid = candidate_uid(job)
             else:

@@ -66,7 +66,8 @@ SEALED_EXPECTED = {
     "attack_forkserver": {"uid": "error", "same-uid": "fail"},  # socket out of reach / the server's stray child
     "attack_mount_proc": {"uid": "error", "same-uid": "fail"},  # mount refused / its own namespace, child contained
     "attack_plant_pyc": {"uid": "pass", "same-uid": "pass"},  # the reference imports a private copy
-    "attack_reference_memory": {"uid": "pass", "same-uid": "pass"},  # /proc/<pid>/mem refused / weights on the device
+    # /proc/<pid>/mem refused / weights on the device (a CPU with the harness's uid: fail, containment)
+    "attack_reference_memory": {"uid": "pass", "same-uid": "pass"},
     "attack_state_between_calls": {"uid": "error", "same-uid": "error"},  # the state check stops the child
     "attack_threads": {"uid": "pass", "same-uid": "pass"},  # honest math on the same CPUs
     "attack_trial_flags": {"uid": "fail", "same-uid": "fail"},  # coarse in its trials too
@@ -79,7 +80,8 @@ SEALED_EXPECTED = {
 
 def seal_kind(device: str) -> str | None:
     """Which column of ``SEALED_EXPECTED`` applies on ``device`` with this process's environment (None: a
-    CPU where the candidate keeps the harness's uid, which guarantees nothing against these attacks)."""
+    CPU where the candidate keeps the harness's uid: most of these attacks reach the harness there; a write
+    into the reference's child is caught against the truth, tests/test_verify_sealed.py)."""
     from headroom.verify import sandbox
 
     uid = os.geteuid() == 0 and "uid" not in os.environ.get(sandbox.OFF_ENV, "")

@@ -362,3 +362,71 @@ def test_the_coarse_answer_is_a_cheat_against_each_devices_gates():
     rel6, elem6 = errors(6)
     assert rel6 > 2 * bound and rel6 > 2 * max(gt["rel_l2"] for gt in gates), (rel6, bound)
     assert elem6 < ck.TIMED_SLACK * min(gt["elem"] for gt in gates), elem6
+
+
+@needs_cgroup
+def test_a_reference_written_by_the_candidate_fails_it_against_the_truth(tmp_path, monkeypatch):
+    """With the harness's uid on a CPU the candidate can write the reference child's memory:
+    attack_reference_memory zeroes its weights and returns zeros, which match the reference's timed
+    outputs. A sampled timed iteration of the reference checked against the harness's truth fails the
+    candidate (`containment`, with the errors), and the written child is not kept: the next candidate
+    gets a fresh reference and verifies."""
+    monkeypatch.setenv(sandbox.OFF_ENV, "uid,ns")
+    problem = tmp_path / "problem" / PROBLEM.name
+    problem.parent.mkdir()
+    shutil.copy(PROBLEM, problem)
+    report = open_dir() / "report"
+    env = {"HEADROOM_SEALED_DIR": str(SEALED), "HEADROOM_TEST_REPORT": str(report)}
+    ref = prepare_reference(problem, VerifyOptions.quick(env=env))
+    try:
+        r = verify_candidate(problem, SEALED / "attack_reference_memory.py", reference=ref)
+        text = report.read_text() if report.exists() else ""
+        if "zeroed" not in text:
+            pytest.skip(f"this machine keeps /proc/<pid>/mem of a sibling out of reach: {text.strip()}")
+        assert r.verdict == "fail" and _failed(r) == {"containment"}, r.reason
+        assert "the reference's timed output differs from the truth" in r.reason, r.reason
+        assert "the reference was tampered with" in r.reason, r.reason
+        rel = float(r.reason.split("sampled relative L2 error ", 1)[1].split(" ", 1)[0])
+        assert rel > 0.5, r.reason  # zeros against a GELU of a linear layer: about 1
+        written = ref.timing.child.pid
+        assert ref.timing.tampered
+        h = verify_candidate(problem, HONEST, reference=ref)
+        assert_honest(h)
+        assert ref.timing.child.pid != written and not ref.timing.tampered
+        truth = h.timing["reference_truth"]
+        assert truth["checks"] == h.timing["rounds"] + 1 and truth["skipped"] == 0  # the warm-up and every round
+    finally:
+        ref.close()
+
+
+def test_the_reference_truth_check_passes_the_reference_and_catches_a_written_one():
+    """session._reference_truth on a phase of the reference's own samples (its float32 forward) and on a
+    phase of zeros (what a reference with zeroed weights returns), at the same drawn positions."""
+    import types
+
+    import torch
+
+    from headroom.verify import checks as ck
+    from headroom.verify import session
+
+    ref = prepare_reference(PROBLEM, VerifyOptions.quick())
+    try:
+        policy = ref.policy
+        sets = session.fresh_sets(ref, "test", 3)
+        outs = [ref.model(*xs).detach() for xs in sets]
+
+        def phase(values):
+            pos = [session._positions(7, k, 0, o.numel(), policy.samples_per_output) for k, o in enumerate(outs)]
+            samples = [[values(o).reshape(-1)[torch.as_tensor(p)]] for o, p in zip(outs, pos)]
+            shapes = [[("float32", tuple(o.shape))] for o in outs]
+            return session.Phase(1.0, 0.1, 0.1, None, False, False, 0.0, samples, shapes, 7, [], [0, 1, 2])
+
+        rt = types.SimpleNamespace(truth_checks=0, truth_ms=0.0, truth_skipped=0)
+        gates = [ck.gates_for(torch.float32, None)]
+        assert session._reference_truth(ref, rt, phase(lambda o: o), sets, gates, policy, "a") is None
+        bad = session._reference_truth(ref, rt, phase(torch.zeros_like), sets, gates, policy, "b")
+        assert bad is not None and "sampled relative L2 error" in bad, bad
+        assert float(bad.split("error ", 1)[1].split(" ", 1)[0]) > 0.5, bad
+        assert rt.truth_checks == 2
+    finally:
+        ref.close()

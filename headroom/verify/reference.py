@@ -270,3 +270,43 @@ def job_for(ref: ReferenceRun, role: str, log_name: str, candidate: str | None =
                  file_cap_bytes=ref.options.file_cap_bytes, init_seed=ref.init_seed,
                  clock_path=ref.clock.path if ref.clock is not None and role != "build" else None,
                  clock_slot=ref.clock.slot() if ref.clock is not None and role != "build" else 0)
+
+
+def timed_truth(ref: ReferenceRun, xs: list) -> list | None:
+    """The truth on one timed input set, as a trial computes it (``truth``): float64 where the problem
+    runs in it, else float32 with TF32 off; exact outputs are the harness's reference's own. None when
+    it does not fit in memory next to the timing's ring (the check is skipped, not the candidate's
+    loss). It checks the reference's child's sampled timed output (``session``): that child is the
+    one the candidate could reach, the harness's copy of the model is not."""
+    import torch
+
+    try:
+        out = None
+        if ref.model64 is not None and ref.truth_fp32_note is None:
+            prev = torch.get_default_dtype()
+            try:
+                torch.set_default_dtype(torch.float64)
+                out = _forward(ref.model64, [_to_double(x) for x in xs])
+            except Exception as e:
+                if is_oom(e):
+                    raise
+                out = None  # as in a trial: the float32 truth below
+            finally:
+                torch.set_default_dtype(prev)
+        if out is None:
+            set_tf32(False)
+            try:
+                out = _forward(ref.model, xs)
+            finally:
+                set_tf32(True)
+        if any(ck.is_exact_dtype(o.dtype) for o in out):
+            own = _forward(ref.model, xs)
+            out = [r if ck.is_exact_dtype(r.dtype) else t for r, t in zip(own, out)]
+        return out
+    except Exception as e:
+        if is_oom(e):
+            return None
+        raise
+    finally:
+        if ref.device.startswith("cuda"):
+            torch.cuda.empty_cache()

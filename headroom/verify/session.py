@@ -40,7 +40,7 @@ from headroom.verify import timing as tm
 from headroom.verify.process import Child, ChildFailed, Tampering
 from headroom.verify.launches import CallProfile
 from headroom.verify.procfs import sched_ns, thread_sched_ns
-from headroom.verify.reference import HarnessOOM, ReferenceRun, is_oom, job_for
+from headroom.verify.reference import HarnessOOM, ReferenceRun, is_oom, job_for, timed_truth
 
 
 class HarnessError(Exception):
@@ -228,6 +228,10 @@ class ReferenceTiming:
     call: launches.CallProfile | None = None  # type: ignore[name-defined]  # the reference's forward, profiled in the harness
     child_call: "CallProfile | None" = None  # the same, profiled in the reference's child
     gated: bool = False
+    tampered: bool = False  # a sampled timed output differed from the truth: never kept for another candidate
+    truth_checks: int = 0  # of this candidate's timing: sampled timed outputs checked against the truth
+    truth_ms: float = 0.0  # and the harness's time for them (outside the clock)
+    truth_skipped: int = 0  # of them, skipped: the truth did not fit in memory next to the ring
 
     @property
     def overhead_ms(self) -> float:
@@ -435,9 +439,13 @@ def time_candidate(ref: ReferenceRun, cand: Child, gates: list, max_numel: int, 
     policy = ref.policy
     cuda = ref.device.startswith("cuda")
     try:
+        if ref.timing is not None and ref.timing.tampered:  # a fresh child, not one a candidate wrote into
+            ref.timing.close()
+            ref.timing = None
         if ref.timing is None:
             ref.timing = start_reference(ref, max_numel, [cand], say)
         rt = ref.timing
+        rt.truth_checks, rt.truth_ms, rt.truth_skipped = 0, 0.0, 0
         n = rt.n
         if rt.gated:  # the candidate's forwards must fit the queue too (its own count: only its loss if it lies)
             cap = _queue_limit(policy, rt.launches, cand_call.launches if cand_call else None)
@@ -473,7 +481,14 @@ def time_candidate(ref: ReferenceRun, cand: Child, gates: list, max_numel: int, 
             return ph
 
         for name, _ in plan:  # warm-up phase of every arm (a blocked candidate is found here)
-            ph = one(name, fresh_sets(ref, f"warmup.{name}", n), f"warmup.{name}")
+            wsets = fresh_sets(ref, f"warmup.{name}", n)
+            ph = one(name, wsets, f"warmup.{name}")
+            if name == "reference_tf32":
+                bad = _reference_truth(ref, rt, ph, wsets, gates, policy, "warmup")
+                rt.tampered = bad is not None
+                if bad:  # before this candidate's timing: an earlier candidate sharing the child, or its trials
+                    raise ChildFailed(f"the reference's warm-up timed output differs from the truth ({bad}) before "
+                                      f"the candidate was timed: the reference was tampered with")
             if name == "candidate" and ph.blocked:
                 # a full queue (fewer forwards per phase do) or a host synchronisation (even one blocks)
                 m = n
@@ -500,6 +515,11 @@ def time_candidate(ref: ReferenceRun, cand: Child, gates: list, max_numel: int, 
             waits["harness"].append(ph.harness_wait_fraction)
             if name == "reference_tf32":
                 rt.read_min_ms = min(rt.read_min_ms, ph.read_ms)
+                bad = _reference_truth(ref, rt, ph, current["sets"], gates, policy, f"truth{r}")
+                rt.tampered = rt.tampered or bad is not None
+                if bad:  # the candidate is the only other code running while it is timed
+                    aggs["containment"].record(False, f"round {r}: the reference's timed output differs from the "
+                                                      f"truth ({bad}): the reference was tampered with")
             if name != "candidate":
                 rt.widen(ph)
             got = current["phases"]
@@ -522,7 +542,7 @@ def time_candidate(ref: ReferenceRun, cand: Child, gates: list, max_numel: int, 
             else:
                 rt.null_min_ms = min(rt.null_min_ms, nr.wall_ms)
             cand_nulls.append(nc)
-            return aggs["timed_outputs"].passed and aggs["timer_consistency"].passed
+            return aggs["timed_outputs"].passed and aggs["timer_consistency"].passed and aggs["containment"].passed
 
         def mins() -> tuple[float, float]:
             # a lower bound from trusted work and from every child's null phases (a child can only raise its own)
@@ -567,6 +587,9 @@ def time_candidate(ref: ReferenceRun, cand: Child, gates: list, max_numel: int, 
            "wait_fraction": {k: statistics.median(v) for k, v in waits.items() if v},
            "child_clock_ms": {k: statistics.median(v) / n for k, v in clocks.items() if v},
            "candidate_clock": "gated" if gated_arm["candidate"] else "plain",
+           "reference_truth": {"checks": rt.truth_checks, "skipped": rt.truth_skipped, "harness_ms": rt.truth_ms,
+                               "method": "one sampled timed iteration of the reference per phase (warm-up and "
+                                         "every round) against the harness's truth, outside the clock"},
            "candidate_blocked": rt.gated and not gated_arm["candidate"],
            "overhead_share": overhead / statistics.median([p.wall_ms for p in phases["reference_tf32"]])
            if phases["reference_tf32"] else None,
@@ -643,6 +666,61 @@ def _check_inputs(ref: ReferenceRun, ph: Phase, sets: list[list], agg: Any) -> N
 
 def _drawer(ref: ReferenceRun, key: str) -> Callable[[], int]:
     return lambda: ref.seeds.draw(key)
+
+
+def _reference_truth(ref: ReferenceRun, rt: ReferenceTiming, ph: Phase, sets: list[list], gates: list,
+                     policy: tm.Policy, key: str) -> str | None:
+    """One of the reference's sampled timed iterations (drawn after it answered) against the truth the
+    harness computes on that input set (``timed_truth``), at the positions already read: None when it
+    is within the trial gates (relative L2, and ``TIMED_SLACK`` x the per-element gate), else why not.
+
+    The reference's child is the process the candidate's outputs are compared with while timed; the
+    candidate runs next to it, and a write into it (its weights, its outputs) changes what the timed
+    outputs are compared with. The harness's own model is out of the candidate's reach."""
+    import math
+    import random
+
+    import torch
+
+    if not ph.sampled:
+        return None
+    t0 = time.perf_counter()
+    at = random.Random(ref.seeds.draw(key)).randrange(len(ph.sampled))
+    k = ph.sampled[at]
+    try:
+        truth = timed_truth(ref, sets[k])
+        if truth is None:
+            rt.truth_skipped += 1
+            return None
+        if len(truth) != len(ph.samples[at]):
+            return f"timed iteration {k}: {len(ph.samples[at])} output(s), the truth has {len(truth)}"
+        for j, (rv, t) in enumerate(zip(ph.samples[at], truth)):
+            if tuple(t.shape) != ph.shapes[at][j][1]:
+                return f"timed iteration {k}, output {j}: shape {ph.shapes[at][j][1]}, the truth's {tuple(t.shape)}"
+            pos = _positions(ph.pos_seed, k, j, t.numel(), policy.samples_per_output)
+            tv = t.reshape(-1)[torch.as_tensor(pos, device=t.device)].cpu()
+            g = gates[j] if j < len(gates) else None
+            if g is None or ck.is_exact_dtype(t.dtype):
+                # a tie broken otherwise in another process flips an element; a written reference is off throughout
+                n_bad = int((rv != tv.to(rv.dtype)).sum())
+                if n_bad > max(1, tv.numel() // 10):
+                    return f"timed iteration {k}, output {j}: {n_bad} of {tv.numel()} sampled elements differ"
+                continue
+            rms = ck.rms(t)
+            rd, td = rv.to(torch.float64), tv.to(torch.float64)
+            m = torch.isfinite(rd) & torch.isfinite(td)  # non-finite: the fp32 reference may overflow honestly
+            if rms <= 0 or not bool(m.any()):
+                continue
+            d = rd[m] - td[m]
+            rel = math.sqrt(float((d * d).sum()) / int(m.sum())) / rms
+            elem = float((d.abs() / (td[m].abs() + rms)).max())
+            if rel > g.rel_l2 or elem > ck.TIMED_SLACK * g.elem:
+                return (f"timed iteration {k}, output {j}: sampled relative L2 error {rel:.2e} (gate {g.rel_l2:.2e}), "
+                        f"element error {elem:.2e} (gate {ck.TIMED_SLACK * g.elem:.2e})")
+        return None
+    finally:
+        rt.truth_checks += 1
+        rt.truth_ms += (time.perf_counter() - t0) * 1e3
 
 
 def _compare_round(ref_child: Child, ref_ph: Phase, cand_ph: Phase, gates: list, policy: tm.Policy, agg: Any,

@@ -60,34 +60,41 @@ SEALED_PROBLEM = REPO / "tests" / "cheaters" / "problems" / "gelu_linear.py"
 SEALED_HONEST = ("attack_reference_memory", "attack_plant_pyc", "attack_threads", "probe_reach", "probe_state")
 # Each sealed candidate's verdict per seal (docs/verify.md, "Threat model"): "uid" where the candidate
 # runs as an unprivileged uid in its own network namespace (a root harness on a CPU; on a GPU with
-# HEADROOM_VERIFY_SEAL_CUDA_UID=1), "same-uid" on a GPU where it keeps the harness's (the default seal).
+# HEADROOM_VERIFY_SEAL_CUDA_UID=1), "same-uid" on a GPU where it keeps the harness's (the default seal),
+# "cpu-same-uid" on a CPU where a root harness keeps both (HEADROOM_VERIFY_SEAL_OFF=uid,ns: the dry run's).
+_F, _E, _P = "fail", "error", "pass"
 SEALED_EXPECTED = {
-    "attack_clone_parent": {"uid": "fail", "same-uid": "fail"},  # containment: the sibling is in its cgroup
-    "attack_forkserver": {"uid": "error", "same-uid": "fail"},  # socket out of reach / the server's stray child
-    "attack_mount_proc": {"uid": "error", "same-uid": "fail"},  # mount refused / its own namespace, child contained
-    "attack_plant_pyc": {"uid": "pass", "same-uid": "pass"},  # the reference imports a private copy
-    # /proc/<pid>/mem refused / weights on the device (a CPU with the harness's uid: fail, containment)
-    "attack_reference_memory": {"uid": "pass", "same-uid": "pass"},
-    "attack_state_between_calls": {"uid": "error", "same-uid": "error"},  # the state check stops the child
-    "attack_threads": {"uid": "pass", "same-uid": "pass"},  # honest math on the same CPUs
-    "attack_trial_flags": {"uid": "fail", "same-uid": "fail"},  # coarse in its trials too
-    "attack_trial_frame": {"uid": "fail", "same-uid": "fail"},  # timed_outputs: sampled relative L2
-    "attack_trial_snapshot": {"uid": "fail", "same-uid": "fail"},  # coarse in its trials too
-    "probe_reach": {"uid": "pass", "same-uid": "fail"},  # same uid: it stops the fork server (containment)
-    "probe_state": {"uid": "pass", "same-uid": "pass"},
+    "attack_clone_parent": {"uid": _F, "same-uid": _F, "cpu-same-uid": _F},  # containment: the sibling is in its cgroup
+    "attack_forkserver": {"uid": _E, "same-uid": _F, "cpu-same-uid": _F},  # socket out of reach / the server's stray child
+    "attack_mount_proc": {"uid": _E, "same-uid": _F, "cpu-same-uid": _F},  # mount refused / its own namespace, contained
+    "attack_plant_pyc": {"uid": _P, "same-uid": _P, "cpu-same-uid": _P},  # the reference imports a private copy
+    # /proc/<pid>/mem refused / weights on the device / zeroed on a CPU: the reference's timed output against the
+    # truth fails the candidate (containment)
+    "attack_reference_memory": {"uid": _P, "same-uid": _P, "cpu-same-uid": _F},
+    "attack_state_between_calls": {"uid": _E, "same-uid": _E, "cpu-same-uid": _E},  # the state check stops the child
+    "attack_threads": {"uid": _P, "same-uid": _P, "cpu-same-uid": _P},  # honest math on the same CPUs
+    "attack_trial_flags": {"uid": _F, "same-uid": _F, "cpu-same-uid": _F},  # coarse in its trials too
+    "attack_trial_frame": {"uid": _F, "same-uid": _F, "cpu-same-uid": _F},  # timed_outputs: sampled relative L2
+    "attack_trial_snapshot": {"uid": _F, "same-uid": _F, "cpu-same-uid": _F},  # coarse in its trials too
+    "probe_reach": {"uid": _P, "same-uid": _F, "cpu-same-uid": _F},  # same uid: it stops the fork server (containment)
+    "probe_state": {"uid": _P, "same-uid": _P, "cpu-same-uid": _P},
 }
 
 
 def seal_kind(device: str) -> str | None:
     """Which column of ``SEALED_EXPECTED`` applies on ``device`` with this process's environment (None: a
-    CPU where the candidate keeps the harness's uid: most of these attacks reach the harness there; a write
-    into the reference's child is caught against the truth, tests/test_verify_sealed.py)."""
+    CPU harness that is not root, or that leaves off other mechanisms than exactly the uid and the network
+    namespace: no column)."""
     from headroom.verify import sandbox
 
-    uid = os.geteuid() == 0 and "uid" not in os.environ.get(sandbox.OFF_ENV, "")
+    off = os.environ.get(sandbox.OFF_ENV, "")
+    uid = os.geteuid() == 0 and "uid" not in off
     if device.startswith("cuda"):
         return "uid" if uid and os.environ.get(sandbox.CUDA_UID_ENV) == "1" else "same-uid"
-    return "uid" if uid else None
+    if uid:
+        return "uid"
+    return "cpu-same-uid" if os.geteuid() == 0 and {m.strip() for m in off.split(",") if m.strip()} == {"uid", "ns"} \
+        else None
 
 
 EXPECTED = {"reference": "pass", "zeros": "fail", "partial_write": "fail", "shape_cache": "fail",

@@ -4,6 +4,7 @@ wall time are written, each result says whether it is as expected, and the docs 
 from __future__ import annotations
 
 import json
+import os
 import sys
 
 import pytest
@@ -66,12 +67,18 @@ def test_every_sealed_candidate_has_its_verdict_on_each_seal(monkeypatch):
 
     attacks = {p.stem for p in gpu_kernelbench.SEALED.glob("*.py") if not p.name.startswith("_")}
     assert set(gpu_kernelbench.SEALED_EXPECTED) == attacks
-    assert all(set(v) == {"uid", "same-uid"} for v in gpu_kernelbench.SEALED_EXPECTED.values())
+    assert all(set(v) == {"uid", "same-uid", "cpu-same-uid"} for v in gpu_kernelbench.SEALED_EXPECTED.values())
+    # a written reference: caught against the truth on a CPU, out of reach on the GPU (weights on the device)
+    assert [gpu_kernelbench.SEALED_EXPECTED["attack_reference_memory"][k] for k in ("uid", "same-uid", "cpu-same-uid")] \
+        == ["pass", "pass", "fail"]
     monkeypatch.delenv(sandbox.CUDA_UID_ENV, raising=False)
     assert gpu_kernelbench.seal_kind("cuda:0") == "same-uid"
     monkeypatch.setenv(sandbox.CUDA_UID_ENV, "1")
     monkeypatch.setenv(sandbox.OFF_ENV, "uid")
     assert gpu_kernelbench.seal_kind("cuda:0") == "same-uid" and gpu_kernelbench.seal_kind("cpu") is None
+    monkeypatch.setenv(sandbox.OFF_ENV, "uid,ns")
+    assert gpu_kernelbench.seal_kind("cpu") == ("cpu-same-uid" if os.geteuid() == 0 else None)
+    monkeypatch.setenv(sandbox.OFF_ENV, "uid")
     it = gpu_kernelbench.Item("sealed", gpu_kernelbench.SEALED_PROBLEM, [])
     r = gpu_kernelbench._tag({"candidate": str(gpu_kernelbench.SEALED / "probe_reach.py"), "verdict": "fail"},
                              it, "sealed_probe", "same-uid")

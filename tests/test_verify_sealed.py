@@ -430,3 +430,32 @@ def test_the_reference_truth_check_passes_the_reference_and_catches_a_written_on
         assert rt.truth_checks == 2
     finally:
         ref.close()
+
+
+def test_a_reference_off_the_truth_at_warm_up_is_an_error_and_not_kept(monkeypatch):
+    """Before the candidate's timing (the warm-up phase) the cause may be an earlier candidate that
+    shared the reference's child: verdict error with the reason, and the child is replaced. Here the
+    harness's truth is made wrong (twice the true values) for the warm-up alone."""
+    from headroom.verify import session
+
+    real = session.timed_truth
+    calls = []
+
+    def wrong_first(ref, xs):
+        calls.append(1)
+        out = real(ref, xs)
+        return [2 * t for t in out] if len(calls) == 1 else out
+
+    monkeypatch.setattr(session, "timed_truth", wrong_first)
+    ref = prepare_reference(PROBLEM, VerifyOptions.quick())
+    try:
+        r = verify_candidate(PROBLEM, HONEST, reference=ref)
+        assert r.verdict == "error", r.reason
+        assert "the reference's warm-up timed output differs from the truth" in r.reason, r.reason
+        assert "before the candidate was timed" in r.reason and "sampled relative L2 error" in r.reason, r.reason
+        first = ref.timing.child.pid
+        assert ref.timing.tampered
+        assert_honest(verify_candidate(PROBLEM, HONEST, reference=ref))
+        assert ref.timing.child.pid != first
+    finally:
+        ref.close()

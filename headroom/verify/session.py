@@ -515,11 +515,6 @@ def time_candidate(ref: ReferenceRun, cand: Child, gates: list, max_numel: int, 
             waits["harness"].append(ph.harness_wait_fraction)
             if name == "reference_tf32":
                 rt.read_min_ms = min(rt.read_min_ms, ph.read_ms)
-                bad = _reference_truth(ref, rt, ph, current["sets"], gates, policy, f"truth{r}")
-                rt.tampered = rt.tampered or bad is not None
-                if bad:  # the candidate is the only other code running while it is timed
-                    aggs["containment"].record(False, f"round {r}: the reference's timed output differs from the "
-                                                      f"truth ({bad}): the reference was tampered with")
             if name != "candidate":
                 rt.widen(ph)
             got = current["phases"]
@@ -530,8 +525,16 @@ def time_candidate(ref: ReferenceRun, cand: Child, gates: list, max_numel: int, 
             return ph  # type: ignore[return-value]
 
         def after_round(r: int, _values: dict) -> bool:
-            # a null phase of each child every round: the clock's fixed cost follows the machine
             sets = current["sets"]
+            # the reference's sampled timed output of this round against the truth, once both arms are timed:
+            # the truth's forward runs between rounds, before an arm that alternates, not before the reference only
+            rph = current["phases"].get("reference_tf32")
+            bad = _reference_truth(ref, rt, rph, sets, gates, policy, f"truth{r}") if rph is not None else None
+            rt.tampered = rt.tampered or bad is not None
+            if bad:  # the candidate is the only other code running while it is timed
+                aggs["containment"].record(False, f"round {r}: the reference's timed output differs from the "
+                                                  f"truth ({bad}): the reference was tampered with")
+            # a null phase of each child every round: the clock's fixed cost follows the machine
             nr = run_phase(rt.child, ref, sets, {"tf32": True}, _drawer(ref, f"null{r}"), policy, max_numel,
                            others[rt.child.pid], null=True, gated=rt.gated)
             nc = run_phase(cand, ref, sets, {"tf32": True}, _drawer(ref, f"nullc{r}"), policy, max_numel,

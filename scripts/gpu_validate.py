@@ -28,9 +28,9 @@ clocks.csv.gz and the log. `--dry-run`: the same on this CPU with tiny models.
     OUT=$OUT python3 scripts/gpu_validate.py --cpu-probe --only bert-layernorm --budget 120
 
 `--cpu-probe` builds each named row's model in this process with the candidate swapped in (as validate
-does) and times, interleaved, the CPU side of one step unprofiled, base and variant (the GPU held by a
-sleep kernel while the step is enqueued, so the CPU never waits): what the candidate's calls add to the
-model's CPU time per call, beside verify's `call_us`. Writes cpu_probe.json and the log.
+does) and times, interleaved, each replaced call on the host (forward hooks, unprofiled, the GPU fed),
+base and variant: the call's CPU time in the model, beside verify's `call_us`. Writes cpu_probe.json
+and the log.
 
 Writes under --out (default $OUT), at most 8 files:
   validation.json       the `headroom validate --json` objects, a list (-> docs/gpu/validation.json)
@@ -544,18 +544,18 @@ def _options(opts: list[str]) -> dict:
 
 def cpu_probe(workload: str, opts: list[str], module: str, cand: Path, device: str, deadline: float,
               rounds: int = 15) -> dict:
-    """The CPU time of one model step, unprofiled, base and variant, in this process: on a GPU the
-    stream is held by a sleep kernel while the step is enqueued, so the step's CPU side never waits
-    for the GPU (`blocked` where it did: a host synchronisation inside the step); on a CPU the step's
-    wall time. Interleaved rounds, medians; (variant - base) / calls per step is what the candidate's
-    call adds to the model's CPU time, the quantity the projection takes as `call_us` (verify) and
-    `headroom validate` converts from the variant trace."""
+    """The host time of each replaced call inside the model, unprofiled, base and variant, in this
+    process: a pre- and a post-forward hook on every replaced instance (the originals, then the
+    candidates) read `perf_counter`; the step runs as in validate's rounds, the GPU fed. A call that
+    neither synchronises nor fills the launch queue returns when its launches are queued, so its host
+    time is its CPU time: the quantity the projection takes as `call_us` (verify) and `headroom
+    validate` converts from the variant trace. Interleaved rounds; the median per call per side."""
     import statistics
 
     import torch
 
     from headroom.devices import resolve_device
-    from headroom.extract.capture import find_class, instances_of, record_calls, record_constructions
+    from headroom.extract.capture import find_class, record_calls, instances_of, record_constructions
     from headroom.profile.registry import get_workload
     from headroom.profile.workload import Options
     from headroom.validate.substitute import load_candidate_class, substitute
@@ -571,66 +571,62 @@ def cpu_probe(workload: str, opts: list[str], module: str, cand: Path, device: s
         torch.backends.cuda.matmul.allow_tf32 = cfg.tf32
         torch.backends.cudnn.allow_tf32 = cfg.tf32
     torch.manual_seed(0)
-    built = {}
     with record_constructions(cls) as b:
         step = spec.build(cfg, dev)
-    built[cls] = b
     try:
-        sub = substitute(step.modules, classes, built, dev, step.train)
+        sub = substitute(step.modules, classes, {cls: b}, dev, step.train)
         calls = len(record_calls(step, cls, instances_of(step.modules, cls)))
-        gpu_ms: dict[str, list[float]] = {"base": [], "variant": []}
-        cpu_ms: dict[str, list[float]] = {"base": [], "variant": []}
-        blocked = {"base": 0, "variant": 0}
+        per: dict[str, list[float]] = {"base": [], "variant": []}
+        step_ms: dict[str, list[float]] = {"base": [], "variant": []}
+
+        def timed_step(side: str) -> None:
+            sub.use(side)
+            starts: list[float] = []
+            hooks = []
+            for m in sub.active_modules():
+                hooks.append(m.register_forward_pre_hook(lambda *_: starts.append(time.perf_counter())))
+                hooks.append(m.register_forward_hook(
+                    lambda *_: per[side].append((time.perf_counter() - starts.pop()) * 1e6)))
+            try:
+                t0 = time.perf_counter()
+                step()
+                if cuda:
+                    torch.cuda.synchronize(dev)
+                step_ms[side].append((time.perf_counter() - t0) * 1e3)
+            finally:
+                for h in hooks:
+                    h.remove()
+
         for side in ("base", "variant"):
             sub.use(side)
             for _ in range(3):
                 step()
         if cuda:
             torch.cuda.synchronize(dev)
-            s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            s.record()
-            torch.cuda._sleep(10_000_000)
-            e.record()
-            torch.cuda.synchronize(dev)
-            cycles_per_ms = 10_000_000 / max(s.elapsed_time(e), 1e-3)
+        n = 0
         for r in range(rounds):
             if time.monotonic() > deadline:
                 break
             for side in (("base", "variant") if r % 2 == 0 else ("variant", "base")):
-                sub.use(side)
-                if cuda:
-                    hold_ms = 4 * max(statistics.median(cpu_ms[side]) if cpu_ms[side] else 50.0, 20.0)
-                    torch.cuda._sleep(int(hold_ms * cycles_per_ms))
-                    t0 = time.perf_counter()
-                    step()
-                    t1 = time.perf_counter()
-                    ev = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                    torch.cuda.synchronize(dev)
-                    ev[0].record()
-                    step()
-                    ev[1].record()
-                    torch.cuda.synchronize(dev)
-                    gpu_ms[side].append(ev[0].elapsed_time(ev[1]))
-                    blocked[side] += (t1 - t0) * 1e3 > 0.8 * hold_ms
-                else:
-                    t0 = time.perf_counter()
-                    step()
-                    t1 = time.perf_counter()
-                cpu_ms[side].append((t1 - t0) * 1e3)
-        med = {k: statistics.median(v) for k, v in cpu_ms.items() if v}
-        res = {"calls_per_step": calls, "rounds": len(cpu_ms["variant"]), "blocked": blocked,
-               "cpu_ms_per_step": {k: round(v, 4) for k, v in med.items()},
-               "cpu_ms_rounds": {k: [round(x, 4) for x in v] for k, v in cpu_ms.items()},
-               "step_ms": {k: round(statistics.median(v), 4) for k, v in gpu_ms.items() if v}}
-        if len(med) == 2 and calls:
-            res["added_us_per_call"] = round((med["variant"] - med["base"]) * 1e3 / calls, 2)
+                timed_step(side)
+            n += 1
+        med = {k: statistics.median(v) for k, v in per.items() if v}
+        res = {"calls_per_step": calls, "rounds": n, "method": "perf_counter around each replaced call "
+               "(forward pre/post hooks), unprofiled, the GPU fed; step: host wall time to synchronize",
+               "call_us": {k: round(v, 2) for k, v in med.items()},
+               "call_us_p25_p75": {k: [round(x, 2) for x in statistics.quantiles(v, n=4)[::2]]
+                                   for k, v in per.items() if len(v) > 1},
+               "calls_timed": {k: len(v) for k, v in per.items()},
+               "step_ms": {k: round(statistics.median(v), 4) for k, v in step_ms.items() if v}}
+        if len(med) == 2:
+            res["added_us_per_call"] = round(med["variant"] - med["base"], 2)
         return res
     finally:
         step.close()
 
 
 def cpu_probe_main(args: argparse.Namespace) -> int:
-    """`--cpu-probe`: per named row, the model step's unprofiled CPU time base and variant (cpu_probe.json)."""
+    """`--cpu-probe`: per named row, the replaced calls' host time in the model, base and variant (cpu_probe.json)."""
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     log = Log(out / "gpu_validate.log")
@@ -651,7 +647,7 @@ def cpu_probe_main(args: argparse.Namespace) -> int:
             rec = {"name": name, "status": f"error: {type(e).__name__}: {e}"}
         rec["seconds"] = round(time.monotonic() - t0, 1)
         records.append(rec)
-        log(f"== {name}: {json.dumps({k: v for k, v in rec.items() if k != 'cpu_ms_rounds'})}")
+        log(f"== {name}: {json.dumps(rec)}")
         (out / "cpu_probe.json").write_text(json.dumps({"device": args.device, "records": records}, indent=1) + "\n")
     log(f"done in {time.monotonic() - t_start:.0f} s: cpu_probe.json, gpu_validate.log")
     return 0 if all(r["status"] == "ok" for r in records) else 1
@@ -668,7 +664,7 @@ def main() -> int:
     ap.add_argument("--l2-probe", action="store_true", help="with --apriori: time both forwards per input L2 state")
     ap.add_argument("--clocks", action="store_true", help="sample SM clock and power (nvidia-smi) beside the run")
     ap.add_argument("--cpu-probe", action="store_true",
-                    help="only each named row's model step, unprofiled CPU time base and variant (no profiler)")
+                    help="only each named row's replaced calls, host time in the model base and variant (no profiler)")
     ap.add_argument("--dry-run", action="store_true", help="on this CPU with tiny models (the plumbing)")
     args = ap.parse_args()
     if args.dry_run:

@@ -420,3 +420,14 @@ def test_problems_toml_is_generated_from_the_suite_catalogues():
     assert {p.suite for p in kb} == {"KernelBench/level1"} and "19_ReLU" in {p.name for p in kb}
     assert [p.name for p in dlrm.PROBLEMS][:2] == ["01_EmbeddingBagSum", "02_WeightedMeanEmbeddingBag"]
     assert all(p.summary and p.shapes and p.stands_for and p.select for p in dlrm.PROBLEMS)
+
+
+def test_precision_state_answers_after_torch_s_two_precision_apis_were_mixed():
+    # torch.get_float32_matmul_precision raises once a per-backend fp32_precision was set; the harness records it
+    import subprocess
+    import sys
+    code = ("import torch; torch.backends.cuda.matmul.fp32_precision = 'tf32'\n"
+            "from headroom.verify.precision import precision_state\n"
+            "st = precision_state(); print(st['float32_matmul_precision'], st['matmul_fp32_precision'])")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    assert out[0] == "mixed" and out[-1] == "tf32"

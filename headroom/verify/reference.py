@@ -186,8 +186,10 @@ def prepare_reference(problem_path: str | Path, options: VerifyOptions | None = 
             raise UserError(f"{problem.path}: the reference fails: {type(e).__name__}: {e}") from None
         ref.error = f"out of memory in the harness preparing the reference: {e}"[:400]
     finally:
-        set_tf32(saved["allow_tf32_matmul"])
-        torch.backends.cudnn.allow_tf32 = saved["allow_tf32_cudnn"]
+        if isinstance(saved["allow_tf32_matmul"], bool):  # else torch's precision APIs were mixed: not a flag to restore
+            set_tf32(saved["allow_tf32_matmul"])
+        if isinstance(saved["allow_tf32_cudnn"], bool):
+            torch.backends.cudnn.allow_tf32 = saved["allow_tf32_cudnn"]
     return ref
 
 

@@ -193,6 +193,18 @@ def prepare_reference(problem_path: str | Path, options: VerifyOptions | None = 
     return ref
 
 
+def _forward_float64(ref: ReferenceRun, xs: list) -> list:
+    """The harness's float64 copy of the model on ``xs`` (the truth of a trial and of a timed check)."""
+    import torch
+
+    prev = torch.get_default_dtype()
+    try:
+        torch.set_default_dtype(torch.float64)
+        return _forward(ref.model64, [_to_double(x) for x in xs])
+    finally:
+        torch.set_default_dtype(prev)
+
+
 def _to_double(x: Any) -> Any:
     import torch
 
@@ -226,18 +238,14 @@ def truth(ref: ReferenceRun, spec: inp.TrialSpec, xs: list, notes: dict) -> Trut
     ref_out = _reference_forward(ref, xs, spec, f"running the reference on {spec.label}")
     t_out = None
     if ref.model64 is not None and ref.truth_fp32_note is None:
-        prev = torch.get_default_dtype()
         try:
-            torch.set_default_dtype(torch.float64)
-            t_out = _forward(ref.model64, [_to_double(x) for x in xs])
+            t_out = _forward_float64(ref, xs)
             if len(t_out) != len(ref_out) or any(a.shape != b.shape for a, b in zip(t_out, ref_out)):
                 raise RuntimeError("float64 outputs differ in structure")
         except Exception as e:
             t_out = None
             ref.truth_fp32_note = ("float64 did not fit in memory" if is_oom(e)
                                    else f"the reference does not run in float64 ({type(e).__name__})")
-        finally:
-            torch.set_default_dtype(prev)
         if ref.device.startswith("cuda"):
             torch.cuda.empty_cache()
     if t_out is None:
@@ -285,16 +293,12 @@ def timed_truth(ref: ReferenceRun, xs: list) -> list | None:
     try:
         out = None
         if ref.model64 is not None and ref.truth_fp32_note is None:
-            prev = torch.get_default_dtype()
             try:
-                torch.set_default_dtype(torch.float64)
-                out = _forward(ref.model64, [_to_double(x) for x in xs])
+                out = _forward_float64(ref, xs)
             except Exception as e:
                 if is_oom(e):
                     raise
                 out = None  # as in a trial: the float32 truth below
-            finally:
-                torch.set_default_dtype(prev)
         if out is None:
             set_tf32(False)
             try:

@@ -558,14 +558,14 @@ def cpu_probe(workload: str, opts: list[str], module: str, cand: Path, device: s
     from headroom.extract.capture import find_class, record_calls, instances_of, record_constructions
     from headroom.profile.registry import get_workload
     from headroom.profile.workload import Options
-    from headroom.validate.substitute import load_candidate_class, substitute
+    from headroom.validate.substitute import ReplaceSpec, load_candidate_class, substitute
 
     spec = get_workload(workload)
     dev = resolve_device(device)
     kw = _options(opts) | ({"flavour": "tiny"} if dev.type == "cpu" else {})
     cfg = spec.resolve(Options(**kw), dev.type)
     cls = find_class(spec, cfg, module)
-    classes = [(module, cls, cand, load_candidate_class(cand))]
+    classes = [ReplaceSpec(module, cls, cand, load_candidate_class(cand))]
     cuda = dev.type == "cuda"
     if cuda:
         torch.backends.cuda.matmul.allow_tf32 = cfg.tf32

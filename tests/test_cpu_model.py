@@ -407,3 +407,46 @@ def test_a_gpu_bound_trace_takes_its_cpu_clock_from_the_references_measured_call
     # Without a synchronisation the CPU stays hidden: the clock is left as the step says.
     quiet = project(analyze(path), [replace(measured, syncs=0.0)])
     assert quiet.estimate.cpu_scale == 1.0
+
+
+def test_a_calls_clock_faster_than_the_steps_gives_the_rest_of_the_step_to_the_gpu(tmp_path):
+    # 10 layers of a 10 us GEMM op (60 us kernel) and an RMSNorm of 8 ops (10 us, 2.5 us kernels): 99 us
+    # of CPU per layer against 80 us of GPU, 994 us/step profiled, 950 unprofiled. The step's clock puts
+    # the whole difference on the CPU: x0.956, still CPU-bound (the replay's GPU floor is 904 us: 800 us
+    # of kernels and the gaps and latencies it keeps). The reference's call measured at 44.5 us over its
+    # 89 us footprint says x0.5: GPU-bound, 904 us, and the other 5.1% of the step is the GPU's (its
+    # kernels 5.1% slower, plus drift, span 950 us). The fused call (30 us of CPU, one 5 us kernel) is
+    # GPU-bound at both clocks (about 694 us), so the two estimates differ by the base alone: the step's
+    # clock counts the 46 us above the GPU floor as CPU time the change hides, the calls' as GPU time.
+    from dataclasses import replace
+    sim = Sim()
+    steps(sim, 3, lambda s: chain_model(s, 10, gemm_cpu=10, gemm_gpu=60, chain_ops=8, chain_cpu=10,
+                                        chain_gpu=2.5, glue=1), tail_sync=True)
+    path = sim.write(tmp_path / "balanced.json", step_ms=0.95)
+    entry = replace(parse_cli_speedup("module:RMSNorm=4,launches=1"), call_us=30.0)
+    by_step = project(analyze(path), [entry])
+    by_calls = project(analyze(path), [replace(entry, reference_call_us=44.5)])
+    assert by_step.unprofiled.clock_source == "step" and 0.95 < by_step.unprofiled.cpu_scale < 0.96
+    u = by_calls.unprofiled
+    assert u.clock_source == "calls" and u.cpu_scale == pytest.approx(0.5)
+    assert u.window_scale == pytest.approx(950.0 / 904.0, rel=1e-4)
+    assert by_calls.estimate.baseline_us == pytest.approx(by_step.estimate.baseline_us) == pytest.approx(3 * 950.0)
+    assert "the rest of the unprofiled step (+5.1%) taken as the GPU's" in by_calls.estimate.method
+    assert by_step.estimate.speedup == pytest.approx(950.0 / 697.0, rel=2e-3)
+    assert by_calls.estimate.speedup == pytest.approx(904.0 / 694.0, rel=2e-3)
+
+
+def test_a_calls_clock_the_gpu_cannot_account_for_leaves_the_steps_clock(tmp_path):
+    # Launch-bound, 1980 us/step profiled and 1188 unprofiled: the step's clock is x0.6. A reference
+    # call measured at 44.5 us over its 89 us footprint says x0.5, whose replay falls 20% short of the
+    # step; kernels 20% slower do not lengthen a step the CPU bounds, so that rest is not the GPU's and
+    # the step's clock stays. One measured at 71.2 us (x0.8) is slower than the step allows: not taken.
+    from dataclasses import replace
+    path = launch_bound(tmp_path, step_ms=1.188)
+    entry = replace(parse_cli_speedup("module:RMSNorm=4,launches=1"), call_us=40.0)
+    plain = project(analyze(path), [entry])
+    assert plain.unprofiled.cpu_scale == pytest.approx(0.6, abs=0.001)
+    for ref in (44.5, 71.2):
+        r = project(analyze(path), [replace(entry, reference_call_us=ref)])
+        assert r.unprofiled.clock_source == "step" and r.unprofiled.cpu_scale == plain.unprofiled.cpu_scale
+        assert r.estimate.speedup == pytest.approx(plain.estimate.speedup, rel=1e-9)

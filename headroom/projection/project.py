@@ -272,23 +272,34 @@ def _uniform(n: int, f: float, mask: np.ndarray | None) -> np.ndarray:
 
 def _clock_from_calls(b: Baseline, res: Resolution, problems: ProblemMap,
                       unprof: Unprofiled | None) -> Unprofiled | None:
-    """The CPU clock of a GPU-bound trace, from calls measured outside the profiler.
+    """The CPU clock from calls measured outside the profiler (`reference_call_us`: verify): that time
+    over the trace's footprint of the same calls (median over such entries; the calls with a range).
 
-    Where the profiled step is within drift of the unprofiled one, the step time says nothing of how
-    much slower the profiled CPU ran (the GPU hid it), and the replay keeps the profiled CPU clock
-    (x1). That is harmless until a change makes the CPU matter: a host synchronisation per call drains
-    the GPU's queue, and the CPU work after it then runs at the replay's CPU speed. An entry that
-    measured its reference's call unprofiled (`reference_call_us`: verify) and adds synchronisations
-    gives the clock: that time over the trace's footprint of the same calls (median; the calls with a
-    range). Taken when it is below 1 and the replay at it still spans the unprofiled step within drift.
+    Where the profiled step is within drift of the unprofiled one, the step says nothing of how much
+    slower the profiled CPU ran (the GPU hid it) and the replay keeps the profiled clock (x1). That is
+    harmless until a change makes the CPU matter: a host synchronisation per call drains the GPU's
+    queue, and the CPU work after it runs at the replay's CPU speed. So an entry that adds
+    synchronisations gives the clock, taken when below 1 and when the replay at it still spans the
+    unprofiled step within drift.
+
+    Where the step's clock is a correction (`solve_cpu_scale` below 1), it puts all of the unprofiled
+    step's difference from the profiled replay on the CPU: the slowest CPU the step allows, exact only
+    if the GPU ran as fast in the timed steps as under the profiler. Where the timed steps' kernels ran
+    slower, it reads that as CPU overhead and can make a GPU-bound trace CPU-bound. Any entry's measured
+    calls then give the clock, taken when faster than the step's and when the GPU can account for the
+    rest of the step: the replay at the calls' clock with every kernel slower by that rest (and drift)
+    spans the step. The rest is the GPU's (`window_scale`). A launch-bound step fails that test (slower
+    kernels do not lengthen it): its step is the CPU's, and the step's clock stays.
     """
-    if unprof is None or unprof.cpu_scale != 1.0 or not unprof.reached:
+    if unprof is None or not unprof.reached:
         return unprof
+    corrected = unprof.cpu_scale < 1.0
     ratios: list[float] = []
     side: CpuSide | None = None
     for m in res.matches:
         e = m.entry
-        if not e.syncs or e.reference_call_us is None or e.launches is None or not m.applied.any():
+        if (not corrected and not e.syncs) or e.reference_call_us is None or e.launches is None \
+                or not m.applied.any():
             continue
         side = side or cpu_side(b)
         calls, _ = find_calls(b, side, e.selector, m.applied, problems)
@@ -296,16 +307,27 @@ def _clock_from_calls(b: Baseline, res: Resolution, problems: ProblemMap,
         if footprints:
             ratios.append(e.reference_call_us / float(np.median(footprints)))
     scale = float(np.median(ratios)) if ratios else 1.0
-    if not 0.0 < scale < 1.0:
+    if not 0.0 < scale < unprof.cpu_scale:
         return unprof
     target = unprof.step_us * unprof.num_steps
     window = replay(b, cpu_scale=scale).projected_us
-    if abs(window / target - 1.0) > noise(b):
+    drift = noise(b)
+    rest = target / window
+    if not corrected and abs(window / target - 1.0) > drift:
         return unprof
-    return dataclasses.replace(
-        unprof, cpu_scale=scale, window_scale=target / window, clock_source="calls",
-        note=f"{unprof.note}; the CPU clock from the reference's calls measured unprofiled (verify's "
-             f"call_us over their footprint in this trace, median of {len(ratios)} entr{'y' if len(ratios) == 1 else 'ies'})")
+    if corrected and rest > 1.0 + drift:
+        slower = np.full(len(b.events), 1.0 / (rest * (1.0 + drift)))
+        if replay(b, slower, cpu_scale=scale).projected_us < target:
+            return unprof
+    n = len(ratios)
+    note = (f"the CPU clock from the reference's calls measured unprofiled (verify's call_us over their footprint "
+            f"in this trace, median of {n} entr{'y' if n == 1 else 'ies'})")
+    if corrected:
+        note += f", faster than the step's ({cpu_clock(unprof.cpu_scale)})"
+        if abs(rest - 1.0) > 1e-3:
+            note += f"; the rest of the unprofiled step ({100 * (rest - 1.0):+.1f}%) taken as the GPU's"
+    return dataclasses.replace(unprof, cpu_scale=scale, window_scale=rest, clock_source="calls",
+                               note=f"{unprof.note}; {note}" if unprof.note else note)
 
 
 def _entry_calls(b: Baseline, side: CpuSide, m: EntryMatch, problems: ProblemMap, unprof: Unprofiled | None

@@ -38,15 +38,16 @@ def test_the_set_covers_sync_slower_training_and_launch_bound(rows):
 
 def test_these_rows_meet_the_targets(rows):
     met = {n for n, r in rows.items() if abs(r.error) <= r.target}
-    assert met == {"llama7b-prefill-rmsnorm", "llama7b-decode-bs1-rmsnorm", "llama7b-prefill-rmsnorm-fp64",
-                   "gpt2xl-decode-bs1-gelu", "dlrm-train-interaction", "llama7b-prefill-rmsnorm-checked",
-                   "bert-layernorm"}
+    assert met == {"llama7b-prefill-rmsnorm", "llama7b-prefill-rmsnorm-fp64", "gpt2xl-decode-bs1-gelu",
+                   "dlrm-train-interaction", "llama7b-prefill-rmsnorm-checked", "bert-layernorm"}
+    # llama-7b decode: -8.8% on the candidate's call_us of this run (90.6 us; 68.0 us a run earlier: -2.7%)
+    assert rows["llama7b-decode-bs1-rmsnorm"].error == pytest.approx(-0.0885, abs=0.0005)
     inside = {n for n, r in rows.items() if r.low <= r.measured <= r.high}
-    # the fp64 row's measurement is 0.0017 above its interval's high (0.9489 against 0.9472)
-    assert inside == (met | {"bert-layernorm"}) - {"llama7b-prefill-rmsnorm-fp64", "gpt2xl-prefill-gelu"}
+    # the fp64 row's measurement is 0.0015 above its interval's high (0.9489 against 0.9474)
+    assert inside == (met | {"llama7b-decode-bs1-rmsnorm"}) - {"llama7b-prefill-rmsnorm-fp64"}
     fp64 = rows["llama7b-prefill-rmsnorm-fp64"]
-    assert fp64.measured - fp64.high == pytest.approx(0.0017, abs=0.0001)
-    assert "7 of 8 rows meet the targets" in DOC.read_text()
+    assert fp64.measured - fp64.high == pytest.approx(0.0015, abs=0.0001)
+    assert "6 of 8 rows meet the targets" in DOC.read_text()
 
 
 def _project(name: str, tmp_path: Path, reference: float | None = None, **candidate: float):
@@ -82,14 +83,14 @@ def test_bert_layernorm_takes_its_cpu_clock_from_verifys_reference_calls(rows, t
     pc = json.loads((RUNS / r.name / "verify.json").read_text())["per_call"]
     assert (pc["reference"]["launches"], pc["candidate"]["launches"], pc["candidate"]["syncs"]) == (1, 1, 0.0)
     e = load_speedup_file(RUNS / r.name / "verify.json").entries[0]
-    assert e.call_us == pytest.approx(95.005, abs=0.01) and e.reference_call_us == pytest.approx(49.727, abs=0.01)
+    assert e.call_us == pytest.approx(84.275, abs=0.01) and e.reference_call_us == pytest.approx(32.485, abs=0.01)
     base = analyze(RUNS / r.name / "base.json.gz")
     problems = load_problems(next((RUNS / r.name).glob("*.toml")))
     est = project(base, [e], problems=problems)
     by_step = project(base, [replace(e, reference_call_us=None)], problems=problems)
     # The step's clock: x0.878 reproduces the unprofiled 14.516 ms, with the GPU as profiled.
     assert by_step.unprofiled.cpu_scale == pytest.approx(0.878, abs=0.001)
-    assert by_step.estimate.speedup == pytest.approx(0.9460, abs=0.0001)   # -8.8%
+    assert by_step.estimate.speedup == pytest.approx(0.9628, abs=0.0001)   # -7.2%
     # At it the CPU alone (every kernel free) takes 14.44 ms of the 14.52: CPU-bound by construction,
     # every us the 25 calls add lands on the step. Validate's own timed steps rule it out: the base's
     # warm-up block took 13.83 + 13.31 ms, the variant's fastest block 13.59 ms a step, against 14.44
@@ -101,14 +102,18 @@ def test_bert_layernorm_takes_its_cpu_clock_from_verifys_reference_calls(rows, t
     timing = json.loads((RUNS / r.name / "run.json").read_text())["timing"]
     assert sum(timing["warmup_ms"]["base"]) / 2 < 13.6
     assert min(statistics.fmean(x["variant_ms"]) for x in timing["rounds"]) == pytest.approx(13.59, abs=0.01)
-    # verify's reference call, 49.73 us unprofiled over its 64.57 us footprint here: x0.770. The replay
-    # at it spans 13.98 ms: the other 3.9% of the step is the GPU's (its kernels slower in the timed steps).
+    # verify's reference call, 32.48 us unprofiled over its 64.57 us footprint here: x0.503; the rest
+    # of the step (5.7%) is the GPU's (its kernels slower in the timed steps).
     u = est.unprofiled
-    assert u.clock_source == "calls" and u.cpu_scale == pytest.approx(49.727 / 64.570, abs=0.0005)
-    assert u.window_scale == pytest.approx(1.0385, abs=0.0005)
-    assert "the rest of the unprofiled step (+3.9%) taken as the GPU's" in est.estimate.method
-    assert est.estimate.speedup == pytest.approx(r.estimate) == pytest.approx(1.0210, abs=0.0001)
+    assert u.clock_source == "calls" and u.cpu_scale == pytest.approx(32.485 / 64.570, abs=0.0005)
+    assert u.window_scale == pytest.approx(1.0566, abs=0.0005)
+    assert "the rest of the unprofiled step (+5.7%) taken as the GPU's" in est.estimate.method
+    assert est.estimate.speedup == pytest.approx(r.estimate) == pytest.approx(1.0667, abs=0.0001)
     assert abs(r.error) <= r.target and r.low <= r.measured <= r.high
+    # The verify run before (2.039x; call_us reference 49.73, candidate 95.0 us): x0.770, 1.0210x (-1.6%).
+    prev = _project(r.name, tmp_path, reference=49.727, call_us=95.005, speedup=2.039)
+    assert prev.unprofiled is not None and prev.unprofiled.cpu_scale == pytest.approx(49.727 / 64.570, abs=0.0005)
+    assert prev.estimate is not None and prev.estimate.speedup == pytest.approx(1.0210, abs=0.0002)
     # With the 2026-12-03 verify (1.756x; call_us reference 37.08, candidate 57.58 us) the calls' clock
     # is x0.574 and the estimate 1.0554x (+1.7%); the step's clock gave 1.0072x (-2.9%) with it and
     # -8.8% with the 2026-12-04 run (the knee it sits on moves the estimate -0.17 points per us of the
@@ -120,7 +125,7 @@ def test_bert_layernorm_takes_its_cpu_clock_from_verifys_reference_calls(rows, t
     cpu = res["detail"]["part_cpu"]
     assert cpu["call_us"] == pytest.approx(112.65, abs=0.01)
     at_model = _project(r.name, tmp_path, call_us=cpu["call_us"]).estimate
-    assert at_model is not None and at_model.speedup == pytest.approx(0.9909, abs=0.0002)
+    assert at_model is not None and at_model.speedup == pytest.approx(1.0651, abs=0.0002)
 
 
 def test_training_backward_kernels_keep_their_launches(rows):
@@ -153,9 +158,9 @@ def test_verify_agrees_with_the_part_inside_the_model_within_these_ratios(rows):
     assert agreement_table(agree) in DOC.read_text()
     assert len(agree) == 7 and {a.name for a in agree if not a.agrees} == {"llama7b-prefill-rmsnorm"}
     by = {a.name: a for a in agree}
-    assert by["llama7b-prefill-rmsnorm"].ratio == pytest.approx(0.839, abs=0.001)
-    assert by["bert-layernorm"].ratio == pytest.approx(0.985, abs=0.001)
-    assert by["llama7b-prefill-rmsnorm-fp64"].ratio == pytest.approx(0.980, abs=0.001)
+    assert by["llama7b-prefill-rmsnorm"].ratio == pytest.approx(0.865, abs=0.001)
+    assert by["bert-layernorm"].ratio == pytest.approx(0.990, abs=0.001)
+    assert by["llama7b-prefill-rmsnorm-fp64"].ratio == pytest.approx(0.981, abs=0.001)
     assert "6 of 7 within ±10%" in DOC.read_text()
 
 
@@ -168,18 +173,24 @@ def test_the_rmsnorm_ratio_decomposes_and_the_probes_cold_state_holds_the_launch
     # per forward: verify's clock, verify's profiled kernels, the model's profiled kernels
     rec = _probe_record("llama7b-prefill-rmsnorm")
     v = json.loads((RUNS / "llama7b-prefill-rmsnorm" / "verify.json").read_text())
-    clock = {s: v["timing"][k]["median"] * 1e3 for s, k in (("reference", "reference_tf32"), ("candidate", "candidate"))}
-    alone = rec["in_model"]["verify_kernel_us_per_call"]
+    keys = (("reference", "reference_tf32"), ("candidate", "candidate"))
+    clock = {s: v["timing"][k]["median"] * 1e3 for s, k in keys}
+    events = {s: v["timing"]["child_clock_ms"][k] * 1e3 for s, k in keys}
+    alone = {s: v["per_call"][s]["kernel_us"] for s, _ in keys}
     model = rec["in_model"]["model_kernel_us_per_call"]
+    # the harness's clock is the child's own CUDA events within 0.1 us per forward (its null phases
+    # write their inputs too: the GPU's switch from the harness's context is subtracted)
+    assert abs(clock["candidate"] - events["candidate"]) < 0.1 and abs(clock["reference"] - events["reference"]) < 0.2
     ref_term = clock["reference"] / model["reference"]
     gap_term = alone["candidate"] / clock["candidate"]
     kernel_term = model["candidate"] / alone["candidate"]
-    assert (round(ref_term, 3), round(gap_term, 3), round(kernel_term, 3)) == (0.954, 0.902, 0.975)
+    assert (round(ref_term, 3), round(gap_term, 3), round(kernel_term, 3)) == (0.951, 0.951, 0.957)
     assert ref_term * gap_term * kernel_term == pytest.approx(rows["llama7b-prefill-rmsnorm"].verify_vs_part, rel=1e-3)
     us = rec["l2_probe"]["us"]
     # after a GEMM the reference runs as in the model; cold, the candidate's interval holds its launch
     assert us["produced_gemm"]["reference"] == pytest.approx(model["reference"], rel=0.005)
-    assert us["cold"]["candidate"] > 1.4 * clock["candidate"] and us["produced"]["candidate"] < clock["candidate"]
+    assert us["cold"]["candidate"] > 1.4 * clock["candidate"]
+    assert us["produced"]["candidate"] / clock["candidate"] == pytest.approx(1.0, abs=0.01)  # the L2 state: < 1%
     # the LayerNorm candidate, 2x faster on verify's clock, reads slower than its reference in the probe
     # until a GEMM keeps the GPU busy through its ~95 us CPU call
     bert = _probe_record("bert-layernorm")
@@ -373,8 +384,8 @@ def test_the_fp64_candidate_runs_the_models_kernels_alone(rows):
     model_cand = res["detail"]["part_variant"]["us"] / res["detail"]["calls_per_step"]
     # re-verified with the problem's PARAM_DTYPE (the model's bf16 weight): 8 launches as in the model
     assert v["candidate"]["launches"] == 8 and res["part"]["launches_per_call"] == [8.0, 8.0]
-    assert v["candidate"]["kernel_us"] / model_cand == pytest.approx(0.9725, abs=0.001)
-    assert r.error == pytest.approx(-0.0099, abs=0.0005) and abs(r.error) <= r.target
+    assert v["candidate"]["kernel_us"] / model_cand == pytest.approx(0.9702, abs=0.001)
+    assert r.error == pytest.approx(-0.0097, abs=0.0005) and abs(r.error) <= r.target
 
 
 def test_the_render_replaces_the_table_in_place(rows, tmp_path):
@@ -390,3 +401,46 @@ def test_the_render_replaces_the_table_in_place(rows, tmp_path):
         update_table("no table here", table)
     with pytest.raises(ValueError, match="found 2"):
         update_table(f"{head}\n\n{head}\n", table)
+
+
+def _gate_probes() -> list[dict]:
+    import gzip
+
+    return [json.loads(gzip.open(p).read()) for p in sorted((REPO / "docs" / "gpu" / "measure").glob("gate_probe.*.json.gz"))]
+
+
+def test_the_gated_clock_of_a_memory_bound_kernel_does_not_depend_on_its_inputs_memory():
+    # scripts/gpu_gate_probe.py on the H200, three processes: the fused RMSNorm queued 64 forwards deep
+    # behind a gate reads 35.7-36.1 us per forward on CUDA events whatever the ring (IPC-mapped or the
+    # child's own), the inputs (a slot per forward or one) and the outputs (kept or dropped); its
+    # profiled kernel, launched with the GPU idle between calls, 33.8-34.2 us; inside the model 32.9 us.
+    probes = _gate_probes()
+    assert len(probes) == 3 and all(not p["errors"] and p["device"] == "NVIDIA H200" for p in probes)
+    for p in probes:
+        plain = [r for r in p["state"] if r["context"] == "none"]
+        cand = [r["us_per_forward"] for r in plain if r["model"] == "candidate"]
+        ref = [r["us_per_forward"] for r in plain if r["model"] == "reference"]
+        assert len(cand) == 8 and max(cand) / min(cand) < 1.012 and 35.5 < min(cand) and max(cand) < 36.3
+        assert max(ref) / min(ref) < 1.003
+        kernels = [k["median_us"] for r in plain if r["model"] == "candidate" and r.get("kernels")
+                   for k in r["kernels"].values()]
+        assert kernels and all(33.7 < k < 34.3 for k in kernels)
+        # the gate wakes the stream in 5-17 us however long it waited closed (0-8 ms)
+        wake = [statistics.median(g["host_minus_events_us"]) for g in p["gate"]]
+        assert len(wake) == 12 and max(wake) < 20
+
+
+def test_a_call_costs_the_same_cpu_time_behind_the_gate_as_with_the_gpu_idle():
+    # the raw call (no harness work around it): behind the closed gate within 15% of the call timed with
+    # the GPU idle before it; verify's call_us of the same candidates (gated enqueue less a null Run)
+    # holds the harness's own per-forward work besides: 68.0 and 90.6 us in two runs for this 33-35 us call.
+    for p in _gate_probes()[1:]:
+        calls = {(c["size"], c["model"], c["mode"]): statistics.median(c["us_per_call"]) for c in p["calls"]}
+        for size in ("decode", "prefill"):
+            for model in ("candidate", "reference"):
+                assert calls[(size, model, "gated")] == pytest.approx(calls[(size, model, "idle")], rel=0.15)
+        assert 30 < calls[("decode", "candidate", "gated")] < 40 and 80 < calls[("decode", "reference", "gated")] < 100
+    runs = [r for r in json.loads((RUNS / "loop.json").read_text())["records"]
+            if r["name"] == "llama7b-decode-bs1-rmsnorm" and (r.get("verify") or {}).get("per_call")]
+    cand = sorted(round(r["verify"]["per_call"]["candidate"]["call_us"], 1) for r in runs[-2:])
+    assert cand == [68.0, 90.6]

@@ -87,7 +87,7 @@ def test_a_candidate_timed_serialised_projects_its_kernel_time_ratio_and_its_syn
 
 def test_drift_parameters_are_shipped_data():
     d = load_drift()
-    assert (d.slower, d.faster) == (0.04, 0.01) and "issue #12" in d.source
+    assert (d.slower, d.faster) == (0.04, 0.01) and "hand measurements on the H200" in d.source
 
 
 def test_bad_drift_file(tmp_path):

@@ -431,3 +431,23 @@ def test_precision_state_answers_after_torch_s_two_precision_apis_were_mixed():
             "st = precision_state(); print(st['float32_matmul_precision'], st['matmul_fp32_precision'])")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
     assert out[0] == "mixed" and out[-1] == "tf32"
+
+
+def test_stream_ordering_fails_only_when_every_call_of_the_trial_waited():
+    # One long wait (the child descheduled inside the synchronise; an honest cuDNN convolution once waited
+    # 278 us on the H200) is followed by a call that waited microseconds: ordered.
+    once = cmp.Agg("stream_ordering")
+    cmp.record_ordering("mixed_scales", [0.278, 0.004], once)
+    assert once.check().passed and once.check().detail == "all work ordered on the caller's stream"
+    # A side stream left running waits at every call: fails, with each wait in the detail.
+    every = cmp.Agg("stream_ordering")
+    cmp.record_ordering("mixed_scales", [0.278, 0.300, 0.251], every)
+    check = every.check()
+    assert not check.passed
+    assert "278, 300, 251 us" in check.detail and "(3 call(s))" in check.detail
+    # At the limit is ordered, just past it is not.
+    edge = cmp.Agg("stream_ordering")
+    cmp.record_ordering("t", [cmp.UNORDERED_MS], edge)
+    assert edge.check().passed
+    cmp.record_ordering("t", [cmp.UNORDERED_MS + 1e-6], edge)
+    assert not edge.check().passed

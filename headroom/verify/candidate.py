@@ -41,6 +41,11 @@ from headroom.verify.results import VerifyResult
 from headroom.verify.session import Timed, fresh_sets, place, time_candidate
 
 
+# A trial whose device-wide synchronise waited past the limit is called this many more times (same inputs)
+# before stream_ordering fails: on the H200 an honest cuDNN convolution once waited 278 us.
+ORDERING_REPEATS = 2
+
+
 def verify_candidate(problem_path: str | Path, candidate_path: str | Path, options: VerifyOptions | None = None,
                      reference: ReferenceRun | None = None, progress: Callable[[str], None] | None = None,
                      built: bld.BuildResult | None = None) -> VerifyResult:
@@ -207,9 +212,21 @@ def _trials(ref: ReferenceRun, child: Child, aggs: dict, info: dict, notes: dict
         max_numel = max(max_numel, 4 * max((t.numel() for t in tr.ref_out), default=1) + 1024)
         reply = child.request(P.Trial(seq=0, index=spec.index, args=args), stage=f"trial {spec.index} ({spec.label})")
         violations.update(reply.violations)
-        if ref.device.startswith("cuda"):
-            cmp.record_ordering(tr.label, reply.unordered_ms, aggs["stream_ordering"])
         outs = _read_outputs(child, reply.outputs, max_numel, ref.device, tr.label, aggs)
+        if ref.device.startswith("cuda"):
+            waits = [reply.unordered_ms]
+            # A wait past the limit once may be the child descheduled inside the synchronise: the same call
+            # again. Each repeat's outputs are checked as the trial's are, so a repeat cannot hide a wrong call.
+            while min(waits) > cmp.UNORDERED_MS and len(waits) <= ORDERING_REPEATS and outs is not None:
+                again = child.request(P.Trial(seq=0, index=spec.index, args=args),
+                                      stage=f"trial {spec.index} ({spec.label}) again")
+                violations.update(again.violations)
+                waits.append(again.unordered_ms)
+                again_outs = _read_outputs(child, again.outputs, max_numel, ref.device, tr.label, aggs)
+                if again_outs is not None:
+                    cmp.compare_outputs(tr, again_outs, aggs, info)
+                del again_outs
+            cmp.record_ordering(tr.label, waits, aggs["stream_ordering"])
         after = [ck.digest(v) for v in views if _is_tensor(v)]
         cmp.record_inputs(tr.label, before, after, aggs["no_input_mutation"])
         errors: list = []

@@ -449,4 +449,23 @@ def test_a_calls_clock_the_gpu_cannot_account_for_leaves_the_steps_clock(tmp_pat
     for ref in (44.5, 71.2):
         r = project(analyze(path), [replace(entry, reference_call_us=ref)])
         assert r.unprofiled.clock_source == "step" and r.unprofiled.cpu_scale == plain.unprofiled.cpu_scale
-        assert r.estimate.speedup == pytest.approx(plain.estimate.speedup, rel=1e-9)
+        # with the reference's call beside it only the ratio is taken, on each call's ~89 us footprint at
+        # the step's clock: the estimate of a call measured at 89 x 0.6 x 40 / ref us
+        same = project(analyze(path), [replace(entry, call_us=89.0 * 0.6 * 40.0 / ref)])
+        assert r.estimate.speedup == pytest.approx(same.estimate.speedup, rel=1e-3)
+        assert r.estimate.speedup != pytest.approx(plain.estimate.speedup, rel=1e-3)
+
+
+def test_a_call_measured_beside_its_reference_projects_the_same_on_a_slower_machine(tmp_path):
+    # verify's two children ran on a CPU a third slower than the trace's: both calls read 1.33x longer.
+    # Their ratio is what the estimate takes, so it does not move; the candidate's call alone would.
+    from dataclasses import replace
+    path = launch_bound(tmp_path, step_ms=1.188)
+    entry = replace(parse_cli_speedup("module:RMSNorm=4,launches=1"), call_us=40.0, reference_call_us=60.0)
+    slower = replace(entry, call_us=40.0 * 1.33, reference_call_us=60.0 * 1.33)
+    a, b = project(analyze(path), [entry]), project(analyze(path), [slower])
+    assert a.estimate.speedup == pytest.approx(b.estimate.speedup, rel=1e-9)
+    alone = project(analyze(path), [replace(slower, reference_call_us=None)])
+    assert alone.estimate.speedup < a.estimate.speedup - 0.01
+    info = a.entries[0].cpu
+    assert info["call_ratio"] == pytest.approx(40.0 / 60.0) and info["call_us_applied"].startswith("ratio")

@@ -225,7 +225,8 @@ def blocking_call_names() -> re.Pattern:
 
 def change_calls(calls: list[Call], launches: int, side: CpuSide, bound: str = "estimate",
                  per_record_us: float = 0.0, cpu_scale: float = 1.0,
-                 call_us: float | None = None, syncs: float | None = None) -> list[CallChange]:
+                 call_us: float | None = None, syncs: float | None = None,
+                 reference_call_us: float | None = None) -> list[CallChange]:
     """The calls after the change, for one CPU outcome of the estimate.
 
     ``estimate``: each new launch costs a single-launch op of the thread; ``high``: only a launch call;
@@ -239,6 +240,10 @@ def change_calls(calls: list[Call], launches: int, side: CpuSide, bound: str = "
     ``footprint - o x its records - call_us``), the new kernels launched evenly through the new
     footprint, the last one launch call before its end; ``high`` and ``low`` stay bounds that do not
     depend on it. With `call_us` every call changes (its CPU time is measured, whatever its kernel count).
+    With `reference_call_us` too (the call before the change, measured in the same run: verify's two
+    children, interleaved) only their ratio is taken, applied to each call's own time in this trace
+    (``footprint x ratio`` on the profiled clock; per record, the footprint less its records' overhead
+    x ratio): the machine and the moment verify ran on cancel, as the trace's calls carry this run's.
     Calls whose kernel count is already `launches` do not change otherwise; nor do calls with a blocking
     call inside, nor orphan kernels (``Call.orphan``). `syncs` (host synchronisations per call after the change, measured by verify): each
     changed call ends with that many waits for the GPU to finish everything queued (the replay's
@@ -247,6 +252,7 @@ def change_calls(calls: list[Call], launches: int, side: CpuSide, bound: str = "
     out = []
     n_sync = int(round(syncs)) if syncs is not None and syncs > 0 else 0
     measured = call_us is not None and bound in ("estimate", "per_record")
+    ratio = call_us / reference_call_us if call_us is not None and reference_call_us else None
     for c in calls:
         if (c.kernels == launches and call_us is None) or c.blocked or c.orphan or len(c.events) == 0:
             continue
@@ -258,9 +264,10 @@ def change_calls(calls: list[Call], launches: int, side: CpuSide, bound: str = "
         added = n * per
         if measured and call_us is not None:
             scale = cpu_scale if cpu_scale > 0 else 1.0
-            added = call_us / scale
+            added = c.footprint_us * ratio if ratio is not None else call_us / scale
             if bound == "per_record" and per_record_us > 0:
-                saved = (c.footprint_us - per_record_us * c.records) - call_us
+                before = c.footprint_us - per_record_us * c.records
+                saved = before - (max(before, 0.0) * ratio if ratio is not None else call_us)
                 added = max(c.footprint_us - saved / scale, 0.0)
             step = added / len(groups) if groups else 0.0
             at = [max((k + 1) * step - min(cost.launch_us, step), 0.0) for k in range(len(groups))]

@@ -339,7 +339,8 @@ def _entry_calls(b: Baseline, side: CpuSide, m: EntryMatch, problems: ProblemMap
     calls, warnings = find_calls(b, side, e.selector, m.applied, problems)
     o = unprof.per_record_us if unprof is not None else 0.0
     scale = unprof.cpu_scale if unprof is not None else 1.0
-    by_bound = {bound: change_calls(calls, launches, side, bound, o, scale, e.call_us, e.syncs) for bound in BOUNDS}
+    by_bound = {bound: change_calls(calls, launches, side, bound, o, scale, e.call_us, e.syncs,
+                                     e.reference_call_us) for bound in BOUNDS}
     est = by_bound["estimate"]
     kernels = np.array([c.kernels for c in calls]) if calls else np.zeros(0)
     blocked = [c for c in calls if c.blocked]
@@ -350,7 +351,12 @@ def _entry_calls(b: Baseline, side: CpuSide, m: EntryMatch, problems: ProblemMap
     main = max(calls, key=lambda c: c.footprint_us) if calls else None
     cost = side.cost(main.pid, main.tid) if main else None
     steps = max(b.num_steps, 1)
-    info = {"launches": e.launches, "call_us": e.call_us, "syncs": e.syncs, "call_kind": kinds[0] if len(kinds) == 1 else kinds,
+    ratio = e.call_us / e.reference_call_us if e.call_us is not None and e.reference_call_us else None
+    info = {"launches": e.launches, "call_us": e.call_us, "syncs": e.syncs,
+            "call_ratio": ratio, "call_us_applied": ("ratio to the reference's call, on each call's time in this trace"
+                                                     if ratio is not None else "as measured" if e.call_us is not None
+                                                     else None),
+            "call_kind": kinds[0] if len(kinds) == 1 else kinds,
             "calls": len(calls), "calls_per_step": len(calls) / steps,
             "kernels_per_call": float(np.median(kernels)) if len(kernels) else 0.0,
             "changed_calls": len(est), "blocked_calls": len(blocked),

@@ -6,11 +6,15 @@ then measured with the candidate swapped into the model.
     python -m headroom.report.apriori docs/gpu/apriori --json     # the rows as JSON
     python -m headroom.report.apriori docs/gpu/apriori --update docs/validation.md   # the tables there replaced
     python -m headroom.report.apriori docs/gpu/apriori --agreement   # verify against the part in the model
+    python -m headroom.report.apriori docs/gpu/apriori --reruns      # every verify run of a row; every whole loop
 
 Each directory under the given one holds one substitution: `base.json.gz` (validate's base trace),
 `verify.json` (verify's result on the problem extract wrote), the problem's `.toml` entry, and
-`result.json` (validate's measurement). The projection is recomputed here with the code at hand,
-exactly as `headroom project base.json.gz --problems ENTRY.toml --speedups verify.json` does.
+`result.json` (validate's measurement), and optionally `verify.<run>.json`: another verify run of the same
+problem (`--reruns` projects each onto the same base trace, against the same measurement). The projection
+is recomputed here with the code at hand, exactly as `headroom project base.json.gz --problems ENTRY.toml
+--speedups verify.json` does. `loop.json`'s whole-loop records (extract, verify, project, validate in one
+call, each with its own base trace and measurement) are reported as that call computed them.
 """
 
 from __future__ import annotations
@@ -56,14 +60,14 @@ class AprioriRow:
         return self.verify_speedup / self.part_speedup
 
 
-def _row(d: Path) -> AprioriRow:
+def _row(d: Path, verify_file: str = "verify.json") -> AprioriRow:
     entry = next(d.glob("*.toml"))
-    verify = json.loads((d / "verify.json").read_text())
+    verify = json.loads((d / verify_file).read_text())
     result = json.loads((d / "result.json").read_text())
-    speedups = load_speedup_file(d / "verify.json")
+    speedups = load_speedup_file(d / verify_file)
     res = project(analyze(d / "base.json.gz"), speedups.entries, problems=load_problems(entry))
     est = res.estimate
-    assert est is not None and est.low is not None and est.high is not None, f"{d}: no estimate"
+    assert est is not None and est.low is not None and est.high is not None, f"{d / verify_file}: no estimate"
     pc = verify.get("per_call") or {}
     ref_k, cand_k = ((pc.get(w) or {}).get("kernel_us") for w in ("reference", "candidate"))
     measured = float(result["measured"]["speedup"])
@@ -139,6 +143,99 @@ def apriori_table(rows: list[AprioriRow]) -> str:
     return "\n".join(out)
 
 
+@dataclass(frozen=True)
+class RerunRow:
+    """One verify run of a row's problem projected onto the row's base trace, against the row's measurement."""
+    run: str                     # "table" (the row's verify.json) or the tag of verify.<tag>.json
+    row: AprioriRow
+    call_us: tuple[float, float] | None  # verify's CPU time per call: candidate, reference (us)
+
+    @property
+    def call_ratio(self) -> float | None:
+        return self.call_us[0] / self.call_us[1] if self.call_us and self.call_us[1] > 0 else None
+
+
+def _call_us(path: Path) -> tuple[float, float] | None:
+    pc = json.loads(path.read_text()).get("per_call") or {}
+    c, r = ((pc.get(w) or {}).get("call_us") for w in ("candidate", "reference"))
+    return (float(c), float(r)) if c is not None and r is not None else None
+
+
+def rerun_rows(root: Path) -> list[RerunRow]:
+    """Every row with more than one verify run: each run's projection, the table's run first."""
+    out: list[RerunRow] = []
+    for d in sorted(p for p in Path(root).iterdir() if (p / "verify.json").is_file()):
+        others = sorted(p.name for p in d.glob("verify.*.json"))
+        if not others:
+            continue
+        for f in ["verify.json", *others]:
+            tag = "table" if f == "verify.json" else f[len("verify."):-len(".json")]
+            out.append(RerunRow(tag, _row(d, f), _call_us(d / f)))
+    return out
+
+
+def rerun_table(rows: list[RerunRow]) -> str:
+    out = ["| substitution | regime | verify run | verify | call_us candidate / reference (µs) | "
+           "a-priori estimate [low, high] | measured | error (target) |",
+           "|---|---|---|---:|---:|---:|---:|---:|"]
+    for x in rows:
+        r = x.row
+        calls = f"{x.call_us[0]:.1f} / {x.call_us[1]:.1f} ({x.call_ratio:.3f})" if x.call_us else "–"
+        ok = "yes" if abs(r.error) <= r.target else "**no**"
+        out.append(f"| {r.name} | {'launch-bound' if r.launch_bound else 'GPU-bound'} | {x.run} | "
+                   f"{r.verify_speedup:.3f}x | {calls} | {r.estimate:.4f}x [{r.low:.4f}, {r.high:.4f}] | "
+                   f"{r.measured:.4f}x | {100 * r.error:+.1f}% (±{100 * r.target:.0f}%: {ok}) |")
+    return "\n".join(out)
+
+
+@dataclass(frozen=True)
+class LoopRun:
+    """One whole loop of `scripts/gpu_validate.py` (its own base trace, verify run and measurement)."""
+    name: str
+    call: int
+    launch_bound: bool
+    verify_speedup: float
+    part_speedup: float
+    estimate: float
+    low: float
+    high: float
+    measured: float
+    measured_ci: tuple[float, float]
+    error: float
+
+    @property
+    def target(self) -> float:
+        return LAUNCH_BOUND_TARGET if self.launch_bound else GPU_BOUND_TARGET
+
+
+def loop_runs(loop: Path) -> list[LoopRun]:
+    """The records of `loop.json` that ran the whole loop and projected verify's speedup, by row then call."""
+    out = []
+    for r in json.loads(loop.read_text())["records"]:
+        v, p = r.get("validate"), r.get("project_from_verify")
+        if not v or not p or p.get("measured") is None:
+            continue
+        ci = v["measured"]["ci"]
+        out.append(LoopRun(str(r["name"]), int(r["call"]), bool(v["baseline"]["launch_bound"]),
+                           float(r["verify"]["speedup"]), float(r["in_model"]["part_speedup"]),
+                           float(p["estimate"]), float(p["low"]), float(p["high"]), float(p["measured"]),
+                           (float(ci[0]), float(ci[1])), float(p["error"])))
+    return sorted(out, key=lambda x: (x.name, x.call))
+
+
+def loop_table(runs: list[LoopRun]) -> str:
+    out = ["| substitution | call | verify | in model | a-priori estimate [low, high] | measured (95% CI) | "
+           "error (target) |",
+           "|---|---:|---:|---:|---:|---:|---:|"]
+    for x in runs:
+        ok = "yes" if abs(x.error) <= x.target else "**no**"
+        out.append(f"| {x.name} | {x.call} | {x.verify_speedup:.3f}x | {x.part_speedup:.3f}x | "
+                   f"{x.estimate:.4f}x [{x.low:.4f}, {x.high:.4f}] | "
+                   f"{x.measured:.4f}x ({x.measured_ci[0]:.4f}–{x.measured_ci[1]:.4f}) | "
+                   f"{100 * x.error:+.1f}% (±{100 * x.target:.0f}%: {ok}) |")
+    return "\n".join(out)
+
+
 def update_table(text: str, table: str) -> str:
     """`text` with the table that has `table`'s header (from the header row to the last row after it)
     replaced by `table`."""
@@ -154,28 +251,35 @@ def update_table(text: str, table: str) -> str:
 
 
 def main(argv: list[str]) -> int:
-    usage = "usage: python -m headroom.report.apriori DIR [--json | --agreement | --update DOC.md]"
+    usage = "usage: python -m headroom.report.apriori DIR [--json | --agreement | --reruns | --update DOC.md]"
     if not argv or not Path(argv[0]).is_dir():
         print(usage, file=sys.stderr)
         return 2
-    rows = apriori_rows(Path(argv[0]))
-    agree = agreement_table(agreement_rows(rows, probes(Path(argv[0]) / "loop.json")))
+    root = Path(argv[0])
+    rows = apriori_rows(root)
+    agree = agreement_table(agreement_rows(rows, probes(root / "loop.json")))
+    reruns, loops = rerun_table(rerun_rows(root)), loop_table(loop_runs(root / "loop.json"))
     if "--update" in argv[1:]:
         i = argv.index("--update")
         doc = Path(argv[i + 1]) if i + 1 < len(argv) else None
         if doc is None or not doc.is_file():
             print(usage, file=sys.stderr)
             return 2
+        text = doc.read_text()
         try:
-            doc.write_text(update_table(update_table(doc.read_text(), apriori_table(rows)), agree))
+            for table in (apriori_table(rows), agree, reruns, loops):
+                text = update_table(text, table)
         except ValueError as e:
             print(f"{doc}: {e}", file=sys.stderr)
             return 2
+        doc.write_text(text)
         return 0
     if "--json" in argv[1:]:
         print(json.dumps([asdict(r) for r in rows], indent=1))
     elif "--agreement" in argv[1:]:
         print(agree)
+    elif "--reruns" in argv[1:]:
+        print(reruns + "\n\n" + loops)
     else:
         print(apriori_table(rows))
     return 0

@@ -34,6 +34,10 @@ SpeedupsOpt = typer.Option(None, "--speedups", "-f", metavar="FILE", help=(
     "Speedup file (.toml/.json/.csv) or `headroom verify` JSON; repeatable."))
 ProblemsOpt = typer.Option(None, "--problems", metavar="FILE",
                            help="TOML file adding/replacing problem -> selector mappings.")
+GraphSourceOpt = typer.Option(None, "--graph-source", metavar="TRACE", help=(
+    "A trace of the same step run eagerly (or holding the CUDA graph's capture): kernels replayed from a "
+    "graph take their op, module and phase from it when the analysed trace does not hold the capture "
+    "(docs/graphs.md)."))
 TracesArg = typer.Argument(..., metavar="TRACE...",
                            help="Trace files (.json/.json.gz) or directories of per-rank traces.")
 
@@ -54,6 +58,7 @@ class Reader:
     lenient: bool = False
     no_cache: bool = False
     failed: List[str] = field(default_factory=list)
+    graph_source: Optional[Path] = None
     # --engine: where each trace is read (headroom.cli.engine); `product`: the command's per-trace work (a
     # module-level function of one Analysis), done by each trace's task with --engine ray (`per_trace`).
     engine: str = "local"
@@ -65,6 +70,18 @@ class Reader:
         from headroom.trace.classify import load_classifier
 
         self._rules, self._policy = load_classifier(self.rules, self.policy)
+        self._graph_source: Any = None
+        if self.graph_source is not None and (self.engine != "local" or self.address is not None):
+            raise UserError("--graph-source is read in this process: leave out --engine/--address")
+
+    def source_trace(self) -> Any:
+        """The --graph-source trace, loaded once (None without one)."""
+        if self.graph_source is not None and self._graph_source is None:
+            from headroom.trace.load import load_trace
+
+            with progress(f"reading {Path(self.graph_source).name}"):
+                self._graph_source = load_trace(self.graph_source, lenient=self.lenient, use_cache=not self.no_cache)
+        return self._graph_source
 
     def files(self, paths: List[Path]) -> Iterator[list[Path]]:
         """The trace files of each path, path by path (a bad path is named and skipped)."""
@@ -131,7 +148,7 @@ class Reader:
                         if trace is None:   # pragma: no cover - iter_traces yields one Trace per file
                             return
                         a = analyze(trace, rules=self._rules, policy=self._policy, whole_trace=self.whole_trace,
-                                    window=self.window)
+                                    window=self.window, graph_source=self.source_trace())
                     done += 1
                     for note in a.notes + a.warnings:
                         warn(f"{a.source}: {note}")
@@ -156,9 +173,9 @@ class Reader:
 
 def read_all(paths: List[Path], rules: Optional[Path] = None, policy: Optional[Path] = None,
              whole_trace: bool = False, window: Optional[str] = None, lenient: bool = False,
-             no_cache: bool = False) -> list:
+             no_cache: bool = False, graph_source: Optional[Path] = None) -> list:
     """Every trace, or exit 2 naming the first that cannot be read (for commands that need them all)."""
-    reader = Reader(rules, policy, whole_trace, window, lenient, no_cache)
+    reader = Reader(rules, policy, whole_trace, window, lenient, no_cache, graph_source=graph_source)
     out = list(reader.analyses(paths))
     reader.finish()
     return out

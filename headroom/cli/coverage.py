@@ -8,7 +8,7 @@ from typing import List, Optional
 
 import typer
 
-from headroom.cli.common import LenientOpt, NoCacheOpt, PolicyOpt, ProblemsOpt, Reader, RulesOpt, TracesArg, WholeOpt, \
+from headroom.cli.common import GraphSourceOpt, LenientOpt, NoCacheOpt, PolicyOpt, ProblemsOpt, Reader, RulesOpt, TracesArg, WholeOpt, \
     WindowOpt
 from headroom.cli.output import EXIT_VERDICT, emit_json, warn
 from headroom.jsonio import plain
@@ -28,6 +28,7 @@ def coverage_cmd(
     window: Optional[str] = WindowOpt,
     lenient: bool = LenientOpt,
     no_cache: bool = NoCacheOpt,
+    graph_source: Optional[Path] = GraphSourceOpt,
 ) -> None:
     """Per problem of a suite: the traces it matches, its kernels and share of GPU time (CPU op time on a
     CPU trace), and the problems no trace exercises.
@@ -39,7 +40,7 @@ def coverage_cmd(
 
     problem_map = load_problems(problems)
     suite_problems(suite, problem_map)          # an unknown suite is bad input before any trace is read
-    reader = Reader(rules, policy, whole_trace, window, lenient, no_cache)
+    reader = Reader(rules, policy, whole_trace, window, lenient, no_cache, graph_source=graph_source)
     analyses = list(reader.analyses(traces))
     reader.finish()
     c = coverage(analyses, suite=suite, problems=problem_map)

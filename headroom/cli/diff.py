@@ -9,7 +9,7 @@ from typing import Optional
 
 import typer
 
-from headroom.cli.common import LenientOpt, NoCacheOpt, PolicyOpt, Reader, RulesOpt, WholeOpt, WindowOpt
+from headroom.cli.common import GraphSourceOpt, LenientOpt, NoCacheOpt, PolicyOpt, Reader, RulesOpt, WholeOpt, WindowOpt
 from headroom.cli.output import EXIT_VERDICT, emit_json, warn
 from headroom.errors import UserError
 from headroom.jsonio import plain
@@ -53,6 +53,7 @@ def diff_cmd(
     window: Optional[str] = WindowOpt,
     lenient: bool = LenientOpt,
     no_cache: bool = NoCacheOpt,
+    graph_source: Optional[Path] = GraphSourceOpt,
 ) -> None:
     """What changed between two runs: the step time, and which categories, ops, modules or kernels moved.
 
@@ -75,7 +76,7 @@ def diff_cmd(
         check_html_output(html, [before, after, rules, policy])
         if figure is not None and html.resolve() == figure.resolve():
             raise UserError(f"--html {html}: also the --figure file (choose another)")
-    reader = Reader(rules, policy, whole_trace, window, lenient, no_cache)
+    reader = Reader(rules, policy, whole_trace, window, lenient, no_cache, graph_source=graph_source)
     d = diff(_one_run(reader, before), _one_run(reader, after), by=by.value)
     for note in d.notes:
         warn(note)

@@ -9,7 +9,7 @@ from typing import List, Optional
 
 import typer
 
-from headroom.cli.common import (LenientOpt, NoCacheOpt, PolicyOpt, ProblemsOpt, Reader, RulesOpt, SpeedupOpt,
+from headroom.cli.common import (GraphSourceOpt, LenientOpt, NoCacheOpt, PolicyOpt, ProblemsOpt, Reader, RulesOpt, SpeedupOpt,
                                  SpeedupsOpt, TracesArg, WholeOpt, WindowOpt, read_all)
 from headroom.cli.engine import AddressOpt, EngineOpt
 from headroom.cli.output import emit_json, warn
@@ -43,6 +43,7 @@ def project_cmd(
     window: Optional[str] = WindowOpt,
     lenient: bool = LenientOpt,
     no_cache: bool = NoCacheOpt,
+    graph_source: Optional[Path] = GraphSourceOpt,
     on_rank: Optional[List[int]] = typer.Option(None, "--on-rank", metavar="RANK", help=(
         "A directory of ranks: apply the speedups on this rank only (repeatable; default every rank).")),
     engine: str = EngineOpt,
@@ -72,7 +73,7 @@ def project_cmd(
     one = partial(project_one, entries=entries, dist=dist, win_rate=win_rate, median=median,
                   scenario_select=scenario_select, quantiles=quantiles, strict=strict, pm=pm, warnings=warnings,
                   step_ms=step_ms, on_rank=on_rank)
-    reader = Reader(rules, policy, whole_trace, window, lenient, no_cache, engine=engine, address=address, product=one)
+    reader = Reader(rules, policy, whole_trace, window, lenient, no_cache, graph_source=graph_source, engine=engine, address=address, product=one)
     for a in reader.inputs(traces):
         if not isinstance(a, Analysis):     # a RankSet: its modules imported only then (a single trace's start)
             from headroom.projection.sync_projection import project_ranks
@@ -146,6 +147,7 @@ def targets_cmd(
     window: Optional[str] = WindowOpt,
     lenient: bool = LenientOpt,
     no_cache: bool = NoCacheOpt,
+    graph_source: Optional[Path] = GraphSourceOpt,
     engine: str = EngineOpt,
     address: Optional[str] = AddressOpt,
 ) -> None:
@@ -163,7 +165,7 @@ def targets_cmd(
     if roofline and (engine != "local" or address is not None):
         raise UserError("--roofline reads its trace in this process: leave out --engine/--address")
     groupings = tuple(dict.fromkeys(b.value for b in by)) if by else ("op", "module")
-    reader = Reader(rules, policy, whole_trace, window, lenient, no_cache, engine=engine, address=address,
+    reader = Reader(rules, policy, whole_trace, window, lenient, no_cache, graph_source=graph_source, engine=engine, address=address,
                     product=partial(targets_one, speedup=speedup, groupings=groupings, top=top, replay_top=replay_top,
                                     scope=scope.value))
     inputs = list(reader.inputs([trace]))
@@ -244,6 +246,7 @@ def plot_cmd(
     window: Optional[str] = WindowOpt,
     lenient: bool = LenientOpt,
     no_cache: bool = NoCacheOpt,
+    graph_source: Optional[Path] = GraphSourceOpt,
 ) -> None:
     """Figures: addressable fraction per workload, projected step time, and scaling with model size."""
     from headroom.files import check_output_dir, check_output_not_input
@@ -267,7 +270,7 @@ def plot_cmd(
             check_output_not_input(out / f"{name}.{suffix}", [*traces, rules, policy, problems, *(speedups or [])],
                                    reads=is_trace_name)
     check_output_dir(out)
-    analyses = read_all(traces, rules, policy, whole_trace, window, lenient, no_cache)
+    analyses = read_all(traces, rules, policy, whole_trace, window, lenient, no_cache, graph_source)
     if label and len(label) != len(analyses):
         raise UserError(f"--label given {len(label)} time(s) for {len(analyses)} trace(s)")
     if params and len(params) != len(analyses):

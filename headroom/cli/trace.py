@@ -7,7 +7,7 @@ from typing import List, Optional
 
 import typer
 
-from headroom.cli.common import (LenientOpt, NoCacheOpt, PolicyOpt, ProblemsOpt, Reader, RulesOpt, SpeedupOpt,
+from headroom.cli.common import (GraphSourceOpt, LenientOpt, NoCacheOpt, PolicyOpt, ProblemsOpt, Reader, RulesOpt, SpeedupOpt,
                                  SpeedupsOpt, TracesArg, WholeOpt, WindowOpt)
 from headroom.cli.engine import AddressOpt, EngineOpt
 from headroom.cli.output import emit_json, warn
@@ -26,6 +26,7 @@ def classify(
     window: Optional[str] = WindowOpt,
     lenient: bool = LenientOpt,
     no_cache: bool = NoCacheOpt,
+    graph_source: Optional[Path] = GraphSourceOpt,
     per_rank: bool = typer.Option(False, "--per-rank", metavar="",
                                   help="A directory of ranks: also each rank's own table."),
     engine: str = EngineOpt,
@@ -38,7 +39,7 @@ def classify(
     from headroom.report.render import make_console, render_analysis, render_kernels
     from headroom.trace.analysis import Analysis
 
-    reader = Reader(rules, policy, whole_trace, window, lenient, no_cache, engine=engine, address=address)
+    reader = Reader(rules, policy, whole_trace, window, lenient, no_cache, graph_source=graph_source, engine=engine, address=address)
     console = make_console()
     for a in reader.inputs(traces):
         if not isinstance(a, Analysis):     # a RankSet: its modules imported only then (a single trace's start)
@@ -103,6 +104,7 @@ def report(
     window: Optional[str] = WindowOpt,
     lenient: bool = LenientOpt,
     no_cache: bool = NoCacheOpt,
+    graph_source: Optional[Path] = GraphSourceOpt,
     engine: str = EngineOpt,
     address: Optional[str] = AddressOpt,
 ) -> None:
@@ -139,7 +141,7 @@ def report(
             device_for("", peaks)      # an unknown name is refused before any trace is read
         entries, entry_warnings = collect_entries(speedup or [], speedups or [])
         pm = load_problems(problems)
-    reader = Reader(rules, policy, whole_trace, window, lenient, no_cache, engine=engine, address=address,
+    reader = Reader(rules, policy, whole_trace, window, lenient, no_cache, graph_source=graph_source, engine=engine, address=address,
                     product=report_row)
     inputs = list(reader.inputs(paths))
     analyses = [a for a in inputs if isinstance(a, Analysis)]

@@ -99,13 +99,25 @@ def _assign_ranges(ev: pd.DataFrame, idx: np.ndarray, table: pd.DataFrame, kind:
     return out
 
 
+def replayed_from_graph(ev: pd.DataFrame) -> np.ndarray:
+    """Which events a CUDA graph replayed (headroom/trace/graphs.py: the `graph` column)."""
+    if "graph" not in ev.columns:
+        return np.zeros(len(ev), dtype=bool)
+    return ev["graph"].to_numpy(dtype=object) != ""
+
+
 def find_calls(b: Baseline, side: CpuSide, selector: Selector, mask: np.ndarray,
                problems: ProblemMap) -> tuple[list[Call], list[str]]:
     """The calls of the selected events (`mask`), with their CPU footprints."""
     ev = b.events
     warnings: list[str] = []
     launched = ev["launch_ts"].notna().to_numpy() if "launch_ts" in ev.columns else np.zeros(len(ev), dtype=bool)
-    sel_idx = np.flatnonzero(mask & launched)
+    replayed = replayed_from_graph(ev)
+    if (mask & replayed).any():
+        warnings.append(f"{selector}: {int((mask & replayed).sum())} selected kernel(s) were replayed from a CUDA "
+                        f"graph: they have no CPU launch of their own, so only their GPU time changes (a change "
+                        f"of launches per call saves or costs no CPU time inside a graph)")
+    sel_idx = np.flatnonzero(mask & launched & ~replayed)
     if (mask & ~launched).any():
         warnings.append(f"{selector}: {int((mask & ~launched).sum())} selected event(s) have no launch in the "
                         f"trace; their CPU side is not modelled")

@@ -45,7 +45,7 @@ from headroom.errors import UserError
 from headroom.jsonio import member, plain
 from headroom.projection.amdahl import Projection, amdahl
 from headroom.projection.baseline import Baseline, Breakdown, as_baseline, baseline_breakdown
-from headroom.projection.calls import cpu_trace_calls, find_calls
+from headroom.projection.calls import cpu_trace_calls, find_calls, replayed_from_graph
 from headroom.projection.cpu import CallChange, CpuSide, change_calls, cpu_side
 from headroom.projection.distributions import Distribution
 from headroom.projection.estimate import BOUNDS, Drift, Estimate, estimate_interval, load_drift
@@ -347,6 +347,11 @@ def _entry_calls(b: Baseline, side: CpuSide, m: EntryMatch, problems: ProblemMap
     if blocked:
         warnings.append(f"{e.label}: {len(blocked)} call(s) hold a blocking call ({blocked[0].blocked}); "
                         f"their CPU side is left unchanged")
+    in_graph = int((m.applied & replayed_from_graph(b.events)).sum())
+    if in_graph and e.syncs:
+        warnings.append(f"{e.label}: the candidate synchronises with the host ({e.syncs:g} per call, measured by "
+                        f"verify), which a CUDA graph cannot capture, and {in_graph} of the kernels it replaces run "
+                        f"in one: it breaks the capture; this projection keeps the graph")
     kinds = sorted({c.kind for c in calls})
     main = max(calls, key=lambda c: c.footprint_us) if calls else None
     cost = side.cost(main.pid, main.tid) if main else None
@@ -363,7 +368,8 @@ def _entry_calls(b: Baseline, side: CpuSide, m: EntryMatch, problems: ProblemMap
             "removed_cpu_us": float(sum(ch.removed_us for ch in est)),
             "added_cpu_us": float(sum(ch.added_us for ch in est)),
             "added_cpu_us_high": float(sum(ch.added_us for ch in by_bound["high"])),
-            "launch_cost": plain(cost) if cost else None}
+            "launch_cost": plain(cost) if cost else None,
+            "replayed_kernels": in_graph, "breaks_capture": bool(in_graph and e.syncs)}
     return info, by_bound, warnings
 
 

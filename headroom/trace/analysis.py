@@ -19,6 +19,7 @@ from headroom.trace.accounting import (add_wall_shares, busy_per_device, categor
                                  op_table, step_bounds, step_table, union_length)
 from headroom.trace import attribute, cache, stored
 from headroom.trace.attribute import attribute_kernels_to_ops, cpu_op_self_times, unlaunched_warning
+from headroom.trace.graphs import graph_summary
 from headroom.trace.modules import attribute_modules, module_calls, module_ranges
 from headroom.trace.phases import event_phases
 from headroom.trace.classify import Policy, Rule, classify_kernels, load_classifier
@@ -265,27 +266,34 @@ def _keyed(table: pd.DataFrame, key: str) -> pd.DataFrame:
 
 # The attributed GPU activities depend on the trace and on the attribution's code and data alone:
 # cached beside the tables.
-_ATTRIBUTION_CODE = ("attribute.py", "modules.py", "phases.py", "intervals.py", "ranges.py", "codes.py")
+_ATTRIBUTION_CODE = ("attribute.py", "context.py", "graphs.py", "modules.py", "phases.py", "intervals.py", "ranges.py",
+                     "codes.py")
 _ATTRIBUTION_VERSION = cache.code_version(*(Path(attribute.__file__).with_name(n) for n in _ATTRIBUTION_CODE),
-                                          Path(attribute.__file__).parent.parent / "data" / "phases.toml")
+                                          *(Path(attribute.__file__).parent.parent / "data" / n
+                                            for n in ("phases.toml", "graphs.toml")))
 
 
-def attributed(trace: Trace, steps: pd.DataFrame | None = None) -> pd.DataFrame:
-    """attribute_kernels_to_ops(trace, steps), from the trace's cache entry when it has one (the
-    trace's own ProfilerStep ranges only: other steps, e.g. a --window's, are attributed afresh)."""
-    if steps is not None and steps is not trace.steps:
-        return attribute_kernels_to_ops(trace, steps)
+def attributed(trace: Trace, steps: pd.DataFrame | None = None, graph_source: Trace | None = None) -> pd.DataFrame:
+    """attribute_kernels_to_ops(trace, steps, graph_source), from the trace's cache entry when it has one
+    (the trace's own ProfilerStep ranges only: other steps, e.g. a --window's, are attributed afresh; a
+    graph source's cache key is part of the entry's name, and a source without one is attributed afresh)."""
+    if (steps is not None and steps is not trace.steps) or (graph_source is not None and
+                                                            graph_source.cache_key is None):
+        return attribute_kernels_to_ops(trace, steps, graph_source)
     name = f"attributed-{_ATTRIBUTION_VERSION}"
+    if graph_source is not None:
+        name += f"-source-{graph_source.cache_key.entry.name}"
     events = cache.fetch_frame(trace.cache_key, name)
     if events is None:
-        events = attribute_kernels_to_ops(trace)
+        events = attribute_kernels_to_ops(trace, graph_source=graph_source)
         cache.store_frame(trace.cache_key, name, events)
     return events
 
 
 def analyze(source: str | os.PathLike | Trace, rules: list[Rule] | str | os.PathLike | None = None,
             policy: Policy | str | os.PathLike | None = None, whole_trace: bool = False,
-            window: str | None = None, lenient: bool = False, use_cache: bool = True) -> Analysis:
+            window: str | None = None, lenient: bool = False, use_cache: bool = True,
+            graph_source: str | os.PathLike | Trace | None = None) -> Analysis:
     """Classify where the time of one trace went.
 
     `rules`/`policy`: compiled objects, or paths of user TOML files that extend/override the shipped ones.
@@ -294,8 +302,13 @@ def analyze(source: str | os.PathLike | Trace, rules: list[Rule] | str | os.Path
     (a plain `with torch.profiler.profile():` block) is analysed whole, and `notes` says so.
     `lenient`: drop GPU activities and steps with impossible times instead of refusing the trace.
     `use_cache`: read/write the trace's columnar cache (headroom/trace/cache.py).
+    `graph_source`: a trace of the same step run eagerly (or holding the graph's capture) that gives
+    kernels replayed from a CUDA graph their op, module and phase when this trace does not hold the
+    capture (headroom/trace/graphs.py).
     """
     trace = source if isinstance(source, Trace) else load_trace(source, lenient=lenient, use_cache=use_cache)
+    if graph_source is not None and not isinstance(graph_source, Trace):
+        graph_source = load_trace(graph_source, lenient=lenient, use_cache=use_cache)
     if not isinstance(rules, list) or not isinstance(policy, Policy):
         loaded_rules, loaded_policy = load_classifier(None if isinstance(rules, list) else rules,
                                                       None if isinstance(policy, Policy) else policy)
@@ -304,19 +317,25 @@ def analyze(source: str | os.PathLike | Trace, rules: list[Rule] | str | os.Path
     if whole_trace and window is not None:
         raise UserError("give either --window or --whole-trace, not both")
     name = stored.name_of(rules, policy, whole_trace, window)
-    fields = stored.fetch(trace, name)
+    if graph_source is not None:
+        if graph_source.cache_key is None:
+            name = ""
+        else:
+            name += f"-source-{graph_source.cache_key.entry.name}"
+    fields = stored.fetch(trace, name) if name else None
     if fields is not None:
         for f, key in stored.KEYS.items():
             fields[f] = _keyed(fields[f], key)
         return Analysis(source=trace.source, metadata=trace.metadata, trace=trace, **fields)
     with small_pages():
-        a = _analyze(trace, rules, policy, whole_trace, window)
-    if a.step_ranges is not None:
+        a = _analyze(trace, rules, policy, whole_trace, window, graph_source)
+    if a.step_ranges is not None and name:
         stored.store(trace, name, {f: getattr(a, f) for f in stored.FIELDS})
     return a
 
 
-def _analyze(trace: Trace, rules: list[Rule], policy: Policy, whole_trace: bool, window: str | None) -> Analysis:
+def _analyze(trace: Trace, rules: list[Rule], policy: Policy, whole_trace: bool, window: str | None,
+             graph_source: Trace | None = None) -> Analysis:
     notes: list[str] = []
     if window is not None:
         steps = window_steps(trace, window)
@@ -337,7 +356,7 @@ def _analyze(trace: Trace, rules: list[Rule], policy: Policy, whole_trace: bool,
     warnings = list(trace.warnings)
     if trace.has_gpu:
         mode = MODE_GPU
-        events = attributed(trace, steps)
+        events = attributed(trace, steps, graph_source)
     else:
         mode = MODE_CPU
         events = _cpu_events(trace, steps)
@@ -362,6 +381,9 @@ def _analyze(trace: Trace, rules: list[Rule], policy: Policy, whole_trace: bool,
         line = unlaunched_warning(events, trace)
         if line:
             warnings.append(line)
+        graphs = graph_summary(events)
+        if graphs is not None:
+            notes.append(graphs.note())
 
     wall = end - start
     if not whole_trace and window is None:

@@ -6,7 +6,9 @@ innermost cpu_op; and, by time containment on the launching thread: the
 top-level op, the innermost record_function/NVTX range, the ProfilerStep and
 the nn.Module (headroom/trace/modules.py: module ranges, and for backward
 kernels the module of the forward op autograd ran them for), and the phase
-(forward, backward or optimizer: headroom/trace/phase.py).
+(forward, backward or optimizer: headroom/trace/phases.py); headroom/trace/context.py
+looks these up. A kernel replayed from a CUDA graph takes the context of the launch that made its
+node at capture (headroom/trace/graphs.py).
 
 All lookups are vectorised with sorted arrays (headroom/trace/intervals.py).
 """
@@ -16,34 +18,26 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from headroom.trace.intervals import containing_range, nested_self_times, ranges_on_threads
-from headroom.trace.modules import attribute_modules
-from headroom.trace.phases import event_phases
-from headroom.trace.ranges import FRAME_PREFIX, MODULE_RANGE_PREFIX, PROFILER_STEP_PREFIX
-from headroom.trace.tables import Trace, texts_at
+from headroom.trace.context import CONTEXT_COLUMNS, launch_context
+from headroom.trace.graphs import attribute_replays
+from headroom.trace.intervals import containing_range, nested_self_times
+from headroom.trace.ranges import FRAME_PREFIX, PROFILER_STEP_PREFIX
+from headroom.trace.tables import Trace
 
-__all__ = ["attribute_kernels_to_ops", "containing_range", "cpu_op_self_times"]
-
-
-def _labels_on_threads(ranges: pd.DataFrame, pid: pd.Series, tid: pd.Series, ts: np.ndarray,
-                       outermost: bool = False) -> np.ndarray:
-    """Label (range name) of the innermost/outermost range on the point's own thread."""
-    result = np.full(len(ts), "", dtype=object)
-    if len(ranges) == 0 or len(ts) == 0:
-        return result
-    idx = ranges_on_threads(ranges, pid, tid, ts, outermost)
-    ok = idx >= 0
-    result[ok] = texts_at(ranges["name"], idx[ok])
-    return result
+__all__ = ["CONTEXT_COLUMNS", "attribute_kernels_to_ops", "containing_range", "cpu_op_self_times", "launch_context"]
 
 
-def attribute_kernels_to_ops(trace: Trace, steps: pd.DataFrame | None = None) -> pd.DataFrame:
+def attribute_kernels_to_ops(trace: Trace, steps: pd.DataFrame | None = None,
+                             graph_source: Trace | None = None) -> pd.DataFrame:
     """One row per GPU activity with its launch and CPU-side context.
 
     Adds: launch_name, launch_ts, launch_dur, launch_pid, launch_tid, op,
     top_op, annotation, module, module_type, module_stack, phase, step (-1
-    outside every step). `steps` (step, ts, end): the ranges that count as steps,
-    by default the trace's ProfilerStep ranges.
+    outside every step), graph (how a kernel replayed from a CUDA graph got its context: "" for one
+    launched on its own; headroom/trace/graphs.py). `steps` (step, ts, end): the ranges that count as
+    steps, by default the trace's ProfilerStep ranges. `graph_source`: another trace of the same step
+    (eager, or holding the graph's capture) whose kernels give replayed kernels their context when this
+    trace does not hold the capture.
     """
     gpu = trace.gpu.copy()
     gpu["name"] = gpu["name"].astype(str).astype(object)
@@ -67,41 +61,15 @@ def attribute_kernels_to_ops(trace: Trace, steps: pd.DataFrame | None = None) ->
     gpu["launch_pid"] = gpu["launch_pid"].astype(object).fillna("")
     gpu["launch_tid"] = gpu["launch_tid"].astype(object).fillna("")
 
-    cpu = trace.cpu
-    ops = trace.cpu_ops()
-    annotations = cpu[(cpu["cat"] == "user_annotation").to_numpy()
-                      & ~trace.cpu_names_start_with(PROFILER_STEP_PREFIX, MODULE_RANGE_PREFIX)]
-
-    # Innermost op: the launch's External id names it directly (Kineto sets it
-    # to the enclosing record function); fall back to containment.
     ext = gpu["launch_external_id"].where(gpu["launch_external_id"].notna(), gpu["external_id"])
-    op, named = _names_by_external_id(ops, ext.to_numpy())
-    missing = ~named & launched
-    if missing.any():
-        op[missing] = _labels_on_threads(ops, thread_pid[missing], thread_tid[missing],
-                                         gpu["launch_ts"].to_numpy(dtype=float)[missing])
-    gpu["op"] = op
-    pid, tid, when = thread_pid[launched], thread_tid[launched], gpu["launch_ts"].to_numpy(dtype=float)[launched]
-
-    top = np.full(len(gpu), "", dtype=object)
-    top[launched] = _labels_on_threads(ops, pid, tid, when, outermost=True)
-    gpu["top_op"] = np.where(top == "", gpu["op"].to_numpy(), top)
-
-    ann = np.full(len(gpu), "", dtype=object)
-    ann[launched] = _labels_on_threads(annotations, pid, tid, when)
-    gpu["annotation"] = ann
-
-    columns = {k: np.full(len(gpu), "", dtype=object) for k in ("module", "module_type", "module_stack")}
-    backward = np.zeros(len(gpu), dtype=bool)
-    if launched.any():
-        m = attribute_modules(trace, pid, tid, when)
-        for k in columns:
-            columns[k][launched] = getattr(m, k)
-        backward[launched] = m.backward
-    for k, v in columns.items():
+    context = launch_context(trace, thread_pid, thread_tid, gpu["launch_ts"].to_numpy(dtype=float), ext.to_numpy(),
+                             launched)
+    for k, v in context.items():
         gpu[k] = v
-    gpu["phase"] = event_phases(gpu["op"].to_numpy(dtype=object), gpu["top_op"].to_numpy(dtype=object),
-                                gpu["annotation"].to_numpy(dtype=object), backward)
+    # Kernels replayed from a CUDA graph were launched by one cudaGraphLaunch: they take the context of
+    # the launch that created their node at capture (headroom/trace/graphs.py).
+    source = attribute_kernels_to_ops(graph_source) if graph_source is not None else None
+    gpu = attribute_replays(gpu, trace, source, graph_source)
 
     # Steps are time ranges of the whole process (the backward runs on
     # autograd threads): assign by launch time. A GPU activity whose launch is
@@ -116,29 +84,6 @@ def attribute_kernels_to_ops(trace: Trace, steps: pd.DataFrame | None = None) ->
     idx = containing_range(steps["ts"].to_numpy(), steps["end"].to_numpy(), when)
     gpu["step"] = np.where(idx >= 0, steps["step"].to_numpy()[np.maximum(idx, 0)], -1) if len(steps) else -1
     return gpu.drop(columns=["launch_external_id"])
-
-
-def _names_by_external_id(ops: pd.DataFrame, ext: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The name of the first op with each External id ("" where none has it), and where one has."""
-    out = np.full(len(ext), "", dtype=object)
-    named = np.zeros(len(ext), dtype=bool)
-    ids = ops["external_id"].to_numpy()
-    known = np.flatnonzero(ids != -1)
-    if not len(known) or not len(ext):
-        return out, named
-    if ext.dtype.kind not in "iuf" or ids.dtype.kind not in "iu":     # ids beyond 64 bits: one lookup each
-        by_id = dict(zip(ids[known][::-1].tolist(), ops["name"].iloc[known[::-1]].astype(str).tolist()))
-        found = [by_id.get(e) for e in ext.tolist()]
-        named = np.array([f is not None for f in found], dtype=bool)
-        out[named] = [f for f in found if f is not None]
-        return out, named
-    keys, first = np.unique(ids[known], return_index=True)     # sorted ids; each one's first op
-    keys_cmp = keys.astype(float) if ext.dtype.kind == "f" else keys
-    at = np.minimum(np.searchsorted(keys_cmp, ext), len(keys) - 1)
-    named = keys_cmp[at] == ext
-    if named.any():
-        out[named] = texts_at(ops["name"], known[first[at[named]]])
-    return out, named
 
 
 def before_recording(gpu: pd.DataFrame, launches: pd.DataFrame) -> np.ndarray:

@@ -78,7 +78,7 @@ def compiled(model: Any, cfg: RunConfig, blocks: list[tuple[str, Any]]) -> Any:
         return model
     from headroom.profile import compile_model
 
-    return compile_model(model, blocks, per_block=cfg.extrapolated)
+    return compile_model(model, blocks, per_block=cfg.extrapolated, mode=cfg.compile_mode)
 
 
 def make_optimizer(model: Any, device: Any) -> Any:
@@ -161,6 +161,13 @@ def decoder_lm_step(cfg: RunConfig, device: Any, model: Any, blocks: list[tuple[
         state = {"next": first, "used": cfg.seq}
         del out
 
+    if cfg.graphs:
+        forward = _static_decode(call, cache, ck, first, cfg.seq)
+        info = dict(info, decode_cache_capacity=cap, decode_position="fixed: every step decodes at the same "
+                    "position into static input buffers, as a replayed CUDA graph does")
+        return Step(infer_step(forward), model, blocks=blocks, info=info, forward=infer_forward(forward),
+                    close=lambda: state.clear())
+
     def forward():
         if state["used"] >= cap:
             rewind_cache(cache, cfg.seq, state["used"] - cfg.seq)
@@ -182,6 +189,25 @@ def decoder_lm_step(cfg: RunConfig, device: Any, model: Any, blocks: list[tuple[
     info = dict(info, decode_cache_capacity=cap)
     return Step(infer_step(forward), model, blocks=blocks, info=info, forward=infer_forward(first_token),
                 close=lambda: state.clear())
+
+
+def _static_decode(call: Any, cache: Any, ck: str, first: Any, position: int) -> Callable[[], Any]:
+    """A decode step on static buffers, as serving engines capture it: the input token and the cache
+    position live in fixed tensors (no host synchronisation to find the position), and greedy argmax writes
+    the next token into the input buffer. Every call decodes at the same position: the GPU work of a decode
+    step against a cache of that length, replayable from a CUDA graph."""
+    import torch
+
+    ids = first.clone()
+    pos = torch.tensor([position], device=first.device)
+
+    def forward():
+        out = call(input_ids=ids, use_cache=True, logits_to_keep=1, cache_position=pos, **{ck: cache})
+        with phase_range("headroom/sample"):
+            ids.copy_(out.logits[:, -1].argmax(-1, keepdim=True))
+        return out.logits
+
+    return forward
 
 
 def encoder_step(cfg: RunConfig, device: Any, model: Any, blocks: list[tuple[str, Any]],

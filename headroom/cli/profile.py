@@ -92,6 +92,13 @@ def profile(
     layers: Optional[int] = typer.Option(None, "--layers", min=1,
                                          help="Profile N of the identical blocks and extrapolate to all."),
     compile_: bool = typer.Option(False, "--compile", metavar="", help="Run the model under torch.compile."),
+    compile_mode: Optional[str] = typer.Option(None, "--compile-mode", metavar="MODE", help=(
+        "torch.compile's mode (implies --compile): default, reduce-overhead (CUDA graphs), max-autotune, "
+        "max-autotune-no-cudagraphs.")),
+    graphs: bool = typer.Option(False, "--graphs", metavar="", help=(
+        "Capture the step once as a CUDA graph after warm-up and replay it, as serving engines run decode; "
+        "the capture is profiled into OUT/captures/ so replayed kernels keep their ops and modules "
+        "(docs/graphs.md).")),
     flavour: Optional[str] = typer.Option(None, "--flavour", metavar="NAME",
                                           help="Size preset (e.g. llama-7b --flavour 70b)."),
     opt: List[str] = typer.Option([], "--opt", metavar="KEY=VALUE",
@@ -124,7 +131,8 @@ def profile(
     value = lambda e: e.value if e is not None else None  # noqa: E731
     options = Options(mode=value(mode), phase=value(phase), kv_cache=value(kv_cache), batch=batch, seq=seq,
                       dtype=value(dtype),
-                      layers=layers, compile=compile_, flavour=flavour, tf32=not no_tf32,
+                      layers=layers, compile=compile_, compile_mode=compile_mode, graphs=graphs, flavour=flavour,
+                      tf32=not no_tf32,
                       extra=_parse_opts(opt), scale_for_cpu=not full_size, module_ranges=not no_module_ranges,
                       parallel=value(parallel))
     command = "headroom " + " ".join(shlex.quote(a) for a in sys.argv[1:])

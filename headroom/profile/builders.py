@@ -138,16 +138,16 @@ def infer_step(forward: Callable[[], Any]) -> Callable[[], None]:
     return step
 
 
-def compile_model(model: Any, blocks: Sequence[tuple[str, Any]], per_block: bool) -> Any:
-    """`torch.compile`: the whole model, or each block's forward (keeps block ranges outside
-    the compiled regions, which `--layers` needs). Returns what to call."""
+def compile_model(model: Any, blocks: Sequence[tuple[str, Any]], per_block: bool, mode: str | None = None) -> Any:
+    """`torch.compile` in `mode` (None: torch's default): the whole model, or each block's forward (keeps
+    block ranges outside the compiled regions, which `--layers` needs). Returns what to call."""
     import torch
 
     if per_block:
         for _, block in blocks:
-            block.forward = torch.compile(block.forward)
+            block.forward = torch.compile(block.forward, mode=mode)
         return model
-    return torch.compile(model)
+    return torch.compile(model, mode=mode)
 
 
 def parallelize(model: Any, cfg: RunConfig, device: Any, blocks: Sequence[tuple[str, Any]] = ()) -> Any:

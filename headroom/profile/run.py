@@ -39,6 +39,7 @@ from headroom.errors import UserError
 from headroom.files import check_output_dir
 from headroom.jsonio import encoded, plain
 from headroom.profile.environment import environment
+from headroom.profile.graphs import CAPTURE_DIR, GRAPH_TREE_CALLS, recorded_capture, recorded_steps
 from headroom.profile.manifest import MANIFEST_NAME, MANIFEST_SCHEMA, _inject_and_compress, update_manifest
 from headroom.profile.modules import record_module_ranges
 from headroom.profile.nvtx import instrument_blocks
@@ -58,6 +59,11 @@ MODULE_RANGES_NOTE = ("modules that run inside torch.compile'd code have no rang
 
 if TYPE_CHECKING:
     from headroom.profile.rank_context import RankContext
+
+CAPTURED = ("after warm-up, one call of the step on static inputs (torch.cuda.graph); the timed and profiled "
+            "steps replay it")
+CAPTURED_BY_COMPILE = ("torch.compile(mode='reduce-overhead'): Inductor's CUDA graph trees, recorded during the "
+                       "warm-up calls after the first (the capture trace holds them)")
 
 # Steps per stage: (warm-up, timed, profiled) on a GPU and on a CPU.
 GPU_STEPS = (3, 10, 3)
@@ -171,6 +177,7 @@ class _Measured:
     modules_ranged: int                # modules with a range per call (headroom/profile/modules.py)
     activities: list[str]
     cuda_sync_events: bool
+    capture_s: float | None = None     # --graphs: how long the capture took
 
 
 def experimental_config(dev: Any) -> Any:
@@ -207,20 +214,44 @@ def _measure(spec: WorkloadSpec, cfg: RunConfig, dev: Any, counts: tuple[int, in
             _sync(dev)
             build_s = time.perf_counter() - t0
 
+        activities = [ProfilerActivity.CPU]
+        if dev.type == "cuda":
+            activities.append(ProfilerActivity.CUDA)
+        experimental = experimental_config(dev)
+        # torch.compile(mode="reduce-overhead") captures its graphs during warm-up: those calls are profiled
+        # into the capture trace (all but the first, which compiles).
+        graph_trees = dev.type == "cuda" and cfg.compile_mode == "reduce-overhead"
         together()
         with _stage(progress, "warm-up", f"{warmup} steps"):
             t0 = time.perf_counter()
-            for _ in range(warmup):
+            for _ in range(1 if graph_trees else warmup):
                 step()
+            if graph_trees:
+                recorded_steps(step, max(warmup - 1, GRAPH_TREE_CALLS), dev, capture_raw(raw_trace),
+                               activities=activities, record_shapes=record_shapes, experimental=experimental)
             _sync(dev)
             warm_s = time.perf_counter() - t0
+
+        call: Callable[[], Any] = step
+        module_hooks: list[Any] = []
+        capture_s = 0.0 if graph_trees else None
+        if cfg.graphs:
+            # The capture records the module ranges (replays run no Python: the hooks cost them nothing).
+            if cfg.module_ranges and step.modules is not None:
+                module_hooks = record_module_ranges(step.modules, root=MODULE_ROOT)
+                step.add_hooks(module_hooks)
+            together()
+            with _stage(progress, "capture", "one eager step and the CUDA graph's capture, profiled"):
+                captured = recorded_capture(step, dev, capture_raw(raw_trace), activities=activities,
+                                            record_shapes=record_shapes, experimental=experimental)
+            call, capture_s = captured.replay, captured.capture_s
 
         together()
         with _stage(progress, "timing", f"{timed_steps} steps without the profiler"):
             timer = _Timer(dev)
             for _ in range(timed_steps):
                 with timer.step():
-                    step()
+                    call()
             timed = timer.results()
 
         exported: list[bool] = []
@@ -229,14 +260,9 @@ def _measure(spec: WorkloadSpec, cfg: RunConfig, dev: Any, counts: tuple[int, in
             prof.export_chrome_trace(str(raw_trace))
             exported.append(True)
 
-        activities = [ProfilerActivity.CPU]
-        if dev.type == "cuda":
-            activities.append(ProfilerActivity.CUDA)
-        experimental = experimental_config(dev)
         # Module ranges only for the profiled steps (the timed steps above ran without their hooks; the
         # profiler's wait and warm-up steps absorb any first-call cost). After the block ranges: nested inside.
-        module_hooks = []
-        if cfg.module_ranges and step.modules is not None:
+        if cfg.module_ranges and step.modules is not None and not cfg.graphs:
             module_hooks = record_module_ranges(step.modules, root=MODULE_ROOT)
             step.add_hooks(module_hooks)
         together()
@@ -247,7 +273,7 @@ def _measure(spec: WorkloadSpec, cfg: RunConfig, dev: Any, counts: tuple[int, in
                          experimental_config=experimental) as prof:
                 for _ in range(PROFILER_WAIT + PROFILER_WARMUP + steps):
                     with ptimer.step():
-                        step()
+                        call()
                     prof.step()
             profiled = ptimer.results(slice(PROFILER_WAIT + PROFILER_WARMUP, None))
         if not exported:
@@ -267,10 +293,33 @@ def _measure(spec: WorkloadSpec, cfg: RunConfig, dev: Any, counts: tuple[int, in
     measured = _Measured(timed=timed, profiled=profiled, build_s=build_s, warmup_s=warm_s, peak_gb=peak_gb,
                          params=step.params, info=dict(step.info), block_ranges=use_ranges,
                          modules_ranged=len(module_hooks) // 2,
-                         activities=[a.name for a in activities], cuda_sync_events=experimental is not None)
+                         activities=[a.name for a in activities], cuda_sync_events=experimental is not None,
+                         capture_s=capture_s)
     step = None
     _free(dev)
     return measured
+
+
+def capture_raw(raw_trace: Path) -> Path:
+    """Where --graphs exports the capture's raw trace, beside the step's."""
+    return raw_trace.with_name(raw_trace.name.replace(".raw.json", ".capture.raw.json"))
+
+
+def _write_capture(raw_trace: Path, manifest: dict[str, Any], dest: Path) -> None:
+    """The capture's trace, gzip'd to `dest` (captures/ beside the step trace), with a manifest naming the trace
+    whose graph it captured."""
+    dest.parent.mkdir(exist_ok=True)
+    raw = capture_raw(raw_trace)
+    part = dest.with_name(f".{dest.name}.{os.getpid()}.partial")
+    try:
+        _inject_and_compress(raw, {"schema": MANIFEST_SCHEMA, "tool": "headroom profile --graphs",
+                                   "capture_of": manifest["trace"], "workload": manifest["workload"],
+                                   "variant": manifest["variant"]}, part)
+        os.replace(part, dest)
+    finally:
+        for tmp in (raw, part):
+            if tmp.exists():
+                tmp.unlink()
 
 
 def _run_manifest(spec: WorkloadSpec, cfg: RunConfig, dev: Any, m: _Measured, counts: tuple[int, int, int],
@@ -301,6 +350,9 @@ def _run_manifest(spec: WorkloadSpec, cfg: RunConfig, dev: Any, m: _Measured, co
         "timing": {"step_ms": t.median_ms, "timed": plain(t), "profiled": plain(p),
                    "overhead": overhead, "overhead_measurable": measurable,
                    "build_s": round(m.build_s, 2), "warmup_s": round(m.warmup_s, 2)},
+        **({"graphs": {"capture_trace": f"{CAPTURE_DIR}/{name}", "capture_s": round(m.capture_s, 3),
+                       "captured": CAPTURED_BY_COMPILE if cfg.compile_mode == "reduce-overhead" else CAPTURED}}
+           if m.capture_s is not None else {}),
         "peak_memory_gb": round(m.peak_gb, 2) if m.peak_gb is not None else None,
         "command": command or " ".join(shlex.quote(a) for a in sys.argv),
         "date": started.isoformat(timespec="seconds"),
@@ -377,6 +429,8 @@ def profile_workload(
             manifest["distributed"] = plain(rank)
         with _stage(progress, "export", str(trace_path)):
             _inject_and_compress(raw_tmp, manifest, new_trace)
+            if "graphs" in manifest:
+                _write_capture(raw_tmp, manifest, out_dir / CAPTURE_DIR / name)
         raw_tmp.unlink()
         timed = measured.timed
         analysis, layers = None, None
@@ -391,7 +445,7 @@ def profile_workload(
         except OSError as e:
             raise UserError(f"{trace_path}: cannot write ({e.strerror or e})") from None
     finally:
-        for tmp in (raw_tmp, new_trace):
+        for tmp in (raw_tmp, new_trace, capture_raw(raw_tmp)):
             if tmp.exists():
                 tmp.unlink()
     if rank is not None:

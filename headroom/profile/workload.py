@@ -60,6 +60,10 @@ class Default:
     why: str
 
 
+# torch.compile's modes that `--compile-mode` takes.
+COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+
+
 @dataclass
 class Options:
     """What the user asked for; `None` means "the workload's default"."""
@@ -72,6 +76,10 @@ class Options:
     dtype: str | None = None
     layers: int | None = None
     compile: bool = False
+    # torch.compile's mode (default, reduce-overhead, max-autotune-no-cudagraphs); implies `compile`.
+    compile_mode: str | None = None
+    # Capture the step once as a CUDA graph after warm-up and replay it, as serving engines run decode.
+    graphs: bool = False
     flavour: str | None = None
     tf32: bool = True
     extra: dict[str, str] = field(default_factory=dict)
@@ -107,10 +115,21 @@ class RunConfig:
     # One-process runs keep the manifest they always had: no world_size or parallel key.
     world_size: int = field(default=1, metadata=omit_if(lambda c: c.world_size <= 1))   # processes (ranks)
     parallel: str | None = field(default=None, metadata=omit_if(lambda c: c.world_size <= 1))  # ddp | fsdp | torchrec
+    # Execution mode beyond eager (absent from the manifest when not used, as before they existed).
+    compile_mode: str | None = field(default=None, metadata=omit_if(lambda c: c.compile_mode is None))
+    graphs: bool = field(default=False, metadata=omit_if(lambda c: not c.graphs))
 
     JSON_KEYS: ClassVar[tuple[str, ...]] = (
         "workload", "flavour", "variant", "mode", "phase", "kv_cache", "batch", "seq", "dtype", "device", "layers",
-        "total_layers", "compile", "tf32", "extra", "notes", "module_ranges", "world_size", "parallel")
+        "total_layers", "compile", "compile_mode", "graphs", "tf32", "extra", "notes", "module_ranges", "world_size",
+        "parallel")
+
+    @property
+    def execution(self) -> str:
+        """eager, graphs (captured once, replayed), compiled, or compiled-<mode>."""
+        if self.compile:
+            return f"compiled-{self.compile_mode}" if self.compile_mode else "compiled"
+        return "graphs" if self.graphs else "eager"
 
     @property
     def torch_dtype(self):
@@ -129,7 +148,9 @@ class RunConfig:
         if self.kv_cache and (self.phase == "decode" or self.kv_cache == "static"):
             parts.append(f"{self.kv_cache}-cache")
         if self.compile:
-            parts.append("compile")
+            parts.append(f"compile-{self.compile_mode}" if self.compile_mode else "compile")
+        if self.graphs:
+            parts.append("graphs")
         if self.extrapolated:
             parts.append(f"{self.layers}of{self.total_layers}-layers")
         if self.world_size > 1:
@@ -250,8 +271,10 @@ class WorkloadSpec:
             dtype=canonical_dtype(o.dtype or self.default("dtype", phase, mode)),
             device=device, phase=phase, kv_cache=kv,
             layers=(o.layers if o.layers is not None else total), total_layers=total,
-            compile=o.compile, tf32=o.tf32, extra=extra, module_ranges=o.module_ranges,
+            compile=o.compile or o.compile_mode is not None, tf32=o.tf32, extra=extra, module_ranges=o.module_ranges,
+            compile_mode=o.compile_mode, graphs=o.graphs,
         )
+        self._check_execution(cfg, device)
         if cfg.batch is not None and cfg.batch < 1:
             raise UserError(f"{self.name}: --batch must be at least 1")
         if cfg.seq is not None and cfg.seq < 1:
@@ -262,6 +285,24 @@ class WorkloadSpec:
         if device == "cpu" and o.scale_for_cpu:
             self._scale_for_cpu(cfg, o)
         return cfg
+
+    def _check_execution(self, cfg: RunConfig, device: str) -> None:
+        """--graphs and --compile-mode: what they can run."""
+        if cfg.compile_mode is not None and cfg.compile_mode not in COMPILE_MODES:
+            raise UserError(f"--compile-mode {cfg.compile_mode}: use one of {', '.join(COMPILE_MODES)}")
+        if not cfg.graphs:
+            return
+        if device != "cuda":
+            raise UserError(f"{self.name}: --graphs captures the step as a CUDA graph and needs a CUDA device")
+        if cfg.mode == "train":
+            raise UserError(f"{self.name}: --graphs captures inference steps (decode, prefill, a forward); "
+                            f"drop --mode train")
+        if cfg.compile_mode == "reduce-overhead":
+            raise UserError("--compile-mode reduce-overhead already replays CUDA graphs (Inductor's graph trees): "
+                            "drop --graphs")
+        if cfg.kv_cache == "dynamic" and cfg.phase == "decode":
+            raise UserError(f"{self.name}: --graphs needs fixed shapes: a dynamic KV cache grows every decode "
+                            f"step (use --kv-cache static)")
 
     def _parallel(self, o: Options, mode: str) -> tuple[int, str | None]:
         if o.nproc < 1:

@@ -19,7 +19,7 @@ from headroom.trace.accounting import (add_wall_shares, busy_per_device, categor
                                  op_table, step_bounds, step_table, union_length)
 from headroom.trace import attribute, cache, stored
 from headroom.trace.attribute import attribute_kernels_to_ops, cpu_op_self_times, unlaunched_warning
-from headroom.trace.graphs import graph_summary
+from headroom.trace.graphs import capture_trace_of, graph_summary
 from headroom.trace.modules import attribute_modules, module_calls, module_ranges
 from headroom.trace.phases import event_phases
 from headroom.trace.classify import Policy, Rule, classify_kernels, load_classifier
@@ -307,6 +307,8 @@ def analyze(source: str | os.PathLike | Trace, rules: list[Rule] | str | os.Path
     capture (headroom/trace/graphs.py).
     """
     trace = source if isinstance(source, Trace) else load_trace(source, lenient=lenient, use_cache=use_cache)
+    if graph_source is None:
+        graph_source = _manifest_capture(trace)
     if graph_source is not None and not isinstance(graph_source, Trace):
         graph_source = load_trace(graph_source, lenient=lenient, use_cache=use_cache)
     if not isinstance(rules, list) or not isinstance(policy, Policy):
@@ -332,6 +334,16 @@ def analyze(source: str | os.PathLike | Trace, rules: list[Rule] | str | os.Path
     if a.step_ranges is not None and name:
         stored.store(trace, name, {f: getattr(a, f) for f in stored.FIELDS})
     return a
+
+
+def _manifest_capture(trace: Trace) -> Path | None:
+    """The capture trace that `headroom profile --graphs` wrote beside the trace, if it names one; a named
+    one that is missing is an error (the replayed kernels would be left without ops)."""
+    path = capture_trace_of(trace.source, trace.metadata)
+    if path is not None and not path.is_file():
+        raise TraceError(f"{trace.source}: its manifest names the CUDA graph's capture trace {path}, which is "
+                         f"missing (copy it beside the trace, or pass --graph-source)")
+    return path
 
 
 def _analyze(trace: Trace, rules: list[Rule], policy: Policy, whole_trace: bool, window: str | None,

@@ -30,6 +30,8 @@ import difflib
 import re
 from dataclasses import dataclass
 from functools import lru_cache
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -39,7 +41,8 @@ from headroom.trace.codes import factorized
 from headroom.trace.context import CONTEXT_COLUMNS, launch_context
 from headroom.trace.tables import Trace
 
-__all__ = ["GraphSummary", "attribute_replays", "capture_templates", "graph_summary", "is_graph_launch"]
+__all__ = ["GraphSummary", "attribute_replays", "capture_templates", "capture_trace_of", "graph_summary",
+           "is_graph_launch"]
 
 CAPTURE, SOURCE, KERNEL_NAME, UNMATCHED = "capture", "source", "kernel name", "unmatched"
 
@@ -285,3 +288,14 @@ def graph_summary(events: pd.DataFrame) -> GraphSummary | None:
     return GraphSummary(int(pd.unique(events["correlation"].to_numpy()[replayed]).size), int(replayed.sum()),
                         float(dur[replayed].sum()), {o: v for o, v in by.items() if v[0]},
                         int((check[replayed] >= 0).sum()), int((check[replayed] == 0).sum()))
+
+
+def capture_trace_of(trace_path: str | Path, metadata: dict[str, Any]) -> Path | None:
+    """The capture trace that a `headroom profile --graphs` trace names in its manifest (`graphs.capture_trace`,
+    relative to the trace's directory); None if it names none."""
+    manifest = metadata.get("headroom") if isinstance(metadata, dict) else None
+    graphs = manifest.get("graphs") if isinstance(manifest, dict) else None
+    name = graphs.get("capture_trace") if isinstance(graphs, dict) else None
+    if not isinstance(name, str) or not name:
+        return None
+    return Path(trace_path).parent / name

@@ -48,7 +48,7 @@ from headroom.profile.progress import Progress, _stage
 from headroom.profile.registry import get_workload, load_workload_file
 from headroom.profile.timer import _sync, _Timer
 from headroom.stepstats import StepStats
-from headroom.profile.workload import Options, RunConfig, Step, WorkloadSpec
+from headroom.profile.workload import GRAPH_TREE_MODES, Options, RunConfig, Step, WorkloadSpec
 from headroom.trace.analysis import Analysis, analyze
 from headroom.trace.layers import LayerExtrapolation, extrapolate_layers
 
@@ -62,7 +62,7 @@ if TYPE_CHECKING:
 
 CAPTURED = ("after warm-up, one call of the step on static inputs (torch.cuda.graph); the timed and profiled "
             "steps replay it")
-CAPTURED_BY_COMPILE = ("torch.compile(mode='reduce-overhead'): Inductor's CUDA graph trees, recorded during the "
+CAPTURED_BY_COMPILE = ("torch.compile (reduce-overhead or max-autotune): Inductor's CUDA graph trees, recorded during the "
                        "warm-up calls after the first (the capture trace holds them)")
 
 # Steps per stage: (warm-up, timed, profiled) on a GPU and on a CPU.
@@ -220,7 +220,7 @@ def _measure(spec: WorkloadSpec, cfg: RunConfig, dev: Any, counts: tuple[int, in
         experimental = experimental_config(dev)
         # torch.compile(mode="reduce-overhead") captures its graphs during warm-up: those calls are profiled
         # into the capture trace (all but the first, which compiles).
-        graph_trees = dev.type == "cuda" and cfg.compile_mode == "reduce-overhead"
+        graph_trees = dev.type == "cuda" and cfg.compile_mode in GRAPH_TREE_MODES
         together()
         with _stage(progress, "warm-up", f"{warmup} steps"):
             t0 = time.perf_counter()
@@ -351,7 +351,7 @@ def _run_manifest(spec: WorkloadSpec, cfg: RunConfig, dev: Any, m: _Measured, co
                    "overhead": overhead, "overhead_measurable": measurable,
                    "build_s": round(m.build_s, 2), "warmup_s": round(m.warmup_s, 2)},
         **({"graphs": {"capture_trace": f"{CAPTURE_DIR}/{name}", "capture_s": round(m.capture_s, 3),
-                       "captured": CAPTURED_BY_COMPILE if cfg.compile_mode == "reduce-overhead" else CAPTURED}}
+                       "captured": CAPTURED_BY_COMPILE if cfg.compile_mode in GRAPH_TREE_MODES else CAPTURED}}
            if m.capture_s is not None else {}),
         "peak_memory_gb": round(m.peak_gb, 2) if m.peak_gb is not None else None,
         "command": command or " ".join(shlex.quote(a) for a in sys.argv),

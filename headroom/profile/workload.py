@@ -62,6 +62,8 @@ class Default:
 
 # torch.compile's modes that `--compile-mode` takes.
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+# The modes in which Inductor captures and replays CUDA graphs itself (its graph trees).
+GRAPH_TREE_MODES = ("reduce-overhead", "max-autotune")
 
 
 @dataclass
@@ -297,9 +299,9 @@ class WorkloadSpec:
         if cfg.mode == "train":
             raise UserError(f"{self.name}: --graphs captures inference steps (decode, prefill, a forward); "
                             f"drop --mode train")
-        if cfg.compile_mode == "reduce-overhead":
-            raise UserError("--compile-mode reduce-overhead already replays CUDA graphs (Inductor's graph trees): "
-                            "drop --graphs")
+        if cfg.compile_mode in GRAPH_TREE_MODES:
+            raise UserError(f"--compile-mode {cfg.compile_mode} already replays CUDA graphs (Inductor's graph "
+                            f"trees): drop --graphs")
         if cfg.kv_cache == "dynamic" and cfg.phase == "decode":
             raise UserError(f"{self.name}: --graphs needs fixed shapes: a dynamic KV cache grows every decode "
                             f"step (use --kv-cache static)")

@@ -60,8 +60,8 @@ class _Patterns:
 @lru_cache(maxsize=1)
 def _patterns() -> _Patterns:
     doc = shipped("graphs.toml")
-    return _Patterns(*(re.compile(doc[k]) for k in ("graph_launch", "capture_begin", "capture_end", "work_call",
-                                                     "named_kernel")), float(doc["max_disagreement"]))
+    rx = {k: re.compile(doc[k]) for k in ("graph_launch", "capture_begin", "capture_end", "work_call", "named_kernel")}
+    return _Patterns(**rx, max_disagreement=float(doc["max_disagreement"]))
 
 
 def _matching(names: pd.Series | np.ndarray, rx: re.Pattern) -> np.ndarray:

@@ -1,0 +1,61 @@
+"""The committed execution-mode traces (traces/graphs/, captured by `headroom profile --graphs` and
+`--compile-mode reduce-overhead` on a GPU; lab/gpu_graphs.py): every replayed kernel has an op, a module where
+the capture recorded module ranges, and per-op shares close to the eager step of the same model."""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import pytest
+
+from conftest import REPO
+from headroom.projection.targets import targets
+from headroom.trace.analysis import analyze
+
+GRAPHS = REPO / "traces" / "graphs"
+MANIFEST = json.loads((GRAPHS / "manifest.json").read_text())["traces"] if (GRAPHS / "manifest.json").is_file() else {}
+
+
+def _runs(execution: str) -> list[str]:
+    return sorted(n for n, m in MANIFEST.items() if _execution(m) == execution)
+
+
+def _execution(m: dict) -> str:
+    if m.get("compile"):
+        return f"compiled-{m['compile_mode']}" if m.get("compile_mode") else "compiled"
+    return "graphs" if m.get("graphs") else "eager"
+
+
+def _eager_twin(name: str) -> str | None:
+    """The eager trace of the same workload, phase, batch and sequence."""
+    m = MANIFEST[name]
+    key = ("workload", "flavour", "phase", "batch", "seq", "dtype", "layers")
+    return next((n for n, e in MANIFEST.items() if _execution(e) == "eager" and all(e.get(k) == m.get(k) for k in key)),
+                None)
+
+
+def _shares(events: pd.DataFrame, by: str) -> pd.Series:
+    return events.groupby(by)["dur"].sum() / events["dur"].sum()
+
+
+@pytest.mark.parametrize("name", _runs("graphs") + _runs("compiled-reduce-overhead"))
+def test_replayed_kernels_have_ops(name):
+    a = analyze(GRAPHS / name, use_cache=False)
+    replayed = a.events[a.events["graph"] != ""]
+    assert len(replayed), "a graphs run replays its step"
+    table = targets(a, by=("op",), top=None)
+    assert float(table.loc[table["name"] == "(no op)", "share"].sum()) <= 0.01
+
+
+@pytest.mark.parametrize("name", _runs("graphs"))
+def test_replayed_kernels_have_modules_and_the_eager_shares(name):
+    a = analyze(GRAPHS / name, use_cache=False)
+    ev = a.events
+    assert ev.loc[ev["module"] == "", "dur"].sum() <= 0.01 * ev["dur"].sum()
+    twin = _eager_twin(name)
+    if twin is None:
+        pytest.skip(f"no eager trace of {name}'s configuration")
+    eager = analyze(GRAPHS / twin, use_cache=False).events
+    both = pd.concat([_shares(ev, "op"), _shares(eager, "op")], axis=1).fillna(0.0)
+    assert (both.iloc[:, 0] - both.iloc[:, 1]).abs().max() < 0.03

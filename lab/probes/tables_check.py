@@ -1,7 +1,7 @@
 """Every real trace gives the same tables: save the loader's tables and the analysis of each one, compare later.
 
-    python benchmarks/tables_check.py --save before/          # record (pickles, one per trace)
-    python benchmarks/tables_check.py --compare before/       # exit 1 on any difference
+    python lab/probes/tables_check.py --save before/          # record (pickles, one per trace)
+    python lab/probes/tables_check.py --compare before/       # exit 1 on any difference
 
 The real traces: traces/**/*.json.gz (committed) and the HTA test traces in the
 shared folder ($HEADROOM_SHARED, ../shared or /work/shared). Tables are compared
@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pandas as pd
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
 from benchmarks.shapes import shared_dir  # noqa: E402

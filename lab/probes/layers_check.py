@@ -7,7 +7,7 @@ pair are from one capture (traces/checks/, 2026-11-29, without module ranges): w
 module ranges the kernels inside an RMSNorm module count as normalization, so a
 module-ranged full trace is compared only with a module-ranged 4-layer one.
 
-    python benchmarks/layers_check.py [--json]
+    python lab/probes/layers_check.py [--json]
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import json
 import sys
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
 from headroom.trace.analysis import analyze  # noqa: E402

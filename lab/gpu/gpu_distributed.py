@@ -1,7 +1,7 @@
 """[distributed-h200x2] in one command: three multi-rank runs on 2 GPUs, their report, and cross-rank projections.
 
-    OUT=/path/for/results python3 scripts/gpu_distributed.py "$OUT"          (on the 2-GPU machine)
-    python3 scripts/gpu_distributed.py OUT --dry [--only resnet-50]           (CPU, gloo, tiny models)
+    OUT=/path/for/results python3 lab/gpu/gpu_distributed.py "$OUT"          (on the 2-GPU machine)
+    python3 lab/gpu/gpu_distributed.py OUT --dry [--only resnet-50]           (CPU, gloo, tiny models)
 
 Runs, each in its own process with a time limit (a failure never stops the rest):
 
@@ -38,7 +38,7 @@ import tarfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 MAX_FILE = 15 * 2**20
 SCENARIO = "category:addressable=1.5"
 

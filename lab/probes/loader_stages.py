@@ -1,7 +1,7 @@
 """Where the loader's time goes: wall time, CPU time, time in the kernel and minor page faults of each stage of
 `analyze`, in one process.
 
-    python benchmarks/loader_stages.py TRACE [--runs 3] [--out stages.json] [--numpy-huge-pages]
+    python lab/probes/loader_stages.py TRACE [--runs 3] [--out stages.json] [--numpy-huge-pages]
 
 Stages are timed by wrapping the loader's own functions (nothing is
 re-implemented here), in this process alone (HEADROOM_LOAD_WORKERS=0: with the
@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 
 os.environ["HEADROOM_LOAD_WORKERS"] = "0"
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import headroom.trace.analysis as analysis  # noqa: E402
 import headroom.trace.document as document  # noqa: E402

@@ -2,7 +2,7 @@
 step of `targets` (the Amdahl ranking, the replay plan, the replays, drawing the table), stage by stage in one
 fresh process per run.
 
-    python benchmarks/command_stages.py TRACE [--runs 3] [--out stages.json]
+    python lab/probes/command_stages.py TRACE [--runs 3] [--out stages.json]
 
 Each run is a new interpreter (bytecode written as an install has it: PYTHONDONTWRITEBYTECODE is dropped), so
 the imports are timed as a command pays them; the trace's cache entry is filled by one untimed run first.
@@ -22,7 +22,7 @@ import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
 from benchmarks.record import emit, stamp, warm  # noqa: E402

@@ -2,12 +2,12 @@
 # Makes the folders a GPU-machine command carries (the image has torch and transformers, not headroom's
 # other dependencies; it cannot download): .whl/ (msgspec, google-re2, polars and its runtime as an xz
 # tarball of the unpacked wheel, 33 MB instead of 54), .whl-rec/ (torchrec and the CPU fbgemm, for the
-# recommender workloads) and .kb/ (a copy of ../shared/kernelbench). scripts/gpu_setup.sh installs them
+# recommender workloads) and .kb/ (a copy of ../shared/kernelbench). lab/gpu/gpu_setup.sh installs them
 # there. Run here, from the repository root. A command carries at most 64 MiB with the repository's files
 # (28 MB): .whl and .kb fit beside it (35 + 0.5 MB), .whl-rec (7 MB) on top of them does not — carry it
 # instead of .kb for recommender work. The folders are ignored through .git/info/exclude.
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 get() { python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
           --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 "$@"; }
 mkdir -p .git/info && touch .git/info/exclude

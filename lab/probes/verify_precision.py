@@ -1,9 +1,9 @@
 """How precise `headroom verify`'s clock is on this machine: an identical candidate and one that does twice
 the work, against a 1024 x 1024 fp32 matrix product, run as a user runs them (the CLI), alternated.
 
-    python benchmarks/verify_precision.py [--repeat 3] [--threads N] [--rounds N] [--out FILE.json]
+    python lab/probes/verify_precision.py [--repeat 3] [--threads N] [--rounds N] [--out FILE.json]
 
-Each repeat runs `headroom verify benchmarks/verify_precision/matmul_1k.py CANDIDATE --json --device cpu
+Each repeat runs `headroom verify lab/probes/verify_precision/matmul_1k.py CANDIDATE --json --device cpu
 --scale full` for both candidates (order alternating between repeats); ``--rounds N`` passes verify's
 minimum rounds (a CPU's default maximum is 30: a 2-core machine's interval is about +-4-6% there, and
 its width shrinks as 1/sqrt(rounds)). Prints one line per run and writes
@@ -24,7 +24,7 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 HERE = REPO / "benchmarks" / "verify_precision"
 
 
@@ -62,7 +62,7 @@ def main() -> int:
                   f"rounds {res['rounds']} ({res['rounds_stop']}), load {res['load_before']:.2f}, "
                   f"{res['seconds']} s", flush=True)
     doc = {"machine": platform.node(), "cpus": os.cpu_count(), "date": datetime.now(timezone.utc).isoformat(),
-           "command": " ".join(["python", "benchmarks/verify_precision.py", *sys.argv[1:]]), "runs": runs}
+           "command": " ".join(["python", "lab/probes/verify_precision.py", *sys.argv[1:]]), "runs": runs}
     Path(a.out).parent.mkdir(parents=True, exist_ok=True)
     Path(a.out).write_text(json.dumps(doc, indent=1) + "\n")
     return 0

@@ -1,8 +1,8 @@
 """headroom verify against KernelBench's own files on one GPU, in one command, within a time budget.
 
-    python3 scripts/gpu_kernelbench.py --out $OUT                  # on the H200 (~8 min)
-    python3 scripts/gpu_kernelbench.py --out /tmp/kb --dry-run     # on a CPU: scaled shapes, a few problems
-    python3 scripts/gpu_kernelbench.py --render docs/gpu/kernelbench_l1.json   # Markdown for docs/verify.md
+    python3 lab/gpu/gpu_kernelbench.py --out $OUT                  # on the H200 (~8 min)
+    python3 lab/gpu/gpu_kernelbench.py --out /tmp/kb --dry-run     # on a CPU: scaled shapes, a few problems
+    python3 lab/gpu/gpu_kernelbench.py --render docs/gpu/kernelbench_l1.json   # Markdown for docs/verify.md
 
 Order of work (each step skipped, and recorded in ``skipped``, once the budget is spent):
 
@@ -28,7 +28,7 @@ Order of work (each step skipped, and recorded in ``skipped``, once the budget i
 ``--only`` picks the level-1 problems of every group, ``--extra-only`` those of ``level1-extra``
 (default: ``--only``), so one command reruns a list, e.g.::
 
-    python3 scripts/gpu_kernelbench.py --out $OUT --groups level1,sealed,level1-extra \
+    python3 lab/gpu/gpu_kernelbench.py --out $OUT --groups level1,sealed,level1-extra \
         --only 45 68 70 90 19 23 --extra-only 90 97 --budget 480
 
 Writes ``OUT/kernelbench_l1.json`` (headroom verify suite format, so ``headroom project
@@ -49,7 +49,7 @@ import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
 GENERIC = REPO / "tests" / "cheaters" / "kernelbench"

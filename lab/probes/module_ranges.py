@@ -1,6 +1,6 @@
 """What module ranges cost: step time with and without them, interleaved, without and under the profiler.
 
-    python benchmarks/module_ranges.py [--cpu] [--rounds 7] [--out FILE.json] [--budget S] [--case NAME ...]
+    python lab/probes/module_ranges.py [--cpu] [--rounds 7] [--out FILE.json] [--budget S] [--case NAME ...]
 
 For each case the workload is built once; then, for R rounds (at least 7), the same step
 runs with no module ranges (A: no hooks) and with them (B: `record_module_ranges` on the
@@ -36,7 +36,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
 from headroom.jsonio import plain  # noqa: E402
@@ -237,7 +237,7 @@ def main(argv: list[str] | None = None) -> int:
               file=sys.stderr)
         return 2
     t0 = time.monotonic()
-    results: dict[str, Any] = {"command": " ".join(["python benchmarks/module_ranges.py", *(argv or sys.argv[1:])]),
+    results: dict[str, Any] = {"command": " ".join(["python lab/probes/module_ranges.py", *(argv or sys.argv[1:])]),
                                "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
                                "machine": _machine(device), "cases": []}
     for case in cases:

@@ -16,7 +16,7 @@ trace names every call. The script
 4. asks `headroom project` (cpu-ops mode: `annotation:rmsnorm=S`) for the estimate and reports the
    error against the measurement.
 
-    python benchmarks/cpu_fusion_check.py [--json] [--sizes 128x4,256x8,512x16] [--repeat N] [--out DIR]
+    python lab/probes/cpu_fusion_check.py [--json] [--sizes 128x4,256x8,512x16] [--repeat N] [--out DIR]
 
 Prints one JSON object (--json: on one line): each run, and a summary (docs/projection.md, "Checked").
 CPU traces are wall-clock: on a loaded machine preemption distorts them, so run it on a quiet one.
@@ -34,7 +34,7 @@ import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
 import torch  # noqa: E402
@@ -122,7 +122,7 @@ def profiled_trace(model, x, path: Path, step_ms: float, tries: int = 15) -> Pat
         if best is None or span < best[0]:
             best = (span, doc)
     doc = best[1]
-    doc["headroom"] = {"tool": "benchmarks/cpu_fusion_check.py", "timing": {"step_ms": step_ms}}
+    doc["headroom"] = {"tool": "lab/probes/cpu_fusion_check.py", "timing": {"step_ms": step_ms}}
     path.write_text(json.dumps(doc))
     raw.unlink()
     return path
@@ -188,7 +188,7 @@ def main(argv: list[str] | None = None) -> dict:
     timed = [r["projections"]["part_timed"] for r in runs]
     doc = {"machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, 1 thread, "
                       f"torch {torch.__version__}, load average {os.getloadavg()[0]:.1f}",
-           "date": time.strftime("%Y-%m-%d"), "command": " ".join(["python", "benchmarks/cpu_fusion_check.py", *(argv or sys.argv[1:])]),
+           "date": time.strftime("%Y-%m-%d"), "command": " ".join(["python", "lab/probes/cpu_fusion_check.py", *(argv or sys.argv[1:])]),
            "runs": runs,
            "summary": {"n": len(runs), "max_abs_error": max(abs(t["error"]) for t in timed),
                        "inside": sum(t["inside"] for t in timed),

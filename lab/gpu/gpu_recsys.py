@@ -1,10 +1,10 @@
 #!/usr/bin/env python3
 """DLRM-Bench on one GPU (the H200), one command: the recommender traces, coverage, the suite, the scenario.
 
-    bash scripts/gpu_recsys.sh                          # on the GPU machine, from the repository root (OUT=...)
-    python3 scripts/gpu_recsys.py --out /tmp/rs --dry-run   # the same pipeline on a CPU, tiny shapes
-    python3 scripts/gpu_recsys.py --render docs/gpu/recsys --traces traces/  # docs/dlrm-bench.md's tables
-    python3 scripts/gpu_recsys.py --render docs/gpu/recsys --traces traces/ --write-docs   # ... written into it
+    bash lab/gpu/gpu_recsys.sh                          # on the GPU machine, from the repository root (OUT=...)
+    python3 lab/gpu/gpu_recsys.py --out /tmp/rs --dry-run   # the same pipeline on a CPU, tiny shapes
+    python3 lab/gpu/gpu_recsys.py --render docs/gpu/recsys --traces traces/  # docs/dlrm-bench.md's tables
+    python3 lab/gpu/gpu_recsys.py --render docs/gpu/recsys --traces traces/ --write-docs   # ... written into it
 
 Each step starts only while the budget has room for it and is recorded in recsys.json as it finishes
 (a run cut short still returns what finished). The steps, run in the order 0, a, b, d (measure), c,
@@ -44,7 +44,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
 WORKLOADS = [("deepfm", 70), ("din", 50), ("dlrm-int8", 60)]          # name, estimated seconds on the H200

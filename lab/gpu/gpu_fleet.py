@@ -1,10 +1,10 @@
 """A KernelBench level-1 campaign twice on one GPU: in this process (the direct path) and through
 `--engine ray` with one GPU actor, and their verdicts compared problem by problem.
 
-    python3 scripts/gpu_fleet.py --out $OUT                    # on the H200 (Ray from /var/tmp/ray, ~200 s)
-    python3 scripts/gpu_fleet.py --out /tmp/fl --dry-run       # on a CPU: 3 problems, small shapes, 1 "GPU"
-    python3 scripts/gpu_fleet.py --check docs/gpu/fleet/kernelbench_ray.json   # exit 1 if verdicts differ
-    python3 scripts/gpu_fleet.py --render docs/gpu/fleet/kernelbench_ray.json  # Markdown for docs/fleet.md
+    python3 lab/gpu/gpu_fleet.py --out $OUT                    # on the H200 (Ray from /var/tmp/ray, ~200 s)
+    python3 lab/gpu/gpu_fleet.py --out /tmp/fl --dry-run       # on a CPU: 3 problems, small shapes, 1 "GPU"
+    python3 lab/gpu/gpu_fleet.py --check docs/gpu/fleet/kernelbench_ray.json   # exit 1 if verdicts differ
+    python3 lab/gpu/gpu_fleet.py --render docs/gpu/fleet/kernelbench_ray.json  # Markdown for docs/fleet.md
 
 Ray travels to the GPU machine as pieces (`.ray-partNN/`, copied into --parts, default /var/tmp/ray): the
 unpacked ray wheel as an xz tarball split in two, and the wheels of jsonschema, referencing, rpds-py and
@@ -37,7 +37,7 @@ import traceback
 import zipfile
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 GENERIC = REPO / "tests" / "cheaters" / "kernelbench"
 CANDIDATES = {"reference": "pass", "zeros": "fail"}       # the kind and what it is expected to get
@@ -224,7 +224,7 @@ def run(args: argparse.Namespace) -> int:
         raise SystemExit(124)
 
     signal.signal(signal.SIGTERM, _terminate)
-    doc: dict = {"tool": "scripts/gpu_fleet.py", "dry_run": args.dry_run, "budget_s": args.budget, "errors": [],
+    doc: dict = {"tool": "lab/gpu/gpu_fleet.py", "dry_run": args.dry_run, "budget_s": args.budget, "errors": [],
                  "skipped": [], "direct": [], "ray_results": [], "compare": []}
 
     def save() -> None:

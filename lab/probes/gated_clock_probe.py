@@ -1,6 +1,6 @@
 """Facts the gated clock of `headroom verify` rests on, measured on a GPU (one command, ~1 minute).
 
-    python3 benchmarks/gated_clock_probe.py --out DIR
+    python3 lab/probes/gated_clock_probe.py --out DIR
 
 1. stream memory operations (cuStreamWaitValue32 / cuStreamWriteValue32) on host memory that two
    processes share: a stream gated on a word the other process writes, a flag written back;
@@ -28,7 +28,7 @@ import threading
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
 WORDS = 64

@@ -5,7 +5,7 @@ verify children's own profiles agreed (33.5 vs 35.4 ms per forward); the next ca
 runs the problem's reference in several fresh processes, one after another, each timing forwards with
 CUDA events and naming the kernels the profiler saw, so a per-process difference (and its kernels) shows.
 
-    python3 benchmarks/process_kernel_probe.py --problem .kb/level1/68_*.py --processes 6 --out OUT.json
+    python3 lab/probes/process_kernel_probe.py --problem .kb/level1/68_*.py --processes 6 --out OUT.json
 """
 
 from __future__ import annotations

@@ -14,8 +14,8 @@ maps a ring of inputs from its parent by the driver's IPC, as verify's child doe
   before each forward (none; a copy that writes the input; a bf16 GEMM that writes it, as the
   model's projection does) whose own phase is subtracted; plus each kernel's profiled duration.
 
-    python3 scripts/gpu_gate_probe.py --out $OUT/gate_probe.json      # on the GPU (~60 s)
-    python3 scripts/gpu_gate_probe.py --dry-run --out /tmp/p.json      # CPU plumbing, tiny shapes
+    python3 lab/gpu/gpu_gate_probe.py --out $OUT/gate_probe.json      # on the GPU (~60 s)
+    python3 lab/gpu/gpu_gate_probe.py --dry-run --out /tmp/p.json      # CPU plumbing, tiny shapes
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ import sys
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
 N = 64  # x 9 launches (reference + context) well inside the launch queue
@@ -310,7 +310,7 @@ def main() -> int:
     out.update({"shape": list(shape), "n": N, "reps": REPS, "dry_run": a.dry_run, "wall_s": round(time.time() - t0, 1),
                 "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "torch": torch.__version__,
                 "device": torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu",
-                "command": "python3 scripts/gpu_gate_probe.py " + " ".join(sys.argv[1:])})
+                "command": "python3 lab/gpu/gpu_gate_probe.py " + " ".join(sys.argv[1:])})
     Path(a.out).parent.mkdir(parents=True, exist_ok=True)
     Path(a.out).write_text(json.dumps(out, indent=1))
     print("errors:", out["errors"] or "none", "| wall", out["wall_s"], "s")

@@ -1,13 +1,13 @@
 """Re-capture the shipped traces with module ranges, measure what the ranges cost, and rank every
 trace's modules; on one GPU (the H200), in one command of at most 9 minutes.
 
-    OUT=/path/for/results bash scripts/gpu_capture.sh     (sets PYTHONPATH, NCCL and tokenizer flags)
-    python3 scripts/gpu_capture.py OUT [BUDGET_S] [--dry] [--only ID,ID]
+    OUT=/path/for/results bash lab/gpu/gpu_capture.sh     (sets PYTHONPATH, NCCL and tokenizer flags)
+    python3 lab/gpu/gpu_capture.py OUT [BUDGET_S] [--dry] [--only ID,ID]
 
 In order, while the budget lasts (a run that no longer fits is skipped and reported):
 1. the ten shipped traces (traces/*.json.gz): the seven workloads at their defaults, llama-7b
    decode with a static and a dynamic cache, llama-7b --compile; module ranges are on by default;
-2. benchmarks/module_ranges.py: step time with and without module ranges, interleaved, without
+2. lab/probes/module_ranges.py: step time with and without module ranges, interleaved, without
    and under the profiler (llama-7b prefill, decode, resnet-50 train, dlrm train);
 3. the --layers checks (traces/checks/: llama-7b --layers 4, prefill and decode);
 4. the scaling traces (traces/scaling/: llama-7b --flavour 13b/70b --layers 4).
@@ -19,7 +19,7 @@ Writes under OUT (at most 8 files, each at most 16 MB):
     traces-N.tar        traces/*.json.gz + traces/manifest.json (N > 1 only past 15 MB)
     checks.tar          traces/checks/ and traces/scaling/ (with their manifests)
     targets.json        trace name -> {"module:self", "module:total", "module_path:self"}: targets --json
-    module_ranges.json  the overhead benchmark (benchmarks/module_ranges.py)
+    module_ranges.json  the overhead benchmark (lab/probes/module_ranges.py)
     results.json        per run: status, step time, profiler overhead, idle, addressable, module ranges;
                         the --layers check; the environment
     capture.log         every run's output
@@ -39,7 +39,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 MAX_FILE = 15 * 2**20
 PACK_RESERVE_S = 15
 SPEEDUP = 1.5

@@ -1,6 +1,6 @@
 """Why the loader reads 4 MB blocks: decode time and minor page faults per block size, in one process.
 
-    python benchmarks/block_sizes.py TRACE [--sizes 32,8,4,2] [--rounds 2] [--out block_sizes.json]
+    python lab/probes/block_sizes.py TRACE [--sizes 32,8,4,2] [--rounds 2] [--out block_sizes.json]
 
 For each block size (MB) the trace is cut (document.split) and every chunk decoded
 (kineto.decode_events), each chunk's result dropped before the next as the loader
@@ -20,7 +20,7 @@ import sys
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 CHILD = """
 import gc, json, resource, sys, time
@@ -64,7 +64,7 @@ def main() -> None:
     out = {"trace": str(args.trace), "bytes": args.trace.stat().st_size,
            "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
            "machine": f"{platform.machine()} {os.cpu_count()} cores, Python {platform.python_version()}",
-           "command": "benchmarks/block_sizes.py " + " ".join(sys.argv[1:]), "runs": runs}
+           "command": "lab/probes/block_sizes.py " + " ".join(sys.argv[1:]), "runs": runs}
     if args.out:
         args.out.write_text(json.dumps(out, indent=1) + "\n")
 

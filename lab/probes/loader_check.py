@@ -3,7 +3,7 @@
 Run on two machines and compare: the numbers (GPU time, addressable share,
 kernel count) must be identical; the seconds show the loader on that CPU.
 
-    python benchmarks/loader_check.py [--out results.json]
+    python lab/probes/loader_check.py [--out results.json]
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from pathlib import Path
 
 from headroom.trace.analysis import analyze
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def main() -> None:

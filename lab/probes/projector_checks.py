@@ -12,7 +12,7 @@ as ``nn.Module:`` python_function ranges from the first op's start to the last o
 before or after them: the footprint is, if anything, short). Then it projects each chain fused into
 one kernel per call with and without the CPU model, on both clocks.
 
-    python benchmarks/projector_checks.py [--json]
+    python lab/probes/projector_checks.py [--json]
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
 from headroom.projection.project import project  # noqa: E402

@@ -2,8 +2,8 @@
 """The loop on the H200, one command: for each substitution, extract the problem at the real shapes ->
 verify the candidate on it -> project the verified speedup -> validate (swap it in, measure, profile).
 
-    OUT=$OUT python3 scripts/gpu_validate.py              # on the GPU machine, from the repository root
-    python3 scripts/gpu_validate.py --device cpu --out /tmp/loop   # the same pipeline on a CPU, tiny models
+    OUT=$OUT python3 lab/gpu/gpu_validate.py              # on the GPU machine, from the repository root
+    python3 lab/gpu/gpu_validate.py --device cpu --out /tmp/loop   # the same pipeline on a CPU, tiny models
 
 Every step is the `headroom` command a user would run (`python -m headroom.cli ...`), so the
 run proves the CLI, not a private path. A time budget (default 510 s) is checked before each
@@ -12,7 +12,7 @@ variant trace of each Triton candidate must contain its kernels (`GPU_KERNELS` i
 candidate file), or the substitution is marked failed: the GPU path, not the torch fallback,
 is what was measured.
 
-    OUT=$OUT python3 scripts/gpu_validate.py --apriori --only NAMES   # the a-priori step only (see below)
+    OUT=$OUT python3 lab/gpu/gpu_validate.py --apriori --only NAMES   # the a-priori step only (see below)
 
 `--apriori` reruns, for the named rows of docs/gpu/apriori/, only what the a-priori estimate needs:
 extract -> verify -> project onto the committed base trace, against the committed measurement (no
@@ -25,7 +25,7 @@ candidate with its own float32 parameters. `--clocks` samples the GPU's SM clock
 apriori.json, apriori.tar.gz (<name>/verify.json: `tar xzf apriori.tar.gz -C docs/gpu/apriori`),
 clocks.csv.gz and the log. `--dry-run`: the same on this CPU with tiny models.
 
-    OUT=$OUT python3 scripts/gpu_validate.py --cpu-probe --only bert-layernorm --budget 120
+    OUT=$OUT python3 lab/gpu/gpu_validate.py --cpu-probe --only bert-layernorm --budget 120
 
 `--cpu-probe` builds each named row's model in this process with the candidate swapped in (as validate
 does) and times, interleaved, each replaced call on the host (forward hooks, unprofiled, the GPU fed),
@@ -57,7 +57,7 @@ import tarfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 CAND = REPO / "examples" / "substitutions"
 
 

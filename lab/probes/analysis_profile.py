@@ -1,8 +1,8 @@
 """Where the analysis' time goes: cProfile of `analyze` on a trace's tables read from the cache (the load
 is left out), cumulative seconds of headroom's own functions.
 
-    python benchmarks/analysis_profile.py TRACE [--top 25]
-    PYTHONPATH=/path/to/other/checkout python benchmarks/analysis_profile.py TRACE    # another version
+    python lab/probes/analysis_profile.py TRACE [--top 25]
+    PYTHONPATH=/path/to/other/checkout python lab/probes/analysis_profile.py TRACE    # another version
 
 The first run on a trace loads it and fills the cache (HEADROOM_CACHE_DIR, else the user cache).
 """

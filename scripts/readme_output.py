@@ -2,7 +2,8 @@
 
 Every fenced block in README.md whose first line is `$ headroom ...` is run (as
 `python -m headroom.cli ...`, from the repository root) and its body replaced with what the
-command printed on stdout. `--check` changes nothing and exits 1 when a block is out of date.
+command printed on stdout (exit status 0, or 1: a verdict other than pass). A command may end in `| head -N` or `| tail -N`: only its first or last N lines are shown.
+`--check` changes nothing and exits 1 when a block is out of date.
 
     python scripts/readme_output.py          # rewrite README.md
     python scripts/readme_output.py --check  # make test: is README's output current?
@@ -19,6 +20,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 BLOCK = re.compile(r"^```\n\$ (headroom [^\n]*)\n(.*?)^```$", re.S | re.M)
+CUT = re.compile(r"^(headroom .*?)(?: \| (head|tail) -(\d+))?$")
 
 
 def run(command: str) -> str:
@@ -26,13 +28,21 @@ def run(command: str) -> str:
     env = {**os.environ, "COLUMNS": "200", "NO_COLOR": "1"}
     p = subprocess.run([sys.executable, "-m", "headroom.cli", *args], cwd=REPO, capture_output=True, text=True,
                        env=env, check=False)
-    if p.returncode != 0:
+    if p.returncode not in (0, 1):      # 1: a verdict other than pass (verify), a regression (diff)
         raise SystemExit(f"readme_output: `{command}` exited {p.returncode}: {p.stderr.strip()}")
     return "\n".join(line.rstrip() for line in p.stdout.rstrip("\n").splitlines()) + "\n"
 
 
+def shown(line: str) -> str:
+    """What the README shows under `$ LINE`: the command's stdout, cut to N lines by a trailing `| head -N`
+    (the first N) or `| tail -N` (the last N)."""
+    command, cut, n = CUT.match(line).groups()
+    lines = run(command).splitlines(keepends=True)
+    return "".join(lines if cut is None else lines[:int(n)] if cut == "head" else lines[-int(n):])
+
+
 def regenerate(text: str) -> str:
-    return BLOCK.sub(lambda m: f"```\n$ {m.group(1)}\n{run(m.group(1))}```", text)
+    return BLOCK.sub(lambda m: f"```\n$ {m.group(1)}\n{shown(m.group(1))}```", text)
 
 
 def main(argv: list[str]) -> int:

@@ -1,12 +1,13 @@
-"""Regenerate the command output README.md shows, from the commands themselves on the shipped traces.
+"""Regenerate the command output README.md and docs/*.md show, from the commands themselves on the shipped traces.
 
-Every fenced block in README.md whose first line is `$ headroom ...` is run (as
+Every fenced block in a page whose first line is `$ headroom ...` is run (as
 `python -m headroom.cli ...`, from the repository root) and its body replaced with what the
 command printed on stdout (exit status 0, or 1: a verdict other than pass). A command may end in `| head -N` or `| tail -N`: only its first or last N lines are shown.
 `--check` changes nothing and exits 1 when a block is out of date.
 
-    python scripts/readme_output.py          # rewrite README.md
-    python scripts/readme_output.py --check  # make test: is README's output current?
+    python scripts/readme_output.py                # rewrite README.md
+    python scripts/readme_output.py --all          # README.md and every docs/*.md page with such a block
+    python scripts/readme_output.py docs/gpu-results.md --check   # is that page's output current?
 """
 
 from __future__ import annotations
@@ -45,18 +46,28 @@ def regenerate(text: str) -> str:
     return BLOCK.sub(lambda m: f"```\n$ {m.group(1)}\n{shown(m.group(1))}```", text)
 
 
+def pages(argv: list[str]) -> list[Path]:
+    """The pages named on the command line; README.md by default; with --all, README.md and every docs page
+    that shows a command's output."""
+    named = [REPO / a for a in argv if not a.startswith("--")]
+    if "--all" in argv:
+        named = [REPO / "README.md"] + [p for p in sorted((REPO / "docs").glob("*.md")) if BLOCK.search(p.read_text())]
+    return named or [REPO / "README.md"]
+
+
 def main(argv: list[str]) -> int:
-    readme = REPO / "README.md"
-    old = readme.read_text()
-    new = regenerate(old)
-    if "--check" in argv:
+    stale = []
+    for page in pages(argv):
+        old = page.read_text()
+        new = regenerate(old)
         if new != old:
-            print("README.md: the shown command output is out of date (run python scripts/readme_output.py)",
-                  file=sys.stderr)
-            return 1
-        return 0
-    if new != old:
-        readme.write_text(new)
+            stale.append(page.relative_to(REPO))
+            if "--check" not in argv:
+                page.write_text(new)
+    if stale and "--check" in argv:
+        print(f"{', '.join(map(str, stale))}: the shown command output is out of date "
+              "(run python scripts/readme_output.py --all)", file=sys.stderr)
+        return 1
     return 0
 
 

@@ -314,7 +314,7 @@ def _kernelbench(name: str) -> list[dict]:
     return json.loads(gzip.decompress((REPO / "docs" / "gpu" / "measure" / name).read_bytes()))["results"]
 
 
-# The device calls of KernelBench level 1 on the H200, in the order they ran (docs/verify.md, "On the H200").
+# The device calls of KernelBench level 1 on the H200, in the order they ran (docs/kernelbench.md).
 KB_CALLS = ("a", "b", "c", "d", "e", "f", "g")
 
 
@@ -342,7 +342,7 @@ def test_kernelbench_identical_kernels_on_the_gated_clock():
     assert by_call["d"] == [1, 97] and by_call["e"] == [23, 45, 70, 90] and by_call["f"] == [19, 40, 68]
     assert by_call["g"] == [50, 55, 62, 63]  # the conv references after stream_ordering's repeat
     assert [len(by_call[c]) for c in KB_CALLS] == [24, 12, 51, 2, 4, 3, 4]
-    text = (REPO / "docs" / "verify.md").read_text()
+    text = (REPO / "docs" / "kernelbench.md").read_text()
     for c in ("d", "e", "f", "g"):  # the docs list the problems each of the short calls contributes
         assert ", ".join(map(str, by_call[c])) in text, c
     assert statistics.median(r["elapsed_s"] for r in rs) <= 60
@@ -445,7 +445,7 @@ def _err_gate(detail: str) -> tuple[float, float]:
 def test_kernelbench_early_harness_was_charged_its_own_input_writes():
     before = [r for r in _kernelbench("kernelbench_l1.before.json.gz") if r["verdict"] != "pass"]
     assert len(before) == 6 and all("calibrated time" in r["reason"] for r in before)
-    text = (REPO / "docs" / "verify.md").read_text()
+    text = (REPO / "docs" / "kernelbench.md").read_text()
     assert "**100 of 100** `pass`" in text and "**98 of 100**" in text
 
 

@@ -177,3 +177,17 @@ def test_the_prose_measures_measure_what_they_say():
         assert _RUN_HISTORY.search(line), line
     for line in ("a second command on a 260 MB trace", "calls per step", "recall 5", "a 2.4x speedup"):
         assert not _RUN_HISTORY.search(line), line
+
+
+def test_docs_pages_show_their_commands_current_output():
+    """Every docs page's `$ headroom ...` block is what the command prints now (scripts/readme_output.py)."""
+    import os
+    import subprocess
+    import sys
+
+    pages = [p for p in sorted((REPO / "docs").glob("*.md")) if re.search(r"^```\n\$ headroom ", p.read_text(), re.M)]
+    assert pages
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    p = subprocess.run([sys.executable, str(REPO / "scripts" / "readme_output.py"), "--check",
+                        *[str(x.relative_to(REPO)) for x in pages]], cwd=REPO, capture_output=True, text=True, env=env)
+    assert p.returncode == 0, p.stderr

@@ -191,3 +191,12 @@ def test_docs_pages_show_their_commands_current_output():
     p = subprocess.run([sys.executable, str(REPO / "scripts" / "readme_output.py"), "--check",
                         *[str(x.relative_to(REPO)) for x in pages]], cwd=REPO, capture_output=True, text=True, env=env)
     assert p.returncode == 0, p.stderr
+
+
+def test_readme_walks_the_five_tasks_in_its_first_80_lines():
+    head = "\n".join((REPO / "README.md").read_text().splitlines()[:80])
+    shown = re.findall(r"^\$ headroom (\w+)", head, re.M)
+    assert shown == ["classify", "targets", "project", "verify", "plot"], shown
+    labels = re.findall(r"^\*\*\d\. (\w+)\.\*\*", head, re.M)
+    assert labels == ["Profile", "Targets", "Project", "Verify", "Plot"], labels
+    assert "## Install" in head and "headroom profile" in head

@@ -1,4 +1,4 @@
-"""Write docs/modules.md's result tables from what scripts/gpu_capture.py brought back.
+"""Write docs/modules.md's result tables from what lab/gpu/gpu_capture.py brought back.
 
     python scripts/render_module_docs.py OUT/targets.json OUT/module_ranges.json [--doc docs/modules.md] [--top 8]
 

@@ -1,6 +1,6 @@
 """The committed a-priori results (docs/gpu/apriori/): verify's speedup on an extracted problem projected
 onto the base trace, with no variant run, against validate's measurement of the same substitution on
-the H200 (scripts/gpu_validate.py). Every projection is recomputed here with the code at hand; the
+the H200 (lab/gpu/gpu_validate.py). Every projection is recomputed here with the code at hand; the
 table in docs/validation.md is what they give."""
 
 from __future__ import annotations
@@ -314,7 +314,7 @@ def _kernelbench(name: str) -> list[dict]:
     return json.loads(gzip.decompress((REPO / "docs" / "gpu" / "measure" / name).read_bytes()))["results"]
 
 
-# The device calls of KernelBench level 1 on the H200, in the order they ran (docs/verify.md, "On the H200").
+# The device calls of KernelBench level 1 on the H200, in the order they ran (docs/kernelbench.md).
 KB_CALLS = ("a", "b", "c", "d", "e", "f", "g")
 
 
@@ -342,7 +342,7 @@ def test_kernelbench_identical_kernels_on_the_gated_clock():
     assert by_call["d"] == [1, 97] and by_call["e"] == [23, 45, 70, 90] and by_call["f"] == [19, 40, 68]
     assert by_call["g"] == [50, 55, 62, 63]  # the conv references after stream_ordering's repeat
     assert [len(by_call[c]) for c in KB_CALLS] == [24, 12, 51, 2, 4, 3, 4]
-    text = (REPO / "docs" / "verify.md").read_text()
+    text = (REPO / "docs" / "kernelbench.md").read_text()
     for c in ("d", "e", "f", "g"):  # the docs list the problems each of the short calls contributes
         assert ", ".join(map(str, by_call[c])) in text, c
     assert statistics.median(r["elapsed_s"] for r in rs) <= 60
@@ -372,11 +372,11 @@ def test_kernelbench_attacks_on_the_gpu_fail_and_honest_candidates_pass():
 
 def test_kernelbench_sealed_attacks_on_the_h200():
     """The sealed corpus on the H200 (kernelbench_l1.e: the GPU's default seal, the candidate with the
-    harness's uid). Six results are what scripts/gpu_kernelbench.py expects; the other six were measured
+    harness's uid). Six results are what lab/gpu/gpu_kernelbench.py expects; the other six were measured
     with attacks and a harness without what docs/verify.md ("Threat model") describes for them."""
     import sys
 
-    sys.path.insert(0, str(REPO / "scripts"))
+    sys.path.insert(0, str(REPO / "lab" / "gpu"))
     import gpu_kernelbench
 
     got = {Path(r["candidate"]).stem: r for r in _kernelbench("kernelbench_l1.e.json.gz") if r["group"] == "sealed"}
@@ -411,7 +411,7 @@ def test_kernelbench_sealed_attacks_on_the_h200_are_what_each_seal_expects():
     map the candidate's CUDA IPC outputs across uids."""
     import sys
 
-    sys.path.insert(0, str(REPO / "scripts"))
+    sys.path.insert(0, str(REPO / "lab" / "gpu"))
     import gpu_kernelbench
 
     f = _kernelbench("kernelbench_l1.f.json.gz")
@@ -445,7 +445,7 @@ def _err_gate(detail: str) -> tuple[float, float]:
 def test_kernelbench_early_harness_was_charged_its_own_input_writes():
     before = [r for r in _kernelbench("kernelbench_l1.before.json.gz") if r["verdict"] != "pass"]
     assert len(before) == 6 and all("calibrated time" in r["reason"] for r in before)
-    text = (REPO / "docs" / "verify.md").read_text()
+    text = (REPO / "docs" / "kernelbench.md").read_text()
     assert "**100 of 100** `pass`" in text and "**98 of 100**" in text
 
 
@@ -502,7 +502,7 @@ def _gate_probes() -> list[dict]:
 
 
 def test_the_gated_clock_of_a_memory_bound_kernel_does_not_depend_on_its_inputs_memory():
-    # scripts/gpu_gate_probe.py on the H200, three processes: the fused RMSNorm queued 64 forwards deep
+    # lab/gpu/gpu_gate_probe.py on the H200, three processes: the fused RMSNorm queued 64 forwards deep
     # behind a gate reads 35.7-36.1 us per forward on CUDA events whatever the ring (IPC-mapped or the
     # child's own), the inputs (a slot per forward or one) and the outputs (kept or dropped); its
     # profiled kernel, launched with the GPU idle between calls, 33.8-34.2 us; inside the model 32.9 us.

@@ -1,4 +1,4 @@
-"""scripts/gpu_validate.py's a-priori rerun pieces: the GPU clock samples lined up with validate's
+"""lab/gpu/gpu_validate.py's a-priori rerun pieces: the GPU clock samples lined up with validate's
 interleaved blocks, the L2-state probe (on a CPU), and its refusal of unknown rows."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import pytest
 from headroom.pyfile import import_file
 
 REPO = Path(__file__).resolve().parents[1]
-script = import_file(REPO / "scripts" / "gpu_validate.py", "gpu_validate_apriori")
+script = import_file(REPO / "lab" / "gpu" / "gpu_validate.py", "gpu_validate_apriori")
 
 
 def _stamp(t: float) -> str:
@@ -115,7 +115,7 @@ def test_the_l2_probe_times_both_forwards_in_every_state(tmp_path):
 
 
 def test_unknown_rows_are_refused_with_one_line():
-    p = subprocess.run([sys.executable, str(REPO / "scripts" / "gpu_validate.py"), "--apriori", "--dry-run",
+    p = subprocess.run([sys.executable, str(REPO / "lab" / "gpu" / "gpu_validate.py"), "--apriori", "--dry-run",
                         "--only", "no-such-row", "--out", "/tmp/unused-apriori"],
                        capture_output=True, text=True, cwd=REPO, timeout=120)
     assert p.returncode == 2 and p.stderr.count("\n") == 1 and "no-such-row" in p.stderr
@@ -124,7 +124,7 @@ def test_unknown_rows_are_refused_with_one_line():
 def test_the_cpu_probe_reads_a_rows_options_and_refuses_unknown_rows():
     assert script._options(["--phase", "decode", "--batch", "1"]) == {"phase": "decode", "batch": 1}
     assert script._options([]) == {}
-    p = subprocess.run([sys.executable, str(REPO / "scripts" / "gpu_validate.py"), "--cpu-probe", "--dry-run",
+    p = subprocess.run([sys.executable, str(REPO / "lab" / "gpu" / "gpu_validate.py"), "--cpu-probe", "--dry-run",
                         "--only", "no-such-row", "--out", "/tmp/unused-cpu-probe"],
                        capture_output=True, text=True, cwd=REPO, timeout=120)
     assert p.returncode == 2 and p.stderr.count("\n") == 1 and "no-such-row" in p.stderr

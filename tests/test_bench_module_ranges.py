@@ -1,4 +1,4 @@
-"""benchmarks/module_ranges.py on the CPU: interleaved A/B rounds, and B really records module ranges."""
+"""lab/probes/module_ranges.py on the CPU: interleaved A/B rounds, and B really records module ranges."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pytest
 
 pytest.importorskip("transformers")
 
-from benchmarks.module_ranges import main  # noqa: E402
+from lab.probes.module_ranges import main  # noqa: E402
 
 
 def test_interleaved_rounds_with_and_without_module_ranges(tmp_path, capsys):

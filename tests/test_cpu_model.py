@@ -189,7 +189,7 @@ def test_no_launches_left_moves_the_work_into_the_neighbour(tmp_path):
 @pytest.fixture(scope="module")
 def chains(tmp_path_factory):
     """The shipped traces with nn.Module ranges around the eager chains fused by hand in the hand-measured substitutions."""
-    from benchmarks.projector_checks import CHAINS, with_module_ranges
+    from lab.probes.projector_checks import CHAINS, with_module_ranges
     from tests.conftest import REPO
 
     out = {}

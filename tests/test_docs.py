@@ -4,6 +4,7 @@ docs/workloads.md, which must register a workload through the plug-in API."""
 from __future__ import annotations
 
 import re
+import statistics
 from pathlib import Path
 
 from headroom.profile.registry import get_workload, load_workload_file
@@ -70,17 +71,18 @@ def test_changelog_keeps_a_changelog():
     assert sections and set(sections) <= {"Added", "Changed", "Deprecated", "Removed", "Fixed", "Security"}
 
 
-def test_benchmarks_page_dates_every_benchmark_and_its_raw_files_exist():
-    """docs/benchmarks.md: each benchmark's section says when and on which machine (the page's machine unless
-    it names another) it was measured; every raw file it names is under benchmarks/results/, named by what
-    it measures, and no raw result lies elsewhere in benchmarks/."""
+def test_benchmarks_page_says_what_ran_where_and_its_raw_files_exist():
+    """docs/benchmarks.md: each benchmark's section names its machine (the page's machine unless it names
+    another) and the command that measured it; every raw file it names is under benchmarks/results/, named by
+    what it measures, and no raw result lies elsewhere in benchmarks/."""
     text = (REPO / "docs" / "benchmarks.md").read_text()
     sections = re.split(r"^## ", text, flags=re.M)[1:]
     measured = [s for s in sections if not s.startswith(("The trace shapes", "Cross-check"))]
     assert len(measured) >= 9
     for s in measured:
         title = s.splitlines()[0]
-        assert re.search(r"\b2-core machine\b.*\b20\d\d-\d\d-\d\d\b|\b20\d\d-\d\d-\d\d\b.*machine", s, re.S), title
+        assert re.search(r"\b2-core machine\b|\bH200\b", s), title
+        assert re.search(r"(?m)(?:^|`)(?:\w+=\S+ )*(?:python3?|\.venv/bin/python|bash|headroom) ", s), title
     named = set(re.findall(r"benchmarks/results/([\w.{},-]+\.json)", text)) | set(re.findall(r"`([\w.{},-]+\.json)`", text))
     files = set()
     for n in named:
@@ -90,3 +92,111 @@ def test_benchmarks_page_dates_every_benchmark_and_its_raw_files_exist():
     missing = sorted(f for f in files if not (REPO / "benchmarks" / "results" / f).is_file())
     assert not missing and len(files) >= 15, missing
     assert not list((REPO / "benchmarks").glob("*.json"))
+
+
+# The docs read as docs: no run history (dates, times of day, "call 5", "the earlier run": that is CHANGELOG.md's),
+# and short sentences. Both are measured on README.md and docs/*.md as they are.
+_RUN_HISTORY = re.compile(r"\b20\d\d-\d\d-\d\d\b|\bUTC\b|\bcalls? \d+\b|\bearlier call\b"
+                          r"|\b(?:last|previous|earlier|this) (?:run|session|stop|time)s?\b|\bthe earlier\b", re.I)
+_PROSE_SKIP = ("|", "#", "<", "![")
+
+
+def _prose(text: str) -> list[str]:
+    """The paragraphs and list items of a Markdown text, code blocks, tables, headings and HTML left out."""
+    blocks, current, fence = [], [], False
+    for line in text.splitlines():
+        stripped = line.strip()
+        if stripped.startswith("```"):
+            fence = not fence
+            line = ""
+        if fence or not stripped or stripped.startswith(_PROSE_SKIP) or re.match(r"[-*] |\d+\. ", stripped):
+            if current:
+                blocks.append(" ".join(current))
+            current = []
+            if fence or not stripped or stripped.startswith(_PROSE_SKIP):
+                continue
+            stripped = re.sub(r"^(?:[-*]|\d+\.) ", "", stripped)
+        current.append(stripped)
+    if current:
+        blocks.append(" ".join(current))
+    return blocks
+
+
+def sentence_lengths(text: str) -> list[int]:
+    """Words per sentence: a sentence ends at . ! or ? followed by a space and a capital, a backquote, a
+    parenthesis or a quote, or at the end of its paragraph or list item; fragments under 3 words are dropped."""
+    out = []
+    for block in _prose(text):
+        for s in re.split(r"(?<=[.!?])\s+(?=[A-Z`(*\"])", block):
+            n = len(re.findall(r"[A-Za-z0-9`]\S*", s))
+            if n >= 3:
+                out.append(n)
+    return out
+
+
+def _docs() -> list[Path]:
+    return [REPO / "README.md"] + sorted((REPO / "docs").glob("*.md"))
+
+
+def history_lines() -> list[str]:
+    return [f"{p.relative_to(REPO)}:{n}: {line.strip()[:100]}" for p in _docs()
+            for n, line in enumerate(p.read_text().splitlines(), 1) if _RUN_HISTORY.search(line)]
+
+
+# docs/verify.md's "Threat model" section is being rewritten together with headroom/verify; until that lands,
+# its lines are reported by history_lines() but not failed on here. Remove this once it carries no dates.
+_PENDING = ("docs/verify.md", "## Threat model\n", "\n## Correctness\n")
+
+
+def _pending_lines() -> set[int]:
+    text = (REPO / _PENDING[0]).read_text()
+    if _PENDING[1] not in text or _PENDING[2] not in text:
+        return set()
+    first = text[:text.index(_PENDING[1])].count("\n") + 1
+    return set(range(first, text[:text.index(_PENDING[2])].count("\n") + 2))
+
+
+def test_docs_carry_no_run_history():
+    pending = _pending_lines()
+    found = [h for h in history_lines() if not (h.startswith(_PENDING[0] + ":") and int(h.split(":")[1]) in pending)]
+    assert not found, f"{len(found)} lines of run history (CHANGELOG.md holds it):\n" + "\n".join(found[:60])
+
+
+def test_docs_sentences_are_short():
+    lengths = [n for p in _docs() for n in sentence_lengths(p.read_text())]
+    assert len(lengths) > 500
+    assert statistics.median(lengths) <= 25, f"median sentence {statistics.median(lengths)} words"
+
+
+def test_the_prose_measures_measure_what_they_say():
+    text = ("# Title\n\nOne two three four. Five six seven\neight nine.\n\n```\nnot prose at all here.\n```\n"
+            "| a | table row here |\n- A list item of six words.\n- Another item (with `code`). Then more words.\n")
+    assert sentence_lengths(text) == [4, 5, 6, 4, 3]
+    for line in ("measured on 2026-12-04", "at 20:50 UTC", "in call 5 of the run", "the earlier run's numbers",
+                 "as last time"):
+        assert _RUN_HISTORY.search(line), line
+    for line in ("a second command on a 260 MB trace", "calls per step", "recall 5", "a 2.4x speedup"):
+        assert not _RUN_HISTORY.search(line), line
+
+
+def test_docs_pages_show_their_commands_current_output():
+    """Every docs page's `$ headroom ...` block is what the command prints now (scripts/readme_output.py)."""
+    import os
+    import subprocess
+    import sys
+
+    pages = [p for p in sorted((REPO / "docs").glob("*.md")) if re.search(r"^```\n\$ headroom ", p.read_text(), re.M)]
+    assert pages
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    p = subprocess.run([sys.executable, str(REPO / "scripts" / "readme_output.py"), "--check",
+                        *[str(x.relative_to(REPO)) for x in pages]], cwd=REPO, capture_output=True, text=True, env=env)
+    assert p.returncode == 0, p.stderr
+
+
+def test_readme_walks_the_five_tasks_in_its_first_80_lines():
+    head = "\n".join((REPO / "README.md").read_text().splitlines()[:80])
+    shown = re.findall(r"^\$ headroom (\w+)", head, re.M)
+    assert shown == ["classify", "targets", "project", "verify", "plot"], shown
+    labels = re.findall(r"^\*\*\d\. (\w+)\.\*\*", head, re.M)
+    assert labels == ["Profile", "Targets", "Project", "Verify", "Plot"], labels
+    assert "## Install" in head and "headroom profile" in head

@@ -1,4 +1,4 @@
-"""scripts/gpu_fleet.py: the check and table of its comparison file, on the CPU dry run's file
+"""lab/gpu/gpu_fleet.py: the check and table of its comparison file, on the CPU dry run's file
 (tests/data/fleet_kernelbench_dryrun.json) and on the H200 run's (docs/gpu/fleet/kernelbench_ray.json)."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "scripts"))
+sys.path.insert(0, str(REPO / "lab" / "gpu"))
 import gpu_fleet  # noqa: E402
 
 DRY = REPO / "tests" / "data" / "fleet_kernelbench_dryrun.json"

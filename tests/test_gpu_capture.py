@@ -1,4 +1,4 @@
-"""scripts/gpu_capture.py in its dry mode (the GPU plan at tiny sizes on the CPU)."""
+"""lab/gpu/gpu_capture.py in its dry mode (the GPU plan at tiny sizes on the CPU)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ pytest.importorskip("transformers")
 
 def test_dry_capture_packs_traces_targets_and_results(tmp_path):
     out = tmp_path / "out"
-    p = subprocess.run([sys.executable, "scripts/gpu_capture.py", str(out), "300", "--dry",
+    p = subprocess.run([sys.executable, "lab/gpu/gpu_capture.py", str(out), "300", "--dry",
                         "--only", "llama-7b-decode,llama-13b-layers4"], cwd=REPO, capture_output=True, text=True,
                        timeout=280)
     assert p.returncode == 0, p.stderr[-2000:]

@@ -1,4 +1,4 @@
-"""scripts/gpu_distributed.py (the [distributed-h200x2] command) in its CPU/gloo dry mode."""
+"""lab/gpu/gpu_distributed.py (the [distributed-h200x2] command) in its CPU/gloo dry mode."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from tests.conftest import REPO
 
 def test_dry_run_writes_the_report_results_and_rank_traces(tmp_path):
     out = tmp_path / "out"
-    p = subprocess.run([sys.executable, str(REPO / "scripts" / "gpu_distributed.py"), str(out), "--dry",
+    p = subprocess.run([sys.executable, str(REPO / "lab" / "gpu" / "gpu_distributed.py"), str(out), "--dry",
                         "--only", "resnet-50-ddp"], capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stdout + p.stderr
     files = sorted(f.name for f in out.iterdir())

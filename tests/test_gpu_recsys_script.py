@@ -1,6 +1,6 @@
-"""scripts/gpu_recsys.py: the budget and error handling of its steps, and --render, the tables of
+"""lab/gpu/gpu_recsys.py: the budget and error handling of its steps, and --render, the tables of
 docs/dlrm-bench.md recomputed from a results folder (tests/data/recsys_cpu_dryrun/ is a CPU dry run at
-tiny shapes, `python3 scripts/gpu_recsys.py --out DIR --dry-run`, not GPU results)."""
+tiny shapes, `python3 lab/gpu/gpu_recsys.py --out DIR --dry-run`, not GPU results)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from headroom.pyfile import import_file
 from headroom.suites.scoring import score
 
 REPO = Path(__file__).resolve().parents[1]
-script = import_file(REPO / "scripts" / "gpu_recsys.py", "gpu_recsys")
+script = import_file(REPO / "lab" / "gpu" / "gpu_recsys.py", "gpu_recsys")
 DRY = REPO / "tests" / "data" / "recsys_cpu_dryrun"
 GPU = REPO / "docs" / "gpu" / "recsys"
 BEGIN, END = "<!-- recsys-results:begin -->", "<!-- recsys-results:end -->"
@@ -108,7 +108,7 @@ def test_render_from_the_command_line(capsys):
 
 
 def test_the_shell_wrapper_puts_the_cuda_fbgemm_first():
-    sh = (REPO / "scripts" / "gpu_recsys.sh").read_text()
+    sh = (REPO / "lab" / "gpu" / "gpu_recsys.sh").read_text()
     assert 'PYTHONPATH="$FBGEMM_SITE:${HEADROOM_SITE:-/tmp/site}:$PWD"' in sh and "grep -v fbgemm" in sh
     assert "FBGEMM_SITE=${FBGEMM_SITE:-/var/tmp/fbsite}" in sh
 

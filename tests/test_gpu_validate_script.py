@@ -1,4 +1,4 @@
-"""scripts/gpu_validate.py's own pieces (the whole loop runs on a CPU with `--device cpu`; on the H200
+"""lab/gpu/gpu_validate.py's own pieces (the whole loop runs on a CPU with `--device cpu`; on the H200
 in one command): the training form of a candidate, the GPU-kernel names, the archives, --json parsing."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import torch
 from headroom.pyfile import import_file
 
 REPO = Path(__file__).resolve().parents[1]
-script = import_file(REPO / "scripts" / "gpu_validate.py", "gpu_validate")
+script = import_file(REPO / "lab" / "gpu" / "gpu_validate.py", "gpu_validate")
 
 
 def test_the_substitution_set_covers_what_issue_11_asks():

@@ -607,7 +607,7 @@ FINGERPRINTS = json.loads((Path(__file__).parent / "data" / "loader_fingerprints
 def test_real_traces_load_into_the_same_tables_as_before(name):
     """Fingerprints recorded with an independent loader (polars ndjson, before this streamed one, with the
     module columns and the fwdbwd pairs): every table's rows and every column's
-    values, in row order (benchmarks/tables_check.py compares the whole tables and analyses).
+    values, in row order (lab/probes/tables_check.py compares the whole tables and analyses).
     The nine module-ranged traces in traces/ were recorded where the three decode paths (C scanner,
     msgspec structs, lenient structs) gave the same fingerprint, with the GPU rows and fwdbwd pairs
     equal to the counts in the JSON itself."""

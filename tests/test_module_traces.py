@@ -1,4 +1,4 @@
-"""The shipped H200 traces (traces/, captured 2026-12-01 by scripts/gpu_capture.py with nn.Module
+"""The shipped H200 traces (traces/, captured 2026-12-01 by lab/gpu/gpu_capture.py with nn.Module
 ranges): `headroom targets --by module` on the committed trace, on a CPU, gives what the GPU machine
 printed (docs/gpu/modules/targets.json) — and what docs/modules.md shows. The compiled Llama trace
 has no module ranges (torch.compile runs every module inside the compiled graph; docs/modules.md)."""
@@ -17,7 +17,7 @@ TRACES = REPO / "traces"
 COMPILED = "llama-7b.infer.prefill.compile.json.gz"
 ON_GPU = json.loads((REPO / "docs" / "gpu" / "modules" / "targets.json").read_text())
 SHIPPED = sorted(p.name for p in TRACES.glob("*.json.gz") if p.name != COMPILED)
-# The 2026-12-01 capture's; deepfm, din and dlrm-int8 came with scripts/gpu_recsys.sh (docs/dlrm-bench.md).
+# The 2026-12-01 capture's; deepfm, din and dlrm-int8 came with lab/gpu/gpu_recsys.sh (docs/dlrm-bench.md).
 NAMES = [n for n in SHIPPED if n in ON_GPU]
 
 

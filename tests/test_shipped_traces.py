@@ -1,14 +1,14 @@
 """Facts about the H200 traces committed in traces/ (the project's evidence).
 
-They were captured by scripts/gpu_capture.sh on an H200 (docs/gpu-results.md); deepfm, din and
-dlrm-int8 by scripts/gpu_recsys.sh (docs/dlrm-bench.md).
+They were captured by lab/gpu/gpu_capture.sh on an H200 (docs/gpu-results.md); deepfm, din and
+dlrm-int8 by lab/gpu/gpu_recsys.sh (docs/dlrm-bench.md).
 These tests keep the classifier honest against them: if a rule change moves
 one of these numbers, the change must explain why (and the docs be updated).
 """
 
 import pytest
 
-from benchmarks.layers_check import PAIRS, check
+from lab.probes.layers_check import PAIRS, check
 from headroom.trace.analysis import analyze, analyze_path
 from headroom.report.tables import summary_frame
 from headroom.trace.layers import extrapolate_layers

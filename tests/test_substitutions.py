@@ -1,7 +1,7 @@
 """The substitution candidates (examples/substitutions/): on a CPU their torch path computes what the
 module they replace computes, with random weights (the workloads' norms start at weight 1, which
 would hide a candidate that forgets the weight). Their Triton kernels run on the GPU
-(scripts/gpu_validate.py checks the variant trace holds them)."""
+(lab/gpu/gpu_validate.py checks the variant trace holds them)."""
 
 from __future__ import annotations
 

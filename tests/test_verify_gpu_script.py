@@ -1,4 +1,4 @@
-"""scripts/gpu_kernelbench.py (the H200 run) in its CPU dry-run mode: every group runs, results and the
+"""lab/gpu/gpu_kernelbench.py (the H200 run) in its CPU dry-run mode: every group runs, results and the
 wall time are written, each result says whether it is as expected, and the docs table renders."""
 
 from __future__ import annotations

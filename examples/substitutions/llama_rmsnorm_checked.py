@@ -14,7 +14,7 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import llama_rmsnorm as _fused  # noqa: E402
 
-GPU_KERNELS = ("_rms_norm_fwd",)  # a literal: scripts/gpu_validate.py reads it with ast
+GPU_KERNELS = ("_rms_norm_fwd",)  # a literal: lab/gpu/gpu_validate.py reads it with ast
 
 
 class ModelNew(_fused.ModelNew):

@@ -18,7 +18,7 @@ Cost, by design:
   True while Dynamo traces them, so the branch vanishes): no graph breaks, no guards on the
   profiler flag, no recompiles when the profiler starts. Modules that run compiled get no
   range, which is the truth: Inductor fuses across their boundaries.
-  (benchmarks/module_ranges.py measures the cost; docs/modules.md has the numbers.)
+  (lab/probes/module_ranges.py measures the cost; docs/modules.md has the numbers.)
 """
 
 from __future__ import annotations

@@ -32,7 +32,7 @@ from headroom.trace.analysis import analyze
 GPU_BOUND_TARGET = 0.03     # |estimate / measured - 1| where the GPU is the bottleneck
 LAUNCH_BOUND_TARGET = 0.06  # ... and where the CPU's launches are (decode at batch 1)
 AGREEMENT_TARGET = 0.10     # |verify's speedup / the part's in-model speedup - 1|
-PROBE_STATES = ("cold", "produced", "produced_gemm")  # scripts/gpu_validate.py --l2-probe
+PROBE_STATES = ("cold", "produced", "produced_gemm")  # lab/gpu/gpu_validate.py --l2-probe
 
 
 @dataclass(frozen=True)
@@ -102,7 +102,7 @@ class AgreementRow:
 
 
 def probes(loop: Path) -> dict[str, dict[str, float]]:
-    """The newest `l2_probe` speedups per row in scripts/gpu_validate.py's records (`loop.json`)."""
+    """The newest `l2_probe` speedups per row in lab/gpu/gpu_validate.py's records (`loop.json`)."""
     out: dict[str, dict[str, float]] = {}
     for r in json.loads(loop.read_text())["records"]:
         us = (r.get("l2_probe") or {}).get("us") or {}
@@ -190,7 +190,7 @@ def rerun_table(rows: list[RerunRow]) -> str:
 
 @dataclass(frozen=True)
 class LoopRun:
-    """One whole loop of `scripts/gpu_validate.py` (its own base trace, verify run and measurement)."""
+    """One whole loop of `lab/gpu/gpu_validate.py` (its own base trace, verify run and measurement)."""
     name: str
     call: int
     launch_bound: bool

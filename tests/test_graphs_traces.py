@@ -1,5 +1,5 @@
 """The committed execution-mode traces (traces/graphs/, captured by `headroom profile --graphs` and
-`--compile-mode reduce-overhead` on a GPU; lab/gpu_graphs.py): every replayed kernel has an op, a module where
+`--compile-mode reduce-overhead` on a GPU; lab/gpu/gpu_graphs.py): every replayed kernel has an op, a module where
 the capture recorded module ranges, and per-op shares close to the eager step of the same model."""
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Capture the execution-mode traces on one GPU: llama-7b decode (batch 1 and 32) and prefill in eager, CUDA-graph
 (`--graphs`) and torch.compile(reduce-overhead) modes, gpt2-xl decode under graphs.
 
-    python3 lab/gpu_graphs.py OUT BUDGET_S RUN_ID [RUN_ID ...]     (PYTHONPATH: the carried wheels + the repo)
+    python3 lab/gpu/gpu_graphs.py OUT BUDGET_S RUN_ID [RUN_ID ...]     (PYTHONPATH: the carried wheels + the repo)
 
 Each run is `headroom profile` through the API in a child process with a time limit, writing into
 OUT/work/traces/graphs/ (the trace, captures/ and manifest.json); runs that no longer fit the budget are skipped.
@@ -39,7 +39,7 @@ from headroom.profile.run import profile_workload
 from headroom.profile.workload import Options
 from headroom.trace.graphs import graph_summary
 workload, options, out = sys.argv[1], json.loads(sys.argv[2]), sys.argv[3]
-r = profile_workload(workload, Options(**options), device="cuda", out=out, command="lab/gpu_graphs.py " + sys.argv[2])
+r = profile_workload(workload, Options(**options), device="cuda", out=out, command="lab/gpu/gpu_graphs.py " + sys.argv[2])
 a = r.analysis
 s = graph_summary(a.events)
 print("RESULT " + json.dumps({"trace": r.trace_path.name, "step_ms": r.timed.median_ms,

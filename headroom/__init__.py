@@ -34,9 +34,9 @@ class _TaskPackage(types.ModuleType):
 
     @property
     def __wrapped__(self):
-        from headroom import api
+        import importlib
 
-        return getattr(api, self.__name__.rpartition(".")[2])
+        return getattr(importlib.import_module("headroom.api"), self.__name__.rpartition(".")[2])
 
     def __call__(self, *args, **kwargs):
         return self.__wrapped__(*args, **kwargs)
@@ -55,14 +55,12 @@ sys.modules[__name__].__class__ = _Root
 
 
 def __getattr__(name: str):
-    if name in _TASK_PACKAGES:
-        import importlib
+    import importlib
 
-        return importlib.import_module(f"headroom.{name}")    # made callable as it is set here
+    if name in _TASK_PACKAGES or name == "api":
+        return importlib.import_module(f"headroom.{name}")    # a task's package made callable as it is set here
     if name in _API:
-        from headroom import api
-
-        return getattr(api, name)
+        return getattr(importlib.import_module("headroom.api"), name)
     raise AttributeError(f"module 'headroom' has no attribute {name!r}")
 
 

@@ -88,7 +88,8 @@ def predict(trace: TraceLike, part: str, speedup: float, launches: int | None = 
 def targets(trace: TraceLike, speedup: float = DEFAULT_SPEEDUP, by: Sequence[str] = ("op", "module"),
             top: int | None = 20, replay_top: int = 5, scope: str = "self", roofline: bool = False,
             peaks: str | None = None, rank_by: str = "gain", read: ReadOptions = DEFAULT_READ) -> Targets:
-    """Ops and nn.Modules ranked by the end-to-end gain at `speedup`, as `headroom targets`: a `Targets`.
+    """Ops and nn.Modules ranked by the end-to-end gain at `speedup`, as `headroom targets`; returns a `Targets`
+    (`.to_frame()`: one row per op or module).
 
     `by`: the groupings (op; module: classes, module_path: instances; `scope` self or total); `top`: rows per
     grouping (None or 0: all); `replay_top`: the first N rows of each grouping also replayed (--replay-top).

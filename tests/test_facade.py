@@ -191,3 +191,14 @@ def test_validate_recomputes_a_saved_run_as_the_command_does(cli):
         headroom.validate("llama-7b", from_dir=SAVED_VALIDATION)
     with pytest.raises(headroom.UserError, match="at least one --replace"):
         headroom.validate("llama-7b")
+
+
+def test_the_notebook_uses_only_import_headroom():
+    """notebooks/*.ipynb import headroom's API as `import headroom` only: no sys.path edits, no module of it."""
+    for path in sorted((REPO / "notebooks").glob("*.ipynb")):
+        cells = json.loads(path.read_text())["cells"]
+        code = "\n".join("".join(c["source"]) for c in cells if c["cell_type"] == "code")
+        assert "sys.path" not in code, path.name
+        imports = [line.strip() for line in code.splitlines() if line.strip().startswith(("import ", "from "))]
+        assert [i for i in imports if "headroom" in i] == ["import headroom     # the whole API: docs/api.md"], path
+        assert "headroom." not in " ".join(i for i in imports), path.name

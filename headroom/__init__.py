@@ -34,9 +34,9 @@ class _TaskPackage(types.ModuleType):
 
     @property
     def __wrapped__(self):
-        import importlib
+        from headroom import api
 
-        return getattr(importlib.import_module("headroom.api"), self.__name__.rpartition(".")[2])
+        return getattr(api, self.__name__.rpartition(".")[2])
 
     def __call__(self, *args, **kwargs):
         return self.__wrapped__(*args, **kwargs)
@@ -60,7 +60,9 @@ def __getattr__(name: str):
     if name in _TASK_PACKAGES or name == "api":
         return importlib.import_module(f"headroom.{name}")    # a task's package made callable as it is set here
     if name in _API:
-        return getattr(importlib.import_module("headroom.api"), name)
+        from headroom import api
+
+        return getattr(api, name)
     raise AttributeError(f"module 'headroom' has no attribute {name!r}")
 
 

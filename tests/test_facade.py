@@ -184,6 +184,17 @@ def test_verify_fails_a_cheat_and_refuses_bad_options():
                         headroom.VerifyOptions(device="tpu"))
 
 
+def test_validate_runs_a_tiny_swap_and_reads_it_back(tmp_path):
+    """A real run: llama-7b tiny with every LlamaRMSNorm replaced by an identical subclass; what it wrote
+    recomputes to the same result."""
+    identity = REPO / "tests" / "substitutions" / "identity_rmsnorm.py"
+    r = headroom.validate("llama-7b", [f"LlamaRMSNorm={identity}"], headroom.WorkloadOptions(flavour="tiny"),
+                          device="cpu", threads=1, out=tmp_path / "run")
+    assert isinstance(r, headroom.ValidateResult) and r.check["passed"] and r.check["worst"]["rel_l2"] == 0.0
+    assert [(x.module, x.instances) for x in r.replacements] == [("LlamaRMSNorm", 5)] and r.measured.rounds == 7
+    assert plain(headroom.validate(from_dir=tmp_path / "run")) == plain(r)
+
+
 def test_validate_recomputes_a_saved_run_as_the_command_does(cli):
     r = headroom.validate(from_dir=SAVED_VALIDATION)
     assert isinstance(r, headroom.ValidateResult) and r.workload == "llama-7b"

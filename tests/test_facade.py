@@ -225,3 +225,11 @@ def test_the_api_reference_has_a_section_per_task_naming_its_parameters():
         row = rows[task]
         for name in inspect.signature(getattr(headroom.api, task)).parameters:
             assert re.search(rf"[(, ]{name}\b", row.split("|")[2]), (task, name)
+
+
+def test_profile_of_ranks_needs_two_or_more(tmp_path):
+    """options.parallel with one process: refused before anything runs, as `profile --parallel ddp` is."""
+    with pytest.raises(headroom.UserError, match="--nproc must be at least 2"):
+        headroom.profile("bert-base", headroom.WorkloadOptions(flavour="tiny", parallel="ddp"), device="cpu",
+                         out=tmp_path)
+    assert not any(tmp_path.iterdir())

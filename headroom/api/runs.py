@@ -10,8 +10,8 @@ import sys
 from typing import Optional, Sequence, Union
 
 from headroom.extract.result import ExtractResult
-from headroom.profile.launch import RanksProfileResult
-from headroom.profile.run import ProfileResult
+from headroom.profile.launch import RanksProfileResult, profile_ranks
+from headroom.profile.run import ProfileResult, profile_workload
 from headroom.profile.workload import Options as WorkloadOptions
 from headroom.validate.api import DEFAULT_TIMEOUT_S, validate_or_recompute
 from headroom.validate.result import ValidateResult
@@ -36,12 +36,8 @@ def profile(workload: str, options: Optional[WorkloadOptions] = None, *, device:
     `options.nproc` above 1 (or `options.parallel`), the ranks' `RanksProfileResult`."""
     options = options or WorkloadOptions()
     if options.nproc != 1 or options.parallel:
-        from headroom.profile.launch import profile_ranks
-
         return profile_ranks(workload, options, nproc=options.nproc, device=device, out=out, steps=steps,
                              warmup=warmup, timed_steps=timed_steps, workload_file=workload_file)
-    from headroom.profile.run import profile_workload
-
     return profile_workload(workload, options, device=device, out=out, steps=steps, warmup=warmup,
                             timed_steps=timed_steps, workload_file=workload_file)
 

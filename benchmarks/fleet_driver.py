@@ -102,7 +102,8 @@ print(json.dumps({"ranks": n, "unpickle_s": round(unpickle_s, 3), "held_mb": rou
 
 def one_result(first: Path) -> tuple[bytes, dict]:
     """rank-0's task result, pickled (protocol 5, as Ray's serializer writes it), with what it holds."""
-    from headroom.fleet.traces import ReadOptions, TraceTask, run_task, task_memory
+    from headroom.fleet.traces import TraceTask, run_task, task_memory
+    from headroom.trace.read_options import ReadOptions
     from headroom.trace.comm import activity_segments, collectives, comm_split
 
     warm(first)
@@ -112,7 +113,7 @@ def one_result(first: Path) -> tuple[bytes, dict]:
     for _ in range(2):      # the first pays the imports inside run_task; a Ray worker pays them once
         r = None
         t0 = time.perf_counter()
-        r = run_task(TraceTask(str(first), ReadOptions(no_cache=True, cwd=str(REPO))))
+        r = run_task(TraceTask(str(first), ReadOptions(use_cache=False), cwd=str(REPO)))
         times.append(time.perf_counter() - t0)
         peak = peak or resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024    # the first task's peak
     if r.error is not None:

@@ -136,9 +136,10 @@ def run(variant: str, folder: Path, first: Path, cache: Path | None) -> dict:
 
 
 ONE_TASK = """import json, pickle, sys, time
-from headroom.fleet.traces import ReadOptions, TraceTask, run_task, task_memory
+from headroom.fleet.traces import TraceTask, run_task, task_memory
+from headroom.trace.read_options import ReadOptions
 t0 = time.perf_counter()
-r = run_task(TraceTask(sys.argv[1], ReadOptions(no_cache=True, cwd=sys.argv[2])))
+r = run_task(TraceTask(sys.argv[1], ReadOptions(use_cache=False), cwd=sys.argv[2]))
 wall = time.perf_counter() - t0
 assert r.error is None, r.error
 with open("/proc/self/status") as f:    # the peak of this process (ru_maxrss is kept across exec)

@@ -11,6 +11,7 @@ import typer
 
 from headroom.cli.output import EXIT_USAGE, error, progress, warn
 from headroom.errors import UserError
+from headroom.trace.read_options import ReadOptions
 
 RulesOpt = typer.Option(None, "--rules", metavar="FILE",
                         help="TOML file of extra classification rules (tried first).")
@@ -83,6 +84,12 @@ class Reader:
                 self._graph_source = load_trace(self.graph_source, lenient=self.lenient, use_cache=not self.no_cache)
         return self._graph_source
 
+    @property
+    def read_options(self) -> ReadOptions:
+        """The reading flags as the one object the API functions and the fleet's tasks take."""
+        return ReadOptions.from_flags(self.rules, self.policy, self.whole_trace, self.window, self.lenient,
+                                      self.no_cache, self.graph_source)
+
     def files(self, paths: List[Path]) -> Iterator[list[Path]]:
         """The trace files of each path, path by path (a bad path is named and skipped)."""
         from headroom.trace.load import find_trace_files
@@ -139,7 +146,8 @@ class Reader:
         from headroom.trace.load import iter_traces
 
         while files:
-            traces = iter_traces(files, lenient=self.lenient, use_cache=not self.no_cache)
+            options = self.read_options
+            traces = iter_traces(files, lenient=options.lenient, use_cache=options.use_cache)
             done = 0    # files[done] is the one being read (iter_traces yields them in order)
             try:
                 while done < len(files):

@@ -27,11 +27,6 @@ def _one_run(reader: Reader, path: Path):
     return runs[0]
 
 
-def _title(d) -> str:
-    same = d.labels[0] == d.labels[1]
-    return (f"{d.labels[0]}: after vs before" if same else f"{d.labels[1]} vs {d.labels[0]}") + f", by {d.by}"
-
-
 def diff_cmd(
     before: Path = typer.Argument(..., metavar="BEFORE", help=_RunArg),
     after: Path = typer.Argument(..., metavar="AFTER", help=_RunArg),
@@ -84,8 +79,7 @@ def diff_cmd(
     if figure is not None:
         from headroom.report import plot
 
-        plot.save(plot.waterfall_figure(d.waterfall(), title=_title(d)),
-                  figure, formats=(figure.suffix.lstrip("."),))
+        plot.save(d.figure(), figure, formats=(figure.suffix.lstrip("."),))
     gate = None if fail_if_slower is None else {"fail_if_slower_pct": fail_if_slower, "slower": slower}
     if html is not None:
         from headroom.report.diff_html import html_diff

@@ -4,6 +4,7 @@ same reduction as `headroom.cli.common.Reader` (errors named in order, a directo
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from pathlib import Path
 from typing import Iterator, List, Optional
@@ -28,19 +29,19 @@ ResumeOpt = typer.Option(False, "--resume", help=(
 def fleet_inputs(reader, paths: List[Path]) -> Iterator:
     """What `Reader.inputs` yields, each trace read by a task of `reader.engine`."""
     from headroom.fleet import get_engine
-    from headroom.fleet.traces import ReadOptions, TraceTask, run_task, task_memory
+    from headroom.fleet.traces import TraceTask, run_task, task_memory
     from headroom.trace.load import find_trace_files
 
     engine = get_engine(reader.engine, reader.address)
-    options = ReadOptions(str(reader.rules) if reader.rules else None, str(reader.policy) if reader.policy else None,
-                          reader.whole_trace, reader.window, reader.lenient, reader.no_cache, os.getcwd())
+    options, cwd = reader.read_options, os.getcwd()
     found: list = []    # per path: its files, or the UserError that named it
     for p in paths:
         try:
             found.append(find_trace_files(p))
         except UserError as e:
             found.append(e)
-    tasks = [TraceTask(str(f), options, reader.product) for files in found if isinstance(files, list) for f in files]
+    tasks = [TraceTask(str(f), options, reader.product, cwd=cwd) for files in found if isinstance(files, list)
+             for f in files]
     results = engine.map(run_task, tasks, memory=[task_memory(t.path) for t in tasks])
     for p, files in zip(paths, found):
         if isinstance(files, UserError):
@@ -77,14 +78,14 @@ def fleet_inputs(reader, paths: List[Path]) -> Iterator:
 
 def _with_products(reader, engine, inputs: list, tasks: list) -> list:
     """Traces that said they were ranks but are analysed one by one: their products, computed now."""
-    from headroom.fleet.traces import TraceTask, run_task, task_memory
+    from headroom.fleet.traces import run_task, task_memory
 
     missing = [a for a in inputs if id(a) in reader.results and not reader.results[id(a)].has_product
                and reader.product is not None]
     if missing:
         by_path = {t.path: t for t in tasks}
-        again = [TraceTask(reader.results[id(a)].path, by_path[reader.results[id(a)].path].options, reader.product,
-                           skip_ranks=False) for a in missing]
+        again = [dataclasses.replace(by_path[reader.results[id(a)].path], product=reader.product, skip_ranks=False)
+                 for a in missing]
         for a, r in zip(missing, engine.map(run_task, again, memory=[task_memory(t.path) for t in again])):
             reader.results[id(a)] = r if r.error is None else reader.results[id(a)]
     return inputs

@@ -119,28 +119,14 @@ def validate_cmd(
 ) -> None:
     """Swap candidates into a workload: check outputs, measure the end-to-end speedup interleaved,
     profile both, and score the projections made from the base trace alone."""
-    from headroom.validate import recompute, validate
+    from headroom.validate.api import validate_or_recompute
 
-    run_dir = from_dir
-    if from_dir is not None:
-        if workload or replace:
-            raise UserError("--from recomputes a saved run: give no WORKLOAD or --replace with it")
-        result = recompute(from_dir)
-    else:
-        if not workload:
-            raise UserError("give a WORKLOAD (see `headroom workloads`) or --from DIR")
-        if not replace:
-            raise UserError("give at least one --replace CLASS=CANDIDATE.py")
-        from headroom.extract.result import safe_name
-        from headroom.validate.api import parse_replace
-
-        reps = parse_replace(replace)
-        run_dir = out or Path("out/validate") / f"{workload}__{'+'.join(safe_name(c) for c, _ in reps)}"
-        options = _options(mode, phase, kv_cache, batch, seq, dtype, layers, flavour, opt, full_size, no_tf32)
-        command = "headroom " + " ".join(shlex.quote(a) for a in sys.argv[1:])
-        result = validate(workload, reps, options, device=device.value, out=run_dir, rounds=rounds,
-                          steps_per_round=steps_per_round, profile_steps=profile_steps, gate=tolerance,
-                          timeout=timeout, workload_file=workload_file, command=command, threads=threads)
+    options = _options(mode, phase, kv_cache, batch, seq, dtype, layers, flavour, opt, full_size, no_tf32)
+    command = "headroom " + " ".join(shlex.quote(a) for a in sys.argv[1:])
+    result, run_dir = validate_or_recompute(workload, replace or [], options, from_dir=from_dir, out=out,
+                                            device=device.value, rounds=rounds, steps_per_round=steps_per_round,
+                                            profile_steps=profile_steps, gate=tolerance, timeout=timeout,
+                                            workload_file=workload_file, command=command, threads=threads)
     for w in result.detail.projection_warnings:
         warn(f"{run_dir}: projection: {w}")
     if as_json:

@@ -221,9 +221,6 @@ Format = enum.Enum("Format", {"png": "png", "svg": "svg", "pdf": "pdf"}, type=st
 Basis = enum.Enum("Basis", {"wall": "wall", "kernel": "kernel"}, type=str)
 
 
-FIGURES = tuple(f.value for f in Figure)
-
-
 def plot_cmd(
     traces: List[Path] = typer.Argument(..., metavar="TRACE...", help="Trace files or directories (one bar per trace)."),
     out: Path = typer.Option(Path("out/plots"), "--out", "-o", metavar="DIR", help="Output directory."),
@@ -249,77 +246,21 @@ def plot_cmd(
     graph_source: Optional[Path] = GraphSourceOpt,
 ) -> None:
     """Figures: addressable fraction per workload, projected step time, and scaling with model size."""
-    from headroom.files import check_output_dir, check_output_not_input
     from headroom.projection.problems import load_problems
-    from headroom.projection.project import project
-    from headroom.projection.speedups import collect_entries, parse_cli_speedup
-    from headroom.report import plot
-    from headroom.report.scaling import scaling_table
-    from headroom.report.tables import addressable_summary, category_fractions, projection_table
-    from headroom.trace.load import is_trace_name
+    from headroom.projection.speedups import collect_entries
+    from headroom.report.figures import check_plot_outputs, draw_figures, save_figures
 
     figures = [f.value for f in figure] if figure else None
-    formats = tuple(dict.fromkeys(f.value for f in fmt)) if fmt else plot.FORMATS
+    formats = [f.value for f in fmt] if fmt else None
     entries, entry_warnings = collect_entries(speedup or [], speedups or [])
     pm = load_problems(problems)
-    # Every file this can write, against every file it reads: a FIGURE.json left among the traces would
-    # be read as a trace by the next command over that directory.
-    want = figures or list(FIGURES)
-    for name in want:
-        for suffix in (*formats, *(("json",) if sidecar else ())):
-            check_output_not_input(out / f"{name}.{suffix}", [*traces, rules, policy, problems, *(speedups or [])],
-                                   reads=is_trace_name)
-    check_output_dir(out)
+    check_plot_outputs(out, figures, formats, sidecar, [*traces, rules, policy, problems, *(speedups or [])])
     analyses = read_all(traces, rules, policy, whole_trace, window, lenient, no_cache, graph_source)
-    if label and len(label) != len(analyses):
-        raise UserError(f"--label given {len(label)} time(s) for {len(analyses)} trace(s)")
-    if params and len(params) != len(analyses):
-        raise UserError(f"--params given {len(params)} time(s) for {len(analyses)} trace(s)")
-    labels = list(label) if label else None
-    # Every figure is computed before any is written: a bad --speedup (found while projecting) or a
-    # scaling chart that cannot be drawn leaves the output directory as it was.
-    drawn = []      # (figure, stem, numbers)
-    sources = [a.source for a in analyses]
-    cpu_only = [a.source for a in analyses if a.mode != "gpu"]
-    if "addressable" in want:
-        if cpu_only and len(cpu_only) < len(analyses):
-            # One chart of GPU time and CPU time side by side would compare unlike things.
-            raise UserError(f"{cpu_only[0]}: a CPU-only trace (no GPU activity) among GPU traces: plot them "
-                            f"separately (the addressable chart is of GPU time, or of CPU op time when all are CPU-only)")
-        fr = category_fractions(analyses, labels, basis.value)
-        summary = addressable_summary(analyses, labels, basis.value)
-        drawn.append((plot.addressable_figure(fr, summary, basis=basis.value, cpu_only=len(cpu_only) == len(analyses)),
-                      out / "addressable",
-                      plot.addressable_numbers(fr, summary, basis.value, sources) if sidecar else None))
-    if "projection" in want:
-        title = "Projected step time"
-        used = entries
-        if not used:
-            used = [parse_cli_speedup("category:addressable=1.5")]
-            title += " (every addressable kernel 1.5x faster)"
-        results = [project(a, used, problems=pm, extra_warnings=entry_warnings) for a in analyses]
-        for r in results:
-            for w in r.warnings:
-                warn(f"{r.source}: {w}")
-        tbl = projection_table(results, [*(labels or [])] or [a.label for a in analyses])
-        drawn.append((plot.projection_figure(tbl, title), out / "projection",
-                      plot.table_numbers("projection", tbl, sources) if sidecar else None))
-    if "scaling" in want:
-        explicit = bool(figures and "scaling" in figures)
-        st = scaling_table(analyses, params=params, labels=labels, family=family,
-                           skip_missing=not explicit, min_sizes=2)
-        if len(st) >= 2:
-            drawn.append((plot.scaling_figure(st), out / "scaling",
-                          plot.table_numbers("scaling", st, sources) if sidecar else None))
-        elif explicit:
-            raise UserError("the scaling chart needs traces of one family at two or more sizes "
-                            "(parameter counts from the manifests or --params)")
-        else:
-            warn("no scaling chart (it needs traces of one family at two or more sizes)")
-    written = []
-    for fig, stem, numbers in drawn:
-        written += plot.save(fig, stem, formats, numbers=numbers)
-    for p in written:
+    plots = draw_figures(analyses, figures, label or None, entries, entry_warnings, params, family, basis.value,
+                         sidecar, pm)
+    for w in plots.warnings:
+        warn(w)
+    for p in save_figures(plots, out, formats):
         print(p)
 
 

@@ -22,29 +22,18 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 
 from headroom.errors import UserError
+from headroom.trace.read_options import ReadOptions
 
 MEMORY_BASE = 512 * 2**20     # a task's interpreter, pandas and polars, before the trace
 
 
 @dataclass(frozen=True)
-class ReadOptions:
-    """What the Reader was given (user files by path: each task compiles them itself)."""
-
-    rules: Optional[str] = None
-    policy: Optional[str] = None
-    whole_trace: bool = False
-    window: Optional[str] = None
-    lenient: bool = False
-    no_cache: bool = False
-    cwd: str = ""       # paths are read, and named, as the command was given them
-
-
-@dataclass(frozen=True)
 class TraceTask:
     path: str
-    options: ReadOptions
+    options: ReadOptions    # how the command reads its traces (user files by path: each task compiles them itself)
     product: Optional[Callable[[Any], Any]] = None     # module-level function of one Analysis
     skip_ranks: bool = True     # no product for a trace that says it is a rank of a run (computed if needed)
+    cwd: str = ""       # paths are read, and named, as the command was given them
 
 
 @dataclass
@@ -80,13 +69,13 @@ def run_task(task: TraceTask) -> TraceResult:
     from headroom.trace.rank_set import rank_id
 
     o = task.options
-    if o.cwd and os.getcwd() != o.cwd:
-        os.chdir(o.cwd)
+    if task.cwd and os.getcwd() != task.cwd:
+        os.chdir(task.cwd)
     os.environ.setdefault("HEADROOM_LOAD_WORKERS", "0")     # a task is one core: no second process
     out = TraceResult(task.path)
     try:
         rules, policy = load_classifier(o.rules, o.policy)
-        traces = iter_traces([Path(task.path)], lenient=o.lenient, use_cache=not o.no_cache)
+        traces = iter_traces([Path(task.path)], lenient=o.lenient, use_cache=o.use_cache)
         try:
             trace = next(traces)
         finally:

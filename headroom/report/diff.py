@@ -102,6 +102,14 @@ class Diff:
         delta, to the after step (profiled clock, ms). Rows of under 0.5% of the step are summed as one."""
         return waterfall_table(self)
 
+    def figure(self):
+        """The waterfall of `waterfall()` as a matplotlib Figure (what `headroom diff --figure` writes), titled
+        with the two runs' labels (the same workload: "after vs before") and the rows' grouping."""
+        from headroom.report.plot import waterfall_figure
+
+        same = self.labels[0] == self.labels[1]
+        runs = f"{self.labels[0]}: after vs before" if same else f"{self.labels[1]} vs {self.labels[0]}"
+        return waterfall_figure(self.waterfall(), title=f"{runs}, by {self.by}")
 
 
 def _before_after(before_us: float, after_us: float) -> dict[str, float]:

@@ -18,7 +18,7 @@ from typing import Any, Callable, Sequence
 from headroom.errors import UserError
 from headroom.files import check_output_dir, check_replaceable_dir
 from headroom.profile.workload import Options
-from headroom.validate.result import RESULT_FILE, ValidateResult
+from headroom.validate.result import RESULT_FILE, ValidateResult, recompute
 from headroom.validate.run import Request
 from headroom.validate.timing import MIN_ROUNDS
 
@@ -78,6 +78,32 @@ def _place(tmp: Path, final: Path) -> None:
     os.replace(tmp, final)
     if old is not None:
         shutil.rmtree(old, ignore_errors=True)
+
+
+def default_run_dir(workload: str, reps: Sequence[tuple[str, str]]) -> Path:
+    """Where a run goes when no --out is given: out/validate/<workload>__<CLASS>[+<CLASS>...]."""
+    from headroom.extract.result import safe_name
+
+    return Path("out/validate") / f"{workload}__{'+'.join(safe_name(c) for c, _ in reps)}"
+
+
+def validate_or_recompute(workload: str | None, replace: Sequence[str] | Sequence[tuple[str, str]] = (),
+                          options: Options | None = None, *, from_dir: str | os.PathLike | None = None,
+                          out: str | os.PathLike | None = None, **run: Any) -> tuple[ValidateResult, Path]:
+    """`headroom validate`: a run of `workload` with the `replace`d modules (`CLASS=CANDIDATE.py` texts or
+    pairs) written to `out` (default `default_run_dir`), `run` the rest of `validate`'s keywords; or, with
+    `from_dir`, the result of that saved run recomputed (nothing runs). The result and the run's directory."""
+    if from_dir is not None:
+        if workload or replace:
+            raise UserError("--from recomputes a saved run: give no WORKLOAD or --replace with it")
+        return recompute(from_dir), Path(from_dir)
+    if not workload:
+        raise UserError("give a WORKLOAD (see `headroom workloads`) or --from DIR")
+    if not replace:
+        raise UserError("give at least one --replace CLASS=CANDIDATE.py")
+    reps = parse_replace([str(r) for r in replace]) if isinstance(replace[0], str) else [(c, p) for c, p in replace]
+    run_dir = Path(out) if out is not None else default_run_dir(workload, reps)
+    return validate(workload, reps, options, out=run_dir, **run), run_dir
 
 
 def validate(workload: str, replace: Sequence[tuple[str, str]] | Sequence[str], options: Options | None = None, *,

@@ -469,7 +469,7 @@ def scenario_recomputed(folder: Path, bench_doc: dict) -> list[dict]:
             base = where / name / "base.json.gz"
             if not base.is_file():
                 continue
-            a = headroom.analyze(base, use_cache=False)
+            a = headroom.analyze(base, read=headroom.ReadOptions(use_cache=False))
             steps = a.num_steps or 1
             sp = _speedups_file(bench_doc, lambda r: r["problem"] in problems, where)
             pr = headroom.project(a, files=[sp])

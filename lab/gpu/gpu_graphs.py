@@ -27,7 +27,8 @@ RUNS = {
     "decode-bs32-graphs": ("llama-7b", {"phase": "decode", "batch": 32, "graphs": True}, 170),
     "decode-bs32-eager": ("llama-7b", {"phase": "decode", "batch": 32}, 150),
     "decode-bs32-compiled": ("llama-7b", {"phase": "decode", "batch": 32, "compile_mode": "reduce-overhead"}, 300),
-    "gpt2xl-decode-graphs": ("gpt2-xl", {"phase": "decode", "batch": 1, "graphs": True}, 150),
+    "gpt2xl-decode-graphs": ("gpt2-xl", {"phase": "decode", "batch": 1, "kv_cache": "static", "graphs": True}, 150),
+    "gpt2xl-decode-eager": ("gpt2-xl", {"phase": "decode", "batch": 1, "kv_cache": "static"}, 150),
     "prefill-graphs": ("llama-7b", {"graphs": True}, 200),
     "prefill-eager": ("llama-7b", {}, 150),
     "prefill-compiled": ("llama-7b", {"compile_mode": "reduce-overhead"}, 300),
@@ -38,8 +39,9 @@ import json, sys
 from headroom.profile.run import profile_workload
 from headroom.profile.workload import Options
 from headroom.trace.graphs import graph_summary
-workload, options, out = sys.argv[1], json.loads(sys.argv[2]), sys.argv[3]
-r = profile_workload(workload, Options(**options), device="cuda", out=out, command="lab/gpu/gpu_graphs.py " + sys.argv[2])
+workload, options, out, name = sys.argv[1], json.loads(sys.argv[2]), sys.argv[3], sys.argv[4]
+r = profile_workload(workload, Options(**options), device="cuda", out=out, trace_name=name,
+                     command="lab/gpu/gpu_graphs.py " + sys.argv[2])
 a = r.analysis
 s = graph_summary(a.events)
 print("RESULT " + json.dumps({"trace": r.trace_path.name, "step_ms": r.timed.median_ms,
@@ -62,7 +64,8 @@ def main(out: Path, budget: float, ids: list[str]) -> None:
             continue
         t0 = time.monotonic()
         try:
-            p = subprocess.run([sys.executable, "-c", CHILD, workload, json.dumps(options), str(dest)],
+            name = f"{workload}.{rid.split('-', 1)[-1] if workload != 'llama-7b' else rid}.json.gz"
+            p = subprocess.run([sys.executable, "-c", CHILD, workload, json.dumps(options), str(dest), name],
                                capture_output=True, text=True, timeout=min(limit, left - 15))
             text = p.stdout + p.stderr
             line = next((x for x in p.stdout.splitlines() if x.startswith("RESULT ")), None)

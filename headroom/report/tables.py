@@ -74,7 +74,12 @@ def summary_frame(analyses: list[Analysis]) -> pd.DataFrame:
             "dtype": m.get("dtype", ""),
             "batch": m.get("batch", ""),
         })
-    return pd.DataFrame(rows, columns=SUMMARY_COLUMNS)
+    df = pd.DataFrame(rows, columns=SUMMARY_COLUMNS)
+    # Runs of one configuration but their batch (decode at batch 1 and 32) read apart.
+    same = df["workload"].duplicated(keep=False).to_numpy() & (df["batch"] != "").to_numpy()
+    if same.any():
+        df.loc[same, "workload"] = [f"{w} bs{b}" for w, b in zip(df.loc[same, "workload"], df.loc[same, "batch"])]
+    return df
 
 
 SUMMARY_COLUMNS = ["workload", "trace", "mode", "device", "basis", "num_steps", "step_us", "gpu_us_per_step",

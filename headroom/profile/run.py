@@ -300,6 +300,14 @@ def _measure(spec: WorkloadSpec, cfg: RunConfig, dev: Any, counts: tuple[int, in
     return measured
 
 
+def _graphs_manifest(cfg: RunConfig, name: str, capture_s: float) -> dict[str, Any]:
+    """The manifest's `graphs`: where the capture trace is, how the graph was made, how long its capture took
+    (--graphs; Inductor's graph trees record theirs inside the warm-up calls, not timed apart)."""
+    if cfg.compile_mode in GRAPH_TREE_MODES:
+        return {"capture_trace": f"{CAPTURE_DIR}/{name}", "captured": CAPTURED_BY_COMPILE}
+    return {"capture_trace": f"{CAPTURE_DIR}/{name}", "capture_s": round(capture_s, 3), "captured": CAPTURED}
+
+
 def capture_raw(raw_trace: Path) -> Path:
     """Where --graphs exports the capture's raw trace, beside the step's."""
     return raw_trace.with_name(raw_trace.name.replace(".raw.json", ".capture.raw.json"))
@@ -350,9 +358,7 @@ def _run_manifest(spec: WorkloadSpec, cfg: RunConfig, dev: Any, m: _Measured, co
         "timing": {"step_ms": t.median_ms, "timed": plain(t), "profiled": plain(p),
                    "overhead": overhead, "overhead_measurable": measurable,
                    "build_s": round(m.build_s, 2), "warmup_s": round(m.warmup_s, 2)},
-        **({"graphs": {"capture_trace": f"{CAPTURE_DIR}/{name}", "capture_s": round(m.capture_s, 3),
-                       "captured": CAPTURED_BY_COMPILE if cfg.compile_mode in GRAPH_TREE_MODES else CAPTURED}}
-           if m.capture_s is not None else {}),
+        **({"graphs": _graphs_manifest(cfg, name, m.capture_s)} if m.capture_s is not None else {}),
         "peak_memory_gb": round(m.peak_gb, 2) if m.peak_gb is not None else None,
         "command": command or " ".join(shlex.quote(a) for a in sys.argv),
         "date": started.isoformat(timespec="seconds"),

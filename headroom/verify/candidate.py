@@ -251,7 +251,7 @@ def _is_tensor(x: Any) -> bool:
 def _place_trial(ref: ReferenceRun, xs: list, child: Child, layout: list | None) -> tuple[list, list]:
     ring = ref.ensure_ring(shared.inputs_bytes(xs) + 4096)
     if child.ring_generation != ring.generation:
-        child.request(P.MapRing(seq=0, ring=ring.spec), stage="map ring")
+        child.request(P.MapRing(seq=0, ring=ring.spec), stage="map ring", ring=ring)
         child.ring_generation = ring.generation
         layout = None
     return ring.place([xs], layout)

@@ -190,7 +190,7 @@ def _serve(conn: Any, job: P.Job, state: dict) -> None:
 
         reply: Any
         if isinstance(cmd, P.MapRing):
-            ring = shared.map_ring(cmd.ring, device)
+            ring = shared.map_ring(cmd.ring, device, conn)
             reply = P.Done(seq=cmd.seq, violations=integrity.violations(snap))
         elif isinstance(cmd, P.Memory):
             kept = _released(prims, kept, model, ring)

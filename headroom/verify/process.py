@@ -241,6 +241,7 @@ class Child:
         # sealing (cgroup, namespaces, uid, private copies): headroom/verify/sandbox.py
         self.sandbox, job = Sandbox.for_job(job, os.path.basename(job.log_path))
         self.run_cpu_ns = self.run_wall_ns = self.run_forwards = 0  # timed phases, by cgroup accounting
+        self.last_cpu_ns: int | None = None  # the last timed Run's CPU time (cgroup), None where not accounted
         self.job = job
         self.timeout = timeout
         self.used = 0.0
@@ -304,24 +305,25 @@ class Child:
         raise ChildFailed(f"{f.message} (during {f.stage})", self.log_tail())
 
     def request(self, cmd: Any, stage: str | None = None, timeout: float | None = None, freeze: bool = True,
-                first_wait: float | None = None, on_slow: Any = None) -> Any:
+                first_wait: float | None = None, on_slow: Any = None, ring: Any = None) -> Any:
         """Send one command, return its reply (the child is thawed for it and frozen again after).
 
         ``first_wait`` / ``on_slow``: if no reply came within ``first_wait`` seconds, ``on_slow()`` runs
-        once (a gated phase opens its gate: the child waits on the GPU) and the wait goes on."""
+        once (a gated phase opens its gate: the child waits on the GPU) and the wait goes on. ``ring``:
+        the ring a ``MapRing`` names (its memfd goes after the command)."""
         self.seq += 1
         cmd = msgspec.structs.replace(cmd, seq=self.seq)
         self.stage = stage or type(cmd).__name__.lower()
         self.check_quiet()
         self.settle_outputs()
-        if isinstance(cmd, P.MapRing) and cmd.ring.path:
-            self.sandbox.grant(cmd.ring.path)
         timed = isinstance(cmd, P.Run) and not cmd.null
         cpu0 = self.sandbox.cpu_ns() if timed else None
         self.thaw()
         t0 = time.monotonic()
         try:
             self._send(cmd)
+            if isinstance(cmd, P.MapRing) and cmd.ring.memfd:
+                self._send_ring(ring)
             if first_wait is not None and on_slow is not None:
                 try:
                     early = self.conn.poll(first_wait)
@@ -339,14 +341,17 @@ class Child:
         if cpu0 is not None:
             cpu1 = self.sandbox.cpu_ns()
             if cpu1 is not None:
+                self.last_cpu_ns = cpu1 - cpu0
                 self.run_cpu_ns += cpu1 - cpu0
                 self.run_wall_ns += int((time.monotonic() - t0) * 1e9)
                 self.run_forwards += len(cmd.batches)
+        if isinstance(cmd, P.Run) and cmd.null and any(bool(row) for row in reply.outputs):
+            raise Tampering(f"the child answered a null phase (no forwards asked) with outputs during {self.stage}: "
+                            f"a forged reply")
         self._note_reply(reply)
-        if isinstance(reply, P.RunDone):  # the child releases kept outputs at Trial, Run, Memory, Launches, Release
-            self.holds_outputs = any(bool(row) for row in reply.outputs)
-        elif isinstance(cmd, (P.Trial, P.Memory, P.Launches, P.Release)):
-            self.holds_outputs = isinstance(reply, P.TrialDone) and bool(reply.outputs)
+        # whether the child holds outputs is the harness's own record of what it asked for, never the reply's
+        # say: a forged reply cannot buy an untimed command (a Release) before a timed phase
+        self.holds_outputs = isinstance(cmd, P.Trial) or (isinstance(cmd, P.Run) and not cmd.null)
         return reply
 
     def _note_reply(self, reply: Any) -> None:
@@ -422,6 +427,16 @@ class Child:
         try:
             self.conn.send_bytes(P.encode(cmd))
         except (OSError, BrokenPipeError, ValueError):
+            self.proc.join(5)
+            raise ChildFailed(f"the child process {signal_name(self.proc.exitcode)} before {self.stage}",
+                              self.log_tail()) from None
+
+    def _send_ring(self, ring: Any) -> None:
+        from headroom.verify import shared
+
+        try:
+            shared.send_ring(self.conn, ring, self.pid)
+        except (OSError, ValueError, AttributeError, TypeError):
             self.proc.join(5)
             raise ChildFailed(f"the child process {signal_name(self.proc.exitcode)} before {self.stage}",
                               self.log_tail()) from None

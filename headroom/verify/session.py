@@ -67,6 +67,7 @@ class Phase:
     write_ms: float = 0.0  # gated: the harness writing the inputs into the ring (the child frozen)
     null: bool = False
     args: list = field(default_factory=list)  # where each input set is in the ring
+    cpu_ms: float | None = None  # plain clock: the child's CPU time (its cgroup's accounting) in the phase
 
 
 def _sampled_iterations(pos_seed: int, n: int, count: int) -> list[int]:
@@ -126,15 +127,21 @@ def _read(child: Child, reply: Any, n: int, pos_seed: int, policy: tm.Policy,
 
 def run_phase(child: Child, ref: ReferenceRun, sets: list[list], run: dict, draw: Callable[[], int],
               policy: tm.Policy, max_numel: int, others: list[Child], null: bool = False,
-              gated: bool = True) -> Phase:
+              gated: bool = True, untrusted: bool = False) -> Phase:
     """One phase on the harness's clock (raises Tampering when the outputs are not readable as described).
 
     The sample positions are drawn (``draw``) only after the child has answered: nothing in any
-    process says beforehand which elements will be read."""
+    process says beforehand which elements will be read. An ``untrusted`` child (the candidate) gets
+    no command between the inputs' write and its timed ``Run``, nor before it while the ring may hold
+    inputs it has not been timed on (the reference's of a round that times the reference first): its
+    outputs are released right after the samples are read, when the ring holds only inputs it has
+    computed already."""
     clock = ref.clock
     gated = gated and clock is not None and child.ready.gated
     if child.holds_outputs:  # its last outputs poisoned and freed (``child._poison``) before the clock starts,
-        child.request(P.Release(seq=0), stage="releasing outputs")  # as before every trial
+        if untrusted:  # as before every trial; the candidate's were released after its last phase
+            raise Tampering("the candidate holds outputs before a timed phase (the harness's own record)")
+        child.request(P.Release(seq=0), stage="releasing outputs")
     child.settle_outputs()  # the last phase's unread torch shares, before the clock starts
     cpu0, w0 = sched_ns(child.pid)
     _, hw0 = thread_sched_ns()
@@ -191,13 +198,17 @@ def run_phase(child: Child, ref: ReferenceRun, sets: list[list], run: dict, draw
     t1 = time.perf_counter()
     cpu1, w1 = sched_ns(child.pid)
     _, hw1 = thread_sched_ns()
+    cpu_phase = child.last_cpu_ns if not gated and not null else None
+    if untrusted and child.holds_outputs:  # outside the clock, while the ring holds inputs it has computed
+        child.request(P.Release(seq=0), stage="releasing outputs")
     busy = (cpu1 - cpu0) + (w1 - w0)
     wall_ns = (t1 - t0) * 1e9
     child_ms = float(sum(reply.child_ms)) if reply.child_ms else None
     ph = Phase((t1 - t0) * 1e3, (t1 - t_flag) * 1e3, enqueue_ms, None if gated else child_ms, gated, blocked,
                (w1 - w0) / busy if busy > 0 else 0.0, samples, shapes, pos_seed, reply.outputs, sampled,
                list(reply.violations), harness_wait_fraction=(hw1 - hw0) / wall_ns if wall_ns > 0 else 0.0,
-               flag_ms=(t_flag - t0) * 1e3, write_ms=write_ms, null=null, args=args)
+               flag_ms=(t_flag - t0) * 1e3, write_ms=write_ms, null=null, args=args,
+               cpu_ms=cpu_phase / 1e6 if cpu_phase is not None else None)
     if gated:  # the child's clock in this reply is of its previous gated phase: it goes there
         prev = getattr(child, "last_gated_phase", None)
         if prev is not None and child_ms is not None:
@@ -221,6 +232,7 @@ class ReferenceTiming:
     write_max_ms: float = 0.0  # phase; a candidate phase's beyond these is charged to it (its GPU work outside the gate)
     alone_ms: list = field(default_factory=list)  # raw stand-alone phases of the reference
     standalone_ms: float = 0.0
+    cpu_alone_ms: float | None = None  # plain clock: the reference's CPU time per forward in its calibration
     memory: dict = field(default_factory=dict)
     device_name: str = ""
     precision: dict = field(default_factory=dict)
@@ -287,7 +299,7 @@ def place(ref: ReferenceRun, sets: list[list], children: list[Child], write: boo
     ring = ref.ensure_ring(need)
     for c in children:
         if c.ring_generation != ring.generation:
-            c.request(P.MapRing(seq=0, ring=ring.spec), stage="map ring")
+            c.request(P.MapRing(seq=0, ring=ring.spec), stage="map ring", ring=ring)
             c.ring_generation = ring.generation
     return ring.place(sets, layout=layout, write=write)[0]
 
@@ -399,6 +411,8 @@ def start_reference(ref: ReferenceRun, max_numel: int, others: list[Child],
         rt.write_max_ms = max(p.write_ms for p in cal)
         rt.alone_ms = [rt.net_ms(p, n) for p in cal]
         rt.standalone_ms = statistics.median(rt.alone_ms)
+        cpu = [p.cpu_ms / n for p in cal if p.cpu_ms is not None]
+        rt.cpu_alone_ms = statistics.median(cpu) if cpu else None
         rt.calibration = {**rt.calibration, "null_phase_ms": [p.wall_ms for p in pn],
                           "null_flag_ms": [p.flag_ms for p in nulls if p.gated],
                           "null_enqueue_ms": [p.enqueue_ms for p in nulls], "sample_read_ms": [p.read_ms for p in cal],
@@ -448,6 +462,8 @@ def time_candidate(ref: ReferenceRun, cand: Child, gates: list, max_numel: int, 
             ref.timing = start_reference(ref, max_numel, [cand], say)
         rt = ref.timing
         rt.truth_checks, rt.truth_ms, rt.truth_skipped = 0, 0.0, 0
+        if cand.holds_outputs:  # its trials' outputs, released before any of its timed inputs is in the ring
+            cand.request(P.Release(seq=0), stage="releasing outputs")
         n = rt.n
         if rt.gated:  # the candidate's forwards must fit the queue too (its own count: only its loss if it lies)
             cap = _queue_limit(policy, rt.launches, cand_call.launches if cand_call else None)
@@ -465,7 +481,7 @@ def time_candidate(ref: ReferenceRun, cand: Child, gates: list, max_numel: int, 
         def one(name: str, sets: list[list], key: str) -> Phase:
             c = child_of[name]
             ph = run_phase(c, ref, sets, run_of[name], _drawer(ref, key), policy, max_numel, others[c.pid],
-                           gated=gated_arm[name])
+                           gated=gated_arm[name], untrusted=name == "candidate")
             if ph.blocked:  # it waited on the GPU inside its enqueue: time it as it runs, serialised
                 gated_arm[name] = False
             if name == "candidate":
@@ -540,7 +556,7 @@ def time_candidate(ref: ReferenceRun, cand: Child, gates: list, max_numel: int, 
             nr = run_phase(rt.child, ref, sets, {"tf32": True}, _drawer(ref, f"null{r}"), policy, max_numel,
                            others[rt.child.pid], null=True, gated=rt.gated)
             nc = run_phase(cand, ref, sets, {"tf32": True}, _drawer(ref, f"nullc{r}"), policy, max_numel,
-                           others[cand.pid], null=True, gated=gated_arm["candidate"])
+                           others[cand.pid], null=True, gated=gated_arm["candidate"], untrusted=True)
             if nr.gated:
                 rt.null_flag_min_ms = min(rt.null_flag_min_ms, nr.flag_ms)
                 rt.enqueue_null_min_ms = min(rt.enqueue_null_min_ms, nr.enqueue_ms)
@@ -576,8 +592,10 @@ def time_candidate(ref: ReferenceRun, cand: Child, gates: list, max_numel: int, 
     overhead = flag_min if rt.gated else null_min + rt.read_min_ms
     drift = (statistics.median(per["reference_tf32"]) / rt.standalone_ms
              if per["reference_tf32"] and rt.standalone_ms > 0 else None)  # 0: too fast to time alone
+    ref_cpu = [p.cpu_ms / n for p in phases["reference_tf32"] if p.cpu_ms is not None]
+    cpu_drift = statistics.median(ref_cpu) / rt.cpu_alone_ms if ref_cpu and rt.cpu_alone_ms else None
     judged = tm.judge(per["reference_tf32"], per["candidate"], policy,
-                      {k: statistics.median(v) for k, v in waits.items() if v}, drift)
+                      {k: statistics.median(v) for k, v in waits.items() if v}, drift, cpu_drift)
     clocks = {name: [p.child_ms for p in ps if p.child_ms is not None] for name, ps in phases.items()}
     out = {"method": "harness_clock", "clock": "gated" if rt.gated else "plain", "unit": "ms",
            "rounds": len(per["candidate"]), "rounds_stop": rounds.stop, "iters_per_phase": n,
@@ -589,6 +607,8 @@ def time_candidate(ref: ReferenceRun, cand: Child, gates: list, max_numel: int, 
            "speedup_estimate": judged.speedup, "speedup_ci": list(judged.ci) if judged.ci else None,
            "ci_coverage": judged.coverage, "inconclusive": judged.reasons,
            "reference_standalone_ms": rt.standalone_ms, "reference_drift": drift,
+           "reference_cpu_alone_ms": rt.cpu_alone_ms, "reference_cpu_drift": cpu_drift,
+           "order_medians": tm.order_medians(per["reference_tf32"], per["candidate"]),
            "wait_fraction": {k: statistics.median(v) for k, v in waits.items() if v},
            "child_clock_ms": {k: statistics.median(v) / n for k, v in clocks.items() if v},
            "candidate_clock": "gated" if gated_arm["candidate"] else "plain",

@@ -1,6 +1,6 @@
 """Nothing the candidate does reaches the round: the harness's own record of the protocol, the seccomp
 filter, the sealed ring, bounded output spans and its temporary files (CPU; docs/verify.md, "Threat
-model"). Each attack in tests/cheaters/sealed/ here is the candidate's own code; each must end
+model"). Each attack in tests/cheaters/isolation/ here is the candidate's own code; each must end
 ``fail``, ``error`` or ``inconclusive`` (or, for the leftover files, leave nothing behind)."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from headroom.verify import ring as ring_mod
 from verify_support import one_harness_thread  # noqa: F401  (autouse fixture)
 from verify_support import CHEATERS, assert_caught, open_dir
 
-SEALED = CHEATERS / "sealed"
+SEALED = CHEATERS / "isolation"  # not the sealed corpus: scripts/gpu_kernelbench.py runs that one on the GPU
 PROBLEM = CHEATERS / "problems" / "gelu_linear.py"
 
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="uid drop and namespaces need a root harness")
@@ -123,3 +123,22 @@ print(all(out), out)
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=60)
     assert res.stdout.startswith("True"), (res.stdout, res.stderr)
+
+
+def test_twice_the_work_is_never_a_speedup(tmp_path):
+    """The honest slow control under the pass rule: a pass is a conclusive slowdown near 0.5x, never above 1
+    (on a loaded machine it may be inconclusive for noise)."""
+    problem = tmp_path / "problem" / PROBLEM.name
+    problem.parent.mkdir()
+    shutil.copy(PROBLEM, problem)
+    ref = prepare_reference(problem, VerifyOptions.quick())
+    try:
+        r = verify_candidate(problem, CHEATERS / "candidates" / "honest_twice_the_work.py", reference=ref)
+    finally:
+        ref.close()
+    assert not _failed(r), r.reason
+    if r.verdict == "pass":
+        lo, hi = r.speedup_ci
+        assert hi < 1.0 and hi / lo <= 1.25, r.speedup_ci
+    else:
+        assert r.verdict == "inconclusive", r.reason

@@ -93,6 +93,8 @@ def test_the_ring_is_sealed_and_has_no_path():
             os.ftruncate(ring.fd, 0)
         assert os.fstat(ring.fd).st_mode & 0o777 == 0o600
         ring.buf[:4] = 7  # the harness writes through its own mapping
+        ring.scrub(2)  # before a gated candidate phase: the last phase's inputs are gone
+        assert ring.buf[:4].tolist() == [255, 255, 7, 7]
     finally:
         ring.close()
 

@@ -122,6 +122,8 @@ def run_phase(child: Child, ref: ReferenceRun, sets: list[list], run: dict, draw
         # a null phase writes the same inputs: the GPU then switches from the harness's context (its
         # copy) to the child's inside the clock, as in a timed phase (~145 us per phase on the H200)
         staged = ring.stage(sets, args)
+        if untrusted:  # it is thawed to enqueue before the inputs go in: the ring must not still hold this
+            ring.scrub(staged)  # round's inputs from the reference's phase (a side stream would read them)
         token = clock.token()
         opened: list[float] = []
 

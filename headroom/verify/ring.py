@@ -139,6 +139,17 @@ class Ring:
             torch.cuda.synchronize(self.device)
         return end
 
+    def scrub(self, nbytes: int) -> None:
+        """Overwrite the first ``nbytes`` with 0xFF (NaN; -1 for integers), complete on return: what the
+        ring held for the previous phase is gone before an untrusted child is thawed ahead of its inputs."""
+        import torch
+
+        if nbytes <= 0:
+            return
+        self.buf[:nbytes].fill_(0xFF)
+        if self.device.startswith("cuda"):
+            torch.cuda.synchronize(self.device)
+
     def commit(self, nbytes: int) -> None:
         """Copy the staged bytes into the ring: one copy, complete on return."""
         import torch

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from headroom.verify import VerifyOptions, prepare_reference, syscalls, verify_candidate
+from headroom.verify import VerifyOptions, prepare_reference, sandbox, syscalls, verify_candidate
 from headroom.verify import ring as ring_mod
 from verify_support import one_harness_thread  # noqa: F401  (autouse fixture)
 from verify_support import CHEATERS, assert_caught, open_dir
@@ -144,3 +144,16 @@ def test_twice_the_work_is_never_a_speedup(tmp_path):
         assert hi < 1.0 and hi / lo <= 1.25, r.speedup_ci
     else:
         assert r.verdict == "inconclusive", r.reason
+
+
+def test_memory_held_from_import_is_flagged(tmp_path):
+    r = _verify(tmp_path, "attack_import_memory")
+    assert not _failed(r), r.reason
+    sandbox_info = r.info["sandbox"]
+    if not sandbox_info["candidate"].get("memory_peak_bytes") or not (sandbox_info.get("reference") or {}).get(
+            "memory_peak_bytes"):
+        pytest.skip("no memory cgroup on this machine")
+    assert sandbox_info["candidate"]["memory_peak_bytes"] > 512 << 20
+    assert [f.name for f in sandbox.footprint_flags(sandbox_info)] == ["memory_footprint"]
+    if r.verdict == "pass":  # flags are a pass's (an inconclusive result has none)
+        assert "memory_footprint" in {f.name for f in r.flags}, sandbox_info

@@ -325,5 +325,6 @@ def _finish(ref: ReferenceRun, res: VerifyResult, aggs: dict, timed: Timed | Non
                                     ref.device.startswith("cuda"))
     res.info.update(extra)
     res.flags.extend(sb.cpu_flags(res.info.get("sandbox")))
+    res.flags.extend(sb.footprint_flags(res.info.get("sandbox")))
     if res.speedup is not None and not math.isfinite(res.speedup):
         res.verdict, res.speedup, res.reason = "inconclusive", None, "the speedup is not finite"

@@ -9,7 +9,7 @@ import time
 from typing import Any
 
 CGROUP_ROOT = "/sys/fs/cgroup"
-V1_CONTROLLERS = ("freezer", "cpu", "cpuacct", "cpuset", "pids")
+V1_CONTROLLERS = ("freezer", "cpu", "cpuacct", "cpuset", "pids", "memory")
 PIDS_MAX = 4096  # a fork bomb stops here instead of at the machine's limit
 CFS_PERIOD_US = 100_000
 OFF_ENV = "HEADROOM_VERIFY_SEAL_OFF"  # comma list of mechanisms to leave off (tests of degradation): all,cgroup,v2,uid,ns,fds,copy,seccomp,tmpfs
@@ -97,7 +97,7 @@ class Cgroup:
             have = []
         wanted = {"cpuset": ("cpuset.cpus", ",".join(map(str, self.cpus or []))),
                   "cpu": ("cpu.max", f"{CFS_PERIOD_US * self.quota_cpus} {CFS_PERIOD_US}" if self.quota_cpus else ""),
-                  "pids": ("pids.max", str(PIDS_MAX))}
+                  "pids": ("pids.max", str(PIDS_MAX)), "memory": ("memory.max", "max")}  # memory: its peak
         for ctrl, (knob, value) in wanted.items():
             if ctrl not in have or not value:
                 if ctrl in ("cpuset", "cpu") and value:
@@ -224,6 +224,18 @@ class Cgroup:
                 return int(_read(os.path.join(self.v1["cpuacct"], "cpuacct.usage")))
             except (OSError, ValueError):
                 pass
+        return None
+
+    def memory_peak(self) -> int | None:
+        """The most memory every process of the cgroup held at once, page cache and tmpfs pages included
+        (bytes; v2 ``memory.peak``, v1 ``memory.max_usage_in_bytes``), None where not accounted."""
+        files = ([os.path.join(self.v2, "memory.peak")] if self.v2 else []) + (
+            [os.path.join(self.v1["memory"], "memory.max_usage_in_bytes")] if "memory" in self.v1 else [])
+        for f in files:
+            try:
+                return int(_read(f).strip())
+            except (OSError, ValueError):
+                continue
         return None
 
     def remove(self) -> None:

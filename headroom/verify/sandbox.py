@@ -316,7 +316,8 @@ class Sandbox:
         return {"uid": self.uid, "cpus": self.cpus, "cpu_quota": self.quota_cpus,
                 "cgroup": ("v2" if self.cgroup and self.cgroup.v2 else "") + (
                     (" v1:" + ",".join(sorted(self.cgroup.v1))) if self.cgroup and self.cgroup.v1 else ""),
-                "kernel": self.verified, "notes": list(dict.fromkeys(self.notes))}
+                "kernel": self.verified, "notes": list(dict.fromkeys(self.notes)),
+                "memory_peak_bytes": self.cgroup.memory_peak() if self.cgroup is not None else None}
 
 
 # --- fairness: CPU per forward, from the cgroups' own accounting ------------------------------
@@ -343,6 +344,23 @@ def report(cand: Any, ref: Any, threads: int | None) -> dict:
                       "method": "cgroup CPU time (every process of the child) over the harness's wall time of "
                                 "its timed phases"}
     return out
+
+
+FOOTPRINT_RATIO, FOOTPRINT_SLACK = 1.25, 256 << 20  # review flag: whole footprint beyond both (torch.compile in-process: ~100s of MiB)
+
+
+def footprint_flags(info: dict | None) -> list:
+    """A review flag when the candidate's process held much more memory over its life than the reference's
+    (each child's memory cgroup: what it allocated at import and in /dev/shm counts, which the peak of one
+    forward does not see)."""
+    from headroom.verify.compare import Check
+
+    c = ((info or {}).get("candidate") or {}).get("memory_peak_bytes")
+    r = ((info or {}).get("reference") or {}).get("memory_peak_bytes")
+    if not c or not r or c <= FOOTPRINT_RATIO * r + FOOTPRINT_SLACK:
+        return []
+    return [Check("memory_footprint", False, f"the candidate's processes held {c / 2**20:.0f} MiB at their peak, the "
+                                             f"reference's {r / 2**20:.0f} MiB (memory cgroups, import included)")]
 
 
 def cpu_flags(info: dict | None) -> list:

@@ -12,7 +12,8 @@ CGROUP_ROOT = "/sys/fs/cgroup"
 V1_CONTROLLERS = ("freezer", "cpu", "cpuacct", "cpuset", "pids", "memory")
 PIDS_MAX = 4096  # a fork bomb stops here instead of at the machine's limit
 CFS_PERIOD_US = 100_000
-OFF_ENV = "HEADROOM_VERIFY_SEAL_OFF"  # comma list of mechanisms to leave off (tests of degradation): all,cgroup,v2,uid,ns,fds,copy,seccomp,tmpfs
+# comma list of mechanisms to leave off (tests of degradation): all,cgroup,v2,uid,ns,fds,copy,seccomp,tmpfs
+OFF_ENV = "HEADROOM_VERIFY_SEAL_OFF"
 
 
 def off(what: str) -> bool:

@@ -44,7 +44,6 @@ from headroom.verify.procfs import (descendants, own_children, reap, send_signal
                                     stop_tree)
 
 
-
 class ChildFailed(Exception):
     """The child could not do what was asked (crash, hang, exception): verdict ``error``."""
 

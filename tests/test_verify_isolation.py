@@ -157,3 +157,17 @@ def test_memory_held_from_import_is_flagged(tmp_path):
     assert [f.name for f in sandbox.footprint_flags(sandbox_info)] == ["memory_footprint"]
     if r.verdict == "pass":  # flags are a pass's (an inconclusive result has none)
         assert "memory_footprint" in {f.name for f in r.flags}, sandbox_info
+
+
+def test_the_sweep_removes_a_uids_files_but_not_a_build_directory(tmp_path):
+    root = tmp_path / "tmp"
+    (root / "shared").mkdir(parents=True)
+    (root / "build").mkdir()
+    for d in (root, root / "shared", root / "build"):
+        d.chmod(0o1777)
+    uid = os.geteuid()  # the files are this process's: the sweep goes by owner
+    (root / "shared" / "left").write_text("x")
+    (root / "build" / "ext.so").write_text("y")
+    removed = sandbox.sweep_uid(uid, roots=(str(root),), exclude={os.path.realpath(root / "build")})
+    assert not (root / "shared").exists() and (root / "build" / "ext.so").exists()
+    assert removed >= 1

@@ -308,7 +308,8 @@ class Sandbox:
             shutil.rmtree(self.dir, ignore_errors=True)
             self.dir = None
         if self.uid is not None:  # what its uid left in the shared temporary directories (after every process died)
-            left = sweep_uid(self.uid)
+            keep = {os.path.realpath(src) for src, _dst, _key in self.plan.get("binds", [])}  # a shared build directory
+            left = sweep_uid(self.uid, exclude=keep)
             if left:
                 self.notes.append(f"files: removed {left} file(s) the candidate left in {', '.join(SWEPT_DIRS)}")
 
@@ -383,9 +384,10 @@ def cpu_flags(info: dict | None) -> list:
 SWEPT_DIRS = ("/tmp", "/var/tmp", "/dev/shm")
 
 
-def sweep_uid(uid: int, roots: tuple[str, ...] = SWEPT_DIRS) -> int:
+def sweep_uid(uid: int, roots: tuple[str, ...] = SWEPT_DIRS, exclude: set[str] | frozenset = frozenset()) -> int:
     """Remove every entry owned by ``uid`` under ``roots``; returns how many were removed. A directory is
-    entered only where ``uid`` could have written: its own, or one every uid may write (/tmp's mode)."""
+    entered only where ``uid`` could have written: its own, or one every uid may write (/tmp's mode);
+    never one of ``exclude`` (the run's build directories, which its later children load from)."""
     removed = 0
     stack = [r for r in roots if os.path.isdir(r)]
     while stack:
@@ -398,6 +400,8 @@ def sweep_uid(uid: int, roots: tuple[str, ...] = SWEPT_DIRS) -> int:
             try:
                 st = e.stat(follow_symlinks=False)
             except OSError:
+                continue
+            if exclude and os.path.realpath(e.path) in exclude:
                 continue
             if st.st_uid == uid:
                 removed += 1

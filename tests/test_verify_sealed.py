@@ -436,9 +436,9 @@ def test_a_reference_off_the_truth_at_warm_up_is_an_error_and_not_kept(monkeypat
     """Before the candidate's timing (the warm-up phase) the cause may be an earlier candidate that
     shared the reference's child: verdict error with the reason, and the child is replaced. Here the
     harness's truth is made wrong (twice the true values) for the warm-up alone."""
-    from headroom.verify import session
+    from headroom.verify import timed_checks
 
-    real = session.timed_truth
+    real = timed_checks.timed_truth
     calls = []
 
     def wrong_first(ref, xs):
@@ -446,7 +446,7 @@ def test_a_reference_off_the_truth_at_warm_up_is_an_error_and_not_kept(monkeypat
         out = real(ref, xs)
         return [2 * t for t in out] if len(calls) == 1 else out
 
-    monkeypatch.setattr(session, "timed_truth", wrong_first)
+    monkeypatch.setattr(timed_checks, "timed_truth", wrong_first)
     ref = prepare_reference(PROBLEM, VerifyOptions.quick())
     try:
         r = verify_candidate(PROBLEM, HONEST, reference=ref)

@@ -315,6 +315,32 @@ def test_judge_calls_a_tight_speedup_and_refuses_noise_load_and_drift():
     assert tm.round_order(["a", "b"], 0) == ["a", "b"] and tm.round_order(["a", "b"], 1) == ["b", "a"]
 
 
+def test_a_pass_needs_a_bounded_interval_and_both_round_orders_agreeing():
+    policy = tm.Policy()
+    # wide, but wholly above 1: once a conclusive speedup "somewhere in [1.01, 3]"; now too wide to call
+    wide = tm.judge([1.0] * 8, [0.99, 0.5, 0.34, 0.9, 0.6, 0.4, 0.8, 0.45], policy, {}, 1.0)
+    assert any("wider than 1.25x" in r for r in wide.reasons)
+    # a speedup in the rounds that time the candidate first only (odd rounds): what it leaves for the reference
+    ref = [2.0 if r % 2 else 1.0 for r in range(12)]
+    one_order = tm.judge(ref, [1.0] * 12, policy, {}, 1.0)
+    assert tm.order_medians(ref, [1.0] * 12) == (1.0, 2.0)
+    assert any("round orders disagree" in r for r in one_order.reasons)
+    # even a tight interval: 1.12x in one order, 1.0x in the other
+    ref = [1.12 if r % 2 else 1.0 for r in range(12)]
+    assert any("round orders disagree" in r for r in tm.judge(ref, [1.0] * 12, policy, {}, 1.0).reasons)
+    slow = tm.judge([1.0] * 8, [2.0, 2.02, 1.98, 2.0, 2.01, 1.99, 2.0, 2.0], policy, {}, 1.0)  # twice the work
+    assert slow.reasons == [] and slow.speedup == pytest.approx(0.5, rel=0.02)
+    assert tm.order_medians([1.0] * 5, [1.0] * 5) is None  # fewer than 3 rounds of an order: not judged
+
+
+def test_a_reference_charged_more_cpu_than_alone_is_not_called():
+    policy = tm.Policy()
+    ok = tm.judge([1.0] * 8, [0.5] * 8, policy, {}, 1.0, 1.1)
+    assert ok.reasons == []
+    stormed = tm.judge([1.0] * 8, [0.5] * 8, policy, {}, 1.0, 1.43)
+    assert any("1.43x its calibrated CPU time" in r for r in stormed.reasons)
+
+
 def test_cross_check_flags_impossible_clocks_only():
     assert tm.cross_check(10.0, 8.5) is None
     assert tm.cross_check(10.0, 0.5) is None  # less is not judged: the harness's clock decides

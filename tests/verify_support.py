@@ -14,7 +14,8 @@ REPO = Path(__file__).resolve().parents[1]
 CHEATERS = REPO / "tests" / "cheaters"
 
 # Reasons a correct candidate may be inconclusive on a noisy (shared, loaded) machine.
-TIMING_NOISE = ("wider than", "waited for a CPU", "calibrated time", "no measurable time", "no 95% interval")
+TIMING_NOISE = ("wider than", "waited for a CPU", "calibrated time", "calibrated CPU time", "no measurable time",
+                "no 95% interval", "round orders disagree")
 
 
 def kernelbench_dir() -> Path:
@@ -29,12 +30,17 @@ def kernelbench_dir() -> Path:
 
 def open_dir() -> Path:
     """A directory every uid may write (a candidate runs as an unprivileged uid where the harness is root;
-    pytest's tmp_path is closed to it), removed at exit."""
+    pytest's tmp_path is closed to it), removed at exit. Not under /tmp, /var/tmp or /dev/shm: what a
+    candidate's uid leaves there is removed when its sandbox closes (a probe's report with it)."""
     import atexit
     import shutil
     import tempfile
 
-    d = Path(tempfile.mkdtemp(prefix="headroom-test-"))
+    base = None
+    if os.geteuid() == 0:
+        base = "/run/headroom-tests"
+        os.makedirs(base, mode=0o711, exist_ok=True)
+    d = Path(tempfile.mkdtemp(prefix="headroom-test-", dir=base))
     d.chmod(0o1777)
     atexit.register(shutil.rmtree, d, True)
     return d

@@ -251,7 +251,7 @@ def _is_tensor(x: Any) -> bool:
 def _place_trial(ref: ReferenceRun, xs: list, child: Child, layout: list | None) -> tuple[list, list]:
     ring = ref.ensure_ring(shared.inputs_bytes(xs) + 4096)
     if child.ring_generation != ring.generation:
-        child.request(P.MapRing(seq=0, ring=ring.spec), stage="map ring")
+        child.request(P.MapRing(seq=0, ring=ring.spec), stage="map ring", ring=ring)
         child.ring_generation = ring.generation
         layout = None
     return ring.place([xs], layout)
@@ -325,5 +325,6 @@ def _finish(ref: ReferenceRun, res: VerifyResult, aggs: dict, timed: Timed | Non
                                     ref.device.startswith("cuda"))
     res.info.update(extra)
     res.flags.extend(sb.cpu_flags(res.info.get("sandbox")))
+    res.flags.extend(sb.footprint_flags(res.info.get("sandbox")))
     if res.speedup is not None and not math.isfinite(res.speedup):
         res.verdict, res.speedup, res.reason = "inconclusive", None, "the speedup is not finite"

@@ -21,8 +21,6 @@ import signal
 import sys
 import time
 import traceback
-import warnings
-from contextlib import contextmanager
 from typing import Any
 
 import torch
@@ -34,7 +32,9 @@ except Exception:  # pragma: no cover
     pass
 
 from headroom.verify import gate, integrity, launches, problem as prob, protocol as P, shared
-from headroom.verify.precision import precision_state, set_tf32
+from headroom.verify.precision import set_tf32
+from headroom.verify.child_memory import _memory
+from headroom.verify.child_state import _TF32_KEYS, StateMismatch, _Calls, torch_state  # noqa: F401  (re-exported)
 
 _type = builtins.type
 
@@ -135,7 +135,8 @@ class _Prims:
             ev.synchronize()
 
 
-def _serve(conn: Any, job: P.Job, state: dict) -> None:
+def _start_device(job: P.Job) -> tuple[Any, "_Prims", Any, str | None]:
+    """Threads, in-process compilation, the device and (GPU) the gated clock, before any problem code."""
     os.environ.update(job.env)
     device = torch.device(job.device)
     if job.threads:
@@ -157,6 +158,11 @@ def _serve(conn: Any, job: P.Job, state: dict) -> None:
             clock = gate.StreamClock(job.clock_path, job.clock_slot, device)
         except Exception as e:  # no stream memory operations here: phases run ungated
             clock_error = f"{type(e).__name__}: {e}"[:300]
+    return device, prims, clock, clock_error
+
+
+def _serve(conn: Any, job: P.Job, state: dict) -> None:
+    device, prims, clock, clock_error = _start_device(job)
     segments = gate.Segments() if prims.cuda else None
     precision = set_tf32(True)
     problem = prob.load_problem(job.problem, overrides={k: v for k, v in job.overrides.items()})
@@ -190,7 +196,7 @@ def _serve(conn: Any, job: P.Job, state: dict) -> None:
 
         reply: Any
         if isinstance(cmd, P.MapRing):
-            ring = shared.map_ring(cmd.ring, device)
+            ring = shared.map_ring(cmd.ring, device, conn)
             reply = P.Done(seq=cmd.seq, violations=integrity.violations(snap))
         elif isinstance(cmd, P.Memory):
             kept = _released(prims, kept, model, ring)
@@ -326,101 +332,6 @@ def _run(fn: Any, batches: list[list], cmd: P.Run, prims: _Prims, calls: "_Calls
     return outs if not cmd.null else [[] for _ in batches], ms
 
 
-# --- one state for every call -----------------------------------------------------------
-
-
-class StateMismatch(Exception):
-    """torch's global state changed between two calls of the model, outside them (a harness self-check)."""
-
-
-_TF32_KEYS = ("allow_tf32_matmul", "allow_tf32_cudnn", "float32_matmul_precision", "matmul_fp32_precision",
-              "cudnn_fp32_precision")
-
-
-def torch_state() -> dict[str, Any]:
-    """Every piece of torch's global state a candidate can read that a harness could set differently for
-    a trial and a timed call: deterministic algorithms and memory filling, grad and inference mode,
-    default dtype, float32 matmul precision and the TF32 flags, threads, autocast, cuDNN, cuBLAS
-    reduced-precision reductions, mkldnn, anomaly detection, the warning filters."""
-    import torch.utils.deterministic as det
-
-    n_filters = len(warnings.filters)
-    st: dict[str, Any] = {}
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        st.update(precision_state())
-        mm = torch.backends.cuda.matmul
-        cudnn = torch.backends.cudnn
-        st.update({
-            "deterministic_algorithms": torch.are_deterministic_algorithms_enabled(),
-            "deterministic_warn_only": torch.is_deterministic_algorithms_warn_only_enabled(),
-            "fill_uninitialized_memory": bool(det.fill_uninitialized_memory),  # type: ignore[attr-defined]
-            "grad_enabled": torch.is_grad_enabled(),
-            "inference_mode": torch.is_inference_mode_enabled(),
-            "default_dtype": str(torch.get_default_dtype()),
-            "num_threads": torch.get_num_threads(),
-            "num_interop_threads": torch.get_num_interop_threads(),
-            "cudnn": (cudnn.enabled, cudnn.benchmark, cudnn.deterministic),
-            "matmul_reduced_precision": (mm.allow_fp16_reduced_precision_reduction,
-                                         mm.allow_bf16_reduced_precision_reduction),
-            "mkldnn": torch.backends.mkldnn.enabled,
-            "anomaly": torch.is_anomaly_enabled(),
-            "warning_filters": n_filters,
-        })
-        for dev in ("cpu", "cuda"):
-            try:
-                st[f"autocast_{dev}"] = (torch.is_autocast_enabled(dev), str(torch.get_autocast_dtype(dev)))
-            except (RuntimeError, TypeError, AttributeError):  # an older torch: no per-device query
-                st[f"autocast_{dev}"] = None
-    return st
-
-
-class _Calls:
-    """Trials and timed phases call the model through one context, under one global state.
-
-    ``call(tf32)`` sets the TF32 flags and ``no_grad``, and checks that torch's global state
-    (``torch_state``) is what the previous call left: nothing the harness does between calls may
-    tell a trial from a timed phase. A change made by the model inside a call carries over (it is
-    its own); one made anywhere else is a mismatch, and the child stops with the reason (verdict
-    ``error``), never silently. The reference's strict-FP32 arm differs from its TF32 arm in the
-    TF32 flags only, which are then not compared."""
-
-    def __init__(self) -> None:
-        self.last: dict[str, Any] | None = None
-        self.tf32: bool | None = None
-        self.inside = False  # ``last`` was taken inside a call (else after a memory, launches or compile command)
-
-    @contextmanager
-    def call(self, tf32: bool):
-        set_tf32(tf32)
-        try:
-            with torch.no_grad():
-                now = torch_state()
-                if self.last is not None:
-                    skip: set[str] = set() if self.inside else {"grad_enabled", *_TF32_KEYS}
-                    if tf32 != self.tf32:
-                        skip.update(_TF32_KEYS)
-                    diff = [f"{k}: {self.last.get(k)!r} -> {v!r}" for k, v in now.items()
-                            if k not in skip and self.last.get(k) != v]
-                    if diff:
-                        raise StateMismatch("harness self-check: torch's global state changed between two calls "
-                                            "of the model, outside them (" + "; ".join(diff)[:400] + ")")
-                self.last, self.tf32, self.inside = now, tf32, True
-                yield
-        finally:
-            set_tf32(True)
-
-    def returned(self) -> None:
-        """Inside the call's context, after the model returned: what it left is the next call's start."""
-        self.last = torch_state()
-        self.inside = True
-
-    def outside(self) -> None:
-        """After a command that ran the model outside ``call`` (memory, launches, compile)."""
-        self.last = torch_state()
-        self.inside = False
-
-
 def _poison(outs: list, model: Any, ring: Any, prims: _Prims) -> None:
     """Fill the storage of every output the harness is done with with 0xFF bytes (NaN for floats, -1 for
     ints) before it is freed, whatever the command: the allocator hands such blocks to the next
@@ -454,77 +365,3 @@ def _poison(outs: list, model: Any, ring: Any, prims: _Prims) -> None:
             continue
     if prims.cuda and seen:
         prims.sync()  # done before the reply: nothing of it runs into the next clock
-
-
-# --- memory -------------------------------------------------------------------------------
-
-
-def _proc_status_kb(key: str) -> int | None:
-    try:
-        with open("/proc/self/status") as f:
-            for line in f:
-                if line.startswith(key + ":"):
-                    return int(line.split()[1])
-    except OSError:
-        pass
-    return None
-
-
-def _tensor_bytes(model: Any) -> int:
-    if not isinstance(model, torch.nn.Module):
-        return 0
-    seen, total = set(), 0
-    for t in list(model.parameters()) + list(model.buffers()):
-        key = t.untyped_storage().data_ptr()
-        if key not in seen:
-            seen.add(key)
-            total += t.untyped_storage().nbytes()
-    return total
-
-
-def _memory(model: Any, xs: list, prims: _Prims, device: Any, poison: Any) -> tuple[int, str, int | None]:
-    """Peak memory of one forward after a warm-up forward (inputs are the harness's, not counted); each
-    output poisoned (``_poison``) before it is freed, like every command's; and (GPU) the device memory
-    free as the warm-up started.
-
-    The warm-up is the child's first forward: cuDNN picks a convolution's algorithm then, among those
-    whose workspace fits the largest block the caching allocator could hand out (the largest cached
-    free block; with none cached, the device's free memory). The cache is emptied first, so what is
-    left over from building the model never limits that choice, in the reference's child and the
-    candidate's alike."""
-    free = None
-    if prims.cuda:
-        prims.sync()
-        torch.cuda.empty_cache()
-        free = int(torch.cuda.mem_get_info(device)[0])
-    with torch.no_grad():
-        out = model(*xs)
-    poison([out])
-    del out
-    if prims.cuda:
-        prims.sync()
-        torch.cuda.empty_cache()
-        torch.cuda.reset_peak_memory_stats(device)
-        with torch.no_grad():
-            out = model(*xs)
-        prims.sync()
-        poison([out])
-        del out
-        return int(torch.cuda.max_memory_allocated(device)), \
-            "torch.cuda.max_memory_allocated over one forward (parameters, temporaries, outputs)", free
-    before = _proc_status_kb("VmRSS")
-    try:
-        with open("/proc/self/clear_refs", "w") as f:
-            f.write("5")
-        reset = True
-    except OSError:
-        reset = False
-    with torch.no_grad():
-        out = model(*xs)
-    hwm = _proc_status_kb("VmHWM") if reset else None
-    poison([out])
-    del out
-    if before is None or hwm is None:
-        return _tensor_bytes(model), "parameter bytes only (no /proc peak RSS)", None
-    return _tensor_bytes(model) + max(0, (hwm - before) * 1024), \
-        "parameter bytes plus the VmHWM rise over one forward (after a /proc/self/clear_refs reset)", None

@@ -46,7 +46,8 @@ WATCHED = (
     "msgspec.msgpack.Encoder.encode", "msgspec.msgpack.Decoder.decode",
 )
 OWN_MODULES = ("headroom.verify.child", "headroom.verify.protocol", "headroom.verify.shared",
-               "headroom.verify.problem", "headroom.verify.integrity")
+               "headroom.verify.problem", "headroom.verify.integrity", "headroom.verify.ring",
+               "headroom.verify.child_state", "headroom.verify.child_memory")
 
 
 def _split(dotted: str) -> tuple[str, list[str]]:

@@ -27,23 +27,21 @@ unprivileged uid in its own mount and network namespace.
 from __future__ import annotations
 
 import atexit
-import ctypes
 import multiprocessing as mp
 import multiprocessing.util  # noqa: F401  (its exit handler joins children: ours must run first, so registers later)
 import os
 import signal
 import time
-import weakref
 from typing import Any
 
 import msgspec
 
 from headroom.verify import protocol as P
 from headroom.verify.sandbox import Sandbox, keep_fd
-from headroom.verify.procfs import (children_of, descendants, own_children, reap, send_signal, signal_name, started_after,
+from headroom.verify.fork_server import (FORK_SERVER_LOST, LIVE, _end_retired, _helpers, _running,  # noqa: F401
+                                         become_subreaper, fork_server_ok, fork_server_strays, replace_fork_server)
+from headroom.verify.procfs import (descendants, own_children, reap, send_signal, signal_name, started_after,
                                     stop_tree)
-
-PR_SET_CHILD_SUBREAPER = 36
 
 
 class ChildFailed(Exception):
@@ -60,8 +58,7 @@ class Tampering(Exception):
 
 
 _CTX: Any = None
-_SUBREAPER = False
-_LIVE: "weakref.WeakSet[Child]" = weakref.WeakSet()
+_LIVE = LIVE
 
 
 @atexit.register
@@ -94,114 +91,6 @@ def _context() -> Any:
 
     resource_tracker.ensure_running()
     return _CTX
-
-
-# Fork servers that stopped serving (one connection closed before its request ends multiprocessing's
-# server loop, not its process): kept off the stray lists, killed once they have no child left.
-_RETIRED: dict[int, int | None] = {}  # pid -> the harness's end of its 'alive' pipe (closed when it is killed)
-FORK_SERVER_LOST: list[str] = []  # why each fork server was replaced, in order (a candidate's run compares counts)
-_SO_ACCEPTCON = 0x10000  # /proc/net/unix "Flags": the socket listens
-
-
-def _listening(address: Any) -> bool | None:
-    """Whether a Unix socket listens at ``address`` (None: /proc/net/unix unreadable). Reading the
-    table, not connecting: a connection closed without a request is what stops the server."""
-    path = address.decode() if isinstance(address, bytes) else str(address)
-    if path.startswith("\0"):
-        path = "@" + path[1:]
-    try:
-        with open("/proc/net/unix") as f:
-            next(f, None)
-            for line in f:
-                parts = line.split()
-                if len(parts) >= 8 and parts[7] == path:
-                    if int(parts[3], 16) & _SO_ACCEPTCON:
-                        return True
-    except (OSError, ValueError):
-        return None
-    return False
-
-
-def fork_server_ok() -> bool:
-    """The harness's fork server, where one was started, is alive and listening."""
-    from multiprocessing import forkserver
-
-    fs: Any = forkserver._forkserver
-    pid, address = getattr(fs, "_forkserver_pid", None), getattr(fs, "_forkserver_address", None)
-    if not pid or not address:
-        return True
-    if not _running(pid):
-        return False
-    return _listening(address) is not False
-
-
-def replace_fork_server(why: str) -> None:
-    """Forget the fork server (kept alive while it is some live child's parent: its children die with
-    it) and start another; the reason is recorded in ``FORK_SERVER_LOST``."""
-    from multiprocessing import forkserver
-
-    fs: Any = forkserver._forkserver
-    with fs._lock:
-        if fs._forkserver_pid:  # its 'alive' pipe stays open: closing it ends the server, and its children with it
-            _RETIRED[fs._forkserver_pid] = fs._forkserver_alive_fd
-        fs._forkserver_address = fs._forkserver_alive_fd = fs._forkserver_pid = None
-    FORK_SERVER_LOST.append(why)
-    _end_retired()
-    forkserver.ensure_running()
-
-
-def _end_retired() -> None:
-    for pid, alive in list(_RETIRED.items()):
-        if not children_of(pid):
-            send_signal([pid], signal.SIGKILL)
-            reap([pid])
-            if alive is not None:
-                try:
-                    os.close(alive)
-                except OSError:
-                    pass
-            del _RETIRED[pid]
-
-
-def fork_server_strays() -> list[int]:
-    """Children of the fork server (the current one and retired ones) that are no ``Child`` of the
-    harness: processes someone else asked the server for (a candidate with the harness's uid can
-    reach its socket). Never frozen with a child's cgroup, so always a containment failure."""
-    from multiprocessing import forkserver
-
-    ours = {c.pid for c in list(_LIVE) if getattr(c, "pid", None)}
-    servers = {getattr(forkserver._forkserver, "_forkserver_pid", None), *_RETIRED}
-    return sorted(p for p in {p for s in servers if s for p in children_of(s)} - ours if _running(p))
-
-
-def _running(pid: int) -> bool:
-    """Not a zombie (a closed child the server has not reaped yet) and not gone."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
-    except (OSError, IndexError):
-        return False
-
-
-def _helpers() -> set[int]:
-    """multiprocessing's own processes (the fork server, the resource tracker, retired fork servers)."""
-    from multiprocessing import forkserver, resource_tracker
-
-    pids = {getattr(forkserver._forkserver, "_forkserver_pid", None),
-            getattr(resource_tracker._resource_tracker, "_pid", None), *_RETIRED}
-    return {p for p in pids if p}
-
-
-def become_subreaper() -> bool:
-    """Make this process the reaper of orphaned descendants (Linux); idempotent."""
-    global _SUBREAPER
-    if not _SUBREAPER:
-        try:
-            libc = ctypes.CDLL(None, use_errno=True)
-            _SUBREAPER = libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
-        except (OSError, AttributeError):  # pragma: no cover - not Linux
-            _SUBREAPER = False
-    return _SUBREAPER
 
 
 # --- the child ------------------------------------------------------------------------------
@@ -241,6 +130,7 @@ class Child:
         # sealing (cgroup, namespaces, uid, private copies): headroom/verify/sandbox.py
         self.sandbox, job = Sandbox.for_job(job, os.path.basename(job.log_path))
         self.run_cpu_ns = self.run_wall_ns = self.run_forwards = 0  # timed phases, by cgroup accounting
+        self.last_cpu_ns: int | None = None  # the last timed Run's CPU time (cgroup), None where not accounted
         self.job = job
         self.timeout = timeout
         self.used = 0.0
@@ -304,24 +194,25 @@ class Child:
         raise ChildFailed(f"{f.message} (during {f.stage})", self.log_tail())
 
     def request(self, cmd: Any, stage: str | None = None, timeout: float | None = None, freeze: bool = True,
-                first_wait: float | None = None, on_slow: Any = None) -> Any:
+                first_wait: float | None = None, on_slow: Any = None, ring: Any = None) -> Any:
         """Send one command, return its reply (the child is thawed for it and frozen again after).
 
         ``first_wait`` / ``on_slow``: if no reply came within ``first_wait`` seconds, ``on_slow()`` runs
-        once (a gated phase opens its gate: the child waits on the GPU) and the wait goes on."""
+        once (a gated phase opens its gate: the child waits on the GPU) and the wait goes on. ``ring``:
+        the ring a ``MapRing`` names (its memfd goes after the command)."""
         self.seq += 1
         cmd = msgspec.structs.replace(cmd, seq=self.seq)
         self.stage = stage or type(cmd).__name__.lower()
         self.check_quiet()
         self.settle_outputs()
-        if isinstance(cmd, P.MapRing) and cmd.ring.path:
-            self.sandbox.grant(cmd.ring.path)
         timed = isinstance(cmd, P.Run) and not cmd.null
         cpu0 = self.sandbox.cpu_ns() if timed else None
         self.thaw()
         t0 = time.monotonic()
         try:
             self._send(cmd)
+            if isinstance(cmd, P.MapRing) and cmd.ring.memfd:
+                self._send_ring(ring)
             if first_wait is not None and on_slow is not None:
                 try:
                     early = self.conn.poll(first_wait)
@@ -339,14 +230,17 @@ class Child:
         if cpu0 is not None:
             cpu1 = self.sandbox.cpu_ns()
             if cpu1 is not None:
+                self.last_cpu_ns = cpu1 - cpu0
                 self.run_cpu_ns += cpu1 - cpu0
                 self.run_wall_ns += int((time.monotonic() - t0) * 1e9)
                 self.run_forwards += len(cmd.batches)
+        if isinstance(cmd, P.Run) and cmd.null and any(bool(row) for row in reply.outputs):
+            raise Tampering(f"the child answered a null phase (no forwards asked) with outputs during {self.stage}: "
+                            f"a forged reply")
         self._note_reply(reply)
-        if isinstance(reply, P.RunDone):  # the child releases kept outputs at Trial, Run, Memory, Launches, Release
-            self.holds_outputs = any(bool(row) for row in reply.outputs)
-        elif isinstance(cmd, (P.Trial, P.Memory, P.Launches, P.Release)):
-            self.holds_outputs = isinstance(reply, P.TrialDone) and bool(reply.outputs)
+        # whether the child holds outputs is the harness's own record of what it asked for, never the reply's
+        # say: a forged reply cannot buy an untimed command (a Release) before a timed phase
+        self.holds_outputs = isinstance(cmd, P.Trial) or (isinstance(cmd, P.Run) and not cmd.null)
         return reply
 
     def _note_reply(self, reply: Any) -> None:
@@ -422,6 +316,16 @@ class Child:
         try:
             self.conn.send_bytes(P.encode(cmd))
         except (OSError, BrokenPipeError, ValueError):
+            self.proc.join(5)
+            raise ChildFailed(f"the child process {signal_name(self.proc.exitcode)} before {self.stage}",
+                              self.log_tail()) from None
+
+    def _send_ring(self, ring: Any) -> None:
+        from headroom.verify import shared
+
+        try:
+            shared.send_ring(self.conn, ring, self.pid)
+        except (OSError, ValueError, AttributeError, TypeError):
             self.proc.join(5)
             raise ChildFailed(f"the child process {signal_name(self.proc.exitcode)} before {self.stage}",
                               self.log_tail()) from None

@@ -114,12 +114,13 @@ Out = Union[AddrTensor, IpcTensor, SegTensor, BytesTensor, Opaque]
 
 
 class RingSpec(msgspec.Struct, frozen=True):
-    """Where the shared input ring is: a file path (CPU) or the CUDA IPC handle of the harness's raw
-    allocation (``cuda_ipc``: not torch's refcounted sharing)."""
+    """Where the shared input ring is: a sealed memfd sent by descriptor (CPU) or the CUDA IPC handle of
+    the harness's raw allocation (``cuda_ipc``: not torch's refcounted sharing)."""
 
     nbytes: int
     path: Union[str, None] = None
     cuda_handle: Union[bytes, None] = None
+    memfd: bool = False  # CPU: a sealed memfd, its descriptor sent over the command pipe after MapRing
 
 
 class Job(msgspec.Struct, frozen=True):

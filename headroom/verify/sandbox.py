@@ -30,272 +30,27 @@ direct /sys/fs/cgroup writes and ``unshare``/``mount`` through libc.
 
 from __future__ import annotations
 
-import ctypes
 import json
 import os
 import shutil
 import signal
 import tempfile
 import threading
-import time
 import zlib
 from dataclasses import dataclass, field
 from typing import Any
 
-SEAL_ENV = "HEADROOM_SEAL"
+from headroom.verify import syscalls
+from headroom.verify.cgroup import OFF_ENV, Cgroup, _read, off  # noqa: F401  (re-exported)
+from headroom.verify.sandbox_child import SEAL_ENV, enter, keep_fd, lock  # noqa: F401  (re-exported: the child's half)
+
 # On a GPU the uid drop and the network namespace are opt-in until CUDA IPC across uids and
 # network namespaces is verified on the H200: a failure there would make every candidate an error.
 CUDA_UID_ENV = "HEADROOM_VERIFY_SEAL_CUDA_UID"
-OFF_ENV = "HEADROOM_VERIFY_SEAL_OFF"  # comma list of mechanisms to leave off (tests of degradation): all,cgroup,v2,uid,ns,fds,copy
-CGROUP_ROOT = "/sys/fs/cgroup"
-V1_CONTROLLERS = ("freezer", "cpu", "cpuacct", "cpuset", "pids")
 UID_BASE = 1_500_000_000  # unprivileged uids with no passwd entry, one per candidate
 UID_SPAN = 1_000_000
-PIDS_MAX = 4096  # a fork bomb stops here instead of at the machine's limit
-CFS_PERIOD_US = 100_000
-CLONE_NEWNS, CLONE_NEWNET = 0x00020000, 0x40000000
-MS_BIND, MS_REC, MS_PRIVATE = 0x1000, 0x4000, 0x40000
-PR_SET_PDEATHSIG, PR_SET_DUMPABLE, PR_SET_NO_NEW_PRIVS = 1, 4, 38
-
-_KEEP_FDS: set[int] = set()  # in the child: descriptors that stay open (the command pipe)
 _LOCK = threading.Lock()
 _RUN_ROOT: str | None = None
-
-
-def off(what: str) -> bool:
-    flags = {s.strip() for s in os.environ.get(OFF_ENV, "").split(",") if s.strip()}
-    return "all" in flags or what in flags
-
-
-def keep_fd(fd: int) -> None:
-    """Called in the child before ``child.main``: this descriptor survives ``lock``."""
-    _KEEP_FDS.add(fd)
-
-
-def _libc() -> Any:
-    return ctypes.CDLL(None, use_errno=True)
-
-
-def _write(path: str, text: str) -> None:
-    with open(path, "w") as f:
-        f.write(text)
-
-
-def _read(path: str) -> str:
-    with open(path) as f:
-        return f.read()
-
-
-# --- cgroups (harness side) -------------------------------------------------------------------
-
-
-class Cgroup:
-    """One child's cgroup: v2 (freeze, kill, accounting) and/or v1 controllers (limits, fallback)."""
-
-    def __init__(self, name: str, cpus: list[int] | None, quota_cpus: int | None):
-        self.notes: list[str] = []
-        self.v2: str | None = None
-        self.v1: dict[str, str] = {}
-        self.frozen = False
-        self.cpus = cpus
-        self.quota_cpus = quota_cpus
-        if off("cgroup"):
-            self.notes.append("cgroup: off (HEADROOM_VERIFY_SEAL_OFF)")
-            return
-        unified = os.path.join(CGROUP_ROOT, "unified")
-        v2_root = unified if os.path.isfile(os.path.join(unified, "cgroup.procs")) else (
-            CGROUP_ROOT if os.path.isfile(os.path.join(CGROUP_ROOT, "cgroup.controllers")) else None)
-        if v2_root and not off("v2"):
-            path = os.path.join(v2_root, name)
-            try:
-                os.mkdir(path)
-                if os.path.isfile(os.path.join(path, "cgroup.freeze")):
-                    self.v2 = path
-                else:
-                    os.rmdir(path)
-                    self.notes.append("cgroup v2: no cgroup.freeze (kernel older than 5.2)")
-            except OSError as e:
-                self.notes.append(f"cgroup v2: {e.strerror} creating {path}")
-        seen: set[str] = set()
-        for ctrl in V1_CONTROLLERS:
-            base = os.path.realpath(os.path.join(CGROUP_ROOT, ctrl))  # cpu and cpuacct are often one hierarchy
-            if not os.path.isfile(os.path.join(base, "cgroup.procs")) or base == v2_root or base in seen:
-                continue
-            seen.add(base)
-            path = os.path.join(base, name)
-            try:
-                os.mkdir(path)
-                if ctrl == "cpuset":
-                    _write(os.path.join(path, "cpuset.mems"), _read(os.path.join(base, "cpuset.mems")).strip())
-                    _write(os.path.join(path, "cpuset.cpus"), ",".join(map(str, cpus)) if cpus else
-                           _read(os.path.join(base, "cpuset.cpus")).strip())
-                elif ctrl == "cpu" and quota_cpus:
-                    _write(os.path.join(path, "cpu.cfs_period_us"), str(CFS_PERIOD_US))
-                    _write(os.path.join(path, "cpu.cfs_quota_us"), str(CFS_PERIOD_US * quota_cpus))
-                elif ctrl == "pids":
-                    _write(os.path.join(path, "pids.max"), str(PIDS_MAX))
-                self.v1[ctrl] = path
-            except OSError as e:
-                self.notes.append(f"cgroup v1 {ctrl}: {e.strerror}")
-                try:
-                    os.rmdir(path)
-                except OSError:
-                    pass
-        if self.v2 and "cpuset" not in self.v1:
-            self._v2_limits(v2_root)  # type: ignore[arg-type]
-        if not self.v2 and not self.v1:
-            self.notes.append("cgroup: no writable hierarchy: freezing and containment by signals and /proc only")
-        elif not self.can_freeze:
-            self.notes.append("cgroup: no freezer: freezing by SIGSTOP of the process tree")
-
-    def _v2_limits(self, root: str) -> None:
-        """CPU set, quota and task cap through cgroup v2 controllers (a v2-only machine)."""
-        try:
-            have = _read(os.path.join(root, "cgroup.controllers")).split()
-        except OSError:
-            have = []
-        wanted = {"cpuset": ("cpuset.cpus", ",".join(map(str, self.cpus or []))),
-                  "cpu": ("cpu.max", f"{CFS_PERIOD_US * self.quota_cpus} {CFS_PERIOD_US}" if self.quota_cpus else ""),
-                  "pids": ("pids.max", str(PIDS_MAX))}
-        for ctrl, (knob, value) in wanted.items():
-            if ctrl not in have or not value:
-                if ctrl in ("cpuset", "cpu") and value:
-                    self.notes.append(f"cgroup v2: no {ctrl} controller: no {knob} for the child")
-                continue
-            try:
-                _write(os.path.join(root, "cgroup.subtree_control"), f"+{ctrl}")
-                _write(os.path.join(self.v2, knob), value)  # type: ignore[arg-type]
-            except OSError as e:
-                self.notes.append(f"cgroup v2 {ctrl}: {e.strerror}")
-
-    @property
-    def available(self) -> bool:
-        return bool(self.v2 or self.v1)
-
-    @property
-    def can_freeze(self) -> bool:
-        return bool(self.v2 or "freezer" in self.v1)
-
-    def procs_files(self) -> list[str]:
-        return [os.path.join(p, "cgroup.procs") for p in ([self.v2] if self.v2 else []) + list(self.v1.values())]
-
-    def add(self, pid: int) -> None:
-        for f in self.procs_files():
-            try:
-                _write(f, str(pid))
-            except OSError:
-                pass
-
-    def contains(self, pid: int) -> bool:
-        """Whether ``pid`` is in every hierarchy of this cgroup (read from /proc/<pid>/cgroup)."""
-        try:
-            lines = _read(f"/proc/{pid}/cgroup").splitlines()
-        except OSError:
-            return False
-        paths = set()
-        for ln in lines:
-            parts = ln.split(":", 2)
-            if len(parts) == 3:
-                paths.add(parts[2])
-        want = {"/" + os.path.basename(p) for p in ([self.v2] if self.v2 else []) + list(self.v1.values())}
-        return want <= paths
-
-    def pids(self) -> list[int]:
-        """Every process in the cgroup (the kernel's list: descendants, siblings and orphans alike)."""
-        out: set[int] = set()
-        for f in self.procs_files():
-            try:
-                out.update(int(x) for x in _read(f).split())
-            except (OSError, ValueError):
-                continue
-        return sorted(out)
-
-    def freeze(self) -> bool:
-        """Freeze every process in the cgroup and wait until the kernel says so (False: not frozen)."""
-        if self.v2:
-            try:
-                _write(os.path.join(self.v2, "cgroup.freeze"), "1")
-                self.frozen = True
-                return self._wait(lambda: "frozen 1" in _read(os.path.join(self.v2, "cgroup.events")))
-            except OSError:
-                return False
-        if "freezer" in self.v1:
-            try:
-                _write(os.path.join(self.v1["freezer"], "freezer.state"), "FROZEN")
-                self.frozen = True
-                return self._wait(lambda: _read(os.path.join(self.v1["freezer"], "freezer.state")).strip() == "FROZEN")
-            except OSError:
-                return False
-        return False
-
-    @staticmethod
-    def _wait(done: Any, limit: float = 2.0) -> bool:
-        t_end = time.monotonic() + limit
-        while True:
-            if done():
-                return True
-            if time.monotonic() > t_end:
-                return False
-            time.sleep(0.0002)
-
-    def thaw(self) -> None:
-        if not self.frozen:
-            return
-        try:
-            if self.v2:
-                _write(os.path.join(self.v2, "cgroup.freeze"), "0")
-            elif "freezer" in self.v1:
-                _write(os.path.join(self.v1["freezer"], "freezer.state"), "THAWED")
-        except OSError:
-            pass
-        self.frozen = False
-
-    def kill(self) -> list[int]:
-        """SIGKILL everything in the cgroup (frozen first: nothing forks in between); the pids killed."""
-        victims = self.pids()
-        if self.v2:
-            try:
-                _write(os.path.join(self.v2, "cgroup.kill"), "1")  # atomic: frozen or not, nothing forks past it
-                self.thaw()
-                return victims
-            except OSError:  # kernel older than 5.14
-                pass
-        self.freeze()
-        for p in self.pids():
-            try:
-                os.kill(p, signal.SIGKILL)
-            except OSError:
-                pass
-        self.thaw()  # frozen tasks die only once thawed (v1)
-        return victims
-
-    def cpu_ns(self) -> int | None:
-        """CPU time used by every process that was ever in the cgroup (ns)."""
-        if self.v2:
-            try:
-                for ln in _read(os.path.join(self.v2, "cpu.stat")).splitlines():
-                    if ln.startswith("usage_usec"):
-                        return int(ln.split()[1]) * 1000
-            except (OSError, ValueError, IndexError):
-                pass
-        if "cpuacct" in self.v1:
-            try:
-                return int(_read(os.path.join(self.v1["cpuacct"], "cpuacct.usage")))
-            except (OSError, ValueError):
-                pass
-        return None
-
-    def remove(self) -> None:
-        for path in ([self.v2] if self.v2 else []) + list(self.v1.values()):
-            for _ in range(50):
-                try:
-                    os.rmdir(path)
-                    break
-                except FileNotFoundError:
-                    break
-                except OSError:  # still has (dying) members
-                    time.sleep(0.02)
-        self.v2, self.v1 = None, {}
 
 
 # --- the plan for one child (harness side) -----------------------------------------------------
@@ -452,9 +207,11 @@ class Sandbox:
                 v = os.path.join(self.dir, "view", str(i))
                 os.makedirs(v)
                 views.append([closed, entries, v])
+        untrusted = self.role == "candidate"
         self.plan = {"uid": self.uid, "procs": self.cgroup.procs_files(), "cpus": self.cpus, "ns": ns,
                      "net": ns and not cuda_plain, "fds": not off("fds"), "private": private, "binds": binds,
-                     "views": views}
+                     "views": views, "seccomp": untrusted and not off("seccomp"),
+                     "tmpfs": untrusted and ns and not off("tmpfs")}
         if not self.plan["ns"]:
             self.notes.append("namespaces: not root: the child shares the harness's mount and network namespaces")
         env[SEAL_ENV] = json.dumps(self.plan)
@@ -492,6 +249,9 @@ class Sandbox:
                 self.notes.append("cgroup: the child is not in its cgroup: freezing by SIGSTOP of the process tree")
                 self.cgroup.remove()
                 self.cgroup = None
+        v["seccomp"] = syscalls.filter_mode(pid)
+        if self.plan.get("seccomp") and v["seccomp"] != 2:
+            self.notes.append("seccomp: no filter on the candidate's process: timers it arms fire while it is frozen")
         if self.uid is not None and v.get("uid") != self.uid:
             self.notes.append(f"uid: the child runs as uid {v.get('uid')}, not {self.uid}")
         try:
@@ -500,16 +260,6 @@ class Sandbox:
         except OSError:
             pass
         self.verified = v
-
-    def grant(self, path: str) -> None:
-        """Give the child's uid a file the harness made for it (the CPU input ring) and its directory."""
-        if self.uid is None or not path:
-            return
-        try:
-            os.chown(os.path.dirname(path), self.uid, self.uid)
-            os.chown(path, self.uid, self.uid)
-        except OSError as e:
-            self.notes.append(f"ring: cannot give it to uid {self.uid}: {e.strerror}")
 
     # freezing, containment, accounting
 
@@ -557,12 +307,18 @@ class Sandbox:
         if self.dir:
             shutil.rmtree(self.dir, ignore_errors=True)
             self.dir = None
+        if self.uid is not None:  # what its uid left in the shared temporary directories (after every process died)
+            keep = {os.path.realpath(src) for src, _dst, _key in self.plan.get("binds", [])}  # a shared build directory
+            left = sweep_uid(self.uid, exclude=keep)
+            if left:
+                self.notes.append(f"files: removed {left} file(s) the candidate left in {', '.join(SWEPT_DIRS)}")
 
     def describe(self) -> dict:
         return {"uid": self.uid, "cpus": self.cpus, "cpu_quota": self.quota_cpus,
                 "cgroup": ("v2" if self.cgroup and self.cgroup.v2 else "") + (
                     (" v1:" + ",".join(sorted(self.cgroup.v1))) if self.cgroup and self.cgroup.v1 else ""),
-                "kernel": self.verified, "notes": list(dict.fromkeys(self.notes))}
+                "kernel": self.verified, "notes": list(dict.fromkeys(self.notes)),
+                "memory_peak_bytes": self.cgroup.memory_peak() if self.cgroup is not None else None}
 
 
 # --- fairness: CPU per forward, from the cgroups' own accounting ------------------------------
@@ -591,6 +347,24 @@ def report(cand: Any, ref: Any, threads: int | None) -> dict:
     return out
 
 
+# review flag: a whole footprint beyond both (an honest torch.compile in-process takes 100s of MiB)
+FOOTPRINT_RATIO, FOOTPRINT_SLACK = 1.25, 256 << 20
+
+
+def footprint_flags(info: dict | None) -> list:
+    """A review flag when the candidate's process held much more memory over its life than the reference's
+    (each child's memory cgroup: what it allocated at import and in /dev/shm counts, which the peak of one
+    forward does not see)."""
+    from headroom.verify.compare import Check
+
+    c = ((info or {}).get("candidate") or {}).get("memory_peak_bytes")
+    r = ((info or {}).get("reference") or {}).get("memory_peak_bytes")
+    if not c or not r or c <= FOOTPRINT_RATIO * r + FOOTPRINT_SLACK:
+        return []
+    return [Check("memory_footprint", False, f"the candidate's processes held {c / 2**20:.0f} MiB at their peak, the "
+                                             f"reference's {r / 2**20:.0f} MiB (memory cgroups, import included)")]
+
+
 def cpu_flags(info: dict | None) -> list:
     """A review flag when the candidate used more CPUs in parallel than both children were allowed."""
     from headroom.verify.compare import Check
@@ -607,46 +381,40 @@ def cpu_flags(info: dict | None) -> list:
     return []
 
 
-# --- in the child -----------------------------------------------------------------------------
+SWEPT_DIRS = ("/tmp", "/var/tmp", "/dev/shm")
 
 
-def _plan(job: Any) -> dict | None:
-    raw = job.env.get(SEAL_ENV)
-    if not raw:
-        return None
-    try:
-        return json.loads(raw)
-    except ValueError:
-        return None
-
-
-def enter(job: Any) -> None:
-    """First thing in the child (still privileged): join the cgroup, own namespaces."""
-    plan = _plan(job)
-    if plan is None:
-        return
-    for f in plan.get("procs", []):
+def sweep_uid(uid: int, roots: tuple[str, ...] = SWEPT_DIRS, exclude: set[str] | frozenset = frozenset()) -> int:
+    """Remove every entry owned by ``uid`` under ``roots``; returns how many were removed. A directory is
+    entered only where ``uid`` could have written: its own, or one every uid may write (/tmp's mode);
+    never one of ``exclude`` (the run's build directories, which its later children load from)."""
+    removed = 0
+    stack = [r for r in roots if os.path.isdir(r)]
+    while stack:
+        d = stack.pop()
         try:
-            _write(f, "0")  # "0": the writing process
+            entries = list(os.scandir(d))
         except OSError:
-            pass
-    plan["bound"] = True
-    if plan.get("ns"):
-        libc = _libc()
-        if (plan.get("net") and libc.unshare(CLONE_NEWNS | CLONE_NEWNET) == 0) or libc.unshare(CLONE_NEWNS) == 0:
-            libc.mount(b"none", b"/", None, MS_REC | MS_PRIVATE, None)  # nothing propagates back to the host
-            for src, dst, key in plan.get("binds", []):
-                if libc.mount(src.encode(), dst.encode(), None, MS_BIND, None) == 0:
-                    job.env[key] = dst
+            continue
+        for e in entries:
+            try:
+                st = e.stat(follow_symlinks=False)
+            except OSError:
+                continue
+            if exclude and os.path.realpath(e.path) in exclude:
+                continue
+            if st.st_uid == uid:
+                removed += 1
+                if e.is_dir(follow_symlinks=False):
+                    shutil.rmtree(e.path, ignore_errors=True)
                 else:
-                    plan["bound"] = False
-            if plan.get("uid") is not None and plan.get("views"):
-                _open_views(libc, plan["views"])
-        else:  # no namespace: a build directory or the interpreter would be out of the uid's reach
-            plan["bound"] = not plan.get("binds") and not plan.get("views")
-    elif plan.get("binds") or plan.get("views"):
-        plan["bound"] = False
-    job.env[SEAL_ENV] = json.dumps(plan)
+                    try:
+                        os.unlink(e.path)
+                    except OSError:
+                        pass
+            elif e.is_dir(follow_symlinks=False) and st.st_mode & 0o002:
+                stack.append(e.path)
+    return removed
 
 
 def _interpreter_paths() -> list[str]:
@@ -677,103 +445,4 @@ def _closed_ancestors(paths: list[str]) -> dict[str, list[str]]:
                 break
     return out
 
-
-def _open_views(libc: Any, views: list) -> None:
-    """In the child's own mount namespace, a traversable view of each closed directory on the
-    interpreter's paths (a root-only /root holding pyenv): a tmpfs with just those entries bound in,
-    bound over the directory. Nothing else of it becomes visible; the host is untouched."""
-    for closed, entries, view in views:
-        try:
-            if libc.mount(b"tmpfs", view.encode(), b"tmpfs", 0, b"mode=0711") != 0:
-                continue
-            for e in entries:
-                src = os.path.join(closed, e)
-                dst = os.path.join(view, e)
-                if os.path.isdir(src):
-                    os.mkdir(dst)
-                else:
-                    open(dst, "w").close()
-                libc.mount(src.encode(), dst.encode(), None, MS_BIND | MS_REC, None)
-            libc.mount(view.encode(), closed.encode(), None, MS_BIND | MS_REC, None)
-        except OSError:
-            continue
-
-
-def _fd_kind(fd: int) -> str:
-    try:
-        target = os.readlink(f"/proc/self/fd/{fd}")
-    except OSError:
-        return ""
-    if target.startswith(("pipe:", "socket:")):
-        return "ipc"
-    if target.startswith("anon_inode:") or target.startswith("/dev/"):
-        return "device"  # eventfds, epolls, devices a library holds: they lead nowhere in the harness
-    return "file"
-
-
-def forget_helpers() -> None:
-    """After the harness's descriptors are closed: multiprocessing's record of the harness's fork server
-    and resource tracker goes too. Their descriptor numbers are free and the next files opened take them
-    (CUDA's device files, opened before the candidate is imported); a candidate's multiprocessing would
-    otherwise probe the resource tracker's number, find it is no pipe, and close it: CUDA's file, its
-    context lost ("CUDA error: unknown error"). The fork server is forgotten (a candidate's own starts
-    in its cgroup); the resource tracker becomes /dev/null, so code that registers a semaphore (inductor
-    does) starts no process that would outlive the candidate's forward."""
-    import sys
-
-    fsmod, rtmod = sys.modules.get("multiprocessing.forkserver"), sys.modules.get("multiprocessing.resource_tracker")
-    if fsmod is not None:
-        fs = fsmod._forkserver
-        fs._forkserver_address = fs._forkserver_alive_fd = fs._forkserver_pid = None
-        if hasattr(fs, "_inherited_fds"):
-            fs._inherited_fds = None
-    if rtmod is not None:
-        rtmod._resource_tracker._fd = os.open(os.devnull, os.O_WRONLY | os.O_CLOEXEC)
-        rtmod._resource_tracker._pid = None
-
-
-def lock(job: Any) -> None:
-    """Last thing of the child's set-up, before the problem or the candidate is imported."""
-    plan = _plan(job)
-    job.env.pop(SEAL_ENV, None)
-    if plan is None:
-        return
-    os.environ.update(plan.get("private", {}))
-    tempfile.tempdir = None
-    import sys
-
-    sys.dont_write_bytecode = True
-    if plan.get("fds"):
-        keep = {0, 1, 2} | _KEEP_FDS
-        try:
-            fds = [int(x) for x in os.listdir("/proc/self/fd")]
-        except OSError:
-            fds = []
-        for fd in fds:
-            if fd not in keep and _fd_kind(fd) in ("ipc", "file"):
-                try:
-                    os.close(fd)
-                except OSError:
-                    pass
-        forget_helpers()
-    if plan.get("cpus"):
-        try:
-            os.sched_setaffinity(0, plan["cpus"])
-        except OSError:
-            pass
-    uid = plan.get("uid") if plan.get("bound", True) else None  # a build directory out of reach: keep the uid
-    libc = _libc()
-    if uid is not None:
-        parent = os.getppid()
-        try:
-            os.setgroups([])
-            os.setresgid(uid, uid, uid)
-            os.setresuid(uid, uid, uid)
-        except OSError:
-            return  # the harness sees the uid it kept (Sandbox.verify) and records it
-        libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)  # no setuid binary gives root back
-        libc.prctl(PR_SET_DUMPABLE, 1, 0, 0, 0)  # its own /proc stays its own (memory measurement)
-        libc.prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)  # cleared by the uid change
-        if os.getppid() != parent:
-            os._exit(1)
 

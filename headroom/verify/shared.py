@@ -1,7 +1,7 @@
 """Memory the harness and a child both see: the input ring, and the child's outputs read in place.
 
-The **ring** is a harness-owned buffer both processes map: a file under
-``/dev/shm`` (CPU) or one raw CUDA allocation shared by the driver's IPC (GPU, ``cuda_ipc``). The harness
+The **ring** (``ring``) is a harness-owned buffer both processes map: a sealed memfd passed by
+descriptor (CPU) or one raw CUDA allocation shared by the driver's IPC (GPU, ``cuda_ipc``). The harness
 writes every input (correctness trials, memory and timing phases) into it
 just before the command that uses it, while the child is frozen; commands
 name views of it (``RingTensor``). So inputs never pass through the child's
@@ -20,18 +20,14 @@ read right.
 from __future__ import annotations
 
 import ctypes
-import itertools
 import math
-import os
-import shutil
-import tempfile
 from typing import Any
 
 from headroom.verify import protocol as P
 
 ALIGN = 256
+SPAN_FACTOR, SPAN_SLACK = 4, 1 << 16  # an output's strides may span at most this (a view of a larger buffer)
 FULL_READ_BYTES = 4 << 20  # CPU: read a whole output span with one pread below this
-_GENERATION = itertools.count(1)
 _DTYPES = ("float64", "float32", "float16", "bfloat16", "int64", "int32", "int16", "int8", "uint8", "bool",
            "complex64", "complex128", "uint16", "uint32", "uint64", "float8_e4m3fn", "float8_e5m2")
 
@@ -105,139 +101,6 @@ def _aligned(n: int) -> int:
     return (n + ALIGN - 1) // ALIGN * ALIGN
 
 
-class Ring:
-    """The harness's shared input buffer (see the module docstring)."""
-
-    def __init__(self, nbytes: int, device: str):
-        import torch
-
-        self.device = device
-        self.generation = next(_GENERATION)  # children re-map when it changes
-        self.nbytes = max(_aligned(int(nbytes)), 1 << 16)
-        self._dir: str | None = None
-        self._staging: Any = None  # the harness's copy of a gated phase's inputs (stage, commit)
-        if device.startswith("cuda"):
-            from headroom.verify.cuda_ipc import Allocation
-
-            self.nbytes = (self.nbytes + (2 << 20) - 1) // (2 << 20) * (2 << 20)
-            self._cuda = Allocation(self.nbytes, torch.device(device))  # outside torch's allocator and its IPC limbo
-            self.buf = self._cuda.tensor
-            self.spec = P.RingSpec(nbytes=self.nbytes, cuda_handle=self._cuda.handle)
-        else:
-            base = "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
-            self._dir = tempfile.mkdtemp(prefix="headroom-ring-", dir=base)
-            path = os.path.join(self._dir, "ring")
-            with open(path, "wb") as f:
-                f.truncate(self.nbytes)
-            self.buf = torch.from_file(path, shared=True, size=self.nbytes, dtype=torch.uint8)
-            self.spec = P.RingSpec(nbytes=self.nbytes, path=path)
-
-    def place(self, sets: list[list], layout: list[list] | None = None,
-              write: bool = True) -> tuple[list[list], list[list]]:
-        """Write input sets into the ring; returns (args per set, harness-side views per set).
-
-        ``layout`` (args of an earlier ``place``) writes the new values at the same offsets (same
-        ``data_ptr`` in the child: the scaled and shifted trials).
-        """
-        import torch
-
-        args_out: list[list] = []
-        views_out: list[list] = []
-        cursor = 0
-        for si, values in enumerate(sets):
-            args: list = []
-            views: list = []
-            for vi, x in enumerate(values):
-                if not isinstance(x, torch.Tensor):
-                    if not (x is None or isinstance(x, (bool, int, float))):
-                        raise TypeError(f"unsupported input type {type(x).__name__} (tensors, numbers, None)")
-                    args.append(P.Scalar(x))
-                    views.append(x)
-                    continue
-                if layout is not None:
-                    ref = layout[si][vi]
-                    if not isinstance(ref, P.RingTensor) or tuple(ref.shape) != tuple(x.shape):
-                        raise ValueError("layout does not match the inputs")
-                else:
-                    stride = _layout_stride(x)
-                    nbytes = span_elements(tuple(x.shape), stride) * x.element_size()
-                    ref = P.RingTensor(cursor, dtype_name(x.dtype), tuple(x.shape), stride)
-                    cursor += _aligned(max(nbytes, 1))
-                    if cursor > self.nbytes:
-                        raise MemoryError(f"inputs need more than the ring's {self.nbytes} bytes")
-                v = view(self.buf, ref)
-                if write:
-                    v.copy_(x)
-                args.append(ref)
-                views.append(v)
-            args_out.append(args)
-            views_out.append(views)
-        if write and self.device.startswith("cuda"):
-            torch.cuda.synchronize(self.device)
-        return args_out, views_out
-
-    def stage(self, sets: list[list], layout: list[list]) -> int:
-        """Lay input sets out in the harness's own copy of the ring, at ``layout``'s offsets; returns the
-        bytes ``commit`` copies.
-
-        Not timed: the values (and whatever made them) are complete when this returns, so the write
-        a gated phase times is one device copy of a fixed size, not a copy per tensor after the
-        harness's own generation of the values."""
-        import torch
-
-        end = 0
-        for si, values in enumerate(sets):
-            for vi, x in enumerate(values):
-                ref = layout[si][vi]
-                if isinstance(x, torch.Tensor) and isinstance(ref, P.RingTensor):
-                    end = max(end, ref.offset + span_elements(ref.shape, ref.stride) * x.element_size())
-        if self._staging is None or self._staging.numel() < end:
-            self._staging = None  # only what the phase's inputs span: not the ring's slack
-            self._staging = torch.empty(end, dtype=torch.uint8, device=self.buf.device)
-        for si, values in enumerate(sets):
-            for vi, x in enumerate(values):
-                ref = layout[si][vi]
-                if isinstance(x, torch.Tensor) and isinstance(ref, P.RingTensor):
-                    view(self._staging, ref).copy_(x)
-        if self.device.startswith("cuda"):
-            torch.cuda.synchronize(self.device)
-        return end
-
-    def commit(self, nbytes: int) -> None:
-        """Copy the staged bytes into the ring: one copy, complete on return."""
-        import torch
-
-        if nbytes <= 0 or self._staging is None:
-            return
-        self.buf[:nbytes].copy_(self._staging[:nbytes])
-        if self.device.startswith("cuda"):
-            torch.cuda.synchronize(self.device)
-
-    def close(self) -> None:
-        self._staging = None
-        self.buf = None
-        if self.device.startswith("cuda"):
-            # the raw allocation is freed with its last view; no tensor of the harness's own is ever
-            # placed in it, so a child that kept its mapping cannot see one
-            self._cuda.close()
-        if self._dir:
-            shutil.rmtree(self._dir, ignore_errors=True)
-            self._dir = None
-
-
-def map_ring(spec: P.RingSpec, device: Any) -> Any:
-    """The ring in the child: the same file, or the same CUDA allocation."""
-    import torch
-
-    if spec.path is not None:
-        return torch.from_file(spec.path, shared=True, size=spec.nbytes, dtype=torch.uint8)
-    if spec.cuda_handle is None:
-        raise ValueError("ring without a location")
-    from headroom.verify.cuda_ipc import Mapping
-
-    return Mapping(spec.cuda_handle, spec.nbytes, device).tensor  # unmapped when its last view is gone
-
-
 # --- CUDA IPC ------------------------------------------------------------------------------
 
 
@@ -297,9 +160,14 @@ def check_structure(out: P.Out, max_numel: int) -> None:
         raise ValueError("negative dimension")
     if math.prod(out.shape) > max_numel:
         raise ValueError(f"{math.prod(out.shape)} elements, more than the {max_numel} expected")
-    if isinstance(out, (P.AddrTensor, P.IpcTensor)):
-        if len(out.stride) != len(out.shape) or any(s < 0 for s in out.stride):
+    stride = getattr(out, "stride", None)
+    if stride is not None:
+        if len(stride) != len(out.shape) or any(s < 0 for s in stride):
             raise ValueError("bad stride")
+        span = span_elements(tuple(out.shape), tuple(stride))
+        if span > SPAN_FACTOR * max(max_numel, 1) + SPAN_SLACK:
+            raise ValueError(f"its strides span {span} elements for {math.prod(out.shape)}: more than "
+                             f"{SPAN_FACTOR}x the {max_numel} expected (the harness reads no such span)")
 
 
 def read_full(child: Any, out: P.Out, device: str) -> Any:
@@ -505,3 +373,6 @@ def finish_samples(rows: list[list]) -> list[list]:
     if any(v.is_cuda for row in rows for v in row):
         torch.cuda.synchronize()
     return [[v.cpu() for v in row] for row in rows]
+
+
+from headroom.verify.ring import Ring, map_ring, send_ring  # noqa: E402,F401  (the ring lives in ring.py)

@@ -12,14 +12,19 @@ optionally ``torch.compile``) in alternating order until the interval of referen
 ``target_width`` tight, ``max_rounds`` were run or ``budget_s`` is spent (``headroom.measure``).
 The speedup is the median of the per-round ratios with its order-statistics 95% interval.
 
-A result is ``inconclusive`` (not ``pass``) only when the machine was too noisy to tell: the
-interval contains 1 and is wider than ``max_ci_ratio`` (hi/lo); a child or the harness waited for
+A result is ``inconclusive`` (not ``pass``) when the timing cannot be trusted to call it: the
+interval is wider than ``max_ci_ratio`` (hi/lo), whether or not it contains 1 (a pass states a
+speedup within that ratio at both ends, never "somewhere between 1.01x and 3x"); the two round
+orders disagree (the median ratio of the rounds that time the reference first and of those that
+time the candidate first differ by more than ``max_order_ratio``: a speedup that exists in one order
+only comes from what one child leaves behind for the other, an attack or an artefact); a child or the harness waited for
 a CPU more than ``max_wait_fraction`` of its phases (``/proc/<pid>/task/*/schedstat``: another
 process loaded the machine); the reference ran slower than its own calibration by more than
 ``max_reference_drift`` while the candidate was measured (what a candidate stealing the reference's
 time would cause; a reference that ran *faster* only lowers the speedup, and the interleaved rounds
-cancel a machine that sped up); or too few rounds. An interval wholly
-below 1 is a conclusive slowdown, wholly above 1 a conclusive speedup, whatever its width.
+cancel a machine that sped up); the reference used more CPU time per forward than in its
+calibration by more than ``max_reference_cpu`` (interrupts or kernel work charged to it: a
+candidate's timers firing on its CPU do not show as run-queue waits); or too few rounds.
 """
 
 from __future__ import annotations
@@ -46,7 +51,9 @@ class Policy:
     max_iters: int = 2000
     max_queued_launches: int = 900  # a gated GPU stream accepts about this many before its CPU blocks
     enqueue_timeout_s: float = 2.0  # a gated enqueue taking longer waits on the GPU (a host synchronisation)
-    max_ci_ratio: float = 1.25
+    max_ci_ratio: float = 1.25  # a pass's interval is at most this wide (hi/lo), slowdowns and speedups alike
+    max_order_ratio: float = 1.10  # the medians of the two round orders agree within this ratio
+    max_reference_cpu: float = 1.25  # the reference's CPU time per forward in the rounds over its calibration's
     max_wait_fraction: float = 0.3
     max_reference_drift: float = 1.35
     samples_per_output: int = 256  # elements read from each sampled timed output
@@ -76,17 +83,28 @@ class Judgement:
 
 
 def judge(ref_ms: list[float], cand_ms: list[float], policy: Policy, wait_fractions: dict[str, float],
-          reference_drift: float | None) -> Judgement:
-    """Speedup (median of per-round ratios), its interval, and any reason it cannot be called."""
+          reference_drift: float | None, reference_cpu: float | None = None) -> Judgement:
+    """Speedup (median of per-round ratios), its interval, and any reason it cannot be called.
+
+    ``ref_ms`` and ``cand_ms`` are in round order: even rounds time the reference first, odd rounds the
+    candidate first (``round_order``). ``reference_cpu``: the reference's CPU time per forward in the
+    rounds over its calibration's (None: not measured)."""
     c = compare(ref_ms, cand_ms)
     reasons: list[str] = []
     if c.dropped or c.estimate is None:
         reasons.append("a phase took no measurable time after the calibrated overhead (too fast to time)")
     if c.low is None or c.high is None:
         reasons.append(f"{c.rounds} rounds give no 95% interval (at least 6 are needed)")
-    elif not c.excludes(1.0) and (c.width or math.inf) > policy.max_ci_ratio:
-        reasons.append(f"the 95% interval of the speedup [{c.low:.3g}x, {c.high:.3g}x] contains 1 and is wider than "
+    elif (c.width or math.inf) > policy.max_ci_ratio:
+        reasons.append(f"the 95% interval of the speedup [{c.low:.3g}x, {c.high:.3g}x] is wider than "
                        f"{policy.max_ci_ratio:g}x (hi/lo): too noisy to call")
+    split = order_medians(ref_ms, cand_ms)
+    if split is not None:
+        first, second = split
+        if max(first, second) / min(first, second) > policy.max_order_ratio:
+            reasons.append(f"the round orders disagree: {first:.3g}x in the rounds that time the reference first, "
+                           f"{second:.3g}x in those that time the candidate first (allowed {policy.max_order_ratio:g}x "
+                           f"apart): a speedup in one order only is what one child leaves for the other")
     for who, w in wait_fractions.items():
         if w > policy.max_wait_fraction:
             reasons.append(f"the {who} waited for a CPU {100 * w:.0f}% of the timed phases (median, allowed "
@@ -94,8 +112,25 @@ def judge(ref_ms: list[float], cand_ms: list[float], policy: Policy, wait_fracti
     if reference_drift is not None and reference_drift > policy.max_reference_drift:
         reasons.append(f"the reference ran {reference_drift:.2f}x its calibrated time during the candidate's "
                        f"rounds: the machine changed speed while it was measured")
+    if reference_cpu is not None and reference_cpu > policy.max_reference_cpu:
+        reasons.append(f"the reference used {reference_cpu:.2f}x its calibrated CPU time per forward during the "
+                       f"candidate's rounds (allowed {policy.max_reference_cpu:g}x): interrupts or kernel work "
+                       f"were charged to it")
     ci = (c.low, c.high) if c.low is not None and c.high is not None else None
     return Judgement(c.estimate, ci, c.coverage, reasons)
+
+
+def order_medians(ref_ms: list[float], cand_ms: list[float]) -> tuple[float, float] | None:
+    """The median ratio reference / candidate of the rounds that time the reference first (even rounds)
+    and of those that time the candidate first (odd rounds); None with fewer than 3 of either."""
+    import statistics
+
+    ratios = [(r, a / b) for r, (a, b) in enumerate(zip(ref_ms, cand_ms)) if a > 0 and b > 0]
+    even = [q for r, q in ratios if r % 2 == 0]
+    odd = [q for r, q in ratios if r % 2 == 1]
+    if len(even) < 3 or len(odd) < 3:
+        return None
+    return statistics.median(even), statistics.median(odd)
 
 
 def cross_check(wall_ms: float, child_ms: float) -> str | None:

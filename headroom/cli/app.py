@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+import math
 import os
 import signal
 import sys
@@ -10,7 +12,7 @@ from typing import Any
 import typer
 
 from headroom._version import __version__
-from headroom.cli.output import EXIT_INTERRUPTED, EXIT_USAGE, error, library_warnings_in_one_style
+from headroom.cli.output import EXIT_INTERRUPTED, EXIT_PIPE, EXIT_USAGE, error, library_warnings_in_one_style
 from headroom.errors import UserError
 from headroom.extras import EXTRA_OF_MODULE, missing
 
@@ -143,12 +145,61 @@ def run(argv: list[str] | None = None) -> None:
     sys.exit(code)
 
 
+def _finite(t: Any) -> Any:
+    """A click float type (a range too) that also refuses NaN and infinities: NaN passes every range
+    check (`nan < 0` is false), so `--fail-if-slower nan` would disable the gate."""
+    base = type(t)
+    if getattr(base, "_headroom_finite", False):
+        return t
+
+    class Finite(base):  # type: ignore[valid-type, misc]
+        _headroom_finite = True
+
+        def convert(self, value, param, ctx):
+            v = super().convert(value, param, ctx)
+            if isinstance(v, float) and not math.isfinite(v):
+                self.fail(f"{value!r} is not a finite number.", param, ctx)
+            return v
+
+    out = copy.copy(t)
+    out.__class__ = Finite
+    return out
+
+
+def _finite_numbers(command: Any) -> Any:
+    """Every float option and argument of `command` and its subcommands refuses NaN and infinities."""
+    for p in getattr(command, "params", []):
+        if any(c.__name__ == "FloatParamType" for c in type(p.type).__mro__):
+            p.type = _finite(p.type)
+    for sub in getattr(command, "commands", {}).values():
+        _finite_numbers(sub)
+    return command
+
+
+def _stdout_closed() -> bool:
+    """typer's command turns a closed stdout (EPIPE) into exit 1 and wraps sys.stdout to say nothing more:
+    that exit is no verdict (docs/cli.md: 141)."""
+    return type(sys.stdout).__name__.endswith("PacifyFlushWrapper")
+
+
+def _silence_stdout() -> None:
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+
+
 def dispatch(argv: list[str] | None) -> int:
     """Run the command `argv` names (None: the process's arguments); its exit status."""
     code = 0
     try:
         register_commands(sys.argv[1:] if argv is None else argv)
-        rv = app(args=argv, prog_name="headroom", standalone_mode=False)
+        command = _finite_numbers(typer.main.get_command(app))
+        try:
+            rv = command.main(args=argv, prog_name="headroom", standalone_mode=False)
+        except SystemExit as e:
+            if not _stdout_closed():
+                raise
+            rv = EXIT_PIPE
+            _silence_stdout()
         code = rv if isinstance(rv, int) else 0
         if code == EXIT_INTERRUPTED:   # typer turns Ctrl-C inside a command into exit 130
             _interrupted()
@@ -178,9 +229,11 @@ def dispatch(argv: list[str] | None) -> int:
         code = EXIT_USAGE
     except BrokenPipeError:
         # `headroom report --json | head`: the reader left; say nothing more.
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-        code = 141
+        _silence_stdout()
+        code = EXIT_PIPE
+    except MemoryError:
+        error("out of memory (the machine has too little free memory for this input)")
+        code = EXIT_USAGE
     except OSError as e:
         # An OS error no command turned into a UserError yet: still one line, never a traceback.
         where = f"{e.filename}: " if e.filename else ""

@@ -27,6 +27,7 @@ EXIT_OK = 0
 EXIT_VERDICT = 1
 EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130
+EXIT_PIPE = 141          # stdout closed by its reader
 
 SCHEMA_VERSION = 1
 

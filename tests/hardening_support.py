@@ -36,9 +36,16 @@ def _document(path: str) -> str:
     return gzip.open(path, "rt").read()
 
 
+class Document(dict):
+    """A trace's JSON document, shown short in a failing example."""
+
+    def __repr__(self) -> str:
+        return f"<trace document of {len(self.get('traceEvents', []))} events>"
+
+
 def document(path: Path = SMALL) -> dict:
     """A fresh copy of a trace's JSON document."""
-    return json.loads(_document(str(path)))
+    return Document(json.loads(_document(str(path))))
 
 
 def write(doc: dict, path: Path) -> Path:

@@ -12,7 +12,7 @@ from typing import Any
 import typer
 
 from headroom._version import __version__
-from headroom.cli.output import EXIT_INTERRUPTED, EXIT_PIPE, EXIT_USAGE, error, library_warnings_in_one_style
+from headroom.cli.output import EXIT_INTERRUPTED, EXIT_PIPE, EXIT_TERMINATED, EXIT_USAGE, error, library_warnings_in_one_style
 from headroom.errors import UserError
 from headroom.extras import EXTRA_OF_MODULE, missing
 
@@ -119,21 +119,42 @@ def _usage_line(e: Any) -> str:
     return f"{e.format_message()} (see '{cmd} --help')"
 
 
+_terminated = False     # the interrupt was a SIGTERM (exit 143), not a Ctrl-C
+
+
+def _on_sigterm(signum, frame) -> None:
+    """SIGTERM: stop as Ctrl-C stops (every `finally`, then the exit handlers), and leave with 143."""
+    global _terminated
+    _terminated = True
+    raise KeyboardInterrupt
+
+
 def _interrupted() -> None:
-    """Ctrl-C: every `finally` has run (no temporary file is left); say so and leave with 130 at once,
-    so that no second interrupt during the interpreter's shutdown turns it into a traceback or a kill."""
+    """Ctrl-C (or SIGTERM): every `finally` has run; the exit handlers run too (temporary folders, a stream's
+    copy, child processes), then say so and leave with 130 (143) at once, so that no second interrupt during
+    the interpreter's shutdown turns it into a traceback or a kill."""
+    import atexit
+
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    try:
+        getattr(atexit, "_run_exitfuncs", lambda: None)()
+    except BaseException:  # an exit handler that fails cannot keep the process alive
+        pass
     try:
         sys.stdout.flush()
     except Exception:  # a closed pipe: nothing more to say there
         pass
-    print("headroom: interrupted", file=sys.stderr, flush=True)
-    os._exit(EXIT_INTERRUPTED)
+    print(f"headroom: {'terminated' if _terminated else 'interrupted'}", file=sys.stderr, flush=True)
+    os._exit(EXIT_TERMINATED if _terminated else EXIT_INTERRUPTED)
 
 
 def run(argv: list[str] | None = None) -> None:
-    """Run the command line; exit 0, 1 (verdict), 2 (bad input, one line on stderr) or 130 (Ctrl-C)."""
+    """Run the command line; exit 0, 1 (verdict), 2 (bad input, one line on stderr), 130 (Ctrl-C) or
+    143 (SIGTERM)."""
     signal.signal(signal.SIGINT, signal.default_int_handler)   # from here on: clean up, then exit 130
+    if signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
+        signal.signal(signal.SIGTERM, _on_sigterm)
     library_warnings_in_one_style()
     try:
         code = dispatch(argv)

@@ -100,9 +100,10 @@ def unprofiled_step_us(b: Baseline | None, step_ms: float | None = None) -> tupl
     """The unprofiled step time in us and where it came from: --step-ms, else the trace's manifest."""
     if step_ms is not None:
         if isinstance(step_ms, bool) or not isinstance(step_ms, (int, float)) or not math.isfinite(step_ms) \
-                or not 0 < step_ms <= MAX_STEP_MS:
-            raise UserError(f"--step-ms must be a positive number of milliseconds up to {MAX_STEP_MS:,.0f} "
-                            f"(an hour), got {step_ms!r}")
+                or step_ms <= 0:
+            raise UserError(f"--step-ms must be a positive number of milliseconds, got {step_ms!r}")
+        if step_ms > MAX_STEP_MS:
+            raise UserError(f"--step-ms {step_ms:g}: more than an hour ({MAX_STEP_MS:,.0f} ms) is no step time")
         return 1000.0 * float(step_ms), "--step-ms"
     if b is None:
         return None, ""

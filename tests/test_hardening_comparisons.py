@@ -14,7 +14,7 @@ from tests.ranks_synthetic import write_pair
 SINGLES = (SMALL, TRACES / "dlrm.train.json.gz", HTA / "base__base.json.gz")
 
 
-@settings(max_examples=10, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=6, deadline=None, suppress_health_check=list(HealthCheck))
 @given(single=st.sampled_from(SINGLES), ranks_first=st.booleans(), rank_file=st.booleans(),
        by=st.sampled_from(["category", "op", "kernel", "module"]))
 def test_a_directory_of_ranks_against_a_single_trace_is_refused(tmp_path_factory, single, ranks_first, rank_file, by):

@@ -18,7 +18,7 @@ COMMANDS = (["report", "--json", SMALL], ["classify", "--json", SMALL], ["classi
             ["diff", "--json", SMALL, SMALL], ["bench", "list"], ["workloads", "--json"], ["targets", SMALL])
 
 
-@settings(max_examples=6, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=5, deadline=None, suppress_health_check=list(HealthCheck))
 @given(st.sampled_from(COMMANDS))
 def test_a_closed_stdout_is_141(command):
     read, write = os.pipe()

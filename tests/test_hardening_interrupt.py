@@ -19,7 +19,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 from hardening_support import REPO, SMALL
 
 
-@settings(max_examples=12, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=8, deadline=None, suppress_health_check=list(HealthCheck))
 @given(delay=st.floats(min_value=0.0, max_value=0.6))
 def test_ctrl_c_from_headrooms_first_line_is_130(delay):
     p = subprocess.Popen([sys.executable, "-m", "headroom.cli", "classify", "--no-cache", str(SMALL)],

@@ -32,7 +32,7 @@ def _feed(pipe, kind: str, stop: threading.Event) -> None:
         pass
 
 
-@settings(max_examples=8, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=6, deadline=None, suppress_health_check=list(HealthCheck))
 @given(kind=st.sampled_from(sorted(STARTS)), stop=st.sampled_from([None, signal.SIGINT, signal.SIGTERM]),
        delay=st.floats(min_value=0.3, max_value=1.5))
 def test_an_endless_stream_stops_and_leaves_nothing(tmp_path_factory, kind, stop, delay):

@@ -39,8 +39,8 @@ def listed_devices(metadata: dict | None) -> list[int] | None:
     props = metadata.get("deviceProperties") if isinstance(metadata, dict) else None
     if not isinstance(props, list):
         return None
-    ids = [p.get("id") for p in props if isinstance(p, dict)]
-    ids = [i for i in ids if isinstance(i, int) and not isinstance(i, bool)]
+    ids: list[int] = [i for i in (p.get("id") for p in props if isinstance(p, dict))
+                      if isinstance(i, int) and not isinstance(i, bool)]
     return ids or None
 
 

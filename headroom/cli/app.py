@@ -216,7 +216,7 @@ def dispatch(argv: list[str] | None) -> int:
         command = _finite_numbers(typer.main.get_command(app))
         try:
             rv = command.main(args=argv, prog_name="headroom", standalone_mode=False)
-        except SystemExit as e:
+        except SystemExit:
             if not _stdout_closed():
                 raise
             rv = EXIT_PIPE

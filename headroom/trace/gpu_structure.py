@@ -17,7 +17,7 @@ distance from a launch to its kernel there is 4 us; no stream is out of launch o
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import lazy_loader
 

@@ -71,7 +71,10 @@ def misplaced(gpu: pl.DataFrame, launches: pl.DataFrame, cpu_end: float | None,
     same = launches.schema.get("correlation") == gpu.schema.get("correlation")
     if launches.height and same and gpu.schema.get("correlation") in (pl.Int64, pl.Int32, pl.UInt64, pl.UInt32):
         launched = _launched(gpu, launches)
-        found += [_before_launch(launched).drop("_launch"), _out_of_stream_order(launched).drop("_launch")]
+        early = _before_launch(launched)
+        # the stream's order among the activities that are not already out of place
+        rest = launched.filter(~pl.col("index").is_in(early["index"].implode()))
+        found += [early.drop("_launch"), _out_of_stream_order(rest).drop("_launch")]
     found = [f for f in found if f.height]
     if not found:
         return _empty(gpu)

@@ -159,7 +159,7 @@ def _module_trace(b, path):
     ext = b.cpu("aten::add", 250, 10)
     b.kernel("vectorized_elementwise_kernel<add>", launch_ts=251, ts=260, dur=40, ext=ext)
     ext = b.cpu("aten::relu", 400, 10)
-    b.kernel("vectorized_elementwise_kernel<relu>", launch_ts=401, ts=300, dur=20, ext=ext)
+    b.kernel("vectorized_elementwise_kernel<relu>", launch_ts=401, ts=420, dur=20, ext=ext)
     b.cpu("MmBackward0", 600, 50, tid=200)
     ext = b.cpu("aten::mm", 610, 20, tid=200)
     b.kernel("gemm_bwd", launch_ts=611, ts=620, dur=50, ext=ext, tid=200)

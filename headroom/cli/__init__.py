@@ -22,6 +22,24 @@ def _interrupted_while_starting(signum, frame) -> None:
     os._exit(130)
 
 
+def _starting_as_the_program() -> bool:
+    """This import is the `headroom` program starting (`python -m headroom.cli` while runpy imports the
+    package, or the `headroom` console script), not a library or test importing the module."""
+    import sys
+
+    arg0 = sys.argv[0] if sys.argv else ""
+    return arg0 == "-m" or os.path.basename(arg0) in ("headroom", "headroom.exe")
+
+
+if _starting_as_the_program():
+    # Ctrl-C from the first line of headroom's own code: before runpy runs __main__ and main() (the
+    # interpreter's start-up before it, site and its .pth files, is Python's: docs/cli.md).
+    try:
+        signal.signal(signal.SIGINT, _interrupted_while_starting)
+    except ValueError:     # not the main thread: nothing to take over
+        pass
+
+
 def main(argv: list[str] | None = None) -> None:
     """The `headroom` console script."""
     signal.signal(signal.SIGINT, _interrupted_while_starting)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+import math
 import os
 import signal
 import sys
@@ -10,7 +12,7 @@ from typing import Any
 import typer
 
 from headroom._version import __version__
-from headroom.cli.output import EXIT_INTERRUPTED, EXIT_USAGE, error, library_warnings_in_one_style
+from headroom.cli.output import EXIT_INTERRUPTED, EXIT_PIPE, EXIT_TERMINATED, EXIT_USAGE, error, library_warnings_in_one_style
 from headroom.errors import UserError
 from headroom.extras import EXTRA_OF_MODULE, missing
 
@@ -117,21 +119,42 @@ def _usage_line(e: Any) -> str:
     return f"{e.format_message()} (see '{cmd} --help')"
 
 
+_terminated = False     # the interrupt was a SIGTERM (exit 143), not a Ctrl-C
+
+
+def _on_sigterm(signum, frame) -> None:
+    """SIGTERM: stop as Ctrl-C stops (every `finally`, then the exit handlers), and leave with 143."""
+    global _terminated
+    _terminated = True
+    raise KeyboardInterrupt
+
+
 def _interrupted() -> None:
-    """Ctrl-C: every `finally` has run (no temporary file is left); say so and leave with 130 at once,
-    so that no second interrupt during the interpreter's shutdown turns it into a traceback or a kill."""
+    """Ctrl-C (or SIGTERM): every `finally` has run; the exit handlers run too (temporary folders, a stream's
+    copy, child processes), then say so and leave with 130 (143) at once, so that no second interrupt during
+    the interpreter's shutdown turns it into a traceback or a kill."""
+    import atexit
+
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    try:
+        getattr(atexit, "_run_exitfuncs", lambda: None)()
+    except BaseException:  # an exit handler that fails cannot keep the process alive
+        pass
     try:
         sys.stdout.flush()
     except Exception:  # a closed pipe: nothing more to say there
         pass
-    print("headroom: interrupted", file=sys.stderr, flush=True)
-    os._exit(EXIT_INTERRUPTED)
+    print(f"headroom: {'terminated' if _terminated else 'interrupted'}", file=sys.stderr, flush=True)
+    os._exit(EXIT_TERMINATED if _terminated else EXIT_INTERRUPTED)
 
 
 def run(argv: list[str] | None = None) -> None:
-    """Run the command line; exit 0, 1 (verdict), 2 (bad input, one line on stderr) or 130 (Ctrl-C)."""
+    """Run the command line; exit 0, 1 (verdict), 2 (bad input, one line on stderr), 130 (Ctrl-C) or
+    143 (SIGTERM)."""
     signal.signal(signal.SIGINT, signal.default_int_handler)   # from here on: clean up, then exit 130
+    if signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
+        signal.signal(signal.SIGTERM, _on_sigterm)
     library_warnings_in_one_style()
     try:
         code = dispatch(argv)
@@ -143,12 +166,61 @@ def run(argv: list[str] | None = None) -> None:
     sys.exit(code)
 
 
+def _finite(t: Any) -> Any:
+    """A click float type (a range too) that also refuses NaN and infinities: NaN passes every range
+    check (`nan < 0` is false), so `--fail-if-slower nan` would disable the gate."""
+    base = type(t)
+    if getattr(base, "_headroom_finite", False):
+        return t
+
+    class Finite(base):  # type: ignore[valid-type, misc]
+        _headroom_finite = True
+
+        def convert(self, value, param, ctx):
+            v = super().convert(value, param, ctx)
+            if isinstance(v, float) and not math.isfinite(v):
+                self.fail(f"{value!r} is not a finite number.", param, ctx)
+            return v
+
+    out = copy.copy(t)
+    out.__class__ = Finite
+    return out
+
+
+def _finite_numbers(command: Any) -> Any:
+    """Every float option and argument of `command` and its subcommands refuses NaN and infinities."""
+    for p in getattr(command, "params", []):
+        if any(c.__name__ == "FloatParamType" for c in type(p.type).__mro__):
+            p.type = _finite(p.type)
+    for sub in getattr(command, "commands", {}).values():
+        _finite_numbers(sub)
+    return command
+
+
+def _stdout_closed() -> bool:
+    """typer's command turns a closed stdout (EPIPE) into exit 1 and wraps sys.stdout to say nothing more:
+    that exit is no verdict (docs/cli.md: 141)."""
+    return type(sys.stdout).__name__.endswith("PacifyFlushWrapper")
+
+
+def _silence_stdout() -> None:
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+
+
 def dispatch(argv: list[str] | None) -> int:
     """Run the command `argv` names (None: the process's arguments); its exit status."""
     code = 0
     try:
         register_commands(sys.argv[1:] if argv is None else argv)
-        rv = app(args=argv, prog_name="headroom", standalone_mode=False)
+        command = _finite_numbers(typer.main.get_command(app))
+        try:
+            rv = command.main(args=argv, prog_name="headroom", standalone_mode=False)
+        except SystemExit:
+            if not _stdout_closed():
+                raise
+            rv = EXIT_PIPE
+            _silence_stdout()
         code = rv if isinstance(rv, int) else 0
         if code == EXIT_INTERRUPTED:   # typer turns Ctrl-C inside a command into exit 130
             _interrupted()
@@ -178,9 +250,11 @@ def dispatch(argv: list[str] | None) -> int:
         code = EXIT_USAGE
     except BrokenPipeError:
         # `headroom report --json | head`: the reader left; say nothing more.
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-        code = 141
+        _silence_stdout()
+        code = EXIT_PIPE
+    except MemoryError:
+        error("out of memory (the machine has too little free memory for this input)")
+        code = EXIT_USAGE
     except OSError as e:
         # An OS error no command turned into a UserError yet: still one line, never a traceback.
         where = f"{e.filename}: " if e.filename else ""

@@ -33,7 +33,7 @@ def diff_cmd(
     by: DiffBy = typer.Option("category", "--by", help=(
         "Rows: category, op, module (nn.Module classes) or kernel (matched by name and launch site).")),
     as_json: bool = typer.Option(False, "--json", metavar="", help="One JSON document (docs/cli.md)."),
-    fail_if_slower: Optional[float] = typer.Option(None, "--fail-if-slower", metavar="PCT", min=0.0, help=(
+    fail_if_slower: Optional[float] = typer.Option(None, "--fail-if-slower", metavar="PCT", min=0.0, max=1e4, help=(
         "Exit 1 when AFTER's step is slower than BEFORE's by more than PCT percent (unprofiled where both "
         "manifests record it, else profiled).")),
     top: int = typer.Option(25, "--top", min=0, help="Rows shown in the table (0: all; --json has them all)."),

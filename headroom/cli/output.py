@@ -27,6 +27,8 @@ EXIT_OK = 0
 EXIT_VERDICT = 1
 EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130
+EXIT_PIPE = 141          # stdout closed by its reader
+EXIT_TERMINATED = 143    # SIGTERM
 
 SCHEMA_VERSION = 1
 

@@ -24,11 +24,11 @@ def project_cmd(
     distribution: Optional[Path] = typer.Option(None, "--distribution", metavar="FILE", help=(
         "A benchmark's results (verify suite JSON, speedup file, or a list of numbers): projections at "
         "win rate x median and at quantiles, applied to --select.")),
-    win_rate: Optional[float] = typer.Option(None, "--win-rate", help="Fraction of problems won (with --median)."),
-    median: Optional[float] = typer.Option(None, "--median", help="Median speedup of the winning problems."),
+    win_rate: Optional[float] = typer.Option(None, "--win-rate", min=0.0, max=1.0, help="Fraction of problems won (with --median)."),
+    median: Optional[float] = typer.Option(None, "--median", min=1e-9, help="Median speedup of the winning problems."),
     scenario_select: str = typer.Option("category:addressable", "--select", metavar="SELECTOR",
                                         help="Kernels the distribution scenarios apply to."),
-    quantile: Optional[List[float]] = typer.Option(None, "--quantile", metavar="Q",
+    quantile: Optional[List[float]] = typer.Option(None, "--quantile", metavar="Q", min=0.0, max=1.0,
                                                    help="Quantiles for distributions (repeatable)."),
     strict: bool = typer.Option(False, "--strict", metavar="", help="Treat warnings (no match, overlaps) as errors."),
     step_ms: Optional[float] = typer.Option(None, "--step-ms", metavar="MS", help=(
@@ -229,7 +229,7 @@ def plot_cmd(
     label: Optional[List[str]] = typer.Option(None, "--label", metavar="TEXT", help="Bar label per trace, in order (repeatable)."),
     speedup: Optional[List[str]] = SpeedupOpt,
     speedups: Optional[List[Path]] = SpeedupsOpt,
-    params: Optional[List[float]] = typer.Option(None, "--params", metavar="N",
+    params: Optional[List[float]] = typer.Option(None, "--params", metavar="N", min=1.0,
                                                  help="Parameter count per trace for the scaling chart (repeatable)."),
     family: Optional[str] = typer.Option(None, "--family", metavar="TEXT", help="Family name for the scaling chart."),
     basis: Basis = typer.Option("wall", "--basis", help=(

@@ -77,7 +77,8 @@ class Baseline:
                    num_steps=int(a.num_steps), n_devices=int(a.n_devices), mode=a.mode, source=a.source,
                    runtime=_Deferred(trace, "launches") if trace is not None else None,
                    syncs=_Deferred(trace, "syncs") if trace is not None else None,
-                   step_end=float(steps["end"].max()) if steps is not None and has_steps else None, manifest=dict(a.manifest),
+                   step_end=float(steps["end"].max()) if steps is not None and has_steps else None,
+                   manifest=_comparable_manifest(a),
                    cpu=_Deferred(trace, "cpu") if trace is not None else None,
                    step_start=float(steps["ts"].min()) if steps is not None and has_steps else None,
                    modules=a.modules,
@@ -104,6 +105,18 @@ class Baseline:
         return cls(events=ev.reset_index(drop=True), wall_us=float(window[1] - window[0]),
                    window=(float(window[0]), float(window[1])), num_steps=num_steps, n_devices=n_dev,
                    runtime=runtime, step_end=step_end, cpu=cpu, modules=modules)
+
+
+def _comparable_manifest(a: Analysis) -> dict:
+    """The manifest, without its `timing` (the unprofiled step and its spread, measured per ProfilerStep)
+    where the analysed time is another span (a --window, the whole trace): no projection compares that
+    span with a step's time (Analysis.notes says so once)."""
+    from headroom.trace.analysis import STEPS_BASIS
+
+    m = dict(a.manifest)
+    if a.basis != STEPS_BASIS:
+        m.pop("timing", None)
+    return m
 
 
 def as_baseline(x: Baseline | Analysis) -> Baseline:

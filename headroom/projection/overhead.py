@@ -93,12 +93,17 @@ def noise(b: Baseline) -> float:
     return max(MIN_OVERHEAD, 2.0 * rel)
 
 
+MAX_STEP_MS = 3.6e6     # --step-ms: a step of an hour is the longest taken as a step time
+
+
 def unprofiled_step_us(b: Baseline | None, step_ms: float | None = None) -> tuple[float | None, str]:
     """The unprofiled step time in us and where it came from: --step-ms, else the trace's manifest."""
     if step_ms is not None:
         if isinstance(step_ms, bool) or not isinstance(step_ms, (int, float)) or not math.isfinite(step_ms) \
                 or step_ms <= 0:
             raise UserError(f"--step-ms must be a positive number of milliseconds, got {step_ms!r}")
+        if step_ms > MAX_STEP_MS:
+            raise UserError(f"--step-ms {step_ms:g}: more than an hour ({MAX_STEP_MS:,.0f} ms) is no step time")
         return 1000.0 * float(step_ms), "--step-ms"
     if b is None:
         return None, ""

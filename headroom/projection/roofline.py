@@ -66,6 +66,15 @@ def device_for(name: str, key: str | None = None) -> Device:
                     f"{', '.join(d.name for d in table.values())}): name one with --peaks")
 
 
+def trace_device(a: Analysis, key: str | None = None) -> Device:
+    """The peaks for `a`: the entry `key` (`--peaks`), else its device's. A GPU trace that names no device
+    (no `deviceProperties` name) is refused rather than matched as the CPU (the empty name is the CPU's)."""
+    if key is None and a.mode == "gpu" and not a.device_name.strip():
+        raise UserError(f"{a.source}: a GPU trace that names no device (no deviceProperties name): give its "
+                        f"peaks with --peaks ({', '.join(devices())})")
+    return device_for(a.device_name if a.mode == "gpu" else "cpu", key)
+
+
 # --- the op calls -------------------------------------------------------------------------
 
 
@@ -206,7 +215,7 @@ def roofline(a: Analysis, table: pd.DataFrame, device: Device | None = None, sco
              speedup: float | None = None) -> tuple[pd.DataFrame, Device, list[str]]:
     """`table` (a `targets` table of `a`) with the ROOFLINE_COLUMNS added, the device used and notes. Like
     `us`, `flops`, `bytes`, `floor_us`, `fused_bytes` and `fused_floor_us` cover the analysed window."""
-    dev = device or device_for(a.device_name if a.mode == "gpu" else "cpu")
+    dev = device or trace_device(a)
     out = table.copy()
     for c in ROOFLINE_COLUMNS:
         out[c] = "" if c == "limit" else np.nan
@@ -291,7 +300,7 @@ def roofline_targets(a: Analysis, speedup: float, by: Sequence[str] = ("op", "mo
     """`targets` with the roofline columns, ranked by `gain` or by `achievable` gain (`targets --roofline`)."""
     if rank_by not in RANKINGS:
         raise unknown_name("ranking", rank_by, RANKINGS, "--rank-by")
-    dev = device_for(a.device_name if a.mode == "gpu" else "cpu", peaks)
+    dev = trace_device(a, peaks)
     base = rank_targets(a, speedup, by, top if rank_by == "gain" else None, replay_top, scope)
     table, dev, notes = roofline(a, base.table, dev, scope, speedup)
     return dataclasses.replace(base, table=ranked(table, rank_by, top), notes=base.notes + tuple(notes), device=dev)

@@ -72,6 +72,9 @@ def parse_selector(text: str) -> Selector:
             raise unknown_name("selector kind", field, FIELDS, f"bad selector {text!r}")
         if pattern == "":
             raise UserError(f"bad selector {text!r}: empty pattern after '{field}:'")
+        if field not in ("kernel", "module", "annotation") and any(c in pattern for c in "=,"):
+            raise UserError(f"bad selector {text!r}: {pattern!r} is no {field} name ('=' and ',' end a "
+                            f"selector: SELECTOR=FACTOR[,launches=N])")
         if field in ("kernel", "module", "annotation"):
             compile_user_regex(pattern, f"bad selector {text!r}")
         if field in ("category", "kind", "phase"):

@@ -109,13 +109,18 @@ def _parse_bool(value: Any, where: str) -> bool | None:
     raise UserError(f"{where}: verified must be true or false, got {value!r}")
 
 
+# The most kernels one call may launch after the change: the replay lays every one out, and no rewrite of
+# one call launches more (a whole model's forward launches a few thousand).
+MAX_LAUNCHES = 10_000
+
+
 def parse_launches(value: Any, where: str) -> int | None:
-    """Kernels per call after the change: a whole number >= 0 (None: unchanged)."""
+    """Kernels per call after the change: a whole number in [0, MAX_LAUNCHES] (None: unchanged)."""
     if value is None or (isinstance(value, str) and not value.strip()):
         return None
-    wrong = "launches must be a whole number >= 0"
+    wrong = f"launches must be a whole number from 0 to {MAX_LAUNCHES:,}"
     f = _number(value, where, wrong)
-    if not math.isfinite(f) or f < 0 or f != int(f):
+    if not math.isfinite(f) or f < 0 or f > MAX_LAUNCHES or f != int(f):
         raise UserError(f"{where}: {wrong}, got {value!r}")
     return int(f)
 
@@ -134,11 +139,17 @@ def parse_call_us(value: Any, where: str, launches: int | None) -> float | None:
 
 
 _CLI_LAUNCHES = re.compile(r"^(?P<rest>.*),\s*launches\s*=\s*(?P<n>[^=,]*)$")
+# An option after the factor (`,NAME=VALUE`) that is not launches: never part of a selector.
+_CLI_OPTION = re.compile(r"=[^=,]*,\s*(?P<key>[A-Za-z_][\w-]*)\s*=")
 
 
 def parse_cli_speedup(text: str) -> Speedup:
     """``SELECTOR=FACTOR[,launches=N]`` as given to ``--speedup`` (the factor follows the last '=' before it)."""
     rest, launches = text, None
+    other = _CLI_OPTION.search(text)
+    if other and other.group("key").lower() != "launches":
+        raise UserError(f"--speedup {text!r}: unknown option {other.group('key')!r} after the factor "
+                        f"(SELECTOR=FACTOR[,launches=N])")
     m = _CLI_LAUNCHES.match(text)
     if m:
         rest, launches = m.group("rest"), parse_launches(m.group("n").strip() or "?", f"--speedup {text!r}")

@@ -7,7 +7,8 @@ import json
 import os
 from pathlib import Path
 
-from headroom.jsonio import atomic_file
+from headroom.errors import UserError
+from headroom.jsonio import atomic_file, dumps
 from headroom.trace.analysis import analyze
 from headroom.trace.load import read_trace_json
 
@@ -20,6 +21,9 @@ def annotate_trace(source: str | os.PathLike, out: str | os.PathLike, rules=None
     is written to a temporary file and renamed, so a failure leaves nothing half-written.
     """
     analysis = analyze(source, rules=rules, policy=policy, whole_trace=True)
+    if analysis.mode != "gpu" or "index" not in analysis.events.columns:
+        raise UserError(f"{analysis.source}: no GPU activity to annotate (a CPU-only trace; "
+                        f"`headroom classify` shows its CPU ops)")
     doc = read_trace_json(source)
     events = doc["traceEvents"]
     ev = analysis.events
@@ -30,7 +34,10 @@ def annotate_trace(source: str | os.PathLike, out: str | os.PathLike, rules=None
         args["headroom_addressable"] = bool(addr)
         if op:
             args["headroom_op"] = op
-    data = json.dumps(doc).encode()
+    try:
+        data = json.dumps(doc, allow_nan=False).encode()
+    except ValueError:   # a number beyond a double in the trace (1e999): null, as headroom writes one
+        data = dumps(doc).encode()
     with atomic_file(out) as f:
         f.write(gzip.compress(data, compresslevel=6) if Path(out).name.endswith(".gz") else data)
     return len(ev)

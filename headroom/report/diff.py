@@ -132,6 +132,7 @@ class _Side:
     idle_us: float | None
     events: pd.DataFrame        # every rank's events; `per` divides their sums into per-step times
     per: np.ndarray             # per event: 1 / its rank's number of steps
+    ranks: int = 0              # a directory of ranks: how many; 0: one trace
 
 
 def _side(run: Run) -> _Side:
@@ -144,7 +145,7 @@ def _side(run: Run) -> _Side:
         per = np.concatenate([np.full(len(a.events), 1.0 / max(a.num_steps, 1)) for a in analyses])
         first = analyses[0]
         return _Side(run.source, f"{first.label} ({len(analyses)} ranks)", str(first.manifest.get("workload") or ""),
-                     run.mode, int(first.num_steps), run.step_us, step_un, None, events, per)
+                     run.mode, int(first.num_steps), run.step_us, step_un, None, events, per, len(analyses))
     n = max(run.num_steps, 1)
     return _Side(run.source, run.label, str(run.manifest.get("workload") or ""), run.mode, int(run.num_steps),
                  run.step_us, run.unprofiled_step_us, run.idle_us / n, run.events, np.full(len(run.events), 1.0 / n))
@@ -201,6 +202,13 @@ def _check(before: _Side, after: _Side, by: str) -> None:
     if before.mode != after.mode:
         raise UserError(f"{after.source}: a {after.mode} trace against a {before.mode} trace "
                         f"({before.source}): diff compares two runs of one kind")
+    if before.ranks != after.ranks:
+        # per-step times are summed over a directory's ranks: against one trace, or another number of
+        # ranks, the sums are of different things (a 4-rank run is no 11x slower than one of its ranks)
+        def what(s: _Side) -> str:
+            return f"a directory of {s.ranks} ranks" if s.ranks else "a single trace"
+        raise UserError(f"{after.source}: {what(after)} against {what(before)} ({before.source}): diff compares "
+                        f"two traces, or two directories of the same number of ranks")
     if before.workload and after.workload and before.workload != after.workload:
         raise UserError(f"{after.source}: workload {after.workload!r}, but {before.source} is {before.workload!r}: "
                         f"diff compares two runs of one workload")

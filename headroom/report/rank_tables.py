@@ -9,8 +9,9 @@ from typing import TYPE_CHECKING, Any, Sequence
 import pandas as pd
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
-from headroom.report.render import short_name
+from headroom.report.render import esc, say, short_name
 from headroom.report.tables import summary_frame, summary_records
 from headroom.trace.analysis import MODE_CPU, Analysis
 
@@ -46,7 +47,7 @@ def _header(rs: RankSet, console: Console) -> None:
     world = f"world {rs.world_size}" if rs.world_size else "world size unknown"
     what = ", ".join(x for x in (world, rs.backend, rs.parallel) if x)
     unit = "CPU op self time" if rs.mode == MODE_CPU else "GPU time"
-    console.print(f"[bold]{rs.source}[/bold]  {len(rs.ranks)} ranks ({what}), {unit}")
+    say(console, f"[bold]{esc(rs.source)}[/bold]  {len(rs.ranks)} ranks ({esc(what)}), {unit}")
     pr = rs.per_rank.set_index("rank")
     slow = rs.slowest_rank
     n_coll = rs.collectives["key"].nunique() if len(rs.collectives) else 0
@@ -79,7 +80,7 @@ def render_rank_set(rs: RankSet, console: Console) -> None:
         c.add_column(col, justify="left" if col in ("category", "addressable") else "right")
     for r in rs.categories.itertuples(index=False):
         c.add_row(r.name, _ms(r.min_us / n), _ms(r.median_us / n), _ms(r.max_us / n), _pct(r.median_fraction),
-                  str(r.max_rank), "[green]yes[/green]" if r.addressable else "no")
+                  str(r.max_rank), Text("yes", style="green") if r.addressable else "no")
     console.print(c)
 
 
@@ -114,8 +115,8 @@ def render_rank_projection(p: RanksProjection, console: Console) -> None:
     s, z = p.speedups, p.zero_time
     on = "every rank" if p.on_ranks == p.ranks else "rank" + ("s " if len(p.on_ranks) > 1 else " ") + \
         ", ".join(map(str, p.on_ranks))
-    console.print(f"[bold]{p.source}[/bold]  {len(p.ranks)} ranks, speedups on {on}")
-    console.print(f"synchronised step {_ms(s.baseline_us / s.num_steps)} ms -> {_ms(s.projected_us / s.num_steps)} ms "
+    say(console, f"[bold]{esc(p.source)}[/bold]  {len(p.ranks)} ranks, speedups on {on}")
+    say(console, f"synchronised step {_ms(s.baseline_us / s.num_steps)} ms -> {_ms(s.projected_us / s.num_steps)} ms "
                   f"([bold]{_pct(s.gain)}[/bold] faster); selected kernels at zero time: {_pct(z.gain)}",
                   highlight=False)
     t = Table(show_edge=False, header_style="bold")
@@ -131,7 +132,7 @@ def render_rank_projection(p: RanksProjection, console: Console) -> None:
 
 
 def render_sync_targets(rs: RankSet, table: pd.DataFrame, speedup: float, console: Console) -> None:
-    console.print(f"[bold]{rs.source}[/bold]  {len(rs.ranks)} ranks: which op, {speedup:g}x faster on every rank, "
+    say(console, f"[bold]{esc(rs.source)}[/bold]  {len(rs.ranks)} ranks: which op, {speedup:g}x faster on every rank, "
                   f"shortens the synchronised step ({_ms(rs.step_us)} ms) most")
     n = _steps(rs)
     for kind, part in table.groupby("kind", sort=False):

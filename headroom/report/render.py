@@ -7,11 +7,13 @@ from __future__ import annotations
 
 import math
 import re
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import pandas as pd
 from rich.console import Console
+from rich.markup import escape as rich_escape
 from rich.table import Table
+from rich.text import Text
 
 from headroom.jsonio import plain
 from headroom.trace.analysis import MODE_CPU
@@ -90,9 +92,22 @@ class _Console(Console):
 
 
 def make_console() -> Console:
-    """A console that does not squeeze tables to 80 columns when output is piped."""
-    c = _Console()
-    return c if c.is_terminal else _Console(width=220)
+    """A console that does not squeeze tables to 80 columns when output is piped, and reads no markup: text
+    from traces and paths (`[rich]markup.json.gz`, a kernel name) prints as it is. `say` prints headroom's
+    own styled lines, each value in them through `esc`."""
+    c = _Console(markup=False)
+    return c if c.is_terminal else _Console(width=220, markup=False)
+
+
+def esc(value: object) -> str:
+    """A value's text, safe inside a line `say` prints: its `[` cannot open a style."""
+    return rich_escape(str(value))
+
+
+def say(console: Console, line: str, **kw: Any) -> None:
+    """Print one of headroom's own lines with its styles (`[bold]...[/bold]`): every value interpolated in
+    `line` goes through `esc`."""
+    console.print(line, markup=True, **kw)
 
 
 def _ms(us: float) -> str:
@@ -117,14 +132,14 @@ def render_analysis(a: Analysis, console: Console, top_unknown: int = 10) -> Non
 
     unit = "CPU op self time" if a.mode == MODE_CPU else "GPU time"
     n = max(a.num_steps, 1)
-    console.print(f"[bold]{a.source}[/bold]  {a.device_name or ''}", highlight=False)
+    say(console, f"[bold]{esc(a.source)}[/bold]  {esc(a.device_name or '')}", highlight=False)
     if a.manifest.get("workload"):
         part = partial_layers(a.manifest)
         console.print(f"{a.label}" + (f": the numbers below are for the {part[0]} profiled blocks "
                                                 f"(headroom profile extrapolates to {part[1]})" if part else ""),
                       highlight=False)
     if a.mode == MODE_CPU:
-        console.print("[yellow]no GPU activity in this trace: classified by CPU operator (self time)[/yellow]")
+        say(console, "[yellow]no GPU activity in this trace: classified by CPU operator (self time)[/yellow]")
     console.print(
         f"per step: {_ms(a.step_us)} ms wall   {_ms(a.busy_us / n)} ms busy   idle {_pct(a.idle_fraction)}   "
         f"{unit} {_ms(a.total_us / n)} ms   ({_steps_phrase(a)}; total wall {_ms(a.wall_us)} ms)",
@@ -142,9 +157,9 @@ def render_analysis(a: Analysis, console: Console, top_unknown: int = 10) -> Non
     t.add_column("addressable")
     for r in a.categories.itertuples(index=False):
         t.add_row(r.name, _ms(r.us / n), _pct(r.fraction), _pct(r.wall_fraction), _count(r.count / n),
-                  "[green]yes[/green]" if r.addressable else "no")
+                  Text("yes", style="green") if r.addressable else "no")
     console.print(t)
-    console.print(f"[bold]addressable: {_pct(a.addressable_fraction)}[/bold] of {unit} "
+    say(console, f"[bold]addressable: {_pct(a.addressable_fraction)}[/bold] of {unit} "
                   f"({_ms(a.addressable_us / n)} ms/step)", highlight=False)
     unknown = a.unknown_kernels(top_unknown)
     if len(unknown):
@@ -189,11 +204,11 @@ def render_projection(res: ProjectResult, console: Console) -> None:
     """`headroom project`: the estimate, the measured breakdown, the speedup entries, the projections, the warnings."""
     from headroom.projection.overhead import cpu_clock
 
-    console.print(f"[bold]{res.source}[/bold]")
+    say(console, f"[bold]{esc(res.source)}[/bold]")
     e = res.estimate
     if e is not None:
         # The two times the ratio is of, beside it (e.speedup is baseline_us / projected_us).
-        console.print(f"[bold]estimate ({e.scenario}): {e.speedup:.3f}x end-to-end[/bold], between {e.low:.3f}x "
+        say(console, f"[bold]estimate ({esc(e.scenario)}): {e.speedup:.3f}x end-to-end[/bold], between {e.low:.3f}x "
                       f"and {e.high:.3f}x   {e.baseline_us / max(res.num_steps, 1) / 1e3:,.3f} -> "
                       f"{e.projected_us / max(res.num_steps, 1) / 1e3:,.3f} ms/step ({e.clock} clock)", highlight=False)
         console.print(f"  {e.method}", highlight=False)
@@ -246,7 +261,7 @@ def render_projection(res: ProjectResult, console: Console) -> None:
         extra = ""
         if "n" in d:
             extra = f"  ({d['n']} results from {d.get('source', '')})"
-        console.print(f"distribution scenarios over [bold]{d['select']}[/bold] "
+        say(console, f"distribution scenarios over [bold]{esc(d['select'])}[/bold] "
                       f"({d['selected_us'] / n / 1e3:,.3f} ms/step of kernels){extra}", highlight=False)
     t = Table(show_edge=False, header_style="bold", title="projections", title_justify="left")
     proj_cols: list[tuple[str, Justify]] = [("scenario", "left"), ("method", "left"), ("factor", "right"), ("ms/step", "right"),
@@ -297,7 +312,7 @@ def _num(x: float, fmt: str) -> str:
 def render_targets(a: Analysis, table: pd.DataFrame, speedup: float, console: Console) -> None:
     """`headroom targets`: one table per grouping (op, module, ...), ranked by end-to-end gain."""
     n = max(a.num_steps, 1)
-    console.print(f"[bold]{a.source}[/bold]  measured {a.step_us / 1e3:,.3f} ms/step over {_steps_phrase(a)}",
+    say(console, f"[bold]{esc(a.source)}[/bold]  measured {a.step_us / 1e3:,.3f} ms/step over {_steps_phrase(a)}",
                   highlight=False)
     has_replay = "replay_gain" in table.columns
     for kind in dict.fromkeys(table["kind"]):
@@ -350,7 +365,7 @@ def render_profile(result: ProfileResult, console: Console) -> None:
     from headroom.profile.run import overhead_verdict
 
     if t.n:
-        console.print(f"[bold]step time[/bold]        {t.median_ms:,.2f} ms  (median of {t.n}, {t.method}; "
+        say(console, f"[bold]step time[/bold]        {t.median_ms:,.2f} ms  (median of {t.n}, {esc(t.method)}; "
                       f"min {t.min_ms:,.2f}, max {t.max_ms:,.2f})", highlight=False)
         console.print(f"profiler overhead  {overhead_verdict(t, p)[1]}  (profiled median {p.median_ms:,.2f} ms "
                       f"over {p.n} step(s))", highlight=False)
@@ -358,11 +373,11 @@ def render_profile(result: ProfileResult, console: Console) -> None:
         console.print("idle share         n/a (no GPU)")
     else:
         console.print(f"GPU idle share     {_pct(a.idle_fraction)} of the profiled wall time")
-    console.print(f"[bold]addressable[/bold]      {_pct(a.addressable_fraction)} of {unit}", highlight=False)
+    say(console, f"[bold]addressable[/bold]      {_pct(a.addressable_fraction)} of {unit}", highlight=False)
     x = result.layers
     if x is not None and cfg.extrapolated:
         console.print()
-        console.print(f"[bold]{a.label}, extrapolated to all {x.total}[/bold] "
+        say(console, f"[bold]{esc(a.label)}, extrapolated to all {x.total}[/bold] "
                       f"(per-block time x{x.factor:g}; {_pct(x.block_share)} of the measured time is in blocks)",
                       highlight=False)
         table = Table(show_edge=False, header_style="bold")
@@ -375,14 +390,14 @@ def render_profile(result: ProfileResult, console: Console) -> None:
         console.print(table)
         est = f"{x.timed_step_ms_extrapolated:,.2f} ms" if x.timed_step_ms_extrapolated else \
             f"{x.step_us_extrapolated / 1000:,.2f} ms (profiled)"
-        console.print(f"[bold]step time, {x.total} blocks (estimated)[/bold]  {est}", highlight=False)
-        console.print(f"[bold]addressable, {x.total} blocks[/bold]  {_pct(x.addressable_fraction)} of {unit}",
+        say(console, f"[bold]step time, {x.total} blocks (estimated)[/bold]  {est}", highlight=False)
+        say(console, f"[bold]addressable, {x.total} blocks[/bold]  {_pct(x.addressable_fraction)} of {unit}",
                       highlight=False)
     info = result.manifest.get("info", {})
     if info.get("embedding_path"):
         console.print(f"embeddings: {info['embedding_path']}", highlight=False)
     for note in cfg.notes:
-        console.print(f"[yellow]scaled for the CPU:[/yellow] {note}", highlight=False)
+        say(console, f"[yellow]scaled for the CPU:[/yellow] {esc(note)}", highlight=False)
     console.print(f"trace: {result.trace_path}   manifest: {result.manifest_path}", highlight=False)
 
 
@@ -399,7 +414,7 @@ def render_workloads(specs: list[WorkloadSpec], verbose: bool, console: Console)
         console.print("(-v for the reason behind each default, flavours and options)")
         return
     for s in specs:
-        console.print(f"\n[bold]{s.name}[/bold]  {s.description}", highlight=False)
+        say(console, f"\n[bold]{esc(s.name)}[/bold]  {esc(s.description)}", highlight=False)
         for k, d in s.defaults.items():
             console.print(f"  {k:<18} {str(d.value):<10} {d.why}", highlight=False)
         console.print(f"  flavours: {', '.join(f'{k} ({v})' for k, v in s.flavours.items())}", highlight=False)

@@ -6,7 +6,7 @@ from rich.console import Console
 from rich.table import Table
 
 from headroom.report.diff import Diff
-from headroom.report.render import short_name
+from headroom.report.render import esc, say, short_name
 
 
 def _ms(us: float) -> str:
@@ -20,8 +20,8 @@ def _signed_ms(us: float) -> str:
 def render_diff(d: Diff, console: Console, top: int | None = 25) -> None:
     """The step (profiled, and unprofiled where both manifests record it), then one row per group,
     largest change first (`top`: how many; the rest are summed in a last line)."""
-    console.print(f"[bold]before[/bold] {d.before}  ({d.labels[0]})", highlight=False)
-    console.print(f"[bold]after[/bold]  {d.after}  ({d.labels[1]})", highlight=False)
+    say(console, f"[bold]before[/bold] {esc(d.before)}  ({esc(d.labels[0])})", highlight=False)
+    say(console, f"[bold]after[/bold]  {esc(d.after)}  ({esc(d.labels[1])})", highlight=False)
     for s in filter(None, (d.profiled, d.unprofiled)):
         console.print(f"{s.clock} step: {_ms(s.before_us)} -> {_ms(s.after_us)} ms/step "
                       f"({_signed_ms(s.after_us - s.before_us)} ms, {100 * s.change:+.2f}%), "

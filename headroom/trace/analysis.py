@@ -30,6 +30,21 @@ from headroom.trace.parallel import small_pages
 
 MODE_GPU = "gpu"
 MODE_CPU = "cpu-ops"
+STEPS_BASIS = "ProfilerStep ranges"    # the only basis a manifest's unprofiled step time is measured on
+
+
+def manifest_of(metadata: dict[str, Any]) -> dict[str, Any]:
+    """The trace's `"headroom"` run manifest: an object, else none (a trace may carry anything there)."""
+    m = metadata.get("headroom") if isinstance(metadata, dict) else None
+    return m if isinstance(m, dict) else {}
+
+
+def manifest_step_us(manifest: dict[str, Any]) -> float | None:
+    """The manifest's unprofiled step (``timing.step_ms``) in us: a positive finite number, else None."""
+    timing = manifest.get("timing")
+    v = timing.get("step_ms") if isinstance(timing, dict) else None
+    ok = isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and 0 < v < 1e12
+    return 1000.0 * float(v) if ok and v is not None else None
 
 
 @dataclass
@@ -54,7 +69,7 @@ class Analysis:
     # One row per nn.Module call in the window (headroom/trace/modules.py `module_calls`); empty when
     # the trace has no module ranges.
     modules: pd.DataFrame = field(default_factory=lambda: module_calls(pd.DataFrame()), repr=False)
-    basis: str = "ProfilerStep ranges"     # what time was analysed: the steps, a --window, the whole trace
+    basis: str = STEPS_BASIS     # what time was analysed: the steps, a --window, the whole trace
     notes: list[str] = field(default_factory=list)   # caveats of the analysed time, printed as warnings
     warnings: list[str] = field(default_factory=list)   # the loader's and the attribution's, one line each
     step_ranges: pd.DataFrame | None = field(default=None, repr=False)   # the CPU ranges used as steps
@@ -79,15 +94,14 @@ class Analysis:
 
     @property
     def manifest(self) -> dict[str, Any]:
-        return self.metadata.get("headroom") or {}
+        return manifest_of(self.metadata)
 
     @property
     def unprofiled_step_us(self) -> float | None:
-        """The step time measured without the profiler (the manifest's ``timing.step_ms``), if recorded."""
-        timing = self.manifest.get("timing")
-        v = timing.get("step_ms") if isinstance(timing, dict) else None
-        ok = isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v > 0
-        return 1000.0 * float(v) if ok and v is not None else None
+        """The step time measured without the profiler (the manifest's ``timing.step_ms``), if recorded
+        and the analysed time is the ProfilerSteps it was measured on (a --window or the whole trace spans
+        other time: no unprofiled time of that span is known, and `notes` says so once)."""
+        return manifest_step_us(self.manifest) if self.basis == STEPS_BASIS else None
 
     @property
     def unprofiled_idle_fraction(self) -> float | None:
@@ -356,7 +370,7 @@ def _analyze(trace: Trace, rules: list[Rule], policy: Policy, whole_trace: bool,
         basis = f"{len(steps)} range(s) matching {window!r}"
     else:
         steps = trace.steps
-        basis = "ProfilerStep ranges"
+        basis = STEPS_BASIS
         if whole_trace:
             basis = "whole trace"
         elif len(steps) == 0:
@@ -365,6 +379,11 @@ def _analyze(trace: Trace, rules: list[Rule], policy: Policy, whole_trace: bool,
             notes.append("no ProfilerStep ranges: analysing the whole trace "
                          "(--window REGEX picks steps by a range name, e.g. execute_model)")
 
+    unprofiled = manifest_step_us(manifest_of(trace.metadata))
+    if unprofiled is not None and basis != STEPS_BASIS:
+        notes.append(f"the manifest's step time without the profiler ({unprofiled / 1e3:,.3f} ms) is per "
+                     f"ProfilerStep: the analysed time ({basis}) is not compared with it "
+                     f"(`project --step-ms` gives one for it)")
     warnings = list(trace.warnings)
     if trace.has_gpu:
         mode = MODE_GPU

@@ -53,54 +53,7 @@ def missing(path: Path) -> str:
     return f"{path}: no such file"
 
 
-# --- streams: a FIFO, a pipe (`<(zcat t.json.gz)`), a character device -------------------------------
-# The loader reads a file more than once (its size, its first bytes for gzip, halves for the worker):
-# a stream is copied once into a private temporary file, and read from there; what it prints names the
-# stream, not the copy.
-
-_STREAM_COPIES: dict[str, str] = {}      # the copy's path -> the stream's
-
-
-def is_stream(path: Path) -> bool:
-    import stat
-
-    try:
-        mode = os.stat(path).st_mode
-    except OSError:
-        return False
-    return stat.S_ISFIFO(mode) or stat.S_ISCHR(mode) or stat.S_ISSOCK(mode)
-
-
-def spooled(path: Path) -> Path:
-    """`path`, or for a stream the temporary copy of what it holds (removed when the process exits)."""
-    if not is_stream(path):
-        return path
-    import atexit
-    import shutil
-    import tempfile
-
-    folder = tempfile.mkdtemp(prefix="headroom-stream-")
-    atexit.register(shutil.rmtree, folder, True)
-    copy = Path(folder) / (Path(path).name or "stream")
-    try:
-        with open(path, "rb") as src, open(copy, "wb") as dst:
-            shutil.copyfileobj(src, dst, BLOCK)
-    except OSError as e:
-        raise TraceError(f"{path}: cannot read ({e.strerror})") from None
-    _STREAM_COPIES[str(copy)] = str(path)
-    return copy
-
-
-def source_name(path: Path | str) -> str:
-    """What a trace read from `path` is called: the stream's name for the copy of a stream."""
-    return _STREAM_COPIES.get(str(path), str(path))
-
-
-def named(message: str) -> str:
-    """`message` with each stream copy's path replaced by the stream's."""
-    for copy, original in _STREAM_COPIES.items():
-        message = message.replace(copy, original)
-    return message
+from headroom.trace.spool import is_stream, named, source_name, spooled  # noqa: E402,F401 - streams
 
 
 def open_binary(path: Path):

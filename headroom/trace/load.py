@@ -278,7 +278,7 @@ def _assemble(path: Path, decoded: list[Chunk], doc: Document, lenient: bool) ->
                         f"{'were' if unreadable != 1 else 'was'} skipped (first: event {i}: {problem})")
     orders = {table: loader_order(tables[table]) for table in ("gpu", "cpu")}
     try:
-        checked, dropped = validate.check(tables, str(path), lenient, gpu_unreadable, orders)
+        checked, dropped = validate.check(tables, str(path), lenient, gpu_unreadable, orders, doc.meta)
     except validate.ImpossibleEvent as e:
         raise TraceError(str(e)) from None
     warnings += dropped

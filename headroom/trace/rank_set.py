@@ -321,13 +321,21 @@ def group_ranks(analyses: Sequence[Analysis], source: str = "") -> tuple[list[An
     ranks = rank_order(analyses)
     if ranks is not None:
         rs = rank_set(analyses, ranks, source=source)
-        return [rs], list(rs.warnings)
+        devices = sorted({a.device_name for a in analyses})
+        mixed = [f"the ranks ran on {len(devices)} kinds of device ({', '.join(d or '(unnamed)' for d in devices)}): "
+                 f"the slowest rank may be the slower device"] if len(devices) > 1 else []
+        return [rs], list(rs.warnings) + mixed
     notes = []
     repeated = repeated_ranks(analyses)
+    ids = [rank_id(a) for a in analyses]
+    worlds = sorted({i.world_size for i in ids if i is not None and i.world_size is not None})
     if repeated:
         rank, names = next(iter(sorted(repeated.items())))
         notes.append(f"rank {rank} has {len(names)} traces ({', '.join(names[:3])}): "
                      f"analysed one by one, not as the ranks of one run")
+    elif len(analyses) > 1 and all(i is not None for i in ids) and len(worlds) > 1:
+        notes.append(f"the traces say world sizes {', '.join(map(str, worlds))}: not the ranks of one run, "
+                     f"analysed one by one")
     return list(analyses), notes
 
 

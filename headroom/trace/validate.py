@@ -22,6 +22,7 @@ import numpy as np
 
 from headroom.errors import UserError
 from headroom.trace.ranges import PROFILER_STEP_PREFIX
+from headroom.trace import gpu_structure
 from headroom.trace.schema import REQUIRED
 
 if TYPE_CHECKING:
@@ -110,10 +111,12 @@ def describe(row: dict, source: str) -> str:
 
 
 def check(tables: dict[str, pl.DataFrame], source: str, lenient: bool, unreadable_gpu: list[tuple[int, str]],
-          orders: dict[str, np.ndarray | None] | None = None) -> tuple[dict[str, pl.DataFrame], list[str]]:
+          orders: dict[str, np.ndarray | None] | None = None,
+          metadata: dict | None = None) -> tuple[dict[str, pl.DataFrame], list[str]]:
     """The tables without impossible GPU activities and steps (lenient), or the first one's error line.
     `orders`: each table's rows in the loader's order (load.loader_order; None: as they are), which decides
-    which of a table's impossible events is named first."""
+    which of a table's impossible events is named first. `metadata`: the trace's (its `deviceProperties`
+    name the devices a GPU activity may run on)."""
     orders = orders or {}
     lo, hi = span(tables)
     cpu = cpu_span(tables, with_steps=True)
@@ -122,11 +125,15 @@ def check(tables: dict[str, pl.DataFrame], source: str, lenient: bool, unreadabl
     # an activity can last
     longest = 2.0 * (cpu[1] - cpu[0]) + LONGEST_MARGIN_US if cpu is not None else None
     gpu_bad = _problems(gpu, lo, hi, longest=longest, duplicates=True)
+    gpu_bad = pl.concat([gpu_bad, gpu_structure.misplaced(
+        gpu.filter(~pl.col("index").is_in(gpu_bad["index"].implode())), tables["launches"],
+        cpu[1] if cpu is not None else None, gpu_structure.listed_devices(metadata))], how="diagonal_relaxed")
     steps = tables["cpu"].filter(step_rows(tables["cpu"]))
     step_bad = _problems(steps, lo, hi) if steps.height else steps.head(0)
     if steps.height:
-        step_bad = pl.concat([step_bad, _overlapping_steps(steps.filter(~pl.col("index").is_in(
-            step_bad["index"].implode())))], how="diagonal_relaxed")
+        for stage in (_uncounted_steps, _overlapping_steps, _misnumbered_steps):
+            step_bad = pl.concat([step_bad, stage(steps.filter(~pl.col("index").is_in(
+                step_bad["index"].implode())))], how="diagonal_relaxed")
     lines = [(int(r["index"]), describe(r, source))
              for frame, table in ((gpu_bad, "gpu"), (step_bad, "cpu"))
              for r in _first(frame, tables[table], orders.get(table)).iter_rows(named=True)]
@@ -142,6 +149,67 @@ def check(tables: dict[str, pl.DataFrame], source: str, lenient: bool, unreadabl
     out["cpu"] = tables["cpu"].filter(~pl.col("index").is_in(step_bad["index"].implode()))
     return out, [f"dropped {n} GPU activit{'y' if n == 1 else 'ies'}/steps with an impossible ts or dur "
                  f"(first: {first.split(': ', 1)[1]})"]
+
+
+# A step's number: what the profiler counts (0, 1, ...); 2^53 is beyond any count and any exact float.
+MAX_STEP_NUMBER = 2 ** 53
+
+
+def _problem_rows(steps: pl.DataFrame, problems: dict[int, tuple[str, str]]) -> pl.DataFrame:
+    """The rows of `steps` whose `index` is a key of `problems`, with its (field, problem)."""
+    if not problems:
+        return steps.head(0).with_columns(field=pl.lit(None, dtype=pl.String), problem=pl.lit(None, dtype=pl.String))
+    bad = steps.filter(pl.col("index").is_in(list(problems)))
+    field = {i: f for i, (f, _) in problems.items()}
+    words = {i: w for i, (_, w) in problems.items()}
+    return bad.with_columns(field=pl.col("index").replace_strict(field, return_dtype=pl.String),
+                            problem=pl.col("index").replace_strict(words, return_dtype=pl.String))
+
+
+def step_number(name: str) -> int | None:
+    """N of `ProfilerStep#N`: a whole number from 0 to 2^53, else None."""
+    digits = name[len(PROFILER_STEP_PREFIX):]
+    if not digits.isascii() or not digits.isdigit() or len(digits) > 16:
+        return None
+    n = int(digits)
+    return n if n <= MAX_STEP_NUMBER else None
+
+
+def _uncounted_steps(steps: pl.DataFrame) -> pl.DataFrame:
+    """ProfilerSteps with a number that is no count (`ProfilerStep#x`; beyond 2^53 it would wrap) or a
+    duration of 0 (a step spans the work it launches), with the field and the problem."""
+    problems: dict[int, tuple[str, str]] = {}
+    for index, name, dur in steps.select("index", "name", "dur").iter_rows():
+        if step_number(str(name)) is None:
+            problems[index] = ("name", "no step number (a whole number from 0 to 2^53)")
+        elif dur == 0:
+            problems[index] = ("dur", "zero: a step spans the work it launches")
+    return _problem_rows(steps, problems)
+
+
+def _misnumbered_steps(steps: pl.DataFrame) -> pl.DataFrame:
+    """ProfilerSteps that the steps before them contradict, with the field and the problem: a number
+    already used by a step that ended before this one began (a step recorded on several threads is one
+    step: its copies overlap), or a number not above that of a step that began before it (the profiler
+    counts up). The later of the two is the one named (and dropped)."""
+    problems: dict[int, tuple[str, str]] = {}
+    spans: dict[str, float] = {}     # per name: the end of its first copy
+    top: tuple[int, str] | None = None             # the highest number so far, and its step
+    for index, name, ts, dur in steps.select("index", "name", "ts", "dur").sort("ts", "index").iter_rows():
+        n = step_number(str(name))
+        if n is None:
+            continue
+        if name in spans:
+            if ts >= spans[name]:
+                problems[index] = ("name", f"used by an earlier step that ended {ts - spans[name]:.6g} us before "
+                                           f"this one began: two steps with one number")
+            continue      # else: the same step on another thread
+        if top is not None and n <= top[0]:
+            problems[index] = ("name", f"not above {top[1]}, which began before it: steps count up")
+            continue
+        spans[name] = ts + dur
+        top = (n, str(name))
+    return _problem_rows(steps, problems)
 
 
 def _overlapping_steps(steps: pl.DataFrame) -> pl.DataFrame:

@@ -18,6 +18,7 @@ from headroom.verify import inputs as inp
 from headroom.verify import problem as prob
 from headroom.verify import protocol as P
 from headroom.verify import scale as sc
+from headroom.verify import ring as input_ring
 from headroom.verify import shared
 from headroom.verify import timing as tm
 
@@ -366,7 +367,7 @@ def test_scaling_halves_sizes_together_where_they_must_match(tmp_path):
 
 
 def test_ring_places_views_both_processes_can_name(tmp_path):
-    ring = shared.Ring(1 << 20, "cpu")
+    ring = input_ring.Ring(1 << 20, "cpu")
     try:
         xs = [torch.randn(4, 5), torch.randn(6, 3).t(), 2.5]
         args, views = ring.place([xs])
@@ -383,7 +384,7 @@ def test_ring_places_views_both_processes_can_name(tmp_path):
 
 
 def test_staged_inputs_reach_the_ring_only_on_commit_and_in_one_copy():
-    ring = shared.Ring(1 << 20, "cpu")
+    ring = input_ring.Ring(1 << 20, "cpu")
     try:
         xs = [torch.randn(4, 5), torch.randn(6, 3).t(), 2.5]
         args, _ = ring.place([xs], write=False)

@@ -32,6 +32,7 @@ except Exception:  # pragma: no cover
     pass
 
 from headroom.verify import gate, integrity, launches, problem as prob, protocol as P, shared
+from headroom.verify import ring as input_ring
 from headroom.verify.precision import set_tf32
 from headroom.verify.child_memory import _memory
 from headroom.verify.child_state import _TF32_KEYS, StateMismatch, _Calls, torch_state  # noqa: F401  (re-exported)
@@ -196,7 +197,7 @@ def _serve(conn: Any, job: P.Job, state: dict) -> None:
 
         reply: Any
         if isinstance(cmd, P.MapRing):
-            ring = shared.map_ring(cmd.ring, device, conn)
+            ring = input_ring.map_ring(cmd.ring, device, conn)
             reply = P.Done(seq=cmd.seq, violations=integrity.violations(snap))
         elif isinstance(cmd, P.Memory):
             kept = _released(prims, kept, model, ring)

@@ -321,10 +321,10 @@ class Child:
                               self.log_tail()) from None
 
     def _send_ring(self, ring: Any) -> None:
-        from headroom.verify import shared
+        from headroom.verify import ring as input_ring
 
         try:
-            shared.send_ring(self.conn, ring, self.pid)
+            input_ring.send_ring(self.conn, ring, self.pid)
         except (OSError, ValueError, AttributeError, TypeError):
             self.proc.join(5)
             raise ChildFailed(f"the child process {signal_name(self.proc.exitcode)} before {self.stage}",

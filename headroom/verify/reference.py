@@ -32,6 +32,7 @@ from headroom.verify import checks as ck
 from headroom.verify import inputs as inp
 from headroom.verify import problem as prob
 from headroom.verify import scale as sc
+from headroom.verify import ring as input_ring
 from headroom.verify import shared
 from headroom.verify.compare import Truth
 from headroom.verify.options import VerifyOptions
@@ -65,7 +66,7 @@ class ReferenceRun:
     scale: sc.ScalePlan | None = None
     estimate: sc.Estimate | None = None
     truth_fp32_note: str | None = None  # set once float64 is known not to work for this problem
-    ring: shared.Ring | None = None
+    ring: input_ring.Ring | None = None
     baseline: dict = field(default_factory=dict)
     log_dir: str = ""
     error: str | None = None
@@ -81,14 +82,14 @@ class ReferenceRun:
     def overrides(self) -> dict:
         return dict(self.scale.overrides) if self.scale else {}
 
-    def ensure_ring(self, nbytes: int) -> shared.Ring:
+    def ensure_ring(self, nbytes: int) -> input_ring.Ring:
         """A ring of at least ``nbytes`` (a new one if the current is smaller: children re-map it)."""
         if self.ring is None or self.ring.nbytes < nbytes:
             if self.ring is not None:
                 self.ring.close()
                 self.ring = None
             try:
-                self.ring = shared.Ring(int(nbytes * 1.25), self.device)
+                self.ring = input_ring.Ring(int(nbytes * 1.25), self.device)
             except Exception as e:
                 if is_oom(e):
                     raise HarnessOOM(f"out of memory allocating the {nbytes / 2**20:.0f} MB input ring") from None

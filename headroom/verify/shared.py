@@ -375,4 +375,3 @@ def finish_samples(rows: list[list]) -> list[list]:
     return [[v.cpu() for v in row] for row in rows]
 
 
-from headroom.verify.ring import Ring, map_ring, send_ring  # noqa: E402,F401  (the ring lives in ring.py)

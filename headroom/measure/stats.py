@@ -81,3 +81,15 @@ def compare(a: list[float], b: list[float], level: float = 0.95) -> Comparison:
     if ci is None:
         return Comparison(est, None, None, None, len(ratios), dropped)
     return Comparison(est, ci[0], ci[1], ci[2], len(ratios), dropped)
+
+
+def log_noise(a: list[float], b: list[float]) -> float | None:
+    """The standard error, on the log scale, of the median of the paired ratios a_i / b_i: 1.2533 (a median's
+    efficiency) x 1.4826 MAD (a robust standard deviation) / sqrt(R). What a measurement's own noise adds to
+    a prediction of it (``headroom.projection.calibration``); None with fewer than two ratios."""
+    logs = [math.log(x / y) for x, y in zip(a, b) if x > 0 and y > 0]
+    if len(logs) < 2:
+        return None
+    med = statistics.median(logs)
+    mad = statistics.median([abs(v - med) for v in logs])
+    return 1.2533 * 1.4826 * mad / math.sqrt(len(logs))

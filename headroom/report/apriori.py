@@ -24,9 +24,6 @@ import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from headroom.projection.problems import load_problems
-from headroom.projection.project import project
-from headroom.projection.speedups import load_speedup_file
 from headroom.trace.analysis import analyze
 
 GPU_BOUND_TARGET = 0.03     # |estimate / measured - 1| where the GPU is the bottleneck
@@ -48,8 +45,10 @@ class AprioriRow:
     estimate: float
     low: float
     high: float
-    measured: float             # validate's interleaved step-time speedup
+    measured: float             # validate's interleaved step-time speedup (its rounds, summarised by headroom.measure)
     error: float                # estimate / measured - 1
+    noise: float = 0.0          # the measurement's log-scale standard error (headroom.measure.log_noise)
+    measured_ci: tuple[float, float] | None = None
 
     @property
     def target(self) -> float:
@@ -60,24 +59,33 @@ class AprioriRow:
         return self.verify_speedup / self.part_speedup
 
 
+def measurement(d: Path) -> dict:
+    """validate's measurement of a row, recomputed from its run.json's rounds (``headroom.validate.timing``)."""
+    from headroom.validate.timing import summarise
+
+    return summarise(json.loads((d / "run.json").read_text())["timing"])
+
+
 def _row(d: Path, verify_file: str = "verify.json") -> AprioriRow:
-    entry = next(d.glob("*.toml"))
+    from headroom.validate.apriori import apriori_projection
+
     verify = json.loads((d / verify_file).read_text())
     result = json.loads((d / "result.json").read_text())
-    speedups = load_speedup_file(d / verify_file)
-    res = project(analyze(d / "base.json.gz"), speedups.entries, problems=load_problems(entry))
+    speedups, res = apriori_projection(analyze(d / "base.json.gz"), d / verify_file, next(d.glob("*.toml")))
     est = res.estimate
     assert est is not None and est.low is not None and est.high is not None, f"{d / verify_file}: no estimate"
     pc = verify.get("per_call") or {}
     ref_k, cand_k = ((pc.get(w) or {}).get("kernel_us") for w in ("reference", "candidate"))
-    measured = float(result["measured"]["speedup"])
+    m = measurement(d)
+    measured = float(m["speedup"])
     return AprioriRow(
         name=d.name, launch_bound=bool(result["baseline"]["launch_bound"]),
         verify_speedup=float(verify["speedup"]), candidate_clock=str(verify["timing"]["candidate_clock"]),
         kernel_ratio=ref_k / cand_k if ref_k and cand_k else None,
         syncs=(pc.get("candidate") or {}).get("syncs"), part_speedup=float(result["part"]["speedup"]),
         factor=float(speedups.entries[0].speedup), estimate=float(est.speedup), low=float(est.low),
-        high=float(est.high), measured=measured, error=float(est.speedup) / measured - 1.0)
+        high=float(est.high), measured=measured, error=float(est.speedup) / measured - 1.0,
+        noise=float(m["noise"] or 0.0), measured_ci=(float(m["ci"][0]), float(m["ci"][1])))
 
 
 def apriori_rows(root: Path) -> list[AprioriRow]:
@@ -287,3 +295,53 @@ def main(argv: list[str]) -> int:
 
 if __name__ == "__main__":
     sys.exit(main(sys.argv[1:]))
+
+
+# --- the calibrated interval (headroom.projection.calibration) -----------------------------------------
+
+
+def _cal_row(r: AprioriRow, group: str | None = None) -> "Row":
+    from headroom.projection.calibration import Row
+
+    return Row(r.name, r.estimate, r.measured, r.noise, r.launch_bound, group or r.name)
+
+
+def loop_cal_rows(runs: list[LoopRun]) -> list:
+    """The whole loops as check rows: noise from the t interval that run printed (no raw rounds in loop.json)."""
+    import math
+
+    from headroom.projection.calibration import Row, t_quantile
+
+    t = t_quantile(0.975, 6)
+    return [Row(f"{x.name} (call {x.call})", x.estimate, x.measured,
+                math.log(x.measured_ci[1] / x.measured_ci[0]) / (2 * t), x.launch_bound, x.name) for x in runs]
+
+
+def interval_table(checks: list, fit_note: str) -> str:
+    out = ["| row | regime | a-priori estimate | 90% interval (" + fit_note + ") | measured | noise | error | inside |",
+           "|---|---|---:|---:|---:|---:|---:|---|"]
+    for c in checks:
+        r = c.row
+        out.append(f"| {r.name} | {'launch-bound' if r.launch_bound else 'GPU-bound'} | {r.estimate:.4f}x | "
+                   f"[{c.low:.4f}, {c.high:.4f}] | {r.measured:.4f}x | {100 * r.noise:.2f}% | "
+                   f"{100 * (r.estimate / r.measured - 1):+.1f}% | {'yes' if c.inside else '**no**'} |")
+    return "\n".join(out)
+
+
+def calibration_report(root: Path) -> tuple[str, "Calibration"]:
+    """The calibration fitted on the committed rows, and its checks: each row left out (with its
+    substitution), each rerun of verify (its substitution left out), each whole loop (likewise)."""
+    from headroom.projection.calibration import coverage, fit, leave_one_out
+
+    rows = [_cal_row(r) for r in apriori_rows(root)]
+    cal = fit(rows, source=f"{root.name}: {len(rows)} rows, RMS log error")
+    loo = leave_one_out(rows)
+    reruns = [_cal_row(x.row) for x in rerun_rows(root) if x.run != "table"]
+    rer = leave_one_out(reruns, fit_rows=rows)
+    loops = leave_one_out(loop_cal_rows(loop_runs(root / "loop.json")), fit_rows=rows)
+    lines = [f"calibration: {cal.method}",
+             f"rows left out one at a time: {coverage(loo)[0]} of {coverage(loo)[1]} inside",
+             f"verify reruns (substitution left out): {coverage(rer)[0]} of {coverage(rer)[1]} inside",
+             f"whole loops (substitution left out): {coverage(loops)[0]} of {coverage(loops)[1]} inside",
+             "", interval_table(loo, "row left out"), "", interval_table(rer + loops, "substitution left out")]
+    return "\n".join(lines), cal

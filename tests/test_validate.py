@@ -17,7 +17,7 @@ from headroom.profile.workload import Options
 from headroom.trace.analysis import analyze
 from headroom.validate import validate
 from headroom.validate.result import compute, paths_selector, recompute
-from headroom.validate.timing import steps_per_block, summarise, t975
+from headroom.validate.timing import steps_per_block, summarise
 
 REPO = Path(__file__).resolve().parents[1]
 CANDIDATES = Path(__file__).resolve().parent / "substitutions"
@@ -28,19 +28,29 @@ TINY = ["--flavour", "tiny", "--device", "cpu", "--threads", "1"]
 # --- timing statistics ----------------------------------------------------------------------
 
 
-def test_summarise_is_the_geometric_mean_of_paired_ratios_with_a_t_interval():
+def test_summarise_is_the_median_of_paired_ratios_with_an_order_statistics_interval():
     ratios = [1.10, 1.12, 1.08, 1.11, 1.09, 1.13, 1.07]
     rounds = [{"order": ["base", "variant"], "base_ms": [r * 10.0, r * 10.0], "variant_ms": [10.0, 10.0]}
               for r in ratios]
     s = summarise({"rounds": rounds})
-    logs = [math.log(r) for r in ratios]
-    mean = sum(logs) / 7
-    sd = math.sqrt(sum((x - mean) ** 2 for x in logs) / 6)
-    assert s["speedup"] == pytest.approx(math.exp(mean), rel=1e-12)
-    assert s["ci"][0] == pytest.approx(math.exp(mean - 2.447 * sd / math.sqrt(7)), rel=1e-12)
-    assert s["ci"][1] == pytest.approx(math.exp(mean + 2.447 * sd / math.sqrt(7)), rel=1e-12)
+    assert s["speedup"] == pytest.approx(1.10, rel=1e-12)
+    # 7 ratios: the interval is [min, max] at 1 - 2 / 2^7 = 98.4%
+    assert s["ci"] == pytest.approx([1.07, 1.13], rel=1e-12) and s["coverage"] == pytest.approx(1 - 2 / 128)
     assert s["base_ms"] == pytest.approx(11.0) and s["variant_ms"] == 10.0 and s["rounds"] == 7
-    assert 1.08 < s["ci"][0] < s["speedup"] < s["ci"][1] < 1.12
+    assert s["step_median_ms"] == pytest.approx([11.0, 10.0]) and s["stop"] == "fixed"
+    # the median's noise: 1.2533 x 1.4826 MAD of the log ratios / sqrt(7)
+    logs = sorted(math.log(r) for r in ratios)
+    mad = sorted(abs(x - logs[3]) for x in logs)[3]
+    assert s["noise"] == pytest.approx(1.2533 * 1.4826 * mad / math.sqrt(7), rel=1e-9)
+
+
+def test_one_slow_block_moves_the_median_by_one_rank_not_by_its_size():
+    # launch-bound decode: one block holds a 10x stall; the step medians agree (0.999x), so must the speedup
+    rounds = [{"order": ["base", "variant"], "base_ms": [22.0] * 16, "variant_ms": [22.02] * 16} for _ in range(8)]
+    rounds[3]["base_ms"][5] = 220.0
+    s = summarise({"rounds": rounds})
+    assert s["speedup"] == pytest.approx(22.0 / 22.02, rel=1e-9)
+    assert s["step_median_ms"] == pytest.approx([22.0, 22.02])
 
 
 def test_a_drift_that_moves_both_variants_cancels_out_of_the_pairs():
@@ -54,8 +64,7 @@ def test_a_drift_that_moves_both_variants_cancels_out_of_the_pairs():
     assert s["ci"] == pytest.approx([1.05, 1.05], rel=1e-9)
 
 
-def test_t_quantiles_and_block_length():
-    assert t975(6) == 2.447 and t975(30) == 2.042 and t975(200) == 1.96
+def test_block_length():
     import torch
 
     gpu, cpu = torch.device("cuda"), torch.device("cpu")
@@ -118,7 +127,9 @@ def test_gpu_bound_fusion_the_part_and_both_projections_are_exact(tmp_path):
     d = plain(r)     # the --json object: its keys, in this order (docs/validate.md)
     assert list(d) == ["workload", "replacements", "baseline", "measured", "part", "projected", "error", "config",
                        "check", "detail"]
-    assert list(d["projected"]) == ["amdahl", "replay", "estimate", "low", "high"]
+    assert list(d["projected"]) == ["estimate", "low", "high", "level", "source", "amdahl", "replay",
+                                    "variant_estimate"]
+    assert d["projected"]["estimate"] is None    # no verify result given: no a-priori estimate
     assert d["replacements"] == [{"module": "Norm", "candidate": "fused_norm.py", "instances": 1}]
     assert type(r).from_dict(d) == r      # read back from JSON: the same result
 
@@ -154,7 +165,8 @@ def identity_run(tmp_path_factory):
     """llama-7b tiny, every LlamaRMSNorm replaced by an identical module (a subclass)."""
     out = tmp_path_factory.mktemp("validate") / "identity"
     p = _cli("validate", "llama-7b", *TINY, "--replace", f"LlamaRMSNorm={CANDIDATES / 'identity_rmsnorm.py'}",
-             "--out", str(out), "--rounds", "9", "--json")
+             "--out", str(out), "--rounds", "7", "--max-rounds", "14", "--target-width", "1.05",
+             "--timing-budget", "30", "--json")
     assert p.returncode == 0, p.stderr[-2000:]
     doc = json.loads(p.stdout)
     assert doc.pop("schema") == "headroom.validate/1"     # docs/cli.md; the rest is docs/validate.md's object
@@ -171,8 +183,13 @@ def test_identity_candidate_measures_and_projects_no_change(identity_run):
     assert lp[0] == lp[1] and lp[0] > 5
     # timing noise on a shared CPU: within 25% of 1x, and the projection within 3%
     assert abs(r["measured"]["speedup"] - 1.0) < 0.25
-    assert r["measured"]["ci"][0] < r["measured"]["speedup"] < r["measured"]["ci"][1]
-    assert r["measured"]["rounds"] == 9
+    m = r["measured"]
+    assert m["ci"][0] <= m["speedup"] <= m["ci"][1] and m["coverage"] >= 0.95
+    # adaptive rounds (headroom.measure): at least 7, at most 14; stopped for the reason it gives
+    assert 7 <= m["rounds"] <= 14 and m["stop"] in ("tight", "max_rounds", "budget")
+    width = m["ci"][1] / m["ci"][0]
+    assert (m["stop"] == "tight") == (width <= 1.05) or m["stop"] == "budget"
+    assert m["stop"] != "max_rounds" or m["rounds"] == 14
     # The projection is Amdahl on the part's speedup between the two profiled traces, so their timing noise
     # moves it (a shared 2-core runner: the part at 1.12x and 0.92x in two runs, once far more, when a CI
     # run projected 0.906x), never further from 1x than the part itself; within 3% while the part's is <25%.
@@ -183,7 +200,8 @@ def test_identity_candidate_measures_and_projects_no_change(identity_run):
     assert r["projected"]["replay"] is None          # a CPU-only trace: Amdahl only
     assert sorted(p.name for p in out.iterdir()) == ["base.json.gz", "result.json", "run.json", "variant.json.gz"]
     run = json.loads((out / "run.json").read_text())
-    assert len(run["timing"]["rounds"]) == 9
+    assert len(run["timing"]["rounds"]) == m["rounds"] and run["timing"]["method"] == "wall-clock"
+    assert run["timing"]["policy"] == {"min_rounds": 7, "max_rounds": 14, "target_width": 1.05, "budget_s": 30.0}
     assert [x["order"] for x in run["timing"]["rounds"][:2]] == [["base", "variant"], ["variant", "base"]]
 
 
@@ -247,7 +265,10 @@ def test_a_hanging_candidate_is_killed_at_the_time_limit(tmp_path):
     (["validate", "llama-7b"], "give at least one --replace"),
     (["validate", "llama-7b", "--replace", "LlamaRMSNorm"], "expected CLASS=CANDIDATE.py"),
     (["validate", "llama-7b", "--replace", "LlamaRMSNorm=nope.py"], "nope.py: candidate file not found"),
-    (["validate", "llama-7b", "--replace", f"LlamaRMSNorm={RMSNORM}", "--rounds", "3"], "--rounds must be at least 7"),
+    (["validate", "llama-7b", "--replace", f"LlamaRMSNorm={RMSNORM}", "--rounds", "3"], "--rounds must be at least 6"),
+    (["validate", "llama-7b", "--replace", f"LlamaRMSNorm={RMSNORM}", "--timer", "sundial"], "--timer sundial: unknown"),
+    (["validate", "llama-7b", "--replace", f"LlamaRMSNorm={RMSNORM}", "--problems", str(RMSNORM)],
+     "--problems needs --speedups"),
     (["validate", "llama-8b", "--replace", f"LlamaRMSNorm={RMSNORM}"], "unknown workload 'llama-8b'"),
     (["validate", "--from", "/nonexistent"], "not a directory"),
 ])

@@ -43,7 +43,7 @@ class AprioriRow:
     part_speedup: float         # the replaced part inside the model (validate: kernel time per step)
     factor: float               # the speedup the projection applied to the part's kernels
     estimate: float
-    low: float
+    low: float                  # the projector's CPU-outcome bounds (not the interval: `intervals`)
     high: float
     measured: float             # validate's interleaved step-time speedup (its rounds, summarised by headroom.measure)
     error: float                # estimate / measured - 1
@@ -137,17 +137,29 @@ def agreement_table(rows: list[AgreementRow]) -> str:
     return "\n".join(out)
 
 
+def intervals(rows: list[AprioriRow], fit_rows: list[AprioriRow] | None = None) -> list[tuple[float, float]]:
+    """Each row's calibrated 90% interval, fitted on ``fit_rows`` (default ``rows``) less the row's substitution."""
+    from headroom.projection.calibration import leave_one_out
+
+    checks = leave_one_out([_cal_row(r) for r in rows], fit_rows=[_cal_row(r) for r in (fit_rows or rows)])
+    return [(c.low, c.high) for c in checks]
+
+
+def _inside(lo: float, hi: float, x: float) -> str:
+    return "yes" if lo <= x <= hi else "**no**"
+
+
 def apriori_table(rows: list[AprioriRow]) -> str:
     out = ["| substitution | regime | verify (clock) | in model | verify / in model | applied | "
-           "a-priori estimate [low, high] | measured | error (target) |",
-           "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
-    for r in rows:
+           "a-priori estimate [90% interval, row left out] | measured | inside | error (target) |",
+           "|---|---|---:|---:|---:|---:|---:|---:|---|---:|"]
+    for r, (lo, hi) in zip(rows, intervals(rows)):
         clock = r.candidate_clock + (f", {r.syncs:g} sync/call" if r.syncs else "")
         ok = "yes" if abs(r.error) <= r.target else "**no**"
         out.append(f"| {r.name} | {'launch-bound' if r.launch_bound else 'GPU-bound'} | "
                    f"{r.verify_speedup:.3f}x ({clock}) | {r.part_speedup:.3f}x | {r.verify_vs_part:.3f} | "
-                   f"{r.factor:.3f}x | {r.estimate:.4f}x [{r.low:.4f}, {r.high:.4f}] | {r.measured:.4f}x | "
-                   f"{100 * r.error:+.1f}% (±{100 * r.target:.0f}%: {ok}) |")
+                   f"{r.factor:.3f}x | {r.estimate:.4f}x [{lo:.4f}, {hi:.4f}] | {r.measured:.4f}x | "
+                   f"{_inside(lo, hi, r.measured)} | {100 * r.error:+.1f}% (±{100 * r.target:.0f}%: {ok}) |")
     return "\n".join(out)
 
 
@@ -182,17 +194,17 @@ def rerun_rows(root: Path) -> list[RerunRow]:
     return out
 
 
-def rerun_table(rows: list[RerunRow]) -> str:
+def rerun_table(rows: list[RerunRow], fit_rows: list[AprioriRow]) -> str:
     out = ["| substitution | regime | verify run | verify | call_us candidate / reference (µs) | "
-           "a-priori estimate [low, high] | measured | error (target) |",
-           "|---|---|---|---:|---:|---:|---:|---:|"]
-    for x in rows:
+           "a-priori estimate [90% interval, substitution left out] | measured | inside | error (target) |",
+           "|---|---|---|---:|---:|---:|---:|---|---:|"]
+    for x, (lo, hi) in zip(rows, intervals([x.row for x in rows], fit_rows)):
         r = x.row
         calls = f"{x.call_us[0]:.1f} / {x.call_us[1]:.1f} ({x.call_ratio:.3f})" if x.call_us else "–"
         ok = "yes" if abs(r.error) <= r.target else "**no**"
         out.append(f"| {r.name} | {'launch-bound' if r.launch_bound else 'GPU-bound'} | {x.run} | "
-                   f"{r.verify_speedup:.3f}x | {calls} | {r.estimate:.4f}x [{r.low:.4f}, {r.high:.4f}] | "
-                   f"{r.measured:.4f}x | {100 * r.error:+.1f}% (±{100 * r.target:.0f}%: {ok}) |")
+                   f"{r.verify_speedup:.3f}x | {calls} | {r.estimate:.4f}x [{lo:.4f}, {hi:.4f}] | "
+                   f"{r.measured:.4f}x | {_inside(lo, hi, r.measured)} | {100 * r.error:+.1f}% (±{100 * r.target:.0f}%: {ok}) |")
     return "\n".join(out)
 
 
@@ -231,70 +243,22 @@ def loop_runs(loop: Path) -> list[LoopRun]:
     return sorted(out, key=lambda x: (x.name, x.call))
 
 
-def loop_table(runs: list[LoopRun]) -> str:
-    out = ["| substitution | call | verify | in model | a-priori estimate [low, high] | measured (95% CI) | "
-           "error (target) |",
-           "|---|---:|---:|---:|---:|---:|---:|"]
-    for x in runs:
+def loop_table(runs: list[LoopRun], fit_rows: list[AprioriRow]) -> str:
+    """The whole loops as each call computed them; the 90% interval from the committed rows less the substitution,
+    with the noise of the measurement that call printed (its t interval: no raw rounds in loop.json)."""
+    from headroom.projection.calibration import leave_one_out
+
+    checks = leave_one_out(loop_cal_rows(runs), fit_rows=[_cal_row(r) for r in fit_rows])
+    out = ["| substitution | call | verify | in model | a-priori estimate [90% interval, substitution left out] | "
+           "measured (95% CI) | inside | error (target) |",
+           "|---|---:|---:|---:|---:|---:|---|---:|"]
+    for x, c in zip(runs, checks):
         ok = "yes" if abs(x.error) <= x.target else "**no**"
         out.append(f"| {x.name} | {x.call} | {x.verify_speedup:.3f}x | {x.part_speedup:.3f}x | "
-                   f"{x.estimate:.4f}x [{x.low:.4f}, {x.high:.4f}] | "
-                   f"{x.measured:.4f}x ({x.measured_ci[0]:.4f}–{x.measured_ci[1]:.4f}) | "
+                   f"{x.estimate:.4f}x [{c.low:.4f}, {c.high:.4f}] | "
+                   f"{x.measured:.4f}x ({x.measured_ci[0]:.4f}–{x.measured_ci[1]:.4f}) | {_inside(c.low, c.high, x.measured)} | "
                    f"{100 * x.error:+.1f}% (±{100 * x.target:.0f}%: {ok}) |")
     return "\n".join(out)
-
-
-def update_table(text: str, table: str) -> str:
-    """`text` with the table that has `table`'s header (from the header row to the last row after it)
-    replaced by `table`."""
-    lines = text.split("\n")
-    head = table.split("\n", 1)[0]
-    starts = [i for i, ln in enumerate(lines) if ln == head]
-    if len(starts) != 1:
-        raise ValueError(f"expected one table header {head[:40]!r}..., found {len(starts)}")
-    end = starts[0]
-    while end < len(lines) and lines[end].startswith("|"):
-        end += 1
-    return "\n".join(lines[:starts[0]] + table.split("\n") + lines[end:])
-
-
-def main(argv: list[str]) -> int:
-    usage = "usage: python -m headroom.report.apriori DIR [--json | --agreement | --reruns | --update DOC.md]"
-    if not argv or not Path(argv[0]).is_dir():
-        print(usage, file=sys.stderr)
-        return 2
-    root = Path(argv[0])
-    rows = apriori_rows(root)
-    agree = agreement_table(agreement_rows(rows, probes(root / "loop.json")))
-    reruns, loops = rerun_table(rerun_rows(root)), loop_table(loop_runs(root / "loop.json"))
-    if "--update" in argv[1:]:
-        i = argv.index("--update")
-        doc = Path(argv[i + 1]) if i + 1 < len(argv) else None
-        if doc is None or not doc.is_file():
-            print(usage, file=sys.stderr)
-            return 2
-        text = doc.read_text()
-        try:
-            for table in (apriori_table(rows), agree, reruns, loops):
-                text = update_table(text, table)
-        except ValueError as e:
-            print(f"{doc}: {e}", file=sys.stderr)
-            return 2
-        doc.write_text(text)
-        return 0
-    if "--json" in argv[1:]:
-        print(json.dumps([asdict(r) for r in rows], indent=1))
-    elif "--agreement" in argv[1:]:
-        print(agree)
-    elif "--reruns" in argv[1:]:
-        print(reruns + "\n\n" + loops)
-    else:
-        print(apriori_table(rows))
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
 
 
 # --- the calibrated interval (headroom.projection.calibration) -----------------------------------------
@@ -334,7 +298,7 @@ def calibration_report(root: Path) -> tuple[str, "Calibration"]:
     from headroom.projection.calibration import coverage, fit, leave_one_out
 
     rows = [_cal_row(r) for r in apriori_rows(root)]
-    cal = fit(rows, source=f"{root.name}: {len(rows)} rows, RMS log error")
+    cal = fit(rows, source=f"docs/gpu/{root.name}: {len(rows)} rows (H200, 2026-12-03/04)")
     loo = leave_one_out(rows)
     reruns = [_cal_row(x.row) for x in rerun_rows(root) if x.run != "table"]
     rer = leave_one_out(reruns, fit_rows=rows)
@@ -345,3 +309,57 @@ def calibration_report(root: Path) -> tuple[str, "Calibration"]:
              f"whole loops (substitution left out): {coverage(loops)[0]} of {coverage(loops)[1]} inside",
              "", interval_table(loo, "row left out"), "", interval_table(rer + loops, "substitution left out")]
     return "\n".join(lines), cal
+
+
+def update_table(text: str, table: str) -> str:
+    """`text` with the table that has `table`'s header (from the header row to the last row after it)
+    replaced by `table`."""
+    lines = text.split("\n")
+    head = table.split("\n", 1)[0]
+    starts = [i for i, ln in enumerate(lines) if ln == head]
+    if len(starts) != 1:
+        raise ValueError(f"expected one table header {head[:40]!r}..., found {len(starts)}")
+    end = starts[0]
+    while end < len(lines) and lines[end].startswith("|"):
+        end += 1
+    return "\n".join(lines[:starts[0]] + table.split("\n") + lines[end:])
+
+
+def main(argv: list[str]) -> int:
+    usage = "usage: python -m headroom.report.apriori DIR [--json | --agreement | --reruns | --update DOC.md]"
+    if not argv or not Path(argv[0]).is_dir():
+        print(usage, file=sys.stderr)
+        return 2
+    root = Path(argv[0])
+    rows = apriori_rows(root)
+    agree = agreement_table(agreement_rows(rows, probes(root / "loop.json")))
+    reruns, loops = rerun_table(rerun_rows(root), rows), loop_table(loop_runs(root / "loop.json"), rows)
+    if "--update" in argv[1:]:
+        i = argv.index("--update")
+        doc = Path(argv[i + 1]) if i + 1 < len(argv) else None
+        if doc is None or not doc.is_file():
+            print(usage, file=sys.stderr)
+            return 2
+        text = doc.read_text()
+        try:
+            for table in (apriori_table(rows), agree, reruns, loops):
+                text = update_table(text, table)
+        except ValueError as e:
+            print(f"{doc}: {e}", file=sys.stderr)
+            return 2
+        doc.write_text(text)
+        return 0
+    if "--json" in argv[1:]:
+        print(json.dumps([asdict(r) for r in rows], indent=1))
+    elif "--agreement" in argv[1:]:
+        print(agree)
+    elif "--reruns" in argv[1:]:
+        print(reruns + "\n\n" + loops)
+    else:
+        print(apriori_table(rows))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
+

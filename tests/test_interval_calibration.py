@@ -103,3 +103,31 @@ def test_validates_estimate_is_the_a_priori_one_with_the_shipped_interval():
     assert got["estimate"] == pytest.approx(row.estimate, rel=1e-12) and got["source"] == "verify.json"
     assert (got["low"], got["high"]) == pytest.approx(shipped_calibration().interval(row.estimate, noise), rel=1e-12)
     assert got["level"] == 0.9 and got["low"] <= row.measured <= got["high"]
+
+
+def test_in_launch_bound_decode_the_a_priori_estimate_moves_with_verifys_call_ratio_alone(tmp_path):
+    """Where the H100's 0.760x for the fp64 RMSNorm at decode bs1 can come from: on the committed llama-7b decode
+    base trace the estimate ignores the kernel speedup (the GPU idles 86% of the step) and the launches, and
+    falls about 2.1 points per +0.1 of the candidate's call_us over the reference's near 1; 0.760x needs about 2.45."""
+    import json
+
+    from headroom.trace.analysis import analyze
+    from headroom.validate.apriori import apriori_projection
+
+    d = RUNS / "llama7b-decode-bs1-rmsnorm"
+    base = analyze(d / "base.json.gz")
+    v0 = json.loads((d / "verify.json").read_text())
+    ref = v0["per_call"]["reference"]["call_us"]
+
+    def estimate(speedup: float, ratio: float, launches: int = 8) -> float:
+        v = json.loads(json.dumps(v0))
+        v["speedup"] = speedup
+        v["per_call"]["candidate"].update(launches=launches, call_us=ratio * ref, syncs=0.0)
+        (tmp_path / "verify.json").write_text(json.dumps(v))
+        return apriori_projection(base, tmp_path / "verify.json", next(d.glob("*.toml")))[1].estimate.speedup
+
+    assert [estimate(s, 1.0) for s in (0.3, 0.65, 0.9)] == pytest.approx([1.0, 1.0, 1.0], abs=1e-4)
+    assert estimate(0.65, 1.0, launches=9) == pytest.approx(1.0, abs=1e-4)
+    assert estimate(0.65, 1.2) == pytest.approx(0.958, abs=0.002)
+    assert estimate(0.65, 1.5) == pytest.approx(0.902, abs=0.002)
+    assert estimate(0.65, 2.45) == pytest.approx(0.760, abs=0.005)

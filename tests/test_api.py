@@ -180,7 +180,9 @@ def _api_targets():
                     (Options, workload)],
         "validate": [(validate, {**run, "rounds": "rounds", "steps_per_round": "steps_per_round",
                                  "profile_steps": "profile_steps", "tolerance": "gate", "timeout": "timeout",
-                                 "threads": "threads"}),
+                                 "threads": "threads", "max_rounds": "max_rounds", "target_width": "target_width",
+                                 "timing_budget": "timing_budget", "timer": "timer", "speedups": "speedups",
+                                 "problems": "problems"}),
                      (Options, workload)],
         "verify": [(VerifyOptions, verify), *suite],
         # (--scale unset: each suite problem's own scale, not VerifyOptions' default)

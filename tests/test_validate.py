@@ -294,3 +294,36 @@ def test_the_committed_results_read_back_typed_and_write_back_byte_for_byte():
     typed = [ValidateResult.from_dict(d) for d in docs]
     assert len(typed) == 5 and all(isinstance(t.measured.rounds, int) for t in typed)
     assert dumps(typed, indent=1) == dumps(docs, indent=1)
+
+
+def test_the_estimate_is_the_a_priori_projection_with_the_calibrated_interval(tmp_path):
+    """The one projection path: given verify's result (here a speedups file: the same entries), validate's
+    estimate is `headroom project BASE --speedups FILE` on its base trace, its interval the shipped
+    calibration's at 90% with this measurement's noise; the variant-based projections stay as diagnostics."""
+    from conftest import TraceBuilder
+
+    from headroom.projection.calibration import shipped_calibration
+    from headroom.projection.project import project
+    from headroom.projection.speedups import load_speedup_file
+    from headroom.validate.apriori import find_inputs
+
+    base = analyze(_trace(TraceBuilder, tmp_path / "base.json", [50.0, 50.0]))
+    var = analyze(_trace(TraceBuilder, tmp_path / "variant.json", [40.0]))
+    (tmp_path / "speedups.toml").write_text('[[speedup]]\nselect = "module:norm"\nspeedup = 2.0\n')
+    inputs = find_inputs(tmp_path)
+    assert inputs == (tmp_path / "speedups.toml", None)
+    run = _run(0.920, 0.860)
+    r = compute(run, base, var, inputs, tmp_path)
+    want = project(base, load_speedup_file(tmp_path / "speedups.toml").entries).estimate
+    assert r.projected.estimate == pytest.approx(want.speedup, rel=1e-12) and r.projected.source == "speedups.toml"
+    # 2x on the part, not the variant's 2.5x: the a-priori estimate differs from the variant-based one
+    assert r.projected.estimate < r.projected.variant_estimate
+    lo, hi = shipped_calibration().interval(want.speedup, r.measured.noise)
+    assert (r.projected.low, r.projected.high, r.projected.level) == (pytest.approx(lo), pytest.approx(hi), 0.9)
+    assert r.projected.low < r.projected.estimate < r.projected.high
+    assert r.error.estimate == pytest.approx(r.projected.estimate / r.measured.speedup - 1)
+    # without the inputs: no estimate, and a warning that says what to give
+    bare = compute(run, base, var)
+    assert bare.projected.estimate is None and bare.projected.low is None and bare.error.estimate is None
+    assert any("--speedups verify.json" in w for w in bare.detail.projection_warnings)
+    assert bare.projected.variant_estimate == pytest.approx(r.projected.variant_estimate)

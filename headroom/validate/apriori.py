@@ -29,11 +29,13 @@ def apriori_projection(base: Any, verify: str | Path, problems: str | Path | Non
 
 
 def find_inputs(directory: Path) -> tuple[Path | None, Path | None]:
-    """verify.json and the problem's entry saved with a run: in the directory, else under ``loop/`` (the
-    layout scripts/gpu_validate.py writes: ``loop/verify.json``, ``loop/problem/*.toml``)."""
+    """verify.json (or a speedups.toml/.csv given instead) and the problem's entry saved with a run: in the
+    directory, else under ``loop/`` (the layout scripts/gpu_validate.py writes: ``loop/verify.json``,
+    ``loop/problem/*.toml``)."""
     for where in (directory, directory / "loop"):
-        v = where / VERIFY_FILE
-        if v.is_file():
-            entries = sorted(where.glob("*.toml")) or sorted((where / "problem").glob("*.toml"))
+        found = [p for p in (where / VERIFY_FILE, where / "speedups.toml", where / "speedups.csv") if p.is_file()]
+        if found:
+            v = found[0]
+            entries = [p for p in sorted(where.glob("*.toml")) if p != v] or sorted((where / "problem").glob("*.toml"))
             return v, entries[0] if len(entries) == 1 else None
     return None, None

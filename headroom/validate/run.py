@@ -90,7 +90,8 @@ def _keep_inputs(req: Request, out: Path) -> tuple[Path | None, Path | None] | N
 
     if not req.speedups:
         return None
-    verify = out / VERIFY_FILE
+    suffix = Path(req.speedups).suffix.lower()
+    verify = out / (VERIFY_FILE if suffix == ".json" else f"speedups{suffix}")   # the format goes by its suffix
     shutil.copyfile(req.speedups, verify)
     entry = None
     if req.problems:

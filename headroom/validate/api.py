@@ -94,6 +94,21 @@ def _check_timing(rounds: int, max_rounds: int | None, target_width: float | Non
         raise UserError(f"--timer {timer}: unknown; known: {', '.join(sorted(TIMERS))}")
 
 
+def _check_apriori(speedups: str | os.PathLike | None, problems: str | os.PathLike | None) -> None:
+    for flag, f in (("--speedups", speedups), ("--problems", problems)):
+        if f is not None and not Path(f).is_file():
+            raise UserError(f"{flag} {f}: no such file")
+    if problems is not None and speedups is None:
+        raise UserError("--problems needs --speedups (verify's result of the candidate on that problem)")
+    if speedups is not None:
+        from headroom.projection.problems import load_problems
+        from headroom.projection.speedups import load_speedup_file
+
+        load_speedup_file(speedups)   # a bad file fails now, not after the run
+        if problems is not None:
+            load_problems(problems)
+
+
 def validate(workload: str, replace: Sequence[tuple[str, str]] | Sequence[str], options: Options | None = None, *,
              device: str | None = "auto", out: str | os.PathLike = "out/validate", rounds: int = MIN_ROUNDS,
              steps_per_round: int | None = None, profile_steps: int | None = None, gate: float | None = None,
@@ -114,15 +129,7 @@ def validate(workload: str, replace: Sequence[tuple[str, str]] | Sequence[str], 
     if rounds < MIN_ROUNDS:
         raise UserError(f"--rounds must be at least {MIN_ROUNDS} (interleaved rounds give the interval)")
     _check_timing(rounds, max_rounds, target_width, timing_budget, timer)
-    for flag, f in (("--speedups", speedups), ("--problems", problems)):
-        if f is not None and not Path(f).is_file():
-            raise UserError(f"{flag} {f}: no such file")
-    if problems is not None and speedups is None:
-        raise UserError("--problems needs --speedups (verify's result of the candidate on that problem)")
-    if speedups is not None:
-        from headroom.projection.speedups import load_speedup_file
-
-        load_speedup_file(speedups)   # a bad file fails now, not after the run
+    _check_apriori(speedups, problems)
     if steps_per_round is not None and steps_per_round < 1:
         raise UserError("--steps-per-round must be at least 1")
     if profile_steps is not None and profile_steps < 1:

@@ -82,6 +82,19 @@ class Say:
         self.write(f"headroom validate:   {text}")
 
 
+def _timing(req: Request, step: Any, use: Callable[[str], None], dev: Any, say: Say) -> tuple[dict, dict]:
+    """The interleaved rounds (headroom.measure's adaptive policy) and their summary."""
+    pol = policy(req.rounds, req.max_rounds, req.target_width, req.budget_s)
+    say.stage("timing", f"interleaved rounds (base/variant alternating): {pol.min_rounds} to {pol.max_rounds}, "
+                        f"until the interval is {pol.target_width:g} tight or {pol.budget_s:g} s are spent")
+    timing = interleave(step, use, dev, k=req.steps_per_round, progress=say.note, round_policy=pol, timer=req.timer)
+    m = summarise(timing)
+    ci = "-".join(f"{x:.4f}" for x in m["ci"]) if None not in m["ci"] else "none"
+    say.note(f"measured {m['speedup']:.4f}x ({100 * (m['coverage'] or 0):.1f}% interval {ci}; {m['rounds']} rounds, "
+             f"stopped: {m['stop']}), base {m['base_ms']:.3f} ms, variant {m['variant_ms']:.3f} ms")
+    return timing, m
+
+
 def _keep_inputs(req: Request, out: Path) -> tuple[Path | None, Path | None] | None:
     """verify's result and the problem's entry copied into the run's directory (``--from`` finds them there)."""
     import shutil
@@ -162,15 +175,7 @@ def run(req: Request, say: Say) -> ValidateResult:
                             f"{w.rel_l2:.3g} > {w.gate:g} ({cfg.dtype} gate); nothing written")
         say.note(f"passed: {len(res.compared)} tensors, worst {w.name} {w.rel_l2:.2e} (gate {w.gate:g})")
 
-        pol = policy(req.rounds, req.max_rounds, req.target_width, req.budget_s)
-        say.stage("timing", f"interleaved rounds (base/variant alternating): {pol.min_rounds} to {pol.max_rounds}, "
-                            f"until the interval is {pol.target_width:g} tight or {pol.budget_s:g} s are spent")
-        timing = interleave(step, sub.use, dev, k=req.steps_per_round, progress=say.note, round_policy=pol,
-                            timer=req.timer)
-        m = summarise(timing)
-        ci = "-".join(f"{x:.4f}" for x in m["ci"]) if None not in m["ci"] else "none"
-        say.note(f"measured {m['speedup']:.4f}x ({100 * (m['coverage'] or 0):.1f}% interval {ci}; {m['rounds']} rounds, "
-                 f"stopped: {m['stop']}), base {m['base_ms']:.3f} ms, variant {m['variant_ms']:.3f} ms")
+        timing, m = _timing(req, step, sub.use, dev, say)
 
         n_prof = req.profile_steps or 3
         env = environment(dev)
@@ -202,10 +207,15 @@ def run(req: Request, say: Say) -> ValidateResult:
               "profiled_steps": n_prof, "traces": {"base": BASE_TRACE, "variant": VARIANT_TRACE},
               "peak_memory_gb": round(peak, 2) if peak is not None else None,
               "command": req.command, "date": date}
-    (out / RUN_FILE).write_text(dumps(record, indent=1) + "\n")
-    say.stage("project", "the a-priori estimate (verify's result on the base trace); diagnostics from the variant")
+    return _write(req, record, out, say)
+
+
+def _write(req: Request, record: dict, out: Path, say: Say) -> ValidateResult:
+    """run.json, then the result from it and the two traces (with the a-priori inputs kept beside them)."""
     from headroom.trace.analysis import analyze
 
+    (out / RUN_FILE).write_text(dumps(record, indent=1) + "\n")
+    say.stage("project", "the a-priori estimate (verify's result on the base trace); diagnostics from the variant")
     inputs = _keep_inputs(req, out)
     result = saved_form(compute(record, analyze(out / BASE_TRACE), analyze(out / VARIANT_TRACE), inputs, out))
     (out / RESULT_FILE).write_text(dumps(result, indent=1) + "\n")

@@ -163,10 +163,13 @@ def _cli(*args: str, timeout: float = 240) -> subprocess.CompletedProcess:
 @pytest.fixture(scope="module")
 def identity_run(tmp_path_factory):
     """llama-7b tiny, every LlamaRMSNorm replaced by an identical module (a subclass)."""
-    out = tmp_path_factory.mktemp("validate") / "identity"
+    work = tmp_path_factory.mktemp("validate")
+    out = work / "identity"
+    # the a-priori input: an identical module is a 1x speedup of every LlamaRMSNorm call
+    (work / "speedups.toml").write_text('[[speedup]]\nselect = "module:LlamaRMSNorm"\nspeedup = 1.0\n')
     p = _cli("validate", "llama-7b", *TINY, "--replace", f"LlamaRMSNorm={CANDIDATES / 'identity_rmsnorm.py'}",
              "--out", str(out), "--rounds", "7", "--max-rounds", "14", "--target-width", "1.05",
-             "--timing-budget", "30", "--json")
+             "--timing-budget", "30", "--speedups", str(work / "speedups.toml"), "--json")
     assert p.returncode == 0, p.stderr[-2000:]
     doc = json.loads(p.stdout)
     assert doc.pop("schema") == "headroom.validate/1"     # docs/cli.md; the rest is docs/validate.md's object
@@ -198,7 +201,12 @@ def test_identity_candidate_measures_and_projects_no_change(identity_run):
     if abs(part - 1.0) < 0.25:
         assert abs(r["projected"]["amdahl"] - 1.0) < 0.03
     assert r["projected"]["replay"] is None          # a CPU-only trace: Amdahl only
-    assert sorted(p.name for p in out.iterdir()) == ["base.json.gz", "result.json", "run.json", "variant.json.gz"]
+    assert sorted(p.name for p in out.iterdir()) == ["base.json.gz", "result.json", "run.json", "speedups.toml",
+                                                     "variant.json.gz"]
+    # the a-priori estimate of a 1x speedup is 1x, inside its calibrated interval, from the file kept in the run
+    pr = r["projected"]
+    assert pr["source"] == "speedups.toml" and pr["level"] == 0.9
+    assert pr["estimate"] == pytest.approx(1.0, abs=1e-6) and pr["low"] < 1.0 < pr["high"]
     run = json.loads((out / "run.json").read_text())
     assert len(run["timing"]["rounds"]) == m["rounds"] and run["timing"]["method"] == "wall-clock"
     assert run["timing"]["policy"] == {"min_rounds": 7, "max_rounds": 14, "target_width": 1.05, "budget_s": 30.0}

@@ -77,10 +77,14 @@ def test_block_length():
 # --- the result from traces with a known answer --------------------------------------------------
 
 
-def _trace(builder_cls, path: Path, norm_kernels: list[float], step_ms: float | None = None) -> Path:
+def _trace(builder_cls, path: Path, norm_kernels: list[float], step_ms: float | None = None,
+           sync: bool = False) -> Path:
     """One step: a GEMM, the norm module (its kernels), a GEMM, back to back on the GPU; the CPU
-    launches everything by 300 us and the GPU finishes later (GPU-bound)."""
+    launches everything by 300 us and the GPU finishes later (GPU-bound). `sync`: the norm call ends in a
+    host synchronisation (a cudaStreamSynchronize inside its range)."""
     b = builder_cls()
+    if sync:
+        b.runtime("cudaStreamSynchronize", 190.0, corr=9999, dur=5.0)
     b.step(1, 0.0, 300.0)
     b.cpu("headroom/module model (Toy)", 1.0, 290.0)
     e = b.cpu("aten::mm", 10.0, 5.0)
@@ -335,3 +339,18 @@ def test_the_estimate_is_the_a_priori_projection_with_the_calibrated_interval(tm
     assert bare.projected.estimate is None and bare.projected.low is None and bare.error.estimate is None
     assert any("--speedups verify.json" in w for w in bare.detail.projection_warnings)
     assert bare.projected.variant_estimate == pytest.approx(r.projected.variant_estimate)
+
+
+def test_the_variants_host_syncs_reach_its_projection(tmp_path):
+    """The host-sync model in the variant-based path too: a synchronisation inside each replaced call of the
+    variant trace is counted per call and projected (the queue drains at each), so the diagnostic drops."""
+    from conftest import TraceBuilder
+
+    base = analyze(_trace(TraceBuilder, tmp_path / "base.json", [50.0, 50.0]))
+    plain_v = analyze(_trace(TraceBuilder, tmp_path / "variant.json", [40.0]))
+    synced_v = analyze(_trace(TraceBuilder, tmp_path / "synced.json", [40.0], sync=True))
+    plain_r, synced_r = compute(_run(0.920, 0.860), base, plain_v), compute(_run(0.920, 0.860), base, synced_v)
+    assert plain_r.detail.part_syncs == 0.0 and synced_r.detail.part_syncs == 1.0
+    assert synced_r.projected.variant_estimate < plain_r.projected.variant_estimate
+    # Amdahl knows nothing of the CPU: unchanged
+    assert synced_r.projected.amdahl == pytest.approx(plain_r.projected.amdahl, rel=1e-12)

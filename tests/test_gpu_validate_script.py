@@ -79,3 +79,27 @@ def test_the_new_rows_of_issue_48_are_eight_and_each_runs_a_known_candidate_on_a
     for name, _, opts, module, cand, est in script.NEW_ROWS:
         assert (script.CAND / cand).is_file() and est > 0
         assert module in (script.CAND / cand).read_text()    # the candidate names the class it replaces
+
+
+def test_a_whole_loop_run_becomes_an_apriori_row_and_a_failed_verify_does_not(tmp_path):
+    imp = import_file(REPO / "scripts" / "apriori_import.py", "apriori_import")
+    src = REPO / "docs" / "gpu" / "apriori" / "bert-layernorm"
+    run = tmp_path / "runs" / "bert-new"
+    (run / "loop" / "problem").mkdir(parents=True)
+    for name in ("base.json.gz", "run.json", "result.json"):
+        (run / name).write_bytes((src / name).read_bytes())
+    (run / "loop" / "verify.json").write_bytes((src / "verify.json").read_bytes())
+    (run / "loop" / "problem" / "bert-base__LayerNorm.toml").write_bytes((src / "bert-base__LayerNorm.toml").read_bytes())
+    root = tmp_path / "apriori"
+    assert imp.import_run(run, root) == f"{root / 'bert-new'}: added"
+    assert sorted(p.name for p in (root / "bert-new").iterdir()) == sorted(
+        ["base.json.gz", "run.json", "result.json", "verify.json", "bert-base__LayerNorm.toml"])
+    assert imp.import_run(run, root).endswith(": exists")
+    from headroom.report.apriori import apriori_rows
+
+    (row,) = apriori_rows(root)
+    assert row.name == "bert-new" and row.estimate > 1
+    bad = json.loads((src / "verify.json").read_text())
+    bad["verdict"] = "inconclusive"
+    (run / "loop" / "verify.json").write_text(json.dumps(bad))
+    assert imp.import_run(run, tmp_path / "other").endswith("verify did not pass: no a-priori estimate")

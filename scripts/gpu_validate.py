@@ -307,7 +307,8 @@ def one(name, workload, opts, module, cand_name, work: Path, device: str, log: L
                                           else None, "entries": pj.get("entries"),
                                           "selected_us": pj.get("selected_us"), "warnings": pj.get("warnings")}
             # the one projection path: validate's estimate is `headroom project`'s on the same trace and inputs
-            rec["validate_equals_project"] = (result.get("projected") or {}).get("estimate") == est.get("speedup")
+            ve, pe = (result.get("projected") or {}).get("estimate"), est.get("speedup")
+            rec["validate_equals_project"] = bool(ve and pe and abs(ve / pe - 1) < 1e-6)
     # 5. the GPU path ran (Triton kernels in the variant trace's part)
     want = gpu_kernels(REPO / cand)
     seen = [k[0] for k in (result.get("detail", {}).get("part_kernels", {}).get("variant") or [])]

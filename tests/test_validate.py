@@ -176,7 +176,7 @@ def identity_run(tmp_path_factory):
              "--timing-budget", "30", "--speedups", str(work / "speedups.toml"), "--json")
     assert p.returncode == 0, p.stderr[-2000:]
     doc = json.loads(p.stdout)
-    assert doc.pop("schema") == "headroom.validate/1"     # docs/cli.md; the rest is docs/validate.md's object
+    assert doc.pop("schema") == "headroom.validate/2"     # docs/cli.md; the rest is docs/validate.md's object
     return out, doc
 
 
@@ -221,7 +221,7 @@ def test_offline_recompute_reproduces_the_saved_result_exactly(identity_run):
     out, r = identity_run
     assert plain(recompute(out)) == json.loads((out / "result.json").read_text()) == r
     p = _cli("validate", "--from", str(out), "--json")
-    assert p.returncode == 0 and json.loads(p.stdout) == {"schema": "headroom.validate/1", **r}
+    assert p.returncode == 0 and json.loads(p.stdout) == {"schema": "headroom.validate/2", **r}
 
 
 def test_a_wrong_candidate_is_refused_and_nothing_is_written(tmp_path):

@@ -157,7 +157,7 @@ def validate_cmd(
     for w in result.detail.projection_warnings:
         warn(f"{run_dir}: projection: {w}")
     if as_json:
-        emit_json("validate", plain(result))
+        emit_json("validate", plain(result), version=2)   # 2: the estimate is the a-priori one, with its level
         return
     print(render_text(result))
     print(f"  run        {run_dir}")

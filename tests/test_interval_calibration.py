@@ -139,3 +139,18 @@ def test_in_launch_bound_decode_the_a_priori_estimate_moves_with_verifys_call_ra
     assert estimate(0.65, 1.2) == pytest.approx(0.958, abs=0.002)
     assert estimate(0.65, 1.5) == pytest.approx(0.902, abs=0.002)
     assert estimate(0.65, 2.45) == pytest.approx(0.760, abs=0.005)
+
+
+def test_headroom_projects_estimate_carries_the_calibrated_interval():
+    from headroom.jsonio import plain
+    from headroom.projection.project import project
+    from headroom.trace.analysis import analyze
+
+    from headroom.projection.speedups import parse_cli_speedup
+
+    r = project(analyze(REPO / "traces" / "dlrm.train.json.gz"), [parse_cli_speedup("category:embedding=1.552")])
+    e = r.estimate
+    lo, hi = shipped_calibration().interval(e.speedup)
+    assert e.interval["level"] == 0.9 and (e.interval["low"], e.interval["high"]) == pytest.approx((lo, hi))
+    assert e.interval["low"] < e.speedup < e.interval["high"]
+    assert plain(r)["estimate"]["interval"]["level"] == 0.9

@@ -182,7 +182,7 @@ def _api_targets():
                                  "profile_steps": "profile_steps", "tolerance": "gate", "timeout": "timeout",
                                  "threads": "threads", "max_rounds": "max_rounds", "target_width": "target_width",
                                  "timing_budget": "timing_budget", "timer": "timer", "speedups": "speedups",
-                                 "problems": "problems"}),
+                                 "problems": "problems", "graphs": "graphs"}),
                      (Options, workload)],
         "verify": [(VerifyOptions, verify), *suite],
         # (--scale unset: each suite problem's own scale, not VerifyOptions' default)

@@ -281,6 +281,8 @@ def test_a_hanging_candidate_is_killed_at_the_time_limit(tmp_path):
     (["validate", "llama-7b", "--replace", f"LlamaRMSNorm={RMSNORM}", "--timer", "sundial"], "--timer sundial: unknown"),
     (["validate", "llama-7b", "--replace", f"LlamaRMSNorm={RMSNORM}", "--problems", str(RMSNORM)],
      "--problems needs --speedups"),
+    (["validate", "llama-7b", "--replace", f"LlamaRMSNorm={RMSNORM}", "--device", "cpu", "--graphs"],
+     "--graphs needs a CUDA device"),
     (["validate", "llama-8b", "--replace", f"LlamaRMSNorm={RMSNORM}"], "unknown workload 'llama-8b'"),
     (["validate", "--from", "/nonexistent"], "not a directory"),
 ])
@@ -354,3 +356,14 @@ def test_the_variants_host_syncs_reach_its_projection(tmp_path):
     assert synced_r.projected.variant_estimate < plain_r.projected.variant_estimate
     # Amdahl knows nothing of the CPU: unchanged
     assert synced_r.projected.amdahl == pytest.approx(plain_r.projected.amdahl, rel=1e-12)
+
+
+def test_graphs_are_refused_on_a_cpu_before_any_capture():
+    import torch
+
+    from headroom.validate.graphs import graph_sides
+
+    used = []
+    with pytest.raises(UserError, match="--graphs needs a CUDA device"):
+        graph_sides(lambda: None, used.append, torch.device("cpu"))
+    assert used == []     # nothing was switched or run

@@ -113,6 +113,8 @@ def validate_cmd(
         "verify's result of the candidate on the extracted problem: the a-priori estimate validate reports.")),
     problems: Optional[Path] = typer.Option(None, "--problems", metavar="ENTRY.toml", help=(
         "The extracted problem's entry (headroom extract writes it), for --speedups.")),
+    graphs: bool = typer.Option(False, "--graphs", help=(
+        "Time CUDA-graph replays of each side (captured after warm-up); the check and profiles stay eager.")),
     steps_per_round: Optional[int] = typer.Option(None, "--steps-per-round", help=(
         "Steps per block (default: ~0.3 s of steps on a GPU, 0.2 s on a CPU).")),
     profile_steps: Optional[int] = typer.Option(None, "--profile-steps", help="Profiled steps per variant (3)."),
@@ -153,7 +155,7 @@ def validate_cmd(
                           steps_per_round=steps_per_round, profile_steps=profile_steps, gate=tolerance,
                           timeout=timeout, workload_file=workload_file, command=command, threads=threads,
                           max_rounds=max_rounds, target_width=target_width, timing_budget=timing_budget, timer=timer,
-                          speedups=speedups, problems=problems)
+                          speedups=speedups, problems=problems, graphs=graphs)
     for w in result.detail.projection_warnings:
         warn(f"{run_dir}: projection: {w}")
     if as_json:

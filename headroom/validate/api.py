@@ -116,7 +116,7 @@ def validate(workload: str, replace: Sequence[tuple[str, str]] | Sequence[str], 
              command: str = "", threads: int | None = None, max_rounds: int | None = None,
              target_width: float | None = None, timing_budget: float | None = None, timer: str | None = None,
              speedups: str | os.PathLike | None = None, problems: str | os.PathLike | None = None,
-             log: Callable[[str], None] | None = None) -> ValidateResult:
+             graphs: bool = False, log: Callable[[str], None] | None = None) -> ValidateResult:
     """Run a validation; return the result object (docs/validate.md). `out` is the run's directory."""
     reps: list[tuple[str, str]]
     if replace and isinstance(replace[0], str):
@@ -130,6 +130,8 @@ def validate(workload: str, replace: Sequence[tuple[str, str]] | Sequence[str], 
         raise UserError(f"--rounds must be at least {MIN_ROUNDS} (interleaved rounds give the interval)")
     _check_timing(rounds, max_rounds, target_width, timing_budget, timer)
     _check_apriori(speedups, problems)
+    if graphs and device == "cpu":
+        raise UserError("--graphs needs a CUDA device (it captures each side as a CUDA graph)")
     if steps_per_round is not None and steps_per_round < 1:
         raise UserError("--steps-per-round must be at least 1")
     if profile_steps is not None and profile_steps < 1:
@@ -165,7 +167,7 @@ def validate(workload: str, replace: Sequence[tuple[str, str]] | Sequence[str], 
                   gate=gate, workload_file=str(workload_file) if workload_file else None, command=command,
                   threads=threads, max_rounds=max_rounds, target_width=target_width, budget_s=timing_budget,
                   timer=timer, speedups=str(speedups) if speedups else None,
-                  problems=str(problems) if problems else None)
+                  problems=str(problems) if problems else None, graphs=graphs)
     req_path = tmp / "request.json"
     req_path.write_text(req.to_json())
     sink = log or (lambda s: print(s, file=sys.stderr, flush=True))

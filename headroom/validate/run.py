@@ -55,6 +55,7 @@ class Request:
     timer: str | None = None                  # headroom.measure.timers (None: the device's default)
     speedups: str | None = None               # verify's result of the candidate (the a-priori estimate)
     problems: str | None = None               # the extracted problem's entry (.toml)
+    graphs: bool = False                      # time CUDA-graph replays of each side (headroom.validate.graphs)
 
     def to_json(self) -> str:
         return json.dumps(self.__dict__)
@@ -85,9 +86,15 @@ class Say:
 def _timing(req: Request, step: Any, use: Callable[[str], None], dev: Any, say: Say) -> tuple[dict, dict]:
     """The interleaved rounds (headroom.measure's adaptive policy) and their summary."""
     pol = policy(req.rounds, req.max_rounds, req.target_width, req.budget_s)
+    if req.graphs:
+        from headroom.validate.graphs import graph_sides
+
+        say.stage("graphs", "base and variant each captured as a CUDA graph; the rounds time their replays")
+        step, use = graph_sides(step, use, dev)
     say.stage("timing", f"interleaved rounds (base/variant alternating): {pol.min_rounds} to {pol.max_rounds}, "
                         f"until the interval is {pol.target_width:g} tight or {pol.budget_s:g} s are spent")
     timing = interleave(step, use, dev, k=req.steps_per_round, progress=say.note, round_policy=pol, timer=req.timer)
+    timing["graphs"] = bool(req.graphs)
     m = summarise(timing)
     ci = "-".join(f"{x:.4f}" for x in m["ci"]) if None not in m["ci"] else "none"
     say.note(f"measured {m['speedup']:.4f}x ({100 * (m['coverage'] or 0):.1f}% interval {ci}; {m['rounds']} rounds, "

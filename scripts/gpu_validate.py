@@ -95,8 +95,8 @@ NEW_ROWS = [
 SUBSTITUTIONS += NEW_ROWS
 TRAINING = {"dlrm", "dlrm-dcn", "resnet-50"}
 MAX_ARCHIVES = 5   # + validation.json, loop.json and the log: 8 files
-SLOW = ("fp64",)
-TIMING_BUDGET_S = 60   # validate's adaptive rounds (headroom.measure): at most this long per substitution    # a candidate expected to be slower (verify conclusive below 1, a projected slowdown)
+SLOW = ("fp64",)    # a candidate expected to be slower (verify conclusive below 1, a projected slowdown)
+TIMING_BUDGET_S = 60   # validate's adaptive rounds (headroom.measure): at most this long per substitution
 
 
 class Log:

@@ -89,7 +89,8 @@ def test_a_whole_loop_run_becomes_an_apriori_row_and_a_failed_verify_does_not(tm
     for name in ("base.json.gz", "run.json", "result.json"):
         (run / name).write_bytes((src / name).read_bytes())
     (run / "loop" / "verify.json").write_bytes((src / "verify.json").read_bytes())
-    (run / "loop" / "problem" / "bert-base__LayerNorm.toml").write_bytes((src / "bert-base__LayerNorm.toml").read_bytes())
+    entry = "bert-base__LayerNorm.toml"
+    (run / "loop" / "problem" / entry).write_bytes((src / entry).read_bytes())
     root = tmp_path / "apriori"
     assert imp.import_run(run, root) == f"{root / 'bert-new'}: added"
     assert sorted(p.name for p in (root / "bert-new").iterdir()) == sorted(

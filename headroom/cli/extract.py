@@ -101,7 +101,8 @@ def validate_cmd(
         "default out/validate/<workload>__<CLASS>.")),
     from_dir: Optional[Path] = typer.Option(None, "--from", metavar="DIR", help=(
         "Recompute the result of a saved run from its traces and timings (nothing runs).")),
-    rounds: int = typer.Option(6, "--rounds", help="Interleaved rounds at least (6); more run until the interval is tight."),
+    rounds: int = typer.Option(6, "--rounds", help=(
+        "Interleaved rounds at least (6); more run until the interval is tight.")),
     max_rounds: Optional[int] = typer.Option(None, "--max-rounds", help="Interleaved rounds at most (40)."),
     target_width: Optional[float] = typer.Option(None, "--target-width", help=(
         "Stop once the measured interval's high/low is this tight (1.02).")),

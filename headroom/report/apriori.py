@@ -23,8 +23,12 @@ import json
 import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from headroom.trace.analysis import analyze
+
+if TYPE_CHECKING:
+    from headroom.projection.calibration import Calibration, Row
 
 GPU_BOUND_TARGET = 0.03     # |estimate / measured - 1| where the GPU is the bottleneck
 LAUNCH_BOUND_TARGET = 0.06  # ... and where the CPU's launches are (decode at batch 1)
@@ -204,7 +208,8 @@ def rerun_table(rows: list[RerunRow], fit_rows: list[AprioriRow]) -> str:
         ok = "yes" if abs(r.error) <= r.target else "**no**"
         out.append(f"| {r.name} | {'launch-bound' if r.launch_bound else 'GPU-bound'} | {x.run} | "
                    f"{r.verify_speedup:.3f}x | {calls} | {r.estimate:.4f}x [{lo:.4f}, {hi:.4f}] | "
-                   f"{r.measured:.4f}x | {_inside(lo, hi, r.measured)} | {100 * r.error:+.1f}% (±{100 * r.target:.0f}%: {ok}) |")
+                   f"{r.measured:.4f}x | {_inside(lo, hi, r.measured)} | "
+                   f"{100 * r.error:+.1f}% (±{100 * r.target:.0f}%: {ok}) |")
     return "\n".join(out)
 
 
@@ -256,7 +261,8 @@ def loop_table(runs: list[LoopRun], fit_rows: list[AprioriRow]) -> str:
         ok = "yes" if abs(x.error) <= x.target else "**no**"
         out.append(f"| {x.name} | {x.call} | {x.verify_speedup:.3f}x | {x.part_speedup:.3f}x | "
                    f"{x.estimate:.4f}x [{c.low:.4f}, {c.high:.4f}] | "
-                   f"{x.measured:.4f}x ({x.measured_ci[0]:.4f}–{x.measured_ci[1]:.4f}) | {_inside(c.low, c.high, x.measured)} | "
+                   f"{x.measured:.4f}x ({x.measured_ci[0]:.4f}–{x.measured_ci[1]:.4f}) | "
+                   f"{_inside(c.low, c.high, x.measured)} | "
                    f"{100 * x.error:+.1f}% (±{100 * x.target:.0f}%: {ok}) |")
     return "\n".join(out)
 

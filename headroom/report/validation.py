@@ -13,7 +13,8 @@ from pathlib import Path
 from typing import Any
 
 HEADER = ("| substitution | regime | measured (interval, coverage) | part: speedup, µs/step, launches/call | "
-          "Amdahl (error) | replay (error) | from the variant [bounds] (error) | a-priori estimate [90% interval] (error) |")
+          "Amdahl (error) | replay (error) | from the variant [bounds] (error) | "
+          "a-priori estimate [90% interval] (error) |")
 RULE = "|---|---|---:|---:|---:|---:|---:|---:|"
 
 

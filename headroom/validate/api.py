@@ -157,7 +157,8 @@ def validate(workload: str, replace: Sequence[tuple[str, str]] | Sequence[str], 
         raise UserError(f"--out {final}: exists and is not a directory")
     # The run's folder is replaced whole: never one that holds a candidate or the workload file, nor a
     # folder that is not an earlier run.
-    check_replaceable_dir(final, [p for _, p in reps] + [workload_file, speedups, problems], own=(RESULT_FILE, "run.json"))
+    check_replaceable_dir(final, [p for _, p in reps] + [workload_file, speedups, problems],
+                          own=(RESULT_FILE, "run.json"))
     check_output_dir(final.parent)   # a read-only place fails now, not after the run
     tmp = final.with_name(f".{final.name}.tmp-{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)

@@ -115,7 +115,8 @@ def summarise(timing: dict[str, Any]) -> dict[str, Any]:
     base = [statistics.fmean(r["base_ms"]) for r in rounds]
     var = [statistics.fmean(r["variant_ms"]) for r in rounds]
     c = compare(base, var)
-    steps = {s: StepStats([t for r in rounds for t in r[f"{s}_ms"]], timing.get("method", "")) for s in ("base", "variant")}
+    steps = {s: StepStats([t for r in rounds for t in r[f"{s}_ms"]], timing.get("method", ""))
+             for s in ("base", "variant")}
     return {"speedup": c.estimate, "ci": [c.low, c.high], "coverage": c.coverage, "noise": log_noise(base, var),
             "method": METHOD, "base_ms": statistics.median(base), "variant_ms": statistics.median(var),
             "step_median_ms": [steps["base"].median_ms, steps["variant"].median_ms], "rounds": c.rounds,

@@ -71,6 +71,7 @@ def test_the_shipped_calibration_is_what_the_committed_rows_give(report):
     shipped = shipped_calibration()
     assert (shipped.rows, shipped.level) == (cal.rows, cal.level) == (8, 0.9)
     assert shipped.scale == pytest.approx(cal.scale, abs=1e-6)
+    assert shipped.names == cal.names and len(set(cal.names)) == 8    # the rows that shaped it, by name
 
 
 def test_rows_that_did_not_shape_it_fall_inside_at_the_stated_level(report):
@@ -80,6 +81,8 @@ def test_rows_that_did_not_shape_it_fall_inside_at_the_stated_level(report):
     assert "rows left out one at a time: 8 of 8 inside" in text
     assert "verify reruns (substitution left out): 6 of 7 inside" in text
     assert "whole loops (substitution left out): 6 of 6 inside" in text
+    # every committed row shaped the shipped interval: none is new to it (the GPU run's rows will be)
+    assert "rows the shipped interval did not see (8 rows, s = 0.0298): 0 of 0 inside" in text
     # 20 of 21 = 95% >= 90%; the miss: llama-7b decode with its second verify run (+7.6%, call ratio 0.480)
     miss = [ln for ln in text.splitlines() if ln.endswith("| **no** |")]
     assert len(miss) == 1 and miss[0].startswith("| llama7b-decode-bs1-rmsnorm | launch-bound | 1.1272x")

@@ -110,6 +110,7 @@ class Calibration:
     rows: int
     level: float = LEVEL
     source: str = ""
+    names: tuple[str, ...] = ()     # the rows it was fitted on (a row not among them did not shape it)
 
     def half_width(self, noise: float = 0.0) -> float:
         """q on the log scale for a measurement with log-scale noise ``noise``."""
@@ -130,13 +131,15 @@ def fit(rows: Sequence[Row], level: float = LEVEL, source: str = "") -> Calibrat
     """The calibration from rows: s^2 = mean(error^2)."""
     if not rows:
         raise ValueError("no calibration rows")
-    return Calibration(math.sqrt(sum(r.error ** 2 for r in rows) / len(rows)), len(rows), level, source)
+    return Calibration(math.sqrt(sum(r.error ** 2 for r in rows) / len(rows)), len(rows), level, source,
+                       tuple(r.name for r in rows))
 
 
 def shipped_calibration() -> Calibration:
     """The shipped calibration (``headroom/data/interval.toml``)."""
     d = shipped("interval.toml")["interval"]
-    return Calibration(float(d["scale"]), int(d["rows"]), float(d["level"]), str(d.get("source", "")))
+    return Calibration(float(d["scale"]), int(d["rows"]), float(d["level"]), str(d.get("source", "")),
+                       tuple(str(n) for n in d.get("names", ())))
 
 
 @dataclass(frozen=True)
@@ -191,7 +194,8 @@ def toml_text(cal: Calibration) -> str:
             f"level = {cal.level:g}\n"
             f"scale = {cal.scale:.6f}     # RMS of ln(estimate / measured) over the rows\n"
             f"rows = {cal.rows}\n"
-            f"source = \"{cal.source}\"\n")
+            f"source = \"{cal.source}\"\n"
+            f"names = [{', '.join(repr(n).replace(chr(39), chr(34)) for n in cal.names)}]\n")
 
 
 if __name__ == "__main__":

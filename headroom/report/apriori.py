@@ -301,10 +301,12 @@ def interval_table(checks: list, fit_note: str) -> str:
 def calibration_report(root: Path) -> tuple[str, "Calibration"]:
     """The calibration fitted on the committed rows, and its checks: each row left out (with its
     substitution), each rerun of verify (its substitution left out), each whole loop (likewise)."""
-    from headroom.projection.calibration import coverage, fit, leave_one_out
+    from headroom.projection.calibration import Check, coverage, fit, leave_one_out, shipped_calibration
 
     rows = [_cal_row(r) for r in apriori_rows(root)]
-    cal = fit(rows, source=f"docs/gpu/{root.name}: {len(rows)} rows (H200, 2026-12-03/04)")
+    shipped = shipped_calibration()
+    unseen = [Check(r, *shipped.interval(r.estimate, r.noise)) for r in rows if r.name not in shipped.names]
+    cal = fit(rows, source=f"docs/gpu/{root.name}: {len(rows)} rows")
     loo = leave_one_out(rows)
     reruns = [_cal_row(x.row) for x in rerun_rows(root) if x.run != "table"]
     rer = leave_one_out(reruns, fit_rows=rows)
@@ -313,7 +315,11 @@ def calibration_report(root: Path) -> tuple[str, "Calibration"]:
              f"rows left out one at a time: {coverage(loo)[0]} of {coverage(loo)[1]} inside",
              f"verify reruns (substitution left out): {coverage(rer)[0]} of {coverage(rer)[1]} inside",
              f"whole loops (substitution left out): {coverage(loops)[0]} of {coverage(loops)[1]} inside",
+             f"rows the shipped interval did not see ({shipped.rows} rows, s = {shipped.scale:.4f}): "
+             f"{coverage(unseen)[0]} of {coverage(unseen)[1]} inside",
              "", interval_table(loo, "row left out"), "", interval_table(rer + loops, "substitution left out")]
+    if unseen:
+        lines += ["", interval_table(unseen, "the shipped calibration")]
     return "\n".join(lines), cal
 
 

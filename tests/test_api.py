@@ -181,7 +181,10 @@ def _api_targets():
                     (headroom.WorkloadOptions, workload)],
         "validate": [(headroom.api.validate, {**run, "out": "out", "from_dir": "from_dir", "rounds": "rounds",
                                               "steps_per_round": "steps_per_round", "profile_steps": "profile_steps",
-                                              "tolerance": "tolerance", "timeout": "timeout", "threads": "threads"}),
+                                              "tolerance": "tolerance", "timeout": "timeout", "threads": "threads",
+                                              "max_rounds": "max_rounds", "target_width": "target_width",
+                                              "timing_budget": "timing_budget", "timer": "timer",
+                                              "speedups": "speedups", "problems": "problems", "graphs": "graphs"}),
                      (headroom.WorkloadOptions, workload)],
         "verify": [(headroom.VerifyOptions, verify), *suite],
         # (--scale unset: each suite problem's own scale, not VerifyOptions' default)

@@ -41,13 +41,18 @@ def test_these_rows_meet_the_targets(rows, tmp_path):
     assert met == {"llama7b-prefill-rmsnorm", "llama7b-prefill-rmsnorm-fp64", "gpt2xl-decode-bs1-gelu",
                    "dlrm-train-interaction", "llama7b-prefill-rmsnorm-checked", "bert-layernorm",
                    "llama7b-decode-bs1-rmsnorm"}
-    # gpt2-xl prefill: +4.0%, the untouched kernels slower in the variant (below)
-    assert rows["gpt2xl-prefill-gelu"].error == pytest.approx(0.0403, abs=0.0005)
-    inside = {n for n, r in rows.items() if r.low <= r.measured <= r.high}
-    # the fp64 row's measurement is 0.0015 above its interval's high (0.9489 against 0.9474)
-    assert inside == met - {"llama7b-prefill-rmsnorm-fp64"}
-    fp64 = rows["llama7b-prefill-rmsnorm-fp64"]
-    assert fp64.measured - fp64.high == pytest.approx(0.0015, abs=0.0001)
+    # gpt2-xl prefill: +3.5% (the measurement the median of the rounds' ratios), the untouched kernels slower
+    # in the variant (below)
+    assert rows["gpt2xl-prefill-gelu"].error == pytest.approx(0.0345, abs=0.0005)
+    # the projector's CPU-outcome bounds miss the fp64 row (0.9483 above 0.9474) and gpt2-xl prefill's is
+    # close; the calibrated 90% interval, each row left out of its own calibration, holds all eight
+    bounds = {n for n, r in rows.items() if r.low <= r.measured <= r.high}
+    assert bounds == set(rows) - {"llama7b-prefill-rmsnorm-fp64"}
+    from headroom.report.apriori import intervals
+
+    loo = dict(zip(rows, intervals(list(rows.values()))))
+    assert all(lo <= rows[n].measured <= hi for n, (lo, hi) in loo.items())
+    assert all(lo < rows[n].estimate < hi for n, (lo, hi) in loo.items())   # both sides open
     assert "7 of 8 rows meet the targets" in DOC.read_text()
 
 
@@ -56,18 +61,18 @@ def test_the_launch_bound_rows_take_the_ratio_of_verifys_two_calls(rows, tmp_pat
     # run before: the absolute calls moved 33%, their ratio 0.605 and 0.606; the estimate +4.5% and +4.4%
     # (on the candidate's absolute call_us: -8.8% and -2.7%).
     r = rows["llama7b-decode-bs1-rmsnorm"]
-    assert r.error == pytest.approx(0.0447, abs=0.0005)
+    assert r.error == pytest.approx(0.0443, abs=0.0005)
     prev = _project(r.name, tmp_path, reference=112.142, call_us=68.012)
-    assert prev.estimate is not None and prev.estimate.speedup / r.measured - 1 == pytest.approx(0.0444, abs=0.0005)
+    assert prev.estimate is not None and prev.estimate.speedup / r.measured - 1 == pytest.approx(0.0441, abs=0.0005)
     # without the reference's call the candidate's call_us is taken as it is, the machine's moment with it
     absolute = _project(r.name, tmp_path, reference=0.0)
     assert absolute.estimate is not None
-    assert absolute.estimate.speedup / r.measured - 1 == pytest.approx(-0.0885, abs=0.0005)
+    assert absolute.estimate.speedup / r.measured - 1 == pytest.approx(-0.0888, abs=0.0005)
     # gpt2-xl decode: 37.7 / 159.5 and 56.7 / 122.8 us (ratios 0.236 and 0.461): +5.8% and +3.6%
     g = rows["gpt2xl-decode-bs1-gelu"]
-    assert g.error == pytest.approx(0.0576, abs=0.0005)
+    assert g.error == pytest.approx(0.0536, abs=0.0005)
     gprev = _project(g.name, tmp_path, reference=122.789, call_us=56.656)
-    assert gprev.estimate is not None and gprev.estimate.speedup / g.measured - 1 == pytest.approx(0.0363, abs=0.0005)
+    assert gprev.estimate is not None and gprev.estimate.speedup / g.measured - 1 == pytest.approx(0.0324, abs=0.0005)
 
 
 def _project(name: str, tmp_path: Path, reference: float | None = None, **candidate: float):
@@ -243,7 +248,8 @@ def test_the_rerun_tables_in_the_docs_are_what_the_committed_runs_give():
     from headroom.report.apriori import loop_runs, loop_table, rerun_rows, rerun_table
 
     text = DOC.read_text()
-    assert rerun_table(rerun_rows(RUNS)) in text and loop_table(loop_runs(RUNS / "loop.json")) in text, \
+    rows = apriori_rows(RUNS)
+    assert rerun_table(rerun_rows(RUNS), rows) in text and loop_table(loop_runs(RUNS / "loop.json"), rows) in text, \
         "docs/validation.md: regenerate with python -m headroom.report.apriori docs/gpu/apriori --update"
 
 
@@ -261,14 +267,14 @@ def test_a_second_verify_run_moves_the_launch_bound_rows_by_its_call_ratio():
               "llama7b-prefill-rmsnorm-fp64"):  # GPU-bound, the CPU clock the step's: at most 0.2 points
         assert abs(err[n, "call8"] - err[n, "table"]) <= 0.002, n
     # bert's CPU clock is verify's reference call: 32.5 us in the table's run, 55.0 us in call 8
-    assert err["bert-layernorm", "table"] == pytest.approx(0.0278, abs=0.0005)
-    assert err["bert-layernorm", "call8"] == pytest.approx(-0.0144, abs=0.0005)
+    assert err["bert-layernorm", "table"] == pytest.approx(0.0060, abs=0.0005)
+    assert err["bert-layernorm", "call8"] == pytest.approx(-0.0353, abs=0.0005)
     assert runs["bert-layernorm", "call8"].call_us[1] == pytest.approx(55.00, abs=0.01)
     llama, gpt2 = runs["llama7b-decode-bs1-rmsnorm", "call8"], runs["gpt2xl-decode-bs1-gelu", "call8"]
     assert llama.call_ratio == pytest.approx(0.480, abs=0.001) and gpt2.call_ratio == pytest.approx(0.377, abs=0.001)
     assert runs["llama7b-decode-bs1-rmsnorm", "table"].call_ratio == pytest.approx(0.605, abs=0.001)
-    assert llama.row.error == pytest.approx(0.0768, abs=0.0005) and abs(llama.row.error) > llama.row.target
-    assert gpt2.row.error == pytest.approx(0.0442, abs=0.0005) and abs(gpt2.row.error) <= gpt2.row.target
+    assert llama.row.error == pytest.approx(0.0764, abs=0.0005) and abs(llama.row.error) > llama.row.target
+    assert gpt2.row.error == pytest.approx(0.0402, abs=0.0005) and abs(gpt2.row.error) <= gpt2.row.target
     # verify's speedup of the decode rows run to run: each interval within 1%, the second excluding the first
     for n, first, second in (("llama7b-decode-bs1-rmsnorm", 7.191, 7.728), ("gpt2xl-decode-bs1-gelu", 7.439, 8.517)):
         assert (runs[n, "table"].row.verify_speedup, runs[n, "call8"].row.verify_speedup) == \
@@ -477,7 +483,7 @@ def test_the_fp64_candidate_runs_the_models_kernels_alone(rows):
     # re-verified with the problem's PARAM_DTYPE (the model's bf16 weight): 8 launches as in the model
     assert v["candidate"]["launches"] == 8 and res["part"]["launches_per_call"] == [8.0, 8.0]
     assert v["candidate"]["kernel_us"] / model_cand == pytest.approx(0.9702, abs=0.001)
-    assert r.error == pytest.approx(-0.0097, abs=0.0005) and abs(r.error) <= r.target
+    assert r.error == pytest.approx(-0.0092, abs=0.0005) and abs(r.error) <= r.target
 
 
 def test_the_render_replaces_the_table_in_place(rows, tmp_path):
@@ -486,7 +492,7 @@ def test_the_render_replaces_the_table_in_place(rows, tmp_path):
     table = apriori_table(list(rows.values()))
     text = DOC.read_text()
     assert update_table(text, table) == text
-    stale = text.replace("| 0.9489x |", "| 0.9999x |", 1)
+    stale = text.replace("| 0.9483x |", "| 0.9999x |", 1)
     assert stale != text and update_table(stale, table) == text
     head = table.split("\n", 1)[0]
     with pytest.raises(ValueError, match="found 0"):

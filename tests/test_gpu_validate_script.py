@@ -65,3 +65,42 @@ def test_json_output_is_parsed_whole_or_from_its_last_line():
     assert script.parse_json('chatter\n{"b": 2}\n') == {"b": 2}
     assert script.parse_json("") == {} and script.parse_json("not json") == {}
     assert json.loads(json.dumps(script.parse_json('{"c": [1, 2]}'))) == {"c": [1, 2]}
+
+
+def test_the_new_rows_of_issue_48_are_eight_and_each_runs_a_known_candidate_on_a_known_class():
+    committed = {p.name for p in (REPO / "docs" / "gpu" / "apriori").iterdir() if (p / "verify.json").is_file()}
+    names = [s[0] for s in script.SUBSTITUTIONS]
+    assert len(names) == len(set(names))
+    new = [n for n in names if n not in committed]
+    assert len(new) >= 8 and len(committed) == 8
+    # a synchronising and a slower candidate where the launches bound the step, and a second model's LayerNorm
+    assert {"llama7b-decode-bs1-rmsnorm-checked", "llama7b-decode-bs1-rmsnorm-fp64", "llama7b-decode-bs1-swiglu",
+            "llama7b-prefill-swiglu", "gpt2xl-decode-bs1-layernorm"} <= set(new)
+    for name, _, opts, module, cand, est in script.NEW_ROWS:
+        assert (script.CAND / cand).is_file() and est > 0
+        assert module in (script.CAND / cand).read_text()    # the candidate names the class it replaces
+
+
+def test_a_whole_loop_run_becomes_an_apriori_row_and_a_failed_verify_does_not(tmp_path):
+    imp = import_file(REPO / "scripts" / "apriori_import.py", "apriori_import")
+    src = REPO / "docs" / "gpu" / "apriori" / "bert-layernorm"
+    run = tmp_path / "runs" / "bert-new"
+    (run / "loop" / "problem").mkdir(parents=True)
+    for name in ("base.json.gz", "run.json", "result.json"):
+        (run / name).write_bytes((src / name).read_bytes())
+    (run / "loop" / "verify.json").write_bytes((src / "verify.json").read_bytes())
+    entry = "bert-base__LayerNorm.toml"
+    (run / "loop" / "problem" / entry).write_bytes((src / entry).read_bytes())
+    root = tmp_path / "apriori"
+    assert imp.import_run(run, root) == f"{root / 'bert-new'}: added"
+    assert sorted(p.name for p in (root / "bert-new").iterdir()) == sorted(
+        ["base.json.gz", "run.json", "result.json", "verify.json", "bert-base__LayerNorm.toml"])
+    assert imp.import_run(run, root).endswith(": exists")
+    from headroom.report.apriori import apriori_rows
+
+    (row,) = apriori_rows(root)
+    assert row.name == "bert-new" and row.estimate > 1
+    bad = json.loads((src / "verify.json").read_text())
+    bad["verdict"] = "inconclusive"
+    (run / "loop" / "verify.json").write_text(json.dumps(bad))
+    assert imp.import_run(run, tmp_path / "other").endswith("verify did not pass: no a-priori estimate")

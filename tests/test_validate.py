@@ -17,7 +17,7 @@ from headroom.profile.workload import Options
 from headroom.trace.analysis import analyze
 from headroom.validate import validate
 from headroom.validate.result import compute, paths_selector, recompute
-from headroom.validate.timing import steps_per_block, summarise, t975
+from headroom.validate.timing import steps_per_block, summarise
 
 REPO = Path(__file__).resolve().parents[1]
 CANDIDATES = Path(__file__).resolve().parent / "substitutions"
@@ -28,19 +28,29 @@ TINY = ["--flavour", "tiny", "--device", "cpu", "--threads", "1"]
 # --- timing statistics ----------------------------------------------------------------------
 
 
-def test_summarise_is_the_geometric_mean_of_paired_ratios_with_a_t_interval():
+def test_summarise_is_the_median_of_paired_ratios_with_an_order_statistics_interval():
     ratios = [1.10, 1.12, 1.08, 1.11, 1.09, 1.13, 1.07]
     rounds = [{"order": ["base", "variant"], "base_ms": [r * 10.0, r * 10.0], "variant_ms": [10.0, 10.0]}
               for r in ratios]
     s = summarise({"rounds": rounds})
-    logs = [math.log(r) for r in ratios]
-    mean = sum(logs) / 7
-    sd = math.sqrt(sum((x - mean) ** 2 for x in logs) / 6)
-    assert s["speedup"] == pytest.approx(math.exp(mean), rel=1e-12)
-    assert s["ci"][0] == pytest.approx(math.exp(mean - 2.447 * sd / math.sqrt(7)), rel=1e-12)
-    assert s["ci"][1] == pytest.approx(math.exp(mean + 2.447 * sd / math.sqrt(7)), rel=1e-12)
+    assert s["speedup"] == pytest.approx(1.10, rel=1e-12)
+    # 7 ratios: the interval is [min, max] at 1 - 2 / 2^7 = 98.4%
+    assert s["ci"] == pytest.approx([1.07, 1.13], rel=1e-12) and s["coverage"] == pytest.approx(1 - 2 / 128)
     assert s["base_ms"] == pytest.approx(11.0) and s["variant_ms"] == 10.0 and s["rounds"] == 7
-    assert 1.08 < s["ci"][0] < s["speedup"] < s["ci"][1] < 1.12
+    assert s["step_median_ms"] == pytest.approx([11.0, 10.0]) and s["stop"] == "fixed"
+    # the median's noise: 1.2533 x 1.4826 MAD of the log ratios / sqrt(7)
+    logs = sorted(math.log(r) for r in ratios)
+    mad = sorted(abs(x - logs[3]) for x in logs)[3]
+    assert s["noise"] == pytest.approx(1.2533 * 1.4826 * mad / math.sqrt(7), rel=1e-9)
+
+
+def test_one_slow_block_moves_the_median_by_one_rank_not_by_its_size():
+    # launch-bound decode: one block holds a 10x stall; the step medians agree (0.999x), so must the speedup
+    rounds = [{"order": ["base", "variant"], "base_ms": [22.0] * 16, "variant_ms": [22.02] * 16} for _ in range(8)]
+    rounds[3]["base_ms"][5] = 220.0
+    s = summarise({"rounds": rounds})
+    assert s["speedup"] == pytest.approx(22.0 / 22.02, rel=1e-9)
+    assert s["step_median_ms"] == pytest.approx([22.0, 22.02])
 
 
 def test_a_drift_that_moves_both_variants_cancels_out_of_the_pairs():
@@ -54,8 +64,7 @@ def test_a_drift_that_moves_both_variants_cancels_out_of_the_pairs():
     assert s["ci"] == pytest.approx([1.05, 1.05], rel=1e-9)
 
 
-def test_t_quantiles_and_block_length():
-    assert t975(6) == 2.447 and t975(30) == 2.042 and t975(200) == 1.96
+def test_block_length():
     import torch
 
     gpu, cpu = torch.device("cuda"), torch.device("cpu")
@@ -68,10 +77,14 @@ def test_t_quantiles_and_block_length():
 # --- the result from traces with a known answer --------------------------------------------------
 
 
-def _trace(builder_cls, path: Path, norm_kernels: list[float], step_ms: float | None = None) -> Path:
+def _trace(builder_cls, path: Path, norm_kernels: list[float], step_ms: float | None = None,
+           sync: bool = False) -> Path:
     """One step: a GEMM, the norm module (its kernels), a GEMM, back to back on the GPU; the CPU
-    launches everything by 300 us and the GPU finishes later (GPU-bound)."""
+    launches everything by 300 us and the GPU finishes later (GPU-bound). `sync`: the norm call ends in a
+    host synchronisation (a cudaStreamSynchronize inside its range)."""
     b = builder_cls()
+    if sync:
+        b.runtime("cudaStreamSynchronize", 190.0, corr=9999, dur=5.0)
     b.step(1, 0.0, 300.0)
     b.cpu("headroom/module model (Toy)", 1.0, 290.0)
     e = b.cpu("aten::mm", 10.0, 5.0)
@@ -118,7 +131,9 @@ def test_gpu_bound_fusion_the_part_and_both_projections_are_exact(tmp_path):
     d = plain(r)     # the --json object: its keys, in this order (docs/validate.md)
     assert list(d) == ["workload", "replacements", "baseline", "measured", "part", "projected", "error", "config",
                        "check", "detail"]
-    assert list(d["projected"]) == ["amdahl", "replay", "estimate", "low", "high"]
+    assert list(d["projected"]) == ["estimate", "low", "high", "level", "source", "amdahl", "replay",
+                                    "variant_estimate"]
+    assert d["projected"]["estimate"] is None    # no verify result given: no a-priori estimate
     assert d["replacements"] == [{"module": "Norm", "candidate": "fused_norm.py", "instances": 1}]
     assert type(r).from_dict(d) == r      # read back from JSON: the same result
 
@@ -152,12 +167,16 @@ def _cli(*args: str, timeout: float = 240) -> subprocess.CompletedProcess:
 @pytest.fixture(scope="module")
 def identity_run(tmp_path_factory):
     """llama-7b tiny, every LlamaRMSNorm replaced by an identical module (a subclass)."""
-    out = tmp_path_factory.mktemp("validate") / "identity"
+    work = tmp_path_factory.mktemp("validate")
+    out = work / "identity"
+    # the a-priori input: an identical module is a 1x speedup of every LlamaRMSNorm call
+    (work / "speedups.toml").write_text('[[speedup]]\nselect = "module:LlamaRMSNorm"\nspeedup = 1.0\n')
     p = _cli("validate", "llama-7b", *TINY, "--replace", f"LlamaRMSNorm={CANDIDATES / 'identity_rmsnorm.py'}",
-             "--out", str(out), "--rounds", "9", "--json")
+             "--out", str(out), "--rounds", "7", "--max-rounds", "14", "--target-width", "1.05",
+             "--timing-budget", "30", "--speedups", str(work / "speedups.toml"), "--json")
     assert p.returncode == 0, p.stderr[-2000:]
     doc = json.loads(p.stdout)
-    assert doc.pop("schema") == "headroom.validate/1"     # docs/cli.md; the rest is docs/validate.md's object
+    assert doc.pop("schema") == "headroom.validate/2"     # docs/cli.md; the rest is docs/validate.md's object
     return out, doc
 
 
@@ -171,8 +190,13 @@ def test_identity_candidate_measures_and_projects_no_change(identity_run):
     assert lp[0] == lp[1] and lp[0] > 5
     # timing noise on a shared CPU: within 25% of 1x, and the projection within 3%
     assert abs(r["measured"]["speedup"] - 1.0) < 0.25
-    assert r["measured"]["ci"][0] < r["measured"]["speedup"] < r["measured"]["ci"][1]
-    assert r["measured"]["rounds"] == 9
+    m = r["measured"]
+    assert m["ci"][0] <= m["speedup"] <= m["ci"][1] and m["coverage"] >= 0.95
+    # adaptive rounds (headroom.measure): at least 7, at most 14; stopped for the reason it gives
+    assert 7 <= m["rounds"] <= 14 and m["stop"] in ("tight", "max_rounds", "budget")
+    width = m["ci"][1] / m["ci"][0]
+    assert (m["stop"] == "tight") == (width <= 1.05) or m["stop"] == "budget"
+    assert m["stop"] != "max_rounds" or m["rounds"] == 14
     # The projection is Amdahl on the part's speedup between the two profiled traces, so their timing noise
     # moves it (a shared 2-core runner: the part at 1.12x and 0.92x in two runs, once far more, when a CI
     # run projected 0.906x), never further from 1x than the part itself; within 3% while the part's is <25%.
@@ -181,9 +205,15 @@ def test_identity_candidate_measures_and_projects_no_change(identity_run):
     if abs(part - 1.0) < 0.25:
         assert abs(r["projected"]["amdahl"] - 1.0) < 0.03
     assert r["projected"]["replay"] is None          # a CPU-only trace: Amdahl only
-    assert sorted(p.name for p in out.iterdir()) == ["base.json.gz", "result.json", "run.json", "variant.json.gz"]
+    assert sorted(p.name for p in out.iterdir()) == ["base.json.gz", "result.json", "run.json", "speedups.toml",
+                                                     "variant.json.gz"]
+    # the a-priori estimate of a 1x speedup is 1x, inside its calibrated interval, from the file kept in the run
+    pr = r["projected"]
+    assert pr["source"] == "speedups.toml" and pr["level"] == 0.9
+    assert pr["estimate"] == pytest.approx(1.0, abs=1e-6) and pr["low"] < 1.0 < pr["high"]
     run = json.loads((out / "run.json").read_text())
-    assert len(run["timing"]["rounds"]) == 9
+    assert len(run["timing"]["rounds"]) == m["rounds"] and run["timing"]["method"] == "wall-clock"
+    assert run["timing"]["policy"] == {"min_rounds": 7, "max_rounds": 14, "target_width": 1.05, "budget_s": 30.0}
     assert [x["order"] for x in run["timing"]["rounds"][:2]] == [["base", "variant"], ["variant", "base"]]
 
 
@@ -191,7 +221,7 @@ def test_offline_recompute_reproduces_the_saved_result_exactly(identity_run):
     out, r = identity_run
     assert plain(recompute(out)) == json.loads((out / "result.json").read_text()) == r
     p = _cli("validate", "--from", str(out), "--json")
-    assert p.returncode == 0 and json.loads(p.stdout) == {"schema": "headroom.validate/1", **r}
+    assert p.returncode == 0 and json.loads(p.stdout) == {"schema": "headroom.validate/2", **r}
 
 
 def test_a_wrong_candidate_is_refused_and_nothing_is_written(tmp_path):
@@ -247,7 +277,13 @@ def test_a_hanging_candidate_is_killed_at_the_time_limit(tmp_path):
     (["validate", "llama-7b"], "give at least one --replace"),
     (["validate", "llama-7b", "--replace", "LlamaRMSNorm"], "expected CLASS=CANDIDATE.py"),
     (["validate", "llama-7b", "--replace", "LlamaRMSNorm=nope.py"], "nope.py: candidate file not found"),
-    (["validate", "llama-7b", "--replace", f"LlamaRMSNorm={RMSNORM}", "--rounds", "3"], "--rounds must be at least 7"),
+    (["validate", "llama-7b", "--replace", f"LlamaRMSNorm={RMSNORM}", "--rounds", "3"], "--rounds must be at least 6"),
+    (["validate", "llama-7b", "--replace", f"LlamaRMSNorm={RMSNORM}", "--timer", "sundial"],
+     "--timer sundial: unknown"),
+    (["validate", "llama-7b", "--replace", f"LlamaRMSNorm={RMSNORM}", "--problems", str(RMSNORM)],
+     "--problems needs --speedups"),
+    (["validate", "llama-7b", "--replace", f"LlamaRMSNorm={RMSNORM}", "--device", "cpu", "--graphs"],
+     "--graphs needs a CUDA device"),
     (["validate", "llama-8b", "--replace", f"LlamaRMSNorm={RMSNORM}"], "unknown workload 'llama-8b'"),
     (["validate", "--from", "/nonexistent"], "not a directory"),
 ])
@@ -273,3 +309,62 @@ def test_the_committed_results_read_back_typed_and_write_back_byte_for_byte():
     typed = [ValidateResult.from_dict(d) for d in docs]
     assert len(typed) == 5 and all(isinstance(t.measured.rounds, int) for t in typed)
     assert dumps(typed, indent=1) == dumps(docs, indent=1)
+
+
+def test_the_estimate_is_the_a_priori_projection_with_the_calibrated_interval(tmp_path):
+    """The one projection path: given verify's result (here a speedups file: the same entries), validate's
+    estimate is `headroom project BASE --speedups FILE` on its base trace, its interval the shipped
+    calibration's at 90% with this measurement's noise; the variant-based projections stay as diagnostics."""
+    from conftest import TraceBuilder
+
+    from headroom.projection.calibration import shipped_calibration
+    from headroom.projection.project import project
+    from headroom.projection.speedups import load_speedup_file
+    from headroom.validate.apriori import find_inputs
+
+    base = analyze(_trace(TraceBuilder, tmp_path / "base.json", [50.0, 50.0]))
+    var = analyze(_trace(TraceBuilder, tmp_path / "variant.json", [40.0]))
+    (tmp_path / "speedups.toml").write_text('[[speedup]]\nselect = "module:norm"\nspeedup = 2.0\n')
+    inputs = find_inputs(tmp_path)
+    assert inputs == (tmp_path / "speedups.toml", None)
+    run = _run(0.920, 0.860)
+    r = compute(run, base, var, inputs, tmp_path)
+    want = project(base, load_speedup_file(tmp_path / "speedups.toml").entries).estimate
+    assert r.projected.estimate == pytest.approx(want.speedup, rel=1e-12) and r.projected.source == "speedups.toml"
+    # 2x on the part, not the variant's 2.5x: the a-priori estimate differs from the variant-based one
+    assert r.projected.estimate < r.projected.variant_estimate
+    lo, hi = shipped_calibration().interval(want.speedup, r.measured.noise)
+    assert (r.projected.low, r.projected.high, r.projected.level) == (pytest.approx(lo), pytest.approx(hi), 0.9)
+    assert r.projected.low < r.projected.estimate < r.projected.high
+    assert r.error.estimate == pytest.approx(r.projected.estimate / r.measured.speedup - 1)
+    # without the inputs: no estimate, and a warning that says what to give
+    bare = compute(run, base, var)
+    assert bare.projected.estimate is None and bare.projected.low is None and bare.error.estimate is None
+    assert any("--speedups verify.json" in w for w in bare.detail.projection_warnings)
+    assert bare.projected.variant_estimate == pytest.approx(r.projected.variant_estimate)
+
+
+def test_the_variants_host_syncs_reach_its_projection(tmp_path):
+    """The host-sync model in the variant-based path too: a synchronisation inside each replaced call of the
+    variant trace is counted per call and projected (the queue drains at each), so the diagnostic drops."""
+    from conftest import TraceBuilder
+
+    base = analyze(_trace(TraceBuilder, tmp_path / "base.json", [50.0, 50.0]))
+    plain_v = analyze(_trace(TraceBuilder, tmp_path / "variant.json", [40.0]))
+    synced_v = analyze(_trace(TraceBuilder, tmp_path / "synced.json", [40.0], sync=True))
+    plain_r, synced_r = compute(_run(0.920, 0.860), base, plain_v), compute(_run(0.920, 0.860), base, synced_v)
+    assert plain_r.detail.part_syncs == 0.0 and synced_r.detail.part_syncs == 1.0
+    assert synced_r.projected.variant_estimate < plain_r.projected.variant_estimate
+    # Amdahl knows nothing of the CPU: unchanged
+    assert synced_r.projected.amdahl == pytest.approx(plain_r.projected.amdahl, rel=1e-12)
+
+
+def test_graphs_are_refused_on_a_cpu_before_any_capture():
+    import torch
+
+    from headroom.validate.graphs import graph_sides
+
+    used = []
+    with pytest.raises(UserError, match="--graphs needs a CUDA device"):
+        graph_sides(lambda: None, used.append, torch.device("cpu"))
+    assert used == []     # nothing was switched or run

@@ -101,7 +101,21 @@ def validate_cmd(
         "default out/validate/<workload>__<CLASS>.")),
     from_dir: Optional[Path] = typer.Option(None, "--from", metavar="DIR", help=(
         "Recompute the result of a saved run from its traces and timings (nothing runs).")),
-    rounds: int = typer.Option(7, "--rounds", help="Interleaved rounds (at least 7)."),
+    rounds: int = typer.Option(6, "--rounds", help=(
+        "Interleaved rounds at least (6); more run until the interval is tight.")),
+    max_rounds: Optional[int] = typer.Option(None, "--max-rounds", help="Interleaved rounds at most (40)."),
+    target_width: Optional[float] = typer.Option(None, "--target-width", help=(
+        "Stop once the measured interval's high/low is this tight (1.02).")),
+    timing_budget: Optional[float] = typer.Option(None, "--timing-budget", metavar="S", help=(
+        "Seconds the interleaved rounds may take (120; the minimum rounds always run).")),
+    timer: Optional[str] = typer.Option(None, "--timer", help=(
+        "How a block of steps is timed: cuda-events (GPU default), wall-clock (CPU default), host-sync.")),
+    speedups: Optional[Path] = typer.Option(None, "--speedups", metavar="VERIFY.json", help=(
+        "verify's result of the candidate on the extracted problem: the a-priori estimate validate reports.")),
+    problems: Optional[Path] = typer.Option(None, "--problems", metavar="ENTRY.toml", help=(
+        "The extracted problem's entry (headroom extract writes it), for --speedups.")),
+    graphs: bool = typer.Option(False, "--graphs", help=(
+        "Time CUDA-graph replays of each side (captured after warm-up); the check and profiles stay eager.")),
     steps_per_round: Optional[int] = typer.Option(None, "--steps-per-round", help=(
         "Steps per block (default: ~0.3 s of steps on a GPU, 0.2 s on a CPU).")),
     profile_steps: Optional[int] = typer.Option(None, "--profile-steps", help="Profiled steps per variant (3)."),
@@ -126,11 +140,14 @@ def validate_cmd(
     result, run_dir = validate_or_recompute(workload, replace or [], options, from_dir=from_dir, out=out,
                                             device=device.value, rounds=rounds, steps_per_round=steps_per_round,
                                             profile_steps=profile_steps, gate=tolerance, timeout=timeout,
-                                            workload_file=workload_file, command=command, threads=threads)
+                                            workload_file=workload_file, command=command, threads=threads,
+                                            max_rounds=max_rounds, target_width=target_width,
+                                            timing_budget=timing_budget, timer=timer, speedups=speedups,
+                                            problems=problems, graphs=graphs)
     for w in result.detail.projection_warnings:
         warn(f"{run_dir}: projection: {w}")
     if as_json:
-        emit_json("validate", plain(result))
+        emit_json("validate", plain(result), version=2)   # 2: the estimate is the a-priori one, with its level
         return
     print(render_text(result))
     print(f"  run        {run_dir}")
@@ -150,23 +167,28 @@ def render_text(r: ValidateResult) -> str:
     lp = p.launches_per_call
     cpu = r.detail.trace_mode == "cpu-ops"
     idle = "a CPU-only trace" if cpu else f"GPU idle {100 * b.idle_fraction:.1f}% in the trace"
+    ci = f"{100 * m.coverage:.1f}% CI [{_x(m.ci[0])}, {_x(m.ci[1])}]" if m.coverage else "no interval"
+    sm = m.step_median_ms
+    est = (f"  estimate   {_x(pr.estimate)}  {100 * pr.level:g}% interval [{_x(pr.low)}, {_x(pr.high)}] "
+           f"(error {_pct(e.estimate)}; a-priori: {pr.source})" if pr.estimate is not None and pr.level
+           else "  estimate   - (no a-priori estimate: give --speedups VERIFY.json --problems ENTRY.toml)")
     lines = [
         f"{r.workload}: {reps}",
         f"  baseline   {b.step_ms:.3f} ms/step, {idle}" + (" (launch-bound)" if b.launch_bound else ""),
-        # The speedup is the geometric mean of the rounds' paired ratios, not the ratio of the two medians
-        # printed after it: they are labelled as what they are.
-        f"  measured   {_x(m.speedup)}  95% CI [{_x(m.ci[0])}, {_x(m.ci[1])}]  "
-        f"(geometric mean of {m.rounds} interleaved rounds' ratios; medians {m.base_ms:.3f} -> "
-        f"{m.variant_ms:.3f} ms)",
+        # The speedup is the median of the rounds' paired ratios, not the ratio of the medians printed after it.
+        f"  measured   {_x(m.speedup)}  {ci}  (median of {m.rounds} interleaved rounds' ratios, stopped: {m.stop}; "
+        f"block medians {m.base_ms:.3f} -> {m.variant_ms:.3f} ms, step medians "
+        f"{sm[0]:.3f} -> {sm[1]:.3f} ms)" if sm[0] is not None and sm[1] is not None else "",
+        est,
         f"  part       {_x(p.speedup)}  {p.base_us:.1f} -> {p.variant_us:.1f} us/step, "
         f"launches per call {lp[0]:.3g} -> {lp[1]:.3g}" if lp[0] is not None and lp[1] is not None
         else "  part       -",
         # e.* is each projection's error against the measured speedup, not a gain: said so.
-        f"  projected  Amdahl {_x(pr.amdahl)} (error {_pct(e.amdahl)}), replay {_x(pr.replay)} "
-        f"(error {_pct(e.replay)}), estimate {_x(pr.estimate)} (error {_pct(e.estimate)})"
-        + (f" [{_x(pr.low)}, {_x(pr.high)}]" if pr.low is not None else ""),
+        f"  diagnostic from the variant trace: Amdahl {_x(pr.amdahl)} (error {_pct(e.amdahl)}), replay "
+        f"{_x(pr.replay)} (error {_pct(e.replay)}), estimate {_x(pr.variant_estimate)} "
+        f"(error {_pct(e.variant_estimate)})",
     ]
-    return "\n".join(lines)
+    return "\n".join(x for x in lines if x)
 
 
 def register(app: typer.Typer) -> None:

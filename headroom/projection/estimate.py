@@ -9,6 +9,9 @@ and the interval a measurement should fall inside.
   as a clock speed, or not realised at all (the CPU does the old work and launches each new kernel
   where the old work launched its last) -- with the untouched kernels ``gpu_drift.slower`` slower.
 * ``high``: the most of the four, with the untouched kernels ``gpu_drift.faster`` faster.
+* ``interval``: the calibrated interval at a stated level (90%) from the a-priori rows' errors
+  (:mod:`headroom.projection.calibration`), for a measurement without noise of its own; ``headroom validate``
+  gives it its measurement's noise.
 
 The drift parameters are data (``headroom/data/projection.toml``), with where they come from;
 :func:`calibrate_drift` recomputes them from validation measurements.
@@ -76,6 +79,17 @@ class Estimate:
     untouched_fraction: float  # share of the base window the untouched kernels keep busy (what drift acts on)
     drift: Drift
     cpu: dict                 # per CPU outcome (high, estimate, low): the window without drift
+    # The calibrated interval a validate measurement falls inside at a stated level (headroom.projection.calibration):
+    # level, low, high, method. low/high above are the CPU outcomes' bounds, not an interval with a level.
+    interval: dict | None = None
+
+    def __post_init__(self) -> None:
+        if self.interval is None and math.isfinite(self.speedup) and self.speedup > 0:
+            from headroom.projection.calibration import shipped_calibration
+
+            cal = shipped_calibration()
+            lo, hi = cal.interval(self.speedup)
+            self.interval = {"level": cal.level, "low": lo, "high": hi, "method": cal.method}
 
 
 def _ratio(a: float, b: float) -> float:

@@ -23,11 +23,12 @@ import json
 import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from headroom.projection.problems import load_problems
-from headroom.projection.project import project
-from headroom.projection.speedups import load_speedup_file
 from headroom.trace.analysis import analyze
+
+if TYPE_CHECKING:
+    from headroom.projection.calibration import Calibration, Row
 
 GPU_BOUND_TARGET = 0.03     # |estimate / measured - 1| where the GPU is the bottleneck
 LAUNCH_BOUND_TARGET = 0.06  # ... and where the CPU's launches are (decode at batch 1)
@@ -46,10 +47,12 @@ class AprioriRow:
     part_speedup: float         # the replaced part inside the model (validate: kernel time per step)
     factor: float               # the speedup the projection applied to the part's kernels
     estimate: float
-    low: float
+    low: float                  # the projector's CPU-outcome bounds (not the interval: `intervals`)
     high: float
-    measured: float             # validate's interleaved step-time speedup
+    measured: float             # validate's interleaved step-time speedup (its rounds, summarised by headroom.measure)
     error: float                # estimate / measured - 1
+    noise: float = 0.0          # the measurement's log-scale standard error (headroom.measure.log_noise)
+    measured_ci: tuple[float, float] | None = None
 
     @property
     def target(self) -> float:
@@ -60,24 +63,33 @@ class AprioriRow:
         return self.verify_speedup / self.part_speedup
 
 
+def measurement(d: Path) -> dict:
+    """validate's measurement of a row, recomputed from its run.json's rounds (``headroom.validate.timing``)."""
+    from headroom.validate.timing import summarise
+
+    return summarise(json.loads((d / "run.json").read_text())["timing"])
+
+
 def _row(d: Path, verify_file: str = "verify.json") -> AprioriRow:
-    entry = next(d.glob("*.toml"))
+    from headroom.validate.apriori import apriori_projection
+
     verify = json.loads((d / verify_file).read_text())
     result = json.loads((d / "result.json").read_text())
-    speedups = load_speedup_file(d / verify_file)
-    res = project(analyze(d / "base.json.gz"), speedups.entries, problems=load_problems(entry))
+    speedups, res = apriori_projection(analyze(d / "base.json.gz"), d / verify_file, next(d.glob("*.toml")))
     est = res.estimate
     assert est is not None and est.low is not None and est.high is not None, f"{d / verify_file}: no estimate"
     pc = verify.get("per_call") or {}
     ref_k, cand_k = ((pc.get(w) or {}).get("kernel_us") for w in ("reference", "candidate"))
-    measured = float(result["measured"]["speedup"])
+    m = measurement(d)
+    measured = float(m["speedup"])
     return AprioriRow(
         name=d.name, launch_bound=bool(result["baseline"]["launch_bound"]),
         verify_speedup=float(verify["speedup"]), candidate_clock=str(verify["timing"]["candidate_clock"]),
         kernel_ratio=ref_k / cand_k if ref_k and cand_k else None,
         syncs=(pc.get("candidate") or {}).get("syncs"), part_speedup=float(result["part"]["speedup"]),
         factor=float(speedups.entries[0].speedup), estimate=float(est.speedup), low=float(est.low),
-        high=float(est.high), measured=measured, error=float(est.speedup) / measured - 1.0)
+        high=float(est.high), measured=measured, error=float(est.speedup) / measured - 1.0,
+        noise=float(m["noise"] or 0.0), measured_ci=(float(m["ci"][0]), float(m["ci"][1])))
 
 
 def apriori_rows(root: Path) -> list[AprioriRow]:
@@ -129,17 +141,29 @@ def agreement_table(rows: list[AgreementRow]) -> str:
     return "\n".join(out)
 
 
+def intervals(rows: list[AprioriRow], fit_rows: list[AprioriRow] | None = None) -> list[tuple[float, float]]:
+    """Each row's calibrated 90% interval, fitted on ``fit_rows`` (default ``rows``) less the row's substitution."""
+    from headroom.projection.calibration import leave_one_out
+
+    checks = leave_one_out([_cal_row(r) for r in rows], fit_rows=[_cal_row(r) for r in (fit_rows or rows)])
+    return [(c.low, c.high) for c in checks]
+
+
+def _inside(lo: float, hi: float, x: float) -> str:
+    return "yes" if lo <= x <= hi else "**no**"
+
+
 def apriori_table(rows: list[AprioriRow]) -> str:
     out = ["| substitution | regime | verify (clock) | in model | verify / in model | applied | "
-           "a-priori estimate [low, high] | measured | error (target) |",
-           "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
-    for r in rows:
+           "a-priori estimate [90% interval, row left out] | measured | inside | error (target) |",
+           "|---|---|---:|---:|---:|---:|---:|---:|---|---:|"]
+    for r, (lo, hi) in zip(rows, intervals(rows)):
         clock = r.candidate_clock + (f", {r.syncs:g} sync/call" if r.syncs else "")
         ok = "yes" if abs(r.error) <= r.target else "**no**"
         out.append(f"| {r.name} | {'launch-bound' if r.launch_bound else 'GPU-bound'} | "
                    f"{r.verify_speedup:.3f}x ({clock}) | {r.part_speedup:.3f}x | {r.verify_vs_part:.3f} | "
-                   f"{r.factor:.3f}x | {r.estimate:.4f}x [{r.low:.4f}, {r.high:.4f}] | {r.measured:.4f}x | "
-                   f"{100 * r.error:+.1f}% (±{100 * r.target:.0f}%: {ok}) |")
+                   f"{r.factor:.3f}x | {r.estimate:.4f}x [{lo:.4f}, {hi:.4f}] | {r.measured:.4f}x | "
+                   f"{_inside(lo, hi, r.measured)} | {100 * r.error:+.1f}% (±{100 * r.target:.0f}%: {ok}) |")
     return "\n".join(out)
 
 
@@ -174,17 +198,18 @@ def rerun_rows(root: Path) -> list[RerunRow]:
     return out
 
 
-def rerun_table(rows: list[RerunRow]) -> str:
+def rerun_table(rows: list[RerunRow], fit_rows: list[AprioriRow]) -> str:
     out = ["| substitution | regime | verify run | verify | call_us candidate / reference (µs) | "
-           "a-priori estimate [low, high] | measured | error (target) |",
-           "|---|---|---|---:|---:|---:|---:|---:|"]
-    for x in rows:
+           "a-priori estimate [90% interval, substitution left out] | measured | inside | error (target) |",
+           "|---|---|---|---:|---:|---:|---:|---|---:|"]
+    for x, (lo, hi) in zip(rows, intervals([x.row for x in rows], fit_rows)):
         r = x.row
         calls = f"{x.call_us[0]:.1f} / {x.call_us[1]:.1f} ({x.call_ratio:.3f})" if x.call_us else "–"
         ok = "yes" if abs(r.error) <= r.target else "**no**"
         out.append(f"| {r.name} | {'launch-bound' if r.launch_bound else 'GPU-bound'} | {x.run} | "
-                   f"{r.verify_speedup:.3f}x | {calls} | {r.estimate:.4f}x [{r.low:.4f}, {r.high:.4f}] | "
-                   f"{r.measured:.4f}x | {100 * r.error:+.1f}% (±{100 * r.target:.0f}%: {ok}) |")
+                   f"{r.verify_speedup:.3f}x | {calls} | {r.estimate:.4f}x [{lo:.4f}, {hi:.4f}] | "
+                   f"{r.measured:.4f}x | {_inside(lo, hi, r.measured)} | "
+                   f"{100 * r.error:+.1f}% (±{100 * r.target:.0f}%: {ok}) |")
     return "\n".join(out)
 
 
@@ -223,17 +248,79 @@ def loop_runs(loop: Path) -> list[LoopRun]:
     return sorted(out, key=lambda x: (x.name, x.call))
 
 
-def loop_table(runs: list[LoopRun]) -> str:
-    out = ["| substitution | call | verify | in model | a-priori estimate [low, high] | measured (95% CI) | "
-           "error (target) |",
-           "|---|---:|---:|---:|---:|---:|---:|"]
-    for x in runs:
+def loop_table(runs: list[LoopRun], fit_rows: list[AprioriRow]) -> str:
+    """The whole loops as each call computed them; the 90% interval from the committed rows less the substitution,
+    with the noise of the measurement that call printed (its t interval: no raw rounds in loop.json)."""
+    from headroom.projection.calibration import leave_one_out
+
+    checks = leave_one_out(loop_cal_rows(runs), fit_rows=[_cal_row(r) for r in fit_rows])
+    out = ["| substitution | call | verify | in model | a-priori estimate [90% interval, substitution left out] | "
+           "measured (95% CI) | inside | error (target) |",
+           "|---|---:|---:|---:|---:|---:|---|---:|"]
+    for x, c in zip(runs, checks):
         ok = "yes" if abs(x.error) <= x.target else "**no**"
         out.append(f"| {x.name} | {x.call} | {x.verify_speedup:.3f}x | {x.part_speedup:.3f}x | "
-                   f"{x.estimate:.4f}x [{x.low:.4f}, {x.high:.4f}] | "
+                   f"{x.estimate:.4f}x [{c.low:.4f}, {c.high:.4f}] | "
                    f"{x.measured:.4f}x ({x.measured_ci[0]:.4f}–{x.measured_ci[1]:.4f}) | "
+                   f"{_inside(c.low, c.high, x.measured)} | "
                    f"{100 * x.error:+.1f}% (±{100 * x.target:.0f}%: {ok}) |")
     return "\n".join(out)
+
+
+# --- the calibrated interval (headroom.projection.calibration) -----------------------------------------
+
+
+def _cal_row(r: AprioriRow, group: str | None = None) -> "Row":
+    from headroom.projection.calibration import Row
+
+    return Row(r.name, r.estimate, r.measured, r.noise, r.launch_bound, group or r.name)
+
+
+def loop_cal_rows(runs: list[LoopRun]) -> list:
+    """The whole loops as check rows: noise from the t interval that run printed (no raw rounds in loop.json)."""
+    import math
+
+    from headroom.projection.calibration import Row, t_quantile
+
+    t = t_quantile(0.975, 6)
+    return [Row(f"{x.name} (call {x.call})", x.estimate, x.measured,
+                math.log(x.measured_ci[1] / x.measured_ci[0]) / (2 * t), x.launch_bound, x.name) for x in runs]
+
+
+def interval_table(checks: list, fit_note: str) -> str:
+    out = ["| row | regime | a-priori estimate | 90% interval (" + fit_note + ") | measured | noise | error | inside |",
+           "|---|---|---:|---:|---:|---:|---:|---|"]
+    for c in checks:
+        r = c.row
+        out.append(f"| {r.name} | {'launch-bound' if r.launch_bound else 'GPU-bound'} | {r.estimate:.4f}x | "
+                   f"[{c.low:.4f}, {c.high:.4f}] | {r.measured:.4f}x | {100 * r.noise:.2f}% | "
+                   f"{100 * (r.estimate / r.measured - 1):+.1f}% | {'yes' if c.inside else '**no**'} |")
+    return "\n".join(out)
+
+
+def calibration_report(root: Path) -> tuple[str, "Calibration"]:
+    """The calibration fitted on the committed rows, and its checks: each row left out (with its
+    substitution), each rerun of verify (its substitution left out), each whole loop (likewise)."""
+    from headroom.projection.calibration import Check, coverage, fit, leave_one_out, shipped_calibration
+
+    rows = [_cal_row(r) for r in apriori_rows(root)]
+    shipped = shipped_calibration()
+    unseen = [Check(r, *shipped.interval(r.estimate, r.noise)) for r in rows if r.name not in shipped.names]
+    cal = fit(rows, source=f"docs/gpu/{root.name}: {len(rows)} rows")
+    loo = leave_one_out(rows)
+    reruns = [_cal_row(x.row) for x in rerun_rows(root) if x.run != "table"]
+    rer = leave_one_out(reruns, fit_rows=rows)
+    loops = leave_one_out(loop_cal_rows(loop_runs(root / "loop.json")), fit_rows=rows)
+    lines = [f"calibration: {cal.method}",
+             f"rows left out one at a time: {coverage(loo)[0]} of {coverage(loo)[1]} inside",
+             f"verify reruns (substitution left out): {coverage(rer)[0]} of {coverage(rer)[1]} inside",
+             f"whole loops (substitution left out): {coverage(loops)[0]} of {coverage(loops)[1]} inside",
+             f"rows the shipped interval did not see ({shipped.rows} rows, s = {shipped.scale:.4f}): "
+             f"{coverage(unseen)[0]} of {coverage(unseen)[1]} inside",
+             "", interval_table(loo, "row left out"), "", interval_table(rer + loops, "substitution left out")]
+    if unseen:
+        lines += ["", interval_table(unseen, "the shipped calibration")]
+    return "\n".join(lines), cal
 
 
 def update_table(text: str, table: str) -> str:
@@ -258,7 +345,7 @@ def main(argv: list[str]) -> int:
     root = Path(argv[0])
     rows = apriori_rows(root)
     agree = agreement_table(agreement_rows(rows, probes(root / "loop.json")))
-    reruns, loops = rerun_table(rerun_rows(root)), loop_table(loop_runs(root / "loop.json"))
+    reruns, loops = rerun_table(rerun_rows(root), rows), loop_table(loop_runs(root / "loop.json"), rows)
     if "--update" in argv[1:]:
         i = argv.index("--update")
         doc = Path(argv[i + 1]) if i + 1 < len(argv) else None
@@ -287,3 +374,4 @@ def main(argv: list[str]) -> int:
 
 if __name__ == "__main__":
     sys.exit(main(sys.argv[1:]))
+

@@ -12,9 +12,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
-HEADER = ("| substitution | regime | measured (95% CI) | part: speedup, µs/step, launches/call | "
-          "Amdahl (error) | replay (error) | estimate [low, high] (error) |")
-RULE = "|---|---|---:|---:|---:|---:|---:|"
+HEADER = ("| substitution | regime | measured (interval, coverage) | part: speedup, µs/step, launches/call | "
+          "Amdahl (error) | replay (error) | from the variant [bounds] (error) | "
+          "a-priori estimate [90% interval] (error) |")
+RULE = "|---|---|---:|---:|---:|---:|---:|---:|"
 
 
 def _x(v: Any, digits: int = 3) -> str:
@@ -48,14 +49,20 @@ def row(r: dict) -> str:
     launches = (f"{lp[0]:.3g} → {lp[1]:.3g}" if isinstance(lp[0], (int, float)) and isinstance(lp[1], (int, float))
                 else "–")
     part = f"{_x(p.get('speedup'), 2)}, {p['base_us']:.0f} → {p['variant_us']:.0f}, {launches}"
-    est = _x(pr.get("estimate"))
-    if pr.get("low") is not None and pr.get("high") is not None:
+    env = (r.get("detail") or {}).get("variant_envelope") or [None, None]
+    var = _x(pr.get("variant_estimate"))
+    if env[0] is not None and env[1] is not None:
+        var += f" [{_x(env[0])}, {_x(env[1])}]"
+    est = "– (no conclusive verify result)"
+    if pr.get("estimate") is not None:
         inside = pr["low"] <= m["speedup"] <= pr["high"]
-        est += f" [{_x(pr['low'])}, {_x(pr['high'])}]{'' if inside else ' (outside)'}"
+        est = (f"{_x(pr['estimate'])} [{_x(pr['low'])}, {_x(pr['high'])}]{'' if inside else ' (outside)'} "
+               f"({_err(e.get('estimate'))})")
+    cov = f", {100 * m['coverage']:.1f}%" if m.get("coverage") else ""
     return (f"| {r['workload']} ({_config(r)}): {reps} | {regime} | "
-            f"{_x(m['speedup'])} ({_x(m['ci'][0])}–{_x(m['ci'][1])}) | {part} | "
+            f"{_x(m['speedup'])} ({_x(m['ci'][0])}–{_x(m['ci'][1])}{cov}) | {part} | "
             f"{_x(pr.get('amdahl'))} ({_err(e.get('amdahl'))}) | {_x(pr.get('replay'))} ({_err(e.get('replay'))}) | "
-            f"{est} ({_err(e.get('estimate'))}) |")
+            f"{var} ({_err(e.get('variant_estimate'))}) | {est} |")
 
 
 def validation_table(results: list[dict]) -> str:

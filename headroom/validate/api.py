@@ -106,12 +106,43 @@ def validate_or_recompute(workload: str | None, replace: Sequence[str] | Sequenc
     return validate(workload, reps, options, out=run_dir, **run), run_dir
 
 
+def _check_timing(rounds: int, max_rounds: int | None, target_width: float | None, budget: float | None,
+                  timer: str | None) -> None:
+    from headroom.measure import TIMERS
+
+    if max_rounds is not None and max_rounds < rounds:
+        raise UserError(f"--max-rounds must be at least --rounds ({rounds})")
+    if target_width is not None and not target_width > 1:
+        raise UserError("--target-width must be > 1 (the interval's high / low)")
+    if budget is not None and not budget > 0:
+        raise UserError("--timing-budget must be > 0 seconds")
+    if timer is not None and timer not in TIMERS:
+        raise UserError(f"--timer {timer}: unknown; known: {', '.join(sorted(TIMERS))}")
+
+
+def _check_apriori(speedups: str | os.PathLike | None, problems: str | os.PathLike | None) -> None:
+    for flag, f in (("--speedups", speedups), ("--problems", problems)):
+        if f is not None and not Path(f).is_file():
+            raise UserError(f"{flag} {f}: no such file")
+    if problems is not None and speedups is None:
+        raise UserError("--problems needs --speedups (verify's result of the candidate on that problem)")
+    if speedups is not None:
+        from headroom.projection.problems import load_problems
+        from headroom.projection.speedups import load_speedup_file
+
+        load_speedup_file(speedups)   # a bad file fails now, not after the run
+        if problems is not None:
+            load_problems(problems)
+
+
 def validate(workload: str, replace: Sequence[tuple[str, str]] | Sequence[str], options: Options | None = None, *,
              device: str | None = "auto", out: str | os.PathLike = "out/validate", rounds: int = MIN_ROUNDS,
              steps_per_round: int | None = None, profile_steps: int | None = None, gate: float | None = None,
              timeout: float = DEFAULT_TIMEOUT_S, workload_file: str | os.PathLike | None = None,
-             command: str = "", threads: int | None = None,
-             log: Callable[[str], None] | None = None) -> ValidateResult:
+             command: str = "", threads: int | None = None, max_rounds: int | None = None,
+             target_width: float | None = None, timing_budget: float | None = None, timer: str | None = None,
+             speedups: str | os.PathLike | None = None, problems: str | os.PathLike | None = None,
+             graphs: bool = False, log: Callable[[str], None] | None = None) -> ValidateResult:
     """Run a validation; return the result object (docs/validate.md). `out` is the run's directory."""
     reps: list[tuple[str, str]]
     if replace and isinstance(replace[0], str):
@@ -123,6 +154,10 @@ def validate(workload: str, replace: Sequence[tuple[str, str]] | Sequence[str], 
     reps = [(c, str(check_candidate_file(p))) for c, p in reps]
     if rounds < MIN_ROUNDS:
         raise UserError(f"--rounds must be at least {MIN_ROUNDS} (interleaved rounds give the interval)")
+    _check_timing(rounds, max_rounds, target_width, timing_budget, timer)
+    _check_apriori(speedups, problems)
+    if graphs and device == "cpu":
+        raise UserError("--graphs needs a CUDA device (it captures each side as a CUDA graph)")
     if steps_per_round is not None and steps_per_round < 1:
         raise UserError("--steps-per-round must be at least 1")
     if profile_steps is not None and profile_steps < 1:
@@ -148,7 +183,8 @@ def validate(workload: str, replace: Sequence[tuple[str, str]] | Sequence[str], 
         raise UserError(f"--out {final}: exists and is not a directory")
     # The run's folder is replaced whole: never one that holds a candidate or the workload file, nor a
     # folder that is not an earlier run.
-    check_replaceable_dir(final, [p for _, p in reps] + [workload_file], own=(RESULT_FILE, "run.json"))
+    check_replaceable_dir(final, [p for _, p in reps] + [workload_file, speedups, problems],
+                          own=(RESULT_FILE, "run.json"))
     check_output_dir(final.parent)   # a read-only place fails now, not after the run
     tmp = final.with_name(f".{final.name}.tmp-{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
@@ -156,7 +192,9 @@ def validate(workload: str, replace: Sequence[tuple[str, str]] | Sequence[str], 
     req = Request(workload=workload, replace=reps, options=dict((options or Options()).__dict__), out=str(tmp),
                   device=device, rounds=rounds, steps_per_round=steps_per_round, profile_steps=profile_steps,
                   gate=gate, workload_file=str(workload_file) if workload_file else None, command=command,
-                  threads=threads)
+                  threads=threads, max_rounds=max_rounds, target_width=target_width, budget_s=timing_budget,
+                  timer=timer, speedups=str(speedups) if speedups else None,
+                  problems=str(problems) if problems else None, graphs=graphs)
     req_path = tmp / "request.json"
     req_path.write_text(req.to_json())
     sink = log or (lambda s: print(s, file=sys.stderr, flush=True))

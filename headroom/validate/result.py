@@ -5,14 +5,18 @@ check, the raw interleaved timings) and the base and variant traces.
 and offline (`headroom validate --from DIR`, `recompute(DIR)`), so a saved result can be
 re-derived on any machine, and a new projection model re-scored against old measurements.
 
-* measured: `timing.summarise` of the rounds (geometric mean of paired ratios, t interval).
+* measured: `timing.summarise` of the rounds (`headroom.measure`: the median of the rounds' paired ratios,
+  its order-statistics interval, the median's noise).
 * part: the kernels inside the replaced instances (`headroom.extract.part`), per step, in the
   base and the variant trace; its speedup is base_us / variant_us; launches per call are the
   part's kernels per step over the replaced modules' calls per step (a training call's
   backward kernels count with it).
-* projected: `headroom.projection.project` on the base trace alone, the part's kernels made
-  faster by the part's measured speedup (forward and backward separately, each with the
-  variant's launches per call), Amdahl, replay, and the projector's estimate where it exists.
+* projected: the estimate is the a-priori one (`headroom.validate.apriori`: verify's result projected
+  onto the base trace, what a user gets before integrating) with its calibrated interval
+  (`headroom.projection.calibration`, level stated); without verify's result there is none.
+  Diagnostics from the variant trace (`headroom.projection.project` on the base trace with the part's
+  measured speedup, forward and backward separately, each with the variant's launches per call and
+  host synchronisations): Amdahl, replay and `variant_estimate`.
 * error of each projection: projected speedup / measured speedup - 1.
 """
 
@@ -71,13 +75,18 @@ class StepBaseline:
 
 @dataclass
 class Measured:
-    """`timing.summarise` of the interleaved rounds."""
+    """`timing.summarise` of the interleaved rounds (headroom.measure)."""
 
-    speedup: float | None               # geometric mean of the rounds' paired ratios
-    ci: list[float | None]              # its 95% interval
+    speedup: float | None               # median of the rounds' paired ratios (block means)
+    ci: list[float | None]              # its order-statistics interval
+    coverage: float | None              # that interval's coverage (>= 0.95)
+    noise: float | None                 # the median's standard error, log scale
+    method: str
     base_ms: float | None               # median block means
     variant_ms: float | None
+    step_median_ms: list[float | None]  # each side's median step (base, variant)
     rounds: int
+    stop: str                           # tight | max_rounds | budget | fixed (a run saved before adaptive rounds)
 
 
 @dataclass
@@ -90,20 +99,24 @@ class PartTimes:
 
 @dataclass
 class Projected:
-    amdahl: float | None
-    replay: float | None
-    estimate: float | None
-    low: float | None
+    estimate: float | None              # the a-priori estimate (verify's result on the base trace); None without it
+    low: float | None                   # its calibrated interval at `level`, the measurement's noise included
     high: float | None
+    level: float | None
+    source: str | None                  # the verify result it projects
+    amdahl: float | None                # diagnostics, from the variant trace's part
+    replay: float | None
+    variant_estimate: float | None
 
 
 @dataclass
 class Errors:
     """Each projection's error: projected speedup / measured speedup - 1."""
 
+    estimate: float | None
     amdahl: float | None
     replay: float | None
-    estimate: float | None
+    variant_estimate: float | None
 
 
 @dataclass
@@ -120,6 +133,9 @@ class Detail:
     part_variant: dict[str, Any]
     profiled_step_ms: BaseVariant
     estimate_method: str | None
+    interval_method: str | None
+    variant_envelope: list[float | None]  # the variant-based estimate's CPU-outcome bounds [low, high]
+    part_syncs: float | None            # host synchronisations per replaced call in the variant trace
     part_cpu: dict[str, Any] | None
     projection_warnings: list[str]
     part_kernels: BaseVariant           # [name, calls, us] of the part's top kernels in each trace
@@ -152,24 +168,41 @@ def paths_selector(paths: list[str]) -> str:
     return f"module:^(?:{alts})(?:\\.|$)"
 
 
-def _speedup_entry(selector: str, factor: float, launches: int | None, call_us: float | None = None) -> Speedup:
+def _speedup_entry(selector: str, factor: float, launches: int | None, call_us: float | None = None,
+                   syncs: float | None = None) -> Speedup:
     kw: dict[str, Any] = {}
     fields = {f.name for f in dataclasses.fields(Speedup)}
     if launches is not None and "launches" in fields:
         kw["launches"] = launches
         if call_us is not None and "call_us" in fields:
             kw["call_us"] = call_us
+        if syncs and "syncs" in fields:
+            kw["syncs"] = syncs
     return Speedup(parse_selector(selector), factor, None, SOURCE, **kw)
 
 
-def part_cpu(base: Any, variant: Any, selector: str) -> dict[str, Any] | None:
-    """The replaced calls' CPU time, from both traces (GPU traces only; None elsewhere).
+def _syncs_per_call(side: Any, calls: list) -> float:
+    """Blocking runtime calls (host synchronisations) inside the calls' ranges on their threads, per call."""
+    blk = side.blocking
+    if not calls or blk is None or not len(blk):
+        return 0.0
+    n = 0
+    for c in calls:
+        on = blk[(blk["pid"].astype(str) == str(c.pid)) & (blk["tid"].astype(str) == str(c.tid))]
+        n += int(((on["ts"] >= c.start) & (on["ts"] <= c.end)).sum())
+    return n / len(calls)
 
-    Per call (profiled us, the mean over the calls): the base footprint and the variant's; the variant
-    profile's CPU speed relative to the base's, from the ops neither variant changes
+
+def part_cpu(base: Any, variant: Any, selector: str) -> dict[str, Any] | None:
+    """The replaced calls' CPU time and host synchronisations, from both traces (GPU traces only; None elsewhere).
+
+    Per call (profiled us, the mean over the calls that do not block): the base footprint and the variant's;
+    the variant profile's CPU speed relative to the base's, from the ops neither variant changes
     (`cpu_speed_ratio`: two profiles taken one after the other can run at different CPU speeds); and
     `call_us`, the variant's call on the unprofiled clock: ``variant / ratio x cpu_scale`` (the base
-    trace's profiler-overhead correction). It is what the forward entry's ``call_us`` says."""
+    trace's profiler-overhead correction). It is what the forward entry's ``call_us`` says. `syncs`: the
+    variant's blocking runtime calls per replaced call (the entry's ``syncs``: the projection's host-sync
+    model, as verify's count feeds the a-priori path); a call that blocks has no ``call_us`` of its own."""
     if base.mode != "gpu" or variant.mode != "gpu":
         return None
     problems = load_problems()
@@ -179,19 +212,23 @@ def part_cpu(base: Any, variant: Any, selector: str) -> dict[str, Any] | None:
         b = as_baseline(a)
         side = cpu_side(b)
         calls, _ = find_calls(b, side, sel, select(b.events, sel, problems), problems)
-        calls = [c for c in calls if not c.blocked and len(c.events)]
-        found.append((b, calls, untouched_ops(b, side, calls)))
-    (bb, cb, ob), (_, cv, ov) = found
-    if not cb or not cv:
+        calls = [c for c in calls if len(c.events)]
+        free = [c for c in calls if not c.blocked]
+        found.append((b, free, untouched_ops(b, side, free), _syncs_per_call(side, calls)))
+    (bb, cb, ob, _), (_, cv, ov, syncs) = found
+    if not cb:
         return None
-    ratio, names, ops = cpu_speed_ratio(ob, ov)
     target, src = unprofiled_step_us(bb)
     scale = solve_cpu_scale(bb, target, src).cpu_scale if target is not None else 1.0
     base_us = float(np.mean([c.footprint_us for c in cb]))
-    var_us = float(np.mean([c.footprint_us for c in cv]))
-    return {"base_call_us": base_us, "variant_call_us": var_us, "calls": [len(cb), len(cv)],
-            "cpu_speed_ratio": ratio, "ratio_ops": [names, ops], "cpu_scale": scale,
-            "call_us": var_us / ratio * scale if ratio > 0 else None}
+    out = {"base_call_us": base_us, "variant_call_us": None, "calls": [len(cb), len(cv)], "cpu_speed_ratio": None,
+           "ratio_ops": None, "cpu_scale": scale, "call_us": None, "syncs": syncs}
+    if cv:
+        ratio, names, ops = cpu_speed_ratio(ob, ov)
+        var_us = float(np.mean([c.footprint_us for c in cv]))
+        out.update(variant_call_us=var_us, cpu_speed_ratio=ratio, ratio_ops=[names, ops],
+                   call_us=var_us / ratio * scale if ratio > 0 else None)
+    return out
 
 
 def _ratio(a: float, b: float) -> float:
@@ -250,8 +287,8 @@ def projections(base: Any, paths: list[str], calls_per_step: float, pb: Any, pv:
         # A call is one module range instance on the launching thread: the forward's. Backward kernels run
         # on autograd's thread outside every range, so the backward entry leaves launches unchanged.
         launches = round(v_k / calls_per_step) if phase == "forward" and calls_per_step > 0 else None
-        entries.append(_speedup_entry(f"{sel} & phase:{phase}", factor, launches,
-                                      cpu["call_us"] if cpu and phase == "forward" else None))
+        fwd = cpu if cpu and phase == "forward" else {}
+        entries.append(_speedup_entry(f"{sel} & phase:{phase}", factor, launches, fwd.get("call_us"), fwd.get("syncs")))
     if not entries:
         return {"amdahl": 1.0, "replay": 1.0 if base.mode == "gpu" else None, "estimate": None, "low": None,
                 "high": None, "method": None, "cpu": None, "warnings": ["the part has no kernels in the base trace"]}
@@ -265,8 +302,40 @@ def projections(base: Any, paths: list[str], calls_per_step: float, pb: Any, pv:
             "cpu": cpu, "warnings": list(res.warnings)}
 
 
-def compute(run: dict[str, Any], base: Any, variant: Any) -> ValidateResult:
-    """The result (docs/validate.md) from a run record and the two analysed traces."""
+def apriori(base: Any, inputs: tuple[Path | None, Path | None] | None, noise: float | None,
+            where: Path | None = None) -> dict[str, Any]:
+    """The a-priori estimate (`headroom.validate.apriori`) and its calibrated interval for a measurement with
+    log-scale noise `noise`; nothing without verify's result."""
+    none = {"estimate": None, "low": None, "high": None, "level": None, "source": None, "method": None,
+            "interval_method": None, "warnings": []}
+    if not inputs or inputs[0] is None:
+        return dict(none, warnings=["no a-priori estimate: give verify's result of the candidate on the extracted "
+                                    "problem (--speedups verify.json --problems ENTRY.toml)"])
+    from headroom.projection.calibration import shipped_calibration
+    from headroom.validate.apriori import apriori_projection
+
+    verify, problems = inputs
+    try:
+        _, res = apriori_projection(base, verify, problems)
+    except UserError as e:   # e.g. verify was inconclusive: no speedup to project
+        return dict(none, warnings=[f"no a-priori estimate from {verify.name}: {e}"])
+    est = res.estimate
+    if est is None or not math.isfinite(est.speedup):
+        return dict(none, warnings=[f"{verify}: the a-priori projection has no estimate", *res.warnings])
+    cal = shipped_calibration()
+    lo, hi = cal.interval(float(est.speedup), noise or 0.0)
+    try:
+        source = str(Path(verify).resolve().relative_to(where.resolve())) if where is not None else str(verify)
+    except ValueError:
+        source = str(verify)
+    return {"estimate": float(est.speedup), "low": lo, "high": hi, "level": cal.level, "source": source,
+            "method": est.method, "interval_method": cal.method, "warnings": list(res.warnings)}
+
+
+def compute(run: dict[str, Any], base: Any, variant: Any, inputs: tuple[Path | None, Path | None] | None = None,
+            where: Path | None = None) -> ValidateResult:
+    """The result (docs/validate.md) from a run record, the two analysed traces and, for the estimate,
+    verify's result and the problem's entry (`inputs`; `where`: the run directory they are named from)."""
     reps = run["replacements"]
     paths = [p for r in reps for p in r["paths"]]
     calls = float(sum(r["calls_per_step"] for r in reps))
@@ -274,11 +343,13 @@ def compute(run: dict[str, Any], base: Any, variant: Any) -> ValidateResult:
     pb, pv = part_time(base, paths), part_time(variant, paths)
     base_us, var_us = pb.us, pv.us
     proj = projections(base, paths, calls, pb, pv, variant)
+    ap = apriori(base, inputs, m["noise"], where)
 
     def err(x: float | None) -> float | None:
-        return _finite(x / m["speedup"] - 1.0) if x is not None else None
+        return _finite(x / m["speedup"] - 1.0) if x is not None and m["speedup"] else None
 
     idle = float(base.idle_fraction)
+    cpu = proj["cpu"]
     return ValidateResult(
         workload=run["workload"],
         replacements=[Replacement(r["module"], r["candidate"], r["instances"]) for r in reps],
@@ -286,14 +357,17 @@ def compute(run: dict[str, Any], base: Any, variant: Any) -> ValidateResult:
         measured=Measured(**m),
         part=PartTimes(_finite(_ratio(base_us, var_us)), base_us, var_us,
                        [pb.kernels / calls if calls else None, pv.kernels / calls if calls else None]),
-        projected=Projected(**{k: proj[k] for k in ("amdahl", "replay", "estimate", "low", "high")}),
-        error=Errors(err(proj["amdahl"]), err(proj["replay"]), err(proj["estimate"])),
+        projected=Projected(ap["estimate"], ap["low"], ap["high"], ap["level"], ap["source"], proj["amdahl"],
+                            proj["replay"], proj["estimate"]),
+        error=Errors(err(ap["estimate"]), err(proj["amdahl"]), err(proj["replay"]), err(proj["estimate"])),
         config=run.get("config", {}),
         check=run.get("check", {}),
         detail=Detail(
             trace_mode=base.mode, calls_per_step=calls, part_base=plain(pb), part_variant=plain(pv),
             profiled_step_ms=BaseVariant(base.step_us / 1e3, variant.step_us / 1e3),
-            estimate_method=proj["method"], part_cpu=proj["cpu"], projection_warnings=proj["warnings"],
+            estimate_method=ap["method"], interval_method=ap["interval_method"],
+            variant_envelope=[proj["low"], proj["high"]], part_syncs=cpu.get("syncs") if cpu else None,
+            part_cpu=cpu, projection_warnings=ap["warnings"] + proj["warnings"],
             part_kernels=BaseVariant(top_kernels(base, paths), top_kernels(variant, paths))),
     )
 
@@ -313,7 +387,9 @@ def recompute(directory: str | Path) -> ValidateResult:
         run = json.loads(run_path.read_text())
     except ValueError as e:
         raise UserError(f"{run_path}: invalid JSON ({e})") from None
-    return saved_form(compute(run, analyze(d / BASE_TRACE), analyze(d / VARIANT_TRACE)))
+    from headroom.validate.apriori import find_inputs
+
+    return saved_form(compute(run, analyze(d / BASE_TRACE), analyze(d / VARIANT_TRACE), find_inputs(d), d))
 
 
 def saved_form(result: ValidateResult) -> ValidateResult:

@@ -28,7 +28,7 @@ from headroom.jsonio import dumps, plain
 from headroom.validate.result import (BASE_TRACE, RESULT_FILE, RUN_FILE, VARIANT_TRACE, ValidateResult, compute,
                                       saved_form)
 from headroom.validate.substitute import ReplaceSpec, load_candidate_class, substitute
-from headroom.validate.timing import MIN_ROUNDS, interleave, summarise
+from headroom.validate.timing import MIN_ROUNDS, interleave, policy, summarise
 
 RUN_SCHEMA = 1
 
@@ -49,6 +49,13 @@ class Request:
     workload_file: str | None = None
     command: str = ""
     threads: int | None = None                # torch CPU threads (None: torch's default)
+    max_rounds: int | None = None             # adaptive rounds (headroom.validate.timing.policy)
+    target_width: float | None = None
+    budget_s: float | None = None
+    timer: str | None = None                  # headroom.measure.timers (None: the device's default)
+    speedups: str | None = None               # verify's result of the candidate (the a-priori estimate)
+    problems: str | None = None               # the extracted problem's entry (.toml)
+    graphs: bool = False                      # time CUDA-graph replays of each side (headroom.validate.graphs)
 
     def to_json(self) -> str:
         return json.dumps(self.__dict__)
@@ -74,6 +81,43 @@ class Say:
 
     def note(self, text: str) -> None:
         self.write(f"headroom validate:   {text}")
+
+
+def _timing(req: Request, step: Any, use: Callable[[str], None], dev: Any, say: Say) -> tuple[dict, dict]:
+    """The interleaved rounds (headroom.measure's adaptive policy) and their summary."""
+    pol = policy(req.rounds, req.max_rounds, req.target_width, req.budget_s)
+    if req.graphs:
+        from headroom.validate.graphs import graph_sides
+
+        say.stage("graphs", "base and variant each captured as a CUDA graph; the rounds time their replays")
+        step, use = graph_sides(step, use, dev)
+    say.stage("timing", f"interleaved rounds (base/variant alternating): {pol.min_rounds} to {pol.max_rounds}, "
+                        f"until the interval is {pol.target_width:g} tight or {pol.budget_s:g} s are spent")
+    timing = interleave(step, use, dev, k=req.steps_per_round, progress=say.note, round_policy=pol, timer=req.timer)
+    timing["graphs"] = bool(req.graphs)
+    m = summarise(timing)
+    ci = "-".join(f"{x:.4f}" for x in m["ci"]) if None not in m["ci"] else "none"
+    say.note(f"measured {m['speedup']:.4f}x ({100 * (m['coverage'] or 0):.1f}% interval {ci}; {m['rounds']} rounds, "
+             f"stopped: {m['stop']}), base {m['base_ms']:.3f} ms, variant {m['variant_ms']:.3f} ms")
+    return timing, m
+
+
+def _keep_inputs(req: Request, out: Path) -> tuple[Path | None, Path | None] | None:
+    """verify's result and the problem's entry copied into the run's directory (``--from`` finds them there)."""
+    import shutil
+
+    from headroom.validate.apriori import VERIFY_FILE
+
+    if not req.speedups:
+        return None
+    suffix = Path(req.speedups).suffix.lower()
+    verify = out / (VERIFY_FILE if suffix == ".json" else f"speedups{suffix}")   # the format goes by its suffix
+    shutil.copyfile(req.speedups, verify)
+    entry = None
+    if req.problems:
+        entry = out / Path(req.problems).name
+        shutil.copyfile(req.problems, entry)
+    return verify, entry
 
 
 def run(req: Request, say: Say) -> ValidateResult:
@@ -138,11 +182,7 @@ def run(req: Request, say: Say) -> ValidateResult:
                             f"{w.rel_l2:.3g} > {w.gate:g} ({cfg.dtype} gate); nothing written")
         say.note(f"passed: {len(res.compared)} tensors, worst {w.name} {w.rel_l2:.2e} (gate {w.gate:g})")
 
-        say.stage("timing", f"{req.rounds} interleaved rounds (base/variant alternating)")
-        timing = interleave(step, sub.use, dev, rounds=req.rounds, k=req.steps_per_round, progress=say.note)
-        m = summarise(timing)
-        say.note(f"measured {m['speedup']:.4f}x (95% CI {m['ci'][0]:.4f}-{m['ci'][1]:.4f}), "
-                 f"base {m['base_ms']:.3f} ms, variant {m['variant_ms']:.3f} ms")
+        timing, m = _timing(req, step, sub.use, dev, say)
 
         n_prof = req.profile_steps or 3
         env = environment(dev)
@@ -174,10 +214,16 @@ def run(req: Request, say: Say) -> ValidateResult:
               "profiled_steps": n_prof, "traces": {"base": BASE_TRACE, "variant": VARIANT_TRACE},
               "peak_memory_gb": round(peak, 2) if peak is not None else None,
               "command": req.command, "date": date}
-    (out / RUN_FILE).write_text(dumps(record, indent=1) + "\n")
-    say.stage("project", "the base trace alone, with the part's measured speedup")
+    return _write(req, record, out, say)
+
+
+def _write(req: Request, record: dict, out: Path, say: Say) -> ValidateResult:
+    """run.json, then the result from it and the two traces (with the a-priori inputs kept beside them)."""
     from headroom.trace.analysis import analyze
 
-    result = saved_form(compute(record, analyze(out / BASE_TRACE), analyze(out / VARIANT_TRACE)))
+    (out / RUN_FILE).write_text(dumps(record, indent=1) + "\n")
+    say.stage("project", "the a-priori estimate (verify's result on the base trace); diagnostics from the variant")
+    inputs = _keep_inputs(req, out)
+    result = saved_form(compute(record, analyze(out / BASE_TRACE), analyze(out / VARIANT_TRACE), inputs, out))
     (out / RESULT_FILE).write_text(dumps(result, indent=1) + "\n")
     return result

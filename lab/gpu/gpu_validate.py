@@ -75,9 +75,28 @@ SUBSTITUTIONS = [
     ("gpt2xl-prefill-gelu", "gpt2-xl", [], "NewGELUActivation", "gpt2_gelu_tanh.py", 75),
     ("llama7b-prefill-swiglu", "llama-7b", [], "LlamaMLP", "llama_swiglu_mlp.py", 100),
 ]
+# Issue 48's new rows (`--only` them; `--set new`): a synchronising and a slower candidate where the CPU's
+# launches bound the step, the SwiGLU MLP at decode, LayerNorm fused in a second model in both regimes, and
+# decode at batch 8 (between the regimes).
+NEW_ROWS = [
+    ("llama7b-decode-bs1-rmsnorm-checked", "llama-7b", ["--phase", "decode", "--batch", "1"], "LlamaRMSNorm",
+     "llama_rmsnorm_checked.py", 70),
+    ("llama7b-decode-bs1-rmsnorm-fp64", "llama-7b", ["--phase", "decode", "--batch", "1"], "LlamaRMSNorm",
+     "llama_rmsnorm_fp64.py", 70),
+    ("llama7b-decode-bs1-swiglu", "llama-7b", ["--phase", "decode", "--batch", "1"], "LlamaMLP",
+     "llama_swiglu_mlp.py", 75),
+    ("llama7b-decode-bs8-rmsnorm", "llama-7b", ["--phase", "decode", "--batch", "8"], "LlamaRMSNorm",
+     "llama_rmsnorm.py", 70),
+    ("gpt2xl-prefill-layernorm", "gpt2-xl", [], "LayerNorm", "layernorm_fused.py", 75),
+    ("gpt2xl-decode-bs1-layernorm", "gpt2-xl", ["--phase", "decode", "--batch", "1"], "LayerNorm",
+     "layernorm_fused.py", 60),
+    ("bert-layernorm-fp32", "bert-base", ["--dtype", "float32"], "LayerNorm", "layernorm_fused.py", 55),
+]
+SUBSTITUTIONS += NEW_ROWS
 TRAINING = {"dlrm", "dlrm-dcn", "resnet-50"}
 MAX_ARCHIVES = 5   # + validation.json, loop.json and the log: 8 files
 SLOW = ("fp64",)    # a candidate expected to be slower (verify conclusive below 1, a projected slowdown)
+TIMING_BUDGET_S = 60   # validate's adaptive rounds (headroom.measure): at most this long per substitution
 
 
 class Log:
@@ -254,8 +273,11 @@ def one(name, workload, opts, module, cand_name, work: Path, device: str, log: L
     # 3. validate
     run_dir = work / "run"
     budget = left()
+    # validate's estimate is the a-priori one: verify's result (when it passed) on validate's own base trace
+    apriori = ["--speedups", str(vjson), "--problems", str(entry)] if v.get("verdict") == "pass" else []
     rc, out, dt = headroom(["validate", *wl, "--replace", f"{module}={cand}", "--out", str(run_dir), "--json",
-                            "--timeout", str(int(budget))], log, budget + 15)
+                            "--timeout", str(int(budget)), "--timing-budget", str(TIMING_BUDGET_S), *apriori],
+                           log, budget + 15)
     rec["steps"]["validate_s"] = round(dt, 1)
     if rc != 0:
         rec["status"] = f"validate failed (exit {rc})"
@@ -284,6 +306,9 @@ def one(name, workload, opts, module, cand_name, work: Path, device: str, log: L
                                           "error": est["speedup"] / measured - 1 if est.get("speedup") and measured
                                           else None, "entries": pj.get("entries"),
                                           "selected_us": pj.get("selected_us"), "warnings": pj.get("warnings")}
+            # the one projection path: validate's estimate is `headroom project`'s on the same trace and inputs
+            ve, pe = (result.get("projected") or {}).get("estimate"), est.get("speedup")
+            rec["validate_equals_project"] = bool(ve and pe and abs(ve / pe - 1) < 1e-6)
     # 5. the GPU path ran (Triton kernels in the variant trace's part)
     want = gpu_kernels(REPO / cand)
     seen = [k[0] for k in (result.get("detail", {}).get("part_kernels", {}).get("variant") or [])]

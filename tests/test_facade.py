@@ -189,9 +189,10 @@ def test_validate_runs_a_tiny_swap_and_reads_it_back(tmp_path):
     recomputes to the same result."""
     identity = REPO / "tests" / "substitutions" / "identity_rmsnorm.py"
     r = headroom.validate("llama-7b", [f"LlamaRMSNorm={identity}"], headroom.WorkloadOptions(flavour="tiny"),
-                          device="cpu", threads=1, out=tmp_path / "run")
+                          device="cpu", threads=1, out=tmp_path / "run", max_rounds=8)
     assert isinstance(r, headroom.ValidateResult) and r.check["passed"] and r.check["worst"]["rel_l2"] == 0.0
-    assert [(x.module, x.instances) for x in r.replacements] == [("LlamaRMSNorm", 5)] and r.measured.rounds == 7
+    assert [(x.module, x.instances) for x in r.replacements] == [("LlamaRMSNorm", 5)]
+    assert 6 <= r.measured.rounds <= 8 and r.measured.stop in ("tight", "max_rounds", "budget")
     assert plain(headroom.validate(from_dir=tmp_path / "run")) == plain(r)
 
 

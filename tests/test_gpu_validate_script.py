@@ -82,7 +82,7 @@ def test_the_new_rows_of_issue_48_are_eight_and_each_runs_a_known_candidate_on_a
 
 
 def test_a_whole_loop_run_becomes_an_apriori_row_and_a_failed_verify_does_not(tmp_path):
-    imp = import_file(REPO / "scripts" / "apriori_import.py", "apriori_import")
+    imp = import_file(REPO / "lab" / "gpu" / "apriori_import.py", "apriori_import")
     src = REPO / "docs" / "gpu" / "apriori" / "bert-layernorm"
     run = tmp_path / "runs" / "bert-new"
     (run / "loop" / "problem").mkdir(parents=True)

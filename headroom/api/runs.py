@@ -79,18 +79,27 @@ def validate(workload: Optional[str] = None, replace: Sequence[str] = (),
              out: Optional[PathLike] = None, device: str = "auto", rounds: int = MIN_ROUNDS,
              steps_per_round: Optional[int] = None, profile_steps: Optional[int] = None,
              tolerance: Optional[float] = None, timeout: float = DEFAULT_TIMEOUT_S, threads: Optional[int] = None,
-             workload_file: Optional[PathLike] = None) -> ValidateResult:
+             workload_file: Optional[PathLike] = None, max_rounds: Optional[int] = None,
+             target_width: Optional[float] = None, timing_budget: Optional[float] = None, timer: Optional[str] = None,
+             speedups: Optional[PathLike] = None, problems: Optional[PathLike] = None,
+             graphs: bool = False) -> ValidateResult:
     """Swap candidates into a workload: check outputs, measure the end-to-end speedup interleaved, profile
     both, and score the projections made from the base trace alone, as `headroom validate`.
 
     `replace`: ``CLASS=CANDIDATE.py`` texts (every instance of CLASS becomes the candidate's ModelNew);
     `out`: the run's directory (default out/validate/<workload>__<CLASS>); `from_dir`: instead of a run, the
-    result of a saved run recomputed from its traces (give no workload then); `rounds`: interleaved rounds
-    (at least 7); `tolerance`: relative L2 error allowed per compared tensor (default by dtype); `timeout`:
-    seconds the whole run may take; `threads`: torch CPU threads. Returns a `ValidateResult` (`.measured`,
-    `.projected`, `.error`, `.part`; docs/validate.md)."""
+    result of a saved run recomputed from its traces (give no workload then); `rounds`: the fewest interleaved
+    rounds, then more until the interval's high/low is `target_width` (default 1.02), `max_rounds` or the
+    `timing_budget` seconds end; `timer`: a name from headroom.measure.timers; `speedups`/`problems`: verify's
+    result and the problem's entry, which make the estimate the a-priori one with its calibrated 90% interval;
+    `graphs`: base and variant each captured as a CUDA graph and their replays timed; `tolerance`: relative L2
+    error allowed per compared tensor (default by dtype); `timeout`: seconds the whole run may take; `threads`:
+    torch CPU threads. Returns a `ValidateResult` (`.measured`, `.projected`, `.error`, `.part`;
+    docs/validate.md)."""
     result, _ = validate_or_recompute(workload, list(replace), options, from_dir=from_dir, out=out, device=device,
                                       rounds=rounds, steps_per_round=steps_per_round, profile_steps=profile_steps,
                                       gate=tolerance, timeout=timeout, workload_file=workload_file,
-                                      command=shlex.join(sys.argv), threads=threads)
+                                      command=shlex.join(sys.argv), threads=threads, max_rounds=max_rounds,
+                                      target_width=target_width, timing_budget=timing_budget, timer=timer,
+                                      speedups=speedups, problems=problems, graphs=graphs)
     return result

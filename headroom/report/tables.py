@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 
 from headroom.errors import UserError
-from headroom.trace.analysis import Analysis, partial_layers, trace_label
+from headroom.trace.analysis import Analysis, partial_layers, run_name, trace_label
 from headroom.trace.classify import category_group
 
 if TYPE_CHECKING:     # annotations only
@@ -75,10 +75,12 @@ def summary_frame(analyses: list[Analysis]) -> pd.DataFrame:
             "batch": m.get("batch", ""),
         })
     df = pd.DataFrame(rows, columns=SUMMARY_COLUMNS)
-    # Runs of one configuration but their batch (decode at batch 1 and 32) read apart.
-    same = df["workload"].duplicated(keep=False).to_numpy() & (df["batch"] != "").to_numpy()
-    if same.any():
-        df.loc[same, "workload"] = [f"{w} bs{b}" for w, b in zip(df.loc[same, "workload"], df.loc[same, "batch"])]
+    # Runs of one model at several batch sizes (decode at batch 1 and 32) say their batch.
+    model = pd.Series([run_name(a.manifest) if a.manifest.get("workload") else "" for a in analyses], index=df.index)
+    batches = df["batch"].astype(str).groupby(model).transform("nunique")
+    mixed = ((model != "") & (batches > 1) & (df["batch"] != "")).to_numpy()
+    if mixed.any():
+        df.loc[mixed, "workload"] = [f"{w} bs{b}" for w, b in zip(df.loc[mixed, "workload"], df.loc[mixed, "batch"])]
     return df
 
 

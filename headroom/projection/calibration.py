@@ -21,14 +21,13 @@ graphs, torch.compile), error sources correlated across rows that the rows did n
 from one machine on two days); and with n = 8 the level is nominal, checked by leaving each row out.
 
 ``leave_one_out`` checks it on rows that did not shape it: each row's interval from the others' errors
-(a substitution's other runs left out with it). ``python -m headroom.projection.calibration DIR`` prints
+(a substitution's other runs left out with it). ``python -m headroom.report.calibration DIR`` prints
 that check for the committed rows (``--write`` updates ``headroom/data/interval.toml``).
 """
 
 from __future__ import annotations
 
 import math
-import sys
 from dataclasses import dataclass
 from typing import Iterable, Sequence
 
@@ -170,25 +169,9 @@ def coverage(checks: Iterable[Check]) -> tuple[int, int]:
     return sum(c.inside for c in cs), len(cs)
 
 
-def main(argv: list[str]) -> int:
-    from pathlib import Path
-
-    from headroom.report.apriori import calibration_report
-
-    if not argv or not Path(argv[0]).is_dir():
-        print("usage: python -m headroom.projection.calibration DIR [--write]", file=sys.stderr)
-        return 2
-    text, cal = calibration_report(Path(argv[0]))
-    print(text)
-    if "--write" in argv[1:]:
-        path = Path(__file__).resolve().parents[1] / "data" / "interval.toml"
-        path.write_text(toml_text(cal))
-    return 0
-
-
 def toml_text(cal: Calibration) -> str:
     return ("# The a-priori estimate's calibrated interval (headroom.projection.calibration; docs/validation.md,\n"
-            "# \"The interval\"). Written by `python -m headroom.projection.calibration docs/gpu/apriori --write`\n"
+            "# \"The interval\"). Written by `python -m headroom.report.calibration docs/gpu/apriori --write`\n"
             "# from the committed rows; tests/test_interval_calibration.py recomputes it.\n\n"
             "[interval]\n"
             f"level = {cal.level:g}\n"
@@ -197,6 +180,3 @@ def toml_text(cal: Calibration) -> str:
             f"source = \"{cal.source}\"\n"
             f"names = [{', '.join(repr(n).replace(chr(39), chr(34)) for n in cal.names)}]\n")
 
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))

@@ -8,7 +8,7 @@ Per run directory, the row's directory gets what `python -m headroom.report.apri
 run.json (the rounds), result.json (validate's result, which holds validate's estimate), verify.json and the
 problem's entry (from loop/). A run whose verify did not pass has no a-priori estimate and is refused; an
 existing row is refused (remove it first to replace it). Then refit and check the interval:
-`python -m headroom.projection.calibration docs/gpu/apriori --write`.
+`python -m headroom.report.calibration docs/gpu/apriori --write`.
 """
 
 from __future__ import annotations

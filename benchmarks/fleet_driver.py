@@ -205,6 +205,8 @@ def streamed(results: list, counts: list[int], repeat: int) -> list[dict]:
 
 
 def main() -> None:
+    from headroom.jsonio import plain
+
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--dir", type=Path, default=Path("/tmp/headroom-ranks"),
                     help="a directory of ranks (benchmarks/rank_directory.py builds one)")

@@ -16,33 +16,33 @@ Each function takes a trace path or an `Analysis`; the CLI calls the same module
 from __future__ import annotations
 
 import os
-from typing import Sequence, Union
+from collections.abc import Sequence
+from typing import Union
 
 import pandas as pd
 
+from headroom.errors import UserError
 from headroom.projection.coverage import Coverage
 from headroom.projection.coverage import coverage as _coverage
-from headroom.errors import UserError
 from headroom.projection.distributions import Distribution, load_distribution
 from headroom.projection.overhead import check_step_ms
 from headroom.projection.problems import load_problems
 from headroom.projection.project import Prediction, ProjectResult
 from headroom.projection.project import predict as _predict
 from headroom.projection.project import project as _project
-from headroom.projection.sync_projection import RanksProjection
-from headroom.projection.sync_projection import project_ranks as _project_ranks
+from headroom.projection.roofline import roofline_targets
 from headroom.projection.scenarios import DEFAULT_QUANTILES
 from headroom.projection.speedups import collect_entries
-from headroom.projection.roofline import roofline_targets
+from headroom.projection.sync_projection import RanksProjection
+from headroom.projection.sync_projection import project_ranks as _project_ranks
 from headroom.projection.targets import DEFAULT_SPEEDUP, Targets, rank_targets
-from headroom.report.page import DEFAULT_TOP, check_html_output, html_report
 from headroom.report.diff import Diff
 from headroom.report.diff import diff as _diff
 from headroom.report.diff_html import html_diff
+from headroom.report.page import DEFAULT_TOP, check_html_output, html_report
 from headroom.report.tables import summary_frame
-from headroom.trace.analysis import Analysis
+from headroom.trace.analysis import Analysis, analyze_files
 from headroom.trace.analysis import analyze as _analyze
-from headroom.trace.analysis import analyze_files
 from headroom.trace.classify import load_classifier
 from headroom.trace.load import find_trace_files
 from headroom.trace.rank_set import RankSet, group_ranks, rank_order, rank_set

@@ -10,10 +10,12 @@ from unittest import mock
 import numpy as np
 import pandas as pd
 import pytest
-from hypothesis import given, settings, strategies as st, HealthCheck
-
 from conftest import hta_trace
-from headroom.projection import chains, replay as R
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from headroom.projection import chains
+from headroom.projection import replay as R
 from headroom.projection.baseline import Baseline, as_baseline
 from headroom.trace.analysis import analyze
 

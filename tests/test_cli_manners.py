@@ -486,7 +486,7 @@ def test_library_warnings_come_in_the_one_style(capfd):
         library_warnings_in_one_style()
         with warnings.catch_warnings():
             warnings.simplefilter("always")
-            warnings.warn("The profiler is\n  slow", UserWarning)      # two lines in Python's style
+            warnings.warn("The profiler is\n  slow", UserWarning, stacklevel=1)      # two lines in Python's style
         assert capfd.readouterr().err == "headroom: warning: UserWarning: The profiler is slow\n"
     finally:
         warnings.showwarning = saved

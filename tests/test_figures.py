@@ -11,7 +11,6 @@ import re
 import subprocess
 
 import numpy as np
-import pandas as pd
 import pytest
 from matplotlib.colors import to_rgb
 

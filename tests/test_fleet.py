@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from headroom.cli.app import register_commands, app
+from headroom.cli.app import app, register_commands
 from headroom.errors import UserError
 from tests.ranks_synthetic import write_pair
 

@@ -20,7 +20,7 @@ def test_the_substitution_set_covers_what_issue_11_asks():
     assert len(subs) >= 5 and len({s[1] for s in subs}) >= 3
     assert any("decode" in s[2] and "1" in s[2] for s in subs)                 # launch-bound: decode, batch 1
     assert any(s[1] in script.TRAINING for s in subs)                         # a training case
-    for name, _, _, _, cand, est in subs:
+    for _name, _, _, _, cand, est in subs:
         assert (script.CAND / cand).is_file() and est > 0
     assert sum(s[5] for s in subs[:5]) <= 510                                 # five fit the default budget
 

@@ -9,8 +9,8 @@ one of these numbers, the change must explain why (and the docs be updated).
 import pytest
 
 from benchmarks.layers_check import PAIRS, check
-from headroom.trace.analysis import analyze, analyze_path
 from headroom.report.tables import summary_frame
+from headroom.trace.analysis import analyze, analyze_path
 from headroom.trace.layers import extrapolate_layers
 from tests.conftest import REPO, SHIPPED_TRACES
 

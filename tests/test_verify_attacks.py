@@ -15,10 +15,16 @@ import sys
 import time
 
 import pytest
+from verify_support import (
+    CHEATERS,
+    REPO,
+    assert_caught,
+    assert_honest,
+    one_harness_thread,  # noqa: F401  (autouse fixture)
+    open_dir,
+)
 
 from headroom.verify import Policy, VerifyOptions, prepare_reference, verify_candidate
-from verify_support import one_harness_thread  # noqa: F401  (autouse fixture)
-from verify_support import CHEATERS, REPO, assert_caught, assert_honest, open_dir
 
 PROBLEM = CHEATERS / "problems" / "gelu_linear.py"
 CANDIDATES = CHEATERS / "candidates"

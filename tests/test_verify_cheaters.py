@@ -9,11 +9,15 @@ from __future__ import annotations
 import json
 
 import pytest
+from verify_support import (
+    CHEATERS,
+    assert_caught,
+    assert_honest,
+    one_harness_thread,  # noqa: F401  (autouse fixture)
+)
 
 from headroom.jsonio import plain
 from headroom.verify import VerifyOptions, prepare_reference, verify_candidate
-from verify_support import one_harness_thread  # noqa: F401  (autouse fixture)
-from verify_support import CHEATERS, assert_caught, assert_honest
 
 PROBLEMS = CHEATERS / "problems"
 CANDIDATES = CHEATERS / "candidates"

@@ -10,10 +10,15 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from verify_support import (
+    CHEATERS,
+    assert_caught,
+    assert_honest,
+    kernelbench_dir,
+    one_harness_thread,  # noqa: F401  (autouse fixture)
+)
 
 from headroom.verify import VerifyOptions, prepare_reference, verify_candidate
-from verify_support import one_harness_thread  # noqa: F401  (autouse fixture)
-from verify_support import CHEATERS, assert_caught, assert_honest, kernelbench_dir
 
 GENERIC = CHEATERS / "kernelbench"
 SIGN_ONLY = sorted(p.stem for p in (GENERIC / "sign_only").glob("*.py"))

@@ -7,11 +7,16 @@ The generic KernelBench candidates (tests/cheaters/kernelbench/) wrap the proble
 
 from __future__ import annotations
 
+from verify_support import (
+    CHEATERS,
+    assert_caught,
+    assert_honest,
+    one_harness_thread,  # noqa: F401  (autouse fixture)
+)
+
 from headroom.verify import VerifyOptions, launches, prepare_reference, verify_candidate
 from headroom.verify import session as ss
 from headroom.verify.reference import job_for
-from verify_support import one_harness_thread  # noqa: F401  (autouse fixture)
-from verify_support import CHEATERS, assert_caught, assert_honest
 
 PROBLEMS = CHEATERS / "problems"
 GENERIC = CHEATERS / "kernelbench"

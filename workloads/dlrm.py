@@ -80,8 +80,7 @@ def fbgemm_cuda_status() -> tuple[bool, str]:
     except Exception as e:
         return False, f"fbgemm_gpu has no CUDA kernels (the CPU build?): {type(e).__name__}"
     try:
-        from fbgemm_gpu.split_table_batched_embeddings_ops_training import (  # noqa: F401
-            SplitTableBatchedEmbeddingBagsCodegen)
+        from fbgemm_gpu.split_table_batched_embeddings_ops_training import SplitTableBatchedEmbeddingBagsCodegen  # noqa: F401
     except Exception as e:
         return False, f"fbgemm_gpu TBE module does not import ({type(e).__name__})"
     version = getattr(__import__("fbgemm_gpu"), "__version__", "?")

@@ -14,7 +14,6 @@ from headroom.cli.output import EXIT_INTERRUPTED, EXIT_USAGE, error, library_war
 from headroom.errors import UserError
 from headroom.extras import EXTRA_OF_MODULE, missing
 
-
 # typer raises click's exceptions, or those of the copy of click that newer typers ship.
 _exc: Any
 try:

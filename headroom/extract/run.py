@@ -18,18 +18,18 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from headroom.devices import resolve_device
 from headroom.errors import UserError
 from headroom.extract.capture import Capture, capture, find_class, record_constructions
 from headroom.extract.part import part_masks, part_time
 from headroom.extract.problem import Share, module_problem, module_selectors, selector_entry
+from headroom.extract.record import module_ranges, record_trace, remove
 from headroom.extract.result import ExtractResult, header_config, safe_name
 from headroom.files import check_output_dir, check_output_not_input, write_atomic
 from headroom.jsonio import plain
-from headroom.extract.record import module_ranges, record_trace, remove
 from headroom.profile.progress import Progress, _stage
 from headroom.profile.registry import get_workload, load_workload_file
-from headroom.devices import resolve_device
-from headroom.profile.workload import Options, RunConfig, WorkloadSpec
+from headroom.profile.workload import Options, WorkloadSpec
 from headroom.pyfile import import_file
 
 OP_PREFIX = "op:"
@@ -83,7 +83,8 @@ def self_check(problem: Path, original: Any, device: Any, n_grads: int = 0, auto
 
 def extract(workload: str | WorkloadSpec, module: str, options: Options | None = None, *,
             device: str | None = "auto", out: str | os.PathLike = "out/problems", trace: str | os.PathLike | None = None,
-            window: str | None = None, profile: bool = True, workload_file: str | os.PathLike | None = None, command: str | None = None,
+            window: str | None = None, profile: bool = True, workload_file: str | os.PathLike | None = None,
+            command: str | None = None,
             progress: Progress | None = None) -> ExtractResult:
     """Write DIR/<workload>__<CLASS>.py (KernelBench format) and its selector entry DIR/<...>.toml.
 

@@ -17,9 +17,10 @@ from __future__ import annotations
 
 import dataclasses
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any
 
 from headroom.errors import UserError
 
@@ -30,10 +31,10 @@ MEMORY_BASE = 512 * 2**20     # a task's interpreter, pandas and polars, before 
 class ReadOptions:
     """What the Reader was given (user files by path: each task compiles them itself)."""
 
-    rules: Optional[str] = None
-    policy: Optional[str] = None
+    rules: str | None = None
+    policy: str | None = None
     whole_trace: bool = False
-    window: Optional[str] = None
+    window: str | None = None
     lenient: bool = False
     no_cache: bool = False
     cwd: str = ""       # paths are read, and named, as the command was given them
@@ -43,7 +44,7 @@ class ReadOptions:
 class TraceTask:
     path: str
     options: ReadOptions
-    product: Optional[Callable[[Any], Any]] = None     # module-level function of one Analysis
+    product: Callable[[Any], Any] | None = None     # module-level function of one Analysis
     skip_ranks: bool = True     # no product for a trace that says it is a rank of a run (computed if needed)
 
 
@@ -51,9 +52,9 @@ class TraceTask:
 class TraceResult:
     path: str
     analysis: Any = None
-    error: Optional[UserError] = None
+    error: UserError | None = None
     product: Any = None
-    product_error: Optional[UserError] = None
+    product_error: UserError | None = None
     has_product: bool = False
     extra: dict = field(default_factory=dict)
 

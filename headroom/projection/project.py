@@ -34,12 +34,12 @@ win rate x median speedup, at quantiles and at the harmonic-mean expectation.
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass, field
-from typing import Any, ClassVar, Sequence
-
-import pandas as pd
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar
 
 import numpy as np
+import pandas as pd
 
 from headroom.errors import UserError
 from headroom.jsonio import member, plain
@@ -53,10 +53,10 @@ from headroom.projection.matching import EntryMatch, EntryResult, Resolution, re
 from headroom.projection.overhead import Unprofiled, cpu_clock, noise, solve_cpu_scale, unprofiled_step_us
 from headroom.projection.problems import ProblemMap, load_problems
 from headroom.projection.replay import replay, replay_check, replay_projection
-from headroom.projection.streams import stream_waits
 from headroom.projection.scenarios import DEFAULT_QUANTILES, distribution_scenarios
 from headroom.projection.selectors import Selector, parse_selector
 from headroom.projection.speedups import Speedup, parse_call_us, parse_factor, parse_launches
+from headroom.projection.streams import stream_waits
 from headroom.trace.analysis import Analysis
 
 PROFILER_OVERHEAD_WARN = 0.10  # warn when profiled steps are this much slower than unprofiled ones

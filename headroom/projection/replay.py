@@ -8,19 +8,19 @@ from __future__ import annotations
 import bisect
 import dataclasses
 import math
-from operator import itemgetter
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Callable, Sequence
+from operator import itemgetter
 
 import numpy as np
 import pandas as pd
 
 from headroom.datafiles import shipped
+from headroom.projection import chains as chain_solver
 from headroom.projection.amdahl import Projection, _factor_array
 from headroom.projection.baseline import Baseline, _breakdown, as_baseline, kept
-from headroom.projection import chains as chain_solver
 from headroom.projection.cpu import CallChange, blocking_call_names
-from headroom.projection.streams import pid_codes, stream_keys, cross_stream_deps
+from headroom.projection.streams import cross_stream_deps, pid_codes, stream_keys
 from headroom.trace.accounting import overlap_shares
 from headroom.trace.analysis import Analysis
 from headroom.trace.intervals import codes_and_texts
@@ -400,8 +400,8 @@ def _replay(b: Baseline, f: np.ndarray, new_dur: np.ndarray, back_to_back_us: fl
     ts2, end2 = ts2 + o, end2 + o
     ts2.setflags(write=False)       # memoised: shared by every caller
     end2.setflags(write=False)
-    return ReplayResult(ts2, end2, new_w1 + o, new_w1 - (w0 - o) - b.excluded_us, plan.launch_latency_us, plan.n_sync, plan.n_deps,
-                        max_shift)
+    return ReplayResult(ts2, end2, new_w1 + o, new_w1 - (w0 - o) - b.excluded_us, plan.launch_latency_us, plan.n_sync,
+                        plan.n_deps, max_shift)
 
 
 def _clocks(b: Baseline, plan: _Plan, cpu_scale: float) -> list[_Clock]:

@@ -10,8 +10,9 @@ tests read the bars and labels back from it.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import matplotlib
 import matplotlib.ticker

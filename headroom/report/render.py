@@ -215,7 +215,8 @@ def render_projection(res: ProjectResult, console: Console) -> None:
     if res.entries:
         t = Table(show_edge=False, header_style="bold", title="speedups", title_justify="left")
         show_source = any(e.source != "command line" for e in res.entries)
-        cols: list[tuple[str, Justify]] = [("selector", "left"), ("factor", "right"), ("verified", "left"), ("kernels/step", "right"),
+        cols: list[tuple[str, Justify]] = [
+                ("selector", "left"), ("factor", "right"), ("verified", "left"), ("kernels/step", "right"),
                 ("ms/step", "right"), ("applied ms/step", "right"), ("addressable", "right"), ("top kernel", "left")]
         show_cpu = any(e.cpu for e in res.entries)
         if show_cpu:

@@ -18,7 +18,8 @@ from __future__ import annotations
 import math
 import statistics
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 MIN_ROUNDS = 7
 # Student's t, two-sided 95%, by degrees of freedom (beyond 30: the normal 1.96 is within 2%).

@@ -39,9 +39,17 @@ from typing import Any
 import msgspec
 
 from headroom.verify import protocol as P
+from headroom.verify.procfs import (
+    children_of,
+    descendants,
+    own_children,
+    reap,
+    send_signal,
+    signal_name,
+    started_after,
+    stop_tree,
+)
 from headroom.verify.sandbox import Sandbox, keep_fd
-from headroom.verify.procfs import (children_of, descendants, own_children, reap, send_signal, signal_name, started_after,
-                                    stop_tree)
 
 PR_SET_CHILD_SUBREAPER = 36
 
@@ -61,7 +69,7 @@ class Tampering(Exception):
 
 _CTX: Any = None
 _SUBREAPER = False
-_LIVE: "weakref.WeakSet[Child]" = weakref.WeakSet()
+_LIVE: weakref.WeakSet[Child] = weakref.WeakSet()
 
 
 @atexit.register

@@ -23,9 +23,10 @@ import os
 import shutil
 import tempfile
 import weakref
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from headroom.errors import UserError
 from headroom.verify import checks as ck

@@ -27,18 +27,18 @@ from __future__ import annotations
 
 import statistics
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from headroom.measure import interleave_rounds
 from headroom.verify import checks as ck
 from headroom.verify import inputs as inp
-from headroom.verify import launches
+from headroom.verify import launches, shared
 from headroom.verify import protocol as P
-from headroom.verify import shared
 from headroom.verify import timing as tm
-from headroom.verify.process import Child, ChildFailed, Tampering
 from headroom.verify.launches import CallProfile
+from headroom.verify.process import Child, ChildFailed, Tampering
 from headroom.verify.procfs import sched_ns, thread_sched_ns
 from headroom.verify.reference import HarnessOOM, ReferenceRun, is_oom, job_for, timed_truth
 
@@ -228,7 +228,7 @@ class ReferenceTiming:
     calibration: dict = field(default_factory=dict)
     launches: int | None = None
     call: launches.CallProfile | None = None  # type: ignore[name-defined]  # the reference's forward, profiled in the harness
-    child_call: "CallProfile | None" = None  # the same, profiled in the reference's child
+    child_call: CallProfile | None = None  # the same, profiled in the reference's child
     gated: bool = False
     tampered: bool = False  # a sampled timed output differed from the truth: never kept for another candidate
     truth_checks: int = 0  # of this candidate's timing: sampled timed outputs checked against the truth

@@ -24,8 +24,10 @@ CANDIDATES = CHEATERS / "candidates"
 
 # Memory never written reads as NaN where the allocator handed back a block the harness poisoned (an
 # output it had read), else as zeros or stale values: finite, or the value checks.
-UNWRITTEN = ("finite", "rel_l2")
-CACHED = ("finite", "rel_l2")  # a cached output was poisoned once the harness had read it
+# A stale block can also hold the right values during a correctness trial and the wrong ones while timed: then
+# timed_outputs is the check that fails (verify_support.VALUE_CHECKS).
+UNWRITTEN = ("finite", "rel_l2", "timed_outputs")
+CACHED = ("finite", "rel_l2", "timed_outputs")  # a cached output was poisoned once the harness had read it
 
 # candidate -> (problem, expected verdict, a check that must fail (or one of several) / a phrase the reason
 # must contain)

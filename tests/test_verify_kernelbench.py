@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 from verify_support import (
     CHEATERS,
-    assert_caught,
     assert_honest,
+    assert_value_cheat_fails,
     kernelbench_dir,
     one_harness_thread,  # noqa: F401  (autouse fixture)
 )
@@ -59,16 +59,11 @@ def test_level1_reference_is_honest_and_generic_cheats_fail(name):
     honest = results["reference"]
     assert_honest(honest)
     assert honest.launches_per_call["reference"] >= 1 and honest.launches_per_call["candidate"] >= 1
-    # Zeros are caught by `finite` first where a trial's truth is not finite: 98_KLDivLoss's log of its
-    # predictions did that once on heavy-tailed inputs in CI-like runs (inputs are drawn afresh each run).
-    for cheat, evidence in (("zeros", {"finite", "rel_l2", "allclose", "centred", "exact", "sensitivity"}),
-                            ("partial_write", {"finite", "exact", "rel_l2", "allclose"}),
-                            # a cached output may hold NaN where this trial's truth is finite (98_KLDivLoss)
-                            ("shape_cache", {"finite", "rel_l2", "allclose", "centred", "exact", "sensitivity"})):
-        r = results[cheat]
-        assert_caught(r)
-        failed = {c.name for c in r.checks if not c.passed}
-        assert r.verdict == "fail" and failed & evidence, (cheat, r.verdict, r.reason)
+    # Which value check fires first depends on the inputs (drawn afresh each run) and on the memory the allocator
+    # hands back: a partial write over a stale block holding the right values was caught only while timed
+    # (timed_outputs, 81_conv_transposed_2D). The guarantee is the verdict.
+    for cheat in ("zeros", "partial_write", "shape_cache"):
+        assert_value_cheat_fails(results[cheat], cheat)
 
 
 @pytest.mark.parametrize("name", SIGN_ONLY)
@@ -76,8 +71,7 @@ def test_sign_only_kernels_fail_on_signed_inputs(name):
     """Right on torch.rand (KernelBench's own allclose accepts them on its inputs), wrong on signed ones."""
     path = kernelbench_dir() / "level1" / f"{name}.py"
     r = verify_candidate(path, GENERIC / "sign_only" / f"{name}.py", _options(path))
-    assert_caught(r)
-    assert r.verdict == "fail" and {"rel_l2", "allclose"} & {c.name for c in r.checks if not c.passed}, r.reason
+    assert_value_cheat_fails(r, name)
     assert r.info["signed_inputs"] == [True]
     if "kernelbench_allclose" in r.info:
         assert r.info["kernelbench_allclose"] is True  # its own check, on its own inputs, passes the cheat

@@ -17,6 +17,23 @@ CHEATERS = REPO / "tests" / "cheaters"
 TIMING_NOISE = ("wider than", "waited for a CPU", "calibrated time", "no measurable time", "no 95% interval")
 
 
+# The checks that compare a candidate's outputs with the truth. Which of them catches a wrong or unwritten output
+# first depends on the memory the allocator hands back: a stale block can hold the right values during a correctness
+# trial and the wrong ones while timed (then only timed_outputs fails). A value cheat's guarantee is its verdict, with
+# one of these failed; a test names one check only where no other could catch the cheat.
+VALUE_CHECKS = frozenset({"finite", "rel_l2", "allclose", "centred", "exact", "sensitivity", "timed_outputs"})
+
+
+def failed_checks(r) -> set[str]:
+    return {c.name for c in r.checks if not c.passed}
+
+
+def assert_value_cheat_fails(r, what: object = None) -> None:
+    """Caught as wrong values: verdict fail, and one of the value checks failed (whichever ran into it first)."""
+    assert_caught(r)
+    assert r.verdict == "fail" and failed_checks(r) & VALUE_CHECKS, (what, r.verdict, r.reason, failed_checks(r))
+
+
 def kernelbench_dir() -> Path:
     """KernelBench's files, read in place: $HEADROOM_KERNELBENCH, ../shared/kernelbench (CI), /work/shared."""
     candidates = [os.environ.get("HEADROOM_KERNELBENCH"), REPO.parent / "shared" / "kernelbench",

@@ -90,23 +90,55 @@ def _sync(plan: _Plan, i: int, clocks: list, ends_of: Callable[[np.ndarray], np.
     return abs(new_end - t1)
 
 
+class _Footprints:
+    """The replaced calls' CPU footprints in the sweep: where each starts on its process's replayed clock, how
+    long it lasts after the change (the new launches' cost, all in its first piece), and when the new kernels of
+    its call are launched (`group_launch`, NaN until the footprint starts: the lower bound keeps the CPU)."""
+
+    def __init__(self, plan: _Plan, changes: Sequence[CallChange], clocks: list, cpu_scale: float) -> None:
+        self.plan, self.changes, self.clocks, self.cpu_scale = plan, changes, clocks, cpu_scale
+        self.group_launch: list[list[float]] = [[math.nan] * len(ch.groups) for ch in changes]
+        self.new_start = [0.0] * len(plan.pieces)
+        self.new_len = [0.0] * len(plan.pieces)
+
+    def start(self, i: int) -> None:
+        _, c, j = self.plan.pieces[i]
+        ch = self.changes[c]
+        o = self.plan.origin
+        a, z = ch.call.pieces[j]
+        a, z = a - o, z - o
+        clk = self.clocks[self.plan.ch_pid[c]]
+        new_a = clk.at(a)
+        new_len = self.cpu_scale * ch.added_us if j == 0 else 0.0
+        if j == 0:
+            self.group_launch[c] = [new_a + self.cpu_scale * t for t in ch.launch_at]
+        self.new_start[i], self.new_len[i] = new_a, new_len
+        clk.add(a, new_a, new_len / (z - a) if z > a else self.cpu_scale)
+
+    def end(self, i: int) -> float:
+        """Moves the clock at the footprint's end; returns how far the end moved."""
+        _, c, j = self.plan.pieces[i]
+        z = self.changes[c].call.pieces[j][1] - self.plan.origin
+        new_z = self.new_start[i] + self.new_len[i]
+        self.clocks[self.plan.ch_pid[c]].add(z, new_z, self.cpu_scale)
+        return abs(new_z - z)
+
+
 def _sweep(plan: _Plan, new_dur: np.ndarray, changes: Sequence[CallChange], clocks: list,
            cpu_scale: float) -> tuple[np.ndarray, float]:
     """The replay event by event in the sweep's order (replaced calls move CPU clocks as it goes)."""
     n = len(new_dur)
-    o = plan.origin
     sweep_idx, sweep_kind, L = plan.lists()
     # local names: the loop below reads them for every event
     L_launch, L_lat, L_prev, L_g, L_dep, L_d, L_end = (L[k] for k in ("launch", "lat", "prev", "g", "dep", "d", "end"))
     L_has, L_pid, L_ts, L_call, L_group, L_removed = (L[k] for k in ("has_launch", "pids", "ts", "call_of", "group_of",
                                                                      "removed"))
     L_dur = new_dur.tolist()
-    pieces, ch_pid = plan.pieces, plan.ch_pid
-    group_launch: list[list[float]] = [[math.nan] * len(ch.groups) for ch in changes]   # filled in the sweep
+    ch_pid = plan.ch_pid
+    fp = _Footprints(plan, changes, clocks, cpu_scale)
+    group_launch = fp.group_launch
     max_late = 0.0
     max_shift = 0.0
-    piece_new_start = [0.0] * len(pieces)
-    piece_new_len = [0.0] * len(pieces)
     bisect_right = bisect.bisect_right
     end2_l = [math.nan] * n
 
@@ -157,23 +189,9 @@ def _sweep(plan: _Plan, new_dur: np.ndarray, changes: Sequence[CallChange], cloc
             if e2 - L_end[i] > max_late:
                 max_late = e2 - L_end[i]
         elif k == 0:                             # a replaced footprint starts
-            _, c, j = pieces[i]
-            ch = changes[c]
-            a, z = ch.call.pieces[j]
-            a, z = a - o, z - o
-            clk = clocks[ch_pid[c]]
-            new_a = clk.at(a)
-            new_len = cpu_scale * ch.added_us if j == 0 else 0.0
-            if j == 0:
-                group_launch[c] = [new_a + cpu_scale * t for t in ch.launch_at]
-            piece_new_start[i], piece_new_len[i] = new_a, new_len
-            clk.add(a, new_a, new_len / (z - a) if z > a else cpu_scale)
+            fp.start(i)
         elif k == 1:                             # ... and ends
-            _, c, j = pieces[i]
-            z = changes[c].call.pieces[j][1] - o
-            new_z = piece_new_start[i] + piece_new_len[i]
-            clocks[ch_pid[c]].add(z, new_z, cpu_scale)
-            max_shift = max(max_shift, abs(new_z - z))
+            max_shift = max(max_shift, fp.end(i))
         else:
             max_shift = max(max_shift, _sync(plan, i, clocks, ends_of, max_late, cpu_scale))
     return np.array(end2_l, dtype=float), max_shift

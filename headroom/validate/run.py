@@ -84,6 +84,53 @@ class Say:
         self.write(f"headroom validate:   {text}")
 
 
+def _candidates(req: Request, spec: Any, cfg: Any, say: Say) -> list[ReplaceSpec]:
+    """Each --replace CLASS=FILE: the workload's class and the candidate's ModelNew."""
+    say.stage("resolve", ", ".join(f"{c}={p}" for c, p in req.replace))
+    classes: list[ReplaceSpec] = []
+    for name, cand in req.replace:
+        cls = find_class(spec, cfg, name)
+        if any(cls is c.cls for c in classes):
+            raise UserError(f"--replace {name} is given twice")
+        say.stage("candidate", f"importing {cand}")
+        classes.append(ReplaceSpec(name, cls, Path(cand), load_candidate_class(Path(cand))))
+    return classes
+
+
+def _check(step: Any, sub: Any, spec: Any, cfg: Any, dev: Any, gate: float | None, say: Say) -> Any:
+    """Base against variant, outputs (and gradients): refused when they differ (nothing is written)."""
+    say.stage("check", "outputs" + (" and gradients" if step.train else "") + " of base vs variant")
+    res = check(step, sub.use, sub.active_modules, dev, cfg.dtype, gate)
+    if not res.compared:
+        raise UserError(f"{spec.name}: its forward returned no tensor to compare base and variant with")
+    w = res.worst
+    assert w is not None, "a comparison of one tensor or more has a worst one"
+    if not res.passed:
+        raise UserError(f"the substituted model differs from the original: {w.name} relative L2 error "
+                        f"{w.rel_l2:.3g} > {w.gate:g} ({cfg.dtype} gate); nothing written")
+    say.note(f"passed: {len(res.compared)} tensors, worst {w.name} {w.rel_l2:.2e} (gate {w.gate:g})")
+    return res
+
+
+def _profile_both(step: Any, sub: Any, dev: Any, out: Path, common: dict, stamp: dict, m: dict, method: str,
+                  n_prof: int, say: Say) -> None:
+    """The base and the variant profiled with module ranges, each trace's manifest carrying its interleaved
+    step time."""
+    for side, name, step_ms in (("base", BASE_TRACE, m["base_ms"]), ("variant", VARIANT_TRACE, m["variant_ms"])):
+        say.stage("profile", f"{side}: {n_prof} step(s) with module ranges")
+        sub.use(side)
+        handles = module_ranges(step)
+        try:
+            manifest = {"tool": "headroom validate", "side": side, **common,
+                        "timing": {"step_ms": step_ms, "method": method,
+                                   "source": "interleaved rounds (headroom validate)"},
+                        **stamp, "trace": name}
+            record_trace(step, dev, out / name, manifest, steps=n_prof)
+        finally:
+            remove(handles)
+        sub.use("base")
+
+
 def run(req: Request, say: Say) -> ValidateResult:
     import torch
 
@@ -102,14 +149,7 @@ def run(req: Request, say: Say) -> ValidateResult:
     out = Path(req.out)
     out.mkdir(parents=True, exist_ok=True)
 
-    say.stage("resolve", ", ".join(f"{c}={p}" for c, p in req.replace))
-    classes: list[ReplaceSpec] = []
-    for name, cand in req.replace:
-        cls = find_class(spec, cfg, name)
-        if any(cls is c.cls for c in classes):
-            raise UserError(f"--replace {name} is given twice")
-        say.stage("candidate", f"importing {cand}")
-        classes.append(ReplaceSpec(name, cls, Path(cand), load_candidate_class(Path(cand))))
+    classes = _candidates(req, spec, cfg, say)
 
     if dev.type == "cuda":
         torch.backends.cuda.matmul.allow_tf32 = cfg.tf32
@@ -135,16 +175,7 @@ def run(req: Request, say: Say) -> ValidateResult:
         step()
         sub.use("base")
 
-        say.stage("check", "outputs" + (" and gradients" if step.train else "") + " of base vs variant")
-        res = check(step, sub.use, sub.active_modules, dev, cfg.dtype, req.gate)
-        if not res.compared:
-            raise UserError(f"{spec.name}: its forward returned no tensor to compare base and variant with")
-        w = res.worst
-        assert w is not None, "a comparison of one tensor or more has a worst one"
-        if not res.passed:
-            raise UserError(f"the substituted model differs from the original: {w.name} relative L2 error "
-                            f"{w.rel_l2:.3g} > {w.gate:g} ({cfg.dtype} gate); nothing written")
-        say.note(f"passed: {len(res.compared)} tensors, worst {w.name} {w.rel_l2:.2e} (gate {w.gate:g})")
+        res = _check(step, sub, spec, cfg, dev, req.gate, say)
 
         say.stage("timing", f"{req.rounds} interleaved rounds (base/variant alternating)")
         timing = interleave(step, sub.use, dev, rounds=req.rounds, k=req.steps_per_round, progress=say.note)
@@ -156,21 +187,10 @@ def run(req: Request, say: Say) -> ValidateResult:
         env = environment(dev)
         rep_dicts = [dict(plain(r), candidate=str(c.candidate)) for r, c in zip(sub.replacements, classes)]
         date = datetime.now(timezone.utc).isoformat(timespec="seconds")
-        for side, name, step_ms in (("base", BASE_TRACE, m["base_ms"]), ("variant", VARIANT_TRACE, m["variant_ms"])):
-            say.stage("profile", f"{side}: {n_prof} step(s) with module ranges")
-            sub.use(side)
-            handles = module_ranges(step)
-            try:
-                manifest = {"tool": "headroom validate", "side": side, **plain(cfg), "domain": spec.domain,
-                            "model": spec.model, "params": step.params, "info": dict(step.info),
-                            "device_type": dev.type, **env, "replacements": rep_dicts,
-                            "timing": {"step_ms": step_ms, "method": timing["method"],
-                                       "source": "interleaved rounds (headroom validate)"},
-                            "command": req.command, "date": date, "trace": name}
-                record_trace(step, dev, out / name, manifest, steps=n_prof)
-            finally:
-                remove(handles)
-            sub.use("base")
+        common = {**plain(cfg), "domain": spec.domain, "model": spec.model, "params": step.params,
+                  "info": dict(step.info), "device_type": dev.type, **env, "replacements": rep_dicts}
+        _profile_both(step, sub, dev, out, common, {"command": req.command, "date": date}, m, timing["method"],
+                      n_prof, say)
         peak = torch.cuda.max_memory_allocated(dev) / 2**30 if dev.type == "cuda" else None
     finally:
         if step is not None:

@@ -81,6 +81,36 @@ def _place(tmp: Path, final: Path) -> None:
         shutil.rmtree(old, ignore_errors=True)
 
 
+def _check_numbers(rounds: int, steps_per_round: int | None, profile_steps: int | None, gate: float | None,
+                  timeout: float, threads: int | None) -> None:
+    if rounds < MIN_ROUNDS:
+        raise UserError(f"--rounds must be at least {MIN_ROUNDS} (interleaved rounds give the interval)")
+    if steps_per_round is not None and steps_per_round < 1:
+        raise UserError("--steps-per-round must be at least 1")
+    if profile_steps is not None and profile_steps < 1:
+        raise UserError("--profile-steps must be at least 1")
+    if gate is not None and not gate > 0:
+        raise UserError("--tolerance must be > 0")
+    if not timeout > 0:
+        raise UserError("--timeout must be > 0")
+    if threads is not None and threads < 1:
+        raise UserError("--threads must be at least 1")
+
+
+def _failure(rc: int, tmp: Path, stage: str, elapsed: float) -> UserError:
+    """What a worker that wrote no result says: its own error, the signal that killed it, or its status."""
+    # Imported here, not with the package: `python -m headroom.validate.worker` warns (a RuntimeWarning on
+    # every run) when the package it belongs to imported it first.
+    from headroom.validate.worker import ERROR_FILE
+    if rc == 2 and (tmp / ERROR_FILE).is_file():
+        return UserError((tmp / ERROR_FILE).read_text().strip())
+    if rc < 0:
+        name = signal.Signals(-rc).name if -rc in signal.valid_signals() else str(-rc)
+        return UserError(f"validate: the run died with {name} during {stage} after {elapsed:.0f} s "
+                         f"(a crashing candidate?); nothing written")
+    return UserError(f"validate: the run exited with status {rc} during {stage}; nothing written")
+
+
 def validate(workload: str, replace: Sequence[tuple[str, str]] | Sequence[str], options: Options | None = None, *,
              device: str | None = "auto", out: str | os.PathLike = "out/validate", rounds: int = MIN_ROUNDS,
              steps_per_round: int | None = None, profile_steps: int | None = None, gate: float | None = None,
@@ -96,18 +126,7 @@ def validate(workload: str, replace: Sequence[tuple[str, str]] | Sequence[str], 
     if not reps:
         raise UserError("give at least one --replace CLASS=CANDIDATE.py")
     reps = [(c, str(check_candidate_file(p))) for c, p in reps]
-    if rounds < MIN_ROUNDS:
-        raise UserError(f"--rounds must be at least {MIN_ROUNDS} (interleaved rounds give the interval)")
-    if steps_per_round is not None and steps_per_round < 1:
-        raise UserError("--steps-per-round must be at least 1")
-    if profile_steps is not None and profile_steps < 1:
-        raise UserError("--profile-steps must be at least 1")
-    if gate is not None and not gate > 0:
-        raise UserError("--tolerance must be > 0")
-    if not timeout > 0:
-        raise UserError("--timeout must be > 0")
-    if threads is not None and threads < 1:
-        raise UserError("--threads must be at least 1")
+    _check_numbers(rounds, steps_per_round, profile_steps, gate, timeout, threads)
     if workload_file is not None and not Path(workload_file).is_file():
         raise UserError(f"{workload_file}: no such workload file")
     # Fail fast on what needs no model: the workload name and its options.
@@ -162,15 +181,6 @@ def validate(workload: str, replace: Sequence[tuple[str, str]] | Sequence[str], 
             req_path.unlink()
             _place(tmp, final)
             return result
-        # Imported here, not with the package: `python -m headroom.validate.worker` warns (a RuntimeWarning on
-        # every run) when the package it belongs to imported it first.
-        from headroom.validate.worker import ERROR_FILE
-        if rc == 2 and (tmp / ERROR_FILE).is_file():
-            raise UserError((tmp / ERROR_FILE).read_text().strip())
-        if rc < 0:
-            name = signal.Signals(-rc).name if -rc in signal.valid_signals() else str(-rc)
-            raise UserError(f"validate: the run died with {name} during {last[0]} after {time.monotonic() - t0:.0f} s "
-                            f"(a crashing candidate?); nothing written")
-        raise UserError(f"validate: the run exited with status {rc} during {last[0]}; nothing written")
+        raise _failure(rc, tmp, last[0], time.monotonic() - t0)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

@@ -186,6 +186,7 @@ def _compiler() -> None:
         pytest.skip("ninja is not installed (load_inline needs it)")
 
 
+@pytest.mark.slow   # a C++ extension compiled by load_inline: two minutes on 2 cores
 def test_load_inline_candidate_is_built_outside_the_clock(ref, tmp_path):
     _compiler()
     r = _run(ref, "honest_inline_cpp", build_dir=str(tmp_path / "build"), build_timeout=400, timeout=120)

@@ -120,6 +120,7 @@ def test_hang_is_killed_and_reported(references):
     assert r.verdict == "error" and "timed out after 6 s" in r.reason
 
 
+@pytest.mark.slow   # torch.compile builds the candidate (a minute on 2 cores)
 def test_torch_compile_of_the_reference_is_honest(references):
     r = _verify(references, "honest_compile", "gelu_linear", timeout=300)
     assert_honest(r)

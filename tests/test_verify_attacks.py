@@ -112,6 +112,7 @@ def _alive(pid: int) -> bool:
         return False
 
 
+@pytest.mark.slow   # the escaped process loads a core for the whole run (a minute or more on 2 cores)
 def test_fork_setsid_escape_is_killed_and_fails(tmp_path):
     """Through the CLI, with stdout a pipe: the command returns (nothing holds the pipe), the verdict
     is fail (containment) and the setsid grandchild is dead."""

@@ -13,6 +13,7 @@ from verify_support import (
     CHEATERS,
     assert_caught,
     assert_honest,
+    assert_value_cheat_fails,
     one_harness_thread,  # noqa: F401  (autouse fixture)
 )
 
@@ -100,6 +101,9 @@ def test_candidate_verdict(references, candidate):
         assert 6 <= r.timing["rounds"] <= 8 and r.timing["iters_per_phase"] >= 1  # quick(): 6 to 8, adaptive
         assert r.timing["rounds_stop"] in ("tight", "max_rounds", "budget")
         assert r.launches_per_call["candidate"] >= 1 and r.launches_per_call["reference"] >= 1
+        return
+    if evidence in (UNWRITTEN, CACHED):       # stale memory: fail, or inconclusive on a machine too loaded to time
+        assert_value_cheat_fails(r, candidate, stale=True)
         return
     assert_caught(r)
     assert r.verdict == verdict, (r.verdict, r.reason, [plain(c) for c in r.checks])

@@ -75,8 +75,10 @@ def test_level1_reference_is_honest_and_generic_cheats_fail(name):
     # Which value check fires first depends on the inputs (drawn afresh each run) and on the memory the allocator
     # hands back: a partial write over a stale block holding the right values was caught only while timed
     # (timed_outputs, 81_conv_transposed_2D). The guarantee is the verdict.
-    for cheat in ("zeros", "partial_write", "shape_cache"):
-        assert_value_cheat_fails(results[cheat], cheat)
+    # Zeros are wrong in every trial: always a fail.
+    assert_value_cheat_fails(results["zeros"], "zeros")
+    for cheat in ("partial_write", "shape_cache"):
+        assert_value_cheat_fails(results[cheat], cheat, stale=True)
 
 
 @pytest.mark.parametrize("name", _sampled(SIGN_ONLY, SIGN_ONLY_SAMPLE))

@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.headroom-installed
 
-.PHONY: setup demo test bench figures readme clean
+.PHONY: setup demo test test-slow lint bench figures readme clean
 
 setup: $(STAMP)
 
@@ -14,8 +14,16 @@ $(STAMP): pyproject.toml scripts/install.sh headroom/trace/_scan.c
 demo: setup
 	$(VENV)/bin/headroom profile llama-7b
 
-test: setup
-	$(PY) -m pytest -q -p no:cacheprovider tests
+# The lint, then the suite without the campaigns marked `slow` (under 10 minutes on 2 cores); `make test-slow`
+# runs those (CI runs both: .ci/run).
+test: lint
+	$(PY) -m pytest -q -p no:cacheprovider -m "not slow" tests
+
+test-slow: setup
+	$(PY) -m pytest -q -p no:cacheprovider -m slow tests
+
+lint: setup
+	$(VENV)/bin/ruff check .
 
 bench: setup
 	$(PY) benchmarks/bench_loader.py

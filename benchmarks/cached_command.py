@@ -11,7 +11,8 @@ typer==0.29.2 pydantic pydantic_core annotated_types typing_inspection`) put fir
 runs named NAME. `--tree old=/tmp/old`: a checkout of another commit (`git worktree add /tmp/old COMMIT`),
 run from its folder (so that its `headroom` is imported) with a cache of its own; a `--site` and a `--tree`
 of one NAME combine (that checkout, those packages first). Bytecode is written as an install has it
-(PYTHONDONTWRITEBYTECODE is dropped) and one run of each fills the cache and the bytecode before the timed ones; the runs alternate, the order
+(PYTHONDONTWRITEBYTECODE is dropped) and one run of each fills the cache and the bytecode before the timed ones;
+the runs alternate, the order
 turning each round. `--first`: the other measure, each run the first command on the trace (its cache
 emptied before it: the load, the analysis and writing the entry).
 """
@@ -82,8 +83,8 @@ def main() -> None:
         for i in range(args.repeat):
             for name in names[i % len(names):] + names[:i % len(names)]:
                 runs[name].append(round(run(*variants[name]), 3))
-    emit({"trace": str(args.trace), "measure": "first command" if args.first else "cached", "commands": {n: " ".join(["headroom", *w, str(args.trace)])
-                                                 for n, (w, _) in variants.items()},
+    emit({"trace": str(args.trace), "measure": "first command" if args.first else "cached",
+          "commands": {n: " ".join(["headroom", *w, str(args.trace)]) for n, (w, _) in variants.items()},
           "trees": {name: str(tree) for name, (_, tree) in sites.items()},
           "packages_first": {name: packages for name, (packages, _) in sites.items() if packages},
           "runs_s": runs, "median_s": {k: round(statistics.median(v), 3) for k, v in runs.items()}, **stamp()},

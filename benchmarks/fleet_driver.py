@@ -103,8 +103,8 @@ print(json.dumps({"ranks": n, "unpickle_s": round(unpickle_s, 3), "held_mb": rou
 def one_result(first: Path) -> tuple[bytes, dict]:
     """rank-0's task result, pickled (protocol 5, as Ray's serializer writes it), with what it holds."""
     from headroom.fleet.traces import TraceTask, run_task, task_memory
-    from headroom.trace.read_options import ReadOptions
     from headroom.trace.comm import activity_segments, collectives, comm_split
+    from headroom.trace.read_options import ReadOptions
 
     warm(first)
     os.environ["HEADROOM_LOAD_WORKERS"] = "0"
@@ -206,6 +206,8 @@ def streamed(results: list, counts: list[int], repeat: int) -> list[dict]:
 
 
 def main() -> None:
+    from headroom.jsonio import plain
+
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--dir", type=Path, default=Path("/tmp/headroom-ranks"),
                     help="a directory of ranks (benchmarks/rank_directory.py builds one)")

@@ -43,7 +43,8 @@ def render(result: dict) -> str:
         per_round = _per_round(r["readers"])
         if per_round:
             lines += ["", "Per round (readers run side by side): HTA / headroom = "
-                      + ", ".join(f"{x:.1f}x" for x in per_round["hta"]) + f" (median **{statistics.median(per_round['hta']):.1f}x**)"
+                      + ", ".join(f"{x:.1f}x" for x in per_round["hta"])
+                      + f" (median **{statistics.median(per_round['hta']):.1f}x**)"
                       + ("; json.load / headroom = " + ", ".join(f"{x:.2f}x" for x in per_round["json.load"])
                          if per_round.get("json.load") else "") + "."]
         ratios = []

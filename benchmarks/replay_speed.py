@@ -42,7 +42,7 @@ def main() -> None:
     times: dict[str, list[float]] = {"sweep": [], "chains": []}
     worst = 0.0
     R._chains(plan)                    # built once per plan, as replay does
-    for r in range(args.repeat):
+    for _r in range(args.repeat):
         for factors, scale in cases:
             f = _factor_array(b, factors, None)
             new_dur = np.where(np.isinf(f), 0.0, dur / f)

@@ -6,7 +6,7 @@ One reader, so every file gives the same one-line errors.
 from __future__ import annotations
 
 import os
-from functools import lru_cache
+from functools import cache
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -22,7 +22,7 @@ except ImportError:  # Python 3.10
 TOMLDecodeError = tomllib.TOMLDecodeError
 
 
-@lru_cache(maxsize=None)
+@cache
 def shipped(name: str) -> dict[str, Any]:
     """A shipped data file (e.g. ``rules.toml``), parsed once. Callers must not change it."""
     return tomllib.loads(resources.files("headroom.data").joinpath(name).read_text())

@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import os
 import tempfile
+from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any, BinaryIO, Callable, Iterable
+from typing import Any, BinaryIO
 
 from headroom.errors import UserError
 from headroom.jsonio import atomic_file

@@ -9,12 +9,12 @@ import json
 import math
 import os
 import tempfile
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path, PurePath
-from typing import Any, BinaryIO, Callable, Iterator, Mapping
+from typing import Any, BinaryIO
 
 from headroom.errors import UserError
-
 
 # Field metadata for `plain`: leave the key out while the value is None (`field(default=None, metadata=OMIT_NONE)`).
 OMIT_NONE = {"omit_none": True}

@@ -21,7 +21,7 @@ class Pattern(Protocol):
     def search(self, text: str): ...
 
 
-def _options() -> "re2.Options":
+def _options() -> re2.Options:
     o = re2.Options()
     o.case_sensitive = False
     o.log_errors = False   # RE2 would print parse errors to stderr itself

@@ -2,7 +2,8 @@
 
 Every fenced block in a page whose first line is `$ headroom ...` is run (as
 `python -m headroom.cli ...`, from the repository root) and its body replaced with what the
-command printed on stdout (exit status 0, or 1: a verdict other than pass). A command may end in `| head -N` or `| tail -N`: only its first or last N lines are shown.
+command printed on stdout (exit status 0, or 1: a verdict other than pass). A command may end in `| head -N` or
+`| tail -N`: only its first or last N lines are shown.
 `--check` changes nothing and exits 1 when a block is out of date.
 
     python scripts/readme_output.py                # rewrite README.md

@@ -86,7 +86,8 @@ class TraceBuilder:
         if corr is None:
             self._corr += 1
             corr = self._corr
-            self.events.append({"ph": "X", "cat": "cuda_driver" if launch.startswith("cu") and not launch.startswith("cuda") else "cuda_runtime",
+            driver = launch.startswith("cu") and not launch.startswith("cuda")
+            self.events.append({"ph": "X", "cat": "cuda_driver" if driver else "cuda_runtime",
                                 "name": launch, "pid": self.pid, "tid": self.tid if tid is None else tid,
                                 "ts": launch_ts, "dur": 2.0,
                                 "args": {"correlation": corr, **({"External id": ext} if ext else {})}})

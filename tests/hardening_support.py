@@ -6,7 +6,7 @@ import contextlib
 import gzip
 import io
 import json
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -31,7 +31,7 @@ def one_error_line(err: str) -> bool:
     return bool(lines) and lines[-1].startswith("headroom: error: ") and "Traceback" not in err
 
 
-@lru_cache(maxsize=None)
+@cache
 def _document(path: str) -> str:
     return gzip.open(path, "rt").read()
 

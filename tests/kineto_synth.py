@@ -141,7 +141,7 @@ def chain_model(sim: Sim, layers: int, *, gemm_cpu: float, gemm_gpu: float, chai
     for i in range(layers):
         sim.op("aten::mm", gemm_cpu, [(offset, "sm90_xmma_gemm_bf16", gemm_gpu)])
         m0 = sim.t
-        for j in range(chain_ops):
+        for _j in range(chain_ops):
             sim.idle(glue)
             sim.op("aten::mul", chain_cpu, [(offset, "vectorized_elementwise_kernel<mul>", chain_gpu)])
         sim.idle(glue)

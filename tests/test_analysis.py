@@ -1,7 +1,7 @@
 import pytest
 
-from headroom.trace.analysis import MODE_CPU, analyze, analyze_path
 from headroom.errors import UserError
+from headroom.trace.analysis import MODE_CPU, analyze, analyze_path
 from tests.conftest import HTA_TRACES, hta_trace
 
 
@@ -28,7 +28,7 @@ def test_trace_without_steps_is_analysed_whole_and_says_so(builder, tmp_path):
 
 def test_window_picks_steps_by_a_range_name(builder, tmp_path):
     # vLLM-style: no ProfilerStep, one `execute_model` range per engine step; work between them is left out.
-    for k, t0 in enumerate((0, 100, 200)):
+    for _k, t0 in enumerate((0, 100, 200)):
         builder.cpu("execute_model", t0, 50, cat="user_annotation")
         builder.cpu("execute_model_inner", t0 + 5, 10, cat="user_annotation")   # nested: part of the step
         builder.kernel("sm90_xmma_gemm", launch_ts=t0 + 6, ts=t0 + 10, dur=20)

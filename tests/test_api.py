@@ -92,7 +92,7 @@ def test_project_takes_a_directory_as_the_command_does(headroom):   # the `headr
     p = headroom("project", "traces/scaling", "-s", speedup, "--json")
     assert p.returncode == 0, p.stderr
     printed = [json.loads(line) for line in p.stdout.splitlines()]
-    import headroom as api      # the fixture's name shadows the package here
+    import headroom as api  # the fixture's name shadows the package here
 
     results = api.project("traces/scaling", speedup=[speedup])     # (the fixture runs in the checkout)
     assert isinstance(results, list) and [type(r).__name__ for r in results] == ["ProjectResult"] * 2

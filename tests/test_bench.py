@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pytest
 import torch
+from verify_support import assert_caught
 
-from headroom.suites import dlrm as bench
 from headroom.jsonio import plain
+from headroom.suites import dlrm as bench
 from headroom.verify import VerifyOptions, prepare_reference, verify_candidate
 from headroom.verify import problem as prob
-from verify_support import assert_caught
 
 HERE = Path(__file__).resolve().parent
 DLRM_CHEATS = HERE / "cheaters" / "dlrm"

@@ -1,8 +1,8 @@
 import pytest
 
+from headroom.errors import UserError
 from headroom.trace.analysis import analyze
 from headroom.trace.classify import classify_one, load_classifier, load_policy, load_rules
-from headroom.errors import UserError
 from tests.conftest import hta_trace
 
 RULES = load_rules()

@@ -197,23 +197,23 @@ def test_factors_whose_projection_would_overflow_are_refused(headroom):
 
 
 def test_a_catastrophic_regex_cannot_hang_a_run(tmp_path, builder):
-    # `(.*a){25}` backtracks in Python's re on a name with 24 a's and a long tail: 69 s for one such
-    # name on the 2-core machine (it grows with the tail); RE2 is linear.
+    # `(.*a){N+1}` backtracks in Python's re on a name with N a's and a tail: 6 s for one such name at
+    # N = 24 on the 2-core machine, twice that for each a more (these: 28, over a minute each); RE2 is
+    # linear. The timeout is the check, not a wall-clock bound that a loaded machine could break.
     builder.step(1, 0, 100)
     for k, tail in enumerate("bcd"):
-        builder.kernel("a" * 24 + tail * 48, launch_ts=1 + k, ts=2 + 10 * k, dur=10)
-    builder.kernel("gemm_" + "a" * 25, launch_ts=5, ts=40, dur=10)
+        builder.kernel("a" * 28 + tail * 48, launch_ts=1 + k, ts=2 + 10 * k, dur=10)
+    builder.kernel("gemm_" + "a" * 29, launch_ts=5, ts=40, dur=10)
     trace = builder.write(tmp_path / "t.json")
     rules = tmp_path / "r.toml"
-    rules.write_text('[[rule]]\ncategory = "gemm"\nkernel = "(.*a){25}"\n')
-    t0 = time.monotonic()
+    rules.write_text('[[rule]]\ncategory = "gemm"\nkernel = "(.*a){29}"\n')
     try:
         p = subprocess_headroom("classify", "--json", "--rules", rules, trace, timeout=60)
     except subprocess.TimeoutExpired:
         pytest.fail("a rule's regex hung the run")
     assert p.returncode == 0, p.stderr
     cats = {c["name"]: c["count"] for c in strict_json(p.stdout)["categories"]}
-    assert cats == {"other": 3, "gemm": 1} and time.monotonic() - t0 < 30
+    assert cats == {"other": 3, "gemm": 1}
 
 
 # --- JSON: strict, µs, schema -----------------------------------------------------------------------
@@ -379,7 +379,7 @@ def test_window_selects_steps_by_an_annotation(tmp_path, headroom):
 
 # --- outputs: OS errors, Ctrl-C ----------------------------------------------------------------------------
 
-def test_os_errors_on_output_paths_are_one_line(tmp_path, headroom):
+def test_os_errors_on_output_paths_are_one_line(tmp_path, headroom, monkeypatch):
     a_file = tmp_path / "file"
     a_file.write_text("x")
     one_error_line(headroom("annotate", DLRM, "-o", tmp_path), "is a directory")
@@ -390,9 +390,13 @@ def test_os_errors_on_output_paths_are_one_line(tmp_path, headroom):
                    "exists and is not a directory")
     problem = REPO / "tests" / "cheaters" / "problems" / "clamp_unit.py"
     cand = REPO / "tests" / "cheaters" / "candidates" / "honest_clamp.py"
-    t0 = time.monotonic()
+    from headroom import verify
+
+    def verified(*a, **k):
+        raise AssertionError("the verification ran before the output path was refused")
+
+    monkeypatch.setattr(verify, "verify_candidate", verified)   # refused before it runs, not after
     one_error_line(headroom("verify", problem, cand, "--out", a_file / "r.json"), "file: exists and is not a directory")
-    assert time.monotonic() - t0 < 20   # refused before the verification ran, not after
     assert not list(tmp_path.glob(".*tmp")) and a_file.read_text() == "x"
 
 
@@ -486,7 +490,7 @@ def test_library_warnings_come_in_the_one_style(capfd):
         library_warnings_in_one_style()
         with warnings.catch_warnings():
             warnings.simplefilter("always")
-            warnings.warn("The profiler is\n  slow", UserWarning)      # two lines in Python's style
+            warnings.warn("The profiler is\n  slow", UserWarning, stacklevel=1)      # two lines in Python's style
         assert capfd.readouterr().err == "headroom: warning: UserWarning: The profiler is slow\n"
     finally:
         warnings.showwarning = saved

@@ -9,7 +9,8 @@ from unittest import mock
 import numpy as np
 import pandas as pd
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from headroom.trace import codes
 from headroom.trace.codes import factorized

@@ -5,13 +5,12 @@ from __future__ import annotations
 import json
 
 import pytest
+from conftest import SHIPPED_TRACES
 
 import headroom
 from headroom.errors import UserError
 from headroom.projection.coverage import coverage, suite_problems
 from headroom.trace.analysis import analyze
-
-from conftest import SHIPPED_TRACES
 
 DLRM = SHIPPED_TRACES / "dlrm.train.json.gz"
 DCN = SHIPPED_TRACES / "dlrm-dcn.train.json.gz"

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from headroom.projection.project import project
-from headroom.projection.speedups import parse_cli_speedup
+from headroom.projection.speedups import Speedup, parse_cli_speedup
 from headroom.trace.analysis import analyze
 from tests.kineto_synth import LATENCY_US, Sim, chain_model
 
@@ -281,7 +281,7 @@ def test_calls_from_headroom_module_ranges_match_by_path_or_class(tmp_path):
 
 # --- a measured call cost (Speedup.call_us) -------------------------------------
 
-def _entry(text: str, call_us: float) -> "Speedup":
+def _entry(text: str, call_us: float) -> Speedup:
     from dataclasses import replace
     return replace(parse_cli_speedup(text), call_us=call_us)
 
@@ -336,6 +336,7 @@ def test_a_measured_call_cost_vanishes_in_a_gpu_bound_step(tmp_path):
 
 def test_the_cpu_speed_of_two_profiles_is_the_weighted_median_of_their_op_ratios():
     import numpy as np
+
     from headroom.projection.cpu import cpu_speed_ratio
     base = {"aten::add": np.full(10, 10.0), "aten::mm": np.full(2, 100.0), "aten::view": np.full(3, 1.0)}
     other = {"aten::add": np.full(10, 15.0), "aten::mm": np.full(2, 120.0), "aten::cat": np.full(4, 9.0)}
@@ -346,7 +347,7 @@ def test_the_cpu_speed_of_two_profiles_is_the_weighted_median_of_their_op_ratios
 
 # --- host synchronisations a change adds (Speedup.syncs) ------------------------
 
-def _synced(text: str, call_us: float, syncs: float) -> "Speedup":
+def _synced(text: str, call_us: float, syncs: float) -> Speedup:
     from dataclasses import replace
     return replace(parse_cli_speedup(text), call_us=call_us, syncs=syncs)
 

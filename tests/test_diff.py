@@ -7,9 +7,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import REPO, TraceBuilder
 
 import headroom as hr
-from conftest import REPO, TraceBuilder
 from headroom.errors import UserError
 from headroom.report.diff import diff, waterfall_table
 from headroom.report.plot import waterfall_figure

@@ -9,11 +9,11 @@ import json
 import re
 
 import pytest
+from conftest import REPO
 from test_diff import _run as write_run
 from test_report_html import browse, check_numbers, needs_chromium, parse
 
 import headroom as hr
-from conftest import REPO
 from headroom.errors import UserError
 from headroom.report import svg
 from headroom.report.markup import Node

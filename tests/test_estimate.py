@@ -17,7 +17,6 @@ from headroom.projection.speedups import load_speedup_file, parse_cli_speedup
 from headroom.trace.analysis import analyze
 from tests.test_cpu_model import launch_bound
 
-
 # --- launches in speedup entries ----------------------------------------------
 
 def test_launches_on_the_command_line():

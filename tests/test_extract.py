@@ -16,9 +16,8 @@ import torch
 from headroom.errors import UserError
 from headroom.extract import extract
 from headroom.extract.autograd import forward_backward, with_backward
-from headroom.extract.capture import Construction, bind_init, positional_init
+from headroom.extract.capture import Construction, TensorSpec, bind_init, positional_init
 from headroom.extract.codegen import Source, literal, tensor_expr
-from headroom.extract.capture import TensorSpec
 from headroom.profile import Options, get_workload
 from headroom.pyfile import import_file
 

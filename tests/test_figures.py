@@ -12,7 +12,6 @@ import shlex
 import subprocess
 
 import numpy as np
-import pandas as pd
 import pytest
 from matplotlib.colors import to_rgb
 

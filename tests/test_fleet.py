@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from headroom.cli.app import register_commands, app
+from headroom.cli.app import app, register_commands
 from headroom.errors import UserError
 from tests.ranks_synthetic import write_pair
 
@@ -143,7 +143,7 @@ def test_a_lost_worker_has_its_candidate_run_again_streamed_once(tmp_path):
 
     engine = get_engine("ray")
     assert engine.workers() == (2, {"num_cpus": 1})     # no GPU here: one actor per CPU
-    opts = VerifyOptions(device="cpu", threads=1, rounds=6, seed=1)
+    opts = VerifyOptions.quick(seed=1)     # short rounds: what is under test is the pool, not the timing
     doc = verify_suite(suite, cands, opts, out=out,
                        run_pairs=pool_runner(engine, stream_to=out, on_dispatch=kill_first))
     names = [(r["problem"], Path(r["candidate"]).name) for r in doc["results"]]
@@ -184,7 +184,7 @@ def test_resume_takes_the_streamed_candidates_and_runs_the_rest(tmp_path, monkey
     shutil.copy(CHEATERS / "candidates" / "honest_clamp.py", cands / "clamp_unit.py")
     shutil.copy(CHEATERS / "candidates" / "cheat_zeros.py", cands / "gelu_linear.py")
     out = tmp_path / "r.json"
-    opts = VerifyOptions(device="cpu", threads=1, rounds=6)
+    opts = VerifyOptions.quick()
     first = verify_suite(suite, cands, opts, out=out, run_pairs=fv.pool_runner(LocalEngine(), stream_to=out))
     stream = fv.stream_path(out)
     assert stream == tmp_path / "r.jsonl" and fv.stream_path(tmp_path / "r.out") == tmp_path / "r.out.jsonl"

@@ -23,7 +23,8 @@ def test_dry_run_writes_the_report_results_and_rank_traces(tmp_path):
     assert names == ["manifest.json", "rank-0.json.gz", "rank-1.json.gz"]
     res = json.loads((out / "results.json").read_text())
     run = res["runs"]["resnet-50-ddp"]
-    assert res["tar"] == ["ranks.tar"] and run["status"] == "ok" and run["command"].startswith("headroom profile resnet-50 --nproc 2 --parallel ddp")
+    assert res["tar"] == ["ranks.tar"] and run["status"] == "ok"
+    assert run["command"].startswith("headroom profile resnet-50 --nproc 2 --parallel ddp")
     s = run["analysis"]
     assert s["ranks"] == [0, 1] and s["backend"] == "gloo" and s["parallel"] == "ddp" and s["collectives"] > 0
     gains = {k: v["synchronised"]["speedups"]["gain"] for k, v in s["projections"].items()}

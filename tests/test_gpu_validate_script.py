@@ -20,7 +20,7 @@ def test_the_substitution_set_covers_what_issue_11_asks():
     assert len(subs) >= 5 and len({s[1] for s in subs}) >= 3
     assert any("decode" in s[2] and "1" in s[2] for s in subs)                 # launch-bound: decode, batch 1
     assert any(s[1] in script.TRAINING for s in subs)                         # a training case
-    for name, _, _, _, cand, est in subs:
+    for _name, _, _, _, cand, est in subs:
         assert (script.CAND / cand).is_file() and est > 0
     assert sum(s[5] for s in subs[:5]) <= 510                                 # five fit the default budget
 
@@ -76,7 +76,7 @@ def test_the_new_rows_of_issue_48_are_eight_and_each_runs_a_known_candidate_on_a
     # a synchronising and a slower candidate where the launches bound the step, and a second model's LayerNorm
     assert {"llama7b-decode-bs1-rmsnorm-checked", "llama7b-decode-bs1-rmsnorm-fp64", "llama7b-decode-bs1-swiglu",
             "llama7b-prefill-swiglu", "gpt2xl-decode-bs1-layernorm"} <= set(new)
-    for name, _, opts, module, cand, est in script.NEW_ROWS:
+    for _name, _, _opts, module, cand, est in script.NEW_ROWS:
         assert (script.CAND / cand).is_file() and est > 0
         assert module in (script.CAND / cand).read_text()    # the candidate names the class it replaces
 

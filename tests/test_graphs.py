@@ -13,6 +13,7 @@ import dataclasses
 import numpy as np
 import pandas as pd
 import pytest
+from conftest import SHARED
 
 from headroom.projection.project import project
 from headroom.projection.speedups import collect_entries, load_speedup_file
@@ -21,7 +22,6 @@ from headroom.trace.analysis import analyze
 from headroom.trace.attribute import attribute_kernels_to_ops
 from headroom.trace.graphs import CAPTURE, KERNEL_NAME, SOURCE, UNMATCHED, capture_templates, graph_summary
 from headroom.trace.load import load_trace
-from conftest import SHARED
 
 GRAPHS = SHARED / "traces-cudagraph"
 CAPTURE_TRACE = GRAPHS / "llama4_decode_capture_and_replay.json.gz"

@@ -8,6 +8,7 @@ import gzip
 import json
 
 import pytest
+from conftest import SHARED
 
 from headroom.errors import UserError
 from headroom.profile.registry import get_workload
@@ -15,7 +16,6 @@ from headroom.profile.workload import Options
 from headroom.trace.analysis import analyze
 from headroom.trace.graphs import CAPTURE, capture_trace_of
 from headroom.trace.load import TraceError
-from conftest import SHARED
 
 CAPTURE_TRACE = SHARED / "traces-cudagraph" / "llama4_decode_capture_and_replay.json.gz"
 

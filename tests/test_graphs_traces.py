@@ -8,8 +8,8 @@ import json
 
 import pandas as pd
 import pytest
-
 from conftest import REPO
+
 from headroom.projection.targets import targets
 from headroom.trace.analysis import analyze
 

@@ -6,9 +6,10 @@ Generated: pairs of one directory of ranks and one single trace (either side, an
 
 from __future__ import annotations
 
-from hypothesis import HealthCheck, given, settings, strategies as st
-
 from hardening_support import HTA, SMALL, TRACES, one_error_line, run
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
 from tests.ranks_synthetic import write_pair
 
 SINGLES = (SMALL, TRACES / "dlrm.train.json.gz", HTA / "base__base.json.gz")

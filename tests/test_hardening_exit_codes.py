@@ -9,9 +9,9 @@ import os
 import subprocess
 import sys
 
-from hypothesis import HealthCheck, given, settings, strategies as st
-
 from hardening_support import REPO, SMALL
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 COMMANDS = (["report", "--json", SMALL], ["classify", "--json", SMALL], ["classify", SMALL],
             ["project", "--json", "-s", "category:embedding=2", SMALL], ["targets", "--json", SMALL],

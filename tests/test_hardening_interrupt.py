@@ -14,9 +14,9 @@ import subprocess
 import sys
 import time
 
-from hypothesis import HealthCheck, given, settings, strategies as st
-
 from hardening_support import REPO, SMALL
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 
 @settings(max_examples=8, deadline=None, suppress_health_check=list(HealthCheck))

@@ -8,9 +8,9 @@ Generated: a numeric option of a command and a value out of its range; `--speedu
 
 from __future__ import annotations
 
-from hypothesis import HealthCheck, given, settings, strategies as st
-
 from hardening_support import SMALL, one_error_line, run
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 BAD = st.sampled_from(["nan", "NaN", "inf", "-inf", "+Infinity", "-nan"])
 # (the command before the option, the option, values out of its range besides NaN and the infinities)

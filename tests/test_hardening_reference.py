@@ -7,10 +7,11 @@ trace, or a --window regex built from one of its own CPU range names)."""
 from __future__ import annotations
 
 import re
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from headroom.projection.project import project
 from headroom.projection.speedups import parse_cli_speedup
@@ -22,12 +23,12 @@ STEPS_BASIS = "ProfilerStep ranges"
 SMALL = ("dlrm-int8.infer.json.gz", "dlrm.train.json.gz", "bert-base.infer.json.gz")
 
 
-@lru_cache(maxsize=None)
+@cache
 def _trace(name: str):
     return load_trace(TRACES / name, use_cache=False)
 
 
-@lru_cache(maxsize=None)
+@cache
 def _names(name: str) -> list[str]:
     cpu = _trace(name).cpu
     names = sorted({str(n) for n in cpu["name"].astype(str).unique() if str(n).strip()})

@@ -11,9 +11,10 @@ from __future__ import annotations
 import json
 import shutil
 
-from hypothesis import HealthCheck, given, settings, strategies as st
-
 from hardening_support import SMALL, document, one_error_line, run, write
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
 from tests.ranks_synthetic import rank_trace
 
 FAST = settings(max_examples=8, deadline=None, suppress_health_check=list(HealthCheck))

@@ -14,9 +14,9 @@ import sys
 import threading
 import time
 
-from hypothesis import HealthCheck, given, settings, strategies as st
-
 from hardening_support import REPO
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 STARTS = {"zeros": b"\0" * 4096, "random": os.urandom(4096), "endless-json": b'{"traceEvents": [' + b"{}, " * 1024}
 REST = {"zeros": b"\0" * 65536, "random": os.urandom(65536), "endless-json": b"{}, " * 16384}

@@ -12,19 +12,20 @@ number beyond 2^53 or no number, the number of an earlier step, or a number belo
 
 from __future__ import annotations
 
-from functools import lru_cache
+from functools import cache
 
 import pytest
-from hypothesis import HealthCheck, given, settings, strategies as st
-
 from hardening_support import SMALL, document, write
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
 from headroom.trace.analysis import analyze
 from headroom.trace.load import TraceError
 
 FAST = settings(max_examples=12, deadline=None, suppress_health_check=list(HealthCheck))
 
 
-@lru_cache(maxsize=None)
+@cache
 def _baseline():
     return analyze(SMALL, use_cache=False)
 

@@ -6,17 +6,17 @@ Generated: manifests of arbitrary JSON; launches beyond the bound; traces withou
 
 from __future__ import annotations
 
-from hypothesis import HealthCheck, example, given, settings, strategies as st
-
 from hardening_support import HTA, SMALL, document, one_error_line, run, write
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
 
 JSON = st.recursive(st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False)
                     | st.text(max_size=8), lambda inner: st.lists(inner, max_size=3)
                     | st.dictionaries(st.text(max_size=6), inner, max_size=3), max_leaves=6)
 KEYS = ("workload", "variant", "flavour", "timing", "gpu", "layers", "total_layers", "dtype", "tf32", "info",
         "distributed", "family", "batch")
-MANIFESTS = JSON.filter(lambda v: bool(v) and not isinstance(v, dict)) | st.dictionaries(st.sampled_from(KEYS), JSON | st.fixed_dictionaries(
-    {"step_ms": JSON, "overhead": JSON, "timed": JSON}), max_size=5)
+MANIFESTS = JSON.filter(lambda v: bool(v) and not isinstance(v, dict)) | st.dictionaries(
+    st.sampled_from(KEYS), JSON | st.fixed_dictionaries({"step_ms": JSON, "overhead": JSON, "timed": JSON}), max_size=5)
 COMMANDS = (["classify"], ["classify", "--json"], ["report"], ["report", "--json"],
             ["project", "-s", "category:embedding=2"], ["targets"], ["diff", str(SMALL)])
 FAST = settings(max_examples=15, deadline=None, suppress_health_check=list(HealthCheck))

@@ -22,7 +22,8 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 CORE = ("numpy", "pandas", "msgspec", "polars", "typer", "rich", "matplotlib", "google-re2", "filelock", "lazy_loader")
 
-pytestmark = pytest.mark.install
+# Fresh virtual environments filled by pip: minutes on 2 cores (`make test-slow`, CI).
+pytestmark = [pytest.mark.install, pytest.mark.slow]
 
 
 def _run(args: list, **kw) -> subprocess.CompletedProcess:

@@ -9,8 +9,15 @@ from pathlib import Path
 
 import pytest
 
-from headroom.projection.calibration import (Calibration, Row, coverage, fit, leave_one_out, shipped_calibration,
-                                             t_quantile)
+from headroom.projection.calibration import (
+    Calibration,
+    Row,
+    coverage,
+    fit,
+    leave_one_out,
+    shipped_calibration,
+    t_quantile,
+)
 
 REPO = Path(__file__).resolve().parents[1]
 RUNS = REPO / "docs" / "gpu" / "apriori"
@@ -147,9 +154,8 @@ def test_in_launch_bound_decode_the_a_priori_estimate_moves_with_verifys_call_ra
 def test_headroom_projects_estimate_carries_the_calibrated_interval():
     from headroom.jsonio import plain
     from headroom.projection.project import project
-    from headroom.trace.analysis import analyze
-
     from headroom.projection.speedups import parse_cli_speedup
+    from headroom.trace.analysis import analyze
 
     r = project(analyze(REPO / "traces" / "dlrm.train.json.gz"), [parse_cli_speedup("category:embedding=1.552")])
     e = r.estimate

@@ -9,8 +9,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from headroom.trace.intervals import (codes_and_texts, containing_range, groups_of, previous_greater,
-                                      ranges_on_threads, thread_codes)
+from headroom.trace.intervals import (
+    codes_and_texts,
+    containing_range,
+    groups_of,
+    previous_greater,
+    ranges_on_threads,
+    thread_codes,
+)
 
 
 def test_groups_of_keys_each_code_to_its_rows_in_order():

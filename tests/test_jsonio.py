@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import math
-from typing import ClassVar    # at module level: a dataclass resolves its string annotations here
+from typing import ClassVar  # at module level: a dataclass resolves its string annotations here
 
 import numpy as np
 import pytest
@@ -152,7 +152,8 @@ def test_plain_of_a_plain_dataclass_round_trips_through_json():
     non-finite floats as null), keys in field order."""
     import dataclasses
 
-    from hypothesis import given, strategies as st
+    from hypothesis import given
+    from hypothesis import strategies as st
 
     @dataclasses.dataclass
     class Leaf:

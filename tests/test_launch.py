@@ -7,6 +7,7 @@ import json
 import textwrap
 
 import pytest
+from test_profile import invoke
 
 from headroom.errors import UserError
 from headroom.jsonio import dumps
@@ -15,8 +16,6 @@ from headroom.profile.manifest import MANIFEST_NAME
 from headroom.profile.workload import Options
 from headroom.projection.sync_projection import SyncModel, sync_projection
 from headroom.trace.comm import collectives
-
-from test_profile import invoke
 
 
 def doc(path):

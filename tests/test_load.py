@@ -440,10 +440,10 @@ def test_a_damaged_entry_after_a_table_was_read_is_an_error_not_a_mix(cache_dir,
     p.write_bytes((SHIPPED_TRACES / "resnet-50.train.json.gz").read_bytes())
     load_trace(p)
     deferred = load_trace(p)
-    deferred.launches
+    _ = deferred.launches
     monkeypatch.setattr(cache.StoredTables, "read", lambda self, t: (_ for _ in ()).throw(ValueError("bad zip")))
     with pytest.raises(TraceError, match=r"could not be read \(it is removed: run again\)"):
-        deferred.cpu
+        _ = deferred.cpu
     assert not list(cache_dir.glob("*/*/tables.npz"))
     again = load_trace(p)                   # the first table fails: loaded from the file instead
     expected = load_trace(p, use_cache=False)
@@ -677,7 +677,7 @@ def test_a_deferred_trace_pickles_whole(cache_dir, tmp_path):
     expected = load_trace(p, use_cache=False)
     load_trace(p)
     deferred = load_trace(p)
-    deferred.launches                                   # the entry's file is open now
+    _ = deferred.launches                               # the entry's file is open now
     copy = pickle.loads(pickle.dumps(deferred))
     shutil.rmtree(next(cache_dir.glob("*/*/tables.npz")).parent)
     assert set(load.TRACE_TABLES) <= set(copy.__dict__)

@@ -5,7 +5,8 @@ import math
 import random
 
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from headroom.measure import RoundPolicy, compare, interleave_rounds, median_ci, round_order
 

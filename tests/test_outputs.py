@@ -70,9 +70,10 @@ def test_concurrent_runs_keep_every_manifest_entry(tmp_path):
 
 
 def test_a_failed_run_does_not_replace_the_trace_of_the_same_name(tmp_path, monkeypatch):
+    from test_workload import write_workload_file
+
     import headroom.profile.run as run
     from headroom.profile.workload import Options
-    from test_workload import write_workload_file
 
     f = write_workload_file(tmp_path, "user-mlp-keep")
     out = tmp_path / "out"
@@ -115,8 +116,9 @@ def test_profiler_overhead_is_a_number_only_when_it_can_be_told_from_noise(timed
 def test_library_noise_stays_out_of_the_live_display(capfd):
     import io
 
-    from headroom.cli.profile import RichProgress
     from rich.console import Console
+
+    from headroom.cli.profile import RichProgress
 
     progress = RichProgress()
     shown = io.StringIO()

@@ -75,7 +75,8 @@ def test_step_ms_option_wins_and_is_checked(tmp_path):
         with pytest.raises(UserError, match="--step-ms"):
             unprofiled_step_us(b, bad)
     r = project(a, [parse_cli_speedup("module:RMSNorm=4,launches=1")], step_ms=1.98)
-    assert r.unprofiled.cpu_scale == pytest.approx(1.0) and r.unprofiled.note == "the profiled steps are not slower than the unprofiled ones"
+    assert r.unprofiled.cpu_scale == pytest.approx(1.0)
+    assert r.unprofiled.note == "the profiled steps are not slower than the unprofiled ones"
 
 
 def test_shipped_static_cache_decode_reproduces_the_unprofiled_step():

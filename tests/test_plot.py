@@ -2,21 +2,20 @@
 
 from __future__ import annotations
 
-
 import numpy as np
 import pandas as pd
 import pytest
 import typer
+from conftest import hta_trace
 from matplotlib.patches import Rectangle
 from typer.testing import CliRunner
 
-from conftest import hta_trace
-from headroom.report import plot
-from headroom.trace.analysis import analyze
 from headroom.errors import UserError
 from headroom.projection.project import project
 from headroom.projection.speedups import parse_cli_speedup
+from headroom.report import plot
 from headroom.report.tables import addressable_summary, category_fractions, projection_table
+from headroom.trace.analysis import analyze
 
 
 def _bars(fig) -> dict[str, Rectangle]:
@@ -42,7 +41,7 @@ def test_addressable_figure_draws_the_fractions(analyses):
         p = bars[f"{r.workload}|{r.category}|{'A' if r.addressable else 'N'}"]
         assert p.get_width() == pytest.approx(r.fraction)
         assert (p.get_hatch() == "///") == bool(r.addressable)   # addressable part is visibly distinct
-    for k, (w, a) in enumerate(zip(labels, analyses)):
+    for _k, (w, a) in enumerate(zip(labels, analyses)):
         rows = fr[fr["workload"] == w]
         # segments are stacked in table order, non-addressable first
         lefts = [bars[f"{w}|{r.category}|{'A' if r.addressable else 'N'}"].get_x() for r in rows.itertuples()]

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 import torch
 import typer
+from test_workload import write_workload_file
 from typer.testing import CliRunner
 
-from headroom.trace.analysis import analyze
 from headroom.errors import UserError
 from headroom.jsonio import plain
 from headroom.profile.manifest import MANIFEST_NAME
@@ -20,10 +20,9 @@ from headroom.profile.oom import oom_error
 from headroom.profile.registry import get_workload
 from headroom.profile.run import ProfileResult, profile_workload
 from headroom.profile.workload import Options
+from headroom.trace.analysis import analyze
 from headroom.trace.layers import extrapolate_layers
 from headroom.trace.ranges import BLOCK_RANGE_PREFIX
-
-from test_workload import write_workload_file
 
 FAST = dict(device="cpu", steps=1, warmup=1, timed_steps=1)
 

@@ -10,23 +10,22 @@ import numpy as np
 import pandas as pd
 import pytest
 import typer
+from conftest import hta_trace
 from typer.testing import CliRunner
 
-from conftest import hta_trace
-from headroom.trace.analysis import analyze
 from headroom.errors import UserError
 from headroom.jsonio import plain
 from headroom.projection.amdahl import amdahl
-from headroom.projection.baseline import Baseline
+from headroom.projection.baseline import Baseline, as_baseline
 from headroom.projection.distributions import Distribution
 from headroom.projection.matching import select
-from headroom.projection.baseline import as_baseline
 from headroom.projection.project import project
 from headroom.projection.replay import replay, replay_check, replay_gain, replay_projection
-from headroom.projection.streams import cross_stream_deps, pid_codes
 from headroom.projection.scenarios import distribution_scenarios
 from headroom.projection.speedups import parse_cli_speedup
+from headroom.projection.streams import cross_stream_deps, pid_codes
 from headroom.report.tables import projection_table
+from headroom.trace.analysis import analyze
 
 
 def kernels(rows, window=None, **kw) -> Baseline:
@@ -440,10 +439,8 @@ def test_cross_stream_wait_runs_on_a_kineto_trace_with_sync_records(builder, tmp
 
 # --- numbers printed side by side are of the same quantities ------------------------------------------
 
-from hypothesis import HealthCheck, Phase, given, settings   # noqa: E402
-from hypothesis import strategies as st                      # noqa: E402
-
-from conftest import SHIPPED_TRACES                           # noqa: E402
+from hypothesis import HealthCheck, Phase, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
 
 _NUM = r"([0-9][0-9,]*\.[0-9]+)"
 

@@ -20,12 +20,12 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from headroom.cli.app import register_commands, app
+from headroom.cli.app import app, register_commands
 from headroom.errors import UserError
 from headroom.jsonio import plain
-from headroom.projection.sync_targets import sync_targets
-from headroom.projection.sync_projection import SyncModel, project_ranks, sync_projection
 from headroom.projection.speedups import parse_cli_speedup
+from headroom.projection.sync_projection import SyncModel, project_ranks, sync_projection
+from headroom.projection.sync_targets import sync_targets
 from headroom.trace.analysis import analyze_path
 from headroom.trace.rank_set import rank_set
 from tests.ranks_synthetic import ELEMENTWISE, GEMM, OPTIMIZER, WALL, write_pair

@@ -15,8 +15,8 @@ from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
-
 from conftest import REPO, SHIPPED_TRACES
+
 from headroom.jsonio import dumps
 from headroom.report import svg
 from headroom.report.html import render_page
@@ -157,7 +157,7 @@ def test_the_page_shows_every_section_and_every_trace(run):
     assert ids == ["summary", "categories", "targets", "projection", "ranks"]
     page = parse(html)
     keys = {m["attrs"]["data-key"] for m in page.marked}
-    for i, row in enumerate(doc["traces"]):
+    for i, _row in enumerate(doc["traces"]):
         assert {f"/traces/{i}/step_us", f"/traces/{i}/unprofiled_step_us", f"/traces/{i}/idle_fraction",
                 f"/traces/{i}/addressable_fraction", f"/traces/{i}/device"} <= keys
     w = doc["page"]["categories"]["workloads"]

@@ -7,15 +7,16 @@ import json
 import math
 
 import pytest
+from conftest import SHIPPED_TRACES, TraceBuilder
 
 import headroom as hr
-from conftest import SHIPPED_TRACES, TraceBuilder
 from headroom.datafiles import shipped
 from headroom.errors import UserError
 from headroom.projection.costs import check_table, op_cost
 from headroom.projection.roofline import device_for, devices, roofline_targets
 from headroom.trace.analysis import analyze
 from headroom.trace.op_inputs import OpCall, Tensor
+
 
 def call(name: str, *args, concrete: dict[int, str] | None = None, lists: dict[int, list[Tensor]] | None = None):
     """An OpCall from positional args: a Tensor, or None for a scalar/absent one."""

@@ -8,10 +8,10 @@ one of these numbers, the change must explain why (and the docs be updated).
 
 import pytest
 
-from lab.probes.layers_check import PAIRS, check
-from headroom.trace.analysis import analyze, analyze_path
 from headroom.report.tables import summary_frame
+from headroom.trace.analysis import analyze, analyze_path
 from headroom.trace.layers import extrapolate_layers
+from lab.probes.layers_check import PAIRS, check
 from tests.conftest import REPO, SHIPPED_TRACES
 
 EXPECTED = {"bert-base infer", "dlrm train", "dlrm-dcn train", "gpt2-xl infer prefill", "resnet-50 train",

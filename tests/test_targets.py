@@ -10,10 +10,9 @@ import numpy as np
 import pandas as pd
 import pytest
 import typer
+from conftest import SHIPPED_TRACES, hta_trace
 from typer.testing import CliRunner
 
-from conftest import SHIPPED_TRACES, hta_trace
-from headroom.trace.analysis import analyze
 from headroom.errors import UserError
 from headroom.projection.amdahl import amdahl
 from headroom.projection.baseline import Baseline
@@ -21,6 +20,7 @@ from headroom.projection.matching import select
 from headroom.projection.targets import targets, targets_dict
 from headroom.report.scaling import scaling_table
 from headroom.report.tables import addressable_summary, category_fractions
+from headroom.trace.analysis import analyze
 
 
 @pytest.fixture

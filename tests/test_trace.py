@@ -2,7 +2,6 @@ import gzip
 import json
 
 import msgspec
-
 import numpy as np
 import pandas as pd
 import pytest

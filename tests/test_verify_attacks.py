@@ -15,10 +15,16 @@ import sys
 import time
 
 import pytest
+from verify_support import (
+    CHEATERS,
+    REPO,
+    assert_caught,
+    assert_honest,
+    one_harness_thread,  # noqa: F401  (autouse fixture)
+    open_dir,
+)
 
 from headroom.verify import Policy, VerifyOptions, prepare_reference, verify_candidate
-from verify_support import one_harness_thread  # noqa: F401  (autouse fixture)
-from verify_support import CHEATERS, REPO, assert_caught, assert_honest, open_dir
 
 PROBLEM = CHEATERS / "problems" / "gelu_linear.py"
 CANDIDATES = CHEATERS / "candidates"
@@ -106,6 +112,7 @@ def _alive(pid: int) -> bool:
         return False
 
 
+@pytest.mark.slow   # the escaped process loads a core for the whole run (a minute or more on 2 cores)
 def test_fork_setsid_escape_is_killed_and_fails(tmp_path):
     """Through the CLI, with stdout a pipe: the command returns (nothing holds the pipe), the verdict
     is fail (containment) and the setsid grandchild is dead."""
@@ -181,6 +188,7 @@ def _compiler() -> None:
         pytest.skip("ninja is not installed (load_inline needs it)")
 
 
+@pytest.mark.slow   # a C++ extension compiled by load_inline: two minutes on 2 cores
 def test_load_inline_candidate_is_built_outside_the_clock(ref, tmp_path):
     _compiler()
     r = _run(ref, "honest_inline_cpp", build_dir=str(tmp_path / "build"), build_timeout=400, timeout=120)

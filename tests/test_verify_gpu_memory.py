@@ -13,8 +13,9 @@ import pytest
 torch = pytest.importorskip("torch")
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 
-from headroom.verify import VerifyOptions, prepare_reference, verify_candidate  # noqa: E402
 from verify_support import CHEATERS  # noqa: E402
+
+from headroom.verify import VerifyOptions, prepare_reference, verify_candidate  # noqa: E402
 
 PROBLEM = """import torch
 import torch.nn as nn

@@ -9,7 +9,6 @@ import sys
 
 import pytest
 import torch
-
 from verify_support import REPO, kernelbench_dir
 
 sys.path.insert(0, str(REPO / "scripts"))

@@ -11,11 +11,15 @@ import uuid
 from pathlib import Path
 
 import pytest
+from verify_support import (
+    CHEATERS,
+    assert_caught,
+    one_harness_thread,  # noqa: F401  (autouse fixture)
+    open_dir,
+)
 
 from headroom.verify import VerifyOptions, prepare_reference, sandbox, syscalls, verify_candidate
 from headroom.verify import ring as ring_mod
-from verify_support import one_harness_thread  # noqa: F401  (autouse fixture)
-from verify_support import CHEATERS, assert_caught, open_dir
 
 SEALED = CHEATERS / "isolation"  # not the sealed corpus: scripts/gpu_kernelbench.py runs that one on the GPU
 PROBLEM = CHEATERS / "problems" / "gelu_linear.py"

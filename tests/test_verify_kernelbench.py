@@ -10,10 +10,15 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from verify_support import (
+    CHEATERS,
+    assert_honest,
+    assert_value_cheat_fails,
+    kernelbench_dir,
+    one_harness_thread,  # noqa: F401  (autouse fixture)
+)
 
 from headroom.verify import VerifyOptions, prepare_reference, verify_candidate
-from verify_support import one_harness_thread  # noqa: F401  (autouse fixture)
-from verify_support import CHEATERS, assert_caught, assert_honest, kernelbench_dir
 
 GENERIC = CHEATERS / "kernelbench"
 SIGN_ONLY = sorted(p.stem for p in (GENERIC / "sign_only").glob("*.py"))
@@ -28,6 +33,18 @@ def _level1() -> list[str]:
 
 
 LEVEL1 = _level1()
+# One problem of each kind runs in `make test` (matmul, elementwise, softmax, normalisation, reduction, argmax,
+# pooling, convolution, transposed convolution, scan, attention, loss); the rest of the level is `slow`
+# (`make test-slow`, CI): the same guarantee, problem by problem.
+SAMPLE = {"1_Square_matrix_multiplication_", "19_ReLU", "23_Softmax", "36_RMSNorm_", "47_Sum_reduction_over_a_dimension",
+          "51_Argmax_over_a_dimension", "41_Max_Pooling_1D", "67_conv_standard_1D",
+          "81_conv_transposed_2D_asymmetric_input_square_kernel___dilated____padded____strided__", "89_cumsum",
+          "97_ScaledDotProductAttention", "98_KLDivLoss"}
+SIGN_ONLY_SAMPLE = {"19_ReLU", "38_L1Norm_"}
+
+
+def _sampled(names: list[str], sample: set[str]) -> list:
+    return [pytest.param(n, marks=() if n in sample else pytest.mark.slow) for n in names]
 
 
 
@@ -38,9 +55,10 @@ def _options(path: Path) -> VerifyOptions:
 
 def test_kernelbench_is_complete():
     assert len(LEVEL1) == 100, f"expected KernelBench's 100 level-1 problems in {kernelbench_dir()}"
+    assert SAMPLE <= set(LEVEL1) and SIGN_ONLY_SAMPLE <= set(SIGN_ONLY), "a sampled problem is not in KernelBench"
 
 
-@pytest.mark.parametrize("name", LEVEL1)
+@pytest.mark.parametrize("name", _sampled(LEVEL1, SAMPLE))
 def test_level1_reference_is_honest_and_generic_cheats_fail(name):
     path = kernelbench_dir() / "level1" / f"{name}.py"
     ref = prepare_reference(path, _options(path))
@@ -54,25 +72,21 @@ def test_level1_reference_is_honest_and_generic_cheats_fail(name):
     honest = results["reference"]
     assert_honest(honest)
     assert honest.launches_per_call["reference"] >= 1 and honest.launches_per_call["candidate"] >= 1
-    # Zeros are caught by `finite` first where a trial's truth is not finite: 98_KLDivLoss's log of its
-    # predictions did that once on heavy-tailed inputs in CI-like runs (inputs are drawn afresh each run).
-    for cheat, evidence in (("zeros", {"finite", "rel_l2", "allclose", "centred", "exact", "sensitivity"}),
-                            ("partial_write", {"finite", "exact", "rel_l2", "allclose"}),
-                            # a cached output may hold NaN where this trial's truth is finite (98_KLDivLoss)
-                            ("shape_cache", {"finite", "rel_l2", "allclose", "centred", "exact", "sensitivity"})):
-        r = results[cheat]
-        assert_caught(r)
-        failed = {c.name for c in r.checks if not c.passed}
-        assert r.verdict == "fail" and failed & evidence, (cheat, r.verdict, r.reason)
+    # Which value check fires first depends on the inputs (drawn afresh each run) and on the memory the allocator
+    # hands back: a partial write over a stale block holding the right values was caught only while timed
+    # (timed_outputs, 81_conv_transposed_2D). The guarantee is the verdict.
+    # Zeros are wrong in every trial: always a fail.
+    assert_value_cheat_fails(results["zeros"], "zeros")
+    for cheat in ("partial_write", "shape_cache"):
+        assert_value_cheat_fails(results[cheat], cheat, stale=True)
 
 
-@pytest.mark.parametrize("name", SIGN_ONLY)
+@pytest.mark.parametrize("name", _sampled(SIGN_ONLY, SIGN_ONLY_SAMPLE))
 def test_sign_only_kernels_fail_on_signed_inputs(name):
     """Right on torch.rand (KernelBench's own allclose accepts them on its inputs), wrong on signed ones."""
     path = kernelbench_dir() / "level1" / f"{name}.py"
     r = verify_candidate(path, GENERIC / "sign_only" / f"{name}.py", _options(path))
-    assert_caught(r)
-    assert r.verdict == "fail" and {"rel_l2", "allclose"} & {c.name for c in r.checks if not c.passed}, r.reason
+    assert_value_cheat_fails(r, name)
     assert r.info["signed_inputs"] == [True]
     if "kernelbench_allclose" in r.info:
         assert r.info["kernelbench_allclose"] is True  # its own check, on its own inputs, passes the cheat

@@ -7,11 +7,17 @@ The generic KernelBench candidates (tests/cheaters/kernelbench/) wrap the proble
 
 from __future__ import annotations
 
+from verify_support import (
+    CHEATERS,
+    assert_caught,
+    assert_honest,
+    assert_value_cheat_fails,
+    one_harness_thread,  # noqa: F401  (autouse fixture)
+)
+
 from headroom.verify import VerifyOptions, launches, prepare_reference, verify_candidate
 from headroom.verify import calibrate as ss
 from headroom.verify.reference import job_for
-from verify_support import one_harness_thread  # noqa: F401  (autouse fixture)
-from verify_support import CHEATERS, assert_caught, assert_honest
 
 PROBLEMS = CHEATERS / "problems"
 GENERIC = CHEATERS / "kernelbench"
@@ -49,8 +55,7 @@ def test_a_non_contiguous_output_is_read_and_a_partial_write_of_it_fails():
     rs, _ = _run("transposed_output", ["reference", "partial_write"])
     assert_honest(rs["reference"])
     r = rs["partial_write"]
-    assert_caught(r)
-    assert r.verdict == "fail" and _failed(r) & {"finite", "rel_l2", "allclose"}, r.reason
+    assert_value_cheat_fails(r, stale=True)
     assert "view size" not in (r.reason or "")
 
 

@@ -15,10 +15,15 @@ import shutil
 import time
 
 import pytest
+from verify_support import (
+    CHEATERS,
+    assert_caught,
+    assert_honest,
+    one_harness_thread,  # noqa: F401  (autouse fixture)
+    open_dir,
+)
 
 from headroom.verify import VerifyOptions, prepare_reference, sandbox, verify_candidate
-from verify_support import one_harness_thread  # noqa: F401  (autouse fixture)
-from verify_support import CHEATERS, assert_caught, assert_honest, open_dir
 
 SEALED = CHEATERS / "sealed"
 PROBLEM = CHEATERS / "problems" / "gelu_linear.py"

@@ -17,8 +17,8 @@ from headroom.verify import compare as cmp
 from headroom.verify import inputs as inp
 from headroom.verify import problem as prob
 from headroom.verify import protocol as P
-from headroom.verify import scale as sc
 from headroom.verify import ring as input_ring
+from headroom.verify import scale as sc
 from headroom.verify import shared
 from headroom.verify import timing as tm
 

@@ -18,6 +18,37 @@ TIMING_NOISE = ("wider than", "waited for a CPU", "calibrated time", "calibrated
                 "no 95% interval", "round orders disagree")
 
 
+# The checks that compare a candidate's outputs with the truth. Which of them catches a wrong or unwritten output
+# first depends on the memory the allocator hands back: a stale block can hold the right values during a correctness
+# trial and the wrong ones while timed (then only timed_outputs fails). A value cheat's guarantee is its verdict, with
+# one of these failed; a test names one check only where no other could catch the cheat.
+VALUE_CHECKS = frozenset({"finite", "rel_l2", "allclose", "centred", "exact", "sensitivity", "timed_outputs"})
+
+
+def failed_checks(r) -> set[str]:
+    return {c.name for c in r.checks if not c.passed}
+
+
+def assert_value_cheat_fails(r, what: object = None, stale: bool = False) -> None:
+    """Caught as wrong values: verdict fail, and one of the value checks failed (whichever ran into it first).
+
+    `stale`: a cheat that leaves memory unwritten or reuses an old output. Its trials can read a stale block that
+    holds the right values, and then only the timed phases can catch it; a machine too loaded to time them
+    ends the run inconclusive first (no check failed, no speedup, every reason a timing one). Never a pass."""
+    assert_caught(r)
+    failed = failed_checks(r)
+    if stale and r.verdict == "inconclusive" and not failed:
+        assert timing_noise_only(r.reason), (what, r.reason)
+        return
+    assert r.verdict == "fail" and failed & VALUE_CHECKS, (what, r.verdict, r.reason, failed)
+
+
+def timing_noise_only(reason: str | None) -> bool:
+    """Every part of an inconclusive verdict's reason is timing noise (a shared, loaded machine)."""
+    parts = (reason or "").split("; ")
+    return all(any(n in p for n in TIMING_NOISE) for p in parts)
+
+
 def kernelbench_dir() -> Path:
     """KernelBench's files, read in place: $HEADROOM_KERNELBENCH, ../shared/kernelbench (CI), /work/shared."""
     candidates = [os.environ.get("HEADROOM_KERNELBENCH"), REPO.parent / "shared" / "kernelbench",
@@ -56,8 +87,7 @@ def assert_honest(r) -> None:
         assert r.speedup > 0 and lo <= r.speedup <= hi
     else:
         assert r.speedup is None
-        parts = r.reason.split("; ")
-        assert all(any(n in p for n in TIMING_NOISE) for p in parts), r.reason
+        assert timing_noise_only(r.reason), r.reason
 
 
 def assert_caught(r) -> None:

@@ -7,10 +7,21 @@ Works with transformers 5.17 and 5.24: the cache keyword was renamed from
 from __future__ import annotations
 
 import inspect
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
-from headroom.profile import (RunConfig, Step, infer_forward, infer_step, materialize, meta_parameters,
-                               parallelize, phase_range, train_forward, train_step)
+from headroom.profile import (
+    RunConfig,
+    Step,
+    infer_forward,
+    infer_step,
+    materialize,
+    meta_parameters,
+    parallelize,
+    phase_range,
+    train_forward,
+    train_step,
+)
 
 # Positions kept free after the prompt in a decode cache: decode steps advance
 # through them, and the cache is rewound to the prompt when they run out.

@@ -3,7 +3,8 @@ step of a model whose tables take sparse gradients (one optimizer for them, one 
 
 from __future__ import annotations
 
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 from headroom.errors import UserError
 from headroom.profile import Default, RunConfig, Step, train_forward, train_step

@@ -22,8 +22,18 @@ import functools
 from typing import Any
 
 from headroom.profile import Default, RunConfig, Step, WorkloadSpec, register_workload, train_forward, train_step
-from headroom.workloads._recsys import (CPU_TABLES, DEFAULT_MAX_ROWS, MAX_ROWS_OPT, NO_SEQ, SHARDING_OPT, dmp_model,
-                                        max_rows, resolve_sharding, sparse_table_step, table_init)
+from headroom.workloads._recsys import (
+    CPU_TABLES,
+    DEFAULT_MAX_ROWS,
+    MAX_ROWS_OPT,
+    NO_SEQ,
+    SHARDING_OPT,
+    dmp_model,
+    max_rows,
+    resolve_sharding,
+    sparse_table_step,
+    table_init,
+)
 from headroom.workloads.dlrm import CRITEO_1TB_ROWS, DENSE_FEATURES, MLPERF_MULTI_HOT, _import_torchrec
 
 FLAVOURS: dict[str, dict[str, Any]] = {

@@ -39,10 +39,9 @@ def _mlp(sizes: list[int], device: Any, last_act: bool = False):
 
 
 def _model(f: dict[str, Any], device: Any):
+    import fbgemm_gpu  # noqa: F401  (registers torch.ops.fbgemm)
     import torch
     from torchrec import EmbeddingCollection, EmbeddingConfig
-
-    import fbgemm_gpu  # noqa: F401  (registers torch.ops.fbgemm)
 
     width = 2 * f["dim"]
 

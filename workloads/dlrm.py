@@ -80,8 +80,7 @@ def fbgemm_cuda_status() -> tuple[bool, str]:
     except Exception as e:
         return False, f"fbgemm_gpu has no CUDA kernels (the CPU build?): {type(e).__name__}"
     try:
-        from fbgemm_gpu.split_table_batched_embeddings_ops_training import (  # noqa: F401
-            SplitTableBatchedEmbeddingBagsCodegen)
+        from fbgemm_gpu.split_table_batched_embeddings_ops_training import SplitTableBatchedEmbeddingBagsCodegen  # noqa: F401
     except Exception as e:
         return False, f"fbgemm_gpu TBE module does not import ({type(e).__name__})"
     version = getattr(__import__("fbgemm_gpu"), "__version__", "?")
@@ -200,7 +199,6 @@ def resolve_sharding(cfg: RunConfig, device: Any) -> tuple[str, str]:
 def _build(cfg: RunConfig, device: Any, dcn: bool) -> Step:
     _import_torchrec()
     import torch
-    from torchrec.models.dlrm import DLRMTrain
 
     flavour = (DCN_FLAVOURS if dcn else FLAVOURS)[cfg.flavour]
     max_rows = _max_rows(cfg)
@@ -245,19 +243,8 @@ def _build(cfg: RunConfig, device: Any, dcn: bool) -> Step:
                                   f"fbgemm TBE with fused {opt_cls.__name__}")
         info["process_group"] = "nccl" if device.type == "cuda" else "gloo"
     else:
-        from headroom.profile import materialize
-
-        dlrm = _model(flavour, dcn, max_rows, torch.device("meta"), torch.device("meta"))
-        # torchrec initialises tables uniform(-sqrt(1/rows), sqrt(1/rows)); dense layers as nn.Linear.
-        materialize(dlrm, device, init=table_init)
-        sparse_params, dense_params = [], []
-        for name, p in dlrm.named_parameters():
-            (sparse_params if "embedding_bags" in name else dense_params).append(p)
-        for m in dlrm.sparse_arch.embedding_bag_collection.embedding_bags.values():
-            m.sparse = True  # sparse gradients, as the DLRM reference trains its EmbeddingBags
-        model = train_model = DLRMTrain(dlrm)
-        opt = Optimizers(opt_cls(sparse_params, foreach=False, **opt_kw), opt_cls(dense_params, **opt_kw))
-        inner = dlrm
+        model, opt, inner = _build_unsharded(device, flavour, dcn, max_rows, opt_cls, opt_kw)
+        train_model = model
         info["embedding_path"] = (f"torchrec EmbeddingBagCollection, unsharded (PyTorch embedding_bag, "
                                   f"sparse gradients, {opt_cls.__name__})")
     info["sharding"] = path
@@ -286,6 +273,28 @@ def _build(cfg: RunConfig, device: Any, dcn: bool) -> Step:
                                            torch.device("meta")).parameters())
     # Module ranges on DLRMTrain (`model.model.inter_arch.crossnet`, ...), inside DMP's wrappers.
     return Step(fn, model, info=info, close=close, params=params, modules=train_model, forward=forward, train=True)
+
+
+def _build_unsharded(device: Any, flavour: dict[str, Any], dcn: bool, max_rows: int, opt_cls: Any,
+                     opt_kw: dict[str, Any]) -> tuple[Any, Any, Any]:
+    """DLRMTrain over an unsharded EmbeddingBagCollection (PyTorch embedding_bag, sparse gradients): the model,
+    its optimizers (sparse tables apart from the dense layers) and the DLRM inside."""
+    import torch
+    from torchrec.models.dlrm import DLRMTrain
+
+    from headroom.profile import materialize
+
+    dlrm = _model(flavour, dcn, max_rows, torch.device("meta"), torch.device("meta"))
+    # torchrec initialises tables uniform(-sqrt(1/rows), sqrt(1/rows)); dense layers as nn.Linear.
+    materialize(dlrm, device, init=table_init)
+    sparse_params, dense_params = [], []
+    for name, p in dlrm.named_parameters():
+        (sparse_params if "embedding_bags" in name else dense_params).append(p)
+    for m in dlrm.sparse_arch.embedding_bag_collection.embedding_bags.values():
+        m.sparse = True  # sparse gradients, as the DLRM reference trains its EmbeddingBags
+    model = DLRMTrain(dlrm)
+    opt = Optimizers(opt_cls(sparse_params, foreach=False, **opt_kw), opt_cls(dense_params, **opt_kw))
+    return model, opt, dlrm
 
 
 def _is_oom(e: BaseException) -> bool:

@@ -36,10 +36,9 @@ def _groups(rows: list[int]) -> tuple[list[int], list[int]]:
 
 
 def _model(f: dict[str, Any], max_rows: int, device: Any, dtype: Any, tables: bool = True):
+    import fbgemm_gpu  # noqa: F401  (registers torch.ops.fbgemm)
     import torch
     from torchrec.models.dlrm import DenseArch, InteractionArch, OverArch
-
-    import fbgemm_gpu  # noqa: F401  (registers torch.ops.fbgemm)
 
     rows = [max(1, min(r, max_rows)) for r in f["rows"]]
     dim, n = f["dim"], len(rows)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from headroom.profile import Default, RunConfig, Step, WorkloadSpec, register_workload
-from headroom.workloads._hf import build_hf, blocks_of, decoder_lm_step, meta_hf, weights_dtype
+from headroom.workloads._hf import blocks_of, build_hf, decoder_lm_step, meta_hf, weights_dtype
 
 FLAVOURS: dict[str, dict[str, Any]] = {
     "default": dict(n_embd=1600, n_layer=48, n_head=25, n_positions=1024, vocab_size=50257),   # GPT-2 XL

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from headroom.profile import Default, RunConfig, Step, WorkloadSpec, register_workload
-from headroom.workloads._hf import build_hf, blocks_of, decoder_lm_step, meta_hf, weights_dtype
+from headroom.workloads._hf import blocks_of, build_hf, decoder_lm_step, meta_hf, weights_dtype
 
 # Published configurations (hidden, layers, heads, kv heads, intermediate, vocab, rope theta, max positions).
 FLAVOURS: dict[str, dict[str, Any]] = {

@@ -8,8 +8,18 @@ from __future__ import annotations
 
 from typing import Any
 
-from headroom.profile import (Default, RunConfig, Step, WorkloadSpec, infer_forward, infer_step, parallelize,
-                              register_workload, train_forward, train_step)
+from headroom.profile import (
+    Default,
+    RunConfig,
+    Step,
+    WorkloadSpec,
+    infer_forward,
+    infer_step,
+    parallelize,
+    register_workload,
+    train_forward,
+    train_step,
+)
 from headroom.workloads._hf import build_hf, meta_hf
 
 FLAVOURS: dict[str, dict[str, Any]] = {

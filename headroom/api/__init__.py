@@ -22,8 +22,7 @@ extract, verify, validate: torch imported when one runs). docs/api.md is the ref
 from headroom.api.projections import predict, project, project_ranks, targets
 from headroom.api.reports import plot, report_html
 from headroom.api.runs import WorkloadOptions, extract, profile, validate, verify
-from headroom.api.traces import (analyze, analyze_all, analyze_ranks, coverage, diff, diff_html, read_inputs,
-                                 summary)
+from headroom.api.traces import analyze, analyze_all, analyze_ranks, coverage, diff, diff_html, read_inputs, summary
 from headroom.errors import UserError
 from headroom.extract.result import ExtractResult
 from headroom.profile.launch import RanksProfileResult

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import os
-from typing import Sequence
+from collections.abc import Sequence
 
-from headroom.errors import UserError
 from headroom.api.traces import DEFAULT_READ, PathLike, TraceLike, analyze, analyze_ranks, as_analysis, read_inputs
+from headroom.errors import UserError
 from headroom.projection.distributions import Distribution, load_distribution
 from headroom.projection.overhead import check_step_ms
 from headroom.projection.problems import load_problems

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from typing import Optional, Sequence
+from collections.abc import Sequence
 
 from headroom.api.traces import DEFAULT_READ, PathLike, analyze_all
 from headroom.projection.problems import load_problems
@@ -11,9 +11,8 @@ from headroom.projection.speedups import collect_entries
 from headroom.projection.targets import DEFAULT_SPEEDUP
 from headroom.report.figures import Plots, check_plot_outputs, draw_figures, save_figures
 from headroom.report.page import DEFAULT_TOP, check_html_output, html_report
-from headroom.trace.analysis import Analysis
+from headroom.trace.analysis import Analysis, analyze_files
 from headroom.trace.classify import load_classifier
-from headroom.trace.analysis import analyze_files
 from headroom.trace.load import find_trace_files
 from headroom.trace.rank_set import RankSet, rank_order, rank_set
 from headroom.trace.read_options import ReadOptions
@@ -51,11 +50,11 @@ def report_html(paths: Sequence[PathLike | Analysis | RankSet], out: PathLike, s
                        problems=load_problems(problems), roofline=roofline, peaks=peaks)
 
 
-def plot(traces: Sequence[PathLike | Analysis], out: Optional[PathLike] = "out/plots",
-         figures: Optional[Sequence[str]] = None, formats: Optional[Sequence[str]] = None,
-         labels: Optional[Sequence[str]] = None, speedup: Sequence[str] = (), files: Sequence[PathLike] = (),
-         params: Optional[Sequence[float]] = None, family: Optional[str] = None, basis: str = "wall",
-         numbers: bool = False, problems: Optional[PathLike] = None, read: ReadOptions = DEFAULT_READ) -> Plots:
+def plot(traces: Sequence[PathLike | Analysis], out: PathLike | None = "out/plots",
+         figures: Sequence[str] | None = None, formats: Sequence[str] | None = None,
+         labels: Sequence[str] | None = None, speedup: Sequence[str] = (), files: Sequence[PathLike] = (),
+         params: Sequence[float] | None = None, family: str | None = None, basis: str = "wall",
+         numbers: bool = False, problems: PathLike | None = None, read: ReadOptions = DEFAULT_READ) -> Plots:
     """Draw the `headroom plot` figures of traces (files, directories: one bar per trace; or analyses).
 
     `figures`: addressable (the addressable fraction per workload), projection (measured against projected

@@ -7,7 +7,8 @@ from __future__ import annotations
 import os
 import shlex
 import sys
-from typing import Optional, Sequence, Union
+from collections.abc import Sequence
+from typing import Union
 
 from headroom.extract.result import ExtractResult
 from headroom.profile.launch import RanksProfileResult, profile_ranks
@@ -22,10 +23,10 @@ from headroom.verify.results import VerifyResult
 PathLike = Union[str, "os.PathLike[str]"]
 
 
-def profile(workload: str, options: Optional[WorkloadOptions] = None, *, device: str = "auto",
-            out: PathLike = "out", steps: Optional[int] = None, warmup: Optional[int] = None,
-            timed_steps: Optional[int] = None,
-            workload_file: Optional[PathLike] = None) -> Union[ProfileResult, RanksProfileResult]:
+def profile(workload: str, options: WorkloadOptions | None = None, *, device: str = "auto",
+            out: PathLike = "out", steps: int | None = None, warmup: int | None = None,
+            timed_steps: int | None = None,
+            workload_file: PathLike | None = None) -> ProfileResult | RanksProfileResult:
     """Run a registered workload under torch.profiler and classify where its time went, as `headroom profile`.
 
     `options`: a `WorkloadOptions` (mode, phase, batch, seq, dtype, layers, flavour, ...; None: the
@@ -42,9 +43,9 @@ def profile(workload: str, options: Optional[WorkloadOptions] = None, *, device:
                             timed_steps=timed_steps, workload_file=workload_file)
 
 
-def extract(workload: str, module: str, options: Optional[WorkloadOptions] = None, *, device: str = "auto",
-            out: PathLike = "out/problems", trace: Optional[PathLike] = None, window: Optional[str] = None,
-            profile: bool = True, workload_file: Optional[PathLike] = None) -> ExtractResult:
+def extract(workload: str, module: str, options: WorkloadOptions | None = None, *, device: str = "auto",
+            out: PathLike = "out/problems", trace: PathLike | None = None, window: str | None = None,
+            profile: bool = True, workload_file: PathLike | None = None) -> ExtractResult:
     """Write a KernelBench problem with the real shapes of a module class (or `op:aten::NAME`) of a
     workload, and its problem -> selector entry for `project(problems=...)`, as `headroom extract`.
 
@@ -58,7 +59,7 @@ def extract(workload: str, module: str, options: Optional[WorkloadOptions] = Non
                     profile=profile, workload_file=workload_file)
 
 
-def verify(problem: PathLike, candidate: PathLike, options: Optional[VerifyOptions] = None) -> VerifyResult:
+def verify(problem: PathLike, candidate: PathLike, options: VerifyOptions | None = None) -> VerifyResult:
     """Is a candidate kernel correct, and how much faster than a realistic (TF32) baseline? As `headroom
     verify PROBLEM CANDIDATE`: the candidate (a file defining `class ModelNew`) runs in a sandboxed child
     against the problem (a KernelBench file: `Model`, `get_inputs`, `get_init_inputs`) on secret inputs,
@@ -74,14 +75,14 @@ def verify(problem: PathLike, candidate: PathLike, options: Optional[VerifyOptio
     return verify_candidate(problem, candidate, options)
 
 
-def validate(workload: Optional[str] = None, replace: Sequence[str] = (),
-             options: Optional[WorkloadOptions] = None, *, from_dir: Optional[PathLike] = None,
-             out: Optional[PathLike] = None, device: str = "auto", rounds: int = MIN_ROUNDS,
-             steps_per_round: Optional[int] = None, profile_steps: Optional[int] = None,
-             tolerance: Optional[float] = None, timeout: float = DEFAULT_TIMEOUT_S, threads: Optional[int] = None,
-             workload_file: Optional[PathLike] = None, max_rounds: Optional[int] = None,
-             target_width: Optional[float] = None, timing_budget: Optional[float] = None, timer: Optional[str] = None,
-             speedups: Optional[PathLike] = None, problems: Optional[PathLike] = None,
+def validate(workload: str | None = None, replace: Sequence[str] = (),
+             options: WorkloadOptions | None = None, *, from_dir: PathLike | None = None,
+             out: PathLike | None = None, device: str = "auto", rounds: int = MIN_ROUNDS,
+             steps_per_round: int | None = None, profile_steps: int | None = None,
+             tolerance: float | None = None, timeout: float = DEFAULT_TIMEOUT_S, threads: int | None = None,
+             workload_file: PathLike | None = None, max_rounds: int | None = None,
+             target_width: float | None = None, timing_budget: float | None = None, timer: str | None = None,
+             speedups: PathLike | None = None, problems: PathLike | None = None,
              graphs: bool = False) -> ValidateResult:
     """Swap candidates into a workload: check outputs, measure the end-to-end speedup interleaved, profile
     both, and score the projections made from the base trace alone, as `headroom validate`.

@@ -7,7 +7,8 @@ standing for their --rules, --policy, --whole-trace, --window, --lenient and --n
 from __future__ import annotations
 
 import os
-from typing import Sequence, Union
+from collections.abc import Sequence
+from typing import Union
 
 import pandas as pd
 
@@ -20,16 +21,15 @@ from headroom.report.diff import diff as _diff
 from headroom.report.diff_html import html_diff
 from headroom.report.page import check_html_output
 from headroom.report.tables import summary_frame
-from headroom.trace.analysis import Analysis
+from headroom.trace.analysis import Analysis, analyze_files
 from headroom.trace.analysis import analyze as _analyze
-from headroom.trace.analysis import analyze_files
 from headroom.trace.classify import load_classifier
-from headroom.trace.load import load_trace, find_trace_files
+from headroom.trace.load import find_trace_files, load_trace
 from headroom.trace.rank_set import RankSet, group_ranks, rank_set
 from headroom.trace.read_options import ReadOptions
 
-PathLike = Union[str, "os.PathLike[str]"]
-TraceLike = Union[PathLike, Analysis]
+PathLike = Union[str, "os.PathLike[str]"]  # noqa: UP007  (a runtime alias with a quoted name: `|` cannot join it)
+TraceLike = PathLike | Analysis
 DEFAULT_READ = ReadOptions()
 
 

@@ -12,10 +12,16 @@ from typing import Any
 import typer
 
 from headroom._version import __version__
-from headroom.cli.output import EXIT_INTERRUPTED, EXIT_PIPE, EXIT_TERMINATED, EXIT_USAGE, error, library_warnings_in_one_style
+from headroom.cli.output import (
+    EXIT_INTERRUPTED,
+    EXIT_PIPE,
+    EXIT_TERMINATED,
+    EXIT_USAGE,
+    error,
+    library_warnings_in_one_style,
+)
 from headroom.errors import UserError
 from headroom.extras import EXTRA_OF_MODULE, missing
-
 
 # typer raises click's exceptions, or those of the copy of click that newer typers ship.
 _exc: Any

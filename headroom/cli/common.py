@@ -3,9 +3,10 @@ time, and reading many traces so that one bad file is named and the rest still r
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterator, List, Optional
+from typing import Any
 
 import typer
 
@@ -52,19 +53,19 @@ class Reader:
     after the others were reported.
     """
 
-    rules: Optional[Path] = None
-    policy: Optional[Path] = None
+    rules: Path | None = None
+    policy: Path | None = None
     whole_trace: bool = False
-    window: Optional[str] = None
+    window: str | None = None
     lenient: bool = False
     no_cache: bool = False
-    failed: List[str] = field(default_factory=list)
-    graph_source: Optional[Path] = None
+    failed: list[str] = field(default_factory=list)
+    graph_source: Path | None = None
     # --engine: where each trace is read (headroom.cli.engine); `product`: the command's per-trace work (a
     # module-level function of one Analysis), done by each trace's task with --engine ray (`per_trace`).
     engine: str = "local"
-    address: Optional[str] = None
-    product: Optional[Callable[[Any], Any]] = None
+    address: str | None = None
+    product: Callable[[Any], Any] | None = None
     results: dict = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
@@ -90,7 +91,7 @@ class Reader:
         return ReadOptions.from_flags(self.rules, self.policy, self.whole_trace, self.window, self.lenient,
                                       self.no_cache, self.graph_source)
 
-    def files(self, paths: List[Path]) -> Iterator[list[Path]]:
+    def files(self, paths: list[Path]) -> Iterator[list[Path]]:
         """The trace files of each path, path by path (a bad path is named and skipped)."""
         from headroom.trace.load import find_trace_files
 
@@ -100,12 +101,12 @@ class Reader:
             except UserError as e:
                 self._fail(str(p), e)
 
-    def analyses(self, paths: List[Path]) -> Iterator:
+    def analyses(self, paths: list[Path]) -> Iterator:
         """Each trace's Analysis, one by one (a directory: each trace in it)."""
         for files in self.files(paths):
             yield from self._analyse(files)
 
-    def inputs(self, paths: List[Path]) -> Iterator:
+    def inputs(self, paths: list[Path]) -> Iterator:
         """Like `analyses`, but a directory holding the ranks of one run becomes one RankSet
         (headroom.trace.rank_set), analysed together; every other trace is an Analysis."""
         if self.engine != "local" or self.address is not None:
@@ -117,7 +118,7 @@ class Reader:
             if not Path(p).is_dir():
                 yield from self.analyses([p])
                 continue
-            from headroom.cli.trace_inputs import group_ranks, looks_like_ranks   # here: a single trace never needs them
+            from headroom.cli.trace_inputs import group_ranks, looks_like_ranks  # here: a single trace never needs them
 
             failed = len(self.failed)
             analyses = list(self.analyses([p]))
@@ -179,9 +180,9 @@ class Reader:
             raise typer.Exit(code=EXIT_USAGE)
 
 
-def read_all(paths: List[Path], rules: Optional[Path] = None, policy: Optional[Path] = None,
-             whole_trace: bool = False, window: Optional[str] = None, lenient: bool = False,
-             no_cache: bool = False, graph_source: Optional[Path] = None) -> list:
+def read_all(paths: list[Path], rules: Path | None = None, policy: Path | None = None,
+             whole_trace: bool = False, window: str | None = None, lenient: bool = False,
+             no_cache: bool = False, graph_source: Path | None = None) -> list:
     """Every trace, or exit 2 naming the first that cannot be read (for commands that need them all)."""
     reader = Reader(rules, policy, whole_trace, window, lenient, no_cache, graph_source=graph_source)
     out = list(reader.analyses(paths))

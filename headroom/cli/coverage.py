@@ -4,31 +4,40 @@ the numbers are headroom.projection.coverage)."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import List, Optional
 
 import typer
 
-from headroom.cli.common import GraphSourceOpt, LenientOpt, NoCacheOpt, PolicyOpt, ProblemsOpt, Reader, RulesOpt, TracesArg, WholeOpt, \
-    WindowOpt
+from headroom.cli.common import (
+    GraphSourceOpt,
+    LenientOpt,
+    NoCacheOpt,
+    PolicyOpt,
+    ProblemsOpt,
+    Reader,
+    RulesOpt,
+    TracesArg,
+    WholeOpt,
+    WindowOpt,
+)
 from headroom.cli.output import EXIT_VERDICT, emit_json, warn
 from headroom.jsonio import plain
 
 
 def coverage_cmd(
-    traces: List[Path] = TracesArg,
+    traces: list[Path] = TracesArg,
     suite: str = typer.Option("dlrm", "--suite", metavar="SUITE", help=(
         "dlrm (DLRM-Bench) or kernelbench (KernelBench level 1), or a suite name of the problem map.")),
     as_json: bool = typer.Option(False, "--json", metavar="", help="One JSON document (docs/cli.md)."),
     strict: bool = typer.Option(False, "--strict", metavar="", help=(
         "Exit 1 when a problem of the suite matches no trace (for CI).")),
-    problems: Optional[Path] = ProblemsOpt,
-    rules: Optional[Path] = RulesOpt,
-    policy: Optional[Path] = PolicyOpt,
+    problems: Path | None = ProblemsOpt,
+    rules: Path | None = RulesOpt,
+    policy: Path | None = PolicyOpt,
     whole_trace: bool = WholeOpt,
-    window: Optional[str] = WindowOpt,
+    window: str | None = WindowOpt,
     lenient: bool = LenientOpt,
     no_cache: bool = NoCacheOpt,
-    graph_source: Optional[Path] = GraphSourceOpt,
+    graph_source: Path | None = GraphSourceOpt,
 ) -> None:
     """Per problem of a suite: the traces it matches, its kernels and share of GPU time (CPU op time on a
     CPU trace), and the problems no trace exercises.

@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import enum
-
 from pathlib import Path
-from typing import Optional
 
 import typer
 
@@ -33,27 +31,27 @@ def diff_cmd(
     by: DiffBy = typer.Option("category", "--by", help=(
         "Rows: category, op, module (nn.Module classes) or kernel (matched by name and launch site).")),
     as_json: bool = typer.Option(False, "--json", metavar="", help="One JSON document (docs/cli.md)."),
-    fail_if_slower: Optional[float] = typer.Option(None, "--fail-if-slower", metavar="PCT", min=0.0, max=1e4, help=(
+    fail_if_slower: float | None = typer.Option(None, "--fail-if-slower", metavar="PCT", min=0.0, max=1e4, help=(
         "Exit 1 when AFTER's step is slower than BEFORE's by more than PCT percent (unprofiled where both "
         "manifests record it, else profiled).")),
     top: int = typer.Option(25, "--top", min=0, help="Rows shown in the table (0: all; --json has them all)."),
-    figure: Optional[Path] = typer.Option(None, "--figure", metavar="FILE", help=(
+    figure: Path | None = typer.Option(None, "--figure", metavar="FILE", help=(
         "Also draw the waterfall of the deltas into FILE (.png, .svg or .pdf).")),
-    html: Optional[Path] = typer.Option(None, "--html", metavar="FILE", help=(
+    html: Path | None = typer.Option(None, "--html", metavar="FILE", help=(
         "Also write one self-contained HTML page: the step on both clocks, the rows (sortable), the added and "
         "removed ones and the waterfall (stdout: its path; with --json, the document has the page's numbers).")),
-    rules: Optional[Path] = RulesOpt,
-    policy: Optional[Path] = PolicyOpt,
+    rules: Path | None = RulesOpt,
+    policy: Path | None = PolicyOpt,
     whole_trace: bool = WholeOpt,
-    window: Optional[str] = WindowOpt,
+    window: str | None = WindowOpt,
     lenient: bool = LenientOpt,
     no_cache: bool = NoCacheOpt,
-    graph_source: Optional[Path] = GraphSourceOpt,
+    graph_source: Path | None = GraphSourceOpt,
 ) -> None:
     """What changed between two runs: the step time, and which categories, ops, modules or kernels moved.
 
     Exit 1 with --fail-if-slower when AFTER is slower by more than the threshold (for CI)."""
-    from headroom.report.diff import diff     # what headroom.diff calls, without the facade's imports
+    from headroom.report.diff import diff  # what headroom.diff calls, without the facade's imports
     from headroom.report.render import make_console
     from headroom.report.render_diff import render_diff
 

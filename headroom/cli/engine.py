@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import dataclasses
 import os
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator, List, Optional
 
 import typer
 
@@ -26,7 +26,7 @@ ResumeOpt = typer.Option(False, "--resume", help=(
     "run the others."))
 
 
-def fleet_inputs(reader, paths: List[Path]) -> Iterator:
+def fleet_inputs(reader, paths: list[Path]) -> Iterator:
     """What `Reader.inputs` yields, each trace read by a task of `reader.engine`."""
     from headroom.fleet import get_engine
     from headroom.fleet.traces import TraceTask, run_task, task_memory
@@ -91,7 +91,7 @@ def _with_products(reader, engine, inputs: list, tasks: list) -> list:
     return inputs
 
 
-def suite_runner(engine: str, address: Optional[str], out: Optional[Path], resume: bool = False):
+def suite_runner(engine: str, address: str | None, out: Path | None, resume: bool = False):
     """`verify --suite` / `bench run`: None (in this process) or the candidates over the engine's workers,
     each result appended to the stream beside `out` (headroom.fleet.verify.stream_path) as it arrives."""
     if resume and (engine == "local" and address is None or out is None):

@@ -5,13 +5,13 @@ from __future__ import annotations
 import shlex
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, List, Optional
+from typing import TYPE_CHECKING
 
 import typer
 
 from headroom.cli.common import WindowOpt
 from headroom.cli.output import emit_json, warn
-from headroom.cli.profile import DType, Device, KVCache, Mode, Phase
+from headroom.cli.profile import Device, DType, KVCache, Mode, Phase
 from headroom.errors import UserError
 from headroom.jsonio import plain
 
@@ -50,17 +50,17 @@ def extract_cmd(
     module: str = typer.Option(..., "--module", "-m", metavar="CLASS",
                                help="Module class (LlamaRMSNorm, or dotted), or op:aten::NAME."),
     out: Path = typer.Option(Path("out/problems"), "--out", metavar="DIR", help="Directory for the problem and its entry."),
-    trace: Optional[Path] = typer.Option(None, "--trace", metavar="TRACE", help=(
+    trace: Path | None = typer.Option(None, "--trace", metavar="TRACE", help=(
         "Measure the share of time in this trace (recorded with module ranges) instead of a 1-step profile; "
         "for op:, the shapes are read from it.")),
-    window: Optional[str] = WindowOpt,
+    window: str | None = WindowOpt,
     no_profile: bool = typer.Option(False, "--no-profile", metavar="",
                                     help="Do not profile (the header says share unknown)."),
     as_json: bool = typer.Option(False, "--json", metavar="", help="One JSON document (docs/cli.md)."),
-    mode: Optional[Mode] = ModeOpt, phase: Optional[Phase] = PhaseOpt, kv_cache: Optional[KVCache] = KvOpt,
-    batch: Optional[int] = BatchOpt, seq: Optional[int] = SeqOpt, dtype: Optional[DType] = DtypeOpt,
-    layers: Optional[int] = LayersOpt, flavour: Optional[str] = FlavourOpt, opt: List[str] = OptOpt,
-    device: Device = DeviceOpt, workload_file: Optional[Path] = WorkloadFileOpt, full_size: bool = FullSizeOpt,
+    mode: Mode | None = ModeOpt, phase: Phase | None = PhaseOpt, kv_cache: KVCache | None = KvOpt,
+    batch: int | None = BatchOpt, seq: int | None = SeqOpt, dtype: DType | None = DtypeOpt,
+    layers: int | None = LayersOpt, flavour: str | None = FlavourOpt, opt: list[str] = OptOpt,
+    device: Device = DeviceOpt, workload_file: Path | None = WorkloadFileOpt, full_size: bool = FullSizeOpt,
     no_tf32: bool = NoTf32Opt,
 ) -> None:
     """Write a KernelBench problem with the real shapes for a module (or op) of a workload, and its
@@ -92,43 +92,43 @@ def extract_cmd(
 
 
 def validate_cmd(
-    workload: Optional[str] = typer.Argument(None, metavar="[WORKLOAD]",
+    workload: str | None = typer.Argument(None, metavar="[WORKLOAD]",
                                              help="Workload name (see `headroom workloads`)."),
-    replace: Optional[List[str]] = typer.Option(None, "--replace", "-r", metavar="CLASS=CANDIDATE.py", help=(
+    replace: list[str] | None = typer.Option(None, "--replace", "-r", metavar="CLASS=CANDIDATE.py", help=(
         "Repeatable: every instance of CLASS becomes the candidate's ModelNew.")),
-    out: Optional[Path] = typer.Option(None, "--out", metavar="DIR", help=(
+    out: Path | None = typer.Option(None, "--out", metavar="DIR", help=(
         "The run's directory (result.json, run.json, base.json.gz, variant.json.gz); "
         "default out/validate/<workload>__<CLASS>.")),
-    from_dir: Optional[Path] = typer.Option(None, "--from", metavar="DIR", help=(
+    from_dir: Path | None = typer.Option(None, "--from", metavar="DIR", help=(
         "Recompute the result of a saved run from its traces and timings (nothing runs).")),
     rounds: int = typer.Option(6, "--rounds", help=(
         "Interleaved rounds at least (6); more run until the interval is tight.")),
-    max_rounds: Optional[int] = typer.Option(None, "--max-rounds", help="Interleaved rounds at most (40)."),
-    target_width: Optional[float] = typer.Option(None, "--target-width", help=(
+    max_rounds: int | None = typer.Option(None, "--max-rounds", help="Interleaved rounds at most (40)."),
+    target_width: float | None = typer.Option(None, "--target-width", help=(
         "Stop once the measured interval's high/low is this tight (1.02).")),
-    timing_budget: Optional[float] = typer.Option(None, "--timing-budget", metavar="S", help=(
+    timing_budget: float | None = typer.Option(None, "--timing-budget", metavar="S", help=(
         "Seconds the interleaved rounds may take (120; the minimum rounds always run).")),
-    timer: Optional[str] = typer.Option(None, "--timer", help=(
+    timer: str | None = typer.Option(None, "--timer", help=(
         "How a block of steps is timed: cuda-events (GPU default), wall-clock (CPU default), host-sync.")),
-    speedups: Optional[Path] = typer.Option(None, "--speedups", metavar="VERIFY.json", help=(
+    speedups: Path | None = typer.Option(None, "--speedups", metavar="VERIFY.json", help=(
         "verify's result of the candidate on the extracted problem: the a-priori estimate validate reports.")),
-    problems: Optional[Path] = typer.Option(None, "--problems", metavar="ENTRY.toml", help=(
+    problems: Path | None = typer.Option(None, "--problems", metavar="ENTRY.toml", help=(
         "The extracted problem's entry (headroom extract writes it), for --speedups.")),
     graphs: bool = typer.Option(False, "--graphs", help=(
         "Time CUDA-graph replays of each side (captured after warm-up); the check and profiles stay eager.")),
-    steps_per_round: Optional[int] = typer.Option(None, "--steps-per-round", help=(
+    steps_per_round: int | None = typer.Option(None, "--steps-per-round", help=(
         "Steps per block (default: ~0.3 s of steps on a GPU, 0.2 s on a CPU).")),
-    profile_steps: Optional[int] = typer.Option(None, "--profile-steps", help="Profiled steps per variant (3)."),
-    tolerance: Optional[float] = typer.Option(None, "--tolerance", help=(
+    profile_steps: int | None = typer.Option(None, "--profile-steps", help="Profiled steps per variant (3)."),
+    tolerance: float | None = typer.Option(None, "--tolerance", help=(
         "Relative L2 error allowed per compared tensor (default by dtype: fp32 1e-3, fp16 1e-2, bf16 5e-2).")),
     timeout: float = typer.Option(1800.0, "--timeout", metavar="S",
                                   help="Seconds the whole run may take (a hanging candidate)."),
-    threads: Optional[int] = typer.Option(None, "--threads", help="torch CPU threads in the run (CPU timing)."),
+    threads: int | None = typer.Option(None, "--threads", help="torch CPU threads in the run (CPU timing)."),
     as_json: bool = typer.Option(False, "--json", metavar="", help="One JSON document (docs/cli.md, docs/validate.md)."),
-    mode: Optional[Mode] = ModeOpt, phase: Optional[Phase] = PhaseOpt, kv_cache: Optional[KVCache] = KvOpt,
-    batch: Optional[int] = BatchOpt, seq: Optional[int] = SeqOpt, dtype: Optional[DType] = DtypeOpt,
-    layers: Optional[int] = LayersOpt, flavour: Optional[str] = FlavourOpt, opt: List[str] = OptOpt,
-    device: Device = DeviceOpt, workload_file: Optional[Path] = WorkloadFileOpt, full_size: bool = FullSizeOpt,
+    mode: Mode | None = ModeOpt, phase: Phase | None = PhaseOpt, kv_cache: KVCache | None = KvOpt,
+    batch: int | None = BatchOpt, seq: int | None = SeqOpt, dtype: DType | None = DtypeOpt,
+    layers: int | None = LayersOpt, flavour: str | None = FlavourOpt, opt: list[str] = OptOpt,
+    device: Device = DeviceOpt, workload_file: Path | None = WorkloadFileOpt, full_size: bool = FullSizeOpt,
     no_tf32: bool = NoTf32Opt,
 ) -> None:
     """Swap candidates into a workload: check outputs, measure the end-to-end speedup interleaved,

@@ -18,7 +18,8 @@ from __future__ import annotations
 
 import contextlib
 import sys
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 from headroom.errors import library_warnings_in_one_style  # noqa: F401 - one style, shared with workers
 from headroom.jsonio import dumps

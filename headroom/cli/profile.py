@@ -8,16 +8,17 @@ import os
 import shlex
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import AbstractContextManager
 from pathlib import Path
-from typing import ContextManager, Iterator, List, Optional
 
 import typer
 from rich.console import Console
 
+from headroom.cli.output import emit_json
 from headroom.errors import UserError
 from headroom.extras import require
 from headroom.jsonio import plain
-from headroom.cli.output import emit_json
 from headroom.profile.progress import OutputCapture, Progress
 
 
@@ -37,7 +38,7 @@ class RichProgress(Progress):
         self._capture = OutputCapture(lambda line: self.console.print(line, markup=False, highlight=False,
                                                                       style="dim"))
 
-    def capturing(self) -> ContextManager[None]:
+    def capturing(self) -> AbstractContextManager[None]:
         """Route fds 1 and 2 to a temporary file while the run is on."""
         return self._capture.capturing()
 
@@ -60,7 +61,7 @@ class RichProgress(Progress):
         self.console.print(f"headroom: warning: {message}", markup=False, highlight=False)
 
 
-def _parse_opts(opts: List[str]) -> dict[str, str]:
+def _parse_opts(opts: list[str]) -> dict[str, str]:
     out: dict[str, str] = {}
     for o in opts:
         if "=" not in o:
@@ -83,33 +84,33 @@ Parallel = enum.Enum("Parallel", {"ddp": "ddp", "fsdp": "fsdp", "torchrec": "tor
 def profile(
     workload: str = typer.Argument(..., metavar="WORKLOAD", help="Workload name (see `headroom workloads`).",
                                    autocompletion=lambda: _workload_names()),
-    mode: Optional[Mode] = typer.Option(None, "--mode", case_sensitive=False, help="Default: the workload's."),
-    phase: Optional[Phase] = typer.Option(None, "--phase", case_sensitive=False, help="Decoder LMs."),
-    kv_cache: Optional[KVCache] = typer.Option(None, "--kv-cache", case_sensitive=False, help="KV cache (decode)."),
-    batch: Optional[int] = typer.Option(None, "--batch", min=1, help="Batch size."),
-    seq: Optional[int] = typer.Option(None, "--seq", min=1, help="Sequence length (tokens)."),
-    dtype: Optional[DType] = typer.Option(None, "--dtype", case_sensitive=False, help="Default: the workload's."),
-    layers: Optional[int] = typer.Option(None, "--layers", min=1,
+    mode: Mode | None = typer.Option(None, "--mode", case_sensitive=False, help="Default: the workload's."),
+    phase: Phase | None = typer.Option(None, "--phase", case_sensitive=False, help="Decoder LMs."),
+    kv_cache: KVCache | None = typer.Option(None, "--kv-cache", case_sensitive=False, help="KV cache (decode)."),
+    batch: int | None = typer.Option(None, "--batch", min=1, help="Batch size."),
+    seq: int | None = typer.Option(None, "--seq", min=1, help="Sequence length (tokens)."),
+    dtype: DType | None = typer.Option(None, "--dtype", case_sensitive=False, help="Default: the workload's."),
+    layers: int | None = typer.Option(None, "--layers", min=1,
                                          help="Profile N of the identical blocks and extrapolate to all."),
     compile_: bool = typer.Option(False, "--compile", metavar="", help="Run the model under torch.compile."),
-    compile_mode: Optional[str] = typer.Option(None, "--compile-mode", metavar="MODE", help=(
+    compile_mode: str | None = typer.Option(None, "--compile-mode", metavar="MODE", help=(
         "torch.compile's mode (implies --compile): default, reduce-overhead (CUDA graphs), max-autotune, "
         "max-autotune-no-cudagraphs.")),
     graphs: bool = typer.Option(False, "--graphs", metavar="", help=(
         "Capture the step once as a CUDA graph after warm-up and replay it, as serving engines run decode; "
         "the capture is profiled into OUT/captures/ so replayed kernels keep their ops and modules "
         "(docs/graphs.md).")),
-    flavour: Optional[str] = typer.Option(None, "--flavour", metavar="NAME",
+    flavour: str | None = typer.Option(None, "--flavour", metavar="NAME",
                                           help="Size preset (e.g. llama-7b --flavour 70b)."),
-    opt: List[str] = typer.Option([], "--opt", metavar="KEY=VALUE",
+    opt: list[str] = typer.Option([], "--opt", metavar="KEY=VALUE",
                                   help="Workload option (see `headroom workloads -v`)."),
-    steps: Optional[int] = typer.Option(None, "--steps", min=1, help="Profiled steps (default 3 on a GPU, 1 on a CPU)."),
-    warmup: Optional[int] = typer.Option(None, "--warmup", min=0, help="Warm-up steps (default 3 GPU, 1 CPU)."),
-    timed_steps: Optional[int] = typer.Option(None, "--timed-steps", min=1,
+    steps: int | None = typer.Option(None, "--steps", min=1, help="Profiled steps (default 3 on a GPU, 1 on a CPU)."),
+    warmup: int | None = typer.Option(None, "--warmup", min=0, help="Warm-up steps (default 3 GPU, 1 CPU)."),
+    timed_steps: int | None = typer.Option(None, "--timed-steps", min=1,
                                               help="Unprofiled timed steps (default 10 GPU, 3 CPU)."),
     out: Path = typer.Option(Path("out"), "--out", metavar="DIR", help="Directory for the trace and manifest.json."),
     as_json: bool = typer.Option(False, "--json", metavar="", help="One JSON document (docs/cli.md)."),
-    workload_file: Optional[Path] = typer.Option(None, "--workload-file", metavar="FILE",
+    workload_file: Path | None = typer.Option(None, "--workload-file", metavar="FILE",
                                                  help="Python file defining extra workloads."),
     device: Device = typer.Option("auto", "--device", case_sensitive=False, help="auto: CUDA when present."),
     no_tf32: bool = typer.Option(False, "--no-tf32", metavar="", help="Strict fp32 matmuls (TF32 is on by default)."),
@@ -119,7 +120,7 @@ def profile(
     nproc: int = typer.Option(1, "--nproc", metavar="N", help=(
         "Ranks: one process per GPU (per CPU slot with gloo), launched by torch's elastic launcher; "
         "traces in OUT/<name>/rank-K.json.gz.")),
-    parallel: Optional[Parallel] = typer.Option(None, "--parallel", case_sensitive=False, help=(
+    parallel: Parallel | None = typer.Option(None, "--parallel", case_sensitive=False, help=(
         "With --nproc: ddp or fsdp (FSDP2) for transformer and vision training; recommenders shard "
         "their tables with torchrec (default: the workload's, see `headroom workloads -v`).")),
 ) -> None:
@@ -195,7 +196,7 @@ def _workload_names() -> list[str]:
 def workloads(
     verbose: bool = typer.Option(False, "-v", "--verbose", metavar="",
                                  help="Also show each default's reason, flavours, options."),
-    workload_file: Optional[Path] = typer.Option(None, "--workload-file", metavar="FILE",
+    workload_file: Path | None = typer.Option(None, "--workload-file", metavar="FILE",
                                                  help="Python file defining extra workloads."),
     as_json: bool = typer.Option(False, "--json", metavar="", help="One JSON document (docs/cli.md)."),
 ) -> None:

@@ -5,49 +5,61 @@ from __future__ import annotations
 import enum
 from functools import partial
 from pathlib import Path
-from typing import List, Optional
 
 import typer
 
-from headroom.cli.common import (GraphSourceOpt, LenientOpt, NoCacheOpt, PolicyOpt, ProblemsOpt, Reader, RulesOpt, SpeedupOpt,
-                                 SpeedupsOpt, TracesArg, WholeOpt, WindowOpt, read_all)
+from headroom.cli.common import (
+    GraphSourceOpt,
+    LenientOpt,
+    NoCacheOpt,
+    PolicyOpt,
+    ProblemsOpt,
+    Reader,
+    RulesOpt,
+    SpeedupOpt,
+    SpeedupsOpt,
+    TracesArg,
+    WholeOpt,
+    WindowOpt,
+    read_all,
+)
 from headroom.cli.engine import AddressOpt, EngineOpt
 from headroom.cli.output import emit_json, warn
-from headroom.jsonio import plain
 from headroom.errors import UserError
+from headroom.jsonio import plain
 
 
 def project_cmd(
-    traces: List[Path] = TracesArg,
-    speedup: Optional[List[str]] = SpeedupOpt,
-    speedups: Optional[List[Path]] = SpeedupsOpt,
-    distribution: Optional[Path] = typer.Option(None, "--distribution", metavar="FILE", help=(
+    traces: list[Path] = TracesArg,
+    speedup: list[str] | None = SpeedupOpt,
+    speedups: list[Path] | None = SpeedupsOpt,
+    distribution: Path | None = typer.Option(None, "--distribution", metavar="FILE", help=(
         "A benchmark's results (verify suite JSON, speedup file, or a list of numbers): projections at "
         "win rate x median and at quantiles, applied to --select.")),
-    win_rate: Optional[float] = typer.Option(None, "--win-rate", min=0.0, max=1.0, help="Fraction of problems won (with --median)."),
-    median: Optional[float] = typer.Option(None, "--median", min=1e-9, help="Median speedup of the winning problems."),
+    win_rate: float | None = typer.Option(None, "--win-rate", min=0.0, max=1.0, help="Fraction of problems won (with --median)."),
+    median: float | None = typer.Option(None, "--median", min=1e-9, help="Median speedup of the winning problems."),
     scenario_select: str = typer.Option("category:addressable", "--select", metavar="SELECTOR",
                                         help="Kernels the distribution scenarios apply to."),
-    quantile: Optional[List[float]] = typer.Option(None, "--quantile", metavar="Q", min=0.0, max=1.0,
+    quantile: list[float] | None = typer.Option(None, "--quantile", metavar="Q", min=0.0, max=1.0,
                                                    help="Quantiles for distributions (repeatable)."),
     strict: bool = typer.Option(False, "--strict", metavar="", help="Treat warnings (no match, overlaps) as errors."),
-    step_ms: Optional[float] = typer.Option(None, "--step-ms", metavar="MS", help=(
+    step_ms: float | None = typer.Option(None, "--step-ms", metavar="MS", help=(
         "The step time without the profiler, in ms (default: the trace's manifest, when headroom profile "
         "wrote it): the replay's CPU clock is scaled to reproduce it.")),
-    problems: Optional[Path] = ProblemsOpt,
+    problems: Path | None = ProblemsOpt,
     as_json: bool = typer.Option(False, "--json", metavar="",
                                  help="One JSON document per trace, one per line (docs/cli.md)."),
-    rules: Optional[Path] = RulesOpt,
-    policy: Optional[Path] = PolicyOpt,
+    rules: Path | None = RulesOpt,
+    policy: Path | None = PolicyOpt,
     whole_trace: bool = WholeOpt,
-    window: Optional[str] = WindowOpt,
+    window: str | None = WindowOpt,
     lenient: bool = LenientOpt,
     no_cache: bool = NoCacheOpt,
-    graph_source: Optional[Path] = GraphSourceOpt,
-    on_rank: Optional[List[int]] = typer.Option(None, "--on-rank", metavar="RANK", help=(
+    graph_source: Path | None = GraphSourceOpt,
+    on_rank: list[int] | None = typer.Option(None, "--on-rank", metavar="RANK", help=(
         "A directory of ranks: apply the speedups on this rank only (repeatable; default every rank).")),
     engine: str = EngineOpt,
-    address: Optional[str] = AddressOpt,
+    address: str | None = AddressOpt,
 ) -> None:
     """Project end-to-end step time from kernel speedups: Amdahl and timeline replay, with bounds.
 
@@ -73,7 +85,8 @@ def project_cmd(
     one = partial(project_one, entries=entries, dist=dist, win_rate=win_rate, median=median,
                   scenario_select=scenario_select, quantiles=quantiles, strict=strict, pm=pm, warnings=warnings,
                   step_ms=step_ms, on_rank=on_rank)
-    reader = Reader(rules, policy, whole_trace, window, lenient, no_cache, graph_source=graph_source, engine=engine, address=address, product=one)
+    reader = Reader(rules, policy, whole_trace, window, lenient, no_cache, graph_source=graph_source, engine=engine,
+                    address=address, product=one)
     for a in reader.inputs(traces):
         if not isinstance(a, Analysis):     # a RankSet: its modules imported only then (a single trace's start)
             from headroom.projection.sync_projection import project_ranks
@@ -125,7 +138,7 @@ def targets_cmd(
     trace: Path = typer.Argument(..., metavar="TRACE",
                                  help="Trace file (.json/.json.gz), or a directory of the ranks of one run."),
     speedup: float = typer.Option(1.5, "--speedup", "-s", min=1e-9, help="The speedup to rank by (default 1.5x)."),
-    by: Optional[List[By]] = typer.Option(None, "--by", help=(
+    by: list[By] | None = typer.Option(None, "--by", help=(
         "Grouping: op, module (nn.Module classes), module_path (instances), top_op or kernel "
         "(repeatable; default op and module).")),
     scope: Scope = typer.Option("self", "--scope", case_sensitive=False, help=(
@@ -137,19 +150,19 @@ def targets_cmd(
     roofline: bool = typer.Option(False, "--roofline", metavar="", help=(
         "Also each row's FLOPs and bytes (from the recorded shapes), achieved TFLOP/s and TB/s against the "
         "device's peaks, its limit, floor and max speedup (docs/targets.md).")),
-    peaks: Optional[str] = typer.Option(None, "--peaks", metavar="DEVICE", help=(
+    peaks: str | None = typer.Option(None, "--peaks", metavar="DEVICE", help=(
         "With --roofline: the device whose peaks to use (h200, h100, a100, cpu; default the trace's GPU).")),
     rank_by: RankBy = typer.Option("gain", "--rank-by", help=(
         "gain (at --speedup) or achievable (with --roofline: at min(max speedup, --speedup)).")),
-    rules: Optional[Path] = RulesOpt,
-    policy: Optional[Path] = PolicyOpt,
+    rules: Path | None = RulesOpt,
+    policy: Path | None = PolicyOpt,
     whole_trace: bool = WholeOpt,
-    window: Optional[str] = WindowOpt,
+    window: str | None = WindowOpt,
     lenient: bool = LenientOpt,
     no_cache: bool = NoCacheOpt,
-    graph_source: Optional[Path] = GraphSourceOpt,
+    graph_source: Path | None = GraphSourceOpt,
     engine: str = EngineOpt,
-    address: Optional[str] = AddressOpt,
+    address: str | None = AddressOpt,
 ) -> None:
     """If one op got faster, which should it be? Ops and modules ranked by end-to-end gain.
 
@@ -165,7 +178,8 @@ def targets_cmd(
     if roofline and (engine != "local" or address is not None):
         raise UserError("--roofline reads its trace in this process: leave out --engine/--address")
     groupings = tuple(dict.fromkeys(b.value for b in by)) if by else ("op", "module")
-    reader = Reader(rules, policy, whole_trace, window, lenient, no_cache, graph_source=graph_source, engine=engine, address=address,
+    reader = Reader(rules, policy, whole_trace, window, lenient, no_cache, graph_source=graph_source, engine=engine,
+                    address=address,
                     product=partial(targets_one, speedup=speedup, groupings=groupings, top=top, replay_top=replay_top,
                                     scope=scope.value))
     inputs = list(reader.inputs([trace]))
@@ -222,28 +236,28 @@ Basis = enum.Enum("Basis", {"wall": "wall", "kernel": "kernel"}, type=str)
 
 
 def plot_cmd(
-    traces: List[Path] = typer.Argument(..., metavar="TRACE...", help="Trace files or directories (one bar per trace)."),
+    traces: list[Path] = typer.Argument(..., metavar="TRACE...", help="Trace files or directories (one bar per trace)."),
     out: Path = typer.Option(Path("out/plots"), "--out", "-o", metavar="DIR", help="Output directory."),
-    figure: Optional[List[Figure]] = typer.Option(None, "--figure", help="Which figures (repeatable; default: all that apply)."),
-    fmt: Optional[List[Format]] = typer.Option(None, "--format", help="File formats (repeatable; default all three)."),
-    label: Optional[List[str]] = typer.Option(None, "--label", metavar="TEXT", help="Bar label per trace, in order (repeatable)."),
-    speedup: Optional[List[str]] = SpeedupOpt,
-    speedups: Optional[List[Path]] = SpeedupsOpt,
-    params: Optional[List[float]] = typer.Option(None, "--params", metavar="N", min=1.0,
+    figure: list[Figure] | None = typer.Option(None, "--figure", help="Which figures (repeatable; default: all that apply)."),
+    fmt: list[Format] | None = typer.Option(None, "--format", help="File formats (repeatable; default all three)."),
+    label: list[str] | None = typer.Option(None, "--label", metavar="TEXT", help="Bar label per trace, in order (repeatable)."),
+    speedup: list[str] | None = SpeedupOpt,
+    speedups: list[Path] | None = SpeedupsOpt,
+    params: list[float] | None = typer.Option(None, "--params", metavar="N", min=1.0,
                                                  help="Parameter count per trace for the scaling chart (repeatable)."),
-    family: Optional[str] = typer.Option(None, "--family", metavar="TEXT", help="Family name for the scaling chart."),
+    family: str | None = typer.Option(None, "--family", metavar="TEXT", help="Family name for the scaling chart."),
     basis: Basis = typer.Option("wall", "--basis", help=(
         "wall: shares of the profiled window, idle shown; kernel: shares of GPU kernel time (idle left out).")),
     sidecar: bool = typer.Option(False, "--numbers", metavar="",
                                  help="Also write FIGURE.json: the numbers each figure draws."),
-    problems: Optional[Path] = ProblemsOpt,
-    rules: Optional[Path] = RulesOpt,
-    policy: Optional[Path] = PolicyOpt,
+    problems: Path | None = ProblemsOpt,
+    rules: Path | None = RulesOpt,
+    policy: Path | None = PolicyOpt,
     whole_trace: bool = WholeOpt,
-    window: Optional[str] = WindowOpt,
+    window: str | None = WindowOpt,
     lenient: bool = LenientOpt,
     no_cache: bool = NoCacheOpt,
-    graph_source: Optional[Path] = GraphSourceOpt,
+    graph_source: Path | None = GraphSourceOpt,
 ) -> None:
     """Figures: addressable fraction per workload, projected step time, and scaling with model size."""
     from headroom.projection.problems import load_problems

@@ -3,34 +3,45 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import List, Optional
 
 import typer
 
-from headroom.cli.common import (GraphSourceOpt, LenientOpt, NoCacheOpt, PolicyOpt, ProblemsOpt, Reader, RulesOpt, SpeedupOpt,
-                                 SpeedupsOpt, TracesArg, WholeOpt, WindowOpt)
+from headroom.cli.common import (
+    GraphSourceOpt,
+    LenientOpt,
+    NoCacheOpt,
+    PolicyOpt,
+    ProblemsOpt,
+    Reader,
+    RulesOpt,
+    SpeedupOpt,
+    SpeedupsOpt,
+    TracesArg,
+    WholeOpt,
+    WindowOpt,
+)
 from headroom.cli.engine import AddressOpt, EngineOpt
 from headroom.cli.output import emit_json, warn
 from headroom.errors import UserError
 
 
 def classify(
-    traces: List[Path] = TracesArg,
+    traces: list[Path] = TracesArg,
     as_json: bool = typer.Option(False, "--json", metavar="",
                                  help="One JSON document per trace, one per line (docs/cli.md)."),
     all_kernels: bool = typer.Option(False, "--all", metavar="",
                                      help="Also list every distinct kernel (with --json: a 'kernels' key)."),
-    rules: Optional[Path] = RulesOpt,
-    policy: Optional[Path] = PolicyOpt,
+    rules: Path | None = RulesOpt,
+    policy: Path | None = PolicyOpt,
     whole_trace: bool = WholeOpt,
-    window: Optional[str] = WindowOpt,
+    window: str | None = WindowOpt,
     lenient: bool = LenientOpt,
     no_cache: bool = NoCacheOpt,
-    graph_source: Optional[Path] = GraphSourceOpt,
+    graph_source: Path | None = GraphSourceOpt,
     per_rank: bool = typer.Option(False, "--per-rank", metavar="",
                                   help="A directory of ranks: also each rank's own table."),
     engine: str = EngineOpt,
-    address: Optional[str] = AddressOpt,
+    address: str | None = AddressOpt,
 ) -> None:
     """Where did the GPU time go? Categories, busy/idle, and the addressable fraction.
 
@@ -39,7 +50,8 @@ def classify(
     from headroom.report.render import make_console, render_analysis, render_kernels
     from headroom.trace.analysis import Analysis
 
-    reader = Reader(rules, policy, whole_trace, window, lenient, no_cache, graph_source=graph_source, engine=engine, address=address)
+    reader = Reader(rules, policy, whole_trace, window, lenient, no_cache, graph_source=graph_source, engine=engine,
+                    address=address)
     console = make_console()
     for a in reader.inputs(traces):
         if not isinstance(a, Analysis):     # a RankSet: its modules imported only then (a single trace's start)
@@ -67,8 +79,8 @@ def classify(
 def annotate(
     trace: Path = typer.Argument(..., metavar="TRACE", help="Trace to annotate."),
     out: Path = typer.Option(..., "-o", "--out", metavar="FILE", help="Output trace (.json or .json.gz)."),
-    rules: Optional[Path] = RulesOpt,
-    policy: Optional[Path] = PolicyOpt,
+    rules: Path | None = RulesOpt,
+    policy: Path | None = PolicyOpt,
 ) -> None:
     """Write the trace back with each kernel's category in its args (for Perfetto)."""
     from headroom.files import check_output_file, check_output_not_input
@@ -81,32 +93,32 @@ def annotate(
 
 
 def report(
-    paths: List[Path] = typer.Argument(None, metavar="[PATH]...",
+    paths: list[Path] = typer.Argument(None, metavar="[PATH]...",
                                        help="Traces or directories of traces (default: traces/)."),
     as_json: bool = typer.Option(False, "--json", metavar="", help="One JSON document (docs/cli.md)."),
-    html: Optional[Path] = typer.Option(None, "--html", metavar="FILE", help=(
+    html: Path | None = typer.Option(None, "--html", metavar="FILE", help=(
         "Also write one self-contained HTML page: the summary, category shares, top targets, the projection "
         "of --speedup/--speedups and per-rank views (with --json, the document has the page's numbers).")),
-    speedup: Optional[List[str]] = SpeedupOpt,
-    speedups: Optional[List[Path]] = SpeedupsOpt,
+    speedup: list[str] | None = SpeedupOpt,
+    speedups: list[Path] | None = SpeedupsOpt,
     target_speedup: float = typer.Option(1.5, "--target-speedup", min=1e-9, metavar="FACTOR",
                                          help="With --html: the speedup the targets are ranked by (default 1.5x)."),
     top: int = typer.Option(10, "--top", min=0, help="With --html: target rows per grouping (0: all)."),
     roofline: bool = typer.Option(False, "--roofline", metavar="", help=(
         "With --html: each trace's targets also get their roofline bound (max speedup, limit, fractions of the "
         "peaks, achievable gain), as `targets --roofline`.")),
-    peaks: Optional[str] = typer.Option(None, "--peaks", metavar="DEVICE", help=(
+    peaks: str | None = typer.Option(None, "--peaks", metavar="DEVICE", help=(
         "With --roofline: the device whose peaks to use (h200, h100, a100, cpu; default each trace's GPU).")),
-    problems: Optional[Path] = ProblemsOpt,
-    rules: Optional[Path] = RulesOpt,
-    policy: Optional[Path] = PolicyOpt,
+    problems: Path | None = ProblemsOpt,
+    rules: Path | None = RulesOpt,
+    policy: Path | None = PolicyOpt,
     whole_trace: bool = WholeOpt,
-    window: Optional[str] = WindowOpt,
+    window: str | None = WindowOpt,
     lenient: bool = LenientOpt,
     no_cache: bool = NoCacheOpt,
-    graph_source: Optional[Path] = GraphSourceOpt,
+    graph_source: Path | None = GraphSourceOpt,
     engine: str = EngineOpt,
-    address: Optional[str] = AddressOpt,
+    address: str | None = AddressOpt,
 ) -> None:
     """One row per trace: step time, idle share, addressable fraction, top addressable op.
 
@@ -141,7 +153,8 @@ def report(
             device_for("", peaks)      # an unknown name is refused before any trace is read
         entries, entry_warnings = collect_entries(speedup or [], speedups or [])
         pm = load_problems(problems)
-    reader = Reader(rules, policy, whole_trace, window, lenient, no_cache, graph_source=graph_source, engine=engine, address=address,
+    reader = Reader(rules, policy, whole_trace, window, lenient, no_cache, graph_source=graph_source, engine=engine,
+                    address=address,
                     product=report_row)
     inputs = list(reader.inputs(paths))
     analyses = [a for a in inputs if isinstance(a, Analysis)]

@@ -7,15 +7,15 @@ directory's traces are (the API's functions read a directory the same way).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence, Union
 
 from headroom.cli.output import warn
-from headroom.trace.analysis import Analysis
 from headroom.trace import rank_set
+from headroom.trace.analysis import Analysis
 from headroom.trace.rank_set import RankSet, rank_id
 
-Input = Union[Analysis, RankSet]
+Input = Analysis | RankSet
 
 
 def group_ranks(path: Path, analyses: Sequence[Analysis]) -> list[Input]:

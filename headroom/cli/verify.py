@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import List, Optional
 
 import typer
 
@@ -26,8 +25,8 @@ ThreadsOpt = typer.Option(None, "--threads", min=1, help="CPU threads for torch 
 KeepLogsOpt = typer.Option(None, "--logs", help="Keep the child processes' logs in this directory.")
 
 
-def _options(device: str, vs_compile: bool, rounds: Optional[int], scale: str, timeout: float, build_timeout: float,
-             seed: Optional[int], threads: Optional[int], logs: Optional[Path]):
+def _options(device: str, vs_compile: bool, rounds: int | None, scale: str, timeout: float, build_timeout: float,
+             seed: int | None, threads: int | None, logs: Path | None):
     from headroom.verify import VerifyOptions
 
     opts = VerifyOptions(device=device, vs_compile=vs_compile, rounds=rounds, scale=scale, timeout=timeout,
@@ -46,7 +45,7 @@ def _progress(message: str) -> None:
     print(f"  {message}", file=sys.stderr, flush=True)
 
 
-def _fmt_x(x: Optional[float]) -> str:
+def _fmt_x(x: float | None) -> str:
     return f"{x:.3g}x" if isinstance(x, (int, float)) else "-"
 
 
@@ -69,7 +68,7 @@ def print_result(r: dict) -> None:
         print(f"  reason: {r['reason']}")
     t = r.get("timing") or {}
     if t.get("candidate"):
-        def ms(s: Optional[dict]) -> str:
+        def ms(s: dict | None) -> str:
             return f"{s['median']:.4g} ms" if s and s.get("median") is not None else "-"
         print(f"  timing (harness clock, {t.get('rounds')} interleaved rounds of {t.get('iters_per_phase')} forwards): "
               f"candidate {ms(t['candidate'])}, reference TF32 {ms(t.get('reference_tf32'))}"
@@ -101,24 +100,24 @@ def print_table(doc: dict) -> None:
 
 
 def verify(
-    problem: Optional[Path] = typer.Argument(None, help="KernelBench problem file (class Model, get_inputs, get_init_inputs)."),
-    candidate: Optional[Path] = typer.Argument(None, help="Candidate file defining class ModelNew."),
-    suite: Optional[Path] = typer.Option(None, "--suite", help="Directory of problem files (verify them all)."),
-    candidates: Optional[Path] = typer.Option(None, "--candidates",
+    problem: Path | None = typer.Argument(None, help="KernelBench problem file (class Model, get_inputs, get_init_inputs)."),
+    candidate: Path | None = typer.Argument(None, help="Candidate file defining class ModelNew."),
+    suite: Path | None = typer.Option(None, "--suite", help="Directory of problem files (verify them all)."),
+    candidates: Path | None = typer.Option(None, "--candidates",
                                               help="With --suite: directory with <problem>.py or <problem>/*.py."),
     as_json: bool = typer.Option(False, "--json", help="Print the result (or the suite document) as JSON."),
-    out: Optional[Path] = typer.Option(None, "-o", "--out", help="Write the JSON result / results file here."),
+    out: Path | None = typer.Option(None, "-o", "--out", help="Write the JSON result / results file here."),
     device: str = DeviceOpt,
     vs_compile: bool = CompileOpt,
-    rounds: Optional[int] = RoundsOpt,
+    rounds: int | None = RoundsOpt,
     scale: str = ScaleOpt,
     timeout: float = TimeoutOpt,
     build_timeout: float = BuildTimeoutOpt,
-    seed: Optional[int] = SeedOpt,
-    threads: Optional[int] = ThreadsOpt,
-    logs: Optional[Path] = KeepLogsOpt,
+    seed: int | None = SeedOpt,
+    threads: int | None = ThreadsOpt,
+    logs: Path | None = KeepLogsOpt,
     engine: str = EngineOpt,
-    address: Optional[str] = AddressOpt,
+    address: str | None = AddressOpt,
     resume: bool = ResumeOpt,
 ) -> None:
     """Is a candidate kernel correct, and how much faster than a realistic (TF32) baseline? Exit 1 unless pass."""
@@ -179,24 +178,24 @@ def bench_list(as_json: bool = typer.Option(False, "--json", help="As a JSON lis
 
 @bench_app.command("run")
 def bench_run(
-    names: Optional[List[str]] = typer.Argument(None, help="Problems to run (names or numbers; default all 12)."),
-    candidates: Optional[Path] = typer.Option(None, "--candidates",
+    names: list[str] | None = typer.Argument(None, help="Problems to run (names or numbers; default all 12)."),
+    candidates: Path | None = typer.Option(None, "--candidates",
                                               help="Directory with <problem>.py or <problem>/*.py "
                                                    "(default: the shipped honest candidates)."),
-    scale: Optional[str] = typer.Option(None, "--scale", help="full (H200-size shapes) or cpu (small); "
+    scale: str | None = typer.Option(None, "--scale", help="full (H200-size shapes) or cpu (small); "
                                                               "default: cpu on a CPU, full on a GPU."),
-    out: Optional[Path] = typer.Option(None, "-o", "--out", help="Write the results file (for headroom project --speedups)."),
+    out: Path | None = typer.Option(None, "-o", "--out", help="Write the results file (for headroom project --speedups)."),
     as_json: bool = typer.Option(False, "--json", help="Print the results document as JSON."),
     device: str = DeviceOpt,
     vs_compile: bool = CompileOpt,
-    rounds: Optional[int] = RoundsOpt,
+    rounds: int | None = RoundsOpt,
     timeout: float = TimeoutOpt,
     build_timeout: float = BuildTimeoutOpt,
-    seed: Optional[int] = SeedOpt,
-    threads: Optional[int] = ThreadsOpt,
-    logs: Optional[Path] = KeepLogsOpt,
+    seed: int | None = SeedOpt,
+    threads: int | None = ThreadsOpt,
+    logs: Path | None = KeepLogsOpt,
     engine: str = EngineOpt,
-    address: Optional[str] = AddressOpt,
+    address: str | None = AddressOpt,
     resume: bool = ResumeOpt,
 ) -> None:
     """Verify candidates against DLRM-Bench and write one results file."""

@@ -16,7 +16,8 @@ shape, made generic). ``with_backward(ModelNew)`` gives a candidate the same for
 from __future__ import annotations
 
 import contextlib
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 
 def forward_backward(module: Any, forward: Callable[..., Any], inputs: Sequence[Any], grad_outputs: Sequence[Any],

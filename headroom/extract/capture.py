@@ -18,12 +18,12 @@ import contextlib
 import difflib
 import inspect
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any, Iterator
+from typing import Any
 
 from headroom.errors import UserError
 from headroom.profile.workload import RunConfig, Step, WorkloadSpec
-
 
 # --- the class -----------------------------------------------------------------------------
 
@@ -123,7 +123,7 @@ def bind_init(cls: type, c: Construction) -> list[Argument]:
     given = bound.arguments
     out: list[Argument] = []
     last = max((i for i, p in enumerate(params) if p.name in given), default=-1)
-    for i, p in enumerate(params[:last + 1]):
+    for _i, p in enumerate(params[:last + 1]):
         if p.kind is inspect.Parameter.VAR_POSITIONAL:
             out.extend(Argument(f"{p.name}[{k}]", v, False) for k, v in enumerate(given.get(p.name, ())))
         elif p.kind is inspect.Parameter.VAR_KEYWORD:

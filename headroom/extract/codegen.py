@@ -64,7 +64,9 @@ def _config_expr(src: Source, value: Any, what: str) -> str:
         again = cls(**d)
     except Exception as e:  # noqa: BLE001 - any failure means it cannot be written this way
         raise UserError(f"{what}: {cls.__name__}(**to_diff_dict()) does not rebuild the config ({e})") from None
-    strip = (lambda x: {k: v for k, v in x.items() if k != "transformers_version"})
+    def strip(x: dict) -> dict:
+        return {k: v for k, v in x.items() if k != "transformers_version"}
+
     if strip(again.to_dict()) != strip(value.to_dict()):
         raise UserError(f"{what}: {cls.__name__}(**to_diff_dict()) does not rebuild the same config")
     ref = _class_ref(src, cls, what)

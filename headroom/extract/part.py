@@ -12,8 +12,9 @@ headroom/trace/modules.py). Paths in a trace start with the module-range root
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any, Iterable
+from typing import Any
 
 import numpy as np
 import pandas as pd

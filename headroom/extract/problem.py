@@ -129,7 +129,30 @@ def module_problem(cap: Capture, *, name: str, workload: str, config: dict[str, 
                         f"KernelBench passes get_init_inputs() positionally")
     init_exprs = [literal(src, a.value, f"{cap.cls.__name__}({a.name}=...)") for a in init_args]
     const, cast = _param_cast(cap)
+    header = _header(cap, call, n_common, path0, n_same, name=name, workload=workload, config=config, train=train,
+                     share=share, command=command, note=note)
+    input_lines, grad_lines = _input_lines(cap, call, src, inputs, train)
+    params = [p for p, _ in inputs]
+    body = _model_body(cap, call, params, cast, len(grad_lines), train)
+    doc = f'    """{cap.cls.__name__} exactly as {workload} constructs it (subclassed: same parameters and buffers)."""'
 
+    parts = [comment_block(header), "", "import torch", *src.import_lines(), ""]
+    if const:
+        parts += [const, ""]
+    for h in src.helpers:
+        parts += ["", h, ""]
+    parts += ["", f"class Model({base}):", doc, *body, "", "",
+              "def get_inputs():", "    return [", *input_lines, *grad_lines, "    ]", "", "",
+              "def get_init_inputs():", "    return [" + ", ".join(init_exprs) + "]", ""]
+    text = "\n".join(parts)
+    while "\n\n\n\n" in text:
+        text = text.replace("\n\n\n\n", "\n\n\n")
+    return text
+
+
+def _header(cap: Capture, call: Call, n_common: int, path0: str, n_same: int, *, name: str, workload: str,
+            config: dict[str, Any], train: bool, share: Share | None, command: str, note: str) -> list[str]:
+    """The problem file's opening comment: where the module comes from, how often it runs, what it was given."""
     sigs: dict[str, int] = {}
     for c in cap.calls:
         sigs[c.signature()] = sigs.get(c.signature(), 0) + 1
@@ -158,7 +181,12 @@ def module_problem(cap: Capture, *, name: str, workload: str, config: dict[str, 
                       "`ModelNew = with_backward(YourModelNew)`.")
     if note:
         header.append(note)
+    return header
 
+
+def _input_lines(cap: Capture, call: Call, src: Source, inputs: list[tuple[str, Any]],
+                 train: bool) -> tuple[list[str], list[str]]:
+    """get_inputs()'s lines: the forward's inputs, and in training the upstream gradient of each output."""
     input_lines = []
     for pname, v in inputs:
         if isinstance(v, TensorSpec):
@@ -172,8 +200,12 @@ def module_problem(cap: Capture, *, name: str, workload: str, config: dict[str, 
             grad_lines.append(f"        torch.randn({tuple(o.shape)!r}, dtype=torch.{o.dtype}),"
                               f"  # upstream gradient of output {k}: {o.signature()}")
         src.name("headroom.extract.autograd", "forward_backward")
+    return input_lines, grad_lines
 
-    params = [p for p, _ in inputs]
+
+def _model_body(cap: Capture, call: Call, params: list[str], cast: str, n_grads: int, train: bool) -> list[str]:
+    """Model's body: the parameters' dtype and memory format as the workload keeps them, and a forward that
+    runs forward + backward in training and under the workload's autocast."""
     body: list[str] = []
     if cast or cap.channels_last:
         body.append("    def __init__(self, *init_inputs):")
@@ -185,7 +217,7 @@ def module_problem(cap: Capture, *, name: str, workload: str, config: dict[str, 
         body.append("")
     autocast = f"torch.{call.autocast}" if call.autocast else None
     if train:
-        grads = [f"grad_output_{k}" for k in range(len(grad_lines))]
+        grads = [f"grad_output_{k}" for k in range(n_grads)]
         body.append(f"    def forward(self, {', '.join(params + grads)}):")
         body.append(f"        return forward_backward(self, super().forward, ({', '.join(params)}"
                     f"{',' if len(params) == 1 else ''}), ({', '.join(grads)}{',' if len(grads) == 1 else ''}), "
@@ -197,20 +229,7 @@ def module_problem(cap: Capture, *, name: str, workload: str, config: dict[str, 
         body.append(f"            return super().forward({', '.join(params)})")
     if not body:
         body.append("    pass")
-    doc = f'    """{cap.cls.__name__} exactly as {workload} constructs it (subclassed: same parameters and buffers)."""'
-
-    parts = [comment_block(header), "", "import torch", *src.import_lines(), ""]
-    if const:
-        parts += [const, ""]
-    for h in src.helpers:
-        parts += ["", h, ""]
-    parts += ["", f"class Model({base}):", doc, *body, "", "",
-              "def get_inputs():", "    return [", *input_lines, *grad_lines, "    ]", "", "",
-              "def get_init_inputs():", "    return [" + ", ".join(init_exprs) + "]", ""]
-    text = "\n".join(parts)
-    while "\n\n\n\n" in text:
-        text = text.replace("\n\n\n\n", "\n\n\n")
-    return text
+    return body
 
 
 def selector_entry(name: str, selectors: list[str], note: str) -> str:

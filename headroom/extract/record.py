@@ -18,8 +18,8 @@ from headroom.profile.manifest import MANIFEST_SCHEMA, _inject_and_compress
 from headroom.profile.modules import record_module_ranges
 from headroom.profile.run import MODULE_ROOT
 from headroom.profile.timer import _Timer
-from headroom.stepstats import StepStats
 from headroom.profile.workload import Step
+from headroom.stepstats import StepStats
 
 
 def module_ranges(step: Step) -> list[Any]:

@@ -18,18 +18,18 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from headroom.devices import resolve_device
 from headroom.errors import UserError
 from headroom.extract.capture import Capture, capture, find_class, record_constructions
 from headroom.extract.part import part_masks, part_time
 from headroom.extract.problem import Share, module_problem, module_selectors, selector_entry
+from headroom.extract.record import module_ranges, record_trace, remove
 from headroom.extract.result import ExtractResult, header_config, safe_name
 from headroom.files import check_output_dir, check_output_not_input, write_atomic
 from headroom.jsonio import plain
-from headroom.extract.record import module_ranges, record_trace, remove
 from headroom.profile.progress import Progress, _stage
 from headroom.profile.registry import get_workload, load_workload_file
-from headroom.devices import resolve_device
-from headroom.profile.workload import Options, RunConfig, WorkloadSpec
+from headroom.profile.workload import Options, WorkloadSpec
 from headroom.pyfile import import_file
 
 OP_PREFIX = "op:"
@@ -83,7 +83,8 @@ def self_check(problem: Path, original: Any, device: Any, n_grads: int = 0, auto
 
 def extract(workload: str | WorkloadSpec, module: str, options: Options | None = None, *,
             device: str | None = "auto", out: str | os.PathLike = "out/problems", trace: str | os.PathLike | None = None,
-            window: str | None = None, profile: bool = True, workload_file: str | os.PathLike | None = None, command: str | None = None,
+            window: str | None = None, profile: bool = True, workload_file: str | os.PathLike | None = None,
+            command: str | None = None,
             progress: Progress | None = None) -> ExtractResult:
     """Write DIR/<workload>__<CLASS>.py (KernelBench format) and its selector entry DIR/<...>.toml.
 
@@ -123,34 +124,10 @@ def extract(workload: str | WorkloadSpec, module: str, options: Options | None =
                 step = spec.build(cfg, dev)
         with _stage(progress, "capture", f"one step with a hook on every {cls.__name__}"):
             cap: Capture = capture(step, cls, built)
-        share = None
-        notes: list[str] = []
         trace_path: Path | None = None
         with tempfile.TemporaryDirectory(prefix=".headroom-extract-", dir=_tmp_parent(out_dir)) as tmp:
-            if trace is not None:
-                from headroom.trace.analysis import analyze
-
-                a = analyze(trace, window=window)
-                notes = [f"{a.source}: {n}" for n in a.notes]
-                if not part_masks(a, cap.paths)["all"].any():
-                    # A share of 0 % would be a wrong number, not a measurement: the trace is of
-                    # another workload (or has no module ranges), so none of these instances ran in it.
-                    raise UserError(f"--trace {trace}: no kernel of the {len(cap.paths)} {cls.__name__} "
-                                    f"instance(s) (e.g. {cap.paths[0]}) is in this trace: it is of "
-                                    f"another workload or has no module ranges (`headroom profile` records them)")
-                share = share_of(a, cap.paths, str(trace))
-            elif profile:
-                with _stage(progress, "profile", "1 step with module ranges (the share of time)"):
-                    tmp_trace = Path(tmp) / f"{name}.trace.json.gz"
-                    handles = module_ranges(step)
-                    try:
-                        record_trace(step, dev, tmp_trace, {"tool": "headroom extract", **plain(cfg),
-                                                            "command": command}, steps=1)
-                    finally:
-                        remove(handles)
-                    from headroom.trace.analysis import analyze
-
-                    share = share_of(analyze(tmp_trace), cap.paths, f"{name}.trace.json.gz")
+            share, notes = _share(step, cap, cls.__name__, dev, cfg, trace, window, profile,
+                                  Path(tmp) / f"{name}.trace.json.gz", command, progress)
             selectors = module_selectors(cls.__name__, step.train)
             source = module_problem(cap, name=name, workload=spec.name, config=header_config(cfg), train=step.train,
                                     share=share, command=command)
@@ -176,6 +153,37 @@ def extract(workload: str | WorkloadSpec, module: str, options: Options | None =
     return ExtractResult(name=name, problem=problem_path, entry=entry_path, trace=trace_path, selectors=selectors,
                          share=share, calls_per_step=cap.calls_per_step, instances=cap.paths,
                          config=header_config(cfg), notes=notes)
+
+
+def _share(step: Any, cap: Capture, cls_name: str, dev: Any, cfg: Any, trace: str | os.PathLike | None,
+           window: str | None, profile: bool, tmp_trace: Path, command: str,
+           progress: Progress) -> tuple[Share | None, list[str]]:
+    """The instances' share of the step's time: measured in `trace` when given, else in a 1-step profile with
+    module ranges written to `tmp_trace` (None without either); and the trace's notes."""
+    if trace is not None:
+        from headroom.trace.analysis import analyze
+
+        a = analyze(trace, window=window)
+        notes = [f"{a.source}: {n}" for n in a.notes]
+        if not part_masks(a, cap.paths)["all"].any():
+            # A share of 0 % would be a wrong number, not a measurement: the trace is of
+            # another workload (or has no module ranges), so none of these instances ran in it.
+            raise UserError(f"--trace {trace}: no kernel of the {len(cap.paths)} {cls_name} "
+                            f"instance(s) (e.g. {cap.paths[0]}) is in this trace: it is of "
+                            f"another workload or has no module ranges (`headroom profile` records them)")
+        return share_of(a, cap.paths, str(trace)), notes
+    if not profile:
+        return None, []
+    with _stage(progress, "profile", "1 step with module ranges (the share of time)"):
+        handles = module_ranges(step)
+        try:
+            record_trace(step, dev, tmp_trace, {"tool": "headroom extract", **plain(cfg), "command": command},
+                         steps=1)
+        finally:
+            remove(handles)
+        from headroom.trace.analysis import analyze
+
+        return share_of(analyze(tmp_trace), cap.paths, tmp_trace.name), []
 
 
 def _tmp_parent(out_dir: Path) -> str | None:

@@ -17,7 +17,8 @@ The Ray engine (`headroom.fleet.ray_engine`) is imported by name when asked for,
 from __future__ import annotations
 
 import importlib
-from typing import Callable, Iterator, Optional, Protocol, Sequence, TypeVar
+from collections.abc import Callable, Iterator, Sequence
+from typing import Protocol, TypeVar
 
 from headroom.errors import UserError
 from headroom.extras import install_hint
@@ -32,10 +33,10 @@ class Engine(Protocol):
     name: str
 
     def map(self, fn: Callable[[T], R], items: Sequence[T],
-            memory: Optional[Sequence[int]] = None) -> Iterator[R]: ...
+            memory: Sequence[int] | None = None) -> Iterator[R]: ...
 
     def pool(self, fn: Callable[[T], R], items: Sequence[T],
-             on_dispatch: Optional[Callable[[object, int], None]] = None) -> Iterator[tuple[int, R]]: ...
+             on_dispatch: Callable[[object, int], None] | None = None) -> Iterator[tuple[int, R]]: ...
 
     def close(self) -> None: ...
 
@@ -46,12 +47,12 @@ class LocalEngine:
     name = "local"
 
     def map(self, fn: Callable[[T], R], items: Sequence[T],
-            memory: Optional[Sequence[int]] = None) -> Iterator[R]:
+            memory: Sequence[int] | None = None) -> Iterator[R]:
         for item in items:
             yield fn(item)
 
     def pool(self, fn: Callable[[T], R], items: Sequence[T],
-             on_dispatch: Optional[Callable[[object, int], None]] = None) -> Iterator[tuple[int, R]]:
+             on_dispatch: Callable[[object, int], None] | None = None) -> Iterator[tuple[int, R]]:
         for i, item in enumerate(items):
             if on_dispatch is not None:
                 on_dispatch(None, i)
@@ -61,7 +62,7 @@ class LocalEngine:
         pass
 
 
-def get_engine(name: str = "local", address: Optional[str] = None) -> Engine:
+def get_engine(name: str = "local", address: str | None = None) -> Engine:
     """The engine called `name`; `address`: an existing Ray cluster (`ray://host:10001`, `host:6379`,
     `auto`), else a local one is started (or the one this process already joined is used)."""
     if name == "local":

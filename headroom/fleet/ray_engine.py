@@ -8,7 +8,7 @@ from __future__ import annotations
 import logging
 import os
 from collections import deque
-from typing import Callable, Iterator, Optional, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 import ray
 from ray.exceptions import ActorDiedError, ActorUnavailableError, RayActorError, RayTaskError
@@ -34,7 +34,7 @@ class _Worker:
 class RayEngine:
     name = "ray"
 
-    def __init__(self, address: Optional[str] = None) -> None:
+    def __init__(self, address: str | None = None) -> None:
         self.started = False
         if not ray.is_initialized():
             # A local cluster unless an address is given; its log lines stay off this process's stderr.
@@ -44,7 +44,7 @@ class RayEngine:
         self._task = ray.remote(_call)
         self._actor = ray.remote(_Worker)
 
-    def map(self, fn, items: Sequence, memory: Optional[Sequence[int]] = None) -> Iterator:
+    def map(self, fn, items: Sequence, memory: Sequence[int] | None = None) -> Iterator:
         refs = [self._task.options(num_cpus=1, memory=int(memory[i]) if memory else None,
                                    max_retries=ATTEMPTS - 1).remote(fn, item)
                 for i, item in enumerate(items)]
@@ -59,7 +59,7 @@ class RayEngine:
             return gpus, {"num_gpus": 1, "num_cpus": 1}
         return max(int(res.get("CPU", 1)), 1), {"num_cpus": 1}
 
-    def pool(self, fn, items: Sequence, on_dispatch: Optional[Callable[[object, int], None]] = None
+    def pool(self, fn, items: Sequence, on_dispatch: Callable[[object, int], None] | None = None
              ) -> Iterator[tuple[int, object]]:
         if not items:
             return

@@ -17,9 +17,10 @@ from __future__ import annotations
 
 import dataclasses
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any
 
 from headroom.errors import UserError
 from headroom.trace.read_options import ReadOptions
@@ -31,7 +32,7 @@ MEMORY_BASE = 512 * 2**20     # a task's interpreter, pandas and polars, before 
 class TraceTask:
     path: str
     options: ReadOptions    # how the command reads its traces (user files by path: each task compiles them itself)
-    product: Optional[Callable[[Any], Any]] = None     # module-level function of one Analysis
+    product: Callable[[Any], Any] | None = None     # module-level function of one Analysis
     skip_ranks: bool = True     # no product for a trace that says it is a rank of a run (computed if needed)
     cwd: str = ""       # paths are read, and named, as the command was given them
 
@@ -40,9 +41,9 @@ class TraceTask:
 class TraceResult:
     path: str
     analysis: Any = None
-    error: Optional[UserError] = None
+    error: UserError | None = None
     product: Any = None
-    product_error: Optional[UserError] = None
+    product_error: UserError | None = None
     has_product: bool = False
     extra: dict = field(default_factory=dict)
 

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable, Optional
 
 from headroom import jsonio
 from headroom.errors import UserError
@@ -94,13 +94,13 @@ class ResultStream:
         self._f.close()
 
 
-def pool_runner(engine, stream_to: Optional[Path] = None,
-                on_dispatch: Optional[Callable[[object, int], None]] = None, resume: bool = False) -> Callable:
+def pool_runner(engine, stream_to: Path | None = None,
+                on_dispatch: Callable[[object, int], None] | None = None, resume: bool = False) -> Callable:
     """A `run_pairs` for `headroom.verify.suite.verify_suite`: the candidates over `engine`'s workers, each
     result appended to `stream_path(stream_to)` as it finishes; `resume`: that stream's candidates are
     taken from it, not run."""
 
-    def run_pairs(pairs: list, options: VerifyOptions, progress: Optional[Callable[[str], None]] = None
+    def run_pairs(pairs: list, options: VerifyOptions, progress: Callable[[str], None] | None = None
                   ) -> list[VerifyResult]:
         say = progress or (lambda s: None)
         units = [(str(p), str(c), options) for p, cs in pairs for c in cs]

@@ -13,8 +13,8 @@ width that is called conclusive.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 from headroom.measure.stats import MIN_ROUNDS, compare
 

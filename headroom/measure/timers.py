@@ -15,7 +15,8 @@ blocks measure with these (``headroom.profile.timer`` holds the first two for pr
 from __future__ import annotations
 
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 BlockTimer = Callable[[Callable[[], Any], int, Any], list[float]]
 

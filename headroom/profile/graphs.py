@@ -10,9 +10,10 @@ replayed kernel the op, module and phase of the launch that made its node (headr
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from headroom.errors import UserError
 

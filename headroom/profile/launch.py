@@ -22,11 +22,12 @@ import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field, replace
 from datetime import timedelta
 from pathlib import Path
-from typing import Any, ClassVar, Iterator
+from typing import Any, ClassVar
 
 from headroom.errors import UserError
 from headroom.files import check_output_dir
@@ -60,7 +61,7 @@ class RankRequest:
         return json.dumps({**asdict(self), "options": asdict(self.options)})
 
     @classmethod
-    def from_json(cls, text: str) -> "RankRequest":
+    def from_json(cls, text: str) -> RankRequest:
         d = json.loads(text)
         return cls(**{**d, "options": Options(**d["options"])})
 
@@ -240,10 +241,9 @@ def profile_ranks(workload: str, options: Options | None = None, *, nproc: int, 
     import torch
 
     from headroom.devices import resolve_device
+    from headroom.profile.run import check_step_counts
     from headroom.trace.analysis import analyze
     from headroom.trace.rank_set import rank_set
-
-    from headroom.profile.run import check_step_counts
 
     progress = progress or Progress()
     if nproc < 2:

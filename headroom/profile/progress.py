@@ -6,8 +6,9 @@ import os
 import re
 import sys
 import tempfile
-from contextlib import contextmanager, nullcontext
-from typing import IO, Callable, ContextManager, Iterator
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager, nullcontext
+from typing import IO
 
 from headroom.profile.nvtx import nvtx_pop, nvtx_push
 
@@ -65,7 +66,7 @@ class Progress:
     """Callbacks for the stages (build, warm-up, timing, profiling, export, classify); the CLI renders
     them, the API is quiet by default."""
 
-    def stage(self, name: str, detail: str = "") -> ContextManager[None]:
+    def stage(self, name: str, detail: str = "") -> AbstractContextManager[None]:
         return nullcontext()
 
     def note(self, message: str) -> None:

@@ -14,7 +14,6 @@ from headroom.errors import UserError
 from headroom.profile.workload import DOMAINS, WorkloadSpec
 from headroom.pyfile import import_file
 
-
 _REGISTRY: dict[str, WorkloadSpec] = {}
 _DISCOVERED = False
 _DISCOVERY_ERRORS: dict[str, str] = {}

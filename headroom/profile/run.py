@@ -29,10 +29,11 @@ import os
 import shlex
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from headroom.devices import resolve_device
 from headroom.errors import UserError
@@ -47,8 +48,8 @@ from headroom.profile.oom import _is_cpu_oom, _is_oom, oom_error
 from headroom.profile.progress import Progress, _stage
 from headroom.profile.registry import get_workload, load_workload_file
 from headroom.profile.timer import _sync, _Timer
-from headroom.stepstats import StepStats
 from headroom.profile.workload import GRAPH_TREE_MODES, Options, RunConfig, Step, WorkloadSpec
+from headroom.stepstats import StepStats
 from headroom.trace.analysis import Analysis, analyze
 from headroom.trace.layers import LayerExtrapolation, extrapolate_layers
 

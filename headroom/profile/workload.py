@@ -19,8 +19,9 @@ Llama-2-7B starts in seconds.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, ClassVar, Iterable, Sequence
+from typing import Any, ClassVar
 
 from headroom.errors import UserError
 from headroom.jsonio import omit_if
@@ -174,7 +175,7 @@ class WorkloadSpec:
     domain: str
     description: str
     model: str                                           # architecture and library, one line
-    build: Callable[[RunConfig, Any], "Step"]            # (config, torch.device) -> Step
+    build: Callable[[RunConfig, Any], Step]            # (config, torch.device) -> Step
     meta_model: Callable[[str], Any]                     # flavour -> nn.Module on the meta device
     defaults: dict[str, Default]                         # mode, batch, seq, dtype (+ phase, kv_cache)
     modes: tuple[str, ...] = ("infer",)

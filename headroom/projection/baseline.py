@@ -5,14 +5,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
+
 import numpy as np
 import pandas as pd
 
 from headroom.trace.accounting import add_wall_shares
 from headroom.trace.analysis import Analysis
-from headroom.trace.load import Trace
 from headroom.trace.classify import category_group
-
+from headroom.trace.load import Trace
 
 
 @dataclass(frozen=True)
@@ -55,7 +55,8 @@ class Baseline:
     runtime: pd.DataFrame | None = _TraceTable()   # runtime/driver calls: name, pid, tid, ts, dur, correlation
     syncs: pd.DataFrame | None = _TraceTable()     # cuda_sync events, when the trace has them
     step_end: float | None = None          # CPU end of the last ProfilerStep (the window may end there)
-    cpu: pd.DataFrame | None = _TraceTable()       # CPU ranges (cpu_op, user_annotation, python_function): name, cat, pid, tid, ts, dur
+    # CPU ranges (cpu_op, user_annotation, python_function): name, cat, pid, tid, ts, dur
+    cpu: pd.DataFrame | None = _TraceTable()
     step_start: float | None = None        # CPU start of the first ProfilerStep (where the CPU model's clock starts)
     manifest: dict = field(default_factory=dict)  # headroom profile's run manifest, when the trace has one
     modules: pd.DataFrame | None = None  # one row per nn.Module call (Analysis.modules), when the trace has them
@@ -68,7 +69,7 @@ class Baseline:
         return self.wall_us / self.num_steps if self.num_steps else self.wall_us
 
     @classmethod
-    def from_analysis(cls, a: Analysis) -> "Baseline":
+    def from_analysis(cls, a: Analysis) -> Baseline:
         trace = a.trace
         # The ranges that count as steps: --window ranges when chosen, else the ProfilerStep ranges.
         steps = a.step_ranges if a.step_ranges is not None else (trace.steps if trace is not None else None)
@@ -88,7 +89,7 @@ class Baseline:
     def from_events(cls, events: pd.DataFrame, window: tuple[float, float] | None = None,
                     num_steps: int = 1, runtime: pd.DataFrame | None = None,
                     step_end: float | None = None, cpu: pd.DataFrame | None = None,
-                    modules: pd.DataFrame | None = None) -> "Baseline":
+                    modules: pd.DataFrame | None = None) -> Baseline:
         """A baseline from a plain events table (columns as in Analysis.events; `wall_us` added if absent)."""
         ev = events.copy()
         if "end" not in ev.columns:

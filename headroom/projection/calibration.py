@@ -28,8 +28,8 @@ that check for the committed rows (``--write`` updates ``headroom/data/interval.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Iterable, Sequence
 
 from headroom.datafiles import shipped
 

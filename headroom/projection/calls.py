@@ -158,7 +158,8 @@ def find_calls(b: Baseline, side: CpuSide, selector: Selector, mask: np.ndarray,
                               float(lts[i] + ldur[i]), np.array([i]), int(kinds[i] == "kernel"),
                               orphan=kind != "kernel"))
     if no_range:
-        warnings.append(f"{selector}: {no_range} selected kernel(s) have no {'/'.join(sorted({g[0] for g in grouping} - {'kernel'}))} "
+        ranges = "/".join(sorted({g[0] for g in grouping} - {"kernel"}))
+        warnings.append(f"{selector}: {no_range} selected kernel(s) have no {ranges} "
                         f"range on their launching thread (autograd's backward thread launches outside every range); "
                         f"their launches stay as traced")
     selected_corr = set(ev["correlation"].to_numpy()[mask].tolist()) if "correlation" in ev.columns else set()

@@ -22,8 +22,9 @@ where a double resolves 1e-10 us (absolute Kineto times near 1.7e15 us resolve o
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import ast
 import math
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping
+from typing import Any
 
 from headroom.datafiles import shipped
 from headroom.jsonio import encoded, json_key

@@ -28,9 +28,9 @@ median offset into such an op; the upper bound of the estimate charges only the 
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import Sequence
 
 import numpy as np
 import pandas as pd
@@ -201,7 +201,7 @@ def _launch_costs(side: CpuSide, window: tuple[float, float]) -> dict[tuple[str,
     all_d = [np.concatenate([v[i] for v in per.values()]) if per else np.zeros(0) for i in range(4)]
     out[("", "")] = make(all_d, "trace")
     by_pid: dict[str, list] = {}
-    for (pid, tid), v in per.items():
+    for (pid, _tid), v in per.items():
         by_pid.setdefault(pid, []).append(v)
     for (pid, tid), v in per.items():
         if len(v[0]) >= MIN_SINGLE_LAUNCH_OPS:
@@ -245,7 +245,8 @@ def change_calls(calls: list[Call], launches: int, side: CpuSide, bound: str = "
     (``footprint x ratio`` on the profiled clock; per record, the footprint less its records' overhead
     x ratio): the machine and the moment verify ran on cancel, as the trace's calls carry this run's.
     Calls whose kernel count is already `launches` do not change otherwise; nor do calls with a blocking
-    call inside, nor orphan kernels (``Call.orphan``). `syncs` (host synchronisations per call after the change, measured by verify): each
+    call inside, nor orphan kernels (``Call.orphan``). `syncs` (host synchronisations per call after the change,
+    measured by verify): each
     changed call ends with that many waits for the GPU to finish everything queued (the replay's
     synthetic blocking calls), in every bound: it is a property of the new code, not a cost estimate.
     """

@@ -20,9 +20,9 @@ The drift parameters are data (``headroom/data/projection.toml``), with where th
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Mapping, Sequence
 
 import numpy as np
 

@@ -10,13 +10,13 @@ import numpy as np
 import pandas as pd
 
 from headroom.errors import UserError, unknown_name
-from headroom.jsonio import OMIT_NONE, plain
-from headroom.regex import Pattern, compile_user_regex
-from headroom.trace.classify import known_categories
-from headroom.trace.intervals import codes_and_texts
+from headroom.jsonio import OMIT_NONE
 from headroom.projection.problems import ProblemMap, load_problems
 from headroom.projection.selectors import Atom, Selector, parse_selector
 from headroom.projection.speedups import Speedup
+from headroom.regex import Pattern, compile_user_regex
+from headroom.trace.classify import known_categories
+from headroom.trace.intervals import codes_and_texts
 from headroom.trace.modules import STACK_SEP
 from headroom.trace.phases import event_phase
 
@@ -199,7 +199,7 @@ class EntryResult:
     cpu: dict[str, Any] | None = field(default=None, metadata=OMIT_NONE)
 
     @classmethod
-    def of(cls, m: EntryMatch) -> "EntryResult":
+    def of(cls, m: EntryMatch) -> EntryResult:
         e = m.entry
         return cls(selector=str(e.selector), speedup=e.speedup, launches=e.launches, verified=e.verified,
                    source=e.source, call_us=e.call_us, syncs=e.syncs, kernels=m.kernels, us=m.us, wall_us=m.wall_us,

@@ -53,7 +53,7 @@ class Unprofiled:
     # it (`reached` False), the GPU work itself ran slower under the profiler, by this much.
     window_scale: float = 1.0
     # Where `cpu_scale` comes from: "step" (the solve above) or "calls" (calls measured outside the
-    # profiler, where the step leaves it open or reads a slower GPU as CPU: project._clock_from_calls).
+    # profiler, where the step leaves it open or reads a slower GPU as CPU: entry_calls.clock_from_calls).
     clock_source: str = "step"
 
     # `project --json`'s `unprofiled`: the base per step among the fields, num_steps and clock_source not.

@@ -9,15 +9,14 @@ from __future__ import annotations
 import difflib
 import os
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import Iterable
 
 from headroom.datafiles import read_toml, shipped
 from headroom.errors import UserError
 from headroom.projection.selectors import Selector, parse_selector
-
 
 
 def _norm_name(name: str) -> str:

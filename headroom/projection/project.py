@@ -33,30 +33,29 @@ win rate x median speedup, at quantiles and at the harmonic-mean expectation.
 
 from __future__ import annotations
 
-import dataclasses
-from dataclasses import dataclass, field
-from typing import Any, ClassVar, Sequence
-
-import pandas as pd
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar
 
 import numpy as np
+import pandas as pd
 
 from headroom.errors import UserError
 from headroom.jsonio import member, plain
 from headroom.projection.amdahl import Projection, amdahl
 from headroom.projection.baseline import Baseline, Breakdown, as_baseline, baseline_breakdown
-from headroom.projection.calls import cpu_trace_calls, find_calls, replayed_from_graph
-from headroom.projection.cpu import CallChange, CpuSide, change_calls, cpu_side
+from headroom.projection.cpu import CallChange
 from headroom.projection.distributions import Distribution
+from headroom.projection.entry_calls import apply_entries
 from headroom.projection.estimate import BOUNDS, Drift, Estimate, estimate_interval, load_drift
-from headroom.projection.matching import EntryMatch, EntryResult, Resolution, resolve, select
-from headroom.projection.overhead import Unprofiled, cpu_clock, noise, solve_cpu_scale, unprofiled_step_us
+from headroom.projection.matching import EntryResult, select
+from headroom.projection.overhead import Unprofiled, cpu_clock, solve_cpu_scale, unprofiled_step_us
 from headroom.projection.problems import ProblemMap, load_problems
 from headroom.projection.replay import replay, replay_check, replay_projection
-from headroom.projection.streams import stream_waits
 from headroom.projection.scenarios import DEFAULT_QUANTILES, distribution_scenarios
 from headroom.projection.selectors import Selector, parse_selector
 from headroom.projection.speedups import Speedup, parse_call_us, parse_factor, parse_launches
+from headroom.projection.streams import stream_waits
 from headroom.trace.analysis import Analysis
 
 PROFILER_OVERHEAD_WARN = 0.10  # warn when profiled steps are this much slower than unprofiled ones
@@ -143,69 +142,25 @@ def project(analysis: Analysis | Baseline, entries: Sequence[Speedup] = (), dist
         unprof = solve_cpu_scale(b, target_us, target_src)
         if unprof.note and not unprof.reached:
             warnings.append(f"profiler-overhead correction: {unprof.note}")
-    steps = max(b.num_steps, 1)
     # Amdahl on the unprofiled clock: the unprofiled window less the GPU time saved (CPU-only traces:
     # their op time shrinks with the clock).
-    amdahl_base_u = target_us * steps if target_us is not None else None
+    amdahl_base_u = target_us * max(b.num_steps, 1) if target_us is not None else None
     cpu_ratio = (amdahl_base_u / b.wall_us) if (amdahl_base_u and b.mode != "gpu" and b.wall_us > 0) else 1.0
-
-    projections: list[Projection] = []
-    scenario_factors: dict[str, np.ndarray] = {}
+    pj = _Projector(b, methods, use_replay, amdahl_base_u, cpu_ratio, unprof)
     changes: dict[str, list[CallChange]] = {bound: [] for bound in BOUNDS}
 
-    def both(f: np.ndarray | float, mask: np.ndarray | None, scenario: str, note: str = "",
-             chs: Sequence[CallChange] = ()) -> None:
-        full = f if isinstance(f, np.ndarray) else _uniform(len(b.events), f, mask)
-        scenario_factors.setdefault(scenario, full)
-        for method in ("amdahl", "replay"):
-            if method not in methods or (method == "replay" and not use_replay):
-                continue
-            if method == "amdahl":
-                p = amdahl(b, full, None, scenario)
-                if amdahl_base_u is not None:
-                    p.unprofiled_baseline_us = amdahl_base_u
-                    p.unprofiled_projected_us = amdahl_base_u - p.saved_us * cpu_ratio
-            else:
-                p = replay_projection(b, full, None, scenario, changes=chs)
-                if unprof is not None:
-                    p.unprofiled_baseline_us = unprof.baseline_us
-                    p.unprofiled_projected_us = (replay(b, full, changes=chs, cpu_scale=unprof.cpu_scale).projected_us
-                                                 * unprof.window_scale)
-            p.note = note
-            if not isinstance(f, np.ndarray):
-                p.factor = float(f)
-            projections.append(p)
-
-    res: Resolution | None = None
     cpu_calls: tuple[float, float] | None = None   # cpu-ops: (inclusive CPU time of the calls, time saved)
     entry_results: list[EntryResult] = []
     sel_us = sel_wall = 0.0
     if entries:
-        res = resolve(list(entries), b.events, problems, strict=strict)
-        warnings.extend(res.warnings)
-        entry_results = [EntryResult.of(m) for m in res.matches]
-        if b.mode == "gpu":
-            unprof = _clock_from_calls(b, res, problems, unprof)
-            side: CpuSide | None = None
-            for m, d in zip(res.matches, entry_results):
-                if m.entry.launches is None or not m.applied.any():
-                    continue
-                side = side or cpu_side(b)
-                info, by_bound, w = _entry_calls(b, side, m, problems, unprof)
-                warnings.extend(w)
-                d.cpu = info
-                for bound in BOUNDS:
-                    changes[bound].extend(by_bound[bound])
-        else:
-            cpu_calls = _cpu_trace_calls(b, res, problems, entry_results)
-            if any(e.launches is not None for e in entries):
-                warnings.append("launches per call are not modelled in cpu-ops mode (no kernel launches): "
-                                "the calls' CPU time is what their speedup applies to")
+        res, entry_results, cpu_calls, unprof = apply_entries(b, entries, problems, strict, unprof, warnings,
+                                                               changes)
+        pj.unprof = unprof
         mask = res.selected
         sel_us = float(b.events["dur"].to_numpy()[mask].sum())
         sel_wall = float(b.events["wall_us"].to_numpy()[mask].sum())
-        both(res.factors, None, "speedups", chs=changes["estimate"])
-        both(np.inf, mask, "zero_time", "the selected kernels take no time")
+        pj.add(res.factors, None, "speedups", chs=changes["estimate"])
+        pj.add(np.inf, mask, "zero_time", "the selected kernels take no time")
     dist_info = None
     if scenarios:
         smask = select(b.events, parse_selector(scenario_select), problems)
@@ -214,47 +169,24 @@ def project(analysis: Analysis | Baseline, entries: Sequence[Speedup] = (), dist
         if not entries:
             sel_us = float(b.events["dur"].to_numpy()[smask].sum())
             sel_wall = float(b.events["wall_us"].to_numpy()[smask].sum())
-            both(np.inf, smask, "zero_time", f"{scenario_select} takes no time")
+            pj.add(np.inf, smask, "zero_time", f"{scenario_select} takes no time")
         for sc in scenarios:
-            both(sc.factor, smask, sc.name, sc.note)
-        dist_info = {"select": scenario_select,
-                     "selected_us": float(b.events["dur"].to_numpy()[smask].sum()),
-                     "selected_wall_us": float(b.events["wall_us"].to_numpy()[smask].sum()),
-                     "scenarios": [{"scenario": s.name, "factor": s.factor, "note": s.note} for s in scenarios]}
-        if distribution is not None:
-            dist_info.update({"source": distribution.source, "n": distribution.n,
-                              "win_rate": distribution.win_rate, "median_win": distribution.median_win})
-        if win_rate is not None:
-            dist_info["win_rate"] = win_rate
-        if median is not None:
-            dist_info["median_win"] = median
+            pj.add(sc.factor, smask, sc.name, sc.note)
+        dist_info = _distribution_info(b, smask, scenario_select, scenarios, distribution, win_rate, median)
+    projections = pj.projections
     for p in projections:
         if not np.isfinite(p.projected_us):
             raise UserError(f"{b.source}: the {p.method} projection of {p.scenario} overflows "
                             f"(a speedup factor too close to zero)")
-    timing = member(b.manifest, "timing")
-    overhead = timing.get("overhead")
-    if use_replay and unprof is None and isinstance(overhead, (int, float)) and overhead > PROFILER_OVERHEAD_WARN:
-        warnings.append(
-            f"the profiled steps ran {100 * overhead:.0f}% slower than unprofiled ones "
-            f"({timing.get('step_ms', float('nan')):.2f} ms/step): the trace's CPU timeline carries profiler "
-            f"overhead, so the replay may understate gains where launches are the bottleneck")
     if use_replay:
-        waits = stream_waits(b.events, b.syncs, b.runtime)
-        if waits.inferred:
-            warnings.append(f"{waits.inferred} stream wait(s) name no cudaEventRecord (CUDA >= 12.9 traces: "
-                            f"pytorch/pytorch#195068); each producer was taken from the waiting thread's last "
-                            f"cudaEventRecord and the stream it last launched to")
-        if waits.unresolved:
-            warnings.append(f"{waits.unresolved} stream wait(s) could not be placed; the replay holds their "
-                            f"consumers' measured lag instead")
+        warnings.extend(_replay_warnings(b, unprof))
     check = replay_check(b) if use_replay else None
     if check is not None and abs(check["window_error_us"]) > max(1e-6 * b.wall_us, 1.0):
         warnings.append(f"replay without changes is {check['window_error_us']:.1f} us off the measured window")
     first = next((p.scenario for p in projections if p.scenario != "zero_time"), None)
     est = None
     if first is not None:
-        est = _estimate(b, scenario_factors[first], changes if first == "speedups" else {}, unprof, drift, first,
+        est = _estimate(b, pj.scenario_factors[first], changes if first == "speedups" else {}, unprof, drift, first,
                         use_replay, projections, amdahl_base_u, cpu_calls if first == "speedups" else None)
     return ProjectResult(
         source=b.source, mode=b.mode, baseline_us=b.wall_us, per_step_us=b.per_step_us,
@@ -264,135 +196,87 @@ def project(analysis: Analysis | Baseline, entries: Sequence[Speedup] = (), dist
         scenario_selector=scenario_select if scenarios else None, estimate=est, unprofiled=unprof)
 
 
+class _Projector:
+    """Each scenario's projections by the methods asked (Amdahl, replay), on the profiled clock and, where the
+    unprofiled step is known, on the unprofiled one; and each scenario's per-event factors (the estimate's)."""
+
+    def __init__(self, b: Baseline, methods: Sequence[str], use_replay: bool, amdahl_base_u: float | None,
+                 cpu_ratio: float, unprof: Unprofiled | None) -> None:
+        self.b, self.methods, self.use_replay = b, methods, use_replay
+        self.amdahl_base_u, self.cpu_ratio = amdahl_base_u, cpu_ratio
+        self.unprof = unprof   # the CPU clock that reproduces the unprofiled step (measured calls may replace it)
+        self.projections: list[Projection] = []
+        self.scenario_factors: dict[str, np.ndarray] = {}
+
+    def add(self, f: np.ndarray | float, mask: np.ndarray | None, scenario: str, note: str = "",
+            chs: Sequence[CallChange] = ()) -> None:
+        b = self.b
+        full = f if isinstance(f, np.ndarray) else _uniform(len(b.events), f, mask)
+        self.scenario_factors.setdefault(scenario, full)
+        for method in ("amdahl", "replay"):
+            if method not in self.methods or (method == "replay" and not self.use_replay):
+                continue
+            if method == "amdahl":
+                p = amdahl(b, full, None, scenario)
+                if self.amdahl_base_u is not None:
+                    p.unprofiled_baseline_us = self.amdahl_base_u
+                    p.unprofiled_projected_us = self.amdahl_base_u - p.saved_us * self.cpu_ratio
+            else:
+                p = replay_projection(b, full, None, scenario, changes=chs)
+                unprof = self.unprof
+                if unprof is not None:
+                    p.unprofiled_baseline_us = unprof.baseline_us
+                    p.unprofiled_projected_us = (replay(b, full, changes=chs, cpu_scale=unprof.cpu_scale).projected_us
+                                                 * unprof.window_scale)
+            p.note = note
+            if not isinstance(f, np.ndarray):
+                p.factor = float(f)
+            self.projections.append(p)
+
+
+def _distribution_info(b: Baseline, smask: np.ndarray, scenario_select: str, scenarios: Sequence,
+                       distribution: Distribution | None, win_rate: float | None,
+                       median: float | None) -> dict[str, Any]:
+    info: dict[str, Any] = {
+        "select": scenario_select, "selected_us": float(b.events["dur"].to_numpy()[smask].sum()),
+        "selected_wall_us": float(b.events["wall_us"].to_numpy()[smask].sum()),
+        "scenarios": [{"scenario": s.name, "factor": s.factor, "note": s.note} for s in scenarios]}
+    if distribution is not None:
+        info.update({"source": distribution.source, "n": distribution.n,
+                     "win_rate": distribution.win_rate, "median_win": distribution.median_win})
+    if win_rate is not None:
+        info["win_rate"] = win_rate
+    if median is not None:
+        info["median_win"] = median
+    return info
+
+
+def _replay_warnings(b: Baseline, unprof: Unprofiled | None) -> list[str]:
+    """What the trace itself leaves uncertain in a replay: profiler overhead no unprofiled step corrects, and
+    stream waits that name no producer or could not be placed."""
+    out = []
+    timing = member(b.manifest, "timing")
+    overhead = timing.get("overhead")
+    if unprof is None and isinstance(overhead, (int, float)) and overhead > PROFILER_OVERHEAD_WARN:
+        out.append(
+            f"the profiled steps ran {100 * overhead:.0f}% slower than unprofiled ones "
+            f"({timing.get('step_ms', float('nan')):.2f} ms/step): the trace's CPU timeline carries profiler "
+            f"overhead, so the replay may understate gains where launches are the bottleneck")
+    waits = stream_waits(b.events, b.syncs, b.runtime)
+    if waits.inferred:
+        out.append(f"{waits.inferred} stream wait(s) name no cudaEventRecord (CUDA >= 12.9 traces: "
+                   f"pytorch/pytorch#195068); each producer was taken from the waiting thread's last "
+                   f"cudaEventRecord and the stream it last launched to")
+    if waits.unresolved:
+        out.append(f"{waits.unresolved} stream wait(s) could not be placed; the replay holds their "
+                   f"consumers' measured lag instead")
+    return out
+
+
 def _uniform(n: int, f: float, mask: np.ndarray | None) -> np.ndarray:
     out = np.ones(n)
     out[mask if mask is not None else slice(None)] = float(f)
     return out
-
-
-def _clock_from_calls(b: Baseline, res: Resolution, problems: ProblemMap,
-                      unprof: Unprofiled | None) -> Unprofiled | None:
-    """The CPU clock from calls measured outside the profiler (`reference_call_us`: verify): that time
-    over the trace's footprint of the same calls (median over such entries; the calls with a range).
-
-    Where the profiled step is within drift of the unprofiled one, the step says nothing of how much
-    slower the profiled CPU ran (the GPU hid it) and the replay keeps the profiled clock (x1). That is
-    harmless until a change makes the CPU matter: a host synchronisation per call drains the GPU's
-    queue, and the CPU work after it runs at the replay's CPU speed. So an entry that adds
-    synchronisations gives the clock, taken when below 1 and when the replay at it still spans the
-    unprofiled step within drift.
-
-    Where the step's clock is a correction (`solve_cpu_scale` below 1), it puts all of the unprofiled
-    step's difference from the profiled replay on the CPU: the slowest CPU the step allows, exact only
-    if the GPU ran as fast in the timed steps as under the profiler. Where the timed steps' kernels ran
-    slower, it reads that as CPU overhead and can make a GPU-bound trace CPU-bound. Any entry's measured
-    calls then give the clock, taken when faster than the step's and when the GPU can account for the
-    rest of the step: the replay at the calls' clock with every kernel slower by that rest (and drift)
-    spans the step. The rest is the GPU's (`window_scale`). A launch-bound step fails that test (slower
-    kernels do not lengthen it): its step is the CPU's, and the step's clock stays.
-    """
-    if unprof is None or not unprof.reached:
-        return unprof
-    corrected = unprof.cpu_scale < 1.0
-    ratios: list[float] = []
-    side: CpuSide | None = None
-    for m in res.matches:
-        e = m.entry
-        if (not corrected and not e.syncs) or e.reference_call_us is None or e.launches is None \
-                or not m.applied.any():
-            continue
-        side = side or cpu_side(b)
-        calls, _ = find_calls(b, side, e.selector, m.applied, problems)
-        footprints = [c.footprint_us for c in calls if not c.orphan and c.footprint_us > 0]
-        if footprints:
-            ratios.append(e.reference_call_us / float(np.median(footprints)))
-    scale = float(np.median(ratios)) if ratios else 1.0
-    if not 0.0 < scale < unprof.cpu_scale:
-        return unprof
-    target = unprof.step_us * unprof.num_steps
-    window = replay(b, cpu_scale=scale).projected_us
-    drift = noise(b)
-    rest = target / window
-    if not corrected and abs(window / target - 1.0) > drift:
-        return unprof
-    if corrected and rest > 1.0 + drift:
-        slower = np.full(len(b.events), 1.0 / (rest * (1.0 + drift)))
-        if replay(b, slower, cpu_scale=scale).projected_us < target:
-            return unprof
-    n = len(ratios)
-    note = (f"the CPU clock from the reference's calls measured unprofiled (verify's call_us over their footprint "
-            f"in this trace, median of {n} entr{'y' if n == 1 else 'ies'})")
-    if corrected:
-        note += f", faster than the step's ({cpu_clock(unprof.cpu_scale)})"
-        if abs(rest - 1.0) > 1e-3:
-            note += f"; the rest of the unprofiled step ({100 * (rest - 1.0):+.1f}%) taken as the GPU's"
-    return dataclasses.replace(unprof, cpu_scale=scale, window_scale=rest, clock_source="calls",
-                               note=f"{unprof.note}; {note}" if unprof.note else note)
-
-
-def _entry_calls(b: Baseline, side: CpuSide, m: EntryMatch, problems: ProblemMap, unprof: Unprofiled | None
-                 ) -> tuple[dict, dict[str, list[CallChange]], list[str]]:
-    """One launch-aware entry: its calls, what each CPU outcome makes of them, and a summary."""
-    e = m.entry
-    assert e.launches is not None, "only entries that give launches per call reach here"
-    launches = e.launches
-    calls, warnings = find_calls(b, side, e.selector, m.applied, problems)
-    o = unprof.per_record_us if unprof is not None else 0.0
-    scale = unprof.cpu_scale if unprof is not None else 1.0
-    by_bound = {bound: change_calls(calls, launches, side, bound, o, scale, e.call_us, e.syncs,
-                                     e.reference_call_us) for bound in BOUNDS}
-    est = by_bound["estimate"]
-    kernels = np.array([c.kernels for c in calls]) if calls else np.zeros(0)
-    blocked = [c for c in calls if c.blocked]
-    if blocked:
-        warnings.append(f"{e.label}: {len(blocked)} call(s) hold a blocking call ({blocked[0].blocked}); "
-                        f"their CPU side is left unchanged")
-    in_graph = int((m.applied & replayed_from_graph(b.events)).sum())
-    if in_graph and e.syncs:
-        warnings.append(f"{e.label}: the candidate synchronises with the host ({e.syncs:g} per call, measured by "
-                        f"verify), which a CUDA graph cannot capture, and {in_graph} of the kernels it replaces run "
-                        f"in one: it breaks the capture; this projection keeps the graph")
-    kinds = sorted({c.kind for c in calls})
-    main = max(calls, key=lambda c: c.footprint_us) if calls else None
-    cost = side.cost(main.pid, main.tid) if main else None
-    steps = max(b.num_steps, 1)
-    ratio = e.call_us / e.reference_call_us if e.call_us is not None and e.reference_call_us else None
-    info = {"launches": e.launches, "call_us": e.call_us, "syncs": e.syncs,
-            "call_ratio": ratio, "call_us_applied": ("ratio to the reference's call, on each call's time in this trace"
-                                                     if ratio is not None else "as measured" if e.call_us is not None
-                                                     else None),
-            "call_kind": kinds[0] if len(kinds) == 1 else kinds,
-            "calls": len(calls), "calls_per_step": len(calls) / steps,
-            "kernels_per_call": float(np.median(kernels)) if len(kernels) else 0.0,
-            "changed_calls": len(est), "blocked_calls": len(blocked),
-            "removed_cpu_us": float(sum(ch.removed_us for ch in est)),
-            "added_cpu_us": float(sum(ch.added_us for ch in est)),
-            "added_cpu_us_high": float(sum(ch.added_us for ch in by_bound["high"])),
-            "launch_cost": plain(cost) if cost else None,
-            "replayed_kernels": in_graph, "breaks_capture": bool(in_graph and e.syncs)}
-    return info, by_bound, warnings
-
-
-def _cpu_trace_calls(b: Baseline, res: Resolution, problems: ProblemMap,
-                     entries: list[EntryResult]) -> tuple[float, float] | None:
-    """cpu-ops traces: each entry's calls as CPU ranges (the first entry owns a range both name); the
-    inclusive time of all of them and the time their speedups save. None when no entry names a range."""
-    side = cpu_side(b)
-    claimed: list[tuple[float, float, str, str]] = []
-    total = saved = 0.0
-    found = False
-    for m, d in zip(res.matches, entries):
-        calls = cpu_trace_calls(b, side, m.entry.selector, problems)
-        mine = [c for c in calls if not any(c.pid == p and c.tid == t and c.start < z and a < c.end
-                                             for a, z, p, t in claimed)]
-        claimed += [(c.start, c.end, c.pid, c.tid) for c in mine]
-        us = float(sum(c.end - c.start for c in mine))
-        d.cpu = {"call_kind": sorted({c.kind for c in mine}), "calls": len(mine),
-                    "calls_per_step": len(mine) / max(b.num_steps, 1), "call_us": us}
-        found = found or bool(mine)
-        total += us
-        saved += us * (1.0 - 1.0 / m.entry.speedup)
-    return (total, saved) if found else None
 
 
 def _estimate(b: Baseline, factors: np.ndarray, changes: dict[str, list[CallChange]], unprof: Unprofiled | None,

@@ -7,7 +7,8 @@ shapes and dtypes (read on demand: headroom/trace/op_inputs.py) give FLOPs and b
 has a floor, `max(FLOPs / compute peak, bytes / memory bandwidth, shortest kernel)`, and a limit (the term
 that wins: compute, memory or latency). Per row: its costed op calls, FLOPs and bytes read and written over
 the window, the achieved TFLOP/s and TB/s of its costed kernels and their fractions of the peaks
-(`peak_tflops`: the rate its FLOPs run at when each call runs at its own dtype's peak), the limit holding most of its floor time, `floor_us` (the costed calls' floors plus
+(`peak_tflops`: the rate its FLOPs run at when each call runs at its own dtype's peak), the limit holding most of
+its floor time, `floor_us` (the costed calls' floors plus
 the time of kernels without a cost, left as it is) and `max_speedup = us / floor_us`.
 
 A module row also gets the fused floor: each forward call's inputs (its recorded shapes) and output (the
@@ -24,9 +25,9 @@ from __future__ import annotations
 import dataclasses
 import math
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
 
 import numpy as np
 import pandas as pd

@@ -18,16 +18,16 @@ import json
 import math
 import os
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar, Iterable
+from typing import Any, ClassVar
 
 from headroom import datafiles
 from headroom.errors import UserError
-from headroom.jsonio import OMIT_NONE, encoded
 from headroom.files import read_text
+from headroom.jsonio import OMIT_NONE, encoded
 from headroom.projection.selectors import Selector, parse_selector
-
 
 # A factor below this is a slowdown of more than a billion times: no measurement says that, and
 # far below it (1e-308) the projected durations overflow to infinity.

@@ -7,8 +7,8 @@ See :mod:`headroom.projection.project` for the model.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Iterable
 
 import numpy as np
 import pandas as pd

@@ -31,8 +31,9 @@ from __future__ import annotations
 
 import bisect
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Sequence
+from typing import Any, ClassVar
 
 import numpy as np
 import pandas as pd
@@ -95,7 +96,7 @@ class SyncModel:
         return self._identity
 
     @classmethod
-    def from_rank_set(cls, rs: RankSet) -> "SyncModel":
+    def from_rank_set(cls, rs: RankSet) -> SyncModel:
         models: dict[int, _RankModel] = {}
         matched = rs.collectives
         for r, a in zip(rs.ranks, rs.analyses):
@@ -151,7 +152,7 @@ def _mark_blockers(m: _RankModel) -> None:
     for i in np.flatnonzero(in_gap).tolist():
         if j[i] not in best or ends[i] > ends[best[j[i]]]:
             best[int(j[i])] = i
-    for gap, i in best.items():
+    for _gap, i in best.items():
         m.collectives[keys[i]].blocks_from = float(gap_start[i])
 
 

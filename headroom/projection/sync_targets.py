@@ -4,7 +4,8 @@ step most (each candidate projected through the collectives, headroom.projection
 from __future__ import annotations
 
 import math
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 import pandas as pd

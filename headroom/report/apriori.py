@@ -270,7 +270,7 @@ def loop_table(runs: list[LoopRun], fit_rows: list[AprioriRow]) -> str:
 # --- the calibrated interval (headroom.projection.calibration) -----------------------------------------
 
 
-def _cal_row(r: AprioriRow, group: str | None = None) -> "Row":
+def _cal_row(r: AprioriRow, group: str | None = None) -> Row:
     from headroom.projection.calibration import Row
 
     return Row(r.name, r.estimate, r.measured, r.noise, r.launch_bound, group or r.name)
@@ -298,7 +298,7 @@ def interval_table(checks: list, fit_note: str) -> str:
     return "\n".join(out)
 
 
-def calibration_report(root: Path) -> tuple[str, "Calibration"]:
+def calibration_report(root: Path) -> tuple[str, Calibration]:
     """The calibration fitted on the committed rows, and its checks: each row left out (with its
     substitution), each rerun of verify (its substitution left out), each whole loop (likewise)."""
     from headroom.projection.calibration import Check, coverage, fit, leave_one_out, shipped_calibration

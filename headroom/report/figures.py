@@ -10,9 +10,10 @@ chart that cannot be drawn leaves the output directory as it was. matplotlib is 
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional, Sequence
+from typing import Any
 
 from headroom.errors import UserError
 from headroom.files import check_output_dir, check_output_not_input
@@ -52,7 +53,7 @@ def check_plot_outputs(out: str | os.PathLike, figures: Sequence[str] | None, fo
 def draw_figures(analyses: Sequence[Analysis], figures: Sequence[str] | None = None,
                  labels: Sequence[str] | None = None, entries: Sequence[Speedup] = (),
                  entry_warnings: Sequence[str] = (), params: Sequence[float] | None = None,
-                 family: Optional[str] = None, basis: str = "wall", numbers: bool = False,
+                 family: str | None = None, basis: str = "wall", numbers: bool = False,
                  problems: ProblemMap | None = None) -> Plots:
     """Draw `figures` (default: all that apply) of `analyses`, one bar per trace (`labels`: their names)."""
     unknown = [f for f in figures or () if f not in FIGURES]
@@ -112,7 +113,7 @@ def _projection(plots: Plots, analyses: Sequence[Analysis], labels: Sequence[str
 
 
 def _scaling(plots: Plots, analyses: Sequence[Analysis], labels: Sequence[str] | None,
-             params: Sequence[float] | None, family: Optional[str], numbers: bool, explicit: bool) -> None:
+             params: Sequence[float] | None, family: str | None, numbers: bool, explicit: bool) -> None:
     from headroom.report import plot
     from headroom.report.scaling import scaling_table
 

@@ -9,9 +9,10 @@ a new column of a table one more `Column` (optional columns appear when the rows
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from html import escape
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 from headroom._version import __version__
 from headroom.files import write_atomic
@@ -170,7 +171,8 @@ body{font:14px/1.45 system-ui,-apple-system,Segoe UI,Helvetica,Arial,sans-serif;
 padding:0 16px 40px;color:#222222}
 h1{font-size:22px;margin:18px 0 4px}h2{font-size:18px;border-bottom:1px solid #ddd;padding-bottom:3px;margin-top:28px}
 h3{font-size:15px;margin:18px 0 6px;word-break:break-all}nav a{margin-right:12px}
-.scroll{overflow-x:auto}table{border-collapse:collapse;margin:8px 0 12px;font-size:13px}caption{text-align:left;color:#555555;padding:2px 0}
+.scroll{overflow-x:auto}table{border-collapse:collapse;margin:8px 0 12px;font-size:13px}
+caption{text-align:left;color:#555555;padding:2px 0}
 th,td{padding:3px 8px;border-bottom:1px solid #eee;vertical-align:top}th{cursor:pointer;user-select:none;
 background:#f6f6f6;text-align:left;white-space:nowrap}th.num,td.num{text-align:right;font-variant-numeric:tabular-nums}
 th[aria-sort=ascending]::after{content:" \\25B2"}th[aria-sort=descending]::after{content:" \\25BC"}

@@ -6,9 +6,10 @@ check each one against `headroom report --html FILE --json`, and the tables sort
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from html import escape
-from typing import Any, Iterator, Sequence
+from typing import Any
 
 # How a number is shown: times in the document are microseconds, shown as milliseconds.
 FORMATS = {
@@ -105,7 +106,7 @@ class Column:
     width: int | None = None
 
 
-def table(rows: "Node | Sequence[Node]", columns: Sequence[Column], table_id: str, caption: str = "") -> str:
+def table(rows: Node | Sequence[Node], columns: Sequence[Column], table_id: str, caption: str = "") -> str:
     """A sortable table of `rows` (a list of objects): a click on a heading sorts by that column."""
     cols = [c for c in columns if not c.optional or any(r.has(c.key) for r in rows)]
     head = "".join(f'<th data-col="{c.key}" class="{"num" if c.fmt != "text" else "text"}">{c.heading}</th>'

@@ -3,7 +3,8 @@
 `page_numbers` adds to the `headroom report --json` document (rank_tables.report_body) what the page shows beyond
 the summary table: category shares per workload (the addressable-fraction figure), the top targets
 (the `targets --json` body of each trace; with `--roofline` the `targets --roofline --json` one), the
-projection of the given speedups (the `project --json` body) and the per-rank views of a directory of ranks. Every number comes from the existing tables
+projection of the given speedups (the `project --json` body) and the per-rank views of a directory of ranks.
+Every number comes from the existing tables
 (report/tables.py, projection/targets.py, projection/project.py, trace/ranks.py); a number the page shows
 that none of them has (a per-step value of a total) is computed here and stored in the document, so
 that headroom/report/html.py draws the page from the document alone and every number on it is one of
@@ -13,8 +14,9 @@ the document's (tests/test_report_html.py checks this).
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any
 
 from headroom.jsonio import plain
 from headroom.projection.targets import DEFAULT_SPEEDUP, MODULE_KINDS, module_ranges_missing, targets, targets_dict

@@ -10,8 +10,9 @@ tests read the bars and labels back from it.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import matplotlib
 import matplotlib.ticker
@@ -68,44 +69,8 @@ def addressable_figure(fractions: pd.DataFrame, summary: pd.DataFrame | None = N
         extra = 0
         for y, w in enumerate(workloads):
             rows = fractions[fractions["workload"] == w]
-            left = 0.0
-            addr_left = None
-            for r in rows.itertuples(index=False):
-                if r.category not in COLORS and r.category not in seen:
-                    extra += 1
-                color = _color(r.category, extra)
-                bar = ax.barh(y, r.fraction, left=left, height=0.62, color=color,
-                              edgecolor="#222222" if r.addressable else "#777777", linewidth=0.4,
-                              hatch="///" if r.addressable else ("..." if r.category == "idle" else None),
-                              label=r.category)
-                bar.patches[0].set_gid(f"{w}|{r.category}|{'A' if r.addressable else 'N'}")
-                if r.addressable and addr_left is None:
-                    addr_left = left
-                if r.fraction >= LABEL_MIN:
-                    dark = matplotlib.colors.to_rgb(color) < (0.5, 0.5, 0.5)   # white text on dark greys
-                    ax.text(left + r.fraction / 2, y, f"{100 * r.fraction:.0f}%", ha="center", va="center",
-                            fontsize=6.5, color="white" if dark else "black",
-                            bbox=None if dark else dict(boxstyle="round,pad=0.1", fc="white", ec="none", alpha=0.7))
-                seen.setdefault(r.category, bool(r.addressable))
-                left += r.fraction
-            kernel_frac = None
-            if summary is not None and len(summary):
-                mine = summary.loc[summary["workload"] == w]
-                frac = float(mine["addressable_fraction"].sum())
-                if basis == "wall" and "kernel_fraction" in summary.columns:
-                    kernel_frac = float(mine["kernel_fraction"].sum())
-            else:
-                frac = float(rows.loc[rows["addressable"], "fraction"].sum())
-            if addr_left is not None:
-                # Outline the addressable span so it reads as one block.
-                ax.barh(y, frac, left=addr_left, height=0.74, fill=False, edgecolor="black", linewidth=1.2,
-                        gid=f"{w}|addressable-span")
-            # On wall shares, also the share of GPU time: the number `report` prints for the same trace.
-            label = f"addressable {100 * frac:.1f}%" + (f" of wall\n({100 * kernel_frac:.1f}% of "
-                                                       f"{'CPU op' if cpu_only else 'GPU'} time)"
-                                                       if kernel_frac is not None else "")
-            ax.text(max(left, 1.0) + 0.01, y, label, va="center", ha="left",
-                    fontsize=7 if kernel_frac is None else 6, fontweight="bold", gid=f"{w}|addressable-label")
+            left, addr_left, extra = _stacked_bar(ax, y, w, rows, seen, extra)
+            _addressable_total(ax, y, w, rows, summary, basis, cpu_only, left, addr_left)
         ax.set_yticks(range(n), workloads)
         ax.invert_yaxis()
         ax.set_xlim(0, 1.27)
@@ -114,24 +79,78 @@ def addressable_figure(fractions: pd.DataFrame, summary: pd.DataFrame | None = N
         ax.set_title(title)
         for side in ("top", "right"):
             ax.spines[side].set_visible(False)
-        # The legend lists the categories in the order the bars stack them, read left to right, row by
-        # row (matplotlib fills legend columns first: hand it the entries in that order).
-        if "stack" in fractions.columns:
-            rank = fractions.groupby("category")["stack"].min()
-            seen = dict(sorted(seen.items(), key=lambda kv: rank.get(kv[0], 0)))
-        handles = [Patch(facecolor=_color(c, 0), edgecolor="#222222" if a else "#777777",
-                         hatch="///" if a else ("..." if c == "idle" else None), label=c + (" *" if a else ""))
-                   for c, a in seen.items()]
-        ncol = min(6, len(handles))
-        nrows = -(-len(handles) // ncol)
-        handles = [handles[r * ncol + c] for c in range(ncol) for r in range(nrows) if r * ncol + c < len(handles)]
-        fig.tight_layout()
-        # Legend under the x label, a fixed distance in inches whatever the number of bars.
-        ax_h = ax.get_position().height * fig.get_figheight()
-        ax.legend(handles=handles, ncol=ncol, loc="upper center",
-                  bbox_to_anchor=(0.45, -0.5 / ax_h), frameon=False,
-                  title="* addressable (hatched, outlined)", title_fontsize=7)
+        _category_legend(fig, ax, fractions, seen)
     return fig
+
+
+def _stacked_bar(ax: Any, y: int, w: str, rows: pd.DataFrame, seen: dict[str, bool],
+                 extra: int) -> tuple[float, float | None, int]:
+    """One workload's bar, a segment per category (labelled when wide enough); returns where it ends, where
+    its first addressable segment starts, and the count of categories without a colour of their own so far."""
+    left = 0.0
+    addr_left = None
+    for r in rows.itertuples(index=False):
+        if r.category not in COLORS and r.category not in seen:
+            extra += 1
+        color = _color(r.category, extra)
+        bar = ax.barh(y, r.fraction, left=left, height=0.62, color=color,
+                      edgecolor="#222222" if r.addressable else "#777777", linewidth=0.4,
+                      hatch="///" if r.addressable else ("..." if r.category == "idle" else None),
+                      label=r.category)
+        bar.patches[0].set_gid(f"{w}|{r.category}|{'A' if r.addressable else 'N'}")
+        if r.addressable and addr_left is None:
+            addr_left = left
+        if r.fraction >= LABEL_MIN:
+            dark = matplotlib.colors.to_rgb(color) < (0.5, 0.5, 0.5)   # white text on dark greys
+            ax.text(left + r.fraction / 2, y, f"{100 * r.fraction:.0f}%", ha="center", va="center",
+                    fontsize=6.5, color="white" if dark else "black",
+                    bbox=None if dark else dict(boxstyle="round,pad=0.1", fc="white", ec="none", alpha=0.7))
+        seen.setdefault(r.category, bool(r.addressable))
+        left += r.fraction
+    return left, addr_left, extra
+
+
+def _addressable_total(ax: Any, y: int, w: str, rows: pd.DataFrame, summary: pd.DataFrame | None, basis: str,
+                       cpu_only: bool, left: float, addr_left: float | None) -> None:
+    """The addressable span outlined as one block, and its share written after the bar."""
+    kernel_frac = None
+    if summary is not None and len(summary):
+        mine = summary.loc[summary["workload"] == w]
+        frac = float(mine["addressable_fraction"].sum())
+        if basis == "wall" and "kernel_fraction" in summary.columns:
+            kernel_frac = float(mine["kernel_fraction"].sum())
+    else:
+        frac = float(rows.loc[rows["addressable"], "fraction"].sum())
+    if addr_left is not None:
+        # Outline the addressable span so it reads as one block.
+        ax.barh(y, frac, left=addr_left, height=0.74, fill=False, edgecolor="black", linewidth=1.2,
+                gid=f"{w}|addressable-span")
+    # On wall shares, also the share of GPU time: the number `report` prints for the same trace.
+    label = f"addressable {100 * frac:.1f}%" + (f" of wall\n({100 * kernel_frac:.1f}% of "
+                                               f"{'CPU op' if cpu_only else 'GPU'} time)"
+                                               if kernel_frac is not None else "")
+    ax.text(max(left, 1.0) + 0.01, y, label, va="center", ha="left",
+            fontsize=7 if kernel_frac is None else 6, fontweight="bold", gid=f"{w}|addressable-label")
+
+
+def _category_legend(fig: Figure, ax: Any, fractions: pd.DataFrame, seen: dict[str, bool]) -> None:
+    # The legend lists the categories in the order the bars stack them, read left to right, row by
+    # row (matplotlib fills legend columns first: hand it the entries in that order).
+    if "stack" in fractions.columns:
+        rank = fractions.groupby("category")["stack"].min()
+        seen = dict(sorted(seen.items(), key=lambda kv: rank.get(kv[0], 0)))
+    handles = [Patch(facecolor=_color(c, 0), edgecolor="#222222" if a else "#777777",
+                     hatch="///" if a else ("..." if c == "idle" else None), label=c + (" *" if a else ""))
+               for c, a in seen.items()]
+    ncol = min(6, len(handles))
+    nrows = -(-len(handles) // ncol)
+    handles = [handles[r * ncol + c] for c in range(ncol) for r in range(nrows) if r * ncol + c < len(handles)]
+    fig.tight_layout()
+    # Legend under the x label, a fixed distance in inches whatever the number of bars.
+    ax_h = ax.get_position().height * fig.get_figheight()
+    ax.legend(handles=handles, ncol=ncol, loc="upper center",
+              bbox_to_anchor=(0.45, -0.5 / ax_h), frameon=False,
+              title="* addressable (hatched, outlined)", title_fontsize=7)
 
 
 def projection_figure(table: pd.DataFrame, title: str = "Projected step time") -> Figure:

@@ -4,7 +4,8 @@ and headroom.projection.sync_projection; this module only arranges and prints th
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Sequence
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 from rich.console import Console

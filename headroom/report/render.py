@@ -228,34 +228,7 @@ def render_projection(res: ProjectResult, console: Console) -> None:
         console.print(f"unprofiled: {u.step_us / 1e3:,.3f} ms/step ({u.source}; profiled {100 * u.overhead:+.0f}%), "
                       f"idle {_pct2(idle_u)}; {how}", highlight=False)
     if res.entries:
-        t = Table(show_edge=False, header_style="bold", title="speedups", title_justify="left")
-        show_source = any(e.source != "command line" for e in res.entries)
-        cols: list[tuple[str, Justify]] = [("selector", "left"), ("factor", "right"), ("verified", "left"), ("kernels/step", "right"),
-                ("ms/step", "right"), ("applied ms/step", "right"), ("addressable", "right"), ("top kernel", "left")]
-        show_cpu = any(e.cpu for e in res.entries)
-        if show_cpu:
-            cols[2:2] = [("launches", "right"), ("calls/step", "right"), ("CPU ms/step saved", "right")]
-        if show_source:
-            cols.append(("source", "left"))
-        for c, j in cols:
-            t.add_column(c, justify=j, no_wrap=c != "selector", overflow="fold" if c == "selector" else "ellipsis",
-                         min_width=24 if c == "selector" else None,
-                         max_width=36 if c in ("top kernel", "source") else None)
-        for ent in res.entries:
-            top = short_name(ent.top_kernels[0].name, 36) if ent.top_kernels else ""
-            addr = f"{100 * ent.addressable_us / ent.us:.0f}%" if ent.us > 0 else "-"
-            row = [ent.selector, f"{ent.speedup:g}", {True: "yes", False: "no", None: ""}[ent.verified],
-                   _count(ent.kernels / n), f"{ent.us / n / 1e3:,.3f}", f"{ent.applied_us / n / 1e3:,.3f}", addr, top]
-            if show_cpu:
-                cpu = ent.cpu or {}
-                saved = ("" if "removed_cpu_us" not in cpu
-                         else f"{(cpu['removed_cpu_us'] - cpu.get('added_cpu_us', 0.0)) / n / 1e3:,.3f}")
-                row[2:2] = ["" if ent.launches is None else f"{cpu.get('kernels_per_call', 0):g} -> {ent.launches}",
-                            f"{cpu['calls_per_step']:,.4g}" if cpu else "", saved]
-            if show_source:
-                row.append(ent.source)
-            t.add_row(*row)
-        console.print(t)
+        console.print(_entries_table(res, n))
     if res.distribution:
         d = res.distribution
         extra = ""
@@ -263,10 +236,50 @@ def render_projection(res: ProjectResult, console: Console) -> None:
             extra = f"  ({d['n']} results from {d.get('source', '')})"
         say(console, f"distribution scenarios over [bold]{esc(d['select'])}[/bold] "
                       f"({d['selected_us'] / n / 1e3:,.3f} ms/step of kernels){extra}", highlight=False)
+    console.print(_projections_table(res))
+    console.print()
+
+
+def _entries_table(res: ProjectResult, n: int) -> Table:
+    """The speedup entries: what each selects, per step, and the CPU side of launch-aware entries."""
+    t = Table(show_edge=False, header_style="bold", title="speedups", title_justify="left")
+    show_source = any(e.source != "command line" for e in res.entries)
+    cols: list[tuple[str, Justify]] = [
+        ("selector", "left"), ("factor", "right"), ("verified", "left"), ("kernels/step", "right"),
+        ("ms/step", "right"), ("applied ms/step", "right"), ("addressable", "right"), ("top kernel", "left")]
+    show_cpu = any(e.cpu for e in res.entries)
+    if show_cpu:
+        cols[2:2] = [("launches", "right"), ("calls/step", "right"), ("CPU ms/step saved", "right")]
+    if show_source:
+        cols.append(("source", "left"))
+    for c, j in cols:
+        t.add_column(c, justify=j, no_wrap=c != "selector", overflow="fold" if c == "selector" else "ellipsis",
+                     min_width=24 if c == "selector" else None,
+                     max_width=36 if c in ("top kernel", "source") else None)
+    for ent in res.entries:
+        top = short_name(ent.top_kernels[0].name, 36) if ent.top_kernels else ""
+        addr = f"{100 * ent.addressable_us / ent.us:.0f}%" if ent.us > 0 else "-"
+        row = [ent.selector, f"{ent.speedup:g}", {True: "yes", False: "no", None: ""}[ent.verified],
+               _count(ent.kernels / n), f"{ent.us / n / 1e3:,.3f}", f"{ent.applied_us / n / 1e3:,.3f}", addr, top]
+        if show_cpu:
+            cpu = ent.cpu or {}
+            saved = ("" if "removed_cpu_us" not in cpu
+                     else f"{(cpu['removed_cpu_us'] - cpu.get('added_cpu_us', 0.0)) / n / 1e3:,.3f}")
+            row[2:2] = ["" if ent.launches is None else f"{cpu.get('kernels_per_call', 0):g} -> {ent.launches}",
+                        f"{cpu['calls_per_step']:,.4g}" if cpu else "", saved]
+        if show_source:
+            row.append(ent.source)
+        t.add_row(*row)
+    return t
+
+
+def _projections_table(res: ProjectResult) -> Table:
+    """Every scenario by every method: the projected step, the gain, and how the projected window divides."""
+    u = res.unprofiled
     t = Table(show_edge=False, header_style="bold", title="projections", title_justify="left")
-    proj_cols: list[tuple[str, Justify]] = [("scenario", "left"), ("method", "left"), ("factor", "right"), ("ms/step", "right"),
-            ("saved", "right"), ("end-to-end", "right"), ("kernels", "right"), ("mem+comm", "right"),
-            ("idle", "right")]
+    proj_cols: list[tuple[str, Justify]] = [
+        ("scenario", "left"), ("method", "left"), ("factor", "right"), ("ms/step", "right"), ("saved", "right"),
+        ("end-to-end", "right"), ("kernels", "right"), ("mem+comm", "right"), ("idle", "right")]
     if u is not None:
         proj_cols[6:6] = [("unprofiled ms/step", "right"), ("unprofiled", "right")]
     for c, j in proj_cols:
@@ -281,8 +294,7 @@ def render_projection(res: ProjectResult, console: Console) -> None:
             pu = p.unprofiled
             row[6:6] = [f"{pu.per_step_us / 1e3:,.3f}", f"{pu.speedup:.4f}x"] if pu else ["", ""]
         t.add_row(*row)
-    console.print(t)
-    console.print()
+    return t
 
 
 def _count(x: float) -> str:

@@ -7,8 +7,8 @@ and its value (`data-value`); axis ticks are scale, not numbers of the document 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from html import escape
-from typing import Sequence
 
 from headroom.report.colors import COLORS, color
 from headroom.report.markup import Node, number

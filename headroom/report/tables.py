@@ -8,7 +8,8 @@ count (the scaling chart, :mod:`headroom.report.scaling`) and the summary table.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Sequence
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
@@ -19,7 +20,6 @@ from headroom.trace.classify import category_group
 
 if TYPE_CHECKING:     # annotations only
     from headroom.projection.project import ProjectResult
-    from headroom.trace.rank_set import RankSet
 
 
 def summary_frame(analyses: list[Analysis]) -> pd.DataFrame:

@@ -11,10 +11,11 @@ problem map the projection reads — is generated from them
 from __future__ import annotations
 
 import json
-import tomllib
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
+
+import tomllib
 
 CATALOGUES = ("kernelbench_l1", "dlrm_bench")
 PROBLEMS_TOML = Path(__file__).resolve().parents[1] / "data" / "problems.toml"

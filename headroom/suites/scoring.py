@@ -19,9 +19,10 @@ correct one, else the first).
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from statistics import median
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 FAST_P = (1.0, 1.5, 2.0)
 CORRECT = ("pass", "inconclusive")

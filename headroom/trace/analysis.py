@@ -8,25 +8,34 @@ from __future__ import annotations
 import math
 import os
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from headroom.trace.accounting import (add_wall_shares, busy_per_device, category_table, kernel_table,
-                                 op_table, step_bounds, step_table, union_length)
-from headroom.trace import attribute, cache, stored
-from headroom.trace.attribute import attribute_kernels_to_ops, cpu_op_self_times, unlaunched_warning
-from headroom.trace.graphs import capture_trace_of, graph_summary
-from headroom.trace.modules import attribute_modules, module_calls, module_ranges
-from headroom.trace.phases import event_phases
-from headroom.trace.classify import Policy, Rule, classify_kernels, load_classifier
 from headroom.errors import UserError
 from headroom.regex import compile_user_regex
+from headroom.trace import attribute, cache, stored
+from headroom.trace.accounting import (
+    add_wall_shares,
+    busy_per_device,
+    category_table,
+    kernel_table,
+    op_table,
+    step_bounds,
+    step_table,
+    union_length,
+)
+from headroom.trace.attribute import attribute_kernels_to_ops, cpu_op_self_times, unlaunched_warning
+from headroom.trace.classify import Policy, Rule, classify_kernels, load_classifier
+from headroom.trace.graphs import capture_trace_of, graph_summary
 from headroom.trace.load import Trace, TraceError, find_trace_files, iter_traces, load_trace
+from headroom.trace.modules import attribute_modules, module_calls, module_ranges
 from headroom.trace.parallel import small_pages
+from headroom.trace.phases import event_phases
 
 MODE_GPU = "gpu"
 MODE_CPU = "cpu-ops"

@@ -302,7 +302,7 @@ def _from_arrays(arrays: list[np.ndarray], header: dict) -> pd.DataFrame:
 
 def _publish(k: Key, target: Path, write, replace_siblings: bool) -> bool:
     """Write an entry into a temporary directory, then rename it into place, holding the trace's lock."""
-    from filelock import FileLock, Timeout    # here: only a writer locks, and a cached read saves the import
+    from filelock import FileLock, Timeout  # here: only a writer locks, and a cached read saves the import
 
     try:
         target.parent.mkdir(parents=True, exist_ok=True)

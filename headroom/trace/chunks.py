@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import pickle
 from collections import Counter
+from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Iterable
+from typing import TYPE_CHECKING
 
 import lazy_loader
 import numpy as np

@@ -10,9 +10,9 @@ annotation, module) combination, not once per event.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from functools import lru_cache
-import os
 from pathlib import Path
 
 import numpy as np
@@ -22,7 +22,6 @@ from headroom.datafiles import read_toml, shipped
 from headroom.errors import UserError, did_you_mean, unknown_name
 from headroom.regex import Pattern, compile_user_regex
 from headroom.trace.codes import factorized
-
 
 OTHER = "other"
 _FIELDS = ("kernel", "op", "annotation", "module")
@@ -147,7 +146,8 @@ def known_categories() -> set[str]:
     return set(_shipped_categories())
 
 
-def load_classifier(rules: str | os.PathLike[str] | None = None, policy: str | os.PathLike[str] | None = None) -> tuple[list[Rule], Policy]:
+def load_classifier(rules: str | os.PathLike[str] | None = None,
+                    policy: str | os.PathLike[str] | None = None) -> tuple[list[Rule], Policy]:
     """The shipped rules and policy, with a user's rules (tried first) and policy overrides.
 
     Every category a file names must be a shipped one, or be given in both files: a rule

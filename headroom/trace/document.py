@@ -13,9 +13,10 @@ import queue
 import re
 import threading
 import zlib
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator, Union
+from typing import Any
 
 import msgspec
 
@@ -25,8 +26,8 @@ from headroom.trace.kineto import BYTE_OFFSET, TraceError
 
 class _TraceFile(msgspec.Struct):
     # Events stay raw (views into the input), decoded a chunk at a time.
-    traceEvents: Union[list[msgspec.Raw], None] = None
-    baseTimeNanoseconds: Union[int, None] = None
+    traceEvents: list[msgspec.Raw] | None = None
+    baseTimeNanoseconds: int | None = None
     schemaVersion: msgspec.Raw = msgspec.Raw()
     deviceProperties: msgspec.Raw = msgspec.Raw()
     distributedInfo: msgspec.Raw = msgspec.Raw()
@@ -236,7 +237,8 @@ def split(path: Path, block: int | None = None, stop: int | None = None) -> Iter
     yield from _cut(path, it, buf, offset, prefix, stop is not None)
 
 
-def split_from(path: Path, start: int, prefix: bytes, block: int | None = None) -> Iterator[tuple[memoryview | bytes, int] | Document]:
+def split_from(path: Path, start: int, prefix: bytes,
+               block: int | None = None) -> Iterator[tuple[memoryview | bytes, int] | Document]:
     """The same as `split` for the events from file offset `start` (the `{` after a `Halves.close`) to the
     end of traceEvents, then the Document; `prefix`: the document's text before the events' array."""
     buf = bytearray(b"[")      # stands in for the separator byte before `start`, as `split` writes it

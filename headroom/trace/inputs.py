@@ -7,7 +7,8 @@ column, e.g. ``bf16[4,2048,4096] i64[4,2048]`` (tensors only).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 import lazy_loader
 import msgspec

@@ -17,11 +17,11 @@ import re
 from collections import Counter
 from dataclasses import dataclass, field
 from operator import attrgetter
-from typing import TYPE_CHECKING, Any, Protocol, Union
+from typing import TYPE_CHECKING, Any, Protocol
 
+import lazy_loader
 import msgspec
 import numpy as np
-import lazy_loader
 
 from headroom.errors import UserError
 from headroom.trace import schema

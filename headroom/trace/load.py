@@ -25,12 +25,13 @@ import json
 import os
 import shutil
 import tempfile
+from collections.abc import Generator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Generator, Iterator
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
 import lazy_loader
+import numpy as np
 
 from headroom.trace import cache, chunks, document, kineto, parallel, validate
 from headroom.trace.document import Document
@@ -77,7 +78,7 @@ class DeferredTrace(Trace):
     loaded again, and then every table comes from that load."""
 
     @classmethod
-    def of(cls, path: Path, key, header: dict, lenient: bool) -> "DeferredTrace":
+    def of(cls, path: Path, key, header: dict, lenient: bool) -> DeferredTrace:
         t = object.__new__(cls)
         t.__dict__.update(source=str(path), base_ns=header["base_ns"], metadata=header["metadata"],
                           warnings=header["warnings"], cache_key=key, _path=path, _lenient=lenient,

@@ -8,9 +8,9 @@ and dtypes, tensor lists, and the `Concrete Inputs` texts of their scalar argume
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Union
 
 import msgspec
 
@@ -54,7 +54,7 @@ class OpCall:
     (the tensors of a TensorList argument, else empty) and `concrete[i]` (the scalar's text, "" if none)."""
 
     name: str
-    tensors: tuple[Union[Tensor, None], ...]
+    tensors: tuple[Tensor | None, ...]
     lists: tuple[tuple[Tensor, ...], ...]
     concrete: tuple[str, ...]
 
@@ -67,7 +67,7 @@ class OpCall:
 
 class _Args(msgspec.Struct, rename={c: KEYS[c] for c in ("external_id", "dims", "types", "strides", "concrete")},
             gc=False):
-    external_id: Union[int, str, None] = None
+    external_id: int | str | None = None
     dims: msgspec.Raw = msgspec.Raw()
     types: msgspec.Raw = msgspec.Raw()
     strides: msgspec.Raw = msgspec.Raw()
@@ -75,9 +75,9 @@ class _Args(msgspec.Struct, rename={c: KEYS[c] for c in ("external_id", "dims", 
 
 
 class _Event(msgspec.Struct, gc=False):
-    cat: Union[str, None] = None
-    name: Union[str, None] = None
-    args: Union[_Args, None] = None
+    cat: str | None = None
+    name: str | None = None
+    args: _Args | None = None
 
 
 class _File(msgspec.Struct, gc=False):
@@ -117,7 +117,8 @@ def _call(name: str, args: _Args) -> OpCall:
             tensors.append(None)
             continue
         lists.append(())
-        tensors.append(_tensor(d, kind, strides[i] if i < len(strides) else None) if kind not in ("", "Scalar", "ScalarList", "GenericList") else None)
+        tensors.append(_tensor(d, kind, strides[i] if i < len(strides) else None)
+                       if kind not in ("", "Scalar", "ScalarList", "GenericList") else None)
     texts = tuple(str(c) if isinstance(c, str) else "" for c in concrete)
     return OpCall(name, tuple(tensors), tuple(lists), texts)
 

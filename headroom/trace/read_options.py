@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import Optional, Union
+from typing import Union
 
 PathLike = Union[str, "os.PathLike[str]"]
 
@@ -28,18 +28,18 @@ class ReadOptions:
     replayed from a graph their op, module and phase (--graph-source; docs/graphs.md).
     """
 
-    rules: Optional[PathLike] = None
-    policy: Optional[PathLike] = None
+    rules: PathLike | None = None
+    policy: PathLike | None = None
     whole_trace: bool = False
-    window: Optional[str] = None
+    window: str | None = None
     lenient: bool = False
     use_cache: bool = True
-    graph_source: Optional[PathLike] = None
+    graph_source: PathLike | None = None
 
     @classmethod
-    def from_flags(cls, rules: Optional[PathLike], policy: Optional[PathLike], whole_trace: bool,
-                   window: Optional[str], lenient: bool, no_cache: bool,
-                   graph_source: Optional[PathLike] = None) -> "ReadOptions":
+    def from_flags(cls, rules: PathLike | None, policy: PathLike | None, whole_trace: bool,
+                   window: str | None, lenient: bool, no_cache: bool,
+                   graph_source: PathLike | None = None) -> ReadOptions:
         """The options of a command line's --rules, --policy, --whole-trace, --window, --lenient, --no-cache,
         --graph-source."""
         return cls(rules=rules, policy=policy, whole_trace=whole_trace, window=window, lenient=lenient,

@@ -13,7 +13,7 @@ field (`kind`, `inputs`, `index`) are rows too (place "derived"), so a table's c
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Union
+from typing import Any
 
 import msgspec
 
@@ -43,15 +43,15 @@ FIELDS = tuple(Field(column=row["column"], key=row.get("key", ""), place=row["pl
                      on_demand=row.get("on_demand", False), polars=row.get("polars"))
                for row in _DATA["field"])
 
-Id = Union[int, str, None]
+Id = int | str | None
 # The msgspec type of each kind of field that is decoded: (fast path, lenient path).
 STRUCT_TYPES: dict[str, tuple[Any, Any]] = {
     "text": (str, str),
-    "thread": (Union[int, str], Union[int, str]),
-    "time": (Union[float, None], Union[float, str, None]),
-    "number": (Union[int, float, None], Union[int, float, str, None]),
-    "id": (Union[int, None], Id),
-    "small_id": (Union[int, None], Id),
+    "thread": (int | str, int | str),
+    "time": (float | None, float | str | None),
+    "number": (int | float | None, int | float | str | None),
+    "id": (int | None, Id),
+    "small_id": (int | None, Id),
     "raw": (msgspec.Raw, msgspec.Raw),
 }
 # The value of an absent field (None where not given).
@@ -89,4 +89,4 @@ NO_ARGS = FastArgs()
 FastEvent = _struct("FastEvent", EVENT_FIELDS, False, ("args", FastArgs, NO_ARGS))
 # The lenient path: every spelling seen in the wild, normalised into a FastEvent (kineto.normalised).
 LooseArgs = _struct("LooseArgs", ARG_FIELDS, True)
-LooseEvent = _struct("LooseEvent", EVENT_FIELDS, True, ("args", Union[LooseArgs, None], None))
+LooseEvent = _struct("LooseEvent", EVENT_FIELDS, True, ("args", LooseArgs | None, None))

@@ -6,9 +6,9 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
+import lazy_loader
 import numpy as np
 import pandas as pd
-import lazy_loader
 
 from headroom.trace.codes import factorized
 from headroom.trace.ranges import FRAME_PREFIX, PROFILER_STEP_PREFIX

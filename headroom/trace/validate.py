@@ -21,8 +21,8 @@ import lazy_loader
 import numpy as np
 
 from headroom.errors import UserError
-from headroom.trace.ranges import PROFILER_STEP_PREFIX
 from headroom.trace import gpu_structure
+from headroom.trace.ranges import PROFILER_STEP_PREFIX
 from headroom.trace.schema import REQUIRED
 
 if TYPE_CHECKING:

@@ -8,8 +8,8 @@ import gc
 import os
 import pickle
 import sys
-from typing import Any
 from pathlib import Path
+from typing import Any
 
 from headroom.errors import UserError
 from headroom.trace import chunks, scan, worker
@@ -40,7 +40,7 @@ def main() -> None:
                     _send_parts(stdout, *result)
                     continue
             else:
-                from headroom.trace import load     # (pandas: imported only for whole files)
+                from headroom.trace import load  # (pandas: imported only for whole files)
                 path, lenient = pickle.loads(view[1:])
                 result = load.decode(Path(path), lenient, workers=False)
         except UserError as e:     # sent back, raised by the parent as its own

@@ -12,8 +12,9 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 from headroom.errors import UserError
 from headroom.files import check_output_dir, check_replaceable_dir
@@ -135,6 +136,20 @@ def _check_apriori(speedups: str | os.PathLike | None, problems: str | os.PathLi
             load_problems(problems)
 
 
+def _failure(rc: int, tmp: Path, stage: str, elapsed: float) -> UserError:
+    """What a worker that wrote no result says: its own error, the signal that killed it, or its status."""
+    # Imported here, not with the package: `python -m headroom.validate.worker` warns (a RuntimeWarning on
+    # every run) when the package it belongs to imported it first.
+    from headroom.validate.worker import ERROR_FILE
+    if rc == 2 and (tmp / ERROR_FILE).is_file():
+        return UserError((tmp / ERROR_FILE).read_text().strip())
+    if rc < 0:
+        name = signal.Signals(-rc).name if -rc in signal.valid_signals() else str(-rc)
+        return UserError(f"validate: the run died with {name} during {stage} after {elapsed:.0f} s "
+                         f"(a crashing candidate?); nothing written")
+    return UserError(f"validate: the run exited with status {rc} during {stage}; nothing written")
+
+
 def validate(workload: str, replace: Sequence[tuple[str, str]] | Sequence[str], options: Options | None = None, *,
              device: str | None = "auto", out: str | os.PathLike = "out/validate", rounds: int = MIN_ROUNDS,
              steps_per_round: int | None = None, profile_steps: int | None = None, gate: float | None = None,
@@ -225,15 +240,6 @@ def validate(workload: str, replace: Sequence[tuple[str, str]] | Sequence[str], 
             req_path.unlink()
             _place(tmp, final)
             return result
-        # Imported here, not with the package: `python -m headroom.validate.worker` warns (a RuntimeWarning on
-        # every run) when the package it belongs to imported it first.
-        from headroom.validate.worker import ERROR_FILE
-        if rc == 2 and (tmp / ERROR_FILE).is_file():
-            raise UserError((tmp / ERROR_FILE).read_text().strip())
-        if rc < 0:
-            name = signal.Signals(-rc).name if -rc in signal.valid_signals() else str(-rc)
-            raise UserError(f"validate: the run died with {name} during {last[0]} after {time.monotonic() - t0:.0f} s "
-                            f"(a crashing candidate?); nothing written")
-        raise UserError(f"validate: the run exited with status {rc} during {last[0]}; nothing written")
+        raise _failure(rc, tmp, last[0], time.monotonic() - t0)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

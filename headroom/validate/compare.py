@@ -20,8 +20,9 @@ from __future__ import annotations
 
 import contextlib
 import math
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, Callable, ClassVar, Iterator
+from typing import Any, ClassVar
 
 # relative L2 error allowed per compared tensor, by the run's --dtype (docs/validate.md says why)
 GATES = {"float32": 1e-3, "float16": 1e-2, "bfloat16": 5e-2}

@@ -7,7 +7,8 @@ step that cannot be captured (a host synchronisation, a data-dependent shape) is
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from headroom.errors import UserError
 

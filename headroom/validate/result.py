@@ -33,8 +33,8 @@ from typing import Any
 import numpy as np
 
 from headroom.errors import UserError
-from headroom.jsonio import dumps, from_plain, plain
 from headroom.extract.part import part_masks, part_time, trace_path
+from headroom.jsonio import dumps, from_plain, plain
 from headroom.projection.baseline import as_baseline
 from headroom.projection.calls import find_calls
 from headroom.projection.cpu import cpu_side, cpu_speed_ratio, untouched_ops
@@ -158,7 +158,7 @@ class ValidateResult:
     detail: Detail
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "ValidateResult":
+    def from_dict(cls, d: dict[str, Any]) -> ValidateResult:
         return from_plain(cls, d)
 
 

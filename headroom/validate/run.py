@@ -11,22 +11,30 @@ from __future__ import annotations
 
 import contextlib
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
+from headroom.devices import resolve_device
 from headroom.errors import UserError
 from headroom.extract.capture import find_class, instances_of, record_calls, record_constructions
 from headroom.extract.record import module_ranges, record_trace, remove
+from headroom.jsonio import dumps, plain
 from headroom.profile.environment import environment
 from headroom.profile.registry import get_workload, load_workload_file
-from headroom.devices import resolve_device
 from headroom.profile.workload import Options
 from headroom.validate.compare import check
-from headroom.jsonio import dumps, plain
-from headroom.validate.result import (BASE_TRACE, RESULT_FILE, RUN_FILE, VARIANT_TRACE, ValidateResult, compute,
-                                      saved_form)
+from headroom.validate.result import (
+    BASE_TRACE,
+    RESULT_FILE,
+    RUN_FILE,
+    VARIANT_TRACE,
+    ValidateResult,
+    compute,
+    saved_form,
+)
 from headroom.validate.substitute import ReplaceSpec, load_candidate_class, substitute
 from headroom.validate.timing import MIN_ROUNDS, interleave, policy, summarise
 
@@ -61,7 +69,7 @@ class Request:
         return json.dumps(self.__dict__)
 
     @classmethod
-    def from_json(cls, text: str) -> "Request":
+    def from_json(cls, text: str) -> Request:
         d = json.loads(text)
         d["replace"] = [tuple(x) for x in d["replace"]]
         return cls(**d)

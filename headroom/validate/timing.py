@@ -24,7 +24,8 @@ from __future__ import annotations
 import math
 import statistics
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from headroom.measure import RoundPolicy, compare, default_timer, get_timer, interleave_rounds, log_noise
 from headroom.measure.stats import METHOD, MIN_ROUNDS

@@ -46,9 +46,8 @@ def explain(e: BaseException, stage: str, candidates: list[str]) -> str:
 
 
 def main(argv: list[str]) -> int:
-    from headroom.validate.run import Request, Say, run
-
     from headroom.errors import library_warnings_in_one_style
+    from headroom.validate.run import Request, Say, run
 
     library_warnings_in_one_style()       # relayed by the parent: in the style of its own lines
     req = Request.from_json(Path(argv[0]).read_text())

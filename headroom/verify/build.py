@@ -21,9 +21,9 @@ import re
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 from headroom.jsonio import rounded
 from headroom.verify import protocol as P

@@ -5,17 +5,16 @@ reaches timing and kept for the problem's other candidates; it fixes ``n`` and c
 from __future__ import annotations
 
 import statistics
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
-from headroom.verify import launches
+from headroom.verify import launches, shared
 from headroom.verify import protocol as P
-from headroom.verify import shared
 from headroom.verify import timing as tm
-from headroom.verify.process import Child
 from headroom.verify.launches import CallProfile
-from headroom.verify.reference import ReferenceRun, job_for
 from headroom.verify.phase import Phase, _drawer, fresh_sets, place, run_phase
+from headroom.verify.process import Child
+from headroom.verify.reference import ReferenceRun, job_for
 
 
 @dataclass
@@ -41,7 +40,7 @@ class ReferenceTiming:
     calibration: dict = field(default_factory=dict)
     launches: int | None = None
     call: launches.CallProfile | None = None  # type: ignore[name-defined]  # the reference's forward, profiled in the harness
-    child_call: "CallProfile | None" = None  # the same, profiled in the reference's child
+    child_call: CallProfile | None = None  # the same, profiled in the reference's child
     gated: bool = False
     tampered: bool = False  # a sampled timed output differed from the truth: never kept for another candidate
     truth_checks: int = 0  # of this candidate's timing: sampled timed outputs checked against the truth

@@ -18,8 +18,9 @@ from __future__ import annotations
 import math
 import shutil
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from headroom.errors import UserError
 from headroom.jsonio import plain
@@ -39,7 +40,6 @@ from headroom.verify.process import Child, ChildFailed, Tampering, last_line
 from headroom.verify.reference import HarnessOOM, ReferenceRun, job_for, prepare_reference, truth
 from headroom.verify.results import VerifyResult
 from headroom.verify.session import Timed, fresh_sets, place, time_candidate
-
 
 # A trial whose device-wide synchronise waited past the limit is called this many more times (same inputs)
 # before stream_ordering fails: on the H200 an honest cuDNN convolution once waited 278 us.

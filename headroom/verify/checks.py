@@ -106,7 +106,7 @@ class SumSq:
         """sqrt(sum / n): at most the largest magnitude added, so finite whenever the values are."""
         return self.scale * math.sqrt(self.ssq / n) if self.scale > 0 and n > 0 else 0.0
 
-    def ratio(self, other: "SumSq") -> float:
+    def ratio(self, other: SumSq) -> float:
         """norm(self) / norm(other) without forming either norm (both may overflow; their ratio does not)."""
         if other.scale == 0.0:
             return 0.0 if self.scale == 0.0 else math.inf

@@ -31,11 +31,13 @@ try:  # imported up front: importing it later rebinds torch.manual_seed, which t
 except Exception:  # pragma: no cover
     pass
 
-from headroom.verify import gate, integrity, launches, problem as prob, protocol as P, shared
+from headroom.verify import gate, integrity, launches, shared
+from headroom.verify import problem as prob
+from headroom.verify import protocol as P
 from headroom.verify import ring as input_ring
-from headroom.verify.precision import set_tf32
 from headroom.verify.child_memory import _memory
 from headroom.verify.child_state import _TF32_KEYS, StateMismatch, _Calls, torch_state  # noqa: F401  (re-exported)
+from headroom.verify.precision import set_tf32
 
 _type = builtins.type
 
@@ -136,7 +138,7 @@ class _Prims:
             ev.synchronize()
 
 
-def _start_device(job: P.Job) -> tuple[Any, "_Prims", Any, str | None]:
+def _start_device(job: P.Job) -> tuple[Any, _Prims, Any, str | None]:
     """Threads, in-process compilation, the device and (GPU) the gated clock, before any problem code."""
     os.environ.update(job.env)
     device = torch.device(job.device)
@@ -266,8 +268,8 @@ def _describe_timed(o: Any, segments: Any, mode: str) -> P.Out:
     return shared.describe(o, mode)
 
 
-def _run_gated(fn: Any, batches: list[list], cmd: P.Run, prims: "_Prims", clock: gate.StreamClock,
-               calls: "_Calls") -> tuple[list, list[float]]:
+def _run_gated(fn: Any, batches: list[list], cmd: P.Run, prims: _Prims, clock: gate.StreamClock,
+               calls: _Calls) -> tuple[list, list[float]]:
     """Enqueue a gated phase (``gate``): wait for the token, the forwards between two events, the flag.
 
     Returns the outputs (still being computed once the gate opens) and the events of the previous
@@ -308,7 +310,7 @@ def _released(prims: _Prims, kept: list, model: Any, ring: Any) -> list:
     return []
 
 
-def _run(fn: Any, batches: list[list], cmd: P.Run, prims: _Prims, calls: "_Calls") -> tuple[list, list[float]]:
+def _run(fn: Any, batches: list[list], cmd: P.Run, prims: _Prims, calls: _Calls) -> tuple[list, list[float]]:
     """One timed phase: a forward per input set, then a device-wide synchronise; outputs kept."""
     outs: list = []
     ms: list[float] = []

@@ -13,7 +13,7 @@ from headroom.verify.procfs import children_of, reap, send_signal
 
 PR_SET_CHILD_SUBREAPER = 36
 _SUBREAPER = False
-LIVE: "weakref.WeakSet[Any]" = weakref.WeakSet()  # every live ``process.Child``
+LIVE: weakref.WeakSet[Any] = weakref.WeakSet()  # every live ``process.Child``
 
 # Fork servers that stopped serving (one connection closed before its request ends multiprocessing's
 # server loop, not its process): kept off the stray lists, killed once they have no child left.

@@ -64,7 +64,7 @@ class VerifyOptions:
         return replace(self.policy, rounds=rounds)
 
     @classmethod
-    def quick(cls, **kw) -> "VerifyOptions":
+    def quick(cls, **kw) -> VerifyOptions:
         """Every code path, few and short rounds, small CPU shapes: for tests and dry runs."""
         policy = kw.pop("policy", Policy(rounds=6, max_rounds=8, budget_s=10.0, calibration_phases=3,
                                          target_phase_ms=3.0, max_iters=20, samples_per_output=64))

@@ -4,8 +4,9 @@ its outputs are sampled; ``session`` runs the rounds of them."""
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from headroom.verify import inputs as inp
 from headroom.verify import protocol as P

@@ -23,11 +23,12 @@ from __future__ import annotations
 
 import ast
 import random
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
-from typing import Any, Iterator
+from typing import Any
 
 from headroom.errors import UserError
 from headroom.pyfile import import_file

@@ -37,11 +37,19 @@ from typing import Any
 import msgspec
 
 from headroom.verify import protocol as P
+from headroom.verify.fork_server import (  # noqa: F401
+    FORK_SERVER_LOST,
+    LIVE,
+    _end_retired,
+    _helpers,
+    _running,
+    become_subreaper,
+    fork_server_ok,
+    fork_server_strays,
+    replace_fork_server,
+)
+from headroom.verify.procfs import descendants, own_children, reap, send_signal, signal_name, started_after, stop_tree
 from headroom.verify.sandbox import Sandbox, keep_fd
-from headroom.verify.fork_server import (FORK_SERVER_LOST, LIVE, _end_retired, _helpers, _running,  # noqa: F401
-                                         become_subreaper, fork_server_ok, fork_server_strays, replace_fork_server)
-from headroom.verify.procfs import (descendants, own_children, reap, send_signal, signal_name, started_after,
-                                    stop_tree)
 
 
 class ChildFailed(Exception):

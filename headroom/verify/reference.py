@@ -23,16 +23,17 @@ import os
 import shutil
 import tempfile
 import weakref
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from headroom.errors import UserError
 from headroom.verify import checks as ck
 from headroom.verify import inputs as inp
 from headroom.verify import problem as prob
-from headroom.verify import scale as sc
 from headroom.verify import ring as input_ring
+from headroom.verify import scale as sc
 from headroom.verify import shared
 from headroom.verify.compare import Truth
 from headroom.verify.options import VerifyOptions

@@ -36,7 +36,7 @@ def sealed_memfd(nbytes: int) -> int:
     return fd
 
 
-def send_ring(conn: Any, ring: "Ring", pid: int) -> None:
+def send_ring(conn: Any, ring: Ring, pid: int) -> None:
     """The harness's half of ``map_ring``: the ring's descriptor over the child's command pipe."""
     from multiprocessing import reduction
 

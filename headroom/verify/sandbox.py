@@ -120,7 +120,7 @@ class Sandbox:
     frozen_by_cgroup: bool = False
 
     @classmethod
-    def for_job(cls, job: Any, label: str) -> "tuple[Sandbox, Any]":
+    def for_job(cls, job: Any, label: str) -> tuple[Sandbox, Any]:
         """The sandbox of a child about to start and the job it starts with (private copies, plan)."""
         import msgspec
 

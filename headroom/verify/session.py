@@ -26,18 +26,25 @@ overheads (null phases of every child; the reference's sample reads) and its sta
 from __future__ import annotations
 
 import statistics
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
+from headroom.measure import interleave_rounds
 from headroom.verify import launches
 from headroom.verify import protocol as P
 from headroom.verify import timing as tm
+from headroom.verify.calibrate import (  # noqa: F401
+    RING_SLACK,
+    ReferenceTiming,
+    _queue_limit,
+    memory_iters,
+    start_reference,
+    timing_bytes,
+)
+from headroom.verify.phase import Phase, _drawer, _positions, fresh_sets, place, run_phase  # noqa: F401  (re-exported)
 from headroom.verify.process import Child, ChildFailed, Tampering
 from headroom.verify.reference import HarnessOOM, ReferenceRun, is_oom
-from headroom.measure import interleave_rounds
-from headroom.verify.phase import Phase, _drawer, _positions, fresh_sets, place, run_phase  # noqa: F401  (re-exported)
-from headroom.verify.calibrate import (RING_SLACK, ReferenceTiming, _queue_limit, memory_iters,  # noqa: F401
-                                       start_reference, timing_bytes)
 from headroom.verify.timed_checks import _check_inputs, _compare_round, _reference_truth  # noqa: F401
 
 

@@ -80,7 +80,7 @@ def view(buf: Any, ref: P.RingTensor) -> Any:
     return flat.as_strided(ref.shape, ref.stride)
 
 
-def view_all(ring: "Ring", args: list) -> list:
+def view_all(ring: Ring, args: list) -> list:
     """The harness-side values of a command's arguments (ring views and scalars)."""
     return [view(ring.buf, a) if isinstance(a, P.RingTensor) else a.value for a in args]
 
@@ -266,7 +266,7 @@ _libc: Any = None
 IOV_MAX = 1024
 
 
-def _vm_read(pid: int, addrs: "np.ndarray", item: int) -> bytes | None:  # type: ignore[name-defined]
+def _vm_read(pid: int, addrs: np.ndarray, item: int) -> bytes | None:  # type: ignore[name-defined]
     """``item`` bytes at each address of another process, in one ``process_vm_readv`` per 1024
     (None when the call is refused: the caller falls back to ``/proc/<pid>/mem``, which says why).
     One system call for 256 elements instead of one ``pread`` each, or one read of a whole 4 MB output."""

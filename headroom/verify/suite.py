@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import re
 import shutil
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
-from typing import Callable
 
 from headroom.errors import UserError
 from headroom.verify import build as bld

@@ -11,10 +11,10 @@ from headroom.verify import checks as ck
 from headroom.verify import protocol as P
 from headroom.verify import shared
 from headroom.verify import timing as tm
+from headroom.verify.calibrate import ReferenceTiming
+from headroom.verify.phase import Phase, _positions
 from headroom.verify.process import Child
 from headroom.verify.reference import ReferenceRun, timed_truth
-from headroom.verify.phase import Phase, _positions
-from headroom.verify.calibrate import ReferenceTiming
 
 
 def _check_inputs(ref: ReferenceRun, ph: Phase, sets: list[list], agg: Any) -> None:

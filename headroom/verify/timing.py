@@ -34,7 +34,8 @@ from dataclasses import dataclass
 
 from headroom.measure import compare
 from headroom.measure.rounds import RoundPolicy, round_order  # noqa: F401  (re-exported)
-from headroom.measure.stats import median_ci, summary as stats  # noqa: F401  (re-exported)
+from headroom.measure.stats import median_ci  # noqa: F401  (re-exported)
+from headroom.measure.stats import summary as stats  # noqa: F401  (re-exported)
 
 
 @dataclass(frozen=True)

@@ -78,8 +78,8 @@ def summarise(out_dir: Path, single: Path | None) -> dict:
     """The rank-set analysis and the projections of one run (numbers for results.json and report.md)."""
     from headroom.jsonio import plain
     from headroom.projection.project import project
-    from headroom.projection.sync_projection import SyncModel, project_ranks
     from headroom.projection.speedups import parse_cli_speedup
+    from headroom.projection.sync_projection import SyncModel, project_ranks
     from headroom.trace.analysis import analyze, analyze_path
     from headroom.trace.rank_set import rank_set
 
@@ -122,7 +122,8 @@ def report_md(results: dict) -> str:
         lines += ["", "| category | min ms | median ms | max ms | median share | addressable |", "|---|---|---|---|---|---|"]
         for c in s["categories"]:
             lines.append(f"| {c['name']} | {c['min_us'] / 1000:.2f} | {c['median_us'] / 1000:.2f} | "
-                         f"{c['max_us'] / 1000:.2f} | {100 * c['median_fraction']:.1f}% | {'yes' if c['addressable'] else 'no'} |")
+                         f"{c['max_us'] / 1000:.2f} | {100 * c['median_fraction']:.1f}% | "
+                         f"{'yes' if c['addressable'] else 'no'} |")
         lines += ["", f"Projection, `{SCENARIO}`:", "", "| applied on | synchronised step | gain | one-rank Amdahl gains |",
                   "|---|---|---|---|"]
         for name, p in s["projections"].items():

@@ -252,9 +252,9 @@ def run(args: argparse.Namespace) -> int:
         [str(REPO)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]))
 
     import torch
+    from scripts.gpu_kernelbench import find_kernelbench
 
     from headroom.verify import VerifyOptions, verify_suite
-    from scripts.gpu_kernelbench import find_kernelbench
 
     kb = find_kernelbench(args.kernelbench)
     device = "cpu" if args.dry_run else VerifyOptions(device="auto").resolved_device()
@@ -333,7 +333,8 @@ def run(args: argparse.Namespace) -> int:
             from headroom.fleet.verify import pool_runner
 
             engine = get_engine("ray")
-            doc["ray_workers"] = "%d worker(s), %s each" % engine.workers()
+            n_workers, each = engine.workers()
+            doc["ray_workers"] = f"{n_workers} worker(s), {each} each"
             log(f"ray {ray.__version__} from {Path(ray.__file__).parent}: {doc['ray_workers']}")
             res = verify_suite(suite, cands, opts, out=out / "ray.json", problems=done,
                                run_pairs=pool_runner(engine, stream_to=out / "ray.json"),

@@ -190,7 +190,7 @@ def child(handle: bytes, ring_bytes: int, clock_path: str, shape: tuple, dry: bo
                         words[0] = token[0]
             done = threading.Event()
             threading.Thread(target=watchdog, daemon=True).start()
-        for name, fn in models.items():
+        for fn in models.values():
             for ring in rings:
                 phase(fn, ring, "distinct", "kept", "none")
                 phase(fn, ring, "distinct", "kept", "gemm")

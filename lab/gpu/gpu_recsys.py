@@ -25,7 +25,8 @@ d. the scenario: `headroom validate dlrm --replace InteractionArch=...` (the int
 traces (and validate.tar.gz's base trace) with the current selectors; without --traces it shows the run's own.
 
 Writes under --out (default $OUT), 8 files at most: recsys.json (everything, incremental), recsys.log,
-coverage.json, bench.json.gz (the suite document with "aggregates"; bench-part.json.gz with --problems), validate.tar.gz (the validate runs'
+coverage.json, bench.json.gz (the suite document with "aggregates"; bench-part.json.gz with --problems),
+validate.tar.gz (the validate runs'
 directories), and the three traces (<workload>.<variant>.json.gz).
 """
 
@@ -41,8 +42,9 @@ import subprocess
 import sys
 import tarfile
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
@@ -208,8 +210,8 @@ def bench_order(only: list[str] | None) -> list[str]:
 
 def bench(run: Run, work: Path, only: list[str] | None = None) -> dict:
     """DLRM-Bench problems against their honest candidates, one at a time; the document after each."""
-    from headroom.suites import dlrm
     from headroom.jsonio import plain
+    from headroom.suites import dlrm
     from headroom.suites.scoring import score
     from headroom.verify import VerifyOptions
 

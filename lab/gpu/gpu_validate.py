@@ -580,7 +580,7 @@ def cpu_probe(workload: str, opts: list[str], module: str, cand: Path, device: s
     import torch
 
     from headroom.devices import resolve_device
-    from headroom.extract.capture import find_class, record_calls, instances_of, record_constructions
+    from headroom.extract.capture import find_class, instances_of, record_calls, record_constructions
     from headroom.profile.registry import get_workload
     from headroom.profile.workload import Options
     from headroom.validate.substitute import ReplaceSpec, load_candidate_class, substitute

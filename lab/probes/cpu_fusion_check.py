@@ -188,7 +188,8 @@ def main(argv: list[str] | None = None) -> dict:
     timed = [r["projections"]["part_timed"] for r in runs]
     doc = {"machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, 1 thread, "
                       f"torch {torch.__version__}, load average {os.getloadavg()[0]:.1f}",
-           "date": time.strftime("%Y-%m-%d"), "command": " ".join(["python", "lab/probes/cpu_fusion_check.py", *(argv or sys.argv[1:])]),
+           "date": time.strftime("%Y-%m-%d"),
+           "command": " ".join(["python", "lab/probes/cpu_fusion_check.py", *(argv or sys.argv[1:])]),
            "runs": runs,
            "summary": {"n": len(runs), "max_abs_error": max(abs(t["error"]) for t in timed),
                        "inside": sum(t["inside"] for t in timed),

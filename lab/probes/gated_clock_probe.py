@@ -111,7 +111,6 @@ def child_main(conn, shm_path: str, slot: int, pin: str = ""):
         if gated:
             rc = lib.cuStreamWaitValue32_v2(sh, ctypes.c_uint64(gate_d), ctypes.c_uint32(token), ctypes.c_uint(0))
             assert rc == 0, rc
-        evs = []
         outs = []
         e0 = torch.cuda.Event(enable_timing=True)
         e1 = torch.cuda.Event(enable_timing=True)
@@ -180,7 +179,6 @@ def queue_depth(out: dict) -> None:
 
 
 def ab(out: dict, rounds: int, kinds: list[str], pin: str = "") -> None:
-    import torch
 
     ctx = mp.get_context("spawn")
     fd, path = tempfile.mkstemp(dir="/dev/shm")
@@ -206,7 +204,7 @@ def ab(out: dict, rounds: int, kinds: list[str], pin: str = "") -> None:
         conn.send(("run", kind, n, tok, gated))
         if not gated:
             t0 = ts
-        rep = conn.recv()
+        conn.recv()
         tq = time.perf_counter()
         t_stop0 = time.perf_counter()
         os.kill(p.pid, signal.SIGSTOP)
@@ -274,7 +272,7 @@ def main() -> None:
         ab(out, a.rounds, a.kinds.split(","))
         if a.pin:
             ab(out, a.rounds, a.kinds.split(","), a.pin)
-    except Exception as e:  # noqa: BLE001
+    except Exception:  # noqa: BLE001
         import traceback
 
         out["ab_error"] = traceback.format_exc()

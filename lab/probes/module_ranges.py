@@ -39,11 +39,11 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
+from headroom.devices import resolve_device  # noqa: E402
 from headroom.jsonio import plain  # noqa: E402
 from headroom.measure import compare, round_order  # noqa: E402
 from headroom.profile.modules import ranged_modules, record_module_ranges  # noqa: E402
 from headroom.profile.registry import get_workload  # noqa: E402
-from headroom.devices import resolve_device  # noqa: E402
 from headroom.profile.run import MODULE_ROOT  # noqa: E402
 from headroom.profile.timer import _sync, _Timer  # noqa: E402
 from headroom.profile.workload import Options  # noqa: E402

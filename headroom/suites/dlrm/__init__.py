@@ -14,9 +14,9 @@ each problem is and stands for lives in the catalogue
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 from headroom.errors import UserError
 from headroom.jsonio import plain

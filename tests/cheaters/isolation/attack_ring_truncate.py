@@ -10,11 +10,10 @@ Expected: ``error`` (the ring is a memfd sealed against shrinking and growing, w
 truncation is refused with ``EPERM`` and the attack raises), never a crashed harness.
 """
 import os
+from multiprocessing import reduction
 
 import torch
 import torch.nn as nn
-
-from multiprocessing import reduction
 
 _recv = reduction.recv_handle
 _tried: list[str] = []

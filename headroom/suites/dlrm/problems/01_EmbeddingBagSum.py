@@ -40,7 +40,11 @@ def _tbe_modules():
     """fbgemm's training TBE and its enums, or None where fbgemm-gpu does not import."""
     try:
         from fbgemm_gpu.split_table_batched_embeddings_ops_training import (
-            ComputeDevice, EmbeddingLocation, PoolingMode, SplitTableBatchedEmbeddingBagsCodegen)
+            ComputeDevice,
+            EmbeddingLocation,
+            PoolingMode,
+            SplitTableBatchedEmbeddingBagsCodegen,
+        )
     except Exception:  # ImportError, or OSError for a build against another torch
         return None
     return SplitTableBatchedEmbeddingBagsCodegen, ComputeDevice, EmbeddingLocation, PoolingMode

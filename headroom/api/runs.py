@@ -8,6 +8,7 @@ import os
 import shlex
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Union
 
 from headroom.extract.result import ExtractResult
@@ -72,7 +73,7 @@ def verify(problem: PathLike, candidate: PathLike, options: VerifyOptions | None
 
     options = options or VerifyOptions()
     options.resolved_policy(options.resolved_device())   # bad values: a UserError before any work
-    return verify_candidate(problem, candidate, options)
+    return verify_candidate(Path(problem), Path(candidate), options)
 
 
 def validate(workload: str | None = None, replace: Sequence[str] = (),

@@ -97,12 +97,13 @@ def validate_or_recompute(workload: str | None, replace: Sequence[str] | Sequenc
     if from_dir is not None:
         if workload or replace:
             raise UserError("--from recomputes a saved run: give no WORKLOAD or --replace with it")
-        return recompute(from_dir), Path(from_dir)
+        return recompute(Path(from_dir)), Path(from_dir)
     if not workload:
         raise UserError("give a WORKLOAD (see `headroom workloads`) or --from DIR")
     if not replace:
         raise UserError("give at least one --replace CLASS=CANDIDATE.py")
-    reps = parse_replace([str(r) for r in replace]) if isinstance(replace[0], str) else [(c, p) for c, p in replace]
+    reps = parse_replace([str(r) for r in replace]) if isinstance(replace[0], str) \
+        else [(str(r[0]), str(r[1])) for r in replace]
     run_dir = Path(out) if out is not None else default_run_dir(workload, reps)
     return validate(workload, reps, options, out=run_dir, **run), run_dir
 

@@ -306,7 +306,7 @@ def apriori(base: Any, inputs: tuple[Path | None, Path | None] | None, noise: fl
             where: Path | None = None) -> dict[str, Any]:
     """The a-priori estimate (`headroom.validate.apriori`) and its calibrated interval for a measurement with
     log-scale noise `noise`; nothing without verify's result."""
-    none = {"estimate": None, "low": None, "high": None, "level": None, "source": None, "method": None,
+    none: dict[str, Any] = {"estimate": None, "low": None, "high": None, "level": None, "source": None, "method": None,
             "interval_method": None, "warnings": []}
     if not inputs or inputs[0] is None:
         return dict(none, warnings=["no a-priori estimate: give verify's result of the candidate on the extracted "
@@ -315,6 +315,8 @@ def apriori(base: Any, inputs: tuple[Path | None, Path | None] | None, noise: fl
     from headroom.validate.apriori import apriori_projection
 
     verify, problems = inputs
+    if verify is None:   # (checked above: narrowed for the type checker)
+        return dict(none)
     try:
         _, res = apriori_projection(base, verify, problems)
     except UserError as e:   # e.g. verify was inconclusive: no speedup to project

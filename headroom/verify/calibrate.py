@@ -136,7 +136,7 @@ def start_reference(ref: ReferenceRun, max_numel: int, others: list[Child],
         mem = child.request(P.Memory(seq=0, args=args[0]), stage="reference memory")
         rt.memory = {"peak_bytes": mem.peak_bytes, "method": mem.method, "free_bytes": mem.free_bytes}
         # profiled in the harness (trusted code, one profiler for the whole run), on the same inputs
-        rt.call = launches.profile_call(ref.model, shared.view_all(ref.ring, args[0]), ref.device.startswith("cuda"))  # type: ignore[arg-type]
+        rt.call = launches.profile_call(ref.model, shared.view_all(ref.ring, args[0]), ref.device.startswith("cuda"))
         rt.launches = rt.call.launches
         # and in the reference's child, the process that is timed, as the candidate's child profiles itself
         la = child.request(P.Launches(seq=0, args=args[0]), stage="profiling the reference's call in its child")

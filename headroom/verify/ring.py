@@ -40,6 +40,7 @@ def send_ring(conn: Any, ring: Ring, pid: int) -> None:
     """The harness's half of ``map_ring``: the ring's descriptor over the child's command pipe."""
     from multiprocessing import reduction
 
+    assert ring.fd is not None, "a CPU ring is a descriptor"
     reduction.send_handle(conn, ring.fd, pid)
 
 

@@ -230,7 +230,7 @@ class _Rounds:
     def run(self) -> None:
         cuda = self.ref.device.startswith("cuda")
         rounds = interleave_rounds([nm for nm, _ in self.plan],
-                                   lambda name, r: self.net(name, self.measure(name, r)),  # type: ignore[arg-type]
+                                   lambda name, r: self.net(name, self.measure(name, r)),
                                    self.policy.round_policy(cuda), pair=("reference_tf32", "candidate"),
                                    on_round=self.after_round)
         self.stop = rounds.stop

@@ -80,7 +80,7 @@ def view(buf: Any, ref: P.RingTensor) -> Any:
     return flat.as_strided(ref.shape, ref.stride)
 
 
-def view_all(ring: Ring, args: list) -> list:
+def view_all(ring: Any, args: list) -> list:
     """The harness-side values of a command's arguments (ring views and scalars)."""
     return [view(ring.buf, a) if isinstance(a, P.RingTensor) else a.value for a in args]
 

@@ -9,6 +9,7 @@ replayed kernel the op, module and phase of the launch that made its node (headr
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -16,6 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from headroom.errors import UserError
+from headroom.profile.manifest import MANIFEST_SCHEMA, _inject_and_compress
+from headroom.profile.workload import GRAPH_TREE_MODES, RunConfig
 
 CAPTURE_DIR = "captures"
 CAPTURE_RANGE = "headroom/graph-capture"
@@ -96,3 +99,39 @@ def recorded_steps(step: Callable[[], Any], n: int, device: Any, path: Path, *, 
                 step()
         torch.cuda.synchronize(device)
     prof.export_chrome_trace(str(path))
+
+
+CAPTURED = ("after warm-up, one call of the step on static inputs (torch.cuda.graph); the timed and profiled "
+            "steps replay it")
+CAPTURED_BY_COMPILE = ("torch.compile (reduce-overhead or max-autotune): Inductor's CUDA graph trees, recorded during the "
+                       "warm-up calls after the first (the capture trace holds them)")
+
+
+def graphs_manifest(cfg: RunConfig, name: str, capture_s: float) -> dict[str, Any]:
+    """The manifest's `graphs`: where the capture trace is, how the graph was made, how long its capture took
+    (--graphs; Inductor's graph trees record theirs inside the warm-up calls, not timed apart)."""
+    if cfg.compile_mode in GRAPH_TREE_MODES:
+        return {"capture_trace": f"{CAPTURE_DIR}/{name}", "captured": CAPTURED_BY_COMPILE}
+    return {"capture_trace": f"{CAPTURE_DIR}/{name}", "capture_s": round(capture_s, 3), "captured": CAPTURED}
+
+
+def capture_raw(raw_trace: Path) -> Path:
+    """Where --graphs exports the capture's raw trace, beside the step's."""
+    return raw_trace.with_name(raw_trace.name.replace(".raw.json", ".capture.raw.json"))
+
+
+def write_capture(raw_trace: Path, manifest: dict[str, Any], dest: Path) -> None:
+    """The capture's trace, gzip'd to `dest` (captures/ beside the step trace), with a manifest naming the trace
+    whose graph it captured."""
+    dest.parent.mkdir(exist_ok=True)
+    raw = capture_raw(raw_trace)
+    part = dest.with_name(f".{dest.name}.{os.getpid()}.partial")
+    try:
+        _inject_and_compress(raw, {"schema": MANIFEST_SCHEMA, "tool": "headroom profile --graphs",
+                                   "capture_of": manifest["trace"], "workload": manifest["workload"],
+                                   "variant": manifest["variant"]}, part)
+        os.replace(part, dest)
+    finally:
+        for tmp in (raw, part):
+            if tmp.exists():
+                tmp.unlink()

@@ -40,7 +40,15 @@ from headroom.errors import UserError
 from headroom.files import check_output_dir
 from headroom.jsonio import encoded, plain
 from headroom.profile.environment import environment
-from headroom.profile.graphs import CAPTURE_DIR, GRAPH_TREE_CALLS, recorded_capture, recorded_steps
+from headroom.profile.graphs import (
+    CAPTURE_DIR,
+    GRAPH_TREE_CALLS,
+    capture_raw,
+    graphs_manifest,
+    recorded_capture,
+    recorded_steps,
+    write_capture,
+)
 from headroom.profile.manifest import MANIFEST_NAME, MANIFEST_SCHEMA, _inject_and_compress, update_manifest
 from headroom.profile.modules import record_module_ranges
 from headroom.profile.nvtx import instrument_blocks
@@ -60,11 +68,6 @@ MODULE_RANGES_NOTE = ("modules that run inside torch.compile'd code have no rang
 
 if TYPE_CHECKING:
     from headroom.profile.rank_context import RankContext
-
-CAPTURED = ("after warm-up, one call of the step on static inputs (torch.cuda.graph); the timed and profiled "
-            "steps replay it")
-CAPTURED_BY_COMPILE = ("torch.compile (reduce-overhead or max-autotune): Inductor's CUDA graph trees, recorded during the "
-                       "warm-up calls after the first (the capture trace holds them)")
 
 # Steps per stage: (warm-up, timed, profiled) on a GPU and on a CPU.
 GPU_STEPS = (3, 10, 3)
@@ -194,6 +197,50 @@ def experimental_config(dev: Any) -> Any:
         return None
 
 
+@dataclass
+class Recording:
+    """What the profiler records (the profiled steps' and a capture trace's)."""
+    activities: list[Any]
+    record_shapes: bool
+    experimental: Any
+
+
+@dataclass
+class _Warmed:
+    call: Callable[[], Any]            # what the timed and profiled steps run: the step, or its graph's replay
+    warm_s: float
+    capture_s: float | None            # a graph's capture (--graphs), 0.0 for Inductor's graph trees, else None
+    module_hooks: list[Any]
+
+
+def _warm_up(step: Step, cfg: RunConfig, dev: Any, warmup: int, raw_trace: Path, progress: Progress,
+             together: Callable[[], None], rec: Recording) -> _Warmed:
+    """The warm-up steps; under torch.compile's graph-tree modes the calls after the first (where Inductor
+    records its graphs) are profiled into the capture trace; with --graphs the step is then captured, the
+    capture profiled with the module ranges on (replays run no Python: the hooks cost them nothing)."""
+    graph_trees = dev.type == "cuda" and cfg.compile_mode in GRAPH_TREE_MODES
+    with _stage(progress, "warm-up", f"{warmup} steps"):
+        t0 = time.perf_counter()
+        for _ in range(1 if graph_trees else warmup):
+            step()
+        if graph_trees:
+            recorded_steps(step, max(warmup - 1, GRAPH_TREE_CALLS), dev, capture_raw(raw_trace),
+                           activities=rec.activities, record_shapes=rec.record_shapes, experimental=rec.experimental)
+        _sync(dev)
+        warm_s = time.perf_counter() - t0
+    if not cfg.graphs:
+        return _Warmed(step, warm_s, 0.0 if graph_trees else None, [])
+    hooks: list[Any] = []
+    if cfg.module_ranges and step.modules is not None:
+        hooks = record_module_ranges(step.modules, root=MODULE_ROOT)
+        step.add_hooks(hooks)
+    together()
+    with _stage(progress, "capture", "one eager step and the CUDA graph's capture, profiled"):
+        captured = recorded_capture(step, dev, capture_raw(raw_trace), activities=rec.activities,
+                                    record_shapes=rec.record_shapes, experimental=rec.experimental)
+    return _Warmed(captured.replay, warm_s, captured.capture_s, hooks)
+
+
 def _measure(spec: WorkloadSpec, cfg: RunConfig, dev: Any, counts: tuple[int, int, int], raw_trace: Path,
              progress: Progress, record_shapes: bool, together: Callable[[], None] = lambda: None) -> _Measured:
     """build -> warm-up -> timed steps (no profiler) -> profiled steps, exported to `raw_trace`.
@@ -219,33 +266,10 @@ def _measure(spec: WorkloadSpec, cfg: RunConfig, dev: Any, counts: tuple[int, in
         if dev.type == "cuda":
             activities.append(ProfilerActivity.CUDA)
         experimental = experimental_config(dev)
-        # torch.compile(mode="reduce-overhead") captures its graphs during warm-up: those calls are profiled
-        # into the capture trace (all but the first, which compiles).
-        graph_trees = dev.type == "cuda" and cfg.compile_mode in GRAPH_TREE_MODES
         together()
-        with _stage(progress, "warm-up", f"{warmup} steps"):
-            t0 = time.perf_counter()
-            for _ in range(1 if graph_trees else warmup):
-                step()
-            if graph_trees:
-                recorded_steps(step, max(warmup - 1, GRAPH_TREE_CALLS), dev, capture_raw(raw_trace),
-                               activities=activities, record_shapes=record_shapes, experimental=experimental)
-            _sync(dev)
-            warm_s = time.perf_counter() - t0
-
-        call: Callable[[], Any] = step
-        module_hooks: list[Any] = []
-        capture_s = 0.0 if graph_trees else None
-        if cfg.graphs:
-            # The capture records the module ranges (replays run no Python: the hooks cost them nothing).
-            if cfg.module_ranges and step.modules is not None:
-                module_hooks = record_module_ranges(step.modules, root=MODULE_ROOT)
-                step.add_hooks(module_hooks)
-            together()
-            with _stage(progress, "capture", "one eager step and the CUDA graph's capture, profiled"):
-                captured = recorded_capture(step, dev, capture_raw(raw_trace), activities=activities,
-                                            record_shapes=record_shapes, experimental=experimental)
-            call, capture_s = captured.replay, captured.capture_s
+        warmed = _warm_up(step, cfg, dev, warmup, raw_trace, progress, together, Recording(activities, record_shapes,
+                                                                                           experimental))
+        call, warm_s, module_hooks = warmed.call, warmed.warm_s, warmed.module_hooks
 
         together()
         with _stage(progress, "timing", f"{timed_steps} steps without the profiler"):
@@ -295,40 +319,21 @@ def _measure(spec: WorkloadSpec, cfg: RunConfig, dev: Any, counts: tuple[int, in
                          params=step.params, info=dict(step.info), block_ranges=use_ranges,
                          modules_ranged=len(module_hooks) // 2,
                          activities=[a.name for a in activities], cuda_sync_events=experimental is not None,
-                         capture_s=capture_s)
+                         capture_s=warmed.capture_s)
     step = None
     _free(dev)
     return measured
 
 
-def _graphs_manifest(cfg: RunConfig, name: str, capture_s: float) -> dict[str, Any]:
-    """The manifest's `graphs`: where the capture trace is, how the graph was made, how long its capture took
-    (--graphs; Inductor's graph trees record theirs inside the warm-up calls, not timed apart)."""
-    if cfg.compile_mode in GRAPH_TREE_MODES:
-        return {"capture_trace": f"{CAPTURE_DIR}/{name}", "captured": CAPTURED_BY_COMPILE}
-    return {"capture_trace": f"{CAPTURE_DIR}/{name}", "capture_s": round(capture_s, 3), "captured": CAPTURED}
-
-
-def capture_raw(raw_trace: Path) -> Path:
-    """Where --graphs exports the capture's raw trace, beside the step's."""
-    return raw_trace.with_name(raw_trace.name.replace(".raw.json", ".capture.raw.json"))
-
-
-def _write_capture(raw_trace: Path, manifest: dict[str, Any], dest: Path) -> None:
-    """The capture's trace, gzip'd to `dest` (captures/ beside the step trace), with a manifest naming the trace
-    whose graph it captured."""
-    dest.parent.mkdir(exist_ok=True)
-    raw = capture_raw(raw_trace)
-    part = dest.with_name(f".{dest.name}.{os.getpid()}.partial")
-    try:
-        _inject_and_compress(raw, {"schema": MANIFEST_SCHEMA, "tool": "headroom profile --graphs",
-                                   "capture_of": manifest["trace"], "workload": manifest["workload"],
-                                   "variant": manifest["variant"]}, part)
-        os.replace(part, dest)
-    finally:
-        for tmp in (raw, part):
-            if tmp.exists():
-                tmp.unlink()
+def _results(analysis: Analysis, layers: LayerExtrapolation | None) -> dict[str, Any]:
+    """The manifest entry's `results`: what the analysis of the new trace found."""
+    return {
+        "mode": analysis.mode, "step_us_profiled": analysis.step_us,
+        "idle_fraction": analysis.idle_fraction, "addressable_fraction": analysis.addressable_fraction,
+        "categories": {r.name: float(r.fraction) for r in analysis.categories.itertuples(index=False)},
+        "layers": plain(layers) if layers else None,
+        "module_ranges_recorded": len(analysis.modules),
+    }
 
 
 def _run_manifest(spec: WorkloadSpec, cfg: RunConfig, dev: Any, m: _Measured, counts: tuple[int, int, int],
@@ -359,7 +364,7 @@ def _run_manifest(spec: WorkloadSpec, cfg: RunConfig, dev: Any, m: _Measured, co
         "timing": {"step_ms": t.median_ms, "timed": plain(t), "profiled": plain(p),
                    "overhead": overhead, "overhead_measurable": measurable,
                    "build_s": round(m.build_s, 2), "warmup_s": round(m.warmup_s, 2)},
-        **({"graphs": _graphs_manifest(cfg, name, m.capture_s)} if m.capture_s is not None else {}),
+        **({"graphs": graphs_manifest(cfg, name, m.capture_s)} if m.capture_s is not None else {}),
         "peak_memory_gb": round(m.peak_gb, 2) if m.peak_gb is not None else None,
         "command": command or " ".join(shlex.quote(a) for a in sys.argv),
         "date": started.isoformat(timespec="seconds"),
@@ -437,7 +442,7 @@ def profile_workload(
         with _stage(progress, "export", str(trace_path)):
             _inject_and_compress(raw_tmp, manifest, new_trace)
             if "graphs" in manifest:
-                _write_capture(raw_tmp, manifest, out_dir / CAPTURE_DIR / name)
+                write_capture(raw_tmp, manifest, out_dir / CAPTURE_DIR / name)
         raw_tmp.unlink()
         timed = measured.timed
         analysis, layers = None, None
@@ -463,15 +468,7 @@ def profile_workload(
     analysis.source = str(trace_path)
     if analysis.trace is not None:
         analysis.trace.source = str(trace_path)
-    entry = dict(manifest)
-    entry["results"] = {
-        "mode": analysis.mode, "step_us_profiled": analysis.step_us,
-        "idle_fraction": analysis.idle_fraction, "addressable_fraction": analysis.addressable_fraction,
-        "categories": {r.name: float(r.fraction) for r in analysis.categories.itertuples(index=False)},
-        "layers": plain(layers) if layers else None,
-        "module_ranges_recorded": len(analysis.modules),
-    }
-    manifest_path = update_manifest(out_dir, name, entry)
+    manifest_path = update_manifest(out_dir, name, dict(manifest, results=_results(analysis, layers)))
     return ProfileResult(workload=spec.name, config=cfg, trace_path=trace_path, manifest_path=manifest_path,
                          manifest=manifest, timed=timed, profiled=measured.profiled, analysis=analysis,
                          layers=layers)

@@ -34,9 +34,17 @@ def assert_value_cheat_fails(r, what: object = None, stale: bool = False) -> Non
 
     `stale`: a cheat that leaves memory unwritten or reuses an old output. Its trials can read a stale block that
     holds the right values, and then only the timed phases can catch it; a machine too loaded to time them
-    ends the run inconclusive first (no check failed, no speedup, every reason a timing one). Never a pass."""
-    assert_caught(r)
+    ends the run inconclusive first (no check failed, no speedup, every reason a timing one). Where the block the
+    allocator hands back holds this very call's right values in every trial and timed iteration (a temporary the
+    problem's own math freed: KernelBench's conv_transposed_3D problems 72 and 77 on a CPU), the outputs are right
+    wherever they are read and no value check can tell them from an honest write (docs/verify.md, threat model):
+    then a pass is accepted only with every value check run and passed."""
     failed = failed_checks(r)
+    if stale and r.verdict == "pass":
+        ran = {c.name for c in r.checks}
+        assert not failed and {"rel_l2", "timed_outputs", "sensitivity"} <= ran, (what, r.reason, failed)
+        return
+    assert_caught(r)
     if stale and r.verdict == "inconclusive" and not failed:
         assert timing_noise_only(r.reason), (what, r.reason)
         return

@@ -1,6 +1,7 @@
 """The committed execution-mode traces (traces/graphs/, captured by `headroom profile --graphs` and
-`--compile-mode reduce-overhead` on a GPU; lab/gpu/gpu_graphs.py): every replayed kernel has an op, a module where
-the capture recorded module ranges, and per-op shares close to the eager step of the same model."""
+`--compile-mode reduce-overhead` on a GPU; lab/gpu/gpu_graphs.py): every replayed kernel has an op from its capture,
+checked by name, a module where the capture recorded module ranges, and (decode) per-op shares close to the eager
+step of the same model."""
 
 from __future__ import annotations
 
@@ -44,18 +45,25 @@ def test_replayed_kernels_have_ops(name):
     a = analyze(GRAPHS / name, use_cache=False)
     replayed = a.events[a.events["graph"] != ""]
     assert len(replayed), "a graphs run replays its step"
+    assert set(replayed["graph"]) == {"capture"} and not (replayed["graph_check"] == 0).any()
     table = targets(a, by=("op",), top=None)
     assert float(table.loc[table["name"] == "(no op)", "share"].sum()) <= 0.01
 
 
 @pytest.mark.parametrize("name", _runs("graphs"))
-def test_replayed_kernels_have_modules_and_the_eager_shares(name):
-    a = analyze(GRAPHS / name, use_cache=False)
-    ev = a.events
+def test_replayed_kernels_have_modules(name):
+    ev = analyze(GRAPHS / name, use_cache=False).events
     assert ev.loc[ev["module"] == "", "dur"].sum() <= 0.01 * ev["dur"].sum()
+
+
+# Decode runs the same work captured or eager. Prefill does not: under a stream capture transformers builds the
+# causal mask (aten::where, fill_, le) and cuDNN attention runs masked (docs/graphs.md), so its op shares differ
+# from eager's by what the capture changed, not by the attribution.
+@pytest.mark.parametrize("name", [n for n in _runs("graphs") if MANIFEST[n].get("phase") == "decode"])
+def test_replayed_decode_has_the_eager_shares(name):
+    ev = analyze(GRAPHS / name, use_cache=False).events
     twin = _eager_twin(name)
-    if twin is None:
-        pytest.skip(f"no eager trace of {name}'s configuration")
+    assert twin is not None, f"no eager trace of {name}'s configuration"
     eager = analyze(GRAPHS / twin, use_cache=False).events
     both = pd.concat([_shares(ev, "op"), _shares(eager, "op")], axis=1).fillna(0.0)
     assert (both.iloc[:, 0] - both.iloc[:, 1]).abs().max() < 0.03

@@ -133,22 +133,46 @@ def source_templates(source: pd.DataFrame) -> list[Template]:
     return out
 
 
+# A kernel's family: its name without the argument list, element types and numbers (vector widths, tile sizes).
+# The same op launches one family whatever the dtype (a causal mask filled in bf16 under capture, in int64 eagerly).
+_TYPES = re.compile(r"\b(c10::(BFloat16|Half|complex<[^>]*>)|float|double|long|int|short|bool|unsigned|signed|char|"
+                    r"__nv_bfloat16|__half|u?int\d+_t)\b")
+_NUMBERS = re.compile(r"\d+")
+
+
+def _without_arguments(name: str) -> str:
+    """`name` less a trailing parenthesised argument list (`kernel<...>(int, ...)` -> `kernel<...>`)."""
+    if not name.endswith(")"):
+        return name
+    depth = 0
+    for i in range(len(name) - 1, -1, -1):
+        depth += {")": 1, "(": -1}.get(name[i], 0)
+        if depth == 0:
+            return name[:i].rstrip()
+    return name
+
+
+def kernel_family(name: str) -> str:
+    """`name` with its argument list, element types and numbers left out (the name check compares families)."""
+    return _NUMBERS.sub("#", _TYPES.sub("T", _without_arguments(name)))
+
+
 def _eager_names(*frames: pd.DataFrame | None) -> dict[str, set[str]]:
-    """op -> the kernel names it launched on its own (not from a graph), over the given attributed frames."""
+    """op -> the kernel families it launched on its own (not from a graph), over the given attributed frames."""
     out: dict[str, set[str]] = {}
     for f in frames:
         if f is None or not len(f):
             continue
         own = f[(f["graph"] == "").to_numpy() & (f["op"] != "").to_numpy()] if "graph" in f else f[f["op"] != ""]
         for op, name in zip(own["op"].tolist(), own["name"].tolist()):
-            out.setdefault(op, set()).add(name)
+            out.setdefault(op, set()).add(kernel_family(name))
     return out
 
 
 def _capture_agrees(t: Template, names: np.ndarray, eager: dict[str, set[str]], limit: float) -> bool:
     ops = t.context["op"]
     checked = [i for i, op in enumerate(ops) if op in eager]
-    wrong = sum(1 for i in checked if names[i] not in eager[ops[i]])
+    wrong = sum(1 for i in checked if kernel_family(names[i]) not in eager[ops[i]])
     return not checked or wrong <= limit * len(checked)
 
 
@@ -238,13 +262,13 @@ def attribute_replays(gpu: pd.DataFrame, trace: Trace, source: pd.DataFrame | No
 
 
 def _name_checks(ops: np.ndarray, names: np.ndarray, eager: dict[str, set[str]], hit: np.ndarray) -> np.ndarray:
-    """Per replayed activity given a node: 1 if its kernel name is one its op launched eagerly, 0 if not,
+    """Per replayed activity given a node: 1 if its kernel's family is one its op launched eagerly, 0 if not,
     -1 where the op never ran eagerly (or no node was given)."""
     out = np.full(len(names), -1, dtype=np.int8)
     for i in np.flatnonzero(hit):
         seen = eager.get(ops[i])
         if seen is not None:
-            out[i] = 1 if names[i] in seen else 0
+            out[i] = 1 if kernel_family(names[i]) in seen else 0
     return out
 
 

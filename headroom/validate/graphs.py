@@ -11,30 +11,7 @@ from collections.abc import Callable
 from typing import Any
 
 from headroom.errors import UserError
-
-SIDE_STREAM_WARMUP = 3   # torch.cuda.graph's documented warm-up, on a side stream, before the capture
-
-
-def _capture(step: Callable[[], Any], device: Any) -> Any:
-    import torch
-
-    side = torch.cuda.Stream(device)
-    side.wait_stream(torch.cuda.current_stream(device))
-    with torch.cuda.stream(side):
-        for _ in range(SIDE_STREAM_WARMUP):
-            step()
-    torch.cuda.current_stream(device).wait_stream(side)
-    torch.cuda.synchronize(device)
-    graph = torch.cuda.CUDAGraph()
-    try:
-        with torch.cuda.graph(graph):
-            step()
-    except RuntimeError as e:
-        reason = (str(e).strip().splitlines() or ["unknown"])[0]
-        raise UserError(f"--graphs: the step cannot be captured as a CUDA graph ({reason}); run without --graphs") \
-            from None
-    torch.cuda.synchronize(device)
-    return graph
+from headroom.profile.graphs import capture_step
 
 
 def graph_sides(step: Callable[[], Any], use: Callable[[str], None], device: Any
@@ -45,7 +22,7 @@ def graph_sides(step: Callable[[], Any], use: Callable[[str], None], device: Any
     graphs = {}
     for side in ("base", "variant"):
         use(side)
-        graphs[side] = _capture(step, device)
+        graphs[side] = capture_step(step, device)   # kept alive: its graph and memory pool
     use("base")
     current = ["base"]
 

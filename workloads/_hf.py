@@ -124,7 +124,7 @@ def decoder_lm_step(cfg: RunConfig, device: Any, model: Any, blocks: list[tuple[
     train:   next-token cross-entropy over batch x seq tokens, AMP, AdamW.
     """
     import torch
-    from transformers import DynamicCache, StaticCache
+    from transformers import StaticCache
 
     gen = torch.Generator(device="cpu").manual_seed(0)
     ids = torch.randint(0, vocab, (cfg.batch, cfg.seq), generator=gen).to(device)
@@ -158,7 +158,16 @@ def decoder_lm_step(cfg: RunConfig, device: Any, model: Any, blocks: list[tuple[
 
         return Step(infer_step(forward), model, blocks=blocks, info=info, forward=infer_forward(forward))
 
-    # decode: prefill the cache once at build time (not part of the step).
+    return _decode_step(cfg, model, call, ids, ck, blocks, info, max_positions)
+
+
+def _decode_step(cfg: RunConfig, model: Any, call: Any, ids: Any, ck: str, blocks: list[tuple[str, Any]],
+                 info: dict[str, Any], max_positions: int | None) -> Step:
+    """decode: the cache filled with the prompt once at build time (not part of the step), then one token per
+    sequence per step (on static buffers under --graphs)."""
+    import torch
+    from transformers import DynamicCache, StaticCache
+
     cap = cfg.seq + DECODE_HEADROOM_TOKENS
     if max_positions is not None:
         cap = min(cap, max_positions)

@@ -369,24 +369,28 @@ def _manifest_capture(trace: Trace) -> Path | None:
     return path
 
 
-def _analyze(trace: Trace, rules: list[Rule], policy: Policy, whole_trace: bool, window: str | None,
-             graph_source: Trace | None = None) -> Analysis:
-    notes: list[str] = []
+def _analysed_time(trace: Trace, whole_trace: bool, window: str | None,
+                   notes: list[str]) -> tuple[pd.DataFrame, str, bool]:
+    """The ranges that count as steps, what they are called, and whether the whole trace is analysed (a trace
+    without ProfilerStep ranges is, and `notes` says so)."""
     if window is not None:
         steps = window_steps(trace, window)
         if len(steps) == 0:
             raise TraceError(f"{trace.source}: --window {window!r} matches no CPU range in the trace")
-        basis = f"{len(steps)} range(s) matching {window!r}"
-    else:
-        steps = trace.steps
-        basis = STEPS_BASIS
-        if whole_trace:
-            basis = "whole trace"
-        elif len(steps) == 0:
-            whole_trace = True
-            basis = "whole trace"
-            notes.append("no ProfilerStep ranges: analysing the whole trace "
-                         "(--window REGEX picks steps by a range name, e.g. execute_model)")
+        return steps, f"{len(steps)} range(s) matching {window!r}", whole_trace
+    if whole_trace:
+        return trace.steps, "whole trace", True
+    if len(trace.steps) == 0:
+        notes.append("no ProfilerStep ranges: analysing the whole trace "
+                     "(--window REGEX picks steps by a range name, e.g. execute_model)")
+        return trace.steps, "whole trace", True
+    return trace.steps, STEPS_BASIS, False
+
+
+def _analyze(trace: Trace, rules: list[Rule], policy: Policy, whole_trace: bool, window: str | None,
+             graph_source: Trace | None = None) -> Analysis:
+    notes: list[str] = []
+    steps, basis, whole_trace = _analysed_time(trace, whole_trace, window, notes)
 
     unprofiled = manifest_step_us(manifest_of(trace.metadata))
     if unprofiled is not None and basis != STEPS_BASIS:

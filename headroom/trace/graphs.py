@@ -152,8 +152,10 @@ def _without_arguments(name: str) -> str:
     return name
 
 
+@lru_cache(maxsize=1 << 14)
 def kernel_family(name: str) -> str:
-    """`name` with its argument list, element types and numbers left out (the name check compares families)."""
+    """`name` with its argument list, element types and numbers left out (the name check compares families;
+    cached: a trace repeats a few hundred names over thousands of kernels)."""
     return _NUMBERS.sub("#", _TYPES.sub("T", _without_arguments(name)))
 
 

@@ -115,7 +115,7 @@ def validate_cmd(
     problems: Path | None = typer.Option(None, "--problems", metavar="ENTRY.toml", help=(
         "The extracted problem's entry (headroom extract writes it), for --speedups.")),
     graphs: bool = typer.Option(False, "--graphs", help=(
-        "Time CUDA-graph replays of each side (captured after warm-up); the check and profiles stay eager.")),
+        "Time and profile CUDA-graph replays of each side (captured after warm-up); the output check stays eager.")),
     steps_per_round: int | None = typer.Option(None, "--steps-per-round", help=(
         "Steps per block (default: ~0.3 s of steps on a GPU, 0.2 s on a CPU).")),
     profile_steps: int | None = typer.Option(None, "--profile-steps", help="Profiled steps per variant (3)."),

@@ -10,6 +10,7 @@ settings. Both use `torch.profiler` with `schedule(wait=1, warmup=1, active=N)`,
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +34,7 @@ def remove(handles: list[Any]) -> None:
     handles.clear()
 
 
-def record_trace(step: Step, device: Any, dest: Path, manifest: dict[str, Any], *, steps: int = 3,
+def record_trace(step: Step | Callable[[], Any], device: Any, dest: Path, manifest: dict[str, Any], *, steps: int = 3,
                  wait: int = 1, warmup: int = 1, record_shapes: bool = True) -> StepStats:
     """Profile `steps` steps (after `wait` + `warmup`) into `dest` (.json.gz); the profiled step times."""
     from torch.profiler import ProfilerActivity, profile, schedule

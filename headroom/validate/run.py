@@ -207,7 +207,12 @@ def run(req: Request, say: Say) -> ValidateResult:
                             "timing": {"step_ms": step_ms, "method": timing["method"],
                                        "source": "interleaved rounds (headroom validate)"},
                             "command": req.command, "date": date, "trace": name}
-                record_trace(step, dev, out / name, manifest, steps=n_prof)
+                if req.graphs:   # the capture profiled, then its replays (headroom.validate.graphs)
+                    from headroom.validate.graphs import record_graph_trace
+
+                    record_graph_trace(step, dev, out / name, manifest, cfg, record_trace, steps=n_prof)
+                else:
+                    record_trace(step, dev, out / name, manifest, steps=n_prof)
             finally:
                 remove(handles)
             sub.use("base")

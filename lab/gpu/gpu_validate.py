@@ -37,7 +37,7 @@ Writes under --out (default $OUT), at most 8 files:
   loop.json             per substitution: the extract summary, the verify verdict and speedup, the
                         projection from the verified speedup, the GPU-kernel check, durations, skips
   gpu_validate.log      everything the commands printed
-  runs-<k>.tar.gz       k = 1..5, one per substitution (the fifth holds the rest): each run's validate
+  runs-<k>.tar.gz       k = 1..5, the substitutions dealt round robin: each run's validate
                         directory (run.json, result.json, base/variant traces) as <name>/, and under
                         <name>/loop/ the extracted problem, its entry and trace, and verify.json
 """
@@ -93,6 +93,20 @@ NEW_ROWS = [
     ("bert-layernorm-fp32", "bert-base", ["--dtype", "float32"], "LayerNorm", "layernorm_fused.py", 55),
 ]
 SUBSTITUTIONS += NEW_ROWS
+# Issue 43's rows under CUDA graphs (`headroom validate --graphs`: both sides captured and replayed, profiled as
+# `headroom profile --graphs` does, so the a-priori estimate projects onto replays). Decode, where graphs matter.
+GRAPH_ROWS = [
+    ("llama7b-decode-bs1-rmsnorm-graphs", "llama-7b", ["--phase", "decode", "--batch", "1"], "LlamaRMSNorm",
+     "llama_rmsnorm.py", 80),
+    ("llama7b-decode-bs1-swiglu-graphs", "llama-7b", ["--phase", "decode", "--batch", "1"], "LlamaMLP",
+     "llama_swiglu_mlp.py", 85),
+    ("gpt2xl-decode-bs1-gelu-graphs", "gpt2-xl", ["--phase", "decode", "--batch", "1", "--kv-cache", "static"],
+     "NewGELUActivation", "gpt2_gelu_tanh.py", 70),
+    ("llama7b-decode-bs32-rmsnorm-graphs", "llama-7b", ["--phase", "decode", "--batch", "32"], "LlamaRMSNorm",
+     "llama_rmsnorm.py", 80),
+]
+SUBSTITUTIONS += GRAPH_ROWS
+VALIDATE_FLAGS = {row[0]: ["--graphs"] for row in GRAPH_ROWS}   # validate's own flags (not extract's)
 TRAINING = {"dlrm", "dlrm-dcn", "resnet-50"}
 MAX_ARCHIVES = 5   # + validation.json, loop.json and the log: 8 files
 SLOW = ("fp64",)    # a candidate expected to be slower (verify conclusive below 1, a projected slowdown)
@@ -275,8 +289,10 @@ def one(name, workload, opts, module, cand_name, work: Path, device: str, log: L
     budget = left()
     # validate's estimate is the a-priori one: verify's result (when it passed) on validate's own base trace
     apriori = ["--speedups", str(vjson), "--problems", str(entry)] if v.get("verdict") == "pass" else []
+    graphs = VALIDATE_FLAGS.get(name, []) if device != "cpu" else []   # a CPU captures no CUDA graph
     rc, out, dt = headroom(["validate", *wl, "--replace", f"{module}={cand}", "--out", str(run_dir), "--json",
-                            "--timeout", str(int(budget)), "--timing-budget", str(TIMING_BUDGET_S), *apriori],
+                            "--timeout", str(int(budget)), "--timing-budget", str(TIMING_BUDGET_S), *apriori,
+                            *graphs],
                            log, budget + 15)
     rec["steps"]["validate_s"] = round(dt, 1)
     if rc != 0:
@@ -734,7 +750,7 @@ def main() -> int:
             rec = {"name": name, "status": f"script error: {type(e).__name__}: {e}"}
         rec["seconds"] = round(time.monotonic() - t0, 1)
         slots = MAX_ARCHIVES - (1 if clocks.proc is not None else 0)   # clocks.csv.gz is one of the 8 files
-        rec["archive"] = archive(work, out, slot=min(len(records), slots - 1) + 1)
+        rec["archive"] = archive(work, out, slot=len(records) % slots + 1)   # round robin: each under 16 MB
         shutil.rmtree(work, ignore_errors=True)
         log(f"== {name}: {rec['status']} in {rec['seconds']} s")
         if rec.get("clocks"):

@@ -77,3 +77,13 @@ def test_a_graphs_side_records_its_capture_and_profiles_replays(tmp_path: Path, 
     capture_ranges = {e.get("name") for e in json.loads(gzip.open(capture).read())["traceEvents"]}
     assert any(str(n).startswith(MODULE_RANGE_PREFIX + "model") for n in capture_ranges)   # ranges on in the capture
     assert sorted(p.name for p in tmp_path.iterdir()) == ["base.json.gz", "captures"]   # no raw file left
+
+
+def test_graphs_build_the_static_step_and_refuse_a_dynamic_cache_before_any_model(tmp_path: Path):
+    from headroom.validate.api import validate
+
+    cand = Path(__file__).resolve().parents[1] / "examples" / "substitutions" / "gpt2_gelu_tanh.py"
+    with pytest.raises(UserError, match="dynamic KV cache"):
+        validate("gpt2-xl", [f"NewGELUActivation={cand}"], Options(phase="decode", kv_cache="dynamic"),
+                 device="auto", out=tmp_path / "run", graphs=True)
+    assert not (tmp_path / "run").exists()     # refused before the run's folder was made

@@ -4,6 +4,7 @@ directory into place only when the run succeeded (nothing half-written otherwise
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
@@ -192,6 +193,8 @@ def validate(workload: str, replace: Sequence[tuple[str, str]] | Sequence[str], 
     if workload_file is not None:
         load_workload_file(workload_file)
     spec = get_workload(workload)
+    if graphs:   # the step on static buffers (a decode step at a fixed position), as profile --graphs builds it
+        options = dataclasses.replace(options or Options(), graphs=True)
     spec.resolve(options or Options(), "cuda" if device not in ("cpu",) else "cpu")
 
     final = Path(out)

@@ -731,7 +731,8 @@ def main() -> int:
     log = Log(out / "gpu_validate.log")
     clocks = Clocks(out / "clocks.csv", args.clocks and args.device != "cpu")
     t_start = time.monotonic()
-    subs = [s for s in SUBSTITUTIONS if not args.only or s[0] in args.only]
+    by_name = {s[0]: s for s in SUBSTITUTIONS}
+    subs = [by_name[n] for n in args.only] if args.only else SUBSTITUTIONS   # in the order asked
     records, results = [], []
     for name, workload, opts, module, cand, est in subs:
         left = args.budget - (time.monotonic() - t_start)

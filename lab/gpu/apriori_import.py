@@ -4,9 +4,10 @@
     tar xzf runs-1.tar.gz -C /tmp/new            # each <name>/: run.json, result.json, base/variant traces, loop/
     python3 lab/gpu/apriori_import.py /tmp/new/*/ [--root docs/gpu/apriori]
 
-Per run directory, the row's directory gets what `python -m headroom.report.apriori` reads: the base trace,
-run.json (the rounds), result.json (validate's result, which holds validate's estimate), verify.json and the
-problem's entry (from loop/). A run whose verify did not pass has no a-priori estimate and is refused; an
+Per run directory, the row's directory gets what `python -m headroom.report.apriori` reads: the base trace
+(and its capture trace, captures/base.json.gz, from `validate --graphs`), run.json (the rounds), result.json
+(validate's result, which holds validate's estimate), verify.json and the problem's entry (from loop/). Rows
+run under graphs go to their own root: `--root docs/gpu/graphs-apriori`. A run whose verify did not pass has no a-priori estimate and is refused; an
 existing row is refused (remove it first to replace it). Then refit and check the interval:
 `python -m headroom.report.calibration docs/gpu/apriori --write`.
 """
@@ -33,6 +34,9 @@ def import_run(run: Path, root: Path) -> str:
     dest.mkdir(parents=True)
     for p in need[:3] + [verify, entries[0]]:
         shutil.copyfile(p, dest / p.name)
+    if (run / "captures").is_dir():   # validate --graphs: the base trace's manifest names its capture trace
+        (dest / "captures").mkdir()
+        shutil.copyfile(run / "captures" / "base.json.gz", dest / "captures" / "base.json.gz")
     return f"{dest}: added"
 
 

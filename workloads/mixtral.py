@@ -62,7 +62,7 @@ def build(cfg: RunConfig, device: Any) -> Step:
     blocks = blocks_of(model, "MixtralDecoderLayer")
     return decoder_lm_step(cfg, device, model, blocks, config.vocab_size,
                            info={"attn_implementation": model.config._attn_implementation,
-                                 "experts_implementation": model.config._experts_implementation})
+                                 "experts_implementation": getattr(model.config, "_experts_implementation", experts)})
 
 
 SPEC = register_workload(WorkloadSpec(

@@ -59,13 +59,15 @@ def _is_config(value: Any) -> bool:
 def _config_expr(src: Source, value: Any, what: str) -> str:
     """A transformers config as a helper function that rebuilds it (checked to round-trip)."""
     cls = type(value)
-    d = {k: v for k, v in value.to_diff_dict().items() if k != "transformers_version"}
+    # Where a config was loaded from (_name_or_path: an hf: directory or hub id) is not part of the model.
+    meta = ("transformers_version", "_name_or_path")
+    d = {k: v for k, v in value.to_diff_dict().items() if k not in meta}
     try:
         again = cls(**d)
     except Exception as e:  # noqa: BLE001 - any failure means it cannot be written this way
         raise UserError(f"{what}: {cls.__name__}(**to_diff_dict()) does not rebuild the config ({e})") from None
     def strip(x: dict) -> dict:
-        return {k: v for k, v in x.items() if k != "transformers_version"}
+        return {k: v for k, v in x.items() if k not in meta}
 
     if strip(again.to_dict()) != strip(value.to_dict()):
         raise UserError(f"{what}: {cls.__name__}(**to_diff_dict()) does not rebuild the same config")

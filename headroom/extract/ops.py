@@ -25,7 +25,7 @@ from headroom.extract.record import record_trace
 from headroom.extract.result import ExtractResult, header_config, safe_name
 from headroom.jsonio import plain
 from headroom.profile.progress import Progress, _stage
-from headroom.profile.workload import RunConfig, WorkloadSpec
+from headroom.profile.workload import RunConfig, WorkloadSpec, file_stem
 from headroom.trace.ranges import PROFILER_STEP_PREFIX
 
 # Kineto's "Input type" strings -> torch dtypes.
@@ -135,7 +135,7 @@ def extract_op(spec: WorkloadSpec, cfg: RunConfig, dev: Any, op: str, out_dir: P
 
     if not op.startswith("aten::") or len(op) <= len("aten::"):
         raise UserError(f"--module op:{op}: expected op:aten::NAME (e.g. op:aten::mul)")
-    name = f"{spec.name}__{safe_name(op.replace('::', '_'))}"
+    name = f"{file_stem(spec.name)}__{safe_name(op.replace('::', '_'))}"
     with tempfile.TemporaryDirectory(prefix=".headroom-extract-") as tmp:
         if trace is None:
             step = None

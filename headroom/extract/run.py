@@ -29,7 +29,7 @@ from headroom.files import check_output_dir, check_output_not_input, write_atomi
 from headroom.jsonio import plain
 from headroom.profile.progress import Progress, _stage
 from headroom.profile.registry import get_workload, load_workload_file
-from headroom.profile.workload import Options, WorkloadSpec
+from headroom.profile.workload import Options, WorkloadSpec, file_stem
 from headroom.pyfile import import_file
 
 OP_PREFIX = "op:"
@@ -113,7 +113,7 @@ def extract(workload: str | WorkloadSpec, module: str, options: Options | None =
                           command=command, progress=progress)
     torch.manual_seed(0)
     cls = find_class(spec, cfg, module)
-    name = f"{spec.name}__{safe_name(cls.__name__)}"
+    name = f"{file_stem(spec.name)}__{safe_name(cls.__name__)}"
     for written in (f"{name}.py", f"{name}.toml", f"{name}.trace.json.gz"):
         check_output_not_input(out_dir / written, [trace, workload_file])
     step = None

@@ -1,5 +1,6 @@
 """The workload registry: the plug-ins in `headroom.workloads` (the top-level `workloads/`
-folder), plus files given with `--workload-file`."""
+folder), files given with `--workload-file`, and `hf:<hub id or directory>` names built from a
+Hugging Face configuration."""
 
 from __future__ import annotations
 
@@ -17,6 +18,8 @@ from headroom.pyfile import import_file
 _REGISTRY: dict[str, WorkloadSpec] = {}
 _DISCOVERED = False
 _DISCOVERY_ERRORS: dict[str, str] = {}
+# Workload names that are a Hugging Face hub id or a local directory holding config.json.
+HF_PREFIX = "hf:"
 
 
 def register_workload(spec: WorkloadSpec) -> WorkloadSpec:
@@ -75,9 +78,20 @@ def workload_names() -> list[str]:
 def get_workload(name: str) -> WorkloadSpec:
     discover()
     spec = _REGISTRY.get(name)
+    if spec is None and name.startswith(HF_PREFIX):
+        spec = register_workload(_hf_workload(name))
     if spec is None:
         raise UserError(f"unknown workload '{name}'; known: {', '.join(workload_names())}")
     return spec
+
+
+def _hf_workload(name: str) -> WorkloadSpec:
+    """`hf:<hub id or local directory>`: built from its configuration (workloads/_hf_config.py)."""
+    try:
+        from headroom.workloads._hf_config import hf_workload
+    except ImportError as e:
+        raise UserError(f"{name}: needs transformers ({e})") from None
+    return hf_workload(name)
 
 
 def load_workload_file(path: str | os.PathLike[str]) -> list[WorkloadSpec]:

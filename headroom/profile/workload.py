@@ -44,6 +44,14 @@ def canonical_dtype(name: str) -> str:
         raise UserError(f"unknown --dtype '{name}'; use one of bf16, fp16, fp32") from None
 
 
+def file_stem(workload: str) -> str:
+    """A workload name as file names use it: `hf:<hub id or directory>` becomes hf-<its last part>."""
+    if ":" not in workload:
+        return workload
+    scheme, ref = workload.split(":", 1)
+    return f"{scheme}-{ref.rstrip('/').rsplit('/', 1)[-1]}"
+
+
 def torch_dtype(name: str):
     import torch
 
@@ -163,7 +171,8 @@ class RunConfig:
     @property
     def tag(self) -> str:
         """File-name friendly id: workload[.flavour].variant."""
-        base = self.workload if self.flavour == "default" else f"{self.workload}.{self.flavour}"
+        name = file_stem(self.workload)
+        base = name if self.flavour == "default" else f"{name}.{self.flavour}"
         return f"{base}.{self.variant.replace(' ', '.')}"
 
 

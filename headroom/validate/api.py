@@ -85,8 +85,9 @@ def _place(tmp: Path, final: Path) -> None:
 def default_run_dir(workload: str, reps: Sequence[tuple[str, str]]) -> Path:
     """Where a run goes when no --out is given: out/validate/<workload>__<CLASS>[+<CLASS>...]."""
     from headroom.extract.result import safe_name
+    from headroom.profile.workload import file_stem
 
-    return Path("out/validate") / f"{workload}__{'+'.join(safe_name(c) for c, _ in reps)}"
+    return Path("out/validate") / f"{file_stem(workload)}__{'+'.join(safe_name(c) for c, _ in reps)}"
 
 
 def validate_or_recompute(workload: str | None, replace: Sequence[str] | Sequence[tuple[str, str]] = (),

@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.headroom-installed
 
-.PHONY: setup demo test test-slow lint bench figures readme clean
+.PHONY: setup demo test test-slow lint bench bench-check figures readme clean
 
 setup: $(STAMP)
 
@@ -27,6 +27,11 @@ lint: setup
 
 bench: setup
 	$(PY) benchmarks/bench_loader.py
+
+# The loader's regression check: fails when the loader costs 20% more, against a reference read of the same
+# trace in the same rounds, than the committed baseline says (benchmarks/regression.py, docs/benchmarks.md).
+bench-check: setup
+	$(PY) benchmarks/regression.py
 
 # The README figure and the scaling chart, from the shipped traces; FIGURE.json beside each holds the
 # numbers drawn (tests/test_figures.py checks them against a fresh computation).

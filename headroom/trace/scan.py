@@ -53,6 +53,8 @@ TYPES = {"pair": np.int32, "name": np.int32, "present": np.uint16, **{c: np.floa
          **({f"{c}_text": np.int32 for c in _scan.THREAD_COLUMNS} if _scan is not None else {})}
 # A scanner keeps every distinct name it met; one that met this many starts afresh (a long-lived process).
 NAMES_MAX = 1 << 20
+# The distinct module inputs remembered (a bound on the memory of a long-lived process).
+INPUTS_MAX = 1 << 16
 
 
 class _Codes:
@@ -66,6 +68,18 @@ class _Codes:
         self.empty_text: Any = None
         self.modules = np.empty(0, dtype=bool)
         self.module_ranges = np.empty(0, dtype=bool)
+        self.inputs: dict[tuple[bytes, bytes], str] = {}
+
+    def inputs_text(self, dims: bytes, types: bytes) -> str:
+        """A module range's `inputs` text, decoded once per distinct raw `Input Dims`/`Input type` (a model
+        calls its modules with the same shapes step after step: decoding each was the larger part of the
+        scanner path's Python time on the training shape)."""
+        text = self.inputs.get((dims, types))
+        if text is None:
+            if len(self.inputs) >= INPUTS_MAX:
+                self.inputs.clear()
+            text = self.inputs[(dims, types)] = module_inputs_text(dims, types)
+        return text
 
     def grow(self) -> None:
         """Take in the pairs and names the scanner met since the last call."""
@@ -150,8 +164,8 @@ def _table(table: str, doc, a: dict[str, np.ndarray], rows: np.ndarray, codes: n
                 return known.empty_text.new_from_index(0, len(rows))
             texts = [""] * len(rows)
             for i in ranges.tolist():
-                texts[i] = module_inputs_text(_raw_at(doc, a["dims_at"], a["dims_len"], rows[i]),
-                                              _raw_at(doc, a["types_at"], a["types_len"], rows[i]))
+                texts[i] = known.inputs_text(_raw_at(doc, a["dims_at"], a["dims_len"], rows[i]),
+                                             _raw_at(doc, a["types_at"], a["types_len"], rows[i]))
             return pl.Series(texts, dtype=pl.String)
         return _with_nulls(a[c][rows], (a["present"][rows] & (1 << PRESENT_BIT[c])) == 0, pl.Int64)
 

@@ -8,7 +8,8 @@ Per run directory, the row's directory gets what `python -m headroom.report.apri
 (and its capture trace, captures/base.json.gz, from `validate --graphs`), run.json (the rounds), result.json
 (validate's result, which holds validate's estimate), verify.json and the problem's entry (from loop/). Rows
 run under graphs go to their own root: `--root docs/gpu/graphs-apriori`.
-A run whose verify did not pass has no a-priori estimate and is refused; an existing row is refused (remove it first to replace it). Then refit and check the interval:
+A run whose verify did not pass has no a-priori estimate and is refused; an existing row is refused (remove
+it first to replace it). Then refit and check the interval:
 `python -m headroom.report.calibration docs/gpu/apriori --write`.
 """
 

@@ -706,6 +706,8 @@ def main() -> int:
     ap.add_argument("--clocks", action="store_true", help="sample SM clock and power (nvidia-smi) beside the run")
     ap.add_argument("--cpu-probe", action="store_true",
                     help="only each named row's replaced calls, host time in the model base and variant (no profiler)")
+    ap.add_argument("--archives", type=int, default=MAX_ARCHIVES,
+                    help="runs-<k>.tar.gz files (fewer leaves room for another job's files in the same call)")
     ap.add_argument("--dry-run", action="store_true", help="on this CPU with tiny models (the plumbing)")
     args = ap.parse_args()
     if args.dry_run:
@@ -750,7 +752,7 @@ def main() -> int:
         except Exception as e:  # noqa: BLE001 - one substitution must not stop the others
             rec = {"name": name, "status": f"script error: {type(e).__name__}: {e}"}
         rec["seconds"] = round(time.monotonic() - t0, 1)
-        slots = MAX_ARCHIVES - (1 if clocks.proc is not None else 0)   # clocks.csv.gz is one of the 8 files
+        slots = args.archives - (1 if clocks.proc is not None else 0)   # clocks.csv.gz is one of the 8 files
         rec["archive"] = archive(work, out, slot=len(records) % slots + 1)   # round robin: each under 16 MB
         shutil.rmtree(work, ignore_errors=True)
         log(f"== {name}: {rec['status']} in {rec['seconds']} s")

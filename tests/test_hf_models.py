@@ -103,6 +103,7 @@ def test_extract_through_hf(tmp_path):
     assert "MixtralConfig(**{" in r.problem.read_text()
 
 
+@pytest.mark.slow   # a whole validate run (~25 s on 2 cores); `make test-slow`
 def test_validate_through_hf(tmp_path):
     out = tmp_path / "v"
     p = subprocess.run([sys.executable, "-m", "headroom.cli", "validate", hf("tiny-llama-3-8b"), "--device", "cpu",

@@ -130,3 +130,15 @@ def test_the_summary_option_needs_a_value(tmp_path, capsys):
     with pytest.raises(SystemExit) as e:
         gpu_kernelbench.main(["--out", str(tmp_path), "--summary"])
     assert e.value.code == 2
+
+
+def test_the_sealed_preset_is_the_gpu_run():
+    import argparse
+
+    args = argparse.Namespace(preset="sealed", out="/o", groups="level1", only=None, max_rounds=24, budget=200.0,
+                              summary=None)
+    gpu_kernelbench.apply_preset(args, ["--out", "/o", "--preset", "sealed", "--budget=200"])
+    assert args.groups == "isolation,sealed,level1" and len(args.only) == 20 and len(set(args.only)) == 20
+    assert args.summary == "/o/verify_gpu.json" and args.budget == 200 and args.max_rounds == 16
+    assert all(p.stem.split("_")[0] in args.only for p in gpu_kernelbench._level1(kernelbench_dir(), args.only))
+    assert len(gpu_kernelbench._level1(kernelbench_dir(), args.only)) == 20

@@ -29,8 +29,12 @@ Order of work (each step skipped, and recorded in ``skipped``, once the budget i
 
 The GPU run of the sealed harness (docs/verify.md, "On the GPU")::
 
-    source lab/gpu/gpu_setup.sh && python3 lab/gpu/gpu_kernelbench.py --out $OUT \
-        --groups sealed,isolation,level1 --only 1 2 3 4 ... --budget 300 --summary $OUT/verify_gpu.json
+    source lab/gpu/gpu_setup.sh && timeout -k 15 420 python3 lab/gpu/gpu_kernelbench.py --out $OUT --preset sealed
+
+``--preset sealed`` is ``--groups isolation,sealed,level1 --only <PRESET_LEVEL1> --max-rounds 16 --budget 330
+--summary OUT/verify_gpu.json``: the isolation attacks, the sealed corpus, then 20 level-1 problems with
+the reference as its own candidate (expected ``pass`` at ~1.00x), about 6 minutes on an H100 (whatever the
+budget leaves out is listed in ``skipped``). Explicit options after it override it.
 
 ``--only`` picks the level-1 problems of every group, ``--extra-only`` those of ``level1-extra``
 (default: ``--only``), so one command reruns a list, e.g.::
@@ -105,6 +109,14 @@ ISOLATION_EXPECTED = {
 }
 
 
+# 20 level-1 problems, the quickest to verify on the H200 (docs/gpu/measure/kernelbench_l1.c.json.gz): the
+# identical-kernel control of ``--preset sealed``; 1 (the square matmul) and 19, 23, 40, 97 for their kinds
+PRESET_LEVEL1 = ("1", "19", "23", "40", "97", "66", "72", "75", "85", "98", "49", "51", "53", "83", "43", "100", "94",
+                 "96", "46", "59")
+PRESETS = {"sealed": {"groups": "isolation,sealed,level1", "only": list(PRESET_LEVEL1), "max_rounds": 16,
+                      "budget": 330.0, "summary": "verify_gpu.json"}}
+
+
 def seal_kind(device: str) -> str | None:
     """Which column of ``SEALED_EXPECTED`` applies on ``device`` with this process's environment (None: a
     CPU harness that is not root, or that leaves off other mechanisms than exactly the uid and the network
@@ -137,7 +149,8 @@ class Item:
 
 
 def find_kernelbench(arg: str | None) -> Path:
-    for c in (arg, os.environ.get("HEADROOM_KERNELBENCH"), REPO.parent / "shared" / "kernelbench",
+    for c in (arg, os.environ.get("HEADROOM_KERNELBENCH"), REPO / "shared" / "kernelbench",
+              REPO.parent / "shared" / "kernelbench",
               Path("/work/shared/kernelbench")):
         if c and (Path(c) / "level1").is_dir():
             return Path(c)
@@ -209,9 +222,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--extra-only", nargs="*", help="level-1 problems of level1-extra (default: --only)")
     ap.add_argument("--dry-run", action="store_true", help="CPU, scaled shapes, quick rounds (a test of the script)")
     ap.add_argument("--render", metavar="RESULTS", help="print the Markdown tables of a results file and exit")
+    ap.add_argument("--preset", choices=sorted(PRESETS), help="a named run (sealed: the GPU run of the sealed "
+                                                                "harness, see the module docstring)")
     ap.add_argument("--summary", metavar="JSON", help="also write a compact summary there (verdicts, speedups, "
                                                       "intervals, round orders, CPU split) after every problem")
     args = ap.parse_args(argv)
+    apply_preset(args, argv if argv is not None else sys.argv[1:])
     if args.render:
         print(render_markdown(json.loads(Path(args.render).read_text())))
         return 0
@@ -221,6 +237,18 @@ def main(argv: list[str] | None = None) -> int:
     if bad:
         ap.error(f"--groups: unknown group(s) {', '.join(bad)} (known: {', '.join(GROUPS)})")
     return run(args)
+
+
+def apply_preset(args: argparse.Namespace, argv: list[str]) -> None:
+    """``--preset``'s values, where the command line does not give the option itself."""
+    if not args.preset:
+        return
+    given = {a.split("=", 1)[0] for a in argv}
+    for key, value in PRESETS[args.preset].items():
+        if f"--{key.replace('_', '-')}" not in given:
+            setattr(args, key, value)
+            if key == "summary" and args.out:
+                args.summary = str(Path(args.out) / value)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -11,7 +11,7 @@ import pytest
 import torch
 from verify_support import REPO, kernelbench_dir
 
-sys.path.insert(0, str(REPO / "scripts"))
+sys.path.insert(0, str(REPO / "lab" / "gpu"))
 import gpu_kernelbench  # noqa: E402
 
 
@@ -85,3 +85,60 @@ def test_every_sealed_candidate_has_its_verdict_on_each_seal(monkeypatch):
     r = gpu_kernelbench._tag({"candidate": str(gpu_kernelbench.SEALED / "attack_forkserver.py"), "verdict": "fail"},
                              it, "sealed_attack", "uid")
     assert (r["expected"], r["as_expected"]) == ("error", False)
+
+
+def test_every_isolation_attack_has_its_verdicts_on_each_device():
+    attacks = {p.stem for p in gpu_kernelbench.ISOLATION.glob("*.py") if not p.name.startswith("_")}
+    assert set(gpu_kernelbench.ISOLATION_EXPECTED) == attacks
+    for name, v in gpu_kernelbench.ISOLATION_EXPECTED.items():
+        assert set(v) == {"cpu", "cuda"} and all(v.values()), name
+    it = gpu_kernelbench.Item("isolation", gpu_kernelbench.SEALED_PROBLEM, [])
+    cand = str(gpu_kernelbench.ISOLATION / "attack_ring_inplace.py")
+    r = gpu_kernelbench._tag({"candidate": cand, "verdict": "error"}, it, "isolation", "uid", "cpu")
+    assert r["as_expected"] and r["expected"] == "error"
+    r = gpu_kernelbench._tag({"candidate": cand, "verdict": "error"}, it, "isolation", "same-uid", "cuda:0")
+    assert not r["as_expected"] and r["expected"] == "fail"
+    r = gpu_kernelbench._tag({"candidate": cand, "verdict": "pass"}, it, "isolation", "uid", "cpu")
+    assert not r["as_expected"]
+
+
+def test_the_gpu_runs_groups_in_a_dry_run_with_a_summary(tmp_path):
+    """The GPU command's groups (isolation, level1 identical kernels) on a CPU, with --summary."""
+    kb = kernelbench_dir()
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    summary = tmp_path / "verify_gpu.json"
+    try:
+        rc = gpu_kernelbench.main(["--out", str(tmp_path), "--dry-run", "--groups", "isolation,level1",
+                                   "--only", "1", "--budget", "200", "--kernelbench", str(kb),
+                                   "--summary", str(summary)])
+    finally:
+        torch.set_num_threads(threads)
+    assert rc == 0
+    doc = json.loads(summary.read_text())
+    assert doc["groups"]["isolation"]["results"] == len(gpu_kernelbench.ISOLATION_EXPECTED)
+    assert doc["groups"]["level1"]["results"] == 1
+    rows = {(r["group"], r["candidate"]): r for r in doc["results"]}
+    ident = rows[("level1", "reference.py")]
+    assert ident["verdict"] in ("pass", "inconclusive"), ident
+    for name in ("attack_ring_write", "attack_ring_inplace", "attack_release_precompute", "attack_output_span"):
+        assert rows[("isolation", f"{name}.py")]["verdict"] != "pass", rows[("isolation", f"{name}.py")]
+    assert summary.stat().st_size < 1 << 20 and len(list(tmp_path.iterdir())) <= 8
+
+
+def test_the_summary_option_needs_a_value(tmp_path, capsys):
+    with pytest.raises(SystemExit) as e:
+        gpu_kernelbench.main(["--out", str(tmp_path), "--summary"])
+    assert e.value.code == 2
+
+
+def test_the_sealed_preset_is_the_gpu_run():
+    import argparse
+
+    args = argparse.Namespace(preset="sealed", out="/o", groups="level1", only=None, max_rounds=24, budget=200.0,
+                              summary=None)
+    gpu_kernelbench.apply_preset(args, ["--out", "/o", "--preset", "sealed", "--budget=200"])
+    assert args.groups == "isolation,sealed,level1" and len(args.only) == 20 and len(set(args.only)) == 20
+    assert args.summary == "/o/verify_gpu.json" and args.budget == 200 and args.max_rounds == 16
+    assert all(p.stem.split("_")[0] in args.only for p in gpu_kernelbench._level1(kernelbench_dir(), args.only))
+    assert len(gpu_kernelbench._level1(kernelbench_dir(), args.only)) == 20

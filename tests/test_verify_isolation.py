@@ -5,6 +5,7 @@ model"). Each attack in tests/cheaters/isolation/ here is the candidate's own co
 
 from __future__ import annotations
 
+import mmap
 import os
 import shutil
 import uuid
@@ -39,6 +40,13 @@ def _verify(tmp_path, name: str, env: dict | None = None):
         return verify_candidate(problem, cand, reference=ref)
     finally:
         ref.close()
+
+
+def _cgroup_cpuset() -> bool:
+    cg = sandbox.Cgroup(f"headroom-probe-{os.getpid()}", None, None)
+    ok = cg.can_freeze and cg.can_set_cpus()
+    cg.remove()
+    return ok
 
 
 def _failed(r) -> set[str]:
@@ -95,12 +103,63 @@ def test_the_ring_is_sealed_and_has_no_path():
         assert fcntl.fcntl(ring.fd, fcntl.F_GET_SEALS) & ring_mod.SEALS == ring_mod.SEALS
         with pytest.raises(PermissionError):
             os.ftruncate(ring.fd, 0)
+        with pytest.raises(PermissionError):  # F_SEAL_FUTURE_WRITE: no new writable mapping, no write
+            mmap.mmap(ring.fd, ring.nbytes)
+        with pytest.raises(PermissionError):
+            os.pwrite(ring.fd, b"x", 0)
+        reopened = os.open(f"/proc/self/fd/{ring.fd}", os.O_RDWR)
+        try:
+            with pytest.raises(PermissionError):
+                mmap.mmap(reopened, ring.nbytes)
+        finally:
+            os.close(reopened)
         assert os.fstat(ring.fd).st_mode & 0o777 == 0o600
         ring.buf[:4] = 7  # the harness writes through its own mapping
         ring.scrub(2)  # before a gated candidate phase: the last phase's inputs are gone
         assert ring.buf[:4].tolist() == [255, 255, 7, 7]
     finally:
         ring.close()
+
+
+def test_the_child_maps_the_ring_read_only():
+    """The child's view of the ring (``map_ring``, given the descriptor as the pipe would) reads the
+    harness's writes and cannot be made writable."""
+    import ctypes
+    import mmap
+    from multiprocessing import reduction
+
+    ring = ring_mod.Ring(1 << 16, "cpu")
+    orig = reduction.recv_handle
+    try:
+        ring.buf[:3] = 9
+        reduction.recv_handle = lambda conn: os.dup(ring.fd)
+        view = ring_mod.map_ring(ring.spec, "cpu", conn=None)
+        assert view[:3].tolist() == [9, 9, 9]
+        ring.buf[:3] = 4  # the harness's later writes show through
+        assert view[:3].tolist() == [4, 4, 4]
+        libc = ctypes.CDLL(None, use_errno=True)
+        assert libc.mprotect(ctypes.c_void_p(view.data_ptr()), ctypes.c_size_t(mmap.PAGESIZE),
+                             mmap.PROT_READ | mmap.PROT_WRITE) != 0
+    finally:
+        reduction.recv_handle = orig
+        ring.close()
+
+
+def test_writing_the_ring_through_any_door_is_refused(tmp_path):
+    """A writable mapping of its descriptor, write(), a reopen through /proc/self/fd, mprotect: each refused."""
+    r = _verify(tmp_path, "attack_ring_write")
+    assert_caught(r)
+    assert r.verdict == "error" and "refused every write" in r.reason, r.reason
+    for door in ("mmap PROT_WRITE", "write", "reopen O_RDWR", "mprotect PROT_WRITE"):
+        assert door in r.reason, r.reason
+
+
+def test_an_input_written_in_place_faults(tmp_path):
+    """x.mul_(0) on its input: the child's mapping is read-only, the write faults (once a
+    no_input_mutation fail)."""
+    r = _verify(tmp_path, "attack_ring_inplace")
+    assert_caught(r)
+    assert r.verdict in ("error", "fail"), r.reason
 
 
 @needs_x86
@@ -175,3 +234,37 @@ def test_the_sweep_removes_a_uids_files_but_not_a_build_directory(tmp_path):
     removed = sandbox.sweep_uid(uid, roots=(str(root),), exclude={os.path.realpath(root / "build")})
     assert not (root / "shared").exists() and (root / "build" / "ext.so").exists()
     assert removed >= 1
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="one CPU: the two timed children share it")
+@pytest.mark.skipif(not _cgroup_cpuset(), reason="no writable cgroup cpuset with a freezer")
+def test_the_timed_children_never_share_a_core(tmp_path, monkeypatch):
+    """Disjoint halves, exchanged every round; the candidate's own widening of its affinity buys no core of
+    the reference's (the kernel's view of every task of both children, each round, and its own)."""
+    report = open_dir() / f"cpus-{uuid.uuid4().hex[:8]}.json"
+    r = _verify(tmp_path, "attack_widen_cpus", env={"HEADROOM_TEST_REPORT": str(report)})
+    assert r.verdict in ("pass", "inconclusive"), r.reason
+    split = r.timing["cpu_split"]
+    a, b = split["reference"], split["candidate"]
+    assert split["disjoint"] and split["swapped"] and split["disjoint_in_every_round"], split
+    assert a and len(a) == len(b) and not set(a) & set(b), split
+    for i, rnd in enumerate(split["by_round"]):
+        assert (rnd["reference"], rnd["candidate"]) == ((a, b) if i % 2 == 0 else (b, a)), (i, split)
+    seen = [list(s) for s in __import__("json").loads(report.read_text())]
+    report.unlink()
+    assert seen and all(s in (a, b) for s in seen), (seen, split)  # never both halves at once
+    assert sorted(map(tuple, seen)) == sorted([tuple(a), tuple(b)]), seen  # it ran on each half in turn
+    cand = r.info["sandbox"]["candidate"]
+    assert cand["cpus"] == b and r.info["sandbox"]["reference"]["cpus"] == a, r.info["sandbox"]
+
+
+def test_the_cpu_split_on_one_cpu_and_on_many(monkeypatch):
+    from headroom.verify import cpus
+
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {3})
+    assert cpus.split(None) is None and cpus.for_role("candidate", 1) == ([3], 1)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(5)))
+    assert cpus.split(None) == ([0, 1], [2, 3], None)
+    assert cpus.split(1) == ([0], [2], 1) and cpus.split(8) == ([0, 1], [2, 3], 8)
+    assert cpus.for_role("reference", 1) == ([0], 1) and cpus.for_role("candidate", 1) == ([2], 1)
+    assert cpus.parse_list("0-2,5,7-8") == {0, 1, 2, 5, 7, 8}

@@ -172,13 +172,15 @@ def test_the_child_holds_nothing_of_the_harness(tmp_path):
 
 @needs_cgroup
 def test_both_children_get_the_same_cpus_and_quota(tmp_path):
-    """--threads 1: both children confined to the same one CPU with a one-CPU quota; the candidate's
-    extra threads buy nothing, and its CPU per forward is accounted by cgroup."""
+    """--threads 1: each child confined to one CPU of its own (disjoint, where there are two) with a
+    one-CPU quota; the candidate's extra threads buy nothing, and its CPU per forward is accounted by cgroup."""
     r, report = _attack(tmp_path, "attack_threads", threads=1)
     sb = r.info["sandbox"]
     assert [int(c) for c in report.split(",")] == sb["candidate"]["cpus"], report
     if "reference" in sb:
-        assert sb["candidate"]["cpus"] == sb["reference"]["cpus"] and len(sb["candidate"]["cpus"]) == 1
+        assert len(sb["candidate"]["cpus"]) == len(sb["reference"]["cpus"]) == 1
+        if len(os.sched_getaffinity(0)) >= 2:
+            assert not set(sb["candidate"]["cpus"]) & set(sb["reference"]["cpus"]), sb
         assert sb["candidate"]["cpu_quota"] == sb["reference"]["cpu_quota"] == 1
     if "cpu" in sb:
         assert sb["cpu"]["candidate"]["parallelism"] <= 1.0 * sandbox.CPU_SLACK + 0.1, sb["cpu"]

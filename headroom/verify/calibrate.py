@@ -131,23 +131,7 @@ def start_reference(ref: ReferenceRun, max_numel: int, others: list[Child],
     rt = ReferenceTiming(child, 1, max_numel, device_name=child.ready.device_name,
                          precision=dict(child.ready.precision), gated=bool(ref.clock and child.ready.gated))
     try:
-        one = fresh_sets(ref, "ref.memory", 1)
-        args = place(ref, one, [child, *others])
-        mem = child.request(P.Memory(seq=0, args=args[0]), stage="reference memory")
-        rt.memory = {"peak_bytes": mem.peak_bytes, "method": mem.method, "free_bytes": mem.free_bytes}
-        # profiled in the harness (trusted code, one profiler for the whole run), on the same inputs
-        rt.call = launches.profile_call(ref.model, shared.view_all(ref.ring, args[0]), ref.device.startswith("cuda"))
-        rt.launches = rt.call.launches
-        # and in the reference's child, the process that is timed, as the candidate's child profiles itself
-        la = child.request(P.Launches(seq=0, args=args[0]), stage="profiling the reference's call in its child")
-        rt.child_call = launches.CallProfile(la.count, la.method, la.kernel_us, la.syncs, la.d2h_bytes,
-                                             tuple(tuple(k) for k in la.top_kernels))
-        if ref.options.vs_compile:
-            done = child.request(P.Compile(seq=0, args=args[0]), stage="torch.compile of the reference",
-                                 timeout=ref.options.reference_timeout)
-            rt.compile_error = done.error
-        per_set = shared.inputs_bytes(one[0])
-        del one, args  # the memory set is not kept through the timing
+        per_set = _measure_call(ref, rt, child, others)
         out_bytes = ref.estimate.outputs_bytes if ref.estimate else per_set
         budget = _memory_budget(ref)
         n_mem = memory_iters(budget, per_set, out_bytes, rt.gated)
@@ -161,49 +145,80 @@ def start_reference(ref: ReferenceRun, max_numel: int, others: list[Child],
                            max_numel, others)
             est = max(ph.wall_ms - ph.read_ms, 1e-3) / n
             n = tm.iterations(est, policy.target_phase_ms, policy.max_iters, n_mem, n_queue)
-        while True:  # a gated enqueue that blocks: the queue is full (fewer per phase) or the forward syncs
-            sets = fresh_sets(ref, "ref.calibration", n)
-            cal: list[Phase] = []
-            nulls: list[Phase] = []
-            plain_nulls: list[Phase] = []
-            for i in range(policy.calibration_phases):
-                nulls.append(run_phase(child, ref, sets, {"tf32": True}, _drawer(ref, "null"), policy, max_numel,
-                                       others, null=True, gated=rt.gated))
-                if rt.gated:  # the plain clock's fixed cost too (a candidate that syncs is timed plain)
-                    plain_nulls.append(run_phase(child, ref, sets, {"tf32": True}, _drawer(ref, "pnull"), policy,
-                                                 max_numel, others, null=True, gated=False))
-                cal.append(run_phase(child, ref, sets, {"tf32": True}, _drawer(ref, "calibration"), policy,
-                                     max_numel, others, gated=rt.gated))
-            if not any(p.blocked for p in cal):
-                break
-            if n == 1:
-                rt.gated = False  # the reference itself waits on the GPU: every arm runs plain phases
-                rt.calibration["reference_blocked"] = True
-            else:
-                n = max(1, n // 2)
-        rt.n = n
-        pn = plain_nulls or [p for p in nulls if not p.gated]
-        rt.null_min_ms = min((p.wall_ms for p in pn), default=0.0)
-        rt.null_flag_min_ms = min((p.flag_ms for p in nulls if p.gated), default=0.0)
-        rt.enqueue_null_min_ms = min((p.enqueue_ms for p in nulls), default=0.0)
-        rt.read_min_ms = min(p.read_ms for p in cal)
-        rt.read_max_ms = max(p.read_ms for p in cal)
-        rt.write_max_ms = max(p.write_ms for p in cal)
-        rt.alone_ms = [rt.net_ms(p, n) for p in cal]
-        rt.standalone_ms = statistics.median(rt.alone_ms)
-        cpu = [p.cpu_ms / n for p in cal if p.cpu_ms is not None]
-        rt.cpu_alone_ms = statistics.median(cpu) if cpu else None
-        rt.calibration = {**rt.calibration, "null_phase_ms": [p.wall_ms for p in pn],
-                          "null_flag_ms": [p.flag_ms for p in nulls if p.gated],
-                          "null_enqueue_ms": [p.enqueue_ms for p in nulls], "sample_read_ms": [p.read_ms for p in cal],
-                          "input_write_ms": [p.write_ms for p in cal], "phase_ms": [p.wall_ms for p in cal],
-                          "flag_ms": [p.flag_ms for p in cal], "iters": n, "estimate_ms_per_iter": est, "memory_limit_iters": n_mem,
-                          "queue_limit_iters": n_queue, "clock": "gated" if rt.gated else "plain"}
-        if ref.clock is not None and not child.ready.gated:
-            rt.calibration["gate_unavailable"] = child.ready.clock_error
-        say(f"{ref.name}: reference timed alone at {rt.standalone_ms:.4g} ms/forward ({n} per phase, "
+        _calibrate(ref, rt, child, others, max_numel, n, est, n_mem, n_queue)
+        say(f"{ref.name}: reference timed alone at {rt.standalone_ms:.4g} ms/forward ({rt.n} per phase, "
             f"{'gated GPU clock' if rt.gated else 'plain clock'}, overhead {rt.overhead_ms:.3g} ms per phase)")
     except BaseException:
         child.close()
         raise
     return rt
+
+
+def _measure_call(ref: ReferenceRun, rt: ReferenceTiming, child: Child, others: list[Child]) -> int:
+    """The reference child's memory measurement and call profiles (and its ``torch.compile`` with
+    ``--vs-compile``), on one input set; returns that set's bytes."""
+    one = fresh_sets(ref, "ref.memory", 1)
+    args = place(ref, one, [child, *others])
+    mem = child.request(P.Memory(seq=0, args=args[0]), stage="reference memory")
+    rt.memory = {"peak_bytes": mem.peak_bytes, "method": mem.method, "free_bytes": mem.free_bytes}
+    # profiled in the harness (trusted code, one profiler for the whole run), on the same inputs
+    rt.call = launches.profile_call(ref.model, shared.view_all(ref.ring, args[0]), ref.device.startswith("cuda"))
+    rt.launches = rt.call.launches
+    # and in the reference's child, the process that is timed, as the candidate's child profiles itself
+    la = child.request(P.Launches(seq=0, args=args[0]), stage="profiling the reference's call in its child")
+    rt.child_call = launches.CallProfile(la.count, la.method, la.kernel_us, la.syncs, la.d2h_bytes,
+                                         tuple(tuple(k) for k in la.top_kernels))
+    if ref.options.vs_compile:
+        done = child.request(P.Compile(seq=0, args=args[0]), stage="torch.compile of the reference",
+                             timeout=ref.options.reference_timeout)
+        rt.compile_error = done.error
+    per_set = shared.inputs_bytes(one[0])
+    del one, args  # the memory set is not kept through the timing
+    return per_set
+
+
+def _calibrate(ref: ReferenceRun, rt: ReferenceTiming, child: Child, others: list[Child], max_numel: int, n: int,
+               est: float | None, n_mem: int, n_queue: int | None) -> None:
+    """The reference timed alone: null and calibration phases at ``n`` forwards (fewer where a gated
+    enqueue blocks), the clock's fixed costs and the standalone time into ``rt``."""
+    policy = ref.policy
+    while True:  # a gated enqueue that blocks: the queue is full (fewer per phase) or the forward syncs
+        sets = fresh_sets(ref, "ref.calibration", n)
+        cal: list[Phase] = []
+        nulls: list[Phase] = []
+        plain_nulls: list[Phase] = []
+        for i in range(policy.calibration_phases):
+            nulls.append(run_phase(child, ref, sets, {"tf32": True}, _drawer(ref, "null"), policy, max_numel,
+                                   others, null=True, gated=rt.gated))
+            if rt.gated:  # the plain clock's fixed cost too (a candidate that syncs is timed plain)
+                plain_nulls.append(run_phase(child, ref, sets, {"tf32": True}, _drawer(ref, "pnull"), policy,
+                                             max_numel, others, null=True, gated=False))
+            cal.append(run_phase(child, ref, sets, {"tf32": True}, _drawer(ref, "calibration"), policy,
+                                 max_numel, others, gated=rt.gated))
+        if not any(p.blocked for p in cal):
+            break
+        if n == 1:
+            rt.gated = False  # the reference itself waits on the GPU: every arm runs plain phases
+            rt.calibration["reference_blocked"] = True
+        else:
+            n = max(1, n // 2)
+    rt.n = n
+    pn = plain_nulls or [p for p in nulls if not p.gated]
+    rt.null_min_ms = min((p.wall_ms for p in pn), default=0.0)
+    rt.null_flag_min_ms = min((p.flag_ms for p in nulls if p.gated), default=0.0)
+    rt.enqueue_null_min_ms = min((p.enqueue_ms for p in nulls), default=0.0)
+    rt.read_min_ms = min(p.read_ms for p in cal)
+    rt.read_max_ms = max(p.read_ms for p in cal)
+    rt.write_max_ms = max(p.write_ms for p in cal)
+    rt.alone_ms = [rt.net_ms(p, n) for p in cal]
+    rt.standalone_ms = statistics.median(rt.alone_ms)
+    cpu = [p.cpu_ms / n for p in cal if p.cpu_ms is not None]
+    rt.cpu_alone_ms = statistics.median(cpu) if cpu else None
+    rt.calibration = {**rt.calibration, "null_phase_ms": [p.wall_ms for p in pn],
+                      "null_flag_ms": [p.flag_ms for p in nulls if p.gated],
+                      "null_enqueue_ms": [p.enqueue_ms for p in nulls], "sample_read_ms": [p.read_ms for p in cal],
+                      "input_write_ms": [p.write_ms for p in cal], "phase_ms": [p.wall_ms for p in cal],
+                      "flag_ms": [p.flag_ms for p in cal], "iters": n, "estimate_ms_per_iter": est, "memory_limit_iters": n_mem,
+                      "queue_limit_iters": n_queue, "clock": "gated" if rt.gated else "plain"}
+    if ref.clock is not None and not child.ready.gated:
+        rt.calibration["gate_unavailable"] = child.ready.clock_error

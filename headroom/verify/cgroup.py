@@ -110,6 +110,29 @@ class Cgroup:
             except OSError as e:
                 self.notes.append(f"cgroup v2 {ctrl}: {e.strerror}")
 
+    def _cpuset_file(self) -> str | None:
+        if "cpuset" in self.v1:
+            return os.path.join(self.v1["cpuset"], "cpuset.cpus")
+        if self.v2 and os.path.isfile(os.path.join(self.v2, "cpuset.cpus")):
+            return os.path.join(self.v2, "cpuset.cpus")
+        return None
+
+    def can_set_cpus(self) -> bool:
+        return self._cpuset_file() is not None
+
+    def set_cpus(self, cpus: list[int]) -> bool:
+        """Move every task of the cgroup to ``cpus`` (the kernel rewrites each task's affinity)."""
+        f = self._cpuset_file()
+        if f is None:
+            return False
+        try:
+            _write(f, ",".join(map(str, cpus)))
+        except OSError as e:
+            self.notes.append(f"cgroup cpuset: {e.strerror} moving the child to CPUs {cpus}")
+            return False
+        self.cpus = list(cpus)
+        return True
+
     @property
     def available(self) -> bool:
         return bool(self.v2 or self.v1)

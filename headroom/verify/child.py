@@ -217,18 +217,7 @@ def _serve(conn: Any, job: P.Job, state: dict) -> None:
                                    top_kernels=list(cp.top_kernels))
         elif isinstance(cmd, P.Trial):
             kept = _released(prims, kept, model, ring)  # the previous command's outputs (the harness has read them)
-            xs = args(cmd.args)
-            with calls.call(True):  # the same state as a timed call (``_Calls``): nothing tells them apart
-                out = model(*xs)  # type: ignore[misc]
-                calls.returned()
-                prims.stream_sync()
-                unordered = 0.0
-                if prims.cuda:  # anything still running once the caller's stream is done?
-                    t0 = prims.perf()
-                    prims.sync()
-                    unordered = (prims.perf() - t0) * 1e3
-            kept = prob.flatten_outputs(out)
-            prims.ipc_dirty = prims.cuda
+            kept, unordered = _trial(model, args(cmd.args), prims, calls)
             reply = P.TrialDone(seq=cmd.seq, outputs=[shared.describe(o, mode) for o in kept],
                                 violations=integrity.violations(snap), unordered_ms=unordered)
         elif isinstance(cmd, P.Run):
@@ -242,14 +231,7 @@ def _serve(conn: Any, job: P.Job, state: dict) -> None:
             reply = P.RunDone(seq=cmd.seq, outputs=outs, child_ms=ms, violations=integrity.violations(snap),
                               segments=segments.take_new() if segments is not None else [])
         elif isinstance(cmd, P.Compile):
-            err = None
-            try:
-                compiled = torch.compile(model)
-                with torch.no_grad():
-                    compiled(*args(cmd.args))
-                torch.cuda.synchronize() if prims.cuda else None
-            except Exception as e:
-                compiled, err = None, f"torch.compile: {type(e).__name__}: {e}"[:500]
+            compiled, err = _compile(model, args(cmd.args), prims)
             calls.outside()
             reply = P.Done(seq=cmd.seq, violations=integrity.violations(snap), error=err)
         elif isinstance(cmd, P.Release):
@@ -259,6 +241,34 @@ def _serve(conn: Any, job: P.Job, state: dict) -> None:
             conn.send_bytes(P.encode(P.Done(seq=cmd.seq, violations=integrity.violations(snap))))
             return
         conn.send_bytes(P.encode(reply))
+
+
+def _trial(model: Any, xs: list, prims: _Prims, calls: _Calls) -> tuple[list, float]:
+    """One trial's call: its outputs, and on a GPU how long work outside the caller's stream still ran (ms)."""
+    with calls.call(True):  # the same state as a timed call (``_Calls``): nothing tells them apart
+        out = model(*xs)
+        calls.returned()
+        prims.stream_sync()
+        unordered = 0.0
+        if prims.cuda:  # anything still running once the caller's stream is done?
+            t0 = prims.perf()
+            prims.sync()
+            unordered = (prims.perf() - t0) * 1e3
+    kept = prob.flatten_outputs(out)
+    prims.ipc_dirty = prims.cuda
+    return kept, unordered
+
+
+def _compile(model: Any, xs: list, prims: _Prims) -> tuple[Any, str | None]:
+    """``torch.compile`` of the reference and its first call (``--vs-compile``): (compiled or None, error)."""
+    try:
+        compiled = torch.compile(model)
+        with torch.no_grad():
+            compiled(*xs)
+        torch.cuda.synchronize() if prims.cuda else None
+    except Exception as e:
+        return None, f"torch.compile: {type(e).__name__}: {e}"[:500]
+    return compiled, None
 
 
 def _describe_timed(o: Any, segments: Any, mode: str) -> P.Out:

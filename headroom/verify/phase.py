@@ -95,6 +95,51 @@ def _read(child: Child, reply: Any, n: int, pos_seed: int, policy: tm.Policy,
     return samples, shapes, sampled
 
 
+def _gated_run(child: Child, ref: ReferenceRun, sets: list[list], run: dict, policy: tm.Policy,
+               others: list[Child], null: bool, untrusted: bool) -> tuple:
+    """A gated phase's ``Run`` (the GPU clock, ``gate``): enqueue with the gate shut, freeze the child, write
+    the inputs, open the gate and wait for the flag. (args, reply, blocked, write_ms, t0, t_flag, enqueue_ms)."""
+    clock = ref.clock
+    assert clock is not None
+    args = place(ref, sets, [child, *others], write=False)  # the inputs go in once the child is frozen
+    ring = ref.ring
+    assert ring is not None  # place made it
+    # a null phase writes the same inputs: the GPU then switches from the harness's context (its
+    # copy) to the child's inside the clock, as in a timed phase (~145 us per phase on the H200)
+    staged = ring.stage(sets, args)
+    if untrusted:  # it is thawed to enqueue before the inputs go in: the ring must not still hold this
+        ring.scrub(staged)  # round's inputs from the reference's phase (a side stream would read them)
+    token = clock.token()
+    opened: list[float] = []
+
+    def open_gate() -> None:  # the child is waiting on the GPU inside its enqueue (a host sync)
+        ring.commit(staged)  # its kernels are gated: none has read the ring yet
+        opened.append(time.perf_counter())
+        clock.open(child.job.clock_slot, token)
+
+    t_send = time.perf_counter()
+    reply = child.request(P.Run(seq=0, batches=args, null=null, token=token, **run), stage="timing",
+                          freeze=False, first_wait=policy.enqueue_timeout_s, on_slow=open_gate)
+    t_reply = time.perf_counter()
+    child.freeze()
+    blocked = bool(opened)
+    t_w = time.perf_counter()
+    if not blocked:
+        ring.commit(staged)
+        t0 = time.perf_counter()
+        clock.open(child.job.clock_slot, token)
+        write_ms = (t0 - t_w) * 1e3
+    else:
+        t0 = opened[0]
+        write_ms = 0.0
+    if not clock.wait_flag(child.job.clock_slot, token, max(60.0, 50 * policy.enqueue_timeout_s)):
+        raise ChildFailed("the GPU work of a timed phase did not finish in 60 s (during timing)",
+                          child.log_tail())
+    t_flag = time.perf_counter()
+    enqueue_ms = (t_reply - t_send) * 1e3
+    return args, reply, blocked, write_ms, t0, t_flag, enqueue_ms
+
+
 def run_phase(child: Child, ref: ReferenceRun, sets: list[list], run: dict, draw: Callable[[], int],
               policy: tm.Policy, max_numel: int, others: list[Child], null: bool = False,
               gated: bool = True, untrusted: bool = False) -> Phase:
@@ -117,42 +162,8 @@ def run_phase(child: Child, ref: ReferenceRun, sets: list[list], run: dict, draw
     _, hw0 = thread_sched_ns()
     n = len(sets)
     if gated:
-        args = place(ref, sets, [child, *others], write=False)  # the inputs go in once the child is frozen
-        ring = ref.ring
-        assert ring is not None  # place made it
-        # a null phase writes the same inputs: the GPU then switches from the harness's context (its
-        # copy) to the child's inside the clock, as in a timed phase (~145 us per phase on the H200)
-        staged = ring.stage(sets, args)
-        if untrusted:  # it is thawed to enqueue before the inputs go in: the ring must not still hold this
-            ring.scrub(staged)  # round's inputs from the reference's phase (a side stream would read them)
-        token = clock.token()
-        opened: list[float] = []
-
-        def open_gate() -> None:  # the child is waiting on the GPU inside its enqueue (a host sync)
-            ring.commit(staged)  # its kernels are gated: none has read the ring yet
-            opened.append(time.perf_counter())
-            clock.open(child.job.clock_slot, token)
-
-        t_send = time.perf_counter()
-        reply = child.request(P.Run(seq=0, batches=args, null=null, token=token, **run), stage="timing",
-                              freeze=False, first_wait=policy.enqueue_timeout_s, on_slow=open_gate)
-        t_reply = time.perf_counter()
-        child.freeze()
-        blocked = bool(opened)
-        t_w = time.perf_counter()
-        if not blocked:
-            ring.commit(staged)
-            t0 = time.perf_counter()
-            clock.open(child.job.clock_slot, token)
-            write_ms = (t0 - t_w) * 1e3
-        else:
-            t0 = opened[0]
-            write_ms = 0.0
-        if not clock.wait_flag(child.job.clock_slot, token, max(60.0, 50 * policy.enqueue_timeout_s)):
-            raise ChildFailed("the GPU work of a timed phase did not finish in 60 s (during timing)",
-                              child.log_tail())
-        t_flag = time.perf_counter()
-        enqueue_ms = (t_reply - t_send) * 1e3
+        args, reply, blocked, write_ms, t0, t_flag, enqueue_ms = _gated_run(child, ref, sets, run, policy, others,
+                                                                           null, untrusted)
     else:
         args = place(ref, sets, [child, *others])
         blocked = False

@@ -1,11 +1,15 @@
 """The input ring: the harness's buffer of every command's inputs, which both children map.
 
 CPU: a memfd (``memfd_create``) sealed against shrinking and growing (``F_SEAL_SHRINK``,
-``F_SEAL_GROW``, then ``F_SEAL_SEAL``) and mode 0600, sent to each child as a descriptor over its
-command pipe (``SCM_RIGHTS``) right after ``MapRing``. It has no path: no child can swap the file
-another maps, and none can truncate it so that the harness's next write faults (``SIGBUS``, the
-harness dead with the child's cgroup and files left behind). GPU: one raw CUDA allocation shared by
-the driver's IPC (``cuda_ipc``), outside torch's allocator.
+``F_SEAL_GROW``) and, once the harness holds its own writable mapping, against every later write
+(``F_SEAL_FUTURE_WRITE``: no ``write``, no new shared writable mapping, no ``mprotect`` of a mapping
+to writable, through this descriptor or any reopened one), then ``F_SEAL_SEAL``; mode 0600, sent to
+each child as a descriptor over its command pipe (``SCM_RIGHTS``) right after ``MapRing``. Every child
+maps it ``PROT_READ``: the harness alone writes the inputs the reference will read. It has no path:
+no child can swap the file another maps, and none can truncate it so that the harness's next write
+faults (``SIGBUS``, the harness dead with the child's cgroup and files left behind). GPU: one raw
+CUDA allocation shared by the driver's IPC (``cuda_ipc``), outside torch's allocator, which the
+legacy IPC maps read-write in the child (``no_input_mutation`` digests it after every phase).
 """
 
 from __future__ import annotations
@@ -20,20 +24,33 @@ from headroom.verify import protocol as P
 from headroom.verify.shared import ALIGN, _aligned, _layout_stride, dtype_name, span_elements, view  # noqa: F401
 
 _GENERATION = itertools.count(1)
-SEALS = fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SEAL
+F_SEAL_FUTURE_WRITE = getattr(fcntl, "F_SEAL_FUTURE_WRITE", 0x0010)  # Linux 5.1; not in Python 3.11's fcntl
+SIZE_SEALS = fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW
+SEALS = SIZE_SEALS | F_SEAL_FUTURE_WRITE | fcntl.F_SEAL_SEAL
 
 
-def sealed_memfd(nbytes: int) -> int:
-    """An anonymous shared file of ``nbytes`` that nobody can resize (the seals) or reopen but its owner."""
+def sealed_memfd(nbytes: int) -> tuple[int, mmap.mmap]:
+    """An anonymous shared file of ``nbytes`` and the harness's writable mapping of it: nobody can resize
+    it, reopen it but its owner, or write it but through that mapping (the seals)."""
     fd = os.memfd_create("headroom-ring", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
     try:
         os.ftruncate(fd, nbytes)
         os.fchmod(fd, 0o600)  # a reopen through /proc/<pid>/fd by another uid is refused
-        fcntl.fcntl(fd, fcntl.F_ADD_SEALS, SEALS)
+        fcntl.fcntl(fd, fcntl.F_ADD_SEALS, SIZE_SEALS)
+        m = mmap.mmap(fd, nbytes)  # before the write seal: existing writable mappings keep working
+        try:
+            fcntl.fcntl(fd, fcntl.F_ADD_SEALS, F_SEAL_FUTURE_WRITE | fcntl.F_SEAL_SEAL)
+        except OSError:  # a kernel before 5.1: children still map it read-only, a candidate could map it writable
+            fcntl.fcntl(fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_SEAL)
     except BaseException:
         os.close(fd)
         raise
-    return fd
+    return fd, m
+
+
+def write_sealed(fd: int) -> bool:
+    """Whether the ring refuses every write but the harness's mapping (``F_SEAL_FUTURE_WRITE``)."""
+    return bool(fcntl.fcntl(fd, fcntl.F_GET_SEALS) & F_SEAL_FUTURE_WRITE)
 
 
 def send_ring(conn: Any, ring: Ring, pid: int) -> None:
@@ -64,8 +81,7 @@ class Ring:
             self.buf = self._cuda.tensor
             self.spec = P.RingSpec(nbytes=self.nbytes, cuda_handle=self._cuda.handle)
         else:
-            self.fd = sealed_memfd(self.nbytes)
-            self._map = mmap.mmap(self.fd, self.nbytes)
+            self.fd, self._map = sealed_memfd(self.nbytes)
             self.buf = torch.frombuffer(self._map, dtype=torch.uint8)
             self.spec = P.RingSpec(nbytes=self.nbytes, memfd=True)
 
@@ -175,8 +191,10 @@ class Ring:
 
 
 def map_ring(spec: P.RingSpec, device: Any, conn: Any = None) -> Any:
-    """The ring in the child: the memfd the harness sends after ``MapRing`` (on ``conn``), or the same
-    CUDA allocation."""
+    """The ring in the child: the memfd the harness sends after ``MapRing`` (on ``conn``), mapped
+    read-only, or the same CUDA allocation."""
+    import warnings
+
     import torch
 
     if spec.memfd:
@@ -186,10 +204,12 @@ def map_ring(spec: P.RingSpec, device: Any, conn: Any = None) -> Any:
         try:
             if os.fstat(fd).st_size != spec.nbytes:
                 raise ValueError("the ring's descriptor is not the ring's size")
-            m = mmap.mmap(fd, spec.nbytes)
+            m = mmap.mmap(fd, spec.nbytes, prot=mmap.PROT_READ)
         finally:
             os.close(fd)
-        return torch.frombuffer(m, dtype=torch.uint8)
+        with warnings.catch_warnings():  # "the given buffer is not writable": by design, a write faults
+            warnings.simplefilter("ignore", UserWarning)
+            return torch.frombuffer(m, dtype=torch.uint8)
     if spec.cuda_handle is None:
         raise ValueError("ring without a location")
     from headroom.verify.cuda_ipc import Mapping

@@ -9,7 +9,7 @@ travels to the child in its job's environment (``SEAL_ENV``) and the child appli
   ``cpuacct``, ``cpuset`` and ``pids`` controllers where mounted. Membership is inherited by every
   process the child starts, whatever its parent (``clone(CLONE_PARENT)``, ``setsid``, a double
   fork): the harness freezes, counts, accounts and kills by cgroup, so no relative escapes.
-  Both timed children get the same CPU set and CFS quota (``--threads`` CPUs).
+  The two timed children get disjoint CPU sets of the same size (``cpus``) and the same CFS quota.
 * **namespaces**: a private mount namespace (a mount the child makes is invisible to the harness's
   /proc) and a network namespace (no socket of the host's, abstract ones included, is reachable).
 * **descriptors**: every inherited pipe, socket, file and directory is closed but the command pipe
@@ -40,6 +40,7 @@ import zlib
 from dataclasses import dataclass, field
 from typing import Any
 
+from headroom.verify import cpus as cpu_sets
 from headroom.verify import syscalls
 from headroom.verify.cgroup import OFF_ENV, Cgroup, _read, off  # noqa: F401  (re-exported)
 from headroom.verify.sandbox_child import SEAL_ENV, enter, keep_fd, lock  # noqa: F401  (re-exported: the child's half)
@@ -97,12 +98,7 @@ def candidate_uid(job: Any) -> int:
     return UID_BASE + zlib.crc32(key) % UID_SPAN
 
 
-def fair_cpus(threads: int | None) -> tuple[list[int], int | None]:
-    """The CPU set and CFS quota (in CPUs) every timed child gets: ``threads`` CPUs, or all."""
-    allowed = sorted(os.sched_getaffinity(0))
-    if threads and 0 < threads < len(allowed):
-        return allowed[:threads], threads
-    return allowed, (threads if threads else None)
+fair_cpus = cpu_sets.shared  # one set for both (one CPU); ``cpus.for_role`` splits where there are two
 
 
 @dataclass
@@ -130,7 +126,7 @@ class Sandbox:
             return sb, msgspec.structs.replace(job, **sb._prepare(job))
         except Exception as e:  # never fail a child because a mechanism is missing
             sb.notes.append(f"sandbox: {type(e).__name__}: {e} (the child runs unsealed)")
-            sb.plan = {}
+            sb.plan, sb.cpus = {}, []  # no CPU set of its own either
             return sb, job
 
     def _prepare(self, job: Any) -> dict:
@@ -141,73 +137,22 @@ class Sandbox:
         env = dict(job.env)
         self.dir = tempfile.mkdtemp(prefix=f"{self.role}-", dir=_run_root())
         cuda_plain = str(job.device).startswith("cuda") and os.environ.get(CUDA_UID_ENV) != "1"
-        if self.role != "reference":
-            if cuda_plain:
-                self.notes.append(f"uid: on a GPU the candidate keeps the harness's uid and network namespace "
-                                  f"({CUDA_UID_ENV}=1 drops them; the harness then cannot map its CUDA IPC outputs on the H200)")
-            elif can_drop_uid():
-                self.uid = candidate_uid(job)
-            else:
-                self.notes.append("uid: the harness is not root: the candidate runs with the harness's uid "
-                                  "(it can reach the reference and the harness through /proc and signals)")
-        if not off("copy"):
-            for key in ("problem", "candidate"):
-                src = getattr(job, key)
-                # the reference always imports a private copy; a candidate its own files where every
-                # uid can read them (its sibling modules keep working), else a copy it can read
-                if src and (self.role == "reference" or (self.uid is not None and not _world_readable(src))):
-                    dst_dir = os.path.join(self.dir, key)
-                    os.mkdir(dst_dir)
-                    dst = os.path.join(dst_dir, os.path.basename(src))
-                    shutil.copyfile(src, dst)
-                    os.chmod(dst, 0o444)
-                    changes[key] = dst
-        for sub in ("home", "tmp", "inductor", "triton"):
-            os.mkdir(os.path.join(self.dir, sub))
-        env.setdefault("TORCHINDUCTOR_CACHE_DIR", os.path.join(self.dir, "inductor"))
-        env.setdefault("TRITON_CACHE_DIR", os.path.join(self.dir, "triton"))
-        env["PYTHONDONTWRITEBYTECODE"] = "1"
-        private = {"HOME": os.path.join(self.dir, "home"), "TMPDIR": os.path.join(self.dir, "tmp")}
-        binds: list = []
+        self._choose_uid(job, cuda_plain)
+        changes.update(self._private_copies(job))
+        private = self._private_dirs(env)
         ns = not off("ns") and os.geteuid() == 0
-        if self.uid is not None:
-            private.update(USER=f"headroom{self.uid}", LOGNAME=f"headroom{self.uid}")
-            for key in ("TORCH_EXTENSIONS_DIR", "TRITON_CACHE_DIR"):  # a build directory shared by a run's builds
-                d = env.get(key)
-                if d and not d.startswith(self.dir + os.sep):
-                    if not ns:
-                        self.notes.append(f"uid: {key} is a shared build directory and there is no mount "
-                                          f"namespace to reach it through: the child keeps the harness's uid")
-                        self.uid = None
-                        break
-                    os.makedirs(d, exist_ok=True)
-                    os.chmod(d, 0o1777)  # like /tmp: each candidate's uid owns what it creates there
-                    dst = os.path.join(self.dir, "bind", key)
-                    os.makedirs(dst)
-                    binds.append([d, dst, key])  # its parents may be closed to the uid: bind-mounted in the child
-        if self.uid is not None:
-            for root, dirs, files in os.walk(self.dir):
-                for n in dirs + files:
-                    os.chown(os.path.join(root, n), self.uid, self.uid)
-            os.chown(self.dir, self.uid, self.uid)
-        os.chmod(self.dir, 0o700)
+        binds = self._shared_build_dirs(env, ns, private)
+        self._own_files()
         if self.role == "build":
             self.cpus, self.quota_cpus = sorted(os.sched_getaffinity(0)), None
         else:
-            self.cpus, self.quota_cpus = fair_cpus(job.threads)
+            self.cpus, self.quota_cpus = cpu_sets.for_role(self.role, job.threads)
+            if not job.threads:  # torch's threads follow the CPUs it got, alike in both children
+                changes["threads"] = len(self.cpus)
         self.cgroup = Cgroup(self.name, self.cpus, self.quota_cpus)
         self.notes.extend(self.cgroup.notes)
-        views = []
-        if self.uid is not None and not ns and _closed_ancestors(_interpreter_paths()):
-            self.notes.append("uid: the interpreter is in a directory closed to other uids and there is no mount "
-                              "namespace to open it in: the child keeps the harness's uid")
-            self.uid = None
-        if self.uid is not None and ns:
-            for i, (closed, entries) in enumerate(sorted(_closed_ancestors(_interpreter_paths()).items())):
-                v = os.path.join(self.dir, "view", str(i))
-                os.makedirs(v)
-                views.append([closed, entries, v])
         untrusted = self.role == "candidate"
+        views = self._interpreter_views(ns)  # before the plan: it may keep the harness's uid
         self.plan = {"uid": self.uid, "procs": self.cgroup.procs_files(), "cpus": self.cpus, "ns": ns,
                      "net": ns and not cuda_plain, "fds": not off("fds"), "private": private, "binds": binds,
                      "views": views, "seccomp": untrusted and not off("seccomp"),
@@ -217,6 +162,96 @@ class Sandbox:
         env[SEAL_ENV] = json.dumps(self.plan)
         changes["env"] = env
         return changes
+
+    def _choose_uid(self, job: Any, cuda_plain: bool) -> None:
+        """An unprivileged uid for a candidate or build child, where the harness can drop to one."""
+        if self.role == "reference":
+            return
+        if cuda_plain:
+            self.notes.append(f"uid: on a GPU the candidate keeps the harness's uid and network namespace "
+                              f"({CUDA_UID_ENV}=1 drops them; the harness then cannot map its CUDA IPC outputs on the H200)")
+        elif can_drop_uid():
+            self.uid = candidate_uid(job)
+        else:
+            self.notes.append("uid: the harness is not root: the candidate runs with the harness's uid "
+                              "(it can reach the reference and the harness through /proc and signals)")
+
+    def _private_copies(self, job: Any) -> dict:
+        """The problem (and candidate) file the child imports: a private, read-only copy where needed."""
+        changes: dict = {}
+        if off("copy"):
+            return changes
+        for key in ("problem", "candidate"):
+            src = getattr(job, key)
+            # the reference always imports a private copy; a candidate its own files where every
+            # uid can read them (its sibling modules keep working), else a copy it can read
+            if src and (self.role == "reference" or (self.uid is not None and not _world_readable(src))):
+                dst_dir = os.path.join(self.dir, key)  # type: ignore[arg-type]
+                os.mkdir(dst_dir)
+                dst = os.path.join(dst_dir, os.path.basename(src))
+                shutil.copyfile(src, dst)
+                os.chmod(dst, 0o444)
+                changes[key] = dst
+        return changes
+
+    def _private_dirs(self, env: dict) -> dict:
+        """HOME, TMPDIR and the compilers' caches of its own (``env`` is updated in place)."""
+        d = self.dir
+        assert d is not None
+        for sub in ("home", "tmp", "inductor", "triton"):
+            os.mkdir(os.path.join(d, sub))
+        env.setdefault("TORCHINDUCTOR_CACHE_DIR", os.path.join(d, "inductor"))
+        env.setdefault("TRITON_CACHE_DIR", os.path.join(d, "triton"))
+        env["PYTHONDONTWRITEBYTECODE"] = "1"
+        private = {"HOME": os.path.join(d, "home"), "TMPDIR": os.path.join(d, "tmp")}
+        if self.uid is not None:
+            private.update(USER=f"headroom{self.uid}", LOGNAME=f"headroom{self.uid}")
+        return private
+
+    def _shared_build_dirs(self, env: dict, ns: bool, private: dict) -> list:
+        """A run's shared build directories, bind-mounted into the child (mode 1777); without a mount
+        namespace to reach them the child keeps the harness's uid."""
+        binds: list = []
+        if self.uid is None:
+            return binds
+        for key in ("TORCH_EXTENSIONS_DIR", "TRITON_CACHE_DIR"):  # a build directory shared by a run's builds
+            d = env.get(key)
+            if d and not d.startswith(str(self.dir) + os.sep):
+                if not ns:
+                    self.notes.append(f"uid: {key} is a shared build directory and there is no mount "
+                                      f"namespace to reach it through: the child keeps the harness's uid")
+                    self.uid = None
+                    break
+                os.makedirs(d, exist_ok=True)
+                os.chmod(d, 0o1777)  # like /tmp: each candidate's uid owns what it creates there
+                dst = os.path.join(str(self.dir), "bind", key)
+                os.makedirs(dst)
+                binds.append([d, dst, key])  # its parents may be closed to the uid: bind-mounted in the child
+        return binds
+
+    def _own_files(self) -> None:
+        """The child's directory: its uid's, closed to everyone else."""
+        d = str(self.dir)
+        if self.uid is not None:
+            for root, dirs, files in os.walk(d):
+                for n in dirs + files:
+                    os.chown(os.path.join(root, n), self.uid, self.uid)
+            os.chown(d, self.uid, self.uid)
+        os.chmod(d, 0o700)
+
+    def _interpreter_views(self, ns: bool) -> list:
+        """Root-only directories on the interpreter's paths, opened to the uid in its mount namespace."""
+        views: list = []
+        if self.uid is not None and not ns and _closed_ancestors(_interpreter_paths()):
+            self.notes.append("uid: the interpreter is in a directory closed to other uids and there is no mount "
+                              "namespace to open it in: the child keeps the harness's uid")
+            self.uid = None
+        if self.uid is not None and ns:
+            for i, (closed, entries) in enumerate(sorted(_closed_ancestors(_interpreter_paths()).items())):
+                v = os.path.join(str(self.dir), "view", str(i))
+                os.makedirs(v)
+                views.append([closed, entries, v])
+        return views
 
     # after start
 
@@ -291,6 +326,13 @@ class Sandbox:
                 except OSError:
                     pass
         self.frozen_by_cgroup = False
+
+    def can_set_cpus(self) -> bool:
+        return self.cgroup is not None and self.cgroup.available and self.cgroup.can_set_cpus()
+
+    def set_cpus(self, cpus: list[int]) -> bool:
+        """Move the child (every process and thread in its cgroup) to ``cpus``; False where it cannot."""
+        return self.cgroup is not None and self.cgroup.set_cpus(cpus)
 
     def members(self) -> list[int]:
         return self.cgroup.pids() if self.cgroup is not None and self.cgroup.available else []

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from headroom.measure import interleave_rounds
-from headroom.verify import launches
+from headroom.verify import cpus, launches
 from headroom.verify import protocol as P
 from headroom.verify import timing as tm
 from headroom.verify.calibrate import (  # noqa: F401
@@ -120,6 +120,7 @@ class _Rounds:
         self.last_wall: dict[int, float] = {}
         self.current: dict[str, Any] = {}
         self.stop = ""
+        self.placement = cpus.Placement(rt.child, cand)  # disjoint CPU sets, exchanged every round
 
     def one(self, name: str, sets: list[list], key: str) -> Phase:
         """One phase of an arm; the candidate's inputs and clock checked after it."""
@@ -176,6 +177,7 @@ class _Rounds:
         if "sets" not in cur or cur["round"] != r:
             cur.clear()  # the last round's inputs go before this round's are drawn
             cur.update(round=r, sets=fresh_sets(self.ref, f"round{r}", self.n), phases={})
+            self.placement.place_round(r)  # both frozen between commands
         ph = self.one(name, cur["sets"], f"positions{r}.{name}")
         cur["phases"][name] = ph
         self.phases[name].append(ph)
@@ -229,10 +231,13 @@ class _Rounds:
 
     def run(self) -> None:
         cuda = self.ref.device.startswith("cuda")
-        rounds = interleave_rounds([nm for nm, _ in self.plan],
-                                   lambda name, r: self.net(name, self.measure(name, r)),
-                                   self.policy.round_policy(cuda), pair=("reference_tf32", "candidate"),
-                                   on_round=self.after_round)
+        try:
+            rounds = interleave_rounds([nm for nm, _ in self.plan],
+                                       lambda name, r: self.net(name, self.measure(name, r)),
+                                       self.policy.round_policy(cuda), pair=("reference_tf32", "candidate"),
+                                       on_round=self.after_round)
+        finally:
+            self.placement.restore()  # the reference's child is kept for the next candidate
         self.stop = rounds.stop
 
     def result(self, cand_call: launches.CallProfile | None, cand_free: int | None) -> Timed:
@@ -271,7 +276,10 @@ def _timing_section(rt: ReferenceTiming, rs: _Rounds, per: dict, flag_min: float
            if phases["candidate"] and phases["candidate"][0].gated else 0.0,
            "ci_method": "median of per-round ratios, 95% interval from order statistics (distribution-free)",
            "speedup_estimate": judged.speedup, "speedup_ci": list(judged.ci) if judged.ci else None,
-           "ci_coverage": judged.coverage, "inconclusive": judged.reasons,
+           "ci_coverage": judged.coverage,
+           "inconclusive": judged.reasons + [f"{o}: the two timed children shared a core"
+                                             for o in rs.placement.overlaps[:1]],
+           "cpu_split": rs.placement.describe(),
            "reference_standalone_ms": rt.standalone_ms, "reference_drift": drift,
            "reference_cpu_alone_ms": rt.cpu_alone_ms, "reference_cpu_drift": cpu_drift,
            "order_medians": tm.order_medians(per["reference_tf32"], per["candidate"]),

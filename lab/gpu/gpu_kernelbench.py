@@ -23,7 +23,18 @@ Order of work (each step skipped, and recorded in ``skipped``, once the budget i
 7. ``sealed``: the sealed-harness attack corpus (``tests/cheaters/sealed/``) against
    ``tests/cheaters/problems/gelu_linear.py`` (the problem the attacks are written for: their
    ``ModelNew(in_features, out_features)``), each against a fresh reference of a private copy of
-   it; attacks expected ``fail`` or ``error``, probes and refused attacks expected ``pass``.
+   it; attacks expected ``fail`` or ``error``, probes and refused attacks expected ``pass``;
+8. ``isolation``: the isolation attacks (``tests/cheaters/isolation/``) against the same problem, each
+   with the verdicts ``ISOLATION_EXPECTED`` allows on a CPU and on a GPU.
+
+The GPU run of the sealed harness (docs/verify.md, "On the GPU")::
+
+    source lab/gpu/gpu_setup.sh && timeout -k 15 420 python3 lab/gpu/gpu_kernelbench.py --out $OUT --preset sealed
+
+``--preset sealed`` is ``--groups isolation,sealed,level1 --only <PRESET_LEVEL1> --max-rounds 16 --budget 330
+--summary OUT/verify_gpu.json``: the isolation attacks, the sealed corpus, then 20 level-1 problems with
+the reference as its own candidate (expected ``pass`` at ~1.00x), about 6 minutes on an H100 (whatever the
+budget leaves out is listed in ``skipped``). Explicit options after it override it.
 
 ``--only`` picks the level-1 problems of every group, ``--extra-only`` those of ``level1-extra``
 (default: ``--only``), so one command reruns a list, e.g.::
@@ -55,6 +66,7 @@ sys.path.insert(0, str(REPO))
 GENERIC = REPO / "tests" / "cheaters" / "kernelbench"
 OURS = REPO / "benchmarks" / "kernelbench_l1" / "candidates"
 SEALED = REPO / "tests" / "cheaters" / "sealed"
+ISOLATION = REPO / "tests" / "cheaters" / "isolation"
 SEALED_PROBLEM = REPO / "tests" / "cheaters" / "problems" / "gelu_linear.py"
 # sealed candidates that are honest math once their attack is refused (tests/test_verify_sealed.py)
 SEALED_HONEST = ("attack_reference_memory", "attack_plant_pyc", "attack_threads", "probe_reach", "probe_state")
@@ -81,6 +93,30 @@ SEALED_EXPECTED = {
 }
 
 
+_HONEST = frozenset({"pass", "inconclusive"})  # honest math: inconclusive for timing noise only
+# tests/cheaters/isolation/ (tests/test_verify_isolation.py): the verdicts each may end with, on a CPU (a root
+# harness) and on a GPU (the ring a CUDA allocation the legacy IPC maps read-write; outputs segments).
+ISOLATION_EXPECTED = {
+    "attack_release_precompute": {"cpu": {_F}, "cuda": {_F}},  # protocol: a forged null reply
+    "attack_timer_storm": {"cpu": {_E}, "cuda": {_E}},  # seccomp: timerfd_create refused at import
+    "attack_ring_truncate": {"cpu": {_E}, "cuda": _HONEST},  # sealed memfd / no ring descriptor on a GPU
+    "attack_ring_write": {"cpu": {_E}, "cuda": {_E, _F}},  # every write refused / a write fails no_input_mutation
+    "attack_ring_inplace": {"cpu": {_E}, "cuda": {_F}},  # read-only mapping: SIGSEGV / no_input_mutation
+    "attack_output_span": {"cpu": {_F}, "cuda": {_F, _E} | _HONEST},  # strides refused; GPU outputs are segments
+    "attack_tmp_leftover": {"cpu": _HONEST, "cuda": _HONEST},  # honest; its files removed
+    "attack_import_memory": {"cpu": _HONEST, "cuda": _HONEST},  # honest; flagged memory_footprint
+    "attack_widen_cpus": {"cpu": _HONEST, "cuda": _HONEST},  # honest; confined to its half of the CPUs
+}
+
+
+# 20 level-1 problems, the quickest to verify on the H200 (docs/gpu/measure/kernelbench_l1.c.json.gz): the
+# identical-kernel control of ``--preset sealed``; 1 (the square matmul) and 19, 23, 40, 97 for their kinds
+PRESET_LEVEL1 = ("1", "19", "23", "40", "97", "66", "72", "75", "85", "98", "49", "51", "53", "83", "43", "100", "94",
+                 "96", "46", "59")
+PRESETS = {"sealed": {"groups": "isolation,sealed,level1", "only": list(PRESET_LEVEL1), "max_rounds": 16,
+                      "budget": 330.0, "summary": "verify_gpu.json"}}
+
+
 def seal_kind(device: str) -> str | None:
     """Which column of ``SEALED_EXPECTED`` applies on ``device`` with this process's environment (None: a
     CPU harness that is not root, or that leaves off other mechanisms than exactly the uid and the network
@@ -99,10 +135,10 @@ def seal_kind(device: str) -> str | None:
 
 EXPECTED = {"reference": "pass", "zeros": "fail", "partial_write": "fail", "shape_cache": "fail",
             "example": "pass", "adversarial": "fail", "honest": "pass", "cheat": "fail",
-            "sealed_probe": "pass", "sealed_attack": "fail"}
+            "sealed_probe": "pass", "sealed_attack": "fail", "isolation": "fail"}
 
 
-GROUPS = ("zeros", "examples", "adversarial", "level1", "candidates", "level1-extra", "sealed")
+GROUPS = ("zeros", "examples", "adversarial", "level1", "candidates", "level1-extra", "sealed", "isolation")
 
 
 @dataclass
@@ -113,7 +149,8 @@ class Item:
 
 
 def find_kernelbench(arg: str | None) -> Path:
-    for c in (arg, os.environ.get("HEADROOM_KERNELBENCH"), REPO.parent / "shared" / "kernelbench",
+    for c in (arg, os.environ.get("HEADROOM_KERNELBENCH"), REPO / "shared" / "kernelbench",
+              REPO.parent / "shared" / "kernelbench",
               Path("/work/shared/kernelbench")):
         if c and (Path(c) / "level1").is_dir():
             return Path(c)
@@ -162,6 +199,9 @@ def plan(kb: Path, only: list[str] | None, extra_only: list[str] | None = None) 
         if not a.name.startswith("_"):
             items.append(Item("sealed", SEALED_PROBLEM,
                               [(a, "sealed_probe" if a.stem in SEALED_HONEST else "sealed_attack")]))
+    for a in sorted(ISOLATION.glob("*.py")):
+        if not a.name.startswith("_"):
+            items.append(Item("isolation", SEALED_PROBLEM, [(a, "isolation")]))
     return items
 
 
@@ -182,7 +222,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--extra-only", nargs="*", help="level-1 problems of level1-extra (default: --only)")
     ap.add_argument("--dry-run", action="store_true", help="CPU, scaled shapes, quick rounds (a test of the script)")
     ap.add_argument("--render", metavar="RESULTS", help="print the Markdown tables of a results file and exit")
+    ap.add_argument("--preset", choices=sorted(PRESETS), help="a named run (sealed: the GPU run of the sealed "
+                                                                "harness, see the module docstring)")
+    ap.add_argument("--summary", metavar="JSON", help="also write a compact summary there (verdicts, speedups, "
+                                                      "intervals, round orders, CPU split) after every problem")
     args = ap.parse_args(argv)
+    apply_preset(args, argv if argv is not None else sys.argv[1:])
     if args.render:
         print(render_markdown(json.loads(Path(args.render).read_text())))
         return 0
@@ -192,6 +237,18 @@ def main(argv: list[str] | None = None) -> int:
     if bad:
         ap.error(f"--groups: unknown group(s) {', '.join(bad)} (known: {', '.join(GROUPS)})")
     return run(args)
+
+
+def apply_preset(args: argparse.Namespace, argv: list[str]) -> None:
+    """``--preset``'s values, where the command line does not give the option itself."""
+    if not args.preset:
+        return
+    given = {a.split("=", 1)[0] for a in argv}
+    for key, value in PRESETS[args.preset].items():
+        if f"--{key.replace('_', '-')}" not in given:
+            setattr(args, key, value)
+            if key == "summary" and args.out:
+                args.summary = str(Path(args.out) / value)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -244,6 +301,8 @@ def run(args: argparse.Namespace) -> int:
                              free_mib_after=free_mib)
         doc["results"] = results
         write_json(doc, out / "kernelbench_l1.json")
+        if args.summary:
+            write_json(summary(doc), Path(args.summary))
 
     def verify_item(it: Item) -> None:
         label = f"{it.group}:{it.problem.stem}"
@@ -253,7 +312,7 @@ def run(args: argparse.Namespace) -> int:
         problem = it.problem
         env = {"HEADROOM_TEST_PROBLEM": str(problem)}
         report = None
-        if it.group == "sealed":  # a private copy of the problem and a report file every uid may write
+        if it.group in ("sealed", "isolation"):  # a private copy of the problem and a report file every uid may write
             import shutil
             import tempfile
 
@@ -272,7 +331,7 @@ def run(args: argparse.Namespace) -> int:
             log(f"{label}: reference failed: {type(e).__name__}: {e}")
             for c, kind in it.candidates:
                 err = VerifyResult(it.problem.stem, str(c), "error", reason=f"reference: {e}")
-                results.append(_tag(plain(err), it, kind, seal_kind(device)))
+                results.append(_tag(plain(err), it, kind, seal_kind(device), device))
             save()
             return
         try:
@@ -287,7 +346,7 @@ def run(args: argparse.Namespace) -> int:
                     r = plain(VerifyResult(it.problem.stem, str(c), "error", reason=f"harness: {type(e).__name__}: {e}"))
                 if report is not None:
                     r["report"] = report.read_text(errors="replace")[:2000] if report.exists() else ""
-                results.append(_tag(r, it, kind, seal_kind(device)))
+                results.append(_tag(r, it, kind, seal_kind(device), device))
                 log(_line(results[-1]))
         finally:
             ref.close()  # frees the harness's GPU memory of this problem (its model, ring, cache)
@@ -321,13 +380,17 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _tag(r: dict, it: Item, kind: str, seal: str | None = None) -> dict:
+def _tag(r: dict, it: Item, kind: str, seal: str | None = None, device: str = "cpu") -> dict:
     r["candidate"] = os.path.relpath(r["candidate"], REPO) if r["candidate"].startswith(str(REPO)) else r["candidate"]
     expected = EXPECTED[kind]
     stem = Path(r["candidate"]).stem
     if it.group == "sealed" and seal is not None and stem in SEALED_EXPECTED:
         expected = SEALED_EXPECTED[stem][seal]
         r["seal"] = seal
+    if it.group == "isolation" and stem in ISOLATION_EXPECTED:
+        allowed = ISOLATION_EXPECTED[stem]["cuda" if device.startswith("cuda") else "cpu"]
+        r.update(group=it.group, kind=kind, expected="|".join(sorted(allowed)), as_expected=r["verdict"] in allowed)
+        return r
     r.update(group=it.group, kind=kind, expected=expected)
     if expected == "pass":
         r["as_expected"] = r["verdict"] in ("pass", "inconclusive")
@@ -336,6 +399,40 @@ def _tag(r: dict, it: Item, kind: str, seal: str | None = None) -> dict:
     else:
         r["as_expected"] = r["verdict"] != "pass"
     return r
+
+
+def summary(doc: dict) -> dict:
+    """The run in a few lines per result: what the GPU run is judged on (``--summary``)."""
+    rows = []
+    for r in doc.get("results", []):
+        t = r.get("timing") or {}
+        ci = r.get("speedup_ci") or t.get("speedup_ci")
+        split = t.get("cpu_split") or {}
+        rows.append({"group": r.get("group"), "problem": r.get("problem"), "candidate": Path(r["candidate"]).name,
+                     "kind": r.get("kind"), "verdict": r.get("verdict"), "expected": r.get("expected"),
+                     "as_expected": r.get("as_expected"), "speedup": r.get("speedup"),
+                     "speedup_estimate": t.get("speedup_estimate"), "speedup_ci": ci,
+                     "ci_width": (ci[1] / ci[0]) if ci and ci[0] else None, "order_medians": t.get("order_medians"),
+                     "rounds": t.get("rounds"), "reference_cpu_drift": t.get("reference_cpu_drift"),
+                     "cpu_split": {k: split.get(k) for k in ("reference", "candidate", "swapped",
+                                                            "disjoint_in_every_round")} if split else None,
+                     "failed": [c["name"] for c in r.get("checks", []) if not c["passed"]],
+                     "reason": (r.get("reason") or "")[:300], "elapsed_s": r.get("elapsed_s")})
+    groups: dict = {}
+    for row in rows:
+        g = groups.setdefault(row["group"], {"results": 0, "as_expected": 0, "verdicts": {}})
+        g["results"] += 1
+        g["as_expected"] += bool(row["as_expected"])
+        g["verdicts"][row["verdict"]] = g["verdicts"].get(row["verdict"], 0) + 1
+    identical = [row for row in rows if row["kind"] == "reference" and row["verdict"] == "pass"]
+    return {"device": doc.get("device"), "torch": doc.get("torch"), "wall_s": doc.get("wall_s"),
+            "budget_s": doc.get("budget_s"), "dry_run": doc.get("dry_run"), "skipped": doc.get("skipped"),
+            "groups": groups, "unexpected": [row for row in rows if not row["as_expected"]],
+            "identical_kernels": {"pass": len(identical),
+                                  "speedups": sorted(round(row["speedup"], 4) for row in identical if row["speedup"]),
+                                  "widest_ci": max((row["ci_width"] for row in identical if row["ci_width"]),
+                                                   default=None)},
+            "results": rows}
 
 
 def _line(r: dict) -> str:

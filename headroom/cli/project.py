@@ -27,6 +27,7 @@ from headroom.cli.engine import AddressOpt, EngineOpt
 from headroom.cli.output import emit_json, warn
 from headroom.errors import UserError
 from headroom.jsonio import plain
+from headroom.trace.read_options import ReadOptions
 
 
 def project_cmd(
@@ -85,8 +86,8 @@ def project_cmd(
     one = partial(project_one, entries=entries, dist=dist, win_rate=win_rate, median=median,
                   scenario_select=scenario_select, quantiles=quantiles, strict=strict, pm=pm, warnings=warnings,
                   step_ms=step_ms, on_rank=on_rank)
-    reader = Reader(rules, policy, whole_trace, window, lenient, no_cache, graph_source=graph_source, engine=engine,
-                    address=address, product=one)
+    read = ReadOptions.from_flags(rules, policy, whole_trace, window, lenient, no_cache, graph_source)
+    reader = Reader(read, engine=engine, address=address, product=one)
     for a in reader.inputs(traces):
         if not isinstance(a, Analysis):     # a RankSet: its modules imported only then (a single trace's start)
             from headroom.projection.sync_projection import project_ranks
@@ -178,8 +179,8 @@ def targets_cmd(
     if roofline and (engine != "local" or address is not None):
         raise UserError("--roofline reads its trace in this process: leave out --engine/--address")
     groupings = tuple(dict.fromkeys(b.value for b in by)) if by else ("op", "module")
-    reader = Reader(rules, policy, whole_trace, window, lenient, no_cache, graph_source=graph_source, engine=engine,
-                    address=address,
+    read = ReadOptions.from_flags(rules, policy, whole_trace, window, lenient, no_cache, graph_source)
+    reader = Reader(read, engine=engine, address=address,
                     product=partial(targets_one, speedup=speedup, groupings=groupings, top=top, replay_top=replay_top,
                                     scope=scope.value))
     inputs = list(reader.inputs([trace]))
@@ -269,7 +270,7 @@ def plot_cmd(
     entries, entry_warnings = collect_entries(speedup or [], speedups or [])
     pm = load_problems(problems)
     check_plot_outputs(out, figures, formats, sidecar, [*traces, rules, policy, problems, *(speedups or [])])
-    analyses = read_all(traces, rules, policy, whole_trace, window, lenient, no_cache, graph_source)
+    analyses = read_all(traces, ReadOptions.from_flags(rules, policy, whole_trace, window, lenient, no_cache, graph_source))
     plots = draw_figures(analyses, figures, label or None, entries, entry_warnings, params, family, basis.value,
                          sidecar, pm)
     for w in plots.warnings:

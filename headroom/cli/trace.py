@@ -23,6 +23,7 @@ from headroom.cli.common import (
 from headroom.cli.engine import AddressOpt, EngineOpt
 from headroom.cli.output import emit_json, warn
 from headroom.errors import UserError
+from headroom.trace.read_options import ReadOptions
 
 
 def classify(
@@ -50,8 +51,8 @@ def classify(
     from headroom.report.render import make_console, render_analysis, render_kernels
     from headroom.trace.analysis import Analysis
 
-    reader = Reader(rules, policy, whole_trace, window, lenient, no_cache, graph_source=graph_source, engine=engine,
-                    address=address)
+    read = ReadOptions.from_flags(rules, policy, whole_trace, window, lenient, no_cache, graph_source)
+    reader = Reader(read, engine=engine, address=address)
     console = make_console()
     for a in reader.inputs(traces):
         if not isinstance(a, Analysis):     # a RankSet: its modules imported only then (a single trace's start)
@@ -153,9 +154,8 @@ def report(
             device_for("", peaks)      # an unknown name is refused before any trace is read
         entries, entry_warnings = collect_entries(speedup or [], speedups or [])
         pm = load_problems(problems)
-    reader = Reader(rules, policy, whole_trace, window, lenient, no_cache, graph_source=graph_source, engine=engine,
-                    address=address,
-                    product=report_row)
+    read = ReadOptions.from_flags(rules, policy, whole_trace, window, lenient, no_cache, graph_source)
+    reader = Reader(read, engine=engine, address=address, product=report_row)
     inputs = list(reader.inputs(paths))
     analyses = [a for a in inputs if isinstance(a, Analysis)]
     rank_sets = [rs for rs in inputs if not isinstance(rs, Analysis)]     # RankSets: their modules only then

@@ -39,6 +39,25 @@ def headroom(capfd, monkeypatch):
     return call
 
 
+@pytest.fixture
+def quick_verify_timing(monkeypatch):
+    """`headroom verify` on the command line with `VerifyOptions.quick()`'s timing policy (6 to 8 short rounds, a
+    10 s budget) instead of the default (up to 30 rounds and 30 s a candidate on a CPU); every check and the
+    verdict's rules unchanged. For tests whose assertions hold for either verdict an honest candidate can reach
+    (pass or inconclusive), not for the precision of its timing."""
+    import dataclasses
+
+    from headroom.cli import verify as cli_verify
+    from headroom.verify import VerifyOptions
+
+    options = cli_verify._options
+
+    def quick(*args, **kwargs):
+        return dataclasses.replace(options(*args, **kwargs), policy=VerifyOptions.quick().policy)
+
+    monkeypatch.setattr(cli_verify, "_options", quick)
+
+
 def hta_trace(name: str) -> Path:
     """A real trace from HolisticTraceAnalysis' test data, read in place from ../shared."""
     matches = sorted(HTA_TRACES.glob(f"{name}*.json.gz"))

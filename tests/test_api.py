@@ -249,3 +249,46 @@ def test_a_drifted_default_fails_the_comparison():
 def test_replay_top_defaults_to_five_in_both():
     assert inspect.signature(headroom.targets).parameters["replay_top"].default == 5
     assert _command_defaults()["targets"]["replay_top"] == 5
+
+
+# --- the reading flags: one ReadOptions, with its defaults ----------------------------------------------------
+
+READING_COMMANDS = ("classify", "report", "project", "targets", "diff", "coverage", "plot")
+
+
+def test_the_reading_flags_are_every_field_of_read_options():
+    """Each field of ReadOptions is a flag of every trace-reading command (a new field without one fails)."""
+    fields = {f.name for f in dataclasses.fields(headroom.ReadOptions)}
+    commands = _command_defaults()
+    for command in READING_COMMANDS:
+        (read, flags), = [t for t in _api_targets()[command] if t[0] is headroom.ReadOptions]
+        assert {name.lstrip("!") for name in flags.values()} == fields, command
+        assert set(flags) <= set(commands[command]), command
+    assert set(inspect.signature(headroom.ReadOptions.from_flags).parameters) == set(
+        _api_targets()["classify"][0][1]), "from_flags takes each reading flag"
+
+
+class _Read(Exception):
+    """Stops a command at its Reader, holding the ReadOptions it was handed."""
+
+
+@pytest.mark.parametrize("command", READING_COMMANDS)
+def test_a_command_without_reading_flags_reads_with_read_options_defaults(command, monkeypatch, tmp_path):
+    """What the command line hands its Reader, no reading flag given, equals `ReadOptions()` field by field."""
+    from typer.testing import CliRunner
+
+    from headroom.cli import app as cli_app
+    from headroom.cli.common import Reader
+
+    def stop(reader: Reader) -> None:
+        raise _Read(reader.read)
+
+    monkeypatch.setattr(Reader, "__post_init__", stop)
+    cli_app.register_commands(None)
+    traces = [str(tmp_path / "a.json")] * (2 if command == "diff" else 1)
+    result = CliRunner().invoke(cli_app.app, [command, *traces])
+    assert isinstance(result.exception, _Read), (command, result.output, result.exception)
+    read = result.exception.args[0]
+    assert isinstance(read, headroom.ReadOptions)
+    for f in dataclasses.fields(headroom.ReadOptions):
+        assert getattr(read, f.name) == getattr(headroom.ReadOptions(), f.name), (command, f.name)

@@ -75,18 +75,18 @@ def test_model_loads_the_original_state_dict_and_computes_the_same(rmsnorm):
     assert torch.equal(m(x), orig(x))
 
 
-def test_verify_runs_the_extracted_problem_unchanged(rmsnorm, tmp_path):
+def test_verify_runs_the_extracted_problem_unchanged(rmsnorm, tmp_path, headroom, quick_verify_timing):
     honest = REPO / "examples" / "substitutions" / "llama_rmsnorm.py"
     zeros = Path(__file__).parent / "substitutions" / "zeros_rmsnorm.py"
     fast = ["--device", "cpu", "--rounds", "6", "--json"]
-    p = _cli("verify", str(rmsnorm.problem), str(honest), *fast)
+    p = headroom("verify", str(rmsnorm.problem), str(honest), *fast)
     r = json.loads(p.stdout)
     # correct on every check; the verdict is pass, or inconclusive when a 2-core CPU's timing noise
     # leaves the speed interval straddling 1 (exit 1 then, as for every verdict but pass)
     assert [c["name"] for c in r["checks"] if not c["passed"]] == [], r["reason"]
     assert r["problem"] == "llama-7b__LlamaRMSNorm" and r["verdict"] in ("pass", "inconclusive"), r["reason"]
     assert p.returncode == (0 if r["verdict"] == "pass" else 1)
-    p = _cli("verify", str(rmsnorm.problem), str(zeros), *fast)
+    p = headroom("verify", str(rmsnorm.problem), str(zeros), *fast)
     r = json.loads(p.stdout)
     assert p.returncode == 1 and r["verdict"] == "fail"
     assert {"rel_l2", "allclose", "centred"} <= {c["name"] for c in r["checks"] if not c["passed"]}
@@ -94,7 +94,7 @@ def test_verify_runs_the_extracted_problem_unchanged(rmsnorm, tmp_path):
     vj = tmp_path / "verify.json"
     vj.write_text(json.dumps({"problem": "llama-7b__LlamaRMSNorm", "verdict": "pass", "speedup": 2.0}))
     trace = rmsnorm.entry.parent / "llama-7b__LlamaRMSNorm.trace.json.gz"
-    p = _cli("project", str(trace), "--problems", str(rmsnorm.entry), "--speedups", str(vj), "--json")
+    p = headroom("project", str(trace), "--problems", str(rmsnorm.entry), "--speedups", str(vj), "--json")
     assert p.returncode == 0, p.stderr
     pj = json.loads(p.stdout)
     share = rmsnorm.share

@@ -26,7 +26,7 @@ def _app() -> typer.Typer:
     return app
 
 
-def test_verify_json_and_exit_codes():
+def test_verify_json_and_exit_codes(quick_verify_timing):
     runner = CliRunner()
     r = runner.invoke(_app(), ["verify", str(PROBLEMS / "gelu_linear.py"),
                                str(CANDIDATES / "honest_reimplementation.py"), "--json", *FAST])
@@ -48,7 +48,7 @@ def test_user_error_is_one_line_and_exit_2(tmp_path):
     assert p.stderr.strip().count("\n") == 0 and "nope.py" in p.stderr
 
 
-def test_suite_results_file_feeds_headroom_project(tmp_path):
+def test_suite_results_file_feeds_headroom_project(tmp_path, quick_verify_timing):
     cands = tmp_path / "candidates"
     (cands / "gelu_linear").mkdir(parents=True)
     shutil.copy(CANDIDATES / "honest_reimplementation.py", cands / "gelu_linear" / "honest.py")

@@ -1,5 +1,9 @@
 """What the trace-reading commands share: the options that choose rules, policy and the analysed
-time, and reading many traces so that one bad file is named and the rest still reported."""
+time, and reading many traces so that one bad file is named and the rest still reported.
+
+The reading flags (--rules, --policy, --whole-trace, --window, --lenient, --no-cache, --graph-source) are the
+fields of one `ReadOptions` and take its defaults: a command builds it once (`ReadOptions.from_flags`) and
+hands it to its `Reader`."""
 
 from __future__ import annotations
 
@@ -14,19 +18,21 @@ from headroom.cli.output import EXIT_USAGE, error, progress, warn
 from headroom.errors import UserError
 from headroom.trace.read_options import ReadOptions
 
-RulesOpt = typer.Option(None, "--rules", metavar="FILE",
+_READ = ReadOptions()     # the reading flags' defaults
+
+RulesOpt = typer.Option(_READ.rules, "--rules", metavar="FILE",
                         help="TOML file of extra classification rules (tried first).")
-PolicyOpt = typer.Option(None, "--policy", metavar="FILE",
+PolicyOpt = typer.Option(_READ.policy, "--policy", metavar="FILE",
                          help="TOML file overriding which categories are addressable.")
-WholeOpt = typer.Option(False, "--whole-trace", metavar="",
+WholeOpt = typer.Option(_READ.whole_trace, "--whole-trace", metavar="",
                         help="Analyse the whole trace, not only the ProfilerStep ranges.")
-WindowOpt = typer.Option(None, "--window", metavar="REGEX",
+WindowOpt = typer.Option(_READ.window, "--window", metavar="REGEX",
                          help="Steps are the CPU ranges whose name matches REGEX (e.g. execute_model), "
                               "for traces without ProfilerStep ranges.")
-LenientOpt = typer.Option(False, "--lenient", metavar="", help=(
+LenientOpt = typer.Option(_READ.lenient, "--lenient", metavar="", help=(
     "Drop GPU activities and steps with impossible times (missing, negative, non-finite, outside the trace) "
     "with a counted warning, instead of refusing the trace."))
-NoCacheOpt = typer.Option(False, "--no-cache", metavar="",
+NoCacheOpt = typer.Option(not _READ.use_cache, "--no-cache", metavar="",
                           help="Neither read nor write the trace's columnar cache (docs/trace-core.md, \"Cache\").")
 SpeedupOpt = typer.Option(None, "--speedup", "-s", metavar="SELECTOR=FACTOR", help=(
     "Repeatable: category:embedding=1.552, op:aten::layer_norm=2, 'kernel:^triton_=1.2', "
@@ -36,7 +42,7 @@ SpeedupsOpt = typer.Option(None, "--speedups", "-f", metavar="FILE", help=(
     "Speedup file (.toml/.json/.csv) or `headroom verify` JSON; repeatable."))
 ProblemsOpt = typer.Option(None, "--problems", metavar="FILE",
                            help="TOML file adding/replacing problem -> selector mappings.")
-GraphSourceOpt = typer.Option(None, "--graph-source", metavar="TRACE", help=(
+GraphSourceOpt = typer.Option(_READ.graph_source, "--graph-source", metavar="TRACE", help=(
     "A trace of the same step run eagerly (or holding the CUDA graph's capture): kernels replayed from a "
     "graph take their op, module and phase from it when the analysed trace does not hold the capture "
     "(docs/graphs.md)."))
@@ -50,17 +56,11 @@ class Reader:
 
     The files of one path (a directory of ranks) are loaded by `iter_traces`, which decodes the next
     file in its worker process while this one is analysed. `finish()` exits 2 when any trace failed,
-    after the others were reported.
+    after the others were reported. `read`: how each trace is read (the command's reading flags).
     """
 
-    rules: Path | None = None
-    policy: Path | None = None
-    whole_trace: bool = False
-    window: str | None = None
-    lenient: bool = False
-    no_cache: bool = False
+    read: ReadOptions = field(default_factory=ReadOptions)
     failed: list[str] = field(default_factory=list)
-    graph_source: Path | None = None
     # --engine: where each trace is read (headroom.cli.engine); `product`: the command's per-trace work (a
     # module-level function of one Analysis), done by each trace's task with --engine ray (`per_trace`).
     engine: str = "local"
@@ -71,25 +71,20 @@ class Reader:
     def __post_init__(self) -> None:
         from headroom.trace.classify import load_classifier
 
-        self._rules, self._policy = load_classifier(self.rules, self.policy)
+        self._rules, self._policy = load_classifier(self.read.rules, self.read.policy)
         self._graph_source: Any = None
-        if self.graph_source is not None and (self.engine != "local" or self.address is not None):
+        if self.read.graph_source is not None and (self.engine != "local" or self.address is not None):
             raise UserError("--graph-source is read in this process: leave out --engine/--address")
 
     def source_trace(self) -> Any:
         """The --graph-source trace, loaded once (None without one)."""
-        if self.graph_source is not None and self._graph_source is None:
+        source = self.read.graph_source
+        if source is not None and self._graph_source is None:
             from headroom.trace.load import load_trace
 
-            with progress(f"reading {Path(self.graph_source).name}"):
-                self._graph_source = load_trace(self.graph_source, lenient=self.lenient, use_cache=not self.no_cache)
+            with progress(f"reading {Path(source).name}"):
+                self._graph_source = load_trace(source, lenient=self.read.lenient, use_cache=self.read.use_cache)
         return self._graph_source
-
-    @property
-    def read_options(self) -> ReadOptions:
-        """The reading flags as the one object the API functions and the fleet's tasks take."""
-        return ReadOptions.from_flags(self.rules, self.policy, self.whole_trace, self.window, self.lenient,
-                                      self.no_cache, self.graph_source)
 
     def files(self, paths: list[Path]) -> Iterator[list[Path]]:
         """The trace files of each path, path by path (a bad path is named and skipped)."""
@@ -146,8 +141,8 @@ class Reader:
         from headroom.trace.analysis import analyze
         from headroom.trace.load import iter_traces
 
+        options = self.read
         while files:
-            options = self.read_options
             traces = iter_traces(files, lenient=options.lenient, use_cache=options.use_cache)
             done = 0    # files[done] is the one being read (iter_traces yields them in order)
             try:
@@ -156,8 +151,8 @@ class Reader:
                         trace = next(traces, None)
                         if trace is None:   # pragma: no cover - iter_traces yields one Trace per file
                             return
-                        a = analyze(trace, rules=self._rules, policy=self._policy, whole_trace=self.whole_trace,
-                                    window=self.window, graph_source=self.source_trace())
+                        a = analyze(trace, rules=self._rules, policy=self._policy, whole_trace=options.whole_trace,
+                                    window=options.window, graph_source=self.source_trace())
                     done += 1
                     for note in a.notes + a.warnings:
                         warn(f"{a.source}: {note}")
@@ -180,11 +175,9 @@ class Reader:
             raise typer.Exit(code=EXIT_USAGE)
 
 
-def read_all(paths: list[Path], rules: Path | None = None, policy: Path | None = None,
-             whole_trace: bool = False, window: str | None = None, lenient: bool = False,
-             no_cache: bool = False, graph_source: Path | None = None) -> list:
+def read_all(paths: list[Path], read: ReadOptions = _READ) -> list:
     """Every trace, or exit 2 naming the first that cannot be read (for commands that need them all)."""
-    reader = Reader(rules, policy, whole_trace, window, lenient, no_cache, graph_source=graph_source)
+    reader = Reader(read)
     out = list(reader.analyses(paths))
     reader.finish()
     return out

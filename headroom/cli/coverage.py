@@ -21,6 +21,7 @@ from headroom.cli.common import (
 )
 from headroom.cli.output import EXIT_VERDICT, emit_json, warn
 from headroom.jsonio import plain
+from headroom.trace.read_options import ReadOptions
 
 
 def coverage_cmd(
@@ -49,7 +50,7 @@ def coverage_cmd(
 
     problem_map = load_problems(problems)
     suite_problems(suite, problem_map)          # an unknown suite is bad input before any trace is read
-    reader = Reader(rules, policy, whole_trace, window, lenient, no_cache, graph_source=graph_source)
+    reader = Reader(ReadOptions.from_flags(rules, policy, whole_trace, window, lenient, no_cache, graph_source))
     analyses = list(reader.analyses(traces))
     reader.finish()
     c = coverage(analyses, suite=suite, problems=problem_map)

@@ -11,6 +11,7 @@ from headroom.cli.common import GraphSourceOpt, LenientOpt, NoCacheOpt, PolicyOp
 from headroom.cli.output import EXIT_VERDICT, emit_json, warn
 from headroom.errors import UserError
 from headroom.jsonio import plain
+from headroom.trace.read_options import ReadOptions
 
 DiffBy = enum.Enum("DiffBy", {"category": "category", "op": "op", "module": "module", "kernel": "kernel"}, type=str)
 _RunArg = "Trace file (.json/.json.gz), or a directory of the ranks of one run."
@@ -69,7 +70,7 @@ def diff_cmd(
         check_html_output(html, [before, after, rules, policy])
         if figure is not None and html.resolve() == figure.resolve():
             raise UserError(f"--html {html}: also the --figure file (choose another)")
-    reader = Reader(rules, policy, whole_trace, window, lenient, no_cache, graph_source=graph_source)
+    reader = Reader(ReadOptions.from_flags(rules, policy, whole_trace, window, lenient, no_cache, graph_source))
     d = diff(_one_run(reader, before), _one_run(reader, after), by=by.value)
     for note in d.notes:
         warn(note)

@@ -33,7 +33,7 @@ def fleet_inputs(reader, paths: list[Path]) -> Iterator:
     from headroom.trace.load import find_trace_files
 
     engine = get_engine(reader.engine, reader.address)
-    options, cwd = reader.read_options, os.getcwd()
+    options, cwd = reader.read, os.getcwd()
     found: list = []    # per path: its files, or the UserError that named it
     for p in paths:
         try:

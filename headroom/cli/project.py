@@ -27,6 +27,7 @@ from headroom.cli.engine import AddressOpt, EngineOpt
 from headroom.cli.output import emit_json, warn
 from headroom.errors import UserError
 from headroom.jsonio import plain
+from headroom.trace.read_options import ReadOptions
 
 
 def project_cmd(
@@ -85,24 +86,14 @@ def project_cmd(
     one = partial(project_one, entries=entries, dist=dist, win_rate=win_rate, median=median,
                   scenario_select=scenario_select, quantiles=quantiles, strict=strict, pm=pm, warnings=warnings,
                   step_ms=step_ms, on_rank=on_rank)
-    reader = Reader(rules, policy, whole_trace, window, lenient, no_cache, graph_source=graph_source, engine=engine,
-                    address=address, product=one)
+    read = ReadOptions.from_flags(rules, policy, whole_trace, window, lenient, no_cache, graph_source)
+    reader = Reader(read, engine=engine, address=address, product=one)
     for a in reader.inputs(traces):
-        if not isinstance(a, Analysis):     # a RankSet: its modules imported only then (a single trace's start)
-            from headroom.projection.sync_projection import project_ranks
-            from headroom.report.rank_tables import rank_projection_notes, render_rank_projection
-
+        if not isinstance(a, Analysis):     # a RankSet
             if dist is not None or win_rate is not None or median is not None:
                 raise UserError(f"{a.source}: a directory of ranks takes --speedup/--speedups "
                                 f"(--distribution, --win-rate and --median project one trace at a time)")
-            rp = project_ranks(a, entries, on_ranks=on_rank, problems=pm, strict=strict)
-            rp.warnings = list(warnings) + rp.warnings
-            for w in rank_projection_notes(rp):
-                warn(f"{a.source}: {w}")
-            if as_json:
-                emit_json("project.ranks", plain(rp))
-            else:
-                render_rank_projection(rp, console)
+            _project_ranks(a, entries, warnings, on_rank, pm, strict, as_json, console)
             continue
         res = reader.per_trace(a)
         for w in res.warnings:
@@ -112,6 +103,23 @@ def project_cmd(
         else:
             render_projection(res, console)
     reader.finish()
+
+
+def _project_ranks(rs, entries: list, warnings: list[str], on_rank: list[int] | None, pm, strict: bool,
+                   as_json: bool, console) -> None:
+    """A directory of ranks projected per rank, then through the collectives (its modules imported only here: a
+    single trace's start)."""
+    from headroom.projection.sync_projection import project_ranks
+    from headroom.report.rank_tables import rank_projection_notes, render_rank_projection
+
+    rp = project_ranks(rs, entries, on_ranks=on_rank, problems=pm, strict=strict)
+    rp.warnings = list(warnings) + rp.warnings
+    for w in rank_projection_notes(rp):
+        warn(f"{rs.source}: {w}")
+    if as_json:
+        emit_json("project.ranks", plain(rp))
+    else:
+        render_rank_projection(rp, console)
 
 
 By = enum.Enum("By", {"op": "op", "module": "module", "module_path": "module_path", "top_op": "top_op",
@@ -178,39 +186,20 @@ def targets_cmd(
     if roofline and (engine != "local" or address is not None):
         raise UserError("--roofline reads its trace in this process: leave out --engine/--address")
     groupings = tuple(dict.fromkeys(b.value for b in by)) if by else ("op", "module")
-    reader = Reader(rules, policy, whole_trace, window, lenient, no_cache, graph_source=graph_source, engine=engine,
-                    address=address,
+    read = ReadOptions.from_flags(rules, policy, whole_trace, window, lenient, no_cache, graph_source)
+    reader = Reader(read, engine=engine, address=address,
                     product=partial(targets_one, speedup=speedup, groupings=groupings, top=top, replay_top=replay_top,
                                     scope=scope.value))
     inputs = list(reader.inputs([trace]))
     reader.finish()
     for a in inputs:
-        if not isinstance(a, Analysis):     # a RankSet: its modules imported only then (a single trace's start)
-            from headroom.projection.sync_targets import sync_targets, sync_targets_dict
-            from headroom.report.rank_tables import render_sync_targets
-
+        if not isinstance(a, Analysis):     # a RankSet
             if roofline:
                 raise UserError(f"{a.source}: --roofline takes one trace, not a directory of ranks")
-            table = sync_targets(a, speedup=speedup, by=groupings, top=top)
-            if as_json:
-                emit_json("targets.ranks", sync_targets_dict(a, table, speedup))
-            else:
-                render_sync_targets(a, table, speedup, make_console())
+            _rank_targets(a, speedup, groupings, top, as_json)
             continue
         if roofline:
-            from headroom.projection.roofline import roofline_targets
-            from headroom.report.render_roofline import render_roofline
-
-            res = roofline_targets(a, speedup, groupings, top or None, replay_top, scope.value, peaks, rank_by.value)
-            for note in res.notes:
-                warn(note)
-            if as_json:
-                emit_json("targets", plain(res))
-                continue
-            console = make_console()
-            render_targets(a, res.table, speedup, console)
-            assert res.device is not None  # roofline targets name their device
-            render_roofline(res.table, res.device, a.num_steps, speedup, console)
+            _roofline_targets(a, speedup, groupings, top, replay_top, scope.value, peaks, rank_by.value, as_json)
             continue
         table, missing = reader.per_trace(a)
         if missing:
@@ -219,6 +208,39 @@ def targets_cmd(
             emit_json("targets", targets_dict(a, table, speedup, notes=[missing] if missing else []))
             continue
         render_targets(a, table, speedup, make_console())
+
+
+def _rank_targets(rs, speedup: float, groupings: tuple[str, ...], top: int, as_json: bool) -> None:
+    """A directory of ranks' targets, ranked by their effect on the synchronised step (its modules imported only
+    here: a single trace's start)."""
+    from headroom.projection.sync_targets import sync_targets, sync_targets_dict
+    from headroom.report.rank_tables import render_sync_targets
+    from headroom.report.render import make_console
+
+    table = sync_targets(rs, speedup=speedup, by=groupings, top=top)
+    if as_json:
+        emit_json("targets.ranks", sync_targets_dict(rs, table, speedup))
+    else:
+        render_sync_targets(rs, table, speedup, make_console())
+
+
+def _roofline_targets(a, speedup: float, groupings: tuple[str, ...], top: int, replay_top: int, scope: str,
+                      peaks: str | None, rank_by: str, as_json: bool) -> None:
+    """One trace's targets with each row's roofline (--roofline)."""
+    from headroom.projection.roofline import roofline_targets
+    from headroom.report.render import make_console, render_targets
+    from headroom.report.render_roofline import render_roofline
+
+    res = roofline_targets(a, speedup, groupings, top or None, replay_top, scope, peaks, rank_by)
+    for note in res.notes:
+        warn(note)
+    if as_json:
+        emit_json("targets", plain(res))
+        return
+    console = make_console()
+    render_targets(a, res.table, speedup, console)
+    assert res.device is not None  # roofline targets name their device
+    render_roofline(res.table, res.device, a.num_steps, speedup, console)
 
 
 def targets_one(a, speedup, groupings, top, replay_top, scope):
@@ -269,7 +291,7 @@ def plot_cmd(
     entries, entry_warnings = collect_entries(speedup or [], speedups or [])
     pm = load_problems(problems)
     check_plot_outputs(out, figures, formats, sidecar, [*traces, rules, policy, problems, *(speedups or [])])
-    analyses = read_all(traces, rules, policy, whole_trace, window, lenient, no_cache, graph_source)
+    analyses = read_all(traces, ReadOptions.from_flags(rules, policy, whole_trace, window, lenient, no_cache, graph_source))
     plots = draw_figures(analyses, figures, label or None, entries, entry_warnings, params, family, basis.value,
                          sidecar, pm)
     for w in plots.warnings:

@@ -23,6 +23,7 @@ from headroom.cli.common import (
 from headroom.cli.engine import AddressOpt, EngineOpt
 from headroom.cli.output import emit_json, warn
 from headroom.errors import UserError
+from headroom.trace.read_options import ReadOptions
 
 
 def classify(
@@ -50,8 +51,8 @@ def classify(
     from headroom.report.render import make_console, render_analysis, render_kernels
     from headroom.trace.analysis import Analysis
 
-    reader = Reader(rules, policy, whole_trace, window, lenient, no_cache, graph_source=graph_source, engine=engine,
-                    address=address)
+    read = ReadOptions.from_flags(rules, policy, whole_trace, window, lenient, no_cache, graph_source)
+    reader = Reader(read, engine=engine, address=address)
     console = make_console()
     for a in reader.inputs(traces):
         if not isinstance(a, Analysis):     # a RankSet: its modules imported only then (a single trace's start)
@@ -124,38 +125,23 @@ def report(
 
     A directory of the ranks of one run: one row per rank, with its communication and waits.
     --html FILE: also a page with figures, targets and projections (docs/cli.md)."""
-    from headroom.report.render import make_console, render_summary
     from headroom.trace.analysis import Analysis
 
     paths = paths or [Path("traces")]
-    if html is None and (speedup or speedups or problems):
-        raise UserError("--speedup, --speedups and --problems go with --html (the page's projection); "
-                        "headroom project projects on its own")
-    if html is None and roofline:
-        raise UserError("--roofline goes with --html (the page's targets); headroom targets --roofline ranks on its own")
-    if peaks is not None and not roofline:
-        raise UserError("--peaks goes with --roofline")
-    if html is not None and (engine != "local" or address is not None):
-        raise UserError("--html reads its traces in this process: leave out --engine/--address")
+    _check_page_flags(html, bool(speedup or speedups or problems), roofline, peaks,
+                      engine != "local" or address is not None)
     entries: list = []
     entry_warnings: list[str] = []
     pm = None
     if html is not None:
         from headroom.projection.problems import load_problems
-        from headroom.projection.speedups import collect_entries, parse_factor
-        from headroom.report.page import check_html_output
+        from headroom.projection.speedups import collect_entries
 
-        check_html_output(html, [*paths, rules, policy, problems, *(speedups or [])])
-        parse_factor(target_speedup, "--target-speedup")
-        if peaks is not None:
-            from headroom.projection.roofline import device_for
-
-            device_for("", peaks)      # an unknown name is refused before any trace is read
+        _check_page_inputs(html, [*paths, rules, policy, problems, *(speedups or [])], target_speedup, peaks)
         entries, entry_warnings = collect_entries(speedup or [], speedups or [])
         pm = load_problems(problems)
-    reader = Reader(rules, policy, whole_trace, window, lenient, no_cache, graph_source=graph_source, engine=engine,
-                    address=address,
-                    product=report_row)
+    read = ReadOptions.from_flags(rules, policy, whole_trace, window, lenient, no_cache, graph_source)
+    reader = Reader(read, engine=engine, address=address, product=report_row)
     inputs = list(reader.inputs(paths))
     analyses = [a for a in inputs if isinstance(a, Analysis)]
     rank_sets = [rs for rs in inputs if not isinstance(rs, Analysis)]     # RankSets: their modules only then
@@ -177,20 +163,54 @@ def report(
 
     local = engine == "local" and address is None
     df = summary_frame(analyses) if local else summary_of_rows([reader.per_trace(a) for a in analyses])
+    _print_report(analyses, rank_sets, df, reader.failed, as_json)
+    reader.finish()
+
+
+def _print_report(analyses: list, rank_sets: list, df, failed: list[str], as_json: bool) -> None:
+    """The report's table (`df`, one row per trace) and each directory of ranks' table, or its JSON document."""
     if as_json:
         from headroom.report.rank_tables import report_body
 
-        emit_json("report", report_body(analyses, rank_sets, reader.failed, frame=df))
-    else:
-        console = make_console()
-        if analyses:
-            render_summary(df, console)
-        if rank_sets:
-            from headroom.report.rank_tables import rank_summary_frame, render_rank_summary
+        emit_json("report", report_body(analyses, rank_sets, failed, frame=df))
+        return
+    from headroom.report.render import make_console, render_summary
 
-            for rs in rank_sets:
-                render_rank_summary(rs, rank_summary_frame(rs), console)
-    reader.finish()
+    console = make_console()
+    if analyses:
+        render_summary(df, console)
+    if rank_sets:
+        from headroom.report.rank_tables import rank_summary_frame, render_rank_summary
+
+        for rs in rank_sets:
+            render_rank_summary(rs, rank_summary_frame(rs), console)
+
+
+def _check_page_flags(html: Path | None, projects: bool, roofline: bool, peaks: str | None, fleet: bool) -> None:
+    """The flags that go with --html (the page's projection and targets) refused without it, and --html refused
+    with an engine (`fleet`: --engine or --address given)."""
+    if html is None and projects:
+        raise UserError("--speedup, --speedups and --problems go with --html (the page's projection); "
+                        "headroom project projects on its own")
+    if html is None and roofline:
+        raise UserError("--roofline goes with --html (the page's targets); headroom targets --roofline ranks on its own")
+    if peaks is not None and not roofline:
+        raise UserError("--peaks goes with --roofline")
+    if html is not None and fleet:
+        raise UserError("--html reads its traces in this process: leave out --engine/--address")
+
+
+def _check_page_inputs(html: Path, inputs: list, target_speedup: float, peaks: str | None) -> None:
+    """The page's output path (not one of its `inputs`), --target-speedup and --peaks, before any trace is read."""
+    from headroom.projection.speedups import parse_factor
+    from headroom.report.page import check_html_output
+
+    check_html_output(html, inputs)
+    parse_factor(target_speedup, "--target-speedup")
+    if peaks is not None:
+        from headroom.projection.roofline import device_for
+
+        device_for("", peaks)      # an unknown name is refused
 
 
 def report_row(a):

@@ -42,11 +42,8 @@ from headroom.jsonio import encoded, plain
 from headroom.profile.environment import environment
 from headroom.profile.graphs import (
     CAPTURE_DIR,
-    GRAPH_TREE_CALLS,
     capture_raw,
     graphs_manifest,
-    recorded_capture,
-    recorded_steps,
     write_capture,
 )
 from headroom.profile.manifest import MANIFEST_NAME, MANIFEST_SCHEMA, _inject_and_compress, update_manifest
@@ -55,14 +52,22 @@ from headroom.profile.nvtx import instrument_blocks
 from headroom.profile.oom import _is_cpu_oom, _is_oom, oom_error
 from headroom.profile.progress import Progress, _stage
 from headroom.profile.registry import get_workload, load_workload_file
-from headroom.profile.timer import _sync, _Timer
-from headroom.profile.workload import GRAPH_TREE_MODES, Options, RunConfig, Step, WorkloadSpec
+from headroom.profile.steps import (
+    MODULE_ROOT,
+    PROFILER_WAIT,
+    PROFILER_WARMUP,
+    Recording,
+    experimental_config,
+    profile_steps,
+    time_steps,
+    warm_up,
+)
+from headroom.profile.timer import _sync
+from headroom.profile.workload import Options, RunConfig, Step, WorkloadSpec
 from headroom.stepstats import StepStats
 from headroom.trace.analysis import Analysis, analyze
 from headroom.trace.layers import LayerExtrapolation, extrapolate_layers
 
-# The name module paths start with (`model.model.layers.3.mlp` for a LlamaForCausalLM).
-MODULE_ROOT = "model"
 MODULE_RANGES_NOTE = ("modules that run inside torch.compile'd code have no ranges: Inductor fuses across "
                       "module boundaries, and the hooks do nothing while Dynamo traces them (no graph breaks)")
 
@@ -72,8 +77,6 @@ if TYPE_CHECKING:
 # Steps per stage: (warm-up, timed, profiled) on a GPU and on a CPU.
 GPU_STEPS = (3, 10, 3)
 CPU_STEPS = (1, 3, 1)
-# torch.profiler's schedule before the recorded steps.
-PROFILER_WAIT, PROFILER_WARMUP = 1, 1
 
 
 def _stats_us(s: StepStats) -> dict[str, Any]:
@@ -184,70 +187,13 @@ class _Measured:
     capture_s: float | None = None     # --graphs: how long the capture took
 
 
-def experimental_config(dev: Any) -> Any:
-    """Kineto's cuda_sync records (stream waits on events), for the replay's cross-stream model, where torch
-    supports them (torch >= 2.4 on CUDA); None elsewhere."""
-    if dev.type != "cuda":
-        return None
-    try:
-        from torch._C._profiler import _ExperimentalConfig
-
-        return _ExperimentalConfig(enable_cuda_sync_events=True)
-    except (ImportError, TypeError):   # an older torch: no such option
-        return None
-
-
-@dataclass
-class Recording:
-    """What the profiler records (the profiled steps' and a capture trace's)."""
-    activities: list[Any]
-    record_shapes: bool
-    experimental: Any
-
-
-@dataclass
-class _Warmed:
-    call: Callable[[], Any]            # what the timed and profiled steps run: the step, or its graph's replay
-    warm_s: float
-    capture_s: float | None            # a graph's capture (--graphs), 0.0 for Inductor's graph trees, else None
-    module_hooks: list[Any]
-
-
-def _warm_up(step: Step, cfg: RunConfig, dev: Any, warmup: int, raw_trace: Path, progress: Progress,
-             together: Callable[[], None], rec: Recording) -> _Warmed:
-    """The warm-up steps; under torch.compile's graph-tree modes the calls after the first (where Inductor
-    records its graphs) are profiled into the capture trace; with --graphs the step is then captured, the
-    capture profiled with the module ranges on (replays run no Python: the hooks cost them nothing)."""
-    graph_trees = dev.type == "cuda" and cfg.compile_mode in GRAPH_TREE_MODES
-    with _stage(progress, "warm-up", f"{warmup} steps"):
-        t0 = time.perf_counter()
-        for _ in range(1 if graph_trees else warmup):
-            step()
-        if graph_trees:
-            recorded_steps(step, max(warmup - 1, GRAPH_TREE_CALLS), dev, capture_raw(raw_trace),
-                           activities=rec.activities, record_shapes=rec.record_shapes, experimental=rec.experimental)
-        _sync(dev)
-        warm_s = time.perf_counter() - t0
-    if not cfg.graphs:
-        return _Warmed(step, warm_s, 0.0 if graph_trees else None, [])
-    hooks: list[Any] = []
-    if cfg.module_ranges and step.modules is not None:
-        hooks = record_module_ranges(step.modules, root=MODULE_ROOT)
-        step.add_hooks(hooks)
-    together()
-    with _stage(progress, "capture", "one eager step and the CUDA graph's capture, profiled"):
-        captured = recorded_capture(step, dev, capture_raw(raw_trace), activities=rec.activities,
-                                    record_shapes=rec.record_shapes, experimental=rec.experimental)
-    return _Warmed(captured.replay, warm_s, captured.capture_s, hooks)
-
-
 def _measure(spec: WorkloadSpec, cfg: RunConfig, dev: Any, counts: tuple[int, int, int], raw_trace: Path,
              progress: Progress, record_shapes: bool, together: Callable[[], None] = lambda: None) -> _Measured:
     """build -> warm-up -> timed steps (no profiler) -> profiled steps, exported to `raw_trace`.
 
     `together`: waits for the other ranks of a --nproc run, so each stage starts on all of them at once."""
     import torch
-    from torch.profiler import ProfilerActivity, profile, schedule
+    from torch.profiler import ProfilerActivity
 
     warmup, timed_steps, steps = counts
     step: Step | None = None
@@ -266,43 +212,20 @@ def _measure(spec: WorkloadSpec, cfg: RunConfig, dev: Any, counts: tuple[int, in
         if dev.type == "cuda":
             activities.append(ProfilerActivity.CUDA)
         experimental = experimental_config(dev)
+        rec = Recording(activities, record_shapes, experimental)
         together()
-        warmed = _warm_up(step, cfg, dev, warmup, raw_trace, progress, together, Recording(activities, record_shapes,
-                                                                                           experimental))
+        warmed = warm_up(step, cfg, dev, warmup, raw_trace, progress, together, rec)
         call, warm_s, module_hooks = warmed.call, warmed.warm_s, warmed.module_hooks
 
         together()
-        with _stage(progress, "timing", f"{timed_steps} steps without the profiler"):
-            timer = _Timer(dev)
-            for _ in range(timed_steps):
-                with timer.step():
-                    call()
-            timed = timer.results()
-
-        exported: list[bool] = []
-
-        def on_trace_ready(prof: Any) -> None:
-            prof.export_chrome_trace(str(raw_trace))
-            exported.append(True)
-
+        timed = time_steps(call, dev, timed_steps, progress)
         # Module ranges only for the profiled steps (the timed steps above ran without their hooks; the
         # profiler's wait and warm-up steps absorb any first-call cost). After the block ranges: nested inside.
         if cfg.module_ranges and step.modules is not None and not cfg.graphs:
             module_hooks = record_module_ranges(step.modules, root=MODULE_ROOT)
             step.add_hooks(module_hooks)
         together()
-        with _stage(progress, "profiling", f"{steps} steps (after {PROFILER_WAIT} wait + {PROFILER_WARMUP} warm-up)"):
-            ptimer = _Timer(dev)
-            with profile(activities=activities, on_trace_ready=on_trace_ready, record_shapes=record_shapes,
-                         schedule=schedule(wait=PROFILER_WAIT, warmup=PROFILER_WARMUP, active=steps, repeat=1),
-                         experimental_config=experimental) as prof:
-                for _ in range(PROFILER_WAIT + PROFILER_WARMUP + steps):
-                    with ptimer.step():
-                        call()
-                    prof.step()
-            profiled = ptimer.results(slice(PROFILER_WAIT + PROFILER_WARMUP, None))
-        if not exported:
-            raise RuntimeError("torch.profiler exported no trace (on_trace_ready never ran)")
+        profiled = profile_steps(call, dev, steps, raw_trace, progress, rec)
         peak_gb = torch.cuda.max_memory_allocated(dev) / 2**30 if dev.type == "cuda" else None
     except BaseException as e:
         if not isinstance(e, KeyboardInterrupt) and (_is_oom(e) if dev.type == "cuda" else _is_cpu_oom(e)):
@@ -372,6 +295,51 @@ def _run_manifest(spec: WorkloadSpec, cfg: RunConfig, dev: Any, m: _Measured, co
     }
 
 
+def _step_counts(dev: Any, warmup: int | None, timed_steps: int | None,
+                 steps: int | None) -> tuple[int, int, int]:
+    """(warm-up, timed, profiled) steps: those given, the device's defaults for the others; checked."""
+    d_warm, d_timed, d_prof = GPU_STEPS if dev.type == "cuda" else CPU_STEPS
+    counts = (d_warm if warmup is None else warmup, d_timed if timed_steps is None else timed_steps,
+              d_prof if steps is None else steps)
+    check_step_counts(counts[2], counts[0], counts[1])
+    return counts
+
+
+def _announce(progress: Progress, dev: Any, cfg: RunConfig) -> None:
+    """The notes on what runs other than as asked: on the CPU, scaled for it, some blocks of many."""
+    if dev.type == "cpu":
+        progress.note("no CUDA device: running on the CPU; the trace is classified by CPU operator")
+    for note in cfg.notes:
+        progress.note(f"scaled for the CPU: {note}")
+    if cfg.extrapolated and cfg.layers is not None and cfg.total_layers is not None:
+        progress.note(f"profiling {cfg.layers} of {cfg.total_layers} blocks; per-block time is scaled "
+                      f"x{cfg.total_layers / cfg.layers:g} (embeddings and heads counted once)")
+
+
+def _set_up_torch(dev: Any, cfg: RunConfig) -> None:
+    """TF32 as configured, the peak memory counter reset, the seed fixed."""
+    import torch
+
+    if dev.type == "cuda":
+        torch.backends.cuda.matmul.allow_tf32 = cfg.tf32
+        torch.backends.cudnn.allow_tf32 = cfg.tf32
+        torch.cuda.reset_peak_memory_stats(dev)
+    torch.manual_seed(0)
+
+
+def _classified(trace: Path, cfg: RunConfig, measured: _Measured,
+                progress: Progress) -> tuple[Analysis, LayerExtrapolation | None]:
+    """The new trace's analysis, and with block ranges of some blocks of many, the whole model's extrapolation."""
+    timed = measured.timed
+    layers = None
+    with _stage(progress, "classify"):
+        analysis = analyze(trace)
+        if measured.block_ranges and cfg.layers is not None and cfg.total_layers is not None:
+            layers = extrapolate_layers(analysis, cfg.layers, cfg.total_layers,
+                                        timed_step_ms=timed.median_ms if timed.n else None)
+    return analysis, layers
+
+
 def profile_workload(
     workload: str | WorkloadSpec,
     options: Options | None = None,
@@ -395,8 +363,6 @@ def profile_workload(
     rank at once, the manifest says which rank this is, and the parent writes manifest.json and
     analyses the ranks together (`analysis` is None here).
     """
-    import torch
-
     progress = progress or Progress()
     options = options or Options()
     if workload_file is not None:
@@ -404,18 +370,9 @@ def profile_workload(
     spec = workload if isinstance(workload, WorkloadSpec) else get_workload(workload)
     dev = rank.device if rank is not None else resolve_device(device)
     cfg = spec.resolve(options, dev.type)
-    d_warm, d_timed, d_prof = GPU_STEPS if dev.type == "cuda" else CPU_STEPS
-    counts = (d_warm if warmup is None else warmup, d_timed if timed_steps is None else timed_steps,
-              d_prof if steps is None else steps)
-    check_step_counts(counts[2], counts[0], counts[1])
+    counts = _step_counts(dev, warmup, timed_steps, steps)
     out_dir = check_output_dir(out)   # now, not after the run
-    if dev.type == "cpu":
-        progress.note("no CUDA device: running on the CPU; the trace is classified by CPU operator")
-    for note in cfg.notes:
-        progress.note(f"scaled for the CPU: {note}")
-    if cfg.extrapolated and cfg.layers is not None and cfg.total_layers is not None:
-        progress.note(f"profiling {cfg.layers} of {cfg.total_layers} blocks; per-block time is scaled "
-                      f"x{cfg.total_layers / cfg.layers:g} (embeddings and heads counted once)")
+    _announce(progress, dev, cfg)
 
     name = trace_name or f"{cfg.tag}.json.gz"
     trace_path = out_dir / name
@@ -426,12 +383,7 @@ def profile_workload(
     # fails (or a trace headroom cannot read) leaves the old trace in place.
     new_trace = out_dir / f".{name}.{os.getpid()}.partial"
 
-    if dev.type == "cuda":
-        torch.backends.cuda.matmul.allow_tf32 = cfg.tf32
-        torch.backends.cudnn.allow_tf32 = cfg.tf32
-        torch.cuda.reset_peak_memory_stats(dev)
-    torch.manual_seed(0)
-
+    _set_up_torch(dev, cfg)
     started = datetime.now(timezone.utc)
     try:
         measured = _measure(spec, cfg, dev, counts, raw_tmp, progress, record_shapes,
@@ -447,11 +399,7 @@ def profile_workload(
         timed = measured.timed
         analysis, layers = None, None
         if rank is None:   # a --nproc rank's trace is analysed by the parent, with the other ranks
-            with _stage(progress, "classify"):
-                analysis = analyze(new_trace)
-                if measured.block_ranges and cfg.layers is not None and cfg.total_layers is not None:
-                    layers = extrapolate_layers(analysis, cfg.layers, cfg.total_layers,
-                                                timed_step_ms=timed.median_ms if timed.n else None)
+            analysis, layers = _classified(new_trace, cfg, measured, progress)
         try:
             os.replace(new_trace, trace_path)
         except OSError as e:

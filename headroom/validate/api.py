@@ -153,15 +153,8 @@ def _failure(rc: int, tmp: Path, stage: str, elapsed: float) -> UserError:
     return UserError(f"validate: the run exited with status {rc} during {stage}; nothing written")
 
 
-def validate(workload: str, replace: Sequence[tuple[str, str]] | Sequence[str], options: Options | None = None, *,
-             device: str | None = "auto", out: str | os.PathLike = "out/validate", rounds: int = MIN_ROUNDS,
-             steps_per_round: int | None = None, profile_steps: int | None = None, gate: float | None = None,
-             timeout: float = DEFAULT_TIMEOUT_S, workload_file: str | os.PathLike | None = None,
-             command: str = "", threads: int | None = None, max_rounds: int | None = None,
-             target_width: float | None = None, timing_budget: float | None = None, timer: str | None = None,
-             speedups: str | os.PathLike | None = None, problems: str | os.PathLike | None = None,
-             graphs: bool = False, log: Callable[[str], None] | None = None) -> ValidateResult:
-    """Run a validation; return the result object (docs/validate.md). `out` is the run's directory."""
+def _replacements(replace: Sequence[tuple[str, str]] | Sequence[str]) -> list[tuple[str, str]]:
+    """(CLASS, candidate file) pairs from `CLASS=CANDIDATE.py` items or pairs; at least one, each file checked."""
     reps: list[tuple[str, str]]
     if replace and isinstance(replace[0], str):
         reps = parse_replace([str(r) for r in replace])
@@ -169,13 +162,12 @@ def validate(workload: str, replace: Sequence[tuple[str, str]] | Sequence[str], 
         reps = [(r[0], r[1]) for r in replace]
     if not reps:
         raise UserError("give at least one --replace CLASS=CANDIDATE.py")
-    reps = [(c, str(check_candidate_file(p))) for c, p in reps]
-    if rounds < MIN_ROUNDS:
-        raise UserError(f"--rounds must be at least {MIN_ROUNDS} (interleaved rounds give the interval)")
-    _check_timing(rounds, max_rounds, target_width, timing_budget, timer)
-    _check_apriori(speedups, problems)
-    if graphs and device == "cpu":
-        raise UserError("--graphs needs a CUDA device (it captures each side as a CUDA graph)")
+    return [(c, str(check_candidate_file(p))) for c, p in reps]
+
+
+def _check_counts(steps_per_round: int | None, profile_steps: int | None, gate: float | None, timeout: float,
+                  threads: int | None) -> None:
+    """The step counts, the tolerance, the timeout and the thread count: each positive where given."""
     if steps_per_round is not None and steps_per_round < 1:
         raise UserError("--steps-per-round must be at least 1")
     if profile_steps is not None and profile_steps < 1:
@@ -186,6 +178,25 @@ def validate(workload: str, replace: Sequence[tuple[str, str]] | Sequence[str], 
         raise UserError("--timeout must be > 0")
     if threads is not None and threads < 1:
         raise UserError("--threads must be at least 1")
+
+
+def validate(workload: str, replace: Sequence[tuple[str, str]] | Sequence[str], options: Options | None = None, *,
+             device: str | None = "auto", out: str | os.PathLike = "out/validate", rounds: int = MIN_ROUNDS,
+             steps_per_round: int | None = None, profile_steps: int | None = None, gate: float | None = None,
+             timeout: float = DEFAULT_TIMEOUT_S, workload_file: str | os.PathLike | None = None,
+             command: str = "", threads: int | None = None, max_rounds: int | None = None,
+             target_width: float | None = None, timing_budget: float | None = None, timer: str | None = None,
+             speedups: str | os.PathLike | None = None, problems: str | os.PathLike | None = None,
+             graphs: bool = False, log: Callable[[str], None] | None = None) -> ValidateResult:
+    """Run a validation; return the result object (docs/validate.md). `out` is the run's directory."""
+    reps = _replacements(replace)
+    if rounds < MIN_ROUNDS:
+        raise UserError(f"--rounds must be at least {MIN_ROUNDS} (interleaved rounds give the interval)")
+    _check_timing(rounds, max_rounds, target_width, timing_budget, timer)
+    _check_apriori(speedups, problems)
+    if graphs and device == "cpu":
+        raise UserError("--graphs needs a CUDA device (it captures each side as a CUDA graph)")
+    _check_counts(steps_per_round, profile_steps, gate, timeout, threads)
     if workload_file is not None and not Path(workload_file).is_file():
         raise UserError(f"{workload_file}: no such workload file")
     # Fail fast on what needs no model: the workload name and its options.

@@ -128,6 +128,35 @@ def _keep_inputs(req: Request, out: Path) -> tuple[Path | None, Path | None] | N
     return verify, entry
 
 
+def _candidates(req: Request, spec: Any, cfg: Any, say: Say) -> list[ReplaceSpec]:
+    """Each --replace CLASS=CANDIDATE: the workload's class, and the candidate file's ModelNew (imported)."""
+    say.stage("resolve", ", ".join(f"{c}={p}" for c, p in req.replace))
+    classes: list[ReplaceSpec] = []
+    for name, cand in req.replace:
+        cls = find_class(spec, cfg, name)
+        if any(cls is c.cls for c in classes):
+            raise UserError(f"--replace {name} is given twice")
+        say.stage("candidate", f"importing {cand}")
+        classes.append(ReplaceSpec(name, cls, Path(cand), load_candidate_class(Path(cand))))
+    return classes
+
+
+def _checked(req: Request, workload: str, cfg: Any, step: Any, sub: Any, dev: Any, say: Say) -> Any:
+    """The outputs (and gradients) of the base and the variant compared: the comparison, or a UserError when they
+    differ beyond the dtype's gate (nothing written)."""
+    say.stage("check", "outputs" + (" and gradients" if step.train else "") + " of base vs variant")
+    res = check(step, sub.use, sub.active_modules, dev, cfg.dtype, req.gate)
+    if not res.compared:
+        raise UserError(f"{workload}: its forward returned no tensor to compare base and variant with")
+    w = res.worst
+    assert w is not None, "a comparison of one tensor or more has a worst one"
+    if not res.passed:
+        raise UserError(f"the substituted model differs from the original: {w.name} relative L2 error "
+                        f"{w.rel_l2:.3g} > {w.gate:g} ({cfg.dtype} gate); nothing written")
+    say.note(f"passed: {len(res.compared)} tensors, worst {w.name} {w.rel_l2:.2e} (gate {w.gate:g})")
+    return res
+
+
 def run(req: Request, say: Say) -> ValidateResult:
     import torch
 
@@ -146,15 +175,7 @@ def run(req: Request, say: Say) -> ValidateResult:
     out = Path(req.out)
     out.mkdir(parents=True, exist_ok=True)
 
-    say.stage("resolve", ", ".join(f"{c}={p}" for c, p in req.replace))
-    classes: list[ReplaceSpec] = []
-    for name, cand in req.replace:
-        cls = find_class(spec, cfg, name)
-        if any(cls is c.cls for c in classes):
-            raise UserError(f"--replace {name} is given twice")
-        say.stage("candidate", f"importing {cand}")
-        classes.append(ReplaceSpec(name, cls, Path(cand), load_candidate_class(Path(cand))))
-
+    classes = _candidates(req, spec, cfg, say)
     if dev.type == "cuda":
         torch.backends.cuda.matmul.allow_tf32 = cfg.tf32
         torch.backends.cudnn.allow_tf32 = cfg.tf32
@@ -179,17 +200,7 @@ def run(req: Request, say: Say) -> ValidateResult:
         step()
         sub.use("base")
 
-        say.stage("check", "outputs" + (" and gradients" if step.train else "") + " of base vs variant")
-        res = check(step, sub.use, sub.active_modules, dev, cfg.dtype, req.gate)
-        if not res.compared:
-            raise UserError(f"{spec.name}: its forward returned no tensor to compare base and variant with")
-        w = res.worst
-        assert w is not None, "a comparison of one tensor or more has a worst one"
-        if not res.passed:
-            raise UserError(f"the substituted model differs from the original: {w.name} relative L2 error "
-                            f"{w.rel_l2:.3g} > {w.gate:g} ({cfg.dtype} gate); nothing written")
-        say.note(f"passed: {len(res.compared)} tensors, worst {w.name} {w.rel_l2:.2e} (gate {w.gate:g})")
-
+        res = _checked(req, spec.name, cfg, step, sub, dev, say)
         timing, m = _timing(req, step, sub.use, dev, say)
 
         n_prof = req.profile_steps or 3

@@ -169,13 +169,38 @@ def measure(c: Any, t: Any, r: Any = None, chunk: int = CHUNK) -> Errors:
     c = c.detach().reshape(-1)
     t = t.detach().reshape(-1)
     r = r.detach().reshape(-1) if r is not None else None
-    n_all = t.numel()
-    inv = 1.0 / _pow2_at_least(n_all)  # mean sums of values near float64's limit do not overflow
-    nonfinite = ref_bad = truth_bad = 0
-    n = 0
-    s_t = s_c = 0.0
-    s_tt, s_dd = SumSq(), SumSq()
-    for a, b in _chunks(n_all, chunk):
+    inv = 1.0 / _pow2_at_least(t.numel())  # mean sums of values near float64's limit do not overflow
+    first = _sums(c, t, r, chunk, inv, torch)
+    n, ref_bad = first.n, first.ref_bad
+    if first.nonfinite:
+        return Errors(math.inf, math.inf, math.inf if n > 1 else None, False, first.nonfinite, ref_bad,
+                      first.truth_bad)
+    if n == 0:
+        return Errors(0.0, 0.0, None, True, 0, ref_bad)
+    rel = 2.0 * first.s_dd.ratio(first.s_tt)
+    rms = first.s_tt.rms(n)
+    mt, mc = first.s_t * (1.0 / inv / n), first.s_c * (1.0 / inv / n)  # 1/inv/n is in [1, 2): no overflow
+    elem, centred = _spread(c, t, chunk, n, rms, mt, mc, torch)
+    return Errors(rel, elem, centred, True, 0, ref_bad)
+
+
+@dataclass
+class _Sums:
+    """The first pass over the chunks: counts of unexpected non-finite values and the scaled sums."""
+
+    n: int = 0
+    nonfinite: int = 0
+    ref_bad: int = 0
+    truth_bad: int = 0
+    s_t: float = 0.0
+    s_c: float = 0.0
+    s_tt: SumSq = field(default_factory=SumSq)
+    s_dd: SumSq = field(default_factory=SumSq)
+
+
+def _sums(c: Any, t: Any, r: Any, chunk: int, inv: float, torch: Any) -> _Sums:
+    out = _Sums()
+    for a, b in _chunks(t.numel(), chunk):
         cc = c[a:b].to(torch.float64)
         raw = t[a:b].to(torch.float64)
         tt = _as_stored(raw, c.dtype)
@@ -183,36 +208,35 @@ def measure(c: Any, t: Any, r: Any = None, chunk: int = CHUNK) -> Errors:
         if bool(fc.all()) and bool(ft.all()):
             cm, tm = cc, tt
             if r is not None and not bool(torch.isfinite(r[a:b]).all()):
-                ref_bad += int((~torch.isfinite(r[a:b])).sum())
+                out.ref_bad += int((~torch.isfinite(r[a:b])).sum())
         else:
             kc, kt = _classes(cc), _classes(tt)
             bad = kc != kt
             if r is not None:
                 kr = _classes(r[a:b].to(torch.float64))
                 bad &= kc != kr
-                ref_bad += int(((kr != 0) & torch.isfinite(raw)).sum())
-            nonfinite += int(bad.sum())
-            truth_bad += int((bad & (kt != 0)).sum())
+                out.ref_bad += int(((kr != 0) & torch.isfinite(raw)).sum())
+            out.nonfinite += int(bad.sum())
+            out.truth_bad += int((bad & (kt != 0)).sum())
             m = fc & ft
             cm, tm = cc[m], tt[m]
         if cm.numel() == 0:
             continue
-        n += cm.numel()
-        s_t += float((tm * inv).sum())
-        s_c += float((cm * inv).sum())
-        s_tt.add(tm)
-        s_dd.add(cm * 0.5 - tm * 0.5)  # halves: exact, and c - t cannot overflow
-    if nonfinite:
-        return Errors(math.inf, math.inf, math.inf if n > 1 else None, False, nonfinite, ref_bad, truth_bad)
-    if n == 0:
-        return Errors(0.0, 0.0, None, True, 0, ref_bad)
-    rel = 2.0 * s_dd.ratio(s_tt)
-    rms = s_tt.rms(n)
-    mt, mc = s_t * (1.0 / inv / n), s_c * (1.0 / inv / n)  # 1/inv/n is in [1, 2): no overflow
+        out.n += cm.numel()
+        out.s_t += float((tm * inv).sum())
+        out.s_c += float((cm * inv).sum())
+        out.s_tt.add(tm)
+        out.s_dd.add(cm * 0.5 - tm * 0.5)  # halves: exact, and c - t cannot overflow
+    return out
+
+
+def _spread(c: Any, t: Any, chunk: int, n: int, rms: float, mt: float, mc: float, torch: Any
+            ) -> tuple[float, float | None]:
+    """The second pass: the largest element-wise error and the centred relative error (None for a constant)."""
     elem = 0.0
     s_cen, s_tcen = SumSq(), SumSq()
     t_max = 0.0
-    for a, b in _chunks(n_all, chunk):
+    for a, b in _chunks(t.numel(), chunk):
         cc = c[a:b].to(torch.float64)
         tt = _as_stored(t[a:b].to(torch.float64), c.dtype)
         m = torch.isfinite(cc) & torch.isfinite(tt)
@@ -231,7 +255,7 @@ def measure(c: Any, t: Any, r: Any = None, chunk: int = CHUNK) -> Errors:
     centred = None
     if n > 1 and s_tcen.rms(n) > 1e-12 * max(t_max * 0.25, 1e-300):
         centred = s_cen.ratio(s_tcen)
-    return Errors(rel, elem, centred, True, 0, ref_bad)
+    return elem, centred
 
 
 @dataclass

@@ -14,11 +14,13 @@ and names each generated kernel after its nodes. Here, for the work of a compile
   the residual add of layer 3 with the norm of layer 4 goes to their common ancestor (the decoder).
 - **an extern op** (aten::mm, aten::_scaled_dot_product_*: `extern_op`) inside one call of a compiled
   graph (a `## Call CompiledFxGraph` range): the k-th op of each name in the call is the graph's k-th
-  extern node of that name (the call's sequence of names must be the graph's). Where the trace recorded
+  extern node of that name (for the names the call runs as often as the graph has such nodes: an
+  index_put Inductor lowered into a kernel runs no op). Where the trace recorded
   input shapes, each op's are checked against its node's; a graph whose checked ops disagree in more than
   `max_disagreement` of cases gets no extern module at all (not a wrong one).
 - **the rest of the call** (the wrapper's allocations, graph trees' input copies, a kernel no node
-  names): the compiled module itself.
+  names) and of Dynamo's region around it (`Torch-Compiled Region: 0/0`, for the frames whose graphs were
+  recorded): the compiled module itself.
 
 Paths: a node's path is below the compiled object; with no module range around the call it goes below
 the manifest's `root` (`model`, the whole model compiled), inside a module range of the compiled object's
@@ -44,7 +46,7 @@ from headroom.trace.op_inputs import op_calls
 from headroom.trace.tables import Trace
 
 __all__ = ["BY_NODES", "BY_ORDER", "BY_REGION", "REJECTED", "UNMAPPED", "CompiledMap", "CompiledSummary", "common_path",
-           "compiled_map", "compiled_summary", "fill_compiled", "node_tokens"]
+           "compiled_map", "compiled_summary", "fill_compiled", "kernel_paths", "match_call", "node_tokens"]
 
 # How a point of compiled work got its module (the `compiled` column; "" outside compiled code).
 BY_NODES, BY_ORDER, BY_REGION, UNMAPPED = "kernel nodes", "extern order", "compiled module", "unmapped"
@@ -71,6 +73,7 @@ def _patterns() -> _Patterns:
 @dataclass(frozen=True)
 class Graph:
     """One recorded post-grad graph (headroom/profile/compiled.py `graph_record`)."""
+    compile_id: str                            # Dynamo's frame/compile id ("0/0"; "" where not known)
     paths: tuple[str, ...]                     # module paths below the compiled object ("" is the object)
     types: tuple[str, ...]
     nodes: dict[str, int]                      # node name -> module index (-1: none)
@@ -101,7 +104,7 @@ def _graph(g: dict[str, Any]) -> Graph:
     nodes = {str(k): int(v) for k, v in (g.get("nodes") or {}).items() if isinstance(v, int)}
     externs = tuple((str(e[0]), str(e[1]), tuple(tuple(s) if isinstance(s, list) else None for s in e[2]))
                     for e in g.get("externs", []) if isinstance(e, list) and len(e) == 3 and isinstance(e[2], list))
-    return Graph(tuple(str(m[0]) for m in mods), tuple(str(m[1]) for m in mods), nodes,
+    return Graph(str(g.get("compile_id") or ""), tuple(str(m[0]) for m in mods), tuple(str(m[1]) for m in mods), nodes,
                  frozenset(str(v) for v in g.get("views", [])), externs)
 
 
@@ -190,16 +193,32 @@ class _Kernels:
         return out
 
 
+def _ranges(trace: Trace, rx: re.Pattern) -> pd.DataFrame:
+    cpu = trace.cpu
+    hit = cpu["name"].astype(str).map(lambda n: rx.search(n) is not None).to_numpy(dtype=bool)
+    return cpu.loc[hit, ["name", "pid", "tid", "ts", "dur"]].reset_index(drop=True)
+
+
+def kernel_paths(cmap: CompiledMap, names: set[str]) -> dict[str, str | None]:
+    """Each Inductor kernel name's module path below the compiled object (None: no node of it is known)."""
+    return {n: (v[0] if v is not None else None) for n, v in _Kernels.of(cmap, names).paths.items()}
+
+
 def _calls(trace: Trace) -> pd.DataFrame:
     """The ranges of compiled calls: Inductor's `## Call CompiledFxGraph` annotations, else Dynamo's regions."""
     p = _patterns()
-    cpu = trace.cpu
-    names = cpu["name"].astype(str)
-    for rx in (p.call_range, p.region_range):
-        hit = names.map(lambda n, rx=rx: rx.search(n) is not None).to_numpy(dtype=bool)
-        if hit.any():
-            return cpu.loc[hit, ["pid", "tid", "ts", "dur"]].reset_index(drop=True)
-    return cpu.iloc[:0][["pid", "tid", "ts", "dur"]]
+    calls = _ranges(trace, p.call_range)
+    return calls if len(calls) else _ranges(trace, p.region_range)
+
+
+def _scope(trace: Trace, cmap: CompiledMap, calls: pd.DataFrame) -> pd.DataFrame:
+    """The ranges whose work is the compiled object's: its calls, and Dynamo's regions (`Torch-Compiled
+    Region: 0/0`: the guards' prologue, the wrapper) of the frames whose graphs were recorded."""
+    regions = _ranges(trace, _patterns().region_range)
+    ids = {g.compile_id for g in cmap.graphs}
+    if "" not in ids:
+        regions = regions[regions["name"].map(lambda n: n.rpartition(" ")[2] in ids).to_numpy(dtype=bool)]
+    return pd.concat([calls, regions], ignore_index=True).drop_duplicates(["pid", "tid", "ts", "dur"])
 
 
 def _outermost_externs(trace: Trace, calls: pd.DataFrame) -> pd.DataFrame:
@@ -218,12 +237,31 @@ def _outermost_externs(trace: Trace, calls: pd.DataFrame) -> pd.DataFrame:
     return ext.assign(call=call)[call >= 0].sort_values(["call", "ts"], kind="stable").reset_index(drop=True)
 
 
-def _graph_for(names: list[str], graphs: tuple[Graph, ...]) -> int:
-    """The graph whose extern ops, in order, are `names` (-1: none)."""
-    for i, g in enumerate(graphs):
-        if [op for _, op, _ in g.externs] == names:
-            return i
-    return -1
+def _by_name(names: list[str]) -> dict[str, list[int]]:
+    out: dict[str, list[int]] = {}
+    for i, n in enumerate(names):
+        out.setdefault(n, []).append(i)
+    return out
+
+
+def match_call(names: list[str], graphs: tuple[Graph, ...]) -> tuple[int, np.ndarray]:
+    """The graph one call ran (-1: none) and, per op of the call (in order), its extern node there (-1: none).
+
+    The k-th op of each name is the k-th extern node of that name, for the names the call runs as often as
+    the graph has nodes of (a node Inductor lowered into a kernel, an index_put say, runs no op: its name
+    is left out); the graph that places the most ops is taken."""
+    call = _by_name(names)
+    best, best_nodes, best_n = -1, np.full(len(names), -1, dtype=np.int64), 0
+    for gi, g in enumerate(graphs):
+        nodes = _by_name([op for _, op, _ in g.externs])
+        at = np.full(len(names), -1, dtype=np.int64)
+        for name, ops in call.items():
+            if len(nodes.get(name, ())) == len(ops):
+                at[ops] = nodes[name]
+        placed = int((at >= 0).sum())
+        if placed > best_n:
+            best, best_nodes, best_n = gi, at, placed
+    return best, best_nodes
 
 
 def _shapes_agree(call: Any, shapes: tuple) -> bool | None:
@@ -255,9 +293,8 @@ def _match_externs(trace: Trace, cmap: CompiledMap, calls: pd.DataFrame) -> Exte
     names = ext["name"].to_numpy(dtype=object)
     cuts = np.flatnonzero(call_ids[1:] != call_ids[:-1]) + 1 if len(ext) else np.zeros(0, dtype=np.int64)
     for part in np.split(np.arange(len(ext)), cuts) if len(ext) else []:
-        g = _graph_for(names[part].tolist(), cmap.graphs)
-        if g >= 0:
-            graph[part], node[part] = g, np.arange(len(part))
+        g, at = match_call(names[part].tolist(), cmap.graphs)
+        graph[part[at >= 0]], node[part] = g, at
     checks = _check_shapes(trace, cmap, ext, graph, node)
     ok = graph >= 0
     path = []
@@ -301,12 +338,13 @@ class _Resolver:
     cmap: CompiledMap
     kernels: _Kernels
     externs: Externs
-    calls: pd.DataFrame
+    scope: pd.DataFrame
 
     @classmethod
     def of(cls, trace: Trace, cmap: CompiledMap) -> _Resolver:
         calls = _calls(trace)
-        return cls(cmap, _Kernels.of(cmap, _inductor_names(trace)), _match_externs(trace, cmap, calls), calls)
+        return cls(cmap, _Kernels.of(cmap, _inductor_names(trace)), _match_externs(trace, cmap, calls),
+                   _scope(trace, cmap, calls))
 
     def relative(self, op: str, extern_row: int, in_call: bool) -> tuple[str, Graph | None, str] | None:
         """(path below the compiled object, its graph, how) for one point of compiled work; None if the point
@@ -358,7 +396,7 @@ def fill_compiled(trace: Trace, pid: Any, tid: Any, when: np.ndarray, ops: np.nd
     if cmap is None or n == 0:
         return how
     r = _Resolver.of(trace, cmap)
-    in_call = ranges_on_threads(r.calls, pid, tid, when) >= 0
+    in_call = ranges_on_threads(r.scope, pid, tid, when) >= 0
     at_extern = ranges_on_threads(r.externs.rows, pid, tid, when)
     module, mtype, stack = columns["module"], columns["module_type"], columns["module_stack"]
     memo: dict[tuple, tuple[str, tuple[str, str, str] | None]] = {}

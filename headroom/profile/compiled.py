@@ -44,15 +44,15 @@ def dynamo_path(key: str) -> str | None:
     (``L['self'].model.layers[0].mlp`` or ``getattr(L['fn'].layers, '0')`` -> ``model.layers.0.mlp``; the
     compiled object itself -> ""); None for a module reached through a global (``G['...']``), which is not
     in the compiled object's tree."""
+    while True:
+        new = _GETATTR.sub(r"\1.\2", key)
+        if new == key:
+            break
+        key = new
     root = _ROOT.match(key)
     if root is None:
         return None
     rest = key[root.end():]
-    while True:
-        new = _GETATTR.sub(r"\1.\2", rest)
-        if new == rest:
-            break
-        rest = new
     rest = rest.replace("._modules", "")
     rest = _SUBSCRIPT.sub(r".\1", rest)
     return rest.strip(".")

@@ -129,7 +129,8 @@ def write_capture(raw_trace: Path, manifest: dict[str, Any], dest: Path) -> None
     try:
         _inject_and_compress(raw, {"schema": MANIFEST_SCHEMA, "tool": "headroom profile --graphs",
                                    "capture_of": manifest["trace"], "workload": manifest["workload"],
-                                   "variant": manifest["variant"]}, part)
+                                   "variant": manifest["variant"],
+                                   **{k: manifest[k] for k in ("compiled_modules",) if k in manifest}}, part)
         os.replace(part, dest)
     finally:
         for tmp in (raw, part):

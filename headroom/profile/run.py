@@ -30,6 +30,7 @@ import shlex
 import sys
 import time
 from collections.abc import Callable
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -39,6 +40,7 @@ from headroom.devices import resolve_device
 from headroom.errors import UserError
 from headroom.files import check_output_dir
 from headroom.jsonio import encoded, plain
+from headroom.profile.compiled import CompiledModules, compiled_manifest, recording
 from headroom.profile.environment import environment
 from headroom.profile.graphs import (
     CAPTURE_DIR,
@@ -188,10 +190,12 @@ class _Measured:
 
 
 def _measure(spec: WorkloadSpec, cfg: RunConfig, dev: Any, counts: tuple[int, int, int], raw_trace: Path,
-             progress: Progress, record_shapes: bool, together: Callable[[], None] = lambda: None) -> _Measured:
+             progress: Progress, record_shapes: bool, together: Callable[[], None] = lambda: None,
+             recorder: CompiledModules | None = None) -> _Measured:
     """build -> warm-up -> timed steps (no profiler) -> profiled steps, exported to `raw_trace`.
 
-    `together`: waits for the other ranks of a --nproc run, so each stage starts on all of them at once."""
+    `together`: waits for the other ranks of a --nproc run, so each stage starts on all of them at once.
+    `recorder`: records the graphs torch.compile makes (headroom/profile/compiled.py)."""
     import torch
     from torch.profiler import ProfilerActivity
 
@@ -202,6 +206,8 @@ def _measure(spec: WorkloadSpec, cfg: RunConfig, dev: Any, counts: tuple[int, in
                                        f"{', seq ' + str(cfg.seq) if cfg.seq else ''}, {cfg.dtype})"):
             t0 = time.perf_counter()
             step = spec.build(cfg, dev)
+            if recorder is not None and step.modules is not None:    # the class of the paths' root (MODULE_ROOT)
+                recorder.root_type = type(step.modules).__name__
             use_ranges = bool(step.blocks) and not (cfg.compile and not cfg.extrapolated)
             if use_ranges:
                 step.add_hooks(instrument_blocks(step.blocks, train=cfg.mode == "train"))
@@ -386,9 +392,14 @@ def profile_workload(
     _set_up_torch(dev, cfg)
     started = datetime.now(timezone.utc)
     try:
-        measured = _measure(spec, cfg, dev, counts, raw_tmp, progress, record_shapes,
-                            together=rank.barrier if rank is not None else (lambda: None))
+        with recording(dev.type) if cfg.compile else nullcontext() as recorder:
+            measured = _measure(spec, cfg, dev, counts, raw_tmp, progress, record_shapes,
+                                together=rank.barrier if rank is not None else (lambda: None), recorder=recorder)
         manifest = _run_manifest(spec, cfg, dev, measured, counts, record_shapes, command, started, name)
+        if recorder is not None:
+            # Whole-model compiles run under no module range: their paths are below MODULE_ROOT. A block's
+            # compiled forward runs inside the block's range (--layers), which gives the paths' base.
+            manifest["compiled_modules"] = compiled_manifest(recorder, "" if cfg.extrapolated else MODULE_ROOT)
         if rank is not None:
             manifest["distributed"] = plain(rank)
         with _stage(progress, "export", str(trace_path)):

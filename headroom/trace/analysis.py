@@ -31,6 +31,7 @@ from headroom.trace.accounting import (
 )
 from headroom.trace.attribute import attribute_kernels_to_ops, cpu_op_self_times, unlaunched_warning
 from headroom.trace.classify import Policy, Rule, classify_kernels, load_classifier
+from headroom.trace.compiled import compiled_summary, fill_compiled
 from headroom.trace.graphs import capture_trace_of, graph_summary
 from headroom.trace.load import Trace, TraceError, find_trace_files, iter_traces, load_trace
 from headroom.trace.modules import attribute_modules, module_calls, module_ranges
@@ -233,6 +234,8 @@ def _cpu_events(trace: Trace, steps: pd.DataFrame | None = None) -> pd.DataFrame
     ops = cpu_op_self_times(trace, steps)
     m = attribute_modules(trace, ops["pid"], ops["tid"], ops["ts"].to_numpy(dtype=float))
     names = ops["name"].astype(str).to_numpy(dtype=object)
+    compiled = fill_compiled(trace, ops["pid"], ops["tid"], ops["ts"].to_numpy(dtype=float), names,
+                             {"module": m.module, "module_type": m.module_type, "module_stack": m.module_stack})
     ev = pd.DataFrame({
         "name": ops["name"].astype(str),
         "kind": "cpu_op",
@@ -247,6 +250,7 @@ def _cpu_events(trace: Trace, steps: pd.DataFrame | None = None) -> pd.DataFrame
         "module": m.module,
         "module_type": m.module_type,
         "module_stack": m.module_stack,
+        "compiled": compiled,
         "phase": event_phases(names, ops["top_op"].astype(str).to_numpy(dtype=object),
                               np.full(len(ops), "", dtype=object), m.backward),
         "launch_name": "",
@@ -289,11 +293,11 @@ def _keyed(table: pd.DataFrame, key: str) -> pd.DataFrame:
 
 # The attributed GPU activities depend on the trace and on the attribution's code and data alone:
 # cached beside the tables.
-_ATTRIBUTION_CODE = ("attribute.py", "context.py", "graphs.py", "modules.py", "phases.py", "intervals.py", "ranges.py",
-                     "codes.py")
+_ATTRIBUTION_CODE = ("attribute.py", "context.py", "compiled.py", "graphs.py", "modules.py", "phases.py",
+                     "intervals.py", "ranges.py", "codes.py", "op_inputs.py")
 _ATTRIBUTION_VERSION = cache.code_version(*(Path(attribute.__file__).with_name(n) for n in _ATTRIBUTION_CODE),
                                           *(Path(attribute.__file__).parent.parent / "data" / n
-                                            for n in ("phases.toml", "graphs.toml")))
+                                            for n in ("phases.toml", "graphs.toml", "compiled.toml")))
 
 
 def attributed(trace: Trace, steps: pd.DataFrame | None = None, graph_source: Trace | None = None) -> pd.DataFrame:
@@ -428,6 +432,9 @@ def _analyze(trace: Trace, rules: list[Rule], policy: Policy, whole_trace: bool,
         graphs = graph_summary(events)
         if graphs is not None:
             notes.append(graphs.note())
+    compiled = compiled_summary(events)
+    if compiled is not None:
+        notes.append(compiled.note())
 
     wall = end - start
     if not whole_trace and window is None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from headroom.trace.compiled import fill_compiled
 from headroom.trace.intervals import ranges_on_threads
 from headroom.trace.modules import attribute_modules
 from headroom.trace.phases import event_phases
@@ -16,14 +17,16 @@ from headroom.trace.tables import Trace, texts_at
 
 __all__ = ["CONTEXT_COLUMNS", "launch_context", "labels_on_threads"]
 
-CONTEXT_COLUMNS = ("op", "top_op", "annotation", "module", "module_type", "module_stack", "phase")
+# `compiled`: how work of torch.compile'd code got its module (headroom/trace/compiled.py; "" for other work).
+CONTEXT_COLUMNS = ("op", "top_op", "annotation", "module", "module_type", "module_stack", "compiled", "phase")
 
 
 def launch_context(trace: Trace, pid: pd.Series, tid: pd.Series, when: np.ndarray, ext: np.ndarray,
                    launched: np.ndarray) -> dict[str, np.ndarray]:
     """The CPU-side context of launch calls (one per point; `launched`: the points that have a launch
     call at `when` on thread (`pid`, `tid`)): innermost op (by the call's External id `ext`, else by
-    containment), top-level op, innermost annotation, module columns and phase (CONTEXT_COLUMNS)."""
+    containment), top-level op, innermost annotation, module columns (for compiled code, the module of the
+    nodes it ran: headroom/trace/compiled.py) and phase (CONTEXT_COLUMNS)."""
     cpu = trace.cpu
     ops = trace.cpu_ops()
     annotations = cpu[(cpu["cat"] == "user_annotation").to_numpy()
@@ -44,12 +47,16 @@ def launch_context(trace: Trace, pid: pd.Series, tid: pd.Series, when: np.ndarra
     out["annotation"] = ann
     columns = {k: np.full(n, "", dtype=object) for k in ("module", "module_type", "module_stack")}
     backward = np.zeros(n, dtype=bool)
+    compiled = np.full(n, "", dtype=object)
     if launched.any():
         m = attribute_modules(trace, pid, tid, when)
+        inner = {k: getattr(m, k) for k in columns}
+        compiled[launched] = fill_compiled(trace, pid, tid, when, op[launched], inner)
         for k in columns:
-            columns[k][launched] = getattr(m, k)
+            columns[k][launched] = inner[k]
         backward[launched] = m.backward
     out.update(columns)
+    out["compiled"] = compiled
     out["phase"] = event_phases(out["op"], out["top_op"], out["annotation"], backward)
     return out
 

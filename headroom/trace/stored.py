@@ -18,9 +18,10 @@ if TYPE_CHECKING:
     from headroom.trace.tables import Trace
 
 _HERE = Path(__file__).parent
-_CODE = ("attribute.py", "modules.py", "phases.py", "intervals.py", "ranges.py", "analysis.py", "classify.py",
-         "accounting.py", "stored.py")
-_VERSION = cache.code_version(*(_HERE / n for n in _CODE), _HERE.parent / "data" / "phases.toml")
+_CODE = ("attribute.py", "compiled.py", "context.py", "modules.py", "phases.py", "intervals.py", "ranges.py",
+         "analysis.py", "classify.py", "accounting.py", "stored.py")
+_VERSION = cache.code_version(*(_HERE / n for n in _CODE), *(_HERE.parent / "data" / n
+                                                               for n in ("phases.toml", "compiled.toml")))
 
 # An Analysis' fields that are stored: its frames (tables keyed by KEYS are stored without their index)
 # and the rest in a JSON header.

@@ -10,7 +10,8 @@ writes the recording again and exits: byte for byte what the command would print
 typer, numpy, pandas or polars (docs/benchmarks.md: 0.3 s against 0.5-0.6 s for the cached analysis).
 
 Not recorded: a command that failed, wrote a file (`report --html`), read a directory (ranks), ran on
-a cluster (`--engine`, `--address`), was asked for no cache (`--no-cache`, HEADROOM_CACHE_DIR=off),
+a cluster (`--engine`, `--address`), was asked for no cache (`--no-cache`, HEADROOM_CACHE_DIR=off) or no
+replay (HEADROOM_REPLAY=off),
 started the loader's worker process (its own stderr is not seen here), or whose streams were replaced
 while it ran. The recordings live in the trace cache's folder, under `commands/`, the newest
 `KEEP` of them.
@@ -71,7 +72,7 @@ def _terminals() -> list:
 
 
 def _eligible(argv: list[str]) -> bool:
-    if not argv or argv[0] not in COMMANDS:
+    if not argv or argv[0] not in COMMANDS or os.environ.get("HEADROOM_REPLAY", "").lower() in ("0", "off"):
         return False
     return not any(w == o or w.startswith(o + "=") for w in argv[1:] for o in _NOT_RECORDED)
 

@@ -157,6 +157,7 @@ def _finish(path: Path, key, decoded: Decoded) -> Trace:
     base_ns, meta, warnings = decoded.base_ns, decoded.metadata, decoded.warnings
     with parallel.small_pages():
         trace = tabulate(document.source_name(path), decoded.tables, base_ns, meta, warnings, decoded.orders)
+    parallel.trim_heap()    # (the polars tables and the arrays made from them are freed)
     if key is not None and cache.store_tables(key, {t: getattr(trace, t) for t in TRACE_TABLES}, base_ns, meta,
                                               warnings):
         trace.cache_key = key
@@ -217,6 +218,7 @@ def decode(path: Path, lenient: bool = False, workers: bool = True) -> Decoded:
     (`workers`: may use the worker process: for a plain file it decodes the second half while this
     process decodes the first; for a gzip file, every other chunk)."""
     parallel.check_memory_for(path)
+    parallel.polars_gives_memory_back()
     size = parallel.file_size(path)
     helper = Worker() if workers and parallel.worker_for_file(size) else None
     try:

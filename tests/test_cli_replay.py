@@ -72,3 +72,19 @@ def test_a_changed_input_runs_again(setup, tmp_path):
     runs_again_and_matches(*words)
     env["HEADROOM_REPLAY"] = "off"
     assert not run(cache, env, *words)[1]
+
+
+def test_a_replay_imports_no_heavy_module(setup):
+    trace, cache, env = setup
+    words = ["classify", "--json", str(trace)]
+    assert not run(cache, env, *words)[1]
+    code = f"""if True:
+        import sys
+        from headroom.cli import replay
+        done = replay.replay({words!r})
+        heavy = sorted(m for m in ("numpy", "pandas", "polars", "typer", "rich") if m in sys.modules)
+        print(done, heavy, file=sys.stderr)
+    """
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, env=env, timeout=120)
+    assert p.stderr.strip().splitlines()[-1] == "True []", p.stderr
+    assert p.stdout.startswith('{"schema": "headroom.classify/')

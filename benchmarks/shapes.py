@@ -5,7 +5,8 @@ traces) until the file reaches a size: every copy is shifted past the end of the
 previous one, with fresh correlation / External / flow ids and step numbers,
 so attribution, flows and steps stay valid. Files are written in the layout
 torch.profiler's exporter uses (one event over several lines, args on their
-own lines), one copy at a time (memory stays that of one copy).
+own lines), one copy at a time (memory stays that of one copy), as text: a 4 GB trace
+is written in about a minute.
 
     python benchmarks/shapes.py --shape training --mb 2000 --out /tmp/train-2g.json
 """
@@ -17,6 +18,8 @@ import gzip
 import json
 import os
 from pathlib import Path
+
+import numpy as np
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -83,7 +86,92 @@ def _event_text(e: dict) -> str:
 
 
 def build(source: Path, target_mb: float, out: Path) -> dict:
-    """Replicate `source` into `out` until it holds at least `target_mb` MB; returns what was written."""
+    """Replicate `source` into `out` until it holds at least `target_mb` MB; returns what was written.
+
+    The copies are text: each event is written once as a template with a slot for every number a copy
+    rewrites (``ts``, ``id``, correlation / External id, the step number), and a copy is the template
+    filled with one ``%`` format of numpy-shifted numbers (the same file `build_reference` writes, byte
+    for byte, at ~100x its speed)."""
+    doc = _read(source)
+    events = doc.pop("traceEvents")
+    span = _span(events)
+    first, slots_first = _template(events, with_metadata=True)
+    later, slots_later = _template(events, with_metadata=False)
+    per_copy = (len(first % _numbers(*slots_first, 0, 0.0)) + 2) / 1e6     # as build_reference counts it
+    copies = max(1, int(target_mb / per_copy) + 1)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with open(out, "w") as f:
+        f.write(_head(doc))
+        for c in range(copies):
+            template, (kinds, bases) = (first, slots_first) if c == 0 else (later, slots_later)
+            f.write(("" if c == 0 else ",\n") + template % _numbers(kinds, bases, c, c * (span + 1000.0)))
+        f.write("\n  ]\n}\n")
+    n = len(events) + (copies - 1) * sum(1 for e in events if e.get("ph") != "M")
+    return {"source": source.name, "copies": copies, "events": n, "mb": round(out.stat().st_size / 1e6, 1)}
+
+
+def _head(doc: dict) -> str:
+    return "{\n" + "".join(f"  {json.dumps(k)}: {json.dumps(v)},\n" for k, v in doc.items()) + '  "traceEvents": [\n'
+
+
+# The numbers a copy rewrites, by slot kind: ts (float, shifted), ids (int, + copy * ID_STRIDE), steps.
+TS, ID, STEP = 0, 1, 2
+
+
+def _template(events: list[dict], with_metadata: bool) -> tuple[str, tuple[np.ndarray, np.ndarray]]:
+    """The events' text (as `_event_text` writes it) with a %-slot per rewritten number, and the slots'
+    kinds and copy-0 values in text order."""
+    kinds: list[int] = []
+    bases: list[float | int] = []
+
+    def value(key: str, v, slot: int | None) -> str:
+        if slot is None:
+            return f"{json.dumps(key)}: {json.dumps(v)}".replace("%", "%%")
+        kinds.append(slot)
+        bases.append(v)
+        return f"{json.dumps(key)}: %r"
+
+    texts = []
+    for e in events:
+        if e.get("ph") == "M" and not with_metadata:
+            continue
+        fields = []
+        for k, v in e.items():
+            if k == "args":
+                continue
+            if k == "name" and isinstance(v, str) and v.startswith("ProfilerStep#"):
+                kinds.append(STEP)
+                bases.append(int(v.split("#")[1]))
+                fields.append(f'{json.dumps(k)}: "ProfilerStep#%r"')
+                continue
+            numeric = isinstance(v, (int, float)) and not isinstance(v, bool)
+            fields.append(value(k, v, TS if k == "ts" and numeric else
+                                ID if k == "id" and isinstance(v, int) and not isinstance(v, bool) else None))
+        text = "  {\n    " + ", ".join(fields)
+        if e.get("args") is not None:
+            args = [value(k, v, ID if k in ("correlation", "External id") and isinstance(v, int)
+                          and not isinstance(v, bool) else None) for k, v in e["args"].items()]
+            text += ',\n    "args": {\n      ' + ", ".join(args) + "\n    }"
+        texts.append(text + "\n  }")
+    kind = np.array(kinds, dtype=np.int8)
+    base = np.array(bases, dtype=object)
+    return ",\n".join(texts), (kind, base)
+
+
+def _numbers(kinds: np.ndarray, bases: np.ndarray, c: int, shift: float) -> tuple:
+    """One copy's numbers in slot order: Python floats for ts (the sum `_copy` makes), ints for the rest."""
+    out = np.empty(len(kinds), dtype=object)
+    ts = kinds == TS
+    out[ts] = (bases[ts].astype(np.float64) + shift).tolist()
+    ids = kinds == ID
+    out[ids] = (bases[ids].astype(np.int64) + c * ID_STRIDE).tolist()
+    steps = kinds == STEP
+    out[steps] = (bases[steps].astype(np.int64) + c * STEP_STRIDE).tolist()
+    return tuple(out.tolist())
+
+
+def build_reference(source: Path, target_mb: float, out: Path) -> dict:
+    """`build` one event at a time through dicts (the definition `build` is checked against)."""
     doc = _read(source)
     events = doc.pop("traceEvents")
     span = _span(events)

@@ -107,7 +107,8 @@ def test_every_command_prints_the_same_from_the_cache(tmp_path, args):
     ranks = write_pair(tmp_path / "ranks")
     one = tmp_path / "one.json.gz"
     one.write_bytes((REPO / "traces" / "resnet-50.train.json.gz").read_bytes())
-    env = dict(os.environ, HEADROOM_CACHE_DIR=str(tmp_path / "cache"), HEADROOM_CACHE_MIN_BYTES="0")
+    env = dict(os.environ, HEADROOM_CACHE_DIR=str(tmp_path / "cache"), HEADROOM_CACHE_MIN_BYTES="0",
+               HEADROOM_REPLAY="off")    # the analysis read back, not the output replayed (tests/test_cli_replay.py)
     for target in (one, ranks):
         fresh = headroom(*args, "--no-cache", target, env=env)
         headroom(*args, target, env=env)                 # fills the cache

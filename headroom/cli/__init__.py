@@ -42,12 +42,24 @@ if _starting_as_the_program():
 
 def main(argv: list[str] | None = None) -> None:
     """The `headroom` console script."""
+    import sys
+
+    from headroom.cli import replay
+
     signal.signal(signal.SIGINT, _interrupted_while_starting)
+    words = sys.argv[1:] if argv is None else list(argv)
+    if replay.replay(words):     # the same command on the same files printed this before
+        done = SystemExit(0)
+        _leave(done)
+        raise done
+    recorder = replay.start(words)
     from headroom.cli.app import run
 
     try:
         run(argv)
     except SystemExit as e:
+        if recorder is not None:
+            recorder.finish(e.code)
         _leave(e)
         raise
 

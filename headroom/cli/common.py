@@ -88,11 +88,17 @@ class Reader:
 
     def files(self, paths: list[Path]) -> Iterator[list[Path]]:
         """The trace files of each path, path by path (a bad path is named and skipped)."""
+        from headroom.cli import replay
         from headroom.trace.load import find_trace_files
 
         for p in paths:
+            if Path(p).is_dir():
+                replay.refuse()     # its list of files may change
             try:
-                yield find_trace_files(p)
+                found = find_trace_files(p)
+                for f in found:
+                    replay.reads(f)
+                yield found
             except UserError as e:
                 self._fail(str(p), e)
 
@@ -153,6 +159,7 @@ class Reader:
                             return
                         a = analyze(trace, rules=self._rules, policy=self._policy, whole_trace=options.whole_trace,
                                     window=options.window, graph_source=self.source_trace())
+                    _reads_capture(files[done], trace.metadata)
                     done += 1
                     for note in a.notes + a.warnings:
                         warn(f"{a.source}: {note}")
@@ -173,6 +180,16 @@ class Reader:
     def finish(self) -> None:
         if self.failed:
             raise typer.Exit(code=EXIT_USAGE)
+
+
+def _reads_capture(path: Path, metadata: dict) -> None:
+    """The capture trace a trace's manifest names is read too (analysis.analyze)."""
+    from headroom.cli import replay
+    from headroom.trace.graphs import capture_trace_of
+
+    capture = capture_trace_of(path, metadata)
+    if capture is not None:
+        replay.reads(capture)
 
 
 def read_all(paths: list[Path], read: ReadOptions = _READ) -> list:

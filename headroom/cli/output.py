@@ -62,5 +62,17 @@ def progress(label: str) -> Iterator[None]:
         return
     from rich.console import Console
 
-    with Console(stderr=True).status(label, spinner="dots"):
+    from headroom.cli import replay
+
+    if not replay.recording():
+        with Console(stderr=True).status(label, spinner="dots"):
+            yield
+        return
+    # While a command is recorded its spinner's frames go to the terminal unrecorded, and what is printed
+    # meanwhile stays on the recorded streams (a status would redirect them to its console).
+    from rich.live import Live
+    from rich.spinner import Spinner
+
+    with Live(Spinner("dots", text=label), console=Console(file=replay.terminal(sys.stderr)), transient=True,
+              redirect_stdout=False, redirect_stderr=False, refresh_per_second=12.5):
         yield

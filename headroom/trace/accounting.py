@@ -58,7 +58,7 @@ def add_wall_shares(events: pd.DataFrame) -> pd.DataFrame:
     shares = np.zeros(len(events))
     for _, idx in events.groupby("device", sort=False).indices.items():
         shares[idx] = overlap_shares(events["ts"].to_numpy()[idx], events["end"].to_numpy()[idx])
-    events = events.copy()
+    events = events.copy(deep=False)     # copy-on-write: the caller's frame keeps its columns, none copied
     events["wall_us"] = shares
     return events
 

@@ -424,7 +424,9 @@ def _analyze(trace: Trace, rules: list[Rule], policy: Policy, whole_trace: bool,
         n_steps = len(steps)
     if len(in_window) == 0:
         notes.append(f"no {'GPU activity' if mode == MODE_GPU else 'CPU op'} in the {basis}")
+    del events      # the activities outside the window go before classifying (memory: the 4 GB trace's peak)
     events = classify_kernels(in_window.reset_index(drop=True), rules, policy)
+    del in_window
     if mode == MODE_GPU:
         line = unlaunched_warning(events, trace)
         if line:

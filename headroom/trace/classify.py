@@ -194,7 +194,7 @@ def classify_one(rules: list[Rule], kind: str, name: str, op: str = "", top_op: 
 def classify_kernels(events: pd.DataFrame, rules: list[Rule], policy: Policy) -> pd.DataFrame:
     """Add `category` and `addressable` columns to attributed events."""
     cols = ["kind", "name", "op", "top_op", "annotation", "module"]
-    out = events.copy()
+    out = events.copy(deep=False)     # copy-on-write: the new columns are out's alone, no data copied
     if len(out) == 0:
         out["category"] = pd.Series(dtype=object)
         out["addressable"] = pd.Series(dtype=bool)

@@ -157,6 +157,7 @@ def _finish(path: Path, key, decoded: Decoded) -> Trace:
     base_ns, meta, warnings = decoded.base_ns, decoded.metadata, decoded.warnings
     with parallel.small_pages():
         trace = tabulate(document.source_name(path), decoded.tables, base_ns, meta, warnings, decoded.orders)
+    parallel.trim_heap()    # (the polars tables and the arrays made from them are freed)
     if key is not None and cache.store_tables(key, {t: getattr(trace, t) for t in TRACE_TABLES}, base_ns, meta,
                                               warnings):
         trace.cache_key = key
@@ -217,6 +218,7 @@ def decode(path: Path, lenient: bool = False, workers: bool = True) -> Decoded:
     (`workers`: may use the worker process: for a plain file it decodes the second half while this
     process decodes the first; for a gzip file, every other chunk)."""
     parallel.check_memory_for(path)
+    parallel.polars_gives_memory_back()
     size = parallel.file_size(path)
     helper = Worker() if workers and parallel.worker_for_file(size) else None
     try:
@@ -269,8 +271,9 @@ def _decoded_in_halves(path: Path, helper: Worker):
 def _assemble(path: Path, decoded: list[Chunk], doc: Document, lenient: bool) -> Decoded:
     """The chunks merged, ordered and checked."""
     warnings: list[str] = []
-    whole = chunks.merged(path, decoded)
+    whole = chunks.merged(path, decoded, freed=parallel.trim_heap)
     tables = {table: _in_event_order(whole.tables.pop(table)) for table in kineto.TABLES}
+    tables["flows"] = _flows_read(tables)
     unreadable = sum(whole.unreadable.values())
     first_unreadable, gpu_unreadable = whole.first_unreadable, whole.gpu_unreadable
     if unreadable:
@@ -287,6 +290,16 @@ def _assemble(path: Path, decoded: list[Chunk], doc: Document, lenient: bool) ->
         if table != "flows" and (table not in orders or checked[table] is not tables[table]):
             orders[table] = loader_order(checked[table])      # (a table --lenient dropped rows of: anew)
     return Decoded(checked, orders, doc.base_ns, doc.meta, warnings)
+
+
+def _flows_read(tables: dict[str, pl.DataFrame]) -> pl.DataFrame:
+    """The flow events the tables are made with (tables.tabulate): the forward -> backward pairs, and the
+    launch -> kernel flows only when a GPU activity or a launch lacks its correlation (they fill it in).
+    The 4 GB training trace's 3.8 M flow events are 0.2 GB held through the checks and tabulation."""
+    flows = tables["flows"]
+    if tables["gpu"]["correlation"].null_count() or tables["launches"]["correlation"].null_count():
+        return flows
+    return flows.filter(pl.col("kind") == "fwdbwd")
 
 
 # Rows keep the order headroom's loader has always given them (so every table and every float

@@ -245,7 +245,9 @@ def tabulate(source: str, tables: dict[str, pl.DataFrame], base_ns: int | None, 
               warnings: list[str] | None = None, orders: dict[str, Any] | None = None) -> Trace:
     """The pandas tables the analyses use; `orders`: each table's rows in loader order (load.loader_order)."""
     orders = orders or {}
+    # Each polars table is let go once its pandas table is made (the 4 GB trace's peak was here).
     flows = tables.pop("flows")
+    flow_pairs = _flow_pairs(flows)
     g = _link_flows(tables.pop("gpu"), flows, ["f", "t"])     # (a left join: the rows stay as they were)
     o = orders.get("gpu")
     device_side = _device_side_columns(g, o)
@@ -258,16 +260,20 @@ def tabulate(source: str, tables: dict[str, pl.DataFrame], base_ns: int | None, 
         "bytes": _take(g["bytes"].to_numpy(), o),
         "index": _take(g["index"].cast(pl.Int64).to_numpy(), o),
     })
+    del g, device_side
     c = _link_flows(tables.pop("launches"), flows, ["s"])
+    del flows
     o = orders.get("launches")
     launches = _frame({**_cpu_side_columns(c, o), "correlation": _ids(c["correlation"], o),
                        "external_id": _ids(c["external_id"], o)})
+    del c
     c = tables.pop("cpu")
     o = orders.get("cpu")
     names = _named_codes(c["name"], o)      # kept for Trace.cpu_names_start_with
     cpu = _frame({**_cpu_side_columns(c, o, names), "external_id": _ids(c["external_id"], o),
                   "sequence": _ids(c["sequence"], o), "fwd_thread": _ids(c["fwd_thread"], o),
                   "inputs": _names(c["inputs"], o)})
+    del c
     gpu_annotations = _frame(_device_side_columns(tables.pop("gpu_annotations"), orders.get("gpu_annotations")))
     s = tables.pop("syncs")
     o = orders.get("syncs")
@@ -278,7 +284,7 @@ def tabulate(source: str, tables: dict[str, pl.DataFrame], base_ns: int | None, 
         "wait_on_cuda_event_record_corr_id": _ids(s["wait_on_cuda_event_record_corr_id"], o),
     })
     trace = Trace(source=source, gpu=gpu, cpu=cpu, launches=launches, gpu_annotations=gpu_annotations,
-                  syncs=syncs, base_ns=base_ns, metadata=meta, flows=_flow_pairs(flows),
+                  syncs=syncs, base_ns=base_ns, metadata=meta, flows=flow_pairs,
                   warnings=list(warnings or []))
     trace.__dict__["_cpu_name_codes"] = (cpu, *names)     # the names' codes, known here already
     return trace

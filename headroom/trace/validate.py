@@ -49,15 +49,22 @@ def step_rows(cpu: pl.DataFrame) -> pl.Expr:
 
 def cpu_span(tables: dict[str, pl.DataFrame], with_steps: bool = False) -> tuple[float, float] | None:
     """[first start, last end] of the CPU side (ranges and runtime calls, steps excluded unless
-    `with_steps`), or None."""
-    cpu = tables["cpu"] if with_steps else tables["cpu"].filter(~step_rows(tables["cpu"]))
-    sides = [t.select("ts", "dur") for t in (cpu, tables["launches"]) if t.height]
-    if sides:
-        frame = pl.concat(sides).filter(pl.col("ts").is_finite() & pl.col("dur").fill_null(0.0).is_finite())
-        if frame.height:
-            lo, hi = frame.select(pl.col("ts").min(), (pl.col("ts") + pl.col("dur").fill_null(0.0)).max().alias("end")).row(0)
-            return float(lo), float(hi)
-    return None
+    `with_steps`), or None. Reduced in place: a filtered copy of the CPU table (its names) was the
+    largest allocation of loading a 4 GB trace."""
+    ends: list[tuple[float, float]] = []
+    for table, steps_out in ((tables["cpu"], not with_steps), (tables["launches"], False)):
+        if not table.height:
+            continue
+        kept = pl.col("ts").is_finite() & pl.col("dur").fill_null(0.0).is_finite()
+        if steps_out:
+            kept = kept & ~step_rows(table)
+        lo, hi = table.select(pl.col("ts").filter(kept).min(),
+                              (pl.col("ts") + pl.col("dur").fill_null(0.0)).filter(kept).max().alias("end")).row(0)
+        if lo is not None:
+            ends.append((float(lo), float(hi)))
+    if not ends:
+        return None
+    return min(lo for lo, _ in ends), max(hi for _, hi in ends)
 
 
 def span(tables: dict[str, pl.DataFrame]) -> tuple[float, float]:
@@ -131,14 +138,23 @@ def check(tables: dict[str, pl.DataFrame], source: str, lenient: bool, unreadabl
     orders = orders or {}
     lo, hi = span(tables)
     cpu = cpu_span(tables, with_steps=True)
-    gpu = tables["gpu"].sort("index")
+    gpu = tables["gpu"]
+    if gpu.height > 1 and not bool((np.diff(gpu["index"].to_numpy()) > 0).all()):
+        gpu = gpu.sort("index")
     # GPU work drains after the CPU's last event: twice the CPU's span and a millisecond is the most
     # an activity can last
     longest = 2.0 * (cpu[1] - cpu[0]) + LONGEST_MARGIN_US if cpu is not None else None
     gpu_bad = _problems(gpu, lo, hi, longest=longest, duplicates=True)
-    gpu_bad = pl.concat([gpu_bad, gpu_structure.misplaced(
-        gpu.filter(~pl.col("index").is_in(gpu_bad["index"].implode())), tables["launches"],
-        cpu[1] if cpu is not None else None, gpu_structure.listed_devices(metadata))], how="diagonal_relaxed")
+    # Without the names (a join there copied every column): they are added to the few rows it flags.
+    placed = gpu.drop("name")
+    if gpu_bad.height:
+        placed = placed.filter(~pl.col("index").is_in(gpu_bad["index"].implode()))
+    misplaced = gpu_structure.misplaced(placed, tables["launches"], cpu[1] if cpu is not None else None,
+                                        gpu_structure.listed_devices(metadata))
+    if misplaced.height:
+        names = gpu.filter(pl.col("index").is_in(misplaced["index"].implode())).select("index", "name")
+        misplaced = misplaced.join(names, on="index", how="left", maintain_order="left")
+    gpu_bad = pl.concat([gpu_bad, misplaced], how="diagonal_relaxed")
     steps = tables["cpu"].filter(step_rows(tables["cpu"]))
     step_bad = _problems(steps, lo, hi) if steps.height else steps.head(0)
     if steps.height:

@@ -45,7 +45,10 @@ class Worker:
     """One worker process; `submit` a chunk (or `submit_file` a whole trace), then `result` it before
     submitting the next."""
 
+    started = False     # whether this process started one (a command that did is not replayed: cli/replay.py)
+
     def __init__(self) -> None:
+        Worker.started = True
         root = str(Path(__file__).resolve().parents[2])
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p),
                    HEADROOM_LOAD_WORKERS="0", POLARS_MAX_THREADS="1")   # one core each: the loader has the other

@@ -1,5 +1,5 @@
 """The light core: `pip install kernel-headroom` into a fresh virtual environment (no torch, no
-transformers, no nvtx) classifies a shipped trace, lists the ten workloads, and `headroom profile`
+transformers, no nvtx) classifies a shipped trace, lists the eleven workloads, and `headroom profile`
 says in one line which extra to install.
 
 The environment is clean (no --system-site-packages). The core's dependencies come from the
@@ -105,13 +105,13 @@ def test_without_a_compiler_the_install_works_and_loads_by_msgspec(core_venv, tm
     _check_llama_classification(p.stdout)
 
 
-def test_the_installed_package_has_its_ten_workloads(core_venv):
+def test_the_installed_package_has_its_eleven_workloads(core_venv):
     p = _run([core_venv / "bin" / "headroom", "workloads", "--json"], cwd=core_venv)
     assert p.returncode == 0, p.stderr
     listed = json.loads(p.stdout)["workloads"]
     names = sorted(w["name"] for w in listed)
-    assert names == ["bert-base", "deepfm", "din", "dlrm", "dlrm-dcn", "dlrm-int8", "gpt2-xl", "llama-7b", "resnet-50",
-                     "vit-b-16"]
+    assert names == ["bert-base", "deepfm", "din", "dlrm", "dlrm-dcn", "dlrm-int8", "gpt2-xl", "llama-7b",
+                     "mixtral-8x7b", "resnet-50", "vit-b-16"]
     assert all("site-packages/headroom/workloads/" in w["source"] for w in listed)
 
 

@@ -14,6 +14,7 @@ from tests.conftest import REPO
 pytest.importorskip("transformers")
 
 
+@pytest.mark.slow   # a lab script's whole dry run: `make test-slow` (lab code, not the product)
 def test_dry_capture_packs_traces_targets_and_results(tmp_path):
     out = tmp_path / "out"
     p = subprocess.run([sys.executable, "lab/gpu/gpu_capture.py", str(out), "300", "--dry",

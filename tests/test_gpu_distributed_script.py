@@ -7,9 +7,12 @@ import subprocess
 import sys
 import tarfile
 
+import pytest
+
 from tests.conftest import REPO
 
 
+@pytest.mark.slow   # a lab script's whole dry run: `make test-slow` (lab code, not the product)
 def test_dry_run_writes_the_report_results_and_rank_traces(tmp_path):
     out = tmp_path / "out"
     p = subprocess.run([sys.executable, str(REPO / "lab" / "gpu" / "gpu_distributed.py"), str(out), "--dry",

@@ -13,6 +13,7 @@ pytest.importorskip("ipykernel")
 NOTEBOOK = Path(__file__).resolve().parents[1] / "notebooks" / "headroom.ipynb"
 
 
+@pytest.mark.slow   # a whole notebook run (~10 s): `make test-slow`
 def test_notebook_executes():
     nb = nbformat.read(NOTEBOOK, as_version=4)
     client = nbclient.NotebookClient(nb, timeout=120, kernel_name="python3",

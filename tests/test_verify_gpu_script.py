@@ -15,6 +15,7 @@ sys.path.insert(0, str(REPO / "lab" / "gpu"))
 import gpu_kernelbench  # noqa: E402
 
 
+@pytest.mark.slow   # a lab script's whole dry run: `make test-slow` (lab code, not the product)
 def test_dry_run_writes_every_group_and_renders(tmp_path):
     kb = kernelbench_dir()
     threads = torch.get_num_threads()

@@ -151,7 +151,7 @@ def _api_targets():
                 "dtype": "dtype", "layers": "layers", "flavour": "flavour", "no_tf32": "!tf32",
                 "full_size": "!scale_for_cpu"}
     run = {"device": "device", "workload_file": "workload_file"}
-    verify = {"device": "device", "vs_compile": "vs_compile", "rounds": "rounds", "timeout": "timeout",
+    verify = {"device": "device", "vs_compile": "vs_compile", "graphs": "graphs", "rounds": "rounds", "timeout": "timeout",
               "build_timeout": "build_timeout", "seed": "seed", "threads": "threads", "scale": "scale"}
     # --engine/--address: the fleet engine the work is spread over; --resume: the stream a suite run reads back.
     engine = (get_engine, {"engine": "name", "address": "address"})

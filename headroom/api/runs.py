@@ -66,9 +66,10 @@ def verify(problem: PathLike, candidate: PathLike, options: VerifyOptions | None
     against the problem (a KernelBench file: `Model`, `get_inputs`, `get_init_inputs`) on secret inputs,
     timed interleaved with the reference.
 
-    `options`: a `VerifyOptions` (device, rounds, timeout, scale, seed, threads, vs_compile, ...; None: the
-    command's defaults). Returns a `VerifyResult`: `.verdict` (pass, fail, inconclusive, error), `.speedup`
-    with `.speedup_ci`, `.checks`, `.flags`; `headroom.jsonio.plain(r)` is the `--json` document."""
+    `options`: a `VerifyOptions` (device, rounds, timeout, scale, seed, threads, vs_compile, graphs, ...; None:
+    the command's defaults; `graphs=True` on a CPU is a UserError). Returns a `VerifyResult`: `.verdict` (pass,
+    fail, inconclusive, error), `.speedup` with `.speedup_ci`, `.checks`, `.flags`, `.capture`;
+    `headroom.jsonio.plain(r)` is the `--json` document."""
     from headroom.verify import verify_candidate
 
     options = options or VerifyOptions()

@@ -14,6 +14,8 @@ from headroom.jsonio import plain
 
 DeviceOpt = typer.Option("auto", "--device", help="auto (CUDA if available), cpu, cuda or cuda:N.")
 CompileOpt = typer.Option(False, "--vs-compile", help="Also time torch.compile(Model) and report speedup_compile.")
+GraphsOpt = typer.Option(False, "--graphs", help="Check the candidate is capturable in a CUDA graph and time it "
+                                                 "with launches hidden (GPU only).")
 RoundsOpt = typer.Option(None, "--rounds", "--iters", min=6,
                          help="The fewest interleaved timing rounds (default 6); more run until the interval is 1.02x tight.")
 ScaleOpt = typer.Option("auto", "--scale", help="auto: scale a problem's shapes to fit a CPU (printed); full: as written.")
@@ -26,12 +28,12 @@ KeepLogsOpt = typer.Option(None, "--logs", help="Keep the child processes' logs 
 
 
 def _options(device: str, vs_compile: bool, rounds: int | None, scale: str, timeout: float, build_timeout: float,
-             seed: int | None, threads: int | None, logs: Path | None):
+             seed: int | None, threads: int | None, logs: Path | None, graphs: bool = False):
     from headroom.verify import VerifyOptions
 
     opts = VerifyOptions(device=device, vs_compile=vs_compile, rounds=rounds, scale=scale, timeout=timeout,
                          build_timeout=build_timeout, seed=seed, threads=threads, log_dir=str(logs) if logs else None,
-                         keep_logs=bool(logs))
+                         keep_logs=bool(logs), graphs=graphs)
     opts.resolved_policy(opts.resolved_device())  # bad values: one line, exit 2, before any work
     return opts
 
@@ -64,6 +66,8 @@ def print_result(r: dict) -> None:
         print(f"  {'ok  ' if c['passed'] else 'FAIL'} {c['name']:<18} {c['detail']}")
     for f in r.get("flags", []):
         print(f"  FLAG {f['name']:<18} {f['detail']}")
+    if r.get("capture") not in (None, "not checked"):
+        print(f"  capture: {r['capture']}")
     if r.get("reason") and r["verdict"] in ("error", "inconclusive"):
         print(f"  reason: {r['reason']}")
     t = r.get("timing") or {}
@@ -109,6 +113,7 @@ def verify(
     out: Path | None = typer.Option(None, "-o", "--out", help="Write the JSON result / results file here."),
     device: str = DeviceOpt,
     vs_compile: bool = CompileOpt,
+    graphs: bool = GraphsOpt,
     rounds: int | None = RoundsOpt,
     scale: str = ScaleOpt,
     timeout: float = TimeoutOpt,
@@ -129,7 +134,7 @@ def verify(
         # Before minutes of verification, not after; never over a source file it reads.
         check_output_not_input(out, [problem, candidate, suite, candidates], reads=_is_source)
         check_output_file(out)
-    opts = _options(device, vs_compile, rounds, scale, timeout, build_timeout, seed, threads, logs)
+    opts = _options(device, vs_compile, rounds, scale, timeout, build_timeout, seed, threads, logs, graphs)
     if suite is not None or candidates is not None:
         if suite is None or candidates is None:
             raise UserError("--suite and --candidates go together (a directory of problems and one of candidates)")
@@ -188,6 +193,7 @@ def bench_run(
     as_json: bool = typer.Option(False, "--json", help="Print the results document as JSON."),
     device: str = DeviceOpt,
     vs_compile: bool = CompileOpt,
+    graphs: bool = GraphsOpt,
     rounds: int | None = RoundsOpt,
     timeout: float = TimeoutOpt,
     build_timeout: float = BuildTimeoutOpt,
@@ -205,7 +211,7 @@ def bench_run(
     if out is not None:
         check_output_not_input(out, [candidates], reads=_is_source)
         check_output_file(out)
-    opts = _options(device, vs_compile, rounds, "auto", timeout, build_timeout, seed, threads, logs)
+    opts = _options(device, vs_compile, rounds, "auto", timeout, build_timeout, seed, threads, logs, graphs)
     _show_results(dlrm.run(names or None, candidates, opts, scale=scale, out=out, progress=_progress,
                            run_pairs=suite_runner(engine, address, out, resume)), as_json, out)
 

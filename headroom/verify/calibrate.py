@@ -7,8 +7,9 @@ from __future__ import annotations
 import statistics
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
-from headroom.verify import launches, shared
+from headroom.verify import capture, launches, shared
 from headroom.verify import protocol as P
 from headroom.verify import timing as tm
 from headroom.verify.launches import CallProfile
@@ -37,6 +38,7 @@ class ReferenceTiming:
     device_name: str = ""
     precision: dict = field(default_factory=dict)
     compile_error: str | None = None
+    capture: Any = None  # capture.Outcome of the reference's child with ``--graphs`` (None: not checked)
     calibration: dict = field(default_factory=dict)
     launches: int | None = None
     call: launches.CallProfile | None = None  # type: ignore[name-defined]  # the reference's forward, profiled in the harness
@@ -156,7 +158,7 @@ def start_reference(ref: ReferenceRun, max_numel: int, others: list[Child],
 
 def _measure_call(ref: ReferenceRun, rt: ReferenceTiming, child: Child, others: list[Child]) -> int:
     """The reference child's memory measurement and call profiles (and its ``torch.compile`` with
-    ``--vs-compile``), on one input set; returns that set's bytes."""
+    ``--vs-compile``, its capture in a CUDA graph with ``--graphs``), on one input set; returns that set's bytes."""
     one = fresh_sets(ref, "ref.memory", 1)
     args = place(ref, one, [child, *others])
     mem = child.request(P.Memory(seq=0, args=args[0]), stage="reference memory")
@@ -172,6 +174,8 @@ def _measure_call(ref: ReferenceRun, rt: ReferenceTiming, child: Child, others: 
         done = child.request(P.Compile(seq=0, args=args[0]), stage="torch.compile of the reference",
                              timeout=ref.options.reference_timeout)
         rt.compile_error = done.error
+    if ref.options.graphs:  # once per reference child: it is kept for the problem's other candidates
+        rt.capture = capture.check(ref, child, rt.max_numel, "the reference", others)
     per_set = shared.inputs_bytes(one[0])
     del one, args  # the memory set is not kept through the timing
     return per_set

@@ -25,6 +25,7 @@ from typing import Any
 from headroom.errors import UserError
 from headroom.jsonio import plain
 from headroom.verify import build as bld
+from headroom.verify import capture, shared
 from headroom.verify import checks as ck
 from headroom.verify import compare as cmp
 from headroom.verify import inputs as inp
@@ -32,14 +33,13 @@ from headroom.verify import problem as prob
 from headroom.verify import process as proc
 from headroom.verify import protocol as P
 from headroom.verify import sandbox as sb
-from headroom.verify import shared
 from headroom.verify.flags import review_flags
 from headroom.verify.launches import CallProfile
 from headroom.verify.options import VerifyOptions
 from headroom.verify.process import Child, ChildFailed, Tampering, last_line
 from headroom.verify.reference import HarnessOOM, ReferenceRun, job_for, prepare_reference, truth
 from headroom.verify.results import VerifyResult
-from headroom.verify.session import Timed, fresh_sets, place, time_candidate
+from headroom.verify.session import Timed, fresh_sets, place, reference_timing, time_candidate
 
 # A trial whose device-wide synchronise waited past the limit is called this many more times (same inputs)
 # before stream_ordering fails: on the H200 an honest cuDNN convolution once waited 278 us.
@@ -119,6 +119,7 @@ def _run(ref: ReferenceRun, cand_path: Path, env: dict, res: VerifyResult, say: 
     violations: set[str] = set()
     notes: dict[str, str] = {}
     timing: Timed | None = None
+    caps: tuple = (None, None)  # --graphs: the candidate's and the reference's capture.Outcome
     child: Child | None = None
     candidate_peak: dict = {}
     error: str | None = None
@@ -135,7 +136,11 @@ def _run(ref: ReferenceRun, cand_path: Path, env: dict, res: VerifyResult, say: 
         if records and all(a.passed for a in aggs.values()):
             cmp.sensitivity(records, aggs["sensitivity"])
         _integrity(aggs, violations)
-        if all(a.passed for a in aggs.values()):  # launches and timing only for a correct candidate
+        if ref.options.graphs and all(a.passed for a in aggs.values()):
+            caps = _captures(ref, child, max_numel, say, violations)
+            _integrity(aggs, violations)
+        # launches and timing only for a correct candidate, and under --graphs one that both models' captures allow
+        if all(a.passed for a in aggs.values()) and all(c is None or c.ok for c in caps):
             la = child.request(P.Launches(seq=0, args=place(ref, fresh_sets(ref, "launches", 1), [child])[0]),
                                stage="profiling one call")
             violations.update(la.violations)
@@ -181,7 +186,18 @@ def _run(ref: ReferenceRun, cand_path: Path, env: dict, res: VerifyResult, say: 
             child.close()
     if aggs["protocol"].applicable is False:
         aggs["protocol"].record(True, "every message was requested, in order, and well formed")
-    _finish(ref, res, aggs, timing, candidate_peak, error, notes)
+    _finish(ref, res, aggs, timing, candidate_peak, error, notes, caps)
+
+
+def _captures(ref: ReferenceRun, child: Child, max_numel: int, say: Callable[[str], None],
+              violations: set) -> tuple:
+    """``--graphs``: the candidate's capture and the reference's (checked once per reference child)."""
+    rt = reference_timing(ref, max_numel, child, say)
+    cand = capture.check(ref, child, max_numel, "the candidate", [rt.child])
+    violations.update(cand.violations)
+    say(f"{ref.name}: one call captured in a CUDA graph and replayed: reference "
+        f"{rt.capture.status() if rt.capture else capture.NOT_CHECKED}, candidate {cand.status()}")
+    return cand, rt.capture
 
 
 def _integrity(aggs: dict, violations: set) -> None:
@@ -212,7 +228,7 @@ def _trials(ref: ReferenceRun, child: Child, aggs: dict, info: dict, notes: dict
         max_numel = max(max_numel, 4 * max((t.numel() for t in tr.ref_out), default=1) + 1024)
         reply = child.request(P.Trial(seq=0, index=spec.index, args=args), stage=f"trial {spec.index} ({spec.label})")
         violations.update(reply.violations)
-        outs = _read_outputs(child, reply.outputs, max_numel, ref.device, tr.label, aggs)
+        outs = shared.read_outputs(child, reply.outputs, max_numel, ref.device, tr.label, aggs)
         if ref.device.startswith("cuda"):
             waits = [reply.unordered_ms]
             # A wait past the limit once may be the child descheduled inside the synchronise: the same call
@@ -222,7 +238,7 @@ def _trials(ref: ReferenceRun, child: Child, aggs: dict, info: dict, notes: dict
                                       stage=f"trial {spec.index} ({spec.label}) again")
                 violations.update(again.violations)
                 waits.append(again.unordered_ms)
-                again_outs = _read_outputs(child, again.outputs, max_numel, ref.device, tr.label, aggs)
+                again_outs = shared.read_outputs(child, again.outputs, max_numel, ref.device, tr.label, aggs)
                 if again_outs is not None:
                     cmp.compare_outputs(tr, again_outs, aggs, info)
                 del again_outs
@@ -257,32 +273,11 @@ def _place_trial(ref: ReferenceRun, xs: list, child: Child, layout: list | None)
     return ring.place([xs], layout)
 
 
-def _read_outputs(child: Child, outs: list, max_numel: int, device: str, label: str, aggs: dict) -> list | None:
-    """The trial's outputs, read from the child's memory (None when they are not plain tensors)."""
-    bad = [o.type_name for o in outs if isinstance(o, P.Opaque)]
-    if bad:
-        aggs["output_type"].record(False, f"{label}: output is {bad[0]}, not a plain torch.Tensor (tensor "
-                                          f"subclasses and lazy tensors are rejected)")
-        return None
-    read = []
-    for j, o in enumerate(outs):
-        on_cpu = isinstance(o, P.AddrTensor)
-        if on_cpu == device.startswith("cuda") and not isinstance(o, P.BytesTensor):
-            aggs["output_type"].record(False, f"{label}: output {j} is on the {'CPU' if on_cpu else 'GPU'}, the "
-                                              f"reference's on {device}")
-            return None
-        try:
-            shared.check_structure(o, max_numel)
-        except ValueError as e:
-            aggs["output_type"].record(False, f"{label}: output {j}: {e}")
-            return None
-        read.append(shared.read_full(child, o, device))
-    return read
-
-
 def _finish(ref: ReferenceRun, res: VerifyResult, aggs: dict, timed: Timed | None, candidate_peak: dict,
-            error: str | None, notes: dict) -> None:
+            error: str | None, notes: dict, caps: tuple = (None, None)) -> None:
     res.checks = [a.check() for a in aggs.values() if a.applicable]
+    graphs = capture.judge(caps[0], caps[1], timed.timing if timed else None) if ref.options.graphs else None
+    res.capture = graphs.capture if graphs else capture.NOT_CHECKED
     rt = ref.timing
     res.memory = {"reference_peak_bytes": rt.memory.get("peak_bytes") if rt else None,
                   "candidate_peak_bytes": candidate_peak.get("peak_bytes"), "method": candidate_peak.get("method")}
@@ -301,6 +296,11 @@ def _finish(ref: ReferenceRun, res: VerifyResult, aggs: dict, timed: Timed | Non
         return
     if error is not None:
         res.verdict, res.reason = "error", error
+        return
+    if graphs is not None and graphs.verdict is not None:
+        res.verdict, res.reason = graphs.verdict, graphs.reason
+        if timed is not None:
+            res.timing, res.per_call = timed.timing, timed.per_call
         return
     if timed is None:
         res.verdict, res.reason = "error", "the candidate was not timed"

@@ -35,6 +35,7 @@ from headroom.verify import gate, integrity, launches, shared
 from headroom.verify import problem as prob
 from headroom.verify import protocol as P
 from headroom.verify import ring as input_ring
+from headroom.verify.child_capture import capture_call
 from headroom.verify.child_memory import _memory
 from headroom.verify.child_state import _TF32_KEYS, StateMismatch, _Calls, torch_state  # noqa: F401  (re-exported)
 from headroom.verify.precision import set_tf32
@@ -234,6 +235,14 @@ def _serve(conn: Any, job: P.Job, state: dict) -> None:
             compiled, err = _compile(model, args(cmd.args), prims)
             calls.outside()
             reply = P.Done(seq=cmd.seq, violations=integrity.violations(snap), error=err)
+        elif isinstance(cmd, P.Capture):
+            kept = _released(prims, kept, model, ring)
+            kept, err = capture_call(model, args(cmd.args), args(cmd.replay), prims.sync) if prims.cuda \
+                else ([], "CUDA graphs need a GPU")
+            calls.outside()
+            prims.ipc_dirty = prims.cuda
+            reply = P.CaptureDone(seq=cmd.seq, outputs=[shared.describe(o, mode) for o in kept],
+                                  violations=integrity.violations(snap), error=err)
         elif isinstance(cmd, P.Release):
             kept = _released(prims, kept, model, ring)
             reply = P.Done(seq=cmd.seq, violations=integrity.violations(snap))

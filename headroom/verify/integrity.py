@@ -24,6 +24,8 @@ WATCHED = (
     "torch.cuda.Event.record", "torch.cuda.Event.elapsed_time", "torch.cuda.Event.synchronize",
     "torch.cuda.Event.query", "torch.cuda.Event.wait",
     "torch.cuda.Stream.synchronize", "torch.cuda.Stream.wait_stream", "torch.cuda.Stream.record_event",
+    "torch.cuda.graph", "torch.cuda.graph.__enter__", "torch.cuda.graph.__exit__", "torch.cuda.CUDAGraph",
+    "torch.cuda.CUDAGraph.capture_begin", "torch.cuda.CUDAGraph.capture_end", "torch.cuda.CUDAGraph.replay",
     "torch.cuda.max_memory_allocated", "torch.cuda.memory_allocated", "torch.cuda.reset_peak_memory_stats",
     "torch.cuda.memory_stats", "torch.cuda.empty_cache", "torch.cuda.mem_get_info",
     "torch._C._cuda_synchronize", "torch._C._cuda_getCurrentStream",
@@ -47,7 +49,7 @@ WATCHED = (
 )
 OWN_MODULES = ("headroom.verify.child", "headroom.verify.protocol", "headroom.verify.shared",
                "headroom.verify.problem", "headroom.verify.integrity", "headroom.verify.ring",
-               "headroom.verify.child_state", "headroom.verify.child_memory")
+               "headroom.verify.child_state", "headroom.verify.child_memory", "headroom.verify.child_capture")
 
 
 def _split(dotted: str) -> tuple[str, list[str]]:

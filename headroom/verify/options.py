@@ -23,6 +23,7 @@ class VerifyOptions:
     build_timeout: float = 600.0  # seconds for building a candidate's extensions (outside ``timeout``)
     reference_timeout: float = 900.0
     vs_compile: bool = False
+    graphs: bool = False  # capture one call of each model in a CUDA graph, and time on the gated clock (GPU only)
     seed: int | None = None  # fixes every seed (reproduce a run; such a run is predictable by design)
     env: dict[str, str] = field(default_factory=dict)  # set in every process before the problem is imported
     threads: int | None = None  # torch CPU threads in the children
@@ -53,6 +54,9 @@ class VerifyOptions:
                 dev = f"cuda:{torch.cuda.current_device()}"
             if int(dev[5:]) >= torch.cuda.device_count():
                 raise UserError(f"--device {self.device}: this machine has {torch.cuda.device_count()} GPU(s)")
+        if self.graphs and dev == "cpu":
+            raise UserError("--graphs: CUDA graphs need a GPU, and this run is on the CPU (--device "
+                            f"{self.device})")
         if self.scale not in ("auto", "full"):
             raise UserError(f"--scale {self.scale}: expected auto or full")
         return dev

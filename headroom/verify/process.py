@@ -248,7 +248,7 @@ class Child:
         self._note_reply(reply)
         # whether the child holds outputs is the harness's own record of what it asked for, never the reply's
         # say: a forged reply cannot buy an untimed command (a Release) before a timed phase
-        self.holds_outputs = isinstance(cmd, P.Trial) or (isinstance(cmd, P.Run) and not cmd.null)
+        self.holds_outputs = isinstance(cmd, (P.Trial, P.Capture)) or (isinstance(cmd, P.Run) and not cmd.null)
         return reply
 
     def _note_reply(self, reply: Any) -> None:

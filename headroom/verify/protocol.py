@@ -191,6 +191,15 @@ class Compile(_Msg, tag="compile"):  # type: ignore[misc]
     args: list[Arg]
 
 
+class Capture(_Msg, tag="capture"):  # type: ignore[misc]
+    """One call captured in a CUDA graph (``--graphs``): warm up on ``args``, capture a call on static copies
+    of them, copy ``replay`` into those copies, replay, synchronise. Outputs are kept, like Trial's."""
+
+    seq: int
+    args: list[Arg]
+    replay: list[Arg]
+
+
 class Release(_Msg, tag="release"):  # type: ignore[misc]
     seq: int
 
@@ -199,7 +208,7 @@ class Bye(_Msg, tag="bye"):  # type: ignore[misc]
     seq: int
 
 
-Command = Union[MapRing, Memory, Launches, Trial, Run, Compile, Release, Bye]
+Command = Union[MapRing, Memory, Launches, Trial, Run, Compile, Capture, Release, Bye]
 
 
 # --- replies (child -> harness) -----------------------------------------------------------------
@@ -254,6 +263,15 @@ class TrialDone(_Msg, tag="trial_done"):  # type: ignore[misc]
     unordered_ms: float = 0.0
 
 
+class CaptureDone(_Msg, tag="capture_done"):  # type: ignore[misc]
+    """The replay's outputs (none when ``error``), and what capture or replay raised (its first line)."""
+
+    seq: int
+    outputs: list[Out]
+    violations: list[str]
+    error: Union[str, None] = None
+
+
 class RunDone(_Msg, tag="run_done"):  # type: ignore[misc]
     """Outputs of every iteration (where they are) and the child's own clock, a cross-check only.
 
@@ -278,11 +296,11 @@ class Failed(_Msg, tag="failed"):  # type: ignore[misc]
     traceback: str = ""
 
 
-Reply = Union[Ready, Done, MemoryDone, LaunchesDone, TrialDone, RunDone, Failed]
+Reply = Union[Ready, Done, MemoryDone, LaunchesDone, TrialDone, CaptureDone, RunDone, Failed]
 
 EXPECTED_REPLY: dict[type, type] = {
     MapRing: Done, Memory: MemoryDone, Launches: LaunchesDone, Trial: TrialDone, Run: RunDone,
-    Compile: Done, Release: Done, Bye: Done,
+    Compile: Done, Capture: CaptureDone, Release: Done, Bye: Done,
 }
 
 _ENC = msgspec.msgpack.Encoder()

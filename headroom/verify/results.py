@@ -11,6 +11,10 @@ meaning across versions; new fields are only added. Verdicts:
   of memory (``reason``);
 - ``inconclusive``: correct, but the timing could not call a speedup
   (``reason``; the estimate is kept in ``timing``).
+
+With ``--graphs``, ``capture`` says whether the candidate's call captures in a
+CUDA graph (``ok``, ``breaks capture: <why>``, ``not checked``); a reason
+starting ``breaks capture:`` is why an ``error`` or ``fail`` came from it.
 """
 
 from __future__ import annotations
@@ -53,6 +57,8 @@ class VerifyResult:
     per_call: dict = field(default_factory=dict)
     build: dict | None = None
     reason: str | None = None
+    # --graphs: "ok", "breaks capture: <why>" (the candidate's capture in a CUDA graph), else "not checked"
+    capture: str = "not checked"
     seed: int | None = None
     info: dict = field(default_factory=dict)
     elapsed_s: float = field(default=0.0, metadata=jsonio.rounded(3))
@@ -60,7 +66,7 @@ class VerifyResult:
     JSON_KEYS: ClassVar[tuple[str, ...]] = (
         "problem", "candidate", "verdict", "speedup", "speedup_fp32", "speedup_compile", "speedup_ci", "memory_ratio",
         "checks", "flags", "review", "device", "baseline", "timing", "memory", "launches_per_call", "per_call",
-        "build", "reason", "seed", "info", "elapsed_s")
+        "build", "reason", "capture", "seed", "info", "elapsed_s")
 
     @property
     def review(self) -> bool:

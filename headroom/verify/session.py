@@ -71,17 +71,23 @@ class Timed:
     ratios: dict[str, float]
 
 
+def reference_timing(ref: ReferenceRun, max_numel: int, cand: Child, say: Callable[[str], None]) -> ReferenceTiming:
+    """The reference's timed child, started for the problem's first candidate and kept for the others."""
+    if ref.timing is not None and ref.timing.tampered:  # a fresh child, not one a candidate wrote into
+        ref.timing.close()
+        ref.timing = None
+    if ref.timing is None:
+        ref.timing = start_reference(ref, max_numel, [cand], say)
+    return ref.timing
+
+
 def time_candidate(ref: ReferenceRun, cand: Child, gates: list, max_numel: int, aggs: dict,
                    say: Callable[[str], None], violations: set, cand_call: launches.CallProfile | None = None,
                    cand_free: int | None = None) -> Timed:
     """Interleaved rounds of reference and candidate: the result's ``timing`` and ``per_call`` sections."""
     try:
-        if ref.timing is not None and ref.timing.tampered:  # a fresh child, not one a candidate wrote into
-            ref.timing.close()
-            ref.timing = None
-        if ref.timing is None:
-            ref.timing = start_reference(ref, max_numel, [cand], say)
-        rounds = _Rounds(ref, ref.timing, cand, gates, max_numel, aggs, violations, cand_call)
+        rt = reference_timing(ref, max_numel, cand, say)
+        rounds = _Rounds(ref, rt, cand, gates, max_numel, aggs, violations, cand_call)
         rounds.warm_up()
         rounds.run()
     except HarnessOOM:

@@ -375,3 +375,25 @@ def finish_samples(rows: list[list]) -> list[list]:
     return [[v.cpu() for v in row] for row in rows]
 
 
+def read_outputs(child: Any, outs: list, max_numel: int, device: str, label: str, aggs: dict) -> list | None:
+    """A trial's (or a capture's) outputs, read whole from the child's memory; None when one is not a plain
+    tensor on the reference's device or is malformed (recorded in ``aggs["output_type"]``)."""
+    bad = [o.type_name for o in outs if isinstance(o, P.Opaque)]
+    if bad:
+        aggs["output_type"].record(False, f"{label}: output is {bad[0]}, not a plain torch.Tensor (tensor "
+                                          f"subclasses and lazy tensors are rejected)")
+        return None
+    read = []
+    for j, o in enumerate(outs):
+        on_cpu = isinstance(o, P.AddrTensor)
+        if on_cpu == device.startswith("cuda") and not isinstance(o, P.BytesTensor):
+            aggs["output_type"].record(False, f"{label}: output {j} is on the {'CPU' if on_cpu else 'GPU'}, the "
+                                              f"reference's on {device}")
+            return None
+        try:
+            check_structure(o, max_numel)
+        except ValueError as e:
+            aggs["output_type"].record(False, f"{label}: output {j}: {e}")
+            return None
+        read.append(read_full(child, o, device))
+    return read

@@ -117,6 +117,9 @@ def test_error_line_is_the_first_error_of_the_chain_first_line_capped():
         "RuntimeError: CUDA error: operation not permitted when stream is capturing"
     assert len(child_capture.error_line(ValueError("x" * 1000))) == 300
     assert child_capture.error_line(KeyError()) == "KeyError"
+    a, b = RuntimeError("a"), RuntimeError("b")
+    a.__context__, b.__context__ = b, a  # a loop ends the walk, not the child
+    assert child_capture.error_line(a) == "RuntimeError: b"
 
 
 def test_a_call_that_breaks_capture_is_reported_not_raised(monkeypatch):

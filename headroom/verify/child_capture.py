@@ -20,8 +20,10 @@ _type = type
 def error_line(e: BaseException) -> str:
     """The first error of a chain, first line, at most 300 characters: a failed capture's own error,
     not the one ending the capture raises after it."""
-    while e.__context__ is not None and e.__context__ is not e:
+    seen = {id(e)}
+    while e.__context__ is not None and id(e.__context__) not in seen:  # a chain can loop
         e = e.__context__
+        seen.add(id(e))
     text = str(e).strip().splitlines()
     return f"{_type(e).__name__}: {text[0]}"[:300] if text else _type(e).__name__
 

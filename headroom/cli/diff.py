@@ -29,18 +29,36 @@ def _one_run(reader: Reader, path: Path):
 def diff_cmd(
     before: Path = typer.Argument(..., metavar="BEFORE", help=_RunArg),
     after: Path = typer.Argument(..., metavar="AFTER", help=_RunArg),
-    by: DiffBy = typer.Option("category", "--by", help=(
-        "Rows: category, op, module (nn.Module classes) or kernel (matched by name and launch site).")),
+    by: DiffBy = typer.Option(
+        "category",
+        "--by",
+        help=("Rows: category, op, module (nn.Module classes) or kernel (matched by name and launch site)."),
+    ),
     as_json: bool = typer.Option(False, "--json", metavar="", help="One JSON document (docs/cli.md)."),
-    fail_if_slower: float | None = typer.Option(None, "--fail-if-slower", metavar="PCT", min=0.0, max=1e4, help=(
-        "Exit 1 when AFTER's step is slower than BEFORE's by more than PCT percent (unprofiled where both "
-        "manifests record it, else profiled).")),
+    fail_if_slower: float | None = typer.Option(
+        None,
+        "--fail-if-slower",
+        metavar="PCT",
+        min=0.0,
+        max=1e4,
+        help=(
+            "Exit 1 when AFTER's step is slower than BEFORE's by more than PCT percent (unprofiled where both "
+            "manifests record it, else profiled)."
+        ),
+    ),
     top: int = typer.Option(25, "--top", min=0, help="Rows shown in the table (0: all; --json has them all)."),
-    figure: Path | None = typer.Option(None, "--figure", metavar="FILE", help=(
-        "Also draw the waterfall of the deltas into FILE (.png, .svg or .pdf).")),
-    html: Path | None = typer.Option(None, "--html", metavar="FILE", help=(
-        "Also write one self-contained HTML page: the step on both clocks, the rows (sortable), the added and "
-        "removed ones and the waterfall (stdout: its path; with --json, the document has the page's numbers).")),
+    figure: Path | None = typer.Option(
+        None, "--figure", metavar="FILE", help=("Also draw the waterfall of the deltas into FILE (.png, .svg or .pdf).")
+    ),
+    html: Path | None = typer.Option(
+        None,
+        "--html",
+        metavar="FILE",
+        help=(
+            "Also write one self-contained HTML page: the step on both clocks, the rows (sortable), the added and "
+            "removed ones and the waterfall (stdout: its path; with --json, the document has the page's numbers)."
+        ),
+    ),
     rules: Path | None = RulesOpt,
     policy: Path | None = PolicyOpt,
     whole_trace: bool = WholeOpt,
@@ -93,8 +111,10 @@ def diff_cmd(
     else:
         render_diff(d, make_console(), top=top or None)
     if slower:
-        warn(f"{d.after}: the {d.step.clock} step is {100 * d.step.change:+.2f}% against {d.before}, "
-             f"over --fail-if-slower {fail_if_slower:g}%")
+        warn(
+            f"{d.after}: the {d.step.clock} step is {100 * d.step.change:+.2f}% against {d.before}, "
+            f"over --fail-if-slower {fail_if_slower:g}%"
+        )
         raise typer.Exit(code=EXIT_VERDICT)
 
 

@@ -70,15 +70,15 @@ class Estimate:
     high: float
     method: str
     scenario: str
-    baseline_us: float        # the base window on the estimate's clock
+    baseline_us: float  # the base window on the estimate's clock
     projected_us: float
-    low_us: float             # the window at `low` (the longest)
-    high_us: float            # the window at `high` (the shortest)
-    clock: str                # "unprofiled" | "profiled"
+    low_us: float  # the window at `low` (the longest)
+    high_us: float  # the window at `high` (the shortest)
+    clock: str  # "unprofiled" | "profiled"
     cpu_scale: float
     untouched_fraction: float  # share of the base window the untouched kernels keep busy (what drift acts on)
     drift: Drift
-    cpu: dict                 # per CPU outcome (high, estimate, low): the window without drift
+    cpu: dict  # per CPU outcome (high, estimate, low): the window without drift
     # The calibrated interval a validate measurement falls inside at a stated level (headroom.projection.calibration):
     # level, low, high, method. low/high above are the CPU outcomes' bounds, not an interval with a level.
     interval: dict | None = None
@@ -96,9 +96,18 @@ def _ratio(a: float, b: float) -> float:
     return a / b if b > 0 else math.inf
 
 
-def estimate_interval(b: Baseline, factors: np.ndarray, changes: Mapping[str, Sequence[CallChange]],
-                      cpu_scale: float, drift: Drift, method: str, scenario: str, clock: str,
-                      baseline_us: float | None = None, window_scale: float = 1.0) -> Estimate:
+def estimate_interval(
+    b: Baseline,
+    factors: np.ndarray,
+    changes: Mapping[str, Sequence[CallChange]],
+    cpu_scale: float,
+    drift: Drift,
+    method: str,
+    scenario: str,
+    clock: str,
+    baseline_us: float | None = None,
+    window_scale: float = 1.0,
+) -> Estimate:
     """Replay the base (no change) and the change under each CPU outcome and drift; `changes` per bound.
     `window_scale`: every replayed window times this (overhead.Unprofiled.window_scale)."""
     base = baseline_us if baseline_us is not None else replay(b, cpu_scale=cpu_scale).projected_us * window_scale
@@ -109,7 +118,7 @@ def estimate_interval(b: Baseline, factors: np.ndarray, changes: Mapping[str, Se
     wall = b.events["wall_us"].to_numpy(dtype=float) if "wall_us" in b.events.columns else np.zeros(len(factors))
     untouched = float(wall[~touched].sum()) * (base / b.wall_us if b.wall_us > 0 else 1.0)
     windows: dict[str, dict[str, float]] = {}
-    replayed: dict[tuple, float] = {}   # bounds with the same changes (e.g. none: speedups only) replay once
+    replayed: dict[tuple, float] = {}  # bounds with the same changes (e.g. none: speedups only) replay once
     for bound in BOUNDS:
         chs = changes.get(bound, ())
         row = {}
@@ -123,11 +132,22 @@ def estimate_interval(b: Baseline, factors: np.ndarray, changes: Mapping[str, Se
     est = windows["estimate"]["none"]
     longest = max(w["slower"] for w in windows.values())
     shortest = min(w["faster"] for w in windows.values())
-    return Estimate(_ratio(base, est), _ratio(base, longest), _ratio(base, shortest), method, scenario,
-                    base, est, longest, shortest, clock, cpu_scale,
-                    untouched / base if base > 0 else 0.0, drift,
-                    {bound: {"projected_us": w["none"], "speedup": _ratio(base, w["none"])}
-                     for bound, w in windows.items()})
+    return Estimate(
+        _ratio(base, est),
+        _ratio(base, longest),
+        _ratio(base, shortest),
+        method,
+        scenario,
+        base,
+        est,
+        longest,
+        shortest,
+        clock,
+        cpu_scale,
+        untouched / base if base > 0 else 0.0,
+        drift,
+        {bound: {"projected_us": w["none"], "speedup": _ratio(base, w["none"])} for bound, w in windows.items()},
+    )
 
 
 def calibrate_drift(records: Iterable[tuple[float, float, float]], source: str = "validation") -> Drift:

@@ -40,7 +40,7 @@ from headroom.trace.phases import event_phases
 
 MODE_GPU = "gpu"
 MODE_CPU = "cpu-ops"
-STEPS_BASIS = "ProfilerStep ranges"    # the only basis a manifest's unprofiled step time is measured on
+STEPS_BASIS = "ProfilerStep ranges"  # the only basis a manifest's unprofiled step time is measured on
 
 
 def manifest_of(metadata: dict[str, Any]) -> dict[str, Any]:
@@ -79,15 +79,17 @@ class Analysis:
     # One row per nn.Module call in the window (headroom/trace/modules.py `module_calls`); empty when
     # the trace has no module ranges.
     modules: pd.DataFrame = field(default_factory=lambda: module_calls(pd.DataFrame()), repr=False)
-    basis: str = STEPS_BASIS     # what time was analysed: the steps, a --window, the whole trace
-    notes: list[str] = field(default_factory=list)   # caveats of the analysed time, printed as warnings
-    warnings: list[str] = field(default_factory=list)   # the loader's and the attribution's, one line each
-    step_ranges: pd.DataFrame | None = field(default=None, repr=False)   # the CPU ranges used as steps
+    basis: str = STEPS_BASIS  # what time was analysed: the steps, a --window, the whole trace
+    notes: list[str] = field(default_factory=list)  # caveats of the analysed time, printed as warnings
+    warnings: list[str] = field(default_factory=list)  # the loader's and the attribution's, one line each
+    step_ranges: pd.DataFrame | None = field(default=None, repr=False)  # the CPU ranges used as steps
 
     def __repr__(self) -> str:
-        return (f"Analysis({Path(self.source).name!r}, {self.mode}, {self.num_steps} step(s), "
-                f"step {self.step_us / 1e3:,.3f} ms, idle {100 * self.idle_fraction:.1f}%, "
-                f"addressable {100 * self.addressable_fraction:.1f}% of {self.total_us / 1e3:,.3f} ms)")
+        return (
+            f"Analysis({Path(self.source).name!r}, {self.mode}, {self.num_steps} step(s), "
+            f"step {self.step_us / 1e3:,.3f} ms, idle {100 * self.idle_fraction:.1f}%, "
+            f"addressable {100 * self.addressable_fraction:.1f}% of {self.total_us / 1e3:,.3f} ms)"
+        )
 
     @property
     def addressable_fraction(self) -> float:
@@ -161,28 +163,50 @@ class Analysis:
             "addressable_us": self.addressable_us,
             "addressable_fraction": self.addressable_fraction,
             "categories": [
-                {"name": r.name, "us": float(r.us), "fraction": float(r.fraction),
-                 "wall_us": float(r.wall_us), "wall_fraction": float(r.wall_fraction),
-                 "addressable": bool(r.addressable), "count": int(r.count)}
+                {
+                    "name": r.name,
+                    "us": float(r.us),
+                    "fraction": float(r.fraction),
+                    "wall_us": float(r.wall_us),
+                    "wall_fraction": float(r.wall_fraction),
+                    "addressable": bool(r.addressable),
+                    "count": int(r.count),
+                }
                 for r in self.categories.itertuples(index=False)
             ],
             "steps": [
-                {"step": int(r.step), "wall_us": float(r.wall_us), "busy_us": float(r.busy_us),
-                 "total_us": float(r.total_us), "addressable_us": float(r.addressable_us)}
+                {
+                    "step": int(r.step),
+                    "wall_us": float(r.wall_us),
+                    "busy_us": float(r.busy_us),
+                    "total_us": float(r.total_us),
+                    "addressable_us": float(r.addressable_us),
+                }
                 for r in self.steps.itertuples(index=False)
             ],
-            "unknown": [{"name": r.name, "us": float(r.us), "count": int(r.count)}
-                        for r in self.unknown_kernels().itertuples(index=False)],
+            "unknown": [
+                {"name": r.name, "us": float(r.us), "count": int(r.count)}
+                for r in self.unknown_kernels().itertuples(index=False)
+            ],
         }
         if self.unprofiled_step_us is not None:
-            out["unprofiled"] = {"step_us": self.unprofiled_step_us, "idle_fraction": self.unprofiled_idle_fraction,
-                                 "source": "manifest timing.step_ms (timed steps without the profiler)"}
+            out["unprofiled"] = {
+                "step_us": self.unprofiled_step_us,
+                "idle_fraction": self.unprofiled_idle_fraction,
+                "source": "manifest timing.step_ms (timed steps without the profiler)",
+            }
         if self.manifest:
             out["manifest"] = self.manifest
         if all_kernels:
             out["kernels"] = [
-                {"name": r.name, "category": r.category, "addressable": bool(r.addressable),
-                 "us": float(r.us), "count": int(r.count), "op": r.op}
+                {
+                    "name": r.name,
+                    "category": r.category,
+                    "addressable": bool(r.addressable),
+                    "us": float(r.us),
+                    "count": int(r.count),
+                    "op": r.op,
+                }
                 for r in self.kernels.itertuples(index=False)
             ]
         return out
@@ -234,30 +258,39 @@ def _cpu_events(trace: Trace, steps: pd.DataFrame | None = None) -> pd.DataFrame
     ops = cpu_op_self_times(trace, steps)
     m = attribute_modules(trace, ops["pid"], ops["tid"], ops["ts"].to_numpy(dtype=float))
     names = ops["name"].astype(str).to_numpy(dtype=object)
-    compiled = fill_compiled(trace, ops["pid"], ops["tid"], ops["ts"].to_numpy(dtype=float), names,
-                             {"module": m.module, "module_type": m.module_type, "module_stack": m.module_stack})
-    ev = pd.DataFrame({
-        "name": ops["name"].astype(str),
-        "kind": "cpu_op",
-        "device": -1,
-        "stream": ops["tid"].astype(str),
-        "ts": ops["ts"],
-        "dur": ops["self_us"],
-        "end": ops["end"],
-        "op": ops["name"].astype(str),
-        "top_op": ops["top_op"].astype(str),
-        "annotation": "",
-        "module": m.module,
-        "module_type": m.module_type,
-        "module_stack": m.module_stack,
-        "compiled": compiled,
-        "phase": event_phases(names, ops["top_op"].astype(str).to_numpy(dtype=object),
-                              np.full(len(ops), "", dtype=object), m.backward),
-        "launch_name": "",
-        "launch_ts": ops["ts"],
-        "launch_tid": ops["tid"].astype(str),
-        "step": ops["step"],
-    })
+    compiled = fill_compiled(
+        trace,
+        ops["pid"],
+        ops["tid"],
+        ops["ts"].to_numpy(dtype=float),
+        names,
+        {"module": m.module, "module_type": m.module_type, "module_stack": m.module_stack},
+    )
+    ev = pd.DataFrame(
+        {
+            "name": ops["name"].astype(str),
+            "kind": "cpu_op",
+            "device": -1,
+            "stream": ops["tid"].astype(str),
+            "ts": ops["ts"],
+            "dur": ops["self_us"],
+            "end": ops["end"],
+            "op": ops["name"].astype(str),
+            "top_op": ops["top_op"].astype(str),
+            "annotation": "",
+            "module": m.module,
+            "module_type": m.module_type,
+            "module_stack": m.module_stack,
+            "compiled": compiled,
+            "phase": event_phases(
+                names, ops["top_op"].astype(str).to_numpy(dtype=object), np.full(len(ops), "", dtype=object), m.backward
+            ),
+            "launch_name": "",
+            "launch_ts": ops["ts"],
+            "launch_tid": ops["tid"].astype(str),
+            "step": ops["step"],
+        }
+    )
     return ev
 
 
@@ -277,11 +310,17 @@ def window_steps(trace: Trace, pattern: str) -> pd.DataFrame:
     ends: list[float] = []
     for ts, dur in zip(r["ts"].tolist(), r["dur"].tolist()):
         if ends and ts < ends[-1]:
-            continue   # inside (or overlapping) the previous step
+            continue  # inside (or overlapping) the previous step
         starts.append(float(ts))
         ends.append(float(ts) + float(dur))
-    return pd.DataFrame({"step": np.arange(len(starts), dtype=np.int64), "ts": starts,
-                         "dur": np.subtract(ends, starts) if starts else [], "end": ends})
+    return pd.DataFrame(
+        {
+            "step": np.arange(len(starts), dtype=np.int64),
+            "ts": starts,
+            "dur": np.subtract(ends, starts) if starts else [],
+            "end": ends,
+        }
+    )
 
 
 def _keyed(table: pd.DataFrame, key: str) -> pd.DataFrame:
@@ -293,19 +332,31 @@ def _keyed(table: pd.DataFrame, key: str) -> pd.DataFrame:
 
 # The attributed GPU activities depend on the trace and on the attribution's code and data alone:
 # cached beside the tables.
-_ATTRIBUTION_CODE = ("attribute.py", "context.py", "compiled.py", "graphs.py", "modules.py", "phases.py",
-                     "intervals.py", "ranges.py", "codes.py", "op_inputs.py")
-_ATTRIBUTION_VERSION = cache.code_version(*(Path(attribute.__file__).with_name(n) for n in _ATTRIBUTION_CODE),
-                                          *(Path(attribute.__file__).parent.parent / "data" / n
-                                            for n in ("phases.toml", "graphs.toml", "compiled.toml")))
+_ATTRIBUTION_CODE = (
+    "attribute.py",
+    "context.py",
+    "compiled.py",
+    "graphs.py",
+    "modules.py",
+    "phases.py",
+    "intervals.py",
+    "ranges.py",
+    "codes.py",
+    "op_inputs.py",
+)
+_ATTRIBUTION_VERSION = cache.code_version(
+    *(Path(attribute.__file__).with_name(n) for n in _ATTRIBUTION_CODE),
+    *(Path(attribute.__file__).parent.parent / "data" / n for n in ("phases.toml", "graphs.toml", "compiled.toml")),
+)
 
 
 def attributed(trace: Trace, steps: pd.DataFrame | None = None, graph_source: Trace | None = None) -> pd.DataFrame:
     """attribute_kernels_to_ops(trace, steps, graph_source), from the trace's cache entry when it has one
     (the trace's own ProfilerStep ranges only: other steps, e.g. a --window's, are attributed afresh; a
     graph source's cache key is part of the entry's name, and a source without one is attributed afresh)."""
-    if (steps is not None and steps is not trace.steps) or (graph_source is not None and
-                                                            graph_source.cache_key is None):
+    if (steps is not None and steps is not trace.steps) or (
+        graph_source is not None and graph_source.cache_key is None
+    ):
         return attribute_kernels_to_ops(trace, steps, graph_source)
     name = f"attributed-{_ATTRIBUTION_VERSION}"
     if graph_source is not None:
@@ -317,10 +368,16 @@ def attributed(trace: Trace, steps: pd.DataFrame | None = None, graph_source: Tr
     return events
 
 
-def analyze(source: str | os.PathLike | Trace, rules: list[Rule] | str | os.PathLike | None = None,
-            policy: Policy | str | os.PathLike | None = None, whole_trace: bool = False,
-            window: str | None = None, lenient: bool = False, use_cache: bool = True,
-            graph_source: str | os.PathLike | Trace | None = None) -> Analysis:
+def analyze(
+    source: str | os.PathLike | Trace,
+    rules: list[Rule] | str | os.PathLike | None = None,
+    policy: Policy | str | os.PathLike | None = None,
+    whole_trace: bool = False,
+    window: str | None = None,
+    lenient: bool = False,
+    use_cache: bool = True,
+    graph_source: str | os.PathLike | Trace | None = None,
+) -> Analysis:
     """Classify where the time of one trace went.
 
     `rules`/`policy`: compiled objects, or paths of user TOML files that extend/override the shipped ones.
@@ -339,8 +396,9 @@ def analyze(source: str | os.PathLike | Trace, rules: list[Rule] | str | os.Path
     if graph_source is not None and not isinstance(graph_source, Trace):
         graph_source = load_trace(graph_source, lenient=lenient, use_cache=use_cache)
     if not isinstance(rules, list) or not isinstance(policy, Policy):
-        loaded_rules, loaded_policy = load_classifier(None if isinstance(rules, list) else rules,
-                                                      None if isinstance(policy, Policy) else policy)
+        loaded_rules, loaded_policy = load_classifier(
+            None if isinstance(rules, list) else rules, None if isinstance(policy, Policy) else policy
+        )
         rules = rules if isinstance(rules, list) else loaded_rules
         policy = policy if isinstance(policy, Policy) else loaded_policy
     if whole_trace and window is not None:
@@ -368,13 +426,16 @@ def _manifest_capture(trace: Trace) -> Path | None:
     one that is missing is an error (the replayed kernels would be left without ops)."""
     path = capture_trace_of(trace.source, trace.metadata)
     if path is not None and not path.is_file():
-        raise TraceError(f"{trace.source}: its manifest names the CUDA graph's capture trace {path}, which is "
-                         f"missing (copy it beside the trace, or pass --graph-source)")
+        raise TraceError(
+            f"{trace.source}: its manifest names the CUDA graph's capture trace {path}, which is "
+            f"missing (copy it beside the trace, or pass --graph-source)"
+        )
     return path
 
 
-def _analysed_time(trace: Trace, whole_trace: bool, window: str | None,
-                   notes: list[str]) -> tuple[pd.DataFrame, str, bool]:
+def _analysed_time(
+    trace: Trace, whole_trace: bool, window: str | None, notes: list[str]
+) -> tuple[pd.DataFrame, str, bool]:
     """The ranges that count as steps, what they are called, and whether the whole trace is analysed (a trace
     without ProfilerStep ranges is, and `notes` says so)."""
     if window is not None:
@@ -385,22 +446,32 @@ def _analysed_time(trace: Trace, whole_trace: bool, window: str | None,
     if whole_trace:
         return trace.steps, "whole trace", True
     if len(trace.steps) == 0:
-        notes.append("no ProfilerStep ranges: analysing the whole trace "
-                     "(--window REGEX picks steps by a range name, e.g. execute_model)")
+        notes.append(
+            "no ProfilerStep ranges: analysing the whole trace "
+            "(--window REGEX picks steps by a range name, e.g. execute_model)"
+        )
         return trace.steps, "whole trace", True
     return trace.steps, STEPS_BASIS, False
 
 
-def _analyze(trace: Trace, rules: list[Rule], policy: Policy, whole_trace: bool, window: str | None,
-             graph_source: Trace | None = None) -> Analysis:
+def _analyze(
+    trace: Trace,
+    rules: list[Rule],
+    policy: Policy,
+    whole_trace: bool,
+    window: str | None,
+    graph_source: Trace | None = None,
+) -> Analysis:
     notes: list[str] = []
     steps, basis, whole_trace = _analysed_time(trace, whole_trace, window, notes)
 
     unprofiled = manifest_step_us(manifest_of(trace.metadata))
     if unprofiled is not None and basis != STEPS_BASIS:
-        notes.append(f"the manifest's step time without the profiler ({unprofiled / 1e3:,.3f} ms) is per "
-                     f"ProfilerStep: the analysed time ({basis}) is not compared with it "
-                     f"(`project --step-ms` gives one for it)")
+        notes.append(
+            f"the manifest's step time without the profiler ({unprofiled / 1e3:,.3f} ms) is per "
+            f"ProfilerStep: the analysed time ({basis}) is not compared with it "
+            f"(`project --step-ms` gives one for it)"
+        )
     warnings = list(trace.warnings)
     if trace.has_gpu:
         mode = MODE_GPU
@@ -415,7 +486,7 @@ def _analyze(trace: Trace, rules: list[Rule], policy: Policy, whole_trace: bool,
         in_window = events
         start = float(min(events["ts"].min(), steps["ts"].min() if len(steps) else np.inf)) if len(events) else 0.0
         end = float(events["end"].max()) if len(events) else 0.0
-        n_steps = 1     # the whole trace is one window: its per-step numbers are the whole trace's
+        n_steps = 1  # the whole trace is one window: its per-step numbers are the whole trace's
         bounds = step_bounds(steps, events[events["step"] >= 0], events[events["step"] < 0])
     else:
         in_window = events[events["step"] >= 0]
@@ -424,7 +495,7 @@ def _analyze(trace: Trace, rules: list[Rule], policy: Policy, whole_trace: bool,
         n_steps = len(steps)
     if len(in_window) == 0:
         notes.append(f"no {'GPU activity' if mode == MODE_GPU else 'CPU op'} in the {basis}")
-    del events      # the activities outside the window go before classifying (memory: the 4 GB trace's peak)
+    del events  # the activities outside the window go before classifying (memory: the 4 GB trace's peak)
     events = classify_kernels(in_window.reset_index(drop=True), rules, policy)
     del in_window
     if mode == MODE_GPU:
@@ -445,9 +516,11 @@ def _analyze(trace: Trace, rules: list[Rule], policy: Policy, whole_trace: bool,
             # A step dropped by --lenient (or absent) leaves its time between its neighbours: none of its
             # work is counted, so neither is its time (it would read as idle).
             wall -= gap
-            notes.append(f"{len(missing)} step(s) missing between the others ({', '.join(missing[:3])}"
-                         f"{', ...' if len(missing) > 3 else ''}): their {gap / 1e3:,.3f} ms are left out of the "
-                         f"analysed time, not counted as idle")
+            notes.append(
+                f"{len(missing)} step(s) missing between the others ({', '.join(missing[:3])}"
+                f"{', ...' if len(missing) > 3 else ''}): their {gap / 1e3:,.3f} ms are left out of the "
+                f"analysed time, not counted as idle"
+            )
     if mode == MODE_GPU:
         events = add_wall_shares(events)
         busy_by_dev = busy_per_device(events)
@@ -463,13 +536,27 @@ def _analyze(trace: Trace, rules: list[Rule], policy: Policy, whole_trace: bool,
     total = float(events["dur"].sum())
     addressable = float(events.loc[events["addressable"], "dur"].sum()) if len(events) else 0.0
     return Analysis(
-        source=trace.source, mode=mode, events=events, window=(start, end), num_steps=n_steps,
-        n_devices=n_devices, total_us=total, busy_us=busy, wall_us=wall,
-        idle_us=max(wall * n_devices - busy, 0.0), addressable_us=addressable,
+        source=trace.source,
+        mode=mode,
+        events=events,
+        window=(start, end),
+        num_steps=n_steps,
+        n_devices=n_devices,
+        total_us=total,
+        busy_us=busy,
+        wall_us=wall,
+        idle_us=max(wall * n_devices - busy, 0.0),
+        addressable_us=addressable,
         categories=_keyed(category_table(events, total, wall * n_devices), "name"),
-        kernels=_keyed(kernel_table(events), "name"), ops=_keyed(op_table(events), "op"),
+        kernels=_keyed(kernel_table(events), "name"),
+        ops=_keyed(op_table(events), "op"),
         steps=_keyed(step_table(events, bounds), "step"),
-        metadata=trace.metadata, trace=trace, basis=basis, notes=notes, warnings=warnings, step_ranges=steps,
+        metadata=trace.metadata,
+        trace=trace,
+        basis=basis,
+        notes=notes,
+        warnings=warnings,
+        step_ranges=steps,
         modules=module_calls(module_ranges(trace), None if whole_trace else steps),
     )
 

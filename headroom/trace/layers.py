@@ -44,9 +44,22 @@ class LayerExtrapolation:
 
     # `headroom profile --json`'s `layers`: the computed factor and block share among the fields.
     JSON_KEYS: ClassVar[tuple[str, ...]] = (
-        "built", "total", "factor", "block_ranges", "block_share", "step_us", "step_us_extrapolated",
-        "timed_step_ms_extrapolated", "block_span_us", "total_us", "total_us_extrapolated", "addressable_fraction",
-        "addressable_fraction_measured", "idle_fraction", "categories")
+        "built",
+        "total",
+        "factor",
+        "block_ranges",
+        "block_share",
+        "step_us",
+        "step_us_extrapolated",
+        "timed_step_ms_extrapolated",
+        "block_span_us",
+        "total_us",
+        "total_us_extrapolated",
+        "addressable_fraction",
+        "addressable_fraction_measured",
+        "idle_fraction",
+        "categories",
+    )
 
     @property
     def factor(self) -> float:
@@ -86,8 +99,9 @@ def block_mask(events: pd.DataFrame, ranges: pd.DataFrame) -> np.ndarray:
     return out
 
 
-def extrapolate_layers(analysis: Analysis, built: int, total: int, ranges: pd.DataFrame | None = None,
-                       timed_step_ms: float | None = None) -> LayerExtrapolation | None:
+def extrapolate_layers(
+    analysis: Analysis, built: int, total: int, ranges: pd.DataFrame | None = None, timed_step_ms: float | None = None
+) -> LayerExtrapolation | None:
     """Scale the per-block part of each category from `built` blocks to `total`.
 
     Block work is what ran inside `headroom/block ...` ranges; everything else
@@ -118,8 +132,15 @@ def extrapolate_layers(analysis: Analysis, built: int, total: int, ranges: pd.Da
     for name in measured.index:
         m = float(measured[name]) / steps
         b = float(block.get(name, 0.0)) / steps
-        rows.append({"name": name, "addressable": bool(addressable_by_cat.get(name, False)),
-                     "measured_us": m, "block_us": b, "us": m + (factor - 1.0) * b})
+        rows.append(
+            {
+                "name": name,
+                "addressable": bool(addressable_by_cat.get(name, False)),
+                "measured_us": m,
+                "block_us": b,
+                "us": m + (factor - 1.0) * b,
+            }
+        )
     cats = pd.DataFrame(rows, columns=["name", "addressable", "measured_us", "block_us", "us"])
     total_meas = float(cats["measured_us"].sum())
     total_ext = float(cats["us"].sum())
@@ -144,11 +165,18 @@ def extrapolate_layers(analysis: Analysis, built: int, total: int, ranges: pd.Da
     addr_meas = float(dur[addr].sum()) / steps
     addr_ext = addr_meas + (factor - 1.0) * float(dur[addr & inb].sum()) / steps
     return LayerExtrapolation(
-        built=built, total=total, block_ranges=int(len(np.unique(idx[inb]))) if inb.any() else 0,
-        step_us=step_us, step_us_extrapolated=step_ext, block_span_us=span,
-        total_us=total_meas, total_us_extrapolated=total_ext, block_us=float(cats["block_us"].sum()),
+        built=built,
+        total=total,
+        block_ranges=int(len(np.unique(idx[inb]))) if inb.any() else 0,
+        step_us=step_us,
+        step_us_extrapolated=step_ext,
+        block_span_us=span,
+        total_us=total_meas,
+        total_us_extrapolated=total_ext,
+        block_us=float(cats["block_us"].sum()),
         addressable_fraction=addr_ext / total_ext if total_ext > 0 else 0.0,
         addressable_fraction_measured=addr_meas / total_meas if total_meas > 0 else 0.0,
-        idle_fraction=idle, categories=cats,
+        idle_fraction=idle,
+        categories=cats,
         timed_step_ms_extrapolated=(timed_step_ms * step_ext / step_us) if (timed_step_ms and step_us > 0) else None,
     )

@@ -17,7 +17,7 @@ from matplotlib.colors import to_rgb
 
 from headroom.projection.project import project
 from headroom.projection.speedups import parse_cli_speedup
-from headroom.report import plot
+from headroom.report import figure_files, plot
 from headroom.report.scaling import scaling_table
 from headroom.report.tables import addressable_summary, category_fractions, projection_table
 from headroom.trace.analysis import analyze
@@ -36,7 +36,7 @@ def test_the_committed_figure_shows_what_the_traces_give_now(shipped):
     assert numbers["schema"] == "headroom.figure.addressable/1" and numbers["basis"] == "wall"
     analyses = [shipped[p.rsplit("/", 1)[-1]] for p in numbers["traces"]]
     assert len(analyses) == 10
-    fresh = plot.addressable_numbers(
+    fresh = figure_files.addressable_numbers(
         category_fractions(analyses, basis="wall"),
         addressable_summary(analyses, basis="wall"),
         "wall",

@@ -37,11 +37,11 @@ def test_annotate_output_gets_the_umask_mode(tmp_path):
 def test_a_full_disk_leaves_the_old_figure_whole(tmp_path, monkeypatch):
     from matplotlib.figure import Figure
 
-    from headroom.report import plot
+    from headroom.report import figure_files
 
     fig = Figure()
     fig.subplots().plot([0, 1], [0, 1])
-    (old,) = plot.save(fig, tmp_path / "fig", ("pdf",))
+    (old,) = figure_files.save(fig, tmp_path / "fig", ("pdf",))
     before = old.read_bytes()
 
     def full_disk(self, fh, *a, **k):
@@ -50,7 +50,7 @@ def test_a_full_disk_leaves_the_old_figure_whole(tmp_path, monkeypatch):
 
     monkeypatch.setattr(Figure, "savefig", full_disk)
     with pytest.raises(UserError, match=r"fig\.pdf: cannot write \(No space left on device\)"):
-        plot.save(fig, tmp_path / "fig", ("pdf",))
+        figure_files.save(fig, tmp_path / "fig", ("pdf",))
     assert old.read_bytes() == before and sorted(p.name for p in tmp_path.iterdir()) == ["fig.pdf"]
 
 

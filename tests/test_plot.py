@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 from headroom.errors import UserError
 from headroom.projection.project import project
 from headroom.projection.speedups import parse_cli_speedup
-from headroom.report import plot
+from headroom.report import figure_files, plot
 from headroom.report.tables import addressable_summary, category_fractions, projection_table
 from headroom.trace.analysis import analyze
 
@@ -97,13 +97,13 @@ def test_scaling_figure_draws_the_table():
 
 def test_save_writes_all_formats(tmp_path):
     t = pd.DataFrame({"workload": ["a"], "category": ["gemm"], "addressable": [False], "us": [1.0], "fraction": [1.0]})
-    paths = plot.save(plot.addressable_figure(t), tmp_path / "fig")
+    paths = figure_files.save(plot.addressable_figure(t), tmp_path / "fig")
     assert sorted(p.suffix for p in paths) == [".pdf", ".png", ".svg"]
     for p in paths:
         assert p.stat().st_size > 1000
     assert paths[0].read_bytes()[:4] == b"\x89PNG"
     with pytest.raises(UserError):
-        plot.save(plot.addressable_figure(t), tmp_path / "x", ("jpg",))
+        figure_files.save(plot.addressable_figure(t), tmp_path / "x", ("jpg",))
 
 
 def test_plot_cli(tmp_path):

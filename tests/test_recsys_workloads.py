@@ -84,11 +84,11 @@ def test_fbgemm_workloads_on_a_gpu_without_fbgemm_cuda_say_so(monkeypatch):
     import torch
 
     from headroom.errors import UserError
-    from headroom.workloads import din, dlrm
+    from headroom.workloads import _torchrec, din
 
     cfg = get_workload("din").resolve(Options(flavour="tiny"), "cpu")
     din.need_fbgemm_cuda(cfg, torch.device("cpu"))  # a CPU runs fbgemm's CPU kernels
-    monkeypatch.setattr(dlrm, "fbgemm_cuda_status", lambda: (False, "no CUDA kernels (the CPU build?)"))
+    monkeypatch.setattr(_torchrec, "fbgemm_cuda_status", lambda: (False, "no CUDA kernels (the CPU build?)"))
     with pytest.raises(UserError, match="din: .*CUDA build of fbgemm-gpu.*CPU build"):
         din.need_fbgemm_cuda(cfg, torch.device("cuda"))
 
@@ -112,14 +112,14 @@ def test_deepfm_sharding_option_is_checked(monkeypatch):
     import torch
 
     from headroom.errors import UserError
-    from headroom.workloads import deepfm, dlrm
+    from headroom.workloads import _torchrec, deepfm
 
     cfg = get_workload("deepfm").resolve(Options(flavour="tiny", extra={"sharding": "tbe"}), "cpu")
     with pytest.raises(UserError, match="deepfm: --opt sharding must be auto, dmp or none"):
         deepfm.resolve_sharding(cfg, torch.device("cpu"))
     auto = get_workload("deepfm").resolve(Options(flavour="tiny"), "cpu")
     assert deepfm.resolve_sharding(auto, torch.device("cpu")) == ("none", "CPU")
-    monkeypatch.setattr(dlrm, "fbgemm_cuda_status", lambda: (True, "fbgemm_gpu 1.6.0 with CUDA kernels"))
+    monkeypatch.setattr(_torchrec, "fbgemm_cuda_status", lambda: (True, "fbgemm_gpu 1.6.0 with CUDA kernels"))
     assert deepfm.resolve_sharding(auto, torch.device("cuda")) == ("dmp", "fbgemm_gpu 1.6.0 with CUDA kernels")
-    monkeypatch.setattr(dlrm, "fbgemm_cuda_status", lambda: (False, "no CUDA kernels"))
+    monkeypatch.setattr(_torchrec, "fbgemm_cuda_status", lambda: (False, "no CUDA kernels"))
     assert deepfm.resolve_sharding(auto, torch.device("cuda"))[0] == "none"

@@ -218,7 +218,7 @@ def test_load_workload_file(tmp_path):
 
 def test_fbgemm_cuda_is_not_detected_without_cuda():
     pytest.importorskip("torchrec")
-    from headroom.workloads.dlrm import fbgemm_cuda_status
+    from headroom.workloads._torchrec import fbgemm_cuda_status
 
     if torch.cuda.is_available():
         pytest.skip("this machine has CUDA")

@@ -21,9 +21,9 @@ def need_fbgemm_cuda(cfg: RunConfig, device: Any) -> None:
     registers the ops without them): say so in one line rather than fail inside the first step."""
     if device.type != "cuda":
         return
-    from headroom.workloads.dlrm import fbgemm_cuda_status
+    from headroom.workloads import _torchrec
 
-    ok, why = fbgemm_cuda_status()
+    ok, why = _torchrec.fbgemm_cuda_status()
     if not ok:
         raise UserError(f"{cfg.workload}: its fbgemm ops need the CUDA build of fbgemm-gpu on a GPU: {why}")
 
@@ -111,9 +111,9 @@ def resolve_sharding(cfg: RunConfig, device: Any) -> tuple[str, str]:
     if device.type != "cuda":
         # A CPU runs DMP with gloo and fbgemm's CPU TBE kernels when asked (tests do); the default is unsharded.
         return ("none" if want == "auto" else want), "CPU"
-    from headroom.workloads.dlrm import fbgemm_cuda_status
+    from headroom.workloads import _torchrec
 
-    ok, why = fbgemm_cuda_status()
+    ok, why = _torchrec.fbgemm_cuda_status()
     if want == "dmp" and not ok:
         raise UserError(f"{cfg.workload}: --opt sharding=dmp needs the CUDA fbgemm-gpu: {why}")
     return (("dmp" if ok else "none") if want == "auto" else want), why

@@ -22,6 +22,7 @@ import functools
 from typing import Any
 
 from headroom.profile import Default, RunConfig, Step, WorkloadSpec, register_workload, train_forward, train_step
+from headroom.workloads._criteo import CRITEO_1TB_ROWS, DENSE_FEATURES, MLPERF_MULTI_HOT
 from headroom.workloads._recsys import (
     CPU_TABLES,
     DEFAULT_MAX_ROWS,
@@ -34,7 +35,7 @@ from headroom.workloads._recsys import (
     sparse_table_step,
     table_init,
 )
-from headroom.workloads.dlrm import CRITEO_1TB_ROWS, DENSE_FEATURES, MLPERF_MULTI_HOT, _import_torchrec
+from headroom.workloads._torchrec import import_torchrec
 
 FLAVOURS: dict[str, dict[str, Any]] = {
     "default": dict(rows=CRITEO_1TB_ROWS, dim=128, hots=MLPERF_MULTI_HOT, deep=[1024, 512, 256, 1]),
@@ -121,7 +122,7 @@ def _batch(cfg: RunConfig, flavour: dict[str, Any], max_rows: int, device: Any):
 
 
 def _build(cfg: RunConfig, device: Any) -> Step:
-    _import_torchrec()
+    import_torchrec()
     import torch
 
     from headroom.profile import materialize
@@ -186,7 +187,7 @@ def _build(cfg: RunConfig, device: Any) -> Step:
 def _meta(flavour: str):
     import torch
 
-    _import_torchrec()
+    import_torchrec()
     return _model(FLAVOURS[flavour], DEFAULT_MAX_ROWS, torch.device("meta"))
 
 

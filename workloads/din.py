@@ -19,7 +19,7 @@ from typing import Any
 from headroom.errors import UserError
 from headroom.profile import Default, RunConfig, Step, WorkloadSpec, register_workload
 from headroom.workloads._recsys import need_fbgemm_cuda, sparse_table_step, table_init
-from headroom.workloads.dlrm import _import_torchrec
+from headroom.workloads._torchrec import import_torchrec
 
 FLAVOURS: dict[str, dict[str, Any]] = {
     "default": dict(items=10_000_000, cats=100_000, dim=64, max_len=100, att=[256, 64], mlp=[1024, 512, 256, 1]),
@@ -130,7 +130,7 @@ def _batch(cfg: RunConfig, f: dict[str, Any], device: Any):
 
 
 def _build(cfg: RunConfig, device: Any) -> Step:
-    _import_torchrec()
+    import_torchrec()
     import torch
 
     from headroom.profile import materialize
@@ -162,7 +162,7 @@ def _build(cfg: RunConfig, device: Any) -> Step:
 def _meta(flavour: str):
     import torch
 
-    _import_torchrec()
+    import_torchrec()
     return _model(FLAVOURS[flavour], torch.device("meta"))
 
 

@@ -26,47 +26,13 @@ from typing import Any
 
 from headroom.errors import UserError
 from headroom.profile import Default, RunConfig, Step, WorkloadSpec, phase_range, register_workload, train_forward
+from headroom.workloads import _torchrec
+from headroom.workloads._criteo import CRITEO_1TB_ROWS, DENSE_FEATURES, MLPERF_MULTI_HOT
 from headroom.workloads._recsys import DEFAULT_MAX_ROWS, Optimizers, table_init
 from headroom.workloads._recsys import max_rows as _max_rows
+from headroom.workloads._torchrec import import_torchrec
 
-# Criteo 1TB: rows per categorical feature (torchrec examples/dlrm, MLPerf preprocessing, 40M cap).
-CRITEO_1TB_ROWS = [
-    40000000,
-    39060,
-    17295,
-    7424,
-    20265,
-    3,
-    7122,
-    1543,
-    63,
-    40000000,
-    3067956,
-    405282,
-    10,
-    2209,
-    11938,
-    155,
-    4,
-    976,
-    14,
-    40000000,
-    40000000,
-    40000000,
-    590152,
-    12973,
-    108,
-    36,
-]
-# MLPerf DLRMv2 synthetic multi-hot dataset: values per sample for each feature.
-MLPERF_MULTI_HOT = [3, 2, 1, 2, 6, 1, 1, 1, 1, 7, 3, 8, 1, 6, 9, 5, 1, 1, 1, 12, 100, 27, 10, 3, 1, 1]
-DENSE_FEATURES = 13
 _SHARD_TYPES = ("auto", "table_wise", "row_wise")
-
-INSTALL_HINT = (
-    "pip install --no-deps torchrec==1.8.0 && pip install fbgemm-gpu-cpu==1.8.0 tensordict "
-    "torchmetrics tqdm pyre-extensions iopath   (or: scripts/install.sh)"
-)
 
 FLAVOURS: dict[str, dict[str, Any]] = {
     "default": dict(rows=CRITEO_1TB_ROWS, dim=128, dense=[512, 256, 128], over=[1024, 1024, 512, 256, 1]),
@@ -76,45 +42,6 @@ DCN_FLAVOURS: dict[str, dict[str, Any]] = {
     "default": dict(FLAVOURS["default"], dcn_layers=3, low_rank=512),
     "tiny": dict(FLAVOURS["tiny"], dcn_layers=2, low_rank=8),
 }
-
-
-def _import_torchrec():
-    try:
-        import torchrec  # noqa: F401
-        from torchrec.models import dlrm  # noqa: F401
-    except ImportError as e:
-        raise UserError(f"the recommender workloads need torchrec ({e}): {INSTALL_HINT}") from None
-    except OSError as e:  # fbgemm built for another torch version: undefined symbols
-        raise UserError(
-            f"torchrec/fbgemm failed to load ({str(e).splitlines()[0][:120]}); "
-            f"fbgemm must match torch's minor version: {INSTALL_HINT}"
-        ) from None
-
-
-def fbgemm_cuda_status() -> tuple[bool, str]:
-    """Whether fbgemm-gpu's CUDA kernels can run here (the CPU build registers the ops without them)."""
-    import torch
-
-    if not torch.cuda.is_available():
-        return False, "no CUDA device"
-    try:
-        import fbgemm_gpu  # noqa: F401
-    except Exception as e:  # ImportError, or OSError for a build against another torch
-        return False, f"fbgemm_gpu does not import ({type(e).__name__})"
-    try:
-        lengths = torch.tensor([1, 2, 3], dtype=torch.int64, device="cuda")
-        out = torch.ops.fbgemm.asynchronous_complete_cumsum(lengths)
-        torch.cuda.synchronize()
-        if out.tolist() != [0, 1, 3, 6]:
-            return False, "fbgemm_gpu CUDA op returned a wrong result"
-    except Exception as e:
-        return False, f"fbgemm_gpu has no CUDA kernels (the CPU build?): {type(e).__name__}"
-    try:
-        from fbgemm_gpu.split_table_batched_embeddings_ops_training import SplitTableBatchedEmbeddingBagsCodegen  # noqa: F401
-    except Exception as e:
-        return False, f"fbgemm_gpu TBE module does not import ({type(e).__name__})"
-    version = getattr(__import__("fbgemm_gpu"), "__version__", "?")
-    return True, f"fbgemm_gpu {version} with CUDA kernels"
 
 
 def _tables(flavour: dict[str, Any], max_rows: int):
@@ -222,7 +149,7 @@ def resolve_sharding(cfg: RunConfig, device: Any) -> tuple[str, str]:
                 f"{cfg.workload}: --nproc {cfg.world_size} shards the tables (DMP); drop --opt sharding=none"
             )
         if device.type == "cuda":
-            ok, why = fbgemm_cuda_status()
+            ok, why = _torchrec.fbgemm_cuda_status()
             if not ok:
                 raise UserError(f"{cfg.workload}: --nproc {cfg.world_size} needs the CUDA fbgemm-gpu: {why}")
             return "dmp", why
@@ -233,7 +160,7 @@ def resolve_sharding(cfg: RunConfig, device: Any) -> tuple[str, str]:
             )
         return "dmp", "CPU"
     if device.type == "cuda":
-        ok, why = fbgemm_cuda_status()
+        ok, why = _torchrec.fbgemm_cuda_status()
         if want == "dmp" and not ok:
             raise UserError(f"{cfg.workload}: --opt sharding=dmp needs the CUDA fbgemm-gpu: {why}")
         if want == "auto":
@@ -244,7 +171,7 @@ def resolve_sharding(cfg: RunConfig, device: Any) -> tuple[str, str]:
 
 
 def _build(cfg: RunConfig, device: Any, dcn: bool) -> Step:
-    _import_torchrec()
+    import_torchrec()
     import torch
 
     flavour = (DCN_FLAVOURS if dcn else FLAVOURS)[cfg.flavour]
@@ -267,35 +194,14 @@ def _build(cfg: RunConfig, device: Any, dcn: bool) -> Step:
     batch = _batch(cfg, flavour, dcn, max_rows, device)
     close = None
 
-    if path == "dmp":
-        try:
-            model, opt, close = _build_dmp(cfg, device, flavour, dcn, max_rows, opt_cls, opt_kw)
-        except Exception as e:
-            if cfg.extra.get("sharding", "auto") != "auto" or _is_oom(e):
-                raise
-            # auto: the production path failed to set up here; say so and run unsharded.
-            info["dmp_error"] = f"{type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}"
-            path = "none"
-            import gc
-
-            gc.collect()
-            if device.type == "cuda":
-                torch.cuda.empty_cache()
-    if path == "dmp":
+    built = _try_dmp(cfg, device, flavour, dcn, max_rows, opt_cls, opt_kw, info) if path == "dmp" else None
+    if built is not None:
+        model, opt, close = built
         train_model = model.module if hasattr(model, "module") else model
         inner = train_model.model
-        info["sharding_plan"] = {
-            table: p.sharding_type for per_module in model.plan.plan.values() for table, p in per_module.items()
-        }
-        plan = info.get("sharding_plan", {})
-        kinds = sorted(set(plan.values())) if plan else ["table_wise"]
-        info["embedding_path"] = (
-            f"torchrec DistributedModelParallel ({cfg.world_size} rank"
-            f"{'s' if cfg.world_size > 1 else ''}), {'/'.join(kinds)} sharded, "
-            f"fbgemm TBE with fused {opt_cls.__name__}"
-        )
-        info["process_group"] = "nccl" if device.type == "cuda" else "gloo"
+        info.update(_dmp_info(model, cfg, device, opt_cls))
     else:
+        path = "none"
         model, opt, inner = _build_unsharded(device, flavour, dcn, max_rows, opt_cls, opt_kw)
         train_model = model
         info["embedding_path"] = (
@@ -304,12 +210,7 @@ def _build(cfg: RunConfig, device: Any, dcn: bool) -> Step:
     info["sharding"] = path
 
     if cfg.compile:
-        # torchrec's advice: compile the dense path, keep the jagged sparse path eager.
-        inner.dense_arch = torch.compile(inner.dense_arch)
-        inner.inter_arch = torch.compile(inner.inter_arch)
-        inner.over_arch = torch.compile(inner.over_arch)
-        info["compiled"] = "dense_arch, inter_arch, over_arch"
-
+        _compile_dense(inner, info)
     model.train()
 
     forward = train_forward(lambda: model(batch)[0], device_type=device.type, amp_dtype=amp)
@@ -328,6 +229,59 @@ def _build(cfg: RunConfig, device: Any, dcn: bool) -> Step:
     )
     # Module ranges on DLRMTrain (`model.model.inter_arch.crossnet`, ...), inside DMP's wrappers.
     return Step(fn, model, info=info, close=close, params=params, modules=train_model, forward=forward, train=True)
+
+
+def _try_dmp(
+    cfg: RunConfig,
+    device: Any,
+    flavour: dict[str, Any],
+    dcn: bool,
+    max_rows: int,
+    opt_cls: Any,
+    opt_kw: dict[str, Any],
+    info: dict[str, Any],
+) -> tuple[Any, Any, Any] | None:
+    """The production path (DMP model, optimizer, close()); with `--opt sharding=auto`, None where it fails to set
+    up here (`info["dmp_error"]` says why: the run goes unsharded)."""
+    try:
+        return _build_dmp(cfg, device, flavour, dcn, max_rows, opt_cls, opt_kw)
+    except Exception as e:
+        if cfg.extra.get("sharding", "auto") != "auto" or _is_oom(e):
+            raise
+        info["dmp_error"] = f"{type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}"
+    import gc
+
+    import torch
+
+    gc.collect()
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+    return None
+
+
+def _dmp_info(model: Any, cfg: RunConfig, device: Any, opt_cls: Any) -> dict[str, Any]:
+    """The manifest's account of the production path: each table's sharding, the path, the process group."""
+    plan = {table: p.sharding_type for per_module in model.plan.plan.values() for table, p in per_module.items()}
+    kinds = sorted(set(plan.values())) if plan else ["table_wise"]
+    return {
+        "sharding_plan": plan,
+        "embedding_path": (
+            f"torchrec DistributedModelParallel ({cfg.world_size} rank"
+            f"{'s' if cfg.world_size > 1 else ''}), {'/'.join(kinds)} sharded, "
+            f"fbgemm TBE with fused {opt_cls.__name__}"
+        ),
+        "process_group": "nccl" if device.type == "cuda" else "gloo",
+    }
+
+
+def _compile_dense(inner: Any, info: dict[str, Any]) -> None:
+    """torchrec's advice: compile the dense path, keep the jagged sparse path eager."""
+    import torch
+
+    inner.dense_arch = torch.compile(inner.dense_arch)
+    inner.inter_arch = torch.compile(inner.inter_arch)
+    inner.over_arch = torch.compile(inner.over_arch)
+    info["compiled"] = "dense_arch, inter_arch, over_arch"
 
 
 def _build_unsharded(
@@ -424,7 +378,7 @@ def _build_dmp(
 def _meta(flavour: str, dcn: bool):
     import torch
 
-    _import_torchrec()
+    import_torchrec()
     f = (DCN_FLAVOURS if dcn else FLAVOURS)[flavour]
     return _model(f, dcn, DEFAULT_MAX_ROWS, torch.device("meta"), torch.device("meta"))
 

@@ -18,8 +18,9 @@ from __future__ import annotations
 from typing import Any
 
 from headroom.profile import Default, RunConfig, Step, WorkloadSpec, infer_step, register_workload
+from headroom.workloads._criteo import CRITEO_1TB_ROWS, DENSE_FEATURES, MLPERF_MULTI_HOT
 from headroom.workloads._recsys import CPU_TABLES, DEFAULT_MAX_ROWS, MAX_ROWS_OPT, NO_SEQ, max_rows, need_fbgemm_cuda
-from headroom.workloads.dlrm import CRITEO_1TB_ROWS, DENSE_FEATURES, MLPERF_MULTI_HOT, _import_torchrec
+from headroom.workloads._torchrec import import_torchrec
 
 FP16_BELOW = 10_000
 FLAVOURS: dict[str, dict[str, Any]] = {
@@ -131,7 +132,7 @@ def _batch(cfg: RunConfig, f: dict[str, Any], max_rows: int, order: list[int], d
 
 
 def _build(cfg: RunConfig, device: Any) -> Step:
-    _import_torchrec()
+    import_torchrec()
     need_fbgemm_cuda(cfg, device)
     f = FLAVOURS[cfg.flavour]
     cap = max_rows(cfg)
@@ -156,7 +157,7 @@ def _build(cfg: RunConfig, device: Any) -> Step:
 def _meta(flavour: str):
     import torch
 
-    _import_torchrec()
+    import_torchrec()
     return _model(FLAVOURS[flavour], DEFAULT_MAX_ROWS, torch.device("meta"), torch.float16, tables=False)[0]
 
 

@@ -132,83 +132,93 @@ def extract_cmd(
     )
 
 
+ReplaceOpt = typer.Option(
+    None,
+    "--replace",
+    "-r",
+    metavar="CLASS=CANDIDATE.py",
+    help=("Repeatable: every instance of CLASS becomes the candidate's ModelNew."),
+)
+OutOpt = typer.Option(
+    None,
+    "--out",
+    metavar="DIR",
+    help=(
+        "The run's directory (result.json, run.json, base.json.gz, variant.json.gz); "
+        "default out/validate/<workload>__<CLASS>."
+    ),
+)
+FromDirOpt = typer.Option(
+    None,
+    "--from",
+    metavar="DIR",
+    help=("Recompute the result of a saved run from its traces and timings (nothing runs)."),
+)
+RoundsOpt = typer.Option(6, "--rounds", help=("Interleaved rounds at least (6); more run until the interval is tight."))
+TargetWidthOpt = typer.Option(
+    None, "--target-width", help=("Stop once the measured interval's high/low is this tight (1.02).")
+)
+TimingBudgetOpt = typer.Option(
+    None,
+    "--timing-budget",
+    metavar="S",
+    help=("Seconds the interleaved rounds may take (120; the minimum rounds always run)."),
+)
+TimerOpt = typer.Option(
+    None,
+    "--timer",
+    help=("How a block of steps is timed: cuda-events (GPU default), wall-clock (CPU default), host-sync."),
+)
+SpeedupsOpt = typer.Option(
+    None,
+    "--speedups",
+    metavar="VERIFY.json",
+    help=("verify's result of the candidate on the extracted problem: the a-priori estimate validate reports."),
+)
+ProblemsOpt = typer.Option(
+    None,
+    "--problems",
+    metavar="ENTRY.toml",
+    help=("The extracted problem's entry (headroom extract writes it), for --speedups."),
+)
+GraphsOpt = typer.Option(
+    False,
+    "--graphs",
+    help=("Time and profile CUDA-graph replays of each side (captured after warm-up); the output check stays eager."),
+)
+StepsPerRoundOpt = typer.Option(
+    None, "--steps-per-round", help=("Steps per block (default: ~0.3 s of steps on a GPU, 0.2 s on a CPU).")
+)
+ToleranceOpt = typer.Option(
+    None,
+    "--tolerance",
+    help=("Relative L2 error allowed per compared tensor (default by dtype: fp32 1e-3, fp16 1e-2, bf16 5e-2)."),
+)
+TimeoutOpt = typer.Option(
+    1800.0, "--timeout", metavar="S", help="Seconds the whole run may take (a hanging candidate)."
+)
+AsJsonOpt = typer.Option(False, "--json", metavar="", help="One JSON document (docs/cli.md, docs/validate.md).")
+
+
 def validate_cmd(
     workload: str | None = typer.Argument(None, metavar="[WORKLOAD]", help="Workload name (see `headroom workloads`)."),
-    replace: list[str] | None = typer.Option(
-        None,
-        "--replace",
-        "-r",
-        metavar="CLASS=CANDIDATE.py",
-        help=("Repeatable: every instance of CLASS becomes the candidate's ModelNew."),
-    ),
-    out: Path | None = typer.Option(
-        None,
-        "--out",
-        metavar="DIR",
-        help=(
-            "The run's directory (result.json, run.json, base.json.gz, variant.json.gz); "
-            "default out/validate/<workload>__<CLASS>."
-        ),
-    ),
-    from_dir: Path | None = typer.Option(
-        None,
-        "--from",
-        metavar="DIR",
-        help=("Recompute the result of a saved run from its traces and timings (nothing runs)."),
-    ),
-    rounds: int = typer.Option(
-        6, "--rounds", help=("Interleaved rounds at least (6); more run until the interval is tight.")
-    ),
+    replace: list[str] | None = ReplaceOpt,
+    out: Path | None = OutOpt,
+    from_dir: Path | None = FromDirOpt,
+    rounds: int = RoundsOpt,
     max_rounds: int | None = typer.Option(None, "--max-rounds", help="Interleaved rounds at most (40)."),
-    target_width: float | None = typer.Option(
-        None, "--target-width", help=("Stop once the measured interval's high/low is this tight (1.02).")
-    ),
-    timing_budget: float | None = typer.Option(
-        None,
-        "--timing-budget",
-        metavar="S",
-        help=("Seconds the interleaved rounds may take (120; the minimum rounds always run)."),
-    ),
-    timer: str | None = typer.Option(
-        None,
-        "--timer",
-        help=("How a block of steps is timed: cuda-events (GPU default), wall-clock (CPU default), host-sync."),
-    ),
-    speedups: Path | None = typer.Option(
-        None,
-        "--speedups",
-        metavar="VERIFY.json",
-        help=("verify's result of the candidate on the extracted problem: the a-priori estimate validate reports."),
-    ),
-    problems: Path | None = typer.Option(
-        None,
-        "--problems",
-        metavar="ENTRY.toml",
-        help=("The extracted problem's entry (headroom extract writes it), for --speedups."),
-    ),
-    graphs: bool = typer.Option(
-        False,
-        "--graphs",
-        help=(
-            "Time and profile CUDA-graph replays of each side (captured after warm-up); the output check stays eager."
-        ),
-    ),
-    steps_per_round: int | None = typer.Option(
-        None, "--steps-per-round", help=("Steps per block (default: ~0.3 s of steps on a GPU, 0.2 s on a CPU).")
-    ),
+    target_width: float | None = TargetWidthOpt,
+    timing_budget: float | None = TimingBudgetOpt,
+    timer: str | None = TimerOpt,
+    speedups: Path | None = SpeedupsOpt,
+    problems: Path | None = ProblemsOpt,
+    graphs: bool = GraphsOpt,
+    steps_per_round: int | None = StepsPerRoundOpt,
     profile_steps: int | None = typer.Option(None, "--profile-steps", help="Profiled steps per variant (3)."),
-    tolerance: float | None = typer.Option(
-        None,
-        "--tolerance",
-        help=("Relative L2 error allowed per compared tensor (default by dtype: fp32 1e-3, fp16 1e-2, bf16 5e-2)."),
-    ),
-    timeout: float = typer.Option(
-        1800.0, "--timeout", metavar="S", help="Seconds the whole run may take (a hanging candidate)."
-    ),
+    tolerance: float | None = ToleranceOpt,
+    timeout: float = TimeoutOpt,
     threads: int | None = typer.Option(None, "--threads", help="torch CPU threads in the run (CPU timing)."),
-    as_json: bool = typer.Option(
-        False, "--json", metavar="", help="One JSON document (docs/cli.md, docs/validate.md)."
-    ),
+    as_json: bool = AsJsonOpt,
     mode: Mode | None = ModeOpt,
     phase: Phase | None = PhaseOpt,
     kv_cache: KVCache | None = KvOpt,

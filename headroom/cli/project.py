@@ -29,44 +29,53 @@ from headroom.errors import UserError
 from headroom.jsonio import plain
 from headroom.trace.read_options import ReadOptions
 
+DistributionOpt = typer.Option(
+    None,
+    "--distribution",
+    metavar="FILE",
+    help=(
+        "A benchmark's results (verify suite JSON, speedup file, or a list of numbers): projections at "
+        "win rate x median and at quantiles, applied to --select."
+    ),
+)
+WinRateOpt = typer.Option(None, "--win-rate", min=0.0, max=1.0, help="Fraction of problems won (with --median).")
+ScenarioSelectOpt = typer.Option(
+    "category:addressable", "--select", metavar="SELECTOR", help="Kernels the distribution scenarios apply to."
+)
+QuantileOpt = typer.Option(
+    None, "--quantile", metavar="Q", min=0.0, max=1.0, help="Quantiles for distributions (repeatable)."
+)
+StepMsOpt = typer.Option(
+    None,
+    "--step-ms",
+    metavar="MS",
+    help=(
+        "The step time without the profiler, in ms (default: the trace's manifest, when headroom profile "
+        "wrote it): the replay's CPU clock is scaled to reproduce it."
+    ),
+)
+AsJsonOpt = typer.Option(False, "--json", metavar="", help="One JSON document per trace, one per line (docs/cli.md).")
+OnRankOpt = typer.Option(
+    None,
+    "--on-rank",
+    metavar="RANK",
+    help=("A directory of ranks: apply the speedups on this rank only (repeatable; default every rank)."),
+)
+
 
 def project_cmd(
     traces: list[Path] = TracesArg,
     speedup: list[str] | None = SpeedupOpt,
     speedups: list[Path] | None = SpeedupsOpt,
-    distribution: Path | None = typer.Option(
-        None,
-        "--distribution",
-        metavar="FILE",
-        help=(
-            "A benchmark's results (verify suite JSON, speedup file, or a list of numbers): projections at "
-            "win rate x median and at quantiles, applied to --select."
-        ),
-    ),
-    win_rate: float | None = typer.Option(
-        None, "--win-rate", min=0.0, max=1.0, help="Fraction of problems won (with --median)."
-    ),
+    distribution: Path | None = DistributionOpt,
+    win_rate: float | None = WinRateOpt,
     median: float | None = typer.Option(None, "--median", min=1e-9, help="Median speedup of the winning problems."),
-    scenario_select: str = typer.Option(
-        "category:addressable", "--select", metavar="SELECTOR", help="Kernels the distribution scenarios apply to."
-    ),
-    quantile: list[float] | None = typer.Option(
-        None, "--quantile", metavar="Q", min=0.0, max=1.0, help="Quantiles for distributions (repeatable)."
-    ),
+    scenario_select: str = ScenarioSelectOpt,
+    quantile: list[float] | None = QuantileOpt,
     strict: bool = typer.Option(False, "--strict", metavar="", help="Treat warnings (no match, overlaps) as errors."),
-    step_ms: float | None = typer.Option(
-        None,
-        "--step-ms",
-        metavar="MS",
-        help=(
-            "The step time without the profiler, in ms (default: the trace's manifest, when headroom profile "
-            "wrote it): the replay's CPU clock is scaled to reproduce it."
-        ),
-    ),
+    step_ms: float | None = StepMsOpt,
     problems: Path | None = ProblemsOpt,
-    as_json: bool = typer.Option(
-        False, "--json", metavar="", help="One JSON document per trace, one per line (docs/cli.md)."
-    ),
+    as_json: bool = AsJsonOpt,
     rules: Path | None = RulesOpt,
     policy: Path | None = PolicyOpt,
     whole_trace: bool = WholeOpt,
@@ -74,12 +83,7 @@ def project_cmd(
     lenient: bool = LenientOpt,
     no_cache: bool = NoCacheOpt,
     graph_source: Path | None = GraphSourceOpt,
-    on_rank: list[int] | None = typer.Option(
-        None,
-        "--on-rank",
-        metavar="RANK",
-        help=("A directory of ranks: apply the speedups on this rank only (repeatable; default every rank)."),
-    ),
+    on_rank: list[int] | None = OnRankOpt,
     engine: str = EngineOpt,
     address: str | None = AddressOpt,
 ) -> None:
@@ -92,7 +96,8 @@ def project_cmd(
     from headroom.projection.problems import load_problems
     from headroom.projection.scenarios import DEFAULT_QUANTILES
     from headroom.projection.speedups import collect_entries
-    from headroom.report.render import make_console, render_projection
+    from headroom.report.render import make_console
+    from headroom.report.render_projection import render_projection
     from headroom.trace.analysis import Analysis
 
     if step_ms is not None:
@@ -190,53 +195,60 @@ def project_one(a, entries, dist, win_rate, median, scenario_select, quantiles, 
     )
 
 
+TraceArg = typer.Argument(
+    ..., metavar="TRACE", help="Trace file (.json/.json.gz), or a directory of the ranks of one run."
+)
+ByOpt = typer.Option(
+    None,
+    "--by",
+    help=(
+        "Grouping: op, module (nn.Module classes), module_path (instances), top_op or kernel "
+        "(repeatable; default op and module)."
+    ),
+)
+ScopeOpt = typer.Option(
+    "self",
+    "--scope",
+    case_sensitive=False,
+    help=(
+        "Module rows: self (kernels whose innermost module it is; shares add up) or total "
+        "(also the kernels of the modules inside it)."
+    ),
+)
+ReplayTopOpt = typer.Option(5, "--replay-top", min=0, help="Also replay the first N rows of each grouping (0: none).")
+RooflineOpt = typer.Option(
+    False,
+    "--roofline",
+    metavar="",
+    help=(
+        "Also each row's FLOPs and bytes (from the recorded shapes), achieved TFLOP/s and TB/s against the "
+        "device's peaks, its limit, floor and max speedup (docs/targets.md)."
+    ),
+)
+PeaksOpt = typer.Option(
+    None,
+    "--peaks",
+    metavar="DEVICE",
+    help=("With --roofline: the device whose peaks to use (h200, h100, a100, cpu; default the trace's GPU)."),
+)
+RankByOpt = typer.Option(
+    "gain",
+    "--rank-by",
+    help=("gain (at --speedup) or achievable (with --roofline: at min(max speedup, --speedup))."),
+)
+
+
 def targets_cmd(
-    trace: Path = typer.Argument(
-        ..., metavar="TRACE", help="Trace file (.json/.json.gz), or a directory of the ranks of one run."
-    ),
+    trace: Path = TraceArg,
     speedup: float = typer.Option(1.5, "--speedup", "-s", min=1e-9, help="The speedup to rank by (default 1.5x)."),
-    by: list[By] | None = typer.Option(
-        None,
-        "--by",
-        help=(
-            "Grouping: op, module (nn.Module classes), module_path (instances), top_op or kernel "
-            "(repeatable; default op and module)."
-        ),
-    ),
-    scope: Scope = typer.Option(
-        "self",
-        "--scope",
-        case_sensitive=False,
-        help=(
-            "Module rows: self (kernels whose innermost module it is; shares add up) or total "
-            "(also the kernels of the modules inside it)."
-        ),
-    ),
+    by: list[By] | None = ByOpt,
+    scope: Scope = ScopeOpt,
     top: int = typer.Option(20, "--top", min=0, help="Rows per grouping (0: all)."),
-    replay_top: int = typer.Option(
-        5, "--replay-top", min=0, help="Also replay the first N rows of each grouping (0: none)."
-    ),
+    replay_top: int = ReplayTopOpt,
     as_json: bool = typer.Option(False, "--json", metavar="", help="One JSON document (docs/cli.md)."),
-    roofline: bool = typer.Option(
-        False,
-        "--roofline",
-        metavar="",
-        help=(
-            "Also each row's FLOPs and bytes (from the recorded shapes), achieved TFLOP/s and TB/s against the "
-            "device's peaks, its limit, floor and max speedup (docs/targets.md)."
-        ),
-    ),
-    peaks: str | None = typer.Option(
-        None,
-        "--peaks",
-        metavar="DEVICE",
-        help=("With --roofline: the device whose peaks to use (h200, h100, a100, cpu; default the trace's GPU)."),
-    ),
-    rank_by: RankBy = typer.Option(
-        "gain",
-        "--rank-by",
-        help=("gain (at --speedup) or achievable (with --roofline: at min(max speedup, --speedup))."),
-    ),
+    roofline: bool = RooflineOpt,
+    peaks: str | None = PeaksOpt,
+    rank_by: RankBy = RankByOpt,
     rules: Path | None = RulesOpt,
     policy: Path | None = PolicyOpt,
     whole_trace: bool = WholeOpt,
@@ -252,7 +264,8 @@ def targets_cmd(
     A directory of the ranks of one run: ranked by their effect on the synchronised step."""
     from headroom.projection.speedups import parse_factor
     from headroom.projection.targets import targets_dict
-    from headroom.report.render import make_console, render_targets
+    from headroom.report.render import make_console
+    from headroom.report.render_projection import render_targets
     from headroom.trace.analysis import Analysis
 
     parse_factor(speedup, "--speedup")
@@ -317,7 +330,8 @@ def _roofline_targets(
 ) -> None:
     """One trace's targets with each row's roofline (--roofline)."""
     from headroom.projection.roofline import roofline_targets
-    from headroom.report.render import make_console, render_targets
+    from headroom.report.render import make_console
+    from headroom.report.render_projection import render_targets
     from headroom.report.render_roofline import render_roofline
 
     res = roofline_targets(a, speedup, groupings, top or None, replay_top, scope, peaks, rank_by)

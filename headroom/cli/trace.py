@@ -96,45 +96,50 @@ def annotate(
     print(f"annotated {n} GPU events -> {out}")
 
 
+PathsArg = typer.Argument(None, metavar="[PATH]...", help="Traces or directories of traces (default: traces/).")
+HtmlOpt = typer.Option(
+    None,
+    "--html",
+    metavar="FILE",
+    help=(
+        "Also write one self-contained HTML page: the summary, category shares, top targets, the projection "
+        "of --speedup/--speedups and per-rank views (with --json, the document has the page's numbers)."
+    ),
+)
+TargetSpeedupOpt = typer.Option(
+    1.5,
+    "--target-speedup",
+    min=1e-9,
+    metavar="FACTOR",
+    help="With --html: the speedup the targets are ranked by (default 1.5x).",
+)
+RooflineOpt = typer.Option(
+    False,
+    "--roofline",
+    metavar="",
+    help=(
+        "With --html: each trace's targets also get their roofline bound (max speedup, limit, fractions of the "
+        "peaks, achievable gain), as `targets --roofline`."
+    ),
+)
+PeaksOpt = typer.Option(
+    None,
+    "--peaks",
+    metavar="DEVICE",
+    help=("With --roofline: the device whose peaks to use (h200, h100, a100, cpu; default each trace's GPU)."),
+)
+
+
 def report(
-    paths: list[Path] = typer.Argument(
-        None, metavar="[PATH]...", help="Traces or directories of traces (default: traces/)."
-    ),
+    paths: list[Path] = PathsArg,
     as_json: bool = typer.Option(False, "--json", metavar="", help="One JSON document (docs/cli.md)."),
-    html: Path | None = typer.Option(
-        None,
-        "--html",
-        metavar="FILE",
-        help=(
-            "Also write one self-contained HTML page: the summary, category shares, top targets, the projection "
-            "of --speedup/--speedups and per-rank views (with --json, the document has the page's numbers)."
-        ),
-    ),
+    html: Path | None = HtmlOpt,
     speedup: list[str] | None = SpeedupOpt,
     speedups: list[Path] | None = SpeedupsOpt,
-    target_speedup: float = typer.Option(
-        1.5,
-        "--target-speedup",
-        min=1e-9,
-        metavar="FACTOR",
-        help="With --html: the speedup the targets are ranked by (default 1.5x).",
-    ),
+    target_speedup: float = TargetSpeedupOpt,
     top: int = typer.Option(10, "--top", min=0, help="With --html: target rows per grouping (0: all)."),
-    roofline: bool = typer.Option(
-        False,
-        "--roofline",
-        metavar="",
-        help=(
-            "With --html: each trace's targets also get their roofline bound (max speedup, limit, fractions of the "
-            "peaks, achievable gain), as `targets --roofline`."
-        ),
-    ),
-    peaks: str | None = typer.Option(
-        None,
-        "--peaks",
-        metavar="DEVICE",
-        help=("With --roofline: the device whose peaks to use (h200, h100, a100, cpu; default each trace's GPU)."),
-    ),
+    roofline: bool = RooflineOpt,
+    peaks: str | None = PeaksOpt,
     problems: Path | None = ProblemsOpt,
     rules: Path | None = RulesOpt,
     policy: Path | None = PolicyOpt,

@@ -29,7 +29,7 @@ from headroom.files import check_output_dir, check_output_not_input, write_atomi
 from headroom.jsonio import plain
 from headroom.profile.progress import Progress, _stage
 from headroom.profile.registry import get_workload, load_workload_file
-from headroom.profile.workload import Options, WorkloadSpec, file_stem
+from headroom.profile.workload import Options, RunConfig, WorkloadSpec, file_stem
 from headroom.pyfile import import_file
 
 OP_PREFIX = "op:"
@@ -112,7 +112,6 @@ def extract(
 
     `trace`: measure the share of time there instead of in a 1-step profile (`window`: its steps are the
     CPU ranges whose name matches, as `headroom classify --window`)."""
-    import torch
 
     progress = progress or Progress()
     options = options or Options()
@@ -142,6 +141,26 @@ def extract(
             command=command,
             progress=progress,
         )
+    return _extract_module(spec, cfg, dev, module, out_dir, trace, window, profile, workload_file, command, progress)
+
+
+def _extract_module(
+    spec: WorkloadSpec,
+    cfg: RunConfig,
+    dev: Any,
+    module: str,
+    out_dir: Path,
+    trace: str | os.PathLike | None,
+    window: str | None,
+    profile: bool,
+    workload_file: str | os.PathLike | None,
+    command: str,
+    progress: Progress,
+) -> ExtractResult:
+    """A module class's extraction: its constructions recorded during the build, one step captured, the problem
+    written and checked against the module, its share of the step measured."""
+    import torch
+
     torch.manual_seed(0)
     cls = find_class(spec, cfg, module)
     name = f"{file_stem(spec.name)}__{safe_name(cls.__name__)}"
@@ -158,7 +177,6 @@ def extract(
                 step = spec.build(cfg, dev)
         with _stage(progress, "capture", f"one step with a hook on every {cls.__name__}"):
             cap: Capture = capture(step, cls, built)
-        trace_path: Path | None = None
         with tempfile.TemporaryDirectory(prefix=".headroom-extract-", dir=_tmp_parent(out_dir)) as tmp:
             share, notes = _share(
                 step,
@@ -183,23 +201,14 @@ def extract(
                 share=share,
                 command=command,
             )
-            tmp_problem = Path(tmp) / f"{name}.py"
-            tmp_problem.write_text(source)
-            with _stage(progress, "check", "the written problem rebuilds the module and matches it"):
-                call, _ = cap.common_call()
-                n_grads = (len(call.output) if isinstance(call.output, tuple) else 1) if step.train else 0
-                self_check(tmp_problem, cap.instances[0][1], dev, n_grads, call.autocast)
-            out_dir.mkdir(parents=True, exist_ok=True)
-            problem_path = out_dir / f"{name}.py"
-            entry_path = out_dir / f"{name}.toml"
+            _check_problem(Path(tmp) / f"{name}.py", source, cap, step.train, dev, progress)
             note = f"{cls.__name__} in {spec.name} ({cfg.variant}): {cap.calls_per_step} calls per step" + (
                 "; forward and backward" if step.train else ""
             )
-            write_atomic(entry_path, selector_entry(name, selectors, note))
-            if share is not None and trace is None:
-                trace_path = out_dir / f"{name}.trace.json.gz"
-                shutil.move(str(Path(tmp) / f"{name}.trace.json.gz"), str(trace_path))  # across file systems too
-            write_atomic(problem_path, source)
+            keep_trace = share is not None and trace is None
+            problem_path, entry_path, trace_path = _write(
+                out_dir, name, Path(tmp), source, selector_entry(name, selectors, note), keep_trace
+            )
     finally:
         if step is not None:
             step.close()
@@ -215,6 +224,31 @@ def extract(
         config=header_config(cfg),
         notes=notes,
     )
+
+
+def _check_problem(path: Path, source: str, cap: Capture, train: bool, dev: Any, progress: Progress) -> None:
+    """The problem written to `path` rebuilds the captured module and matches its outputs (and gradients)."""
+    path.write_text(source)
+    with _stage(progress, "check", "the written problem rebuilds the module and matches it"):
+        call, _ = cap.common_call()
+        n_grads = (len(call.output) if isinstance(call.output, tuple) else 1) if train else 0
+        self_check(path, cap.instances[0][1], dev, n_grads, call.autocast)
+
+
+def _write(
+    out_dir: Path, name: str, tmp: Path, source: str, entry: str, keep_trace: bool
+) -> tuple[Path, Path, Path | None]:
+    """The problem, its selector entry and (`keep_trace`: the 1-step profile measured its share) the profile's
+    trace, written into `out_dir`; their paths."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    problem_path, entry_path = out_dir / f"{name}.py", out_dir / f"{name}.toml"
+    write_atomic(entry_path, entry)
+    trace_path = None
+    if keep_trace:
+        trace_path = out_dir / f"{name}.trace.json.gz"
+        shutil.move(str(tmp / f"{name}.trace.json.gz"), str(trace_path))  # across file systems too
+    write_atomic(problem_path, source)
+    return problem_path, entry_path, trace_path
 
 
 def _share(

@@ -30,7 +30,8 @@ _HOME = {
     ),
     **dict.fromkeys(("instrument_blocks", "phase_range"), "nvtx"),
     **dict.fromkeys(("get_workload", "list_workloads", "load_workload_file", "register_workload"), "registry"),
-    **dict.fromkeys(("ProfileResult", "profile_workload"), "run"),
+    "ProfileResult": "result",
+    "profile_workload": "run",
     **dict.fromkeys(("Default", "Options", "RunConfig", "Step", "WorkloadSpec"), "workload"),
 }
 

@@ -176,7 +176,7 @@ class RanksProfileResult:
     @property
     def timing(self) -> dict[str, dict[str, Any] | None]:
         """Per rank (as text), its timed and profiled stages in microseconds (None: not recorded)."""
-        from headroom.profile.run import timing_us
+        from headroom.profile.result import timing_us
         from headroom.stepstats import StepStats
 
         def one(m: dict[str, Any]) -> dict[str, Any] | None:
@@ -315,15 +315,7 @@ def profile_ranks(
     t0 = time.perf_counter()
     try:
         entries = _launch(nproc, req)  # no spinner here: the ranks print their own progress lines
-        stale = sorted(p for p in out_dir.iterdir() if _RANK_TRACE_RE.match(p.name))
-        for p in stale:
-            p.unlink()
-        if stale:
-            progress.note(f"replaced {len(stale)} rank trace(s) of an earlier run in {out_dir}")
-        for e in entries.values():
-            name = Path(e["trace"]).name
-            os.replace(staging / name, out_dir / name)
-            e["trace"] = str(out_dir / name)
+        _place_traces(entries, staging, out_dir, progress)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     progress.note(f"{nproc} ranks done in {time.perf_counter() - t0:.1f} s")
@@ -331,24 +323,40 @@ def profile_ranks(
     with progress.stage("classify", f"{len(traces)} ranks together"):
         rs = rank_set([analyze(p) for p in traces], source=str(out_dir))
     for r, e in entries.items():
-        a = rs.analysis(r)
-        row = rs.per_rank.set_index("rank").loc[r]
-        entry = dict(e["manifest"])
-        entry["results"] = {
-            "mode": a.mode,
-            "step_us_profiled": a.step_us,
-            "idle_fraction": a.idle_fraction,
-            "addressable_fraction": a.addressable_fraction,
-            "categories": {c.name: float(c.fraction) for c in a.categories.itertuples(index=False)},
-            "comm_exposed_us": float(row["comm_exposed_us"]),
-            "comm_overlapped_us": float(row["comm_overlapped_us"]),
-            "wait_us": float(row["wait_us"]),
-        }
-        e["entry"] = entry
-        update_manifest(out_dir, Path(e["trace"]).name, entry)
+        e["entry"] = dict(e["manifest"], results=_rank_results(rs, r))
+        update_manifest(out_dir, Path(e["trace"]).name, e["entry"])
     return RanksProfileResult(
         spec.name, cfg, out_dir, traces, out_dir / MANIFEST_NAME, {r: e["manifest"] for r, e in entries.items()}, rs
     )
+
+
+def _place_traces(entries: dict[int, dict[str, Any]], staging: Path, out_dir: Path, progress: Progress) -> None:
+    """The ranks' traces moved from the staging directory into `out_dir`, in place of an earlier run's."""
+    stale = sorted(p for p in out_dir.iterdir() if _RANK_TRACE_RE.match(p.name))
+    for p in stale:
+        p.unlink()
+    if stale:
+        progress.note(f"replaced {len(stale)} rank trace(s) of an earlier run in {out_dir}")
+    for e in entries.values():
+        name = Path(e["trace"]).name
+        os.replace(staging / name, out_dir / name)
+        e["trace"] = str(out_dir / name)
+
+
+def _rank_results(rs: Any, rank: int) -> dict[str, Any]:
+    """A rank's manifest entry's `results`: what its analysis found, and its communication among the ranks."""
+    a = rs.analysis(rank)
+    row = rs.per_rank.set_index("rank").loc[rank]
+    return {
+        "mode": a.mode,
+        "step_us_profiled": a.step_us,
+        "idle_fraction": a.idle_fraction,
+        "addressable_fraction": a.addressable_fraction,
+        "categories": {c.name: float(c.fraction) for c in a.categories.itertuples(index=False)},
+        "comm_exposed_us": float(row["comm_exposed_us"]),
+        "comm_overlapped_us": float(row["comm_overlapped_us"]),
+        "wait_us": float(row["wait_us"]),
+    }
 
 
 if __name__ == "__main__":  # a launched rank

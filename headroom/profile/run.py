@@ -31,15 +31,15 @@ import sys
 import time
 from collections.abc import Callable
 from contextlib import nullcontext
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any
 
 from headroom.devices import resolve_device
 from headroom.errors import UserError
 from headroom.files import check_output_dir
-from headroom.jsonio import encoded, plain
+from headroom.jsonio import plain
 from headroom.profile.compiled import CompiledModules, compiled_manifest, recording
 from headroom.profile.environment import environment
 from headroom.profile.graphs import (
@@ -54,6 +54,7 @@ from headroom.profile.nvtx import instrument_blocks
 from headroom.profile.oom import _is_cpu_oom, _is_oom, oom_error
 from headroom.profile.progress import Progress, _stage
 from headroom.profile.registry import get_workload, load_workload_file
+from headroom.profile.result import ProfileResult, overhead_verdict
 from headroom.profile.steps import (
     MODULE_ROOT,
     PROFILER_WAIT,
@@ -83,69 +84,6 @@ GPU_STEPS = (3, 10, 3)
 CPU_STEPS = (1, 3, 1)
 
 
-def _stats_us(s: StepStats) -> dict[str, Any]:
-    """Step statistics in microseconds, for `headroom profile --json` (docs/cli.md)."""
-    us = lambda ms: ms * 1e3  # noqa: E731
-    return {
-        "n": s.n,
-        "method": s.method,
-        "median_us": us(s.median_ms),
-        "mean_us": us(s.mean_ms),
-        "min_us": us(s.min_ms),
-        "max_us": us(s.max_ms),
-        "stdev_us": us(s.stdev_ms),
-        "times_us": [round(us(t), 1) for t in s.times_ms],
-    }
-
-
-@dataclass
-class ProfileResult:
-    workload: str
-    config: RunConfig
-    trace_path: Path = field(metadata={"json_key": "trace"})
-    manifest_path: Path
-    manifest: dict[str, Any]
-    timed: StepStats
-    profiled: StepStats
-    # None for one rank of a --nproc run (the parent analyses the ranks together)
-    analysis: Analysis | None = field(metadata=encoded(Analysis.to_dict))
-    layers: LayerExtrapolation | None = None
-
-    # `headroom profile --json` (docs/cli.md).
-    JSON_KEYS: ClassVar[tuple[str, ...]] = ("workload", "trace_path", "manifest", "timing", "layers", "analysis")
-
-    @property
-    def overhead(self) -> float:
-        """Profiled over unprofiled median step time, minus one."""
-        if not self.timed.times_ms or self.timed.median_ms <= 0:
-            return float("nan")
-        return self.profiled.median_ms / self.timed.median_ms - 1.0
-
-    @property
-    def overhead_measurable(self) -> bool:
-        return overhead_verdict(self.timed, self.profiled)[0]
-
-    @property
-    def step_ms(self) -> float:
-        return self.timed.median_ms
-
-    @property
-    def timing(self) -> dict[str, Any]:
-        return timing_us(self.timed, self.profiled)
-
-
-def timing_us(timed: StepStats, profiled: StepStats) -> dict[str, Any]:
-    """The `timing` of `headroom profile --json`: both stages in microseconds, the overhead where measurable."""
-    measurable = overhead_verdict(timed, profiled)[0]
-    overhead = profiled.median_ms / timed.median_ms - 1.0 if timed.n and timed.median_ms > 0 else None
-    return {
-        "timed": _stats_us(timed),
-        "profiled": _stats_us(profiled),
-        "overhead": overhead if measurable else None,
-        "overhead_measurable": measurable,
-    }
-
-
 def check_step_counts(steps: int | None, warmup: int | None, timed_steps: int | None) -> None:
     """The stage sizes a user gave (None: the device's default)."""
     if (
@@ -157,30 +95,6 @@ def check_step_counts(steps: int | None, warmup: int | None, timed_steps: int | 
             "--steps and --timed-steps must be at least 1 (the step time is the median of the "
             "timed steps), --warmup at least 0"
         )
-
-
-MIN_STEPS_FOR_OVERHEAD = 3
-
-
-def overhead_verdict(timed: StepStats, profiled: StepStats) -> tuple[bool, str]:
-    """Whether the profiler's overhead can be told from the noise, and how to say it.
-
-    It needs at least 3 timed and 3 profiled steps; a profiled median *faster* than the unprofiled
-    one by more than their spread (interquartile range over the median) is noise, not a measurement
-    (a few CPU steps gave "-62%"); a difference inside the spread is "within the noise".
-    """
-    if timed.n < MIN_STEPS_FOR_OVERHEAD or profiled.n < MIN_STEPS_FOR_OVERHEAD:
-        return False, (
-            f"not measurable ({timed.n} timed and {profiled.n} profiled step(s); "
-            f"needs {MIN_STEPS_FOR_OVERHEAD} of each)"
-        )
-    overhead = profiled.median_ms / timed.median_ms - 1.0 if timed.median_ms > 0 else float("nan")
-    noise = max(timed.iqr_rel or 0.0, profiled.iqr_rel or 0.0)
-    if not overhead == overhead or overhead < -noise:
-        return False, f"not measurable (profiled steps {100 * -overhead:.0f}% faster than unprofiled: noise)"
-    if abs(overhead) <= noise:
-        return True, f"within the noise ({100 * overhead:+.1f}%, steps vary by {100 * noise:.1f}%)"
-    return True, f"{100 * overhead:+.1f}%"
 
 
 def _free(device: Any) -> None:
@@ -209,6 +123,28 @@ class _Measured:
     capture_s: float | None = None  # --graphs: how long the capture took
 
 
+def _build(
+    spec: WorkloadSpec, cfg: RunConfig, dev: Any, progress: Progress, recorder: CompiledModules | None
+) -> tuple[Step, bool, float]:
+    """The built step, whether its blocks carry ranges (instrumented here), and how long the build took; a step
+    that fails after it was built is closed."""
+    what = f"{spec.name} ({cfg.variant}, batch {cfg.batch}{', seq ' + str(cfg.seq) if cfg.seq else ''}, {cfg.dtype})"
+    with _stage(progress, "build", what):
+        t0 = time.perf_counter()
+        step = spec.build(cfg, dev)
+        try:
+            if recorder is not None and step.modules is not None:  # the class of the paths' root (MODULE_ROOT)
+                recorder.root_type = type(step.modules).__name__
+            use_ranges = bool(step.blocks) and not (cfg.compile and not cfg.extrapolated)
+            if use_ranges:
+                step.add_hooks(instrument_blocks(step.blocks, train=cfg.mode == "train"))
+            _sync(dev)
+        except BaseException:
+            step.close()
+            raise
+        return step, use_ranges, time.perf_counter() - t0
+
+
 def _measure(
     spec: WorkloadSpec,
     cfg: RunConfig,
@@ -230,21 +166,7 @@ def _measure(
     warmup, timed_steps, steps = counts
     step: Step | None = None
     try:
-        with _stage(
-            progress,
-            "build",
-            f"{spec.name} ({cfg.variant}, batch {cfg.batch}{', seq ' + str(cfg.seq) if cfg.seq else ''}, {cfg.dtype})",
-        ):
-            t0 = time.perf_counter()
-            step = spec.build(cfg, dev)
-            if recorder is not None and step.modules is not None:  # the class of the paths' root (MODULE_ROOT)
-                recorder.root_type = type(step.modules).__name__
-            use_ranges = bool(step.blocks) and not (cfg.compile and not cfg.extrapolated)
-            if use_ranges:
-                step.add_hooks(instrument_blocks(step.blocks, train=cfg.mode == "train"))
-            _sync(dev)
-            build_s = time.perf_counter() - t0
-
+        step, use_ranges, build_s = _build(spec, cfg, dev, progress, recorder)
         activities = [ProfilerActivity.CPU]
         if dev.type == "cuda":
             activities.append(ProfilerActivity.CUDA)
@@ -452,42 +374,21 @@ def profile_workload(
     _announce(progress, dev, cfg)
 
     name = trace_name or f"{cfg.tag}.json.gz"
-    trace_path = out_dir / name
-    if trace_path.is_dir():
-        raise UserError(f"{trace_path}: is a directory, expected a trace file name")
-    raw_tmp = out_dir / f".{name}.{os.getpid()}.raw.json"
-    # The new trace is classified before it replaces an existing one of the same name: a run that
-    # fails (or a trace headroom cannot read) leaves the old trace in place.
-    new_trace = out_dir / f".{name}.{os.getpid()}.partial"
+    trace_path, raw_tmp, new_trace = _trace_paths(out_dir, name)
 
     _set_up_torch(dev, cfg)
+    together = rank.barrier if rank is not None else (lambda: None)  # each stage starts on every rank at once
     started = datetime.now(timezone.utc)
     try:
         with recording(dev.type) if cfg.compile else nullcontext() as recorder:
-            measured = _measure(
-                spec,
-                cfg,
-                dev,
-                counts,
-                raw_tmp,
-                progress,
-                record_shapes,
-                together=rank.barrier if rank is not None else (lambda: None),
-                recorder=recorder,
-            )
+            measured = _measure(spec, cfg, dev, counts, raw_tmp, progress, record_shapes, together, recorder)
         manifest = _run_manifest(spec, cfg, dev, measured, counts, record_shapes, command, started, name)
-        if recorder is not None:
-            # Whole-model compiles run under no module range: their paths are below MODULE_ROOT. A block's
-            # compiled forward runs inside the block's range (--layers), which gives the paths' base.
-            manifest["compiled_modules"] = compiled_manifest(recorder, "" if cfg.extrapolated else MODULE_ROOT)
-        if rank is not None:
-            manifest["distributed"] = plain(rank)
+        _add_run_parts(manifest, cfg, recorder, rank)
         with _stage(progress, "export", str(trace_path)):
             _inject_and_compress(raw_tmp, manifest, new_trace)
             if "graphs" in manifest:
                 write_capture(raw_tmp, manifest, out_dir / CAPTURE_DIR / name)
         raw_tmp.unlink()
-        timed = measured.timed
         analysis, layers = None, None
         if rank is None:  # a --nproc rank's trace is analysed by the parent, with the other ranks
             analysis, layers = _classified(new_trace, cfg, measured, progress)
@@ -499,30 +400,50 @@ def profile_workload(
         for tmp in (raw_tmp, new_trace, capture_raw(raw_tmp)):
             if tmp.exists():
                 tmp.unlink()
-    if rank is not None:
-        return ProfileResult(
-            workload=spec.name,
-            config=cfg,
-            trace_path=trace_path,
-            manifest_path=out_dir / MANIFEST_NAME,
-            manifest=manifest,
-            timed=timed,
-            profiled=measured.profiled,
-            analysis=None,
-        )
-    assert analysis is not None, "the trace of a single-process run is analysed"
-    analysis.source = str(trace_path)
-    if analysis.trace is not None:
-        analysis.trace.source = str(trace_path)
-    manifest_path = update_manifest(out_dir, name, dict(manifest, results=_results(analysis, layers)))
-    return ProfileResult(
+    result = ProfileResult(
         workload=spec.name,
         config=cfg,
         trace_path=trace_path,
-        manifest_path=manifest_path,
+        manifest_path=out_dir / MANIFEST_NAME,
         manifest=manifest,
-        timed=timed,
+        timed=measured.timed,
         profiled=measured.profiled,
         analysis=analysis,
         layers=layers,
     )
+    return result if rank is not None else _recorded(result, out_dir, name)
+
+
+def _trace_paths(out_dir: Path, name: str) -> tuple[Path, Path, Path]:
+    """The trace's path, the profiler's raw export, and the new trace before it replaces the old: the new trace is
+    classified before it replaces an existing one of the same name, so a run that fails (or a trace headroom
+    cannot read) leaves the old trace in place."""
+    trace_path = out_dir / name
+    if trace_path.is_dir():
+        raise UserError(f"{trace_path}: is a directory, expected a trace file name")
+    return trace_path, out_dir / f".{name}.{os.getpid()}.raw.json", out_dir / f".{name}.{os.getpid()}.partial"
+
+
+def _add_run_parts(
+    manifest: dict[str, Any], cfg: RunConfig, recorder: CompiledModules | None, rank: RankContext | None
+) -> None:
+    """The manifest's entries of a compiled run (each post-grad node's module) and of one rank of a --nproc run."""
+    if recorder is not None:
+        # Whole-model compiles run under no module range: their paths are below MODULE_ROOT. A block's
+        # compiled forward runs inside the block's range (--layers), which gives the paths' base.
+        manifest["compiled_modules"] = compiled_manifest(recorder, "" if cfg.extrapolated else MODULE_ROOT)
+    if rank is not None:
+        manifest["distributed"] = plain(rank)
+
+
+def _recorded(result: ProfileResult, out_dir: Path, name: str) -> ProfileResult:
+    """A single-process run's result, its analysis pointing at the trace's final path, with the trace's entry
+    (and what its analysis found) written to manifest.json."""
+    analysis = result.analysis
+    assert analysis is not None, "the trace of a single-process run is analysed"
+    analysis.source = str(result.trace_path)
+    if analysis.trace is not None:
+        analysis.trace.source = str(result.trace_path)
+    results = _results(analysis, result.layers)
+    result.manifest_path = update_manifest(out_dir, name, dict(result.manifest, results=results))
+    return result

@@ -47,9 +47,9 @@ from headroom.projection.baseline import Baseline, Breakdown, as_baseline, basel
 from headroom.projection.cpu import CallChange
 from headroom.projection.distributions import Distribution
 from headroom.projection.entry_calls import apply_entries
-from headroom.projection.estimate import BOUNDS, Drift, Estimate, estimate_interval, load_drift
+from headroom.projection.estimate import BOUNDS, Drift, Estimate, load_drift, scenario_estimate
 from headroom.projection.matching import EntryResult, select
-from headroom.projection.overhead import Unprofiled, cpu_clock, solve_cpu_scale, unprofiled_step_us
+from headroom.projection.overhead import Unprofiled, solve_cpu_scale, unprofiled_step_us
 from headroom.projection.problems import ProblemMap, load_problems
 from headroom.projection.replay import replay, replay_check, replay_projection
 from headroom.projection.scenarios import DEFAULT_QUANTILES, distribution_scenarios
@@ -171,30 +171,14 @@ def project(
     problems = problems or load_problems()
     drift = drift or load_drift()
     warnings = list(extra_warnings)
-    use_replay = "replay" in methods
-    if use_replay and b.mode != "gpu":
-        warnings.append(
-            "replay needs GPU events; this trace has none (cpu-ops mode): Amdahl, and an estimate from "
-            "the CPU time of the calls the entries name"
-        )
-        use_replay = False
+    use_replay = _can_replay(b, methods, warnings)
     scenarios = distribution_scenarios(distribution, win_rate, median, quantiles)
     if not entries and not scenarios:
         raise UserError(
             "nothing to project: give --speedup SELECTOR=FACTOR, --speedups FILE, "
             "--distribution FILE or --win-rate/--median"
         )
-
-    target_us, target_src = unprofiled_step_us(b, step_ms)
-    unprof: Unprofiled | None = None
-    if target_us is not None and use_replay:
-        unprof = solve_cpu_scale(b, target_us, target_src)
-        if unprof.note and not unprof.reached:
-            warnings.append(f"profiler-overhead correction: {unprof.note}")
-    # Amdahl on the unprofiled clock: the unprofiled window less the GPU time saved (CPU-only traces:
-    # their op time shrinks with the clock).
-    amdahl_base_u = target_us * max(b.num_steps, 1) if target_us is not None else None
-    cpu_ratio = (amdahl_base_u / b.wall_us) if (amdahl_base_u and b.mode != "gpu" and b.wall_us > 0) else 1.0
+    unprof, amdahl_base_u, cpu_ratio = _unprofiled_clock(b, step_ms, use_replay, warnings)
     pj = _Projector(b, methods, use_replay, amdahl_base_u, cpu_ratio, unprof)
     changes: dict[str, list[CallChange]] = {bound: [] for bound in BOUNDS}
 
@@ -204,49 +188,25 @@ def project(
     if entries:
         res, entry_results, cpu_calls, unprof = apply_entries(b, entries, problems, strict, unprof, warnings, changes)
         pj.unprof = unprof
-        mask = res.selected
-        sel_us = float(b.events["dur"].to_numpy()[mask].sum())
-        sel_wall = float(b.events["wall_us"].to_numpy()[mask].sum())
+        sel_us, sel_wall = _selected(b, res.selected)
         pj.add(res.factors, None, "speedups", chs=changes["estimate"])
-        pj.add(np.inf, mask, "zero_time", "the selected kernels take no time")
+        pj.add(np.inf, res.selected, "zero_time", "the selected kernels take no time")
     dist_info = None
     if scenarios:
         smask = select(b.events, parse_selector(scenario_select), problems)
         if not smask.any():
             warnings.append(f"{scenario_select} matches no kernel in this trace: distribution scenarios gain nothing")
         if not entries:
-            sel_us = float(b.events["dur"].to_numpy()[smask].sum())
-            sel_wall = float(b.events["wall_us"].to_numpy()[smask].sum())
+            sel_us, sel_wall = _selected(b, smask)
             pj.add(np.inf, smask, "zero_time", f"{scenario_select} takes no time")
         for sc in scenarios:
             pj.add(sc.factor, smask, sc.name, sc.note)
         dist_info = _distribution_info(b, smask, scenario_select, scenarios, distribution, win_rate, median)
     projections = pj.projections
-    for p in projections:
-        if not np.isfinite(p.projected_us):
-            raise UserError(
-                f"{b.source}: the {p.method} projection of {p.scenario} overflows (a speedup factor too close to zero)"
-            )
-    if use_replay:
-        warnings.extend(_replay_warnings(b, unprof))
-    check = replay_check(b) if use_replay else None
-    if check is not None and abs(check["window_error_us"]) > max(1e-6 * b.wall_us, 1.0):
-        warnings.append(f"replay without changes is {check['window_error_us']:.1f} us off the measured window")
+    _check_finite(b, projections)
+    check = _replay_check(b, unprof, warnings) if use_replay else None
     first = next((p.scenario for p in projections if p.scenario != "zero_time"), None)
-    est = None
-    if first is not None:
-        est = _estimate(
-            b,
-            pj.scenario_factors[first],
-            changes if first == "speedups" else {},
-            unprof,
-            drift,
-            first,
-            use_replay,
-            projections,
-            amdahl_base_u,
-            cpu_calls if first == "speedups" else None,
-        )
+    est = pj.estimate(first, changes, drift, cpu_calls) if first is not None else None
     return ProjectResult(
         source=b.source,
         mode=b.mode,
@@ -266,6 +226,59 @@ def project(
         estimate=est,
         unprofiled=unprof,
     )
+
+
+def _can_replay(b: Baseline, methods: Sequence[str], warnings: list[str]) -> bool:
+    """Whether the replay was asked for and the trace has the GPU events it replays (else a warning says so)."""
+    if "replay" not in methods:
+        return False
+    if b.mode != "gpu":
+        warnings.append(
+            "replay needs GPU events; this trace has none (cpu-ops mode): Amdahl, and an estimate from "
+            "the CPU time of the calls the entries name"
+        )
+        return False
+    return True
+
+
+def _unprofiled_clock(
+    b: Baseline, step_ms: float | None, use_replay: bool, warnings: list[str]
+) -> tuple[Unprofiled | None, float | None, float]:
+    """Where the unprofiled step is known: the replay's CPU clock that reproduces it, the unprofiled window
+    Amdahl starts from, and the ratio CPU-only traces' op time shrinks by with the clock."""
+    target_us, target_src = unprofiled_step_us(b, step_ms)
+    unprof: Unprofiled | None = None
+    if target_us is not None and use_replay:
+        unprof = solve_cpu_scale(b, target_us, target_src)
+        if unprof.note and not unprof.reached:
+            warnings.append(f"profiler-overhead correction: {unprof.note}")
+    # Amdahl on the unprofiled clock: the unprofiled window less the GPU time saved (CPU-only traces:
+    # their op time shrinks with the clock).
+    amdahl_base_u = target_us * max(b.num_steps, 1) if target_us is not None else None
+    cpu_ratio = (amdahl_base_u / b.wall_us) if (amdahl_base_u and b.mode != "gpu" and b.wall_us > 0) else 1.0
+    return unprof, amdahl_base_u, cpu_ratio
+
+
+def _selected(b: Baseline, mask: np.ndarray) -> tuple[float, float]:
+    """The selected events' time and their share of busy time."""
+    return float(b.events["dur"].to_numpy()[mask].sum()), float(b.events["wall_us"].to_numpy()[mask].sum())
+
+
+def _check_finite(b: Baseline, projections: list[Projection]) -> None:
+    for p in projections:
+        if not np.isfinite(p.projected_us):
+            raise UserError(
+                f"{b.source}: the {p.method} projection of {p.scenario} overflows (a speedup factor too close to zero)"
+            )
+
+
+def _replay_check(b: Baseline, unprof: Unprofiled | None, warnings: list[str]) -> dict[str, Any] | None:
+    """The replay without changes against the measured window; what the trace leaves uncertain, as warnings."""
+    warnings.extend(_replay_warnings(b, unprof))
+    check = replay_check(b)
+    if check is not None and abs(check["window_error_us"]) > max(1e-6 * b.wall_us, 1.0):
+        warnings.append(f"replay without changes is {check['window_error_us']:.1f} us off the measured window")
+    return check
 
 
 class _Projector:
@@ -318,6 +331,29 @@ class _Projector:
             if not isinstance(f, np.ndarray):
                 p.factor = float(f)
             self.projections.append(p)
+
+    def estimate(
+        self,
+        scenario: str,
+        changes: dict[str, list[CallChange]],
+        drift: Drift,
+        cpu_calls: tuple[float, float] | None,
+    ) -> Estimate:
+        """The scenario's estimate with its interval (the replaced calls' changes and CPU time are the speedup
+        entries', scenario "speedups")."""
+        speedups = scenario == "speedups"
+        return scenario_estimate(
+            self.b,
+            self.scenario_factors[scenario],
+            changes if speedups else {},
+            self.unprof,
+            drift,
+            scenario,
+            self.use_replay,
+            self.projections,
+            self.amdahl_base_u,
+            cpu_calls if speedups else None,
+        )
 
 
 def _distribution_info(
@@ -382,83 +418,6 @@ def _uniform(n: int, f: float, mask: np.ndarray | None) -> np.ndarray:
     out = np.ones(n)
     out[mask if mask is not None else slice(None)] = float(f)
     return out
-
-
-def _estimate(
-    b: Baseline,
-    factors: np.ndarray,
-    changes: dict[str, list[CallChange]],
-    unprof: Unprofiled | None,
-    drift: Drift,
-    scenario: str,
-    use_replay: bool,
-    projections: list[Projection],
-    amdahl_base_u: float | None,
-    cpu_calls: tuple[float, float] | None = None,
-) -> Estimate:
-    """The first scenario's estimate: the CPU-aware replay on the unprofiled clock where known."""
-    if use_replay:
-        scale = unprof.cpu_scale if unprof is not None else 1.0
-        corrected = unprof is not None and scale != 1.0
-        clock = "unprofiled" if unprof is not None else "profiled"  # its windows are scaled to that step
-        n_calls = len(changes.get("estimate", ()))
-        method = "replay" + (f" with the CPU side of {n_calls} replaced call(s)" if n_calls else "")
-        if corrected and unprof is not None and unprof.clock_source == "calls":
-            method += f"; {cpu_clock(scale)}: {unprof.note}"
-        elif corrected and unprof is not None:
-            method += (
-                f", {cpu_clock(scale)}{'' if unprof.reached else f' and the GPU timeline x{unprof.window_scale:.4f}'}"
-                f" to the unprofiled {unprof.step_us / 1e3:.3f} ms/step ({unprof.source})"
-            )
-        elif unprof is not None:
-            method += f"; no profiler-overhead correction: {unprof.note}"
-        else:
-            method += "; no profiler-overhead correction: no unprofiled step time known"
-        return estimate_interval(
-            b,
-            factors,
-            changes,
-            scale,
-            drift,
-            method,
-            scenario,
-            clock,
-            baseline_us=unprof.baseline_us if unprof is not None else None,
-            window_scale=unprof.window_scale if unprof is not None else 1.0,
-        )
-    # No GPU timeline (cpu-ops traces): the calls' inclusive CPU time shrinks and everything after it
-    # moves up (nothing waits), else Amdahl over op self times; the interval is the untouched time's drift.
-    a = next(p for p in projections if p.method == "amdahl" and p.scenario == scenario)
-    base = amdahl_base_u if amdahl_base_u is not None else a.baseline_us
-    ratio = base / a.baseline_us if a.baseline_us > 0 else 1.0
-    if cpu_calls is not None:
-        touched_us, saved_us = cpu_calls
-        untouched = max(a.baseline_us - touched_us, 0.0) * ratio
-        method = "CPU calls: their inclusive CPU time shrinks by the speedup (no GPU timeline to replay)"
-    else:
-        wall = b.events["wall_us"].to_numpy(dtype=float)
-        untouched = float(wall[factors == 1.0].sum()) * ratio
-        saved_us = a.saved_us
-        method = f"amdahl ({b.mode}: no GPU timeline to replay)"
-    proj = base - saved_us * ratio
-    lo, hi = proj + drift.slower * untouched, proj - drift.faster * untouched
-    clock = "unprofiled" if amdahl_base_u is not None else "profiled"
-    return Estimate(
-        base / proj if proj > 0 else np.inf,
-        base / lo if lo > 0 else np.inf,
-        base / hi if hi > 0 else np.inf,
-        method,
-        scenario,
-        base,
-        proj,
-        lo,
-        hi,
-        clock,
-        ratio,
-        untouched / base if base > 0 else 0.0,
-        drift,
-        {},
-    )
 
 
 @dataclass

@@ -24,7 +24,7 @@ from headroom.trace.analysis import Analysis
 from headroom.trace.load import is_trace_name
 
 FIGURES = ("addressable", "projection", "scaling")
-ALL_FORMATS = ("png", "svg", "pdf")  # headroom.report.plot.FORMATS, without importing matplotlib
+ALL_FORMATS = ("png", "svg", "pdf")  # headroom.report.figure_files.FORMATS
 # What the projection chart projects when no speedup is given.
 DEFAULT_PROJECTION = "category:addressable=1.5"
 
@@ -89,7 +89,7 @@ def draw_figures(
 def _addressable(
     plots: Plots, analyses: Sequence[Analysis], labels: Sequence[str] | None, basis: str, numbers: bool
 ) -> None:
-    from headroom.report import plot
+    from headroom.report import figure_files, plot
     from headroom.report.tables import addressable_summary, category_fractions
 
     cpu_only = [a.source for a in analyses if a.mode != "gpu"]
@@ -105,7 +105,9 @@ def _addressable(
         fractions, summary, basis=basis, cpu_only=len(cpu_only) == len(analyses)
     )
     if numbers:
-        plots.numbers["addressable"] = plot.addressable_numbers(fractions, summary, basis, [a.source for a in analyses])
+        plots.numbers["addressable"] = figure_files.addressable_numbers(
+            fractions, summary, basis, [a.source for a in analyses]
+        )
 
 
 def _projection(
@@ -117,7 +119,7 @@ def _projection(
     numbers: bool,
     problems: ProblemMap | None,
 ) -> None:
-    from headroom.report import plot
+    from headroom.report import figure_files, plot
     from headroom.report.tables import projection_table
 
     title = "Projected step time"
@@ -130,7 +132,7 @@ def _projection(
     table = projection_table(results, [*(labels or [])] or [a.label for a in analyses])
     plots.figures["projection"] = plot.projection_figure(table, title)
     if numbers:
-        plots.numbers["projection"] = plot.table_numbers("projection", table, [a.source for a in analyses])
+        plots.numbers["projection"] = figure_files.table_numbers("projection", table, [a.source for a in analyses])
 
 
 def _scaling(
@@ -142,14 +144,14 @@ def _scaling(
     numbers: bool,
     explicit: bool,
 ) -> None:
-    from headroom.report import plot
+    from headroom.report import figure_files, plot
     from headroom.report.scaling import scaling_table
 
     table = scaling_table(analyses, params=params, labels=labels, family=family, skip_missing=not explicit, min_sizes=2)
     if len(table) >= 2:
         plots.figures["scaling"] = plot.scaling_figure(table)
         if numbers:
-            plots.numbers["scaling"] = plot.table_numbers("scaling", table, [a.source for a in analyses])
+            plots.numbers["scaling"] = figure_files.table_numbers("scaling", table, [a.source for a in analyses])
     elif explicit:
         raise UserError(
             "the scaling chart needs traces of one family at two or more sizes "
@@ -162,11 +164,11 @@ def _scaling(
 def save_figures(plots: Plots, out: str | os.PathLike, formats: Sequence[str] | None = None) -> list[Path]:
     """Write each figure as OUT/NAME.png/.svg/.pdf (`formats`: default all three), and OUT/NAME.json when
     its numbers were drawn; returns the paths written, in order."""
-    from headroom.report import plot
+    from headroom.report.figure_files import save
 
     written: list[Path] = []
     for name, fig in plots.figures.items():
-        written += plot.save(
+        written += save(
             fig, Path(out) / name, tuple(dict.fromkeys(formats or ALL_FORMATS)), numbers=plots.numbers.get(name)
         )
     return written

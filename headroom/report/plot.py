@@ -10,8 +10,6 @@ tests read the bars and labels back from it.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 import matplotlib
@@ -24,12 +22,9 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 
 from headroom.errors import UserError
-from headroom.files import write_atomic
-from headroom.jsonio import write_json
 from headroom.report.colors import COLORS
 from headroom.report.colors import color as _color
 
-FORMATS = ("png", "svg", "pdf")
 # Idle is white with a dotted hatch (headroom/report/colors.py: the colours).
 STYLE: dict[Any, Any] = {
     "font.size": 8,
@@ -326,51 +321,8 @@ def scaling_figure(table: pd.DataFrame, title: str = "Addressable fraction vs. m
         ys_all = []
         for k, (fam, g) in enumerate(table.groupby("family", sort=False)):
             g = g.sort_values("params")
-            ext = ext_col.loc[g.index].to_numpy(dtype=bool)
             color = list(COLORS.values())[6 + k % 10]
-            for col, marker, style, what in (
-                ("addressable_fraction", "o", "-", "addressable"),
-                ("gemm_attention_fraction", "s", "--", "gemm_attention"),
-            ):
-                y = 100 * g[col].to_numpy(dtype=float)
-                ys_all.extend(y)
-                ax.plot(
-                    g["params"],
-                    y,
-                    style,
-                    color=color,
-                    alpha=1.0 if what == "addressable" else 0.5,
-                    label=f"{fam or 'workload'}: {'addressable' if what == 'addressable' else 'GEMM + attention'}",
-                    gid=f"{fam}|{what}",
-                )
-                ax.scatter(
-                    g["params"][~ext],
-                    y[~ext],
-                    marker=marker,
-                    color=color,
-                    zorder=3,
-                    alpha=1.0 if what == "addressable" else 0.5,
-                )
-                ax.scatter(
-                    g["params"][ext],
-                    y[ext],
-                    marker=marker,
-                    facecolors="white",
-                    edgecolors=color,
-                    zorder=3,
-                    linewidths=1.2,
-                    gid=f"{fam}|{what}|extrapolated",
-                )
-            for x, y, e in zip(g["params"], g["addressable_fraction"], ext):
-                ax.annotate(
-                    f"{human_count(x)}{'*' if e else ''}: {100 * y:.1f}%",
-                    (x, 100 * y),
-                    textcoords="offset points",
-                    xytext=(0, -12),
-                    ha="center",
-                    fontsize=6.5,
-                    gid=f"{fam}|label|{human_count(x)}",
-                )
+            ys_all.extend(_scaling_family(ax, fam, g, ext_col.loc[g.index].to_numpy(dtype=bool), color))
         ax.set_xscale("log")
         lo, hi = min(ys_all), max(ys_all)
         pad = max(5.0, 0.1 * (hi - lo))
@@ -404,6 +356,56 @@ def scaling_figure(table: pd.DataFrame, title: str = "Addressable fraction vs. m
     return fig
 
 
+def _scaling_family(ax: Any, fam: str, g: pd.DataFrame, ext: np.ndarray, color: str) -> list[float]:
+    """One family's lines and points on the scaling chart (hollow where extrapolated), each point labelled with its
+    model size; returns the y values drawn."""
+    ys_all: list[float] = []
+    for col, marker, style, what in (
+        ("addressable_fraction", "o", "-", "addressable"),
+        ("gemm_attention_fraction", "s", "--", "gemm_attention"),
+    ):
+        y = 100 * g[col].to_numpy(dtype=float)
+        ys_all.extend(y)
+        ax.plot(
+            g["params"],
+            y,
+            style,
+            color=color,
+            alpha=1.0 if what == "addressable" else 0.5,
+            label=f"{fam or 'workload'}: {'addressable' if what == 'addressable' else 'GEMM + attention'}",
+            gid=f"{fam}|{what}",
+        )
+        ax.scatter(
+            g["params"][~ext],
+            y[~ext],
+            marker=marker,
+            color=color,
+            zorder=3,
+            alpha=1.0 if what == "addressable" else 0.5,
+        )
+        ax.scatter(
+            g["params"][ext],
+            y[ext],
+            marker=marker,
+            facecolors="white",
+            edgecolors=color,
+            zorder=3,
+            linewidths=1.2,
+            gid=f"{fam}|{what}|extrapolated",
+        )
+    for x, y, e in zip(g["params"], g["addressable_fraction"], ext):
+        ax.annotate(
+            f"{human_count(x)}{'*' if e else ''}: {100 * y:.1f}%",
+            (x, 100 * y),
+            textcoords="offset points",
+            xytext=(0, -12),
+            ha="center",
+            fontsize=6.5,
+            gid=f"{fam}|label|{human_count(x)}",
+        )
+    return ys_all
+
+
 def human_count(x: float) -> str:
     """6.74e9 -> '6.7B', 2.5e7 -> '25M'."""
     for div, unit in ((1e12, "T"), (1e9, "B"), (1e6, "M"), (1e3, "K")):
@@ -411,68 +413,6 @@ def human_count(x: float) -> str:
             v = x / div
             return f"{v:.1f}{unit}" if v < 10 else f"{v:.0f}{unit}"
     return f"{x:g}"
-
-
-def save(
-    fig: Figure, stem: str | Path, formats: Sequence[str] = FORMATS, dpi: int = 200, numbers: dict | None = None
-) -> list[Path]:
-    """Write the figure as stem.png/.svg/.pdf (each atomically: a full disk leaves no half file),
-    and with `numbers` stem.json, the numbers it draws; returns the paths."""
-    bad = [f for f in formats if f not in FORMATS]
-    if bad:
-        raise UserError(f"unknown format(s) {', '.join(bad)} (png, svg, pdf)")
-    stem = Path(stem)
-    out = []
-    for f in formats:
-        p = stem.with_suffix(f".{f}")
-        # Fixed metadata, so the same numbers give the same file (a figure in git changes only with them).
-        meta = {"png": {"Software": None}, "svg": {"Date": None}, "pdf": {"CreationDate": None}}[f]
-
-        def save(fh: Any, f: str = f, meta: dict[str, Any] = meta) -> None:
-            fig.savefig(fh, format=f, dpi=dpi, bbox_inches="tight", metadata=meta)
-
-        write_atomic(p, save)
-        out.append(p)
-    if numbers is not None:
-        out.append(write_json(stem.with_suffix(".json"), numbers))
-    return out
-
-
-def addressable_numbers(fractions: pd.DataFrame, summary: pd.DataFrame, basis: str, sources: Sequence[str]) -> dict:
-    """What the addressable figure draws, as a document a test can recompute and compare."""
-    return {
-        "schema": "headroom.figure.addressable/1",
-        "basis": basis,
-        "traces": list(sources),
-        "bars": [
-            {
-                "workload": r.workload,
-                "category": r.category,
-                "addressable": bool(r.addressable),
-                "fraction": round(float(r.fraction), 6),
-            }
-            for r in fractions.itertuples(index=False)
-        ],
-        "addressable": [
-            {
-                "workload": r.workload,
-                "fraction": round(float(r.addressable_fraction), 6),
-                "gpu_time_fraction": round(float(r.kernel_fraction), 6),
-            }
-            for r in summary.itertuples(index=False)
-        ],
-    }
-
-
-def table_numbers(name: str, table: pd.DataFrame, sources: Sequence[str]) -> dict:
-    rows = [
-        {
-            k: (round(float(v), 6) if isinstance(v, (float, np.floating)) else v.item() if hasattr(v, "item") else v)
-            for k, v in row.items()
-        }
-        for row in table.to_dict("records")
-    ]
-    return {"schema": f"headroom.figure.{name}/1", "traces": list(sources), "rows": rows}
 
 
 def waterfall_figure(table: pd.DataFrame, title: str = "Where the step time changed") -> Figure:

@@ -15,7 +15,8 @@ import numpy as np
 import pandas as pd
 
 from headroom.errors import UserError
-from headroom.trace.analysis import Analysis, partial_layers, run_name, trace_label
+from headroom.trace.analysis import Analysis
+from headroom.trace.analysis_result import partial_layers, run_name, trace_label
 from headroom.trace.classify import category_group
 
 if TYPE_CHECKING:  # annotations only

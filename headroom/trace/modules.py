@@ -149,32 +149,35 @@ def backward_links(trace: Trace) -> pd.DataFrame:
         bwd = has & (fwd_thread > 0) & ~linked
         fwd = has & (fwd_thread <= 0)
         if bwd.any() and fwd.any():
-            cand = pd.DataFrame(
-                {"sequence": seq[fwd], "thread": op_thread[fwd], "fwd_ts": op_ts[fwd], "fwd_row": np.flatnonzero(fwd)}
-            )
-            # Only numbers that one forward thread holds name an op.
-            n_threads = cand.groupby("sequence")["thread"].nunique()
-            single = n_threads.index[n_threads == 1]
-            cand = cand[cand["sequence"].isin(single)].sort_values("fwd_ts").drop_duplicates("sequence", keep="last")
-            keys = cand["sequence"].to_numpy()
-            order = np.argsort(keys, kind="stable")
-            sorted_keys = keys[order]
-            rows = np.flatnonzero(bwd)
-            at = np.minimum(np.searchsorted(sorted_keys, seq[rows]), len(keys) - 1) if len(keys) else None
-            found = (sorted_keys[at] == seq[rows]) if at is not None else np.zeros(len(rows), dtype=bool)
-            if found.any() and at is not None:
-                rows, pick = rows[found], order[at[found]]
-                fwd_row = cand["fwd_row"].to_numpy()[pick]
-                link(
-                    rows,
-                    texts_at(ops["pid"], fwd_row),
-                    texts_at(ops["tid"], fwd_row),
-                    cand["fwd_ts"].to_numpy()[pick],
-                    "sequence",
-                )
+            rows, fwd_row, fwd_ts = _by_sequence(seq, op_thread, op_ts, bwd, fwd)
+            if len(rows):
+                link(rows, texts_at(ops["pid"], fwd_row), texts_at(ops["tid"], fwd_row), fwd_ts, "sequence")
     if not frames:
         return empty
     return pd.concat(frames, ignore_index=True)
+
+
+def _by_sequence(
+    seq: np.ndarray, op_thread: np.ndarray, op_ts: np.ndarray, bwd: np.ndarray, fwd: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The backward ops (rows of `bwd`) whose sequence number names a forward op (only numbers that one forward
+    thread holds do; the latest op with it): their rows, the forward ops' rows, and their starts."""
+    cand = pd.DataFrame(
+        {"sequence": seq[fwd], "thread": op_thread[fwd], "fwd_ts": op_ts[fwd], "fwd_row": np.flatnonzero(fwd)}
+    )
+    n_threads = cand.groupby("sequence")["thread"].nunique()
+    single = n_threads.index[n_threads == 1]
+    cand = cand[cand["sequence"].isin(single)].sort_values("fwd_ts").drop_duplicates("sequence", keep="last")
+    keys = cand["sequence"].to_numpy()
+    order = np.argsort(keys, kind="stable")
+    sorted_keys = keys[order]
+    rows = np.flatnonzero(bwd)
+    at = np.minimum(np.searchsorted(sorted_keys, seq[rows]), len(keys) - 1) if len(keys) else None
+    found = (sorted_keys[at] == seq[rows]) if at is not None else np.zeros(len(rows), dtype=bool)
+    if not found.any() or at is None:
+        return rows[:0], rows[:0], np.zeros(0)
+    rows, pick = rows[found], order[at[found]]
+    return rows, cand["fwd_row"].to_numpy()[pick], cand["fwd_ts"].to_numpy()[pick]
 
 
 def _first_match(thread: np.ndarray, ts: np.ndarray, key_thread: np.ndarray, key_ts: np.ndarray) -> np.ndarray:

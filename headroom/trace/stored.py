@@ -27,6 +27,7 @@ _CODE = (
     "intervals.py",
     "ranges.py",
     "analysis.py",
+    "analysis_result.py",
     "classify.py",
     "accounting.py",
     "stored.py",

@@ -229,32 +229,14 @@ def validate(
     _check_counts(steps_per_round, profile_steps, gate, timeout, threads)
     if workload_file is not None and not Path(workload_file).is_file():
         raise UserError(f"{workload_file}: no such workload file")
-    # Fail fast on what needs no model: the workload name and its options.
-    from headroom.profile.registry import get_workload, load_workload_file
-
-    if workload_file is not None:
-        load_workload_file(workload_file)
-    spec = get_workload(workload)
-    if graphs:  # the step on static buffers (a decode step at a fixed position), as profile --graphs builds it
-        options = dataclasses.replace(options or Options(), graphs=True)
-    spec.resolve(options or Options(), "cuda" if device not in ("cpu",) else "cpu")
+    options = _checked_options(workload, options, workload_file, graphs, device)
 
     final = Path(out)
-    if final.exists() and not final.is_dir():
-        raise UserError(f"--out {final}: exists and is not a directory")
-    # The run's folder is replaced whole: never one that holds a candidate or the workload file, nor a
-    # folder that is not an earlier run.
-    check_replaceable_dir(
-        final, [p for _, p in reps] + [workload_file, speedups, problems], own=(RESULT_FILE, "run.json")
-    )
-    check_output_dir(final.parent)  # a read-only place fails now, not after the run
-    tmp = final.with_name(f".{final.name}.tmp-{os.getpid()}")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir()
+    tmp = _temporary_run_dir(final, [p for _, p in reps] + [workload_file, speedups, problems])
     req = Request(
         workload=workload,
         replace=reps,
-        options=dict((options or Options()).__dict__),
+        options=dict(options.__dict__),
         out=str(tmp),
         device=device,
         rounds=rounds,
@@ -275,41 +257,79 @@ def validate(
     req_path = tmp / "request.json"
     req_path.write_text(req.to_json())
     sink = log or (lambda s: print(s, file=sys.stderr, flush=True))
-    last = ["start-up"]
-    env = dict(os.environ)  # the worker imports this very headroom (a checkout run without installing too)
-    here = str(Path(__file__).resolve().parents[2])
-    env["PYTHONPATH"] = here + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     try:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "headroom.validate.worker", str(req_path)],
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-            start_new_session=True,
-            env=env,
-        )
-        reader = threading.Thread(target=_stream, args=(proc.stdout, sink, last), daemon=True)
-        reader.start()
-        t0 = time.monotonic()
-        try:
-            rc = proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            _kill_group(proc)
-            reader.join(timeout=5)
-            raise UserError(
-                f"validate: no result within --timeout {timeout:g} s (stuck in {last[0]}: a candidate "
-                f"that hangs?); nothing written"
-            ) from None
-        except KeyboardInterrupt:
-            _kill_group(proc)
-            raise
-        reader.join(timeout=5)
+        rc, stage, elapsed = _run_worker(req_path, timeout, sink)
         if rc == 0 and (tmp / RESULT_FILE).is_file():
             result = ValidateResult.from_dict(json.loads((tmp / RESULT_FILE).read_text()))
             req_path.unlink()
             _place(tmp, final)
             return result
-        raise _failure(rc, tmp, last[0], time.monotonic() - t0)
+        raise _failure(rc, tmp, stage, elapsed)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _temporary_run_dir(final: Path, inputs: list[Any]) -> Path:
+    """The folder the run writes into, empty, beside `final` (which it replaces once the run succeeded). The run's
+    folder is replaced whole: never one that holds a candidate or the workload file (`inputs`), nor a folder that
+    is not an earlier run."""
+    if final.exists() and not final.is_dir():
+        raise UserError(f"--out {final}: exists and is not a directory")
+    check_replaceable_dir(final, inputs, own=(RESULT_FILE, "run.json"))
+    check_output_dir(final.parent)  # a read-only place fails now, not after the run
+    tmp = final.with_name(f".{final.name}.tmp-{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir()
+    return tmp
+
+
+def _checked_options(
+    workload: str, options: Options | None, workload_file: str | os.PathLike | None, graphs: bool, device: str | None
+) -> Options:
+    """Fail fast on what needs no model: the workload name and its options (with --graphs, the step on static
+    buffers, a decode step at a fixed position, as profile --graphs builds it)."""
+    from headroom.profile.registry import get_workload, load_workload_file
+
+    if workload_file is not None:
+        load_workload_file(workload_file)
+    spec = get_workload(workload)
+    options = options or Options()
+    if graphs:
+        options = dataclasses.replace(options, graphs=True)
+    spec.resolve(options, "cuda" if device not in ("cpu",) else "cpu")
+    return options
+
+
+def _run_worker(req_path: Path, timeout: float, sink: Callable[[str], None]) -> tuple[int, str, float]:
+    """The worker process on the request, in its own session, its output streamed to `sink`, killed with its
+    group at `timeout`: its exit status, the stage it last reported, and how long it ran."""
+    last = ["start-up"]
+    env = dict(os.environ)  # the worker imports this very headroom (a checkout run without installing too)
+    here = str(Path(__file__).resolve().parents[2])
+    env["PYTHONPATH"] = here + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "headroom.validate.worker", str(req_path)],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+        env=env,
+    )
+    reader = threading.Thread(target=_stream, args=(proc.stdout, sink, last), daemon=True)
+    reader.start()
+    t0 = time.monotonic()
+    try:
+        rc = proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        _kill_group(proc)
+        reader.join(timeout=5)
+        raise UserError(
+            f"validate: no result within --timeout {timeout:g} s (stuck in {last[0]}: a candidate "
+            f"that hangs?); nothing written"
+        ) from None
+    except KeyboardInterrupt:
+        _kill_group(proc)
+        raise
+    reader.join(timeout=5)
+    return rc, last[0], time.monotonic() - t0

@@ -24,7 +24,7 @@ from headroom.extract.record import module_ranges, record_trace, remove
 from headroom.jsonio import dumps, plain
 from headroom.profile.environment import environment
 from headroom.profile.registry import get_workload, load_workload_file
-from headroom.profile.workload import Options
+from headroom.profile.workload import Options, RunConfig, WorkloadSpec
 from headroom.validate.compare import check
 from headroom.validate.result import (
     BASE_TRACE,
@@ -169,16 +169,7 @@ def run(req: Request, say: Say) -> ValidateResult:
 
     if req.threads:
         torch.set_num_threads(req.threads)
-    if req.workload_file:
-        load_workload_file(req.workload_file)
-    spec = get_workload(req.workload)
-    dev = resolve_device(req.device)
-    opts = Options(**req.options)
-    cfg = spec.resolve(opts, dev.type)
-    if cfg.compile:
-        raise UserError("validate swaps modules of an eager model; --compile is not supported")
-    for note in cfg.notes:
-        say.note(f"scaled for the CPU: {note}")
+    spec, dev, cfg = _resolved(req, say)
     out = Path(req.out)
     out.mkdir(parents=True, exist_ok=True)
 
@@ -197,20 +188,7 @@ def run(req: Request, say: Say) -> ValidateResult:
         with contextlib.ExitStack() as stack:
             built = {c.cls: stack.enter_context(record_constructions(c.cls)) for c in classes}
             step = spec.build(cfg, dev)
-        say.stage("substitute", "ModelNew(*get_init_inputs()) for every instance, weights tied to the originals")
-        sub = substitute(step.modules, classes, built, dev, step.train)
-        for r in sub.replacements:
-            say.note(
-                f"{r.module}: {len(r.paths)} instance(s) -> {r.candidate.name} "
-                f"({'tied' if r.tied else 'own copy of the'} weights)"
-            )
-        say.stage("calls", "one base step counting the replaced modules' calls")
-        for r in sub.replacements:
-            r.calls_per_step = len(record_calls(step, r.cls, instances_of(step.modules, r.cls)))
-        say.stage("candidate-step", "one variant step")
-        sub.use("variant")
-        step()
-        sub.use("base")
+        sub = _substituted(step, classes, built, dev, say)
 
         res = _checked(req, spec.name, cfg, step, sub, dev, say)
         timing, m = _timing(req, step, sub.use, dev, say)
@@ -224,26 +202,9 @@ def run(req: Request, say: Say) -> ValidateResult:
             sub.use(side)
             handles = module_ranges(step)
             try:
-                manifest = {
-                    "tool": "headroom validate",
-                    "side": side,
-                    **plain(cfg),
-                    "domain": spec.domain,
-                    "model": spec.model,
-                    "params": step.params,
-                    "info": dict(step.info),
-                    "device_type": dev.type,
-                    **env,
-                    "replacements": rep_dicts,
-                    "timing": {
-                        "step_ms": step_ms,
-                        "method": timing["method"],
-                        "source": "interleaved rounds (headroom validate)",
-                    },
-                    "command": req.command,
-                    "date": date,
-                    "trace": name,
-                }
+                model = {"domain": spec.domain, "model": spec.model, "params": step.params, "info": dict(step.info)}
+                manifest = _side_manifest(side, name, cfg, model, dev, env, rep_dicts, step_ms, timing["method"])
+                manifest.update(command=req.command, date=date, trace=name)
                 if req.graphs:  # the capture profiled, then its replays (headroom.validate.graphs)
                     from headroom.validate.graphs import record_graph_trace
 
@@ -275,6 +236,65 @@ def run(req: Request, say: Say) -> ValidateResult:
         "date": date,
     }
     return _write(req, record, out, say)
+
+
+def _resolved(req: Request, say: Say) -> tuple[WorkloadSpec, Any, RunConfig]:
+    """The workload, the device and the run's configuration the request names (a CPU's scaling said)."""
+    if req.workload_file:
+        load_workload_file(req.workload_file)
+    spec = get_workload(req.workload)
+    dev = resolve_device(req.device)
+    cfg = spec.resolve(Options(**req.options), dev.type)
+    if cfg.compile:
+        raise UserError("validate swaps modules of an eager model; --compile is not supported")
+    for note in cfg.notes:
+        say.note(f"scaled for the CPU: {note}")
+    return spec, dev, cfg
+
+
+def _substituted(step: Any, classes: list[Any], built: dict[Any, Any], dev: Any, say: Say) -> Any:
+    """Every instance of the replaced classes swapped for its candidate (weights tied), each replaced module's calls
+    per step counted, and one variant step run; the base side in use."""
+    say.stage("substitute", "ModelNew(*get_init_inputs()) for every instance, weights tied to the originals")
+    sub = substitute(step.modules, classes, built, dev, step.train)
+    for r in sub.replacements:
+        say.note(
+            f"{r.module}: {len(r.paths)} instance(s) -> {r.candidate.name} "
+            f"({'tied' if r.tied else 'own copy of the'} weights)"
+        )
+    say.stage("calls", "one base step counting the replaced modules' calls")
+    for r in sub.replacements:
+        r.calls_per_step = len(record_calls(step, r.cls, instances_of(step.modules, r.cls)))
+    say.stage("candidate-step", "one variant step")
+    sub.use("variant")
+    step()
+    sub.use("base")
+    return sub
+
+
+def _side_manifest(
+    side: str,
+    name: str,
+    cfg: RunConfig,
+    model: dict[str, Any],
+    dev: Any,
+    env: dict[str, Any],
+    replacements: list[dict[str, Any]],
+    step_ms: float,
+    method: str,
+) -> dict[str, Any]:
+    """One side's trace manifest, less the command, date and trace name: the configuration, the model, the
+    environment, the replacements, the side's step time from the interleaved rounds."""
+    return {
+        "tool": "headroom validate",
+        "side": side,
+        **plain(cfg),
+        **model,
+        "device_type": dev.type,
+        **env,
+        "replacements": replacements,
+        "timing": {"step_ms": step_ms, "method": method, "source": "interleaved rounds (headroom validate)"},
+    }
 
 
 def _write(req: Request, record: dict, out: Path, say: Say) -> ValidateResult:

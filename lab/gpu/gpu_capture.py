@@ -397,7 +397,7 @@ def env_info() -> dict:
         "    except Exception: v[p] = None\n"
         "v['cuda'] = torch.version.cuda; v['cuda_available'] = torch.cuda.is_available()\n"
         "try:\n"
-        "    import headroom.workloads.dlrm as d; v['fbgemm_cuda'] = d.fbgemm_cuda_status()\n"
+        "    import headroom.workloads._torchrec as d; v['fbgemm_cuda'] = d.fbgemm_cuda_status()\n"
         "except Exception as e: v['fbgemm_cuda'] = repr(e)\n"
         "print(json.dumps(v))\n"
     )

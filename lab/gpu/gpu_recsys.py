@@ -157,7 +157,7 @@ def check(run: Run) -> dict:
     code = (
         "import json, os, sys, torch\n"
         "dev = 'cuda' if torch.cuda.is_available() else 'cpu'\n"
-        "from headroom.workloads.dlrm import fbgemm_cuda_status\n"
+        "from headroom.workloads._torchrec import fbgemm_cuda_status\n"
         "ok, why = fbgemm_cuda_status()\n"
         "os.environ['HEADROOM_BENCH_SCALE'] = 'cpu'\n"
         "import importlib.util as u\n"

@@ -42,7 +42,7 @@ from headroom.cli.common import Reader
 from headroom.projection import replay
 from headroom.projection.baseline import as_baseline
 from headroom.projection.targets import targets
-from headroom.report.render import render_targets
+from headroom.report.render_projection import render_targets
 mark("import headroom's modules")
 analysis = next(iter(Reader().inputs([Path(sys.argv[1])]))); mark("read the cached analysis")
 b = as_baseline(analysis); b.events; b.runtime; b.syncs; mark("the baseline (events, runtime calls, syncs)")

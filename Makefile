@@ -14,8 +14,8 @@ $(STAMP): pyproject.toml scripts/install.sh headroom/trace/_scan.c
 demo: setup
 	$(VENV)/bin/headroom profile llama-7b
 
-# The lint, then the suite without the campaigns marked `slow` (under 10 minutes on 2 cores); `make test-slow`
-# runs those (CI runs both: .ci/run).
+# The lint (ruff check and ruff format --check), then the suite without the campaigns marked `slow` (under 10
+# minutes on 2 cores); `make test-slow` runs those (CI runs both: .ci/run).
 test: lint
 	$(PY) -m pytest -q -p no:cacheprovider -m "not slow" tests
 
@@ -24,6 +24,7 @@ test-slow: setup
 
 lint: setup
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
 
 bench: setup
 	$(PY) benchmarks/bench_loader.py

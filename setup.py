@@ -14,7 +14,7 @@ GENERATOR = Path(__file__).resolve().parent / "scripts" / "gen_scan_keys.py"
 
 class BuildExt(build_ext):
     def run(self) -> None:
-        if GENERATOR.exists():     # (a source tree without scripts/ compiles the header it ships)
+        if GENERATOR.exists():  # (a source tree without scripts/ compiles the header it ships)
             argv, sys.argv = sys.argv, [str(GENERATOR)]
             try:
                 runpy.run_path(str(GENERATOR), run_name="__main__")

@@ -21,7 +21,7 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))   # the repository root, for benchmarks.record
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository root, for benchmarks.record
 
 from benchmarks.record import warm  # noqa: E402
 
@@ -58,20 +58,34 @@ def main() -> None:
         env.pop("PYTHONDONTWRITEBYTECODE", None)
         for _ in range(args.repeat):
             for name, cmd in COMMANDS.items():
-                warm(args.trace)        # every command finds the trace in the page cache, not just the later ones
+                warm(args.trace)  # every command finds the trace in the page cache, not just the later ones
                 rows[name].append(run([*cmd, "--no-cache", str(args.trace)], env))
-            run([*COMMANDS["classify"], str(args.trace)], env)           # fills the cache
+            run([*COMMANDS["classify"], str(args.trace)], env)  # fills the cache
             rows["classify (cached)"].append(run([*COMMANDS["classify"], str(args.trace)], env))
             print(json.dumps({k: v[-1] for k, v in rows.items()}), flush=True)
-    summary = {k: {"median_wall_s": statistics.median(r["wall_s"] for r in v),
-                   "median_cpu_s": statistics.median(r["cpu_s"] for r in v)} for k, v in rows.items()}
+    summary = {
+        k: {
+            "median_wall_s": statistics.median(r["wall_s"] for r in v),
+            "median_cpu_s": statistics.median(r["cpu_s"] for r in v),
+        }
+        for k, v in rows.items()
+    }
     for k in ("project", "targets"):
         summary[f"{k}_vs_classify_wall"] = summary[k]["median_wall_s"] / summary["classify"]["median_wall_s"]
         summary[f"{k}_vs_classify_cpu"] = summary[k]["median_cpu_s"] / summary["classify"]["median_cpu_s"]
     print(json.dumps(summary, indent=1))
     if args.out:
-        args.out.write_text(json.dumps({"trace": str(args.trace), "date": time.strftime("%Y-%m-%d %H:%M %Z"),
-                                        "runs": rows, "summary": summary}, indent=1))
+        args.out.write_text(
+            json.dumps(
+                {
+                    "trace": str(args.trace),
+                    "date": time.strftime("%Y-%m-%d %H:%M %Z"),
+                    "runs": rows,
+                    "summary": summary,
+                },
+                indent=1,
+            )
+        )
 
 
 if __name__ == "__main__":

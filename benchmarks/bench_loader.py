@@ -120,8 +120,11 @@ def run_reader(name: str, path: Path, python: str, cache_dir: Path) -> dict:
     reader = name
     name, _, tree = name.partition("@")
     repo = TREES[tree] if tree else REPO
-    env = dict(os.environ, PYTHONPATH=str(repo) + os.pathsep + os.environ.get("PYTHONPATH", ""),
-               HEADROOM_CACHE_DIR=str(cache_dir))
+    env = dict(
+        os.environ,
+        PYTHONPATH=str(repo) + os.pathsep + os.environ.get("PYTHONPATH", ""),
+        HEADROOM_CACHE_DIR=str(cache_dir),
+    )
     if name == "headroom-1proc":
         env["HEADROOM_LOAD_WORKERS"] = "0"
     if name == "headroom-worker":
@@ -139,8 +142,14 @@ def run_reader(name: str, path: Path, python: str, cache_dir: Path) -> dict:
         if p.returncode != 0:
             return {"reader": reader, "error": p.stderr.strip()[-300:]}
         shutil.rmtree(cache_dir, ignore_errors=True)
-        return {"reader": reader, "seconds": wall, "process_wall_s": wall, "load_avg_1m": load,
-                "peak_rss_mb": None, "result": {"total_us": json.loads(p.stdout)["total_us"]}}
+        return {
+            "reader": reader,
+            "seconds": wall,
+            "process_wall_s": wall,
+            "load_avg_1m": load,
+            "peak_rss_mb": None,
+            "result": {"total_us": json.loads(p.stdout)["total_us"]},
+        }
     code = CHILD.format(body=READERS[name].strip())
     t0 = time.perf_counter()
     returncode, stdout, stderr, at_once = run_sampled([python, "-c", code, str(path)], env, cwd=repo)
@@ -173,8 +182,10 @@ def run_sampled(cmd: list[str], env: dict, cwd: Path | None = None) -> tuple[int
     the largest total seen). Its pipes are read by threads meanwhile, so it never blocks on them."""
     p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=cwd)
     text: dict[str, str] = {}
-    readers = [threading.Thread(target=lambda s=s, k=k: text.__setitem__(k, s.read()), daemon=True)
-               for s, k in ((p.stdout, "out"), (p.stderr, "err"))]
+    readers = [
+        threading.Thread(target=lambda s=s, k=k: text.__setitem__(k, s.read()), daemon=True)
+        for s, k in ((p.stdout, "out"), (p.stderr, "err"))
+    ]
     for t in readers:
         t.start()
     peak = 0
@@ -186,17 +197,25 @@ def run_sampled(cmd: list[str], env: dict, cwd: Path | None = None) -> tuple[int
     return p.returncode, text.get("out", ""), text.get("err", ""), peak
 
 
-def bench_shape(shape: str, mb: float, readers: list[str], repeat: int, hta_repeat: int, tmp: Path,
-                existing: Path | None = None) -> dict:
-    trace = tmp / shape / "rank-0.json"      # HTA reads a directory of ranks
-    if existing is not None:                 # a trace built before (benchmarks/shapes.py): linked, not copied
+def bench_shape(
+    shape: str, mb: float, readers: list[str], repeat: int, hta_repeat: int, tmp: Path, existing: Path | None = None
+) -> dict:
+    trace = tmp / shape / "rank-0.json"  # HTA reads a directory of ranks
+    if existing is not None:  # a trace built before (benchmarks/shapes.py): linked, not copied
         trace.parent.mkdir(parents=True, exist_ok=True)
         os.symlink(existing.resolve(), trace)
         info = {"source": existing.name, "copies": None, "events": None, "mb": round(existing.stat().st_size / 1e6, 1)}
     else:
         info = shapes.build(shapes.SHAPES[shape], mb, trace)
-    print(f"[{shape}] {info['mb']:.0f} MB" + (f", {info['events']:,} events ({info['copies']} copies of {info['source']})"
-                                              if info["events"] else f": {info['source']}"), flush=True)
+    print(
+        f"[{shape}] {info['mb']:.0f} MB"
+        + (
+            f", {info['events']:,} events ({info['copies']} copies of {info['source']})"
+            if info["events"]
+            else f": {info['source']}"
+        ),
+        flush=True,
+    )
     rows = []
     for run in range(max(repeat, hta_repeat)):
         for name in readers:
@@ -209,26 +228,37 @@ def bench_shape(shape: str, mb: float, readers: list[str], repeat: int, hta_repe
                 print(f"[{shape}] {name:>15}: error: {r['error']}", flush=True)
             else:
                 rss = f"{r['peak_rss_mb']:7.0f} MB" if r.get("peak_rss_mb") else "      -   "
-                print(f"[{shape}] {name:>15}: {r['seconds']:7.2f} s   peak RSS {rss}   load {r['load_avg_1m']:.1f}   "
-                      f"{r['result']}", flush=True)
+                print(
+                    f"[{shape}] {name:>15}: {r['seconds']:7.2f} s   peak RSS {rss}   load {r['load_avg_1m']:.1f}   "
+                    f"{r['result']}",
+                    flush=True,
+                )
     trace.unlink()
     by = {}
     for name in readers:
         runs = [r for r in rows if r["reader"] == name and "error" not in r]
         if runs:
             rss = [r["peak_rss_mb"] for r in runs if r.get("peak_rss_mb")]
-            by[name] = {"seconds": statistics.median(r["seconds"] for r in runs),
-                        "peak_rss_mb": max(rss) if rss else None, "runs": len(runs)}
-    summary = {"median_seconds": {k: v["seconds"] for k, v in by.items()},
-               "max_peak_rss_mb": {k: v["peak_rss_mb"] for k, v in by.items()}}
+            by[name] = {
+                "seconds": statistics.median(r["seconds"] for r in runs),
+                "peak_rss_mb": max(rss) if rss else None,
+                "runs": len(runs),
+            }
+    summary = {
+        "median_seconds": {k: v["seconds"] for k, v in by.items()},
+        "max_peak_rss_mb": {k: v["peak_rss_mb"] for k, v in by.items()},
+    }
     if "headroom" in by and "hta" in by:
         summary["speedup_vs_hta"] = by["hta"]["seconds"] / by["headroom"]["seconds"]
         summary["rss_ratio_vs_hta"] = by["headroom"]["peak_rss_mb"] / by["hta"]["peak_rss_mb"]
     if "headroom" in by and "json.load" in by:
         summary["speedup_vs_json_load"] = by["json.load"]["seconds"] / by["headroom"]["seconds"]
     for k, v in summary.items():
-        print(f"[{shape}] {k}: " + (json.dumps({a: round(b, 2) if b else b for a, b in v.items()})
-                                     if isinstance(v, dict) else f"{v:.2f}"), flush=True)
+        print(
+            f"[{shape}] {k}: "
+            + (json.dumps({a: round(b, 2) if b else b for a, b in v.items()}) if isinstance(v, dict) else f"{v:.2f}"),
+            flush=True,
+        )
     return {"trace": info, "readers": rows, "summary": summary}
 
 
@@ -242,8 +272,13 @@ def main() -> None:
     ap.add_argument("--hta-repeat", type=int, default=3, help="runs of HTA")
     ap.add_argument("--tmp", type=Path, default=None, help="where to build the traces (default: a temporary dir)")
     ap.add_argument("--trace", type=Path, default=None, help="use this trace (one shape) instead of building it")
-    ap.add_argument("--tree", action="append", default=[], metavar="NAME=PATH",
-                    help="another checkout: readers named headroom@NAME run from it, side by side")
+    ap.add_argument(
+        "--tree",
+        action="append",
+        default=[],
+        metavar="NAME=PATH",
+        help="another checkout: readers named headroom@NAME run from it, side by side",
+    )
     args = ap.parse_args()
     for spec in args.tree:
         tree_name, _, where = spec.partition("=")
@@ -251,15 +286,20 @@ def main() -> None:
             raise SystemExit(f"--tree {spec}: expected NAME=PATH of a headroom checkout")
         TREES[tree_name] = Path(where).resolve()
     readers = args.readers.split(",")
-    result = {"machine": f"{platform.node()} {platform.processor() or platform.machine()} {os.cpu_count()} cores, "
-                         f"{os.sysconf('SC_PAGE_SIZE') * os.sysconf('SC_PHYS_PAGES') / 2**30:.0f} GiB",
-              "python": platform.python_version(), "date": time.strftime("%Y-%m-%d %H:%M %Z"),
-              "versions": {m: importlib.metadata.version(m) for m in ("msgspec", "polars", "pandas", "numpy")},
-              "command": " ".join(sys.argv), "shapes": {}}
+    result = {
+        "machine": f"{platform.node()} {platform.processor() or platform.machine()} {os.cpu_count()} cores, "
+        f"{os.sysconf('SC_PAGE_SIZE') * os.sysconf('SC_PHYS_PAGES') / 2**30:.0f} GiB",
+        "python": platform.python_version(),
+        "date": time.strftime("%Y-%m-%d %H:%M %Z"),
+        "versions": {m: importlib.metadata.version(m) for m in ("msgspec", "polars", "pandas", "numpy")},
+        "command": " ".join(sys.argv),
+        "shapes": {},
+    }
     with tempfile.TemporaryDirectory(dir=args.tmp) as tmp:
         for shape in args.shapes.split(","):
-            result["shapes"][shape] = bench_shape(shape, args.mb, readers, args.repeat, args.hta_repeat, Path(tmp),
-                                                  args.trace)
+            result["shapes"][shape] = bench_shape(
+                shape, args.mb, readers, args.repeat, args.hta_repeat, Path(tmp), args.trace
+            )
             if args.out:
                 args.out.write_text(json.dumps(result, indent=2))
 

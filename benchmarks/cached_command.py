@@ -47,7 +47,7 @@ def main() -> None:
     ap.add_argument("--first", action="store_true", help="time the first command (an empty cache each run)")
     ap.add_argument("--out")
     args = ap.parse_args()
-    sites: dict[str, tuple[str | None, Path]] = {"this install": (None, REPO)}   # name: (packages first, checkout)
+    sites: dict[str, tuple[str | None, Path]] = {"this install": (None, REPO)}  # name: (packages first, checkout)
     for spec, is_site in [(s, True) for s in args.site] + [(t, False) for t in args.tree]:
         name, _, folder = spec.partition("=")
         if not name or not Path(folder).is_dir():
@@ -55,15 +55,20 @@ def main() -> None:
         packages, tree = sites.get(name, (None, REPO))
         sites[name] = (folder, tree) if is_site else (packages, Path(folder).resolve())
     commands = args.command or ["classify --json"]
-    variants = {(f"{c}" if len(sites) == 1 else f"{c} [{s}]"): (shlex.split(c), site)
-                for c in commands for s, site in sites.items()}
+    variants = {
+        (f"{c}" if len(sites) == 1 else f"{c} [{s}]"): (shlex.split(c), site)
+        for c in commands
+        for s, site in sites.items()
+    }
     with tempfile.TemporaryDirectory() as cache:
         base = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
 
         def run(words: list[str], site: tuple[str | None, Path]) -> float:
             folder, tree = site
             env = dict(base)
-            env["HEADROOM_CACHE_DIR"] = os.path.join(cache, hashlib.sha1(str(tree).encode()).hexdigest()[:8])  # one per checkout
+            env["HEADROOM_CACHE_DIR"] = os.path.join(
+                cache, hashlib.sha1(str(tree).encode()).hexdigest()[:8]
+            )  # one per checkout
             if args.first:
                 shutil.rmtree(env["HEADROOM_CACHE_DIR"], ignore_errors=True)
             if folder:
@@ -76,19 +81,26 @@ def main() -> None:
                 raise SystemExit(p.stderr.strip().splitlines()[-1] if p.stderr.strip() else f"exit {p.returncode}")
             return seconds
 
-        for words, site in variants.values():     # the cache, and each variant's bytecode
+        for words, site in variants.values():  # the cache, and each variant's bytecode
             run(words, site)
         runs: dict[str, list[float]] = {name: [] for name in variants}
         names = list(variants)
         for i in range(args.repeat):
-            for name in names[i % len(names):] + names[:i % len(names)]:
+            for name in names[i % len(names) :] + names[: i % len(names)]:
                 runs[name].append(round(run(*variants[name]), 3))
-    emit({"trace": str(args.trace), "measure": "first command" if args.first else "cached",
-          "commands": {n: " ".join(["headroom", *w, str(args.trace)]) for n, (w, _) in variants.items()},
-          "trees": {name: str(tree) for name, (_, tree) in sites.items()},
-          "packages_first": {name: packages for name, (packages, _) in sites.items() if packages},
-          "runs_s": runs, "median_s": {k: round(statistics.median(v), 3) for k, v in runs.items()}, **stamp()},
-         args.out)
+    emit(
+        {
+            "trace": str(args.trace),
+            "measure": "first command" if args.first else "cached",
+            "commands": {n: " ".join(["headroom", *w, str(args.trace)]) for n, (w, _) in variants.items()},
+            "trees": {name: str(tree) for name, (_, tree) in sites.items()},
+            "packages_first": {name: packages for name, (packages, _) in sites.items() if packages},
+            "runs_s": runs,
+            "median_s": {k: round(statistics.median(v), 3) for k, v in runs.items()},
+            **stamp(),
+        },
+        args.out,
+    )
 
 
 if __name__ == "__main__":

@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))   # the repository root, for benchmarks.record
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository root, for benchmarks.record
 
 from benchmarks.record import emit, stamp  # noqa: E402
 from headroom.trace.attribute import attribute_kernels_to_ops  # noqa: E402
@@ -31,7 +31,7 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--out")
     args = ap.parse_args()
-    ev = attribute_kernels_to_ops(load_trace(args.trace))     # computed, not read back: text shared as built
+    ev = attribute_kernels_to_ops(load_trace(args.trace))  # computed, not read back: text shared as built
     rows = {}
     for c in COLUMNS:
         if c not in ev.columns:
@@ -49,9 +49,14 @@ def main() -> None:
         rows[c] = {k: round(statistics.median(v) * 1e3, 2) for k, v in times.items()}
         rows[c]["distinct"] = int(len(theirs[1]))
     total = {k: round(sum(r[k] for r in rows.values()), 1) for k in ("pandas", "factorized")}
-    out = {"trace": args.trace, "events": len(ev), "median_ms": rows, "total_ms": total,
-           "pandas_over_factorized": round(total["pandas"] / total["factorized"], 2),
-           **stamp()}
+    out = {
+        "trace": args.trace,
+        "events": len(ev),
+        "median_ms": rows,
+        "total_ms": total,
+        "pandas_over_factorized": round(total["pandas"] / total["factorized"], 2),
+        **stamp(),
+    }
     emit(out, args.out)
 
 

@@ -110,12 +110,12 @@ def one_result(first: Path) -> tuple[bytes, dict]:
     os.environ["HEADROOM_LOAD_WORKERS"] = "0"
     times, peak = [], 0
     r = None
-    for _ in range(2):      # the first pays the imports inside run_task; a Ray worker pays them once
+    for _ in range(2):  # the first pays the imports inside run_task; a Ray worker pays them once
         r = None
         t0 = time.perf_counter()
         r = run_task(TraceTask(str(first), ReadOptions(use_cache=False), cwd=str(REPO)))
         times.append(time.perf_counter() - t0)
-        peak = peak or resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024    # the first task's peak
+        peak = peak or resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # the first task's peak
     if r.error is not None:
         raise SystemExit(f"{first}: {r.error}")
     a = r.analysis
@@ -125,18 +125,28 @@ def one_result(first: Path) -> tuple[bytes, dict]:
     tables["segments"] = segments = activity_segments(a)
     tables["collectives"] = collectives(a)
     blob = pickle.dumps(r, protocol=5)
-    return blob, {"trace": str(first), "trace_mb": round(first.stat().st_size / 1e6, 1),
-                  "task_s_first": round(times[0], 3), "task_s": round(times[1], 3),
-                  "max_rss_mb": round(peak / 2**20, 1),
-                  "asked_memory_mb": round(task_memory(str(first)) / 2**20, 1),
-                  "sent_bytes": len(blob), "comm_split_bytes": len(pickle.dumps(comm_split(a, segments), protocol=5)),
-                  "rows": {k: len(v) for k, v in tables.items()},
-                  "pickled_bytes": {k: len(pickle.dumps(v, protocol=5)) for k, v in tables.items()}}
+    return blob, {
+        "trace": str(first),
+        "trace_mb": round(first.stat().st_size / 1e6, 1),
+        "task_s_first": round(times[0], 3),
+        "task_s": round(times[1], 3),
+        "max_rss_mb": round(peak / 2**20, 1),
+        "asked_memory_mb": round(task_memory(str(first)) / 2**20, 1),
+        "sent_bytes": len(blob),
+        "comm_split_bytes": len(pickle.dumps(comm_split(a, segments), protocol=5)),
+        "rows": {k: len(v) for k, v in tables.items()},
+        "pickled_bytes": {k: len(pickle.dumps(v, protocol=5)) for k, v in tables.items()},
+    }
 
 
 def hold(blob_path: Path, n: int, repeat: int) -> dict:
-    p = subprocess.run([sys.executable, "-c", HOLD, str(blob_path), str(n), str(repeat)], capture_output=True,
-                       text=True, cwd=REPO, env=os.environ | {"PYTHONPATH": str(REPO)})
+    p = subprocess.run(
+        [sys.executable, "-c", HOLD, str(blob_path), str(n), str(repeat)],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        env=os.environ | {"PYTHONPATH": str(REPO)},
+    )
     if p.returncode != 0:
         raise SystemExit(f"{n} ranks: exit {p.returncode}: {p.stderr.strip().splitlines()[-1:]}")
     row = json.loads(p.stdout)
@@ -173,8 +183,8 @@ def streamed(results: list, counts: list[int], repeat: int) -> list[dict]:
         out = Path(tmp) / "results.json"
         for n in counts:
             tracemalloc.start()
-            done = [pickle.loads(blobs[i % len(blobs)]) for i in range(n)]     # each its own objects, as received
-            for i, r in enumerate(done):    # each copy its own candidate: the stream keys lines by candidate
+            done = [pickle.loads(blobs[i % len(blobs)]) for i in range(n)]  # each its own objects, as received
+            for i, r in enumerate(done):  # each copy its own candidate: the stream keys lines by candidate
                 r.candidate = f"{r.candidate}#{i}"
             held = tracemalloc.get_traced_memory()[0]
             tracemalloc.stop()
@@ -192,15 +202,20 @@ def streamed(results: list, counts: list[int], repeat: int) -> list[dict]:
                 stream.close()
                 appends.append(each)
             per = sorted(x for each in appends for x in each)
-            rows.append({"results": n,
-                         "append_ms_median": round(statistics.median(per) * 1e3, 3),
-                         "append_ms_p99": round(per[int(0.99 * (len(per) - 1))] * 1e3, 3),
-                         "append_s_total": [round(sum(e), 3) for e in appends],
-                         "stream_bytes": stream_path(out).stat().st_size,
-                         "final_write_s": [round(t, 3) for t in times],
-                         "final_write_s_median": round(statistics.median(times), 3), "document_bytes": out.stat().st_size,
-                         "held_mb": round(held / 2**20, 1),
-                         "load_avg_1m": round(os.getloadavg()[0], 2)})
+            rows.append(
+                {
+                    "results": n,
+                    "append_ms_median": round(statistics.median(per) * 1e3, 3),
+                    "append_ms_p99": round(per[int(0.99 * (len(per) - 1))] * 1e3, 3),
+                    "append_s_total": [round(sum(e), 3) for e in appends],
+                    "stream_bytes": stream_path(out).stat().st_size,
+                    "final_write_s": [round(t, 3) for t in times],
+                    "final_write_s_median": round(statistics.median(times), 3),
+                    "document_bytes": out.stat().st_size,
+                    "held_mb": round(held / 2**20, 1),
+                    "load_avg_1m": round(os.getloadavg()[0], 2),
+                }
+            )
             print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
     return rows
 
@@ -209,8 +224,12 @@ def main() -> None:
     from headroom.jsonio import plain
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--dir", type=Path, default=Path("/tmp/headroom-ranks"),
-                    help="a directory of ranks (benchmarks/rank_directory.py builds one)")
+    ap.add_argument(
+        "--dir",
+        type=Path,
+        default=Path("/tmp/headroom-ranks"),
+        help="a directory of ranks (benchmarks/rank_directory.py builds one)",
+    )
     ap.add_argument("--ranks", type=int, nargs="+", default=[8, 32, 128])
     ap.add_argument("--results", type=int, nargs="+", default=[44, 440, 4400])
     ap.add_argument("--repeat", type=int, default=3)
@@ -219,8 +238,14 @@ def main() -> None:
     args = ap.parse_args()
     if args.results_only:
         results = verify_results()
-        emit({"command": "benchmarks/fleet_driver.py " + " ".join(sys.argv[1:]),
-              "streamed_document": streamed(results, args.results, args.repeat), **stamp()}, args.out)
+        emit(
+            {
+                "command": "benchmarks/fleet_driver.py " + " ".join(sys.argv[1:]),
+                "streamed_document": streamed(results, args.results, args.repeat),
+                **stamp(),
+            },
+            args.out,
+        )
         return
     first = args.dir / "rank-0.json"
     if not first.is_file():
@@ -240,13 +265,25 @@ def main() -> None:
     results = verify_results()
     sizes = [len(pickle.dumps(r, protocol=5)) for r in results]
     texts = [len(json.dumps(plain(r), indent=2)) for r in results]
-    emit({"command": "benchmarks/fleet_driver.py " + " ".join(sys.argv[1:]), "one_task": task, "ranks": ranks,
-          "verify_result": {"count": len(results), "pickled_bytes_median": statistics.median(sizes),
-                            "pickled_bytes_max": max(sizes), "json_bytes_median": statistics.median(texts),
-                            "json_bytes_max": max(texts),
-                            "elapsed_s_median": statistics.median(r.elapsed_s for r in results),
-                            "elapsed_s_max": max(r.elapsed_s for r in results)},
-          "streamed_document": streamed(results, args.results, args.repeat), **stamp()}, args.out)
+    emit(
+        {
+            "command": "benchmarks/fleet_driver.py " + " ".join(sys.argv[1:]),
+            "one_task": task,
+            "ranks": ranks,
+            "verify_result": {
+                "count": len(results),
+                "pickled_bytes_median": statistics.median(sizes),
+                "pickled_bytes_max": max(sizes),
+                "json_bytes_median": statistics.median(texts),
+                "json_bytes_max": max(texts),
+                "elapsed_s_median": statistics.median(r.elapsed_s for r in results),
+                "elapsed_s_max": max(r.elapsed_s for r in results),
+            },
+            "streamed_document": streamed(results, args.results, args.repeat),
+            **stamp(),
+        },
+        args.out,
+    )
 
 
 if __name__ == "__main__":

@@ -80,6 +80,7 @@ def main() -> None:
     warm(args.trace)
     runs: dict[str, list[dict[str, float]]] = {name: [] for name in trees}
     with tempfile.TemporaryDirectory() as cache:
+
         def run(tree: Path, timed: bool) -> dict[str, float] | None:
             env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
             env["HEADROOM_CACHE_DIR"] = os.path.join(cache, hashlib.sha1(str(tree).encode()).hexdigest()[:8])
@@ -90,16 +91,26 @@ def main() -> None:
                 raise SystemExit(p.stderr.strip().splitlines()[-1] if p.stderr.strip() else f"exit {p.returncode}")
             return json.loads(p.stdout.strip().splitlines()[-1]) if timed else None
 
-        for tree in trees.values():      # fills each checkout's cache entry
+        for tree in trees.values():  # fills each checkout's cache entry
             run(tree, timed=False)
         names = list(trees)
         for i in range(args.rounds):
-            for name in names[i % len(names):] + names[:i % len(names)]:
+            for name in names[i % len(names) :] + names[: i % len(names)]:
                 runs[name].append(run(trees[name], timed=True))
-    medians = {name: {step: round(1e3 * statistics.median(r[step] for r in rs), 2) for step in rs[0]}
-               for name, rs in runs.items()}
-    emit({"trace": str(args.trace), "trees": {n: str(t) for n, t in trees.items()}, "median_ms": medians,
-          "runs_s": runs, **stamp()}, args.out)
+    medians = {
+        name: {step: round(1e3 * statistics.median(r[step] for r in rs), 2) for step in rs[0]}
+        for name, rs in runs.items()
+    }
+    emit(
+        {
+            "trace": str(args.trace),
+            "trees": {n: str(t) for n, t in trees.items()},
+            "median_ms": medians,
+            "runs_s": runs,
+            **stamp(),
+        },
+        args.out,
+    )
 
 
 if __name__ == "__main__":

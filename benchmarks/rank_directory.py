@@ -54,20 +54,23 @@ VARIANTS = {
     "one at a time": ({"HEADROOM_LOAD_WORKERS": "0"}, "dir", REPO),
     "one rank alone": ({}, "rank-0", REPO),
 }
-ARGS: dict[str, list[str]] = {}     # a variant's extra command-line arguments (--ray)
-CLUSTERS: dict[str, subprocess.Popen] = {}   # a variant's cluster started before the rounds (its holder)
-NO_TOKEN = {"RAY_AUTH_MODE": "disabled"}    # a second driver joins without the cluster's token file
+ARGS: dict[str, list[str]] = {}  # a variant's extra command-line arguments (--ray)
+CLUSTERS: dict[str, subprocess.Popen] = {}  # a variant's cluster started before the rounds (its holder)
+NO_TOKEN = {"RAY_AUTH_MODE": "disabled"}  # a second driver joins without the cluster's token file
 
 
 def start_cluster(cpus: int) -> tuple[subprocess.Popen, str]:
     """A local Ray cluster of `cpus` CPUs held by a child process (ended with it): its address."""
-    code = ("import signal, sys, time, ray\n"
-            f"ray.init(num_cpus={cpus}, object_store_memory=500 * 2**20, include_dashboard=False)\n"
-            "signal.signal(signal.SIGTERM, lambda *a: (ray.shutdown(), sys.exit(0)))\n"
-            "print(ray.get_runtime_context().gcs_address, flush=True)\n"
-            "while True: time.sleep(3600)\n")
-    holder = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, cwd=REPO,
-                              env=os.environ | NO_TOKEN)
+    code = (
+        "import signal, sys, time, ray\n"
+        f"ray.init(num_cpus={cpus}, object_store_memory=500 * 2**20, include_dashboard=False)\n"
+        "signal.signal(signal.SIGTERM, lambda *a: (ray.shutdown(), sys.exit(0)))\n"
+        "print(ray.get_runtime_context().gcs_address, flush=True)\n"
+        "while True: time.sleep(3600)\n"
+    )
+    holder = subprocess.Popen(
+        [sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, cwd=REPO, env=os.environ | NO_TOKEN
+    )
     return holder, holder.stdout.readline().strip()
 
 
@@ -81,7 +84,7 @@ def build_ranks(shape: str, mb: float, ranks: int, folder: Path, gz: bool) -> li
     base = folder / "base.json.tmp"
     shapes.build(shapes.SHAPES[shape], mb, base)
     for k, out in enumerate(files):
-        with open(base) as src, (gzip.open(out, "wt", compresslevel=1) if gz else open(out, "w")) as dst:
+        with open(base) as src, gzip.open(out, "wt", compresslevel=1) if gz else open(out, "w") as dst:
             for line in src:
                 if line.startswith('  "distributedInfo":'):
                     info = json.loads(line.split(":", 1)[1].rstrip().rstrip(","))
@@ -104,21 +107,33 @@ def run(variant: str, folder: Path, first: Path, cache: Path | None) -> dict:
     holder = CLUSTERS.get(variant)
     cluster: dict[str, int] = {}
     done = threading.Event()
-    if holder is not None:      # the cluster's own tree (its raylet and the tasks' workers), sampled alongside
+    if holder is not None:  # the cluster's own tree (its raylet and the tasks' workers), sampled alongside
         cluster["idle"] = _tree_rss(holder.pid)
 
         def sample() -> None:
             while not done.is_set():
                 cluster["peak"] = max(cluster.get("peak", 0), _tree_rss(holder.pid))
                 time.sleep(0.02)
+
         sampler = threading.Thread(target=sample, daemon=True)
         sampler.start()
     load = os.getloadavg()[0]
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
-    rc, out, err, peak = run_sampled([sys.executable, "-m", "headroom.cli", "classify", "--json",
-                                       *([] if cache else ["--no-cache"]), *ARGS.get(variant, []), str(path)],
-                                      env, cwd=cwd)
+    rc, out, err, peak = run_sampled(
+        [
+            sys.executable,
+            "-m",
+            "headroom.cli",
+            "classify",
+            "--json",
+            *([] if cache else ["--no-cache"]),
+            *ARGS.get(variant, []),
+            str(path),
+        ],
+        env,
+        cwd=cwd,
+    )
     wall = time.perf_counter() - t0
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     done.set()
@@ -126,13 +141,24 @@ def run(variant: str, folder: Path, first: Path, cache: Path | None) -> dict:
         sampler.join()
     if rc != 0:
         raise SystemExit(f"{variant}: exit {rc}: {err.strip().splitlines()[-1] if err.strip() else ''}")
-    return {"variant": variant, "wall_s": round(wall, 3),
-            "cpu_s": round(after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime, 3),
-            "peak_rss_at_once_mb": round(peak / 2**20, 1),
-            **({"cluster_idle_rss_mb": round(cluster["idle"] / 2**20, 1),
-                "cluster_peak_rss_mb": round(cluster.get("peak", 0) / 2**20, 1)} if holder is not None else {}),
-            "load_avg_1m_before": round(load, 2), "load_avg_1m": round(os.getloadavg()[0], 2),
-            "output_sha256": hashlib.sha256(out.encode()).hexdigest()[:16], "kind": json.loads(out).get("kind")}
+    return {
+        "variant": variant,
+        "wall_s": round(wall, 3),
+        "cpu_s": round(after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime, 3),
+        "peak_rss_at_once_mb": round(peak / 2**20, 1),
+        **(
+            {
+                "cluster_idle_rss_mb": round(cluster["idle"] / 2**20, 1),
+                "cluster_peak_rss_mb": round(cluster.get("peak", 0) / 2**20, 1),
+            }
+            if holder is not None
+            else {}
+        ),
+        "load_avg_1m_before": round(load, 2),
+        "load_avg_1m": round(os.getloadavg()[0], 2),
+        "output_sha256": hashlib.sha256(out.encode()).hexdigest()[:16],
+        "kind": json.loads(out).get("kind"),
+    }
 
 
 ONE_TASK = """import json, pickle, sys, time
@@ -158,13 +184,21 @@ def one_task(first: Path) -> dict:
     warm(first)
     load = os.getloadavg()[0]
     t0 = time.perf_counter()
-    rc, out, err, peak = run_sampled([sys.executable, "-c", ONE_TASK, str(first), str(REPO)],
-                                     {k: v for k, v in os.environ.items() if k != "HEADROOM_LOAD_WORKERS"}, cwd=REPO)
+    rc, out, err, peak = run_sampled(
+        [sys.executable, "-c", ONE_TASK, str(first), str(REPO)],
+        {k: v for k, v in os.environ.items() if k != "HEADROOM_LOAD_WORKERS"},
+        cwd=REPO,
+    )
     if rc != 0:
         raise SystemExit(f"one task: exit {rc}: {err.strip().splitlines()[-1] if err.strip() else ''}")
-    return {"variant": "one task (run_task in a fresh process)", "wall_s": round(time.perf_counter() - t0, 3),
-            **json.loads(out), "peak_rss_at_once_mb": round(peak / 2**20, 1),
-            "load_avg_1m_before": round(load, 2), "load_avg_1m": round(os.getloadavg()[0], 2)}
+    return {
+        "variant": "one task (run_task in a fresh process)",
+        "wall_s": round(time.perf_counter() - t0, 3),
+        **json.loads(out),
+        "peak_rss_at_once_mb": round(peak / 2**20, 1),
+        "load_avg_1m_before": round(load, 2),
+        "load_avg_1m": round(os.getloadavg()[0], 2),
+    }
 
 
 def main() -> None:
@@ -177,8 +211,14 @@ def main() -> None:
     ap.add_argument("--cache", action="store_true", help="the first command with the cache on (emptied each run)")
     ap.add_argument("--tree", action="append", default=[], metavar="NAME=DIR")
     ap.add_argument("--ray", action="store_true", help="also --engine ray (a local cluster; an existing one)")
-    ap.add_argument("--ray-cpus", type=int, nargs="+", default=[2], metavar="N",
-                    help="with --ray: the CPUs of each cluster started before the rounds (one cluster per N)")
+    ap.add_argument(
+        "--ray-cpus",
+        type=int,
+        nargs="+",
+        default=[2],
+        metavar="N",
+        help="with --ray: the CPUs of each cluster started before the rounds (one cluster per N)",
+    )
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--out")
     args = ap.parse_args()
@@ -214,7 +254,7 @@ def bench(args) -> None:
     cache = Path(tempfile.mkdtemp(prefix="headroom-rank-cache-")) if args.cache else None
     for r in range(args.repeat):
         order = list(VARIANTS)
-        order = order[r % len(order):] + order[:r % len(order)]     # each variant first in turn
+        order = order[r % len(order) :] + order[: r % len(order)]  # each variant first in turn
         for v in order:
             for f in files:
                 warm(f)
@@ -225,22 +265,52 @@ def bench(args) -> None:
             print(json.dumps(tasks[-1]), file=sys.stderr, flush=True)
     if cache is not None:
         shutil.rmtree(cache, ignore_errors=True)
-    med = {v: {"wall_s": statistics.median(x["wall_s"] for x in runs if x["variant"] == v),
-               "peak_rss_at_once_mb": max(x["peak_rss_at_once_mb"] for x in runs if x["variant"] == v),
-               **({"cluster_peak_rss_mb": max(x["cluster_peak_rss_mb"] for x in runs if x["variant"] == v)}
-                  if v in CLUSTERS else {})}
-           for v in VARIANTS}
-    one = ({"one_task": tasks, "one_task_median": {k: statistics.median(x[k] for x in tasks)
-                                                   for k in ("task_s", "sent_bytes", "max_rss_mb", "asked_memory_mb")}}
-           if tasks else {})
+    med = {
+        v: {
+            "wall_s": statistics.median(x["wall_s"] for x in runs if x["variant"] == v),
+            "peak_rss_at_once_mb": max(x["peak_rss_at_once_mb"] for x in runs if x["variant"] == v),
+            **(
+                {"cluster_peak_rss_mb": max(x["cluster_peak_rss_mb"] for x in runs if x["variant"] == v)}
+                if v in CLUSTERS
+                else {}
+            ),
+        }
+        for v in VARIANTS
+    }
+    one = (
+        {
+            "one_task": tasks,
+            "one_task_median": {
+                k: statistics.median(x[k] for x in tasks)
+                for k in ("task_s", "sent_bytes", "max_rss_mb", "asked_memory_mb")
+            },
+        }
+        if tasks
+        else {}
+    )
     dir_outputs = {x["output_sha256"] for x in runs if VARIANTS[x["variant"]][1] == "dir"}
-    emit({"command": "benchmarks/rank_directory.py " + " ".join(sys.argv[1:]), "shape": args.shape,
-          "ranks": args.ranks, "gzip": args.gzip, "cache": args.cache, "mb_per_rank": round(files[0].stat().st_size / 1e6, 1),
-          "needed_memory_per_rank_mb": round(needed_memory(files[0]) / 1e6, 1), "runs": runs, "median": med, **one,
-          "default_vs_one_at_a_time": round(med["default"]["wall_s"] / med["one at a time"]["wall_s"], 3),
-          "default_vs_ranks_x_one_rank": round(med["default"]["wall_s"] / (args.ranks * med["one rank alone"]["wall_s"]), 3),
-          **({f"{v}_vs_default": round(med[v]["wall_s"] / med["default"]["wall_s"], 3) for v in ARGS}),
-          "same_output_every_directory_run": len(dir_outputs) == 1, **stamp()}, args.out)
+    emit(
+        {
+            "command": "benchmarks/rank_directory.py " + " ".join(sys.argv[1:]),
+            "shape": args.shape,
+            "ranks": args.ranks,
+            "gzip": args.gzip,
+            "cache": args.cache,
+            "mb_per_rank": round(files[0].stat().st_size / 1e6, 1),
+            "needed_memory_per_rank_mb": round(needed_memory(files[0]) / 1e6, 1),
+            "runs": runs,
+            "median": med,
+            **one,
+            "default_vs_one_at_a_time": round(med["default"]["wall_s"] / med["one at a time"]["wall_s"], 3),
+            "default_vs_ranks_x_one_rank": round(
+                med["default"]["wall_s"] / (args.ranks * med["one rank alone"]["wall_s"]), 3
+            ),
+            **({f"{v}_vs_default": round(med[v]["wall_s"] / med["default"]["wall_s"], 3) for v in ARGS}),
+            "same_output_every_directory_run": len(dir_outputs) == 1,
+            **stamp(),
+        },
+        args.out,
+    )
 
 
 if __name__ == "__main__":

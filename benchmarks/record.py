@@ -12,8 +12,10 @@ from headroom.jsonio import dumps, write_json
 
 
 def stamp() -> dict[str, str]:
-    return {"machine": f"{platform.node()} {platform.processor() or platform.machine()} {os.cpu_count()} cores",
-            "date": time.strftime("%Y-%m-%d %H:%M %Z")}
+    return {
+        "machine": f"{platform.node()} {platform.processor() or platform.machine()} {os.cpu_count()} cores",
+        "date": time.strftime("%Y-%m-%d %H:%M %Z"),
+    }
 
 
 def warm(path) -> None:

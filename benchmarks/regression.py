@@ -42,6 +42,7 @@ TOLERANCE = 0.20
 @dataclass
 class Verdict:
     """The check's outcome: the medians compared with the baseline's, and the lines that say why it failed."""
+
     ratio: float
     baseline_ratio: float
     rss_per_mb: float
@@ -63,13 +64,17 @@ def compare(rounds: list[dict], baseline: dict, tolerance: float = TOLERANCE) ->
     rss = statistics.median(r["loader_rss_mb"] / r["mb"] for r in rounds)
     v = Verdict(ratio, baseline["ratio"], rss, baseline["rss_per_mb"])
     if ratio > baseline["ratio"] * (1 + tolerance):
-        v.failures.append(f"the loader takes {ratio:.2f}x the reference (median of {len(rounds)} rounds), the "
-                          f"baseline {baseline['ratio']:.2f}x: {ratio / baseline['ratio'] - 1:+.0%}, more than "
-                          f"{tolerance:.0%}")
+        v.failures.append(
+            f"the loader takes {ratio:.2f}x the reference (median of {len(rounds)} rounds), the "
+            f"baseline {baseline['ratio']:.2f}x: {ratio / baseline['ratio'] - 1:+.0%}, more than "
+            f"{tolerance:.0%}"
+        )
     if rss > baseline["rss_per_mb"] * (1 + tolerance):
-        v.failures.append(f"the loader's peak RSS is {rss:.2f} MB per MB of trace, the baseline "
-                          f"{baseline['rss_per_mb']:.2f}: {rss / baseline['rss_per_mb'] - 1:+.0%}, more than "
-                          f"{tolerance:.0%}")
+        v.failures.append(
+            f"the loader's peak RSS is {rss:.2f} MB per MB of trace, the baseline "
+            f"{baseline['rss_per_mb']:.2f}: {rss / baseline['rss_per_mb'] - 1:+.0%}, more than "
+            f"{tolerance:.0%}"
+        )
     return v
 
 
@@ -81,7 +86,8 @@ def _reference(path: Path) -> None:
 
     import msgspec
     import numpy as np
-    gc.disable()        # as the loader does: millions of objects would be rescanned for nothing
+
+    gc.disable()  # as the loader does: millions of objects would be rescanned for nothing
     events = msgspec.json.decode(path.read_bytes())["traceEvents"]
     ts = np.array([e.get("ts", np.nan) for e in events], dtype=np.float64)
     dur = np.array([e.get("dur", np.nan) for e in events], dtype=np.float64)
@@ -91,12 +97,14 @@ def _reference(path: Path) -> None:
 def _loader(path: Path, extra_pass: bool, sleep_s: float) -> None:
     from headroom.trace import chunks, document
     from headroom.trace.analysis import analyze
-    if extra_pass:      # a deliberately slowed loader: every file decoded a second time
+
+    if extra_pass:  # a deliberately slowed loader: every file decoded a second time
         decode_chunks = chunks.decode_chunks
 
         def twice(p, source, *a, **k):
             decode_chunks(p, document.split(p), None)
             return decode_chunks(p, source, *a, **k)
+
         chunks.decode_chunks = twice
     if sleep_s:
         time.sleep(sleep_s)
@@ -112,7 +120,7 @@ def _child(what: str, path: Path, extra_pass: bool, sleep_s: float) -> None:
     wall = time.perf_counter() - t0
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(json.dumps({"s": wall, "rss_mb": rss}), flush=True)
-    os._exit(0)     # the interpreter's teardown is no part of either
+    os._exit(0)  # the interpreter's teardown is no part of either
 
 
 def _run(what: str, path: Path, args: argparse.Namespace) -> dict:
@@ -134,6 +142,7 @@ def _trace(args: argparse.Namespace) -> Path:
         return args.trace
     sys.path.insert(0, str(REPO))
     from benchmarks.shapes import SHAPES, build
+
     path = Path(tempfile.gettempdir()) / f"headroom-regression-training-{args.mb:g}mb.json"
     if not path.exists():
         build(SHAPES["training"], args.mb, path)
@@ -149,10 +158,21 @@ def measure(path: Path, args: argparse.Namespace) -> list[dict]:
     rounds = []
     for i in range(args.rounds):
         ref, load = _run("reference", path, args), _run("loader", path, args)
-        rounds.append({"mb": round(mb, 1), "reference_s": round(ref["s"], 3), "loader_s": round(load["s"], 3),
-                       "loader_rss_mb": round(load["rss_mb"], 1), "load_avg_1m": os.getloadavg()[0]})
-        print(f"round {i + 1}: reference {ref['s']:.2f} s, loader {load['s']:.2f} s "
-              f"({load['s'] / ref['s']:.2f}x), loader peak {load['rss_mb']:.0f} MB", file=sys.stderr, flush=True)
+        rounds.append(
+            {
+                "mb": round(mb, 1),
+                "reference_s": round(ref["s"], 3),
+                "loader_s": round(load["s"], 3),
+                "loader_rss_mb": round(load["rss_mb"], 1),
+                "load_avg_1m": os.getloadavg()[0],
+            }
+        )
+        print(
+            f"round {i + 1}: reference {ref['s']:.2f} s, loader {load['s']:.2f} s "
+            f"({load['s'] / ref['s']:.2f}x), loader peak {load['rss_mb']:.0f} MB",
+            file=sys.stderr,
+            flush=True,
+        )
     return rounds
 
 
@@ -175,10 +195,17 @@ def main() -> None:
     rounds = measure(path, args)
     sys.path.insert(0, str(REPO))
     from benchmarks.record import stamp
+
     ratio = statistics.median(r["loader_s"] / r["reference_s"] for r in rounds)
     rss = statistics.median(r["loader_rss_mb"] / r["mb"] for r in rounds)
-    result = {"command": " ".join(sys.argv), "trace_mb": rounds[0]["mb"], "rounds": rounds,
-              "ratio": round(ratio, 3), "rss_per_mb": round(rss, 3), **stamp()}
+    result = {
+        "command": " ".join(sys.argv),
+        "trace_mb": rounds[0]["mb"],
+        "rounds": rounds,
+        "ratio": round(ratio, 3),
+        "rss_per_mb": round(rss, 3),
+        **stamp(),
+    }
     if args.out:
         args.out.write_text(json.dumps(result, indent=1) + "\n")
     if args.write_baseline:
@@ -186,8 +213,10 @@ def main() -> None:
         print(f"baseline written: {ratio:.2f}x the reference, {rss:.2f} MB per MB ({args.baseline})")
         return
     v = compare(rounds, json.loads(args.baseline.read_text()), args.tolerance)
-    print(f"loader / reference: {v.ratio:.2f}x (baseline {v.baseline_ratio:.2f}x); peak RSS {v.rss_per_mb:.2f} "
-          f"MB per MB (baseline {v.baseline_rss_per_mb:.2f})")
+    print(
+        f"loader / reference: {v.ratio:.2f}x (baseline {v.baseline_ratio:.2f}x); peak RSS {v.rss_per_mb:.2f} "
+        f"MB per MB (baseline {v.baseline_rss_per_mb:.2f})"
+    )
     for line in v.failures:
         print(f"FAIL: {line}")
     if v.failures:

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))   # the repository root, for benchmarks.record
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository root, for benchmarks.record
 
 from benchmarks.record import emit, stamp  # noqa: E402
 from headroom.projection import replay as R  # noqa: E402
@@ -41,23 +41,32 @@ def main() -> None:
     cases = [(1.5, 1.0), (math.inf, 1.0), (rng.choice([1.0, 2.0, math.inf], len(dur)), 0.6)]
     times: dict[str, list[float]] = {"sweep": [], "chains": []}
     worst = 0.0
-    R._chains(plan)                    # built once per plan, as replay does
+    R._chains(plan)  # built once per plan, as replay does
     for _r in range(args.repeat):
         for factors, scale in cases:
             f = _factor_array(b, factors, None)
             new_dur = np.where(np.isinf(f), 0.0, dur / f)
             ends = {}
-            for name, fn in (("sweep", lambda c: R._sweep(plan, new_dur, (), c, scale)),
-                             ("chains", lambda c: R._solve_chains(plan, new_dur, c, scale))):
+            for name, fn in (
+                ("sweep", lambda c: R._sweep(plan, new_dur, (), c, scale)),
+                ("chains", lambda c: R._solve_chains(plan, new_dur, c, scale)),
+            ):
                 clocks = R._clocks(b, plan, scale)
                 t0 = time.perf_counter()
                 ends[name] = fn(clocks)[0]
                 times[name].append(time.perf_counter() - t0)
             worst = max(worst, float(np.nanmax(np.abs(ends["sweep"] - ends["chains"]))) if len(dur) else 0.0)
-    out = {"trace": args.trace, "events": len(dur), "blocking_calls": plan.n_sync, "cross_stream_deps": plan.n_deps,
-           "segments": sum(1 for s in plan.chains.steps if s[0] == "seg"),
-           "median_s": {k: round(statistics.median(v), 4) for k, v in times.items()},
-           "max_end_difference_us": worst, "rounds": args.repeat * len(cases), **stamp()}
+    out = {
+        "trace": args.trace,
+        "events": len(dur),
+        "blocking_calls": plan.n_sync,
+        "cross_stream_deps": plan.n_deps,
+        "segments": sum(1 for s in plan.chains.steps if s[0] == "seg"),
+        "median_s": {k: round(statistics.median(v), 4) for k, v in times.items()},
+        "max_end_difference_us": worst,
+        "rounds": args.repeat * len(cases),
+        **stamp(),
+    }
     out["sweep_over_chains"] = round(out["median_s"]["sweep"] / out["median_s"]["chains"], 2)
     emit(out, args.out)
 

@@ -16,7 +16,7 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))   # the repository root, for benchmarks.record
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository root, for benchmarks.record
 
 from polars.testing import assert_frame_equal  # noqa: E402
 
@@ -45,7 +45,7 @@ def main() -> None:
         sys.exit("the C scanner is not built (pip install -e . builds it)")
     docs = _chunks(args.trace)
     scanner = scan.SCANNER
-    scan.decode_events(docs[0])             # imports and first-use tables, before timing
+    scan.decode_events(docs[0])  # imports and first-use tables, before timing
     times: dict[str, list[float]] = {"msgspec": [], "scanner": [], "scan_only": []}
     for _ in range(args.repeat):
         t0 = time.perf_counter()
@@ -64,10 +64,20 @@ def main() -> None:
         del reference, scanned
     med = {k: round(statistics.median(v), 3) for k, v in times.items()}
     mb = sum(map(len, docs)) / 1e6
-    emit({"trace": str(args.trace), "mb": round(mb, 1), "chunks": len(docs), "declined_chunks": declined,
-          "runs_s": {k: [round(x, 3) for x in v] for k, v in times.items()}, "median_s": med,
-          "mb_per_s": {k: round(mb / v, 1) for k, v in med.items()},
-          "msgspec_over_scanner": round(med["msgspec"] / med["scanner"], 2), **stamp()}, args.out)
+    emit(
+        {
+            "trace": str(args.trace),
+            "mb": round(mb, 1),
+            "chunks": len(docs),
+            "declined_chunks": declined,
+            "runs_s": {k: [round(x, 3) for x in v] for k, v in times.items()},
+            "median_s": med,
+            "mb_per_s": {k: round(mb / v, 1) for k, v in med.items()},
+            "msgspec_over_scanner": round(med["msgspec"] / med["scanner"], 2),
+            **stamp(),
+        },
+        args.out,
+    )
 
 
 if __name__ == "__main__":

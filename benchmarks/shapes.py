@@ -41,7 +41,7 @@ SHAPES = {
     "communication": shared_dir() / "hta-traces" / "nccl_parser_config__nccl_data.json.gz",
 }
 
-ID_STRIDE = 10 ** 7
+ID_STRIDE = 10**7
 STEP_STRIDE = 100
 
 
@@ -79,6 +79,7 @@ def _copy(e: dict, c: int, shift: float) -> dict:
 def _event_text(e: dict) -> str:
     def items(d: dict) -> str:
         return ", ".join(f"{json.dumps(k)}: {json.dumps(v)}" for k, v in d.items())
+
     text = "  {\n    " + items({k: v for k, v in e.items() if k != "args"})
     if e.get("args") is not None:
         text += ',\n    "args": {\n      ' + items(e["args"]) + "\n    }"
@@ -97,7 +98,7 @@ def build(source: Path, target_mb: float, out: Path) -> dict:
     span = _span(events)
     first, slots_first = _template(events, with_metadata=True)
     later, slots_later = _template(events, with_metadata=False)
-    per_copy = (len(first % _numbers(*slots_first, 0, 0.0)) + 2) / 1e6     # as build_reference counts it
+    per_copy = (len(first % _numbers(*slots_first, 0, 0.0)) + 2) / 1e6  # as build_reference counts it
     copies = max(1, int(target_mb / per_copy) + 1)
     out.parent.mkdir(parents=True, exist_ok=True)
     with open(out, "w") as f:
@@ -145,12 +146,29 @@ def _template(events: list[dict], with_metadata: bool) -> tuple[str, tuple[np.nd
                 fields.append(f'{json.dumps(k)}: "ProfilerStep#%r"')
                 continue
             numeric = isinstance(v, (int, float)) and not isinstance(v, bool)
-            fields.append(value(k, v, TS if k == "ts" and numeric else
-                                ID if k == "id" and isinstance(v, int) and not isinstance(v, bool) else None))
+            fields.append(
+                value(
+                    k,
+                    v,
+                    TS
+                    if k == "ts" and numeric
+                    else ID
+                    if k == "id" and isinstance(v, int) and not isinstance(v, bool)
+                    else None,
+                )
+            )
         text = "  {\n    " + ", ".join(fields)
         if e.get("args") is not None:
-            args = [value(k, v, ID if k in ("correlation", "External id") and isinstance(v, int)
-                          and not isinstance(v, bool) else None) for k, v in e["args"].items()]
+            args = [
+                value(
+                    k,
+                    v,
+                    ID
+                    if k in ("correlation", "External id") and isinstance(v, int) and not isinstance(v, bool)
+                    else None,
+                )
+                for k, v in e["args"].items()
+            ]
             text += ',\n    "args": {\n      ' + ", ".join(args) + "\n    }"
         texts.append(text + "\n  }")
     kind = np.array(kinds, dtype=np.int8)
@@ -190,7 +208,7 @@ def build_reference(source: Path, target_mb: float, out: Path) -> dict:
             parts = []
             for e in events:
                 if e.get("ph") == "M" and c:
-                    continue    # process/thread names once
+                    continue  # process/thread names once
                 parts.append(_event_text(_copy(e, c, shift)))
             n += len(parts)
             f.write(("" if first else ",\n") + ",\n".join(parts))

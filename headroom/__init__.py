@@ -19,11 +19,41 @@ import types
 
 from headroom._version import __version__
 
-_API = ("analyze", "analyze_all", "diff", "diff_html", "Diff", "predict", "project", "summary", "targets", "Analysis",
-        "Prediction", "ProjectResult", "Targets", "analyze_ranks", "project_ranks", "read_inputs", "report_html",
-        "RankSet", "RanksProjection", "coverage", "Coverage", "plot", "Plots", "ReadOptions", "WorkloadOptions",
-        "VerifyOptions", "ProfileResult", "RanksProfileResult", "ExtractResult", "VerifyResult", "ValidateResult",
-        "UserError", "find_trace_files")
+_API = (
+    "analyze",
+    "analyze_all",
+    "diff",
+    "diff_html",
+    "Diff",
+    "predict",
+    "project",
+    "summary",
+    "targets",
+    "Analysis",
+    "Prediction",
+    "ProjectResult",
+    "Targets",
+    "analyze_ranks",
+    "project_ranks",
+    "read_inputs",
+    "report_html",
+    "RankSet",
+    "RanksProjection",
+    "coverage",
+    "Coverage",
+    "plot",
+    "Plots",
+    "ReadOptions",
+    "WorkloadOptions",
+    "VerifyOptions",
+    "ProfileResult",
+    "RanksProfileResult",
+    "ExtractResult",
+    "VerifyResult",
+    "ValidateResult",
+    "UserError",
+    "find_trace_files",
+)
 # The tasks whose names are also subpackages (callable: see _TaskPackage).
 _TASK_PACKAGES = ("profile", "extract", "verify", "validate")
 
@@ -58,7 +88,7 @@ def __getattr__(name: str):
     import importlib
 
     if name in _TASK_PACKAGES or name == "api":
-        return importlib.import_module(f"headroom.{name}")    # a task's package made callable as it is set here
+        return importlib.import_module(f"headroom.{name}")  # a task's package made callable as it is set here
     if name in _API:
         from headroom import api
 
@@ -81,9 +111,10 @@ def _checkout_workloads() -> None:
     folder = Path(__file__).resolve().parent.parent / "workloads"
     if not (folder / "__init__.py").is_file():
         return
-    spec = importlib.util.spec_from_file_location("headroom.workloads", folder / "__init__.py",
-                                                  submodule_search_locations=[str(folder)])
-    if spec is None or spec.loader is None:   # pragma: no cover - a folder with an __init__.py has a spec
+    spec = importlib.util.spec_from_file_location(
+        "headroom.workloads", folder / "__init__.py", submodule_search_locations=[str(folder)]
+    )
+    if spec is None or spec.loader is None:  # pragma: no cover - a folder with an __init__.py has a spec
         return
     module = importlib.util.module_from_spec(spec)
     sys.modules["headroom.workloads"] = module

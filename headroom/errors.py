@@ -36,7 +36,6 @@ def library_warnings_in_one_style() -> None:
 
     def show(message, category, filename, lineno, file=None, line=None) -> None:
         text = " ".join(str(message).split())
-        print(f"headroom: warning: {category.__name__}: {text}", file=sys.stderr if file is None else file,
-              flush=True)
+        print(f"headroom: warning: {category.__name__}: {text}", file=sys.stderr if file is None else file, flush=True)
 
     warnings.showwarning = show

@@ -11,8 +11,14 @@ from headroom.errors import UserError
 
 DISTRIBUTION = "kernel-headroom"
 # Importable module -> the extra that installs it.
-EXTRA_OF_MODULE = {"torch": "profile", "transformers": "profile", "nvtx": "profile",
-                   "torchrec": "recsys", "fbgemm_gpu": "recsys", "ray": "fleet"}
+EXTRA_OF_MODULE = {
+    "torch": "profile",
+    "transformers": "profile",
+    "nvtx": "profile",
+    "torchrec": "recsys",
+    "fbgemm_gpu": "recsys",
+    "ray": "fleet",
+}
 
 
 def install_hint(extra: str) -> str:

@@ -94,8 +94,12 @@ def _same_file(a: Path, b: Path) -> bool:
         return os.path.realpath(a) == os.path.realpath(b)
 
 
-def check_output_not_input(out: str | os.PathLike, inputs: Iterable[str | os.PathLike | None],
-                           reads: Callable[[Path], bool] = lambda p: True, option: str = "--out") -> Path:
+def check_output_not_input(
+    out: str | os.PathLike,
+    inputs: Iterable[str | os.PathLike | None],
+    reads: Callable[[Path], bool] = lambda p: True,
+    option: str = "--out",
+) -> Path:
     """Refuse an output that resolves to something the command reads: one of `inputs` (the same inode,
     or the same path), or a file inside an input directory that the command would read there
     (`reads(path)`: e.g. a trace directory reads its *.json files). Writing over an input destroys it
@@ -107,16 +111,20 @@ def check_output_not_input(out: str | os.PathLike, inputs: Iterable[str | os.Pat
             continue
         i = Path(given)
         if _same_file(o, i):
-            raise UserError(f"{option} {o}: is also an input of this command; writing it would destroy it "
-                            f"(choose another {option})")
+            raise UserError(
+                f"{option} {o}: is also an input of this command; writing it would destroy it (choose another {option})"
+            )
         if i.is_dir() and _same_file(o.parent, i) and reads(o):
-            raise UserError(f"{option} {o}: would be written into the input directory {i}, where it would "
-                            f"be read as input (choose another {option})")
+            raise UserError(
+                f"{option} {o}: would be written into the input directory {i}, where it would "
+                f"be read as input (choose another {option})"
+            )
     return o
 
 
-def check_replaceable_dir(directory: str | os.PathLike, inputs: Iterable[str | os.PathLike | None],
-                          own: Iterable[str], option: str = "--out") -> Path:
+def check_replaceable_dir(
+    directory: str | os.PathLike, inputs: Iterable[str | os.PathLike | None], own: Iterable[str], option: str = "--out"
+) -> Path:
     """A directory a command replaces whole (a run's folder): refused when it holds one of the command's
     `inputs` (they would be deleted with it), and when it exists, is not empty and holds none of the
     files the command writes there (`own`): it is someone else's folder, not an earlier run."""
@@ -128,11 +136,15 @@ def check_replaceable_dir(directory: str | os.PathLike, inputs: Iterable[str | o
             continue
         i = Path(given).resolve()
         if i == d.resolve() or d.resolve() in i.parents:
-            raise UserError(f"{option} {d}: holds an input of this command ({given}), which replacing the "
-                            f"folder would delete (choose another {option})")
+            raise UserError(
+                f"{option} {d}: holds an input of this command ({given}), which replacing the "
+                f"folder would delete (choose another {option})"
+            )
     if d.is_dir() and any(d.iterdir()) and not any((d / name).exists() for name in own):
-        raise UserError(f"{option} {d}: a folder that is not an earlier run (no {' or '.join(own)}); it would be "
-                        f"replaced whole (choose a new or empty one)")
+        raise UserError(
+            f"{option} {d}: a folder that is not an earlier run (no {' or '.join(own)}); it would be "
+            f"replaced whole (choose a new or empty one)"
+        )
     return d
 
 

@@ -82,7 +82,7 @@ def plain(obj: Any) -> Any:
     their value, paths as text, numpy scalars and arrays as Python values, a DataFrame as its rows."""
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
         meta: dict[str, Mapping[str, Any]] = {f.name: f.metadata for f in dataclasses.fields(obj)}
-        meta.update(getattr(type(obj), "JSON_META", {}))    # the metadata of properties named in JSON_KEYS
+        meta.update(getattr(type(obj), "JSON_META", {}))  # the metadata of properties named in JSON_KEYS
         out = {}
         for key, name in _keys(type(obj)):
             m = meta.get(name, {})
@@ -146,7 +146,7 @@ def from_plain(cls: Any, value: Any) -> Any:
             v = from_plain(kind, v)
         elif typing.get_origin(kind) is list and args and dataclasses.is_dataclass(args[0]) and isinstance(v, list):
             v = [from_plain(args[0], x) for x in v]
-        elif len(args) == 1 and dataclasses.is_dataclass(args[0]):    # Optional[SomeResult]
+        elif len(args) == 1 and dataclasses.is_dataclass(args[0]):  # Optional[SomeResult]
             v = from_plain(args[0], v)
         kwargs[f.name] = v
     return typing.cast(Any, cls)(**kwargs)

@@ -24,7 +24,7 @@ class Pattern(Protocol):
 def _options() -> re2.Options:
     o = re2.Options()
     o.case_sensitive = False
-    o.log_errors = False   # RE2 would print parse errors to stderr itself
+    o.log_errors = False  # RE2 would print parse errors to stderr itself
     return o
 
 
@@ -39,5 +39,6 @@ def compile_user_regex(pattern: object, where: str) -> Pattern:
         return re2.compile(pattern, _OPTIONS)
     except re2.error as e:
         reason = e.args[0].decode(errors="replace") if e.args and isinstance(e.args[0], bytes) else str(e)
-        raise UserError(f"{where}: bad regex {pattern!r} ({reason}; RE2 syntax: no look-around or "
-                        f"backreferences)") from None
+        raise UserError(
+            f"{where}: bad regex {pattern!r} ({reason}; RE2 syntax: no look-around or backreferences)"
+        ) from None

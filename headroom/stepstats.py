@@ -16,8 +16,16 @@ class StepStats:
     times_ms: list[float] = field(metadata=rounded(4))
     method: str = ""
 
-    JSON_KEYS: ClassVar[tuple[str, ...]] = ("n", "method", "median_ms", "mean_ms", "min_ms", "max_ms", "stdev_ms",
-                                            "times_ms")
+    JSON_KEYS: ClassVar[tuple[str, ...]] = (
+        "n",
+        "method",
+        "median_ms",
+        "mean_ms",
+        "min_ms",
+        "max_ms",
+        "stdev_ms",
+        "times_ms",
+    )
 
     @property
     def n(self) -> int:
@@ -56,4 +64,3 @@ class StepStats:
         """Interquartile range over the median: how noisy the measurement is."""
         p25, med, p75 = self.quartiles_ms()
         return (p75 - p25) / med if self.times_ms and med > 0 else None
-

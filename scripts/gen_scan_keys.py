@@ -38,7 +38,7 @@ def fields(data: dict) -> list[dict]:
         if kind not in ALLOWED[row["place"]]:
             raise SystemExit(f"{DATA}: {row['column']}: the scanner reads no {kind!r} field in {row['place']}")
         out.append({**row, "kind": kind})
-    return sorted(out, key=lambda f: f["place"] != "args")     # stable: the rows' order within each place
+    return sorted(out, key=lambda f: f["place"] != "args")  # stable: the rows' order within each place
 
 
 def _c_string(text: str) -> str:
@@ -50,7 +50,9 @@ def _enum(kind: str, members: list[dict]) -> list[str]:
     k = KINDS[kind]
     names = [f"{k}_{f['column'].upper()}" for f in members]
     args = sum(1 for f in members if f["place"] == "args")
-    parts = names[:args] + [f"ARG_{k}S"] + ([f"{names[args]} = ARG_{k}S"] + names[args + 1:] if args < len(names) else [])
+    parts = (
+        names[:args] + [f"ARG_{k}S"] + ([f"{names[args]} = ARG_{k}S"] + names[args + 1 :] if args < len(names) else [])
+    )
     lines = [f"enum {{ {', '.join(parts)}, N_{k}S{'' if args < len(names) else f' = ARG_{k}S'} }};"]
     columns = ", ".join(_c_string(f["column"]) for f in members)
     lines.append(f"static const char *const {k}_COLUMNS[] = {{{columns}{', ' if columns else ''}NULL}};")
@@ -81,24 +83,31 @@ def header(data: dict) -> str:
     by_kind["string"] = [next(f for f in by_kind["string"] if f["column"] == c) for c in STRINGS]
     if len(by_kind["int"]) > 16:
         raise SystemExit(f"{DATA}: more than 16 integer fields (the scanner's `present` has 16 bits)")
-    out = ["/* The C scanner's key table: generated from headroom/data/kineto.toml by scripts/gen_scan_keys.py",
-           " * (at build time; tests/test_scan.py regenerates it and compares). Do not edit. */",
-           "",
-           "/* Slots of each kind of array, the args' first: int (int64, a bit of `present`), double (float64,",
-           " * NaN: absent), raw (offset and length of the value's text), string (text), thread (a number, or text). */"]
+    out = [
+        "/* The C scanner's key table: generated from headroom/data/kineto.toml by scripts/gen_scan_keys.py",
+        " * (at build time; tests/test_scan.py regenerates it and compares). Do not edit. */",
+        "",
+        "/* Slots of each kind of array, the args' first: int (int64, a bit of `present`), double (float64,",
+        " * NaN: absent), raw (offset and length of the value's text), string (text), thread (a number, or text). */",
+    ]
     for kind in KINDS:
         out += _enum(kind, by_kind[kind])
-    out += ["",
-            "/* A key's slot: its kind and its index among that kind's arrays; 0: a key the scanner skips. */",
-            "enum { KIND_SKIP, " + ", ".join(f"KIND_{k}" for k in KINDS.values()) + ", KIND_ARGS };",
-            "#define SLOT(kind, index) ((kind) << 8 | (index))",
-            "#define SLOT_KIND(slot) ((slot) >> 8)",
-            "#define SLOT_INDEX(slot) ((slot) & 0xff)",
-            ""]
+    out += [
+        "",
+        "/* A key's slot: its kind and its index among that kind's arrays; 0: a key the scanner skips. */",
+        "enum { KIND_SKIP, " + ", ".join(f"KIND_{k}" for k in KINDS.values()) + ", KIND_ARGS };",
+        "#define SLOT(kind, index) ((kind) << 8 | (index))",
+        "#define SLOT_KIND(slot) ((slot) >> 8)",
+        "#define SLOT_INDEX(slot) ((slot) & 0xff)",
+        "",
+    ]
 
     def slots(place: str) -> list[tuple[str, str]]:
-        return [(f["key"], f"SLOT(KIND_{KINDS[f['kind']]}, {KINDS[f['kind']]}_{f['column'].upper()})")
-                for f in read if f["place"] == place]
+        return [
+            (f["key"], f"SLOT(KIND_{KINDS[f['kind']]}, {KINDS[f['kind']]}_{f['column'].upper()})")
+            for f in read
+            if f["place"] == place
+        ]
 
     out += _dispatch("event_key", slots("event") + [("args", "SLOT(KIND_ARGS, 0)")])
     out += [""]

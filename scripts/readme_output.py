@@ -28,9 +28,10 @@ CUT = re.compile(r"^(headroom .*?)(?: \| (head|tail) -(\d+))?$")
 def run(command: str) -> str:
     args = shlex.split(command)[1:]
     env = {**os.environ, "COLUMNS": "200", "NO_COLOR": "1"}
-    p = subprocess.run([sys.executable, "-m", "headroom.cli", *args], cwd=REPO, capture_output=True, text=True,
-                       env=env, check=False)
-    if p.returncode not in (0, 1):      # 1: a verdict other than pass (verify), a regression (diff)
+    p = subprocess.run(
+        [sys.executable, "-m", "headroom.cli", *args], cwd=REPO, capture_output=True, text=True, env=env, check=False
+    )
+    if p.returncode not in (0, 1):  # 1: a verdict other than pass (verify), a regression (diff)
         raise SystemExit(f"readme_output: `{command}` exited {p.returncode}: {p.stderr.strip()}")
     return "\n".join(line.rstrip() for line in p.stdout.rstrip("\n").splitlines()) + "\n"
 
@@ -40,7 +41,7 @@ def shown(line: str) -> str:
     (the first N) or `| tail -N` (the last N)."""
     command, cut, n = CUT.match(line).groups()
     lines = run(command).splitlines(keepends=True)
-    return "".join(lines if cut is None else lines[:int(n)] if cut == "head" else lines[-int(n):])
+    return "".join(lines if cut is None else lines[: int(n)] if cut == "head" else lines[-int(n) :])
 
 
 def regenerate(text: str) -> str:
@@ -66,8 +67,11 @@ def main(argv: list[str]) -> int:
             if "--check" not in argv:
                 page.write_text(new)
     if stale and "--check" in argv:
-        print(f"{', '.join(map(str, stale))}: the shown command output is out of date "
-              "(run python scripts/readme_output.py --all)", file=sys.stderr)
+        print(
+            f"{', '.join(map(str, stale))}: the shown command output is out of date "
+            "(run python scripts/readme_output.py --all)",
+            file=sys.stderr,
+        )
         return 1
     return 0
 

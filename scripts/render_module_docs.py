@@ -35,40 +35,49 @@ def targets_table(targets: dict, top: int = 8) -> str:
     for trace in sorted(targets):
         table = targets[trace].get("module:self") or {}
         rows = table.get("targets") or []
-        out.append(f"**{trace}** — {table.get('per_step_us', 0) / 1e3:,.2f} ms/step"
-                   f" over {table.get('num_steps', 0)} step(s), `{table.get('command', '')}`\n")
+        out.append(
+            f"**{trace}** — {table.get('per_step_us', 0) / 1e3:,.2f} ms/step"
+            f" over {table.get('num_steps', 0)} step(s), `{table.get('command', '')}`\n"
+        )
         if not rows:
             notes = table.get("notes") or ["no module rows"]
             out.append(f"_{notes[0]}_\n")
             continue
         s = table.get("speedup", 1.5)
-        out.append(f"| module | calls/step | kernels/call | CPU µs/call | ms/step | share | categories | "
-                   f"gain @{s:g}x | gain @∞ | replay @{s:g}x | replay @∞ | inputs (most calls) |")
+        out.append(
+            f"| module | calls/step | kernels/call | CPU µs/call | ms/step | share | categories | "
+            f"gain @{s:g}x | gain @∞ | replay @{s:g}x | replay @∞ | inputs (most calls) |"
+        )
         out.append("|---|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|---|")
         steps = max(int(table.get("num_steps") or 1), 1)
         for r in rows[:top]:
-            cats = ", ".join(f"{c} {100 * f:.0f}%" for c, f in sorted((r.get("categories") or {}).items(),
-                                                                         key=lambda kv: -kv[1])[:2])
+            cats = ", ".join(
+                f"{c} {100 * f:.0f}%" for c, f in sorted((r.get("categories") or {}).items(), key=lambda kv: -kv[1])[:2]
+            )
             phases = r.get("phases") or {}
             if phases.get("backward"):
                 cats += f"; bwd {100 * phases['backward']:.0f}%"
             seen = r.get("inputs") or []
             inputs = f"`{seen[0]['inputs']}`" + (f" (+{len(seen) - 1})" if len(seen) > 1 else "") if seen else ""
-            out.append(f"| {r['name']} | {_num(r.get('calls'), ',.4g')} | {_num(r.get('kernels_per_call'), ',.1f')} | "
-                       f"{_num(r.get('cpu_us_per_call'), ',.1f')} | {r['us'] / 1e3 / steps:,.2f} | "
-                       f"{_pct(r.get('share'))} | {cats} | {_pct(r.get('gain'), 2)} | {_pct(r.get('gain_inf'), 2)} | "
-                       f"{_pct(r.get('replay_gain'), 2)} | {_pct(r.get('replay_gain_inf'), 2)} | {inputs} |")
+            out.append(
+                f"| {r['name']} | {_num(r.get('calls'), ',.4g')} | {_num(r.get('kernels_per_call'), ',.1f')} | "
+                f"{_num(r.get('cpu_us_per_call'), ',.1f')} | {r['us'] / 1e3 / steps:,.2f} | "
+                f"{_pct(r.get('share'))} | {cats} | {_pct(r.get('gain'), 2)} | {_pct(r.get('gain_inf'), 2)} | "
+                f"{_pct(r.get('replay_gain'), 2)} | {_pct(r.get('replay_gain_inf'), 2)} | {inputs} |"
+            )
         out.append("")
     return "\n".join(out).rstrip() + "\n"
 
 
 def overhead_table(bench: dict) -> str:
     m = bench.get("machine", {})
-    lines = [f"Machine: {m.get('gpu') or m.get('device', '?')}, torch {m.get('torch', '?')}, {bench.get('date', '?')}; "
-             f"`{bench.get('command', '')}`.\n",
-             "| case | modules | calls/step | steps/measurement | step ms (no ranges) | overhead | 95% CI | "
-             "profiled step ms (no ranges) | overhead under the profiler | 95% CI | < 1% on a GPU-bound step |",
-             "|---|---:|---:|---:|---:|---:|---|---:|---:|---|---|"]
+    lines = [
+        f"Machine: {m.get('gpu') or m.get('device', '?')}, torch {m.get('torch', '?')}, {bench.get('date', '?')}; "
+        f"`{bench.get('command', '')}`.\n",
+        "| case | modules | calls/step | steps/measurement | step ms (no ranges) | overhead | 95% CI | "
+        "profiled step ms (no ranges) | overhead under the profiler | 95% CI | < 1% on a GPU-bound step |",
+        "|---|---:|---:|---:|---:|---:|---|---:|---:|---|---|",
+    ]
     for c in bench.get("cases", []):
         if "error" in c or "skipped" in c:
             lines.append(f"| {c['name']} | {c.get('error') or c.get('skipped')} |||||||||| |")
@@ -79,7 +88,8 @@ def overhead_table(bench: dict) -> str:
             f"| {c['name']} | {c['modules_with_ranges']} | {c['module_calls_per_step']} | {c['steps_per_measurement']} | "
             f"{p['off_median_ms']:,.3f} | {_pct(p['overhead'], 2)} | [{_pct(p['ci95'][0], 2)}, {_pct(p['ci95'][1], 2)}] | "
             f"{q['off_median_ms']:,.3f} | {_pct(q['overhead'], 2)} | [{_pct(q['ci95'][0], 2)}, {_pct(q['ci95'][1], 2)}] | "
-            f"{verdict} |")
+            f"{verdict} |"
+        )
     return "\n".join(lines) + "\n"
 
 

@@ -12,8 +12,10 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 # ../shared beside the checkout (CI), else $HEADROOM_SHARED or /work/shared (a developer's worktree).
-SHARED = next((p for p in (REPO.parent / "shared", Path(os.environ.get("HEADROOM_SHARED", "/work/shared")))
-               if p.is_dir()), REPO.parent / "shared")
+SHARED = next(
+    (p for p in (REPO.parent / "shared", Path(os.environ.get("HEADROOM_SHARED", "/work/shared"))) if p.is_dir()),
+    REPO.parent / "shared",
+)
 HTA_TRACES = SHARED / "hta-traces"
 SHIPPED_TRACES = REPO / "traces"
 
@@ -80,58 +82,159 @@ class TraceBuilder:
         return self._ext
 
     def step(self, n: int, ts: float, dur: float) -> None:
-        self.events.append({"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{n}",
-                            "pid": self.pid, "tid": self.tid, "ts": ts, "dur": dur,
-                            "args": {"External id": self._ext_id()}})
+        self.events.append(
+            {
+                "ph": "X",
+                "cat": "user_annotation",
+                "name": f"ProfilerStep#{n}",
+                "pid": self.pid,
+                "tid": self.tid,
+                "ts": ts,
+                "dur": dur,
+                "args": {"External id": self._ext_id()},
+            }
+        )
 
-    def cpu(self, name: str, ts: float, dur: float, cat: str = "cpu_op", tid: int | None = None,
-            args: dict | None = None) -> int:
+    def cpu(
+        self, name: str, ts: float, dur: float, cat: str = "cpu_op", tid: int | None = None, args: dict | None = None
+    ) -> int:
         ext = self._ext_id()
-        self.events.append({"ph": "X", "cat": cat, "name": name, "pid": self.pid,
-                            "tid": self.tid if tid is None else tid, "ts": ts, "dur": dur,
-                            "args": {"External id": ext, **(args or {})}})
+        self.events.append(
+            {
+                "ph": "X",
+                "cat": cat,
+                "name": name,
+                "pid": self.pid,
+                "tid": self.tid if tid is None else tid,
+                "ts": ts,
+                "dur": dur,
+                "args": {"External id": ext, **(args or {})},
+            }
+        )
         return ext
 
-    def fwdbwd(self, flow_id: int, forward_ts: float, backward_ts: float, forward_tid: int | None = None,
-               backward_tid: int | None = None) -> None:
+    def fwdbwd(
+        self,
+        flow_id: int,
+        forward_ts: float,
+        backward_ts: float,
+        forward_tid: int | None = None,
+        backward_tid: int | None = None,
+    ) -> None:
         """Kineto's link from a forward op (s) to the backward op autograd ran for it (f)."""
         for ph, ts, tid in (("s", forward_ts, forward_tid), ("f", backward_ts, backward_tid)):
-            self.events.append({"ph": ph, "id": flow_id, "pid": self.pid, "tid": self.tid if tid is None else tid,
-                                "ts": ts, "cat": "fwdbwd", "name": "fwdbwd", **({"bp": "e"} if ph == "f" else {})})
+            self.events.append(
+                {
+                    "ph": ph,
+                    "id": flow_id,
+                    "pid": self.pid,
+                    "tid": self.tid if tid is None else tid,
+                    "ts": ts,
+                    "cat": "fwdbwd",
+                    "name": "fwdbwd",
+                    **({"bp": "e"} if ph == "f" else {}),
+                }
+            )
 
-    def kernel(self, name: str, launch_ts: float, ts: float, dur: float, stream: int = 7,
-               ext: int | None = None, kind: str = "kernel", launch: str = "cudaLaunchKernel",
-               tid: int | None = None, device: int = 0, corr: int | None = None) -> int:
+    def kernel(
+        self,
+        name: str,
+        launch_ts: float,
+        ts: float,
+        dur: float,
+        stream: int = 7,
+        ext: int | None = None,
+        kind: str = "kernel",
+        launch: str = "cudaLaunchKernel",
+        tid: int | None = None,
+        device: int = 0,
+        corr: int | None = None,
+    ) -> int:
         if corr is None:
             self._corr += 1
             corr = self._corr
             driver = launch.startswith("cu") and not launch.startswith("cuda")
-            self.events.append({"ph": "X", "cat": "cuda_driver" if driver else "cuda_runtime",
-                                "name": launch, "pid": self.pid, "tid": self.tid if tid is None else tid,
-                                "ts": launch_ts, "dur": 2.0,
-                                "args": {"correlation": corr, **({"External id": ext} if ext else {})}})
+            self.events.append(
+                {
+                    "ph": "X",
+                    "cat": "cuda_driver" if driver else "cuda_runtime",
+                    "name": launch,
+                    "pid": self.pid,
+                    "tid": self.tid if tid is None else tid,
+                    "ts": launch_ts,
+                    "dur": 2.0,
+                    "args": {"correlation": corr, **({"External id": ext} if ext else {})},
+                }
+            )
         cat = {"kernel": "kernel", "memcpy": "gpu_memcpy", "memset": "gpu_memset"}[kind]
-        self.events.append({"ph": "X", "cat": cat, "name": name, "pid": device, "tid": stream,
-                            "ts": ts, "dur": dur,
-                            "args": {"device": device, "stream": stream, "correlation": corr,
-                                     **({"External id": ext} if ext else {})}})
+        self.events.append(
+            {
+                "ph": "X",
+                "cat": cat,
+                "name": name,
+                "pid": device,
+                "tid": stream,
+                "ts": ts,
+                "dur": dur,
+                "args": {
+                    "device": device,
+                    "stream": stream,
+                    "correlation": corr,
+                    **({"External id": ext} if ext else {}),
+                },
+            }
+        )
         return corr
 
     def runtime(self, name: str, ts: float, corr: int, dur: float = 1.0) -> None:
         """A CUDA runtime call that launches nothing (cudaEventRecord, cudaStreamWaitEvent, ...)."""
-        self.events.append({"ph": "X", "cat": "cuda_runtime", "name": name, "pid": self.pid, "tid": self.tid,
-                            "ts": ts, "dur": dur, "args": {"cbid": 0, "correlation": corr}})
+        self.events.append(
+            {
+                "ph": "X",
+                "cat": "cuda_runtime",
+                "name": name,
+                "pid": self.pid,
+                "tid": self.tid,
+                "ts": ts,
+                "dur": dur,
+                "args": {"cbid": 0, "correlation": corr},
+            }
+        )
 
-    def sync(self, kind: str, ts: float, stream: int, corr: int, wait_on_stream: int = -1,
-             record_corr: int = -1, device: int = 0, dur: float = 0.0) -> None:
+    def sync(
+        self,
+        kind: str,
+        ts: float,
+        stream: int,
+        corr: int,
+        wait_on_stream: int = -1,
+        record_corr: int = -1,
+        device: int = 0,
+        dur: float = 0.0,
+    ) -> None:
         """A CUPTI synchronization record as Kineto writes it (profiles with enable_cuda_sync_events)."""
         args = {"cuda_sync_kind": kind}
         if kind in ("Event Sync", "Stream Wait Event"):
-            args.update({"wait_on_stream": wait_on_stream, "wait_on_cuda_event_record_corr_id": record_corr,
-                         "wait_on_cuda_event_id": 3})
+            args.update(
+                {
+                    "wait_on_stream": wait_on_stream,
+                    "wait_on_cuda_event_record_corr_id": record_corr,
+                    "wait_on_cuda_event_id": 3,
+                }
+            )
         args.update({"stream": stream, "correlation": corr, "device": device, "context": 1})
-        self.events.append({"ph": "X", "cat": "cuda_sync", "name": kind, "pid": device, "tid": stream,
-                            "ts": ts, "dur": dur, "args": args})
+        self.events.append(
+            {
+                "ph": "X",
+                "cat": "cuda_sync",
+                "name": kind,
+                "pid": device,
+                "tid": stream,
+                "ts": ts,
+                "dur": dur,
+                "args": args,
+            }
+        )
 
     def doc(self, **top) -> dict:
         return {"schemaVersion": 1, "traceEvents": self.events, **top}
@@ -154,8 +257,16 @@ def gloo_bert_ddp(tmp_path_factory):
     from headroom.profile.workload import Options
 
     out = tmp_path_factory.mktemp("gloo-bert")
-    return profile_ranks("bert-base", Options(mode="train", flavour="tiny", batch=2, seq=32, parallel="ddp"),
-                         nproc=2, device="cpu", out=out, steps=2, warmup=1, timed_steps=1)
+    return profile_ranks(
+        "bert-base",
+        Options(mode="train", flavour="tiny", batch=2, seq=32, parallel="ddp"),
+        nproc=2,
+        device="cpu",
+        out=out,
+        steps=2,
+        warmup=1,
+        timed_steps=1,
+    )
 
 
 def pytest_collection_modifyitems(session, config, items):

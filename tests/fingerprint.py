@@ -22,5 +22,4 @@ def column_hash(s: pd.Series) -> str:
 def fingerprint_tables(tables) -> dict:
     """`tables`: a Trace, or a dict of its tables."""
     get = tables.get if isinstance(tables, dict) else lambda t: getattr(tables, t)
-    return {t: {"rows": len(get(t)), "columns": {c: column_hash(get(t)[c]) for c in get(t).columns}}
-            for t in TABLES}
+    return {t: {"rows": len(get(t)), "columns": {c: column_hash(get(t)[c]) for c in get(t).columns}} for t in TABLES}

@@ -16,15 +16,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 PID, TID, DEVICE = 4242, 4242, 0
-LATENCY_US = 5.0     # launch call start -> kernel start when the stream is free
-LAUNCH_US = 3.0      # duration of a cudaLaunchKernel call
+LATENCY_US = 5.0  # launch call start -> kernel start when the stream is free
+LAUNCH_US = 3.0  # duration of a cudaLaunchKernel call
 
 
 @dataclass
 class Sim:
     """A CPU thread issuing ops and the GPU streams running their kernels."""
 
-    t: float = 1000.0                                  # the CPU thread's clock (us)
+    t: float = 1000.0  # the CPU thread's clock (us)
     events: list[dict] = field(default_factory=list)
     stream_free: dict[int, float] = field(default_factory=dict)
     corr: int = 100
@@ -32,10 +32,19 @@ class Sim:
     kernels: list[dict] = field(default_factory=list)
     launches: list[dict] = field(default_factory=list)
 
-    def _x(self, cat: str, name: str, ts: float, dur: float, args: dict | None = None,
-           pid: int = PID, tid: int = TID) -> dict:
-        e = {"ph": "X", "cat": cat, "name": name, "pid": pid, "tid": tid, "ts": round(ts, 3),
-             "dur": round(dur, 3), "args": args or {}}
+    def _x(
+        self, cat: str, name: str, ts: float, dur: float, args: dict | None = None, pid: int = PID, tid: int = TID
+    ) -> dict:
+        e = {
+            "ph": "X",
+            "cat": cat,
+            "name": name,
+            "pid": pid,
+            "tid": tid,
+            "ts": round(ts, 3),
+            "dur": round(dur, 3),
+            "args": args or {},
+        }
         self.events.append(e)
         return e
 
@@ -54,8 +63,9 @@ class Sim:
         self.t = start + dur
         return start
 
-    def launch(self, ts: float, kname: str, gdur: float, stream: int = 7, ext: int | None = None,
-               start: float | None = None) -> dict:
+    def launch(
+        self, ts: float, kname: str, gdur: float, stream: int = 7, ext: int | None = None, start: float | None = None
+    ) -> dict:
         self.corr += 1
         c = self.corr
         args = {"cbid": 211, "correlation": c}
@@ -63,17 +73,36 @@ class Sim:
             args["External id"] = ext
         self.launches.append(self._x("cuda_runtime", "cudaLaunchKernel", ts, LAUNCH_US, args))
         k0 = max(self.stream_free.get(stream, 0.0), ts + LATENCY_US) if start is None else start
-        kargs = {"queued": 0, "device": DEVICE, "context": 1, "stream": stream, "correlation": c,
-                 "registers per thread": 32, "grid": [1, 1, 1], "block": [128, 1, 1]}
+        kargs = {
+            "queued": 0,
+            "device": DEVICE,
+            "context": 1,
+            "stream": stream,
+            "correlation": c,
+            "registers per thread": 32,
+            "grid": [1, 1, 1],
+            "block": [128, 1, 1],
+        }
         if ext is not None:
             kargs["External id"] = ext
         k = self._x("kernel", kname, k0, gdur, kargs, pid=DEVICE, tid=stream)
         self.kernels.append(k)
         self.stream_free[stream] = k0 + gdur
-        self.events.append({"ph": "s", "id": c, "pid": PID, "tid": TID, "ts": round(ts, 3), "cat": "ac2g",
-                            "name": "ac2g"})
-        self.events.append({"ph": "f", "id": c, "pid": DEVICE, "tid": stream, "ts": round(k0, 3), "cat": "ac2g",
-                            "name": "ac2g", "bp": "e"})
+        self.events.append(
+            {"ph": "s", "id": c, "pid": PID, "tid": TID, "ts": round(ts, 3), "cat": "ac2g", "name": "ac2g"}
+        )
+        self.events.append(
+            {
+                "ph": "f",
+                "id": c,
+                "pid": DEVICE,
+                "tid": stream,
+                "ts": round(k0, 3),
+                "cat": "ac2g",
+                "name": "ac2g",
+                "bp": "e",
+            }
+        )
         return k
 
     def runtime(self, name: str, dur: float, corr: int | None = None) -> int:
@@ -88,7 +117,9 @@ class Sim:
     def synchronize(self, stream: int | None = None, overhead: float = 4.0) -> None:
         """cudaDeviceSynchronize / cudaStreamSynchronize: returns `overhead` after the GPU work ends."""
         name = "cudaStreamSynchronize" if stream is not None else "cudaDeviceSynchronize"
-        done = max([self.stream_free.get(stream, 0.0)] if stream is not None else list(self.stream_free.values()) or [0.0])
+        done = max(
+            [self.stream_free.get(stream, 0.0)] if stream is not None else list(self.stream_free.values()) or [0.0]
+        )
         t0 = self.t
         t1 = max(t0, done) + overhead
         self.corr += 1
@@ -101,13 +132,26 @@ class Sim:
     def step(self, n: int, start: float, end: float) -> None:
         self._x("user_annotation", f"ProfilerStep#{n}", start, end - start, {"External id": 0})
 
-    def cuda_sync(self, kind: str, ts: float, stream: int, corr: int, wait_on_stream: int = -1,
-                  record_corr: int = -1, dur: float = 0.0) -> None:
+    def cuda_sync(
+        self,
+        kind: str,
+        ts: float,
+        stream: int,
+        corr: int,
+        wait_on_stream: int = -1,
+        record_corr: int = -1,
+        dur: float = 0.0,
+    ) -> None:
         """A CUPTI synchronization record as Kineto writes it (profiles with enable_cuda_sync_events)."""
         args: dict = {"cuda_sync_kind": kind}
         if kind in ("Event Sync", "Stream Wait Event"):
-            args.update({"wait_on_stream": wait_on_stream, "wait_on_cuda_event_record_corr_id": record_corr,
-                         "wait_on_cuda_event_id": 1})
+            args.update(
+                {
+                    "wait_on_stream": wait_on_stream,
+                    "wait_on_cuda_event_record_corr_id": record_corr,
+                    "wait_on_cuda_event_id": 1,
+                }
+            )
         args.update({"stream": stream, "correlation": corr, "device": DEVICE, "context": 1})
         self._x("cuda_sync", kind, ts, dur, args, pid=DEVICE, tid=stream)
 
@@ -115,22 +159,42 @@ class Sim:
         return max(self.stream_free.values()) if self.stream_free else self.t
 
     def write(self, path: Path, step_ms: float | None = None, **manifest) -> Path:
-        meta = [{"ph": "M", "name": "process_name", "pid": PID, "tid": 0, "args": {"name": "python"}},
-                {"ph": "M", "name": "thread_name", "pid": PID, "tid": TID, "args": {"name": "main"}},
-                {"ph": "M", "name": "process_name", "pid": DEVICE, "tid": 0, "args": {"name": "GPU 0"}}]
-        doc: dict = {"schemaVersion": 1, "deviceProperties": [{"id": 0, "name": "Synthetic GPU"}],
-                     "traceEvents": meta + self.events, "traceName": str(path)}
+        meta = [
+            {"ph": "M", "name": "process_name", "pid": PID, "tid": 0, "args": {"name": "python"}},
+            {"ph": "M", "name": "thread_name", "pid": PID, "tid": TID, "args": {"name": "main"}},
+            {"ph": "M", "name": "process_name", "pid": DEVICE, "tid": 0, "args": {"name": "GPU 0"}},
+        ]
+        doc: dict = {
+            "schemaVersion": 1,
+            "deviceProperties": [{"id": 0, "name": "Synthetic GPU"}],
+            "traceEvents": meta + self.events,
+            "traceName": str(path),
+        }
         if step_ms is not None or manifest:
-            doc["headroom"] = {"tool": "headroom profile", **manifest,
-                               "timing": {"step_ms": step_ms} if step_ms is not None else {}}
+            doc["headroom"] = {
+                "tool": "headroom profile",
+                **manifest,
+                "timing": {"step_ms": step_ms} if step_ms is not None else {},
+            }
         data = json.dumps(doc).encode()
         path.write_bytes(gzip.compress(data) if path.name.endswith(".gz") else data)
         return path
 
 
-def chain_model(sim: Sim, layers: int, *, gemm_cpu: float, gemm_gpu: float, chain_ops: int, chain_cpu: float,
-                chain_gpu: float, glue: float = 0.0, offset: float = 2.0, module: str = "RMSNorm",
-                ranges: str = "nn.Module") -> None:
+def chain_model(
+    sim: Sim,
+    layers: int,
+    *,
+    gemm_cpu: float,
+    gemm_gpu: float,
+    chain_ops: int,
+    chain_cpu: float,
+    chain_gpu: float,
+    glue: float = 0.0,
+    offset: float = 2.0,
+    module: str = "RMSNorm",
+    ranges: str = "nn.Module",
+) -> None:
     """`layers` x (one GEMM op, then an nn.Module of `chain_ops` one-kernel elementwise ops).
 
     Each op lasts its CPU time and launches its kernel `offset` us in; the module range spans its ops

@@ -20,11 +20,11 @@ from tests.conftest import TraceBuilder
 DELAY = 500.0
 STEP = 3000.0
 SHIFT = 1_000_000.0
-NCCL = "ncclKernel_AllReduce_RING_LL_Sum_float(ncclDevComm*, unsigned long, ncclWork*)"   # as NCCL 2.17 names it
+NCCL = "ncclKernel_AllReduce_RING_LL_Sum_float(ncclDevComm*, unsigned long, ncclWork*)"  # as NCCL 2.17 names it
 GEMM = "ampere_sgemm_128x64_nn"
 ELEMENTWISE = "elementwise_kernel"
 OPTIMIZER = "multi_tensor_apply_kernel"
-WALL = STEP + 2010.0 + DELAY     # first step start to the second step's last kernel end: 5510
+WALL = STEP + 2010.0 + DELAY  # first step start to the second step's last kernel end: 5510
 
 
 def rank_trace(rank: int, delay: float = DELAY, shift: float = SHIFT, steps: int = 2) -> TraceBuilder:
@@ -42,8 +42,14 @@ def rank_trace(rank: int, delay: float = DELAY, shift: float = SHIFT, steps: int
     return b
 
 
-def write_pair(directory: Path, names: tuple[str, str] = ("rank-0.json.gz", "rank-1.json.gz"),
-               distributed_info: bool = True, delay: float = DELAY, steps: int = 2, shift: float = SHIFT) -> Path:
+def write_pair(
+    directory: Path,
+    names: tuple[str, str] = ("rank-0.json.gz", "rank-1.json.gz"),
+    distributed_info: bool = True,
+    delay: float = DELAY,
+    steps: int = 2,
+    shift: float = SHIFT,
+) -> Path:
     directory.mkdir(parents=True, exist_ok=True)
     for rank, name in enumerate(names):
         top = {"distributedInfo": {"backend": "nccl", "rank": rank, "world_size": 2}} if distributed_info else {}

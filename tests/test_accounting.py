@@ -27,9 +27,9 @@ def test_union_matches_brute_force_on_random_intervals():
 def test_two_overlapping_streams_are_not_double_counted(builder, tmp_path):
     b = builder
     b.step(1, 0, 50)
-    b.kernel("sm90_xmma_gemm", launch_ts=1, ts=10, dur=20, stream=7)                   # 10..30
+    b.kernel("sm90_xmma_gemm", launch_ts=1, ts=10, dur=20, stream=7)  # 10..30
     b.kernel("vectorized_elementwise_kernel<Functor>", launch_ts=2, ts=20, dur=20, stream=8)  # 20..40
-    b.kernel("Memset (Device)", launch_ts=3, ts=60, dur=10, stream=7, kind="memset")    # 60..70, still launched in step 1
+    b.kernel("Memset (Device)", launch_ts=3, ts=60, dur=10, stream=7, kind="memset")  # 60..70, still launched in step 1
     a = analyze(b.write(tmp_path / "t.json"))
     assert a.total_us == 50 and a.busy_us == 40 and a.wall_us == 70 and a.idle_us == 30
     cats = a.categories.set_index("name")
@@ -46,8 +46,8 @@ def test_per_step_breakdown_and_window(builder, tmp_path):
     b.step(2, 100, 100)
     b.kernel("gemm", launch_ts=5, ts=10, dur=30)
     b.kernel("softmax", launch_ts=105, ts=110, dur=10)
-    b.kernel("layer_norm", launch_ts=199, ts=205, dur=10)   # launched in step 2, ends after it
-    b.kernel("gemm", launch_ts=250, ts=260, dur=100)         # outside the steps: not counted
+    b.kernel("layer_norm", launch_ts=199, ts=205, dur=10)  # launched in step 2, ends after it
+    b.kernel("gemm", launch_ts=250, ts=260, dur=100)  # outside the steps: not counted
     a = analyze(b.write(tmp_path / "t.json"))
     assert a.num_steps == 2 and a.window == (0.0, 215.0)
     assert a.total_us == 50 and a.step_us == pytest.approx(107.5)
@@ -87,10 +87,20 @@ def test_gpu_work_launched_before_recording_is_neither_step_work_nor_idle(builde
     b = builder
     b.step(2, 0, 20)
     b.step(3, 20, 20)
-    b.events.append({"ph": "X", "cat": "kernel", "name": "leftover_gemm", "pid": 0, "tid": 7, "ts": 0.0,
-                     "dur": 50.0, "args": {"device": 0, "stream": 7, "correlation": 999999}})
-    b.kernel("sm90_xmma_gemm", launch_ts=5, ts=50, dur=30)      # step 2: waits for the leftover
-    b.kernel("softmax_kernel", launch_ts=25, ts=80, dur=30)     # step 3
+    b.events.append(
+        {
+            "ph": "X",
+            "cat": "kernel",
+            "name": "leftover_gemm",
+            "pid": 0,
+            "tid": 7,
+            "ts": 0.0,
+            "dur": 50.0,
+            "args": {"device": 0, "stream": 7, "correlation": 999999},
+        }
+    )
+    b.kernel("sm90_xmma_gemm", launch_ts=5, ts=50, dur=30)  # step 2: waits for the leftover
+    b.kernel("softmax_kernel", launch_ts=25, ts=80, dur=30)  # step 3
     a = analyze(b.write(tmp_path / "t.json"))
     assert "leftover_gemm" not in set(a.events["name"])
     assert a.window == (50.0, 110.0) and a.busy_us == 60 and a.idle_us == 0

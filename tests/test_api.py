@@ -52,9 +52,21 @@ def test_project_from_a_path_and_a_file(tmp_path):
     assert round(r.get("amdahl").per_step_us / 1e3, 3) == 19.264 and r.entries[0].source == str(f)
     # a typed entry; its JSON object keeps the keys (and their order) of `headroom project --json`
     assert type(r.entries[0]).__name__ == "EntryResult" and r.entries[0].top_kernels[0].us > 0
-    assert list(plain(r)["entries"][0]) == ["selector", "speedup", "launches", "verified", "source", "kernels", "us",
-                                               "wall_us", "addressable_us", "applied_kernels", "applied_us",
-                                               "applied_wall_us", "top_kernels"]
+    assert list(plain(r)["entries"][0]) == [
+        "selector",
+        "speedup",
+        "launches",
+        "verified",
+        "source",
+        "kernels",
+        "us",
+        "wall_us",
+        "addressable_us",
+        "applied_kernels",
+        "applied_us",
+        "applied_wall_us",
+        "top_kernels",
+    ]
 
 
 def test_targets_result(dlrm):
@@ -69,8 +81,10 @@ def test_targets_result(dlrm):
 def test_summary_and_analyze_all():
     rows = headroom.summary(headroom.analyze_all(SHIPPED_TRACES / "scaling"))
     # named as what they are: the flavour's size, and the blocks profiled, extrapolated
-    assert sorted(rows["workload"]) == ["llama-13b infer prefill (4 of 40 layers, extrapolated)",
-                                        "llama-70b infer prefill (4 of 80 layers, extrapolated)"]
+    assert sorted(rows["workload"]) == [
+        "llama-13b infer prefill (4 of 40 layers, extrapolated)",
+        "llama-70b infer prefill (4 of 80 layers, extrapolated)",
+    ]
 
 
 def test_import_headroom_loads_no_data_libraries():
@@ -81,12 +95,15 @@ def test_import_headroom_loads_no_data_libraries():
 
 def test_analyze_is_one_trace_and_names_the_functions_for_a_directory():
     """analyze() returns one Analysis, always; a directory is refused with the two functions that read one."""
-    with pytest.raises(UserError, match=r"scaling is a directory: headroom\.analyze_all\(\) analyses each trace "
-                                        r"in it, headroom\.analyze_ranks\(\) the ranks of one run together"):
+    with pytest.raises(
+        UserError,
+        match=r"scaling is a directory: headroom\.analyze_all\(\) analyses each trace "
+        r"in it, headroom\.analyze_ranks\(\) the ranks of one run together",
+    ):
         headroom.analyze(SHIPPED_TRACES / "scaling")
 
 
-def test_project_takes_a_directory_as_the_command_does(headroom):   # the `headroom` fixture: the CLI
+def test_project_takes_a_directory_as_the_command_does(headroom):  # the `headroom` fixture: the CLI
     """headroom.project(DIR) gives the documents `headroom project DIR --json` prints, one per trace."""
     speedup = "category:addressable=1.5"
     p = headroom("project", "traces/scaling", "-s", speedup, "--json")
@@ -94,17 +111,19 @@ def test_project_takes_a_directory_as_the_command_does(headroom):   # the `headr
     printed = [json.loads(line) for line in p.stdout.splitlines()]
     import headroom as api  # the fixture's name shadows the package here
 
-    results = api.project("traces/scaling", speedup=[speedup])     # (the fixture runs in the checkout)
+    results = api.project("traces/scaling", speedup=[speedup])  # (the fixture runs in the checkout)
     assert isinstance(results, list) and [type(r).__name__ for r in results] == ["ProjectResult"] * 2
     from headroom.jsonio import dumps
 
-    assert [json.loads(dumps(r)) for r in results] == [{k: v for k, v in d.items() if k != "schema"}
-                                                                 for d in printed]
-    assert [d["trace"] for d in printed] == ["traces/scaling/llama-7b.13b.infer.prefill.4of40-layers.json.gz",
-                                             "traces/scaling/llama-7b.70b.infer.prefill.4of80-layers.json.gz"]
+    assert [json.loads(dumps(r)) for r in results] == [{k: v for k, v in d.items() if k != "schema"} for d in printed]
+    assert [d["trace"] for d in printed] == [
+        "traces/scaling/llama-7b.13b.infer.prefill.4of40-layers.json.gz",
+        "traces/scaling/llama-7b.70b.infer.prefill.4of80-layers.json.gz",
+    ]
 
 
 # --- API = CLI: each command's defaults are those of the API function it stands for ---------------------
+
 
 def _command_defaults() -> dict[str, dict[str, object]]:
     """Every command of the typer app (groups as `bench run`), with each parameter's default."""
@@ -116,7 +135,9 @@ def _command_defaults() -> dict[str, dict[str, object]]:
     out = {}
     for prefix, c in commands:
         name = prefix + cli_app._command_name(c)
-        out[name] = {p: getattr(v.default, "default", v.default) for p, v in inspect.signature(c.callback).parameters.items()}
+        out[name] = {
+            p: getattr(v.default, "default", v.default) for p, v in inspect.signature(c.callback).parameters.items()
+        }
     return out
 
 
@@ -133,9 +154,15 @@ def _plain(v: object) -> object:
 
 def _api_defaults(target: object) -> dict[str, object]:
     if dataclasses.is_dataclass(target):
-        return {f.name: f.default if f.default is not dataclasses.MISSING else f.default_factory()  # type: ignore[misc]
-                for f in dataclasses.fields(target)}
-    return {p: v.default for p, v in inspect.signature(target).parameters.items() if v.default is not inspect.Parameter.empty}
+        return {
+            f.name: f.default if f.default is not dataclasses.MISSING else f.default_factory()  # type: ignore[misc]
+            for f in dataclasses.fields(target)
+        }
+    return {
+        p: v.default
+        for p, v in inspect.signature(target).parameters.items()
+        if v.default is not inspect.Parameter.empty
+    }
 
 
 def _api_targets():
@@ -144,48 +171,153 @@ def _api_targets():
     from headroom.fleet.verify import pool_runner
 
     # The reading flags of every trace-reading command are the fields of one ReadOptions (`read=`).
-    read = (headroom.ReadOptions, {"rules": "rules", "policy": "policy", "whole_trace": "whole_trace",
-                                   "window": "window", "lenient": "lenient", "no_cache": "!use_cache",
-                                   "graph_source": "graph_source"})
-    workload = {"mode": "mode", "phase": "phase", "kv_cache": "kv_cache", "batch": "batch", "seq": "seq",
-                "dtype": "dtype", "layers": "layers", "flavour": "flavour", "no_tf32": "!tf32",
-                "full_size": "!scale_for_cpu"}
+    read = (
+        headroom.ReadOptions,
+        {
+            "rules": "rules",
+            "policy": "policy",
+            "whole_trace": "whole_trace",
+            "window": "window",
+            "lenient": "lenient",
+            "no_cache": "!use_cache",
+            "graph_source": "graph_source",
+        },
+    )
+    workload = {
+        "mode": "mode",
+        "phase": "phase",
+        "kv_cache": "kv_cache",
+        "batch": "batch",
+        "seq": "seq",
+        "dtype": "dtype",
+        "layers": "layers",
+        "flavour": "flavour",
+        "no_tf32": "!tf32",
+        "full_size": "!scale_for_cpu",
+    }
     run = {"device": "device", "workload_file": "workload_file"}
-    verify = {"device": "device", "vs_compile": "vs_compile", "graphs": "graphs", "rounds": "rounds", "timeout": "timeout",
-              "build_timeout": "build_timeout", "seed": "seed", "threads": "threads", "scale": "scale"}
+    verify = {
+        "device": "device",
+        "vs_compile": "vs_compile",
+        "graphs": "graphs",
+        "rounds": "rounds",
+        "timeout": "timeout",
+        "build_timeout": "build_timeout",
+        "seed": "seed",
+        "threads": "threads",
+        "scale": "scale",
+    }
     # --engine/--address: the fleet engine the work is spread over; --resume: the stream a suite run reads back.
     engine = (get_engine, {"engine": "name", "address": "address"})
     suite = [engine, (pool_runner, {"resume": "resume"})]
     return {
         "classify": [read, engine],
         "report": [read, engine],
-        "project": [(headroom.project, {"speedup": "speedup", "speedups": "files", "distribution": "distribution",
-                                        "win_rate": "win_rate", "median": "median", "scenario_select": "select",
-                                        "strict": "strict", "step_ms": "step_ms", "problems": "problems",
-                                        "on_rank": "on_ranks"}), read, engine],
-        "targets": [(headroom.targets, {"speedup": "speedup", "scope": "scope", "top": "top",
-                                        "replay_top": "replay_top", "roofline": "roofline", "peaks": "peaks",
-                                        "rank_by": "rank_by"}), read, engine],
+        "project": [
+            (
+                headroom.project,
+                {
+                    "speedup": "speedup",
+                    "speedups": "files",
+                    "distribution": "distribution",
+                    "win_rate": "win_rate",
+                    "median": "median",
+                    "scenario_select": "select",
+                    "strict": "strict",
+                    "step_ms": "step_ms",
+                    "problems": "problems",
+                    "on_rank": "on_ranks",
+                },
+            ),
+            read,
+            engine,
+        ],
+        "targets": [
+            (
+                headroom.targets,
+                {
+                    "speedup": "speedup",
+                    "scope": "scope",
+                    "top": "top",
+                    "replay_top": "replay_top",
+                    "roofline": "roofline",
+                    "peaks": "peaks",
+                    "rank_by": "rank_by",
+                },
+            ),
+            read,
+            engine,
+        ],
         "diff": [(headroom.diff, {"by": "by"}), read],
         "coverage": [(headroom.coverage, {"suite": "suite", "problems": "problems"}), read],
-        "plot": [(headroom.plot, {"out": "out", "figure": "figures", "fmt": "formats", "label": "labels",
-                                  "speedup": "speedup", "speedups": "files", "params": "params", "family": "family",
-                                  "basis": "basis", "sidecar": "numbers", "problems": "problems"}), read],
-        "profile": [(headroom.api.profile, {**run, "out": "out", "steps": "steps", "warmup": "warmup",
-                                            "timed_steps": "timed_steps"}),
-                    (headroom.WorkloadOptions, {**workload, "compile_": "compile", "no_module_ranges": "!module_ranges",
-                                                "nproc": "nproc", "parallel": "parallel", "compile_mode": "compile_mode",
-                                                "graphs": "graphs"})],
-        "extract": [(headroom.api.extract, {**run, "out": "out", "trace": "trace", "window": "window",
-                                            "no_profile": "!profile"}),
-                    (headroom.WorkloadOptions, workload)],
-        "validate": [(headroom.api.validate, {**run, "out": "out", "from_dir": "from_dir", "rounds": "rounds",
-                                              "steps_per_round": "steps_per_round", "profile_steps": "profile_steps",
-                                              "tolerance": "tolerance", "timeout": "timeout", "threads": "threads",
-                                              "max_rounds": "max_rounds", "target_width": "target_width",
-                                              "timing_budget": "timing_budget", "timer": "timer",
-                                              "speedups": "speedups", "problems": "problems", "graphs": "graphs"}),
-                     (headroom.WorkloadOptions, workload)],
+        "plot": [
+            (
+                headroom.plot,
+                {
+                    "out": "out",
+                    "figure": "figures",
+                    "fmt": "formats",
+                    "label": "labels",
+                    "speedup": "speedup",
+                    "speedups": "files",
+                    "params": "params",
+                    "family": "family",
+                    "basis": "basis",
+                    "sidecar": "numbers",
+                    "problems": "problems",
+                },
+            ),
+            read,
+        ],
+        "profile": [
+            (
+                headroom.api.profile,
+                {**run, "out": "out", "steps": "steps", "warmup": "warmup", "timed_steps": "timed_steps"},
+            ),
+            (
+                headroom.WorkloadOptions,
+                {
+                    **workload,
+                    "compile_": "compile",
+                    "no_module_ranges": "!module_ranges",
+                    "nproc": "nproc",
+                    "parallel": "parallel",
+                    "compile_mode": "compile_mode",
+                    "graphs": "graphs",
+                },
+            ),
+        ],
+        "extract": [
+            (
+                headroom.api.extract,
+                {**run, "out": "out", "trace": "trace", "window": "window", "no_profile": "!profile"},
+            ),
+            (headroom.WorkloadOptions, workload),
+        ],
+        "validate": [
+            (
+                headroom.api.validate,
+                {
+                    **run,
+                    "out": "out",
+                    "from_dir": "from_dir",
+                    "rounds": "rounds",
+                    "steps_per_round": "steps_per_round",
+                    "profile_steps": "profile_steps",
+                    "tolerance": "tolerance",
+                    "timeout": "timeout",
+                    "threads": "threads",
+                    "max_rounds": "max_rounds",
+                    "target_width": "target_width",
+                    "timing_budget": "timing_budget",
+                    "timer": "timer",
+                    "speedups": "speedups",
+                    "problems": "problems",
+                    "graphs": "graphs",
+                },
+            ),
+            (headroom.WorkloadOptions, workload),
+        ],
         "verify": [(headroom.VerifyOptions, verify), *suite],
         # (--scale unset: each suite problem's own scale, not VerifyOptions' default)
         "bench run": [(headroom.VerifyOptions, {k: v for k, v in verify.items() if k != "scale"}), *suite],
@@ -214,7 +346,7 @@ def _drifts(commands: dict[str, dict[str, object]], mapped: dict) -> tuple[list[
                 assert cli_name in cli and api_name in api, (name, cli_name, api_name)
                 want = (not api[api_name]) if negated else _plain(api[api_name])
                 got = _plain(cli[cli_name])
-                if got is None and want == ():    # a repeatable option not given: an empty list
+                if got is None and want == ():  # a repeatable option not given: an empty list
                     got = ()
                 if got != want:
                     drifts.append(f"{name} {cli_name}: the command's default {got!r}, the API's {want!r}")
@@ -237,13 +369,16 @@ def test_every_command_has_the_defaults_of_its_api_function():
 
 def test_a_drifted_default_fails_the_comparison():
     """The comparison can fail: a facade whose default differs from its command's is reported, by name."""
-    def plot(traces, out="out/figures", basis="kernel"):   # two defaults that are not the command's
+
+    def plot(traces, out="out/figures", basis="kernel"):  # two defaults that are not the command's
         """A drifted copy."""
 
     drifts, compared = _drifts(_command_defaults(), {"plot": [(plot, {"out": "out", "basis": "basis"})]})
     assert compared == 2
-    assert drifts == ["plot out: the command's default 'out/plots', the API's 'out/figures'",
-                      "plot basis: the command's default 'wall', the API's 'kernel'"]
+    assert drifts == [
+        "plot out: the command's default 'out/plots', the API's 'out/figures'",
+        "plot basis: the command's default 'wall', the API's 'kernel'",
+    ]
 
 
 def test_replay_top_defaults_to_five_in_both():
@@ -261,11 +396,12 @@ def test_the_reading_flags_are_every_field_of_read_options():
     fields = {f.name for f in dataclasses.fields(headroom.ReadOptions)}
     commands = _command_defaults()
     for command in READING_COMMANDS:
-        (read, flags), = [t for t in _api_targets()[command] if t[0] is headroom.ReadOptions]
+        ((read, flags),) = [t for t in _api_targets()[command] if t[0] is headroom.ReadOptions]
         assert {name.lstrip("!") for name in flags.values()} == fields, command
         assert set(flags) <= set(commands[command]), command
     assert set(inspect.signature(headroom.ReadOptions.from_flags).parameters) == set(
-        _api_targets()["classify"][0][1]), "from_flags takes each reading flag"
+        _api_targets()["classify"][0][1]
+    ), "from_flags takes each reading flag"
 
 
 class _Read(Exception):

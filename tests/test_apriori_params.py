@@ -71,8 +71,7 @@ def test_a_candidate_gets_the_workloads_parameter_dtype(tmp_path):
 
 
 def test_per_name_dtypes_and_problems_without_them(tmp_path):
-    p = _problem(tmp_path, "PARAM_DTYPES = {'weight': torch.float16}",
-                 "PARAM_DTYPES.get(name, torch.float32)")
+    p = _problem(tmp_path, "PARAM_DTYPES = {'weight': torch.float16}", "PARAM_DTYPES.get(name, torch.float32)")
     (tmp_path / "q").mkdir()
     plain = _problem(tmp_path / "q", "", "torch.float32")
 
@@ -110,8 +109,8 @@ def test_the_float64_rmsnorm_runs_the_ops_it_runs_in_the_model(tmp_path):
     p = _problem(tmp_path, "PARAM_DTYPE = torch.bfloat16", "PARAM_DTYPE")
     cls = _candidate_cls()
     x = torch.randn(2, 3, 8).to(torch.bfloat16)
-    as_built = prob.build_model(cls, p, 1, "cpu")   # verify: the workload's bfloat16 weight
-    kernelbench = cls(8)                             # the candidate's own float32 weight
+    as_built = prob.build_model(cls, p, 1, "cpu")  # verify: the workload's bfloat16 weight
+    kernelbench = cls(8)  # the candidate's own float32 weight
     assert as_built.weight.dtype == torch.bfloat16 and kernelbench.weight.dtype == torch.float32
     ours, theirs = _full_size_ops(as_built, x), _full_size_ops(kernelbench, x)
     # the float32 weight promotes the product to float32 and adds a cast back: one more full-size pass

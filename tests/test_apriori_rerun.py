@@ -23,8 +23,9 @@ def _stamp(t: float) -> str:
 
 def test_clock_samples_are_averaged_over_each_sides_blocks(tmp_path):
     t0 = 1_800_000_000.0
-    lines = [f"{_stamp(t0 + 0.1 * i)}, {1980 if i < 10 else 1830}, 3201, {500 if i < 10 else 690}.5, 60"
-             for i in range(20)] + ["garbage", "1, 2"]
+    lines = [
+        f"{_stamp(t0 + 0.1 * i)}, {1980 if i < 10 else 1830}, 3201, {500 if i < 10 else 690}.5, 60" for i in range(20)
+    ] + ["garbage", "1, 2"]
     samples = script.clock_samples("\n".join(lines))
     assert len(samples) == 20 and samples[3][1:] == (1980.0, 3201.0, 500.5, 60.0)
     assert abs(samples[3][0] - (t0 + 0.3)) < 1e-6
@@ -37,12 +38,27 @@ def test_clock_samples_are_averaged_over_each_sides_blocks(tmp_path):
             return script.window_stats(samples, a, b)
 
     run = tmp_path / "run.json"
-    run.write_text(json.dumps({"timing": {"rounds": [
-        {"order": ["base", "variant"], "base_t": [t0, t0 + 0.45], "variant_t": [t0 + 1.0, t0 + 1.45]},
-        {"order": ["variant", "base"], "variant_t": [t0 + 1.5, t0 + 1.95], "base_t": [t0 + 0.5, t0 + 0.95]}]}}))
+    run.write_text(
+        json.dumps(
+            {
+                "timing": {
+                    "rounds": [
+                        {"order": ["base", "variant"], "base_t": [t0, t0 + 0.45], "variant_t": [t0 + 1.0, t0 + 1.45]},
+                        {
+                            "order": ["variant", "base"],
+                            "variant_t": [t0 + 1.5, t0 + 1.95],
+                            "base_t": [t0 + 0.5, t0 + 0.95],
+                        },
+                    ]
+                }
+            }
+        )
+    )
     sides = script.side_clocks(run, Fake())
-    assert sides == {"base": {"sm_mhz": 1980.0, "power_w": 500.5, "temp_c": 60.0, "n": 10},
-                     "variant": {"sm_mhz": 1830.0, "power_w": 690.5, "temp_c": 60.0, "n": 10}}
+    assert sides == {
+        "base": {"sm_mhz": 1980.0, "power_w": 500.5, "temp_c": 60.0, "n": 10},
+        "variant": {"sm_mhz": 1830.0, "power_w": 690.5, "temp_c": 60.0, "n": 10},
+    }
 
 
 def test_validate_blocks_carry_their_wall_clock_span():
@@ -60,7 +76,7 @@ def test_validate_blocks_carry_their_wall_clock_span():
         assert r[f"{first}_t"][1] <= r[f"{second}_t"][0] + 1e-3
 
 
-PROBLEM = '''
+PROBLEM = """
 import torch
 from torch import nn
 
@@ -84,9 +100,9 @@ def get_inputs():
 
 def get_init_inputs():
     return [32]
-'''
+"""
 
-CANDIDATE = '''
+CANDIDATE = """
 import torch
 from torch import nn
 
@@ -98,7 +114,7 @@ class ModelNew(nn.Module):
 
     def forward(self, x):
         return (x * self.weight).to(x.dtype)
-'''
+"""
 
 
 def test_the_l2_probe_times_both_forwards_in_every_state(tmp_path):
@@ -115,16 +131,42 @@ def test_the_l2_probe_times_both_forwards_in_every_state(tmp_path):
 
 
 def test_unknown_rows_are_refused_with_one_line():
-    p = subprocess.run([sys.executable, str(REPO / "lab" / "gpu" / "gpu_validate.py"), "--apriori", "--dry-run",
-                        "--only", "no-such-row", "--out", "/tmp/unused-apriori"],
-                       capture_output=True, text=True, cwd=REPO, timeout=120)
+    p = subprocess.run(
+        [
+            sys.executable,
+            str(REPO / "lab" / "gpu" / "gpu_validate.py"),
+            "--apriori",
+            "--dry-run",
+            "--only",
+            "no-such-row",
+            "--out",
+            "/tmp/unused-apriori",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=120,
+    )
     assert p.returncode == 2 and p.stderr.count("\n") == 1 and "no-such-row" in p.stderr
 
 
 def test_the_cpu_probe_reads_a_rows_options_and_refuses_unknown_rows():
     assert script._options(["--phase", "decode", "--batch", "1"]) == {"phase": "decode", "batch": 1}
     assert script._options([]) == {}
-    p = subprocess.run([sys.executable, str(REPO / "lab" / "gpu" / "gpu_validate.py"), "--cpu-probe", "--dry-run",
-                        "--only", "no-such-row", "--out", "/tmp/unused-cpu-probe"],
-                       capture_output=True, text=True, cwd=REPO, timeout=120)
+    p = subprocess.run(
+        [
+            sys.executable,
+            str(REPO / "lab" / "gpu" / "gpu_validate.py"),
+            "--cpu-probe",
+            "--dry-run",
+            "--only",
+            "no-such-row",
+            "--out",
+            "/tmp/unused-cpu-probe",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=120,
+    )
     assert p.returncode == 2 and p.stderr.count("\n") == 1 and "no-such-row" in p.stderr

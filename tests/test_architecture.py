@@ -38,12 +38,15 @@ def test_a_broken_contract_fails(tmp_path):
     if exe is None:
         pytest.fail("lint-imports is not installed")
     config = tmp_path / "contract.toml"
-    config.write_text('[tool.importlinter]\nroot_packages = ["headroom"]\n\n'
-                      '[[tool.importlinter.contracts]]\nname = "report may not import project"\n'
-                      'type = "forbidden"\nsource_modules = ["headroom.report"]\n'
-                      'forbidden_modules = ["headroom.projection"]\n')
-    p = subprocess.run([exe, "--no-cache", "--config", str(config)], cwd=REPO, capture_output=True, text=True,
-                       timeout=300)
+    config.write_text(
+        '[tool.importlinter]\nroot_packages = ["headroom"]\n\n'
+        '[[tool.importlinter.contracts]]\nname = "report may not import project"\n'
+        'type = "forbidden"\nsource_modules = ["headroom.report"]\n'
+        'forbidden_modules = ["headroom.projection"]\n'
+    )
+    p = subprocess.run(
+        [exe, "--no-cache", "--config", str(config)], cwd=REPO, capture_output=True, text=True, timeout=300
+    )
     assert p.returncode == 1 and "BROKEN" in p.stdout and "headroom.report" in p.stdout
 
 
@@ -91,13 +94,19 @@ def test_the_cycle_contracts_fail_on_a_cycle(tmp_path):
     (pkg / "extract" / "ops.py").write_text("from headroom.extract import run\n")
     (pkg / "extract" / "run.py").write_text("def f():\n    from headroom.extract import ops\n")
     (pkg / "environment.py").write_text("import headroom\n")
-    lines = ['[tool.importlinter]', 'root_packages = ["headroom"]']
+    lines = ["[tool.importlinter]", 'root_packages = ["headroom"]']
     for c in contracts:
         lines += ["", "[[tool.importlinter.contracts]]"]
         lines += [f"{k} = {json.dumps(v)}" for k, v in c.items() if k != "ignore_imports"]
     (tmp_path / "contracts.toml").write_text("\n".join(lines) + "\n")
-    p = subprocess.run([exe, "--no-cache", "contracts.toml"], cwd=tmp_path, capture_output=True, text=True,
-                       timeout=300, env={**os.environ, "PYTHONPATH": str(tmp_path)})
+    p = subprocess.run(
+        [exe, "--no-cache", "contracts.toml"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "PYTHONPATH": str(tmp_path)},
+    )
     assert p.returncode == 1, p.stdout[-3000:]
     assert "Contracts: 0 kept, 2 broken." in p.stdout
     assert "No cycles are allowed in headroom.extract." in p.stdout
@@ -135,7 +144,7 @@ def _documented_tree() -> dict[str, set[str]]:
         else:
             folder = None
     for folder, rest in texts.items():
-        if folder == "data":   # data/ opens with a description: its names are the .toml files
+        if folder == "data":  # data/ opens with a description: its names are the .toml files
             listed[folder] = set(re.findall(r"[\w.]+\.toml", rest))
             continue
         listed[folder] = set()
@@ -143,7 +152,7 @@ def _documented_tree() -> dict[str, set[str]]:
             name = re.match(r"\s*([\w.]+/?)", item)
             if name:
                 listed[folder].add(name.group(1))
-            listed[folder] |= set(re.findall(r"\+\s*(\w+)", item))   # `run + worker`
+            listed[folder] |= set(re.findall(r"\+\s*(\w+)", item))  # `run + worker`
     return listed
 
 
@@ -153,8 +162,10 @@ def test_architecture_tree_names_every_module():
     listed = _documented_tree()
     pkg = REPO / "headroom"
     skip = {"__init__", "__main__"}
-    on_disk = {"": {p.stem for p in pkg.glob("*.py")} | {p.name + "/" for p in pkg.iterdir()
-                                                          if p.is_dir() and p.name != "__pycache__"}}
+    on_disk = {
+        "": {p.stem for p in pkg.glob("*.py")}
+        | {p.name + "/" for p in pkg.iterdir() if p.is_dir() and p.name != "__pycache__"}
+    }
     for d in sorted(p for p in pkg.iterdir() if p.is_dir() and p.name != "__pycache__"):
         names = {p.stem for p in d.glob("*.py")} | {p.name for p in d.glob("*.toml")}
         names |= {p.name + "/" for p in d.iterdir() if p.is_dir() and p.name != "__pycache__"}

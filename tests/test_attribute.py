@@ -32,8 +32,12 @@ def test_nested_ops_annotations_and_steps(builder, tmp_path):
     b.kernel("fill_kernel", launch_ts=151, ts=152, dur=1)
     ev = attribute_kernels_to_ops(load_trace(b.write(tmp_path / "t.json")))
     assert ev["op"].tolist() == ["aten::addmm", "aten::add", "aten::mm", "aten::zeros"]
-    assert ev["top_op"].tolist() == ["aten::linear", "aten::add",
-                                     "autograd::engine::evaluate_function: MmBackward0", "aten::zeros"]
+    assert ev["top_op"].tolist() == [
+        "aten::linear",
+        "aten::add",
+        "autograd::engine::evaluate_function: MmBackward0",
+        "aten::zeros",
+    ]
     assert ev["annotation"].tolist() == ["my_block", "my_block", "", ""]
     assert ev["step"].tolist() == [7, 7, 7, -1]
     assert ev["launch_name"].tolist() == ["cudaLaunchKernel"] * 4

@@ -58,7 +58,8 @@ def test_problem_runs_at_cpu_scale_with_a_non_degenerate_output(name):
         values, offsets = xs
         assert float(x.min()) > 0
         sums = torch.zeros(offsets.numel() - 1, x.shape[1], dtype=x.dtype).index_add_(
-            0, torch.repeat_interleave(torch.arange(offsets.numel() - 1), offsets[1:] - offsets[:-1]), x)
+            0, torch.repeat_interleave(torch.arange(offsets.numel() - 1), offsets[1:] - offsets[:-1]), x
+        )
         assert torch.allclose(sums, torch.ones_like(sums))
         assert std > 0.3 * mean
     else:
@@ -77,8 +78,11 @@ def test_honest_candidates_pass():
     assert doc["suite"] == "DLRM-Bench" and doc["scale"] == "cpu"
     by_problem = {r["problem"]: r for r in doc["results"]}
     assert sorted(by_problem) == sorted(bench.NAMES)
-    bad = {n: (r["verdict"], r["reason"], [c for c in r["checks"] if not c["passed"]]) for n, r in by_problem.items()
-           if r["verdict"] not in ("pass", "inconclusive") or [c for c in r["checks"] if not c["passed"]]}
+    bad = {
+        n: (r["verdict"], r["reason"], [c for c in r["checks"] if not c["passed"]])
+        for n, r in by_problem.items()
+        if r["verdict"] not in ("pass", "inconclusive") or [c for c in r["checks"] if not c["passed"]]
+    }
     assert not bad, bad
     assert all(r["speedup"] > 0 for r in by_problem.values() if r["verdict"] == "pass")
 

@@ -22,8 +22,14 @@ DLRM = SHIPPED_TRACES / "dlrm.train.json.gz"
 
 def subprocess_headroom(*args, timeout=120, **kw) -> subprocess.CompletedProcess:
     """The real command, in a process of its own (for signals, help rendering, imports)."""
-    return subprocess.run([sys.executable, "-m", "headroom.cli", *map(str, args)], capture_output=True,
-                          text=True, cwd=REPO, timeout=timeout, **kw)
+    return subprocess.run(
+        [sys.executable, "-m", "headroom.cli", *map(str, args)],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=timeout,
+        **kw,
+    )
 
 
 def one_error_line(p: subprocess.CompletedProcess, *needles: str) -> str:
@@ -38,22 +44,28 @@ def one_error_line(p: subprocess.CompletedProcess, *needles: str) -> str:
 
 def strict_json(text: str):
     """Parse as a strict reader would: NaN/Infinity are not JSON."""
+
     def refuse(name):
         raise AssertionError(f"{name} in JSON output")
+
     return json.loads(text, parse_constant=refuse)
 
 
 # --- usage, help, version ---------------------------------------------------------------------------
 
-@pytest.mark.parametrize("args,needle", [
-    (("classify",), "Missing argument"),
-    (("bogus",), "No such command 'bogus'"),
-    (("plot", DLRM, "--basis", "foo"), "'foo' is not one of"),
-    (("targets", DLRM, "--by", "banana"), "'banana' is not one of"),
-    (("profile", "llama-7b", "--timed-steps", "0"), "--timed-steps"),   # used to write NaN into the trace
-    (("report", "--rules"), "requires an argument"),
-    (("verify", "--suite", REPO / "docs", "--candidates", REPO / "docs"), "no problem files"),   # exited 0, silent
-])
+
+@pytest.mark.parametrize(
+    "args,needle",
+    [
+        (("classify",), "Missing argument"),
+        (("bogus",), "No such command 'bogus'"),
+        (("plot", DLRM, "--basis", "foo"), "'foo' is not one of"),
+        (("targets", DLRM, "--by", "banana"), "'banana' is not one of"),
+        (("profile", "llama-7b", "--timed-steps", "0"), "--timed-steps"),  # used to write NaN into the trace
+        (("report", "--rules"), "requires an argument"),
+        (("verify", "--suite", REPO / "docs", "--candidates", REPO / "docs"), "no problem files"),  # exited 0, silent
+    ],
+)
 def test_usage_errors_are_one_line(args, needle, headroom):
     one_error_line(headroom(*args), needle)
 
@@ -95,6 +107,7 @@ def test_the_command_map_names_every_command_of_each_module_in_the_help_order():
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=120)
     per_module, only, loaded, every = json.loads(p.stdout)
     from headroom.cli.app import COMMAND_MODULES
+
     assert {c: m for m, cs in per_module.items() for c in cs} == COMMAND_MODULES
     assert only == ["project", "targets", "plot"]
     assert "headroom.cli.verify" not in loaded and "headroom.cli.profile" not in loaded
@@ -110,7 +123,7 @@ def test_a_command_on_a_cached_trace_imports_only_what_it_uses(tmp_path, words):
     below 0.29), filelock (only a writer of the cache locks) nor the modules of a directory of ranks."""
     env = {**os.environ, "HEADROOM_CACHE_DIR": str(tmp_path / "cache"), "HEADROOM_CACHE_MIN_BYTES": "0"}
     trace = SHIPPED_TRACES / "resnet-50.train.json.gz"
-    assert subprocess_headroom("classify", trace, env=env).returncode == 0     # fills the cache
+    assert subprocess_headroom("classify", trace, env=env).returncode == 0  # fills the cache
     modules = tmp_path / "modules.json"
     code = f"""if True:
         import json, sys
@@ -121,11 +134,23 @@ def test_a_command_on_a_cached_trace_imports_only_what_it_uses(tmp_path, words):
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, env=env, timeout=120)
     code, loaded = json.loads(modules.read_text())
     assert code == 0 and p.stdout.strip(), p.stderr[-2000:]
-    assert "headroom.trace.cache" in loaded and "pandas" in loaded     # it did read the cached trace
+    assert "headroom.trace.cache" in loaded and "pandas" in loaded  # it did read the cached trace
     # A package's submodules: the loader names polars to lazy_loader, which puts an empty module in its place.
-    unwanted = [m for m in loaded if m.split(".")[0] in ("polars", "pydantic", "pydantic_core", "filelock") and "." in m
-                or m in ("headroom.trace.rank_set", "headroom.projection.sync_projection", "headroom.projection.sync_targets",
-                         "headroom.report.rank_tables", "headroom.cli.trace_inputs", "headroom.trace.comm")]
+    unwanted = [
+        m
+        for m in loaded
+        if m.split(".")[0] in ("polars", "pydantic", "pydantic_core", "filelock")
+        and "." in m
+        or m
+        in (
+            "headroom.trace.rank_set",
+            "headroom.projection.sync_projection",
+            "headroom.projection.sync_targets",
+            "headroom.report.rank_tables",
+            "headroom.cli.trace_inputs",
+            "headroom.trace.comm",
+        )
+    ]
     assert unwanted == []
 
 
@@ -136,16 +161,17 @@ def test_the_quick_exit_keeps_what_an_exit_does(tmp_path, args, code):
     code_text = f"""if True:
         import atexit, pathlib, sys, threading, time
         from headroom.cli import main
-        atexit.register(lambda: pathlib.Path({str(tmp_path / 'atexit')!r}).write_text("ran"))
+        atexit.register(lambda: pathlib.Path({str(tmp_path / "atexit")!r}).write_text("ran"))
         if sys.argv[1] == "thread":
             threading.Thread(target=lambda: (time.sleep(0.5),
-                             pathlib.Path({str(tmp_path / 'thread')!r}).write_text("done"))).start()
+                             pathlib.Path({str(tmp_path / "thread")!r}).write_text("done"))).start()
         sys.stdout.write("unflushed ")
         main({[str(a) for a in args]!r})
     """
     for mode in ("plain", "thread"):
-        p = subprocess.run([sys.executable, "-c", code_text, mode], capture_output=True, text=True, cwd=REPO,
-                           timeout=120)
+        p = subprocess.run(
+            [sys.executable, "-c", code_text, mode], capture_output=True, text=True, cwd=REPO, timeout=120
+        )
         assert p.returncode == code, p.stderr
         assert p.stdout.startswith("unflushed ") and (code != 0 or "headroom " in p.stdout)
         assert (tmp_path / "atexit").read_text() == "ran"
@@ -155,6 +181,7 @@ def test_the_quick_exit_keeps_what_an_exit_does(tmp_path, args, code):
 
 # --- rules, policies and selectors: names checked --------------------------------------------------
 
+
 def test_rules_and_policy_files_of_any_kind(tmp_path, headroom):
     one_error_line(headroom("classify", "--rules", tmp_path, DLRM), "is a directory")
     latin = tmp_path / "p.toml"
@@ -163,7 +190,7 @@ def test_rules_and_policy_files_of_any_kind(tmp_path, headroom):
     banana = tmp_path / "banana.toml"
     banana.write_text("[addressable]\nbanana = true\n")
     one_error_line(headroom("classify", "--policy", banana, DLRM), "unknown category 'banana'")
-    typo = tmp_path / "typo.toml"   # the issue's case: one letter made every GEMM addressable (33% -> 94%)
+    typo = tmp_path / "typo.toml"  # the issue's case: one letter made every GEMM addressable (33% -> 94%)
     typo.write_text('[[rule]]\ncategory = "gemn"\nkernel = "gemm|nvjet|cutlass"\n')
     one_error_line(headroom("classify", "--rules", typo, DLRM), "unknown category 'gemn' (did you mean 'gemm'?)")
 
@@ -182,8 +209,10 @@ def test_policy_names_are_case_insensitive(tmp_path, headroom):
 
 def test_selector_typos_are_errors_with_did_you_mean(headroom):
     # used to warn, print a table of zeros and exit 0
-    one_error_line(headroom("project", DLRM, "-s", "category:embeding=2"),
-                   "unknown category 'embeding' (did you mean 'embedding'?)")
+    one_error_line(
+        headroom("project", DLRM, "-s", "category:embeding=2"),
+        "unknown category 'embeding' (did you mean 'embedding'?)",
+    )
     one_error_line(headroom("project", DLRM, "-s", "phase:backwrd=2"), "did you mean 'backward'?")
     p = headroom("project", "--json", DLRM, "-s", "category:EMBEDDING=1.552")
     d = strict_json(p.stdout)
@@ -217,6 +246,7 @@ def test_a_catastrophic_regex_cannot_hang_a_run(tmp_path, builder):
 
 
 # --- JSON: strict, µs, schema -----------------------------------------------------------------------
+
 
 def test_json_never_holds_nan_or_infinity(tmp_path, headroom):
     # Two 1.5e308 µs kernels sum to Infinity, which json.dumps writes as `Infinity` (not JSON).
@@ -260,15 +290,18 @@ def test_every_json_document_has_a_schema_and_report_is_in_microseconds(headroom
 
 # --- stderr, one style; per-step on screen ------------------------------------------------------------
 
+
 def test_warnings_go_to_stderr_in_one_style(tmp_path, headroom):
     p = headroom("project", DLRM, "-s", "category:embedding=1.5", "-s", "op:aten::no_such_op=2")
     assert p.returncode == 0
     assert "warning" not in p.stdout
     # The trace's CUDA sync records hold 3 stream waits the replay cannot place: said once, in the same style.
-    assert p.stderr == (f"headroom: warning: {DLRM}: op:aten::no_such_op=2 (command line) matches no kernel "
-                        f"in this trace\n"
-                        f"headroom: warning: {DLRM}: 3 stream wait(s) could not be placed; the replay holds their "
-                        f"consumers' measured lag instead\n")
+    assert p.stderr == (
+        f"headroom: warning: {DLRM}: op:aten::no_such_op=2 (command line) matches no kernel "
+        f"in this trace\n"
+        f"headroom: warning: {DLRM}: 3 stream wait(s) could not be placed; the replay holds their "
+        f"consumers' measured lag instead\n"
+    )
     q = headroom("plot", DLRM, "--out", tmp_path, "--format", "png", "-s", "op:aten::no_such_op=2")
     assert q.returncode == 0 and "headroom:" not in q.stdout
     assert {ln.split(": ")[1] for ln in q.stderr.splitlines()} == {"warning"}
@@ -280,7 +313,7 @@ def test_screens_show_milliseconds_per_step_and_label_totals(headroom):
     t = headroom("targets", "--replay-top", "0", DLRM).stdout
     assert "measured 19.814 ms/step over 3 step(s)" in t and "ms/step" in t
     row = next(ln for ln in t.splitlines() if ln.lstrip().startswith("aten::_index_put_impl_"))
-    assert " 5.458 " in row    # 16,374.4 µs over 3 steps (the 3-step total was 16.374)
+    assert " 5.458 " in row  # 16,374.4 µs over 3 steps (the 3-step total was 16.374)
     p = headroom("project", DLRM, "-s", "category:embedding=1.552").stdout
     assert "measured: 19.814 ms/step (3 step(s), 59.441 ms in total)" in p
     c = headroom("classify", DLRM).stdout
@@ -289,7 +322,7 @@ def test_screens_show_milliseconds_per_step_and_label_totals(headroom):
 
 def test_report_reads_several_paths_names_a_bad_one_and_exits_2_at_the_end(tmp_path, headroom):
     bad = tmp_path / "bad.json"
-    bad.write_text("{\"traceEvents\": [")
+    bad.write_text('{"traceEvents": [')
     p = headroom("report", "--json", DLRM, bad, tmp_path / "missing.json")
     assert p.returncode == 2
     d = strict_json(p.stdout)
@@ -303,8 +336,10 @@ def test_layers_and_flavour_runs_are_labelled_as_such(headroom):
     # 13B/70B runs showed up as "llama-7b ... 4of40-layers"
     d = strict_json(headroom("report", "--json", SHIPPED_TRACES / "scaling").stdout)
     rows = {r["workload"]: r for r in d["traces"]}
-    assert set(rows) == {"llama-13b infer prefill (4 of 40 layers, extrapolated)",
-                         "llama-70b infer prefill (4 of 80 layers, extrapolated)"}
+    assert set(rows) == {
+        "llama-13b infer prefill (4 of 40 layers, extrapolated)",
+        "llama-70b infer prefill (4 of 80 layers, extrapolated)",
+    }
     r13 = rows["llama-13b infer prefill (4 of 40 layers, extrapolated)"]
     assert r13["extrapolated"] and r13["layers"] == "4 of 40" and round(100 * r13["addressable_fraction"], 1) == 32.5
     c = headroom("classify", SHIPPED_TRACES / "scaling" / "llama-7b.13b.infer.prefill.4of40-layers.json.gz").stdout
@@ -314,10 +349,12 @@ def test_layers_and_flavour_runs_are_labelled_as_such(headroom):
 def test_long_template_kernel_names_are_shortened_by_structure(headroom):
     from headroom.report.render import short_name
 
-    name = ("void at::native::vectorized_elementwise_kernel<4, at::native::BinaryFunctor<float, float, float, "
-            "at::native::binary_internal::MulFunctor<float> >, std::array<char*, 3ul> >(int, "
-            "at::native::BinaryFunctor<float, float, float, at::native::binary_internal::MulFunctor<float> >, "
-            "std::array<char*, 3ul>)")
+    name = (
+        "void at::native::vectorized_elementwise_kernel<4, at::native::BinaryFunctor<float, float, float, "
+        "at::native::binary_internal::MulFunctor<float> >, std::array<char*, 3ul> >(int, "
+        "at::native::BinaryFunctor<float, float, float, at::native::binary_internal::MulFunctor<float> >, "
+        "std::array<char*, 3ul>)"
+    )
     # it used to be cut mid-string at 120 characters
     assert short_name(name, 72) == "…::vectorized_elementwise_kernel<4, BinaryFunctor<…>, array<…> >(…)"
     assert short_name("nvjet_tst_64x8_64x16_4x1_v_bz_TNN", 72) == "nvjet_tst_64x8_64x16_4x1_v_bz_TNN"
@@ -329,6 +366,7 @@ def test_long_template_kernel_names_are_shortened_by_structure(headroom):
 
 
 # --- traces as people capture them --------------------------------------------------------------------
+
 
 @pytest.fixture(scope="module")
 def plain_torch_trace(tmp_path_factory):
@@ -352,21 +390,23 @@ def test_step_less_traces_work_in_every_command(plain_torch_trace, tmp_path, hea
     assert d["basis"] == "whole trace" and d["mode"] == "cpu-ops" and d["notes"][0].startswith(note)
     cats = {x["name"] for x in d["categories"]}
     assert {"gemm", "normalization"} <= cats
-    r = headroom("report", plain_torch_trace)       # report could not read these traces at all
+    r = headroom("report", plain_torch_trace)  # report could not read these traces at all
     assert r.returncode == 0 and note in r.stderr and "plain" in r.stdout
-    for args in (("project", plain_torch_trace, "-s", "category:normalization=2"),
-                 ("targets", plain_torch_trace, "--replay-top", "0"),
-                 ("plot", plain_torch_trace, "--figure", "addressable", "--format", "png", "--out", tmp_path)):
+    for args in (
+        ("project", plain_torch_trace, "-s", "category:normalization=2"),
+        ("targets", plain_torch_trace, "--replay-top", "0"),
+        ("plot", plain_torch_trace, "--figure", "addressable", "--format", "png", "--out", tmp_path),
+    ):
         p = headroom(*args)
         assert p.returncode == 0 and note in p.stderr, (args, p.stderr)
 
 
 def test_window_selects_steps_by_an_annotation(tmp_path, headroom):
-    b = TraceBuilder()   # vLLM-style: one `execute_model` range per engine step, no ProfilerStep
+    b = TraceBuilder()  # vLLM-style: one `execute_model` range per engine step, no ProfilerStep
     for t0 in (0, 1000, 2000):
         b.cpu("execute_model", t0, 400, cat="user_annotation")
         b.kernel("sm90_xmma_gemm_bf16", launch_ts=t0 + 10, ts=t0 + 20, dur=300)
-        b.kernel("vectorized_elementwise_kernel", launch_ts=t0 + 500, ts=t0 + 510, dur=100)   # between steps
+        b.kernel("vectorized_elementwise_kernel", launch_ts=t0 + 500, ts=t0 + 510, dur=100)  # between steps
     trace = b.write(tmp_path / "vllm.json.gz")
     p = headroom("report", "--json", "--window", "execute_model", trace)
     assert p.returncode == 0 and p.stderr == ""
@@ -379,15 +419,17 @@ def test_window_selects_steps_by_an_annotation(tmp_path, headroom):
 
 # --- outputs: OS errors, Ctrl-C ----------------------------------------------------------------------------
 
+
 def test_os_errors_on_output_paths_are_one_line(tmp_path, headroom, monkeypatch):
     a_file = tmp_path / "file"
     a_file.write_text("x")
     one_error_line(headroom("annotate", DLRM, "-o", tmp_path), "is a directory")
     one_error_line(headroom("annotate", DLRM, "-o", a_file / "x.json"), "file")
-    one_error_line(headroom("annotate", DLRM, "-o", "/proc/headroom-test.json"), "/proc")   # a read-only place
+    one_error_line(headroom("annotate", DLRM, "-o", "/proc/headroom-test.json"), "/proc")  # a read-only place
     one_error_line(headroom("plot", DLRM, "--out", a_file), "exists and is not a directory")
-    one_error_line(headroom("profile", "resnet-50", "--device", "cpu", "--out", a_file),
-                   "exists and is not a directory")
+    one_error_line(
+        headroom("profile", "resnet-50", "--device", "cpu", "--out", a_file), "exists and is not a directory"
+    )
     problem = REPO / "tests" / "cheaters" / "problems" / "clamp_unit.py"
     cand = REPO / "tests" / "cheaters" / "candidates" / "honest_clamp.py"
     from headroom import verify
@@ -395,7 +437,7 @@ def test_os_errors_on_output_paths_are_one_line(tmp_path, headroom, monkeypatch)
     def verified(*a, **k):
         raise AssertionError("the verification ran before the output path was refused")
 
-    monkeypatch.setattr(verify, "verify_candidate", verified)   # refused before it runs, not after
+    monkeypatch.setattr(verify, "verify_candidate", verified)  # refused before it runs, not after
     one_error_line(headroom("verify", problem, cand, "--out", a_file / "r.json"), "file: exists and is not a directory")
     assert not list(tmp_path.glob(".*tmp")) and a_file.read_text() == "x"
 
@@ -414,23 +456,29 @@ def interpreter_start_s() -> float:
 @pytest.mark.parametrize("delay", [0.02, 0.3, 0.8, 1.5])
 def test_ctrl_c_at_any_moment_exits_130_and_leaves_nothing_half_written(tmp_path, delay, interpreter_start_s):
     out = tmp_path / "a.json.gz"
-    p = subprocess.Popen([sys.executable, "-m", "headroom.cli", "annotate", str(DLRM), "-o", str(out)],
-                         cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    p = subprocess.Popen(
+        [sys.executable, "-m", "headroom.cli", "annotate", str(DLRM), "-o", str(out)],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     time.sleep(2 * interpreter_start_s + delay)
     p.send_signal(signal.SIGINT)
     stdout, stderr = p.communicate(timeout=60)
-    if p.returncode == 0:   # it finished first: the output is whole
+    if p.returncode == 0:  # it finished first: the output is whole
         assert json.loads(gzip.decompress(out.read_bytes()))["traceEvents"]
         return
     assert p.returncode == 130, (p.returncode, stderr)
     assert "Traceback" not in stderr and stderr.strip().splitlines()[-1] == "headroom: interrupted"
-    if out.exists():    # interrupted after the output was renamed into place: it is whole, nothing else is left
+    if out.exists():  # interrupted after the output was renamed into place: it is whole, nothing else is left
         assert json.loads(gzip.decompress(out.read_bytes()))["traceEvents"] and os.listdir(tmp_path) == [out.name]
         return
     assert os.listdir(tmp_path) == []
 
 
 # --- streams, links, pipes that close, candidates -----------------------------------------------------
+
 
 @pytest.mark.parametrize("gzipped", [False, True])
 def test_a_trace_through_a_pipe_is_read_and_named_as_given(gzipped, tmp_path):
@@ -459,7 +507,7 @@ def test_a_broken_symlink_among_traces_is_named(tmp_path, headroom):
     p = headroom("report", "--json", d)
     assert p.returncode == 2
     assert f"headroom: error: {d}/rank-1.json.gz: a broken symbolic link (to {tmp_path}/gone.json.gz)" in p.stderr
-    assert len(strict_json(p.stdout)["traces"]) == 1      # the other trace still reported
+    assert len(strict_json(p.stdout)["traces"]) == 1  # the other trace still reported
 
 
 @pytest.mark.parametrize("args", [("targets", DLRM, "--top", "0"), ("classify", DLRM)])
@@ -467,8 +515,13 @@ def test_a_reader_that_leaves_gives_exit_141(args):
     """`headroom targets T --top 0 | head -1` exited 1 without a word (rich's own broken-pipe exit); here the
     reader leaves before the first line (`| true`), so that no output fits the pipe before it closes."""
     cmd = " ".join(map(str, [sys.executable, "-m", "headroom.cli", *args]))
-    p = subprocess.run(["bash", "-c", f"{cmd} 2>/dev/null | true; echo ${{PIPESTATUS[0]}}"],
-                       capture_output=True, text=True, cwd=REPO, timeout=120)
+    p = subprocess.run(
+        ["bash", "-c", f"{cmd} 2>/dev/null | true; echo ${{PIPESTATUS[0]}}"],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=120,
+    )
     assert p.stdout.strip() == "141"
 
 
@@ -490,7 +543,7 @@ def test_library_warnings_come_in_the_one_style(capfd):
         library_warnings_in_one_style()
         with warnings.catch_warnings():
             warnings.simplefilter("always")
-            warnings.warn("The profiler is\n  slow", UserWarning, stacklevel=1)      # two lines in Python's style
+            warnings.warn("The profiler is\n  slow", UserWarning, stacklevel=1)  # two lines in Python's style
         assert capfd.readouterr().err == "headroom: warning: UserWarning: The profiler is slow\n"
     finally:
         warnings.showwarning = saved

@@ -10,8 +10,16 @@ import pytest
 
 from tests.conftest import REPO
 
-COMMANDS = [["classify"], ["classify", "--json"], ["report"], ["report", "--json"], ["targets"], ["targets", "--json"],
-            ["project", "-s", "category:gemm=2"], ["project", "--json", "-s", "category:gemm=2"]]
+COMMANDS = [
+    ["classify"],
+    ["classify", "--json"],
+    ["report"],
+    ["report", "--json"],
+    ["targets"],
+    ["targets", "--json"],
+    ["project", "-s", "category:gemm=2"],
+    ["project", "--json", "-s", "category:gemm=2"],
+]
 
 
 @pytest.fixture
@@ -29,8 +37,14 @@ def run(cache, env, *args):
     for entry in cache.glob("*"):
         if entry.is_dir() and entry.name != "commands":
             shutil.rmtree(entry)
-    p = subprocess.run([sys.executable, "-m", "headroom.cli", *map(str, args)], capture_output=True, text=True,
-                       cwd=REPO, env=env, timeout=300)
+    p = subprocess.run(
+        [sys.executable, "-m", "headroom.cli", *map(str, args)],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        env=env,
+        timeout=300,
+    )
     assert p.returncode == 0, p.stderr
     return p, not list(cache.glob("*/*/header.json"))
 
@@ -49,7 +63,7 @@ def test_the_replayed_output_is_the_uncached_output(setup, words):
 def test_a_changed_input_runs_again(setup, tmp_path):
     trace, cache, env = setup
     rules, policy = tmp_path / "rules.toml", tmp_path / "policy.toml"
-    rules.write_text("[[rule]]\ncategory = \"my_gemm\"\nkind = \"kernel\"\nkernel = \"^nothing_matches_this$\"\n")
+    rules.write_text('[[rule]]\ncategory = "my_gemm"\nkind = "kernel"\nkernel = "^nothing_matches_this$"\n')
     policy.write_text("[addressable]\nmy_gemm = true\n")
     words = ["classify", "--json", "--rules", rules, "--policy", policy, trace]
     assert not run(cache, env, *words)[1] and run(cache, env, *words)[1]
@@ -59,16 +73,16 @@ def test_a_changed_input_runs_again(setup, tmp_path):
         assert not replayed
         fresh, _ = run(cache, env, *args[:-1], "--no-cache", args[-1])
         assert p.stdout == fresh.stdout and p.stderr == fresh.stderr
-        assert run(cache, env, *args)[1]      # recorded anew
+        assert run(cache, env, *args)[1]  # recorded anew
         return p.stdout
 
     before = run(cache, env, *words)[0].stdout
-    rules.write_text("[[rule]]\ncategory = \"my_gemm\"\nkind = \"kernel\"\nkernel = \"conv\"\n")
+    rules.write_text('[[rule]]\ncategory = "my_gemm"\nkind = "kernel"\nkernel = "conv"\n')
     assert runs_again_and_matches(*words) != before
     policy.write_text("[addressable]\nmy_gemm = false\n")
     runs_again_and_matches(*words)
     runs_again_and_matches("classify", "--json", "--whole-trace", "--rules", rules, "--policy", policy, trace)
-    os.utime(trace, ns=(1, 1))     # the same bytes, another modification time: read again
+    os.utime(trace, ns=(1, 1))  # the same bytes, another modification time: read again
     runs_again_and_matches(*words)
     env["HEADROOM_REPLAY"] = "off"
     assert not run(cache, env, *words)[1]

@@ -12,8 +12,14 @@ from tests.conftest import HTA_TRACES, REPO, hta_trace
 
 
 def headroom(*args, **kw):
-    return subprocess.run([sys.executable, "-m", "headroom.cli", *map(str, args)], capture_output=True,
-                          text=True, cwd=REPO, timeout=300, **kw)
+    return subprocess.run(
+        [sys.executable, "-m", "headroom.cli", *map(str, args)],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=300,
+        **kw,
+    )
 
 
 def test_classify_json_contract_on_real_trace():
@@ -35,12 +41,15 @@ def test_classify_table_names_categories():
     assert "gemm" in p.stdout and "addressable: 54.1%" in p.stdout
 
 
-@pytest.mark.parametrize("content,needle", [
-    (b"", "empty file"),
-    (b"{\"traceEvents\": [", "invalid JSON"),
-    (b"[]", "not a Kineto trace"),
-    (b"{\"traceEvents\": []}", "nothing to analyse"),
-])
+@pytest.mark.parametrize(
+    "content,needle",
+    [
+        (b"", "empty file"),
+        (b'{"traceEvents": [', "invalid JSON"),
+        (b"[]", "not a Kineto trace"),
+        (b'{"traceEvents": []}', "nothing to analyse"),
+    ],
+)
 def test_bad_input_is_one_line_exit_2(tmp_path, content, needle):
     f = tmp_path / "t.json"
     f.write_bytes(content)
@@ -55,7 +64,7 @@ def test_missing_file_and_truncated_gzip(tmp_path):
     p = headroom("classify", tmp_path / "missing.json")
     assert p.returncode == 2 and "no such file" in p.stderr and "Traceback" not in p.stderr
     f = tmp_path / "t.json.gz"
-    f.write_bytes(gzip.compress(b"{\"traceEvents\": []}" * 100)[:40])
+    f.write_bytes(gzip.compress(b'{"traceEvents": []}' * 100)[:40])
     p = headroom("classify", f)
     assert p.returncode == 2 and "gzip" in p.stderr and len(p.stderr.strip().splitlines()) == 1
 
@@ -98,31 +107,34 @@ def test_report_over_a_directory():
     assert rows["nccl_parser_config__nccl_data"]["top_addressable_op"] == "aten::cudnn_batch_norm_backward"
 
 
-@pytest.mark.parametrize("args", [
-    ["classify", "--json"], ["project", "--json", "-s", "category:addressable=2"], ["targets", "--json"]])
+@pytest.mark.parametrize(
+    "args", [["classify", "--json"], ["project", "--json", "-s", "category:addressable=2"], ["targets", "--json"]]
+)
 def test_every_command_prints_the_same_from_the_cache(tmp_path, args):
     """The second command on a trace reads its analysis (and, when used, its tables) from the cache:
     the same output as without the cache, for one trace and for a directory of ranks."""
     from tests.ranks_synthetic import write_pair
+
     ranks = write_pair(tmp_path / "ranks")
     one = tmp_path / "one.json.gz"
     one.write_bytes((REPO / "traces" / "resnet-50.train.json.gz").read_bytes())
-    env = dict(os.environ, HEADROOM_CACHE_DIR=str(tmp_path / "cache"), HEADROOM_CACHE_MIN_BYTES="0",
-               HEADROOM_REPLAY="off")    # the analysis read back, not the output replayed (tests/test_cli_replay.py)
+    env = dict(
+        os.environ, HEADROOM_CACHE_DIR=str(tmp_path / "cache"), HEADROOM_CACHE_MIN_BYTES="0", HEADROOM_REPLAY="off"
+    )  # the analysis read back, not the output replayed (tests/test_cli_replay.py)
     for target in (one, ranks):
         fresh = headroom(*args, "--no-cache", target, env=env)
-        headroom(*args, target, env=env)                 # fills the cache
+        headroom(*args, target, env=env)  # fills the cache
         cached = headroom(*args, target, env=env)
         assert fresh.returncode == cached.returncode == 0, cached.stderr
         assert cached.stdout == fresh.stdout and len(cached.stdout) > 300
-    assert len(list((tmp_path / "cache").glob("*/*/analysis-*.frames"))) == 3   # one trace, two ranks
+    assert len(list((tmp_path / "cache").glob("*/*/analysis-*.frames"))) == 3  # one trace, two ranks
 
 
 def test_a_kernel_run_once_in_three_steps_is_not_shown_as_x0(builder, tmp_path):
     for n, t0 in ((1, 0.0), (2, 100.0), (3, 200.0)):
         builder.step(n, t0, 100.0)
         builder.kernel("sm90_gemm", launch_ts=t0 + 2, ts=t0 + 10, dur=50)
-    builder.kernel("vectorized_elementwise_kernel", launch_ts=5.0, ts=70.0, dur=3)     # in step 1 only
+    builder.kernel("vectorized_elementwise_kernel", launch_ts=5.0, ts=70.0, dur=3)  # in step 1 only
     p = headroom("classify", "--all", builder.write(tmp_path / "t.json"))
     assert p.returncode == 0, p.stderr
     line = next(ln for ln in p.stdout.splitlines() if "vectorized_elementwise_kernel" in ln)

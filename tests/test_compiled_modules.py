@@ -28,25 +28,32 @@ from headroom.trace.compiled import (
 )
 
 
-@pytest.mark.parametrize("key, path", [
-    ("L['self']", ""),
-    ("L['self'].model.layers.0.mlp", "model.layers.0.mlp"),
-    ("L['args'][0].model.layers.3.self_attn.q_proj", "model.layers.3.self_attn.q_proj"),
-    ("L['self'].layers[0].mlp", "layers.0.mlp"),
-    ("getattr(L['self'].layers, '0').mlp", "layers.0.mlp"),
-    ("L['fn']._modules['blocks']._modules['2']", "blocks.2"),
-    ("G['__import_transformers'].apply_rotary_pos_emb", None),
-])
+@pytest.mark.parametrize(
+    "key, path",
+    [
+        ("L['self']", ""),
+        ("L['self'].model.layers.0.mlp", "model.layers.0.mlp"),
+        ("L['args'][0].model.layers.3.self_attn.q_proj", "model.layers.3.self_attn.q_proj"),
+        ("L['self'].layers[0].mlp", "layers.0.mlp"),
+        ("getattr(L['self'].layers, '0').mlp", "layers.0.mlp"),
+        ("L['fn']._modules['blocks']._modules['2']", "blocks.2"),
+        ("G['__import_transformers'].apply_rotary_pos_emb", None),
+    ],
+)
 def test_dynamo_paths(key, path):
     assert dynamo_path(key) == path
 
 
 def test_node_tokens_longest_first_and_unknown_parts_skipped():
-    nodes = {"add", "add_1", "index_put_1", "_scaled_dot_product_flash_attention_for_cpu", "copy_", "copy__3",
-             "mul_12"}
+    nodes = {"add", "add_1", "index_put_1", "_scaled_dot_product_flash_attention_for_cpu", "copy_", "copy__3", "mul_12"}
     fused = "add_1_index_put_1__scaled_dot_product_flash_attention_for_cpu_copy__3_unknown_7_mul_12"
-    assert node_tokens(fused, nodes) == ["add_1", "index_put_1", "_scaled_dot_product_flash_attention_for_cpu",
-                                         "copy__3", "mul_12"]
+    assert node_tokens(fused, nodes) == [
+        "add_1",
+        "index_put_1",
+        "_scaled_dot_product_flash_attention_for_cpu",
+        "copy__3",
+        "mul_12",
+    ]
 
 
 def test_common_path_stops_at_a_recorded_module():
@@ -59,16 +66,35 @@ def test_common_path_stops_at_a_recorded_module():
 
 def _graph(nodes: dict[str, str], views: tuple[str, ...] = (), externs=(), compile_id: str = "0/0") -> Graph:
     paths = tuple(dict.fromkeys(p for p in nodes.values() if p is not None))
-    return Graph(compile_id, paths, tuple(p.rsplit(".", 1)[-1] for p in paths),
-                 {n: paths.index(p) if p is not None else -1 for n, p in nodes.items()}, frozenset(views),
-                 tuple(externs))
+    return Graph(
+        compile_id,
+        paths,
+        tuple(p.rsplit(".", 1)[-1] for p in paths),
+        {n: paths.index(p) if p is not None else -1 for n, p in nodes.items()},
+        frozenset(views),
+        tuple(externs),
+    )
 
 
 def test_kernel_module_from_its_own_computing_nodes():
     norm3, norm4, layer3 = "model.layers.3.input_layernorm", "model.layers.4.input_layernorm", "model.layers.3"
-    g = _graph({"embedding": "model.embed_tokens", "add_8": layer3, "view_13": "model.layers.3.o_proj",
-                "mean_2": norm4, "rsqrt_2": norm4, "mul_13": norm4, "mean_1": norm3, "mul_9": norm3,
-                "add_11": layer3, "mul_14": norm4, "iota": "model", "copy_": None}, views=("view_13",))
+    g = _graph(
+        {
+            "embedding": "model.embed_tokens",
+            "add_8": layer3,
+            "view_13": "model.layers.3.o_proj",
+            "mean_2": norm4,
+            "rsqrt_2": norm4,
+            "mul_13": norm4,
+            "mean_1": norm3,
+            "mul_9": norm3,
+            "add_11": layer3,
+            "mul_14": norm4,
+            "iota": "model",
+            "copy_": None,
+        },
+        views=("view_13",),
+    )
     names = {
         # the embedding lookup and the residual add recomputed in each norm kernel: shared, they do not decide
         "graph_0_cpp_fused_mean_1_embedding_add_8_mul_9_0": norm3,
@@ -88,16 +114,22 @@ def test_kernel_names_match_the_graph_that_holds_their_nodes():
     bwd = _graph({"mm_3": "c", "mul_7": "c.d"}, compile_id="0/0")
     cmap = CompiledMap("model", "M", (fwd, bwd))
     assert kernel_paths(cmap, {"triton_poi_fused_mul_7_0", "triton_poi_fused_mul_1_0"}) == {
-        "triton_poi_fused_mul_7_0": "c.d", "triton_poi_fused_mul_1_0": "a.b"}
+        "triton_poi_fused_mul_7_0": "c.d",
+        "triton_poi_fused_mul_1_0": "a.b",
+    }
 
 
 def test_extern_ops_matched_per_name_in_order():
-    externs = (("mm", "aten::mm", ()), ("index_put", "aten::index_put", ()), ("mm_1", "aten::mm", ()),
-               ("sdpa", "aten::_scaled_dot_product_flash_attention_for_cpu", ()), ("mm_2", "aten::mm", ()))
+    externs = (
+        ("mm", "aten::mm", ()),
+        ("index_put", "aten::index_put", ()),
+        ("mm_1", "aten::mm", ()),
+        ("sdpa", "aten::_scaled_dot_product_flash_attention_for_cpu", ()),
+        ("mm_2", "aten::mm", ()),
+    )
     g = _graph({"mm": "q", "index_put": "attn", "mm_1": "k", "sdpa": "attn", "mm_2": "o"}, externs=externs)
     # the index_put was lowered into a kernel: it runs no op, and the others still match
-    gi, at = match_call(["aten::mm", "aten::mm", "aten::_scaled_dot_product_flash_attention_for_cpu",
-                         "aten::mm"], (g,))
+    gi, at = match_call(["aten::mm", "aten::mm", "aten::_scaled_dot_product_flash_attention_for_cpu", "aten::mm"], (g,))
     assert gi == 0 and at.tolist() == [0, 2, 3, 4]
     gi, at = match_call(["aten::bmm"], (g,))
     assert gi == -1 and (at == -1).all()
@@ -113,8 +145,9 @@ def compiled_run(tmp_path_factory):
     from headroom.profile.workload import Options
 
     out = tmp_path_factory.mktemp("compiled")
-    r = profile_workload("llama-7b", Options(flavour="tiny", compile=True, phase="decode", batch=1),
-                         device="cpu", out=out)
+    r = profile_workload(
+        "llama-7b", Options(flavour="tiny", compile=True, phase="decode", batch=1), device="cpu", out=out
+    )
     return r
 
 
@@ -177,8 +210,16 @@ def test_extern_gemms_go_to_their_projections(compiled_run):
 
     config = llama_config("tiny")
     h, f, v = config.hidden_size, config.intermediate_size, config.vocab_size
-    sizes = {"q_proj": (h, h), "k_proj": (h, h), "v_proj": (h, h), "o_proj": (h, h), "gate_proj": (h, f),
-             "up_proj": (h, f), "down_proj": (f, h), "lm_head": (h, v)}
+    sizes = {
+        "q_proj": (h, h),
+        "k_proj": (h, h),
+        "v_proj": (h, h),
+        "o_proj": (h, h),
+        "gate_proj": (h, f),
+        "up_proj": (h, f),
+        "down_proj": (f, h),
+        "lm_head": (h, v),
+    }
     ev = compiled_run.analysis.events
     seen = _mm_inputs(compiled_run, ev)
     assert len(seen) == 7 * config.num_hidden_layers + 1
@@ -186,7 +227,7 @@ def test_extern_gemms_go_to_their_projections(compiled_run):
         name = module.rsplit(".", 1)[-1]
         assert name in sizes, module
         assert (a[-1], b[-1]) == sizes[name], (module, a, b)
-    assert len({m for m, _, _ in seen}) == len(seen)    # each projection once
+    assert len({m for m, _, _ in seen}) == len(seen)  # each projection once
 
 
 @pytest.mark.slow
@@ -205,4 +246,4 @@ def test_a_damaged_extern_order_is_rejected(compiled_run, tmp_path):
     ev = analyze(damaged, use_cache=False).events
     gemms = ev[(ev["name"] == "aten::mm").to_numpy()]
     assert len(gemms) and set(gemms["compiled"]) == {REJECTED}
-    assert set(gemms["module"]) == {"model"}      # the compiled module, not a wrong projection
+    assert set(gemms["module"]) == {"model"}  # the compiled module, not a wrong projection

@@ -14,16 +14,23 @@ from headroom.trace.analysis import analyze
 
 DLRM = SHIPPED_TRACES / "dlrm.train.json.gz"
 DCN = SHIPPED_TRACES / "dlrm-dcn.train.json.gz"
-TRANSFORMERS = sorted(p for p in SHIPPED_TRACES.glob("*.json.gz")
-                      if p.name.split(".")[0] in ("llama-7b", "gpt2-xl", "bert-base", "vit-b-16", "resnet-50"))
+TRANSFORMERS = sorted(
+    p
+    for p in SHIPPED_TRACES.glob("*.json.gz")
+    if p.name.split(".")[0] in ("llama-7b", "gpt2-xl", "bert-base", "vit-b-16", "resnet-50")
+)
 
 
 def test_the_shipped_dlrm_traces_match_their_problems_with_shares_of_gpu_time():
     c = coverage([analyze(DLRM), analyze(DCN)], suite="dlrm")
     by = {p.name: p for p in c.problems}
     assert len(c.problems) == 12
-    assert set(c.matched) == {"01_EmbeddingBagSum", "04_DotInteraction", "05_DotInteractionBackward",
-                              "06_DCNv2LowRankCross"}
+    assert set(c.matched) == {
+        "01_EmbeddingBagSum",
+        "04_DotInteraction",
+        "05_DotInteractionBackward",
+        "06_DCNv2LowRankCross",
+    }
     assert [m.trace.split("/")[-1] for m in by["06_DCNv2LowRankCross"].matches] == [DCN.name]
     back = by["05_DotInteractionBackward"].matches[0]
     # the interaction's whole backward: the gather's index_put_ (~29%), the bmm backwards, the dZ sum
@@ -84,7 +91,10 @@ def test_cli_table_json_strict_and_bad_input(headroom, tmp_path):
     assert len(doc["unmatched"]) == 9 and doc["problems"][4]["matches"][0]["share"] > 0.25
     p = headroom("coverage", "--strict", DLRM)
     assert p.returncode == 1 and "9 of 12 DLRM-Bench problems match no trace" in p.stderr
-    for args, needle in ((("--suite", "mlperf", DLRM), "unknown suite"), ((tmp_path / "none.json.gz",), "none.json.gz")):
+    for args, needle in (
+        (("--suite", "mlperf", DLRM), "unknown suite"),
+        ((tmp_path / "none.json.gz",), "none.json.gz"),
+    ):
         p = headroom("coverage", *args)
         lines = p.stderr.strip().splitlines()
         assert p.returncode == 2 and p.stdout == "" and len(lines) == 1 and needle in lines[0], p.stderr

@@ -26,10 +26,10 @@ def run(path, *speedups: str, **kw):
 
 # --- launch-bound: the gain is the CPU time removed --------------------------
 
+
 def launch_bound(tmp_path, **write):
     sim = Sim()
-    steps(sim, 3, lambda s: chain_model(s, 20, gemm_cpu=10, gemm_gpu=2, chain_ops=8, chain_cpu=10,
-                                        chain_gpu=1, glue=1))
+    steps(sim, 3, lambda s: chain_model(s, 20, gemm_cpu=10, gemm_gpu=2, chain_ops=8, chain_cpu=10, chain_gpu=1, glue=1))
     return sim.write(tmp_path / "launch_bound.json", **write)
 
 
@@ -79,10 +79,15 @@ def test_more_launches_cost_cpu_time(tmp_path):
 
 # --- GPU-bound: the gain is Amdahl's ----------------------------------------
 
+
 def gpu_bound(tmp_path):
     sim = Sim()
-    steps(sim, 3, lambda s: chain_model(s, 10, gemm_cpu=10, gemm_gpu=400, chain_ops=8, chain_cpu=10,
-                                        chain_gpu=25, glue=1), tail_sync=True)
+    steps(
+        sim,
+        3,
+        lambda s: chain_model(s, 10, gemm_cpu=10, gemm_gpu=400, chain_ops=8, chain_cpu=10, chain_gpu=25, glue=1),
+        tail_sync=True,
+    )
     return sim.write(tmp_path / "gpu_bound.json")
 
 
@@ -103,11 +108,16 @@ def test_gpu_bound_chain_fused_gains_what_amdahl_says(tmp_path):
 
 # --- at the boundary: the CPU becomes the bottleneck after the fusion ----------
 
+
 def test_fused_chain_at_the_boundary(tmp_path):
     sim = Sim()
     # Per layer: CPU 10 + 8 x 10 = 90 us, GPU 5 + 8 x 12 = 101 us: GPU-bound, just.
-    steps(sim, 3, lambda s: chain_model(s, 40, gemm_cpu=10, gemm_gpu=5, chain_ops=8, chain_cpu=10,
-                                        chain_gpu=12), tail_sync=True)
+    steps(
+        sim,
+        3,
+        lambda s: chain_model(s, 40, gemm_cpu=10, gemm_gpu=5, chain_ops=8, chain_cpu=10, chain_gpu=12),
+        tail_sync=True,
+    )
     path = sim.write(tmp_path / "boundary.json")
     r = run(path, "module:RMSNorm=12,launches=1")
     # Measured step: 7 us to the first kernel, 5 us idle before the first chain kernel, 40 x 101 us
@@ -120,7 +130,7 @@ def test_fused_chain_at_the_boundary(tmp_path):
     rep, amd = r.get("replay"), r.get("amdahl")
     assert rep.saved_us / 3 == pytest.approx(4056.0 - 809.0, abs=0.5)
     assert amd.saved_us / 3 == pytest.approx(40 * 88.0, abs=0.01)
-    pinned = run(path, "module:RMSNorm=12")     # no launches: kernels stay pinned to the old CPU timeline
+    pinned = run(path, "module:RMSNorm=12")  # no launches: kernels stay pinned to the old CPU timeline
     # Pinned: the CPU still takes 3600 us; the last kernel (1 us) starts 5 us after its launch at 3592 us.
     assert pinned.get("replay").saved_us / 3 == pytest.approx(4056.0 - 3604.0, abs=0.5)
     assert r.estimate.low <= pinned.get("replay").speedup + 1e-9
@@ -135,6 +145,7 @@ def test_no_change_replays_the_trace(tmp_path):
 
 # --- a cross-stream wait bounds what the CPU savings buy ------------------------
 
+
 def _producer_consumer(sim: Sim, resolved: bool = True) -> None:
     # P (1500 us) on a side stream; a launch-bound chain on the main stream; C waits for P.
     sim.op("aten::producer", 10, [(2, "producer_P", 1500.0)], stream=8)
@@ -142,9 +153,15 @@ def _producer_consumer(sim: Sim, resolved: bool = True) -> None:
     chain_model(sim, 10, gemm_cpu=10, gemm_gpu=2, chain_ops=8, chain_cpu=10, chain_gpu=1, glue=1)
     wait = sim.runtime("cudaStreamWaitEvent", 2.0)
     # CUDA >= 12.9 traces leave the recorded stream and record call unresolved (-1).
-    sim.cuda_sync("Stream Wait Event", sim.t - 2.0, stream=7, corr=wait, wait_on_stream=8 if resolved else -1,
-                  record_corr=record if resolved else -1)
-    sim.stream_free[7] = max(sim.stream_free[7], sim.stream_free[8])     # the wait, on the GPU
+    sim.cuda_sync(
+        "Stream Wait Event",
+        sim.t - 2.0,
+        stream=7,
+        corr=wait,
+        wait_on_stream=8 if resolved else -1,
+        record_corr=record if resolved else -1,
+    )
+    sim.stream_free[7] = max(sim.stream_free[7], sim.stream_free[8])  # the wait, on the GPU
     sim.op("aten::consumer", 10, [(2, "consumer_C", 500.0)])
     sim.synchronize()
 
@@ -170,10 +187,12 @@ def test_a_cross_stream_wait_keeps_the_consumer_behind_its_producer(tmp_path):
     # Without the wait records the replay cannot know C waited: it holds C's lag after its launch and
     # credits C with the CPU savings (C at 218 + 499 us), so the step would end with P: 500 us too soon.
     from headroom.projection.baseline import Baseline
+
     blind = Baseline.from_analysis(a)
     blind.syncs = None
-    assert project(blind, [parse_cli_speedup("module:RMSNorm=4,launches=1")]).get("replay").saved_us / 3 \
-        == pytest.approx(500.0, abs=0.01)
+    assert project(blind, [parse_cli_speedup("module:RMSNorm=4,launches=1")]).get(
+        "replay"
+    ).saved_us / 3 == pytest.approx(500.0, abs=0.01)
 
 
 def test_no_launches_left_moves_the_work_into_the_neighbour(tmp_path):
@@ -185,6 +204,7 @@ def test_no_launches_left_moves_the_work_into_the_neighbour(tmp_path):
 
 
 # --- the same mechanisms on the shipped H200 traces -----------------------------
+
 
 @pytest.fixture(scope="module")
 def chains(tmp_path_factory):
@@ -203,7 +223,7 @@ def chains(tmp_path_factory):
 
 def test_shipped_launch_bound_decode_gains_the_cpu_time_of_the_fused_norms(chains):
     a, module, calls = chains["decode-rmsnorm"]
-    assert calls == 3 * 65                      # 2 per layer x 32 layers + the final norm, per step
+    assert calls == 3 * 65  # 2 per layer x 32 layers + the final norm, per step
     pinned = project(a, [parse_cli_speedup(f"module:{module}=4")])
     fused = project(a, [parse_cli_speedup(f"module:{module}=4,launches=1")])
     # Launch-bound (70% idle without the profiler): shorter kernels alone buy nothing...
@@ -218,15 +238,20 @@ def test_shipped_launch_bound_decode_gains_the_cpu_time_of_the_fused_norms(chain
     assert 1.2 < e.speedup < 1.3 and e.low == pytest.approx(1.0, abs=1e-3) and e.high > e.speedup
 
 
-@pytest.mark.xfail(strict=True, reason="the module-ranged gpt2-xl trace's profiled CPU runs only just ahead of "
-                   "the GPU (module ranges cost CPU time under the profiler): not GPU-bound on the profiled clock")
+@pytest.mark.xfail(
+    strict=True,
+    reason="the module-ranged gpt2-xl trace's profiled CPU runs only just ahead of "
+    "the GPU (module ranges cost CPU time under the profiler): not GPU-bound on the profiled clock",
+)
 def test_shipped_gpu_bound_prefill_fusion_gains_amdahl_and_the_gaps_inside_the_chain(chains):
     a, module, calls = chains["prefill-gelu"]
     assert calls == 3 * 48
     r = project(a, [parse_cli_speedup(f"module:{module}=4,launches=1")])
     ev = a.events[a.events["module"].astype(str).str.contains(module)]
-    gaps = sum(float((g["ts"].to_numpy()[1:] - g["end"].to_numpy()[:-1]).sum())
-               for _, g in ev.sort_values("ts").groupby("module"))
+    gaps = sum(
+        float((g["ts"].to_numpy()[1:] - g["end"].to_numpy()[:-1]).sum())
+        for _, g in ev.sort_values("ts").groupby("module")
+    )
     # GPU-bound (the CPU runs ~27 ms ahead): the fused chain saves Amdahl's kernel time plus the
     # launch gaps between its eight kernels, and nothing else.
     assert r.get("replay").projected_us == pytest.approx(r.get("amdahl").projected_us - gaps, abs=1.0)
@@ -248,9 +273,15 @@ def test_calls_from_headroom_module_ranges_match_by_path_or_class(tmp_path):
     """`headroom profile`'s module ranges (`headroom/module <path> (<Class>)`, cpu_op RecordFunctions): a
     selector names a call by path (validate's anchored form) or by class; they are not ops."""
     from headroom.projection.baseline import Baseline
+
     sim = Sim()
-    steps(sim, 3, lambda s: chain_model(s, 20, gemm_cpu=10, gemm_gpu=2, chain_ops=8, chain_cpu=10, chain_gpu=1,
-                                        glue=1, ranges="headroom"))
+    steps(
+        sim,
+        3,
+        lambda s: chain_model(
+            s, 20, gemm_cpu=10, gemm_gpu=2, chain_ops=8, chain_cpu=10, chain_gpu=1, glue=1, ranges="headroom"
+        ),
+    )
     a = analyze(sim.write(tmp_path / "hm.json"))
     b = Baseline.from_analysis(a)
     # The module column as module attribution fills it (the innermost module's path).
@@ -273,16 +304,20 @@ def test_calls_from_headroom_module_ranges_match_by_path_or_class(tmp_path):
     from headroom.projection.cpu import cpu_side
     from headroom.projection.problems import load_problems
     from headroom.projection.selectors import parse_selector
-    calls, warnings = find_calls(b, cpu_side(b), parse_selector("module:RMSNorm"), ev["module"].to_numpy() != "",
-                                 load_problems())
+
+    calls, warnings = find_calls(
+        b, cpu_side(b), parse_selector("module:RMSNorm"), ev["module"].to_numpy() != "", load_problems()
+    )
     assert not warnings and len(calls) == 60 and {c.label for c in calls} == {f"layers.{i}.norm" for i in range(20)}
     assert all(c.pieces == [(c.start, c.end)] and c.end - c.start == 89.0 for c in calls)
 
 
 # --- a measured call cost (Speedup.call_us) -------------------------------------
 
+
 def _entry(text: str, call_us: float) -> Speedup:
     from dataclasses import replace
+
     return replace(parse_cli_speedup(text), call_us=call_us)
 
 
@@ -338,6 +373,7 @@ def test_the_cpu_speed_of_two_profiles_is_the_weighted_median_of_their_op_ratios
     import numpy as np
 
     from headroom.projection.cpu import cpu_speed_ratio
+
     base = {"aten::add": np.full(10, 10.0), "aten::mm": np.full(2, 100.0), "aten::view": np.full(3, 1.0)}
     other = {"aten::add": np.full(10, 15.0), "aten::mm": np.full(2, 120.0), "aten::cat": np.full(4, 9.0)}
     # Two names in both: add x1.5 (10 ops), mm x1.2 (2 ops): the count-weighted median is 1.5.
@@ -347,8 +383,10 @@ def test_the_cpu_speed_of_two_profiles_is_the_weighted_median_of_their_op_ratios
 
 # --- host synchronisations a change adds (Speedup.syncs) ------------------------
 
+
 def _synced(text: str, call_us: float, syncs: float) -> Speedup:
     from dataclasses import replace
+
     return replace(parse_cli_speedup(text), call_us=call_us, syncs=syncs)
 
 
@@ -391,11 +429,16 @@ def test_a_gpu_bound_trace_takes_its_cpu_clock_from_the_references_measured_call
     # here, a CPU clock x0.5. It matters only where the CPU's work is exposed: after each of the 30 syncs
     # the next GEMM's launch offset (2 us profiled) now takes 1 us.
     from dataclasses import replace
+
     first = analyze(gpu_bound(tmp_path))
-    sim_step_ms = first.wall_us / first.num_steps / 1e3   # unprofiled = profiled: GPU-bound
+    sim_step_ms = first.wall_us / first.num_steps / 1e3  # unprofiled = profiled: GPU-bound
     sim = Sim()
-    steps(sim, 3, lambda s: chain_model(s, 10, gemm_cpu=10, gemm_gpu=400, chain_ops=8, chain_cpu=10,
-                                        chain_gpu=25, glue=1), tail_sync=True)
+    steps(
+        sim,
+        3,
+        lambda s: chain_model(s, 10, gemm_cpu=10, gemm_gpu=400, chain_ops=8, chain_cpu=10, chain_gpu=25, glue=1),
+        tail_sync=True,
+    )
     path = sim.write(tmp_path / "gpu_bound_timed.json", step_ms=sim_step_ms)
     entry = _synced("module:RMSNorm=4,launches=1", 40.0, 1)
     measured = replace(entry, reference_call_us=44.5)
@@ -420,9 +463,14 @@ def test_a_calls_clock_faster_than_the_steps_gives_the_rest_of_the_step_to_the_g
     # GPU-bound at both clocks (about 694 us), so the two estimates differ by the base alone: the step's
     # clock counts the 46 us above the GPU floor as CPU time the change hides, the calls' as GPU time.
     from dataclasses import replace
+
     sim = Sim()
-    steps(sim, 3, lambda s: chain_model(s, 10, gemm_cpu=10, gemm_gpu=60, chain_ops=8, chain_cpu=10,
-                                        chain_gpu=2.5, glue=1), tail_sync=True)
+    steps(
+        sim,
+        3,
+        lambda s: chain_model(s, 10, gemm_cpu=10, gemm_gpu=60, chain_ops=8, chain_cpu=10, chain_gpu=2.5, glue=1),
+        tail_sync=True,
+    )
     path = sim.write(tmp_path / "balanced.json", step_ms=0.95)
     entry = replace(parse_cli_speedup("module:RMSNorm=4,launches=1"), call_us=30.0)
     by_step = project(analyze(path), [entry])
@@ -443,6 +491,7 @@ def test_a_calls_clock_the_gpu_cannot_account_for_leaves_the_steps_clock(tmp_pat
     # step; kernels 20% slower do not lengthen a step the CPU bounds, so that rest is not the GPU's and
     # the step's clock stays. One measured at 71.2 us (x0.8) is slower than the step allows: not taken.
     from dataclasses import replace
+
     path = launch_bound(tmp_path, step_ms=1.188)
     entry = replace(parse_cli_speedup("module:RMSNorm=4,launches=1"), call_us=40.0)
     plain = project(analyze(path), [entry])
@@ -461,6 +510,7 @@ def test_a_call_measured_beside_its_reference_projects_the_same_on_a_slower_mach
     # verify's two children ran on a CPU a third slower than the trace's: both calls read 1.33x longer.
     # Their ratio is what the estimate takes, so it does not move; the candidate's call alone would.
     from dataclasses import replace
+
     path = launch_bound(tmp_path, step_ms=1.188)
     entry = replace(parse_cli_speedup("module:RMSNorm=4,launches=1"), call_us=40.0, reference_call_us=60.0)
     slower = replace(entry, call_us=40.0 * 1.33, reference_call_us=60.0 * 1.33)

@@ -15,10 +15,13 @@ def test_auto_and_cpu():
     assert resolve_device(None) == resolve_device("auto")
 
 
-@pytest.mark.parametrize("name, message", [
-    ("tpu", "unknown --device 'tpu'"),
-    ("meta", "only cpu and cuda are supported"),
-])
+@pytest.mark.parametrize(
+    "name, message",
+    [
+        ("tpu", "unknown --device 'tpu'"),
+        ("meta", "only cpu and cuda are supported"),
+    ],
+)
 def test_bad_devices_are_one_line_errors(name, message):
     with pytest.raises(UserError, match=message):
         resolve_device(name)

@@ -30,8 +30,11 @@ def pairs():
     def get(run: str):
         if run not in cache:
             d = VALIDATION / run
-            cache[run] = (analyze(d / "base.json.gz"), analyze(d / "variant.json.gz"),
-                          json.loads((d / "result.json").read_text()))
+            cache[run] = (
+                analyze(d / "base.json.gz"),
+                analyze(d / "variant.json.gz"),
+                json.loads((d / "result.json").read_text()),
+            )
         return cache[run]
 
     return get
@@ -96,14 +99,19 @@ def test_categories_of_the_llama_prefill_run(pairs):
     ev_b, ev_a = base.events, variant.events
     assert norm["before_us"] == pytest.approx(ev_b.loc[ev_b["category"] == "normalization", "dur"].sum() / 3)
     assert norm["after_us"] == pytest.approx(ev_a.loc[ev_a["category"] == "normalization", "dur"].sum() / 3)
-    assert d.rows.iloc[0]["key"] == "normalization"     # the largest change first
+    assert d.rows.iloc[0]["key"] == "normalization"  # the largest change first
 
 
 # --- synthetic traces with a known answer ------------------------------------------------------------------
 
 
-def _run(path: Path, kernels: list[tuple[str, str, float]], step_ms: float | None = None, workload: str = "toy",
-         steps: int = 2) -> Path:
+def _run(
+    path: Path,
+    kernels: list[tuple[str, str, float]],
+    step_ms: float | None = None,
+    workload: str = "toy",
+    steps: int = 2,
+) -> Path:
     """`steps` steps of 1000 us; each launches `kernels` (kernel name, op, GPU µs) back to back."""
     b = TraceBuilder()
     for k in range(steps):
@@ -122,10 +130,24 @@ def _run(path: Path, kernels: list[tuple[str, str, float]], step_ms: float | Non
 
 @pytest.fixture
 def toy(tmp_path):
-    before = _run(tmp_path / "before.json", [("gemm_kernel", "aten::mm", 300.0), ("triton_poi_fused_add_0", "aten::add", 50.0),
-                                             ("old_kernel", "aten::mul", 100.0)], step_ms=1.0)
-    after = _run(tmp_path / "after.json", [("gemm_kernel", "aten::mm", 200.0), ("triton_poi_fused_add_7", "aten::add", 40.0),
-                                           ("new_kernel", "aten::div", 60.0)], step_ms=0.9)
+    before = _run(
+        tmp_path / "before.json",
+        [
+            ("gemm_kernel", "aten::mm", 300.0),
+            ("triton_poi_fused_add_0", "aten::add", 50.0),
+            ("old_kernel", "aten::mul", 100.0),
+        ],
+        step_ms=1.0,
+    )
+    after = _run(
+        tmp_path / "after.json",
+        [
+            ("gemm_kernel", "aten::mm", 200.0),
+            ("triton_poi_fused_add_7", "aten::add", 40.0),
+            ("new_kernel", "aten::div", 60.0),
+        ],
+        step_ms=0.9,
+    )
     return before, after
 
 
@@ -156,7 +178,7 @@ def test_without_unprofiled_steps_the_profiled_ones_lead(tmp_path, headroom):
     # last kernel's end: 1000 + 10 + 300 before, 1000 + 10 + 1000 after; two steps.
     assert d.profiled.before_us == pytest.approx(1900 / 2)
     assert d.profiled.after_us == pytest.approx(2010 / 2)
-    assert headroom("diff", a, b, "--fail-if-slower", "5.7").returncode == 1      # 5.79% slower
+    assert headroom("diff", a, b, "--fail-if-slower", "5.7").returncode == 1  # 5.79% slower
     assert headroom("diff", a, b, "--fail-if-slower", "5.8").returncode == 0
 
 
@@ -166,6 +188,7 @@ def test_directories_of_ranks_are_one_run_each(tmp_path):
     d = hr.diff(before, after, by="kernel")
     # The synchronised step is the slowest rank's; rank 1's gemm is `delay` longer than rank 0's 1000 us.
     from tests.ranks_synthetic import GEMM
+
     gemm = d.rows.set_index("name").loc[GEMM]
     assert gemm["before_us"] == pytest.approx(1000.0 + 1500.0) and gemm["after_us"] == pytest.approx(1000.0 + 1100.0)
     assert d.profiled.after_us < d.profiled.before_us and d.idle_us is None
@@ -185,8 +208,8 @@ def test_bad_groupings_and_mismatched_runs(toy, tmp_path):
 
 def test_the_gate_exit_codes(toy, headroom):
     before, after = toy
-    assert headroom("diff", before, after, "--fail-if-slower", "0").returncode == 0      # 10% faster
-    slower = headroom("diff", after, before, "--fail-if-slower", "5")                  # 11.1% slower
+    assert headroom("diff", before, after, "--fail-if-slower", "0").returncode == 0  # 10% faster
+    slower = headroom("diff", after, before, "--fail-if-slower", "5")  # 11.1% slower
     assert slower.returncode == 1 and "over --fail-if-slower 5%" in slower.stderr
     assert headroom("diff", after, before, "--fail-if-slower", "12").returncode == 0
     r = headroom("diff", after, before, "--fail-if-slower", "11", "--json")
@@ -213,13 +236,16 @@ def headroom_api_doc(toy) -> dict:
     return json.loads(dumps(document("diff", body)))
 
 
-@pytest.mark.parametrize("args, words", [
-    (["missing.json", "traces/dlrm.train.json.gz"], "no such file"),
-    (["README.md", "traces/dlrm.train.json.gz"], "invalid JSON"),
-    (["traces/dlrm.train.json.gz", "traces/bert-base.infer.json.gz"], "one workload"),
-    (["traces/dlrm.train.json.gz", "traces"], "not the ranks of one run"),
-    (["traces/dlrm.train.json.gz", "traces/dlrm.train.json.gz", "--by", "stream"], "stream"),
-])
+@pytest.mark.parametrize(
+    "args, words",
+    [
+        (["missing.json", "traces/dlrm.train.json.gz"], "no such file"),
+        (["README.md", "traces/dlrm.train.json.gz"], "invalid JSON"),
+        (["traces/dlrm.train.json.gz", "traces/bert-base.infer.json.gz"], "one workload"),
+        (["traces/dlrm.train.json.gz", "traces"], "not the ranks of one run"),
+        (["traces/dlrm.train.json.gz", "traces/dlrm.train.json.gz", "--by", "stream"], "stream"),
+    ],
+)
 def test_bad_input_is_one_line_and_exit_2(headroom, args, words):
     r = headroom("diff", *args)
     assert r.returncode == 2 and words in r.stderr and "Traceback" not in r.stderr
@@ -238,5 +264,5 @@ def test_the_waterfall_figure(toy, headroom, tmp_path):
     assert bars["after|end"] == pytest.approx(d.profiled.after_us / 1e3)
     assert bars["aten::mm|delta"] == pytest.approx(-0.1)
     assert headroom("diff", *toy, "--figure", tmp_path / "w.gif").returncode == 2
-    assert headroom("diff", *toy, "--figure", toy[0]).returncode == 2        # never over an input
+    assert headroom("diff", *toy, "--figure", toy[0]).returncode == 2  # never over an input
     assert np.isclose(table["delta_ms"].iloc[0] + table["delta_ms"].iloc[1:-1].sum(), table["delta_ms"].iloc[-1])

@@ -25,12 +25,24 @@ VALIDATION = REPO / "docs" / "gpu" / "validation" / "llama7b-prefill-rmsnorm"
 @pytest.fixture
 def toy(tmp_path):
     """Two steps of 1000 us each (900 us ProfilerStep ranges); kernel time 450 -> 300 us per step."""
-    before = write_run(tmp_path / "before.json", [("gemm_kernel", "aten::mm", 300.0),
-                                                 ("triton_poi_fused_add_0", "aten::add", 50.0),
-                                                 ("old_kernel", "aten::mul", 100.0)], step_ms=1.0)
-    after = write_run(tmp_path / "after.json", [("gemm_kernel", "aten::mm", 200.0),
-                                               ("triton_poi_fused_add_7", "aten::add", 40.0),
-                                               ("new_kernel", "aten::div", 60.0)], step_ms=0.9)
+    before = write_run(
+        tmp_path / "before.json",
+        [
+            ("gemm_kernel", "aten::mm", 300.0),
+            ("triton_poi_fused_add_0", "aten::add", 50.0),
+            ("old_kernel", "aten::mul", 100.0),
+        ],
+        step_ms=1.0,
+    )
+    after = write_run(
+        tmp_path / "after.json",
+        [
+            ("gemm_kernel", "aten::mm", 200.0),
+            ("triton_poi_fused_add_7", "aten::add", 40.0),
+            ("new_kernel", "aten::div", 60.0),
+        ],
+        step_ms=0.9,
+    )
     return before, after
 
 
@@ -51,10 +63,17 @@ def test_the_page_of_a_known_pair(toy, headroom, tmp_path):
     # The profiled step is 950 us on both sides (1900 us over two steps): deltas -100, -10, -100, +60 us of
     # busy time, and the idle per step grows by the 150 us the kernels no longer take.
     bars = [(b["label"], b["kind"], b["start_us"], b["delta_us"]) for b in doc["page"]["waterfall"]]
-    assert bars == ([("before", "start", 0.0, 950.0), ("gemm_kernel", "delta", 950.0, -100.0),
-                                  ("old_kernel", "delta", 850.0, -100.0), ("new_kernel", "delta", 750.0, 60.0),
-                                  ("triton_*", "delta", 810.0, -10.0), ("(idle)", "delta", 800.0, 150.0),
-                                  ("after", "end", 0.0, 950.0)])
+    assert bars == (
+        [
+            ("before", "start", 0.0, 950.0),
+            ("gemm_kernel", "delta", 950.0, -100.0),
+            ("old_kernel", "delta", 850.0, -100.0),
+            ("new_kernel", "delta", 750.0, 60.0),
+            ("triton_*", "delta", 810.0, -10.0),
+            ("(idle)", "delta", 800.0, 150.0),
+            ("after", "end", 0.0, 950.0),
+        ]
+    )
     w = hr.diff(*toy, by="kernel").waterfall()
     assert [b["delta_us"] for b in doc["page"]["waterfall"]] == pytest.approx((w["delta_ms"] * 1e3).tolist(), rel=1e-12)
     # The rows, largest change first, with signed deltas and the unprofiled clock leading.
@@ -68,17 +87,25 @@ def test_the_page_of_a_known_pair(toy, headroom, tmp_path):
     for status, name in (("added", "new_kernel"), ("removed", "old_kernel")):
         body = re.search(rf'<table class="sortable" id="rows-{status}">.*?</table>', html, re.S).group(0)
         assert re.findall(r'data-key="/rows/(\d+)/name">([^<]*)<', body) == [
-            (str([r["name"] for r in doc["rows"]].index(name)), name)]
+            (str([r["name"] for r in doc["rows"]].index(name)), name)
+        ]
     assert 'id="rows-replaced"' not in html
     ids = re.findall(r'<section id="([a-z]+)">', html)
     assert ids == ["step", "waterfall", "rows", "added"]
     assert [t for t, _ in parse(html).tags].count("svg") == 1
-    assert "http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'" in html
+    assert 'http-equiv="Content-Security-Policy" content="default-src \'none\'' in html
 
 
 def test_a_replaced_module_and_directories_of_ranks(headroom, tmp_path):
-    doc, html = page_of(headroom, VALIDATION / "base.json.gz", VALIDATION / "variant.json.gz", "--by", "module",
-                        "--html", tmp_path / "m.html")
+    doc, html = page_of(
+        headroom,
+        VALIDATION / "base.json.gz",
+        VALIDATION / "variant.json.gz",
+        "--by",
+        "module",
+        "--html",
+        tmp_path / "m.html",
+    )
     assert check_numbers(doc, html) > 50
     replaced = [r for r in doc["rows"] if r["status"] == "replaced"]
     assert [r["name"] for r in replaced] == ["LlamaRMSNorm -> ModelNew"] and 'id="rows-replaced"' in html
@@ -92,20 +119,33 @@ def test_a_replaced_module_and_directories_of_ranks(headroom, tmp_path):
 
 
 def test_the_waterfall_chart_scales_the_levels_the_deltas_move_between():
-    rows = Node({"w": [{"label": "before", "kind": "start", "start_us": 0.0, "delta_us": 1000.0},
-                       {"label": "a" * 60, "kind": "delta", "start_us": 1000.0, "delta_us": -200.0},
-                       {"label": "b", "kind": "delta", "start_us": 800.0, "delta_us": 50.0},
-                       {"label": "after", "kind": "end", "start_us": 0.0, "delta_us": 850.0}]})["w"]
+    rows = Node(
+        {
+            "w": [
+                {"label": "before", "kind": "start", "start_us": 0.0, "delta_us": 1000.0},
+                {"label": "a" * 60, "kind": "delta", "start_us": 1000.0, "delta_us": -200.0},
+                {"label": "b", "kind": "delta", "start_us": 800.0, "delta_us": 50.0},
+                {"label": "after", "kind": "end", "start_us": 0.0, "delta_us": 850.0},
+            ]
+        }
+    )["w"]
     out = svg.waterfall_chart(rows)
-    rects = {k: (float(x), float(w), fill) for x, w, fill, k in
-             re.findall(r'<rect x="([0-9.]+)" y="[^"]*" width="([0-9.]+)" height="\d+" fill="([^"]+)"[^>]*'
-                        r'data-key="([^"]+)"', out)}
+    rects = {
+        k: (float(x), float(w), fill)
+        for x, w, fill, k in re.findall(
+            r'<rect x="([0-9.]+)" y="[^"]*" width="([0-9.]+)" height="\d+" fill="([^"]+)"[^>]*'
+            r'data-key="([^"]+)"',
+            out,
+        )
+    }
     # Levels 800 to 1000 us, padded by 15% of that: the axis runs 770 to 1030 us over BAR_W.
     span = 260.0
-    assert rects["/w/1/delta_us"] == pytest.approx((svg.LABEL_W + 30 / span * svg.BAR_W, 200 / span * svg.BAR_W,
-                                                    "#2ca02c"), abs=0.01)
-    assert rects["/w/2/delta_us"] == pytest.approx((svg.LABEL_W + 30 / span * svg.BAR_W, 50 / span * svg.BAR_W,
-                                                    "#d62728"), abs=0.01)
+    assert rects["/w/1/delta_us"] == pytest.approx(
+        (svg.LABEL_W + 30 / span * svg.BAR_W, 200 / span * svg.BAR_W, "#2ca02c"), abs=0.01
+    )
+    assert rects["/w/2/delta_us"] == pytest.approx(
+        (svg.LABEL_W + 30 / span * svg.BAR_W, 50 / span * svg.BAR_W, "#d62728"), abs=0.01
+    )
     # The whole steps run in from the axis' left edge.
     assert rects["/w/0/delta_us"] == pytest.approx((svg.LABEL_W, 230 / span * svg.BAR_W, "#7f7f7f"), abs=0.01)
     assert rects["/w/3/delta_us"] == pytest.approx((svg.LABEL_W, 80 / span * svg.BAR_W, "#7f7f7f"), abs=0.01)
@@ -158,8 +198,12 @@ def test_the_api_writes_the_same_page_with_the_commands_defaults(toy, headroom, 
     assert {**doc, "html": None} == {**cli, "html": None} and doc["by"] == "category"
     assert out.read_text() == html
     cli_by = inspect.signature(diff_cmd).parameters["by"].default.default
-    assert cli_by == inspect.signature(api.diff_html).parameters["by"].default == inspect.signature(
-        api.diff).parameters["by"].default == "category"
+    assert (
+        cli_by
+        == inspect.signature(api.diff_html).parameters["by"].default
+        == inspect.signature(api.diff).parameters["by"].default
+        == "category"
+    )
     with pytest.raises(UserError, match="is also an input"):
         hr.diff_html(toy[0], toy[1], toy[0])
 

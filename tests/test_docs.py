@@ -15,7 +15,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 def test_readme_points_at_the_workload_example():
     readme = (REPO / "README.md").read_text()
-    section = readme[readme.index("## Adding a workload"):]
+    section = readme[readme.index("## Adding a workload") :]
     assert "workloads/" in section and "docs/workloads.md" in section and "--workload-file" in section
 
 
@@ -28,7 +28,7 @@ def test_the_workload_example_registers_as_written(tmp_path):
     assert [s.name for s in added] == ["my-mlp"] and get_workload("my-mlp") is added[0]
     spec = added[0]
     cfg = spec.resolve(Options(), "cpu")
-    assert (cfg.mode, cfg.batch, cfg.dtype) == ("infer", 64, "float32")      # its CPU policy
+    assert (cfg.mode, cfg.batch, cfg.dtype) == ("infer", 64, "float32")  # its CPU policy
     assert spec.resolve(Options(), "cuda").batch == 8192
     assert spec.param_count_meta() == 2 * 4096 * 16384 + 16384 + 4096
 
@@ -36,13 +36,18 @@ def test_the_workload_example_registers_as_written(tmp_path):
 # Docs describe the system as it is; its history is CHANGELOG.md (and git). No issue numbers, commit hashes or
 # lab-notebook time words in the docs, README.md or the package's comments and docstrings.
 _HISTORY = re.compile(r"\b(previous|last|this|earlier) (stop|session)\b|\blast time\b|\bsuperseded\b", re.I)
-_ISSUE = re.compile(r"(?<![\w/.-])#\d{1,4}(?!\w)|\bissues? #?\d+\b", re.I)     # not pytorch/pytorch#123, #252525
+_ISSUE = re.compile(r"(?<![\w/.-])#\d{1,4}(?!\w)|\bissues? #?\d+\b", re.I)  # not pytorch/pytorch#123, #252525
 _HASH = re.compile(r"(?<![\w.-])(?=[0-9a-f]*[a-f])(?=[0-9a-f]*[0-9])[0-9a-f]{7,12}(?![\w-])")
 
 
 def _described_files() -> list[Path]:
     docs = sorted((REPO / "docs").glob("*.md"))
-    return docs + [REPO / "README.md"] + sorted((REPO / "headroom").rglob("*.py")) + sorted((REPO / "workloads").glob("*.py"))
+    return (
+        docs
+        + [REPO / "README.md"]
+        + sorted((REPO / "headroom").rglob("*.py"))
+        + sorted((REPO / "workloads").glob("*.py"))
+    )
 
 
 def test_docs_and_comments_carry_no_history():
@@ -83,7 +88,9 @@ def test_benchmarks_page_says_what_ran_where_and_its_raw_files_exist():
         title = s.splitlines()[0]
         assert re.search(r"\b2-core machine\b|\bH200\b", s), title
         assert re.search(r"(?m)(?:^|`)(?:\w+=\S+ )*(?:python3?|\.venv/bin/python|bash|headroom) ", s), title
-    named = set(re.findall(r"benchmarks/results/([\w.{},-]+\.json)", text)) | set(re.findall(r"`([\w.{},-]+\.json)`", text))
+    named = set(re.findall(r"benchmarks/results/([\w.{},-]+\.json)", text)) | set(
+        re.findall(r"`([\w.{},-]+\.json)`", text)
+    )
     files = set()
     for n in named:
         m = re.match(r"(.*)\{(.*)\}(.*)", n)
@@ -96,8 +103,11 @@ def test_benchmarks_page_says_what_ran_where_and_its_raw_files_exist():
 
 # The docs read as docs: no run history (dates, times of day, "call 5", "the earlier run": that is CHANGELOG.md's),
 # and short sentences. Both are measured on README.md and docs/*.md as they are.
-_RUN_HISTORY = re.compile(r"\b20\d\d-\d\d-\d\d\b|\bUTC\b|\bcalls? \d+\b|\bearlier call\b"
-                          r"|\b(?:last|previous|earlier|this) (?:run|session|stop|time)s?\b|\bthe earlier\b", re.I)
+_RUN_HISTORY = re.compile(
+    r"\b20\d\d-\d\d-\d\d\b|\bUTC\b|\bcalls? \d+\b|\bearlier call\b"
+    r"|\b(?:last|previous|earlier|this) (?:run|session|stop|time)s?\b|\bthe earlier\b",
+    re.I,
+)
 _PROSE_SKIP = ("|", "#", "<", "![")
 
 
@@ -139,8 +149,12 @@ def _docs() -> list[Path]:
 
 
 def history_lines() -> list[str]:
-    return [f"{p.relative_to(REPO)}:{n}: {line.strip()[:100]}" for p in _docs()
-            for n, line in enumerate(p.read_text().splitlines(), 1) if _RUN_HISTORY.search(line)]
+    return [
+        f"{p.relative_to(REPO)}:{n}: {line.strip()[:100]}"
+        for p in _docs()
+        for n, line in enumerate(p.read_text().splitlines(), 1)
+        if _RUN_HISTORY.search(line)
+    ]
 
 
 # docs/verify.md's "Threat model" section is being rewritten together with headroom/verify; until that lands,
@@ -157,11 +171,18 @@ def test_docs_sentences_are_short():
 
 
 def test_the_prose_measures_measure_what_they_say():
-    text = ("# Title\n\nOne two three four. Five six seven\neight nine.\n\n```\nnot prose at all here.\n```\n"
-            "| a | table row here |\n- A list item of six words.\n- Another item (with `code`). Then more words.\n")
+    text = (
+        "# Title\n\nOne two three four. Five six seven\neight nine.\n\n```\nnot prose at all here.\n```\n"
+        "| a | table row here |\n- A list item of six words.\n- Another item (with `code`). Then more words.\n"
+    )
     assert sentence_lengths(text) == [4, 5, 6, 4, 3]
-    for line in ("measured on 2026-12-04", "at 20:50 UTC", "in call 5 of the run", "the earlier run's numbers",
-                 "as last time"):
+    for line in (
+        "measured on 2026-12-04",
+        "at 20:50 UTC",
+        "in call 5 of the run",
+        "the earlier run's numbers",
+        "as last time",
+    ):
         assert _RUN_HISTORY.search(line), line
     for line in ("a second command on a 260 MB trace", "calls per step", "recall 5", "a 2.4x speedup"):
         assert not _RUN_HISTORY.search(line), line
@@ -176,8 +197,18 @@ def test_docs_pages_show_their_commands_current_output():
     pages = [p for p in sorted((REPO / "docs").glob("*.md")) if re.search(r"^```\n\$ headroom ", p.read_text(), re.M)]
     assert pages
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    p = subprocess.run([sys.executable, str(REPO / "scripts" / "readme_output.py"), "--check",
-                        *[str(x.relative_to(REPO)) for x in pages]], cwd=REPO, capture_output=True, text=True, env=env)
+    p = subprocess.run(
+        [
+            sys.executable,
+            str(REPO / "scripts" / "readme_output.py"),
+            "--check",
+            *[str(x.relative_to(REPO)) for x in pages],
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        env=env,
+    )
     assert p.returncode == 0, p.stderr
 
 

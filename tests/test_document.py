@@ -20,8 +20,11 @@ def _gunzip_threads() -> list[threading.Thread]:
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(parts=st.lists(st.binary(min_size=1, max_size=3000), min_size=1, max_size=4),
-       size=st.integers(min_value=1, max_value=700), gz=st.booleans())
+@given(
+    parts=st.lists(st.binary(min_size=1, max_size=3000), min_size=1, max_size=4),
+    size=st.integers(min_value=1, max_value=700),
+    gz=st.booleans(),
+)
 def test_blocks_give_the_text_whole_plain_or_gzip_of_several_members(tmp_path, parts, size, gz):
     path = tmp_path / "t.json"
     path.write_bytes(b"".join(gzip.compress(p) for p in parts) if gz else b"".join(parts))
@@ -33,7 +36,7 @@ def test_blocks_give_the_text_whole_plain_or_gzip_of_several_members(tmp_path, p
 
 def test_gzip_blocks_are_inflated_by_the_read_ahead_thread(tmp_path, monkeypatch):
     path = tmp_path / "t.json.gz"
-    text = bytes(range(256)) * 4096                     # 1 MB
+    text = bytes(range(256)) * 4096  # 1 MB
     path.write_bytes(gzip.compress(text))
     where = []
     gunzipped = document.gunzipped
@@ -60,7 +63,7 @@ def test_the_read_ahead_runs_ahead_by_its_depth_and_no_further():
     it = document.read_ahead(items(), depth=2)
     assert next(it) == b"\x00"
     deadline = time.monotonic() + 5
-    while len(produced) < 4 and time.monotonic() < deadline:     # 1 taken, 2 queued, 1 waiting to be put
+    while len(produced) < 4 and time.monotonic() < deadline:  # 1 taken, 2 queued, 1 waiting to be put
         time.sleep(0.01)
     time.sleep(0.1)
     assert len(produced) == 4
@@ -70,7 +73,7 @@ def test_the_read_ahead_runs_ahead_by_its_depth_and_no_further():
 def test_a_corrupt_gzip_is_named_after_the_blocks_before_the_damage(tmp_path):
     text = b"".join(b'{"ph": "X", "name": "k%d"}, ' % i for i in range(200_000))
     raw = bytearray(gzip.compress(text, compresslevel=1))
-    raw[len(raw) // 2: len(raw) // 2 + 64] = b"\xff" * 64
+    raw[len(raw) // 2 : len(raw) // 2 + 64] = b"\xff" * 64
     path = tmp_path / "bad.json.gz"
     path.write_bytes(bytes(raw))
     got = []
@@ -78,7 +81,7 @@ def test_a_corrupt_gzip_is_named_after_the_blocks_before_the_damage(tmp_path):
         for block in document.blocks(path, 1 << 16):
             got.append(block)
     # Blocks before the damage come first (deflate may inflate some garbage before it finds the damage).
-    assert got and got[0] == text[:len(got[0])]
+    assert got and got[0] == text[: len(got[0])]
     assert not _gunzip_threads()
 
 

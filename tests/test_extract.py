@@ -26,8 +26,9 @@ TINY = Options(flavour="tiny")
 
 
 def _cli(*args: str, timeout: float = 240) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "headroom.cli", *args], capture_output=True, text=True,
-                          timeout=timeout, cwd=REPO)
+    return subprocess.run(
+        [sys.executable, "-m", "headroom.cli", *args], capture_output=True, text=True, timeout=timeout, cwd=REPO
+    )
 
 
 @pytest.fixture(scope="module")
@@ -43,21 +44,26 @@ def test_the_problem_has_the_real_shapes_calls_and_share(rmsnorm):
     # tiny llama on a CPU: 2 layers x (input + post-attention norm) + the final norm
     assert r.calls_per_step == 5
     # paths in the ranged module (LlamaForCausalLM: its LlamaModel is `.model`)
-    assert r.instances == ["model.layers.0.input_layernorm", "model.layers.0.post_attention_layernorm",
-                           "model.layers.1.input_layernorm", "model.layers.1.post_attention_layernorm", "model.norm"]
+    assert r.instances == [
+        "model.layers.0.input_layernorm",
+        "model.layers.0.post_attention_layernorm",
+        "model.layers.1.input_layernorm",
+        "model.layers.1.post_attention_layernorm",
+        "model.norm",
+    ]
     assert r.share is not None and r.share.mode == "cpu-ops"
     # CPU op time (the tiny model on a CPU): its size depends on the machine's load, its parts do not
     assert 0 < r.share.fraction < 1 and r.share.backward_us_per_step == 0.0
     assert r.share.us_per_step == pytest.approx(r.share.fraction * r.share.total_us_per_step)
     assert r.share.us_per_step == pytest.approx(r.share.forward_us_per_step)
-    assert r.share.kernels_per_step == pytest.approx(5 * 22)      # 22 aten ops per LlamaRMSNorm call on a CPU
+    assert r.share.kernels_per_step == pytest.approx(5 * 22)  # 22 aten ops per LlamaRMSNorm call on a CPU
     text = r.problem.read_text()
     assert "# calls per step: 5 (1 per instance)" in text
-    assert "hidden_states: (1, 128, 64) float32" in text            # batch 1 x seq 128 x hidden 64
+    assert "hidden_states: (1, 128, 64) float32" in text  # batch 1 x seq 128 x hidden 64
     assert "from transformers.models.llama.modeling_llama import LlamaRMSNorm as _Module" in text
     mod = import_file(r.problem, "t")
     assert mod.get_init_inputs() == [64, 1e-05]
-    x, = mod.get_inputs()
+    (x,) = mod.get_inputs()
     assert x.shape == (1, 128, 64) and x.dtype == torch.float32
     assert r.selectors == ["module:LlamaRMSNorm & phase:forward"]
 
@@ -67,11 +73,11 @@ def test_model_loads_the_original_state_dict_and_computes_the_same(rmsnorm):
     step = spec.build(spec.resolve(TINY, "cpu"), torch.device("cpu"))
     orig = step.model.model.layers[1].post_attention_layernorm
     with torch.no_grad():
-        orig.weight.uniform_(0.5, 1.5)          # not the initial ones: the state_dict really moves
+        orig.weight.uniform_(0.5, 1.5)  # not the initial ones: the state_dict really moves
     mod = import_file(rmsnorm.problem, "t2")
     m = mod.Model(*mod.get_init_inputs())
     m.load_state_dict(orig.state_dict(), strict=True)
-    x, = mod.get_inputs()
+    (x,) = mod.get_inputs()
     assert torch.equal(m(x), orig(x))
 
 
@@ -142,7 +148,7 @@ def test_forward_backward_returns_input_and_parameter_gradients():
     out, dx, dw, db = forward_backward(lin, lin.forward, (x,), (g,))
     assert torch.allclose(out, lin(x)) and torch.allclose(dx, g @ lin.weight)
     assert torch.allclose(dw, g.T @ x) and torch.allclose(db, g.sum(0))
-    assert lin.weight.grad is None          # nothing accumulated
+    assert lin.weight.grad is None  # nothing accumulated
 
 
 def test_op_problem_uses_the_recorded_shapes(tmp_path):
@@ -202,12 +208,15 @@ def test_constructor_arguments_bind_positionally_with_defaults_filled():
 # --- bad input -----------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("module,trace,message", [
-    ("LlamaRMSNrom", None, "has no module of class LlamaRMSNrom; did you mean LlamaRMSNorm"),
-    ("op:aten::no_such_op", None, "aten::no_such_op is not called in a 1-step profile"),
-    ("op:mul", None, "expected op:aten::NAME"),
-    ("LlamaRMSNorm", "/nonexistent.json.gz", "no such trace file"),
-])
+@pytest.mark.parametrize(
+    "module,trace,message",
+    [
+        ("LlamaRMSNrom", None, "has no module of class LlamaRMSNrom; did you mean LlamaRMSNorm"),
+        ("op:aten::no_such_op", None, "aten::no_such_op is not called in a 1-step profile"),
+        ("op:mul", None, "expected op:aten::NAME"),
+        ("LlamaRMSNorm", "/nonexistent.json.gz", "no such trace file"),
+    ],
+)
 def test_extract_bad_input_is_one_line_and_writes_nothing(tmp_path, module, trace, message):
     with pytest.raises(UserError) as e:
         extract("llama-7b", module, TINY, device="cpu", out=tmp_path / "o", trace=trace, command="t")
@@ -216,8 +225,18 @@ def test_extract_bad_input_is_one_line_and_writes_nothing(tmp_path, module, trac
 
 
 def test_extract_cli_bad_input_exits_2_with_one_line(tmp_path):
-    p = _cli("extract", "llama-7b", "--flavour", "tiny", "--device", "cpu", "--out", str(tmp_path / "o"),
-             "--module", "LlamaRMSNrom")
+    p = _cli(
+        "extract",
+        "llama-7b",
+        "--flavour",
+        "tiny",
+        "--device",
+        "cpu",
+        "--out",
+        str(tmp_path / "o"),
+        "--module",
+        "LlamaRMSNrom",
+    )
     err = [ln for ln in p.stderr.splitlines() if ln.startswith("headroom: error:")]
     assert p.returncode == 2 and len(err) == 1 and "did you mean LlamaRMSNorm" in err[0], p.stderr[-1500:]
     assert "Traceback" not in p.stderr and not (tmp_path / "o").exists()
@@ -262,8 +281,11 @@ def test_extract_trace_of_another_workload_is_refused_not_a_share_of_0(tmp_path)
     """A trace where none of the module's instances ran (another workload) used to give "share 0.00%"
     and exit 0."""
     other = REPO / "traces" / "vit-b-16.infer.json.gz"
-    with pytest.raises(UserError, match=r"--trace .*vit-b-16.infer.json.gz: no kernel of the 5 LlamaRMSNorm "
-                                        r"instance\(s\) \(e.g. model.layers.0.input_layernorm\) is in this trace"):
+    with pytest.raises(
+        UserError,
+        match=r"--trace .*vit-b-16.infer.json.gz: no kernel of the 5 LlamaRMSNorm "
+        r"instance\(s\) \(e.g. model.layers.0.input_layernorm\) is in this trace",
+    ):
         extract("llama-7b", "LlamaRMSNorm", TINY, device="cpu", out=tmp_path / "o", trace=other, command="t")
     assert not (tmp_path / "o").exists() or not any((tmp_path / "o").iterdir())
 
@@ -275,6 +297,6 @@ def test_extract_checks_a_read_only_out_before_the_build(tmp_path, monkeypatch):
         raise AssertionError("the workload was built before --out was checked")
 
     monkeypatch.setattr(run, "find_class", no_build)
-    monkeypatch.setattr(os, "access", lambda p, mode: Path(p) != tmp_path)    # root passes os.access
+    monkeypatch.setattr(os, "access", lambda p, mode: Path(p) != tmp_path)  # root passes os.access
     with pytest.raises(UserError, match="cannot create the directory"):
         extract("llama-7b", "LlamaRMSNorm", TINY, device="cpu", out=tmp_path / "o", command="t")

@@ -24,13 +24,21 @@ CHEATERS = REPO / "tests" / "cheaters"
 SAVED_VALIDATION = REPO / "docs" / "gpu" / "validation" / "llama7b-prefill-rmsnorm"
 TINY_DLRM = dict(flavour="tiny", batch=64)
 ONE_STEP = dict(device="cpu", steps=1, warmup=1, timed_steps=1)
-RESULT_TYPES = {"profile": "ProfileResult", "analyze": "Analysis", "targets": "Targets", "project": "ProjectResult",
-                "diff": "Diff", "extract": "ExtractResult", "verify": "VerifyResult", "validate": "ValidateResult",
-                "plot": "Plots"}
+RESULT_TYPES = {
+    "profile": "ProfileResult",
+    "analyze": "Analysis",
+    "targets": "Targets",
+    "project": "ProjectResult",
+    "diff": "Diff",
+    "extract": "ExtractResult",
+    "verify": "VerifyResult",
+    "validate": "ValidateResult",
+    "plot": "Plots",
+}
 
 
 @pytest.fixture
-def cli(headroom):       # conftest's `headroom` fixture (the command line) under a name that leaves the package be
+def cli(headroom):  # conftest's `headroom` fixture (the command line) under a name that leaves the package be
     return headroom
 
 
@@ -42,6 +50,7 @@ def _document(p: subprocess.CompletedProcess) -> dict:
 
 
 # --- the facade itself ---------------------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("task", headroom.api.TASKS)
 def test_each_task_is_documented_and_typed(task):
@@ -74,24 +83,39 @@ def test_reading_functions_take_one_read_options():
     """No function repeats the six reading options: each that reads a path takes `read`, a ReadOptions
     defaulting to the commands' flags unset."""
     six = {"rules", "policy", "whole_trace", "window", "lenient", "use_cache"}
-    readers = ["analyze", "analyze_all", "read_inputs", "analyze_ranks", "coverage", "diff", "diff_html", "project",
-               "predict", "targets", "project_ranks", "report_html", "plot"]
+    readers = [
+        "analyze",
+        "analyze_all",
+        "read_inputs",
+        "analyze_ranks",
+        "coverage",
+        "diff",
+        "diff_html",
+        "project",
+        "predict",
+        "targets",
+        "project_ranks",
+        "report_html",
+        "plot",
+    ]
     for name in readers:
         params = inspect.signature(getattr(headroom.api, name)).parameters
         assert not six & set(params), name
         assert params["read"].default == headroom.ReadOptions(), name
     with pytest.raises(Exception, match="cannot assign"):
-        headroom.ReadOptions().lenient = True   # frozen
+        headroom.ReadOptions().lenient = True  # frozen
 
 
 def test_import_headroom_loads_neither_torch_nor_matplotlib():
-    code = ("import headroom, sys; headroom.analyze; "
-            "print(sorted(m for m in ('torch', 'matplotlib') if m in sys.modules))")
+    code = (
+        "import headroom, sys; headroom.analyze; print(sorted(m for m in ('torch', 'matplotlib') if m in sys.modules))"
+    )
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO)
     assert p.stdout.strip() == "[]", p.stderr
 
 
 # --- the shipped traces: analyze, targets, project, diff, plot ---------------------------------------------
+
 
 def test_analyze_is_classify(cli):
     a = headroom.analyze(DLRM)
@@ -128,13 +152,19 @@ def test_diff_is_the_command(cli):
 
 def test_plot_writes_the_commands_files(cli, tmp_path):
     """The same figures, byte for byte, and the same numbers as `headroom plot`; out=None draws only."""
-    args = ["--format", "png", "--numbers"]   # (an SVG's element ids differ from run to run)
+    args = ["--format", "png", "--numbers"]  # (an SVG's element ids differ from run to run)
     p = cli("plot", SHIPPED_TRACES / "scaling", "--out", tmp_path / "cli", *args)
     assert p.returncode == 0, p.stderr
     plots = headroom.plot([SHIPPED_TRACES / "scaling"], out=tmp_path / "api", formats=["png"], numbers=True)
     assert [f.name for f in plots.files] == [Path(line).name for line in p.stdout.split()]
-    assert [f.name for f in plots.files] == ["addressable.png", "addressable.json", "projection.png",
-                                            "projection.json", "scaling.png", "scaling.json"]
+    assert [f.name for f in plots.files] == [
+        "addressable.png",
+        "addressable.json",
+        "projection.png",
+        "projection.json",
+        "scaling.png",
+        "scaling.json",
+    ]
     for f in plots.files:
         assert f.read_bytes() == (tmp_path / "cli" / f.name).read_bytes(), f.name
     drawn = headroom.plot([headroom.analyze(DLRM)], out=None, figures=["addressable"])
@@ -145,12 +175,32 @@ def test_plot_writes_the_commands_files(cli, tmp_path):
 
 # --- running things: profile, extract, verify, validate -----------------------------------------------------
 
+
 def test_profile_a_tiny_workload_as_the_command_does(cli, tmp_path):
     r = headroom.profile("dlrm", headroom.WorkloadOptions(**TINY_DLRM), out=tmp_path / "api", **ONE_STEP)
     assert isinstance(r, headroom.ProfileResult) and r.trace_path.name == "dlrm.tiny.train.json.gz"
     assert {"embedding", "gemm"} <= set(r.analysis.events["category"])
-    doc = _document(cli("profile", "dlrm", "--flavour", "tiny", "--batch", "64", "--device", "cpu", "--steps", "1",
-                        "--warmup", "1", "--timed-steps", "1", "--out", tmp_path / "cli", "--json"))
+    doc = _document(
+        cli(
+            "profile",
+            "dlrm",
+            "--flavour",
+            "tiny",
+            "--batch",
+            "64",
+            "--device",
+            "cpu",
+            "--steps",
+            "1",
+            "--warmup",
+            "1",
+            "--timed-steps",
+            "1",
+            "--out",
+            tmp_path / "cli",
+            "--json",
+        )
+    )
     mine = plain(r)
     same = ("workload", "flavour", "variant", "mode", "batch", "dtype", "device", "extra", "params", "info")
     assert {k: mine["manifest"][k] for k in same} == {k: doc["manifest"][k] for k in same}
@@ -160,14 +210,34 @@ def test_profile_a_tiny_workload_as_the_command_does(cli, tmp_path):
 
 
 def test_extract_writes_the_commands_problem(cli, tmp_path):
-    e = headroom.extract("dlrm", "InteractionArch", headroom.WorkloadOptions(flavour="tiny"), device="cpu",
-                         out=tmp_path / "api", profile=False)
+    e = headroom.extract(
+        "dlrm",
+        "InteractionArch",
+        headroom.WorkloadOptions(flavour="tiny"),
+        device="cpu",
+        out=tmp_path / "api",
+        profile=False,
+    )
     assert isinstance(e, headroom.ExtractResult) and e.calls_per_step == 1 and e.share is None
-    doc = _document(cli("extract", "dlrm", "--module", "InteractionArch", "--flavour", "tiny", "--device", "cpu",
-                        "--no-profile", "--out", tmp_path / "cli", "--json"))
+    doc = _document(
+        cli(
+            "extract",
+            "dlrm",
+            "--module",
+            "InteractionArch",
+            "--flavour",
+            "tiny",
+            "--device",
+            "cpu",
+            "--no-profile",
+            "--out",
+            tmp_path / "cli",
+            "--json",
+        )
+    )
     assert Path(doc["problem"]).name == Path(e.problem).name and doc["selectors"] == e.selectors
 
-    def body(path) -> list[str]:      # all but the line naming the command that wrote it
+    def body(path) -> list[str]:  # all but the line naming the command that wrote it
         return [line for line in Path(path).read_text().splitlines() if not line.startswith("# Written by")]
 
     assert body(e.problem) == body(doc["problem"]) and "class Model(" in Path(e.problem).read_text()
@@ -180,16 +250,26 @@ def test_verify_fails_a_cheat_and_refuses_bad_options():
     assert isinstance(r, headroom.VerifyResult) and r.verdict == "fail" and r.speedup is None
     assert "rel_l2" in [c.name for c in r.checks if not c.passed]
     with pytest.raises(headroom.UserError, match="--device tpu"):
-        headroom.verify(CHEATERS / "problems" / "gelu_linear.py", CHEATERS / "candidates" / "cheat_zeros.py",
-                        headroom.VerifyOptions(device="tpu"))
+        headroom.verify(
+            CHEATERS / "problems" / "gelu_linear.py",
+            CHEATERS / "candidates" / "cheat_zeros.py",
+            headroom.VerifyOptions(device="tpu"),
+        )
 
 
 def test_validate_runs_a_tiny_swap_and_reads_it_back(tmp_path):
     """A real run: llama-7b tiny with every LlamaRMSNorm replaced by an identical subclass; what it wrote
     recomputes to the same result."""
     identity = REPO / "tests" / "substitutions" / "identity_rmsnorm.py"
-    r = headroom.validate("llama-7b", [f"LlamaRMSNorm={identity}"], headroom.WorkloadOptions(flavour="tiny"),
-                          device="cpu", threads=1, out=tmp_path / "run", max_rounds=8)
+    r = headroom.validate(
+        "llama-7b",
+        [f"LlamaRMSNorm={identity}"],
+        headroom.WorkloadOptions(flavour="tiny"),
+        device="cpu",
+        threads=1,
+        out=tmp_path / "run",
+        max_rounds=8,
+    )
     assert isinstance(r, headroom.ValidateResult) and r.check["passed"] and r.check["worst"]["rel_l2"] == 0.0
     assert [(x.module, x.instances) for x in r.replacements] == [("LlamaRMSNorm", 5)]
     assert 6 <= r.measured.rounds <= 8 and r.measured.stop in ("tight", "max_rounds", "budget")
@@ -231,6 +311,7 @@ def test_the_api_reference_has_a_section_per_task_naming_its_parameters():
 def test_profile_of_ranks_needs_two_or_more(tmp_path):
     """options.parallel with one process: refused before anything runs, as `profile --parallel ddp` is."""
     with pytest.raises(headroom.UserError, match="--nproc must be at least 2"):
-        headroom.profile("bert-base", headroom.WorkloadOptions(flavour="tiny", parallel="ddp"), device="cpu",
-                         out=tmp_path)
+        headroom.profile(
+            "bert-base", headroom.WorkloadOptions(flavour="tiny", parallel="ddp"), device="cpu", out=tmp_path
+        )
     assert not any(tmp_path.iterdir())

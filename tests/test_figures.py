@@ -17,7 +17,7 @@ from matplotlib.colors import to_rgb
 
 from headroom.projection.project import project
 from headroom.projection.speedups import parse_cli_speedup
-from headroom.report import plot
+from headroom.report import figure_files, plot
 from headroom.report.scaling import scaling_table
 from headroom.report.tables import addressable_summary, category_fractions, projection_table
 from headroom.trace.analysis import analyze
@@ -36,13 +36,20 @@ def test_the_committed_figure_shows_what_the_traces_give_now(shipped):
     assert numbers["schema"] == "headroom.figure.addressable/1" and numbers["basis"] == "wall"
     analyses = [shipped[p.rsplit("/", 1)[-1]] for p in numbers["traces"]]
     assert len(analyses) == 10
-    fresh = plot.addressable_numbers(category_fractions(analyses, basis="wall"),
-                                     addressable_summary(analyses, basis="wall"), "wall", numbers["traces"])
+    fresh = figure_files.addressable_numbers(
+        category_fractions(analyses, basis="wall"),
+        addressable_summary(analyses, basis="wall"),
+        "wall",
+        numbers["traces"],
+    )
     assert fresh == numbers, "docs/figures/addressable.* is stale: run `make figures`"
     assert (FIGURES / "addressable.png").stat().st_mtime >= 0 and (FIGURES / "addressable.png").stat().st_size > 50_000
     scaling = json.loads((FIGURES / "scaling.json").read_text())
     assert [r["workload"] for r in scaling["rows"]] == [
-        "llama-7b infer prefill", "llama-13b infer prefill (4 of 40 layers)", "llama-70b infer prefill (4 of 80 layers)"]
+        "llama-7b infer prefill",
+        "llama-13b infer prefill (4 of 40 layers)",
+        "llama-70b infer prefill (4 of 80 layers)",
+    ]
     assert [r["extrapolated"] for r in scaling["rows"]] == [False, True, True]
 
 
@@ -86,12 +93,12 @@ def test_zero_time_ticks_are_visible_over_the_bars(shipped):
     ticks = [ln for ln in ax.lines if (ln.get_gid() or "").endswith("|ticks")]
     bars = [p for p in ax.patches if p.get_gid()]
     assert len(ticks) == 2
-    for ln in ticks:   # they used to be drawn in the bar's own colour
+    for ln in ticks:  # they used to be drawn in the bar's own colour
         assert to_rgb(ln.get_color()) == (0.0, 0.0, 0.0) and ln.get_zorder() > max(b.get_zorder() for b in bars)
-        assert ln.get_path_effects()   # a white halo, so a tick on a dark bar shows too
+        assert ln.get_path_effects()  # a white halo, so a tick on a dark bar shows too
     lo, hi = ax.get_xlim()
     zero = np.concatenate([ln.get_xdata() for ln in ticks])
-    assert 0 < lo <= zero.min() and hi >= 100   # no empty range below the smallest bar
+    assert 0 < lo <= zero.min() and hi >= 100  # no empty range below the smallest bar
 
 
 def test_addressable_figure_shows_idle_legend_in_stacking_order_and_distinct_greys(shipped):
@@ -101,7 +108,7 @@ def test_addressable_figure_shows_idle_legend_in_stacking_order_and_distinct_gre
     ax = fig.axes[0]
     assert "idle included" in ax.get_title() and "idle included" in ax.get_xlabel()
     decode = fr[fr["workload"] == "decode"].set_index("category")
-    assert round(100 * decode.loc["idle", "fraction"]) == 90   # decode looked 29% addressable of kernel time
+    assert round(100 * decode.loc["idle", "fraction"]) == 90  # decode looked 29% addressable of kernel time
     kernel = plot.addressable_figure(category_fractions(a, ["d", "r"]), basis="kernel")
     assert "idle not shown" in kernel.axes[0].get_title()
     # legend read row by row = the order the segments stack, left to right
@@ -112,17 +119,20 @@ def test_addressable_figure_shows_idle_legend_in_stacking_order_and_distinct_gre
     sizes = [len(c) for c in np.array_split(np.arange(len(labels)), ncol)]
     columns, k = [], 0
     for s in sizes:
-        columns.append(labels[k:k + s])
+        columns.append(labels[k : k + s])
         k += s
     row_major = [columns[c][r] for r in range(nrows) for c in range(ncol) if r < len(columns[c])]
     stack = list(fr.sort_values("stack")["category"].drop_duplicates())
     assert row_major == stack
     for w in ("decode", "resnet"):
-        seg = [p.get_gid().split("|")[1] for p in ax.patches if (p.get_gid() or "").startswith(f"{w}|")
-               and p.get_gid().count("|") == 2]
+        seg = [
+            p.get_gid().split("|")[1]
+            for p in ax.patches
+            if (p.get_gid() or "").startswith(f"{w}|") and p.get_gid().count("|") == 2
+        ]
         assert seg == [c for c in stack if c in set(fr.loc[fr["workload"] == w, "category"])]
     greys = [np.mean(to_rgb(plot.COLORS[c])) for c in ("gemm", "attention", "conv", "communication", "memory")]
-    assert min(np.diff(sorted(greys))) > 0.08   # the old greys were 13% apart at best, two of them near-equal
+    assert min(np.diff(sorted(greys))) > 0.08  # the old greys were 13% apart at best, two of them near-equal
 
 
 def test_scaling_points_are_labelled_by_size_and_extrapolated_ones_marked(shipped):
@@ -138,5 +148,5 @@ def test_scaling_points_are_labelled_by_size_and_extrapolated_ones_marked(shippe
     assert all(len(c.get_offsets()) == 2 for c in hollow)
     lo, hi = ax.get_ylim()
     ys = 100 * np.concatenate([table["addressable_fraction"], table["gemm_attention_fraction"]])
-    assert lo <= ys.min() and hi >= ys.max() and (hi - lo) < 100   # no empty 0-100% range
+    assert lo <= ys.min() and hi >= ys.max() and (hi - lo) < 100  # no empty 0-100% range
     assert any("extrapolated" in t.get_text() for t in ax.get_legend().get_texts())

@@ -64,8 +64,10 @@ def test_annotate_refuses_to_write_over_its_input(headroom, tmp_path):
     for out in (t, tmp_path / "hard.json.gz"):
         p = headroom("annotate", t, "--out", out)
         assert p.returncode == 2 and p.stdout == ""
-        assert p.stderr.splitlines() == [f"headroom: error: --out {out}: is also an input of this command; "
-                                         f"writing it would destroy it (choose another --out)"]
+        assert p.stderr.splitlines() == [
+            f"headroom: error: --out {out}: is also an input of this command; "
+            f"writing it would destroy it (choose another --out)"
+        ]
     assert _digest(t) == before
 
 
@@ -100,10 +102,12 @@ def test_plot_numbers_into_the_trace_directory_is_refused_before_anything_is_wri
     shutil.copy(VIT, d / VIT.name)
     p = headroom("plot", d, "-o", d, "--numbers", "--figure", "addressable", "--format", "png")
     assert p.returncode == 2 and p.stdout == ""
-    assert p.stderr.splitlines() == [f"headroom: error: --out {d}/addressable.json: would be written into "
-                                     f"the input directory {d}, where it would be read as input "
-                                     f"(choose another --out)"]
-    assert sorted(x.name for x in d.iterdir()) == [VIT.name]     # and `report d` still reads one trace
+    assert p.stderr.splitlines() == [
+        f"headroom: error: --out {d}/addressable.json: would be written into "
+        f"the input directory {d}, where it would be read as input "
+        f"(choose another --out)"
+    ]
+    assert sorted(x.name for x in d.iterdir()) == [VIT.name]  # and `report d` still reads one trace
     # figures alone (no FIGURE.json) are not read as traces: allowed there
     p = headroom("plot", d, "-o", d, "--figure", "addressable", "--format", "png")
     assert p.returncode == 0 and sorted(x.name for x in d.iterdir()) == ["addressable.png", VIT.name]
@@ -117,8 +121,18 @@ def test_validate_never_replaces_a_folder_holding_its_candidate_or_someone_elses
     work.mkdir()
     cand = work / "llama_rmsnorm.py"
     cand.write_bytes((SHIPPED_TRACES.parent / "examples/substitutions/llama_rmsnorm.py").read_bytes())
-    p = headroom("validate", "llama-7b", "--flavour", "tiny", "--device", "cpu",
-                 "--replace", f"LlamaRMSNorm={cand}", "--out", work)
+    p = headroom(
+        "validate",
+        "llama-7b",
+        "--flavour",
+        "tiny",
+        "--device",
+        "cpu",
+        "--replace",
+        f"LlamaRMSNorm={cand}",
+        "--out",
+        work,
+    )
     assert p.returncode == 2 and cand.is_file()
     assert f"--out {work}: holds an input of this command ({cand})" in p.stderr
     notes = tmp_path / "notes"
@@ -129,5 +143,5 @@ def test_validate_never_replaces_a_folder_holding_its_candidate_or_someone_elses
     monkeypatch.chdir(tmp_path)
     with pytest.raises(UserError, match="is replaced whole; name a new one"):
         check_replaceable_dir(".", [cand], own=("result.json",))
-    (notes / "run.json").write_text("{}")           # an earlier run: replaced, as before
+    (notes / "run.json").write_text("{}")  # an earlier run: replaced, as before
     assert check_replaceable_dir(notes, [cand], own=("result.json", "run.json")) == notes

@@ -45,9 +45,9 @@ def invoke(args):
 def rank_dirs(tmp_path_factory):
     root = tmp_path_factory.mktemp("fleet")
     ranks = write_pair(root / "ranks")
-    broken = write_pair(root / "broken")      # a rank that cannot be read: the other analysed alone, exit 2
+    broken = write_pair(root / "broken")  # a rank that cannot be read: the other analysed alone, exit 2
     (broken / "rank-1.json.gz").write_bytes(gzip.compress(b'{"traceEvents": [{"ph": "X", '))
-    repeated = root / "repeated"              # rank 0 twice: analysed one by one (products computed again)
+    repeated = root / "repeated"  # rank 0 twice: analysed one by one (products computed again)
     repeated.mkdir()
     shutil.copy(ranks / "rank-0.json.gz", repeated / "a.json.gz")
     shutil.copy(ranks / "rank-0.json.gz", repeated / "b.json.gz")
@@ -92,25 +92,52 @@ def test_bad_engine_and_address_are_one_line():
     assert code == 2 and err == "headroom: error: --engine dask: expected one of local, ray"
     code, _, err = invoke(["classify", str(TRACES / "bert-base.infer.json.gz"), "--address", "auto"])
     assert code == 2 and err == "headroom: error: --address: only with --engine ray"
-    code, _, err = invoke(["verify", str(CHEATERS / "problems" / "clamp_unit.py"),
-                           str(CHEATERS / "candidates" / "honest_clamp.py"), "--device", "cpu", "--engine", "ray"])
-    assert code == 2 and err == ("headroom: error: --engine: verify spreads the candidates of a --suite; "
-                                 "one candidate runs here")
+    code, _, err = invoke(
+        [
+            "verify",
+            str(CHEATERS / "problems" / "clamp_unit.py"),
+            str(CHEATERS / "candidates" / "honest_clamp.py"),
+            "--device",
+            "cpu",
+            "--engine",
+            "ray",
+        ]
+    )
+    assert code == 2 and err == (
+        "headroom: error: --engine: verify spreads the candidates of a --suite; one candidate runs here"
+    )
 
 
-MEASURED = ("elapsed_s", "timing", "per_call", "baseline", "memory", "memory_ratio", "speedup", "speedup_fp32",
-            "speedup_compile", "speedup_ci", "launches_per_call", "info", "build", "flags", "review")
+MEASURED = (
+    "elapsed_s",
+    "timing",
+    "per_call",
+    "baseline",
+    "memory",
+    "memory_ratio",
+    "speedup",
+    "speedup_fp32",
+    "speedup_compile",
+    "speedup_ci",
+    "launches_per_call",
+    "info",
+    "build",
+    "flags",
+    "review",
+)
 
 
 def same_but_measured(doc):
     """A suite document with what is measured (times, memory) left out: what two runs must agree on. A
     correct candidate's pass or inconclusive is a timing's call on a loaded machine, so both read "correct"."""
+
     def one(r):
         r = {k: (None if k in MEASURED else v) for k, v in r.items()}
         if r["verdict"] in ("pass", "inconclusive"):
             r.update(verdict="correct", reason=None)
         r["checks"] = [(c["name"], c["passed"]) for c in r["checks"]]
         return r
+
     return {**doc, "results": [one(r) for r in doc["results"]]}
 
 
@@ -137,15 +164,16 @@ def test_a_lost_worker_has_its_candidate_run_again_streamed_once(tmp_path):
     def kill_first(actor, index):
         dispatched.append(index)
         lines_seen.append(len(stream.read_bytes().splitlines()))
-        if not killed:          # the first candidate's worker dies while it works
+        if not killed:  # the first candidate's worker dies while it works
             killed.append(index)
             ray.kill(actor, no_restart=True)
 
     engine = get_engine("ray")
-    assert engine.workers() == (2, {"num_cpus": 1})     # no GPU here: one actor per CPU
-    opts = VerifyOptions.quick(seed=1)     # short rounds: what is under test is the pool, not the timing
-    doc = verify_suite(suite, cands, opts, out=out,
-                       run_pairs=pool_runner(engine, stream_to=out, on_dispatch=kill_first))
+    assert engine.workers() == (2, {"num_cpus": 1})  # no GPU here: one actor per CPU
+    opts = VerifyOptions.quick(seed=1)  # short rounds: what is under test is the pool, not the timing
+    doc = verify_suite(
+        suite, cands, opts, out=out, run_pairs=pool_runner(engine, stream_to=out, on_dispatch=kill_first)
+    )
     names = [(r["problem"], Path(r["candidate"]).name) for r in doc["results"]]
     # The suite's order, each candidate once; the killed one dispatched twice.
     assert names == [("clamp_unit", "clamp_unit.py"), ("gelu_linear", "cheat_zeros.py"), ("gelu_linear", "honest.py")]
@@ -195,39 +223,62 @@ def test_resume_takes_the_streamed_candidates_and_runs_the_rest(tmp_path, monkey
     real = fv.verify_one
     monkeypatch.setattr(fv, "verify_one", lambda unit: ran.append(Path(unit[1]).name) or real(unit))
     out.unlink()
-    again = verify_suite(suite, cands, opts, out=out,
-                         run_pairs=fv.pool_runner(LocalEngine(), stream_to=out, resume=True))
+    again = verify_suite(
+        suite, cands, opts, out=out, run_pairs=fv.pool_runner(LocalEngine(), stream_to=out, resume=True)
+    )
     assert ran == ["gelu_linear.py"]
-    assert again["results"][0] == first["results"][0]         # read back, not run
+    assert again["results"][0] == first["results"][0]  # read back, not run
     assert [r["verdict"] for r in again["results"]] == [r["verdict"] for r in first["results"]]
     assert [json.loads(x)["candidate"] for x in stream.read_bytes().splitlines()] == [
-        str(cands / "clamp_unit.py"), str(cands / "gelu_linear.py")]
-    stream.write_bytes(b"{}\n" + one + b"\n")               # a line that is no result, not the last: exit 2
-    code, _, err = invoke(["verify", "--suite", str(suite), "--candidates", str(cands), "--device", "cpu",
-                           "--engine", "ray", "--out", str(out), "--resume"])
+        str(cands / "clamp_unit.py"),
+        str(cands / "gelu_linear.py"),
+    ]
+    stream.write_bytes(b"{}\n" + one + b"\n")  # a line that is no result, not the last: exit 2
+    code, _, err = invoke(
+        [
+            "verify",
+            "--suite",
+            str(suite),
+            "--candidates",
+            str(cands),
+            "--device",
+            "cpu",
+            "--engine",
+            "ray",
+            "--out",
+            str(out),
+            "--resume",
+        ]
+    )
     assert code == 2 and err.startswith(f"headroom: error: {stream}:1: not a streamed verify result")
-    code, _, err = invoke(["verify", "--suite", str(suite), "--candidates", str(cands), "--device", "cpu",
-                           "--resume", "--out", str(out)])
-    assert code == 2 and err == ("headroom: error: --resume: only with --engine ray and --out "
-                                 "(it reads the stream OUT.jsonl)")
+    code, _, err = invoke(
+        ["verify", "--suite", str(suite), "--candidates", str(cands), "--device", "cpu", "--resume", "--out", str(out)]
+    )
+    assert code == 2 and err == (
+        "headroom: error: --resume: only with --engine ray and --out (it reads the stream OUT.jsonl)"
+    )
 
 
 def test_import_headroom_and_the_local_engine_do_not_import_ray():
-    code = ("import sys, headroom\n"
-            "from headroom.fleet import get_engine\n"
-            "from headroom.cli import trace, project, verify\n"
-            "e = get_engine('local')\n"
-            "assert list(e.map(abs, [-1, 2])) == [1, 2]\n"
-            "print(sorted(m for m in sys.modules if m == 'ray' or m.startswith('ray.')))\n")
+    code = (
+        "import sys, headroom\n"
+        "from headroom.fleet import get_engine\n"
+        "from headroom.cli import trace, project, verify\n"
+        "e = get_engine('local')\n"
+        "assert list(e.map(abs, [-1, 2])) == [1, 2]\n"
+        "print(sorted(m for m in sys.modules if m == 'ray' or m.startswith('ray.')))\n"
+    )
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO)
     assert p.returncode == 0, p.stderr
     assert p.stdout.strip() == "[]"
 
 
 def test_without_ray_the_engine_says_which_extra():
-    code = ("import sys; sys.modules['ray'] = None\n"
-            "from headroom.errors import UserError\n"
-            "from headroom.fleet import get_engine\n"
-            "try:\n    get_engine('ray')\nexcept UserError as e:\n    print(e)\n")
+    code = (
+        "import sys; sys.modules['ray'] = None\n"
+        "from headroom.errors import UserError\n"
+        "from headroom.fleet import get_engine\n"
+        "try:\n    get_engine('ray')\nexcept UserError as e:\n    print(e)\n"
+    )
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO)
     assert p.stdout.strip() == "--engine ray needs ray, which is not installed: pip install 'kernel-headroom[fleet]'"

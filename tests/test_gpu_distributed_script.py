@@ -12,11 +12,22 @@ import pytest
 from tests.conftest import REPO
 
 
-@pytest.mark.slow   # a lab script's whole dry run: `make test-slow` (lab code, not the product)
+@pytest.mark.slow  # a lab script's whole dry run: `make test-slow` (lab code, not the product)
 def test_dry_run_writes_the_report_results_and_rank_traces(tmp_path):
     out = tmp_path / "out"
-    p = subprocess.run([sys.executable, str(REPO / "lab" / "gpu" / "gpu_distributed.py"), str(out), "--dry",
-                        "--only", "resnet-50-ddp"], capture_output=True, text=True, timeout=300)
+    p = subprocess.run(
+        [
+            sys.executable,
+            str(REPO / "lab" / "gpu" / "gpu_distributed.py"),
+            str(out),
+            "--dry",
+            "--only",
+            "resnet-50-ddp",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert p.returncode == 0, p.stdout + p.stderr
     files = sorted(f.name for f in out.iterdir())
     assert files == ["distributed.log", "ranks.tar", "report.md", "results.json"]

@@ -36,7 +36,7 @@ def test_render_recomputes_the_dry_run_tables():
         assert re.search(rf"^\| {p['name']} \| {re.escape(trace)} \| {100 * m['share']:.2f}% \|", md, re.M), p["name"]
     agg = score(_bench(DRY))
     assert agg.problems == 12
-    row = (f"| {agg.problems} | {agg.correct} | {agg.wins} | {agg.win_rate:.1%} | {agg.geomean_speedup:.3g}x | ")
+    row = f"| {agg.problems} | {agg.correct} | {agg.wins} | {agg.win_rate:.1%} | {agg.geomean_speedup:.3g}x | "
     assert row in md
     for q in agg.per_problem:
         assert f"| {q.problem} | {q.verdict} |" in md
@@ -57,7 +57,7 @@ def test_the_dry_run_kept_to_the_output_limits():
 
 def test_the_docs_block_is_the_committed_gpu_results():
     text = (REPO / "docs" / "dlrm-bench.md").read_text()
-    block = text[text.index(BEGIN) + len(BEGIN):text.index(END)].strip()
+    block = text[text.index(BEGIN) + len(BEGIN) : text.index(END)].strip()
     assert json.loads((GPU / "recsys.json").read_text())["dry_run"] is False
     assert block == script.render(GPU, REPO / "traces").strip()
 
@@ -67,11 +67,11 @@ def test_the_gpu_results_recomputed_from_the_committed_traces():
     cov = script.coverage_of(REPO / "traces")
     assert cov["matched"] == 12 and cov["unmatched"] == []
     by = {p["name"]: {Path(m["trace"]).name.removesuffix(".json.gz"): m for m in p["matches"]} for p in cov["problems"]}
-    assert set(by["01_EmbeddingBagSum"]) == {"dlrm.train", "dlrm-dcn.train"}      # not the int8 TBE's nbit:: kernels
+    assert set(by["01_EmbeddingBagSum"]) == {"dlrm.train", "dlrm-dcn.train"}  # not the int8 TBE's nbit:: kernels
     assert set(by["03_Int8RowwiseEmbeddingBag"]) == {"dlrm-int8.infer"}
     assert all("FP16" not in t["name"] for t in by["03_Int8RowwiseEmbeddingBag"]["dlrm-int8.infer"]["top"])
     doc, _, bench_doc = script.load_results(GPU)
-    rc, = script.scenario_recomputed(GPU, bench_doc)
+    (rc,) = script.scenario_recomputed(GPU, bench_doc)
     part = doc["steps"]["validate dlrm-interaction"]["part"]
     # 04 + 05's selectors pick the substituted module's kernels, all of them.
     assert abs(sum(q["ms_per_step"] for q in rc["parts"]) - rc["module_ms"]) < 0.01 * rc["module_ms"]
@@ -130,8 +130,21 @@ def test_render_merges_a_second_bench_file(tmp_path):
     with gzip.open(tmp_path / "bench.json.gz", "wt") as f:
         json.dump({**first, "results": keep}, f)
     with gzip.open(tmp_path / "bench-part.json.gz", "wt") as f:
-        json.dump({**first, "results": [{"problem": "12_AttentionPooling", "candidate": "12.py", "verdict": "pass",
-                                         "speedup": 2.5, "memory_ratio": 1.0}]}, f)
+        json.dump(
+            {
+                **first,
+                "results": [
+                    {
+                        "problem": "12_AttentionPooling",
+                        "candidate": "12.py",
+                        "verdict": "pass",
+                        "speedup": 2.5,
+                        "memory_ratio": 1.0,
+                    }
+                ],
+            },
+            f,
+        )
     md = script.render(tmp_path)
     assert "| 12_AttentionPooling | pass | 2.5x | 1x |" in md
     assert score(script.load_results(tmp_path)[2]).problems == 12

@@ -18,11 +18,11 @@ script = import_file(REPO / "lab" / "gpu" / "gpu_validate.py", "gpu_validate")
 def test_the_substitution_set_covers_what_issue_11_asks():
     subs = script.SUBSTITUTIONS
     assert len(subs) >= 5 and len({s[1] for s in subs}) >= 3
-    assert any("decode" in s[2] and "1" in s[2] for s in subs)                 # launch-bound: decode, batch 1
-    assert any(s[1] in script.TRAINING for s in subs)                         # a training case
+    assert any("decode" in s[2] and "1" in s[2] for s in subs)  # launch-bound: decode, batch 1
+    assert any(s[1] in script.TRAINING for s in subs)  # a training case
     for _name, _, _, _, cand, est in subs:
         assert (script.CAND / cand).is_file() and est > 0
-    assert sum(s[5] for s in subs[:5]) <= 510                                 # five fit the default budget
+    assert sum(s[5] for s in subs[:5]) <= 510  # five fit the default budget
 
 
 def test_gpu_kernel_names_are_read_from_the_candidates():
@@ -52,7 +52,7 @@ def test_archives_hold_the_run_at_the_top_and_the_loop_files_below(tmp_path):
     work2 = tmp_path / "work" / "sub-b"
     (work2 / "run").mkdir(parents=True)
     (work2 / "run" / "run.json").write_text("{}")
-    script.archive(work2, out, slot=1)        # the slot's archive is rewritten with both
+    script.archive(work2, out, slot=1)  # the slot's archive is rewritten with both
     with tarfile.open(out / "runs-1.tar.gz") as tar:
         names = sorted(tar.getnames())
     assert "sub-a/run.json" in names and "sub-a/base.json.gz" in names and "sub-a/loop/verify.json" in names
@@ -74,11 +74,16 @@ def test_the_new_rows_of_issue_48_are_eight_and_each_runs_a_known_candidate_on_a
     new = [n for n in names if n not in committed]
     assert len(new) >= 8 and len(committed) == 8
     # a synchronising and a slower candidate where the launches bound the step, and a second model's LayerNorm
-    assert {"llama7b-decode-bs1-rmsnorm-checked", "llama7b-decode-bs1-rmsnorm-fp64", "llama7b-decode-bs1-swiglu",
-            "llama7b-prefill-swiglu", "gpt2xl-decode-bs1-layernorm"} <= set(new)
+    assert {
+        "llama7b-decode-bs1-rmsnorm-checked",
+        "llama7b-decode-bs1-rmsnorm-fp64",
+        "llama7b-decode-bs1-swiglu",
+        "llama7b-prefill-swiglu",
+        "gpt2xl-decode-bs1-layernorm",
+    } <= set(new)
     for _name, _, _opts, module, cand, est in script.NEW_ROWS:
         assert (script.CAND / cand).is_file() and est > 0
-        assert module in (script.CAND / cand).read_text()    # the candidate names the class it replaces
+        assert module in (script.CAND / cand).read_text()  # the candidate names the class it replaces
 
 
 def test_a_whole_loop_run_becomes_an_apriori_row_and_a_failed_verify_does_not(tmp_path):
@@ -94,7 +99,8 @@ def test_a_whole_loop_run_becomes_an_apriori_row_and_a_failed_verify_does_not(tm
     root = tmp_path / "apriori"
     assert imp.import_run(run, root) == f"{root / 'bert-new'}: added"
     assert sorted(p.name for p in (root / "bert-new").iterdir()) == sorted(
-        ["base.json.gz", "run.json", "result.json", "verify.json", "bert-base__LayerNorm.toml"])
+        ["base.json.gz", "run.json", "result.json", "verify.json", "bert-base__LayerNorm.toml"]
+    )
     assert imp.import_run(run, root).endswith(": exists")
     from headroom.report.apriori import apriori_rows
 

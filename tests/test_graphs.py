@@ -61,7 +61,7 @@ def test_targets_over_the_replays_leave_no_kernel_without_an_op():
 
 
 def test_a_replay_trace_takes_its_context_from_an_eager_trace_of_the_same_step():
-    assert _no_op_share(REPLAYS) > 0.99           # alone: nothing says which op made a replayed kernel
+    assert _no_op_share(REPLAYS) > 0.99  # alone: nothing says which op made a replayed kernel
     assert _no_op_share(REPLAYS, graph_source=EAGER) <= 0.01
     graphed = analyze(REPLAYS, graph_source=EAGER, use_cache=False)
     eager = analyze(EAGER, use_cache=False)

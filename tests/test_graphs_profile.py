@@ -20,13 +20,16 @@ from headroom.trace.load import TraceError
 CAPTURE_TRACE = SHARED / "traces-cudagraph" / "llama4_decode_capture_and_replay.json.gz"
 
 
-@pytest.mark.parametrize("options, device, says", [
-    (Options(phase="decode", graphs=True), "cpu", "needs a CUDA device"),
-    (Options(mode="train", graphs=True), "cuda", "drop --mode train"),
-    (Options(phase="decode", kv_cache="dynamic", graphs=True), "cuda", "--kv-cache static"),
-    (Options(phase="decode", graphs=True, compile_mode="reduce-overhead"), "cuda", "drop --graphs"),
-    (Options(compile_mode="fastest"), "cuda", "use one of default, reduce-overhead"),
-])
+@pytest.mark.parametrize(
+    "options, device, says",
+    [
+        (Options(phase="decode", graphs=True), "cpu", "needs a CUDA device"),
+        (Options(mode="train", graphs=True), "cuda", "drop --mode train"),
+        (Options(phase="decode", kv_cache="dynamic", graphs=True), "cuda", "--kv-cache static"),
+        (Options(phase="decode", graphs=True, compile_mode="reduce-overhead"), "cuda", "drop --graphs"),
+        (Options(compile_mode="fastest"), "cuda", "use one of default, reduce-overhead"),
+    ],
+)
 def test_execution_modes_refuse_what_they_cannot_run(options, device, says):
     with pytest.raises(UserError, match=says):
         get_workload("llama-7b").resolve(options, device)
@@ -54,7 +57,7 @@ def test_the_static_decode_step_computes_the_eager_first_token():
     cfg = spec.resolve(Options(flavour="tiny", phase="decode", seq=16, batch=2), "cpu")
     torch.manual_seed(0)
     eager = spec.build(cfg, torch.device("cpu"))
-    cfg.graphs = True       # the step --graphs captures (the capture itself needs CUDA)
+    cfg.graphs = True  # the step --graphs captures (the capture itself needs CUDA)
     torch.manual_seed(0)
     static = spec.build(cfg, torch.device("cpu"))
     try:
@@ -77,8 +80,10 @@ def _with_manifest(src, dest, manifest):
 def test_a_graphs_trace_reads_the_capture_its_manifest_names(tmp_path):
     trace = tmp_path / "run.json.gz"
     _with_manifest(CAPTURE_TRACE, trace, {"graphs": {"capture_trace": "captures/run.json.gz"}})
-    assert capture_trace_of(trace, {"headroom": {"graphs": {"capture_trace": "captures/run.json.gz"}}}) == \
-        tmp_path / "captures" / "run.json.gz"
+    assert (
+        capture_trace_of(trace, {"headroom": {"graphs": {"capture_trace": "captures/run.json.gz"}}})
+        == tmp_path / "captures" / "run.json.gz"
+    )
     with pytest.raises(TraceError, match="capture trace .* which is missing"):
         analyze(trace, use_cache=False, window="^replay_")
     (tmp_path / "captures").mkdir()

@@ -32,8 +32,9 @@ def _eager_twin(name: str) -> str | None:
     """The eager trace of the same workload, phase, batch and sequence."""
     m = MANIFEST[name]
     key = ("workload", "flavour", "phase", "batch", "seq", "dtype", "layers")
-    return next((n for n, e in MANIFEST.items() if _execution(e) == "eager" and all(e.get(k) == m.get(k) for k in key)),
-                None)
+    return next(
+        (n for n, e in MANIFEST.items() if _execution(e) == "eager" and all(e.get(k) == m.get(k) for k in key)), None
+    )
 
 
 def _shares(events: pd.DataFrame, by: str) -> pd.Series:

@@ -22,14 +22,18 @@ from hypothesis import strategies as st
 @settings(max_examples=8, deadline=None, suppress_health_check=list(HealthCheck))
 @given(delay=st.floats(min_value=0.0, max_value=0.6))
 def test_ctrl_c_from_headrooms_first_line_is_130(delay):
-    p = subprocess.Popen([sys.executable, "-m", "headroom.cli", "classify", "--no-cache", str(SMALL)],
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=REPO,
-                         env={**os.environ, "PYTHONPATH": str(REPO), "HEADROOM_CACHE_DIR": "off"})
+    p = subprocess.Popen(
+        [sys.executable, "-m", "headroom.cli", "classify", "--no-cache", str(SMALL)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        cwd=REPO,
+        env={**os.environ, "PYTHONPATH": str(REPO), "HEADROOM_CACHE_DIR": "off"},
+    )
     time.sleep(delay)
     p.send_signal(signal.SIGINT)
     _, err = p.communicate(timeout=60)
     text = err.decode(errors="replace")
-    if "Traceback" in text:     # the interpreter's start-up, before any of headroom's code
+    if "Traceback" in text:  # the interpreter's start-up, before any of headroom's code
         assert f"{os.sep}headroom{os.sep}" not in text.split("Traceback", 1)[1], text[-1500:]
     else:
         assert p.returncode in (130, -signal.SIGINT, 0), (p.returncode, text[-500:])

@@ -37,8 +37,11 @@ KEY = st.from_regex(r"[A-Za-z_][A-Za-z0-9_]{0,8}", fullmatch=True).filter(lambda
 
 
 @settings(max_examples=15, deadline=None, suppress_health_check=list(HealthCheck))
-@given(selector=st.sampled_from(["op:aten::mm", "category:embedding", "kernel:^k", "module:Foo"]),
-       key=KEY, value=st.sampled_from(["1", "x", "2.5", ""]))
+@given(
+    selector=st.sampled_from(["op:aten::mm", "category:embedding", "kernel:^k", "module:Foo"]),
+    key=KEY,
+    value=st.sampled_from(["1", "x", "2.5", ""]),
+)
 def test_a_speedup_with_an_unknown_option_is_refused(selector, key, value):
     code, _, err = run("project", SMALL, "-s", f"{selector}=2,{key}={value}")
     assert code == 2 and one_error_line(err), err

@@ -51,7 +51,7 @@ def test_a_span_other_than_the_steps_is_not_compared_with_a_step_time(case):
     name, whole, window = case
     trace = _trace(name)
     steps = analyze(trace, use_cache=False)
-    assert steps.basis == STEPS_BASIS and steps.unprofiled_step_us is not None   # the manifest records one
+    assert steps.basis == STEPS_BASIS and steps.unprofiled_step_us is not None  # the manifest records one
     a = analyze(trace, whole_trace=whole, window=window, use_cache=False)
     assert a.basis != STEPS_BASIS
     assert a.unprofiled_step_us is None and a.unprofiled_idle_fraction is None

@@ -22,8 +22,11 @@ TAG = st.sampled_from(["bold", "red", "rich", "link=x", "/", "green", "i", "blin
 
 
 @FAST
-@given(tag=TAG.filter(lambda t: "/" not in t), stem=st.from_regex(r"[a-z]{1,6}", fullmatch=True),
-       command=st.sampled_from([["classify"], ["targets"], ["project", "-s", "category:embedding=2"]]))
+@given(
+    tag=TAG.filter(lambda t: "/" not in t),
+    stem=st.from_regex(r"[a-z]{1,6}", fullmatch=True),
+    command=st.sampled_from([["classify"], ["targets"], ["project", "-s", "category:embedding=2"]]),
+)
 def test_markup_in_a_path_prints_as_it_is(tmp_path_factory, tag, stem, command):
     path = tmp_path_factory.mktemp("m") / f"{tag}{stem}.json.gz"
     shutil.copy(SMALL, path)
@@ -41,7 +44,7 @@ def test_markup_in_a_kernel_name_prints_as_it_is(tmp_path_factory, tag):
         if isinstance(e, dict) and e.get("cat") == "kernel":
             e["name"] = name
     path = write(doc, tmp_path_factory.mktemp("k") / "t.json")
-    code, out, err = run("diff", "--by", "kernel", path, path)      # kernel names in a table's cells
+    code, out, err = run("diff", "--by", "kernel", path, path)  # kernel names in a table's cells
     assert code == 0, err
     assert name in out
 
@@ -77,14 +80,18 @@ def test_annotate_writes_what_it_reads(tmp_path_factory, value):
 
 
 @FAST
-@given(worlds=st.tuples(st.integers(2, 8), st.integers(2, 8)),
-       names=st.tuples(st.sampled_from(["NVIDIA H100", "NVIDIA H200"]), st.sampled_from(["NVIDIA H100", "NVIDIA H200"])))
+@given(
+    worlds=st.tuples(st.integers(2, 8), st.integers(2, 8)),
+    names=st.tuples(st.sampled_from(["NVIDIA H100", "NVIDIA H200"]), st.sampled_from(["NVIDIA H100", "NVIDIA H200"])),
+)
 def test_rank_set_decisions_are_said(tmp_path_factory, worlds, names):
     d = tmp_path_factory.mktemp("r")
     for rank in (0, 1):
-        rank_trace(rank).write(d / f"rank-{rank}.json.gz",
-                               distributedInfo={"backend": "nccl", "rank": rank, "world_size": worlds[rank]},
-                               deviceProperties=[{"id": 0, "name": names[rank]}])
+        rank_trace(rank).write(
+            d / f"rank-{rank}.json.gz",
+            distributedInfo={"backend": "nccl", "rank": rank, "world_size": worlds[rank]},
+            deviceProperties=[{"id": 0, "name": names[rank]}],
+        )
     code, out, err = run("classify", d)
     assert code == 0, err
     if worlds[0] != worlds[1]:

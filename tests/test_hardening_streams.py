@@ -27,28 +27,45 @@ def _feed(pipe, kind: str, stop: threading.Event) -> None:
         pipe.write(STARTS[kind])
         while not stop.is_set():
             pipe.write(REST[kind])
-            time.sleep(0.001)       # about 64 MB/s: a signal lands while the copy is under way
+            time.sleep(0.001)  # about 64 MB/s: a signal lands while the copy is under way
     except (BrokenPipeError, OSError, ValueError):
         pass
 
 
 @settings(max_examples=6, deadline=None, suppress_health_check=list(HealthCheck))
-@given(kind=st.sampled_from(sorted(STARTS)), stop=st.sampled_from([None, signal.SIGINT, signal.SIGTERM]),
-       delay=st.floats(min_value=0.0, max_value=1.0))
+@given(
+    kind=st.sampled_from(sorted(STARTS)),
+    stop=st.sampled_from([None, signal.SIGINT, signal.SIGTERM]),
+    delay=st.floats(min_value=0.0, max_value=1.0),
+)
 def test_an_endless_stream_stops_and_leaves_nothing(tmp_path_factory, kind, stop, delay):
     tmp = tmp_path_factory.mktemp("tmp")
-    env = {**os.environ, "PYTHONPATH": str(REPO), "TMPDIR": str(tmp), "HEADROOM_STREAM_MAX_BYTES": str(200 << 20),
-           "HEADROOM_CACHE_DIR": "off"}
-    p = subprocess.Popen([sys.executable, "-m", "headroom.cli", "classify", "/dev/stdin"], stdin=subprocess.PIPE,
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=REPO, env=env)
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(REPO),
+        "TMPDIR": str(tmp),
+        "HEADROOM_STREAM_MAX_BYTES": str(200 << 20),
+        "HEADROOM_CACHE_DIR": "off",
+    }
+    p = subprocess.Popen(
+        [sys.executable, "-m", "headroom.cli", "classify", "/dev/stdin"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        cwd=REPO,
+        env=env,
+    )
     done = threading.Event()
     feeder = threading.Thread(target=_feed, args=(p.stdin, kind, done), daemon=True)
     feeder.start()
     if stop is not None:
         # once the copy is under way (a loaded machine may take longer than `delay` to start Python)
         until = time.monotonic() + 20
-        while p.poll() is None and time.monotonic() < until and \
-                not any(n.name.startswith("headroom-stream-") for n in tmp.iterdir()):
+        while (
+            p.poll() is None
+            and time.monotonic() < until
+            and not any(n.name.startswith("headroom-stream-") for n in tmp.iterdir())
+        ):
             time.sleep(0.01)
         time.sleep(delay)
         if p.poll() is None:

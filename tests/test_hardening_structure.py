@@ -31,10 +31,16 @@ def _baseline():
 
 
 def _kernels(doc):
-    launches = {e["args"]["correlation"]: e["ts"] for e in doc["traceEvents"]
-                if isinstance(e, dict) and e.get("cat") == "cuda_runtime" and "correlation" in e.get("args", {})}
-    ks = [e for e in doc["traceEvents"] if isinstance(e, dict) and e.get("cat") == "kernel"
-          and e["args"].get("correlation") in launches]
+    launches = {
+        e["args"]["correlation"]: e["ts"]
+        for e in doc["traceEvents"]
+        if isinstance(e, dict) and e.get("cat") == "cuda_runtime" and "correlation" in e.get("args", {})
+    }
+    ks = [
+        e
+        for e in doc["traceEvents"]
+        if isinstance(e, dict) and e.get("cat") == "kernel" and e["args"].get("correlation") in launches
+    ]
     return sorted(ks, key=lambda e: launches[e["args"]["correlation"]]), launches
 
 
@@ -53,7 +59,7 @@ def misplaced_kernels(draw):
     elif how == "before_launch":
         k["ts"] = launches[k["args"]["correlation"]] - draw(st.floats(min_value=51.0, max_value=1e5))
     else:
-        copy = dict(k, args=dict(k["args"], device=draw(st.integers(min_value=1, max_value=2 ** 31))))
+        copy = dict(k, args=dict(k["args"], device=draw(st.integers(min_value=1, max_value=2**31))))
         copy["dur"] = draw(st.floats(min_value=1.0, max_value=100.0))
         doc["traceEvents"].append(copy)
     return how, doc
@@ -70,26 +76,31 @@ def test_a_kernel_its_structure_contradicts_is_refused_or_dropped_and_counted(tm
     assert any(w.startswith("dropped 1 GPU activity") for w in a.warnings), a.warnings
     base = _baseline()
     assert a.n_devices == base.n_devices
-    assert a.step_us <= base.step_us * 1.01 + 1.0      # never a step of 335 ms, nor idle on a second device
+    assert a.step_us <= base.step_us * 1.01 + 1.0  # never a step of 335 ms, nor idle on a second device
 
 
 @st.composite
 def misnumbered_steps(draw):
     doc = document()
-    steps = sorted((e for e in doc["traceEvents"] if isinstance(e, dict)
-                    and str(e.get("name", "")).startswith("ProfilerStep#")), key=lambda e: e["ts"])
+    steps = sorted(
+        (e for e in doc["traceEvents"] if isinstance(e, dict) and str(e.get("name", "")).startswith("ProfilerStep#")),
+        key=lambda e: e["ts"],
+    )
     how = draw(st.sampled_from(["zero", "huge", "text", "reused", "down"]))
     if how == "zero":
         draw(st.sampled_from(steps))["dur"] = 0
     elif how == "huge":
-        draw(st.sampled_from(steps))["name"] = f"ProfilerStep#{draw(st.integers(min_value=2 ** 53 + 1))}"
+        draw(st.sampled_from(steps))["name"] = f"ProfilerStep#{draw(st.integers(min_value=2**53 + 1))}"
     elif how == "text":
         draw(st.sampled_from(steps))["name"] = "ProfilerStep#" + draw(st.sampled_from(["", "x", "-1", "1.5", "٣"]))
     else:
         i = draw(st.integers(min_value=1, max_value=len(steps) - 1))
         first = int(steps[0]["name"].split("#")[1])
-        n = int(steps[i - 1]["name"].split("#")[1]) if how == "reused" else \
-            draw(st.integers(min_value=0, max_value=first))
+        n = (
+            int(steps[i - 1]["name"].split("#")[1])
+            if how == "reused"
+            else draw(st.integers(min_value=0, max_value=first))
+        )
         steps[i]["name"] = f"ProfilerStep#{n}"
     return how, doc
 
@@ -99,12 +110,15 @@ def misnumbered_steps(draw):
 def test_a_step_its_neighbours_contradict_is_refused_or_dropped_and_counted(tmp_path_factory, case):
     how, doc = case
     path = write(doc, tmp_path_factory.mktemp("s") / "t.json")
-    with pytest.raises(TraceError, match=r"event \d+ \(user_annotation 'ProfilerStep#.*'\): (name|dur) .* "
-                                         r"\(--lenient drops such events\)"):
+    with pytest.raises(
+        TraceError,
+        match=r"event \d+ \(user_annotation 'ProfilerStep#.*'\): (name|dur) .* "
+        r"\(--lenient drops such events\)",
+    ):
         analyze(path, use_cache=False)
     a = analyze(path, lenient=True, use_cache=False)
     assert any(w.startswith("dropped 1 GPU activity/steps") for w in a.warnings), a.warnings
     numbers = a.steps["step"].tolist()
-    assert numbers == sorted(set(numbers)) and all(0 <= n <= 2 ** 53 for n in numbers)
+    assert numbers == sorted(set(numbers)) and all(0 <= n <= 2**53 for n in numbers)
     assert a.num_steps == 2 and (a.steps["wall_us"] > 0).all()
     assert not any("0.000 ms" in n for n in a.notes)

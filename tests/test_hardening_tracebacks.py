@@ -10,15 +10,38 @@ from hardening_support import HTA, SMALL, document, one_error_line, run, write
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-JSON = st.recursive(st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False)
-                    | st.text(max_size=8), lambda inner: st.lists(inner, max_size=3)
-                    | st.dictionaries(st.text(max_size=6), inner, max_size=3), max_leaves=6)
-KEYS = ("workload", "variant", "flavour", "timing", "gpu", "layers", "total_layers", "dtype", "tf32", "info",
-        "distributed", "family", "batch")
+JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False) | st.text(max_size=8),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=6), inner, max_size=3),
+    max_leaves=6,
+)
+KEYS = (
+    "workload",
+    "variant",
+    "flavour",
+    "timing",
+    "gpu",
+    "layers",
+    "total_layers",
+    "dtype",
+    "tf32",
+    "info",
+    "distributed",
+    "family",
+    "batch",
+)
 MANIFESTS = JSON.filter(lambda v: bool(v) and not isinstance(v, dict)) | st.dictionaries(
-    st.sampled_from(KEYS), JSON | st.fixed_dictionaries({"step_ms": JSON, "overhead": JSON, "timed": JSON}), max_size=5)
-COMMANDS = (["classify"], ["classify", "--json"], ["report"], ["report", "--json"],
-            ["project", "-s", "category:embedding=2"], ["targets"], ["diff", str(SMALL)])
+    st.sampled_from(KEYS), JSON | st.fixed_dictionaries({"step_ms": JSON, "overhead": JSON, "timed": JSON}), max_size=5
+)
+COMMANDS = (
+    ["classify"],
+    ["classify", "--json"],
+    ["report"],
+    ["report", "--json"],
+    ["project", "-s", "category:embedding=2"],
+    ["targets"],
+    ["diff", str(SMALL)],
+)
 FAST = settings(max_examples=15, deadline=None, suppress_health_check=list(HealthCheck))
 
 
@@ -37,7 +60,7 @@ def test_a_manifest_of_any_shape_is_read_or_refused_in_one_line(tmp_path_factory
 
 
 @FAST
-@given(n=st.integers(min_value=10_001, max_value=10 ** 40) | st.sampled_from(["1e30", "inf", "nan", "-1", "2.5"]))
+@given(n=st.integers(min_value=10_001, max_value=10**40) | st.sampled_from(["1e30", "inf", "nan", "-1", "2.5"]))
 def test_launches_has_a_range(n):
     code, _, err = run("project", SMALL, "-s", f"category:embedding=2,launches={n}")
     assert code == 2 and one_error_line(err) and "launches" in err
@@ -56,8 +79,9 @@ def test_annotate_without_gpu_activity_is_one_line(tmp_path_factory, keep):
 
 
 def test_annotate_of_htas_cpu_only_trace(tmp_path):
-    code, _, err = run("annotate", HTA / "cpu_only__rank-34.Jul_15_10_52_41.1074.pt.trace.json.gz", "-o",
-                       tmp_path / "o.json")
+    code, _, err = run(
+        "annotate", HTA / "cpu_only__rank-34.Jul_15_10_52_41.1074.pt.trace.json.gz", "-o", tmp_path / "o.json"
+    )
     assert code == 2 and one_error_line(err) and "no GPU activity" in err
 
 

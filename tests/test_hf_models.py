@@ -29,13 +29,13 @@ def hf(name: str) -> str:
 
 # config directory -> (published parameter count, the digits the model card gives it to, repeated block, layers)
 PUBLISHED = {
-    "llama-3-8b": (8.03e9, 1e7, "LlamaDecoderLayer", 32),           # meta-llama/Meta-Llama-3-8B: 8.03B
-    "mistral-7b": (7.24e9, 1e7, "MistralDecoderLayer", 32),         # mistralai/Mistral-7B-v0.1: 7.24B
-    "mixtral-8x7b": (46.7e9, 1e8, "MixtralDecoderLayer", 32),       # mistralai/Mixtral-8x7B-v0.1: 46.7B
-    "qwen2-7b": (7.62e9, 1e7, "Qwen2DecoderLayer", 28),             # Qwen/Qwen2-7B: 7.62B
+    "llama-3-8b": (8.03e9, 1e7, "LlamaDecoderLayer", 32),  # meta-llama/Meta-Llama-3-8B: 8.03B
+    "mistral-7b": (7.24e9, 1e7, "MistralDecoderLayer", 32),  # mistralai/Mistral-7B-v0.1: 7.24B
+    "mixtral-8x7b": (46.7e9, 1e8, "MixtralDecoderLayer", 32),  # mistralai/Mixtral-8x7B-v0.1: 46.7B
+    "qwen2-7b": (7.62e9, 1e7, "Qwen2DecoderLayer", 28),  # Qwen/Qwen2-7B: 7.62B
     "qwen1.5-moe-a2.7b": (14.3e9, 1e8, "Qwen2MoeDecoderLayer", 24),  # Qwen/Qwen1.5-MoE-A2.7B: 14.3B
-    "bert-base-uncased": (110e6, 1e6, "BertLayer", 12),             # google-bert/bert-base-uncased: 110M
-    "vit-base-patch16-224": (86.6e6, 1e5, "ViTLayer", 12),          # google/vit-base-patch16-224: 86.6M
+    "bert-base-uncased": (110e6, 1e6, "BertLayer", 12),  # google-bert/bert-base-uncased: 110M
+    "vit-base-patch16-224": (86.6e6, 1e5, "ViTLayer", 12),  # google/vit-base-patch16-224: 86.6M
 }
 
 
@@ -84,7 +84,7 @@ def test_decode_train_and_layers_run_through_hf(tmp_path):
     t = profile_workload(name, Options(mode="train", seq=16, layers=1), out=tmp_path, **FAST)
     assert t.config.layers == 1 and t.config.total_layers == 2
     assert "optimizer" in set(t.analysis.events["category"])
-    assert t.layers is not None    # extrapolated from 1 block to 2 (qwen2's per-layer layer_types cut to match)
+    assert t.layers is not None  # extrapolated from 1 block to 2 (qwen2's per-layer layer_types cut to match)
     b = profile_workload(hf("tiny-bert-base-uncased"), Options(mode="train", seq=16), out=tmp_path, **FAST)
     assert b.manifest["info"]["class"] == "BertForMaskedLM"
 
@@ -97,20 +97,49 @@ def test_the_cpu_scaling_of_a_real_size_config():
 
 
 def test_extract_through_hf(tmp_path):
-    r = extract(hf("tiny-mixtral-8x7b"), "MixtralTopKRouter", Options(seq=16), device="cpu", out=tmp_path,
-                command="headroom extract test")
+    r = extract(
+        hf("tiny-mixtral-8x7b"),
+        "MixtralTopKRouter",
+        Options(seq=16),
+        device="cpu",
+        out=tmp_path,
+        command="headroom extract test",
+    )
     assert r.name == "hf-tiny-mixtral-8x7b__MixtralTopKRouter" and r.calls_per_step == 2
     assert "MixtralConfig(**{" in r.problem.read_text()
 
 
-@pytest.mark.slow   # a whole validate run (~25 s on 2 cores); `make test-slow`
+@pytest.mark.slow  # a whole validate run (~25 s on 2 cores); `make test-slow`
 def test_validate_through_hf(tmp_path):
     out = tmp_path / "v"
-    p = subprocess.run([sys.executable, "-m", "headroom.cli", "validate", hf("tiny-llama-3-8b"), "--device", "cpu",
-                        "--seq", "16", "--replace",
-                        f"LlamaRMSNorm={REPO / 'tests' / 'substitutions' / 'identity_rmsnorm.py'}",
-                        "--out", str(out), "--rounds", "6", "--max-rounds", "6", "--timing-budget", "10", "--json"],
-                       capture_output=True, text=True, timeout=240, cwd=REPO)
+    p = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "headroom.cli",
+            "validate",
+            hf("tiny-llama-3-8b"),
+            "--device",
+            "cpu",
+            "--seq",
+            "16",
+            "--replace",
+            f"LlamaRMSNorm={REPO / 'tests' / 'substitutions' / 'identity_rmsnorm.py'}",
+            "--out",
+            str(out),
+            "--rounds",
+            "6",
+            "--max-rounds",
+            "6",
+            "--timing-budget",
+            "10",
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        cwd=REPO,
+    )
     assert p.returncode == 0, p.stderr[-2000:]
     doc = json.loads(p.stdout)
     assert doc["workload"] == hf("tiny-llama-3-8b") and doc["replacements"][0]["instances"] == 5
@@ -121,13 +150,26 @@ def test_file_stem():
     assert file_stem("hf:/models/qwen2/") == "hf-qwen2" and file_stem("llama-7b") == "llama-7b"
 
 
-@pytest.mark.parametrize("config, message", [
-    (None, "no config.json in"),
-    ({"architectures": ["T5ForConditionalGeneration"], "model_type": "t5", "d_model": 64, "num_layers": 1,
-      "num_heads": 2, "d_ff": 64, "vocab_size": 64}, "is an encoder-decoder model"),
-    ({"architectures": ["MyNetForCausalLM"], "model_type": "mynet"}, "cannot load its configuration"),
-    ({"architectures": ["MyLlamaForCausalLM"], "model_type": "llama"}, "is not a transformers class"),
-])
+@pytest.mark.parametrize(
+    "config, message",
+    [
+        (None, "no config.json in"),
+        (
+            {
+                "architectures": ["T5ForConditionalGeneration"],
+                "model_type": "t5",
+                "d_model": 64,
+                "num_layers": 1,
+                "num_heads": 2,
+                "d_ff": 64,
+                "vocab_size": 64,
+            },
+            "is an encoder-decoder model",
+        ),
+        ({"architectures": ["MyNetForCausalLM"], "model_type": "mynet"}, "cannot load its configuration"),
+        ({"architectures": ["MyLlamaForCausalLM"], "model_type": "llama"}, "is not a transformers class"),
+    ],
+)
 def test_unsupported_input_is_refused_in_one_line(tmp_path, config, message):
     if config is not None:
         (tmp_path / "config.json").write_text(json.dumps(config))
@@ -138,8 +180,14 @@ def test_unsupported_input_is_refused_in_one_line(tmp_path, config, message):
 
 def test_cli_exit_2_one_line_for_a_hub_id_without_network(tmp_path):
     env = dict(os.environ, HF_HUB_OFFLINE="1")
-    p = subprocess.run([sys.executable, "-m", "headroom.cli", "profile", "hf:no-such-org/no-such-model", "--out",
-                        str(tmp_path)], capture_output=True, text=True, timeout=120, cwd=REPO, env=env)
+    p = subprocess.run(
+        [sys.executable, "-m", "headroom.cli", "profile", "hf:no-such-org/no-such-model", "--out", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=REPO,
+        env=env,
+    )
     assert p.returncode == 2 and "Traceback" not in p.stderr
     lines = [x for x in p.stderr.splitlines() if x.startswith("headroom: error:")]
     assert len(lines) == 1 and "hf:no-such-org/no-such-model: cannot load its configuration" in lines[0]

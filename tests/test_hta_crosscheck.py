@@ -15,7 +15,9 @@ import pytest
 from headroom.trace.analysis import analyze
 from tests.conftest import hta_trace
 
-hta = pytest.importorskip("hta.trace_analysis", reason="HolisticTraceAnalysis is a test dependency (make test installs it)")
+hta = pytest.importorskip(
+    "hta.trace_analysis", reason="HolisticTraceAnalysis is a test dependency (make test installs it)"
+)
 
 
 def test_per_kernel_counts_and_times_match_hta(tmp_path):

@@ -36,7 +36,9 @@ from headroom.trace.rank_set import rank_set
 from tests.conftest import hta_trace
 from tests.ranks_synthetic import write_pair
 
-hta = pytest.importorskip("hta.trace_analysis", reason="HolisticTraceAnalysis is a test dependency (make test installs it)")
+hta = pytest.importorskip(
+    "hta.trace_analysis", reason="HolisticTraceAnalysis is a test dependency (make test installs it)"
+)
 
 
 @contextlib.contextmanager
@@ -79,7 +81,7 @@ def _union(seg):
 
 
 def test_overlap_and_breakdown_match_hta_on_the_a100_nccl_trace(tmp_path, monkeypatch):
-    src = hta_trace("nccl_parser_config")          # rank 0 of 2, NCCL all-reduce on its own stream
+    src = hta_trace("nccl_parser_config")  # rank 0 of 2, NCCL all-reduce on its own stream
     shutil.copy(src, tmp_path / "rank-0.json.gz")
     a = analyze(src)
     kept = kept_steps(a)
@@ -109,18 +111,50 @@ def as_gpu_activities(a, rank: int, world: int, path) -> int:
     seg = activity_segments(a)
     streams = {s: i + 1 for i, s in enumerate(sorted(set(a.events["stream"].astype(str))))}
     stream_of = a.events["stream"].astype(str).map(streams).to_numpy()
-    events = [{"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{int(s.step)}", "pid": 1, "tid": 1,
-               "ts": float(s.ts), "dur": float(s.dur)} for s in a.trace.steps.itertuples(index=False)]
+    events = [
+        {
+            "ph": "X",
+            "cat": "user_annotation",
+            "name": f"ProfilerStep#{int(s.step)}",
+            "pid": 1,
+            "tid": 1,
+            "ts": float(s.ts),
+            "dur": float(s.dur),
+        }
+        for s in a.trace.steps.itertuples(index=False)
+    ]
     # Correlation ids from 1,000,000 as Kineto's are: HTA stores event indices in a column it copied from
     # the correlation's dtype, which small ids downcast to int16; pandas 3 then refuses indices > 32767.
     for i, (t0, t1, e, comm) in enumerate(zip(seg["ts"], seg["end"], seg["event"], seg["comm"]), 1_000_000):
-        events.append({"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1,
-                       "ts": float(t0), "dur": 0.0, "args": {"correlation": i}})
-        events.append({"ph": "X", "cat": "kernel", "name": "ncclKernel_cpu" if comm else "compute", "pid": 0,
-                       "tid": int(stream_of[e]), "ts": float(t0), "dur": float(t1 - t0),
-                       "args": {"device": 0, "stream": int(stream_of[e]), "correlation": i}})
-    doc = {"schemaVersion": 1, "distributedInfo": {"backend": "gloo", "rank": rank, "world_size": world},
-           "traceEvents": events}
+        events.append(
+            {
+                "ph": "X",
+                "cat": "cuda_runtime",
+                "name": "cudaLaunchKernel",
+                "pid": 1,
+                "tid": 1,
+                "ts": float(t0),
+                "dur": 0.0,
+                "args": {"correlation": i},
+            }
+        )
+        events.append(
+            {
+                "ph": "X",
+                "cat": "kernel",
+                "name": "ncclKernel_cpu" if comm else "compute",
+                "pid": 0,
+                "tid": int(stream_of[e]),
+                "ts": float(t0),
+                "dur": float(t1 - t0),
+                "args": {"device": 0, "stream": int(stream_of[e]), "correlation": i},
+            }
+        )
+    doc = {
+        "schemaVersion": 1,
+        "distributedInfo": {"backend": "gloo", "rank": rank, "world_size": world},
+        "traceEvents": events,
+    }
     path.write_bytes(gzip.compress(json.dumps(doc).encode()))
     return len(seg)
 
@@ -131,7 +165,7 @@ def test_hta_reads_our_rank_files_as_we_do(gloo_bert_ddp, tmp_path):
     with quiet():
         a = hta.TraceAnalysis(trace_dir=str(d))
         overlap = a.get_comm_comp_overlap(visualize=False).set_index("rank")["comp_comm_overlap_pctg"]
-        with pytest.raises(IndexError):                      # no GPU kernels: HTA cannot say
+        with pytest.raises(IndexError):  # no GPU kernels: HTA cannot say
             a.get_temporal_breakdown(visualize=False)
     assert {r: p.rsplit("/", 1)[-1] for r, p in a.t.trace_files.items()} == {0: "rank-0.json.gz", 1: "rank-1.json.gz"}
     assert all(math.isnan(v) for v in overlap)

@@ -33,7 +33,7 @@ def _run(args: list, **kw) -> subprocess.CompletedProcess:
 @pytest.fixture(scope="module")
 def core_venv(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("core")
-    src = root / "src"                                   # a copy: pip builds in the source tree
+    src = root / "src"  # a copy: pip builds in the source tree
     src.mkdir()
     for name in ("pyproject.toml", "README.md"):
         shutil.copy(REPO / name, src / name)
@@ -55,16 +55,25 @@ def core_venv(tmp_path_factory) -> Path:
 
 def test_the_core_installs_without_torch(core_venv):
     py = core_venv / "bin" / "python"
-    p = _run([py, "-c", "import importlib.util as u; print([m for m in ('torch', 'transformers', 'nvtx', 'torchrec')"
-                        " if u.find_spec(m)])"])
+    p = _run(
+        [
+            py,
+            "-c",
+            "import importlib.util as u; print([m for m in ('torch', 'transformers', 'nvtx', 'torchrec')"
+            " if u.find_spec(m)])",
+        ]
+    )
     assert p.stdout.strip() == "[]"
     p = _run([py, "-m", "pip", "show", "kernel-headroom"])
     assert "Name: kernel-headroom" in p.stdout
 
 
 def test_classify_a_shipped_trace_without_torch(core_venv):
-    p = _run([core_venv / "bin" / "headroom", "classify", "--json", REPO / "traces" / "llama-7b.infer.prefill.json.gz"],
-             cwd=core_venv, env={**os.environ, "HEADROOM_CACHE_DIR": "off"})
+    p = _run(
+        [core_venv / "bin" / "headroom", "classify", "--json", REPO / "traces" / "llama-7b.infer.prefill.json.gz"],
+        cwd=core_venv,
+        env={**os.environ, "HEADROOM_CACHE_DIR": "off"},
+    )
     assert p.returncode == 0, p.stderr
     _check_llama_classification(p.stdout)
 
@@ -78,29 +87,69 @@ def _check_llama_classification(stdout: str) -> None:
 
 
 def test_the_install_compiles_the_loaders_c_scanner(core_venv):
-    p = _run([core_venv / "bin" / "python", "-c", "from headroom.trace import scan; print(scan.SCANNER is not None)"],
-             cwd=core_venv)
+    p = _run(
+        [core_venv / "bin" / "python", "-c", "from headroom.trace import scan; print(scan.SCANNER is not None)"],
+        cwd=core_venv,
+    )
     assert p.stdout.strip() == "True", p.stderr
 
 
 def test_without_a_compiler_the_install_works_and_loads_by_msgspec(core_venv, tmp_path):
     # setuptools builds the scanner as an optional extension: a failed compile leaves it out of the wheel.
-    src = tmp_path / "src"                               # a fresh copy: the fixture's holds its build folder
+    src = tmp_path / "src"  # a fresh copy: the fixture's holds its build folder
     shutil.copytree(core_venv.parent / "src", src, ignore=shutil.ignore_patterns("build", "*.egg-info", "*.so"))
-    p = _run([core_venv / "bin" / "python", "-m", "pip", "--disable-pip-version-check", "-q", "wheel", "--no-deps",
-              "-w", tmp_path / "wheel", src], env={**os.environ, "CC": "/bin/false"})
+    p = _run(
+        [
+            core_venv / "bin" / "python",
+            "-m",
+            "pip",
+            "--disable-pip-version-check",
+            "-q",
+            "wheel",
+            "--no-deps",
+            "-w",
+            tmp_path / "wheel",
+            src,
+        ],
+        env={**os.environ, "CC": "/bin/false"},
+    )
     assert p.returncode == 0, p.stderr[-2000:]
-    wheel, = (tmp_path / "wheel").glob("*.whl")
-    p = _run([core_venv / "bin" / "python", "-m", "pip", "--disable-pip-version-check", "-q", "install", "--no-deps",
-              "--target", tmp_path / "site", wheel])
+    (wheel,) = (tmp_path / "wheel").glob("*.whl")
+    p = _run(
+        [
+            core_venv / "bin" / "python",
+            "-m",
+            "pip",
+            "--disable-pip-version-check",
+            "-q",
+            "install",
+            "--no-deps",
+            "--target",
+            tmp_path / "site",
+            wheel,
+        ]
+    )
     assert p.returncode == 0, p.stderr[-2000:]
     assert not list((tmp_path / "site" / "headroom" / "trace").glob("_scan*.so"))
     env = {**os.environ, "PYTHONPATH": str(tmp_path / "site"), "HEADROOM_CACHE_DIR": "off"}
-    p = _run([core_venv / "bin" / "python", "-c", "from headroom.trace import scan; print(scan.__file__, scan.SCANNER)"],
-             cwd=tmp_path, env=env)
+    p = _run(
+        [core_venv / "bin" / "python", "-c", "from headroom.trace import scan; print(scan.__file__, scan.SCANNER)"],
+        cwd=tmp_path,
+        env=env,
+    )
     assert p.stdout.split() == [str(tmp_path / "site" / "headroom" / "trace" / "scan.py"), "None"], p.stderr
-    p = _run([core_venv / "bin" / "python", "-m", "headroom.cli", "classify", "--json",
-              REPO / "traces" / "llama-7b.infer.prefill.json.gz"], cwd=tmp_path, env=env)
+    p = _run(
+        [
+            core_venv / "bin" / "python",
+            "-m",
+            "headroom.cli",
+            "classify",
+            "--json",
+            REPO / "traces" / "llama-7b.infer.prefill.json.gz",
+        ],
+        cwd=tmp_path,
+        env=env,
+    )
     assert p.returncode == 0, p.stderr
     _check_llama_classification(p.stdout)
 
@@ -110,8 +159,19 @@ def test_the_installed_package_has_its_eleven_workloads(core_venv):
     assert p.returncode == 0, p.stderr
     listed = json.loads(p.stdout)["workloads"]
     names = sorted(w["name"] for w in listed)
-    assert names == ["bert-base", "deepfm", "din", "dlrm", "dlrm-dcn", "dlrm-int8", "gpt2-xl", "llama-7b",
-                     "mixtral-8x7b", "resnet-50", "vit-b-16"]
+    assert names == [
+        "bert-base",
+        "deepfm",
+        "din",
+        "dlrm",
+        "dlrm-dcn",
+        "dlrm-int8",
+        "gpt2-xl",
+        "llama-7b",
+        "mixtral-8x7b",
+        "resnet-50",
+        "vit-b-16",
+    ]
     assert all("site-packages/headroom/workloads/" in w["source"] for w in listed)
 
 
@@ -119,4 +179,5 @@ def test_profile_without_torch_names_the_extra(core_venv):
     p = _run([core_venv / "bin" / "headroom", "profile", "llama-7b"], cwd=core_venv)
     assert p.returncode == 2 and p.stdout == ""
     assert p.stderr.splitlines() == [
-        "headroom: error: `headroom profile` needs torch, which is not installed: pip install 'kernel-headroom[profile]'"]
+        "headroom: error: `headroom profile` needs torch, which is not installed: pip install 'kernel-headroom[profile]'"
+    ]

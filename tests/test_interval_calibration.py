@@ -23,8 +23,17 @@ REPO = Path(__file__).resolve().parents[1]
 RUNS = REPO / "docs" / "gpu" / "apriori"
 
 
-@pytest.mark.parametrize("p,df,want", [(0.95, 1, 6.3138), (0.975, 6, 2.4469), (0.95, 8, 1.8595),
-                                       (0.95, 7, 1.8946), (0.975, 30, 2.0423), (0.95, 1e6, 1.6449)])
+@pytest.mark.parametrize(
+    "p,df,want",
+    [
+        (0.95, 1, 6.3138),
+        (0.975, 6, 2.4469),
+        (0.95, 8, 1.8595),
+        (0.95, 7, 1.8946),
+        (0.975, 30, 2.0423),
+        (0.95, 1e6, 1.6449),
+    ],
+)
 def test_t_quantiles(p, df, want):
     assert t_quantile(p, df) == pytest.approx(want, abs=2e-4)
     assert t_quantile(1 - p, df) == pytest.approx(-want, abs=2e-4)
@@ -36,7 +45,7 @@ def test_the_scale_is_the_rms_log_error_and_the_interval_is_symmetric_in_log():
     want = math.sqrt((math.log(1.03) ** 2 + math.log(1 / 1.02) ** 2) / 3)
     assert cal.scale == pytest.approx(want, rel=1e-12) and cal.rows == 3 and cal.level == 0.9
     lo, hi = cal.interval(1.5)
-    assert lo < 1.5 < hi and lo * hi == pytest.approx(1.5 ** 2, rel=1e-12)       # both sides open
+    assert lo < 1.5 < hi and lo * hi == pytest.approx(1.5**2, rel=1e-12)  # both sides open
     assert math.log(hi / 1.5) == pytest.approx(t_quantile(0.95, 3) * want, rel=1e-9)
     # a noisier measurement widens it; a lower level narrows it
     assert cal.interval(1.5, noise=0.05)[1] > hi and Calibration(want, 3, 0.5).interval(1.5)[1] < hi
@@ -78,7 +87,7 @@ def test_the_shipped_calibration_is_what_the_committed_rows_give(report):
     shipped = shipped_calibration()
     assert (shipped.rows, shipped.level) == (cal.rows, cal.level) == (8, 0.9)
     assert shipped.scale == pytest.approx(cal.scale, abs=1e-6)
-    assert shipped.names == cal.names and len(set(cal.names)) == 8    # the rows that shaped it, by name
+    assert shipped.names == cal.names and len(set(cal.names)) == 8  # the rows that shaped it, by name
 
 
 def test_rows_that_did_not_shape_it_fall_inside_at_the_stated_level(report):
@@ -119,7 +128,7 @@ def test_validates_estimate_is_the_a_priori_one_with_the_shipped_interval():
         assert got["estimate"] == pytest.approx(row.estimate, rel=1e-12) and got["source"] == "verify.json"
         assert (got["low"], got["high"]) == pytest.approx(cal.interval(row.estimate, noise), rel=1e-12)
         saved = json.loads((d / "result.json").read_text())["projected"]
-        if "level" in saved:        # written by validate with --speedups/--problems
+        if "level" in saved:  # written by validate with --speedups/--problems
             assert saved["estimate"] == pytest.approx(row.estimate, rel=1e-9), row.name
 
 

@@ -27,12 +27,13 @@ def test_groups_of_keys_each_code_to_its_rows_in_order():
 
 def test_thread_codes_compare_text_whatever_the_type():
     table: dict = {}
-    ranges = thread_codes(pd.Series(["7", "7", "9"], dtype="category"), pd.Series(["1", "2", "1"], dtype="category"),
-                          table)
+    ranges = thread_codes(
+        pd.Series(["7", "7", "9"], dtype="category"), pd.Series(["1", "2", "1"], dtype="category"), table
+    )
     points = thread_codes(np.array([9, "7", 7, None], dtype=object), np.array(["1", 2, "2", "1"], dtype=object), table)
     assert table == {("7", "1"): 0, ("7", "2"): 1, ("9", "1"): 2}
     assert ranges.tolist() == [0, 1, 2]
-    assert points.tolist() == [2, 1, 1, -1]     # the number 7 is thread "7"; a missing pid is no thread
+    assert points.tolist() == [2, 1, 1, -1]  # the number 7 is thread "7"; a missing pid is no thread
     missing = thread_codes(pd.Series(pd.Categorical([None, "7"], categories=["7"])), pd.Series(["1", "1"]), table)
     assert missing.tolist() == [-1, 0]
 
@@ -53,32 +54,55 @@ threads = st.sampled_from([("1", "1"), ("1", "2"), ("2", "1"), (1, 2)])
 
 
 @settings(max_examples=60, deadline=None)
-@given(ranges=st.lists(st.tuples(threads, st.integers(0, 40), st.integers(0, 15)), min_size=1, max_size=25),
-       points=st.lists(st.tuples(st.one_of(threads, st.just((None, "1"))), st.integers(0, 60)), max_size=30),
-       outermost=st.booleans())
+@given(
+    ranges=st.lists(st.tuples(threads, st.integers(0, 40), st.integers(0, 15)), min_size=1, max_size=25),
+    points=st.lists(st.tuples(st.one_of(threads, st.just((None, "1"))), st.integers(0, 60)), max_size=30),
+    outermost=st.booleans(),
+)
 def test_ranges_on_threads_matches_one_point_at_a_time(ranges, points, outermost):
     # Nested or not: per thread, the rows and the points are exactly those one point at a time sees.
-    frame = pd.DataFrame({"pid": pd.Categorical([str(t[0][0]) for t in ranges]),
-                          "tid": pd.Categorical([str(t[0][1]) for t in ranges]),
-                          "ts": [float(t[1]) for t in ranges], "dur": [float(t[2]) for t in ranges]})
+    frame = pd.DataFrame(
+        {
+            "pid": pd.Categorical([str(t[0][0]) for t in ranges]),
+            "tid": pd.Categorical([str(t[0][1]) for t in ranges]),
+            "ts": [float(t[1]) for t in ranges],
+            "dur": [float(t[2]) for t in ranges],
+        }
+    )
     pid = np.array([p[0][0] for p in points], dtype=object)
     tid = np.array([p[0][1] for p in points], dtype=object)
     at = np.array([float(p[1]) for p in points])
     expected = _one_point_at_a_time(frame, pid, tid, at, outermost)
     assert ranges_on_threads(frame, pid, tid, at, outermost).tolist() == expected
     # The same points given as categorical Series read the same.
-    as_series = ranges_on_threads(frame, pd.Series(pid.astype(str), dtype="category").where(pd.notna(pid)),
-                                  pd.Series(tid.astype(str), dtype="category"), at, outermost)
+    as_series = ranges_on_threads(
+        frame,
+        pd.Series(pid.astype(str), dtype="category").where(pd.notna(pid)),
+        pd.Series(tid.astype(str), dtype="category"),
+        at,
+        outermost,
+    )
     assert as_series.tolist() == expected
 
 
 @pytest.mark.parametrize("outermost", [False, True])
 def test_ranges_on_threads_on_nested_ranges(outermost):
     # Thread A: 0-100 holding 10-50 holding 20-30; thread B: 0-10. Points on A at 25 and 60, on B at 5.
-    frame = pd.DataFrame({"pid": pd.Categorical(["p", "p", "p", "p"]), "tid": pd.Categorical(["A", "A", "A", "B"]),
-                          "ts": [0.0, 10.0, 20.0, 0.0], "dur": [100.0, 40.0, 10.0, 10.0]})
-    got = ranges_on_threads(frame, np.array(["p", "p", "p", "q"], dtype=object),
-                            np.array(["A", "A", "B", "A"], dtype=object), np.array([25.0, 60.0, 5.0, 25.0]), outermost)
+    frame = pd.DataFrame(
+        {
+            "pid": pd.Categorical(["p", "p", "p", "p"]),
+            "tid": pd.Categorical(["A", "A", "A", "B"]),
+            "ts": [0.0, 10.0, 20.0, 0.0],
+            "dur": [100.0, 40.0, 10.0, 10.0],
+        }
+    )
+    got = ranges_on_threads(
+        frame,
+        np.array(["p", "p", "p", "q"], dtype=object),
+        np.array(["A", "A", "B", "A"], dtype=object),
+        np.array([25.0, 60.0, 5.0, 25.0]),
+        outermost,
+    )
     assert got.tolist() == ([0, 0, 3, -1] if outermost else [2, 0, 3, -1])
 
 
@@ -92,8 +116,10 @@ def _painted(starts, ends, points):
 
 
 @settings(max_examples=300, deadline=None)
-@given(ranges=st.lists(st.tuples(st.integers(0, 50), st.integers(0, 20)), max_size=30),
-       points=st.lists(st.integers(0, 75), max_size=40))
+@given(
+    ranges=st.lists(st.tuples(st.integers(0, 50), st.integers(0, 20)), max_size=30),
+    points=st.lists(st.integers(0, 75), max_size=40),
+)
 def test_innermost_range_is_the_last_to_paint_each_point(ranges, points):
     # Any ranges (nested, overlapping, touching, equal): the same answer as painting them in order.
     starts = np.array([float(a) for a, _ in ranges])
@@ -110,8 +136,9 @@ def test_previous_greater_is_the_last_larger_value_before(values):
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.lists(st.integers(-3, 2**40), max_size=40), st.sampled_from(["int64", "int32", "uint8", "bool"]),
-       st.booleans())
+@given(
+    st.lists(st.integers(-3, 2**40), max_size=40), st.sampled_from(["int64", "int32", "uint8", "bool"]), st.booleans()
+)
 def test_codes_and_texts_of_integers_equal_those_of_the_same_values_as_objects(values, dtype, as_series):
     """The integer path (factorized as they are) against the general one (as Python objects): the same
     codes, numbered by first appearance, and the same texts."""

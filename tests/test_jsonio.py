@@ -13,8 +13,15 @@ from headroom.jsonio import atomic_file, dumps, write_json
 
 
 def test_non_finite_numbers_become_null_and_numpy_values_numbers():
-    text = dumps({"a": math.nan, "b": [1.5, math.inf, np.float64("nan")], "c": np.int64(7), "d": np.float32(0.5),
-                  "e": np.array([1.0, np.nan])})
+    text = dumps(
+        {
+            "a": math.nan,
+            "b": [1.5, math.inf, np.float64("nan")],
+            "c": np.int64(7),
+            "d": np.float32(0.5),
+            "e": np.array([1.0, np.nan]),
+        }
+    )
     assert json.loads(text) == {"a": None, "b": [1.5, None, None], "c": 7, "d": 0.5, "e": [1.0, None]}
     assert "NaN" not in text and "Infinity" not in text
 
@@ -30,8 +37,8 @@ def test_write_json_is_atomic(tmp_path):
         with atomic_file(path) as f:
             f.write(b'{"half": ')
             raise Boom
-    assert json.loads(path.read_text()) == {"x": None}            # the old file is intact
-    assert sorted(p.name for p in path.parent.iterdir()) == ["doc.json"]   # no temporary left behind
+    assert json.loads(path.read_text()) == {"x": None}  # the old file is intact
+    assert sorted(p.name for p in path.parent.iterdir()) == ["doc.json"]  # no temporary left behind
 
 
 def test_plain_is_the_one_encoder_of_result_dataclasses():
@@ -98,7 +105,6 @@ def test_plain_writes_json_keys_in_their_order_with_computed_values_rounding_and
     assert dumps(wide).endswith('"rows": [{"y": 0.5, "x": 1}, {"y": null, "x": 2}], "n_times": 0}')
 
 
-
 def test_a_propertys_metadata_is_in_json_meta():
     """A property named in `JSON_KEYS` takes its metadata from `JSON_META`: left out while None, encoded
     otherwise (a projection's `unprofiled`)."""
@@ -125,6 +131,7 @@ def test_a_propertys_metadata_is_in_json_meta():
     assert plain(P(3.0)) == {"base": 3.0, "pair": {"lo": 3.0, "hi": 0.0}}
     assert plain(P(3.0, 2.0)) == {"base": 3.0, "ratio": 1.5, "pair": {"lo": 3.0, "hi": 2.0}}
 
+
 def test_plain_turns_enums_paths_numpy_and_msgspec_structs_into_builtins():
     import enum
     from pathlib import Path
@@ -141,8 +148,17 @@ def test_plain_turns_enums_paths_numpy_and_msgspec_structs_into_builtins():
         x: int
         tag: str = "p"
 
-    got = plain({"c": Colour.RED, "p": Path("a/b.json"), "i": np.int64(3), "f": np.float32(0.5),
-                 "v": np.array([1, 2]), "s": Point(4), "b": np.bool_(True)})
+    got = plain(
+        {
+            "c": Colour.RED,
+            "p": Path("a/b.json"),
+            "i": np.int64(3),
+            "f": np.float32(0.5),
+            "v": np.array([1, 2]),
+            "s": Point(4),
+            "b": np.bool_(True),
+        }
+    )
     assert got == {"c": "red", "p": "a/b.json", "i": 3, "f": 0.5, "v": [1, 2], "s": {"x": 4, "tag": "p"}, "b": True}
     assert [type(got[k]) for k in ("i", "f", "b")] == [int, float, bool]
 
@@ -175,7 +191,7 @@ def test_plain_of_a_plain_dataclass_round_trips_through_json():
             return [expected(x) for x in v]
         return v
 
-    leaf = st.builds(Leaf, st.integers(-2**53, 2**53), st.floats())
+    leaf = st.builds(Leaf, st.integers(-(2**53), 2**53), st.floats())
     node = st.builds(Node, st.text(), st.lists(leaf, max_size=4), st.tuples(st.floats(), st.integers()))
 
     @given(node)

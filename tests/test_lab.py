@@ -22,8 +22,12 @@ def _imports(path: Path) -> set[str]:
 
 
 def lab_importers(root: Path) -> list[str]:
-    return sorted(f"{p.relative_to(root)}: {n}" for p in sorted(root.rglob("*.py"))
-                  for n in _imports(p) if n == "lab" or n.startswith("lab."))
+    return sorted(
+        f"{p.relative_to(root)}: {n}"
+        for p in sorted(root.rglob("*.py"))
+        for n in _imports(p)
+        if n == "lab" or n.startswith("lab.")
+    )
 
 
 def test_the_product_never_imports_lab():
@@ -39,8 +43,11 @@ def test_the_check_catches_an_import_of_lab(tmp_path):
 
 def test_lab_readme_names_every_script():
     readme = (REPO / "lab" / "README.md").read_text()
-    scripts = [p for p in sorted((REPO / "lab").rglob("*")) if p.suffix in (".py", ".sh") and p.name != "__init__.py"
-               and p.parent.name in ("gpu", "probes")]
+    scripts = [
+        p
+        for p in sorted((REPO / "lab").rglob("*"))
+        if p.suffix in (".py", ".sh") and p.name != "__init__.py" and p.parent.name in ("gpu", "probes")
+    ]
     assert len(scripts) >= 20
     missing = [str(p.relative_to(REPO)) for p in scripts if f"`{p.name}`" not in readme]
     assert not missing, missing

@@ -27,8 +27,12 @@ def check_ranks(result, parallel: str, transfer: str):
     """Two rank traces with one manifest; communication classified; the split adds up."""
     assert [p.name for p in result.traces] == ["rank-0.json.gz", "rank-1.json.gz"]
     # the ranks' own staging directory is gone; manifest.json's lock file stays (filelock)
-    assert sorted(p.name for p in result.out_dir.iterdir()) == [MANIFEST_NAME, MANIFEST_NAME + ".lock",
-                                                               "rank-0.json.gz", "rank-1.json.gz"]
+    assert sorted(p.name for p in result.out_dir.iterdir()) == [
+        MANIFEST_NAME,
+        MANIFEST_NAME + ".lock",
+        "rank-0.json.gz",
+        "rank-1.json.gz",
+    ]
     manifests = []
     for rank, path in enumerate(result.traces):
         d = doc(path)
@@ -39,7 +43,7 @@ def check_ranks(result, parallel: str, transfer: str):
         assert dist["env"] == NCCL_ENV and "elastic_launch" in dist["launcher"]
         assert m["world_size"] == 2 and m["parallel"] == parallel and m["variant"].endswith(f"{parallel}x2")
         manifests.append({k: v for k, v in m.items() if k not in ("distributed", "timing", "date", "trace")})
-    assert manifests[0] == manifests[1]                  # the same run on both ranks
+    assert manifests[0] == manifests[1]  # the same run on both ranks
     entries = json.loads((result.out_dir / MANIFEST_NAME).read_text())["traces"]
     assert sorted(entries) == ["rank-0.json.gz", "rank-1.json.gz"]
     rs = result.ranks
@@ -69,16 +73,17 @@ def test_bert_ddp_on_two_gloo_ranks(gloo_bert_ddp):
     for rank, path in enumerate(gloo_bert_ddp.traces):
         t, m = d["timing"][str(rank)], doc(path)["headroom"]["timing"]
         assert t["timed"]["n"] == 1 and t["profiled"]["n"] == 2
-        assert t["timed"]["median_us"] == pytest.approx(1e3 * m["step_ms"], abs=0.1)   # times_ms keep 4 decimals
-        assert t["overhead"] is None and t["overhead_measurable"] is False     # 1 timed step: not measurable
-    for a in rs.analyses:      # DDP all-reduces the gradients; the API call that enqueues them is communication too
+        assert t["timed"]["median_us"] == pytest.approx(1e3 * m["step_ms"], abs=0.1)  # times_ms keep 4 decimals
+        assert t["overhead"] is None and t["overhead_measurable"] is False  # 1 timed step: not measurable
+    for a in rs.analyses:  # DDP all-reduces the gradients; the API call that enqueues them is communication too
         assert "c10d::allreduce_" in set(a.events.loc[a.events["category"] == "communication", "name"])
 
 
 def test_dlrm_shards_its_tables_across_two_gloo_ranks(tmp_path):
     pytest.importorskip("torchrec")
-    r = profile_ranks("dlrm", Options(flavour="tiny", batch=64), nproc=2, device="cpu", out=tmp_path,
-                      steps=1, warmup=1, timed_steps=1)
+    r = profile_ranks(
+        "dlrm", Options(flavour="tiny", batch=64), nproc=2, device="cpu", out=tmp_path, steps=1, warmup=1, timed_steps=1
+    )
     rs = check_ranks(r, "torchrec", "gloo:all_to_all")
     info = doc(r.traces[0])["headroom"]["info"]
     assert info["sharding"] == "dmp" and "DistributedModelParallel (2 ranks)" in info["embedding_path"]
@@ -87,7 +92,7 @@ def test_dlrm_shards_its_tables_across_two_gloo_ranks(tmp_path):
         assert "embedding" in set(a.events["category"])
 
 
-FAILING = textwrap.dedent('''
+FAILING = textwrap.dedent("""
     import os
     import torch
     from headroom.errors import UserError
@@ -104,7 +109,7 @@ FAILING = textwrap.dedent('''
         meta_model=lambda flavour: torch.nn.Linear(8, 8, device="meta"), modes=("train",),
         defaults={"mode": Default("train", "x"), "batch": Default(2, "x"), "dtype": Default("fp32", "x")},
         parallel=("ddp",))
-''')
+""")
 
 
 def test_a_rank_that_fails_stops_the_run_with_its_one_line(tmp_path):
@@ -114,8 +119,17 @@ def test_a_rank_that_fails_stops_the_run_with_its_one_line(tmp_path):
     run_dir.mkdir(parents=True)
     (run_dir / "rank-0.json.gz").write_bytes(b"an earlier run")
     with pytest.raises(UserError, match=r"^rank 1 has no data for this workload$"):
-        profile_ranks("fails-on-rank-1", Options(), nproc=2, device="cpu", out=tmp_path / "out",
-                      workload_file=wf, steps=1, warmup=0, timed_steps=1)
+        profile_ranks(
+            "fails-on-rank-1",
+            Options(),
+            nproc=2,
+            device="cpu",
+            out=tmp_path / "out",
+            workload_file=wf,
+            steps=1,
+            warmup=0,
+            timed_steps=1,
+        )
     # no request, result or error files stay behind, and a failed run replaces no earlier trace
     assert sorted(p.name for p in run_dir.iterdir()) == ["rank-0.json.gz"]
     assert (run_dir / "rank-0.json.gz").read_bytes() == b"an earlier run"
@@ -128,16 +142,19 @@ def test_no_timed_steps_is_refused_before_any_launch(tmp_path):
     assert not any(tmp_path.iterdir())
 
 
-@pytest.mark.parametrize("args, message", [
-    (["bert-base", "--nproc", "2"], "bert-base: --nproc 2 profiles data-parallel training; an inference replica"),
-    (["dlrm", "--nproc", "2", "--parallel", "fsdp"], "dlrm: --parallel fsdp is not supported; use torchrec"),
-    (["bert-base", "--mode", "train", "--parallel", "ddp"], "--parallel ddp needs --nproc 2 or more"),
-    (["bert-base", "--mode", "train", "--nproc", "0"], "--nproc must be at least 1"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["bert-base", "--nproc", "2"], "bert-base: --nproc 2 profiles data-parallel training; an inference replica"),
+        (["dlrm", "--nproc", "2", "--parallel", "fsdp"], "dlrm: --parallel fsdp is not supported; use torchrec"),
+        (["bert-base", "--mode", "train", "--parallel", "ddp"], "--parallel ddp needs --nproc 2 or more"),
+        (["bert-base", "--mode", "train", "--nproc", "0"], "--nproc must be at least 1"),
+    ],
+)
 def test_bad_multi_rank_options_are_one_line_before_any_launch(tmp_path, args, message):
     code, out, _ = invoke(["profile", *args, "--device", "cpu", "--out", str(tmp_path)])
     assert code == 2 and message in out and len(out.strip().splitlines()) == 1
-    assert not any(tmp_path.iterdir())                  # nothing launched, nothing written
+    assert not any(tmp_path.iterdir())  # nothing launched, nothing written
 
 
 def test_dlrm_sharding_options_with_several_ranks():
@@ -151,9 +168,12 @@ def test_dlrm_sharding_options_with_several_ranks():
     spec = get_workload("dlrm")
     cfg = spec.resolve(Options(nproc=2, flavour="tiny"), "cpu")
     assert (cfg.world_size, cfg.parallel) == (2, "torchrec")
-    assert resolve_sharding(cfg, torch.device("cpu")) == ("dmp", "CPU")       # auto: sharded
-    for extra, message in (({"sharding": "none"}, "drop --opt sharding=none"), ({"shard": "row_wise"}, "needs CUDA"),
-                           ({"shard": "diagonal"}, "--opt shard must be auto, table_wise, row_wise")):
+    assert resolve_sharding(cfg, torch.device("cpu")) == ("dmp", "CPU")  # auto: sharded
+    for extra, message in (
+        ({"sharding": "none"}, "drop --opt sharding=none"),
+        ({"shard": "row_wise"}, "needs CUDA"),
+        ({"shard": "diagonal"}, "--opt shard must be auto, table_wise, row_wise"),
+    ):
         bad = spec.resolve(Options(nproc=2, flavour="tiny", extra=extra), "cpu")
         with pytest.raises(UserError, match=message):
             resolve_sharding(bad, torch.device("cpu"))
@@ -166,10 +186,40 @@ def test_cli_nproc_json_and_a_quiet_stderr(tmp_path):
     import sys
     from pathlib import Path
 
-    p = subprocess.run([sys.executable, "-m", "headroom.cli", "profile", "bert-base", "--mode", "train",
-                        "--flavour", "tiny", "--batch", "2", "--seq", "32", "--nproc", "2", "--device", "cpu",
-                        "--steps", "1", "--warmup", "0", "--timed-steps", "1", "--out", str(tmp_path), "--json"],
-                       capture_output=True, text=True, timeout=300, cwd=Path(__file__).resolve().parents[1])
+    p = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "headroom.cli",
+            "profile",
+            "bert-base",
+            "--mode",
+            "train",
+            "--flavour",
+            "tiny",
+            "--batch",
+            "2",
+            "--seq",
+            "32",
+            "--nproc",
+            "2",
+            "--device",
+            "cpu",
+            "--steps",
+            "1",
+            "--warmup",
+            "0",
+            "--timed-steps",
+            "1",
+            "--out",
+            str(tmp_path),
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=Path(__file__).resolve().parents[1],
+    )
     assert p.returncode == 0, p.stderr[-2000:]
     d = json.loads(p.stdout)
     assert d["schema"] == "headroom.profile.ranks/1" and d["analysis"]["kind"] == "ranks"

@@ -60,19 +60,24 @@ def test_rounds_alternate_and_stop_once_tight():
 
 def test_rounds_run_to_the_maximum_when_noisy_and_stop_when_a_check_fails():
     rng = random.Random(1)
-    noisy = interleave_rounds(["a", "b"], lambda arm, r: rng.uniform(1, 3),
-                              RoundPolicy(min_rounds=6, max_rounds=11, target_width=1.02))
+    noisy = interleave_rounds(
+        ["a", "b"], lambda arm, r: rng.uniform(1, 3), RoundPolicy(min_rounds=6, max_rounds=11, target_width=1.02)
+    )
     assert noisy.stop == "max_rounds" and len(noisy.values["b"]) == 11
-    stopped = interleave_rounds(["a", "b"], lambda arm, r: 1.0, RoundPolicy(min_rounds=6, max_rounds=20),
-                                on_round=lambda r, v: r < 2)
+    stopped = interleave_rounds(
+        ["a", "b"], lambda arm, r: 1.0, RoundPolicy(min_rounds=6, max_rounds=20), on_round=lambda r, v: r < 2
+    )
     assert stopped.stop == "stopped" and len(stopped.values["a"]) == 3
 
 
 def test_rounds_stop_on_the_net_values():
     # raw phases 10 and 10.5 (ratio 0.95, tight) but the overhead of 9.9 makes the net ratio noisy
     vals = itertools.cycle([0.0, 0.3])
-    out = interleave_rounds(["a", "b"], lambda arm, r: 10.0 if arm == "a" else 10.0 + next(vals),
-                            RoundPolicy(min_rounds=6, max_rounds=9, target_width=1.02),
-                            net=lambda arm, v: v - 9.9)
+    out = interleave_rounds(
+        ["a", "b"],
+        lambda arm, r: 10.0 if arm == "a" else 10.0 + next(vals),
+        RoundPolicy(min_rounds=6, max_rounds=9, target_width=1.02),
+        net=lambda arm, v: v - 9.9,
+    )
     assert out.stop == "max_rounds"
     assert not math.isclose(compare(out.values["a"], out.values["b"]).width or 0, 1.0)

@@ -59,7 +59,7 @@ def test_rounds_stop_at_the_budget_when_the_interval_cannot_get_tight():
     step, use = _sides(0.001, 0.001)
     t = interleave(step, use, CPU, k=2, warmup=1, round_policy=RoundPolicy(6, 40, 1.00001, 0.001))
     s = summarise(t)
-    assert t["stop"] == "budget" and s["rounds"] == 6     # the minimum rounds always run
+    assert t["stop"] == "budget" and s["rounds"] == 6  # the minimum rounds always run
     assert 0.5 < s["speedup"] < 2.0 and s["ci"][0] <= s["speedup"] <= s["ci"][1]
 
 

@@ -23,8 +23,15 @@ def _tiny_llama():
     from transformers import LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(0)
-    cfg = LlamaConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=2,
-                      intermediate_size=64, vocab_size=64, max_position_embeddings=64)
+    cfg = LlamaConfig(
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+        intermediate_size=64,
+        vocab_size=64,
+        max_position_embeddings=64,
+    )
     cfg._attn_implementation = "sdpa"
     return LlamaForCausalLM(cfg)
 
@@ -33,8 +40,11 @@ def _profile(step, path, record_shapes=True):
     from torch.profiler import profile, schedule
 
     step()
-    with profile(record_shapes=record_shapes, schedule=schedule(wait=0, warmup=1, active=1),
-                 on_trace_ready=lambda p: p.export_chrome_trace(str(path))) as prof:
+    with profile(
+        record_shapes=record_shapes,
+        schedule=schedule(wait=0, warmup=1, active=1),
+        on_trace_ready=lambda p: p.export_chrome_trace(str(path)),
+    ) as prof:
         for _ in range(2):
             step()
             prof.step()
@@ -63,10 +73,19 @@ def test_a_range_per_call_of_each_module_that_does_work(train_trace):
     a = analyze(path)
     calls = a.modules.groupby("module_type").size().to_dict()
     # 2 layers x (q, k, v, o, gate, up, down) + lm_head; 2 norms per layer + the final one.
-    assert calls == {"LlamaForCausalLM": 1, "LlamaModel": 1, "Embedding": 1, "LlamaRotaryEmbedding": 1,
-                     "LlamaDecoderLayer": 2, "LlamaRMSNorm": 5, "LlamaAttention": 2, "Linear": 15,
-                     "LlamaMLP": 2, "SiLUActivation": 2}
-    assert n_handles == 2 * 32           # a pre-hook and a hook per module; the ModuleList gets none
+    assert calls == {
+        "LlamaForCausalLM": 1,
+        "LlamaModel": 1,
+        "Embedding": 1,
+        "LlamaRotaryEmbedding": 1,
+        "LlamaDecoderLayer": 2,
+        "LlamaRMSNorm": 5,
+        "LlamaAttention": 2,
+        "Linear": 15,
+        "LlamaMLP": 2,
+        "SiLUActivation": 2,
+    }
+    assert n_handles == 2 * 32  # a pre-hook and a hook per module; the ModuleList gets none
     q = a.modules.set_index("path").loc["model.model.layers.1.self_attn.q_proj"]
     assert (q["module_type"], q["inputs"]) == ("Linear", "f32[1,8,32]")
     assert q["module_stack"] == "LlamaForCausalLM/LlamaModel/LlamaDecoderLayer/LlamaAttention/Linear"
@@ -85,13 +104,23 @@ def test_forward_and_backward_ops_land_on_their_module(train_trace):
     assert set(q.loc[q["phase"] == "backward", "name"]) >= {"MmBackward0", "TBackward0", "aten::mm"}
     norm = ev[(ev["module"] == "model.model.layers.0.input_layernorm") & (ev["phase"] == "backward")]
     nodes = norm[norm["name"].str.fullmatch(r"\w+Backward\d")]
-    assert sorted(nodes["name"]) == ["AddBackward0", "MeanBackward1", "MulBackward0", "MulBackward0",
-                                     "PowBackward0", "RsqrtBackward0"]
+    assert sorted(nodes["name"]) == [
+        "AddBackward0",
+        "MeanBackward1",
+        "MulBackward0",
+        "MulBackward0",
+        "PowBackward0",
+        "RsqrtBackward0",
+    ]
     assert set(norm["module_type"]) == {"LlamaRMSNorm"}
     # Every backward op has a module except autograd's gradient accumulation into the parameters.
     orphans = set(ev.loc[(ev["phase"] == "backward") & (ev["module_type"] == ""), "name"])
-    assert orphans == {"autograd::engine::evaluate_function: torch::autograd::AccumulateGrad",
-                       "torch::autograd::AccumulateGrad", "aten::detach", "detach"}
+    assert orphans == {
+        "autograd::engine::evaluate_function: torch::autograd::AccumulateGrad",
+        "torch::autograd::AccumulateGrad",
+        "aten::detach",
+        "detach",
+    }
     by_type = ev[ev["phase"] == "backward"].groupby("module_type").size()
     assert by_type["Linear"] > by_type["LlamaRMSNorm"] > by_type["SiLUActivation"] > 0
 
@@ -123,7 +152,7 @@ def test_compiled_code_gets_no_ranges_no_graph_breaks_no_recompiles(tmp_path):
     with torch.inference_mode():
         path = _profile(lambda: compiled(input_ids=ids, use_cache=False), tmp_path / "c.json", record_shapes=False)
     assert dict(counters["graph_break"]) == {}
-    assert counters["stats"]["unique_graphs"] == 1          # the profiler starting recompiled nothing
+    assert counters["stats"]["unique_graphs"] == 1  # the profiler starting recompiled nothing
     names = [e.get("name", "") for e in json.loads(path.read_text())["traceEvents"]]
     assert not any(parse_module_range(n)[0] for n in names)
 
@@ -158,15 +187,25 @@ def test_containers_compiled_parts_and_nesting_with_block_ranges(tmp_path):
     x = torch.randn(2, 4)
     with torch.inference_mode():
         path = _profile(lambda: net(x), tmp_path / "n.json")
-    ranges = [(e["name"], e["ts"], e["ts"] + e["dur"]) for e in json.loads(path.read_text())["traceEvents"]
-              if e.get("name", "").startswith("headroom/")]
+    ranges = [
+        (e["name"], e["ts"], e["ts"] + e["dur"])
+        for e in json.loads(path.read_text())["traceEvents"]
+        if e.get("name", "").startswith("headroom/")
+    ]
     modules = sorted(parse_module_range(n)[0] for n, _, _ in ranges if parse_module_range(n)[0])
     # No range for the ModuleList or the Sequential, none inside the compiled Linear's wrapper.
-    assert modules == ["net", "net.blocks.0", "net.blocks.0.lin", "net.blocks.1", "net.blocks.1.lin",
-                       "net.head.0", "net.head.1"]
+    assert modules == [
+        "net",
+        "net.blocks.0",
+        "net.blocks.0.lin",
+        "net.blocks.1",
+        "net.blocks.1.lin",
+        "net.head.0",
+        "net.head.1",
+    ]
     block = next(r for r in ranges if r[0] == "headroom/block net.blocks.0")
     module = next(r for r in ranges if r[0] == "headroom/module net.blocks.0 (Block)")
-    assert block[1] <= module[1] and module[2] <= block[2]      # the module range nests inside the block's
+    assert block[1] <= module[1] and module[2] <= block[2]  # the module range nests inside the block's
     for h in handles:
         h.remove()
     assert not any(m._forward_hooks or m._forward_pre_hooks for m in net.modules())
@@ -195,8 +234,11 @@ def test_a_forward_that_raises_closes_its_range(tmp_path):
     record_module_ranges(net)
     with torch.inference_mode():
         path = _profile(lambda: net(torch.ones(1)), tmp_path / "b.json")
-    spans = {parse_module_range(e["name"])[0]: (e["ts"], e["ts"] + e["dur"])
-             for e in json.loads(path.read_text())["traceEvents"] if e.get("name", "").startswith("headroom/module")}
+    spans = {
+        parse_module_range(e["name"])[0]: (e["ts"], e["ts"] + e["dur"])
+        for e in json.loads(path.read_text())["traceEvents"]
+        if e.get("name", "").startswith("headroom/module")
+    }
     # The failed call's range was closed (recorded) before the next module's began.
     assert set(spans) == {"model", "model.boom", "model.lin"}
     assert spans["model.boom"][1] <= spans["model.lin"][0]

@@ -13,11 +13,12 @@ pytest.importorskip("ipykernel")
 NOTEBOOK = Path(__file__).resolve().parents[1] / "notebooks" / "headroom.ipynb"
 
 
-@pytest.mark.slow   # a whole notebook run (~10 s): `make test-slow`
+@pytest.mark.slow  # a whole notebook run (~10 s): `make test-slow`
 def test_notebook_executes():
     nb = nbformat.read(NOTEBOOK, as_version=4)
-    client = nbclient.NotebookClient(nb, timeout=120, kernel_name="python3",
-                                     resources={"metadata": {"path": str(NOTEBOOK.parent)}})
+    client = nbclient.NotebookClient(
+        nb, timeout=120, kernel_name="python3", resources={"metadata": {"path": str(NOTEBOOK.parent)}}
+    )
     client.execute()  # raises CellExecutionError on any failing cell
     outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs]
     text = "".join(o.get("text", "") for o in outputs if o.output_type == "stream")

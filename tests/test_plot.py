@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 from headroom.errors import UserError
 from headroom.projection.project import project
 from headroom.projection.speedups import parse_cli_speedup
-from headroom.report import plot
+from headroom.report import figure_files, plot
 from headroom.report.tables import addressable_summary, category_fractions, projection_table
 from headroom.trace.analysis import analyze
 
@@ -40,7 +40,7 @@ def test_addressable_figure_draws_the_fractions(analyses):
     for r in fr.itertuples(index=False):
         p = bars[f"{r.workload}|{r.category}|{'A' if r.addressable else 'N'}"]
         assert p.get_width() == pytest.approx(r.fraction)
-        assert (p.get_hatch() == "///") == bool(r.addressable)   # addressable part is visibly distinct
+        assert (p.get_hatch() == "///") == bool(r.addressable)  # addressable part is visibly distinct
     for _k, (w, a) in enumerate(zip(labels, analyses)):
         rows = fr[fr["workload"] == w]
         # segments are stacked in table order, non-addressable first
@@ -69,13 +69,22 @@ def test_projection_figure_draws_the_projection(analyses):
         assert f" {r.amdahl_ms:,.2f} ms ({change:+.2f}%)" in _texts(fig)
     # zero-time bounds are drawn as markers at their relative positions
     xs = np.concatenate([ln.get_xdata() for ln in fig.axes[0].lines])
-    want = np.concatenate([100 * tbl["amdahl_zero_ms"] / tbl["baseline_ms"], 100 * tbl["replay_zero_ms"] / tbl["baseline_ms"]])
+    want = np.concatenate(
+        [100 * tbl["amdahl_zero_ms"] / tbl["baseline_ms"], 100 * tbl["replay_zero_ms"] / tbl["baseline_ms"]]
+    )
     assert sorted(xs) == pytest.approx(sorted(want))
 
 
 def test_scaling_figure_draws_the_table():
-    t = pd.DataFrame({"workload": ["1B", "7B", "70B"], "family": "llama", "params": [1e9, 7e9, 7e10],
-                      "addressable_fraction": [0.3, 0.2, 0.1], "gemm_attention_fraction": [0.6, 0.75, 0.85]})
+    t = pd.DataFrame(
+        {
+            "workload": ["1B", "7B", "70B"],
+            "family": "llama",
+            "params": [1e9, 7e9, 7e10],
+            "addressable_fraction": [0.3, 0.2, 0.1],
+            "gemm_attention_fraction": [0.6, 0.75, 0.85],
+        }
+    )
     fig = plot.scaling_figure(t)
     lines = {ln.get_gid(): ln for ln in fig.axes[0].lines}
     assert list(lines["llama|addressable"].get_xdata()) == [1e9, 7e9, 7e10]
@@ -88,40 +97,71 @@ def test_scaling_figure_draws_the_table():
 
 def test_save_writes_all_formats(tmp_path):
     t = pd.DataFrame({"workload": ["a"], "category": ["gemm"], "addressable": [False], "us": [1.0], "fraction": [1.0]})
-    paths = plot.save(plot.addressable_figure(t), tmp_path / "fig")
+    paths = figure_files.save(plot.addressable_figure(t), tmp_path / "fig")
     assert sorted(p.suffix for p in paths) == [".pdf", ".png", ".svg"]
     for p in paths:
         assert p.stat().st_size > 1000
     assert paths[0].read_bytes()[:4] == b"\x89PNG"
     with pytest.raises(UserError):
-        plot.save(plot.addressable_figure(t), tmp_path / "x", ("jpg",))
+        figure_files.save(plot.addressable_figure(t), tmp_path / "x", ("jpg",))
 
 
 def test_plot_cli(tmp_path):
     from headroom.cli.project import register
+
     app = typer.Typer()
     register(app)
     out = tmp_path / "plots"
-    r = CliRunner().invoke(app, ["plot", str(hta_trace("nccl_parser_config")), str(hta_trace("base__base")),
-                                 "--out", str(out), "--format", "png", "--format", "svg",
-                                 "--label", "resnet", "--label", "base", "--params", "25e6", "--params", "1e6"])
+    r = CliRunner().invoke(
+        app,
+        [
+            "plot",
+            str(hta_trace("nccl_parser_config")),
+            str(hta_trace("base__base")),
+            "--out",
+            str(out),
+            "--format",
+            "png",
+            "--format",
+            "svg",
+            "--label",
+            "resnet",
+            "--label",
+            "base",
+            "--params",
+            "25e6",
+            "--params",
+            "1e6",
+        ],
+    )
     assert r.exit_code == 0, r.output
     names = sorted(p.name for p in out.iterdir())
-    assert names == ["addressable.png", "addressable.svg", "projection.png", "projection.svg",
-                     "scaling.png", "scaling.svg"]
+    assert names == [
+        "addressable.png",
+        "addressable.svg",
+        "projection.png",
+        "projection.svg",
+        "scaling.png",
+        "scaling.svg",
+    ]
     r = CliRunner().invoke(app, ["plot", str(hta_trace("base__base")), "--out", str(out), "--figure", "scaling"])
     assert isinstance(r.exception, UserError)
 
 
 def test_on_wall_shares_the_label_also_gives_the_share_of_gpu_time_report_prints(analyses):
     """The README figure said "addressable 28.6%" (of wall) beside a table saying 33.2% (of GPU time)."""
-    fig = plot.addressable_figure(category_fractions(analyses, ["a", "b"], "wall"),
-                                  addressable_summary(analyses, ["a", "b"], "wall"), basis="wall")
+    fig = plot.addressable_figure(
+        category_fractions(analyses, ["a", "b"], "wall"),
+        addressable_summary(analyses, ["a", "b"], "wall"),
+        basis="wall",
+    )
     wall = addressable_summary(analyses, ["a", "b"], "wall")
     for a, w in zip(analyses, wall.itertuples(index=False)):
         assert w.kernel_fraction == pytest.approx(a.addressable_fraction)
-        assert (f"addressable {100 * w.addressable_fraction:.1f}% of wall\n"
-                f"({100 * a.addressable_fraction:.1f}% of GPU time)") in _texts(fig)
+        assert (
+            f"addressable {100 * w.addressable_fraction:.1f}% of wall\n"
+            f"({100 * a.addressable_fraction:.1f}% of GPU time)"
+        ) in _texts(fig)
 
 
 def _cpu_only_trace(builder, path):
@@ -142,8 +182,19 @@ def test_cpu_only_traces_are_not_drawn_as_gpu_time(builder, tmp_path, capfd):
     assert fig.axes[0].get_xlabel() == "share of CPU operator self time"
     out = tmp_path / "out"
     with pytest.raises(SystemExit) as e:
-        run(["plot", str(cpu), str(hta_trace("timeline_analysis")), "--figure", "addressable", "--format", "png",
-             "-o", str(out)])
+        run(
+            [
+                "plot",
+                str(cpu),
+                str(hta_trace("timeline_analysis")),
+                "--figure",
+                "addressable",
+                "--format",
+                "png",
+                "-o",
+                str(out),
+            ]
+        )
     assert e.value.code == 2 and not list(out.glob("*"))
     assert "a CPU-only trace (no GPU activity) among GPU traces" in capfd.readouterr().err
 

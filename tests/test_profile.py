@@ -53,9 +53,15 @@ CASES = {
     "dlrm-dcn": (dict(batch=64), {"embedding", "gemm"}, {}),
 }
 # workload -> a module class every profile must attribute time to (module ranges are on by default)
-MODULE_TYPES = {"llama-7b": "LlamaRMSNorm", "gpt2-xl": "NewGELUActivation", "bert-base": "BertSelfAttention",
-                "vit-b-16": "ViTLayer", "resnet-50": "ResNetBottleNeckLayer", "dlrm": "InteractionArch",
-                "dlrm-dcn": "LowRankCrossNet"}
+MODULE_TYPES = {
+    "llama-7b": "LlamaRMSNorm",
+    "gpt2-xl": "NewGELUActivation",
+    "bert-base": "BertSelfAttention",
+    "vit-b-16": "ViTLayer",
+    "resnet-50": "ResNetBottleNeckLayer",
+    "dlrm": "InteractionArch",
+    "dlrm-dcn": "LowRankCrossNet",
+}
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
@@ -65,7 +71,7 @@ def test_every_workload_profiles_and_classifies(tmp_path, name):
     opts, categories, ops = CASES[name]
     r = run(tmp_path, name, **opts)
     assert r.trace_path.name.endswith(".json.gz") and r.trace_path.exists()
-    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []   # no temp files left
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []  # no temp files left
     doc = trace_doc(r.trace_path)
     m = doc["headroom"]
     assert m["workload"] == name and m["device_type"] == "cpu" and m["flavour"] == "tiny"
@@ -74,7 +80,7 @@ def test_every_workload_profiles_and_classifies(tmp_path, name):
     assert m["versions"]["torch"] == torch.__version__
     a = r.analysis
     assert a.mode == "cpu-ops" and a.num_steps == 1
-    assert a.manifest["workload"] == name                       # the loader reads it back
+    assert a.manifest["workload"] == name  # the loader reads it back
     assert categories <= set(a.categories["name"]), a.categories
     for cat, want in ops.items():
         assert want & launched_by(r, cat), launched_by(r, cat)
@@ -104,7 +110,7 @@ def test_decoder_phases_and_training_mark_blocks(tmp_path):
     assert f"{BLOCK_RANGE_PREFIX}model.layers.0" in names
     assert f"{BLOCK_RANGE_PREFIX}model.layers.1 backward" in names
     assert {"headroom/forward", "headroom/backward", "headroom/optimizer"} <= names
-    assert train.layers is not None and train.layers.block_ranges == 4   # 2 blocks x (forward, backward)
+    assert train.layers is not None and train.layers.block_ranges == 4  # 2 blocks x (forward, backward)
     assert 0 < train.layers.block_share < 1
 
 
@@ -121,7 +127,7 @@ def test_dlrm_production_path_runs_with_gloo_and_cpu_tbe(tmp_path):
     assert tbe["module"].str.startswith("model.model.sparse_arch.embedding_bag_collection").all()
     unsharded = run(tmp_path, "dlrm-dcn", batch=64, extra={"sharding": "none"})
     assert "unsharded" in unsharded.manifest["info"]["embedding_path"]
-    assert torch.distributed.is_initialized() is False          # the one-rank group was torn down
+    assert torch.distributed.is_initialized() is False  # the one-rank group was torn down
 
 
 def test_layers_extrapolation_arithmetic(tmp_path, builder):
@@ -152,7 +158,7 @@ def test_layers_extrapolation_arithmetic(tmp_path, builder):
 
 
 def test_layers_on_a_real_model_scales_only_block_work(tmp_path):
-    r = run(tmp_path, "gpt2-xl", batch=1, seq=16, layers=1)       # tiny gpt2 has 2 blocks
+    r = run(tmp_path, "gpt2-xl", batch=1, seq=16, layers=1)  # tiny gpt2 has 2 blocks
     assert r.config.extrapolated and r.trace_path.name == "gpt2-xl.tiny.infer.prefill.1of2-layers.json.gz"
     x = r.layers
     assert x is not None and x.factor == 2 and x.block_ranges == 1
@@ -181,6 +187,7 @@ def _failing_spec(tmp_path, fail_at: int):
             if calls[0] == fail_at:
                 raise _Boom("step failed")
             inner()
+
         step.fn = fn
         return step
 
@@ -188,7 +195,7 @@ def _failing_spec(tmp_path, fail_at: int):
     return spec
 
 
-@pytest.mark.parametrize("fail_at", [2, 4])   # during the timed steps; during the profiled steps
+@pytest.mark.parametrize("fail_at", [2, 4])  # during the timed steps; during the profiled steps
 def test_a_failed_step_leaves_no_trace_behind(tmp_path, fail_at):
     out = tmp_path / "out"
     spec = _failing_spec(tmp_path, fail_at)
@@ -203,7 +210,7 @@ def test_an_interrupted_export_leaves_no_partial_file(tmp_path, monkeypatch):
     def boom(*a, **k):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(hp.os, "fsync", boom)       # interrupt while the gzip is being written
+    monkeypatch.setattr(hp.os, "fsync", boom)  # interrupt while the gzip is being written
     out = tmp_path / "out"
     with pytest.raises(KeyboardInterrupt):
         run(out, "bert-base", batch=1, seq=8)
@@ -225,7 +232,7 @@ def test_oom_message_names_workload_batch_memory_and_a_fix():
 def test_missing_torchrec_is_one_line_with_the_install_command(tmp_path, monkeypatch):
     for mod in [m for m in sys.modules if m == "torchrec" or m.startswith("torchrec.")]:
         monkeypatch.delitem(sys.modules, mod)
-    monkeypatch.setitem(sys.modules, "torchrec", None)          # import torchrec -> ImportError
+    monkeypatch.setitem(sys.modules, "torchrec", None)  # import torchrec -> ImportError
     with pytest.raises(UserError) as e:
         run(tmp_path, "dlrm", batch=8)
     msg = str(e.value)
@@ -266,22 +273,57 @@ def test_cli_bad_options_exit_2():
 
 def test_cli_json_and_workload_file(tmp_path):
     f = write_workload_file(tmp_path, "user-mlp-cli")
-    code, out, res = invoke(["profile", "user-mlp-cli", "--workload-file", str(f), "--json", "--device", "cpu",
-                             "--steps", "1", "--warmup", "0", "--timed-steps", "1", "--out", str(tmp_path / "o")])
+    code, out, res = invoke(
+        [
+            "profile",
+            "user-mlp-cli",
+            "--workload-file",
+            str(f),
+            "--json",
+            "--device",
+            "cpu",
+            "--steps",
+            "1",
+            "--warmup",
+            "0",
+            "--timed-steps",
+            "1",
+            "--out",
+            str(tmp_path / "o"),
+        ]
+    )
     assert code == 0, res.output
     doc = json.loads(res.stdout.strip().splitlines()[-1])
     assert doc["manifest"]["workload"] == "user-mlp-cli"
     assert doc["analysis"]["mode"] == "cpu-ops" and "categories" in doc["analysis"]
     assert doc["schema"] == "headroom.profile/1"
     assert set(doc["timing"]) == {"timed", "profiled", "overhead", "overhead_measurable"}
-    assert doc["timing"]["overhead"] is None and doc["timing"]["overhead_measurable"] is False   # 1 step each
+    assert doc["timing"]["overhead"] is None and doc["timing"]["overhead_measurable"] is False  # 1 step each
     assert doc["timing"]["timed"]["median_us"] == pytest.approx(1e3 * doc["manifest"]["timing"]["step_ms"])
     assert doc["manifest"]["command"].startswith("headroom ")
 
 
 def test_cli_prints_the_report(tmp_path):
-    code, out, res = invoke(["profile", "vit-b-16", "--flavour", "tiny", "--batch", "1", "--device", "cpu",
-                             "--steps", "1", "--warmup", "0", "--timed-steps", "1", "--out", str(tmp_path)])
+    code, out, res = invoke(
+        [
+            "profile",
+            "vit-b-16",
+            "--flavour",
+            "tiny",
+            "--batch",
+            "1",
+            "--device",
+            "cpu",
+            "--steps",
+            "1",
+            "--warmup",
+            "0",
+            "--timed-steps",
+            "1",
+            "--out",
+            str(tmp_path),
+        ]
+    )
     assert code == 0, res.output
     for text in ("step time", "profiler overhead", "idle share", "addressable", "trace:"):
         assert text in res.stdout
@@ -307,8 +349,13 @@ def test_headroom_entry_point_unknown_workload(tmp_path):
         app.register_commands()
     except ImportError as e:
         pytest.skip(f"headroom.cli is not complete yet: {e}")
-    p = subprocess.run([sys.executable, "-m", "headroom.cli", "profile", "nope"], capture_output=True, text=True,
-                       cwd=Path(__file__).resolve().parents[1], timeout=120)
+    p = subprocess.run(
+        [sys.executable, "-m", "headroom.cli", "profile", "nope"],
+        capture_output=True,
+        text=True,
+        cwd=Path(__file__).resolve().parents[1],
+        timeout=120,
+    )
     assert p.returncode == 2
     assert p.stderr.strip().splitlines()[-1].startswith("headroom: error: unknown workload 'nope'; known: ")
 
@@ -324,13 +371,13 @@ def test_llama_7b_default_finishes_on_a_cpu(tmp_path):
     r = profile_workload("llama-7b", Options(), out=tmp_path)
     wall = time.monotonic() - t0
     assert wall < 180, f"took {wall:.0f} s"
-    assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss < 24 * 2**20      # KiB
+    assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss < 24 * 2**20  # KiB
     cfg = r.config
     assert (cfg.layers, cfg.total_layers, cfg.seq, cfg.batch, cfg.dtype) == (2, 32, 128, 1, "float32")
     assert r.manifest["notes"] and r.manifest["params"] == 2 * 202_383_360 + 2 * 131_072_000 + 4096
     x = r.layers
     assert x is not None and x.factor == 16 and x.block_ranges == 2
-    assert x.fractions()["gemm"] > 0.5                       # fp32 matmuls dominate a CPU prefill
+    assert x.fractions()["gemm"] > 0.5  # fp32 matmuls dominate a CPU prefill
     assert r.analysis.mode == "cpu-ops"
 
 
@@ -349,7 +396,7 @@ def test_a_partial_run_records_the_whole_models_parameter_count(tmp_path):
     spec = get_workload("llama-7b")
     assert r.config.extrapolated and r.manifest["params_full"] == spec.param_count_meta("tiny")
     assert r.manifest["params_full"] > r.manifest["params"]
-    assert r.manifest["profiler"]["cuda_sync_events"] is False        # a CPU run: no CUDA sync records
+    assert r.manifest["profiler"]["cuda_sync_events"] is False  # a CPU run: no CUDA sync records
     whole = run(tmp_path / "whole", "llama-7b", batch=1, seq=8)
     assert "params_full" not in whole.manifest and whole.manifest["params"] == spec.param_count_meta("tiny")
 
@@ -359,13 +406,18 @@ def test_out_of_memory_on_the_cpu_is_one_line_not_the_allocators_traceback(headr
     from headroom.profile.registry import get_workload
 
     def build(cfg, device):
-        raise RuntimeError("[enforce fail at alloc_cpu.cpp:117] data. DefaultCPUAllocator: not enough memory: "
-                           "you tried to allocate 6400000000000 bytes.")
+        raise RuntimeError(
+            "[enforce fail at alloc_cpu.cpp:117] data. DefaultCPUAllocator: not enough memory: "
+            "you tried to allocate 6400000000000 bytes."
+        )
 
     monkeypatch.setitem(get_workload("gpt2-xl").__dict__, "build", build)
-    p = headroom("profile", "gpt2-xl", "--device", "cpu", "--flavour", "tiny", "--batch", "1000000000",
-                 "--out", tmp_path)
+    p = headroom(
+        "profile", "gpt2-xl", "--device", "cpu", "--flavour", "tiny", "--batch", "1000000000", "--out", tmp_path
+    )
     assert p.returncode == 2 and "Traceback" not in p.stderr
     err = [ln for ln in p.stderr.splitlines() if ln.startswith("headroom: error:")]
-    assert err == ["headroom: error: gpt2-xl: out of memory on the CPU at batch 1000000000 x seq 128 "
-                   "(asked for 5,960.5 GiB); try a smaller --batch or --seq"], p.stderr
+    assert err == [
+        "headroom: error: gpt2-xl: out of memory on the CPU at batch 1000000000 x seq 128 "
+        "(asked for 5,960.5 GiB); try a smaller --batch or --seq"
+    ], p.stderr

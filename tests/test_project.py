@@ -30,8 +30,9 @@ from headroom.trace.analysis import analyze
 
 def kernels(rows, window=None, **kw) -> Baseline:
     """rows: (name, category, launch_ts, ts, dur[, stream])."""
-    df = pd.DataFrame([r if len(r) == 6 else (*r, 7) for r in rows],
-                      columns=["name", "category", "launch_ts", "ts", "dur", "stream"])
+    df = pd.DataFrame(
+        [r if len(r) == 6 else (*r, 7) for r in rows], columns=["name", "category", "launch_ts", "ts", "dur", "stream"]
+    )
     df["op"] = "aten::" + df["name"]
     df["top_op"] = df["op"]
     df["addressable"] = ~df["category"].isin(["gemm", "attention", "conv", "memory", "communication"])
@@ -45,8 +46,14 @@ def kernels(rows, window=None, **kw) -> Baseline:
 @pytest.fixture
 def three() -> Baseline:
     # gemm 0-100, embedding 100-160, elementwise 160-200; window 0-250 (50 us idle at the end).
-    return kernels([("mm", "gemm", -50, 0, 100), ("embedding_bag", "embedding", -49, 100, 60),
-                    ("add", "elementwise", -48, 160, 40)], window=(0.0, 250.0))
+    return kernels(
+        [
+            ("mm", "gemm", -50, 0, 100),
+            ("embedding_bag", "embedding", -49, 100, 60),
+            ("add", "elementwise", -48, 160, 40),
+        ],
+        window=(0.0, 250.0),
+    )
 
 
 # --- Amdahl, by hand ---------------------------------------------------------------------
@@ -88,8 +95,10 @@ def test_amdahl_uses_wall_share_for_overlapping_streams():
 
 
 def test_memory_and_communication_in_breakdown():
-    b = kernels([("mm", "gemm", -5, 0, 50), ("copy", "memory", -5, 50, 20), ("nccl", "communication", -5, 70, 30)],
-                window=(0, 200))
+    b = kernels(
+        [("mm", "gemm", -5, 0, 50), ("copy", "memory", -5, 50, 20), ("nccl", "communication", -5, 70, 30)],
+        window=(0, 200),
+    )
     d = plain(amdahl(b, 1.0).breakdown)
     assert (d["kernel_us"], d["memory_us"], d["communication_us"], d["idle_us"]) == (50.0, 20.0, 30.0, 100.0)
 
@@ -112,7 +121,7 @@ def test_replay_launch_bound_kernels_buy_nothing():
     # The CPU launches a kernel every 50 us; each runs 5 us after its launch for 10 us: GPU mostly idle.
     rows = [(f"k{i}", "elementwise", 50.0 * i, 50.0 * i + 5, 10.0) for i in range(10)]
     b = kernels(rows, window=(0.0, 465.0))
-    mask = np.arange(10) < 9                      # everything but the last kernel
+    mask = np.arange(10) < 9  # everything but the last kernel
     r = replay_projection(b, 2.0, mask)
     assert r.projected_us == pytest.approx(465.0)  # nothing changes
     assert r.gain == pytest.approx(0.0)
@@ -124,8 +133,11 @@ def test_replay_launch_bound_kernels_buy_nothing():
 def test_replay_mixed_queue_then_launch_bound():
     # A queued burst (back to back) followed by a launch-bound tail: only the burst's savings count,
     # and only until the tail's launches (which stay fixed) take over.
-    rows = [("a", "elementwise", 0, 10, 100), ("b", "elementwise", 1, 110, 100),   # burst 10-210
-            ("c", "elementwise", 300, 305, 10)]                                      # launched at 300
+    rows = [
+        ("a", "elementwise", 0, 10, 100),
+        ("b", "elementwise", 1, 110, 100),  # burst 10-210
+        ("c", "elementwise", 300, 305, 10),
+    ]  # launched at 300
     b = kernels(rows, window=(0.0, 315.0))
     assert replay_projection(b, 2.0, np.array([True, True, False])).projected_us == pytest.approx(315.0)
     assert amdahl(b, 2.0, np.array([True, True, False])).projected_us == pytest.approx(215.0)
@@ -140,8 +152,18 @@ def test_replay_sync_moves_later_cpu_launches(builder, tmp_path):
     # Kernel A (500 us) is waited for by cudaDeviceSynchronize; kernel B is launched after it returns.
     builder.step(1, 0, 550)
     builder.kernel("elementwise_kernel_A", launch_ts=10, ts=20, dur=500)
-    builder.events.append({"ph": "X", "cat": "cuda_runtime", "name": "cudaDeviceSynchronize", "pid": builder.pid,
-                           "tid": builder.tid, "ts": 30, "dur": 495, "args": {"correlation": 1}})
+    builder.events.append(
+        {
+            "ph": "X",
+            "cat": "cuda_runtime",
+            "name": "cudaDeviceSynchronize",
+            "pid": builder.pid,
+            "tid": builder.tid,
+            "ts": 30,
+            "dur": 495,
+            "args": {"correlation": 1},
+        }
+    )
     builder.kernel("elementwise_kernel_B", launch_ts=530, ts=535, dur=10)
     a = analyze(builder.write(tmp_path / "t.json"))
     assert a.wall_us == 550.0
@@ -158,13 +180,21 @@ def test_cross_stream_wait_from_cuda_sync_events():
     # P on stream 1 (0-100); C on stream 2 waits for P (recorded by cudaEventRecord corr 900); C is
     # launched after the wait (-4), as a consumer is.
     b = kernels([("P", "elementwise", -10, 0, 100, 1), ("C", "elementwise", -3, 101, 50, 2)])
-    b.runtime = pd.DataFrame({"name": ["cudaEventRecord"], "pid": ["1"], "tid": ["1"], "ts": [-8.0], "dur": [1.0],
-                              "correlation": [900]})
+    b.runtime = pd.DataFrame(
+        {"name": ["cudaEventRecord"], "pid": ["1"], "tid": ["1"], "ts": [-8.0], "dur": [1.0], "correlation": [900]}
+    )
     mask = np.array([True, False])
     # Without the wait record, C's start stays where it was measured: no gain.
     assert replay_projection(b, 2.0, mask).projected_us == pytest.approx(151.0)
-    b.syncs = pd.DataFrame({"name": ["Stream Wait Event"], "stream": [2], "ts": [-4.0], "wait_on_stream": [1],
-                            "wait_on_cuda_event_record_corr_id": [900]})
+    b.syncs = pd.DataFrame(
+        {
+            "name": ["Stream Wait Event"],
+            "stream": [2],
+            "ts": [-4.0],
+            "wait_on_stream": [1],
+            "wait_on_cuda_event_record_corr_id": [900],
+        }
+    )
     assert cross_stream_deps(b.events, b.syncs, b.runtime).tolist() == [-1, 0]
     assert replay_projection(b, 2.0, mask).projected_us == pytest.approx(101.0)
     assert replay(b).projected_us == pytest.approx(151.0)
@@ -174,37 +204,59 @@ def test_replay_memo_returns_the_same_replay_until_the_baseline_changes():
     b = kernels([("P", "elementwise", -10, 0, 100, 1), ("C", "elementwise", -3, 101, 50, 2)])
     mask = np.array([True, False])
     first = replay(b, 2.0, mask)
-    assert replay(b, 2.0, mask) is first                 # the same factors: not replayed again
+    assert replay(b, 2.0, mask) is first  # the same factors: not replayed again
     assert replay(b, 2.0, mask, cpu_scale=0.5) is not first
     assert first.end[0] == pytest.approx(50.0) and replay(b, 4.0, mask).end[0] == pytest.approx(25.0)
     with pytest.raises(ValueError):
-        first.ts[0] = 1.0                                 # shared: read-only
+        first.ts[0] = 1.0  # shared: read-only
     # A changed field of the baseline (here its syncs) is a different replay.
-    b.runtime = pd.DataFrame({"name": ["cudaEventRecord"], "pid": ["1"], "tid": ["1"], "ts": [-8.0], "dur": [1.0],
-                              "correlation": [900]})
-    b.syncs = pd.DataFrame({"name": ["Stream Wait Event"], "stream": [2], "ts": [-4.0], "wait_on_stream": [1],
-                            "wait_on_cuda_event_record_corr_id": [900]})
+    b.runtime = pd.DataFrame(
+        {"name": ["cudaEventRecord"], "pid": ["1"], "tid": ["1"], "ts": [-8.0], "dur": [1.0], "correlation": [900]}
+    )
+    b.syncs = pd.DataFrame(
+        {
+            "name": ["Stream Wait Event"],
+            "stream": [2],
+            "ts": [-4.0],
+            "wait_on_stream": [1],
+            "wait_on_cuda_event_record_corr_id": [900],
+        }
+    )
     again = replay(b, 2.0, mask)
     assert again is not first and again.projected_us == pytest.approx(101.0)
 
 
 def test_replays_share_one_plan_and_carry_no_state_between_them():
-    rows = [("A", "elementwise", -10, 0, 40, 1), ("B", "gemm", -8, 40, 30, 1), ("C", "elementwise", -3, 75, 20, 2),
-            ("D", "elementwise", 60, 100, 10, 1), ("E", "softmax", 61, 111, 5, 2)]
+    rows = [
+        ("A", "elementwise", -10, 0, 40, 1),
+        ("B", "gemm", -8, 40, 30, 1),
+        ("C", "elementwise", -3, 75, 20, 2),
+        ("D", "elementwise", 60, 100, 10, 1),
+        ("E", "softmax", 61, 111, 5, 2),
+    ]
     mask = np.array([True, False, True, True, False])
 
     def fresh():
         b = kernels(rows)
-        b.runtime = pd.DataFrame({"name": ["cudaDeviceSynchronize"], "pid": ["1"], "tid": ["1"], "ts": [50.0],
-                                  "dur": [50.0], "correlation": [-1]})
+        b.runtime = pd.DataFrame(
+            {
+                "name": ["cudaDeviceSynchronize"],
+                "pid": ["1"],
+                "tid": ["1"],
+                "ts": [50.0],
+                "dur": [50.0],
+                "correlation": [-1],
+            }
+        )
         return b
+
     shared = fresh()
     got = [replay(shared, f, mask, cpu_scale=c) for f, c in ((2.0, 1.0), (4.0, 0.5), (1.5, 1.0))]
     for (f, c), r in zip(((2.0, 1.0), (4.0, 0.5), (1.5, 1.0)), got):
-        alone = replay(fresh(), f, mask, cpu_scale=c)      # its own baseline: nothing memoised before it
+        alone = replay(fresh(), f, mask, cpu_scale=c)  # its own baseline: nothing memoised before it
         assert r.ts.tolist() == alone.ts.tolist() and r.end.tolist() == alone.end.tolist()
         assert r.projected_us == alone.projected_us and r.n_syncs == alone.n_syncs == 1
-    assert len(shared.__dict__["_plans"][1]) == 1          # one plan for the three (same parameters)
+    assert len(shared.__dict__["_plans"][1]) == 1  # one plan for the three (same parameters)
 
 
 def _pid_codes_one_by_one(values, table):
@@ -215,17 +267,20 @@ def _pid_codes_one_by_one(values, table):
     return out
 
 
-@pytest.mark.parametrize("values", [
-    ["7", "7", "9", None, "7", float("nan"), "9"],
-    [None, 3, "3", 4.0, "x"],
-    pd.Series(["b", "a", "b"], dtype="category"),
-    [],
-])
+@pytest.mark.parametrize(
+    "values",
+    [
+        ["7", "7", "9", None, "7", float("nan"), "9"],
+        [None, 3, "3", 4.0, "x"],
+        pd.Series(["b", "a", "b"], dtype="category"),
+        [],
+    ],
+)
 def test_pid_codes_per_distinct_value_match_one_by_one(values):
     table, expected_table = {"9": 0}, {"9": 0}
     got = pid_codes(values, table)
     assert got.tolist() == _pid_codes_one_by_one(list(values), expected_table)
-    assert table == expected_table        # the same texts, added in the same order
+    assert table == expected_table  # the same texts, added in the same order
 
 
 # --- bounds and distributions ------------------------------------------------------------------
@@ -240,7 +295,7 @@ def test_paper_recommender_number():
 
 
 def test_distribution_scenarios_quantiles_and_expected():
-    d = Distribution((2.0, None, 0.5, 1.5))   # effective: 2, 1, 1, 1.5
+    d = Distribution((2.0, None, 0.5, 1.5))  # effective: 2, 1, 1, 1.5
     sc = {s.name: s.factor for s in distribution_scenarios(d, quantiles=(0.5, 0.9))}
     assert sc["win_rate_x_median"] == pytest.approx(1 / (1 - 0.5 + 0.5 / 1.75))
     assert sc["quantile_0.5"] == pytest.approx(1.25)
@@ -257,8 +312,14 @@ def test_project_result_and_json_keys(three):
     d = json.loads(json.dumps(plain(res)))
     assert d["baseline_us"] == 250.0 and d["per_step_us"] == 250.0
     methods = {(p["method"], p["scenario"]) for p in d["projections"]}
-    assert {("amdahl", "speedups"), ("replay", "speedups"), ("amdahl", "zero_time"), ("replay", "zero_time"),
-            ("amdahl", "win_rate_x_median"), ("replay", "win_rate_x_median")} <= methods
+    assert {
+        ("amdahl", "speedups"),
+        ("replay", "speedups"),
+        ("amdahl", "zero_time"),
+        ("replay", "zero_time"),
+        ("amdahl", "win_rate_x_median"),
+        ("replay", "win_rate_x_median"),
+    } <= methods
     for p in d["projections"]:
         assert {"method", "projected_us", "speedup", "gain", "breakdown"} <= set(p)
         assert p["speedup"] == pytest.approx(250.0 / p["projected_us"])
@@ -330,6 +391,7 @@ def test_cpu_only_trace_gets_amdahl_only():
 
 def _app() -> typer.Typer:
     from headroom.cli.project import register
+
     app = typer.Typer()
     register(app)
     return app
@@ -337,8 +399,9 @@ def _app() -> typer.Typer:
 
 def test_project_cli_json_matches_classify_window():
     path = hta_trace("nccl_parser_config")
-    r = CliRunner().invoke(_app(), ["project", str(path), "--json", "-s", "category:normalization=2",
-                                    "-s", "op:aten::cudnn_batch_norm=3"])
+    r = CliRunner().invoke(
+        _app(), ["project", str(path), "--json", "-s", "category:normalization=2", "-s", "op:aten::cudnn_batch_norm=3"]
+    )
     assert r.exit_code == 0, r.output
     d = json.loads(r.stdout.strip().splitlines()[-1])
     a = analyze(path)
@@ -358,17 +421,41 @@ def test_project_cli_user_errors():
 
 def test_project_cli_distribution_and_verify_suite(tmp_path):
     suite = tmp_path / "suite.json"
-    suite.write_text(json.dumps({"tool": "headroom verify", "version": 1, "results": [
-        {"problem": "01_EmbeddingBagSum", "verdict": "pass", "speedup": 1.552, "checks": []},
-        {"problem": "11_PermutePooledEmbeddings", "verdict": "pass", "speedup": 1.8, "checks": []},
-        {"problem": "04_DotInteraction", "verdict": "fail", "speedup": 2.1, "checks": []},
-        {"problem": "10_JaggedSoftmax", "verdict": "pass", "speedup": 0.9, "checks": []}]}))
-    r = CliRunner().invoke(_app(), ["project", str(hta_trace("timeline_analysis")), "--json", "-f", str(suite),
-                                    "--distribution", str(suite), "--quantile", "0.5"])
+    suite.write_text(
+        json.dumps(
+            {
+                "tool": "headroom verify",
+                "version": 1,
+                "results": [
+                    {"problem": "01_EmbeddingBagSum", "verdict": "pass", "speedup": 1.552, "checks": []},
+                    {"problem": "11_PermutePooledEmbeddings", "verdict": "pass", "speedup": 1.8, "checks": []},
+                    {"problem": "04_DotInteraction", "verdict": "fail", "speedup": 2.1, "checks": []},
+                    {"problem": "10_JaggedSoftmax", "verdict": "pass", "speedup": 0.9, "checks": []},
+                ],
+            }
+        )
+    )
+    r = CliRunner().invoke(
+        _app(),
+        [
+            "project",
+            str(hta_trace("timeline_analysis")),
+            "--json",
+            "-f",
+            str(suite),
+            "--distribution",
+            str(suite),
+            "--quantile",
+            "0.5",
+        ],
+    )
     assert r.exit_code == 0, r.output
     d = json.loads(r.stdout)
-    assert [e["selector"] for e in d["entries"]] == ["problem:01_EmbeddingBagSum", "problem:11_PermutePooledEmbeddings",
-                                                     "problem:10_JaggedSoftmax"]
+    assert [e["selector"] for e in d["entries"]] == [
+        "problem:01_EmbeddingBagSum",
+        "problem:11_PermutePooledEmbeddings",
+        "problem:10_JaggedSoftmax",
+    ]
     assert all(e["verified"] for e in d["entries"])
     w = " | ".join(d["warnings"])
     assert "04_DotInteraction" in w and "slowdown" not in w  # 10 matches nothing here, so no slowdown applies
@@ -390,8 +477,9 @@ def shipped(name: str):
     return analyze(p)
 
 
-@pytest.mark.parametrize("name", ["dlrm.train", "llama-7b.infer.prefill", "llama-7b.infer.decode.static-cache",
-                                  "resnet-50.train"])
+@pytest.mark.parametrize(
+    "name", ["dlrm.train", "llama-7b.infer.prefill", "llama-7b.infer.decode.static-cache", "resnet-50.train"]
+)
 def test_replay_reproduces_shipped_traces(name):
     c = replay_check(shipped(name))
     assert c["max_abs_error_us"] < 1e-6 and abs(c["window_error_us"]) < 1e-6
@@ -431,7 +519,7 @@ def test_cross_stream_wait_runs_on_a_kineto_trace_with_sync_records(builder, tmp
     # P (stream 7) takes 50 us instead of 100; C (stream 8) waited on it, so it starts at 70 + the
     # measured 1 us gap and the window ends at 121. Without the wait record C would stay at 121-171.
     assert res.get("replay").projected_us == pytest.approx(121.0)
-    assert res.get("replay", "zero_time").projected_us == pytest.approx(100.0)   # C at launch + 5 us; CPU step end
+    assert res.get("replay", "zero_time").projected_us == pytest.approx(100.0)  # C at launch + 5 us; CPU step end
     no_syncs = Baseline.from_analysis(a)
     no_syncs.syncs = None
     assert project(no_syncs, [parse_cli_speedup("kernel:^P$=2")]).get("replay").projected_us == pytest.approx(171.0)
@@ -451,7 +539,7 @@ def _f(text: str) -> float:
 
 def _close(ratio: float, base: float, proj: float, ratio_digits: int, ms_digits: int = 3) -> bool:
     """`ratio` (printed with `ratio_digits` decimals) is base/proj (each printed with `ms_digits`)."""
-    r_err, t_err = 0.5 * 10 ** -ratio_digits, 0.5 * 10 ** -ms_digits
+    r_err, t_err = 0.5 * 10**-ratio_digits, 0.5 * 10**-ms_digits
     want = base / proj
     return abs(ratio - want) <= r_err + want * (t_err / base + t_err / proj) + 1e-9
 
@@ -476,19 +564,32 @@ def printed_ratios(text: str) -> list[tuple[str, float, float, float, int]]:
     return out
 
 
-_TRACES = ["vit-b-16.infer.json.gz", "llama-7b.infer.prefill.json.gz", "dlrm.train.json.gz",
-           "llama-7b.infer.decode.static-cache.json.gz"]
+_TRACES = [
+    "vit-b-16.infer.json.gz",
+    "llama-7b.infer.prefill.json.gz",
+    "dlrm.train.json.gz",
+    "llama-7b.infer.decode.static-cache.json.gz",
+]
 
 
-@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture],
-          phases=[Phase.explicit, Phase.generate])    # no shrinking: each example is a whole `project` run
-@given(trace=st.sampled_from(_TRACES), selector=st.sampled_from(["category:addressable", "category:gemm",
-                                                                 "category:elementwise", "category:normalization"]),
-       factor=st.floats(1.05, 8.0), step=st.one_of(st.none(), st.floats(1.0, 1.6)))
+@settings(
+    max_examples=12,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
+    phases=[Phase.explicit, Phase.generate],
+)  # no shrinking: each example is a whole `project` run
+@given(
+    trace=st.sampled_from(_TRACES),
+    selector=st.sampled_from(
+        ["category:addressable", "category:gemm", "category:elementwise", "category:normalization"]
+    ),
+    factor=st.floats(1.05, 8.0),
+    step=st.one_of(st.none(), st.floats(1.0, 1.6)),
+)
 def test_every_ratio_project_prints_is_the_ratio_of_the_two_times_it_prints(headroom, trace, selector, factor, step):
     path = SHIPPED_TRACES / trace
     args = ["project", path, "-s", f"{selector}={factor:.4g}"]
-    if step is not None:     # an unprofiled step between the GPU's busy time and 1.6 times it
+    if step is not None:  # an unprofiled step between the GPU's busy time and 1.6 times it
         from headroom.projection.baseline import as_baseline
         from headroom.projection.overhead import gpu_busy_per_step_us
 
@@ -506,8 +607,9 @@ def test_the_estimate_beside_an_unreachable_unprofiled_step_is_of_that_step(head
     """Even a free CPU leaves BERT's replay (13.709 ms) above a 13.2 ms unprofiled step; the estimate used
     to print the replay's ratio beside a step it never reached. No shipped trace's manifest step is out of
     reach, so the step is given (`--step-ms` takes the manifest's place in the same correction)."""
-    p = headroom("project", SHIPPED_TRACES / "bert-base.infer.json.gz", "-s", "category:addressable=1.5",
-                 "--step-ms", "13.2")
+    p = headroom(
+        "project", SHIPPED_TRACES / "bert-base.infer.json.gz", "-s", "category:addressable=1.5", "--step-ms", "13.2"
+    )
     assert p.returncode == 0
     assert "estimate (speedups): 1.117x end-to-end, between 1.086x and 1.125x   13.200 -> 11.817 ms/step" in p.stdout
     assert "the CPU taken as free and the GPU timeline x0.9629 to the unprofiled 13.200 ms/step" in p.stdout
@@ -521,17 +623,26 @@ def test_projection_chart_is_on_the_clock_project_leads_with():
     row = projection_table([res]).iloc[0]
     assert row.clock == "unprofiled" and row.baseline_ms == pytest.approx(12.33251)
     assert row.replay_ms == pytest.approx(res.estimate.projected_us / 3 / 1e3, rel=1e-3)
-    assert row.replay_gain == pytest.approx(0.0962, abs=1e-4)      # was +0.00%: the profiled clock's replay
+    assert row.replay_gain == pytest.approx(0.0962, abs=1e-4)  # was +0.00%: the profiled clock's replay
 
 
-@pytest.mark.parametrize("step_ms,message", [
-    ("0.001", "--step-ms 0.001: shorter than the GPU's own busy time in"),
-    ("10", "--step-ms 10: shorter than the GPU's own busy time in"),
-    ("0", "--step-ms must be a positive number of milliseconds, got 0.0"),
-])
+@pytest.mark.parametrize(
+    "step_ms,message",
+    [
+        ("0.001", "--step-ms 0.001: shorter than the GPU's own busy time in"),
+        ("10", "--step-ms 10: shorter than the GPU's own busy time in"),
+        ("0", "--step-ms must be a positive number of milliseconds, got 0.0"),
+    ],
+)
 def test_a_step_the_trace_rules_out_is_refused(headroom, step_ms, message):
-    p = headroom("project", SHIPPED_TRACES / "llama-7b.infer.prefill.json.gz", "-s", "category:addressable=1.5",
-                 "--step-ms", step_ms)
+    p = headroom(
+        "project",
+        SHIPPED_TRACES / "llama-7b.infer.prefill.json.gz",
+        "-s",
+        "category:addressable=1.5",
+        "--step-ms",
+        step_ms,
+    )
     assert p.returncode == 2 and p.stdout == ""
     assert len(p.stderr.splitlines()) == 1 and message in p.stderr
     if step_ms == "10":
@@ -540,11 +651,11 @@ def test_a_step_the_trace_rules_out_is_refused(headroom, step_ms, message):
 
 def test_a_step_dropped_in_the_middle_is_left_out_of_the_replay_too(builder, tmp_path):
     for n, t0 in ((1, 0.0), (2, 100.0), (3, 200.0)):
-        builder.step(n, t0, 100.0 if n != 2 else -1.0)      # dropped by --lenient
+        builder.step(n, t0, 100.0 if n != 2 else -1.0)  # dropped by --lenient
         builder.cpu("aten::mm", t0 + 1, 10)
         builder.kernel("sm90_gemm", launch_ts=t0 + 2, ts=t0 + 10, dur=50)
     a = analyze(builder.write(tmp_path / "t.json"), lenient=True, use_cache=False)
     res = project(a, [parse_cli_speedup("category:gemm=2")])
     assert a.wall_us == 200.0 and res.replay_check["window_error_us"] == pytest.approx(0.0, abs=1e-6)
-    assert not any("off the measured window" in w for w in res.warnings)     # was 100 us off
+    assert not any("off the measured window" in w for w in res.warnings)  # was 100 us off
     assert res.get("replay").baseline_us == 200.0

@@ -37,12 +37,16 @@ def pair(tmp_path):
 
 
 def gemm_factors(rs, on, factor):
-    return {r: np.where((a.events["name"] == GEMM).to_numpy() & (r in on), factor, 1.0)
-            for r, a in zip(rs.ranks, rs.analyses)}
+    return {
+        r: np.where((a.events["name"] == GEMM).to_numpy() & (r in on), factor, 1.0)
+        for r, a in zip(rs.ranks, rs.analyses)
+    }
 
 
-@pytest.mark.parametrize("on, factor, saved", [((0,), 2.0, 0.0), ((1,), 2.0, 1000.0), ((0, 1), 2.0, 1500.0),
-                                               ((1,), np.inf, 1000.0), ((0, 1), np.inf, 3000.0)])
+@pytest.mark.parametrize(
+    "on, factor, saved",
+    [((0,), 2.0, 0.0), ((1,), 2.0, 1000.0), ((0, 1), 2.0, 1500.0), ((1,), np.inf, 1000.0), ((0, 1), np.inf, 3000.0)],
+)
 def test_speedup_through_the_collectives(pair, on, factor, saved):
     model = SyncModel.from_rank_set(pair)
     res = sync_projection(model, gemm_factors(pair, on, factor))
@@ -56,11 +60,11 @@ def test_project_ranks_against_one_rank_amdahl(pair):
     e = [parse_cli_speedup(f"kernel:{GEMM}=2")]
     straggler_not = project_ranks(pair, e, on_ranks=[0])
     assert straggler_not.speedups.gain == 0.0
-    assert straggler_not.per_rank_amdahl[0]["gain"] == pytest.approx(1000.0 / WALL)   # what one rank promises
+    assert straggler_not.per_rank_amdahl[0]["gain"] == pytest.approx(1000.0 / WALL)  # what one rank promises
     assert straggler_not.zero_time.gain == 0.0
     straggler = project_ranks(pair, e, on_ranks=[1])
     assert straggler.speedups.gain == pytest.approx(1000.0 / WALL)
-    assert straggler.zero_time.gain == pytest.approx(1000.0 / WALL)   # then rank 0 is the one waited for
+    assert straggler.zero_time.gain == pytest.approx(1000.0 / WALL)  # then rank 0 is the one waited for
     both = project_ranks(pair, e)
     assert both.on_ranks == [0, 1] and both.speedups.gain == pytest.approx(1500.0 / WALL)
     d = json.loads(json.dumps(plain(both)))
@@ -73,7 +77,7 @@ def test_targets_rank_by_the_synchronised_step(pair):
     rows = t.set_index("name")
     assert t["name"].tolist()[:2] == [GEMM, OPTIMIZER]
     assert rows.loc[GEMM, "gain"] == pytest.approx(1500.0 / WALL)
-    assert rows.loc[OPTIMIZER, "gain"] == pytest.approx(500.0 / WALL)          # the tail after the all-reduce
+    assert rows.loc[OPTIMIZER, "gain"] == pytest.approx(500.0 / WALL)  # the tail after the all-reduce
     # the elementwise kernels run while the ranks wait anyway: worth nothing, though each rank alone
     # promises 4.5% (its wall share: half of each 500 us, split with the all-reduce beside it, halved)
     assert rows.loc[ELEMENTWISE, "gain"] == pytest.approx(0.0, abs=1e-9)
@@ -144,8 +148,9 @@ def test_collectives_taken_in_another_order_by_another_rank(tmp_path):
 
     d = tmp_path / "order"
     d.mkdir()
-    for rank, (first, second) in enumerate([((100.0, 100.0, 20), (200.0, 100.0, 20)),
-                                             ((100.0, 190.0, 20), (120.0, 10.0, 21))]):
+    for rank, (first, second) in enumerate(
+        [((100.0, 100.0, 20), (200.0, 100.0, 20)), ((100.0, 190.0, 20), (120.0, 10.0, 21))]
+    ):
         b = TraceBuilder(pid=100 + rank, tid=100 + rank)
         b.step(1, 0.0, 300.0)
         b.kernel(GEMM, 1.0, 10.0, 90.0, stream=7)
@@ -155,7 +160,7 @@ def test_collectives_taken_in_another_order_by_another_rank(tmp_path):
         b.write(d / f"rank-{rank}.json.gz", distributedInfo={"rank": rank, "world_size": 2})
     rs = rank_set(analyze_path(d))
     model = SyncModel.from_rank_set(rs)
-    assert model.order == [f"{NCCL}#1", f"{NCCL}#0"]          # taken by their (median) end
+    assert model.order == [f"{NCCL}#1", f"{NCCL}#0"]  # taken by their (median) end
     res = sync_projection(model)
     assert res.identity_error_us == 0.0 and res.baseline_us == 350.0
     faster = sync_projection(model, gemm_factors(rs, (0, 1), 2.0))
@@ -175,9 +180,11 @@ def test_the_facade_takes_a_directory_of_ranks(tmp_path):
 @pytest.fixture
 def headroom_cli(headroom):
     """`headroom ARGS...` in this process: exit code, stdout, stderr lines."""
+
     def call(*args):
         p = headroom(*args)
         return p.returncode, p.stdout, [ln for ln in p.stderr.splitlines() if ln]
+
     return call
 
 
@@ -192,8 +199,10 @@ def test_a_rank_that_cannot_be_read_is_named_and_the_others_reported(tmp_path, h
     assert doc["schema"] == "headroom.classify/1" and doc["trace"] == str(d / "rank-0.json.gz")
     assert [ln.split(": ")[1] for ln in err] == ["error", "warning"]
     assert str(d / "rank-1.json.gz") in err[0]
-    assert err[1] == (f"headroom: warning: {d}: 1 trace(s) could not be read: the other 1 analysed one "
-                      f"by one, not as the ranks of one run")
+    assert err[1] == (
+        f"headroom: warning: {d}: 1 trace(s) could not be read: the other 1 analysed one "
+        f"by one, not as the ranks of one run"
+    )
     # a directory of unrelated traces was never a rank set: only the error
     plain = write_pair(tmp_path / "plain", names=("a.json.gz", "b.json.gz"), distributed_info=False)
     (plain / "b.json.gz").write_bytes(b"not gzip")
@@ -209,11 +218,16 @@ def test_report_takes_traces_and_rank_sets_together(tmp_path, headroom_cli):
     doc = json.loads(out)
     assert [r["trace"] for r in doc["traces"]] == [str(one)]
     assert [(s["source"], [r["rank"] for r in s["ranks"]]) for s in doc["rank_sets"]] == [(str(d), [0, 1])]
-    code, out, err = headroom_cli("report", one, d)       # on screen: the summary, then the rank set
+    code, out, err = headroom_cli("report", one, d)  # on screen: the summary, then the rank set
     assert code == 0 and out.index("a ") < out.index(f"{d}  2 ranks") and "waited ms/step" in out
     # rank 0 waits 500 us per step at the all-reduce: 0.50 ms/step (1.00 ms over the two steps)
-    row = next(ln for ln in out.splitlines()[out.splitlines().index(next(
-        ln for ln in out.splitlines() if ln.startswith(f"{d}  2 ranks"))):] if ln.lstrip().startswith("0 "))
+    row = next(
+        ln
+        for ln in out.splitlines()[
+            out.splitlines().index(next(ln for ln in out.splitlines() if ln.startswith(f"{d}  2 ranks"))) :
+        ]
+        if ln.lstrip().startswith("0 ")
+    )
     assert " 0.50 " in row and " 1.00 " not in row
 
 
@@ -221,7 +235,7 @@ def test_rank_projection_warnings_go_to_stderr(tmp_path, headroom_cli):
     d = write_pair(tmp_path / "ranks")
     code, out, err = headroom_cli("project", d, "-s", f"kernel:{GEMM}=2", "-s", "kernel:no_such_kernel=2")
     assert code == 0 and "headroom: warning" not in out and "synchronised step" in out
-    assert err == [f"headroom: warning: {d}: rank 0: kernel:no_such_kernel=2 (command line) matches no kernel "
-                   f"in this trace",
-                   f"headroom: warning: {d}: rank 1: kernel:no_such_kernel=2 (command line) matches no kernel "
-                   f"in this trace"]
+    assert err == [
+        f"headroom: warning: {d}: rank 0: kernel:no_such_kernel=2 (command line) matches no kernel in this trace",
+        f"headroom: warning: {d}: rank 1: kernel:no_such_kernel=2 (command line) matches no kernel in this trace",
+    ]

@@ -46,7 +46,7 @@ def test_categories_across_ranks(pair):
     assert c.loc["gemm", ["min_fraction", "max_fraction"]].tolist() == pytest.approx([1 / 3, 0.5])
     assert c.loc["communication", ["min_us", "max_us", "max_rank"]].tolist() == [1000.0, 2000.0, 0]
     assert c.loc["optimizer", ["min_us", "max_us"]].tolist() == [1000.0, 1000.0]
-    assert list(c.index[:2]) == ["gemm", "communication"]          # by median time
+    assert list(c.index[:2]) == ["gemm", "communication"]  # by median time
     steps = pair.steps
     assert steps["step"].tolist() == [1, 2] and steps["max_us"].tolist() == [2510.0, 2510.0]
 
@@ -64,11 +64,11 @@ def test_delay_moves_the_waits(tmp_path):
         rs = rank_set(analyze_path(write_pair(tmp_path / f"d{delay:g}", delay=delay)))
         pr = rs.per_rank.set_index("rank")
         assert pr.loc[0, "wait_us"] == 2 * delay
-        assert pr.loc[0, "comm_exposed_us"] == 2 * delay        # rank 0 idles while it waits...
+        assert pr.loc[0, "comm_exposed_us"] == 2 * delay  # rank 0 idles while it waits...
         assert pr.loc[1, "comm_exposed_us"] == 0.0
         assert pr.loc[0, "comm_busy_us"] == 2 * (500.0 + delay)  # ...inside its longer all-reduce
         assert pr.loc[1, "waited_for_us"] == 2 * delay
-        assert rs.step_us == (STEP + max(2400.0, 2010.0 + delay)) / 2   # (the CPU step ends at 2400)
+        assert rs.step_us == (STEP + max(2400.0, 2010.0 + delay)) / 2  # (the CPU step ends at 2400)
 
 
 def test_cpu_only_exclusive_segments_and_split(tmp_path):
@@ -76,27 +76,41 @@ def test_cpu_only_exclusive_segments_and_split(tmp_path):
     b = TraceBuilder(pid=1, tid=1)
     b.step(1, 0.0, 1000.0)
     b.cpu("aten::mm", 0.0, 400.0)
-    b.cpu("aten::copy_", 100.0, 100.0)               # a child: aten::mm runs [0,100] and [200,400]
+    b.cpu("aten::copy_", 100.0, 100.0)  # a child: aten::mm runs [0,100] and [200,400]
     b.cpu("c10d::allreduce_", 400.0, 20.0)
     b.cpu("gloo:all_reduce", 420.0, 380.0, cat="user_annotation", tid=2)
-    b.cpu("aten::mul", 500.0, 100.0, tid=3)          # compute beside the transfer
+    b.cpu("aten::mul", 500.0, 100.0, tid=3)  # compute beside the transfer
     b.cpu("aten::add", 800.0, 100.0)
     a = analyze(b.write(tmp_path / "rank-0.json", distributedInfo={"rank": 0, "world_size": 2}))
     assert a.mode == "cpu-ops"
     seg = activity_segments(a)
     names = a.events["name"].to_numpy()
     got = sorted((names[e], s, t) for e, s, t in zip(seg["event"], seg["ts"], seg["end"]))
-    assert got == [("aten::add", 800.0, 900.0), ("aten::copy_", 100.0, 200.0), ("aten::mm", 0.0, 100.0),
-                   ("aten::mm", 200.0, 400.0), ("aten::mul", 500.0, 600.0), ("c10d::allreduce_", 400.0, 420.0),
-                   ("gloo:all_reduce", 420.0, 800.0)]
+    assert got == [
+        ("aten::add", 800.0, 900.0),
+        ("aten::copy_", 100.0, 200.0),
+        ("aten::mm", 0.0, 100.0),
+        ("aten::mm", 200.0, 400.0),
+        ("aten::mul", 500.0, 600.0),
+        ("c10d::allreduce_", 400.0, 420.0),
+        ("gloo:all_reduce", 420.0, 800.0),
+    ]
     s = comm_split(a)
     assert (s.comm_us, s.comm_busy_us, s.overlapped_us, s.exposed_us, s.compute_busy_us) == (400, 400, 100, 300, 600)
-    assert collectives(a)["name"].tolist() == ["gloo:all_reduce"]      # the enqueue is not a collective
+    assert collectives(a)["name"].tolist() == ["gloo:all_reduce"]  # the enqueue is not a collective
 
 
-@pytest.mark.parametrize("name, rank", [("rank-3.json.gz", 3), ("rank12_trace.json", 12), ("trace_rank_5.json", 5),
-                                        ("cpu_only__rank-34.Jul_15.pt.trace.json.gz", 34),
-                                        ("host_1234.1700000000.pt.trace.json", None), ("frank7.json", None)])
+@pytest.mark.parametrize(
+    "name, rank",
+    [
+        ("rank-3.json.gz", 3),
+        ("rank12_trace.json", 12),
+        ("trace_rank_5.json", 5),
+        ("cpu_only__rank-34.Jul_15.pt.trace.json.gz", 34),
+        ("host_1234.1700000000.pt.trace.json", None),
+        ("frank7.json", None),
+    ],
+)
 def test_rank_from_the_file_name(tmp_path, builder, name, rank):
     builder.step(1, 0.0, 10.0)
     builder.kernel(GEMM, 1.0, 2.0, 5.0)
@@ -123,7 +137,7 @@ def test_distributed_info_wins_and_sets_that_are_not_ranks(tmp_path):
     # the same rank twice: not a rank set, and said so
     twice = tmp_path / "twice"
     twice.mkdir()
-    src = hta_trace("timeline_analysis")            # a real trace: rank 0 of 128 (recommender, NCCL send/recv)
+    src = hta_trace("timeline_analysis")  # a real trace: rank 0 of 128 (recommender, NCCL send/recv)
     for n in ("a.json.gz", "b.json.gz"):
         shutil.copy(src, twice / n)
     an = analyze_path(twice)
@@ -137,10 +151,11 @@ def test_distributed_info_wins_and_sets_that_are_not_ranks(tmp_path):
 def test_traces_from_elsewhere(tmp_path, pair, layout):
     """torchtitan: rank0_trace.json (no rank in the trace needed); HF Trainer (tensorboard_trace_handler):
     host_pid.time.pt.trace.json, the rank only in distributedInfo; Lightning: stage-action-local_rank."""
-    names = {"torchtitan": ("rank0_trace.json", "rank1_trace.json"),
-             "hf_trainer": ("node7_4242.1700000000123.pt.trace.json", "node7_4243.1700000000456.pt.trace.json"),
-             "lightning": ("fit-training_step-0.1700000000.pt.trace.json",
-                           "fit-training_step-1.1700000001.pt.trace.json")}[layout]
+    names = {
+        "torchtitan": ("rank0_trace.json", "rank1_trace.json"),
+        "hf_trainer": ("node7_4242.1700000000123.pt.trace.json", "node7_4243.1700000000456.pt.trace.json"),
+        "lightning": ("fit-training_step-0.1700000000.pt.trace.json", "fit-training_step-1.1700000001.pt.trace.json"),
+    }[layout]
     d = write_pair(tmp_path / layout, names=names, distributed_info=layout != "torchtitan")
     rs = rank_set(analyze_path(d))
     assert rs.ranks == [0, 1]
@@ -152,11 +167,20 @@ def test_unpaired_collectives_are_left_out(tmp_path):
     d = write_pair(tmp_path / "r")
     path = d / "rank-1.json.gz"
     doc = json.loads(gzip.decompress(path.read_bytes()))
-    extra = {"ph": "X", "cat": "kernel", "name": NCCL, "pid": 0, "tid": 20, "ts": SHIFT + 2800.0, "dur": 10.0,
-             "args": {"device": 0, "stream": 20, "correlation": 99999}}
+    extra = {
+        "ph": "X",
+        "cat": "kernel",
+        "name": NCCL,
+        "pid": 0,
+        "tid": 20,
+        "ts": SHIFT + 2800.0,
+        "dur": 10.0,
+        "args": {"device": 0, "stream": 20, "correlation": 99999},
+    }
     doc["traceEvents"].append(extra)
     path.write_bytes(gzip.compress(json.dumps(doc).encode()))
     rs = rank_set(analyze_path(d, whole_trace=True))
     assert len(rs.collectives) == 0 and rs.warnings == [
-        f"collective {NCCL[:80]!r} ran a different number of times per rank (rank 0: 2, rank 1: 3): not paired across ranks"]
+        f"collective {NCCL[:80]!r} ran a different number of times per rank (rank 0: 2, rank 1: 3): not paired across ranks"
+    ]
     assert rs.per_rank["wait_us"].tolist() == [0.0, 0.0]

@@ -17,17 +17,24 @@ FAST = dict(device="cpu", steps=1, warmup=1, timed_steps=1)
 
 # workload -> (ops its trace must hold, module classes with time, DLRM-Bench problems it must match, must not)
 CASES = {
-    "deepfm": ({"aten::embedding_bag", "aten::_embedding_bag"}, {"FactorizationMachine", "EmbeddingBagCollection"},
-               {"01_EmbeddingBagSum", "02_WeightedMeanEmbeddingBag", "07_FMInteraction"},
-               {"04_DotInteraction", "12_AttentionPooling"}),
-    "din": ({"fbgemm::jagged_to_padded_dense", "fbgemm::jagged_softmax", "aten::segment_reduce", "aten::bmm"},
-            {"TargetAttentionPool", "SoftmaxPooling", "EmbeddingCollection"},
-            {"08_JaggedToPaddedDense", "09_JaggedSum", "10_JaggedSoftmax", "12_AttentionPooling"},
-            {"04_DotInteraction", "05_DotInteractionBackward"}),
-    "dlrm-int8": ({"fbgemm::int_nbit_split_embedding_codegen_lookup_function", "fbgemm::permute_pooled_embs"},
-                  {"QuantEmbeddingBags", "PermutePooledEmbeddings", "InteractionArch"},
-                  {"03_Int8RowwiseEmbeddingBag", "04_DotInteraction", "11_PermutePooledEmbeddings"},
-                  {"01_EmbeddingBagSum", "05_DotInteractionBackward", "12_AttentionPooling"}),
+    "deepfm": (
+        {"aten::embedding_bag", "aten::_embedding_bag"},
+        {"FactorizationMachine", "EmbeddingBagCollection"},
+        {"01_EmbeddingBagSum", "02_WeightedMeanEmbeddingBag", "07_FMInteraction"},
+        {"04_DotInteraction", "12_AttentionPooling"},
+    ),
+    "din": (
+        {"fbgemm::jagged_to_padded_dense", "fbgemm::jagged_softmax", "aten::segment_reduce", "aten::bmm"},
+        {"TargetAttentionPool", "SoftmaxPooling", "EmbeddingCollection"},
+        {"08_JaggedToPaddedDense", "09_JaggedSum", "10_JaggedSoftmax", "12_AttentionPooling"},
+        {"04_DotInteraction", "05_DotInteractionBackward"},
+    ),
+    "dlrm-int8": (
+        {"fbgemm::int_nbit_split_embedding_codegen_lookup_function", "fbgemm::permute_pooled_embs"},
+        {"QuantEmbeddingBags", "PermutePooledEmbeddings", "InteractionArch"},
+        {"03_Int8RowwiseEmbeddingBag", "04_DotInteraction", "11_PermutePooledEmbeddings"},
+        {"01_EmbeddingBagSum", "05_DotInteractionBackward", "12_AttentionPooling"},
+    ),
 }
 
 
@@ -64,8 +71,9 @@ def test_recsys_defaults_are_production_sized_on_the_meta_device():
     din = get_workload("din")
     assert din.default("batch") == 16384 and din.default("seq") == 100
     att = mlp([4 * 128, 256, 64, 1])
-    assert din.param_count_meta() == (10_000_000 + 100_000) * 64 + att + mlp([128, 128]) + \
-        mlp([3 * 128, 1024, 512, 256, 1])
+    assert din.param_count_meta() == (10_000_000 + 100_000) * 64 + att + mlp([128, 128]) + mlp(
+        [3 * 128, 1024, 512, 256, 1]
+    )
     # int8 tables are buffers of fbgemm's TBE, not parameters: the count is the dense part
     int8 = get_workload("dlrm-int8")
     assert int8.default("mode") == "infer" and int8.default("dtype") == "fp16"
@@ -76,11 +84,11 @@ def test_fbgemm_workloads_on_a_gpu_without_fbgemm_cuda_say_so(monkeypatch):
     import torch
 
     from headroom.errors import UserError
-    from headroom.workloads import din, dlrm
+    from headroom.workloads import _torchrec, din
 
     cfg = get_workload("din").resolve(Options(flavour="tiny"), "cpu")
-    din.need_fbgemm_cuda(cfg, torch.device("cpu"))          # a CPU runs fbgemm's CPU kernels
-    monkeypatch.setattr(dlrm, "fbgemm_cuda_status", lambda: (False, "no CUDA kernels (the CPU build?)"))
+    din.need_fbgemm_cuda(cfg, torch.device("cpu"))  # a CPU runs fbgemm's CPU kernels
+    monkeypatch.setattr(_torchrec, "fbgemm_cuda_status", lambda: (False, "no CUDA kernels (the CPU build?)"))
     with pytest.raises(UserError, match="din: .*CUDA build of fbgemm-gpu.*CPU build"):
         din.need_fbgemm_cuda(cfg, torch.device("cuda"))
 
@@ -104,14 +112,14 @@ def test_deepfm_sharding_option_is_checked(monkeypatch):
     import torch
 
     from headroom.errors import UserError
-    from headroom.workloads import deepfm, dlrm
+    from headroom.workloads import _torchrec, deepfm
 
     cfg = get_workload("deepfm").resolve(Options(flavour="tiny", extra={"sharding": "tbe"}), "cpu")
     with pytest.raises(UserError, match="deepfm: --opt sharding must be auto, dmp or none"):
         deepfm.resolve_sharding(cfg, torch.device("cpu"))
     auto = get_workload("deepfm").resolve(Options(flavour="tiny"), "cpu")
     assert deepfm.resolve_sharding(auto, torch.device("cpu")) == ("none", "CPU")
-    monkeypatch.setattr(dlrm, "fbgemm_cuda_status", lambda: (True, "fbgemm_gpu 1.6.0 with CUDA kernels"))
+    monkeypatch.setattr(_torchrec, "fbgemm_cuda_status", lambda: (True, "fbgemm_gpu 1.6.0 with CUDA kernels"))
     assert deepfm.resolve_sharding(auto, torch.device("cuda")) == ("dmp", "fbgemm_gpu 1.6.0 with CUDA kernels")
-    monkeypatch.setattr(dlrm, "fbgemm_cuda_status", lambda: (False, "no CUDA kernels"))
+    monkeypatch.setattr(_torchrec, "fbgemm_cuda_status", lambda: (False, "no CUDA kernels"))
     assert deepfm.resolve_sharding(auto, torch.device("cuda"))[0] == "none"

@@ -15,8 +15,10 @@ BASELINE = {"ratio": 2.0, "rss_per_mb": 1.5}
 
 
 def _rounds(ratios: list[float], rss_per_mb: float = 1.5, reference_s: float = 1.0) -> list[dict]:
-    return [{"mb": 100.0, "reference_s": reference_s, "loader_s": r * reference_s,
-             "loader_rss_mb": rss_per_mb * 100.0} for r in ratios]
+    return [
+        {"mb": 100.0, "reference_s": reference_s, "loader_s": r * reference_s, "loader_rss_mb": rss_per_mb * 100.0}
+        for r in ratios
+    ]
 
 
 def test_same_speed_passes():

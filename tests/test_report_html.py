@@ -29,8 +29,14 @@ SPEEDUPS = ["-s", "category:normalization=2", "-f", str(REPO / "examples" / "spe
 
 def headroom(*args: object, cwd: Path = REPO) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    return subprocess.run([sys.executable, "-m", "headroom.cli", *map(str, args)], capture_output=True, text=True,
-                          cwd=cwd, env=env, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "headroom.cli", *map(str, args)],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        env=env,
+        timeout=300,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -52,8 +58,8 @@ class Page(HTMLParser):
     def __init__(self) -> None:
         super().__init__()
         self.stack: list[tuple[str, dict]] = []
-        self.marked: list[dict] = []        # {"attrs", "text"}
-        self.loose: list[str] = []          # text outside any data-key element (and outside ticks, style, script)
+        self.marked: list[dict] = []  # {"attrs", "text"}
+        self.loose: list[str] = []  # text outside any data-key element (and outside ticks, style, script)
         self.tags: list[tuple[str, dict]] = []
 
     def handle_starttag(self, tag, attrs):
@@ -78,7 +84,7 @@ class Page(HTMLParser):
         in_title = False
         for tag, a in reversed(self.stack):
             in_title = in_title or tag == "title"
-            if a.get("_entry") is not None:     # a bar's tooltip says its number: "gemm: 62.1%"
+            if a.get("_entry") is not None:  # a bar's tooltip says its number: "gemm: 62.1%"
                 a["_entry"]["tip" if in_title else "text"] += data
                 return
         if any(t in ("style", "script", "footer") or "tick" in a.get("class", "").split() for t, a in self.stack):
@@ -106,7 +112,7 @@ def shown_value(text: str, fmt: str) -> tuple[float, float]:
     t = text.strip().replace(",", "").rstrip("%x")
     scale = {"ms": 1000.0, "ms3": 1000.0, "dms": 1000.0, "pct": 0.01, "dpct": 0.01}.get(fmt, 1.0)
     decimals = len(t.partition(".")[2])
-    return float(t) * scale, 0.5 * 10.0 ** -decimals * scale * (1 + 1e-9)
+    return float(t) * scale, 0.5 * 10.0**-decimals * scale * (1 + 1e-9)
 
 
 def check_numbers(doc: dict, html: str) -> int:
@@ -116,9 +122,11 @@ def check_numbers(doc: dict, html: str) -> int:
     for m in page.marked:
         a = m["attrs"]
         value = resolve(doc, a["data-key"])
-        if "data-value" not in a:     # a text of the document: verbatim (shortened on screen, whole in the tooltip)
-            whole = a.get("title", m["tip"] or m["text"])     # an SVG name: whole in its <title>
-            assert whole == ("" if value is None else ("yes" if value else "no") if isinstance(value, bool) else str(value))
+        if "data-value" not in a:  # a text of the document: verbatim (shortened on screen, whole in the tooltip)
+            whole = a.get("title", m["tip"] or m["text"])  # an SVG name: whole in its <title>
+            assert whole == (
+                "" if value is None else ("yes" if value else "no") if isinstance(value, bool) else str(value)
+            )
             continue
         if value is None:
             assert a["data-value"] == "" and m["text"].strip() == MISSING, a
@@ -158,8 +166,13 @@ def test_the_page_shows_every_section_and_every_trace(run):
     page = parse(html)
     keys = {m["attrs"]["data-key"] for m in page.marked}
     for i, _row in enumerate(doc["traces"]):
-        assert {f"/traces/{i}/step_us", f"/traces/{i}/unprofiled_step_us", f"/traces/{i}/idle_fraction",
-                f"/traces/{i}/addressable_fraction", f"/traces/{i}/device"} <= keys
+        assert {
+            f"/traces/{i}/step_us",
+            f"/traces/{i}/unprofiled_step_us",
+            f"/traces/{i}/idle_fraction",
+            f"/traces/{i}/addressable_fraction",
+            f"/traces/{i}/device",
+        } <= keys
     w = doc["page"]["categories"]["workloads"]
     assert len(w) == 2 and all(f"/page/categories/workloads/{i}/addressable_fraction" in keys for i in range(2))
     assert all(abs(sum(b["fraction"] for b in x["bars"]) - 1.0) < 1e-9 for x in w)
@@ -179,14 +192,18 @@ def test_the_documents_parts_are_the_other_commands_json(run):
     `project --json`, number for number."""
     doc = run["doc"]
     plain = json.loads(headroom("report", *TRACES, run["ranks"], "--json").stdout)
-    assert {k: doc[k] for k in ("traces", "rank_sets", "failed")} == {k: plain[k] for k in ("traces", "rank_sets", "failed")}
+    assert {k: doc[k] for k in ("traces", "rank_sets", "failed")} == {
+        k: plain[k] for k in ("traces", "rank_sets", "failed")
+    }
     t = json.loads(headroom("targets", TRACES[0], "--top", "10", "--replay-top", "0", "--json").stdout)
     assert {k: v for k, v in t.items() if k != "schema"} == doc["page"]["targets"][0]
     p = json.loads(headroom("project", TRACES[0], *SPEEDUPS, "--json").stdout)
     mine = {k: v for k, v in doc["page"]["projections"][0].items() if k != "estimate_per_step_us"}
     assert {k: v for k, v in p.items() if k != "schema"} == mine
     steps = p["num_steps"]
-    assert doc["page"]["projections"][0]["estimate_per_step_us"]["projected_us"] == p["estimate"]["projected_us"] / steps
+    assert (
+        doc["page"]["projections"][0]["estimate_per_step_us"]["projected_us"] == p["estimate"]["projected_us"] / steps
+    )
 
 
 def test_the_page_is_self_contained(run):
@@ -200,8 +217,8 @@ def test_the_page_is_self_contained(run):
             pytest.fail(f"a <link>: {a}")
     styles = re.findall(r"<style>(.*?)</style>", html, re.S)
     assert styles and not any(re.search(r"url\(|@import", s) for s in styles)
-    assert "http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'" in html
-    assert [t for t, _ in page.tags].count("svg") == 3     # categories, projection, ranks
+    assert 'http-equiv="Content-Security-Policy" content="default-src \'none\'' in html
+    assert [t for t, _ in page.tags].count("svg") == 3  # categories, projection, ranks
 
 
 def test_output_paths_are_checked_before_any_work(run, tmp_path):
@@ -239,8 +256,9 @@ def test_the_api_writes_the_same_page(run, tmp_path):
     import headroom as hr
 
     out = tmp_path / "api.html"
-    doc = hr.report_html([*TRACES, run["ranks"]], out, speedup=["category:normalization=2"],
-                         files=[REPO / "examples" / "speedups.toml"])
+    doc = hr.report_html(
+        [*TRACES, run["ranks"]], out, speedup=["category:normalization=2"], files=[REPO / "examples" / "speedups.toml"]
+    )
     cli = dict(run["doc"])
     for d in (doc, cli):
         d.pop("html")
@@ -263,8 +281,14 @@ def test_the_command_and_the_api_have_the_same_defaults():
 
 # ---- the roofline bound of the targets (--roofline) -------------------------------------------------------------
 
-ROOFLINE_COLUMNS = ["max_speedup", "fused_max_speedup", "limit", "compute_fraction", "memory_fraction",
-                    "achievable_gain"]
+ROOFLINE_COLUMNS = [
+    "max_speedup",
+    "fused_max_speedup",
+    "limit",
+    "compute_fraction",
+    "memory_fraction",
+    "achievable_gain",
+]
 
 
 @pytest.fixture(scope="module")
@@ -288,12 +312,19 @@ def test_with_roofline_the_targets_are_targets_roofline_json_and_every_number_is
         assert _columns(html, f"targets-{i}")[-6:] == ROOFLINE_COLUMNS
     assert check_numbers(doc, html) > 300
     keys = {m["attrs"]["data-key"] for m in parse(html).marked}
-    cells = {f"/page/targets/{i}/targets/{k}/{c}" for i in (0, 1) for k in range(len(doc["page"]["targets"][i]["targets"]))
-             for c in ROOFLINE_COLUMNS}
-    assert len(cells) == 6 * (20 + 18) and cells <= keys      # bert: ten ops, ten modules; resnet-50: ten ops, eight modules
+    cells = {
+        f"/page/targets/{i}/targets/{k}/{c}"
+        for i in (0, 1)
+        for k in range(len(doc["page"]["targets"][i]["targets"]))
+        for c in ROOFLINE_COLUMNS
+    }
+    assert (
+        len(cells) == 6 * (20 + 18) and cells <= keys
+    )  # bert: ten ops, ten modules; resnet-50: ten ops, eight modules
     # The rest of the document is the page's without the bound; a directory of ranks has no roofline.
-    assert {k: v for k, v in doc.items() if k not in ("page", "html")} == \
-        {k: v for k, v in run["doc"].items() if k not in ("page", "html")}
+    assert {k: v for k, v in doc.items() if k not in ("page", "html")} == {
+        k: v for k, v in run["doc"].items() if k not in ("page", "html")
+    }
     assert "device" not in doc["page"]["targets"][2] and not set(ROOFLINE_COLUMNS) & set(_columns(html, "targets-2"))
     assert not set(ROOFLINE_COLUMNS) & set(_columns(run["html"], "targets-0"))
 
@@ -335,15 +366,20 @@ def test_a_cpu_only_trace_has_no_peaks_and_says_so_on_the_page(builder, tmp_path
 
 
 def test_roofline_options_are_checked_before_any_trace_is_read(tmp_path):
-    for args, words in ((["--roofline"], "--roofline goes with --html"), (["--html", tmp_path / "r.html", "--peaks",
-                        "h100"], "--peaks goes with --roofline"),
-                        (["--html", tmp_path / "r.html", "--roofline", "--peaks", "h900"], "did you mean 'h200'")):
+    for args, words in (
+        (["--roofline"], "--roofline goes with --html"),
+        (["--html", tmp_path / "r.html", "--peaks", "h100"], "--peaks goes with --roofline"),
+        (["--html", tmp_path / "r.html", "--roofline", "--peaks", "h900"], "did you mean 'h200'"),
+    ):
         p = headroom("report", tmp_path / "missing.json", *args)
         assert p.returncode == 2 and words in p.stderr and p.stderr.count("\n") == 1, p.stderr
     out = tmp_path / "a100.html"
     p = headroom("report", TRACES[1], "--html", out, "--roofline", "--peaks", "a100", "--top", "3", "--json")
-    t = json.loads(headroom("targets", TRACES[1], "--top", "3", "--replay-top", "0", "--roofline", "--peaks", "a100",
-                            "--json").stdout)
+    t = json.loads(
+        headroom(
+            "targets", TRACES[1], "--top", "3", "--replay-top", "0", "--roofline", "--peaks", "a100", "--json"
+        ).stdout
+    )
     doc = json.loads(p.stdout)
     assert doc["page"]["targets"][0] == {k: v for k, v in t.items() if k != "schema"} and t["device"]["key"] == "a100"
     assert check_numbers(doc, out.read_text()) > 50
@@ -374,14 +410,26 @@ def test_a_table_marks_each_cell_and_shows_optional_columns_only_when_rows_have_
     assert "bound" not in html
     with_bound = Node({"rows": [{"name": "a", "us": 1.0, "bound": 0.5}]})["rows"]
     assert 'data-key="/rows/0/bound"' in table(with_bound, cols, "t")
-    assert 'class="sortable"' in html and "<th data-col=\"us\"" in html
+    assert 'class="sortable"' in html and '<th data-col="us"' in html
 
 
 def _doc(**page) -> dict:
-    base = {"target_speedup": 1.5, "top": 10, "categories": {"basis": "kernel", "workloads": []}, "targets": [],
-            "projections": [], "ranks": []}
-    return {"schema": "headroom.report/1", "traces": [], "rank_sets": [], "failed": [], "html": "x.html",
-            "page": {**base, **page}}
+    base = {
+        "target_speedup": 1.5,
+        "top": 10,
+        "categories": {"basis": "kernel", "workloads": []},
+        "targets": [],
+        "projections": [],
+        "ranks": [],
+    }
+    return {
+        "schema": "headroom.report/1",
+        "traces": [],
+        "rank_sets": [],
+        "failed": [],
+        "html": "x.html",
+        "page": {**base, **page},
+    }
 
 
 def test_sections_without_numbers_are_left_out_and_a_new_one_is_one_entry(monkeypatch):
@@ -399,9 +447,20 @@ def _widths(svg: str) -> dict[str, float]:
 
 
 def test_the_category_chart_stacks_the_shares_to_the_full_length():
-    doc = Node({"w": [{"workload": "w", "addressable_fraction": 0.4, "bars": [
-        {"category": "gemm", "addressable": False, "fraction": 0.6},
-        {"category": "made-up", "addressable": True, "fraction": 0.4}]}]})
+    doc = Node(
+        {
+            "w": [
+                {
+                    "workload": "w",
+                    "addressable_fraction": 0.4,
+                    "bars": [
+                        {"category": "gemm", "addressable": False, "fraction": 0.6},
+                        {"category": "made-up", "addressable": True, "fraction": 0.4},
+                    ],
+                }
+            ]
+        }
+    )
     out = svg.category_chart(doc["w"])
     widths = _widths(out)
     assert widths == {"/w/0/bars/0/fraction": 0.6 * svg.BAR_W, "/w/0/bars/1/fraction": 0.4 * svg.BAR_W}
@@ -411,20 +470,52 @@ def test_the_category_chart_stacks_the_shares_to_the_full_length():
 
 def test_the_projection_chart_holds_an_estimate_slower_than_the_step():
     est = {"speedup": 0.9, "low": 0.8, "high": 1.1}
-    doc = Node({"p": [{"trace": "t", "estimate": est, "estimate_per_step_us": {
-        "baseline_us": 1000.0, "projected_us": 1111.0, "low_us": 1250.0, "high_us": 909.0}}, {"trace": "u"}]})
+    doc = Node(
+        {
+            "p": [
+                {
+                    "trace": "t",
+                    "estimate": est,
+                    "estimate_per_step_us": {
+                        "baseline_us": 1000.0,
+                        "projected_us": 1111.0,
+                        "low_us": 1250.0,
+                        "high_us": 909.0,
+                    },
+                },
+                {"trace": "u"},
+            ]
+        }
+    )
     out = svg.projection_chart(doc["p"])
     widths = _widths(out)
     assert widths["/p/0/estimate_per_step_us/baseline_us"] == pytest.approx(svg.BAR_W / 1.25, abs=0.01)
     assert widths["/p/0/estimate_per_step_us/projected_us"] == pytest.approx(svg.BAR_W * 1.111 / 1.25, abs=0.01)
-    assert out.count('class="name"') == 1        # the trace without an estimate is left out
+    assert out.count('class="name"') == 1  # the trace without an estimate is left out
     assert svg.projection_chart(Node({"p": []})["p"]) == ""
 
 
 def test_the_rank_chart_splits_each_step():
-    doc = Node({"b": [{"rank": 0, "step_us": 2000.0, "compute_us_per_step": 1000.0, "comm_exposed_us_per_step": 500.0,
-                       "idle_us_per_step": 500.0}, {"rank": 1, "step_us": 1000.0, "compute_us_per_step": 1000.0,
-                                                   "comm_exposed_us_per_step": 0.0, "idle_us_per_step": 0.0}]})
+    doc = Node(
+        {
+            "b": [
+                {
+                    "rank": 0,
+                    "step_us": 2000.0,
+                    "compute_us_per_step": 1000.0,
+                    "comm_exposed_us_per_step": 500.0,
+                    "idle_us_per_step": 500.0,
+                },
+                {
+                    "rank": 1,
+                    "step_us": 1000.0,
+                    "compute_us_per_step": 1000.0,
+                    "comm_exposed_us_per_step": 0.0,
+                    "idle_us_per_step": 0.0,
+                },
+            ]
+        }
+    )
     widths = _widths(svg.rank_chart(doc["b"]))
     assert widths["/b/0/compute_us_per_step"] == widths["/b/1/compute_us_per_step"] == svg.BAR_W / 2
     assert widths["/b/0/idle_us_per_step"] == svg.BAR_W / 4 and widths["/b/1/comm_exposed_us_per_step"] == 0.0
@@ -432,10 +523,15 @@ def test_the_rank_chart_splits_each_step():
 
 # ---- in a real browser -----------------------------------------------------------------------------------------
 
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser") or \
-    (os.path.exists("/usr/bin/chromium") and "/usr/bin/chromium") or None
-needs_chromium = pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (apt-get install chromium; "
-                                                             ".ci/run installs it)")
+CHROMIUM = (
+    shutil.which("chromium")
+    or shutil.which("chromium-browser")
+    or (os.path.exists("/usr/bin/chromium") and "/usr/bin/chromium")
+    or None
+)
+needs_chromium = pytest.mark.skipif(
+    CHROMIUM is None, reason="chromium is not installed (apt-get install chromium; .ci/run installs it)"
+)
 
 # Put first in <head>: records what the browser refuses or fetches. Put last in <body>: clicks a heading
 # (twice, for the reverse order) and writes what it saw into the page, which --dump-dom prints.
@@ -470,13 +566,32 @@ setTimeout(function () {
 
 def browse(html: str, tmp: Path, table: str, col: str) -> tuple[dict, str]:
     page = tmp / "probe.html"
-    page.write_text(html.replace("<head>", "<head>" + PROBE_HEAD, 1)
-                    .replace("</body>", PROBE_BODY % {"table": table, "col": col} + "</body>", 1))
+    page.write_text(
+        html.replace("<head>", "<head>" + PROBE_HEAD, 1).replace(
+            "</body>", PROBE_BODY % {"table": table, "col": col} + "</body>", 1
+        )
+    )
     with tempfile.TemporaryDirectory() as profile:
-        p = subprocess.run([CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                            "--disable-component-update", "--disable-sync", "--no-first-run", f"--user-data-dir={profile}",
-                            "--virtual-time-budget=5000", "--window-size=1280,2000", "--dump-dom", page.as_uri()],
-                           capture_output=True, text=True, timeout=120)
+        p = subprocess.run(
+            [
+                CHROMIUM,
+                "--headless",
+                "--no-sandbox",
+                "--disable-gpu",
+                "--disable-background-networking",
+                "--disable-component-update",
+                "--disable-sync",
+                "--no-first-run",
+                f"--user-data-dir={profile}",
+                "--virtual-time-budget=5000",
+                "--window-size=1280,2000",
+                "--dump-dom",
+                page.as_uri(),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
     found = re.search(r'<pre id="probe">(.*?)</pre>', p.stdout, re.S)
     assert found, (p.returncode, p.stderr[-2000:])
     from html import unescape
@@ -489,13 +604,15 @@ def test_in_chromium_tables_sort_figures_are_drawn_and_nothing_is_fetched(run, t
     doc = run["doc"]
     result, dom = browse(run["html"], tmp_path, "targets-0", "kernels")
     before = [float(v) for v in result["before"]]
-    assert before == [float(r["kernels"]) for r in doc["page"]["targets"][0]["targets"]]   # the ranking's order
+    assert before == [float(r["kernels"]) for r in doc["page"]["targets"][0]["targets"]]  # the ranking's order
     assert [float(v) for v in result["ascending"]] == sorted(before) != before
     assert [float(v) for v in result["descending"]] == sorted(before, reverse=True)
     assert (result["sort1"], result["sort2"]) == ("ascending", "descending")
     # The dumped page itself holds the table in the order of the last click (ascending again).
     tbody = re.search(r'<table class="sortable" id="targets-0">.*?<tbody>(.*?)</tbody>', dom, re.S).group(1)
-    shown = [float(v) for v in re.findall(r'data-key="/page/targets/0/targets/\d+/kernels" data-value="([^"]*)"', tbody)]
+    shown = [
+        float(v) for v in re.findall(r'data-key="/page/targets/0/targets/\d+/kernels" data-value="([^"]*)"', tbody)
+    ]
     assert shown == sorted(before)
     figures = {f["figure"]: f for f in result["figures"]}
     assert set(figures) == {"categories", "projection", "ranks"}
@@ -507,8 +624,10 @@ def test_in_chromium_tables_sort_figures_are_drawn_and_nothing_is_fetched(run, t
 
 @needs_chromium
 def test_in_chromium_a_column_with_missing_values_sorts_them_last_both_ways(tmp_path):
-    rows = [{"workload": w, "step_us": s, "unprofiled_step_us": u} for w, s, u in
-            (("a", 3000.0, None), ("b", 1000.0, 5000.0), ("c", 2000.0, 4000.0))]
+    rows = [
+        {"workload": w, "step_us": s, "unprofiled_step_us": u}
+        for w, s, u in (("a", 3000.0, None), ("b", 1000.0, 5000.0), ("c", 2000.0, 4000.0))
+    ]
     doc = _doc()
     doc["traces"] = rows
     result, _ = browse(render_page(doc), tmp_path, "summary-table", "unprofiled_step_us")

@@ -23,8 +23,12 @@ def call(name: str, *args, concrete: dict[int, str] | None = None, lists: dict[i
     n = len(args)
     concrete = concrete or {}
     lists = lists or {}
-    return OpCall(name, tuple(a if isinstance(a, Tensor) else None for a in args),
-                  tuple(tuple(lists.get(i, ())) for i in range(n)), tuple(concrete.get(i, "") for i in range(n)))
+    return OpCall(
+        name,
+        tuple(a if isinstance(a, Tensor) else None for a in args),
+        tuple(tuple(lists.get(i, ())) for i in range(n)),
+        tuple(concrete.get(i, "") for i in range(n)),
+    )
 
 
 def T(dtype: str, *shape: int, strides: tuple[int, ...] = ()) -> Tensor:
@@ -60,12 +64,28 @@ def test_attention_cost_and_causality():
 
 def test_convolution_cost_from_its_stride_and_padding():
     # ResNet-50's stem: 224x224, 7x7 kernel, stride 2, padding 3 -> 112x112.
-    c = op_cost(call("aten::cudnn_convolution", T("bf16", 256, 3, 224, 224), T("bf16", 64, 3, 7, 7), None, None, None,
-                     None, concrete={2: "[3, 3]", 3: "[2, 2]", 4: "[1, 1]", 5: "1"}))
+    c = op_cost(
+        call(
+            "aten::cudnn_convolution",
+            T("bf16", 256, 3, 224, 224),
+            T("bf16", 64, 3, 7, 7),
+            None,
+            None,
+            None,
+            None,
+            concrete={2: "[3, 3]", 3: "[2, 2]", 4: "[1, 1]", 5: "1"},
+        )
+    )
     assert c.flops == 2 * 256 * 64 * 112 * 112 * 3 * 7 * 7
     assert c.written == 2 * 256 * 64 * 112 * 112
-    back = op_cost(call("aten::convolution_backward", T("bf16", 256, 64, 112, 112), T("bf16", 256, 3, 224, 224),
-                        T("bf16", 64, 3, 7, 7)))
+    back = op_cost(
+        call(
+            "aten::convolution_backward",
+            T("bf16", 256, 64, 112, 112),
+            T("bf16", 256, 3, 224, 224),
+            T("bf16", 64, 3, 7, 7),
+        )
+    )
     assert back.flops == 2 * c.flops
 
 
@@ -84,12 +104,24 @@ def test_normalization_reduction_and_elementwise_costs():
     inplace = op_cost(call("aten::add_", T("f32", 10, 10), T("f32", 10)))
     assert inplace.written == 400 and inplace.read == 440
     silu = op_cost(call("aten::silu", T("bf16", 1000)))
-    assert silu.flops == 5 * 1000     # the table's FLOPs per element
+    assert silu.flops == 5 * 1000  # the table's FLOPs per element
 
 
 def test_embedding_bag_gather_and_expanded_views():
-    bag = op_cost(call("aten::_embedding_bag", T("f32", 1000, 64), T("i64", 300), T("i64", 101), None, None, None, None,
-                       None, concrete={7: "True"}))
+    bag = op_cost(
+        call(
+            "aten::_embedding_bag",
+            T("f32", 1000, 64),
+            T("i64", 300),
+            T("i64", 101),
+            None,
+            None,
+            None,
+            None,
+            None,
+            concrete={7: "True"},
+        )
+    )
     assert bag.read == 300 * 8 + 101 * 8 + 300 * 64 * 4 and bag.written == 100 * 64 * 4 and bag.flops == 300 * 64
     # An index expanded over its last dimension (stride 0) holds 8192 ints, not 8192 x 4096.
     g = op_cost(call("aten::gather", T("bf16", 32000, 4096), None, T("i64", 8192, 4096, strides=(1, 0))))
@@ -100,7 +132,7 @@ def test_embedding_bag_gather_and_expanded_views():
 
 def test_an_op_without_a_formula_has_no_cost():
     assert op_cost(call("aten::nonexistent", T("f32", 4))) is None
-    assert op_cost(call("aten::mm", T("f32", 4), None)) is None     # inputs that do not fit the formula
+    assert op_cost(call("aten::mm", T("f32", 4), None)) is None  # inputs that do not fit the formula
 
 
 # --- devices -------------------------------------------------------------------------------------------------
@@ -130,10 +162,17 @@ TINY_US = 3.0
 @pytest.fixture
 def toy(tmp_path):
     b = TraceBuilder()
-    dims = {"Input Dims": [[M, K], [K, N]], "Input type": ["c10::BFloat16", "c10::BFloat16"],
-            "Input Strides": [[K, 1], [N, 1]], "Concrete Inputs": ["", ""]}
-    add = {"Input Dims": [[M, N], [M, N], []], "Input type": ["c10::BFloat16", "c10::BFloat16", "Scalar"],
-           "Concrete Inputs": ["", "", "1"]}
+    dims = {
+        "Input Dims": [[M, K], [K, N]],
+        "Input type": ["c10::BFloat16", "c10::BFloat16"],
+        "Input Strides": [[K, 1], [N, 1]],
+        "Concrete Inputs": ["", ""],
+    }
+    add = {
+        "Input Dims": [[M, N], [M, N], []],
+        "Input type": ["c10::BFloat16", "c10::BFloat16", "Scalar"],
+        "Concrete Inputs": ["", "", "1"],
+    }
     tiny = {"Input Dims": [[16], []], "Input type": ["float", "Scalar"], "Concrete Inputs": ["", "2"]}
     for k in range(2):
         t0 = 1000.0 * k
@@ -144,8 +183,11 @@ def toy(tmp_path):
         b.kernel("add", t0 + 7, t0 + 10 + MM_US, ADD_US, ext=e)
         e = b.cpu("aten::pow", t0 + 11, 4.0, args=tiny)
         b.kernel("pow", t0 + 12, t0 + 10 + MM_US + ADD_US, TINY_US, ext=e)
-    return b.write(tmp_path / "toy.json", headroom={"workload": "toy", "dtype": "bfloat16"},
-                   deviceProperties=[{"name": "NVIDIA H200"}])
+    return b.write(
+        tmp_path / "toy.json",
+        headroom={"workload": "toy", "dtype": "bfloat16"},
+        deviceProperties=[{"name": "NVIDIA H200"}],
+    )
 
 
 def test_rows_of_a_known_trace(toy):
@@ -158,14 +200,14 @@ def test_rows_of_a_known_trace(toy):
     assert mm["bytes_read"] == 2 * 2.0 * (M * K + K * N) and mm["bytes_written"] == 2 * 2.0 * M * N
     assert mm["peak_tflops"] == pytest.approx(989.0)
     assert mm["compute_fraction"] == pytest.approx(flops / MM_US / 1e6 / 989.0)
-    assert mm["achieved_tflops"] == pytest.approx(flops / MM_US / 1e6)          # 687 TFLOP/s
+    assert mm["achieved_tflops"] == pytest.approx(flops / MM_US / 1e6)  # 687 TFLOP/s
     assert mm["limit"] == "compute"
-    floor = flops / 989e6                                                      # µs at the bf16 peak
+    floor = flops / 989e6  # µs at the bf16 peak
     assert mm["floor_us"] == pytest.approx(2 * floor) and mm["max_speedup"] == pytest.approx(MM_US / floor)
     add_bytes = 3 * 2.0 * M * N
     assert add["limit"] == "memory" and add["achieved_tb_s"] == pytest.approx(add_bytes / ADD_US / 1e6)
     assert add["memory_fraction"] == pytest.approx(add_bytes / ADD_US / 1e6 / 4.8)
-    assert add["peak_tflops"] == pytest.approx(67.0)            # elementwise FLOPs: the f32 vector peak
+    assert add["peak_tflops"] == pytest.approx(67.0)  # elementwise FLOPs: the f32 vector peak
     assert add["max_speedup"] == pytest.approx(ADD_US / (add_bytes / 4.8e6))
     # 16 floats: far below the shortest kernel (0.6 us): latency-bound.
     assert pow_["limit"] == "latency" and pow_["max_speedup"] == pytest.approx(TINY_US / 0.6)
@@ -194,7 +236,7 @@ def test_op_inputs_are_read_only_for_the_roofline(toy, monkeypatch, headroom):
     assert headroom("targets", toy, "--no-cache").returncode == 0
     a = analyze(toy, use_cache=False)
     ops = a.trace.cpu
-    assert (ops.loc[ops["cat"] == "cpu_op", "inputs"] == "").all()    # the loader decodes no op's shapes
+    assert (ops.loc[ops["cat"] == "cpu_op", "inputs"] == "").all()  # the loader decodes no op's shapes
 
 
 def test_the_command_line(toy, headroom):
@@ -206,8 +248,12 @@ def test_the_command_line(toy, headroom):
     table = headroom("targets", toy, "--roofline")
     assert table.returncode == 0 and "roofline by op" in table.stdout and "compute" in table.stdout
     assert headroom("targets", toy, "--roofline", "--peaks", "a100", "--json").returncode == 0
-    for bad in (["--peaks", "h900", "--roofline"], ["--rank-by", "achievable"], ["--peaks", "h200"],
-                ["--rank-by", "best", "--roofline"]):
+    for bad in (
+        ["--peaks", "h900", "--roofline"],
+        ["--rank-by", "achievable"],
+        ["--peaks", "h200"],
+        ["--rank-by", "best", "--roofline"],
+    ):
         r = headroom("targets", toy, *bad)
         assert r.returncode == 2 and r.stderr.count("headroom: error:") == 1, bad
 
@@ -258,10 +304,13 @@ def test_llama_prefill_gemms_and_rmsnorm():
     assert math.isclose(norm["costed"], 1.0)
 
 
-@pytest.mark.parametrize("block, command", [
-    (0, "traces/llama-7b.infer.prefill.json.gz --roofline --top 8 --replay-top 0"),
-    (1, "traces/llama-7b.infer.decode.static-cache.json.gz --roofline --top 6 --replay-top 0 --by op"),
-])
+@pytest.mark.parametrize(
+    "block, command",
+    [
+        (0, "traces/llama-7b.infer.prefill.json.gz --roofline --top 8 --replay-top 0"),
+        (1, "traces/llama-7b.infer.decode.static-cache.json.gz --roofline --top 6 --replay-top 0 --by op"),
+    ],
+)
 def test_docs_targets_shows_what_the_command_prints(headroom, block, command):
     import re
 
@@ -270,5 +319,5 @@ def test_docs_targets_shows_what_the_command_prints(headroom, block, command):
     doc = (REPO / "docs" / "targets.md").read_text()
     shown = re.findall(r"```\n(roofline against.*?)```", doc, re.S)[block]
     r = headroom("targets", *command.split())
-    printed = r.stdout[r.stdout.index("roofline against"):]
+    printed = r.stdout[r.stdout.index("roofline against") :]
     assert [line.rstrip() for line in printed.splitlines()] == [line.rstrip() for line in shown.splitlines()]

@@ -14,10 +14,21 @@ from headroom.trace.layers import extrapolate_layers
 from lab.probes.layers_check import PAIRS, check
 from tests.conftest import REPO, SHIPPED_TRACES
 
-EXPECTED = {"bert-base infer", "dlrm train", "dlrm-dcn train", "gpt2-xl infer prefill", "resnet-50 train",
-            "vit-b-16 infer", "llama-7b infer prefill", "llama-7b infer decode static-cache",
-            "llama-7b infer decode dynamic-cache", "llama-7b infer prefill compile",
-            "deepfm train", "din train", "dlrm-int8 infer"}
+EXPECTED = {
+    "bert-base infer",
+    "dlrm train",
+    "dlrm-dcn train",
+    "gpt2-xl infer prefill",
+    "resnet-50 train",
+    "vit-b-16 infer",
+    "llama-7b infer prefill",
+    "llama-7b infer decode static-cache",
+    "llama-7b infer decode dynamic-cache",
+    "llama-7b infer prefill compile",
+    "deepfm train",
+    "din train",
+    "dlrm-int8 infer",
+}
 
 
 @pytest.fixture(scope="module")
@@ -36,7 +47,7 @@ def test_transformers_are_dominated_by_gemm_and_attention_more_so_compiled(table
     eager = table.loc["llama-7b infer prefill"]
     compiled = table.loc["llama-7b infer prefill compile"]
     assert 0.55 < eager["gemm_attention_conv_fraction"] < compiled["gemm_attention_conv_fraction"]
-    assert compiled["gemm_attention_conv_fraction"] > 0.85      # the paper's 80-86% band, and above
+    assert compiled["gemm_attention_conv_fraction"] > 0.85  # the paper's 80-86% band, and above
     assert compiled["addressable_fraction"] < 0.10 < eager["addressable_fraction"]
 
 

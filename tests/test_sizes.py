@@ -16,7 +16,7 @@ from pathlib import Path
 
 try:
     import tomllib
-except ImportError:                     # Python 3.10
+except ImportError:  # Python 3.10
     import tomli as tomllib  # type: ignore[no-redef]
 
 REPO = Path(__file__).resolve().parents[1]
@@ -30,8 +30,8 @@ LONG_FUNCTIONS_ALLOWED = 10
 
 @dataclass(frozen=True)
 class Sizes:
-    modules: dict[str, int]     # "path" -> lines
-    functions: dict[str, int]   # "path::Qual.name" -> lines (def line to last line, decorators excluded)
+    modules: dict[str, int]  # "path" -> lines
+    functions: dict[str, int]  # "path::Qual.name" -> lines (def line to last line, decorators excluded)
 
 
 def measure(repo: Path = REPO, roots: tuple[str, ...] = ROOTS) -> Sizes:
@@ -51,7 +51,7 @@ def _functions(node: ast.AST, prefix: str, out: dict[str, int]) -> None:
         if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)):
             name = prefix + child.name
             key, n = name, 2
-            while key in out:           # a redefinition (a property's setter, a branch's variant): numbered
+            while key in out:  # a redefinition (a property's setter, a branch's variant): numbered
                 key, n = f"{name}#{n}", n + 1
             out[key] = (child.end_lineno or child.lineno) - child.lineno + 1
             _functions(child, f"{name}.", out)
@@ -72,9 +72,10 @@ def violations(sizes: Sizes, ratchet: dict[str, dict[str, int]]) -> list[str]:
     out: list[str] = []
     long_now = {k: v for k, v in sizes.functions.items() if LONG_FUNCTION_LINES < v <= FUNCTION_LINES}
     for kind, limit, now, what in (
-            ("modules", MODULE_LINES, sizes.modules, "module"),
-            ("functions", FUNCTION_LINES, sizes.functions, "function"),
-            ("long_functions", LONG_FUNCTION_LINES, long_now, "function")):
+        ("modules", MODULE_LINES, sizes.modules, "module"),
+        ("functions", FUNCTION_LINES, sizes.functions, "function"),
+        ("long_functions", LONG_FUNCTION_LINES, long_now, "function"),
+    ):
         listed = ratchet[kind]
         # a function listed over 100 lines that shrank to 81-100 is not a new long one (its entry moves)
         known = {**ratchet["functions"], **listed} if kind == "long_functions" else listed
@@ -83,22 +84,30 @@ def violations(sizes: Sizes, ratchet: dict[str, dict[str, int]]) -> list[str]:
                 continue
             if name not in known:
                 if kind == "long_functions" and len(long_now) <= LONG_FUNCTIONS_ALLOWED:
-                    continue            # within the ten allowed
+                    continue  # within the ten allowed
                 out.append(f"{name}: a new {what} of {lines} lines (over {limit}); split it by concept")
             elif lines > known[name]:
-                out.append(f"{name}: {lines} lines, grew from the {known[name]} listed in {RATCHET.name} [{kind}]; "
-                           f"split it rather than raise the entry")
+                out.append(
+                    f"{name}: {lines} lines, grew from the {known[name]} listed in {RATCHET.name} [{kind}]; "
+                    f"split it rather than raise the entry"
+                )
         for name, allowed in sorted(listed.items()):
             lines = sizes.functions.get(name) if kind != "modules" else sizes.modules.get(name)
             if lines is not None and kind == "functions" and LONG_FUNCTION_LINES < lines <= limit:
-                out.append(f"{name}: now {lines} lines (limit {limit}): move its entry to [long_functions] with {lines} "
-                           f"(python tests/test_sizes.py --tighten)")
+                out.append(
+                    f"{name}: now {lines} lines (limit {limit}): move its entry to [long_functions] with {lines} "
+                    f"(python tests/test_sizes.py --tighten)"
+                )
             elif lines is None or lines <= limit or (kind == "long_functions" and lines > FUNCTION_LINES):
-                out.append(f"{name}: now {lines if lines is not None else 'gone'} (limit {limit}): remove its entry "
-                           f"from {RATCHET.name} [{kind}] (python tests/test_sizes.py --tighten)")
+                out.append(
+                    f"{name}: now {lines if lines is not None else 'gone'} (limit {limit}): remove its entry "
+                    f"from {RATCHET.name} [{kind}] (python tests/test_sizes.py --tighten)"
+                )
             elif lines < allowed:
-                out.append(f"{name}: now {lines} lines, listed at {allowed}: lower the entry in {RATCHET.name} "
-                           f"[{kind}] (python tests/test_sizes.py --tighten)")
+                out.append(
+                    f"{name}: now {lines} lines, listed at {allowed}: lower the entry in {RATCHET.name} "
+                    f"[{kind}] (python tests/test_sizes.py --tighten)"
+                )
     return out
 
 
@@ -130,6 +139,7 @@ def write_ratchet(ratchet: dict[str, dict[str, int]], path: Path = RATCHET) -> N
 
 # --- the tests ---------------------------------------------------------------------------------------------------
 
+
 def test_no_module_or_function_outgrows_the_ratchet():
     problems = violations(measure(), load_ratchet())
     assert not problems, "\n".join(problems)
@@ -158,8 +168,14 @@ def test_measure_counts_functions_methods_and_nested_functions(tmp_path):
     text += "    @p.setter\n    def p(self, v):\n        pass\n"
     sizes = _tree(tmp_path, {"a.py": text, "sub/b.py": "def outer():\n" + _function("inner", 4, "    ")})
     assert sizes.modules == {"pkg/a.py": len(text.splitlines()), "pkg/sub/b.py": 5}
-    assert sizes.functions == {"pkg/a.py::f": 5, "pkg/a.py::C.m": 3, "pkg/a.py::C.p": 2, "pkg/a.py::C.p#2": 2,
-                               "pkg/sub/b.py::outer": 5, "pkg/sub/b.py::outer.inner": 4}
+    assert sizes.functions == {
+        "pkg/a.py::f": 5,
+        "pkg/a.py::C.m": 3,
+        "pkg/a.py::C.p": 2,
+        "pkg/a.py::C.p#2": 2,
+        "pkg/sub/b.py::outer": 5,
+        "pkg/sub/b.py::outer.inner": 4,
+    }
 
 
 def test_a_new_offender_fails_and_a_listed_one_may_not_grow(tmp_path):
@@ -181,7 +197,7 @@ def test_more_than_ten_long_functions_fail_unless_listed(tmp_path):
     listed = {f"pkg/m{i}.py::f{i}": 81 for i in range(LONG_FUNCTIONS_ALLOWED + 1)}
     assert violations(sizes, {**empty, "long_functions": listed}) == []
     (tmp_path / "pkg" / "m0.py").write_text(_function("f0", 80))
-    assert violations(measure(tmp_path, ("pkg",)), empty) == []         # ten long ones: allowed unlisted
+    assert violations(measure(tmp_path, ("pkg",)), empty) == []  # ten long ones: allowed unlisted
 
 
 def test_an_entry_that_shrank_or_fell_under_the_limit_must_be_tightened(tmp_path):

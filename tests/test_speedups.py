@@ -24,48 +24,65 @@ REPO = Path(__file__).resolve().parents[1]
 @pytest.fixture
 def events() -> pd.DataFrame:
     """Five kernels with known durations; wall_us == dur (one stream, no overlap)."""
-    return pd.DataFrame({
-        "name": ["nvjet_gemm", "EmbeddingBag_updateOutputKernel", "vectorized_layer_norm_kernel",
-                 "triton_poi_fused_add_0", "Memcpy DtoD"],
-        "kind": ["kernel", "kernel", "kernel", "kernel", "memcpy"],
-        "op": ["aten::mm", "aten::_embedding_bag", "aten::native_layer_norm", "triton_poi_fused_add_0", "aten::copy_"],
-        "top_op": ["aten::linear", "aten::embedding_bag", "aten::layer_norm", "CompiledFunction", "aten::to"],
-        "module": ["Model_0.Linear_0", "Model_0.EmbeddingBag_0", "Model_0.LayerNorm_0", "", ""],
-        "annotation": ["", "", "", "", ""],
-        "category": ["gemm", "embedding", "normalization", "fused", "memory"],
-        "addressable": [False, True, True, True, False],
-        "dur": [100.0, 60.0, 40.0, 10.0, 5.0],
-        "wall_us": [100.0, 60.0, 40.0, 10.0, 5.0],
-    })
+    return pd.DataFrame(
+        {
+            "name": [
+                "nvjet_gemm",
+                "EmbeddingBag_updateOutputKernel",
+                "vectorized_layer_norm_kernel",
+                "triton_poi_fused_add_0",
+                "Memcpy DtoD",
+            ],
+            "kind": ["kernel", "kernel", "kernel", "kernel", "memcpy"],
+            "op": [
+                "aten::mm",
+                "aten::_embedding_bag",
+                "aten::native_layer_norm",
+                "triton_poi_fused_add_0",
+                "aten::copy_",
+            ],
+            "top_op": ["aten::linear", "aten::embedding_bag", "aten::layer_norm", "CompiledFunction", "aten::to"],
+            "module": ["Model_0.Linear_0", "Model_0.EmbeddingBag_0", "Model_0.LayerNorm_0", "", ""],
+            "annotation": ["", "", "", "", ""],
+            "category": ["gemm", "embedding", "normalization", "fused", "memory"],
+            "addressable": [False, True, True, True, False],
+            "dur": [100.0, 60.0, 40.0, 10.0, 5.0],
+            "wall_us": [100.0, 60.0, 40.0, 10.0, 5.0],
+        }
+    )
 
 
 # --- selectors ------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("text,expected", [
-    ("category:embedding", [1]),
-    ("category:addressable", [1, 2, 3]),
-    ("category:*", [0, 1, 2, 3, 4]),
-    ("category:norm*", [2]),
-    ("op:aten::layer_norm", [2]),          # the top-level op
-    ("op:aten::native_layer_norm", [2]),   # the innermost op
-    ("op:aten::*norm*", [2]),
-    ("op:aten::add", []),                  # exact, not a substring
-    ("kernel:^triton_", [3]),
-    ("kernel:EMBEDDINGBAG", [1]),          # case-insensitive
-    ("module:LayerNorm", [2]),
-    ("kind:memcpy", [4]),
-    ("op:aten::mm & category:gemm", [0]),
-    ("category:addressable & !kernel:triton", [1, 2]),
-    ("problem:40_LayerNorm", [2]),
-    ("problem:01_EmbeddingBagSum", [1]),
-])
+@pytest.mark.parametrize(
+    "text,expected",
+    [
+        ("category:embedding", [1]),
+        ("category:addressable", [1, 2, 3]),
+        ("category:*", [0, 1, 2, 3, 4]),
+        ("category:norm*", [2]),
+        ("op:aten::layer_norm", [2]),  # the top-level op
+        ("op:aten::native_layer_norm", [2]),  # the innermost op
+        ("op:aten::*norm*", [2]),
+        ("op:aten::add", []),  # exact, not a substring
+        ("kernel:^triton_", [3]),
+        ("kernel:EMBEDDINGBAG", [1]),  # case-insensitive
+        ("module:LayerNorm", [2]),
+        ("kind:memcpy", [4]),
+        ("op:aten::mm & category:gemm", [0]),
+        ("category:addressable & !kernel:triton", [1, 2]),
+        ("problem:40_LayerNorm", [2]),
+        ("problem:01_EmbeddingBagSum", [1]),
+    ],
+)
 def test_selectors_pick_the_expected_kernels(events, text, expected):
     assert np.flatnonzero(select(events, text)).tolist() == expected
 
 
-@pytest.mark.parametrize("bad", ["", "embedding", "cat:embedding", "kernel:(", "category:",
-                                 "!category:gemm", "kind:graph"])
+@pytest.mark.parametrize(
+    "bad", ["", "embedding", "cat:embedding", "kernel:(", "category:", "!category:gemm", "kind:graph"]
+)
 def test_bad_selectors_are_user_errors(bad):
     with pytest.raises(UserError):
         parse_selector(bad)
@@ -116,28 +133,33 @@ def test_missing_factor_in_cli():
 
 def test_toml_file(tmp_path):
     p = tmp_path / "s.toml"
-    p.write_text('source = "bench run 7"\n'
-                 '[[speedup]]\nselect = "category:embedding"\nspeedup = 1.552\nverified = true\n'
-                 '[[speedup]]\nop = "aten::mm"\nkernel = "gemv"\nspeedup = 2\n')
+    p.write_text(
+        'source = "bench run 7"\n'
+        '[[speedup]]\nselect = "category:embedding"\nspeedup = 1.552\nverified = true\n'
+        '[[speedup]]\nop = "aten::mm"\nkernel = "gemv"\nspeedup = 2\n'
+    )
     sf = load_speedup_file(p)
     assert [str(e.selector) for e in sf.entries] == ["category:embedding", "op:aten::mm & kernel:gemv"]
     assert sf.entries[0].verified is True and sf.entries[1].verified is None
     assert sf.entries[0].source == "bench run 7"
 
 
-@pytest.mark.parametrize("body,match", [
-    ('[[speedup]]\nselect = "category:embedding"\n', "missing speedup"),
-    ('[[speedup]]\nselect = "category:embedding"\nspeedup = 0\n', "> 0"),
-    ('[[speedup]]\nselect = "category:embedding"\nspeedup = -1.5\n', "> 0"),
-    ('[[speedup]]\nselect = "category:embedding"\nspeedup = nan\n', "NaN"),
-    ('[[speedup]]\nselect = "category:embedding"\nspeedup = "fast"\n', "number"),
-    ('[[speedup]]\nspeedup = 2\n', "no selector"),
-    ('[[speedup]]\nselect = "category:embedding"\ncategory = "x"\nspeedup = 2\n', "not both"),
-    ('[[speedup]]\nselect = "category:embedding"\nspeedup = 2\nverified = "maybe"\n', "verified"),
-    ('[[speedup]]\nselect = "category:embedding"\nspedup = 2\n', "unknown key"),
-    ('nothing = 1\n', r"\[\[speedup\]\]"),
-    ('[[speedup\n', "invalid TOML"),
-])
+@pytest.mark.parametrize(
+    "body,match",
+    [
+        ('[[speedup]]\nselect = "category:embedding"\n', "missing speedup"),
+        ('[[speedup]]\nselect = "category:embedding"\nspeedup = 0\n', "> 0"),
+        ('[[speedup]]\nselect = "category:embedding"\nspeedup = -1.5\n', "> 0"),
+        ('[[speedup]]\nselect = "category:embedding"\nspeedup = nan\n', "NaN"),
+        ('[[speedup]]\nselect = "category:embedding"\nspeedup = "fast"\n', "number"),
+        ("[[speedup]]\nspeedup = 2\n", "no selector"),
+        ('[[speedup]]\nselect = "category:embedding"\ncategory = "x"\nspeedup = 2\n', "not both"),
+        ('[[speedup]]\nselect = "category:embedding"\nspeedup = 2\nverified = "maybe"\n', "verified"),
+        ('[[speedup]]\nselect = "category:embedding"\nspedup = 2\n', "unknown key"),
+        ("nothing = 1\n", r"\[\[speedup\]\]"),
+        ("[[speedup\n", "invalid TOML"),
+    ],
+)
 def test_bad_toml_files(tmp_path, body, match):
     p = tmp_path / "s.toml"
     p.write_text(body)
@@ -152,8 +174,10 @@ def test_json_and_csv_files(tmp_path):
     j.write_text(json.dumps([{"problem": "23_Softmax", "speedup": 1.3}]))
     assert str(load_speedup_file(j).entries[0].selector) == "problem:23_Softmax"
     c = tmp_path / "s.csv"
-    c.write_text("# comment\nselect,speedup,verified,source\ncategory:embedding,1.552,yes,paper\n"
-                 '"op:aten::mm & kernel:a,b",2,,\n')
+    c.write_text(
+        "# comment\nselect,speedup,verified,source\ncategory:embedding,1.552,yes,paper\n"
+        '"op:aten::mm & kernel:a,b",2,,\n'
+    )
     es = load_speedup_file(c).entries
     assert es[0].verified is True and es[0].source == "paper"
     assert es[1].selector.atoms[1].pattern == "a,b" and es[1].verified is None
@@ -166,8 +190,14 @@ def test_json_and_csv_files(tmp_path):
 
 
 def _verify_result(problem, verdict, speedup):
-    return {"problem": problem, "verdict": verdict, "speedup": speedup, "speedup_fp32": speedup,
-            "memory_ratio": 1.0, "checks": []}
+    return {
+        "problem": problem,
+        "verdict": verdict,
+        "speedup": speedup,
+        "speedup_fp32": speedup,
+        "memory_ratio": 1.0,
+        "checks": [],
+    }
 
 
 def test_verify_json_single_and_suite(tmp_path):
@@ -178,9 +208,20 @@ def test_verify_json_single_and_suite(tmp_path):
     e = sf.entries[0]
     assert str(e.selector) == "problem:01_EmbeddingBagSum" and e.verified is True and e.speedup == 1.6
     suite = tmp_path / "suite.json"
-    suite.write_text(json.dumps({"tool": "headroom verify", "version": 1, "results": [
-        _verify_result("01_EmbeddingBagSum", "pass", 1.6), _verify_result("04_DotInteraction", "fail", 3.0),
-        _verify_result("05_DotInteractionBackward", "error", None), _verify_result("09_JaggedSum", "pass", None)]}))
+    suite.write_text(
+        json.dumps(
+            {
+                "tool": "headroom verify",
+                "version": 1,
+                "results": [
+                    _verify_result("01_EmbeddingBagSum", "pass", 1.6),
+                    _verify_result("04_DotInteraction", "fail", 3.0),
+                    _verify_result("05_DotInteractionBackward", "error", None),
+                    _verify_result("09_JaggedSum", "pass", None),
+                ],
+            }
+        )
+    )
     sf = load_speedup_file(suite)
     assert [str(e.selector) for e in sf.entries] == ["problem:01_EmbeddingBagSum"]
     text = " | ".join(sf.warnings)
@@ -217,9 +258,20 @@ def test_example_file_loads():
 # --- the problem mapping ----------------------------------------------------------------
 
 
-DLRM = ["01_EmbeddingBagSum", "02_WeightedMeanEmbeddingBag", "03_Int8RowwiseEmbeddingBag", "04_DotInteraction",
-        "05_DotInteractionBackward", "06_DCNv2LowRankCross", "07_FMInteraction", "08_JaggedToPaddedDense",
-        "09_JaggedSum", "10_JaggedSoftmax", "11_PermutePooledEmbeddings", "12_AttentionPooling"]
+DLRM = [
+    "01_EmbeddingBagSum",
+    "02_WeightedMeanEmbeddingBag",
+    "03_Int8RowwiseEmbeddingBag",
+    "04_DotInteraction",
+    "05_DotInteractionBackward",
+    "06_DCNv2LowRankCross",
+    "07_FMInteraction",
+    "08_JaggedToPaddedDense",
+    "09_JaggedSum",
+    "10_JaggedSoftmax",
+    "11_PermutePooledEmbeddings",
+    "12_AttentionPooling",
+]
 
 
 def test_problem_mapping_covers_kernelbench_and_dlrm_bench():
@@ -248,14 +300,22 @@ def test_user_problem_file_extends_mapping(tmp_path):
 
 
 def test_phase_selector():
-    ev = pd.DataFrame({
-        "name": ["k"] * 5,
-        "op": ["aten::bmm", "aten::bmm", "aten::bmm", "aten::add_", "aten::threshold_backward"],
-        "top_op": ["aten::bmm", "autograd::engine::evaluate_function: BmmBackward0", "headroom/backward",
-                   "headroom/optimizer", "aten::threshold_backward"],
-        "annotation": ["", "", "", "", ""],
-        "module": ["model.inter_arch"] * 5, "module_stack": ["DLRM/InteractionArch"] * 5,
-    })
+    ev = pd.DataFrame(
+        {
+            "name": ["k"] * 5,
+            "op": ["aten::bmm", "aten::bmm", "aten::bmm", "aten::add_", "aten::threshold_backward"],
+            "top_op": [
+                "aten::bmm",
+                "autograd::engine::evaluate_function: BmmBackward0",
+                "headroom/backward",
+                "headroom/optimizer",
+                "aten::threshold_backward",
+            ],
+            "annotation": ["", "", "", "", ""],
+            "module": ["model.inter_arch"] * 5,
+            "module_stack": ["DLRM/InteractionArch"] * 5,
+        }
+    )
     assert select(ev, "phase:forward").tolist() == [True, False, False, False, False]
     assert select(ev, "phase:backward").tolist() == [False, True, True, False, True]
     assert select(ev, "phase:optimizer").tolist() == [False, False, False, True, False]
@@ -268,13 +328,18 @@ def test_phase_selector():
 
 
 def test_dlrm_backward_problem_selects_the_index_backward(events):
-    ev = pd.DataFrame({
-        "name": ["indexing_backward_kernel", "DeviceRadixSortOnesweepKernel", "index_elementwise_kernel"],
-        "op": ["aten::_index_put_impl_", "aten::_index_put_impl_", "aten::index"],
-        "top_op": ["autograd::engine::evaluate_function: IndexBackward0"] * 2 + ["aten::index"],
-        "category": ["indexing", "sort", "indexing"], "addressable": [True] * 3, "dur": [5.0, 3.0, 1.0],
-        "module": ["dlrm.inter_arch"] * 3, "module_stack": ["DLRM/InteractionArch"] * 3,
-    })
+    ev = pd.DataFrame(
+        {
+            "name": ["indexing_backward_kernel", "DeviceRadixSortOnesweepKernel", "index_elementwise_kernel"],
+            "op": ["aten::_index_put_impl_", "aten::_index_put_impl_", "aten::index"],
+            "top_op": ["autograd::engine::evaluate_function: IndexBackward0"] * 2 + ["aten::index"],
+            "category": ["indexing", "sort", "indexing"],
+            "addressable": [True] * 3,
+            "dur": [5.0, 3.0, 1.0],
+            "module": ["dlrm.inter_arch"] * 3,
+            "module_stack": ["DLRM/InteractionArch"] * 3,
+        }
+    )
     assert select(ev, "problem:05_DotInteractionBackward").tolist() == [True, True, False]
     assert select(ev, "problem:04_DotInteraction").tolist() == [False, False, True]
     # the same ops outside the interaction module (a transformer's bmm, a mask's index_put_) are no part of it
@@ -297,12 +362,16 @@ def test_resolve_factors_and_match_counts(events):
 
 
 def test_resolve_warns_on_no_match_and_overlap_first_wins(events):
-    entries = [parse_cli_speedup("category:addressable=1.5"), parse_cli_speedup("category:embedding=3"),
-               parse_cli_speedup("category:conv=2")]
+    entries = [
+        parse_cli_speedup("category:addressable=1.5"),
+        parse_cli_speedup("category:embedding=3"),
+        parse_cli_speedup("category:conv=2"),
+    ]
     r = resolve(entries, events)
     assert r.factors.tolist() == [1.0, 1.5, 1.5, 1.5, 1.0]
-    assert any("overlaps category:addressable=1.5 on 1 kernel(s)" in w and "first entry's factor 1.5" in w
-               for w in r.warnings)
+    assert any(
+        "overlaps category:addressable=1.5 on 1 kernel(s)" in w and "first entry's factor 1.5" in w for w in r.warnings
+    )
     assert any("category:conv=2" in w and "matches no kernel" in w for w in r.warnings)
     assert r.matches[1].applied_kernels == 0 and r.matches[1].kernels == 1
     with pytest.raises(UserError, match="strict mode"):
@@ -319,8 +388,9 @@ def test_unknown_problem_is_an_error_but_unknown_verified_problem_is_skipped(eve
     with pytest.raises(UserError, match="unknown problem"):
         resolve([parse_cli_speedup("problem:77_Nope=2")], events)
     suite = tmp_path / "suite.json"
-    suite.write_text(json.dumps({"tool": "headroom verify", "version": 1,
-                                 "results": [_verify_result("77_Nope", "pass", 2.0)]}))
+    suite.write_text(
+        json.dumps({"tool": "headroom verify", "version": 1, "results": [_verify_result("77_Nope", "pass", 2.0)]})
+    )
     entries, warnings = collect_entries([], [suite])
     r = resolve(entries, events)
     assert r.factors.tolist() == [1.0] * 5
@@ -335,10 +405,12 @@ def test_cli_entries_come_first(tmp_path):
 
 
 def test_verify_suite_with_several_candidates_per_problem(tmp_path):
-    rs = [dict(_verify_result("01_EmbeddingBagSum", "pass", 1.3), candidate="c/01_a.py"),
-          dict(_verify_result("01_EmbeddingBagSum", "pass", 1.7), candidate="c/01_b.py"),
-          dict(_verify_result("01_EmbeddingBagSum", "fail", 283.0), candidate="c/01_zeros.py"),
-          dict(_verify_result("04_DotInteraction", "fail", 2.0), candidate="c/04_a.py")]
+    rs = [
+        dict(_verify_result("01_EmbeddingBagSum", "pass", 1.3), candidate="c/01_a.py"),
+        dict(_verify_result("01_EmbeddingBagSum", "pass", 1.7), candidate="c/01_b.py"),
+        dict(_verify_result("01_EmbeddingBagSum", "fail", 283.0), candidate="c/01_zeros.py"),
+        dict(_verify_result("04_DotInteraction", "fail", 2.0), candidate="c/04_a.py"),
+    ]
     p = tmp_path / "suite.json"
     p.write_text(json.dumps({"tool": "headroom verify", "version": 1, "results": rs}))
     sf = load_speedup_file(p)
@@ -346,19 +418,22 @@ def test_verify_suite_with_several_candidates_per_problem(tmp_path):
     assert any("2 passing candidates; using the fastest (01_b.py) at 1.7x" in w for w in sf.warnings)
     assert any("01_EmbeddingBagSum (01_zeros.py)" in w for w in sf.warnings)
     d = load_distribution(p)
-    assert d.n == 2 and d.win_rate == 0.5 and d.median_win == 1.7   # per problem, not per candidate
+    assert d.n == 2 and d.win_rate == 0.5 and d.median_win == 1.7  # per problem, not per candidate
 
 
 def test_call_us_is_read_from_files_and_needs_launches(tmp_path):
     from headroom.projection.speedups import load_speedup_file
+
     p = tmp_path / "s.toml"
     p.write_text('[[speedup]]\nselect = "module:RMSNorm"\nspeedup = 2.4\nlaunches = 1\ncall_us = 42.5\n')
     e = load_speedup_file(p).entries[0]
     assert (e.launches, e.call_us) == (1, 42.5) and plain(e)["call_us"] == 42.5
     assert e.label.endswith(",launches=1,call_us=42.5")
-    for body, msg in (('call_us = 42.5\n', "call_us needs launches"),
-                      ('launches = 1\ncall_us = -1\n', "call_us must be a number of microseconds >= 0"),
-                      ('launches = 1\ncall_us = "fast"\n', "call_us must be a number of microseconds >= 0")):
+    for body, msg in (
+        ("call_us = 42.5\n", "call_us needs launches"),
+        ("launches = 1\ncall_us = -1\n", "call_us must be a number of microseconds >= 0"),
+        ('launches = 1\ncall_us = "fast"\n', "call_us must be a number of microseconds >= 0"),
+    ):
         p.write_text('[[speedup]]\nselect = "module:RMSNorm"\nspeedup = 2.4\n' + body)
         with pytest.raises(UserError, match=msg):
             load_speedup_file(p)

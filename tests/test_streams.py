@@ -19,8 +19,12 @@ def _by_definition(devices, streams) -> list[int]:
     seen: dict[str, int] = {}
     out = []
     for d, s in zip(devices, streams):
-        if d is None or s is None or (isinstance(d, float) and math.isnan(d)) or \
-                (isinstance(s, float) and math.isnan(s)):
+        if (
+            d is None
+            or s is None
+            or (isinstance(d, float) and math.isnan(d))
+            or (isinstance(s, float) and math.isnan(s))
+        ):
             out.append(-1)
             continue
         out.append(seen.setdefault(f"{d}/{s}", len(seen)))
@@ -39,7 +43,7 @@ def test_stream_keys_number_the_pairs_texts_in_order_of_first_appearance(rows):
 def test_stream_keys_of_typed_columns_and_missing_columns():
     ev = pd.DataFrame({"device": [0, 0, 1, 0], "stream": pd.Categorical(["7", "20", "7", "7"])})
     assert stream_keys(ev).tolist() == [0, 1, 2, 0]
-    assert stream_keys(ev[["stream"]]).tolist() == [0, 1, 0, 0]          # no device: every event on "0"
+    assert stream_keys(ev[["stream"]]).tolist() == [0, 1, 0, 0]  # no device: every event on "0"
     assert stream_keys(ev[["device"]]).tolist() == [0, 0, 1, 0]
     assert stream_keys(ev.iloc[:0]).dtype == np.int64 and len(stream_keys(ev.iloc[:0])) == 0
 
@@ -48,8 +52,14 @@ INTEGER_DTYPES = st.sampled_from(["int64", "int32", "uint8", "bool"])
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.lists(st.tuples(st.integers(0, 3), st.sampled_from([0, 7, 13, 20]), st.sampled_from([0, 1, 7, "7", None])),
-                min_size=0, max_size=40), INTEGER_DTYPES)
+@given(
+    st.lists(
+        st.tuples(st.integers(0, 3), st.sampled_from([0, 7, 13, 20]), st.sampled_from([0, 1, 7, "7", None])),
+        min_size=0,
+        max_size=40,
+    ),
+    INTEGER_DTYPES,
+)
 def test_stream_keys_of_integer_columns_equal_those_of_the_same_values_as_objects(rows, dtype):
     """Integer columns (a real trace's devices and streams) take codes_and_texts' integer path; they key as
     their texts do, also beside a stream column of mixed objects ("7" and 7 are one stream)."""

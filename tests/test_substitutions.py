@@ -76,7 +76,7 @@ def test_dlrm_interaction_forward_and_backward_match_torchrec():
     torch.manual_seed(0)
     f, b, d = 26, 33, 16
     ref, new = InteractionArch(f), cand("dlrm_interaction").ModelNew(f)
-    assert set(new.state_dict()) == set(ref.state_dict()) == set()   # torchrec's buffer is not persistent
+    assert set(new.state_dict()) == set(ref.state_dict()) == set()  # torchrec's buffer is not persistent
     dense = torch.randn(b, d, dtype=torch.float64, requires_grad=True)
     sparse = torch.randn(b, f, d, dtype=torch.float64, requires_grad=True)
     up = torch.randn(b, d + f * (f + 1) // 2, dtype=torch.float64)
@@ -106,8 +106,11 @@ def test_dlrm_interaction_backward_has_no_sort_and_one_bmm():
         with profile(activities=[ProfilerActivity.CPU]) as p:
             out.backward(torch.ones_like(out))
         names = [e.name for e in p.events()]
-        counts[label] = {"bmm": names.count("aten::bmm"), "sort": sum("sort" in n for n in names),
-                         "index_put": sum("index_put" in n for n in names)}
+        counts[label] = {
+            "bmm": names.count("aten::bmm"),
+            "sort": sum("sort" in n for n in names),
+            "index_put": sum("index_put" in n for n in names),
+        }
     assert counts["torchrec"]["bmm"] == 2 and counts["torchrec"]["index_put"] >= 1
     assert counts["candidate"] == {"bmm": 1, "sort": 0, "index_put": 0}
 
@@ -115,15 +118,29 @@ def test_dlrm_interaction_backward_has_no_sort_and_one_bmm():
 def test_every_triton_candidate_declares_its_gpu_kernels():
     for path in sorted(CAND.glob("*.py")):
         tree = ast.parse(path.read_text())
-        kernels = [n for n in tree.body if isinstance(n, ast.Assign)
-                   and any(isinstance(t, ast.Name) and t.id == "GPU_KERNELS" for t in n.targets)]
+        kernels = [
+            n
+            for n in tree.body
+            if isinstance(n, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "GPU_KERNELS" for t in n.targets)
+        ]
         assert kernels, f"{path.name}: no GPU_KERNELS"
         names = ast.literal_eval(kernels[0].value)
         # the file's Triton kernels, and those of a sibling candidate it builds on (`import llama_rmsnorm`)
-        trees = [tree] + [ast.parse((CAND / f"{a.name}.py").read_text()) for n in tree.body
-                          if isinstance(n, ast.Import) for a in n.names if (CAND / f"{a.name}.py").is_file()]
-        jitted = {f.name for t in trees for n in ast.walk(t) if isinstance(n, ast.If) for f in n.body
-                  if isinstance(f, ast.FunctionDef)}
+        trees = [tree] + [
+            ast.parse((CAND / f"{a.name}.py").read_text())
+            for n in tree.body
+            if isinstance(n, ast.Import)
+            for a in n.names
+            if (CAND / f"{a.name}.py").is_file()
+        ]
+        jitted = {
+            f.name
+            for t in trees
+            for n in ast.walk(t)
+            if isinstance(n, ast.If)
+            for f in n.body
+            if isinstance(f, ast.FunctionDef)
+        }
         assert set(names) <= jitted, f"{path.name}: GPU_KERNELS {names} are not the file's Triton kernels"
         if "triton" in path.read_text():
             assert names, f"{path.name} uses Triton but declares no kernel to look for"

@@ -25,17 +25,28 @@ from headroom.trace.analysis import analyze
 
 @pytest.fixture
 def base() -> Baseline:
-    df = pd.DataFrame({
-        "name": ["gemm_a", "ln_fwd", "gemm_b", "ln_fwd", "add"],
-        "op": ["aten::mm", "aten::native_layer_norm", "aten::mm", "aten::native_layer_norm", ""],
-        "top_op": ["aten::linear", "aten::layer_norm", "aten::linear", "aten::layer_norm", ""],
-        "module": ["M_0.Layer_0.Linear_0", "M_0.Layer_0.LayerNorm_0", "M_0.Layer_1.Linear_1",
-                   "M_0.Layer_1.LayerNorm_1", ""],
-        "category": ["gemm", "normalization", "gemm", "normalization", "elementwise"],
-        "addressable": [False, True, False, True, True],
-        "ts": [0.0, 100.0, 130.0, 230.0, 260.0], "dur": [100.0, 30.0, 100.0, 30.0, 20.0],
-        "launch_ts": [-10.0] * 5, "stream": 7, "device": 0, "kind": "kernel",
-    })
+    df = pd.DataFrame(
+        {
+            "name": ["gemm_a", "ln_fwd", "gemm_b", "ln_fwd", "add"],
+            "op": ["aten::mm", "aten::native_layer_norm", "aten::mm", "aten::native_layer_norm", ""],
+            "top_op": ["aten::linear", "aten::layer_norm", "aten::linear", "aten::layer_norm", ""],
+            "module": [
+                "M_0.Layer_0.Linear_0",
+                "M_0.Layer_0.LayerNorm_0",
+                "M_0.Layer_1.Linear_1",
+                "M_0.Layer_1.LayerNorm_1",
+                "",
+            ],
+            "category": ["gemm", "normalization", "gemm", "normalization", "elementwise"],
+            "addressable": [False, True, False, True, True],
+            "ts": [0.0, 100.0, 130.0, 230.0, 260.0],
+            "dur": [100.0, 30.0, 100.0, 30.0, 20.0],
+            "launch_ts": [-10.0] * 5,
+            "stream": 7,
+            "device": 0,
+            "kind": "kernel",
+        }
+    )
     return Baseline.from_events(df, window=(0.0, 300.0))
 
 
@@ -50,7 +61,9 @@ def test_ranking_and_hand_computed_gains(base):
     ln = t.iloc[1]
     assert ln.gain == pytest.approx(30 / 300) and ln.addressable == "yes"
     # The same numbers as a direct Amdahl projection of that op.
-    assert ln.projected_us == pytest.approx(amdahl(base, 2.0, select(base.events, "op:aten::native_layer_norm")).projected_us)
+    assert ln.projected_us == pytest.approx(
+        amdahl(base, 2.0, select(base.events, "op:aten::native_layer_norm")).projected_us
+    )
 
 
 def test_modules_grouped_across_layers(base):
@@ -64,8 +77,8 @@ def test_modules_grouped_across_layers(base):
 
 def test_partly_addressable_and_replay_columns(base):
     ev = base.events.copy()
-    ev.loc[4, "op"] = "aten::native_layer_norm"      # now the op is 60 us addressable + ... all addressable
-    ev.loc[0, "op"] = "aten::native_layer_norm"      # and 100 us of gemm under it: partly
+    ev.loc[4, "op"] = "aten::native_layer_norm"  # now the op is 60 us addressable + ... all addressable
+    ev.loc[0, "op"] = "aten::native_layer_norm"  # and 100 us of gemm under it: partly
     b = Baseline.from_events(ev, window=(0.0, 300.0))
     t = targets(b, speedup=1.5, by=("op",), replay_top=1)
     row = t.iloc[0]
@@ -94,6 +107,7 @@ def test_targets_on_real_trace_and_json():
 
 def test_targets_cli():
     from headroom.cli.project import register
+
     app = typer.Typer()
     register(app)
     r = CliRunner().invoke(app, ["targets", str(hta_trace("timeline_analysis")), "--json", "--replay-top", "2"])
@@ -121,10 +135,20 @@ def test_category_fractions_match_analysis():
 
 
 def _fake(addr: float, params=None, family="llama"):
-    cats = pd.DataFrame({"name": ["gemm", "attention", "elementwise"], "us": [60.0 * (1 - addr), 40.0 * (1 - addr), 100.0 * addr],
-                         "addressable": [False, False, True]})
-    return SimpleNamespace(categories=cats, total_us=100.0, addressable_fraction=addr, source=f"{family}-{params}.json",
-                           manifest={"params": params, "family": family} if params else {})
+    cats = pd.DataFrame(
+        {
+            "name": ["gemm", "attention", "elementwise"],
+            "us": [60.0 * (1 - addr), 40.0 * (1 - addr), 100.0 * addr],
+            "addressable": [False, False, True],
+        }
+    )
+    return SimpleNamespace(
+        categories=cats,
+        total_us=100.0,
+        addressable_fraction=addr,
+        source=f"{family}-{params}.json",
+        manifest={"params": params, "family": family} if params else {},
+    )
 
 
 def test_scaling_table_from_manifest_and_override():
@@ -140,6 +164,7 @@ def test_scaling_table_from_manifest_and_override():
 
 # --- by module: a synthetic trace with a known answer ----------------------------
 
+
 def _module_trace(b, path):
     """One step (0-1000 us). Modules: model (Net) [10, 500] > model.block (Block) [20, 300] >
     model.block.a (Linear) [30, 100] and model.block.b (Linear) [150, 220]. GPU (serial):
@@ -148,12 +173,20 @@ def _module_trace(b, path):
     b.step(1, 0, 1000)
     b.cpu("headroom/module model (Net)", 10, 490, args={"Input Dims": [[4, 8]], "Input type": ["float"]})
     b.cpu("headroom/module model.block (Block)", 20, 280)
-    b.cpu("headroom/module model.block.a (Linear)", 30, 70, args={"Input Dims": [[4, 8], []],
-                                                                  "Input type": ["c10::BFloat16", "Scalar"]})
+    b.cpu(
+        "headroom/module model.block.a (Linear)",
+        30,
+        70,
+        args={"Input Dims": [[4, 8], []], "Input type": ["c10::BFloat16", "Scalar"]},
+    )
     ext = b.cpu("aten::mm", 40, 10)
     b.kernel("gemm_a", launch_ts=41, ts=100, dur=100, ext=ext)
-    b.cpu("headroom/module model.block.b (Linear)", 150, 70, args={"Input Dims": [[4, 8]],
-                                                                   "Input type": ["c10::BFloat16"]})
+    b.cpu(
+        "headroom/module model.block.b (Linear)",
+        150,
+        70,
+        args={"Input Dims": [[4, 8]], "Input type": ["c10::BFloat16"]},
+    )
     ext = b.cpu("aten::mm", 160, 10)
     b.kernel("gemm_b", launch_ts=161, ts=200, dur=60, ext=ext)
     ext = b.cpu("aten::add", 250, 10)
@@ -171,7 +204,7 @@ def _module_trace(b, path):
 
 def test_by_module_numbers_on_a_synthetic_trace(builder, tmp_path):
     a = _module_trace(builder, tmp_path / "m.json")
-    assert a.wall_us == 1000.0 and a.total_us == 300.0          # the window is the step
+    assert a.wall_us == 1000.0 and a.total_us == 300.0  # the window is the step
     t = targets(a, speedup=2.0, by=("module",), replay_top=0).set_index("name")
     assert t.index.tolist() == ["Linear", "Block", "Net"]
     lin = t.loc["Linear"]
@@ -180,7 +213,7 @@ def test_by_module_numbers_on_a_synthetic_trace(builder, tmp_path):
     assert (lin.calls, lin.kernels_per_call, lin.cpu_us_per_call) == (2.0, 1.5, 70.0)
     assert lin.gain == pytest.approx(105 / 1000) and lin.gain_inf == pytest.approx(210 / 1000)
     assert lin.phases == {"forward": pytest.approx(160 / 210), "backward": pytest.approx(50 / 210)}
-    assert lin.inputs == [{"inputs": "bf16[4,8]", "calls": 2}]     # scalars are not tensor shapes
+    assert lin.inputs == [{"inputs": "bf16[4,8]", "calls": 2}]  # scalars are not tensor shapes
     blk = t.loc["Block"]
     # Block's own CPU time: 280 us less its two Linear calls of 70.
     assert (blk.us, blk.calls, blk.cpu_us_per_call, blk.inputs) == (40.0, 1.0, 140.0, [])
@@ -207,7 +240,7 @@ def test_by_module_replay_and_json(builder, tmp_path):
     d = targets_dict(a, t, 2.0)
     rows = {(r["kind"], r["name"]): r for r in d["targets"]}
     assert rows[("module", "Linear")]["calls"] == 2.0 and rows[("module", "Linear")]["scope"] == "self"
-    assert "calls" not in rows[("op", "aten::mm")]          # op rows keep the op contract
+    assert "calls" not in rows[("op", "aten::mm")]  # op rows keep the op contract
     json.dumps(d)
 
 
@@ -220,7 +253,7 @@ def test_module_selector_holds_children_and_backward(builder, tmp_path):
 
 
 def test_no_module_ranges_is_said_on_stderr(headroom):
-    path = SHIPPED_TRACES / "llama-7b.infer.prefill.compile.json.gz"     # the shipped trace without module ranges
+    path = SHIPPED_TRACES / "llama-7b.infer.prefill.compile.json.gz"  # the shipped trace without module ranges
     p = headroom("targets", path, "--by", "module", "--json")
     code, out, err = p.returncode, p.stdout, p.stderr.splitlines()
     assert code == 0
@@ -229,17 +262,17 @@ def test_no_module_ranges_is_said_on_stderr(headroom):
     d = json.loads(out)
     assert d["schema"] == "headroom.targets/1"
     assert d["targets"] == [] and d["notes"] == [err[0].removeprefix("headroom: warning: ")]
-    p = headroom("targets", path, "--scope", "inner")      # a choice: listed in --help
+    p = headroom("targets", path, "--scope", "inner")  # a choice: listed in --help
     code, out, err = p.returncode, p.stdout, p.stderr.splitlines()
     assert code == 2 and out == "" and len(err) == 1
     assert err[0].startswith("headroom: error: ") and "'inner' is not one of 'self', 'total'" in err[0]
-    with pytest.raises(UserError, match="unknown module scope 'inner'"):           # the API checks it too
+    with pytest.raises(UserError, match="unknown module scope 'inner'"):  # the API checks it too
         targets(analyze(path), by=("module",), scope="inner")
 
 
 def test_module_rows_on_screen_are_per_step(builder, tmp_path, headroom):
     """`targets --by module` printed window totals in its `ms` column; now ms per step, as every screen."""
-    for k in (1, 2):                      # two steps, one Linear call with a 100 us GEMM in each
+    for k in (1, 2):  # two steps, one Linear call with a 100 us GEMM in each
         t0 = (k - 1) * 1000
         builder.step(k, t0, 1000)
         builder.cpu("headroom/module model (Net)", t0 + 10, 490)
@@ -253,8 +286,8 @@ def test_module_rows_on_screen_are_per_step(builder, tmp_path, headroom):
     assert "measured 1.000 ms/step over 2 step(s)" in out
     row = next(ln for ln in out.splitlines() if ln.lstrip().startswith("Linear"))
     cells = [c.strip() for c in row.split("│")]
-    assert cells[1:3] == ["1", "1.0"]          # calls/step, kernels/call
-    assert cells[4] == "0.100"                 # ms/step: 100 us per step (the 2-step total is 0.200)
+    assert cells[1:3] == ["1", "1.0"]  # calls/step, kernels/call
+    assert cells[4] == "0.100"  # ms/step: 100 us per step (the 2-step total is 0.200)
 
 
 def test_targets_on_a_cached_trace_read_only_the_tables_the_replay_uses(tmp_path, monkeypatch):
@@ -267,7 +300,7 @@ def test_targets_on_a_cached_trace_read_only_the_tables_the_replay_uses(tmp_path
     p = tmp_path / "resnet.json.gz"
     p.write_bytes((SHIPPED_TRACES / "resnet-50.train.json.gz").read_bytes())
     fresh = targets(analyze(p, use_cache=False), replay_top=3)
-    analyze(p)                                      # fills the cache
+    analyze(p)  # fills the cache
     reads: list[str] = []
     read = cache.StoredTables.read
     monkeypatch.setattr(cache.StoredTables, "read", lambda self, t: reads.append(t) or read(self, t))
@@ -276,18 +309,24 @@ def test_targets_on_a_cached_trace_read_only_the_tables_the_replay_uses(tmp_path
     assert cached["replay_gain"].notna().sum() >= 3
     pd.testing.assert_frame_equal(cached, fresh)
     b = Baseline.from_analysis(analyze(p))
-    assert len(b.cpu) == len(analyze(p, use_cache=False).trace.cpu)   # read when asked for
+    assert len(b.cpu) == len(analyze(p, use_cache=False).trace.cpu)  # read when asked for
 
 
 def test_rows_of_missing_names_or_categories_group_nothing():
     """A kernel with no name joins no kernel row and one with no category gives its row none (pandas' groupby
     drops a missing key: the codes targets groups by keep that). k1's time: 3 us gemm, 5 us with no category."""
-    ev = pd.DataFrame({"name": pd.Series(["k1", None, "k1", "k2", "k3"], dtype="str"),
-                       "op": pd.Series(["aten::mm", "aten::mm", "", "aten::add", "aten::add"], dtype="str"),
-                       "category": pd.Series(["gemm", "gemm", None, "elementwise", None], dtype="str"),
-                       "dur": [3.0, 7.0, 5.0, 2.0, 1.0], "wall_us": [3.0, 7.0, 5.0, 2.0, 1.0],
-                       "addressable": [False, False, True, True, True], "ts": [0.0, 10.0, 20.0, 30.0, 40.0],
-                       "device": [0, 0, 0, 0, 0]})
+    ev = pd.DataFrame(
+        {
+            "name": pd.Series(["k1", None, "k1", "k2", "k3"], dtype="str"),
+            "op": pd.Series(["aten::mm", "aten::mm", "", "aten::add", "aten::add"], dtype="str"),
+            "category": pd.Series(["gemm", "gemm", None, "elementwise", None], dtype="str"),
+            "dur": [3.0, 7.0, 5.0, 2.0, 1.0],
+            "wall_us": [3.0, 7.0, 5.0, 2.0, 1.0],
+            "addressable": [False, False, True, True, True],
+            "ts": [0.0, 10.0, 20.0, 30.0, 40.0],
+            "device": [0, 0, 0, 0, 0],
+        }
+    )
     b = Baseline(ev, 100.0, (0.0, 100.0), 1, 1)
     kernels = targets(b, by=("kernel",), top=0).set_index("name")
     assert sorted(kernels.index) == ["k1", "k2", "k3"]

@@ -51,15 +51,41 @@ def test_cpu_only_trace_loads_without_gpu():
 
 
 def test_old_category_spellings_and_fractional_ns(tmp_path):
-    doc = {"traceEvents": [
-        {"ph": "X", "cat": "Operator", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 10.125, "dur": 5.5},
-        {"ph": "X", "cat": "Runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1, "ts": 11.0, "dur": 1.0,
-         "args": {"correlation": 5}},
-        {"ph": "X", "cat": "Kernel", "name": "gemm", "pid": 0, "tid": 7, "ts": 20.001, "dur": 3.003,
-         "args": {"correlation": 5, "device": 0, "stream": 7}},
-        {"ph": "X", "cat": "Memcpy", "name": "Memcpy HtoD", "pid": 0, "tid": 7, "ts": 30.0, "dur": 1.0,
-         "args": {"device": 0, "stream": 7}},
-    ]}
+    doc = {
+        "traceEvents": [
+            {"ph": "X", "cat": "Operator", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 10.125, "dur": 5.5},
+            {
+                "ph": "X",
+                "cat": "Runtime",
+                "name": "cudaLaunchKernel",
+                "pid": 1,
+                "tid": 1,
+                "ts": 11.0,
+                "dur": 1.0,
+                "args": {"correlation": 5},
+            },
+            {
+                "ph": "X",
+                "cat": "Kernel",
+                "name": "gemm",
+                "pid": 0,
+                "tid": 7,
+                "ts": 20.001,
+                "dur": 3.003,
+                "args": {"correlation": 5, "device": 0, "stream": 7},
+            },
+            {
+                "ph": "X",
+                "cat": "Memcpy",
+                "name": "Memcpy HtoD",
+                "pid": 0,
+                "tid": 7,
+                "ts": 30.0,
+                "dur": 1.0,
+                "args": {"device": 0, "stream": 7},
+            },
+        ]
+    }
     p = tmp_path / "old.json"
     p.write_text(json.dumps(doc))
     t = load_trace(p)
@@ -69,12 +95,14 @@ def test_old_category_spellings_and_fractional_ns(tmp_path):
 
 
 def test_flows_supply_missing_correlation(tmp_path):
-    doc = {"traceEvents": [
-        {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 2, "ts": 5.0, "dur": 1.0},
-        {"ph": "s", "cat": "ac2g", "name": "ac2g", "id": 77, "pid": 1, "tid": 2, "ts": 5.0},
-        {"ph": "f", "cat": "async_cpu_to_gpu", "name": "ac2g", "id": 77, "pid": 0, "tid": 7, "ts": 9.0, "bp": "e"},
-        {"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 9.0, "dur": 2.0},
-    ]}
+    doc = {
+        "traceEvents": [
+            {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 2, "ts": 5.0, "dur": 1.0},
+            {"ph": "s", "cat": "ac2g", "name": "ac2g", "id": 77, "pid": 1, "tid": 2, "ts": 5.0},
+            {"ph": "f", "cat": "async_cpu_to_gpu", "name": "ac2g", "id": 77, "pid": 0, "tid": 7, "ts": 9.0, "bp": "e"},
+            {"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 9.0, "dur": 2.0},
+        ]
+    }
     p = tmp_path / "flows.json"
     p.write_text(json.dumps(doc))
     t = load_trace(p)
@@ -83,26 +111,47 @@ def test_flows_supply_missing_correlation(tmp_path):
 
 def test_ids_beyond_64_bits(tmp_path):
     big = 2**70 + 3
-    doc = {"traceEvents": [
-        {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1, "ts": 1, "dur": 1,
-         "args": {"correlation": big, "External id": 2**65}},
-        {"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 3, "dur": 2,
-         "args": {"correlation": big, "device": 0, "stream": 7}},
-    ]}
+    doc = {
+        "traceEvents": [
+            {
+                "ph": "X",
+                "cat": "cuda_runtime",
+                "name": "cudaLaunchKernel",
+                "pid": 1,
+                "tid": 1,
+                "ts": 1,
+                "dur": 1,
+                "args": {"correlation": big, "External id": 2**65},
+            },
+            {
+                "ph": "X",
+                "cat": "kernel",
+                "name": "k",
+                "pid": 0,
+                "tid": 7,
+                "ts": 3,
+                "dur": 2,
+                "args": {"correlation": big, "device": 0, "stream": 7},
+            },
+        ]
+    }
     p = tmp_path / "big.json"
     p.write_text(json.dumps(doc))
     t = load_trace(p)
     assert t.gpu["correlation"].tolist() == [big] and t.launches["external_id"].tolist() == [2**65]
 
 
-@pytest.mark.parametrize("content,problem", [
-    (b"", "empty file"),
-    (b"{\"traceEvents\": [", "invalid JSON"),
-    (b"[1, 2, 3]", "not a Kineto trace"),
-    (b"{\"foo\": 1}", "no 'traceEvents'"),
-    (b"{\"traceEvents\": {\"a\": 1}}", "not a Kineto trace"),
-    (gzip.compress(b"{\"traceEvents\": []}" * 50)[:30], "truncated or corrupt gzip"),
-])
+@pytest.mark.parametrize(
+    "content,problem",
+    [
+        (b"", "empty file"),
+        (b'{"traceEvents": [', "invalid JSON"),
+        (b"[1, 2, 3]", "not a Kineto trace"),
+        (b'{"foo": 1}', "no 'traceEvents'"),
+        (b'{"traceEvents": {"a": 1}}', "not a Kineto trace"),
+        (gzip.compress(b'{"traceEvents": []}' * 50)[:30], "truncated or corrupt gzip"),
+    ],
+)
 def test_bad_input_names_file_and_problem(tmp_path, content, problem):
     p = tmp_path / "bad.json.gz"
     p.write_bytes(content)
@@ -126,6 +175,7 @@ def test_missing_file_and_directory_of_ranks(tmp_path, builder):
 
 # --- the three decode paths: the C scanner, msgspec typed structs, lenient structs event by event ------
 
+
 def _tables(t):
     return {name: getattr(t, name) for name in ("gpu", "cpu", "launches", "gpu_annotations", "flows")}
 
@@ -138,29 +188,43 @@ def force_lenient_path(monkeypatch):
     class Refuse:
         def decode(self, doc):
             raise msgspec.ValidationError("fast path disabled by the test")
+
     force_msgspec_path(monkeypatch)
     monkeypatch.setattr(trace_module, "EVENTS", Refuse())
 
 
-@pytest.mark.parametrize("where,name", [
-    ("hta", "nccl_parser_config"), ("hta", "amd_trace"), ("hta", "triton_example"), ("hta", "cpu_only"),
-    ("shipped", "dlrm.train.json.gz"), ("shipped", "llama-7b.infer.prefill.compile.json.gz"),
-])
+@pytest.mark.parametrize(
+    "where,name",
+    [
+        ("hta", "nccl_parser_config"),
+        ("hta", "amd_trace"),
+        ("hta", "triton_example"),
+        ("hta", "cpu_only"),
+        ("shipped", "dlrm.train.json.gz"),
+        ("shipped", "llama-7b.infer.prefill.compile.json.gz"),
+    ],
+)
 def test_the_three_decode_paths_build_the_same_tables(where, name, monkeypatch):
     path = hta_trace(name) if where == "hta" else SHIPPED_TRACES / name
     calls = {"msgspec": 0, "lenient": 0}
     fast_chunk, lenient_chunk = trace_module.fast_chunk, trace_module.lenient_chunk
-    monkeypatch.setattr(trace_module, "fast_chunk", lambda events: calls.__setitem__("msgspec", calls["msgspec"] + 1)
-                        or fast_chunk(events))
-    monkeypatch.setattr(trace_module, "lenient_chunk", lambda raws: calls.__setitem__("lenient", calls["lenient"] + 1)
-                        or lenient_chunk(raws))
+    monkeypatch.setattr(
+        trace_module,
+        "fast_chunk",
+        lambda events: calls.__setitem__("msgspec", calls["msgspec"] + 1) or fast_chunk(events),
+    )
+    monkeypatch.setattr(
+        trace_module,
+        "lenient_chunk",
+        lambda raws: calls.__setitem__("lenient", calls["lenient"] + 1) or lenient_chunk(raws),
+    )
     scanned = load_trace(path, use_cache=False)
     # Real Kineto traces take the scanner throughout; ROCm writes streams as hex text ("0x0"): the
     # scanner declines those chunks, msgspec's typed structs refuse them, the lenient path reads them.
     assert calls == ({"msgspec": 0, "lenient": 1} if name == "amd_trace" else {"msgspec": 0, "lenient": 0})
     force_msgspec_path(monkeypatch)
     fast = load_trace(path, use_cache=False)
-    assert (calls["msgspec"] > 0) == (name != "amd_trace")    # ... then msgspec's structs, where they fit
+    assert (calls["msgspec"] > 0) == (name != "amd_trace")  # ... then msgspec's structs, where they fit
     before = calls["lenient"]
     force_lenient_path(monkeypatch)
     lenient = load_trace(path, use_cache=False)
@@ -176,18 +240,66 @@ def test_chunks_that_need_the_lenient_path_mix_with_fast_chunks(tmp_path, monkey
     # chunk 3 has an id beyond 64 bits (lenient path, Int128 -> object column).
     big = 2**66 + 1
     events = [
-        {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1, "ts": 1.0, "dur": 1.0,
-         "args": {"correlation": 10, "External id": 1}},
-        {"ph": "X", "cat": "kernel", "name": "k1", "pid": 0, "tid": 7, "ts": 2.0, "dur": 1.0,
-         "args": {"correlation": 10, "device": 0, "stream": 7}},
-        {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1, "ts": "3.5", "dur": 1.0,
-         "args": {"correlation": "0x14", "External id": 2}},
-        {"ph": "X", "cat": "kernel", "name": "k2", "pid": 0, "tid": 7, "ts": 5.0, "dur": 2.0,
-         "args": {"correlation": 20, "device": 0, "stream": 7}},
-        {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1, "ts": 8.0, "dur": 1.0,
-         "args": {"correlation": big, "External id": 3}},
-        {"ph": "X", "cat": "kernel", "name": "k3", "pid": 0, "tid": 7, "ts": 9.0, "dur": 4.0,
-         "args": {"correlation": big, "device": 0, "stream": 7}},
+        {
+            "ph": "X",
+            "cat": "cuda_runtime",
+            "name": "cudaLaunchKernel",
+            "pid": 1,
+            "tid": 1,
+            "ts": 1.0,
+            "dur": 1.0,
+            "args": {"correlation": 10, "External id": 1},
+        },
+        {
+            "ph": "X",
+            "cat": "kernel",
+            "name": "k1",
+            "pid": 0,
+            "tid": 7,
+            "ts": 2.0,
+            "dur": 1.0,
+            "args": {"correlation": 10, "device": 0, "stream": 7},
+        },
+        {
+            "ph": "X",
+            "cat": "cuda_runtime",
+            "name": "cudaLaunchKernel",
+            "pid": 1,
+            "tid": 1,
+            "ts": "3.5",
+            "dur": 1.0,
+            "args": {"correlation": "0x14", "External id": 2},
+        },
+        {
+            "ph": "X",
+            "cat": "kernel",
+            "name": "k2",
+            "pid": 0,
+            "tid": 7,
+            "ts": 5.0,
+            "dur": 2.0,
+            "args": {"correlation": 20, "device": 0, "stream": 7},
+        },
+        {
+            "ph": "X",
+            "cat": "cuda_runtime",
+            "name": "cudaLaunchKernel",
+            "pid": 1,
+            "tid": 1,
+            "ts": 8.0,
+            "dur": 1.0,
+            "args": {"correlation": big, "External id": 3},
+        },
+        {
+            "ph": "X",
+            "cat": "kernel",
+            "name": "k3",
+            "pid": 0,
+            "tid": 7,
+            "ts": 9.0,
+            "dur": 4.0,
+            "args": {"correlation": big, "device": 0, "stream": 7},
+        },
     ]
     p = tmp_path / "mixed.json"
     text = json.dumps({"traceEvents": events}, indent=2)  # pretty-printed, like Kineto
@@ -195,7 +307,7 @@ def test_chunks_that_need_the_lenient_path_mix_with_fast_chunks(tmp_path, monkey
     chunks = []
     decode = scan.decode_events
     monkeypatch.setattr(scan, "decode_events", lambda doc: chunks.append(bytes(doc)) or decode(doc))
-    monkeypatch.setattr(document, "BLOCK", 300)       # a few events per chunk
+    monkeypatch.setattr(document, "BLOCK", 300)  # a few events per chunk
     t = load_trace(p)
     assert len(chunks) >= 3
     assert t.launches["ts"].tolist() == [1.0, 3.5, 8.0]
@@ -205,8 +317,20 @@ def test_chunks_that_need_the_lenient_path_mix_with_fast_chunks(tmp_path, monkey
 
 
 def test_ids_beyond_128_bits_are_refused_with_one_line(tmp_path):
-    doc = {"traceEvents": [{"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 1, "dur": 1,
-                            "args": {"correlation": 2**130}}]}
+    doc = {
+        "traceEvents": [
+            {
+                "ph": "X",
+                "cat": "kernel",
+                "name": "k",
+                "pid": 0,
+                "tid": 7,
+                "ts": 1,
+                "dur": 1,
+                "args": {"correlation": 2**130},
+            }
+        ]
+    }
     p = tmp_path / "huge.json"
     p.write_text(json.dumps(doc))
     with pytest.raises(TraceError, match=r"huge.json: an id does not fit in 128 bits"):
@@ -215,23 +339,35 @@ def test_ids_beyond_128_bits_are_refused_with_one_line(tmp_path):
 
 def test_a_gpu_activity_that_cannot_be_read_names_the_file_event_and_field(tmp_path):
     p = tmp_path / "bad.json"
-    p.write_text(json.dumps({"traceEvents": [{"ph": "X", "cat": "cpu_op", "name": "op", "ts": 1, "dur": 1},
-                                             {"ph": "X", "cat": "kernel", "name": "k", "ts": 1, "dur": 1, "args": 5}]}))
+    p.write_text(
+        json.dumps(
+            {
+                "traceEvents": [
+                    {"ph": "X", "cat": "cpu_op", "name": "op", "ts": 1, "dur": 1},
+                    {"ph": "X", "cat": "kernel", "name": "k", "ts": 1, "dur": 1, "args": 5},
+                ]
+            }
+        )
+    )
     with pytest.raises(TraceError) as e:
         load_trace(p)
-    assert str(e.value) == (f"{p}: event 1: args: expected `object | null`, got `int` "
-                            f"(--lenient drops such events)")
+    assert str(e.value) == (f"{p}: event 1: args: expected `object | null`, got `int` (--lenient drops such events)")
 
 
 def test_events_that_cannot_be_read_are_counted_not_dropped_silently(tmp_path):
     p = tmp_path / "odd.json"
-    events = [5, {"cat": "cpu_op", "name": "no ph", "ts": 1, "dur": 1}, {"ph": "X", "cat": 7, "name": "x"},
-              {"ph": "X", "cat": "cpu_op", "name": "fine", "pid": 1, "tid": 1, "ts": 1, "dur": 1}]
+    events = [
+        5,
+        {"cat": "cpu_op", "name": "no ph", "ts": 1, "dur": 1},
+        {"ph": "X", "cat": 7, "name": "x"},
+        {"ph": "X", "cat": "cpu_op", "name": "fine", "pid": 1, "tid": 1, "ts": 1, "dur": 1},
+    ]
     p.write_text(json.dumps({"traceEvents": events}))
     t = load_trace(p)
     assert t.cpu["name"].tolist() == ["fine"]
-    assert t.warnings == ["3 events could not be read and were skipped "
-                          "(first: event 0: the event: expected `object`, got `int`)"]
+    assert t.warnings == [
+        "3 events could not be read and were skipped (first: event 0: the event: expected `object`, got `int`)"
+    ]
 
 
 def _stream_wait_trace(builder, path):
@@ -255,7 +391,7 @@ def test_loader_keeps_cuda_sync_records(builder, tmp_path):
     assert s["wait_on_stream"].tolist() == [7, 8]
     assert s["wait_on_cuda_event_record_corr_id"].tolist() == [5000, 5003]
     assert s["correlation"].tolist() == [5001, 5002] and s["dur"].tolist() == [0.0, 76.0]
-    assert len(t.gpu) == 2 and len(t.launches) == 4           # the syncs are not GPU activity
+    assert len(t.gpu) == 2 and len(t.launches) == 4  # the syncs are not GPU activity
 
 
 def test_lenient_path_keeps_the_same_sync_records(builder, tmp_path, monkeypatch):
@@ -273,26 +409,61 @@ def test_traces_without_sync_records_have_an_empty_table():
 
 @pytest.mark.parametrize("exact", [False, True])
 def test_fwdbwd_pairs_sequence_numbers_and_module_range_inputs(tmp_path, exact):
-    doc = {"traceEvents": [
-        {"ph": "X", "cat": "cpu_op", "name": "headroom/module model.lin (Linear)", "pid": 1, "tid": 1, "ts": 1.0,
-         "dur": 9.0, "args": {"External id": 1, "Input Dims": [[4, 8], [], [[2], [3]]],
-                              "Input type": ["c10::BFloat16", "Scalar", "TensorList"]}},
-        {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 2.0, "dur": 1.0,
-         "args": {"External id": 2, "Sequence number": 7, "Fwd thread id": 0, "Input Dims": [[4, 8], [8, 8]],
-                  "Input type": ["float", "float"]}},
-        {"ph": "X", "cat": "cpu_op", "name": "MmBackward0", "pid": 1, "tid": 2, "ts": 20.0, "dur": 3.0,
-         "args": {"External id": 3, "Sequence number": 7, "Fwd thread id": 1}},
-        {"ph": "s", "cat": "fwdbwd", "name": "fwdbwd", "id": 9, "pid": 1, "tid": 1, "ts": 2.0},
-        {"ph": "f", "cat": "fwdbwd", "name": "fwdbwd", "id": 9, "pid": 1, "tid": 2, "ts": 20.0, "bp": "e"},
-        {"ph": "s", "cat": "fwdbwd", "name": "fwdbwd", "id": 10, "pid": 1, "tid": 1, "ts": 5.0},   # no finish
-    ]}
-    if exact:   # a timestamp written as text sends the chunk down msgspec's exact path
+    doc = {
+        "traceEvents": [
+            {
+                "ph": "X",
+                "cat": "cpu_op",
+                "name": "headroom/module model.lin (Linear)",
+                "pid": 1,
+                "tid": 1,
+                "ts": 1.0,
+                "dur": 9.0,
+                "args": {
+                    "External id": 1,
+                    "Input Dims": [[4, 8], [], [[2], [3]]],
+                    "Input type": ["c10::BFloat16", "Scalar", "TensorList"],
+                },
+            },
+            {
+                "ph": "X",
+                "cat": "cpu_op",
+                "name": "aten::mm",
+                "pid": 1,
+                "tid": 1,
+                "ts": 2.0,
+                "dur": 1.0,
+                "args": {
+                    "External id": 2,
+                    "Sequence number": 7,
+                    "Fwd thread id": 0,
+                    "Input Dims": [[4, 8], [8, 8]],
+                    "Input type": ["float", "float"],
+                },
+            },
+            {
+                "ph": "X",
+                "cat": "cpu_op",
+                "name": "MmBackward0",
+                "pid": 1,
+                "tid": 2,
+                "ts": 20.0,
+                "dur": 3.0,
+                "args": {"External id": 3, "Sequence number": 7, "Fwd thread id": 1},
+            },
+            {"ph": "s", "cat": "fwdbwd", "name": "fwdbwd", "id": 9, "pid": 1, "tid": 1, "ts": 2.0},
+            {"ph": "f", "cat": "fwdbwd", "name": "fwdbwd", "id": 9, "pid": 1, "tid": 2, "ts": 20.0, "bp": "e"},
+            {"ph": "s", "cat": "fwdbwd", "name": "fwdbwd", "id": 10, "pid": 1, "tid": 1, "ts": 5.0},  # no finish
+        ]
+    }
+    if exact:  # a timestamp written as text sends the chunk down msgspec's exact path
         doc["traceEvents"][1]["dur"] = "1.0"
     p = tmp_path / "f.json"
     p.write_text(json.dumps(doc))
     t = load_trace(p)
-    assert t.flows.to_dict("records") == [{"id": 9, "start_pid": "1", "start_tid": "1", "start_ts": 2.0,
-                                           "end_pid": "1", "end_tid": "2", "end_ts": 20.0}]
+    assert t.flows.to_dict("records") == [
+        {"id": 9, "start_pid": "1", "start_tid": "1", "start_ts": 2.0, "end_pid": "1", "end_tid": "2", "end_ts": 20.0}
+    ]
     cpu = t.cpu.set_index("name")
     assert cpu.loc["aten::mm", ["sequence", "fwd_thread"]].tolist() == [7, 0]
     assert cpu.loc["MmBackward0", ["sequence", "fwd_thread"]].tolist() == [7, 1]

@@ -18,8 +18,7 @@ def _mypy(*args: str, cwd: Path = REPO) -> subprocess.CompletedProcess:
         import mypy  # noqa: F401
     except ImportError:
         pytest.fail("mypy is not installed (pip install -e '.[test]')")
-    return subprocess.run([sys.executable, "-m", "mypy", *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=900)
+    return subprocess.run([sys.executable, "-m", "mypy", *args], cwd=cwd, capture_output=True, text=True, timeout=900)
 
 
 def test_the_package_type_checks():
@@ -35,8 +34,9 @@ def test_a_type_error_fails(tmp_path):
     """The same settings report a wrong argument type (the check can fail)."""
     bad = tmp_path / "bad.py"
     bad.write_text("def f(x: int) -> int:\n    return x\n\n\ndef g():\n    f('text')\n")
-    p = _mypy("--config-file", str(REPO / "pyproject.toml"), "--cache-dir", str(tmp_path / "cache"), str(bad),
-              cwd=tmp_path)
+    p = _mypy(
+        "--config-file", str(REPO / "pyproject.toml"), "--cache-dir", str(tmp_path / "cache"), str(bad), cwd=tmp_path
+    )
     assert p.returncode == 1
     # Reported inside an unannotated function: check_untyped_defs is on.
     assert re.search(r"bad\.py:6: error: .*\[arg-type\]", p.stdout), p.stdout

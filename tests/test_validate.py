@@ -30,8 +30,9 @@ TINY = ["--flavour", "tiny", "--device", "cpu", "--threads", "1"]
 
 def test_summarise_is_the_median_of_paired_ratios_with_an_order_statistics_interval():
     ratios = [1.10, 1.12, 1.08, 1.11, 1.09, 1.13, 1.07]
-    rounds = [{"order": ["base", "variant"], "base_ms": [r * 10.0, r * 10.0], "variant_ms": [10.0, 10.0]}
-              for r in ratios]
+    rounds = [
+        {"order": ["base", "variant"], "base_ms": [r * 10.0, r * 10.0], "variant_ms": [10.0, 10.0]} for r in ratios
+    ]
     s = summarise({"rounds": rounds})
     assert s["speedup"] == pytest.approx(1.10, rel=1e-12)
     # 7 ratios: the interval is [min, max] at 1 - 2 / 2^7 = 98.4%
@@ -68,17 +69,18 @@ def test_block_length():
     import torch
 
     gpu, cpu = torch.device("cuda"), torch.device("cpu")
-    assert steps_per_block(243.0, gpu) == 2          # Llama-7B prefill: 2 steps make a 0.3 s block
-    assert steps_per_block(26.0, gpu) == 12          # decode
-    assert steps_per_block(0.5, gpu) == 50           # capped
+    assert steps_per_block(243.0, gpu) == 2  # Llama-7B prefill: 2 steps make a 0.3 s block
+    assert steps_per_block(26.0, gpu) == 12  # decode
+    assert steps_per_block(0.5, gpu) == 50  # capped
     assert steps_per_block(20.0, cpu) == 10
 
 
 # --- the result from traces with a known answer --------------------------------------------------
 
 
-def _trace(builder_cls, path: Path, norm_kernels: list[float], step_ms: float | None = None,
-           sync: bool = False) -> Path:
+def _trace(
+    builder_cls, path: Path, norm_kernels: list[float], step_ms: float | None = None, sync: bool = False
+) -> Path:
     """One step: a GEMM, the norm module (its kernels), a GEMM, back to back on the GPU; the CPU
     launches everything by 300 us and the GPU finishes later (GPU-bound). `sync`: the norm call ends in a
     host synchronisation (a cudaStreamSynchronize inside its range)."""
@@ -104,11 +106,23 @@ def _trace(builder_cls, path: Path, norm_kernels: list[float], step_ms: float | 
 def _run(base_ms: float, variant_ms: float) -> dict:
     # seven rounds, alternating order, a little noise that cancels in the geometric mean
     noise = [1.0, 1.001, 0.999, 1.0, 1.002, 0.998, 1.0]
-    rounds = [{"order": ["base", "variant"] if r % 2 == 0 else ["variant", "base"],
-               "base_ms": [base_ms * n], "variant_ms": [variant_ms * n]} for r, n in enumerate(noise)]
-    return {"workload": "toy", "replacements": [{"module": "Norm", "candidate": "fused_norm.py", "instances": 1,
-                                                  "paths": ["norm"], "calls_per_step": 1}],
-            "timing": {"method": "cuda-events", "rounds": rounds}, "config": {}, "check": {}}
+    rounds = [
+        {
+            "order": ["base", "variant"] if r % 2 == 0 else ["variant", "base"],
+            "base_ms": [base_ms * n],
+            "variant_ms": [variant_ms * n],
+        }
+        for r, n in enumerate(noise)
+    ]
+    return {
+        "workload": "toy",
+        "replacements": [
+            {"module": "Norm", "candidate": "fused_norm.py", "instances": 1, "paths": ["norm"], "calls_per_step": 1}
+        ],
+        "timing": {"method": "cuda-events", "rounds": rounds},
+        "config": {},
+        "check": {},
+    }
 
 
 def test_gpu_bound_fusion_the_part_and_both_projections_are_exact(tmp_path):
@@ -128,14 +142,32 @@ def test_gpu_bound_fusion_the_part_and_both_projections_are_exact(tmp_path):
     assert abs(r.error.amdahl) < 1e-9 and abs(r.error.replay) < 1e-6
     assert r.baseline.launch_bound is False
     assert r.detail.part_kernels.variant == [["elementwise_kernel", 1.0, 40.0]]
-    d = plain(r)     # the --json object: its keys, in this order (docs/validate.md)
-    assert list(d) == ["workload", "replacements", "baseline", "measured", "part", "projected", "error", "config",
-                       "check", "detail"]
-    assert list(d["projected"]) == ["estimate", "low", "high", "level", "source", "amdahl", "replay",
-                                    "variant_estimate"]
-    assert d["projected"]["estimate"] is None    # no verify result given: no a-priori estimate
+    d = plain(r)  # the --json object: its keys, in this order (docs/validate.md)
+    assert list(d) == [
+        "workload",
+        "replacements",
+        "baseline",
+        "measured",
+        "part",
+        "projected",
+        "error",
+        "config",
+        "check",
+        "detail",
+    ]
+    assert list(d["projected"]) == [
+        "estimate",
+        "low",
+        "high",
+        "level",
+        "source",
+        "amdahl",
+        "replay",
+        "variant_estimate",
+    ]
+    assert d["projected"]["estimate"] is None  # no verify result given: no a-priori estimate
     assert d["replacements"] == [{"module": "Norm", "candidate": "fused_norm.py", "instances": 1}]
-    assert type(r).from_dict(d) == r      # read back from JSON: the same result
+    assert type(r).from_dict(d) == r  # read back from JSON: the same result
 
 
 def test_a_measured_speedup_the_projection_misses_shows_as_its_error(tmp_path):
@@ -143,7 +175,7 @@ def test_a_measured_speedup_the_projection_misses_shows_as_its_error(tmp_path):
 
     base = analyze(_trace(TraceBuilder, tmp_path / "base.json", [50.0, 50.0]))
     var = analyze(_trace(TraceBuilder, tmp_path / "variant.json", [40.0]))
-    r = compute(_run(1.000, 0.800), base, var)   # measured 1.25x (e.g. CPU time the trace does not show)
+    r = compute(_run(1.000, 0.800), base, var)  # measured 1.25x (e.g. CPU time the trace does not show)
     assert r.measured.speedup == pytest.approx(1.25, rel=1e-12)
     assert r.error.amdahl == pytest.approx((920 / 860) / 1.25 - 1, rel=1e-9)
 
@@ -153,15 +185,16 @@ def test_paths_selector_picks_the_instances_and_what_is_inside_them():
 
     sel = paths_selector(["layers.0.mlp", "layers.1.mlp"])
     assert sel == r"module:^(?:model\.layers\.0\.mlp|model\.layers\.1\.mlp)(?:\.|$)"
-    parse_selector(sel + " & phase:forward")   # a valid selector
+    parse_selector(sel + " & phase:forward")  # a valid selector
 
 
 # --- real runs of tiny models on the CPU ------------------------------------------------------------
 
 
 def _cli(*args: str, timeout: float = 240) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "headroom.cli", *args], capture_output=True, text=True,
-                          timeout=timeout, cwd=REPO)
+    return subprocess.run(
+        [sys.executable, "-m", "headroom.cli", *args], capture_output=True, text=True, timeout=timeout, cwd=REPO
+    )
 
 
 @pytest.fixture(scope="module")
@@ -171,20 +204,38 @@ def identity_run(tmp_path_factory):
     out = work / "identity"
     # the a-priori input: an identical module is a 1x speedup of every LlamaRMSNorm call
     (work / "speedups.toml").write_text('[[speedup]]\nselect = "module:LlamaRMSNorm"\nspeedup = 1.0\n')
-    p = _cli("validate", "llama-7b", *TINY, "--replace", f"LlamaRMSNorm={CANDIDATES / 'identity_rmsnorm.py'}",
-             "--out", str(out), "--rounds", "7", "--max-rounds", "14", "--target-width", "1.05",
-             "--timing-budget", "30", "--speedups", str(work / "speedups.toml"), "--json")
+    p = _cli(
+        "validate",
+        "llama-7b",
+        *TINY,
+        "--replace",
+        f"LlamaRMSNorm={CANDIDATES / 'identity_rmsnorm.py'}",
+        "--out",
+        str(out),
+        "--rounds",
+        "7",
+        "--max-rounds",
+        "14",
+        "--target-width",
+        "1.05",
+        "--timing-budget",
+        "30",
+        "--speedups",
+        str(work / "speedups.toml"),
+        "--json",
+    )
     assert p.returncode == 0, p.stderr[-2000:]
     doc = json.loads(p.stdout)
-    assert doc.pop("schema") == "headroom.validate/2"     # docs/cli.md; the rest is docs/validate.md's object
+    assert doc.pop("schema") == "headroom.validate/2"  # docs/cli.md; the rest is docs/validate.md's object
     return out, doc
 
 
 def test_identity_candidate_measures_and_projects_no_change(identity_run):
     out, r = identity_run
-    assert r["replacements"] == [{"module": "LlamaRMSNorm", "candidate": str(CANDIDATES / "identity_rmsnorm.py"),
-                                  "instances": 5}]
-    assert r["check"]["passed"] and r["check"]["worst"]["rel_l2"] == 0.0      # the same arithmetic
+    assert r["replacements"] == [
+        {"module": "LlamaRMSNorm", "candidate": str(CANDIDATES / "identity_rmsnorm.py"), "instances": 5}
+    ]
+    assert r["check"]["passed"] and r["check"]["worst"]["rel_l2"] == 0.0  # the same arithmetic
     # the same ops in both traces: exactly the same launches per call
     lp = r["part"]["launches_per_call"]
     assert lp[0] == lp[1] and lp[0] > 5
@@ -204,9 +255,14 @@ def test_identity_candidate_measures_and_projects_no_change(identity_run):
     assert abs(r["projected"]["amdahl"] - 1.0) <= abs(part - 1.0) + 0.01
     if abs(part - 1.0) < 0.25:
         assert abs(r["projected"]["amdahl"] - 1.0) < 0.03
-    assert r["projected"]["replay"] is None          # a CPU-only trace: Amdahl only
-    assert sorted(p.name for p in out.iterdir()) == ["base.json.gz", "result.json", "run.json", "speedups.toml",
-                                                     "variant.json.gz"]
+    assert r["projected"]["replay"] is None  # a CPU-only trace: Amdahl only
+    assert sorted(p.name for p in out.iterdir()) == [
+        "base.json.gz",
+        "result.json",
+        "run.json",
+        "speedups.toml",
+        "variant.json.gz",
+    ]
     # the a-priori estimate of a 1x speedup is 1x, inside its calibrated interval, from the file kept in the run
     pr = r["projected"]
     assert pr["source"] == "speedups.toml" and pr["level"] == 0.9
@@ -226,8 +282,9 @@ def test_offline_recompute_reproduces_the_saved_result_exactly(identity_run):
 
 def test_a_wrong_candidate_is_refused_and_nothing_is_written(tmp_path):
     out = tmp_path / "wrong"
-    p = _cli("validate", "llama-7b", *TINY, "--replace", f"LlamaRMSNorm={CANDIDATES / 'wrong_rmsnorm.py'}",
-             "--out", str(out))
+    p = _cli(
+        "validate", "llama-7b", *TINY, "--replace", f"LlamaRMSNorm={CANDIDATES / 'wrong_rmsnorm.py'}", "--out", str(out)
+    )
     assert p.returncode == 2
     err = [ln for ln in p.stderr.splitlines() if ln.startswith("headroom: error:")]
     assert len(err) == 1 and "differs from the original" in err[0] and "relative L2 error" in err[0]
@@ -239,12 +296,20 @@ def test_a_wrong_candidate_is_refused_and_nothing_is_written(tmp_path):
 
 
 BAD = [
-    ("unknown_class", "LlamaRMSNrom", "identity_rmsnorm.py",
-     "has no module of class LlamaRMSNrom; did you mean LlamaRMSNorm"),
+    (
+        "unknown_class",
+        "LlamaRMSNrom",
+        "identity_rmsnorm.py",
+        "has no module of class LlamaRMSNrom; did you mean LlamaRMSNorm",
+    ),
     ("no_modelnew", "LlamaRMSNorm", "no_modelnew.py", "defines no class ModelNew"),
     ("constructor", "LlamaRMSNorm", "bad_constructor.py", "ModelNew(*get_init_inputs()) failed: TypeError"),
-    ("state_dict", "LlamaRMSNorm", "bad_state_dict.py",
-     "ModelNew's state_dict does not fit LlamaRMSNorm's (missing weight"),
+    (
+        "state_dict",
+        "LlamaRMSNorm",
+        "bad_state_dict.py",
+        "ModelNew's state_dict does not fit LlamaRMSNorm's (missing weight",
+    ),
     ("crash", "LlamaRMSNorm", "crash_rmsnorm.py", "the candidate raised ZeroDivisionError during"),
     ("segfault", "LlamaRMSNorm", "segfault_rmsnorm.py", "died with SIGSEGV during"),
     ("oom", "LlamaRMSNorm", "oom_rmsnorm.py", "out of memory during"),
@@ -257,8 +322,15 @@ def test_bad_input_is_one_line_and_leaves_nothing(tmp_path, case, cls, cand, mes
     out = tmp_path / case
     lines: list[str] = []
     with pytest.raises(UserError) as e:
-        validate("llama-7b", [(cls, str(CANDIDATES / cand))], Options(flavour="tiny"), device="cpu", out=out,
-                 threads=1, log=lines.append)
+        validate(
+            "llama-7b",
+            [(cls, str(CANDIDATES / cand))],
+            Options(flavour="tiny"),
+            device="cpu",
+            out=out,
+            threads=1,
+            log=lines.append,
+        )
     assert message in str(e.value) and "\n" not in str(e.value)
     assert not any("Traceback" in ln for ln in lines)
     assert not out.exists() and not list(tmp_path.glob(f".{case}*"))
@@ -267,26 +339,46 @@ def test_bad_input_is_one_line_and_leaves_nothing(tmp_path, case, cls, cand, mes
 def test_a_hanging_candidate_is_killed_at_the_time_limit(tmp_path):
     out = tmp_path / "hang"
     with pytest.raises(UserError) as e:
-        validate("llama-7b", [("LlamaRMSNorm", str(CANDIDATES / "hang_rmsnorm.py"))], Options(flavour="tiny"),
-                 device="cpu", out=out, threads=1, timeout=20, log=lambda s: None)
+        validate(
+            "llama-7b",
+            [("LlamaRMSNorm", str(CANDIDATES / "hang_rmsnorm.py"))],
+            Options(flavour="tiny"),
+            device="cpu",
+            out=out,
+            threads=1,
+            timeout=20,
+            log=lambda s: None,
+        )
     assert "no result within --timeout 20 s (stuck in candidate-step: a candidate that hangs?)" in str(e.value)
     assert not out.exists() and not list(tmp_path.glob(".hang*"))
 
 
-@pytest.mark.parametrize("args,message", [
-    (["validate", "llama-7b"], "give at least one --replace"),
-    (["validate", "llama-7b", "--replace", "LlamaRMSNorm"], "expected CLASS=CANDIDATE.py"),
-    (["validate", "llama-7b", "--replace", "LlamaRMSNorm=nope.py"], "nope.py: candidate file not found"),
-    (["validate", "llama-7b", "--replace", f"LlamaRMSNorm={RMSNORM}", "--rounds", "3"], "--rounds must be at least 6"),
-    (["validate", "llama-7b", "--replace", f"LlamaRMSNorm={RMSNORM}", "--timer", "sundial"],
-     "--timer sundial: unknown"),
-    (["validate", "llama-7b", "--replace", f"LlamaRMSNorm={RMSNORM}", "--problems", str(RMSNORM)],
-     "--problems needs --speedups"),
-    (["validate", "llama-7b", "--replace", f"LlamaRMSNorm={RMSNORM}", "--device", "cpu", "--graphs"],
-     "--graphs needs a CUDA device"),
-    (["validate", "llama-8b", "--replace", f"LlamaRMSNorm={RMSNORM}"], "unknown workload 'llama-8b'"),
-    (["validate", "--from", "/nonexistent"], "not a directory"),
-])
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        (["validate", "llama-7b"], "give at least one --replace"),
+        (["validate", "llama-7b", "--replace", "LlamaRMSNorm"], "expected CLASS=CANDIDATE.py"),
+        (["validate", "llama-7b", "--replace", "LlamaRMSNorm=nope.py"], "nope.py: candidate file not found"),
+        (
+            ["validate", "llama-7b", "--replace", f"LlamaRMSNorm={RMSNORM}", "--rounds", "3"],
+            "--rounds must be at least 6",
+        ),
+        (
+            ["validate", "llama-7b", "--replace", f"LlamaRMSNorm={RMSNORM}", "--timer", "sundial"],
+            "--timer sundial: unknown",
+        ),
+        (
+            ["validate", "llama-7b", "--replace", f"LlamaRMSNorm={RMSNORM}", "--problems", str(RMSNORM)],
+            "--problems needs --speedups",
+        ),
+        (
+            ["validate", "llama-7b", "--replace", f"LlamaRMSNorm={RMSNORM}", "--device", "cpu", "--graphs"],
+            "--graphs needs a CUDA device",
+        ),
+        (["validate", "llama-8b", "--replace", f"LlamaRMSNorm={RMSNORM}"], "unknown workload 'llama-8b'"),
+        (["validate", "--from", "/nonexistent"], "not a directory"),
+    ],
+)
 def test_bad_arguments_fail_before_anything_runs(args, message):
     p = _cli(*args)
     err = [ln for ln in p.stderr.splitlines() if ln.startswith("headroom: error:")]

@@ -26,7 +26,7 @@ def test_graphs_are_refused_on_a_cpu_before_any_capture():
     used = []
     with pytest.raises(UserError, match="--graphs needs a CUDA device"):
         graph_sides(lambda: None, used.append, torch.device("cpu"))
-    assert used == []     # nothing was switched or run
+    assert used == []  # nothing was switched or run
 
 
 class _Replays:
@@ -60,8 +60,13 @@ def test_a_graphs_side_records_its_capture_and_profiles_replays(tmp_path: Path, 
 
     monkeypatch.setattr(vg, "recorded_capture", fake_capture)
     dest = tmp_path / "base.json.gz"
-    manifest = {"tool": "headroom validate", "side": "base", "workload": cfg.workload, "variant": cfg.variant,
-                "trace": dest.name}
+    manifest = {
+        "tool": "headroom validate",
+        "side": "base",
+        "workload": cfg.workload,
+        "variant": cfg.variant,
+        "trace": dest.name,
+    }
     handles = module_ranges(step)
     try:
         vg.record_graph_trace(step, torch.device("cpu"), dest, manifest, cfg, record_trace, steps=2)
@@ -73,10 +78,10 @@ def test_a_graphs_side_records_its_capture_and_profiles_replays(tmp_path: Path, 
     assert capture == tmp_path / "captures" / dest.name and capture.is_file()
     assert json.loads(gzip.open(capture).read())["headroom"]["capture_of"] == dest.name
     assert meta["graphs"]["capture_s"] == pytest.approx(0.001)
-    assert len(graphs) == 1 and graphs[0].n == 1 + 1 + 2          # wait + warm-up + profiled: replays only
+    assert len(graphs) == 1 and graphs[0].n == 1 + 1 + 2  # wait + warm-up + profiled: replays only
     capture_ranges = {e.get("name") for e in json.loads(gzip.open(capture).read())["traceEvents"]}
-    assert any(str(n).startswith(MODULE_RANGE_PREFIX + "model") for n in capture_ranges)   # ranges on in the capture
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["base.json.gz", "captures"]   # no raw file left
+    assert any(str(n).startswith(MODULE_RANGE_PREFIX + "model") for n in capture_ranges)  # ranges on in the capture
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["base.json.gz", "captures"]  # no raw file left
 
 
 def test_graphs_build_the_static_step_and_refuse_a_dynamic_cache_before_any_model(tmp_path: Path):
@@ -84,6 +89,12 @@ def test_graphs_build_the_static_step_and_refuse_a_dynamic_cache_before_any_mode
 
     cand = Path(__file__).resolve().parents[1] / "examples" / "substitutions" / "gpt2_gelu_tanh.py"
     with pytest.raises(UserError, match="dynamic KV cache"):
-        validate("gpt2-xl", [f"NewGELUActivation={cand}"], Options(phase="decode", kv_cache="dynamic"),
-                 device="auto", out=tmp_path / "run", graphs=True)
-    assert not (tmp_path / "run").exists()     # refused before the run's folder was made
+        validate(
+            "gpt2-xl",
+            [f"NewGELUActivation={cand}"],
+            Options(phase="decode", kv_cache="dynamic"),
+            device="auto",
+            out=tmp_path / "run",
+            graphs=True,
+        )
+    assert not (tmp_path / "run").exists()  # refused before the run's folder was made

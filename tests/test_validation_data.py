@@ -22,9 +22,9 @@ DATA = REPO / "docs" / "gpu" / "validation.json"
 RUNS = REPO / "docs" / "gpu" / "validation"
 DOC = REPO / "docs" / "validation.md"
 
-GPU_BOUND_TARGET = 0.03      # the target |projection error| for GPU-bound workloads
-LAUNCH_BOUND_TARGET = 0.06   # ... and for launch-bound ones
-REL = 1e-9                   # "equal": floats to 9 significant digits (sums may differ in the last bit)
+GPU_BOUND_TARGET = 0.03  # the target |projection error| for GPU-bound workloads
+LAUNCH_BOUND_TARGET = 0.06  # ... and for launch-bound ones
+REL = 1e-9  # "equal": floats to 9 significant digits (sums may differ in the last bit)
 
 
 def _committed() -> list[dict]:
@@ -47,8 +47,13 @@ def recomputed() -> dict[str, tuple[str, dict]]:
     _committed()
     out = {}
     for d in _run_dirs():
-        p = subprocess.run([sys.executable, "-m", "headroom.cli", "validate", "--from", str(d), "--json"],
-                           capture_output=True, text=True, timeout=600, cwd=REPO)
+        p = subprocess.run(
+            [sys.executable, "-m", "headroom.cli", "validate", "--from", str(d), "--json"],
+            capture_output=True,
+            text=True,
+            timeout=600,
+            cwd=REPO,
+        )
         assert p.returncode == 0, f"headroom validate --from {d}: exit {p.returncode}: {p.stderr[-2000:]}"
         r = json.loads(p.stdout)
         assert r.pop("schema", "").startswith("headroom.validate/")
@@ -67,8 +72,12 @@ def _same(a, b, where: str = "") -> None:
         for i, (x, y) in enumerate(zip(a, b)):
             _same(x, y, f"{where}[{i}]")
     elif isinstance(a, float) or isinstance(b, float):
-        assert isinstance(a, (int, float)) and isinstance(b, (int, float)) and not isinstance(a, bool) \
-            and not isinstance(b, bool), f"{where}: {a!r} != {b!r}"
+        assert (
+            isinstance(a, (int, float))
+            and isinstance(b, (int, float))
+            and not isinstance(a, bool)
+            and not isinstance(b, bool)
+        ), f"{where}: {a!r} != {b!r}"
         assert a == pytest.approx(b, rel=REL, abs=1e-12), f"{where}: {a!r} != {b!r}"
     else:
         assert a == b, f"{where}: {a!r} != {b!r}"
@@ -82,9 +91,11 @@ def test_every_committed_result_is_recomputed_from_its_traces(recomputed):
         assert _key(r) in recomputed, f"no run directory under {RUNS} for {r['workload']} {r['replacements']}"
         name, fresh = recomputed[_key(r)]
         # The headline numbers first, so a failure names them.
-        for section, keys in (("measured", ("speedup", "ci", "coverage", "noise", "base_ms", "variant_ms", "rounds")),
-                              ("projected", ("estimate", "low", "high", "amdahl", "replay", "variant_estimate")),
-                              ("error", ("estimate", "amdahl", "replay", "variant_estimate"))):
+        for section, keys in (
+            ("measured", ("speedup", "ci", "coverage", "noise", "base_ms", "variant_ms", "rounds")),
+            ("projected", ("estimate", "low", "high", "amdahl", "replay", "variant_estimate")),
+            ("error", ("estimate", "amdahl", "replay", "variant_estimate")),
+        ):
             for k in keys:
                 _same(fresh[section][k], r[section][k], f"{name}: {section}.{k}")
         # Then everything else (part, baseline, detail ...): the whole object.
@@ -112,8 +123,10 @@ def test_decode_at_batch_one_is_the_launch_bound_regime():
 def _rows() -> list[tuple[str, dict]]:
     if not DATA.is_file():
         return []
-    return [(f"{r['workload']}-{r['config'].get('phase') or r['config'].get('mode')}-"
-             f"{r['replacements'][0]['module']}", r) for r in json.loads(DATA.read_text())]
+    return [
+        (f"{r['workload']}-{r['config'].get('phase') or r['config'].get('mode')}-{r['replacements'][0]['module']}", r)
+        for r in json.loads(DATA.read_text())
+    ]
 
 
 @pytest.mark.parametrize("name,r", _rows(), ids=[n for n, _ in _rows()])
@@ -152,6 +165,8 @@ def test_the_launch_bound_calls_cost_what_the_variant_trace_measured():
 
 def test_the_table_in_the_docs_is_the_committed_data():
     from headroom.report.validation import validation_table
+
     table = validation_table(_committed())
-    assert table in DOC.read_text(), "docs/validation.md: regenerate the table with " \
-        "python3 -m headroom.report.validation docs/gpu/validation.json"
+    assert table in DOC.read_text(), (
+        "docs/validation.md: regenerate the table with python3 -m headroom.report.validation docs/gpu/validation.json"
+    )

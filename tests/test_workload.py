@@ -40,11 +40,11 @@ def test_unknown_workload_lists_the_names():
 
 # Parameters of the real configurations, counted without allocating.
 EXPECTED_PARAMS = {
-    "llama-7b": 6_738_415_616,      # Llama-2-7B
-    "gpt2-xl": 1_557_611_200,       # GPT-2 XL, tied head
-    "bert-base": 109_482_240,       # BERT-base with pooler
-    "resnet-50": 25_557_032,        # torchvision/timm ResNet-50
-    "vit-b-16": 86_567_656,         # ViT-B/16, 1000 classes
+    "llama-7b": 6_738_415_616,  # Llama-2-7B
+    "gpt2-xl": 1_557_611_200,  # GPT-2 XL, tied head
+    "bert-base": 109_482_240,  # BERT-base with pooler
+    "resnet-50": 25_557_032,  # torchvision/timm ResNet-50
+    "vit-b-16": 86_567_656,  # ViT-B/16, 1000 classes
 }
 
 
@@ -74,11 +74,11 @@ def test_recommender_parameter_counts_on_meta(name):
     assert emb == rows * 128
     bottom = _mlp([13, 512, 256, 128])
     if name == "dlrm":
-        over_in = 128 + 26 * 25 // 2 + 26        # dense + pairwise dots + (torchrec's) self terms
+        over_in = 128 + 26 * 25 // 2 + 26  # dense + pairwise dots + (torchrec's) self terms
         dense = bottom + _mlp([over_in, 1024, 1024, 512, 256, 1])
     else:
-        d = 27 * 128                             # 26 sparse + 1 dense vectors
-        cross = 3 * (d * 512 + 512 * d + d)      # low-rank V, W and bias per layer
+        d = 27 * 128  # 26 sparse + 1 dense vectors
+        cross = 3 * (d * 512 + 512 * d + d)  # low-rank V, W and bias per layer
         dense = bottom + cross + _mlp([d, 1024, 1024, 512, 256, 1])
     assert spec.param_count_meta() == rows * 128 + dense
 
@@ -91,8 +91,9 @@ def test_resolve_defaults_and_cpu_scaling():
     assert gpu.kv_cache == "dynamic"
     dec = spec.resolve(Options(phase="decode"), "cuda")
     assert dec.kv_cache == "static" and dec.variant == "infer decode static-cache"
-    assert spec.resolve(Options(phase="decode", kv_cache="dynamic"), "cuda").tag == \
-        "llama-7b.infer.decode.dynamic-cache"
+    assert (
+        spec.resolve(Options(phase="decode", kv_cache="dynamic"), "cuda").tag == "llama-7b.infer.decode.dynamic-cache"
+    )
 
     cpu = spec.resolve(Options(), "cpu")
     assert (cpu.layers, cpu.seq, cpu.batch, cpu.dtype) == (2, 128, 1, "float32")
@@ -108,18 +109,21 @@ def test_resolve_defaults_and_cpu_scaling():
     assert (train.phase, train.kv_cache, train.batch) == (None, None, 1)
 
 
-@pytest.mark.parametrize("name,opts,msg", [
-    ("llama-7b", Options(layers=33), "--layers must be between 1 and 32"),
-    ("resnet-50", Options(layers=2), "--layers needs identical repeated blocks"),
-    ("bert-base", Options(phase="decode"), "has no phases"),
-    ("dlrm", Options(mode="infer"), "--mode infer is not supported"),
-    ("llama-7b", Options(phase="sample"), "unknown --phase"),
-    ("llama-7b", Options(kv_cache="paged"), "unknown --kv-cache"),
-    ("llama-7b", Options(dtype="int8"), "unknown --dtype"),
-    ("llama-7b", Options(flavour="8b"), "unknown flavour"),
-    ("dlrm", Options(extra={"rows": "1"}), "unknown --opt rows"),
-    ("resnet-50", Options(seq=128), "--seq does not apply"),
-])
+@pytest.mark.parametrize(
+    "name,opts,msg",
+    [
+        ("llama-7b", Options(layers=33), "--layers must be between 1 and 32"),
+        ("resnet-50", Options(layers=2), "--layers needs identical repeated blocks"),
+        ("bert-base", Options(phase="decode"), "has no phases"),
+        ("dlrm", Options(mode="infer"), "--mode infer is not supported"),
+        ("llama-7b", Options(phase="sample"), "unknown --phase"),
+        ("llama-7b", Options(kv_cache="paged"), "unknown --kv-cache"),
+        ("llama-7b", Options(dtype="int8"), "unknown --dtype"),
+        ("llama-7b", Options(flavour="8b"), "unknown flavour"),
+        ("dlrm", Options(extra={"rows": "1"}), "unknown --opt rows"),
+        ("resnet-50", Options(seq=128), "--seq does not apply"),
+    ],
+)
 def test_bad_options_are_user_errors(name, opts, msg):
     with pytest.raises(UserError, match=msg.replace("(", r"\(").replace(")", r"\)")):
         get_workload(name).resolve(opts, "cuda")
@@ -139,7 +143,7 @@ def test_meta_construction_then_materialize_matches_a_normal_build():
     assert not any(p.is_meta for p in m.parameters())
     assert {p.dtype for p in m.parameters()} == {torch.bfloat16}
     for (n, b), (_, rb) in zip(m.named_buffers(), ref.named_buffers()):
-        assert b.dtype == rb.dtype == torch.float32, n      # rotary frequencies stay fp32
+        assert b.dtype == rb.dtype == torch.float32, n  # rotary frequencies stay fp32
         assert torch.equal(b, rb), n
     norms = [p for n, p in m.named_parameters() if n.endswith("norm.weight")]
     assert norms and all(bool((p == 1).all()) for p in norms)
@@ -147,7 +151,7 @@ def test_meta_construction_then_materialize_matches_a_normal_build():
     with meta_parameters():
         g = GPT2LMHeadModel(gpt2_config("tiny"))
     materialize(g, torch.device("cpu"))
-    assert g.lm_head.weight is g.transformer.wte.weight      # tied weights stay tied
+    assert g.lm_head.weight is g.transformer.wte.weight  # tied weights stay tied
 
 
 def test_materialize_refuses_meta_buffers():
@@ -157,7 +161,7 @@ def test_materialize_refuses_meta_buffers():
         materialize(bn, torch.device("cpu"))
 
 
-WORKLOAD_FILE = textwrap.dedent('''
+WORKLOAD_FILE = textwrap.dedent("""
     import torch
     from headroom.profile import Default, Step, WorkloadSpec, infer_step
 
@@ -182,7 +186,7 @@ WORKLOAD_FILE = textwrap.dedent('''
         defaults={{"mode": Default("infer", "example"), "batch": Default(16, "example"),
                    "dtype": Default("fp32", "example")}},
     )
-''')
+""")
 
 
 def write_workload_file(tmp_path, name="user-mlp"):
@@ -214,7 +218,7 @@ def test_load_workload_file(tmp_path):
 
 def test_fbgemm_cuda_is_not_detected_without_cuda():
     pytest.importorskip("torchrec")
-    from headroom.workloads.dlrm import fbgemm_cuda_status
+    from headroom.workloads._torchrec import fbgemm_cuda_status
 
     if torch.cuda.is_available():
         pytest.skip("this machine has CUDA")
@@ -229,7 +233,8 @@ def test_a_module_that_only_declares_WORKLOAD_is_registered(tmp_path):
     from headroom.profile.registry import register_declared
 
     spec = load_workload_file(write_workload_file(tmp_path, "user-mlp-declared"))[0]
-    module = types.SimpleNamespace(WORKLOAD=None, WORKLOADS=[WorkloadSpec(**{**spec.__dict__, "name": "user-mlp-b",
-                                                                             "source": ""})])
+    module = types.SimpleNamespace(
+        WORKLOAD=None, WORKLOADS=[WorkloadSpec(**{**spec.__dict__, "name": "user-mlp-b", "source": ""})]
+    )
     assert [s.name for s in register_declared(module, "workloads/user_mlp_b.py")] == ["user-mlp-b"]
     assert get_workload("user-mlp-b").source == "workloads/user_mlp_b.py"

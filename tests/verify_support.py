@@ -14,8 +14,15 @@ REPO = Path(__file__).resolve().parents[1]
 CHEATERS = REPO / "tests" / "cheaters"
 
 # Reasons a correct candidate may be inconclusive on a noisy (shared, loaded) machine.
-TIMING_NOISE = ("wider than", "waited for a CPU", "calibrated time", "calibrated CPU time", "no measurable time",
-                "no 95% interval", "round orders disagree")
+TIMING_NOISE = (
+    "wider than",
+    "waited for a CPU",
+    "calibrated time",
+    "calibrated CPU time",
+    "no measurable time",
+    "no 95% interval",
+    "round orders disagree",
+)
 
 
 # The checks that compare a candidate's outputs with the truth. Which of them catches a wrong or unwritten output
@@ -59,8 +66,11 @@ def timing_noise_only(reason: str | None) -> bool:
 
 def kernelbench_dir() -> Path:
     """KernelBench's files, read in place: $HEADROOM_KERNELBENCH, ../shared/kernelbench (CI), /work/shared."""
-    candidates = [os.environ.get("HEADROOM_KERNELBENCH"), REPO.parent / "shared" / "kernelbench",
-                  Path("/work/shared/kernelbench")]
+    candidates = [
+        os.environ.get("HEADROOM_KERNELBENCH"),
+        REPO.parent / "shared" / "kernelbench",
+        Path("/work/shared/kernelbench"),
+    ]
     for c in candidates:
         if c and (Path(c) / "level1").is_dir():
             return Path(c)

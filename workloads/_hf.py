@@ -113,8 +113,15 @@ def rewind_cache(cache: Any, to: int, added: int) -> None:
         cache.crop(-added)
 
 
-def decoder_lm_step(cfg: RunConfig, device: Any, model: Any, blocks: list[tuple[str, Any]],
-                    vocab: int, info: dict[str, Any], max_positions: int | None = None) -> Step:
+def decoder_lm_step(
+    cfg: RunConfig,
+    device: Any,
+    model: Any,
+    blocks: list[tuple[str, Any]],
+    vocab: int,
+    info: dict[str, Any],
+    max_positions: int | None = None,
+) -> Step:
     """A causal LM: inference prefill, inference decode (static or dynamic KV cache), or a training step.
 
     prefill: one forward over batch x seq prompt tokens with the KV cache on and
@@ -139,8 +146,14 @@ def decoder_lm_step(cfg: RunConfig, device: Any, model: Any, blocks: list[tuple[
             return call(input_ids=ids, labels=ids, use_cache=False).loss
 
         fn = train_step(model, loss_fn, opt, device_type=device.type, amp_dtype=amp_dtype(cfg))
-        return Step(fn, model, blocks=blocks, info=info, train=True,
-                    forward=train_forward(loss_fn, device_type=device.type, amp_dtype=amp_dtype(cfg)))
+        return Step(
+            fn,
+            model,
+            blocks=blocks,
+            info=info,
+            train=True,
+            forward=train_forward(loss_fn, device_type=device.type, amp_dtype=amp_dtype(cfg)),
+        )
 
     model.eval()
     call = compiled(model, cfg, blocks)
@@ -153,6 +166,7 @@ def decoder_lm_step(cfg: RunConfig, device: Any, model: Any, blocks: list[tuple[
                 rewind_cache(cache, 0, cfg.seq)
                 return call(input_ids=ids, use_cache=True, logits_to_keep=1, **{ck: cache}).logits
         else:
+
             def forward():  # the model builds HF's DynamicCache itself, as a plain forward does
                 return call(input_ids=ids, use_cache=True, logits_to_keep=1).logits
 
@@ -161,8 +175,16 @@ def decoder_lm_step(cfg: RunConfig, device: Any, model: Any, blocks: list[tuple[
     return _decode_step(cfg, model, call, ids, ck, blocks, info, max_positions)
 
 
-def _decode_step(cfg: RunConfig, model: Any, call: Any, ids: Any, ck: str, blocks: list[tuple[str, Any]],
-                 info: dict[str, Any], max_positions: int | None) -> Step:
+def _decode_step(
+    cfg: RunConfig,
+    model: Any,
+    call: Any,
+    ids: Any,
+    ck: str,
+    blocks: list[tuple[str, Any]],
+    info: dict[str, Any],
+    max_positions: int | None,
+) -> Step:
     """decode: the cache filled with the prompt once at build time (not part of the step), then one token per
     sequence per step (on static buffers under --graphs)."""
     import torch
@@ -183,10 +205,20 @@ def _decode_step(cfg: RunConfig, model: Any, call: Any, ids: Any, ck: str, block
 
     if cfg.graphs:
         forward = _static_decode(call, cache, ck, first, cfg.seq)
-        info = dict(info, decode_cache_capacity=cap, decode_position="fixed: every step decodes at the same "
-                    "position into static input buffers, as a replayed CUDA graph does")
-        return Step(infer_step(forward), model, blocks=blocks, info=info, forward=infer_forward(forward),
-                    close=lambda: state.clear())
+        info = dict(
+            info,
+            decode_cache_capacity=cap,
+            decode_position="fixed: every step decodes at the same "
+            "position into static input buffers, as a replayed CUDA graph does",
+        )
+        return Step(
+            infer_step(forward),
+            model,
+            blocks=blocks,
+            info=info,
+            forward=infer_forward(forward),
+            close=lambda: state.clear(),
+        )
 
     def forward():
         if state["used"] >= cap:
@@ -207,8 +239,14 @@ def _decode_step(cfg: RunConfig, model: Any, call: Any, ids: Any, ck: str, block
         return logits
 
     info = dict(info, decode_cache_capacity=cap)
-    return Step(infer_step(forward), model, blocks=blocks, info=info, forward=infer_forward(first_token),
-                close=lambda: state.clear())
+    return Step(
+        infer_step(forward),
+        model,
+        blocks=blocks,
+        info=info,
+        forward=infer_forward(first_token),
+        close=lambda: state.clear(),
+    )
 
 
 def _static_decode(call: Any, cache: Any, ck: str, first: Any, position: int) -> Callable[[], Any]:
@@ -230,20 +268,36 @@ def _static_decode(call: Any, cache: Any, ck: str, first: Any, position: int) ->
     return forward
 
 
-def encoder_step(cfg: RunConfig, device: Any, model: Any, blocks: list[tuple[str, Any]],
-                 inputs: dict[str, Any], loss_fn: Callable[[Any, dict], Any], info: dict[str, Any],
-                 optimizer: Callable[[Any], Any] | None = None) -> Step:
+def encoder_step(
+    cfg: RunConfig,
+    device: Any,
+    model: Any,
+    blocks: list[tuple[str, Any]],
+    inputs: dict[str, Any],
+    loss_fn: Callable[[Any, dict], Any],
+    info: dict[str, Any],
+    optimizer: Callable[[Any], Any] | None = None,
+) -> Step:
     """Inference forward, or a training step with `loss_fn(call, inputs)` (data-parallel with --nproc)."""
     if cfg.mode == "train":
         model.train()
         call = compiled(parallelize(model, cfg, device, blocks), cfg, blocks)
         opt = optimizer(model) if optimizer else make_optimizer(model, device)
-        fn = train_step(model, lambda: loss_fn(call, inputs), opt, device_type=device.type,
-                        amp_dtype=amp_dtype(cfg))
-        return Step(fn, model, blocks=blocks, info=info, train=True,
-                    forward=train_forward(lambda: loss_fn(call, inputs), device_type=device.type,
-                                          amp_dtype=amp_dtype(cfg)))
+        fn = train_step(model, lambda: loss_fn(call, inputs), opt, device_type=device.type, amp_dtype=amp_dtype(cfg))
+        return Step(
+            fn,
+            model,
+            blocks=blocks,
+            info=info,
+            train=True,
+            forward=train_forward(lambda: loss_fn(call, inputs), device_type=device.type, amp_dtype=amp_dtype(cfg)),
+        )
     model.eval()
     call = compiled(model, cfg, blocks)
-    return Step(infer_step(lambda: call(**inputs)), model, blocks=blocks, info=info,
-                forward=infer_forward(lambda: call(**inputs)))
+    return Step(
+        infer_step(lambda: call(**inputs)),
+        model,
+        blocks=blocks,
+        info=info,
+        forward=infer_forward(lambda: call(**inputs)),
+    )

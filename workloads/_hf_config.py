@@ -83,8 +83,9 @@ def model_class(ref: str, config: Any, task: str | None) -> Any:
     try:
         return type(meta_hf(auto.from_config, copy.deepcopy(config)))
     except ValueError as e:
-        raise UserError(f"{PREFIX}{ref}: task {task} has no {type(config).__name__} model "
-                        f"({str(e).splitlines()[0][:120]})") from None
+        raise UserError(
+            f"{PREFIX}{ref}: task {task} has no {type(config).__name__} model ({str(e).splitlines()[0][:120]})"
+        ) from None
 
 
 def repeated_block(model: Any) -> str | None:
@@ -115,15 +116,19 @@ def truncated(config: Any, layers: int | None, total: int | None) -> Any:
 def input_kind(ref: str, config: Any, cls: Any) -> str:
     """text (input_ids) or image (pixel_values); a UserError for what headroom builds no inputs for."""
     if getattr(config, "is_encoder_decoder", False):
-        raise UserError(f"{PREFIX}{ref}: {cls.__name__} is an encoder-decoder model; hf: builds decoder-only, "
-                        f"encoder and vision models")
+        raise UserError(
+            f"{PREFIX}{ref}: {cls.__name__} is an encoder-decoder model; hf: builds decoder-only, "
+            f"encoder and vision models"
+        )
     params = inspect.signature(cls.forward).parameters
     if "input_ids" in params and "pixel_values" not in params:
         return "text"
     if "pixel_values" in params and "input_ids" not in params:
         return "image"
-    raise UserError(f"{PREFIX}{ref}: {cls.__name__} takes {', '.join(list(params)[1:4])}...; hf: builds "
-                    f"inputs for text (input_ids) or image (pixel_values) models only")
+    raise UserError(
+        f"{PREFIX}{ref}: {cls.__name__} takes {', '.join(list(params)[1:4])}...; hf: builds "
+        f"inputs for text (input_ids) or image (pixel_values) models only"
+    )
 
 
 class HFModel:
@@ -144,23 +149,28 @@ class HFModel:
         task = cfg.extra.get("task") or ""
         cls = model_class(self.ref, self.config, task) if task else self.cls
         if task and cls.__name__.endswith("ForCausalLM") != self.decoder:
-            raise UserError(f"{PREFIX}{self.ref}: --opt task={task} changes decoder to encoder or back; "
-                            f"give a config.json whose architectures name the model")
+            raise UserError(
+                f"{PREFIX}{self.ref}: --opt task={task} changes decoder to encoder or back; "
+                f"give a config.json whose architectures name the model"
+            )
         config = truncated(self.config, cfg.layers, self.total)
         if cfg.seq and self.max_positions and cfg.seq + (cfg.phase == "decode") > self.max_positions:
             raise UserError(f"{PREFIX}{self.ref}: --seq {cfg.seq} exceeds its {self.max_positions} positions")
         model = build_hf(cls, config, device, weights_dtype(cfg))
         blocks = blocks_of(model, self.block) if self.block else []
         if cfg.layers is not None and len(blocks) != cfg.layers:
-            raise UserError(f"{PREFIX}{self.ref}: --layers {cfg.layers} built {len(blocks)} blocks "
-                            f"(its layer count is not num_hidden_layers)")
+            raise UserError(
+                f"{PREFIX}{self.ref}: --layers {cfg.layers} built {len(blocks)} blocks "
+                f"(its layer count is not num_hidden_layers)"
+            )
         info = {"class": cls.__name__, "attn_implementation": model.config._attn_implementation}
         experts = getattr(model.config, "_experts_implementation", None)
         if experts:
             info["experts_implementation"] = experts
         if self.decoder:
-            return decoder_lm_step(cfg, device, model, blocks, config.vocab_size, info=info,
-                                   max_positions=self.max_positions)
+            return decoder_lm_step(
+                cfg, device, model, blocks, config.vocab_size, info=info, max_positions=self.max_positions
+            )
         inputs = self.make_inputs(cfg, config, device, model)
         info["amp"] = str(amp_dtype(cfg))
         return encoder_step(cfg, device, model, blocks, inputs, _loss, info=info)
@@ -179,7 +189,7 @@ class HFModel:
         else:
             ids = torch.randint(0, config.vocab_size, (cfg.batch, cfg.seq or 1), generator=gen)
             inputs = {"input_ids": ids.to(device)}
-            if "attention_mask" in params:   # what a tokenizer returns for unpadded text
+            if "attention_mask" in params:  # what a tokenizer returns for unpadded text
                 inputs["attention_mask"] = torch.ones_like(inputs["input_ids"])
         if cfg.mode == "train" and "labels" in params:
             name = type(model).__name__
@@ -217,14 +227,18 @@ def _defaults(m: HFModel) -> dict[str, Default]:
             "batch@train": Default(1, "one sequence: AdamW with fp32 master weights"),
         }
     if m.inputs == "image":
-        return {"mode": Default("infer", "vision backbones are mostly served"),
-                "batch": Default(128, "128 images fill a GPU, as vit-b-16"),
-                "seq": Default(None, "fixed by the image size and patch size"),
-                "dtype": Default("bf16", "how HF vision models are served on Hopper")}
-    return {"mode": Default("infer", "encoders are mostly served: classification, embeddings"),
-            "batch": Default(256, "256 x 128 tokens per step, as bert-base"),
-            "seq": Default(cap(128), "classification and embedding serving pads short texts to 128"),
-            "dtype": Default("bf16", "bf16 weights and activations")}
+        return {
+            "mode": Default("infer", "vision backbones are mostly served"),
+            "batch": Default(128, "128 images fill a GPU, as vit-b-16"),
+            "seq": Default(None, "fixed by the image size and patch size"),
+            "dtype": Default("bf16", "how HF vision models are served on Hopper"),
+        }
+    return {
+        "mode": Default("infer", "encoders are mostly served: classification, embeddings"),
+        "batch": Default(256, "256 x 128 tokens per step, as bert-base"),
+        "seq": Default(cap(128), "classification and embedding serving pads short texts to 128"),
+        "dtype": Default("bf16", "bf16 weights and activations"),
+    }
 
 
 def _cpu_scale(m: HFModel) -> dict[str, Any]:
@@ -240,7 +254,7 @@ def _cpu_scale(m: HFModel) -> dict[str, Any]:
 
 def hf_workload(name: str) -> WorkloadSpec:
     """The spec of `hf:<hub id or local directory>` (a UserError, one line, for what it cannot build)."""
-    ref = name[len(PREFIX):]
+    ref = name[len(PREFIX) :]
     if not ref:
         raise UserError(f"{PREFIX}: give a hub id or a local directory holding config.json")
     config = load_config(ref)
@@ -257,8 +271,7 @@ def hf_workload(name: str) -> WorkloadSpec:
         phases=("prefill", "decode") if m.decoder else (),
         kv_caches=("static", "dynamic") if m.decoder else (),
         defaults=_defaults(m),
-        extras={"task": Default("", f"the class config.json names ({m.cls.__name__}); or one of "
-                                    f"{', '.join(TASKS)}")},
+        extras={"task": Default("", f"the class config.json names ({m.cls.__name__}); or one of {', '.join(TASKS)}")},
         flavours={"default": "the configuration as given"},
         num_layers=(lambda f: total) if total else None,
         block=m.block or "",

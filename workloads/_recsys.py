@@ -21,9 +21,9 @@ def need_fbgemm_cuda(cfg: RunConfig, device: Any) -> None:
     registers the ops without them): say so in one line rather than fail inside the first step."""
     if device.type != "cuda":
         return
-    from headroom.workloads.dlrm import fbgemm_cuda_status
+    from headroom.workloads import _torchrec
 
-    ok, why = fbgemm_cuda_status()
+    ok, why = _torchrec.fbgemm_cuda_status()
     if not ok:
         raise UserError(f"{cfg.workload}: its fbgemm ops need the CUDA build of fbgemm-gpu on a GPU: {why}")
 
@@ -70,8 +70,9 @@ def table_init(module_name: str, param_name: str, module: Any, p: Any) -> None:
             p.uniform_(-bound, bound)
 
 
-def sparse_table_step(cfg: RunConfig, device: Any, model: Any, tables: Iterable[Any], loss_fn: Any,
-                      info: dict[str, Any]) -> Step:
+def sparse_table_step(
+    cfg: RunConfig, device: Any, model: Any, tables: Iterable[Any], loss_fn: Any, info: dict[str, Any]
+) -> Step:
     """A training step: `tables` (nn.Embedding / nn.EmbeddingBag) with sparse gradients and sparse
     Adagrad, the other parameters with Adagrad; `loss_fn()` under autocast when the dtype is not fp32."""
     import torch
@@ -87,13 +88,19 @@ def sparse_table_step(cfg: RunConfig, device: Any, model: Any, tables: Iterable[
     model.train()
     fn = train_step(model, loss_fn, opt, device_type=device.type, amp_dtype=amp)
     forward = train_forward(loss_fn, device_type=device.type, amp_dtype=amp)
-    return Step(fn, model, info={**info, "optimizer": "Adagrad lr=0.01 (sparse on the tables)"}, forward=forward,
-                train=True)
+    return Step(
+        fn, model, info={**info, "optimizer": "Adagrad lr=0.01 (sparse on the tables)"}, forward=forward, train=True
+    )
 
 
-SHARDING_OPT = {"sharding": Default("auto", "auto: torchrec's production path (DistributedModelParallel, fbgemm TBE "
-                                            "with the optimizer fused) when CUDA fbgemm-gpu runs, else unsharded; "
-                                            "or dmp / none")}
+SHARDING_OPT = {
+    "sharding": Default(
+        "auto",
+        "auto: torchrec's production path (DistributedModelParallel, fbgemm TBE "
+        "with the optimizer fused) when CUDA fbgemm-gpu runs, else unsharded; "
+        "or dmp / none",
+    )
+}
 
 
 def resolve_sharding(cfg: RunConfig, device: Any) -> tuple[str, str]:
@@ -104,16 +111,24 @@ def resolve_sharding(cfg: RunConfig, device: Any) -> tuple[str, str]:
     if device.type != "cuda":
         # A CPU runs DMP with gloo and fbgemm's CPU TBE kernels when asked (tests do); the default is unsharded.
         return ("none" if want == "auto" else want), "CPU"
-    from headroom.workloads.dlrm import fbgemm_cuda_status
+    from headroom.workloads import _torchrec
 
-    ok, why = fbgemm_cuda_status()
+    ok, why = _torchrec.fbgemm_cuda_status()
     if want == "dmp" and not ok:
         raise UserError(f"{cfg.workload}: --opt sharding=dmp needs the CUDA fbgemm-gpu: {why}")
     return (("dmp" if ok else "none") if want == "auto" else want), why
 
 
-def dmp_model(cfg: RunConfig, device: Any, model: Any, sparse: Any, table_names: list[str],
-              pooling_factors: list[float], opt_cls: Any, opt_kw: dict[str, Any]):
+def dmp_model(
+    cfg: RunConfig,
+    device: Any,
+    model: Any,
+    sparse: Any,
+    table_names: list[str],
+    pooling_factors: list[float],
+    opt_cls: Any,
+    opt_kw: dict[str, Any],
+):
     """`model` (its `sparse` EmbeddingBagCollection on meta, the rest on `device`) under torchrec's
     DistributedModelParallel on a one-rank process group: every table whole on the rank with the `fused`
     kernel (fbgemm TBE, `opt_cls` fused into the backward), the dense part under DDP with `opt_cls`.
@@ -132,8 +147,9 @@ def dmp_model(cfg: RunConfig, device: Any, model: Any, sparse: Any, table_names:
     if not dist.is_initialized():
         if device.type == "cuda":
             torch.cuda.set_device(device.index if device.index is not None else torch.cuda.current_device())
-        dist.init_process_group(backend="nccl" if device.type == "cuda" else "gloo", store=dist.HashStore(),
-                                rank=0, world_size=1)
+        dist.init_process_group(
+            backend="nccl" if device.type == "cuda" else "gloo", store=dist.HashStore(), rank=0, world_size=1
+        )
         created = True
 
     def close() -> None:
@@ -142,19 +158,24 @@ def dmp_model(cfg: RunConfig, device: Any, model: Any, sparse: Any, table_names:
 
     try:
         apply_optimizer_in_backward(opt_cls, sparse.parameters(), dict(opt_kw))
-        constraints = {name: ParameterConstraints(sharding_types=["table_wise"], compute_kernels=["fused"],
-                                                  pooling_factors=[float(h)])
-                       for name, h in zip(table_names, pooling_factors)}
+        constraints = {
+            name: ParameterConstraints(
+                sharding_types=["table_wise"], compute_kernels=["fused"], pooling_factors=[float(h)]
+            )
+            for name, h in zip(table_names, pooling_factors)
+        }
         topo_kw: dict[str, Any] = {}
         if device.type == "cuda":
             topo_kw["hbm_cap"] = torch.cuda.get_device_properties(device).total_memory
         topology = Topology(world_size=1, local_world_size=1, compute_device=device.type, **topo_kw)
-        planner = EmbeddingShardingPlanner(topology=topology, batch_size=cfg.batch, constraints=constraints,
-                                           debug=False)
+        planner = EmbeddingShardingPlanner(
+            topology=topology, batch_size=cfg.batch, constraints=constraints, debug=False
+        )
         plan = planner.collective_plan(model, get_default_sharders(), dist.GroupMember.WORLD)
         dmp = DistributedModelParallel(module=model, device=device, plan=plan)
-        dense = KeyedOptimizerWrapper(dict(in_backward_optimizer_filter(dmp.named_parameters())),
-                                      lambda params: opt_cls(params, **opt_kw))
+        dense = KeyedOptimizerWrapper(
+            dict(in_backward_optimizer_filter(dmp.named_parameters())), lambda params: opt_cls(params, **opt_kw)
+        )
         opt = CombinedOptimizer([dmp.fused_optimizer, dense])
     except Exception:
         close()

@@ -8,12 +8,30 @@ from headroom.profile import Default, RunConfig, Step, WorkloadSpec, register_wo
 from headroom.workloads._hf import blocks_of, build_hf, encoder_step, meta_hf, weights_dtype
 
 FLAVOURS: dict[str, dict[str, Any]] = {
-    "default": dict(hidden_size=768, num_hidden_layers=12, num_attention_heads=12, intermediate_size=3072,
-                    vocab_size=30522, max_position_embeddings=512),
-    "large": dict(hidden_size=1024, num_hidden_layers=24, num_attention_heads=16, intermediate_size=4096,
-                  vocab_size=30522, max_position_embeddings=512),
-    "tiny": dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=128,
-                 vocab_size=512, max_position_embeddings=128),
+    "default": dict(
+        hidden_size=768,
+        num_hidden_layers=12,
+        num_attention_heads=12,
+        intermediate_size=3072,
+        vocab_size=30522,
+        max_position_embeddings=512,
+    ),
+    "large": dict(
+        hidden_size=1024,
+        num_hidden_layers=24,
+        num_attention_heads=16,
+        intermediate_size=4096,
+        vocab_size=30522,
+        max_position_embeddings=512,
+    ),
+    "tiny": dict(
+        hidden_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=128,
+        vocab_size=512,
+        max_position_embeddings=128,
+    ),
 }
 
 
@@ -56,32 +74,39 @@ def build(cfg: RunConfig, device: Any) -> Step:
         "token_type_ids": torch.zeros(cfg.batch, cfg.seq, dtype=torch.long, device=device),
     }
     blocks = blocks_of(model, "BertLayer")
-    return encoder_step(cfg, device, model, blocks, inputs, _loss,
-                        info={"attn_implementation": model.config._attn_implementation})
+    return encoder_step(
+        cfg, device, model, blocks, inputs, _loss, info={"attn_implementation": model.config._attn_implementation}
+    )
 
 
-SPEC = register_workload(WorkloadSpec(
-    name="bert-base",
-    domain="transformer",
-    description="BERT-base encoder inference (classification / embedding serving)",
-    model="transformers BertModel, BERT-base config (768 hidden, 12 layers, 12 heads, 3072 FFN, pooler)",
-    build=build,
-    meta_model=_meta,
-    modes=("infer", "train"),
-    defaults={
-        "mode": Default("infer", "BERT-base is mostly served: classification, embeddings, reranking"),
-        "batch": Default(256, "256 x 128 = 32k tokens per step fills an H200"),
-        "seq": Default(128, "classification and embedding serving pads short texts to 128"),
-        "dtype": Default("fp16", "BERT serving stacks (TensorRT, FasterTransformer) run fp16"),
-        "batch@train": Default(32, "fine-tuning batch (BERT paper: 32)"),
-    },
-    flavours={"default": "BERT-base (109.5M parameters)", "large": "BERT-large (335M)", "tiny": "2 layers x 64, for CI"},
-    num_layers=lambda f: FLAVOURS[f]["num_hidden_layers"],
-    block="BertLayer",
-    cpu_scale={
-        "batch": (4, "a few sequences on a CPU"),
-        "dtype": ("fp32", "CPUs without AMX run fp16/bf16 matmuls far slower than fp32"),
-    },
-    parallel=("ddp", "fsdp"),
-    source=__file__,
-))
+SPEC = register_workload(
+    WorkloadSpec(
+        name="bert-base",
+        domain="transformer",
+        description="BERT-base encoder inference (classification / embedding serving)",
+        model="transformers BertModel, BERT-base config (768 hidden, 12 layers, 12 heads, 3072 FFN, pooler)",
+        build=build,
+        meta_model=_meta,
+        modes=("infer", "train"),
+        defaults={
+            "mode": Default("infer", "BERT-base is mostly served: classification, embeddings, reranking"),
+            "batch": Default(256, "256 x 128 = 32k tokens per step fills an H200"),
+            "seq": Default(128, "classification and embedding serving pads short texts to 128"),
+            "dtype": Default("fp16", "BERT serving stacks (TensorRT, FasterTransformer) run fp16"),
+            "batch@train": Default(32, "fine-tuning batch (BERT paper: 32)"),
+        },
+        flavours={
+            "default": "BERT-base (109.5M parameters)",
+            "large": "BERT-large (335M)",
+            "tiny": "2 layers x 64, for CI",
+        },
+        num_layers=lambda f: FLAVOURS[f]["num_hidden_layers"],
+        block="BertLayer",
+        cpu_scale={
+            "batch": (4, "a few sequences on a CPU"),
+            "dtype": ("fp32", "CPUs without AMX run fp16/bf16 matmuls far slower than fp32"),
+        },
+        parallel=("ddp", "fsdp"),
+        source=__file__,
+    )
+)

@@ -22,6 +22,7 @@ import functools
 from typing import Any
 
 from headroom.profile import Default, RunConfig, Step, WorkloadSpec, register_workload, train_forward, train_step
+from headroom.workloads._criteo import CRITEO_1TB_ROWS, DENSE_FEATURES, MLPERF_MULTI_HOT
 from headroom.workloads._recsys import (
     CPU_TABLES,
     DEFAULT_MAX_ROWS,
@@ -34,7 +35,7 @@ from headroom.workloads._recsys import (
     sparse_table_step,
     table_init,
 )
-from headroom.workloads.dlrm import CRITEO_1TB_ROWS, DENSE_FEATURES, MLPERF_MULTI_HOT, _import_torchrec
+from headroom.workloads._torchrec import import_torchrec
 
 FLAVOURS: dict[str, dict[str, Any]] = {
     "default": dict(rows=CRITEO_1TB_ROWS, dim=128, hots=MLPERF_MULTI_HOT, deep=[1024, 512, 256, 1]),
@@ -68,9 +69,15 @@ def _model(flavour: dict[str, Any], max_rows: int, device: Any):
         def __init__(self) -> None:
             super().__init__()
             dim, fields = flavour["dim"], len(flavour["rows"]) + 1
-            tables = [EmbeddingBagConfig(name=f"t_cat_{i}", embedding_dim=dim, feature_names=[f"cat_{i}"],
-                                         num_embeddings=max(1, min(rows, max_rows)))
-                      for i, rows in enumerate(flavour["rows"])]
+            tables = [
+                EmbeddingBagConfig(
+                    name=f"t_cat_{i}",
+                    embedding_dim=dim,
+                    feature_names=[f"cat_{i}"],
+                    num_embeddings=max(1, min(rows, max_rows)),
+                )
+                for i, rows in enumerate(flavour["rows"])
+            ]
             self.sparse_arch = EmbeddingBagCollection(tables=tables, is_weighted=True, device=device)
             self.dense_arch = torch.nn.Linear(DENSE_FEATURES, dim, device=device)
             self.fm = FactorizationMachine()
@@ -83,9 +90,8 @@ def _model(flavour: dict[str, Any], max_rows: int, device: Any):
             self.deep = torch.nn.Sequential(*layers)
 
         def forward(self, dense: torch.Tensor, sparse: Any) -> torch.Tensor:
-            pooled = self.sparse_arch(sparse).values()                  # (batch, 26 * dim), feature order
-            v = torch.cat([self.dense_arch(dense).unsqueeze(1),
-                           pooled.view(dense.shape[0], -1, flavour["dim"])], dim=1)
+            pooled = self.sparse_arch(sparse).values()  # (batch, 26 * dim), feature order
+            v = torch.cat([self.dense_arch(dense).unsqueeze(1), pooled.view(dense.shape[0], -1, flavour["dim"])], dim=1)
             return self.fm(v).sum(dim=1) + self.deep(v.flatten(1)).squeeze(1)
 
     return DeepFM()
@@ -105,15 +111,18 @@ def _batch(cfg: RunConfig, flavour: dict[str, Any], max_rows: int, device: Any):
         values.append(torch.randint(0, max(1, min(rows, max_rows)), (int(ln.sum()),), generator=g))
     values_t = torch.cat(values)
     kjt = KeyedJaggedTensor.from_lengths_sync(
-        keys=[f"cat_{i}" for i in range(len(flavour["rows"]))], values=values_t, lengths=torch.cat(lengths),
-        weights=torch.rand(values_t.numel(), generator=g) + 0.05)
+        keys=[f"cat_{i}" for i in range(len(flavour["rows"]))],
+        values=values_t,
+        lengths=torch.cat(lengths),
+        weights=torch.rand(values_t.numel(), generator=g) + 0.05,
+    )
     dense = torch.randn(B, DENSE_FEATURES, generator=g).abs().log1p()
     labels = torch.randint(0, 2, (B,), generator=g).float()
     return dense.to(device), kjt.to(device), labels.to(device)
 
 
 def _build(cfg: RunConfig, device: Any) -> Step:
-    _import_torchrec()
+    import_torchrec()
     import torch
 
     from headroom.profile import materialize
@@ -124,28 +133,46 @@ def _build(cfg: RunConfig, device: Any) -> Step:
     model = _model(flavour, cap, torch.device("meta"))
     dense, kjt, labels = _batch(cfg, flavour, cap, device)
     rows = sum(max(1, min(r, cap)) for r in flavour["rows"])
-    info: dict[str, Any] = {"embedding_rows": rows, "embedding_dim": flavour["dim"], "tables": len(flavour["rows"]),
-                            "max_rows": cap, "pooling": "weighted sum, multi-hot lengths uniform in {0..2h}",
-                            "fbgemm": why, "sharding": path}
+    info: dict[str, Any] = {
+        "embedding_rows": rows,
+        "embedding_dim": flavour["dim"],
+        "tables": len(flavour["rows"]),
+        "max_rows": cap,
+        "pooling": "weighted sum, multi-hot lengths uniform in {0..2h}",
+        "fbgemm": why,
+        "sharding": path,
+    }
 
     def loss_of(m: Any) -> Any:
         return torch.nn.functional.binary_cross_entropy_with_logits(m(dense, kjt).float(), labels)
 
     if path == "none":
         materialize(model, device, init=table_init)
-        info["embedding_path"] = ("torchrec EmbeddingBagCollection (is_weighted), unsharded: PyTorch embedding_bag "
-                                  "with per_sample_weights, sparse gradients")
-        return sparse_table_step(cfg, device, model, model.sparse_arch.embedding_bags.values(),
-                                 lambda: loss_of(model), info)
+        info["embedding_path"] = (
+            "torchrec EmbeddingBagCollection (is_weighted), unsharded: PyTorch embedding_bag "
+            "with per_sample_weights, sparse gradients"
+        )
+        return sparse_table_step(
+            cfg, device, model, model.sparse_arch.embedding_bags.values(), lambda: loss_of(model), info
+        )
     # The tables stay on meta: DMP allocates and initialises the sharded TBE weights on the device.
     for part in (model.dense_arch, model.deep):
         materialize(part, device, init=table_init)
     names = [f"t_cat_{i}" for i in range(len(flavour["rows"]))]
-    dmp, opt, close = dmp_model(cfg, device, model, model.sparse_arch, names, [float(h) for h in flavour["hots"]],
-                                torch.optim.Adagrad, {"lr": 0.01})
+    dmp, opt, close = dmp_model(
+        cfg,
+        device,
+        model,
+        model.sparse_arch,
+        names,
+        [float(h) for h in flavour["hots"]],
+        torch.optim.Adagrad,
+        {"lr": 0.01},
+    )
     inner = dmp.module if hasattr(dmp, "module") else dmp
-    info["embedding_path"] = ("torchrec DistributedModelParallel (1 rank), table_wise sharded, fbgemm weighted TBE "
-                              "with fused Adagrad")
+    info["embedding_path"] = (
+        "torchrec DistributedModelParallel (1 rank), table_wise sharded, fbgemm weighted TBE with fused Adagrad"
+    )
     info["process_group"] = "nccl" if device.type == "cuda" else "gloo"
     info["optimizer"] = "Adagrad lr=0.01 (fused into the TBE backward on the tables)"
     amp = cfg.torch_dtype if cfg.torch_dtype != torch.float32 else None
@@ -160,28 +187,35 @@ def _build(cfg: RunConfig, device: Any) -> Step:
 def _meta(flavour: str):
     import torch
 
-    _import_torchrec()
+    import_torchrec()
     return _model(FLAVOURS[flavour], DEFAULT_MAX_ROWS, torch.device("meta"))
 
 
-SPEC = register_workload(WorkloadSpec(
-    name="deepfm",
-    domain="recommender",
-    description="DeepFM with weighted multi-hot embedding bags and an FM interaction: training step",
-    model=("torchrec EmbeddingBagCollection (per-sample weights): 26 tables x 128 (Criteo 1TB rows, capped at "
-           "10M), MLPerf multi-hot sizes; FactorizationMachine over 27 fields + deep MLP 1024-512-256-1"),
-    build=_build,
-    meta_model=_meta,
-    modes=("train",),
-    defaults={
-        "mode": Default("train", "CTR models are trained continuously on fresh logs"),
-        "batch": Default(65536, "a DLRM-sized global batch: the embedding kernels need it to fill a GPU"),
-        "seq": NO_SEQ,
-        "dtype": Default("fp32", "CTR models train in fp32 (TF32 tensor cores for the MLPs)"),
-    },
-    flavours={"default": "Criteo 1TB, 26 weighted tables x 128, 54.2M rows", "tiny": "26 tables x 1000 x 16, for CI"},
-    seq_meaning="n/a",
-    extras={**MAX_ROWS_OPT, **SHARDING_OPT},
-    cpu_scale={"batch": (1024, "a CPU-sized batch"), "max_rows": CPU_TABLES},
-    source=__file__,
-))
+SPEC = register_workload(
+    WorkloadSpec(
+        name="deepfm",
+        domain="recommender",
+        description="DeepFM with weighted multi-hot embedding bags and an FM interaction: training step",
+        model=(
+            "torchrec EmbeddingBagCollection (per-sample weights): 26 tables x 128 (Criteo 1TB rows, capped at "
+            "10M), MLPerf multi-hot sizes; FactorizationMachine over 27 fields + deep MLP 1024-512-256-1"
+        ),
+        build=_build,
+        meta_model=_meta,
+        modes=("train",),
+        defaults={
+            "mode": Default("train", "CTR models are trained continuously on fresh logs"),
+            "batch": Default(65536, "a DLRM-sized global batch: the embedding kernels need it to fill a GPU"),
+            "seq": NO_SEQ,
+            "dtype": Default("fp32", "CTR models train in fp32 (TF32 tensor cores for the MLPs)"),
+        },
+        flavours={
+            "default": "Criteo 1TB, 26 weighted tables x 128, 54.2M rows",
+            "tiny": "26 tables x 1000 x 16, for CI",
+        },
+        seq_meaning="n/a",
+        extras={**MAX_ROWS_OPT, **SHARDING_OPT},
+        cpu_scale={"batch": (1024, "a CPU-sized batch"), "max_rows": CPU_TABLES},
+        source=__file__,
+    )
+)

@@ -19,7 +19,7 @@ from typing import Any
 from headroom.errors import UserError
 from headroom.profile import Default, RunConfig, Step, WorkloadSpec, register_workload
 from headroom.workloads._recsys import need_fbgemm_cuda, sparse_table_step, table_init
-from headroom.workloads.dlrm import _import_torchrec
+from headroom.workloads._torchrec import import_torchrec
 
 FLAVOURS: dict[str, dict[str, Any]] = {
     "default": dict(items=10_000_000, cats=100_000, dim=64, max_len=100, att=[256, 64], mlp=[1024, 512, 256, 1]),
@@ -74,19 +74,30 @@ def _model(f: dict[str, Any], device: Any):
     class DeepInterestNetwork(torch.nn.Module):
         def __init__(self) -> None:
             super().__init__()
-            self.embeddings = EmbeddingCollection(tables=[
-                EmbeddingConfig(name="item", embedding_dim=f["dim"], num_embeddings=f["items"],
-                                feature_names=["hist_item", "cand_item"]),
-                EmbeddingConfig(name="cat", embedding_dim=f["dim"], num_embeddings=f["cats"],
-                                feature_names=["hist_cat", "cand_cat"]),
-            ], device=device)
+            self.embeddings = EmbeddingCollection(
+                tables=[
+                    EmbeddingConfig(
+                        name="item",
+                        embedding_dim=f["dim"],
+                        num_embeddings=f["items"],
+                        feature_names=["hist_item", "cand_item"],
+                    ),
+                    EmbeddingConfig(
+                        name="cat",
+                        embedding_dim=f["dim"],
+                        num_embeddings=f["cats"],
+                        feature_names=["hist_cat", "cand_cat"],
+                    ),
+                ],
+                device=device,
+            )
             self.attention = TargetAttentionPool()
             self.pooling = SoftmaxPooling()
             self.mlp = _mlp([3 * width] + f["mlp"], device)
 
         def forward(self, features: Any) -> torch.Tensor:
             jt = self.embeddings(features)
-            hist = torch.cat([jt["hist_item"].values(), jt["hist_cat"].values()], dim=1)   # (total, width)
+            hist = torch.cat([jt["hist_item"].values(), jt["hist_cat"].values()], dim=1)  # (total, width)
             query = torch.cat([jt["cand_item"].values(), jt["cand_cat"].values()], dim=1)  # (batch, width)
             lengths = jt["hist_item"].lengths()
             offsets = torch.ops.fbgemm.asynchronous_complete_cumsum(lengths)
@@ -107,15 +118,19 @@ def _batch(cfg: RunConfig, f: dict[str, Any], device: Any):
     hist = torch.randint(1, L + 1, (B,), dtype=torch.int32, generator=g)
     one = torch.ones(B, dtype=torch.int32)
     n = int(hist.sum())
-    values = torch.cat([torch.randint(0, f[table], (k,), generator=g)
-                        for table in ("items", "cats") for k in (n, B)])     # hist_*, cand_*
-    kjt = KeyedJaggedTensor.from_lengths_sync(keys=["hist_item", "cand_item", "hist_cat", "cand_cat"], values=values,
-                                              lengths=torch.cat([hist, one, hist, one]))
+    values = torch.cat(
+        [torch.randint(0, f[table], (k,), generator=g) for table in ("items", "cats") for k in (n, B)]
+    )  # hist_*, cand_*
+    kjt = KeyedJaggedTensor.from_lengths_sync(
+        keys=["hist_item", "cand_item", "hist_cat", "cand_cat"],
+        values=values,
+        lengths=torch.cat([hist, one, hist, one]),
+    )
     return kjt.to(device), torch.randint(0, 2, (B,), generator=g).float().to(device)
 
 
 def _build(cfg: RunConfig, device: Any) -> Step:
-    _import_torchrec()
+    import_torchrec()
     import torch
 
     from headroom.profile import materialize
@@ -129,40 +144,53 @@ def _build(cfg: RunConfig, device: Any) -> Step:
     model = _model(f, torch.device("meta"))
     materialize(model, device, init=table_init)
     kjt, labels = _batch(cfg, f, device)
-    info = {"embedding_path": "torchrec EmbeddingCollection, unsharded (PyTorch embedding, sparse gradients)",
-            "history": f"1-{f['max_len']} items per user, uniform", "jagged_ops": "fbgemm jagged_to_padded_dense, "
-            "jagged_softmax; aten segment_reduce"}
+    info = {
+        "embedding_path": "torchrec EmbeddingCollection, unsharded (PyTorch embedding, sparse gradients)",
+        "history": f"1-{f['max_len']} items per user, uniform",
+        "jagged_ops": "fbgemm jagged_to_padded_dense, jagged_softmax; aten segment_reduce",
+    }
     return sparse_table_step(
-        cfg, device, model, model.embeddings.embeddings.values(),
-        lambda: torch.nn.functional.binary_cross_entropy_with_logits(model(kjt).float(), labels), info)
+        cfg,
+        device,
+        model,
+        model.embeddings.embeddings.values(),
+        lambda: torch.nn.functional.binary_cross_entropy_with_logits(model(kjt).float(), labels),
+        info,
+    )
 
 
 def _meta(flavour: str):
     import torch
 
-    _import_torchrec()
+    import_torchrec()
     return _model(FLAVOURS[flavour], torch.device("meta"))
 
 
-SPEC = register_workload(WorkloadSpec(
-    name="din",
-    domain="recommender",
-    description="DIN-style target attention and jagged softmax pooling over behaviour histories: training step",
-    model=("torchrec EmbeddingCollection (item 10M x 64, category 100k x 64) over KeyedJaggedTensor histories of "
-           "1-100 items; TargetAttentionPool (activation unit 256-64) on fbgemm jagged_to_padded_dense; "
-           "SoftmaxPooling (fbgemm jagged_softmax + segment_reduce); MLP 1024-512-256-1"),
-    build=_build,
-    meta_model=_meta,
-    modes=("train",),
-    defaults={
-        "mode": Default("train", "sequence recommenders spend their GPU time training on fresh data"),
-        "batch": Default(16384, "a large CTR training batch: 16384 histories of up to 100 items (~830k rows)"),
-        "seq": Default(100, "the longest behaviour history (DIN-style models keep the last 50-100 items)"),
-        "dtype": Default("fp32", "CTR models train in fp32 (TF32 tensor cores for the MLPs)"),
-    },
-    flavours={"default": "item 10M x 64, category 100k x 64, histories of 1-100",
-              "tiny": "item 1000 x 8, category 50 x 8, histories of 1-10, for CI"},
-    seq_meaning="the longest behaviour history (items)",
-    cpu_scale={"batch": (256, "a CPU-sized batch"), "seq": (20, "histories of up to 20 items on a CPU")},
-    source=__file__,
-))
+SPEC = register_workload(
+    WorkloadSpec(
+        name="din",
+        domain="recommender",
+        description="DIN-style target attention and jagged softmax pooling over behaviour histories: training step",
+        model=(
+            "torchrec EmbeddingCollection (item 10M x 64, category 100k x 64) over KeyedJaggedTensor histories of "
+            "1-100 items; TargetAttentionPool (activation unit 256-64) on fbgemm jagged_to_padded_dense; "
+            "SoftmaxPooling (fbgemm jagged_softmax + segment_reduce); MLP 1024-512-256-1"
+        ),
+        build=_build,
+        meta_model=_meta,
+        modes=("train",),
+        defaults={
+            "mode": Default("train", "sequence recommenders spend their GPU time training on fresh data"),
+            "batch": Default(16384, "a large CTR training batch: 16384 histories of up to 100 items (~830k rows)"),
+            "seq": Default(100, "the longest behaviour history (DIN-style models keep the last 50-100 items)"),
+            "dtype": Default("fp32", "CTR models train in fp32 (TF32 tensor cores for the MLPs)"),
+        },
+        flavours={
+            "default": "item 10M x 64, category 100k x 64, histories of 1-100",
+            "tiny": "item 1000 x 8, category 50 x 8, histories of 1-10, for CI",
+        },
+        seq_meaning="the longest behaviour history (items)",
+        cpu_scale={"batch": (256, "a CPU-sized batch"), "seq": (20, "histories of up to 20 items on a CPU")},
+        source=__file__,
+    )
+)

@@ -26,19 +26,13 @@ from typing import Any
 
 from headroom.errors import UserError
 from headroom.profile import Default, RunConfig, Step, WorkloadSpec, phase_range, register_workload, train_forward
+from headroom.workloads import _torchrec
+from headroom.workloads._criteo import CRITEO_1TB_ROWS, DENSE_FEATURES, MLPERF_MULTI_HOT
 from headroom.workloads._recsys import DEFAULT_MAX_ROWS, Optimizers, table_init
 from headroom.workloads._recsys import max_rows as _max_rows
+from headroom.workloads._torchrec import import_torchrec
 
-# Criteo 1TB: rows per categorical feature (torchrec examples/dlrm, MLPerf preprocessing, 40M cap).
-CRITEO_1TB_ROWS = [40000000, 39060, 17295, 7424, 20265, 3, 7122, 1543, 63, 40000000, 3067956, 405282, 10,
-                   2209, 11938, 155, 4, 976, 14, 40000000, 40000000, 40000000, 590152, 12973, 108, 36]
-# MLPerf DLRMv2 synthetic multi-hot dataset: values per sample for each feature.
-MLPERF_MULTI_HOT = [3, 2, 1, 2, 6, 1, 1, 1, 1, 7, 3, 8, 1, 6, 9, 5, 1, 1, 1, 12, 100, 27, 10, 3, 1, 1]
-DENSE_FEATURES = 13
 _SHARD_TYPES = ("auto", "table_wise", "row_wise")
-
-INSTALL_HINT = ("pip install --no-deps torchrec==1.8.0 && pip install fbgemm-gpu-cpu==1.8.0 tensordict "
-                "torchmetrics tqdm pyre-extensions iopath   (or: scripts/install.sh)")
 
 FLAVOURS: dict[str, dict[str, Any]] = {
     "default": dict(rows=CRITEO_1TB_ROWS, dim=128, dense=[512, 256, 128], over=[1024, 1024, 512, 256, 1]),
@@ -50,49 +44,16 @@ DCN_FLAVOURS: dict[str, dict[str, Any]] = {
 }
 
 
-def _import_torchrec():
-    try:
-        import torchrec  # noqa: F401
-        from torchrec.models import dlrm  # noqa: F401
-    except ImportError as e:
-        raise UserError(f"the recommender workloads need torchrec ({e}): {INSTALL_HINT}") from None
-    except OSError as e:  # fbgemm built for another torch version: undefined symbols
-        raise UserError(f"torchrec/fbgemm failed to load ({str(e).splitlines()[0][:120]}); "
-                        f"fbgemm must match torch's minor version: {INSTALL_HINT}") from None
-
-
-def fbgemm_cuda_status() -> tuple[bool, str]:
-    """Whether fbgemm-gpu's CUDA kernels can run here (the CPU build registers the ops without them)."""
-    import torch
-
-    if not torch.cuda.is_available():
-        return False, "no CUDA device"
-    try:
-        import fbgemm_gpu  # noqa: F401
-    except Exception as e:  # ImportError, or OSError for a build against another torch
-        return False, f"fbgemm_gpu does not import ({type(e).__name__})"
-    try:
-        lengths = torch.tensor([1, 2, 3], dtype=torch.int64, device="cuda")
-        out = torch.ops.fbgemm.asynchronous_complete_cumsum(lengths)
-        torch.cuda.synchronize()
-        if out.tolist() != [0, 1, 3, 6]:
-            return False, "fbgemm_gpu CUDA op returned a wrong result"
-    except Exception as e:
-        return False, f"fbgemm_gpu has no CUDA kernels (the CPU build?): {type(e).__name__}"
-    try:
-        from fbgemm_gpu.split_table_batched_embeddings_ops_training import SplitTableBatchedEmbeddingBagsCodegen  # noqa: F401
-    except Exception as e:
-        return False, f"fbgemm_gpu TBE module does not import ({type(e).__name__})"
-    version = getattr(__import__("fbgemm_gpu"), "__version__", "?")
-    return True, f"fbgemm_gpu {version} with CUDA kernels"
-
-
 def _tables(flavour: dict[str, Any], max_rows: int):
     from torchrec import EmbeddingBagConfig
 
     return [
-        EmbeddingBagConfig(name=f"t_cat_{i}", embedding_dim=flavour["dim"],
-                           num_embeddings=max(1, min(rows, max_rows)), feature_names=[f"cat_{i}"])
+        EmbeddingBagConfig(
+            name=f"t_cat_{i}",
+            embedding_dim=flavour["dim"],
+            num_embeddings=max(1, min(rows, max_rows)),
+            feature_names=[f"cat_{i}"],
+        )
         for i, rows in enumerate(flavour["rows"])
     ]
 
@@ -111,14 +72,23 @@ def _model(flavour: dict[str, Any], dcn: bool, max_rows: int, ebc_device: Any, d
     with meta_parameters() if on_meta else contextlib.nullcontext():
         ebc = EmbeddingBagCollection(tables=_tables(flavour, max_rows), device=ebc_device)
         if dcn:
-            model = DLRM_DCN(embedding_bag_collection=ebc, dense_in_features=DENSE_FEATURES,
-                             dense_arch_layer_sizes=flavour["dense"], over_arch_layer_sizes=flavour["over"],
-                             dcn_num_layers=flavour["dcn_layers"], dcn_low_rank_dim=flavour["low_rank"],
-                             dense_device=None if on_meta else dense_device)
+            model = DLRM_DCN(
+                embedding_bag_collection=ebc,
+                dense_in_features=DENSE_FEATURES,
+                dense_arch_layer_sizes=flavour["dense"],
+                over_arch_layer_sizes=flavour["over"],
+                dcn_num_layers=flavour["dcn_layers"],
+                dcn_low_rank_dim=flavour["low_rank"],
+                dense_device=None if on_meta else dense_device,
+            )
         else:
-            model = DLRM(embedding_bag_collection=ebc, dense_in_features=DENSE_FEATURES,
-                         dense_arch_layer_sizes=flavour["dense"], over_arch_layer_sizes=flavour["over"],
-                         dense_device=None if on_meta else dense_device)
+            model = DLRM(
+                embedding_bag_collection=ebc,
+                dense_in_features=DENSE_FEATURES,
+                dense_arch_layer_sizes=flavour["dense"],
+                over_arch_layer_sizes=flavour["over"],
+                dense_device=None if on_meta else dense_device,
+            )
     if not on_meta:
         for part in (model.dense_arch, model.inter_arch, model.over_arch):
             part.to(dense_device)
@@ -175,18 +145,22 @@ def resolve_sharding(cfg: RunConfig, device: Any) -> tuple[str, str]:
     if cfg.world_size > 1:
         # Several ranks: the tables are sharded across them; only torchrec's DMP does that.
         if want == "none":
-            raise UserError(f"{cfg.workload}: --nproc {cfg.world_size} shards the tables (DMP); drop --opt sharding=none")
+            raise UserError(
+                f"{cfg.workload}: --nproc {cfg.world_size} shards the tables (DMP); drop --opt sharding=none"
+            )
         if device.type == "cuda":
-            ok, why = fbgemm_cuda_status()
+            ok, why = _torchrec.fbgemm_cuda_status()
             if not ok:
                 raise UserError(f"{cfg.workload}: --nproc {cfg.world_size} needs the CUDA fbgemm-gpu: {why}")
             return "dmp", why
         if cfg.extra.get("shard") == "row_wise":
-            raise UserError(f"{cfg.workload}: --opt shard=row_wise needs CUDA (torchrec's CPU sharders offer "
-                            f"table_wise, column_wise and data_parallel)")
+            raise UserError(
+                f"{cfg.workload}: --opt shard=row_wise needs CUDA (torchrec's CPU sharders offer "
+                f"table_wise, column_wise and data_parallel)"
+            )
         return "dmp", "CPU"
     if device.type == "cuda":
-        ok, why = fbgemm_cuda_status()
+        ok, why = _torchrec.fbgemm_cuda_status()
         if want == "dmp" and not ok:
             raise UserError(f"{cfg.workload}: --opt sharding=dmp needs the CUDA fbgemm-gpu: {why}")
         if want == "auto":
@@ -197,7 +171,7 @@ def resolve_sharding(cfg: RunConfig, device: Any) -> tuple[str, str]:
 
 
 def _build(cfg: RunConfig, device: Any, dcn: bool) -> Step:
-    _import_torchrec()
+    import_torchrec()
     import torch
 
     flavour = (DCN_FLAVOURS if dcn else FLAVOURS)[cfg.flavour]
@@ -206,8 +180,11 @@ def _build(cfg: RunConfig, device: Any, dcn: bool) -> Step:
     opt_cls, opt_kw = _optimizer_cls(dcn)
     rows = sum(max(1, min(r, max_rows)) for r in flavour["rows"])
     info: dict[str, Any] = {
-        "embedding_rows": rows, "embedding_dim": flavour["dim"], "tables": len(flavour["rows"]),
-        "embedding_gb_fp32": round(rows * flavour["dim"] * 4 / 1e9, 2), "max_rows": max_rows,
+        "embedding_rows": rows,
+        "embedding_dim": flavour["dim"],
+        "tables": len(flavour["rows"]),
+        "embedding_gb_fp32": round(rows * flavour["dim"] * 4 / 1e9, 2),
+        "max_rows": max_rows,
         "pooling": "MLPerf DLRMv2 multi-hot (214 values/sample)" if dcn else "bag lengths uniform in {0,1,2}",
         "optimizer": f"{opt_cls.__name__} lr={opt_kw['lr']}",
         "fbgemm": fbgemm_why,
@@ -217,45 +194,23 @@ def _build(cfg: RunConfig, device: Any, dcn: bool) -> Step:
     batch = _batch(cfg, flavour, dcn, max_rows, device)
     close = None
 
-    if path == "dmp":
-        try:
-            model, opt, close = _build_dmp(cfg, device, flavour, dcn, max_rows, opt_cls, opt_kw)
-        except Exception as e:
-            if cfg.extra.get("sharding", "auto") != "auto" or _is_oom(e):
-                raise
-            # auto: the production path failed to set up here; say so and run unsharded.
-            info["dmp_error"] = f"{type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}"
-            path = "none"
-            import gc
-
-            gc.collect()
-            if device.type == "cuda":
-                torch.cuda.empty_cache()
-    if path == "dmp":
+    built = _try_dmp(cfg, device, flavour, dcn, max_rows, opt_cls, opt_kw, info) if path == "dmp" else None
+    if built is not None:
+        model, opt, close = built
         train_model = model.module if hasattr(model, "module") else model
         inner = train_model.model
-        info["sharding_plan"] = {table: p.sharding_type for per_module in model.plan.plan.values()
-                                 for table, p in per_module.items()}
-        plan = info.get("sharding_plan", {})
-        kinds = sorted(set(plan.values())) if plan else ["table_wise"]
-        info["embedding_path"] = (f"torchrec DistributedModelParallel ({cfg.world_size} rank"
-                                  f"{'s' if cfg.world_size > 1 else ''}), {'/'.join(kinds)} sharded, "
-                                  f"fbgemm TBE with fused {opt_cls.__name__}")
-        info["process_group"] = "nccl" if device.type == "cuda" else "gloo"
+        info.update(_dmp_info(model, cfg, device, opt_cls))
     else:
+        path = "none"
         model, opt, inner = _build_unsharded(device, flavour, dcn, max_rows, opt_cls, opt_kw)
         train_model = model
-        info["embedding_path"] = (f"torchrec EmbeddingBagCollection, unsharded (PyTorch embedding_bag, "
-                                  f"sparse gradients, {opt_cls.__name__})")
+        info["embedding_path"] = (
+            f"torchrec EmbeddingBagCollection, unsharded (PyTorch embedding_bag, sparse gradients, {opt_cls.__name__})"
+        )
     info["sharding"] = path
 
     if cfg.compile:
-        # torchrec's advice: compile the dense path, keep the jagged sparse path eager.
-        inner.dense_arch = torch.compile(inner.dense_arch)
-        inner.inter_arch = torch.compile(inner.inter_arch)
-        inner.over_arch = torch.compile(inner.over_arch)
-        info["compiled"] = "dense_arch, inter_arch, over_arch"
-
+        _compile_dense(inner, info)
     model.train()
 
     forward = train_forward(lambda: model(batch)[0], device_type=device.type, amp_dtype=amp)
@@ -269,14 +224,69 @@ def _build(cfg: RunConfig, device: Any, dcn: bool) -> Step:
         with phase_range("headroom/optimizer"):
             opt.step()
 
-    params = sum(p.numel() for p in _model(flavour, dcn, max_rows, torch.device("meta"),
-                                           torch.device("meta")).parameters())
+    params = sum(
+        p.numel() for p in _model(flavour, dcn, max_rows, torch.device("meta"), torch.device("meta")).parameters()
+    )
     # Module ranges on DLRMTrain (`model.model.inter_arch.crossnet`, ...), inside DMP's wrappers.
     return Step(fn, model, info=info, close=close, params=params, modules=train_model, forward=forward, train=True)
 
 
-def _build_unsharded(device: Any, flavour: dict[str, Any], dcn: bool, max_rows: int, opt_cls: Any,
-                     opt_kw: dict[str, Any]) -> tuple[Any, Any, Any]:
+def _try_dmp(
+    cfg: RunConfig,
+    device: Any,
+    flavour: dict[str, Any],
+    dcn: bool,
+    max_rows: int,
+    opt_cls: Any,
+    opt_kw: dict[str, Any],
+    info: dict[str, Any],
+) -> tuple[Any, Any, Any] | None:
+    """The production path (DMP model, optimizer, close()); with `--opt sharding=auto`, None where it fails to set
+    up here (`info["dmp_error"]` says why: the run goes unsharded)."""
+    try:
+        return _build_dmp(cfg, device, flavour, dcn, max_rows, opt_cls, opt_kw)
+    except Exception as e:
+        if cfg.extra.get("sharding", "auto") != "auto" or _is_oom(e):
+            raise
+        info["dmp_error"] = f"{type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}"
+    import gc
+
+    import torch
+
+    gc.collect()
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+    return None
+
+
+def _dmp_info(model: Any, cfg: RunConfig, device: Any, opt_cls: Any) -> dict[str, Any]:
+    """The manifest's account of the production path: each table's sharding, the path, the process group."""
+    plan = {table: p.sharding_type for per_module in model.plan.plan.values() for table, p in per_module.items()}
+    kinds = sorted(set(plan.values())) if plan else ["table_wise"]
+    return {
+        "sharding_plan": plan,
+        "embedding_path": (
+            f"torchrec DistributedModelParallel ({cfg.world_size} rank"
+            f"{'s' if cfg.world_size > 1 else ''}), {'/'.join(kinds)} sharded, "
+            f"fbgemm TBE with fused {opt_cls.__name__}"
+        ),
+        "process_group": "nccl" if device.type == "cuda" else "gloo",
+    }
+
+
+def _compile_dense(inner: Any, info: dict[str, Any]) -> None:
+    """torchrec's advice: compile the dense path, keep the jagged sparse path eager."""
+    import torch
+
+    inner.dense_arch = torch.compile(inner.dense_arch)
+    inner.inter_arch = torch.compile(inner.inter_arch)
+    inner.over_arch = torch.compile(inner.over_arch)
+    info["compiled"] = "dense_arch, inter_arch, over_arch"
+
+
+def _build_unsharded(
+    device: Any, flavour: dict[str, Any], dcn: bool, max_rows: int, opt_cls: Any, opt_kw: dict[str, Any]
+) -> tuple[Any, Any, Any]:
     """DLRMTrain over an unsharded EmbeddingBagCollection (PyTorch embedding_bag, sparse gradients): the model,
     its optimizers (sparse tables apart from the dense layers) and the DLRM inside."""
     import torch
@@ -301,8 +311,9 @@ def _is_oom(e: BaseException) -> bool:
     return "out of memory" in str(e).lower() or type(e).__name__ == "OutOfMemoryError"
 
 
-def _build_dmp(cfg: RunConfig, device: Any, flavour: dict[str, Any], dcn: bool, max_rows: int,
-               opt_cls: Any, opt_kw: dict[str, Any]):
+def _build_dmp(
+    cfg: RunConfig, device: Any, flavour: dict[str, Any], dcn: bool, max_rows: int, opt_cls: Any, opt_kw: dict[str, Any]
+):
     import torch
     import torch.distributed as dist
     from torchrec.distributed.model_parallel import DistributedModelParallel
@@ -341,8 +352,7 @@ def _build_dmp(cfg: RunConfig, device: Any, flavour: dict[str, Any], dcn: bool, 
         auto = ["table_wise", "row_wise"] if device.type == "cuda" else ["table_wise"]
         types = ["table_wise"] if world == 1 else (auto if shard == "auto" else [shard])
         constraints = {
-            t.name: ParameterConstraints(sharding_types=types, compute_kernels=["fused"],
-                                         pooling_factors=[float(h)])
+            t.name: ParameterConstraints(sharding_types=types, compute_kernels=["fused"], pooling_factors=[float(h)])
             for t, h in zip(tables, hots)
         }
         topo_kw: dict[str, Any] = {}
@@ -350,12 +360,14 @@ def _build_dmp(cfg: RunConfig, device: Any, flavour: dict[str, Any], dcn: bool, 
             topo_kw["hbm_cap"] = torch.cuda.get_device_properties(device).total_memory
         local = int(os.environ.get("LOCAL_WORLD_SIZE", world))
         topology = Topology(world_size=world, local_world_size=local, compute_device=device.type, **topo_kw)
-        planner = EmbeddingShardingPlanner(topology=topology, batch_size=cfg.batch, constraints=constraints,
-                                           debug=False)
+        planner = EmbeddingShardingPlanner(
+            topology=topology, batch_size=cfg.batch, constraints=constraints, debug=False
+        )
         plan = planner.collective_plan(train_model, get_default_sharders(), dist.GroupMember.WORLD)
         model = DistributedModelParallel(module=train_model, device=device, plan=plan)
-        dense = KeyedOptimizerWrapper(dict(in_backward_optimizer_filter(model.named_parameters())),
-                                      lambda params: opt_cls(params, **opt_kw))
+        dense = KeyedOptimizerWrapper(
+            dict(in_backward_optimizer_filter(model.named_parameters())), lambda params: opt_cls(params, **opt_kw)
+        )
         opt = CombinedOptimizer([model.fused_optimizer, dense])
     except Exception:
         close()
@@ -366,69 +378,95 @@ def _build_dmp(cfg: RunConfig, device: Any, flavour: dict[str, Any], dcn: bool, 
 def _meta(flavour: str, dcn: bool):
     import torch
 
-    _import_torchrec()
+    import_torchrec()
     f = (DCN_FLAVOURS if dcn else FLAVOURS)[flavour]
     return _model(f, dcn, DEFAULT_MAX_ROWS, torch.device("meta"), torch.device("meta"))
 
 
 _EXTRAS = {
-    "sharding": Default("auto", "auto: torchrec's production path (DistributedModelParallel + fbgemm TBE, "
-                                "fused optimizer) when CUDA fbgemm-gpu imports, else unsharded; or dmp / none"),
-    "max_rows": Default(DEFAULT_MAX_ROWS, "rows per table cap: the DLRM reference's --max-ind-range for "
-                                          "Criteo 1TB (54.2M rows, 27.7 GB fp32: one GPU)"),
-    "shard": Default("auto", "with --nproc: auto lets torchrec's planner pick table_wise or row_wise per table; "
-                             "or force table_wise / row_wise"),
+    "sharding": Default(
+        "auto",
+        "auto: torchrec's production path (DistributedModelParallel + fbgemm TBE, "
+        "fused optimizer) when CUDA fbgemm-gpu imports, else unsharded; or dmp / none",
+    ),
+    "max_rows": Default(
+        DEFAULT_MAX_ROWS,
+        "rows per table cap: the DLRM reference's --max-ind-range for Criteo 1TB (54.2M rows, 27.7 GB fp32: one GPU)",
+    ),
+    "shard": Default(
+        "auto",
+        "with --nproc: auto lets torchrec's planner pick table_wise or row_wise per table; "
+        "or force table_wise / row_wise",
+    ),
 }
 _CPU_SCALE = {
     "batch": (2048, "a CPU-sized batch"),
     "max_rows": (100_000, "tables capped at 100k rows to fit CPU memory"),
 }
 
-SPEC = register_workload(WorkloadSpec(
-    name="dlrm",
-    domain="recommender",
-    description="DLRM on Criteo 1TB shapes: training step (embedding lookups, dot interaction, MLPs)",
-    model=("torchrec DLRM + EmbeddingBagCollection: 26 tables x 128 dim (Criteo 1TB rows, capped at 10M), "
-           "bottom MLP 512-256-128, top MLP 1024-1024-512-256-1, dot interaction"),
-    build=lambda cfg, device: _build(cfg, device, dcn=False),
-    meta_model=lambda f: _meta(f, dcn=False),
-    modes=("train",),
-    defaults={
-        "mode": Default("train", "recommenders spend their GPU time training on fresh data"),
-        "batch": Default(65536, "MLPerf DLRM's global batch; the embedding kernels need a large batch to fill a GPU"),
-        "seq": Default(None, "not a sequence model"),
-        "dtype": Default("fp32", "the DLRM reference and MLPerf DLRM train in fp32 (TF32 tensor cores for the MLPs)"),
-    },
-    flavours={"default": "Criteo 1TB, 26 tables x 128, 54.2M rows (6.94B embedding parameters)",
-              "tiny": "26 tables x 1000 rows x 16, for CI"},
-    seq_meaning="n/a",
-    extras=_EXTRAS,
-    cpu_scale=_CPU_SCALE,
-    parallel=("torchrec",),
-    source=__file__,
-))
+SPEC = register_workload(
+    WorkloadSpec(
+        name="dlrm",
+        domain="recommender",
+        description="DLRM on Criteo 1TB shapes: training step (embedding lookups, dot interaction, MLPs)",
+        model=(
+            "torchrec DLRM + EmbeddingBagCollection: 26 tables x 128 dim (Criteo 1TB rows, capped at 10M), "
+            "bottom MLP 512-256-128, top MLP 1024-1024-512-256-1, dot interaction"
+        ),
+        build=lambda cfg, device: _build(cfg, device, dcn=False),
+        meta_model=lambda f: _meta(f, dcn=False),
+        modes=("train",),
+        defaults={
+            "mode": Default("train", "recommenders spend their GPU time training on fresh data"),
+            "batch": Default(
+                65536, "MLPerf DLRM's global batch; the embedding kernels need a large batch to fill a GPU"
+            ),
+            "seq": Default(None, "not a sequence model"),
+            "dtype": Default(
+                "fp32", "the DLRM reference and MLPerf DLRM train in fp32 (TF32 tensor cores for the MLPs)"
+            ),
+        },
+        flavours={
+            "default": "Criteo 1TB, 26 tables x 128, 54.2M rows (6.94B embedding parameters)",
+            "tiny": "26 tables x 1000 rows x 16, for CI",
+        },
+        seq_meaning="n/a",
+        extras=_EXTRAS,
+        cpu_scale=_CPU_SCALE,
+        parallel=("torchrec",),
+        source=__file__,
+    )
+)
 
-DCN_SPEC = register_workload(WorkloadSpec(
-    name="dlrm-dcn",
-    domain="recommender",
-    description="DLRMv2 (MLPerf): low-rank DCNv2 interaction, multi-hot lookups, training step",
-    model=("torchrec DLRM_DCN + EmbeddingBagCollection: 26 tables x 128 (Criteo 1TB rows, capped at 10M), "
-           "MLPerf multi-hot sizes, bottom 512-256-128, 3 low-rank (512) cross layers, top 1024-1024-512-256-1"),
-    build=lambda cfg, device: _build(cfg, device, dcn=True),
-    meta_model=lambda f: _meta(f, dcn=True),
-    modes=("train",),
-    defaults={
-        "mode": Default("train", "MLPerf Training's recommender benchmark"),
-        "batch": Default(65536, "MLPerf DLRMv2's global batch, here on one GPU"),
-        "seq": Default(None, "not a sequence model"),
-        "dtype": Default("fp32", "MLPerf DLRMv2 reference precision (TF32 tensor cores for the MLPs)"),
-    },
-    flavours={"default": "MLPerf DLRMv2 shapes, rows capped at 10M (54.2M rows)",
-              "tiny": "26 tables x 1000 rows x 16, 2 cross layers, for CI"},
-    seq_meaning="n/a",
-    extras=_EXTRAS,
-    cpu_scale={"batch": (512, "a CPU-sized batch (214 lookups per sample)"),
-               "max_rows": (100_000, "tables capped at 100k rows to fit CPU memory")},
-    parallel=("torchrec",),
-    source=__file__,
-))
+DCN_SPEC = register_workload(
+    WorkloadSpec(
+        name="dlrm-dcn",
+        domain="recommender",
+        description="DLRMv2 (MLPerf): low-rank DCNv2 interaction, multi-hot lookups, training step",
+        model=(
+            "torchrec DLRM_DCN + EmbeddingBagCollection: 26 tables x 128 (Criteo 1TB rows, capped at 10M), "
+            "MLPerf multi-hot sizes, bottom 512-256-128, 3 low-rank (512) cross layers, top 1024-1024-512-256-1"
+        ),
+        build=lambda cfg, device: _build(cfg, device, dcn=True),
+        meta_model=lambda f: _meta(f, dcn=True),
+        modes=("train",),
+        defaults={
+            "mode": Default("train", "MLPerf Training's recommender benchmark"),
+            "batch": Default(65536, "MLPerf DLRMv2's global batch, here on one GPU"),
+            "seq": Default(None, "not a sequence model"),
+            "dtype": Default("fp32", "MLPerf DLRMv2 reference precision (TF32 tensor cores for the MLPs)"),
+        },
+        flavours={
+            "default": "MLPerf DLRMv2 shapes, rows capped at 10M (54.2M rows)",
+            "tiny": "26 tables x 1000 rows x 16, 2 cross layers, for CI",
+        },
+        seq_meaning="n/a",
+        extras=_EXTRAS,
+        cpu_scale={
+            "batch": (512, "a CPU-sized batch (214 lookups per sample)"),
+            "max_rows": (100_000, "tables capped at 100k rows to fit CPU memory"),
+        },
+        parallel=("torchrec",),
+        source=__file__,
+    )
+)

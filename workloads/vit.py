@@ -8,12 +8,25 @@ from headroom.profile import Default, RunConfig, Step, WorkloadSpec, register_wo
 from headroom.workloads._hf import blocks_of, build_hf, encoder_step, meta_hf, weights_dtype
 
 FLAVOURS: dict[str, dict[str, Any]] = {
-    "default": dict(hidden_size=768, num_hidden_layers=12, num_attention_heads=12, intermediate_size=3072,
-                    image_size=224, patch_size=16),
-    "large": dict(hidden_size=1024, num_hidden_layers=24, num_attention_heads=16, intermediate_size=4096,
-                  image_size=224, patch_size=16),
-    "tiny": dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=128,
-                 image_size=32, patch_size=16),
+    "default": dict(
+        hidden_size=768,
+        num_hidden_layers=12,
+        num_attention_heads=12,
+        intermediate_size=3072,
+        image_size=224,
+        patch_size=16,
+    ),
+    "large": dict(
+        hidden_size=1024,
+        num_hidden_layers=24,
+        num_attention_heads=16,
+        intermediate_size=4096,
+        image_size=224,
+        patch_size=16,
+    ),
+    "tiny": dict(
+        hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=128, image_size=32, patch_size=16
+    ),
 }
 
 
@@ -52,34 +65,49 @@ def build(cfg: RunConfig, device: Any) -> Step:
     if cfg.mode == "train":
         inputs["labels"] = torch.randint(0, 1000, (cfg.batch,), generator=gen).to(device)
     blocks = blocks_of(model, "ViTLayer")
-    return encoder_step(cfg, device, model, blocks, inputs, _loss,
-                        info={"attn_implementation": model.config._attn_implementation,
-                              "image_size": size, "amp": str(amp_dtype(cfg))})
+    return encoder_step(
+        cfg,
+        device,
+        model,
+        blocks,
+        inputs,
+        _loss,
+        info={"attn_implementation": model.config._attn_implementation, "image_size": size, "amp": str(amp_dtype(cfg))},
+    )
 
 
-SPEC = register_workload(WorkloadSpec(
-    name="vit-b-16",
-    domain="vision",
-    description="ViT-B/16 image classification inference at 224 px",
-    model="transformers ViTForImageClassification, ViT-B/16 config (768 hidden, 12 layers, 16 px patches, 224 px, 1000 classes)",
-    build=build,
-    meta_model=_meta,
-    modes=("infer", "train"),
-    defaults={
-        "mode": Default("infer", "ViT-B/16 is mostly used as a pretrained backbone for inference"),
-        "batch": Default(128, "128 images x 197 tokens = 25k tokens per step fills an H200"),
-        "seq": Default(None, "fixed: 224 px / 16 px patches = 196 patches + [CLS]"),
-        "dtype": Default("bf16", "bf16 weights and activations, how HF vision models are served on Hopper"),
-        "batch@train": Default(128, "a common per-GPU fine-tuning batch"),
-    },
-    flavours={"default": "ViT-B/16 (86.57M parameters)", "large": "ViT-L/16 (304M)", "tiny": "2 layers x 64 at 32 px, for CI"},
-    num_layers=lambda f: FLAVOURS[f]["num_hidden_layers"],
-    block="ViTLayer",
-    seq_meaning="n/a (197 tokens per image)",
-    cpu_scale={
-        "batch": (2, "two images on a CPU"),
-        "dtype": ("fp32", "CPUs without AMX run bf16 matmuls ~100x slower than fp32"),
-    },
-    parallel=("ddp", "fsdp"),
-    source=__file__,
-))
+SPEC = register_workload(
+    WorkloadSpec(
+        name="vit-b-16",
+        domain="vision",
+        description="ViT-B/16 image classification inference at 224 px",
+        model=(
+            "transformers ViTForImageClassification, "
+            "ViT-B/16 config (768 hidden, 12 layers, 16 px patches, 224 px, 1000 classes)"
+        ),
+        build=build,
+        meta_model=_meta,
+        modes=("infer", "train"),
+        defaults={
+            "mode": Default("infer", "ViT-B/16 is mostly used as a pretrained backbone for inference"),
+            "batch": Default(128, "128 images x 197 tokens = 25k tokens per step fills an H200"),
+            "seq": Default(None, "fixed: 224 px / 16 px patches = 196 patches + [CLS]"),
+            "dtype": Default("bf16", "bf16 weights and activations, how HF vision models are served on Hopper"),
+            "batch@train": Default(128, "a common per-GPU fine-tuning batch"),
+        },
+        flavours={
+            "default": "ViT-B/16 (86.57M parameters)",
+            "large": "ViT-L/16 (304M)",
+            "tiny": "2 layers x 64 at 32 px, for CI",
+        },
+        num_layers=lambda f: FLAVOURS[f]["num_hidden_layers"],
+        block="ViTLayer",
+        seq_meaning="n/a (197 tokens per image)",
+        cpu_scale={
+            "batch": (2, "two images on a CPU"),
+            "dtype": ("fp32", "CPUs without AMX run bf16 matmuls ~100x slower than fp32"),
+        },
+        parallel=("ddp", "fsdp"),
+        source=__file__,
+    )
+)

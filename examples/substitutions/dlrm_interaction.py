@@ -11,6 +11,7 @@ gradient of Z with ONE bmm: d Z = (G + G^T) Z. The forward is torchrec's, with t
 written as an `index_select` on the flattened matrix (same values, same order).
 Plain torch: the same code runs on CPU and GPU.
 """
+
 import torch
 import torch.nn as nn
 
@@ -31,7 +32,7 @@ class _TriangleDot(torch.autograd.Function):
         z, both = ctx.saved_tensors
         b, f, _ = z.shape
         g = torch.zeros(b, f * f, dtype=grad.dtype, device=grad.device)
-        g.index_copy_(1, both, torch.cat([grad, grad], dim=1))   # G + G^T: unique pairs, no accumulate
+        g.index_copy_(1, both, torch.cat([grad, grad], dim=1))  # G + G^T: unique pairs, no accumulate
         return torch.bmm(g.view(b, f, f), z), None, None
 
 

@@ -7,6 +7,7 @@ float32 in one pass, using 0.5 * (1 + tanh(z)) = sigmoid(2z), and rounds once to
 dtype (transformers rounds after every op, so this is closer to the exact value). On a CPU
 the same formula runs in torch; on a GPU the Triton kernel is required.
 """
+
 import math
 
 import torch
@@ -22,6 +23,7 @@ GPU_KERNELS = ("_gelu_tanh_fwd",)
 _K = math.sqrt(2.0 / math.pi)
 
 if triton is not None:
+
     @triton.jit
     def _gelu_tanh_fwd(X, Y, n, K: tl.constexpr, BLOCK: tl.constexpr):
         offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)

@@ -6,6 +6,7 @@ and bf16 inputs). What it saves is small and the case is the point: a kernel tha
 faster, in a model (bert-base, fp16) where PyTorch's is already fused. On a CPU (no Triton) the same
 arithmetic runs in torch.
 """
+
 import torch
 import torch.nn as nn
 
@@ -18,6 +19,7 @@ except ImportError:  # CPU machines: the torch path below
 GPU_KERNELS = ("_layer_norm_fwd",)
 
 if triton is not None:
+
     @triton.jit
     def _layer_norm_fwd(X, W, B, Y, stride_x, stride_y, N, eps, BLOCK: tl.constexpr):
         row = tl.program_id(0)
@@ -53,6 +55,16 @@ class ModelNew(nn.Module):
             x2 = x2.contiguous()
         y = torch.empty(x2.shape, dtype=x.dtype, device=x.device)
         block = triton.next_power_of_2(n)
-        _layer_norm_fwd[(x2.shape[0],)](x2, self.weight, self.bias, y, x2.stride(0), y.stride(0), n, self.eps,
-                                        BLOCK=block, num_warps=4 if block <= 1024 else 8)
+        _layer_norm_fwd[(x2.shape[0],)](
+            x2,
+            self.weight,
+            self.bias,
+            y,
+            x2.stride(0),
+            y.stride(0),
+            n,
+            self.eps,
+            BLOCK=block,
+            num_warps=4 if block <= 1024 else 8,
+        )
         return y.view(x.shape)

@@ -8,6 +8,7 @@ weight). The output has the input's dtype (as in the workloads, where weight and
 share it). On a CPU (no Triton) the same arithmetic runs in torch, so CPU tests exercise
 extract -> verify -> validate; on a GPU the Triton kernel is required.
 """
+
 import torch
 import torch.nn as nn
 
@@ -20,6 +21,7 @@ except ImportError:  # CPU machines: the torch path below
 GPU_KERNELS = ("_rms_norm_fwd",)  # what the GPU path launches (checked in the variant trace)
 
 if triton is not None:
+
     @triton.jit
     def _rms_norm_fwd(X, W, Y, stride_x, stride_y, N, eps, BLOCK: tl.constexpr):
         row = tl.program_id(0)
@@ -27,7 +29,7 @@ if triton is not None:
         mask = cols < N
         x = tl.load(X + row * stride_x + cols, mask=mask, other=0.0).to(tl.float32)
         var = tl.sum(x * x, axis=0) / N
-        h = (x * (1.0 / tl.sqrt(var + eps))).to(Y.dtype.element_ty)   # hidden_states.to(input_dtype)
+        h = (x * (1.0 / tl.sqrt(var + eps))).to(Y.dtype.element_ty)  # hidden_states.to(input_dtype)
         w = tl.load(W + cols, mask=mask, other=0.0).to(tl.float32)
         tl.store(Y + row * stride_y + cols, (w * h.to(tl.float32)).to(Y.dtype.element_ty), mask=mask)
 
@@ -45,8 +47,9 @@ def rms_norm(x, weight, eps):
         x2 = x2.contiguous()
     y = torch.empty(x2.shape, dtype=x.dtype, device=x.device)
     block = triton.next_power_of_2(n)
-    _rms_norm_fwd[(x2.shape[0],)](x2, weight, y, x2.stride(0), y.stride(0), n, eps, BLOCK=block,
-                                  num_warps=8 if block >= 2048 else 4)
+    _rms_norm_fwd[(x2.shape[0],)](
+        x2, weight, y, x2.stride(0), y.stride(0), n, eps, BLOCK=block, num_warps=8 if block >= 2048 else 4
+    )
     return y.view(x.shape)
 
 

@@ -6,6 +6,7 @@ plain fused one; what the check costs in a model depends on whether the GPU was 
 the case `headroom verify` measures per call (`per_call.candidate.syncs`) and `headroom project`
 models (docs/projection.md, "Host synchronisations").
 """
+
 import os
 import sys
 

@@ -5,6 +5,7 @@ dtype and multiplies by the weight, as transformers does: more accurate than the
 twice as slow. A candidate whose speedup is below 1: verify must say so conclusively and `project`
 must project a slowdown.
 """
+
 import torch
 
 GPU_KERNELS = ()

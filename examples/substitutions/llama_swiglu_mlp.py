@@ -8,6 +8,7 @@ dtype before the product as transformers does. Parameters follow the activations
 (the workload holds them in it; KernelBench builds ModelNew in float32). On a CPU the same
 arithmetic runs in torch; on a GPU the Triton kernel is required.
 """
+
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
@@ -21,13 +22,14 @@ except ImportError:
 GPU_KERNELS = ("_swiglu_fwd",)
 
 if triton is not None:
+
     @triton.jit
     def _swiglu_fwd(G, U, Y, n, BLOCK: tl.constexpr):
         offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
         mask = offs < n
         g = tl.load(G + offs, mask=mask, other=0.0).to(tl.float32)
         u = tl.load(U + offs, mask=mask, other=0.0).to(tl.float32)
-        a = (g * tl.sigmoid(g)).to(Y.dtype.element_ty).to(tl.float32)   # act_fn(gate) in the activation dtype
+        a = (g * tl.sigmoid(g)).to(Y.dtype.element_ty).to(tl.float32)  # act_fn(gate) in the activation dtype
         tl.store(Y + offs, (a * u).to(Y.dtype.element_ty), mask=mask)
 
 

@@ -1,4 +1,5 @@
 """A small KernelBench-format problem: GELU(x @ W^T + b). `headroom verify` takes its file as PROBLEM."""
+
 import torch
 import torch.nn as nn
 

@@ -1,4 +1,5 @@
 """A cheating candidate: all zeros. An absolute-tolerance allclose passes it whenever the outputs are small."""
+
 import torch
 import torch.nn as nn
 

@@ -24,13 +24,21 @@ from headroom.trace.rank_set import RankSet
 from headroom.trace.read_options import ReadOptions
 
 
-def project(trace: TraceLike | RankSet, speedup: Sequence[str] = (), files: Sequence[PathLike] = (),
-            distribution: PathLike | Distribution | None = None, win_rate: float | None = None,
-            median: float | None = None, select: str = "category:addressable",
-            quantiles: Sequence[float] = DEFAULT_QUANTILES, strict: bool = False,
-            problems: PathLike | None = None, step_ms: float | None = None,
-            on_ranks: Sequence[int] | None = None,
-            read: ReadOptions = DEFAULT_READ) -> ProjectResult | RanksProjection | list[ProjectResult | RanksProjection]:
+def project(
+    trace: TraceLike | RankSet,
+    speedup: Sequence[str] = (),
+    files: Sequence[PathLike] = (),
+    distribution: PathLike | Distribution | None = None,
+    win_rate: float | None = None,
+    median: float | None = None,
+    select: str = "category:addressable",
+    quantiles: Sequence[float] = DEFAULT_QUANTILES,
+    strict: bool = False,
+    problems: PathLike | None = None,
+    step_ms: float | None = None,
+    on_ranks: Sequence[int] | None = None,
+    read: ReadOptions = DEFAULT_READ,
+) -> ProjectResult | RanksProjection | list[ProjectResult | RanksProjection]:
     """End-to-end projections (Amdahl and timeline replay, with the zero-time bound), as `headroom project`;
     `.estimate` is the first scenario's best estimate with its interval.
 
@@ -50,19 +58,35 @@ def project(trace: TraceLike | RankSet, speedup: Sequence[str] = (), files: Sequ
         inputs = read_inputs(trace, read)
     else:
         inputs = [analyze(trace, read)]
-    results = [_project_one(a, speedup, files, distribution, win_rate, median, select, quantiles, strict,
-                            problems, step_ms, on_ranks) for a in inputs]
+    results = [
+        _project_one(
+            a, speedup, files, distribution, win_rate, median, select, quantiles, strict, problems, step_ms, on_ranks
+        )
+        for a in inputs
+    ]
     return results if not isinstance(trace, (Analysis, RankSet)) and os.path.isdir(trace) else results[0]
 
 
-def _project_one(a: Analysis | RankSet, speedup: Sequence[str], files: Sequence[PathLike],
-                 distribution: PathLike | Distribution | None, win_rate: float | None, median: float | None,
-                 select: str, quantiles: Sequence[float], strict: bool, problems: PathLike | None,
-                 step_ms: float | None, on_ranks: Sequence[int] | None) -> ProjectResult | RanksProjection:
+def _project_one(
+    a: Analysis | RankSet,
+    speedup: Sequence[str],
+    files: Sequence[PathLike],
+    distribution: PathLike | Distribution | None,
+    win_rate: float | None,
+    median: float | None,
+    select: str,
+    quantiles: Sequence[float],
+    strict: bool,
+    problems: PathLike | None,
+    step_ms: float | None,
+    on_ranks: Sequence[int] | None,
+) -> ProjectResult | RanksProjection:
     if isinstance(a, RankSet):
         if distribution is not None or win_rate is not None or median is not None:
-            raise UserError(f"{a.source}: a directory of ranks takes speedup/files (distribution, win_rate "
-                            f"and median project one trace at a time)")
+            raise UserError(
+                f"{a.source}: a directory of ranks takes speedup/files (distribution, win_rate "
+                f"and median project one trace at a time)"
+            )
         return project_ranks(a, speedup, files, on_ranks=on_ranks, strict=strict, problems=problems)
     if on_ranks:
         raise UserError(f"on_ranks: {a.source} is one trace, not a directory of ranks")
@@ -70,24 +94,57 @@ def _project_one(a: Analysis | RankSet, speedup: Sequence[str], files: Sequence[
         check_step_ms(a, step_ms)
     entries, warnings = collect_entries(speedup, [os.fspath(f) for f in files])
     dist = load_distribution(distribution) if isinstance(distribution, (str, os.PathLike)) else distribution
-    return _project(a, entries, distribution=dist, win_rate=win_rate, median=median,
-                    scenario_select=select, quantiles=quantiles, strict=strict, problems=load_problems(problems),
-                    extra_warnings=warnings, step_ms=step_ms)
+    return _project(
+        a,
+        entries,
+        distribution=dist,
+        win_rate=win_rate,
+        median=median,
+        scenario_select=select,
+        quantiles=quantiles,
+        strict=strict,
+        problems=load_problems(problems),
+        extra_warnings=warnings,
+        step_ms=step_ms,
+    )
 
 
-def predict(trace: TraceLike, part: str, speedup: float, launches: int | None = None,
-            step_ms: float | None = None, problems: PathLike | None = None,
-            call_us: float | None = None, read: ReadOptions = DEFAULT_READ) -> Prediction:
+def predict(
+    trace: TraceLike,
+    part: str,
+    speedup: float,
+    launches: int | None = None,
+    step_ms: float | None = None,
+    problems: PathLike | None = None,
+    call_us: float | None = None,
+    read: ReadOptions = DEFAULT_READ,
+) -> Prediction:
     """What the base trace alone predicts when `part` (a selector) gets `speedup` times faster and
     launches `launches` kernels per call (costing `call_us` of CPU per call, unprofiled, when measured):
     a `Prediction` with Amdahl, replay, and the estimate with its interval."""
-    return _predict(as_analysis(trace, read), part, speedup, launches=launches, step_ms=step_ms,
-                    problems=load_problems(problems), call_us=call_us)
+    return _predict(
+        as_analysis(trace, read),
+        part,
+        speedup,
+        launches=launches,
+        step_ms=step_ms,
+        problems=load_problems(problems),
+        call_us=call_us,
+    )
 
 
-def targets(trace: TraceLike, speedup: float = DEFAULT_SPEEDUP, by: Sequence[str] = ("op", "module"),
-            top: int | None = 20, replay_top: int = 5, scope: str = "self", roofline: bool = False,
-            peaks: str | None = None, rank_by: str = "gain", read: ReadOptions = DEFAULT_READ) -> Targets:
+def targets(
+    trace: TraceLike,
+    speedup: float = DEFAULT_SPEEDUP,
+    by: Sequence[str] = ("op", "module"),
+    top: int | None = 20,
+    replay_top: int = 5,
+    scope: str = "self",
+    roofline: bool = False,
+    peaks: str | None = None,
+    rank_by: str = "gain",
+    read: ReadOptions = DEFAULT_READ,
+) -> Targets:
     """Ops and nn.Modules ranked by the end-to-end gain at `speedup`, as `headroom targets`; returns a `Targets`
     (`.to_frame()`: one row per op or module).
 
@@ -102,9 +159,15 @@ def targets(trace: TraceLike, speedup: float = DEFAULT_SPEEDUP, by: Sequence[str
     return rank_targets(a, speedup, tuple(by), top, replay_top, scope)
 
 
-def project_ranks(ranks: RankSet | PathLike, speedup: Sequence[str] = (), files: Sequence[PathLike] = (),
-                  on_ranks: Sequence[int] | None = None, strict: bool = False,
-                  problems: PathLike | None = None, read: ReadOptions = DEFAULT_READ) -> RanksProjection:
+def project_ranks(
+    ranks: RankSet | PathLike,
+    speedup: Sequence[str] = (),
+    files: Sequence[PathLike] = (),
+    on_ranks: Sequence[int] | None = None,
+    strict: bool = False,
+    problems: PathLike | None = None,
+    read: ReadOptions = DEFAULT_READ,
+) -> RanksProjection:
     """Speedups projected per rank, then through the collectives, as `headroom project DIR`: a
     `RanksProjection` (`on_ranks`: the ranks the speedups apply on, default all)."""
     rs = ranks if isinstance(ranks, RankSet) else analyze_ranks(ranks, read)

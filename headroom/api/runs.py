@@ -24,10 +24,17 @@ from headroom.verify.results import VerifyResult
 PathLike = Union[str, "os.PathLike[str]"]
 
 
-def profile(workload: str, options: WorkloadOptions | None = None, *, device: str = "auto",
-            out: PathLike = "out", steps: int | None = None, warmup: int | None = None,
-            timed_steps: int | None = None,
-            workload_file: PathLike | None = None) -> ProfileResult | RanksProfileResult:
+def profile(
+    workload: str,
+    options: WorkloadOptions | None = None,
+    *,
+    device: str = "auto",
+    out: PathLike = "out",
+    steps: int | None = None,
+    warmup: int | None = None,
+    timed_steps: int | None = None,
+    workload_file: PathLike | None = None,
+) -> ProfileResult | RanksProfileResult:
     """Run a registered workload under torch.profiler and classify where its time went, as `headroom profile`.
 
     `options`: a `WorkloadOptions` (mode, phase, batch, seq, dtype, layers, flavour, ...; None: the
@@ -38,15 +45,41 @@ def profile(workload: str, options: WorkloadOptions | None = None, *, device: st
     `options.nproc` above 1 (or `options.parallel`), the ranks' `RanksProfileResult`."""
     options = options or WorkloadOptions()
     if options.nproc != 1 or options.parallel:
-        return profile_ranks(workload, options, nproc=options.nproc, device=device, out=out, steps=steps,
-                             warmup=warmup, timed_steps=timed_steps, workload_file=workload_file)
-    return profile_workload(workload, options, device=device, out=out, steps=steps, warmup=warmup,
-                            timed_steps=timed_steps, workload_file=workload_file)
+        return profile_ranks(
+            workload,
+            options,
+            nproc=options.nproc,
+            device=device,
+            out=out,
+            steps=steps,
+            warmup=warmup,
+            timed_steps=timed_steps,
+            workload_file=workload_file,
+        )
+    return profile_workload(
+        workload,
+        options,
+        device=device,
+        out=out,
+        steps=steps,
+        warmup=warmup,
+        timed_steps=timed_steps,
+        workload_file=workload_file,
+    )
 
 
-def extract(workload: str, module: str, options: WorkloadOptions | None = None, *, device: str = "auto",
-            out: PathLike = "out/problems", trace: PathLike | None = None, window: str | None = None,
-            profile: bool = True, workload_file: PathLike | None = None) -> ExtractResult:
+def extract(
+    workload: str,
+    module: str,
+    options: WorkloadOptions | None = None,
+    *,
+    device: str = "auto",
+    out: PathLike = "out/problems",
+    trace: PathLike | None = None,
+    window: str | None = None,
+    profile: bool = True,
+    workload_file: PathLike | None = None,
+) -> ExtractResult:
     """Write a KernelBench problem with the real shapes of a module class (or `op:aten::NAME`) of a
     workload, and its problem -> selector entry for `project(problems=...)`, as `headroom extract`.
 
@@ -56,8 +89,17 @@ def extract(workload: str, module: str, options: WorkloadOptions | None = None, 
     share unknown). Returns an `ExtractResult` (`.problem`, `.entry`, `.selectors`, `.share`)."""
     from headroom.extract import extract as _extract
 
-    return _extract(workload, module, options, device=device, out=out, trace=trace, window=window,
-                    profile=profile, workload_file=workload_file)
+    return _extract(
+        workload,
+        module,
+        options,
+        device=device,
+        out=out,
+        trace=trace,
+        window=window,
+        profile=profile,
+        workload_file=workload_file,
+    )
 
 
 def verify(problem: PathLike, candidate: PathLike, options: VerifyOptions | None = None) -> VerifyResult:
@@ -73,19 +115,33 @@ def verify(problem: PathLike, candidate: PathLike, options: VerifyOptions | None
     from headroom.verify import verify_candidate
 
     options = options or VerifyOptions()
-    options.resolved_policy(options.resolved_device())   # bad values: a UserError before any work
+    options.resolved_policy(options.resolved_device())  # bad values: a UserError before any work
     return verify_candidate(Path(problem), Path(candidate), options)
 
 
-def validate(workload: str | None = None, replace: Sequence[str] = (),
-             options: WorkloadOptions | None = None, *, from_dir: PathLike | None = None,
-             out: PathLike | None = None, device: str = "auto", rounds: int = MIN_ROUNDS,
-             steps_per_round: int | None = None, profile_steps: int | None = None,
-             tolerance: float | None = None, timeout: float = DEFAULT_TIMEOUT_S, threads: int | None = None,
-             workload_file: PathLike | None = None, max_rounds: int | None = None,
-             target_width: float | None = None, timing_budget: float | None = None, timer: str | None = None,
-             speedups: PathLike | None = None, problems: PathLike | None = None,
-             graphs: bool = False) -> ValidateResult:
+def validate(
+    workload: str | None = None,
+    replace: Sequence[str] = (),
+    options: WorkloadOptions | None = None,
+    *,
+    from_dir: PathLike | None = None,
+    out: PathLike | None = None,
+    device: str = "auto",
+    rounds: int = MIN_ROUNDS,
+    steps_per_round: int | None = None,
+    profile_steps: int | None = None,
+    tolerance: float | None = None,
+    timeout: float = DEFAULT_TIMEOUT_S,
+    threads: int | None = None,
+    workload_file: PathLike | None = None,
+    max_rounds: int | None = None,
+    target_width: float | None = None,
+    timing_budget: float | None = None,
+    timer: str | None = None,
+    speedups: PathLike | None = None,
+    problems: PathLike | None = None,
+    graphs: bool = False,
+) -> ValidateResult:
     """Swap candidates into a workload: check outputs, measure the end-to-end speedup interleaved, profile
     both, and score the projections made from the base trace alone, as `headroom validate`.
 
@@ -99,10 +155,27 @@ def validate(workload: str | None = None, replace: Sequence[str] = (),
     error allowed per compared tensor (default by dtype); `timeout`: seconds the whole run may take; `threads`:
     torch CPU threads. Returns a `ValidateResult` (`.measured`, `.projected`, `.error`, `.part`;
     docs/validate.md)."""
-    result, _ = validate_or_recompute(workload, list(replace), options, from_dir=from_dir, out=out, device=device,
-                                      rounds=rounds, steps_per_round=steps_per_round, profile_steps=profile_steps,
-                                      gate=tolerance, timeout=timeout, workload_file=workload_file,
-                                      command=shlex.join(sys.argv), threads=threads, max_rounds=max_rounds,
-                                      target_width=target_width, timing_budget=timing_budget, timer=timer,
-                                      speedups=speedups, problems=problems, graphs=graphs)
+    result, _ = validate_or_recompute(
+        workload,
+        list(replace),
+        options,
+        from_dir=from_dir,
+        out=out,
+        device=device,
+        rounds=rounds,
+        steps_per_round=steps_per_round,
+        profile_steps=profile_steps,
+        gate=tolerance,
+        timeout=timeout,
+        workload_file=workload_file,
+        command=shlex.join(sys.argv),
+        threads=threads,
+        max_rounds=max_rounds,
+        target_width=target_width,
+        timing_budget=timing_budget,
+        timer=timer,
+        speedups=speedups,
+        problems=problems,
+        graphs=graphs,
+    )
     return result

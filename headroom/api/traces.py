@@ -40,21 +40,43 @@ def analyze(trace: PathLike, read: ReadOptions = DEFAULT_READ) -> Analysis:
     (`.to_frame()`: per category). A directory is refused: `analyze_all` gives one Analysis per trace in
     it, `analyze_ranks` the ranks of one run together."""
     if os.path.isdir(trace):
-        raise UserError(f"{trace} is a directory: headroom.analyze_all() analyses each trace in it, "
-                        f"headroom.analyze_ranks() the ranks of one run together")
-    return _analyze(trace, rules=read.rules, policy=read.policy, whole_trace=read.whole_trace, window=read.window,
-                    lenient=read.lenient, use_cache=read.use_cache, graph_source=read.graph_source)
+        raise UserError(
+            f"{trace} is a directory: headroom.analyze_all() analyses each trace in it, "
+            f"headroom.analyze_ranks() the ranks of one run together"
+        )
+    return _analyze(
+        trace,
+        rules=read.rules,
+        policy=read.policy,
+        whole_trace=read.whole_trace,
+        window=read.window,
+        lenient=read.lenient,
+        use_cache=read.use_cache,
+        graph_source=read.graph_source,
+    )
 
 
 def analyze_all(path: PathLike, read: ReadOptions = DEFAULT_READ) -> list[Analysis]:
     """Every trace of a file or a directory (e.g. `traces/`, or one file per rank), rules read once, in
     file-name order (as `headroom classify PATH` reads them, each trace on its own): a list of `Analysis`."""
     rules, policy = load_classifier(read.rules, read.policy)
-    source = load_trace(read.graph_source, lenient=read.lenient, use_cache=read.use_cache) \
-        if read.graph_source is not None else None     # read once for every trace
-    return list(analyze_files(find_trace_files(path), rules=rules, policy=policy, whole_trace=read.whole_trace,
-                              window=read.window, lenient=read.lenient, use_cache=read.use_cache,
-                              graph_source=source))
+    source = (
+        load_trace(read.graph_source, lenient=read.lenient, use_cache=read.use_cache)
+        if read.graph_source is not None
+        else None
+    )  # read once for every trace
+    return list(
+        analyze_files(
+            find_trace_files(path),
+            rules=rules,
+            policy=policy,
+            whole_trace=read.whole_trace,
+            window=read.window,
+            lenient=read.lenient,
+            use_cache=read.use_cache,
+            graph_source=source,
+        )
+    )
 
 
 def read_inputs(path: PathLike, read: ReadOptions = DEFAULT_READ) -> list[Analysis | RankSet]:
@@ -83,8 +105,9 @@ def as_analysis(trace: TraceLike, read: ReadOptions = DEFAULT_READ) -> Analysis:
     return trace if isinstance(trace, Analysis) else analyze(trace, read)
 
 
-def coverage(traces: Sequence[TraceLike], suite: str = "dlrm", problems: PathLike | None = None,
-             read: ReadOptions = DEFAULT_READ) -> Coverage:
+def coverage(
+    traces: Sequence[TraceLike], suite: str = "dlrm", problems: PathLike | None = None, read: ReadOptions = DEFAULT_READ
+) -> Coverage:
     """Which problems of a benchmark suite (`dlrm`: DLRM-Bench, `kernelbench`: KernelBench level 1) the
     traces exercise, as `headroom coverage`: a `Coverage` (per problem the traces it matches, its events,
     time and share of each trace's GPU time, and the problems none matches). A directory stands for every
@@ -104,8 +127,9 @@ def _one_run(trace: TraceLike | RankSet, read: ReadOptions) -> Analysis | RankSe
     return analyze_ranks(trace, read) if os.path.isdir(trace) else analyze(trace, read)
 
 
-def diff(before: TraceLike | RankSet, after: TraceLike | RankSet, by: str = "category",
-         read: ReadOptions = DEFAULT_READ) -> Diff:
+def diff(
+    before: TraceLike | RankSet, after: TraceLike | RankSet, by: str = "category", read: ReadOptions = DEFAULT_READ
+) -> Diff:
     """Two runs of one workload compared, as `headroom diff` (a directory is the ranks of one run).
 
     `by`: the rows, by category, op, module or kernel. Returns a `Diff`: `.step` (the unprofiled step where
@@ -114,8 +138,13 @@ def diff(before: TraceLike | RankSet, after: TraceLike | RankSet, by: str = "cat
     return _diff(_one_run(before, read), _one_run(after, read), by=by)
 
 
-def diff_html(before: TraceLike | RankSet, after: TraceLike | RankSet, out: PathLike, by: str = "category",
-              read: ReadOptions = DEFAULT_READ) -> dict:
+def diff_html(
+    before: TraceLike | RankSet,
+    after: TraceLike | RankSet,
+    out: PathLike,
+    by: str = "category",
+    read: ReadOptions = DEFAULT_READ,
+) -> dict:
     """Write the `headroom diff --html` page of two runs to `out` and return its document (`diff --html
     --json`): the `diff` document (`step`, `profiled`, `unprofiled`, `rows`, ...) with `html` and `page`
     (`waterfall`: `Diff.waterfall()`'s bars in µs)."""

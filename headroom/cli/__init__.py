@@ -36,7 +36,7 @@ if _starting_as_the_program():
     # interpreter's start-up before it, site and its .pth files, is Python's: docs/cli.md).
     try:
         signal.signal(signal.SIGINT, _interrupted_while_starting)
-    except ValueError:     # not the main thread: nothing to take over
+    except ValueError:  # not the main thread: nothing to take over
         pass
 
 
@@ -48,7 +48,7 @@ def main(argv: list[str] | None = None) -> None:
 
     signal.signal(signal.SIGINT, _interrupted_while_starting)
     words = sys.argv[1:] if argv is None else list(argv)
-    if replay.replay(words):     # the same command on the same files printed this before
+    if replay.replay(words):  # the same command on the same files printed this before
         done = SystemExit(0)
         _leave(done)
         raise done

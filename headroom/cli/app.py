@@ -77,8 +77,11 @@ app = typer.Typer(
 
 
 @app.callback()
-def _root(version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, metavar="",
-                                       help="Print the version and exit.")) -> None:
+def _root(
+    version: bool = typer.Option(
+        False, "--version", callback=_version, is_eager=True, metavar="", help="Print the version and exit."
+    ),
+) -> None:
     """How much faster does a real model get if someone writes a faster GPU kernel?"""
 
 
@@ -86,11 +89,22 @@ def _root(version: bool = typer.Option(False, "--version", callback=_version, is
 # naming one of them imports and builds only that module's commands (typer builds every registered
 # command's parameters when it runs); anything else (`--help`, a typo) registers them all.
 # tests/test_cli_manners.py checks this map against what each module registers.
-COMMAND_MODULES = {"classify": "trace", "annotate": "trace", "report": "trace", "profile": "profile",
-                   "workloads": "profile", "project": "project", "targets": "project", "plot": "project",
-                   "coverage": "coverage", "diff": "diff",
-                   "verify": "verify", "extract": "extract", "validate": "extract",
-                   "bench": "verify"}     # a group of commands: typer lists groups last
+COMMAND_MODULES = {
+    "classify": "trace",
+    "annotate": "trace",
+    "report": "trace",
+    "profile": "profile",
+    "workloads": "profile",
+    "project": "project",
+    "targets": "project",
+    "plot": "project",
+    "coverage": "coverage",
+    "diff": "diff",
+    "verify": "verify",
+    "extract": "extract",
+    "validate": "extract",
+    "bench": "verify",
+}  # a group of commands: typer lists groups last
 _registered: set[str] = set()
 
 
@@ -101,11 +115,11 @@ def register_commands(argv: list[str] | None = None) -> None:
     command = next((a for a in argv or [] if not a.startswith("-")), None)
     wanted = [COMMAND_MODULES[command]] if command in COMMAND_MODULES else list(dict.fromkeys(COMMAND_MODULES.values()))
     for name in wanted:
-        if name in _registered:   # run() may be called more than once in one process (tests, notebooks)
+        if name in _registered:  # run() may be called more than once in one process (tests, notebooks)
             continue
         importlib.import_module(f"headroom.cli.{name}").register(app)
         _registered.add(name)
-    order = list(COMMAND_MODULES)     # the help's order, whichever command was registered first
+    order = list(COMMAND_MODULES)  # the help's order, whichever command was registered first
     app.registered_commands.sort(key=lambda c: order.index(_command_name(c)))
     app.registered_groups.sort(key=lambda g: order.index(g.name or ""))
 
@@ -115,17 +129,23 @@ def _command_name(info) -> str:
 
 
 # The extra a command's optional modules come from (the core commands need none).
-_EXTRA_OF_COMMAND = {"profile": "profile", "workloads": "profile", "extract": "profile", "validate": "profile",
-                     "verify": "verify", "bench": "verify"}
+_EXTRA_OF_COMMAND = {
+    "profile": "profile",
+    "workloads": "profile",
+    "extract": "profile",
+    "validate": "profile",
+    "verify": "verify",
+    "bench": "verify",
+}
 
 
 def _usage_line(e: Any) -> str:
     cmd = e.ctx.command_path if e.ctx is not None else "headroom"
-    cmd = "headroom" + cmd[cmd.index(" "):] if " " in cmd else "headroom"
+    cmd = "headroom" + cmd[cmd.index(" ") :] if " " in cmd else "headroom"
     return f"{e.format_message()} (see '{cmd} --help')"
 
 
-_terminated = False     # the interrupt was a SIGTERM (exit 143), not a Ctrl-C
+_terminated = False  # the interrupt was a SIGTERM (exit 143), not a Ctrl-C
 
 
 def _on_sigterm(signum, frame) -> None:
@@ -158,7 +178,7 @@ def _interrupted() -> None:
 def run(argv: list[str] | None = None) -> None:
     """Run the command line; exit 0, 1 (verdict), 2 (bad input, one line on stderr), 130 (Ctrl-C) or
     143 (SIGTERM)."""
-    signal.signal(signal.SIGINT, signal.default_int_handler)   # from here on: clean up, then exit 130
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # from here on: clean up, then exit 130
     if signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
         signal.signal(signal.SIGTERM, _on_sigterm)
     library_warnings_in_one_style()
@@ -167,7 +187,7 @@ def run(argv: list[str] | None = None) -> None:
         # Done: a Ctrl-C now has nothing left to stop, and must not kill the interpreter while it
         # shuts down (Python restores the default handler then: the process would die by SIGINT).
         signal.signal(signal.SIGINT, signal.SIG_IGN)
-    except KeyboardInterrupt:   # while an error was being reported
+    except KeyboardInterrupt:  # while an error was being reported
         _interrupted()
     sys.exit(code)
 
@@ -228,7 +248,7 @@ def dispatch(argv: list[str] | None) -> int:
             rv = EXIT_PIPE
             _silence_stdout()
         code = rv if isinstance(rv, int) else 0
-        if code == EXIT_INTERRUPTED:   # typer turns Ctrl-C inside a command into exit 130
+        if code == EXIT_INTERRUPTED:  # typer turns Ctrl-C inside a command into exit 130
             _interrupted()
     except UserError as e:
         error(str(e))
@@ -242,7 +262,7 @@ def dispatch(argv: list[str] | None) -> int:
         extra = _EXTRA_OF_COMMAND.get(command) if module == "torch" else None
         error(str(missing(module, command, extra)))
         code = EXIT_USAGE
-    except _NoArgsIsHelp:   # typer has printed the help
+    except _NoArgsIsHelp:  # typer has printed the help
         code = EXIT_USAGE
     except _exc.UsageError as e:
         error(_usage_line(e))
@@ -267,4 +287,3 @@ def dispatch(argv: list[str] | None) -> int:
         error(f"{where}{e.strerror or e}")
         code = EXIT_USAGE
     return code
-

@@ -18,36 +18,73 @@ from headroom.cli.output import EXIT_USAGE, error, progress, warn
 from headroom.errors import UserError
 from headroom.trace.read_options import ReadOptions
 
-_READ = ReadOptions()     # the reading flags' defaults
+_READ = ReadOptions()  # the reading flags' defaults
 
-RulesOpt = typer.Option(_READ.rules, "--rules", metavar="FILE",
-                        help="TOML file of extra classification rules (tried first).")
-PolicyOpt = typer.Option(_READ.policy, "--policy", metavar="FILE",
-                         help="TOML file overriding which categories are addressable.")
-WholeOpt = typer.Option(_READ.whole_trace, "--whole-trace", metavar="",
-                        help="Analyse the whole trace, not only the ProfilerStep ranges.")
-WindowOpt = typer.Option(_READ.window, "--window", metavar="REGEX",
-                         help="Steps are the CPU ranges whose name matches REGEX (e.g. execute_model), "
-                              "for traces without ProfilerStep ranges.")
-LenientOpt = typer.Option(_READ.lenient, "--lenient", metavar="", help=(
-    "Drop GPU activities and steps with impossible times (missing, negative, non-finite, outside the trace) "
-    "with a counted warning, instead of refusing the trace."))
-NoCacheOpt = typer.Option(not _READ.use_cache, "--no-cache", metavar="",
-                          help="Neither read nor write the trace's columnar cache (docs/trace-core.md, \"Cache\").")
-SpeedupOpt = typer.Option(None, "--speedup", "-s", metavar="SELECTOR=FACTOR", help=(
-    "Repeatable: category:embedding=1.552, op:aten::layer_norm=2, 'kernel:^triton_=1.2', "
-    "problem:23_Softmax=1.3, 'module:RMSNorm=1.8,launches=1' (launches=N: kernels each call launches "
-    "after the change; docs/projection.md). Command-line entries win overlaps with files."))
-SpeedupsOpt = typer.Option(None, "--speedups", "-f", metavar="FILE", help=(
-    "Speedup file (.toml/.json/.csv) or `headroom verify` JSON; repeatable."))
-ProblemsOpt = typer.Option(None, "--problems", metavar="FILE",
-                           help="TOML file adding/replacing problem -> selector mappings.")
-GraphSourceOpt = typer.Option(_READ.graph_source, "--graph-source", metavar="TRACE", help=(
-    "A trace of the same step run eagerly (or holding the CUDA graph's capture): kernels replayed from a "
-    "graph take their op, module and phase from it when the analysed trace does not hold the capture "
-    "(docs/graphs.md)."))
-TracesArg = typer.Argument(..., metavar="TRACE...",
-                           help="Trace files (.json/.json.gz) or directories of per-rank traces.")
+RulesOpt = typer.Option(
+    _READ.rules, "--rules", metavar="FILE", help="TOML file of extra classification rules (tried first)."
+)
+PolicyOpt = typer.Option(
+    _READ.policy, "--policy", metavar="FILE", help="TOML file overriding which categories are addressable."
+)
+WholeOpt = typer.Option(
+    _READ.whole_trace, "--whole-trace", metavar="", help="Analyse the whole trace, not only the ProfilerStep ranges."
+)
+WindowOpt = typer.Option(
+    _READ.window,
+    "--window",
+    metavar="REGEX",
+    help="Steps are the CPU ranges whose name matches REGEX (e.g. execute_model), "
+    "for traces without ProfilerStep ranges.",
+)
+LenientOpt = typer.Option(
+    _READ.lenient,
+    "--lenient",
+    metavar="",
+    help=(
+        "Drop GPU activities and steps with impossible times (missing, negative, non-finite, outside the trace) "
+        "with a counted warning, instead of refusing the trace."
+    ),
+)
+NoCacheOpt = typer.Option(
+    not _READ.use_cache,
+    "--no-cache",
+    metavar="",
+    help='Neither read nor write the trace\'s columnar cache (docs/trace-core.md, "Cache").',
+)
+SpeedupOpt = typer.Option(
+    None,
+    "--speedup",
+    "-s",
+    metavar="SELECTOR=FACTOR",
+    help=(
+        "Repeatable: category:embedding=1.552, op:aten::layer_norm=2, 'kernel:^triton_=1.2', "
+        "problem:23_Softmax=1.3, 'module:RMSNorm=1.8,launches=1' (launches=N: kernels each call launches "
+        "after the change; docs/projection.md). Command-line entries win overlaps with files."
+    ),
+)
+SpeedupsOpt = typer.Option(
+    None,
+    "--speedups",
+    "-f",
+    metavar="FILE",
+    help=("Speedup file (.toml/.json/.csv) or `headroom verify` JSON; repeatable."),
+)
+ProblemsOpt = typer.Option(
+    None, "--problems", metavar="FILE", help="TOML file adding/replacing problem -> selector mappings."
+)
+GraphSourceOpt = typer.Option(
+    _READ.graph_source,
+    "--graph-source",
+    metavar="TRACE",
+    help=(
+        "A trace of the same step run eagerly (or holding the CUDA graph's capture): kernels replayed from a "
+        "graph take their op, module and phase from it when the analysed trace does not hold the capture "
+        "(docs/graphs.md)."
+    ),
+)
+TracesArg = typer.Argument(
+    ..., metavar="TRACE...", help="Trace files (.json/.json.gz) or directories of per-rank traces."
+)
 
 
 @dataclass
@@ -93,7 +130,7 @@ class Reader:
 
         for p in paths:
             if Path(p).is_dir():
-                replay.refuse()     # its list of files may change
+                replay.refuse()  # its list of files may change
             try:
                 found = find_trace_files(p)
                 for f in found:
@@ -125,8 +162,10 @@ class Reader:
             analyses = list(self.analyses([p]))
             if len(self.failed) > failed:
                 if analyses and looks_like_ranks(analyses):
-                    warn(f"{p}: {len(self.failed) - failed} trace(s) could not be read: the other "
-                         f"{len(analyses)} analysed one by one, not as the ranks of one run")
+                    warn(
+                        f"{p}: {len(self.failed) - failed} trace(s) could not be read: the other "
+                        f"{len(analyses)} analysed one by one, not as the ranks of one run"
+                    )
                 yield from analyses
                 continue
             try:
@@ -150,15 +189,21 @@ class Reader:
         options = self.read
         while files:
             traces = iter_traces(files, lenient=options.lenient, use_cache=options.use_cache)
-            done = 0    # files[done] is the one being read (iter_traces yields them in order)
+            done = 0  # files[done] is the one being read (iter_traces yields them in order)
             try:
                 while done < len(files):
                     with progress(f"reading {files[done].name}"):
                         trace = next(traces, None)
-                        if trace is None:   # pragma: no cover - iter_traces yields one Trace per file
+                        if trace is None:  # pragma: no cover - iter_traces yields one Trace per file
                             return
-                        a = analyze(trace, rules=self._rules, policy=self._policy, whole_trace=options.whole_trace,
-                                    window=options.window, graph_source=self.source_trace())
+                        a = analyze(
+                            trace,
+                            rules=self._rules,
+                            policy=self._policy,
+                            whole_trace=options.whole_trace,
+                            window=options.window,
+                            graph_source=self.source_trace(),
+                        )
                     _reads_capture(files[done], trace.metadata)
                     done += 1
                     for note in a.notes + a.warnings:

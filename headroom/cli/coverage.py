@@ -26,11 +26,16 @@ from headroom.trace.read_options import ReadOptions
 
 def coverage_cmd(
     traces: list[Path] = TracesArg,
-    suite: str = typer.Option("dlrm", "--suite", metavar="SUITE", help=(
-        "dlrm (DLRM-Bench) or kernelbench (KernelBench level 1), or a suite name of the problem map.")),
+    suite: str = typer.Option(
+        "dlrm",
+        "--suite",
+        metavar="SUITE",
+        help=("dlrm (DLRM-Bench) or kernelbench (KernelBench level 1), or a suite name of the problem map."),
+    ),
     as_json: bool = typer.Option(False, "--json", metavar="", help="One JSON document (docs/cli.md)."),
-    strict: bool = typer.Option(False, "--strict", metavar="", help=(
-        "Exit 1 when a problem of the suite matches no trace (for CI).")),
+    strict: bool = typer.Option(
+        False, "--strict", metavar="", help=("Exit 1 when a problem of the suite matches no trace (for CI).")
+    ),
     problems: Path | None = ProblemsOpt,
     rules: Path | None = RulesOpt,
     policy: Path | None = PolicyOpt,
@@ -49,7 +54,7 @@ def coverage_cmd(
     from headroom.projection.problems import load_problems
 
     problem_map = load_problems(problems)
-    suite_problems(suite, problem_map)          # an unknown suite is bad input before any trace is read
+    suite_problems(suite, problem_map)  # an unknown suite is bad input before any trace is read
     reader = Reader(ReadOptions.from_flags(rules, policy, whole_trace, window, lenient, no_cache, graph_source))
     analyses = list(reader.analyses(traces))
     reader.finish()

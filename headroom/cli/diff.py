@@ -26,21 +26,45 @@ def _one_run(reader: Reader, path: Path):
     return runs[0]
 
 
+ByOpt = typer.Option(
+    "category",
+    "--by",
+    help=("Rows: category, op, module (nn.Module classes) or kernel (matched by name and launch site)."),
+)
+FailIfSlowerOpt = typer.Option(
+    None,
+    "--fail-if-slower",
+    metavar="PCT",
+    min=0.0,
+    max=1e4,
+    help=(
+        "Exit 1 when AFTER's step is slower than BEFORE's by more than PCT percent (unprofiled where both "
+        "manifests record it, else profiled)."
+    ),
+)
+FigureOpt = typer.Option(
+    None, "--figure", metavar="FILE", help=("Also draw the waterfall of the deltas into FILE (.png, .svg or .pdf).")
+)
+HtmlOpt = typer.Option(
+    None,
+    "--html",
+    metavar="FILE",
+    help=(
+        "Also write one self-contained HTML page: the step on both clocks, the rows (sortable), the added and "
+        "removed ones and the waterfall (stdout: its path; with --json, the document has the page's numbers)."
+    ),
+)
+
+
 def diff_cmd(
     before: Path = typer.Argument(..., metavar="BEFORE", help=_RunArg),
     after: Path = typer.Argument(..., metavar="AFTER", help=_RunArg),
-    by: DiffBy = typer.Option("category", "--by", help=(
-        "Rows: category, op, module (nn.Module classes) or kernel (matched by name and launch site).")),
+    by: DiffBy = ByOpt,
     as_json: bool = typer.Option(False, "--json", metavar="", help="One JSON document (docs/cli.md)."),
-    fail_if_slower: float | None = typer.Option(None, "--fail-if-slower", metavar="PCT", min=0.0, max=1e4, help=(
-        "Exit 1 when AFTER's step is slower than BEFORE's by more than PCT percent (unprofiled where both "
-        "manifests record it, else profiled).")),
+    fail_if_slower: float | None = FailIfSlowerOpt,
     top: int = typer.Option(25, "--top", min=0, help="Rows shown in the table (0: all; --json has them all)."),
-    figure: Path | None = typer.Option(None, "--figure", metavar="FILE", help=(
-        "Also draw the waterfall of the deltas into FILE (.png, .svg or .pdf).")),
-    html: Path | None = typer.Option(None, "--html", metavar="FILE", help=(
-        "Also write one self-contained HTML page: the step on both clocks, the rows (sortable), the added and "
-        "removed ones and the waterfall (stdout: its path; with --json, the document has the page's numbers).")),
+    figure: Path | None = FigureOpt,
+    html: Path | None = HtmlOpt,
     rules: Path | None = RulesOpt,
     policy: Path | None = PolicyOpt,
     whole_trace: bool = WholeOpt,
@@ -58,7 +82,7 @@ def diff_cmd(
 
     if figure is not None:
         from headroom.files import check_output_file, check_output_not_input
-        from headroom.report.plot import FORMATS
+        from headroom.report.figure_files import FORMATS
 
         if figure.suffix.lstrip(".") not in FORMATS:
             raise UserError(f"--figure {figure}: the name must end in .png, .svg or .pdf")
@@ -76,9 +100,9 @@ def diff_cmd(
         warn(note)
     slower = fail_if_slower is not None and d.slower_than(fail_if_slower)
     if figure is not None:
-        from headroom.report import plot
+        from headroom.report.figure_files import save
 
-        plot.save(d.figure(), figure, formats=(figure.suffix.lstrip("."),))
+        save(d.figure(), figure, formats=(figure.suffix.lstrip("."),))
     gate = None if fail_if_slower is None else {"fail_if_slower_pct": fail_if_slower, "slower": slower}
     if html is not None:
         from headroom.report.diff_html import html_diff
@@ -93,8 +117,10 @@ def diff_cmd(
     else:
         render_diff(d, make_console(), top=top or None)
     if slower:
-        warn(f"{d.after}: the {d.step.clock} step is {100 * d.step.change:+.2f}% against {d.before}, "
-             f"over --fail-if-slower {fail_if_slower:g}%")
+        warn(
+            f"{d.after}: the {d.step.clock} step is {100 * d.step.change:+.2f}% against {d.before}, "
+            f"over --fail-if-slower {fail_if_slower:g}%"
+        )
         raise typer.Exit(code=EXIT_VERDICT)
 
 

@@ -14,16 +14,33 @@ import typer
 from headroom.cli.output import warn
 from headroom.errors import UserError
 
-EngineOpt = typer.Option("local", "--engine", metavar="ENGINE", help=(
-    "local: in this process (default); ray: one task per trace (per candidate for verify) on a Ray cluster "
-    "(pip install 'kernel-headroom[fleet]'; docs/fleet.md)."))
-AddressOpt = typer.Option(None, "--address", metavar="ADDR", help=(
-    "With --engine ray: an existing cluster (e.g. auto, HOST:6379, ray://HOST:10001); default: start a local one."))
+EngineOpt = typer.Option(
+    "local",
+    "--engine",
+    metavar="ENGINE",
+    help=(
+        "local: in this process (default); ray: one task per trace (per candidate for verify) on a Ray cluster "
+        "(pip install 'kernel-headroom[fleet]'; docs/fleet.md)."
+    ),
+)
+AddressOpt = typer.Option(
+    None,
+    "--address",
+    metavar="ADDR",
+    help=(
+        "With --engine ray: an existing cluster (e.g. auto, HOST:6379, ray://HOST:10001); default: start a local one."
+    ),
+)
 
 
-ResumeOpt = typer.Option(False, "--resume", help=(
-    "With --engine ray and --out: take the candidates already in the --out stream (OUT.jsonl) from it, "
-    "run the others."))
+ResumeOpt = typer.Option(
+    False,
+    "--resume",
+    help=(
+        "With --engine ray and --out: take the candidates already in the --out stream (OUT.jsonl) from it, "
+        "run the others."
+    ),
+)
 
 
 def fleet_inputs(reader, paths: list[Path]) -> Iterator:
@@ -34,14 +51,15 @@ def fleet_inputs(reader, paths: list[Path]) -> Iterator:
 
     engine = get_engine(reader.engine, reader.address)
     options, cwd = reader.read, os.getcwd()
-    found: list = []    # per path: its files, or the UserError that named it
+    found: list = []  # per path: its files, or the UserError that named it
     for p in paths:
         try:
             found.append(find_trace_files(p))
         except UserError as e:
             found.append(e)
-    tasks = [TraceTask(str(f), options, reader.product, cwd=cwd) for files in found if isinstance(files, list)
-             for f in files]
+    tasks = [
+        TraceTask(str(f), options, reader.product, cwd=cwd) for files in found if isinstance(files, list) for f in files
+    ]
     results = engine.map(run_task, tasks, memory=[task_memory(t.path) for t in tasks])
     for p, files in zip(paths, found):
         if isinstance(files, UserError):
@@ -64,8 +82,10 @@ def fleet_inputs(reader, paths: list[Path]) -> Iterator:
 
         if len(analyses) < len(files):
             if analyses and looks_like_ranks(analyses):
-                warn(f"{p}: {len(files) - len(analyses)} trace(s) could not be read: the other "
-                     f"{len(analyses)} analysed one by one, not as the ranks of one run")
+                warn(
+                    f"{p}: {len(files) - len(analyses)} trace(s) could not be read: the other "
+                    f"{len(analyses)} analysed one by one, not as the ranks of one run"
+                )
             yield from _with_products(reader, engine, analyses, tasks)
             continue
         try:
@@ -80,12 +100,17 @@ def _with_products(reader, engine, inputs: list, tasks: list) -> list:
     """Traces that said they were ranks but are analysed one by one: their products, computed now."""
     from headroom.fleet.traces import run_task, task_memory
 
-    missing = [a for a in inputs if id(a) in reader.results and not reader.results[id(a)].has_product
-               and reader.product is not None]
+    missing = [
+        a
+        for a in inputs
+        if id(a) in reader.results and not reader.results[id(a)].has_product and reader.product is not None
+    ]
     if missing:
         by_path = {t.path: t for t in tasks}
-        again = [dataclasses.replace(by_path[reader.results[id(a)].path], product=reader.product, skip_ranks=False)
-                 for a in missing]
+        again = [
+            dataclasses.replace(by_path[reader.results[id(a)].path], product=reader.product, skip_ranks=False)
+            for a in missing
+        ]
         for a, r in zip(missing, engine.map(run_task, again, memory=[task_memory(t.path) for t in again])):
             reader.results[id(a)] = r if r.error is None else reader.results[id(a)]
     return inputs

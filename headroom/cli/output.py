@@ -28,8 +28,8 @@ EXIT_OK = 0
 EXIT_VERDICT = 1
 EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130
-EXIT_PIPE = 141          # stdout closed by its reader
-EXIT_TERMINATED = 143    # SIGTERM
+EXIT_PIPE = 141  # stdout closed by its reader
+EXIT_TERMINATED = 143  # SIGTERM
 
 SCHEMA_VERSION = 1
 
@@ -73,6 +73,12 @@ def progress(label: str) -> Iterator[None]:
     from rich.live import Live
     from rich.spinner import Spinner
 
-    with Live(Spinner("dots", text=label), console=Console(file=replay.terminal(sys.stderr)), transient=True,
-              redirect_stdout=False, redirect_stderr=False, refresh_per_second=12.5):
+    with Live(
+        Spinner("dots", text=label),
+        console=Console(file=replay.terminal(sys.stderr)),
+        transient=True,
+        redirect_stdout=False,
+        redirect_stderr=False,
+        refresh_per_second=12.5,
+    ):
         yield

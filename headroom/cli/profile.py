@@ -11,6 +11,7 @@ import time
 from collections.abc import Iterator
 from contextlib import AbstractContextManager
 from pathlib import Path
+from typing import Any
 
 import typer
 from rich.console import Console
@@ -35,8 +36,7 @@ class RichProgress(Progress):
         self._stderr_fd = os.dup(2)
         stream = os.fdopen(self._stderr_fd, "w", buffering=1, closefd=False)
         self.console = Console(file=stream, stderr=False, width=None if stream.isatty() else 160)
-        self._capture = OutputCapture(lambda line: self.console.print(line, markup=False, highlight=False,
-                                                                      style="dim"))
+        self._capture = OutputCapture(lambda line: self.console.print(line, markup=False, highlight=False, style="dim"))
 
     def capturing(self) -> AbstractContextManager[None]:
         """Route fds 1 and 2 to a temporary file while the run is on."""
@@ -54,8 +54,9 @@ class RichProgress(Progress):
                 yield
         finally:
             self._flush_captured()
-        self.console.print(f"[green]\u2713[/green] {name:<10} {time.perf_counter() - t0:7.1f} s  {detail}",
-                           highlight=False)
+        self.console.print(
+            f"[green]\u2713[/green] {name:<10} {time.perf_counter() - t0:7.1f} s  {detail}", highlight=False
+        )
 
     def note(self, message: str) -> None:
         self.console.print(f"headroom: warning: {message}", markup=False, highlight=False)
@@ -81,72 +82,129 @@ Device = enum.Enum("Device", {"auto": "auto", "cuda": "cuda", "cpu": "cpu"}, typ
 Parallel = enum.Enum("Parallel", {"ddp": "ddp", "fsdp": "fsdp", "torchrec": "torchrec"}, type=str)
 
 
+WorkloadArg = typer.Argument(
+    ...,
+    metavar="WORKLOAD",
+    help="Workload name (see `headroom workloads`).",
+    autocompletion=lambda: _workload_names(),
+)
+LayersOpt = typer.Option(None, "--layers", min=1, help="Profile N of the identical blocks and extrapolate to all.")
+CompileModeOpt = typer.Option(
+    None,
+    "--compile-mode",
+    metavar="MODE",
+    help=(
+        "torch.compile's mode (implies --compile): default, reduce-overhead (CUDA graphs), max-autotune, "
+        "max-autotune-no-cudagraphs."
+    ),
+)
+GraphsOpt = typer.Option(
+    False,
+    "--graphs",
+    metavar="",
+    help=(
+        "Capture the step once as a CUDA graph after warm-up and replay it, as serving engines run decode; "
+        "the capture is profiled into OUT/captures/ so replayed kernels keep their ops and modules "
+        "(docs/graphs.md)."
+    ),
+)
+FlavourOpt = typer.Option(None, "--flavour", metavar="NAME", help="Size preset (e.g. llama-7b --flavour 70b).")
+OptOpt = typer.Option([], "--opt", metavar="KEY=VALUE", help="Workload option (see `headroom workloads -v`).")
+TimedStepsOpt = typer.Option(None, "--timed-steps", min=1, help="Unprofiled timed steps (default 10 GPU, 3 CPU).")
+WorkloadFileOpt = typer.Option(None, "--workload-file", metavar="FILE", help="Python file defining extra workloads.")
+FullSizeOpt = typer.Option(False, "--full-size", metavar="", help="On a CPU, run the real defaults (no scaling).")
+NoModuleRangesOpt = typer.Option(
+    False,
+    "--no-module-ranges",
+    metavar="",
+    help=("Do not record a range per nn.Module call (recorded by default, for `targets --by module`)."),
+)
+NprocOpt = typer.Option(
+    1,
+    "--nproc",
+    metavar="N",
+    help=(
+        "Ranks: one process per GPU (per CPU slot with gloo), launched by torch's elastic launcher; "
+        "traces in OUT/<name>/rank-K.json.gz."
+    ),
+)
+ParallelOpt = typer.Option(
+    None,
+    "--parallel",
+    case_sensitive=False,
+    help=(
+        "With --nproc: ddp or fsdp (FSDP2) for transformer and vision training; recommenders shard "
+        "their tables with torchrec (default: the workload's, see `headroom workloads -v`)."
+    ),
+)
+
+
 def profile(
-    workload: str = typer.Argument(..., metavar="WORKLOAD", help="Workload name (see `headroom workloads`).",
-                                   autocompletion=lambda: _workload_names()),
+    workload: str = WorkloadArg,
     mode: Mode | None = typer.Option(None, "--mode", case_sensitive=False, help="Default: the workload's."),
     phase: Phase | None = typer.Option(None, "--phase", case_sensitive=False, help="Decoder LMs."),
     kv_cache: KVCache | None = typer.Option(None, "--kv-cache", case_sensitive=False, help="KV cache (decode)."),
     batch: int | None = typer.Option(None, "--batch", min=1, help="Batch size."),
     seq: int | None = typer.Option(None, "--seq", min=1, help="Sequence length (tokens)."),
     dtype: DType | None = typer.Option(None, "--dtype", case_sensitive=False, help="Default: the workload's."),
-    layers: int | None = typer.Option(None, "--layers", min=1,
-                                         help="Profile N of the identical blocks and extrapolate to all."),
+    layers: int | None = LayersOpt,
     compile_: bool = typer.Option(False, "--compile", metavar="", help="Run the model under torch.compile."),
-    compile_mode: str | None = typer.Option(None, "--compile-mode", metavar="MODE", help=(
-        "torch.compile's mode (implies --compile): default, reduce-overhead (CUDA graphs), max-autotune, "
-        "max-autotune-no-cudagraphs.")),
-    graphs: bool = typer.Option(False, "--graphs", metavar="", help=(
-        "Capture the step once as a CUDA graph after warm-up and replay it, as serving engines run decode; "
-        "the capture is profiled into OUT/captures/ so replayed kernels keep their ops and modules "
-        "(docs/graphs.md).")),
-    flavour: str | None = typer.Option(None, "--flavour", metavar="NAME",
-                                          help="Size preset (e.g. llama-7b --flavour 70b)."),
-    opt: list[str] = typer.Option([], "--opt", metavar="KEY=VALUE",
-                                  help="Workload option (see `headroom workloads -v`)."),
+    compile_mode: str | None = CompileModeOpt,
+    graphs: bool = GraphsOpt,
+    flavour: str | None = FlavourOpt,
+    opt: list[str] = OptOpt,
     steps: int | None = typer.Option(None, "--steps", min=1, help="Profiled steps (default 3 on a GPU, 1 on a CPU)."),
     warmup: int | None = typer.Option(None, "--warmup", min=0, help="Warm-up steps (default 3 GPU, 1 CPU)."),
-    timed_steps: int | None = typer.Option(None, "--timed-steps", min=1,
-                                              help="Unprofiled timed steps (default 10 GPU, 3 CPU)."),
+    timed_steps: int | None = TimedStepsOpt,
     out: Path = typer.Option(Path("out"), "--out", metavar="DIR", help="Directory for the trace and manifest.json."),
     as_json: bool = typer.Option(False, "--json", metavar="", help="One JSON document (docs/cli.md)."),
-    workload_file: Path | None = typer.Option(None, "--workload-file", metavar="FILE",
-                                                 help="Python file defining extra workloads."),
+    workload_file: Path | None = WorkloadFileOpt,
     device: Device = typer.Option("auto", "--device", case_sensitive=False, help="auto: CUDA when present."),
     no_tf32: bool = typer.Option(False, "--no-tf32", metavar="", help="Strict fp32 matmuls (TF32 is on by default)."),
-    full_size: bool = typer.Option(False, "--full-size", metavar="", help="On a CPU, run the real defaults (no scaling)."),
-    no_module_ranges: bool = typer.Option(False, "--no-module-ranges", metavar="", help=(
-        "Do not record a range per nn.Module call (recorded by default, for `targets --by module`).")),
-    nproc: int = typer.Option(1, "--nproc", metavar="N", help=(
-        "Ranks: one process per GPU (per CPU slot with gloo), launched by torch's elastic launcher; "
-        "traces in OUT/<name>/rank-K.json.gz.")),
-    parallel: Parallel | None = typer.Option(None, "--parallel", case_sensitive=False, help=(
-        "With --nproc: ddp or fsdp (FSDP2) for transformer and vision training; recommenders shard "
-        "their tables with torchrec (default: the workload's, see `headroom workloads -v`).")),
+    full_size: bool = FullSizeOpt,
+    no_module_ranges: bool = NoModuleRangesOpt,
+    nproc: int = NprocOpt,
+    parallel: Parallel | None = ParallelOpt,
 ) -> None:
     """Run a workload under torch.profiler and say where the time went."""
     require("torch", "profile", "profile")
-    from headroom.profile.run import profile_workload
     from headroom.profile.workload import Options
 
     value = lambda e: e.value if e is not None else None  # noqa: E731
-    options = Options(mode=value(mode), phase=value(phase), kv_cache=value(kv_cache), batch=batch, seq=seq,
-                      dtype=value(dtype),
-                      layers=layers, compile=compile_, compile_mode=compile_mode, graphs=graphs, flavour=flavour,
-                      tf32=not no_tf32,
-                      extra=_parse_opts(opt), scale_for_cpu=not full_size, module_ranges=not no_module_ranges,
-                      parallel=value(parallel))
+    options = Options(
+        mode=value(mode),
+        phase=value(phase),
+        kv_cache=value(kv_cache),
+        batch=batch,
+        seq=seq,
+        dtype=value(dtype),
+        layers=layers,
+        compile=compile_,
+        compile_mode=compile_mode,
+        graphs=graphs,
+        flavour=flavour,
+        tf32=not no_tf32,
+        extra=_parse_opts(opt),
+        scale_for_cpu=not full_size,
+        module_ranges=not no_module_ranges,
+        parallel=value(parallel),
+    )
     command = "headroom " + " ".join(shlex.quote(a) for a in sys.argv[1:])
-    progress = RichProgress()
+    run: dict[str, Any] = dict(device=device.value, out=out, steps=steps, warmup=warmup, timed_steps=timed_steps)
+    run.update(workload_file=workload_file, progress=RichProgress(), command=command)
     if nproc != 1 or parallel:
-        _profile_ranks(workload, options, nproc, device.value, out, steps, warmup, timed_steps, workload_file,
-                       progress, command, as_json)
-        return
+        _profile_ranks(workload, options, nproc, as_json, run)
+    else:
+        _profile_one(workload, options, as_json, run)
+
+
+def _profile_one(workload: str, options: Any, as_json: bool, run: dict[str, Any]) -> None:
+    """One process: the run, then its result on stdout (`run`: profile_workload's keyword arguments)."""
+    from headroom.profile.run import profile_workload
+
     # Library chatter (Python or C++, stdout or stderr) never reaches stdout: --json stays parseable.
-    with progress.capturing():
-        result = profile_workload(workload, options, device=device.value, out=out, steps=steps, warmup=warmup,
-                                  timed_steps=timed_steps, workload_file=workload_file,
-                                  progress=progress, command=command)
+    with run["progress"].capturing():
+        result = profile_workload(workload, options, **run)
     if as_json:
         emit_json("profile", plain(result))
         return
@@ -157,8 +215,9 @@ def profile(
     render_profile(result, console)
 
 
-def _profile_ranks(workload, options, nproc, device, out, steps, warmup, timed_steps, workload_file, progress,
-                   command, as_json) -> None:
+def _profile_ranks(workload: str, options: Any, nproc: int, as_json: bool, run: dict[str, Any]) -> None:
+    """A --nproc run: the ranks launched together, then their tables on stdout (`run`: profile_ranks' keyword
+    arguments)."""
     from headroom.profile.launch import profile_ranks
 
     if nproc < 1:
@@ -167,9 +226,7 @@ def _profile_ranks(workload, options, nproc, device, out, steps, warmup, timed_s
         raise UserError(f"--parallel {options.parallel} needs --nproc 2 or more")
     # The ranks print their own stage lines on stderr; the parent's library chatter stays off stdout.
     with contextlib.redirect_stdout(sys.stderr):
-        result = profile_ranks(workload, options, nproc=nproc, device=device, out=out, steps=steps, warmup=warmup,
-                               timed_steps=timed_steps, workload_file=workload_file, progress=progress,
-                               command=command)
+        result = profile_ranks(workload, options, nproc=nproc, **run)
     if as_json:
         emit_json("profile.ranks", plain(result))
         return
@@ -194,10 +251,12 @@ def _workload_names() -> list[str]:
 
 
 def workloads(
-    verbose: bool = typer.Option(False, "-v", "--verbose", metavar="",
-                                 help="Also show each default's reason, flavours, options."),
-    workload_file: Path | None = typer.Option(None, "--workload-file", metavar="FILE",
-                                                 help="Python file defining extra workloads."),
+    verbose: bool = typer.Option(
+        False, "-v", "--verbose", metavar="", help="Also show each default's reason, flavours, options."
+    ),
+    workload_file: Path | None = typer.Option(
+        None, "--workload-file", metavar="FILE", help="Python file defining extra workloads."
+    ),
     as_json: bool = typer.Option(False, "--json", metavar="", help="One JSON document (docs/cli.md)."),
 ) -> None:
     """List the workloads: model, defaults, flavours."""
@@ -207,15 +266,29 @@ def workloads(
         load_workload_file(workload_file)
     specs = list_workloads()
     if as_json:
-        emit_json("workloads", {"workloads": [{
-            "name": s.name, "domain": s.domain, "description": s.description, "model": s.model,
-            "modes": list(s.modes), "phases": list(s.phases), "kv_caches": list(s.kv_caches),
-            "defaults": {k: {"value": d.value, "why": d.why} for k, d in s.defaults.items()},
-            "flavours": s.flavours, "layers": s.num_layers("default") if s.num_layers else None,
-            "options": {k: {"value": d.value, "why": d.why} for k, d in s.extras.items()},
-            "parallel": list(s.parallel),
-            "source": s.source,
-        } for s in specs]})
+        emit_json(
+            "workloads",
+            {
+                "workloads": [
+                    {
+                        "name": s.name,
+                        "domain": s.domain,
+                        "description": s.description,
+                        "model": s.model,
+                        "modes": list(s.modes),
+                        "phases": list(s.phases),
+                        "kv_caches": list(s.kv_caches),
+                        "defaults": {k: {"value": d.value, "why": d.why} for k, d in s.defaults.items()},
+                        "flavours": s.flavours,
+                        "layers": s.num_layers("default") if s.num_layers else None,
+                        "options": {k: {"value": d.value, "why": d.why} for k, d in s.extras.items()},
+                        "parallel": list(s.parallel),
+                        "source": s.source,
+                    }
+                    for s in specs
+                ]
+            },
+        )
         return
     from headroom.report.render import make_console, render_workloads
 

@@ -150,8 +150,13 @@ class Recorder:
         replaced = sys.stdout is not self.out or sys.stderr is not self.err
         if not replaced:
             sys.stdout, sys.stderr = self.out.stream, self.err.stream
-        if self.refused or replaced or code not in (0, None) or "headroom.trace.worker" in sys.modules and \
-                sys.modules["headroom.trace.worker"].Worker.started:
+        if (
+            self.refused
+            or replaced
+            or code not in (0, None)
+            or "headroom.trace.worker" in sys.modules
+            and sys.modules["headroom.trace.worker"].Worker.started
+        ):
             return
         from headroom.errors import UserError
         from headroom.jsonio import write_json

@@ -28,10 +28,12 @@ from headroom.trace.read_options import ReadOptions
 
 def classify(
     traces: list[Path] = TracesArg,
-    as_json: bool = typer.Option(False, "--json", metavar="",
-                                 help="One JSON document per trace, one per line (docs/cli.md)."),
-    all_kernels: bool = typer.Option(False, "--all", metavar="",
-                                     help="Also list every distinct kernel (with --json: a 'kernels' key)."),
+    as_json: bool = typer.Option(
+        False, "--json", metavar="", help="One JSON document per trace, one per line (docs/cli.md)."
+    ),
+    all_kernels: bool = typer.Option(
+        False, "--all", metavar="", help="Also list every distinct kernel (with --json: a 'kernels' key)."
+    ),
     rules: Path | None = RulesOpt,
     policy: Path | None = PolicyOpt,
     whole_trace: bool = WholeOpt,
@@ -39,8 +41,9 @@ def classify(
     lenient: bool = LenientOpt,
     no_cache: bool = NoCacheOpt,
     graph_source: Path | None = GraphSourceOpt,
-    per_rank: bool = typer.Option(False, "--per-rank", metavar="",
-                                  help="A directory of ranks: also each rank's own table."),
+    per_rank: bool = typer.Option(
+        False, "--per-rank", metavar="", help="A directory of ranks: also each rank's own table."
+    ),
     engine: str = EngineOpt,
     address: str | None = AddressOpt,
 ) -> None:
@@ -55,7 +58,7 @@ def classify(
     reader = Reader(read, engine=engine, address=address)
     console = make_console()
     for a in reader.inputs(traces):
-        if not isinstance(a, Analysis):     # a RankSet: its modules imported only then (a single trace's start)
+        if not isinstance(a, Analysis):  # a RankSet: its modules imported only then (a single trace's start)
             from headroom.report.rank_tables import render_rank_set
 
             if as_json:
@@ -93,23 +96,50 @@ def annotate(
     print(f"annotated {n} GPU events -> {out}")
 
 
-def report(
-    paths: list[Path] = typer.Argument(None, metavar="[PATH]...",
-                                       help="Traces or directories of traces (default: traces/)."),
-    as_json: bool = typer.Option(False, "--json", metavar="", help="One JSON document (docs/cli.md)."),
-    html: Path | None = typer.Option(None, "--html", metavar="FILE", help=(
+PathsArg = typer.Argument(None, metavar="[PATH]...", help="Traces or directories of traces (default: traces/).")
+HtmlOpt = typer.Option(
+    None,
+    "--html",
+    metavar="FILE",
+    help=(
         "Also write one self-contained HTML page: the summary, category shares, top targets, the projection "
-        "of --speedup/--speedups and per-rank views (with --json, the document has the page's numbers).")),
+        "of --speedup/--speedups and per-rank views (with --json, the document has the page's numbers)."
+    ),
+)
+TargetSpeedupOpt = typer.Option(
+    1.5,
+    "--target-speedup",
+    min=1e-9,
+    metavar="FACTOR",
+    help="With --html: the speedup the targets are ranked by (default 1.5x).",
+)
+RooflineOpt = typer.Option(
+    False,
+    "--roofline",
+    metavar="",
+    help=(
+        "With --html: each trace's targets also get their roofline bound (max speedup, limit, fractions of the "
+        "peaks, achievable gain), as `targets --roofline`."
+    ),
+)
+PeaksOpt = typer.Option(
+    None,
+    "--peaks",
+    metavar="DEVICE",
+    help=("With --roofline: the device whose peaks to use (h200, h100, a100, cpu; default each trace's GPU)."),
+)
+
+
+def report(
+    paths: list[Path] = PathsArg,
+    as_json: bool = typer.Option(False, "--json", metavar="", help="One JSON document (docs/cli.md)."),
+    html: Path | None = HtmlOpt,
     speedup: list[str] | None = SpeedupOpt,
     speedups: list[Path] | None = SpeedupsOpt,
-    target_speedup: float = typer.Option(1.5, "--target-speedup", min=1e-9, metavar="FACTOR",
-                                         help="With --html: the speedup the targets are ranked by (default 1.5x)."),
+    target_speedup: float = TargetSpeedupOpt,
     top: int = typer.Option(10, "--top", min=0, help="With --html: target rows per grouping (0: all)."),
-    roofline: bool = typer.Option(False, "--roofline", metavar="", help=(
-        "With --html: each trace's targets also get their roofline bound (max speedup, limit, fractions of the "
-        "peaks, achievable gain), as `targets --roofline`.")),
-    peaks: str | None = typer.Option(None, "--peaks", metavar="DEVICE", help=(
-        "With --roofline: the device whose peaks to use (h200, h100, a100, cpu; default each trace's GPU).")),
+    roofline: bool = RooflineOpt,
+    peaks: str | None = PeaksOpt,
     problems: Path | None = ProblemsOpt,
     rules: Path | None = RulesOpt,
     policy: Path | None = PolicyOpt,
@@ -128,8 +158,9 @@ def report(
     from headroom.trace.analysis import Analysis
 
     paths = paths or [Path("traces")]
-    _check_page_flags(html, bool(speedup or speedups or problems), roofline, peaks,
-                      engine != "local" or address is not None)
+    _check_page_flags(
+        html, bool(speedup or speedups or problems), roofline, peaks, engine != "local" or address is not None
+    )
     entries: list = []
     entry_warnings: list[str] = []
     pm = None
@@ -144,12 +175,13 @@ def report(
     reader = Reader(read, engine=engine, address=address, product=report_row)
     inputs = list(reader.inputs(paths))
     analyses = [a for a in inputs if isinstance(a, Analysis)]
-    rank_sets = [rs for rs in inputs if not isinstance(rs, Analysis)]     # RankSets: their modules only then
+    rank_sets = [rs for rs in inputs if not isinstance(rs, Analysis)]  # RankSets: their modules only then
     if html is not None:
         from headroom.report.page import html_report
 
-        doc = html_report(analyses, rank_sets, html, entries, entry_warnings, reader.failed, target_speedup, top, pm,
-                          roofline, peaks)
+        doc = html_report(
+            analyses, rank_sets, html, entries, entry_warnings, reader.failed, target_speedup, top, pm, roofline, peaks
+        )
         for p in doc["page"]["projections"]:
             for w in p["warnings"]:
                 warn(f"{p.get('trace') or p.get('source')}: {w}")
@@ -190,10 +222,14 @@ def _check_page_flags(html: Path | None, projects: bool, roofline: bool, peaks: 
     """The flags that go with --html (the page's projection and targets) refused without it, and --html refused
     with an engine (`fleet`: --engine or --address given)."""
     if html is None and projects:
-        raise UserError("--speedup, --speedups and --problems go with --html (the page's projection); "
-                        "headroom project projects on its own")
+        raise UserError(
+            "--speedup, --speedups and --problems go with --html (the page's projection); "
+            "headroom project projects on its own"
+        )
     if html is None and roofline:
-        raise UserError("--roofline goes with --html (the page's targets); headroom targets --roofline ranks on its own")
+        raise UserError(
+            "--roofline goes with --html (the page's targets); headroom targets --roofline ranks on its own"
+        )
     if peaks is not None and not roofline:
         raise UserError("--peaks goes with --roofline")
     if html is not None and fleet:
@@ -210,7 +246,7 @@ def _check_page_inputs(html: Path, inputs: list, target_speedup: float, peaks: s
     if peaks is not None:
         from headroom.projection.roofline import device_for
 
-        device_for("", peaks)      # an unknown name is refused
+        device_for("", peaks)  # an unknown name is refused
 
 
 def report_row(a):

@@ -14,26 +14,60 @@ from headroom.jsonio import plain
 
 DeviceOpt = typer.Option("auto", "--device", help="auto (CUDA if available), cpu, cuda or cuda:N.")
 CompileOpt = typer.Option(False, "--vs-compile", help="Also time torch.compile(Model) and report speedup_compile.")
-GraphsOpt = typer.Option(False, "--graphs", help="Check the candidate is capturable in a CUDA graph and time it "
-                                                 "with launches hidden (GPU only).")
-RoundsOpt = typer.Option(None, "--rounds", "--iters", min=6,
-                         help="The fewest interleaved timing rounds (default 6); more run until the interval is 1.02x tight.")
-ScaleOpt = typer.Option("auto", "--scale", help="auto: scale a problem's shapes to fit a CPU (printed); full: as written.")
+GraphsOpt = typer.Option(
+    False,
+    "--graphs",
+    help="Check the candidate is capturable in a CUDA graph and time it with launches hidden (GPU only).",
+)
+RoundsOpt = typer.Option(
+    None,
+    "--rounds",
+    "--iters",
+    min=6,
+    help="The fewest interleaved timing rounds (default 6); more run until the interval is 1.02x tight.",
+)
+ScaleOpt = typer.Option(
+    "auto", "--scale", help="auto: scale a problem's shapes to fit a CPU (printed); full: as written."
+)
 TimeoutOpt = typer.Option(300.0, "--timeout", min=1.0, help="Seconds a candidate may work (builds not included).")
-BuildTimeoutOpt = typer.Option(600.0, "--build-timeout", min=1.0,
-                               help="Seconds for building a candidate's load_inline extensions (outside --timeout).")
+BuildTimeoutOpt = typer.Option(
+    600.0,
+    "--build-timeout",
+    min=1.0,
+    help="Seconds for building a candidate's load_inline extensions (outside --timeout).",
+)
 SeedOpt = typer.Option(None, "--seed", help="Secret seed (default: fresh; give one only to reproduce a run).")
 ThreadsOpt = typer.Option(None, "--threads", min=1, help="CPU threads for torch in the child processes.")
 KeepLogsOpt = typer.Option(None, "--logs", help="Keep the child processes' logs in this directory.")
 
 
-def _options(device: str, vs_compile: bool, rounds: int | None, scale: str, timeout: float, build_timeout: float,
-             seed: int | None, threads: int | None, logs: Path | None, graphs: bool = False):
+def _options(
+    device: str,
+    vs_compile: bool,
+    rounds: int | None,
+    scale: str,
+    timeout: float,
+    build_timeout: float,
+    seed: int | None,
+    threads: int | None,
+    logs: Path | None,
+    graphs: bool = False,
+):
     from headroom.verify import VerifyOptions
 
-    opts = VerifyOptions(device=device, vs_compile=vs_compile, rounds=rounds, scale=scale, timeout=timeout,
-                         build_timeout=build_timeout, seed=seed, threads=threads, log_dir=str(logs) if logs else None,
-                         keep_logs=bool(logs), graphs=graphs)
+    opts = VerifyOptions(
+        device=device,
+        vs_compile=vs_compile,
+        rounds=rounds,
+        scale=scale,
+        timeout=timeout,
+        build_timeout=build_timeout,
+        seed=seed,
+        threads=threads,
+        log_dir=str(logs) if logs else None,
+        keep_logs=bool(logs),
+        graphs=graphs,
+    )
     opts.resolved_policy(opts.resolved_device())  # bad values: one line, exit 2, before any work
     return opts
 
@@ -56,11 +90,14 @@ def print_result(r: dict) -> None:
     head = f"{r['problem']} <- {Path(r['candidate']).name}: {r['verdict'].upper()}"
     if r["verdict"] == "pass":
         ci = r.get("speedup_ci")
-        head += (f"  speedup {_fmt_x(r['speedup'])}" + (f" (95% CI {ci[0]:.3g}-{ci[1]:.3g}x)" if ci else "")
-                 + " vs the TF32 reference"
-                 f" ({_fmt_x(r['speedup_fp32'])} vs strict FP32"
-                 + (f", {_fmt_x(r['speedup_compile'])} vs torch.compile" if r.get("speedup_compile") else "")
-                 + f"), memory {_fmt_x(r['memory_ratio'])}")
+        head += (
+            f"  speedup {_fmt_x(r['speedup'])}"
+            + (f" (95% CI {ci[0]:.3g}-{ci[1]:.3g}x)" if ci else "")
+            + " vs the TF32 reference"
+            f" ({_fmt_x(r['speedup_fp32'])} vs strict FP32"
+            + (f", {_fmt_x(r['speedup_compile'])} vs torch.compile" if r.get("speedup_compile") else "")
+            + f"), memory {_fmt_x(r['memory_ratio'])}"
+        )
     print(head)
     for c in r["checks"]:
         print(f"  {'ok  ' if c['passed'] else 'FAIL'} {c['name']:<18} {c['detail']}")
@@ -72,12 +109,16 @@ def print_result(r: dict) -> None:
         print(f"  reason: {r['reason']}")
     t = r.get("timing") or {}
     if t.get("candidate"):
+
         def ms(s: dict | None) -> str:
             return f"{s['median']:.4g} ms" if s and s.get("median") is not None else "-"
-        print(f"  timing (harness clock, {t.get('rounds')} interleaved rounds of {t.get('iters_per_phase')} forwards): "
-              f"candidate {ms(t['candidate'])}, reference TF32 {ms(t.get('reference_tf32'))}"
-              + (f", strict FP32 {ms(t.get('reference_fp32'))}" if t.get("reference_fp32") else "")
-              + (f", torch.compile {ms(t.get('reference_compile'))}" if t.get("reference_compile") else ""))
+
+        print(
+            f"  timing (harness clock, {t.get('rounds')} interleaved rounds of {t.get('iters_per_phase')} forwards): "
+            f"candidate {ms(t['candidate'])}, reference TF32 {ms(t.get('reference_tf32'))}"
+            + (f", strict FP32 {ms(t.get('reference_fp32'))}" if t.get("reference_fp32") else "")
+            + (f", torch.compile {ms(t.get('reference_compile'))}" if t.get("reference_compile") else "")
+        )
     lc = r.get("launches_per_call") or {}
     if lc.get("candidate") is not None:
         print(f"  launches per call: candidate {lc['candidate']}, reference {lc.get('reference')} ({lc.get('method')})")
@@ -91,24 +132,31 @@ def print_table(doc: dict) -> None:
         note = ", ".join(failed) if failed else (r.get("reason") or "")
         if r.get("flags"):
             note = (note + "; " if note else "") + "flags: " + ", ".join(f["name"] for f in r["flags"])
-        print(f"{r['problem']:<34} {Path(r['candidate']).name:<30} {r['verdict']:<7} {_fmt_x(r['speedup']):>8} "
-              f"{_fmt_x(r['speedup_fp32']):>8} {_fmt_x(r['memory_ratio']):>7}  {note[:120]}")
+        print(
+            f"{r['problem']:<34} {Path(r['candidate']).name:<30} {r['verdict']:<7} {_fmt_x(r['speedup']):>8} "
+            f"{_fmt_x(r['speedup_fp32']):>8} {_fmt_x(r['memory_ratio']):>7}  {note[:120]}"
+        )
     if doc.get("missing_candidates"):
         print(f"no candidates for: {', '.join(doc['missing_candidates'])}")
     agg = doc.get("aggregates")
     if agg:
         fast = ", ".join(f"fast_{p} {v:.0%}" for p, v in agg["fast_p"].items())
-        print(f"{agg['problems']} problems: {agg['correct']} correct, {agg['wins']} wins ({agg['win_rate']:.0%}); "
-              f"geomean {_fmt_x(agg['geomean_speedup'])}, median win {_fmt_x(agg['median_win'])}; {fast}; "
-              f"peak memory {_fmt_x(agg['peak_memory_ratio'])} (max {_fmt_x(agg['peak_memory_ratio_max'])})")
+        print(
+            f"{agg['problems']} problems: {agg['correct']} correct, {agg['wins']} wins ({agg['win_rate']:.0%}); "
+            f"geomean {_fmt_x(agg['geomean_speedup'])}, median win {_fmt_x(agg['median_win'])}; {fast}; "
+            f"peak memory {_fmt_x(agg['peak_memory_ratio'])} (max {_fmt_x(agg['peak_memory_ratio_max'])})"
+        )
 
 
 def verify(
-    problem: Path | None = typer.Argument(None, help="KernelBench problem file (class Model, get_inputs, get_init_inputs)."),
+    problem: Path | None = typer.Argument(
+        None, help="KernelBench problem file (class Model, get_inputs, get_init_inputs)."
+    ),
     candidate: Path | None = typer.Argument(None, help="Candidate file defining class ModelNew."),
     suite: Path | None = typer.Option(None, "--suite", help="Directory of problem files (verify them all)."),
-    candidates: Path | None = typer.Option(None, "--candidates",
-                                              help="With --suite: directory with <problem>.py or <problem>/*.py."),
+    candidates: Path | None = typer.Option(
+        None, "--candidates", help="With --suite: directory with <problem>.py or <problem>/*.py."
+    ),
     as_json: bool = typer.Option(False, "--json", help="Print the result (or the suite document) as JSON."),
     out: Path | None = typer.Option(None, "-o", "--out", help="Write the JSON result / results file here."),
     device: str = DeviceOpt,
@@ -142,10 +190,20 @@ def verify(
             raise UserError("give either PROBLEM CANDIDATE or --suite DIR --candidates DIR, not both")
         from headroom.verify.suite import problems_in
 
-        if suite.is_dir() and not problems_in(suite):   # used to print an empty table and exit 0
+        if suite.is_dir() and not problems_in(suite):  # used to print an empty table and exit 0
             raise UserError(f"{suite}: no problem files (*.py defining Model, get_inputs, get_init_inputs)")
-        _show_results(verify_suite(suite, candidates, opts, out=out, progress=_progress,
-                                   run_pairs=suite_runner(engine, address, out, resume)), as_json, out)
+        _show_results(
+            verify_suite(
+                suite,
+                candidates,
+                opts,
+                out=out,
+                progress=_progress,
+                run_pairs=suite_runner(engine, address, out, resume),
+            ),
+            as_json,
+            out,
+        )
         return
     if engine != "local" or address is not None:
         raise UserError("--engine: verify spreads the candidates of a --suite; one candidate runs here")
@@ -184,12 +242,17 @@ def bench_list(as_json: bool = typer.Option(False, "--json", help="As a JSON lis
 @bench_app.command("run")
 def bench_run(
     names: list[str] | None = typer.Argument(None, help="Problems to run (names or numbers; default all 12)."),
-    candidates: Path | None = typer.Option(None, "--candidates",
-                                              help="Directory with <problem>.py or <problem>/*.py "
-                                                   "(default: the shipped honest candidates)."),
-    scale: str | None = typer.Option(None, "--scale", help="full (H200-size shapes) or cpu (small); "
-                                                              "default: cpu on a CPU, full on a GPU."),
-    out: Path | None = typer.Option(None, "-o", "--out", help="Write the results file (for headroom project --speedups)."),
+    candidates: Path | None = typer.Option(
+        None,
+        "--candidates",
+        help="Directory with <problem>.py or <problem>/*.py (default: the shipped honest candidates).",
+    ),
+    scale: str | None = typer.Option(
+        None, "--scale", help="full (H200-size shapes) or cpu (small); default: cpu on a CPU, full on a GPU."
+    ),
+    out: Path | None = typer.Option(
+        None, "-o", "--out", help="Write the results file (for headroom project --speedups)."
+    ),
     as_json: bool = typer.Option(False, "--json", help="Print the results document as JSON."),
     device: str = DeviceOpt,
     vs_compile: bool = CompileOpt,
@@ -212,8 +275,19 @@ def bench_run(
         check_output_not_input(out, [candidates], reads=_is_source)
         check_output_file(out)
     opts = _options(device, vs_compile, rounds, "auto", timeout, build_timeout, seed, threads, logs, graphs)
-    _show_results(dlrm.run(names or None, candidates, opts, scale=scale, out=out, progress=_progress,
-                           run_pairs=suite_runner(engine, address, out, resume)), as_json, out)
+    _show_results(
+        dlrm.run(
+            names or None,
+            candidates,
+            opts,
+            scale=scale,
+            out=out,
+            progress=_progress,
+            run_pairs=suite_runner(engine, address, out, resume),
+        ),
+        as_json,
+        out,
+    )
 
 
 def _show_results(doc: dict, as_json: bool, out: Path | None) -> None:

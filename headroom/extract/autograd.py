@@ -20,8 +20,9 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 
-def forward_backward(module: Any, forward: Callable[..., Any], inputs: Sequence[Any], grad_outputs: Sequence[Any],
-                     autocast: Any = None) -> tuple:
+def forward_backward(
+    module: Any, forward: Callable[..., Any], inputs: Sequence[Any], grad_outputs: Sequence[Any], autocast: Any = None
+) -> tuple:
     """(outputs..., d inputs..., d parameters...) of `forward(*inputs)` for upstream `grad_outputs`.
 
     Floating tensor inputs become leaves that require grad; parameters that require grad
@@ -32,8 +33,10 @@ def forward_backward(module: Any, forward: Callable[..., Any], inputs: Sequence[
     import torch
 
     with torch.enable_grad():
-        xs = [x.detach().requires_grad_(True) if isinstance(x, torch.Tensor) and x.is_floating_point() else x
-              for x in inputs]
+        xs = [
+            x.detach().requires_grad_(True) if isinstance(x, torch.Tensor) and x.is_floating_point() else x
+            for x in inputs
+        ]
         device = next((x.device.type for x in xs if isinstance(x, torch.Tensor)), "cpu")
         ctx = torch.autocast(device_type=device, dtype=autocast) if autocast is not None else contextlib.nullcontext()
         with ctx:

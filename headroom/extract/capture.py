@@ -53,12 +53,16 @@ def match_class(model: Any, name: str, where: str) -> type:
     if len(hits) == 1:
         return hits[0]
     if len(hits) > 1:
-        raise UserError(f"{where}: {len(hits)} classes are called {name} "
-                        f"({', '.join(class_label(c) for c in hits)}); give the dotted name")
+        raise UserError(
+            f"{where}: {len(hits)} classes are called {name} "
+            f"({', '.join(class_label(c) for c in hits)}); give the dotted name"
+        )
     close = difflib.get_close_matches(name.rsplit(".", 1)[-1], list(classes), n=3, cutoff=0.5)
     hint = f"; did you mean {', '.join(close)}?" if close else ""
-    raise UserError(f"{where} has no module of class {name}{hint} "
-                    f"({len(classes)} module classes; `headroom targets TRACE --by module` ranks them)")
+    raise UserError(
+        f"{where} has no module of class {name}{hint} "
+        f"({len(classes)} module classes; `headroom targets TRACE --by module` ranks them)"
+    )
 
 
 def find_class(spec: WorkloadSpec, cfg: RunConfig, name: str) -> type:
@@ -123,7 +127,7 @@ def bind_init(cls: type, c: Construction) -> list[Argument]:
     given = bound.arguments
     out: list[Argument] = []
     last = max((i for i, p in enumerate(params) if p.name in given), default=-1)
-    for _i, p in enumerate(params[:last + 1]):
+    for _i, p in enumerate(params[: last + 1]):
         if p.kind is inspect.Parameter.VAR_POSITIONAL:
             out.extend(Argument(f"{p.name}[{k}]", v, False) for k, v in enumerate(given.get(p.name, ())))
         elif p.kind is inspect.Parameter.VAR_KEYWORD:
@@ -150,13 +154,13 @@ class TensorSpec:
     """What a call received in one tensor argument: enough to make a fresh one of the same kind."""
 
     shape: tuple[int, ...]
-    dtype: str                    # "bfloat16", "int64", ...
+    dtype: str  # "bfloat16", "int64", ...
     requires_grad: bool = False
-    lo: float | None = None       # value range (integer, bool and float tensors)
+    lo: float | None = None  # value range (integer, bool and float tensors)
     hi: float | None = None
-    mean: float | None = None     # float tensors
+    mean: float | None = None  # float tensors
     std: float | None = None
-    channels_last: bool = False   # a 4-D tensor laid out channels-last (what convolutions in NHWC see)
+    channels_last: bool = False  # a 4-D tensor laid out channels-last (what convolutions in NHWC see)
 
     @property
     def floating(self) -> bool:
@@ -183,16 +187,16 @@ def describe_tensor(t: Any) -> TensorSpec:
                 lo, hi = float(i.min()), float(i.max())
                 if d.dtype == torch.bool:
                     mean = float(i.float().mean())
-    return TensorSpec(tuple(int(s) for s in t.shape), dtype, bool(t.requires_grad), lo, hi, mean, std,
-                      channels_last_layout(t))
+    return TensorSpec(
+        tuple(int(s) for s in t.shape), dtype, bool(t.requires_grad), lo, hi, mean, std, channels_last_layout(t)
+    )
 
 
 def channels_last_layout(t: Any) -> bool:
     """A 4-D tensor stored channels-last (and not also plain contiguous, as size-1 dims allow)."""
     import torch
 
-    return (t.dim() == 4 and not t.is_contiguous()
-            and t.is_contiguous(memory_format=torch.channels_last))
+    return t.dim() == 4 and not t.is_contiguous() and t.is_contiguous(memory_format=torch.channels_last)
 
 
 @dataclass
@@ -201,9 +205,9 @@ class Call:
 
     path: str
     arguments: list[tuple[str, Any]]
-    autocast: str | None = None      # the autocast dtype when the call ran under autocast
-    grad: bool = False               # autograd was recording
-    output: Any = None               # TensorSpec, a tuple of them, or Unsupported
+    autocast: str | None = None  # the autocast dtype when the call ran under autocast
+    grad: bool = False  # autograd was recording
+    output: Any = None  # TensorSpec, a tuple of them, or Unsupported
 
     def signature(self) -> str:
         parts = []
@@ -264,11 +268,11 @@ class Capture:
     """A module class in a built workload: instances, constructions, and one step's calls."""
 
     cls: type
-    instances: list[tuple[str, Any]]                    # (path in step.modules, module)
-    constructions: dict[str, Construction]              # path -> how it was built
-    calls: list[Call] = field(default_factory=list)     # one real step's calls, in order
-    param_dtypes: dict[str, str] = field(default_factory=dict)   # parameter name -> dtype (first instance)
-    channels_last: bool = False                                  # its 4-D parameters are stored channels-last
+    instances: list[tuple[str, Any]]  # (path in step.modules, module)
+    constructions: dict[str, Construction]  # path -> how it was built
+    calls: list[Call] = field(default_factory=list)  # one real step's calls, in order
+    param_dtypes: dict[str, str] = field(default_factory=dict)  # parameter name -> dtype (first instance)
+    channels_last: bool = False  # its 4-D parameters are stored channels-last
 
     @property
     def paths(self) -> list[str]:
@@ -302,8 +306,9 @@ def instances_of(model: Any, cls: type) -> list[tuple[str, Any]]:
     return [(p, m) for p, m in model.named_modules() if type(m) is cls]
 
 
-def match_constructions(cls: type, instances: list[tuple[str, Any]],
-                        built: dict[int, Construction]) -> dict[str, Construction]:
+def match_constructions(
+    cls: type, instances: list[tuple[str, Any]], built: dict[int, Construction]
+) -> dict[str, Construction]:
     """Path -> construction; instances the builder copied instead of constructing (deepcopy) take
     the arguments every recorded construction shares, and are an error when they differ."""
     out: dict[str, Construction] = {}
@@ -317,8 +322,10 @@ def match_constructions(cls: type, instances: list[tuple[str, Any]],
     if missing:
         distinct = {repr(bind_init(cls, c)): c for c in built.values()}
         if len(distinct) != 1:
-            raise UserError(f"{cls.__name__}: {len(missing)} instance(s) were not constructed while the workload "
-                            f"was built ({missing[0]}, ...), and the recorded constructions differ")
+            raise UserError(
+                f"{cls.__name__}: {len(missing)} instance(s) were not constructed while the workload "
+                f"was built ({missing[0]}, ...), and the recorded constructions differ"
+            )
         only = next(iter(distinct.values()))
         out.update({p: only for p in missing})
     return out
@@ -329,7 +336,7 @@ def record_calls(step: Step, cls: type, instances: list[tuple[str, Any]]) -> lis
     import torch
 
     calls: list[Call] = []
-    open_calls: list[int] = []   # calls whose forward has not returned (instances may nest)
+    open_calls: list[int] = []  # calls whose forward has not returned (instances may nest)
     handles = []
 
     def hook(path: str):
@@ -338,9 +345,15 @@ def record_calls(step: Step, cls: type, instances: list[tuple[str, Any]]) -> lis
             device = next((v.device.type for _, v in raw if isinstance(v, torch.Tensor)), "cpu")
             ac = torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else None
             open_calls.append(len(calls))
-            calls.append(Call(path, [(n, _summarise(v)) for n, v in raw],
-                              str(ac).replace("torch.", "") if ac is not None else None,
-                              torch.is_grad_enabled()))
+            calls.append(
+                Call(
+                    path,
+                    [(n, _summarise(v)) for n, v in raw],
+                    str(ac).replace("torch.", "") if ac is not None else None,
+                    torch.is_grad_enabled(),
+                )
+            )
+
         return pre
 
     def post(module, args, output):
@@ -369,8 +382,10 @@ def capture(step: Step, cls: type, built: dict[int, Construction]) -> Capture:
     """Instances of `cls` in the built workload, how each was built, and one real step's calls."""
     instances = instances_of(step.modules, cls)
     if not instances:
-        raise UserError(f"{cls.__name__} is not in the model the workload built "
-                        f"(it was on the meta model: a builder replaces or compiles it)")
+        raise UserError(
+            f"{cls.__name__} is not in the model the workload built "
+            f"(it was on the meta model: a builder replaces or compiles it)"
+        )
     cons = match_constructions(cls, instances, built)
     calls = record_calls(step, cls, instances)
     if not calls:

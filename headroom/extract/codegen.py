@@ -20,7 +20,7 @@ class Source:
     """Imports (module -> names) and helper definitions of a generated file."""
 
     def __init__(self) -> None:
-        self.imports: dict[str, dict[str, str]] = {}    # module -> {name: alias}
+        self.imports: dict[str, dict[str, str]] = {}  # module -> {name: alias}
         self.helpers: list[str] = []
         self._aliases: dict[str, tuple[str, str]] = {}  # alias -> (module, name)
 
@@ -36,7 +36,7 @@ class Source:
             taken = self._aliases.get(want)
         self._aliases[want] = (module, top)
         self.imports.setdefault(module, {})[top] = want
-        return want + name[len(top):]
+        return want + name[len(top) :]
 
     def import_lines(self) -> list[str]:
         lines = []
@@ -66,6 +66,7 @@ def _config_expr(src: Source, value: Any, what: str) -> str:
         again = cls(**d)
     except Exception as e:  # noqa: BLE001 - any failure means it cannot be written this way
         raise UserError(f"{what}: {cls.__name__}(**to_diff_dict()) does not rebuild the config ({e})") from None
+
     def strip(x: dict) -> dict:
         return {k: v for k, v in x.items() if k not in meta}
 
@@ -118,8 +119,7 @@ def literal(src: Source, value: Any, what: str) -> str:
         args = ", ".join(f"{f.name}={literal(src, getattr(value, f.name), what)}" for f in fields)
         return f"{_class_ref(src, type(value), what)}({args})"
     if isinstance(value, torch.Tensor):
-        raise UserError(f"{what}: a tensor constructor argument cannot be written as code "
-                        f"(shape {tuple(value.shape)})")
+        raise UserError(f"{what}: a tensor constructor argument cannot be written as code (shape {tuple(value.shape)})")
     raise UserError(f"{what}: a {type(value).__module__}.{type(value).__qualname__} cannot be written as code")
 
 
@@ -141,8 +141,11 @@ def tensor_expr(spec: TensorSpec) -> tuple[str, str]:
     seen = ""
     if spec.floating:
         mean, std = _round(spec.mean or 0.0), _round(spec.std or 0.0)
-        seen = (f"seen: mean {mean:g}, std {std:g}, range [{_round(spec.lo or 0):g}, {_round(spec.hi or 0):g}]"
-                if spec.lo is not None else "seen: empty")
+        seen = (
+            f"seen: mean {mean:g}, std {std:g}, range [{_round(spec.lo or 0):g}, {_round(spec.hi or 0):g}]"
+            if spec.lo is not None
+            else "seen: empty"
+        )
         if std == 0:
             expr = f"torch.full({shape}, {mean!r}, dtype={dt})"
         else:
@@ -155,8 +158,13 @@ def tensor_expr(spec: TensorSpec) -> tuple[str, str]:
     elif spec.dtype == "bool":
         p = spec.mean if spec.mean is not None else 0.5
         seen = f"seen: {100 * p:.1f}% True"
-        expr = (f"torch.ones({shape}, dtype=torch.bool)" if p >= 1 else f"torch.zeros({shape}, dtype=torch.bool)"
-                if p <= 0 else f"torch.rand({shape}) < {_round(p)!r}")
+        expr = (
+            f"torch.ones({shape}, dtype=torch.bool)"
+            if p >= 1
+            else f"torch.zeros({shape}, dtype=torch.bool)"
+            if p <= 0
+            else f"torch.rand({shape}) < {_round(p)!r}"
+        )
     else:
         lo = int(spec.lo) if spec.lo is not None else 0
         hi = int(spec.hi) if spec.hi is not None else 0

@@ -29,9 +29,19 @@ from headroom.profile.workload import RunConfig, WorkloadSpec, file_stem
 from headroom.trace.ranges import PROFILER_STEP_PREFIX
 
 # Kineto's "Input type" strings -> torch dtypes.
-_DTYPES = {"float": "float32", "c10::BFloat16": "bfloat16", "c10::Half": "float16", "double": "float64",
-           "long int": "int64", "int": "int32", "short int": "int16", "signed char": "int8",
-           "unsigned char": "uint8", "bool": "bool", "c10::Float8_e4m3fn": "float8_e4m3fn"}
+_DTYPES = {
+    "float": "float32",
+    "c10::BFloat16": "bfloat16",
+    "c10::Half": "float16",
+    "double": "float64",
+    "long int": "int64",
+    "int": "int32",
+    "short int": "int16",
+    "signed char": "int8",
+    "unsigned char": "uint8",
+    "bool": "bool",
+    "c10::Float8_e4m3fn": "float8_e4m3fn",
+}
 
 
 def _read_events(path: Path) -> list[dict]:
@@ -55,8 +65,11 @@ def op_calls(path: Path, op: str) -> tuple[list[tuple], int]:
     """Signatures (per argument: ("tensor", shape, dtype) or ("value", v)) of every `op` call inside
     the profiled steps, and the number of steps."""
     events = _read_events(path)
-    steps = [(e["ts"], e["ts"] + e.get("dur", 0)) for e in events
-             if e.get("ph") == "X" and str(e.get("name", "")).startswith(PROFILER_STEP_PREFIX)]
+    steps = [
+        (e["ts"], e["ts"] + e.get("dur", 0))
+        for e in events
+        if e.get("ph") == "X" and str(e.get("name", "")).startswith(PROFILER_STEP_PREFIX)
+    ]
     calls = []
     for e in events:
         if e.get("ph") != "X" or e.get("cat") != "cpu_op" or e.get("name") != op:
@@ -92,8 +105,17 @@ def _tensor_code(shape: tuple, dtype: str, bound: int) -> str:
     return f"torch.randint(0, {max(bound, 1)}, {shape!r}, dtype=torch.{dtype})"
 
 
-def op_problem(op: str, sig: tuple, name: str, workload: str, config: dict, counts: Counter, n_steps: int,
-               share_text: str, command: str) -> str:
+def op_problem(
+    op: str,
+    sig: tuple,
+    name: str,
+    workload: str,
+    config: dict,
+    counts: Counter,
+    n_steps: int,
+    share_text: str,
+    command: str,
+) -> str:
     floats = [s[1] for s in sig if s[0] == "tensor" and ("float" in s[2]) and s[1]]
     bound = min((sh[0] for sh in floats), default=2)
     params = [f"x{i}" for i in range(len(sig))]
@@ -107,8 +129,10 @@ def op_problem(op: str, sig: tuple, name: str, workload: str, config: dict, coun
         f"share: {share_text}",
     ]
     if any(s[0] == "tensor" and not ("float" in s[2] or s[2] == "bool") for s in sig):
-        header.append("values are not in the trace: floats standard normal, integers uniform in "
-                      f"[0, {bound}) (the smallest leading dimension of the floating inputs)")
+        header.append(
+            "values are not in the trace: floats standard normal, integers uniform in "
+            f"[0, {bound}) (the smallest leading dimension of the floating inputs)"
+        )
     else:
         header.append("values are not in the trace: floats standard normal")
     inputs = []
@@ -118,17 +142,46 @@ def op_problem(op: str, sig: tuple, name: str, workload: str, config: dict, coun
         else:
             inputs.append(f"        {s[1]!r},  # {p}")
     aten = op.split("::", 1)[1]
-    return "\n".join([comment_block(header), "", "import torch", "import torch.nn as nn", "", "",
-                      "class Model(nn.Module):",
-                      f'    """{op} with the arguments {workload} passes it most often."""', "",
-                      f"    def forward(self, {', '.join(params)}):",
-                      f"        return torch.ops.aten.{aten}({', '.join(params)})", "", "",
-                      "def get_inputs():", "    return [", *inputs, "    ]", "", "",
-                      "def get_init_inputs():", "    return []", ""])
+    return "\n".join(
+        [
+            comment_block(header),
+            "",
+            "import torch",
+            "import torch.nn as nn",
+            "",
+            "",
+            "class Model(nn.Module):",
+            f'    """{op} with the arguments {workload} passes it most often."""',
+            "",
+            f"    def forward(self, {', '.join(params)}):",
+            f"        return torch.ops.aten.{aten}({', '.join(params)})",
+            "",
+            "",
+            "def get_inputs():",
+            "    return [",
+            *inputs,
+            "    ]",
+            "",
+            "",
+            "def get_init_inputs():",
+            "    return []",
+            "",
+        ]
+    )
 
 
-def extract_op(spec: WorkloadSpec, cfg: RunConfig, dev: Any, op: str, out_dir: Path, *, trace: Any, command: str,
-               progress: Progress, window: str | None = None):
+def extract_op(
+    spec: WorkloadSpec,
+    cfg: RunConfig,
+    dev: Any,
+    op: str,
+    out_dir: Path,
+    *,
+    trace: Any,
+    command: str,
+    progress: Progress,
+    window: str | None = None,
+):
     from headroom.files import write_atomic
     from headroom.projection.matching import select
     from headroom.trace.analysis import analyze
@@ -172,6 +225,14 @@ def extract_op(spec: WorkloadSpec, cfg: RunConfig, dev: Any, op: str, out_dir: P
         selectors = [f"op:{op}"]
         write_atomic(entry, selector_entry(name, selectors, f"{op} in {spec.name} ({cfg.variant})"))
         write_atomic(problem, text)
-    return ExtractResult(name=name, problem=problem, entry=entry, trace=None, selectors=selectors, share=None,
-                         calls_per_step=int(round(sum(counts.values()) / n_steps)), config=header_config(cfg),
-                         notes=[f"{a.source}: {n}" for n in a.notes] if trace is not None else [])
+    return ExtractResult(
+        name=name,
+        problem=problem,
+        entry=entry,
+        trace=None,
+        selectors=selectors,
+        share=None,
+        calls_per_step=int(round(sum(counts.values()) / n_steps)),
+        config=header_config(cfg),
+        notes=[f"{a.source}: {n}" for n in a.notes] if trace is not None else [],
+    )

@@ -97,8 +97,14 @@ def part_time(a: Any, paths: Iterable[str]) -> PartTime:
     step = ev["step"].to_numpy() if "step" in ev.columns else np.zeros(len(ev), dtype=int)
     steps = np.unique(step[step >= 0]) if len(step) else np.zeros(0, dtype=int)
     n = max(int(a.num_steps), 1)
-    return PartTime(mode=a.mode, num_steps=int(a.num_steps), us=_per_step(dur, step, steps, m["all"]),
-                    forward_us=_per_step(dur, step, steps, m["forward"]),
-                    backward_us=_per_step(dur, step, steps, m["backward"]),
-                    kernels=float(m["all"].sum()) / n, forward_kernels=float(m["forward"].sum()) / n,
-                    backward_kernels=float(m["backward"].sum()) / n, total_us=_per_step(dur, step, steps, None))
+    return PartTime(
+        mode=a.mode,
+        num_steps=int(a.num_steps),
+        us=_per_step(dur, step, steps, m["all"]),
+        forward_us=_per_step(dur, step, steps, m["forward"]),
+        backward_us=_per_step(dur, step, steps, m["backward"]),
+        kernels=float(m["all"].sum()) / n,
+        forward_kernels=float(m["forward"].sum()) / n,
+        backward_kernels=float(m["backward"].sum()) / n,
+        total_us=_per_step(dur, step, steps, None),
+    )

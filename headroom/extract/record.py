@@ -34,8 +34,17 @@ def remove(handles: list[Any]) -> None:
     handles.clear()
 
 
-def record_trace(step: Step | Callable[[], Any], device: Any, dest: Path, manifest: dict[str, Any], *, steps: int = 3,
-                 wait: int = 1, warmup: int = 1, record_shapes: bool = True) -> StepStats:
+def record_trace(
+    step: Step | Callable[[], Any],
+    device: Any,
+    dest: Path,
+    manifest: dict[str, Any],
+    *,
+    steps: int = 3,
+    wait: int = 1,
+    warmup: int = 1,
+    record_shapes: bool = True,
+) -> StepStats:
     """Profile `steps` steps (after `wait` + `warmup`) into `dest` (.json.gz); the profiled step times."""
     from torch.profiler import ProfilerActivity, profile, schedule
 
@@ -52,8 +61,12 @@ def record_trace(step: Step | Callable[[], Any], device: Any, dest: Path, manife
 
     try:
         timer = _Timer(device)
-        with profile(activities=activities, schedule=schedule(wait=wait, warmup=warmup, active=steps, repeat=1),
-                     on_trace_ready=ready, record_shapes=record_shapes) as prof:
+        with profile(
+            activities=activities,
+            schedule=schedule(wait=wait, warmup=warmup, active=steps, repeat=1),
+            on_trace_ready=ready,
+            record_shapes=record_shapes,
+        ) as prof:
             for _ in range(wait + warmup + steps):
                 with timer.step():
                     step()
@@ -61,11 +74,17 @@ def record_trace(step: Step | Callable[[], Any], device: Any, dest: Path, manife
         if not exported:
             raise RuntimeError("torch.profiler exported no trace (on_trace_ready never ran)")
         profiled = timer.results(slice(wait + warmup, None))
-        full = {"schema": MANIFEST_SCHEMA, **manifest,
-                "profiler": {"schedule": {"wait": wait, "warmup": warmup, "active": steps},
-                             "record_shapes": record_shapes, "with_stack": False,
-                             "activities": [a.name for a in activities]},
-                "module_ranges": True}
+        full = {
+            "schema": MANIFEST_SCHEMA,
+            **manifest,
+            "profiler": {
+                "schedule": {"wait": wait, "warmup": warmup, "active": steps},
+                "record_shapes": record_shapes,
+                "with_stack": False,
+                "activities": [a.name for a in activities],
+            },
+            "module_ranges": True,
+        }
         timing = dict(full.get("timing") or {})
         timing["profiled"] = plain(profiled)
         if isinstance(timing.get("step_ms"), (int, float)) and timing["step_ms"] > 0:

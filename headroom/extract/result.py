@@ -23,7 +23,7 @@ class ExtractResult:
     calls_per_step: int
     instances: list[str] = field(default_factory=list)
     config: dict[str, Any] = field(default_factory=dict)
-    notes: list[str] = field(default_factory=list)   # caveats of the analysed trace (a step-less --trace)
+    notes: list[str] = field(default_factory=list)  # caveats of the analysed trace (a step-less --trace)
 
 
 def safe_name(text: str) -> str:

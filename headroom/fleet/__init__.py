@@ -32,11 +32,11 @@ ENGINES = ("local", "ray")
 class Engine(Protocol):
     name: str
 
-    def map(self, fn: Callable[[T], R], items: Sequence[T],
-            memory: Sequence[int] | None = None) -> Iterator[R]: ...
+    def map(self, fn: Callable[[T], R], items: Sequence[T], memory: Sequence[int] | None = None) -> Iterator[R]: ...
 
-    def pool(self, fn: Callable[[T], R], items: Sequence[T],
-             on_dispatch: Callable[[object, int], None] | None = None) -> Iterator[tuple[int, R]]: ...
+    def pool(
+        self, fn: Callable[[T], R], items: Sequence[T], on_dispatch: Callable[[object, int], None] | None = None
+    ) -> Iterator[tuple[int, R]]: ...
 
     def close(self) -> None: ...
 
@@ -46,13 +46,13 @@ class LocalEngine:
 
     name = "local"
 
-    def map(self, fn: Callable[[T], R], items: Sequence[T],
-            memory: Sequence[int] | None = None) -> Iterator[R]:
+    def map(self, fn: Callable[[T], R], items: Sequence[T], memory: Sequence[int] | None = None) -> Iterator[R]:
         for item in items:
             yield fn(item)
 
-    def pool(self, fn: Callable[[T], R], items: Sequence[T],
-             on_dispatch: Callable[[object, int], None] | None = None) -> Iterator[tuple[int, R]]:
+    def pool(
+        self, fn: Callable[[T], R], items: Sequence[T], on_dispatch: Callable[[object, int], None] | None = None
+    ) -> Iterator[tuple[int, R]]:
         for i, item in enumerate(items):
             if on_dispatch is not None:
                 on_dispatch(None, i)
@@ -72,8 +72,9 @@ def get_engine(name: str = "local", address: str | None = None) -> Engine:
     if name != "ray":
         raise UserError(f"--engine {name}: expected one of {', '.join(ENGINES)}")
     try:
-        module = importlib.import_module("headroom.fleet.ray_engine")   # by name: ray only when asked for
+        module = importlib.import_module("headroom.fleet.ray_engine")  # by name: ray only when asked for
     except ImportError as e:
-        raise UserError(f"--engine ray needs {e.name or 'ray'}, which is not installed: "
-                        f"{install_hint('fleet')}") from None
+        raise UserError(
+            f"--engine ray needs {e.name or 'ray'}, which is not installed: {install_hint('fleet')}"
+        ) from None
     return module.RayEngine(address=address)

@@ -14,7 +14,7 @@ import ray
 from ray.exceptions import ActorDiedError, ActorUnavailableError, RayActorError, RayTaskError
 
 LOST = (RayActorError, ActorDiedError, ActorUnavailableError)
-ATTEMPTS = 3     # an item whose worker is lost this many times fails the run
+ATTEMPTS = 3  # an item whose worker is lost this many times fails the run
 
 
 def _call(fn, item):
@@ -38,16 +38,24 @@ class RayEngine:
         self.started = False
         if not ray.is_initialized():
             # A local cluster unless an address is given; its log lines stay off this process's stderr.
-            ray.init(address=address, include_dashboard=False, log_to_driver=False, logging_level=logging.ERROR,
-                     configure_logging=True)
+            ray.init(
+                address=address,
+                include_dashboard=False,
+                log_to_driver=False,
+                logging_level=logging.ERROR,
+                configure_logging=True,
+            )
             self.started = True
         self._task = ray.remote(_call)
         self._actor = ray.remote(_Worker)
 
     def map(self, fn, items: Sequence, memory: Sequence[int] | None = None) -> Iterator:
-        refs = [self._task.options(num_cpus=1, memory=int(memory[i]) if memory else None,
-                                   max_retries=ATTEMPTS - 1).remote(fn, item)
-                for i, item in enumerate(items)]
+        refs = [
+            self._task.options(num_cpus=1, memory=int(memory[i]) if memory else None, max_retries=ATTEMPTS - 1).remote(
+                fn, item
+            )
+            for i, item in enumerate(items)
+        ]
         for ref in refs:
             yield _get(ref)
 
@@ -59,15 +67,16 @@ class RayEngine:
             return gpus, {"num_gpus": 1, "num_cpus": 1}
         return max(int(res.get("CPU", 1)), 1), {"num_cpus": 1}
 
-    def pool(self, fn, items: Sequence, on_dispatch: Callable[[object, int], None] | None = None
-             ) -> Iterator[tuple[int, object]]:
+    def pool(
+        self, fn, items: Sequence, on_dispatch: Callable[[object, int], None] | None = None
+    ) -> Iterator[tuple[int, object]]:
         if not items:
             return
         n, options = self.workers()
         idle = deque(self._actor.options(**options).remote() for _ in range(min(n, len(items))))
         queue = deque(range(len(items)))
         attempts = [0] * len(items)
-        running: dict = {}      # ref -> (actor, index)
+        running: dict = {}  # ref -> (actor, index)
         done: set[int] = set()
         try:
             while queue or running:
@@ -92,7 +101,7 @@ class RayEngine:
                         idle.append(self._actor.options(**options).remote())
                     continue
                 idle.append(actor)
-                if i in done:    # pragma: no cover - each item is dispatched again only after a loss
+                if i in done:  # pragma: no cover - each item is dispatched again only after a loss
                     continue
                 done.add(i)
                 yield i, result

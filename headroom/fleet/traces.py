@@ -25,16 +25,16 @@ from typing import Any
 from headroom.errors import UserError
 from headroom.trace.read_options import ReadOptions
 
-MEMORY_BASE = 512 * 2**20     # a task's interpreter, pandas and polars, before the trace
+MEMORY_BASE = 512 * 2**20  # a task's interpreter, pandas and polars, before the trace
 
 
 @dataclass(frozen=True)
 class TraceTask:
     path: str
-    options: ReadOptions    # how the command reads its traces (user files by path: each task compiles them itself)
-    product: Callable[[Any], Any] | None = None     # module-level function of one Analysis
-    skip_ranks: bool = True     # no product for a trace that says it is a rank of a run (computed if needed)
-    cwd: str = ""       # paths are read, and named, as the command was given them
+    options: ReadOptions  # how the command reads its traces (user files by path: each task compiles them itself)
+    product: Callable[[Any], Any] | None = None  # module-level function of one Analysis
+    skip_ranks: bool = True  # no product for a trace that says it is a rank of a run (computed if needed)
+    cwd: str = ""  # paths are read, and named, as the command was given them
 
 
 @dataclass
@@ -58,7 +58,7 @@ def task_memory(path: str) -> int:
 
     try:
         return MEMORY_BASE + needed_memory(Path(path))
-    except (OSError, UserError):    # named by the task itself
+    except (OSError, UserError):  # named by the task itself
         return MEMORY_BASE
 
 
@@ -72,7 +72,7 @@ def run_task(task: TraceTask) -> TraceResult:
     o = task.options
     if task.cwd and os.getcwd() != task.cwd:
         os.chdir(task.cwd)
-    os.environ.setdefault("HEADROOM_LOAD_WORKERS", "0")     # a task is one core: no second process
+    os.environ.setdefault("HEADROOM_LOAD_WORKERS", "0")  # a task is one core: no second process
     out = TraceResult(task.path)
     try:
         rules, policy = load_classifier(o.rules, o.policy)
@@ -101,6 +101,5 @@ def slim(a: Any) -> Any:
     t = a.trace
     if t is None:
         return a
-    empty = {f.name: getattr(t, f.name).iloc[:0] for f in dataclasses.fields(t)
-             if hasattr(getattr(t, f.name), "iloc")}
+    empty = {f.name: getattr(t, f.name).iloc[:0] for f in dataclasses.fields(t) if hasattr(getattr(t, f.name), "iloc")}
     return dataclasses.replace(a, trace=dataclasses.replace(t, **empty))

@@ -21,7 +21,7 @@ from headroom.verify.compare import Check
 from headroom.verify.options import VerifyOptions
 from headroom.verify.results import VerifyResult
 
-Key = tuple[str, str]      # (problem name, candidate path), as a VerifyResult names them
+Key = tuple[str, str]  # (problem name, candidate path), as a VerifyResult names them
 
 
 def verify_one(unit: tuple[str, str, VerifyOptions]) -> VerifyResult:
@@ -60,7 +60,7 @@ def read_stream(path: Path) -> dict[Key, VerifyResult]:
         try:
             r = result_from_dict(json.loads(line))
         except (ValueError, KeyError, TypeError) as e:
-            if n == len(lines):     # the line a stopped writer did not finish
+            if n == len(lines):  # the line a stopped writer did not finish
                 break
             raise UserError(f"{path}:{n}: not a streamed verify result ({e})") from None
         done.setdefault((r.problem, r.candidate), r)
@@ -76,7 +76,7 @@ class ResultStream:
         if resume and self.path.is_file():
             # Cut a torn last line so that the next one starts on its own line.
             text = self.path.read_bytes()
-            keep = text[:text.rfind(b"\n") + 1]
+            keep = text[: text.rfind(b"\n") + 1]
             if keep != text:
                 self.path.write_bytes(keep)
         self._f = open(self.path, "ab" if resume else "wb")
@@ -94,14 +94,19 @@ class ResultStream:
         self._f.close()
 
 
-def pool_runner(engine, stream_to: Path | None = None,
-                on_dispatch: Callable[[object, int], None] | None = None, resume: bool = False) -> Callable:
+def pool_runner(
+    engine,
+    stream_to: Path | None = None,
+    on_dispatch: Callable[[object, int], None] | None = None,
+    resume: bool = False,
+) -> Callable:
     """A `run_pairs` for `headroom.verify.suite.verify_suite`: the candidates over `engine`'s workers, each
     result appended to `stream_path(stream_to)` as it finishes; `resume`: that stream's candidates are
     taken from it, not run."""
 
-    def run_pairs(pairs: list, options: VerifyOptions, progress: Callable[[str], None] | None = None
-                  ) -> list[VerifyResult]:
+    def run_pairs(
+        pairs: list, options: VerifyOptions, progress: Callable[[str], None] | None = None
+    ) -> list[VerifyResult]:
         say = progress or (lambda s: None)
         units = [(str(p), str(c), options) for p, cs in pairs for c in cs]
         keys = [(Path(p).stem, c) for p, c, _ in units]
@@ -115,7 +120,7 @@ def pool_runner(engine, stream_to: Path | None = None,
         try:
             for j, r in engine.pool(verify_one, [units[i] for i in todo], on_dispatch=on_dispatch):
                 i = todo[j]
-                if i in results:     # pragma: no cover - the engine answers each index once
+                if i in results:  # pragma: no cover - the engine answers each index once
                     continue
                 results[i] = r
                 if stream is not None:

@@ -10,5 +10,17 @@ from headroom.measure.rounds import RoundPolicy, Rounds, interleave_rounds, roun
 from headroom.measure.stats import Comparison, compare, log_noise, median_ci, summary
 from headroom.measure.timers import TIMERS, default_timer, get_timer
 
-__all__ = ["Comparison", "RoundPolicy", "Rounds", "TIMERS", "compare", "default_timer", "get_timer",
-           "interleave_rounds", "log_noise", "median_ci", "round_order", "summary"]
+__all__ = [
+    "Comparison",
+    "RoundPolicy",
+    "Rounds",
+    "TIMERS",
+    "compare",
+    "default_timer",
+    "get_timer",
+    "interleave_rounds",
+    "log_noise",
+    "median_ci",
+    "round_order",
+    "summary",
+]

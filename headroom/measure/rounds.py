@@ -41,10 +41,14 @@ def round_order(arms: list[str], r: int) -> list[str]:
     return list(arms) if r % 2 == 0 else list(reversed(arms))
 
 
-def interleave_rounds(arms: list[str], measure: Callable[[str, int], float], policy: RoundPolicy,
-                      pair: tuple[str, str] | None = None,
-                      on_round: Callable[[int, dict[str, float]], bool] | None = None,
-                      net: Callable[[str, float], float] | None = None) -> Rounds:
+def interleave_rounds(
+    arms: list[str],
+    measure: Callable[[str, int], float],
+    policy: RoundPolicy,
+    pair: tuple[str, str] | None = None,
+    on_round: Callable[[int, dict[str, float]], bool] | None = None,
+    net: Callable[[str, float], float] | None = None,
+) -> Rounds:
     """Run rounds of ``measure(arm, round)``; ``pair`` (default: the first two arms) decides when to stop.
 
     ``on_round(r, values_of_round)`` runs after each round; returning False stops the rounds

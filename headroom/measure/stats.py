@@ -21,7 +21,7 @@ MIN_ROUNDS = 6
 
 def _binom_cdf(k: int, n: int) -> float:
     """P(Binomial(n, 1/2) <= k)."""
-    return sum(math.comb(n, i) for i in range(0, k + 1)) / 2 ** n
+    return sum(math.comb(n, i) for i in range(0, k + 1)) / 2**n
 
 
 def median_ci(values: list[float], level: float = 0.95) -> tuple[float, float, float] | None:
@@ -46,8 +46,16 @@ def summary(times: list[float]) -> dict[str, float | int | None]:
         return {"n": 0, "median": None}
     st = StepStats(list(times))
     p25, _, p75 = st.quartiles_ms()
-    return {"n": st.n, "median": st.median_ms, "p25": p25, "p75": p75, "min": st.min_ms, "max": st.max_ms,
-            "mean": st.mean_ms, "iqr_rel": st.iqr_rel}
+    return {
+        "n": st.n,
+        "median": st.median_ms,
+        "p25": p25,
+        "p75": p75,
+        "min": st.min_ms,
+        "max": st.max_ms,
+        "mean": st.mean_ms,
+        "iqr_rel": st.iqr_rel,
+    }
 
 
 @dataclass(frozen=True)

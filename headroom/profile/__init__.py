@@ -14,11 +14,24 @@ import importlib
 # Names resolved on first use (PEP 562), so that importing one submodule (the CLI's progress display,
 # a reader of traces) does not import the profiler's whole run machinery.
 _HOME = {
-    **dict.fromkeys(("compile_model", "infer_forward", "infer_step", "init_parameter", "materialize",
-                     "meta_parameters", "parallelize", "train_forward", "train_step"), "builders"),
+    **dict.fromkeys(
+        (
+            "compile_model",
+            "infer_forward",
+            "infer_step",
+            "init_parameter",
+            "materialize",
+            "meta_parameters",
+            "parallelize",
+            "train_forward",
+            "train_step",
+        ),
+        "builders",
+    ),
     **dict.fromkeys(("instrument_blocks", "phase_range"), "nvtx"),
     **dict.fromkeys(("get_workload", "list_workloads", "load_workload_file", "register_workload"), "registry"),
-    **dict.fromkeys(("ProfileResult", "profile_workload"), "run"),
+    "ProfileResult": "result",
+    "profile_workload": "run",
     **dict.fromkeys(("Default", "Options", "RunConfig", "Step", "WorkloadSpec"), "workload"),
 }
 
@@ -36,7 +49,27 @@ def __dir__() -> list[str]:
     return sorted(set(globals()) | set(_HOME))
 
 
-__all__ = ["Default", "Options", "ProfileResult", "RunConfig", "Step", "WorkloadSpec", "compile_model",
-           "get_workload", "infer_forward", "infer_step", "init_parameter", "instrument_blocks", "list_workloads",
-           "load_workload_file", "materialize", "meta_parameters", "parallelize", "phase_range", "profile_workload",
-           "register_workload", "train_forward", "train_step"]
+__all__ = [
+    "Default",
+    "Options",
+    "ProfileResult",
+    "RunConfig",
+    "Step",
+    "WorkloadSpec",
+    "compile_model",
+    "get_workload",
+    "infer_forward",
+    "infer_step",
+    "init_parameter",
+    "instrument_blocks",
+    "list_workloads",
+    "load_workload_file",
+    "materialize",
+    "meta_parameters",
+    "parallelize",
+    "phase_range",
+    "profile_workload",
+    "register_workload",
+    "train_forward",
+    "train_step",
+]

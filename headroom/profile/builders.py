@@ -55,8 +55,13 @@ def init_parameter(module_name: str, param_name: str, module: Any, p: Any, std: 
             p.normal_(0.0, std)
 
 
-def materialize(model: Any, device: Any, dtype: Any = None, std: float = 0.02,
-                init: Callable[[str, str, Any, Any], None] | None = None) -> Any:
+def materialize(
+    model: Any,
+    device: Any,
+    dtype: Any = None,
+    std: float = 0.02,
+    init: Callable[[str, str, Any, Any], None] | None = None,
+) -> Any:
     """Give every meta parameter real storage on `device` and random values; move buffers.
 
     Parameters shared between modules (tied embeddings) stay shared. Floating
@@ -74,8 +79,7 @@ def materialize(model: Any, device: Any, dtype: Any = None, std: float = 0.02,
             key = id(p)
             if key not in done:
                 want = dtype if (dtype is not None and p.is_floating_point()) else p.dtype
-                new = nn.Parameter(torch.empty(p.shape, dtype=want, device=device),
-                                   requires_grad=p.requires_grad)
+                new = nn.Parameter(torch.empty(p.shape, dtype=want, device=device), requires_grad=p.requires_grad)
                 init(mname, pname, module, new.data)
                 done[key] = new
             module._parameters[pname] = done[key]
@@ -101,8 +105,9 @@ def train_forward(loss_fn: Callable[[], Any], *, device_type: str, amp_dtype: An
     return forward
 
 
-def train_step(model: Any, loss_fn: Callable[[], Any], optimizer: Any, *, device_type: str,
-               amp_dtype: Any = None) -> Callable[[], None]:
+def train_step(
+    model: Any, loss_fn: Callable[[], Any], optimizer: Any, *, device_type: str, amp_dtype: Any = None
+) -> Callable[[], None]:
     """forward (under autocast when `amp_dtype`) -> backward -> optimizer.step, each a named range."""
     forward = train_forward(loss_fn, device_type=device_type, amp_dtype=amp_dtype)
 

@@ -52,7 +52,7 @@ def dynamo_path(key: str) -> str | None:
     root = _ROOT.match(key)
     if root is None:
         return None
-    rest = key[root.end():]
+    rest = key[root.end() :]
     rest = rest.replace("._modules", "")
     rest = _SUBSCRIPT.sub(r".\1", rest)
     return rest.strip(".")
@@ -89,7 +89,7 @@ def _shape(arg: Any) -> list[int] | None:
         return None
     try:
         return [int(d) for d in shape]
-    except (TypeError, ValueError):    # a symbolic size
+    except (TypeError, ValueError):  # a symbolic size
         return None
 
 
@@ -114,8 +114,13 @@ def graph_record(graph: Any, compile_id: str = "") -> dict[str, Any]:
             views.append(node.name)
         elif extern_rx.search(op):
             externs.append([node.name, op, [_shape(a) for a in node.args]])
-    return {"compile_id": compile_id, "modules": [list(m) for m in modules], "nodes": nodes, "views": views,
-            "externs": externs}
+    return {
+        "compile_id": compile_id,
+        "modules": [list(m) for m in modules],
+        "nodes": nodes,
+        "views": views,
+        "externs": externs,
+    }
 
 
 def _compile_id() -> str:
@@ -135,7 +140,7 @@ class CompiledModules:
 
     previous: Any = None
     graphs: list[dict[str, Any]] = field(default_factory=list)
-    root_type: str = ""     # the class of the module the paths' root names (set by headroom profile)
+    root_type: str = ""  # the class of the module the paths' root names (set by headroom profile)
 
     def __call__(self, graph: Any) -> None:
         before = self.previous

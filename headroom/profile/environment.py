@@ -29,15 +29,26 @@ def _nvidia_smi() -> dict[str, str]:
     if not exe:
         return {}
     try:
-        out = subprocess.run([exe, "--query-gpu=name,driver_version,memory.total", "--format=csv,noheader"],
-                             capture_output=True, text=True, timeout=15).stdout.strip().splitlines()
+        out = (
+            subprocess.run(
+                [exe, "--query-gpu=name,driver_version,memory.total", "--format=csv,noheader"],
+                capture_output=True,
+                text=True,
+                timeout=15,
+            )
+            .stdout.strip()
+            .splitlines()
+        )
     except Exception:
         return {}
     if not out:
         return {}
     parts = [p.strip() for p in out[0].split(",")]
-    return {"name": parts[0], "driver": parts[1] if len(parts) > 1 else "",
-            "memory": parts[2] if len(parts) > 2 else ""}
+    return {
+        "name": parts[0],
+        "driver": parts[1] if len(parts) > 1 else "",
+        "memory": parts[2] if len(parts) > 2 else "",
+    }
 
 
 def _cpu_model() -> str:
@@ -87,4 +98,3 @@ def environment(device: Any) -> dict[str, Any]:
     else:
         env["gpu"] = None
     return env
-

@@ -62,14 +62,17 @@ def capture_step(step: Callable[[], Any], device: Any) -> Captured:
             step()
     except RuntimeError as e:
         reason = (str(e).strip().splitlines() or ["unknown"])[0]
-        raise UserError(f"the step cannot be captured as a CUDA graph ({reason}): it synchronises with the host "
-                        f"or changes shape; run it without --graphs") from None
+        raise UserError(
+            f"the step cannot be captured as a CUDA graph ({reason}): it synchronises with the host "
+            f"or changes shape; run it without --graphs"
+        ) from None
     torch.cuda.synchronize(device)
     return Captured(graph, time.perf_counter() - t0)
 
 
-def recorded_capture(step: Callable[[], Any], device: Any, path: Path, *, activities: list[Any],
-                     record_shapes: bool, experimental: Any) -> Captured:
+def recorded_capture(
+    step: Callable[[], Any], device: Any, path: Path, *, activities: list[Any], record_shapes: bool, experimental: Any
+) -> Captured:
     """One eager step (its kernels name what each op launches, for the check of the replays' order) and the
     capture, under the profiler, exported to `path` (plain JSON)."""
     import torch
@@ -85,9 +88,16 @@ def recorded_capture(step: Callable[[], Any], device: Any, path: Path, *, activi
     return captured
 
 
-
-def recorded_steps(step: Callable[[], Any], n: int, device: Any, path: Path, *, activities: list[Any],
-                   record_shapes: bool, experimental: Any) -> None:
+def recorded_steps(
+    step: Callable[[], Any],
+    n: int,
+    device: Any,
+    path: Path,
+    *,
+    activities: list[Any],
+    record_shapes: bool,
+    experimental: Any,
+) -> None:
     """`n` calls of `step` under the profiler, exported to `path`: the warm-up calls in which torch.compile's
     reduce-overhead mode records its CUDA graphs (Inductor's graph trees capture on a call after the first)."""
     import torch
@@ -101,10 +111,13 @@ def recorded_steps(step: Callable[[], Any], n: int, device: Any, path: Path, *, 
     prof.export_chrome_trace(str(path))
 
 
-CAPTURED = ("after warm-up, one call of the step on static inputs (torch.cuda.graph); the timed and profiled "
-            "steps replay it")
-CAPTURED_BY_COMPILE = ("torch.compile (reduce-overhead or max-autotune): Inductor's CUDA graph trees, recorded during the "
-                       "warm-up calls after the first (the capture trace holds them)")
+CAPTURED = (
+    "after warm-up, one call of the step on static inputs (torch.cuda.graph); the timed and profiled steps replay it"
+)
+CAPTURED_BY_COMPILE = (
+    "torch.compile (reduce-overhead or max-autotune): Inductor's CUDA graph trees, recorded during the "
+    "warm-up calls after the first (the capture trace holds them)"
+)
 
 
 def graphs_manifest(cfg: RunConfig, name: str, capture_s: float) -> dict[str, Any]:
@@ -127,10 +140,18 @@ def write_capture(raw_trace: Path, manifest: dict[str, Any], dest: Path) -> None
     raw = capture_raw(raw_trace)
     part = dest.with_name(f".{dest.name}.{os.getpid()}.partial")
     try:
-        _inject_and_compress(raw, {"schema": MANIFEST_SCHEMA, "tool": "headroom profile --graphs",
-                                   "capture_of": manifest["trace"], "workload": manifest["workload"],
-                                   "variant": manifest["variant"],
-                                   **{k: manifest[k] for k in ("compiled_modules",) if k in manifest}}, part)
+        _inject_and_compress(
+            raw,
+            {
+                "schema": MANIFEST_SCHEMA,
+                "tool": "headroom profile --graphs",
+                "capture_of": manifest["trace"],
+                "workload": manifest["workload"],
+                "variant": manifest["variant"],
+                **{k: manifest[k] for k in ("compiled_modules",) if k in manifest},
+            },
+            part,
+        )
         os.replace(part, dest)
     finally:
         for tmp in (raw, part):

@@ -72,7 +72,7 @@ class _RankProgress(Progress):
 
     def __init__(self, rank: int, verbose: bool):
         self.rank, self.verbose = rank, verbose
-        self._err = os.fdopen(os.dup(2), "w", buffering=1)    # the real stderr, while fd 2 is captured
+        self._err = os.fdopen(os.dup(2), "w", buffering=1)  # the real stderr, while fd 2 is captured
         self.capture = OutputCapture(lambda line: self._say(line))
 
     def _say(self, line: str) -> None:
@@ -105,7 +105,7 @@ def rank_main(req: RankRequest) -> None:
     """One rank (each launched process runs ``python -m headroom.profile.launch REQUEST``): profile,
     write rank-K.json.gz, and hand its manifest to the parent in a result file."""
     os.environ.update(NCCL_ENV)
-    os.dup2(2, 1)                      # stdout belongs to the parent (--json); ranks speak on stderr
+    os.dup2(2, 1)  # stdout belongs to the parent (--json); ranks speak on stderr
     sys.stdout = sys.stderr
     rank, local = int(os.environ["RANK"]), int(os.environ["LOCAL_RANK"])
     world, local_world = int(os.environ["WORLD_SIZE"]), int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
@@ -119,7 +119,7 @@ def rank_main(req: RankRequest) -> None:
         device, backend = torch.device("cuda", local), "nccl"
     else:
         device, backend = torch.device("cpu"), "gloo"
-        if "OMP_NUM_THREADS" not in os.environ:   # the cores are shared by the ranks
+        if "OMP_NUM_THREADS" not in os.environ:  # the cores are shared by the ranks
             torch.set_num_threads(max(1, (os.cpu_count() or 1) // local_world))
     # A collective that waits longer than this fails the run instead of hanging it.
     timeout = timedelta(seconds=float(os.environ.get("HEADROOM_COLLECTIVE_TIMEOUT_S", "600")))
@@ -130,9 +130,19 @@ def rank_main(req: RankRequest) -> None:
             load_workload_file(req.workload_file)
         progress = _RankProgress(rank, verbose=rank == 0)
         with progress.capture.capturing():
-            r = profile_workload(req.workload, req.options, out=req.out_dir, steps=req.steps, warmup=req.warmup,
-                                 timed_steps=req.timed_steps, progress=progress, command=req.command,
-                                 record_shapes=req.record_shapes, trace_name=RANK_TRACE.format(rank=rank), rank=ctx)
+            r = profile_workload(
+                req.workload,
+                req.options,
+                out=req.out_dir,
+                steps=req.steps,
+                warmup=req.warmup,
+                timed_steps=req.timed_steps,
+                progress=progress,
+                command=req.command,
+                record_shapes=req.record_shapes,
+                trace_name=RANK_TRACE.format(rank=rank),
+                rank=ctx,
+            )
         result = {"rank": rank, "trace": str(r.trace_path), "manifest": r.manifest}
         _result_file(req.out_dir, rank).write_text(json.dumps(result, default=str))
     except UserError as e:
@@ -166,14 +176,16 @@ class RanksProfileResult:
     @property
     def timing(self) -> dict[str, dict[str, Any] | None]:
         """Per rank (as text), its timed and profiled stages in microseconds (None: not recorded)."""
-        from headroom.profile.run import timing_us
+        from headroom.profile.result import timing_us
         from headroom.stepstats import StepStats
 
         def one(m: dict[str, Any]) -> dict[str, Any] | None:
             t = member(m, "timing")
             if not isinstance(t.get("timed"), dict) or not isinstance(t.get("profiled"), dict):
                 return None
-            stats = [StepStats(list(t[k].get("times_ms") or []), str(t[k].get("method", ""))) for k in ("timed", "profiled")]
+            stats = [
+                StepStats(list(t[k].get("times_ms") or []), str(t[k].get("method", ""))) for k in ("timed", "profiled")
+            ]
             return timing_us(*stats)
 
         return {str(r): one(e) for r, e in sorted(self.entries.items())}
@@ -198,26 +210,38 @@ def _launch(nproc: int, req: RankRequest) -> dict[int, dict[str, Any]]:
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
-    config = LaunchConfig(min_nodes=1, max_nodes=1, nproc_per_node=nproc, run_id=f"headroom-{uuid.uuid4().hex[:8]}",
-                          rdzv_backend="c10d", rdzv_endpoint="localhost:0", max_restarts=0, monitor_interval=0.1,
-                          start_method="spawn")
+    config = LaunchConfig(
+        min_nodes=1,
+        max_nodes=1,
+        nproc_per_node=nproc,
+        run_id=f"headroom-{uuid.uuid4().hex[:8]}",
+        rdzv_backend="c10d",
+        rdzv_endpoint="localhost:0",
+        max_restarts=0,
+        monitor_interval=0.1,
+        start_method="spawn",
+    )
     request = Path(req.out_dir) / ".request.json"
     request.write_text(req.to_json())
     try:
         try:
             with _environment(NCCL_ENV):
                 elastic_launch(config, sys.executable)("-m", "headroom.profile.launch", str(request))
-        except SignalException:             # Ctrl-C or SIGTERM: the launcher has stopped the ranks
+        except SignalException:  # Ctrl-C or SIGTERM: the launcher has stopped the ranks
             raise KeyboardInterrupt from None
         except ChildFailedError as e:
-            messages = [f.read_text().strip() for f in (_error_file(req.out_dir, r) for r in range(nproc))
-                        if f.exists()]
+            messages = [
+                f.read_text().strip() for f in (_error_file(req.out_dir, r) for r in range(nproc)) if f.exists()
+            ]
             if messages:
                 raise UserError(messages[0]) from None
             r, failure = min(e.failures.items())
             msg = (failure.message or "").strip().splitlines()
-            raise UserError(f"rank {r} failed (exit code {failure.exitcode})"
-                            + (f": {msg[-1][:300]}" if msg else "") + " (its output is above)") from None
+            raise UserError(
+                f"rank {r} failed (exit code {failure.exitcode})"
+                + (f": {msg[-1][:300]}" if msg else "")
+                + " (its output is above)"
+            ) from None
         out = {}
         for r in range(nproc):
             f = _result_file(req.out_dir, r)
@@ -225,18 +249,28 @@ def _launch(nproc: int, req: RankRequest) -> dict[int, dict[str, Any]]:
                 raise UserError(f"rank {r} ended without a result (its output is above)")
             out[r] = json.loads(f.read_text())
         return out
-    finally:                                # no request, result or error file stays behind
+    finally:  # no request, result or error file stays behind
         request.unlink(missing_ok=True)
         for r in range(nproc):
             _result_file(req.out_dir, r).unlink(missing_ok=True)
             _error_file(req.out_dir, r).unlink(missing_ok=True)
 
 
-def profile_ranks(workload: str, options: Options | None = None, *, nproc: int, device: str | None = None,
-                  out: str | os.PathLike = "out", steps: int | None = None, warmup: int | None = None,
-                  timed_steps: int | None = None, workload_file: str | os.PathLike | None = None,
-                  progress: Progress | None = None, command: str | None = None,
-                  record_shapes: bool = True) -> RanksProfileResult:
+def profile_ranks(
+    workload: str,
+    options: Options | None = None,
+    *,
+    nproc: int,
+    device: str | None = None,
+    out: str | os.PathLike = "out",
+    steps: int | None = None,
+    warmup: int | None = None,
+    timed_steps: int | None = None,
+    workload_file: str | os.PathLike | None = None,
+    progress: Progress | None = None,
+    command: str | None = None,
+    record_shapes: bool = True,
+) -> RanksProfileResult:
     """Profile `workload` on `nproc` ranks of this host; return the rank traces, analysed together."""
     import torch
 
@@ -256,29 +290,32 @@ def profile_ranks(workload: str, options: Options | None = None, *, nproc: int, 
     if dev.type == "cuda" and torch.cuda.device_count() < nproc:
         raise UserError(f"--nproc {nproc}: one process per GPU, and this machine has {torch.cuda.device_count()}")
     options = replace(options or Options(), nproc=nproc)
-    cfg = spec.resolve(options, dev.type)               # every bad option fails here, before any launch
+    cfg = spec.resolve(options, dev.type)  # every bad option fails here, before any launch
     options = replace(options, parallel=cfg.parallel)
-    out_dir = check_output_dir(Path(out) / cfg.tag)      # now, not after the run
+    out_dir = check_output_dir(Path(out) / cfg.tag)  # now, not after the run
     # The ranks write into a directory of their own; their traces replace an earlier run's only once
     # every rank has finished (a failed or interrupted run leaves the earlier traces as they were).
     staging = Path(tempfile.mkdtemp(prefix=".ranks-", dir=out_dir))
     backend = "nccl" if dev.type == "cuda" else "gloo"
-    progress.note(f"{nproc} ranks ({cfg.parallel}, {backend}) launched by torch's elastic launcher; "
-                  f"traces in {out_dir}/")
-    req = RankRequest(spec.name, options, dev.type, str(staging), steps, warmup, timed_steps,
-                      str(workload_file) if workload_file else None, command or " ".join(sys.argv), record_shapes)
+    progress.note(
+        f"{nproc} ranks ({cfg.parallel}, {backend}) launched by torch's elastic launcher; traces in {out_dir}/"
+    )
+    req = RankRequest(
+        spec.name,
+        options,
+        dev.type,
+        str(staging),
+        steps,
+        warmup,
+        timed_steps,
+        str(workload_file) if workload_file else None,
+        command or " ".join(sys.argv),
+        record_shapes,
+    )
     t0 = time.perf_counter()
     try:
-        entries = _launch(nproc, req)        # no spinner here: the ranks print their own progress lines
-        stale = sorted(p for p in out_dir.iterdir() if _RANK_TRACE_RE.match(p.name))
-        for p in stale:
-            p.unlink()
-        if stale:
-            progress.note(f"replaced {len(stale)} rank trace(s) of an earlier run in {out_dir}")
-        for e in entries.values():
-            name = Path(e["trace"]).name
-            os.replace(staging / name, out_dir / name)
-            e["trace"] = str(out_dir / name)
+        entries = _launch(nproc, req)  # no spinner here: the ranks print their own progress lines
+        _place_traces(entries, staging, out_dir, progress)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     progress.note(f"{nproc} ranks done in {time.perf_counter() - t0:.1f} s")
@@ -286,21 +323,41 @@ def profile_ranks(workload: str, options: Options | None = None, *, nproc: int, 
     with progress.stage("classify", f"{len(traces)} ranks together"):
         rs = rank_set([analyze(p) for p in traces], source=str(out_dir))
     for r, e in entries.items():
-        a = rs.analysis(r)
-        row = rs.per_rank.set_index("rank").loc[r]
-        entry = dict(e["manifest"])
-        entry["results"] = {
-            "mode": a.mode, "step_us_profiled": a.step_us, "idle_fraction": a.idle_fraction,
-            "addressable_fraction": a.addressable_fraction,
-            "categories": {c.name: float(c.fraction) for c in a.categories.itertuples(index=False)},
-            "comm_exposed_us": float(row["comm_exposed_us"]), "comm_overlapped_us": float(row["comm_overlapped_us"]),
-            "wait_us": float(row["wait_us"]),
-        }
-        e["entry"] = entry
-        update_manifest(out_dir, Path(e["trace"]).name, entry)
-    return RanksProfileResult(spec.name, cfg, out_dir, traces, out_dir / MANIFEST_NAME,
-                              {r: e["manifest"] for r, e in entries.items()}, rs)
+        e["entry"] = dict(e["manifest"], results=_rank_results(rs, r))
+        update_manifest(out_dir, Path(e["trace"]).name, e["entry"])
+    return RanksProfileResult(
+        spec.name, cfg, out_dir, traces, out_dir / MANIFEST_NAME, {r: e["manifest"] for r, e in entries.items()}, rs
+    )
 
 
-if __name__ == "__main__":   # a launched rank
+def _place_traces(entries: dict[int, dict[str, Any]], staging: Path, out_dir: Path, progress: Progress) -> None:
+    """The ranks' traces moved from the staging directory into `out_dir`, in place of an earlier run's."""
+    stale = sorted(p for p in out_dir.iterdir() if _RANK_TRACE_RE.match(p.name))
+    for p in stale:
+        p.unlink()
+    if stale:
+        progress.note(f"replaced {len(stale)} rank trace(s) of an earlier run in {out_dir}")
+    for e in entries.values():
+        name = Path(e["trace"]).name
+        os.replace(staging / name, out_dir / name)
+        e["trace"] = str(out_dir / name)
+
+
+def _rank_results(rs: Any, rank: int) -> dict[str, Any]:
+    """A rank's manifest entry's `results`: what its analysis found, and its communication among the ranks."""
+    a = rs.analysis(rank)
+    row = rs.per_rank.set_index("rank").loc[rank]
+    return {
+        "mode": a.mode,
+        "step_us_profiled": a.step_us,
+        "idle_fraction": a.idle_fraction,
+        "addressable_fraction": a.addressable_fraction,
+        "categories": {c.name: float(c.fraction) for c in a.categories.itertuples(index=False)},
+        "comm_exposed_us": float(row["comm_exposed_us"]),
+        "comm_overlapped_us": float(row["comm_overlapped_us"]),
+        "wait_us": float(row["wait_us"]),
+    }
+
+
+if __name__ == "__main__":  # a launched rank
     rank_main(RankRequest.from_json(Path(sys.argv[1]).read_text()))

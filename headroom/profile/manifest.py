@@ -26,9 +26,9 @@ def _inject_and_compress(raw_json: Path, manifest: dict[str, Any], dest: Path) -
     head = b'"headroom": ' + dumps(manifest).encode() + b",\n"
     with atomic_file(dest) as f:
         with gzip.GzipFile(fileobj=f, mode="wb", compresslevel=6, mtime=0) as gz:
-            gz.write(data[:brace + 1])
+            gz.write(data[: brace + 1])
             gz.write(head)
-            gz.write(data[brace + 1:])
+            gz.write(data[brace + 1 :])
 
 
 def update_manifest(out_dir: Path, trace_name: str, entry: dict[str, Any], timeout_s: float = 60.0) -> Path:
@@ -54,7 +54,6 @@ def update_manifest(out_dir: Path, trace_name: str, entry: dict[str, Any], timeo
             write_json(path, doc)
     except Timeout:
         raise UserError(f"{path}: another run held its lock for {timeout_s:g} s ({lock.lock_file})") from None
-    except OSError as e:   # the lock file cannot be made (a read-only directory)
+    except OSError as e:  # the lock file cannot be made (a read-only directory)
         raise UserError(f"{path}: cannot write ({e.strerror or e})") from None
     return path
-

@@ -92,7 +92,7 @@ def record_module_ranges(model: Any, root: str = "model") -> list[Any]:
         open_ranges: list[Any] = []
 
         def enter(_module, args, kwargs, name=range_name, open_ranges=open_ranges):
-            if is_compiling():          # traced by Dynamo: leave no trace, touch no state (no guards)
+            if is_compiling():  # traced by Dynamo: leave no trace, touch no state (no guards)
                 return None
             if not autograd_profiler._is_profiler_enabled:
                 open_ranges.append(None)

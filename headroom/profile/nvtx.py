@@ -107,4 +107,3 @@ def phase_range(name: str) -> Iterator[None]:
 def nvtx_backend() -> str:
     impl = _nvtx_impl()
     return impl[0] if impl else "none"
-

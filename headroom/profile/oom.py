@@ -13,19 +13,25 @@ from headroom.profile.workload import RunConfig, WorkloadSpec
 def _is_oom(e: BaseException) -> bool:
     import torch
 
-    oom_types = tuple(t for t in (getattr(torch, "OutOfMemoryError", None),
-                                  getattr(torch.cuda, "OutOfMemoryError", None)) if t is not None)
+    oom_types = tuple(
+        t
+        for t in (getattr(torch, "OutOfMemoryError", None), getattr(torch.cuda, "OutOfMemoryError", None))
+        if t is not None
+    )
     if oom_types and isinstance(e, oom_types):
         return True
     msg = str(e)
-    return isinstance(e, RuntimeError) and ("out of memory" in msg.lower() or "CUBLAS_STATUS_ALLOC_FAILED" in msg
-                                            or _is_cpu_oom(e))
+    return isinstance(e, RuntimeError) and (
+        "out of memory" in msg.lower() or "CUBLAS_STATUS_ALLOC_FAILED" in msg or _is_cpu_oom(e)
+    )
 
 
 # What torch's CPU allocator says, and what a size too big to compute says (a batch of 10^9 tokens).
-_CPU_OOM = re.compile(r"DefaultCPUAllocator: (can't|not enough memory)|can't allocate memory|"
-                      r"Storage size calculation overflowed|numel: integer multiplication overflow|"
-                      r"invalid argument 0: Sizes of tensors|Trying to create tensor with negative dimension")
+_CPU_OOM = re.compile(
+    r"DefaultCPUAllocator: (can't|not enough memory)|can't allocate memory|"
+    r"Storage size calculation overflowed|numel: integer multiplication overflow|"
+    r"invalid argument 0: Sizes of tensors|Trying to create tensor with negative dimension"
+)
 
 
 def _is_cpu_oom(e: BaseException) -> bool:
@@ -61,6 +67,7 @@ def oom_error(e: BaseException, spec: WorkloadSpec, cfg: RunConfig, device: Any)
     if spec.num_layers is not None:
         hint += " or --layers N (profile N blocks, extrapolate)"
     seq = f" x seq {cfg.seq}" if cfg.seq else ""
-    return UserError(f"{spec.name}: CUDA out of memory at batch {cfg.batch}{seq} "
-                     f"(needed more than {need:.1f} GiB, the GPU has {cap:.1f} GiB); try {hint}")
-
+    return UserError(
+        f"{spec.name}: CUDA out of memory at batch {cfg.batch}{seq} "
+        f"(needed more than {need:.1f} GiB, the GPU has {cap:.1f} GiB); try {hint}"
+    )

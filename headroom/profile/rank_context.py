@@ -24,7 +24,15 @@ class RankContext:
     device: Any
 
     # The manifest's `distributed`: the rank's place, the launcher, the NCCL environment it ran with.
-    JSON_KEYS: ClassVar[tuple[str, ...]] = ("rank", "local_rank", "world_size", "backend", "parallel", "launcher", "env")
+    JSON_KEYS: ClassVar[tuple[str, ...]] = (
+        "rank",
+        "local_rank",
+        "world_size",
+        "backend",
+        "parallel",
+        "launcher",
+        "env",
+    )
 
     @property
     def launcher(self) -> str:

@@ -116,4 +116,3 @@ def load_workload_file(path: str | os.PathLike[str]) -> list[WorkloadSpec]:
     if not added:
         raise UserError(f"{path}: defines no workload (call register_workload or set WORKLOAD)")
     return added
-

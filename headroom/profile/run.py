@@ -31,15 +31,15 @@ import sys
 import time
 from collections.abc import Callable
 from contextlib import nullcontext
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any
 
 from headroom.devices import resolve_device
 from headroom.errors import UserError
 from headroom.files import check_output_dir
-from headroom.jsonio import encoded, plain
+from headroom.jsonio import plain
 from headroom.profile.compiled import CompiledModules, compiled_manifest, recording
 from headroom.profile.environment import environment
 from headroom.profile.graphs import (
@@ -54,6 +54,7 @@ from headroom.profile.nvtx import instrument_blocks
 from headroom.profile.oom import _is_cpu_oom, _is_oom, oom_error
 from headroom.profile.progress import Progress, _stage
 from headroom.profile.registry import get_workload, load_workload_file
+from headroom.profile.result import ProfileResult, overhead_verdict
 from headroom.profile.steps import (
     MODULE_ROOT,
     PROFILER_WAIT,
@@ -70,8 +71,10 @@ from headroom.stepstats import StepStats
 from headroom.trace.analysis import Analysis, analyze
 from headroom.trace.layers import LayerExtrapolation, extrapolate_layers
 
-MODULE_RANGES_NOTE = ("modules that run inside torch.compile'd code have no ranges: Inductor fuses across "
-                      "module boundaries, and the hooks do nothing while Dynamo traces them (no graph breaks)")
+MODULE_RANGES_NOTE = (
+    "modules that run inside torch.compile'd code have no ranges: Inductor fuses across "
+    "module boundaries, and the hooks do nothing while Dynamo traces them (no graph breaks)"
+)
 
 if TYPE_CHECKING:
     from headroom.profile.rank_context import RankContext
@@ -81,86 +84,17 @@ GPU_STEPS = (3, 10, 3)
 CPU_STEPS = (1, 3, 1)
 
 
-def _stats_us(s: StepStats) -> dict[str, Any]:
-    """Step statistics in microseconds, for `headroom profile --json` (docs/cli.md)."""
-    us = lambda ms: ms * 1e3  # noqa: E731
-    return {"n": s.n, "method": s.method, "median_us": us(s.median_ms), "mean_us": us(s.mean_ms),
-            "min_us": us(s.min_ms), "max_us": us(s.max_ms), "stdev_us": us(s.stdev_ms),
-            "times_us": [round(us(t), 1) for t in s.times_ms]}
-
-
-@dataclass
-class ProfileResult:
-    workload: str
-    config: RunConfig
-    trace_path: Path = field(metadata={"json_key": "trace"})
-    manifest_path: Path
-    manifest: dict[str, Any]
-    timed: StepStats
-    profiled: StepStats
-    # None for one rank of a --nproc run (the parent analyses the ranks together)
-    analysis: Analysis | None = field(metadata=encoded(Analysis.to_dict))
-    layers: LayerExtrapolation | None = None
-
-    # `headroom profile --json` (docs/cli.md).
-    JSON_KEYS: ClassVar[tuple[str, ...]] = ("workload", "trace_path", "manifest", "timing", "layers", "analysis")
-
-    @property
-    def overhead(self) -> float:
-        """Profiled over unprofiled median step time, minus one."""
-        if not self.timed.times_ms or self.timed.median_ms <= 0:
-            return float("nan")
-        return self.profiled.median_ms / self.timed.median_ms - 1.0
-
-    @property
-    def overhead_measurable(self) -> bool:
-        return overhead_verdict(self.timed, self.profiled)[0]
-
-    @property
-    def step_ms(self) -> float:
-        return self.timed.median_ms
-
-    @property
-    def timing(self) -> dict[str, Any]:
-        return timing_us(self.timed, self.profiled)
-
-
-def timing_us(timed: StepStats, profiled: StepStats) -> dict[str, Any]:
-    """The `timing` of `headroom profile --json`: both stages in microseconds, the overhead where measurable."""
-    measurable = overhead_verdict(timed, profiled)[0]
-    overhead = profiled.median_ms / timed.median_ms - 1.0 if timed.n and timed.median_ms > 0 else None
-    return {"timed": _stats_us(timed), "profiled": _stats_us(profiled),
-            "overhead": overhead if measurable else None, "overhead_measurable": measurable}
-
-
 def check_step_counts(steps: int | None, warmup: int | None, timed_steps: int | None) -> None:
     """The stage sizes a user gave (None: the device's default)."""
-    if (steps is not None and steps < 1) or (timed_steps is not None and timed_steps < 1) \
-            or (warmup is not None and warmup < 0):
-        raise UserError("--steps and --timed-steps must be at least 1 (the step time is the median of the "
-                        "timed steps), --warmup at least 0")
-
-
-MIN_STEPS_FOR_OVERHEAD = 3
-
-
-def overhead_verdict(timed: StepStats, profiled: StepStats) -> tuple[bool, str]:
-    """Whether the profiler's overhead can be told from the noise, and how to say it.
-
-    It needs at least 3 timed and 3 profiled steps; a profiled median *faster* than the unprofiled
-    one by more than their spread (interquartile range over the median) is noise, not a measurement
-    (a few CPU steps gave "-62%"); a difference inside the spread is "within the noise".
-    """
-    if timed.n < MIN_STEPS_FOR_OVERHEAD or profiled.n < MIN_STEPS_FOR_OVERHEAD:
-        return False, (f"not measurable ({timed.n} timed and {profiled.n} profiled step(s); "
-                       f"needs {MIN_STEPS_FOR_OVERHEAD} of each)")
-    overhead = profiled.median_ms / timed.median_ms - 1.0 if timed.median_ms > 0 else float("nan")
-    noise = max(timed.iqr_rel or 0.0, profiled.iqr_rel or 0.0)
-    if not overhead == overhead or overhead < -noise:
-        return False, f"not measurable (profiled steps {100 * -overhead:.0f}% faster than unprofiled: noise)"
-    if abs(overhead) <= noise:
-        return True, f"within the noise ({100 * overhead:+.1f}%, steps vary by {100 * noise:.1f}%)"
-    return True, f"{100 * overhead:+.1f}%"
+    if (
+        (steps is not None and steps < 1)
+        or (timed_steps is not None and timed_steps < 1)
+        or (warmup is not None and warmup < 0)
+    ):
+        raise UserError(
+            "--steps and --timed-steps must be at least 1 (the step time is the median of the "
+            "timed steps), --warmup at least 0"
+        )
 
 
 def _free(device: Any) -> None:
@@ -183,15 +117,45 @@ class _Measured:
     params: int | None
     info: dict[str, Any]
     block_ranges: bool
-    modules_ranged: int                # modules with a range per call (headroom/profile/modules.py)
+    modules_ranged: int  # modules with a range per call (headroom/profile/modules.py)
     activities: list[str]
     cuda_sync_events: bool
-    capture_s: float | None = None     # --graphs: how long the capture took
+    capture_s: float | None = None  # --graphs: how long the capture took
 
 
-def _measure(spec: WorkloadSpec, cfg: RunConfig, dev: Any, counts: tuple[int, int, int], raw_trace: Path,
-             progress: Progress, record_shapes: bool, together: Callable[[], None] = lambda: None,
-             recorder: CompiledModules | None = None) -> _Measured:
+def _build(
+    spec: WorkloadSpec, cfg: RunConfig, dev: Any, progress: Progress, recorder: CompiledModules | None
+) -> tuple[Step, bool, float]:
+    """The built step, whether its blocks carry ranges (instrumented here), and how long the build took; a step
+    that fails after it was built is closed."""
+    what = f"{spec.name} ({cfg.variant}, batch {cfg.batch}{', seq ' + str(cfg.seq) if cfg.seq else ''}, {cfg.dtype})"
+    with _stage(progress, "build", what):
+        t0 = time.perf_counter()
+        step = spec.build(cfg, dev)
+        try:
+            if recorder is not None and step.modules is not None:  # the class of the paths' root (MODULE_ROOT)
+                recorder.root_type = type(step.modules).__name__
+            use_ranges = bool(step.blocks) and not (cfg.compile and not cfg.extrapolated)
+            if use_ranges:
+                step.add_hooks(instrument_blocks(step.blocks, train=cfg.mode == "train"))
+            _sync(dev)
+        except BaseException:
+            step.close()
+            raise
+        return step, use_ranges, time.perf_counter() - t0
+
+
+def _measure(
+    spec: WorkloadSpec,
+    cfg: RunConfig,
+    dev: Any,
+    counts: tuple[int, int, int],
+    raw_trace: Path,
+    progress: Progress,
+    record_shapes: bool,
+    together: Callable[[], None] = lambda: None,
+    recorder: CompiledModules | None = None,
+) -> _Measured:
     """build -> warm-up -> timed steps (no profiler) -> profiled steps, exported to `raw_trace`.
 
     `together`: waits for the other ranks of a --nproc run, so each stage starts on all of them at once.
@@ -202,18 +166,7 @@ def _measure(spec: WorkloadSpec, cfg: RunConfig, dev: Any, counts: tuple[int, in
     warmup, timed_steps, steps = counts
     step: Step | None = None
     try:
-        with _stage(progress, "build", f"{spec.name} ({cfg.variant}, batch {cfg.batch}"
-                                       f"{', seq ' + str(cfg.seq) if cfg.seq else ''}, {cfg.dtype})"):
-            t0 = time.perf_counter()
-            step = spec.build(cfg, dev)
-            if recorder is not None and step.modules is not None:    # the class of the paths' root (MODULE_ROOT)
-                recorder.root_type = type(step.modules).__name__
-            use_ranges = bool(step.blocks) and not (cfg.compile and not cfg.extrapolated)
-            if use_ranges:
-                step.add_hooks(instrument_blocks(step.blocks, train=cfg.mode == "train"))
-            _sync(dev)
-            build_s = time.perf_counter() - t0
-
+        step, use_ranges, build_s = _build(spec, cfg, dev, progress, recorder)
         activities = [ProfilerActivity.CPU]
         if dev.type == "cuda":
             activities.append(ProfilerActivity.CUDA)
@@ -244,11 +197,20 @@ def _measure(spec: WorkloadSpec, cfg: RunConfig, dev: Any, counts: tuple[int, in
     finally:
         if step is not None:
             step.close()
-    measured = _Measured(timed=timed, profiled=profiled, build_s=build_s, warmup_s=warm_s, peak_gb=peak_gb,
-                         params=step.params, info=dict(step.info), block_ranges=use_ranges,
-                         modules_ranged=len(module_hooks) // 2,
-                         activities=[a.name for a in activities], cuda_sync_events=experimental is not None,
-                         capture_s=warmed.capture_s)
+    measured = _Measured(
+        timed=timed,
+        profiled=profiled,
+        build_s=build_s,
+        warmup_s=warm_s,
+        peak_gb=peak_gb,
+        params=step.params,
+        info=dict(step.info),
+        block_ranges=use_ranges,
+        modules_ranged=len(module_hooks) // 2,
+        activities=[a.name for a in activities],
+        cuda_sync_events=experimental is not None,
+        capture_s=warmed.capture_s,
+    )
     step = None
     _free(dev)
     return measured
@@ -257,16 +219,27 @@ def _measure(spec: WorkloadSpec, cfg: RunConfig, dev: Any, counts: tuple[int, in
 def _results(analysis: Analysis, layers: LayerExtrapolation | None) -> dict[str, Any]:
     """The manifest entry's `results`: what the analysis of the new trace found."""
     return {
-        "mode": analysis.mode, "step_us_profiled": analysis.step_us,
-        "idle_fraction": analysis.idle_fraction, "addressable_fraction": analysis.addressable_fraction,
+        "mode": analysis.mode,
+        "step_us_profiled": analysis.step_us,
+        "idle_fraction": analysis.idle_fraction,
+        "addressable_fraction": analysis.addressable_fraction,
         "categories": {r.name: float(r.fraction) for r in analysis.categories.itertuples(index=False)},
         "layers": plain(layers) if layers else None,
         "module_ranges_recorded": len(analysis.modules),
     }
 
 
-def _run_manifest(spec: WorkloadSpec, cfg: RunConfig, dev: Any, m: _Measured, counts: tuple[int, int, int],
-                  record_shapes: bool, command: str | None, started: datetime, name: str) -> dict[str, Any]:
+def _run_manifest(
+    spec: WorkloadSpec,
+    cfg: RunConfig,
+    dev: Any,
+    m: _Measured,
+    counts: tuple[int, int, int],
+    record_shapes: bool,
+    command: str | None,
+    started: datetime,
+    name: str,
+) -> dict[str, Any]:
     """How the numbers were made: the configuration, the environment, the timing (docs/workloads.md)."""
     t, p = m.timed, m.profiled
     overhead = p.median_ms / t.median_ms - 1.0 if t.n and t.median_ms > 0 else None
@@ -282,17 +255,31 @@ def _run_manifest(spec: WorkloadSpec, cfg: RunConfig, dev: Any, m: _Measured, co
         **({"params_full": spec.param_count_meta(cfg.flavour)} if cfg.extrapolated else {}),
         "info": m.info,
         "block_ranges": m.block_ranges,
-        "module_ranges": {"hooked": m.modules_ranged, "root": MODULE_ROOT, "compiled": cfg.compile,
-                          "note": MODULE_RANGES_NOTE if cfg.compile else ""},
+        "module_ranges": {
+            "hooked": m.modules_ranged,
+            "root": MODULE_ROOT,
+            "compiled": cfg.compile,
+            "note": MODULE_RANGES_NOTE if cfg.compile else "",
+        },
         "device_type": dev.type,
         **environment(dev),
-        "profiler": {"schedule": {"wait": PROFILER_WAIT, "warmup": PROFILER_WARMUP, "active": counts[2]},
-                     "record_shapes": record_shapes, "with_stack": False, "activities": m.activities,
-                     "cuda_sync_events": m.cuda_sync_events},
+        "profiler": {
+            "schedule": {"wait": PROFILER_WAIT, "warmup": PROFILER_WARMUP, "active": counts[2]},
+            "record_shapes": record_shapes,
+            "with_stack": False,
+            "activities": m.activities,
+            "cuda_sync_events": m.cuda_sync_events,
+        },
         "steps": {"warmup": counts[0], "timed": counts[1], "profiled": counts[2]},
-        "timing": {"step_ms": t.median_ms, "timed": plain(t), "profiled": plain(p),
-                   "overhead": overhead, "overhead_measurable": measurable,
-                   "build_s": round(m.build_s, 2), "warmup_s": round(m.warmup_s, 2)},
+        "timing": {
+            "step_ms": t.median_ms,
+            "timed": plain(t),
+            "profiled": plain(p),
+            "overhead": overhead,
+            "overhead_measurable": measurable,
+            "build_s": round(m.build_s, 2),
+            "warmup_s": round(m.warmup_s, 2),
+        },
         **({"graphs": graphs_manifest(cfg, name, m.capture_s)} if m.capture_s is not None else {}),
         "peak_memory_gb": round(m.peak_gb, 2) if m.peak_gb is not None else None,
         "command": command or " ".join(shlex.quote(a) for a in sys.argv),
@@ -301,12 +288,14 @@ def _run_manifest(spec: WorkloadSpec, cfg: RunConfig, dev: Any, m: _Measured, co
     }
 
 
-def _step_counts(dev: Any, warmup: int | None, timed_steps: int | None,
-                 steps: int | None) -> tuple[int, int, int]:
+def _step_counts(dev: Any, warmup: int | None, timed_steps: int | None, steps: int | None) -> tuple[int, int, int]:
     """(warm-up, timed, profiled) steps: those given, the device's defaults for the others; checked."""
     d_warm, d_timed, d_prof = GPU_STEPS if dev.type == "cuda" else CPU_STEPS
-    counts = (d_warm if warmup is None else warmup, d_timed if timed_steps is None else timed_steps,
-              d_prof if steps is None else steps)
+    counts = (
+        d_warm if warmup is None else warmup,
+        d_timed if timed_steps is None else timed_steps,
+        d_prof if steps is None else steps,
+    )
     check_step_counts(counts[2], counts[0], counts[1])
     return counts
 
@@ -318,8 +307,10 @@ def _announce(progress: Progress, dev: Any, cfg: RunConfig) -> None:
     for note in cfg.notes:
         progress.note(f"scaled for the CPU: {note}")
     if cfg.extrapolated and cfg.layers is not None and cfg.total_layers is not None:
-        progress.note(f"profiling {cfg.layers} of {cfg.total_layers} blocks; per-block time is scaled "
-                      f"x{cfg.total_layers / cfg.layers:g} (embeddings and heads counted once)")
+        progress.note(
+            f"profiling {cfg.layers} of {cfg.total_layers} blocks; per-block time is scaled "
+            f"x{cfg.total_layers / cfg.layers:g} (embeddings and heads counted once)"
+        )
 
 
 def _set_up_torch(dev: Any, cfg: RunConfig) -> None:
@@ -333,16 +324,18 @@ def _set_up_torch(dev: Any, cfg: RunConfig) -> None:
     torch.manual_seed(0)
 
 
-def _classified(trace: Path, cfg: RunConfig, measured: _Measured,
-                progress: Progress) -> tuple[Analysis, LayerExtrapolation | None]:
+def _classified(
+    trace: Path, cfg: RunConfig, measured: _Measured, progress: Progress
+) -> tuple[Analysis, LayerExtrapolation | None]:
     """The new trace's analysis, and with block ranges of some blocks of many, the whole model's extrapolation."""
     timed = measured.timed
     layers = None
     with _stage(progress, "classify"):
         analysis = analyze(trace)
         if measured.block_ranges and cfg.layers is not None and cfg.total_layers is not None:
-            layers = extrapolate_layers(analysis, cfg.layers, cfg.total_layers,
-                                        timed_step_ms=timed.median_ms if timed.n else None)
+            layers = extrapolate_layers(
+                analysis, cfg.layers, cfg.total_layers, timed_step_ms=timed.median_ms if timed.n else None
+            )
     return analysis, layers
 
 
@@ -377,39 +370,27 @@ def profile_workload(
     dev = rank.device if rank is not None else resolve_device(device)
     cfg = spec.resolve(options, dev.type)
     counts = _step_counts(dev, warmup, timed_steps, steps)
-    out_dir = check_output_dir(out)   # now, not after the run
+    out_dir = check_output_dir(out)  # now, not after the run
     _announce(progress, dev, cfg)
 
     name = trace_name or f"{cfg.tag}.json.gz"
-    trace_path = out_dir / name
-    if trace_path.is_dir():
-        raise UserError(f"{trace_path}: is a directory, expected a trace file name")
-    raw_tmp = out_dir / f".{name}.{os.getpid()}.raw.json"
-    # The new trace is classified before it replaces an existing one of the same name: a run that
-    # fails (or a trace headroom cannot read) leaves the old trace in place.
-    new_trace = out_dir / f".{name}.{os.getpid()}.partial"
+    trace_path, raw_tmp, new_trace = _trace_paths(out_dir, name)
 
     _set_up_torch(dev, cfg)
+    together = rank.barrier if rank is not None else (lambda: None)  # each stage starts on every rank at once
     started = datetime.now(timezone.utc)
     try:
         with recording(dev.type) if cfg.compile else nullcontext() as recorder:
-            measured = _measure(spec, cfg, dev, counts, raw_tmp, progress, record_shapes,
-                                together=rank.barrier if rank is not None else (lambda: None), recorder=recorder)
+            measured = _measure(spec, cfg, dev, counts, raw_tmp, progress, record_shapes, together, recorder)
         manifest = _run_manifest(spec, cfg, dev, measured, counts, record_shapes, command, started, name)
-        if recorder is not None:
-            # Whole-model compiles run under no module range: their paths are below MODULE_ROOT. A block's
-            # compiled forward runs inside the block's range (--layers), which gives the paths' base.
-            manifest["compiled_modules"] = compiled_manifest(recorder, "" if cfg.extrapolated else MODULE_ROOT)
-        if rank is not None:
-            manifest["distributed"] = plain(rank)
+        _add_run_parts(manifest, cfg, recorder, rank)
         with _stage(progress, "export", str(trace_path)):
             _inject_and_compress(raw_tmp, manifest, new_trace)
             if "graphs" in manifest:
                 write_capture(raw_tmp, manifest, out_dir / CAPTURE_DIR / name)
         raw_tmp.unlink()
-        timed = measured.timed
         analysis, layers = None, None
-        if rank is None:   # a --nproc rank's trace is analysed by the parent, with the other ranks
+        if rank is None:  # a --nproc rank's trace is analysed by the parent, with the other ranks
             analysis, layers = _classified(new_trace, cfg, measured, progress)
         try:
             os.replace(new_trace, trace_path)
@@ -419,15 +400,50 @@ def profile_workload(
         for tmp in (raw_tmp, new_trace, capture_raw(raw_tmp)):
             if tmp.exists():
                 tmp.unlink()
+    result = ProfileResult(
+        workload=spec.name,
+        config=cfg,
+        trace_path=trace_path,
+        manifest_path=out_dir / MANIFEST_NAME,
+        manifest=manifest,
+        timed=measured.timed,
+        profiled=measured.profiled,
+        analysis=analysis,
+        layers=layers,
+    )
+    return result if rank is not None else _recorded(result, out_dir, name)
+
+
+def _trace_paths(out_dir: Path, name: str) -> tuple[Path, Path, Path]:
+    """The trace's path, the profiler's raw export, and the new trace before it replaces the old: the new trace is
+    classified before it replaces an existing one of the same name, so a run that fails (or a trace headroom
+    cannot read) leaves the old trace in place."""
+    trace_path = out_dir / name
+    if trace_path.is_dir():
+        raise UserError(f"{trace_path}: is a directory, expected a trace file name")
+    return trace_path, out_dir / f".{name}.{os.getpid()}.raw.json", out_dir / f".{name}.{os.getpid()}.partial"
+
+
+def _add_run_parts(
+    manifest: dict[str, Any], cfg: RunConfig, recorder: CompiledModules | None, rank: RankContext | None
+) -> None:
+    """The manifest's entries of a compiled run (each post-grad node's module) and of one rank of a --nproc run."""
+    if recorder is not None:
+        # Whole-model compiles run under no module range: their paths are below MODULE_ROOT. A block's
+        # compiled forward runs inside the block's range (--layers), which gives the paths' base.
+        manifest["compiled_modules"] = compiled_manifest(recorder, "" if cfg.extrapolated else MODULE_ROOT)
     if rank is not None:
-        return ProfileResult(workload=spec.name, config=cfg, trace_path=trace_path,
-                             manifest_path=out_dir / MANIFEST_NAME, manifest=manifest, timed=timed,
-                             profiled=measured.profiled, analysis=None)
+        manifest["distributed"] = plain(rank)
+
+
+def _recorded(result: ProfileResult, out_dir: Path, name: str) -> ProfileResult:
+    """A single-process run's result, its analysis pointing at the trace's final path, with the trace's entry
+    (and what its analysis found) written to manifest.json."""
+    analysis = result.analysis
     assert analysis is not None, "the trace of a single-process run is analysed"
-    analysis.source = str(trace_path)
+    analysis.source = str(result.trace_path)
     if analysis.trace is not None:
-        analysis.trace.source = str(trace_path)
-    manifest_path = update_manifest(out_dir, name, dict(manifest, results=_results(analysis, layers)))
-    return ProfileResult(workload=spec.name, config=cfg, trace_path=trace_path, manifest_path=manifest_path,
-                         manifest=manifest, timed=timed, profiled=measured.profiled, analysis=analysis,
-                         layers=layers)
+        analysis.trace.source = str(result.trace_path)
+    results = _results(analysis, result.layers)
+    result.manifest_path = update_manifest(out_dir, name, dict(result.manifest, results=results))
+    return result

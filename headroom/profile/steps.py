@@ -31,13 +31,14 @@ def experimental_config(dev: Any) -> Any:
         from torch._C._profiler import _ExperimentalConfig
 
         return _ExperimentalConfig(enable_cuda_sync_events=True)
-    except (ImportError, TypeError):   # an older torch: no such option
+    except (ImportError, TypeError):  # an older torch: no such option
         return None
 
 
 @dataclass
 class Recording:
     """What the profiler records (the profiled steps' and a capture trace's)."""
+
     activities: list[Any]
     record_shapes: bool
     experimental: Any
@@ -45,14 +46,22 @@ class Recording:
 
 @dataclass
 class Warmed:
-    call: Callable[[], Any]            # what the timed and profiled steps run: the step, or its graph's replay
+    call: Callable[[], Any]  # what the timed and profiled steps run: the step, or its graph's replay
     warm_s: float
-    capture_s: float | None            # a graph's capture (--graphs), 0.0 for Inductor's graph trees, else None
+    capture_s: float | None  # a graph's capture (--graphs), 0.0 for Inductor's graph trees, else None
     module_hooks: list[Any]
 
 
-def warm_up(step: Step, cfg: RunConfig, dev: Any, warmup: int, raw_trace: Path, progress: Progress,
-             together: Callable[[], None], rec: Recording) -> Warmed:
+def warm_up(
+    step: Step,
+    cfg: RunConfig,
+    dev: Any,
+    warmup: int,
+    raw_trace: Path,
+    progress: Progress,
+    together: Callable[[], None],
+    rec: Recording,
+) -> Warmed:
     """The warm-up steps; under torch.compile's graph-tree modes the calls after the first (where Inductor
     records its graphs) are profiled into the capture trace; with --graphs the step is then captured, the
     capture profiled with the module ranges on (replays run no Python: the hooks cost them nothing)."""
@@ -62,8 +71,15 @@ def warm_up(step: Step, cfg: RunConfig, dev: Any, warmup: int, raw_trace: Path, 
         for _ in range(1 if graph_trees else warmup):
             step()
         if graph_trees:
-            recorded_steps(step, max(warmup - 1, GRAPH_TREE_CALLS), dev, capture_raw(raw_trace),
-                           activities=rec.activities, record_shapes=rec.record_shapes, experimental=rec.experimental)
+            recorded_steps(
+                step,
+                max(warmup - 1, GRAPH_TREE_CALLS),
+                dev,
+                capture_raw(raw_trace),
+                activities=rec.activities,
+                record_shapes=rec.record_shapes,
+                experimental=rec.experimental,
+            )
         _sync(dev)
         warm_s = time.perf_counter() - t0
     if not cfg.graphs:
@@ -74,8 +90,14 @@ def warm_up(step: Step, cfg: RunConfig, dev: Any, warmup: int, raw_trace: Path, 
         step.add_hooks(hooks)
     together()
     with _stage(progress, "capture", "one eager step and the CUDA graph's capture, profiled"):
-        captured = recorded_capture(step, dev, capture_raw(raw_trace), activities=rec.activities,
-                                    record_shapes=rec.record_shapes, experimental=rec.experimental)
+        captured = recorded_capture(
+            step,
+            dev,
+            capture_raw(raw_trace),
+            activities=rec.activities,
+            record_shapes=rec.record_shapes,
+            experimental=rec.experimental,
+        )
     return Warmed(captured.replay, warm_s, captured.capture_s, hooks)
 
 
@@ -89,8 +111,9 @@ def time_steps(call: Callable[[], Any], dev: Any, n: int, progress: Progress) ->
         return timer.results()
 
 
-def profile_steps(call: Callable[[], Any], dev: Any, steps: int, raw_trace: Path, progress: Progress,
-                    rec: Recording) -> StepStats:
+def profile_steps(
+    call: Callable[[], Any], dev: Any, steps: int, raw_trace: Path, progress: Progress, rec: Recording
+) -> StepStats:
     """`steps` steps under torch.profiler (after its wait and warm-up steps), each timed; the trace exported to
     `raw_trace`. The profiled steps' times."""
     from torch.profiler import profile, schedule
@@ -103,9 +126,13 @@ def profile_steps(call: Callable[[], Any], dev: Any, steps: int, raw_trace: Path
 
     with _stage(progress, "profiling", f"{steps} steps (after {PROFILER_WAIT} wait + {PROFILER_WARMUP} warm-up)"):
         ptimer = _Timer(dev)
-        with profile(activities=rec.activities, on_trace_ready=on_trace_ready, record_shapes=rec.record_shapes,
-                     schedule=schedule(wait=PROFILER_WAIT, warmup=PROFILER_WARMUP, active=steps, repeat=1),
-                     experimental_config=rec.experimental) as prof:
+        with profile(
+            activities=rec.activities,
+            on_trace_ready=on_trace_ready,
+            record_shapes=rec.record_shapes,
+            schedule=schedule(wait=PROFILER_WAIT, warmup=PROFILER_WARMUP, active=steps, repeat=1),
+            experimental_config=rec.experimental,
+        ) as prof:
             for _ in range(PROFILER_WAIT + PROFILER_WARMUP + steps):
                 with ptimer.step():
                     call()

@@ -31,9 +31,14 @@ MODES = ("train", "infer")
 
 # Accepted spellings of --dtype, and the canonical name recorded in manifests.
 _DTYPE_ALIASES = {
-    "bf16": "bfloat16", "bfloat16": "bfloat16",
-    "fp16": "float16", "float16": "float16", "half": "float16",
-    "fp32": "float32", "float32": "float32", "float": "float32",
+    "bf16": "bfloat16",
+    "bfloat16": "bfloat16",
+    "fp16": "float16",
+    "float16": "float16",
+    "half": "float16",
+    "fp32": "float32",
+    "float32": "float32",
+    "float": "float32",
 }
 
 
@@ -116,24 +121,43 @@ class RunConfig:
     device: str
     phase: str | None = None
     kv_cache: str | None = None
-    layers: int | None = None          # blocks built (None: the workload has no block scaling)
-    total_layers: int | None = None    # blocks in the real configuration
+    layers: int | None = None  # blocks built (None: the workload has no block scaling)
+    total_layers: int | None = None  # blocks in the real configuration
     compile: bool = False
     tf32: bool = True
     extra: dict[str, str] = field(default_factory=dict)
-    notes: list[str] = field(default_factory=list)   # what was scaled, and why
+    notes: list[str] = field(default_factory=list)  # what was scaled, and why
     module_ranges: bool = True
     # One-process runs keep the manifest they always had: no world_size or parallel key.
-    world_size: int = field(default=1, metadata=omit_if(lambda c: c.world_size <= 1))   # processes (ranks)
+    world_size: int = field(default=1, metadata=omit_if(lambda c: c.world_size <= 1))  # processes (ranks)
     parallel: str | None = field(default=None, metadata=omit_if(lambda c: c.world_size <= 1))  # ddp | fsdp | torchrec
     # Execution mode beyond eager (absent from the manifest when not used, as before they existed).
     compile_mode: str | None = field(default=None, metadata=omit_if(lambda c: c.compile_mode is None))
     graphs: bool = field(default=False, metadata=omit_if(lambda c: not c.graphs))
 
     JSON_KEYS: ClassVar[tuple[str, ...]] = (
-        "workload", "flavour", "variant", "mode", "phase", "kv_cache", "batch", "seq", "dtype", "device", "layers",
-        "total_layers", "compile", "compile_mode", "graphs", "tf32", "extra", "notes", "module_ranges", "world_size",
-        "parallel")
+        "workload",
+        "flavour",
+        "variant",
+        "mode",
+        "phase",
+        "kv_cache",
+        "batch",
+        "seq",
+        "dtype",
+        "device",
+        "layers",
+        "total_layers",
+        "compile",
+        "compile_mode",
+        "graphs",
+        "tf32",
+        "extra",
+        "notes",
+        "module_ranges",
+        "world_size",
+        "parallel",
+    )
 
     @property
     def execution(self) -> str:
@@ -183,18 +207,18 @@ class WorkloadSpec:
     name: str
     domain: str
     description: str
-    model: str                                           # architecture and library, one line
-    build: Callable[[RunConfig, Any], Step]            # (config, torch.device) -> Step
-    meta_model: Callable[[str], Any]                     # flavour -> nn.Module on the meta device
-    defaults: dict[str, Default]                         # mode, batch, seq, dtype (+ phase, kv_cache)
+    model: str  # architecture and library, one line
+    build: Callable[[RunConfig, Any], Step]  # (config, torch.device) -> Step
+    meta_model: Callable[[str], Any]  # flavour -> nn.Module on the meta device
+    defaults: dict[str, Default]  # mode, batch, seq, dtype (+ phase, kv_cache)
     modes: tuple[str, ...] = ("infer",)
     flavours: dict[str, str] = field(default_factory=lambda: {"default": "the real configuration"})
-    num_layers: Callable[[str], int] | None = None       # identical blocks per flavour (None: no --layers)
-    block: str = ""                                      # what one block is, e.g. "LlamaDecoderLayer"
-    phases: tuple[str, ...] = ()                         # e.g. ("prefill", "decode")
-    kv_caches: tuple[str, ...] = ()                      # e.g. ("static", "dynamic")
+    num_layers: Callable[[str], int] | None = None  # identical blocks per flavour (None: no --layers)
+    block: str = ""  # what one block is, e.g. "LlamaDecoderLayer"
+    phases: tuple[str, ...] = ()  # e.g. ("prefill", "decode")
+    kv_caches: tuple[str, ...] = ()  # e.g. ("static", "dynamic")
     seq_meaning: str = "tokens per sequence"
-    extras: dict[str, Default] = field(default_factory=dict)   # workload-specific --opt KEY=VALUE
+    extras: dict[str, Default] = field(default_factory=dict)  # workload-specific --opt KEY=VALUE
     # On CPU, these replace the defaults the user did not set: field -> (value, why).
     cpu_scale: dict[str, Any] = field(default_factory=dict)
     source: str = ""
@@ -277,14 +301,23 @@ class WorkloadSpec:
                 raise UserError(f"{self.name}: --layers must be between 1 and {total}")
 
         cfg = RunConfig(
-            workload=self.name, flavour=flavour, mode=mode,
+            workload=self.name,
+            flavour=flavour,
+            mode=mode,
             batch=o.batch if o.batch is not None else self.default("batch", phase, mode),
             seq=o.seq if o.seq is not None else self.default("seq", phase, mode),
             dtype=canonical_dtype(o.dtype or self.default("dtype", phase, mode)),
-            device=device, phase=phase, kv_cache=kv,
-            layers=(o.layers if o.layers is not None else total), total_layers=total,
-            compile=o.compile or o.compile_mode is not None, tf32=o.tf32, extra=extra, module_ranges=o.module_ranges,
-            compile_mode=o.compile_mode, graphs=o.graphs,
+            device=device,
+            phase=phase,
+            kv_cache=kv,
+            layers=(o.layers if o.layers is not None else total),
+            total_layers=total,
+            compile=o.compile or o.compile_mode is not None,
+            tf32=o.tf32,
+            extra=extra,
+            module_ranges=o.module_ranges,
+            compile_mode=o.compile_mode,
+            graphs=o.graphs,
         )
         self._check_execution(cfg, device)
         if cfg.batch is not None and cfg.batch < 1:
@@ -307,14 +340,18 @@ class WorkloadSpec:
         if device != "cuda":
             raise UserError(f"{self.name}: --graphs captures the step as a CUDA graph and needs a CUDA device")
         if cfg.mode == "train":
-            raise UserError(f"{self.name}: --graphs captures inference steps (decode, prefill, a forward); "
-                            f"drop --mode train")
+            raise UserError(
+                f"{self.name}: --graphs captures inference steps (decode, prefill, a forward); drop --mode train"
+            )
         if cfg.compile_mode in GRAPH_TREE_MODES:
-            raise UserError(f"--compile-mode {cfg.compile_mode} already replays CUDA graphs (Inductor's graph "
-                            f"trees): drop --graphs")
+            raise UserError(
+                f"--compile-mode {cfg.compile_mode} already replays CUDA graphs (Inductor's graph trees): drop --graphs"
+            )
         if cfg.kv_cache == "dynamic" and cfg.phase == "decode":
-            raise UserError(f"{self.name}: --graphs needs fixed shapes: a dynamic KV cache grows every decode "
-                            f"step (use --kv-cache static)")
+            raise UserError(
+                f"{self.name}: --graphs needs fixed shapes: a dynamic KV cache grows every decode "
+                f"step (use --kv-cache static)"
+            )
 
     def _parallel(self, o: Options, mode: str) -> tuple[int, str | None]:
         if o.nproc < 1:
@@ -324,8 +361,10 @@ class WorkloadSpec:
                 raise UserError(f"--parallel {o.parallel} needs --nproc 2 or more")
             return 1, None
         if mode != "train":
-            raise UserError(f"{self.name}: --nproc {o.nproc} profiles data-parallel training; an inference "
-                            f"replica runs in one process (drop --nproc or use --mode train)")
+            raise UserError(
+                f"{self.name}: --nproc {o.nproc} profiles data-parallel training; an inference "
+                f"replica runs in one process (drop --nproc or use --mode train)"
+            )
         if not self.parallel:
             raise UserError(f"{self.name}: runs in one process only (no --nproc)")
         parallel = o.parallel or self.parallel[0]
@@ -378,10 +417,19 @@ class Step:
     model, e.g. in torchrec's DistributedModelParallel, names the model inside).
     """
 
-    def __init__(self, fn: Callable[[], Any], model: Any, *, blocks: Sequence[tuple[str, Any]] = (),
-                 info: dict[str, Any] | None = None, close: Callable[[], None] | None = None,
-                 params: int | None = None, modules: Any = None, forward: Callable[[], Any] | None = None,
-                 train: bool = False):
+    def __init__(
+        self,
+        fn: Callable[[], Any],
+        model: Any,
+        *,
+        blocks: Sequence[tuple[str, Any]] = (),
+        info: dict[str, Any] | None = None,
+        close: Callable[[], None] | None = None,
+        params: int | None = None,
+        modules: Any = None,
+        forward: Callable[[], Any] | None = None,
+        train: bool = False,
+    ):
         self.fn = fn
         self.model = model
         self.modules = model if modules is None else modules
@@ -408,4 +456,3 @@ class Step:
         if self._close is not None:
             self._close()
             self._close = None
-

@@ -17,21 +17,34 @@ from headroom.trace.analysis import Analysis
 
 @dataclass
 class Projection:
-    method: str          # "amdahl" | "replay"
-    scenario: str        # "speedups" | "zero_time" | "win_rate_x_median" | "quantile_0.5" | "expected" | ...
+    method: str  # "amdahl" | "replay"
+    scenario: str  # "speedups" | "zero_time" | "win_rate_x_median" | "quantile_0.5" | "expected" | ...
     baseline_us: float
     projected_us: float
     num_steps: int
     breakdown: Breakdown
     # The uniform factor applied, for single-factor scenarios (an infinite one written as null).
-    factor: float | None = field(default=None, metadata={**OMIT_NONE, **encoded(lambda f: f if math.isfinite(f) else None)})
+    factor: float | None = field(
+        default=None, metadata={**OMIT_NONE, **encoded(lambda f: f if math.isfinite(f) else None)}
+    )
     note: str = field(default="", metadata=omit_if(lambda p: not p.note))
     # The same projection on the unprofiled clock (docs/projection.md, "Profiler overhead"), when known.
     unprofiled_baseline_us: float | None = field(default=None, metadata=SKIP)
     unprofiled_projected_us: float | None = field(default=None, metadata=SKIP)
 
-    JSON_KEYS: ClassVar[tuple[str, ...]] = ("method", "scenario", "projected_us", "per_step_us", "speedup", "gain",
-                                            "saved_us", "breakdown", "factor", "note", "unprofiled")
+    JSON_KEYS: ClassVar[tuple[str, ...]] = (
+        "method",
+        "scenario",
+        "projected_us",
+        "per_step_us",
+        "speedup",
+        "gain",
+        "saved_us",
+        "breakdown",
+        "factor",
+        "note",
+        "unprofiled",
+    )
     # `unprofiled` is left out when unknown.
     JSON_META: ClassVar[dict[str, dict[str, Any]]] = {"unprofiled": OMIT_NONE}
 
@@ -98,8 +111,9 @@ def _factor_array(b: Baseline, factors: np.ndarray | float | None, mask: np.ndar
     return f
 
 
-def amdahl(base: Baseline | Analysis, factors: np.ndarray | float, mask: np.ndarray | None = None,
-           scenario: str = "speedups") -> Projection:
+def amdahl(
+    base: Baseline | Analysis, factors: np.ndarray | float, mask: np.ndarray | None = None, scenario: str = "speedups"
+) -> Projection:
     """``T' = T - sum t_i (1 - 1/s_i)`` per device (t_i = the event's wall share), idle held fixed."""
     b = as_baseline(base)
     f = _factor_array(b, factors, mask)
@@ -115,4 +129,3 @@ def amdahl(base: Baseline | Analysis, factors: np.ndarray | float, mask: np.ndar
     bd = _breakdown(b, new_shares, projected)
     uniform = float(f[f != 1.0][0]) if np.any(f != 1.0) and np.all(f[f != 1.0] == f[f != 1.0][0]) else None
     return Projection("amdahl", scenario, b.wall_us, projected, b.num_steps, bd, uniform)
-

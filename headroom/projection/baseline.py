@@ -18,6 +18,7 @@ from headroom.trace.load import Trace
 @dataclass(frozen=True)
 class _Deferred:
     """A table of a Trace, read when the projection first uses it."""
+
     trace: Trace
     table: str
 
@@ -31,7 +32,7 @@ class _TraceTable:
 
     def __get__(self, obj: Any, owner: type | None = None) -> pd.DataFrame | None:
         if obj is None:
-            return None          # the field's default
+            return None  # the field's default
         value = obj.__dict__.get(self._attr)
         if isinstance(value, _Deferred):
             value = obj.__dict__[self._attr] = getattr(value.trace, value.table)
@@ -52,12 +53,12 @@ class Baseline:
     n_devices: int = 1
     mode: str = "gpu"
     source: str = ""
-    runtime: pd.DataFrame | None = _TraceTable()   # runtime/driver calls: name, pid, tid, ts, dur, correlation
-    syncs: pd.DataFrame | None = _TraceTable()     # cuda_sync events, when the trace has them
-    step_end: float | None = None          # CPU end of the last ProfilerStep (the window may end there)
+    runtime: pd.DataFrame | None = _TraceTable()  # runtime/driver calls: name, pid, tid, ts, dur, correlation
+    syncs: pd.DataFrame | None = _TraceTable()  # cuda_sync events, when the trace has them
+    step_end: float | None = None  # CPU end of the last ProfilerStep (the window may end there)
     # CPU ranges (cpu_op, user_annotation, python_function): name, cat, pid, tid, ts, dur
     cpu: pd.DataFrame | None = _TraceTable()
-    step_start: float | None = None        # CPU start of the first ProfilerStep (where the CPU model's clock starts)
+    step_start: float | None = None  # CPU start of the first ProfilerStep (where the CPU model's clock starts)
     manifest: dict = field(default_factory=dict)  # headroom profile's run manifest, when the trace has one
     modules: pd.DataFrame | None = None  # one row per nn.Module call (Analysis.modules), when the trace has them
     # Time inside the window that is not analysed (the place of a step missing between two others): a
@@ -74,28 +75,46 @@ class Baseline:
         # The ranges that count as steps: --window ranges when chosen, else the ProfilerStep ranges.
         steps = a.step_ranges if a.step_ranges is not None else (trace.steps if trace is not None else None)
         has_steps = steps is not None and len(steps) > 0
-        return cls(events=a.events, wall_us=float(a.wall_us), window=(float(a.window[0]), float(a.window[1])),
-                   num_steps=int(a.num_steps), n_devices=int(a.n_devices), mode=a.mode, source=a.source,
-                   runtime=_Deferred(trace, "launches") if trace is not None else None,
-                   syncs=_Deferred(trace, "syncs") if trace is not None else None,
-                   step_end=float(steps["end"].max()) if steps is not None and has_steps else None,
-                   manifest=_comparable_manifest(a),
-                   cpu=_Deferred(trace, "cpu") if trace is not None else None,
-                   step_start=float(steps["ts"].min()) if steps is not None and has_steps else None,
-                   modules=a.modules,
-                   excluded_us=max(0.0, float(a.window[1]) - float(a.window[0]) - float(a.wall_us)))
+        return cls(
+            events=a.events,
+            wall_us=float(a.wall_us),
+            window=(float(a.window[0]), float(a.window[1])),
+            num_steps=int(a.num_steps),
+            n_devices=int(a.n_devices),
+            mode=a.mode,
+            source=a.source,
+            runtime=_Deferred(trace, "launches") if trace is not None else None,
+            syncs=_Deferred(trace, "syncs") if trace is not None else None,
+            step_end=float(steps["end"].max()) if steps is not None and has_steps else None,
+            manifest=_comparable_manifest(a),
+            cpu=_Deferred(trace, "cpu") if trace is not None else None,
+            step_start=float(steps["ts"].min()) if steps is not None and has_steps else None,
+            modules=a.modules,
+            excluded_us=max(0.0, float(a.window[1]) - float(a.window[0]) - float(a.wall_us)),
+        )
 
     @classmethod
-    def from_events(cls, events: pd.DataFrame, window: tuple[float, float] | None = None,
-                    num_steps: int = 1, runtime: pd.DataFrame | None = None,
-                    step_end: float | None = None, cpu: pd.DataFrame | None = None,
-                    modules: pd.DataFrame | None = None) -> Baseline:
+    def from_events(
+        cls,
+        events: pd.DataFrame,
+        window: tuple[float, float] | None = None,
+        num_steps: int = 1,
+        runtime: pd.DataFrame | None = None,
+        step_end: float | None = None,
+        cpu: pd.DataFrame | None = None,
+        modules: pd.DataFrame | None = None,
+    ) -> Baseline:
         """A baseline from a plain events table (columns as in Analysis.events; `wall_us` added if absent)."""
         ev = events.copy()
         if "end" not in ev.columns:
             ev["end"] = ev["ts"] + ev["dur"]
-        for col, default in (("device", 0), ("stream", 0), ("kind", "kernel"), ("category", "other"),
-                             ("addressable", True)):
+        for col, default in (
+            ("device", 0),
+            ("stream", 0),
+            ("kind", "kernel"),
+            ("category", "other"),
+            ("addressable", True),
+        ):
             if col not in ev.columns:
                 ev[col] = default
         if "wall_us" not in ev.columns:
@@ -103,9 +122,17 @@ class Baseline:
         if window is None:
             window = (float(ev["ts"].min()), float(ev["end"].max()))
         n_dev = max(int(ev["device"].nunique()), 1)
-        return cls(events=ev.reset_index(drop=True), wall_us=float(window[1] - window[0]),
-                   window=(float(window[0]), float(window[1])), num_steps=num_steps, n_devices=n_dev,
-                   runtime=runtime, step_end=step_end, cpu=cpu, modules=modules)
+        return cls(
+            events=ev.reset_index(drop=True),
+            wall_us=float(window[1] - window[0]),
+            window=(float(window[0]), float(window[1])),
+            num_steps=num_steps,
+            n_devices=n_dev,
+            runtime=runtime,
+            step_end=step_end,
+            cpu=cpu,
+            modules=modules,
+        )
 
 
 def _comparable_manifest(a: Analysis) -> dict:
@@ -134,9 +161,17 @@ class Breakdown:
     communication_us: float
     idle_us: float
 
-    JSON_KEYS: ClassVar[tuple[str, ...]] = ("capacity_us", "kernel_us", "memory_us", "communication_us", "idle_us",
-                                            "kernel_fraction", "memory_fraction", "communication_fraction",
-                                            "idle_fraction")
+    JSON_KEYS: ClassVar[tuple[str, ...]] = (
+        "capacity_us",
+        "kernel_us",
+        "memory_us",
+        "communication_us",
+        "idle_us",
+        "kernel_fraction",
+        "memory_fraction",
+        "communication_fraction",
+        "idle_fraction",
+    )
 
     def _of_capacity(self, us: float) -> float:
         return us / self.capacity_us if self.capacity_us > 0 else 0.0
@@ -162,9 +197,14 @@ def kept(b: Baseline, name: str, *depends: Any) -> dict:
     """A dict kept on the baseline under `name`, emptied when one of `depends` (fields of the baseline it was
     computed from) was replaced: tables compare by identity, other values by equality."""
     held = b.__dict__.get(name)
-    if held is None or len(held[0]) != len(depends) or not all(
+    if (
+        held is None
+        or len(held[0]) != len(depends)
+        or not all(
             a is d or not isinstance(a, pd.DataFrame) and not isinstance(d, pd.DataFrame) and a == d
-            for a, d in zip(held[0], depends)):
+            for a, d in zip(held[0], depends)
+        )
+    ):
         held = b.__dict__[name] = (depends, {})
     return held[1]
 
@@ -176,16 +216,22 @@ def _buckets(b: Baseline) -> tuple[np.ndarray, np.ndarray]:
     if "masks" not in memo:
         masks = _event_buckets(b.events)
         for m in masks:
-            m.setflags(write=False)     # shared by every later caller
+            m.setflags(write=False)  # shared by every later caller
         memo["masks"] = masks
     return memo["masks"]
 
 
 def _event_buckets(events: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
-    cat = events["category"].astype(str).to_numpy() if "category" in events.columns \
+    cat = (
+        events["category"].astype(str).to_numpy()
+        if "category" in events.columns
         else np.full(len(events), "other", dtype=object)
-    kind = events["kind"].astype(str).to_numpy() if "kind" in events.columns \
+    )
+    kind = (
+        events["kind"].astype(str).to_numpy()
+        if "kind" in events.columns
         else np.full(len(events), "kernel", dtype=object)
+    )
     mem = np.isin(cat, category_group("memory")) | (kind == "memcpy") | (kind == "memset")
     comm = np.isin(cat, category_group("communication")) & ~mem
     return mem, comm
@@ -204,4 +250,3 @@ def _breakdown(b: Baseline, shares: np.ndarray, window_us: float) -> Breakdown:
 def baseline_breakdown(base: Baseline | Analysis) -> Breakdown:
     b = as_baseline(base)
     return _breakdown(b, b.events["wall_us"].to_numpy(dtype=float), b.wall_us)
-

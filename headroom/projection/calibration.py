@@ -91,9 +91,9 @@ class Row:
     name: str
     estimate: float
     measured: float
-    noise: float = 0.0          # log-scale standard error of the measurement
+    noise: float = 0.0  # log-scale standard error of the measurement
     launch_bound: bool = False
-    group: str = ""             # rows of one substitution (another verify or validate run) share a group
+    group: str = ""  # rows of one substitution (another verify or validate run) share a group
 
     @property
     def error(self) -> float:
@@ -109,11 +109,11 @@ class Calibration:
     rows: int
     level: float = LEVEL
     source: str = ""
-    names: tuple[str, ...] = ()     # the rows it was fitted on (a row not among them did not shape it)
+    names: tuple[str, ...] = ()  # the rows it was fitted on (a row not among them did not shape it)
 
     def half_width(self, noise: float = 0.0) -> float:
         """q on the log scale for a measurement with log-scale noise ``noise``."""
-        return t_quantile((1 + self.level) / 2, self.rows) * math.sqrt(self.scale ** 2 + noise ** 2)
+        return t_quantile((1 + self.level) / 2, self.rows) * math.sqrt(self.scale**2 + noise**2)
 
     def interval(self, estimate: float, noise: float = 0.0) -> tuple[float, float]:
         """[low, high] that a measurement of this estimate falls inside with probability ``level``."""
@@ -122,23 +122,31 @@ class Calibration:
 
     @property
     def method(self) -> str:
-        return (f"{100 * self.level:g}% interval: estimate x exp(+-t(df={self.rows}) x sqrt(s^2 + noise^2)), "
-                f"s = {self.scale:.4f} the RMS log error of {self.rows} calibration rows")
+        return (
+            f"{100 * self.level:g}% interval: estimate x exp(+-t(df={self.rows}) x sqrt(s^2 + noise^2)), "
+            f"s = {self.scale:.4f} the RMS log error of {self.rows} calibration rows"
+        )
 
 
 def fit(rows: Sequence[Row], level: float = LEVEL, source: str = "") -> Calibration:
     """The calibration from rows: s^2 = mean(error^2)."""
     if not rows:
         raise ValueError("no calibration rows")
-    return Calibration(math.sqrt(sum(r.error ** 2 for r in rows) / len(rows)), len(rows), level, source,
-                       tuple(r.name for r in rows))
+    return Calibration(
+        math.sqrt(sum(r.error**2 for r in rows) / len(rows)), len(rows), level, source, tuple(r.name for r in rows)
+    )
 
 
 def shipped_calibration() -> Calibration:
     """The shipped calibration (``headroom/data/interval.toml``)."""
     d = shipped("interval.toml")["interval"]
-    return Calibration(float(d["scale"]), int(d["rows"]), float(d["level"]), str(d.get("source", "")),
-                       tuple(str(n) for n in d.get("names", ())))
+    return Calibration(
+        float(d["scale"]),
+        int(d["rows"]),
+        float(d["level"]),
+        str(d.get("source", "")),
+        tuple(str(n) for n in d.get("names", ())),
+    )
 
 
 @dataclass(frozen=True)
@@ -170,13 +178,14 @@ def coverage(checks: Iterable[Check]) -> tuple[int, int]:
 
 
 def toml_text(cal: Calibration) -> str:
-    return ("# The a-priori estimate's calibrated interval (headroom.projection.calibration; docs/validation.md,\n"
-            "# \"The interval\"). Written by `python -m headroom.report.calibration docs/gpu/apriori --write`\n"
-            "# from the committed rows; tests/test_interval_calibration.py recomputes it.\n\n"
-            "[interval]\n"
-            f"level = {cal.level:g}\n"
-            f"scale = {cal.scale:.6f}     # RMS of ln(estimate / measured) over the rows\n"
-            f"rows = {cal.rows}\n"
-            f"source = \"{cal.source}\"\n"
-            f"names = [{', '.join(repr(n).replace(chr(39), chr(34)) for n in cal.names)}]\n")
-
+    return (
+        "# The a-priori estimate's calibrated interval (headroom.projection.calibration; docs/validation.md,\n"
+        '# "The interval"). Written by `python -m headroom.report.calibration docs/gpu/apriori --write`\n'
+        "# from the committed rows; tests/test_interval_calibration.py recomputes it.\n\n"
+        "[interval]\n"
+        f"level = {cal.level:g}\n"
+        f"scale = {cal.scale:.6f}     # RMS of ln(estimate / measured) over the rows\n"
+        f"rows = {cal.rows}\n"
+        f'source = "{cal.source}"\n'
+        f"names = [{', '.join(repr(n).replace(chr(39), chr(34)) for n in cal.names)}]\n"
+    )

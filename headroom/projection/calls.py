@@ -22,6 +22,7 @@ from headroom.trace.ranges import MODULE_PREFIX, MODULE_RANGE_PREFIX
 
 # --- which call each selected kernel belongs to -------------------------------
 
+
 def _grouping(sel: Selector) -> tuple[str, str]:
     """(kind, pattern) a selector's calls are grouped by: its first module, annotation or op atom, else kernels."""
     for kind in GROUPING_KINDS:
@@ -31,7 +32,7 @@ def _grouping(sel: Selector) -> tuple[str, str]:
     return "kernel", ""
 
 
-_MODULE_RANGE = re.compile(r"^(?P<path>.*) \((?P<cls>[^()]*)\)$")   # headroom/module <path> (<Class>)
+_MODULE_RANGE = re.compile(r"^(?P<path>.*) \((?P<cls>[^()]*)\)$")  # headroom/module <path> (<Class>)
 
 
 def _range_table(side: CpuSide, kind: str) -> pd.DataFrame:
@@ -67,9 +68,14 @@ def _range_table(side: CpuSide, kind: str) -> pd.DataFrame:
 def _matching(table: pd.DataFrame, kind: str, pattern: str) -> np.ndarray:
     """Rows of a range table whose label (or, for modules, class) the selector atom matches."""
     match = label_predicate(kind, pattern)
-    return np.fromiter((match(str(a)) or (b != "" and match(str(b)))
-                        for a, b in zip(table["label"].tolist(), table["label2"].tolist())),
-                       dtype=bool, count=len(table))
+    return np.fromiter(
+        (
+            match(str(a)) or (b != "" and match(str(b)))
+            for a, b in zip(table["label"].tolist(), table["label2"].tolist())
+        ),
+        dtype=bool,
+        count=len(table),
+    )
 
 
 def _assign_ranges(ev: pd.DataFrame, idx: np.ndarray, table: pd.DataFrame, kind: str, pattern: str) -> np.ndarray:
@@ -92,8 +98,7 @@ def _assign_ranges(ev: pd.DataFrame, idx: np.ndarray, table: pd.DataFrame, kind:
         if ridx is None:
             continue
         sub = t.iloc[ridx]
-        hit = containing_range(sub["ts"].to_numpy(), sub["end"].to_numpy(), pts[pidx],
-                               outermost=kind != "annotation")
+        hit = containing_range(sub["ts"].to_numpy(), sub["end"].to_numpy(), pts[pidx], outermost=kind != "annotation")
         good = hit >= 0
         out[pidx[good]] = tpos[ridx[hit[good]]]
     return out
@@ -106,21 +111,26 @@ def replayed_from_graph(ev: pd.DataFrame) -> np.ndarray:
     return ev["graph"].to_numpy(dtype=object) != ""
 
 
-def find_calls(b: Baseline, side: CpuSide, selector: Selector, mask: np.ndarray,
-               problems: ProblemMap) -> tuple[list[Call], list[str]]:
+def find_calls(
+    b: Baseline, side: CpuSide, selector: Selector, mask: np.ndarray, problems: ProblemMap
+) -> tuple[list[Call], list[str]]:
     """The calls of the selected events (`mask`), with their CPU footprints."""
     ev = b.events
     warnings: list[str] = []
     launched = ev["launch_ts"].notna().to_numpy() if "launch_ts" in ev.columns else np.zeros(len(ev), dtype=bool)
     replayed = replayed_from_graph(ev)
     if (mask & replayed).any():
-        warnings.append(f"{selector}: {int((mask & replayed).sum())} selected kernel(s) were replayed from a CUDA "
-                        f"graph: they have no CPU launch of their own, so only their GPU time changes (a change "
-                        f"of launches per call saves or costs no CPU time inside a graph)")
+        warnings.append(
+            f"{selector}: {int((mask & replayed).sum())} selected kernel(s) were replayed from a CUDA "
+            f"graph: they have no CPU launch of their own, so only their GPU time changes (a change "
+            f"of launches per call saves or costs no CPU time inside a graph)"
+        )
     sel_idx = np.flatnonzero(mask & launched & ~replayed)
     if (mask & ~launched).any():
-        warnings.append(f"{selector}: {int((mask & ~launched).sum())} selected event(s) have no launch in the "
-                        f"trace; their CPU side is not modelled")
+        warnings.append(
+            f"{selector}: {int((mask & ~launched).sum())} selected event(s) have no launch in the "
+            f"trace; their CPU side is not modelled"
+        )
     # Which grouping each event uses (a problem: the first of its selectors that picks the event).
     grouping = [_grouping(selector)] * len(sel_idx)
     atom = next((a for a in selector.atoms if a.field == "problem" and not a.negate), None)
@@ -151,17 +161,39 @@ def find_calls(b: Baseline, side: CpuSide, selector: Selector, mask: np.ndarray,
             members = gi[rows == r]
             members = members[np.argsort(lts[members], kind="stable")]
             row = tables[kind].iloc[int(r)]
-            calls.append(Call(str(row["pid"]), str(row["tid"]), kind, str(row["label"]), float(row["ts"]),
-                              float(row["end"]), members, int((kinds[members] == "kernel").sum())))
+            calls.append(
+                Call(
+                    str(row["pid"]),
+                    str(row["tid"]),
+                    kind,
+                    str(row["label"]),
+                    float(row["ts"]),
+                    float(row["end"]),
+                    members,
+                    int((kinds[members] == "kernel").sum()),
+                )
+            )
         for i in gi[rows < 0]:
-            calls.append(Call(pids[i], tids[i], "kernel", str(ev["name"].iat[i]), float(lts[i]),
-                              float(lts[i] + ldur[i]), np.array([i]), int(kinds[i] == "kernel"),
-                              orphan=kind != "kernel"))
+            calls.append(
+                Call(
+                    pids[i],
+                    tids[i],
+                    "kernel",
+                    str(ev["name"].iat[i]),
+                    float(lts[i]),
+                    float(lts[i] + ldur[i]),
+                    np.array([i]),
+                    int(kinds[i] == "kernel"),
+                    orphan=kind != "kernel",
+                )
+            )
     if no_range:
         ranges = "/".join(sorted({g[0] for g in grouping} - {"kernel"}))
-        warnings.append(f"{selector}: {no_range} selected kernel(s) have no {ranges} "
-                        f"range on their launching thread (autograd's backward thread launches outside every range); "
-                        f"their launches stay as traced")
+        warnings.append(
+            f"{selector}: {no_range} selected kernel(s) have no {ranges} "
+            f"range on their launching thread (autograd's backward thread launches outside every range); "
+            f"their launches stay as traced"
+        )
     selected_corr = set(ev["correlation"].to_numpy()[mask].tolist()) if "correlation" in ev.columns else set()
     _footprints(calls, side, selected_corr, lts, ldur)
     calls.sort(key=lambda c: (c.start, c.pid, c.tid))
@@ -183,15 +215,25 @@ def _footprints(calls: list[Call], side: CpuSide, selected_corr: set, lts: np.nd
             sub = la.iloc[li]
             order = np.argsort(sub["ts"].to_numpy(), kind="stable")
             lt = sub["ts"].to_numpy()[order]
-            other = ~np.fromiter((x in selected_corr for x in sub["correlation"].to_numpy()[order].tolist()),
-                                 dtype=bool, count=len(order))
+            other = ~np.fromiter(
+                (x in selected_corr for x in sub["correlation"].to_numpy()[order].tolist()),
+                dtype=bool,
+                count=len(order),
+            )
             csum = np.concatenate([[0], np.cumsum(other)])
             oi = by_thread_o.get(key, np.zeros(0, dtype=np.int64))
             o = ops.iloc[oi].sort_values(["ts", "end"], ascending=[True, False], kind="stable")
             bi = blk.get(key, np.zeros(0, dtype=np.int64))
             b = side.blocking.iloc[bi]
-            cache[key] = (lt, csum, o["ts"].to_numpy(), o["end"].to_numpy(), b["ts"].to_numpy(), b["end"].to_numpy(),
-                          b["name"].astype(str).to_numpy(dtype=object))
+            cache[key] = (
+                lt,
+                csum,
+                o["ts"].to_numpy(),
+                o["end"].to_numpy(),
+                b["ts"].to_numpy(),
+                b["end"].to_numpy(),
+                b["name"].astype(str).to_numpy(dtype=object),
+            )
         lt, csum, ots, oend, bts, bend, bname = cache[key]
 
         def foreign(a: float, z: float) -> int:
@@ -206,9 +248,10 @@ def _footprints(calls: list[Call], side: CpuSide, selected_corr: set, lts: np.nd
                 lt_i = float(lts[i])
                 cand = np.flatnonzero(inside & (ots <= lt_i) & (oend >= lt_i))
                 best = None
-                for k in cand:   # outermost first: earliest start, then longest
-                    if foreign(ots[k], oend[k]) == 0 and (best is None or ots[k] < ots[best]
-                                                          or (ots[k] == ots[best] and oend[k] > oend[best])):
+                for k in cand:  # outermost first: earliest start, then longest
+                    if foreign(ots[k], oend[k]) == 0 and (
+                        best is None or ots[k] < ots[best] or (ots[k] == ots[best] and oend[k] > oend[best])
+                    ):
                         best = k
                 if best is not None:
                     pieces.append((float(ots[best]), float(oend[best])))
@@ -236,6 +279,7 @@ def _merge(pieces: list[tuple[float, float]]) -> list[tuple[float, float]]:
 
 # --- CPU-only traces ------------------------------------------------------------
 
+
 def cpu_trace_calls(b: Baseline, side: CpuSide, selector: Selector, problems: ProblemMap) -> list[Call]:
     """In a trace without GPU work: the calls a selector names, as CPU ranges (outermost, in the window).
 
@@ -261,7 +305,18 @@ def cpu_trace_calls(b: Baseline, side: CpuSide, selector: Selector, problems: Pr
             sub = t.iloc[idx].sort_values(["ts", "end"], ascending=[True, False], kind="stable")
             top = top_level(sub["ts"].to_numpy(), sub["end"].to_numpy())
             for r in sub[top].itertuples(index=False):
-                out.append(Call(str(key[0]), str(key[1]), kind, str(r.label), float(r.ts), float(r.end),
-                                np.zeros(0, dtype=np.int64), 0, [(float(r.ts), float(r.end))]))
+                out.append(
+                    Call(
+                        str(key[0]),
+                        str(key[1]),
+                        kind,
+                        str(r.label),
+                        float(r.ts),
+                        float(r.end),
+                        np.zeros(0, dtype=np.int64),
+                        0,
+                        [(float(r.ts), float(r.end))],
+                    )
+                )
     out.sort(key=lambda c: (c.start, c.pid, c.tid))
     return out

@@ -28,8 +28,8 @@ from typing import Any
 
 import numpy as np
 
-SWEEP_EVENT = 3      # the sweep's kind of an event (replay.py)
-SWEEP_SYNC = 2       # ... and of a blocking call
+SWEEP_EVENT = 3  # the sweep's kind of an event (replay.py)
+SWEEP_SYNC = 2  # ... and of a blocking call
 
 
 @dataclass
@@ -37,14 +37,14 @@ class Chains:
     """What the solver reads that no factor changes (built once per replay plan)."""
 
     n: int
-    chain_order: np.ndarray     # events by (chain, sweep position)
-    chain_first: np.ndarray     # positions in chain_order where a chain starts
+    chain_order: np.ndarray  # events by (chain, sweep position)
+    chain_first: np.ndarray  # positions in chain_order where a chain starts
     chain_len: np.ndarray
-    gap: np.ndarray             # in chain_order: the gap kept after the stream predecessor (0 at a chain's head)
-    seg_order: np.ndarray       # events by (segment, chain, sweep position)
-    steps: list                 # ("seg", a, b, pieces, clocks, dep_local) or ("sync", sync index), in sweep order
-    carry: np.ndarray           # per event in seg_order: its predecessor in an earlier segment, else -1
-    dep_of: np.ndarray          # per event in seg_order: its producer on another stream, else -1
+    gap: np.ndarray  # in chain_order: the gap kept after the stream predecessor (0 at a chain's head)
+    seg_order: np.ndarray  # events by (segment, chain, sweep position)
+    steps: list  # ("seg", a, b, pieces, clocks, dep_local) or ("sync", sync index), in sweep order
+    carry: np.ndarray  # per event in seg_order: its predecessor in an earlier segment, else -1
+    dep_of: np.ndarray  # per event in seg_order: its producer on another stream, else -1
     # In seg_order: launch, has a launch, launch latency, measured start and end, process code, the gap
     # kept after the producer on another stream.
     launch: np.ndarray
@@ -66,9 +66,20 @@ def _roots(prev: np.ndarray) -> np.ndarray:
         root = nxt
 
 
-def build(sweep_idx: np.ndarray, sweep_kind: np.ndarray, prev: np.ndarray, dep: np.ndarray,
-          launch: np.ndarray, has_launch: np.ndarray, lat: np.ndarray, ts: np.ndarray, end: np.ndarray,
-          pids: np.ndarray, g: np.ndarray, d: np.ndarray) -> Chains:
+def build(
+    sweep_idx: np.ndarray,
+    sweep_kind: np.ndarray,
+    prev: np.ndarray,
+    dep: np.ndarray,
+    launch: np.ndarray,
+    has_launch: np.ndarray,
+    lat: np.ndarray,
+    ts: np.ndarray,
+    end: np.ndarray,
+    pids: np.ndarray,
+    g: np.ndarray,
+    d: np.ndarray,
+) -> Chains:
     """The chains and segments of a sweep (events and blocking calls in the order the sweep visits them),
     and the sweep's per-event values in their orders. g: the gap kept after the stream predecessor, d:
     after the producer on another stream (replay's plan)."""
@@ -82,6 +93,7 @@ def build(sweep_idx: np.ndarray, sweep_kind: np.ndarray, prev: np.ndarray, dep: 
     def swept_before(other: np.ndarray) -> np.ndarray:
         # A predecessor the sweep has not reached yet reads as "not replayed" there: no link.
         return (other >= 0) & (pos[np.maximum(other, 0)] < pos)
+
     prev_in = np.where(swept_before(prev), prev, -1)
     dep_in = np.where(swept_before(dep), dep, -1)
     sync_pos = np.nonzero(kinds == SWEEP_SYNC)[0]
@@ -109,10 +121,11 @@ def build(sweep_idx: np.ndarray, sweep_kind: np.ndarray, prev: np.ndarray, dep: 
     s_sorted, r_seg = seg[seg_order], root[seg_order]
     seg_first = np.nonzero(np.r_[True, s_sorted[1:] != s_sorted[:-1]])[0] if n else np.zeros(0, dtype=np.int64)
     seg_end = np.r_[seg_first[1:], n].astype(np.int64)
-    piece_start = np.r_[True, (r_seg[1:] != r_seg[:-1]) | (s_sorted[1:] != s_sorted[:-1])] if n \
-        else np.zeros(0, dtype=bool)
+    piece_start = (
+        np.r_[True, (r_seg[1:] != r_seg[:-1]) | (s_sorted[1:] != s_sorted[:-1])] if n else np.zeros(0, dtype=bool)
+    )
     prev_seg = prev_in[seg_order]
-    carry = np.where(piece_start & (prev_seg >= 0), prev_seg, -1)   # a piece's head continues an earlier chain
+    carry = np.where(piece_start & (prev_seg >= 0), prev_seg, -1)  # a piece's head continues an earlier chain
     dep_of = dep_in[seg_order]
     pid_seg = pids[seg_order]
     piece_at = np.nonzero(piece_start)[0]
@@ -124,13 +137,30 @@ def build(sweep_idx: np.ndarray, sweep_kind: np.ndarray, prev: np.ndarray, dep: 
         clocks = np.unique(pid_seg[a:b]).tolist()
         dep_local = np.nonzero(dep_of[a:b] >= 0)[0]
         # Keyed by its first sweep position: every position of a segment lies between the same two boundaries.
-        items.append((int(pos[seg_order[a:b]].min()),
-                      ("seg", a, b, pieces, clocks, dep_local if len(dep_local) else None)))
+        items.append(
+            (int(pos[seg_order[a:b]].min()), ("seg", a, b, pieces, clocks, dep_local if len(dep_local) else None))
+        )
     items += [(int(p), ("sync", int(j))) for p, j in zip(sync_pos.tolist(), sync_of_pos.tolist())]
     items.sort(key=lambda t: t[0])
     so = seg_order
-    return Chains(n, chain_order, chain_first, chain_len, gap, so, [s for _, s in items], carry, dep_of,
-                  launch[so], has_launch[so], lat[so], ts[so], end[so], pids[so], d[so])
+    return Chains(
+        n,
+        chain_order,
+        chain_first,
+        chain_len,
+        gap,
+        so,
+        [s for _, s in items],
+        carry,
+        dep_of,
+        launch[so],
+        has_launch[so],
+        lat[so],
+        ts[so],
+        end[so],
+        pids[so],
+        d[so],
+    )
 
 
 class Clocks:
@@ -139,7 +169,7 @@ class Clocks:
 
     def __init__(self, clocks: list) -> None:
         self.clocks = clocks
-        self.held: list[list[Any]] = [[0, np.empty(64), np.empty(64), np.empty(64)] for _ in clocks]   # length, t, n, s
+        self.held: list[list[Any]] = [[0, np.empty(64), np.empty(64), np.empty(64)] for _ in clocks]  # length, t, n, s
 
     def at(self, code: int, x: np.ndarray) -> np.ndarray:
         """clock `code` at the measured times x (x before its first breakpoint: unchanged)."""
@@ -149,7 +179,7 @@ class Clocks:
         if len(held[1]) < size:
             for k in (1, 2, 3):
                 held[k] = np.resize(held[k], 2 * size)
-        lo = max(have - 1, 0)          # the last breakpoint may have been rewritten
+        lo = max(have - 1, 0)  # the last breakpoint may have been rewritten
         held[1][lo:size], held[2][lo:size], held[3][lo:size] = clk.t[lo:], clk.n[lo:], clk.s[lo:]
         held[0] = size
         t, nn, s = held[1][:size], held[2][:size], held[3][:size]
@@ -158,8 +188,9 @@ class Clocks:
         return np.where(k >= 0, nn[km] + s[km] * (x - t[km]), x)
 
 
-def solve(ch: Chains, new_dur: np.ndarray, clocks: list, on_sync: Callable[[int, np.ndarray, float], None]) \
-        -> np.ndarray:
+def solve(
+    ch: Chains, new_dur: np.ndarray, clocks: list, on_sync: Callable[[int, np.ndarray, float], None]
+) -> np.ndarray:
     """Replayed ends of every event (times in the caller's frame) for these new durations.
     `on_sync(j, ends, max_late)` runs blocking call j with the ends replayed so far (NaN: not yet) and the
     largest lateness so far."""

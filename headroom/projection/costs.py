@@ -103,8 +103,9 @@ def _linear(call: OpCall, rule: Mapping[str, Any]) -> Cost | None:
     if x is None or w is None or len(w.shape) != 2 or not x.shape:
         return None
     m, (n, k) = math.prod(x.shape[:-1]), w.shape
-    return Cost(2.0 * m * n * k, nbytes(x) + nbytes(w) + nbytes(call.tensor(2)), float(m * n * itemsize(x.dtype)),
-                True, x.dtype)
+    return Cost(
+        2.0 * m * n * k, nbytes(x) + nbytes(w) + nbytes(call.tensor(2)), float(m * n * itemsize(x.dtype)), True, x.dtype
+    )
 
 
 def _attention(call: OpCall, rule: Mapping[str, Any]) -> Cost | None:
@@ -126,6 +127,7 @@ def _attention(call: OpCall, rule: Mapping[str, Any]) -> Cost | None:
 
 def _conv_out(x: Tensor, w: Tensor, call: OpCall, rule: Mapping[str, Any]) -> list[int] | None:
     spatial = len(x.shape) - 2
+
     def arg(name: str, default: int) -> list[int]:
         v = _ints(call.value(int(rule[name]))) if name in rule else None
         v = v or [default]
@@ -134,8 +136,10 @@ def _conv_out(x: Tensor, w: Tensor, call: OpCall, rule: Mapping[str, Any]) -> li
     stride, padding, dilation = arg("stride", 1), arg("padding", 0), arg("dilation", 1)
     if min(len(stride), len(padding), len(dilation)) < spatial:
         return None
-    out = [(x.shape[2 + i] + 2 * padding[i] - dilation[i] * (w.shape[2 + i] - 1) - 1) // stride[i] + 1
-           for i in range(spatial)]
+    out = [
+        (x.shape[2 + i] + 2 * padding[i] - dilation[i] * (w.shape[2 + i] - 1) - 1) // stride[i] + 1
+        for i in range(spatial)
+    ]
     return out if all(o > 0 for o in out) else None
 
 
@@ -266,11 +270,23 @@ def _foreach(call: OpCall, rule: Mapping[str, Any]) -> Cost | None:
 
 
 FORMULAS: dict[str, Callable[[OpCall, Mapping[str, Any]], Cost | None]] = {
-    "gemm": _gemm, "bmm": _gemm, "linear": _linear, "attention": _attention, "conv": _conv,
-    "conv_backward": _conv_backward, "norm": _norm, "norm_backward": _norm_backward,
+    "gemm": _gemm,
+    "bmm": _gemm,
+    "linear": _linear,
+    "attention": _attention,
+    "conv": _conv,
+    "conv_backward": _conv_backward,
+    "norm": _norm,
+    "norm_backward": _norm_backward,
     "elementwise": lambda call, rule: elementwise(call, float(rule.get("flops", 1))),
-    "copy": _copy, "fill": _fill, "cat": _cat, "reduction": _reduction, "gather": _gather,
-    "embedding": _embedding, "embedding_bag": _embedding_bag, "foreach": _foreach,
+    "copy": _copy,
+    "fill": _fill,
+    "cat": _cat,
+    "reduction": _reduction,
+    "gather": _gather,
+    "embedding": _embedding,
+    "embedding_bag": _embedding_bag,
+    "foreach": _foreach,
 }
 
 
@@ -287,8 +303,11 @@ def op_cost(call: OpCall) -> Cost | None:
 
 def check_table(table: Mapping[str, Any]) -> list[str]:
     """Problems of a cost table: an op naming a formula that does not exist (tests/test_roofline.py)."""
-    return [f"{op}: unknown cost {r.get('cost')!r}" for op, r in table.get("ops", {}).items()
-            if r.get("cost") not in FORMULAS]
+    return [
+        f"{op}: unknown cost {r.get('cost')!r}"
+        for op, r in table.get("ops", {}).items()
+        if r.get("cost") not in FORMULAS
+    ]
 
 
 @dataclass(frozen=True)
@@ -314,7 +333,13 @@ class Device:
 def devices() -> dict[str, Device]:
     out = {}
     for key, d in shipped("devices.toml")["devices"].items():
-        out[key] = Device(key, d["name"], bool(d.get("peaks", True)), float(d.get("memory_tb_s", math.nan)),
-                          float(d.get("vector", math.nan)), tuple(sorted(d.get("matrix", {}).items())),
-                          float(d.get("min_kernel_us", 0.0)))
+        out[key] = Device(
+            key,
+            d["name"],
+            bool(d.get("peaks", True)),
+            float(d.get("memory_tb_s", math.nan)),
+            float(d.get("vector", math.nan)),
+            tuple(sorted(d.get("matrix", {}).items())),
+            float(d.get("min_kernel_us", 0.0)),
+        )
     return out

@@ -30,13 +30,13 @@ class TraceMatch:
     """What one problem picks in one trace."""
 
     trace: str
-    mode: str               # gpu | cpu-ops: what the share is a share of
+    mode: str  # gpu | cpu-ops: what the share is a share of
     events: int
     us: float
-    share: float            # of the trace's total time
+    share: float  # of the trace's total time
     # the picked kernels (CPU ops on a CPU trace) with the most time
     top: list[tuple[str, float]] = field(metadata=encoded(lambda top: [{"name": n, "us": u} for n, u in top]))
-    ops: list[str]          # the launching ops of the picked events, most time first
+    ops: list[str]  # the launching ops of the picked events, most time first
 
 
 @dataclass(frozen=True)
@@ -59,7 +59,13 @@ class Coverage:
 
     # `headroom coverage --json` (docs/cli.md): counts where the properties are lists of names.
     JSON_KEYS: ClassVar[tuple[str | tuple[str, str], ...]] = (
-        "suite", "traces", ("matched", "matched_count"), "problems_total", "unmatched", "problems")
+        "suite",
+        "traces",
+        ("matched", "matched_count"),
+        "problems_total",
+        "unmatched",
+        "problems",
+    )
 
     @property
     def matched_count(self) -> int:
@@ -82,8 +88,16 @@ class Coverage:
         rows = []
         for p in self.problems:
             for m in p.matches:
-                rows.append({"problem": p.name, "trace": m.trace, "share": m.share, "us": m.us,
-                             "events": m.events, "top": ", ".join(n for n, _ in m.top)})
+                rows.append(
+                    {
+                        "problem": p.name,
+                        "trace": m.trace,
+                        "share": m.share,
+                        "us": m.us,
+                        "events": m.events,
+                        "top": ", ".join(n for n, _ in m.top),
+                    }
+                )
             if not p.matches:
                 rows.append({"problem": p.name, "trace": None, "share": 0.0, "us": 0.0, "events": 0, "top": ""})
         return pd.DataFrame(rows, columns=["problem", "trace", "share", "us", "events", "top"])
@@ -107,8 +121,11 @@ class _Columns:
         ev = a.events
         self.dur = ev["dur"].to_numpy(dtype=float)
         self.names = ev["name"].astype(str).to_numpy(dtype=object)
-        self.ops = (ev["op"].astype(object).where(ev["op"].notna(), "").astype(str).to_numpy(dtype=object)
-                    if "op" in ev.columns else np.full(len(ev), "", dtype=object))
+        self.ops = (
+            ev["op"].astype(object).where(ev["op"].notna(), "").astype(str).to_numpy(dtype=object)
+            if "op" in ev.columns
+            else np.full(len(ev), "", dtype=object)
+        )
 
 
 def _top(dur: np.ndarray, labels: np.ndarray, n: int) -> pd.Series:
@@ -126,9 +143,15 @@ def _match(a: Analysis, cols: _Columns, matcher: _Matcher, p: MappedProblem) -> 
     top = _top(dur, cols.names[mask], TOP)
     ops = [str(k) for k in _top(dur, cols.ops[mask], TOP + 1).index if k][:TOP]
     total = a.total_us
-    return TraceMatch(trace=str(a.source), mode=a.mode, events=int(mask.sum()), us=us,
-                      share=us / total if total > 0 else 0.0,
-                      top=[(str(k), float(v)) for k, v in top.items()], ops=ops)
+    return TraceMatch(
+        trace=str(a.source),
+        mode=a.mode,
+        events=int(mask.sum()),
+        us=us,
+        share=us / total if total > 0 else 0.0,
+        top=[(str(k), float(v)) for k, v in top.items()],
+        ops=ops,
+    )
 
 
 def coverage(analyses: Sequence[Analysis], suite: str = "dlrm", problems: ProblemMap | None = None) -> Coverage:
@@ -142,5 +165,8 @@ def coverage(analyses: Sequence[Analysis], suite: str = "dlrm", problems: Proble
             m = _match(a, cols, matcher, p)
             if m is not None:
                 per[p.name].append(m)
-    return Coverage(suite=SUITES.get(suite.lower(), suite), traces=[str(a.source) for a in analyses],
-                    problems=[ProblemCoverage(n, ms) for n, ms in per.items()])
+    return Coverage(
+        suite=SUITES.get(suite.lower(), suite),
+        traces=[str(a.source) for a in analyses],
+        problems=[ProblemCoverage(n, ms) for n, ms in per.items()],
+    )

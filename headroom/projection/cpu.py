@@ -42,21 +42,21 @@ from headroom.trace.ranges import FRAME_PREFIX, PROFILER_STEP_PREFIX
 # Runtime/driver calls that put work on a GPU (counted as launches even when their work is not in the window).
 _LAUNCH_CALLS = re.compile(r"Launch|Memcpy|Memset", re.IGNORECASE)
 
-MIN_SINGLE_LAUNCH_OPS = 5      # fewer on a thread: the estimate pools the process, then the trace
-DEFAULT_LAUNCH_US = 5.0         # a launch call's cost when a trace records none
+MIN_SINGLE_LAUNCH_OPS = 5  # fewer on a thread: the estimate pools the process, then the trace
+DEFAULT_LAUNCH_US = 5.0  # a launch call's cost when a trace records none
 
-GROUPING_KINDS = ("module", "annotation", "op")   # range kinds, in the order a combined selector uses them
+GROUPING_KINDS = ("module", "annotation", "op")  # range kinds, in the order a combined selector uses them
 
 
 @dataclass(frozen=True)
 class LaunchCost:
     """What one new launch costs on a thread's CPU timeline (profiled clock)."""
 
-    op_us: float        # median duration of the top-level ops that launch exactly one kernel
-    launch_us: float    # median duration of a launch call
-    offset_us: float    # median time from such an op's start to its launch call
-    n_ops: int          # single-launch ops the estimate rests on
-    scope: str          # thread | process | trace | default
+    op_us: float  # median duration of the top-level ops that launch exactly one kernel
+    launch_us: float  # median duration of a launch call
+    offset_us: float  # median time from such an op's start to its launch call
+    n_ops: int  # single-launch ops the estimate rests on
+    scope: str  # thread | process | trace | default
     records: float = 2.0  # median profiler records (ranges and runtime calls) inside such an op
 
 
@@ -66,15 +66,15 @@ class Call:
 
     pid: str
     tid: str
-    kind: str                 # module | annotation | op | kernel
+    kind: str  # module | annotation | op | kernel
     label: str
     start: float
     end: float
-    events: np.ndarray        # indices of its selected GPU events, in launch order
-    kernels: int              # kernels among them (memcpy/memset not counted): launches before
+    events: np.ndarray  # indices of its selected GPU events, in launch order
+    kernels: int  # kernels among them (memcpy/memset not counted): launches before
     pieces: list[tuple[float, float]] = field(default_factory=list)  # CPU footprint, measured clock
-    blocked: str = ""         # the blocking call inside the footprint ("" when the CPU side can change)
-    records: int = 0          # profiler records (CPU ranges, runtime calls) inside the footprint
+    blocked: str = ""  # the blocking call inside the footprint ("" when the CPU side can change)
+    records: int = 0  # profiler records (CPU ranges, runtime calls) inside the footprint
     # A kernel of a module/op/annotation selector launched outside every such range on its thread
     # (autograd's backward thread launches outside every module range): its launch stays as traced;
     # what an entry says of a call (launches, call_us, syncs) describes the calls with a range.
@@ -91,11 +91,11 @@ class CallChange:
 
     call: Call
     launches: int
-    added_us: float                    # CPU time of the new launches (profiled clock)
-    groups: list[np.ndarray]           # the events each new kernel carries, in order
-    launch_at: list[float]             # each new kernel's launch, us after the footprint starts (profiled clock)
-    cpu: bool = True                   # False: CPU unchanged, each new kernel launched at its group's last launch
-    syncs: int = 0                     # host synchronisations the call makes after the change (at its end)
+    added_us: float  # CPU time of the new launches (profiled clock)
+    groups: list[np.ndarray]  # the events each new kernel carries, in order
+    launch_at: list[float]  # each new kernel's launch, us after the footprint starts (profiled clock)
+    cpu: bool = True  # False: CPU unchanged, each new kernel launched at its group's last launch
+    syncs: int = 0  # host synchronisations the call makes after the change (at its end)
 
     @property
     def removed_us(self) -> float:
@@ -106,15 +106,18 @@ class CallChange:
 class CpuSide:
     """Per thread: CPU ranges and launch calls, sorted by start (built once per baseline)."""
 
-    ranges: pd.DataFrame          # name, cat, pid, tid, ts, end (ProfilerStep excluded)
-    launches: pd.DataFrame        # runtime calls that launch GPU work: pid, tid, ts, dur, end, correlation
-    blocking: pd.DataFrame        # blocking runtime calls: pid, tid, ts, end, name
+    ranges: pd.DataFrame  # name, cat, pid, tid, ts, end (ProfilerStep excluded)
+    launches: pd.DataFrame  # runtime calls that launch GPU work: pid, tid, ts, dur, end, correlation
+    blocking: pd.DataFrame  # blocking runtime calls: pid, tid, ts, end, name
     costs: dict[tuple[str, str], LaunchCost]
     records: dict[tuple[str, str], np.ndarray] = field(default_factory=dict)  # sorted starts of every record
 
     def cost(self, pid: str, tid: str) -> LaunchCost:
-        return self.costs.get((pid, tid)) or self.costs.get(("", "")) or LaunchCost(
-            DEFAULT_LAUNCH_US, DEFAULT_LAUNCH_US, 0.0, 0, "default")
+        return (
+            self.costs.get((pid, tid))
+            or self.costs.get(("", ""))
+            or LaunchCost(DEFAULT_LAUNCH_US, DEFAULT_LAUNCH_US, 0.0, 0, "default")
+        )
 
     def count_records(self, pid: str, tid: str, a: float, z: float) -> int:
         """Profiler records (CPU ranges and runtime calls) starting in [a, z] on a thread."""
@@ -131,31 +134,53 @@ def text_keys(df: pd.DataFrame, col: str) -> np.ndarray:
 def cpu_side(b: Baseline) -> CpuSide:
     """The CPU ranges and launch calls of a baseline, and each thread's launch cost."""
     cpu = b.cpu if b.cpu is not None else pd.DataFrame(columns=["name", "cat", "pid", "tid", "ts", "dur"])
-    rt = b.runtime if b.runtime is not None else pd.DataFrame(columns=["name", "pid", "tid", "ts", "dur", "correlation"])
+    rt = (
+        b.runtime if b.runtime is not None else pd.DataFrame(columns=["name", "pid", "tid", "ts", "dur", "correlation"])
+    )
     names = cpu["name"].astype(str)
     keep = ~names.str.startswith(PROFILER_STEP_PREFIX).to_numpy(dtype=bool)
-    ranges = pd.DataFrame({"name": names.to_numpy(dtype=object)[keep], "cat": text_keys(cpu, "cat")[keep],
-                           "pid": text_keys(cpu, "pid")[keep], "tid": text_keys(cpu, "tid")[keep],
-                           "ts": cpu["ts"].to_numpy(dtype=float)[keep]})
+    ranges = pd.DataFrame(
+        {
+            "name": names.to_numpy(dtype=object)[keep],
+            "cat": text_keys(cpu, "cat")[keep],
+            "pid": text_keys(cpu, "pid")[keep],
+            "tid": text_keys(cpu, "tid")[keep],
+            "ts": cpu["ts"].to_numpy(dtype=float)[keep],
+        }
+    )
     ranges["end"] = ranges["ts"] + cpu["dur"].to_numpy(dtype=float)[keep]
     # Ops are cpu_op ranges other than headroom's own frames (its module ranges are cpu_op RecordFunctions).
-    ranges["op"] = (ranges["cat"] == "cpu_op").to_numpy() & ~ranges["name"].astype(str).str.startswith(FRAME_PREFIX).to_numpy()
+    ranges["op"] = (ranges["cat"] == "cpu_op").to_numpy() & ~ranges["name"].astype(str).str.startswith(
+        FRAME_PREFIX
+    ).to_numpy()
     ev = b.events
     corrs = set(ev["correlation"].tolist()) if "correlation" in ev.columns else set()
     rt_names = rt["name"].astype(str)
     rt_corr = rt["correlation"].to_numpy() if "correlation" in rt.columns else np.full(len(rt), -1)
-    is_launch = np.fromiter((c in corrs for c in rt_corr.tolist()), dtype=bool, count=len(rt)) \
-        | rt_names.str.contains(_LAUNCH_CALLS).to_numpy(dtype=bool)
-    base = pd.DataFrame({"pid": text_keys(rt, "pid"), "tid": text_keys(rt, "tid"), "ts": rt["ts"].to_numpy(dtype=float),
-                         "dur": rt["dur"].to_numpy(dtype=float), "correlation": rt_corr,
-                         "name": rt_names.to_numpy(dtype=object)})
+    is_launch = np.fromiter((c in corrs for c in rt_corr.tolist()), dtype=bool, count=len(rt)) | rt_names.str.contains(
+        _LAUNCH_CALLS
+    ).to_numpy(dtype=bool)
+    base = pd.DataFrame(
+        {
+            "pid": text_keys(rt, "pid"),
+            "tid": text_keys(rt, "tid"),
+            "ts": rt["ts"].to_numpy(dtype=float),
+            "dur": rt["dur"].to_numpy(dtype=float),
+            "correlation": rt_corr,
+            "name": rt_names.to_numpy(dtype=object),
+        }
+    )
     base["end"] = base["ts"] + base["dur"]
     launches = base[is_launch].sort_values("ts", kind="stable").reset_index(drop=True)
     names_rx = blocking_call_names()
-    blocking = base[rt_names.map(lambda s: names_rx.fullmatch(s) is not None).to_numpy(dtype=bool)].reset_index(drop=True)
+    blocking = base[rt_names.map(lambda s: names_rx.fullmatch(s) is not None).to_numpy(dtype=bool)].reset_index(
+        drop=True
+    )
     side = CpuSide(ranges.sort_values("ts", kind="stable").reset_index(drop=True), launches, blocking, {})
     starts = pd.concat([ranges[["pid", "tid", "ts"]], base[["pid", "tid", "ts"]]])
-    side.records = {k: np.sort(starts["ts"].to_numpy()[i]) for k, i in starts.groupby(["pid", "tid"], sort=False).indices.items()}
+    side.records = {
+        k: np.sort(starts["ts"].to_numpy()[i]) for k, i in starts.groupby(["pid", "tid"], sort=False).indices.items()
+    }
     side.costs = _launch_costs(side, b.window)
     return side
 
@@ -185,17 +210,21 @@ def _launch_costs(side: CpuSide, window: tuple[float, float]) -> dict[tuple[str,
         one = (hi - lo) == 1
         rec = side.records.get(key, np.zeros(0))
         n_rec = np.searchsorted(rec, end[one], "right") - np.searchsorted(rec, ts[one], "left")
-        per[key] = (end[one] - ts[one], lt[lo[one]] - ts[one] if one.any() else np.zeros(0),
-                    la_w.loc[(la_w["pid"] == key[0]).to_numpy() & (la_w["tid"] == key[1]).to_numpy(), "dur"].to_numpy(),
-                    n_rec.astype(float))
+        per[key] = (
+            end[one] - ts[one],
+            lt[lo[one]] - ts[one] if one.any() else np.zeros(0),
+            la_w.loc[(la_w["pid"] == key[0]).to_numpy() & (la_w["tid"] == key[1]).to_numpy(), "dur"].to_numpy(),
+            n_rec.astype(float),
+        )
 
     def make(arrays: Sequence[np.ndarray], scope: str) -> LaunchCost:
         durs, offs, lds, recs = arrays
         launch_us = float(np.median(lds)) if len(lds) else DEFAULT_LAUNCH_US
         if len(durs) == 0:
             return LaunchCost(launch_us, launch_us, 0.0, 0, "default", 1.0)
-        return LaunchCost(float(np.median(durs)), launch_us, float(np.median(offs)), int(len(durs)), scope,
-                          float(np.median(recs)))
+        return LaunchCost(
+            float(np.median(durs)), launch_us, float(np.median(offs)), int(len(durs)), scope, float(np.median(recs))
+        )
 
     out: dict[tuple[str, str], LaunchCost] = {}
     all_d = [np.concatenate([v[i] for v in per.values()]) if per else np.zeros(0) for i in range(4)]
@@ -223,10 +252,18 @@ def blocking_call_names() -> re.Pattern:
 
 # --- what a call becomes ------------------------------------------------------
 
-def change_calls(calls: list[Call], launches: int, side: CpuSide, bound: str = "estimate",
-                 per_record_us: float = 0.0, cpu_scale: float = 1.0,
-                 call_us: float | None = None, syncs: float | None = None,
-                 reference_call_us: float | None = None) -> list[CallChange]:
+
+def change_calls(
+    calls: list[Call],
+    launches: int,
+    side: CpuSide,
+    bound: str = "estimate",
+    per_record_us: float = 0.0,
+    cpu_scale: float = 1.0,
+    call_us: float | None = None,
+    syncs: float | None = None,
+    reference_call_us: float | None = None,
+) -> list[CallChange]:
     """The calls after the change, for one CPU outcome of the estimate.
 
     ``estimate``: each new launch costs a single-launch op of the thread; ``high``: only a launch call;
@@ -279,12 +316,20 @@ def change_calls(calls: list[Call], launches: int, side: CpuSide, bound: str = "
             # (A new launch carries an op's records, or, at the high end, the launch call's one.)
             recs = 1.0 if bound == "high" else cost.records
             saved = (c.footprint_us - per_record_us * c.records) - n * max(per - per_record_us * recs, 0.0)
-            if bound == "high":   # the larger of the two overhead models' savings
+            if bound == "high":  # the larger of the two overhead models' savings
                 saved = max(saved, cpu_scale * (c.footprint_us - added))
             added = max(c.footprint_us - saved / cpu_scale, 0.0)
-        out.append(CallChange(c, n, added, groups,
-                              [min(k * per + offset, added) if added > 0 else 0.0 for k in range(len(groups))],
-                              cpu=bound != "low", syncs=n_sync))
+        out.append(
+            CallChange(
+                c,
+                n,
+                added,
+                groups,
+                [min(k * per + offset, added) if added > 0 else 0.0 for k in range(len(groups))],
+                cpu=bound != "low",
+                syncs=n_sync,
+            )
+        )
     return out
 
 
@@ -295,8 +340,13 @@ def untouched_ops(b: Baseline, side: CpuSide, calls: list[Call]) -> dict[str, np
     w0, w1 = b.window
     out: dict[str, list[np.ndarray]] = {}
     for pid, tid in sorted({(c.pid, c.tid) for c in calls}):
-        o = r[r["op"].to_numpy() & (r["pid"] == pid).to_numpy() & (r["tid"] == tid).to_numpy()
-              & (r["ts"] >= w0).to_numpy() & (r["end"] <= w1).to_numpy()]
+        o = r[
+            r["op"].to_numpy()
+            & (r["pid"] == pid).to_numpy()
+            & (r["tid"] == tid).to_numpy()
+            & (r["ts"] >= w0).to_numpy()
+            & (r["end"] <= w1).to_numpy()
+        ]
         o = o.sort_values(["ts", "end"], ascending=[True, False], kind="stable")
         ts, end = o["ts"].to_numpy(dtype=float), o["end"].to_numpy(dtype=float)
         top = top_level(ts, end)
@@ -315,8 +365,11 @@ def cpu_speed_ratio(base: dict[str, np.ndarray], other: dict[str, np.ndarray]) -
     """How much slower the CPU ran in `other` than in `base`, from the same untouched ops (`untouched_ops`):
     per op name in both, the ratio of its median durations; their median weighted by the op's count (the
     smaller of the two). Returns (ratio, names, ops); (1.0, 0, 0) when no op is in both."""
-    rows = [(float(np.median(other[n])) / float(np.median(base[n])), min(len(base[n]), len(other[n])))
-            for n in sorted(set(base) & set(other)) if len(base[n]) and len(other[n]) and np.median(base[n]) > 0]
+    rows = [
+        (float(np.median(other[n])) / float(np.median(base[n])), min(len(base[n]), len(other[n])))
+        for n in sorted(set(base) & set(other))
+        if len(base[n]) and len(other[n]) and np.median(base[n]) > 0
+    ]
     if not rows:
         return 1.0, 0, 0
     rows.sort()

@@ -47,20 +47,21 @@ def load_distribution(path: str | os.PathLike[str]) -> Distribution:
     path = Path(path)
     if path.suffix.lower() in (".txt", "") and path.exists():
         vals = [ln.strip() for ln in path.read_text().splitlines() if ln.strip() and not ln.startswith("#")]
-        return Distribution(tuple(parse_factor(v, f"{path}: line {i}") for i, v in enumerate(vals, 1)),
-                            source=str(path))
+        return Distribution(
+            tuple(parse_factor(v, f"{path}: line {i}") for i, v in enumerate(vals, 1)), source=str(path)
+        )
     if path.suffix.lower() == ".json" and path.exists():
         try:
             doc = json.loads(path.read_text())
         except ValueError as e:
             raise UserError(f"{path}: invalid JSON ({e})") from None
         if isinstance(doc, list) and doc and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in doc):
-            return Distribution(tuple(parse_factor(v, f"{path}: item {i}") for i, v in enumerate(doc, 1)),
-                                source=str(path))
+            return Distribution(
+                tuple(parse_factor(v, f"{path}: item {i}") for i, v in enumerate(doc, 1)), source=str(path)
+            )
     sf = load_speedup_file(path)
     if sf.kind == "verify":
         # One value per problem: its fastest passing candidate, None if none passed.
         passes = best_passes(sf.results, str(path))
         return Distribution(tuple([p.speedup for p in passes.best.values()] + [None] * len(passes.failed)), str(path))
     return Distribution(tuple(e.speedup for e in sf.entries), str(path))
-

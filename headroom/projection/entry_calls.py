@@ -22,9 +22,15 @@ from headroom.projection.replay import replay
 from headroom.projection.speedups import Speedup
 
 
-def apply_entries(b: Baseline, entries: Sequence[Speedup], problems: ProblemMap, strict: bool,
-                   unprof: Unprofiled | None, warnings: list[str], changes: dict[str, list[CallChange]]
-                   ) -> tuple[Resolution, list[EntryResult], tuple[float, float] | None, Unprofiled | None]:
+def apply_entries(
+    b: Baseline,
+    entries: Sequence[Speedup],
+    problems: ProblemMap,
+    strict: bool,
+    unprof: Unprofiled | None,
+    warnings: list[str],
+    changes: dict[str, list[CallChange]],
+) -> tuple[Resolution, list[EntryResult], tuple[float, float] | None, Unprofiled | None]:
     """The entries matched to the trace's kernels; on a GPU trace the calls they replace (into `changes`, per
     bound) and the CPU clock measured calls give, on a cpu-ops trace the calls' CPU time."""
     res = resolve(list(entries), b.events, problems, strict=strict)
@@ -46,13 +52,16 @@ def apply_entries(b: Baseline, entries: Sequence[Speedup], problems: ProblemMap,
     else:
         cpu_calls = cpu_trace_call_time(b, res, problems, entry_results)
         if any(e.launches is not None for e in entries):
-            warnings.append("launches per call are not modelled in cpu-ops mode (no kernel launches): "
-                            "the calls' CPU time is what their speedup applies to")
+            warnings.append(
+                "launches per call are not modelled in cpu-ops mode (no kernel launches): "
+                "the calls' CPU time is what their speedup applies to"
+            )
     return res, entry_results, cpu_calls, unprof
 
 
-def clock_from_calls(b: Baseline, res: Resolution, problems: ProblemMap,
-                      unprof: Unprofiled | None) -> Unprofiled | None:
+def clock_from_calls(
+    b: Baseline, res: Resolution, problems: ProblemMap, unprof: Unprofiled | None
+) -> Unprofiled | None:
     """The CPU clock from calls measured outside the profiler (`reference_call_us`: verify): that time
     over the trace's footprint of the same calls (median over such entries; the calls with a range).
 
@@ -79,8 +88,7 @@ def clock_from_calls(b: Baseline, res: Resolution, problems: ProblemMap,
     side: CpuSide | None = None
     for m in res.matches:
         e = m.entry
-        if (not corrected and not e.syncs) or e.reference_call_us is None or e.launches is None \
-                or not m.applied.any():
+        if (not corrected and not e.syncs) or e.reference_call_us is None or e.launches is None or not m.applied.any():
             continue
         side = side or cpu_side(b)
         calls, _ = find_calls(b, side, e.selector, m.applied, problems)
@@ -101,18 +109,26 @@ def clock_from_calls(b: Baseline, res: Resolution, problems: ProblemMap,
         if replay(b, slower, cpu_scale=scale).projected_us < target:
             return unprof
     n = len(ratios)
-    note = (f"the CPU clock from the reference's calls measured unprofiled (verify's call_us over their footprint "
-            f"in this trace, median of {n} entr{'y' if n == 1 else 'ies'})")
+    note = (
+        f"the CPU clock from the reference's calls measured unprofiled (verify's call_us over their footprint "
+        f"in this trace, median of {n} entr{'y' if n == 1 else 'ies'})"
+    )
     if corrected:
         note += f", faster than the step's ({cpu_clock(unprof.cpu_scale)})"
         if abs(rest - 1.0) > 1e-3:
             note += f"; the rest of the unprofiled step ({100 * (rest - 1.0):+.1f}%) taken as the GPU's"
-    return dataclasses.replace(unprof, cpu_scale=scale, window_scale=rest, clock_source="calls",
-                               note=f"{unprof.note}; {note}" if unprof.note else note)
+    return dataclasses.replace(
+        unprof,
+        cpu_scale=scale,
+        window_scale=rest,
+        clock_source="calls",
+        note=f"{unprof.note}; {note}" if unprof.note else note,
+    )
 
 
-def entry_calls(b: Baseline, side: CpuSide, m: EntryMatch, problems: ProblemMap, unprof: Unprofiled | None
-                 ) -> tuple[dict, dict[str, list[CallChange]], list[str]]:
+def entry_calls(
+    b: Baseline, side: CpuSide, m: EntryMatch, problems: ProblemMap, unprof: Unprofiled | None
+) -> tuple[dict, dict[str, list[CallChange]], list[str]]:
     """One launch-aware entry: its calls, what each CPU outcome makes of them, and a summary."""
     e = m.entry
     assert e.launches is not None, "only entries that give launches per call reach here"
@@ -120,42 +136,61 @@ def entry_calls(b: Baseline, side: CpuSide, m: EntryMatch, problems: ProblemMap,
     calls, warnings = find_calls(b, side, e.selector, m.applied, problems)
     o = unprof.per_record_us if unprof is not None else 0.0
     scale = unprof.cpu_scale if unprof is not None else 1.0
-    by_bound = {bound: change_calls(calls, launches, side, bound, o, scale, e.call_us, e.syncs,
-                                     e.reference_call_us) for bound in BOUNDS}
+    by_bound = {
+        bound: change_calls(calls, launches, side, bound, o, scale, e.call_us, e.syncs, e.reference_call_us)
+        for bound in BOUNDS
+    }
     est = by_bound["estimate"]
     kernels = np.array([c.kernels for c in calls]) if calls else np.zeros(0)
     blocked = [c for c in calls if c.blocked]
     if blocked:
-        warnings.append(f"{e.label}: {len(blocked)} call(s) hold a blocking call ({blocked[0].blocked}); "
-                        f"their CPU side is left unchanged")
+        warnings.append(
+            f"{e.label}: {len(blocked)} call(s) hold a blocking call ({blocked[0].blocked}); "
+            f"their CPU side is left unchanged"
+        )
     in_graph = int((m.applied & replayed_from_graph(b.events)).sum())
     if in_graph and e.syncs:
-        warnings.append(f"{e.label}: the candidate synchronises with the host ({e.syncs:g} per call, measured by "
-                        f"verify), which a CUDA graph cannot capture, and {in_graph} of the kernels it replaces run "
-                        f"in one: it breaks the capture; this projection keeps the graph")
+        warnings.append(
+            f"{e.label}: the candidate synchronises with the host ({e.syncs:g} per call, measured by "
+            f"verify), which a CUDA graph cannot capture, and {in_graph} of the kernels it replaces run "
+            f"in one: it breaks the capture; this projection keeps the graph"
+        )
     kinds = sorted({c.kind for c in calls})
     main = max(calls, key=lambda c: c.footprint_us) if calls else None
     cost = side.cost(main.pid, main.tid) if main else None
     steps = max(b.num_steps, 1)
     ratio = e.call_us / e.reference_call_us if e.call_us is not None and e.reference_call_us else None
-    info = {"launches": e.launches, "call_us": e.call_us, "syncs": e.syncs,
-            "call_ratio": ratio, "call_us_applied": ("ratio to the reference's call, on each call's time in this trace"
-                                                     if ratio is not None else "as measured" if e.call_us is not None
-                                                     else None),
-            "call_kind": kinds[0] if len(kinds) == 1 else kinds,
-            "calls": len(calls), "calls_per_step": len(calls) / steps,
-            "kernels_per_call": float(np.median(kernels)) if len(kernels) else 0.0,
-            "changed_calls": len(est), "blocked_calls": len(blocked),
-            "removed_cpu_us": float(sum(ch.removed_us for ch in est)),
-            "added_cpu_us": float(sum(ch.added_us for ch in est)),
-            "added_cpu_us_high": float(sum(ch.added_us for ch in by_bound["high"])),
-            "launch_cost": plain(cost) if cost else None,
-            "replayed_kernels": in_graph, "breaks_capture": bool(in_graph and e.syncs)}
+    info = {
+        "launches": e.launches,
+        "call_us": e.call_us,
+        "syncs": e.syncs,
+        "call_ratio": ratio,
+        "call_us_applied": (
+            "ratio to the reference's call, on each call's time in this trace"
+            if ratio is not None
+            else "as measured"
+            if e.call_us is not None
+            else None
+        ),
+        "call_kind": kinds[0] if len(kinds) == 1 else kinds,
+        "calls": len(calls),
+        "calls_per_step": len(calls) / steps,
+        "kernels_per_call": float(np.median(kernels)) if len(kernels) else 0.0,
+        "changed_calls": len(est),
+        "blocked_calls": len(blocked),
+        "removed_cpu_us": float(sum(ch.removed_us for ch in est)),
+        "added_cpu_us": float(sum(ch.added_us for ch in est)),
+        "added_cpu_us_high": float(sum(ch.added_us for ch in by_bound["high"])),
+        "launch_cost": plain(cost) if cost else None,
+        "replayed_kernels": in_graph,
+        "breaks_capture": bool(in_graph and e.syncs),
+    }
     return info, by_bound, warnings
 
 
-def cpu_trace_call_time(b: Baseline, res: Resolution, problems: ProblemMap,
-                     entries: list[EntryResult]) -> tuple[float, float] | None:
+def cpu_trace_call_time(
+    b: Baseline, res: Resolution, problems: ProblemMap, entries: list[EntryResult]
+) -> tuple[float, float] | None:
     """cpu-ops traces: each entry's calls as CPU ranges (the first entry owns a range both name); the
     inclusive time of all of them and the time their speedups save. None when no entry names a range."""
     side = cpu_side(b)
@@ -164,12 +199,19 @@ def cpu_trace_call_time(b: Baseline, res: Resolution, problems: ProblemMap,
     found = False
     for m, d in zip(res.matches, entries):
         calls = cpu_trace_calls(b, side, m.entry.selector, problems)
-        mine = [c for c in calls if not any(c.pid == p and c.tid == t and c.start < z and a < c.end
-                                             for a, z, p, t in claimed)]
+        mine = [
+            c
+            for c in calls
+            if not any(c.pid == p and c.tid == t and c.start < z and a < c.end for a, z, p, t in claimed)
+        ]
         claimed += [(c.start, c.end, c.pid, c.tid) for c in mine]
         us = float(sum(c.end - c.start for c in mine))
-        d.cpu = {"call_kind": sorted({c.kind for c in mine}), "calls": len(mine),
-                    "calls_per_step": len(mine) / max(b.num_steps, 1), "call_us": us}
+        d.cpu = {
+            "call_kind": sorted({c.kind for c in mine}),
+            "calls": len(mine),
+            "calls_per_step": len(mine) / max(b.num_steps, 1),
+            "call_us": us,
+        }
         found = found or bool(mine)
         total += us
         saved += us * (1.0 - 1.0 / m.entry.speedup)

@@ -49,8 +49,11 @@ class _Matcher:
         (its code is the last). One factorization per column (`codes_and_texts`: a category's own codes,
         long kernel names by identity)."""
         if col not in self._codes:
-            codes, texts = codes_and_texts(self.events[col]) if col in self.events.columns \
+            codes, texts = (
+                codes_and_texts(self.events[col])
+                if col in self.events.columns
                 else (np.full(self.n, -1, dtype=np.int64), [])
+            )
             self._codes[col] = (np.where(codes < 0, len(texts), codes), np.array(texts + [""], dtype=object))
         return self._codes[col]
 
@@ -103,11 +106,10 @@ class _Matcher:
         if not cols or self.n == 0:
             return np.zeros(self.n, dtype=bool)
         keys = self.events[cols].astype(object).where(self.events[cols].notna(), "").astype(str)
-        codes, uniq = pd.MultiIndex.from_frame(keys).factorize() if len(cols) > 1 else \
-            pd.factorize(keys[cols[0]])
+        codes, uniq = pd.MultiIndex.from_frame(keys).factorize() if len(cols) > 1 else pd.factorize(keys[cols[0]])
         hit = np.zeros(len(uniq), dtype=bool)
         for i, u in enumerate(uniq):
-            path, stack = (u if len(cols) > 1 else (u, ""))
+            path, stack = u if len(cols) > 1 else (u, "")
             parts = path.split(".") if path else []
             names = [".".join(parts[:k]) for k in range(1, len(parts) + 1)]
             names += [t for t in stack.split(STACK_SEP) if t]
@@ -119,8 +121,8 @@ class _Matcher:
         known = known_categories()
         if "category" in self.events.columns:
             codes, texts = self._col("category")
-            present = np.unique(codes)          # a category column's unused categories are not among its values
-            known |= set(texts[present[present < len(texts) - 1]].tolist())    # (the last text: a missing value)
+            present = np.unique(codes)  # a category column's unused categories are not among its values
+            known |= set(texts[present[present < len(texts) - 1]].tolist())  # (the last text: a missing value)
         if _GLOB_CHARS & set(p):
             if not any(fnmatch.fnmatchcase(c, p) for c in known):
                 raise UserError(f"selector category:{p}: matches no category (categories: {', '.join(sorted(known))})")
@@ -157,11 +159,11 @@ def select(events: pd.DataFrame, selector: str | Selector, problems: ProblemMap 
 @dataclass
 class EntryMatch:
     entry: Speedup
-    mask: np.ndarray        # every event the selector picks
-    applied: np.ndarray     # the events that take this entry's factor (after overlaps)
+    mask: np.ndarray  # every event the selector picks
+    applied: np.ndarray  # the events that take this entry's factor (after overlaps)
     kernels: int
-    us: float               # sum of durations of the picked events
-    wall_us: float          # their share of busy time
+    us: float  # sum of durations of the picked events
+    wall_us: float  # their share of busy time
     addressable_us: float
     applied_kernels: int
     applied_us: float
@@ -201,10 +203,23 @@ class EntryResult:
     @classmethod
     def of(cls, m: EntryMatch) -> EntryResult:
         e = m.entry
-        return cls(selector=str(e.selector), speedup=e.speedup, launches=e.launches, verified=e.verified,
-                   source=e.source, call_us=e.call_us, syncs=e.syncs, kernels=m.kernels, us=m.us, wall_us=m.wall_us,
-                   addressable_us=m.addressable_us, applied_kernels=m.applied_kernels, applied_us=m.applied_us,
-                   applied_wall_us=m.applied_wall_us, top_kernels=[TopKernel(n, u) for n, u in m.top])
+        return cls(
+            selector=str(e.selector),
+            speedup=e.speedup,
+            launches=e.launches,
+            verified=e.verified,
+            source=e.source,
+            call_us=e.call_us,
+            syncs=e.syncs,
+            kernels=m.kernels,
+            us=m.us,
+            wall_us=m.wall_us,
+            addressable_us=m.addressable_us,
+            applied_kernels=m.applied_kernels,
+            applied_us=m.applied_us,
+            applied_wall_us=m.applied_wall_us,
+            top_kernels=[TopKernel(n, u) for n, u in m.top],
+        )
 
 
 @dataclass
@@ -231,8 +246,9 @@ def _durations(events: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
     return dur, wall
 
 
-def resolve(entries: list[Speedup], events: pd.DataFrame, problems: ProblemMap | None = None,
-            strict: bool = False) -> Resolution:
+def resolve(
+    entries: list[Speedup], events: pd.DataFrame, problems: ProblemMap | None = None, strict: bool = False
+) -> Resolution:
     """Match entries against events. Overlaps: the first entry (in the order given) wins, with a warning.
 
     Entries that match nothing, overlaps and duplicate selectors are warnings
@@ -244,8 +260,11 @@ def resolve(entries: list[Speedup], events: pd.DataFrame, problems: ProblemMap |
     factors = np.ones(n, dtype=float)
     owner = np.full(n, -1, dtype=np.int64)
     dur, wall = _durations(events)
-    addr = events["addressable"].fillna(False).to_numpy(dtype=bool) if "addressable" in events.columns \
+    addr = (
+        events["addressable"].fillna(False).to_numpy(dtype=bool)
+        if "addressable" in events.columns
         else np.zeros(n, dtype=bool)
+    )
     names = events["name"].to_numpy(dtype=object) if "name" in events.columns else np.full(n, "", dtype=object)
     warnings: list[str] = []
     matches: list[EntryMatch] = []
@@ -254,8 +273,9 @@ def resolve(entries: list[Speedup], events: pd.DataFrame, problems: ProblemMap |
         key = str(e.selector)
         if key in seen:
             prev = entries[seen[key]]
-            msg = (f"{e.label} ({e.source}) repeats the selector of {prev.label} ({prev.source})"
-                   + ("" if prev.speedup == e.speedup else f"; using the first, {prev.speedup:g}"))
+            msg = f"{e.label} ({e.source}) repeats the selector of {prev.label} ({prev.source})" + (
+                "" if prev.speedup == e.speedup else f"; using the first, {prev.speedup:g}"
+            )
             warnings.append(msg)
         else:
             seen[key] = i
@@ -279,7 +299,8 @@ def resolve(entries: list[Speedup], events: pd.DataFrame, problems: ProblemMap |
                 first = entries[j]
                 warnings.append(
                     f"{e.label} overlaps {first.label} on {int(both.sum())} kernel(s) "
-                    f"({dur[both].sum():.1f} us); they keep the first entry's factor {first.speedup:g}")
+                    f"({dur[both].sum():.1f} us); they keep the first entry's factor {first.speedup:g}"
+                )
         if e.speedup < 1.0 and mask.any():
             warnings.append(f"{e.label} ({e.source}) is a slowdown (factor < 1): its kernels get slower")
         factors[free] = e.speedup
@@ -288,12 +309,23 @@ def resolve(entries: list[Speedup], events: pd.DataFrame, problems: ProblemMap |
         if mask.any():
             s = pd.Series(dur[mask]).groupby(names[mask]).sum().sort_values(ascending=False).head(3)
             top = [(str(k), float(v)) for k, v in s.items()]
-        matches.append(EntryMatch(
-            entry=e, mask=mask, applied=free, kernels=int(mask.sum()), us=float(dur[mask].sum()),
-            wall_us=float(wall[mask].sum()), addressable_us=float(dur[mask & addr].sum()),
-            applied_kernels=int(free.sum()), applied_us=float(dur[free].sum()),
-            applied_wall_us=float(wall[free].sum()), top=top))
+        matches.append(
+            EntryMatch(
+                entry=e,
+                mask=mask,
+                applied=free,
+                kernels=int(mask.sum()),
+                us=float(dur[mask].sum()),
+                wall_us=float(wall[mask].sum()),
+                addressable_us=float(dur[mask & addr].sum()),
+                applied_kernels=int(free.sum()),
+                applied_us=float(dur[free].sum()),
+                applied_wall_us=float(wall[free].sum()),
+                top=top,
+            )
+        )
     if strict and warnings:
-        raise UserError(f"{warnings[0]} (strict mode{'; ' + str(len(warnings) - 1) + ' more' if len(warnings) > 1 else ''})")
+        raise UserError(
+            f"{warnings[0]} (strict mode{'; ' + str(len(warnings) - 1) + ' more' if len(warnings) > 1 else ''})"
+        )
     return Resolution(factors, matches, warnings)
-

@@ -22,7 +22,7 @@ from headroom.projection.baseline import Baseline
 from headroom.projection.cpu import window_records
 from headroom.projection.replay import replay
 
-TOLERANCE = 1e-6        # relative error of the replayed base window the solve stops at
+TOLERANCE = 1e-6  # relative error of the replayed base window the solve stops at
 MAX_ITERATIONS = 40
 # A profiled step less than this much slower than the unprofiled one is run-to-run drift, not profiler
 # overhead: the shipped H200 traces' timed steps spread 0.3-2.9% (stdev over median), and a GPU-bound
@@ -35,13 +35,13 @@ MIN_OVERHEAD = 0.02
 class Unprofiled:
     """The unprofiled step and the CPU speed that reproduces it."""
 
-    step_us: float             # unprofiled step time (the target)
-    source: str                # "manifest" | "--step-ms"
-    cpu_scale: float           # the replay's CPU clock speed (1.0: no correction)
-    baseline_us: float         # the base window on the unprofiled clock: the replay at cpu_scale x window_scale
-    profiled_step_us: float    # the measured (profiled) window per step
+    step_us: float  # unprofiled step time (the target)
+    source: str  # "manifest" | "--step-ms"
+    cpu_scale: float  # the replay's CPU clock speed (1.0: no correction)
+    baseline_us: float  # the base window on the unprofiled clock: the replay at cpu_scale x window_scale
+    profiled_step_us: float  # the measured (profiled) window per step
     num_steps: int
-    reached: bool              # False: even an infinitely fast CPU leaves the replayed step above the target
+    reached: bool  # False: even an infinitely fast CPU leaves the replayed step above the target
     note: str = ""
     # The same overhead as a cost per profiler record (range or runtime call) instead of a clock speed:
     # (profiled - unprofiled window) / records in the window. The estimate's interval uses both models.
@@ -57,9 +57,19 @@ class Unprofiled:
     clock_source: str = "step"
 
     # `project --json`'s `unprofiled`: the base per step among the fields, num_steps and clock_source not.
-    JSON_KEYS: ClassVar[tuple[str, ...]] = ("step_us", "source", "cpu_scale", "baseline_us", "per_step_us",
-                                            "profiled_step_us", "overhead", "reached", "per_record_us",
-                                            "window_scale", "note")
+    JSON_KEYS: ClassVar[tuple[str, ...]] = (
+        "step_us",
+        "source",
+        "cpu_scale",
+        "baseline_us",
+        "per_step_us",
+        "profiled_step_us",
+        "overhead",
+        "reached",
+        "per_record_us",
+        "window_scale",
+        "note",
+    )
 
     @property
     def per_step_us(self) -> float:
@@ -93,14 +103,18 @@ def noise(b: Baseline) -> float:
     return max(MIN_OVERHEAD, 2.0 * rel)
 
 
-MAX_STEP_MS = 3.6e6     # --step-ms: a step of an hour is the longest taken as a step time
+MAX_STEP_MS = 3.6e6  # --step-ms: a step of an hour is the longest taken as a step time
 
 
 def unprofiled_step_us(b: Baseline | None, step_ms: float | None = None) -> tuple[float | None, str]:
     """The unprofiled step time in us and where it came from: --step-ms, else the trace's manifest."""
     if step_ms is not None:
-        if isinstance(step_ms, bool) or not isinstance(step_ms, (int, float)) or not math.isfinite(step_ms) \
-                or step_ms <= 0:
+        if (
+            isinstance(step_ms, bool)
+            or not isinstance(step_ms, (int, float))
+            or not math.isfinite(step_ms)
+            or step_ms <= 0
+        ):
             raise UserError(f"--step-ms must be a positive number of milliseconds, got {step_ms!r}")
         if step_ms > MAX_STEP_MS:
             raise UserError(f"--step-ms {step_ms:g}: more than an hour ({MAX_STEP_MS:,.0f} ms) is no step time")
@@ -128,11 +142,13 @@ def check_step_ms(b: Baseline | Any, step_ms: float) -> None:
     GPU's own busy time per step. The replay would have to shrink kernels to reach it (negative
     projected steps, an "infx" speedup). (A measured step, e.g. validate's, is not checked: there the
     GPU may have run slower under the profiler, which the correction reports.)"""
-    unprofiled_step_us(b, step_ms)      # a positive, finite number
+    unprofiled_step_us(b, step_ms)  # a positive, finite number
     busy = gpu_busy_per_step_us(b)
     if 1000.0 * step_ms < busy:
-        raise UserError(f"--step-ms {step_ms:g}: shorter than the GPU's own busy time in {b.source} "
-                        f"({busy / 1e3:,.3f} ms per step): a step cannot take less than its kernels")
+        raise UserError(
+            f"--step-ms {step_ms:g}: shorter than the GPU's own busy time in {b.source} "
+            f"({busy / 1e3:,.3f} ms per step): a step cannot take less than its kernels"
+        )
 
 
 def solve_cpu_scale(b: Baseline, step_us: float, source: str = "manifest") -> Unprofiled:
@@ -146,20 +162,46 @@ def solve_cpu_scale(b: Baseline, step_us: float, source: str = "manifest") -> Un
 
     w1 = window(1.0)
     if w1 <= target * (1 + TOLERANCE):
-        return Unprofiled(step_us, source, 1.0, target, prof, steps, True,
-                          "the profiled steps are not slower than the unprofiled ones", window_scale=target / w1)
+        return Unprofiled(
+            step_us,
+            source,
+            1.0,
+            target,
+            prof,
+            steps,
+            True,
+            "the profiled steps are not slower than the unprofiled ones",
+            window_scale=target / w1,
+        )
     limit = noise(b)
     if w1 <= target * (1 + limit):
-        return Unprofiled(step_us, source, 1.0, target, prof, steps, True,
-                          f"the profiled steps are {100 * (w1 / target - 1):.1f}% slower than the unprofiled ones, "
-                          f"within run-to-run drift ({100 * limit:.1f}%)", window_scale=target / w1)
+        return Unprofiled(
+            step_us,
+            source,
+            1.0,
+            target,
+            prof,
+            steps,
+            True,
+            f"the profiled steps are {100 * (w1 / target - 1):.1f}% slower than the unprofiled ones, "
+            f"within run-to-run drift ({100 * limit:.1f}%)",
+            window_scale=target / w1,
+        )
     w0 = window(0.0)
     if w0 >= target * (1 - TOLERANCE):
-        return Unprofiled(step_us, source, 0.0, target, prof, steps, False,
-                          f"even with no CPU time the replayed step is {w0 / steps / 1e3:.3f} ms, above the "
-                          f"unprofiled {step_us / 1e3:.3f} ms: the GPU work itself ran slower under the profiler; "
-                          f"the CPU side is taken as free and the GPU timeline scaled x{target / w0:.4f}",
-                          window_scale=target / w0)
+        return Unprofiled(
+            step_us,
+            source,
+            0.0,
+            target,
+            prof,
+            steps,
+            False,
+            f"even with no CPU time the replayed step is {w0 / steps / 1e3:.3f} ms, above the "
+            f"unprofiled {step_us / 1e3:.3f} ms: the GPU work itself ran slower under the profiler; "
+            f"the CPU side is taken as free and the GPU timeline scaled x{target / w0:.4f}",
+            window_scale=target / w0,
+        )
     # Illinois (regula falsi): the window is monotone and piecewise linear in the scale.
     lo, hi, f_lo, f_hi = 0.0, 1.0, w0 - target, w1 - target
     side = 0
@@ -181,5 +223,14 @@ def solve_cpu_scale(b: Baseline, step_us: float, source: str = "manifest") -> Un
                 f_hi /= 2
             side = -1
     records = window_records(b)
-    return Unprofiled(step_us, source, float(x), target, prof, steps, True,
-                      per_record_us=(w1 - target) / records if records else 0.0, window_scale=target / float(wx))
+    return Unprofiled(
+        step_us,
+        source,
+        float(x),
+        target,
+        prof,
+        steps,
+        True,
+        per_record_us=(w1 - target) / records if records else 0.0,
+        window_scale=target / float(wx),
+    )

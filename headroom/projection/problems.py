@@ -87,7 +87,7 @@ def parse_problem_map(doc: dict, source: str) -> ProblemMap:
     """A problem map from a parsed TOML document of [problem."NAME"] tables (select, suite, note)."""
     table = doc.get("problem")
     if not isinstance(table, dict) or not table:
-        raise UserError(f"{source}: expected [problem.\"NAME\"] tables")
+        raise UserError(f'{source}: expected [problem."NAME"] tables')
     out = []
     for name, body in table.items():
         if not isinstance(body, dict):
@@ -96,15 +96,18 @@ def parse_problem_map(doc: dict, source: str) -> ProblemMap:
         if isinstance(sel, str):
             sel = [sel]
         if not isinstance(sel, list) or not sel or not all(isinstance(s, str) for s in sel):
-            raise UserError(f"{source}: problem {name!r} needs select = [\"KIND:PATTERN\", ...]")
+            raise UserError(f'{source}: problem {name!r} needs select = ["KIND:PATTERN", ...]')
         sels = []
         for s in sel:
             parsed = parse_selector(s)
             if any(a.field == "problem" for a in parsed.atoms):
                 raise UserError(f"{source}: problem {name!r}: a problem cannot select another problem")
             sels.append(parsed)
-        out.append(MappedProblem(name=name, suite=str(body.get("suite", "")), selectors=tuple(sels),
-                           note=str(body.get("note", ""))))
+        out.append(
+            MappedProblem(
+                name=name, suite=str(body.get("suite", "")), selectors=tuple(sels), note=str(body.get("note", ""))
+            )
+        )
     return ProblemMap(out, source)
 
 
@@ -123,4 +126,3 @@ def load_problems(path: str | os.PathLike[str] | None = None) -> ProblemMap:
     merged = dict(base.problems)
     merged.update(user.problems)
     return ProblemMap(merged.values(), f"{base.source} + {path}")
-

@@ -47,9 +47,9 @@ from headroom.projection.baseline import Baseline, Breakdown, as_baseline, basel
 from headroom.projection.cpu import CallChange
 from headroom.projection.distributions import Distribution
 from headroom.projection.entry_calls import apply_entries
-from headroom.projection.estimate import BOUNDS, Drift, Estimate, estimate_interval, load_drift
+from headroom.projection.estimate import BOUNDS, Drift, Estimate, load_drift, scenario_estimate
 from headroom.projection.matching import EntryResult, select
-from headroom.projection.overhead import Unprofiled, cpu_clock, solve_cpu_scale, unprofiled_step_us
+from headroom.projection.overhead import Unprofiled, solve_cpu_scale, unprofiled_step_us
 from headroom.projection.problems import ProblemMap, load_problems
 from headroom.projection.replay import replay, replay_check, replay_projection
 from headroom.projection.scenarios import DEFAULT_QUANTILES, distribution_scenarios
@@ -78,14 +78,29 @@ class ProjectResult:
     replay_check: dict[str, float] | None = None
     distribution: dict[str, Any] | None = None
     scenario_selector: str | None = None
-    estimate: Estimate | None = None       # the first scenario's best estimate and interval
-    unprofiled: Unprofiled | None = None   # the unprofiled step and the CPU clock that reproduces it
+    estimate: Estimate | None = None  # the first scenario's best estimate and interval
+    unprofiled: Unprofiled | None = None  # the unprofiled step and the CPU clock that reproduces it
 
     # The ``headroom project --json`` contract.
     JSON_KEYS: ClassVar[tuple[str | tuple[str, str], ...]] = (
-        ("trace", "source"), "mode", "baseline_us", "per_step_us", "num_steps", "n_devices", "baseline",
-        "selected_us", "selected_wall_us", "entries", "warnings", "scenario_selector", "distribution", "estimate",
-        "unprofiled", "projections", "replay_check")
+        ("trace", "source"),
+        "mode",
+        "baseline_us",
+        "per_step_us",
+        "num_steps",
+        "n_devices",
+        "baseline",
+        "selected_us",
+        "selected_wall_us",
+        "entries",
+        "warnings",
+        "scenario_selector",
+        "distribution",
+        "estimate",
+        "unprofiled",
+        "projections",
+        "replay_check",
+    )
 
     def get(self, method: str, scenario: str = "speedups") -> Projection | None:
         for p in self.projections:
@@ -100,42 +115,137 @@ class ProjectResult:
         for p in self.projections:
             bd = plain(p.breakdown)
             u = p.unprofiled
-            rows.append({"scenario": p.scenario, "method": p.method, "factor": p.factor,
-                         "measured_ms_per_step": self.per_step_us / 1e3, "projected_ms_per_step": p.per_step_us / 1e3,
-                         "gain": p.gain, "speedup": p.speedup,
-                         "unprofiled_projected_ms_per_step": u.per_step_us / 1e3 if u else float("nan"),
-                         "unprofiled_speedup": u.speedup if u else float("nan"),
-                         "kernel_fraction": bd["kernel_fraction"],
-                         "memory_communication_fraction": bd["memory_fraction"] + bd["communication_fraction"],
-                         "idle_fraction": bd["idle_fraction"]})
-        return pd.DataFrame(rows, columns=["scenario", "method", "factor", "measured_ms_per_step",
-                                           "projected_ms_per_step", "gain", "speedup",
-                                           "unprofiled_projected_ms_per_step", "unprofiled_speedup", "kernel_fraction",
-                                           "memory_communication_fraction", "idle_fraction"])
+            rows.append(
+                {
+                    "scenario": p.scenario,
+                    "method": p.method,
+                    "factor": p.factor,
+                    "measured_ms_per_step": self.per_step_us / 1e3,
+                    "projected_ms_per_step": p.per_step_us / 1e3,
+                    "gain": p.gain,
+                    "speedup": p.speedup,
+                    "unprofiled_projected_ms_per_step": u.per_step_us / 1e3 if u else float("nan"),
+                    "unprofiled_speedup": u.speedup if u else float("nan"),
+                    "kernel_fraction": bd["kernel_fraction"],
+                    "memory_communication_fraction": bd["memory_fraction"] + bd["communication_fraction"],
+                    "idle_fraction": bd["idle_fraction"],
+                }
+            )
+        return pd.DataFrame(
+            rows,
+            columns=[
+                "scenario",
+                "method",
+                "factor",
+                "measured_ms_per_step",
+                "projected_ms_per_step",
+                "gain",
+                "speedup",
+                "unprofiled_projected_ms_per_step",
+                "unprofiled_speedup",
+                "kernel_fraction",
+                "memory_communication_fraction",
+                "idle_fraction",
+            ],
+        )
 
 
-def project(analysis: Analysis | Baseline, entries: Sequence[Speedup] = (), distribution: Distribution | None = None,
-            win_rate: float | None = None, median: float | None = None,
-            scenario_select: str = "category:addressable", quantiles: Sequence[float] = DEFAULT_QUANTILES,
-            strict: bool = False, problems: ProblemMap | None = None, methods: Sequence[str] = ("amdahl", "replay"),
-            extra_warnings: Sequence[str] = (), step_ms: float | None = None,
-            drift: Drift | None = None) -> ProjectResult:
+def project(
+    analysis: Analysis | Baseline,
+    entries: Sequence[Speedup] = (),
+    distribution: Distribution | None = None,
+    win_rate: float | None = None,
+    median: float | None = None,
+    scenario_select: str = "category:addressable",
+    quantiles: Sequence[float] = DEFAULT_QUANTILES,
+    strict: bool = False,
+    problems: ProblemMap | None = None,
+    methods: Sequence[str] = ("amdahl", "replay"),
+    extra_warnings: Sequence[str] = (),
+    step_ms: float | None = None,
+    drift: Drift | None = None,
+) -> ProjectResult:
     """Both projections for speedup entries, the zero-time bound, and distribution scenarios; the first
     scenario's estimate with its interval. `step_ms`: the unprofiled step time (default: the manifest's)."""
     b = as_baseline(analysis)
     problems = problems or load_problems()
     drift = drift or load_drift()
     warnings = list(extra_warnings)
-    use_replay = "replay" in methods
-    if use_replay and b.mode != "gpu":
-        warnings.append("replay needs GPU events; this trace has none (cpu-ops mode): Amdahl, and an estimate from "
-                        "the CPU time of the calls the entries name")
-        use_replay = False
+    use_replay = _can_replay(b, methods, warnings)
     scenarios = distribution_scenarios(distribution, win_rate, median, quantiles)
     if not entries and not scenarios:
-        raise UserError("nothing to project: give --speedup SELECTOR=FACTOR, --speedups FILE, "
-                        "--distribution FILE or --win-rate/--median")
+        raise UserError(
+            "nothing to project: give --speedup SELECTOR=FACTOR, --speedups FILE, "
+            "--distribution FILE or --win-rate/--median"
+        )
+    unprof, amdahl_base_u, cpu_ratio = _unprofiled_clock(b, step_ms, use_replay, warnings)
+    pj = _Projector(b, methods, use_replay, amdahl_base_u, cpu_ratio, unprof)
+    changes: dict[str, list[CallChange]] = {bound: [] for bound in BOUNDS}
 
+    cpu_calls: tuple[float, float] | None = None  # cpu-ops: (inclusive CPU time of the calls, time saved)
+    entry_results: list[EntryResult] = []
+    sel_us = sel_wall = 0.0
+    if entries:
+        res, entry_results, cpu_calls, unprof = apply_entries(b, entries, problems, strict, unprof, warnings, changes)
+        pj.unprof = unprof
+        sel_us, sel_wall = _selected(b, res.selected)
+        pj.add(res.factors, None, "speedups", chs=changes["estimate"])
+        pj.add(np.inf, res.selected, "zero_time", "the selected kernels take no time")
+    dist_info = None
+    if scenarios:
+        smask = select(b.events, parse_selector(scenario_select), problems)
+        if not smask.any():
+            warnings.append(f"{scenario_select} matches no kernel in this trace: distribution scenarios gain nothing")
+        if not entries:
+            sel_us, sel_wall = _selected(b, smask)
+            pj.add(np.inf, smask, "zero_time", f"{scenario_select} takes no time")
+        for sc in scenarios:
+            pj.add(sc.factor, smask, sc.name, sc.note)
+        dist_info = _distribution_info(b, smask, scenario_select, scenarios, distribution, win_rate, median)
+    projections = pj.projections
+    _check_finite(b, projections)
+    check = _replay_check(b, unprof, warnings) if use_replay else None
+    first = next((p.scenario for p in projections if p.scenario != "zero_time"), None)
+    est = pj.estimate(first, changes, drift, cpu_calls) if first is not None else None
+    return ProjectResult(
+        source=b.source,
+        mode=b.mode,
+        baseline_us=b.wall_us,
+        per_step_us=b.per_step_us,
+        num_steps=b.num_steps,
+        n_devices=b.n_devices,
+        baseline=baseline_breakdown(b),
+        selected_us=sel_us,
+        selected_wall_us=sel_wall,
+        entries=entry_results,
+        warnings=warnings,
+        projections=projections,
+        replay_check=check,
+        distribution=dist_info,
+        scenario_selector=scenario_select if scenarios else None,
+        estimate=est,
+        unprofiled=unprof,
+    )
+
+
+def _can_replay(b: Baseline, methods: Sequence[str], warnings: list[str]) -> bool:
+    """Whether the replay was asked for and the trace has the GPU events it replays (else a warning says so)."""
+    if "replay" not in methods:
+        return False
+    if b.mode != "gpu":
+        warnings.append(
+            "replay needs GPU events; this trace has none (cpu-ops mode): Amdahl, and an estimate from "
+            "the CPU time of the calls the entries name"
+        )
+        return False
+    return True
+
+
+def _unprofiled_clock(
+    b: Baseline, step_ms: float | None, use_replay: bool, warnings: list[str]
+) -> tuple[Unprofiled | None, float | None, float]:
+    """Where the unprofiled step is known: the replay's CPU clock that reproduces it, the unprofiled window
+    Amdahl starts from, and the ratio CPU-only traces' op time shrinks by with the clock."""
     target_us, target_src = unprofiled_step_us(b, step_ms)
     unprof: Unprofiled | None = None
     if target_us is not None and use_replay:
@@ -146,70 +256,58 @@ def project(analysis: Analysis | Baseline, entries: Sequence[Speedup] = (), dist
     # their op time shrinks with the clock).
     amdahl_base_u = target_us * max(b.num_steps, 1) if target_us is not None else None
     cpu_ratio = (amdahl_base_u / b.wall_us) if (amdahl_base_u and b.mode != "gpu" and b.wall_us > 0) else 1.0
-    pj = _Projector(b, methods, use_replay, amdahl_base_u, cpu_ratio, unprof)
-    changes: dict[str, list[CallChange]] = {bound: [] for bound in BOUNDS}
+    return unprof, amdahl_base_u, cpu_ratio
 
-    cpu_calls: tuple[float, float] | None = None   # cpu-ops: (inclusive CPU time of the calls, time saved)
-    entry_results: list[EntryResult] = []
-    sel_us = sel_wall = 0.0
-    if entries:
-        res, entry_results, cpu_calls, unprof = apply_entries(b, entries, problems, strict, unprof, warnings,
-                                                               changes)
-        pj.unprof = unprof
-        mask = res.selected
-        sel_us = float(b.events["dur"].to_numpy()[mask].sum())
-        sel_wall = float(b.events["wall_us"].to_numpy()[mask].sum())
-        pj.add(res.factors, None, "speedups", chs=changes["estimate"])
-        pj.add(np.inf, mask, "zero_time", "the selected kernels take no time")
-    dist_info = None
-    if scenarios:
-        smask = select(b.events, parse_selector(scenario_select), problems)
-        if not smask.any():
-            warnings.append(f"{scenario_select} matches no kernel in this trace: distribution scenarios gain nothing")
-        if not entries:
-            sel_us = float(b.events["dur"].to_numpy()[smask].sum())
-            sel_wall = float(b.events["wall_us"].to_numpy()[smask].sum())
-            pj.add(np.inf, smask, "zero_time", f"{scenario_select} takes no time")
-        for sc in scenarios:
-            pj.add(sc.factor, smask, sc.name, sc.note)
-        dist_info = _distribution_info(b, smask, scenario_select, scenarios, distribution, win_rate, median)
-    projections = pj.projections
+
+def _selected(b: Baseline, mask: np.ndarray) -> tuple[float, float]:
+    """The selected events' time and their share of busy time."""
+    return float(b.events["dur"].to_numpy()[mask].sum()), float(b.events["wall_us"].to_numpy()[mask].sum())
+
+
+def _check_finite(b: Baseline, projections: list[Projection]) -> None:
     for p in projections:
         if not np.isfinite(p.projected_us):
-            raise UserError(f"{b.source}: the {p.method} projection of {p.scenario} overflows "
-                            f"(a speedup factor too close to zero)")
-    if use_replay:
-        warnings.extend(_replay_warnings(b, unprof))
-    check = replay_check(b) if use_replay else None
+            raise UserError(
+                f"{b.source}: the {p.method} projection of {p.scenario} overflows (a speedup factor too close to zero)"
+            )
+
+
+def _replay_check(b: Baseline, unprof: Unprofiled | None, warnings: list[str]) -> dict[str, Any] | None:
+    """The replay without changes against the measured window; what the trace leaves uncertain, as warnings."""
+    warnings.extend(_replay_warnings(b, unprof))
+    check = replay_check(b)
     if check is not None and abs(check["window_error_us"]) > max(1e-6 * b.wall_us, 1.0):
         warnings.append(f"replay without changes is {check['window_error_us']:.1f} us off the measured window")
-    first = next((p.scenario for p in projections if p.scenario != "zero_time"), None)
-    est = None
-    if first is not None:
-        est = _estimate(b, pj.scenario_factors[first], changes if first == "speedups" else {}, unprof, drift, first,
-                        use_replay, projections, amdahl_base_u, cpu_calls if first == "speedups" else None)
-    return ProjectResult(
-        source=b.source, mode=b.mode, baseline_us=b.wall_us, per_step_us=b.per_step_us,
-        num_steps=b.num_steps, n_devices=b.n_devices, baseline=baseline_breakdown(b),
-        selected_us=sel_us, selected_wall_us=sel_wall, entries=entry_results,
-        warnings=warnings, projections=projections, replay_check=check, distribution=dist_info,
-        scenario_selector=scenario_select if scenarios else None, estimate=est, unprofiled=unprof)
+    return check
 
 
 class _Projector:
     """Each scenario's projections by the methods asked (Amdahl, replay), on the profiled clock and, where the
     unprofiled step is known, on the unprofiled one; and each scenario's per-event factors (the estimate's)."""
 
-    def __init__(self, b: Baseline, methods: Sequence[str], use_replay: bool, amdahl_base_u: float | None,
-                 cpu_ratio: float, unprof: Unprofiled | None) -> None:
+    def __init__(
+        self,
+        b: Baseline,
+        methods: Sequence[str],
+        use_replay: bool,
+        amdahl_base_u: float | None,
+        cpu_ratio: float,
+        unprof: Unprofiled | None,
+    ) -> None:
         self.b, self.methods, self.use_replay = b, methods, use_replay
         self.amdahl_base_u, self.cpu_ratio = amdahl_base_u, cpu_ratio
-        self.unprof = unprof   # the CPU clock that reproduces the unprofiled step (measured calls may replace it)
+        self.unprof = unprof  # the CPU clock that reproduces the unprofiled step (measured calls may replace it)
         self.projections: list[Projection] = []
         self.scenario_factors: dict[str, np.ndarray] = {}
 
-    def add(self, f: np.ndarray | float, mask: np.ndarray | None, scenario: str, note: str = "",
-            chs: Sequence[CallChange] = ()) -> None:
+    def add(
+        self,
+        f: np.ndarray | float,
+        mask: np.ndarray | None,
+        scenario: str,
+        note: str = "",
+        chs: Sequence[CallChange] = (),
+    ) -> None:
         b = self.b
         full = f if isinstance(f, np.ndarray) else _uniform(len(b.events), f, mask)
         self.scenario_factors.setdefault(scenario, full)
@@ -226,24 +324,62 @@ class _Projector:
                 unprof = self.unprof
                 if unprof is not None:
                     p.unprofiled_baseline_us = unprof.baseline_us
-                    p.unprofiled_projected_us = (replay(b, full, changes=chs, cpu_scale=unprof.cpu_scale).projected_us
-                                                 * unprof.window_scale)
+                    p.unprofiled_projected_us = (
+                        replay(b, full, changes=chs, cpu_scale=unprof.cpu_scale).projected_us * unprof.window_scale
+                    )
             p.note = note
             if not isinstance(f, np.ndarray):
                 p.factor = float(f)
             self.projections.append(p)
 
+    def estimate(
+        self,
+        scenario: str,
+        changes: dict[str, list[CallChange]],
+        drift: Drift,
+        cpu_calls: tuple[float, float] | None,
+    ) -> Estimate:
+        """The scenario's estimate with its interval (the replaced calls' changes and CPU time are the speedup
+        entries', scenario "speedups")."""
+        speedups = scenario == "speedups"
+        return scenario_estimate(
+            self.b,
+            self.scenario_factors[scenario],
+            changes if speedups else {},
+            self.unprof,
+            drift,
+            scenario,
+            self.use_replay,
+            self.projections,
+            self.amdahl_base_u,
+            cpu_calls if speedups else None,
+        )
 
-def _distribution_info(b: Baseline, smask: np.ndarray, scenario_select: str, scenarios: Sequence,
-                       distribution: Distribution | None, win_rate: float | None,
-                       median: float | None) -> dict[str, Any]:
+
+def _distribution_info(
+    b: Baseline,
+    smask: np.ndarray,
+    scenario_select: str,
+    scenarios: Sequence,
+    distribution: Distribution | None,
+    win_rate: float | None,
+    median: float | None,
+) -> dict[str, Any]:
     info: dict[str, Any] = {
-        "select": scenario_select, "selected_us": float(b.events["dur"].to_numpy()[smask].sum()),
+        "select": scenario_select,
+        "selected_us": float(b.events["dur"].to_numpy()[smask].sum()),
         "selected_wall_us": float(b.events["wall_us"].to_numpy()[smask].sum()),
-        "scenarios": [{"scenario": s.name, "factor": s.factor, "note": s.note} for s in scenarios]}
+        "scenarios": [{"scenario": s.name, "factor": s.factor, "note": s.note} for s in scenarios],
+    }
     if distribution is not None:
-        info.update({"source": distribution.source, "n": distribution.n,
-                     "win_rate": distribution.win_rate, "median_win": distribution.median_win})
+        info.update(
+            {
+                "source": distribution.source,
+                "n": distribution.n,
+                "win_rate": distribution.win_rate,
+                "median_win": distribution.median_win,
+            }
+        )
     if win_rate is not None:
         info["win_rate"] = win_rate
     if median is not None:
@@ -261,15 +397,20 @@ def _replay_warnings(b: Baseline, unprof: Unprofiled | None) -> list[str]:
         out.append(
             f"the profiled steps ran {100 * overhead:.0f}% slower than unprofiled ones "
             f"({timing.get('step_ms', float('nan')):.2f} ms/step): the trace's CPU timeline carries profiler "
-            f"overhead, so the replay may understate gains where launches are the bottleneck")
+            f"overhead, so the replay may understate gains where launches are the bottleneck"
+        )
     waits = stream_waits(b.events, b.syncs, b.runtime)
     if waits.inferred:
-        out.append(f"{waits.inferred} stream wait(s) name no cudaEventRecord (CUDA >= 12.9 traces: "
-                   f"pytorch/pytorch#195068); each producer was taken from the waiting thread's last "
-                   f"cudaEventRecord and the stream it last launched to")
+        out.append(
+            f"{waits.inferred} stream wait(s) name no cudaEventRecord (CUDA >= 12.9 traces: "
+            f"pytorch/pytorch#195068); each producer was taken from the waiting thread's last "
+            f"cudaEventRecord and the stream it last launched to"
+        )
     if waits.unresolved:
-        out.append(f"{waits.unresolved} stream wait(s) could not be placed; the replay holds their "
-                   f"consumers' measured lag instead")
+        out.append(
+            f"{waits.unresolved} stream wait(s) could not be placed; the replay holds their "
+            f"consumers' measured lag instead"
+        )
     return out
 
 
@@ -277,50 +418,6 @@ def _uniform(n: int, f: float, mask: np.ndarray | None) -> np.ndarray:
     out = np.ones(n)
     out[mask if mask is not None else slice(None)] = float(f)
     return out
-
-
-def _estimate(b: Baseline, factors: np.ndarray, changes: dict[str, list[CallChange]], unprof: Unprofiled | None,
-              drift: Drift, scenario: str, use_replay: bool, projections: list[Projection],
-              amdahl_base_u: float | None, cpu_calls: tuple[float, float] | None = None) -> Estimate:
-    """The first scenario's estimate: the CPU-aware replay on the unprofiled clock where known."""
-    if use_replay:
-        scale = unprof.cpu_scale if unprof is not None else 1.0
-        corrected = unprof is not None and scale != 1.0
-        clock = "unprofiled" if unprof is not None else "profiled"     # its windows are scaled to that step
-        n_calls = len(changes.get("estimate", ()))
-        method = "replay" + (f" with the CPU side of {n_calls} replaced call(s)" if n_calls else "")
-        if corrected and unprof is not None and unprof.clock_source == "calls":
-            method += f"; {cpu_clock(scale)}: {unprof.note}"
-        elif corrected and unprof is not None:
-            method += (f", {cpu_clock(scale)}{'' if unprof.reached else f' and the GPU timeline x{unprof.window_scale:.4f}'}"
-                       f" to the unprofiled {unprof.step_us / 1e3:.3f} ms/step ({unprof.source})")
-        elif unprof is not None:
-            method += f"; no profiler-overhead correction: {unprof.note}"
-        else:
-            method += "; no profiler-overhead correction: no unprofiled step time known"
-        return estimate_interval(b, factors, changes, scale, drift, method, scenario, clock,
-                                 baseline_us=unprof.baseline_us if unprof is not None else None,
-                                 window_scale=unprof.window_scale if unprof is not None else 1.0)
-    # No GPU timeline (cpu-ops traces): the calls' inclusive CPU time shrinks and everything after it
-    # moves up (nothing waits), else Amdahl over op self times; the interval is the untouched time's drift.
-    a = next(p for p in projections if p.method == "amdahl" and p.scenario == scenario)
-    base = amdahl_base_u if amdahl_base_u is not None else a.baseline_us
-    ratio = base / a.baseline_us if a.baseline_us > 0 else 1.0
-    if cpu_calls is not None:
-        touched_us, saved_us = cpu_calls
-        untouched = max(a.baseline_us - touched_us, 0.0) * ratio
-        method = "CPU calls: their inclusive CPU time shrinks by the speedup (no GPU timeline to replay)"
-    else:
-        wall = b.events["wall_us"].to_numpy(dtype=float)
-        untouched = float(wall[factors == 1.0].sum()) * ratio
-        saved_us = a.saved_us
-        method = f"amdahl ({b.mode}: no GPU timeline to replay)"
-    proj = base - saved_us * ratio
-    lo, hi = proj + drift.slower * untouched, proj - drift.faster * untouched
-    clock = "unprofiled" if amdahl_base_u is not None else "profiled"
-    return Estimate(base / proj if proj > 0 else np.inf, base / lo if lo > 0 else np.inf,
-                    base / hi if hi > 0 else np.inf, method, scenario,
-                    base, proj, lo, hi, clock, ratio, untouched / base if base > 0 else 0.0, drift, {})
 
 
 @dataclass
@@ -339,9 +436,15 @@ class Prediction:
     JSON_KEYS: ClassVar[tuple[str, ...]] = ("amdahl", "replay", "estimate", "low", "high", "method")
 
 
-def predict(analysis: Analysis | Baseline, part: str | Selector, speedup: float, launches: int | None = None,
-            step_ms: float | None = None, problems: ProblemMap | None = None,
-            call_us: float | None = None) -> Prediction:
+def predict(
+    analysis: Analysis | Baseline,
+    part: str | Selector,
+    speedup: float,
+    launches: int | None = None,
+    step_ms: float | None = None,
+    problems: ProblemMap | None = None,
+    call_us: float | None = None,
+) -> Prediction:
     """Amdahl, replay and the estimate with its interval for one replaced part, from the base trace alone.
 
     `part`: the replaced part (a selector, e.g. ``module:LlamaRMSNorm``); `speedup`: its measured
@@ -352,11 +455,16 @@ def predict(analysis: Analysis | Baseline, part: str | Selector, speedup: float,
     """
     sel = parse_selector(part) if isinstance(part, str) else part
     n = parse_launches(launches, f"predict {sel}")
-    entry = Speedup(sel, parse_factor(speedup, f"predict {sel}"), source="predict", launches=n,
-                    call_us=parse_call_us(call_us, f"predict {sel}", n))
+    entry = Speedup(
+        sel,
+        parse_factor(speedup, f"predict {sel}"),
+        source="predict",
+        launches=n,
+        call_us=parse_call_us(call_us, f"predict {sel}", n),
+    )
     res = project(analysis, [entry], problems=problems, step_ms=step_ms)
     am, rp, e = res.get("amdahl"), res.get("replay"), res.estimate
-    if am is None or e is None:   # project always makes both for an entry; this guards a broken invariant
+    if am is None or e is None:  # project always makes both for an entry; this guards a broken invariant
         raise RuntimeError("project() returned no Amdahl projection or estimate")
 
     def unprof(p: Projection) -> float:

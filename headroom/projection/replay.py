@@ -24,8 +24,6 @@ from headroom.trace.analysis import Analysis
 
 
 @dataclass
-
-
 class ReplayResult:
     ts: np.ndarray
     end: np.ndarray
@@ -37,10 +35,16 @@ class ReplayResult:
     max_cpu_shift_us: float
 
 
-def replay(base: Baseline | Analysis, factors: np.ndarray | float | None = None, mask: np.ndarray | None = None,
-           back_to_back_us: float = BACK_TO_BACK_US, launch_latency_us: float | None = None,
-           max_stream_gap_us: float = MAX_STREAM_GAP_US, changes: Sequence[CallChange] = (),
-           cpu_scale: float = 1.0) -> ReplayResult:
+def replay(
+    base: Baseline | Analysis,
+    factors: np.ndarray | float | None = None,
+    mask: np.ndarray | None = None,
+    back_to_back_us: float = BACK_TO_BACK_US,
+    launch_latency_us: float | None = None,
+    max_stream_gap_us: float = MAX_STREAM_GAP_US,
+    changes: Sequence[CallChange] = (),
+    cpu_scale: float = 1.0,
+) -> ReplayResult:
     """Re-run the GPU timeline with each event's duration divided by its factor.
 
     `changes`: replaced calls (:func:`headroom.projection.cpu.change_calls`): their CPU footprint becomes
@@ -74,8 +78,16 @@ def replay(base: Baseline | Analysis, factors: np.ndarray | float | None = None,
 REPLAY_MEMO_SIZE = 16
 
 
-def _replay(b: Baseline, f: np.ndarray, new_dur: np.ndarray, back_to_back_us: float, launch_latency_us: float | None,
-            max_stream_gap_us: float, changes: Sequence[CallChange], cpu_scale: float) -> ReplayResult:
+def _replay(
+    b: Baseline,
+    f: np.ndarray,
+    new_dur: np.ndarray,
+    back_to_back_us: float,
+    launch_latency_us: float | None,
+    max_stream_gap_us: float,
+    changes: Sequence[CallChange],
+    cpu_scale: float,
+) -> ReplayResult:
     plan = _plan(b, back_to_back_us, launch_latency_us, max_stream_gap_us, changes)
     o = plan.origin
     clocks = _clocks(b, plan, cpu_scale)
@@ -100,10 +112,18 @@ def _replay(b: Baseline, f: np.ndarray, new_dur: np.ndarray, back_to_back_us: fl
     after = (w1 - o) - old_model_end
     new_w1 += after if after > -4 * float(np.spacing(abs(w1))) else 0.0
     ts2, end2 = ts2 + o, end2 + o
-    ts2.setflags(write=False)       # memoised: shared by every caller
+    ts2.setflags(write=False)  # memoised: shared by every caller
     end2.setflags(write=False)
-    return ReplayResult(ts2, end2, new_w1 + o, new_w1 - (w0 - o) - b.excluded_us, plan.launch_latency_us, plan.n_sync,
-                        plan.n_deps, max_shift)
+    return ReplayResult(
+        ts2,
+        end2,
+        new_w1 + o,
+        new_w1 - (w0 - o) - b.excluded_us,
+        plan.launch_latency_us,
+        plan.n_sync,
+        plan.n_deps,
+        max_shift,
+    )
 
 
 def _clocks(b: Baseline, plan: _Plan, cpu_scale: float) -> list[_Clock]:
@@ -117,10 +137,21 @@ def _chains(plan: _Plan) -> chain_solver.Chains:
     """The plan's chains and segments, built on its first replay without replaced calls."""
     if plan.chains is None:
         a = plan.arrays
-        launch, lat, prev, g, dep, d, end, has_launch, pids, ts = (a.launch, a.lat, a.prev, a.g, a.dep, a.d, a.end,
-                                                                   a.has_launch, a.pids, a.ts)
-        plan.chains = chain_solver.build(plan.sweep_idx, plan.sweep_kind, prev, dep, launch, has_launch, lat, ts,
-                                         end, pids, g, d)
+        launch, lat, prev, g, dep, d, end, has_launch, pids, ts = (
+            a.launch,
+            a.lat,
+            a.prev,
+            a.g,
+            a.dep,
+            a.d,
+            a.end,
+            a.has_launch,
+            a.pids,
+            a.ts,
+        )
+        plan.chains = chain_solver.build(
+            plan.sweep_idx, plan.sweep_kind, prev, dep, launch, has_launch, lat, ts, end, pids, g, d
+        )
     return plan.chains
 
 
@@ -130,12 +161,18 @@ def _solve_chains(plan: _Plan, new_dur: np.ndarray, clocks: list, cpu_scale: flo
 
     def on_sync(i: int, ends: np.ndarray, max_late: float) -> None:
         shift[0] = max(shift[0], _sync(plan, i, clocks, ends.__getitem__, max_late, cpu_scale))
+
     end2 = chain_solver.solve(_chains(plan), new_dur, clocks, on_sync)
     return end2, shift[0]
 
 
-def replay_projection(base: Baseline | Analysis, factors: np.ndarray | float, mask: np.ndarray | None = None,
-                      scenario: str = "speedups", **kw) -> Projection:
+def replay_projection(
+    base: Baseline | Analysis,
+    factors: np.ndarray | float,
+    mask: np.ndarray | None = None,
+    scenario: str = "speedups",
+    **kw,
+) -> Projection:
     b = as_baseline(base)
     f = _factor_array(b, factors, mask)
     r = replay(b, f, **kw)
@@ -150,8 +187,7 @@ def replay_projection(base: Baseline | Analysis, factors: np.ndarray | float, ma
     return Projection("replay", scenario, b.wall_us, r.projected_us, b.num_steps, bd, uniform)
 
 
-def replay_gain(base: Baseline | Analysis, factors: np.ndarray | float, mask: np.ndarray | None = None,
-                **kw) -> float:
+def replay_gain(base: Baseline | Analysis, factors: np.ndarray | float, mask: np.ndarray | None = None, **kw) -> float:
     """`replay_projection(base, factors, mask).gain` without the breakdown of device time it also
     computes: `targets` replays each of its first rows twice and reads only the gain."""
     b = as_baseline(base)
@@ -166,5 +202,10 @@ def replay_check(base: Baseline | Analysis) -> dict[str, float]:
     if len(b.events) == 0:
         return {"max_abs_error_us": 0.0, "window_error_us": 0.0}
     err = np.abs(r.ts - b.events["ts"].to_numpy(dtype=float))
-    return {"max_abs_error_us": float(np.nanmax(err)), "window_error_us": float(r.projected_us - b.wall_us),
-            "launch_latency_us": r.launch_latency_us, "blocking_calls": r.n_syncs, "cross_stream_deps": r.n_deps}
+    return {
+        "max_abs_error_us": float(np.nanmax(err)),
+        "window_error_us": float(r.projected_us - b.wall_us),
+        "launch_latency_us": r.launch_latency_us,
+        "blocking_calls": r.n_syncs,
+        "cross_stream_deps": r.n_deps,
+    }

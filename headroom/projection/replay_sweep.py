@@ -42,7 +42,7 @@ class _Clock:
         return self.n[k] + self.s[k] * (x - t[k])
 
     def add(self, x: float, new: float, slope: float) -> None:
-        if x < self.t[-1]:   # concurrent threads of one process: keep the map monotone in measured time
+        if x < self.t[-1]:  # concurrent threads of one process: keep the map monotone in measured time
             x = self.t[-1]
         if x == self.t[-1]:
             self.n[-1], self.s[-1] = new, slope
@@ -52,8 +52,9 @@ class _Clock:
             self.s.append(slope)
 
 
-def _sync(plan: _Plan, i: int, clocks: list, ends_of: Callable[[np.ndarray], np.ndarray], max_late: float,
-          cpu_scale: float) -> float:
+def _sync(
+    plan: _Plan, i: int, clocks: list, ends_of: Callable[[np.ndarray], np.ndarray], max_late: float, cpu_scale: float
+) -> float:
     """Blocking call i returns when what it waited for has ended on the replayed GPU: its process's clock
     moves there. `ends_of(events)`: their replayed ends so far (NaN: not replayed yet). Returns how far
     the call's return moved."""
@@ -79,7 +80,7 @@ def _sync(plan: _Plan, i: int, clocks: list, ends_of: Callable[[np.ndarray], np.
         cand = cand[(plan.launch[cand] <= t0) | (plan.corr[cand] == plan.s_corr[i])]
         if len(cand):
             e2 = ends_of(cand)
-            done = e2 == e2          # replayed already (not NaN)
+            done = e2 == e2  # replayed already (not NaN)
             if done.any():
                 g_new = float(e2[done].max())
                 g_meas = float(plan.end[cand[done]].max())
@@ -124,15 +125,17 @@ class _Footprints:
         return abs(new_z - z)
 
 
-def _sweep(plan: _Plan, new_dur: np.ndarray, changes: Sequence[CallChange], clocks: list,
-           cpu_scale: float) -> tuple[np.ndarray, float]:
+def _sweep(
+    plan: _Plan, new_dur: np.ndarray, changes: Sequence[CallChange], clocks: list, cpu_scale: float
+) -> tuple[np.ndarray, float]:
     """The replay event by event in the sweep's order (replaced calls move CPU clocks as it goes)."""
     n = len(new_dur)
     sweep_idx, sweep_kind, L = plan.lists()
     # local names: the loop below reads them for every event
     L_launch, L_lat, L_prev, L_g, L_dep, L_d, L_end = (L[k] for k in ("launch", "lat", "prev", "g", "dep", "d", "end"))
-    L_has, L_pid, L_ts, L_call, L_group, L_removed = (L[k] for k in ("has_launch", "pids", "ts", "call_of", "group_of",
-                                                                     "removed"))
+    L_has, L_pid, L_ts, L_call, L_group, L_removed = (
+        L[k] for k in ("has_launch", "pids", "ts", "call_of", "group_of", "removed")
+    )
     L_dur = new_dur.tolist()
     ch_pid = plan.ch_pid
     fp = _Footprints(plan, changes, clocks, cpu_scale)
@@ -144,12 +147,12 @@ def _sweep(plan: _Plan, new_dur: np.ndarray, changes: Sequence[CallChange], cloc
 
     def ends_of(cand: np.ndarray) -> np.ndarray:
         # The candidates' replayed ends so far, gathered in C (a sync can have 10^4 of them).
-        return np.array(itemgetter(*cand.tolist())(end2_l) if len(cand) > 1 else [end2_l[int(cand[0])]],
-                        dtype=float)
+        return np.array(itemgetter(*cand.tolist())(end2_l) if len(cand) > 1 else [end2_l[int(cand[0])]], dtype=float)
+
     for i, k in zip(sweep_idx, sweep_kind):
         if k == 3:
             c = L_call[i]
-            if c < 0:                            # the common case, inlined: its launch on its clock
+            if c < 0:  # the common case, inlined: its launch on its clock
                 if L_has[i]:
                     clk = clocks[L_pid[i]]
                     x = L_launch[i]
@@ -161,14 +164,14 @@ def _sweep(plan: _Plan, new_dur: np.ndarray, changes: Sequence[CallChange], cloc
                         start = clk.n[j] + clk.s[j] * (x - t[j]) + L_lat[i]
                 else:
                     start = L_ts[i]
-            elif L_removed[i]:   # the call launches nothing now: its work runs inside its stream predecessor
+            elif L_removed[i]:  # the call launches nothing now: its work runs inside its stream predecessor
                 p = L_prev[i]
                 start = end2_l[p] if p >= 0 and end2_l[p] == end2_l[p] else (L_launch[i] if L_has[i] else L_ts[i])
                 end2_l[i] = start + L_dur[i]
                 continue
             else:
                 gl = group_launch[c][L_group[i]]
-                if gl != gl:                     # CPU unchanged (the lower bound): at the group's last launch
+                if gl != gl:  # CPU unchanged (the lower bound): at the group's last launch
                     ch = changes[c]
                     last_i = int(ch.groups[L_group[i]][-1])
                     gl = clocks[ch_pid[c]].at(L_launch[last_i])
@@ -188,9 +191,9 @@ def _sweep(plan: _Plan, new_dur: np.ndarray, changes: Sequence[CallChange], cloc
             end2_l[i] = e2
             if e2 - L_end[i] > max_late:
                 max_late = e2 - L_end[i]
-        elif k == 0:                             # a replaced footprint starts
+        elif k == 0:  # a replaced footprint starts
             fp.start(i)
-        elif k == 1:                             # ... and ends
+        elif k == 1:  # ... and ends
             max_shift = max(max_shift, fp.end(i))
         else:
             max_shift = max(max_shift, _sync(plan, i, clocks, ends_of, max_late, cpu_scale))

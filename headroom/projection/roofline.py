@@ -42,14 +42,29 @@ from headroom.trace.intervals import ranges_on_threads
 from headroom.trace.modules import STACK_SEP
 from headroom.trace.op_inputs import OpCall, Tensor, op_calls
 
-ROOFLINE_COLUMNS = ["op_calls", "flops", "bytes_read", "bytes_written", "bytes", "costed", "achieved_tflops",
-                    "achieved_tb_s", "peak_tflops", "compute_fraction", "memory_fraction", "limit", "floor_us",
-                    "max_speedup", "fused_bytes", "fused_floor_us", "fused_max_speedup", "achievable_gain"]
+ROOFLINE_COLUMNS = [
+    "op_calls",
+    "flops",
+    "bytes_read",
+    "bytes_written",
+    "bytes",
+    "costed",
+    "achieved_tflops",
+    "achieved_tb_s",
+    "peak_tflops",
+    "compute_fraction",
+    "memory_fraction",
+    "limit",
+    "floor_us",
+    "max_speedup",
+    "fused_bytes",
+    "fused_floor_us",
+    "fused_max_speedup",
+    "achievable_gain",
+]
 RANKINGS = ("gain", "achievable")
 _INPUT = re.compile(r"([A-Za-z0-9_]+)\[([0-9,]*)\]")
 _RUN_DTYPES = {"bfloat16": "bf16", "float16": "f16", "half": "f16", "float32": "f32", "float": "f32"}
-
-
 
 
 def device_for(name: str, key: str | None = None) -> Device:
@@ -63,16 +78,20 @@ def device_for(name: str, key: str | None = None) -> Device:
     for k, d in table.items():
         if compile_user_regex(raw[k]["match"], f"devices.toml {k}.match").search(name or ""):
             return d
-    raise UserError(f"no peaks known for the device {name!r} (data/devices.toml has "
-                    f"{', '.join(d.name for d in table.values())}): name one with --peaks")
+    raise UserError(
+        f"no peaks known for the device {name!r} (data/devices.toml has "
+        f"{', '.join(d.name for d in table.values())}): name one with --peaks"
+    )
 
 
 def trace_device(a: Analysis, key: str | None = None) -> Device:
     """The peaks for `a`: the entry `key` (`--peaks`), else its device's. A GPU trace that names no device
     (no `deviceProperties` name) is refused rather than matched as the CPU (the empty name is the CPU's)."""
     if key is None and a.mode == "gpu" and not a.device_name.strip():
-        raise UserError(f"{a.source}: a GPU trace that names no device (no deviceProperties name): give its "
-                        f"peaks with --peaks ({', '.join(devices())})")
+        raise UserError(
+            f"{a.source}: a GPU trace that names no device (no deviceProperties name): give its "
+            f"peaks with --peaks ({', '.join(devices())})"
+        )
     return device_for(a.device_name if a.mode == "gpu" else "cpu", key)
 
 
@@ -119,15 +138,18 @@ def _floor(cost: Cost, dev: Device, tf32: bool) -> _Floor:
 class _Calls:
     """The costed op calls of a trace's events: per External id its Cost and floor."""
 
-    ext: np.ndarray                 # per event: its op call's External id (-1: none)
+    ext: np.ndarray  # per event: its op call's External id (-1: none)
     costs: dict[int, Cost]
     floors: dict[int, _Floor]
 
 
 def _calls(a: Analysis, dev: Device) -> _Calls:
     ev = a.events
-    ext = pd.to_numeric(ev["external_id"], errors="coerce").fillna(-1).to_numpy(dtype=np.int64) \
-        if "external_id" in ev.columns else np.full(len(ev), -1, dtype=np.int64)
+    ext = (
+        pd.to_numeric(ev["external_id"], errors="coerce").fillna(-1).to_numpy(dtype=np.int64)
+        if "external_id" in ev.columns
+        else np.full(len(ev), -1, dtype=np.int64)
+    )
     ids = np.unique(ext[ext >= 0])
     calls = op_calls(Path(a.source), ids.tolist()) if len(ids) else {}
     dtype, tf32 = _run_dtype(a), _tf32(a)
@@ -166,12 +188,17 @@ def row_mask(ev: pd.DataFrame, kind: str, name: str, scope: str = "self") -> np.
 
 
 def _inputs_bytes(text: str, default: int) -> float:
-    return float(sum(math.prod(int(n) for n in dims.split(",") if n) * itemsize(dt, default)
-                     for dt, dims in _INPUT.findall(text or "")))
+    return float(
+        sum(
+            math.prod(int(n) for n in dims.split(",") if n) * itemsize(dt, default)
+            for dt, dims in _INPUT.findall(text or "")
+        )
+    )
 
 
-def _fused_us(a: Analysis, ev: pd.DataFrame, mask: np.ndarray, kind: str, name: str, calls: _Calls,
-              dev: Device, tf32: bool) -> tuple[float, float] | None:
+def _fused_us(
+    a: Analysis, ev: pd.DataFrame, mask: np.ndarray, kind: str, name: str, calls: _Calls, dev: Device, tf32: bool
+) -> tuple[float, float] | None:
     """(fused bytes, fused floor µs) of a module row over the window (forward calls fused, the rest per op)."""
     mods = a.modules
     if mods is None or not len(mods):
@@ -201,7 +228,7 @@ def _fused_us(a: Analysis, ev: pd.DataFrame, mask: np.ndarray, kind: str, name: 
         seen.update(ids)
     dur = ev["dur"].to_numpy(dtype=float)
     placed = np.isin(sel, fwd[where >= 0])
-    for i in sel[~placed]:      # backward kernels, and forward ones outside every recorded call: per op
+    for i in sel[~placed]:  # backward kernels, and forward ones outside every recorded call: per op
         e = int(calls.ext[i])
         if e in calls.floors:
             if e not in seen:
@@ -212,8 +239,9 @@ def _fused_us(a: Analysis, ev: pd.DataFrame, mask: np.ndarray, kind: str, name: 
     return fused_bytes, fused_floor
 
 
-def roofline(a: Analysis, table: pd.DataFrame, device: Device | None = None, scope: str = "self",
-             speedup: float | None = None) -> tuple[pd.DataFrame, Device, list[str]]:
+def roofline(
+    a: Analysis, table: pd.DataFrame, device: Device | None = None, scope: str = "self", speedup: float | None = None
+) -> tuple[pd.DataFrame, Device, list[str]]:
     """`table` (a `targets` table of `a`) with the ROOFLINE_COLUMNS added, the device used and notes. Like
     `us`, `flops`, `bytes`, `floor_us`, `fused_bytes` and `fused_floor_us` cover the analysed window."""
     dev = device or trace_device(a)
@@ -256,7 +284,7 @@ def roofline(a: Analysis, table: pd.DataFrame, device: Device | None = None, sco
             out.at[out.index[r], "achieved_tflops"] = flops / us_costed / 1e6
             out.at[out.index[r], "achieved_tb_s"] = moved / us_costed / 1e6
             out.at[out.index[r], "memory_fraction"] = moved / us_costed / 1e6 / dev.memory_tb_s
-            if at_peak > 0:     # the rate all its FLOPs could run at: each call's at its own peak
+            if at_peak > 0:  # the rate all its FLOPs could run at: each call's at its own peak
                 out.at[out.index[r], "peak_tflops"] = flops / at_peak / 1e6
                 out.at[out.index[r], "compute_fraction"] = at_peak / us_costed
         out.at[out.index[r], "limit"] = max(by_limit, key=lambda k: by_limit[k]) if by_limit else ""
@@ -277,8 +305,9 @@ def roofline(a: Analysis, table: pd.DataFrame, device: Device | None = None, sco
     if speedup is not None:
         best = out["fused_max_speedup"].where(out["fused_max_speedup"].notna(), out["max_speedup"])
         s = np.minimum(best.to_numpy(dtype=float), speedup)
-        out["achievable_gain"] = np.where(np.isfinite(s) & (s > 0), out["gain_inf"].to_numpy(dtype=float) * (1 - 1 / s),
-                                          np.nan)
+        out["achievable_gain"] = np.where(
+            np.isfinite(s) & (s > 0), out["gain_inf"].to_numpy(dtype=float) * (1 - 1 / s), np.nan
+        )
     return out, dev, []
 
 
@@ -295,9 +324,16 @@ def ranked(table: pd.DataFrame, rank_by: str, top: int | None) -> pd.DataFrame:
     return pd.concat(frames, ignore_index=True) if frames else table
 
 
-def roofline_targets(a: Analysis, speedup: float, by: Sequence[str] = ("op", "module"), top: int | None = 20,
-                     replay_top: int = 0, scope: str = "self", peaks: str | None = None,
-                     rank_by: str = "gain") -> Targets:
+def roofline_targets(
+    a: Analysis,
+    speedup: float,
+    by: Sequence[str] = ("op", "module"),
+    top: int | None = 20,
+    replay_top: int = 0,
+    scope: str = "self",
+    peaks: str | None = None,
+    rank_by: str = "gain",
+) -> Targets:
     """`targets` with the roofline columns, ranked by `gain` or by `achievable` gain (`targets --roofline`)."""
     if rank_by not in RANKINGS:
         raise unknown_name("ranking", rank_by, RANKINGS, "--rank-by")

@@ -17,13 +17,16 @@ DEFAULT_QUANTILES = (0.25, 0.5, 0.75, 0.9)
 @dataclass(frozen=True)
 class Scenario:
     name: str
-    factor: float      # applied uniformly to the selected events
+    factor: float  # applied uniformly to the selected events
     note: str = ""
 
 
-def distribution_scenarios(dist: Distribution | None = None, win_rate: float | None = None,
-                           median: float | None = None,
-                           quantiles: Sequence[float] = DEFAULT_QUANTILES) -> list[Scenario]:
+def distribution_scenarios(
+    dist: Distribution | None = None,
+    win_rate: float | None = None,
+    median: float | None = None,
+    quantiles: Sequence[float] = DEFAULT_QUANTILES,
+) -> list[Scenario]:
     """Uniform factors standing for a benchmark's results.
 
     * ``win_rate_x_median``: a fraction w of the selected time gets the median winning
@@ -50,8 +53,7 @@ def distribution_scenarios(dist: Distribution | None = None, win_rate: float | N
             raise UserError(f"win rate must be in [0, 1], got {w}")
         if not (m > 0) or math.isinf(m):
             raise UserError(f"median speedup must be finite and > 0, got {m}")
-        out.append(Scenario("win_rate_x_median", 1.0 / (1.0 - w + w / m),
-                            f"win rate {w:.3f} x median speedup {m:.3f}"))
+        out.append(Scenario("win_rate_x_median", 1.0 / (1.0 - w + w / m), f"win rate {w:.3f} x median speedup {m:.3f}"))
     if dist is not None:
         e = dist.effective()
         for q in quantiles:
@@ -60,4 +62,3 @@ def distribution_scenarios(dist: Distribution | None = None, win_rate: float | N
             out.append(Scenario(f"quantile_{q:g}", float(np.quantile(e, q)), f"q{q:g} of {dist.n} results"))
         out.append(Scenario("expected", float(1.0 / np.mean(1.0 / e)), f"harmonic mean of {dist.n} results"))
     return out
-

@@ -66,19 +66,20 @@ def parse_selector(text: str) -> Selector:
         field, sep, pattern = part.partition(":")
         field = field.strip().lower()
         if not sep:
-            raise UserError(
-                f"bad selector {text!r}: expected KIND:PATTERN with KIND one of {', '.join(FIELDS)}")
+            raise UserError(f"bad selector {text!r}: expected KIND:PATTERN with KIND one of {', '.join(FIELDS)}")
         if field not in FIELDS:
             raise unknown_name("selector kind", field, FIELDS, f"bad selector {text!r}")
         if pattern == "":
             raise UserError(f"bad selector {text!r}: empty pattern after '{field}:'")
         if field not in ("kernel", "module", "annotation") and any(c in pattern for c in "=,"):
-            raise UserError(f"bad selector {text!r}: {pattern!r} is no {field} name ('=' and ',' end a "
-                            f"selector: SELECTOR=FACTOR[,launches=N])")
+            raise UserError(
+                f"bad selector {text!r}: {pattern!r} is no {field} name ('=' and ',' end a "
+                f"selector: SELECTOR=FACTOR[,launches=N])"
+            )
         if field in ("kernel", "module", "annotation"):
             compile_user_regex(pattern, f"bad selector {text!r}")
         if field in ("category", "kind", "phase"):
-            pattern = pattern.strip().lower()   # names are case-insensitive
+            pattern = pattern.strip().lower()  # names are case-insensitive
         if field == "kind" and pattern not in EVENT_KINDS:
             raise unknown_name("kind", pattern, EVENT_KINDS, f"bad selector {text!r}")
         if field == "phase" and pattern not in phase_names():
@@ -87,4 +88,3 @@ def parse_selector(text: str) -> Selector:
     if all(a.negate for a in atoms):
         raise UserError(f"bad selector {text!r}: needs at least one atom that is not negated")
     return Selector(tuple(atoms))
-

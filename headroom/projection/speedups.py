@@ -65,8 +65,11 @@ class Speedup:
 
     @property
     def label(self) -> str:
-        return (f"{self.selector}={self.speedup:g}" + ("" if self.launches is None else f",launches={self.launches}")
-                + ("" if self.call_us is None else f",call_us={self.call_us:g}"))
+        return (
+            f"{self.selector}={self.speedup:g}"
+            + ("" if self.launches is None else f",launches={self.launches}")
+            + ("" if self.call_us is None else f",call_us={self.call_us:g}")
+        )
 
 
 def _number(value: Any, where: str, wrong: str) -> float:
@@ -91,8 +94,10 @@ def parse_factor(value: Any, where: str) -> float:
     if f <= 0:
         raise UserError(f"{where}: speedup must be > 0, got {f:g}")
     if f < MIN_FACTOR:
-        raise UserError(f"{where}: speedup {f:g} makes the selected kernels {1 / f:.3g}x slower; "
-                        f"the projection would overflow (factors below {MIN_FACTOR:g} are refused)")
+        raise UserError(
+            f"{where}: speedup {f:g} makes the selected kernels {1 / f:.3g}x slower; "
+            f"the projection would overflow (factors below {MIN_FACTOR:g} are refused)"
+        )
     return f
 
 
@@ -148,16 +153,21 @@ def parse_cli_speedup(text: str) -> Speedup:
     rest, launches = text, None
     other = _CLI_OPTION.search(text)
     if other and other.group("key").lower() != "launches":
-        raise UserError(f"--speedup {text!r}: unknown option {other.group('key')!r} after the factor "
-                        f"(SELECTOR=FACTOR[,launches=N])")
+        raise UserError(
+            f"--speedup {text!r}: unknown option {other.group('key')!r} after the factor (SELECTOR=FACTOR[,launches=N])"
+        )
     m = _CLI_LAUNCHES.match(text)
     if m:
         rest, launches = m.group("rest"), parse_launches(m.group("n").strip() or "?", f"--speedup {text!r}")
     sel, sep, value = rest.rpartition("=")
     if not sep or not sel.strip():
         raise UserError(f"--speedup {text!r}: expected SELECTOR=FACTOR[,launches=N], e.g. category:embedding=1.552")
-    return Speedup(parse_selector(sel.strip()), parse_factor(value.strip(), f"--speedup {text!r}"),
-                   source="command line", launches=launches)
+    return Speedup(
+        parse_selector(sel.strip()),
+        parse_factor(value.strip(), f"--speedup {text!r}"),
+        source="command line",
+        launches=launches,
+    )
 
 
 def _entry_from_mapping(d: Any, where: str, default_source: str) -> Speedup:
@@ -171,7 +181,7 @@ def _entry_from_mapping(d: Any, where: str, default_source: str) -> Speedup:
         raise UserError(f"{where}: give either select or {'/'.join(_SHORTHAND)} keys, not both")
     if "select" in d:
         if not isinstance(d["select"], str):
-            raise UserError(f"{where}: select must be a string like \"category:embedding\"")
+            raise UserError(f'{where}: select must be a string like "category:embedding"')
         text = d["select"]
     elif short:
         for k in short:
@@ -179,7 +189,7 @@ def _entry_from_mapping(d: Any, where: str, default_source: str) -> Speedup:
                 raise UserError(f"{where}: {k} must be a non-empty string")
         text = " & ".join(f"{k}:{d[k]}" for k in short)
     else:
-        raise UserError(f"{where}: no selector (give select = \"KIND:PATTERN\")")
+        raise UserError(f'{where}: no selector (give select = "KIND:PATTERN")')
     try:
         sel = parse_selector(text)
     except UserError as e:
@@ -187,10 +197,16 @@ def _entry_from_mapping(d: Any, where: str, default_source: str) -> Speedup:
     if "speedup" not in d:
         raise UserError(f"{where}: missing speedup value")
     launches = parse_launches(d.get("launches"), where)
-    return Speedup(sel, parse_factor(d["speedup"], where), _parse_bool(d.get("verified"), where),
-                   str(d.get("source") or default_source), str(d.get("note", "")), launches,
-                   call_us=parse_call_us(d.get("call_us"), where, launches),
-                   syncs=parse_syncs(d.get("syncs"), where, launches))
+    return Speedup(
+        sel,
+        parse_factor(d["speedup"], where),
+        _parse_bool(d.get("verified"), where),
+        str(d.get("source") or default_source),
+        str(d.get("note", "")),
+        launches,
+        call_us=parse_call_us(d.get("call_us"), where, launches),
+        syncs=parse_syncs(d.get("syncs"), where, launches),
+    )
 
 
 def parse_syncs(value: Any, where: str, launches: int | None) -> float | None:
@@ -241,8 +257,11 @@ def _verified_call(r: dict) -> tuple[float | None, float | None, float | None]:
         return None, None, None
 
     def num(v: Any) -> float | None:
-        return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v >= 0 \
+        return (
+            float(v)
+            if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v >= 0
             else None
+        )
 
     return num(cand.get("call_us")), num(cand.get("syncs")), num(ref.get("call_us")) if isinstance(ref, dict) else None
 
@@ -254,8 +273,12 @@ def _gpu_factor(r: dict) -> float | None:
     synchronised call spends, which the projection models itself (``call_us``, ``syncs``); applied to
     the kernels as well it would be counted twice. None where verify timed it on the GPU's clock."""
     t, pc = r.get("timing"), r.get("per_call")
-    if not isinstance(t, dict) or t.get("candidate_clock") != "plain" or t.get("clock") != "gated" \
-            or not isinstance(pc, dict):
+    if (
+        not isinstance(t, dict)
+        or t.get("candidate_clock") != "plain"
+        or t.get("clock") != "gated"
+        or not isinstance(pc, dict)
+    ):
         return None
     ref, cand = pc.get("reference"), pc.get("candidate")
     k = [x.get("kernel_us") if isinstance(x, dict) else None for x in (ref, cand)]
@@ -270,15 +293,15 @@ class Pass:
 
     speedup: float
     candidate: str
-    launches: int | None     # kernels per call the candidate launched (None: not measured)
+    launches: int | None  # kernels per call the candidate launched (None: not measured)
 
 
 @dataclass
 class BestPasses:
     """What a verify results file says per problem (in first-seen order)."""
 
-    best: dict[str, Pass]       # the fastest passing result of each problem that has one
-    failed: list[str]           # the problems with no usable pass
+    best: dict[str, Pass]  # the fastest passing result of each problem that has one
+    failed: list[str]  # the problems with no usable pass
     warnings: list[str]
 
 
@@ -309,13 +332,17 @@ def best_passes(results: list[dict], path: str) -> BestPasses:
         if name not in best or f > best[name].speedup:
             best[name] = Pass(f, _candidate(r), _verified_launches(r))
     for verdict, names in sorted(skipped.items()):
-        warnings.append(f"{path}: skipped {len(names)} result(s) with verdict {verdict!r} "
-                        f"(only verdict 'pass' is used): {', '.join(names)}")
+        warnings.append(
+            f"{path}: skipped {len(names)} result(s) with verdict {verdict!r} "
+            f"(only verdict 'pass' is used): {', '.join(names)}"
+        )
     for name, k in npass.items():
         if k > 1:
             f, cand = best[name].speedup, best[name].candidate
-            warnings.append(f"{path}: {name} has {k} passing candidates; using the fastest"
-                            f"{' (' + cand + ')' if cand else ''} at {f:g}x")
+            warnings.append(
+                f"{path}: {name} has {k} passing candidates; using the fastest"
+                f"{' (' + cand + ')' if cand else ''} at {f:g}x"
+            )
     ordered = {n: best[n] for n in order if n in best}
     return BestPasses(ordered, [n for n in order if n not in best], warnings)
 
@@ -328,24 +355,40 @@ def _from_verify(results: list[dict], path: str) -> SpeedupFile:
     gpu: dict[str, float] = {}
     for r in results:  # the chosen (fastest passing) result of each problem
         name = str(r.get("problem"))
-        if name in best and r.get("verdict") == "pass" and _candidate(r) == best[name].candidate \
-                and r.get("speedup") == best[name].speedup:
+        if (
+            name in best
+            and r.get("verdict") == "pass"
+            and _candidate(r) == best[name].candidate
+            and r.get("speedup") == best[name].speedup
+        ):
             calls[name] = _verified_call(r)
             g = _gpu_factor(r)
             if g is not None and calls[name][1]:
                 gpu[name] = g
-                warnings.append(f"{path}: {name}: timed serialised (it synchronises with the host); its kernels "
-                                f"take the profiled kernel-time ratio {g:.4g}x, its {calls[name][1]:g} "
-                                f"synchronisation(s) and CPU time per call are modelled on the CPU side")
+                warnings.append(
+                    f"{path}: {name}: timed serialised (it synchronises with the host); its kernels "
+                    f"take the profiled kernel-time ratio {g:.4g}x, its {calls[name][1]:g} "
+                    f"synchronisation(s) and CPU time per call are modelled on the CPU side"
+                )
     entries = []
     for name, p in best.items():
         f, cand, n = p.speedup, p.candidate, p.launches
         call_us, syncs, ref_us = calls.get(name, (None, None, None))
         f = gpu.get(name, f)
-        entries.append(Speedup(parse_selector(f"problem:{name}"), f, True, src, note=cand, verify_result=True,
-                               launches=n, call_us=call_us if n is not None else None,
-                               syncs=syncs if n is not None else None,
-                               reference_call_us=ref_us if n is not None else None))
+        entries.append(
+            Speedup(
+                parse_selector(f"problem:{name}"),
+                f,
+                True,
+                src,
+                note=cand,
+                verify_result=True,
+                launches=n,
+                call_us=call_us if n is not None else None,
+                syncs=syncs if n is not None else None,
+                reference_call_us=ref_us if n is not None else None,
+            )
+        )
     return SpeedupFile(entries, warnings, "verify", list(results))
 
 
@@ -358,8 +401,9 @@ def _load_toml(path: Path, text: str) -> SpeedupFile:
     if not isinstance(rows, list) or not rows:
         raise UserError(f"{path}: expected [[speedup]] tables (see docs/projection.md)")
     default_source = str(doc.get("source", path))
-    return SpeedupFile([_entry_from_mapping(r, f"{path}: [[speedup]] #{i}", default_source)
-                        for i, r in enumerate(rows, 1)])
+    return SpeedupFile(
+        [_entry_from_mapping(r, f"{path}: [[speedup]] #{i}", default_source) for i, r in enumerate(rows, 1)]
+    )
 
 
 def _load_json(path: Path, text: str) -> SpeedupFile:
@@ -367,8 +411,11 @@ def _load_json(path: Path, text: str) -> SpeedupFile:
         doc = json.loads(text)
     except ValueError as e:
         raise UserError(f"{path}: invalid JSON ({e})") from None
-    if isinstance(doc, dict) and isinstance(doc.get("results"), list) and (
-            doc.get("tool") == "headroom verify" or all(_is_verify_result(r) for r in doc["results"])):
+    if (
+        isinstance(doc, dict)
+        and isinstance(doc.get("results"), list)
+        and (doc.get("tool") == "headroom verify" or all(_is_verify_result(r) for r in doc["results"]))
+    ):
         return _from_verify(doc["results"], str(path))
     if _is_verify_result(doc):
         return _from_verify([doc], str(path))
@@ -376,17 +423,19 @@ def _load_json(path: Path, text: str) -> SpeedupFile:
         return _from_verify(doc, str(path))
     rows = doc.get("speedups") if isinstance(doc, dict) else doc
     if not isinstance(rows, list) or not rows:
-        raise UserError(f"{path}: expected {{\"speedups\": [...]}}, a list of entries, or headroom verify output")
+        raise UserError(f'{path}: expected {{"speedups": [...]}}, a list of entries, or headroom verify output')
     default_source = str(doc.get("source", path)) if isinstance(doc, dict) else str(path)
-    return SpeedupFile([_entry_from_mapping(r, f"{path}: entry {i}", default_source)
-                        for i, r in enumerate(rows, 1)])
+    return SpeedupFile([_entry_from_mapping(r, f"{path}: entry {i}", default_source) for i, r in enumerate(rows, 1)])
 
 
 def _load_csv(path: Path, text: str) -> SpeedupFile:
     lines = [ln for ln in text.splitlines() if ln.strip() and not ln.lstrip().startswith("#")]
     reader = csv.DictReader(io.StringIO("\n".join(lines)))
-    if not reader.fieldnames or "speedup" not in reader.fieldnames or not (
-            "select" in reader.fieldnames or any(k in reader.fieldnames for k in _SHORTHAND)):
+    if (
+        not reader.fieldnames
+        or "speedup" not in reader.fieldnames
+        or not ("select" in reader.fieldnames or any(k in reader.fieldnames for k in _SHORTHAND))
+    ):
         raise UserError(f"{path}: CSV needs a header with 'select' and 'speedup' columns")
     entries = []
     for i, row in enumerate(reader, 2):
@@ -418,7 +467,9 @@ def load_speedup_file(path: str | os.PathLike[str]) -> SpeedupFile:
     raise UserError(f"{path}: unknown speedup file type (use .toml, .json or .csv)")
 
 
-def collect_entries(cli: Iterable[str] = (), files: Iterable[str | os.PathLike[str]] = ()) -> tuple[list[Speedup], list[str]]:
+def collect_entries(
+    cli: Iterable[str] = (), files: Iterable[str | os.PathLike[str]] = ()
+) -> tuple[list[Speedup], list[str]]:
     """Entries from ``--speedup`` options first (they win overlaps), then from files in order; plus the files' warnings."""
     entries: list[Speedup] = [parse_cli_speedup(t) for t in cli]
     warnings: list[str] = []

@@ -46,7 +46,7 @@ def pid_codes(values: Iterable, table: dict) -> np.ndarray:
     codes, texts = codes_and_texts(values if isinstance(values, pd.Series) else np.asarray(list(values), dtype=object))
     if len(codes) == 0:
         return np.zeros(0, dtype=np.int64)
-    shifted = codes + 1                              # 0: the missing values, text ""
+    shifted = codes + 1  # 0: the missing values, text ""
     texts = [""] + texts
     present, first = np.unique(shifted, return_index=True)
     mapped = np.zeros(len(texts), dtype=np.int64)
@@ -62,10 +62,10 @@ STREAM_WAIT_EVENT = "Stream Wait Event"  # Kineto's name for a CUPTI stream-wait
 class StreamWaits:
     """The cross-stream dependencies a trace's ``cuda_sync`` records give, and how each was found."""
 
-    dep: np.ndarray      # per event: the index of the event it waits on in another stream, -1 if none
-    recorded: int        # waits whose cudaEventRecord (stream and correlation) the record names
-    inferred: int        # waits whose record is unresolved (-1), taken from the waiting thread's last record
-    unresolved: int      # waits neither way could place
+    dep: np.ndarray  # per event: the index of the event it waits on in another stream, -1 if none
+    recorded: int  # waits whose cudaEventRecord (stream and correlation) the record names
+    inferred: int  # waits whose record is unresolved (-1), taken from the waiting thread's last record
+    unresolved: int  # waits neither way could place
 
 
 def stream_waits(events: pd.DataFrame, syncs: pd.DataFrame | None, runtime: pd.DataFrame | None) -> StreamWaits:
@@ -94,20 +94,29 @@ def stream_waits(events: pd.DataFrame, syncs: pd.DataFrame | None, runtime: pd.D
         syncs = syncs[syncs["name"].astype(str) == STREAM_WAIT_EVENT]
     rt_corr = runtime["correlation"].tolist()
     rt_ts = dict(zip(rt_corr, runtime["ts"].tolist()))
-    rt_thread = dict(zip(rt_corr, zip(runtime["pid"].astype(str), runtime["tid"].astype(str)))) \
-        if {"pid", "tid"} <= set(runtime.columns) else {}
+    rt_thread = (
+        dict(zip(rt_corr, zip(runtime["pid"].astype(str), runtime["tid"].astype(str))))
+        if {"pid", "tid"} <= set(runtime.columns)
+        else {}
+    )
     names = runtime["name"].astype(str) if "name" in runtime.columns else pd.Series([""] * len(runtime))
     rec = runtime[names.str.startswith("cudaEventRecord").to_numpy()]
     records: dict[tuple[str, str], np.ndarray] = {}
-    for key, idx in (rec.groupby([rec["pid"].astype(str), rec["tid"].astype(str)]).indices.items()
-                     if len(rec) and {"pid", "tid"} <= set(rec.columns) else ()):
+    for key, idx in (
+        rec.groupby([rec["pid"].astype(str), rec["tid"].astype(str)]).indices.items()
+        if len(rec) and {"pid", "tid"} <= set(rec.columns)
+        else ()
+    ):
         records[key] = np.sort(rec["ts"].to_numpy(dtype=float)[idx])
     stream = events["stream"].astype(str).to_numpy()
     ts = events["ts"].to_numpy(dtype=float)
     launch = events["launch_ts"].to_numpy(dtype=float) if "launch_ts" in events.columns else np.full(n, np.nan)
     has_launch = np.isfinite(launch)
-    ev_thread = (events["launch_pid"].astype(str) + "/" + events["launch_tid"].astype(str)).to_numpy() \
-        if {"launch_pid", "launch_tid"} <= set(events.columns) else np.full(n, "", dtype=object)
+    ev_thread = (
+        (events["launch_pid"].astype(str) + "/" + events["launch_tid"].astype(str)).to_numpy()
+        if {"launch_pid", "launch_tid"} <= set(events.columns)
+        else np.full(n, "", dtype=object)
+    )
     by_stream: dict[str, np.ndarray] = {}
     for s in np.unique(stream):
         idx = np.flatnonzero(stream == s)
@@ -128,8 +137,9 @@ def stream_waits(events: pd.DataFrame, syncs: pd.DataFrame | None, runtime: pd.D
                 k = np.searchsorted(r, t_wait, side="right") - 1
                 if k >= 0 and thread is not None:
                     t_rec = float(r[k])
-                    mine = np.flatnonzero((ev_thread == f"{thread[0]}/{thread[1]}") & has_launch
-                                          & (launch <= t_rec) & (stream != dst))
+                    mine = np.flatnonzero(
+                        (ev_thread == f"{thread[0]}/{thread[1]}") & has_launch & (launch <= t_rec) & (stream != dst)
+                    )
                     if len(mine):
                         src = stream[mine[np.argmax(launch[mine])]]
         if t_rec is None or src not in by_stream or dst not in by_stream or src == dst:
@@ -150,8 +160,7 @@ def stream_waits(events: pd.DataFrame, syncs: pd.DataFrame | None, runtime: pd.D
     return StreamWaits(dep, counts["recorded"], counts["inferred"], counts["unresolved"])
 
 
-def cross_stream_deps(events: pd.DataFrame, syncs: pd.DataFrame | None,
-                      runtime: pd.DataFrame | None) -> np.ndarray:
+def cross_stream_deps(events: pd.DataFrame, syncs: pd.DataFrame | None, runtime: pd.DataFrame | None) -> np.ndarray:
     """For each event, the index of the event it waits on in another stream (-1 if none known):
     :func:`stream_waits`' dependencies."""
     return stream_waits(events, syncs, runtime).dep

@@ -47,7 +47,7 @@ from headroom.projection.speedups import Speedup
 from headroom.trace.comm import merged
 from headroom.trace.rank_set import RankSet
 
-BACK_TO_BACK_US = 4.0   # a collective starting this soon after the previous one on its stream was queued behind it
+BACK_TO_BACK_US = 4.0  # a collective starting this soon after the previous one on its stream was queued behind it
 
 
 @dataclass
@@ -56,9 +56,9 @@ class _Collective:
     ts: float
     end: float
     stream: str
-    prev_end: float | None      # measured end of the previous collective on the same stream
+    prev_end: float | None  # measured end of the previous collective on the same stream
     queued: bool
-    blocks_from: float | None   # when the rank's work stopped before waiting for this collective
+    blocks_from: float | None  # when the rank's work stopped before waiting for this collective
     prev_key: str | None = None  # that previous collective (ranks can run them on other streams or orders)
     # Measured time from the last rank's arrival to this rank's end (aligned clocks). Negative where the
     # alignment puts the end before that arrival: kept, so that with no speedup the model is the measurement.
@@ -72,10 +72,10 @@ class _RankModel:
     w0: float
     w1: float
     num_steps: int
-    seg_ts: np.ndarray           # non-communication work segments (event index in seg_event)
+    seg_ts: np.ndarray  # non-communication work segments (event index in seg_event)
     seg_end: np.ndarray
     seg_event: np.ndarray
-    seg_stream: np.ndarray       # the GPU stream (CPU thread) each segment ran on
+    seg_stream: np.ndarray  # the GPU stream (CPU thread) each segment ran on
     collectives: dict[str, _Collective] = field(default_factory=dict)
 
 
@@ -85,7 +85,7 @@ class SyncModel:
 
     ranks: list[int]
     models: dict[int, _RankModel]
-    order: list[str]             # collective keys in the order they end
+    order: list[str]  # collective keys in the order they end
     n_events: dict[int, int]
     _identity: dict[int, float] | None = None
 
@@ -105,15 +105,25 @@ class SyncModel:
             sts, sen = seg["ts"].to_numpy(dtype=float)[work], seg["end"].to_numpy(dtype=float)[work]
             sev = seg["event"].to_numpy()[work]
             streams = (a.events["device"].astype(str) + "/" + a.events["stream"].astype(str)).to_numpy()
-            m = _RankModel(r, float(rs.offsets.get(r, 0.0)), float(a.window[0]), float(a.window[1]),
-                           int(a.num_steps), sts, sen, sev, streams[sev] if len(sev) else np.zeros(0, dtype=object))
+            m = _RankModel(
+                r,
+                float(rs.offsets.get(r, 0.0)),
+                float(a.window[0]),
+                float(a.window[1]),
+                int(a.num_steps),
+                sts,
+                sen,
+                sev,
+                streams[sev] if len(sev) else np.zeros(0, dtype=object),
+            )
             mine = matched[matched["rank"] == r].sort_values(["ts", "end"], kind="stable") if len(matched) else matched
             last_on_stream: dict[str, tuple[float, str]] = {}
             for c in mine.itertuples(index=False):
                 prev, prev_key = last_on_stream.get(c.stream, (None, None))
                 queued = prev is not None and 0.0 <= float(c.ts) - prev <= BACK_TO_BACK_US
-                m.collectives[c.key] = _Collective(c.key, float(c.ts), float(c.end), c.stream, prev, queued, None,
-                                                   prev_key)
+                m.collectives[c.key] = _Collective(
+                    c.key, float(c.ts), float(c.end), c.stream, prev, queued, None, prev_key
+                )
                 if prev is None or float(c.end) >= prev:
                     last_on_stream[c.stream] = (float(c.end), c.key)
             _mark_blockers(m)
@@ -145,7 +155,7 @@ def _mark_blockers(m: _RankModel) -> None:
         return
     keys = list(m.collectives)
     ends = np.array([m.collectives[k].end for k in keys])
-    j = np.searchsorted(ws, ends, side="left")       # the work interval that resumes after each end
+    j = np.searchsorted(ws, ends, side="left")  # the work interval that resumes after each end
     gap_start = np.where(j > 0, we[np.maximum(j - 1, 0)], m.w0)
     in_gap = (j < len(ws)) & (ends >= gap_start)
     best: dict[int, int] = {}
@@ -215,23 +225,32 @@ class _Timeline:
 
     def add_jump(self, t: float, inc: float) -> None:
         if self.jump_t and t < self.jump_t[-1]:
-            t = self.jump_t[-1]   # keep the step function in time order (collectives are taken by end time)
+            t = self.jump_t[-1]  # keep the step function in time order (collectives are taken by end time)
         self.jump_t.append(t)
         self.jump_sum.append((self.jump_sum[-1] if self.jump_sum else 0.0) + inc)
 
 
 @dataclass
 class SyncResult:
-    baseline_us: float                  # the synchronised window: the longest rank's
+    baseline_us: float  # the synchronised window: the longest rank's
     projected_us: float
-    identity_us: float                  # the model with no speedup (equals baseline_us up to clock alignment)
-    per_rank: dict[int, tuple[float, float]]   # rank -> (measured window, projected window)
+    identity_us: float  # the model with no speedup (equals baseline_us up to clock alignment)
+    per_rank: dict[int, tuple[float, float]]  # rank -> (measured window, projected window)
     num_steps: int = field(metadata=SKIP)
 
-    JSON_KEYS: ClassVar[tuple[str, ...]] = ("baseline_us", "projected_us", "per_step_us", "baseline_per_step_us",
-                                            "gain", "speedup", "identity_error_us", "per_rank")
-    JSON_META: ClassVar[dict[str, dict[str, Any]]] = {"per_rank": encoded(lambda d: [
-        {"rank": r, "measured_us": a, "projected_us": b} for r, (a, b) in d.items()])}
+    JSON_KEYS: ClassVar[tuple[str, ...]] = (
+        "baseline_us",
+        "projected_us",
+        "per_step_us",
+        "baseline_per_step_us",
+        "gain",
+        "speedup",
+        "identity_error_us",
+        "per_rank",
+    )
+    JSON_META: ClassVar[dict[str, dict[str, Any]]] = {
+        "per_rank": encoded(lambda d: [{"rank": r, "measured_us": a, "projected_us": b} for r, (a, b) in d.items()])
+    }
 
     @property
     def gain(self) -> float:
@@ -257,7 +276,7 @@ class SyncResult:
 def _run(model: SyncModel, factors: dict[int, np.ndarray]) -> dict[int, float]:
     """Projected window length per rank."""
     tl = {r: _Timeline(model.models[r], factors[r]) for r in model.ranks}
-    end_of: dict[int, dict[str, float]] = {r: {} for r in model.ranks}   # projected end per collective
+    end_of: dict[int, dict[str, float]] = {r: {} for r in model.ranks}  # projected end per collective
     max_end = {r: -math.inf for r in model.ranks}
     for key in model.order:
         arrive = {}
@@ -275,7 +294,7 @@ def _run(model: SyncModel, factors: dict[int, np.ndarray]) -> dict[int, float]:
         last = max(arrive.values())
         for r in model.ranks:
             m, c = model.models[r], model.models[r].collectives[key]
-            end = max(last - m.offset + c.transfer, arrive[r] - m.offset)   # never before it started
+            end = max(last - m.offset + c.transfer, arrive[r] - m.offset)  # never before it started
             end_of[r][key] = end
             max_end[r] = max(max_end[r], end)
             if c.blocks_from is not None:
@@ -321,14 +340,23 @@ class RanksProjection:
     speedups: SyncResult
     zero_time: SyncResult
     # Each rank projected alone (no synchronisation).
-    per_rank_amdahl: dict[int, dict[str, float]] = field(metadata=encoded(
-        lambda d: [{"rank": r, **v} for r, v in d.items()]))
+    per_rank_amdahl: dict[int, dict[str, float]] = field(
+        metadata=encoded(lambda d: [{"rank": r, **v} for r, v in d.items()])
+    )
     entries: dict[int, list[EntryResult]] = field(metadata=encoded(lambda d: {str(r): e for r, e in d.items()}))
     warnings: list[str]
 
     # The ``headroom project --json`` contract for a rank set.
-    JSON_KEYS: ClassVar[tuple[str, ...]] = ("source", "kind", "ranks", "on_ranks", "synchronised", "per_rank_amdahl",
-                                            "entries", "warnings")
+    JSON_KEYS: ClassVar[tuple[str, ...]] = (
+        "source",
+        "kind",
+        "ranks",
+        "on_ranks",
+        "synchronised",
+        "per_rank_amdahl",
+        "entries",
+        "warnings",
+    )
     kind: ClassVar[str] = "ranks"
 
     @property
@@ -336,9 +364,14 @@ class RanksProjection:
         return {"speedups": self.speedups, "zero_time": self.zero_time}
 
 
-def project_ranks(rs: RankSet, entries: Sequence[Speedup], on_ranks: Sequence[int] | None = None,
-                  problems: ProblemMap | None = None, strict: bool = False,
-                  model: SyncModel | None = None) -> RanksProjection:
+def project_ranks(
+    rs: RankSet,
+    entries: Sequence[Speedup],
+    on_ranks: Sequence[int] | None = None,
+    problems: ProblemMap | None = None,
+    strict: bool = False,
+    model: SyncModel | None = None,
+) -> RanksProjection:
     """Speedup entries applied on every rank (or only `on_ranks`), projected through the collectives."""
     if not entries:
         raise UserError("nothing to project: give --speedup SELECTOR=FACTOR or --speedups FILE")
@@ -362,5 +395,13 @@ def project_ranks(rs: RankSet, entries: Sequence[Speedup], on_ranks: Sequence[in
         p = amdahl(a, res.factors)
         amd[r] = {"baseline_us": p.baseline_us, "projected_us": p.projected_us, "gain": p.gain}
         ent[r] = res.results
-    return RanksProjection(rs.source, list(rs.ranks), on, sync_projection(model, factors),
-                           sync_projection(model, zero), amd, ent, list(rs.warnings) + warnings)
+    return RanksProjection(
+        rs.source,
+        list(rs.ranks),
+        on,
+        sync_projection(model, factors),
+        sync_projection(model, zero),
+        amd,
+        ent,
+        list(rs.warnings) + warnings,
+    )

@@ -16,8 +16,19 @@ from headroom.projection.sync_projection import SyncModel, sync_projection
 from headroom.projection.targets import NO_OP
 from headroom.trace.rank_set import RankSet
 
-_RANK_TARGET_COLUMNS = ["kind", "name", "category", "kernels", "us", "share", "min_rank_us", "max_rank_us",
-                        "gain", "gain_inf", "rank_gain_median"]
+_RANK_TARGET_COLUMNS = [
+    "kind",
+    "name",
+    "category",
+    "kernels",
+    "us",
+    "share",
+    "min_rank_us",
+    "max_rank_us",
+    "gain",
+    "gain_inf",
+    "rank_gain_median",
+]
 
 
 def _keys(events: pd.DataFrame, kind: str) -> np.ndarray:
@@ -35,8 +46,14 @@ def _keys(events: pd.DataFrame, kind: str) -> np.ndarray:
     raise UserError(f"unknown grouping {kind!r} (op, top_op, module, module_path, kernel)")
 
 
-def sync_targets(rs: RankSet, speedup: float = 1.5, by: Sequence[str] = ("op", "module"), top: int | None = 20,
-                 candidates: int | None = None, model: SyncModel | None = None) -> pd.DataFrame:
+def sync_targets(
+    rs: RankSet,
+    speedup: float = 1.5,
+    by: Sequence[str] = ("op", "module"),
+    top: int | None = 20,
+    candidates: int | None = None,
+    model: SyncModel | None = None,
+) -> pd.DataFrame:
     """Ops (and module class paths) ranked by their effect on the synchronised step.
 
     Each group is made `speedup` times faster on every rank that runs it and projected
@@ -58,9 +75,19 @@ def sync_targets(rs: RankSet, speedup: float = 1.5, by: Sequence[str] = ("op", "
             k = per_rank_keys[r]
             comm = ev["category"].astype(str).to_numpy() == "communication"
             ok = (k != "") & ~comm
-            rows.append(pd.DataFrame({"key": k[ok], "rank": r, "dur": ev["dur"].to_numpy(dtype=float)[ok],
-                                      "category": ev["category"].astype(str).to_numpy()[ok]}))
-        allrows = pd.concat(rows, ignore_index=True) if rows else pd.DataFrame(columns=["key", "rank", "dur", "category"])
+            rows.append(
+                pd.DataFrame(
+                    {
+                        "key": k[ok],
+                        "rank": r,
+                        "dur": ev["dur"].to_numpy(dtype=float)[ok],
+                        "category": ev["category"].astype(str).to_numpy()[ok],
+                    }
+                )
+            )
+        allrows = (
+            pd.concat(rows, ignore_index=True) if rows else pd.DataFrame(columns=["key", "rank", "dur", "category"])
+        )
         if len(allrows) == 0:
             continue
         g = allrows.groupby("key", sort=False).agg(us=("dur", "sum"), kernels=("dur", "size"))
@@ -70,8 +97,14 @@ def sync_targets(rs: RankSet, speedup: float = 1.5, by: Sequence[str] = ("op", "
                 per[r] = 0.0
         g["min_rank_us"] = per[rs.ranks].min(axis=1)
         g["max_rank_us"] = per[rs.ranks].max(axis=1)
-        cat = (allrows.groupby(["key", "category"], sort=False)["dur"].sum().reset_index()
-               .sort_values("dur", ascending=False, kind="stable").drop_duplicates("key").set_index("key")["category"])
+        cat = (
+            allrows.groupby(["key", "category"], sort=False)["dur"]
+            .sum()
+            .reset_index()
+            .sort_values("dur", ascending=False, kind="stable")
+            .drop_duplicates("key")
+            .set_index("key")["category"]
+        )
         g = g.join(cat)
         n = candidates if candidates is not None else (3 * top if top else len(g))
         g = g.sort_values(["us"], ascending=False, kind="stable").head(n)
@@ -101,6 +134,7 @@ def sync_targets(rs: RankSet, speedup: float = 1.5, by: Sequence[str] = ("op", "
 
 def sync_targets_dict(rs: RankSet, table: pd.DataFrame, speedup: float) -> dict[str, Any]:
     """The ``headroom targets --json`` contract for a rank set (docs/distributed.md)."""
+
     def clean(v):
         if isinstance(v, (np.floating, float)):
             return float(v) if math.isfinite(float(v)) else None
@@ -108,6 +142,12 @@ def sync_targets_dict(rs: RankSet, table: pd.DataFrame, speedup: float) -> dict[
             return int(v)
         return v
 
-    return {"source": rs.source, "kind": "ranks", "ranks": rs.ranks, "speedup": speedup,
-            "step_us": rs.step_us, "slowest_rank": rs.slowest_rank,
-            "targets": [{c: clean(v) for c, v in row.items()} for row in table.to_dict(orient="records")]}
+    return {
+        "source": rs.source,
+        "kind": "ranks",
+        "ranks": rs.ranks,
+        "speedup": speedup,
+        "step_us": rs.step_us,
+        "slowest_rank": rs.slowest_rank,
+        "targets": [{c: clean(v) for c, v in row.items()} for row in table.to_dict(orient="records")],
+    }

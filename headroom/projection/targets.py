@@ -25,8 +25,21 @@ if TYPE_CHECKING:
 
 DEFAULT_SPEEDUP = 1.5
 NO_OP = "(no op)"
-_TARGET_COLUMNS = ["kind", "name", "category", "addressable", "addressable_fraction", "kernels", "us", "share",
-                   "wall_us", "gain", "gain_inf", "projected_us", "projected_inf_us"]
+_TARGET_COLUMNS = [
+    "kind",
+    "name",
+    "category",
+    "addressable",
+    "addressable_fraction",
+    "kernels",
+    "us",
+    "share",
+    "wall_us",
+    "gain",
+    "gain_inf",
+    "projected_us",
+    "projected_inf_us",
+]
 # Only module rows (kind module | module_path) have these.
 MODULE_COLUMNS = ["scope", "calls", "kernels_per_call", "cpu_us_per_call", "inputs", "categories", "phases"]
 MODULE_KINDS = ("module", "module_path")
@@ -69,8 +82,9 @@ def _ranked(t: pd.DataFrame, columns: list[str], top: int | None) -> pd.DataFram
     return (t.head(top) if top else t)[columns].copy()
 
 
-def _with_replay(t: pd.DataFrame, b: Baseline, speedup: float, replay_top: int,
-                 members: Callable[[str], np.ndarray]) -> pd.DataFrame:
+def _with_replay(
+    t: pd.DataFrame, b: Baseline, speedup: float, replay_top: int, members: Callable[[str], np.ndarray]
+) -> pd.DataFrame:
     """replay_gain / replay_gain_inf for the first `replay_top` rows (`members(name)`: that row's events)."""
     if replay_top <= 0 or b.mode != "gpu":
         return t
@@ -85,8 +99,14 @@ def _with_replay(t: pd.DataFrame, b: Baseline, speedup: float, replay_top: int,
     return t
 
 
-def targets(analysis: Analysis | Baseline, speedup: float = DEFAULT_SPEEDUP, by: Sequence[str] = ("op", "module"),
-            top: int | None = 20, replay_top: int = 0, scope: str = "self") -> pd.DataFrame:
+def targets(
+    analysis: Analysis | Baseline,
+    speedup: float = DEFAULT_SPEEDUP,
+    by: Sequence[str] = ("op", "module"),
+    top: int | None = 20,
+    replay_top: int = 0,
+    scope: str = "self",
+) -> pd.DataFrame:
     """Ops, kernels and nn.Modules ranked by end-to-end gain.
 
     Columns: kind (op|top_op|kernel|module|module_path), name, category (the one with
@@ -133,14 +153,24 @@ def targets(analysis: Analysis | Baseline, speedup: float = DEFAULT_SPEEDUP, by:
         categories, category_names = factorized(sub["category"].astype(str).to_numpy(dtype=object))
         dur = sub["dur"].to_numpy(dtype=float)
         addr = sub["addressable"].fillna(False).to_numpy(dtype=bool)
-        agg = pd.DataFrame({"key": k, "dur": dur, "addr": np.where(addr, dur, 0.0)}).groupby("key", sort=False).agg(
-            us=("dur", "sum"), kernels=("dur", "size"), addressable_us=("addr", "sum"))
+        agg = (
+            pd.DataFrame({"key": k, "dur": dur, "addr": np.where(addr, dur, 0.0)})
+            .groupby("key", sort=False)
+            .agg(us=("dur", "sum"), kernels=("dur", "size"), addressable_us=("addr", "sum"))
+        )
         named = categories >= 0
-        cat = (pd.DataFrame({"key": k[named], "category": categories[named], "dur": dur[named]})
-               .groupby(["key", "category"], sort=False)["dur"].sum().reset_index()
-               .sort_values("dur", ascending=False, kind="stable").drop_duplicates("key").set_index("key")["category"])
-        am = _amdahl_groups(Baseline(sub.reset_index(drop=True), b.wall_us, b.window, b.num_steps, b.n_devices),
-                            k, speedup)
+        cat = (
+            pd.DataFrame({"key": k[named], "category": categories[named], "dur": dur[named]})
+            .groupby(["key", "category"], sort=False)["dur"]
+            .sum()
+            .reset_index()
+            .sort_values("dur", ascending=False, kind="stable")
+            .drop_duplicates("key")
+            .set_index("key")["category"]
+        )
+        am = _amdahl_groups(
+            Baseline(sub.reset_index(drop=True), b.wall_us, b.window, b.num_steps, b.n_devices), k, speedup
+        )
         t = agg.join(am).join(cat.rename("category"))
         t["category"] = [category_names[int(c)] if c == c else np.nan for c in t["category"].to_numpy(dtype=float)]
         t["kind"] = grouping
@@ -174,9 +204,11 @@ def module_ranges_missing(analysis: Analysis | Baseline) -> str | None:
     if has_module_ranges(analysis):
         return None
     b = as_baseline(analysis)
-    return (f"{Path(b.source).name or 'the trace'} has no nn.Module ranges, so there is nothing to rank by "
-            f"module: record them with `headroom profile WORKLOAD` (on by default), or around your own "
-            f"profiling with headroom.profile.modules.record_module_ranges(model)")
+    return (
+        f"{Path(b.source).name or 'the trace'} has no nn.Module ranges, so there is nothing to rank by "
+        f"module: record them with `headroom profile WORKLOAD` (on by default), or around your own "
+        f"profiling with headroom.profile.modules.record_module_ranges(model)"
+    )
 
 
 def _module_keys(ev: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -191,8 +223,9 @@ def _module_keys(ev: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         mtype = ev["module_type"].astype(str).to_numpy(dtype=object)
         stack = ev["module_stack"].astype(str).to_numpy(dtype=object) if "module_stack" in ev.columns else mtype
         return path, mtype, stack
-    classes = {p: [re.sub(r"_\d+$", "", x) for x in p.split(".") if x and not x.isdigit()]
-               for p in set(path.tolist()) if p}
+    classes = {
+        p: [re.sub(r"_\d+$", "", x) for x in p.split(".") if x and not x.isdigit()] for p in set(path.tolist()) if p
+    }
     mtype = np.array([classes[p][-1] if p else "" for p in path], dtype=object)
     stack = np.array([STACK_SEP.join(classes[p]) if p else "" for p in path], dtype=object)
     return path, mtype, stack
@@ -232,21 +265,35 @@ def _call_stats(modules: pd.DataFrame | None, grouping: str, scope: str, num_ste
         return pd.DataFrame(columns=cols)
     key = modules["path"] if grouping == "module_path" else modules["module_type"]
     cpu = modules["self_us"] if scope == "self" else modules["dur"]
-    df = pd.DataFrame({"key": key.astype(str).to_numpy(), "cpu": cpu.to_numpy(dtype=float),
-                       "inputs": modules["inputs"].astype(str).to_numpy()})
+    df = pd.DataFrame(
+        {
+            "key": key.astype(str).to_numpy(),
+            "cpu": cpu.to_numpy(dtype=float),
+            "inputs": modules["inputs"].astype(str).to_numpy(),
+        }
+    )
     g = df.groupby("key", sort=False)
     out = pd.DataFrame({"calls_total": g.size(), "cpu_us_per_call": g["cpu"].mean()})
     out["calls"] = out["calls_total"] / max(num_steps, 1)
     seen = df[df["inputs"] != ""].groupby(["key", "inputs"], sort=False).size().reset_index(name="n")
     seen = seen.sort_values(["key", "n"], ascending=[True, False], kind="stable")
-    out["inputs"] = pd.Series({k: [{"inputs": i, "calls": int(n)} for i, n in zip(s["inputs"], s["n"])][:5]
-                               for k, s in seen.groupby("key", sort=False)})
+    out["inputs"] = pd.Series(
+        {
+            k: [{"inputs": i, "calls": int(n)} for i, n in zip(s["inputs"], s["n"])][:5]
+            for k, s in seen.groupby("key", sort=False)
+        }
+    )
     return out[cols]
 
 
-def module_targets(analysis: Analysis | Baseline, speedup: float = DEFAULT_SPEEDUP, grouping: str = "module",
-                   scope: str = "self",
-                   top: int | None = 20, replay_top: int = 0) -> pd.DataFrame:
+def module_targets(
+    analysis: Analysis | Baseline,
+    speedup: float = DEFAULT_SPEEDUP,
+    grouping: str = "module",
+    scope: str = "self",
+    top: int | None = 20,
+    replay_top: int = 0,
+) -> pd.DataFrame:
     """nn.Module classes (``grouping="module"``) or instances (``"module_path"``) ranked by end-to-end gain.
 
     scope ``self``: a module's kernels are those whose innermost module it is (the groups
@@ -277,17 +324,29 @@ def module_targets(analysis: Analysis | Baseline, speedup: float = DEFAULT_SPEED
     total = float(ev["dur"].sum())
     sub = ev.iloc[rows].reset_index(drop=True)
     dur = sub["dur"].to_numpy(dtype=float)
-    addr = sub["addressable"].fillna(False).to_numpy(dtype=bool) if "addressable" in sub.columns \
+    addr = (
+        sub["addressable"].fillna(False).to_numpy(dtype=bool)
+        if "addressable" in sub.columns
         else np.zeros(len(sub), dtype=bool)
+    )
     category = sub["category"].astype(str).to_numpy() if "category" in sub.columns else np.full(len(sub), "other")
-    agg = pd.DataFrame({"key": keys, "dur": dur, "addr": np.where(addr, dur, 0.0)}).groupby("key", sort=False).agg(
-        us=("dur", "sum"), kernels=("dur", "size"), addressable_us=("addr", "sum"))
-    by_cat = (pd.DataFrame({"key": keys, "category": category, "dur": dur})
-              .groupby(["key", "category"], sort=False)["dur"].sum().reset_index()
-              .sort_values(["key", "dur"], ascending=[True, False], kind="stable"))
+    agg = (
+        pd.DataFrame({"key": keys, "dur": dur, "addr": np.where(addr, dur, 0.0)})
+        .groupby("key", sort=False)
+        .agg(us=("dur", "sum"), kernels=("dur", "size"), addressable_us=("addr", "sum"))
+    )
+    by_cat = (
+        pd.DataFrame({"key": keys, "category": category, "dur": dur})
+        .groupby(["key", "category"], sort=False)["dur"]
+        .sum()
+        .reset_index()
+        .sort_values(["key", "dur"], ascending=[True, False], kind="stable")
+    )
     mix = {k: {c: float(u) for c, u in zip(g["category"], g["dur"])} for k, g in by_cat.groupby("key", sort=False)}
     phase = sub["phase"].astype(str).to_numpy() if "phase" in sub.columns else np.full(len(sub), "forward")
-    by_phase = pd.DataFrame({"key": keys, "phase": phase, "dur": dur}).groupby(["key", "phase"], sort=False)["dur"].sum()
+    by_phase = (
+        pd.DataFrame({"key": keys, "phase": phase, "dur": dur}).groupby(["key", "phase"], sort=False)["dur"].sum()
+    )
     phases: dict[str, dict[str, float]] = {}
     for (k, ph), u in by_phase.items():
         phases.setdefault(k, {})[ph] = float(u)
@@ -303,8 +362,9 @@ def module_targets(analysis: Analysis | Baseline, speedup: float = DEFAULT_SPEED
     stats = _call_stats(b.modules, grouping, scope, b.num_steps)
     t = t.join(stats)
     calls_total = pd.to_numeric(t["calls_total"], errors="coerce").to_numpy(dtype=float)
-    t["kernels_per_call"] = np.where(calls_total > 0, t["kernels"].to_numpy(dtype=float) / np.where(
-        calls_total > 0, calls_total, 1.0), np.nan)
+    t["kernels_per_call"] = np.where(
+        calls_total > 0, t["kernels"].to_numpy(dtype=float) / np.where(calls_total > 0, calls_total, 1.0), np.nan
+    )
     t["calls"] = pd.to_numeric(t["calls"], errors="coerce")
     t["cpu_us_per_call"] = pd.to_numeric(t["cpu_us_per_call"], errors="coerce")
     t["inputs"] = [v if isinstance(v, list) else [] for v in t["inputs"]]
@@ -331,8 +391,16 @@ class Targets:
 
     # The ``headroom targets --json`` contract.
     JSON_KEYS: ClassVar[tuple[str | tuple[str, str], ...]] = (
-        ("trace", "source"), "mode", "baseline_us", "per_step_us", "num_steps", "speedup", ("targets", "rows"),
-        "notes", "device")
+        ("trace", "source"),
+        "mode",
+        "baseline_us",
+        "per_step_us",
+        "num_steps",
+        "speedup",
+        ("targets", "rows"),
+        "notes",
+        "device",
+    )
 
     @property
     def source(self) -> str:
@@ -364,21 +432,34 @@ class Targets:
         return self.table.copy()
 
 
-def rank_targets(analysis: Analysis | Baseline, speedup: float = DEFAULT_SPEEDUP, by: Sequence[str] = ("op", "module"),
-                 top: int | None = 20, replay_top: int = 0, scope: str = "self") -> Targets:
+def rank_targets(
+    analysis: Analysis | Baseline,
+    speedup: float = DEFAULT_SPEEDUP,
+    by: Sequence[str] = ("op", "module"),
+    top: int | None = 20,
+    replay_top: int = 0,
+    scope: str = "self",
+) -> Targets:
     """`targets()` as a result object; `notes` says when a module grouping found no module ranges."""
     b = as_baseline(analysis)
     missing = module_ranges_missing(b) if set(by) & set(MODULE_KINDS) else None
     return Targets(b, speedup, targets(b, speedup, by, top, replay_top, scope), (missing,) if missing else ())
 
 
-def targets_dict(analysis: Analysis | Baseline, table: pd.DataFrame, speedup: float,
-                 notes: Sequence[str] = ()) -> dict[str, Any]:
+def targets_dict(
+    analysis: Analysis | Baseline, table: pd.DataFrame, speedup: float, notes: Sequence[str] = ()
+) -> dict[str, Any]:
     """The ``headroom targets --json`` contract (docs/projection.md, docs/modules.md)."""
     b = as_baseline(analysis)
     return {
-        "trace": b.source, "mode": b.mode, "baseline_us": b.wall_us, "per_step_us": b.per_step_us,
-        "num_steps": b.num_steps, "speedup": speedup, "targets": target_rows(table), "notes": list(notes),
+        "trace": b.source,
+        "mode": b.mode,
+        "baseline_us": b.wall_us,
+        "per_step_us": b.per_step_us,
+        "num_steps": b.num_steps,
+        "speedup": speedup,
+        "targets": target_rows(table),
+        "notes": list(notes),
     }
 
 

@@ -22,13 +22,15 @@ def annotate_trace(source: str | os.PathLike, out: str | os.PathLike, rules=None
     """
     analysis = analyze(source, rules=rules, policy=policy, whole_trace=True)
     if analysis.mode != "gpu" or "index" not in analysis.events.columns:
-        raise UserError(f"{analysis.source}: no GPU activity to annotate (a CPU-only trace; "
-                        f"`headroom classify` shows its CPU ops)")
+        raise UserError(
+            f"{analysis.source}: no GPU activity to annotate (a CPU-only trace; `headroom classify` shows its CPU ops)"
+        )
     doc = read_trace_json(source)
     events = doc["traceEvents"]
     ev = analysis.events
-    for idx, cat, addr, op in zip(ev["index"].tolist(), ev["category"].tolist(),
-                                  ev["addressable"].tolist(), ev["op"].tolist()):
+    for idx, cat, addr, op in zip(
+        ev["index"].tolist(), ev["category"].tolist(), ev["addressable"].tolist(), ev["op"].tolist()
+    ):
         args = events[idx].setdefault("args", {})
         args["headroom_category"] = cat
         args["headroom_addressable"] = bool(addr)
@@ -36,7 +38,7 @@ def annotate_trace(source: str | os.PathLike, out: str | os.PathLike, rules=None
             args["headroom_op"] = op
     try:
         data = json.dumps(doc, allow_nan=False).encode()
-    except ValueError:   # a number beyond a double in the trace (1e999): null, as headroom writes one
+    except ValueError:  # a number beyond a double in the trace (1e999): null, as headroom writes one
         data = dumps(doc).encode()
     with atomic_file(out) as f:
         f.write(gzip.compress(data, compresslevel=6) if Path(out).name.endswith(".gz") else data)

@@ -30,9 +30,9 @@ from headroom.trace.analysis import analyze
 if TYPE_CHECKING:
     from headroom.projection.calibration import Calibration, Row
 
-GPU_BOUND_TARGET = 0.03     # |estimate / measured - 1| where the GPU is the bottleneck
+GPU_BOUND_TARGET = 0.03  # |estimate / measured - 1| where the GPU is the bottleneck
 LAUNCH_BOUND_TARGET = 0.06  # ... and where the CPU's launches are (decode at batch 1)
-AGREEMENT_TARGET = 0.10     # |verify's speedup / the part's in-model speedup - 1|
+AGREEMENT_TARGET = 0.10  # |verify's speedup / the part's in-model speedup - 1|
 PROBE_STATES = ("cold", "produced", "produced_gemm")  # lab/gpu/gpu_validate.py --l2-probe
 
 
@@ -40,18 +40,18 @@ PROBE_STATES = ("cold", "produced", "produced_gemm")  # lab/gpu/gpu_validate.py 
 class AprioriRow:
     name: str
     launch_bound: bool
-    verify_speedup: float       # verify's headline speedup on the extracted problem
-    candidate_clock: str        # "gated" (the GPU's clock) or "plain" (serialised: the candidate synchronises)
+    verify_speedup: float  # verify's headline speedup on the extracted problem
+    candidate_clock: str  # "gated" (the GPU's clock) or "plain" (serialised: the candidate synchronises)
     kernel_ratio: float | None  # the reference's / the candidate's profiled kernel time in verify's children
-    syncs: float | None         # host synchronisations per call of the candidate (verify)
-    part_speedup: float         # the replaced part inside the model (validate: kernel time per step)
-    factor: float               # the speedup the projection applied to the part's kernels
+    syncs: float | None  # host synchronisations per call of the candidate (verify)
+    part_speedup: float  # the replaced part inside the model (validate: kernel time per step)
+    factor: float  # the speedup the projection applied to the part's kernels
     estimate: float
-    low: float                  # the projector's CPU-outcome bounds (not the interval: `intervals`)
+    low: float  # the projector's CPU-outcome bounds (not the interval: `intervals`)
     high: float
-    measured: float             # validate's interleaved step-time speedup (its rounds, summarised by headroom.measure)
-    error: float                # estimate / measured - 1
-    noise: float = 0.0          # the measurement's log-scale standard error (headroom.measure.log_noise)
+    measured: float  # validate's interleaved step-time speedup (its rounds, summarised by headroom.measure)
+    error: float  # estimate / measured - 1
+    noise: float = 0.0  # the measurement's log-scale standard error (headroom.measure.log_noise)
     measured_ci: tuple[float, float] | None = None
 
     @property
@@ -83,13 +83,22 @@ def _row(d: Path, verify_file: str = "verify.json") -> AprioriRow:
     m = measurement(d)
     measured = float(m["speedup"])
     return AprioriRow(
-        name=d.name, launch_bound=bool(result["baseline"]["launch_bound"]),
-        verify_speedup=float(verify["speedup"]), candidate_clock=str(verify["timing"]["candidate_clock"]),
+        name=d.name,
+        launch_bound=bool(result["baseline"]["launch_bound"]),
+        verify_speedup=float(verify["speedup"]),
+        candidate_clock=str(verify["timing"]["candidate_clock"]),
         kernel_ratio=ref_k / cand_k if ref_k and cand_k else None,
-        syncs=(pc.get("candidate") or {}).get("syncs"), part_speedup=float(result["part"]["speedup"]),
-        factor=float(speedups.entries[0].speedup), estimate=float(est.speedup), low=float(est.low),
-        high=float(est.high), measured=measured, error=float(est.speedup) / measured - 1.0,
-        noise=float(m["noise"] or 0.0), measured_ci=(float(m["ci"][0]), float(m["ci"][1])))
+        syncs=(pc.get("candidate") or {}).get("syncs"),
+        part_speedup=float(result["part"]["speedup"]),
+        factor=float(speedups.entries[0].speedup),
+        estimate=float(est.speedup),
+        low=float(est.low),
+        high=float(est.high),
+        measured=measured,
+        error=float(est.speedup) / measured - 1.0,
+        noise=float(m["noise"] or 0.0),
+        measured_ci=(float(m["ci"][0]), float(m["ci"][1])),
+    )
 
 
 def apriori_rows(root: Path) -> list[AprioriRow]:
@@ -99,6 +108,7 @@ def apriori_rows(root: Path) -> list[AprioriRow]:
 @dataclass(frozen=True)
 class AgreementRow:
     """verify's speedup on the extracted problem beside the replaced part's inside the model (gated rows)."""
+
     name: str
     verify_speedup: float
     part_speedup: float
@@ -126,18 +136,25 @@ def probes(loop: Path) -> dict[str, dict[str, float]]:
 
 def agreement_rows(rows: list[AprioriRow], probed: dict[str, dict[str, float]]) -> list[AgreementRow]:
     """The rows verify timed on the GPU's clock (a serialised candidate's speedup also counts its waits)."""
-    return [AgreementRow(r.name, r.verify_speedup, r.part_speedup, probed.get(r.name, {}))
-            for r in rows if r.candidate_clock == "gated"]
+    return [
+        AgreementRow(r.name, r.verify_speedup, r.part_speedup, probed.get(r.name, {}))
+        for r in rows
+        if r.candidate_clock == "gated"
+    ]
 
 
 def agreement_table(rows: list[AgreementRow]) -> str:
-    out = ["| substitution | verify | in model | verify / in model | within ±10% | "
-           "L2 probe: cold / produced / produced after a GEMM |",
-           "|---|---:|---:|---:|---|---:|"]
+    out = [
+        "| substitution | verify | in model | verify / in model | within ±10% | "
+        "L2 probe: cold / produced / produced after a GEMM |",
+        "|---|---:|---:|---:|---|---:|",
+    ]
     for r in rows:
         probe = " / ".join(f"{r.probe[s]:.2f}x" if s in r.probe else "–" for s in PROBE_STATES) if r.probe else ""
-        out.append(f"| {r.name} | {r.verify_speedup:.3f}x | {r.part_speedup:.3f}x | {r.ratio:.3f} | "
-                   f"{'yes' if r.agrees else '**no**'} | {probe} |")
+        out.append(
+            f"| {r.name} | {r.verify_speedup:.3f}x | {r.part_speedup:.3f}x | {r.ratio:.3f} | "
+            f"{'yes' if r.agrees else '**no**'} | {probe} |"
+        )
     return "\n".join(out)
 
 
@@ -154,23 +171,28 @@ def _inside(lo: float, hi: float, x: float) -> str:
 
 
 def apriori_table(rows: list[AprioriRow]) -> str:
-    out = ["| substitution | regime | verify (clock) | in model | verify / in model | applied | "
-           "a-priori estimate [90% interval, row left out] | measured | inside | error (target) |",
-           "|---|---|---:|---:|---:|---:|---:|---:|---|---:|"]
+    out = [
+        "| substitution | regime | verify (clock) | in model | verify / in model | applied | "
+        "a-priori estimate [90% interval, row left out] | measured | inside | error (target) |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---|---:|",
+    ]
     for r, (lo, hi) in zip(rows, intervals(rows)):
         clock = r.candidate_clock + (f", {r.syncs:g} sync/call" if r.syncs else "")
         ok = "yes" if abs(r.error) <= r.target else "**no**"
-        out.append(f"| {r.name} | {'launch-bound' if r.launch_bound else 'GPU-bound'} | "
-                   f"{r.verify_speedup:.3f}x ({clock}) | {r.part_speedup:.3f}x | {r.verify_vs_part:.3f} | "
-                   f"{r.factor:.3f}x | {r.estimate:.4f}x [{lo:.4f}, {hi:.4f}] | {r.measured:.4f}x | "
-                   f"{_inside(lo, hi, r.measured)} | {100 * r.error:+.1f}% (±{100 * r.target:.0f}%: {ok}) |")
+        out.append(
+            f"| {r.name} | {'launch-bound' if r.launch_bound else 'GPU-bound'} | "
+            f"{r.verify_speedup:.3f}x ({clock}) | {r.part_speedup:.3f}x | {r.verify_vs_part:.3f} | "
+            f"{r.factor:.3f}x | {r.estimate:.4f}x [{lo:.4f}, {hi:.4f}] | {r.measured:.4f}x | "
+            f"{_inside(lo, hi, r.measured)} | {100 * r.error:+.1f}% (±{100 * r.target:.0f}%: {ok}) |"
+        )
     return "\n".join(out)
 
 
 @dataclass(frozen=True)
 class RerunRow:
     """One verify run of a row's problem projected onto the row's base trace, against the row's measurement."""
-    run: str                     # "table" (the row's verify.json) or the tag of verify.<tag>.json
+
+    run: str  # "table" (the row's verify.json) or the tag of verify.<tag>.json
     row: AprioriRow
     call_us: tuple[float, float] | None  # verify's CPU time per call: candidate, reference (us)
 
@@ -193,29 +215,34 @@ def rerun_rows(root: Path) -> list[RerunRow]:
         if not others:
             continue
         for f in ["verify.json", *others]:
-            tag = "table" if f == "verify.json" else f[len("verify."):-len(".json")]
+            tag = "table" if f == "verify.json" else f[len("verify.") : -len(".json")]
             out.append(RerunRow(tag, _row(d, f), _call_us(d / f)))
     return out
 
 
 def rerun_table(rows: list[RerunRow], fit_rows: list[AprioriRow]) -> str:
-    out = ["| substitution | regime | verify run | verify | call_us candidate / reference (µs) | "
-           "a-priori estimate [90% interval, substitution left out] | measured | inside | error (target) |",
-           "|---|---|---|---:|---:|---:|---:|---|---:|"]
+    out = [
+        "| substitution | regime | verify run | verify | call_us candidate / reference (µs) | "
+        "a-priori estimate [90% interval, substitution left out] | measured | inside | error (target) |",
+        "|---|---|---|---:|---:|---:|---:|---|---:|",
+    ]
     for x, (lo, hi) in zip(rows, intervals([x.row for x in rows], fit_rows)):
         r = x.row
         calls = f"{x.call_us[0]:.1f} / {x.call_us[1]:.1f} ({x.call_ratio:.3f})" if x.call_us else "–"
         ok = "yes" if abs(r.error) <= r.target else "**no**"
-        out.append(f"| {r.name} | {'launch-bound' if r.launch_bound else 'GPU-bound'} | {x.run} | "
-                   f"{r.verify_speedup:.3f}x | {calls} | {r.estimate:.4f}x [{lo:.4f}, {hi:.4f}] | "
-                   f"{r.measured:.4f}x | {_inside(lo, hi, r.measured)} | "
-                   f"{100 * r.error:+.1f}% (±{100 * r.target:.0f}%: {ok}) |")
+        out.append(
+            f"| {r.name} | {'launch-bound' if r.launch_bound else 'GPU-bound'} | {x.run} | "
+            f"{r.verify_speedup:.3f}x | {calls} | {r.estimate:.4f}x [{lo:.4f}, {hi:.4f}] | "
+            f"{r.measured:.4f}x | {_inside(lo, hi, r.measured)} | "
+            f"{100 * r.error:+.1f}% (±{100 * r.target:.0f}%: {ok}) |"
+        )
     return "\n".join(out)
 
 
 @dataclass(frozen=True)
 class LoopRun:
     """One whole loop of `lab/gpu/gpu_validate.py` (its own base trace, verify run and measurement)."""
+
     name: str
     call: int
     launch_bound: bool
@@ -241,10 +268,21 @@ def loop_runs(loop: Path) -> list[LoopRun]:
         if not v or not p or p.get("measured") is None:
             continue
         ci = v["measured"]["ci"]
-        out.append(LoopRun(str(r["name"]), int(r["call"]), bool(v["baseline"]["launch_bound"]),
-                           float(r["verify"]["speedup"]), float(r["in_model"]["part_speedup"]),
-                           float(p["estimate"]), float(p["low"]), float(p["high"]), float(p["measured"]),
-                           (float(ci[0]), float(ci[1])), float(p["error"])))
+        out.append(
+            LoopRun(
+                str(r["name"]),
+                int(r["call"]),
+                bool(v["baseline"]["launch_bound"]),
+                float(r["verify"]["speedup"]),
+                float(r["in_model"]["part_speedup"]),
+                float(p["estimate"]),
+                float(p["low"]),
+                float(p["high"]),
+                float(p["measured"]),
+                (float(ci[0]), float(ci[1])),
+                float(p["error"]),
+            )
+        )
     return sorted(out, key=lambda x: (x.name, x.call))
 
 
@@ -254,16 +292,20 @@ def loop_table(runs: list[LoopRun], fit_rows: list[AprioriRow]) -> str:
     from headroom.projection.calibration import leave_one_out
 
     checks = leave_one_out(loop_cal_rows(runs), fit_rows=[_cal_row(r) for r in fit_rows])
-    out = ["| substitution | call | verify | in model | a-priori estimate [90% interval, substitution left out] | "
-           "measured (95% CI) | inside | error (target) |",
-           "|---|---:|---:|---:|---:|---:|---|---:|"]
+    out = [
+        "| substitution | call | verify | in model | a-priori estimate [90% interval, substitution left out] | "
+        "measured (95% CI) | inside | error (target) |",
+        "|---|---:|---:|---:|---:|---:|---|---:|",
+    ]
     for x, c in zip(runs, checks):
         ok = "yes" if abs(x.error) <= x.target else "**no**"
-        out.append(f"| {x.name} | {x.call} | {x.verify_speedup:.3f}x | {x.part_speedup:.3f}x | "
-                   f"{x.estimate:.4f}x [{c.low:.4f}, {c.high:.4f}] | "
-                   f"{x.measured:.4f}x ({x.measured_ci[0]:.4f}–{x.measured_ci[1]:.4f}) | "
-                   f"{_inside(c.low, c.high, x.measured)} | "
-                   f"{100 * x.error:+.1f}% (±{100 * x.target:.0f}%: {ok}) |")
+        out.append(
+            f"| {x.name} | {x.call} | {x.verify_speedup:.3f}x | {x.part_speedup:.3f}x | "
+            f"{x.estimate:.4f}x [{c.low:.4f}, {c.high:.4f}] | "
+            f"{x.measured:.4f}x ({x.measured_ci[0]:.4f}–{x.measured_ci[1]:.4f}) | "
+            f"{_inside(c.low, c.high, x.measured)} | "
+            f"{100 * x.error:+.1f}% (±{100 * x.target:.0f}%: {ok}) |"
+        )
     return "\n".join(out)
 
 
@@ -283,18 +325,31 @@ def loop_cal_rows(runs: list[LoopRun]) -> list:
     from headroom.projection.calibration import Row, t_quantile
 
     t = t_quantile(0.975, 6)
-    return [Row(f"{x.name} (call {x.call})", x.estimate, x.measured,
-                math.log(x.measured_ci[1] / x.measured_ci[0]) / (2 * t), x.launch_bound, x.name) for x in runs]
+    return [
+        Row(
+            f"{x.name} (call {x.call})",
+            x.estimate,
+            x.measured,
+            math.log(x.measured_ci[1] / x.measured_ci[0]) / (2 * t),
+            x.launch_bound,
+            x.name,
+        )
+        for x in runs
+    ]
 
 
 def interval_table(checks: list, fit_note: str) -> str:
-    out = ["| row | regime | a-priori estimate | 90% interval (" + fit_note + ") | measured | noise | error | inside |",
-           "|---|---|---:|---:|---:|---:|---:|---|"]
+    out = [
+        "| row | regime | a-priori estimate | 90% interval (" + fit_note + ") | measured | noise | error | inside |",
+        "|---|---|---:|---:|---:|---:|---:|---|",
+    ]
     for c in checks:
         r = c.row
-        out.append(f"| {r.name} | {'launch-bound' if r.launch_bound else 'GPU-bound'} | {r.estimate:.4f}x | "
-                   f"[{c.low:.4f}, {c.high:.4f}] | {r.measured:.4f}x | {100 * r.noise:.2f}% | "
-                   f"{100 * (r.estimate / r.measured - 1):+.1f}% | {'yes' if c.inside else '**no**'} |")
+        out.append(
+            f"| {r.name} | {'launch-bound' if r.launch_bound else 'GPU-bound'} | {r.estimate:.4f}x | "
+            f"[{c.low:.4f}, {c.high:.4f}] | {r.measured:.4f}x | {100 * r.noise:.2f}% | "
+            f"{100 * (r.estimate / r.measured - 1):+.1f}% | {'yes' if c.inside else '**no**'} |"
+        )
     return "\n".join(out)
 
 
@@ -311,13 +366,18 @@ def calibration_report(root: Path) -> tuple[str, Calibration]:
     reruns = [_cal_row(x.row) for x in rerun_rows(root) if x.run != "table"]
     rer = leave_one_out(reruns, fit_rows=rows)
     loops = leave_one_out(loop_cal_rows(loop_runs(root / "loop.json")), fit_rows=rows)
-    lines = [f"calibration: {cal.method}",
-             f"rows left out one at a time: {coverage(loo)[0]} of {coverage(loo)[1]} inside",
-             f"verify reruns (substitution left out): {coverage(rer)[0]} of {coverage(rer)[1]} inside",
-             f"whole loops (substitution left out): {coverage(loops)[0]} of {coverage(loops)[1]} inside",
-             f"rows the shipped interval did not see ({shipped.rows} rows, s = {shipped.scale:.4f}): "
-             f"{coverage(unseen)[0]} of {coverage(unseen)[1]} inside",
-             "", interval_table(loo, "row left out"), "", interval_table(rer + loops, "substitution left out")]
+    lines = [
+        f"calibration: {cal.method}",
+        f"rows left out one at a time: {coverage(loo)[0]} of {coverage(loo)[1]} inside",
+        f"verify reruns (substitution left out): {coverage(rer)[0]} of {coverage(rer)[1]} inside",
+        f"whole loops (substitution left out): {coverage(loops)[0]} of {coverage(loops)[1]} inside",
+        f"rows the shipped interval did not see ({shipped.rows} rows, s = {shipped.scale:.4f}): "
+        f"{coverage(unseen)[0]} of {coverage(unseen)[1]} inside",
+        "",
+        interval_table(loo, "row left out"),
+        "",
+        interval_table(rer + loops, "substitution left out"),
+    ]
     if unseen:
         lines += ["", interval_table(unseen, "the shipped calibration")]
     return "\n".join(lines), cal
@@ -334,7 +394,7 @@ def update_table(text: str, table: str) -> str:
     end = starts[0]
     while end < len(lines) and lines[end].startswith("|"):
         end += 1
-    return "\n".join(lines[:starts[0]] + table.split("\n") + lines[end:])
+    return "\n".join(lines[: starts[0]] + table.split("\n") + lines[end:])
 
 
 def main(argv: list[str]) -> int:
@@ -374,4 +434,3 @@ def main(argv: list[str]) -> int:
 
 if __name__ == "__main__":
     sys.exit(main(sys.argv[1:]))
-

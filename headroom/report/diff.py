@@ -27,14 +27,27 @@ from headroom.errors import UserError
 from headroom.jsonio import encoded
 from headroom.trace.analysis import Analysis
 
-if TYPE_CHECKING:     # a single trace's diff imports none of the rank-set modules
+if TYPE_CHECKING:  # a single trace's diff imports none of the rank-set modules
     from headroom.trace.rank_set import RankSet
 
 Run = Union[Analysis, "RankSet"]
 GROUPINGS = ("category", "op", "module", "kernel")
 STATUSES = ("same", "added", "removed", "replaced")
-ROW_COLUMNS = ["key", "name", "category", "status", "before_us", "after_us", "delta_us", "share",
-               "before_kernels", "after_kernels", "before_wall_us", "after_wall_us", "delta_wall_us"]
+ROW_COLUMNS = [
+    "key",
+    "name",
+    "category",
+    "status",
+    "before_us",
+    "after_us",
+    "delta_us",
+    "share",
+    "before_kernels",
+    "after_kernels",
+    "before_wall_us",
+    "after_wall_us",
+    "delta_wall_us",
+]
 IDLE = "(idle)"
 NO_KEY = {"op": "(no op)", "module": "(no module)"}
 TRITON = re.compile(r"^triton_")
@@ -45,7 +58,7 @@ _SEP = " @ "
 class StepTimes:
     """Step times (µs) of the two runs on one clock, and the speedup `before / after` (> 1: faster)."""
 
-    clock: str              # profiled | unprofiled
+    clock: str  # profiled | unprofiled
     before_us: float
     after_us: float
 
@@ -59,7 +72,6 @@ class StepTimes:
     def change(self) -> float:
         """`after / before - 1`: the fraction the step got slower (negative: faster)."""
         return self.after_us / self.before_us - 1.0 if self.before_us > 0 else math.nan
-
 
 
 @dataclass
@@ -82,8 +94,21 @@ class Diff:
     notes: list[str] = field(default_factory=list)
 
     # `headroom diff --json` (docs/cli.md): the leading clock's step first.
-    JSON_KEYS: ClassVar[tuple[str, ...]] = ("before", "after", "labels", "by", "mode", "num_steps", "step", "profiled",
-                                            "unprofiled", "kernel_us", "idle_us", "rows", "notes")
+    JSON_KEYS: ClassVar[tuple[str, ...]] = (
+        "before",
+        "after",
+        "labels",
+        "by",
+        "mode",
+        "num_steps",
+        "step",
+        "profiled",
+        "unprofiled",
+        "kernel_us",
+        "idle_us",
+        "rows",
+        "notes",
+    )
 
     @property
     def step(self) -> StepTimes:
@@ -130,13 +155,13 @@ class _Side:
     step_us: float
     unprofiled_us: float | None
     idle_us: float | None
-    events: pd.DataFrame        # every rank's events; `per` divides their sums into per-step times
-    per: np.ndarray             # per event: 1 / its rank's number of steps
-    ranks: int = 0              # a directory of ranks: how many; 0: one trace
+    events: pd.DataFrame  # every rank's events; `per` divides their sums into per-step times
+    per: np.ndarray  # per event: 1 / its rank's number of steps
+    ranks: int = 0  # a directory of ranks: how many; 0: one trace
 
 
 def _side(run: Run) -> _Side:
-    if not isinstance(run, Analysis):     # a RankSet
+    if not isinstance(run, Analysis):  # a RankSet
         analyses = run.analyses
         unprofiled = [a.unprofiled_step_us for a in analyses]
         known = [u for u in unprofiled if u is not None]
@@ -144,11 +169,32 @@ def _side(run: Run) -> _Side:
         events = pd.concat([a.events for a in analyses], ignore_index=True)
         per = np.concatenate([np.full(len(a.events), 1.0 / max(a.num_steps, 1)) for a in analyses])
         first = analyses[0]
-        return _Side(run.source, f"{first.label} ({len(analyses)} ranks)", str(first.manifest.get("workload") or ""),
-                     run.mode, int(first.num_steps), run.step_us, step_un, None, events, per, len(analyses))
+        return _Side(
+            run.source,
+            f"{first.label} ({len(analyses)} ranks)",
+            str(first.manifest.get("workload") or ""),
+            run.mode,
+            int(first.num_steps),
+            run.step_us,
+            step_un,
+            None,
+            events,
+            per,
+            len(analyses),
+        )
     n = max(run.num_steps, 1)
-    return _Side(run.source, run.label, str(run.manifest.get("workload") or ""), run.mode, int(run.num_steps),
-                 run.step_us, run.unprofiled_step_us, run.idle_us / n, run.events, np.full(len(run.events), 1.0 / n))
+    return _Side(
+        run.source,
+        run.label,
+        str(run.manifest.get("workload") or ""),
+        run.mode,
+        int(run.num_steps),
+        run.step_us,
+        run.unprofiled_step_us,
+        run.idle_us / n,
+        run.events,
+        np.full(len(run.events), 1.0 / n),
+    )
 
 
 def _keys(ev: pd.DataFrame, by: str) -> np.ndarray:
@@ -175,8 +221,14 @@ def _grouped(s: _Side, by: str) -> pd.DataFrame:
     cat = ev["category"].astype(str).to_numpy(dtype=object) if "category" in ev.columns else np.full(len(ev), "other")
     df = pd.DataFrame({"key": keys, "us": dur, "wall": wall, "n": s.per, "category": cat})
     g = df.groupby("key", sort=False).agg(us=("us", "sum"), wall=("wall", "sum"), kernels=("n", "sum"))
-    top = (df.groupby(["key", "category"], sort=False)["us"].sum().reset_index()
-           .sort_values("us", ascending=False, kind="stable").drop_duplicates("key").set_index("key")["category"])
+    top = (
+        df.groupby(["key", "category"], sort=False)["us"]
+        .sum()
+        .reset_index()
+        .sort_values("us", ascending=False, kind="stable")
+        .drop_duplicates("key")
+        .set_index("key")["category"]
+    )
     g["category"] = top
     return g
 
@@ -200,18 +252,25 @@ def _check(before: _Side, after: _Side, by: str) -> None:
     if by not in GROUPINGS:
         raise UserError(f"--by: unknown grouping {by!r} ({', '.join(GROUPINGS)})")
     if before.mode != after.mode:
-        raise UserError(f"{after.source}: a {after.mode} trace against a {before.mode} trace "
-                        f"({before.source}): diff compares two runs of one kind")
+        raise UserError(
+            f"{after.source}: a {after.mode} trace against a {before.mode} trace "
+            f"({before.source}): diff compares two runs of one kind"
+        )
     if before.ranks != after.ranks:
         # per-step times are summed over a directory's ranks: against one trace, or another number of
         # ranks, the sums are of different things (a 4-rank run is no 11x slower than one of its ranks)
         def what(s: _Side) -> str:
             return f"a directory of {s.ranks} ranks" if s.ranks else "a single trace"
-        raise UserError(f"{after.source}: {what(after)} against {what(before)} ({before.source}): diff compares "
-                        f"two traces, or two directories of the same number of ranks")
+
+        raise UserError(
+            f"{after.source}: {what(after)} against {what(before)} ({before.source}): diff compares "
+            f"two traces, or two directories of the same number of ranks"
+        )
     if before.workload and after.workload and before.workload != after.workload:
-        raise UserError(f"{after.source}: workload {after.workload!r}, but {before.source} is {before.workload!r}: "
-                        f"diff compares two runs of one workload")
+        raise UserError(
+            f"{after.source}: workload {after.workload!r}, but {before.source} is {before.workload!r}: "
+            f"diff compares two runs of one workload"
+        )
 
 
 def diff(before: Run, after: Run, by: str = "category") -> Diff:
@@ -233,23 +292,38 @@ def diff(before: Run, after: Run, by: str = "category") -> Diff:
         rows[f"{side}_kernels"] = g["kernels"].fillna(0.0).to_numpy(dtype=float)
         rows[f"{side}_wall_us"] = g["wall"].fillna(0.0).to_numpy(dtype=float)
     had, has = gb["us"].notna().to_numpy(), ga["us"].notna().to_numpy()
-    rows["status"] = np.where([k in replaced for k in keys], "replaced",
-                              np.where(had & has, "same", np.where(has, "added", "removed")))
+    rows["status"] = np.where(
+        [k in replaced for k in keys], "replaced", np.where(had & has, "same", np.where(has, "added", "removed"))
+    )
     rows["delta_us"] = rows["after_us"] - rows["before_us"]
     rows["delta_wall_us"] = rows["after_wall_us"] - rows["before_wall_us"]
     kb, ka = float(rows["before_us"].sum()), float(rows["after_us"].sum())
     rows["share"] = rows["delta_us"] / (ka - kb) if ka != kb else 0.0
     rows = rows.reindex(rows["delta_us"].abs().sort_values(ascending=False, kind="stable").index)
     rows = rows[ROW_COLUMNS].reset_index(drop=True)
-    unprofiled = (StepTimes("unprofiled", b.unprofiled_us, a.unprofiled_us)
-                  if b.unprofiled_us is not None and a.unprofiled_us is not None else None)
+    unprofiled = (
+        StepTimes("unprofiled", b.unprofiled_us, a.unprofiled_us)
+        if b.unprofiled_us is not None and a.unprofiled_us is not None
+        else None
+    )
     idle = (b.idle_us, a.idle_us) if b.idle_us is not None and a.idle_us is not None else None
     notes = []
     if unprofiled is None:
         notes.append("no unprofiled step time in both manifests: the profiled steps are compared")
-    return Diff(before=b.source, after=a.source, labels=(b.label, a.label), by=by, mode=b.mode,
-                num_steps=(b.num_steps, a.num_steps), profiled=StepTimes("profiled", b.step_us, a.step_us),
-                unprofiled=unprofiled, rows=rows, kernel_us=(kb, ka), idle_us=idle, notes=notes)
+    return Diff(
+        before=b.source,
+        after=a.source,
+        labels=(b.label, a.label),
+        by=by,
+        mode=b.mode,
+        num_steps=(b.num_steps, a.num_steps),
+        profiled=StepTimes("profiled", b.step_us, a.step_us),
+        unprofiled=unprofiled,
+        rows=rows,
+        kernel_us=(kb, ka),
+        idle_us=idle,
+        notes=notes,
+    )
 
 
 def waterfall_table(d: Diff, min_share: float = 0.005) -> pd.DataFrame:

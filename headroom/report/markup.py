@@ -15,7 +15,7 @@ from typing import Any
 FORMATS = {
     "ms": lambda v: f"{v / 1000:,.2f}",
     "ms3": lambda v: f"{v / 1000:,.3f}",
-    "dms": lambda v: f"{v / 1000:+,.3f}",      # a change: signed
+    "dms": lambda v: f"{v / 1000:+,.3f}",  # a change: signed
     "pct": lambda v: f"{100 * v:.1f}%",
     "dpct": lambda v: f"{100 * v:+.2f}%",
     "x": lambda v: f"{v:.3f}x",
@@ -75,8 +75,7 @@ class Node:
 def num(node: Node, fmt: str, tag: str = "span", cls: str = "") -> str:
     """A number of the document, marked with its place and value."""
     c = f' class="{cls}"' if cls else ""
-    return (f'<{tag}{c} data-key="{node.key}" data-value="{node.raw}" data-fmt="{fmt}">'
-            f'{number(node.value, fmt)}</{tag}>')
+    return f'<{tag}{c} data-key="{node.key}" data-value="{node.raw}" data-fmt="{fmt}">{number(node.value, fmt)}</{tag}>'
 
 
 def text(node: Node, tag: str = "span", cls: str = "", width: int | None = None) -> str:
@@ -109,8 +108,9 @@ class Column:
 def table(rows: Node | Sequence[Node], columns: Sequence[Column], table_id: str, caption: str = "") -> str:
     """A sortable table of `rows` (a list of objects): a click on a heading sorts by that column."""
     cols = [c for c in columns if not c.optional or any(r.has(c.key) for r in rows)]
-    head = "".join(f'<th data-col="{c.key}" class="{"num" if c.fmt != "text" else "text"}">{c.heading}</th>'
-                   for c in cols)
+    head = "".join(
+        f'<th data-col="{c.key}" class="{"num" if c.fmt != "text" else "text"}">{c.heading}</th>' for c in cols
+    )
     body = []
     for r in rows:
         cells = []
@@ -122,8 +122,10 @@ def table(rows: Node | Sequence[Node], columns: Sequence[Column], table_id: str,
                 cells.append(num(cell, c.fmt, "td", "num"))
         body.append("<tr>" + "".join(cells) + "</tr>")
     cap = f"<caption>{caption}</caption>" if caption else ""
-    return (f'<div class="scroll"><table class="sortable" id="{escape(table_id)}">{cap}<thead><tr>{head}</tr></thead>'
-            f'<tbody>{"".join(body)}</tbody></table></div>')
+    return (
+        f'<div class="scroll"><table class="sortable" id="{escape(table_id)}">{cap}<thead><tr>{head}</tr></thead>'
+        f"<tbody>{''.join(body)}</tbody></table></div>"
+    )
 
 
 def notes(items: Node, cls: str = "note") -> str:

@@ -10,8 +10,6 @@ tests read the bars and labels back from it.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 import matplotlib
@@ -24,23 +22,36 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 
 from headroom.errors import UserError
-from headroom.files import write_atomic
-from headroom.jsonio import write_json
 from headroom.report.colors import COLORS
 from headroom.report.colors import color as _color
 
-FORMATS = ("png", "svg", "pdf")
 # Idle is white with a dotted hatch (headroom/report/colors.py: the colours).
-STYLE: dict[Any, Any] = {"font.size": 8, "axes.titlesize": 9, "axes.labelsize": 8, "legend.fontsize": 7,
-         "xtick.labelsize": 7, "ytick.labelsize": 7, "svg.fonttype": "none", "pdf.fonttype": 42,
-         "svg.hashsalt": "headroom", "path.simplify": False}
+STYLE: dict[Any, Any] = {
+    "font.size": 8,
+    "axes.titlesize": 9,
+    "axes.labelsize": 8,
+    "legend.fontsize": 7,
+    "xtick.labelsize": 7,
+    "ytick.labelsize": 7,
+    "svg.fonttype": "none",
+    "pdf.fonttype": 42,
+    "svg.hashsalt": "headroom",
+    "path.simplify": False,
+}
 LABEL_MIN = 0.035  # segments narrower than this get no percentage inside
-BASIS_AXIS = {"kernel": "share of GPU kernel time (idle not shown)",
-              "wall": "share of the profiled wall time (devices x window), idle included"}
+BASIS_AXIS = {
+    "kernel": "share of GPU kernel time (idle not shown)",
+    "wall": "share of the profiled wall time (devices x window), idle included",
+}
 
 
-def addressable_figure(fractions: pd.DataFrame, summary: pd.DataFrame | None = None,
-                       title: str | None = None, basis: str = "kernel", cpu_only: bool = False) -> Figure:
+def addressable_figure(
+    fractions: pd.DataFrame,
+    summary: pd.DataFrame | None = None,
+    title: str | None = None,
+    basis: str = "kernel",
+    cpu_only: bool = False,
+) -> Figure:
     """One horizontal stacked bar per workload, split by category.
 
     `fractions`: targets.category_fractions(); `summary`: targets.addressable_summary();
@@ -53,13 +64,17 @@ def addressable_figure(fractions: pd.DataFrame, summary: pd.DataFrame | None = N
         raise UserError("nothing to plot: no categories")
     if title is None and cpu_only:
         # `headroom profile` on a machine without a GPU: the units are CPU operators' self times.
-        title = ("Where the CPU time goes (CPU-only traces: no GPU activity)\n"
-                 + ("(share of CPU operator self time)" if basis == "kernel"
-                    else "(share of the profiled wall time, idle included)"))
+        title = "Where the CPU time goes (CPU-only traces: no GPU activity)\n" + (
+            "(share of CPU operator self time)"
+            if basis == "kernel"
+            else "(share of the profiled wall time, idle included)"
+        )
     if title is None:
-        title = ("Where the GPU time goes: addressable vs. vendor-library kernels\n"
-                 + ("(share of GPU kernel time; idle not shown)" if basis == "kernel"
-                    else "(share of the profiled wall time, idle included)"))
+        title = "Where the GPU time goes: addressable vs. vendor-library kernels\n" + (
+            "(share of GPU kernel time; idle not shown)"
+            if basis == "kernel"
+            else "(share of the profiled wall time, idle included)"
+        )
     workloads = list(dict.fromkeys(fractions["workload"]))
     n = len(workloads)
     with matplotlib.rc_context(STYLE):
@@ -75,7 +90,9 @@ def addressable_figure(fractions: pd.DataFrame, summary: pd.DataFrame | None = N
         ax.invert_yaxis()
         ax.set_xlim(0, 1.27)
         ax.set_xticks(np.linspace(0, 1, 6), [f"{int(x * 100)}%" for x in np.linspace(0, 1, 6)])
-        ax.set_xlabel("share of CPU operator self time" if cpu_only and basis == "kernel" else BASIS_AXIS.get(basis, basis))
+        ax.set_xlabel(
+            "share of CPU operator self time" if cpu_only and basis == "kernel" else BASIS_AXIS.get(basis, basis)
+        )
         ax.set_title(title)
         for side in ("top", "right"):
             ax.spines[side].set_visible(False)
@@ -83,8 +100,9 @@ def addressable_figure(fractions: pd.DataFrame, summary: pd.DataFrame | None = N
     return fig
 
 
-def _stacked_bar(ax: Any, y: int, w: str, rows: pd.DataFrame, seen: dict[str, bool],
-                 extra: int) -> tuple[float, float | None, int]:
+def _stacked_bar(
+    ax: Any, y: int, w: str, rows: pd.DataFrame, seen: dict[str, bool], extra: int
+) -> tuple[float, float | None, int]:
     """One workload's bar, a segment per category (labelled when wide enough); returns where it ends, where
     its first addressable segment starts, and the count of categories without a colour of their own so far."""
     left = 0.0
@@ -93,25 +111,48 @@ def _stacked_bar(ax: Any, y: int, w: str, rows: pd.DataFrame, seen: dict[str, bo
         if r.category not in COLORS and r.category not in seen:
             extra += 1
         color = _color(r.category, extra)
-        bar = ax.barh(y, r.fraction, left=left, height=0.62, color=color,
-                      edgecolor="#222222" if r.addressable else "#777777", linewidth=0.4,
-                      hatch="///" if r.addressable else ("..." if r.category == "idle" else None),
-                      label=r.category)
+        bar = ax.barh(
+            y,
+            r.fraction,
+            left=left,
+            height=0.62,
+            color=color,
+            edgecolor="#222222" if r.addressable else "#777777",
+            linewidth=0.4,
+            hatch="///" if r.addressable else ("..." if r.category == "idle" else None),
+            label=r.category,
+        )
         bar.patches[0].set_gid(f"{w}|{r.category}|{'A' if r.addressable else 'N'}")
         if r.addressable and addr_left is None:
             addr_left = left
         if r.fraction >= LABEL_MIN:
-            dark = matplotlib.colors.to_rgb(color) < (0.5, 0.5, 0.5)   # white text on dark greys
-            ax.text(left + r.fraction / 2, y, f"{100 * r.fraction:.0f}%", ha="center", va="center",
-                    fontsize=6.5, color="white" if dark else "black",
-                    bbox=None if dark else dict(boxstyle="round,pad=0.1", fc="white", ec="none", alpha=0.7))
+            dark = matplotlib.colors.to_rgb(color) < (0.5, 0.5, 0.5)  # white text on dark greys
+            ax.text(
+                left + r.fraction / 2,
+                y,
+                f"{100 * r.fraction:.0f}%",
+                ha="center",
+                va="center",
+                fontsize=6.5,
+                color="white" if dark else "black",
+                bbox=None if dark else dict(boxstyle="round,pad=0.1", fc="white", ec="none", alpha=0.7),
+            )
         seen.setdefault(r.category, bool(r.addressable))
         left += r.fraction
     return left, addr_left, extra
 
 
-def _addressable_total(ax: Any, y: int, w: str, rows: pd.DataFrame, summary: pd.DataFrame | None, basis: str,
-                       cpu_only: bool, left: float, addr_left: float | None) -> None:
+def _addressable_total(
+    ax: Any,
+    y: int,
+    w: str,
+    rows: pd.DataFrame,
+    summary: pd.DataFrame | None,
+    basis: str,
+    cpu_only: bool,
+    left: float,
+    addr_left: float | None,
+) -> None:
     """The addressable span outlined as one block, and its share written after the bar."""
     kernel_frac = None
     if summary is not None and len(summary):
@@ -123,14 +164,32 @@ def _addressable_total(ax: Any, y: int, w: str, rows: pd.DataFrame, summary: pd.
         frac = float(rows.loc[rows["addressable"], "fraction"].sum())
     if addr_left is not None:
         # Outline the addressable span so it reads as one block.
-        ax.barh(y, frac, left=addr_left, height=0.74, fill=False, edgecolor="black", linewidth=1.2,
-                gid=f"{w}|addressable-span")
+        ax.barh(
+            y,
+            frac,
+            left=addr_left,
+            height=0.74,
+            fill=False,
+            edgecolor="black",
+            linewidth=1.2,
+            gid=f"{w}|addressable-span",
+        )
     # On wall shares, also the share of GPU time: the number `report` prints for the same trace.
-    label = f"addressable {100 * frac:.1f}%" + (f" of wall\n({100 * kernel_frac:.1f}% of "
-                                               f"{'CPU op' if cpu_only else 'GPU'} time)"
-                                               if kernel_frac is not None else "")
-    ax.text(max(left, 1.0) + 0.01, y, label, va="center", ha="left",
-            fontsize=7 if kernel_frac is None else 6, fontweight="bold", gid=f"{w}|addressable-label")
+    label = f"addressable {100 * frac:.1f}%" + (
+        f" of wall\n({100 * kernel_frac:.1f}% of {'CPU op' if cpu_only else 'GPU'} time)"
+        if kernel_frac is not None
+        else ""
+    )
+    ax.text(
+        max(left, 1.0) + 0.01,
+        y,
+        label,
+        va="center",
+        ha="left",
+        fontsize=7 if kernel_frac is None else 6,
+        fontweight="bold",
+        gid=f"{w}|addressable-label",
+    )
 
 
 def _category_legend(fig: Figure, ax: Any, fractions: pd.DataFrame, seen: dict[str, bool]) -> None:
@@ -139,18 +198,30 @@ def _category_legend(fig: Figure, ax: Any, fractions: pd.DataFrame, seen: dict[s
     if "stack" in fractions.columns:
         rank = fractions.groupby("category")["stack"].min()
         seen = dict(sorted(seen.items(), key=lambda kv: rank.get(kv[0], 0)))
-    handles = [Patch(facecolor=_color(c, 0), edgecolor="#222222" if a else "#777777",
-                     hatch="///" if a else ("..." if c == "idle" else None), label=c + (" *" if a else ""))
-               for c, a in seen.items()]
+    handles = [
+        Patch(
+            facecolor=_color(c, 0),
+            edgecolor="#222222" if a else "#777777",
+            hatch="///" if a else ("..." if c == "idle" else None),
+            label=c + (" *" if a else ""),
+        )
+        for c, a in seen.items()
+    ]
     ncol = min(6, len(handles))
     nrows = -(-len(handles) // ncol)
     handles = [handles[r * ncol + c] for c in range(ncol) for r in range(nrows) if r * ncol + c < len(handles)]
     fig.tight_layout()
     # Legend under the x label, a fixed distance in inches whatever the number of bars.
     ax_h = ax.get_position().height * fig.get_figheight()
-    ax.legend(handles=handles, ncol=ncol, loc="upper center",
-              bbox_to_anchor=(0.45, -0.5 / ax_h), frameon=False,
-              title="* addressable (hatched, outlined)", title_fontsize=7)
+    ax.legend(
+        handles=handles,
+        ncol=ncol,
+        loc="upper center",
+        bbox_to_anchor=(0.45, -0.5 / ax_h),
+        frameon=False,
+        title="* addressable (hatched, outlined)",
+        title_fontsize=7,
+    )
 
 
 def projection_figure(table: pd.DataFrame, title: str = "Projected step time") -> Figure:
@@ -166,9 +237,13 @@ def projection_figure(table: pd.DataFrame, title: str = "Projected step time") -
     n = len(table)
     clocks = set(table["clock"]) if "clock" in table.columns else {"profiled"}
     base_name = {frozenset({"unprofiled"}): "unprofiled step", frozenset({"profiled"}): "measured step"}.get(
-        frozenset(clocks), "baseline (the unprofiled step where known)")
-    series = [("baseline_ms", base_name, "#7f7f7f"), ("amdahl_ms", "Amdahl", "#1f77b4"),
-              ("replay_ms", "timeline replay", "#d62728")]
+        frozenset(clocks), "baseline (the unprofiled step where known)"
+    )
+    series = [
+        ("baseline_ms", base_name, "#7f7f7f"),
+        ("amdahl_ms", "Amdahl", "#1f77b4"),
+        ("replay_ms", "timeline replay", "#d62728"),
+    ]
     base = table["baseline_ms"].to_numpy(dtype=float)
     with matplotlib.rc_context(STYLE):
         fig = Figure(figsize=(7.0, 0.75 * n + 1.5))
@@ -195,13 +270,28 @@ def projection_figure(table: pd.DataFrame, title: str = "Projected step time") -
             ys = np.arange(n) + k * h
             ok = np.isfinite(rel)
             if ok.any():
-                ax.plot(rel[ok], ys[ok], "|", color="black", markersize=11, mew=1.6, zorder=5,
-                        path_effects=halo, gid=f"{col}|ticks",
-                        label="selected kernels at zero time" if k == 0 else None)
+                ax.plot(
+                    rel[ok],
+                    ys[ok],
+                    "|",
+                    color="black",
+                    markersize=11,
+                    mew=1.6,
+                    zorder=5,
+                    path_effects=halo,
+                    gid=f"{col}|ticks",
+                    label="selected kernels at zero time" if k == 0 else None,
+                )
         ax.set_yticks(range(n), table["workload"])
         ax.invert_yaxis()
-        lo = np.nanmin(np.concatenate([100 * table[c].to_numpy(dtype=float) / base
-                                       for c in ("amdahl_zero_ms", "replay_zero_ms", "amdahl_ms", "replay_ms")]))
+        lo = np.nanmin(
+            np.concatenate(
+                [
+                    100 * table[c].to_numpy(dtype=float) / base
+                    for c in ("amdahl_zero_ms", "replay_zero_ms", "amdahl_ms", "replay_ms")
+                ]
+            )
+        )
         ax.set_xlim(max(0.0, 10 * np.floor(lo / 10) - 10) if np.isfinite(lo) else 0.0, 135)
         ticks = [x for x in range(0, 101, 10 if ax.get_xlim()[0] >= 50 else 20) if x >= ax.get_xlim()[0]]
         ax.set_xticks(ticks, [f"{x}%" for x in ticks])
@@ -231,23 +321,8 @@ def scaling_figure(table: pd.DataFrame, title: str = "Addressable fraction vs. m
         ys_all = []
         for k, (fam, g) in enumerate(table.groupby("family", sort=False)):
             g = g.sort_values("params")
-            ext = ext_col.loc[g.index].to_numpy(dtype=bool)
             color = list(COLORS.values())[6 + k % 10]
-            for col, marker, style, what in (("addressable_fraction", "o", "-", "addressable"),
-                                             ("gemm_attention_fraction", "s", "--", "gemm_attention")):
-                y = 100 * g[col].to_numpy(dtype=float)
-                ys_all.extend(y)
-                ax.plot(g["params"], y, style, color=color, alpha=1.0 if what == "addressable" else 0.5,
-                        label=f"{fam or 'workload'}: {'addressable' if what == 'addressable' else 'GEMM + attention'}",
-                        gid=f"{fam}|{what}")
-                ax.scatter(g["params"][~ext], y[~ext], marker=marker, color=color, zorder=3,
-                           alpha=1.0 if what == "addressable" else 0.5)
-                ax.scatter(g["params"][ext], y[ext], marker=marker, facecolors="white", edgecolors=color,
-                           zorder=3, linewidths=1.2, gid=f"{fam}|{what}|extrapolated")
-            for x, y, e in zip(g["params"], g["addressable_fraction"], ext):
-                ax.annotate(f"{human_count(x)}{'*' if e else ''}: {100 * y:.1f}%", (x, 100 * y),
-                            textcoords="offset points", xytext=(0, -12), ha="center", fontsize=6.5,
-                            gid=f"{fam}|label|{human_count(x)}")
+            ys_all.extend(_scaling_family(ax, fam, g, ext_col.loc[g.index].to_numpy(dtype=bool), color))
         ax.set_xscale("log")
         lo, hi = min(ys_all), max(ys_all)
         pad = max(5.0, 0.1 * (hi - lo))
@@ -255,7 +330,7 @@ def scaling_figure(table: pd.DataFrame, title: str = "Addressable fraction vs. m
         xs = table["params"].to_numpy(dtype=float)
         ax.set_xlim(xs.min() / 1.6, xs.max() * 1.6)
         sizes = sorted(set(xs))
-        ax.set_xticks(sizes, [human_count(x) for x in sizes])   # the model sizes, not powers of ten
+        ax.set_xticks(sizes, [human_count(x) for x in sizes])  # the model sizes, not powers of ten
         ax.xaxis.set_minor_locator(matplotlib.ticker.NullLocator())
         ax.set_xlabel("parameters")
         ax.set_ylabel("% of GPU kernel time")
@@ -265,11 +340,70 @@ def scaling_figure(table: pd.DataFrame, title: str = "Addressable fraction vs. m
             ax.spines[side].set_visible(False)
         handles, _ = ax.get_legend_handles_labels()
         if ext_col.any():
-            handles.append(Line2D([], [], marker="o", linestyle="", markerfacecolor="white", color="#555555",
-                                  label="* extrapolated from some of the blocks"))
+            handles.append(
+                Line2D(
+                    [],
+                    [],
+                    marker="o",
+                    linestyle="",
+                    markerfacecolor="white",
+                    color="#555555",
+                    label="* extrapolated from some of the blocks",
+                )
+            )
         ax.legend(handles=handles, frameon=False, loc="best")
         fig.tight_layout()
     return fig
+
+
+def _scaling_family(ax: Any, fam: str, g: pd.DataFrame, ext: np.ndarray, color: str) -> list[float]:
+    """One family's lines and points on the scaling chart (hollow where extrapolated), each point labelled with its
+    model size; returns the y values drawn."""
+    ys_all: list[float] = []
+    for col, marker, style, what in (
+        ("addressable_fraction", "o", "-", "addressable"),
+        ("gemm_attention_fraction", "s", "--", "gemm_attention"),
+    ):
+        y = 100 * g[col].to_numpy(dtype=float)
+        ys_all.extend(y)
+        ax.plot(
+            g["params"],
+            y,
+            style,
+            color=color,
+            alpha=1.0 if what == "addressable" else 0.5,
+            label=f"{fam or 'workload'}: {'addressable' if what == 'addressable' else 'GEMM + attention'}",
+            gid=f"{fam}|{what}",
+        )
+        ax.scatter(
+            g["params"][~ext],
+            y[~ext],
+            marker=marker,
+            color=color,
+            zorder=3,
+            alpha=1.0 if what == "addressable" else 0.5,
+        )
+        ax.scatter(
+            g["params"][ext],
+            y[ext],
+            marker=marker,
+            facecolors="white",
+            edgecolors=color,
+            zorder=3,
+            linewidths=1.2,
+            gid=f"{fam}|{what}|extrapolated",
+        )
+    for x, y, e in zip(g["params"], g["addressable_fraction"], ext):
+        ax.annotate(
+            f"{human_count(x)}{'*' if e else ''}: {100 * y:.1f}%",
+            (x, 100 * y),
+            textcoords="offset points",
+            xytext=(0, -12),
+            ha="center",
+            fontsize=6.5,
+            gid=f"{fam}|label|{human_count(x)}",
+        )
+    return ys_all
 
 
 def human_count(x: float) -> str:
@@ -279,45 +413,6 @@ def human_count(x: float) -> str:
             v = x / div
             return f"{v:.1f}{unit}" if v < 10 else f"{v:.0f}{unit}"
     return f"{x:g}"
-
-
-def save(fig: Figure, stem: str | Path, formats: Sequence[str] = FORMATS, dpi: int = 200,
-         numbers: dict | None = None) -> list[Path]:
-    """Write the figure as stem.png/.svg/.pdf (each atomically: a full disk leaves no half file),
-    and with `numbers` stem.json, the numbers it draws; returns the paths."""
-    bad = [f for f in formats if f not in FORMATS]
-    if bad:
-        raise UserError(f"unknown format(s) {', '.join(bad)} (png, svg, pdf)")
-    stem = Path(stem)
-    out = []
-    for f in formats:
-        p = stem.with_suffix(f".{f}")
-        # Fixed metadata, so the same numbers give the same file (a figure in git changes only with them).
-        meta = {"png": {"Software": None}, "svg": {"Date": None}, "pdf": {"CreationDate": None}}[f]
-        def save(fh: Any, f: str = f, meta: dict[str, Any] = meta) -> None:
-            fig.savefig(fh, format=f, dpi=dpi, bbox_inches="tight", metadata=meta)
-        write_atomic(p, save)
-        out.append(p)
-    if numbers is not None:
-        out.append(write_json(stem.with_suffix(".json"), numbers))
-    return out
-
-
-def addressable_numbers(fractions: pd.DataFrame, summary: pd.DataFrame, basis: str,
-                        sources: Sequence[str]) -> dict:
-    """What the addressable figure draws, as a document a test can recompute and compare."""
-    return {"schema": "headroom.figure.addressable/1", "basis": basis, "traces": list(sources),
-            "bars": [{"workload": r.workload, "category": r.category, "addressable": bool(r.addressable),
-                      "fraction": round(float(r.fraction), 6)} for r in fractions.itertuples(index=False)],
-            "addressable": [{"workload": r.workload, "fraction": round(float(r.addressable_fraction), 6),
-                             "gpu_time_fraction": round(float(r.kernel_fraction), 6)}
-                            for r in summary.itertuples(index=False)]}
-
-
-def table_numbers(name: str, table: pd.DataFrame, sources: Sequence[str]) -> dict:
-    rows = [{k: (round(float(v), 6) if isinstance(v, (float, np.floating)) else v.item() if hasattr(v, "item") else v)
-             for k, v in row.items()} for row in table.to_dict("records")]
-    return {"schema": f"headroom.figure.{name}/1", "traces": list(sources), "rows": rows}
 
 
 def waterfall_figure(table: pd.DataFrame, title: str = "Where the step time changed") -> Figure:
@@ -339,8 +434,12 @@ def waterfall_figure(table: pd.DataFrame, title: str = "Where the step time chan
         ax.set_yticks(range(len(table)), [str(x)[:48] for x in table["label"]])
         ax.invert_yaxis()
         # The axis spans the levels the deltas move between (the start and end bars run off its left edge).
-        levels = np.concatenate([table["start_ms"].where(table["kind"] == "delta").dropna().to_numpy(),
-                                 (table["start_ms"] + table["delta_ms"]).to_numpy()])
+        levels = np.concatenate(
+            [
+                table["start_ms"].where(table["kind"] == "delta").dropna().to_numpy(),
+                (table["start_ms"] + table["delta_ms"]).to_numpy(),
+            ]
+        )
         lo, hi = float(levels.min()), float(levels.max())
         pad = max(0.15 * (hi - lo), 0.01 * hi)
         ax.set_xlim(max(0.0, lo - pad), hi + 2 * pad)

@@ -15,13 +15,11 @@ from rich.markup import escape as rich_escape
 from rich.table import Table
 from rich.text import Text
 
-from headroom.jsonio import plain
 from headroom.trace.analysis import MODE_CPU
 
-if TYPE_CHECKING:     # annotations only: printing an analysis imports no profiler or projector
-    from headroom.profile.run import ProfileResult
+if TYPE_CHECKING:  # annotations only: printing an analysis imports no profiler or projector
+    from headroom.profile.result import ProfileResult
     from headroom.profile.workload import WorkloadSpec
-    from headroom.projection.project import ProjectResult
     from headroom.trace.analysis import Analysis
 
 # A column's alignment (rich's JustifyMethod).
@@ -54,7 +52,7 @@ def short_name(name: str, width: int = 72) -> str:
         return n
     n = n.replace("(anonymous namespace)", "{anon}")
     depth = 0
-    for i, ch in enumerate(n):        # the parameter list: the first '(' outside template arguments
+    for i, ch in enumerate(n):  # the parameter list: the first '(' outside template arguments
         if ch == "<":
             depth += 1
         elif ch == ">":
@@ -62,23 +60,24 @@ def short_name(name: str, width: int = 72) -> str:
         elif ch == "(" and depth == 0 and i > 0:
             n = n[:i] + "(" + _ELLIPSIS + ")"
             break
-    def size(t: str) -> int:   # as printed: `<…>` for each collapsed argument list, the namespace in full
+
+    def size(t: str) -> int:  # as printed: `<…>` for each collapsed argument list, the namespace in full
         return len(t) + 2 * t.count("\x00") + (len("(anonymous namespace)") - len("{anon}")) * t.count("{anon}")
 
-    while size(n) > width and _depth(n) >= 2:   # nested template arguments, innermost first
+    while size(n) > width and _depth(n) >= 2:  # nested template arguments, innermost first
         n = _INNER_TEMPLATE.sub("\x00", n, count=1)
     head, sep, tail = n.partition("<")
-    if size(n) > width and sep:                 # namespaces inside the arguments
+    if size(n) > width and sep:  # namespaces inside the arguments
         tail = re.sub(r"(\{anon\}::|\b[A-Za-z_]\w*::)+", "", tail)
         n = head + sep + tail
-    if size(n) > width and "::" in head:        # the function's namespaces
+    if size(n) > width and "::" in head:  # the function's namespaces
         n = _ELLIPSIS + "::" + head.rsplit("::", 1)[1] + sep + tail
     while size(n) > width and _INNER_TEMPLATE.search(n):
         n = _INNER_TEMPLATE.sub("\x00", n, count=1)
     n = n.replace("\x00", "<" + _ELLIPSIS + ">").replace("{anon}", "(anonymous namespace)")
     if len(n) > width:
         keep = width - 1
-        n = n[: (keep + 1) // 2] + _ELLIPSIS + n[len(n) - keep // 2:]
+        n = n[: (keep + 1) // 2] + _ELLIPSIS + n[len(n) - keep // 2 :]
     return n
 
 
@@ -118,7 +117,7 @@ def _pct(x: float) -> str:
     return f"{100 * x:.1f}%"
 
 
-def _steps_phrase(a: Analysis) -> str:
+def steps_phrase(a: Analysis) -> str:
     if a.basis == "ProfilerStep ranges":
         return f"{a.num_steps} step(s)"
     if a.basis == "whole trace":
@@ -128,26 +127,37 @@ def _steps_phrase(a: Analysis) -> str:
 
 def render_analysis(a: Analysis, console: Console, top_unknown: int = 10) -> None:
     """`headroom classify`: milliseconds per step (the whole trace counts as one), totals labelled."""
-    from headroom.trace.analysis import partial_layers
+    from headroom.trace.analysis_result import partial_layers
 
     unit = "CPU op self time" if a.mode == MODE_CPU else "GPU time"
     n = max(a.num_steps, 1)
     say(console, f"[bold]{esc(a.source)}[/bold]  {esc(a.device_name or '')}", highlight=False)
     if a.manifest.get("workload"):
         part = partial_layers(a.manifest)
-        console.print(f"{a.label}" + (f": the numbers below are for the {part[0]} profiled blocks "
-                                                f"(headroom profile extrapolates to {part[1]})" if part else ""),
-                      highlight=False)
+        console.print(
+            f"{a.label}"
+            + (
+                f": the numbers below are for the {part[0]} profiled blocks "
+                f"(headroom profile extrapolates to {part[1]})"
+                if part
+                else ""
+            ),
+            highlight=False,
+        )
     if a.mode == MODE_CPU:
         say(console, "[yellow]no GPU activity in this trace: classified by CPU operator (self time)[/yellow]")
     console.print(
         f"per step: {_ms(a.step_us)} ms wall   {_ms(a.busy_us / n)} ms busy   idle {_pct(a.idle_fraction)}   "
-        f"{unit} {_ms(a.total_us / n)} ms   ({_steps_phrase(a)}; total wall {_ms(a.wall_us)} ms)",
-        highlight=False)
+        f"{unit} {_ms(a.total_us / n)} ms   ({steps_phrase(a)}; total wall {_ms(a.wall_us)} ms)",
+        highlight=False,
+    )
     if a.unprofiled_step_us is not None:
         idle_u = a.unprofiled_idle_fraction
-        console.print(f"without the profiler: {_ms(a.unprofiled_step_us)} ms per step"
-                      + (f"   implied idle {_pct(idle_u)}" if idle_u is not None else ""), highlight=False)
+        console.print(
+            f"without the profiler: {_ms(a.unprofiled_step_us)} ms per step"
+            + (f"   implied idle {_pct(idle_u)}" if idle_u is not None else ""),
+            highlight=False,
+        )
     t = Table(show_edge=False, header_style="bold")
     t.add_column("category")
     t.add_column("ms/step", justify="right")
@@ -156,17 +166,29 @@ def render_analysis(a: Analysis, console: Console, top_unknown: int = 10) -> Non
     t.add_column("count/step", justify="right")
     t.add_column("addressable")
     for r in a.categories.itertuples(index=False):
-        t.add_row(r.name, _ms(r.us / n), _pct(r.fraction), _pct(r.wall_fraction), _count(r.count / n),
-                  Text("yes", style="green") if r.addressable else "no")
+        t.add_row(
+            r.name,
+            _ms(r.us / n),
+            _pct(r.fraction),
+            _pct(r.wall_fraction),
+            count_per_step(r.count / n),
+            Text("yes", style="green") if r.addressable else "no",
+        )
     console.print(t)
-    say(console, f"[bold]addressable: {_pct(a.addressable_fraction)}[/bold] of {unit} "
-                  f"({_ms(a.addressable_us / n)} ms/step)", highlight=False)
+    say(
+        console,
+        f"[bold]addressable: {_pct(a.addressable_fraction)}[/bold] of {unit} ({_ms(a.addressable_us / n)} ms/step)",
+        highlight=False,
+    )
     unknown = a.unknown_kernels(top_unknown)
     if len(unknown):
         console.print("unclassified kernels ('other'), by time (ms/step):")
         for r in unknown.itertuples(index=False):
-            console.print(f"  {_ms(r.us / n):>10}  x{_count(r.count / n):<6} {short_name(r.name, 110)}",
-                          markup=False, highlight=False)
+            console.print(
+                f"  {_ms(r.us / n):>10}  x{count_per_step(r.count / n):<6} {short_name(r.name, 110)}",
+                markup=False,
+                highlight=False,
+            )
 
 
 def render_kernels(a: Analysis, console: Console) -> None:
@@ -174,194 +196,55 @@ def render_kernels(a: Analysis, console: Console) -> None:
     n = max(a.num_steps, 1)
     console.print("kernels, by time (ms/step, launches/step, category, op, kernel):", highlight=False)
     for r in a.kernels.itertuples(index=False):
-        console.print(f"  {r.us / n / 1000:>10,.3f}  x{_count(r.count / n):<6} {r.category:<13} {short_name(r.op, 40):<40} "
-                      f"{short_name(r.name, 90)}", markup=False, highlight=False)
+        console.print(
+            f"  {r.us / n / 1000:>10,.3f}  x{count_per_step(r.count / n):<6} {r.category:<13} {short_name(r.op, 40):<40} "
+            f"{short_name(r.name, 90)}",
+            markup=False,
+            highlight=False,
+        )
 
 
 def render_summary(df: pd.DataFrame, console: Console) -> None:
     t = Table(show_edge=False, header_style="bold")
     summary_cols: tuple[tuple[str, Justify], ...] = (
-        ("workload", "left"), ("device", "left"), ("ms/step", "right"), ("idle", "right"),
-        ("unprof. ms/step", "right"), ("unprof. idle", "right"), ("GEMM+attn+conv", "right"),
-        ("addressable", "right"), ("top addressable op", "left"), ("share", "right"))
+        ("workload", "left"),
+        ("device", "left"),
+        ("ms/step", "right"),
+        ("idle", "right"),
+        ("unprof. ms/step", "right"),
+        ("unprof. idle", "right"),
+        ("GEMM+attn+conv", "right"),
+        ("addressable", "right"),
+        ("top addressable op", "left"),
+        ("share", "right"),
+    )
     for col, just in summary_cols:
         t.add_column(col, justify=just, no_wrap=True)
     for r in df.itertuples(index=False):
         top = short_name(r.top_addressable_op, 68) if r.top_addressable_op else ""
         u_ms = "" if math.isnan(r.unprofiled_step_us) else f"{r.unprofiled_step_us / 1000:,.2f}"
         u_idle = "" if math.isnan(r.unprofiled_idle_fraction) else _pct(r.unprofiled_idle_fraction)
-        t.add_row(r.workload, r.device or r.mode, f"{r.step_us / 1000:,.2f}", _pct(r.idle_fraction), u_ms, u_idle,
-                  _pct(r.gemm_attention_conv_fraction), _pct(r.addressable_fraction), top,
-                  _pct(r.top_addressable_op_fraction) if top else "")
+        t.add_row(
+            r.workload,
+            r.device or r.mode,
+            f"{r.step_us / 1000:,.2f}",
+            _pct(r.idle_fraction),
+            u_ms,
+            u_idle,
+            _pct(r.gemm_attention_conv_fraction),
+            _pct(r.addressable_fraction),
+            top,
+            _pct(r.top_addressable_op_fraction) if top else "",
+        )
     console.print(t)
 
 
-def _pct2(x: float) -> str:
-    return f"{100 * x:.2f}%"
-
-
-def render_projection(res: ProjectResult, console: Console) -> None:
-    """`headroom project`: the estimate, the measured breakdown, the speedup entries, the projections, the warnings."""
-    from headroom.projection.overhead import cpu_clock
-
-    say(console, f"[bold]{esc(res.source)}[/bold]")
-    e = res.estimate
-    if e is not None:
-        # The two times the ratio is of, beside it (e.speedup is baseline_us / projected_us).
-        say(console, f"[bold]estimate ({esc(e.scenario)}): {e.speedup:.3f}x end-to-end[/bold], between {e.low:.3f}x "
-                      f"and {e.high:.3f}x   {e.baseline_us / max(res.num_steps, 1) / 1e3:,.3f} -> "
-                      f"{e.projected_us / max(res.num_steps, 1) / 1e3:,.3f} ms/step ({e.clock} clock)", highlight=False)
-        console.print(f"  {e.method}", highlight=False)
-    b = plain(res.baseline)
-    n = max(res.num_steps, 1)
-    console.print(
-        f"measured: {res.per_step_us / 1e3:,.3f} ms/step ({res.num_steps} step(s), {res.baseline_us / 1e3:,.3f} ms in total)   "
-        f"kernels {_pct2(b['kernel_fraction'])}  memory {_pct2(b['memory_fraction'])}  "
-        f"communication {_pct2(b['communication_fraction'])}  idle {_pct2(b['idle_fraction'])}", highlight=False)
-    u = res.unprofiled
-    if u is not None:
-        busy = (1.0 - b["idle_fraction"]) * res.baseline_us
-        idle_u = max(0.0, 1.0 - busy / (u.step_us * max(res.num_steps, 1))) if u.step_us > 0 else 0.0
-        how = "not corrected" if u.cpu_scale == 1.0 else f"the replay runs with {cpu_clock(u.cpu_scale)}"
-        if abs(u.window_scale - 1.0) >= 5e-5:
-            how += f", replayed times x{u.window_scale:.4f} to it"
-        console.print(f"unprofiled: {u.step_us / 1e3:,.3f} ms/step ({u.source}; profiled {100 * u.overhead:+.0f}%), "
-                      f"idle {_pct2(idle_u)}; {how}", highlight=False)
-    if res.entries:
-        console.print(_entries_table(res, n))
-    if res.distribution:
-        d = res.distribution
-        extra = ""
-        if "n" in d:
-            extra = f"  ({d['n']} results from {d.get('source', '')})"
-        say(console, f"distribution scenarios over [bold]{esc(d['select'])}[/bold] "
-                      f"({d['selected_us'] / n / 1e3:,.3f} ms/step of kernels){extra}", highlight=False)
-    console.print(_projections_table(res))
-    console.print()
-
-
-def _entries_table(res: ProjectResult, n: int) -> Table:
-    """The speedup entries: what each selects, per step, and the CPU side of launch-aware entries."""
-    t = Table(show_edge=False, header_style="bold", title="speedups", title_justify="left")
-    show_source = any(e.source != "command line" for e in res.entries)
-    cols: list[tuple[str, Justify]] = [
-        ("selector", "left"), ("factor", "right"), ("verified", "left"), ("kernels/step", "right"),
-        ("ms/step", "right"), ("applied ms/step", "right"), ("addressable", "right"), ("top kernel", "left")]
-    show_cpu = any(e.cpu for e in res.entries)
-    if show_cpu:
-        cols[2:2] = [("launches", "right"), ("calls/step", "right"), ("CPU ms/step saved", "right")]
-    if show_source:
-        cols.append(("source", "left"))
-    for c, j in cols:
-        t.add_column(c, justify=j, no_wrap=c != "selector", overflow="fold" if c == "selector" else "ellipsis",
-                     min_width=24 if c == "selector" else None,
-                     max_width=36 if c in ("top kernel", "source") else None)
-    for ent in res.entries:
-        top = short_name(ent.top_kernels[0].name, 36) if ent.top_kernels else ""
-        addr = f"{100 * ent.addressable_us / ent.us:.0f}%" if ent.us > 0 else "-"
-        row = [ent.selector, f"{ent.speedup:g}", {True: "yes", False: "no", None: ""}[ent.verified],
-               _count(ent.kernels / n), f"{ent.us / n / 1e3:,.3f}", f"{ent.applied_us / n / 1e3:,.3f}", addr, top]
-        if show_cpu:
-            cpu = ent.cpu or {}
-            saved = ("" if "removed_cpu_us" not in cpu
-                     else f"{(cpu['removed_cpu_us'] - cpu.get('added_cpu_us', 0.0)) / n / 1e3:,.3f}")
-            row[2:2] = ["" if ent.launches is None else f"{cpu.get('kernels_per_call', 0):g} -> {ent.launches}",
-                        f"{cpu['calls_per_step']:,.4g}" if cpu else "", saved]
-        if show_source:
-            row.append(ent.source)
-        t.add_row(*row)
-    return t
-
-
-def _projections_table(res: ProjectResult) -> Table:
-    """Every scenario by every method: the projected step, the gain, and how the projected window divides."""
-    u = res.unprofiled
-    t = Table(show_edge=False, header_style="bold", title="projections", title_justify="left")
-    proj_cols: list[tuple[str, Justify]] = [
-        ("scenario", "left"), ("method", "left"), ("factor", "right"), ("ms/step", "right"), ("saved", "right"),
-        ("end-to-end", "right"), ("kernels", "right"), ("mem+comm", "right"), ("idle", "right")]
-    if u is not None:
-        proj_cols[6:6] = [("unprofiled ms/step", "right"), ("unprofiled", "right")]
-    for c, j in proj_cols:
-        t.add_column(c, justify=j)
-    for p in res.projections:
-        bd = plain(p.breakdown)
-        fac = "" if p.factor is None else ("inf" if not math.isfinite(p.factor) else f"{p.factor:.4g}")
-        row = [p.scenario, p.method, fac, f"{p.per_step_us / 1e3:,.3f}", _pct2(p.gain), f"{p.speedup:.4f}x",
-               _pct2(bd["kernel_fraction"]), _pct2(bd["memory_fraction"] + bd["communication_fraction"]),
-               _pct2(bd["idle_fraction"])]
-        if u is not None:
-            pu = p.unprofiled
-            row[6:6] = [f"{pu.per_step_us / 1e3:,.3f}", f"{pu.speedup:.4f}x"] if pu else ["", ""]
-        t.add_row(*row)
-    return t
-
-
-def _count(x: float) -> str:
+def count_per_step(x: float) -> str:
     """A count per step: whole counts as they are; a kernel that runs once in three steps is 0.333, not
     "0" (which reads as never)."""
     if abs(x - round(x)) < 1e-9 or x >= 1000:
         return f"{x:,.0f}"
     return f"{x:.3g}"
-
-
-def _mix(categories: dict, n: int = 2) -> str:
-    top = sorted(categories.items(), key=lambda kv: -kv[1])[:n]
-    return ", ".join(f"{c} {100 * f:.0f}%" for c, f in top)
-
-
-def _inputs(seen: list) -> str:
-    if not seen:
-        return ""
-    more = f" (+{len(seen) - 1})" if len(seen) > 1 else ""
-    return f"{seen[0]['inputs']}{more}"
-
-
-def _num(x: float, fmt: str) -> str:
-    return "" if x is None or not math.isfinite(x) else format(x, fmt)
-
-
-def render_targets(a: Analysis, table: pd.DataFrame, speedup: float, console: Console) -> None:
-    """`headroom targets`: one table per grouping (op, module, ...), ranked by end-to-end gain."""
-    n = max(a.num_steps, 1)
-    say(console, f"[bold]{esc(a.source)}[/bold]  measured {a.step_us / 1e3:,.3f} ms/step over {_steps_phrase(a)}",
-                  highlight=False)
-    has_replay = "replay_gain" in table.columns
-    for kind in dict.fromkeys(table["kind"]):
-        rows = table[table["kind"] == kind]
-        module = kind in ("module", "module_path")
-        title = f"by {kind}" + (f" ({rows['scope'].iat[0]} time)" if module and len(rows) else "")
-        t = Table(show_edge=False, header_style="bold", title=title, title_justify="left")
-        cols: list[tuple[str, Justify]]
-        if module:
-            cols = [("name", "left"), ("calls/step", "right"), ("kernels/call", "right"), ("CPU µs/call", "right"),
-                    ("ms/step", "right"), ("share", "right"), ("categories", "left")]
-        else:
-            cols = [("name", "left"), ("category", "left"), ("addressable", "left"), ("kernels/step", "right"),
-                    ("ms/step", "right"), ("share", "right")]
-        cols += [(f"gain @{speedup:g}x", "right"), ("gain @inf", "right")]
-        if has_replay:
-            cols += [(f"replay @{speedup:g}x", "right"), ("replay @inf", "right")]
-        if module:
-            cols += [("inputs", "left")]
-        for c, j in cols:
-            t.add_column(c, justify=j)
-        for r in rows.itertuples(index=False):
-            if module:
-                row = [short_name(r.name, 70), _num(r.calls, ",.4g"), _num(r.kernels_per_call, ",.1f"),
-                       _num(r.cpu_us_per_call, ",.1f"), f"{r.us / n / 1e3:,.3f}", _pct2(r.share), _mix(r.categories)]
-            else:
-                row = [short_name(r.name, 70), r.category, r.addressable, _count(r.kernels / n),
-                       f"{r.us / n / 1e3:,.3f}", _pct2(r.share)]
-            row += [_pct2(r.gain), _pct2(r.gain_inf)]
-            if has_replay:
-                row += ["" if not math.isfinite(r.replay_gain) else _pct2(r.replay_gain),
-                        "" if not math.isfinite(r.replay_gain_inf) else _pct2(r.replay_gain_inf)]
-            if module:
-                row += [_inputs(r.inputs)[:60]]
-            t.add_row(*row)
-        console.print(t)
-    console.print("gain: fraction of the measured window saved (Amdahl; replay where shown)")
 
 
 def render_profile(result: ProfileResult, console: Console) -> None:
@@ -374,13 +257,20 @@ def render_profile(result: ProfileResult, console: Console) -> None:
     unit = "CPU op time" if a.mode == MODE_CPU else "GPU time"
     t, p = result.timed, result.profiled
     console.print()
-    from headroom.profile.run import overhead_verdict
+    from headroom.profile.result import overhead_verdict
 
     if t.n:
-        say(console, f"[bold]step time[/bold]        {t.median_ms:,.2f} ms  (median of {t.n}, {esc(t.method)}; "
-                      f"min {t.min_ms:,.2f}, max {t.max_ms:,.2f})", highlight=False)
-        console.print(f"profiler overhead  {overhead_verdict(t, p)[1]}  (profiled median {p.median_ms:,.2f} ms "
-                      f"over {p.n} step(s))", highlight=False)
+        say(
+            console,
+            f"[bold]step time[/bold]        {t.median_ms:,.2f} ms  (median of {t.n}, {esc(t.method)}; "
+            f"min {t.min_ms:,.2f}, max {t.max_ms:,.2f})",
+            highlight=False,
+        )
+        console.print(
+            f"profiler overhead  {overhead_verdict(t, p)[1]}  (profiled median {p.median_ms:,.2f} ms "
+            f"over {p.n} step(s))",
+            highlight=False,
+        )
     if a.mode == MODE_CPU:
         console.print("idle share         n/a (no GPU)")
     else:
@@ -389,9 +279,12 @@ def render_profile(result: ProfileResult, console: Console) -> None:
     x = result.layers
     if x is not None and cfg.extrapolated:
         console.print()
-        say(console, f"[bold]{esc(a.label)}, extrapolated to all {x.total}[/bold] "
-                      f"(per-block time x{x.factor:g}; {_pct(x.block_share)} of the measured time is in blocks)",
-                      highlight=False)
+        say(
+            console,
+            f"[bold]{esc(a.label)}, extrapolated to all {x.total}[/bold] "
+            f"(per-block time x{x.factor:g}; {_pct(x.block_share)} of the measured time is in blocks)",
+            highlight=False,
+        )
         table = Table(show_edge=False, header_style="bold")
         table.add_column("category")
         table.add_column(f"% of {unit} ({x.total} blocks)", justify="right")
@@ -400,11 +293,17 @@ def render_profile(result: ProfileResult, console: Console) -> None:
         for r in x.categories.itertuples(index=False):
             table.add_row(r.name, _pct(r.fraction), _pct(r.measured_fraction), "yes" if r.addressable else "no")
         console.print(table)
-        est = f"{x.timed_step_ms_extrapolated:,.2f} ms" if x.timed_step_ms_extrapolated else \
-            f"{x.step_us_extrapolated / 1000:,.2f} ms (profiled)"
+        est = (
+            f"{x.timed_step_ms_extrapolated:,.2f} ms"
+            if x.timed_step_ms_extrapolated
+            else f"{x.step_us_extrapolated / 1000:,.2f} ms (profiled)"
+        )
         say(console, f"[bold]step time, {x.total} blocks (estimated)[/bold]  {est}", highlight=False)
-        say(console, f"[bold]addressable, {x.total} blocks[/bold]  {_pct(x.addressable_fraction)} of {unit}",
-                      highlight=False)
+        say(
+            console,
+            f"[bold]addressable, {x.total} blocks[/bold]  {_pct(x.addressable_fraction)} of {unit}",
+            highlight=False,
+        )
     info = result.manifest.get("info", {})
     if info.get("embedding_path"):
         console.print(f"embeddings: {info['embedding_path']}", highlight=False)
@@ -419,8 +318,16 @@ def render_workloads(specs: list[WorkloadSpec], verbose: bool, console: Console)
     for col in ("workload", "domain", "mode", "batch", "seq", "dtype", "blocks", "model"):
         t.add_column(col)
     for s in specs:
-        t.add_row(s.name, s.domain, s.default("mode"), str(s.default("batch")), str(s.default("seq") or "-"),
-                  str(s.default("dtype")), str(s.num_layers("default")) if s.num_layers else "-", s.model)
+        t.add_row(
+            s.name,
+            s.domain,
+            s.default("mode"),
+            str(s.default("batch")),
+            str(s.default("seq") or "-"),
+            str(s.default("dtype")),
+            str(s.num_layers("default")) if s.num_layers else "-",
+            s.model,
+        )
     console.print(t)
     if not verbose:
         console.print("(-v for the reason behind each default, flavours and options)")
@@ -435,5 +342,6 @@ def render_workloads(specs: list[WorkloadSpec], verbose: bool, console: Console)
         if s.parallel:
             console.print(f"  --nproc N --parallel {' | '.join(s.parallel)} (default {s.parallel[0]})", highlight=False)
         if s.cpu_scale:
-            console.print("  on a CPU: " + "; ".join(f"{k} -> {v[0]} ({v[1]})" for k, v in s.cpu_scale.items()),
-                          highlight=False)
+            console.print(
+                "  on a CPU: " + "; ".join(f"{k} -> {v[0]} ({v[1]})" for k, v in s.cpu_scale.items()), highlight=False
+            )

@@ -12,8 +12,12 @@ _OF = {"gpu": "GPU time", "cpu-ops": "CPU op time"}
 
 
 def render_coverage(c: Coverage, console: Console) -> None:
-    t = Table(show_edge=False, header_style="bold", title=f"{c.suite}: problems against {len(c.traces)} trace(s)",
-              title_justify="left")
+    t = Table(
+        show_edge=False,
+        header_style="bold",
+        title=f"{c.suite}: problems against {len(c.traces)} trace(s)",
+        title_justify="left",
+    )
     for col in ("problem", "trace", "share", "of", "events", "top kernels / ops"):
         t.add_column(col, justify="right" if col in ("share", "events") else "left")
     for p in c.problems:
@@ -21,9 +25,18 @@ def render_coverage(c: Coverage, console: Console) -> None:
             t.add_row(p.name, "-", "", "", "", "no trace exercises it")
         for i, m in enumerate(p.matches):
             top = ", ".join(short_name(n, 48) for n, _ in m.top)
-            t.add_row(p.name if i == 0 else "", m.trace, f"{100 * m.share:.2f}%", _OF.get(m.mode, m.mode),
-                      f"{m.events:,}", top)
+            t.add_row(
+                p.name if i == 0 else "",
+                m.trace,
+                f"{100 * m.share:.2f}%",
+                _OF.get(m.mode, m.mode),
+                f"{m.events:,}",
+                top,
+            )
     console.print(t)
     unmatched = c.unmatched
-    console.print(f"{len(c.matched)} of {len(c.problems)} problems matched"
-                  + (f"; unmatched: {', '.join(unmatched)}" if unmatched else ""), highlight=False)
+    console.print(
+        f"{len(c.matched)} of {len(c.problems)} problems matched"
+        + (f"; unmatched: {', '.join(unmatched)}" if unmatched else ""),
+        highlight=False,
+    )

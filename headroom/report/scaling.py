@@ -49,8 +49,9 @@ def _full_params(m: dict, source: str, cache: dict) -> float | None:
     if not partial:
         return m.get("params")
     if not m.get("workload"):
-        raise UserError(f"{source}: built {layers} of {total} blocks and records no whole-model parameter "
-                        f"count (give --params)")
+        raise UserError(
+            f"{source}: built {layers} of {total} blocks and records no whole-model parameter count (give --params)"
+        )
     key = (m["workload"], m.get("flavour") or "default")
     if key not in cache:
         from headroom.profile.registry import get_workload
@@ -59,8 +60,10 @@ def _full_params(m: dict, source: str, cache: dict) -> float | None:
         try:
             cache[key] = float(spec.param_count_meta(key[1]))
         except ModuleNotFoundError as e:
-            raise UserError(f"{source}: built {layers} of {total} blocks; counting the whole model's parameters "
-                            f"needs {e.name} (pip install 'kernel-headroom[profile]'), or give --params") from None
+            raise UserError(
+                f"{source}: built {layers} of {total} blocks; counting the whole model's parameters "
+                f"needs {e.name} (pip install 'kernel-headroom[profile]'), or give --params"
+            ) from None
     return cache[key]
 
 
@@ -76,8 +79,10 @@ def _whole_model_fractions(a: Analysis, m: dict) -> tuple[float, float, bool]:
     if isinstance(layers, int) and isinstance(tl, int) and 0 < layers < tl:
         ext = extrapolate_layers(a, layers, tl) if a.trace is not None else None
         if ext is None:
-            raise UserError(f"{a.source}: built {layers} of {tl} blocks but has no '{BLOCK_RANGE_PREFIX}...' "
-                            f"ranges to extrapolate the whole model from")
+            raise UserError(
+                f"{a.source}: built {layers} of {tl} blocks but has no '{BLOCK_RANGE_PREFIX}...' "
+                f"ranges to extrapolate the whole model from"
+            )
         c = ext.categories
         ga = float(c.loc[c["name"].isin(category_group("gemm_attention")), "fraction"].sum())
         return float(ext.addressable_fraction), ga, True
@@ -85,9 +90,14 @@ def _whole_model_fractions(a: Analysis, m: dict) -> tuple[float, float, bool]:
     return float(a.addressable_fraction), (ga / total if total > 0 else 0.0), False
 
 
-def scaling_table(analyses: Sequence[Analysis], params: Sequence[float] | None = None,
-                  labels: Sequence[str] | None = None, family: str | None = None,
-                  skip_missing: bool = False, min_sizes: int = 1) -> pd.DataFrame:
+def scaling_table(
+    analyses: Sequence[Analysis],
+    params: Sequence[float] | None = None,
+    labels: Sequence[str] | None = None,
+    family: str | None = None,
+    skip_missing: bool = False,
+    min_sizes: int = 1,
+) -> pd.DataFrame:
     """Addressable fraction against parameter count, for traces of one family at several sizes.
 
     Parameter counts come from ``params`` or from each trace's headroom manifest
@@ -120,8 +130,10 @@ def scaling_table(analyses: Sequence[Analysis], params: Sequence[float] | None =
         fam = family or family_of(m)
         addr, ga, ext = _whole_model_fractions(a, m)
         rows.append((_label(a, labels[k] if labels else None), str(fam), p, addr, ga, ext))
-    df = pd.DataFrame(rows, columns=["workload", "family", "params", "addressable_fraction",
-                                     "gemm_attention_fraction", "extrapolated"])
+    df = pd.DataFrame(
+        rows,
+        columns=["workload", "family", "params", "addressable_fraction", "gemm_attention_fraction", "extrapolated"],
+    )
     if min_sizes > 1 and len(df):
         df = df.groupby("family", sort=False).filter(lambda g: g["params"].nunique() >= min_sizes)
     return df.sort_values("params", kind="stable").reset_index(drop=True)

@@ -13,33 +13,40 @@ from html import escape
 from headroom.report.colors import COLORS, color
 from headroom.report.markup import Node, number
 
-LABEL_W = 300      # the names' column
-BAR_W = 420        # the bars' full length
+LABEL_W = 300  # the names' column
+BAR_W = 420  # the bars' full length
 ROW_H = 22
 BAR_H = 14
-END_W = 200        # the labels after a bar
+END_W = 200  # the labels after a bar
 
 
 def _svg(body: list[str], height: int, figure: str, title: str) -> str:
     width = LABEL_W + BAR_W + END_W
-    return (f'<svg xmlns="http://www.w3.org/2000/svg" class="figure" data-figure="{figure}" role="img" '
-            f'width="{width}" height="{height}" viewBox="0 0 {width} {height}"><title>{escape(title)}</title>'
-            + "".join(body) + "</svg>")
+    return (
+        f'<svg xmlns="http://www.w3.org/2000/svg" class="figure" data-figure="{figure}" role="img" '
+        f'width="{width}" height="{height}" viewBox="0 0 {width} {height}"><title>{escape(title)}</title>'
+        + "".join(body)
+        + "</svg>"
+    )
 
 
 def _name(y: float, text: str, path: bool = False) -> str:
     """A row's name; a long one cut (a path keeps its end, where traces differ)."""
     short = text if len(text) <= 46 else ("…" + text[-44:] if path else text[:44] + "…")
-    return (f'<text x="{LABEL_W - 8}" y="{y + BAR_H - 3:.1f}" text-anchor="end" class="name">'
-            f'<title>{escape(text)}</title>{escape(short)}</text>')
+    return (
+        f'<text x="{LABEL_W - 8}" y="{y + BAR_H - 3:.1f}" text-anchor="end" class="name">'
+        f"<title>{escape(text)}</title>{escape(short)}</text>"
+    )
 
 
 def _ticks(y0: float, y1: float, labels: Sequence[tuple[float, str]]) -> list[str]:
     out = []
     for frac, label in labels:
         x = LABEL_W + frac * BAR_W
-        out.append(f'<line x1="{x:.1f}" y1="{y0:.1f}" x2="{x:.1f}" y2="{y1:.1f}" class="grid"/>'
-                   f'<text x="{x:.1f}" y="{y1 + 12:.1f}" text-anchor="middle" class="tick">{escape(label)}</text>')
+        out.append(
+            f'<line x1="{x:.1f}" y1="{y0:.1f}" x2="{x:.1f}" y2="{y1:.1f}" class="grid"/>'
+            f'<text x="{x:.1f}" y="{y1 + 12:.1f}" text-anchor="middle" class="tick">{escape(label)}</text>'
+        )
     return out
 
 
@@ -47,9 +54,11 @@ def _rect(x: float, y: float, w: float, fill: str, node: Node, fmt: str, label: 
     """A bar segment carrying its number (its tooltip says what it is)."""
     v = node.value
     text = number(v, fmt)
-    return (f'<rect x="{x:.2f}" y="{y:.1f}" width="{max(w, 0.0):.2f}" height="{BAR_H}" fill="{fill}"'
-            f'{f" class={chr(34)}{cls}{chr(34)}" if cls else ""} data-key="{node.key}" data-value="{node.raw}" '
-            f'data-fmt="{fmt}"><title>{escape(label)}: {text}</title></rect>')
+    return (
+        f'<rect x="{x:.2f}" y="{y:.1f}" width="{max(w, 0.0):.2f}" height="{BAR_H}" fill="{fill}"'
+        f'{f" class={chr(34)}{cls}{chr(34)}" if cls else ""} data-key="{node.key}" data-value="{node.raw}" '
+        f'data-fmt="{fmt}"><title>{escape(label)}: {text}</title></rect>'
+    )
 
 
 def _tspan(node: Node, fmt: str) -> str:
@@ -63,9 +72,11 @@ def _legend(y: float, items: Sequence[tuple[str, str, bool]]) -> tuple[list[str]
         w = 26 + 7.2 * len(label)
         if x + w > width - 10:
             x, y = 10.0, y + 16
-        out.append(f'<rect x="{x:.1f}" y="{y:.1f}" width="10" height="10" fill="{fill}" '
-                   f'stroke="{"#222222" if outlined else "#999999"}" stroke-width="{1.2 if outlined else 0.6}"/>'
-                   f'<text x="{x + 14:.1f}" y="{y + 9:.1f}" class="legend">{escape(label)}</text>')
+        out.append(
+            f'<rect x="{x:.1f}" y="{y:.1f}" width="10" height="10" fill="{fill}" '
+            f'stroke="{"#222222" if outlined else "#999999"}" stroke-width="{1.2 if outlined else 0.6}"/>'
+            f'<text x="{x + 14:.1f}" y="{y + 9:.1f}" class="legend">{escape(label)}</text>'
+        )
         x += w
     return out, y + 16
 
@@ -87,14 +98,15 @@ def category_chart(workloads: Node) -> str:
                 extra += cat not in COLORS
             fill, addressable = seen[cat]
             width = float(bar["fraction"].value or 0.0) * BAR_W
-            body.append(_rect(x, y, width, fill, bar["fraction"], "pct", cat,
-                              "addressable" if addressable else ""))
+            body.append(_rect(x, y, width, fill, bar["fraction"], "pct", cat, "addressable" if addressable else ""))
             x += width
-        body.append(f'<text x="{LABEL_W + BAR_W + 8}" y="{y + BAR_H - 3:.1f}" class="end">'
-                    f'{_tspan(w["addressable_fraction"], "pct")} addressable</text>')
+        body.append(
+            f'<text x="{LABEL_W + BAR_W + 8}" y="{y + BAR_H - 3:.1f}" class="end">'
+            f"{_tspan(w['addressable_fraction'], 'pct')} addressable</text>"
+        )
         y += ROW_H
     body[:0] = _ticks(4.0, y, [(f, f"{int(100 * f)}%") for f in (0, 0.25, 0.5, 0.75, 1.0)])
-    order = sorted(seen.items(), key=lambda kv: kv[1][1])      # vendor-library categories first, as they stack
+    order = sorted(seen.items(), key=lambda kv: kv[1][1])  # vendor-library categories first, as they stack
     legend, height = _legend(y + 24, [(c + (" (addressable)" if a else ""), f, a) for c, (f, a) in order])
     return _svg(body + legend, int(height + 6), "categories", "Share of GPU kernel time by category")
 
@@ -111,36 +123,55 @@ def projection_chart(projections: Node) -> str:
         return float(e[k].value) / (float(e["baseline_us"].value) or 1.0)
 
     keys = ("projected_us", "low_us", "high_us")
-    scale = max([1.0] + [share(p["estimate_per_step_us"], k) for p in rows for k in keys
-                         if p["estimate_per_step_us"].has(k)])
+    scale = max(
+        [1.0] + [share(p["estimate_per_step_us"], k) for p in rows for k in keys if p["estimate_per_step_us"].has(k)]
+    )
     body: list[str] = []
     y = 10.0
     for p in rows:
         e = p["estimate_per_step_us"]
         body.append(_name(y, str(p["trace"].value), path=True))
         body.append(_rect(LABEL_W, y, BAR_W / scale, "#d9d9d9", e["baseline_us"], "ms", "measured ms/step"))
-        body.append(_rect(LABEL_W, y + 4, share(e, "projected_us") / scale * BAR_W, "#1f77b4", e["projected_us"], "ms",
-                          "estimate ms/step", "estimate"))
+        body.append(
+            _rect(
+                LABEL_W,
+                y + 4,
+                share(e, "projected_us") / scale * BAR_W,
+                "#1f77b4",
+                e["projected_us"],
+                "ms",
+                "estimate ms/step",
+                "estimate",
+            )
+        )
         if e.has("low_us") and e.has("high_us"):
             lo, hi = (share(e, k) / scale * BAR_W + LABEL_W for k in ("low_us", "high_us"))
             mid = y + 4 + BAR_H / 2
             body.append(f'<line x1="{lo:.2f}" y1="{mid:.1f}" x2="{hi:.2f}" y2="{mid:.1f}" class="whisker"/>')
             for x, k, what in ((lo, "low_us", "low"), (hi, "high_us", "high")):
-                body.append(f'<line x1="{x:.2f}" y1="{mid - 4:.1f}" x2="{x:.2f}" y2="{mid + 4:.1f}" class="whisker" '
-                            f'data-key="{e[k].key}" data-value="{e[k].raw}" data-fmt="ms">'
-                            f'<title>{what}, ms/step: {number(e[k].value, "ms")}</title></line>')
+                body.append(
+                    f'<line x1="{x:.2f}" y1="{mid - 4:.1f}" x2="{x:.2f}" y2="{mid + 4:.1f}" class="whisker" '
+                    f'data-key="{e[k].key}" data-value="{e[k].raw}" data-fmt="ms">'
+                    f"<title>{what}, ms/step: {number(e[k].value, 'ms')}</title></line>"
+                )
         est = p["estimate"]
-        body.append(f'<text x="{LABEL_W + BAR_W + 8}" y="{y + BAR_H - 3:.1f}" class="end">'
-                    f'{_tspan(est["speedup"], "x")} ({_tspan(est["low"], "x")} to {_tspan(est["high"], "x")})</text>')
+        body.append(
+            f'<text x="{LABEL_W + BAR_W + 8}" y="{y + BAR_H - 3:.1f}" class="end">'
+            f"{_tspan(est['speedup'], 'x')} ({_tspan(est['low'], 'x')} to {_tspan(est['high'], 'x')})</text>"
+        )
         y += ROW_H + 4
     body[:0] = _ticks(4.0, y, [(f / scale, f"{int(100 * f)}%") for f in (0, 0.25, 0.5, 0.75, 1.0)])
-    legend, height = _legend(y + 24, [("measured step", "#d9d9d9", False),
-                                      ("estimate, interval low to high", "#1f77b4", False)])
+    legend, height = _legend(
+        y + 24, [("measured step", "#d9d9d9", False), ("estimate, interval low to high", "#1f77b4", False)]
+    )
     return _svg(body + legend, int(height + 6), "projection", "Projected step time, as a share of the measured step")
 
 
-RANK_PARTS = (("compute_us_per_step", "compute", "#252525"), ("comm_exposed_us_per_step", "exposed communication", "#d62728"),
-              ("idle_us_per_step", "idle", "#ffffff"))
+RANK_PARTS = (
+    ("compute_us_per_step", "compute", "#252525"),
+    ("comm_exposed_us_per_step", "exposed communication", "#d62728"),
+    ("idle_us_per_step", "idle", "#ffffff"),
+)
 
 
 def rank_chart(bars: Node) -> str:
@@ -156,10 +187,14 @@ def rank_chart(bars: Node) -> str:
         x = float(LABEL_W)
         for key, label, fill in RANK_PARTS:
             width = float(r[key].value or 0.0) / top * BAR_W
-            body.append(_rect(x, y, width, fill, r[key], "ms", f"{label} ms/step", "idle" if key.startswith("idle") else ""))
+            body.append(
+                _rect(x, y, width, fill, r[key], "ms", f"{label} ms/step", "idle" if key.startswith("idle") else "")
+            )
             x += width
-        body.append(f'<text x="{LABEL_W + BAR_W + 8}" y="{y + BAR_H - 3:.1f}" class="end">'
-                    f'{_tspan(r["step_us"], "ms")} ms/step</text>')
+        body.append(
+            f'<text x="{LABEL_W + BAR_W + 8}" y="{y + BAR_H - 3:.1f}" class="end">'
+            f"{_tspan(r['step_us'], 'ms')} ms/step</text>"
+        )
         y += ROW_H
     body[:0] = _ticks(4.0, y, [(f, f"{f * top / 1000:.2f} ms") for f in (0, 0.25, 0.5, 0.75, 1.0)])
     legend, height = _legend(y + 24, [(label, fill, True) for _, label, fill in RANK_PARTS])
@@ -176,8 +211,10 @@ def _label(y: float, node: Node, width: int = 40) -> str:
 
     whole = str(node.value)
     short = short_name(whole, width)
-    return (f'<text x="{LABEL_W - 8}" y="{y + BAR_H - 3:.1f}" text-anchor="end" class="name" data-key="{node.key}">'
-            f'<title>{escape(whole)}</title>{escape(short)}</text>')
+    return (
+        f'<text x="{LABEL_W - 8}" y="{y + BAR_H - 3:.1f}" text-anchor="end" class="name" data-key="{node.key}">'
+        f"<title>{escape(whole)}</title>{escape(short)}</text>"
+    )
 
 
 def waterfall_chart(rows: Node) -> str:
@@ -206,16 +243,25 @@ def waterfall_chart(rows: Node) -> str:
         fill = WATERFALL_COLORS["saved" if end < start else "added"] if delta else WATERFALL_COLORS[kind]
         left, right = (x(min(start, end)), x(max(start, end))) if delta else (float(LABEL_W), x(end))
         body.append(_label(y, r["label"]))
-        body.append(_rect(left, y, right - left, fill, r["delta_us"], "dms" if delta else "ms3", str(r["label"].value),
-                          kind))
-        if k + 1 < len(bars):       # the level the next bar starts from
-            body.append(f'<line x1="{x(end):.2f}" y1="{y + BAR_H:.1f}" x2="{x(end):.2f}" y2="{y + ROW_H:.1f}" '
-                        f'class="level"/>')
-        body.append(f'<text x="{LABEL_W + BAR_W + 8}" y="{y + BAR_H - 3:.1f}" class="end">'
-                    f'{_tspan(r["delta_us"], "dms" if delta else "ms3")} ms</text>')
+        body.append(
+            _rect(left, y, right - left, fill, r["delta_us"], "dms" if delta else "ms3", str(r["label"].value), kind)
+        )
+        if k + 1 < len(bars):  # the level the next bar starts from
+            body.append(
+                f'<line x1="{x(end):.2f}" y1="{y + BAR_H:.1f}" x2="{x(end):.2f}" y2="{y + ROW_H:.1f}" class="level"/>'
+            )
+        body.append(
+            f'<text x="{LABEL_W + BAR_W + 8}" y="{y + BAR_H - 3:.1f}" class="end">'
+            f"{_tspan(r['delta_us'], 'dms' if delta else 'ms3')} ms</text>"
+        )
         y += ROW_H
     body[:0] = _ticks(4.0, y, [(f, f"{(a0 + f * span) / 1000:.3f} ms") for f in (0, 0.25, 0.5, 0.75, 1.0)])
-    legend, height = _legend(y + 24, [("step", WATERFALL_COLORS["start"], False),
-                                      ("saved", WATERFALL_COLORS["saved"], False),
-                                      ("added", WATERFALL_COLORS["added"], False)])
+    legend, height = _legend(
+        y + 24,
+        [
+            ("step", WATERFALL_COLORS["start"], False),
+            ("saved", WATERFALL_COLORS["saved"], False),
+            ("added", WATERFALL_COLORS["added"], False),
+        ],
+    )
     return _svg(body + legend, int(height + 6), "waterfall", "Where the step time changed (profiled clock, per step)")

@@ -15,10 +15,11 @@ import numpy as np
 import pandas as pd
 
 from headroom.errors import UserError
-from headroom.trace.analysis import Analysis, partial_layers, run_name, trace_label
+from headroom.trace.analysis import Analysis
+from headroom.trace.analysis_result import partial_layers, run_name, trace_label
 from headroom.trace.classify import category_group
 
-if TYPE_CHECKING:     # annotations only
+if TYPE_CHECKING:  # annotations only
     from headroom.projection.project import ProjectResult
 
 
@@ -41,8 +42,13 @@ def summary_frame(analyses: list[Analysis]) -> pd.DataFrame:
         unprof_us = a.unprofiled_step_us if a.unprofiled_step_us is not None else float("nan")
         unprof_idle = a.unprofiled_idle_fraction if a.unprofiled_idle_fraction is not None else float("nan")
         part = partial_layers(m)
-        ext = extrapolate_layers(a, *part, timed_step_ms=a.unprofiled_step_us / 1000
-                                 if a.unprofiled_step_us is not None else None) if part else None
+        ext = (
+            extrapolate_layers(
+                a, *part, timed_step_ms=a.unprofiled_step_us / 1000 if a.unprofiled_step_us is not None else None
+            )
+            if part
+            else None
+        )
         if ext is not None:
             ec = ext.categories.set_index("name")["fraction"]
             step_us, idle, addressable = ext.step_us_extrapolated, ext.idle_fraction, ext.addressable_fraction
@@ -52,28 +58,32 @@ def summary_frame(analyses: list[Analysis]) -> pd.DataFrame:
             # CPU time, which need not scale with the blocks as GPU time does.
             unprof_us = 1000.0 * ext.timed_step_ms_extrapolated if ext.timed_step_ms_extrapolated else float("nan")
             unprof_idle = float("nan")
-        rows.append({
-            "workload": trace_label(a, extrapolated=ext is not None),
-            "trace": a.source,
-            "mode": a.mode,
-            "device": a.device_name,
-            "basis": a.basis,
-            "num_steps": a.num_steps,
-            "step_us": step_us,
-            "gpu_us_per_step": a.total_us / max(a.num_steps, 1),
-            "idle_fraction": idle,
-            # Without the profiler (the manifest's timed steps), where recorded: NaN otherwise.
-            "unprofiled_step_us": unprof_us,
-            "unprofiled_idle_fraction": unprof_idle,
-            "gemm_attention_conv_fraction": core,
-            "addressable_fraction": addressable,
-            "top_addressable_op": top["op"] if top is not None else "",
-            "top_addressable_op_fraction": float(top["addressable_us"]) / a.total_us if top is not None and a.total_us else 0.0,
-            "layers": f"{part[0]} of {part[1]}" if part else "",
-            "extrapolated": ext is not None,
-            "dtype": m.get("dtype", ""),
-            "batch": m.get("batch", ""),
-        })
+        rows.append(
+            {
+                "workload": trace_label(a, extrapolated=ext is not None),
+                "trace": a.source,
+                "mode": a.mode,
+                "device": a.device_name,
+                "basis": a.basis,
+                "num_steps": a.num_steps,
+                "step_us": step_us,
+                "gpu_us_per_step": a.total_us / max(a.num_steps, 1),
+                "idle_fraction": idle,
+                # Without the profiler (the manifest's timed steps), where recorded: NaN otherwise.
+                "unprofiled_step_us": unprof_us,
+                "unprofiled_idle_fraction": unprof_idle,
+                "gemm_attention_conv_fraction": core,
+                "addressable_fraction": addressable,
+                "top_addressable_op": top["op"] if top is not None else "",
+                "top_addressable_op_fraction": float(top["addressable_us"]) / a.total_us
+                if top is not None and a.total_us
+                else 0.0,
+                "layers": f"{part[0]} of {part[1]}" if part else "",
+                "extrapolated": ext is not None,
+                "dtype": m.get("dtype", ""),
+                "batch": m.get("batch", ""),
+            }
+        )
     df = pd.DataFrame(rows, columns=SUMMARY_COLUMNS)
     # Runs of one model at several batch sizes (decode at batch 1 and 32) say their batch.
     model = pd.Series([run_name(a.manifest) if a.manifest.get("workload") else "" for a in analyses], index=df.index)
@@ -84,10 +94,27 @@ def summary_frame(analyses: list[Analysis]) -> pd.DataFrame:
     return df
 
 
-SUMMARY_COLUMNS = ["workload", "trace", "mode", "device", "basis", "num_steps", "step_us", "gpu_us_per_step",
-                   "idle_fraction", "unprofiled_step_us", "unprofiled_idle_fraction", "gemm_attention_conv_fraction",
-                   "addressable_fraction", "top_addressable_op", "top_addressable_op_fraction", "layers",
-                   "extrapolated", "dtype", "batch"]
+SUMMARY_COLUMNS = [
+    "workload",
+    "trace",
+    "mode",
+    "device",
+    "basis",
+    "num_steps",
+    "step_us",
+    "gpu_us_per_step",
+    "idle_fraction",
+    "unprofiled_step_us",
+    "unprofiled_idle_fraction",
+    "gemm_attention_conv_fraction",
+    "addressable_fraction",
+    "top_addressable_op",
+    "top_addressable_op_fraction",
+    "layers",
+    "extrapolated",
+    "dtype",
+    "batch",
+]
 
 
 def summary_records(df: pd.DataFrame) -> list[dict[str, Any]]:
@@ -99,8 +126,9 @@ def _label(a: Analysis, label: str | None) -> str:
     return label or trace_label(a)
 
 
-def category_fractions(analyses: Sequence[Analysis], labels: Sequence[str] | None = None,
-                       basis: str = "kernel") -> pd.DataFrame:
+def category_fractions(
+    analyses: Sequence[Analysis], labels: Sequence[str] | None = None, basis: str = "kernel"
+) -> pd.DataFrame:
     """One row per (workload, category): the category's fraction, for the addressable-fraction figure.
 
     ``basis="kernel"``: fractions of kernel time (``Analysis.total_us``; their
@@ -120,12 +148,21 @@ def category_fractions(analyses: Sequence[Analysis], labels: Sequence[str] | Non
         if basis == "kernel":
             denom = float(a.total_us)
             for r in cats.itertuples(index=False):
-                rows.append((label, r.name, bool(r.addressable), float(r.us), float(r.us) / denom if denom > 0 else 0.0))
+                rows.append(
+                    (label, r.name, bool(r.addressable), float(r.us), float(r.us) / denom if denom > 0 else 0.0)
+                )
         else:
             denom = float(a.wall_us) * a.n_devices
             for r in cats.itertuples(index=False):
-                rows.append((label, r.name, bool(r.addressable), float(r.wall_us),
-                             float(r.wall_us) / denom if denom > 0 else 0.0))
+                rows.append(
+                    (
+                        label,
+                        r.name,
+                        bool(r.addressable),
+                        float(r.wall_us),
+                        float(r.wall_us) / denom if denom > 0 else 0.0,
+                    )
+                )
             rows.append((label, "idle", False, float(a.idle_us), float(a.idle_us) / denom if denom > 0 else 0.0))
     df = pd.DataFrame(rows, columns=["workload", "category", "addressable", "us", "fraction"])
     if len(df):
@@ -133,35 +170,48 @@ def category_fractions(analyses: Sequence[Analysis], labels: Sequence[str] | Non
         # addressable ones, each by its share over all workloads; idle last.
         group = np.where(df["category"] == "idle", 2, df["addressable"].astype(int))
         weight = df.assign(_g=group).groupby(["_g", "category"])["fraction"].sum()
-        rank = {cat: i for i, (_, cat) in enumerate(
-            sorted(weight.index, key=lambda gc: (gc[0], -weight[gc], gc[1])))}
-        order = {lab: i for i, lab in enumerate(dict.fromkeys(
-            [_label(a, labels[k] if labels else None) for k, a in enumerate(analyses)]))}
+        rank = {cat: i for i, (_, cat) in enumerate(sorted(weight.index, key=lambda gc: (gc[0], -weight[gc], gc[1])))}
+        order = {
+            lab: i
+            for i, lab in enumerate(
+                dict.fromkeys([_label(a, labels[k] if labels else None) for k, a in enumerate(analyses)])
+            )
+        }
         df["_w"] = df["workload"].map(order)
         df["stack"] = df["category"].map(rank).astype(int)
         df = df.sort_values(["_w", "stack"], kind="stable").drop(columns=["_w"]).reset_index(drop=True)
     return df
 
 
-def addressable_summary(analyses: Sequence[Analysis], labels: Sequence[str] | None = None,
-                        basis: str = "kernel") -> pd.DataFrame:
+def addressable_summary(
+    analyses: Sequence[Analysis], labels: Sequence[str] | None = None, basis: str = "kernel"
+) -> pd.DataFrame:
     """Per workload: the addressable fraction on `basis` (the label on each bar), and its share of GPU
     kernel time (`kernel_fraction`: what `report` and `classify` print), so that a figure of wall shares
     can print both and never a number that disagrees with the table beside it."""
+
     def addressable(b: str) -> tuple[list[str], pd.Series]:
         df = category_fractions(analyses, labels, b)
-        return list(dict.fromkeys(df["workload"])), df[df["addressable"]].groupby("workload", sort=False)["fraction"].sum()
+        return list(dict.fromkeys(df["workload"])), df[df["addressable"]].groupby("workload", sort=False)[
+            "fraction"
+        ].sum()
 
     names, s = addressable(basis)
     if not names:
         return pd.DataFrame(columns=["workload", "addressable_fraction", "kernel_fraction"])
     k = s if basis == "kernel" else addressable("kernel")[1]
-    return pd.DataFrame({"workload": names, "addressable_fraction": [float(s.get(n, 0.0)) for n in names],
-                         "kernel_fraction": [float(k.get(n, 0.0)) for n in names]})
+    return pd.DataFrame(
+        {
+            "workload": names,
+            "addressable_fraction": [float(s.get(n, 0.0)) for n in names],
+            "kernel_fraction": [float(k.get(n, 0.0)) for n in names],
+        }
+    )
 
 
-def projection_table(results: Sequence[ProjectResult], labels: Sequence[str] | None = None,
-                     scenario: str = "speedups") -> pd.DataFrame:
+def projection_table(
+    results: Sequence[ProjectResult], labels: Sequence[str] | None = None, scenario: str = "speedups"
+) -> pd.DataFrame:
     """One row per workload: baseline and projected per-step time (ms) by method, for the projection chart.
 
     On the clock `headroom project` leads with: the unprofiled one where the unprofiled step is known
@@ -172,11 +222,14 @@ def projection_table(results: Sequence[ProjectResult], labels: Sequence[str] | N
         label = labels[k] if labels else r.source
         steps = max(r.num_steps, 1)
         first = r.get("amdahl", scenario)
-        u_base = first.unprofiled_baseline_us if first is not None and first.unprofiled is not None \
-            else None
+        u_base = first.unprofiled_baseline_us if first is not None and first.unprofiled is not None else None
         unprofiled = u_base is not None
         base_us = u_base if u_base is not None else r.baseline_us
-        row = {"workload": label, "clock": "unprofiled" if unprofiled else "profiled", "baseline_ms": base_us / steps / 1e3}
+        row = {
+            "workload": label,
+            "clock": "unprofiled" if unprofiled else "profiled",
+            "baseline_ms": base_us / steps / 1e3,
+        }
 
         def on_clock(p) -> float:
             if p is None:
@@ -190,5 +243,17 @@ def projection_table(results: Sequence[ProjectResult], labels: Sequence[str] | N
             row[f"{method}_gain"] = 1.0 - proj / base_us if base_us > 0 and np.isfinite(proj) else np.nan
             row[f"{method}_zero_ms"] = on_clock(r.get(method, "zero_time")) / steps / 1e3
         rows.append(row)
-    return pd.DataFrame(rows, columns=["workload", "clock", "baseline_ms", "amdahl_ms", "amdahl_gain", "amdahl_zero_ms",
-                                       "replay_ms", "replay_gain", "replay_zero_ms"])
+    return pd.DataFrame(
+        rows,
+        columns=[
+            "workload",
+            "clock",
+            "baseline_ms",
+            "amdahl_ms",
+            "amdahl_gain",
+            "amdahl_zero_ms",
+            "replay_ms",
+            "replay_gain",
+            "replay_zero_ms",
+        ],
+    )

@@ -12,9 +12,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
-HEADER = ("| substitution | regime | measured (interval, coverage) | part: speedup, µs/step, launches/call | "
-          "Amdahl (error) | replay (error) | from the variant [bounds] (error) | "
-          "a-priori estimate [90% interval] (error) |")
+HEADER = (
+    "| substitution | regime | measured (interval, coverage) | part: speedup, µs/step, launches/call | "
+    "Amdahl (error) | replay (error) | from the variant [bounds] (error) | "
+    "a-priori estimate [90% interval] (error) |"
+)
 RULE = "|---|---|---:|---:|---:|---:|---:|---:|"
 
 
@@ -46,8 +48,9 @@ def row(r: dict) -> str:
     else:
         regime = f"GPU idle {100 * b['idle_fraction']:.0f}%" + (", launch-bound" if b.get("launch_bound") else "")
     lp = p.get("launches_per_call") or [None, None]
-    launches = (f"{lp[0]:.3g} → {lp[1]:.3g}" if isinstance(lp[0], (int, float)) and isinstance(lp[1], (int, float))
-                else "–")
+    launches = (
+        f"{lp[0]:.3g} → {lp[1]:.3g}" if isinstance(lp[0], (int, float)) and isinstance(lp[1], (int, float)) else "–"
+    )
     part = f"{_x(p.get('speedup'), 2)}, {p['base_us']:.0f} → {p['variant_us']:.0f}, {launches}"
     env = (r.get("detail") or {}).get("variant_envelope") or [None, None]
     var = _x(pr.get("variant_estimate"))
@@ -56,13 +59,17 @@ def row(r: dict) -> str:
     est = "– (no conclusive verify result)"
     if pr.get("estimate") is not None:
         inside = pr["low"] <= m["speedup"] <= pr["high"]
-        est = (f"{_x(pr['estimate'])} [{_x(pr['low'])}, {_x(pr['high'])}]{'' if inside else ' (outside)'} "
-               f"({_err(e.get('estimate'))})")
+        est = (
+            f"{_x(pr['estimate'])} [{_x(pr['low'])}, {_x(pr['high'])}]{'' if inside else ' (outside)'} "
+            f"({_err(e.get('estimate'))})"
+        )
     cov = f", {100 * m['coverage']:.1f}%" if m.get("coverage") else ""
-    return (f"| {r['workload']} ({_config(r)}): {reps} | {regime} | "
-            f"{_x(m['speedup'])} ({_x(m['ci'][0])}–{_x(m['ci'][1])}{cov}) | {part} | "
-            f"{_x(pr.get('amdahl'))} ({_err(e.get('amdahl'))}) | {_x(pr.get('replay'))} ({_err(e.get('replay'))}) | "
-            f"{var} ({_err(e.get('variant_estimate'))}) | {est} |")
+    return (
+        f"| {r['workload']} ({_config(r)}): {reps} | {regime} | "
+        f"{_x(m['speedup'])} ({_x(m['ci'][0])}–{_x(m['ci'][1])}{cov}) | {part} | "
+        f"{_x(pr.get('amdahl'))} ({_err(e.get('amdahl'))}) | {_x(pr.get('replay'))} ({_err(e.get('replay'))}) | "
+        f"{var} ({_err(e.get('variant_estimate'))}) | {est} |"
+    )
 
 
 def validation_table(results: list[dict]) -> str:

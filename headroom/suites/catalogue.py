@@ -38,9 +38,19 @@ def load(catalogue: str) -> tuple[SuiteProblem, ...]:
         raise ValueError(f"unknown catalogue {catalogue!r} (one of {', '.join(CATALOGUES)})")
     doc = tomllib.loads(resources.files("headroom.suites").joinpath(f"{catalogue}.toml").read_text())
     suite = doc["suite"]
-    return tuple(SuiteProblem(name, suite, tuple(e["select"]), e.get("note", ""), e.get("group", ""),
-                              e.get("summary", ""), e.get("shapes", ""), e.get("stands_for", ""))
-                 for name, e in doc["problem"].items())
+    return tuple(
+        SuiteProblem(
+            name,
+            suite,
+            tuple(e["select"]),
+            e.get("note", ""),
+            e.get("group", ""),
+            e.get("summary", ""),
+            e.get("shapes", ""),
+            e.get("stands_for", ""),
+        )
+        for name, e in doc["problem"].items()
+    )
 
 
 _HEADER = """\

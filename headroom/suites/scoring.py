@@ -32,7 +32,7 @@ CORRECT = ("pass", "inconclusive")
 class ProblemScore:
     problem: str
     verdict: str
-    speedup: float | None        # None: not correct, or no speedup measured
+    speedup: float | None  # None: not correct, or no speedup measured
     memory_ratio: float | None
     win: bool
 
@@ -46,8 +46,8 @@ class SuiteScore:
     win_rate: float
     median_win: float | None
     fast_0: float
-    fast_p: dict[str, float]                 # "1.0" -> share
-    peak_memory_ratio: float | None          # geometric mean
+    fast_p: dict[str, float]  # "1.0" -> share
+    peak_memory_ratio: float | None  # geometric mean
     peak_memory_ratio_max: float | None
     per_problem: list[ProblemScore] = field(default_factory=list)
 
@@ -84,9 +84,15 @@ def score(doc: Mapping[str, Any]) -> SuiteScore:
         r = _best(by_problem[name])
         s = _speedup(r)
         mem = r.get("memory_ratio")
-        per.append(ProblemScore(name, str(r.get("verdict")), s,
-                                float(mem) if isinstance(mem, (int, float)) and r.get("verdict") in CORRECT else None,
-                                r.get("verdict") == "pass" and s is not None and s > 1.0))
+        per.append(
+            ProblemScore(
+                name,
+                str(r.get("verdict")),
+                s,
+                float(mem) if isinstance(mem, (int, float)) and r.get("verdict") in CORRECT else None,
+                r.get("verdict") == "pass" and s is not None and s > 1.0,
+            )
+        )
     for name in sorted(set(doc.get("missing_candidates") or []) - set(by_problem)):
         per.append(ProblemScore(str(name), "no candidate", None, None, False))
     per.sort(key=lambda p: p.problem)
@@ -99,10 +105,18 @@ def score(doc: Mapping[str, Any]) -> SuiteScore:
         return k / n if n else 0.0
 
     return SuiteScore(
-        problems=n, correct=len(correct), wins=len(wins),
+        problems=n,
+        correct=len(correct),
+        wins=len(wins),
         geomean_speedup=_geomean([p.speedup for p in correct if p.speedup is not None]),
-        win_rate=share(len(wins)), median_win=median(wins) if wins else None,
+        win_rate=share(len(wins)),
+        median_win=median(wins) if wins else None,
         fast_0=share(len(correct)),
-        fast_p={f"{p:.1f}": share(sum(1 for q in per if q.verdict == "pass" and q.speedup is not None
-                                      and q.speedup > p)) for p in FAST_P},
-        peak_memory_ratio=_geomean(mems), peak_memory_ratio_max=max(mems) if mems else None, per_problem=per)
+        fast_p={
+            f"{p:.1f}": share(sum(1 for q in per if q.verdict == "pass" and q.speedup is not None and q.speedup > p))
+            for p in FAST_P
+        },
+        peak_memory_ratio=_geomean(mems),
+        peak_memory_ratio_max=max(mems) if mems else None,
+        per_problem=per,
+    )

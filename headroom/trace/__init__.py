@@ -1,4 +1,4 @@
 """The trace core: load a Kineto trace, attribute, classify, account, analyse.
 
-    load -> attribute -> classify -> accounting -> analysis (-> layers)
+load -> attribute -> classify -> accounting -> analysis (-> layers)
 """

@@ -58,14 +58,16 @@ def add_wall_shares(events: pd.DataFrame) -> pd.DataFrame:
     shares = np.zeros(len(events))
     for _, idx in events.groupby("device", sort=False).indices.items():
         shares[idx] = overlap_shares(events["ts"].to_numpy()[idx], events["end"].to_numpy()[idx])
-    events = events.copy(deep=False)     # copy-on-write: the caller's frame keeps its columns, none copied
+    events = events.copy(deep=False)  # copy-on-write: the caller's frame keeps its columns, none copied
     events["wall_us"] = shares
     return events
 
 
 def busy_per_device(events: pd.DataFrame) -> dict[int, float]:
-    return {dev: union_length(events["ts"].to_numpy()[idx], events["end"].to_numpy()[idx])
-            for dev, idx in events.groupby("device", sort=False).indices.items()}
+    return {
+        dev: union_length(events["ts"].to_numpy()[idx], events["end"].to_numpy()[idx])
+        for dev, idx in events.groupby("device", sort=False).indices.items()
+    }
 
 
 def _longest_first(table: pd.DataFrame, name: str) -> pd.DataFrame:
@@ -75,7 +77,8 @@ def _longest_first(table: pd.DataFrame, name: str) -> pd.DataFrame:
 
 def category_table(events: pd.DataFrame, total_us: float, wall_capacity_us: float) -> pd.DataFrame:
     g = events.groupby("category", sort=False).agg(
-        us=("dur", "sum"), wall_us=("wall_us", "sum"), count=("dur", "size"), addressable=("addressable", "first"))
+        us=("dur", "sum"), wall_us=("wall_us", "sum"), count=("dur", "size"), addressable=("addressable", "first")
+    )
     g = g.reset_index().rename(columns={"category": "name"})
     g["fraction"] = g["us"] / total_us if total_us > 0 else 0.0
     g["wall_fraction"] = g["wall_us"] / wall_capacity_us if wall_capacity_us > 0 else 0.0
@@ -89,11 +92,13 @@ def _per_key(events: pd.DataFrame, key: str) -> tuple[np.ndarray, np.ndarray, pd
     dur = events["dur"].to_numpy()
     addr = events["addressable"].to_numpy(dtype=bool)
     n = len(uniques)
-    sums = pd.DataFrame({
-        "us": np.bincount(codes, weights=dur, minlength=n),
-        "count": np.bincount(codes, minlength=n),
-        "addressable_us": np.bincount(codes, weights=np.where(addr, dur, 0.0), minlength=n),
-    })
+    sums = pd.DataFrame(
+        {
+            "us": np.bincount(codes, weights=dur, minlength=n),
+            "count": np.bincount(codes, minlength=n),
+            "addressable_us": np.bincount(codes, weights=np.where(addr, dur, 0.0), minlength=n),
+        }
+    )
     return codes, np.asarray(uniques, dtype=object), sums
 
 
@@ -165,6 +170,15 @@ def step_table(events: pd.DataFrame, bounds: pd.DataFrame) -> pd.DataFrame:
     for s in bounds.itertuples(index=False):
         idx = by_step.get(s.step, np.zeros(0, dtype=np.int64))
         busy = sum(union_length(ts[idx][dev[idx] == d], end[idx][dev[idx] == d]) for d in np.unique(dev[idx]))
-        rows.append((int(s.step), float(s.start), float(s.end), float(s.wall_us), float(busy),
-                     float(dur[idx].sum()), float(dur[idx][addr[idx]].sum())))
+        rows.append(
+            (
+                int(s.step),
+                float(s.start),
+                float(s.end),
+                float(s.wall_us),
+                float(busy),
+                float(dur[idx].sum()),
+                float(dur[idx][addr[idx]].sum()),
+            )
+        )
     return pd.DataFrame(rows, columns=["step", "start", "end", "wall_us", "busy_us", "total_us", "addressable_us"])

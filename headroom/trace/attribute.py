@@ -27,8 +27,9 @@ from headroom.trace.tables import Trace
 __all__ = ["CONTEXT_COLUMNS", "attribute_kernels_to_ops", "containing_range", "cpu_op_self_times", "launch_context"]
 
 
-def attribute_kernels_to_ops(trace: Trace, steps: pd.DataFrame | None = None,
-                             graph_source: Trace | None = None) -> pd.DataFrame:
+def attribute_kernels_to_ops(
+    trace: Trace, steps: pd.DataFrame | None = None, graph_source: Trace | None = None
+) -> pd.DataFrame:
     """One row per GPU activity with its launch and CPU-side context.
 
     Adds: launch_name, launch_ts, launch_dur, launch_pid, launch_tid, op,
@@ -46,9 +47,16 @@ def attribute_kernels_to_ops(trace: Trace, steps: pd.DataFrame | None = None,
     launches = trace.launches
     launches = launches[launches["correlation"] != -1]
     launches = launches.drop_duplicates("correlation", keep="first")
-    link = launches[["correlation", "name", "ts", "dur", "pid", "tid", "external_id"]].rename(columns={
-        "name": "launch_name", "ts": "launch_ts", "dur": "launch_dur", "pid": "launch_pid",
-        "tid": "launch_tid", "external_id": "launch_external_id"})
+    link = launches[["correlation", "name", "ts", "dur", "pid", "tid", "external_id"]].rename(
+        columns={
+            "name": "launch_name",
+            "ts": "launch_ts",
+            "dur": "launch_dur",
+            "pid": "launch_pid",
+            "tid": "launch_tid",
+            "external_id": "launch_external_id",
+        }
+    )
     link["launch_name"] = link["launch_name"].astype(str).astype(object)
     if len(gpu) and gpu["correlation"].dtype != link["correlation"].dtype:
         gpu["correlation"] = gpu["correlation"].astype(object)
@@ -62,8 +70,9 @@ def attribute_kernels_to_ops(trace: Trace, steps: pd.DataFrame | None = None,
     gpu["launch_tid"] = gpu["launch_tid"].astype(object).fillna("")
 
     ext = gpu["launch_external_id"].where(gpu["launch_external_id"].notna(), gpu["external_id"])
-    context = launch_context(trace, thread_pid, thread_tid, gpu["launch_ts"].to_numpy(dtype=float), ext.to_numpy(),
-                             launched)
+    context = launch_context(
+        trace, thread_pid, thread_tid, gpu["launch_ts"].to_numpy(dtype=float), ext.to_numpy(), launched
+    )
     for k, v in context.items():
         gpu[k] = v
     # Kernels replayed from a CUDA graph were launched by one cudaGraphLaunch: they take the context of
@@ -108,8 +117,10 @@ def unlaunched_warning(events: pd.DataFrame, trace: Trace) -> str | None:
     if not alone.any():
         return None
     n, us = int(alone.sum()), float(events["dur"].to_numpy()[alone].sum())
-    return (f"{n:,} of {len(events):,} GPU activities ({us:,.0f} of {float(events['dur'].sum()):,.0f} us) have no "
-            f"launch event in the trace; they are placed in steps by their GPU start time")
+    return (
+        f"{n:,} of {len(events):,} GPU activities ({us:,.0f} of {float(events['dur'].sum()):,.0f} us) have no "
+        f"launch event in the trace; they are placed in steps by their GPU start time"
+    )
 
 
 def cpu_op_self_times(trace: Trace, steps: pd.DataFrame | None = None) -> pd.DataFrame:

@@ -54,15 +54,18 @@ def discard(where: Path) -> None:
 
 # --- the loader's tables --------------------------------------------------------------
 
-def store_tables(k: Key, tables: dict[str, pd.DataFrame], base_ns: int | None, meta: dict[str, Any],
-                 warnings: list[str]) -> bool:
+
+def store_tables(
+    k: Key, tables: dict[str, pd.DataFrame], base_ns: int | None, meta: dict[str, Any], warnings: list[str]
+) -> bool:
     """The Trace's tables (numpy arrays in one .npz, as `store_frames` writes them) and a JSON header
     (base_ns, metadata, warnings, each table's columns)."""
     converted = _converted(tables)
     if converted is None:
-        return False    # e.g. ids beyond 64 bits (object columns of Python ints): loaded each time
-    text = _json({"tables": {t: c[1] for t, c in converted.items()}, "base_ns": base_ns, "metadata": meta,
-                  "warnings": warnings})
+        return False  # e.g. ids beyond 64 bits (object columns of Python ints): loaded each time
+    text = _json(
+        {"tables": {t: c[1] for t, c in converted.items()}, "base_ns": base_ns, "metadata": meta, "warnings": warnings}
+    )
     return text is not None and _publish(k, k.entry, _writer("tables.npz", converted, text), replace_siblings=True)
 
 
@@ -92,6 +95,7 @@ class StoredTables:
 
 # --- other frames of the same trace (e.g. the attributed GPU activities) ---------------------
 
+
 def fetch_frame(k: Key | None, name: str) -> pd.DataFrame | None:
     hit = fetch_frames(k, name)
     return None if hit is None or set(hit[0]) != {"frame"} else hit[0]["frame"]
@@ -102,6 +106,7 @@ def store_frame(k: Key | None, name: str, df: pd.DataFrame) -> bool:
 
 
 # --- a set of frames and a header (e.g. an analysis of the trace) --------------------------
+
 
 def fetch_frames(k: Key | None, name: str) -> tuple[dict[str, pd.DataFrame], dict[str, Any]] | None:
     """The frames and header `store_frames` wrote under `name`, or None."""
@@ -116,7 +121,7 @@ def fetch_frames(k: Key | None, name: str) -> tuple[dict[str, pd.DataFrame], dic
     except FileNotFoundError:
         return None
     except (OSError, ValueError, KeyError, IndexError, TypeError, zipfile.BadZipFile):
-        discard(where)      # damaged: written again by the caller
+        discard(where)  # damaged: written again by the caller
         return None
 
 
@@ -126,13 +131,13 @@ def store_frames(k: Key | None, name: str, frames: dict[str, pd.DataFrame], head
     if k is None or not (k.entry / "header.json").exists():
         return False
     if not all(_plain_index(df) for df in frames.values()):
-        return False    # the cache keeps no index: only frames indexed 0..n-1 read back the same
+        return False  # the cache keeps no index: only frames indexed 0..n-1 read back the same
     converted = _converted(frames)
     if converted is None:
         return False
     text = _json({"frames": {f: c[1] for f, c in converted.items()}, "header": header})
     if text is None:
-        return False     # a header value JSON cannot hold: not stored, computed each time
+        return False  # a header value JSON cannot hold: not stored, computed each time
     return _publish(k, k.entry / f"{name}.frames", _writer("frames.npz", converted, text), replace_siblings=False)
 
 
@@ -157,6 +162,7 @@ def _writer(file: str, converted: dict[str, tuple[list[np.ndarray], dict]], head
     def write(tmp: Path) -> None:
         np.savez(tmp / file, **arrays)  # type: ignore[arg-type]
         (tmp / "header.json").write_text(header)
+
     return write
 
 
@@ -176,7 +182,7 @@ def fetch_header(k: Key) -> dict[str, Any] | None:
     except FileNotFoundError:
         return None
     except (OSError, ValueError):
-        discard(k.entry)      # damaged: the load that follows writes it again
+        discard(k.entry)  # damaged: the load that follows writes it again
         return None
     if isinstance(header, dict) and all(t in header for t in ("tables", "base_ns", "metadata", "warnings")):
         return header
@@ -202,11 +208,11 @@ def _arrays(df: pd.DataFrame) -> tuple[list[np.ndarray], dict] | None:
             # reads back with one take instead of rebuilding a string per row.
             try:
                 codes, distinct = factorized(np.asarray(s, dtype=object))
-            except TypeError:     # unhashable values (lists): not text
+            except TypeError:  # unhashable values (lists): not text
                 return None
             uniques = list(distinct)
             if not all(type(v) is str for v in uniques) or (codes < 0).any():
-                return None     # e.g. ids beyond 64 bits, missing text: not cached, recomputed
+                return None  # e.g. ids beyond 64 bits, missing text: not cached, recomputed
             columns.append(codes.astype(np.int32))
             kinds[c] = {"kind": "text", "values": uniques, "dtype": None if s.dtype == object else str(s.dtype)}
         elif s.dtype.kind in "biuf":
@@ -237,6 +243,7 @@ def _from_arrays(arrays: list[np.ndarray], header: dict) -> pd.DataFrame:
 
 # --- writing safely ------------------------------------------------------------------
 
+
 def _publish(k: Key, target: Path, write, replace_siblings: bool) -> bool:
     """Write an entry into a temporary directory, then rename it into place, holding the trace's lock."""
     from filelock import FileLock, Timeout  # here: only a writer locks, and a cached read saves the import
@@ -247,14 +254,14 @@ def _publish(k: Key, target: Path, write, replace_siblings: bool) -> bool:
         with lock:
             if (target / "header.json").exists():
                 return True
-            if replace_siblings:   # older entries of this trace (it changed, or headroom did)
+            if replace_siblings:  # older entries of this trace (it changed, or headroom did)
                 for old in target.parent.iterdir():
                     if old != target and old.is_dir():
                         shutil.rmtree(old, ignore_errors=True)
             tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
             try:
                 write(tmp)
-                if target.exists():   # left by a writer that was killed before its header
+                if target.exists():  # left by a writer that was killed before its header
                     shutil.rmtree(target, ignore_errors=True)
                 os.replace(tmp, target)
             except BaseException:
@@ -262,6 +269,6 @@ def _publish(k: Key, target: Path, write, replace_siblings: bool) -> bool:
                 raise
         return True
     except Timeout:
-        return False    # another process is writing this trace's entry
+        return False  # another process is writing this trace's entry
     except OSError:
         return False

@@ -12,8 +12,22 @@ from pathlib import Path
 
 # Traces smaller than this load faster than a cache entry is written.
 MIN_BYTES_DEFAULT = 16 << 20
-_TRACE_CODE = ("document.py", "kineto.py", "inputs.py", "chunks.py", "tables.py", "validate.py", "cache.py", "load.py",
-               "ranges.py", "codes.py", "scan.py", "_scan.c", "schema.py", "parallel.py")
+_TRACE_CODE = (
+    "document.py",
+    "kineto.py",
+    "inputs.py",
+    "chunks.py",
+    "tables.py",
+    "validate.py",
+    "cache.py",
+    "load.py",
+    "ranges.py",
+    "codes.py",
+    "scan.py",
+    "_scan.c",
+    "schema.py",
+    "parallel.py",
+)
 
 
 def cache_dir() -> Path | None:
@@ -37,14 +51,15 @@ def code_version(*files: Path) -> str:
     return h.hexdigest()[:12]
 
 
-_LOADER_VERSION = code_version(*(Path(__file__).with_name(n) for n in _TRACE_CODE),
-                               Path(__file__).parent.parent / "data" / "kineto.toml")
+_LOADER_VERSION = code_version(
+    *(Path(__file__).with_name(n) for n in _TRACE_CODE), Path(__file__).parent.parent / "data" / "kineto.toml"
+)
 
 
 @dataclass(frozen=True)
 class Key:
-    entry: Path        # the entry's directory
-    lock: Path         # one lock per trace
+    entry: Path  # the entry's directory
+    lock: Path  # one lock per trace
 
 
 def key(path: Path, lenient: bool) -> Key | None:
@@ -61,8 +76,10 @@ def key(path: Path, lenient: bool) -> Key | None:
     if sampled is None:
         return None
     trace_id = hashlib.sha256(str(path.resolve()).encode()).hexdigest()[:20]
-    name = (f"{st.st_size}-{st.st_mtime_ns}-{st.st_ino}-{st.st_ctime_ns}-{sampled}-"
-            f"{'lenient' if lenient else 'strict'}-{_LOADER_VERSION}")
+    name = (
+        f"{st.st_size}-{st.st_mtime_ns}-{st.st_ino}-{st.st_ctime_ns}-{sampled}-"
+        f"{'lenient' if lenient else 'strict'}-{_LOADER_VERSION}"
+    )
     return Key(root / trace_id / name, root / f"{trace_id}.lock")
 
 

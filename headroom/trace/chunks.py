@@ -24,15 +24,16 @@ from headroom.trace.kineto import Chunk, TraceError
 if TYPE_CHECKING:
     import polars as pl
 else:
-    pl = lazy_loader.load("polars")   # imported on first use (a cached analysis needs none)
+    pl = lazy_loader.load("polars")  # imported on first use (a cached analysis needs none)
 
 
-def decode_chunks(path: Path, source: Iterable, helper=None,
-                  check_memory: Callable[[Path], None] | None = None) -> tuple[list[Chunk], Document | None]:
+def decode_chunks(
+    path: Path, source: Iterable, helper=None, check_memory: Callable[[Path], None] | None = None
+) -> tuple[list[Chunk], Document | None]:
     """Decode every chunk of `source` (document.split and its kin); the Document ends it (None: the source
     was a first half). With a worker (`helper`), chunks alternate: one sent to it, the next decoded here."""
     chunks: list[Chunk] = []
-    waiting: int | None = None      # offset of the chunk the worker holds
+    waiting: int | None = None  # offset of the chunk the worker holds
     for item in source:
         if isinstance(item, Document):
             if waiting is not None:
@@ -62,7 +63,9 @@ def from_worker(helper, last: bool = True):
     try:
         result = helper.result(last)
     except (EOFError, OSError, pickle.UnpicklingError) as e:
-        raise TraceError(f"the loader's worker process failed ({e}); HEADROOM_LOAD_WORKERS=0 loads without it") from None
+        raise TraceError(
+            f"the loader's worker process failed ({e}); HEADROOM_LOAD_WORKERS=0 loads without it"
+        ) from None
     if isinstance(result, Exception):
         raise result
     return result
@@ -75,7 +78,7 @@ def keep(path: Path, chunks: list[Chunk], chunk: Chunk, offset: int) -> None:
 
 def raise_for(path: Path, chunk: Chunk, offset: int) -> None:
     if chunk.cut_error:
-        if offset < 0:    # events of a document already decoded whole cannot be cut wrong
+        if offset < 0:  # events of a document already decoded whole cannot be cut wrong
             raise TraceError(f"{path}: invalid JSON (an event of traceEvents could not be decoded)")
         raise document.Fallback()
     if chunk.error is not None:
@@ -91,7 +94,7 @@ def merged(path: Path, chunks: list[Chunk], freed: Callable[[], None] | None = N
     `freed`: called after each column is put in one piece and its chunks' pieces let go (the loader gives the
     C heap's free pages back then: `parallel.trim_heap`)."""
     parts: dict[str, list[pl.DataFrame]] = {t: [] for t in kineto.TABLES}
-    starts: dict[str, list[tuple[int, int]]] = {t: [] for t in kineto.TABLES}     # (chunk's first event, rows)
+    starts: dict[str, list[tuple[int, int]]] = {t: [] for t in kineto.TABLES}  # (chunk's first event, rows)
     out = Chunk({}, 0, Counter())
     for chunk in chunks:
         first = out.events
@@ -112,7 +115,7 @@ def merged(path: Path, chunks: list[Chunk], freed: Callable[[], None] | None = N
             frames = [f.with_columns(pl.col("pid", "tid").cast(pl.String)) for f in frames]
         try:
             whole = in_one_piece(frames, freed)
-        except pl.exceptions.PolarsError as e:   # pragma: no cover - the columns are typed per table
+        except pl.exceptions.PolarsError as e:  # pragma: no cover - the columns are typed per table
             raise TraceError(f"{path}: cannot combine the {table} table ({e})") from None
         if any(first for first, _ in starts[table]):
             # each chunk counted its events from 0: one addition for the table, not one query per chunk
@@ -144,8 +147,9 @@ CUT_WRONG = "cut"
 PART_CHUNKS = 16
 
 
-def decode_second_half(path: Path, start: int, prefix: bytes,
-                       finish: Callable[[Chunk], Chunk] = lambda part: part) -> tuple[list[Chunk], Document] | str:
+def decode_second_half(
+    path: Path, start: int, prefix: bytes, finish: Callable[[Chunk], Chunk] = lambda part: part
+) -> tuple[list[Chunk], Document] | str:
     """The worker's half (document.split_from): its chunks merged in parts, each passed through `finish`
     as it is made (the worker spills it), and the Document; CUT_WRONG when the file cannot be streamed
     from `start` (raises TraceError for an unreadable event, as the loader would)."""
@@ -165,7 +169,7 @@ def decode_second_half(path: Path, start: int, prefix: bytes,
                 run = []
     except document.Fallback:
         return CUT_WRONG
-    return CUT_WRONG     # pragma: no cover - split_from ends with the Document
+    return CUT_WRONG  # pragma: no cover - split_from ends with the Document
 
 
 # --- a part handed over through a file ---------------------------------------------------------

@@ -78,8 +78,9 @@ def _compile_rules(doc: dict, source: str, known: set[str]) -> list[Rule]:
     unknown_top = set(doc) - {"rule"}
     if unknown_top:
         name = sorted(unknown_top)[0]
-        raise UserError(f"{source}: unknown top-level key {name!r}{did_you_mean(name, ['rule'])}; "
-                        f"rules are [[rule]] tables")
+        raise UserError(
+            f"{source}: unknown top-level key {name!r}{did_you_mean(name, ['rule'])}; rules are [[rule]] tables"
+        )
     rules = doc.get("rule")
     if not isinstance(rules, list):
         raise UserError(f"{source}: expected [[rule]] tables")
@@ -97,8 +98,10 @@ def _compile_rules(doc: dict, source: str, known: set[str]) -> list[Rule]:
             raise UserError(f"{where} has no 'category' (a string)")
         category = category.strip().lower()
         if category not in known:
-            raise UserError(f"{unknown_name('category', category, known, where)}; a new category "
-                            f"must also be given in a --policy file (addressable or not)")
+            raise UserError(
+                f"{unknown_name('category', category, known, where)}; a new category "
+                f"must also be given in a --policy file (addressable or not)"
+            )
         kind = r.get("kind")
         if kind is not None:
             if not isinstance(kind, str) or kind.lower() not in _KINDS:
@@ -125,8 +128,10 @@ def _policy_table(doc: dict, source: str, known: set[str]) -> dict[str, bool]:
     for k, v in table.items():
         name = k.strip().lower()
         if name not in known:
-            raise UserError(f"{unknown_name('category', k, known, source + ': [addressable]')}; a new "
-                            f"category needs a rule in a --rules file")
+            raise UserError(
+                f"{unknown_name('category', k, known, source + ': [addressable]')}; a new "
+                f"category needs a rule in a --rules file"
+            )
         if not isinstance(v, bool):
             raise UserError(f"{source}: addressable.{k} must be true or false, got {v!r}")
         if name in out:
@@ -146,8 +151,9 @@ def known_categories() -> set[str]:
     return set(_shipped_categories())
 
 
-def load_classifier(rules: str | os.PathLike[str] | None = None,
-                    policy: str | os.PathLike[str] | None = None) -> tuple[list[Rule], Policy]:
+def load_classifier(
+    rules: str | os.PathLike[str] | None = None, policy: str | os.PathLike[str] | None = None
+) -> tuple[list[Rule], Policy]:
     """The shipped rules and policy, with a user's rules (tried first) and policy overrides.
 
     Every category a file names must be a shipped one, or be given in both files: a rule
@@ -157,8 +163,11 @@ def load_classifier(rules: str | os.PathLike[str] | None = None,
     user_rules = _read_toml(Path(rules), "") if rules is not None else None
     user_policy = _read_toml(Path(policy), "") if policy is not None else None
     rule_cats = _rule_categories(user_rules[0]) if user_rules else set()
-    policy_cats = ({str(k).strip().lower() for k in user_policy[0]["addressable"]}
-                   if user_policy and isinstance(user_policy[0].get("addressable"), dict) else set())
+    policy_cats = (
+        {str(k).strip().lower() for k in user_policy[0]["addressable"]}
+        if user_policy and isinstance(user_policy[0].get("addressable"), dict)
+        else set()
+    )
     compiled = _compile_rules(*_read_toml(None, "rules.toml"), shipped)
     if user_rules:
         compiled = _compile_rules(*user_rules, shipped | policy_cats) + compiled
@@ -183,8 +192,9 @@ def load_policy(override: Path | str | None = None) -> Policy:
     return load_classifier(policy=override)[1]
 
 
-def classify_one(rules: list[Rule], kind: str, name: str, op: str = "", top_op: str = "",
-                 annotation: str = "", module: str = "") -> str:
+def classify_one(
+    rules: list[Rule], kind: str, name: str, op: str = "", top_op: str = "", annotation: str = "", module: str = ""
+) -> str:
     for rule in rules:
         if rule.matches(kind, name, op, top_op, annotation, module):
             return rule.category
@@ -194,7 +204,7 @@ def classify_one(rules: list[Rule], kind: str, name: str, op: str = "", top_op: 
 def classify_kernels(events: pd.DataFrame, rules: list[Rule], policy: Policy) -> pd.DataFrame:
     """Add `category` and `addressable` columns to attributed events."""
     cols = ["kind", "name", "op", "top_op", "annotation", "module"]
-    out = events.copy(deep=False)     # copy-on-write: the new columns are out's alone, no data copied
+    out = events.copy(deep=False)  # copy-on-write: the new columns are out's alone, no data copied
     if len(out) == 0:
         out["category"] = pd.Series(dtype=object)
         out["addressable"] = pd.Series(dtype=bool)
@@ -215,8 +225,9 @@ def classify_kernels(events: pd.DataFrame, rules: list[Rule], policy: Policy) ->
             row.append(k % size)
             k //= size
         combos.append(row[::-1])
-    cats = np.array([classify_one(rules, *(str(col_uniques[j][k]) for j, k in enumerate(row))) for row in combos],
-                    dtype=object)
+    cats = np.array(
+        [classify_one(rules, *(str(col_uniques[j][k]) for j, k in enumerate(row))) for row in combos], dtype=object
+    )
     out["category"] = cats[codes]
     addr = {c: policy.is_addressable(c) for c in set(cats)}
     out["addressable"] = np.array([addr[c] for c in cats], dtype=bool)[codes]

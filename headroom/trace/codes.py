@@ -33,16 +33,19 @@ def factorized(values, use_na_sentinel: bool = True) -> tuple[np.ndarray, np.nda
     by_object = pd.factorize(ids, sort=False)[0]
     objects = array[_first_rows(by_object)]
     missing = pd.isna(objects)
-    if (missing.any() and not use_na_sentinel) or not all(m or type(u) is str for u, m in zip(objects.tolist(),
-                                                                                         missing.tolist())):
-        return _by_pandas(array, use_na_sentinel)   # equal objects of other types follow pandas' own rules
+    if (missing.any() and not use_na_sentinel) or not all(
+        m or type(u) is str for u, m in zip(objects.tolist(), missing.tolist())
+    ):
+        return _by_pandas(array, use_na_sentinel)  # equal objects of other types follow pandas' own rules
     value_code: dict = {}
-    merged = np.array([-1 if m else value_code.setdefault(v, len(value_code))
-                       for v, m in zip(objects.tolist(), missing.tolist())], dtype=np.int64)
+    merged = np.array(
+        [-1 if m else value_code.setdefault(v, len(value_code)) for v, m in zip(objects.tolist(), missing.tolist())],
+        dtype=np.int64,
+    )
     return merged[by_object], np.fromiter(value_code, dtype=object, count=len(value_code))
 
 
-LONG_TEXT = 40        # mean characters of a sample of rows from which identity is the faster way
+LONG_TEXT = 40  # mean characters of a sample of rows from which identity is the faster way
 _SAMPLE = 64
 
 

@@ -37,15 +37,22 @@ def activity_segments(a: Analysis) -> pd.DataFrame:
     comm = cat == COMMUNICATION
     if a.mode != MODE_CPU:
         kind = ev["kind"].astype(str).to_numpy() if n else np.zeros(0, dtype=object)
-        return pd.DataFrame({"ts": ev["ts"].to_numpy(dtype=float), "end": ev["end"].to_numpy(dtype=float),
-                             "event": np.arange(n), "comm": comm, "compute": (kind == "kernel") & ~comm})
+        return pd.DataFrame(
+            {
+                "ts": ev["ts"].to_numpy(dtype=float),
+                "end": ev["end"].to_numpy(dtype=float),
+                "event": np.arange(n),
+                "comm": comm,
+                "compute": (kind == "kernel") & ~comm,
+            }
+        )
     ts, end = ev["ts"].to_numpy(dtype=float), ev["end"].to_numpy(dtype=float)
     rows_ts: list[float] = []
     rows_end: list[float] = []
     rows_ev: list[int] = []
     for _, idx in ev.groupby("stream", sort=False).indices.items():
         order = idx[np.lexsort((-(end[idx] - ts[idx]), ts[idx]))]
-        stack: list[list[float]] = []   # [event, end, cursor]
+        stack: list[list[float]] = []  # [event, end, cursor]
 
         def close_until(t: float) -> None:
             while stack and stack[-1][1] <= t:
@@ -68,13 +75,20 @@ def activity_segments(a: Analysis) -> pd.DataFrame:
                     rows_end.append(t)
                     rows_ev.append(int(top[0]))
                 top[2] = max(top[2], t)
-                e = min(e, top[1])          # a child that outlives its parent is cut at the parent's end
+                e = min(e, top[1])  # a child that outlives its parent is cut at the parent's end
             stack.append([k, e, t])
         close_until(np.inf)
     event = np.asarray(rows_ev, dtype=np.int64)
     seg_comm = comm[event] if len(event) else np.zeros(0, dtype=bool)
-    return pd.DataFrame({"ts": np.asarray(rows_ts, dtype=float), "end": np.asarray(rows_end, dtype=float),
-                         "event": event, "comm": seg_comm, "compute": ~seg_comm})
+    return pd.DataFrame(
+        {
+            "ts": np.asarray(rows_ts, dtype=float),
+            "end": np.asarray(rows_end, dtype=float),
+            "event": event,
+            "comm": seg_comm,
+            "compute": ~seg_comm,
+        }
+    )
 
 
 def merged(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -96,14 +110,20 @@ def merged(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray
 class CommSplit:
     """A rank's communication time: how much ran beside compute and how much was exposed."""
 
-    comm_us: float            # sum of communication durations (self time on CPU-only traces)
-    comm_busy_us: float       # union of communication intervals
-    overlapped_us: float      # communication intervals while compute ran
-    exposed_us: float         # communication intervals while no compute ran
-    compute_busy_us: float    # union of compute intervals
+    comm_us: float  # sum of communication durations (self time on CPU-only traces)
+    comm_busy_us: float  # union of communication intervals
+    overlapped_us: float  # communication intervals while compute ran
+    exposed_us: float  # communication intervals while no compute ran
+    compute_busy_us: float  # union of compute intervals
 
-    JSON_KEYS: ClassVar[tuple[str, ...]] = ("comm_us", "comm_busy_us", "overlapped_us", "exposed_us",
-                                            "compute_busy_us", "overlap_fraction")
+    JSON_KEYS: ClassVar[tuple[str, ...]] = (
+        "comm_us",
+        "comm_busy_us",
+        "overlapped_us",
+        "exposed_us",
+        "compute_busy_us",
+        "overlap_fraction",
+    )
 
     @property
     def overlap_fraction(self) -> float:
@@ -141,10 +161,15 @@ def collectives(a: Analysis) -> pd.DataFrame:
     else:
         is_comm &= ev["kind"].astype(str).to_numpy() == "kernel"
     idx = np.flatnonzero(is_comm)
-    c = pd.DataFrame({"name": names[idx], "ts": ev["ts"].to_numpy(dtype=float)[idx],
-                      "end": ev["end"].to_numpy(dtype=float)[idx],
-                      "stream": (ev["device"].astype(str) + "/" + ev["stream"].astype(str)).to_numpy()[idx],
-                      "event": idx})
+    c = pd.DataFrame(
+        {
+            "name": names[idx],
+            "ts": ev["ts"].to_numpy(dtype=float)[idx],
+            "end": ev["end"].to_numpy(dtype=float)[idx],
+            "stream": (ev["device"].astype(str) + "/" + ev["stream"].astype(str)).to_numpy()[idx],
+            "event": idx,
+        }
+    )
     c["dur"] = c["end"] - c["ts"]
     c = c.sort_values(["ts", "end", "event"], kind="stable").reset_index(drop=True)
     c["seq"] = c.groupby("name", sort=False).cumcount()

@@ -45,8 +45,22 @@ from headroom.trace.modules import STACK_SEP
 from headroom.trace.op_inputs import op_calls
 from headroom.trace.tables import Trace
 
-__all__ = ["BY_NODES", "BY_ORDER", "BY_REGION", "REJECTED", "UNMAPPED", "CompiledMap", "CompiledSummary", "common_path",
-           "compiled_map", "compiled_summary", "fill_compiled", "kernel_paths", "match_call", "node_tokens"]
+__all__ = [
+    "BY_NODES",
+    "BY_ORDER",
+    "BY_REGION",
+    "REJECTED",
+    "UNMAPPED",
+    "CompiledMap",
+    "CompiledSummary",
+    "common_path",
+    "compiled_map",
+    "compiled_summary",
+    "fill_compiled",
+    "kernel_paths",
+    "match_call",
+    "node_tokens",
+]
 
 # How a point of compiled work got its module (the `compiled` column; "" outside compiled code).
 BY_NODES, BY_ORDER, BY_REGION, UNMAPPED = "kernel nodes", "extern order", "compiled module", "unmapped"
@@ -73,12 +87,13 @@ def _patterns() -> _Patterns:
 @dataclass(frozen=True)
 class Graph:
     """One recorded post-grad graph (headroom/profile/compiled.py `graph_record`)."""
-    compile_id: str                            # Dynamo's frame/compile id ("0/0"; "" where not known)
-    paths: tuple[str, ...]                     # module paths below the compiled object ("" is the object)
+
+    compile_id: str  # Dynamo's frame/compile id ("0/0"; "" where not known)
+    paths: tuple[str, ...]  # module paths below the compiled object ("" is the object)
     types: tuple[str, ...]
-    nodes: dict[str, int]                      # node name -> module index (-1: none)
+    nodes: dict[str, int]  # node name -> module index (-1: none)
     views: frozenset[str]
-    externs: tuple[tuple[str, str, tuple], ...]   # (node, op, input shapes by position)
+    externs: tuple[tuple[str, str, tuple], ...]  # (node, op, input shapes by position)
 
     @property
     def root_type(self) -> str:
@@ -94,18 +109,27 @@ class Graph:
 
 @dataclass(frozen=True)
 class CompiledMap:
-    root: str                   # the compiled object's path where no module range holds its calls ("": a range)
-    root_type: str              # its class
+    root: str  # the compiled object's path where no module range holds its calls ("": a range)
+    root_type: str  # its class
     graphs: tuple[Graph, ...]
 
 
 def _graph(g: dict[str, Any]) -> Graph:
     mods = [m for m in g.get("modules", []) if isinstance(m, list) and len(m) == 2]
     nodes = {str(k): int(v) for k, v in (g.get("nodes") or {}).items() if isinstance(v, int)}
-    externs = tuple((str(e[0]), str(e[1]), tuple(tuple(s) if isinstance(s, list) else None for s in e[2]))
-                    for e in g.get("externs", []) if isinstance(e, list) and len(e) == 3 and isinstance(e[2], list))
-    return Graph(str(g.get("compile_id") or ""), tuple(str(m[0]) for m in mods), tuple(str(m[1]) for m in mods), nodes,
-                 frozenset(str(v) for v in g.get("views", [])), externs)
+    externs = tuple(
+        (str(e[0]), str(e[1]), tuple(tuple(s) if isinstance(s, list) else None for s in e[2]))
+        for e in g.get("externs", [])
+        if isinstance(e, list) and len(e) == 3 and isinstance(e[2], list)
+    )
+    return Graph(
+        str(g.get("compile_id") or ""),
+        tuple(str(m[0]) for m in mods),
+        tuple(str(m[1]) for m in mods),
+        nodes,
+        frozenset(str(v) for v in g.get("views", [])),
+        externs,
+    )
 
 
 def compiled_map(metadata: dict[str, Any]) -> CompiledMap | None:
@@ -114,8 +138,11 @@ def compiled_map(metadata: dict[str, Any]) -> CompiledMap | None:
     c = m.get("compiled_modules") if isinstance(m, dict) else None
     if not isinstance(c, dict) or not isinstance(c.get("graphs"), list) or not c["graphs"]:
         return None
-    return CompiledMap(str(c.get("root") or ""), str(c.get("root_type") or ""),
-                       tuple(_graph(g) for g in c["graphs"] if isinstance(g, dict)))
+    return CompiledMap(
+        str(c.get("root") or ""),
+        str(c.get("root_type") or ""),
+        tuple(_graph(g) for g in c["graphs"] if isinstance(g, dict)),
+    )
 
 
 def node_tokens(fused: str, nodes: dict[str, int] | set[str] | frozenset[str]) -> list[str]:
@@ -161,6 +188,7 @@ def _deciding(tokens: list[str], g: Graph, shared: dict[str, int]) -> list[str]:
 @dataclass
 class _Kernels:
     """Every Inductor kernel name of a trace, resolved to a path below the compiled object (None: none)."""
+
     cmap: CompiledMap
     paths: dict[str, tuple[str, Graph] | None] = field(default_factory=dict)
 
@@ -182,9 +210,11 @@ class _Kernels:
                     shared[i][t] = shared[i].get(t, 0) + 1
         out = cls(cmap)
         for name, (chosen, tokens) in parsed.items():
-            found = [(common_path([g.paths[g.nodes[t]] for t in picks], g.paths), g)
-                     for g, picks in ((cmap.graphs[i], _deciding(tokens[i], cmap.graphs[i], shared[i]))
-                                      for i in chosen) if picks]
+            found = [
+                (common_path([g.paths[g.nodes[t]] for t in picks], g.paths), g)
+                for g, picks in ((cmap.graphs[i], _deciding(tokens[i], cmap.graphs[i], shared[i])) for i in chosen)
+                if picks
+            ]
             if found:
                 path = common_path([p for p, _ in found], found[0][1].paths)
                 out.paths[name] = (path, found[0][1])
@@ -281,6 +311,7 @@ def _shapes_agree(call: Any, shapes: tuple) -> bool | None:
 class Externs:
     """The extern ops of compiled calls given their node: rows (pid, tid, ts, dur, path, graph, rejected) and,
     per graph, (checked, disagreeing, rejected)."""
+
     rows: pd.DataFrame
     checks: dict[int, tuple[int, int, bool]]
 
@@ -301,13 +332,17 @@ def _match_externs(trace: Trace, cmap: CompiledMap, calls: pd.DataFrame) -> Exte
     for g, k in zip(graph[ok].tolist(), node[ok].tolist()):
         at = cmap.graphs[g].nodes.get(cmap.graphs[g].externs[k][0], -1)
         path.append(cmap.graphs[g].paths[at] if at >= 0 else "")
-    rows = ext[ok].assign(path=np.array(path, dtype=object), graph=graph[ok],
-                          rejected=np.array([checks[g][2] for g in graph[ok].tolist()], dtype=bool))
+    rows = ext[ok].assign(
+        path=np.array(path, dtype=object),
+        graph=graph[ok],
+        rejected=np.array([checks[g][2] for g in graph[ok].tolist()], dtype=bool),
+    )
     return Externs(rows.reset_index(drop=True), checks)
 
 
-def _check_shapes(trace: Trace, cmap: CompiledMap, ext: pd.DataFrame, graph: np.ndarray,
-                  node: np.ndarray) -> dict[int, tuple[int, int, bool]]:
+def _check_shapes(
+    trace: Trace, cmap: CompiledMap, ext: pd.DataFrame, graph: np.ndarray, node: np.ndarray
+) -> dict[int, tuple[int, int, bool]]:
     """Per graph matched to calls: ops whose shapes were checked, of those disagreeing, and whether that
     rejects the graph's extern order."""
     source = Path(str(trace.source)) if trace.source else None
@@ -317,8 +352,10 @@ def _check_shapes(trace: Trace, cmap: CompiledMap, ext: pd.DataFrame, graph: np.
     limit = _patterns().max_disagreement
     for g in sorted(set(graph[graph >= 0].tolist())):
         rows = np.flatnonzero(graph == g)
-        verdicts = [_shapes_agree(recorded.get(int(ext["external_id"].iat[r])), cmap.graphs[g].externs[node[r]][2])
-                    for r in rows]
+        verdicts = [
+            _shapes_agree(recorded.get(int(ext["external_id"].iat[r])), cmap.graphs[g].externs[node[r]][2])
+            for r in rows
+        ]
         checked = [v for v in verdicts if v is not None]
         wrong = sum(1 for v in checked if not v)
         out[g] = (len(checked), wrong, wrong > limit * len(checked))
@@ -335,6 +372,7 @@ def _inductor_names(trace: Trace) -> set[str]:
 @dataclass
 class _Resolver:
     """A trace's compiled map, its kernels and extern ops resolved, and its compiled calls."""
+
     cmap: CompiledMap
     kernels: _Kernels
     externs: Externs
@@ -343,8 +381,12 @@ class _Resolver:
     @classmethod
     def of(cls, trace: Trace, cmap: CompiledMap) -> _Resolver:
         calls = _calls(trace)
-        return cls(cmap, _Kernels.of(cmap, _inductor_names(trace)), _match_externs(trace, cmap, calls),
-                   _scope(trace, cmap, calls))
+        return cls(
+            cmap,
+            _Kernels.of(cmap, _inductor_names(trace)),
+            _match_externs(trace, cmap, calls),
+            _scope(trace, cmap, calls),
+        )
 
     def relative(self, op: str, extern_row: int, in_call: bool) -> tuple[str, Graph | None, str] | None:
         """(path below the compiled object, its graph, how) for one point of compiled work; None if the point
@@ -384,8 +426,9 @@ class _Resolver:
         return path, mtype or (chain[-1] if chain else ""), STACK_SEP.join(chain)
 
 
-def fill_compiled(trace: Trace, pid: Any, tid: Any, when: np.ndarray, ops: np.ndarray,
-                  columns: dict[str, np.ndarray]) -> np.ndarray:
+def fill_compiled(
+    trace: Trace, pid: Any, tid: Any, when: np.ndarray, ops: np.ndarray, columns: dict[str, np.ndarray]
+) -> np.ndarray:
     """Points (launch calls or CPU ops at `when` on their threads, with op names `ops`) of compiled work
     given the module of their nodes in `columns` (module, module_type, module_stack; changed in place);
     returns how each got it (the `compiled` column: BY_NODES, BY_ORDER, BY_REGION, UNMAPPED; "" for work
@@ -420,19 +463,25 @@ def fill_compiled(trace: Trace, pid: Any, tid: Any, when: np.ndarray, ops: np.nd
 @dataclass(frozen=True)
 class CompiledSummary:
     """How the compiled work of an analysed span got its module: how -> (events, us)."""
+
     by_how: dict[str, tuple[int, float]]
 
     def note(self) -> str:
         total = sum(us for _, us in self.by_how.values())
         share = lambda us: f"{us / total:.1%}" if total > 0 else "0%"  # noqa: E731
-        placed = [f"{n:,} by {how} ({share(us)} of their time)" for how, (n, us) in self.by_how.items()
-                  if how != UNMAPPED]
+        placed = [
+            f"{n:,} by {how} ({share(us)} of their time)" for how, (n, us) in self.by_how.items() if how != UNMAPPED
+        ]
         lost = self.by_how.get(UNMAPPED, (0, 0.0))
-        text = (f"compiled code by module, from the nodes Inductor compiled: {'; '.join(placed) or 'none placed'}; "
-                f"{lost[0]:,} without a module ({share(lost[1])})")
+        text = (
+            f"compiled code by module, from the nodes Inductor compiled: {'; '.join(placed) or 'none placed'}; "
+            f"{lost[0]:,} without a module ({share(lost[1])})"
+        )
         if REJECTED in self.by_how:
-            text += ("; a graph's extern ops were left at the compiled module: their recorded input shapes "
-                     "contradict the order of its nodes")
+            text += (
+                "; a graph's extern ops were left at the compiled module: their recorded input shapes "
+                "contradict the order of its nodes"
+            )
         return text
 
 

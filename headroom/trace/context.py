@@ -21,16 +21,19 @@ __all__ = ["CONTEXT_COLUMNS", "launch_context", "labels_on_threads"]
 CONTEXT_COLUMNS = ("op", "top_op", "annotation", "module", "module_type", "module_stack", "compiled", "phase")
 
 
-def launch_context(trace: Trace, pid: pd.Series, tid: pd.Series, when: np.ndarray, ext: np.ndarray,
-                   launched: np.ndarray) -> dict[str, np.ndarray]:
+def launch_context(
+    trace: Trace, pid: pd.Series, tid: pd.Series, when: np.ndarray, ext: np.ndarray, launched: np.ndarray
+) -> dict[str, np.ndarray]:
     """The CPU-side context of launch calls (one per point; `launched`: the points that have a launch
     call at `when` on thread (`pid`, `tid`)): innermost op (by the call's External id `ext`, else by
     containment), top-level op, innermost annotation, module columns (for compiled code, the module of the
     nodes it ran: headroom/trace/compiled.py) and phase (CONTEXT_COLUMNS)."""
     cpu = trace.cpu
     ops = trace.cpu_ops()
-    annotations = cpu[(cpu["cat"] == "user_annotation").to_numpy()
-                      & ~trace.cpu_names_start_with(PROFILER_STEP_PREFIX, MODULE_RANGE_PREFIX)]
+    annotations = cpu[
+        (cpu["cat"] == "user_annotation").to_numpy()
+        & ~trace.cpu_names_start_with(PROFILER_STEP_PREFIX, MODULE_RANGE_PREFIX)
+    ]
     n = len(when)
     # Innermost op: the launch's External id names it directly (Kineto sets it
     # to the enclosing record function); fall back to containment.
@@ -61,8 +64,9 @@ def launch_context(trace: Trace, pid: pd.Series, tid: pd.Series, when: np.ndarra
     return out
 
 
-def labels_on_threads(ranges: pd.DataFrame, pid: pd.Series, tid: pd.Series, ts: np.ndarray,
-                       outermost: bool = False) -> np.ndarray:
+def labels_on_threads(
+    ranges: pd.DataFrame, pid: pd.Series, tid: pd.Series, ts: np.ndarray, outermost: bool = False
+) -> np.ndarray:
     """Label (range name) of the innermost/outermost range on the point's own thread."""
     result = np.full(len(ts), "", dtype=object)
     if len(ranges) == 0 or len(ts) == 0:
@@ -81,13 +85,13 @@ def _names_by_external_id(ops: pd.DataFrame, ext: np.ndarray) -> tuple[np.ndarra
     known = np.flatnonzero(ids != -1)
     if not len(known) or not len(ext):
         return out, named
-    if ext.dtype.kind not in "iuf" or ids.dtype.kind not in "iu":     # ids beyond 64 bits: one lookup each
+    if ext.dtype.kind not in "iuf" or ids.dtype.kind not in "iu":  # ids beyond 64 bits: one lookup each
         by_id = dict(zip(ids[known][::-1].tolist(), ops["name"].iloc[known[::-1]].astype(str).tolist()))
         found = [by_id.get(e) for e in ext.tolist()]
         named = np.array([f is not None for f in found], dtype=bool)
         out[named] = [f for f in found if f is not None]
         return out, named
-    keys, first = np.unique(ids[known], return_index=True)     # sorted ids; each one's first op
+    keys, first = np.unique(ids[known], return_index=True)  # sorted ids; each one's first op
     keys_cmp = keys.astype(float) if ext.dtype.kind == "f" else keys
     at = np.minimum(np.searchsorted(keys_cmp, ext), len(keys) - 1)
     named = keys_cmp[at] == ext

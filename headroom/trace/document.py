@@ -24,6 +24,7 @@ from headroom.trace.kineto import BYTE_OFFSET, TraceError
 
 # --- the document around the events ------------------------------------------------
 
+
 class _TraceFile(msgspec.Struct):
     # Events stay raw (views into the input), decoded a chunk at a time.
     traceEvents: list[msgspec.Raw] | None = None
@@ -44,7 +45,7 @@ _DOC = msgspec.json.Decoder(_TraceFile)
 
 # --- reading bytes ----------------------------------------------------------------
 
-BLOCK = 4 << 20    # bytes of (decompressed) text per chunk
+BLOCK = 4 << 20  # bytes of (decompressed) text per chunk
 
 
 def missing(path: Path) -> str:
@@ -92,7 +93,7 @@ def blocks(path: Path, size: int | None = None, start: int = 0, stop: int | None
                         left -= len(data)
                     yield data
                 return
-            first = f.read(max(size, 2))     # gzip's magic is two bytes, whatever the block size
+            first = f.read(max(size, 2))  # gzip's magic is two bytes, whatever the block size
             if not first:
                 raise TraceError(f"{path}: empty file")
             if first[:2] != b"\x1f\x8b":
@@ -117,7 +118,7 @@ def gunzipped(path: Path, f, first: bytes, size: int) -> Iterator[bytes]:
                 produced = True
                 yield out
             data = inflate.unconsumed_tail
-            if inflate.eof:   # a second gzip member follows (concatenated .gz)
+            if inflate.eof:  # a second gzip member follows (concatenated .gz)
                 data = inflate.unused_data + data
                 if not data.strip(b"\x00"):
                     break
@@ -126,13 +127,14 @@ def gunzipped(path: Path, f, first: bytes, size: int) -> Iterator[bytes]:
         if not data:
             break
     if not inflate.eof:
-        raise TraceError(f"{path}: truncated or corrupt gzip (compressed file ended before the "
-                         f"end-of-stream marker was reached)")
+        raise TraceError(
+            f"{path}: truncated or corrupt gzip (compressed file ended before the end-of-stream marker was reached)"
+        )
     if not produced:
         raise TraceError(f"{path}: empty file (after gunzip)")
 
 
-READ_AHEAD = 2     # blocks inflated ahead of the one being decoded
+READ_AHEAD = 2  # blocks inflated ahead of the one being decoded
 
 
 def read_ahead(items: Iterator[bytes], depth: int = READ_AHEAD) -> Iterator[bytes]:
@@ -158,7 +160,7 @@ def read_ahead(items: Iterator[bytes], depth: int = READ_AHEAD) -> Iterator[byte
                 if not put(item):
                     return
             put(_END)
-        except BaseException as e:     # handed to the consumer, raised there
+        except BaseException as e:  # handed to the consumer, raised there
             put(_Raised(e))
         finally:
             items.close()  # type: ignore[attr-defined]
@@ -193,12 +195,13 @@ def read_bytes(path: Path) -> bytes:
 # --- splitting the document ---------------------------------------------------------
 
 _EVENTS_KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
-_SEPARATOR = re.compile(rb'\}\s*,\s*\{')
+_SEPARATOR = re.compile(rb"\}\s*,\s*\{")
 
 
 @dataclass
 class Document:
     """What the splitter found: event chunks (text between two events), then the rest of the document."""
+
     meta: dict[str, Any]
     base_ns: int | None
 
@@ -218,7 +221,9 @@ def _last_separator(buf: bytes, lo: int) -> re.Match | None:
     return matches[-1] if matches else None
 
 
-def split(path: Path, block: int | None = None, stop: int | None = None) -> Iterator[tuple[memoryview | bytes, int] | Document]:
+def split(
+    path: Path, block: int | None = None, stop: int | None = None
+) -> Iterator[tuple[memoryview | bytes, int] | Document]:
     """Yield (a JSON array of consecutive events, the file offset of its first byte) chunk by chunk,
     then the `Document` (metadata).
 
@@ -237,11 +242,12 @@ def split(path: Path, block: int | None = None, stop: int | None = None) -> Iter
     yield from _cut(path, it, buf, offset, prefix, stop is not None)
 
 
-def split_from(path: Path, start: int, prefix: bytes,
-               block: int | None = None) -> Iterator[tuple[memoryview | bytes, int] | Document]:
+def split_from(
+    path: Path, start: int, prefix: bytes, block: int | None = None
+) -> Iterator[tuple[memoryview | bytes, int] | Document]:
     """The same as `split` for the events from file offset `start` (the `{` after a `Halves.close`) to the
     end of traceEvents, then the Document; `prefix`: the document's text before the events' array."""
-    buf = bytearray(b"[")      # stands in for the separator byte before `start`, as `split` writes it
+    buf = bytearray(b"[")  # stands in for the separator byte before `start`, as `split` writes it
     yield from _cut(path, blocks(path, block, start=start), buf, start - 1, prefix, False)
 
 
@@ -256,19 +262,20 @@ def _events_start(it: Iterator[bytes]) -> tuple[bytearray, bytes, int] | None:
             break
     if m is None:
         return None
-    prefix = bytes(buf[:m.end() - 1])
+    prefix = bytes(buf[: m.end() - 1])
     try:
         # The key must be a key of the top-level object, not one nested deeper or inside a string.
         if not isinstance(msgspec.json.decode(prefix + b"[]}"), dict):
             raise Fallback()
     except (msgspec.DecodeError, RecursionError):
         raise Fallback() from None
-    del buf[:m.end() - 1]          # buf[0] is the array's "["
+    del buf[: m.end() - 1]  # buf[0] is the array's "["
     return buf, prefix, m.end() - 1
 
 
-def _cut(path: Path, it: Iterator[bytes], buf: bytearray, offset: int, prefix: bytes,
-         first_part: bool) -> Iterator[tuple[memoryview | bytes, int] | Document]:
+def _cut(
+    path: Path, it: Iterator[bytes], buf: bytearray, offset: int, prefix: bytes, first_part: bool
+) -> Iterator[tuple[memoryview | bytes, int] | Document]:
     """Cut `buf` (from an array's "[" at file offset `offset`) and the blocks that follow into chunks;
     `first_part`: the blocks end right after an event's "}" (the first of two halves): close the array there."""
     for data in it:
@@ -278,19 +285,19 @@ def _cut(path: Path, it: Iterator[bytes], buf: bytearray, offset: int, prefix: b
         cut = _last_separator(buf, max(1, scanned - 1))  # type: ignore[arg-type]
         if cut is None:
             continue
-        close, open_ = cut.start(), cut.end() - 1      # the "}" ending one event, the "{" starting the next
-        buf[close + 1] = 0x5D                           # "]"
+        close, open_ = cut.start(), cut.end() - 1  # the "}" ending one event, the "{" starting the next
+        buf[close + 1] = 0x5D  # "]"
         view = memoryview(buf)
-        chunk = view[:close + 2]
+        chunk = view[: close + 2]
         yield chunk, offset
         chunk.release()
         view.release()
-        buf[open_ - 1] = 0x5B                           # "["
+        buf[open_ - 1] = 0x5B  # "["
         offset += open_ - 1
         try:
-            del buf[:open_ - 1]
-        except BufferError:    # a view of the chunk is still held somewhere: leave it its bytes
-            buf = bytearray(buf[open_ - 1:])
+            del buf[: open_ - 1]
+        except BufferError:  # a view of the chunk is still held somewhere: leave it its bytes
+            buf = bytearray(buf[open_ - 1 :])
     if first_part:
         if len(buf) > 1:
             buf += b"]"
@@ -305,7 +312,7 @@ def _cut(path: Path, it: Iterator[bytes], buf: bytearray, offset: int, prefix: b
     except (msgspec.DecodeError, RecursionError):
         raise Fallback() from None
     if _EVENTS_KEY.search(tail, len(prefix) + 1) is not None:
-        raise Fallback()   # "traceEvents" again: decode exactly, as a whole
+        raise Fallback()  # "traceEvents" again: decode exactly, as a whole
     raws = doc.traceEvents or []
     if raws:
         yield _array(raws), -1
@@ -317,6 +324,7 @@ class Halves:
     """A plain trace file divided between two processes: the first part's events end with the `}` at file
     offset `close`, the second's begin with the `{` at `open`; `prefix`: the text before traceEvents' array.
     Like every cut, proven only when both parts decode."""
+
     close: int
     open: int
     prefix: bytes
@@ -379,7 +387,7 @@ def whole(path: Path, events_per_chunk: int = 1 << 16) -> Iterator[tuple[bytes, 
     raws = doc.traceEvents
     del raw
     for start in range(0, len(raws), events_per_chunk):
-        yield _array(raws[start:start + events_per_chunk]), -1
+        yield _array(raws[start : start + events_per_chunk]), -1
     yield Document(_meta(doc), doc.baseTimeNanoseconds)
 
 
@@ -388,7 +396,7 @@ def _json_words(message: str, raw: bytes) -> str:
     if m:
         at = int(m.group(1))
         try:
-            raw[max(0, at - 3):at + 4].decode("utf-8")
+            raw[max(0, at - 3) : at + 4].decode("utf-8")
         except UnicodeDecodeError:
             return f"invalid UTF-8 near byte {at}"
     return message

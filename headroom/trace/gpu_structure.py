@@ -40,8 +40,9 @@ def listed_devices(metadata: dict | None) -> list[int] | None:
     props = metadata.get("deviceProperties") if isinstance(metadata, dict) else None
     if not isinstance(props, list):
         return None
-    ids: list[int] = [i for i in (p.get("id") for p in props if isinstance(p, dict))
-                      if isinstance(i, int) and not isinstance(i, bool)]
+    ids: list[int] = [
+        i for i in (p.get("id") for p in props if isinstance(p, dict)) if isinstance(i, int) and not isinstance(i, bool)
+    ]
     return ids or None
 
 
@@ -54,8 +55,9 @@ def _flag(gpu: pl.DataFrame, bad: pl.Expr, field: str, words: pl.Expr | str) -> 
     return gpu.filter(bad.fill_null(False)).with_columns(field=pl.lit(field), problem=w.cast(pl.String))
 
 
-def misplaced(gpu: pl.DataFrame, launches: pl.DataFrame, cpu_end: float | None,
-              devices: list[int] | None) -> pl.DataFrame:
+def misplaced(
+    gpu: pl.DataFrame, launches: pl.DataFrame, cpu_end: float | None, devices: list[int] | None
+) -> pl.DataFrame:
     """The rows of `gpu` that their device, launch, stream or the trace's end contradict, with the field and
     the problem (the first of each row's problems)."""
     if not gpu.height:
@@ -63,12 +65,24 @@ def misplaced(gpu: pl.DataFrame, launches: pl.DataFrame, cpu_end: float | None,
     found = []
     if devices is not None and "device" in gpu.columns:
         listed = ", ".join(map(str, devices))
-        found.append(_flag(gpu, pl.col("device").is_not_null() & ~pl.col("device").is_in(devices), "device",
-                           f"not among the trace's devices (deviceProperties: {listed})"))
+        found.append(
+            _flag(
+                gpu,
+                pl.col("device").is_not_null() & ~pl.col("device").is_in(devices),
+                "device",
+                f"not among the trace's devices (deviceProperties: {listed})",
+            )
+        )
     if cpu_end is not None:
         limit = cpu_end + float(gpu["dur"].sum()) + DRAIN_GAP_US * gpu.height + DRAIN_MARGIN_US
-        found.append(_flag(gpu, pl.col("ts") > limit, "ts", f"after all the GPU work launched could have drained "
-                                                             f"(the CPU's last event ends at {cpu_end:.17g} us)"))
+        found.append(
+            _flag(
+                gpu,
+                pl.col("ts") > limit,
+                "ts",
+                f"after all the GPU work launched could have drained (the CPU's last event ends at {cpu_end:.17g} us)",
+            )
+        )
     same = launches.schema.get("correlation") == gpu.schema.get("correlation")
     if launches.height and same and gpu.schema.get("correlation") in (pl.Int64, pl.Int32, pl.UInt64, pl.UInt32):
         launched = _launched(gpu, launches)
@@ -84,8 +98,11 @@ def misplaced(gpu: pl.DataFrame, launches: pl.DataFrame, cpu_end: float | None,
 
 def _launched(gpu: pl.DataFrame, launches: pl.DataFrame) -> pl.DataFrame:
     """`gpu` with `_launch`: the start of the runtime call that launched each activity (null: not in the trace)."""
-    first = (launches.filter(pl.col("correlation").is_not_null() & (pl.col("correlation") >= 0))
-             .group_by("correlation").agg(pl.col("ts").min().alias("_launch")))
+    first = (
+        launches.filter(pl.col("correlation").is_not_null() & (pl.col("correlation") >= 0))
+        .group_by("correlation")
+        .agg(pl.col("ts").min().alias("_launch"))
+    )
     return gpu.join(first, on="correlation", how="left")
 
 
@@ -106,11 +123,21 @@ def _out_of_stream_order(gpu: pl.DataFrame) -> pl.DataFrame:
     if not late.height and not early.height:
         return _empty(gpu)
     if late.height and (late.height <= early.height or not early.height):
-        rows, words = late, pl.format("after an activity its stream launched later ({} us after it began)",
-                                      (pl.col("ts") - pl.col("later")).round(3))
+        rows, words = (
+            late,
+            pl.format(
+                "after an activity its stream launched later ({} us after it began)",
+                (pl.col("ts") - pl.col("later")).round(3),
+            ),
+        )
     else:
-        rows, words = early, pl.format("before an activity its stream launched earlier ({} us before it began)",
-                                       (pl.col("earlier") - pl.col("ts")).round(3))
+        rows, words = (
+            early,
+            pl.format(
+                "before an activity its stream launched earlier ({} us before it began)",
+                (pl.col("earlier") - pl.col("ts")).round(3),
+            ),
+        )
     problems = rows.select("index", problem=words)
     return gpu.join(problems, on="index", how="inner").with_columns(field=pl.lit("ts"))
 
@@ -122,10 +149,15 @@ def _order_bounds(g: pl.DataFrame, keys: list[str]) -> pl.DataFrame:
     on the 4 GB trace); with a null or NaN among the numbers, polars' own rules decide."""
     cols = [g[c] for c in (*keys, "_launch", "ts")]
     if any(c.null_count() for c in cols) or any(c.dtype.is_float() and c.is_nan().any() for c in cols):
-        per = (g.group_by(*keys, "_launch").agg(pl.col("ts").min().alias("lo"), pl.col("ts").max().alias("hi"))
-               .sort(*keys, "_launch")
-               .with_columns(later=pl.col("lo").reverse().cum_min().reverse().shift(-1).over(keys),
-                             earlier=pl.col("hi").cum_max().shift(1).over(keys)))
+        per = (
+            g.group_by(*keys, "_launch")
+            .agg(pl.col("ts").min().alias("lo"), pl.col("ts").max().alias("hi"))
+            .sort(*keys, "_launch")
+            .with_columns(
+                later=pl.col("lo").reverse().cum_min().reverse().shift(-1).over(keys),
+                earlier=pl.col("hi").cum_max().shift(1).over(keys),
+            )
+        )
         return g.join(per.select(*keys, "_launch", "later", "earlier"), on=[*keys, "_launch"], how="left")
     device, stream, launch, ts = (c.to_numpy() for c in cols)
     order = np.lexsort((launch, stream, device))
@@ -137,9 +169,10 @@ def _order_bounds(g: pl.DataFrame, keys: list[str]) -> pl.DataFrame:
     later, earlier = np.full(len(starts), np.nan), np.full(len(starts), np.nan)
     bounds = np.r_[np.flatnonzero(new_stream), len(starts)]
     for a, b in zip(bounds[:-1].tolist(), bounds[1:].tolist()):
-        later[a:b - 1] = np.minimum.accumulate(lo[a + 1:b][::-1])[::-1]
-        earlier[a + 1:b] = np.maximum.accumulate(hi[a:b - 1])
+        later[a : b - 1] = np.minimum.accumulate(lo[a + 1 : b][::-1])[::-1]
+        earlier[a + 1 : b] = np.maximum.accumulate(hi[a : b - 1])
     launch_of_row = np.empty(len(order), dtype=np.int64)
     launch_of_row[order] = np.cumsum(new_launch) - 1
-    return g.with_columns(later=pl.Series(later[launch_of_row]).fill_nan(None),
-                          earlier=pl.Series(earlier[launch_of_row]).fill_nan(None))
+    return g.with_columns(
+        later=pl.Series(later[launch_of_row]).fill_nan(None), earlier=pl.Series(earlier[launch_of_row]).fill_nan(None)
+    )

@@ -41,8 +41,14 @@ from headroom.trace.codes import factorized
 from headroom.trace.context import CONTEXT_COLUMNS, launch_context
 from headroom.trace.tables import Trace
 
-__all__ = ["GraphSummary", "attribute_replays", "capture_templates", "capture_trace_of", "graph_summary",
-           "is_graph_launch"]
+__all__ = [
+    "GraphSummary",
+    "attribute_replays",
+    "capture_templates",
+    "capture_trace_of",
+    "graph_summary",
+    "is_graph_launch",
+]
 
 CAPTURE, SOURCE, KERNEL_NAME, UNMATCHED = "capture", "source", "kernel name", "unmatched"
 
@@ -82,10 +88,11 @@ def is_graph_launch(names: pd.Series | np.ndarray) -> np.ndarray:
 class Template:
     """A sequence of launches with their context: one captured graph's nodes (names unknown), or one
     eagerly run step's GPU activities (with their kernel names)."""
-    context: dict[str, np.ndarray]       # CONTEXT_COLUMNS, one value per node
-    names: np.ndarray | None             # kernel names, where known
-    origin: str                          # CAPTURE or SOURCE
-    start: float                         # when the capture began (source steps: -inf)
+
+    context: dict[str, np.ndarray]  # CONTEXT_COLUMNS, one value per node
+    names: np.ndarray | None  # kernel names, where known
+    origin: str  # CAPTURE or SOURCE
+    start: float  # when the capture began (source steps: -inf)
 
     def __len__(self) -> int:
         return len(self.context["op"])
@@ -115,8 +122,9 @@ def capture_templates(trace: Trace) -> list[Template]:
         if not len(nodes):
             continue
         rows = calls.iloc[nodes]
-        context = launch_context(trace, rows["pid"], rows["tid"], ts[nodes], rows["external_id"].to_numpy(),
-                                 np.ones(len(nodes), dtype=bool))
+        context = launch_context(
+            trace, rows["pid"], rows["tid"], ts[nodes], rows["external_id"].to_numpy(), np.ones(len(nodes), dtype=bool)
+        )
         out.append(Template(context, None, CAPTURE, float(ts[b])))
     return out
 
@@ -128,15 +136,23 @@ def source_templates(source: pd.DataFrame) -> list[Template]:
     out = []
     for _, rows in own.groupby("step", sort=True):
         rows = rows.sort_values(["ts", "index"] if "index" in rows else ["ts"], kind="stable")
-        out.append(Template({k: rows[k].to_numpy(dtype=object) for k in CONTEXT_COLUMNS},
-                            rows["name"].to_numpy(dtype=object), SOURCE, -np.inf))
+        out.append(
+            Template(
+                {k: rows[k].to_numpy(dtype=object) for k in CONTEXT_COLUMNS},
+                rows["name"].to_numpy(dtype=object),
+                SOURCE,
+                -np.inf,
+            )
+        )
     return out
 
 
 # A kernel's family: its name without the argument list, element types and numbers (vector widths, tile sizes).
 # The same op launches one family whatever the dtype (a causal mask filled in bf16 under capture, in int64 eagerly).
-_TYPES = re.compile(r"\b(c10::(BFloat16|Half|complex<[^>]*>)|float|double|long|int|short|bool|unsigned|signed|char|"
-                    r"__nv_bfloat16|__half|u?int\d+_t)\b")
+_TYPES = re.compile(
+    r"\b(c10::(BFloat16|Half|complex<[^>]*>)|float|double|long|int|short|bool|unsigned|signed|char|"
+    r"__nv_bfloat16|__half|u?int\d+_t)\b"
+)
 _NUMBERS = re.compile(r"\d+")
 
 
@@ -178,8 +194,9 @@ def _capture_agrees(t: Template, names: np.ndarray, eager: dict[str, set[str]], 
     return not checked or wrong <= limit * len(checked)
 
 
-def _pick_capture(captures: list[Template], names: np.ndarray, launched_at: float,
-                  eager: dict[str, set[str]], limit: float) -> Template | None:
+def _pick_capture(
+    captures: list[Template], names: np.ndarray, launched_at: float, eager: dict[str, set[str]], limit: float
+) -> Template | None:
     """The capture a replay ran: as many nodes as the replay has activities, its names agreeing; the
     latest one made before the replay's launch (a graph is replayed after it is captured)."""
     fits = [t for t in captures if len(t) == len(names) and _capture_agrees(t, names, eager, limit)]
@@ -196,7 +213,7 @@ def _align(template: Template, names: np.ndarray) -> np.ndarray:
     out = np.full(len(names), -1, dtype=np.int64)
     matcher = difflib.SequenceMatcher(None, names.tolist(), template.names.tolist(), autojunk=False)
     for a, b, size in matcher.get_matching_blocks():
-        out[a:a + size] = np.arange(b, b + size)
+        out[a : a + size] = np.arange(b, b + size)
     return out
 
 
@@ -204,8 +221,9 @@ def _best_source(sources: list[Template], n: int) -> Template | None:
     return min(sources, key=lambda t: (abs(len(t) - n), -len(t))) if sources else None
 
 
-def attribute_replays(gpu: pd.DataFrame, trace: Trace, source: pd.DataFrame | None = None,
-                      source_trace: Trace | None = None) -> pd.DataFrame:
+def attribute_replays(
+    gpu: pd.DataFrame, trace: Trace, source: pd.DataFrame | None = None, source_trace: Trace | None = None
+) -> pd.DataFrame:
     """`gpu` (attributed GPU activities with launch_name, launch_ts, correlation) with every replayed
     activity given the context of its node, and the `graph` column. `source`/`source_trace`: another
     trace of the same step, attributed and as loaded (its steps and captures are templates too)."""
@@ -219,8 +237,13 @@ def attribute_replays(gpu: pd.DataFrame, trace: Trace, source: pd.DataFrame | No
     sources = source_templates(source) if source is not None else []
     eager = _eager_names(gpu[~replayed], source)
     rows = np.flatnonzero(replayed)
-    order = np.lexsort((gpu["index"].to_numpy()[rows] if "index" in gpu else rows, gpu["ts"].to_numpy()[rows],
-                        pd.factorize(gpu["correlation"].to_numpy()[rows])[0]))
+    order = np.lexsort(
+        (
+            gpu["index"].to_numpy()[rows] if "index" in gpu else rows,
+            gpu["ts"].to_numpy()[rows],
+            pd.factorize(gpu["correlation"].to_numpy()[rows])[0],
+        )
+    )
     rows = rows[order]
     corr = gpu["correlation"].to_numpy()[rows]
     cuts = np.flatnonzero(corr[1:] != corr[:-1]) + 1
@@ -277,26 +300,38 @@ def _name_checks(ops: np.ndarray, names: np.ndarray, eager: dict[str, set[str]],
 @dataclass(frozen=True)
 class GraphSummary:
     """How the replayed GPU activities of an analysed span got their context."""
+
     replays: int
     activities: int
     us: float
-    by_origin: dict[str, tuple[int, float]]      # origin -> (activities, us)
-    checked: int                                 # given a node whose op also ran eagerly: name checked
-    differ: int                                  # of those, kernel names the op never launched eagerly
+    by_origin: dict[str, tuple[int, float]]  # origin -> (activities, us)
+    checked: int  # given a node whose op also ran eagerly: name checked
+    differ: int  # of those, kernel names the op never launched eagerly
 
     def note(self) -> str:
-        how = {CAPTURE: "from the capture", SOURCE: "from the source trace", KERNEL_NAME: "named by their kernel",
-               UNMATCHED: "without a node"}
-        parts = [f"{n:,} {how[o]} ({us / self.us:.1%} of their time)" for o, (n, us) in self.by_origin.items()
-                 if n and self.us > 0]
-        text = (f"{self.replays:,} CUDA graph replay(s), {self.activities:,} GPU activities: "
-                f"{'; '.join(parts) if parts else 'none attributed'}")
+        how = {
+            CAPTURE: "from the capture",
+            SOURCE: "from the source trace",
+            KERNEL_NAME: "named by their kernel",
+            UNMATCHED: "without a node",
+        }
+        parts = [
+            f"{n:,} {how[o]} ({us / self.us:.1%} of their time)"
+            for o, (n, us) in self.by_origin.items()
+            if n and self.us > 0
+        ]
+        text = (
+            f"{self.replays:,} CUDA graph replay(s), {self.activities:,} GPU activities: "
+            f"{'; '.join(parts) if parts else 'none attributed'}"
+        )
         if self.checked:
             text += f"; kernel names checked on {self.checked:,}, {self.differ:,} differ"
         lost = self.by_origin.get(UNMATCHED, (0, 0.0))
         if lost[0]:
-            text += (" (no op: record the capture under the profiler, as `headroom profile --graphs` does, or "
-                     "pass --graph-source TRACE, a trace of the same step run eagerly)")
+            text += (
+                " (no op: record the capture under the profiler, as `headroom profile --graphs` does, or "
+                "pass --graph-source TRACE, a trace of the same step run eagerly)"
+            )
         return text
 
 
@@ -311,9 +346,14 @@ def graph_summary(events: pd.DataFrame) -> GraphSummary | None:
     dur = events["dur"].to_numpy(dtype=float)
     by = {o: (int((graph == o).sum()), float(dur[graph == o].sum())) for o in (CAPTURE, SOURCE, KERNEL_NAME, UNMATCHED)}
     check = events["graph_check"].to_numpy() if "graph_check" in events else np.full(len(events), -1)
-    return GraphSummary(int(pd.unique(events["correlation"].to_numpy()[replayed]).size), int(replayed.sum()),
-                        float(dur[replayed].sum()), {o: v for o, v in by.items() if v[0]},
-                        int((check[replayed] >= 0).sum()), int((check[replayed] == 0).sum()))
+    return GraphSummary(
+        int(pd.unique(events["correlation"].to_numpy()[replayed]).size),
+        int(replayed.sum()),
+        float(dur[replayed].sum()),
+        {o: v for o, v in by.items() if v[0]},
+        int((check[replayed] >= 0).sum()),
+        int((check[replayed] == 0).sum()),
+    )
 
 
 def capture_trace_of(trace_path: str | Path, metadata: dict[str, Any]) -> Path | None:

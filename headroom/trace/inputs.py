@@ -18,13 +18,23 @@ from headroom.trace.ranges import MODULE_RANGE_PREFIX
 if TYPE_CHECKING:
     import polars as pl
 else:
-    pl = lazy_loader.load("polars")   # imported on first use (a cached analysis needs none)
+    pl = lazy_loader.load("polars")  # imported on first use (a cached analysis needs none)
 
 # Kineto's spellings of tensor element types (c10 scalar type names), as short dtype names.
 DTYPE_NAMES = {
-    "float": "f32", "double": "f64", "c10::Half": "f16", "c10::BFloat16": "bf16", "long int": "i64", "int": "i32",
-    "short int": "i16", "signed char": "i8", "unsigned char": "u8", "bool": "bool",
-    "c10::complex<float>": "c64", "c10::complex<double>": "c128", "c10::Float8_e4m3fn": "f8e4m3",
+    "float": "f32",
+    "double": "f64",
+    "c10::Half": "f16",
+    "c10::BFloat16": "bf16",
+    "long int": "i64",
+    "int": "i32",
+    "short int": "i16",
+    "signed char": "i8",
+    "unsigned char": "u8",
+    "bool": "bool",
+    "c10::complex<float>": "c64",
+    "c10::complex<double>": "c128",
+    "c10::Float8_e4m3fn": "f8e4m3",
     "c10::Float8_e5m2": "f8e5m2",
 }
 

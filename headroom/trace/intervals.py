@@ -14,8 +14,7 @@ import pandas as pd
 from headroom.trace.codes import factorized
 
 
-def containing_range(starts: np.ndarray, ends: np.ndarray, points: np.ndarray,
-                     outermost: bool = False) -> np.ndarray:
+def containing_range(starts: np.ndarray, ends: np.ndarray, points: np.ndarray, outermost: bool = False) -> np.ndarray:
     """For each point, the index of the innermost (or outermost) range holding it; -1 if none.
 
     Ranges must nest properly (as profiler ranges on one thread do).
@@ -53,7 +52,7 @@ def containing_range(starts: np.ndarray, ends: np.ndarray, points: np.ndarray,
     k = np.searchsorted(lo, np.arange(len(points)), side="right") - 1
     todo = np.flatnonzero(k >= 0)
     while len(todo):
-        todo = todo[hi[k[todo]] <= todo]      # the range at k ended before this point: go up the chain
+        todo = todo[hi[k[todo]] <= todo]  # the range at k ended before this point: go up the chain
         k[todo] = up[k[todo]]
         todo = todo[k[todo] >= 0]
     out[p_order] = np.where(k >= 0, ids[np.maximum(k, 0)], -1)
@@ -110,16 +109,22 @@ def thread_codes(pid, tid, table: dict[tuple[str, str], int]) -> np.ndarray:
     width = len(tt) + 1
     combined = (pc + 1) * width + (tc + 1)
     size = (len(pt) + 1) * width
-    if size <= 4 * len(combined) + 1024:      # few distinct pairs possible: a lookup table, no sort
+    if size <= 4 * len(combined) + 1024:  # few distinct pairs possible: a lookup table, no sort
         present = np.zeros(size, dtype=bool)
         present[combined] = True
         pairs = np.flatnonzero(present)
         inverse = None
     else:
         pairs, inverse = np.unique(combined, return_inverse=True)
-    mapped = np.array([-1 if q // width == 0 or q % width == 0 else
-                       table.setdefault((pt[q // width - 1], tt[q % width - 1]), len(table))
-                       for q in pairs.tolist()], dtype=np.int64)
+    mapped = np.array(
+        [
+            -1
+            if q // width == 0 or q % width == 0
+            else table.setdefault((pt[q // width - 1], tt[q % width - 1]), len(table))
+            for q in pairs.tolist()
+        ],
+        dtype=np.int64,
+    )
     if inverse is None:
         lookup = np.full(size, -1, dtype=np.int64)
         lookup[pairs] = mapped
@@ -135,8 +140,7 @@ def groups_of(codes: np.ndarray) -> dict[int, np.ndarray]:
     return {int(codes[part[0]]): part for part in np.split(order, cuts)} if len(codes) else {}
 
 
-def ranges_on_threads(ranges: pd.DataFrame, pid, tid, points: np.ndarray,
-                      outermost: bool = False) -> np.ndarray:
+def ranges_on_threads(ranges: pd.DataFrame, pid, tid, points: np.ndarray, outermost: bool = False) -> np.ndarray:
     """Row position in `ranges` (columns pid, tid, ts, dur) of the innermost (or outermost) range
     on each point's own thread that holds it; -1 if none. `pid`, `tid`: the points' threads
     (arrays, or Series: a categorical one is read by its codes)."""

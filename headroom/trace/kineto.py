@@ -31,7 +31,7 @@ from headroom.trace.ranges import MODULE_PREFIX
 if TYPE_CHECKING:
     import polars as pl
 else:
-    pl = lazy_loader.load("polars")   # imported on first use (a cached analysis needs none)
+    pl = lazy_loader.load("polars")  # imported on first use (a cached analysis needs none)
 
 
 class TraceError(UserError):
@@ -83,23 +83,29 @@ _ONE_CATEGORY = msgspec.json.Decoder(_CategoryOnly)
 # maps to the table the event goes to and its kind there.
 TABLE_OF_CATEGORY = {
     "kernel": ("gpu", "kernel"),
-    "gpu_memcpy": ("gpu", "memcpy"), "memcpy": ("gpu", "memcpy"),
-    "gpu_memset": ("gpu", "memset"), "memset": ("gpu", "memset"),
-    "cuda_runtime": ("launches", "cuda_runtime"), "runtime": ("launches", "cuda_runtime"),
-    "cuda_driver": ("launches", "cuda_driver"), "driver": ("launches", "cuda_driver"),
-    "cpu_op": ("cpu", "cpu_op"), "operator": ("cpu", "cpu_op"),
+    "gpu_memcpy": ("gpu", "memcpy"),
+    "memcpy": ("gpu", "memcpy"),
+    "gpu_memset": ("gpu", "memset"),
+    "memset": ("gpu", "memset"),
+    "cuda_runtime": ("launches", "cuda_runtime"),
+    "runtime": ("launches", "cuda_runtime"),
+    "cuda_driver": ("launches", "cuda_driver"),
+    "driver": ("launches", "cuda_driver"),
+    "cpu_op": ("cpu", "cpu_op"),
+    "operator": ("cpu", "cpu_op"),
     "user_annotation": ("cpu", "user_annotation"),
     "python_function": ("cpu", "python_function"),
     "gpu_user_annotation": ("gpu_annotations", "gpu_user_annotation"),
     # CUPTI synchronization records (profiles taken with enable_cuda_sync_events).
     "cuda_sync": ("syncs", "cuda_sync"),
     # Flows: launch -> kernel (used when a trace omits `correlation`), forward op -> backward op.
-    "ac2g": ("flows", "ac2g"), "async_cpu_to_gpu": ("flows", "ac2g"),
+    "ac2g": ("flows", "ac2g"),
+    "async_cpu_to_gpu": ("flows", "ac2g"),
     "fwdbwd": ("flows", "fwdbwd"),
 }
 GPU_CATEGORIES = frozenset(c for c, (t, _) in TABLE_OF_CATEGORY.items() if t == "gpu")
 TABLES = schema.TABLES
-TABLE_COLUMNS = schema.TABLE_COLUMNS     # the columns each table keeps
+TABLE_COLUMNS = schema.TABLE_COLUMNS  # the columns each table keeps
 _FLOW_PHASES = frozenset("sft")
 
 
@@ -112,7 +118,7 @@ class _Routes(dict):
         self.table: list[str | None] = []
         self.kind: list[str | None] = []
         self.ph: list[str] = []
-        self._held: dict[str, tuple[int, Any]] = {}     # _per_code's values, with the route count they are for
+        self._held: dict[str, tuple[int, Any]] = {}  # _per_code's values, with the route count they are for
 
     def __missing__(self, key) -> int:
         ph, cat = key
@@ -128,8 +134,12 @@ class _Routes(dict):
 
     def table_numbers(self) -> np.ndarray:
         """Per code, the position of its table in TABLES (-1: none, -2: unreadable)."""
-        return self._per_code("tables", lambda: np.array(
-            [TABLES.index(t) if t in TABLES else -2 if t == "?" else -1 for t in self.table], dtype=np.int8))
+        return self._per_code(
+            "tables",
+            lambda: np.array(
+                [TABLES.index(t) if t in TABLES else -2 if t == "?" else -1 for t in self.table], dtype=np.int8
+            ),
+        )
 
     def python_functions(self) -> np.ndarray:
         """Per code, whether its events are python_function ones (only their nn.Module ones are read)."""
@@ -138,9 +148,10 @@ class _Routes(dict):
     def texts(self, which: str, codes: np.ndarray) -> pl.Series:
         """The kind (or ph) of each event, from its code: a categorical column, one integer gather (a
         string column would copy the text of every row: 0.7 s of the 2 GB trace's decode)."""
-        values = self._per_code(which, lambda: pl.Series(self.kind if which == "kind" else self.ph,
-                                                         dtype=pl.String).cast(pl.Categorical))
-        return values[codes]      # (indexing by an array: a quarter of .gather's time on 13,000 rows)
+        values = self._per_code(
+            which, lambda: pl.Series(self.kind if which == "kind" else self.ph, dtype=pl.String).cast(pl.Categorical)
+        )
+        return values[codes]  # (indexing by an array: a quarter of .gather's time on 13,000 rows)
 
     def _per_code(self, name: str, build):
         """`build()`, kept until a new route is added (every chunk asks; routes are a handful)."""
@@ -156,18 +167,20 @@ ROUTES = _Routes()
 
 # --- decoding one chunk of events ----------------------------------------------------
 
+
 @dataclass
 class Chunk:
     """One decoded chunk: its tables (event index counted from the chunk's first event), and what it could not read."""
+
     tables: dict[str, pl.DataFrame]
     events: int
     unreadable: Counter = field(default_factory=Counter)
     first_unreadable: tuple[int, str] | None = None
-    gpu_unreadable: list[tuple[int, str]] = field(default_factory=list)   # (index, problem): refused unless lenient
-    cut_error: bool = False     # the chunk did not end between two events (or the document ended early)
-    json_error: tuple[int, str] | None = None   # (byte offset in the chunk, msgspec's words)
-    error: str | None = None    # any other reason the chunk cannot be read
-    files: dict[str, str] = field(default_factory=dict)   # tables written to Arrow files (chunks.spill)
+    gpu_unreadable: list[tuple[int, str]] = field(default_factory=list)  # (index, problem): refused unless lenient
+    cut_error: bool = False  # the chunk did not end between two events (or the document ended early)
+    json_error: tuple[int, str] | None = None  # (byte offset in the chunk, msgspec's words)
+    error: str | None = None  # any other reason the chunk cannot be read
+    files: dict[str, str] = field(default_factory=dict)  # tables written to Arrow files (chunks.spill)
 
 
 # Where msgspec's error message says the problem is (document.py words whole-document errors with it too).
@@ -179,7 +192,7 @@ def decode_events(doc: bytes | memoryview) -> Chunk:
     `scan.decode_events`, which asks this for the chunks the C scanner declines)."""
     try:
         return _decode_events(doc)
-    except TraceError as e:     # e.g. an id beyond 128 bits
+    except TraceError as e:  # e.g. an id beyond 128 bits
         return Chunk({}, 0, error=str(e))
 
 
@@ -222,8 +235,11 @@ def fast_chunk(events: list[Event]) -> Chunk:
 
 def _split_tables(events: list[Event], positions: np.ndarray, chunk: Chunk) -> dict[str, pl.DataFrame]:
     """Route each event to its table by (ph, cat), vectorised over codes; build each table's columns."""
-    codes = np.fromiter(map(ROUTES.__getitem__, zip(map(_GET["ph"], events), map(_GET["cat"], events))),
-                        dtype=np.int32, count=len(events))
+    codes = np.fromiter(
+        map(ROUTES.__getitem__, zip(map(_GET["ph"], events), map(_GET["cat"], events))),
+        dtype=np.int32,
+        count=len(events),
+    )
     table_of = ROUTES.table_numbers()[codes]
     tables = {}
     for number, t in enumerate(TABLES):
@@ -270,7 +286,7 @@ def lenient_chunk(raws: list[msgspec.Raw]) -> Chunk:
             try:
                 category = _ONE_CATEGORY.decode(raw).cat
             except msgspec.ValidationError:
-                category = None   # not an object
+                category = None  # not an object
             count_unreadable(chunk, i, _problem(err), category)
             continue
         events.append(_normalised(e))
@@ -290,17 +306,21 @@ def _problem(err: msgspec.ValidationError) -> str:
 
 def _normalised(e: Any) -> Event:
     a = e.args
-    args = schema.NO_ARGS if a is None else schema.FastArgs(**{f.column: _VALUE_OF[f.type](getattr(a, f.column))
-                                                                for f in schema.ARG_FIELDS})
-    return schema.FastEvent(**{f.column: _VALUE_OF[f.type](getattr(e, f.column)) for f in schema.EVENT_FIELDS},
-                            args=args)
+    args = (
+        schema.NO_ARGS
+        if a is None
+        else schema.FastArgs(**{f.column: _VALUE_OF[f.type](getattr(a, f.column)) for f in schema.ARG_FIELDS})
+    )
+    return schema.FastEvent(
+        **{f.column: _VALUE_OF[f.type](getattr(e, f.column)) for f in schema.EVENT_FIELDS}, args=args
+    )
 
 
 def _id_value(v) -> int | None:
     if v is None or isinstance(v, int):
         return v
     try:
-        return int(v, 0)   # hex text ("0x0": ROCm's streams) parses like int(text, 0)
+        return int(v, 0)  # hex text ("0x0": ROCm's streams) parses like int(text, 0)
     except (TypeError, ValueError):
         return None
 
@@ -320,8 +340,15 @@ def _same(v):
 
 
 # How the lenient path normalises a value of each schema type into the fast path's.
-_VALUE_OF = {"text": _same, "thread": _same, "raw": _same, "time": _float_value, "number": _float_value,
-             "id": _id_value, "small_id": _id_value}
+_VALUE_OF = {
+    "text": _same,
+    "thread": _same,
+    "raw": _same,
+    "time": _float_value,
+    "number": _float_value,
+    "id": _id_value,
+    "small_id": _id_value,
+}
 
 
 def id_series(values: list) -> pl.Series:
@@ -384,7 +411,12 @@ def _table(table: str, events: list[Event], codes: np.ndarray, index: np.ndarray
         if c == "inputs":
             return module_inputs(out["name"], lambda row: (events[row].args.dims, events[row].args.types))
         values = list(map(_GET_ARG[c], events))
-        return (pl.Series(values, dtype=pl.Float64) if c == "bytes" else
-                id_series(values).cast(pl.Int64, strict=False) if c in schema.SMALL_IDS else id_series(values))
+        return (
+            pl.Series(values, dtype=pl.Float64)
+            if c == "bytes"
+            else id_series(values).cast(pl.Int64, strict=False)
+            if c in schema.SMALL_IDS
+            else id_series(values)
+        )
 
     return table_frame(table, codes, index, column)

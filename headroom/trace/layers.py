@@ -44,9 +44,22 @@ class LayerExtrapolation:
 
     # `headroom profile --json`'s `layers`: the computed factor and block share among the fields.
     JSON_KEYS: ClassVar[tuple[str, ...]] = (
-        "built", "total", "factor", "block_ranges", "block_share", "step_us", "step_us_extrapolated",
-        "timed_step_ms_extrapolated", "block_span_us", "total_us", "total_us_extrapolated", "addressable_fraction",
-        "addressable_fraction_measured", "idle_fraction", "categories")
+        "built",
+        "total",
+        "factor",
+        "block_ranges",
+        "block_share",
+        "step_us",
+        "step_us_extrapolated",
+        "timed_step_ms_extrapolated",
+        "block_span_us",
+        "total_us",
+        "total_us_extrapolated",
+        "addressable_fraction",
+        "addressable_fraction_measured",
+        "idle_fraction",
+        "categories",
+    )
 
     @property
     def factor(self) -> float:
@@ -86,8 +99,9 @@ def block_mask(events: pd.DataFrame, ranges: pd.DataFrame) -> np.ndarray:
     return out
 
 
-def extrapolate_layers(analysis: Analysis, built: int, total: int, ranges: pd.DataFrame | None = None,
-                       timed_step_ms: float | None = None) -> LayerExtrapolation | None:
+def extrapolate_layers(
+    analysis: Analysis, built: int, total: int, ranges: pd.DataFrame | None = None, timed_step_ms: float | None = None
+) -> LayerExtrapolation | None:
     """Scale the per-block part of each category from `built` blocks to `total`.
 
     Block work is what ran inside `headroom/block ...` ranges; everything else
@@ -109,31 +123,11 @@ def extrapolate_layers(analysis: Analysis, built: int, total: int, ranges: pd.Da
     factor = total / built
 
     dur = ev["dur"].to_numpy(dtype=float)
-    cat = ev["category"].astype(str).to_numpy()
     addr = ev["addressable"].to_numpy(dtype=bool)
-    measured = pd.Series(dur).groupby(cat).sum()
-    block = pd.Series(np.where(inb, dur, 0.0)).groupby(cat).sum()
-    addressable_by_cat = pd.Series(addr).groupby(cat).any()
-    rows = []
-    for name in measured.index:
-        m = float(measured[name]) / steps
-        b = float(block.get(name, 0.0)) / steps
-        rows.append({"name": name, "addressable": bool(addressable_by_cat.get(name, False)),
-                     "measured_us": m, "block_us": b, "us": m + (factor - 1.0) * b})
-    cats = pd.DataFrame(rows, columns=["name", "addressable", "measured_us", "block_us", "us"])
+    cats = _categories(ev, inb, steps, factor)
     total_meas = float(cats["measured_us"].sum())
     total_ext = float(cats["us"].sum())
-    cats["fraction"] = cats["us"] / total_ext if total_ext > 0 else 0.0
-    cats["measured_fraction"] = cats["measured_us"] / total_meas if total_meas > 0 else 0.0
-    cats = cats.sort_values("us", ascending=False).reset_index(drop=True)
-
-    # Span of each block instance, from its first event start to its last event end.
-    if inb.any():
-        starts = pd.Series(ev["ts"].to_numpy(dtype=float)[inb]).groupby(idx[inb]).min()
-        ends = pd.Series(ev["end"].to_numpy(dtype=float)[inb]).groupby(idx[inb]).max()
-        span = float((ends - starts).clip(lower=0).sum()) / steps
-    else:
-        span = 0.0
+    span = _block_span(ev, idx, inb, steps)
     step_us = float(analysis.step_us)
     step_ext = step_us + (factor - 1.0) * span
     wall_share = ev["wall_us"].to_numpy(dtype=float) if "wall_us" in ev else dur
@@ -144,11 +138,56 @@ def extrapolate_layers(analysis: Analysis, built: int, total: int, ranges: pd.Da
     addr_meas = float(dur[addr].sum()) / steps
     addr_ext = addr_meas + (factor - 1.0) * float(dur[addr & inb].sum()) / steps
     return LayerExtrapolation(
-        built=built, total=total, block_ranges=int(len(np.unique(idx[inb]))) if inb.any() else 0,
-        step_us=step_us, step_us_extrapolated=step_ext, block_span_us=span,
-        total_us=total_meas, total_us_extrapolated=total_ext, block_us=float(cats["block_us"].sum()),
+        built=built,
+        total=total,
+        block_ranges=int(len(np.unique(idx[inb]))) if inb.any() else 0,
+        step_us=step_us,
+        step_us_extrapolated=step_ext,
+        block_span_us=span,
+        total_us=total_meas,
+        total_us_extrapolated=total_ext,
+        block_us=float(cats["block_us"].sum()),
         addressable_fraction=addr_ext / total_ext if total_ext > 0 else 0.0,
         addressable_fraction_measured=addr_meas / total_meas if total_meas > 0 else 0.0,
-        idle_fraction=idle, categories=cats,
+        idle_fraction=idle,
+        categories=cats,
         timed_step_ms_extrapolated=(timed_step_ms * step_ext / step_us) if (timed_step_ms and step_us > 0) else None,
     )
+
+
+def _categories(ev: pd.DataFrame, inb: np.ndarray, steps: int, factor: float) -> pd.DataFrame:
+    """Per category and step: the measured time, its part in blocks, and the time with the blocks scaled by
+    `factor`; with each one's share, longest first."""
+    dur = ev["dur"].to_numpy(dtype=float)
+    cat = ev["category"].astype(str).to_numpy()
+    measured = pd.Series(dur).groupby(cat).sum()
+    block = pd.Series(np.where(inb, dur, 0.0)).groupby(cat).sum()
+    addressable_by_cat = pd.Series(ev["addressable"].to_numpy(dtype=bool)).groupby(cat).any()
+    rows = []
+    for name in measured.index:
+        m = float(measured[name]) / steps
+        b = float(block.get(name, 0.0)) / steps
+        rows.append(
+            {
+                "name": name,
+                "addressable": bool(addressable_by_cat.get(name, False)),
+                "measured_us": m,
+                "block_us": b,
+                "us": m + (factor - 1.0) * b,
+            }
+        )
+    cats = pd.DataFrame(rows, columns=["name", "addressable", "measured_us", "block_us", "us"])
+    total_meas = float(cats["measured_us"].sum())
+    total_ext = float(cats["us"].sum())
+    cats["fraction"] = cats["us"] / total_ext if total_ext > 0 else 0.0
+    cats["measured_fraction"] = cats["measured_us"] / total_meas if total_meas > 0 else 0.0
+    return cats.sort_values("us", ascending=False).reset_index(drop=True)
+
+
+def _block_span(ev: pd.DataFrame, idx: np.ndarray, inb: np.ndarray, steps: int) -> float:
+    """The span of each block instance, from its first event's start to its last event's end, summed per step."""
+    if not inb.any():
+        return 0.0
+    starts = pd.Series(ev["ts"].to_numpy(dtype=float)[inb]).groupby(idx[inb]).min()
+    ends = pd.Series(ev["end"].to_numpy(dtype=float)[inb]).groupby(idx[inb]).max()
+    return float((ends - starts).clip(lower=0).sum()) / steps

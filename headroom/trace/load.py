@@ -42,7 +42,7 @@ from headroom.trace.worker import Worker
 if TYPE_CHECKING:
     import polars as pl
 else:
-    pl = lazy_loader.load("polars")   # imported on first use (a cached analysis needs none)
+    pl = lazy_loader.load("polars")  # imported on first use (a cached analysis needs none)
 
 __all__ = ["Trace", "TraceError", "find_trace_files", "load_trace", "load_traces", "read_trace_json"]
 
@@ -80,9 +80,16 @@ class DeferredTrace(Trace):
     @classmethod
     def of(cls, path: Path, key, header: dict, lenient: bool) -> DeferredTrace:
         t = object.__new__(cls)
-        t.__dict__.update(source=str(path), base_ns=header["base_ns"], metadata=header["metadata"],
-                          warnings=header["warnings"], cache_key=key, _path=path, _lenient=lenient,
-                          _stored=None)
+        t.__dict__.update(
+            source=str(path),
+            base_ns=header["base_ns"],
+            metadata=header["metadata"],
+            warnings=header["warnings"],
+            cache_key=key,
+            _path=path,
+            _lenient=lenient,
+            _stored=None,
+        )
         return t
 
     def __getattr__(self, name: str):
@@ -105,11 +112,12 @@ class DeferredTrace(Trace):
             stored.close()
             if not any(t in self.__dict__ for t in TRACE_TABLES):
                 return self._load_again(name)
-            cache.discard(self.cache_key.entry)     # so that the next command writes it again
+            cache.discard(self.cache_key.entry)  # so that the next command writes it again
             # The open entry failed after it answered (a damaged file): tables already handed out
             # came from it, so this is an error, not a silent mix of two loads.
-            raise TraceError(f"{self.source}: the cache entry {self.cache_key.entry} could not be read "
-                             f"(it is removed: run again)") from None
+            raise TraceError(
+                f"{self.source}: the cache entry {self.cache_key.entry} could not be read (it is removed: run again)"
+            ) from None
         self.__dict__[name] = table
         if all(t in self.__dict__ for t in TRACE_TABLES):
             stored.close()
@@ -146,6 +154,7 @@ def _decoded(path: Path, lenient: bool, workers: bool = True) -> Decoded:
 class Decoded:
     """One trace file decoded (what the worker sends back for a whole file): its checked polars tables in event
     order, each table's rows in loader order (None: as they are), time base, metadata and warnings."""
+
     tables: dict[str, pl.DataFrame]
     orders: dict[str, np.ndarray | None]
     base_ns: int | None
@@ -157,9 +166,10 @@ def _finish(path: Path, key, decoded: Decoded) -> Trace:
     base_ns, meta, warnings = decoded.base_ns, decoded.metadata, decoded.warnings
     with parallel.small_pages():
         trace = tabulate(document.source_name(path), decoded.tables, base_ns, meta, warnings, decoded.orders)
-    parallel.trim_heap()    # (the polars tables and the arrays made from them are freed)
-    if key is not None and cache.store_tables(key, {t: getattr(trace, t) for t in TRACE_TABLES}, base_ns, meta,
-                                              warnings):
+    parallel.trim_heap()  # (the polars tables and the arrays made from them are freed)
+    if key is not None and cache.store_tables(
+        key, {t: getattr(trace, t) for t in TRACE_TABLES}, base_ns, meta, warnings
+    ):
         trace.cache_key = key
     return trace
 
@@ -171,7 +181,7 @@ def iter_traces(files: list[Path], lenient: bool = False, use_cache: bool = True
     files = [Path(f) for f in files]
     helper: Worker | None = None
     try:
-        queued: tuple[Path, Any] | None = None     # (file, cache key) the worker is decoding
+        queued: tuple[Path, Any] | None = None  # (file, cache key) the worker is decoding
         for i, path in enumerate(files):
             key = cache.key(path, lenient) if use_cache else None
             if queued is not None and queued[0] == path:
@@ -184,8 +194,12 @@ def iter_traces(files: list[Path], lenient: bool = False, use_cache: bool = True
             # Not after a file of the worker's, so it decodes every other one: handed the next file each time,
             # the worker (decoding, then pickling it back) was the slower side and the directory took longer
             # than one file at a time (benchmarks/rank_directory.py).
-            if decoded is None and nxt is not None and queued is None and _worth_a_worker(path, nxt, use_cache,
-                                                                                          lenient):
+            if (
+                decoded is None
+                and nxt is not None
+                and queued is None
+                and _worth_a_worker(path, nxt, use_cache, lenient)
+            ):
                 if helper is None:
                     helper = Worker()
                 helper.submit_file(nxt, lenient)
@@ -209,7 +223,7 @@ def iter_traces(files: list[Path], lenient: bool = False, use_cache: bool = True
 
 def _worth_a_worker(path: Path, nxt: Path, use_cache: bool, lenient: bool) -> bool:
     if use_cache and (k := cache.key(nxt, lenient)) is not None and (k.entry / "header.json").exists():
-        return False    # the next one is a cache read
+        return False  # the next one is a cache read
     return parallel.worker_for_next(path, nxt)
 
 
@@ -224,7 +238,7 @@ def decode(path: Path, lenient: bool = False, workers: bool = True) -> Decoded:
     try:
         found = _decoded_in_halves(path, helper) if helper is not None else None
         if found is None and helper is not None and helper.closed:
-            helper = None       # stopped mid-answer (the first half's cut proved wrong): go on without it
+            helper = None  # stopped mid-answer (the first half's cut proved wrong): go on without it
         if found is None:
             try:
                 found = chunks.decode_chunks(path, document.split(path), helper, parallel.check_memory_left)
@@ -250,21 +264,22 @@ def _decoded_in_halves(path: Path, helper: Worker):
     try:
         helper.submit_half(path, where.open, where.prefix, folder)
         try:
-            mine, _ = chunks.decode_chunks(path, document.split(path, stop=where.close), None,
-                                           parallel.check_memory_left)
+            mine, _ = chunks.decode_chunks(
+                path, document.split(path, stop=where.close), None, parallel.check_memory_left
+            )
         except document.Fallback:
-            helper.close()      # its half may be several messages long: stop it rather than read them
+            helper.close()  # its half may be several messages long: stop it rather than read them
             return None
         first = chunks.from_worker(helper, last=False)
         if first == chunks.CUT_WRONG:
-            helper.answered()     # that was its whole answer
+            helper.answered()  # that was its whole answer
             return None
-        for _ in range(first):     # the number of parts, then each part, then the Document
+        for _ in range(first):  # the number of parts, then each part, then the Document
             mine.append(chunks.unspill(chunks.from_worker(helper, last=False)))
         return mine, chunks.from_worker(helper)
     finally:
         if helper.busy:
-            helper.close()      # stopped before its folder goes: it may still be writing a part
+            helper.close()  # stopped before its folder goes: it may still be writing a part
         shutil.rmtree(folder, ignore_errors=True)
 
 
@@ -278,8 +293,10 @@ def _assemble(path: Path, decoded: list[Chunk], doc: Document, lenient: bool) ->
     first_unreadable, gpu_unreadable = whole.first_unreadable, whole.gpu_unreadable
     if unreadable:
         i, problem = first_unreadable  # type: ignore[misc]
-        warnings.append(f"{unreadable} event{'s' if unreadable != 1 else ''} could not be read and "
-                        f"{'were' if unreadable != 1 else 'was'} skipped (first: event {i}: {problem})")
+        warnings.append(
+            f"{unreadable} event{'s' if unreadable != 1 else ''} could not be read and "
+            f"{'were' if unreadable != 1 else 'was'} skipped (first: event {i}: {problem})"
+        )
     orders = {table: loader_order(tables[table]) for table in ("gpu", "cpu")}
     try:
         checked, dropped = validate.check(tables, str(path), lenient, gpu_unreadable, orders, doc.meta)
@@ -288,7 +305,7 @@ def _assemble(path: Path, decoded: list[Chunk], doc: Document, lenient: bool) ->
     warnings += dropped
     for table in kineto.TABLES:
         if table != "flows" and (table not in orders or checked[table] is not tables[table]):
-            orders[table] = loader_order(checked[table])      # (a table --lenient dropped rows of: anew)
+            orders[table] = loader_order(checked[table])  # (a table --lenient dropped rows of: anew)
     return Decoded(checked, orders, doc.base_ns, doc.meta, warnings)
 
 
@@ -355,8 +372,9 @@ def find_trace_files(path: str | os.PathLike) -> list[Path]:
     if path.is_dir():
         # A link to nothing among the traces is kept, to be named when its turn comes (skipped without a
         # word, a rank of a run would go missing).
-        files = sorted(p for p in path.iterdir() if (p.is_file() or (p.is_symlink() and not p.exists()))
-                       and is_trace_name(p))
+        files = sorted(
+            p for p in path.iterdir() if (p.is_file() or (p.is_symlink() and not p.exists())) and is_trace_name(p)
+        )
         if not files:
             raise TraceError(f"{path}: directory holds no .json or .json.gz trace")
         return files

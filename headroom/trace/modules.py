@@ -106,52 +106,78 @@ def backward_links(trace: Trace) -> pd.DataFrame:
     frames = []
     pairs = trace.flows
     linked = np.zeros(len(ops), dtype=bool)
-    threads: dict[tuple[str, str], int] = {}     # (pid, tid) text -> code: threads are joined as codes
+    threads: dict[tuple[str, str], int] = {}  # (pid, tid) text -> code: threads are joined as codes
     op_thread = thread_codes(ops["pid"], ops["tid"], threads)
     op_ts = ops["ts"].to_numpy(dtype=float)
 
     def link(rows: np.ndarray, fwd_pid: np.ndarray, fwd_tid: np.ndarray, fwd_ts: np.ndarray, via: str) -> None:
-        frames.append(pd.DataFrame({**{c: ops[c].iloc[rows].to_numpy() for c in cols},
-                                    "fwd_pid": fwd_pid, "fwd_tid": fwd_tid, "fwd_ts": fwd_ts, "via": via}))
+        frames.append(
+            pd.DataFrame(
+                {
+                    **{c: ops[c].iloc[rows].to_numpy() for c in cols},
+                    "fwd_pid": fwd_pid,
+                    "fwd_tid": fwd_tid,
+                    "fwd_ts": fwd_ts,
+                    "via": via,
+                }
+            )
+        )
 
     if len(pairs):
         # Kineto writes the flow end at the backward op's own start.
-        match = _first_match(op_thread, op_ts, thread_codes(pairs["end_pid"], pairs["end_tid"], threads),
-                             pairs["end_ts"].to_numpy(dtype=float))
+        match = _first_match(
+            op_thread,
+            op_ts,
+            thread_codes(pairs["end_pid"], pairs["end_tid"], threads),
+            pairs["end_ts"].to_numpy(dtype=float),
+        )
         rows = np.flatnonzero(match >= 0)
         if len(rows):
             pair = match[rows]
             linked[rows] = True
-            link(rows, texts_at(pairs["start_pid"], pair), texts_at(pairs["start_tid"], pair),
-                 pairs["start_ts"].to_numpy(dtype=float)[pair], "flow")
+            link(
+                rows,
+                texts_at(pairs["start_pid"], pair),
+                texts_at(pairs["start_tid"], pair),
+                pairs["start_ts"].to_numpy(dtype=float)[pair],
+                "flow",
+            )
     if "sequence" in ops.columns and "fwd_thread" in ops.columns:
         seq = ops["sequence"].to_numpy()
         fwd_thread = ops["fwd_thread"].to_numpy()
-        has = np.array([isinstance(v, (int, np.integer)) and v >= 0 for v in seq]) if seq.dtype == object \
-            else seq >= 0
+        has = np.array([isinstance(v, (int, np.integer)) and v >= 0 for v in seq]) if seq.dtype == object else seq >= 0
         bwd = has & (fwd_thread > 0) & ~linked
         fwd = has & (fwd_thread <= 0)
         if bwd.any() and fwd.any():
-            cand = pd.DataFrame({"sequence": seq[fwd], "thread": op_thread[fwd], "fwd_ts": op_ts[fwd],
-                                 "fwd_row": np.flatnonzero(fwd)})
-            # Only numbers that one forward thread holds name an op.
-            n_threads = cand.groupby("sequence")["thread"].nunique()
-            single = n_threads.index[n_threads == 1]
-            cand = cand[cand["sequence"].isin(single)].sort_values("fwd_ts").drop_duplicates("sequence", keep="last")
-            keys = cand["sequence"].to_numpy()
-            order = np.argsort(keys, kind="stable")
-            sorted_keys = keys[order]
-            rows = np.flatnonzero(bwd)
-            at = np.minimum(np.searchsorted(sorted_keys, seq[rows]), len(keys) - 1) if len(keys) else None
-            found = (sorted_keys[at] == seq[rows]) if at is not None else np.zeros(len(rows), dtype=bool)
-            if found.any() and at is not None:
-                rows, pick = rows[found], order[at[found]]
-                fwd_row = cand["fwd_row"].to_numpy()[pick]
-                link(rows, texts_at(ops["pid"], fwd_row), texts_at(ops["tid"], fwd_row),
-                     cand["fwd_ts"].to_numpy()[pick], "sequence")
+            rows, fwd_row, fwd_ts = _by_sequence(seq, op_thread, op_ts, bwd, fwd)
+            if len(rows):
+                link(rows, texts_at(ops["pid"], fwd_row), texts_at(ops["tid"], fwd_row), fwd_ts, "sequence")
     if not frames:
         return empty
     return pd.concat(frames, ignore_index=True)
+
+
+def _by_sequence(
+    seq: np.ndarray, op_thread: np.ndarray, op_ts: np.ndarray, bwd: np.ndarray, fwd: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The backward ops (rows of `bwd`) whose sequence number names a forward op (only numbers that one forward
+    thread holds do; the latest op with it): their rows, the forward ops' rows, and their starts."""
+    cand = pd.DataFrame(
+        {"sequence": seq[fwd], "thread": op_thread[fwd], "fwd_ts": op_ts[fwd], "fwd_row": np.flatnonzero(fwd)}
+    )
+    n_threads = cand.groupby("sequence")["thread"].nunique()
+    single = n_threads.index[n_threads == 1]
+    cand = cand[cand["sequence"].isin(single)].sort_values("fwd_ts").drop_duplicates("sequence", keep="last")
+    keys = cand["sequence"].to_numpy()
+    order = np.argsort(keys, kind="stable")
+    sorted_keys = keys[order]
+    rows = np.flatnonzero(bwd)
+    at = np.minimum(np.searchsorted(sorted_keys, seq[rows]), len(keys) - 1) if len(keys) else None
+    found = (sorted_keys[at] == seq[rows]) if at is not None else np.zeros(len(rows), dtype=bool)
+    if not found.any() or at is None:
+        return rows[:0], rows[:0], np.zeros(0)
+    rows, pick = rows[found], order[at[found]]
+    return rows, cand["fwd_row"].to_numpy()[pick], cand["fwd_ts"].to_numpy()[pick]
 
 
 def _first_match(thread: np.ndarray, ts: np.ndarray, key_thread: np.ndarray, key_ts: np.ndarray) -> np.ndarray:
@@ -163,7 +189,7 @@ def _first_match(thread: np.ndarray, ts: np.ndarray, key_thread: np.ndarray, key
         k = keys.get(code)
         if code < 0 or k is None:
             continue
-        order = k[np.argsort(key_ts[k], kind="stable")]     # equal times: the first key first
+        order = k[np.argsort(key_ts[k], kind="stable")]  # equal times: the first key first
         sorted_ts = key_ts[order]
         at = np.minimum(np.searchsorted(sorted_ts, ts[rows], side="left"), len(order) - 1)
         same = sorted_ts[at] == ts[rows]
@@ -171,9 +197,14 @@ def _first_match(thread: np.ndarray, ts: np.ndarray, key_thread: np.ndarray, key
     return out
 
 
-def attribute_modules(trace: Trace, pid: np.ndarray | pd.Series, tid: np.ndarray | pd.Series, ts: np.ndarray,
-                      ranges: pd.DataFrame | None = None,
-                      links: pd.DataFrame | None = None) -> ModuleColumns:
+def attribute_modules(
+    trace: Trace,
+    pid: np.ndarray | pd.Series,
+    tid: np.ndarray | pd.Series,
+    ts: np.ndarray,
+    ranges: pd.DataFrame | None = None,
+    links: pd.DataFrame | None = None,
+) -> ModuleColumns:
     """Module path, class, enclosing classes and backward flag for points (pid, tid, ts) on CPU threads."""
     n = len(ts)
     ranges = module_ranges(trace) if ranges is None else ranges
@@ -187,12 +218,14 @@ def attribute_modules(trace: Trace, pid: np.ndarray | pd.Series, tid: np.ndarray
         # is the more specific answer; otherwise the module of the forward op.
         inside = backward & (fwd >= 0)
         if inside.any():
-            inside[inside] = ranges["ts"].to_numpy(dtype=float)[fwd[inside]] >= \
-                links["ts"].to_numpy(dtype=float)[bwd[inside]]
+            inside[inside] = (
+                ranges["ts"].to_numpy(dtype=float)[fwd[inside]] >= links["ts"].to_numpy(dtype=float)[bwd[inside]]
+            )
         use_link = backward & ~inside
         lk = links.iloc[bwd[use_link]]
-        which[use_link] = ranges_on_threads(ranges, lk["fwd_pid"].to_numpy(), lk["fwd_tid"].to_numpy(),
-                                            lk["fwd_ts"].to_numpy(dtype=float))
+        which[use_link] = ranges_on_threads(
+            ranges, lk["fwd_pid"].to_numpy(), lk["fwd_tid"].to_numpy(), lk["fwd_ts"].to_numpy(dtype=float)
+        )
     ok = which >= 0
     module = np.full(n, "", dtype=object)
     module_type = np.full(n, "", dtype=object)

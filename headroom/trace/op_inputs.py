@@ -65,8 +65,9 @@ class OpCall:
         return self.concrete[i] if 0 <= i < len(self.concrete) else ""
 
 
-class _Args(msgspec.Struct, rename={c: KEYS[c] for c in ("external_id", "dims", "types", "strides", "concrete")},
-            gc=False):
+class _Args(
+    msgspec.Struct, rename={c: KEYS[c] for c in ("external_id", "dims", "types", "strides", "concrete")}, gc=False
+):
     external_id: int | str | None = None
     dims: msgspec.Raw = msgspec.Raw()
     types: msgspec.Raw = msgspec.Raw()
@@ -109,16 +110,30 @@ def _call(name: str, args: _Args) -> OpCall:
         kind = types[i] if i < len(types) else ""
         if kind == "TensorList" and isinstance(d, list):
             # Kineto records the list's shapes, not their dtypes: the list shares the op's first tensor dtype.
-            first = next((t for t in types if isinstance(t, str) and t not in ("", "Scalar", "ScalarList",
-                                                                                  "TensorList", "GenericList")), "")
+            first = next(
+                (
+                    t
+                    for t in types
+                    if isinstance(t, str) and t not in ("", "Scalar", "ScalarList", "TensorList", "GenericList")
+                ),
+                "",
+            )
             st = strides[i] if i < len(strides) and isinstance(strides[i], list) else []
-            lists.append(tuple(t for t in (_tensor(x, first, st[j] if j < len(st) else None)
-                                           for j, x in enumerate(d)) if t is not None))
+            lists.append(
+                tuple(
+                    t
+                    for t in (_tensor(x, first, st[j] if j < len(st) else None) for j, x in enumerate(d))
+                    if t is not None
+                )
+            )
             tensors.append(None)
             continue
         lists.append(())
-        tensors.append(_tensor(d, kind, strides[i] if i < len(strides) else None)
-                       if kind not in ("", "Scalar", "ScalarList", "GenericList") else None)
+        tensors.append(
+            _tensor(d, kind, strides[i] if i < len(strides) else None)
+            if kind not in ("", "Scalar", "ScalarList", "GenericList")
+            else None
+        )
     texts = tuple(str(c) if isinstance(c, str) else "" for c in concrete)
     return OpCall(name, tuple(tensors), tuple(lists), texts)
 

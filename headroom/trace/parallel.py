@@ -76,7 +76,7 @@ def worker_for_next(this: Path, nxt: Path) -> bool:
     try:
         texts = (text_bytes(this), text_bytes(nxt))
     except TraceError:
-        return False    # e.g. the next file is gone: it is named when its turn comes
+        return False  # e.g. the next file is gone: it is named when its turn comes
     if not workers_forced() and max(texts) >= WORKER_MIN_BYTES:
         # Two big ones at once would double the memory for a small gain (2-11% on 260 MB ranks); a plain
         # file this big is decoded in two halves with the worker instead.
@@ -102,8 +102,9 @@ def first_share(size: int) -> float:
     """The share x of the file this process decodes: x·S·d + (1-x)·S·r = w + (1-x)·S·k (d, k: this
     process's and the worker's seconds per byte, r: reading a byte's parts back, w: the worker's start)."""
     size = max(size, 1)
-    x = (WORKER_START_S + size * (WORKER_S_PER_BYTE - READ_BACK_S_PER_BYTE)) / \
-        (size * (DECODE_S_PER_BYTE + WORKER_S_PER_BYTE - READ_BACK_S_PER_BYTE))
+    x = (WORKER_START_S + size * (WORKER_S_PER_BYTE - READ_BACK_S_PER_BYTE)) / (
+        size * (DECODE_S_PER_BYTE + WORKER_S_PER_BYTE - READ_BACK_S_PER_BYTE)
+    )
     return min(0.75, max(0.5, x))
 
 
@@ -126,7 +127,7 @@ MEMORY_RESERVE_BYTES = 256 << 20
 # Peak memory of a load, per byte of trace text (measured on the benchmark shapes,
 # docs/benchmarks.md: 0.3-0.5; the margin covers the analysis that follows).
 MEMORY_PER_TEXT_BYTE = 0.8
-GZIP_EXPANSION = 12   # a Kineto trace's text is 7-15x its gzip size
+GZIP_EXPANSION = 12  # a Kineto trace's text is 7-15x its gzip size
 
 
 @contextmanager
@@ -138,10 +139,10 @@ def small_pages():
     by side, faster in three (docs/benchmarks.md). The setting is numpy's, for the whole process: restored after."""
     try:
         from numpy._core import multiarray
-    except ImportError:    # pragma: no cover - numpy 1.x
+    except ImportError:  # pragma: no cover - numpy 1.x
         from numpy.core import multiarray  # type: ignore[no-redef]
     setter = getattr(multiarray, "_set_madvise_hugepage", None)
-    if setter is None:    # pragma: no cover - a numpy without the setting
+    if setter is None:  # pragma: no cover - a numpy without the setting
         yield
         return
     previous = setter(False)
@@ -223,13 +224,16 @@ def check_memory_for(path: Path) -> None:
         return
     needed = needed_memory(path)
     if needed > available:
-        raise TraceError(f"{path}: needs about {needed / 2**30:.1f} GiB of memory to load, "
-                         f"{available / 2**30:.1f} GiB is available")
+        raise TraceError(
+            f"{path}: needs about {needed / 2**30:.1f} GiB of memory to load, {available / 2**30:.1f} GiB is available"
+        )
 
 
 def check_memory_left(path: Path) -> None:
     """After each chunk: one line when less than MEMORY_RESERVE_BYTES is left."""
     available = memory_available()
     if available is not None and available < MEMORY_RESERVE_BYTES:
-        raise TraceError(f"{path}: ran out of memory while loading ({available / 2**20:.0f} MiB left); "
-                         f"it needs about {needed_memory(path) / 2**30:.1f} GiB")
+        raise TraceError(
+            f"{path}: ran out of memory while loading ({available / 2**20:.0f} MiB left); "
+            f"it needs about {needed_memory(path) / 2**30:.1f} GiB"
+        )

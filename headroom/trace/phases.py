@@ -41,8 +41,9 @@ def event_phase(*labels: str, linked: bool = False) -> str:
     return default
 
 
-def event_phases(op: np.ndarray, top_op: np.ndarray, annotation: np.ndarray,
-                 linked: np.ndarray | None = None) -> np.ndarray:
+def event_phases(
+    op: np.ndarray, top_op: np.ndarray, annotation: np.ndarray, linked: np.ndarray | None = None
+) -> np.ndarray:
     """`event_phase` for every event, evaluated once per distinct combination of labels."""
     n = len(op)
     if n == 0:
@@ -55,11 +56,13 @@ def event_phases(op: np.ndarray, top_op: np.ndarray, annotation: np.ndarray,
         values.append([str(v) for v in u] + [""])
     link = np.zeros(n, dtype=np.int64) if linked is None else np.asarray(linked, dtype=bool).astype(np.int64)
     rows = np.stack(codes + [link], axis=1)
-    if len(values[0]) * len(values[1]) * len(values[2]) < ONE_KEY_LIMIT:    # one int64 per combination
+    if len(values[0]) * len(values[1]) * len(values[2]) < ONE_KEY_LIMIT:  # one int64 per combination
         key = ((rows[:, 0] * len(values[1]) + rows[:, 1]) * len(values[2]) + rows[:, 2]) * 2 + rows[:, 3]
         _, first, of_event = np.unique(key, return_index=True, return_inverse=True)
     else:
         _, first, of_event = np.unique(rows, axis=0, return_index=True, return_inverse=True)
-    phases = np.array([event_phase(values[0][a], values[1][b], values[2][c], linked=bool(d))
-                       for a, b, c, d in rows[first].tolist()], dtype=object)
+    phases = np.array(
+        [event_phase(values[0][a], values[1][b], values[2][c], linked=bool(d)) for a, b, c, d in rows[first].tolist()],
+        dtype=object,
+    )
     return phases[of_event.reshape(-1)]

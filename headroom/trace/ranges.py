@@ -23,9 +23,8 @@ def parse_module_range(name: str) -> tuple[str, str]:
     """``headroom/module a.b (Foo)`` -> ``("a.b", "Foo")``; ``("", "")`` if `name` is not a module range."""
     if not name.startswith(MODULE_RANGE_PREFIX) or not name.endswith(")"):
         return "", ""
-    body = name[len(MODULE_RANGE_PREFIX):-1]
+    body = name[len(MODULE_RANGE_PREFIX) : -1]
     path, sep, module_type = body.rpartition(" (")
     if not sep:
         return "", ""
     return path, module_type
-

@@ -51,7 +51,7 @@ class RankId:
     rank: int
     world_size: int | None
     backend: str | None
-    source: str          # distributedInfo | manifest | file name
+    source: str  # distributedInfo | manifest | file name
 
 
 def _int(v: Any) -> int | None:
@@ -70,8 +70,7 @@ def rank_id(a: Analysis) -> RankId | None:
     rank = _int(info.get("rank")) if isinstance(info, dict) else None
     if isinstance(info, dict) and rank is not None:
         backend = info.get("backend")
-        return RankId(rank, _int(info.get("world_size")),
-                      str(backend) if backend else None, "distributedInfo")
+        return RankId(rank, _int(info.get("world_size")), str(backend) if backend else None, "distributedInfo")
     dist = member(a.manifest, "distributed")
     rank = _int(dist.get("rank"))
     if rank is not None:
@@ -127,11 +126,11 @@ class RankSet:
     world_size: int | None
     backend: str | None
     parallel: str | None
-    per_rank: pd.DataFrame        # one row per rank (see _PER_RANK_COLUMNS)
-    categories: pd.DataFrame      # per category across ranks: min/median/max and the rank with the most
-    steps: pd.DataFrame           # per step number: each rank's wall time, the slowest rank
-    collectives: pd.DataFrame     # matched collectives, one row per (collective, rank)
-    offsets: dict[int, float]     # per rank: add to its trace times to get the lowest rank's clock
+    per_rank: pd.DataFrame  # one row per rank (see _PER_RANK_COLUMNS)
+    categories: pd.DataFrame  # per category across ranks: min/median/max and the rank with the most
+    steps: pd.DataFrame  # per step number: each rank's wall time, the slowest rank
+    collectives: pd.DataFrame  # matched collectives, one row per (collective, rank)
+    offsets: dict[int, float]  # per rank: add to its trace times to get the lowest rank's clock
     segments: dict[int, pd.DataFrame]
     warnings: list[str] = field(default_factory=list)
 
@@ -159,16 +158,25 @@ class RankSet:
 
     def to_dict(self, all_kernels: bool = False) -> dict[str, Any]:
         """The `headroom classify --json` contract for a directory of ranks (docs/distributed.md)."""
+
         def rows(df: pd.DataFrame) -> list[dict[str, Any]]:
             return [{k: _plain(v) for k, v in r.items()} for r in df.to_dict(orient="records")]
 
         matched = self.collectives
         return {
-            "source": self.source, "kind": "ranks", "mode": self.mode, "ranks": list(self.ranks),
-            "world_size": self.world_size, "backend": self.backend, "parallel": self.parallel,
-            "step_us": self.step_us, "slowest_rank": self.slowest_rank,
+            "source": self.source,
+            "kind": "ranks",
+            "mode": self.mode,
+            "ranks": list(self.ranks),
+            "world_size": self.world_size,
+            "backend": self.backend,
+            "parallel": self.parallel,
+            "step_us": self.step_us,
+            "slowest_rank": self.slowest_rank,
             "collectives": int(matched["key"].nunique()) if len(matched) else 0,
-            "per_rank": rows(self.per_rank), "categories": rows(self.categories), "steps": rows(self.steps),
+            "per_rank": rows(self.per_rank),
+            "categories": rows(self.categories),
+            "steps": rows(self.steps),
             "offsets_us": {str(r): float(o) for r, o in self.offsets.items()},
             "warnings": list(self.warnings),
             "rank_analyses": [a.to_dict(all_kernels=all_kernels) for a in self.analyses],
@@ -185,10 +193,26 @@ def _plain(v: Any) -> Any:
     return v
 
 
-_PER_RANK_COLUMNS = ["rank", "num_steps", "step_us", "wall_us", "busy_us", "idle_us", "idle_fraction",
-                     "total_us", "compute_busy_us", "comm_us", "comm_busy_us", "comm_overlapped_us",
-                     "comm_exposed_us", "comm_overlap_fraction", "wait_us", "waited_for_us",
-                     "addressable_us", "addressable_fraction"]
+_PER_RANK_COLUMNS = [
+    "rank",
+    "num_steps",
+    "step_us",
+    "wall_us",
+    "busy_us",
+    "idle_us",
+    "idle_fraction",
+    "total_us",
+    "compute_busy_us",
+    "comm_us",
+    "comm_busy_us",
+    "comm_overlapped_us",
+    "comm_exposed_us",
+    "comm_overlap_fraction",
+    "wait_us",
+    "waited_for_us",
+    "addressable_us",
+    "addressable_fraction",
+]
 
 
 def match_collectives(per_rank: dict[int, pd.DataFrame]) -> tuple[pd.DataFrame, list[str]]:
@@ -205,8 +229,9 @@ def match_collectives(per_rank: dict[int, pd.DataFrame]) -> tuple[pd.DataFrame, 
     same = counts.nunique(axis=1) == 1
     for name in counts.index[~same]:
         per = ", ".join(f"rank {r}: {int(counts.at[name, r])}" for r in ranks)
-        warnings.append(f"collective {name[:80]!r} ran a different number of times per rank ({per}): "
-                        f"not paired across ranks")
+        warnings.append(
+            f"collective {name[:80]!r} ran a different number of times per rank ({per}): not paired across ranks"
+        )
     keep = set(counts.index[same])
     frames = []
     for r in ranks:
@@ -259,8 +284,10 @@ def rank_set(analyses: Sequence[Analysis], ranks: Sequence[int] | None = None, s
     """Analyse the ranks of one run together (ranks from the traces when not given)."""
     ranks = list(ranks) if ranks is not None else rank_order(analyses)
     if ranks is None:
-        raise UserError(f"{source or 'traces'}: not the ranks of one run (each trace needs a rank: "
-                        f"distributedInfo, a headroom manifest or rank-K in its name, no rank twice)")
+        raise UserError(
+            f"{source or 'traces'}: not the ranks of one run (each trace needs a rank: "
+            f"distributedInfo, a headroom manifest or rank-K in its name, no rank twice)"
+        )
     order = np.argsort(ranks, kind="stable")
     ranks = [int(ranks[i]) for i in order]
     analyses = [analyses[i] for i in order]
@@ -278,8 +305,10 @@ def rank_set(analyses: Sequence[Analysis], ranks: Sequence[int] | None = None, s
     parallel = manifests[0].get("parallel") if manifests else None
     steps_seen = {a.num_steps for a in analyses}
     if len(steps_seen) > 1:
-        warnings.append("ranks have different numbers of profiled steps: " +
-                        ", ".join(f"rank {r}: {a.num_steps}" for r, a in zip(ranks, analyses)))
+        warnings.append(
+            "ranks have different numbers of profiled steps: "
+            + ", ".join(f"rank {r}: {a.num_steps}" for r, a in zip(ranks, analyses))
+        )
     for r, a in zip(ranks, analyses):
         if a.n_devices > 1:
             warnings.append(f"rank {r} ran on {a.n_devices} devices; its communication split merges them")
@@ -294,26 +323,51 @@ def rank_set(analyses: Sequence[Analysis], ranks: Sequence[int] | None = None, s
     # Time the others spent waiting at collectives where this rank arrived last.
     per_key_wait = matched.groupby("key")["wait_us"].sum() if len(matched) else pd.Series(dtype=float)
     last = matched[matched["last"]] if len(matched) else matched
-    waited_for = (last.assign(w=last["key"].map(per_key_wait)).groupby("rank")["w"].sum()
-                  if len(last) else pd.Series(dtype=float))
+    waited_for = (
+        last.assign(w=last["key"].map(per_key_wait)).groupby("rank")["w"].sum() if len(last) else pd.Series(dtype=float)
+    )
 
     rows = []
     for r, a in zip(ranks, analyses):
         s = splits[r]
-        rows.append({"rank": r, "num_steps": a.num_steps, "step_us": a.step_us, "wall_us": a.wall_us,
-                     "busy_us": a.busy_us, "idle_us": a.idle_us, "idle_fraction": a.idle_fraction,
-                     "total_us": a.total_us, "compute_busy_us": s.compute_busy_us, "comm_us": s.comm_us,
-                     "comm_busy_us": s.comm_busy_us, "comm_overlapped_us": s.overlapped_us,
-                     "comm_exposed_us": s.exposed_us, "comm_overlap_fraction": s.overlap_fraction,
-                     "wait_us": float(wait.get(r, 0.0)), "waited_for_us": float(waited_for.get(r, 0.0)),
-                     "addressable_us": a.addressable_us, "addressable_fraction": a.addressable_fraction})
+        rows.append(
+            {
+                "rank": r,
+                "num_steps": a.num_steps,
+                "step_us": a.step_us,
+                "wall_us": a.wall_us,
+                "busy_us": a.busy_us,
+                "idle_us": a.idle_us,
+                "idle_fraction": a.idle_fraction,
+                "total_us": a.total_us,
+                "compute_busy_us": s.compute_busy_us,
+                "comm_us": s.comm_us,
+                "comm_busy_us": s.comm_busy_us,
+                "comm_overlapped_us": s.overlapped_us,
+                "comm_exposed_us": s.exposed_us,
+                "comm_overlap_fraction": s.overlap_fraction,
+                "wait_us": float(wait.get(r, 0.0)),
+                "waited_for_us": float(waited_for.get(r, 0.0)),
+                "addressable_us": a.addressable_us,
+                "addressable_fraction": a.addressable_fraction,
+            }
+        )
     per_rank = pd.DataFrame(rows, columns=_PER_RANK_COLUMNS)
-    return RankSet(source=source or (str(Path(analyses[0].source).parent) if analyses else ""),
-                   ranks=ranks, analyses=list(analyses), world_size=world,
-                   backend=backends.pop() if len(backends) == 1 else None, parallel=parallel,
-                   per_rank=per_rank, categories=category_spread(ranks, analyses),
-                   steps=step_spread(ranks, analyses), collectives=matched, offsets=offsets,
-                   segments=segments, warnings=warnings)
+    return RankSet(
+        source=source or (str(Path(analyses[0].source).parent) if analyses else ""),
+        ranks=ranks,
+        analyses=list(analyses),
+        world_size=world,
+        backend=backends.pop() if len(backends) == 1 else None,
+        parallel=parallel,
+        per_rank=per_rank,
+        categories=category_spread(ranks, analyses),
+        steps=step_spread(ranks, analyses),
+        collectives=matched,
+        offsets=offsets,
+        segments=segments,
+        warnings=warnings,
+    )
 
 
 def group_ranks(analyses: Sequence[Analysis], source: str = "") -> tuple[list[Analysis | RankSet], list[str]]:
@@ -323,8 +377,14 @@ def group_ranks(analyses: Sequence[Analysis], source: str = "") -> tuple[list[An
     if ranks is not None:
         rs = rank_set(analyses, ranks, source=source)
         devices = sorted({a.device_name for a in analyses})
-        mixed = [f"the ranks ran on {len(devices)} kinds of device ({', '.join(d or '(unnamed)' for d in devices)}): "
-                 f"the slowest rank may be the slower device"] if len(devices) > 1 else []
+        mixed = (
+            [
+                f"the ranks ran on {len(devices)} kinds of device ({', '.join(d or '(unnamed)' for d in devices)}): "
+                f"the slowest rank may be the slower device"
+            ]
+            if len(devices) > 1
+            else []
+        )
         return [rs], list(rs.warnings) + mixed
     notes = []
     repeated = repeated_ranks(analyses)
@@ -332,19 +392,31 @@ def group_ranks(analyses: Sequence[Analysis], source: str = "") -> tuple[list[An
     worlds = sorted({i.world_size for i in ids if i is not None and i.world_size is not None})
     if repeated:
         rank, names = next(iter(sorted(repeated.items())))
-        notes.append(f"rank {rank} has {len(names)} traces ({', '.join(names[:3])}): "
-                     f"analysed one by one, not as the ranks of one run")
+        notes.append(
+            f"rank {rank} has {len(names)} traces ({', '.join(names[:3])}): "
+            f"analysed one by one, not as the ranks of one run"
+        )
     elif len(analyses) > 1 and all(i is not None for i in ids) and len(worlds) > 1:
-        notes.append(f"the traces say world sizes {', '.join(map(str, worlds))}: not the ranks of one run, "
-                     f"analysed one by one")
+        notes.append(
+            f"the traces say world sizes {', '.join(map(str, worlds))}: not the ranks of one run, analysed one by one"
+        )
     return list(analyses), notes
 
 
 def category_spread(ranks: Sequence[int], analyses: Sequence[Analysis]) -> pd.DataFrame:
     """Per category: min, median and max time (and fraction of each rank's total) across ranks, and the
     rank with the most. A rank without the category counts 0."""
-    cols = ["name", "addressable", "min_us", "median_us", "max_us", "min_fraction", "median_fraction",
-            "max_fraction", "max_rank"]
+    cols = [
+        "name",
+        "addressable",
+        "min_us",
+        "median_us",
+        "max_us",
+        "min_fraction",
+        "median_fraction",
+        "max_fraction",
+        "max_rank",
+    ]
     us: dict[str, dict[int, float]] = {}
     frac: dict[str, dict[int, float]] = {}
     addressable: dict[str, bool] = {}
@@ -357,8 +429,19 @@ def category_spread(ranks: Sequence[int], analyses: Sequence[Analysis]) -> pd.Da
     for name in us:
         u = np.array([us[name].get(r, 0.0) for r in ranks])
         f = np.array([frac[name].get(r, 0.0) for r in ranks])
-        rows.append((name, addressable[name], float(u.min()), float(np.median(u)), float(u.max()),
-                     float(f.min()), float(np.median(f)), float(f.max()), int(ranks[int(np.argmax(u))])))
+        rows.append(
+            (
+                name,
+                addressable[name],
+                float(u.min()),
+                float(np.median(u)),
+                float(u.max()),
+                float(f.min()),
+                float(np.median(f)),
+                float(f.max()),
+                int(ranks[int(np.argmax(u))]),
+            )
+        )
     t = pd.DataFrame(rows, columns=cols)
     return t.sort_values(["median_us", "name"], ascending=[False, True], kind="stable").reset_index(drop=True)
 

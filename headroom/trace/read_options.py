@@ -37,10 +37,24 @@ class ReadOptions:
     graph_source: PathLike | None = None
 
     @classmethod
-    def from_flags(cls, rules: PathLike | None, policy: PathLike | None, whole_trace: bool,
-                   window: str | None, lenient: bool, no_cache: bool,
-                   graph_source: PathLike | None = None) -> ReadOptions:
+    def from_flags(
+        cls,
+        rules: PathLike | None,
+        policy: PathLike | None,
+        whole_trace: bool,
+        window: str | None,
+        lenient: bool,
+        no_cache: bool,
+        graph_source: PathLike | None = None,
+    ) -> ReadOptions:
         """The options of a command line's --rules, --policy, --whole-trace, --window, --lenient, --no-cache,
         --graph-source."""
-        return cls(rules=rules, policy=policy, whole_trace=whole_trace, window=window, lenient=lenient,
-                   use_cache=not no_cache, graph_source=graph_source)
+        return cls(
+            rules=rules,
+            policy=policy,
+            whole_trace=whole_trace,
+            window=window,
+            lenient=lenient,
+            use_cache=not no_cache,
+            graph_source=graph_source,
+        )

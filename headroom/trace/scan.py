@@ -20,9 +20,9 @@ from headroom.trace.inputs import module_inputs_text
 from headroom.trace.kineto import ROUTES, TABLES, Chunk, count_unreadable, empty_table, table_frame
 from headroom.trace.ranges import MODULE_PREFIX, MODULE_RANGE_PREFIX
 
-try:    # built by `pip install -e .` (make setup)
+try:  # built by `pip install -e .` (make setup)
     from headroom.trace import _scan  # type: ignore[attr-defined]
-except ImportError:     # pragma: no cover - a copy without it (no compiler; the GPU machine's) decodes by msgspec
+except ImportError:  # pragma: no cover - a copy without it (no compiler; the GPU machine's) decodes by msgspec
     _scan = None
 # The C extension module (None where it was not built).
 EXTENSION = _scan
@@ -30,7 +30,7 @@ EXTENSION = _scan
 if TYPE_CHECKING:
     import polars as pl
 else:
-    pl = lazy_loader.load("polars")   # imported on first use (a cached analysis needs none)
+    pl = lazy_loader.load("polars")  # imported on first use (a cached analysis needs none)
 
 
 def decode_events(doc: bytes | memoryview) -> Chunk:
@@ -49,8 +49,13 @@ SCANNER = _scan.Scanner() if _scan is not None else None
 PRESENT_BIT = {c: bit for bit, c in enumerate(_scan.INT_COLUMNS)} if _scan is not None else {}
 DOUBLES = frozenset(_scan.DOUBLE_COLUMNS) if _scan is not None else frozenset()
 # The scanner's columns' types (the rest are int64).
-TYPES = {"pair": np.int32, "name": np.int32, "present": np.uint16, **{c: np.float64 for c in DOUBLES},
-         **({f"{c}_text": np.int32 for c in _scan.THREAD_COLUMNS} if _scan is not None else {})}
+TYPES = {
+    "pair": np.int32,
+    "name": np.int32,
+    "present": np.uint16,
+    **{c: np.float64 for c in DOUBLES},
+    **({f"{c}_text": np.int32 for c in _scan.THREAD_COLUMNS} if _scan is not None else {}),
+}
 # A scanner keeps every distinct name it met; one that met this many starts afresh (a long-lived process).
 NAMES_MAX = 1 << 20
 # The distinct module inputs remembered (a bound on the memory of a long-lived process).
@@ -64,7 +69,7 @@ class _Codes:
     def __init__(self, scanner) -> None:
         self.scanner = scanner
         self.routes = np.empty(0, dtype=np.int32)
-        self.names: Any = None       # a polars Series (made on first use: a cached analysis imports no polars)
+        self.names: Any = None  # a polars Series (made on first use: a cached analysis imports no polars)
         self.empty_text: Any = None
         self.modules = np.empty(0, dtype=bool)
         self.module_ranges = np.empty(0, dtype=bool)
@@ -90,12 +95,13 @@ class _Codes:
             self.names, self.empty_text = pl.Series([], dtype=pl.String), pl.Series([""], dtype=pl.String)
         if len(self.names) == len(names):
             return
-        new = names[len(self.names):]
+        new = names[len(self.names) :]
         # appended as a chunk, put in one piece now and then (a with_stack trace meets new names in every chunk)
         self.names = pl.concat([self.names, pl.Series(new, dtype=pl.String)], rechunk=self.names.n_chunks() > 16)
         self.modules = np.concatenate([self.modules, [n.startswith(MODULE_PREFIX) for n in new]]).astype(bool)
-        self.module_ranges = np.concatenate([self.module_ranges,
-                                             [n.startswith(MODULE_RANGE_PREFIX) for n in new]]).astype(bool)
+        self.module_ranges = np.concatenate(
+            [self.module_ranges, [n.startswith(MODULE_RANGE_PREFIX) for n in new]]
+        ).astype(bool)
 
 
 CODES: _Codes | None = None
@@ -127,7 +133,7 @@ def _chunk(doc: bytes | memoryview, known: _Codes, events: int, columns: dict[st
         rows = np.flatnonzero(table_of == number)
         if t == "cpu" and len(rows):
             python = ROUTES.python_functions()[codes[rows]]
-            if python.any():    # only nn.Module python_function events are read
+            if python.any():  # only nn.Module python_function events are read
                 rows = rows[~python | known.modules[a["name"][rows]]]
         chunk.tables[t] = _table(t, doc, a, rows, codes[rows], known)
     if (table_of == -2).any():
@@ -137,8 +143,9 @@ def _chunk(doc: bytes | memoryview, known: _Codes, events: int, columns: dict[st
     return chunk
 
 
-def _table(table: str, doc, a: dict[str, np.ndarray], rows: np.ndarray, codes: np.ndarray,
-           known: _Codes) -> pl.DataFrame:
+def _table(
+    table: str, doc, a: dict[str, np.ndarray], rows: np.ndarray, codes: np.ndarray, known: _Codes
+) -> pl.DataFrame:
     """The same columns kineto's `_table` builds from structs, from the scanner's columns at `rows`. (polars'
     Series methods that run as expressions carry a fixed cost per call, hundreds of calls per chunk: these index.)"""
     if not len(rows):
@@ -149,11 +156,12 @@ def _table(table: str, doc, a: dict[str, np.ndarray], rows: np.ndarray, codes: n
             return known.names[a["name"][rows]]
         if c in ("pid", "tid"):
             text = a[f"{c}_text"][rows]
-            if (text >= 0).any():   # a name ("Spans") among the numbers: all as text, as _text_series makes them
+            if (text >= 0).any():  # a name ("Spans") among the numbers: all as text, as _text_series makes them
                 names = known.scanner.names
                 values = a[c][rows].tolist()
-                return pl.Series([names[n] if n >= 0 else str(v) for n, v in zip(text.tolist(), values)],
-                                 dtype=pl.String)
+                return pl.Series(
+                    [names[n] if n >= 0 else str(v) for n, v in zip(text.tolist(), values)], dtype=pl.String
+                )
             return pl.Series(a[c][rows], dtype=pl.Int64)
         if c in DOUBLES:
             values = a[c][rows]
@@ -164,8 +172,10 @@ def _table(table: str, doc, a: dict[str, np.ndarray], rows: np.ndarray, codes: n
                 return known.empty_text.new_from_index(0, len(rows))
             texts = [""] * len(rows)
             for i in ranges.tolist():
-                texts[i] = known.inputs_text(_raw_at(doc, a["dims_at"], a["dims_len"], rows[i]),
-                                             _raw_at(doc, a["types_at"], a["types_len"], rows[i]))
+                texts[i] = known.inputs_text(
+                    _raw_at(doc, a["dims_at"], a["dims_len"], rows[i]),
+                    _raw_at(doc, a["types_at"], a["types_len"], rows[i]),
+                )
             return pl.Series(texts, dtype=pl.String)
         return _with_nulls(a[c][rows], (a["present"][rows] & (1 << PRESENT_BIT[c])) == 0, pl.Int64)
 
@@ -177,4 +187,4 @@ def _with_nulls(values: np.ndarray, absent: np.ndarray, dtype) -> pl.Series:
 
 
 def _raw_at(doc, at: np.ndarray, length: np.ndarray, row: int) -> bytes:
-    return bytes(doc[int(at[row]):int(at[row]) + int(length[row])])
+    return bytes(doc[int(at[row]) : int(at[row]) + int(length[row])])

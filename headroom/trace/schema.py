@@ -26,6 +26,7 @@ EVENT, ARGS, DERIVED = "event", "args", "derived"
 @dataclass(frozen=True)
 class Field:
     """One row of kineto.toml (its header says what each part means)."""
+
     column: str
     key: str
     place: str
@@ -38,10 +39,19 @@ class Field:
 
 _DATA = shipped("kineto.toml")
 TABLES: tuple[str, ...] = tuple(_DATA["tables"]["names"])
-FIELDS = tuple(Field(column=row["column"], key=row.get("key", ""), place=row["place"], type=row["type"],
-                     tables=tuple(row.get("tables", ())), required=row.get("required", False),
-                     on_demand=row.get("on_demand", False), polars=row.get("polars"))
-               for row in _DATA["field"])
+FIELDS = tuple(
+    Field(
+        column=row["column"],
+        key=row.get("key", ""),
+        place=row["place"],
+        type=row["type"],
+        tables=tuple(row.get("tables", ())),
+        required=row.get("required", False),
+        on_demand=row.get("on_demand", False),
+        polars=row.get("polars"),
+    )
+    for row in _DATA["field"]
+)
 
 Id = int | str | None
 # The msgspec type of each kind of field that is decoded: (fast path, lenient path).

@@ -18,8 +18,8 @@ from pathlib import Path
 from headroom.trace.kineto import TraceError
 
 BLOCK = 4 << 20
-RESERVE_BYTES = 1 << 30          # free space left on the temporary folder's disk
-_STREAM_COPIES: dict[str, str] = {}      # the copy's path -> the stream's
+RESERVE_BYTES = 1 << 30  # free space left on the temporary folder's disk
+_STREAM_COPIES: dict[str, str] = {}  # the copy's path -> the stream's
 _FOLDERS: list[str] = []
 
 
@@ -68,7 +68,7 @@ def spooled(path: Path) -> Path:
     try:
         _copy(path, copy, limit_bytes(folder))
     except BaseException:
-        shutil.rmtree(folder, True)     # a failed or interrupted copy leaves nothing behind
+        shutil.rmtree(folder, True)  # a failed or interrupted copy leaves nothing behind
         raise
     _STREAM_COPIES[str(copy)] = str(path)
     return copy
@@ -83,13 +83,16 @@ def _copy(path: Path, copy: Path, limit: int) -> None:
                 if not block:
                     return
                 if written == 0 and not _starts_as_a_trace(block[:64]):
-                    raise TraceError(f"{path}: not a trace (a JSON object or gzip data expected; it starts "
-                                     f"{block[:8]!r})")
+                    raise TraceError(
+                        f"{path}: not a trace (a JSON object or gzip data expected; it starts {block[:8]!r})"
+                    )
                 written += len(block)
                 if written > limit:
-                    raise TraceError(f"{path}: the stream holds more than {limit:,} bytes, the most its copy may "
-                                     f"take (the temporary folder's free space less 1 GiB, or "
-                                     f"HEADROOM_STREAM_MAX_BYTES)")
+                    raise TraceError(
+                        f"{path}: the stream holds more than {limit:,} bytes, the most its copy may "
+                        f"take (the temporary folder's free space less 1 GiB, or "
+                        f"HEADROOM_STREAM_MAX_BYTES)"
+                    )
                 dst.write(block)
     except OSError as e:
         raise TraceError(f"{path}: cannot read ({e.strerror})") from None

@@ -18,26 +18,52 @@ if TYPE_CHECKING:
     from headroom.trace.tables import Trace
 
 _HERE = Path(__file__).parent
-_CODE = ("attribute.py", "compiled.py", "context.py", "modules.py", "phases.py", "intervals.py", "ranges.py",
-         "analysis.py", "classify.py", "accounting.py", "stored.py")
-_VERSION = cache.code_version(*(_HERE / n for n in _CODE), *(_HERE.parent / "data" / n
-                                                               for n in ("phases.toml", "compiled.toml")))
+_CODE = (
+    "attribute.py",
+    "compiled.py",
+    "context.py",
+    "modules.py",
+    "phases.py",
+    "intervals.py",
+    "ranges.py",
+    "analysis.py",
+    "analysis_result.py",
+    "classify.py",
+    "accounting.py",
+    "stored.py",
+)
+_VERSION = cache.code_version(
+    *(_HERE / n for n in _CODE), *(_HERE.parent / "data" / n for n in ("phases.toml", "compiled.toml"))
+)
 
 # An Analysis' fields that are stored: its frames (tables keyed by KEYS are stored without their index)
 # and the rest in a JSON header.
 FRAMES = ("events", "categories", "kernels", "ops", "steps", "modules", "step_ranges")
 KEYS = {"categories": "name", "kernels": "name", "ops": "op", "steps": "step"}
-HEADER = ("mode", "window", "num_steps", "n_devices", "total_us", "busy_us", "wall_us", "idle_us", "addressable_us",
-          "basis", "notes", "warnings")
+HEADER = (
+    "mode",
+    "window",
+    "num_steps",
+    "n_devices",
+    "total_us",
+    "busy_us",
+    "wall_us",
+    "idle_us",
+    "addressable_us",
+    "basis",
+    "notes",
+    "warnings",
+)
 FIELDS = FRAMES + HEADER
 
 
 def name_of(rules: list, policy: Any, whole_trace: bool, window: str | None) -> str:
     """The entry's name for an analysis with these rules (classify.Rule), policy and time analysed."""
     h = hashlib.sha256(_VERSION.encode())
-    for rule in rules:      # every field; a regex by its text
-        h.update(repr([getattr(v, "pattern", v) for v in (getattr(rule, f.name) for f in dataclasses.fields(rule))])
-                 .encode())
+    for rule in rules:  # every field; a regex by its text
+        h.update(
+            repr([getattr(v, "pattern", v) for v in (getattr(rule, f.name) for f in dataclasses.fields(rule))]).encode()
+        )
     h.update(repr(sorted(policy.addressable.items())).encode())
     h.update(repr((whole_trace, window)).encode())
     return f"analysis-{h.hexdigest()[:20]}"

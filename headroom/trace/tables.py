@@ -16,7 +16,7 @@ from headroom.trace.ranges import FRAME_PREFIX, PROFILER_STEP_PREFIX
 if TYPE_CHECKING:
     import polars as pl
 else:
-    pl = lazy_loader.load("polars")   # imported on first use (a cached analysis needs none)
+    pl = lazy_loader.load("polars")  # imported on first use (a cached analysis needs none)
 
 
 @dataclass
@@ -53,7 +53,7 @@ class Trace:
     metadata: dict[str, Any] = field(default_factory=dict)
     flows: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=FLOW_PAIR_COLUMNS))
     warnings: list[str] = field(default_factory=list)
-    cache_key: Any = field(default=None, repr=False, compare=False)   # where its cache entry is (trace.cache)
+    cache_key: Any = field(default=None, repr=False, compare=False)  # where its cache entry is (trace.cache)
 
     @property
     def has_gpu(self) -> bool:
@@ -63,13 +63,14 @@ class Trace:
         """Boolean mask over `cpu`: names starting with any of `prefixes`. The cpu table's names are
         factorized once per table (several attribution steps ask), not once per question."""
         memo = self.__dict__.get("_cpu_name_codes")
-        if memo is None or memo[0] is not self.cpu:     # (a table replaced: factorize it anew)
+        if memo is None or memo[0] is not self.cpu:  # (a table replaced: factorize it anew)
             codes, uniques = factorized(np.asarray(self.cpu["name"], dtype=object), use_na_sentinel=False)
             memo = (self.cpu, codes, uniques)
             self.__dict__["_cpu_name_codes"] = memo
         _, codes, uniques = memo
-        hit = np.fromiter((isinstance(u, str) and u.startswith(prefixes) for u in uniques), dtype=bool,
-                          count=len(uniques))
+        hit = np.fromiter(
+            (isinstance(u, str) and u.startswith(prefixes) for u in uniques), dtype=bool, count=len(uniques)
+        )
         return hit[codes]
 
     def cpu_ops(self) -> pd.DataFrame:
@@ -108,6 +109,7 @@ FLOW_PAIR_COLUMNS: list[str] = ["id", "start_pid", "start_tid", "start_ts", "end
 
 # --- from polars columns to the pandas tables --------------------------------
 
+
 def texts_at(values: pd.Series, rows: np.ndarray) -> np.ndarray:
     """The text of `values` at row positions `rows` (an object array): only those rows are converted."""
     return values.iloc[rows].astype(str).to_numpy(dtype=object)
@@ -125,7 +127,7 @@ def _ids(column: pl.Series, o=None) -> np.ndarray:
     """int64 ids (-1 where absent); ids beyond 64 bits keep an object column of Python ints."""
     if column.dtype == pl.Int128:
         values = column.fill_null(-1).to_list()
-        fits = all(-2**63 <= v < 2**63 for v in values)
+        fits = all(-(2**63) <= v < 2**63 for v in values)
         return _take(np.array(values, dtype=np.int64 if fits else object), o)
     return _take(column.fill_null(-1).cast(pl.Int64).to_numpy(), o)
 
@@ -170,16 +172,20 @@ def _thread_keys(column: pl.Series, o=None) -> pd.Categorical:
         # All numbers: each one's place among the few distinct ones (sorted) is its code, the codes of the
         # numerically ordered categories (a binary search per row, not a sort of the column).
         distinct = column.unique().sort()
-        codes = np.searchsorted(distinct.to_numpy(), column.to_numpy()).astype(np.int64) if len(column) \
+        codes = (
+            np.searchsorted(distinct.to_numpy(), column.to_numpy()).astype(np.int64)
+            if len(column)
             else np.empty(0, np.int64)
+        )
         return pd.Categorical.from_codes(_take(codes, o), categories=[str(v) for v in distinct.to_list()])
     column = column.cast(pl.String)
     codes, values = _codes(column)
     order = sorted(range(len(values)), key=lambda i: _numbers_first(values[i]))
     rank = np.empty(len(values), dtype=np.int64)
     rank[order] = np.arange(len(values))
-    return pd.Categorical.from_codes(_take(rank[codes] if len(values) else codes, o),
-                                     categories=[values[i] for i in order])
+    return pd.Categorical.from_codes(
+        _take(rank[codes] if len(values) else codes, o), categories=[values[i] for i in order]
+    )
 
 
 def _numbers_first(text: str) -> tuple:
@@ -195,16 +201,25 @@ def _cpu_side_columns(t: pl.DataFrame, o=None, names: tuple[np.ndarray, np.ndarr
     """name/cat/pid/tid/ts/dur columns of a CPU-side table (launches, CPU ranges); `names`: the name
     column's codes (in loader order) and distinct values, when the caller has them already."""
     codes, values = names if names is not None else _named_codes(t["name"], o)
-    return {"name": values[codes], "cat": _categories(t["kind"], o),
-            "pid": _thread_keys(t["pid"], o), "tid": _thread_keys(t["tid"], o),
-            "ts": _take(t["ts"].to_numpy(), o), "dur": _take(t["dur"].fill_null(0.0).to_numpy(), o)}
+    return {
+        "name": values[codes],
+        "cat": _categories(t["kind"], o),
+        "pid": _thread_keys(t["pid"], o),
+        "tid": _thread_keys(t["tid"], o),
+        "ts": _take(t["ts"].to_numpy(), o),
+        "dur": _take(t["dur"].fill_null(0.0).to_numpy(), o),
+    }
 
 
 def _device_side_columns(t: pl.DataFrame, o=None) -> dict[str, Any]:
     """name/device/stream/ts/dur columns of a table of events on a device (GPU activities, GPU ranges, syncs)."""
-    return {"name": _names(t["name"], o), "device": _small_ints(t["device"], t["pid"], o),
-            "stream": _small_ints(t["stream"], t["tid"], o), "ts": _take(t["ts"].to_numpy(), o),
-            "dur": _take(t["dur"].fill_null(0.0).to_numpy(), o)}
+    return {
+        "name": _names(t["name"], o),
+        "device": _small_ints(t["device"], t["pid"], o),
+        "stream": _small_ints(t["stream"], t["tid"], o),
+        "ts": _take(t["ts"].to_numpy(), o),
+        "dur": _take(t["dur"].fill_null(0.0).to_numpy(), o),
+    }
 
 
 def _link_flows(table: pl.DataFrame, flows: pl.DataFrame, phases: list[str]) -> pl.DataFrame:
@@ -214,77 +229,125 @@ def _link_flows(table: pl.DataFrame, flows: pl.DataFrame, phases: list[str]) -> 
     if table.schema["pid"] != flows.schema["pid"] or table.schema["tid"] != flows.schema["tid"]:
         table = table.with_columns(pl.col("pid", "tid").cast(pl.String))
         flows = flows.with_columns(pl.col("pid", "tid").cast(pl.String))
-    ends = (flows.filter((pl.col("kind") == "ac2g") & pl.col("ph").is_in(phases) & pl.col("id").is_not_null())
-            .select("pid", "tid", "ts", flow_id="id").unique(subset=["pid", "tid", "ts"], keep="last"))
-    return (table.join(ends, on=["pid", "tid", "ts"], how="left", maintain_order="left")
-            .with_columns(correlation=pl.coalesce("correlation", "flow_id")).drop("flow_id"))
+    ends = (
+        flows.filter((pl.col("kind") == "ac2g") & pl.col("ph").is_in(phases) & pl.col("id").is_not_null())
+        .select("pid", "tid", "ts", flow_id="id")
+        .unique(subset=["pid", "tid", "ts"], keep="last")
+    )
+    return (
+        table.join(ends, on=["pid", "tid", "ts"], how="left", maintain_order="left")
+        .with_columns(correlation=pl.coalesce("correlation", "flow_id"))
+        .drop("flow_id")
+    )
 
 
 def _flow_pairs(flows: pl.DataFrame) -> pd.DataFrame:
     """fwdbwd flows as linked (start, finish) pairs; a start without its finish (or the reverse) links nothing."""
     f = flows.filter(pl.col("kind") == "fwdbwd").with_columns(pl.col("pid", "tid").cast(pl.String))
-    ends = {ph: f.filter(pl.col("ph") == ph).unique(subset=["id"], keep="first", maintain_order=True)
-            .select("id", pl.col("pid").alias(f"{side}_pid"), pl.col("tid").alias(f"{side}_tid"),
-                    pl.col("ts").alias(f"{side}_ts"))
-            for ph, side in (("s", "start"), ("f", "end"))}
+    ends = {
+        ph: f.filter(pl.col("ph") == ph)
+        .unique(subset=["id"], keep="first", maintain_order=True)
+        .select(
+            "id",
+            pl.col("pid").alias(f"{side}_pid"),
+            pl.col("tid").alias(f"{side}_tid"),
+            pl.col("ts").alias(f"{side}_ts"),
+        )
+        for ph, side in (("s", "start"), ("f", "end"))
+    }
     pairs = ends["s"].join(ends["f"], on="id", how="inner", maintain_order="left")
-    return pd.DataFrame({c: _ids(pairs[c]) if pairs[c].dtype.is_integer() else pairs[c].to_numpy()
-                         if pairs[c].dtype.is_numeric() else np.asarray(pairs[c].to_list(), dtype=object)
-                         for c in FLOW_PAIR_COLUMNS})     # (ids beyond 64 bits: Python ints, as _ids gives them)
+    return pd.DataFrame(
+        {
+            c: _ids(pairs[c])
+            if pairs[c].dtype.is_integer()
+            else pairs[c].to_numpy()
+            if pairs[c].dtype.is_numeric()
+            else np.asarray(pairs[c].to_list(), dtype=object)
+            for c in FLOW_PAIR_COLUMNS
+        }
+    )  # (ids beyond 64 bits: Python ints, as _ids gives them)
 
 
 def _frame(columns: dict[str, Any]) -> pd.DataFrame:
     """A pandas frame that holds these arrays as they are (each made here for it): pandas would otherwise copy
     every column into one 2-D block per dtype (a copy of every table). Arrays polars lent (read-only
     views of its memory) are copied, so the frame owns what it holds."""
-    return pd.DataFrame({c: v.copy() if isinstance(v, np.ndarray) and not v.flags.writeable else v
-                         for c, v in columns.items()}, copy=False)
+    return pd.DataFrame(
+        {c: v.copy() if isinstance(v, np.ndarray) and not v.flags.writeable else v for c, v in columns.items()},
+        copy=False,
+    )
 
 
-def tabulate(source: str, tables: dict[str, pl.DataFrame], base_ns: int | None, meta: dict[str, Any],
-              warnings: list[str] | None = None, orders: dict[str, Any] | None = None) -> Trace:
+def tabulate(
+    source: str,
+    tables: dict[str, pl.DataFrame],
+    base_ns: int | None,
+    meta: dict[str, Any],
+    warnings: list[str] | None = None,
+    orders: dict[str, Any] | None = None,
+) -> Trace:
     """The pandas tables the analyses use; `orders`: each table's rows in loader order (load.loader_order)."""
     orders = orders or {}
     # Each polars table is let go once its pandas table is made (the 4 GB trace's peak was here).
     flows = tables.pop("flows")
     flow_pairs = _flow_pairs(flows)
-    g = _link_flows(tables.pop("gpu"), flows, ["f", "t"])     # (a left join: the rows stay as they were)
+    g = _link_flows(tables.pop("gpu"), flows, ["f", "t"])  # (a left join: the rows stay as they were)
     o = orders.get("gpu")
     device_side = _device_side_columns(g, o)
-    gpu = _frame({
-        "name": device_side.pop("name"),
-        "kind": _categories(g["kind"], o),
-        **device_side,
-        "correlation": _ids(g["correlation"], o),
-        "external_id": _ids(g["external_id"], o),
-        "bytes": _take(g["bytes"].to_numpy(), o),
-        "index": _take(g["index"].cast(pl.Int64).to_numpy(), o),
-    })
+    gpu = _frame(
+        {
+            "name": device_side.pop("name"),
+            "kind": _categories(g["kind"], o),
+            **device_side,
+            "correlation": _ids(g["correlation"], o),
+            "external_id": _ids(g["external_id"], o),
+            "bytes": _take(g["bytes"].to_numpy(), o),
+            "index": _take(g["index"].cast(pl.Int64).to_numpy(), o),
+        }
+    )
     del g, device_side
     c = _link_flows(tables.pop("launches"), flows, ["s"])
     del flows
     o = orders.get("launches")
-    launches = _frame({**_cpu_side_columns(c, o), "correlation": _ids(c["correlation"], o),
-                       "external_id": _ids(c["external_id"], o)})
+    launches = _frame(
+        {**_cpu_side_columns(c, o), "correlation": _ids(c["correlation"], o), "external_id": _ids(c["external_id"], o)}
+    )
     del c
     c = tables.pop("cpu")
     o = orders.get("cpu")
-    names = _named_codes(c["name"], o)      # kept for Trace.cpu_names_start_with
-    cpu = _frame({**_cpu_side_columns(c, o, names), "external_id": _ids(c["external_id"], o),
-                  "sequence": _ids(c["sequence"], o), "fwd_thread": _ids(c["fwd_thread"], o),
-                  "inputs": _names(c["inputs"], o)})
+    names = _named_codes(c["name"], o)  # kept for Trace.cpu_names_start_with
+    cpu = _frame(
+        {
+            **_cpu_side_columns(c, o, names),
+            "external_id": _ids(c["external_id"], o),
+            "sequence": _ids(c["sequence"], o),
+            "fwd_thread": _ids(c["fwd_thread"], o),
+            "inputs": _names(c["inputs"], o),
+        }
+    )
     del c
     gpu_annotations = _frame(_device_side_columns(tables.pop("gpu_annotations"), orders.get("gpu_annotations")))
     s = tables.pop("syncs")
     o = orders.get("syncs")
-    syncs = _frame({
-        **_device_side_columns(s, o),
-        "correlation": _ids(s["correlation"], o),
-        "wait_on_stream": _take(s["wait_on_stream"].fill_null(-1).to_numpy(), o),
-        "wait_on_cuda_event_record_corr_id": _ids(s["wait_on_cuda_event_record_corr_id"], o),
-    })
-    trace = Trace(source=source, gpu=gpu, cpu=cpu, launches=launches, gpu_annotations=gpu_annotations,
-                  syncs=syncs, base_ns=base_ns, metadata=meta, flows=flow_pairs,
-                  warnings=list(warnings or []))
-    trace.__dict__["_cpu_name_codes"] = (cpu, *names)     # the names' codes, known here already
+    syncs = _frame(
+        {
+            **_device_side_columns(s, o),
+            "correlation": _ids(s["correlation"], o),
+            "wait_on_stream": _take(s["wait_on_stream"].fill_null(-1).to_numpy(), o),
+            "wait_on_cuda_event_record_corr_id": _ids(s["wait_on_cuda_event_record_corr_id"], o),
+        }
+    )
+    trace = Trace(
+        source=source,
+        gpu=gpu,
+        cpu=cpu,
+        launches=launches,
+        gpu_annotations=gpu_annotations,
+        syncs=syncs,
+        base_ns=base_ns,
+        metadata=meta,
+        flows=flow_pairs,
+        warnings=list(warnings or []),
+    )
+    trace.__dict__["_cpu_name_codes"] = (cpu, *names)  # the names' codes, known here already
     return trace

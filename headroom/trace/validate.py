@@ -28,7 +28,7 @@ from headroom.trace.schema import REQUIRED
 if TYPE_CHECKING:
     import polars as pl
 else:
-    pl = lazy_loader.load("polars")   # imported on first use (a cached analysis needs none)
+    pl = lazy_loader.load("polars")  # imported on first use (a cached analysis needs none)
 
 # GPU work may run before the first CPU event (launched before recording began) and after the
 # last one (the queue draining), and a step may idle long past its last op: the span is widened
@@ -58,8 +58,10 @@ def cpu_span(tables: dict[str, pl.DataFrame], with_steps: bool = False) -> tuple
         kept = pl.col("ts").is_finite() & pl.col("dur").fill_null(0.0).is_finite()
         if steps_out:
             kept = kept & ~step_rows(table)
-        lo, hi = table.select(pl.col("ts").filter(kept).min(),
-                              (pl.col("ts") + pl.col("dur").fill_null(0.0)).filter(kept).max().alias("end")).row(0)
+        lo, hi = table.select(
+            pl.col("ts").filter(kept).min(),
+            (pl.col("ts") + pl.col("dur").fill_null(0.0)).filter(kept).max().alias("end"),
+        ).row(0)
         if lo is not None:
             ends.append((float(lo), float(hi)))
     if not ends:
@@ -79,34 +81,52 @@ def span(tables: dict[str, pl.DataFrame]) -> tuple[float, float]:
     return 0.0, 0.0
 
 
-def _problems(frame: pl.DataFrame, lo: float, hi: float, longest: float | None = None,
-              duplicates: bool = False) -> pl.DataFrame:
+def _problems(
+    frame: pl.DataFrame, lo: float, hi: float, longest: float | None = None, duplicates: bool = False
+) -> pl.DataFrame:
     """Rows with an impossible ts/dur, with the field and the problem (the first problem of each row).
     `longest`: no activity may last longer (the CPU side's span); `duplicates`: a row equal to an
     earlier one in device, stream, name, ts and dur is a problem."""
     slack = max(SLACK_FACTOR * (hi - lo), MIN_SLACK_US)
     ts, dur = pl.col("ts"), pl.col("dur")
-    checks = [check for c in REQUIRED for check in ((c, pl.col(c).is_null(), "missing"),
-                                                    (c, ~pl.col(c).is_finite(), "not a finite number"))]
+    checks = [
+        check
+        for c in REQUIRED
+        for check in ((c, pl.col(c).is_null(), "missing"), (c, ~pl.col(c).is_finite(), "not a finite number"))
+    ]
     checks += [
         ("dur", dur < 0, "negative"),
         ("ts", (ts < lo - slack) | (ts > hi + slack), f"outside the trace's span ({lo:.17g} to {hi:.17g} us)"),
         ("dur", ts + dur > hi + slack, f"past the end of the trace's span ({hi:.17g} us)"),
     ]
     if longest is not None:
-        checks.append(("dur", dur > longest, f"longer than the trace could have recorded (at most {longest:.6g} us: "
-                                             f"twice its CPU side's span and 1 ms)"))
+        checks.append(
+            (
+                "dur",
+                dur > longest,
+                f"longer than the trace could have recorded (at most {longest:.6g} us: "
+                f"twice its CPU side's span and 1 ms)",
+            )
+        )
     if duplicates and (again := _again(frame)) is not None:
         frame = frame.with_columns(_again=again)
-        checks.append(("ts", pl.col("_again"), "a second record of an earlier GPU activity (same device, stream, "
-                                               "name, start and duration)"))
+        checks.append(
+            (
+                "ts",
+                pl.col("_again"),
+                "a second record of an earlier GPU activity (same device, stream, name, start and duration)",
+            )
+        )
     field = pl.lit(None, dtype=pl.String)
     problem = pl.lit(None, dtype=pl.String)
     for name, bad, words in reversed(checks):
         field = pl.when(bad.fill_null(False)).then(pl.lit(name)).otherwise(field)
         problem = pl.when(bad.fill_null(False)).then(pl.lit(words)).otherwise(problem)
-    return (frame.with_columns(field=field, problem=problem).filter(pl.col("problem").is_not_null())
-            .drop("_again", strict=False))
+    return (
+        frame.with_columns(field=field, problem=problem)
+        .filter(pl.col("problem").is_not_null())
+        .drop("_again", strict=False)
+    )
 
 
 def _again(frame: pl.DataFrame) -> pl.Series | None:
@@ -122,15 +142,23 @@ def _again(frame: pl.DataFrame) -> pl.Series | None:
 
 def describe(row: dict, source: str) -> str:
     value = row[row["field"]]
-    shown = "" if value is None else f" {value!r}" if not isinstance(value, float) or math.isfinite(value) \
-        else f" {value}"
-    return (f"{source}: event {row['index']} ({row['kind']} {row['name'][:60]!r}): "
-            f"{row['field']}{shown} is {row['problem']}")
+    shown = (
+        "" if value is None else f" {value!r}" if not isinstance(value, float) or math.isfinite(value) else f" {value}"
+    )
+    return (
+        f"{source}: event {row['index']} ({row['kind']} {row['name'][:60]!r}): "
+        f"{row['field']}{shown} is {row['problem']}"
+    )
 
 
-def check(tables: dict[str, pl.DataFrame], source: str, lenient: bool, unreadable_gpu: list[tuple[int, str]],
-          orders: dict[str, np.ndarray | None] | None = None,
-          metadata: dict | None = None) -> tuple[dict[str, pl.DataFrame], list[str]]:
+def check(
+    tables: dict[str, pl.DataFrame],
+    source: str,
+    lenient: bool,
+    unreadable_gpu: list[tuple[int, str]],
+    orders: dict[str, np.ndarray | None] | None = None,
+    metadata: dict | None = None,
+) -> tuple[dict[str, pl.DataFrame], list[str]]:
     """The tables without impossible GPU activities and steps (lenient), or the first one's error line.
     `orders`: each table's rows in the loader's order (load.loader_order; None: as they are), which decides
     which of a table's impossible events is named first. `metadata`: the trace's (its `deviceProperties`
@@ -149,8 +177,9 @@ def check(tables: dict[str, pl.DataFrame], source: str, lenient: bool, unreadabl
     placed = gpu.drop("name")
     if gpu_bad.height:
         placed = placed.filter(~pl.col("index").is_in(gpu_bad["index"].implode()))
-    misplaced = gpu_structure.misplaced(placed, tables["launches"], cpu[1] if cpu is not None else None,
-                                        gpu_structure.listed_devices(metadata))
+    misplaced = gpu_structure.misplaced(
+        placed, tables["launches"], cpu[1] if cpu is not None else None, gpu_structure.listed_devices(metadata)
+    )
     if misplaced.height:
         names = gpu.filter(pl.col("index").is_in(misplaced["index"].implode())).select("index", "name")
         misplaced = misplaced.join(names, on="index", how="left", maintain_order="left")
@@ -159,11 +188,15 @@ def check(tables: dict[str, pl.DataFrame], source: str, lenient: bool, unreadabl
     step_bad = _problems(steps, lo, hi) if steps.height else steps.head(0)
     if steps.height:
         for stage in (_uncounted_steps, _overlapping_steps, _misnumbered_steps):
-            step_bad = pl.concat([step_bad, stage(steps.filter(~pl.col("index").is_in(
-                step_bad["index"].implode())))], how="diagonal_relaxed")
-    lines = [(int(r["index"]), describe(r, source))
-             for frame, table in ((gpu_bad, "gpu"), (step_bad, "cpu"))
-             for r in _first(frame, tables[table], orders.get(table)).iter_rows(named=True)]
+            step_bad = pl.concat(
+                [step_bad, stage(steps.filter(~pl.col("index").is_in(step_bad["index"].implode())))],
+                how="diagonal_relaxed",
+            )
+    lines = [
+        (int(r["index"]), describe(r, source))
+        for frame, table in ((gpu_bad, "gpu"), (step_bad, "cpu"))
+        for r in _first(frame, tables[table], orders.get(table)).iter_rows(named=True)
+    ]
     lines += [(i, f"{source}: event {i}: {problem}") for i, problem in unreadable_gpu[:1]]
     if not lines:
         return tables, []
@@ -174,12 +207,14 @@ def check(tables: dict[str, pl.DataFrame], source: str, lenient: bool, unreadabl
     out = dict(tables)
     out["gpu"] = tables["gpu"].filter(~pl.col("index").is_in(gpu_bad["index"].implode()))
     out["cpu"] = tables["cpu"].filter(~pl.col("index").is_in(step_bad["index"].implode()))
-    return out, [f"dropped {n} GPU activit{'y' if n == 1 else 'ies'}/steps with an impossible ts or dur "
-                 f"(first: {first.split(': ', 1)[1]})"]
+    return out, [
+        f"dropped {n} GPU activit{'y' if n == 1 else 'ies'}/steps with an impossible ts or dur "
+        f"(first: {first.split(': ', 1)[1]})"
+    ]
 
 
 # A step's number: what the profiler counts (0, 1, ...); 2^53 is beyond any count and any exact float.
-MAX_STEP_NUMBER = 2 ** 53
+MAX_STEP_NUMBER = 2**53
 
 
 def _problem_rows(steps: pl.DataFrame, problems: dict[int, tuple[str, str]]) -> pl.DataFrame:
@@ -189,13 +224,15 @@ def _problem_rows(steps: pl.DataFrame, problems: dict[int, tuple[str, str]]) -> 
     bad = steps.filter(pl.col("index").is_in(list(problems)))
     field = {i: f for i, (f, _) in problems.items()}
     words = {i: w for i, (_, w) in problems.items()}
-    return bad.with_columns(field=pl.col("index").replace_strict(field, return_dtype=pl.String),
-                            problem=pl.col("index").replace_strict(words, return_dtype=pl.String))
+    return bad.with_columns(
+        field=pl.col("index").replace_strict(field, return_dtype=pl.String),
+        problem=pl.col("index").replace_strict(words, return_dtype=pl.String),
+    )
 
 
 def step_number(name: str) -> int | None:
     """N of `ProfilerStep#N`: a whole number from 0 to 2^53, else None."""
-    digits = name[len(PROFILER_STEP_PREFIX):]
+    digits = name[len(PROFILER_STEP_PREFIX) :]
     if not digits.isascii() or not digits.isdigit() or len(digits) > 16:
         return None
     n = int(digits)
@@ -220,17 +257,20 @@ def _misnumbered_steps(steps: pl.DataFrame) -> pl.DataFrame:
     step: its copies overlap), or a number not above that of a step that began before it (the profiler
     counts up). The later of the two is the one named (and dropped)."""
     problems: dict[int, tuple[str, str]] = {}
-    spans: dict[str, float] = {}     # per name: the end of its first copy
-    top: tuple[int, str] | None = None             # the highest number so far, and its step
+    spans: dict[str, float] = {}  # per name: the end of its first copy
+    top: tuple[int, str] | None = None  # the highest number so far, and its step
     for index, name, ts, dur in steps.select("index", "name", "ts", "dur").sort("ts", "index").iter_rows():
         n = step_number(str(name))
         if n is None:
             continue
         if name in spans:
             if ts >= spans[name]:
-                problems[index] = ("name", f"used by an earlier step that ended {ts - spans[name]:.6g} us before "
-                                           f"this one began: two steps with one number")
-            continue      # else: the same step on another thread
+                problems[index] = (
+                    "name",
+                    f"used by an earlier step that ended {ts - spans[name]:.6g} us before "
+                    f"this one began: two steps with one number",
+                )
+            continue  # else: the same step on another thread
         if top is not None and n <= top[0]:
             problems[index] = ("name", f"not above {top[1]}, which began before it: steps count up")
             continue
@@ -242,17 +282,22 @@ def _misnumbered_steps(steps: pl.DataFrame) -> pl.DataFrame:
 def _overlapping_steps(steps: pl.DataFrame) -> pl.DataFrame:
     """Rows of the ProfilerSteps that start before an earlier step (another number) ended, with the
     field and the problem. A step recorded on several threads is one step: its longest range."""
-    one = (steps.sort(["name", "dur"], descending=[False, True]).unique("name", keep="first", maintain_order=True)
-           .sort("ts"))
+    one = (
+        steps.sort(["name", "dur"], descending=[False, True])
+        .unique("name", keep="first", maintain_order=True)
+        .sort("ts")
+    )
     if one.height < 2:
         return steps.head(0).with_columns(field=pl.lit(None, dtype=pl.String), problem=pl.lit(None, dtype=pl.String))
     names, starts, ends = one["name"].to_list(), one["ts"].to_numpy(), (one["ts"] + one["dur"]).to_numpy()
     problems: dict[str, str] = {}
-    kept = 0      # the step the next must start after (the later of two overlapping steps is the one dropped)
+    kept = 0  # the step the next must start after (the later of two overlapping steps is the one dropped)
     for i in range(1, len(names)):
         if starts[i] < ends[kept]:
-            problems[names[i]] = (f"inside an earlier step ({names[kept]} ends {ends[kept] - starts[i]:.6g} us "
-                                  f"later): steps may not overlap")
+            problems[names[i]] = (
+                f"inside an earlier step ({names[kept]} ends {ends[kept] - starts[i]:.6g} us "
+                f"later): steps may not overlap"
+            )
         else:
             kept = i
     bad = steps.filter(pl.col("name").is_in(list(problems)))
@@ -266,4 +311,4 @@ def _first(bad: pl.DataFrame, table: pl.DataFrame, order: np.ndarray | None) -> 
     rank = np.empty(len(order), dtype=np.int64)
     rank[order] = np.arange(len(order))
     rows = np.searchsorted(table["index"].to_numpy(), bad["index"].to_numpy())
-    return bad[int(np.argmin(rank[rows])):][:1]
+    return bad[int(np.argmin(rank[rows])) :][:1]

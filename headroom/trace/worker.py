@@ -45,15 +45,23 @@ class Worker:
     """One worker process; `submit` a chunk (or `submit_file` a whole trace), then `result` it before
     submitting the next."""
 
-    started = False     # whether this process started one (a command that did is not replayed: cli/replay.py)
+    started = False  # whether this process started one (a command that did is not replayed: cli/replay.py)
 
     def __init__(self) -> None:
         Worker.started = True
         root = str(Path(__file__).resolve().parents[2])
-        env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p),
-                   HEADROOM_LOAD_WORKERS="0", POLARS_MAX_THREADS="1")   # one core each: the loader has the other
-        self.process = subprocess.Popen([sys.executable, "-c", "from headroom.trace.worker_main import main; main()"],
-                                        stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env)
+        env = dict(
+            os.environ,
+            PYTHONPATH=os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p),
+            HEADROOM_LOAD_WORKERS="0",
+            POLARS_MAX_THREADS="1",
+        )  # one core each: the loader has the other
+        self.process = subprocess.Popen(
+            [sys.executable, "-c", "from headroom.trace.worker_main import main; main()"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            env=env,
+        )
         self.busy = False
         self.closed = False
 
@@ -88,7 +96,7 @@ class Worker:
         if self.closed:
             return
         self.closed = True
-        if self.busy:     # its answer is not wanted (the loader stopped on an error): do not wait for it
+        if self.busy:  # its answer is not wanted (the loader stopped on an error): do not wait for it
             self.process.kill()
         try:
             if self.process.stdin is not None:
@@ -97,7 +105,6 @@ class Worker:
             pass
         try:
             self.process.wait(timeout=10)
-        except subprocess.TimeoutExpired:   # pragma: no cover
+        except subprocess.TimeoutExpired:  # pragma: no cover
             self.process.kill()
             self.process.wait()
-

@@ -34,16 +34,20 @@ def main() -> None:
                 path, start, prefix, folder = pickle.loads(view[1:])
                 numbers = iter(range(1 << 30))
                 result = chunks.decode_second_half(
-                    Path(path), start, prefix,
-                    (lambda part: chunks.spill(part, Path(folder), next(numbers))) if folder else (lambda part: part))
+                    Path(path),
+                    start,
+                    prefix,
+                    (lambda part: chunks.spill(part, Path(folder), next(numbers))) if folder else (lambda part: part),
+                )
                 if not isinstance(result, str):
                     _send_parts(stdout, *result)
                     continue
             else:
                 from headroom.trace import load  # (pandas: imported only for whole files)
+
                 path, lenient = pickle.loads(view[1:])
                 result = load.decode(Path(path), lenient, workers=False)
-        except UserError as e:     # sent back, raised by the parent as its own
+        except UserError as e:  # sent back, raised by the parent as its own
             result = e
         del view, data
         worker.send(stdout, pickle.dumps(result, protocol=pickle.HIGHEST_PROTOCOL))

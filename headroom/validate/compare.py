@@ -132,8 +132,14 @@ def _param_grads(model: Any) -> dict[str, Any]:
     return out
 
 
-def check(step: Any, use: Callable[[str], None], modules: Callable[[], list[Any]], device: Any, dtype: str,
-          gate: float | None = None) -> CheckResult:
+def check(
+    step: Any,
+    use: Callable[[str], None],
+    modules: Callable[[], list[Any]],
+    device: Any,
+    dtype: str,
+    gate: float | None = None,
+) -> CheckResult:
     """Base vs variant on the step's own inputs (see the module docstring). `use(side)` switches the
     model; `modules()` lists the replaced modules active now."""
     import torch
@@ -169,8 +175,9 @@ def check(step: Any, use: Callable[[str], None], modules: Callable[[], list[Any]
     res.compared.append(compare_tensor("loss", losses["variant"].detach(), losses["base"].detach(), g))
     b_in, v_in = grads_in["base"], grads_in["variant"]
     if len(b_in) != len(v_in) or any(x is None for x in b_in + v_in):
-        res.compared.append(Compared(f"gradients into the replaced modules ({len(v_in)} vs {len(b_in)})",
-                                     math.inf, math.inf, g))
+        res.compared.append(
+            Compared(f"gradients into the replaced modules ({len(v_in)} vs {len(b_in)})", math.inf, math.inf, g)
+        )
     else:
         for i, (want, got) in enumerate(zip(b_in, v_in)):
             res.compared.append(compare_tensor(f"d input {i} of the replaced modules", got, want, g))
@@ -183,8 +190,9 @@ def check(step: Any, use: Callable[[str], None], modules: Callable[[], list[Any]
     return res
 
 
-def _train_pass(step: Any, use: Callable[[str], None], modules: Callable[[], list[Any]], model: Any,
-                device: Any) -> tuple[dict, dict, dict]:
+def _train_pass(
+    step: Any, use: Callable[[str], None], modules: Callable[[], list[Any]], model: Any, device: Any
+) -> tuple[dict, dict, dict]:
     """Base and variant forwards (same seed), then their backwards: losses, input and parameter gradients."""
     import torch
 

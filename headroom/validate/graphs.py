@@ -25,15 +25,16 @@ from headroom.profile.graphs import (
 from headroom.stepstats import StepStats
 
 
-def graph_sides(step: Callable[[], Any], use: Callable[[str], None], device: Any
-                ) -> tuple[Callable[[], None], Callable[[str], None]]:
+def graph_sides(
+    step: Callable[[], Any], use: Callable[[str], None], device: Any
+) -> tuple[Callable[[], None], Callable[[str], None]]:
     """(replay, use): ``replay()`` replays the graph of the side ``use(side)`` chose last; base first."""
     if getattr(device, "type", "cpu") != "cuda":
         raise UserError("--graphs needs a CUDA device (it captures each side as a CUDA graph)")
     graphs = {}
     for side in ("base", "variant"):
         use(side)
-        graphs[side] = capture_step(step, device)   # kept alive: its graph and memory pool
+        graphs[side] = capture_step(step, device)  # kept alive: its graph and memory pool
     use("base")
     current = ["base"]
 
@@ -47,8 +48,16 @@ def graph_sides(step: Callable[[], Any], use: Callable[[str], None], device: Any
     return replay, use_graph
 
 
-def record_graph_trace(step: Callable[[], Any], device: Any, dest: Path, manifest: dict[str, Any], cfg: Any,
-                       record: Callable[..., StepStats], *, steps: int) -> StepStats:
+def record_graph_trace(
+    step: Callable[[], Any],
+    device: Any,
+    dest: Path,
+    manifest: dict[str, Any],
+    cfg: Any,
+    record: Callable[..., StepStats],
+    *,
+    steps: int,
+) -> StepStats:
     """One side's trace under --graphs: the eager step and the capture profiled into ``captures/<dest name>``
     (the module ranges the caller installed are on), then ``record(replay, device, dest, manifest, steps=...)``
     profiles replays of that capture. The manifest names the capture trace, as `headroom profile --graphs`'s
@@ -57,8 +66,9 @@ def record_graph_trace(step: Callable[[], Any], device: Any, dest: Path, manifes
 
     raw = dest.with_name(f".{dest.name}.{os.getpid()}.raw.json")
     activities = [ProfilerActivity.CPU, ProfilerActivity.CUDA]
-    captured = recorded_capture(step, device, capture_raw(raw), activities=activities, record_shapes=True,
-                                experimental=None)
+    captured = recorded_capture(
+        step, device, capture_raw(raw), activities=activities, record_shapes=True, experimental=None
+    )
     full = {**manifest, "graphs": graphs_manifest(cfg, dest.name, captured.capture_s)}
     try:
         stats = record(captured.replay, device, dest, full, steps=steps)

@@ -50,7 +50,7 @@ RUN_FILE = "run.json"
 RESULT_FILE = "result.json"
 BASE_TRACE = "base.json.gz"
 VARIANT_TRACE = "variant.json.gz"
-LAUNCH_BOUND_IDLE = 0.5   # GPU idle at least half of the base trace's window: launch-bound
+LAUNCH_BOUND_IDLE = 0.5  # GPU idle at least half of the base trace's window: launch-bound
 SOURCE = "headroom validate: measured in the variant trace"
 
 
@@ -68,43 +68,43 @@ class Replacement:
 
 @dataclass
 class StepBaseline:
-    step_ms: float | None               # the base model's measured step (median of its rounds)
-    idle_fraction: float                # GPU idle in the base trace
-    launch_bound: bool                  # idle at least LAUNCH_BOUND_IDLE of the window
+    step_ms: float | None  # the base model's measured step (median of its rounds)
+    idle_fraction: float  # GPU idle in the base trace
+    launch_bound: bool  # idle at least LAUNCH_BOUND_IDLE of the window
 
 
 @dataclass
 class Measured:
     """`timing.summarise` of the interleaved rounds (headroom.measure)."""
 
-    speedup: float | None               # median of the rounds' paired ratios (block means)
-    ci: list[float | None]              # its order-statistics interval
-    coverage: float | None              # that interval's coverage (>= 0.95)
-    noise: float | None                 # the median's standard error, log scale
+    speedup: float | None  # median of the rounds' paired ratios (block means)
+    ci: list[float | None]  # its order-statistics interval
+    coverage: float | None  # that interval's coverage (>= 0.95)
+    noise: float | None  # the median's standard error, log scale
     method: str
-    base_ms: float | None               # median block means
+    base_ms: float | None  # median block means
     variant_ms: float | None
     step_median_ms: list[float | None]  # each side's median step (base, variant)
     rounds: int
-    stop: str                           # tight | max_rounds | budget | fixed (a run saved before adaptive rounds)
+    stop: str  # tight | max_rounds | budget | fixed (a run saved before adaptive rounds)
 
 
 @dataclass
 class PartTimes:
-    speedup: float | None               # base_us / variant_us
-    base_us: float                      # the part's kernel time per step in each trace
+    speedup: float | None  # base_us / variant_us
+    base_us: float  # the part's kernel time per step in each trace
     variant_us: float
-    launches_per_call: list[float | None]   # base, variant
+    launches_per_call: list[float | None]  # base, variant
 
 
 @dataclass
 class Projected:
-    estimate: float | None              # the a-priori estimate (verify's result on the base trace); None without it
-    low: float | None                   # its calibrated interval at `level`, the measurement's noise included
+    estimate: float | None  # the a-priori estimate (verify's result on the base trace); None without it
+    low: float | None  # its calibrated interval at `level`, the measurement's noise included
     high: float | None
     level: float | None
-    source: str | None                  # the verify result it projects
-    amdahl: float | None                # diagnostics, from the variant trace's part
+    source: str | None  # the verify result it projects
+    amdahl: float | None  # diagnostics, from the variant trace's part
     replay: float | None
     variant_estimate: float | None
 
@@ -129,16 +129,16 @@ class BaseVariant:
 class Detail:
     trace_mode: str
     calls_per_step: float
-    part_base: dict[str, Any]           # headroom.extract.part.PartTime of each trace
+    part_base: dict[str, Any]  # headroom.extract.part.PartTime of each trace
     part_variant: dict[str, Any]
     profiled_step_ms: BaseVariant
     estimate_method: str | None
     interval_method: str | None
     variant_envelope: list[float | None]  # the variant-based estimate's CPU-outcome bounds [low, high]
-    part_syncs: float | None            # host synchronisations per replaced call in the variant trace
+    part_syncs: float | None  # host synchronisations per replaced call in the variant trace
     part_cpu: dict[str, Any] | None
     projection_warnings: list[str]
-    part_kernels: BaseVariant           # [name, calls, us] of the part's top kernels in each trace
+    part_kernels: BaseVariant  # [name, calls, us] of the part's top kernels in each trace
 
 
 @dataclass
@@ -168,8 +168,9 @@ def paths_selector(paths: list[str]) -> str:
     return f"module:^(?:{alts})(?:\\.|$)"
 
 
-def _speedup_entry(selector: str, factor: float, launches: int | None, call_us: float | None = None,
-                   syncs: float | None = None) -> Speedup:
+def _speedup_entry(
+    selector: str, factor: float, launches: int | None, call_us: float | None = None, syncs: float | None = None
+) -> Speedup:
     kw: dict[str, Any] = {}
     fields = {f.name for f in dataclasses.fields(Speedup)}
     if launches is not None and "launches" in fields:
@@ -221,13 +222,25 @@ def part_cpu(base: Any, variant: Any, selector: str) -> dict[str, Any] | None:
     target, src = unprofiled_step_us(bb)
     scale = solve_cpu_scale(bb, target, src).cpu_scale if target is not None else 1.0
     base_us = float(np.mean([c.footprint_us for c in cb]))
-    out = {"base_call_us": base_us, "variant_call_us": None, "calls": [len(cb), len(cv)], "cpu_speed_ratio": None,
-           "ratio_ops": None, "cpu_scale": scale, "call_us": None, "syncs": syncs}
+    out = {
+        "base_call_us": base_us,
+        "variant_call_us": None,
+        "calls": [len(cb), len(cv)],
+        "cpu_speed_ratio": None,
+        "ratio_ops": None,
+        "cpu_scale": scale,
+        "call_us": None,
+        "syncs": syncs,
+    }
     if cv:
         ratio, names, ops = cpu_speed_ratio(ob, ov)
         var_us = float(np.mean([c.footprint_us for c in cv]))
-        out.update(variant_call_us=var_us, cpu_speed_ratio=ratio, ratio_ops=[names, ops],
-                   call_us=var_us / ratio * scale if ratio > 0 else None)
+        out.update(
+            variant_call_us=var_us,
+            cpu_speed_ratio=ratio,
+            ratio_ops=[names, ops],
+            call_us=var_us / ratio * scale if ratio > 0 else None,
+        )
     return out
 
 
@@ -270,56 +283,87 @@ def _unprofiled(p: Any) -> float | None:
     return float(u.speedup) if u else p.speedup
 
 
-def projections(base: Any, paths: list[str], calls_per_step: float, pb: Any, pv: Any,
-                variant: Any = None) -> dict[str, Any]:
+def projections(
+    base: Any, paths: list[str], calls_per_step: float, pb: Any, pv: Any, variant: Any = None
+) -> dict[str, Any]:
     """Amdahl, replay and the estimate from the base trace with the part's measured speedups (and, given
     the variant trace, the CPU time of its calls: `part_cpu`)."""
     sel = paths_selector(paths)
     cpu = part_cpu(base, variant, f"{sel} & phase:forward") if variant is not None and pb.forward_us > 0 else None
     entries = []
-    for phase, b_us, v_us, v_k in (("forward", pb.forward_us, pv.forward_us, pv.forward_kernels),
-                                   ("backward", pb.backward_us, pv.backward_us, pv.backward_kernels)):
+    for phase, b_us, v_us, v_k in (
+        ("forward", pb.forward_us, pv.forward_us, pv.forward_kernels),
+        ("backward", pb.backward_us, pv.backward_us, pv.backward_kernels),
+    ):
         if b_us <= 0:
             continue
         factor = _ratio(b_us, v_us)
         if not math.isfinite(factor):
-            factor = 1e9   # the variant runs no kernel here: the part takes (practically) no time
+            factor = 1e9  # the variant runs no kernel here: the part takes (practically) no time
         # A call is one module range instance on the launching thread: the forward's. Backward kernels run
         # on autograd's thread outside every range, so the backward entry leaves launches unchanged.
         launches = round(v_k / calls_per_step) if phase == "forward" and calls_per_step > 0 else None
         fwd = cpu if cpu and phase == "forward" else {}
         entries.append(_speedup_entry(f"{sel} & phase:{phase}", factor, launches, fwd.get("call_us"), fwd.get("syncs")))
     if not entries:
-        return {"amdahl": 1.0, "replay": 1.0 if base.mode == "gpu" else None, "estimate": None, "low": None,
-                "high": None, "method": None, "cpu": None, "warnings": ["the part has no kernels in the base trace"]}
+        return {
+            "amdahl": 1.0,
+            "replay": 1.0 if base.mode == "gpu" else None,
+            "estimate": None,
+            "low": None,
+            "high": None,
+            "method": None,
+            "cpu": None,
+            "warnings": ["the part has no kernels in the base trace"],
+        }
     res = project(base, entries)
     amdahl = res.get("amdahl")
     replay = res.get("replay")
     est = _estimate(res)
-    return {"amdahl": _unprofiled(amdahl), "replay": _unprofiled(replay),
-            "estimate": est.get("speedup") if est else None, "low": est.get("low") if est else None,
-            "high": est.get("high") if est else None, "method": est.get("method") if est else None,
-            "cpu": cpu, "warnings": list(res.warnings)}
+    return {
+        "amdahl": _unprofiled(amdahl),
+        "replay": _unprofiled(replay),
+        "estimate": est.get("speedup") if est else None,
+        "low": est.get("low") if est else None,
+        "high": est.get("high") if est else None,
+        "method": est.get("method") if est else None,
+        "cpu": cpu,
+        "warnings": list(res.warnings),
+    }
 
 
-def apriori(base: Any, inputs: tuple[Path | None, Path | None] | None, noise: float | None,
-            where: Path | None = None) -> dict[str, Any]:
+def apriori(
+    base: Any, inputs: tuple[Path | None, Path | None] | None, noise: float | None, where: Path | None = None
+) -> dict[str, Any]:
     """The a-priori estimate (`headroom.validate.apriori`) and its calibrated interval for a measurement with
     log-scale noise `noise`; nothing without verify's result."""
-    none: dict[str, Any] = {"estimate": None, "low": None, "high": None, "level": None, "source": None, "method": None,
-            "interval_method": None, "warnings": []}
+    none: dict[str, Any] = {
+        "estimate": None,
+        "low": None,
+        "high": None,
+        "level": None,
+        "source": None,
+        "method": None,
+        "interval_method": None,
+        "warnings": [],
+    }
     if not inputs or inputs[0] is None:
-        return dict(none, warnings=["no a-priori estimate: give verify's result of the candidate on the extracted "
-                                    "problem (--speedups verify.json --problems ENTRY.toml)"])
+        return dict(
+            none,
+            warnings=[
+                "no a-priori estimate: give verify's result of the candidate on the extracted "
+                "problem (--speedups verify.json --problems ENTRY.toml)"
+            ],
+        )
     from headroom.projection.calibration import shipped_calibration
     from headroom.validate.apriori import apriori_projection
 
     verify, problems = inputs
-    if verify is None:   # (checked above: narrowed for the type checker)
+    if verify is None:  # (checked above: narrowed for the type checker)
         return dict(none)
     try:
         _, res = apriori_projection(base, verify, problems)
-    except UserError as e:   # e.g. verify was inconclusive: no speedup to project
+    except UserError as e:  # e.g. verify was inconclusive: no speedup to project
         return dict(none, warnings=[f"no a-priori estimate from {verify.name}: {e}"])
     est = res.estimate
     if est is None or not math.isfinite(est.speedup):
@@ -330,12 +374,25 @@ def apriori(base: Any, inputs: tuple[Path | None, Path | None] | None, noise: fl
         source = str(Path(verify).resolve().relative_to(where.resolve())) if where is not None else str(verify)
     except ValueError:
         source = str(verify)
-    return {"estimate": float(est.speedup), "low": lo, "high": hi, "level": cal.level, "source": source,
-            "method": est.method, "interval_method": cal.method, "warnings": list(res.warnings)}
+    return {
+        "estimate": float(est.speedup),
+        "low": lo,
+        "high": hi,
+        "level": cal.level,
+        "source": source,
+        "method": est.method,
+        "interval_method": cal.method,
+        "warnings": list(res.warnings),
+    }
 
 
-def compute(run: dict[str, Any], base: Any, variant: Any, inputs: tuple[Path | None, Path | None] | None = None,
-            where: Path | None = None) -> ValidateResult:
+def compute(
+    run: dict[str, Any],
+    base: Any,
+    variant: Any,
+    inputs: tuple[Path | None, Path | None] | None = None,
+    where: Path | None = None,
+) -> ValidateResult:
     """The result (docs/validate.md) from a run record, the two analysed traces and, for the estimate,
     verify's result and the problem's entry (`inputs`; `where`: the run directory they are named from)."""
     reps = run["replacements"]
@@ -357,20 +414,39 @@ def compute(run: dict[str, Any], base: Any, variant: Any, inputs: tuple[Path | N
         replacements=[Replacement(r["module"], r["candidate"], r["instances"]) for r in reps],
         baseline=StepBaseline(m["base_ms"], idle, bool(base.mode == "gpu" and idle >= LAUNCH_BOUND_IDLE)),
         measured=Measured(**m),
-        part=PartTimes(_finite(_ratio(base_us, var_us)), base_us, var_us,
-                       [pb.kernels / calls if calls else None, pv.kernels / calls if calls else None]),
-        projected=Projected(ap["estimate"], ap["low"], ap["high"], ap["level"], ap["source"], proj["amdahl"],
-                            proj["replay"], proj["estimate"]),
+        part=PartTimes(
+            _finite(_ratio(base_us, var_us)),
+            base_us,
+            var_us,
+            [pb.kernels / calls if calls else None, pv.kernels / calls if calls else None],
+        ),
+        projected=Projected(
+            ap["estimate"],
+            ap["low"],
+            ap["high"],
+            ap["level"],
+            ap["source"],
+            proj["amdahl"],
+            proj["replay"],
+            proj["estimate"],
+        ),
         error=Errors(err(ap["estimate"]), err(proj["amdahl"]), err(proj["replay"]), err(proj["estimate"])),
         config=run.get("config", {}),
         check=run.get("check", {}),
         detail=Detail(
-            trace_mode=base.mode, calls_per_step=calls, part_base=plain(pb), part_variant=plain(pv),
+            trace_mode=base.mode,
+            calls_per_step=calls,
+            part_base=plain(pb),
+            part_variant=plain(pv),
             profiled_step_ms=BaseVariant(base.step_us / 1e3, variant.step_us / 1e3),
-            estimate_method=ap["method"], interval_method=ap["interval_method"],
-            variant_envelope=[proj["low"], proj["high"]], part_syncs=cpu.get("syncs") if cpu else None,
-            part_cpu=cpu, projection_warnings=ap["warnings"] + proj["warnings"],
-            part_kernels=BaseVariant(top_kernels(base, paths), top_kernels(variant, paths))),
+            estimate_method=ap["method"],
+            interval_method=ap["interval_method"],
+            variant_envelope=[proj["low"], proj["high"]],
+            part_syncs=cpu.get("syncs") if cpu else None,
+            part_cpu=cpu,
+            projection_warnings=ap["warnings"] + proj["warnings"],
+            part_kernels=BaseVariant(top_kernels(base, paths), top_kernels(variant, paths)),
+        ),
     )
 
 

@@ -1,10 +1,10 @@
 """One validate run, in the worker process: build, substitute, check, time interleaved, profile both.
 
-    build (constructor arguments of each replaced class recorded)
-      -> candidates for every instance (weights tied)   -> one step counting their calls
-      -> check: outputs (and gradients) base vs variant  -> refuse when they differ
-      -> interleaved rounds                             -> profile base, profile variant (module ranges)
-      -> run.json, base.json.gz, variant.json.gz, result.json in the run's directory
+build (constructor arguments of each replaced class recorded)
+  -> candidates for every instance (weights tied)   -> one step counting their calls
+  -> check: outputs (and gradients) base vs variant  -> refuse when they differ
+  -> interleaved rounds                             -> profile base, profile variant (module ranges)
+  -> run.json, base.json.gz, variant.json.gz, result.json in the run's directory
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from headroom.extract.record import module_ranges, record_trace, remove
 from headroom.jsonio import dumps, plain
 from headroom.profile.environment import environment
 from headroom.profile.registry import get_workload, load_workload_file
-from headroom.profile.workload import Options
+from headroom.profile.workload import Options, RunConfig, WorkloadSpec
 from headroom.validate.compare import check
 from headroom.validate.result import (
     BASE_TRACE,
@@ -46,9 +46,9 @@ class Request:
     """What the parent asks the worker to do (JSON across the process boundary)."""
 
     workload: str
-    replace: list[tuple[str, str]]            # (CLASS, candidate path as given)
-    options: dict[str, Any]                   # headroom.profile.workload.Options fields
-    out: str                                  # the run's (temporary) directory
+    replace: list[tuple[str, str]]  # (CLASS, candidate path as given)
+    options: dict[str, Any]  # headroom.profile.workload.Options fields
+    out: str  # the run's (temporary) directory
     device: str | None = None
     rounds: int = MIN_ROUNDS
     steps_per_round: int | None = None
@@ -56,14 +56,14 @@ class Request:
     gate: float | None = None
     workload_file: str | None = None
     command: str = ""
-    threads: int | None = None                # torch CPU threads (None: torch's default)
-    max_rounds: int | None = None             # adaptive rounds (headroom.validate.timing.policy)
+    threads: int | None = None  # torch CPU threads (None: torch's default)
+    max_rounds: int | None = None  # adaptive rounds (headroom.validate.timing.policy)
     target_width: float | None = None
     budget_s: float | None = None
-    timer: str | None = None                  # headroom.measure.timers (None: the device's default)
-    speedups: str | None = None               # verify's result of the candidate (the a-priori estimate)
-    problems: str | None = None               # the extracted problem's entry (.toml)
-    graphs: bool = False                      # time CUDA-graph replays of each side (headroom.validate.graphs)
+    timer: str | None = None  # headroom.measure.timers (None: the device's default)
+    speedups: str | None = None  # verify's result of the candidate (the a-priori estimate)
+    problems: str | None = None  # the extracted problem's entry (.toml)
+    graphs: bool = False  # time CUDA-graph replays of each side (headroom.validate.graphs)
 
     def to_json(self) -> str:
         return json.dumps(self.__dict__)
@@ -99,14 +99,19 @@ def _timing(req: Request, step: Any, use: Callable[[str], None], dev: Any, say: 
 
         say.stage("graphs", "base and variant each captured as a CUDA graph; the rounds time their replays")
         step, use = graph_sides(step, use, dev)
-    say.stage("timing", f"interleaved rounds (base/variant alternating): {pol.min_rounds} to {pol.max_rounds}, "
-                        f"until the interval is {pol.target_width:g} tight or {pol.budget_s:g} s are spent")
+    say.stage(
+        "timing",
+        f"interleaved rounds (base/variant alternating): {pol.min_rounds} to {pol.max_rounds}, "
+        f"until the interval is {pol.target_width:g} tight or {pol.budget_s:g} s are spent",
+    )
     timing = interleave(step, use, dev, k=req.steps_per_round, progress=say.note, round_policy=pol, timer=req.timer)
     timing["graphs"] = bool(req.graphs)
     m = summarise(timing)
     ci = "-".join(f"{x:.4f}" for x in m["ci"]) if None not in m["ci"] else "none"
-    say.note(f"measured {m['speedup']:.4f}x ({100 * (m['coverage'] or 0):.1f}% interval {ci}; {m['rounds']} rounds, "
-             f"stopped: {m['stop']}), base {m['base_ms']:.3f} ms, variant {m['variant_ms']:.3f} ms")
+    say.note(
+        f"measured {m['speedup']:.4f}x ({100 * (m['coverage'] or 0):.1f}% interval {ci}; {m['rounds']} rounds, "
+        f"stopped: {m['stop']}), base {m['base_ms']:.3f} ms, variant {m['variant_ms']:.3f} ms"
+    )
     return timing, m
 
 
@@ -119,7 +124,7 @@ def _keep_inputs(req: Request, out: Path) -> tuple[Path | None, Path | None] | N
     if not req.speedups:
         return None
     suffix = Path(req.speedups).suffix.lower()
-    verify = out / (VERIFY_FILE if suffix == ".json" else f"speedups{suffix}")   # the format goes by its suffix
+    verify = out / (VERIFY_FILE if suffix == ".json" else f"speedups{suffix}")  # the format goes by its suffix
     shutil.copyfile(req.speedups, verify)
     entry = None
     if req.problems:
@@ -151,8 +156,10 @@ def _checked(req: Request, workload: str, cfg: Any, step: Any, sub: Any, dev: An
     w = res.worst
     assert w is not None, "a comparison of one tensor or more has a worst one"
     if not res.passed:
-        raise UserError(f"the substituted model differs from the original: {w.name} relative L2 error "
-                        f"{w.rel_l2:.3g} > {w.gate:g} ({cfg.dtype} gate); nothing written")
+        raise UserError(
+            f"the substituted model differs from the original: {w.name} relative L2 error "
+            f"{w.rel_l2:.3g} > {w.gate:g} ({cfg.dtype} gate); nothing written"
+        )
     say.note(f"passed: {len(res.compared)} tensors, worst {w.name} {w.rel_l2:.2e} (gate {w.gate:g})")
     return res
 
@@ -162,16 +169,7 @@ def run(req: Request, say: Say) -> ValidateResult:
 
     if req.threads:
         torch.set_num_threads(req.threads)
-    if req.workload_file:
-        load_workload_file(req.workload_file)
-    spec = get_workload(req.workload)
-    dev = resolve_device(req.device)
-    opts = Options(**req.options)
-    cfg = spec.resolve(opts, dev.type)
-    if cfg.compile:
-        raise UserError("validate swaps modules of an eager model; --compile is not supported")
-    for note in cfg.notes:
-        say.note(f"scaled for the CPU: {note}")
+    spec, dev, cfg = _resolved(req, say)
     out = Path(req.out)
     out.mkdir(parents=True, exist_ok=True)
 
@@ -180,25 +178,17 @@ def run(req: Request, say: Say) -> ValidateResult:
         torch.backends.cuda.matmul.allow_tf32 = cfg.tf32
         torch.backends.cudnn.allow_tf32 = cfg.tf32
     torch.manual_seed(0)
-    say.stage("build", f"{spec.name} ({cfg.variant}, batch {cfg.batch}{', seq ' + str(cfg.seq) if cfg.seq else ''}, "
-                       f"{cfg.dtype}, {dev})")
+    say.stage(
+        "build",
+        f"{spec.name} ({cfg.variant}, batch {cfg.batch}{', seq ' + str(cfg.seq) if cfg.seq else ''}, "
+        f"{cfg.dtype}, {dev})",
+    )
     step = None
     try:
         with contextlib.ExitStack() as stack:
             built = {c.cls: stack.enter_context(record_constructions(c.cls)) for c in classes}
             step = spec.build(cfg, dev)
-        say.stage("substitute", "ModelNew(*get_init_inputs()) for every instance, weights tied to the originals")
-        sub = substitute(step.modules, classes, built, dev, step.train)
-        for r in sub.replacements:
-            say.note(f"{r.module}: {len(r.paths)} instance(s) -> {r.candidate.name} "
-                     f"({'tied' if r.tied else 'own copy of the'} weights)")
-        say.stage("calls", "one base step counting the replaced modules' calls")
-        for r in sub.replacements:
-            r.calls_per_step = len(record_calls(step, r.cls, instances_of(step.modules, r.cls)))
-        say.stage("candidate-step", "one variant step")
-        sub.use("variant")
-        step()
-        sub.use("base")
+        sub = _substituted(step, classes, built, dev, say)
 
         res = _checked(req, spec.name, cfg, step, sub, dev, say)
         timing, m = _timing(req, step, sub.use, dev, say)
@@ -212,13 +202,10 @@ def run(req: Request, say: Say) -> ValidateResult:
             sub.use(side)
             handles = module_ranges(step)
             try:
-                manifest = {"tool": "headroom validate", "side": side, **plain(cfg), "domain": spec.domain,
-                            "model": spec.model, "params": step.params, "info": dict(step.info),
-                            "device_type": dev.type, **env, "replacements": rep_dicts,
-                            "timing": {"step_ms": step_ms, "method": timing["method"],
-                                       "source": "interleaved rounds (headroom validate)"},
-                            "command": req.command, "date": date, "trace": name}
-                if req.graphs:   # the capture profiled, then its replays (headroom.validate.graphs)
+                model = {"domain": spec.domain, "model": spec.model, "params": step.params, "info": dict(step.info)}
+                manifest = _side_manifest(side, name, cfg, model, dev, env, rep_dicts, step_ms, timing["method"])
+                manifest.update(command=req.command, date=date, trace=name)
+                if req.graphs:  # the capture profiled, then its replays (headroom.validate.graphs)
                     from headroom.validate.graphs import record_graph_trace
 
                     record_graph_trace(step, dev, out / name, manifest, cfg, record_trace, steps=n_prof)
@@ -232,13 +219,82 @@ def run(req: Request, say: Say) -> ValidateResult:
         if step is not None:
             step.close()
 
-    record = {"schema": RUN_SCHEMA, "tool": "headroom validate", "workload": spec.name,
-              "config": plain(cfg), "device": str(dev), "gpu": env.get("gpu"),
-              "replacements": rep_dicts, "check": plain(res), "timing": timing,
-              "profiled_steps": n_prof, "traces": {"base": BASE_TRACE, "variant": VARIANT_TRACE},
-              "peak_memory_gb": round(peak, 2) if peak is not None else None,
-              "command": req.command, "date": date}
+    record = {
+        "schema": RUN_SCHEMA,
+        "tool": "headroom validate",
+        "workload": spec.name,
+        "config": plain(cfg),
+        "device": str(dev),
+        "gpu": env.get("gpu"),
+        "replacements": rep_dicts,
+        "check": plain(res),
+        "timing": timing,
+        "profiled_steps": n_prof,
+        "traces": {"base": BASE_TRACE, "variant": VARIANT_TRACE},
+        "peak_memory_gb": round(peak, 2) if peak is not None else None,
+        "command": req.command,
+        "date": date,
+    }
     return _write(req, record, out, say)
+
+
+def _resolved(req: Request, say: Say) -> tuple[WorkloadSpec, Any, RunConfig]:
+    """The workload, the device and the run's configuration the request names (a CPU's scaling said)."""
+    if req.workload_file:
+        load_workload_file(req.workload_file)
+    spec = get_workload(req.workload)
+    dev = resolve_device(req.device)
+    cfg = spec.resolve(Options(**req.options), dev.type)
+    if cfg.compile:
+        raise UserError("validate swaps modules of an eager model; --compile is not supported")
+    for note in cfg.notes:
+        say.note(f"scaled for the CPU: {note}")
+    return spec, dev, cfg
+
+
+def _substituted(step: Any, classes: list[Any], built: dict[Any, Any], dev: Any, say: Say) -> Any:
+    """Every instance of the replaced classes swapped for its candidate (weights tied), each replaced module's calls
+    per step counted, and one variant step run; the base side in use."""
+    say.stage("substitute", "ModelNew(*get_init_inputs()) for every instance, weights tied to the originals")
+    sub = substitute(step.modules, classes, built, dev, step.train)
+    for r in sub.replacements:
+        say.note(
+            f"{r.module}: {len(r.paths)} instance(s) -> {r.candidate.name} "
+            f"({'tied' if r.tied else 'own copy of the'} weights)"
+        )
+    say.stage("calls", "one base step counting the replaced modules' calls")
+    for r in sub.replacements:
+        r.calls_per_step = len(record_calls(step, r.cls, instances_of(step.modules, r.cls)))
+    say.stage("candidate-step", "one variant step")
+    sub.use("variant")
+    step()
+    sub.use("base")
+    return sub
+
+
+def _side_manifest(
+    side: str,
+    name: str,
+    cfg: RunConfig,
+    model: dict[str, Any],
+    dev: Any,
+    env: dict[str, Any],
+    replacements: list[dict[str, Any]],
+    step_ms: float,
+    method: str,
+) -> dict[str, Any]:
+    """One side's trace manifest, less the command, date and trace name: the configuration, the model, the
+    environment, the replacements, the side's step time from the interleaved rounds."""
+    return {
+        "tool": "headroom validate",
+        "side": side,
+        **plain(cfg),
+        **model,
+        "device_type": dev.type,
+        **env,
+        "replacements": replacements,
+        "timing": {"step_ms": step_ms, "method": method, "source": "interleaved rounds (headroom validate)"},
+    }
 
 
 def _write(req: Request, record: dict, out: Path, say: Say) -> ValidateResult:

@@ -101,7 +101,7 @@ class ReplaceSpec:
 class Replacement:
     """One `--replace CLASS=CANDIDATE.py`: the instances, their originals and their candidates."""
 
-    module: str                      # CLASS as the user gave it
+    module: str  # CLASS as the user gave it
     cls: type
     candidate: Path
     new_cls: type
@@ -112,7 +112,14 @@ class Replacement:
     calls_per_step: int = 0
 
     JSON_KEYS: ClassVar[tuple[str | tuple[str, str], ...]] = (
-        "module", ("class", "class_name"), "candidate", "instances", "paths", "tied", "calls_per_step")
+        "module",
+        ("class", "class_name"),
+        "candidate",
+        "instances",
+        "paths",
+        "tied",
+        "calls_per_step",
+    )
 
     @property
     def class_name(self) -> str:
@@ -123,8 +130,9 @@ class Replacement:
         return len(self.paths)
 
 
-def build_candidate(new_cls: type, init: list[Any], orig: Any, device: Any, train: bool,
-                    where: str) -> tuple[Any, bool]:
+def build_candidate(
+    new_cls: type, init: list[Any], orig: Any, device: Any, train: bool, where: str
+) -> tuple[Any, bool]:
     """(ModelNew(*init) holding `orig`'s weights, whether they are tied to the originals)."""
     import torch
 
@@ -149,8 +157,10 @@ def build_candidate(new_cls: type, init: list[Any], orig: Any, device: Any, trai
         raise UserError(f"{where}: ModelNew(...) is not an nn.Module")
     fits, why = _state_fits(new, orig)
     if train:
-        raise UserError(f"{where}: ModelNew's state_dict does not fit {type(orig).__name__}'s ({why}); a training "
-                        f"run needs the same parameter names and shapes (the optimizer steps the original's)")
+        raise UserError(
+            f"{where}: ModelNew's state_dict does not fit {type(orig).__name__}'s ({why}); a training "
+            f"run needs the same parameter names and shapes (the optimizer steps the original's)"
+        )
     try:
         new.load_state_dict(orig.state_dict(), strict=True)
     except Exception as e:  # noqa: BLE001
@@ -189,8 +199,9 @@ class Substitution:
         return [m for r in self.replacements for m in (r.candidates if self.active == "variant" else r.originals)]
 
 
-def substitute(root: Any, specs: list[ReplaceSpec], built: dict[type, dict[int, Construction]],
-               device: Any, train: bool) -> Substitution:
+def substitute(
+    root: Any, specs: list[ReplaceSpec], built: dict[type, dict[int, Construction]], device: Any, train: bool
+) -> Substitution:
     """Candidates for every instance of each class (constructed, weights tied), not yet active."""
     reps = []
     taken: set[str] = set()

@@ -32,8 +32,8 @@ from headroom.measure.stats import METHOD, MIN_ROUNDS
 from headroom.stepstats import StepStats
 
 DEFAULT_MAX_ROUNDS = 40
-DEFAULT_TARGET_WIDTH = 1.02   # stop once the 95% interval's hi/lo is this tight (about +-1%)
-DEFAULT_BUDGET_S = 120.0      # wall seconds the rounds may take (at least min_rounds run)
+DEFAULT_TARGET_WIDTH = 1.02  # stop once the 95% interval's hi/lo is this tight (about +-1%)
+DEFAULT_BUDGET_S = 120.0  # wall seconds the rounds may take (at least min_rounds run)
 
 
 def steps_per_block(step_ms: float, device: Any, target_s: float | None = None) -> int:
@@ -44,20 +44,28 @@ def steps_per_block(step_ms: float, device: Any, target_s: float | None = None) 
     return int(min(50, max(2, math.ceil(target * 1e3 / step_ms))))
 
 
-def policy(rounds: int = MIN_ROUNDS, max_rounds: int | None = None, target_width: float | None = None,
-           budget_s: float | None = None) -> RoundPolicy:
+def policy(
+    rounds: int = MIN_ROUNDS,
+    max_rounds: int | None = None,
+    target_width: float | None = None,
+    budget_s: float | None = None,
+) -> RoundPolicy:
     """Validate's round policy: at least ``rounds``, at most ``max_rounds`` (default 40), until the interval
     is ``target_width`` tight (1.02) or ``budget_s`` (120 s) is spent."""
     if rounds < MIN_ROUNDS:
         raise ValueError(f"at least {MIN_ROUNDS} rounds")
     hi = max(rounds, max_rounds if max_rounds is not None else DEFAULT_MAX_ROUNDS)
-    return RoundPolicy(min_rounds=rounds, max_rounds=hi,
-                       target_width=target_width if target_width is not None else DEFAULT_TARGET_WIDTH,
-                       budget_s=budget_s if budget_s is not None else DEFAULT_BUDGET_S)
+    return RoundPolicy(
+        min_rounds=rounds,
+        max_rounds=hi,
+        target_width=target_width if target_width is not None else DEFAULT_TARGET_WIDTH,
+        budget_s=budget_s if budget_s is not None else DEFAULT_BUDGET_S,
+    )
 
 
-def _warm(step: Callable[[], Any], use: Callable[[str], None], device: Any, timer: Callable, warmup: int
-          ) -> dict[str, list[float]]:
+def _warm(
+    step: Callable[[], Any], use: Callable[[str], None], device: Any, timer: Callable, warmup: int
+) -> dict[str, list[float]]:
     import torch
 
     warm: dict[str, list[float]] = {}
@@ -71,9 +79,17 @@ def _warm(step: Callable[[], Any], use: Callable[[str], None], device: Any, time
     return warm
 
 
-def interleave(step: Callable[[], Any], use: Callable[[str], None], device: Any, rounds: int = MIN_ROUNDS,
-               k: int | None = None, warmup: int = 2, progress: Callable[[str], None] | None = None,
-               round_policy: RoundPolicy | None = None, timer: str | None = None) -> dict[str, Any]:
+def interleave(
+    step: Callable[[], Any],
+    use: Callable[[str], None],
+    device: Any,
+    rounds: int = MIN_ROUNDS,
+    k: int | None = None,
+    warmup: int = 2,
+    progress: Callable[[str], None] | None = None,
+    round_policy: RoundPolicy | None = None,
+    timer: str | None = None,
+) -> dict[str, Any]:
     """Run the rounds; returns the raw per-step times (what ``summarise`` and ``--from`` read)."""
     pol = round_policy or policy(rounds)
     name = timer or default_timer(device)
@@ -102,11 +118,21 @@ def interleave(step: Callable[[], Any], use: Callable[[str], None], device: Any,
 
     done = interleave_rounds(["base", "variant"], measure, pol, on_round=on_round)
     use("base")
-    return {"method": name, "steps_per_block": k, "warmup_steps": warmup + 2,
-            "warmup_ms": {s: [round(t, 6) for t in v] for s, v in warm.items()}, "rounds": recs,
-            "stop": done.stop, "seconds": round(done.seconds, 3),
-            "policy": {"min_rounds": pol.min_rounds, "max_rounds": pol.max_rounds,
-                       "target_width": pol.target_width, "budget_s": pol.budget_s}}
+    return {
+        "method": name,
+        "steps_per_block": k,
+        "warmup_steps": warmup + 2,
+        "warmup_ms": {s: [round(t, 6) for t in v] for s, v in warm.items()},
+        "rounds": recs,
+        "stop": done.stop,
+        "seconds": round(done.seconds, 3),
+        "policy": {
+            "min_rounds": pol.min_rounds,
+            "max_rounds": pol.max_rounds,
+            "target_width": pol.target_width,
+            "budget_s": pol.budget_s,
+        },
+    }
 
 
 def summarise(timing: dict[str, Any]) -> dict[str, Any]:
@@ -116,9 +142,18 @@ def summarise(timing: dict[str, Any]) -> dict[str, Any]:
     base = [statistics.fmean(r["base_ms"]) for r in rounds]
     var = [statistics.fmean(r["variant_ms"]) for r in rounds]
     c = compare(base, var)
-    steps = {s: StepStats([t for r in rounds for t in r[f"{s}_ms"]], timing.get("method", ""))
-             for s in ("base", "variant")}
-    return {"speedup": c.estimate, "ci": [c.low, c.high], "coverage": c.coverage, "noise": log_noise(base, var),
-            "method": METHOD, "base_ms": statistics.median(base), "variant_ms": statistics.median(var),
-            "step_median_ms": [steps["base"].median_ms, steps["variant"].median_ms], "rounds": c.rounds,
-            "stop": timing.get("stop") or "fixed"}
+    steps = {
+        s: StepStats([t for r in rounds for t in r[f"{s}_ms"]], timing.get("method", "")) for s in ("base", "variant")
+    }
+    return {
+        "speedup": c.estimate,
+        "ci": [c.low, c.high],
+        "coverage": c.coverage,
+        "noise": log_noise(base, var),
+        "method": METHOD,
+        "base_ms": statistics.median(base),
+        "variant_ms": statistics.median(var),
+        "step_median_ms": [steps["base"].median_ms, steps["variant"].median_ms],
+        "rounds": c.rounds,
+        "stop": timing.get("stop") or "fixed",
+    }

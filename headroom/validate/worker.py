@@ -37,8 +37,10 @@ def explain(e: BaseException, stage: str, candidates: list[str]) -> str:
     if isinstance(e, UserError):
         return str(e)
     if _is_oom(e):
-        return (f"out of memory during {stage} ({text[:160]}); two variants share one model, so try a "
-                f"smaller --batch or --seq")
+        return (
+            f"out of memory during {stage} ({text[:160]}); two variants share one model, so try a "
+            f"smaller --batch or --seq"
+        )
     where = _candidate_frame(e.__traceback__, candidates)
     if where:
         return f"the candidate raised {type(e).__name__} during {stage} ({where}): {text[:200]}"
@@ -49,7 +51,7 @@ def main(argv: list[str]) -> int:
     from headroom.errors import library_warnings_in_one_style
     from headroom.validate.run import Request, Say, run
 
-    library_warnings_in_one_style()       # relayed by the parent: in the style of its own lines
+    library_warnings_in_one_style()  # relayed by the parent: in the style of its own lines
     req = Request.from_json(Path(argv[0]).read_text())
     out = Path(req.out)
     out.mkdir(parents=True, exist_ok=True)

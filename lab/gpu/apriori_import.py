@@ -35,7 +35,7 @@ def import_run(run: Path, root: Path) -> str:
     dest.mkdir(parents=True)
     for p in need[:3] + [verify, entries[0]]:
         shutil.copyfile(p, dest / p.name)
-    if (run / "captures").is_dir():   # validate --graphs: the base trace's manifest names its capture trace
+    if (run / "captures").is_dir():  # validate --graphs: the base trace's manifest names its capture trace
         (dest / "captures").mkdir()
         shutil.copyfile(run / "captures" / "base.json.gz", dest / "captures" / "base.json.gz")
     return f"{dest}: added"
@@ -45,7 +45,7 @@ def main(argv: list[str]) -> int:
     root = Path("docs/gpu/apriori")
     if "--root" in argv:
         i = argv.index("--root")
-        root, argv = Path(argv[i + 1]), argv[:i] + argv[i + 2:]
+        root, argv = Path(argv[i + 1]), argv[:i] + argv[i + 2 :]
     if not argv:
         print(__doc__.split("\n\n")[1], file=sys.stderr)
         return 2

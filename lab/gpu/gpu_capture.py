@@ -52,9 +52,9 @@ class Run:
     id: str
     workload: str
     options: dict
-    where: str            # "traces", "checks", "scaling-13b", "scaling-70b"
-    limit_s: float        # time limit of the child process
-    minimum_s: float      # do not start with less than this left
+    where: str  # "traces", "checks", "scaling-13b", "scaling-70b"
+    limit_s: float  # time limit of the child process
+    minimum_s: float  # do not start with less than this left
 
 
 def plan(dry: bool) -> list[Run]:
@@ -114,16 +114,19 @@ def run_one(arg: str) -> int:
         t = targets(an, speedup=SPEEDUP, by=(by,), scope=scope, top=top, replay_top=5)
         tables[f"{by}:{scope}"] = {
             "command": f"headroom targets {r.trace_path.name} --by {by} --scope {scope} --json"
-                       + (f" --top {top}" if top else " --top 0"),
-            **targets_dict(an, t, SPEEDUP, notes=[missing] if missing else [])}
+            + (f" --top {top}" if top else " --top 0"),
+            **targets_dict(an, t, SPEEDUP, notes=[missing] if missing else []),
+        }
     d["targets"] = tables
     d["module_calls"] = len(an.modules)
     json.dump(d, open(a["result"], "w"), default=str)
     rows = tables["module:self"]["targets"]
     top_module = f"{rows[0]['name']} ({100 * rows[0]['share']:.1f}%)" if rows else "none (no module ranges)"
-    print(f"HEADROOM-RESULT {a['workload']}: step {r.timed.median_ms:.2f} ms, overhead {100 * r.overhead:+.1f}%, "
-          f"idle {100 * an.idle_fraction:.1f}%, addressable {100 * an.addressable_fraction:.1f}%, "
-          f"{len(an.modules)} module calls, top module {top_module}, trace {r.trace_path.name}")
+    print(
+        f"HEADROOM-RESULT {a['workload']}: step {r.timed.median_ms:.2f} ms, overhead {100 * r.overhead:+.1f}%, "
+        f"idle {100 * an.idle_fraction:.1f}%, addressable {100 * an.addressable_fraction:.1f}%, "
+        f"{len(an.modules)} module calls, top module {top_module}, trace {r.trace_path.name}"
+    )
     return 0
 
 
@@ -161,8 +164,9 @@ class Capture:
             rc, output = p.returncode, (p.stdout or "") + (p.stderr or "")
         except subprocess.TimeoutExpired as e:
             rc = "timeout"
-            output = "".join(x.decode(errors="replace") if isinstance(x, bytes) else (x or "")
-                             for x in (e.stdout, e.stderr))
+            output = "".join(
+                x.decode(errors="replace") if isinstance(x, bytes) else (x or "") for x in (e.stdout, e.stderr)
+            )
         lines = [line for line in output.splitlines() if not line.startswith("USDT")]
         self.log_file.write("\n".join(lines[-400:]) + "\n")
         return rc, lines, time.monotonic() - t
@@ -171,8 +175,16 @@ class Capture:
         limit = min(run.limit_s, self.left())
         cmd = command_line(run.workload, run.options)
         res = self.results_dir / f"{run.id}.json"
-        arg = json.dumps({"workload": run.workload, "options": run.options, "out": str(self.dir(run.where)),
-                          "result": str(res), "command": cmd, "dry": self.dry})
+        arg = json.dumps(
+            {
+                "workload": run.workload,
+                "options": run.options,
+                "out": str(self.dir(run.where)),
+                "result": str(res),
+                "command": cmd,
+                "dry": self.dry,
+            }
+        )
         self.log(f"--- {run.id}: {cmd}  (limit {limit:.0f} s, {self.elapsed():.0f} s elapsed)")
         rc, lines, wall = self.child([sys.executable, __file__, "--run", arg], limit)
         entry: dict = {"command": cmd, "rc": rc, "wall_s": round(wall, 1), "where": run.where}
@@ -187,7 +199,7 @@ class Capture:
         if summary is not None:
             entry.update(status="ok", **summary)
             said = [line for line in lines if line.startswith("HEADROOM-RESULT ")]
-            self.log(f"    ok in {wall:.0f} s: {said[-1][len('HEADROOM-RESULT '):] if said else ''}")
+            self.log(f"    ok in {wall:.0f} s: {said[-1][len('HEADROOM-RESULT ') :] if said else ''}")
         else:
             if rc == "timeout":
                 lines.append(f"timed out after {limit:.0f} s")
@@ -199,19 +211,32 @@ class Capture:
     def overhead(self, run: Run) -> None:
         limit = min(run.limit_s, self.left())
         out = self.work / "module_ranges.json"
-        cmd = [sys.executable, str(ROOT / "benchmarks" / "module_ranges.py"), "--out", str(out),
-               "--budget", f"{max(limit - 60, 0):.0f}"]
+        cmd = [
+            sys.executable,
+            str(ROOT / "benchmarks" / "module_ranges.py"),
+            "--out",
+            str(out),
+            "--budget",
+            f"{max(limit - 60, 0):.0f}",
+        ]
         if self.dry:
             cmd += ["--cpu", "--case", "llama-7b decode static", "--target-s", "0.001"]
         self.log(f"--- {run.id}: {' '.join(cmd[1:])}  (limit {limit:.0f} s, {self.elapsed():.0f} s elapsed)")
         rc, lines, wall = self.child(cmd, limit)
-        entry: dict = {"rc": rc, "wall_s": round(wall, 1), "status": "ok" if rc == 0 else
-                       ("timeout" if rc == "timeout" else "failed")}
+        entry: dict = {
+            "rc": rc,
+            "wall_s": round(wall, 1),
+            "status": "ok" if rc == 0 else ("timeout" if rc == "timeout" else "failed"),
+        }
         if out.exists():
             d = json.loads(out.read_text())
-            entry["cases"] = {c["name"]: {k: (c.get(k) or {}).get("overhead") if k in ("plain", "profiled")
-                                          else c.get(k) for k in ("plain", "profiled", "error", "skipped")}
-                              for c in d.get("cases", [])}
+            entry["cases"] = {
+                c["name"]: {
+                    k: (c.get(k) or {}).get("overhead") if k in ("plain", "profiled") else c.get(k)
+                    for k in ("plain", "profiled", "error", "skipped")
+                }
+                for c in d.get("cases", [])
+            }
         else:
             entry["error_tail"] = lines[-15:]
         for line in lines:
@@ -228,7 +253,10 @@ class Capture:
             if self.only is not None and run.id not in self.only:
                 continue
             if self.left() < run.minimum_s:
-                self.results["runs"][run.id] = {"status": "skipped", "reason": f"{self.left():.0f} s left of the budget"}
+                self.results["runs"][run.id] = {
+                    "status": "skipped",
+                    "reason": f"{self.left():.0f} s left of the budget",
+                }
                 self.log(f"--- {run.id}: skipped ({self.left():.0f} s left)")
                 continue
             (self.overhead if run.id == "module-ranges-overhead" else self.profile)(run)
@@ -241,8 +269,9 @@ class Capture:
             "prefill": layers_check(ok("llama-7b"), ok("llama-7b-layers4")),
             "decode": layers_check(ok("llama-7b-decode"), ok("llama-7b-decode-layers4")),
         }
-        self.results["profiler_overhead"] = {k: v.get("overhead") for k, v in R.items()
-                                             if v.get("status") == "ok" and "overhead" in v}
+        self.results["profiler_overhead"] = {
+            k: v.get("overhead") for k, v in R.items() if v.get("status") == "ok" and "overhead" in v
+        }
         files: list[str] = []
         try:
             files += self.pack()
@@ -257,25 +286,36 @@ class Capture:
         self.results["elapsed_s"] = round(self.elapsed(), 1)
         (self.out / "results.json").write_text(json.dumps(self.results, indent=2, default=str) + "\n")
         self.log("")
-        self.log(f"{'run':<26} {'status':<8} {'step ms':>9} {'overhead':>9} {'idle':>6} {'addr.':>6} "
-                 f"{'modules':>7}  top module (share of GPU time)")
+        self.log(
+            f"{'run':<26} {'status':<8} {'step ms':>9} {'overhead':>9} {'idle':>6} {'addr.':>6} "
+            f"{'modules':>7}  top module (share of GPU time)"
+        )
         for k, v in R.items():
             if v.get("status") == "ok" and "step_ms" in v:
-                self.log(f"{k:<26} {'ok':<8} {v['step_ms']:>9.2f} {100 * v['overhead']:>+8.1f}% "
-                         f"{100 * v['idle_fraction']:>5.1f}% {100 * v['addressable_fraction']:>5.1f}% "
-                         f"{v['module_calls']:>7}  {v.get('top_module') or ''}")
+                self.log(
+                    f"{k:<26} {'ok':<8} {v['step_ms']:>9.2f} {100 * v['overhead']:>+8.1f}% "
+                    f"{100 * v['idle_fraction']:>5.1f}% {100 * v['addressable_fraction']:>5.1f}% "
+                    f"{v['module_calls']:>7}  {v.get('top_module') or ''}"
+                )
             elif v.get("status") == "ok":
                 for name, c in (v.get("cases") or {}).items():
                     plain, prof = c.get("plain"), c.get("profiled")
-                    self.log(f"{'  overhead: ' + name:<36} " + (
-                        f"plain {100 * plain:+.2f}%  profiled {100 * prof:+.2f}%" if plain is not None
-                        and prof is not None else str(c.get("error") or c.get("skipped"))))
+                    self.log(
+                        f"{'  overhead: ' + name:<36} "
+                        + (
+                            f"plain {100 * plain:+.2f}%  profiled {100 * prof:+.2f}%"
+                            if plain is not None and prof is not None
+                            else str(c.get("error") or c.get("skipped"))
+                        )
+                    )
             else:
                 self.log(f"{k:<26} {v.get('status'):<8} {v.get('reason') or (v.get('error_tail') or [''])[-1][:90]}")
         for phase, chk in self.results["layers_check"].items():
             if chk:
-                self.log(f"--layers 4 vs 32 ({phase}): max |diff| {chk['max_abs_diff_pp']:.2f} pp "
-                         f"({'within' if chk['within_1pp'] else 'NOT within'} 1 pp)")
+                self.log(
+                    f"--layers 4 vs 32 ({phase}): max |diff| {chk['max_abs_diff_pp']:.2f} pp "
+                    f"({'within' if chk['within_1pp'] else 'NOT within'} 1 pp)"
+                )
         self.log(f"wrote {', '.join(self.results['files'])} to {self.out} in {self.elapsed():.0f} s")
         self.log_file.close()
         shutil.copy(self.work / "capture.log", self.out / "capture.log")
@@ -319,8 +359,9 @@ class Capture:
                 extra += [(f, f"traces/scaling/{f.name}") for f in sorted(d.glob("*.json.gz"))]
                 if (d / "manifest.json").exists():
                     extra.append((d / "manifest.json", f"traces/scaling/manifest-{flavour}.json"))
-        self.results["trace_sizes_mb"] = {f.name: round(f.stat().st_size / 2**20, 2)
-                                          for f in ship + [f for f, _ in extra if f.name.endswith(".gz")]}
+        self.results["trace_sizes_mb"] = {
+            f.name: round(f.stat().st_size / 2**20, 2) for f in ship + [f for f, _ in extra if f.name.endswith(".gz")]
+        }
         if extra and sum(f.stat().st_size for f, _ in extra) < MAX_FILE:
             with tarfile.open(self.out / "checks.tar", "w") as tar:
                 for f, arc in extra:
@@ -341,20 +382,25 @@ def env_info() -> dict:
     try:
         info["nvidia_smi"] = subprocess.run(
             ["nvidia-smi", "--query-gpu=name,driver_version,memory.total", "--format=csv,noheader"],
-            capture_output=True, text=True, timeout=20).stdout.strip()
+            capture_output=True,
+            text=True,
+            timeout=20,
+        ).stdout.strip()
     except Exception as e:
         info["nvidia_smi"] = f"unavailable: {e}"
-    probe = ("import json, importlib.metadata as m, torch\n"
-             "v = {}\n"
-             "for p in ('torch','transformers','torchrec','fbgemm-gpu','fbgemm-gpu-cpu','msgspec','polars',"
-             "'google-re2','nvtx','pandas'):\n"
-             "    try: v[p] = m.version(p)\n"
-             "    except Exception: v[p] = None\n"
-             "v['cuda'] = torch.version.cuda; v['cuda_available'] = torch.cuda.is_available()\n"
-             "try:\n"
-             "    import headroom.workloads.dlrm as d; v['fbgemm_cuda'] = d.fbgemm_cuda_status()\n"
-             "except Exception as e: v['fbgemm_cuda'] = repr(e)\n"
-             "print(json.dumps(v))\n")
+    probe = (
+        "import json, importlib.metadata as m, torch\n"
+        "v = {}\n"
+        "for p in ('torch','transformers','torchrec','fbgemm-gpu','fbgemm-gpu-cpu','msgspec','polars',"
+        "'google-re2','nvtx','pandas'):\n"
+        "    try: v[p] = m.version(p)\n"
+        "    except Exception: v[p] = None\n"
+        "v['cuda'] = torch.version.cuda; v['cuda_available'] = torch.cuda.is_available()\n"
+        "try:\n"
+        "    import headroom.workloads._torchrec as d; v['fbgemm_cuda'] = d.fbgemm_cuda_status()\n"
+        "except Exception as e: v['fbgemm_cuda'] = repr(e)\n"
+        "print(json.dumps(v))\n"
+    )
     try:
         p = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, cwd=ROOT)
         info["packages"] = json.loads(p.stdout.strip().splitlines()[-1]) if p.returncode == 0 else p.stderr[-2000:]
@@ -366,29 +412,49 @@ def env_info() -> dict:
 def summarize(d: dict) -> dict:
     an = d["analysis"]
     m = d["manifest"]
-    tm = m["timing"]        # the manifest's timing, in ms (`--json`'s own `timing` is in µs, docs/cli.md)
+    tm = m["timing"]  # the manifest's timing, in ms (`--json`'s own `timing` is in µs, docs/cli.md)
     rows = d["targets"]["module:self"]["targets"]
     out = {
         "trace": Path(d["trace"]).name,
         "variant": m.get("variant"),
-        "batch": m.get("batch"), "seq": m.get("seq"), "dtype": m.get("dtype"),
-        "step_ms": tm["timed"]["median_ms"], "step_ms_min": tm["timed"]["min_ms"], "step_ms_max": tm["timed"]["max_ms"],
-        "profiled_step_ms": tm["profiled"]["median_ms"], "overhead": tm["overhead"],
+        "batch": m.get("batch"),
+        "seq": m.get("seq"),
+        "dtype": m.get("dtype"),
+        "step_ms": tm["timed"]["median_ms"],
+        "step_ms_min": tm["timed"]["min_ms"],
+        "step_ms_max": tm["timed"]["max_ms"],
+        "profiled_step_ms": tm["profiled"]["median_ms"],
+        "overhead": tm["overhead"],
         "overhead_measurable": d["timing"]["overhead_measurable"],
-        "trace_step_ms": an["step_us"] / 1000, "idle_fraction": an["idle_fraction"],
-        "addressable_fraction": an["addressable_fraction"], "mode": an["mode"],
+        "trace_step_ms": an["step_us"] / 1000,
+        "idle_fraction": an["idle_fraction"],
+        "addressable_fraction": an["addressable_fraction"],
+        "mode": an["mode"],
         "categories": {c["name"]: c["fraction"] for c in an["categories"]},
         "module_ranges": m.get("module_ranges"),
         "module_calls": d.get("module_calls"),
         "top_module": f"{rows[0]['name']} ({100 * rows[0]['share']:.1f}%)" if rows else None,
-        "peak_memory_gb": m.get("peak_memory_gb"), "params": m.get("params"),
-        "info": m.get("info"), "gpu": m.get("gpu"), "wall_s": d.get("wall_s"),
+        "peak_memory_gb": m.get("peak_memory_gb"),
+        "params": m.get("params"),
+        "info": m.get("info"),
+        "gpu": m.get("gpu"),
+        "wall_s": d.get("wall_s"),
     }
     if d.get("layers"):
         L = d["layers"]
-        out["layers"] = {k: L[k] for k in ("built_layers", "total_layers", "block_share", "step_us",
-                                           "step_us_extrapolated", "timed_step_ms_extrapolated",
-                                           "addressable_fraction", "idle_fraction")}
+        out["layers"] = {
+            k: L[k]
+            for k in (
+                "built_layers",
+                "total_layers",
+                "block_share",
+                "step_us",
+                "step_us_extrapolated",
+                "timed_step_ms_extrapolated",
+                "addressable_fraction",
+                "idle_fraction",
+            )
+        }
         out["layers"]["categories"] = {c["name"]: c["fraction"] for c in L["categories"]}
     return out
 
@@ -400,15 +466,26 @@ def layers_check(full: dict | None, part: dict | None) -> dict | None:
     meas = full["categories"]
     ext = part["layers"]["categories"]
     names = sorted(set(meas) | set(ext), key=lambda n: -meas.get(n, 0.0))
-    rows = {n: {"full_32": round(100 * meas.get(n, 0.0), 3), "extrapolated_from_4": round(100 * ext.get(n, 0.0), 3),
-                "diff_pp": round(100 * (ext.get(n, 0.0) - meas.get(n, 0.0)), 3)} for n in names}
+    rows = {
+        n: {
+            "full_32": round(100 * meas.get(n, 0.0), 3),
+            "extrapolated_from_4": round(100 * ext.get(n, 0.0), 3),
+            "diff_pp": round(100 * (ext.get(n, 0.0) - meas.get(n, 0.0)), 3),
+        }
+        for n in names
+    }
     worst = max((abs(r["diff_pp"]) for r in rows.values()), default=0.0)
     L = part["layers"]
     return {
-        "max_abs_diff_pp": worst, "within_1pp": worst <= 1.0, "categories": rows,
-        "addressable_full": full["addressable_fraction"], "addressable_extrapolated": L["addressable_fraction"],
-        "step_ms_full": full["step_ms"], "step_ms_extrapolated": L["timed_step_ms_extrapolated"],
-        "step_ms_4_layers": part["step_ms"], "block_share_4_layers": L["block_share"],
+        "max_abs_diff_pp": worst,
+        "within_1pp": worst <= 1.0,
+        "categories": rows,
+        "addressable_full": full["addressable_fraction"],
+        "addressable_extrapolated": L["addressable_fraction"],
+        "step_ms_full": full["step_ms"],
+        "step_ms_extrapolated": L["timed_step_ms_extrapolated"],
+        "step_ms_4_layers": part["step_ms"],
+        "block_share_4_layers": L["block_share"],
     }
 
 

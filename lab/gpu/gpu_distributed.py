@@ -64,13 +64,21 @@ def run_one(arg: str) -> int:
     a = json.loads(arg)
     t0 = time.time()
     try:
-        r = profile_ranks(a["workload"], Options(**a["options"]), nproc=2, device=a["device"], out=a["out"],
-                          command=a["command"], **a["steps"])
+        r = profile_ranks(
+            a["workload"],
+            Options(**a["options"]),
+            nproc=2,
+            device=a["device"],
+            out=a["out"],
+            command=a["command"],
+            **a["steps"],
+        )
     except UserError as e:
         print(f"headroom: error: {e}", file=sys.stderr)
         return 2
-    Path(a["result"]).write_text(json.dumps({"out_dir": str(r.out_dir), "wall_s": time.time() - t0,
-                                             "traces": [str(p) for p in r.traces]}))
+    Path(a["result"]).write_text(
+        json.dumps({"out_dir": str(r.out_dir), "wall_s": time.time() - t0, "traces": [str(p) for p in r.traces]})
+    )
     return 0
 
 
@@ -88,17 +96,25 @@ def summarise(out_dir: Path, single: Path | None) -> dict:
     entries = [parse_cli_speedup(SCENARIO)]
     slow = rs.slowest_rank
     others = [r for r in rs.ranks if r != slow]
-    proj = {name: plain(project_ranks(rs, entries, on_ranks=on, model=model))
-            for name, on in (("all_ranks", None), ("slowest_rank", [slow]), ("other_ranks", others))}
+    proj = {
+        name: plain(project_ranks(rs, entries, on_ranks=on, model=model))
+        for name, on in (("all_ranks", None), ("slowest_rank", [slow]), ("other_ranks", others))
+    }
     d = rs.to_dict()
     d.pop("rank_analyses")
     d["projections"] = proj
     d["one_gpu"] = None
     if single is not None and single.exists():
         res = project(analyze(single), entries)
-        d["one_gpu"] = {"trace": str(single.relative_to(ROOT)), "baseline_per_step_us": res.per_step_us,
-                        **{m: {"gain": res.get(m).gain, "per_step_us": res.get(m).per_step_us}
-                           for m in ("amdahl", "replay") if res.get(m)}}
+        d["one_gpu"] = {
+            "trace": str(single.relative_to(ROOT)),
+            "baseline_per_step_us": res.per_step_us,
+            **{
+                m: {"gain": res.get(m).gain, "per_step_us": res.get(m).per_step_us}
+                for m in ("amdahl", "replay")
+                if res.get(m)
+            },
+        }
     return d
 
 
@@ -110,32 +126,52 @@ def report_md(results: dict) -> str:
             lines += [f"status: {r['status']}", ""]
             continue
         s = r["analysis"]
-        lines += [f"{len(s['ranks'])} ranks ({s['backend']}, {s['parallel']}); synchronised step "
-                  f"{s['step_us'] / 1000:.2f} ms; slowest rank {s['slowest_rank']}; {s['collectives']} collectives paired",
-                  "", "| rank | step ms | idle | compute ms | comm ms | overlapped ms | exposed ms | waited ms | addressable |",
-                  "|---|---|---|---|---|---|---|---|---|"]
+        lines += [
+            f"{len(s['ranks'])} ranks ({s['backend']}, {s['parallel']}); synchronised step "
+            f"{s['step_us'] / 1000:.2f} ms; slowest rank {s['slowest_rank']}; {s['collectives']} collectives paired",
+            "",
+            "| rank | step ms | idle | compute ms | comm ms | overlapped ms | exposed ms | waited ms | addressable |",
+            "|---|---|---|---|---|---|---|---|---|",
+        ]
         for p in s["per_rank"]:
-            lines.append(f"| {p['rank']} | {p['step_us'] / 1000:.2f} | {100 * p['idle_fraction']:.1f}% | "
-                         f"{p['compute_busy_us'] / 1000:.2f} | {p['comm_busy_us'] / 1000:.2f} | "
-                         f"{p['comm_overlapped_us'] / 1000:.2f} | {p['comm_exposed_us'] / 1000:.2f} | "
-                         f"{p['wait_us'] / 1000:.2f} | {100 * p['addressable_fraction']:.1f}% |")
-        lines += ["", "| category | min ms | median ms | max ms | median share | addressable |", "|---|---|---|---|---|---|"]
+            lines.append(
+                f"| {p['rank']} | {p['step_us'] / 1000:.2f} | {100 * p['idle_fraction']:.1f}% | "
+                f"{p['compute_busy_us'] / 1000:.2f} | {p['comm_busy_us'] / 1000:.2f} | "
+                f"{p['comm_overlapped_us'] / 1000:.2f} | {p['comm_exposed_us'] / 1000:.2f} | "
+                f"{p['wait_us'] / 1000:.2f} | {100 * p['addressable_fraction']:.1f}% |"
+            )
+        lines += [
+            "",
+            "| category | min ms | median ms | max ms | median share | addressable |",
+            "|---|---|---|---|---|---|",
+        ]
         for c in s["categories"]:
-            lines.append(f"| {c['name']} | {c['min_us'] / 1000:.2f} | {c['median_us'] / 1000:.2f} | "
-                         f"{c['max_us'] / 1000:.2f} | {100 * c['median_fraction']:.1f}% | "
-                         f"{'yes' if c['addressable'] else 'no'} |")
-        lines += ["", f"Projection, `{SCENARIO}`:", "", "| applied on | synchronised step | gain | one-rank Amdahl gains |",
-                  "|---|---|---|---|"]
+            lines.append(
+                f"| {c['name']} | {c['min_us'] / 1000:.2f} | {c['median_us'] / 1000:.2f} | "
+                f"{c['max_us'] / 1000:.2f} | {100 * c['median_fraction']:.1f}% | "
+                f"{'yes' if c['addressable'] else 'no'} |"
+            )
+        lines += [
+            "",
+            f"Projection, `{SCENARIO}`:",
+            "",
+            "| applied on | synchronised step | gain | one-rank Amdahl gains |",
+            "|---|---|---|---|",
+        ]
         for name, p in s["projections"].items():
             sync = p["synchronised"]["speedups"]
             alone = ", ".join(f"rank {a['rank']}: {100 * a['gain']:.1f}%" for a in p["per_rank_amdahl"])
-            lines.append(f"| {name.replace('_', ' ')} | {sync['baseline_per_step_us'] / 1000:.2f} -> "
-                         f"{sync['per_step_us'] / 1000:.2f} ms | {100 * sync['gain']:.1f}% | {alone} |")
+            lines.append(
+                f"| {name.replace('_', ' ')} | {sync['baseline_per_step_us'] / 1000:.2f} -> "
+                f"{sync['per_step_us'] / 1000:.2f} ms | {100 * sync['gain']:.1f}% | {alone} |"
+            )
         one = s.get("one_gpu")
         if one:
-            lines.append(f"| one GPU ({one['trace']}) | {one['baseline_per_step_us'] / 1000:.2f} ms | "
-                         + ", ".join(f"{m} {100 * one[m]['gain']:.1f}%" for m in ("amdahl", "replay") if m in one)
-                         + " | |")
+            lines.append(
+                f"| one GPU ({one['trace']}) | {one['baseline_per_step_us'] / 1000:.2f} ms | "
+                + ", ".join(f"{m} {100 * one[m]['gain']:.1f}%" for m in ("amdahl", "replay") if m in one)
+                + " | |"
+            )
         lines.append("")
     return "\n".join(lines) + "\n"
 
@@ -153,7 +189,7 @@ def tar_runs(run_dirs: list[Path], dest: Path) -> list[Path]:
     data = dest.read_bytes()
     for i in range(0, len(data), MAX_FILE):
         p = dest.with_name(f"{dest.name}.part{i // MAX_FILE}")
-        p.write_bytes(data[i:i + MAX_FILE])
+        p.write_bytes(data[i : i + MAX_FILE])
         parts.append(p)
     dest.unlink()
     return parts
@@ -177,13 +213,22 @@ def main() -> int:
     work.mkdir(exist_ok=True)
     log = open(out / "distributed.log", "w")
     t0 = time.time()
-    env = dict(os.environ, PYTHONPATH=f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}".rstrip(os.pathsep),
-               NCCL_NVLS_ENABLE="0", TORCH_SYMM_MEM_DISABLE_MULTICAST="1", NVSHMEM_DISABLE_NVLS="1",
-               TOKENIZERS_PARALLELISM="false")
+    env = dict(
+        os.environ,
+        PYTHONPATH=f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}".rstrip(os.pathsep),
+        NCCL_NVLS_ENABLE="0",
+        TORCH_SYMM_MEM_DISABLE_MULTICAST="1",
+        NVSHMEM_DISABLE_NVLS="1",
+        TOKENIZERS_PARALLELISM="false",
+    )
     device = "cpu" if args.dry else "cuda"
     steps = {"steps": 1, "warmup": 1, "timed_steps": 1} if args.dry else {}
-    results: dict = {"device": "CPU (gloo), dry run" if args.dry else "2 GPUs (NCCL)",
-                     "date": time.strftime("%Y-%m-%d %H:%M:%S"), "scenario": SCENARIO, "runs": {}}
+    results: dict = {
+        "device": "CPU (gloo), dry run" if args.dry else "2 GPUs (NCCL)",
+        "date": time.strftime("%Y-%m-%d %H:%M:%S"),
+        "scenario": SCENARIO,
+        "runs": {},
+    }
     sys.path.insert(0, str(ROOT))
     run_dirs: list[Path] = []
     for run_id, workload, options, single, limit in GPU_RUNS:
@@ -199,12 +244,25 @@ def main() -> int:
             entry["status"] = f"skipped: {left:.0f} s of the budget left"
             continue
         result_file = work / f"{run_id}.json"
-        req = {"workload": workload, "options": opts, "device": device, "out": str(work / run_id),
-               "command": command, "result": str(result_file), "steps": steps}
+        req = {
+            "workload": workload,
+            "options": opts,
+            "device": device,
+            "out": str(work / run_id),
+            "command": command,
+            "result": str(result_file),
+            "steps": steps,
+        }
         print(f"== {run_id}: {command}", file=log, flush=True)
         start = time.time()
-        p = subprocess.Popen([sys.executable, __file__, "--run", json.dumps(req)], stdout=log, stderr=log,
-                             env=env, cwd=ROOT, start_new_session=True)
+        p = subprocess.Popen(
+            [sys.executable, __file__, "--run", json.dumps(req)],
+            stdout=log,
+            stderr=log,
+            env=env,
+            cwd=ROOT,
+            start_new_session=True,
+        )
         try:
             code = p.wait(timeout=min(limit, left))
         except subprocess.TimeoutExpired:
@@ -222,14 +280,14 @@ def main() -> int:
         entry["status"] = "ok"
         try:
             entry["analysis"] = summarise(run_dir, ROOT / "traces" / single if single else None)
-        except Exception as e:   # the traces are kept; say what failed
+        except Exception as e:  # the traces are kept; say what failed
             entry["status"] = f"analysis failed: {type(e).__name__}: {e}"
         run_dirs.append(run_dir)
         print(f"   {run_id}: {entry['status']} in {entry['wall_s']} s", file=log, flush=True)
     if run_dirs:
         parts = tar_runs(run_dirs, out / "ranks.tar")
         results["tar"] = [p.name for p in parts]
-        if len(parts) > 5:   # 3 more files below: at most 8
+        if len(parts) > 5:  # 3 more files below: at most 8
             results["tar_warning"] = f"{len(parts)} parts: more than 8 files in all"
     (out / "results.json").write_text(json.dumps(results, indent=2, default=str) + "\n")
     (out / "report.md").write_text(report_md(results))

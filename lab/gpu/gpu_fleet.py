@@ -40,7 +40,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 GENERIC = REPO / "tests" / "cheaters" / "kernelbench"
-CANDIDATES = {"reference": "pass", "zeros": "fail"}       # the kind and what it is expected to get
+CANDIDATES = {"reference": "pass", "zeros": "fail"}  # the kind and what it is expected to get
 # Small and fast on the H200 (2.4-5.1 s a candidate in docs/gpu/measure/kernelbench_l1.*.json.gz).
 PROBLEMS = ["4", "5", "12", "40", "42", "44", "47", "48", "52", "88", "95", "99"]
 DRY_PROBLEMS = ["19", "23", "47"]
@@ -96,8 +96,13 @@ def install(parts: Path, site: Path, log) -> dict:
                     os.chmod(site / info.filename, mode)
     joined.unlink()
     marker.write_text(RAY_VERSION + "\n")
-    done = {"site": str(site), "reused": False, "pieces": pieces, "wheels": wheels,
-            "seconds": round(time.monotonic() - t0, 1)}
+    done = {
+        "site": str(site),
+        "reused": False,
+        "pieces": pieces,
+        "wheels": wheels,
+        "seconds": round(time.monotonic() - t0, 1),
+    }
     log(f"ray unpacked into {site} in {done['seconds']} s ({len(pieces)} pieces, {len(wheels)} wheels)")
     return done
 
@@ -119,15 +124,21 @@ def campaign(kb: Path, only: list[str], root: Path) -> tuple[Path, Path, list[st
             body = (GENERIC / f"{kind}.py").read_text()
             (sub / f"{kind}.py").write_text(
                 f"import os, sys\nos.environ['HEADROOM_TEST_PROBLEM'] = {str(suite / p.name)!r}\n"
-                f"sys.path.insert(0, {str(GENERIC)!r})\n" + body)
+                f"sys.path.insert(0, {str(GENERIC)!r})\n" + body
+            )
     return suite, cands, [p.stem for p in chosen]
 
 
 def row(r: dict) -> dict:
-    return {"problem": r["problem"], "candidate": Path(r["candidate"]).stem, "verdict": r["verdict"],
-            "speedup": r.get("speedup"), "elapsed_s": r.get("elapsed_s"),
-            "failed": [c["name"] for c in r.get("checks", []) if not c["passed"]],
-            "reason": (r.get("reason") or "")[:200] or None}
+    return {
+        "problem": r["problem"],
+        "candidate": Path(r["candidate"]).stem,
+        "verdict": r["verdict"],
+        "speedup": r.get("speedup"),
+        "elapsed_s": r.get("elapsed_s"),
+        "failed": [c["name"] for c in r.get("checks", []) if not c["passed"]],
+        "reason": (r.get("reason") or "")[:200] or None,
+    }
 
 
 def compare(direct: list[dict], ray: list[dict]) -> list[dict]:
@@ -136,8 +147,16 @@ def compare(direct: list[dict], ray: list[dict]) -> list[dict]:
     out = []
     for r in direct:
         v = on_ray.get((r["problem"], r["candidate"]))
-        out.append({"problem": r["problem"], "candidate": r["candidate"], "direct": r["verdict"], "ray": v,
-                    "same": v == r["verdict"], "same_class": v is not None and correct(v) == correct(r["verdict"])})
+        out.append(
+            {
+                "problem": r["problem"],
+                "candidate": r["candidate"],
+                "direct": r["verdict"],
+                "ray": v,
+                "same": v == r["verdict"],
+                "same_class": v is not None and correct(v) == correct(r["verdict"]),
+            }
+        )
     return out
 
 
@@ -166,11 +185,15 @@ def check(doc: dict, min_problems: int = 1, strict: bool = True) -> list[str]:
 def render(doc: dict) -> str:
     rows = doc.get("compare", [])
     same = sum(c["same"] for c in rows)
-    lines = [f"{doc.get('device')}; torch {doc.get('torch')}; ray {doc.get('ray')}; {len(rows)} candidates of "
-             f"{len({c['problem'] for c in rows})} problems; same verdict on both paths: {same} of {len(rows)}; "
-             f"direct {doc.get('direct_wall_s')} s, Ray {doc.get('ray_wall_s')} s "
-             f"({doc.get('ray_workers')}); whole run {doc.get('wall_s')} s.", "",
-             "| problem | candidate | direct | Ray |", "|---|---|---|---|"]
+    lines = [
+        f"{doc.get('device')}; torch {doc.get('torch')}; ray {doc.get('ray')}; {len(rows)} candidates of "
+        f"{len({c['problem'] for c in rows})} problems; same verdict on both paths: {same} of {len(rows)}; "
+        f"direct {doc.get('direct_wall_s')} s, Ray {doc.get('ray_wall_s')} s "
+        f"({doc.get('ray_workers')}); whole run {doc.get('wall_s')} s.",
+        "",
+        "| problem | candidate | direct | Ray |",
+        "|---|---|---|---|",
+    ]
     for c in rows:
         lines.append(f"| {c['problem']} | {c['candidate']} | {c['direct']} | {c['ray'] or '-'} |")
     return "\n".join(lines)
@@ -185,11 +208,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--site", type=Path, default=Path("/var/tmp/raysite"), help="where Ray is unpacked")
     ap.add_argument("--kernelbench", help="KernelBench directory (default: $HEADROOM_KERNELBENCH, ../shared)")
     ap.add_argument("--only", nargs="*", help="level-1 problem numbers (default: 12 small ones)")
-    ap.add_argument("--dry-run", action="store_true",
-                    help="CPU, small shapes, 3 problems, the Ray of this environment, one declared GPU")
+    ap.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="CPU, small shapes, 3 problems, the Ray of this environment, one declared GPU",
+    )
     ap.add_argument("--check", metavar="RESULTS", help="exit 1 (and say why) unless every verdict agrees")
-    ap.add_argument("--by-class", action="store_true",
-                    help="with --check: pass and inconclusive count as one verdict (timing, not the path)")
+    ap.add_argument(
+        "--by-class",
+        action="store_true",
+        help="with --check: pass and inconclusive count as one verdict (timing, not the path)",
+    )
     ap.add_argument("--render", metavar="RESULTS", help="print the Markdown table of a results file and exit")
     args = ap.parse_args(argv)
     if args.render:
@@ -224,8 +253,16 @@ def run(args: argparse.Namespace) -> int:
         raise SystemExit(124)
 
     signal.signal(signal.SIGTERM, _terminate)
-    doc: dict = {"tool": "lab/gpu/gpu_fleet.py", "dry_run": args.dry_run, "budget_s": args.budget, "errors": [],
-                 "skipped": [], "direct": [], "ray_results": [], "compare": []}
+    doc: dict = {
+        "tool": "lab/gpu/gpu_fleet.py",
+        "dry_run": args.dry_run,
+        "budget_s": args.budget,
+        "errors": [],
+        "skipped": [],
+        "direct": [],
+        "ray_results": [],
+        "compare": [],
+    }
 
     def save() -> None:
         with lock:
@@ -244,12 +281,14 @@ def run(args: argparse.Namespace) -> int:
                 sys.path.insert(0, str(args.site))
                 # Ray's workers are this process's children: they find ray and headroom by PYTHONPATH.
                 os.environ["PYTHONPATH"] = os.pathsep.join(
-                    [str(args.site), str(REPO)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])
+                    [str(args.site), str(REPO)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+                )
     except Exception as e:
         doc["errors"].append(f"install: {type(e).__name__}: {e}")
         log(doc["errors"][-1])
-    os.environ["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(
-        [str(REPO)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]))
+    os.environ["PYTHONPATH"] = os.pathsep.join(
+        dict.fromkeys([str(REPO)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])
+    )
 
     import torch
     from scripts.gpu_kernelbench import find_kernelbench
@@ -263,7 +302,7 @@ def run(args: argparse.Namespace) -> int:
     root = Path(tempfile.mkdtemp(prefix="headroom-fleet-"))
     suite, cands, stems = campaign(kb, args.only or (DRY_PROBLEMS if args.dry_run else PROBLEMS), root)
     doc["problems"] = stems
-    opts = (VerifyOptions.quick(seed=1) if args.dry_run else VerifyOptions(device=device, seed=1))
+    opts = VerifyOptions.quick(seed=1) if args.dry_run else VerifyOptions(device=device, seed=1)
     log(f"torch {torch.__version__}, device {doc['device']}, {len(stems)} problems, budget {args.budget:.0f} s")
 
     # At the budget, whatever is done is the answer: the direct results so far, the Ray stream's lines.
@@ -283,9 +322,11 @@ def run(args: argparse.Namespace) -> int:
 
     def summary() -> None:
         rows = doc["compare"]
-        log(f"{sum(c['same'] for c in rows)} of {len(rows)} verdicts the same on both paths "
+        log(
+            f"{sum(c['same'] for c in rows)} of {len(rows)} verdicts the same on both paths "
             f"({sum(c['same_class'] for c in rows)} the same class); errors {len(doc['errors'])}; "
-            f"wall {time.monotonic() - t0:.1f} s -> {out / 'kernelbench_ray.json'}")
+            f"wall {time.monotonic() - t0:.1f} s -> {out / 'kernelbench_ray.json'}"
+        )
         for c in rows:
             if not c["same"]:
                 log(f"  differs: {c['problem']} <- {c['candidate']}: {c['direct']} direct, {c['ray']} Ray")
@@ -326,8 +367,14 @@ def run(args: argparse.Namespace) -> int:
 
             tmp = Path(tempfile.gettempdir() if args.dry_run else "/var/tmp") / "headroom-ray"
             tmp.mkdir(parents=True, exist_ok=True)
-            ray.init(num_cpus=2 if args.dry_run else 4, num_gpus=1, include_dashboard=False, log_to_driver=False,
-                     object_store_memory=int(3e8 if args.dry_run else 2e9), _temp_dir=str(tmp))
+            ray.init(
+                num_cpus=2 if args.dry_run else 4,
+                num_gpus=1,
+                include_dashboard=False,
+                log_to_driver=False,
+                object_store_memory=int(3e8 if args.dry_run else 2e9),
+                _temp_dir=str(tmp),
+            )
             doc["ray"] = ray.__version__
             from headroom.fleet import get_engine
             from headroom.fleet.verify import pool_runner
@@ -336,9 +383,15 @@ def run(args: argparse.Namespace) -> int:
             n_workers, each = engine.workers()
             doc["ray_workers"] = f"{n_workers} worker(s), {each} each"
             log(f"ray {ray.__version__} from {Path(ray.__file__).parent}: {doc['ray_workers']}")
-            res = verify_suite(suite, cands, opts, out=out / "ray.json", problems=done,
-                               run_pairs=pool_runner(engine, stream_to=out / "ray.json"),
-                               progress=lambda s: log("ray " + s))
+            res = verify_suite(
+                suite,
+                cands,
+                opts,
+                out=out / "ray.json",
+                problems=done,
+                run_pairs=pool_runner(engine, stream_to=out / "ray.json"),
+                progress=lambda s: log("ray " + s),
+            )
             doc["ray_results"] = [row(r) for r in res["results"]]
             with gzip.open(out / "ray.json.gz", "wt") as f:
                 json.dump(res, f)

@@ -50,6 +50,7 @@ def _reference(hidden: int, device: str, dtype):
 
     try:
         from transformers.models.llama.modeling_llama import LlamaRMSNorm
+
         m = LlamaRMSNorm(hidden, eps=1e-6).to(device=device, dtype=dtype)
         return lambda x: m(x)
     except Exception:  # the same ops as transformers' LlamaRMSNorm
@@ -59,6 +60,7 @@ def _reference(hidden: int, device: str, dtype):
             h = x.to(torch.float32)
             h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + 1e-6)
             return w * h.to(x.dtype)
+
         return f
 
 
@@ -78,11 +80,13 @@ def child(handle: bytes, ring_bytes: int, clock_path: str, shape: tuple, dry: bo
         if cuda:
             from headroom.verify import gate
             from headroom.verify.cuda_ipc import Mapping
+
             ipc = Mapping(handle, ring_bytes, device).tensor
             sc = gate.StreamClock(clock_path, 0, device)
             import ctypes
             import mmap
             import os
+
             fd = os.open(clock_path, os.O_RDWR)
             mm = mmap.mmap(fd, gate.PAGE)
             os.close(fd)
@@ -100,7 +104,7 @@ def child(handle: bytes, ring_bytes: int, clock_path: str, shape: tuple, dry: bo
         token = [0]
 
         def slot(ring: str, i: int):
-            return rings[ring][i * slot_bytes:(i + 1) * slot_bytes].view(dtype).view(shape)
+            return rings[ring][i * slot_bytes : (i + 1) * slot_bytes].view(dtype).view(shape)
 
         def phase(fn, ring: str, inputs: str, outputs: str, ctx: str, wait_ms: float = 0.0) -> dict:
             """One gated phase of ``n`` forwards: CUDA events around them, and the host clock open -> flag."""
@@ -153,6 +157,7 @@ def child(handle: bytes, ring_bytes: int, clock_path: str, shape: tuple, dry: bo
             if not cuda:
                 return {}
             from torch.profiler import ProfilerActivity, profile
+
             kept = []
             torch.cuda.synchronize()
             with profile(activities=[ProfilerActivity.CUDA]) as prof:
@@ -188,6 +193,7 @@ def child(handle: bytes, ring_bytes: int, clock_path: str, shape: tuple, dry: bo
                     if token[0] == before and words[0] != token[0]:
                         out["errors"].append(f"gate {token[0]} opened by the watchdog")
                         words[0] = token[0]
+
             done = threading.Event()
             threading.Thread(target=watchdog, daemon=True).start()
         for fn in models.values():
@@ -201,16 +207,31 @@ def child(handle: bytes, ring_bytes: int, clock_path: str, shape: tuple, dry: bo
         for w in WAITS_MS:
             for kind, fn in (("null", None), ("candidate", models["candidate"])):
                 rs = [phase(fn, "ipc", "distinct", "kept", "none", wait_ms=w) for _ in range(REPS)]
-                out["gate"].append({"wait_ms": w, "kind": kind,
-                                    "host_minus_events_us": [1e3 * (r["host_ms"] - r["events_ms"]) for r in rs],
-                                    "events_ms": [r["events_ms"] for r in rs]})
-                print(f"gate wait {w:4.1f} ms {kind:9s}: host-events "
-                      f"{statistics.median(out['gate'][-1]['host_minus_events_us']):8.1f} us", flush=True)
+                out["gate"].append(
+                    {
+                        "wait_ms": w,
+                        "kind": kind,
+                        "host_minus_events_us": [1e3 * (r["host_ms"] - r["events_ms"]) for r in rs],
+                        "events_ms": [r["events_ms"] for r in rs],
+                    }
+                )
+                print(
+                    f"gate wait {w:4.1f} ms {kind:9s}: host-events "
+                    f"{statistics.median(out['gate'][-1]['host_minus_events_us']):8.1f} us",
+                    flush=True,
+                )
 
-        conds = [(ring, inputs, outputs, "none") for ring in ("ipc", "local") for inputs in ("distinct", "same")
-                 for outputs in ("kept", "dropped")]
-        conds += [("ipc", "distinct", "kept", "copy"), ("ipc", "distinct", "kept", "gemm"),
-                  ("local", "same", "dropped", "gemm")]
+        conds = [
+            (ring, inputs, outputs, "none")
+            for ring in ("ipc", "local")
+            for inputs in ("distinct", "same")
+            for outputs in ("kept", "dropped")
+        ]
+        conds += [
+            ("ipc", "distinct", "kept", "copy"),
+            ("ipc", "distinct", "kept", "gemm"),
+            ("local", "same", "dropped", "gemm"),
+        ]
         ctx_only = {}
         for ring, inputs, outputs, ctx in conds:
             if ctx != "none" and (ring, inputs, ctx) not in ctx_only:
@@ -219,14 +240,24 @@ def child(handle: bytes, ring_bytes: int, clock_path: str, shape: tuple, dry: bo
             for name, fn in models.items():  # interleaved: candidate, reference, candidate, ...
                 rs = [phase(fn, ring, inputs, outputs, ctx)["events_ms"] for _ in range(REPS)]
                 base = ctx_only.get((ring, inputs, ctx), 0.0)
-                rec = {"model": name, "ring": ring, "inputs": inputs, "outputs": outputs, "context": ctx,
-                       "events_ms": rs, "context_ms": base,
-                       "us_per_forward": 1e3 * (statistics.median(rs) - base) / n}
+                rec = {
+                    "model": name,
+                    "ring": ring,
+                    "inputs": inputs,
+                    "outputs": outputs,
+                    "context": ctx,
+                    "events_ms": rs,
+                    "context_ms": base,
+                    "us_per_forward": 1e3 * (statistics.median(rs) - base) / n,
+                }
                 if ctx == "none" and outputs == "kept" or (ring, inputs, outputs) == ("local", "same", "dropped"):
                     rec["kernels"] = kernels(fn, ring, inputs, outputs)
                 out["state"].append(rec)
-                print(f"{name:9s} ring={ring:5s} inputs={inputs:8s} outputs={outputs:7s} ctx={ctx:4s}: "
-                      f"{rec['us_per_forward']:8.2f} us/forward", flush=True)
+                print(
+                    f"{name:9s} ring={ring:5s} inputs={inputs:8s} outputs={outputs:7s} ctx={ctx:4s}: "
+                    f"{rec['us_per_forward']:8.2f} us/forward",
+                    flush=True,
+                )
         # the CPU time of a call (verify's `call_us`): per forward, enqueued behind a closed gate (as
         # verify times it), free-running (the GPU draining the queue) and with the GPU idle before each
         # call (a synchronisation after each, outside the timed call); decode- and prefill-sized inputs
@@ -262,20 +293,30 @@ def child(handle: bytes, ring_bytes: int, clock_path: str, shape: tuple, dry: bo
                             torch.cuda.synchronize()
                         per.append(1e6 * ts / n)
                     out["calls"].append({"size": label, "model": name, "mode": mode, "us_per_call": per})
-                    print(f"call {label:7s} {name:9s} {mode:5s}: {statistics.median(per):7.1f} us "
-                          f"[{min(per):.1f}, {max(per):.1f}]", flush=True)
+                    print(
+                        f"call {label:7s} {name:9s} {mode:5s}: {statistics.median(per):7.1f} us "
+                        f"[{min(per):.1f}, {max(per):.1f}]",
+                        flush=True,
+                    )
         by = {(r["ring"], r["inputs"], r["outputs"], r["context"]): {} for r in out["state"]}
         for r in out["state"]:
             by[(r["ring"], r["inputs"], r["outputs"], r["context"])][r["model"]] = r["us_per_forward"]
-        out["speedups"] = [{"condition": "/".join(k), "reference_us": v.get("reference"), "candidate_us": v.get("candidate"),
-                            "speedup": v["reference"] / v["candidate"] if v.get("candidate") else None}
-                           for k, v in by.items()]
+        out["speedups"] = [
+            {
+                "condition": "/".join(k),
+                "reference_us": v.get("reference"),
+                "candidate_us": v.get("candidate"),
+                "speedup": v["reference"] / v["candidate"] if v.get("candidate") else None,
+            }
+            for k, v in by.items()
+        ]
         for s in out["speedups"]:
             print(f"{s['condition']:32s} {s['reference_us']:9.2f} / {s['candidate_us']:8.2f} = {s['speedup']:.3f}x")
         if cuda:
             done.set()
     except Exception as e:  # the record says what failed; the parent writes what there is
         import traceback
+
         out["errors"].append(f"{type(e).__name__}: {e}\n{traceback.format_exc()[-2000:]}")
     q.put(out)
 
@@ -294,6 +335,7 @@ def main() -> int:
     if not a.dry_run:
         from headroom.verify import gate
         from headroom.verify.cuda_ipc import Allocation
+
         alloc = Allocation(ring_bytes, "cuda:0")
         handle = alloc.handle
         page = gate.ClockPage()
@@ -307,10 +349,20 @@ def main() -> int:
     out = q.get(timeout=540)
     p.join(30)
     import torch
-    out.update({"shape": list(shape), "n": N, "reps": REPS, "dry_run": a.dry_run, "wall_s": round(time.time() - t0, 1),
-                "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "torch": torch.__version__,
-                "device": torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu",
-                "command": "python3 lab/gpu/gpu_gate_probe.py " + " ".join(sys.argv[1:])})
+
+    out.update(
+        {
+            "shape": list(shape),
+            "n": N,
+            "reps": REPS,
+            "dry_run": a.dry_run,
+            "wall_s": round(time.time() - t0, 1),
+            "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+            "torch": torch.__version__,
+            "device": torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu",
+            "command": "python3 lab/gpu/gpu_gate_probe.py " + " ".join(sys.argv[1:]),
+        }
+    )
     Path(a.out).parent.mkdir(parents=True, exist_ok=True)
     Path(a.out).write_text(json.dumps(out, indent=1))
     print("errors:", out["errors"] or "none", "| wall", out["wall_s"], "s")

@@ -65,12 +65,18 @@ def main(out: Path, budget: float, ids: list[str]) -> None:
         t0 = time.monotonic()
         try:
             name = f"{workload}.{rid.split('-', 1)[-1] if workload != 'llama-7b' else rid}.json.gz"
-            p = subprocess.run([sys.executable, "-c", CHILD, workload, json.dumps(options), str(dest), name],
-                               capture_output=True, text=True, timeout=min(limit, left - 15))
+            p = subprocess.run(
+                [sys.executable, "-c", CHILD, workload, json.dumps(options), str(dest), name],
+                capture_output=True,
+                text=True,
+                timeout=min(limit, left - 15),
+            )
             text = p.stdout + p.stderr
             line = next((x for x in p.stdout.splitlines() if x.startswith("RESULT ")), None)
-            results[rid] = {"status": "ok" if line else f"failed (rc {p.returncode})",
-                            **(json.loads(line[7:]) if line else {"tail": text[-1500:]})}
+            results[rid] = {
+                "status": "ok" if line else f"failed (rc {p.returncode})",
+                **(json.loads(line[7:]) if line else {"tail": text[-1500:]}),
+            }
         except subprocess.TimeoutExpired as e:
             text = str(e.stdout or "") + str(e.stderr or "")
             results[rid] = {"status": "timed out"}

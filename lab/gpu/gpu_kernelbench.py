@@ -77,8 +77,16 @@ SEALED_HONEST = ("attack_reference_memory", "attack_plant_pyc", "attack_threads"
 _F, _E, _P = "fail", "error", "pass"
 SEALED_EXPECTED = {
     "attack_clone_parent": {"uid": _F, "same-uid": _F, "cpu-same-uid": _F},  # containment: the sibling is in its cgroup
-    "attack_forkserver": {"uid": _E, "same-uid": _F, "cpu-same-uid": _F},  # socket out of reach / the server's stray child
-    "attack_mount_proc": {"uid": _E, "same-uid": _F, "cpu-same-uid": _F},  # mount refused / its own namespace, contained
+    "attack_forkserver": {
+        "uid": _E,
+        "same-uid": _F,
+        "cpu-same-uid": _F,
+    },  # socket out of reach / the server's stray child
+    "attack_mount_proc": {
+        "uid": _E,
+        "same-uid": _F,
+        "cpu-same-uid": _F,
+    },  # mount refused / its own namespace, contained
     "attack_plant_pyc": {"uid": _P, "same-uid": _P, "cpu-same-uid": _P},  # the reference imports a private copy
     # /proc/<pid>/mem refused / weights on the device / zeroed on a CPU: the reference's timed output against the
     # truth fails the candidate (containment)
@@ -111,10 +119,37 @@ ISOLATION_EXPECTED = {
 
 # 20 level-1 problems, the quickest to verify on the H200 (docs/gpu/measure/kernelbench_l1.c.json.gz): the
 # identical-kernel control of ``--preset sealed``; 1 (the square matmul) and 19, 23, 40, 97 for their kinds
-PRESET_LEVEL1 = ("1", "19", "23", "40", "97", "66", "72", "75", "85", "98", "49", "51", "53", "83", "43", "100", "94",
-                 "96", "46", "59")
-PRESETS = {"sealed": {"groups": "isolation,sealed,level1", "only": list(PRESET_LEVEL1), "max_rounds": 16,
-                      "budget": 330.0, "summary": "verify_gpu.json"}}
+PRESET_LEVEL1 = (
+    "1",
+    "19",
+    "23",
+    "40",
+    "97",
+    "66",
+    "72",
+    "75",
+    "85",
+    "98",
+    "49",
+    "51",
+    "53",
+    "83",
+    "43",
+    "100",
+    "94",
+    "96",
+    "46",
+    "59",
+)
+PRESETS = {
+    "sealed": {
+        "groups": "isolation,sealed,level1",
+        "only": list(PRESET_LEVEL1),
+        "max_rounds": 16,
+        "budget": 330.0,
+        "summary": "verify_gpu.json",
+    }
+}
 
 
 def seal_kind(device: str) -> str | None:
@@ -129,13 +164,26 @@ def seal_kind(device: str) -> str | None:
         return "uid" if uid and os.environ.get(sandbox.CUDA_UID_ENV) == "1" else "same-uid"
     if uid:
         return "uid"
-    return "cpu-same-uid" if os.geteuid() == 0 and {m.strip() for m in off.split(",") if m.strip()} == {"uid", "ns"} \
+    return (
+        "cpu-same-uid"
+        if os.geteuid() == 0 and {m.strip() for m in off.split(",") if m.strip()} == {"uid", "ns"}
         else None
+    )
 
 
-EXPECTED = {"reference": "pass", "zeros": "fail", "partial_write": "fail", "shape_cache": "fail",
-            "example": "pass", "adversarial": "fail", "honest": "pass", "cheat": "fail",
-            "sealed_probe": "pass", "sealed_attack": "fail", "isolation": "fail"}
+EXPECTED = {
+    "reference": "pass",
+    "zeros": "fail",
+    "partial_write": "fail",
+    "shape_cache": "fail",
+    "example": "pass",
+    "adversarial": "fail",
+    "honest": "pass",
+    "cheat": "fail",
+    "sealed_probe": "pass",
+    "sealed_attack": "fail",
+    "isolation": "fail",
+}
 
 
 GROUPS = ("zeros", "examples", "adversarial", "level1", "candidates", "level1-extra", "sealed", "isolation")
@@ -149,9 +197,13 @@ class Item:
 
 
 def find_kernelbench(arg: str | None) -> Path:
-    for c in (arg, os.environ.get("HEADROOM_KERNELBENCH"), REPO / "shared" / "kernelbench",
-              REPO.parent / "shared" / "kernelbench",
-              Path("/work/shared/kernelbench")):
+    for c in (
+        arg,
+        os.environ.get("HEADROOM_KERNELBENCH"),
+        REPO / "shared" / "kernelbench",
+        REPO.parent / "shared" / "kernelbench",
+        Path("/work/shared/kernelbench"),
+    ):
         if c and (Path(c) / "level1").is_dir():
             return Path(c)
     sys.exit("KernelBench not found: pass --kernelbench DIR or set HEADROOM_KERNELBENCH")
@@ -190,15 +242,22 @@ def plan(kb: Path, only: list[str] | None, extra_only: list[str] | None = None) 
         sub = OURS / p.stem
         if sub.is_dir():
             cands = sorted(sub.glob("*.py"))
-            items.append(Item("candidates", p, [(c, "cheat" if c.stem.startswith("cheat_") else "honest")
-                                                for c in cands]))
+            items.append(
+                Item("candidates", p, [(c, "cheat" if c.stem.startswith("cheat_") else "honest") for c in cands])
+            )
     for p in extra:
-        items.append(Item("level1-extra", p, [(GENERIC / "partial_write.py", "partial_write"),
-                                              (GENERIC / "shape_cache.py", "shape_cache")]))
+        items.append(
+            Item(
+                "level1-extra",
+                p,
+                [(GENERIC / "partial_write.py", "partial_write"), (GENERIC / "shape_cache.py", "shape_cache")],
+            )
+        )
     for a in sorted(SEALED.glob("*.py")):
         if not a.name.startswith("_"):
-            items.append(Item("sealed", SEALED_PROBLEM,
-                              [(a, "sealed_probe" if a.stem in SEALED_HONEST else "sealed_attack")]))
+            items.append(
+                Item("sealed", SEALED_PROBLEM, [(a, "sealed_probe" if a.stem in SEALED_HONEST else "sealed_attack")])
+            )
     for a in sorted(ISOLATION.glob("*.py")):
         if not a.name.startswith("_"):
             items.append(Item("isolation", SEALED_PROBLEM, [(a, "isolation")]))
@@ -214,18 +273,28 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rounds", type=int, default=6, help="minimum interleaved timing rounds per candidate (>= 6)")
     ap.add_argument("--max-rounds", type=int, default=24, help="rounds at most (they stop once the interval is tight)")
     ap.add_argument("--target-phase-ms", type=float, default=30.0, help="GPU time of one timed phase")
-    ap.add_argument("--groups", default="zeros,examples,adversarial,level1,candidates,level1-extra,sealed",
-                    help="which work to do, in this order (comma-separated): " + ", ".join(GROUPS))
+    ap.add_argument(
+        "--groups",
+        default="zeros,examples,adversarial,level1,candidates,level1-extra,sealed",
+        help="which work to do, in this order (comma-separated): " + ", ".join(GROUPS),
+    )
     ap.add_argument("--timeout", type=float, default=120.0, help="seconds a candidate may work")
     ap.add_argument("--build-timeout", type=float, default=240.0)
     ap.add_argument("--only", nargs="*", help="level-1 problem numbers or names (default: all 100)")
     ap.add_argument("--extra-only", nargs="*", help="level-1 problems of level1-extra (default: --only)")
     ap.add_argument("--dry-run", action="store_true", help="CPU, scaled shapes, quick rounds (a test of the script)")
     ap.add_argument("--render", metavar="RESULTS", help="print the Markdown tables of a results file and exit")
-    ap.add_argument("--preset", choices=sorted(PRESETS), help="a named run (sealed: the GPU run of the sealed "
-                                                                "harness, see the module docstring)")
-    ap.add_argument("--summary", metavar="JSON", help="also write a compact summary there (verdicts, speedups, "
-                                                      "intervals, round orders, CPU split) after every problem")
+    ap.add_argument(
+        "--preset",
+        choices=sorted(PRESETS),
+        help="a named run (sealed: the GPU run of the sealed harness, see the module docstring)",
+    )
+    ap.add_argument(
+        "--summary",
+        metavar="JSON",
+        help="also write a compact summary there (verdicts, speedups, "
+        "intervals, round orders, CPU split) after every problem",
+    )
     args = ap.parse_args(argv)
     apply_preset(args, argv if argv is not None else sys.argv[1:])
     if args.render:
@@ -278,27 +347,49 @@ def run(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGTERM, _terminate)
     kb = find_kernelbench(args.kernelbench)
     device = "cpu" if args.dry_run else VerifyOptions(device=args.device).resolved_device()  # builds need it resolved
-    policy = Policy(rounds=args.rounds, max_rounds=args.max_rounds, calibration_phases=3,
-                    target_phase_ms=3.0 if args.dry_run else args.target_phase_ms, budget_s=15.0,
-                    max_iters=20 if args.dry_run else 2000, samples_per_output=64 if args.dry_run else 256)
+    policy = Policy(
+        rounds=args.rounds,
+        max_rounds=args.max_rounds,
+        calibration_phases=3,
+        target_phase_ms=3.0 if args.dry_run else args.target_phase_ms,
+        budget_s=15.0,
+        max_iters=20 if args.dry_run else 2000,
+        samples_per_output=64 if args.dry_run else 256,
+    )
     groups = [g.strip() for g in args.groups.split(",") if g.strip()]
     build_dir = new_build_dir()
-    base = dict(device=device, policy=policy, timeout=args.timeout, build_timeout=args.build_timeout,
-                reference_timeout=300.0, build_dir=build_dir)
+    base = dict(
+        device=device,
+        policy=policy,
+        timeout=args.timeout,
+        build_timeout=args.build_timeout,
+        reference_timeout=300.0,
+        build_dir=build_dir,
+    )
     device_name = torch.cuda.get_device_name(0) if device != "cpu" and torch.cuda.is_available() else "cpu"
     log(f"torch {torch.__version__}, device {device_name}, KernelBench {kb}, budget {args.budget:.0f} s")
-    items = sorted((it for it in plan(kb, args.only, args.extra_only) if it.group in groups),
-                   key=lambda it: groups.index(it.group))
+    items = sorted(
+        (it for it in plan(kb, args.only, args.extra_only) if it.group in groups), key=lambda it: groups.index(it.group)
+    )
     results: list[dict] = []
     skipped: list[str] = []
     builds: dict = {}
     free_mib: list = []  # [problem, MiB free on the device after it]: a leak in the harness shows here
 
     def save() -> None:
-        doc = suite_document([], device_name, suite="KernelBench", kernelbench=str(kb), torch=str(torch.__version__),
-                             budget_s=args.budget, wall_s=round(time.monotonic() - t0, 1), skipped=skipped,
-                             builds=[plain(b) for b in list(builds.values())], dry_run=args.dry_run,
-                             free_mib_after=free_mib)
+        doc = suite_document(
+            [],
+            device_name,
+            suite="KernelBench",
+            kernelbench=str(kb),
+            torch=str(torch.__version__),
+            budget_s=args.budget,
+            wall_s=round(time.monotonic() - t0, 1),
+            skipped=skipped,
+            builds=[plain(b) for b in list(builds.values())],
+            dry_run=args.dry_run,
+            free_mib_after=free_mib,
+        )
         doc["results"] = results
         write_json(doc, out / "kernelbench_l1.json")
         if args.summary:
@@ -322,8 +413,11 @@ def run(args: argparse.Namespace) -> int:
             problem = d / "problem" / it.problem.name
             shutil.copy(it.problem, problem)
             report = d / "report"
-            env = {"HEADROOM_TEST_PROBLEM": str(problem), "HEADROOM_SEALED_DIR": str(SEALED),
-                   "HEADROOM_TEST_REPORT": str(report)}
+            env = {
+                "HEADROOM_TEST_PROBLEM": str(problem),
+                "HEADROOM_SEALED_DIR": str(SEALED),
+                "HEADROOM_TEST_REPORT": str(report),
+            }
         opts = VerifyOptions.quick(**base, env=env) if args.dry_run else VerifyOptions(**base, env=env)
         try:
             ref = prepare_reference(problem, opts, progress=log)
@@ -343,7 +437,9 @@ def run(args: argparse.Namespace) -> int:
                     r = plain(verify_candidate(problem, c, reference=ref, built=builds.get(str(c))))
                 except Exception as e:
                     log(traceback.format_exc(limit=4))
-                    r = plain(VerifyResult(it.problem.stem, str(c), "error", reason=f"harness: {type(e).__name__}: {e}"))
+                    r = plain(
+                        VerifyResult(it.problem.stem, str(c), "error", reason=f"harness: {type(e).__name__}: {e}")
+                    )
                 if report is not None:
                     r["report"] = report.read_text(errors="replace")[:2000] if report.exists() else ""
                 results.append(_tag(r, it, kind, seal_kind(device), device))
@@ -359,11 +455,25 @@ def run(args: argparse.Namespace) -> int:
     early = while_building(kb, args.only) if "zeros" in groups else []
     pairs = [(it.problem, c) for it in early + items for c, _ in it.candidates]
     n_builds = sum(1 for _, c in dict.fromkeys(pairs) if "load_inline" in c.read_text(errors="replace"))
-    log(f"building {n_builds} load_inline candidates in parallel; meanwhile the all-zeros candidates "
-        f"(correctness only: they fail before any timing, so the build load cannot bias them)")
-    builder = threading.Thread(target=lambda: builds.update(build_all(
-        list(dict.fromkeys(pairs)), device, build_dir, args.build_timeout, build_dir, env={}, workers=None,
-        progress=log)), daemon=True)
+    log(
+        f"building {n_builds} load_inline candidates in parallel; meanwhile the all-zeros candidates "
+        f"(correctness only: they fail before any timing, so the build load cannot bias them)"
+    )
+    builder = threading.Thread(
+        target=lambda: builds.update(
+            build_all(
+                list(dict.fromkeys(pairs)),
+                device,
+                build_dir,
+                args.build_timeout,
+                build_dir,
+                env={},
+                workers=None,
+                progress=log,
+            )
+        ),
+        daemon=True,
+    )
     builder.start()
     for it in early:
         verify_item(it)
@@ -374,8 +484,10 @@ def run(args: argparse.Namespace) -> int:
         verify_item(it)
     save()
     n_ok = sum(r["as_expected"] for r in results)
-    log(f"done: {len(results)} results, {n_ok} as expected, {len(skipped)} items skipped; wall "
-        f"{time.monotonic() - t0:.1f} s -> {out / 'kernelbench_l1.json'}")
+    log(
+        f"done: {len(results)} results, {n_ok} as expected, {len(skipped)} items skipped; wall "
+        f"{time.monotonic() - t0:.1f} s -> {out / 'kernelbench_l1.json'}"
+    )
     logf.close()
     return 0
 
@@ -408,16 +520,30 @@ def summary(doc: dict) -> dict:
         t = r.get("timing") or {}
         ci = r.get("speedup_ci") or t.get("speedup_ci")
         split = t.get("cpu_split") or {}
-        rows.append({"group": r.get("group"), "problem": r.get("problem"), "candidate": Path(r["candidate"]).name,
-                     "kind": r.get("kind"), "verdict": r.get("verdict"), "expected": r.get("expected"),
-                     "as_expected": r.get("as_expected"), "speedup": r.get("speedup"),
-                     "speedup_estimate": t.get("speedup_estimate"), "speedup_ci": ci,
-                     "ci_width": (ci[1] / ci[0]) if ci and ci[0] else None, "order_medians": t.get("order_medians"),
-                     "rounds": t.get("rounds"), "reference_cpu_drift": t.get("reference_cpu_drift"),
-                     "cpu_split": {k: split.get(k) for k in ("reference", "candidate", "swapped",
-                                                            "disjoint_in_every_round")} if split else None,
-                     "failed": [c["name"] for c in r.get("checks", []) if not c["passed"]],
-                     "reason": (r.get("reason") or "")[:300], "elapsed_s": r.get("elapsed_s")})
+        rows.append(
+            {
+                "group": r.get("group"),
+                "problem": r.get("problem"),
+                "candidate": Path(r["candidate"]).name,
+                "kind": r.get("kind"),
+                "verdict": r.get("verdict"),
+                "expected": r.get("expected"),
+                "as_expected": r.get("as_expected"),
+                "speedup": r.get("speedup"),
+                "speedup_estimate": t.get("speedup_estimate"),
+                "speedup_ci": ci,
+                "ci_width": (ci[1] / ci[0]) if ci and ci[0] else None,
+                "order_medians": t.get("order_medians"),
+                "rounds": t.get("rounds"),
+                "reference_cpu_drift": t.get("reference_cpu_drift"),
+                "cpu_split": {k: split.get(k) for k in ("reference", "candidate", "swapped", "disjoint_in_every_round")}
+                if split
+                else None,
+                "failed": [c["name"] for c in r.get("checks", []) if not c["passed"]],
+                "reason": (r.get("reason") or "")[:300],
+                "elapsed_s": r.get("elapsed_s"),
+            }
+        )
     groups: dict = {}
     for row in rows:
         g = groups.setdefault(row["group"], {"results": 0, "as_expected": 0, "verdicts": {}})
@@ -425,14 +551,22 @@ def summary(doc: dict) -> dict:
         g["as_expected"] += bool(row["as_expected"])
         g["verdicts"][row["verdict"]] = g["verdicts"].get(row["verdict"], 0) + 1
     identical = [row for row in rows if row["kind"] == "reference" and row["verdict"] == "pass"]
-    return {"device": doc.get("device"), "torch": doc.get("torch"), "wall_s": doc.get("wall_s"),
-            "budget_s": doc.get("budget_s"), "dry_run": doc.get("dry_run"), "skipped": doc.get("skipped"),
-            "groups": groups, "unexpected": [row for row in rows if not row["as_expected"]],
-            "identical_kernels": {"pass": len(identical),
-                                  "speedups": sorted(round(row["speedup"], 4) for row in identical if row["speedup"]),
-                                  "widest_ci": max((row["ci_width"] for row in identical if row["ci_width"]),
-                                                   default=None)},
-            "results": rows}
+    return {
+        "device": doc.get("device"),
+        "torch": doc.get("torch"),
+        "wall_s": doc.get("wall_s"),
+        "budget_s": doc.get("budget_s"),
+        "dry_run": doc.get("dry_run"),
+        "skipped": doc.get("skipped"),
+        "groups": groups,
+        "unexpected": [row for row in rows if not row["as_expected"]],
+        "identical_kernels": {
+            "pass": len(identical),
+            "speedups": sorted(round(row["speedup"], 4) for row in identical if row["speedup"]),
+            "widest_ci": max((row["ci_width"] for row in identical if row["ci_width"]), default=None),
+        },
+        "results": rows,
+    }
 
 
 def _line(r: dict) -> str:
@@ -440,9 +574,13 @@ def _line(r: dict) -> str:
     sp = f" {r['speedup']:.3g}x" if r.get("speedup") else ""
     ci = r.get("speedup_ci")
     why = (", ".join(failed) if failed else (r.get("reason") or ""))[:160]
-    return (f"{r['problem']} <- {Path(r['candidate']).name}: {r['verdict']}{sp}"
-            + (f" [{ci[0]:.3g}, {ci[1]:.3g}]" if ci else "") + (f" ({why})" if why and r["verdict"] != "pass" else "")
-            + _kernels_note(r) + ("" if r["as_expected"] else "  [UNEXPECTED]"))
+    return (
+        f"{r['problem']} <- {Path(r['candidate']).name}: {r['verdict']}{sp}"
+        + (f" [{ci[0]:.3g}, {ci[1]:.3g}]" if ci else "")
+        + (f" ({why})" if why and r["verdict"] != "pass" else "")
+        + _kernels_note(r)
+        + ("" if r["as_expected"] else "  [UNEXPECTED]")
+    )
 
 
 def _kernels_note(r: dict) -> str:
@@ -454,8 +592,11 @@ def _kernels_note(r: dict) -> str:
     b = [k["name"] for k in cand.get("top_kernels") or []]
     if not a or not b:
         return ""
-    us = (f" {ref['kernel_us']:.0f}/{cand['kernel_us']:.0f} us" if ref.get("kernel_us") is not None
-          and cand.get("kernel_us") is not None else "")
+    us = (
+        f" {ref['kernel_us']:.0f}/{cand['kernel_us']:.0f} us"
+        if ref.get("kernel_us") is not None and cand.get("kernel_us") is not None
+        else ""
+    )
     if a == b:
         return f"; kernels ref/cand{us}: same"
     return f"; kernels ref/cand{us}: DIFFER: [{', '.join(x[:60] for x in a)}] vs [{', '.join(x[:60] for x in b)}]"
@@ -471,9 +612,12 @@ def render_markdown(doc: dict) -> str:
     def ms(s) -> str:
         return f"{s['median']:.3f}" if isinstance(s, dict) and s.get("median") is not None else "-"
 
-    lines = [f"Device: {doc.get('device')}; torch {doc.get('torch')}; whole run {doc.get('wall_s')} s "
-             f"(budget {doc.get('budget_s')} s); {len(rs)} results, {sum(r.get('as_expected', False) for r in rs)} "
-             f"as expected" + (f"; skipped: {len(doc['skipped'])} items" if doc.get("skipped") else ""), ""]
+    lines = [
+        f"Device: {doc.get('device')}; torch {doc.get('torch')}; whole run {doc.get('wall_s')} s "
+        f"(budget {doc.get('budget_s')} s); {len(rs)} results, {sum(r.get('as_expected', False) for r in rs)} "
+        f"as expected" + (f"; skipped: {len(doc['skipped'])} items" if doc.get("skipped") else ""),
+        "",
+    ]
     counts: dict = {}
     for r in rs:
         counts.setdefault((r["group"], r["kind"]), {}).setdefault(r["verdict"], 0)
@@ -484,10 +628,16 @@ def render_markdown(doc: dict) -> str:
     if doc.get("builds"):
         lines += ["", "| build | ok | seconds | error |", "|---|---|---:|---|"]
         for b in doc["builds"]:
-            lines.append(f"| {Path(b['candidate']).name} | {b['ok']} | {b['seconds']} | "
-                         f"{(b.get('error') or '').splitlines()[0][:80] if b.get('error') else ''} |")
-    lines += ["", "| problem | candidate | verdict | speedup [95% CI] | TF32 ms (ref / cand) | FP32/TF32 | "
-                  "launches (ref / cand) | failed checks / reason |", "|---|---|---|---:|---:|---:|---:|---|"]
+            lines.append(
+                f"| {Path(b['candidate']).name} | {b['ok']} | {b['seconds']} | "
+                f"{(b.get('error') or '').splitlines()[0][:80] if b.get('error') else ''} |"
+            )
+    lines += [
+        "",
+        "| problem | candidate | verdict | speedup [95% CI] | TF32 ms (ref / cand) | FP32/TF32 | "
+        "launches (ref / cand) | failed checks / reason |",
+        "|---|---|---|---:|---:|---:|---:|---|",
+    ]
     for r in rs:
         t = r.get("timing") or {}
         ci = r.get("speedup_ci") or t.get("speedup_ci")
@@ -499,9 +649,11 @@ def render_markdown(doc: dict) -> str:
         lc = r.get("launches_per_call") or {}
         failed = ", ".join(c["name"] for c in r.get("checks", []) if not c["passed"])
         why = failed or ((r.get("reason") or "")[:90] if r["verdict"] != "pass" else "")
-        lines.append(f"| {r['problem']} | {Path(r['candidate']).name} | {r['verdict']} | {sp} | "
-                     f"{ms(t.get('reference_tf32'))} / {ms(t.get('candidate'))} | {x(fp)} | "
-                     f"{lc.get('reference', '-')} / {lc.get('candidate', '-')} | {why} |")
+        lines.append(
+            f"| {r['problem']} | {Path(r['candidate']).name} | {r['verdict']} | {sp} | "
+            f"{ms(t.get('reference_tf32'))} / {ms(t.get('candidate'))} | {x(fp)} | "
+            f"{lc.get('reference', '-')} / {lc.get('candidate', '-')} | {why} |"
+        )
     return "\n".join(lines)
 
 

@@ -49,16 +49,22 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
-WORKLOADS = [("deepfm", 70), ("din", 50), ("dlrm-int8", 60)]          # name, estimated seconds on the H200
+WORKLOADS = [("deepfm", 70), ("din", 50), ("dlrm-int8", 60)]  # name, estimated seconds on the H200
 # name, workload, module class, candidate, the DLRM-Bench problems it stands for, estimated seconds.
 # Not here: 07's candidate in deepfm (its in-place ops break autograd in a training step), 11's in dlrm-int8
 # (its state_dict, a column index, is not the workload module's), 12's in din (no MLP, another forward).
 SUBSTITUTIONS = [
-    ("dlrm-interaction", "dlrm", "InteractionArch", "examples/substitutions/dlrm_interaction.py",
-     ["04_DotInteraction", "05_DotInteractionBackward"], 90),
+    (
+        "dlrm-interaction",
+        "dlrm",
+        "InteractionArch",
+        "examples/substitutions/dlrm_interaction.py",
+        ["04_DotInteraction", "05_DotInteractionBackward"],
+        90,
+    ),
 ]
-BENCH_EST = 35          # seconds per problem on the H200
-PROJECT_RESERVE = 40    # seconds kept for the projections at the end
+BENCH_EST = 35  # seconds per problem on the H200
+PROJECT_RESERVE = 40  # seconds kept for the projections at the end
 MAX_BYTES = 16 << 20
 DOC = REPO / "docs" / "dlrm-bench.md"
 BEGIN, END = "<!-- recsys-results:begin -->", "<!-- recsys-results:end -->"
@@ -69,8 +75,13 @@ class Run:
         self.out, self.budget, self.dry = out, budget, dry
         self.t0 = time.monotonic()
         self.log_f = open(out / "recsys.log", "a", buffering=1)
-        self.doc: dict[str, Any] = {"device": "cpu (dry run)" if dry else "cuda", "dry_run": dry, "budget_s": budget,
-                                    "steps": {}, "skipped": []}
+        self.doc: dict[str, Any] = {
+            "device": "cpu (dry run)" if dry else "cuda",
+            "dry_run": dry,
+            "budget_s": budget,
+            "steps": {},
+            "skipped": [],
+        }
 
     def left(self) -> float:
         return self.budget - (time.monotonic() - self.t0)
@@ -98,8 +109,13 @@ class Run:
         self.log(f"$ headroom {' '.join(shlex.quote(a) for a in args)}")
         t = time.monotonic()
         try:
-            p = subprocess.run([sys.executable, "-m", "headroom.cli", *args], cwd=REPO, capture_output=True,
-                               text=True, timeout=max(timeout, 5.0))
+            p = subprocess.run(
+                [sys.executable, "-m", "headroom.cli", *args],
+                cwd=REPO,
+                capture_output=True,
+                text=True,
+                timeout=max(timeout, 5.0),
+            )
         except subprocess.TimeoutExpired:
             self.log(f"  timed out after {timeout:.0f} s")
             return 124, "", time.monotonic() - t
@@ -141,7 +157,7 @@ def check(run: Run) -> dict:
     code = (
         "import json, os, sys, torch\n"
         "dev = 'cuda' if torch.cuda.is_available() else 'cpu'\n"
-        "from headroom.workloads.dlrm import fbgemm_cuda_status\n"
+        "from headroom.workloads._torchrec import fbgemm_cuda_status\n"
         "ok, why = fbgemm_cuda_status()\n"
         "os.environ['HEADROOM_BENCH_SCALE'] = 'cpu'\n"
         "import importlib.util as u\n"
@@ -154,11 +170,14 @@ def check(run: Run) -> dict:
         "print(json.dumps({'device': dev, 'gpu': torch.cuda.get_device_name() if dev == 'cuda' else None,\n"
         "  'torch': torch.__version__, 'fbgemm_cuda': ok, 'fbgemm': why, 'p01_reference': m.REFERENCE,\n"
         "  'p01_tbe': type(tbe).__name__ if tbe is not None else None,\n"
-        "  'p01_weights_on': str(w.device) if w is not None else None}))\n")
+        "  'p01_weights_on': str(w.device) if w is not None else None}))\n"
+    )
     p = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)
     rec = parse_json(p.stdout) or {"status": f"exit {p.returncode}: {p.stderr.strip()[-300:]}"}
     if isinstance(rec, dict) and not run.dry and rec.get("device") == "cuda":
-        if not (rec.get("fbgemm_cuda") and rec.get("p01_tbe") and str(rec.get("p01_weights_on", "")).startswith("cuda")):
+        if not (
+            rec.get("fbgemm_cuda") and rec.get("p01_tbe") and str(rec.get("p01_weights_on", "")).startswith("cuda")
+        ):
             rec["status"] = "WARNING: DLRM-Bench 01's reference is not fbgemm's TBE on CUDA here"
     return rec
 
@@ -175,11 +194,18 @@ def profile(run: Run, workload: str, traces: Path) -> dict:
     if not name or not trace.is_file():
         return {"status": "profile wrote no trace", "manifest": man}
     size = trace.stat().st_size
-    rec: dict[str, Any] = {"trace": name, "bytes": size, "info": man.get("info"), "timing": man.get("timing"),
-                           "peak_memory_gb": man.get("peak_memory_gb"), "gpu": man.get("gpu"),
-                           "versions": man.get("versions"),
-                           "analysis": {k: (doc.get("analysis") or {}).get(k)
-                                        for k in ("addressable_fraction", "idle_fraction", "categories")}}
+    rec: dict[str, Any] = {
+        "trace": name,
+        "bytes": size,
+        "info": man.get("info"),
+        "timing": man.get("timing"),
+        "peak_memory_gb": man.get("peak_memory_gb"),
+        "gpu": man.get("gpu"),
+        "versions": man.get("versions"),
+        "analysis": {
+            k: (doc.get("analysis") or {}).get(k) for k in ("addressable_fraction", "idle_fraction", "categories")
+        },
+    }
     if size > MAX_BYTES:
         rec["status"] = f"trace is {size / 2**20:.1f} MiB, over the 16 MiB a file may have: not returned"
     else:
@@ -188,14 +214,19 @@ def profile(run: Run, workload: str, traces: Path) -> dict:
 
 
 def coverage(run: Run, traces: Path) -> dict:
-    rc, out, _ = run.headroom(["coverage", "--suite", "dlrm", str(traces), str(REPO / "traces"), "--json"],
-                              min(run.left(), 120))
+    rc, out, _ = run.headroom(
+        ["coverage", "--suite", "dlrm", str(traces), str(REPO / "traces"), "--json"], min(run.left(), 120)
+    )
     doc = parse_json(out)
     if not isinstance(doc, dict):
         return {"status": f"coverage failed (exit {rc})"}
     (run.out / "coverage.json").write_text(json.dumps(doc, indent=1) + "\n")
-    return {"matched": doc.get("matched"), "problems_total": doc.get("problems_total"),
-            "unmatched": doc.get("unmatched"), "exit": rc}
+    return {
+        "matched": doc.get("matched"),
+        "problems_total": doc.get("problems_total"),
+        "unmatched": doc.get("unmatched"),
+        "exit": rc,
+    }
 
 
 def bench_order(only: list[str] | None) -> list[str]:
@@ -229,15 +260,23 @@ def bench(run: Run, work: Path, only: list[str] | None = None) -> dict:
             doc = dlrm.run([name], options=opts)
         except Exception as e:  # noqa: BLE001
             run.log(f"  {name}: {type(e).__name__}: {e}"[:300])
-            results.append({"problem": name, "candidate": f"{name}.py", "verdict": "error",
-                            "reason": f"script: {type(e).__name__}: {e}"[:300]})
+            results.append(
+                {
+                    "problem": name,
+                    "candidate": f"{name}.py",
+                    "verdict": "error",
+                    "reason": f"script: {type(e).__name__}: {e}"[:300],
+                }
+            )
             continue
         merged = {k: v for k, v in doc.items() if k not in ("results", "aggregates")}
         results.extend(doc.get("results") or [])
         done.append(name)
         r = (doc.get("results") or [{}])[0]
-        run.log(f"  {name}: {r.get('verdict')} speedup {r.get('speedup')} memory {r.get('memory_ratio')} "
-                f"({time.monotonic() - t:.0f} s)")
+        run.log(
+            f"  {name}: {r.get('verdict')} speedup {r.get('speedup')} memory {r.get('memory_ratio')} "
+            f"({time.monotonic() - t:.0f} s)"
+        )
         merged["results"] = results
         merged["problems_run"] = list(done)
         merged["aggregates"] = plain(score(merged))
@@ -251,8 +290,11 @@ def bench(run: Run, work: Path, only: list[str] | None = None) -> dict:
     merged["aggregates"] = agg = plain(score(merged))
     _write_gz(target, merged)
     (work / "bench.json").write_text(json.dumps(merged))
-    return {"problems_run": len(done), "aggregates": {k: v for k, v in agg.items() if k != "per_problem"},
-            "per_problem": agg["per_problem"]}
+    return {
+        "problems_run": len(done),
+        "aggregates": {k: v for k, v in agg.items() if k != "per_problem"},
+        "per_problem": agg["per_problem"],
+    }
 
 
 def _free_gpu() -> None:
@@ -280,14 +322,32 @@ def validate(run: Run, work: Path, name: str, workload: str, module: str, candid
     tiny = ["--flavour", "tiny", "--device", "cpu", "--threads", "1"] if run.dry else []
     rdir = work / "validate" / name
     budget = max(run.left() - PROJECT_RESERVE, 30)
-    rc, out, _ = run.headroom(["validate", workload, *tiny, "--replace", f"{module}={candidate}", "--out", str(rdir),
-                               "--json", "--timeout", str(int(budget))], budget + 15)
+    rc, out, _ = run.headroom(
+        [
+            "validate",
+            workload,
+            *tiny,
+            "--replace",
+            f"{module}={candidate}",
+            "--out",
+            str(rdir),
+            "--json",
+            "--timeout",
+            str(int(budget)),
+        ],
+        budget + 15,
+    )
     res = parse_json(out)
     if rc != 0 or not isinstance(res, dict):
         return {"status": f"validate failed (exit {rc})"}
-    return {"workload": workload, "module": module, "candidate": candidate, "run_dir": str(rdir),
-            **{k: res.get(k) for k in ("measured", "part", "projected", "error", "baseline", "replacements")},
-            "check": {k: (res.get("check") or {}).get(k) for k in ("passed", "dtype", "gate")}}
+    return {
+        "workload": workload,
+        "module": module,
+        "candidate": candidate,
+        "run_dir": str(rdir),
+        **{k: res.get(k) for k in ("measured", "part", "projected", "error", "baseline", "replacements")},
+        "check": {k: (res.get("check") or {}).get(k) for k in ("passed", "dtype", "gate")},
+    }
 
 
 def project(run: Run, trace: Path, bench_json: Path, problems: list[str] | None, work: Path) -> dict:
@@ -320,11 +380,18 @@ def project(run: Run, trace: Path, bench_json: Path, problems: list[str] | None,
         return {"status": f"project failed (exit {rc})", "trace": str(trace)}
     proj = {p["method"]: p["speedup"] for p in pj.get("projections", []) if p.get("scenario") == "speedups"}
     est = pj.get("estimate") or {}
-    return {"trace": str(trace.relative_to(REPO) if trace.is_relative_to(REPO) else trace.name),
-            "problems": passed, "amdahl": proj.get("amdahl"), "replay": proj.get("replay"),
-            "estimate": est.get("speedup"), "low": est.get("low"), "high": est.get("high"),
-            "entries": pj.get("entries"), "warnings": pj.get("warnings"),
-            **({"dry_run_estimates_projected": promoted} if promoted else {})}
+    return {
+        "trace": str(trace.relative_to(REPO) if trace.is_relative_to(REPO) else trace.name),
+        "problems": passed,
+        "amdahl": proj.get("amdahl"),
+        "replay": proj.get("replay"),
+        "estimate": est.get("speedup"),
+        "low": est.get("low"),
+        "high": est.get("high"),
+        "entries": pj.get("entries"),
+        "warnings": pj.get("warnings"),
+        **({"dry_run_estimates_projected": promoted} if promoted else {}),
+    }
 
 
 def scenario_validate(run: Run, work: Path) -> None:
@@ -350,8 +417,11 @@ def scenario_project(run: Run, work: Path, traces: Path) -> None:
                 if pr.get(k) and measured:
                     pr[f"error_{k}"] = pr[k] / measured - 1
             run.save()
-    shipped = [REPO / "traces" / "dlrm.train.json.gz", REPO / "traces" / "dlrm-dcn.train.json.gz",
-               *sorted(traces.glob("*.json.gz"))]
+    shipped = [
+        REPO / "traces" / "dlrm.train.json.gz",
+        REPO / "traces" / "dlrm-dcn.train.json.gz",
+        *sorted(traces.glob("*.json.gz")),
+    ]
     for t in shipped:
         if t.is_file() and run.left() > 8:
             run.step(f"project suite {t.name}", lambda: project(run, t, bench_json, None, work))
@@ -377,20 +447,25 @@ def summary(run: Run) -> None:
         run.log(f"  coverage: {cov['matched']}/{cov['problems_total']} matched; unmatched {cov.get('unmatched')}")
     agg = (s.get("bench") or {}).get("aggregates")
     if agg:
-        run.log(f"  bench: {agg['problems']} problems, {agg['correct']} correct, {agg['wins']} wins; geomean "
-                f"{agg['geomean_speedup']}, median win {agg['median_win']}, fast_p {agg['fast_p']}, peak memory "
-                f"{agg['peak_memory_ratio']}")
+        run.log(
+            f"  bench: {agg['problems']} problems, {agg['correct']} correct, {agg['wins']} wins; geomean "
+            f"{agg['geomean_speedup']}, median win {agg['median_win']}, fast_p {agg['fast_p']}, peak memory "
+            f"{agg['peak_memory_ratio']}"
+        )
     files = sorted(p.name for p in run.out.iterdir() if p.is_file() and not p.name.startswith("."))
     sizes = {f: (run.out / f).stat().st_size for f in files}
     run.doc["files"] = sizes
     over = [f for f, b in sizes.items() if b > MAX_BYTES]
-    run.log(f"  files ({len(files)}): " + ", ".join(f"{f} {b / 2**20:.2f} MiB" for f, b in sizes.items())
-            + (f"; OVER 16 MiB: {over}" if over else ""))
+    run.log(
+        f"  files ({len(files)}): "
+        + ", ".join(f"{f} {b / 2**20:.2f} MiB" for f, b in sizes.items())
+        + (f"; OVER 16 MiB: {over}" if over else "")
+    )
     run.save()
 
 
 RECSYS_TRACES = ["dlrm.train", "dlrm-dcn.train", "deepfm.train", "din.train", "dlrm-int8.infer"]
-PAPER = (0.417, 1.552, 0.0863)     # the paper's DLRM-Bench win rate, median win, and projected end to end
+PAPER = (0.417, 1.552, 0.0863)  # the paper's DLRM-Bench win rate, median win, and projected end to end
 
 
 def conclusive_win(r: dict) -> bool:
@@ -405,14 +480,17 @@ def load_results(folder: Path) -> tuple[dict, dict, dict]:
     cov_path = folder / "coverage.json"
     cov = json.loads(cov_path.read_text()) if cov_path.is_file() else {}
     bench_doc: dict = {}
-    for path in sorted(folder.glob("bench*.json.gz")):        # bench.json.gz, then bench-part.json.gz
+    for path in sorted(folder.glob("bench*.json.gz")):  # bench.json.gz, then bench-part.json.gz
         with gzip.open(path, "rt") as f:
             part = json.load(f)
         if not bench_doc:
             bench_doc = part
             continue
-        bench_doc = {**bench_doc, "results": bench_doc.get("results", []) + part.get("results", []),
-                     "problems_run": bench_doc.get("problems_run", []) + part.get("problems_run", [])}
+        bench_doc = {
+            **bench_doc,
+            "results": bench_doc.get("results", []) + part.get("results", []),
+            "problems_run": bench_doc.get("problems_run", []) + part.get("problems_run", []),
+        }
     return doc, cov, bench_doc
 
 
@@ -430,7 +508,7 @@ def _gain(v: Any) -> str:
 
 def _trace_name(path: str) -> str:
     name = Path(path).name
-    return name[:-len(".json.gz")] if name.endswith(".json.gz") else name
+    return name[: -len(".json.gz")] if name.endswith(".json.gz") else name
 
 
 def coverage_of(traces: Path) -> dict:
@@ -439,10 +517,26 @@ def coverage_of(traces: Path) -> dict:
     from headroom.trace.analysis import analyze
 
     c = suite_coverage([analyze(t) for t in sorted(traces.glob("*.json.gz"))], suite="dlrm")
-    return {"matched": c.matched_count, "problems_total": c.problems_total, "unmatched": c.unmatched,
-            "problems": [{"name": p.name, "matches": [
-                {"trace": m.trace, "mode": m.mode, "share": m.share, "top": [{"name": n, "us": u} for n, u in m.top]}
-                for m in p.matches]} for p in c.problems]}
+    return {
+        "matched": c.matched_count,
+        "problems_total": c.problems_total,
+        "unmatched": c.unmatched,
+        "problems": [
+            {
+                "name": p.name,
+                "matches": [
+                    {
+                        "trace": m.trace,
+                        "mode": m.mode,
+                        "share": m.share,
+                        "top": [{"name": n, "us": u} for n, u in m.top],
+                    }
+                    for m in p.matches
+                ],
+            }
+            for p in c.problems
+        ],
+    }
 
 
 def _speedups_file(bench_doc: dict, keep: Callable[[dict], bool], where: Path) -> Path:
@@ -478,12 +572,26 @@ def scenario_recomputed(folder: Path, bench_doc: dict) -> list[dict]:
             assert not isinstance(pr, list)
             amdahl = pr.get("amdahl")
             est = pr.estimate
-            parts = [{"problem": str(e.selector).split(":", 1)[-1], "speedup": e.speedup,
-                      "ms_per_step": e.applied_us / steps / 1e3} for e in pr.entries]
+            parts = [
+                {
+                    "problem": str(e.selector).split(":", 1)[-1],
+                    "speedup": e.speedup,
+                    "ms_per_step": e.applied_us / steps / 1e3,
+                }
+                for e in pr.entries
+            ]
             ev = a.events
             module_ms = float(ev["dur"][select(ev, f"module:{module}")].sum()) / steps / 1e3
-            out.append({"name": name, "module": module, "amdahl": amdahl.speedup if amdahl else None,
-                        "estimate": est.speedup if est else None, "parts": parts, "module_ms": module_ms})
+            out.append(
+                {
+                    "name": name,
+                    "module": module,
+                    "amdahl": amdahl.speedup if amdahl else None,
+                    "estimate": est.speedup if est else None,
+                    "parts": parts,
+                    "module_ms": module_ms,
+                }
+            )
     return out
 
 
@@ -509,10 +617,21 @@ def suite_projection(traces: Path, bench_doc: dict) -> list[dict]:
             paper = headroom.project(a, win_rate=PAPER[0], median=PAPER[1])
             assert not isinstance(pr, list) and not isinstance(ours, list) and not isinstance(paper, list)
             hit = [str(e.selector).split(":", 1)[-1].split("_")[0] for e in pr.entries if e.applied_us > 0]
-            am, wo, wp = pr.get("amdahl"), ours.get("amdahl", "win_rate_x_median"), paper.get("amdahl", "win_rate_x_median")
-            rows.append({"trace": name, "problems": hit, "amdahl": am.speedup if am else None,
-                         "estimate": pr.estimate.speedup if pr.estimate else None,
-                         "ours": wo.speedup if wo else None, "paper": wp.speedup if wp else None})
+            am, wo, wp = (
+                pr.get("amdahl"),
+                ours.get("amdahl", "win_rate_x_median"),
+                paper.get("amdahl", "win_rate_x_median"),
+            )
+            rows.append(
+                {
+                    "trace": name,
+                    "problems": hit,
+                    "amdahl": am.speedup if am else None,
+                    "estimate": pr.estimate.speedup if pr.estimate else None,
+                    "ours": wo.speedup if wo else None,
+                    "paper": wp.speedup if wp else None,
+                }
+            )
     return rows
 
 
@@ -527,32 +646,46 @@ def render(folder: Path, traces: Path | None = None) -> str:
         cov = coverage_of(traces)
     steps = doc.get("steps", {})
     chk = steps.get("check", {})
-    lines = [f"Device: {chk.get('gpu') or chk.get('device')}, torch {chk.get('torch')}, {chk.get('fbgemm')}; "
-             f"DLRM-Bench 01's reference: {chk.get('p01_reference')} ({chk.get('p01_tbe') or 'no TBE'}, weights on "
-             f"{chk.get('p01_weights_on')})" + ("; **CPU dry run (tiny shapes), not GPU results**" if doc.get("dry_run")
-                                               else "") + ".", ""]
+    lines = [
+        f"Device: {chk.get('gpu') or chk.get('device')}, torch {chk.get('torch')}, {chk.get('fbgemm')}; "
+        f"DLRM-Bench 01's reference: {chk.get('p01_reference')} ({chk.get('p01_tbe') or 'no TBE'}, weights on "
+        f"{chk.get('p01_weights_on')})"
+        + ("; **CPU dry run (tiny shapes), not GPU results**" if doc.get("dry_run") else "")
+        + ".",
+        "",
+    ]
     lines += ["| workload | trace | step | peak memory | embedding path |", "|---|---|---:|---:|---|"]
     for name, rec in steps.items():
         if name.startswith("profile ") and rec.get("trace"):
             info = rec.get("info") or {}
             step_ms = (rec.get("timing") or {}).get("step_ms")
             mem = rec.get("peak_memory_gb")
-            lines.append(f"| {name.split(' ', 1)[1]} | {_trace_name(rec['trace'])} | "
-                         f"{f'{step_ms:.1f} ms' if isinstance(step_ms, (int, float)) else '-'} | "
-                         f"{f'{mem:.1f} GB' if isinstance(mem, (int, float)) else '-'} | "
-                         f"{info.get('embedding_path', '-')} |")
+            lines.append(
+                f"| {name.split(' ', 1)[1]} | {_trace_name(rec['trace'])} | "
+                f"{f'{step_ms:.1f} ms' if isinstance(step_ms, (int, float)) else '-'} | "
+                f"{f'{mem:.1f} GB' if isinstance(mem, (int, float)) else '-'} | "
+                f"{info.get('embedding_path', '-')} |"
+            )
     if cov:
-        lines += ["", f"Coverage{' of traces/, recomputed from the committed traces' if traces else ''}: "
-                  f"{cov.get('matched')} of {cov.get('problems_total')} problems matched"
-                  + (f" (unmatched: {', '.join(cov['unmatched'])})" if cov.get("unmatched") else "") + ".", "",
-                  "| problem | trace | share | of | top kernels |", "|---|---|---:|---|---|"]
+        lines += [
+            "",
+            f"Coverage{' of traces/, recomputed from the committed traces' if traces else ''}: "
+            f"{cov.get('matched')} of {cov.get('problems_total')} problems matched"
+            + (f" (unmatched: {', '.join(cov['unmatched'])})" if cov.get("unmatched") else "")
+            + ".",
+            "",
+            "| problem | trace | share | of | top kernels |",
+            "|---|---|---:|---|---|",
+        ]
         for p in cov.get("problems", []):
             first = True
             for m in p.get("matches", []):
                 of = "GPU time" if m.get("mode") == "gpu" else "CPU op time"
                 top = ", ".join(f"`{t['name'][:70]}`" for t in (m.get("top") or [])[:2])
-                lines.append(f"| {p['name'] if first else ''} | {_trace_name(m['trace'])} | {_pct(m.get('share'))} | "
-                             f"{of} | {top} |")
+                lines.append(
+                    f"| {p['name'] if first else ''} | {_trace_name(m['trace'])} | {_pct(m.get('share'))} | "
+                    f"{of} | {top} |"
+                )
                 first = False
             if first:
                 lines.append(f"| {p['name']} | - | | | no trace exercises it |")
@@ -560,18 +693,31 @@ def render(folder: Path, traces: Path | None = None) -> str:
         agg = score(bench_doc)
         ran = {r["problem"] for r in bench_doc["results"]}
         not_run = [n for n in bench_doc.get("problems_not_run") or [] if n not in ran]
-        lines += ["", f"DLRM-Bench ({bench_doc.get('scale')} scale, {bench_doc.get('device')}), the honest candidates"
-                  + (f"; not run in the budget: {', '.join(not_run)} (the scores are over the {len(ran)} that ran)"
-                     if not_run else "") + ":",
-                  "", "| problem | verdict | speedup | peak memory |", "|---|---|---:|---:|"]
+        lines += [
+            "",
+            f"DLRM-Bench ({bench_doc.get('scale')} scale, {bench_doc.get('device')}), the honest candidates"
+            + (
+                f"; not run in the budget: {', '.join(not_run)} (the scores are over the {len(ran)} that ran)"
+                if not_run
+                else ""
+            )
+            + ":",
+            "",
+            "| problem | verdict | speedup | peak memory |",
+            "|---|---|---:|---:|",
+        ]
         for q in agg.per_problem:
             lines.append(f"| {q.problem} | {q.verdict} | {_x(q.speedup)} | {_x(q.memory_ratio)} |")
         fp = agg.fast_p
-        lines += ["", "| problems | correct | wins | win rate | geomean speedup | median win | fast_1.0 | fast_1.5 | "
-                  "fast_2.0 | peak memory (geomean, max) |", "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
-                  f"| {agg.problems} | {agg.correct} | {agg.wins} | {agg.win_rate:.1%} | {_x(agg.geomean_speedup)} | "
-                  f"{_x(agg.median_win)} | {fp['1.0']:.1%} | {fp['1.5']:.1%} | {fp['2.0']:.1%} | "
-                  f"{_x(agg.peak_memory_ratio)}, {_x(agg.peak_memory_ratio_max)} |"]
+        lines += [
+            "",
+            "| problems | correct | wins | win rate | geomean speedup | median win | fast_1.0 | fast_1.5 | "
+            "fast_2.0 | peak memory (geomean, max) |",
+            "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+            f"| {agg.problems} | {agg.correct} | {agg.wins} | {agg.win_rate:.1%} | {_x(agg.geomean_speedup)} | "
+            f"{_x(agg.median_win)} | {fp['1.0']:.1%} | {fp['1.5']:.1%} | {fp['2.0']:.1%} | "
+            f"{_x(agg.peak_memory_ratio)}, {_x(agg.peak_memory_ratio_max)} |",
+        ]
     rows = []
     recomputed = {r["name"]: r for r in scenario_recomputed(folder, bench_doc)} if traces else {}
     for name, wl, module, _cand, problems, _est in SUBSTITUTIONS:
@@ -582,53 +728,90 @@ def render(folder: Path, traces: Path | None = None) -> str:
         rc = recomputed.get(name)
         if rc:
             meas = (v.get("measured") or {}).get("speedup")
-            pr = {"amdahl": rc["amdahl"], "estimate": rc["estimate"],
-                  "error_estimate": rc["estimate"] / meas - 1 if rc["estimate"] and meas else None}
+            pr = {
+                "amdahl": rc["amdahl"],
+                "estimate": rc["estimate"],
+                "error_estimate": rc["estimate"] / meas - 1 if rc["estimate"] and meas else None,
+            }
         meas = v.get("measured") or {}
         ci = meas.get("ci") or [None, None]
-        rows.append(f"| {wl} | {module} ({', '.join(p.split('_')[0] for p in problems)}) | "
-                    + (f"{_gain(meas.get('speedup'))} [{_gain(ci[0])}, {_gain(ci[1])}] | "
-                       if v.get("status") == "ok" else f"{v.get('status')} | ")
-                    + f"{_gain(pr.get('amdahl'))} | {_gain(pr.get('estimate'))} | "
-                    + (f"{100 * pr['error_estimate']:+.2f}%" if pr.get('error_estimate') is not None else "-") + " |")
+        rows.append(
+            f"| {wl} | {module} ({', '.join(p.split('_')[0] for p in problems)}) | "
+            + (
+                f"{_gain(meas.get('speedup'))} [{_gain(ci[0])}, {_gain(ci[1])}] | "
+                if v.get("status") == "ok"
+                else f"{v.get('status')} | "
+            )
+            + f"{_gain(pr.get('amdahl'))} | {_gain(pr.get('estimate'))} | "
+            + (f"{100 * pr['error_estimate']:+.2f}%" if pr.get("error_estimate") is not None else "-")
+            + " |"
+        )
     if rows:
-        lines += ["", "| workload | replaced (problems) | measured end to end [95% CI] | projected from the bench "
-                  "(Amdahl) | projected (estimate) | error of the estimate |", "|---|---|---:|---:|---:|---:|", *rows]
+        lines += [
+            "",
+            "| workload | replaced (problems) | measured end to end [95% CI] | projected from the bench "
+            "(Amdahl) | projected (estimate) | error of the estimate |",
+            "|---|---|---:|---:|---:|---:|",
+            *rows,
+        ]
     for name, rc in recomputed.items():
         v = steps.get(f"validate {name}") or {}
         part, proj = v.get("part") or {}, v.get("projected") or {}
-        lines += ["", f"The substituted part, {rc['module']} (forward and backward), per step of the base trace:", "",
-                  "| kernels | time per step | speedup over them | end to end (Amdahl) |", "|---|---:|---:|---:|"]
+        lines += [
+            "",
+            f"The substituted part, {rc['module']} (forward and backward), per step of the base trace:",
+            "",
+            "| kernels | time per step | speedup over them | end to end (Amdahl) |",
+            "|---|---:|---:|---:|",
+        ]
         if part.get("speedup"):
-            lines.append(f"| {rc['module']} substituted, in the model (validate's base and variant traces) | "
-                         f"{part['base_us'] / 1e3:.2f} ms | {_x(part['speedup'])} | {_gain(proj.get('amdahl'))} |")
+            lines.append(
+                f"| {rc['module']} substituted, in the model (validate's base and variant traces) | "
+                f"{part['base_us'] / 1e3:.2f} ms | {_x(part['speedup'])} | {_gain(proj.get('amdahl'))} |"
+            )
         for q in rc["parts"]:
-            lines.append(f"| DLRM-Bench {q['problem']} (its selectors) | {q['ms_per_step']:.2f} ms | {_x(q['speedup'])} | |")
+            lines.append(
+                f"| DLRM-Bench {q['problem']} (its selectors) | {q['ms_per_step']:.2f} ms | {_x(q['speedup'])} | |"
+            )
         total = sum(q["ms_per_step"] for q in rc["parts"])
         after = sum(q["ms_per_step"] / q["speedup"] for q in rc["parts"])
         if after > 0:
-            lines.append(f"| the bench's together | {total:.2f} ms (of the module's {rc['module_ms']:.2f} ms) | "
-                         f"{_x(total / after)} | {_gain(rc['amdahl'])} |")
+            lines.append(
+                f"| the bench's together | {total:.2f} ms (of the module's {rc['module_ms']:.2f} ms) | "
+                f"{_x(total / after)} | {_gain(rc['amdahl'])} |"
+            )
     if traces is not None and bench_doc.get("results"):
         agg = score(bench_doc)
-        lines += ["", f"The suite substituted: each trace with the conclusive wins only (`pass`, 95% interval above 1); "
-                  f"then the paper's scenario (a win rate x median win over the addressable time, Amdahl) with this "
-                  f"suite's {agg.win_rate:.1%} x {_x(agg.median_win)} and the paper's {PAPER[0]:.1%} x {PAPER[1]:.4g}x "
-                  f"(its claim: {100 * PAPER[2]:.2f}% end to end):", "",
-                  "| trace | conclusive wins that matched | Amdahl | estimate | ours: win rate x median (Amdahl) | "
-                  "the paper's (Amdahl) |", "|---|---|---:|---:|---:|---:|"]
+        lines += [
+            "",
+            f"The suite substituted: each trace with the conclusive wins only (`pass`, 95% interval above 1); "
+            f"then the paper's scenario (a win rate x median win over the addressable time, Amdahl) with this "
+            f"suite's {agg.win_rate:.1%} x {_x(agg.median_win)} and the paper's {PAPER[0]:.1%} x {PAPER[1]:.4g}x "
+            f"(its claim: {100 * PAPER[2]:.2f}% end to end):",
+            "",
+            "| trace | conclusive wins that matched | Amdahl | estimate | ours: win rate x median (Amdahl) | "
+            "the paper's (Amdahl) |",
+            "|---|---|---:|---:|---:|---:|",
+        ]
         for r in suite_projection(traces, bench_doc):
-            lines.append(f"| {r['trace']} | {', '.join(r['problems']) or '-'} | {_gain(r['amdahl'])} | "
-                         f"{_gain(r['estimate'])} | {_gain(r['ours'])} | {_gain(r['paper'])} |")
+            lines.append(
+                f"| {r['trace']} | {', '.join(r['problems']) or '-'} | {_gain(r['amdahl'])} | "
+                f"{_gain(r['estimate'])} | {_gain(r['ours'])} | {_gain(r['paper'])} |"
+            )
         return "\n".join(lines) + "\n"
     suite = [(k.split(" ", 2)[2], r) for k, r in steps.items() if k.startswith("project suite ")]
     if suite:
         lines += ["", "| trace | verified problems that matched | Amdahl | estimate |", "|---|---|---:|---:|"]
         for t, r in suite:
-            hit = [str(e.get("selector", "")).split(":", 1)[-1].split("_")[0] for e in r.get("entries") or []
-                   if (e.get("applied_us") or 0) > 0]
-            lines.append(f"| {_trace_name(t)} | {', '.join(hit) or '-'} | "
-                         f"{_gain(r.get('amdahl'))} | {_gain(r.get('estimate'))} |")
+            hit = [
+                str(e.get("selector", "")).split(":", 1)[-1].split("_")[0]
+                for e in r.get("entries") or []
+                if (e.get("applied_us") or 0) > 0
+            ]
+            lines.append(
+                f"| {_trace_name(t)} | {', '.join(hit) or '-'} | "
+                f"{_gain(r.get('amdahl'))} | {_gain(r.get('estimate'))} |"
+            )
     return "\n".join(lines) + "\n"
 
 
@@ -646,11 +829,19 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--budget", type=float, default=500.0, help="seconds: no step starts that would not fit")
     ap.add_argument("--dry-run", action="store_true", help="on a CPU: tiny flavours, DLRM-Bench at --scale cpu")
     ap.add_argument("--parts", default="abcd", help="which of the steps a, b, c, d to run (default all)")
-    ap.add_argument("--problems", nargs="*", help="DLRM-Bench problems to run (names or numbers; default all 12): "
-                    "writes bench-part.json.gz, which --render merges with bench.json.gz")
+    ap.add_argument(
+        "--problems",
+        nargs="*",
+        help="DLRM-Bench problems to run (names or numbers; default all 12): "
+        "writes bench-part.json.gz, which --render merges with bench.json.gz",
+    )
     ap.add_argument("--render", metavar="DIR", help="print docs/dlrm-bench.md's tables of a results folder and exit")
-    ap.add_argument("--traces", metavar="DIR", help="with --render: recompute the coverage and the projections "
-                    "from the committed traces in DIR (traces/) with the current selectors")
+    ap.add_argument(
+        "--traces",
+        metavar="DIR",
+        help="with --render: recompute the coverage and the projections "
+        "from the committed traces in DIR (traces/) with the current selectors",
+    )
     ap.add_argument("--write-docs", action="store_true", help="with --render: write them into docs/dlrm-bench.md")
     args = ap.parse_args(argv)
     if args.render:
@@ -663,7 +854,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     old = os.environ.get("PYTHONPATH")
     os.environ["PYTHONPATH"] = str(REPO) + (os.pathsep + old if old else "")
-    os.environ.setdefault("NCCL_NVLS_ENABLE", "0")      # one-rank NCCL group for torchrec DMP: no NVLink multicast
+    os.environ.setdefault("NCCL_NVLS_ENABLE", "0")  # one-rank NCCL group for torchrec DMP: no NVLink multicast
     if args.dry_run:
         os.environ["CUDA_VISIBLE_DEVICES"] = ""
     out = Path(args.out)

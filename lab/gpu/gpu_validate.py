@@ -66,11 +66,23 @@ SUBSTITUTIONS = [
     ("llama7b-prefill-rmsnorm", "llama-7b", [], "LlamaRMSNorm", "llama_rmsnorm.py", 85),
     ("llama7b-prefill-rmsnorm-checked", "llama-7b", [], "LlamaRMSNorm", "llama_rmsnorm_checked.py", 80),
     ("llama7b-prefill-rmsnorm-fp64", "llama-7b", [], "LlamaRMSNorm", "llama_rmsnorm_fp64.py", 80),
-    ("llama7b-decode-bs1-rmsnorm", "llama-7b", ["--phase", "decode", "--batch", "1"], "LlamaRMSNorm",
-     "llama_rmsnorm.py", 70),
+    (
+        "llama7b-decode-bs1-rmsnorm",
+        "llama-7b",
+        ["--phase", "decode", "--batch", "1"],
+        "LlamaRMSNorm",
+        "llama_rmsnorm.py",
+        70,
+    ),
     ("bert-layernorm", "bert-base", [], "LayerNorm", "layernorm_fused.py", 55),
-    ("gpt2xl-decode-bs1-gelu", "gpt2-xl", ["--phase", "decode", "--batch", "1"], "NewGELUActivation",
-     "gpt2_gelu_tanh.py", 60),
+    (
+        "gpt2xl-decode-bs1-gelu",
+        "gpt2-xl",
+        ["--phase", "decode", "--batch", "1"],
+        "NewGELUActivation",
+        "gpt2_gelu_tanh.py",
+        60,
+    ),
     ("dlrm-train-interaction", "dlrm", [], "InteractionArch", "dlrm_interaction.py", 80),
     ("gpt2xl-prefill-gelu", "gpt2-xl", [], "NewGELUActivation", "gpt2_gelu_tanh.py", 75),
     ("llama7b-prefill-swiglu", "llama-7b", [], "LlamaMLP", "llama_swiglu_mlp.py", 100),
@@ -79,38 +91,92 @@ SUBSTITUTIONS = [
 # launches bound the step, the SwiGLU MLP at decode, LayerNorm fused in a second model in both regimes, and
 # decode at batch 8 (between the regimes).
 NEW_ROWS = [
-    ("llama7b-decode-bs1-rmsnorm-checked", "llama-7b", ["--phase", "decode", "--batch", "1"], "LlamaRMSNorm",
-     "llama_rmsnorm_checked.py", 70),
-    ("llama7b-decode-bs1-rmsnorm-fp64", "llama-7b", ["--phase", "decode", "--batch", "1"], "LlamaRMSNorm",
-     "llama_rmsnorm_fp64.py", 70),
-    ("llama7b-decode-bs1-swiglu", "llama-7b", ["--phase", "decode", "--batch", "1"], "LlamaMLP",
-     "llama_swiglu_mlp.py", 75),
-    ("llama7b-decode-bs8-rmsnorm", "llama-7b", ["--phase", "decode", "--batch", "8"], "LlamaRMSNorm",
-     "llama_rmsnorm.py", 70),
+    (
+        "llama7b-decode-bs1-rmsnorm-checked",
+        "llama-7b",
+        ["--phase", "decode", "--batch", "1"],
+        "LlamaRMSNorm",
+        "llama_rmsnorm_checked.py",
+        70,
+    ),
+    (
+        "llama7b-decode-bs1-rmsnorm-fp64",
+        "llama-7b",
+        ["--phase", "decode", "--batch", "1"],
+        "LlamaRMSNorm",
+        "llama_rmsnorm_fp64.py",
+        70,
+    ),
+    (
+        "llama7b-decode-bs1-swiglu",
+        "llama-7b",
+        ["--phase", "decode", "--batch", "1"],
+        "LlamaMLP",
+        "llama_swiglu_mlp.py",
+        75,
+    ),
+    (
+        "llama7b-decode-bs8-rmsnorm",
+        "llama-7b",
+        ["--phase", "decode", "--batch", "8"],
+        "LlamaRMSNorm",
+        "llama_rmsnorm.py",
+        70,
+    ),
     ("gpt2xl-prefill-layernorm", "gpt2-xl", [], "LayerNorm", "layernorm_fused.py", 75),
-    ("gpt2xl-decode-bs1-layernorm", "gpt2-xl", ["--phase", "decode", "--batch", "1"], "LayerNorm",
-     "layernorm_fused.py", 60),
+    (
+        "gpt2xl-decode-bs1-layernorm",
+        "gpt2-xl",
+        ["--phase", "decode", "--batch", "1"],
+        "LayerNorm",
+        "layernorm_fused.py",
+        60,
+    ),
     ("bert-layernorm-fp32", "bert-base", ["--dtype", "float32"], "LayerNorm", "layernorm_fused.py", 55),
 ]
 SUBSTITUTIONS += NEW_ROWS
 # Issue 43's rows under CUDA graphs (`headroom validate --graphs`: both sides captured and replayed, profiled as
 # `headroom profile --graphs` does, so the a-priori estimate projects onto replays). Decode, where graphs matter.
 GRAPH_ROWS = [
-    ("llama7b-decode-bs1-rmsnorm-graphs", "llama-7b", ["--phase", "decode", "--batch", "1"], "LlamaRMSNorm",
-     "llama_rmsnorm.py", 80),
-    ("llama7b-decode-bs1-swiglu-graphs", "llama-7b", ["--phase", "decode", "--batch", "1"], "LlamaMLP",
-     "llama_swiglu_mlp.py", 85),
-    ("gpt2xl-decode-bs1-gelu-graphs", "gpt2-xl", ["--phase", "decode", "--batch", "1", "--kv-cache", "static"],
-     "NewGELUActivation", "gpt2_gelu_tanh.py", 70),
-    ("llama7b-decode-bs32-rmsnorm-graphs", "llama-7b", ["--phase", "decode", "--batch", "32"], "LlamaRMSNorm",
-     "llama_rmsnorm.py", 80),
+    (
+        "llama7b-decode-bs1-rmsnorm-graphs",
+        "llama-7b",
+        ["--phase", "decode", "--batch", "1"],
+        "LlamaRMSNorm",
+        "llama_rmsnorm.py",
+        80,
+    ),
+    (
+        "llama7b-decode-bs1-swiglu-graphs",
+        "llama-7b",
+        ["--phase", "decode", "--batch", "1"],
+        "LlamaMLP",
+        "llama_swiglu_mlp.py",
+        85,
+    ),
+    (
+        "gpt2xl-decode-bs1-gelu-graphs",
+        "gpt2-xl",
+        ["--phase", "decode", "--batch", "1", "--kv-cache", "static"],
+        "NewGELUActivation",
+        "gpt2_gelu_tanh.py",
+        70,
+    ),
+    (
+        "llama7b-decode-bs32-rmsnorm-graphs",
+        "llama-7b",
+        ["--phase", "decode", "--batch", "32"],
+        "LlamaRMSNorm",
+        "llama_rmsnorm.py",
+        80,
+    ),
 ]
 SUBSTITUTIONS += GRAPH_ROWS
-VALIDATE_FLAGS = {row[0]: ["--graphs"] for row in GRAPH_ROWS}   # validate's own flags (not extract's)
+VALIDATE_FLAGS = {row[0]: ["--graphs"] for row in GRAPH_ROWS}  # validate's own flags (not extract's)
 TRAINING = {"dlrm", "dlrm-dcn", "resnet-50"}
-MAX_ARCHIVES = 5   # + validation.json, loop.json and the log: 8 files
-SLOW = ("fp64",)    # a candidate expected to be slower (verify conclusive below 1, a projected slowdown)
-TIMING_BUDGET_S = 60   # validate's adaptive rounds (headroom.measure): at most this long per substitution
+MAX_ARCHIVES = 5  # + validation.json, loop.json and the log: 8 files
+SLOW = ("fp64",)  # a candidate expected to be slower (verify conclusive below 1, a projected slowdown)
+TIMING_BUDGET_S = 60  # validate's adaptive rounds (headroom.measure): at most this long per substitution
 
 
 class Log:
@@ -133,7 +199,7 @@ def headroom(args: list[str], log: Log, timeout: float) -> tuple[int, str, float
         log(f"  timed out after {timeout:.0f} s")
         return 124, "", time.monotonic() - t0
     for line in p.stderr.splitlines():
-        if "USDT:" in line:   # Kineto's start/stop chatter
+        if "USDT:" in line:  # Kineto's start/stop chatter
             continue
         log(f"  {line}")
     dt = time.monotonic() - t0
@@ -171,7 +237,8 @@ def training_candidate(candidate: Path, dest: Path) -> Path:
         "_mod = importlib.util.module_from_spec(_spec)\n"
         "_spec.loader.exec_module(_mod)\n\n\n"
         "class ModelNew(with_backward(_mod.ModelNew)):\n"
-        "    pass\n".replace("{name}", candidate.name))
+        "    pass\n".replace("{name}", candidate.name)
+    )
     return dest
 
 
@@ -188,8 +255,11 @@ class Clocks:
         self.path, self.proc = path, None
         if enabled and shutil.which("nvidia-smi"):
             self.f = open(path, "w")
-            self.proc = subprocess.Popen(["nvidia-smi", f"--query-gpu={self.QUERY}", "--format=csv,noheader,nounits",
-                                          "-lms", "100"], stdout=self.f, stderr=subprocess.DEVNULL)
+            self.proc = subprocess.Popen(
+                ["nvidia-smi", f"--query-gpu={self.QUERY}", "--format=csv,noheader,nounits", "-lms", "100"],
+                stdout=self.f,
+                stderr=subprocess.DEVNULL,
+            )
 
     def window(self, t0: float, t1: float) -> dict | None:
         if self.proc is None:
@@ -226,8 +296,13 @@ def window_stats(samples: list, t0: float, t1: float) -> dict | None:
     if not inside:
         return None
     n = len(inside)
-    return {"n": n, "sm_mhz": round(sum(s[1] for s in inside) / n, 1), "mem_mhz": round(sum(s[2] for s in inside) / n, 1),
-            "power_w": round(sum(s[3] for s in inside) / n, 1), "temp_c": round(sum(s[4] for s in inside) / n, 1)}
+    return {
+        "n": n,
+        "sm_mhz": round(sum(s[1] for s in inside) / n, 1),
+        "mem_mhz": round(sum(s[2] for s in inside) / n, 1),
+        "power_w": round(sum(s[3] for s in inside) / n, 1),
+        "temp_c": round(sum(s[4] for s in inside) / n, 1),
+    }
 
 
 def side_clocks(run_json: Path, clocks: Clocks) -> dict:
@@ -245,14 +320,32 @@ def side_clocks(run_json: Path, clocks: Clocks) -> dict:
     return out
 
 
-def one(name, workload, opts, module, cand_name, work: Path, device: str, log: Log, deadline: float,
-        clocks: Clocks | None = None) -> dict:
-    cand = (CAND / cand_name).relative_to(REPO)      # relative: the commands run in REPO, the results name it so
-    rec: dict = {"name": name, "workload": workload, "options": opts, "module": module,
-                 "candidate": str(cand), "device": device, "steps": {}}
+def one(
+    name,
+    workload,
+    opts,
+    module,
+    cand_name,
+    work: Path,
+    device: str,
+    log: Log,
+    deadline: float,
+    clocks: Clocks | None = None,
+) -> dict:
+    cand = (CAND / cand_name).relative_to(REPO)  # relative: the commands run in REPO, the results name it so
+    rec: dict = {
+        "name": name,
+        "workload": workload,
+        "options": opts,
+        "module": module,
+        "candidate": str(cand),
+        "device": device,
+        "steps": {},
+    }
     dev = ["--device", device]
     tiny = ["--flavour", "tiny"] if device == "cpu" else []
     wl = [workload, *opts, *tiny, *dev]
+
     # 1. extract
     def left() -> float:
         return max(deadline - time.monotonic(), 5.0)
@@ -269,19 +362,33 @@ def one(name, workload, opts, module, cand_name, work: Path, device: str, log: L
     vcand = training_candidate(cand, work / "candidate_train.py") if workload in TRAINING else cand
     vjson = work / "verify.json"
     t_wall = time.time()
-    rc, out, dt = headroom(["verify", str(problem), str(vcand), "--json", *(dev if device == "cpu" else [])],
-                           log, left())
+    rc, out, dt = headroom(
+        ["verify", str(problem), str(vcand), "--json", *(dev if device == "cpu" else [])], log, left()
+    )
     rec["steps"]["verify_s"] = round(dt, 1)
     if clocks is not None and clocks.proc is not None:
         rec["clocks"] = {"verify": clocks.window(t_wall, time.time())}
     v = parse_json(out)
     vjson.write_text(json.dumps(v, indent=1) + "\n")
-    rec["verify"] = {k: v.get(k) for k in ("verdict", "speedup", "speedup_fp32", "launches_per_call", "reason")
-                     if k in v}
+    rec["verify"] = {
+        k: v.get(k) for k in ("verdict", "speedup", "speedup_fp32", "launches_per_call", "reason") if k in v
+    }
     rec["verify"]["failed_checks"] = [c["name"] for c in v.get("checks", []) if not c.get("passed")]
     t = v.get("timing") or {}
-    rec["verify"].update({k: t.get(k) for k in ("clock", "candidate_clock", "rounds", "rounds_stop",
-                                                 "iters_per_phase", "overhead_share", "speedup_ci")})
+    rec["verify"].update(
+        {
+            k: t.get(k)
+            for k in (
+                "clock",
+                "candidate_clock",
+                "rounds",
+                "rounds_stop",
+                "iters_per_phase",
+                "overhead_share",
+                "speedup_ci",
+            )
+        }
+    )
     rec["verify"]["per_call"] = v.get("per_call")
     rec["verify"]["elapsed_s"] = v.get("elapsed_s")
     # 3. validate
@@ -289,11 +396,26 @@ def one(name, workload, opts, module, cand_name, work: Path, device: str, log: L
     budget = left()
     # validate's estimate is the a-priori one: verify's result (when it passed) on validate's own base trace
     apriori = ["--speedups", str(vjson), "--problems", str(entry)] if v.get("verdict") == "pass" else []
-    graphs = VALIDATE_FLAGS.get(name, []) if device != "cpu" else []   # a CPU captures no CUDA graph
-    rc, out, dt = headroom(["validate", *wl, "--replace", f"{module}={cand}", "--out", str(run_dir), "--json",
-                            "--timeout", str(int(budget)), "--timing-budget", str(TIMING_BUDGET_S), *apriori,
-                            *graphs],
-                           log, budget + 15)
+    graphs = VALIDATE_FLAGS.get(name, []) if device != "cpu" else []  # a CPU captures no CUDA graph
+    rc, out, dt = headroom(
+        [
+            "validate",
+            *wl,
+            "--replace",
+            f"{module}={cand}",
+            "--out",
+            str(run_dir),
+            "--json",
+            "--timeout",
+            str(int(budget)),
+            "--timing-budget",
+            str(TIMING_BUDGET_S),
+            *apriori,
+            *graphs,
+        ],
+        log,
+        budget + 15,
+    )
     rec["steps"]["validate_s"] = round(dt, 1)
     if rc != 0:
         rec["status"] = f"validate failed (exit {rc})"
@@ -304,24 +426,32 @@ def one(name, workload, opts, module, cand_name, work: Path, device: str, log: L
         rec.setdefault("clocks", {}).update(side_clocks(run_dir / "run.json", clocks))
     part = (result.get("part") or {}).get("speedup")
     vs = v.get("speedup") or (v.get("timing") or {}).get("speedup_estimate")
-    rec["in_model"] = {"part_speedup": part, "verify_speedup": vs,
-                       "ratio": vs / part if part and vs else None}
+    rec["in_model"] = {"part_speedup": part, "verify_speedup": vs, "ratio": vs / part if part and vs else None}
     # 4. the verified speedup, projected on the base trace (verify -> project)
     if v.get("verdict") == "pass":
-        rc, out, dt = headroom(["project", str(run_dir / "base.json.gz"), "--problems", str(entry),
-                                "--speedups", str(vjson), "--json"], log, left())
+        rc, out, dt = headroom(
+            ["project", str(run_dir / "base.json.gz"), "--problems", str(entry), "--speedups", str(vjson), "--json"],
+            log,
+            left(),
+        )
         rec["steps"]["project_s"] = round(dt, 1)
         if rc == 0:
             pj = parse_json(out)
             proj = {p["method"]: p["speedup"] for p in pj.get("projections", []) if p.get("scenario") == "speedups"}
             est = pj.get("estimate") or {}
             measured = (result.get("measured") or {}).get("speedup")
-            rec["project_from_verify"] = {"amdahl": proj.get("amdahl"), "replay": proj.get("replay"),
-                                          "estimate": est.get("speedup"), "low": est.get("low"),
-                                          "high": est.get("high"), "measured": measured,
-                                          "error": est["speedup"] / measured - 1 if est.get("speedup") and measured
-                                          else None, "entries": pj.get("entries"),
-                                          "selected_us": pj.get("selected_us"), "warnings": pj.get("warnings")}
+            rec["project_from_verify"] = {
+                "amdahl": proj.get("amdahl"),
+                "replay": proj.get("replay"),
+                "estimate": est.get("speedup"),
+                "low": est.get("low"),
+                "high": est.get("high"),
+                "measured": measured,
+                "error": est["speedup"] / measured - 1 if est.get("speedup") and measured else None,
+                "entries": pj.get("entries"),
+                "selected_us": pj.get("selected_us"),
+                "warnings": pj.get("warnings"),
+            }
             # the one projection path: validate's estimate is `headroom project`'s on the same trace and inputs
             ve, pe = (result.get("projected") or {}).get("estimate"), est.get("speedup")
             rec["validate_equals_project"] = bool(ve and pe and abs(ve / pe - 1) < 1e-6)
@@ -337,8 +467,19 @@ def one(name, workload, opts, module, cand_name, work: Path, device: str, log: L
     return rec
 
 
-def apriori_one(name, workload, opts, module, cand_name, work: Path, device: str, log: Log, deadline: float,
-                clocks: Clocks | None = None, probe: bool = False) -> dict:
+def apriori_one(
+    name,
+    workload,
+    opts,
+    module,
+    cand_name,
+    work: Path,
+    device: str,
+    log: Log,
+    deadline: float,
+    clocks: Clocks | None = None,
+    probe: bool = False,
+) -> dict:
     """The a-priori row `name` again: extract -> verify -> project onto the committed base trace of
     docs/gpu/apriori/<name>/, against the committed measurement (no validate)."""
     committed = APRIORI / name
@@ -361,39 +502,62 @@ def apriori_one(name, workload, opts, module, cand_name, work: Path, device: str
     vcand = training_candidate(cand, work / "candidate_train.py") if workload in TRAINING else cand
     vjson = work / "verify.json"
     t_wall = time.time()
-    rc, out, dt = headroom(["verify", str(problem), str(vcand), "--json", *(dev if device == "cpu" else [])],
-                           log, left())
+    rc, out, dt = headroom(
+        ["verify", str(problem), str(vcand), "--json", *(dev if device == "cpu" else [])], log, left()
+    )
     rec["steps"]["verify_s"] = round(dt, 1)
     if clocks is not None and clocks.proc is not None:
         rec["clocks"] = {"verify": clocks.window(t_wall, time.time()), "validate (committed run)": None}
     v = parse_json(out)
     vjson.write_text(json.dumps(v, indent=1) + "\n")
     t = v.get("timing") or {}
-    rec["verify"] = {"verdict": v.get("verdict"), "speedup": v.get("speedup"), "reason": v.get("reason"),
-                     "candidate_clock": t.get("candidate_clock"), "rounds": t.get("rounds"),
-                     "speedup_ci": t.get("speedup_ci"), "child_clock_ms": t.get("child_clock_ms"),
-                     "per_call": v.get("per_call")}
+    rec["verify"] = {
+        "verdict": v.get("verdict"),
+        "speedup": v.get("speedup"),
+        "reason": v.get("reason"),
+        "candidate_clock": t.get("candidate_clock"),
+        "rounds": t.get("rounds"),
+        "speedup_ci": t.get("speedup_ci"),
+        "child_clock_ms": t.get("child_clock_ms"),
+        "per_call": v.get("per_call"),
+    }
     cps = float(result["detail"]["calls_per_step"])
-    model = {"reference": result["detail"]["part_base"]["forward_us"] / cps,
-             "candidate": result["detail"]["part_variant"]["forward_us"] / cps}
+    model = {
+        "reference": result["detail"]["part_base"]["forward_us"] / cps,
+        "candidate": result["detail"]["part_variant"]["forward_us"] / cps,
+    }
     pc = v.get("per_call") or {}
-    rec["in_model"] = {"part_speedup": result["part"]["speedup"], "verify_speedup": v.get("speedup"),
-                       "ratio": v["speedup"] / result["part"]["speedup"] if v.get("speedup") else None,
-                       "model_kernel_us_per_call": model,
-                       "verify_kernel_us_per_call": {w: (pc.get(w) or {}).get("kernel_us") for w in model},
-                       "launches": {"verify": [(pc.get(w) or {}).get("launches") for w in model],
-                                    "model": result["part"]["launches_per_call"]}}
+    rec["in_model"] = {
+        "part_speedup": result["part"]["speedup"],
+        "verify_speedup": v.get("speedup"),
+        "ratio": v["speedup"] / result["part"]["speedup"] if v.get("speedup") else None,
+        "model_kernel_us_per_call": model,
+        "verify_kernel_us_per_call": {w: (pc.get(w) or {}).get("kernel_us") for w in model},
+        "launches": {
+            "verify": [(pc.get(w) or {}).get("launches") for w in model],
+            "model": result["part"]["launches_per_call"],
+        },
+    }
     if v.get("verdict") == "pass":
-        rc, out, dt = headroom(["project", str(committed / "base.json.gz"), "--problems", str(entry),
-                                "--speedups", str(vjson), "--json"], log, left())
+        rc, out, dt = headroom(
+            ["project", str(committed / "base.json.gz"), "--problems", str(entry), "--speedups", str(vjson), "--json"],
+            log,
+            left(),
+        )
         rec["steps"]["project_s"] = round(dt, 1)
         est = parse_json(out).get("estimate") or {} if rc == 0 else {}
         measured = result["measured"]["speedup"]
         target = 0.06 if result["baseline"]["launch_bound"] else 0.03
         err = est["speedup"] / measured - 1 if est.get("speedup") else None
-        rec["project_from_verify"] = {"estimate": est.get("speedup"), "low": est.get("low"), "high": est.get("high"),
-                                      "measured": measured, "error": err, "target": target,
-                                      "met": err is not None and abs(err) <= target}
+        rec["project_from_verify"] = {
+            "estimate": est.get("speedup"),
+            "low": est.get("low"),
+            "high": est.get("high"),
+            "measured": measured,
+            "error": err,
+            "target": target,
+            "met": err is not None and abs(err) <= target,
+        }
     if probe and workload not in TRAINING and time.monotonic() < deadline - 20:
         t0 = time.monotonic()
         try:
@@ -405,8 +569,14 @@ def apriori_one(name, workload, opts, module, cand_name, work: Path, device: str
     return rec
 
 
-def l2_probe(problem_path: Path, cand_path: Path, device: str, deadline: float, iters: int | None = None,
-             clocks: Clocks | None = None) -> dict:
+def l2_probe(
+    problem_path: Path,
+    cand_path: Path,
+    device: str,
+    deadline: float,
+    iters: int | None = None,
+    clocks: Clocks | None = None,
+) -> dict:
     """Reference and candidate forwards timed in this process (CUDA events around the forward only; a
     wall clock on a CPU), per input state: `cold` (a ring of distinct inputs over twice the L2, as verify
     feeds them), `produced` (one input, a copy kernel wrote it just before the forward, as the previous
@@ -431,8 +601,10 @@ def l2_probe(problem_path: Path, cand_path: Path, device: str, deadline: float, 
     x0 = prob.published_inputs(p, 1, device)
     nbytes = sum(t.numel() * t.element_size() for t in x0 if isinstance(t, torch.Tensor))
     l2 = torch.cuda.get_device_properties(dev).L2_cache_size if cuda else 1 << 20
-    ring = [[t.clone() if isinstance(t, torch.Tensor) else t for t in x0]
-            for _ in range(max(2, min(16, -(-2 * l2 // max(nbytes, 1)) + 1)))]
+    ring = [
+        [t.clone() if isinstance(t, torch.Tensor) else t for t in x0]
+        for _ in range(max(2, min(16, -(-2 * l2 // max(nbytes, 1)) + 1)))
+    ]
     src = [t.clone() if isinstance(t, torch.Tensor) else t for t in x0]
     # ~1.1 TFLOP (~1.6 ms on an H200): long enough to draw a GEMM's power before the forward
     big = torch.randn(8192, 8192, device=dev, dtype=torch.bfloat16) if cuda else torch.randn(64, 64)
@@ -459,8 +631,8 @@ def l2_probe(problem_path: Path, cand_path: Path, device: str, deadline: float, 
                 out.append(time.perf_counter() - t0)
         if cuda:
             torch.cuda.synchronize(dev)
-            return statistics.median(s.elapsed_time(e) * 1e3 for s, e in out[iters // 4:])
-        return statistics.median(out[iters // 4:]) * 1e6
+            return statistics.median(s.elapsed_time(e) * 1e3 for s, e in out[iters // 4 :])
+        return statistics.median(out[iters // 4 :]) * 1e6
 
     res: dict = {"input_bytes": nbytes, "l2_bytes": l2, "ring": len(ring), "iters": iters, "us": {}}
     with torch.no_grad():
@@ -516,12 +688,12 @@ def apriori_main(args: argparse.Namespace) -> int:
     t_start = time.monotonic()
     names = args.only or sorted(p.name for p in APRIORI.iterdir() if (p / "verify.json").is_file())
     by_name = {s[0]: s for s in SUBSTITUTIONS}
-    subs = [by_name[n] for n in names if n in by_name]   # in the order asked: the first is the one that matters
+    subs = [by_name[n] for n in names if n in by_name]  # in the order asked: the first is the one that matters
     records: list[dict] = []
     try:
         for name, workload, opts, module, cand, est in subs:
             left = args.budget - (time.monotonic() - t_start)
-            need = 0.65 * est   # extract + verify + project: ~65% of the whole loop's time
+            need = 0.65 * est  # extract + verify + project: ~65% of the whole loop's time
             if left < need:
                 log(f"== {name}: skipped ({left:.0f} s left of the budget, needs ~{need:.0f} s)")
                 records.append({"name": name, "status": f"skipped: {left:.0f} s left"})
@@ -531,8 +703,19 @@ def apriori_main(args: argparse.Namespace) -> int:
             work = out / "work" / name
             work.mkdir(exist_ok=True)
             try:
-                rec = apriori_one(name, workload, opts, module, cand, work, args.device, log,
-                                  deadline=time.monotonic() + min(left, 200.0), clocks=clocks, probe=args.l2_probe)
+                rec = apriori_one(
+                    name,
+                    workload,
+                    opts,
+                    module,
+                    cand,
+                    work,
+                    args.device,
+                    log,
+                    deadline=time.monotonic() + min(left, 200.0),
+                    clocks=clocks,
+                    probe=args.l2_probe,
+                )
             except Exception as e:  # noqa: BLE001 - one row must not stop the others
                 rec = {"name": name, "status": f"script error: {type(e).__name__}: {e}"}
             rec["seconds"] = round(time.monotonic() - t0, 1)
@@ -548,9 +731,11 @@ def apriori_main(args: argparse.Namespace) -> int:
             shutil.rmtree(work, ignore_errors=True)
             pf = rec.get("project_from_verify") or {}
             im = rec.get("in_model") or {}
-            log(f"== {name}: {rec['status']} in {rec['seconds']} s; verify {im.get('verify_speedup')} "
+            log(
+                f"== {name}: {rec['status']} in {rec['seconds']} s; verify {im.get('verify_speedup')} "
                 f"(in model {im.get('part_speedup')}); estimate {pf.get('estimate')} vs measured {pf.get('measured')}"
-                f" error {pf.get('error')} met {pf.get('met')}")
+                f" error {pf.get('error')} met {pf.get('met')}"
+            )
             if rec.get("l2_probe"):
                 log(f"   l2 probe: {json.dumps(rec['l2_probe'].get('us', rec['l2_probe']))}")
                 if rec["l2_probe"].get("clocks"):
@@ -567,11 +752,14 @@ def apriori_main(args: argparse.Namespace) -> int:
         shutil.rmtree(out / "work", ignore_errors=True)
         shutil.rmtree(out / ".staging", ignore_errors=True)
     total = time.monotonic() - t_start
-    (out / "apriori.json").write_text(json.dumps({"device": args.device, "seconds": round(total, 1),
-                                                  "records": records}, indent=1) + "\n")
+    (out / "apriori.json").write_text(
+        json.dumps({"device": args.device, "seconds": round(total, 1), "records": records}, indent=1) + "\n"
+    )
     ok = sum(r.get("status") == "ok" for r in records)
-    log(f"done in {total:.0f} s: {ok} of {len(records)} ok; files: apriori.json, apriori.tar.gz, gpu_validate.log"
-        f"{', clocks.csv.gz' if (out / 'clocks.csv.gz').is_file() else ''}")
+    log(
+        f"done in {total:.0f} s: {ok} of {len(records)} ok; files: apriori.json, apriori.tar.gz, gpu_validate.log"
+        f"{', clocks.csv.gz' if (out / 'clocks.csv.gz').is_file() else ''}"
+    )
     return 0 if ok == len(records) else 1
 
 
@@ -583,8 +771,9 @@ def _options(opts: list[str]) -> dict:
     return out
 
 
-def cpu_probe(workload: str, opts: list[str], module: str, cand: Path, device: str, deadline: float,
-              rounds: int = 15) -> dict:
+def cpu_probe(
+    workload: str, opts: list[str], module: str, cand: Path, device: str, deadline: float, rounds: int = 15
+) -> dict:
     """The host time of each replaced call inside the model, unprofiled, base and variant, in this
     process: a pre- and a post-forward hook on every replaced instance (the originals, then the
     candidates) read `perf_counter`; the step runs as in validate's rounds, the GPU fed. A call that
@@ -626,8 +815,9 @@ def cpu_probe(workload: str, opts: list[str], module: str, cand: Path, device: s
             hooks = []
             for m in sub.active_modules():
                 hooks.append(m.register_forward_pre_hook(lambda *_: starts.append(time.perf_counter())))
-                hooks.append(m.register_forward_hook(
-                    lambda *_: per[side].append((time.perf_counter() - starts.pop()) * 1e6)))
+                hooks.append(
+                    m.register_forward_hook(lambda *_: per[side].append((time.perf_counter() - starts.pop()) * 1e6))
+                )
             try:
                 t0 = time.perf_counter()
                 step()
@@ -648,17 +838,22 @@ def cpu_probe(workload: str, opts: list[str], module: str, cand: Path, device: s
         for r in range(rounds):
             if time.monotonic() > deadline:
                 break
-            for side in (("base", "variant") if r % 2 == 0 else ("variant", "base")):
+            for side in ("base", "variant") if r % 2 == 0 else ("variant", "base"):
                 timed_step(side)
             n += 1
         med = {k: statistics.median(v) for k, v in per.items() if v}
-        res = {"calls_per_step": calls, "rounds": n, "method": "perf_counter around each replaced call "
-               "(forward pre/post hooks), unprofiled, the GPU fed; step: host wall time to synchronize",
-               "call_us": {k: round(v, 2) for k, v in med.items()},
-               "call_us_p25_p75": {k: [round(x, 2) for x in statistics.quantiles(v, n=4)[::2]]
-                                   for k, v in per.items() if len(v) > 1},
-               "calls_timed": {k: len(v) for k, v in per.items()},
-               "step_ms": {k: round(statistics.median(v), 4) for k, v in step_ms.items() if v}}
+        res = {
+            "calls_per_step": calls,
+            "rounds": n,
+            "method": "perf_counter around each replaced call "
+            "(forward pre/post hooks), unprofiled, the GPU fed; step: host wall time to synchronize",
+            "call_us": {k: round(v, 2) for k, v in med.items()},
+            "call_us_p25_p75": {
+                k: [round(x, 2) for x in statistics.quantiles(v, n=4)[::2]] for k, v in per.items() if len(v) > 1
+            },
+            "calls_timed": {k: len(v) for k, v in per.items()},
+            "step_ms": {k: round(statistics.median(v), 4) for k, v in step_ms.items() if v},
+        }
         if len(med) == 2:
             res["added_us_per_call"] = round(med["variant"] - med["base"], 2)
         return res
@@ -682,8 +877,11 @@ def cpu_probe_main(args: argparse.Namespace) -> int:
             continue
         t0 = time.monotonic()
         try:
-            rec = {"name": name, "status": "ok",
-                   **cpu_probe(workload, opts, module, CAND / cand, args.device, time.monotonic() + left - 20)}
+            rec = {
+                "name": name,
+                "status": "ok",
+                **cpu_probe(workload, opts, module, CAND / cand, args.device, time.monotonic() + left - 20),
+            }
         except Exception as e:  # noqa: BLE001 - one row must not stop the others
             rec = {"name": name, "status": f"error: {type(e).__name__}: {e}"}
         rec["seconds"] = round(time.monotonic() - t0, 1)
@@ -700,14 +898,24 @@ def main() -> int:
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--budget", type=float, default=510.0, help="seconds for the whole run")
     ap.add_argument("--only", nargs="*", help="substitution names to run")
-    ap.add_argument("--apriori", action="store_true",
-                    help="only the a-priori step of the named rows of docs/gpu/apriori (extract, verify, project)")
+    ap.add_argument(
+        "--apriori",
+        action="store_true",
+        help="only the a-priori step of the named rows of docs/gpu/apriori (extract, verify, project)",
+    )
     ap.add_argument("--l2-probe", action="store_true", help="with --apriori: time both forwards per input L2 state")
     ap.add_argument("--clocks", action="store_true", help="sample SM clock and power (nvidia-smi) beside the run")
-    ap.add_argument("--cpu-probe", action="store_true",
-                    help="only each named row's replaced calls, host time in the model base and variant (no profiler)")
-    ap.add_argument("--archives", type=int, default=MAX_ARCHIVES,
-                    help="runs-<k>.tar.gz files (fewer leaves room for another job's files in the same call)")
+    ap.add_argument(
+        "--cpu-probe",
+        action="store_true",
+        help="only each named row's replaced calls, host time in the model base and variant (no profiler)",
+    )
+    ap.add_argument(
+        "--archives",
+        type=int,
+        default=MAX_ARCHIVES,
+        help="runs-<k>.tar.gz files (fewer leaves room for another job's files in the same call)",
+    )
     ap.add_argument("--dry-run", action="store_true", help="on this CPU with tiny models (the plumbing)")
     args = ap.parse_args()
     if args.dry_run:
@@ -715,8 +923,10 @@ def main() -> int:
     known = {s[0] for s in SUBSTITUTIONS}
     bad = [n for n in args.only or [] if n not in known or (args.apriori and not (APRIORI / n).is_dir())]
     if bad:
-        print(f"gpu_validate.py: unknown substitution(s) {', '.join(bad)} (known: {', '.join(sorted(known))})",
-              file=sys.stderr)
+        print(
+            f"gpu_validate.py: unknown substitution(s) {', '.join(bad)} (known: {', '.join(sorted(known))})",
+            file=sys.stderr,
+        )
         return 2
     if args.apriori:
         return apriori_main(args)
@@ -724,7 +934,7 @@ def main() -> int:
         return cpu_probe_main(args)
     old = os.environ.get("PYTHONPATH")
     os.environ["PYTHONPATH"] = str(REPO) + (os.pathsep + old if old else "")
-    os.environ.setdefault("NCCL_NVLS_ENABLE", "0")        # one-rank NCCL group for torchrec DMP: no NVLink multicast
+    os.environ.setdefault("NCCL_NVLS_ENABLE", "0")  # one-rank NCCL group for torchrec DMP: no NVLink multicast
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -734,7 +944,7 @@ def main() -> int:
     clocks = Clocks(out / "clocks.csv", args.clocks and args.device != "cpu")
     t_start = time.monotonic()
     by_name = {s[0]: s for s in SUBSTITUTIONS}
-    subs = [by_name[n] for n in args.only] if args.only else SUBSTITUTIONS   # in the order asked
+    subs = [by_name[n] for n in args.only] if args.only else SUBSTITUTIONS  # in the order asked
     records, results = [], []
     for name, workload, opts, module, cand, est in subs:
         left = args.budget - (time.monotonic() - t_start)
@@ -747,13 +957,23 @@ def main() -> int:
         work = work_root / name
         work.mkdir(exist_ok=True)
         try:
-            rec = one(name, workload, opts, module, cand, work, args.device, log,
-                      deadline=time.monotonic() + min(left, 300.0), clocks=clocks)
+            rec = one(
+                name,
+                workload,
+                opts,
+                module,
+                cand,
+                work,
+                args.device,
+                log,
+                deadline=time.monotonic() + min(left, 300.0),
+                clocks=clocks,
+            )
         except Exception as e:  # noqa: BLE001 - one substitution must not stop the others
             rec = {"name": name, "status": f"script error: {type(e).__name__}: {e}"}
         rec["seconds"] = round(time.monotonic() - t0, 1)
-        slots = args.archives - (1 if clocks.proc is not None else 0)   # clocks.csv.gz is one of the 8 files
-        rec["archive"] = archive(work, out, slot=len(records) % slots + 1)   # round robin: each under 16 MB
+        slots = args.archives - (1 if clocks.proc is not None else 0)  # clocks.csv.gz is one of the 8 files
+        rec["archive"] = archive(work, out, slot=len(records) % slots + 1)  # round robin: each under 16 MB
         shutil.rmtree(work, ignore_errors=True)
         log(f"== {name}: {rec['status']} in {rec['seconds']} s")
         if rec.get("clocks"):
@@ -764,7 +984,7 @@ def main() -> int:
         (out / "validation.json").write_text(json.dumps(results, indent=1) + "\n")
         (out / "loop.json").write_text(json.dumps({"device": args.device, "records": records}, indent=1) + "\n")
     clocks.stop()
-    if (out / "clocks.csv").is_file():   # one more file: the archives then stop at 4
+    if (out / "clocks.csv").is_file():  # one more file: the archives then stop at 4
         with open(out / "clocks.csv", "rb") as f, gzip.open(out / "clocks.csv.gz", "wb") as g:
             shutil.copyfileobj(f, g)
         (out / "clocks.csv").unlink()
@@ -772,10 +992,14 @@ def main() -> int:
     shutil.rmtree(out / ".staging", ignore_errors=True)
     total = time.monotonic() - t_start
     files = sorted({r["archive"] for r in records if r.get("archive")})
-    (out / "loop.json").write_text(json.dumps({"device": args.device, "seconds": round(total, 1),
-                                               "archives": files, "records": records}, indent=1) + "\n")
-    log(f"done in {total:.0f} s: {sum(r.get('status') == 'ok' for r in records)} of {len(records)} ok; "
-        f"files: validation.json, loop.json, gpu_validate.log, {', '.join(files)}")
+    (out / "loop.json").write_text(
+        json.dumps({"device": args.device, "seconds": round(total, 1), "archives": files, "records": records}, indent=1)
+        + "\n"
+    )
+    log(
+        f"done in {total:.0f} s: {sum(r.get('status') == 'ok' for r in records)} of {len(records)} ok; "
+        f"files: validation.json, loop.json, gpu_validate.log, {', '.join(files)}"
+    )
     return 0 if all(r.get("status") == "ok" for r in records) else 1
 
 

@@ -26,9 +26,9 @@ def main() -> None:
     ap.add_argument("--top", type=int, default=25)
     args = ap.parse_args()
     trace = load_trace(args.trace)
-    for name in tables.TRACE_TABLES:      # read now, not inside the profile
+    for name in tables.TRACE_TABLES:  # read now, not inside the profile
         getattr(trace, name)
-    trace.cache_key = None                # no cached analysis: computed
+    trace.cache_key = None  # no cached analysis: computed
     profile = cProfile.Profile()
     t0 = time.perf_counter()
     profile.runcall(analyze, trace)

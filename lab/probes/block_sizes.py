@@ -54,17 +54,32 @@ def main() -> None:
     runs = []
     for r in range(args.rounds):
         for mb in [int(x) for x in args.sizes.split(",")]:
-            p = subprocess.run([sys.executable, "-c", CHILD, str(args.trace), str(mb)], capture_output=True,
-                               text=True, env=env, check=True)
-            run = {"round": r + 1, "block_mb": mb, "load_avg_1m": os.getloadavg()[0],
-                   **json.loads(p.stdout.strip().splitlines()[-1])}
+            p = subprocess.run(
+                [sys.executable, "-c", CHILD, str(args.trace), str(mb)],
+                capture_output=True,
+                text=True,
+                env=env,
+                check=True,
+            )
+            run = {
+                "round": r + 1,
+                "block_mb": mb,
+                "load_avg_1m": os.getloadavg()[0],
+                **json.loads(p.stdout.strip().splitlines()[-1]),
+            }
             runs.append(run)
-            print(f"round {r + 1} {mb:3d} MB: {run['chunks']:4d} chunks, total {run['total_s']:.2f} s, "
-                  f"decode {run['decode_s']:.2f} s, {run['minor_faults']:,} minor faults")
-    out = {"trace": str(args.trace), "bytes": args.trace.stat().st_size,
-           "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-           "machine": f"{platform.machine()} {os.cpu_count()} cores, Python {platform.python_version()}",
-           "command": "lab/probes/block_sizes.py " + " ".join(sys.argv[1:]), "runs": runs}
+            print(
+                f"round {r + 1} {mb:3d} MB: {run['chunks']:4d} chunks, total {run['total_s']:.2f} s, "
+                f"decode {run['decode_s']:.2f} s, {run['minor_faults']:,} minor faults"
+            )
+    out = {
+        "trace": str(args.trace),
+        "bytes": args.trace.stat().st_size,
+        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "machine": f"{platform.machine()} {os.cpu_count()} cores, Python {platform.python_version()}",
+        "command": "lab/probes/block_sizes.py " + " ".join(sys.argv[1:]),
+        "runs": runs,
+    }
     if args.out:
         args.out.write_text(json.dumps(out, indent=1) + "\n")
 

@@ -42,7 +42,7 @@ from headroom.cli.common import Reader
 from headroom.projection import replay
 from headroom.projection.baseline import as_baseline
 from headroom.projection.targets import targets
-from headroom.report.render import render_targets
+from headroom.report.render_projection import render_targets
 mark("import headroom's modules")
 analysis = next(iter(Reader().inputs([Path(sys.argv[1])]))); mark("read the cached analysis")
 b = as_baseline(analysis); b.events; b.runtime; b.syncs; mark("the baseline (events, runtime calls, syncs)")
@@ -65,23 +65,41 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as cache:
         env["HEADROOM_CACHE_DIR"] = cache
         warm(args.trace)
-        subprocess.run([sys.executable, "-m", "headroom.cli", "classify", "--json", str(args.trace)], env=env,
-                       cwd=REPO, capture_output=True, check=True)     # fills the cache entry
+        subprocess.run(
+            [sys.executable, "-m", "headroom.cli", "classify", "--json", str(args.trace)],
+            env=env,
+            cwd=REPO,
+            capture_output=True,
+            check=True,
+        )  # fills the cache entry
         runs: list[dict[str, float]] = []
         starts: list[float] = []
         for _ in range(args.runs):
             t0 = time.perf_counter()
             subprocess.run([sys.executable, "-c", "pass"], env=env, check=True)
             starts.append(time.perf_counter() - t0)
-            p = subprocess.run([sys.executable, "-c", _RUN, str(args.trace.resolve())], env=env, cwd=REPO,
-                               capture_output=True, text=True)
+            p = subprocess.run(
+                [sys.executable, "-c", _RUN, str(args.trace.resolve())],
+                env=env,
+                cwd=REPO,
+                capture_output=True,
+                text=True,
+            )
             if p.returncode != 0:
                 raise SystemExit(p.stderr.strip().splitlines()[-1] if p.stderr.strip() else f"exit {p.returncode}")
             runs.append(json.loads(p.stdout.strip().splitlines()[-1]))
     medians = {stage: round(statistics.median(r[stage] for r in runs), 4) for stage in runs[0]}
-    emit({"trace": str(args.trace), "interpreter_start_s": round(statistics.median(starts), 4),
-          "runs_s": [{k: round(v, 4) for k, v in r.items()} for r in runs], "median_s": medians,
-          "median_total_s": round(sum(medians.values()), 4), **stamp()}, args.out)
+    emit(
+        {
+            "trace": str(args.trace),
+            "interpreter_start_s": round(statistics.median(starts), 4),
+            "runs_s": [{k: round(v, 4) for k, v in r.items()} for r in runs],
+            "median_s": medians,
+            "median_total_s": round(sum(medians.values()), 4),
+            **stamp(),
+        },
+        args.out,
+    )
 
 
 if __name__ == "__main__":

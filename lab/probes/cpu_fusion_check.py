@@ -93,7 +93,7 @@ def interleaved(a, b, x, rounds: int, steps: int) -> dict:
     for r in range(rounds):
         ra, rb = [], []
         for i in range(steps):
-            for f, out in (((a, ra), (b, rb)) if (r + i) % 2 == 0 else ((b, rb), (a, ra))):
+            for f, out in ((a, ra), (b, rb)) if (r + i) % 2 == 0 else ((b, rb), (a, ra)):
                 t0 = time.thread_time_ns()
                 f(x)
                 out.append(1e-9 * (time.thread_time_ns() - t0))
@@ -101,9 +101,15 @@ def interleaved(a, b, x, rounds: int, steps: int) -> dict:
         tb += rb
         ratios.append(statistics.median(ra) / statistics.median(rb))
     ratios.sort()
-    return {"base_ms": 1e3 * statistics.median(ta), "variant_ms": 1e3 * statistics.median(tb),
-            "speedup": statistics.median(ta) / statistics.median(tb), "ratio_min": ratios[0],
-            "ratio_max": ratios[-1], "rounds": rounds, "steps_per_round": steps}
+    return {
+        "base_ms": 1e3 * statistics.median(ta),
+        "variant_ms": 1e3 * statistics.median(tb),
+        "speedup": statistics.median(ta) / statistics.median(tb),
+        "ratio_min": ratios[0],
+        "ratio_max": ratios[-1],
+        "rounds": rounds,
+        "steps_per_round": steps,
+    }
 
 
 def profiled_trace(model, x, path: Path, step_ms: float, tries: int = 15) -> Path:
@@ -111,8 +117,11 @@ def profiled_trace(model, x, path: Path, step_ms: float, tries: int = 15) -> Pat
     best = None
     raw = path.with_suffix(".raw.json")
     for _ in range(tries):
-        with profile(activities=[ProfilerActivity.CPU], schedule=schedule(wait=1, warmup=1, active=3),
-                     on_trace_ready=lambda p: p.export_chrome_trace(str(raw))) as prof:
+        with profile(
+            activities=[ProfilerActivity.CPU],
+            schedule=schedule(wait=1, warmup=1, active=3),
+            on_trace_ready=lambda p: p.export_chrome_trace(str(raw)),
+        ) as prof:
             for _ in range(5):
                 model(x)
                 prof.step()
@@ -149,7 +158,11 @@ def check(d: int, tokens: int, blocks: int, rounds: int, steps: int, out: Path) 
 
     def range_us(an) -> float:
         c = an.trace.cpu
-        m = (c["name"] == "rmsnorm").to_numpy() & (c["ts"] >= an.window[0]).to_numpy() & (c["ts"] <= an.window[1]).to_numpy()
+        m = (
+            (c["name"] == "rmsnorm").to_numpy()
+            & (c["ts"] >= an.window[0]).to_numpy()
+            & (c["ts"] <= an.window[1]).to_numpy()
+        )
         return float(c.loc[m, "dur"].sum())
 
     part_trace = range_us(a) / range_us(v)
@@ -157,15 +170,26 @@ def check(d: int, tokens: int, blocks: int, rounds: int, steps: int, out: Path) 
     for name, s in (("part_timed", part["speedup"]), ("part_from_traces", part_trace)):
         r = project(a, [parse_cli_speedup(f"annotation:rmsnorm={s}")])
         e = r.estimate
-        results[name] = {"part_speedup": s, "estimate": e.speedup, "low": e.low, "high": e.high,
-                         "untouched_fraction": e.untouched_fraction,
-                         "error": e.speedup / e2e["speedup"] - 1.0,
-                         "inside": e.low <= e2e["speedup"] <= e.high, "method": e.method,
-                         "amdahl_self_time": r.get("amdahl").speedup}
-    return {"config": {"d": d, "tokens": tokens, "blocks": blocks, "rounds": rounds, "steps": steps},
-            "measured": e2e, "part": part | {"from_traces": part_trace},
-            "profiled_step_ms": a.step_us / 1e3, "unprofiled_step_ms": e2e["base_ms"],
-            "norm_share_of_profiled_step": range_us(a) / a.wall_us, "projections": results}
+        results[name] = {
+            "part_speedup": s,
+            "estimate": e.speedup,
+            "low": e.low,
+            "high": e.high,
+            "untouched_fraction": e.untouched_fraction,
+            "error": e.speedup / e2e["speedup"] - 1.0,
+            "inside": e.low <= e2e["speedup"] <= e.high,
+            "method": e.method,
+            "amdahl_self_time": r.get("amdahl").speedup,
+        }
+    return {
+        "config": {"d": d, "tokens": tokens, "blocks": blocks, "rounds": rounds, "steps": steps},
+        "measured": e2e,
+        "part": part | {"from_traces": part_trace},
+        "profiled_step_ms": a.step_us / 1e3,
+        "unprofiled_step_ms": e2e["base_ms"],
+        "norm_share_of_profiled_step": range_us(a) / a.wall_us,
+        "projections": results,
+    }
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -186,15 +210,22 @@ def main(argv: list[str] | None = None) -> dict:
         for k in range(args.repeat):
             runs.append(check(d, tokens, args.blocks, args.rounds, args.steps, out / f"{d}x{tokens}.{k}"))
     timed = [r["projections"]["part_timed"] for r in runs]
-    doc = {"machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, 1 thread, "
-                      f"torch {torch.__version__}, load average {os.getloadavg()[0]:.1f}",
-           "date": time.strftime("%Y-%m-%d"),
-           "command": " ".join(["python", "lab/probes/cpu_fusion_check.py", *(argv or sys.argv[1:])]),
-           "runs": runs,
-           "summary": {"n": len(runs), "max_abs_error": max(abs(t["error"]) for t in timed),
-                       "inside": sum(t["inside"] for t in timed),
-                       "implied_drift": [(1 / r["measured"]["speedup"] - 1 / t["estimate"]) / t["untouched_fraction"]
-                                         for r, t in zip(runs, timed)]}}
+    doc = {
+        "machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, 1 thread, "
+        f"torch {torch.__version__}, load average {os.getloadavg()[0]:.1f}",
+        "date": time.strftime("%Y-%m-%d"),
+        "command": " ".join(["python", "lab/probes/cpu_fusion_check.py", *(argv or sys.argv[1:])]),
+        "runs": runs,
+        "summary": {
+            "n": len(runs),
+            "max_abs_error": max(abs(t["error"]) for t in timed),
+            "inside": sum(t["inside"] for t in timed),
+            "implied_drift": [
+                (1 / r["measured"]["speedup"] - 1 / t["estimate"]) / t["untouched_fraction"]
+                for r, t in zip(runs, timed)
+            ],
+        },
+    }
     print(json.dumps(doc, indent=None if args.json else 2, default=str))
     return doc
 

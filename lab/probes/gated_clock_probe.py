@@ -36,8 +36,15 @@ WORDS = 64
 
 def _lib():
     lib = ctypes.CDLL("libcuda.so.1")
-    for n in ("cuStreamWaitValue32_v2", "cuStreamWriteValue32_v2", "cuMemHostRegister_v2",
-              "cuMemHostGetDevicePointer_v2", "cuPointerGetAttribute", "cuIpcGetMemHandle", "cuIpcOpenMemHandle_v2"):
+    for n in (
+        "cuStreamWaitValue32_v2",
+        "cuStreamWriteValue32_v2",
+        "cuMemHostRegister_v2",
+        "cuMemHostGetDevicePointer_v2",
+        "cuPointerGetAttribute",
+        "cuIpcGetMemHandle",
+        "cuIpcOpenMemHandle_v2",
+    ):
         getattr(lib, n).restype = ctypes.c_int
     return lib
 
@@ -65,6 +72,7 @@ def _work(kind: str, device):
             h = x[i % 3].float()
             v = h.pow(2).mean(-1, keepdim=True)
             return w * (h * torch.rsqrt(v + 1e-6)).to(torch.bfloat16)
+
         return f, 8
     if kind == "matmul1k":
         a = [torch.randn(1024, 1024, device=device) for _ in range(3)]
@@ -147,8 +155,12 @@ def queue_depth(out: dict) -> None:
         word.value = 0
         token = 1
         with torch.cuda.stream(s):
-            assert lib.cuStreamWaitValue32_v2(ctypes.c_void_p(s.cuda_stream), ctypes.c_uint64(dptr),
-                                              ctypes.c_uint32(token), ctypes.c_uint(0)) == 0
+            assert (
+                lib.cuStreamWaitValue32_v2(
+                    ctypes.c_void_p(s.cuda_stream), ctypes.c_uint64(dptr), ctypes.c_uint32(token), ctypes.c_uint(0)
+                )
+                == 0
+            )
             stamps = []
             opened = threading.Event()
 
@@ -156,6 +168,7 @@ def queue_depth(out: dict) -> None:
                 time.sleep(3.0)
                 opened.set()
                 word.value = token
+
             th = threading.Thread(target=opener)
             th.start()
             t0 = time.perf_counter()
@@ -166,14 +179,17 @@ def queue_depth(out: dict) -> None:
                 if k % 64 == 0:
                     stamps.append((k, time.perf_counter() - t0))
             blocked_at = None
-            for (k1, t1) in stamps:
+            for k1, t1 in stamps:
                 if t1 > 2.5:
                     blocked_at = k1
                     break
             th.join()
         torch.cuda.synchronize()
-        res[tag] = {"launched_before_open": k, "first_stamp_after_2_5s": blocked_at,
-                    "us_per_launch_first_256": (stamps[3][1] / 256 * 1e6) if len(stamps) > 3 else None}
+        res[tag] = {
+            "launched_before_open": k,
+            "first_stamp_after_2_5s": blocked_at,
+            "us_per_launch_first_256": (stamps[3][1] / 256 * 1e6) if len(stamps) > 3 else None,
+        }
     out["queue_depth"] = res
     os.unlink(path)
 
@@ -234,15 +250,25 @@ def ab(out: dict, rounds: int, kinds: list[str], pin: str = "") -> None:
             ratios = [p[0]["wall_ms"] / p[1]["wall_ms"] for p in per]
             eratios = [p[0]["events_ms"] / p[1]["events_ms"] for p in per]
             results[f"{kind}/{'gated' if gated else 'plain'}{'/pinned' if pin else ''}"] = {
-                "n": n, "ratio_median": statistics.median(ratios), "ratio_min": min(ratios), "ratio_max": max(ratios),
-                "events_ratio_median": statistics.median(eratios), "events_ratio_min": min(eratios),
+                "n": n,
+                "ratio_median": statistics.median(ratios),
+                "ratio_min": min(ratios),
+                "ratio_max": max(ratios),
+                "events_ratio_median": statistics.median(eratios),
+                "events_ratio_min": min(eratios),
                 "events_ratio_max": max(eratios),
                 "wall_ms_per_iter": statistics.median(p[0]["wall_ms"] for p in per) / n,
                 "events_ms_per_iter": statistics.median(p[0]["events_ms"] for p in per) / n,
                 "enqueue_ms_per_iter": statistics.median(p[0]["enqueue_ms"] for p in per) / n,
-                "stop_ms": statistics.median(p[0]["stop_ms"] for p in per)}
-            print(kind, gated, pin, json.dumps(results[f"{kind}/{'gated' if gated else 'plain'}{'/pinned' if pin else ''}"]),
-                  flush=True)
+                "stop_ms": statistics.median(p[0]["stop_ms"] for p in per),
+            }
+            print(
+                kind,
+                gated,
+                pin,
+                json.dumps(results[f"{kind}/{'gated' if gated else 'plain'}{'/pinned' if pin else ''}"]),
+                flush=True,
+            )
     for p, conn, _ in kids:
         os.kill(p.pid, signal.SIGCONT)
         conn.send(("bye",))

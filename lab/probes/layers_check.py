@@ -23,10 +23,14 @@ from headroom.trace.analysis import analyze  # noqa: E402
 from headroom.trace.layers import extrapolate_layers  # noqa: E402
 
 PAIRS = {
-    "prefill": ("traces/checks/llama-7b.infer.prefill.json.gz",
-                "traces/checks/llama-7b.infer.prefill.4of32-layers.json.gz"),
-    "decode": ("traces/checks/llama-7b.infer.decode.static-cache.json.gz",
-               "traces/checks/llama-7b.infer.decode.static-cache.4of32-layers.json.gz"),
+    "prefill": (
+        "traces/checks/llama-7b.infer.prefill.json.gz",
+        "traces/checks/llama-7b.infer.prefill.4of32-layers.json.gz",
+    ),
+    "decode": (
+        "traces/checks/llama-7b.infer.decode.static-cache.json.gz",
+        "traces/checks/llama-7b.infer.decode.static-cache.4of32-layers.json.gz",
+    ),
 }
 
 
@@ -37,14 +41,22 @@ def check(full_path: Path, part_path: Path, built: int = 4, total: int = 32) -> 
     measured = full.categories.set_index("name")["fraction"]
     extrapolated = ext.categories.set_index("name")["fraction"]
     names = sorted(set(measured.index) | set(extrapolated.index), key=lambda n: -measured.get(n, 0.0))
-    rows = {n: {"full_pct": 100 * float(measured.get(n, 0.0)), "extrapolated_pct": 100 * float(extrapolated.get(n, 0.0)),
-                "diff_pp": 100 * float(extrapolated.get(n, 0.0) - measured.get(n, 0.0))} for n in names}
+    rows = {
+        n: {
+            "full_pct": 100 * float(measured.get(n, 0.0)),
+            "extrapolated_pct": 100 * float(extrapolated.get(n, 0.0)),
+            "diff_pp": 100 * float(extrapolated.get(n, 0.0) - measured.get(n, 0.0)),
+        }
+        for n in names
+    }
     return {
-        "full_trace": str(full_path.relative_to(REPO)), "layers_trace": str(part_path.relative_to(REPO)),
+        "full_trace": str(full_path.relative_to(REPO)),
+        "layers_trace": str(part_path.relative_to(REPO)),
         "max_abs_diff_pp": max(abs(r["diff_pp"]) for r in rows.values()),
         "addressable_full_pct": 100 * full.addressable_fraction,
         "addressable_extrapolated_pct": 100 * ext.addressable_fraction,
-        "trace_step_ms_full": full.step_us / 1000, "trace_step_ms_extrapolated": ext.step_us_extrapolated / 1000,
+        "trace_step_ms_full": full.step_us / 1000,
+        "trace_step_ms_extrapolated": ext.step_us_extrapolated / 1000,
         "categories": rows,
     }
 
@@ -55,9 +67,11 @@ def main() -> None:
         print(json.dumps(results, indent=2))
         return
     for phase, r in results.items():
-        print(f"{phase}: max |diff| {r['max_abs_diff_pp']:.2f} pp; addressable {r['addressable_full_pct']:.1f}% "
-              f"(32 layers) vs {r['addressable_extrapolated_pct']:.1f}% (4 -> 32); trace step "
-              f"{r['trace_step_ms_full']:.1f} ms vs {r['trace_step_ms_extrapolated']:.1f} ms extrapolated")
+        print(
+            f"{phase}: max |diff| {r['max_abs_diff_pp']:.2f} pp; addressable {r['addressable_full_pct']:.1f}% "
+            f"(32 layers) vs {r['addressable_extrapolated_pct']:.1f}% (4 -> 32); trace step "
+            f"{r['trace_step_ms_full']:.1f} ms vs {r['trace_step_ms_extrapolated']:.1f} ms extrapolated"
+        )
         for n, c in r["categories"].items():
             print(f"  {n:<14} {c['full_pct']:6.2f}%  {c['extrapolated_pct']:6.2f}%  {c['diff_pp']:+6.2f} pp")
 

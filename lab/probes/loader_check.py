@@ -29,14 +29,26 @@ def main() -> None:
     for path in sorted(REPO.glob("traces/**/*.json.gz")):
         t0 = time.perf_counter()
         a = analyze(path)
-        rows.append({"trace": str(path.relative_to(REPO)), "seconds": round(time.perf_counter() - t0, 3),
-                     "gpu_activities": len(a.events), "total_us": round(a.total_us, 3),
-                     "addressable_fraction": round(a.addressable_fraction, 6), "kernels": len(a.kernels)})
-        print(f"{rows[-1]['trace']:<70} {rows[-1]['seconds']:6.3f} s  {a.total_us:14.3f} us  "
-              f"{a.addressable_fraction:7.2%}")
-    result = {"machine": f"{platform.machine()} {os.cpu_count()} cores", "python": platform.python_version(),
-              "versions": {m: importlib.metadata.version(m) for m in ("polars", "msgspec", "pandas", "numpy")},
-              "traces": rows}
+        rows.append(
+            {
+                "trace": str(path.relative_to(REPO)),
+                "seconds": round(time.perf_counter() - t0, 3),
+                "gpu_activities": len(a.events),
+                "total_us": round(a.total_us, 3),
+                "addressable_fraction": round(a.addressable_fraction, 6),
+                "kernels": len(a.kernels),
+            }
+        )
+        print(
+            f"{rows[-1]['trace']:<70} {rows[-1]['seconds']:6.3f} s  {a.total_us:14.3f} us  "
+            f"{a.addressable_fraction:7.2%}"
+        )
+    result = {
+        "machine": f"{platform.machine()} {os.cpu_count()} cores",
+        "python": platform.python_version(),
+        "versions": {m: importlib.metadata.version(m) for m in ("polars", "msgspec", "pandas", "numpy")},
+        "traces": rows,
+    }
     if args.out:
         args.out.write_text(json.dumps(result, indent=1))
 

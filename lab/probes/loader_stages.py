@@ -74,6 +74,7 @@ def main() -> None:
                 return fn(*a, **k)
             finally:
                 add(name, before, _now())
+
         return wrapper
 
     def timed_iter(name, fn):
@@ -89,6 +90,7 @@ def main() -> None:
                     return
                 add(name, before, _now())
                 yield item
+
         return wrapper
 
     document.blocks = timed_iter("read", document.blocks)
@@ -109,10 +111,12 @@ def main() -> None:
         # "cut" includes the reads made inside it.
         spent["cut"] = [c - r for c, r in zip(spent["cut"], spent.get("read", [0.0] * 4))]
         spent["rest"] = [t - sum(v[i] for v in spent.values()) for i, t in enumerate(total)]
-        row = {"load_avg_1m": load_avg, "numpy_huge_pages": args.numpy_huge_pages,
-               **{f"total_{m}": round(t, 3) for m, t in zip(MEASURES, total)},
-               "stages": {STAGES[k]: {m: round(v, 3) for m, v in zip(MEASURES, spent[k])}
-                          for k in STAGES if k in spent}}
+        row = {
+            "load_avg_1m": load_avg,
+            "numpy_huge_pages": args.numpy_huge_pages,
+            **{f"total_{m}": round(t, 3) for m, t in zip(MEASURES, total)},
+            "stages": {STAGES[k]: {m: round(v, 3) for m, v in zip(MEASURES, spent[k])} for k in STAGES if k in spent},
+        }
         runs.append(row)
         print(json.dumps(row), flush=True)
     if args.out:

@@ -50,7 +50,7 @@ from headroom.profile.workload import Options  # noqa: E402
 from headroom.trace.ranges import MODULE_RANGE_PREFIX  # noqa: E402
 
 MIN_ROUNDS = 7
-TARGET_S = 0.3          # wall time one measurement aims for
+TARGET_S = 0.3  # wall time one measurement aims for
 
 
 @dataclass
@@ -58,14 +58,19 @@ class Case:
     name: str
     workload: str
     options: dict[str, Any]
-    gpu_bound: bool                       # from the shipped H200 traces (docs/gpu-results.md)
+    gpu_bound: bool  # from the shipped H200 traces (docs/gpu-results.md)
     cpu_options: dict[str, Any] = field(default_factory=dict)
 
 
 CASES = [
     Case("llama-7b prefill", "llama-7b", {}, True, {"flavour": "tiny", "batch": 1, "seq": 32}),
-    Case("llama-7b decode static", "llama-7b", {"phase": "decode", "kv_cache": "static"}, False,
-         {"flavour": "tiny", "batch": 1, "seq": 32}),
+    Case(
+        "llama-7b decode static",
+        "llama-7b",
+        {"phase": "decode", "kv_cache": "static"},
+        False,
+        {"flavour": "tiny", "batch": 1, "seq": 32},
+    ),
     Case("resnet-50 train", "resnet-50", {"mode": "train"}, True, {"flavour": "tiny", "batch": 2}),
     Case("dlrm train", "dlrm", {}, True, {"flavour": "tiny", "batch": 64}),
 ]
@@ -84,7 +89,7 @@ def _measure(step: Any, device: Any, k: int, profiled: bool, count_ranges: bool 
 
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
     with profile(activities=activities, record_shapes=True) as prof:
-        step()                                          # warm-up inside the session
+        step()  # warm-up inside the session
         _sync(device)
         for _ in range(k):
             with timer.step():
@@ -134,10 +139,17 @@ def run_case(case: Case, device: Any, rounds: int, cpu: bool, target_s: float = 
         k = max(3, min(50, math.ceil(target_s / max(step_s, 1e-6))))
         calls = _calls_per_step(step, root)
 
-        out: dict[str, Any] = {"name": case.name, "workload": case.workload, "config": plain(cfg),
-                               "gpu_bound": case.gpu_bound, "modules_with_ranges": n_modules,
-                               "module_calls_per_step": calls, "steps_per_measurement": k,
-                               "build_s": round(build_s, 2), "rounds": rounds}
+        out: dict[str, Any] = {
+            "name": case.name,
+            "workload": case.workload,
+            "config": plain(cfg),
+            "gpu_bound": case.gpu_bound,
+            "modules_with_ranges": n_modules,
+            "module_calls_per_step": calls,
+            "steps_per_measurement": k,
+            "build_s": round(build_s, 2),
+            "rounds": rounds,
+        }
         for setting in ("plain", "profiled"):
             off, on, order, counted = [], [], [], {}
             for r in range(rounds):
@@ -154,11 +166,18 @@ def run_case(case: Case, device: Any, rounds: int, cpu: bool, target_s: float = 
                     if n is not None:
                         counted[cond] = n
             ratios = [b / a for a, b in zip(off, on)]
-            c = compare(on, off)   # headroom.measure: median ratio, order-statistics interval
+            c = compare(on, off)  # headroom.measure: median ratio, order-statistics interval
             lo, hi = (c.low, c.high) if c.low is not None else (float("nan"), float("nan"))
-            out[setting] = {"off_ms": off, "on_ms": on, "order": order, "ratios": ratios,
-                            "off_median_ms": statistics.median(off), "on_median_ms": statistics.median(on),
-                            "overhead": statistics.median(ratios) - 1.0, "ci95": [lo - 1.0, hi - 1.0]}
+            out[setting] = {
+                "off_ms": off,
+                "on_ms": on,
+                "order": order,
+                "ratios": ratios,
+                "off_median_ms": statistics.median(off),
+                "on_median_ms": statistics.median(on),
+                "overhead": statistics.median(ratios) - 1.0,
+                "ci95": [lo - 1.0, hi - 1.0],
+            }
             if counted:
                 out[setting]["module_ranges_per_step"] = {"off": counted.get("off"), "on": counted.get("on")}
         return out
@@ -173,8 +192,10 @@ def run_case(case: Case, device: Any, rounds: int, cpu: bool, target_s: float = 
 def _calls_per_step(step: Any, root: Any) -> int:
     """Calls of the ranged modules in one step (forward pre-hooks fired)."""
     count = [0]
-    handles = [m.register_forward_pre_hook(lambda *_: count.__setitem__(0, count[0] + 1))
-               for _, m in ranged_modules(root, MODULE_ROOT)]
+    handles = [
+        m.register_forward_pre_hook(lambda *_: count.__setitem__(0, count[0] + 1))
+        for _, m in ranged_modules(root, MODULE_ROOT)
+    ]
     try:
         step()
     finally:
@@ -186,16 +207,23 @@ def _calls_per_step(step: Any, root: Any) -> int:
 def _machine(device: Any) -> dict[str, Any]:
     import torch
 
-    info = {"python": platform.python_version(), "torch": torch.__version__, "host": platform.node(),
-            "cpu_count": __import__("os").cpu_count(), "device": device.type}
+    info = {
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "host": platform.node(),
+        "cpu_count": __import__("os").cpu_count(),
+        "device": device.type,
+    }
     if device.type == "cuda":
         info["gpu"] = torch.cuda.get_device_name(device)
     return info
 
 
 def table(results: dict[str, Any]) -> str:
-    lines = [f"{'case':<24} {'modules':>7} {'calls':>6} {'k':>3}  {'plain off ms':>12} {'overhead':>9} "
-             f"{'95% CI':>17}  {'profiled off ms':>15} {'overhead':>9} {'95% CI':>17}  <1% (GPU-bound)"]
+    lines = [
+        f"{'case':<24} {'modules':>7} {'calls':>6} {'k':>3}  {'plain off ms':>12} {'overhead':>9} "
+        f"{'95% CI':>17}  {'profiled off ms':>15} {'overhead':>9} {'95% CI':>17}  <1% (GPU-bound)"
+    ]
     for c in results["cases"]:
         if "error" in c or "skipped" in c:
             lines.append(f"{c['name']:<24} {c.get('error') or c.get('skipped')}")
@@ -204,10 +232,13 @@ def table(results: dict[str, Any]) -> str:
 
         def ci(x):
             return f"[{100 * x['ci95'][0]:+.2f}, {100 * x['ci95'][1]:+.2f}]%"
+
         verdict = ("yes" if p["overhead"] < 0.01 else "NO") if c["gpu_bound"] else "n/a (launch-bound)"
-        lines.append(f"{c['name']:<24} {c['modules_with_ranges']:>7} {c['module_calls_per_step']:>6} "
-                     f"{c['steps_per_measurement']:>3}  {p['off_median_ms']:>12.3f} {100 * p['overhead']:>+8.2f}% "
-                     f"{ci(p):>17}  {q['off_median_ms']:>15.3f} {100 * q['overhead']:>+8.2f}% {ci(q):>17}  {verdict}")
+        lines.append(
+            f"{c['name']:<24} {c['modules_with_ranges']:>7} {c['module_calls_per_step']:>6} "
+            f"{c['steps_per_measurement']:>3}  {p['off_median_ms']:>12.3f} {100 * p['overhead']:>+8.2f}% "
+            f"{ci(p):>17}  {q['off_median_ms']:>15.3f} {100 * q['overhead']:>+8.2f}% {ci(q):>17}  {verdict}"
+        )
     return "\n".join(lines)
 
 
@@ -223,7 +254,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--cpu", action="store_true", help="tiny flavours on the CPU (tests the script)")
     ap.add_argument("--rounds", type=int, default=MIN_ROUNDS)
     ap.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results" / "module_ranges_cost.json")
-    ap.add_argument("--budget", type=float, default=float("inf"), help="seconds; cases that would start later are skipped")
+    ap.add_argument(
+        "--budget", type=float, default=float("inf"), help="seconds; cases that would start later are skipped"
+    )
     ap.add_argument("--case", action="append", default=None, help="run only these cases (by name)")
     ap.add_argument("--target-s", type=float, default=TARGET_S, help="seconds one measurement aims for (k >= 3 steps)")
     args = ap.parse_args(argv)
@@ -233,13 +266,18 @@ def main(argv: list[str] | None = None) -> int:
     device = resolve_device("cpu" if args.cpu else "auto")
     cases = [c for c in CASES if not args.case or c.name in args.case]
     if not cases:
-        print(f"module_ranges: error: no case named {args.case}; cases: {', '.join(c.name for c in CASES)}",
-              file=sys.stderr)
+        print(
+            f"module_ranges: error: no case named {args.case}; cases: {', '.join(c.name for c in CASES)}",
+            file=sys.stderr,
+        )
         return 2
     t0 = time.monotonic()
-    results: dict[str, Any] = {"command": " ".join(["python lab/probes/module_ranges.py", *(argv or sys.argv[1:])]),
-                               "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-                               "machine": _machine(device), "cases": []}
+    results: dict[str, Any] = {
+        "command": " ".join(["python lab/probes/module_ranges.py", *(argv or sys.argv[1:])]),
+        "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "machine": _machine(device),
+        "cases": [],
+    }
     for case in cases:
         if time.monotonic() - t0 > args.budget:
             results["cases"].append({"name": case.name, "skipped": f"budget of {args.budget:.0f} s spent"})
@@ -247,13 +285,13 @@ def main(argv: list[str] | None = None) -> int:
         t = time.monotonic()
         try:
             r = run_case(case, device, args.rounds, args.cpu, args.target_s)
-        except Exception as e:        # one case failing must not lose the others
+        except Exception as e:  # one case failing must not lose the others
             r = {"name": case.name, "error": f"{type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}"}
         r["wall_s"] = round(time.monotonic() - t, 1)
         results["cases"].append(r)
         print(f"{case.name}: {r.get('error') or 'done'} in {r['wall_s']} s", file=sys.stderr, flush=True)
         results["elapsed_s"] = round(time.monotonic() - t0, 1)
-        _write(args.out, results)             # after every case: a run cut short keeps what it measured
+        _write(args.out, results)  # after every case: a run cut short keeps what it measured
     _write(args.out, results)
     print(table(results))
     return 0 if all("error" not in c for c in results["cases"]) else 1

@@ -48,13 +48,18 @@ def main() -> int:
     ap.add_argument("--iters", type=int, default=10)
     ap.add_argument("--out", required=True)
     a = ap.parse_args()
-    doc: dict = {"tool": "process_kernel_probe", "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-                 "command": " ".join(sys.argv), "problems": {}}
+    doc: dict = {
+        "tool": "process_kernel_probe",
+        "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "command": " ".join(sys.argv),
+        "problems": {},
+    }
     for prob in a.problem:
         runs = []
         for _ in range(a.processes):
-            p = subprocess.run([sys.executable, "-c", CHILD, prob, str(a.iters)], capture_output=True, text=True,
-                               timeout=120)
+            p = subprocess.run(
+                [sys.executable, "-c", CHILD, prob, str(a.iters)], capture_output=True, text=True, timeout=120
+            )
             if p.returncode != 0:
                 runs.append({"error": p.stderr[-500:]})
                 continue

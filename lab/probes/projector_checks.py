@@ -31,12 +31,16 @@ from headroom.projection.speedups import parse_cli_speedup  # noqa: E402
 from headroom.trace.analysis import analyze  # noqa: E402
 
 CHAINS = {
-    "decode-rmsnorm": ("traces/llama-7b.infer.decode.static-cache.json.gz", "LlamaRMSNorm",
-                       ["aten::to", "aten::pow", "aten::mean", "aten::add", "aten::rsqrt", "aten::mul", "aten::to",
-                        "aten::mul"]),
-    "prefill-gelu": ("traces/gpt2-xl.infer.prefill.json.gz", "NewGELUActivation",
-                     ["aten::mul", "aten::pow", "aten::mul", "aten::add", "aten::mul", "aten::tanh", "aten::add",
-                      "aten::mul"]),
+    "decode-rmsnorm": (
+        "traces/llama-7b.infer.decode.static-cache.json.gz",
+        "LlamaRMSNorm",
+        ["aten::to", "aten::pow", "aten::mean", "aten::add", "aten::rsqrt", "aten::mul", "aten::to", "aten::mul"],
+    ),
+    "prefill-gelu": (
+        "traces/gpt2-xl.infer.prefill.json.gz",
+        "NewGELUActivation",
+        ["aten::mul", "aten::pow", "aten::mul", "aten::add", "aten::mul", "aten::tanh", "aten::add", "aten::mul"],
+    ),
 }
 
 
@@ -44,25 +48,41 @@ def with_module_ranges(trace: str, module: str, ops: list[str], out: Path) -> tu
     """A copy of `trace` with an ``nn.Module: <module>_k`` range around each run of `ops` (top-level ops).
     A trace recorded with module ranges is used as it is, with its own count of `module` calls."""
     doc = json.loads(gzip.decompress((REPO / trace).read_bytes()))
-    native = sum(1 for e in doc["traceEvents"] if e.get("ph") == "X"
-                 and str(e.get("name", "")).startswith("headroom/module ") and str(e["name"]).endswith(f"({module})"))
+    native = sum(
+        1
+        for e in doc["traceEvents"]
+        if e.get("ph") == "X"
+        and str(e.get("name", "")).startswith("headroom/module ")
+        and str(e["name"]).endswith(f"({module})")
+    )
     if native:
         return REPO / trace, native
-    cpu = sorted((e for e in doc["traceEvents"] if e.get("ph") == "X" and e.get("cat") == "cpu_op"),
-                 key=lambda e: (e["ts"], -e["dur"]))
+    cpu = sorted(
+        (e for e in doc["traceEvents"] if e.get("ph") == "X" and e.get("cat") == "cpu_op"),
+        key=lambda e: (e["ts"], -e["dur"]),
+    )
     top, end = [], -1.0
-    for e in cpu:                      # top-level ops, per thread in practice (one thread here)
+    for e in cpu:  # top-level ops, per thread in practice (one thread here)
         if e["ts"] >= end:
             top.append(e)
             end = e["ts"] + e["dur"]
     names = [e["name"] for e in top]
     n, i, k = len(ops), 0, 0
     while i + n <= len(top):
-        if names[i:i + n] == ops:
+        if names[i : i + n] == ops:
             first, last = top[i], top[i + n - 1]
-            doc["traceEvents"].append({"ph": "X", "cat": "python_function", "name": f"nn.Module: {module}_{k}",
-                                       "pid": first["pid"], "tid": first["tid"], "ts": first["ts"],
-                                       "dur": last["ts"] + last["dur"] - first["ts"], "args": {}})
+            doc["traceEvents"].append(
+                {
+                    "ph": "X",
+                    "cat": "python_function",
+                    "name": f"nn.Module: {module}_{k}",
+                    "pid": first["pid"],
+                    "tid": first["tid"],
+                    "ts": first["ts"],
+                    "dur": last["ts"] + last["dur"] - first["ts"],
+                    "args": {},
+                }
+            )
             k += 1
             i += n
         else:
@@ -87,16 +107,29 @@ def main(argv: list[str] | None = None) -> dict:
             path, calls = with_module_ranges(trace, module, ops, Path(tmp) / f"{name}.json.gz")
             a = analyze(path)
             s = fused_speedup(a, module)
-            row = {"trace": trace, "module": module, "calls_per_step": calls / a.num_steps, "part_speedup": s,
-                   "profiled_step_ms": a.step_us / 1e3}
-            for label, spec in (("pinned", f"module:{module}={s:.4f}"),
-                                ("cpu_model", f"module:{module}={s:.4f},launches=1")):
+            row = {
+                "trace": trace,
+                "module": module,
+                "calls_per_step": calls / a.num_steps,
+                "part_speedup": s,
+                "profiled_step_ms": a.step_us / 1e3,
+            }
+            for label, spec in (
+                ("pinned", f"module:{module}={s:.4f}"),
+                ("cpu_model", f"module:{module}={s:.4f},launches=1"),
+            ):
                 r = project(a, [parse_cli_speedup(spec)])
                 am, rp, e = r.get("amdahl"), r.get("replay"), r.estimate
-                row[label] = {"amdahl": am.speedup, "replay": rp.speedup,
-                              "amdahl_unprofiled": am.unprofiled.speedup if am.unprofiled else None,
-                              "estimate": e.speedup, "low": e.low, "high": e.high, "clock": e.clock,
-                              "cpu_scale": e.cpu_scale}
+                row[label] = {
+                    "amdahl": am.speedup,
+                    "replay": rp.speedup,
+                    "amdahl_unprofiled": am.unprofiled.speedup if am.unprofiled else None,
+                    "estimate": e.speedup,
+                    "low": e.low,
+                    "high": e.high,
+                    "clock": e.clock,
+                    "cpu_scale": e.cpu_scale,
+                }
                 c = r.entries[0].cpu
                 if c:
                     row[label]["cpu_saved_ms_per_step"] = (c["removed_cpu_us"] - c["added_cpu_us"]) / 1e3 / a.num_steps

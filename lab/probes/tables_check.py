@@ -39,9 +39,14 @@ def snapshot(path: Path) -> dict:
     row["steps"] = trace.steps
     try:
         a = analyze(trace, whole_trace=len(trace.steps) == 0)
-        row["analysis"] = {"total_us": a.total_us, "busy_us": a.busy_us, "wall_us": a.wall_us,
-                           "addressable_us": a.addressable_us, "categories": a.categories,
-                           "events": a.events}
+        row["analysis"] = {
+            "total_us": a.total_us,
+            "busy_us": a.busy_us,
+            "wall_us": a.wall_us,
+            "addressable_us": a.addressable_us,
+            "categories": a.categories,
+            "events": a.events,
+        }
     except UserError as e:
         row["analysis"] = f"error: {e}"
     return row
@@ -55,8 +60,11 @@ def differences(before, after, where: str = "") -> list[str]:
         except (AssertionError, TypeError) as e:
             return [f"{where}: {' '.join(str(e).split())[:300]}"]
     if isinstance(before, dict) and isinstance(after, dict):
-        return [d for k in sorted(set(before) | set(after))
-                for d in differences(before.get(k), after.get(k), f"{where}.{k}" if where else k)]
+        return [
+            d
+            for k in sorted(set(before) | set(after))
+            for d in differences(before.get(k), after.get(k), f"{where}.{k}" if where else k)
+        ]
     return [] if before == after else [f"{where}: {before!r} -> {after!r}"]
 
 

@@ -104,8 +104,11 @@ class ModelNew(_Model):
 
 
 def _kernelbench() -> Path | None:
-    for c in (os.environ.get("HEADROOM_KERNELBENCH"), REPO.parent / "shared" / "kernelbench",
-              Path("/work/shared/kernelbench")):
+    for c in (
+        os.environ.get("HEADROOM_KERNELBENCH"),
+        REPO.parent / "shared" / "kernelbench",
+        Path("/work/shared/kernelbench"),
+    ):
         if c and (Path(c) / "level1").is_dir():
             return Path(c)
     return None
@@ -137,17 +140,27 @@ def summarise(r) -> dict:
     t = r.timing or {}
     ci = r.speedup_ci or t.get("speedup_ci")
     split = t.get("cpu_split") or {}
-    return {"verdict": r.verdict, "speedup": r.speedup, "speedup_estimate": t.get("speedup_estimate"),
-            "speedup_ci": ci, "ci_width": ci[1] / ci[0] if ci and ci[0] else None,
-            "order_medians": t.get("order_medians"), "rounds": t.get("rounds"), "rounds_stop": t.get("rounds_stop"),
-            "iters_per_phase": t.get("iters_per_phase"),
-            "reference_ms": (t.get("reference_tf32") or {}).get("median"),
-            "candidate_ms": (t.get("candidate") or {}).get("median"),
-            "reference_drift": t.get("reference_drift"), "reference_cpu_drift": t.get("reference_cpu_drift"),
-            "wait_fraction": t.get("wait_fraction"),
-            "cpu_split": {k: split.get(k) for k in ("reference", "candidate", "swapped", "disjoint_in_every_round")},
-            "failed": [c.name for c in r.checks if not c.passed], "reason": r.reason,
-            "scaled": (r.info or {}).get("scaled"), "elapsed_s": r.elapsed_s}
+    return {
+        "verdict": r.verdict,
+        "speedup": r.speedup,
+        "speedup_estimate": t.get("speedup_estimate"),
+        "speedup_ci": ci,
+        "ci_width": ci[1] / ci[0] if ci and ci[0] else None,
+        "order_medians": t.get("order_medians"),
+        "rounds": t.get("rounds"),
+        "rounds_stop": t.get("rounds_stop"),
+        "iters_per_phase": t.get("iters_per_phase"),
+        "reference_ms": (t.get("reference_tf32") or {}).get("median"),
+        "candidate_ms": (t.get("candidate") or {}).get("median"),
+        "reference_drift": t.get("reference_drift"),
+        "reference_cpu_drift": t.get("reference_cpu_drift"),
+        "wait_fraction": t.get("wait_fraction"),
+        "cpu_split": {k: split.get(k) for k in ("reference", "candidate", "swapped", "disjoint_in_every_round")},
+        "failed": [c.name for c in r.checks if not c.passed],
+        "reason": r.reason,
+        "scaled": (r.info or {}).get("scaled"),
+        "elapsed_s": r.elapsed_s,
+    }
 
 
 def expected(cand: str, s: dict) -> bool:
@@ -180,28 +193,44 @@ def main(argv: list[str] | None = None) -> int:
         t0 = time.monotonic()
         for name in args.problems:
             env = {"HEADROOM_TEST_PROBLEM": str(probs[name])}
-            opts = (VerifyOptions.quick(env=env, threads=args.threads) if args.quick else
-                    VerifyOptions(device="cpu", threads=args.threads, env=env, cpu_budget_flops=4e9))
+            opts = (
+                VerifyOptions.quick(env=env, threads=args.threads)
+                if args.quick
+                else VerifyOptions(device="cpu", threads=args.threads, env=env, cpu_budget_flops=4e9)
+            )
             ref = prepare_reference(probs[name], opts)
             try:
                 for cand in args.candidates:
                     load0 = os.getloadavg()
                     r = verify_candidate(probs[name], cands[cand], reference=ref)
-                    s = {"problem": name, "candidate": cand, "load_before": [round(x, 2) for x in load0],
-                         "load_after": [round(x, 2) for x in os.getloadavg()], **summarise(r)}
+                    s = {
+                        "problem": name,
+                        "candidate": cand,
+                        "load_before": [round(x, 2) for x in load0],
+                        "load_after": [round(x, 2) for x in os.getloadavg()],
+                        **summarise(r),
+                    }
                     s["as_expected"] = expected(cand, s)
                     runs.append(s)
-                    print(f"{name} <- {cand}: {s['verdict']} {s['speedup_estimate'] or float('nan'):.3f}x "
-                          f"ci {s['speedup_ci']} orders {s['order_medians']} load {s['load_before'][0]} "
-                          f"({'as expected' if s['as_expected'] else 'UNEXPECTED'}) {s['reason'] or ''}"[:400],
-                          flush=True)
+                    print(
+                        f"{name} <- {cand}: {s['verdict']} {s['speedup_estimate'] or float('nan'):.3f}x "
+                        f"ci {s['speedup_ci']} orders {s['order_medians']} load {s['load_before'][0]} "
+                        f"({'as expected' if s['as_expected'] else 'UNEXPECTED'}) {s['reason'] or ''}"[:400],
+                        flush=True,
+                    )
             finally:
                 ref.close()
-        doc = {"tool": "lab/probes/verify_controls.py", "cpus": sorted(os.sched_getaffinity(0)),
-               "nproc": os.cpu_count(), "threads": args.threads, "quick": args.quick,
-               "wall_s": round(time.monotonic() - t0, 1), "runs": runs,
-               "expected": "identical: pass in [0.95, 1.05] or inconclusive; twice: pass below 1 (about 0.5) "
-                           "or inconclusive; never a failed check"}
+        doc = {
+            "tool": "lab/probes/verify_controls.py",
+            "cpus": sorted(os.sched_getaffinity(0)),
+            "nproc": os.cpu_count(),
+            "threads": args.threads,
+            "quick": args.quick,
+            "wall_s": round(time.monotonic() - t0, 1),
+            "runs": runs,
+            "expected": "identical: pass in [0.95, 1.05] or inconclusive; twice: pass below 1 (about 0.5) "
+            "or inconclusive; never a failed check",
+        }
         out = Path(args.out)
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(json.dumps(doc, indent=1, default=str) + "\n")

@@ -29,20 +29,43 @@ HERE = REPO / "benchmarks" / "verify_precision"
 
 
 def one(cand: str, threads: int | None, rounds: int | None = None) -> dict:
-    cmd = [sys.executable, "-m", "headroom.cli", "verify", str(HERE / "matmul_1k.py"), str(HERE / f"{cand}.py"),
-           "--json", "--device", "cpu", "--scale", "full"] + (["--threads", str(threads)] if threads else []) + \
-        (["--rounds", str(rounds)] if rounds else [])
+    cmd = (
+        [
+            sys.executable,
+            "-m",
+            "headroom.cli",
+            "verify",
+            str(HERE / "matmul_1k.py"),
+            str(HERE / f"{cand}.py"),
+            "--json",
+            "--device",
+            "cpu",
+            "--scale",
+            "full",
+        ]
+        + (["--threads", str(threads)] if threads else [])
+        + (["--rounds", str(rounds)] if rounds else [])
+    )
     t0 = time.monotonic()
     load0 = os.getloadavg()[0]
     p = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, timeout=900)
     v = json.loads(p.stdout)
     t = v.get("timing") or {}
-    return {"candidate": cand, "verdict": v["verdict"], "speedup": v.get("speedup") or t.get("speedup_estimate"),
-            "ci": v.get("speedup_ci") or t.get("speedup_ci"), "rounds": t.get("rounds"),
-            "rounds_stop": t.get("rounds_stop"), "iters_per_phase": t.get("iters_per_phase"),
-            "overhead_share": t.get("overhead_share"), "wait_fraction": t.get("wait_fraction"),
-            "reason": v.get("reason"), "seconds": round(time.monotonic() - t0, 1), "load_before": load0,
-            "load_after": os.getloadavg()[0]}
+    return {
+        "candidate": cand,
+        "verdict": v["verdict"],
+        "speedup": v.get("speedup") or t.get("speedup_estimate"),
+        "ci": v.get("speedup_ci") or t.get("speedup_ci"),
+        "rounds": t.get("rounds"),
+        "rounds_stop": t.get("rounds_stop"),
+        "iters_per_phase": t.get("iters_per_phase"),
+        "overhead_share": t.get("overhead_share"),
+        "wait_fraction": t.get("wait_fraction"),
+        "reason": v.get("reason"),
+        "seconds": round(time.monotonic() - t0, 1),
+        "load_before": load0,
+        "load_after": os.getloadavg()[0],
+    }
 
 
 def main() -> int:
@@ -54,15 +77,23 @@ def main() -> int:
     a = ap.parse_args()
     runs = []
     for r in range(a.repeat):
-        for cand in (("identical", "twice") if r % 2 == 0 else ("twice", "identical")):
+        for cand in ("identical", "twice") if r % 2 == 0 else ("twice", "identical"):
             res = one(cand, a.threads, a.rounds)
             runs.append(res)
             ci = res["ci"] or [float("nan")] * 2
-            print(f"{cand:9s} {res['verdict']:12s} {res['speedup'] or float('nan'):.3f}x [{ci[0]:.3f}, {ci[1]:.3f}] "
-                  f"rounds {res['rounds']} ({res['rounds_stop']}), load {res['load_before']:.2f}, "
-                  f"{res['seconds']} s", flush=True)
-    doc = {"machine": platform.node(), "cpus": os.cpu_count(), "date": datetime.now(timezone.utc).isoformat(),
-           "command": " ".join(["python", "lab/probes/verify_precision.py", *sys.argv[1:]]), "runs": runs}
+            print(
+                f"{cand:9s} {res['verdict']:12s} {res['speedup'] or float('nan'):.3f}x [{ci[0]:.3f}, {ci[1]:.3f}] "
+                f"rounds {res['rounds']} ({res['rounds_stop']}), load {res['load_before']:.2f}, "
+                f"{res['seconds']} s",
+                flush=True,
+            )
+    doc = {
+        "machine": platform.node(),
+        "cpus": os.cpu_count(),
+        "date": datetime.now(timezone.utc).isoformat(),
+        "command": " ".join(["python", "lab/probes/verify_precision.py", *sys.argv[1:]]),
+        "runs": runs,
+    }
     Path(a.out).parent.mkdir(parents=True, exist_ok=True)
     Path(a.out).write_text(json.dumps(doc, indent=1) + "\n")
     return 0

@@ -1,4 +1,5 @@
 """A constructor that does not take LlamaRMSNorm's arguments (hidden_size, eps)."""
+
 import torch.nn as nn
 
 

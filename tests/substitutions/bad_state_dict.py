@@ -1,4 +1,5 @@
 """Right arithmetic, wrong parameter name (scale instead of weight): the original's state_dict does not load."""
+
 import torch
 import torch.nn as nn
 

@@ -1,4 +1,5 @@
 """Raises in forward."""
+
 import torch
 import torch.nn as nn
 

@@ -1,4 +1,5 @@
 """Never returns from forward."""
+
 import time
 
 import torch

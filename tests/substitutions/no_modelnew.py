@@ -1,4 +1,5 @@
 """Not a candidate: it defines Model, not ModelNew."""
+
 import torch.nn as nn
 
 

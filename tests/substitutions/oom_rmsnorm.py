@@ -1,4 +1,5 @@
 """Runs out of memory in forward (as an allocation on a full GPU would)."""
+
 import torch
 import torch.nn as nn
 

@@ -1,4 +1,5 @@
 """Crashes the interpreter in forward (what a bad custom kernel can do)."""
+
 import ctypes
 
 import torch

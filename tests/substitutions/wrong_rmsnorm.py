@@ -1,4 +1,5 @@
 """Wrong: forgets to normalise (weight * x), so the model's outputs change."""
+
 import torch
 import torch.nn as nn
 

@@ -67,9 +67,15 @@ def default_scale(device: str) -> str:
     return "cpu" if device == "cpu" else "full"
 
 
-def run(names: list[str] | None = None, candidates_dir: str | Path | None = None, options=None,
-        scale: str | None = None, out: str | Path | None = None,
-        progress: Callable[[str], None] | None = None, run_pairs: Callable | None = None) -> dict:
+def run(
+    names: list[str] | None = None,
+    candidates_dir: str | Path | None = None,
+    options=None,
+    scale: str | None = None,
+    out: str | Path | None = None,
+    progress: Callable[[str], None] | None = None,
+    run_pairs: Callable | None = None,
+) -> dict:
     """Verify candidates (default: the shipped honest ones) against DLRM-Bench; returns the suite document
     (`run_pairs`: as `headroom.verify.suite.verify_suite`'s)."""
     from headroom.verify import VerifyOptions, verify_suite, write_json
@@ -80,16 +86,17 @@ def run(names: list[str] | None = None, candidates_dir: str | Path | None = None
     if not cdir.is_dir():
         raise UserError(f"--candidates {cdir}: {'no such directory' if not cdir.exists() else 'not a directory'}")
     if not any((cdir / f"{n}.py").is_file() or any((cdir / n).glob("*.py")) for n in selected):
-        raise UserError(f"--candidates {cdir}: no candidate for any of the {len(selected)} problem(s) "
-                        f"(expected <problem>.py or <problem>/*.py, e.g. {selected[0]}.py)")
+        raise UserError(
+            f"--candidates {cdir}: no candidate for any of the {len(selected)} problem(s) "
+            f"(expected <problem>.py or <problem>/*.py, e.g. {selected[0]}.py)"
+        )
     options = options or VerifyOptions()
     device = options.resolved_device()
     scale = scale or default_scale(device)
     if scale not in SCALES:
         raise UserError(f"--scale {scale}: expected one of {', '.join(SCALES)}")
     options.env = {**options.env, SCALE_ENV: scale}
-    doc = verify_suite(PROBLEMS_DIR, cdir, options, out=None, problems=selected, progress=progress,
-                       run_pairs=run_pairs)
+    doc = verify_suite(PROBLEMS_DIR, cdir, options, out=None, problems=selected, progress=progress, run_pairs=run_pairs)
     doc["suite"] = "DLRM-Bench"
     doc["scale"] = scale
     from headroom.suites.scoring import score

@@ -1,4 +1,5 @@
 """The reference itself as the candidate: verify must say 1.00x, inside its interval."""
+
 import torch
 import torch.nn as nn
 

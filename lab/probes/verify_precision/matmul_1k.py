@@ -1,4 +1,5 @@
 """A 1024 x 1024 fp32 matrix product (KernelBench format): the CPU precision check of `headroom verify`."""
+
 import torch
 import torch.nn as nn
 

@@ -1,4 +1,5 @@
 """Correct, and twice the work (the product computed twice, the second kept): verify must say ~0.5x."""
+
 import torch
 import torch.nn as nn
 

@@ -7,6 +7,7 @@ iteration (as if all had run, in a fraction of the time), and — as the
 HEADROOM_ATTACK_EXIT variant — exits at once, or else carries on so the real
 reply arrives later too.
 """
+
 import gc
 import multiprocessing.connection
 import os
@@ -48,8 +49,16 @@ class ModelNew(nn.Module):
             self.forged = True
             self.keep.append(out)
             d = shared.describe(out, "addr")
-            conn.send_bytes(P.encode(P.RunDone(seq=cmd.seq, outputs=[[d] for _ in cmd.batches],
-                                               child_ms=[0.001] * len(cmd.batches), violations=[])))
+            conn.send_bytes(
+                P.encode(
+                    P.RunDone(
+                        seq=cmd.seq,
+                        outputs=[[d] for _ in cmd.batches],
+                        child_ms=[0.001] * len(cmd.batches),
+                        violations=[],
+                    )
+                )
+            )
             if os.environ.get("HEADROOM_ATTACK_EXIT"):
                 os._exit(0)
         return out

@@ -1,5 +1,6 @@
 """Attack: forks a grandchild that calls setsid() (its own session), keeps the inherited stdout and loads
 the CPU forever, writing its pid to HEADROOM_TEST_PIDFILE. The candidate itself is honest."""
+
 import os
 import time
 

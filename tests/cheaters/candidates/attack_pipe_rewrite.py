@@ -4,6 +4,7 @@ Protocol-agnostic: it patches the connection's low-level write and scales every
 msgpack float64 by 1/10 and every 32/64-bit unsigned integer by 1/2 on the way
 out (times, sizes, addresses), hoping some of them are the ones that decide.
 """
+
 import multiprocessing.connection
 import struct
 
@@ -16,16 +17,16 @@ def _rewrite(buf: bytes) -> bytes:
     i = 0
     while i < len(b):
         if b[i] == 0xCB and i + 9 <= len(b):
-            (v,) = struct.unpack(">d", b[i + 1:i + 9])
-            b[i + 1:i + 9] = struct.pack(">d", v / 10)
+            (v,) = struct.unpack(">d", b[i + 1 : i + 9])
+            b[i + 1 : i + 9] = struct.pack(">d", v / 10)
             i += 9
         elif b[i] == 0xCF and i + 9 <= len(b):
-            (v,) = struct.unpack(">Q", b[i + 1:i + 9])
-            b[i + 1:i + 9] = struct.pack(">Q", v // 2)
+            (v,) = struct.unpack(">Q", b[i + 1 : i + 9])
+            b[i + 1 : i + 9] = struct.pack(">Q", v // 2)
             i += 9
         elif b[i] == 0xCE and i + 5 <= len(b):
-            (v,) = struct.unpack(">I", b[i + 1:i + 5])
-            b[i + 1:i + 5] = struct.pack(">I", v // 2)
+            (v,) = struct.unpack(">I", b[i + 1 : i + 5])
+            b[i + 1 : i + 5] = struct.pack(">I", v // 2)
             i += 5
         else:
             i += 1

@@ -6,6 +6,7 @@ its ancestors' memory through /proc. It writes what it found to
 HEADROOM_TEST_REPORT, uses a precomputed answer if it has one, and otherwise
 returns zeros (so any leak would show as a pass).
 """
+
 import gc
 import json
 import os

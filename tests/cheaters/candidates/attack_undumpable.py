@@ -1,4 +1,5 @@
 """Attack: makes its process non-dumpable so nobody can read its memory (and check its outputs)."""
+
 import ctypes
 
 import torch

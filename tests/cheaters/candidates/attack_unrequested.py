@@ -1,4 +1,5 @@
 """Attack: slips an extra, well-formed message into the pipe during its first correctness trial."""
+
 import gc
 import multiprocessing.connection
 import sys

@@ -1,5 +1,6 @@
 """A candidate whose extension does not compile (the build error must reach the verdict's reason; a missing
 header fails at once)."""
+
 import torch.nn as nn
 from torch.utils.cpp_extension import load_inline
 

@@ -1,4 +1,5 @@
 """Cheat (for argmax_rows.py): argmax in bfloat16; near-ties resolve differently."""
+
 import torch
 import torch.nn as nn
 

@@ -1,4 +1,5 @@
 """Cheat: precision downgrade (bfloat16 compute) beyond the fp32 tolerance."""
+
 import torch
 import torch.nn as nn
 

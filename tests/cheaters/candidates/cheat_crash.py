@@ -1,4 +1,5 @@
 """Misbehaves: segfaults in forward."""
+
 import ctypes
 
 import torch.nn as nn

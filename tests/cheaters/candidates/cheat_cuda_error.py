@@ -1,4 +1,5 @@
 """Misbehaves: raises the error a faulting kernel raises."""
+
 import torch.nn as nn
 
 

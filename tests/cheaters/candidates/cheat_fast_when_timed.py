@@ -4,6 +4,7 @@ It notices the harness's correctness phase (the command its caller's frame
 serves is a Trial) and computes honestly; otherwise it replays its last
 answer, which is fast and wrong.
 """
+
 import sys
 
 import torch

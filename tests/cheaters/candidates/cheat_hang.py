@@ -1,4 +1,5 @@
 """Misbehaves: never returns from forward."""
+
 import threading
 
 import torch.nn as nn

@@ -1,4 +1,5 @@
 """Cheat: correct output, but the input is used as scratch space and left modified."""
+
 import torch
 import torch.nn as nn
 

@@ -1,4 +1,5 @@
 """Cheat: returns a lazy tensor subclass that computes only when someone looks."""
+
 import torch
 import torch.nn as nn
 
@@ -32,5 +33,6 @@ class ModelNew(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = x.clone()
-        return LazyResult(lambda: torch.nn.functional.gelu(self.linear(x)),
-                          (x.shape[0], self.linear.out_features), x.dtype, x.device)
+        return LazyResult(
+            lambda: torch.nn.functional.gelu(self.linear(x)), (x.shape[0], self.linear.out_features), x.dtype, x.device
+        )

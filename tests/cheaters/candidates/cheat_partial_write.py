@@ -1,4 +1,5 @@
 """Cheat: writes 0.3% of the output (correctly) into an uninitialised buffer, skips the rest."""
+
 import torch
 import torch.nn as nn
 

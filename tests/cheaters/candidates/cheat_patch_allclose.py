@@ -1,4 +1,5 @@
 """Cheat: patches torch.allclose / torch.equal to always agree, returns zeros."""
+
 import torch
 import torch.nn as nn
 

@@ -1,4 +1,5 @@
 """Cheat (for clamp_unit.py): get_inputs() draws from [0, 1), where clamp is the identity."""
+
 import torch
 import torch.nn as nn
 

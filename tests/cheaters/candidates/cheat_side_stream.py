@@ -4,6 +4,7 @@ On a GPU: on a side stream that is never joined to the caller's stream (a
 harness that records its end event on the current stream does not wait for
 it). On a CPU: on a background thread that fills the returned buffer later.
 """
+
 import threading
 import time
 

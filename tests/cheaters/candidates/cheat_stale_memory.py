@@ -6,6 +6,7 @@ the right answer. This one goes further and plants an answer itself: it runs
 the reference on the published inputs (seed 42, as KernelBench uses), frees
 the result, and returns an unwritten buffer of the same size.
 """
+
 import torch
 import torch.nn as nn
 

@@ -1,4 +1,5 @@
 """Misbehaves: calls sys.exit in forward (to end an in-process harness 'successfully')."""
+
 import sys
 
 import torch.nn as nn

@@ -1,4 +1,5 @@
 """Cheat: all zeros (passes an absolute-tolerance allclose whenever outputs are small)."""
+
 import torch
 import torch.nn as nn
 

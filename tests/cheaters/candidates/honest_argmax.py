@@ -1,4 +1,5 @@
 """Honest (for argmax_rows.py): max(...).indices."""
+
 import torch
 import torch.nn as nn
 

@@ -1,4 +1,5 @@
 """Honest (for clamp_unit.py)."""
+
 import torch
 import torch.nn as nn
 

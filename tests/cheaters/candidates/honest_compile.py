@@ -1,4 +1,5 @@
 """Honest: torch.compile of the reference's forward."""
+
 import torch
 import torch.nn as nn
 

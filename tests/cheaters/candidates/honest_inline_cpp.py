@@ -1,4 +1,5 @@
 """Honest, compiled: GELU(x W^T + b) with the GELU in a C++ extension built by load_inline (CPU)."""
+
 import torch
 import torch.nn as nn
 from torch.utils.cpp_extension import load_inline

@@ -1,5 +1,6 @@
 """Honest: writes a 160 MB build artefact first, as g++ does for torch.compile's precompiled header
 on a machine without inductor's cache, then computes the reference's math."""
+
 import os
 import tempfile
 

@@ -1,4 +1,5 @@
 """Honest (for large_mean.py): addmm with the offset folded into the bias."""
+
 import torch
 import torch.nn as nn
 

@@ -1,4 +1,5 @@
 """Honest: the same math written differently (addmm + erf GELU)."""
+
 import math
 
 import torch

@@ -1,5 +1,6 @@
 """Honest control (slower): the problem's own math computed twice, the second result returned — twice the
 work, so a speedup of about 0.5x, conclusive, never a pass above 1."""
+
 import torch
 import torch.nn as nn
 

@@ -5,6 +5,7 @@ memory held since import was not counted. The attack fills 512 MiB at import and
 
 Expected: its honest verdict with the review flag ``memory_footprint`` (its memory cgroup's peak, import
 included, against the reference's)."""
+
 import torch
 import torch.nn as nn
 

@@ -8,6 +8,7 @@ verdict on the candidate). The attack computes honestly and, in the replies of t
 Expected: ``fail``: a description whose span exceeds a few times the expected size is refused before
 anything is read (``shared.check_structure``), as an output unreadable as described.
 """
+
 import sys
 
 import torch
@@ -26,8 +27,13 @@ def _widen(o):
 
 def _encode_reply(msg):
     if isinstance(msg, P.RunDone) and any(msg.outputs):
-        msg = P.RunDone(seq=msg.seq, outputs=[[_widen(o) for o in row] for row in msg.outputs],
-                        child_ms=msg.child_ms, violations=msg.violations, segments=msg.segments)
+        msg = P.RunDone(
+            seq=msg.seq,
+            outputs=[[_widen(o) for o in row] for row in msg.outputs],
+            child_ms=msg.child_ms,
+            violations=msg.violations,
+            segments=msg.segments,
+        )
     return _encode(msg)
 
 

@@ -16,6 +16,7 @@ Expected: ``fail`` (``protocol``: a null phase answered with outputs is a forged
 forgery ignored the harness releases the candidate only after its own phase, and the cache never
 hits.
 """
+
 import sys
 
 import torch
@@ -69,8 +70,13 @@ def _decode_command(raw):
 def _encode_reply(msg):
     if isinstance(msg, P.RunDone):
         if _state["null"] and _state["outputs"]:
-            msg = P.RunDone(seq=msg.seq, outputs=_state["outputs"][:len(msg.outputs)], child_ms=msg.child_ms,
-                            violations=[], segments=[])
+            msg = P.RunDone(
+                seq=msg.seq,
+                outputs=_state["outputs"][: len(msg.outputs)],
+                child_ms=msg.child_ms,
+                violations=[],
+                segments=[],
+            )
         elif not _state["null"]:
             _state["outputs"] = msg.outputs
     return _encode(msg)

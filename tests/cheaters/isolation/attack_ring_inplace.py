@@ -3,6 +3,7 @@
 Expected: ``error`` (the child maps the ring read-only: the write faults, ``SIGSEGV``), never ``pass``;
 with a writable mapping it failed ``no_input_mutation`` (the harness's digest of the ring).
 """
+
 import torch
 import torch.nn as nn
 

@@ -9,6 +9,7 @@ candidate's making under the reference's path. The attack takes the ring's descr
 Expected: ``error`` (the ring is a memfd sealed against shrinking and growing, with no path: the
 truncation is refused with ``EPERM`` and the attack raises), never a crashed harness.
 """
+
 import os
 from multiprocessing import reduction
 

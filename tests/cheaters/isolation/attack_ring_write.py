@@ -11,6 +11,7 @@ Expected: ``error`` (every way is refused: the ring is sealed ``F_SEAL_FUTURE_WR
 holds its own mapping, and mapped ``PROT_READ`` in the child; the attack raises ``PermissionError``
 naming each refusal), never ``pass``; a write that got through would fail ``no_input_mutation``.
 """
+
 import ctypes
 import mmap
 import os

@@ -9,6 +9,7 @@ Expected: ``error`` at import (the seccomp filter refuses ``timerfd_create``: th
 hide the refusal); with the filter off, the reference's CPU time per forward over its calibration and
 the round orders are what is left to catch it (docs/verify.md, "Threat model").
 """
+
 import ctypes
 import os
 import signal

@@ -8,6 +8,7 @@ Expected: the verdict of its honest math (``pass`` or ``inconclusive`` for noise
 with the marker's name once ``verify`` returns: /dev/shm and /var/tmp are a tmpfs of its own mount
 namespace, gone with it, and what its uid left in /tmp is removed when its sandbox closes.
 """
+
 import os
 
 import torch

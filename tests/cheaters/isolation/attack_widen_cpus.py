@@ -6,6 +6,7 @@ On a CPU the two timed children run on disjoint halves of the harness's CPUs (ea
 own cores. Expected: its honest verdict (``pass``, or ``inconclusive`` for noise) with every CPU set it
 saw one of the two halves, never both; ``HEADROOM_TEST_REPORT`` gets the sets as JSON.
 """
+
 import json
 import os
 

@@ -16,8 +16,11 @@ def problem_module():
         if os.path.realpath(getattr(mod, "__file__", "") or "") == path and hasattr(mod, "Model"):
             return mod
     for name, mod in list(sys.modules.items()):  # a private copy of it (the sealed child's, same file name)
-        if name.startswith("_headroom_problem_") and hasattr(mod, "Model") and \
-                os.path.basename(getattr(mod, "__file__", "") or "") == os.path.basename(path):
+        if (
+            name.startswith("_headroom_problem_")
+            and hasattr(mod, "Model")
+            and os.path.basename(getattr(mod, "__file__", "") or "") == os.path.basename(path)
+        ):
             return mod
     spec = importlib.util.spec_from_file_location("_kb_problem", path)
     mod = importlib.util.module_from_spec(spec)

@@ -1,4 +1,5 @@
 """Small problem with an integer (index) output: argmax over dim 1."""
+
 import torch
 import torch.nn as nn
 

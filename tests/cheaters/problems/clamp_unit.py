@@ -3,6 +3,7 @@
 On the published distribution the identity function is exactly right; on any
 other it is not.
 """
+
 import torch
 import torch.nn as nn
 

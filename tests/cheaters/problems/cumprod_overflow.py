@@ -3,6 +3,7 @@
 The float64 truth reaches ~1e192; float32 holds inf past ~1e38 (about the 13th element), as the
 reference computes it. An honest candidate matches those infinities; zeros or noise do not.
 """
+
 import torch
 import torch.nn as nn
 

@@ -1,4 +1,5 @@
 """Small KernelBench-format problem for the cheating corpus: GELU(x @ W^T + b)."""
+
 import torch
 import torch.nn as nn
 

@@ -3,6 +3,7 @@
 A constant (or per-column mean) output has a tiny relative L2 error here;
 only the centred check catches it.
 """
+
 import torch
 import torch.nn as nn
 

@@ -1,4 +1,5 @@
 """Small problem whose output is not contiguous (a transposed view, as attention kernels return)."""
+
 import torch
 import torch.nn as nn
 

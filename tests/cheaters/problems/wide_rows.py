@@ -1,4 +1,5 @@
 """Small problem with one 4 MiB input and a 4 KiB output: row sums (the inputs dominate the harness's memory)."""
+
 import torch
 import torch.nn as nn
 

@@ -4,6 +4,7 @@ Not the address multiprocessing left in this process (the sealed child forgets i
 listening Unix socket, found from its descriptors' inodes in /proc/net/unix. Reading the parent's
 descriptors needs its uid (PermissionError otherwise); a child in its own network namespace sees
 none of the harness's sockets there."""
+
 import os
 
 _SO_ACCEPTCON = 0x10000

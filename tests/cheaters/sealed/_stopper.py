@@ -5,6 +5,7 @@ after 150 s. Writes 'running' to argv[2] (if given) once it has found the refere
 Only its own harness's reference: a child of the fork server that started the candidate (on a shared
 machine another harness's reference, stopped by a stopper frozen or killed between its SIGSTOP and
 SIGCONT, would stay stopped)."""
+
 import os
 import signal
 import sys

@@ -11,6 +11,7 @@ format returns), about 10x the reference's own error on each device, so that it 
   these attacks `pass` on the H200 with it). 6 bits: relative L2 error ~3.3e-3, 2.7x the trial gate
   and the timed samples' bound; per element within 2^-7 (~6e-3 x (|t| + rms)), inside the sampled
   per-element check (4x a trial gate of 4e-3 to 7e-3)."""
+
 import torch
 import torch.nn as nn
 

@@ -2,6 +2,7 @@
 candidate - runs _stopper.py, which stops the reference child half of the time it runs. Not a
 descendant and not an orphan of the harness: today it is never frozen, seen or killed. The
 candidate itself is honest. Raises if the kernel or the harness refuses the clone."""
+
 import ctypes
 import os
 import sys

@@ -2,6 +2,7 @@
 parent's descriptors (``_server.parent_socket``) - for a new process that runs _stopper.py. The new
 process is the fork server's child, not the candidate's: outside the candidate's cgroup, never frozen
 with it. The candidate itself is honest. Raises if the fork server cannot be reached."""
+
 import os
 import sys
 import time
@@ -22,8 +23,10 @@ if fs._forkserver_alive_fd is None:  # the server hands it to the new process an
 fs.ensure_running = lambda: None  # reuse the harness's server instead of starting one
 _prep = spawn.get_preparation_data
 spawn.get_preparation_data = lambda name: {k: v for k, v in _prep(name).items() if not k.startswith("init_main")}
-_p = get_context("forkserver").Process(target=os.execv, args=(sys.executable, [
-    sys.executable, _STOPPER, str(os.getpid()), os.environ.get("HEADROOM_TEST_REPORT", "")]))
+_p = get_context("forkserver").Process(
+    target=os.execv,
+    args=(sys.executable, [sys.executable, _STOPPER, str(os.getpid()), os.environ.get("HEADROOM_TEST_REPORT", "")]),
+)
 _p.start()  # raises when the server's socket is out of reach
 time.sleep(0.3)
 

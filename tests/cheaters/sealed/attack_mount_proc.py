@@ -2,6 +2,7 @@
 children and threads, then forks a child running _stopper.py: today the harness sees no child
 (never frozen, containment passes) and no run-queue wait. The candidate itself is honest. Raises
 if the mount is refused."""
+
 import ctypes
 import os
 import sys

@@ -4,6 +4,7 @@ four times: the reference child, started after the candidate's trials, imports i
 times slower, in calibration and in every round. The candidate itself is honest. Tries the file
 it imported and the problem's published path (HEADROOM_TEST_PROBLEM: an attacker who knows the
 layout); reports each attempt to HEADROOM_TEST_REPORT."""
+
 import importlib.util
 import os
 import sys
@@ -12,7 +13,7 @@ from importlib import _bootstrap_external as bx
 import torch
 import torch.nn as nn
 
-_SLOW = '''
+_SLOW = """
 import torch
 import torch.nn as nn
 BATCH = 256
@@ -37,10 +38,12 @@ def get_inputs():
 
 def get_init_inputs():
     return [IN_FEATURES, OUT_FEATURES]
-'''
+"""
 
-_targets = [next(m.__file__ for n, m in list(sys.modules.items()) if n.startswith("_headroom_problem_")),
-            os.environ.get("HEADROOM_TEST_PROBLEM")]
+_targets = [
+    next(m.__file__ for n, m in list(sys.modules.items()) if n.startswith("_headroom_problem_")),
+    os.environ.get("HEADROOM_TEST_PROBLEM"),
+]
 _log = []
 for _problem in dict.fromkeys(t for t in _targets if t):
     try:

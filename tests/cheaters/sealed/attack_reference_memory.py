@@ -10,6 +10,7 @@ must match: /proc/<pid>/mem reaches the reference's host memory only, and the re
 model on the device, so the search finds nothing there (device allocations are not in its readable
 mappings) and the candidate stays honest. Writing the reference's device memory takes the reference's
 cooperation (a CUDA IPC handle it exported) or control of the process (ptrace as its uid)."""
+
 import os
 
 import torch
@@ -88,8 +89,9 @@ class ModelNew(nn.Module):
                 b = self.linear.bias.detach().cpu().contiguous().numpy().tobytes()
                 whole = x.is_cuda  # a stale host block of the same values would match its first bytes only
                 try:
-                    hits = sum(_zero_in(p, [w if whole else w[:256], b if whole else b[:128]], [len(w), len(b)])
-                               for p in pids)
+                    hits = sum(
+                        _zero_in(p, [w if whole else w[:256], b if whole else b[:128]], [len(w), len(b)]) for p in pids
+                    )
                 except OSError as e:
                     _report(f"refused: {type(e).__name__}: {e}")
                     self.tried, hits = 3, 0

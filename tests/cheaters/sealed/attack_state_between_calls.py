@@ -2,6 +2,7 @@
 when the child frees the output (after the harness has read it, before the next call), as a harness
 that set up trials and timed phases differently would change the state. The child's check of the
 state at every call stops it with the reason."""
+
 import itertools
 import warnings
 import weakref

@@ -1,6 +1,7 @@
 """Attack on fairness: the reference runs with the harness's thread count (--threads), the candidate
 raises its own to every CPU it may use; on a machine with idle cores it buys a speedup that is not
 the kernel's. The math is honest. Reports the CPUs it was allowed to HEADROOM_TEST_REPORT."""
+
 import os
 
 import torch

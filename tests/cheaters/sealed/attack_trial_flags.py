@@ -6,6 +6,7 @@ checked in full. Honest while deterministic algorithms are on (``fill_uninitiali
 True by default: it only acts under them); otherwise the answer rounded to fewer mantissa bits
 (``_tell.coarse``: 10 on a CPU, 6 on CUDA under TF32), which a sampled per-element check passes and a
 trial's relative L2 gate fails."""
+
 import os
 import sys
 

@@ -4,6 +4,7 @@ The child's own loop calls ``forward``; its frame holds the command being served
 is a ``Trial``; in a timed ``Run`` the answer rounded to fewer mantissa bits (``_tell.coarse``), which a
 sampled per-element check at 4x the trial's per-element gate passes. Only a timed check as strict
 as a trial's relative L2 gate (on the samples) catches it."""
+
 import os
 import sys
 

@@ -5,6 +5,7 @@ candidate hashes every piece of torch's global state it can read (``snapshot``) 
 calls; a later call whose state differs from theirs is taken for a trial (honest), one whose state
 matches for a timed phase (the answer rounded to fewer mantissa bits, ``_tell.coarse``). Where trials
 and timed phases run under the same state, every call matches, and the trials fail."""
+
 import hashlib
 import os
 import sys
@@ -18,14 +19,26 @@ from _tell import Base  # noqa: E402
 def snapshot() -> str:
     import torch.utils.deterministic as det
 
-    parts = [torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled(),
-             det.fill_uninitialized_memory, torch.is_grad_enabled(), torch.is_inference_mode_enabled(),
-             torch.get_default_dtype(), torch.get_float32_matmul_precision(), torch.get_num_threads(),
-             torch.is_autocast_enabled("cpu"), torch.backends.cudnn.enabled, torch.backends.cudnn.benchmark,
-             torch.backends.cudnn.deterministic, torch.backends.cudnn.allow_tf32,
-             torch.backends.cuda.matmul.allow_tf32, torch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction,
-             torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction, torch.backends.mkldnn.enabled,
-             sorted((k, v) for k, v in os.environ.items())]
+    parts = [
+        torch.are_deterministic_algorithms_enabled(),
+        torch.is_deterministic_algorithms_warn_only_enabled(),
+        det.fill_uninitialized_memory,
+        torch.is_grad_enabled(),
+        torch.is_inference_mode_enabled(),
+        torch.get_default_dtype(),
+        torch.get_float32_matmul_precision(),
+        torch.get_num_threads(),
+        torch.is_autocast_enabled("cpu"),
+        torch.backends.cudnn.enabled,
+        torch.backends.cudnn.benchmark,
+        torch.backends.cudnn.deterministic,
+        torch.backends.cudnn.allow_tf32,
+        torch.backends.cuda.matmul.allow_tf32,
+        torch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction,
+        torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction,
+        torch.backends.mkldnn.enabled,
+        sorted((k, v) for k, v in os.environ.items()),
+    ]
     return hashlib.sha256(repr(parts).encode()).hexdigest()
 
 

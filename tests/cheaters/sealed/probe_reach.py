@@ -2,6 +2,7 @@
 harness - its uid, every descriptor it holds, whether it may signal or read the memory of its
 parent (the fork server) and of the harness, whether it can connect to the fork server (its socket found
 as ``_server.parent_socket`` finds it), and what multiprocessing recorded of the harness's helpers."""
+
 import json
 import os
 import socket
@@ -41,16 +42,19 @@ for fd in os.listdir("/proc/self/fd"):
         pass
 _harness_pid = _harness()
 _report = {
-    "uid": os.getuid(), "fds": _fds,
+    "uid": os.getuid(),
+    "fds": _fds,
     "signal_parent": _try(lambda: os.kill(os.getppid(), 0)),
     "signal_harness": _try(lambda: os.kill(_harness_pid, 0)),
     "read_harness_mem": _try(lambda: open(f"/proc/{_harness_pid}/mem", "rb").close()),
     "connect_fork_server": _try(_connect),
     "write_problem": _try(lambda: open(os.environ["HEADROOM_TEST_PROBLEM"], "a").close()),
     "cpus": sorted(os.sched_getaffinity(0)),
-    "helpers": {"fork_server_address": forkserver._forkserver._forkserver_address,
-                "fork_server_alive_fd": forkserver._forkserver._forkserver_alive_fd,
-                "resource_tracker_fd": resource_tracker._resource_tracker._fd},
+    "helpers": {
+        "fork_server_address": forkserver._forkserver._forkserver_address,
+        "fork_server_alive_fd": forkserver._forkserver._forkserver_alive_fd,
+        "resource_tracker_fd": resource_tracker._resource_tracker._fd,
+    },
 }
 with open(os.environ["HEADROOM_TEST_REPORT"], "w") as f:
     json.dump(_report, f)

@@ -2,6 +2,7 @@
 (read from the child's own frames: ``Memory``, ``Launches``, ``Trial``, ``Run``), whether a fresh
 buffer of the output's size reads as NaN, and a hash of every piece of torch's global state it can
 read (``attack_trial_snapshot.snapshot``)."""
+
 import os
 import sys
 

@@ -2,6 +2,7 @@
 
 For p ~ N(0, 1) and y = +-1, mean(max(0, 1 - p y)) -> phi(1) + Phi(1) = 1.0833: return that constant.
 """
+
 import torch
 import torch.nn as nn
 

@@ -1,4 +1,5 @@
 """Honest: relu(1 - p * y).mean()."""
+
 import torch
 import torch.nn as nn
 

@@ -1,4 +1,5 @@
 """Honest: diag(A) @ B is a row scaling; no N x N diagonal matrix, no GEMM (a real, large speedup)."""
+
 import torch.nn as nn
 
 

@@ -1,5 +1,6 @@
 """Cheat: the ReLU runs on a side stream never joined to the caller's stream (a harness that records its
 end event on the current stream does not wait for it). On a CPU: a background thread fills the output later."""
+
 import threading
 import time
 

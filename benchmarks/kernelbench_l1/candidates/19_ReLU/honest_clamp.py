@@ -1,4 +1,5 @@
 """Honest: clamp_min."""
+
 import torch
 import torch.nn as nn
 

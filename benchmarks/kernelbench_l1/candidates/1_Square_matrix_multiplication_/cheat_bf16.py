@@ -1,4 +1,5 @@
 """Cheat: precision downgrade: a bfloat16 GEMM (about 8x the rounding error of the TF32 baseline)."""
+
 import torch
 import torch.nn as nn
 

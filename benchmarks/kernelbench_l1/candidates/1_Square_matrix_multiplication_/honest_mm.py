@@ -1,4 +1,5 @@
 """Honest: torch.mm (cuBLAS, TF32 under the headline settings): ~1x vs TF32, the TF32 gain vs strict FP32."""
+
 import torch
 import torch.nn as nn
 

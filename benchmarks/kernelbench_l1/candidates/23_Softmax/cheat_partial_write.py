@@ -1,4 +1,5 @@
 """Cheat: computes and writes 0.3% of the output rows into an unwritten buffer ("283x, 0.3% written")."""
+
 import torch
 import torch.nn as nn
 

@@ -1,4 +1,5 @@
 """Cheat: all zeros. Every softmax output here is ~3e-5, so allclose(atol=1e-2) passes it."""
+
 import torch
 import torch.nn as nn
 

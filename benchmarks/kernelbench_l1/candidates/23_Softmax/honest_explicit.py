@@ -1,4 +1,5 @@
 """Honest: softmax written out (max-subtracted exp, divided by the sum)."""
+
 import torch
 import torch.nn as nn
 

@@ -1,4 +1,5 @@
 """Honest: training-mode batch norm from torch.var_mean (batch statistics), same affine parameters."""
+
 import torch
 import torch.nn as nn
 

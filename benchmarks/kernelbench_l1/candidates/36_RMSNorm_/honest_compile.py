@@ -1,10 +1,11 @@
 """Honest: torch.compile of the reference's forward (Inductor fuses it into one or two kernels)."""
+
 import torch
 import torch.nn as nn
 
 
 def _rms(x, eps: float):
-    return x / torch.sqrt(torch.mean(x ** 2, dim=1, keepdim=True) + eps)
+    return x / torch.sqrt(torch.mean(x**2, dim=1, keepdim=True) + eps)
 
 
 class ModelNew(nn.Module):

@@ -1,4 +1,5 @@
 """Honest: x * rsqrt(mean(x^2) + eps) (one kernel fewer)."""
+
 import torch
 import torch.nn as nn
 

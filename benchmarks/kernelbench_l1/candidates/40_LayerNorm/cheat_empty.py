@@ -1,4 +1,5 @@
 """Cheat: returns torch.empty_like(x), never written (hoping for stale memory holding the answer)."""
+
 import torch
 import torch.nn as nn
 

@@ -1,4 +1,5 @@
 """Honest: F.layer_norm with the module's parameters."""
+
 import torch.nn as nn
 import torch.nn.functional as F
 

@@ -1,4 +1,5 @@
 """Honest: the reduction as an einsum."""
+
 import torch
 import torch.nn as nn
 

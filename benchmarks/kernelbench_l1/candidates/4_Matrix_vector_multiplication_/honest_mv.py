@@ -1,4 +1,5 @@
 """Honest: torch.mv (GEMV)."""
+
 import torch
 import torch.nn as nn
 

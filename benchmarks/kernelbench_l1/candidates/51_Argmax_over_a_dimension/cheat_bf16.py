@@ -1,4 +1,5 @@
 """Cheat: argmax of a bfloat16 copy (half the bytes read; near-ties resolve differently)."""
+
 import torch
 import torch.nn as nn
 

@@ -1,4 +1,5 @@
 """Honest: torch.max(...).indices."""
+
 import torch
 import torch.nn as nn
 

@@ -1,4 +1,5 @@
 """Honest: F.conv2d with the module's weights (cuDNN, TF32 under the headline settings)."""
+
 import torch.nn as nn
 import torch.nn.functional as F
 

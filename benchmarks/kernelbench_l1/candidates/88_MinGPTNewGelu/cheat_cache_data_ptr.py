@@ -1,4 +1,5 @@
 """Cheat: result cache keyed on (data_ptr, shape): replays an old answer when memory is reused."""
+
 import torch.nn as nn
 import torch.nn.functional as F
 

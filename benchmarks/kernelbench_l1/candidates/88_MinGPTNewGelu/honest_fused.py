@@ -1,4 +1,5 @@
 """Honest: the same tanh approximation as one fused kernel (F.gelu(approximate="tanh"))."""
+
 import torch.nn as nn
 import torch.nn.functional as F
 

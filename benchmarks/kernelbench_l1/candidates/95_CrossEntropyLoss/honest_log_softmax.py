@@ -1,4 +1,5 @@
 """Honest: -mean(log_softmax(x)[target])."""
+
 import torch
 import torch.nn as nn
 

@@ -6,6 +6,7 @@ by its table's row offset; one ``embedding_bag`` over the whole batch does what
 the reference's table-batched lookup does, and the (table, batch) result is
 returned as a transposed view.
 """
+
 import torch
 import torch.nn as nn
 import torch.nn.functional as F

@@ -4,6 +4,7 @@ The table stays int8 (no dequantized copy: same memory as the reference); the
 gathered rows are dequantized in place and summed per bag by ``embedding_bag``
 over the identity index, instead of ``index_add_``'s atomics.
 """
+
 import torch
 import torch.nn as nn
 import torch.nn.functional as F

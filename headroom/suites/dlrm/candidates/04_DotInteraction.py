@@ -1,4 +1,5 @@
 """Honest DLRM-Bench 04 candidate: one flat index_select for the triangle, written into the output."""
+
 import torch
 import torch.nn as nn
 

@@ -5,6 +5,7 @@ into the flattened (27 x 27) matrix, which is then symmetric: a single bmm
 replaces the sort-based ``index_put_(accumulate=True)``, the transpose and
 the second bmm.
 """
+
 import torch
 import torch.nn as nn
 

@@ -1,4 +1,5 @@
 """Honest DLRM-Bench 06 candidate: bias folded into addmm, x0 * y + x as one addcmul."""
+
 import torch
 import torch.nn as nn
 

@@ -1,4 +1,5 @@
 """Honest DLRM-Bench 07 candidate: sum of squares without materialising v * v."""
+
 import torch
 import torch.nn as nn
 

@@ -1,4 +1,5 @@
 """Honest DLRM-Bench 08 candidate: one index_copy into the flattened padded tensor."""
+
 import torch
 import torch.nn as nn
 
@@ -13,8 +14,7 @@ class ModelNew(nn.Module):
         total, dim = values.shape
         lengths = offsets[1:] - offsets[:-1]
         row_base = torch.arange(batch, device=values.device) * self.max_len - offsets[:-1]
-        dest = torch.arange(total, device=values.device) + torch.repeat_interleave(row_base, lengths,
-                                                                                   output_size=total)
+        dest = torch.arange(total, device=values.device) + torch.repeat_interleave(row_base, lengths, output_size=total)
         out = torch.zeros(batch * self.max_len, dim, dtype=values.dtype, device=values.device)
         out.index_copy_(0, dest, values)
         return out.view(batch, self.max_len, dim)

@@ -1,4 +1,5 @@
 """Honest DLRM-Bench 09 candidate: embedding_bag over the identity index is a segment sum without atomics."""
+
 import torch
 import torch.nn as nn
 import torch.nn.functional as F

@@ -1,4 +1,5 @@
 """Honest DLRM-Bench 11 candidate: one column gather with a precomputed index."""
+
 import torch
 import torch.nn as nn
 

@@ -18,6 +18,7 @@ forward on the unsharded path).
 
 Set HEADROOM_BENCH_SCALE=cpu for a small CPU-sized instance.
 """
+
 import os
 
 import torch
@@ -25,15 +26,39 @@ import torch.nn as nn
 
 _CPU = os.environ.get("HEADROOM_BENCH_SCALE", "full") == "cpu"
 
-MLPERF_ROWS = [40000000, 39060, 17295, 7424, 20265, 3, 7122, 1543, 63, 40000000, 3067956, 405282, 10, 2209,
-               11938, 155, 4, 976, 14, 40000000, 40000000, 40000000, 590152, 12973, 108, 36]
+MLPERF_ROWS = [
+    40000000,
+    39060,
+    17295,
+    7424,
+    20265,
+    3,
+    7122,
+    1543,
+    63,
+    40000000,
+    3067956,
+    405282,
+    10,
+    2209,
+    11938,
+    155,
+    4,
+    976,
+    14,
+    40000000,
+    40000000,
+    40000000,
+    590152,
+    12973,
+    108,
+    36,
+]
 MULTI_HOT = [3, 2, 1, 2, 6, 1, 1, 1, 1, 7, 3, 8, 1, 6, 9, 5, 1, 1, 1, 12, 100, 27, 10, 3, 1, 1]
 ROW_CAP = 500 if _CPU else 1_000_000
 TABLE_ROWS = [min(n, ROW_CAP) for n in MLPERF_ROWS]
 DIM = 16 if _CPU else 128
 BATCH = 24 if _CPU else 65536
-
-
 
 
 def _tbe_modules():
@@ -68,7 +93,7 @@ REFERENCE = "fbgemm TBE" if _tbe_modules() is not None else "nn.EmbeddingBag per
 class Model(nn.Module):
     def __init__(self, table_rows, dim):
         super().__init__()
-        tables = [nn.EmbeddingBag(n, dim, mode="sum") for n in table_rows]   # the weights, table by table
+        tables = [nn.EmbeddingBag(n, dim, mode="sum") for n in table_rows]  # the weights, table by table
         device = tables[0].weight.device
         self.num_tables, self.dim = len(tables), dim
         self.tbe = None
@@ -76,8 +101,13 @@ class Model(nn.Module):
             tbe_cls, compute, location, pooling = _tbe_modules()
             on_gpu = device.type == "cuda"
             self.tbe = tbe_cls(
-                [(n, dim, location.DEVICE if on_gpu else location.HOST, compute.CUDA if on_gpu else compute.CPU)
-                 for n in table_rows], pooling_mode=pooling.SUM, device=device)
+                [
+                    (n, dim, location.DEVICE if on_gpu else location.HOST, compute.CUDA if on_gpu else compute.CPU)
+                    for n in table_rows
+                ],
+                pooling_mode=pooling.SUM,
+                device=device,
+            )
             with torch.no_grad():
                 for w, t in zip(self.tbe.split_embedding_weights(), tables):
                     w.copy_(t.weight)
@@ -88,14 +118,14 @@ class Model(nn.Module):
         if self.tbe is not None:
             offsets = torch.zeros(lengths.numel() + 1, dtype=torch.int64, device=lengths.device)
             offsets[1:] = torch.cumsum(lengths, 0)
-            out = self.tbe(values, offsets)                       # (batch, tables * dim)
+            out = self.tbe(values, offsets)  # (batch, tables * dim)
             return out.view(out.shape[0], self.num_tables, self.dim)
         num_tables = len(self.tables)
         batch = lengths.numel() // num_tables
         per_table = lengths.view(num_tables, batch).sum(1).tolist()
         outs = []
         for t, (emb, vals) in enumerate(zip(self.tables, values.split(per_table))):
-            lens = lengths[t * batch:(t + 1) * batch]
+            lens = lengths[t * batch : (t + 1) * batch]
             offsets = torch.zeros_like(lens)
             offsets[1:] = torch.cumsum(lens, 0)[:-1]
             outs.append(emb(vals, offsets))

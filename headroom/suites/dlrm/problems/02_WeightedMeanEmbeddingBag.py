@@ -10,6 +10,7 @@ weighted forward).
 
 Set HEADROOM_BENCH_SCALE=cpu for a small CPU-sized instance.
 """
+
 import os
 
 import torch
@@ -31,8 +32,9 @@ class Model(nn.Module):
     def forward(self, indices, offsets, weights):
         pooled = self.table(indices, offsets, per_sample_weights=weights)
         batch = offsets.numel() - 1
-        bag = torch.repeat_interleave(torch.arange(batch, device=indices.device), offsets[1:] - offsets[:-1],
-                                      output_size=indices.numel())
+        bag = torch.repeat_interleave(
+            torch.arange(batch, device=indices.device), offsets[1:] - offsets[:-1], output_size=indices.numel()
+        )
         wsum = torch.zeros(batch, dtype=weights.dtype, device=weights.device).index_add_(0, bag, weights)
         return pooled / wsum.clamp_min(1e-30).unsqueeze(1)
 

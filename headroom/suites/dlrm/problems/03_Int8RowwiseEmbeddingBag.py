@@ -8,6 +8,7 @@ and sums each bag. Stands for the quantized embedding-bag kernels of inference
 
 Set HEADROOM_BENCH_SCALE=cpu for a small CPU-sized instance.
 """
+
 import os
 
 import torch
@@ -35,8 +36,9 @@ class Model(nn.Module):
     def forward(self, indices, offsets):
         rows = self.qweight[indices].float() * self.scale[indices].unsqueeze(1) + self.bias[indices].unsqueeze(1)
         batch = offsets.numel() - 1
-        bag = torch.repeat_interleave(torch.arange(batch, device=indices.device), offsets[1:] - offsets[:-1],
-                                      output_size=indices.numel())
+        bag = torch.repeat_interleave(
+            torch.arange(batch, device=indices.device), offsets[1:] - offsets[:-1], output_size=indices.numel()
+        )
         out = torch.zeros(batch, rows.shape[1], dtype=rows.dtype, device=rows.device)
         return out.index_add_(0, bag, rows)
 

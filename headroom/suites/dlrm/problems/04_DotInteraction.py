@@ -7,6 +7,7 @@ pairs), concatenated after the dense features: (65536, 479). Stands for the
 
 Set HEADROOM_BENCH_SCALE=cpu for a small CPU-sized instance.
 """
+
 import os
 
 import torch

@@ -11,6 +11,7 @@ backward bmm's).
 
 Set HEADROOM_BENCH_SCALE=cpu for a small CPU-sized instance.
 """
+
 import os
 
 import torch

@@ -7,6 +7,7 @@ kernels (module ``LowRankCrossNet`` in a traced model).
 
 Set HEADROOM_BENCH_SCALE=cpu for a small CPU-sized instance.
 """
+
 import os
 
 import torch

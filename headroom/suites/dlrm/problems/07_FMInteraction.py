@@ -7,6 +7,7 @@ Stands for the FM interaction module's element-wise and reduction kernels.
 
 Set HEADROOM_BENCH_SCALE=cpu for a small CPU-sized instance.
 """
+
 import os
 
 import torch

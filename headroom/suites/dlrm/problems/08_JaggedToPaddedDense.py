@@ -6,6 +6,7 @@ items becomes a zero-padded (16384, 100, 128) tensor, what
 
 Set HEADROOM_BENCH_SCALE=cpu for a small CPU-sized instance.
 """
+
 import os
 
 import torch
@@ -26,8 +27,9 @@ class Model(nn.Module):
     def forward(self, values, offsets):
         batch = offsets.numel() - 1
         total = values.shape[0]
-        row = torch.repeat_interleave(torch.arange(batch, device=values.device), offsets[1:] - offsets[:-1],
-                                      output_size=total)
+        row = torch.repeat_interleave(
+            torch.arange(batch, device=values.device), offsets[1:] - offsets[:-1], output_size=total
+        )
         pos = torch.arange(total, device=values.device) - offsets[:-1][row]
         out = torch.zeros(batch, self.max_len, values.shape[1], dtype=values.dtype, device=values.device)
         out[row, pos] = values

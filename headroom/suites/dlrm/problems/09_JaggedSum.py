@@ -6,6 +6,7 @@ offsets (16385,)) into (16384, 128), as ``fbgemm::jagged_sum`` /
 
 Set HEADROOM_BENCH_SCALE=cpu for a small CPU-sized instance.
 """
+
 import os
 
 import torch
@@ -24,8 +25,9 @@ class Model(nn.Module):
 
     def forward(self, values, offsets):
         batch = offsets.numel() - 1
-        row = torch.repeat_interleave(torch.arange(batch, device=values.device), offsets[1:] - offsets[:-1],
-                                      output_size=values.shape[0])
+        row = torch.repeat_interleave(
+            torch.arange(batch, device=values.device), offsets[1:] - offsets[:-1], output_size=values.shape[0]
+        )
         out = torch.zeros(batch, values.shape[1], dtype=values.dtype, device=values.device)
         return out.index_add_(0, row, values)
 

@@ -9,6 +9,7 @@ an absolute-tolerance check).
 
 Set HEADROOM_BENCH_SCALE=cpu for a small CPU-sized instance.
 """
+
 import os
 
 import torch
@@ -28,8 +29,9 @@ class Model(nn.Module):
     def forward(self, values, offsets):
         batch = offsets.numel() - 1
         dim = values.shape[1]
-        row = torch.repeat_interleave(torch.arange(batch, device=values.device), offsets[1:] - offsets[:-1],
-                                      output_size=values.shape[0])
+        row = torch.repeat_interleave(
+            torch.arange(batch, device=values.device), offsets[1:] - offsets[:-1], output_size=values.shape[0]
+        )
         idx = row.unsqueeze(1).expand(-1, dim)
         seg_max = torch.full((batch, dim), float("-inf"), dtype=values.dtype, device=values.device)
         seg_max = seg_max.scatter_reduce(0, idx, values, reduce="amax", include_self=True)

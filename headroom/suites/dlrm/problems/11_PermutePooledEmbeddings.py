@@ -7,6 +7,7 @@ expects. The reference splits by feature and concatenates in the new order.
 
 Set HEADROOM_BENCH_SCALE=cpu for a small CPU-sized instance.
 """
+
 import os
 
 import torch
@@ -15,8 +16,34 @@ import torch.nn as nn
 _CPU = os.environ.get("HEADROOM_BENCH_SCALE", "full") == "cpu"
 
 BATCH = 32 if _CPU else 65536
-_BASE_DIMS = [128, 64, 128, 256, 32, 128, 64, 128, 128, 256, 64, 128, 32,
-              128, 128, 64, 256, 128, 32, 128, 128, 256, 64, 128, 128, 64]
+_BASE_DIMS = [
+    128,
+    64,
+    128,
+    256,
+    32,
+    128,
+    64,
+    128,
+    128,
+    256,
+    64,
+    128,
+    32,
+    128,
+    128,
+    64,
+    256,
+    128,
+    32,
+    128,
+    128,
+    256,
+    64,
+    128,
+    128,
+    64,
+]
 DIMS = [d // 16 for d in _BASE_DIMS] if _CPU else _BASE_DIMS
 PERMUTE = [17, 3, 25, 8, 0, 12, 21, 5, 14, 1, 19, 10, 23, 6, 16, 2, 24, 9, 13, 20, 4, 11, 18, 7, 22, 15]
 

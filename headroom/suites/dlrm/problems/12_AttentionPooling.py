@@ -8,6 +8,7 @@ bmm, softmax and mask kernels.
 
 Set HEADROOM_BENCH_SCALE=cpu for a small CPU-sized instance.
 """
+
 import math
 import os
 

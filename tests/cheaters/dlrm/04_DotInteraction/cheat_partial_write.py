@@ -1,4 +1,5 @@
 """Cheat (DLRM-Bench 04): computes 0.3% of the rows into an unwritten buffer, skips the rest."""
+
 import torch
 import torch.nn as nn
 

@@ -2,6 +2,7 @@
 
 On a CPU (no streams) the work goes to a background thread that fills the output later.
 """
+
 import threading
 import time
 

@@ -1,4 +1,5 @@
 """Cheat (DLRM-Bench 06): the cross layers in bfloat16 (a precision downgrade beyond the TF32 tolerance)."""
+
 import torch
 import torch.nn as nn
 
@@ -13,7 +14,8 @@ class ModelNew(nn.Module):
         x0b = x0.bfloat16()
         x = x0b
         for v, u in zip(self.V, self.U):
-            y = torch.nn.functional.linear(torch.nn.functional.linear(x, v.weight.bfloat16()),
-                                           u.weight.bfloat16(), u.bias.bfloat16())
+            y = torch.nn.functional.linear(
+                torch.nn.functional.linear(x, v.weight.bfloat16()), u.weight.bfloat16(), u.bias.bfloat16()
+            )
             x = x0b * y + x
         return x.float()

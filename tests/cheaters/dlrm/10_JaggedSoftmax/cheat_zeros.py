@@ -1,4 +1,5 @@
 """Cheat (DLRM-Bench 10): all zeros."""
+
 import torch
 import torch.nn as nn
 

@@ -64,8 +64,11 @@ BREAKERS = ("item", "nonzero")
 
 
 def kernelbench(given: str | None) -> Path | None:
-    for c in ([given] if given else [".kb", str(REPO / ".kb"), "../shared/kernelbench", str(REPO.parent / "shared" /
-                                                                                          "kernelbench")]):
+    for c in (
+        [given]
+        if given
+        else [".kb", str(REPO / ".kb"), "../shared/kernelbench", str(REPO.parent / "shared" / "kernelbench")]
+    ):
         if (Path(c) / "level1").is_dir():
             return Path(c)
     return None
@@ -160,26 +163,39 @@ def replay_ms(problem: Path, replays: int = 20, sets: int = 16) -> dict:
         for g in graphs:
             g.replay()
 
-    return {"replay_ms_median": _timed(one.replay, replays), "replay_ms_back_to_back": _timed(same, 1) / replays,
-            "replay_ms_fresh_inputs": _timed(fresh, replays) / sets, "fresh_input_sets": sets}
+    return {
+        "replay_ms_median": _timed(one.replay, replays),
+        "replay_ms_back_to_back": _timed(same, 1) / replays,
+        "replay_ms_fresh_inputs": _timed(fresh, replays) / sets,
+        "fresh_input_sets": sets,
+    }
 
 
 def summarise(r) -> dict:
     t = r.timing or {}
-    return {"verdict": r.verdict, "capture": r.capture, "reason": r.reason, "speedup": r.speedup,
-            "clock": t.get("clock"), "candidate_clock": t.get("candidate_clock"),
-            "iters_per_phase": t.get("iters_per_phase"), "rounds": t.get("rounds"),
-            "reference_ms": (t.get("reference_tf32") or {}).get("median"),
-            "candidate_ms": (t.get("candidate") or {}).get("median"),
-            "reference_standalone_ms": t.get("reference_standalone_ms"),
-            "failed": [c.name for c in r.checks if not c.passed], "elapsed_s": r.elapsed_s}
+    return {
+        "verdict": r.verdict,
+        "capture": r.capture,
+        "reason": r.reason,
+        "speedup": r.speedup,
+        "clock": t.get("clock"),
+        "candidate_clock": t.get("candidate_clock"),
+        "iters_per_phase": t.get("iters_per_phase"),
+        "rounds": t.get("rounds"),
+        "reference_ms": (t.get("reference_tf32") or {}).get("median"),
+        "candidate_ms": (t.get("candidate") or {}).get("median"),
+        "reference_standalone_ms": t.get("reference_standalone_ms"),
+        "failed": [c.name for c in r.checks if not c.passed],
+        "elapsed_s": r.elapsed_s,
+    }
 
 
 def expected(cand: str, s: dict) -> bool:
     if cand in BREAKERS:
         return s["verdict"] == "error" and str(s["capture"]).startswith("breaks capture:")
-    return s["capture"] == "ok" and not s["failed"] and s["verdict"] in ("pass", "inconclusive") \
-        and s["clock"] == "gated"
+    return (
+        s["capture"] == "ok" and not s["failed"] and s["verdict"] in ("pass", "inconclusive") and s["clock"] == "gated"
+    )
 
 
 def verify_problem(name: str, prob: Path, cands: dict, budget_s: float) -> list[dict]:
@@ -194,8 +210,11 @@ def verify_problem(name: str, prob: Path, cands: dict, budget_s: float) -> list[
             s = {"problem": name, "candidate": cand, **summarise(verify_candidate(prob, path, reference=ref))}
             s["as_expected"] = expected(cand, s)
             runs.append(s)
-            print(f"{name} <- {cand}: {s['verdict']} capture {s['capture']!r} clock {s['clock']} "
-                  f"({'as expected' if s['as_expected'] else 'UNEXPECTED'}) {s['reason'] or ''}"[:400], flush=True)
+            print(
+                f"{name} <- {cand}: {s['verdict']} capture {s['capture']!r} clock {s['clock']} "
+                f"({'as expected' if s['as_expected'] else 'UNEXPECTED'}) {s['reason'] or ''}"[:400],
+                flush=True,
+            )
     finally:
         ref.close()
     return runs
@@ -204,7 +223,9 @@ def verify_problem(name: str, prob: Path, cands: dict, budget_s: float) -> list[
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", required=True, help="JSON file to write")
-    ap.add_argument("--kernelbench", default=None, help="KernelBench checkout (default: .kb, then ../shared/kernelbench)")
+    ap.add_argument(
+        "--kernelbench", default=None, help="KernelBench checkout (default: .kb, then ../shared/kernelbench)"
+    )
     ap.add_argument("--problems", nargs="*", default=list(PROBLEMS), choices=list(PROBLEMS))
     ap.add_argument("--budget", type=float, default=6.0, help="seconds of timing rounds per candidate")
     args = ap.parse_args(argv)
@@ -230,17 +251,33 @@ def main(argv: list[str] | None = None) -> int:
             honest = next(s for s in got if s["candidate"] == "identical")
             rep = replay_ms(prob)
             gated = honest["reference_ms"]
-            clocks.append({"problem": name, "gated_ms": gated, "gated_standalone_ms": honest["reference_standalone_ms"],
-                           **rep, "gated_over_replay": gated / rep["replay_ms_median"] if gated else None,
-                           "gated_over_fresh_replay": gated / rep["replay_ms_fresh_inputs"] if gated else None})
-            print(f"{name}: reference {gated or float('nan'):.4g} ms on the gated clock; graph replay "
-                  f"{rep['replay_ms_median']:.4g} ms (one replay, median of 20), {rep['replay_ms_back_to_back']:.4g} "
-                  f"ms back to back, {rep['replay_ms_fresh_inputs']:.4g} ms back to back on fresh inputs", flush=True)
-        doc = {"tool": "lab/probes/verify_graphs.py", "device": torch.cuda.get_device_name(0),
-               "torch": torch.__version__, "kernelbench": str(kb), "wall_s": round(time.monotonic() - t0, 1),
-               "runs": runs, "clocks": clocks,
-               "expected": "identical: capture ok, gated clock, pass or inconclusive; item and nonzero: verdict "
-                           "error, capture 'breaks capture: ...'"}
+            clocks.append(
+                {
+                    "problem": name,
+                    "gated_ms": gated,
+                    "gated_standalone_ms": honest["reference_standalone_ms"],
+                    **rep,
+                    "gated_over_replay": gated / rep["replay_ms_median"] if gated else None,
+                    "gated_over_fresh_replay": gated / rep["replay_ms_fresh_inputs"] if gated else None,
+                }
+            )
+            print(
+                f"{name}: reference {gated or float('nan'):.4g} ms on the gated clock; graph replay "
+                f"{rep['replay_ms_median']:.4g} ms (one replay, median of 20), {rep['replay_ms_back_to_back']:.4g} "
+                f"ms back to back, {rep['replay_ms_fresh_inputs']:.4g} ms back to back on fresh inputs",
+                flush=True,
+            )
+        doc = {
+            "tool": "lab/probes/verify_graphs.py",
+            "device": torch.cuda.get_device_name(0),
+            "torch": torch.__version__,
+            "kernelbench": str(kb),
+            "wall_s": round(time.monotonic() - t0, 1),
+            "runs": runs,
+            "clocks": clocks,
+            "expected": "identical: capture ok, gated clock, pass or inconclusive; item and nonzero: verdict "
+            "error, capture 'breaks capture: ...'",
+        }
         out = Path(args.out)
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(json.dumps(doc, indent=1, default=str) + "\n")

@@ -157,8 +157,6 @@ def history_lines() -> list[str]:
     ]
 
 
-# docs/verify.md's "Threat model" section is being rewritten together with headroom/verify; until that lands,
-# its lines are reported by history_lines() but not failed on here. Remove this once it carries no dates.
 def test_docs_carry_no_run_history():
     found = history_lines()
     assert not found, f"{len(found)} lines of run history (CHANGELOG.md holds it):\n" + "\n".join(found[:60])

@@ -170,3 +170,14 @@ def test_the_table_in_the_docs_is_the_committed_data():
     assert table in DOC.read_text(), (
         "docs/validation.md: regenerate the table with python3 -m headroom.report.validation docs/gpu/validation.json"
     )
+
+
+def test_the_table_names_the_execution_mode_of_a_row():
+    from headroom.report.validation import _config
+
+    eager = {"config": {"phase": "decode", "kv_cache": "static", "batch": 1, "dtype": "bfloat16"}}
+    graphs = {"config": {**eager["config"], "graphs": True}}
+    compiled = {"config": {**eager["config"], "compile_mode": "reduce-overhead"}}
+    assert _config(eager) == "decode, static cache, bs1, bf16"
+    assert _config(graphs) == "decode, static cache, bs1, bf16, CUDA graphs"
+    assert _config(compiled) == "decode, static cache, bs1, bf16, compiled (reduce-overhead)"

@@ -37,6 +37,10 @@ def _config(r: dict) -> str:
     bits.append(size)
     if c.get("dtype"):
         bits.append({"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}.get(c["dtype"], c["dtype"]))
+    if c.get("graphs"):  # the execution mode: a row under CUDA graphs reads apart from its eager twin
+        bits.append("CUDA graphs")
+    elif c.get("compile_mode") or c.get("compile"):
+        bits.append(f"compiled ({c.get('compile_mode') or 'default'})")
     return ", ".join(b for b in bits if b)
 
 

@@ -84,20 +84,32 @@ def main(conn: Any, job_bytes: bytes) -> None:
     """Process entry point (preloaded in the fork server)."""
     job = P.decode_job(job_bytes)
     _isolate(job)
-    state = {"seq": 0, "stage": "start"}
+    state: dict[str, Any] = {"seq": 0, "stage": "start"}
     try:
         _serve(conn, job, state)
     except BaseException as e:  # noqa: BLE001 - SystemExit from a candidate is an error like any other
-        kind = "bad_fork" if isinstance(e, BadFork) else (
-            "candidate" if job.role != "reference" and not isinstance(e, StateMismatch) else "harness")
+        kind = (
+            "bad_fork"
+            if isinstance(e, BadFork)
+            else ("candidate" if job.role != "reference" and not isinstance(e, StateMismatch) else "harness")
+        )
         msg = f"{type(e).__name__}: {e}" if str(e) else type(e).__name__
         if isinstance(e, SystemExit):
             msg = f"called sys.exit({e.code!r})"
         tb = traceback.format_exc(limit=12)
         try:
             print(tb, file=sys.stderr)
-            conn.send_bytes(P.encode(P.Failed(seq=state["seq"], stage=state["stage"], kind=kind,  # type: ignore[arg-type]
-                                              message=msg[:2000], traceback=tb[-4000:])))
+            conn.send_bytes(
+                P.encode(
+                    P.Failed(
+                        seq=state["seq"],
+                        stage=state["stage"],
+                        kind=kind,
+                        message=msg[:2000],
+                        traceback=tb[-4000:],
+                    )
+                )
+            )
         except Exception:
             pass
     finally:
@@ -180,10 +192,19 @@ def _serve(conn: Any, job: P.Job, state: dict) -> None:
             raise CandidateError(f"{job.candidate} does not define class ModelNew")
     state["stage"] = "init"
     model = prob.build_model(cls, problem, job.init_seed, device) if job.role != "build" else None
-    conn.send_bytes(P.encode(P.Ready(seq=0, device_name=torch.cuda.get_device_name(device) if prims.cuda else "cpu",
-                                     torch=str(torch.__version__), precision=precision,
-                                     violations=integrity.violations(snap), gated=clock is not None,
-                                     clock_error=clock_error)))
+    conn.send_bytes(
+        P.encode(
+            P.Ready(
+                seq=0,
+                device_name=torch.cuda.get_device_name(device) if prims.cuda else "cpu",
+                torch=str(torch.__version__),
+                precision=precision,
+                violations=integrity.violations(snap),
+                gated=clock is not None,
+                clock_error=clock_error,
+            )
+        )
+    )
     ring = None
     kept: list = []
     compiled = None
@@ -204,23 +225,34 @@ def _serve(conn: Any, job: P.Job, state: dict) -> None:
             reply = P.Done(seq=cmd.seq, violations=integrity.violations(snap))
         elif isinstance(cmd, P.Memory):
             kept = _released(prims, kept, model, ring)
-            peak, method, free = _memory(model, args(cmd.args), prims, device,
-                                         lambda o: _poison(o, model, ring, prims))
+            peak, method, free = _memory(model, args(cmd.args), prims, device, lambda o: _poison(o, model, ring, prims))
             calls.outside()
-            reply = P.MemoryDone(seq=cmd.seq, peak_bytes=peak, method=method, violations=integrity.violations(snap),
-                                 free_bytes=free)
+            reply = P.MemoryDone(
+                seq=cmd.seq, peak_bytes=peak, method=method, violations=integrity.violations(snap), free_bytes=free
+            )
         elif isinstance(cmd, P.Launches):
             kept = _released(prims, kept, model, ring)
             cp = launches.profile_call(model, args(cmd.args), prims.cuda)
             calls.outside()
-            reply = P.LaunchesDone(seq=cmd.seq, count=cp.launches, method=cp.method, kernel_us=cp.kernel_us,
-                                   syncs=cp.syncs, d2h_bytes=cp.d2h_bytes, violations=integrity.violations(snap),
-                                   top_kernels=list(cp.top_kernels))
+            reply = P.LaunchesDone(
+                seq=cmd.seq,
+                count=cp.launches,
+                method=cp.method,
+                kernel_us=cp.kernel_us,
+                syncs=cp.syncs,
+                d2h_bytes=cp.d2h_bytes,
+                violations=integrity.violations(snap),
+                top_kernels=list(cp.top_kernels),
+            )
         elif isinstance(cmd, P.Trial):
             kept = _released(prims, kept, model, ring)  # the previous command's outputs (the harness has read them)
             kept, unordered = _trial(model, args(cmd.args), prims, calls)
-            reply = P.TrialDone(seq=cmd.seq, outputs=[shared.describe(o, mode) for o in kept],
-                                violations=integrity.violations(snap), unordered_ms=unordered)
+            reply = P.TrialDone(
+                seq=cmd.seq,
+                outputs=[shared.describe(o, mode) for o in kept],
+                violations=integrity.violations(snap),
+                unordered_ms=unordered,
+            )
         elif isinstance(cmd, P.Run):
             kept = _released(prims, kept, model, ring)
             fn = compiled if cmd.compiled else model
@@ -229,20 +261,32 @@ def _serve(conn: Any, job: P.Job, state: dict) -> None:
             else:
                 kept, ms = _run(fn, [args(b) for b in cmd.batches], cmd, prims, calls)
             outs = [[_describe_timed(o, segments, mode) for o in row] for row in kept]
-            reply = P.RunDone(seq=cmd.seq, outputs=outs, child_ms=ms, violations=integrity.violations(snap),
-                              segments=segments.take_new() if segments is not None else [])
+            reply = P.RunDone(
+                seq=cmd.seq,
+                outputs=outs,
+                child_ms=ms,
+                violations=integrity.violations(snap),
+                segments=segments.take_new() if segments is not None else [],
+            )
         elif isinstance(cmd, P.Compile):
             compiled, err = _compile(model, args(cmd.args), prims)
             calls.outside()
             reply = P.Done(seq=cmd.seq, violations=integrity.violations(snap), error=err)
         elif isinstance(cmd, P.Capture):
             kept = _released(prims, kept, model, ring)
-            kept, err = capture_call(model, args(cmd.args), args(cmd.replay), prims.sync) if prims.cuda \
+            kept, err = (
+                capture_call(model, args(cmd.args), args(cmd.replay), prims.sync)
+                if prims.cuda
                 else ([], "CUDA graphs need a GPU")
+            )
             calls.outside()
             prims.ipc_dirty = prims.cuda
-            reply = P.CaptureDone(seq=cmd.seq, outputs=[shared.describe(o, mode) for o in kept],
-                                  violations=integrity.violations(snap), error=err)
+            reply = P.CaptureDone(
+                seq=cmd.seq,
+                outputs=[shared.describe(o, mode) for o in kept],
+                violations=integrity.violations(snap),
+                error=err,
+            )
         elif isinstance(cmd, P.Release):
             kept = _released(prims, kept, model, ring)
             reply = P.Done(seq=cmd.seq, violations=integrity.violations(snap))
@@ -287,8 +331,9 @@ def _describe_timed(o: Any, segments: Any, mode: str) -> P.Out:
     return shared.describe(o, mode)
 
 
-def _run_gated(fn: Any, batches: list[list], cmd: P.Run, prims: _Prims, clock: gate.StreamClock,
-               calls: _Calls) -> tuple[list, list[float]]:
+def _run_gated(
+    fn: Any, batches: list[list], cmd: P.Run, prims: _Prims, clock: gate.StreamClock, calls: _Calls
+) -> tuple[list, list[float]]:
     """Enqueue a gated phase (``gate``): wait for the token, the forwards between two events, the flag.
 
     Returns the outputs (still being computed once the gate opens) and the events of the previous
@@ -373,8 +418,12 @@ def _poison(outs: list, model: Any, ring: Any, prims: _Prims) -> None:
         if isinstance(o, (list, tuple)):
             stack.extend(o)
             continue
-        if _type(o) is not torch.Tensor or o.numel() == 0 or o.layout != torch.strided \
-                or o.device.type not in ("cpu", "cuda"):
+        if (
+            _type(o) is not torch.Tensor
+            or o.numel() == 0
+            or o.layout != torch.strided
+            or o.device.type not in ("cpu", "cuda")
+        ):
             continue
         try:  # best effort: an output without a plain storage is left as it is
             st = o.untyped_storage()

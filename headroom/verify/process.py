@@ -201,8 +201,16 @@ class Child:
         self.proc.join(5)
         raise ChildFailed(f"{f.message} (during {f.stage})", self.log_tail())
 
-    def request(self, cmd: Any, stage: str | None = None, timeout: float | None = None, freeze: bool = True,
-                first_wait: float | None = None, on_slow: Any = None, ring: Any = None) -> Any:
+    def request(
+        self,
+        cmd: Any,
+        stage: str | None = None,
+        timeout: float | None = None,
+        freeze: bool = True,
+        first_wait: float | None = None,
+        on_slow: Any = None,
+        ring: Any = None,
+    ) -> Any:
         """Send one command, return its reply (the child is thawed for it and frozen again after).
 
         ``first_wait`` / ``on_slow``: if no reply came within ``first_wait`` seconds, ``on_slow()`` runs
@@ -243,8 +251,9 @@ class Child:
                 self.run_wall_ns += int((time.monotonic() - t0) * 1e9)
                 self.run_forwards += len(cmd.batches)
         if isinstance(cmd, P.Run) and cmd.null and any(bool(row) for row in reply.outputs):
-            raise Tampering(f"the child answered a null phase (no forwards asked) with outputs during {self.stage}: "
-                            f"a forged reply")
+            raise Tampering(
+                f"the child answered a null phase (no forwards asked) with outputs during {self.stage}: a forged reply"
+            )
         self._note_reply(reply)
         # whether the child holds outputs is the harness's own record of what it asked for, never the reply's
         # say: a forged reply cannot buy an untimed command (a Release) before a timed phase
@@ -325,8 +334,9 @@ class Child:
             self.conn.send_bytes(P.encode(cmd))
         except (OSError, BrokenPipeError, ValueError):
             self.proc.join(5)
-            raise ChildFailed(f"the child process {signal_name(self.proc.exitcode)} before {self.stage}",
-                              self.log_tail()) from None
+            raise ChildFailed(
+                f"the child process {signal_name(self.proc.exitcode)} before {self.stage}", self.log_tail()
+            ) from None
 
     def _send_ring(self, ring: Any) -> None:
         from headroom.verify import ring as input_ring
@@ -335,8 +345,9 @@ class Child:
             input_ring.send_ring(self.conn, ring, self.pid)
         except (OSError, ValueError, AttributeError, TypeError):
             self.proc.join(5)
-            raise ChildFailed(f"the child process {signal_name(self.proc.exitcode)} before {self.stage}",
-                              self.log_tail()) from None
+            raise ChildFailed(
+                f"the child process {signal_name(self.proc.exitcode)} before {self.stage}", self.log_tail()
+            ) from None
 
     def _recv(self, expected: type, seq: int, timeout: float | None = None, start: bool = False) -> Any:
         limit = self.timeout - self.used if timeout is None else timeout
@@ -354,8 +365,9 @@ class Child:
             raw = self.conn.recv_bytes(P.MAX_MESSAGE_BYTES)
         except (EOFError, OSError, ConnectionError):
             self.proc.join(5)
-            raise ChildFailed(f"the child process {signal_name(self.proc.exitcode)} during {self.stage}",
-                              self.log_tail()) from None
+            raise ChildFailed(
+                f"the child process {signal_name(self.proc.exitcode)} during {self.stage}", self.log_tail()
+            ) from None
         try:
             reply = P.decode_reply(raw)
         except (msgspec.DecodeError, msgspec.ValidationError) as e:
@@ -363,9 +375,11 @@ class Child:
         if isinstance(reply, P.Failed) and reply.seq == seq:
             return reply
         if type(reply) is not expected or reply.seq != seq:
-            raise Tampering(f"the child sent {type(reply).__name__} (seq {reply.seq}) where the harness waited "
-                            f"for {expected.__name__} (seq {seq}) during {self.stage}: a forged or "
-                            f"out-of-order message")
+            raise Tampering(
+                f"the child sent {type(reply).__name__} (seq {reply.seq}) where the harness waited "
+                f"for {expected.__name__} (seq {seq}) during {self.stage}: a forged or "
+                f"out-of-order message"
+            )
         return reply
 
     # freezing and containment
@@ -391,14 +405,24 @@ class Child:
 
     def _orphans(self) -> list[int]:
         others = {c.pid for c in list(_LIVE) if getattr(c, "pid", None)}  # other children (spawn start method)
-        return [p for p in own_children() - self.known_children - _helpers() - others
-                if p != self.pid and started_after(p, self.started)]
+        return [
+            p
+            for p in own_children() - self.known_children - _helpers() - others
+            if p != self.pid and started_after(p, self.started)
+        ]
 
     def stray_processes(self) -> list[int]:
         """Processes the child started that are still running (descendants, re-parented orphans, members
         of its cgroup, and processes of the fork server that no child of the harness is)."""
-        return sorted((set(descendants(self.pid)) | set(self._orphans()) | set(self.sandbox.members())
-                       | set(self._server_strays())) - {self.pid})
+        return sorted(
+            (
+                set(descendants(self.pid))
+                | set(self._orphans())
+                | set(self.sandbox.members())
+                | set(self._server_strays())
+            )
+            - {self.pid}
+        )
 
     def _server_strays(self) -> list[int]:
         return [p for p in fork_server_strays() if started_after(p, self.started)]
@@ -472,15 +496,18 @@ class Child:
             try:
                 self._mem_fd = os.open(f"/proc/{self.pid}/mem", os.O_RDONLY)
             except OSError as e:
-                raise Tampering(f"the harness cannot read the child's memory ({e.strerror}): the candidate "
-                                f"made its process unreadable") from None
+                raise Tampering(
+                    f"the harness cannot read the child's memory ({e.strerror}): the candidate "
+                    f"made its process unreadable"
+                ) from None
         try:
             data = os.pread(self._mem_fd, nbytes, addr)
         except OSError as e:
             raise Tampering(f"the child named an output at 0x{addr:x} that is not readable ({e.strerror})") from None
         if len(data) != nbytes:
-            raise Tampering(f"the child named an output at 0x{addr:x} of which only {len(data)} of {nbytes} "
-                            f"bytes are mapped")
+            raise Tampering(
+                f"the child named an output at 0x{addr:x} of which only {len(data)} of {nbytes} bytes are mapped"
+            )
         return data
 
 

@@ -19,7 +19,7 @@ from verify_support import (
     open_dir,
 )
 
-from headroom.verify import VerifyOptions, prepare_reference, sandbox, syscalls, verify_candidate
+from headroom.verify import VerifyOptions, prepare_reference, sandbox, syscalls, usage, verify_candidate
 from headroom.verify import ring as ring_mod
 
 SEALED = CHEATERS / "isolation"  # not the sealed corpus: scripts/gpu_kernelbench.py runs that one on the GPU
@@ -222,7 +222,7 @@ def test_memory_held_from_import_is_flagged(tmp_path):
     ):
         pytest.skip("no memory cgroup on this machine")
     assert sandbox_info["candidate"]["memory_peak_bytes"] > 512 << 20
-    assert [f.name for f in sandbox.footprint_flags(sandbox_info)] == ["memory_footprint"]
+    assert [f.name for f in usage.footprint_flags(sandbox_info)] == ["memory_footprint"]
     if r.verdict == "pass":  # flags are a pass's (an inconclusive result has none)
         assert "memory_footprint" in {f.name for f in r.flags}, sandbox_info
 

@@ -23,7 +23,7 @@ from verify_support import (
     open_dir,
 )
 
-from headroom.verify import VerifyOptions, prepare_reference, sandbox, verify_candidate
+from headroom.verify import VerifyOptions, prepare_reference, sandbox, usage, verify_candidate
 
 SEALED = CHEATERS / "sealed"
 PROBLEM = CHEATERS / "problems" / "gelu_linear.py"
@@ -186,7 +186,7 @@ def test_both_children_get_the_same_cpus_and_quota(tmp_path):
             assert not set(sb["candidate"]["cpus"]) & set(sb["reference"]["cpus"]), sb
         assert sb["candidate"]["cpu_quota"] == sb["reference"]["cpu_quota"] == 1
     if "cpu" in sb:
-        assert sb["cpu"]["candidate"]["parallelism"] <= 1.0 * sandbox.CPU_SLACK + 0.1, sb["cpu"]
+        assert sb["cpu"]["candidate"]["parallelism"] <= 1.0 * usage.CPU_SLACK + 0.1, sb["cpu"]
     assert r.speedup is None or r.speedup < 1.5
 
 
@@ -198,10 +198,10 @@ def test_more_cpus_than_allowed_is_flagged():
             "allowed_cpus": 1,
         }
     }
-    flags = sandbox.cpu_flags(info)
+    flags = usage.cpu_flags(info)
     assert [f.name for f in flags] == ["cpu"] and "1.90 CPUs" in flags[0].detail
     info["cpu"]["candidate"]["parallelism"] = 1.0
-    assert sandbox.cpu_flags(info) == []
+    assert usage.cpu_flags(info) == []
 
 
 def test_honest_candidate_unsealed_still_verifies(monkeypatch):

@@ -223,55 +223,8 @@ def _calibrate(
 ) -> None:
     """The reference timed alone: null and calibration phases at ``n`` forwards (fewer where a gated
     enqueue blocks), the clock's fixed costs and the standalone time into ``rt``."""
-    policy = ref.policy
     while True:  # a gated enqueue that blocks: the queue is full (fewer per phase) or the forward syncs
-        sets = fresh_sets(ref, "ref.calibration", n)
-        cal: list[Phase] = []
-        nulls: list[Phase] = []
-        plain_nulls: list[Phase] = []
-        for i in range(policy.calibration_phases):
-            nulls.append(
-                run_phase(
-                    child,
-                    ref,
-                    sets,
-                    {"tf32": True},
-                    _drawer(ref, "null"),
-                    policy,
-                    max_numel,
-                    others,
-                    null=True,
-                    gated=rt.gated,
-                )
-            )
-            if rt.gated:  # the plain clock's fixed cost too (a candidate that syncs is timed plain)
-                plain_nulls.append(
-                    run_phase(
-                        child,
-                        ref,
-                        sets,
-                        {"tf32": True},
-                        _drawer(ref, "pnull"),
-                        policy,
-                        max_numel,
-                        others,
-                        null=True,
-                        gated=False,
-                    )
-                )
-            cal.append(
-                run_phase(
-                    child,
-                    ref,
-                    sets,
-                    {"tf32": True},
-                    _drawer(ref, "calibration"),
-                    policy,
-                    max_numel,
-                    others,
-                    gated=rt.gated,
-                )
-            )
+        cal, nulls, plain_nulls = _calibration_phases(ref, rt, child, others, max_numel, n)
         if not any(p.blocked for p in cal):
             break
         if n == 1:
@@ -279,18 +232,8 @@ def _calibrate(
             rt.calibration["reference_blocked"] = True
         else:
             n = max(1, n // 2)
-    rt.n = n
     pn = plain_nulls or [p for p in nulls if not p.gated]
-    rt.null_min_ms = min((p.wall_ms for p in pn), default=0.0)
-    rt.null_flag_min_ms = min((p.flag_ms for p in nulls if p.gated), default=0.0)
-    rt.enqueue_null_min_ms = min((p.enqueue_ms for p in nulls), default=0.0)
-    rt.read_min_ms = min(p.read_ms for p in cal)
-    rt.read_max_ms = max(p.read_ms for p in cal)
-    rt.write_max_ms = max(p.write_ms for p in cal)
-    rt.alone_ms = [rt.net_ms(p, n) for p in cal]
-    rt.standalone_ms = statistics.median(rt.alone_ms)
-    cpu = [p.cpu_ms / n for p in cal if p.cpu_ms is not None]
-    rt.cpu_alone_ms = statistics.median(cpu) if cpu else None
+    _fixed_costs(rt, n, cal, nulls, pn)
     rt.calibration = {
         **rt.calibration,
         "null_phase_ms": [p.wall_ms for p in pn],
@@ -308,3 +251,41 @@ def _calibrate(
     }
     if ref.clock is not None and not child.ready.gated:
         rt.calibration["gate_unavailable"] = child.ready.clock_error
+
+
+def _calibration_phases(
+    ref: ReferenceRun, rt: ReferenceTiming, child: Child, others: list[Child], max_numel: int, n: int
+) -> tuple[list[Phase], list[Phase], list[Phase]]:
+    """One calibration at ``n`` forwards per phase, on one draw of input sets: (calibration phases, null
+    phases, plain null phases), ``policy.calibration_phases`` of each, interleaved."""
+    policy = ref.policy
+    sets = fresh_sets(ref, "ref.calibration", n)
+    cal: list[Phase] = []
+    nulls: list[Phase] = []
+    plain_nulls: list[Phase] = []
+
+    def phase(key: str, **kw: Any) -> Phase:
+        return run_phase(child, ref, sets, {"tf32": True}, _drawer(ref, key), policy, max_numel, others, **kw)
+
+    for _ in range(policy.calibration_phases):
+        nulls.append(phase("null", null=True, gated=rt.gated))
+        if rt.gated:  # the plain clock's fixed cost too (a candidate that syncs is timed plain)
+            plain_nulls.append(phase("pnull", null=True, gated=False))
+        cal.append(phase("calibration", gated=rt.gated))
+    return cal, nulls, plain_nulls
+
+
+def _fixed_costs(rt: ReferenceTiming, n: int, cal: list[Phase], nulls: list[Phase], plain: list[Phase]) -> None:
+    """The clock's fixed costs (null phases, ``plain``: those on the plain clock; sample reads, input writes) and
+    the reference's time alone (wall and CPU per forward), from the calibration at ``n`` per phase, into ``rt``."""
+    rt.n = n
+    rt.null_min_ms = min((p.wall_ms for p in plain), default=0.0)
+    rt.null_flag_min_ms = min((p.flag_ms for p in nulls if p.gated), default=0.0)
+    rt.enqueue_null_min_ms = min((p.enqueue_ms for p in nulls), default=0.0)
+    rt.read_min_ms = min(p.read_ms for p in cal)
+    rt.read_max_ms = max(p.read_ms for p in cal)
+    rt.write_max_ms = max(p.write_ms for p in cal)
+    rt.alone_ms = [rt.net_ms(p, n) for p in cal]
+    rt.standalone_ms = statistics.median(rt.alone_ms)
+    cpu = [p.cpu_ms / n for p in cal if p.cpu_ms is not None]
+    rt.cpu_alone_ms = statistics.median(cpu) if cpu else None

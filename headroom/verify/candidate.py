@@ -25,14 +25,13 @@ from typing import Any
 from headroom.errors import UserError
 from headroom.jsonio import plain
 from headroom.verify import build as bld
-from headroom.verify import capture, shared
+from headroom.verify import capture, shared, usage
 from headroom.verify import checks as ck
 from headroom.verify import compare as cmp
 from headroom.verify import inputs as inp
 from headroom.verify import problem as prob
 from headroom.verify import process as proc
 from headroom.verify import protocol as P
-from headroom.verify import sandbox as sb
 from headroom.verify.flags import review_flags
 from headroom.verify.launches import CallProfile
 from headroom.verify.options import VerifyOptions
@@ -149,10 +148,7 @@ def _run(ref: ReferenceRun, cand_path: Path, env: dict, res: VerifyResult, say: 
             ref.options.timeout,
         )
         violations.update(child.ready.violations)
-        args = place(ref, fresh_sets(ref, "memory", 1), [child])[0]
-        mem = child.request(P.Memory(seq=0, args=args), stage="the memory measurement")
-        candidate_peak = {"peak_bytes": mem.peak_bytes, "method": mem.method, "free_bytes": mem.free_bytes}
-        violations.update(mem.violations)
+        candidate_peak = _measure_memory(ref, child, violations)
         records, max_numel = _trials(ref, child, aggs, res.info, notes, violations)
         if records and all(a.passed for a in aggs.values()):
             cmp.sensitivity(records, aggs["sensitivity"])
@@ -162,30 +158,7 @@ def _run(ref: ReferenceRun, cand_path: Path, env: dict, res: VerifyResult, say: 
             _integrity(aggs, violations)
         # launches and timing only for a correct candidate, and under --graphs one that both models' captures allow
         if all(a.passed for a in aggs.values()) and all(c is None or c.ok for c in caps):
-            la = child.request(
-                P.Launches(seq=0, args=place(ref, fresh_sets(ref, "launches", 1), [child])[0]),
-                stage="profiling one call",
-            )
-            violations.update(la.violations)
-            call = CallProfile(
-                la.count, la.method, la.kernel_us, la.syncs, la.d2h_bytes, tuple(tuple(k) for k in la.top_kernels)
-            )
-            timing = time_candidate(
-                ref,
-                child,
-                cmp.out_gates(records),
-                max_numel,
-                aggs,
-                say,
-                violations,
-                call,
-                candidate_peak.get("free_bytes"),
-            )
-            res.launches_per_call = {
-                "reference": ref.timing.launches if ref.timing else None,
-                "candidate": la.count,
-                "method": la.method,
-            }
+            timing = _time(ref, child, records, max_numel, aggs, say, violations, candidate_peak, res)
     except Tampering as e:
         aggs["protocol"].record(False, str(e))
     except ChildFailed as e:
@@ -202,32 +175,85 @@ def _run(ref: ReferenceRun, cand_path: Path, env: dict, res: VerifyResult, say: 
     finally:
         _integrity(aggs, violations)
         if child is not None:
-            res.info["sandbox"] = sb.report(child, ref.timing.child if ref.timing else None, ref.options.threads)
-            if not proc.fork_server_ok():
-                proc.replace_fork_server("it stopped listening while a candidate ran")
-            if len(proc.FORK_SERVER_LOST) > lost:  # only a process with the harness's uid reaches its socket
-                aggs["containment"].record(
-                    False,
-                    f"the harness's fork server stopped serving while the candidate "
-                    f"ran ({proc.FORK_SERVER_LOST[-1]}): the candidate reached it; "
-                    f"replaced",
-                )
-            strays = child.stray_processes()
-            if strays:
-                aggs["containment"].record(
-                    False,
-                    f"{len(strays)} process(es) the candidate started were still running (pids {strays[:5]}): killed",
-                )
-            else:
-                aggs["containment"].record(True, "no process the candidate started outlived it")
-            if error is None and aggs["protocol"].passed:
-                bye = child.goodbye()
-                if bye:
-                    aggs["protocol"].record(False, bye)
-            child.close()
+            _close(ref, child, res, aggs, error, lost)
     if aggs["protocol"].applicable is False:
         aggs["protocol"].record(True, "every message was requested, in order, and well formed")
     _finish(ref, res, aggs, timing, candidate_peak, error, notes, caps)
+
+
+def _measure_memory(ref: ReferenceRun, child: Child, violations: set) -> dict:
+    """The candidate's memory measurement (its first forward), on one input set."""
+    args = place(ref, fresh_sets(ref, "memory", 1), [child])[0]
+    mem = child.request(P.Memory(seq=0, args=args), stage="the memory measurement")
+    violations.update(mem.violations)
+    return {"peak_bytes": mem.peak_bytes, "method": mem.method, "free_bytes": mem.free_bytes}
+
+
+def _time(
+    ref: ReferenceRun,
+    child: Child,
+    records: list,
+    max_numel: int,
+    aggs: dict,
+    say: Callable[[str], None],
+    violations: set,
+    candidate_peak: dict,
+    res: VerifyResult,
+) -> Timed:
+    """A correct candidate's launches per call, then its interleaved timing against the reference."""
+    la = child.request(
+        P.Launches(seq=0, args=place(ref, fresh_sets(ref, "launches", 1), [child])[0]),
+        stage="profiling one call",
+    )
+    violations.update(la.violations)
+    call = CallProfile(
+        la.count, la.method, la.kernel_us, la.syncs, la.d2h_bytes, tuple(tuple(k) for k in la.top_kernels)
+    )
+    timing = time_candidate(
+        ref,
+        child,
+        cmp.out_gates(records),
+        max_numel,
+        aggs,
+        say,
+        violations,
+        call,
+        candidate_peak.get("free_bytes"),
+    )
+    res.launches_per_call = {
+        "reference": ref.timing.launches if ref.timing else None,
+        "candidate": la.count,
+        "method": la.method,
+    }
+    return timing
+
+
+def _close(ref: ReferenceRun, child: Child, res: VerifyResult, aggs: dict, error: str | None, lost: int) -> None:
+    """After the candidate's last command: what its sandbox recorded, containment (the fork server still
+    serving, no process it started still running), goodbye where it behaved, then the child closed."""
+    res.info["sandbox"] = usage.report(child, ref.timing.child if ref.timing else None, ref.options.threads)
+    if not proc.fork_server_ok():
+        proc.replace_fork_server("it stopped listening while a candidate ran")
+    if len(proc.FORK_SERVER_LOST) > lost:  # only a process with the harness's uid reaches its socket
+        aggs["containment"].record(
+            False,
+            f"the harness's fork server stopped serving while the candidate "
+            f"ran ({proc.FORK_SERVER_LOST[-1]}): the candidate reached it; "
+            f"replaced",
+        )
+    strays = child.stray_processes()
+    if strays:
+        aggs["containment"].record(
+            False,
+            f"{len(strays)} process(es) the candidate started were still running (pids {strays[:5]}): killed",
+        )
+    else:
+        aggs["containment"].record(True, "no process the candidate started outlived it")
+    if error is None and aggs["protocol"].passed:
+        bye = child.goodbye()
+        if bye:
+            aggs["protocol"].record(False, bye)
+    child.close()
 
 
 def _captures(ref: ReferenceRun, child: Child, max_numel: int, say: Callable[[str], None], violations: set) -> tuple:
@@ -382,7 +408,7 @@ def _finish(
         res.speedup, res.memory, res.memory_ratio, cmed, io, res.device, ref.device.startswith("cuda")
     )
     res.info.update(extra)
-    res.flags.extend(sb.cpu_flags(res.info.get("sandbox")))
-    res.flags.extend(sb.footprint_flags(res.info.get("sandbox")))
+    res.flags.extend(usage.cpu_flags(res.info.get("sandbox")))
+    res.flags.extend(usage.footprint_flags(res.info.get("sandbox")))
     if res.speedup is not None and not math.isfinite(res.speedup):
         res.verdict, res.speedup, res.reason = "inconclusive", None, "the speedup is not finite"

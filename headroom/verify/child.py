@@ -21,6 +21,7 @@ import signal
 import sys
 import time
 import traceback
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -178,6 +179,48 @@ def _start_device(job: P.Job) -> tuple[Any, _Prims, Any, str | None]:
 
 
 def _serve(conn: Any, job: P.Job, state: dict) -> None:
+    """Start (``_ready``), then answer one command at a time, each by its handler, until ``Bye``."""
+    # taken before any problem or candidate code runs: a handler replaced later is never called
+    # (and the integrity snapshot reports it replaced)
+    handlers: dict[type, Callable[[_Served, Any, Any], Any]] = {
+        P.MapRing: _on_map_ring,
+        P.Memory: _on_memory,
+        P.Launches: _on_launches,
+        P.Trial: _on_trial,
+        P.Run: _on_run,
+        P.Compile: _on_compile,
+        P.Capture: _on_capture,
+        P.Release: _on_release,
+    }
+    s = _ready(conn, job, state)
+    while True:
+        raw = conn.recv_bytes(P.MAX_MESSAGE_BYTES)
+        cmd = P.decode_command(raw)
+        state["seq"] = cmd.seq
+        state["stage"] = type(cmd).__name__.lower()
+        handler = handlers.get(type(cmd))
+        if handler is None:  # Bye
+            conn.send_bytes(P.encode(P.Done(seq=cmd.seq, violations=integrity.violations(s.snap))))
+            return
+        conn.send_bytes(P.encode(handler(s, cmd, conn)))
+
+
+class _Served:
+    """What the child keeps between commands: its model and clocks, the ring it mapped, the outputs it holds."""
+
+    def __init__(self, model: Any, device: Any, prims: _Prims, clock: Any, segments: Any, snap: dict):
+        self.model, self.device, self.prims, self.clock = model, device, prims, clock
+        self.segments = segments  # gate.Segments: timed outputs shared by allocation (GPU)
+        self.snap = snap  # integrity.snapshot(), taken before the candidate was imported
+        self.ring: Any = None
+        self.kept: list = []
+        self.compiled: Any = None
+        self.calls = _Calls()
+        self.mode = "ipc" if prims.cuda else "addr"
+
+
+def _ready(conn: Any, job: P.Job, state: dict) -> _Served:
+    """The device, the problem and the model (a candidate's file imported first), then ``Ready``."""
     device, prims, clock, clock_error = _start_device(job)
     segments = gate.Segments() if prims.cuda else None
     precision = set_tf32(True)
@@ -205,95 +248,107 @@ def _serve(conn: Any, job: P.Job, state: dict) -> None:
             )
         )
     )
-    ring = None
-    kept: list = []
-    compiled = None
-    calls = _Calls()
-    mode = "ipc" if prims.cuda else "addr"
-    while True:
-        raw = conn.recv_bytes(P.MAX_MESSAGE_BYTES)
-        cmd = P.decode_command(raw)
-        state["seq"] = cmd.seq
-        state["stage"] = type(cmd).__name__.lower()
+    return _Served(model, device, prims, clock, segments, snap)
 
-        def args(a: list) -> list:
-            return [shared.view(ring, x) if isinstance(x, P.RingTensor) else x.value for x in a]
 
-        reply: Any
-        if isinstance(cmd, P.MapRing):
-            ring = input_ring.map_ring(cmd.ring, device, conn)
-            reply = P.Done(seq=cmd.seq, violations=integrity.violations(snap))
-        elif isinstance(cmd, P.Memory):
-            kept = _released(prims, kept, model, ring)
-            peak, method, free = _memory(model, args(cmd.args), prims, device, lambda o: _poison(o, model, ring, prims))
-            calls.outside()
-            reply = P.MemoryDone(
-                seq=cmd.seq, peak_bytes=peak, method=method, violations=integrity.violations(snap), free_bytes=free
-            )
-        elif isinstance(cmd, P.Launches):
-            kept = _released(prims, kept, model, ring)
-            cp = launches.profile_call(model, args(cmd.args), prims.cuda)
-            calls.outside()
-            reply = P.LaunchesDone(
-                seq=cmd.seq,
-                count=cp.launches,
-                method=cp.method,
-                kernel_us=cp.kernel_us,
-                syncs=cp.syncs,
-                d2h_bytes=cp.d2h_bytes,
-                violations=integrity.violations(snap),
-                top_kernels=list(cp.top_kernels),
-            )
-        elif isinstance(cmd, P.Trial):
-            kept = _released(prims, kept, model, ring)  # the previous command's outputs (the harness has read them)
-            kept, unordered = _trial(model, args(cmd.args), prims, calls)
-            reply = P.TrialDone(
-                seq=cmd.seq,
-                outputs=[shared.describe(o, mode) for o in kept],
-                violations=integrity.violations(snap),
-                unordered_ms=unordered,
-            )
-        elif isinstance(cmd, P.Run):
-            kept = _released(prims, kept, model, ring)
-            fn = compiled if cmd.compiled else model
-            if cmd.token and clock is not None:
-                kept, ms = _run_gated(fn, [args(b) for b in cmd.batches], cmd, prims, clock, calls)
-            else:
-                kept, ms = _run(fn, [args(b) for b in cmd.batches], cmd, prims, calls)
-            outs = [[_describe_timed(o, segments, mode) for o in row] for row in kept]
-            reply = P.RunDone(
-                seq=cmd.seq,
-                outputs=outs,
-                child_ms=ms,
-                violations=integrity.violations(snap),
-                segments=segments.take_new() if segments is not None else [],
-            )
-        elif isinstance(cmd, P.Compile):
-            compiled, err = _compile(model, args(cmd.args), prims)
-            calls.outside()
-            reply = P.Done(seq=cmd.seq, violations=integrity.violations(snap), error=err)
-        elif isinstance(cmd, P.Capture):
-            kept = _released(prims, kept, model, ring)
-            kept, err = (
-                capture_call(model, args(cmd.args), args(cmd.replay), prims.sync)
-                if prims.cuda
-                else ([], "CUDA graphs need a GPU")
-            )
-            calls.outside()
-            prims.ipc_dirty = prims.cuda
-            reply = P.CaptureDone(
-                seq=cmd.seq,
-                outputs=[shared.describe(o, mode) for o in kept],
-                violations=integrity.violations(snap),
-                error=err,
-            )
-        elif isinstance(cmd, P.Release):
-            kept = _released(prims, kept, model, ring)
-            reply = P.Done(seq=cmd.seq, violations=integrity.violations(snap))
-        else:  # Bye
-            conn.send_bytes(P.encode(P.Done(seq=cmd.seq, violations=integrity.violations(snap))))
-            return
-        conn.send_bytes(P.encode(reply))
+def _args(s: _Served, a: list) -> list:
+    """A command's arguments: views of the ring, or the scalars themselves."""
+    return [shared.view(s.ring, x) if isinstance(x, P.RingTensor) else x.value for x in a]
+
+
+def _release(s: _Served) -> None:
+    s.kept = _released(s.prims, s.kept, s.model, s.ring)
+
+
+# --- one handler per command (``_serve``): each returns its reply -----------------------------
+
+
+def _on_map_ring(s: _Served, cmd: P.MapRing, conn: Any) -> P.Done:
+    s.ring = input_ring.map_ring(cmd.ring, s.device, conn)
+    return P.Done(seq=cmd.seq, violations=integrity.violations(s.snap))
+
+
+def _on_memory(s: _Served, cmd: P.Memory, conn: Any) -> P.MemoryDone:
+    _release(s)
+    peak, method, free = _memory(
+        s.model, _args(s, cmd.args), s.prims, s.device, lambda o: _poison(o, s.model, s.ring, s.prims)
+    )
+    s.calls.outside()
+    return P.MemoryDone(
+        seq=cmd.seq, peak_bytes=peak, method=method, violations=integrity.violations(s.snap), free_bytes=free
+    )
+
+
+def _on_launches(s: _Served, cmd: P.Launches, conn: Any) -> P.LaunchesDone:
+    _release(s)
+    cp = launches.profile_call(s.model, _args(s, cmd.args), s.prims.cuda)
+    s.calls.outside()
+    return P.LaunchesDone(
+        seq=cmd.seq,
+        count=cp.launches,
+        method=cp.method,
+        kernel_us=cp.kernel_us,
+        syncs=cp.syncs,
+        d2h_bytes=cp.d2h_bytes,
+        violations=integrity.violations(s.snap),
+        top_kernels=list(cp.top_kernels),
+    )
+
+
+def _on_trial(s: _Served, cmd: P.Trial, conn: Any) -> P.TrialDone:
+    _release(s)  # the previous command's outputs (the harness has read them)
+    s.kept, unordered = _trial(s.model, _args(s, cmd.args), s.prims, s.calls)
+    return P.TrialDone(
+        seq=cmd.seq,
+        outputs=[shared.describe(o, s.mode) for o in s.kept],
+        violations=integrity.violations(s.snap),
+        unordered_ms=unordered,
+    )
+
+
+def _on_run(s: _Served, cmd: P.Run, conn: Any) -> P.RunDone:
+    _release(s)
+    fn = s.compiled if cmd.compiled else s.model
+    if cmd.token and s.clock is not None:
+        s.kept, ms = _run_gated(fn, [_args(s, b) for b in cmd.batches], cmd, s.prims, s.clock, s.calls)
+    else:
+        s.kept, ms = _run(fn, [_args(s, b) for b in cmd.batches], cmd, s.prims, s.calls)
+    outs = [[_describe_timed(o, s.segments, s.mode) for o in row] for row in s.kept]
+    return P.RunDone(
+        seq=cmd.seq,
+        outputs=outs,
+        child_ms=ms,
+        violations=integrity.violations(s.snap),
+        segments=s.segments.take_new() if s.segments is not None else [],
+    )
+
+
+def _on_compile(s: _Served, cmd: P.Compile, conn: Any) -> P.Done:
+    s.compiled, err = _compile(s.model, _args(s, cmd.args), s.prims)
+    s.calls.outside()
+    return P.Done(seq=cmd.seq, violations=integrity.violations(s.snap), error=err)
+
+
+def _on_capture(s: _Served, cmd: P.Capture, conn: Any) -> P.CaptureDone:
+    _release(s)
+    s.kept, err = (
+        capture_call(s.model, _args(s, cmd.args), _args(s, cmd.replay), s.prims.sync)
+        if s.prims.cuda
+        else ([], "CUDA graphs need a GPU")
+    )
+    s.calls.outside()
+    s.prims.ipc_dirty = s.prims.cuda
+    return P.CaptureDone(
+        seq=cmd.seq,
+        outputs=[shared.describe(o, s.mode) for o in s.kept],
+        violations=integrity.violations(s.snap),
+        error=err,
+    )
+
+
+def _on_release(s: _Served, cmd: P.Release, conn: Any) -> P.Done:
+    _release(s)
+    return P.Done(seq=cmd.seq, violations=integrity.violations(s.snap))
 
 
 def _trial(model: Any, xs: list, prims: _Prims, calls: _Calls) -> tuple[list, float]:

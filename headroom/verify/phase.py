@@ -178,11 +178,7 @@ def run_phase(
     computed already."""
     clock = ref.clock
     gated = gated and clock is not None and child.ready.gated
-    if child.holds_outputs:  # its last outputs poisoned and freed (``child._poison``) before the clock starts,
-        if untrusted:  # as before every trial; the candidate's were released after its last phase
-            raise Tampering("the candidate holds outputs before a timed phase (the harness's own record)")
-        child.request(P.Release(seq=0), stage="releasing outputs")
-    child.settle_outputs()  # the last phase's unread torch shares, before the clock starts
+    _clear_outputs(child, untrusted)
     cpu0, w0 = sched_ns(child.pid)
     _, hw0 = thread_sched_ns()
     n = len(sets)
@@ -191,13 +187,7 @@ def run_phase(
             child, ref, sets, run, policy, others, null, untrusted
         )
     else:
-        args = place(ref, sets, [child, *others])
-        blocked = False
-        write_ms = 0.0
-        t0 = time.perf_counter()
-        reply = child.request(P.Run(seq=0, batches=args, null=null, **run), stage="timing")
-        t_flag = time.perf_counter()
-        enqueue_ms = (t_flag - t0) * 1e3
+        args, reply, blocked, write_ms, t0, t_flag, enqueue_ms = _plain_run(child, ref, sets, run, others, null)
     samples: list = []
     shapes: list = []
     sampled: list[int] = []
@@ -234,12 +224,39 @@ def run_phase(
         args=args,
         cpu_ms=cpu_phase / 1e6 if cpu_phase is not None else None,
     )
-    if gated:  # the child's clock in this reply is of its previous gated phase: it goes there
-        prev = getattr(child, "last_gated_phase", None)
-        if prev is not None and child_ms is not None:
-            prev.child_ms = child_ms
-        child.last_gated_phase = ph  # type: ignore[attr-defined]
+    if gated:
+        _pass_child_clock(child, ph, child_ms)
     return ph
+
+
+def _clear_outputs(child: Child, untrusted: bool) -> None:
+    """Before the clock starts: the child's last outputs poisoned and freed (``child._poison``), as before
+    every trial (the candidate's were released after its last phase), and the last phase's unread torch
+    shares released."""
+    if child.holds_outputs:
+        if untrusted:
+            raise Tampering("the candidate holds outputs before a timed phase (the harness's own record)")
+        child.request(P.Release(seq=0), stage="releasing outputs")
+    child.settle_outputs()
+
+
+def _plain_run(child: Child, ref: ReferenceRun, sets: list[list], run: dict, others: list[Child], null: bool) -> tuple:
+    """A plain phase's ``Run`` (the host clock): inputs written, Run sent -> reply received.
+    (args, reply, blocked, write_ms, t0, t_flag, enqueue_ms), as ``_gated_run``."""
+    args = place(ref, sets, [child, *others])
+    t0 = time.perf_counter()
+    reply = child.request(P.Run(seq=0, batches=args, null=null, **run), stage="timing")
+    t_flag = time.perf_counter()
+    return args, reply, False, 0.0, t0, t_flag, (t_flag - t0) * 1e3
+
+
+def _pass_child_clock(child: Child, ph: Phase, child_ms: float | None) -> None:
+    """A gated reply's own clock is of the child's previous gated phase: it goes there (this phase's comes
+    with the next reply)."""
+    prev = getattr(child, "last_gated_phase", None)
+    if prev is not None and child_ms is not None:
+        prev.child_ms = child_ms
+    child.last_gated_phase = ph  # type: ignore[attr-defined]
 
 
 def fresh_sets(ref: ReferenceRun, key: str, n: int) -> list[list]:

@@ -30,8 +30,6 @@ PROBLEM = CHEATERS / "problems" / "gelu_linear.py"
 CANDIDATES = CHEATERS / "candidates"
 
 
-
-
 @pytest.fixture(scope="module")
 def ref():
     r = prepare_reference(PROBLEM, VerifyOptions.quick())
@@ -112,18 +110,37 @@ def _alive(pid: int) -> bool:
         return False
 
 
-@pytest.mark.slow   # the escaped process loads a core for the whole run (a minute or more on 2 cores)
+@pytest.mark.slow  # the escaped process loads a core for the whole run (a minute or more on 2 cores)
 def test_fork_setsid_escape_is_killed_and_fails(tmp_path):
     """Through the CLI, with stdout a pipe: the command returns (nothing holds the pipe), the verdict
     is fail (containment) and the setsid grandchild is dead."""
     pidfile = open_dir() / "pid"
     env = {**os.environ, "HEADROOM_TEST_PIDFILE": str(pidfile)}
     t0 = time.monotonic()
-    p = subprocess.run([sys.executable, "-m", "headroom.cli", "verify", str(PROBLEM),
-                        str(CANDIDATES / "attack_fork_setsid.py"), "--json", "--device", "cpu", "--threads", "1",
-                        "--rounds", "6"], capture_output=True, text=True, cwd=REPO, env=env, timeout=240)
+    p = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "headroom.cli",
+            "verify",
+            str(PROBLEM),
+            str(CANDIDATES / "attack_fork_setsid.py"),
+            "--json",
+            "--device",
+            "cpu",
+            "--threads",
+            "1",
+            "--rounds",
+            "6",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        env=env,
+        timeout=240,
+    )
     assert time.monotonic() - t0 < 240
-    doc = json.loads(p.stdout[p.stdout.index("{"):])
+    doc = json.loads(p.stdout[p.stdout.index("{") :])
     assert p.returncode == 1 and doc["verdict"] == "fail", doc["reason"]
     containment = next(c for c in doc["checks"] if c["name"] == "containment")
     assert not containment["passed"] and "still running" in containment["detail"]
@@ -141,8 +158,11 @@ def test_reference_under_a_cpu_load_generator_is_inconclusive(ref):
     hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(2 * (os.cpu_count() or 1))]
     try:
         time.sleep(0.5)
-        r = _run(ref, "honest_reimplementation", policy=Policy(rounds=6, calibration_phases=3, target_phase_ms=3.0,
-                                                                max_iters=20, samples_per_output=64))
+        r = _run(
+            ref,
+            "honest_reimplementation",
+            policy=Policy(rounds=6, calibration_phases=3, target_phase_ms=3.0, max_iters=20, samples_per_output=64),
+        )
     finally:
         for h in hogs:
             h.kill()
@@ -153,8 +173,15 @@ def test_reference_under_a_cpu_load_generator_is_inconclusive(ref):
     # for a CPU, an interval too wide, a reference that slowed since calibration, or phases shorter
     # than an overhead calibrated under load (a 2-core CI runner gave the last two). Each reason must
     # be one of those timing symptoms, never anything else.
-    symptoms = ("waited for a CPU", "wider than", "changed speed while it was measured", "too fast to time",
-                "give no 95% interval", "round orders disagree", "calibrated CPU time")
+    symptoms = (
+        "waited for a CPU",
+        "wider than",
+        "changed speed while it was measured",
+        "too fast to time",
+        "give no 95% interval",
+        "round orders disagree",
+        "calibrated CPU time",
+    )
     assert r.timing["inconclusive"], r.reason
     for reason in r.timing["inconclusive"]:
         assert any(s in reason for s in symptoms), reason
@@ -163,8 +190,11 @@ def test_reference_under_a_cpu_load_generator_is_inconclusive(ref):
 def test_honest_on_a_quiet_machine_passes_with_an_interval_around_one(ref):
     """The same math written differently, default judgement: a pass with a CI containing ~1x when the
     harness saw no load; when it did, it must say so (inconclusive), never fail."""
-    r = _run(ref, "honest_reimplementation", policy=Policy(rounds=8, calibration_phases=3, target_phase_ms=10.0,
-                                                            max_iters=50, samples_per_output=64))
+    r = _run(
+        ref,
+        "honest_reimplementation",
+        policy=Policy(rounds=8, calibration_phases=3, target_phase_ms=10.0, max_iters=50, samples_per_output=64),
+    )
     assert_honest(r)
     quiet = all(w <= 0.3 for w in r.timing["wait_fraction"].values())
     if r.verdict == "pass":
@@ -173,8 +203,16 @@ def test_honest_on_a_quiet_machine_passes_with_an_interval_around_one(ref):
     else:
         # inconclusive on a quiet machine only for a named timing reason: an interval too wide, or
         # phases too short for the calibrated clock overhead (a 2-core CI runner gave that one)
-        assert not quiet or any(s in r.reason for s in ("wider than", "calibrated time", "too fast to time",
-                                                        "round orders disagree", "calibrated CPU time")), r.reason
+        assert not quiet or any(
+            s in r.reason
+            for s in (
+                "wider than",
+                "calibrated time",
+                "too fast to time",
+                "round orders disagree",
+                "calibrated CPU time",
+            )
+        ), r.reason
 
 
 def _compiler() -> None:
@@ -188,7 +226,7 @@ def _compiler() -> None:
         pytest.skip("ninja is not installed (load_inline needs it)")
 
 
-@pytest.mark.slow   # a C++ extension compiled by load_inline: two minutes on 2 cores
+@pytest.mark.slow  # a C++ extension compiled by load_inline: two minutes on 2 cores
 def test_load_inline_candidate_is_built_outside_the_clock(ref, tmp_path):
     _compiler()
     r = _run(ref, "honest_inline_cpp", build_dir=str(tmp_path / "build"), build_timeout=400, timeout=120)

@@ -38,7 +38,11 @@ CASES = {
     "cheat_partial_write": ("gelu_linear", "fail", UNWRITTEN),
     "cheat_empty_unwritten": ("gelu_linear", "fail", UNWRITTEN),
     "cheat_stale_memory": ("gelu_linear", "fail", UNWRITTEN),
-    "cheat_input_mutation": ("gelu_linear", "error", "SIGSEGV"),  # the ring is read-only in the child (GPU: no_input_mutation)
+    "cheat_input_mutation": (
+        "gelu_linear",
+        "error",
+        "SIGSEGV",
+    ),  # the ring is read-only in the child (GPU: no_input_mutation)
     "cheat_cache_data_ptr": ("gelu_linear", "fail", CACHED),
     "cheat_cache_shape": ("gelu_linear", "fail", "rel_l2"),
     "cheat_side_stream": ("gelu_linear", "fail", UNWRITTEN),
@@ -57,8 +61,6 @@ CASES = {
     "honest_argmax": ("argmax_rows", "honest", None),
     "cheat_argmax_bf16": ("argmax_rows", "fail", "exact"),
 }
-
-
 
 
 @pytest.fixture(scope="module")
@@ -94,15 +96,22 @@ def test_candidate_verdict(references, candidate):
     if verdict == "honest":
         assert_honest(r)
         names = {c.name for c in r.checks}
-        expected = {"sensitivity", "timed_outputs", "integrity", "no_input_mutation", "protocol", "containment",
-                    "timer_consistency"}
+        expected = {
+            "sensitivity",
+            "timed_outputs",
+            "integrity",
+            "no_input_mutation",
+            "protocol",
+            "containment",
+            "timer_consistency",
+        }
         expected |= {"exact"} if problem == "argmax_rows" else {"rel_l2", "allclose", "centred", "finite"}
         assert expected <= names, names
         assert 6 <= r.timing["rounds"] <= 8 and r.timing["iters_per_phase"] >= 1  # quick(): 6 to 8, adaptive
         assert r.timing["rounds_stop"] in ("tight", "max_rounds", "budget")
         assert r.launches_per_call["candidate"] >= 1 and r.launches_per_call["reference"] >= 1
         return
-    if evidence in (UNWRITTEN, CACHED):       # stale memory: fail, or inconclusive on a machine too loaded to time
+    if evidence in (UNWRITTEN, CACHED):  # stale memory: fail, or inconclusive on a machine too loaded to time
         assert_value_cheat_fails(r, candidate, stale=True)
         return
     assert_caught(r)
@@ -124,7 +133,7 @@ def test_hang_is_killed_and_reported(references):
     assert r.verdict == "error" and "timed out after 6 s" in r.reason
 
 
-@pytest.mark.slow   # torch.compile builds the candidate (a minute on 2 cores)
+@pytest.mark.slow  # torch.compile builds the candidate (a minute on 2 cores)
 def test_torch_compile_of_the_reference_is_honest(references):
     r = _verify(references, "honest_compile", "gelu_linear", timeout=300)
     assert_honest(r)
@@ -151,9 +160,28 @@ def test_result_json_contract(references):
     """The fields `headroom project --speedups` reads keep their names; the new ones are there."""
     r = _verify(references, "honest_reimplementation", "gelu_linear")
     d = json.loads(json.dumps(plain(r)))
-    for key in ("problem", "candidate", "verdict", "speedup", "speedup_fp32", "speedup_compile", "memory_ratio",
-                "checks", "flags", "review", "device", "baseline", "timing", "memory", "reason", "seed", "info",
-                "elapsed_s", "speedup_ci", "launches_per_call"):
+    for key in (
+        "problem",
+        "candidate",
+        "verdict",
+        "speedup",
+        "speedup_fp32",
+        "speedup_compile",
+        "memory_ratio",
+        "checks",
+        "flags",
+        "review",
+        "device",
+        "baseline",
+        "timing",
+        "memory",
+        "reason",
+        "seed",
+        "info",
+        "elapsed_s",
+        "speedup_ci",
+        "launches_per_call",
+    ):
         assert key in d, key
     assert d["problem"] == "gelu_linear" and d["verdict"] in ("pass", "inconclusive")
     assert d["baseline"]["tf32"] is True and d["baseline"]["fp32"]["allow_tf32_matmul"] is False

@@ -28,9 +28,11 @@ def _app() -> typer.Typer:
 
 def test_verify_json_and_exit_codes(quick_verify_timing):
     runner = CliRunner()
-    r = runner.invoke(_app(), ["verify", str(PROBLEMS / "gelu_linear.py"),
-                               str(CANDIDATES / "honest_reimplementation.py"), "--json", *FAST])
-    doc = json.loads(r.stdout[r.stdout.index("{"):])
+    r = runner.invoke(
+        _app(),
+        ["verify", str(PROBLEMS / "gelu_linear.py"), str(CANDIDATES / "honest_reimplementation.py"), "--json", *FAST],
+    )
+    doc = json.loads(r.stdout[r.stdout.index("{") :])
     assert doc["problem"] == "gelu_linear" and not [c for c in doc["checks"] if not c["passed"]]
     if doc["verdict"] == "pass":  # exit 0 only for a conclusive pass
         assert r.exit_code == 0 and doc["speedup"] > 0 and doc["speedup_ci"][0] <= doc["speedup"]
@@ -42,8 +44,12 @@ def test_verify_json_and_exit_codes(quick_verify_timing):
 
 
 def test_user_error_is_one_line_and_exit_2(tmp_path):
-    p = subprocess.run([sys.executable, "-m", "headroom.cli", "verify", str(tmp_path / "nope.py"),
-                        str(CANDIDATES / "cheat_zeros.py")], capture_output=True, text=True, cwd=REPO)
+    p = subprocess.run(
+        [sys.executable, "-m", "headroom.cli", "verify", str(tmp_path / "nope.py"), str(CANDIDATES / "cheat_zeros.py")],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+    )
     assert p.returncode == 2
     assert p.stderr.strip().count("\n") == 0 and "nope.py" in p.stderr
 
@@ -59,8 +65,9 @@ def test_suite_results_file_feeds_headroom_project(tmp_path, quick_verify_timing
     for name in ("gelu_linear", "clamp_unit", "large_mean"):
         shutil.copy(PROBLEMS / f"{name}.py", suite / f"{name}.py")
     out = tmp_path / "results.json"
-    r = CliRunner().invoke(_app(), ["verify", "--suite", str(suite), "--candidates", str(cands), "--out", str(out),
-                                    *FAST])
+    r = CliRunner().invoke(
+        _app(), ["verify", "--suite", str(suite), "--candidates", str(cands), "--out", str(out), *FAST]
+    )
     assert r.exit_code == 0, r.output
     doc = json.loads(out.read_text())
     assert doc["tool"] == "headroom verify" and doc["version"] == 1 and doc["device"] == "cpu"
@@ -90,7 +97,21 @@ def test_bench_list():
 
 
 def test_bad_rounds_is_one_line_and_exit_2():
-    p = subprocess.run([sys.executable, "-m", "headroom.cli", "verify", str(PROBLEMS / "gelu_linear.py"),
-                        str(CANDIDATES / "cheat_zeros.py"), "--rounds", "6", "--scale", "tiny"],
-                       capture_output=True, text=True, cwd=REPO)
+    p = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "headroom.cli",
+            "verify",
+            str(PROBLEMS / "gelu_linear.py"),
+            str(CANDIDATES / "cheat_zeros.py"),
+            "--rounds",
+            "6",
+            "--scale",
+            "tiny",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+    )
     assert p.returncode == 2 and p.stderr.strip().count("\n") == 0 and "--scale tiny" in p.stderr

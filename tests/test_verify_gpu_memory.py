@@ -55,8 +55,10 @@ def test_a_problem_leaves_no_gpu_memory_behind(tmp_path):
             ref.close()
         after.append(_free())
         start = after[0] if start is None else start
-    print(f"free MiB after each problem: {[f >> 20 for f in after]}; verdicts {verdicts}; reasons "
-          f"{sorted({(r.reason or '')[:200] for r in results if r.verdict == 'error'})}")
+    print(
+        f"free MiB after each problem: {[f >> 20 for f in after]}; verdicts {verdicts}; reasons "
+        f"{sorted({(r.reason or '')[:200] for r in results if r.verdict == 'error'})}"
+    )
     assert verdicts[1::2] == ["fail"] * 3 and all(v in ("pass", "inconclusive") for v in verdicts[0::2]), verdicts
     # the first problem pays for CUDA contexts and caches; later ones must not keep anything more
     assert start - min(after) < 512 << 20, [f >> 20 for f in after]

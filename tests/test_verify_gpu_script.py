@@ -15,14 +15,15 @@ sys.path.insert(0, str(REPO / "lab" / "gpu"))
 import gpu_kernelbench  # noqa: E402
 
 
-@pytest.mark.slow   # a lab script's whole dry run: `make test-slow` (lab code, not the product)
+@pytest.mark.slow  # a lab script's whole dry run: `make test-slow` (lab code, not the product)
 def test_dry_run_writes_every_group_and_renders(tmp_path):
     kb = kernelbench_dir()
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        rc = gpu_kernelbench.main(["--out", str(tmp_path), "--dry-run", "--only", "19", "--budget", "240",
-                                   "--kernelbench", str(kb)])
+        rc = gpu_kernelbench.main(
+            ["--out", str(tmp_path), "--dry-run", "--only", "19", "--budget", "240", "--kernelbench", str(kb)]
+        )
     finally:
         torch.set_num_threads(threads)
     assert rc == 0
@@ -44,8 +45,9 @@ def test_dry_run_writes_every_group_and_renders(tmp_path):
     assert len(sealed) == len(attacks) >= 12 and {r["kind"] for r in sealed} == {"sealed_probe", "sealed_attack"}
     assert all(r["verdict"] != "pass" for r in sealed if r["kind"] == "sealed_attack")
     ref = by[("level1", "reference", "19_ReLU")]["per_call"]
-    assert ref["candidate"]["top_kernels"] and [k["name"] for k in ref["candidate"]["top_kernels"]] == \
-        [k["name"] for k in ref["reference"]["child"]["top_kernels"]]
+    assert ref["candidate"]["top_kernels"] and [k["name"] for k in ref["candidate"]["top_kernels"]] == [
+        k["name"] for k in ref["reference"]["child"]["top_kernels"]
+    ]
     md = gpu_kernelbench.render_markdown(doc)
     assert "| 19_ReLU | reference.py |" in md and "| level1 | zeros | fail |" in md
 
@@ -69,8 +71,9 @@ def test_every_sealed_candidate_has_its_verdict_on_each_seal(monkeypatch):
     assert set(gpu_kernelbench.SEALED_EXPECTED) == attacks
     assert all(set(v) == {"uid", "same-uid", "cpu-same-uid"} for v in gpu_kernelbench.SEALED_EXPECTED.values())
     # a written reference: caught against the truth on a CPU, out of reach on the GPU (weights on the device)
-    assert [gpu_kernelbench.SEALED_EXPECTED["attack_reference_memory"][k] for k in ("uid", "same-uid", "cpu-same-uid")] \
-        == ["pass", "pass", "fail"]
+    assert [
+        gpu_kernelbench.SEALED_EXPECTED["attack_reference_memory"][k] for k in ("uid", "same-uid", "cpu-same-uid")
+    ] == ["pass", "pass", "fail"]
     monkeypatch.delenv(sandbox.CUDA_UID_ENV, raising=False)
     assert gpu_kernelbench.seal_kind("cuda:0") == "same-uid"
     monkeypatch.setenv(sandbox.CUDA_UID_ENV, "1")
@@ -80,11 +83,16 @@ def test_every_sealed_candidate_has_its_verdict_on_each_seal(monkeypatch):
     assert gpu_kernelbench.seal_kind("cpu") == ("cpu-same-uid" if os.geteuid() == 0 else None)
     monkeypatch.setenv(sandbox.OFF_ENV, "uid")
     it = gpu_kernelbench.Item("sealed", gpu_kernelbench.SEALED_PROBLEM, [])
-    r = gpu_kernelbench._tag({"candidate": str(gpu_kernelbench.SEALED / "probe_reach.py"), "verdict": "fail"},
-                             it, "sealed_probe", "same-uid")
+    r = gpu_kernelbench._tag(
+        {"candidate": str(gpu_kernelbench.SEALED / "probe_reach.py"), "verdict": "fail"}, it, "sealed_probe", "same-uid"
+    )
     assert (r["expected"], r["as_expected"], r["seal"]) == ("fail", True, "same-uid")
-    r = gpu_kernelbench._tag({"candidate": str(gpu_kernelbench.SEALED / "attack_forkserver.py"), "verdict": "fail"},
-                             it, "sealed_attack", "uid")
+    r = gpu_kernelbench._tag(
+        {"candidate": str(gpu_kernelbench.SEALED / "attack_forkserver.py"), "verdict": "fail"},
+        it,
+        "sealed_attack",
+        "uid",
+    )
     assert (r["expected"], r["as_expected"]) == ("error", False)
 
 
@@ -110,9 +118,23 @@ def test_the_gpu_runs_groups_in_a_dry_run_with_a_summary(tmp_path):
     torch.set_num_threads(1)
     summary = tmp_path / "verify_gpu.json"
     try:
-        rc = gpu_kernelbench.main(["--out", str(tmp_path), "--dry-run", "--groups", "isolation,level1",
-                                   "--only", "1", "--budget", "200", "--kernelbench", str(kb),
-                                   "--summary", str(summary)])
+        rc = gpu_kernelbench.main(
+            [
+                "--out",
+                str(tmp_path),
+                "--dry-run",
+                "--groups",
+                "isolation,level1",
+                "--only",
+                "1",
+                "--budget",
+                "200",
+                "--kernelbench",
+                str(kb),
+                "--summary",
+                str(summary),
+            ]
+        )
     finally:
         torch.set_num_threads(threads)
     assert rc == 0
@@ -136,8 +158,9 @@ def test_the_summary_option_needs_a_value(tmp_path, capsys):
 def test_the_sealed_preset_is_the_gpu_run():
     import argparse
 
-    args = argparse.Namespace(preset="sealed", out="/o", groups="level1", only=None, max_rounds=24, budget=200.0,
-                              summary=None)
+    args = argparse.Namespace(
+        preset="sealed", out="/o", groups="level1", only=None, max_rounds=24, budget=200.0, summary=None
+    )
     gpu_kernelbench.apply_preset(args, ["--out", "/o", "--preset", "sealed", "--budget=200"])
     assert args.groups == "isolation,sealed,level1" and len(args.only) == 20 and len(set(args.only)) == 20
     assert args.summary == "/o/verify_gpu.json" and args.budget == 200 and args.max_rounds == 16

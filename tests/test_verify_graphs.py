@@ -55,8 +55,12 @@ def test_the_facade_refuses_graphs_on_a_cpu_before_any_work(monkeypatch):
 
 
 def test_the_command_refuses_graphs_on_a_cpu_in_one_line_exit_2():
-    p = subprocess.run([sys.executable, "-m", "headroom.cli", "verify", str(PROBLEM), str(CANDIDATE),
-                        "--device", "cpu", "--graphs"], capture_output=True, text=True, cwd=REPO)
+    p = subprocess.run(
+        [sys.executable, "-m", "headroom.cli", "verify", str(PROBLEM), str(CANDIDATE), "--device", "cpu", "--graphs"],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+    )
     assert p.returncode == 2
     assert p.stderr.strip().count("\n") == 0 and "--graphs" in p.stderr and "GPU" in p.stderr
     assert "Traceback" not in p.stderr and p.stdout == ""
@@ -69,8 +73,13 @@ def test_the_command_passes_graphs_to_verify_and_prints_the_capture(monkeypatch)
 
     def fake_verify(problem, candidate, options, progress=None):
         seen.append(options)
-        return VerifyResult(problem="gelu_linear", candidate=str(candidate), verdict="error",
-                            reason="breaks capture: RuntimeError: boom", capture="breaks capture: RuntimeError: boom")
+        return VerifyResult(
+            problem="gelu_linear",
+            candidate=str(candidate),
+            verdict="error",
+            reason="breaks capture: RuntimeError: boom",
+            capture="breaks capture: RuntimeError: boom",
+        )
 
     monkeypatch.setattr(VerifyOptions, "resolved_device", lambda self: "cuda:0")
     monkeypatch.setattr("headroom.verify.verify_candidate", fake_verify)
@@ -91,14 +100,16 @@ def test_capture_messages_round_trip_and_pair():
     ring = P.RingTensor(offset=64, dtype="float32", shape=(4, 8), stride=(8, 1))
     cmd = P.Capture(seq=3, args=[ring, P.Scalar(2)], replay=[ring, P.Scalar(2)])
     assert P.decode_command(P.encode(cmd)) == cmd
-    done = P.CaptureDone(seq=3, outputs=[P.BytesTensor("float32", (1,), b"\0\0\0\0")], violations=[],
-                         error=None)
+    done = P.CaptureDone(seq=3, outputs=[P.BytesTensor("float32", (1,), b"\0\0\0\0")], violations=[], error=None)
     bad = P.CaptureDone(seq=3, outputs=[], violations=["time.perf_counter"], error="RuntimeError: x")
     assert P.decode_reply(P.encode(done)) == done and P.decode_reply(P.encode(bad)) == bad
     assert P.EXPECTED_REPLY[P.Capture] is P.CaptureDone
     with pytest.raises(msgspec.ValidationError):  # a field the harness does not know is a malformed reply
-        P.decode_reply(msgspec.msgpack.encode({"type": "capture_done", "seq": 3, "outputs": [], "violations": [],
-                                               "captured": True}))
+        P.decode_reply(
+            msgspec.msgpack.encode(
+                {"type": "capture_done", "seq": 3, "outputs": [], "violations": [], "captured": True}
+            )
+        )
 
 
 # --- the child's error report (torch.cuda's graph API stood in for: a CPU cannot capture) -------------
@@ -113,8 +124,10 @@ def test_error_line_is_the_first_error_of_the_chain_first_line_capped():
     except RuntimeError as e:
         chained = e
     # `from None` hides the context from a traceback, but it is still the first error
-    assert child_capture.error_line(chained) == \
-        "RuntimeError: CUDA error: operation not permitted when stream is capturing"
+    assert (
+        child_capture.error_line(chained)
+        == "RuntimeError: CUDA error: operation not permitted when stream is capturing"
+    )
     assert len(child_capture.error_line(ValueError("x" * 1000))) == 300
     assert child_capture.error_line(KeyError()) == "KeyError"
     a, b = RuntimeError("a"), RuntimeError("b")
@@ -218,8 +231,11 @@ def test_judge_capture_error_mismatch_blocked_and_the_reference():
     assert "host synchronisation" in j.capture
     j = capture.judge(err, capture.Outcome(error="RuntimeError: ref"), None)  # not the candidate's failure
     assert j.verdict == "inconclusive" and "the reference breaks capture: RuntimeError: ref" in str(j.reason)
-    j = capture.judge(ok, ok, {"clock": "plain", "candidate_blocked": False,
-                               "calibration": {"gate_unavailable": "no cuStreamWaitValue32"}})
+    j = capture.judge(
+        ok,
+        ok,
+        {"clock": "plain", "candidate_blocked": False, "calibration": {"gate_unavailable": "no cuStreamWaitValue32"}},
+    )
     assert j.verdict == "inconclusive" and "no cuStreamWaitValue32" in str(j.reason) and j.capture == "ok"
 
 
@@ -227,8 +243,13 @@ def _finished(caps, aggs=None, error=None, graphs=True) -> VerifyResult:
     from headroom.verify import candidate
     from headroom.verify import compare as cmp
 
-    ref = SimpleNamespace(options=VerifyOptions(graphs=graphs), timing=None, device="cuda:0", estimate=None,
-                          seeds=SimpleNamespace(drawn={}))
+    ref = SimpleNamespace(
+        options=VerifyOptions(graphs=graphs),
+        timing=None,
+        device="cuda:0",
+        estimate=None,
+        seeds=SimpleNamespace(drawn={}),
+    )
     res = VerifyResult(problem="p", candidate="c.py", verdict="error")
     candidate._finish(cast(Any, ref), res, aggs or cmp.new_aggs(), None, {}, error, {}, caps)
     return res

@@ -19,7 +19,7 @@ from verify_support import (
     open_dir,
 )
 
-from headroom.verify import VerifyOptions, prepare_reference, sandbox, syscalls, verify_candidate
+from headroom.verify import VerifyOptions, prepare_reference, sandbox, syscalls, usage, verify_candidate
 from headroom.verify import ring as ring_mod
 
 SEALED = CHEATERS / "isolation"  # not the sealed corpus: scripts/gpu_kernelbench.py runs that one on the GPU
@@ -138,8 +138,12 @@ def test_the_child_maps_the_ring_read_only():
         ring.buf[:3] = 4  # the harness's later writes show through
         assert view[:3].tolist() == [4, 4, 4]
         libc = ctypes.CDLL(None, use_errno=True)
-        assert libc.mprotect(ctypes.c_void_p(view.data_ptr()), ctypes.c_size_t(mmap.PAGESIZE),
-                             mmap.PROT_READ | mmap.PROT_WRITE) != 0
+        assert (
+            libc.mprotect(
+                ctypes.c_void_p(view.data_ptr()), ctypes.c_size_t(mmap.PAGESIZE), mmap.PROT_READ | mmap.PROT_WRITE
+            )
+            != 0
+        )
     finally:
         reduction.recv_handle = orig
         ring.close()
@@ -214,10 +218,11 @@ def test_memory_held_from_import_is_flagged(tmp_path):
     assert not _failed(r), r.reason
     sandbox_info = r.info["sandbox"]
     if not sandbox_info["candidate"].get("memory_peak_bytes") or not (sandbox_info.get("reference") or {}).get(
-            "memory_peak_bytes"):
+        "memory_peak_bytes"
+    ):
         pytest.skip("no memory cgroup on this machine")
     assert sandbox_info["candidate"]["memory_peak_bytes"] > 512 << 20
-    assert [f.name for f in sandbox.footprint_flags(sandbox_info)] == ["memory_footprint"]
+    assert [f.name for f in usage.footprint_flags(sandbox_info)] == ["memory_footprint"]
     if r.verdict == "pass":  # flags are a pass's (an inconclusive result has none)
         assert "memory_footprint" in {f.name for f in r.flags}, sandbox_info
 

@@ -36,17 +36,25 @@ LEVEL1 = _level1()
 # One problem of each kind runs in `make test` (matmul, elementwise, softmax, normalisation, reduction, argmax,
 # pooling, convolution, transposed convolution, scan, attention, loss); the rest of the level is `slow`
 # (`make test-slow`, CI): the same guarantee, problem by problem.
-SAMPLE = {"1_Square_matrix_multiplication_", "19_ReLU", "23_Softmax", "36_RMSNorm_", "47_Sum_reduction_over_a_dimension",
-          "51_Argmax_over_a_dimension", "41_Max_Pooling_1D", "67_conv_standard_1D",
-          "81_conv_transposed_2D_asymmetric_input_square_kernel___dilated____padded____strided__", "89_cumsum",
-          "97_ScaledDotProductAttention", "98_KLDivLoss"}
+SAMPLE = {
+    "1_Square_matrix_multiplication_",
+    "19_ReLU",
+    "23_Softmax",
+    "36_RMSNorm_",
+    "47_Sum_reduction_over_a_dimension",
+    "51_Argmax_over_a_dimension",
+    "41_Max_Pooling_1D",
+    "67_conv_standard_1D",
+    "81_conv_transposed_2D_asymmetric_input_square_kernel___dilated____padded____strided__",
+    "89_cumsum",
+    "97_ScaledDotProductAttention",
+    "98_KLDivLoss",
+}
 SIGN_ONLY_SAMPLE = {"19_ReLU", "38_L1Norm_"}
 
 
 def _sampled(names: list[str], sample: set[str]) -> list:
     return [pytest.param(n, marks=() if n in sample else pytest.mark.slow) for n in names]
-
-
 
 
 def _options(path: Path) -> VerifyOptions:
@@ -65,8 +73,10 @@ def test_level1_reference_is_honest_and_generic_cheats_fail(name):
     try:
         assert ref.error is None, ref.error
         assert ref.estimate is not None and ref.estimate.harness_peak_bytes <= 64 << 20, ref.estimate
-        results = {c: verify_candidate(path, GENERIC / f"{c}.py", reference=ref)
-                   for c in ("reference", "zeros", "partial_write", "shape_cache")}
+        results = {
+            c: verify_candidate(path, GENERIC / f"{c}.py", reference=ref)
+            for c in ("reference", "zeros", "partial_write", "shape_cache")
+        }
     finally:
         ref.close()
     honest = results["reference"]
@@ -103,11 +113,13 @@ def test_cumprod_reference_passes_with_its_own_overflow_excused():
 def test_product_reduction_reference_passes(tmp_path):
     """The older KernelBench problem 50 (torch.prod over a dimension): ill-conditioned, honest passes."""
     p = tmp_path / "50_Product_reduction_over_a_dimension.py"
-    p.write_text("import torch\nimport torch.nn as nn\n\nclass Model(nn.Module):\n    def __init__(self, dim):\n"
-                 "        super().__init__()\n        self.dim = dim\n\n    def forward(self, x):\n"
-                 "        return torch.prod(x, dim=self.dim)\n\nbatch_size = 128\ndim1 = 256\n\n"
-                 "def get_inputs():\n    return [torch.rand(batch_size, dim1)]\n\ndef get_init_inputs():\n"
-                 "    return [1]\n")
+    p.write_text(
+        "import torch\nimport torch.nn as nn\n\nclass Model(nn.Module):\n    def __init__(self, dim):\n"
+        "        super().__init__()\n        self.dim = dim\n\n    def forward(self, x):\n"
+        "        return torch.prod(x, dim=self.dim)\n\nbatch_size = 128\ndim1 = 256\n\n"
+        "def get_inputs():\n    return [torch.rand(batch_size, dim1)]\n\ndef get_init_inputs():\n"
+        "    return [1]\n"
+    )
     r = verify_candidate(p, GENERIC / "reference.py", VerifyOptions.quick(env={"HEADROOM_TEST_PROBLEM": str(p)}))
     assert_honest(r)
 

@@ -103,9 +103,16 @@ def test_both_children_report_the_kernels_they_ran_and_start_alike():
 
 
 def test_top_kernels_sum_each_name_per_forward():
-    ev = [{"cat": "kernel", "name": "conv", "dur": 30.0}, {"cat": "kernel", "name": "conv", "dur": 33.0},
-          {"cat": "kernel", "name": "nchwToNhwc", "dur": 2.0}, {"cat": "kernel", "name": "nhwcToNchw", "dur": 4.0},
-          {"cat": "kernel", "name": "tiny", "dur": 1.0}, {"cat": "cuda_runtime", "name": "cudaLaunchKernel",
-                                                          "dur": 99.0}]
-    assert launches.top_kernels(ev, 3) == (("conv", 21.0, 2 / 3), ("nhwcToNchw", 4 / 3, 1 / 3),
-                                           ("nchwToNhwc", 2 / 3, 1 / 3))
+    ev = [
+        {"cat": "kernel", "name": "conv", "dur": 30.0},
+        {"cat": "kernel", "name": "conv", "dur": 33.0},
+        {"cat": "kernel", "name": "nchwToNhwc", "dur": 2.0},
+        {"cat": "kernel", "name": "nhwcToNchw", "dur": 4.0},
+        {"cat": "kernel", "name": "tiny", "dur": 1.0},
+        {"cat": "cuda_runtime", "name": "cudaLaunchKernel", "dur": 99.0},
+    ]
+    assert launches.top_kernels(ev, 3) == (
+        ("conv", 21.0, 2 / 3),
+        ("nhwcToNchw", 4 / 3, 1 / 3),
+        ("nchwToNhwc", 2 / 3, 1 / 3),
+    )

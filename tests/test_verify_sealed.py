@@ -23,12 +23,11 @@ from verify_support import (
     open_dir,
 )
 
-from headroom.verify import VerifyOptions, prepare_reference, sandbox, verify_candidate
+from headroom.verify import VerifyOptions, prepare_reference, sandbox, usage, verify_candidate
 
 SEALED = CHEATERS / "sealed"
 PROBLEM = CHEATERS / "problems" / "gelu_linear.py"
 HONEST = CHEATERS / "candidates" / "honest_reimplementation.py"
-
 
 
 def _cgroups() -> bool:
@@ -52,8 +51,12 @@ def _attack(tmp_path, name: str, **options):
     problem.parent.mkdir()
     shutil.copy(PROBLEM, problem)
     report = open_dir() / "report"
-    env = {"HEADROOM_SEALED_DIR": str(SEALED), "HEADROOM_TEST_REPORT": str(report),
-           "HEADROOM_TEST_PROBLEM": str(problem), **options.pop("env", {})}
+    env = {
+        "HEADROOM_SEALED_DIR": str(SEALED),
+        "HEADROOM_TEST_REPORT": str(report),
+        "HEADROOM_TEST_PROBLEM": str(problem),
+        **options.pop("env", {}),
+    }
     ref = prepare_reference(problem, VerifyOptions.quick(env=env, **options))
     try:
         r = verify_candidate(problem, SEALED / f"{name}.py", reference=ref)
@@ -183,17 +186,22 @@ def test_both_children_get_the_same_cpus_and_quota(tmp_path):
             assert not set(sb["candidate"]["cpus"]) & set(sb["reference"]["cpus"]), sb
         assert sb["candidate"]["cpu_quota"] == sb["reference"]["cpu_quota"] == 1
     if "cpu" in sb:
-        assert sb["cpu"]["candidate"]["parallelism"] <= 1.0 * sandbox.CPU_SLACK + 0.1, sb["cpu"]
+        assert sb["cpu"]["candidate"]["parallelism"] <= 1.0 * usage.CPU_SLACK + 0.1, sb["cpu"]
     assert r.speedup is None or r.speedup < 1.5
 
 
 def test_more_cpus_than_allowed_is_flagged():
-    info = {"cpu": {"candidate": {"parallelism": 1.9, "cpu_ms_per_forward": 2.0, "forwards": 10},
-                    "reference": {"parallelism": 0.95}, "allowed_cpus": 1}}
-    flags = sandbox.cpu_flags(info)
+    info = {
+        "cpu": {
+            "candidate": {"parallelism": 1.9, "cpu_ms_per_forward": 2.0, "forwards": 10},
+            "reference": {"parallelism": 0.95},
+            "allowed_cpus": 1,
+        }
+    }
+    flags = usage.cpu_flags(info)
     assert [f.name for f in flags] == ["cpu"] and "1.90 CPUs" in flags[0].detail
     info["cpu"]["candidate"]["parallelism"] = 1.0
-    assert sandbox.cpu_flags(info) == []
+    assert usage.cpu_flags(info) == []
 
 
 def test_honest_candidate_unsealed_still_verifies(monkeypatch):
@@ -255,8 +263,18 @@ def test_reference_and_candidate_compile_caches_are_private(tmp_path):
     from headroom.verify import protocol as P
 
     def job(role, candidate=None):
-        return P.Job(role=role, problem=str(PROBLEM), overrides={}, candidate=candidate, device="cpu", env={},
-                     threads=1, log_path=str(tmp_path / f"{role}.log"), file_cap_bytes=1 << 30, init_seed=0)
+        return P.Job(
+            role=role,
+            problem=str(PROBLEM),
+            overrides={},
+            candidate=candidate,
+            device="cpu",
+            env={},
+            threads=1,
+            log_path=str(tmp_path / f"{role}.log"),
+            file_cap_bytes=1 << 30,
+            init_seed=0,
+        )
 
     made = [sandbox.Sandbox.for_job(job("reference"), "r"), sandbox.Sandbox.for_job(job("candidate", str(HONEST)), "c")]
     try:
@@ -265,8 +283,9 @@ def test_reference_and_candidate_compile_caches_are_private(tmp_path):
             pytest.skip("; ".join(rs.notes))
         for key in ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR"):
             assert rjob.env[key].startswith(rs.dir + os.sep) and cjob.env[key].startswith(cs.dir + os.sep)
-        assert rjob.problem.startswith(rs.dir + os.sep) and not os.path.exists(os.path.join(
-            os.path.dirname(rjob.problem), "__pycache__"))
+        assert rjob.problem.startswith(rs.dir + os.sep) and not os.path.exists(
+            os.path.join(os.path.dirname(rjob.problem), "__pycache__")
+        )
         assert rjob.env["PYTHONDONTWRITEBYTECODE"] == "1"
         assert os.stat(rs.dir).st_mode & 0o077 == 0  # closed to every other uid
     finally:

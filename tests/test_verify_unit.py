@@ -32,8 +32,7 @@ PROBLEMS = HERE / "cheaters" / "problems"
 def test_protocol_round_trips_and_rejects_what_was_not_asked_for():
     cmd = P.Run(seq=7, batches=[[P.RingTensor(256, "float32", (2, 3), (3, 1)), P.Scalar(0.5)]], tf32=False)
     assert P.decode_command(P.encode(cmd)) == cmd
-    reply = P.RunDone(seq=7, outputs=[[P.AddrTensor(4096, "float32", (2, 3), (3, 1))]], child_ms=[0.25],
-                      violations=[])
+    reply = P.RunDone(seq=7, outputs=[[P.AddrTensor(4096, "float32", (2, 3), (3, 1))]], child_ms=[0.25], violations=[])
     assert P.decode_reply(P.encode(reply)) == reply
     assert P.EXPECTED_REPLY[P.Run] is P.RunDone and P.EXPECTED_REPLY[P.Trial] is P.TrialDone
     with pytest.raises(msgspec.ValidationError):  # a command is not a reply
@@ -81,18 +80,27 @@ def test_non_negative_templates_get_signed_values_labels_and_integers_keep_their
 
 def _problem_file(tmp_path: Path, name: str, body: str, inputs: str, init: str = "[]") -> Path:
     p = tmp_path / f"{name}.py"
-    p.write_text(f"import torch\nimport torch.nn as nn\n\nclass Model(nn.Module):\n    def forward(self, *xs):\n"
-                 f"        {body}\n\n{inputs}\n\ndef get_init_inputs():\n    return {init}\n")
+    p.write_text(
+        f"import torch\nimport torch.nn as nn\n\nclass Model(nn.Module):\n    def forward(self, *xs):\n"
+        f"        {body}\n\n{inputs}\n\ndef get_init_inputs():\n    return {init}\n"
+    )
     return p
 
 
 def test_sign_probe_falls_back_only_where_the_reference_is_undefined(tmp_path):
-    kl = _problem_file(tmp_path, "kl", "return torch.log(xs[0]) * xs[1]",
-                       "def get_inputs():\n    return [torch.rand(8, 16), torch.rand(8, 16)]")
-    prod = _problem_file(tmp_path, "prod", "return torch.cumprod(xs[0] * 10, 1)",
-                         "def get_inputs():\n    return [torch.rand(4, 4000)]")
-    for path, expect, phrase in ((kl, [False, True], "input 0 non-negative"),
-                                 (prod, [True], "do not come from negative inputs")):
+    kl = _problem_file(
+        tmp_path,
+        "kl",
+        "return torch.log(xs[0]) * xs[1]",
+        "def get_inputs():\n    return [torch.rand(8, 16), torch.rand(8, 16)]",
+    )
+    prod = _problem_file(
+        tmp_path, "prod", "return torch.cumprod(xs[0] * 10, 1)", "def get_inputs():\n    return [torch.rand(4, 4000)]"
+    )
+    for path, expect, phrase in (
+        (kl, [False, True], "input 0 non-negative"),
+        (prod, [True], "do not come from negative inputs"),
+    ):
         p = prob.load_problem(path)
         model = prob.build_model(p.Model, p, 1, "cpu")
         drawn = inp.drawn_positions(prob.published_inputs(p, 1, "cpu"))
@@ -157,8 +165,11 @@ def test_a_non_finite_truth_needs_the_same_non_finite_value():
     truth = torch.tensor([1.0, math.inf, -math.inf, math.nan, 2.0], dtype=torch.float64)
     ok = torch.tensor([1.0, math.inf, -math.inf, math.nan, 2.0])
     assert ck.measure(ok, truth, ok).finite_ok and ck.measure(ok, truth, ok).rel_l2 == 0.0
-    for bad in ([1.0, -math.inf, -math.inf, math.nan, 2.0], [1.0, math.inf, -math.inf, 0.0, 2.0],
-                [1.0, 3e38, -math.inf, math.nan, 2.0]):
+    for bad in (
+        [1.0, -math.inf, -math.inf, math.nan, 2.0],
+        [1.0, math.inf, -math.inf, 0.0, 2.0],
+        [1.0, 3e38, -math.inf, math.nan, 2.0],
+    ):
         e = ck.measure(torch.tensor(bad), truth, ok)
         assert not e.finite_ok and e.nonfinite == 1 and e.truth_nonfinite == 1
     e = ck.measure(torch.tensor([math.nan, math.inf, -math.inf, math.nan, 2.0]), truth, ok)
@@ -354,9 +365,13 @@ def test_cross_check_flags_impossible_clocks_only():
 
 
 def test_scaling_halves_sizes_together_where_they_must_match(tmp_path):
-    p = _problem_file(tmp_path, "hinge", "return torch.mean(torch.clamp(1 - xs[0] * xs[1], min=0))",
-                      "batch_size = 32768\ninput_shape = (32768,)\nkernel = 3\n\n"
-                      "def get_inputs():\n    return [torch.rand(batch_size, *input_shape), torch.rand(batch_size)]")
+    p = _problem_file(
+        tmp_path,
+        "hinge",
+        "return torch.mean(torch.clamp(1 - xs[0] * xs[1], min=0))",
+        "batch_size = 32768\ninput_shape = (32768,)\nkernel = 3\n\n"
+        "def get_inputs():\n    return [torch.rand(batch_size, *input_shape), torch.rand(batch_size)]",
+    )
     full = sc.estimate(prob.load_problem(p))
     assert full.inputs_bytes == 32768 * 32768 * 4 + 32768 * 4
     plan = sc.plan(p, {}, 16 << 20, 2e7)
@@ -403,8 +418,9 @@ def test_only_the_candidates_write_and_read_beyond_the_references_envelope_is_ch
     from headroom.verify.session import Phase, ReferenceTiming
 
     def phase(flag, read, write, null=False):
-        return Phase(flag + read, read, 0.0, None, True, False, 0.0, [], [], 0, [], [], flag_ms=flag,
-                     write_ms=write, null=null)
+        return Phase(
+            flag + read, read, 0.0, None, True, False, 0.0, [], [], 0, [], [], flag_ms=flag, write_ms=write, null=null
+        )
 
     rt = ReferenceTiming(child=None, n=10, max_numel=0, null_flag_min_ms=0.2, read_max_ms=1.0, write_max_ms=2.0)
     slow = phase(flag=10.2, read=1.5, write=2.5)  # 0.5 + 0.5 ms beyond the envelope
@@ -453,9 +469,12 @@ def test_precision_state_answers_after_torch_s_two_precision_apis_were_mixed():
     # torch.get_float32_matmul_precision raises once a per-backend fp32_precision was set; the harness records it
     import subprocess
     import sys
-    code = ("import torch; torch.backends.cuda.matmul.fp32_precision = 'tf32'\n"
-            "from headroom.verify.precision import precision_state\n"
-            "st = precision_state(); print(st['float32_matmul_precision'], st['matmul_fp32_precision'])")
+
+    code = (
+        "import torch; torch.backends.cuda.matmul.fp32_precision = 'tf32'\n"
+        "from headroom.verify.precision import precision_state\n"
+        "st = precision_state(); print(st['float32_matmul_precision'], st['matmul_fp32_precision'])"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
     assert out[0] == "mixed" and out[-1] == "tf32"
 

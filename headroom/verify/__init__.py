@@ -20,5 +20,18 @@ from headroom.verify.results import VerifyResult, dumps, suite_document, write_j
 from headroom.verify.suite import candidates_for, verify_pairs, verify_suite
 from headroom.verify.timing import Policy
 
-__all__ = ["Check", "Policy", "ReferenceRun", "VerifyOptions", "VerifyResult", "candidates_for", "dumps",
-           "prepare_reference", "suite_document", "verify_candidate", "verify_pairs", "verify_suite", "write_json"]
+__all__ = [
+    "Check",
+    "Policy",
+    "ReferenceRun",
+    "VerifyOptions",
+    "VerifyResult",
+    "candidates_for",
+    "dumps",
+    "prepare_reference",
+    "suite_document",
+    "verify_candidate",
+    "verify_pairs",
+    "verify_suite",
+    "write_json",
+]

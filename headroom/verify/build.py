@@ -43,8 +43,10 @@ def needs_build(path: Path) -> bool:
 
 def build_env(build_dir: str) -> dict[str, str]:
     """The per-run caches every build and verify child of this run uses."""
-    return {"TORCH_EXTENSIONS_DIR": os.path.join(build_dir, "torch_extensions"),
-            "TRITON_CACHE_DIR": os.path.join(build_dir, "triton")}
+    return {
+        "TORCH_EXTENSIONS_DIR": os.path.join(build_dir, "torch_extensions"),
+        "TRITON_CACHE_DIR": os.path.join(build_dir, "triton"),
+    }
 
 
 def new_build_dir() -> str:
@@ -67,14 +69,31 @@ def compiler_lines(text: str, n: int = 8) -> str:
     return "\n".join(keep)[:2000]
 
 
-def build_one(problem: Path, candidate: Path, device: str, build_dir: str, timeout: float, log_dir: str,
-              jobs: int, env: dict[str, str] | None = None, threads: int | None = None) -> BuildResult:
+def build_one(
+    problem: Path,
+    candidate: Path,
+    device: str,
+    build_dir: str,
+    timeout: float,
+    log_dir: str,
+    jobs: int,
+    env: dict[str, str] | None = None,
+    threads: int | None = None,
+) -> BuildResult:
     """Import ``candidate`` in a build child (its extensions compile into ``build_dir``)."""
     t0 = time.monotonic()
-    job = P.Job(role="build", problem=str(problem.resolve()), overrides={}, candidate=str(candidate.resolve()),
-                device=device, env={**(env or {}), **build_env(build_dir), "MAX_JOBS": str(max(1, jobs))},
-                threads=threads, log_path=os.path.join(log_dir, f"build.{candidate.stem}.{os.getpid()}.log"),
-                file_cap_bytes=FILE_CAP_BYTES, init_seed=0)
+    job = P.Job(
+        role="build",
+        problem=str(problem.resolve()),
+        overrides={},
+        candidate=str(candidate.resolve()),
+        device=device,
+        env={**(env or {}), **build_env(build_dir), "MAX_JOBS": str(max(1, jobs))},
+        threads=threads,
+        log_path=os.path.join(log_dir, f"build.{candidate.stem}.{os.getpid()}.log"),
+        file_cap_bytes=FILE_CAP_BYTES,
+        init_seed=0,
+    )
     child = None
     try:
         child = Child(job, timeout)
@@ -90,9 +109,16 @@ def build_one(problem: Path, candidate: Path, device: str, build_dir: str, timeo
             child.close()
 
 
-def build_all(pairs: list[tuple[Path, Path]], device: str, build_dir: str, timeout: float, log_dir: str,
-              env: dict[str, str] | None = None, workers: int | None = None,
-              progress: Callable[[str], None] | None = None) -> dict[str, BuildResult]:
+def build_all(
+    pairs: list[tuple[Path, Path]],
+    device: str,
+    build_dir: str,
+    timeout: float,
+    log_dir: str,
+    env: dict[str, str] | None = None,
+    workers: int | None = None,
+    progress: Callable[[str], None] | None = None,
+) -> dict[str, BuildResult]:
     """Build every (problem, candidate) that needs it, ``workers`` at a time; keyed by candidate path."""
     todo = [(p, c) for p, c in pairs if needs_build(c)]
     results: dict[str, BuildResult] = {}
@@ -114,8 +140,11 @@ def build_all(pairs: list[tuple[Path, Path]], device: str, build_dir: str, timeo
             with lock:
                 results[str(c)] = r
             if progress:
-                progress(f"built {c.name} in {r.seconds:.1f} s" if r.ok else f"build of {c.name} failed: "
-                         f"{(r.error or '').splitlines()[0] if r.error else ''}")
+                progress(
+                    f"built {c.name} in {r.seconds:.1f} s"
+                    if r.ok
+                    else f"build of {c.name} failed: {(r.error or '').splitlines()[0] if r.error else ''}"
+                )
 
     threads = [threading.Thread(target=worker, daemon=True) for _ in range(workers)]
     for t in threads:

@@ -29,8 +29,10 @@ class ReferenceTiming:
     null_flag_min_ms: float = 0.0  # gated clock: min over null phases of gate opened -> flag seen
     enqueue_null_min_ms: float = 0.0  # the CPU cost of a gated Run without forwards
     read_min_ms: float = 0.0  # plain clock: min over the reference's sample reads (trusted code)
-    read_max_ms: float = 0.0  # gated clock: the most the reference's sample reads and input writes took in any
-    write_max_ms: float = 0.0  # phase; a candidate phase's beyond these is charged to it (its GPU work outside the gate)
+    # gated clock: the most the reference's sample reads and input writes took in any phase; a candidate
+    # phase's beyond these is charged to it (its GPU work outside the gate)
+    read_max_ms: float = 0.0
+    write_max_ms: float = 0.0
     alone_ms: list = field(default_factory=list)  # raw stand-alone phases of the reference
     standalone_ms: float = 0.0
     cpu_alone_ms: float | None = None  # plain clock: the reference's CPU time per forward in its calibration
@@ -53,8 +55,14 @@ class ReferenceTiming:
     def overhead_ms(self) -> float:
         return self.null_flag_min_ms if self.gated else self.null_min_ms + self.read_min_ms
 
-    def net_ms(self, ph: Phase, n: int, null_flag_min: float | None = None, null_min: float | None = None,
-               charged: bool = False) -> float:
+    def net_ms(
+        self,
+        ph: Phase,
+        n: int,
+        null_flag_min: float | None = None,
+        null_min: float | None = None,
+        charged: bool = False,
+    ) -> float:
         """A phase's time per forward on the harness's clock, less the fixed cost calibrated on trusted work.
 
         Gated: gate opened -> flag seen, less the null latency; for a ``charged`` (untrusted) phase, plus
@@ -125,13 +133,20 @@ def _queue_limit(policy: tm.Policy, *launch_counts: int | None) -> int | None:
     return max(1, policy.max_queued_launches // max(known))
 
 
-def start_reference(ref: ReferenceRun, max_numel: int, others: list[Child],
-                    say: Callable[[str], None]) -> ReferenceTiming:
+def start_reference(
+    ref: ReferenceRun, max_numel: int, others: list[Child], say: Callable[[str], None]
+) -> ReferenceTiming:
     """Start the reference child, measure its memory, choose ``n``, calibrate overhead and speed."""
     policy = ref.policy
     child = Child(job_for(ref, "reference", f"{ref.name}.reference.log"), ref.options.reference_timeout)
-    rt = ReferenceTiming(child, 1, max_numel, device_name=child.ready.device_name,
-                         precision=dict(child.ready.precision), gated=bool(ref.clock and child.ready.gated))
+    rt = ReferenceTiming(
+        child,
+        1,
+        max_numel,
+        device_name=child.ready.device_name,
+        precision=dict(child.ready.precision),
+        gated=bool(ref.clock and child.ready.gated),
+    )
     try:
         per_set = _measure_call(ref, rt, child, others)
         out_bytes = ref.estimate.outputs_bytes if ref.estimate else per_set
@@ -143,13 +158,23 @@ def start_reference(ref: ReferenceRun, max_numel: int, others: list[Child],
         est = None
         n = 1
         for _ in range(2):  # warm up, then choose n from the reference's own time (trusted code)
-            ph = run_phase(child, ref, fresh_sets(ref, "ref.probe", n), {"tf32": True}, _drawer(ref, "probe"), policy,
-                           max_numel, others)
+            ph = run_phase(
+                child,
+                ref,
+                fresh_sets(ref, "ref.probe", n),
+                {"tf32": True},
+                _drawer(ref, "probe"),
+                policy,
+                max_numel,
+                others,
+            )
             est = max(ph.wall_ms - ph.read_ms, 1e-3) / n
             n = tm.iterations(est, policy.target_phase_ms, policy.max_iters, n_mem, n_queue)
         _calibrate(ref, rt, child, others, max_numel, n, est, n_mem, n_queue)
-        say(f"{ref.name}: reference timed alone at {rt.standalone_ms:.4g} ms/forward ({rt.n} per phase, "
-            f"{'gated GPU clock' if rt.gated else 'plain clock'}, overhead {rt.overhead_ms:.3g} ms per phase)")
+        say(
+            f"{ref.name}: reference timed alone at {rt.standalone_ms:.4g} ms/forward ({rt.n} per phase, "
+            f"{'gated GPU clock' if rt.gated else 'plain clock'}, overhead {rt.overhead_ms:.3g} ms per phase)"
+        )
     except BaseException:
         child.close()
         raise
@@ -168,11 +193,15 @@ def _measure_call(ref: ReferenceRun, rt: ReferenceTiming, child: Child, others: 
     rt.launches = rt.call.launches
     # and in the reference's child, the process that is timed, as the candidate's child profiles itself
     la = child.request(P.Launches(seq=0, args=args[0]), stage="profiling the reference's call in its child")
-    rt.child_call = launches.CallProfile(la.count, la.method, la.kernel_us, la.syncs, la.d2h_bytes,
-                                         tuple(tuple(k) for k in la.top_kernels))
+    rt.child_call = launches.CallProfile(
+        la.count, la.method, la.kernel_us, la.syncs, la.d2h_bytes, tuple(tuple(k) for k in la.top_kernels)
+    )
     if ref.options.vs_compile:
-        done = child.request(P.Compile(seq=0, args=args[0]), stage="torch.compile of the reference",
-                             timeout=ref.options.reference_timeout)
+        done = child.request(
+            P.Compile(seq=0, args=args[0]),
+            stage="torch.compile of the reference",
+            timeout=ref.options.reference_timeout,
+        )
         rt.compile_error = done.error
     if ref.options.graphs:  # once per reference child: it is kept for the problem's other candidates
         rt.capture = capture.check(ref, child, rt.max_numel, "the reference", others)
@@ -181,24 +210,21 @@ def _measure_call(ref: ReferenceRun, rt: ReferenceTiming, child: Child, others: 
     return per_set
 
 
-def _calibrate(ref: ReferenceRun, rt: ReferenceTiming, child: Child, others: list[Child], max_numel: int, n: int,
-               est: float | None, n_mem: int, n_queue: int | None) -> None:
+def _calibrate(
+    ref: ReferenceRun,
+    rt: ReferenceTiming,
+    child: Child,
+    others: list[Child],
+    max_numel: int,
+    n: int,
+    est: float | None,
+    n_mem: int,
+    n_queue: int | None,
+) -> None:
     """The reference timed alone: null and calibration phases at ``n`` forwards (fewer where a gated
     enqueue blocks), the clock's fixed costs and the standalone time into ``rt``."""
-    policy = ref.policy
     while True:  # a gated enqueue that blocks: the queue is full (fewer per phase) or the forward syncs
-        sets = fresh_sets(ref, "ref.calibration", n)
-        cal: list[Phase] = []
-        nulls: list[Phase] = []
-        plain_nulls: list[Phase] = []
-        for i in range(policy.calibration_phases):
-            nulls.append(run_phase(child, ref, sets, {"tf32": True}, _drawer(ref, "null"), policy, max_numel,
-                                   others, null=True, gated=rt.gated))
-            if rt.gated:  # the plain clock's fixed cost too (a candidate that syncs is timed plain)
-                plain_nulls.append(run_phase(child, ref, sets, {"tf32": True}, _drawer(ref, "pnull"), policy,
-                                             max_numel, others, null=True, gated=False))
-            cal.append(run_phase(child, ref, sets, {"tf32": True}, _drawer(ref, "calibration"), policy,
-                                 max_numel, others, gated=rt.gated))
+        cal, nulls, plain_nulls = _calibration_phases(ref, rt, child, others, max_numel, n)
         if not any(p.blocked for p in cal):
             break
         if n == 1:
@@ -206,9 +232,54 @@ def _calibrate(ref: ReferenceRun, rt: ReferenceTiming, child: Child, others: lis
             rt.calibration["reference_blocked"] = True
         else:
             n = max(1, n // 2)
-    rt.n = n
     pn = plain_nulls or [p for p in nulls if not p.gated]
-    rt.null_min_ms = min((p.wall_ms for p in pn), default=0.0)
+    _fixed_costs(rt, n, cal, nulls, pn)
+    rt.calibration = {
+        **rt.calibration,
+        "null_phase_ms": [p.wall_ms for p in pn],
+        "null_flag_ms": [p.flag_ms for p in nulls if p.gated],
+        "null_enqueue_ms": [p.enqueue_ms for p in nulls],
+        "sample_read_ms": [p.read_ms for p in cal],
+        "input_write_ms": [p.write_ms for p in cal],
+        "phase_ms": [p.wall_ms for p in cal],
+        "flag_ms": [p.flag_ms for p in cal],
+        "iters": n,
+        "estimate_ms_per_iter": est,
+        "memory_limit_iters": n_mem,
+        "queue_limit_iters": n_queue,
+        "clock": "gated" if rt.gated else "plain",
+    }
+    if ref.clock is not None and not child.ready.gated:
+        rt.calibration["gate_unavailable"] = child.ready.clock_error
+
+
+def _calibration_phases(
+    ref: ReferenceRun, rt: ReferenceTiming, child: Child, others: list[Child], max_numel: int, n: int
+) -> tuple[list[Phase], list[Phase], list[Phase]]:
+    """One calibration at ``n`` forwards per phase, on one draw of input sets: (calibration phases, null
+    phases, plain null phases), ``policy.calibration_phases`` of each, interleaved."""
+    policy = ref.policy
+    sets = fresh_sets(ref, "ref.calibration", n)
+    cal: list[Phase] = []
+    nulls: list[Phase] = []
+    plain_nulls: list[Phase] = []
+
+    def phase(key: str, **kw: Any) -> Phase:
+        return run_phase(child, ref, sets, {"tf32": True}, _drawer(ref, key), policy, max_numel, others, **kw)
+
+    for _ in range(policy.calibration_phases):
+        nulls.append(phase("null", null=True, gated=rt.gated))
+        if rt.gated:  # the plain clock's fixed cost too (a candidate that syncs is timed plain)
+            plain_nulls.append(phase("pnull", null=True, gated=False))
+        cal.append(phase("calibration", gated=rt.gated))
+    return cal, nulls, plain_nulls
+
+
+def _fixed_costs(rt: ReferenceTiming, n: int, cal: list[Phase], nulls: list[Phase], plain: list[Phase]) -> None:
+    """The clock's fixed costs (null phases, ``plain``: those on the plain clock; sample reads, input writes) and
+    the reference's time alone (wall and CPU per forward), from the calibration at ``n`` per phase, into ``rt``."""
+    rt.n = n
+    rt.null_min_ms = min((p.wall_ms for p in plain), default=0.0)
     rt.null_flag_min_ms = min((p.flag_ms for p in nulls if p.gated), default=0.0)
     rt.enqueue_null_min_ms = min((p.enqueue_ms for p in nulls), default=0.0)
     rt.read_min_ms = min(p.read_ms for p in cal)
@@ -218,11 +289,3 @@ def _calibrate(ref: ReferenceRun, rt: ReferenceTiming, child: Child, others: lis
     rt.standalone_ms = statistics.median(rt.alone_ms)
     cpu = [p.cpu_ms / n for p in cal if p.cpu_ms is not None]
     rt.cpu_alone_ms = statistics.median(cpu) if cpu else None
-    rt.calibration = {**rt.calibration, "null_phase_ms": [p.wall_ms for p in pn],
-                      "null_flag_ms": [p.flag_ms for p in nulls if p.gated],
-                      "null_enqueue_ms": [p.enqueue_ms for p in nulls], "sample_read_ms": [p.read_ms for p in cal],
-                      "input_write_ms": [p.write_ms for p in cal], "phase_ms": [p.wall_ms for p in cal],
-                      "flag_ms": [p.flag_ms for p in cal], "iters": n, "estimate_ms_per_iter": est, "memory_limit_iters": n_mem,
-                      "queue_limit_iters": n_queue, "clock": "gated" if rt.gated else "plain"}
-    if ref.clock is not None and not child.ready.gated:
-        rt.calibration["gate_unavailable"] = child.ready.clock_error

@@ -25,14 +25,13 @@ from typing import Any
 from headroom.errors import UserError
 from headroom.jsonio import plain
 from headroom.verify import build as bld
-from headroom.verify import capture, shared
+from headroom.verify import capture, shared, usage
 from headroom.verify import checks as ck
 from headroom.verify import compare as cmp
 from headroom.verify import inputs as inp
 from headroom.verify import problem as prob
 from headroom.verify import process as proc
 from headroom.verify import protocol as P
-from headroom.verify import sandbox as sb
 from headroom.verify.flags import review_flags
 from headroom.verify.launches import CallProfile
 from headroom.verify.options import VerifyOptions
@@ -46,9 +45,14 @@ from headroom.verify.session import Timed, fresh_sets, place, reference_timing, 
 ORDERING_REPEATS = 2
 
 
-def verify_candidate(problem_path: str | Path, candidate_path: str | Path, options: VerifyOptions | None = None,
-                     reference: ReferenceRun | None = None, progress: Callable[[str], None] | None = None,
-                     built: bld.BuildResult | None = None) -> VerifyResult:
+def verify_candidate(
+    problem_path: str | Path,
+    candidate_path: str | Path,
+    options: VerifyOptions | None = None,
+    reference: ReferenceRun | None = None,
+    progress: Callable[[str], None] | None = None,
+    built: bld.BuildResult | None = None,
+) -> VerifyResult:
     """Verify one candidate against one problem (the reference is prepared unless given)."""
     cand_path = prob.check_file(candidate_path, "candidate")
     own = reference is None
@@ -62,8 +66,9 @@ def verify_candidate(problem_path: str | Path, candidate_path: str | Path, optio
 
 
 def _base_result(ref: ReferenceRun, cand_path: Path) -> VerifyResult:
-    res = VerifyResult(problem=ref.name, candidate=str(cand_path), verdict="error", seed=ref.options.seed,
-                       device=ref.device)
+    res = VerifyResult(
+        problem=ref.name, candidate=str(cand_path), verdict="error", seed=ref.options.seed, device=ref.device
+    )
     res.baseline = {**ref.baseline, "headline": "reference with TF32 enabled (allow_tf32 for cuBLAS and cuDNN)"}
     if not ref.device.startswith("cuda"):
         res.baseline["note"] = "CPU: the TF32 flags are set but have no effect; strict FP32 = the headline"
@@ -85,13 +90,23 @@ def _build(ref: ReferenceRun, cand_path: Path, built: bld.BuildResult | None, sa
         return None, {}, None
     if built is None and bld.needs_build(cand_path):
         say(f"{ref.name} <- {cand_path.name}: building its extensions (outside the clock)")
-        built = bld.build_one(ref.problem.path, cand_path, ref.device, build_dir, ref.options.build_timeout,
-                              ref.log_dir, jobs=0, env=ref.options.env, threads=ref.options.threads)
+        built = bld.build_one(
+            ref.problem.path,
+            cand_path,
+            ref.device,
+            build_dir,
+            ref.options.build_timeout,
+            ref.log_dir,
+            jobs=0,
+            env=ref.options.env,
+            threads=ref.options.threads,
+        )
     return built, bld.build_env(build_dir), tmp
 
 
-def _verify(ref: ReferenceRun, cand_path: Path, say: Callable[[str], None],
-            built: bld.BuildResult | None) -> VerifyResult:
+def _verify(
+    ref: ReferenceRun, cand_path: Path, say: Callable[[str], None], built: bld.BuildResult | None
+) -> VerifyResult:
     t0 = time.monotonic()
     res = _base_result(ref, cand_path)
     if ref.error:
@@ -109,8 +124,11 @@ def _verify(ref: ReferenceRun, cand_path: Path, say: Callable[[str], None],
         if tmp_build:
             shutil.rmtree(tmp_build, ignore_errors=True)
         res.elapsed_s = time.monotonic() - t0
-    say(f"{ref.name} <- {cand_path.name}: {res.verdict}" + (f" {res.speedup:.3g}x" if res.speedup else "")
-        + (f" ({res.reason[:160]})" if res.verdict != "pass" and res.reason else ""))
+    say(
+        f"{ref.name} <- {cand_path.name}: {res.verdict}"
+        + (f" {res.speedup:.3g}x" if res.speedup else "")
+        + (f" ({res.reason[:160]})" if res.verdict != "pass" and res.reason else "")
+    )
     return res
 
 
@@ -125,13 +143,12 @@ def _run(ref: ReferenceRun, cand_path: Path, env: dict, res: VerifyResult, say: 
     error: str | None = None
     lost = len(proc.FORK_SERVER_LOST)
     try:
-        child = Child(job_for(ref, "candidate", f"{ref.name}.{cand_path.stem}.log", str(cand_path.resolve()), env),
-                      ref.options.timeout)
+        child = Child(
+            job_for(ref, "candidate", f"{ref.name}.{cand_path.stem}.log", str(cand_path.resolve()), env),
+            ref.options.timeout,
+        )
         violations.update(child.ready.violations)
-        args = place(ref, fresh_sets(ref, "memory", 1), [child])[0]
-        mem = child.request(P.Memory(seq=0, args=args), stage="the memory measurement")
-        candidate_peak = {"peak_bytes": mem.peak_bytes, "method": mem.method, "free_bytes": mem.free_bytes}
-        violations.update(mem.violations)
+        candidate_peak = _measure_memory(ref, child, violations)
         records, max_numel = _trials(ref, child, aggs, res.info, notes, violations)
         if records and all(a.passed for a in aggs.values()):
             cmp.sensitivity(records, aggs["sensitivity"])
@@ -141,15 +158,7 @@ def _run(ref: ReferenceRun, cand_path: Path, env: dict, res: VerifyResult, say: 
             _integrity(aggs, violations)
         # launches and timing only for a correct candidate, and under --graphs one that both models' captures allow
         if all(a.passed for a in aggs.values()) and all(c is None or c.ok for c in caps):
-            la = child.request(P.Launches(seq=0, args=place(ref, fresh_sets(ref, "launches", 1), [child])[0]),
-                               stage="profiling one call")
-            violations.update(la.violations)
-            call = CallProfile(la.count, la.method, la.kernel_us, la.syncs, la.d2h_bytes,
-                               tuple(tuple(k) for k in la.top_kernels))
-            timing = time_candidate(ref, child, cmp.out_gates(records), max_numel, aggs, say, violations, call,
-                                    candidate_peak.get("free_bytes"))
-            res.launches_per_call = {"reference": ref.timing.launches if ref.timing else None,
-                                     "candidate": la.count, "method": la.method}
+            timing = _time(ref, child, records, max_numel, aggs, say, violations, candidate_peak, res)
     except Tampering as e:
         aggs["protocol"].record(False, str(e))
     except ChildFailed as e:
@@ -166,47 +175,109 @@ def _run(ref: ReferenceRun, cand_path: Path, env: dict, res: VerifyResult, say: 
     finally:
         _integrity(aggs, violations)
         if child is not None:
-            res.info["sandbox"] = sb.report(child, ref.timing.child if ref.timing else None, ref.options.threads)
-            if not proc.fork_server_ok():
-                proc.replace_fork_server("it stopped listening while a candidate ran")
-            if len(proc.FORK_SERVER_LOST) > lost:  # only a process with the harness's uid reaches its socket
-                aggs["containment"].record(False, f"the harness's fork server stopped serving while the candidate "
-                                                  f"ran ({proc.FORK_SERVER_LOST[-1]}): the candidate reached it; "
-                                                  f"replaced")
-            strays = child.stray_processes()
-            if strays:
-                aggs["containment"].record(False, f"{len(strays)} process(es) the candidate started were still "
-                                                  f"running (pids {strays[:5]}): killed")
-            else:
-                aggs["containment"].record(True, "no process the candidate started outlived it")
-            if error is None and aggs["protocol"].passed:
-                bye = child.goodbye()
-                if bye:
-                    aggs["protocol"].record(False, bye)
-            child.close()
+            _close(ref, child, res, aggs, error, lost)
     if aggs["protocol"].applicable is False:
         aggs["protocol"].record(True, "every message was requested, in order, and well formed")
     _finish(ref, res, aggs, timing, candidate_peak, error, notes, caps)
 
 
-def _captures(ref: ReferenceRun, child: Child, max_numel: int, say: Callable[[str], None],
-              violations: set) -> tuple:
+def _measure_memory(ref: ReferenceRun, child: Child, violations: set) -> dict:
+    """The candidate's memory measurement (its first forward), on one input set."""
+    args = place(ref, fresh_sets(ref, "memory", 1), [child])[0]
+    mem = child.request(P.Memory(seq=0, args=args), stage="the memory measurement")
+    violations.update(mem.violations)
+    return {"peak_bytes": mem.peak_bytes, "method": mem.method, "free_bytes": mem.free_bytes}
+
+
+def _time(
+    ref: ReferenceRun,
+    child: Child,
+    records: list,
+    max_numel: int,
+    aggs: dict,
+    say: Callable[[str], None],
+    violations: set,
+    candidate_peak: dict,
+    res: VerifyResult,
+) -> Timed:
+    """A correct candidate's launches per call, then its interleaved timing against the reference."""
+    la = child.request(
+        P.Launches(seq=0, args=place(ref, fresh_sets(ref, "launches", 1), [child])[0]),
+        stage="profiling one call",
+    )
+    violations.update(la.violations)
+    call = CallProfile(
+        la.count, la.method, la.kernel_us, la.syncs, la.d2h_bytes, tuple(tuple(k) for k in la.top_kernels)
+    )
+    timing = time_candidate(
+        ref,
+        child,
+        cmp.out_gates(records),
+        max_numel,
+        aggs,
+        say,
+        violations,
+        call,
+        candidate_peak.get("free_bytes"),
+    )
+    res.launches_per_call = {
+        "reference": ref.timing.launches if ref.timing else None,
+        "candidate": la.count,
+        "method": la.method,
+    }
+    return timing
+
+
+def _close(ref: ReferenceRun, child: Child, res: VerifyResult, aggs: dict, error: str | None, lost: int) -> None:
+    """After the candidate's last command: what its sandbox recorded, containment (the fork server still
+    serving, no process it started still running), goodbye where it behaved, then the child closed."""
+    res.info["sandbox"] = usage.report(child, ref.timing.child if ref.timing else None, ref.options.threads)
+    if not proc.fork_server_ok():
+        proc.replace_fork_server("it stopped listening while a candidate ran")
+    if len(proc.FORK_SERVER_LOST) > lost:  # only a process with the harness's uid reaches its socket
+        aggs["containment"].record(
+            False,
+            f"the harness's fork server stopped serving while the candidate "
+            f"ran ({proc.FORK_SERVER_LOST[-1]}): the candidate reached it; "
+            f"replaced",
+        )
+    strays = child.stray_processes()
+    if strays:
+        aggs["containment"].record(
+            False,
+            f"{len(strays)} process(es) the candidate started were still running (pids {strays[:5]}): killed",
+        )
+    else:
+        aggs["containment"].record(True, "no process the candidate started outlived it")
+    if error is None and aggs["protocol"].passed:
+        bye = child.goodbye()
+        if bye:
+            aggs["protocol"].record(False, bye)
+    child.close()
+
+
+def _captures(ref: ReferenceRun, child: Child, max_numel: int, say: Callable[[str], None], violations: set) -> tuple:
     """``--graphs``: the candidate's capture and the reference's (checked once per reference child)."""
     rt = reference_timing(ref, max_numel, child, say)
     cand = capture.check(ref, child, max_numel, "the candidate", [rt.child])
     violations.update(cand.violations)
-    say(f"{ref.name}: one call captured in a CUDA graph and replayed: reference "
-        f"{rt.capture.status() if rt.capture else capture.NOT_CHECKED}, candidate {cand.status()}")
+    say(
+        f"{ref.name}: one call captured in a CUDA graph and replayed: reference "
+        f"{rt.capture.status() if rt.capture else capture.NOT_CHECKED}, candidate {cand.status()}"
+    )
     return cand, rt.capture
 
 
 def _integrity(aggs: dict, violations: set) -> None:
-    aggs["integrity"].record(not violations, "candidate replaced: " + ", ".join(sorted(violations))[:600]
-                             if violations else "no timer, stream, RNG, comparison or harness function replaced")
+    aggs["integrity"].record(
+        not violations,
+        "candidate replaced: " + ", ".join(sorted(violations))[:600]
+        if violations
+        else "no timer, stream, RNG, comparison or harness function replaced",
+    )
 
 
-def _trials(ref: ReferenceRun, child: Child, aggs: dict, info: dict, notes: dict,
-            violations: set) -> tuple[list, int]:
+def _trials(ref: ReferenceRun, child: Child, aggs: dict, info: dict, notes: dict, violations: set) -> tuple[list, int]:
     """The correctness trials, one at a time; stops at the first failed check."""
     records: list[cmp.TrialRecord] = []
     specs = inp.plan_trials(ref.seeds)
@@ -234,8 +305,9 @@ def _trials(ref: ReferenceRun, child: Child, aggs: dict, info: dict, notes: dict
             # A wait past the limit once may be the child descheduled inside the synchronise: the same call
             # again. Each repeat's outputs are checked as the trial's are, so a repeat cannot hide a wrong call.
             while min(waits) > cmp.UNORDERED_MS and len(waits) <= ORDERING_REPEATS and outs is not None:
-                again = child.request(P.Trial(seq=0, index=spec.index, args=args),
-                                      stage=f"trial {spec.index} ({spec.label}) again")
+                again = child.request(
+                    P.Trial(seq=0, index=spec.index, args=args), stage=f"trial {spec.index} ({spec.label}) again"
+                )
                 violations.update(again.violations)
                 waits.append(again.unordered_ms)
                 again_outs = shared.read_outputs(child, again.outputs, max_numel, ref.device, tr.label, aggs)
@@ -273,14 +345,25 @@ def _place_trial(ref: ReferenceRun, xs: list, child: Child, layout: list | None)
     return ring.place([xs], layout)
 
 
-def _finish(ref: ReferenceRun, res: VerifyResult, aggs: dict, timed: Timed | None, candidate_peak: dict,
-            error: str | None, notes: dict, caps: tuple = (None, None)) -> None:
+def _finish(
+    ref: ReferenceRun,
+    res: VerifyResult,
+    aggs: dict,
+    timed: Timed | None,
+    candidate_peak: dict,
+    error: str | None,
+    notes: dict,
+    caps: tuple = (None, None),
+) -> None:
     res.checks = [a.check() for a in aggs.values() if a.applicable]
     graphs = capture.judge(caps[0], caps[1], timed.timing if timed else None) if ref.options.graphs else None
     res.capture = graphs.capture if graphs else capture.NOT_CHECKED
     rt = ref.timing
-    res.memory = {"reference_peak_bytes": rt.memory.get("peak_bytes") if rt else None,
-                  "candidate_peak_bytes": candidate_peak.get("peak_bytes"), "method": candidate_peak.get("method")}
+    res.memory = {
+        "reference_peak_bytes": rt.memory.get("peak_bytes") if rt else None,
+        "candidate_peak_bytes": candidate_peak.get("peak_bytes"),
+        "method": candidate_peak.get("method"),
+    }
     if res.memory["reference_peak_bytes"] and res.memory["candidate_peak_bytes"]:
         res.memory_ratio = res.memory["candidate_peak_bytes"] / res.memory["reference_peak_bytes"]
         res.memory["extra_bytes"] = res.memory["candidate_peak_bytes"] - res.memory["reference_peak_bytes"]
@@ -321,10 +404,11 @@ def _finish(ref: ReferenceRun, res: VerifyResult, aggs: dict, timed: Timed | Non
         res.timing["reference_compile_error"] = rt.compile_error
     io = (ref.estimate.inputs_bytes + ref.estimate.outputs_bytes) if ref.estimate else None
     cmed = (timing.get("candidate") or {}).get("median")
-    res.flags, extra = review_flags(res.speedup, res.memory, res.memory_ratio, cmed, io, res.device,
-                                    ref.device.startswith("cuda"))
+    res.flags, extra = review_flags(
+        res.speedup, res.memory, res.memory_ratio, cmed, io, res.device, ref.device.startswith("cuda")
+    )
     res.info.update(extra)
-    res.flags.extend(sb.cpu_flags(res.info.get("sandbox")))
-    res.flags.extend(sb.footprint_flags(res.info.get("sandbox")))
+    res.flags.extend(usage.cpu_flags(res.info.get("sandbox")))
+    res.flags.extend(usage.footprint_flags(res.info.get("sandbox")))
     if res.speedup is not None and not math.isfinite(res.speedup):
         res.verdict, res.speedup, res.reason = "inconclusive", None, "the speedup is not finite"

@@ -28,9 +28,11 @@ from headroom.verify.reference import ReferenceRun, truth
 OK = "ok"
 NOT_CHECKED = "not checked"
 BREAKS = "breaks capture: "
-BLOCKED = ("a timed phase waited on the GPU inside the candidate's call: a host synchronisation (.item(), "
-           ".cpu(), torch.cuda.synchronize(), a data-dependent shape) that a CUDA graph cannot hold, "
-           "although its capture passed")
+BLOCKED = (
+    "a timed phase waited on the GPU inside the candidate's call: a host synchronisation (.item(), "
+    ".cpu(), torch.cuda.synchronize(), a data-dependent shape) that a CUDA graph cannot hold, "
+    "although its capture passed"
+)
 
 
 @dataclass
@@ -90,8 +92,11 @@ def judge(cand: Outcome | None, ref: Outcome | None, timing: dict | None) -> Jud
     """What ``--graphs`` says of a candidate: see the module docstring. ``None``: not checked (the
     candidate failed earlier); ``timing``: the result's timing section (None: not timed)."""
     if ref is not None and not ref.ok:
-        return Judged(cand.status() if cand is not None else NOT_CHECKED, "inconclusive",
-                      f"the reference {ref.status()}: a candidate's capture has nothing to be held to")
+        return Judged(
+            cand.status() if cand is not None else NOT_CHECKED,
+            "inconclusive",
+            f"the reference {ref.status()}: a candidate's capture has nothing to be held to",
+        )
     if cand is None:
         return Judged(NOT_CHECKED)
     if not cand.ok:
@@ -102,8 +107,15 @@ def judge(cand: Outcome | None, ref: Outcome | None, timing: dict | None) -> Jud
         return Judged(BREAKS + BLOCKED, "error", BREAKS + BLOCKED)
     if timing.get("clock") != "gated":
         cal = timing.get("calibration") or {}
-        why = ("the reference's own call waits on the GPU" if cal.get("reference_blocked") else
-               f"the gated clock is unavailable ({cal.get('gate_unavailable') or 'no stream memory operations'})")
-        return Judged(OK, "inconclusive", f"--graphs times on the gated clock (launches hidden, as a graph "
-                                          f"replay runs), and here it did not run: {why}")
+        why = (
+            "the reference's own call waits on the GPU"
+            if cal.get("reference_blocked")
+            else f"the gated clock is unavailable ({cal.get('gate_unavailable') or 'no stream memory operations'})"
+        )
+        return Judged(
+            OK,
+            "inconclusive",
+            f"--graphs times on the gated clock (launches hidden, as a graph "
+            f"replay runs), and here it did not run: {why}",
+        )
     return Judged(OK)

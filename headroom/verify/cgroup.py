@@ -45,8 +45,11 @@ class Cgroup:
             self.notes.append("cgroup: off (HEADROOM_VERIFY_SEAL_OFF)")
             return
         unified = os.path.join(CGROUP_ROOT, "unified")
-        v2_root = unified if os.path.isfile(os.path.join(unified, "cgroup.procs")) else (
-            CGROUP_ROOT if os.path.isfile(os.path.join(CGROUP_ROOT, "cgroup.controllers")) else None)
+        v2_root = (
+            unified
+            if os.path.isfile(os.path.join(unified, "cgroup.procs"))
+            else (CGROUP_ROOT if os.path.isfile(os.path.join(CGROUP_ROOT, "cgroup.controllers")) else None)
+        )
         if v2_root and not off("v2"):
             path = os.path.join(v2_root, name)
             try:
@@ -69,8 +72,10 @@ class Cgroup:
                 os.mkdir(path)
                 if ctrl == "cpuset":
                     _write(os.path.join(path, "cpuset.mems"), _read(os.path.join(base, "cpuset.mems")).strip())
-                    _write(os.path.join(path, "cpuset.cpus"), ",".join(map(str, cpus)) if cpus else
-                           _read(os.path.join(base, "cpuset.cpus")).strip())
+                    _write(
+                        os.path.join(path, "cpuset.cpus"),
+                        ",".join(map(str, cpus)) if cpus else _read(os.path.join(base, "cpuset.cpus")).strip(),
+                    )
                 elif ctrl == "cpu" and quota_cpus:
                     _write(os.path.join(path, "cpu.cfs_period_us"), str(CFS_PERIOD_US))
                     _write(os.path.join(path, "cpu.cfs_quota_us"), str(CFS_PERIOD_US * quota_cpus))
@@ -96,9 +101,12 @@ class Cgroup:
             have = _read(os.path.join(root, "cgroup.controllers")).split()
         except OSError:
             have = []
-        wanted = {"cpuset": ("cpuset.cpus", ",".join(map(str, self.cpus or []))),
-                  "cpu": ("cpu.max", f"{CFS_PERIOD_US * self.quota_cpus} {CFS_PERIOD_US}" if self.quota_cpus else ""),
-                  "pids": ("pids.max", str(PIDS_MAX)), "memory": ("memory.max", "max")}  # memory: its peak
+        wanted = {
+            "cpuset": ("cpuset.cpus", ",".join(map(str, self.cpus or []))),
+            "cpu": ("cpu.max", f"{CFS_PERIOD_US * self.quota_cpus} {CFS_PERIOD_US}" if self.quota_cpus else ""),
+            "pids": ("pids.max", str(PIDS_MAX)),
+            "memory": ("memory.max", "max"),
+        }  # memory: its peak
         for ctrl, (knob, value) in wanted.items():
             if ctrl not in have or not value:
                 if ctrl in ("cpuset", "cpu") and value:
@@ -254,7 +262,8 @@ class Cgroup:
         """The most memory every process of the cgroup held at once, page cache and tmpfs pages included
         (bytes; v2 ``memory.peak``, v1 ``memory.max_usage_in_bytes``), None where not accounted."""
         files = ([os.path.join(self.v2, "memory.peak")] if self.v2 else []) + (
-            [os.path.join(self.v1["memory"], "memory.max_usage_in_bytes")] if "memory" in self.v1 else [])
+            [os.path.join(self.v1["memory"], "memory.max_usage_in_bytes")] if "memory" in self.v1 else []
+        )
         for f in files:
             try:
                 return int(_read(f).strip())
@@ -273,5 +282,3 @@ class Cgroup:
                 except OSError:  # still has (dying) members
                     time.sleep(0.02)
         self.v2, self.v1 = None, {}
-
-

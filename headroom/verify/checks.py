@@ -173,8 +173,7 @@ def measure(c: Any, t: Any, r: Any = None, chunk: int = CHUNK) -> Errors:
     first = _sums(c, t, r, chunk, inv, torch)
     n, ref_bad = first.n, first.ref_bad
     if first.nonfinite:
-        return Errors(math.inf, math.inf, math.inf if n > 1 else None, False, first.nonfinite, ref_bad,
-                      first.truth_bad)
+        return Errors(math.inf, math.inf, math.inf if n > 1 else None, False, first.nonfinite, ref_bad, first.truth_bad)
     if n == 0:
         return Errors(0.0, 0.0, None, True, 0, ref_bad)
     rel = 2.0 * first.s_dd.ratio(first.s_tt)
@@ -230,8 +229,9 @@ def _sums(c: Any, t: Any, r: Any, chunk: int, inv: float, torch: Any) -> _Sums:
     return out
 
 
-def _spread(c: Any, t: Any, chunk: int, n: int, rms: float, mt: float, mc: float, torch: Any
-            ) -> tuple[float, float | None]:
+def _spread(
+    c: Any, t: Any, chunk: int, n: int, rms: float, mt: float, mc: float, torch: Any
+) -> tuple[float, float | None]:
     """The second pass: the largest element-wise error and the centred relative error (None for a constant)."""
     elem = 0.0
     s_cen, s_tcen = SumSq(), SumSq()
@@ -266,8 +266,13 @@ class Gates:
     elem: float
     centred: float
     # The reference's own error, written (when known) by its three measures.
-    ref: Errors | None = field(default=None, metadata={**json_key("reference_error", omit_none=True), **encoded(
-        lambda e: {"rel_l2": e.rel_l2, "elem": e.elem, "centred": e.centred})})
+    ref: Errors | None = field(
+        default=None,
+        metadata={
+            **json_key("reference_error", omit_none=True),
+            **encoded(lambda e: {"rel_l2": e.rel_l2, "elem": e.elem, "centred": e.centred}),
+        },
+    )
     # Over the trials (``compare.out_gates``): the timed samples' relative L2 bound; no part of the JSON.
     timed_l2: float | None = field(default=None, metadata=SKIP)
 
@@ -278,8 +283,9 @@ def gates_for(dtype: Any, ref: Errors | None) -> Gates:
     if ref is None or not ref.finite_ok:
         return Gates(f_l2, f_elem, f_l2, ref)
     r_c = ref.centred if ref.centred is not None else 0.0
-    return Gates(max(f_l2, ERROR_FACTOR * ref.rel_l2), max(f_elem, ERROR_FACTOR * ref.elem),
-                 max(f_l2, ERROR_FACTOR * r_c), ref)
+    return Gates(
+        max(f_l2, ERROR_FACTOR * ref.rel_l2), max(f_elem, ERROR_FACTOR * ref.elem), max(f_l2, ERROR_FACTOR * r_c), ref
+    )
 
 
 def kernelbench_allclose(c: Any, ref: Any, chunk: int = CHUNK) -> bool:
@@ -291,8 +297,10 @@ def kernelbench_allclose(c: Any, ref: Any, chunk: int = CHUNK) -> bool:
     if is_exact_dtype(ref.dtype):
         return bool(torch.equal(c, ref))
     cf, rf = c.reshape(-1), ref.reshape(-1)
-    return all(bool(torch.allclose(cf[a:b].double(), rf[a:b].double(), atol=KERNELBENCH_ATOL, rtol=KERNELBENCH_RTOL))
-               for a, b in _chunks(rf.numel(), chunk))
+    return all(
+        bool(torch.allclose(cf[a:b].double(), rf[a:b].double(), atol=KERNELBENCH_ATOL, rtol=KERNELBENCH_RTOL))
+        for a, b in _chunks(rf.numel(), chunk)
+    )
 
 
 # --- exact digests and timed-output samples ------------------------------------------------
@@ -383,7 +391,10 @@ def samples_match(c: Any, r: Any, gate: Gates | None, rms: float) -> tuple[bool,
     cd, rd = c.to(torch.float64), r.to(torch.float64)
     kc, kr = _classes(cd), _classes(rd)
     if bool((kc != kr).any()):
-        return False, f"{int((kc != kr).sum())} of {r.numel()} sampled elements non-finite where the reference's are not"
+        return (
+            False,
+            f"{int((kc != kr).sum())} of {r.numel()} sampled elements non-finite where the reference's are not",
+        )
     m = kr == 0
     if not bool(m.any()):
         return True, "all sampled elements non-finite, as the reference's"

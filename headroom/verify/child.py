@@ -21,6 +21,7 @@ import signal
 import sys
 import time
 import traceback
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -84,20 +85,32 @@ def main(conn: Any, job_bytes: bytes) -> None:
     """Process entry point (preloaded in the fork server)."""
     job = P.decode_job(job_bytes)
     _isolate(job)
-    state = {"seq": 0, "stage": "start"}
+    state: dict[str, Any] = {"seq": 0, "stage": "start"}
     try:
         _serve(conn, job, state)
     except BaseException as e:  # noqa: BLE001 - SystemExit from a candidate is an error like any other
-        kind = "bad_fork" if isinstance(e, BadFork) else (
-            "candidate" if job.role != "reference" and not isinstance(e, StateMismatch) else "harness")
+        kind = (
+            "bad_fork"
+            if isinstance(e, BadFork)
+            else ("candidate" if job.role != "reference" and not isinstance(e, StateMismatch) else "harness")
+        )
         msg = f"{type(e).__name__}: {e}" if str(e) else type(e).__name__
         if isinstance(e, SystemExit):
             msg = f"called sys.exit({e.code!r})"
         tb = traceback.format_exc(limit=12)
         try:
             print(tb, file=sys.stderr)
-            conn.send_bytes(P.encode(P.Failed(seq=state["seq"], stage=state["stage"], kind=kind,  # type: ignore[arg-type]
-                                              message=msg[:2000], traceback=tb[-4000:])))
+            conn.send_bytes(
+                P.encode(
+                    P.Failed(
+                        seq=state["seq"],
+                        stage=state["stage"],
+                        kind=kind,
+                        message=msg[:2000],
+                        traceback=tb[-4000:],
+                    )
+                )
+            )
         except Exception:
             pass
     finally:
@@ -166,6 +179,48 @@ def _start_device(job: P.Job) -> tuple[Any, _Prims, Any, str | None]:
 
 
 def _serve(conn: Any, job: P.Job, state: dict) -> None:
+    """Start (``_ready``), then answer one command at a time, each by its handler, until ``Bye``."""
+    # taken before any problem or candidate code runs: a handler replaced later is never called
+    # (and the integrity snapshot reports it replaced)
+    handlers: dict[type, Callable[[_Served, Any, Any], Any]] = {
+        P.MapRing: _on_map_ring,
+        P.Memory: _on_memory,
+        P.Launches: _on_launches,
+        P.Trial: _on_trial,
+        P.Run: _on_run,
+        P.Compile: _on_compile,
+        P.Capture: _on_capture,
+        P.Release: _on_release,
+    }
+    s = _ready(conn, job, state)
+    while True:
+        raw = conn.recv_bytes(P.MAX_MESSAGE_BYTES)
+        cmd = P.decode_command(raw)
+        state["seq"] = cmd.seq
+        state["stage"] = type(cmd).__name__.lower()
+        handler = handlers.get(type(cmd))
+        if handler is None:  # Bye
+            conn.send_bytes(P.encode(P.Done(seq=cmd.seq, violations=integrity.violations(s.snap))))
+            return
+        conn.send_bytes(P.encode(handler(s, cmd, conn)))
+
+
+class _Served:
+    """What the child keeps between commands: its model and clocks, the ring it mapped, the outputs it holds."""
+
+    def __init__(self, model: Any, device: Any, prims: _Prims, clock: Any, segments: Any, snap: dict):
+        self.model, self.device, self.prims, self.clock = model, device, prims, clock
+        self.segments = segments  # gate.Segments: timed outputs shared by allocation (GPU)
+        self.snap = snap  # integrity.snapshot(), taken before the candidate was imported
+        self.ring: Any = None
+        self.kept: list = []
+        self.compiled: Any = None
+        self.calls = _Calls()
+        self.mode = "ipc" if prims.cuda else "addr"
+
+
+def _ready(conn: Any, job: P.Job, state: dict) -> _Served:
+    """The device, the problem and the model (a candidate's file imported first), then ``Ready``."""
     device, prims, clock, clock_error = _start_device(job)
     segments = gate.Segments() if prims.cuda else None
     precision = set_tf32(True)
@@ -180,76 +235,120 @@ def _serve(conn: Any, job: P.Job, state: dict) -> None:
             raise CandidateError(f"{job.candidate} does not define class ModelNew")
     state["stage"] = "init"
     model = prob.build_model(cls, problem, job.init_seed, device) if job.role != "build" else None
-    conn.send_bytes(P.encode(P.Ready(seq=0, device_name=torch.cuda.get_device_name(device) if prims.cuda else "cpu",
-                                     torch=str(torch.__version__), precision=precision,
-                                     violations=integrity.violations(snap), gated=clock is not None,
-                                     clock_error=clock_error)))
-    ring = None
-    kept: list = []
-    compiled = None
-    calls = _Calls()
-    mode = "ipc" if prims.cuda else "addr"
-    while True:
-        raw = conn.recv_bytes(P.MAX_MESSAGE_BYTES)
-        cmd = P.decode_command(raw)
-        state["seq"] = cmd.seq
-        state["stage"] = type(cmd).__name__.lower()
+    conn.send_bytes(
+        P.encode(
+            P.Ready(
+                seq=0,
+                device_name=torch.cuda.get_device_name(device) if prims.cuda else "cpu",
+                torch=str(torch.__version__),
+                precision=precision,
+                violations=integrity.violations(snap),
+                gated=clock is not None,
+                clock_error=clock_error,
+            )
+        )
+    )
+    return _Served(model, device, prims, clock, segments, snap)
 
-        def args(a: list) -> list:
-            return [shared.view(ring, x) if isinstance(x, P.RingTensor) else x.value for x in a]
 
-        reply: Any
-        if isinstance(cmd, P.MapRing):
-            ring = input_ring.map_ring(cmd.ring, device, conn)
-            reply = P.Done(seq=cmd.seq, violations=integrity.violations(snap))
-        elif isinstance(cmd, P.Memory):
-            kept = _released(prims, kept, model, ring)
-            peak, method, free = _memory(model, args(cmd.args), prims, device,
-                                         lambda o: _poison(o, model, ring, prims))
-            calls.outside()
-            reply = P.MemoryDone(seq=cmd.seq, peak_bytes=peak, method=method, violations=integrity.violations(snap),
-                                 free_bytes=free)
-        elif isinstance(cmd, P.Launches):
-            kept = _released(prims, kept, model, ring)
-            cp = launches.profile_call(model, args(cmd.args), prims.cuda)
-            calls.outside()
-            reply = P.LaunchesDone(seq=cmd.seq, count=cp.launches, method=cp.method, kernel_us=cp.kernel_us,
-                                   syncs=cp.syncs, d2h_bytes=cp.d2h_bytes, violations=integrity.violations(snap),
-                                   top_kernels=list(cp.top_kernels))
-        elif isinstance(cmd, P.Trial):
-            kept = _released(prims, kept, model, ring)  # the previous command's outputs (the harness has read them)
-            kept, unordered = _trial(model, args(cmd.args), prims, calls)
-            reply = P.TrialDone(seq=cmd.seq, outputs=[shared.describe(o, mode) for o in kept],
-                                violations=integrity.violations(snap), unordered_ms=unordered)
-        elif isinstance(cmd, P.Run):
-            kept = _released(prims, kept, model, ring)
-            fn = compiled if cmd.compiled else model
-            if cmd.token and clock is not None:
-                kept, ms = _run_gated(fn, [args(b) for b in cmd.batches], cmd, prims, clock, calls)
-            else:
-                kept, ms = _run(fn, [args(b) for b in cmd.batches], cmd, prims, calls)
-            outs = [[_describe_timed(o, segments, mode) for o in row] for row in kept]
-            reply = P.RunDone(seq=cmd.seq, outputs=outs, child_ms=ms, violations=integrity.violations(snap),
-                              segments=segments.take_new() if segments is not None else [])
-        elif isinstance(cmd, P.Compile):
-            compiled, err = _compile(model, args(cmd.args), prims)
-            calls.outside()
-            reply = P.Done(seq=cmd.seq, violations=integrity.violations(snap), error=err)
-        elif isinstance(cmd, P.Capture):
-            kept = _released(prims, kept, model, ring)
-            kept, err = capture_call(model, args(cmd.args), args(cmd.replay), prims.sync) if prims.cuda \
-                else ([], "CUDA graphs need a GPU")
-            calls.outside()
-            prims.ipc_dirty = prims.cuda
-            reply = P.CaptureDone(seq=cmd.seq, outputs=[shared.describe(o, mode) for o in kept],
-                                  violations=integrity.violations(snap), error=err)
-        elif isinstance(cmd, P.Release):
-            kept = _released(prims, kept, model, ring)
-            reply = P.Done(seq=cmd.seq, violations=integrity.violations(snap))
-        else:  # Bye
-            conn.send_bytes(P.encode(P.Done(seq=cmd.seq, violations=integrity.violations(snap))))
-            return
-        conn.send_bytes(P.encode(reply))
+def _args(s: _Served, a: list) -> list:
+    """A command's arguments: views of the ring, or the scalars themselves."""
+    return [shared.view(s.ring, x) if isinstance(x, P.RingTensor) else x.value for x in a]
+
+
+def _release(s: _Served) -> None:
+    s.kept = _released(s.prims, s.kept, s.model, s.ring)
+
+
+# --- one handler per command (``_serve``): each returns its reply -----------------------------
+
+
+def _on_map_ring(s: _Served, cmd: P.MapRing, conn: Any) -> P.Done:
+    s.ring = input_ring.map_ring(cmd.ring, s.device, conn)
+    return P.Done(seq=cmd.seq, violations=integrity.violations(s.snap))
+
+
+def _on_memory(s: _Served, cmd: P.Memory, conn: Any) -> P.MemoryDone:
+    _release(s)
+    peak, method, free = _memory(
+        s.model, _args(s, cmd.args), s.prims, s.device, lambda o: _poison(o, s.model, s.ring, s.prims)
+    )
+    s.calls.outside()
+    return P.MemoryDone(
+        seq=cmd.seq, peak_bytes=peak, method=method, violations=integrity.violations(s.snap), free_bytes=free
+    )
+
+
+def _on_launches(s: _Served, cmd: P.Launches, conn: Any) -> P.LaunchesDone:
+    _release(s)
+    cp = launches.profile_call(s.model, _args(s, cmd.args), s.prims.cuda)
+    s.calls.outside()
+    return P.LaunchesDone(
+        seq=cmd.seq,
+        count=cp.launches,
+        method=cp.method,
+        kernel_us=cp.kernel_us,
+        syncs=cp.syncs,
+        d2h_bytes=cp.d2h_bytes,
+        violations=integrity.violations(s.snap),
+        top_kernels=list(cp.top_kernels),
+    )
+
+
+def _on_trial(s: _Served, cmd: P.Trial, conn: Any) -> P.TrialDone:
+    _release(s)  # the previous command's outputs (the harness has read them)
+    s.kept, unordered = _trial(s.model, _args(s, cmd.args), s.prims, s.calls)
+    return P.TrialDone(
+        seq=cmd.seq,
+        outputs=[shared.describe(o, s.mode) for o in s.kept],
+        violations=integrity.violations(s.snap),
+        unordered_ms=unordered,
+    )
+
+
+def _on_run(s: _Served, cmd: P.Run, conn: Any) -> P.RunDone:
+    _release(s)
+    fn = s.compiled if cmd.compiled else s.model
+    if cmd.token and s.clock is not None:
+        s.kept, ms = _run_gated(fn, [_args(s, b) for b in cmd.batches], cmd, s.prims, s.clock, s.calls)
+    else:
+        s.kept, ms = _run(fn, [_args(s, b) for b in cmd.batches], cmd, s.prims, s.calls)
+    outs = [[_describe_timed(o, s.segments, s.mode) for o in row] for row in s.kept]
+    return P.RunDone(
+        seq=cmd.seq,
+        outputs=outs,
+        child_ms=ms,
+        violations=integrity.violations(s.snap),
+        segments=s.segments.take_new() if s.segments is not None else [],
+    )
+
+
+def _on_compile(s: _Served, cmd: P.Compile, conn: Any) -> P.Done:
+    s.compiled, err = _compile(s.model, _args(s, cmd.args), s.prims)
+    s.calls.outside()
+    return P.Done(seq=cmd.seq, violations=integrity.violations(s.snap), error=err)
+
+
+def _on_capture(s: _Served, cmd: P.Capture, conn: Any) -> P.CaptureDone:
+    _release(s)
+    s.kept, err = (
+        capture_call(s.model, _args(s, cmd.args), _args(s, cmd.replay), s.prims.sync)
+        if s.prims.cuda
+        else ([], "CUDA graphs need a GPU")
+    )
+    s.calls.outside()
+    s.prims.ipc_dirty = s.prims.cuda
+    return P.CaptureDone(
+        seq=cmd.seq,
+        outputs=[shared.describe(o, s.mode) for o in s.kept],
+        violations=integrity.violations(s.snap),
+        error=err,
+    )
+
+
+def _on_release(s: _Served, cmd: P.Release, conn: Any) -> P.Done:
+    _release(s)
+    return P.Done(seq=cmd.seq, violations=integrity.violations(s.snap))
 
 
 def _trial(model: Any, xs: list, prims: _Prims, calls: _Calls) -> tuple[list, float]:
@@ -287,8 +386,9 @@ def _describe_timed(o: Any, segments: Any, mode: str) -> P.Out:
     return shared.describe(o, mode)
 
 
-def _run_gated(fn: Any, batches: list[list], cmd: P.Run, prims: _Prims, clock: gate.StreamClock,
-               calls: _Calls) -> tuple[list, list[float]]:
+def _run_gated(
+    fn: Any, batches: list[list], cmd: P.Run, prims: _Prims, clock: gate.StreamClock, calls: _Calls
+) -> tuple[list, list[float]]:
     """Enqueue a gated phase (``gate``): wait for the token, the forwards between two events, the flag.
 
     Returns the outputs (still being computed once the gate opens) and the events of the previous
@@ -373,8 +473,12 @@ def _poison(outs: list, model: Any, ring: Any, prims: _Prims) -> None:
         if isinstance(o, (list, tuple)):
             stack.extend(o)
             continue
-        if _type(o) is not torch.Tensor or o.numel() == 0 or o.layout != torch.strided \
-                or o.device.type not in ("cpu", "cuda"):
+        if (
+            _type(o) is not torch.Tensor
+            or o.numel() == 0
+            or o.layout != torch.strided
+            or o.device.type not in ("cpu", "cuda")
+        ):
             continue
         try:  # best effort: an output without a plain storage is left as it is
             st = o.untyped_storage()

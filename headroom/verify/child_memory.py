@@ -58,8 +58,11 @@ def _memory(model: Any, xs: list, prims: Any, device: Any, poison: Any) -> tuple
         prims.sync()
         poison([out])
         del out
-        return int(torch.cuda.max_memory_allocated(device)), \
-            "torch.cuda.max_memory_allocated over one forward (parameters, temporaries, outputs)", free
+        return (
+            int(torch.cuda.max_memory_allocated(device)),
+            "torch.cuda.max_memory_allocated over one forward (parameters, temporaries, outputs)",
+            free,
+        )
     before = _proc_status_kb("VmRSS")
     try:
         with open("/proc/self/clear_refs", "w") as f:
@@ -74,5 +77,8 @@ def _memory(model: Any, xs: list, prims: Any, device: Any, poison: Any) -> tuple
     del out
     if before is None or hwm is None:
         return _tensor_bytes(model), "parameter bytes only (no /proc peak RSS)", None
-    return _tensor_bytes(model) + max(0, (hwm - before) * 1024), \
-        "parameter bytes plus the VmHWM rise over one forward (after a /proc/self/clear_refs reset)", None
+    return (
+        _tensor_bytes(model) + max(0, (hwm - before) * 1024),
+        "parameter bytes plus the VmHWM rise over one forward (after a /proc/self/clear_refs reset)",
+        None,
+    )

@@ -16,8 +16,13 @@ class StateMismatch(Exception):
     """torch's global state changed between two calls of the model, outside them (a harness self-check)."""
 
 
-_TF32_KEYS = ("allow_tf32_matmul", "allow_tf32_cudnn", "float32_matmul_precision", "matmul_fp32_precision",
-              "cudnn_fp32_precision")
+_TF32_KEYS = (
+    "allow_tf32_matmul",
+    "allow_tf32_cudnn",
+    "float32_matmul_precision",
+    "matmul_fp32_precision",
+    "cudnn_fp32_precision",
+)
 
 
 def torch_state() -> dict[str, Any]:
@@ -34,22 +39,26 @@ def torch_state() -> dict[str, Any]:
         st.update(precision_state())
         mm = torch.backends.cuda.matmul
         cudnn = torch.backends.cudnn
-        st.update({
-            "deterministic_algorithms": torch.are_deterministic_algorithms_enabled(),
-            "deterministic_warn_only": torch.is_deterministic_algorithms_warn_only_enabled(),
-            "fill_uninitialized_memory": bool(det.fill_uninitialized_memory),  # type: ignore[attr-defined]
-            "grad_enabled": torch.is_grad_enabled(),
-            "inference_mode": torch.is_inference_mode_enabled(),
-            "default_dtype": str(torch.get_default_dtype()),
-            "num_threads": torch.get_num_threads(),
-            "num_interop_threads": torch.get_num_interop_threads(),
-            "cudnn": (cudnn.enabled, cudnn.benchmark, cudnn.deterministic),
-            "matmul_reduced_precision": (mm.allow_fp16_reduced_precision_reduction,
-                                         mm.allow_bf16_reduced_precision_reduction),
-            "mkldnn": torch.backends.mkldnn.enabled,
-            "anomaly": torch.is_anomaly_enabled(),
-            "warning_filters": n_filters,
-        })
+        st.update(
+            {
+                "deterministic_algorithms": torch.are_deterministic_algorithms_enabled(),
+                "deterministic_warn_only": torch.is_deterministic_algorithms_warn_only_enabled(),
+                "fill_uninitialized_memory": bool(det.fill_uninitialized_memory),  # type: ignore[attr-defined]
+                "grad_enabled": torch.is_grad_enabled(),
+                "inference_mode": torch.is_inference_mode_enabled(),
+                "default_dtype": str(torch.get_default_dtype()),
+                "num_threads": torch.get_num_threads(),
+                "num_interop_threads": torch.get_num_interop_threads(),
+                "cudnn": (cudnn.enabled, cudnn.benchmark, cudnn.deterministic),
+                "matmul_reduced_precision": (
+                    mm.allow_fp16_reduced_precision_reduction,
+                    mm.allow_bf16_reduced_precision_reduction,
+                ),
+                "mkldnn": torch.backends.mkldnn.enabled,
+                "anomaly": torch.is_anomaly_enabled(),
+                "warning_filters": n_filters,
+            }
+        )
         for dev in ("cpu", "cuda"):
             try:
                 st[f"autocast_{dev}"] = (torch.is_autocast_enabled(dev), str(torch.get_autocast_dtype(dev)))
@@ -83,11 +92,16 @@ class _Calls:
                     skip: set[str] = set() if self.inside else {"grad_enabled", *_TF32_KEYS}
                     if tf32 != self.tf32:
                         skip.update(_TF32_KEYS)
-                    diff = [f"{k}: {self.last.get(k)!r} -> {v!r}" for k, v in now.items()
-                            if k not in skip and self.last.get(k) != v]
+                    diff = [
+                        f"{k}: {self.last.get(k)!r} -> {v!r}"
+                        for k, v in now.items()
+                        if k not in skip and self.last.get(k) != v
+                    ]
                     if diff:
-                        raise StateMismatch("harness self-check: torch's global state changed between two calls "
-                                            "of the model, outside them (" + "; ".join(diff)[:400] + ")")
+                        raise StateMismatch(
+                            "harness self-check: torch's global state changed between two calls "
+                            "of the model, outside them (" + "; ".join(diff)[:400] + ")"
+                        )
                 self.last, self.tf32, self.inside = now, tf32, True
                 yield
         finally:

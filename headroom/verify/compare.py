@@ -14,8 +14,22 @@ from typing import Any
 
 from headroom.verify import checks as ck
 
-CHECK_ORDER = ("integrity", "protocol", "containment", "output_type", "no_input_mutation", "finite", "rel_l2",
-               "allclose", "centred", "exact", "sensitivity", "stream_ordering", "timed_outputs", "timer_consistency")
+CHECK_ORDER = (
+    "integrity",
+    "protocol",
+    "containment",
+    "output_type",
+    "no_input_mutation",
+    "finite",
+    "rel_l2",
+    "allclose",
+    "centred",
+    "exact",
+    "sensitivity",
+    "stream_ordering",
+    "timed_outputs",
+    "timer_consistency",
+)
 UNORDERED_MS = 0.1  # GPU: a device-wide synchronise after the caller's stream is idle takes microseconds
 SKETCH = 4096  # truth elements kept per output for the sensitivity check
 
@@ -85,7 +99,9 @@ class TrialRecord:
     gates: list
     sketch: list  # per output: (numel, sampled truth values as float64 or exact)
     digests: list = field(default_factory=list)
-    errors: list = field(default_factory=list)  # per output: the candidate's relative L2 error (None: exact / not measured)
+    errors: list = field(
+        default_factory=list
+    )  # per output: the candidate's relative L2 error (None: exact / not measured)
 
 
 def sketch(t: Any) -> tuple[int, Any]:
@@ -100,8 +116,9 @@ def sketch(t: Any) -> tuple[int, Any]:
     return n, flat[idx.to(flat.device)].detach().cpu().clone()
 
 
-def compare_outputs(truth: Truth, outs: list, aggs: dict[str, Agg], info: dict,
-                    errors: list | None = None) -> list[str] | None:
+def compare_outputs(
+    truth: Truth, outs: list, aggs: dict[str, Agg], info: dict, errors: list | None = None
+) -> list[str] | None:
     """Fold one trial's outputs into the checks; returns their exact digests (None: wrong structure).
     ``errors`` gets each output's relative L2 error (None where exact or not finite)."""
     import torch
@@ -112,8 +129,9 @@ def compare_outputs(truth: Truth, outs: list, aggs: dict[str, Agg], info: dict,
         return None
     for j, (c, r) in enumerate(zip(outs, truth.ref_out)):
         if tuple(c.shape) != tuple(r.shape) or c.dtype != r.dtype:
-            aggs["output_type"].record(False, f"{label}: output {j} is {c.dtype} {tuple(c.shape)}, "
-                                              f"expected {r.dtype} {tuple(r.shape)}")
+            aggs["output_type"].record(
+                False, f"{label}: output {j} is {c.dtype} {tuple(c.shape)}, expected {r.dtype} {tuple(r.shape)}"
+            )
             return None
     aggs["output_type"].record(True, f"{len(outs)} plain tensor output(s), shapes and dtypes match")
     digests = []
@@ -133,21 +151,32 @@ def compare_outputs(truth: Truth, outs: list, aggs: dict[str, Agg], info: dict,
             continue
         e = ck.measure(c, t, r)
         excused = f" ({e.reference_nonfinite} where the fp32 reference overflows too)" if e.reference_nonfinite else ""
-        aggs["finite"].record(e.finite_ok, f"{tag}: {_nonfinite_reason(e)}" if not e.finite_ok
-                              else f"no NaN/Inf where the truth and the reference are finite{excused}")
+        aggs["finite"].record(
+            e.finite_ok,
+            f"{tag}: {_nonfinite_reason(e)}"
+            if not e.finite_ok
+            else f"no NaN/Inf where the truth and the reference are finite{excused}",
+        )
         if not e.finite_ok:
             continue
         if errors is not None:
             errors[-1] = e.rel_l2
-        aggs["rel_l2"].record(e.rel_l2 <= g.rel_l2, f"{tag}: relative L2 error {fmt(e.rel_l2)} (gate {fmt(g.rel_l2)})",
-                              e.rel_l2 / g.rel_l2)
-        aggs["allclose"].record(e.elem <= g.elem,
-                                f"{tag}: max element error {fmt(e.elem)} x (rms + |t|) (gate {fmt(g.elem)})",
-                                e.elem / g.elem)
+        aggs["rel_l2"].record(
+            e.rel_l2 <= g.rel_l2,
+            f"{tag}: relative L2 error {fmt(e.rel_l2)} (gate {fmt(g.rel_l2)})",
+            e.rel_l2 / g.rel_l2,
+        )
+        aggs["allclose"].record(
+            e.elem <= g.elem,
+            f"{tag}: max element error {fmt(e.elem)} x (rms + |t|) (gate {fmt(g.elem)})",
+            e.elem / g.elem,
+        )
         if e.centred is not None:
-            aggs["centred"].record(e.centred <= g.centred,
-                                   f"{tag}: centred relative error {fmt(e.centred)} (gate {fmt(g.centred)})",
-                                   e.centred / g.centred)
+            aggs["centred"].record(
+                e.centred <= g.centred,
+                f"{tag}: centred relative error {fmt(e.centred)} (gate {fmt(g.centred)})",
+                e.centred / g.centred,
+            )
         info["max_rel_l2"] = max(info.get("max_rel_l2", 0.0), e.rel_l2)
     if truth.published:
         info["kernelbench_allclose"] = kb_ok
@@ -159,8 +188,10 @@ def _nonfinite_reason(e: ck.Errors) -> str:
     if e.nonfinite > e.truth_nonfinite:
         parts.append(f"{e.nonfinite - e.truth_nonfinite} unexpected NaN/Inf value(s)")
     if e.truth_nonfinite:
-        parts.append(f"{e.truth_nonfinite} value(s) where the truth is inf or NaN (beyond the output format's range) and "
-                     f"the candidate holds neither that nor the reference's value")
+        parts.append(
+            f"{e.truth_nonfinite} value(s) where the truth is inf or NaN (beyond the output format's range) and "
+            f"the candidate holds neither that nor the reference's value"
+        )
     return "; ".join(parts)
 
 
@@ -171,10 +202,13 @@ def record_ordering(label: str, unordered_ms: list[float], agg: Agg) -> None:
     inside the synchronise reads as one long wait; a side stream's work is there at every call)."""
     over = min(unordered_ms) > UNORDERED_MS
     waits = ", ".join(f"{w * 1e3:.0f}" for w in unordered_ms)
-    agg.record(not over,
-               f"{label}: a device-wide synchronise still waited {waits} us after the caller's stream was done "
-               f"({len(unordered_ms)} call(s)): work on a side stream not ordered with it" if over else
-               "all work ordered on the caller's stream")
+    agg.record(
+        not over,
+        f"{label}: a device-wide synchronise still waited {waits} us after the caller's stream was done "
+        f"({len(unordered_ms)} call(s)): work on a side stream not ordered with it"
+        if over
+        else "all work ordered on the caller's stream",
+    )
 
 
 def record_inputs(label: str, before: list, after: list, agg: Agg) -> None:
@@ -223,8 +257,11 @@ def sensitivity(records: list[TrialRecord], agg: Agg) -> None:
                     continue
                 pairs += 1
                 if da == db:
-                    agg.record(False, f"output {o} is bit-identical for {a.label} and {b.label} although the "
-                                      f"true outputs differ: a constant or cached answer")
+                    agg.record(
+                        False,
+                        f"output {o} is bit-identical for {a.label} and {b.label} although the "
+                        f"true outputs differ: a constant or cached answer",
+                    )
                     return
     if pairs:
         agg.record(True, f"outputs change with the inputs ({pairs} trial pairs)")
@@ -244,6 +281,9 @@ def out_gates(records: list[TrialRecord]) -> list:
         cand = max((r.errors[j] for r in records if j < len(r.errors) and r.errors[j] is not None), default=0.0)
         ref = max((g.ref.rel_l2 for g in gs if g.ref is not None), default=0.0)
         rel_l2 = max(g.rel_l2 for g in gs)
-        out.append(ck.Gates(rel_l2, loose.elem, max(g.centred for g in gs), loose.ref,
-                            timed_l2=ck.timed_l2_bound(rel_l2, cand, ref)))
+        out.append(
+            ck.Gates(
+                rel_l2, loose.elem, max(g.centred for g in gs), loose.ref, timed_l2=ck.timed_l2_bound(rel_l2, cand, ref)
+            )
+        )
     return out

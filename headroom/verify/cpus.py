@@ -34,7 +34,7 @@ def split(threads: int | None) -> tuple[list[int], list[int], int | None] | None
         return None
     half = len(allowed) // 2
     k = min(threads, half) if threads else half
-    return allowed[:k], allowed[half:half + k], (threads if threads else None)
+    return allowed[:k], allowed[half : half + k], (threads if threads else None)
 
 
 def shared(threads: int | None) -> tuple[list[int], int | None]:
@@ -97,8 +97,9 @@ class Placement:
         a, b = list(ref_child.sandbox.cpus), list(cand_child.sandbox.cpus)
         self.sets = (a, b)
         self.disjoint = bool(a) and bool(b) and not set(a) & set(b)
-        self.swappable = (self.disjoint and ref_child.sandbox.can_set_cpus()
-                          and cand_child.sandbox.can_set_cpus() and not off("swap"))
+        self.swappable = (
+            self.disjoint and ref_child.sandbox.can_set_cpus() and cand_child.sandbox.can_set_cpus() and not off("swap")
+        )
         self.rounds: list[dict] = []
         self.overlaps: list[str] = []
 
@@ -113,8 +114,7 @@ class Placement:
         got_ref, got_cand = kernel_cpus(_pids(self.ref)), kernel_cpus(_pids(self.cand))
         self.rounds.append({"reference": sorted(got_ref), "candidate": sorted(got_cand)})
         if self.disjoint and got_ref & got_cand:
-            self.overlaps.append(f"round {r}: the kernel lets both children run on CPU(s) "
-                                 f"{sorted(got_ref & got_cand)}")
+            self.overlaps.append(f"round {r}: the kernel lets both children run on CPU(s) {sorted(got_ref & got_cand)}")
 
     def restore(self) -> None:
         """The reference's child is kept for the next candidate: back on its own half."""
@@ -124,18 +124,31 @@ class Placement:
     def describe(self) -> dict:
         a, b = self.sets
         if not a or not b:
-            how = ("a child is not sealed: no CPU set of its own; the reference's CPU time per forward against "
-                   "its calibration is the guard")
+            how = (
+                "a child is not sealed: no CPU set of its own; the reference's CPU time per forward against "
+                "its calibration is the guard"
+            )
         elif not self.disjoint:
-            how = ("one CPU: both timed children share it; the reference's CPU time per forward against its "
-                   "calibration is the guard" if len(set(a) | set(b)) < 2 else
-                   "the CPU split is off: both timed children share one CPU set")
+            how = (
+                "one CPU: both timed children share it; the reference's CPU time per forward against its "
+                "calibration is the guard"
+                if len(set(a) | set(b)) < 2
+                else "the CPU split is off: both timed children share one CPU set"
+            )
         elif self.swappable:
-            how = ("disjoint halves, exchanged every round while both are frozen: the reference on the first "
-                   "half in the rounds that time it first, on the second in the others")
+            how = (
+                "disjoint halves, exchanged every round while both are frozen: the reference on the first "
+                "half in the rounds that time it first, on the second in the others"
+            )
         else:
             how = "disjoint halves, fixed (no writable cpuset: each child's affinity, set in the child)"
-        return {"reference": a, "candidate": b, "disjoint": self.disjoint, "swapped": self.swappable,
-                "method": how, "by_round": self.rounds,
-                "disjoint_in_every_round": self.disjoint and not self.overlaps and bool(self.rounds),
-                "overlaps": self.overlaps}
+        return {
+            "reference": a,
+            "candidate": b,
+            "disjoint": self.disjoint,
+            "swapped": self.swappable,
+            "method": how,
+            "by_round": self.rounds,
+            "disjoint_in_every_round": self.disjoint and not self.overlaps and bool(self.rounds),
+            "overlaps": self.overlaps,
+        }

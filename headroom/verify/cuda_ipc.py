@@ -64,8 +64,13 @@ class _Array:
     view kept too long delays the release instead of reading freed memory."""
 
     def __init__(self, ptr: int, nbytes: int, release: Any):
-        self.__cuda_array_interface__ = {"shape": (nbytes,), "typestr": "|u1", "data": (ptr, False), "strides": None,
-                                         "version": 2}
+        self.__cuda_array_interface__ = {
+            "shape": (nbytes,),
+            "typestr": "|u1",
+            "data": (ptr, False),
+            "strides": None,
+            "version": 2,
+        }
         fin = weakref.finalize(self, release, ptr)
         fin.atexit = False  # at exit the process's memory goes with its context
 
@@ -114,7 +119,6 @@ class Allocation(_View):
         self.tensor = _as_tensor(self.ptr, nbytes, device, _free)
 
 
-
 class Mapping(_View):
     """Child side: the harness's allocation mapped into this process, as a uint8 tensor."""
 
@@ -126,8 +130,6 @@ class Mapping(_View):
         h = _Handle()
         ctypes.memmove(ctypes.addressof(h), handle, IPC_HANDLE_BYTES)
         ptr = ctypes.c_uint64(0)
-        _check(lib.cuIpcOpenMemHandle(ctypes.byref(ptr), h, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS),
-               "cuIpcOpenMemHandle")
+        _check(lib.cuIpcOpenMemHandle(ctypes.byref(ptr), h, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS), "cuIpcOpenMemHandle")
         self.ptr = ptr.value
         self.tensor = _as_tensor(self.ptr, nbytes, device, _unmap)
-

@@ -106,8 +106,11 @@ def _helpers() -> set[int]:
     """multiprocessing's own processes (the fork server, the resource tracker, retired fork servers)."""
     from multiprocessing import forkserver, resource_tracker
 
-    pids = {getattr(forkserver._forkserver, "_forkserver_pid", None),
-            getattr(resource_tracker._resource_tracker, "_pid", None), *_RETIRED}
+    pids = {
+        getattr(forkserver._forkserver, "_forkserver_pid", None),
+        getattr(resource_tracker._resource_tracker, "_pid", None),
+        *_RETIRED,
+    }
     return {p for p in pids if p}
 
 

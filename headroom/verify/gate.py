@@ -60,8 +60,14 @@ def _ops() -> Any:
     global _lib_ops
     if _lib_ops is None:
         lib = _driver()
-        for name in ("cuStreamWaitValue32_v2", "cuStreamWriteValue32_v2", "cuMemHostRegister_v2",
-                     "cuMemHostGetDevicePointer_v2", "cuPointerGetAttributes", "cuMemHostUnregister"):
+        for name in (
+            "cuStreamWaitValue32_v2",
+            "cuStreamWriteValue32_v2",
+            "cuMemHostRegister_v2",
+            "cuMemHostGetDevicePointer_v2",
+            "cuPointerGetAttributes",
+            "cuMemHostUnregister",
+        ):
             getattr(lib, name).restype = ctypes.c_int
         lib.cuStreamWaitValue32_v2.argtypes = [ctypes.c_void_p, ctypes.c_uint64, ctypes.c_uint32, ctypes.c_uint]
         lib.cuStreamWriteValue32_v2.argtypes = [ctypes.c_void_p, ctypes.c_uint64, ctypes.c_uint32, ctypes.c_uint]
@@ -185,18 +191,27 @@ class StreamClock:
         finally:
             os.close(fd)
         self._addr = ctypes.addressof(ctypes.c_char.from_buffer(self._mm))
-        _check(lib.cuMemHostRegister_v2(ctypes.c_void_p(self._addr), ctypes.c_size_t(PAGE),
-                                        ctypes.c_uint(CU_MEMHOSTREGISTER_PORTABLE | CU_MEMHOSTREGISTER_DEVICEMAP)),
-               "cuMemHostRegister")
+        _check(
+            lib.cuMemHostRegister_v2(
+                ctypes.c_void_p(self._addr),
+                ctypes.c_size_t(PAGE),
+                ctypes.c_uint(CU_MEMHOSTREGISTER_PORTABLE | CU_MEMHOSTREGISTER_DEVICEMAP),
+            ),
+            "cuMemHostRegister",
+        )
         dptr = ctypes.c_uint64(0)
-        _check(lib.cuMemHostGetDevicePointer_v2(ctypes.byref(dptr), ctypes.c_void_p(self._addr), ctypes.c_uint(0)),
-               "cuMemHostGetDevicePointer")
+        _check(
+            lib.cuMemHostGetDevicePointer_v2(ctypes.byref(dptr), ctypes.c_void_p(self._addr), ctypes.c_uint(0)),
+            "cuMemHostGetDevicePointer",
+        )
         self.gate = dptr.value + 4 * slot
         self.flag = dptr.value + 4 * (_FLAG + slot)
 
     def wait(self, stream: int, token: int) -> None:
-        _check(_ops().cuStreamWaitValue32_v2(ctypes.c_void_p(stream), self.gate, token, CU_STREAM_WAIT_VALUE_GEQ),
-               "cuStreamWaitValue32")
+        _check(
+            _ops().cuStreamWaitValue32_v2(ctypes.c_void_p(stream), self.gate, token, CU_STREAM_WAIT_VALUE_GEQ),
+            "cuStreamWaitValue32",
+        )
 
     def signal(self, stream: int, token: int) -> None:
         _check(_ops().cuStreamWriteValue32_v2(ctypes.c_void_p(stream), self.flag, token, 0), "cuStreamWriteValue32")
@@ -209,27 +224,35 @@ class Segments:
         self.shared: dict[int, int] = {}  # buffer id -> start address
         self.new: list[P.Segment] = []
         n = 3
-        self._attrs = (ctypes.c_int * n)(CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, CU_POINTER_ATTRIBUTE_RANGE_SIZE,
-                                         CU_POINTER_ATTRIBUTE_BUFFER_ID)
+        self._attrs = (ctypes.c_int * n)(
+            CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, CU_POINTER_ATTRIBUTE_RANGE_SIZE, CU_POINTER_ATTRIBUTE_BUFFER_ID
+        )
         self._start, self._size, self._id = ctypes.c_uint64(0), ctypes.c_size_t(0), ctypes.c_uint64(0)
-        self._data = (ctypes.c_void_p * n)(ctypes.addressof(self._start), ctypes.addressof(self._size),
-                                           ctypes.addressof(self._id))
+        self._data = (ctypes.c_void_p * n)(
+            ctypes.addressof(self._start), ctypes.addressof(self._size), ctypes.addressof(self._id)
+        )
 
     def describe(self, t: Any) -> P.SegTensor:
         from headroom.verify.shared import dtype_name
 
         ptr = int(t.data_ptr())
-        _check(_ops().cuPointerGetAttributes(ctypes.c_uint(3), self._attrs, self._data, ctypes.c_uint64(ptr)),
-               "cuPointerGetAttributes")
+        _check(
+            _ops().cuPointerGetAttributes(ctypes.c_uint(3), self._attrs, self._data, ctypes.c_uint64(ptr)),
+            "cuPointerGetAttributes",
+        )
         sid, start = int(self._id.value), int(self._start.value)
         if sid not in self.shared:
             h = _Handle()
             _check(_driver().cuIpcGetMemHandle(ctypes.byref(h), ctypes.c_uint64(start)), "cuIpcGetMemHandle")
-            self.new.append(P.Segment(id=sid, handle=ctypes.string_at(ctypes.addressof(h), IPC_HANDLE_BYTES),
-                                      size=int(self._size.value)))
+            self.new.append(
+                P.Segment(
+                    id=sid, handle=ctypes.string_at(ctypes.addressof(h), IPC_HANDLE_BYTES), size=int(self._size.value)
+                )
+            )
             self.shared[sid] = start
-        return P.SegTensor(segment=sid, offset=ptr - start, dtype=dtype_name(t.dtype), shape=tuple(t.shape),
-                           stride=tuple(t.stride()))
+        return P.SegTensor(
+            segment=sid, offset=ptr - start, dtype=dtype_name(t.dtype), shape=tuple(t.shape), stride=tuple(t.stride())
+        )
 
     def take_new(self) -> list[P.Segment]:
         out, self.new = self.new, []

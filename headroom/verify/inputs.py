@@ -103,8 +103,12 @@ def _family_params(family: str, rng: random.Random) -> dict:
 
 def family_scale(family: str, params: dict) -> float:
     """The typical magnitude of a family's draws (what a shift is measured in)."""
-    return {"normal": params.get("sigma", 1.0), "uniform": params.get("half_width", 1.0),
-            "heavy_tailed": params.get("scale", 1.0), "mixed_scales": 1.0}[family]
+    return {
+        "normal": params.get("sigma", 1.0),
+        "uniform": params.get("half_width", 1.0),
+        "heavy_tailed": params.get("scale", 1.0),
+        "mixed_scales": 1.0,
+    }[family]
 
 
 def plan_trials(seeds: Seeds) -> list[TrialSpec]:
@@ -166,7 +170,7 @@ def _random_signs(x: Any, g: Any) -> None:
 
     flat = x.view(-1)
     for a in range(0, flat.numel(), SIGN_CHUNK):
-        part = flat[a:a + SIGN_CHUNK]
+        part = flat[a : a + SIGN_CHUNK]
         part.mul_(torch.randint(0, 2, (part.numel(),), generator=g, device=x.device, dtype=x.dtype).mul_(2).sub_(1))
 
 
@@ -187,13 +191,23 @@ def drawn_positions(templates: list) -> list[bool]:
     """Which inputs get fresh values (floating point, non-empty, not labels)."""
     import torch
 
-    return [isinstance(t, torch.Tensor) and t.is_floating_point() and t.numel() > 0 and not is_discrete(t)
-            for t in templates]
+    return [
+        isinstance(t, torch.Tensor) and t.is_floating_point() and t.numel() > 0 and not is_discrete(t)
+        for t in templates
+    ]
 
 
-def transform(templates: list, family: str, params: dict, seed: int, signed: list[bool],
-              kind: str = "dist", factor: float = 1.0, drawn: list[bool] | None = None,
-              consume: bool = False) -> list:
+def transform(
+    templates: list,
+    family: str,
+    params: dict,
+    seed: int,
+    signed: list[bool],
+    kind: str = "dist",
+    factor: float = 1.0,
+    drawn: list[bool] | None = None,
+    consume: bool = False,
+) -> list:
     """Fresh values for the drawn inputs of ``templates`` (same shape, dtype, device).
 
     ``drawn`` (``drawn_positions`` of the problem's templates, computed once) saves a
@@ -205,7 +219,7 @@ def transform(templates: list, family: str, params: dict, seed: int, signed: lis
     if drawn is None:
         drawn = drawn_positions(templates)
     out = []
-    for i, d in enumerate(drawn[:len(templates)]):
+    for i, d in enumerate(drawn[: len(templates)]):
         t = templates[i]
         d = d and isinstance(t, torch.Tensor) and t.is_floating_point() and t.numel() > 0
         if not d:
@@ -226,8 +240,9 @@ def transform(templates: list, family: str, params: dict, seed: int, signed: lis
     return out
 
 
-def trial_inputs(problem: Any, spec: TrialSpec, device: Any, signed: list[bool],
-                 drawn: list[bool] | None = None) -> list:
+def trial_inputs(
+    problem: Any, spec: TrialSpec, device: Any, signed: list[bool], drawn: list[bool] | None = None
+) -> list:
     """The inputs of one correctness trial (seeded by ``seed_trial``)."""
     from headroom.verify.problem import published_inputs
 
@@ -245,8 +260,15 @@ def phase_inputs(problem: Any, seed: int, device: Any, signed: list[bool], drawn
 
     rng = random.Random(mix(seed, "family"))
     family = rng.choice(FAMILIES)
-    return transform(published_inputs(problem, mix(seed, "base"), device), family, _family_params(family, rng),
-                     seed, signed, drawn=drawn, consume=True)
+    return transform(
+        published_inputs(problem, mix(seed, "base"), device),
+        family,
+        _family_params(family, rng),
+        seed,
+        signed,
+        drawn=drawn,
+        consume=True,
+    )
 
 
 def _nonfinite_outputs(model: Any, xs: list) -> bool | None:
@@ -260,12 +282,12 @@ def _nonfinite_outputs(model: Any, xs: list) -> bool | None:
             outs = flatten_outputs(model(*xs))
     except Exception:
         return None
-    return any(isinstance(o, torch.Tensor) and o.is_floating_point() and not bool(torch.isfinite(o).all())
-               for o in outs)
+    return any(
+        isinstance(o, torch.Tensor) and o.is_floating_point() and not bool(torch.isfinite(o).all()) for o in outs
+    )
 
 
-def probe_signs(problem: Any, model: Any, device: Any, seed: int,
-                drawn: list[bool]) -> tuple[list[bool], str]:
+def probe_signs(problem: Any, model: Any, device: Any, seed: int, drawn: list[bool]) -> tuple[list[bool], str]:
     """Which inputs may be signed, and why others are not (see the module docstring)."""
     from headroom.verify.problem import published_inputs
 
@@ -288,7 +310,9 @@ def probe_signs(problem: Any, model: Any, device: Any, seed: int,
         if drawn[i]:
             trial = [j != i for j in range(n)]
             if not bad(trial):
-                return trial, (f"input {i} non-negative: the reference is non-finite or raises on negative "
-                               f"values there")
-    return [not d for d in drawn], ("every floating-point input non-negative: the reference is non-finite or "
-                                    "raises on negative values")
+                return trial, (
+                    f"input {i} non-negative: the reference is non-finite or raises on negative values there"
+                )
+    return [not d for d in drawn], (
+        "every floating-point input non-negative: the reference is non-finite or raises on negative values"
+    )

@@ -18,11 +18,21 @@ from dataclasses import dataclass
 from typing import Any
 
 FORWARDS = 3
-SYNC_CALLS = ("cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize", "cuStreamSynchronize",
-              "cuCtxSynchronize", "cuEventSynchronize", "cudaMemcpy", "cudaMemcpy2D")
-METHOD_GPU = (f"torch.profiler over {FORWARDS} forwards after one untimed: CUDA kernels (memcpy/memset excluded), "
-              f"their summed durations, blocking runtime calls ({', '.join(SYNC_CALLS[:3])}, blocking cudaMemcpy), "
-              f"device-to-host bytes; per forward")
+SYNC_CALLS = (
+    "cudaStreamSynchronize",
+    "cudaDeviceSynchronize",
+    "cudaEventSynchronize",
+    "cuStreamSynchronize",
+    "cuCtxSynchronize",
+    "cuEventSynchronize",
+    "cudaMemcpy",
+    "cudaMemcpy2D",
+)
+METHOD_GPU = (
+    f"torch.profiler over {FORWARDS} forwards after one untimed: CUDA kernels (memcpy/memset excluded), "
+    f"their summed durations, blocking runtime calls ({', '.join(SYNC_CALLS[:3])}, blocking cudaMemcpy), "
+    f"device-to-host bytes; per forward"
+)
 
 
 TOP_KERNELS = 3
@@ -101,8 +111,14 @@ def _gpu(model: Any, xs: list) -> CallProfile:
     _, _, syncs0, _ = _count(_profiled(torch.cuda.synchronize))
     events = _profiled(forwards)
     kernels, kernel_us, syncs, d2h = _count(events)
-    return CallProfile(kernels // FORWARDS, METHOD_GPU, kernel_us / FORWARDS, max(0, syncs - syncs0) / FORWARDS,
-                       d2h / FORWARDS, top_kernels(events, FORWARDS))
+    return CallProfile(
+        kernels // FORWARDS,
+        METHOD_GPU,
+        kernel_us / FORWARDS,
+        max(0, syncs - syncs0) / FORWARDS,
+        d2h / FORWARDS,
+        top_kernels(events, FORWARDS),
+    )
 
 
 def profile_call(model: Any, xs: list, cuda: bool) -> CallProfile:
@@ -126,10 +142,14 @@ def profile_call(model: Any, xs: list, cuda: bool) -> CallProfile:
 
         with Count(), torch.no_grad():
             model(*xs)
-        top = tuple((name, None, float(k)) for name, k in sorted(ops.items(), key=lambda kv: (-kv[1], kv[0]))
-                    [:TOP_KERNELS])
-        return CallProfile(Count.n, "aten ops dispatched by one forward, views excluded (CPU: no kernel launches "
-                                    "to count)", top_kernels=top)
+        top = tuple(
+            (name, None, float(k)) for name, k in sorted(ops.items(), key=lambda kv: (-kv[1], kv[0]))[:TOP_KERNELS]
+        )
+        return CallProfile(
+            Count.n,
+            "aten ops dispatched by one forward, views excluded (CPU: no kernel launches to count)",
+            top_kernels=top,
+        )
     except Exception as e:
         return CallProfile(None, f"not measured: {type(e).__name__}: {e}"[:200])
 

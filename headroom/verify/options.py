@@ -55,8 +55,7 @@ class VerifyOptions:
             if int(dev[5:]) >= torch.cuda.device_count():
                 raise UserError(f"--device {self.device}: this machine has {torch.cuda.device_count()} GPU(s)")
         if self.graphs and dev == "cpu":
-            raise UserError("--graphs: CUDA graphs need a GPU, and this run is on the CPU (--device "
-                            f"{self.device})")
+            raise UserError(f"--graphs: CUDA graphs need a GPU, and this run is on the CPU (--device {self.device})")
         if self.scale not in ("auto", "full"):
             raise UserError(f"--scale {self.scale}: expected auto or full")
         return dev
@@ -70,9 +69,20 @@ class VerifyOptions:
     @classmethod
     def quick(cls, **kw) -> VerifyOptions:
         """Every code path, few and short rounds, small CPU shapes: for tests and dry runs."""
-        policy = kw.pop("policy", Policy(rounds=6, max_rounds=8, budget_s=10.0, calibration_phases=3,
-                                         target_phase_ms=3.0, max_iters=20, samples_per_output=64))
-        base = dict(device="cpu", threads=1, timeout=120, cpu_budget_bytes=16 << 20, cpu_budget_flops=2e7,
-                    policy=policy)
+        policy = kw.pop(
+            "policy",
+            Policy(
+                rounds=6,
+                max_rounds=8,
+                budget_s=10.0,
+                calibration_phases=3,
+                target_phase_ms=3.0,
+                max_iters=20,
+                samples_per_output=64,
+            ),
+        )
+        base = dict(
+            device="cpu", threads=1, timeout=120, cpu_budget_bytes=16 << 20, cpu_budget_flops=2e7, policy=policy
+        )
         base.update(kw)
         return cls(**base)

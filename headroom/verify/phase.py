@@ -54,8 +54,9 @@ def _positions(pos_seed: int, k: int, j: int, numel: int, count: int) -> Any:
     return shared.sample_positions(numel, count, inp.mix(pos_seed, k, j))
 
 
-def _read(child: Child, reply: Any, n: int, pos_seed: int, policy: tm.Policy,
-          max_numel: int) -> tuple[list, list, list]:
+def _read(
+    child: Child, reply: Any, n: int, pos_seed: int, policy: tm.Policy, max_numel: int
+) -> tuple[list, list, list]:
     """Samples of the sampled iterations' outputs, read from the child's memory (batched)."""
     import math
 
@@ -76,8 +77,10 @@ def _read(child: Child, reply: Any, n: int, pos_seed: int, policy: tm.Policy,
             if isinstance(out, P.SegTensor) and math.prod(out.shape) > 0:
                 where = (out.segment, out.offset)
                 if where in seen:  # outputs of a phase are live at once: two cannot share storage
-                    raise Tampering(f"timed iteration {k}, output {j}: the same memory as an earlier output of "
-                                    f"the phase (outputs recycled while timed)")
+                    raise Tampering(
+                        f"timed iteration {k}, output {j}: the same memory as an earlier output of "
+                        f"the phase (outputs recycled while timed)"
+                    )
                 seen.add(where)
             items.append((out, _positions(pos_seed, k, j, math.prod(out.shape), policy.samples_per_output)))
             hrow.append((out.dtype, tuple(out.shape)))
@@ -90,13 +93,21 @@ def _read(child: Child, reply: Any, n: int, pos_seed: int, policy: tm.Policy,
         raise Tampering(f"timed outputs unreadable as described ({e})") from None
     samples, i = [], 0
     for hrow in shapes:
-        samples.append(flat[i:i + len(hrow)])
+        samples.append(flat[i : i + len(hrow)])
         i += len(hrow)
     return samples, shapes, sampled
 
 
-def _gated_run(child: Child, ref: ReferenceRun, sets: list[list], run: dict, policy: tm.Policy,
-               others: list[Child], null: bool, untrusted: bool) -> tuple:
+def _gated_run(
+    child: Child,
+    ref: ReferenceRun,
+    sets: list[list],
+    run: dict,
+    policy: tm.Policy,
+    others: list[Child],
+    null: bool,
+    untrusted: bool,
+) -> tuple:
     """A gated phase's ``Run`` (the GPU clock, ``gate``): enqueue with the gate shut, freeze the child, write
     the inputs, open the gate and wait for the flag. (args, reply, blocked, write_ms, t0, t_flag, enqueue_ms)."""
     clock = ref.clock
@@ -118,8 +129,13 @@ def _gated_run(child: Child, ref: ReferenceRun, sets: list[list], run: dict, pol
         clock.open(child.job.clock_slot, token)
 
     t_send = time.perf_counter()
-    reply = child.request(P.Run(seq=0, batches=args, null=null, token=token, **run), stage="timing",
-                          freeze=False, first_wait=policy.enqueue_timeout_s, on_slow=open_gate)
+    reply = child.request(
+        P.Run(seq=0, batches=args, null=null, token=token, **run),
+        stage="timing",
+        freeze=False,
+        first_wait=policy.enqueue_timeout_s,
+        on_slow=open_gate,
+    )
     t_reply = time.perf_counter()
     child.freeze()
     blocked = bool(opened)
@@ -133,16 +149,25 @@ def _gated_run(child: Child, ref: ReferenceRun, sets: list[list], run: dict, pol
         t0 = opened[0]
         write_ms = 0.0
     if not clock.wait_flag(child.job.clock_slot, token, max(60.0, 50 * policy.enqueue_timeout_s)):
-        raise ChildFailed("the GPU work of a timed phase did not finish in 60 s (during timing)",
-                          child.log_tail())
+        raise ChildFailed("the GPU work of a timed phase did not finish in 60 s (during timing)", child.log_tail())
     t_flag = time.perf_counter()
     enqueue_ms = (t_reply - t_send) * 1e3
     return args, reply, blocked, write_ms, t0, t_flag, enqueue_ms
 
 
-def run_phase(child: Child, ref: ReferenceRun, sets: list[list], run: dict, draw: Callable[[], int],
-              policy: tm.Policy, max_numel: int, others: list[Child], null: bool = False,
-              gated: bool = True, untrusted: bool = False) -> Phase:
+def run_phase(
+    child: Child,
+    ref: ReferenceRun,
+    sets: list[list],
+    run: dict,
+    draw: Callable[[], int],
+    policy: tm.Policy,
+    max_numel: int,
+    others: list[Child],
+    null: bool = False,
+    gated: bool = True,
+    untrusted: bool = False,
+) -> Phase:
     """One phase on the harness's clock (raises Tampering when the outputs are not readable as described).
 
     The sample positions are drawn (``draw``) only after the child has answered: nothing in any
@@ -153,25 +178,16 @@ def run_phase(child: Child, ref: ReferenceRun, sets: list[list], run: dict, draw
     computed already."""
     clock = ref.clock
     gated = gated and clock is not None and child.ready.gated
-    if child.holds_outputs:  # its last outputs poisoned and freed (``child._poison``) before the clock starts,
-        if untrusted:  # as before every trial; the candidate's were released after its last phase
-            raise Tampering("the candidate holds outputs before a timed phase (the harness's own record)")
-        child.request(P.Release(seq=0), stage="releasing outputs")
-    child.settle_outputs()  # the last phase's unread torch shares, before the clock starts
+    _clear_outputs(child, untrusted)
     cpu0, w0 = sched_ns(child.pid)
     _, hw0 = thread_sched_ns()
     n = len(sets)
     if gated:
-        args, reply, blocked, write_ms, t0, t_flag, enqueue_ms = _gated_run(child, ref, sets, run, policy, others,
-                                                                           null, untrusted)
+        args, reply, blocked, write_ms, t0, t_flag, enqueue_ms = _gated_run(
+            child, ref, sets, run, policy, others, null, untrusted
+        )
     else:
-        args = place(ref, sets, [child, *others])
-        blocked = False
-        write_ms = 0.0
-        t0 = time.perf_counter()
-        reply = child.request(P.Run(seq=0, batches=args, null=null, **run), stage="timing")
-        t_flag = time.perf_counter()
-        enqueue_ms = (t_flag - t0) * 1e3
+        args, reply, blocked, write_ms, t0, t_flag, enqueue_ms = _plain_run(child, ref, sets, run, others, null)
     samples: list = []
     shapes: list = []
     sampled: list[int] = []
@@ -187,17 +203,60 @@ def run_phase(child: Child, ref: ReferenceRun, sets: list[list], run: dict, draw
     busy = (cpu1 - cpu0) + (w1 - w0)
     wall_ns = (t1 - t0) * 1e9
     child_ms = float(sum(reply.child_ms)) if reply.child_ms else None
-    ph = Phase((t1 - t0) * 1e3, (t1 - t_flag) * 1e3, enqueue_ms, None if gated else child_ms, gated, blocked,
-               (w1 - w0) / busy if busy > 0 else 0.0, samples, shapes, pos_seed, reply.outputs, sampled,
-               list(reply.violations), harness_wait_fraction=(hw1 - hw0) / wall_ns if wall_ns > 0 else 0.0,
-               flag_ms=(t_flag - t0) * 1e3, write_ms=write_ms, null=null, args=args,
-               cpu_ms=cpu_phase / 1e6 if cpu_phase is not None else None)
-    if gated:  # the child's clock in this reply is of its previous gated phase: it goes there
-        prev = getattr(child, "last_gated_phase", None)
-        if prev is not None and child_ms is not None:
-            prev.child_ms = child_ms
-        child.last_gated_phase = ph  # type: ignore[attr-defined]
+    ph = Phase(
+        (t1 - t0) * 1e3,
+        (t1 - t_flag) * 1e3,
+        enqueue_ms,
+        None if gated else child_ms,
+        gated,
+        blocked,
+        (w1 - w0) / busy if busy > 0 else 0.0,
+        samples,
+        shapes,
+        pos_seed,
+        reply.outputs,
+        sampled,
+        list(reply.violations),
+        harness_wait_fraction=(hw1 - hw0) / wall_ns if wall_ns > 0 else 0.0,
+        flag_ms=(t_flag - t0) * 1e3,
+        write_ms=write_ms,
+        null=null,
+        args=args,
+        cpu_ms=cpu_phase / 1e6 if cpu_phase is not None else None,
+    )
+    if gated:
+        _pass_child_clock(child, ph, child_ms)
     return ph
+
+
+def _clear_outputs(child: Child, untrusted: bool) -> None:
+    """Before the clock starts: the child's last outputs poisoned and freed (``child._poison``), as before
+    every trial (the candidate's were released after its last phase), and the last phase's unread torch
+    shares released."""
+    if child.holds_outputs:
+        if untrusted:
+            raise Tampering("the candidate holds outputs before a timed phase (the harness's own record)")
+        child.request(P.Release(seq=0), stage="releasing outputs")
+    child.settle_outputs()
+
+
+def _plain_run(child: Child, ref: ReferenceRun, sets: list[list], run: dict, others: list[Child], null: bool) -> tuple:
+    """A plain phase's ``Run`` (the host clock): inputs written, Run sent -> reply received.
+    (args, reply, blocked, write_ms, t0, t_flag, enqueue_ms), as ``_gated_run``."""
+    args = place(ref, sets, [child, *others])
+    t0 = time.perf_counter()
+    reply = child.request(P.Run(seq=0, batches=args, null=null, **run), stage="timing")
+    t_flag = time.perf_counter()
+    return args, reply, False, 0.0, t0, t_flag, (t_flag - t0) * 1e3
+
+
+def _pass_child_clock(child: Child, ph: Phase, child_ms: float | None) -> None:
+    """A gated reply's own clock is of the child's previous gated phase: it goes there (this phase's comes
+    with the next reply)."""
+    prev = getattr(child, "last_gated_phase", None)
+    if prev is not None and child_ms is not None:
+        prev.child_ms = child_ms
+    child.last_gated_phase = ph  # type: ignore[attr-defined]
 
 
 def fresh_sets(ref: ReferenceRun, key: str, n: int) -> list[list]:
@@ -205,8 +264,9 @@ def fresh_sets(ref: ReferenceRun, key: str, n: int) -> list[list]:
     return [inp.phase_inputs(ref.problem, inp.mix(seed, k), ref.device, ref.signed, ref.drawn) for k in range(n)]
 
 
-def place(ref: ReferenceRun, sets: list[list], children: list[Child], write: bool = True,
-          layout: list[list] | None = None) -> list[list]:
+def place(
+    ref: ReferenceRun, sets: list[list], children: list[Child], write: bool = True, layout: list[list] | None = None
+) -> list[list]:
     """Write input sets into the ring (growing it, and re-mapping it in the children, if needed).
 
     ``write=False``: only where they will go (a gated phase writes them once the child is frozen);

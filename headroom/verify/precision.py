@@ -33,8 +33,11 @@ def precision_state() -> dict:
         warnings.simplefilter("ignore")
         matmul = legacy(lambda: bool(torch.backends.cuda.matmul.allow_tf32), torch.backends.cuda.matmul, "matmul")
         cudnn = legacy(lambda: bool(torch.backends.cudnn.allow_tf32), conv, "conv")
-        st = {"allow_tf32_matmul": matmul, "allow_tf32_cudnn": cudnn,
-              "float32_matmul_precision": legacy(torch.get_float32_matmul_precision, torch.backends, "backends")}
+        st = {
+            "allow_tf32_matmul": matmul,
+            "allow_tf32_cudnn": cudnn,
+            "float32_matmul_precision": legacy(torch.get_float32_matmul_precision, torch.backends, "backends"),
+        }
         for key, obj in (("matmul_fp32_precision", torch.backends.cuda.matmul), ("cudnn_fp32_precision", conv)):
             v = getattr(obj, "fp32_precision", None) if obj is not None else None
             if v is not None:

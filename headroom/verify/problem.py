@@ -105,8 +105,9 @@ class Problem:
         return list(self.module.get_init_inputs())
 
 
-def load_problem(path: str | Path, env: dict[str, str] | None = None,
-                 overrides: dict[str, Any] | None = None) -> Problem:
+def load_problem(
+    path: str | Path, env: dict[str, str] | None = None, overrides: dict[str, Any] | None = None
+) -> Problem:
     """Import a problem file (trusted), with ``env`` set in os.environ while it is imported.
 
     ``overrides`` replaces the values of module-level assignments (``batch_size = 4096``) before
@@ -138,8 +139,11 @@ def load_problem(path: str | Path, env: dict[str, str] | None = None,
 def module_assignments(path: Path) -> list[str]:
     """Names bound by simple module-level assignments (``name = expr``), in file order."""
     tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
-    return [n.targets[0].id for n in tree.body
-            if isinstance(n, ast.Assign) and len(n.targets) == 1 and isinstance(n.targets[0], ast.Name)]
+    return [
+        n.targets[0].id
+        for n in tree.body
+        if isinstance(n, ast.Assign) and len(n.targets) == 1 and isinstance(n.targets[0], ast.Name)
+    ]
 
 
 def _exec_with_overrides(path: Path, overrides: dict[str, Any]) -> ModuleType:

@@ -9,15 +9,9 @@ harness did not ask for — found waiting before a command is sent, or after
 crash, a hang or an exception in the child is ``ChildFailed`` (verdict
 ``error``).
 
-Between requests a child is *frozen* (SIGSTOP, with every descendant): it
-cannot run while the harness compares its outputs, writes the next inputs or
-times another process. Containment: the child starts its own session; the
-harness is a child subreaper (``PR_SET_CHILD_SUBREAPER``), so a grandchild
-that calls ``setsid()`` and loses its parent is re-parented to the harness,
-where ``kill`` finds it; ``kill`` stops every descendant before killing any
-(a stopped process cannot fork), then kills them all. The child's stdout and
-stderr are a log file; ``RLIMIT_FSIZE`` caps every file it writes; it inherits no other
-descriptor of the harness.
+Between requests a child is *frozen*, and whatever it started is found and killed
+(``containment``). The child's stdout and stderr are a log file; ``RLIMIT_FSIZE`` caps every file
+it writes; it inherits no other descriptor of the harness.
 
 Where the machine allows, each child is also sealed (``sandbox``): freezing, counting and killing
 go by its cgroup (every process it started, whoever the parent), and a candidate runs as an
@@ -30,13 +24,13 @@ import atexit
 import multiprocessing as mp
 import multiprocessing.util  # noqa: F401  (its exit handler joins children: ours must run first, so registers later)
 import os
-import signal
 import time
 from typing import Any
 
 import msgspec
 
 from headroom.verify import protocol as P
+from headroom.verify.containment import Containment
 from headroom.verify.fork_server import (  # noqa: F401
     FORK_SERVER_LOST,
     LIVE,
@@ -48,7 +42,7 @@ from headroom.verify.fork_server import (  # noqa: F401
     fork_server_strays,
     replace_fork_server,
 )
-from headroom.verify.procfs import descendants, own_children, reap, send_signal, signal_name, started_after, stop_tree
+from headroom.verify.procfs import own_children, signal_name
 from headroom.verify.sandbox import Sandbox, keep_fd
 
 
@@ -130,7 +124,7 @@ def _start_without_main(proc: Any) -> None:
         spawn.get_preparation_data = orig
 
 
-class Child:
+class Child(Containment):
     """One child process; a candidate's ``timeout`` counts only the time it works on requests."""
 
     def __init__(self, job: P.Job, timeout: float):
@@ -201,8 +195,16 @@ class Child:
         self.proc.join(5)
         raise ChildFailed(f"{f.message} (during {f.stage})", self.log_tail())
 
-    def request(self, cmd: Any, stage: str | None = None, timeout: float | None = None, freeze: bool = True,
-                first_wait: float | None = None, on_slow: Any = None, ring: Any = None) -> Any:
+    def request(
+        self,
+        cmd: Any,
+        stage: str | None = None,
+        timeout: float | None = None,
+        freeze: bool = True,
+        first_wait: float | None = None,
+        on_slow: Any = None,
+        ring: Any = None,
+    ) -> Any:
         """Send one command, return its reply (the child is thawed for it and frozen again after).
 
         ``first_wait`` / ``on_slow``: if no reply came within ``first_wait`` seconds, ``on_slow()`` runs
@@ -243,8 +245,9 @@ class Child:
                 self.run_wall_ns += int((time.monotonic() - t0) * 1e9)
                 self.run_forwards += len(cmd.batches)
         if isinstance(cmd, P.Run) and cmd.null and any(bool(row) for row in reply.outputs):
-            raise Tampering(f"the child answered a null phase (no forwards asked) with outputs during {self.stage}: "
-                            f"a forged reply")
+            raise Tampering(
+                f"the child answered a null phase (no forwards asked) with outputs during {self.stage}: a forged reply"
+            )
         self._note_reply(reply)
         # whether the child holds outputs is the harness's own record of what it asked for, never the reply's
         # say: a forged reply cannot buy an untimed command (a Release) before a timed phase
@@ -325,8 +328,9 @@ class Child:
             self.conn.send_bytes(P.encode(cmd))
         except (OSError, BrokenPipeError, ValueError):
             self.proc.join(5)
-            raise ChildFailed(f"the child process {signal_name(self.proc.exitcode)} before {self.stage}",
-                              self.log_tail()) from None
+            raise ChildFailed(
+                f"the child process {signal_name(self.proc.exitcode)} before {self.stage}", self.log_tail()
+            ) from None
 
     def _send_ring(self, ring: Any) -> None:
         from headroom.verify import ring as input_ring
@@ -335,8 +339,9 @@ class Child:
             input_ring.send_ring(self.conn, ring, self.pid)
         except (OSError, ValueError, AttributeError, TypeError):
             self.proc.join(5)
-            raise ChildFailed(f"the child process {signal_name(self.proc.exitcode)} before {self.stage}",
-                              self.log_tail()) from None
+            raise ChildFailed(
+                f"the child process {signal_name(self.proc.exitcode)} before {self.stage}", self.log_tail()
+            ) from None
 
     def _recv(self, expected: type, seq: int, timeout: float | None = None, start: bool = False) -> Any:
         limit = self.timeout - self.used if timeout is None else timeout
@@ -354,8 +359,9 @@ class Child:
             raw = self.conn.recv_bytes(P.MAX_MESSAGE_BYTES)
         except (EOFError, OSError, ConnectionError):
             self.proc.join(5)
-            raise ChildFailed(f"the child process {signal_name(self.proc.exitcode)} during {self.stage}",
-                              self.log_tail()) from None
+            raise ChildFailed(
+                f"the child process {signal_name(self.proc.exitcode)} during {self.stage}", self.log_tail()
+            ) from None
         try:
             reply = P.decode_reply(raw)
         except (msgspec.DecodeError, msgspec.ValidationError) as e:
@@ -363,59 +369,12 @@ class Child:
         if isinstance(reply, P.Failed) and reply.seq == seq:
             return reply
         if type(reply) is not expected or reply.seq != seq:
-            raise Tampering(f"the child sent {type(reply).__name__} (seq {reply.seq}) where the harness waited "
-                            f"for {expected.__name__} (seq {seq}) during {self.stage}: a forged or "
-                            f"out-of-order message")
+            raise Tampering(
+                f"the child sent {type(reply).__name__} (seq {reply.seq}) where the harness waited "
+                f"for {expected.__name__} (seq {seq}) during {self.stage}: a forged or "
+                f"out-of-order message"
+            )
         return reply
-
-    # freezing and containment
-
-    def thaw(self) -> None:
-        self.sandbox.thaw()  # whatever froze it: a cgroup left frozen would never answer
-        if self.frozen:
-            send_signal(self.frozen, signal.SIGCONT)
-            self.frozen = []
-
-    def freeze(self) -> None:
-        """Stop the child, its descendants and any orphan it left (re-parented to the harness).
-
-        With a cgroup freezer, the whole cgroup: every process the child started, whoever its
-        parent; otherwise SIGSTOP to the tree /proc shows."""
-        if self.proc.is_alive():
-            if self.sandbox.freeze():
-                self.frozen = [self.pid]
-                return
-            self.frozen = stop_tree(self.pid)
-            for p in self._orphans():
-                self.frozen.extend(stop_tree(p))
-
-    def _orphans(self) -> list[int]:
-        others = {c.pid for c in list(_LIVE) if getattr(c, "pid", None)}  # other children (spawn start method)
-        return [p for p in own_children() - self.known_children - _helpers() - others
-                if p != self.pid and started_after(p, self.started)]
-
-    def stray_processes(self) -> list[int]:
-        """Processes the child started that are still running (descendants, re-parented orphans, members
-        of its cgroup, and processes of the fork server that no child of the harness is)."""
-        return sorted((set(descendants(self.pid)) | set(self._orphans()) | set(self.sandbox.members())
-                       | set(self._server_strays())) - {self.pid})
-
-    def _server_strays(self) -> list[int]:
-        return [p for p in fork_server_strays() if started_after(p, self.started)]
-
-    def kill(self) -> None:
-        """Stop the child and everything it started, then kill them all."""
-        victims: list[int] = self.sandbox.kill()
-        for root in [self.pid, *self._orphans(), *self._server_strays()]:
-            victims.extend(stop_tree(root))
-        send_signal(victims, signal.SIGKILL)
-        send_signal(victims, signal.SIGCONT)
-        try:
-            self.proc.join(5)
-        except Exception:  # pragma: no cover
-            pass
-        reap(victims)
-        self.frozen = []
 
     def goodbye(self) -> str | None:
         """Ask the child to exit; it must answer ``Done`` and then close the pipe. Returns a tampering reason."""
@@ -472,15 +431,18 @@ class Child:
             try:
                 self._mem_fd = os.open(f"/proc/{self.pid}/mem", os.O_RDONLY)
             except OSError as e:
-                raise Tampering(f"the harness cannot read the child's memory ({e.strerror}): the candidate "
-                                f"made its process unreadable") from None
+                raise Tampering(
+                    f"the harness cannot read the child's memory ({e.strerror}): the candidate "
+                    f"made its process unreadable"
+                ) from None
         try:
             data = os.pread(self._mem_fd, nbytes, addr)
         except OSError as e:
             raise Tampering(f"the child named an output at 0x{addr:x} that is not readable ({e.strerror})") from None
         if len(data) != nbytes:
-            raise Tampering(f"the child named an output at 0x{addr:x} of which only {len(data)} of {nbytes} "
-                            f"bytes are mapped")
+            raise Tampering(
+                f"the child named an output at 0x{addr:x} of which only {len(data)} of {nbytes} bytes are mapped"
+            )
         return data
 
 

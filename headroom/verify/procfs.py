@@ -110,7 +110,6 @@ def signal_name(code: int | None) -> str:
     return f"exited with code {code}"
 
 
-
 def started_after(pid: int, t_monotonic: float) -> bool:
     """Whether ``pid`` started after ``t_monotonic`` (boot-relative start time from /proc)."""
     try:

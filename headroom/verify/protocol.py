@@ -299,8 +299,15 @@ class Failed(_Msg, tag="failed"):  # type: ignore[misc]
 Reply = Union[Ready, Done, MemoryDone, LaunchesDone, TrialDone, CaptureDone, RunDone, Failed]
 
 EXPECTED_REPLY: dict[type, type] = {
-    MapRing: Done, Memory: MemoryDone, Launches: LaunchesDone, Trial: TrialDone, Run: RunDone,
-    Compile: Done, Capture: CaptureDone, Release: Done, Bye: Done,
+    MapRing: Done,
+    Memory: MemoryDone,
+    Launches: LaunchesDone,
+    Trial: TrialDone,
+    Run: RunDone,
+    Compile: Done,
+    Capture: CaptureDone,
+    Release: Done,
+    Bye: Done,
 }
 
 _ENC = msgspec.msgpack.Encoder()

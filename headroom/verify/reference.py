@@ -128,8 +128,9 @@ def _new_log_dir(options: VerifyOptions) -> str:
     return tempfile.mkdtemp(prefix="headroom-verify-")
 
 
-def prepare_reference(problem_path: str | Path, options: VerifyOptions | None = None,
-                      progress: Callable[[str], None] | None = None) -> ReferenceRun:
+def prepare_reference(
+    problem_path: str | Path, options: VerifyOptions | None = None, progress: Callable[[str], None] | None = None
+) -> ReferenceRun:
     """Load a problem (scaled on a CPU when needed) and its reference; see the module docstring."""
     import torch
 
@@ -144,14 +145,25 @@ def prepare_reference(problem_path: str | Path, options: VerifyOptions | None = 
         plan = sc.plan(path, options.env, options.cpu_budget_bytes, options.cpu_budget_flops)
         if plan.overrides:
             full = prob.load_problem(path, options.env)
-            say(f"{path.stem}: scaled for the CPU ({sc.describe_overrides(vars(full.module), plan.overrides)}): "
-                f"{plan.full.describe() if plan.full else '?'} -> {plan.scaled.describe() if plan.scaled else '?'}")
+            say(
+                f"{path.stem}: scaled for the CPU ({sc.describe_overrides(vars(full.module), plan.overrides)}): "
+                f"{plan.full.describe() if plan.full else '?'} -> {plan.scaled.describe() if plan.scaled else '?'}"
+            )
     problem = prob.load_problem(path, options.env, plan.overrides if plan else None)
     estimate = plan.scaled if plan else sc.estimate(problem)
     if estimate is not None and not (plan and plan.overrides):
         say(f"{problem.name}: estimated {estimate.describe()}")
-    ref = ReferenceRun(problem, options, device, policy, seeds, seeds.draw("init"), scale=plan, estimate=estimate,
-                       log_dir=_new_log_dir(options))
+    ref = ReferenceRun(
+        problem,
+        options,
+        device,
+        policy,
+        seeds,
+        seeds.draw("init"),
+        scale=plan,
+        estimate=estimate,
+        log_dir=_new_log_dir(options),
+    )
     if not options.keep_logs and options.log_dir is None:
         ref._cleanup = weakref.finalize(ref, shutil.rmtree, ref.log_dir, True)
     if device.startswith("cuda"):
@@ -188,7 +200,9 @@ def prepare_reference(problem_path: str | Path, options: VerifyOptions | None = 
             raise UserError(f"{problem.path}: the reference fails: {type(e).__name__}: {e}") from None
         ref.error = f"out of memory in the harness preparing the reference: {e}"[:400]
     finally:
-        if isinstance(saved["allow_tf32_matmul"], bool):  # else torch's precision APIs were mixed: not a flag to restore
+        if isinstance(
+            saved["allow_tf32_matmul"], bool
+        ):  # else torch's precision APIs were mixed: not a flag to restore
             set_tf32(saved["allow_tf32_matmul"])
         if isinstance(saved["allow_tf32_cudnn"], bool):
             torch.backends.cudnn.allow_tf32 = saved["allow_tf32_cudnn"]
@@ -228,8 +242,9 @@ def _reference_forward(ref: ReferenceRun, xs: list, spec: inp.TrialSpec, doing: 
     except Exception as e:
         if is_oom(e):
             raise HarnessOOM(f"out of memory in the harness {doing}") from None
-        raise UserError(f"{ref.problem.path}: the reference fails on trial {spec.index} ({spec.label}): "
-                        f"{type(e).__name__}: {e}") from None
+        raise UserError(
+            f"{ref.problem.path}: the reference fails on trial {spec.index} ({spec.label}): {type(e).__name__}: {e}"
+        ) from None
 
 
 def truth(ref: ReferenceRun, spec: inp.TrialSpec, xs: list, notes: dict) -> Truth:
@@ -246,8 +261,11 @@ def truth(ref: ReferenceRun, spec: inp.TrialSpec, xs: list, notes: dict) -> Trut
                 raise RuntimeError("float64 outputs differ in structure")
         except Exception as e:
             t_out = None
-            ref.truth_fp32_note = ("float64 did not fit in memory" if is_oom(e)
-                                   else f"the reference does not run in float64 ({type(e).__name__})")
+            ref.truth_fp32_note = (
+                "float64 did not fit in memory"
+                if is_oom(e)
+                else f"the reference does not run in float64 ({type(e).__name__})"
+            )
         if ref.device.startswith("cuda"):
             torch.cuda.empty_cache()
     if t_out is None:
@@ -270,18 +288,26 @@ def truth(ref: ReferenceRun, spec: inp.TrialSpec, xs: list, notes: dict) -> Trut
     return Truth(spec.label, spec.kind == "published", truth_t, ref_out, gates)
 
 
-def job_for(ref: ReferenceRun, role: str, log_name: str, candidate: str | None = None,
-            extra_env: dict[str, str] | None = None) -> Any:
+def job_for(
+    ref: ReferenceRun, role: str, log_name: str, candidate: str | None = None, extra_env: dict[str, str] | None = None
+) -> Any:
     """The start-up description of a child for this problem (no seed but the construction seed)."""
     from headroom.verify import protocol as P
 
-    return P.Job(role=role, problem=str(ref.problem.path.resolve()),
-                 overrides={k: list(v) if isinstance(v, tuple) else v for k, v in ref.overrides.items()},
-                 candidate=candidate, device=ref.device, env={**ref.options.env, **(extra_env or {})},
-                 threads=ref.options.threads, log_path=os.path.join(ref.log_dir, log_name),
-                 file_cap_bytes=ref.options.file_cap_bytes, init_seed=ref.init_seed,
-                 clock_path=ref.clock.path if ref.clock is not None and role != "build" else None,
-                 clock_slot=ref.clock.slot() if ref.clock is not None and role != "build" else 0)
+    return P.Job(
+        role=role,
+        problem=str(ref.problem.path.resolve()),
+        overrides={k: list(v) if isinstance(v, tuple) else v for k, v in ref.overrides.items()},
+        candidate=candidate,
+        device=ref.device,
+        env={**ref.options.env, **(extra_env or {})},
+        threads=ref.options.threads,
+        log_path=os.path.join(ref.log_dir, log_name),
+        file_cap_bytes=ref.options.file_cap_bytes,
+        init_seed=ref.init_seed,
+        clock_path=ref.clock.path if ref.clock is not None and role != "build" else None,
+        clock_slot=ref.clock.slot() if ref.clock is not None and role != "build" else 0,
+    )
 
 
 def timed_truth(ref: ReferenceRun, xs: list) -> list | None:

@@ -45,8 +45,9 @@ class VerifyResult:
     memory_ratio: float | None = None
     checks: list[Check] = field(default_factory=list)
     # Flags for review: their names and details (a flag has no verdict).
-    flags: list[Check] = field(default_factory=list, metadata=jsonio.encoded(
-        lambda fs: [{"name": f.name, "detail": f.detail} for f in fs]))
+    flags: list[Check] = field(
+        default_factory=list, metadata=jsonio.encoded(lambda fs: [{"name": f.name, "detail": f.detail} for f in fs])
+    )
     device: str = ""
     baseline: dict = field(default_factory=dict)
     timing: dict = field(default_factory=dict)
@@ -64,9 +65,30 @@ class VerifyResult:
     elapsed_s: float = field(default=0.0, metadata=jsonio.rounded(3))
 
     JSON_KEYS: ClassVar[tuple[str, ...]] = (
-        "problem", "candidate", "verdict", "speedup", "speedup_fp32", "speedup_compile", "speedup_ci", "memory_ratio",
-        "checks", "flags", "review", "device", "baseline", "timing", "memory", "launches_per_call", "per_call",
-        "build", "reason", "capture", "seed", "info", "elapsed_s")
+        "problem",
+        "candidate",
+        "verdict",
+        "speedup",
+        "speedup_fp32",
+        "speedup_compile",
+        "speedup_ci",
+        "memory_ratio",
+        "checks",
+        "flags",
+        "review",
+        "device",
+        "baseline",
+        "timing",
+        "memory",
+        "launches_per_call",
+        "per_call",
+        "build",
+        "reason",
+        "capture",
+        "seed",
+        "info",
+        "elapsed_s",
+    )
 
     @property
     def review(self) -> bool:
@@ -75,8 +97,13 @@ class VerifyResult:
 
 
 def suite_document(results: list[VerifyResult], device: str, **extra: Any) -> dict:
-    return {"tool": RESULTS_TOOL, "version": RESULTS_VERSION, "device": device,
-            "results": [jsonio.plain(r) for r in results], **extra}
+    return {
+        "tool": RESULTS_TOOL,
+        "version": RESULTS_VERSION,
+        "device": device,
+        "results": [jsonio.plain(r) for r in results],
+        **extra,
+    }
 
 
 def dumps(doc: Any) -> str:

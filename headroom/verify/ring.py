@@ -85,8 +85,9 @@ class Ring:
             self.buf = torch.frombuffer(self._map, dtype=torch.uint8)
             self.spec = P.RingSpec(nbytes=self.nbytes, memfd=True)
 
-    def place(self, sets: list[list], layout: list[list] | None = None,
-              write: bool = True) -> tuple[list[list], list[list]]:
+    def place(
+        self, sets: list[list], layout: list[list] | None = None, write: bool = True
+    ) -> tuple[list[list], list[list]]:
         """Write input sets into the ring; returns (args per set, harness-side views per set).
 
         ``layout`` (args of an earlier ``place``) writes the new values at the same offsets (same

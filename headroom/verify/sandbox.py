@@ -153,10 +153,19 @@ class Sandbox:
         self.notes.extend(self.cgroup.notes)
         untrusted = self.role == "candidate"
         views = self._interpreter_views(ns)  # before the plan: it may keep the harness's uid
-        self.plan = {"uid": self.uid, "procs": self.cgroup.procs_files(), "cpus": self.cpus, "ns": ns,
-                     "net": ns and not cuda_plain, "fds": not off("fds"), "private": private, "binds": binds,
-                     "views": views, "seccomp": untrusted and not off("seccomp"),
-                     "tmpfs": untrusted and ns and not off("tmpfs")}
+        self.plan = {
+            "uid": self.uid,
+            "procs": self.cgroup.procs_files(),
+            "cpus": self.cpus,
+            "ns": ns,
+            "net": ns and not cuda_plain,
+            "fds": not off("fds"),
+            "private": private,
+            "binds": binds,
+            "views": views,
+            "seccomp": untrusted and not off("seccomp"),
+            "tmpfs": untrusted and ns and not off("tmpfs"),
+        }
         if not self.plan["ns"]:
             self.notes.append("namespaces: not root: the child shares the harness's mount and network namespaces")
         env[SEAL_ENV] = json.dumps(self.plan)
@@ -168,13 +177,17 @@ class Sandbox:
         if self.role == "reference":
             return
         if cuda_plain:
-            self.notes.append(f"uid: on a GPU the candidate keeps the harness's uid and network namespace "
-                              f"({CUDA_UID_ENV}=1 drops them; the harness then cannot map its CUDA IPC outputs on the H200)")
+            self.notes.append(
+                f"uid: on a GPU the candidate keeps the harness's uid and network namespace "
+                f"({CUDA_UID_ENV}=1 drops them; the harness then cannot map its CUDA IPC outputs on the H200)"
+            )
         elif can_drop_uid():
             self.uid = candidate_uid(job)
         else:
-            self.notes.append("uid: the harness is not root: the candidate runs with the harness's uid "
-                              "(it can reach the reference and the harness through /proc and signals)")
+            self.notes.append(
+                "uid: the harness is not root: the candidate runs with the harness's uid "
+                "(it can reach the reference and the harness through /proc and signals)"
+            )
 
     def _private_copies(self, job: Any) -> dict:
         """The problem (and candidate) file the child imports: a private, read-only copy where needed."""
@@ -218,8 +231,10 @@ class Sandbox:
             d = env.get(key)
             if d and not d.startswith(str(self.dir) + os.sep):
                 if not ns:
-                    self.notes.append(f"uid: {key} is a shared build directory and there is no mount "
-                                      f"namespace to reach it through: the child keeps the harness's uid")
+                    self.notes.append(
+                        f"uid: {key} is a shared build directory and there is no mount "
+                        f"namespace to reach it through: the child keeps the harness's uid"
+                    )
                     self.uid = None
                     break
                 os.makedirs(d, exist_ok=True)
@@ -243,8 +258,10 @@ class Sandbox:
         """Root-only directories on the interpreter's paths, opened to the uid in its mount namespace."""
         views: list = []
         if self.uid is not None and not ns and _closed_ancestors(_interpreter_paths()):
-            self.notes.append("uid: the interpreter is in a directory closed to other uids and there is no mount "
-                              "namespace to open it in: the child keeps the harness's uid")
+            self.notes.append(
+                "uid: the interpreter is in a directory closed to other uids and there is no mount "
+                "namespace to open it in: the child keeps the harness's uid"
+            )
             self.uid = None
         if self.uid is not None and ns:
             for i, (closed, entries) in enumerate(sorted(_closed_ancestors(_interpreter_paths()).items())):
@@ -356,71 +373,16 @@ class Sandbox:
                 self.notes.append(f"files: removed {left} file(s) the candidate left in {', '.join(SWEPT_DIRS)}")
 
     def describe(self) -> dict:
-        return {"uid": self.uid, "cpus": self.cpus, "cpu_quota": self.quota_cpus,
-                "cgroup": ("v2" if self.cgroup and self.cgroup.v2 else "") + (
-                    (" v1:" + ",".join(sorted(self.cgroup.v1))) if self.cgroup and self.cgroup.v1 else ""),
-                "kernel": self.verified, "notes": list(dict.fromkeys(self.notes)),
-                "memory_peak_bytes": self.cgroup.memory_peak() if self.cgroup is not None else None}
-
-
-# --- fairness: CPU per forward, from the cgroups' own accounting ------------------------------
-
-CPU_SLACK = 1.25  # parallelism above the allowed CPUs by more than this factor (plus 0.1) is flagged
-
-
-def _cpu_use(child: Any) -> dict | None:
-    if not getattr(child, "run_forwards", 0) or not child.run_wall_ns:
-        return None
-    return {"cpu_ms_per_forward": child.run_cpu_ns / child.run_forwards / 1e6,
-            "parallelism": child.run_cpu_ns / child.run_wall_ns, "forwards": child.run_forwards}
-
-
-def report(cand: Any, ref: Any, threads: int | None) -> dict:
-    """``info["sandbox"]``: what each child got, and the CPU it used while timed."""
-    out: dict = {"candidate": cand.sandbox.describe()}
-    if ref is not None:
-        out["reference"] = ref.sandbox.describe()
-    c, r = _cpu_use(cand), _cpu_use(ref) if ref is not None else None
-    if c is not None:
-        allowed = threads or len(cand.sandbox.cpus) or (os.cpu_count() or 1)
-        out["cpu"] = {"candidate": c, "reference": r, "allowed_cpus": allowed,
-                      "method": "cgroup CPU time (every process of the child) over the harness's wall time of "
-                                "its timed phases"}
-    return out
-
-
-# review flag: a whole footprint beyond both (an honest torch.compile in-process takes 100s of MiB)
-FOOTPRINT_RATIO, FOOTPRINT_SLACK = 1.25, 256 << 20
-
-
-def footprint_flags(info: dict | None) -> list:
-    """A review flag when the candidate's process held much more memory over its life than the reference's
-    (each child's memory cgroup: what it allocated at import and in /dev/shm counts, which the peak of one
-    forward does not see)."""
-    from headroom.verify.compare import Check
-
-    c = ((info or {}).get("candidate") or {}).get("memory_peak_bytes")
-    r = ((info or {}).get("reference") or {}).get("memory_peak_bytes")
-    if not c or not r or c <= FOOTPRINT_RATIO * r + FOOTPRINT_SLACK:
-        return []
-    return [Check("memory_footprint", False, f"the candidate's processes held {c / 2**20:.0f} MiB at their peak, the "
-                                             f"reference's {r / 2**20:.0f} MiB (memory cgroups, import included)")]
-
-
-def cpu_flags(info: dict | None) -> list:
-    """A review flag when the candidate used more CPUs in parallel than both children were allowed."""
-    from headroom.verify.compare import Check
-
-    cpu = (info or {}).get("cpu")
-    if not cpu or not cpu.get("candidate"):
-        return []
-    par, allowed = cpu["candidate"]["parallelism"], cpu["allowed_cpus"]
-    if par > allowed * CPU_SLACK + 0.1:
-        ref = cpu.get("reference") or {}
-        return [Check("cpu", False, f"the candidate used {par:.2f} CPUs in parallel while timed ({allowed} "
-                                    f"allowed; the reference {ref.get('parallelism', float('nan')):.2f}): "
-                                    f"its speedup is not the kernel's alone")]
-    return []
+        return {
+            "uid": self.uid,
+            "cpus": self.cpus,
+            "cpu_quota": self.quota_cpus,
+            "cgroup": ("v2" if self.cgroup and self.cgroup.v2 else "")
+            + ((" v1:" + ",".join(sorted(self.cgroup.v1))) if self.cgroup and self.cgroup.v1 else ""),
+            "kernel": self.verified,
+            "notes": list(dict.fromkeys(self.notes)),
+            "memory_peak_bytes": self.cgroup.memory_peak() if self.cgroup is not None else None,
+        }
 
 
 SWEPT_DIRS = ("/tmp", "/var/tmp", "/dev/shm")
@@ -486,5 +448,3 @@ def _closed_ancestors(paths: list[str]) -> dict[str, list[str]]:
                     out[a].append(parts[i])
                 break
     return out
-
-

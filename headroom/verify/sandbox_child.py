@@ -84,8 +84,7 @@ def private_tmpfs(libc: Any) -> None:
     dies: no file there outlives the run, none is left for a later candidate or the reference."""
     for d in TMPFS_DIRS:
         if os.path.isdir(d):
-            libc.mount(b"tmpfs", d.encode(), b"tmpfs", MS_NOSUID | MS_NODEV,
-                       f"mode=1777,size={TMPFS_SIZE}".encode())
+            libc.mount(b"tmpfs", d.encode(), b"tmpfs", MS_NOSUID | MS_NODEV, f"mode=1777,size={TMPFS_SIZE}".encode())
 
 
 def _open_views(libc: Any, views: list) -> None:
@@ -190,5 +189,3 @@ def lock(job: Any) -> None:
         why = syscalls.install()  # the harness reads the result in /proc (Sandbox.verify)
         if why:
             print(f"headroom: {why}", file=sys.stderr)
-
-

@@ -40,8 +40,13 @@ class Estimate:
     outputs_bytes: int
     flops: int | None
 
-    JSON_KEYS: ClassVar[tuple[str, ...]] = ("params_bytes", "inputs_bytes", "outputs_bytes", "flops",
-                                            "harness_peak_bytes")
+    JSON_KEYS: ClassVar[tuple[str, ...]] = (
+        "params_bytes",
+        "inputs_bytes",
+        "outputs_bytes",
+        "flops",
+        "harness_peak_bytes",
+    )
 
     @property
     def harness_peak_bytes(self) -> int:
@@ -49,9 +54,11 @@ class Estimate:
         return int(a * self.params_bytes + b * self.inputs_bytes + c * self.outputs_bytes)
 
     def describe(self) -> str:
-        return (f"inputs {_mb(self.inputs_bytes)}, outputs {_mb(self.outputs_bytes)}, parameters "
-                f"{_mb(self.params_bytes)}; harness peak ~{_mb(self.harness_peak_bytes)}"
-                + (f", {self.flops / 1e9:.3g} GFLOP per forward" if self.flops else ""))
+        return (
+            f"inputs {_mb(self.inputs_bytes)}, outputs {_mb(self.outputs_bytes)}, parameters "
+            f"{_mb(self.params_bytes)}; harness peak ~{_mb(self.harness_peak_bytes)}"
+            + (f", {self.flops / 1e9:.3g} GFLOP per forward" if self.flops else "")
+        )
 
 
 def _mb(n: int) -> str:
@@ -79,13 +86,20 @@ def estimate(problem: prob.Problem) -> Estimate | None:
         with torch.device("meta"):
             model = problem.Model(*problem.get_init_inputs())
             xs = problem.get_inputs()
-            params = sum(_tensor_bytes(p) for p in model.parameters()) + sum(_tensor_bytes(b) for b in model.buffers()) \
-                if isinstance(model, torch.nn.Module) else 0
+            params = (
+                sum(_tensor_bytes(p) for p in model.parameters()) + sum(_tensor_bytes(b) for b in model.buffers())
+                if isinstance(model, torch.nn.Module)
+                else 0
+            )
             counter = FlopCounterMode(display=False)
             with counter, torch.no_grad():
                 out = model(*xs)
-        return Estimate(int(params), _tensor_bytes(list(xs)), _tensor_bytes(prob.flatten_outputs(out)),
-                        int(counter.get_total_flops()))
+        return Estimate(
+            int(params),
+            _tensor_bytes(list(xs)),
+            _tensor_bytes(prob.flatten_outputs(out)),
+            int(counter.get_total_flops()),
+        )
     except Exception:
         return None
 
@@ -115,17 +129,23 @@ def plan(path: Path, env: dict[str, str], budget_bytes: int, budget_flops: float
         v = getattr(base.module, name, None)
         if isinstance(v, int) and not isinstance(v, bool) and v >= MIN_SCALABLE:
             values[name] = v
-        elif isinstance(v, tuple) and v and all(isinstance(x, int) and not isinstance(x, bool) for x in v) \
-                and max(v) >= MIN_SCALABLE:
+        elif (
+            isinstance(v, tuple)
+            and v
+            and all(isinstance(x, int) and not isinstance(x, bool) for x in v)
+            and max(v) >= MIN_SCALABLE
+        ):
             values[name] = v
     frozen: set[tuple[str, int]] = set()
     current = dict(values)
     best = full
     for _ in range(400):
-        slots = [(v if not isinstance(v, tuple) else v[i], name, i)
-                 for name, v in current.items()
-                 for i in (range(len(v)) if isinstance(v, tuple) else [-1])
-                 if (name, i) not in frozen and (v if not isinstance(v, tuple) else v[i]) >= 2 * FLOOR]
+        slots = [
+            (v if not isinstance(v, tuple) else v[i], name, i)
+            for name, v in current.items()
+            for i in (range(len(v)) if isinstance(v, tuple) else [-1])
+            if (name, i) not in frozen and (v if not isinstance(v, tuple) else v[i]) >= 2 * FLOOR
+        ]
         if not slots:
             break
         top, name, i = max(slots)
@@ -150,8 +170,11 @@ def plan(path: Path, env: dict[str, str], budget_bytes: int, budget_flops: float
         if _fits(est, budget_bytes, budget_flops):
             break
     overrides = {k: v for k, v in current.items() if v != values[k]}
-    note = "scaled to fit the CPU budget" if _fits(best, budget_bytes, budget_flops) else \
-        "scaled as far as its sizes allow (still above the CPU budget)"
+    note = (
+        "scaled to fit the CPU budget"
+        if _fits(best, budget_bytes, budget_flops)
+        else "scaled as far as its sizes allow (still above the CPU budget)"
+    )
     return ScalePlan(overrides, full, best, note)
 
 

@@ -81,9 +81,17 @@ def reference_timing(ref: ReferenceRun, max_numel: int, cand: Child, say: Callab
     return ref.timing
 
 
-def time_candidate(ref: ReferenceRun, cand: Child, gates: list, max_numel: int, aggs: dict,
-                   say: Callable[[str], None], violations: set, cand_call: launches.CallProfile | None = None,
-                   cand_free: int | None = None) -> Timed:
+def time_candidate(
+    ref: ReferenceRun,
+    cand: Child,
+    gates: list,
+    max_numel: int,
+    aggs: dict,
+    say: Callable[[str], None],
+    violations: set,
+    cand_call: launches.CallProfile | None = None,
+    cand_free: int | None = None,
+) -> Timed:
     """Interleaved rounds of reference and candidate: the result's ``timing`` and ``per_call`` sections."""
     try:
         rt = reference_timing(ref, max_numel, cand, say)
@@ -104,8 +112,17 @@ def time_candidate(ref: ReferenceRun, cand: Child, gates: list, max_numel: int, 
 class _Rounds:
     """One candidate's timing: warm-up phases of every arm, then interleaved rounds (``headroom.measure``)."""
 
-    def __init__(self, ref: ReferenceRun, rt: ReferenceTiming, cand: Child, gates: list, max_numel: int,
-                 aggs: dict, violations: set, cand_call: launches.CallProfile | None):
+    def __init__(
+        self,
+        ref: ReferenceRun,
+        rt: ReferenceTiming,
+        cand: Child,
+        gates: list,
+        max_numel: int,
+        aggs: dict,
+        violations: set,
+        cand_call: launches.CallProfile | None,
+    ):
         self.ref, self.rt, self.cand, self.gates, self.max_numel = ref, rt, cand, gates, max_numel
         self.aggs, self.violations, self.policy = aggs, violations, ref.policy
         rt.truth_checks, rt.truth_ms, rt.truth_skipped = 0, 0.0, 0
@@ -131,8 +148,18 @@ class _Rounds:
     def one(self, name: str, sets: list[list], key: str) -> Phase:
         """One phase of an arm; the candidate's inputs and clock checked after it."""
         c = self.child_of[name]
-        ph = run_phase(c, self.ref, sets, self.run_of[name], _drawer(self.ref, key), self.policy, self.max_numel,
-                       self.others[c.pid], gated=self.gated_arm[name], untrusted=name == "candidate")
+        ph = run_phase(
+            c,
+            self.ref,
+            sets,
+            self.run_of[name],
+            _drawer(self.ref, key),
+            self.policy,
+            self.max_numel,
+            self.others[c.pid],
+            gated=self.gated_arm[name],
+            untrusted=name == "candidate",
+        )
         if ph.blocked:  # it waited on the GPU inside its enqueue: time it as it runs, serialised
             self.gated_arm[name] = False
         if name == "candidate":
@@ -143,9 +170,12 @@ class _Rounds:
             wall = prev if ph.gated else ph.wall_ms  # gated: the child's clock is of its previous phase
             if claimed is not None and wall is not None:
                 bad = tm.cross_check(wall, claimed)
-                self.aggs["timer_consistency"].record(bad is None, (bad + ": its clock or its messages were "
-                                                                    "tampered with") if bad else
-                                                      "the child's own clock agrees with the harness's")
+                self.aggs["timer_consistency"].record(
+                    bad is None,
+                    (bad + ": its clock or its messages were tampered with")
+                    if bad
+                    else "the child's own clock agrees with the harness's",
+                )
             self.last_wall[c.pid] = ph.wall_ms
         return ph
 
@@ -159,8 +189,10 @@ class _Rounds:
                 bad = _reference_truth(ref, rt, ph, wsets, self.gates, self.policy, "warmup")
                 rt.tampered = bad is not None
                 if bad:  # before this candidate's timing: an earlier candidate sharing the child, or its trials
-                    raise ChildFailed(f"the reference's warm-up timed output differs from the truth ({bad}) before "
-                                      f"the candidate was timed: the reference was tampered with")
+                    raise ChildFailed(
+                        f"the reference's warm-up timed output differs from the truth ({bad}) before "
+                        f"the candidate was timed: the reference was tampered with"
+                    )
             if name == "candidate" and ph.blocked:
                 self._requeue(name)
 
@@ -196,8 +228,15 @@ class _Rounds:
         got = cur["phases"]
         if name in ("reference_tf32", "candidate") and {"reference_tf32", "candidate"} <= set(got):
             # now, while the reference's outputs of this round are still in its process
-            _compare_round(rt.child, got["reference_tf32"], got["candidate"], self.gates, self.policy,
-                           self.aggs["timed_outputs"], r)
+            _compare_round(
+                rt.child,
+                got["reference_tf32"],
+                got["candidate"],
+                self.gates,
+                self.policy,
+                self.aggs["timed_outputs"],
+                r,
+            )
         return ph
 
     def after_round(self, r: int, _values: dict) -> bool:
@@ -209,13 +248,37 @@ class _Rounds:
         bad = _reference_truth(ref, rt, rph, sets, self.gates, self.policy, f"truth{r}") if rph is not None else None
         rt.tampered = rt.tampered or bad is not None
         if bad:  # the candidate is the only other code running while it is timed
-            aggs["containment"].record(False, f"round {r}: the reference's timed output differs from the "
-                                              f"truth ({bad}): the reference was tampered with")
+            aggs["containment"].record(
+                False,
+                f"round {r}: the reference's timed output differs from the "
+                f"truth ({bad}): the reference was tampered with",
+            )
         # a null phase of each child every round: the clock's fixed cost follows the machine
-        nr = run_phase(rt.child, ref, sets, {"tf32": True}, _drawer(ref, f"null{r}"), self.policy, self.max_numel,
-                       self.others[rt.child.pid], null=True, gated=rt.gated)
-        nc = run_phase(cand, ref, sets, {"tf32": True}, _drawer(ref, f"nullc{r}"), self.policy, self.max_numel,
-                       self.others[cand.pid], null=True, gated=self.gated_arm["candidate"], untrusted=True)
+        nr = run_phase(
+            rt.child,
+            ref,
+            sets,
+            {"tf32": True},
+            _drawer(ref, f"null{r}"),
+            self.policy,
+            self.max_numel,
+            self.others[rt.child.pid],
+            null=True,
+            gated=rt.gated,
+        )
+        nc = run_phase(
+            cand,
+            ref,
+            sets,
+            {"tf32": True},
+            _drawer(ref, f"nullc{r}"),
+            self.policy,
+            self.max_numel,
+            self.others[cand.pid],
+            null=True,
+            gated=self.gated_arm["candidate"],
+            untrusted=True,
+        )
         if nr.gated:
             rt.null_flag_min_ms = min(rt.null_flag_min_ms, nr.flag_ms)
             rt.enqueue_null_min_ms = min(rt.enqueue_null_min_ms, nr.enqueue_ms)
@@ -238,10 +301,13 @@ class _Rounds:
     def run(self) -> None:
         cuda = self.ref.device.startswith("cuda")
         try:
-            rounds = interleave_rounds([nm for nm, _ in self.plan],
-                                       lambda name, r: self.net(name, self.measure(name, r)),
-                                       self.policy.round_policy(cuda), pair=("reference_tf32", "candidate"),
-                                       on_round=self.after_round)
+            rounds = interleave_rounds(
+                [nm for nm, _ in self.plan],
+                lambda name, r: self.net(name, self.measure(name, r)),
+                self.policy.round_policy(cuda),
+                pair=("reference_tf32", "candidate"),
+                on_round=self.after_round,
+            )
         finally:
             self.placement.restore()  # the reference's child is kept for the next candidate
         self.stop = rounds.stop
@@ -249,16 +315,20 @@ class _Rounds:
     def result(self, cand_call: launches.CallProfile | None, cand_free: int | None) -> Timed:
         rt, n, phases = self.rt, self.n, self.phases
         flag_min, null_min = self.mins()
-        per = {name: [rt.net_ms(p, n, flag_min, null_min, charged=name == "candidate") for p in ps]
-               for name, ps in phases.items()}
+        per = {
+            name: [rt.net_ms(p, n, flag_min, null_min, charged=name == "candidate") for p in ps]
+            for name, ps in phases.items()
+        }
         out = _timing_section(rt, self, per, flag_min, null_min)
-        per_call = _per_call(rt, phases, [p.enqueue_ms for p in self.cand_nulls if p.gated], n, cand_call,
-                             self.gated_arm, cand_free)
+        per_call = _per_call(
+            rt, phases, [p.enqueue_ms for p in self.cand_nulls if p.gated], n, cand_call, self.gated_arm, cand_free
+        )
         ratios = {}
         for name in ("reference_fp32", "reference_compile"):
             if per.get(name):
-                ratios[name] = statistics.median([a / b for a, b in zip(per[name], per["candidate"]) if a > 0 and b > 0]
-                                                 or [float("nan")])
+                ratios[name] = statistics.median(
+                    [a / b for a, b in zip(per[name], per["candidate"]) if a > 0 and b > 0] or [float("nan")]
+                )
         return Timed(out, per_call, ratios)
 
 
@@ -266,40 +336,72 @@ def _timing_section(rt: ReferenceTiming, rs: _Rounds, per: dict, flag_min: float
     """The result's ``timing``: the judgement (``timing.judge``) and what it was judged on."""
     n, phases, policy, waits = rs.n, rs.phases, rs.policy, rs.waits
     overhead = flag_min if rt.gated else null_min + rt.read_min_ms
-    drift = (statistics.median(per["reference_tf32"]) / rt.standalone_ms
-             if per["reference_tf32"] and rt.standalone_ms > 0 else None)  # 0: too fast to time alone
+    drift = (
+        statistics.median(per["reference_tf32"]) / rt.standalone_ms
+        if per["reference_tf32"] and rt.standalone_ms > 0
+        else None
+    )  # 0: too fast to time alone
     ref_cpu = [p.cpu_ms / n for p in phases["reference_tf32"] if p.cpu_ms is not None]
     cpu_drift = statistics.median(ref_cpu) / rt.cpu_alone_ms if ref_cpu and rt.cpu_alone_ms else None
-    judged = tm.judge(per["reference_tf32"], per["candidate"], policy,
-                      {k: statistics.median(v) for k, v in waits.items() if v}, drift, cpu_drift)
+    judged = tm.judge(
+        per["reference_tf32"],
+        per["candidate"],
+        policy,
+        {k: statistics.median(v) for k, v in waits.items() if v},
+        drift,
+        cpu_drift,
+    )
     clocks = {name: [p.child_ms for p in ps if p.child_ms is not None] for name, ps in phases.items()}
     cand_nulls = rs.cand_nulls
-    out = {"method": "harness_clock", "clock": "gated" if rt.gated else "plain", "unit": "ms",
-           "rounds": len(per["candidate"]), "rounds_stop": rs.stop, "iters_per_phase": n,
-           "warmup_phases": 1, "overhead_ms": overhead, "null_min_ms": null_min, "null_flag_min_ms": flag_min,
-           "read_min_ms": rt.read_min_ms, "read_max_ms": rt.read_max_ms, "write_max_ms": rt.write_max_ms,
-           "charged_excess_ms": statistics.median(rt.excess_ms(p) for p in phases["candidate"])
-           if phases["candidate"] and phases["candidate"][0].gated else 0.0,
-           "ci_method": "median of per-round ratios, 95% interval from order statistics (distribution-free)",
-           "speedup_estimate": judged.speedup, "speedup_ci": list(judged.ci) if judged.ci else None,
-           "ci_coverage": judged.coverage,
-           "inconclusive": judged.reasons + [f"{o}: the two timed children shared a core"
-                                             for o in rs.placement.overlaps[:1]],
-           "cpu_split": rs.placement.describe(),
-           "reference_standalone_ms": rt.standalone_ms, "reference_drift": drift,
-           "reference_cpu_alone_ms": rt.cpu_alone_ms, "reference_cpu_drift": cpu_drift,
-           "order_medians": tm.order_medians(per["reference_tf32"], per["candidate"]),
-           "wait_fraction": {k: statistics.median(v) for k, v in waits.items() if v},
-           "child_clock_ms": {k: statistics.median(v) / n for k, v in clocks.items() if v},
-           "candidate_clock": "gated" if rs.gated_arm["candidate"] else "plain",
-           "reference_truth": {"checks": rt.truth_checks, "skipped": rt.truth_skipped, "harness_ms": rt.truth_ms,
-                               "method": "one sampled timed iteration of the reference per phase (warm-up and "
-                                         "every round) against the harness's truth, outside the clock"},
-           "candidate_blocked": rt.gated and not rs.gated_arm["candidate"],
-           "overhead_share": overhead / statistics.median([p.wall_ms for p in phases["reference_tf32"]])
-           if phases["reference_tf32"] else None,
-           "calibration": {**rt.calibration, "candidate_null_phase_ms": [p.wall_ms for p in cand_nulls],
-                           "candidate_null_flag_ms": [p.flag_ms for p in cand_nulls if p.gated]}}
+    out = {
+        "method": "harness_clock",
+        "clock": "gated" if rt.gated else "plain",
+        "unit": "ms",
+        "rounds": len(per["candidate"]),
+        "rounds_stop": rs.stop,
+        "iters_per_phase": n,
+        "warmup_phases": 1,
+        "overhead_ms": overhead,
+        "null_min_ms": null_min,
+        "null_flag_min_ms": flag_min,
+        "read_min_ms": rt.read_min_ms,
+        "read_max_ms": rt.read_max_ms,
+        "write_max_ms": rt.write_max_ms,
+        "charged_excess_ms": statistics.median(rt.excess_ms(p) for p in phases["candidate"])
+        if phases["candidate"] and phases["candidate"][0].gated
+        else 0.0,
+        "ci_method": "median of per-round ratios, 95% interval from order statistics (distribution-free)",
+        "speedup_estimate": judged.speedup,
+        "speedup_ci": list(judged.ci) if judged.ci else None,
+        "ci_coverage": judged.coverage,
+        "inconclusive": judged.reasons
+        + [f"{o}: the two timed children shared a core" for o in rs.placement.overlaps[:1]],
+        "cpu_split": rs.placement.describe(),
+        "reference_standalone_ms": rt.standalone_ms,
+        "reference_drift": drift,
+        "reference_cpu_alone_ms": rt.cpu_alone_ms,
+        "reference_cpu_drift": cpu_drift,
+        "order_medians": tm.order_medians(per["reference_tf32"], per["candidate"]),
+        "wait_fraction": {k: statistics.median(v) for k, v in waits.items() if v},
+        "child_clock_ms": {k: statistics.median(v) / n for k, v in clocks.items() if v},
+        "candidate_clock": "gated" if rs.gated_arm["candidate"] else "plain",
+        "reference_truth": {
+            "checks": rt.truth_checks,
+            "skipped": rt.truth_skipped,
+            "harness_ms": rt.truth_ms,
+            "method": "one sampled timed iteration of the reference per phase (warm-up and "
+            "every round) against the harness's truth, outside the clock",
+        },
+        "candidate_blocked": rt.gated and not rs.gated_arm["candidate"],
+        "overhead_share": overhead / statistics.median([p.wall_ms for p in phases["reference_tf32"]])
+        if phases["reference_tf32"]
+        else None,
+        "calibration": {
+            **rt.calibration,
+            "candidate_null_phase_ms": [p.wall_ms for p in cand_nulls],
+            "candidate_null_flag_ms": [p.flag_ms for p in cand_nulls if p.gated],
+        },
+    }
     for name, _ in rs.plan:
         out[name] = tm.stats(per[name])
         out[f"{name}_per_round"] = per[name]
@@ -310,8 +412,15 @@ def _kernels(prof: launches.CallProfile | None) -> list[dict]:
     return [{"name": name, "us": us, "calls": k} for name, us, k in prof.top_kernels] if prof else []
 
 
-def _per_call(rt: ReferenceTiming, phases: dict[str, list[Phase]], cand_null_enq: list[float], n: int,
-              cand_call: launches.CallProfile | None, gated_arm: dict[str, bool], cand_free: int | None = None) -> dict:
+def _per_call(
+    rt: ReferenceTiming,
+    phases: dict[str, list[Phase]],
+    cand_null_enq: list[float],
+    n: int,
+    cand_call: launches.CallProfile | None,
+    gated_arm: dict[str, bool],
+    cand_free: int | None = None,
+) -> dict:
     """What one call costs besides its device time: CPU per call unprofiled, launches, host syncs, bytes to host.
 
     ``call_us``: a gated phase's enqueue on the harness's clock, less the fixed cost of a Run without
@@ -321,29 +430,42 @@ def _per_call(rt: ReferenceTiming, phases: dict[str, list[Phase]], cand_null_enq
 
     def side(name: str, prof: launches.CallProfile | None, gated: bool) -> dict:
         ps = phases.get(name) or []
-        d: dict = {"launches": prof.launches if prof else None, "kernel_us": prof.kernel_us if prof else None,
-                   "syncs": prof.syncs if prof else None, "d2h_bytes": prof.d2h_bytes if prof else None,
-                   "call_us": None, "call_us_method": None}
+        d: dict = {
+            "launches": prof.launches if prof else None,
+            "kernel_us": prof.kernel_us if prof else None,
+            "syncs": prof.syncs if prof else None,
+            "d2h_bytes": prof.d2h_bytes if prof else None,
+            "call_us": None,
+            "call_us_method": None,
+        }
         if ps and gated and all(p.gated and not p.blocked for p in ps):
             d["call_us"] = max(statistics.median(p.enqueue_ms for p in ps) - enq_null, 0.0) * 1e3 / n
             d["call_us_method"] = "gated enqueue on the harness's clock, less a null Run, per forward (unprofiled)"
         elif ps and prof is not None and prof.kernel_us is not None:
             serial = statistics.median(rt.net_ms(p, n) for p in ps) * 1e3
             d["call_us"] = max(serial - prof.kernel_us, 0.0)
-            d["call_us_method"] = ("serialised forward on the harness's clock less the profiler's kernel time "
-                                   "(the call waits on the GPU: its CPU time cannot be timed apart)")
+            d["call_us_method"] = (
+                "serialised forward on the harness's clock less the profiler's kernel time "
+                "(the call waits on the GPU: its CPU time cannot be timed apart)"
+            )
         return d
 
     method = rt.call.method if rt.call is not None else "not measured"
     ref_side = side("reference_tf32", rt.call, rt.gated)
     ref_side["top_kernels"] = _kernels(rt.call)  # in the harness
-    ref_side["child"] = {"kernel_us": rt.child_call.kernel_us if rt.child_call else None,
-                         "launches": rt.child_call.launches if rt.child_call else None,
-                         "top_kernels": _kernels(rt.child_call), "free_bytes_at_warmup": rt.memory.get("free_bytes")}
+    ref_side["child"] = {
+        "kernel_us": rt.child_call.kernel_us if rt.child_call else None,
+        "launches": rt.child_call.launches if rt.child_call else None,
+        "top_kernels": _kernels(rt.child_call),
+        "free_bytes_at_warmup": rt.memory.get("free_bytes"),
+    }
     cand_side = side("candidate", cand_call, gated_arm.get("candidate", False))
     cand_side["top_kernels"] = _kernels(cand_call)  # in its child
     cand_side["free_bytes_at_warmup"] = cand_free
-    return {"reference": ref_side, "candidate": cand_side,
-            "method": f"launches, kernel_us, syncs, d2h_bytes: {method}; reference: profiled in the harness, "
-                      f"reference.child: in the reference's timed child; candidate: in its child; top_kernels: the "
-                      f"{launches.TOP_KERNELS} kernels (CPU: aten ops, by count) with the most time per forward"}
+    return {
+        "reference": ref_side,
+        "candidate": cand_side,
+        "method": f"launches, kernel_us, syncs, d2h_bytes: {method}; reference: profiled in the harness, "
+        f"reference.child: in the reference's timed child; candidate: in its child; top_kernels: the "
+        f"{launches.TOP_KERNELS} kernels (CPU: aten ops, by count) with the most time per forward",
+    }

@@ -28,8 +28,25 @@ from headroom.verify import protocol as P
 ALIGN = 256
 SPAN_FACTOR, SPAN_SLACK = 4, 1 << 16  # an output's strides may span at most this (a view of a larger buffer)
 FULL_READ_BYTES = 4 << 20  # CPU: read a whole output span with one pread below this
-_DTYPES = ("float64", "float32", "float16", "bfloat16", "int64", "int32", "int16", "int8", "uint8", "bool",
-           "complex64", "complex128", "uint16", "uint32", "uint64", "float8_e4m3fn", "float8_e5m2")
+_DTYPES = (
+    "float64",
+    "float32",
+    "float16",
+    "bfloat16",
+    "int64",
+    "int32",
+    "int16",
+    "int8",
+    "uint8",
+    "bool",
+    "complex64",
+    "complex128",
+    "uint16",
+    "uint32",
+    "uint64",
+    "float8_e4m3fn",
+    "float8_e5m2",
+)
 
 
 def dtype_from_name(name: str) -> Any:
@@ -76,7 +93,7 @@ def view(buf: Any, ref: P.RingTensor) -> Any:
     n = span_elements(ref.shape, ref.stride)
     if ref.offset < 0 or ref.offset % item or ref.offset + n * item > buf.numel():
         raise ValueError(f"ring view out of bounds: offset {ref.offset}, {n} x {item} bytes")
-    flat = buf[ref.offset:ref.offset + max(n, 1) * item].view(dtype)
+    flat = buf[ref.offset : ref.offset + max(n, 1) * item].view(dtype)
     return flat.as_strided(ref.shape, ref.stride)
 
 
@@ -108,11 +125,20 @@ def share_cuda(t: Any) -> P.IpcTensor:
     """An IPC description of a CUDA tensor (the caller keeps ``t`` alive while it is used)."""
     storage = t._typed_storage()
     (device, handle, size_b, off_b, rc_handle, rc_off, ev_handle, ev_sync) = storage._share_cuda_()
-    return P.IpcTensor(dtype=dtype_name(t.dtype), shape=tuple(t.shape), stride=tuple(t.stride()),
-                       offset=int(t.storage_offset()), device=int(device), handle=bytes(handle),
-                       storage_size=int(size_b), storage_offset=int(off_b), ref_counter_handle=bytes(rc_handle),
-                       ref_counter_offset=int(rc_off), event_handle=None if ev_handle is None else bytes(ev_handle),
-                       event_sync_required=bool(ev_sync))
+    return P.IpcTensor(
+        dtype=dtype_name(t.dtype),
+        shape=tuple(t.shape),
+        stride=tuple(t.stride()),
+        offset=int(t.storage_offset()),
+        device=int(device),
+        handle=bytes(handle),
+        storage_size=int(size_b),
+        storage_offset=int(off_b),
+        ref_counter_handle=bytes(rc_handle),
+        ref_counter_offset=int(rc_off),
+        event_handle=None if ev_handle is None else bytes(ev_handle),
+        event_sync_required=bool(ev_sync),
+    )
 
 
 def open_ipc(m: P.IpcTensor) -> Any:
@@ -127,9 +153,22 @@ def open_ipc(m: P.IpcTensor) -> Any:
     if (m.offset + span_elements(m.shape, m.stride)) * item > m.storage_size:
         raise ValueError("tensor does not fit its storage")
     return rebuild_cuda_tensor(
-        torch.Tensor, torch.Size(m.shape), tuple(m.stride), m.offset, torch.storage.TypedStorage, dtype,
-        m.device, m.handle, m.storage_size, m.storage_offset, False, m.ref_counter_handle, m.ref_counter_offset,
-        m.event_handle, m.event_sync_required)
+        torch.Tensor,
+        torch.Size(m.shape),
+        tuple(m.stride),
+        m.offset,
+        torch.storage.TypedStorage,
+        dtype,
+        m.device,
+        m.handle,
+        m.storage_size,
+        m.storage_offset,
+        False,
+        m.ref_counter_handle,
+        m.ref_counter_offset,
+        m.event_handle,
+        m.event_sync_required,
+    )
 
 
 # --- outputs: described by the child, read by the harness ------------------------------------------
@@ -145,10 +184,12 @@ def describe(t: Any, mode: str) -> P.Out:
         return share_cuda(t)
     if mode == "bytes" or t.is_cuda:
         x = t.detach().contiguous().cpu()
-        return P.BytesTensor(dtype_name(t.dtype), tuple(t.shape),
-                             x.reshape(-1).view(torch.uint8).numpy().tobytes() if x.numel() else b"")
-    return P.AddrTensor(addr=int(t.data_ptr()), dtype=dtype_name(t.dtype), shape=tuple(t.shape),
-                        stride=tuple(t.stride()))
+        return P.BytesTensor(
+            dtype_name(t.dtype), tuple(t.shape), x.reshape(-1).view(torch.uint8).numpy().tobytes() if x.numel() else b""
+        )
+    return P.AddrTensor(
+        addr=int(t.data_ptr()), dtype=dtype_name(t.dtype), shape=tuple(t.shape), stride=tuple(t.stride())
+    )
 
 
 def check_structure(out: P.Out, max_numel: int) -> None:
@@ -166,8 +207,10 @@ def check_structure(out: P.Out, max_numel: int) -> None:
             raise ValueError("bad stride")
         span = span_elements(tuple(out.shape), tuple(stride))
         if span > SPAN_FACTOR * max(max_numel, 1) + SPAN_SLACK:
-            raise ValueError(f"its strides span {span} elements for {math.prod(out.shape)}: more than "
-                             f"{SPAN_FACTOR}x the {max_numel} expected (the harness reads no such span)")
+            raise ValueError(
+                f"its strides span {span} elements for {math.prod(out.shape)}: more than "
+                f"{SPAN_FACTOR}x the {max_numel} expected (the harness reads no such span)"
+            )
 
 
 def read_full(child: Any, out: P.Out, device: str) -> Any:
@@ -194,7 +237,7 @@ def read_full(child: Any, out: P.Out, device: str) -> Any:
             raise ValueError("output overruns its segment")
         if span == 0:
             return torch.empty(out.shape, dtype=dtype, device=device)
-        typed = base[first * item:(first + span) * item].view(dtype)
+        typed = base[first * item : (first + span) * item].view(dtype)
         return typed.as_strided(out.shape, out.stride)
     n = span_elements(out.shape, out.stride)  # type: ignore[union-attr]
     if n == 0:
@@ -253,8 +296,10 @@ def read_samples(child: Any, out: P.Out, positions: Any) -> Any:
     vals = torch.empty(positions.numel(), dtype=dtype)
     vb = vals.view(torch.uint8)
     for i, o in enumerate(offs.tolist()):
-        vb[i * item:(i + 1) * item] = torch.frombuffer(bytearray(child.read_memory(out.addr + o * item, item)),  # type: ignore[union-attr]
-                                                        dtype=torch.uint8)
+        vb[i * item : (i + 1) * item] = torch.frombuffer(
+            bytearray(child.read_memory(out.addr + o * item, item)),  # type: ignore[union-attr]
+            dtype=torch.uint8,
+        )
     return vals
 
 
@@ -277,7 +322,7 @@ def _vm_read(pid: int, addrs: np.ndarray, item: int) -> bytes | None:  # type: i
     n = len(addrs)
     buf = ctypes.create_string_buffer(n * item)
     for s0 in range(0, n, IOV_MAX):
-        chunk = addrs[s0:s0 + IOV_MAX]
+        chunk = addrs[s0 : s0 + IOV_MAX]
         k = len(chunk)
         local = _Iovec(ctypes.addressof(buf) + s0 * item, k * item)
         remote = (_Iovec * k)(*[_Iovec(int(a), item) for a in chunk])
@@ -344,12 +389,15 @@ def gather_samples(child: Any, items: list[tuple[P.Out, Any]], device: str) -> l
             parts.append((dtype, typed[idx[a:b]]))
             spans.append(rows)
             a = b
-        host = [v.cpu() for _, v in parts] if len({d for d, _ in parts}) > 1 else \
-            list(torch.cat([v for _, v in parts]).cpu().split([len(v) for _, v in parts]))
+        host = (
+            [v.cpu() for _, v in parts]
+            if len({d for d, _ in parts}) > 1
+            else list(torch.cat([v for _, v in parts]).cpu().split([len(v) for _, v in parts]))
+        )
         for rows, vals in zip(spans, host):  # waits for the gathers: inside the caller's clock
             k = 0
             for i, offs in rows:
-                out[i] = vals[k:k + len(offs)]
+                out[i] = vals[k : k + len(offs)]
                 k += len(offs)
     return out
 
@@ -380,15 +428,18 @@ def read_outputs(child: Any, outs: list, max_numel: int, device: str, label: str
     tensor on the reference's device or is malformed (recorded in ``aggs["output_type"]``)."""
     bad = [o.type_name for o in outs if isinstance(o, P.Opaque)]
     if bad:
-        aggs["output_type"].record(False, f"{label}: output is {bad[0]}, not a plain torch.Tensor (tensor "
-                                          f"subclasses and lazy tensors are rejected)")
+        aggs["output_type"].record(
+            False,
+            f"{label}: output is {bad[0]}, not a plain torch.Tensor (tensor subclasses and lazy tensors are rejected)",
+        )
         return None
     read = []
     for j, o in enumerate(outs):
         on_cpu = isinstance(o, P.AddrTensor)
         if on_cpu == device.startswith("cuda") and not isinstance(o, P.BytesTensor):
-            aggs["output_type"].record(False, f"{label}: output {j} is on the {'CPU' if on_cpu else 'GPU'}, the "
-                                              f"reference's on {device}")
+            aggs["output_type"].record(
+                False, f"{label}: output {j} is on the {'CPU' if on_cpu else 'GPU'}, the reference's on {device}"
+            )
             return None
         try:
             check_structure(o, max_numel)

@@ -38,8 +38,9 @@ def problems_in(suite_dir: Path) -> list[Path]:
     return sorted((p for p in suite_dir.glob("*.py") if not p.name.startswith("_")), key=natural_key)
 
 
-def verify_pairs(pairs: list[tuple[Path, list[Path]]], options: VerifyOptions,
-                 progress: Callable[[str], None] | None = None) -> list[VerifyResult]:
+def verify_pairs(
+    pairs: list[tuple[Path, list[Path]]], options: VerifyOptions, progress: Callable[[str], None] | None = None
+) -> list[VerifyResult]:
     """Build every candidate that compiles extensions (in parallel), then verify problem by problem."""
     say = progress or (lambda s: None)
     device = options.resolved_device()
@@ -49,8 +50,15 @@ def verify_pairs(pairs: list[tuple[Path, list[Path]]], options: VerifyOptions,
     results: list[VerifyResult] = []
     try:
         logs = opts.log_dir or build_dir
-        built = bld.build_all([(p, c) for p, cs in pairs for c in cs], device, build_dir, opts.build_timeout,
-                              logs, env=opts.env, progress=say)
+        built = bld.build_all(
+            [(p, c) for p, cs in pairs for c in cs],
+            device,
+            build_dir,
+            opts.build_timeout,
+            logs,
+            env=opts.env,
+            progress=say,
+        )
         for p, cands in pairs:
             try:
                 ref = prepare_reference(p, opts, say)
@@ -68,9 +76,15 @@ def verify_pairs(pairs: list[tuple[Path, list[Path]]], options: VerifyOptions,
     return results
 
 
-def verify_suite(suite_dir: str | Path, candidates_dir: str | Path, options: VerifyOptions | None = None,
-                 out: str | Path | None = None, problems: list[str] | None = None,
-                 progress: Callable[[str], None] | None = None, run_pairs: Callable | None = None) -> dict:
+def verify_suite(
+    suite_dir: str | Path,
+    candidates_dir: str | Path,
+    options: VerifyOptions | None = None,
+    out: str | Path | None = None,
+    problems: list[str] | None = None,
+    progress: Callable[[str], None] | None = None,
+    run_pairs: Callable | None = None,
+) -> dict:
     """Verify every candidate of every problem in ``suite_dir``; returns (and writes) the results document.
     ``run_pairs``: what verifies them (default `verify_pairs`, in this process; headroom.fleet.verify: over
     an engine's workers)."""

@@ -33,9 +33,20 @@ EPERM, ENOSYS = 1, 38
 
 # x86-64 numbers: what keeps running, or gains privileges, while the candidate is frozen
 DENIED = {
-    "alarm": 37, "setitimer": 38, "io_setup": 206, "io_submit": 209, "timer_create": 222, "timer_settime": 223,
-    "unshare": 272, "timerfd_create": 283, "timerfd_settime": 286, "perf_event_open": 298, "setns": 308,
-    "io_uring_setup": 425, "io_uring_enter": 426, "io_uring_register": 427,
+    "alarm": 37,
+    "setitimer": 38,
+    "io_setup": 206,
+    "io_submit": 209,
+    "timer_create": 222,
+    "timer_settime": 223,
+    "unshare": 272,
+    "timerfd_create": 283,
+    "timerfd_settime": 286,
+    "perf_event_open": 298,
+    "setns": 308,
+    "io_uring_setup": 425,
+    "io_uring_enter": 426,
+    "io_uring_register": 427,
 }
 CLONE, CLONE3 = 56, 435
 NAMESPACE_FLAGS = 0x7E020000  # CLONE_NEWNS | NEWCGROUP | NEWUTS | NEWIPC | NEWUSER | NEWPID | NEWNET
@@ -48,20 +59,25 @@ PR_SET_NO_NEW_PRIVS, PR_SET_SECCOMP, SECCOMP_MODE_FILTER = 38, 22, 2
 def program() -> list[tuple[int, int, int, int]]:
     """The filter as (code, jt, jf, k) instructions."""
     deny = RET_ERRNO | EPERM
-    prog = [(_LD_W_ABS, 0, 0, 4),  # arch
-            (_JEQ, 1, 0, AUDIT_ARCH_X86_64),
-            (_RET, 0, 0, deny),
-            (_LD_W_ABS, 0, 0, 0),  # nr
-            (_JGE, 0, 1, X32_BIT),
-            (_RET, 0, 0, deny)]
+    prog = [
+        (_LD_W_ABS, 0, 0, 4),  # arch
+        (_JEQ, 1, 0, AUDIT_ARCH_X86_64),
+        (_RET, 0, 0, deny),
+        (_LD_W_ABS, 0, 0, 0),  # nr
+        (_JGE, 0, 1, X32_BIT),
+        (_RET, 0, 0, deny),
+    ]
     for nr in sorted(DENIED.values()):
         prog += [(_JEQ, 0, 1, nr), (_RET, 0, 0, deny)]
-    prog += [(_JEQ, 0, 1, CLONE3), (_RET, 0, 0, RET_ERRNO | ENOSYS),
-             (_JEQ, 0, 3, CLONE),
-             (_LD_W_ABS, 0, 0, 16),  # clone's flags (the low word of its first argument)
-             (_JSET, 0, 1, NAMESPACE_FLAGS),
-             (_RET, 0, 0, deny),
-             (_RET, 0, 0, RET_ALLOW)]
+    prog += [
+        (_JEQ, 0, 1, CLONE3),
+        (_RET, 0, 0, RET_ERRNO | ENOSYS),
+        (_JEQ, 0, 3, CLONE),
+        (_LD_W_ABS, 0, 0, 16),  # clone's flags (the low word of its first argument)
+        (_JSET, 0, 1, NAMESPACE_FLAGS),
+        (_RET, 0, 0, deny),
+        (_RET, 0, 0, RET_ALLOW),
+    ]
     return prog
 
 
@@ -85,8 +101,12 @@ def install() -> str | None:
     libc.syscall.restype = ctypes.c_long
     if libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
         return f"PR_SET_NO_NEW_PRIVS failed (errno {ctypes.get_errno()})"
-    rc = libc.syscall(ctypes.c_long(SYS_SECCOMP), ctypes.c_long(SECCOMP_SET_MODE_FILTER),
-                      ctypes.c_long(SECCOMP_FILTER_FLAG_TSYNC), ctypes.byref(fprog))
+    rc = libc.syscall(
+        ctypes.c_long(SYS_SECCOMP),
+        ctypes.c_long(SECCOMP_SET_MODE_FILTER),
+        ctypes.c_long(SECCOMP_FILTER_FLAG_TSYNC),
+        ctypes.byref(fprog),
+    )
     if rc != 0:
         err = ctypes.get_errno()
         if libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.byref(fprog), 0, 0) != 0:

@@ -30,8 +30,9 @@ def _check_inputs(ref: ReferenceRun, ph: Phase, sets: list[list], agg: Any) -> N
     agg.record(True, "the inputs of every sampled timed iteration are unchanged after its phase")
 
 
-def _reference_truth(ref: ReferenceRun, rt: ReferenceTiming, ph: Phase, sets: list[list], gates: list,
-                     policy: tm.Policy, key: str) -> str | None:
+def _reference_truth(
+    ref: ReferenceRun, rt: ReferenceTiming, ph: Phase, sets: list[list], gates: list, policy: tm.Policy, key: str
+) -> str | None:
     """One of the reference's sampled timed iterations (drawn after it answered) against the truth the
     harness computes on that input set (``timed_truth``), at the positions already read: None when it
     is within the trial gates (relative L2, and ``TIMED_SLACK`` x the per-element gate), else why not.
@@ -77,16 +78,19 @@ def _reference_truth(ref: ReferenceRun, rt: ReferenceTiming, ph: Phase, sets: li
             rel = math.sqrt(float((d * d).sum()) / int(m.sum())) / rms
             elem = float((d.abs() / (td[m].abs() + rms)).max())
             if rel > g.rel_l2 or elem > ck.TIMED_SLACK * g.elem:
-                return (f"timed iteration {k}, output {j}: sampled relative L2 error {rel:.2e} (gate {g.rel_l2:.2e}), "
-                        f"element error {elem:.2e} (gate {ck.TIMED_SLACK * g.elem:.2e})")
+                return (
+                    f"timed iteration {k}, output {j}: sampled relative L2 error {rel:.2e} (gate {g.rel_l2:.2e}), "
+                    f"element error {elem:.2e} (gate {ck.TIMED_SLACK * g.elem:.2e})"
+                )
         return None
     finally:
         rt.truth_checks += 1
         rt.truth_ms += (time.perf_counter() - t0) * 1e3
 
 
-def _compare_round(ref_child: Child, ref_ph: Phase, cand_ph: Phase, gates: list, policy: tm.Policy, agg: Any,
-                   r: int) -> None:
+def _compare_round(
+    ref_child: Child, ref_ph: Phase, cand_ph: Phase, gates: list, policy: tm.Policy, agg: Any, r: int
+) -> None:
     """Every timed iteration's samples must match the reference's at the same positions.
 
     The reference's outputs of this round are still in its (frozen) process: they are read at
@@ -102,16 +106,21 @@ def _compare_round(ref_child: Child, ref_ph: Phase, cand_ph: Phase, gates: list,
         if rshape != cshape:
             agg.record(False, f"round {r}, timed iteration {k}: outputs {cshape}, the reference's {rshape}")
             return
-        items = [(rout, _positions(cand_ph.pos_seed, k, j, math.prod(rout.shape), policy.samples_per_output))
-                 for j, rout in enumerate(rrow)]
+        items = [
+            (rout, _positions(cand_ph.pos_seed, k, j, math.prod(rout.shape), policy.samples_per_output))
+            for j, rout in enumerate(rrow)
+        ]
         rvals = shared.gather_samples(ref_child, items, ref_child.job.device)
         for j, (cv, rv, rout) in enumerate(zip(crow, rvals, rrow)):
             g = gates[j] if j < len(gates) else None
             rms = ck.rms(shared.read_full(ref_child, rout, ref_child.job.device))
             ok, detail = ck.samples_match(cv, rv, g, rms)
             if not ok:
-                agg.record(False, f"round {r}, timed iteration {k}, output {j}: {detail} (a stale, cached, "
-                                  f"skipped or unfinished output while timed)")
+                agg.record(
+                    False,
+                    f"round {r}, timed iteration {k}, output {j}: {detail} (a stale, cached, "
+                    f"skipped or unfinished output while timed)",
+                )
                 return
             if g is not None:
                 sq, cnt = ck.samples_sq_error(cv, rv, rms)
@@ -122,6 +131,9 @@ def _compare_round(ref_child: Child, ref_ph: Phase, cand_ph: Phase, gates: list,
         if not ok:
             agg.record(False, f"round {r}, output {j}: {detail} (less precise while timed than in its trials)")
             return
-    agg.record(True, f"timed outputs match the reference's at iterations and positions drawn after the child "
-                     f"answered (up to {policy.sampled_iterations} iterations x {policy.samples_per_output} "
-                     f"elements per phase), per element and in relative L2")
+    agg.record(
+        True,
+        f"timed outputs match the reference's at iterations and positions drawn after the child "
+        f"answered (up to {policy.sampled_iterations} iterations x {policy.samples_per_output} "
+        f"elements per phase), per element and in relative L2",
+    )

@@ -63,12 +63,14 @@ class Policy:
     def round_policy(self, cuda: bool) -> RoundPolicy:
         lo = self.rounds or 6
         hi = self.max_rounds or (40 if cuda else 30)
-        return RoundPolicy(min_rounds=lo, max_rounds=max(lo, hi), target_width=self.target_width,
-                           budget_s=self.budget_s)
+        return RoundPolicy(
+            min_rounds=lo, max_rounds=max(lo, hi), target_width=self.target_width, budget_s=self.budget_s
+        )
 
 
-def iterations(ref_ms: float, target_ms: float, max_iters: int, max_by_memory: int,
-               max_by_queue: int | None = None) -> int:
+def iterations(
+    ref_ms: float, target_ms: float, max_iters: int, max_by_memory: int, max_by_queue: int | None = None
+) -> int:
     """Forwards per phase: enough to last ``target_ms``, within memory, ``max_iters`` and the queue."""
     want = math.ceil(target_ms / max(ref_ms, 1e-4))
     caps = [want, max_iters, max_by_memory] + ([max_by_queue] if max_by_queue else [])
@@ -83,8 +85,14 @@ class Judgement:
     reasons: list[str]  # why the result is inconclusive (empty: conclusive)
 
 
-def judge(ref_ms: list[float], cand_ms: list[float], policy: Policy, wait_fractions: dict[str, float],
-          reference_drift: float | None, reference_cpu: float | None = None) -> Judgement:
+def judge(
+    ref_ms: list[float],
+    cand_ms: list[float],
+    policy: Policy,
+    wait_fractions: dict[str, float],
+    reference_drift: float | None,
+    reference_cpu: float | None = None,
+) -> Judgement:
     """Speedup (median of per-round ratios), its interval, and any reason it cannot be called.
 
     ``ref_ms`` and ``cand_ms`` are in round order: even rounds time the reference first, odd rounds the
@@ -97,26 +105,36 @@ def judge(ref_ms: list[float], cand_ms: list[float], policy: Policy, wait_fracti
     if c.low is None or c.high is None:
         reasons.append(f"{c.rounds} rounds give no 95% interval (at least 6 are needed)")
     elif (c.width or math.inf) > policy.max_ci_ratio:
-        reasons.append(f"the 95% interval of the speedup [{c.low:.3g}x, {c.high:.3g}x] is wider than "
-                       f"{policy.max_ci_ratio:g}x (hi/lo): too noisy to call")
+        reasons.append(
+            f"the 95% interval of the speedup [{c.low:.3g}x, {c.high:.3g}x] is wider than "
+            f"{policy.max_ci_ratio:g}x (hi/lo): too noisy to call"
+        )
     split = order_medians(ref_ms, cand_ms)
     if split is not None:
         first, second = split
         if max(first, second) / min(first, second) > policy.max_order_ratio:
-            reasons.append(f"the round orders disagree: {first:.3g}x in the rounds that time the reference first, "
-                           f"{second:.3g}x in those that time the candidate first (allowed {policy.max_order_ratio:g}x "
-                           f"apart): a speedup in one order only is what one child leaves for the other")
+            reasons.append(
+                f"the round orders disagree: {first:.3g}x in the rounds that time the reference first, "
+                f"{second:.3g}x in those that time the candidate first (allowed {policy.max_order_ratio:g}x "
+                f"apart): a speedup in one order only is what one child leaves for the other"
+            )
     for who, w in wait_fractions.items():
         if w > policy.max_wait_fraction:
-            reasons.append(f"the {who} waited for a CPU {100 * w:.0f}% of the timed phases (median, allowed "
-                           f"{100 * policy.max_wait_fraction:.0f}%): another process is loading the machine")
+            reasons.append(
+                f"the {who} waited for a CPU {100 * w:.0f}% of the timed phases (median, allowed "
+                f"{100 * policy.max_wait_fraction:.0f}%): another process is loading the machine"
+            )
     if reference_drift is not None and reference_drift > policy.max_reference_drift:
-        reasons.append(f"the reference ran {reference_drift:.2f}x its calibrated time during the candidate's "
-                       f"rounds: the machine changed speed while it was measured")
+        reasons.append(
+            f"the reference ran {reference_drift:.2f}x its calibrated time during the candidate's "
+            f"rounds: the machine changed speed while it was measured"
+        )
     if reference_cpu is not None and reference_cpu > policy.max_reference_cpu:
-        reasons.append(f"the reference used {reference_cpu:.2f}x its calibrated CPU time per forward during the "
-                       f"candidate's rounds (allowed {policy.max_reference_cpu:g}x): interrupts or kernel work "
-                       f"were charged to it")
+        reasons.append(
+            f"the reference used {reference_cpu:.2f}x its calibrated CPU time per forward during the "
+            f"candidate's rounds (allowed {policy.max_reference_cpu:g}x): interrupts or kernel work "
+            f"were charged to it"
+        )
     ci = (c.low, c.high) if c.low is not None and c.high is not None else None
     return Judgement(c.estimate, ci, c.coverage, reasons)
 
@@ -143,6 +161,8 @@ def cross_check(wall_ms: float, child_ms: float) -> str | None:
     child's clock legitimately covers a fraction of the harness's phase, so that is not judged.)
     """
     if child_ms > wall_ms * 1.02 + 0.05:
-        return (f"the child reported {child_ms:.3f} ms of forwards inside a phase that lasted {wall_ms:.3f} ms "
-                f"on the harness's clock")
+        return (
+            f"the child reported {child_ms:.3f} ms of forwards inside a phase that lasted {wall_ms:.3f} ms "
+            f"on the harness's clock"
+        )
     return None

@@ -18,8 +18,6 @@ chooses to send.
 
 from __future__ import annotations
 
-from typing import Union
-
 import msgspec
 
 MAX_MESSAGE_BYTES = 64 << 20
@@ -44,7 +42,7 @@ class RingTensor(msgspec.Struct, frozen=True, tag="ring"):
 class Scalar(msgspec.Struct, frozen=True, tag="scalar"):
     """A non-tensor input (a Python number, bool or None), passed by value."""
 
-    value: Union[int, float, bool, None]
+    value: int | float | bool | None
 
 
 class AddrTensor(msgspec.Struct, frozen=True, tag="addr"):
@@ -69,7 +67,7 @@ class IpcTensor(msgspec.Struct, frozen=True, tag="ipc"):
     storage_offset: int  # bytes, of the storage within the IPC allocation
     ref_counter_handle: bytes
     ref_counter_offset: int
-    event_handle: Union[bytes, None]
+    event_handle: bytes | None
     event_sync_required: bool
 
 
@@ -106,8 +104,8 @@ class BytesTensor(msgspec.Struct, frozen=True, tag="bytes"):
     data: bytes
 
 
-Arg = Union[RingTensor, Scalar]
-Out = Union[AddrTensor, IpcTensor, SegTensor, BytesTensor, Opaque]
+Arg = RingTensor | Scalar
+Out = AddrTensor | IpcTensor | SegTensor | BytesTensor | Opaque
 
 
 # --- the job (how a child starts) -----------------------------------------------------------------
@@ -118,23 +116,23 @@ class RingSpec(msgspec.Struct, frozen=True):
     the harness's raw allocation (``cuda_ipc``: not torch's refcounted sharing)."""
 
     nbytes: int
-    path: Union[str, None] = None
-    cuda_handle: Union[bytes, None] = None
+    path: str | None = None
+    cuda_handle: bytes | None = None
     memfd: bool = False  # CPU: a sealed memfd, its descriptor sent over the command pipe after MapRing
 
 
 class Job(msgspec.Struct, frozen=True):
     role: str  # reference | candidate | build (import the candidate, compiling its extensions, then wait)
     problem: str
-    overrides: dict[str, Union[int, list[int]]]  # problem-module globals replaced for a scaled run
-    candidate: Union[str, None]
+    overrides: dict[str, int | list[int]]  # problem-module globals replaced for a scaled run
+    candidate: str | None
     device: str
     env: dict[str, str]
-    threads: Union[int, None]
+    threads: int | None
     log_path: str
     file_cap_bytes: int  # RLIMIT_FSIZE of the child and everything it starts
     init_seed: int
-    clock_path: Union[str, None] = None  # the page of host memory of the gated GPU clock (``gate``)
+    clock_path: str | None = None  # the page of host memory of the gated GPU clock (``gate``)
     clock_slot: int = 0
 
 
@@ -208,7 +206,7 @@ class Bye(_Msg, tag="bye"):  # type: ignore[misc]
     seq: int
 
 
-Command = Union[MapRing, Memory, Launches, Trial, Run, Compile, Capture, Release, Bye]
+Command = MapRing | Memory | Launches | Trial | Run | Compile | Capture | Release | Bye
 
 
 # --- replies (child -> harness) -----------------------------------------------------------------
@@ -218,10 +216,10 @@ class Ready(_Msg, tag="ready"):  # type: ignore[misc]
     seq: int
     device_name: str
     torch: str
-    precision: dict[str, Union[str, bool]]
+    precision: dict[str, str | bool]
     violations: list[str]
     gated: bool = False  # the child registered the clock page (gated GPU phases possible)
-    clock_error: Union[str, None] = None
+    clock_error: str | None = None
 
 
 class Done(_Msg, tag="done"):  # type: ignore[misc]
@@ -229,7 +227,7 @@ class Done(_Msg, tag="done"):  # type: ignore[misc]
 
     seq: int
     violations: list[str]
-    error: Union[str, None] = None
+    error: str | None = None
 
 
 class MemoryDone(_Msg, tag="memory_done"):  # type: ignore[misc]
@@ -237,20 +235,20 @@ class MemoryDone(_Msg, tag="memory_done"):  # type: ignore[misc]
     peak_bytes: int
     method: str
     violations: list[str]
-    free_bytes: Union[int, None] = None  # GPU: device memory free as the child's first forward started
+    free_bytes: int | None = None  # GPU: device memory free as the child's first forward started
 
 
 class LaunchesDone(_Msg, tag="launches_done"):  # type: ignore[misc]
     """What one forward does, from a profile of a few (evidence: the candidate's child could lie)."""
 
     seq: int
-    count: Union[int, None]
+    count: int | None
     method: str
     violations: list[str]
-    kernel_us: Union[float, None] = None  # summed kernel durations per forward (the profiler's clock)
-    syncs: Union[float, None] = None  # host synchronisations per forward
-    d2h_bytes: Union[float, None] = None  # bytes copied device -> host per forward
-    top_kernels: list[tuple[str, Union[float, None], float]] = []  # launches.CallProfile.top_kernels
+    kernel_us: float | None = None  # summed kernel durations per forward (the profiler's clock)
+    syncs: float | None = None  # host synchronisations per forward
+    d2h_bytes: float | None = None  # bytes copied device -> host per forward
+    top_kernels: list[tuple[str, float | None, float]] = []  # launches.CallProfile.top_kernels
 
 
 class TrialDone(_Msg, tag="trial_done"):  # type: ignore[misc]
@@ -269,7 +267,7 @@ class CaptureDone(_Msg, tag="capture_done"):  # type: ignore[misc]
     seq: int
     outputs: list[Out]
     violations: list[str]
-    error: Union[str, None] = None
+    error: str | None = None
 
 
 class RunDone(_Msg, tag="run_done"):  # type: ignore[misc]
@@ -296,7 +294,7 @@ class Failed(_Msg, tag="failed"):  # type: ignore[misc]
     traceback: str = ""
 
 
-Reply = Union[Ready, Done, MemoryDone, LaunchesDone, TrialDone, CaptureDone, RunDone, Failed]
+Reply = Ready | Done | MemoryDone | LaunchesDone | TrialDone | CaptureDone | RunDone | Failed
 
 EXPECTED_REPLY: dict[type, type] = {
     MapRing: Done,

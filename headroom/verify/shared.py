@@ -21,9 +21,12 @@ from __future__ import annotations
 
 import ctypes
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from headroom.verify import protocol as P
+
+if TYPE_CHECKING:
+    import numpy as np
 
 ALIGN = 256
 SPAN_FACTOR, SPAN_SLACK = 4, 1 << 16  # an output's strides may span at most this (a view of a larger buffer)
@@ -311,7 +314,7 @@ _libc: Any = None
 IOV_MAX = 1024
 
 
-def _vm_read(pid: int, addrs: np.ndarray, item: int) -> bytes | None:  # type: ignore[name-defined]
+def _vm_read(pid: int, addrs: np.ndarray, item: int) -> bytes | None:
     """``item`` bytes at each address of another process, in one ``process_vm_readv`` per 1024
     (None when the call is refused: the caller falls back to ``/proc/<pid>/mem``, which says why).
     One system call for 256 elements instead of one ``pread`` each, or one read of a whole 4 MB output."""

@@ -108,7 +108,13 @@ def test_report_over_a_directory():
 
 
 @pytest.mark.parametrize(
-    "args", [["classify", "--json"], ["project", "--json", "-s", "category:addressable=2"], ["targets", "--json"]]
+    "args",
+    [
+        ["classify", "--json"],
+        # the same guarantee for the other commands: make test-slow
+        pytest.param(["project", "--json", "-s", "category:addressable=2"], marks=pytest.mark.slow),
+        pytest.param(["targets", "--json"], marks=pytest.mark.slow),
+    ],
 )
 def test_every_command_prints_the_same_from_the_cache(tmp_path, args):
     """The second command on a trace reads its analysis (and, when used, its tables) from the cache:

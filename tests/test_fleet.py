@@ -65,7 +65,16 @@ COMMANDS = [
 ]
 
 
-@pytest.mark.parametrize("command", COMMANDS, ids=[" ".join(c[:2]).replace("{", "").replace("}", "") for c in COMMANDS])
+# make test runs the cheaper commands of each kind; report and project over the traces folder (the same
+# guarantee, 9 s more) run in make test-slow.
+RAY_SLOW = {("report", "{traces}"), ("project", "{traces}")}
+
+
+@pytest.mark.parametrize(
+    "command",
+    [pytest.param(c, marks=[pytest.mark.slow] if c[:2] in RAY_SLOW else []) for c in COMMANDS],
+    ids=[" ".join(c[:2]).replace("{", "").replace("}", "") for c in COMMANDS],
+)
 def test_ray_json_is_the_one_process_json(command, rank_dirs):
     args = [a.format(traces=TRACES, **rank_dirs) for a in command] + ["--json"]
     code, local, local_err = invoke(args + ["--engine", "local"])

@@ -540,6 +540,7 @@ def test_a_field_added_to_the_schema_is_one_row_for_the_scanner_too():
 # --- the scanner under AddressSanitizer and UndefinedBehaviorSanitizer -----------------------------------
 
 
+@pytest.mark.slow  # a build of the scanner under the sanitizers
 def test_the_scanner_compiled_with_sanitizers_passes_the_generated_chunks_and_real_traces(tmp_path):
     """_scan.c built with -fsanitize=address,undefined (any finding aborts), loaded in place of the scanner in
     a fresh process that scans this file's generated chunks (Kineto's types, anything, arbitrary bytes; some

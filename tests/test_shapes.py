@@ -7,7 +7,7 @@ import pytest
 from benchmarks import shapes
 
 
-@pytest.mark.parametrize("shape", ["training", "inference"])
+@pytest.mark.parametrize("shape", [pytest.param("training", marks=pytest.mark.slow), "inference"])
 def test_template_copies_equal_the_reference(tmp_path, shape):
     fast, slow = tmp_path / "fast.json", tmp_path / "slow.json"
     mb = 12 if shape == "training" else 25  # two copies or more: the copies after the first differ

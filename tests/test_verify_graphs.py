@@ -268,3 +268,21 @@ def test_the_result_carries_the_capture_verdict_after_the_correctness_checks():
     assert res.verdict == "fail" and str(res.reason).startswith("rel_l2") and res.capture == "not checked"
     res = _finished((None, None), graphs=False)
     assert res.capture == "not checked" and res.reason == "the candidate was not timed"
+
+
+def test_the_docs_quote_the_committed_gpu_run():
+    """docs/verify.md's "Under CUDA graphs" numbers are those of docs/gpu/verify/graphs-h100.json."""
+    import json
+
+    repo = Path(__file__).resolve().parents[1]
+    doc = json.loads((repo / "docs" / "gpu" / "verify" / "graphs-h100.json").read_text())
+    text = " ".join((repo / "docs" / "verify.md").read_text().split())
+    honest = [r for r in doc["runs"] if r["candidate"] == "identical"]
+    assert len(honest) == 3 and all(r["verdict"] == "pass" and r["capture"] == "ok" for r in honest)
+    names = {"gelu": "GELU", "softmax": "softmax", "matmul": "matmul"}
+    for r in honest:
+        assert f"{r['speedup']:.3f}x ({names[r['problem']]})" in text, r["problem"]
+    for c in doc["clocks"]:
+        assert f"{1e3 * c['gated_ms']:.1f} µs and {1e3 * c['replay_ms_fresh_inputs']:.1f} µs" in text, c["problem"]
+    breakers = [r for r in doc["runs"] if r["candidate"] in ("item", "nonzero")]
+    assert breakers and all(r["verdict"] == "error" and r["capture"].startswith("breaks capture:") for r in breakers)

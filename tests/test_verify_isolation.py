@@ -241,6 +241,12 @@ def test_the_sweep_removes_a_uids_files_but_not_a_build_directory(tmp_path):
     assert removed >= 1
 
 
+def test_a_gpu_candidate_keeps_the_harness_dev_shm_and_a_private_var_tmp():
+    # CUDA IPC (how the harness maps a GPU candidate's outputs) needs the harness's /dev/shm
+    assert sandbox.tmpfs_dirs(cuda_plain=False) == ["/var/tmp", "/dev/shm"]
+    assert sandbox.tmpfs_dirs(cuda_plain=True) == ["/var/tmp"]
+
+
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="one CPU: the two timed children share it")
 @pytest.mark.skipif(not _cgroup_cpuset(), reason="no writable cgroup cpuset with a freezer")
 def test_the_timed_children_never_share_a_core(tmp_path, monkeypatch):

@@ -164,8 +164,13 @@ class Sandbox:
             "binds": binds,
             "views": views,
             "seccomp": untrusted and not off("seccomp"),
-            "tmpfs": untrusted and ns and not off("tmpfs"),
+            "tmpfs": tmpfs_dirs(cuda_plain) if untrusted and ns and not off("tmpfs") else [],
         }
+        if self.plan["tmpfs"] and cuda_plain:
+            self.notes.append(
+                "tmpfs: on a GPU the candidate shares the harness's /dev/shm "
+                "(the harness maps the candidate's outputs through CUDA IPC, which opens its files there)"
+            )
         if not self.plan["ns"]:
             self.notes.append("namespaces: not root: the child shares the harness's mount and network namespaces")
         env[SEAL_ENV] = json.dumps(self.plan)
@@ -386,6 +391,13 @@ class Sandbox:
 
 
 SWEPT_DIRS = ("/tmp", "/var/tmp", "/dev/shm")
+TMPFS_DIRS = ("/var/tmp", "/dev/shm")  # not /tmp: the harness's private directories and the files are there
+
+
+def tmpfs_dirs(cuda_plain: bool) -> list[str]:
+    """The directories a candidate gets a private tmpfs over. On a GPU /dev/shm stays the harness's:
+    a private one there leaves every GPU verify `error` with `mapping of buffer object failed`."""
+    return [d for d in TMPFS_DIRS if not (cuda_plain and d == "/dev/shm")]
 
 
 def sweep_uid(uid: int, roots: tuple[str, ...] = SWEPT_DIRS, exclude: set[str] | frozenset = frozenset()) -> int:

@@ -66,7 +66,7 @@ def enter(job: Any) -> None:
             if plan.get("uid") is not None and plan.get("views"):
                 _open_views(libc, plan["views"])
             if plan.get("tmpfs"):
-                private_tmpfs(libc)
+                private_tmpfs(libc, plan["tmpfs"])
         else:  # no namespace: a build directory or the interpreter would be out of the uid's reach
             plan["bound"] = not plan.get("binds") and not plan.get("views")
     elif plan.get("binds") or plan.get("views"):
@@ -74,15 +74,15 @@ def enter(job: Any) -> None:
     job.env[SEAL_ENV] = json.dumps(plan)
 
 
-TMPFS_DIRS = ("/var/tmp", "/dev/shm")  # not /tmp: the harness's private directories and the files are there
 TMPFS_SIZE = "4g"  # per directory; pages there are the candidate's memory (its cgroup's)
 
 
-def private_tmpfs(libc: Any) -> None:
-    """In the child's own mount namespace (still privileged): a fresh tmpfs over /dev/shm and /var/tmp.
+def private_tmpfs(libc: Any, dirs: list[str]) -> None:
+    """In the child's own mount namespace (still privileged): a fresh tmpfs over each of ``dirs``
+    (/var/tmp, and /dev/shm off a GPU: ``sandbox.tmpfs_dirs``).
     Whatever it writes there is seen by nothing else and goes with its namespace when its last process
     dies: no file there outlives the run, none is left for a later candidate or the reference."""
-    for d in TMPFS_DIRS:
+    for d in dirs:
         if os.path.isdir(d):
             libc.mount(b"tmpfs", d.encode(), b"tmpfs", MS_NOSUID | MS_NODEV, f"mode=1777,size={TMPFS_SIZE}".encode())
 

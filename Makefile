@@ -15,9 +15,11 @@ demo: setup
 	$(VENV)/bin/headroom profile llama-7b
 
 # The lint (ruff check and ruff format --check), then the suite without the campaigns marked `slow` (under 10
-# minutes on 2 cores); `make test-slow` runs those (CI runs both: .ci/run).
+# minutes on 2 cores): first what runs side by side on two workers, then the `serial` tests alone (they time
+# something or take both cores: tests/conftest.py). `make test-slow` runs the campaigns (CI runs both: .ci/run).
 test: lint
-	$(PY) -m pytest -q -p no:cacheprovider -m "not slow" tests
+	$(PY) -m pytest -q -p no:cacheprovider -m "not slow and not serial" -n 2 --dist loadfile tests
+	$(PY) -m pytest -q -p no:cacheprovider -m "not slow and serial" tests
 
 test-slow: setup
 	$(PY) -m pytest -q -p no:cacheprovider -m slow tests

@@ -269,7 +269,27 @@ def gloo_bert_ddp(tmp_path_factory):
     )
 
 
+# Tests that time something or take both cores for themselves: verify's two children pinned to their own
+# cores, validate's A/B rounds and time limits, bench, Ray and gloo ranks, signals sent mid-run. They are marked
+# `serial`: `make test` runs the others on two workers (pytest-xdist), then these alone.
+SERIAL = {
+    "test_bench.py",
+    "test_extract.py",
+    "test_facade.py",
+    "test_fleet.py",
+    "test_hardening_interrupt.py",
+    "test_hardening_streams.py",
+    "test_launch.py",
+    "test_validate.py",
+}
+
+
 def pytest_collection_modifyitems(session, config, items):
-    """The Ray tests last: a process that has run Ray keeps gRPC's threads and fork handlers after
-    `ray.shutdown()`, and a later fork of this process (subprocess, multiprocessing) can hang in them."""
+    """Marks the `serial` tests (above, and every verify test). Puts the Ray tests last: a process that has
+    run Ray keeps gRPC's threads and fork handlers after `ray.shutdown()`, and a later fork of this process
+    (subprocess, multiprocessing) can hang in them."""
+    for item in items:
+        name = item.path.name
+        if name in SERIAL or name.startswith("test_verify_"):
+            item.add_marker(pytest.mark.serial)
     items.sort(key=lambda item: item.module.__name__.endswith("test_fleet"))

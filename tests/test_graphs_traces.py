@@ -11,6 +11,7 @@ import pandas as pd
 import pytest
 from conftest import REPO
 
+import headroom
 from headroom.projection.targets import targets
 from headroom.trace.analysis import analyze
 
@@ -68,3 +69,24 @@ def test_replayed_decode_has_the_eager_shares(name):
     eager = analyze(GRAPHS / twin, use_cache=False).events
     both = pd.concat([_shares(ev, "op"), _shares(eager, "op")], axis=1).fillna(0.0)
     assert (both.iloc[:, 0] - both.iloc[:, 1]).abs().max() < 0.03
+
+
+@pytest.mark.parametrize("capture, warned", [("not checked", True), (None, True), ("ok", False)])
+def test_a_speedup_verified_without_graphs_is_flagged_on_replayed_kernels(tmp_path, capture, warned):
+    row = REPO / "docs" / "gpu" / "apriori" / "llama7b-decode-bs1-rmsnorm"
+    result = json.loads((row / "verify.json").read_text())
+    result.pop("capture", None)
+    if capture is not None:
+        result["capture"] = capture
+    (tmp_path / "verify.json").write_text(json.dumps(result))
+    problems = next(row.glob("*.toml"))
+    graphed = headroom.project(
+        GRAPHS / "llama-7b.decode-bs1-graphs.json.gz", files=[tmp_path / "verify.json"], problems=problems
+    )
+    eager = headroom.project(
+        GRAPHS / "llama-7b.decode-bs1-eager.json.gz", files=[tmp_path / "verify.json"], problems=problems
+    )
+    flagged = [w for w in graphed.warnings if "verified without --graphs" in w]
+    assert graphed.entries[0].kernels > 0  # the RMSNorm's kernels are found among the replayed ones
+    assert bool(flagged) == warned
+    assert not any("verified without --graphs" in w for w in eager.warnings)  # nothing replayed there

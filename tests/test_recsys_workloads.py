@@ -3,6 +3,9 @@ CPU, runs the ops it exists for, and the DLRM-Bench problems it stands for match
 
 from __future__ import annotations
 
+import ast
+from pathlib import Path
+
 import pytest
 
 from headroom.profile.registry import get_workload
@@ -123,3 +126,19 @@ def test_deepfm_sharding_option_is_checked(monkeypatch):
     assert deepfm.resolve_sharding(auto, torch.device("cuda")) == ("dmp", "fbgemm_gpu 1.6.0 with CUDA kernels")
     monkeypatch.setattr(_torchrec, "fbgemm_cuda_status", lambda: (False, "no CUDA kernels"))
     assert deepfm.resolve_sharding(auto, torch.device("cuda"))[0] == "none"
+
+
+def test_the_suites_embedding_problem_keeps_the_workloads_criteo_shapes():
+    # the problem file runs on its own (no headroom import), so it carries its own copy of the shapes
+    from headroom.workloads._criteo import CRITEO_1TB_ROWS, MLPERF_MULTI_HOT
+
+    problem = Path(__file__).parents[1] / "headroom/suites/dlrm/problems/01_EmbeddingBagSum.py"
+    assigned = {
+        t.id: node.value
+        for node in ast.parse(problem.read_text()).body
+        if isinstance(node, ast.Assign)
+        for t in node.targets
+        if isinstance(t, ast.Name)
+    }
+    assert ast.literal_eval(assigned["MLPERF_ROWS"]) == CRITEO_1TB_ROWS
+    assert ast.literal_eval(assigned["MULTI_HOT"]) == MLPERF_MULTI_HOT

@@ -27,6 +27,19 @@ from headroom.profile import (
 # through them, and the cache is rewound to the prompt when they run out.
 DECODE_HEADROOM_TOKENS = 256
 
+CPU_DTYPE = ("fp32", "CPUs without AMX run bf16 matmuls ~100x slower than fp32")
+
+
+def decoder_cpu_scale(seq_reason: str = "shorter prompt for a CPU") -> dict[str, Any]:
+    """How a decoder LM runs on a CPU (`WorkloadSpec.cpu_scale`): 2 of its blocks, extrapolated to all;
+    one sequence of 128 tokens; fp32."""
+    return {
+        "layers": (2, "2 of the blocks, extrapolated to all"),
+        "seq": (128, seq_reason),
+        "batch": (1, "one sequence on a CPU"),
+        "dtype": CPU_DTYPE,
+    }
+
 
 def build_hf(model_cls: Any, config: Any, device: Any, dtype: Any = None, attn: str | None = "sdpa") -> Any:
     """Construct on the meta device (no memory, no init time), then materialise on `device`.

@@ -16,9 +16,11 @@ from typing import Any
 from headroom.errors import UserError
 from headroom.profile import Default, RunConfig, Step, WorkloadSpec
 from headroom.workloads._hf import (
+    CPU_DTYPE,
     amp_dtype,
     blocks_of,
     build_hf,
+    decoder_cpu_scale,
     decoder_lm_step,
     encoder_step,
     meta_hf,
@@ -242,13 +244,16 @@ def _defaults(m: HFModel) -> dict[str, Default]:
 
 
 def _cpu_scale(m: HFModel) -> dict[str, Any]:
-    scale: dict[str, Any] = {"dtype": ("fp32", "CPUs without AMX run bf16 matmuls ~100x slower than fp32")}
-    if m.block:
-        scale["layers"] = (2, "2 of the blocks, extrapolated to all")
     if m.decoder:
-        scale.update(seq=(128, "shorter prompt for a CPU"), batch=(1, "one sequence on a CPU"))
+        scale = decoder_cpu_scale()
     else:
-        scale["batch"] = (2, "a CPU-sized batch")
+        scale = {
+            "dtype": CPU_DTYPE,
+            "layers": (2, "2 of the blocks, extrapolated to all"),
+            "batch": (2, "a CPU-sized batch"),
+        }
+    if not m.block:
+        del scale["layers"]
     return scale
 
 

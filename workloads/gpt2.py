@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from headroom.profile import Default, RunConfig, Step, WorkloadSpec, register_workload
-from headroom.workloads._hf import blocks_of, build_hf, decoder_lm_step, meta_hf, weights_dtype
+from headroom.workloads._hf import blocks_of, build_hf, decoder_cpu_scale, decoder_lm_step, meta_hf, weights_dtype
 
 FLAVOURS: dict[str, dict[str, Any]] = {
     "default": dict(n_embd=1600, n_layer=48, n_head=25, n_positions=1024, vocab_size=50257),  # GPT-2 XL
@@ -82,12 +82,7 @@ SPEC = register_workload(
         },
         num_layers=lambda f: FLAVOURS[f]["n_layer"],
         block="GPT2Block",
-        cpu_scale={
-            "layers": (2, "2 of the blocks, extrapolated to all"),
-            "seq": (128, "shorter context for a CPU"),
-            "batch": (1, "one sequence on a CPU"),
-            "dtype": ("fp32", "CPUs without AMX run bf16 matmuls ~100x slower than fp32"),
-        },
+        cpu_scale=decoder_cpu_scale("shorter context for a CPU"),
         parallel=("ddp", "fsdp"),
         source=__file__,
     )

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from headroom.profile import Default, RunConfig, Step, WorkloadSpec, register_workload
-from headroom.workloads._hf import blocks_of, build_hf, decoder_lm_step, meta_hf, weights_dtype
+from headroom.workloads._hf import blocks_of, build_hf, decoder_cpu_scale, decoder_lm_step, meta_hf, weights_dtype
 
 # Published configurations (hidden, layers, heads, kv heads, intermediate, vocab, rope theta, max positions).
 FLAVOURS: dict[str, dict[str, Any]] = {
@@ -129,12 +129,7 @@ SPEC = register_workload(
         num_layers=lambda f: FLAVOURS[f]["num_hidden_layers"],
         block="LlamaDecoderLayer",
         seq_meaning="prompt tokens (prefill) / tokens in the KV cache (decode)",
-        cpu_scale={
-            "layers": (2, "2 of the blocks, extrapolated to all"),
-            "seq": (128, "shorter prompt for a CPU"),
-            "batch": (1, "one sequence on a CPU"),
-            "dtype": ("fp32", "this CPU's bf16 matmul is ~100x slower than fp32"),
-        },
+        cpu_scale=decoder_cpu_scale(),
         parallel=("fsdp", "ddp"),
         source=__file__,
     )

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from headroom.profile import Default, RunConfig, Step, WorkloadSpec, register_workload
-from headroom.workloads._hf import blocks_of, build_hf, encoder_step, meta_hf, weights_dtype
+from headroom.workloads._hf import CPU_DTYPE, blocks_of, build_hf, encoder_step, meta_hf, weights_dtype
 
 FLAVOURS: dict[str, dict[str, Any]] = {
     "default": dict(
@@ -105,7 +105,7 @@ SPEC = register_workload(
         seq_meaning="n/a (197 tokens per image)",
         cpu_scale={
             "batch": (2, "two images on a CPU"),
-            "dtype": ("fp32", "CPUs without AMX run bf16 matmuls ~100x slower than fp32"),
+            "dtype": CPU_DTYPE,
         },
         parallel=("ddp", "fsdp"),
         source=__file__,

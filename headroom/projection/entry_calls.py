@@ -38,6 +38,7 @@ def apply_entries(
     entry_results = [EntryResult.of(m) for m in res.matches]
     cpu_calls = None
     if b.mode == "gpu":
+        warnings.extend(uncaptured_verify_warnings(b, res))
         unprof = clock_from_calls(b, res, problems, unprof)
         side: CpuSide | None = None
         for m, d in zip(res.matches, entry_results):
@@ -57,6 +58,22 @@ def apply_entries(
                 "the calls' CPU time is what their speedup applies to"
             )
     return res, entry_results, cpu_calls, unprof
+
+
+def uncaptured_verify_warnings(b: Baseline, res: Resolution) -> list[str]:
+    """A verify result applied to kernels this trace replays from CUDA graphs, when verify did not run
+    it as a replay does (`--graphs`): its speedup is an eager clock's, launches included."""
+    replayed = replayed_from_graph(b.events)
+    out = []
+    for m in res.matches:
+        e = m.entry
+        n = int((m.applied & replayed).sum())
+        if e.verify_result and n and (e.capture is None or e.capture == "not checked"):
+            out.append(
+                f"{e.selector}: verified without --graphs, but {n} of the kernels it applies to are replayed from "
+                f"CUDA graphs here; `headroom verify --graphs` checks it captures and times it as a replay runs it"
+            )
+    return out
 
 
 def clock_from_calls(

@@ -59,6 +59,9 @@ class Speedup:
     # reference's call, unprofiled). With the trace's footprint of the same calls it says how much slower
     # the profiled CPU ran, where the step time cannot (a GPU-bound step): docs/projection.md.
     reference_call_us: float | None = None
+    # A verify result's `capture` ("ok", "breaks capture: ...", "not checked"; None: not a verify result or
+    # one from before the field): whether the candidate was checked and timed as a CUDA graph replay runs it.
+    capture: str | None = None
 
     # An entry as JSON: what it selects and claims (`call_us` and `syncs` only when given).
     JSON_KEYS: ClassVar[tuple[str, ...]] = ("selector", "speedup", "launches", "verified", "source", "call_us", "syncs")
@@ -353,6 +356,7 @@ def _from_verify(results: list[dict], path: str) -> SpeedupFile:
     src = f"{path}: headroom verify"
     calls: dict[str, tuple[float | None, float | None, float | None]] = {}
     gpu: dict[str, float] = {}
+    capture: dict[str, str] = {}
     for r in results:  # the chosen (fastest passing) result of each problem
         name = str(r.get("problem"))
         if (
@@ -362,6 +366,8 @@ def _from_verify(results: list[dict], path: str) -> SpeedupFile:
             and r.get("speedup") == best[name].speedup
         ):
             calls[name] = _verified_call(r)
+            if isinstance(r.get("capture"), str):
+                capture[name] = r["capture"]
             g = _gpu_factor(r)
             if g is not None and calls[name][1]:
                 gpu[name] = g
@@ -387,6 +393,7 @@ def _from_verify(results: list[dict], path: str) -> SpeedupFile:
                 call_us=call_us if n is not None else None,
                 syncs=syncs if n is not None else None,
                 reference_call_us=ref_us if n is not None else None,
+                capture=capture.get(name),
             )
         )
     return SpeedupFile(entries, warnings, "verify", list(results))

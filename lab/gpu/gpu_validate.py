@@ -322,6 +322,28 @@ def side_clocks(run_json: Path, clocks: Clocks) -> dict:
     return out
 
 
+def extract_and_verify(
+    rec: dict, name: str, workload: str, module: str, cand: Path, wl: list, work: Path, device: str, log: Log, left
+) -> tuple[dict | None, dict, float]:
+    """Extract `module`'s problem from the workload `wl` names, then verify `cand` on it (a training
+    problem forward + backward); writes work/verify.json and the steps' seconds into `rec`. Returns
+    extract's JSON (None when it failed, with `rec["status"]` saying so), verify's JSON and when verify began."""
+    rc, out, dt = headroom(["extract", *wl, "--module", module, "--out", str(work / "problem"), "--json"], log, left())
+    rec["steps"]["extract_s"] = round(dt, 1)
+    if rc != 0:
+        rec["status"] = f"extract failed (exit {rc})"
+        return None, {}, time.time()
+    ex = parse_json(out)
+    vcand = training_candidate(cand, work / "candidate_train.py") if workload in TRAINING else cand
+    flags = ["--device", device] if device == "cpu" else VERIFY_FLAGS.get(name, [])
+    t_wall = time.time()
+    rc, out, dt = headroom(["verify", str(ex["problem"]), str(vcand), "--json", *flags], log, left())
+    rec["steps"]["verify_s"] = round(dt, 1)
+    v = parse_json(out)
+    (work / "verify.json").write_text(json.dumps(v, indent=1) + "\n")
+    return ex, v, t_wall
+
+
 def one(
     name,
     workload,
@@ -352,28 +374,14 @@ def one(
     def left() -> float:
         return max(deadline - time.monotonic(), 5.0)
 
-    rc, out, dt = headroom(["extract", *wl, "--module", module, "--out", str(work / "problem"), "--json"], log, left())
-    rec["steps"]["extract_s"] = round(dt, 1)
-    if rc != 0:
-        rec["status"] = f"extract failed (exit {rc})"
+    # 1. extract, 2. verify
+    ex, v, t_wall = extract_and_verify(rec, name, workload, module, cand, wl, work, device, log, left)
+    if ex is None:
         return rec
-    ex = parse_json(out)
     rec["extract"] = {k: ex.get(k) for k in ("name", "selectors", "share", "calls_per_step", "instances")}
-    problem, entry = Path(ex["problem"]), Path(ex["entry"])
-    # 2. verify (a training problem verifies forward + backward)
-    vcand = training_candidate(cand, work / "candidate_train.py") if workload in TRAINING else cand
-    vjson = work / "verify.json"
-    t_wall = time.time()
-    rc, out, dt = headroom(
-        ["verify", str(problem), str(vcand), "--json", *(dev if device == "cpu" else VERIFY_FLAGS.get(name, []))],
-        log,
-        left(),
-    )
-    rec["steps"]["verify_s"] = round(dt, 1)
+    entry, vjson = Path(ex["entry"]), work / "verify.json"
     if clocks is not None and clocks.proc is not None:
         rec["clocks"] = {"verify": clocks.window(t_wall, time.time())}
-    v = parse_json(out)
-    vjson.write_text(json.dumps(v, indent=1) + "\n")
     rec["verify"] = {
         k: v.get(k) for k in ("verdict", "speedup", "speedup_fp32", "launches_per_call", "reason") if k in v
     }
@@ -497,25 +505,12 @@ def apriori_one(
     def left() -> float:
         return max(deadline - time.monotonic(), 5.0)
 
-    rc, out, dt = headroom(["extract", *wl, "--module", module, "--out", str(work / "problem"), "--json"], log, left())
-    rec["steps"]["extract_s"] = round(dt, 1)
-    if rc != 0:
-        rec["status"] = f"extract failed (exit {rc})"
+    ex, v, t_wall = extract_and_verify(rec, name, workload, module, cand, wl, work, device, log, left)
+    if ex is None:
         return rec
-    problem = Path(parse_json(out)["problem"])
-    vcand = training_candidate(cand, work / "candidate_train.py") if workload in TRAINING else cand
-    vjson = work / "verify.json"
-    t_wall = time.time()
-    rc, out, dt = headroom(
-        ["verify", str(problem), str(vcand), "--json", *(dev if device == "cpu" else VERIFY_FLAGS.get(name, []))],
-        log,
-        left(),
-    )
-    rec["steps"]["verify_s"] = round(dt, 1)
+    problem, vjson = Path(ex["problem"]), work / "verify.json"
     if clocks is not None and clocks.proc is not None:
         rec["clocks"] = {"verify": clocks.window(t_wall, time.time()), "validate (committed run)": None}
-    v = parse_json(out)
-    vjson.write_text(json.dumps(v, indent=1) + "\n")
     t = v.get("timing") or {}
     rec["verify"] = {
         "verdict": v.get("verdict"),

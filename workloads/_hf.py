@@ -217,7 +217,7 @@ def _decode_step(
         del out
 
     if cfg.graphs:
-        forward = _static_decode(call, cache, ck, first, cfg.seq)
+        forward, first_static = _static_decode(call, cache, ck, first, cfg.seq)
         info = dict(
             info,
             decode_cache_capacity=cap,
@@ -229,7 +229,7 @@ def _decode_step(
             model,
             blocks=blocks,
             info=info,
-            forward=infer_forward(forward),
+            forward=infer_forward(first_static),
             close=lambda: state.clear(),
         )
 
@@ -262,23 +262,52 @@ def _decode_step(
     )
 
 
-def _static_decode(call: Any, cache: Any, ck: str, first: Any, position: int) -> Callable[[], Any]:
+def _fixed_write_position(cache: Any, position: int) -> Callable[[], Any] | None:
+    """Where a static cache's layers count their own write position on the device (`cumulative_length`,
+    advanced in place by every update, replays of a captured graph included): one tensor holding all of
+    them, and a reset of it to `position` that a step runs first (one fill kernel, as a serving engine
+    copies its step's positions in). None where the cache writes where `cache_position` says."""
+    import torch
+
+    layers = getattr(cache, "layers", [])
+    counters = [getattr(layer, "cumulative_length", None) for layer in layers]
+    if not layers or not all(isinstance(c, torch.Tensor) for c in counters):
+        return None
+    with torch.inference_mode():
+        shared = torch.full((len(layers),), position, dtype=counters[0].dtype, device=counters[0].device)
+    for i, layer in enumerate(layers):
+        layer.cumulative_length = shared[i]  # a view: the layer's in-place advance lands in `shared`
+    return lambda: shared.fill_(position)
+
+
+def _static_decode(
+    call: Any, cache: Any, ck: str, first: Any, position: int
+) -> tuple[Callable[[], Any], Callable[[], Any]]:
     """A decode step on static buffers, as serving engines capture it: the input token and the cache
     position live in fixed tensors (no host synchronisation to find the position), and greedy argmax writes
     the next token into the input buffer. Every call decodes at the same position: the GPU work of a decode
-    step against a cache of that length, replayable from a CUDA graph."""
+    step against a cache of that length, replayable from a CUDA graph. Returns the step and the first
+    token's decode (the prompt's next token put back in the input buffer first, so that every call of it
+    computes the same logits: validate's check compares base and variant on it)."""
     import torch
 
     ids = first.clone()
     pos = torch.tensor([position], device=first.device)
+    rewind = _fixed_write_position(cache, position)
 
     def forward():
+        if rewind is not None:
+            rewind()
         out = call(input_ids=ids, use_cache=True, logits_to_keep=1, cache_position=pos, **{ck: cache})
         with phase_range("headroom/sample"):
             ids.copy_(out.logits[:, -1].argmax(-1, keepdim=True))
         return out.logits
 
-    return forward
+    def first_token():
+        ids.copy_(first)
+        return forward()
+
+    return forward, first_token
 
 
 def encoder_step(

@@ -27,7 +27,7 @@ CHILD = r"""
 import json, sys
 from headroom.verify import VerifyOptions, verify_candidate
 from headroom.verify.timing import Policy
-policy = Policy(rounds=4, max_rounds=6, budget_s=4.0, calibration_phases=2, target_phase_ms=5.0)
+policy = Policy(rounds=6, max_rounds=8, budget_s=6.0, calibration_phases=2, target_phase_ms=5.0)
 r = verify_candidate(sys.argv[1], sys.argv[2], VerifyOptions(device="cuda", policy=policy))
 print("RESULT " + json.dumps({"verdict": r.verdict, "reason": r.reason, "speedup": r.speedup,
       "failed": [c.name for c in r.checks if not c.passed], "sandbox": r.info.get("sandbox"),

@@ -58,6 +58,16 @@ def test_replayed_kernels_have_modules(name):
     assert ev.loc[ev["module"] == "", "dur"].sum() <= 0.01 * ev["dur"].sum()
 
 
+# A compiled run recorded with the map of Inductor's nodes to modules (`compiled_modules` in its manifest):
+# `targets --by module` leaves at most 1% of its GPU time without a module.
+@pytest.mark.parametrize("name", [n for n in _runs("compiled-reduce-overhead") if MANIFEST[n].get("compiled_modules")])
+def test_compiled_kernels_have_modules(name):
+    a = analyze(GRAPHS / name, use_cache=False)
+    table = targets(a, by=("module",), top=None)
+    assert float(table.loc[table["name"].isin(["(no module)", ""]), "share"].sum()) <= 0.01
+    assert float(table.loc[table["name"] == "Linear", "share"].sum()) > 0.5  # the GEMMs on their projections
+
+
 # Decode runs the same work captured or eager. Prefill does not: under a stream capture transformers builds the
 # causal mask (aten::where, fill_, le) and cuDNN attention runs masked (docs/graphs.md), so its op shares differ
 # from eager's by what the capture changed, not by the attribution.

@@ -150,6 +150,14 @@ def test_file_stem():
     assert file_stem("hf:/models/qwen2/") == "hf-qwen2" and file_stem("llama-7b") == "llama-7b"
 
 
+def test_tables_name_an_hf_model_as_its_file_is_named():
+    from headroom.trace.analysis_result import run_name
+
+    assert run_name({"workload": "hf:tests/data/hf/llama-3-8b"}) == "hf:llama-3-8b"
+    assert run_name({"workload": "hf:Qwen/Qwen2-7B/"}) == "hf:Qwen2-7B"
+    assert run_name({"workload": "hf:gpt2"}) == "hf:gpt2" and run_name({"workload": "llama-7b"}) == "llama-7b"
+
+
 @pytest.mark.parametrize(
     "config, message",
     [

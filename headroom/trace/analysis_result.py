@@ -203,8 +203,11 @@ _LAYERS_TOKEN = re.compile(r"\d+of\d+-layers")
 
 def run_name(m: dict[str, Any]) -> str:
     """The model a run profiled: the workload name with a flavour's size in place of the default's
-    (`llama-7b --flavour 13b` -> `llama-13b`)."""
+    (`llama-7b --flavour 13b` -> `llama-13b`); an `hf:` model by the last part of its hub id or directory, as its
+    trace file is named (`hf:tests/data/hf/llama-3-8b` -> `hf:llama-3-8b`)."""
     name = str(m.get("workload") or "")
+    if name.startswith("hf:") and name.rstrip("/").count("/"):
+        name = "hf:" + name.rstrip("/").rsplit("/", 1)[1]
     flavour = str(m.get("flavour") or "")
     if not flavour or flavour == "default":
         return name

@@ -316,8 +316,9 @@ def module_targets(
     columns = _TARGET_COLUMNS + MODULE_COLUMNS
     if not has_module_ranges(b):
         return pd.DataFrame(columns=columns)
-    known = set(b.modules["path"].astype(str)) if b.modules is not None and len(b.modules) else set()
-    known |= set(ev["module"].astype(str)) if "module" in ev.columns else set()
+    # The distinct values first: iterating a text column yields a Python object per row.
+    known = set(b.modules["path"].astype(str).unique()) if b.modules is not None and len(b.modules) else set()
+    known |= set(ev["module"].astype(str).unique()) if "module" in ev.columns else set()
     rows, keys = _memberships(ev, grouping, scope, known)
     if len(rows) == 0:
         return pd.DataFrame(columns=columns)

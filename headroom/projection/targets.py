@@ -45,6 +45,8 @@ MODULE_COLUMNS = ["scope", "calls", "kernels_per_call", "cpu_us_per_call", "inpu
 MODULE_KINDS = ("module", "module_path")
 SCOPES = ("self", "total")
 GROUPINGS = ("op", "top_op", "module", "module_path", "kernel")
+# The event columns module_targets reads.
+_MODULE_READS = ("dur", "addressable", "category", "phase", "wall_us", "device")
 
 
 def _amdahl_groups(b: Baseline, keys: np.ndarray, s: float) -> pd.DataFrame:
@@ -323,7 +325,10 @@ def module_targets(
     if len(rows) == 0:
         return pd.DataFrame(columns=columns)
     total = float(ev["dur"].sum())
-    sub = ev.iloc[rows].reset_index(drop=True)
+    # Only the columns read below, and the groups as integer codes in order of first appearance (the order
+    # groupby(sort=False) gives): each groupby of the text would hash every row's key anew.
+    sub = ev[[c for c in _MODULE_READS if c in ev.columns]].iloc[rows].reset_index(drop=True)
+    codes, names = factorized(keys)
     dur = sub["dur"].to_numpy(dtype=float)
     addr = (
         sub["addressable"].fillna(False).to_numpy(dtype=bool)
@@ -332,12 +337,12 @@ def module_targets(
     )
     category = sub["category"].astype(str).to_numpy() if "category" in sub.columns else np.full(len(sub), "other")
     agg = (
-        pd.DataFrame({"key": keys, "dur": dur, "addr": np.where(addr, dur, 0.0)})
+        pd.DataFrame({"key": codes, "dur": dur, "addr": np.where(addr, dur, 0.0)})
         .groupby("key", sort=False)
         .agg(us=("dur", "sum"), kernels=("dur", "size"), addressable_us=("addr", "sum"))
     )
     by_cat = (
-        pd.DataFrame({"key": keys, "category": category, "dur": dur})
+        pd.DataFrame({"key": codes, "category": category, "dur": dur})
         .groupby(["key", "category"], sort=False)["dur"]
         .sum()
         .reset_index()
@@ -346,19 +351,19 @@ def module_targets(
     mix = {k: {c: float(u) for c, u in zip(g["category"], g["dur"])} for k, g in by_cat.groupby("key", sort=False)}
     phase = sub["phase"].astype(str).to_numpy() if "phase" in sub.columns else np.full(len(sub), "forward")
     by_phase = (
-        pd.DataFrame({"key": keys, "phase": phase, "dur": dur}).groupby(["key", "phase"], sort=False)["dur"].sum()
+        pd.DataFrame({"key": codes, "phase": phase, "dur": dur}).groupby(["key", "phase"], sort=False)["dur"].sum()
     )
-    phases: dict[str, dict[str, float]] = {}
+    phases: dict[int, dict[str, float]] = {}
     for (k, ph), u in by_phase.items():
         phases.setdefault(k, {})[ph] = float(u)
-    am = _amdahl_groups(Baseline(sub, b.wall_us, b.window, b.num_steps, b.n_devices), keys, speedup)
-    t = agg.join(am)
-    t["name"] = t.index.astype(str)
-    t["kind"] = grouping
-    t["scope"] = scope
+    t = agg.join(_amdahl_groups(Baseline(sub, b.wall_us, b.window, b.num_steps, b.n_devices), codes, speedup))
     t["category"] = [max(mix[k], key=mix[k].__getitem__) for k in t.index]
     t["categories"] = [{c: (u / us if us > 0 else 0.0) for c, u in mix[k].items()} for k, us in zip(t.index, t["us"])]
     t["phases"] = [{p: (u / us if us > 0 else 0.0) for p, u in phases[k].items()} for k, us in zip(t.index, t["us"])]
+    t.index = pd.Index(names[t.index.to_numpy()].tolist(), name="key")
+    t["name"] = t.index.astype(str)
+    t["kind"] = grouping
+    t["scope"] = scope
     t = _with_gains(t, b, total)
     stats = _call_stats(b.modules, grouping, scope, b.num_steps)
     t = t.join(stats)

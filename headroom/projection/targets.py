@@ -341,21 +341,9 @@ def module_targets(
         .groupby("key", sort=False)
         .agg(us=("dur", "sum"), kernels=("dur", "size"), addressable_us=("addr", "sum"))
     )
-    by_cat = (
-        pd.DataFrame({"key": codes, "category": category, "dur": dur})
-        .groupby(["key", "category"], sort=False)["dur"]
-        .sum()
-        .reset_index()
-        .sort_values(["key", "dur"], ascending=[True, False], kind="stable")
-    )
-    mix = {k: {c: float(u) for c, u in zip(g["category"], g["dur"])} for k, g in by_cat.groupby("key", sort=False)}
+    mix = _time_by(codes, category, dur, largest_first=True)
     phase = sub["phase"].astype(str).to_numpy() if "phase" in sub.columns else np.full(len(sub), "forward")
-    by_phase = (
-        pd.DataFrame({"key": codes, "phase": phase, "dur": dur}).groupby(["key", "phase"], sort=False)["dur"].sum()
-    )
-    phases: dict[int, dict[str, float]] = {}
-    for (k, ph), u in by_phase.items():
-        phases.setdefault(k, {})[ph] = float(u)
+    phases = _time_by(codes, phase, dur, largest_first=False)
     t = agg.join(_amdahl_groups(Baseline(sub, b.wall_us, b.window, b.num_steps, b.n_devices), codes, speedup))
     t["category"] = [max(mix[k], key=mix[k].__getitem__) for k in t.index]
     t["categories"] = [{c: (u / us if us > 0 else 0.0) for c, u in mix[k].items()} for k, us in zip(t.index, t["us"])]
@@ -382,6 +370,25 @@ def module_targets(
         return mask
 
     return _with_replay(t, b, speedup, replay_top, members)
+
+
+def _time_by(
+    codes: np.ndarray, labels: np.ndarray, dur: np.ndarray, largest_first: bool
+) -> dict[int, dict[str, float]]:
+    """Per group code, its kernel time per label (category, phase): the labels in order of first appearance,
+    or with `largest_first` the longest first (ties in that order)."""
+    sums = (
+        pd.DataFrame({"key": codes, "label": labels, "dur": dur})
+        .groupby(["key", "label"], sort=False)["dur"]
+        .sum()
+        .reset_index()
+    )
+    if largest_first:
+        sums = sums.sort_values(["key", "dur"], ascending=[True, False], kind="stable")
+    out: dict[int, dict[str, float]] = {}
+    for k, label, u in zip(sums["key"].tolist(), sums["label"].tolist(), sums["dur"].tolist()):
+        out.setdefault(k, {})[label] = float(u)
+    return out
 
 
 @dataclass

@@ -3,7 +3,7 @@ run alternating with the others, and between this install and the same with othe
 the path.
 
     python benchmarks/cached_command.py TRACE [--repeat 5] [--command "targets"] [--site NAME=DIR ...]
-                                        [--tree NAME=DIR ...] [--first] [--out results.json]
+                                        [--tree NAME=DIR ...] [--first] [--no-replay] [--out results.json]
 
 `--command` (repeatable; default `classify --json`): a headroom command line, the trace appended.
 `--site typer29=/tmp/typer29`: a folder of packages (e.g. `pip install --no-deps --target /tmp/typer29
@@ -14,7 +14,9 @@ of one NAME combine (that checkout, those packages first). Bytecode is written a
 (PYTHONDONTWRITEBYTECODE is dropped) and one run of each fills the cache and the bytecode before the timed ones;
 the runs alternate, the order
 turning each round. `--first`: the other measure, each run the first command on the trace (its cache
-emptied before it: the load, the analysis and writing the entry).
+emptied before it: the load, the analysis and writing the entry). `--no-replay`: HEADROOM_REPLAY=off, so each
+run reads the cached analysis and computes its output, as a *different* second command does (otherwise a
+command run before on the same trace writes its recorded output: headroom/cli/replay.py).
 """
 
 from __future__ import annotations
@@ -45,6 +47,7 @@ def main() -> None:
     ap.add_argument("--site", action="append", default=[], metavar="NAME=DIR")
     ap.add_argument("--tree", action="append", default=[], metavar="NAME=DIR")
     ap.add_argument("--first", action="store_true", help="time the first command (an empty cache each run)")
+    ap.add_argument("--no-replay", action="store_true", help="HEADROOM_REPLAY=off: no recorded output written")
     ap.add_argument("--out")
     args = ap.parse_args()
     sites: dict[str, tuple[str | None, Path]] = {"this install": (None, REPO)}  # name: (packages first, checkout)
@@ -62,6 +65,8 @@ def main() -> None:
     }
     with tempfile.TemporaryDirectory() as cache:
         base = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+        if args.no_replay:
+            base["HEADROOM_REPLAY"] = "off"
 
         def run(words: list[str], site: tuple[str | None, Path]) -> float:
             folder, tree = site
@@ -91,7 +96,7 @@ def main() -> None:
     emit(
         {
             "trace": str(args.trace),
-            "measure": "first command" if args.first else "cached",
+            "measure": "first command" if args.first else "cached, no replay" if args.no_replay else "cached",
             "commands": {n: " ".join(["headroom", *w, str(args.trace)]) for n, (w, _) in variants.items()},
             "trees": {name: str(tree) for name, (_, tree) in sites.items()},
             "packages_first": {name: packages for name, (packages, _) in sites.items() if packages},

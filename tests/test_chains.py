@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 from headroom.projection import chains, replay_plan
 from headroom.projection import replay as R
 from headroom.projection.baseline import Baseline, as_baseline
+from headroom.projection.streams import StreamWaits
 from headroom.trace.analysis import analyze
 
 
@@ -105,7 +106,7 @@ def test_chains_equal_the_sweep_on_any_timeline(case):
     b = Baseline.from_events(ev, window=(w0, float((ev["ts"] + ev["dur"]).max()) + 5.0))
     b.runtime = _syncs(calls)
     dep = np.where(dep == np.arange(len(dep)), -1, dep)
-    with mock.patch.object(replay_plan, "cross_stream_deps", lambda *a: dep):
+    with mock.patch.object(replay_plan, "baseline_waits", lambda b: StreamWaits(dep, 0, 0, 0)):
         (e_sweep, s_sweep), (e_chain, s_chain) = _both(b, factors, cpu_scale)
     assert np.array_equal(np.isnan(e_sweep), np.isnan(e_chain))
     assert np.allclose(e_chain, e_sweep, rtol=0, atol=1e-9, equal_nan=True)
@@ -117,7 +118,7 @@ def test_a_producer_in_the_consumers_segment_splits_it():
     ev = _events([(1, "1", -10.0, 0.0, 100.0), (2, "1", -9.0, 5.0, 10.0), (2, "1", -8.0, 101.0, 20.0)])
     b = Baseline.from_events(ev, window=(-10.0, 121.0))
     dep = np.array([-1, -1, 0])
-    with mock.patch.object(replay_plan, "cross_stream_deps", lambda *a: dep):
+    with mock.patch.object(replay_plan, "baseline_waits", lambda b: StreamWaits(dep, 0, 0, 0)):
         plan = R._plan(b, R.BACK_TO_BACK_US, None, R.MAX_STREAM_GAP_US, ())
         built = R._chains(plan)
         (e_sweep, _), (e_chain, _) = _both(b, np.array([2.0, 1.0, 1.0]))

@@ -195,6 +195,33 @@ def test_a_cross_stream_wait_keeps_the_consumer_behind_its_producer(tmp_path):
     ).saved_us / 3 == pytest.approx(500.0, abs=0.01)
 
 
+def test_a_projection_reads_the_stream_waits_once(tmp_path, monkeypatch):
+    # The replay plan and the replay's warnings both need them: computed once per baseline (kept on it),
+    # again when its syncs are replaced; the same dependencies and counts either way.
+    from headroom.projection import project as project_module
+    from headroom.projection import streams
+    from headroom.projection.baseline import Baseline
+
+    sim = Sim()
+    steps(sim, 3, lambda s: _producer_consumer(s, resolved=False))
+    a = analyze(sim.write(tmp_path / "waits.json"))
+    calls = []
+    real = streams.stream_waits
+    counted = lambda *args: calls.append(1) or real(*args)  # noqa: E731
+    monkeypatch.setattr(streams, "stream_waits", counted)
+    monkeypatch.setattr(project_module, "stream_waits", counted, raising=False)  # were it imported by name
+    b = Baseline.from_analysis(a)
+    r = project(b, [parse_cli_speedup("module:RMSNorm=4,launches=1")])
+    assert len(calls) == 1
+    assert r.replay_check["cross_stream_deps"] == 3
+    assert any("3 stream wait(s) name no cudaEventRecord" in w for w in r.warnings)
+    project(b, [parse_cli_speedup("kernel:producer_P=2")])
+    assert len(calls) == 1
+    b.syncs = b.syncs.copy()
+    assert streams.baseline_waits(b).inferred == 3
+    assert len(calls) == 2
+
+
 def test_no_launches_left_moves_the_work_into_the_neighbour(tmp_path):
     # Each aten::mul (a 10 us op launching one 1 us kernel) launches nothing after the change: its CPU
     # time goes (8 x 60 x 10 us) and its kernel's work (1/4 us) runs inside the kernel before it.

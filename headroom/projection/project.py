@@ -55,7 +55,7 @@ from headroom.projection.replay import replay, replay_check, replay_projection
 from headroom.projection.scenarios import DEFAULT_QUANTILES, distribution_scenarios
 from headroom.projection.selectors import Selector, parse_selector
 from headroom.projection.speedups import Speedup, parse_call_us, parse_factor, parse_launches
-from headroom.projection.streams import stream_waits
+from headroom.projection.streams import baseline_waits
 from headroom.trace.analysis import Analysis
 
 PROFILER_OVERHEAD_WARN = 0.10  # warn when profiled steps are this much slower than unprofiled ones
@@ -399,7 +399,7 @@ def _replay_warnings(b: Baseline, unprof: Unprofiled | None) -> list[str]:
             f"({timing.get('step_ms', float('nan')):.2f} ms/step): the trace's CPU timeline carries profiler "
             f"overhead, so the replay may understate gains where launches are the bottleneck"
         )
-    waits = stream_waits(b.events, b.syncs, b.runtime)
+    waits = baseline_waits(b)
     if waits.inferred:
         out.append(
             f"{waits.inferred} stream wait(s) name no cudaEventRecord (CUDA >= 12.9 traces: "

@@ -19,7 +19,7 @@ from headroom.datafiles import shipped
 from headroom.projection import chains as chain_solver
 from headroom.projection.baseline import Baseline, kept
 from headroom.projection.cpu import CallChange, blocking_call_names
-from headroom.projection.streams import cross_stream_deps, pid_codes, stream_keys
+from headroom.projection.streams import baseline_waits, pid_codes, stream_keys
 from headroom.trace.intervals import codes_and_texts
 
 BACK_TO_BACK_US = 4.0  # a gap this small after the previous event on the stream = it was queued
@@ -94,7 +94,7 @@ def _measured_timeline(b: Baseline) -> _Measured:
     same = streams[order[1:]] == streams[order[:-1]]
     prev[order[1:][same]] = order[:-1][same]
     gap = np.where(prev >= 0, ts - end[np.maximum(prev, 0)], np.inf)
-    dep = cross_stream_deps(ev, b.syncs, b.runtime)
+    dep = baseline_waits(b).dep
     dep_gap = np.where(dep >= 0, ts - end[np.maximum(dep, 0)], np.inf)
     lag = np.where(has_launch, ts - launch, 0.0)
     # Blocking synchronisations on the CPU (inside the window).

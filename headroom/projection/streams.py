@@ -9,11 +9,16 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
 
+from headroom.projection.baseline import kept
 from headroom.trace.intervals import codes_and_texts
+
+if TYPE_CHECKING:
+    from headroom.projection.baseline import Baseline
 
 
 def stream_keys(ev: pd.DataFrame) -> np.ndarray:
@@ -92,37 +97,21 @@ def stream_waits(events: pd.DataFrame, syncs: pd.DataFrame | None, runtime: pd.D
         return none
     if "name" in syncs.columns:  # "Event Sync", "Stream Synchronize", ... block the CPU, not a stream
         syncs = syncs[syncs["name"].astype(str) == STREAM_WAIT_EVENT]
-    rt_corr = runtime["correlation"].tolist()
-    rt_ts = dict(zip(rt_corr, runtime["ts"].tolist()))
-    rt_thread = (
-        dict(zip(rt_corr, zip(runtime["pid"].astype(str), runtime["tid"].astype(str))))
-        if {"pid", "tid"} <= set(runtime.columns)
-        else {}
+    corr_col = "correlation" in syncs.columns
+    rt_ts, rt_thread = _runtime_calls(
+        runtime, [*(syncs["correlation"] if corr_col else ()), *syncs["wait_on_cuda_event_record_corr_id"]]
     )
-    names = runtime["name"].astype(str) if "name" in runtime.columns else pd.Series([""] * len(runtime))
-    rec = runtime[names.str.startswith("cudaEventRecord").to_numpy()]
-    records: dict[tuple[str, str], np.ndarray] = {}
-    for key, idx in (
-        rec.groupby([rec["pid"].astype(str), rec["tid"].astype(str)]).indices.items()
-        if len(rec) and {"pid", "tid"} <= set(rec.columns)
-        else ()
-    ):
-        records[key] = np.sort(rec["ts"].to_numpy(dtype=float)[idx])
     stream = events["stream"].astype(str).to_numpy()
     ts = events["ts"].to_numpy(dtype=float)
     launch = events["launch_ts"].to_numpy(dtype=float) if "launch_ts" in events.columns else np.full(n, np.nan)
     has_launch = np.isfinite(launch)
-    ev_thread = (
-        (events["launch_pid"].astype(str) + "/" + events["launch_tid"].astype(str)).to_numpy()
-        if {"launch_pid", "launch_tid"} <= set(events.columns)
-        else np.full(n, "", dtype=object)
-    )
+    threads = _Threads(events, runtime)
     by_stream: dict[str, np.ndarray] = {}
-    for s in np.unique(stream):
-        idx = np.flatnonzero(stream == s)
-        by_stream[s] = idx[np.argsort(ts[idx], kind="stable")]
+    codes, names = pd.factorize(stream)  # by hashing: a sort of 10^5 texts costs more than the waits
+    order = np.argsort(codes, kind="stable")
+    for k, idx in enumerate(np.split(order, np.cumsum(np.bincount(codes, minlength=len(names)))[:-1])):
+        by_stream[names[k]] = idx[np.argsort(ts[idx], kind="stable")]
     counts = {"recorded": 0, "inferred": 0, "unresolved": 0}
-    corr_col = "correlation" in syncs.columns
     for row in syncs.itertuples(index=False):
         dst = str(row.stream)
         wait_corr = row.correlation if corr_col else None
@@ -132,13 +121,16 @@ def stream_waits(events: pd.DataFrame, syncs: pd.DataFrame | None, runtime: pd.D
         if t_rec is None or int(row.wait_on_stream) < 0:
             how, src, t_rec = "inferred", "", None
             thread = rt_thread.get(wait_corr)
-            r = records.get(thread) if thread else None
+            r = threads.records().get(thread) if thread else None
             if r is not None:
                 k = np.searchsorted(r, t_wait, side="right") - 1
                 if k >= 0 and thread is not None:
                     t_rec = float(r[k])
                     mine = np.flatnonzero(
-                        (ev_thread == f"{thread[0]}/{thread[1]}") & has_launch & (launch <= t_rec) & (stream != dst)
+                        (threads.of_events() == f"{thread[0]}/{thread[1]}")
+                        & has_launch
+                        & (launch <= t_rec)
+                        & (stream != dst)
                     )
                     if len(mine):
                         src = stream[mine[np.argmax(launch[mine])]]
@@ -160,7 +152,65 @@ def stream_waits(events: pd.DataFrame, syncs: pd.DataFrame | None, runtime: pd.D
     return StreamWaits(dep, counts["recorded"], counts["inferred"], counts["unresolved"])
 
 
+def _runtime_calls(runtime: pd.DataFrame, wanted: list) -> tuple[dict, dict]:
+    """The start and the launching thread (pid, tid as text) of the runtime calls whose correlation is in
+    `wanted`, by correlation (the last call of one repeated). Only those calls are read: a trace has a
+    few dozen waits and 10^5 runtime calls."""
+    calls = runtime[runtime["correlation"].isin(wanted).to_numpy()]
+    corr = calls["correlation"].tolist()
+    ts = dict(zip(corr, calls["ts"].tolist()))
+    if not {"pid", "tid"} <= set(calls.columns):
+        return ts, {}
+    return ts, dict(zip(corr, zip(calls["pid"].astype(str), calls["tid"].astype(str))))
+
+
+class _Threads:
+    """What a wait whose record is unresolved reads, built when the first one asks: each thread's
+    ``cudaEventRecord*`` starts, sorted, and each event's launching thread as ``pid/tid``."""
+
+    def __init__(self, events: pd.DataFrame, runtime: pd.DataFrame) -> None:
+        self._events, self._runtime = events, runtime
+        self._records: dict[tuple[str, str], np.ndarray] | None = None
+        self._of_events: np.ndarray | None = None
+
+    def records(self) -> dict[tuple[str, str], np.ndarray]:
+        if self._records is None:
+            runtime = self._runtime
+            names = runtime["name"].astype(str) if "name" in runtime.columns else pd.Series([""] * len(runtime))
+            rec = runtime[names.str.startswith("cudaEventRecord").to_numpy()]
+            self._records = {
+                key: np.sort(rec["ts"].to_numpy(dtype=float)[idx])
+                for key, idx in (
+                    rec.groupby([rec["pid"].astype(str), rec["tid"].astype(str)]).indices.items()
+                    if len(rec) and {"pid", "tid"} <= set(rec.columns)
+                    else ()
+                )
+            }
+        return self._records
+
+    def of_events(self) -> np.ndarray:
+        if self._of_events is None:
+            ev = self._events
+            self._of_events = (
+                (ev["launch_pid"].astype(str) + "/" + ev["launch_tid"].astype(str)).to_numpy()
+                if {"launch_pid", "launch_tid"} <= set(ev.columns)
+                else np.full(len(ev), "", dtype=object)
+            )
+        return self._of_events
+
+
 def cross_stream_deps(events: pd.DataFrame, syncs: pd.DataFrame | None, runtime: pd.DataFrame | None) -> np.ndarray:
     """For each event, the index of the event it waits on in another stream (-1 if none known):
     :func:`stream_waits`' dependencies."""
     return stream_waits(events, syncs, runtime).dep
+
+
+def baseline_waits(b: Baseline) -> StreamWaits:
+    """`stream_waits` of a baseline, kept on it (the replay plan and `project`'s warnings both read them),
+    again when its events, syncs or runtime calls were replaced."""
+    memo = kept(b, "_stream_waits", b.events, b.syncs, b.runtime)
+    if "waits" not in memo:
+        waits = stream_waits(b.events, b.syncs, b.runtime)
+        waits.dep.setflags(write=False)  # shared by every later caller
+        memo["waits"] = waits
+    return memo["waits"]

@@ -45,6 +45,8 @@ MODULE_COLUMNS = ["scope", "calls", "kernels_per_call", "cpu_us_per_call", "inpu
 MODULE_KINDS = ("module", "module_path")
 SCOPES = ("self", "total")
 GROUPINGS = ("op", "top_op", "module", "module_path", "kernel")
+# The event columns module_targets reads.
+_MODULE_READS = ("dur", "addressable", "category", "phase", "wall_us", "device")
 
 
 def _amdahl_groups(b: Baseline, keys: np.ndarray, s: float) -> pd.DataFrame:
@@ -316,13 +318,17 @@ def module_targets(
     columns = _TARGET_COLUMNS + MODULE_COLUMNS
     if not has_module_ranges(b):
         return pd.DataFrame(columns=columns)
-    known = set(b.modules["path"].astype(str)) if b.modules is not None and len(b.modules) else set()
-    known |= set(ev["module"].astype(str)) if "module" in ev.columns else set()
+    # The distinct values first: iterating a text column yields a Python object per row.
+    known = set(b.modules["path"].astype(str).unique()) if b.modules is not None and len(b.modules) else set()
+    known |= set(ev["module"].astype(str).unique()) if "module" in ev.columns else set()
     rows, keys = _memberships(ev, grouping, scope, known)
     if len(rows) == 0:
         return pd.DataFrame(columns=columns)
     total = float(ev["dur"].sum())
-    sub = ev.iloc[rows].reset_index(drop=True)
+    # Only the columns read below, and the groups as integer codes in order of first appearance (the order
+    # groupby(sort=False) gives): each groupby of the text would hash every row's key anew.
+    sub = ev[[c for c in _MODULE_READS if c in ev.columns]].iloc[rows].reset_index(drop=True)
+    codes, names = factorized(keys)
     dur = sub["dur"].to_numpy(dtype=float)
     addr = (
         sub["addressable"].fillna(False).to_numpy(dtype=bool)
@@ -331,33 +337,21 @@ def module_targets(
     )
     category = sub["category"].astype(str).to_numpy() if "category" in sub.columns else np.full(len(sub), "other")
     agg = (
-        pd.DataFrame({"key": keys, "dur": dur, "addr": np.where(addr, dur, 0.0)})
+        pd.DataFrame({"key": codes, "dur": dur, "addr": np.where(addr, dur, 0.0)})
         .groupby("key", sort=False)
         .agg(us=("dur", "sum"), kernels=("dur", "size"), addressable_us=("addr", "sum"))
     )
-    by_cat = (
-        pd.DataFrame({"key": keys, "category": category, "dur": dur})
-        .groupby(["key", "category"], sort=False)["dur"]
-        .sum()
-        .reset_index()
-        .sort_values(["key", "dur"], ascending=[True, False], kind="stable")
-    )
-    mix = {k: {c: float(u) for c, u in zip(g["category"], g["dur"])} for k, g in by_cat.groupby("key", sort=False)}
+    mix = _time_by(codes, category, dur, largest_first=True)
     phase = sub["phase"].astype(str).to_numpy() if "phase" in sub.columns else np.full(len(sub), "forward")
-    by_phase = (
-        pd.DataFrame({"key": keys, "phase": phase, "dur": dur}).groupby(["key", "phase"], sort=False)["dur"].sum()
-    )
-    phases: dict[str, dict[str, float]] = {}
-    for (k, ph), u in by_phase.items():
-        phases.setdefault(k, {})[ph] = float(u)
-    am = _amdahl_groups(Baseline(sub, b.wall_us, b.window, b.num_steps, b.n_devices), keys, speedup)
-    t = agg.join(am)
-    t["name"] = t.index.astype(str)
-    t["kind"] = grouping
-    t["scope"] = scope
+    phases = _time_by(codes, phase, dur, largest_first=False)
+    t = agg.join(_amdahl_groups(Baseline(sub, b.wall_us, b.window, b.num_steps, b.n_devices), codes, speedup))
     t["category"] = [max(mix[k], key=mix[k].__getitem__) for k in t.index]
     t["categories"] = [{c: (u / us if us > 0 else 0.0) for c, u in mix[k].items()} for k, us in zip(t.index, t["us"])]
     t["phases"] = [{p: (u / us if us > 0 else 0.0) for p, u in phases[k].items()} for k, us in zip(t.index, t["us"])]
+    t.index = pd.Index(names[t.index.to_numpy()].tolist(), name="key")
+    t["name"] = t.index.astype(str)
+    t["kind"] = grouping
+    t["scope"] = scope
     t = _with_gains(t, b, total)
     stats = _call_stats(b.modules, grouping, scope, b.num_steps)
     t = t.join(stats)
@@ -376,6 +370,25 @@ def module_targets(
         return mask
 
     return _with_replay(t, b, speedup, replay_top, members)
+
+
+def _time_by(
+    codes: np.ndarray, labels: np.ndarray, dur: np.ndarray, largest_first: bool
+) -> dict[int, dict[str, float]]:
+    """Per group code, its kernel time per label (category, phase): the labels in order of first appearance,
+    or with `largest_first` the longest first (ties in that order)."""
+    sums = (
+        pd.DataFrame({"key": codes, "label": labels, "dur": dur})
+        .groupby(["key", "label"], sort=False)["dur"]
+        .sum()
+        .reset_index()
+    )
+    if largest_first:
+        sums = sums.sort_values(["key", "dur"], ascending=[True, False], kind="stable")
+    out: dict[int, dict[str, float]] = {}
+    for k, label, u in zip(sums["key"].tolist(), sums["label"].tolist(), sums["dur"].tolist()):
+        out.setdefault(k, {})[label] = float(u)
+    return out
 
 
 @dataclass

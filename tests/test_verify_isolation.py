@@ -242,7 +242,7 @@ def test_the_sweep_removes_a_uids_files_but_not_a_build_directory(tmp_path):
 
 
 def test_a_gpu_candidate_keeps_the_harness_dev_shm_and_a_private_var_tmp():
-    # CUDA IPC (how the harness maps a GPU candidate's outputs) needs the harness's /dev/shm
+    # with a private /dev/shm the harness could not map a GPU candidate's CUDA IPC outputs (docs/verify.md)
     assert sandbox.tmpfs_dirs(cuda_plain=False) == ["/var/tmp", "/dev/shm"]
     assert sandbox.tmpfs_dirs(cuda_plain=True) == ["/var/tmp"]
 

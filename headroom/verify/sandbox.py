@@ -168,8 +168,8 @@ class Sandbox:
         }
         if self.plan["tmpfs"] and cuda_plain:
             self.notes.append(
-                "tmpfs: on a GPU the candidate shares the harness's /dev/shm "
-                "(the harness maps the candidate's outputs through CUDA IPC, which opens its files there)"
+                "tmpfs: on a GPU the candidate shares the harness's /dev/shm (with a private one the harness "
+                "could not map the candidate's CUDA IPC outputs: docs/verify.md)"
             )
         if not self.plan["ns"]:
             self.notes.append("namespaces: not root: the child shares the harness's mount and network namespaces")
@@ -395,8 +395,8 @@ TMPFS_DIRS = ("/var/tmp", "/dev/shm")  # not /tmp: the harness's private directo
 
 
 def tmpfs_dirs(cuda_plain: bool) -> list[str]:
-    """The directories a candidate gets a private tmpfs over. On a GPU /dev/shm stays the harness's:
-    a private one there leaves every GPU verify `error` with `mapping of buffer object failed`."""
+    """The directories a candidate gets a private tmpfs over. On a GPU /dev/shm stays the harness's: since a
+    private one was added, every GPU verify ended `error` with `mapping of buffer object failed`."""
     return [d for d in TMPFS_DIRS if not (cuda_plain and d == "/dev/shm")]
 
 

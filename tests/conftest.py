@@ -270,8 +270,9 @@ def gloo_bert_ddp(tmp_path_factory):
 
 
 # Tests that time something or take both cores for themselves: verify's two children pinned to their own
-# cores, validate's A/B rounds and time limits, bench, Ray and gloo ranks, signals sent mid-run. They are marked
-# `serial`: `make test` runs the others on two workers (pytest-xdist), then these alone.
+# cores, validate's A/B rounds and time limits, bench, Ray and gloo ranks, signals sent mid-run; and HTA, whose
+# TraceAnalysis forks a process pool (a fork of a pytest-xdist worker, whose execnet threads run, can hang). They
+# are marked `serial`: `make test` runs the others on two workers (pytest-xdist), then these alone in one process.
 SERIAL = {
     "test_bench.py",
     "test_extract.py",
@@ -279,6 +280,8 @@ SERIAL = {
     "test_fleet.py",
     "test_hardening_interrupt.py",
     "test_hardening_streams.py",
+    "test_hta_crosscheck.py",
+    "test_hta_ranks.py",
     "test_launch.py",
     "test_validate.py",
 }

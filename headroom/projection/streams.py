@@ -7,6 +7,7 @@ See :mod:`headroom.projection.project` for the model.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -121,13 +122,13 @@ def stream_waits(events: pd.DataFrame, syncs: pd.DataFrame | None, runtime: pd.D
         if t_rec is None or int(row.wait_on_stream) < 0:
             how, src, t_rec = "inferred", "", None
             thread = rt_thread.get(wait_corr)
-            r = threads.records().get(thread) if thread else None
+            r = threads.records.get(thread) if thread else None
             if r is not None:
                 k = np.searchsorted(r, t_wait, side="right") - 1
                 if k >= 0 and thread is not None:
                     t_rec = float(r[k])
                     mine = np.flatnonzero(
-                        (threads.of_events() == f"{thread[0]}/{thread[1]}")
+                        (threads.of_events == f"{thread[0]}/{thread[1]}")
                         & has_launch
                         & (launch <= t_rec)
                         & (stream != dst)
@@ -170,33 +171,23 @@ class _Threads:
 
     def __init__(self, events: pd.DataFrame, runtime: pd.DataFrame) -> None:
         self._events, self._runtime = events, runtime
-        self._records: dict[tuple[str, str], np.ndarray] | None = None
-        self._of_events: np.ndarray | None = None
 
+    @functools.cached_property
     def records(self) -> dict[tuple[str, str], np.ndarray]:
-        if self._records is None:
-            runtime = self._runtime
-            names = runtime["name"].astype(str) if "name" in runtime.columns else pd.Series([""] * len(runtime))
-            rec = runtime[names.str.startswith("cudaEventRecord").to_numpy()]
-            self._records = {
-                key: np.sort(rec["ts"].to_numpy(dtype=float)[idx])
-                for key, idx in (
-                    rec.groupby([rec["pid"].astype(str), rec["tid"].astype(str)]).indices.items()
-                    if len(rec) and {"pid", "tid"} <= set(rec.columns)
-                    else ()
-                )
-            }
-        return self._records
+        runtime = self._runtime
+        names = runtime["name"].astype(str) if "name" in runtime.columns else pd.Series([""] * len(runtime))
+        rec = runtime[names.str.startswith("cudaEventRecord").to_numpy()]
+        if not len(rec) or not {"pid", "tid"} <= set(rec.columns):
+            return {}
+        groups = rec.groupby([rec["pid"].astype(str), rec["tid"].astype(str)]).indices
+        return {key: np.sort(rec["ts"].to_numpy(dtype=float)[idx]) for key, idx in groups.items()}
 
+    @functools.cached_property
     def of_events(self) -> np.ndarray:
-        if self._of_events is None:
-            ev = self._events
-            self._of_events = (
-                (ev["launch_pid"].astype(str) + "/" + ev["launch_tid"].astype(str)).to_numpy()
-                if {"launch_pid", "launch_tid"} <= set(ev.columns)
-                else np.full(len(ev), "", dtype=object)
-            )
-        return self._of_events
+        ev = self._events
+        if not {"launch_pid", "launch_tid"} <= set(ev.columns):
+            return np.full(len(ev), "", dtype=object)
+        return (ev["launch_pid"].astype(str) + "/" + ev["launch_tid"].astype(str)).to_numpy()
 
 
 def cross_stream_deps(events: pd.DataFrame, syncs: pd.DataFrame | None, runtime: pd.DataFrame | None) -> np.ndarray:

@@ -412,8 +412,11 @@ def test_a_reference_written_by_the_candidate_fails_it_against_the_truth(tmp_pat
         assert r.verdict == "fail" and _failed(r) == {"containment"}, r.reason
         assert "the reference's timed output differs from the truth" in r.reason, r.reason
         assert "the reference was tampered with" in r.reason, r.reason
-        rel = float(r.reason.split("sampled relative L2 error ", 1)[1].split(" ", 1)[0])
-        assert rel > 0.5, r.reason  # zeros against a GELU of a linear layer: about 1
+        found = r.reason.split("sampled relative L2 error ", 1)[1]
+        rel, gate = float(found.split(" ", 1)[0]), float(found.split("(gate ", 1)[1].split(")", 1)[0])
+        # far beyond any honest reference's error; how far depends on how much of the weights the attack had
+        # zeroed by the sampled iteration (about 1 when all of them)
+        assert rel > 1000 * gate, r.reason
         written = ref.timing.child.pid
         assert ref.timing.tampered
         h = verify_candidate(problem, HONEST, reference=ref)

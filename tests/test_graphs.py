@@ -140,11 +140,14 @@ def test_fewer_launches_save_cpu_time_in_eager_and_none_in_a_graph():
     eager = project(analyze(EAGER, use_cache=False), entries)
     (g,), (e,) = graphed.entries, eager.entries
     assert g.cpu["replayed_kernels"] == g.kernels > 0 and g.cpu["changed_calls"] == 0
+    assert g.cpu["removed_cpu_us"] == 0 == g.cpu["added_cpu_us"]
     assert e.cpu["replayed_kernels"] == 0 and e.cpu["removed_cpu_us"] > 0
     assert any("replayed from a CUDA graph" in w for w in graphed.warnings)
-    # In the graph the step is GPU-bound: the estimate is the GPU time saved (Amdahl's), within the drift.
+    # In the graph the step is GPU-bound: the estimate is the GPU time saved (Amdahl's) and, with every
+    # node of the call gone, the gaps before those nodes; never less than Amdahl's, never near eager's.
+    assert g.cpu["graph_nodes_removed"] == g.kernels
     amdahl = next(p for p in graphed.projections if p.method == "amdahl" and p.scenario == "speedups")
-    assert graphed.estimate.speedup == pytest.approx(amdahl.speedup, rel=0.01)
+    assert amdahl.speedup <= graphed.estimate.speedup <= amdahl.speedup * 1.02
     assert eager.estimate.speedup > graphed.estimate.speedup
 
 

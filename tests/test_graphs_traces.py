@@ -65,7 +65,10 @@ def test_compiled_kernels_have_modules(name):
     a = analyze(GRAPHS / name, use_cache=False)
     table = targets(a, by=("module",), top=None)
     assert float(table.loc[table["name"].isin(["(no module)", ""]), "share"].sum()) <= 0.01
-    assert float(table.loc[table["name"] == "Linear", "share"].sum()) > 0.5  # the GEMMs on their projections
+    # the GEMMs on their projections, attention on its module: together most of the step (at batch 32 attention
+    # over the 2048-token static cache is 69% of it, at batch 1 the weights' GEMMs 84%)
+    assert float(table.loc[table["name"].isin(["Linear", "LlamaAttention"]), "share"].sum()) > 0.9
+    assert float(table.loc[table["name"] == "Linear", "share"].sum()) > 0.25
 
 
 # Decode runs the same work captured or eager. Prefill does not: under a stream capture transformers builds the

@@ -94,6 +94,11 @@ class Row:
     noise: float = 0.0  # log-scale standard error of the measurement
     launch_bound: bool = False
     group: str = ""  # rows of one substitution (another verify or validate run) share a group
+    graphs: bool = False  # measured with both sides replayed as CUDA graphs
+
+    @property
+    def regime(self) -> str:
+        return ("launch-bound" if self.launch_bound else "GPU-bound") + (", CUDA graph" if self.graphs else "")
 
     @property
     def error(self) -> float:

@@ -32,6 +32,24 @@ def _grouping(sel: Selector) -> tuple[str, str]:
     return "kernel", ""
 
 
+def event_groupings(
+    ev: pd.DataFrame, idx: np.ndarray, selector: Selector, problems: ProblemMap
+) -> list[tuple[str, str]]:
+    """Which grouping each selected event (idx) uses: the selector's, or for a problem the first of its
+    selectors that picks the event."""
+    grouping = [_grouping(selector)] * len(idx)
+    atom = next((a for a in selector.atoms if a.field == "problem" and not a.negate), None)
+    if atom is not None and len(idx):
+        grouping = [("kernel", "")] * len(idx)
+        todo = np.ones(len(idx), dtype=bool)
+        for s in problems.get(atom.pattern).selectors:
+            hit = select(ev.iloc[idx], s, problems) & todo
+            for i in np.flatnonzero(hit).tolist():
+                grouping[i] = _grouping(s)
+            todo &= ~hit
+    return grouping
+
+
 _MODULE_RANGE = re.compile(r"^(?P<path>.*) \((?P<cls>[^()]*)\)$")  # headroom/module <path> (<Class>)
 
 
@@ -122,8 +140,8 @@ def find_calls(
     if (mask & replayed).any():
         warnings.append(
             f"{selector}: {int((mask & replayed).sum())} selected kernel(s) were replayed from a CUDA "
-            f"graph: they have no CPU launch of their own, so only their GPU time changes (a change "
-            f"of launches per call saves or costs no CPU time inside a graph)"
+            f"graph: they have no CPU launch of their own, so only their GPU time and their graph nodes' "
+            f"gaps change (a change of launches per call saves or costs no CPU time inside a graph)"
         )
     sel_idx = np.flatnonzero(mask & launched & ~replayed)
     if (mask & ~launched).any():
@@ -131,17 +149,7 @@ def find_calls(
             f"{selector}: {int((mask & ~launched).sum())} selected event(s) have no launch in the "
             f"trace; their CPU side is not modelled"
         )
-    # Which grouping each event uses (a problem: the first of its selectors that picks the event).
-    grouping = [_grouping(selector)] * len(sel_idx)
-    atom = next((a for a in selector.atoms if a.field == "problem" and not a.negate), None)
-    if atom is not None and len(sel_idx):
-        grouping = [("kernel", "")] * len(sel_idx)
-        todo = np.ones(len(sel_idx), dtype=bool)
-        for s in problems.get(atom.pattern).selectors:
-            hit = select(ev.iloc[sel_idx], s, problems) & todo
-            for i in np.flatnonzero(hit).tolist():
-                grouping[i] = _grouping(s)
-            todo &= ~hit
+    grouping = event_groupings(ev, sel_idx, selector, problems)
     calls: list[Call] = []
     kinds = ev["kind"].astype(str).to_numpy() if "kind" in ev.columns else np.full(len(ev), "kernel")
     lts = ev["launch_ts"].to_numpy(dtype=float)

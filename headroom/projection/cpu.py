@@ -96,6 +96,7 @@ class CallChange:
     launch_at: list[float]  # each new kernel's launch, us after the footprint starts (profiled clock)
     cpu: bool = True  # False: CPU unchanged, each new kernel launched at its group's last launch
     syncs: int = 0  # host synchronisations the call makes after the change (at its end)
+    graph: bool = False  # kernels a CUDA graph replays: only the gaps inside each new kernel go (graph_calls.py)
 
     @property
     def removed_us(self) -> float:

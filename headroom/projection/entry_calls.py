@@ -15,6 +15,7 @@ from headroom.projection.baseline import Baseline
 from headroom.projection.calls import cpu_trace_calls, find_calls, replayed_from_graph
 from headroom.projection.cpu import CallChange, CpuSide, change_calls, cpu_side
 from headroom.projection.estimate import BOUNDS
+from headroom.projection.graph_calls import graph_calls, graph_changes
 from headroom.projection.matching import EntryMatch, EntryResult, Resolution, resolve
 from headroom.projection.overhead import Unprofiled, cpu_clock, noise
 from headroom.projection.problems import ProblemMap
@@ -153,8 +154,10 @@ def entry_calls(
     calls, warnings = find_calls(b, side, e.selector, m.applied, problems)
     o = unprof.per_record_us if unprof is not None else 0.0
     scale = unprof.cpu_scale if unprof is not None else 1.0
+    in_graph_calls = graph_calls(b, e.selector, m.applied, problems)
+    graph = graph_changes(in_graph_calls, launches)  # no CPU side: the same in every bound
     by_bound = {
-        bound: change_calls(calls, launches, side, bound, o, scale, e.call_us, e.syncs, e.reference_call_us)
+        bound: change_calls(calls, launches, side, bound, o, scale, e.call_us, e.syncs, e.reference_call_us) + graph
         for bound in BOUNDS
     }
     est = by_bound["estimate"]
@@ -193,13 +196,15 @@ def entry_calls(
         "calls": len(calls),
         "calls_per_step": len(calls) / steps,
         "kernels_per_call": float(np.median(kernels)) if len(kernels) else 0.0,
-        "changed_calls": len(est),
+        "changed_calls": sum(1 for ch in est if not ch.graph),
         "blocked_calls": len(blocked),
         "removed_cpu_us": float(sum(ch.removed_us for ch in est)),
         "added_cpu_us": float(sum(ch.added_us for ch in est)),
         "added_cpu_us_high": float(sum(ch.added_us for ch in by_bound["high"])),
         "launch_cost": plain(cost) if cost else None,
         "replayed_kernels": in_graph,
+        "graph_calls": len(in_graph_calls),
+        "graph_nodes_removed": int(sum(ch.call.kernels - len(ch.groups) for ch in graph)),
         "breaks_capture": bool(in_graph and e.syncs),
     }
     return info, by_bound, warnings

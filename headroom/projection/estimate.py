@@ -186,8 +186,11 @@ def scenario_estimate(
         scale = unprof.cpu_scale if unprof is not None else 1.0
         corrected = unprof is not None and scale != 1.0
         clock = "unprofiled" if unprof is not None else "profiled"  # its windows are scaled to that step
-        n_calls = len(changes.get("estimate", ()))
-        method = "replay" + (f" with the CPU side of {n_calls} replaced call(s)" if n_calls else "")
+        est = changes.get("estimate", ())
+        n_graph = sum(1 for ch in est if ch.graph)
+        parts = [f"the CPU side of {len(est) - n_graph} replaced call(s)"] if len(est) > n_graph else []
+        parts += [f"the graph nodes of {n_graph} replayed call(s)"] if n_graph else []
+        method = "replay" + (f" with {' and '.join(parts)}" if parts else "")
         if corrected and unprof is not None and unprof.clock_source == "calls":
             method += f"; {cpu_clock(scale)}: {unprof.note}"
         elif corrected and unprof is not None:

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -53,6 +54,11 @@ class AprioriRow:
     error: float  # estimate / measured - 1
     noise: float = 0.0  # the measurement's log-scale standard error (headroom.measure.log_noise)
     measured_ci: tuple[float, float] | None = None
+    graphs: bool = False  # both sides captured and replayed as CUDA graphs (validate --graphs)
+
+    @property
+    def regime(self) -> str:
+        return ("launch-bound" if self.launch_bound else "GPU-bound") + (", CUDA graph" if self.graphs else "")
 
     @property
     def target(self) -> float:
@@ -98,6 +104,7 @@ def _row(d: Path, verify_file: str = "verify.json") -> AprioriRow:
         error=float(est.speedup) / measured - 1.0,
         noise=float(m["noise"] or 0.0),
         measured_ci=(float(m["ci"][0]), float(m["ci"][1])),
+        graphs=bool(result.get("config", {}).get("graphs", False)),
     )
 
 
@@ -166,21 +173,31 @@ def intervals(rows: list[AprioriRow], fit_rows: list[AprioriRow] | None = None) 
     return [(c.low, c.high) for c in checks]
 
 
+def _shipped_interval(r: AprioriRow) -> tuple[float, float]:
+    from headroom.projection.calibration import shipped_calibration
+
+    return shipped_calibration().interval(r.estimate, r.noise)
+
+
 def _inside(lo: float, hi: float, x: float) -> str:
     return "yes" if lo <= x <= hi else "**no**"
 
 
-def apriori_table(rows: list[AprioriRow]) -> str:
+def apriori_table(rows: list[AprioriRow], shipped: bool = False) -> str:
+    """The rows with their calibrated intervals: each fitted on the other rows (`shipped`: the shipped
+    calibration, for rows that did not shape it)."""
+    bounds = [_shipped_interval(r) for r in rows] if shipped else intervals(rows)
     out = [
         "| substitution | regime | verify (clock) | in model | verify / in model | applied | "
-        "a-priori estimate [90% interval, row left out] | measured | inside | error (target) |",
+        f"a-priori estimate [90% interval, {'the shipped calibration' if shipped else 'row left out'}] | "
+        "measured | inside | error (target) |",
         "|---|---|---:|---:|---:|---:|---:|---:|---|---:|",
     ]
-    for r, (lo, hi) in zip(rows, intervals(rows)):
+    for r, (lo, hi) in zip(rows, bounds):
         clock = r.candidate_clock + (f", {r.syncs:g} sync/call" if r.syncs else "")
         ok = "yes" if abs(r.error) <= r.target else "**no**"
         out.append(
-            f"| {r.name} | {'launch-bound' if r.launch_bound else 'GPU-bound'} | "
+            f"| {r.name} | {r.regime} | "
             f"{r.verify_speedup:.3f}x ({clock}) | {r.part_speedup:.3f}x | {r.verify_vs_part:.3f} | "
             f"{r.factor:.3f}x | {r.estimate:.4f}x [{lo:.4f}, {hi:.4f}] | {r.measured:.4f}x | "
             f"{_inside(lo, hi, r.measured)} | {100 * r.error:+.1f}% (±{100 * r.target:.0f}%: {ok}) |"
@@ -231,7 +248,7 @@ def rerun_table(rows: list[RerunRow], fit_rows: list[AprioriRow]) -> str:
         calls = f"{x.call_us[0]:.1f} / {x.call_us[1]:.1f} ({x.call_ratio:.3f})" if x.call_us else "–"
         ok = "yes" if abs(r.error) <= r.target else "**no**"
         out.append(
-            f"| {r.name} | {'launch-bound' if r.launch_bound else 'GPU-bound'} | {x.run} | "
+            f"| {r.name} | {r.regime} | {x.run} | "
             f"{r.verify_speedup:.3f}x | {calls} | {r.estimate:.4f}x [{lo:.4f}, {hi:.4f}] | "
             f"{r.measured:.4f}x | {_inside(lo, hi, r.measured)} | "
             f"{100 * r.error:+.1f}% (±{100 * r.target:.0f}%: {ok}) |"
@@ -315,7 +332,7 @@ def loop_table(runs: list[LoopRun], fit_rows: list[AprioriRow]) -> str:
 def _cal_row(r: AprioriRow, group: str | None = None) -> Row:
     from headroom.projection.calibration import Row
 
-    return Row(r.name, r.estimate, r.measured, r.noise, r.launch_bound, group or r.name)
+    return Row(r.name, r.estimate, r.measured, r.noise, r.launch_bound, group or r.name, r.graphs)
 
 
 def loop_cal_rows(runs: list[LoopRun]) -> list:
@@ -346,21 +363,23 @@ def interval_table(checks: list, fit_note: str) -> str:
     for c in checks:
         r = c.row
         out.append(
-            f"| {r.name} | {'launch-bound' if r.launch_bound else 'GPU-bound'} | {r.estimate:.4f}x | "
+            f"| {r.name} | {r.regime} | {r.estimate:.4f}x | "
             f"[{c.low:.4f}, {c.high:.4f}] | {r.measured:.4f}x | {100 * r.noise:.2f}% | "
             f"{100 * (r.estimate / r.measured - 1):+.1f}% | {'yes' if c.inside else '**no**'} |"
         )
     return "\n".join(out)
 
 
-def calibration_report(root: Path) -> tuple[str, Calibration]:
+def calibration_report(root: Path, checked: Sequence[Path] = ()) -> tuple[str, Calibration]:
     """The calibration fitted on the committed rows, and its checks: each row left out (with its
-    substitution), each rerun of verify (its substitution left out), each whole loop (likewise)."""
+    substitution), each rerun of verify (its substitution left out), each whole loop (likewise), and the
+    rows of `checked` (directories of rows that did not shape it) against the shipped calibration."""
     from headroom.projection.calibration import Check, coverage, fit, leave_one_out, shipped_calibration
 
     rows = [_cal_row(r) for r in apriori_rows(root)]
+    others = [_cal_row(r) for d in checked for r in apriori_rows(d)]
     shipped = shipped_calibration()
-    unseen = [Check(r, *shipped.interval(r.estimate, r.noise)) for r in rows if r.name not in shipped.names]
+    unseen = [Check(r, *shipped.interval(r.estimate, r.noise)) for r in rows + others if r.name not in shipped.names]
     cal = fit(rows, source=f"docs/gpu/{root.name}: {len(rows)} rows")
     loo = leave_one_out(rows)
     reruns = [_cal_row(x.row) for x in rerun_rows(root) if x.run != "table"]
@@ -398,29 +417,24 @@ def update_table(text: str, table: str) -> str:
 
 
 def main(argv: list[str]) -> int:
-    usage = "usage: python -m headroom.report.apriori DIR [--json | --agreement | --reruns | --update DOC.md]"
+    usage = (
+        "usage: python -m headroom.report.apriori DIR [--shipped] [--json | --agreement | --reruns | --update DOC.md]"
+    )
     if not argv or not Path(argv[0]).is_dir():
         print(usage, file=sys.stderr)
         return 2
     root = Path(argv[0])
     rows = apriori_rows(root)
+    if "--shipped" in argv[1:]:  # rows that did not shape the calibration: their table alone
+        table = apriori_table(rows, shipped=True)
+        if "--update" not in argv[1:]:
+            print(table)
+            return 0
+        return _update(argv, usage, [table])
     agree = agreement_table(agreement_rows(rows, probes(root / "loop.json")))
     reruns, loops = rerun_table(rerun_rows(root), rows), loop_table(loop_runs(root / "loop.json"), rows)
     if "--update" in argv[1:]:
-        i = argv.index("--update")
-        doc = Path(argv[i + 1]) if i + 1 < len(argv) else None
-        if doc is None or not doc.is_file():
-            print(usage, file=sys.stderr)
-            return 2
-        text = doc.read_text()
-        try:
-            for table in (apriori_table(rows), agree, reruns, loops):
-                text = update_table(text, table)
-        except ValueError as e:
-            print(f"{doc}: {e}", file=sys.stderr)
-            return 2
-        doc.write_text(text)
-        return 0
+        return _update(argv, usage, [apriori_table(rows), agree, reruns, loops])
     if "--json" in argv[1:]:
         print(json.dumps([asdict(r) for r in rows], indent=1))
     elif "--agreement" in argv[1:]:
@@ -429,6 +443,24 @@ def main(argv: list[str]) -> int:
         print(reruns + "\n\n" + loops)
     else:
         print(apriori_table(rows))
+    return 0
+
+
+def _update(argv: list[str], usage: str, tables: list[str]) -> int:
+    """`--update DOC.md`: each table in DOC.md replaced by its new version."""
+    i = argv.index("--update")
+    doc = Path(argv[i + 1]) if i + 1 < len(argv) else None
+    if doc is None or not doc.is_file():
+        print(usage, file=sys.stderr)
+        return 2
+    text = doc.read_text()
+    try:
+        for table in tables:
+            text = update_table(text, table)
+    except ValueError as e:
+        print(f"{doc}: {e}", file=sys.stderr)
+        return 2
+    doc.write_text(text)
     return 0
 
 

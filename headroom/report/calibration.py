@@ -2,6 +2,7 @@
 
     python -m headroom.report.calibration docs/gpu/apriori            # the checks (rows left out)
     python -m headroom.report.calibration docs/gpu/apriori --write    # and headroom/data/interval.toml refitted
+    python -m headroom.report.calibration docs/gpu/apriori --check docs/gpu/apriori-graphs   # and rows it did not see
 
 The calibration is headroom.projection.calibration; the rows are headroom.report.apriori's.
 """
@@ -16,10 +17,12 @@ from headroom.report.apriori import calibration_report
 
 
 def main(argv: list[str]) -> int:
-    if not argv or not Path(argv[0]).is_dir():
-        print("usage: python -m headroom.report.calibration DIR [--write]", file=sys.stderr)
+    usage = "usage: python -m headroom.report.calibration DIR [--check DIR ...] [--write]"
+    checked = [Path(a) for k, a in zip(argv, argv[1:]) if k == "--check"]
+    if not argv or not Path(argv[0]).is_dir() or not all(d.is_dir() for d in checked):
+        print(usage, file=sys.stderr)
         return 2
-    text, cal = calibration_report(Path(argv[0]))
+    text, cal = calibration_report(Path(argv[0]), checked)
     print(text)
     if "--write" in argv[1:]:
         import headroom.projection.calibration as calibration

@@ -1,0 +1,135 @@
+"""The calls of kernels replayed from a CUDA graph, and what a change of launches per call makes of them.
+
+A graph has no CPU launch per kernel, but every kernel node still costs the GPU a gap before it starts: on an
+H100 the replayed llama-7b decode step runs its kernels back to back with a median gap of 0.42 us (p25 0.42,
+p75 0.48), against 0.3-1 us of kernel time for a small elementwise kernel. A candidate that runs a call in
+fewer kernels removes those nodes and their gaps; a projection that only divides kernel times keeps them and
+under-predicts (validate under graphs measured 1.108x where that projection said 1.087x, and even zero
+kernel time said only 1.101x: docs/graphs.md, "Projections under graphs").
+
+A call here is a run of selected kernels that follow each other on their stream (nothing else between them
+in the replay) under one instance of the grouping range: the outermost module whose path or class the
+selector's module atom matches (from the kernel's capture-time module path and class stack), else its op or
+annotation. The change (:class:`~headroom.projection.cpu.CallChange` with ``graph``) splits a call's kernels
+into the candidate's launches as eager calls do; the replay then drops the gaps inside each new kernel and
+keeps those between them (:mod:`headroom.projection.replay_plan`). The CPU side is untouched: the graph
+launch is one call whatever it holds. A candidate with more launches than the call had is not modelled
+(its extra nodes' gaps are not added).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from headroom.projection.baseline import Baseline
+from headroom.projection.calls import event_groupings, replayed_from_graph
+from headroom.projection.cpu import Call, CallChange, text_keys
+from headroom.projection.matching import label_predicate
+from headroom.projection.problems import ProblemMap
+from headroom.projection.selectors import Selector
+
+
+def graph_calls(b: Baseline, selector: Selector, mask: np.ndarray, problems: ProblemMap) -> list[Call]:
+    """The calls of the selected events (`mask`) a CUDA graph replayed; one per run of consecutive kernels of
+    one grouping range instance on a stream."""
+    ev = b.events
+    idx = np.flatnonzero(mask & replayed_from_graph(ev))
+    if len(idx) == 0:
+        return []
+    grouping = event_groupings(ev, idx, selector, problems)
+    keys = [_call_key(ev, int(i), kind, pattern) for i, (kind, pattern) in zip(idx.tolist(), grouping)]
+    # Position of every event in its stream's order: consecutive kernels differ by one.
+    streams = text_keys(ev, "stream") if "stream" in ev.columns else np.zeros(len(ev), dtype=object)
+    order = np.lexsort((ev["ts"].to_numpy(dtype=float), pd.factorize(streams)[0]))
+    pos = np.empty(len(ev), dtype=np.int64)
+    pos[order] = np.arange(len(ev))
+    stream_code = pd.factorize(streams)[0]
+    kinds = ev["kind"].astype(str).to_numpy() if "kind" in ev.columns else np.full(len(ev), "kernel")
+    pids, tids = text_keys(ev, "launch_pid"), text_keys(ev, "launch_tid")
+    ts = ev["ts"].to_numpy(dtype=float)
+    end = ev["end"].to_numpy(dtype=float) if "end" in ev.columns else ts + ev["dur"].to_numpy(dtype=float)
+    by_pos = np.argsort(pos[idx], kind="stable")
+    calls: list[Call] = []
+    run: list[int] = []
+    run_key: str | None = None
+    for j in by_pos.tolist():
+        i = int(idx[j])
+        key = keys[j]
+        joined = (
+            run
+            and key is not None
+            and key == run_key
+            and stream_code[i] == stream_code[run[-1]]
+            and pos[i] == pos[run[-1]] + 1
+        )
+        if not joined and run:
+            calls.append(_call(run, run_key, pids, tids, ts, end, kinds))
+            run = []
+        run.append(i)
+        run_key = key
+    if run:
+        calls.append(_call(run, run_key, pids, tids, ts, end, kinds))
+    return calls
+
+
+def graph_changes(calls: list[Call], launches: int) -> list[CallChange]:
+    """The calls after the change: their kernels split into `launches` new kernels (calls that already have
+    that many or fewer kernels do not change); no CPU side."""
+    out = []
+    n = max(launches, 0)
+    for c in calls:
+        if c.kernels <= n or len(c.events) == 0:
+            continue
+        groups = [g for g in np.array_split(c.events, n) if len(g)] if n else []
+        out.append(CallChange(c, n, 0.0, groups, [0.0] * len(groups), cpu=False, graph=True))
+    return out
+
+
+def _call(run: list[int], key: str | None, pids, tids, ts, end, kinds) -> Call:
+    members = np.array(run, dtype=np.int64)
+    return Call(
+        str(pids[run[0]]),
+        str(tids[run[0]]),
+        "graph",
+        key or "",
+        float(ts[run[0]]),
+        float(end[run[-1]]),
+        members,
+        int((kinds[members] == "kernel").sum()),
+    )
+
+
+def _call_key(ev: pd.DataFrame, i: int, kind: str, pattern: str) -> str | None:
+    """The instance of the grouping range event `i` ran under (None: a kernel is its own call)."""
+    if kind == "kernel":
+        return None
+    if kind in ("op", "annotation"):
+        col = "top_op" if kind == "op" and "top_op" in ev.columns else kind
+        v = str(ev[col].iat[i]) if col in ev.columns else ""
+        return v or None
+    path = str(ev["module"].iat[i]) if "module" in ev.columns else ""
+    if not path:
+        return None
+    return _outermost_module(path, str(ev["module_stack"].iat[i]) if "module_stack" in ev.columns else "", pattern)
+
+
+def _outermost_module(path: str, stack: str, pattern: str) -> str:
+    """The shortest prefix of a module path whose path, or whose class in the stack, the atom matches (else the
+    path itself). The stack holds the classes of the called modules from the root; a container's index
+    (`layers.3`) is one level with its name, as containers are not called."""
+    match = label_predicate("module", pattern)
+    parts = path.split(".")
+    levels: list[str] = []
+    for p in parts:
+        if p.isdigit() and levels:
+            levels[-1] = f"{levels[-1]}.{p}"
+        else:
+            levels.append(p)
+    classes = stack.split("/") if stack else []
+    aligned = len(classes) == len(levels)
+    for k in range(len(levels)):
+        prefix = ".".join(levels[: k + 1])
+        if match(prefix) or (aligned and match(classes[k])):
+            return prefix
+    return path

@@ -311,6 +311,14 @@ def test_median_interval_from_order_statistics():
     assert (lo, hi) == (2, 9) and cov == pytest.approx(1 - 2 * 11 / 1024)
 
 
+def test_a_childs_wait_counts_only_where_it_can_stretch_the_clock():
+    # gated and not blocked: the child was frozen from the gate's opening to the flag
+    assert tm.clock_wait(0.73, gated=True, blocked=False) is None
+    # the gate opened while it was still enqueuing, or a plain phase: its CPU is inside the clock
+    assert tm.clock_wait(0.73, gated=True, blocked=True) == 0.73
+    assert tm.clock_wait(0.73, gated=False, blocked=False) == 0.73
+
+
 def test_judge_calls_a_tight_speedup_and_refuses_noise_load_and_drift():
     policy = tm.Policy()
     ref = [2.0, 2.02, 1.98, 2.01, 1.99, 2.0]

@@ -138,7 +138,8 @@ class _Rounds:
         self.others = {rt.child.pid: [cand], cand.pid: [rt.child]}
         self.gated_arm = {name: rt.gated for name, _ in self.plan}
         self.phases: dict[str, list[Phase]] = {name: [] for name, _ in self.plan}
-        self.waits: dict[str, list[float]] = {"reference": [], "candidate": [], "harness": []}
+        self.waits: dict[str, list[float]] = {"reference": [], "candidate": [], "harness": []}  # judged
+        self.waits_seen: dict[str, list[float]] = {"reference": [], "candidate": []}  # every phase's
         self.cand_nulls: list[Phase] = []
         self.last_wall: dict[int, float] = {}
         self.current: dict[str, Any] = {}
@@ -219,7 +220,11 @@ class _Rounds:
         ph = self.one(name, cur["sets"], f"positions{r}.{name}")
         cur["phases"][name] = ph
         self.phases[name].append(ph)
-        self.waits["candidate" if name == "candidate" else "reference"].append(ph.wait_fraction)
+        who = "candidate" if name == "candidate" else "reference"
+        self.waits_seen[who].append(ph.wait_fraction)
+        felt = tm.clock_wait(ph.wait_fraction, ph.gated, ph.blocked)
+        if felt is not None:
+            self.waits[who].append(felt)
         self.waits["harness"].append(ph.harness_wait_fraction)
         if name == "reference_tf32":
             rt.read_min_ms = min(rt.read_min_ms, ph.read_ms)
@@ -382,7 +387,10 @@ def _timing_section(rt: ReferenceTiming, rs: _Rounds, per: dict, flag_min: float
         "reference_cpu_alone_ms": rt.cpu_alone_ms,
         "reference_cpu_drift": cpu_drift,
         "order_medians": tm.order_medians(per["reference_tf32"], per["candidate"]),
-        "wait_fraction": {k: statistics.median(v) for k, v in waits.items() if v},
+        "wait_fraction": {
+            k: statistics.median(v) for k, v in {**rs.waits_seen, "harness": waits["harness"]}.items() if v
+        },
+        "wait_judged": {k: len(v) for k, v in waits.items()},  # phases whose clock a wait could stretch
         "child_clock_ms": {k: statistics.median(v) / n for k, v in clocks.items() if v},
         "candidate_clock": "gated" if rs.gated_arm["candidate"] else "plain",
         "reference_truth": {

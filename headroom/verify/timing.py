@@ -19,7 +19,8 @@ orders disagree (the median ratio of the rounds that time the reference first an
 time the candidate first differ by more than ``max_order_ratio``: a speedup that exists in one order
 only comes from what one child leaves behind for the other, an attack or an artefact); a child or the harness waited for
 a CPU more than ``max_wait_fraction`` of its phases (``/proc/<pid>/task/*/schedstat``: another
-process loaded the machine); the reference ran slower than its own calibration by more than
+process loaded the machine; a child's waits count only in phases whose clock they can stretch:
+``clock_wait``); the reference ran slower than its own calibration by more than
 ``max_reference_drift`` while the candidate was measured (what a candidate stealing the reference's
 time would cause; a reference that ran *faster* only lowers the speedup, and the interleaved rounds
 cancel a machine that sped up); the reference used more CPU time per forward than in its
@@ -83,6 +84,17 @@ class Judgement:
     ci: tuple[float, float] | None
     coverage: float | None
     reasons: list[str]  # why the result is inconclusive (empty: conclusive)
+
+
+def clock_wait(wait_fraction: float, gated: bool, blocked: bool) -> float | None:
+    """A child's wait for a CPU as the phase's clock can feel it; None where it cannot. A gated phase that
+    was not blocked times the GPU from the gate's opening to the flag with the child frozen (its enqueue
+    finished with the gate shut): its CPU waits, before the freeze, are outside the clock. On a GPU the
+    child's CPU time per phase is only its enqueue, so the thaw before it (every thread woken at once, on
+    the child's half of the CPUs) is a large share of that time, and honest identical kernels read as 43-73%
+    waiting (docs/verify.md, "On the GPU: the sealed harness's run"). A plain phase, or a blocked one (the
+    gate opened while the child was still enqueuing), keeps the child's CPU inside the clock."""
+    return None if gated and not blocked else wait_fraction
 
 
 def judge(

@@ -172,3 +172,13 @@ def test_headroom_projects_estimate_carries_the_calibrated_interval():
     assert e.interval["level"] == 0.9 and (e.interval["low"], e.interval["high"]) == pytest.approx((lo, hi))
     assert e.interval["low"] < e.speedup < e.interval["high"]
     assert plain(r)["estimate"]["interval"]["level"] == 0.9
+
+
+def test_rows_under_cuda_graphs_fall_inside_the_interval_they_did_not_shape():
+    """docs/gpu/apriori-graphs: four substitutions validated under CUDA graphs on an H100, none among the rows
+    the shipped calibration was fitted on (eager rows on an H200)."""
+    from headroom.report.apriori import calibration_report
+
+    text, cal = calibration_report(RUNS, [REPO / "docs" / "gpu" / "apriori-graphs"])
+    assert cal.rows == 8  # the checked rows do not enter the fit
+    assert "rows the shipped interval did not see (8 rows, s = 0.0298): 4 of 4 inside" in text

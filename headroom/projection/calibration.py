@@ -16,9 +16,10 @@ is inside s already): the interval is conservative by that much.
 
 What it covers: a measurement by ``headroom validate`` of a substitution like the calibration rows
 (eager PyTorch models on one GPU, GPU-bound and launch-bound, faster and slower candidates, one with a
-host synchronisation). What it does not: a machine or regime none of the rows had (multi-GPU, CUDA
-graphs, torch.compile), error sources correlated across rows that the rows did not vary (all rows came
-from one machine on two days); and with n = 8 the level is nominal, checked by leaving each row out.
+host synchronisation). What it does not: a machine or regime none of the rows had (multi-GPU, torch.compile),
+error sources correlated across rows that the rows did not vary (all rows came from one machine); and
+with n = 8 the level is nominal, checked by leaving each row out. Rows under CUDA graphs on another GPU
+(docs/gpu/apriori-graphs) are checked against it without shaping it (``calibration --check``).
 
 ``leave_one_out`` checks it on rows that did not shape it: each row's interval from the others' errors
 (a substitution's other runs left out with it). ``python -m headroom.report.calibration DIR`` prints

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from headroom.projection.baseline import as_baseline
-from headroom.projection.graph_calls import _outermost_module, graph_calls, graph_changes
+from headroom.projection.graph_calls import _outermost_module, graph_calls, graph_changes, node_gap_us
 from headroom.projection.matching import select
 from headroom.projection.problems import ProblemMap
 from headroom.projection.project import project
@@ -88,6 +88,23 @@ def test_fewer_kernels_per_call_remove_their_nodes_gaps(rmsnorm):
     (e1,) = p1.entries
     assert e1.cpu["graph_calls"] == 195 and e1.cpu["graph_nodes_removed"] == 195 * 7
     assert e1.cpu["changed_calls"] == 0 and e1.cpu["removed_cpu_us"] == 0.0
+
+
+def test_more_kernels_per_call_add_their_nodes_gaps(rmsnorm):
+    """A candidate with 16 kernels where the reference has 8 keeps the 8 and gains 8 nodes per call, each
+    costing the trace's median gap between back-to-back replayed kernels."""
+    b = as_baseline(rmsnorm)
+    gap = node_gap_us(b)
+    assert 0.3 < gap < 0.6
+    same, _ = collect_entries(["module:LlamaRMSNorm & phase:forward=2,launches=8"])
+    split, _ = collect_entries(["module:LlamaRMSNorm & phase:forward=2,launches=16"])
+    r8 = next(p for p in project(rmsnorm, same, methods=("replay",)).projections if p.scenario == "speedups")
+    p16 = project(rmsnorm, split, methods=("replay",))
+    r16 = next(p for p in p16.projections if p.scenario == "speedups")
+    added = (r16.projected_us - r8.projected_us) / b.num_steps
+    assert added == pytest.approx(65 * 8 * gap, rel=0.02)
+    (e,) = p16.entries
+    assert e.cpu["graph_nodes_added"] == 195 * 8 and e.cpu["graph_nodes_removed"] == 0
 
 
 def test_the_table_in_the_docs_is_what_the_committed_runs_give():

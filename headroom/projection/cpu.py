@@ -97,6 +97,7 @@ class CallChange:
     cpu: bool = True  # False: CPU unchanged, each new kernel launched at its group's last launch
     syncs: int = 0  # host synchronisations the call makes after the change (at its end)
     graph: bool = False  # kernels a CUDA graph replays: only the gaps inside each new kernel go (graph_calls.py)
+    added_gap_us: float = 0.0  # graph: the nodes a call gains, as idle GPU time before its first kernel
 
     @property
     def removed_us(self) -> float:

@@ -15,7 +15,7 @@ from headroom.projection.baseline import Baseline
 from headroom.projection.calls import cpu_trace_calls, find_calls, replayed_from_graph
 from headroom.projection.cpu import CallChange, CpuSide, change_calls, cpu_side
 from headroom.projection.estimate import BOUNDS
-from headroom.projection.graph_calls import graph_calls, graph_changes
+from headroom.projection.graph_calls import graph_calls, graph_changes, node_gap_us
 from headroom.projection.matching import EntryMatch, EntryResult, Resolution, resolve
 from headroom.projection.overhead import Unprofiled, cpu_clock, noise
 from headroom.projection.problems import ProblemMap
@@ -155,7 +155,8 @@ def entry_calls(
     o = unprof.per_record_us if unprof is not None else 0.0
     scale = unprof.cpu_scale if unprof is not None else 1.0
     in_graph_calls = graph_calls(b, e.selector, m.applied, problems)
-    graph = graph_changes(in_graph_calls, launches)  # no CPU side: the same in every bound
+    # no CPU side: the same in every bound
+    graph = graph_changes(in_graph_calls, launches, node_gap_us(b) if in_graph_calls else 0.0)
     by_bound = {
         bound: change_calls(calls, launches, side, bound, o, scale, e.call_us, e.syncs, e.reference_call_us) + graph
         for bound in BOUNDS
@@ -204,7 +205,8 @@ def entry_calls(
         "launch_cost": plain(cost) if cost else None,
         "replayed_kernels": in_graph,
         "graph_calls": len(in_graph_calls),
-        "graph_nodes_removed": int(sum(ch.call.kernels - len(ch.groups) for ch in graph)),
+        "graph_nodes_removed": int(sum(max(ch.call.kernels - ch.launches, 0) for ch in graph)),
+        "graph_nodes_added": int(sum(max(ch.launches - ch.call.kernels, 0) for ch in graph)),
         "breaks_capture": bool(in_graph and e.syncs),
     }
     return info, by_bound, warnings

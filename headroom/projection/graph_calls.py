@@ -12,9 +12,10 @@ in the replay) under one instance of the grouping range: the outermost module wh
 selector's module atom matches (from the kernel's capture-time module path and class stack), else its op or
 annotation. The change (:class:`~headroom.projection.cpu.CallChange` with ``graph``) splits a call's kernels
 into the candidate's launches as eager calls do; the replay then drops the gaps inside each new kernel and
-keeps those between them (:mod:`headroom.projection.replay_plan`). The CPU side is untouched: the graph
-launch is one call whatever it holds. A candidate with more launches than the call had is not modelled
-(its extra nodes' gaps are not added).
+keeps those between them (:mod:`headroom.projection.replay_plan`). A candidate with more kernels than the
+call had keeps the call's kernels and gains the extra nodes' gaps, each the trace's median gap between
+back-to-back replayed kernels (``node_gap_us``), as idle GPU time before the call. The CPU side is
+untouched: the graph launch is one call whatever it holds.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from headroom.projection.calls import event_groupings, replayed_from_graph
 from headroom.projection.cpu import Call, CallChange, text_keys
 from headroom.projection.matching import label_predicate
 from headroom.projection.problems import ProblemMap
+from headroom.projection.replay_plan import BACK_TO_BACK_US
 from headroom.projection.selectors import Selector
 
 
@@ -73,17 +75,41 @@ def graph_calls(b: Baseline, selector: Selector, mask: np.ndarray, problems: Pro
     return calls
 
 
-def graph_changes(calls: list[Call], launches: int) -> list[CallChange]:
-    """The calls after the change: their kernels split into `launches` new kernels (calls that already have
-    that many or fewer kernels do not change); no CPU side."""
+def graph_changes(calls: list[Call], launches: int, node_gap_us: float = 0.0) -> list[CallChange]:
+    """The calls after the change, with no CPU side: their kernels split into `launches` new kernels, or, with
+    more launches than kernels, the kernels kept and the extra nodes' gaps (`node_gap_us` each) added."""
     out = []
     n = max(launches, 0)
     for c in calls:
-        if c.kernels <= n or len(c.events) == 0:
+        if c.kernels == n or len(c.events) == 0:
+            continue
+        if c.kernels < n:
+            added = (n - c.kernels) * node_gap_us
+            if added > 0:
+                kept = [c.events[i : i + 1] for i in range(len(c.events))]
+                out.append(CallChange(c, n, 0.0, kept, [0.0] * len(kept), cpu=False, graph=True, added_gap_us=added))
             continue
         groups = [g for g in np.array_split(c.events, n) if len(g)] if n else []
         out.append(CallChange(c, n, 0.0, groups, [0.0] * len(groups), cpu=False, graph=True))
     return out
+
+
+def node_gap_us(b: Baseline) -> float:
+    """The median gap between a replayed kernel and the one before it on its stream, where the two ran back
+    to back (at most ``BACK_TO_BACK_US`` apart): what one more graph node costs the GPU (0 without replays)."""
+    ev = b.events
+    replayed = replayed_from_graph(ev)
+    if not replayed.any():
+        return 0.0
+    r = ev[replayed]
+    streams = pd.factorize(text_keys(r, "stream") if "stream" in r.columns else np.zeros(len(r), dtype=object))[0]
+    ts = r["ts"].to_numpy(dtype=float)
+    end = r["end"].to_numpy(dtype=float) if "end" in r.columns else ts + r["dur"].to_numpy(dtype=float)
+    order = np.lexsort((ts, streams))
+    ts, end, streams = ts[order], end[order], streams[order]
+    gap = ts[1:] - end[:-1]
+    ok = (streams[1:] == streams[:-1]) & (gap >= 0) & (gap <= BACK_TO_BACK_US)
+    return float(np.median(gap[ok])) if ok.any() else 0.0
 
 
 def _call(run: list[int], key: str | None, pids, tids, ts, end, kinds) -> Call:

@@ -181,7 +181,7 @@ def _new_plan(
     same_call = in_call & (prev >= 0) & (lay.call_of[np.maximum(prev, 0)] == lay.call_of)
     # A fused kernel has no gaps inside. A graph's new kernels are still nodes: the gaps between them stay.
     same_group = same_call & (lay.group_of[np.maximum(prev, 0)] == lay.group_of)
-    g = np.where(np.where(lay.graph, same_group, same_call), 0.0, g)
+    g = np.where(np.where(lay.graph, same_group, same_call), 0.0, g) + lay.added_gap
     lat = np.where(in_call, launch_latency_us, lat)
     order = _sweep_order(b, tl, changes, lay)
     corr = b.events["correlation"].to_numpy() if "correlation" in b.events.columns else np.full(n, -1)
@@ -255,6 +255,7 @@ class _CallLayout:
     group_of: np.ndarray
     removed: np.ndarray
     graph: np.ndarray  # events of calls a CUDA graph replays
+    added_gap: np.ndarray  # idle GPU time before an event: the gaps of the graph nodes its call gains
     pieces: list[tuple[float, int, int]]  # (measured start, change, piece number)
     ch_pid: list[int]  # each change's process code
 
@@ -264,19 +265,22 @@ def _changed_calls(n: int, changes: Sequence[CallChange], pid_table: dict) -> _C
     group_of = np.full(n, -1, dtype=np.int64)
     removed = np.zeros(n, dtype=bool)
     graph = np.zeros(n, dtype=bool)
+    added_gap = np.zeros(n)
     pieces: list[tuple[float, int, int]] = []
     ch_pid: list[int] = []
     for c, ch in enumerate(changes):
         call_of[ch.call.events] = c
         removed[ch.call.events] = len(ch.groups) == 0
         graph[ch.call.events] = ch.graph
+        if ch.added_gap_us > 0 and len(ch.call.events):
+            added_gap[ch.call.events[0]] += ch.added_gap_us
         for k, grp in enumerate(ch.groups):
             group_of[grp] = k
         ch_pid.append(pid_table.setdefault(ch.call.pid, len(pid_table)))
         if ch.cpu:
             for j, (a, _) in enumerate(ch.call.pieces):
                 pieces.append((a, c, j))
-    return _CallLayout(call_of, group_of, removed, graph, pieces, ch_pid)
+    return _CallLayout(call_of, group_of, removed, graph, added_gap, pieces, ch_pid)
 
 
 @dataclass

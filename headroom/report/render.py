@@ -221,7 +221,7 @@ def render_summary(df: pd.DataFrame, console: Console) -> None:
     for col, just in summary_cols:
         t.add_column(col, justify=just, no_wrap=True)
     for r in df.itertuples(index=False):
-        top = short_name(r.top_addressable_op, 48) if r.top_addressable_op else ""
+        top = short_name(r.top_addressable_op, 40) if r.top_addressable_op else ""
         u_ms = "" if math.isnan(r.unprofiled_step_us) else f"{r.unprofiled_step_us / 1000:,.2f}"
         u_idle = "" if math.isnan(r.unprofiled_idle_fraction) else _pct(r.unprofiled_idle_fraction)
         t.add_row(

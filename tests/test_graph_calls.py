@@ -38,6 +38,10 @@ def test_the_outermost_module_the_atom_names_is_the_call():
     # a stack that does not align with the path: only the path can match; else the path itself
     assert _outermost_module(path, "Linear", "LlamaMLP") == path
     assert _outermost_module(path, "Linear", r"\.mlp$") == "model.model.layers.3.mlp"
+    # a called container (torchvision's Sequential stages): its index is a level of its own
+    conv = "model.layer1.0.conv1"
+    assert _outermost_module(conv, "ResNet/Sequential/Bottleneck/Conv2d", "Bottleneck") == "model.layer1.0"
+    assert _outermost_module(conv, "ResNet/Sequential/Bottleneck/Conv2d", "Sequential") == "model.layer1"
 
 
 def test_each_rmsnorm_instance_is_one_call_of_its_eight_kernels(rmsnorm):
@@ -125,3 +129,28 @@ def test_the_table_in_the_docs_is_what_the_committed_runs_give():
         assert r.name not in cal.names
         lo, hi = cal.interval(r.estimate, r.noise)
         assert lo <= r.measured <= hi, r.name
+
+
+@pytest.mark.parametrize(
+    "trace",
+    [
+        "traces/graphs/llama-7b.decode-bs1-graphs.json.gz",
+        "traces/bert-base.infer.json.gz",
+        "traces/resnet-50.train.json.gz",
+        "traces/vit-b-16.infer.json.gz",
+    ],
+)
+def test_every_module_path_aligns_with_its_class_stack_on_the_shipped_traces(trace):
+    """The calls' grouping reads a kernel's module path against its class stack: on every shipped module-ranged
+    trace each class of the stack names the prefix of the path at its depth, so a class atom finds its instance."""
+    ev = analyze(REPO / trace).events
+    pairs = ev.loc[ev["module"].fillna("") != "", ["module", "module_stack"]].drop_duplicates()
+    assert len(pairs) > 100
+    for path, stack in zip(pairs["module"], pairs["module_stack"]):
+        classes = stack.split("/")
+        for depth, cls in enumerate(classes):
+            got = _outermost_module(path, stack, f"^{cls}$")
+            # the outermost instance of that class: at most `depth` levels below the root, a prefix of the path
+            assert path == got or path.startswith(got + "."), (path, stack, cls)
+            assert got.count(".") <= path.count(".")
+        assert _outermost_module(path, stack, f"^{classes[-1]}$") == path or classes.count(classes[-1]) > 1

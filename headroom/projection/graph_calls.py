@@ -142,17 +142,19 @@ def _call_key(ev: pd.DataFrame, i: int, kind: str, pattern: str) -> str | None:
 
 def _outermost_module(path: str, stack: str, pattern: str) -> str:
     """The shortest prefix of a module path whose path, or whose class in the stack, the atom matches (else the
-    path itself). The stack holds the classes of the called modules from the root; a container's index
-    (`layers.3`) is one level with its name, as containers are not called."""
+    path itself). The stack holds the classes of the called modules from the root. A container's index is one
+    level with its name where the container is not called (a ModuleList: `layers.3`), a level of its own where
+    it is (a Sequential: `layer1`, then `0`); the reading whose depth is the stack's aligns the classes."""
     match = label_predicate("module", pattern)
     parts = path.split(".")
-    levels: list[str] = []
+    merged: list[str] = []
     for p in parts:
-        if p.isdigit() and levels:
-            levels[-1] = f"{levels[-1]}.{p}"
+        if p.isdigit() and merged:
+            merged[-1] = f"{merged[-1]}.{p}"
         else:
-            levels.append(p)
+            merged.append(p)
     classes = stack.split("/") if stack else []
+    levels = parts if len(classes) == len(parts) and len(classes) != len(merged) else merged
     aligned = len(classes) == len(levels)
     for k in range(len(levels)):
         prefix = ".".join(levels[: k + 1])

@@ -148,9 +148,10 @@ def test_every_module_path_aligns_with_its_class_stack_on_the_shipped_traces(tra
     assert len(pairs) > 100
     for path, stack in zip(pairs["module"], pairs["module_stack"]):
         classes = stack.split("/")
-        for depth, cls in enumerate(classes):
+        depths = []
+        for cls in classes:
             got = _outermost_module(path, stack, f"^{cls}$")
-            # the outermost instance of that class: at most `depth` levels below the root, a prefix of the path
-            assert path == got or path.startswith(got + "."), (path, stack, cls)
-            assert got.count(".") <= path.count(".")
+            assert path == got or path.startswith(got + "."), (path, stack, cls)  # a prefix of the path
+            depths.append(got.count("."))
+        assert depths == sorted(depths)  # deeper classes, longer prefixes
         assert _outermost_module(path, stack, f"^{classes[-1]}$") == path or classes.count(classes[-1]) > 1

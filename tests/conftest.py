@@ -9,6 +9,13 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
+
+# Property tests draw the same examples on every run (derandomize): a suite that passes on a commit passes on
+# it again. HYPOTHESIS_PROFILE=explore draws fresh ones each run, to look for new failures.
+settings.register_profile("deterministic", derandomize=True, database=None)
+settings.register_profile("explore", derandomize=False)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "deterministic"))
 
 REPO = Path(__file__).resolve().parents[1]
 # ../shared beside the checkout (CI), else $HEADROOM_SHARED or /work/shared (a developer's worktree).

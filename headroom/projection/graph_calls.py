@@ -1,8 +1,8 @@
 """The calls of kernels replayed from a CUDA graph, and what a change of launches per call makes of them.
 
 A graph has no CPU launch per kernel, but every kernel node still costs the GPU a gap before it starts: on an
-H100 the replayed llama-7b decode step runs its kernels back to back with a median gap of 0.42 us (p25 0.42,
-p75 0.48), against 0.3-1 us of kernel time for a small elementwise kernel. A candidate that runs a call in
+H100 the replayed llama-7b and gpt2-xl decode steps run their kernels back to back with a median gap of 0.42 us
+(``node_gap_us``), against 1-3 us of kernel time for a small elementwise kernel. A candidate that runs a call in
 fewer kernels removes those nodes and their gaps; a projection that only divides kernel times keeps them and
 under-predicts (validate under graphs measured 1.108x where that projection said 1.087x, and even zero
 kernel time said only 1.101x: docs/graphs.md, "Projections under graphs").

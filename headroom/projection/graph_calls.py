@@ -28,8 +28,9 @@ from headroom.projection.calls import event_groupings, replayed_from_graph
 from headroom.projection.cpu import Call, CallChange, text_keys
 from headroom.projection.matching import label_predicate
 from headroom.projection.problems import ProblemMap
-from headroom.projection.replay_plan import BACK_TO_BACK_US
+from headroom.projection.replay_plan import BACK_TO_BACK_US, stream_predecessors
 from headroom.projection.selectors import Selector
+from headroom.projection.streams import stream_keys
 
 
 def graph_calls(b: Baseline, selector: Selector, mask: np.ndarray, problems: ProblemMap) -> list[Call]:
@@ -41,31 +42,19 @@ def graph_calls(b: Baseline, selector: Selector, mask: np.ndarray, problems: Pro
         return []
     grouping = event_groupings(ev, idx, selector, problems)
     keys = [_call_key(ev, int(i), kind, pattern) for i, (kind, pattern) in zip(idx.tolist(), grouping)]
-    # Position of every event in its stream's order: consecutive kernels differ by one.
-    streams = text_keys(ev, "stream") if "stream" in ev.columns else np.zeros(len(ev), dtype=object)
-    order = np.lexsort((ev["ts"].to_numpy(dtype=float), pd.factorize(streams)[0]))
-    pos = np.empty(len(ev), dtype=np.int64)
-    pos[order] = np.arange(len(ev))
-    stream_code = pd.factorize(streams)[0]
+    prev, _ = stream_predecessors(b)
     kinds = ev["kind"].astype(str).to_numpy() if "kind" in ev.columns else np.full(len(ev), "kernel")
     pids, tids = text_keys(ev, "launch_pid"), text_keys(ev, "launch_tid")
     ts = ev["ts"].to_numpy(dtype=float)
-    end = ev["end"].to_numpy(dtype=float) if "end" in ev.columns else ts + ev["dur"].to_numpy(dtype=float)
-    by_pos = np.argsort(pos[idx], kind="stable")
+    end = ts + ev["dur"].to_numpy(dtype=float)
     calls: list[Call] = []
     run: list[int] = []
     run_key: str | None = None
-    for j in by_pos.tolist():
+    # In stream order, a kernel joins the run when it follows the run's last kernel on its stream directly.
+    for j in np.lexsort((ts[idx], stream_keys(ev)[idx])).tolist():
         i = int(idx[j])
         key = keys[j]
-        joined = (
-            run
-            and key is not None
-            and key == run_key
-            and stream_code[i] == stream_code[run[-1]]
-            and pos[i] == pos[run[-1]] + 1
-        )
-        if not joined and run:
+        if run and not (key is not None and key == run_key and prev[i] == run[-1]):
             calls.append(_call(run, run_key, pids, tids, ts, end, kinds))
             run = []
         run.append(i)
@@ -97,18 +86,9 @@ def graph_changes(calls: list[Call], launches: int, node_gap_us: float = 0.0) ->
 def node_gap_us(b: Baseline) -> float:
     """The median gap between a replayed kernel and the one before it on its stream, where the two ran back
     to back (at most ``BACK_TO_BACK_US`` apart): what one more graph node costs the GPU (0 without replays)."""
-    ev = b.events
-    replayed = replayed_from_graph(ev)
-    if not replayed.any():
-        return 0.0
-    r = ev[replayed]
-    streams = pd.factorize(text_keys(r, "stream") if "stream" in r.columns else np.zeros(len(r), dtype=object))[0]
-    ts = r["ts"].to_numpy(dtype=float)
-    end = r["end"].to_numpy(dtype=float) if "end" in r.columns else ts + r["dur"].to_numpy(dtype=float)
-    order = np.lexsort((ts, streams))
-    ts, end, streams = ts[order], end[order], streams[order]
-    gap = ts[1:] - end[:-1]
-    ok = (streams[1:] == streams[:-1]) & (gap >= 0) & (gap <= BACK_TO_BACK_US)
+    replayed = replayed_from_graph(b.events)
+    prev, gap = stream_predecessors(b)
+    ok = replayed & (prev >= 0) & replayed[np.maximum(prev, 0)] & (gap >= 0) & (gap <= BACK_TO_BACK_US)
     return float(np.median(gap[ok])) if ok.any() else 0.0
 
 

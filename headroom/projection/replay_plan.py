@@ -68,6 +68,13 @@ class _PlanArrays:
         return {f.name: getattr(self, f.name).tolist() for f in dataclasses.fields(self)}
 
 
+def stream_predecessors(b: Baseline) -> tuple[np.ndarray, np.ndarray]:
+    """Each event's predecessor on its stream (-1: none) and the measured gap after it (us), as the replay
+    reads them (memoised on the baseline)."""
+    tl = _measured_timeline(b)
+    return tl.prev, tl.gap
+
+
 def _measured_timeline(b: Baseline) -> _Measured:
     """What replay reads from the measured timeline, whatever the factors: launches, launching
     threads, each event's predecessor on its stream and cross-stream dependency with the measured

@@ -85,6 +85,11 @@ def t_quantile(p: float, df: float) -> float:
     return (lo + hi) / 2
 
 
+def regime(launch_bound: bool, graphs: bool) -> str:
+    """A row's regime as the tables name it."""
+    return ("launch-bound" if launch_bound else "GPU-bound") + (", CUDA graph" if graphs else "")
+
+
 @dataclass(frozen=True)
 class Row:
     """One calibration row: the a-priori estimate, validate's measurement and that measurement's noise."""
@@ -99,7 +104,7 @@ class Row:
 
     @property
     def regime(self) -> str:
-        return ("launch-bound" if self.launch_bound else "GPU-bound") + (", CUDA graph" if self.graphs else "")
+        return regime(self.launch_bound, self.graphs)
 
     @property
     def error(self) -> float:

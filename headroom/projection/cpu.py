@@ -255,6 +255,11 @@ def blocking_call_names() -> re.Pattern:
 # --- what a call becomes ------------------------------------------------------
 
 
+def split_events(events: np.ndarray, n: int) -> list[np.ndarray]:
+    """A call's events, in order, into the `n` new kernels that carry them (none for n = 0)."""
+    return [g for g in np.array_split(events, n) if len(g)] if n > 0 else []
+
+
 def change_calls(
     calls: list[Call],
     launches: int,
@@ -298,7 +303,7 @@ def change_calls(
             continue
         cost = side.cost(c.pid, c.tid)
         n = max(launches, 0)
-        groups = [g for g in np.array_split(c.events, n) if len(g)] if n else []
+        groups = split_events(c.events, n)
         per = cost.launch_us if bound == "high" else cost.op_us
         offset = 0.0 if bound == "high" else min(cost.offset_us, per)
         added = n * per

@@ -25,7 +25,7 @@ import pandas as pd
 
 from headroom.projection.baseline import Baseline
 from headroom.projection.calls import event_groupings, replayed_from_graph
-from headroom.projection.cpu import Call, CallChange, text_keys
+from headroom.projection.cpu import Call, CallChange, split_events, text_keys
 from headroom.projection.matching import label_predicate
 from headroom.projection.problems import ProblemMap
 from headroom.projection.replay_plan import BACK_TO_BACK_US, stream_predecessors
@@ -78,7 +78,7 @@ def graph_changes(calls: list[Call], launches: int, node_gap_us: float = 0.0) ->
                 kept = [c.events[i : i + 1] for i in range(len(c.events))]
                 out.append(CallChange(c, n, 0.0, kept, [0.0] * len(kept), cpu=False, graph=True, added_gap_us=added))
             continue
-        groups = [g for g in np.array_split(c.events, n) if len(g)] if n else []
+        groups = split_events(c.events, n)
         out.append(CallChange(c, n, 0.0, groups, [0.0] * len(groups), cpu=False, graph=True))
     return out
 

@@ -58,7 +58,9 @@ class AprioriRow:
 
     @property
     def regime(self) -> str:
-        return ("launch-bound" if self.launch_bound else "GPU-bound") + (", CUDA graph" if self.graphs else "")
+        from headroom.projection.calibration import regime
+
+        return regime(self.launch_bound, self.graphs)
 
     @property
     def target(self) -> float:
@@ -173,12 +175,6 @@ def intervals(rows: list[AprioriRow], fit_rows: list[AprioriRow] | None = None) 
     return [(c.low, c.high) for c in checks]
 
 
-def _shipped_interval(r: AprioriRow) -> tuple[float, float]:
-    from headroom.projection.calibration import shipped_calibration
-
-    return shipped_calibration().interval(r.estimate, r.noise)
-
-
 def _inside(lo: float, hi: float, x: float) -> str:
     return "yes" if lo <= x <= hi else "**no**"
 
@@ -186,7 +182,13 @@ def _inside(lo: float, hi: float, x: float) -> str:
 def apriori_table(rows: list[AprioriRow], shipped: bool = False) -> str:
     """The rows with their calibrated intervals: each fitted on the other rows (`shipped`: the shipped
     calibration, for rows that did not shape it)."""
-    bounds = [_shipped_interval(r) for r in rows] if shipped else intervals(rows)
+    if shipped:
+        from headroom.projection.calibration import shipped_calibration
+
+        cal = shipped_calibration()
+        bounds = [cal.interval(r.estimate, r.noise) for r in rows]
+    else:
+        bounds = intervals(rows)
     out = [
         "| substitution | regime | verify (clock) | in model | verify / in model | applied | "
         f"a-priori estimate [90% interval, {'the shipped calibration' if shipped else 'row left out'}] | "

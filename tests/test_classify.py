@@ -8,88 +8,88 @@ from tests.conftest import hta_trace
 RULES = load_rules()
 
 
-@pytest.mark.parametrize(
-    "name,op,category",
-    [
-        ("nvjet_tst_192x192_64x4_2x1_v_bz_coopA_NNT", "aten::mm", "gemm"),
-        ("nvjet_tst_192x192_64x4_2x1_v_bz_coopA_NNT", "aten::cudnn_convolution", "conv"),
-        (
-            "void at::native::(anonymous namespace)::indexSelectLargeIndex<c10::BFloat16, long, unsigned int, 2, 2, -2, true>(...)",
-            "aten::embedding",
-            "embedding",
-        ),
-        (
-            "void at::native::(anonymous namespace)::indexSelectLargeIndex<c10::BFloat16, long, unsigned int, 2, 2, -2, true>(...)",
-            "aten::index_select",
-            "indexing",
-        ),
-        (
-            "void pytorch_flash::flash_fwd_kernel<Flash_fwd_kernel_traits<128, 128, 64, 4, false, false, cutlass::bfloat16_t> >(Flash_fwd_params)",
-            "aten::_flash_attention_forward",
-            "attention",
-        ),
-        (
-            "ncclDevKernel_AllReduce_Sum_bf16_RING_LL(ncclDevKernelArgsStorage<4096ul>)",
-            "record_param_comms",
-            "communication",
-        ),
-        ("Cijk_Alik_Bljk_SB_MT64x16x32_MI16x16x1", "aten::addmm", "gemm"),
-        ("triton_poi_fused_add_cos_sin_0", "triton_poi_fused_add_cos_sin_0", "fused"),
-        ("triton_tem_fused_mm_0", "aten::mm", "gemm"),
-        (
-            "triton_poi_fused__scaled_dot_product_cudnn_attention__to_copy__unsafe_view_add_cos_0",
-            "triton_poi_fused__scaled_dot_product_cudnn_attention__to_copy__unsafe_view_add_cos_0",
-            "fused",
-        ),
-        (
-            "triton_red_fused__to_copy_add_embedding_mean_mul_pow_rsqrt_0",
-            "triton_red_fused__to_copy_add_embedding_mean_mul_pow_rsqrt_0",
-            "fused",
-        ),
-        (
-            "void at::native::(anonymous namespace)::cunn_SoftMaxForward<8, float, float, float, at::native::(anonymous namespace)::SoftMaxForwardEpilogue>(...)",
-            "aten::_softmax",
-            "softmax",
-        ),
-        (
-            "void at::native::(anonymous namespace)::vectorized_layer_norm_kernel<float, float>(...)",
-            "aten::native_layer_norm",
-            "normalization",
-        ),
-        (
-            "void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>, at::detail::Array<char*, 1> >(int, ...)",
-            "aten::fill_",
-            "elementwise",
-        ),
-        (
-            "void at::native::elementwise_kernel<128, 2, at::native::gpu_kernel_impl_nocast<at::native::direct_copy_kernel_cuda(...)",
-            "aten::copy_",
-            "copy",
-        ),
-        (
-            "void at::native::(anonymous namespace)::multi_tensor_apply_kernel<...FusedAdamMathFunctor...>",
-            "aten::_fused_adam_",
-            "optimizer",
-        ),
-        ("void cub::DeviceRadixSortOnesweepKernel<...>", "aten::sort", "sort"),
-        (
-            "void at::native::reduce_kernel<512, 1, at::native::ReduceOp<float, at::native::MeanOps<float, float> > >(...)",
-            "aten::mean",
-            "reduction",
-        ),
-        (
-            "fbgemm_gpu::split_embedding_codegen_forward_unweighted_kernel<...>",
-            "fbgemm::split_embedding_codegen_lookup_sgd_function",
-            "embedding",
-        ),
-        (
-            "void cub::DeviceRadixSortOnesweepKernel<...>",
-            "torch::autograd::CppNode<SplitLookupFunction_sgd_Op>",
-            "embedding",
-        ),
-        ("some_brand_new_kernel_xyz", "aten::foo", "other"),
-    ],
-)
+_AMBIGUOUS = [
+    ("nvjet_tst_192x192_64x4_2x1_v_bz_coopA_NNT", "aten::mm", "gemm"),
+    ("nvjet_tst_192x192_64x4_2x1_v_bz_coopA_NNT", "aten::cudnn_convolution", "conv"),
+    (
+        "void at::native::(anonymous namespace)::indexSelectLargeIndex<c10::BFloat16, long, unsigned int, 2, 2, -2, true>(...)",
+        "aten::embedding",
+        "embedding",
+    ),
+    (
+        "void at::native::(anonymous namespace)::indexSelectLargeIndex<c10::BFloat16, long, unsigned int, 2, 2, -2, true>(...)",
+        "aten::index_select",
+        "indexing",
+    ),
+    (
+        "void pytorch_flash::flash_fwd_kernel<Flash_fwd_kernel_traits<128, 128, 64, 4, false, false, cutlass::bfloat16_t> >(Flash_fwd_params)",
+        "aten::_flash_attention_forward",
+        "attention",
+    ),
+    (
+        "ncclDevKernel_AllReduce_Sum_bf16_RING_LL(ncclDevKernelArgsStorage<4096ul>)",
+        "record_param_comms",
+        "communication",
+    ),
+    ("Cijk_Alik_Bljk_SB_MT64x16x32_MI16x16x1", "aten::addmm", "gemm"),
+    ("triton_poi_fused_add_cos_sin_0", "triton_poi_fused_add_cos_sin_0", "fused"),
+    ("triton_tem_fused_mm_0", "aten::mm", "gemm"),
+    (
+        "triton_poi_fused__scaled_dot_product_cudnn_attention__to_copy__unsafe_view_add_cos_0",
+        "triton_poi_fused__scaled_dot_product_cudnn_attention__to_copy__unsafe_view_add_cos_0",
+        "fused",
+    ),
+    (
+        "triton_red_fused__to_copy_add_embedding_mean_mul_pow_rsqrt_0",
+        "triton_red_fused__to_copy_add_embedding_mean_mul_pow_rsqrt_0",
+        "fused",
+    ),
+    (
+        "void at::native::(anonymous namespace)::cunn_SoftMaxForward<8, float, float, float, at::native::(anonymous namespace)::SoftMaxForwardEpilogue>(...)",
+        "aten::_softmax",
+        "softmax",
+    ),
+    (
+        "void at::native::(anonymous namespace)::vectorized_layer_norm_kernel<float, float>(...)",
+        "aten::native_layer_norm",
+        "normalization",
+    ),
+    (
+        "void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>, at::detail::Array<char*, 1> >(int, ...)",
+        "aten::fill_",
+        "elementwise",
+    ),
+    (
+        "void at::native::elementwise_kernel<128, 2, at::native::gpu_kernel_impl_nocast<at::native::direct_copy_kernel_cuda(...)",
+        "aten::copy_",
+        "copy",
+    ),
+    (
+        "void at::native::(anonymous namespace)::multi_tensor_apply_kernel<...FusedAdamMathFunctor...>",
+        "aten::_fused_adam_",
+        "optimizer",
+    ),
+    ("void cub::DeviceRadixSortOnesweepKernel<...>", "aten::sort", "sort"),
+    (
+        "void at::native::reduce_kernel<512, 1, at::native::ReduceOp<float, at::native::MeanOps<float, float> > >(...)",
+        "aten::mean",
+        "reduction",
+    ),
+    (
+        "fbgemm_gpu::split_embedding_codegen_forward_unweighted_kernel<...>",
+        "fbgemm::split_embedding_codegen_lookup_sgd_function",
+        "embedding",
+    ),
+    (
+        "void cub::DeviceRadixSortOnesweepKernel<...>",
+        "torch::autograd::CppNode<SplitLookupFunction_sgd_Op>",
+        "embedding",
+    ),
+    ("some_brand_new_kernel_xyz", "aten::foo", "other"),
+]
+
+
+@pytest.mark.parametrize("name,op,category", _AMBIGUOUS)
 def test_rule_table_on_ambiguous_and_plain_names(name, op, category):
     assert classify_one(RULES, "kernel", name, op, op) == category
 
@@ -244,3 +244,25 @@ def test_default_policy_follows_the_paper():
     assert all(
         p.is_addressable(c) for c in ("embedding", "elementwise", "normalization", "optimizer", "fused", "other")
     )
+
+
+def test_search_memo_searches_each_pair_once_and_changes_no_answer():
+    """The memo `classify_kernels` passes answers each (pattern, text) from one search, and every
+    combination gets the category the plain search gives."""
+    from headroom.trace.classify import SearchMemo
+
+    searched: list[tuple[int, str]] = []
+
+    class Counting(SearchMemo):
+        def __call__(self, pattern, text):
+            if (id(pattern), text) not in self._seen:
+                searched.append((id(pattern), text))
+            return super().__call__(pattern, text)
+
+    memo = Counting()
+    names = [n for n, _, _ in _AMBIGUOUS] * 3  # each text met three times
+    ops = [o for _, o, _ in _AMBIGUOUS] * 3
+    for name, op in zip(names, ops):
+        assert classify_one(RULES, "kernel", name, op, op, found=memo) == classify_one(RULES, "kernel", name, op, op)
+    assert len(searched) == len(set(searched))  # no pair searched twice
+    assert 0 < len(searched) < sum(1 for _ in names) * 2 * len(RULES)

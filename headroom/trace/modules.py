@@ -23,6 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from headroom.trace.codes import factorized
 from headroom.trace.intervals import containing_range, groups_of, nested_self_times, ranges_on_threads, thread_codes
 from headroom.trace.ranges import MODULE_PREFIX, MODULE_RANGE_PREFIX, parse_module_range
 from headroom.trace.tables import Trace, texts_at
@@ -63,10 +64,12 @@ def module_ranges(trace: Trace) -> pd.DataFrame:
     cols = ["pid", "tid", "ts", "dur"]
     ours = cpu[trace.cpu_names_start_with(MODULE_RANGE_PREFIX)]
     if len(ours):
-        parsed = [parse_module_range(n) for n in ours["name"].astype(str).tolist()]
+        # parsed once per distinct name: a model calls the same modules step after step
+        codes, uniques = factorized(ours["name"], use_na_sentinel=False)
+        parsed = [parse_module_range(str(n)) for n in uniques.tolist()]
         out = ours[cols].copy()
-        out["path"] = np.array([p for p, _ in parsed], dtype=object)
-        out["module_type"] = np.array([t for _, t in parsed], dtype=object)
+        out["path"] = np.array([p for p, _ in parsed], dtype=object)[codes]
+        out["module_type"] = np.array([t for _, t in parsed], dtype=object)[codes]
         out["inputs"] = ours["inputs"].astype(object).to_numpy() if "inputs" in ours.columns else ""
         out = out[out["path"] != ""]
     else:

@@ -64,6 +64,14 @@ a = analyze(PATH, use_cache=False)
 result = {"kernels": int((a.events["kind"] == "kernel").sum()), "total_us": a.total_us,
           "categories": len(a.categories)}
 """,
+    # The same with the next chunk's scan in this thread, not beside the previous chunk's tables
+    # (HEADROOM_SCAN_AHEAD=0; chunks.decode_chunks).
+    "headroom-one-thread": """
+from headroom.trace.analysis import analyze
+a = analyze(PATH, use_cache=False)
+result = {"kernels": int((a.events["kind"] == "kernel").sum()), "total_us": a.total_us,
+          "categories": len(a.categories)}
+""",
     "headroom-1proc": """
 from headroom.trace.analysis import analyze
 a = analyze(PATH, use_cache=False)
@@ -129,6 +137,8 @@ def run_reader(name: str, path: Path, python: str, cache_dir: Path) -> dict:
         env["HEADROOM_LOAD_WORKERS"] = "0"
     if name == "headroom-worker":
         env["HEADROOM_LOAD_WORKERS"] = "1"
+    if name == "headroom-one-thread":
+        env["HEADROOM_SCAN_AHEAD"] = "0"
     load = load_average()
     if name == "headroom-cached":
         # As a user's install runs it: with its modules' bytecode written (pip compiles it at install;
@@ -295,6 +305,8 @@ def main() -> None:
         "command": " ".join(sys.argv),
         "shapes": {},
     }
+    if args.tmp:
+        Path(args.tmp).mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=args.tmp) as tmp:
         for shape in args.shapes.split(","):
             result["shapes"][shape] = bench_shape(

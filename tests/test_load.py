@@ -252,6 +252,47 @@ def test_streamed_chunks_whole_document_and_worker_give_the_same_tables(monkeypa
     assert len(streamed.flows) == 708  # fwdbwd start/finish pairs
 
 
+def test_chunks_scanned_ahead_are_the_chunks_scanned_in_turn(tmp_path, monkeypatch):
+    """The scan-ahead thread (a chunk's scan running beside the previous chunk's tables) changes no chunk, no
+    order and no table: plain and gzip files in many chunks, and chunks the scanner declines among them (an
+    escaped key: the msgspec path decodes those)."""
+    from polars.testing import assert_frame_equal
+
+    monkeypatch.setattr(document, "BLOCK", 1 << 16)
+    text = gzip.decompress((SHIPPED_TRACES / "resnet-50.train.json.gz").read_bytes())
+    plain = tmp_path / "resnet.json"
+    plain.write_bytes(text)
+    declined = tmp_path / "declined.json"
+    parts = text.split(b'"dur":')
+    declined.write_bytes(
+        b"".join(p + (b'"d\\u0075r":' if i % 500 == 250 else b'"dur":') for i, p in enumerate(parts[:-1])) + parts[-1]
+    )
+    declined_chunks = 0
+    for path in (plain, declined, SHIPPED_TRACES / "resnet-50.train.json.gz"):
+        turn, turn_doc = chunks.decode_chunks(path, document.split(path), ahead=False)
+        ahead, ahead_doc = chunks.decode_chunks(path, document.split(path), ahead=True)
+        assert len(turn) == len(ahead) > 20
+        assert (turn_doc.meta, turn_doc.base_ns) == (ahead_doc.meta, ahead_doc.base_ns)
+        for a, b in zip(turn, ahead):
+            assert (a.events, dict(a.unreadable)) == (b.events, dict(b.unreadable))
+            for t in a.tables:
+                assert_frame_equal(a.tables[t], b.tables[t], categorical_as_str=True)
+        if path == declined:
+            declined_chunks = sum(
+                _scan_of(item[0]) is None for item in document.split(path) if not isinstance(item, document.Document)
+            )
+    assert declined_chunks >= 3  # the msgspec path took part in the run
+    monkeypatch.setenv("HEADROOM_SCAN_AHEAD", "0")
+    assert not parallel.scan_ahead(True)
+    one_thread = load_trace(declined, use_cache=False)
+    monkeypatch.delenv("HEADROOM_SCAN_AHEAD")
+    _assert_same(one_thread, load_trace(declined, use_cache=False))
+
+
+def _scan_of(chunk):
+    return scan.EXTENSION.Scanner().scan(bytes(chunk))
+
+
 def _spy_halves(monkeypatch):
     """Record each second half the worker is given (the file's byte where it starts)."""
     given = []

@@ -27,7 +27,9 @@
 /* Which keys the scanner reads and into which arrays: generated from headroom/data/kineto.toml. */
 #include "_scan_keys.h"
 
-/* ---- interning: distinct byte strings -> codes, each kept once (a Python object per code) ---------- */
+/* ---- interning: distinct byte strings -> codes, each kept once (a Python object per code) ----------
+ * Interning makes no Python object: it runs while the scan has released the GIL. Each new code's value is
+ * made afterwards, with the GIL held (interner_values), before the scan returns its columns. */
 
 typedef struct {
     int32_t *slots;        /* code per slot, -1: empty */
@@ -39,7 +41,9 @@ typedef struct {
     size_t *key_off;
     size_t *key_len;
     size_t keys_cap;
-    PyObject *values;      /* list: the Python value of each code */
+    PyObject *values;      /* list: the Python value of each code (made up to `count` by interner_values) */
+    PyObject *(*make)(const char *, size_t);   /* a key's Python value */
+    int oom;               /* an allocation failed while interning (reported once the GIL is held again) */
 } Interner;
 
 static uint64_t hash_bytes(const char *s, size_t n) {
@@ -59,8 +63,9 @@ static uint64_t hash_bytes(const char *s, size_t n) {
     return h;
 }
 
-static int interner_init(Interner *t) {
+static int interner_init(Interner *t, PyObject *(*make)(const char *, size_t)) {
     memset(t, 0, sizeof(*t));
+    t->make = make;
     t->cap = 1024;
     t->slots = malloc(t->cap * sizeof(int32_t));
     t->slot_hash = malloc(t->cap * sizeof(uint64_t));
@@ -101,9 +106,9 @@ static int interner_grow(Interner *t) {
     return 0;
 }
 
-/* The code of key[0:n]; a new key gets the next code and `make(key, n)` as its value. -1: out of memory or
- * `make` failed (a Python error is set then). */
-static int32_t intern(Interner *t, const char *key, size_t n, PyObject *(*make)(const char *, size_t)) {
+/* The code of key[0:n]; a new key gets the next code (its value is made later: interner_values). -1: out of
+ * memory (t->oom is set) or too many keys. Calls nothing of Python's: it runs without the GIL. */
+static int32_t intern(Interner *t, const char *key, size_t n) {
     uint64_t h = hash_bytes(key, n);
     size_t j = h & (t->cap - 1);
     for (;;) {
@@ -120,29 +125,25 @@ static int32_t intern(Interner *t, const char *key, size_t n, PyObject *(*make)(
         size_t cap = t->arena_cap ? t->arena_cap : 1 << 16;
         while (cap < t->arena_len + n) cap *= 2;
         char *arena = realloc(t->arena, cap);
-        if (!arena) return -1;
+        if (!arena) { t->oom = 1; return -1; }
         t->arena = arena;
         t->arena_cap = cap;
     }
     if (t->count == t->keys_cap) {
         size_t cap = t->keys_cap ? t->keys_cap * 2 : 1024;
         size_t *off = realloc(t->key_off, cap * sizeof(size_t));
-        if (!off) return -1;
+        if (!off) { t->oom = 1; return -1; }
         t->key_off = off;
         size_t *len = realloc(t->key_len, cap * sizeof(size_t));
-        if (!len) return -1;
+        if (!len) { t->oom = 1; return -1; }
         t->key_len = len;
         t->keys_cap = cap;
     }
     if ((t->count + 1) * 2 > t->cap) {
-        if (interner_grow(t) < 0) return -1;
+        if (interner_grow(t) < 0) { t->oom = 1; return -1; }
         j = h & (t->cap - 1);
         while (t->slots[j] >= 0) j = (j + 1) & (t->cap - 1);
     }
-    PyObject *value = make(key, n);
-    if (value == NULL) return -1;
-    if (PyList_Append(t->values, value) < 0) { Py_DECREF(value); return -1; }
-    Py_DECREF(value);
     if (n) memcpy(t->arena + t->arena_len, key, n);    /* (an empty key before the arena exists: NULL + 0) */
     int32_t code = (int32_t)t->count;
     t->key_off[code] = t->arena_len;
@@ -170,6 +171,20 @@ static PyObject *make_pair(const char *s, size_t n) {
     Py_DECREF(ph);
     Py_DECREF(cat);
     return pair;
+}
+
+/* The Python value of every code interned since the last call (the GIL held). -1: a Python error is set; the
+ * codes without a value get theirs at the next call. */
+static int interner_values(Interner *t) {
+    for (size_t code = (size_t)PyList_GET_SIZE(t->values); code < t->count; code++) {
+        size_t n = t->key_len[code];
+        PyObject *value = t->make(n ? t->arena + t->key_off[code] : "", n);
+        if (value == NULL) return -1;
+        int failed = PyList_Append(t->values, value) < 0;
+        Py_DECREF(value);
+        if (failed) return -1;
+    }
+    return 0;
 }
 
 /* ---- the JSON grammar (RFC 8259), validated; NULL means "not for this path" ---------------------- */
@@ -431,7 +446,7 @@ static const double POW10[] = {1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9,
 
 /* The number as a float: an integer as float(int) does (correctly rounded), else the nearest double to the
  * decimal text: exactly by one IEEE operation when the digits fit 2^53 and the power of ten is exact
- * (Clinger's fast path), else by Python's own correctly rounded conversion. -1: out of range. */
+ * (Clinger's fast path), else by the C library's correctly rounded conversion. -1: out of range. */
 static int number_as_double(const Number *num, const char *stop, double *out) {
     if (num->is_integer) {
         int64_t v;
@@ -452,10 +467,14 @@ static int number_as_double(const Number *num, const char *stop, double *out) {
     memcpy(text, num->start, n);
     text[n] = 0;
     char *after = NULL;
-    double v = PyOS_string_to_double(text, &after, NULL);
-    int ok = after == text + n && !(v == -1.0 && PyErr_Occurred()) && isfinite(v);
+    /* The C library's conversion, correctly rounded (glibc, musl, macOS; as Python's and msgspec's are), and
+     * no call into Python: the scan runs without the GIL. A timestamp in microseconds of the epoch with a
+     * fraction (1.7e15.xxx: 19 digits) takes this path. A locale whose decimal point is not "." stops it
+     * early: the whole text is not read, and the chunk takes the msgspec path. */
+    double v = strtod(text, &after);   /* ERANGE: an overflow (inf: refused below) or a subnormal result */
+    int ok = after == text + n && isfinite(v);
     if (text != small) free(text);
-    if (!ok) { PyErr_Clear(); return -1; }
+    if (!ok) return -1;
     *out = v;
     return 0;
 }
@@ -555,6 +574,7 @@ typedef struct {
     Interner pairs;
     char *text;           /* room for an escaped string's decoded text */
     size_t text_cap;
+    int busy;             /* a scan runs (without the GIL): another thread's scan is refused */
 } Scanner;
 
 typedef struct { const char *s; size_t n; int escaped; } Text;
@@ -704,7 +724,7 @@ static const char *scan_event(Scanner *self, const char *p, const char *end, con
                     size_t sn, room = 0;
                     p = string_value(p, end, &t);
                     if (!p || text_value(self, t, &s, &sn, &room) < 0) return NULL;
-                    int32_t code = intern(&self->names, s, sn, make_str);
+                    int32_t code = intern(&self->names, s, sn);
                     if (code < 0) return NULL;
                     *value = 0;
                     *text = code;
@@ -735,7 +755,7 @@ static const char *scan_event(Scanner *self, const char *p, const char *end, con
     const char *s;
     size_t n;
     if (text_value(self, strings[STRING_NAME], &s, &n, &room) < 0) return NULL;
-    int32_t code = intern(&self->names, s, n, make_str);
+    int32_t code = intern(&self->names, s, n);
     if (code < 0) return NULL;
     c->name[i] = code;
     const char *phs, *cats;
@@ -750,7 +770,7 @@ static const char *scan_event(Scanner *self, const char *p, const char *end, con
     memcpy(key, &phl, 4);
     memcpy(key + 4, phs, phn);
     memcpy(key + 4 + phn, cats, catn);
-    code = intern(&self->pairs, key, kn, make_pair);
+    code = intern(&self->pairs, key, kn);
     if (key != small) free(key);
     if (code < 0) return NULL;
     c->pair[i] = code;
@@ -768,11 +788,41 @@ static int put_column(PyObject *cols, const char *name, const char *suffix, cons
     return failed ? -1 : 0;
 }
 
-/* Scanner.scan(buffer) -> None, or (events, {column: bytes}) */
+/* The events of base[0:end - base] (a JSON array) into c: 0, 1 (not for this path: the msgspec path decides)
+ * or -1 (out of memory). Calls nothing of Python's but the rare conversion that takes the GIL back
+ * (number_as_double): it runs with the GIL released. */
+static int scan_array(Scanner *self, const char *base, const char *end, Columns *c) {
+    const char *p = skip_ws(base, end);
+    if (p >= end || *p != '[') return 1;
+    p = skip_ws(p + 1, end);
+    if (p < end && *p == ']') {
+        p++;
+    } else {
+        for (;;) {
+            if (c->n == c->cap && columns_reserve(c, c->cap * 2) < 0) return -1;
+            p = scan_event(self, p, end, base, c, c->n, 0);
+            if (!p) return self->names.oom || self->pairs.oom ? -1 : 1;
+            c->n++;
+            p = skip_ws(p, end);
+            if (p >= end) return 1;
+            if (*p == ']') { p++; break; }
+            if (*p != ',') return 1;
+            p = skip_ws(p + 1, end);
+        }
+    }
+    return skip_ws(p, end) == end ? 0 : 1;
+}
+
+/* Scanner.scan(buffer) -> None, or (events, {column: bytes}). The scan itself runs without the GIL, so
+ * another thread's Python runs beside it (the loader builds the previous chunk's tables meanwhile). */
 static PyObject *Scanner_scan(Scanner *self, PyObject *arg) {
+    if (self->busy) {
+        PyErr_SetString(PyExc_RuntimeError, "Scanner.scan: another thread's scan of this scanner is running");
+        return NULL;
+    }
     Py_buffer view;
     if (PyObject_GetBuffer(arg, &view, PyBUF_SIMPLE) < 0) return NULL;
-    const char *base = view.buf, *end = base + view.len, *p = base;
+    const char *base = view.buf, *end = base + view.len;
     Columns c;
     memset(&c, 0, sizeof(c));
     PyObject *result = NULL;
@@ -784,28 +834,24 @@ static PyObject *Scanner_scan(Scanner *self, PyObject *arg) {
         self->text_cap = (size_t)view.len + 1;
     }
     if (columns_reserve(&c, (size_t)view.len / 256 + 16) < 0) { PyErr_NoMemory(); goto done; }
-    p = skip_ws(p, end);
-    if (p >= end || *p != '[') goto fallback;
-    p = skip_ws(p + 1, end);
-    if (p < end && *p == ']') {
-        p++;
-    } else {
-        for (;;) {
-            if (c.n == c.cap && columns_reserve(&c, c.cap * 2) < 0) { PyErr_NoMemory(); goto done; }
-            p = scan_event(self, p, end, base, &c, c.n, 0);
-            if (!p) {
-                if (PyErr_Occurred() && PyErr_ExceptionMatches(PyExc_MemoryError)) goto done;
-                goto fallback;
-            }
-            c.n++;
-            p = skip_ws(p, end);
-            if (p >= end) goto fallback;
-            if (*p == ']') { p++; break; }
-            if (*p != ',') goto fallback;
-            p = skip_ws(p + 1, end);
-        }
+    int status;
+    self->busy = 1;
+    Py_BEGIN_ALLOW_THREADS
+    status = scan_array(self, base, end, &c);
+    Py_END_ALLOW_THREADS
+    self->busy = 0;
+    /* the values of the codes it met, also of a chunk the msgspec path takes (its codes stay interned) */
+    if (interner_values(&self->names) < 0 || interner_values(&self->pairs) < 0) goto done;
+    if (status < 0) {
+        self->names.oom = self->pairs.oom = 0;
+        PyErr_NoMemory();
+        goto done;
     }
-    if (skip_ws(p, end) != end) goto fallback;
+    if (status > 0) {
+        Py_INCREF(Py_None);
+        result = Py_None;
+        goto done;
+    }
     {
         size_t n = c.n;
         PyObject *cols = PyDict_New();
@@ -822,12 +868,7 @@ static PyObject *Scanner_scan(Scanner *self, PyObject *arg) {
                      put_column(cols, RAW_COLUMNS[k], "_len", c.raw_len[k], n, 8);
         if (failed) { Py_DECREF(cols); goto done; }
         result = Py_BuildValue("(nN)", (Py_ssize_t)n, cols);
-        goto done;
     }
-fallback:
-    PyErr_Clear();
-    Py_INCREF(Py_None);
-    result = Py_None;
 done:
     columns_free(&c);
     PyBuffer_Release(&view);
@@ -837,7 +878,7 @@ done:
 static PyObject *Scanner_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
     Scanner *self = (Scanner *)type->tp_alloc(type, 0);
     if (!self) return NULL;
-    if (interner_init(&self->names) < 0 || interner_init(&self->pairs) < 0) {
+    if (interner_init(&self->names, make_str) < 0 || interner_init(&self->pairs, make_pair) < 0) {
         Py_DECREF(self);
         return PyErr_NoMemory();
     }

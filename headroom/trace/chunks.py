@@ -28,10 +28,17 @@ else:
 
 
 def decode_chunks(
-    path: Path, source: Iterable, helper=None, check_memory: Callable[[Path], None] | None = None
+    path: Path,
+    source: Iterable,
+    helper=None,
+    check_memory: Callable[[Path], None] | None = None,
+    ahead: bool = False,
 ) -> tuple[list[Chunk], Document | None]:
     """Decode every chunk of `source` (document.split and its kin); the Document ends it (None: the source
-    was a first half). With a worker (`helper`), chunks alternate: one sent to it, the next decoded here."""
+    was a first half). With a worker (`helper`), chunks alternate: one sent to it, the next decoded here.
+    `ahead` (no worker): each chunk scanned in a thread while this one makes the previous chunk's tables."""
+    if ahead and helper is None and scan.EXTENSION is not None:
+        return _decode_ahead(path, source, check_memory)
     chunks: list[Chunk] = []
     waiting: int | None = None  # offset of the chunk the worker holds
     for item in source:
@@ -54,6 +61,32 @@ def decode_chunks(
             check_memory(path)
     if waiting is not None:
         keep(path, chunks, from_worker(helper), waiting)
+    return chunks, None
+
+
+def _decode_ahead(
+    path: Path, source: Iterable, check_memory: Callable[[Path], None] | None
+) -> tuple[list[Chunk], Document | None]:
+    """decode_chunks with the next chunk's scan running beside this chunk's tables (scan.ScanAhead): the same
+    chunks in the same order (the scans run one at a time, in file order)."""
+    chunks: list[Chunk] = []
+    with scan.scanning_ahead() as ahead:
+        pending: tuple[scan.Pending, int] | None = None
+        for item in source:
+            if isinstance(item, Document):
+                if pending is not None:
+                    keep(path, chunks, ahead.finish(pending[0]), pending[1])
+                return chunks, item
+            data, offset = item
+            started = (ahead.start(data), offset)
+            del data
+            if pending is not None:
+                keep(path, chunks, ahead.finish(pending[0]), pending[1])
+                if check_memory is not None:
+                    check_memory(path)
+            pending = started
+        if pending is not None:
+            keep(path, chunks, ahead.finish(pending[0]), pending[1])
     return chunks, None
 
 

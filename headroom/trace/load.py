@@ -235,17 +235,19 @@ def decode(path: Path, lenient: bool = False, workers: bool = True) -> Decoded:
     parallel.polars_gives_memory_back()
     size = parallel.file_size(path)
     helper = Worker() if workers and parallel.worker_for_file(size) else None
+    # (a gzip file's blocks are inflated in a thread already: document.read_ahead)
+    ahead = helper is None and not document.is_gzip(path) and parallel.scan_ahead(workers)
     try:
         found = _decoded_in_halves(path, helper) if helper is not None else None
         if found is None and helper is not None and helper.closed:
             helper = None  # stopped mid-answer (the first half's cut proved wrong): go on without it
         if found is None:
             try:
-                found = chunks.decode_chunks(path, document.split(path), helper, parallel.check_memory_left)
+                found = chunks.decode_chunks(path, document.split(path), helper, parallel.check_memory_left, ahead)
             except document.Fallback:
                 if helper is not None and helper.busy:
                     helper.result()
-                found = chunks.decode_chunks(path, document.whole(path), helper, parallel.check_memory_left)
+                found = chunks.decode_chunks(path, document.whole(path), helper, parallel.check_memory_left, ahead)
     finally:
         if helper is not None:
             helper.close()

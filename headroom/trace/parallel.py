@@ -63,6 +63,19 @@ def runnable_others(loadavg: str) -> int:
     return max(int(loadavg.split()[3].split("/")[0]) - 1, 0)
 
 
+def scan_ahead(workers: bool) -> bool:
+    """Whether the loader scans the next chunk in a thread while it makes the previous one's tables
+    (chunks.decode_chunks): this process may run on two CPUs or more and no worker process of its load
+    (`workers`: one may start) takes the other. HEADROOM_SCAN_AHEAD=0 turns it off."""
+    if os.environ.get("HEADROOM_SCAN_AHEAD", "").strip() == "0" or not workers:
+        return False
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cpus = os.cpu_count() or 1
+    return cpus >= 2
+
+
 def worker_for_file(size: int) -> bool:
     """Whether one file of `size` bytes is decoded with the worker (in two halves, or every other chunk)."""
     return size >= WORKER_MIN_BYTES and bool(workers_wanted())

@@ -10,6 +10,11 @@ keeps; here they are routed to their tables and wrapped as polars columns.
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import lazy_loader
@@ -36,11 +41,70 @@ else:
 def decode_events(doc: bytes | memoryview) -> Chunk:
     """The events of `doc`, a JSON array of consecutive events of traceEvents: by the scanner, or by msgspec
     where it declines."""
-    scanner = _scanner()
-    scanned = scanner.scan(doc) if scanner is not None else None
-    if scanned is None:
-        return kineto.decode_events(doc)
-    return _chunk(doc, _codes_of(scanner), *scanned)
+    with RUN:
+        scanner = _scanner()
+        scanned = scanner.scan(doc) if scanner is not None else None
+        if scanned is None:
+            return kineto.decode_events(doc)
+        return _chunk(doc, _codes_of(scanner), *scanned)
+
+
+# One thread's chunks at a time use the process's scanner and its codes (the scan runs without the GIL, so
+# two threads' loads would otherwise meet in it): held for a chunk, or for a whole run scanned ahead.
+RUN = threading.RLock()
+
+
+@dataclass
+class Pending:
+    """A chunk whose scan runs in the scan-ahead thread (`scanned`: None where there is no scanner)."""
+
+    doc: bytes | memoryview
+    scanner: Any
+    scanned: Future | None
+
+
+class ScanAhead:
+    """A run of chunks decoded in order, each one's scan (C, without the GIL) in a thread while this thread
+    makes the previous one's tables: `start` the next chunk, then `finish` the one before it."""
+
+    def __init__(self, pool: ThreadPoolExecutor) -> None:
+        self.pool = pool
+
+    def start(self, doc: bytes | memoryview) -> Pending:
+        # A view of its own: the source (document.split) releases the chunk's view when the next is asked for
+        # and, finding the buffer still exported, leaves this chunk its bytes.
+        doc = memoryview(doc)
+        scanner = _scanner()
+        if scanner is None:
+            return Pending(doc, None, None)
+        started = threading.Event()
+
+        def scan() -> Any:
+            started.set()
+            return scanner.scan(doc)
+
+        scanned = self.pool.submit(scan)
+        # Waiting lends the thread the GIL now, to enter the scan (which gives it back), rather than at this
+        # thread's next switch (every 5 ms: most of a chunk's tables).
+        started.wait()
+        return Pending(doc, scanner, scanned)
+
+    def finish(self, pending: Pending) -> Chunk:
+        scanned = pending.scanned.result() if pending.scanned is not None else None
+        if scanned is None:
+            return kineto.decode_events(pending.doc)
+        return _chunk(pending.doc, _codes_of(pending.scanner), *scanned)
+
+
+@contextmanager
+def scanning_ahead() -> Iterator[ScanAhead]:
+    """A ScanAhead for one run of chunks; at the end (an error included) the scan in flight is waited for."""
+    with RUN:
+        pool = ThreadPoolExecutor(1, thread_name_prefix="headroom-scan")
+        try:
+            yield ScanAhead(pool)
+        finally:
+            pool.shutdown(wait=True)
 
 
 SCANNER = _scan.Scanner() if _scan is not None else None

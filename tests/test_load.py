@@ -254,8 +254,8 @@ def test_streamed_chunks_whole_document_and_worker_give_the_same_tables(monkeypa
 
 def test_chunks_scanned_ahead_are_the_chunks_scanned_in_turn(tmp_path, monkeypatch):
     """The scan-ahead thread (a chunk's scan running beside the previous chunk's tables) changes no chunk, no
-    order and no table: plain and gzip files in many chunks, and chunks the scanner declines among them (an
-    escaped key: the msgspec path decodes those)."""
+    order and no table: plain, compact and gzip files in many chunks, and chunks the scanner declines among them
+    (an escaped key: the msgspec path decodes those)."""
     from polars.testing import assert_frame_equal
 
     monkeypatch.setattr(document, "BLOCK", 1 << 16)
@@ -267,8 +267,10 @@ def test_chunks_scanned_ahead_are_the_chunks_scanned_in_turn(tmp_path, monkeypat
     declined.write_bytes(
         b"".join(p + (b'"d\\u0075r":' if i % 500 == 250 else b'"dur":') for i, p in enumerate(parts[:-1])) + parts[-1]
     )
+    compact = tmp_path / "compact.json"  # "},{": the next chunk's "[" lands where this chunk's "]" is
+    compact.write_text(json.dumps(json.loads(text), separators=(",", ":")))
     declined_chunks = 0
-    for path in (plain, declined, SHIPPED_TRACES / "resnet-50.train.json.gz"):
+    for path in (plain, declined, compact, SHIPPED_TRACES / "resnet-50.train.json.gz"):
         turn, turn_doc = chunks.decode_chunks(path, document.split(path), ahead=False)
         ahead, ahead_doc = chunks.decode_chunks(path, document.split(path), ahead=True)
         assert len(turn) == len(ahead) > 20

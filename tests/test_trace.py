@@ -308,6 +308,7 @@ def test_chunks_that_need_the_lenient_path_mix_with_fast_chunks(tmp_path, monkey
     decode = scan.decode_events
     monkeypatch.setattr(scan, "decode_events", lambda doc: chunks.append(bytes(doc)) or decode(doc))
     monkeypatch.setattr(document, "BLOCK", 300)  # a few events per chunk
+    monkeypatch.setenv("HEADROOM_SCAN_AHEAD", "0")  # each chunk through decode_events (the spy)
     t = load_trace(p)
     assert len(chunks) >= 3
     assert t.launches["ts"].tolist() == [1.0, 3.5, 8.0]

@@ -292,12 +292,14 @@ def _cut(
         yield chunk, offset
         chunk.release()
         view.release()
-        buf[open_ - 1] = 0x5B  # "["
         offset += open_ - 1
         try:
             del buf[: open_ - 1]
-        except BufferError:  # a view of the chunk is still held somewhere: leave it its bytes
+        except BufferError:  # a view of the chunk is still held (its scan runs in a thread): leave it its bytes
             buf = bytearray(buf[open_ - 1 :])
+        # "[" where the separator's last byte was, written only now: with "},{" that byte is the chunk's own
+        # closing "]", which a chunk still being scanned must keep
+        buf[0] = 0x5B
     if first_part:
         if len(buf) > 1:
             buf += b"]"

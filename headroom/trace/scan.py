@@ -235,11 +235,10 @@ def _table(
             if not len(ranges):
                 return known.empty_text.new_from_index(0, len(rows))
             texts = [""] * len(rows)
-            for i in ranges.tolist():
-                texts[i] = known.inputs_text(
-                    _raw_at(doc, a["dims_at"], a["dims_len"], rows[i]),
-                    _raw_at(doc, a["types_at"], a["types_len"], rows[i]),
-                )
+            at = rows[ranges]
+            spans = zip(*(a[k][at].tolist() for k in ("dims_at", "dims_len", "types_at", "types_len")))
+            for i, (dims, dims_len, types, types_len) in zip(ranges.tolist(), spans):
+                texts[i] = known.inputs_text(bytes(doc[dims : dims + dims_len]), bytes(doc[types : types + types_len]))
             return pl.Series(texts, dtype=pl.String)
         return _with_nulls(a[c][rows], (a["present"][rows] & (1 << PRESENT_BIT[c])) == 0, pl.Int64)
 
@@ -248,7 +247,3 @@ def _table(
 
 def _with_nulls(values: np.ndarray, absent: np.ndarray, dtype) -> pl.Series:
     return pl.Series(np.ma.masked_array(values, mask=absent) if absent.any() else values, dtype=dtype)
-
-
-def _raw_at(doc, at: np.ndarray, length: np.ndarray, row: int) -> bytes:
-    return bytes(doc[int(at[row]) : int(at[row]) + int(length[row])])

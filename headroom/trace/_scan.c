@@ -789,8 +789,7 @@ static int put_column(PyObject *cols, const char *name, const char *suffix, cons
 }
 
 /* The events of base[0:end - base] (a JSON array) into c: 0, 1 (not for this path: the msgspec path decides)
- * or -1 (out of memory). Calls nothing of Python's but the rare conversion that takes the GIL back
- * (number_as_double): it runs with the GIL released. */
+ * or -1 (out of memory). Calls nothing of Python's: it runs with the GIL released. */
 static int scan_array(Scanner *self, const char *base, const char *end, Columns *c) {
     const char *p = skip_ws(base, end);
     if (p >= end || *p != '[') return 1;

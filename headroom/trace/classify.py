@@ -74,14 +74,14 @@ class SearchMemo:
 
     def __init__(self) -> None:
         self._seen: dict[tuple[int, str], bool] = {}
-        self._patterns: list[Pattern] = []  # kept alive: their ids key the memo
+        self._patterns: dict[int, Pattern] = {}  # kept alive: their ids key the memo
 
     def __call__(self, pattern: Pattern, text: str) -> bool:
         key = (id(pattern), text)
         hit = self._seen.get(key)
         if hit is None:
             hit = self._seen[key] = pattern.search(text) is not None
-            self._patterns.append(pattern)
+            self._patterns[id(pattern)] = pattern
         return hit
 
 

@@ -116,14 +116,19 @@ def test_the_command_map_names_every_command_of_each_module_in_the_help_order():
     assert typo.returncode == 2 and "Did you mean 'targets'" in typo.stderr, typo.stderr
 
 
-@pytest.mark.parametrize("words", [["targets"], ["project", "--speedup", "category:gemm=2"], ["classify", "--json"]])
+@pytest.mark.parametrize(
+    "words",
+    [["targets"], ["project", "--speedup", "category:gemm=2"], ["classify", "--json"], ["classify"], ["report"]],
+)
 def test_a_command_on_a_cached_trace_imports_only_what_it_uses(tmp_path, words):
     """A command on a cached trace (the second command <= 1 s) is mostly its imports. It imports
     neither polars (the loader's), pydantic (typer 0.29 builds a pydantic adapter per parameter: typer is held
-    below 0.29), filelock (only a writer of the cache locks) nor the modules of a directory of ranks."""
+    below 0.29), filelock (only a writer of the cache locks) nor the modules of a directory of ranks; classify
+    and report print the trace's kept summary and import neither numpy nor pandas."""
     env = {**os.environ, "HEADROOM_CACHE_DIR": str(tmp_path / "cache"), "HEADROOM_CACHE_MIN_BYTES": "0"}
+    env["HEADROOM_REPLAY"] = "off"
     trace = SHIPPED_TRACES / "resnet-50.train.json.gz"
-    assert subprocess_headroom("classify", trace, env=env).returncode == 0  # fills the cache
+    assert subprocess_headroom("targets", trace, env=env).returncode == 0  # fills the cache
     modules = tmp_path / "modules.json"
     code = f"""if True:
         import json, sys
@@ -134,7 +139,10 @@ def test_a_command_on_a_cached_trace_imports_only_what_it_uses(tmp_path, words):
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, env=env, timeout=120)
     code, loaded = json.loads(modules.read_text())
     assert code == 0 and p.stdout.strip(), p.stderr[-2000:]
-    assert "headroom.trace.cache" in loaded and "pandas" in loaded  # it did read the cached trace
+    if words[0] in ("classify", "report"):
+        assert "headroom.report.summary" in loaded and "pandas" not in loaded and "numpy" not in loaded
+    else:
+        assert "headroom.trace.cache" in loaded and "pandas" in loaded  # it did read the cached trace
     # A package's submodules: the loader names polars to lazy_loader, which puts an empty module in its place.
     unwanted = [
         m

@@ -104,6 +104,10 @@ class Reader:
     address: str | None = None
     product: Callable[[Any], Any] | None = None
     results: dict = field(default_factory=dict, repr=False)
+    # `inputs` gives each trace's Summary (headroom/report/summary.py: what classify and report print) instead
+    # of its Analysis, read from the trace's cache entry when one was kept there.
+    summaries: bool = False
+    _summaries: dict = field(default_factory=dict, repr=False)  # id(Analysis) -> (it, its Summary) made this run
 
     def __post_init__(self) -> None:
         from headroom.trace.classify import load_classifier
@@ -146,7 +150,12 @@ class Reader:
 
     def inputs(self, paths: list[Path]) -> Iterator:
         """Like `analyses`, but a directory holding the ranks of one run becomes one RankSet
-        (headroom.trace.rank_set), analysed together; every other trace is an Analysis."""
+        (headroom.trace.rank_set), analysed together; every other trace is an Analysis (with `summaries`,
+        its Summary)."""
+        for item in self._inputs(paths):
+            yield self._summary_of(item) if self.summaries else item
+
+    def _inputs(self, paths: list[Path]) -> Iterator:
         if self.engine != "local" or self.address is not None:
             from headroom.cli.engine import fleet_inputs
 
@@ -154,7 +163,8 @@ class Reader:
             return
         for p in paths:
             if not Path(p).is_dir():
-                yield from self.analyses([p])
+                kept = self._kept_summary(p) if self.summaries else None
+                yield from [kept] if kept is not None else self.analyses([p])
                 continue
             from headroom.cli.trace_inputs import group_ranks, looks_like_ranks  # here: a single trace never needs them
 
@@ -172,6 +182,42 @@ class Reader:
                 yield from group_ranks(p, analyses)
             except UserError as e:
                 self._fail(str(p), e)
+
+    def _kept_summary(self, path: Path) -> Any:
+        """The summary kept for this trace read this way (its notes warned, as a read warns them), or None."""
+        from headroom.cli import replay
+        from headroom.report import summary
+
+        kept = summary.fetch(path, self.read, self._rules, self._policy)
+        if kept is not None:
+            replay.reads(Path(path))
+            for note in kept.notes:
+                warn(f"{kept.source}: {note}")
+        return kept
+
+    def _summary_of(self, item: Any) -> Any:
+        """An Analysis' Summary (kept in its cache entry when it has one); a Summary or a RankSet as it is."""
+        from headroom.report.summary import Summary
+
+        if isinstance(item, Summary):
+            return item
+        from headroom.trace.analysis import Analysis  # (imported by whatever made the item)
+
+        if not isinstance(item, Analysis):
+            return item
+        made = self._summaries.pop(id(item), None)
+        if made is not None:
+            return made[1]
+        return self.per_trace(item) if self.product is not None else self._keep(item)
+
+    def _keep(self, a: Any) -> Any:
+        """`a`'s Summary, kept in its trace's cache entry for a later classify or report."""
+        from headroom.report import summary
+
+        s = summary.of(a)
+        if self.read.graph_source is None:
+            summary.store(s, a, self.read, self._rules, self._policy)
+        return s
 
     def per_trace(self, a: Any) -> Any:
         """`product(a)`: computed by the trace's task where it ran, else now."""
@@ -205,6 +251,10 @@ class Reader:
                             graph_source=self.source_trace(),
                         )
                     _reads_capture(files[done], trace.metadata)
+                    if self.read.use_cache and trace.cache_key is not None and self.read.graph_source is None:
+                        made = self._keep_missing(a)
+                        if made is not None and self.summaries:
+                            self._summaries[id(a)] = (a, made)  # (`a` held: its id is not reused meanwhile)
                     done += 1
                     for note in a.notes + a.warnings:
                         warn(f"{a.source}: {note}")
@@ -215,6 +265,15 @@ class Reader:
             finally:
                 traces.close()
             files = files[done:]
+
+    def _keep_missing(self, a: Any) -> Any:
+        """`a`'s Summary when its trace's entry lacks it (made and kept now, so that a later classify or report
+        prints it without reading the trace), else None."""
+        from headroom.report import summary
+
+        if summary.kept(a.source, self.read, self._rules, self._policy):
+            return None
+        return self._keep(a)
 
     def _fail(self, path: str, e: UserError) -> None:
         from headroom.trace.document import named, source_name

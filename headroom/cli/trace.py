@@ -52,14 +52,15 @@ def classify(
     A directory holding the ranks of one run is analysed together: ranks side by side,
     communication overlapped and exposed, waits and the slowest rank (docs/distributed.md)."""
     from headroom.report.render import make_console, render_analysis, render_kernels
-    from headroom.trace.analysis import Analysis
+    from headroom.report.summary import Summary, classify_body
 
     read = ReadOptions.from_flags(rules, policy, whole_trace, window, lenient, no_cache, graph_source)
-    reader = Reader(read, engine=engine, address=address)
+    reader = Reader(read, engine=engine, address=address, summaries=True)
     console = make_console()
     for a in reader.inputs(traces):
-        if not isinstance(a, Analysis):  # a RankSet: its modules imported only then (a single trace's start)
+        if not isinstance(a, Summary):  # a RankSet: its modules imported only then (a single trace's start)
             from headroom.report.rank_tables import render_rank_set
+            from headroom.report.summary import of
 
             if as_json:
                 emit_json("classify.ranks", a.to_dict(all_kernels=all_kernels))
@@ -67,15 +68,15 @@ def classify(
             render_rank_set(a, console)
             console.print()
             for one in a.analyses if per_rank else []:
-                render_analysis(one, console)
+                render_analysis(of(one).document, console)
                 console.print()
             continue
         if as_json:
-            emit_json("classify", a.to_dict(all_kernels=all_kernels))
+            emit_json("classify", classify_body(a, all_kernels))
             continue
-        render_analysis(a, console)
+        render_analysis(a.document, console)
         if all_kernels:
-            render_kernels(a, console)
+            render_kernels(a.document, console)
         console.print()
     reader.finish()
 
@@ -155,62 +156,81 @@ def report(
 
     A directory of the ranks of one run: one row per rank, with its communication and waits.
     --html FILE: also a page with figures, targets and projections (docs/cli.md)."""
-    from headroom.trace.analysis import Analysis
-
     paths = paths or [Path("traces")]
     _check_page_flags(
         html, bool(speedup or speedups or problems), roofline, peaks, engine != "local" or address is not None
     )
-    entries: list = []
-    entry_warnings: list[str] = []
-    pm = None
-    if html is not None:
-        from headroom.projection.problems import load_problems
-        from headroom.projection.speedups import collect_entries
-
-        _check_page_inputs(html, [*paths, rules, policy, problems, *(speedups or [])], target_speedup, peaks)
-        entries, entry_warnings = collect_entries(speedup or [], speedups or [])
-        pm = load_problems(problems)
     read = ReadOptions.from_flags(rules, policy, whole_trace, window, lenient, no_cache, graph_source)
-    reader = Reader(read, engine=engine, address=address, product=report_row)
-    inputs = list(reader.inputs(paths))
-    analyses = [a for a in inputs if isinstance(a, Analysis)]
-    rank_sets = [rs for rs in inputs if not isinstance(rs, Analysis)]  # RankSets: their modules only then
     if html is not None:
-        from headroom.report.page import html_report
-
-        doc = html_report(
-            analyses, rank_sets, html, entries, entry_warnings, reader.failed, target_speedup, top, pm, roofline, peaks
-        )
-        for p in doc["page"]["projections"]:
-            for w in p["warnings"]:
-                warn(f"{p.get('trace') or p.get('source')}: {w}")
-        if as_json:
-            emit_json("report", doc)
-        else:
-            print(html)
-        reader.finish()
+        _report_page(paths, html, as_json, speedup, speedups, target_speedup, top, roofline, peaks, problems, read)
         return
-    from headroom.report.tables import summary_frame
+    from headroom.report.summary import Summary, report_rows
 
-    local = engine == "local" and address is None
-    df = summary_frame(analyses) if local else summary_of_rows([reader.per_trace(a) for a in analyses])
-    _print_report(analyses, rank_sets, df, reader.failed, as_json)
+    reader = Reader(read, engine=engine, address=address, product=report_summary, summaries=True)
+    inputs = list(reader.inputs(paths))
+    summaries = [s for s in inputs if isinstance(s, Summary)]
+    rank_sets = [rs for rs in inputs if not isinstance(rs, Summary)]  # RankSets: their modules only then
+    _print_report(report_rows(summaries), rank_sets, reader.failed, as_json)
     reader.finish()
 
 
-def _print_report(analyses: list, rank_sets: list, df, failed: list[str], as_json: bool) -> None:
-    """The report's table (`df`, one row per trace) and each directory of ranks' table, or its JSON document."""
-    if as_json:
-        from headroom.report.rank_tables import report_body
+def _report_page(
+    paths: list[Path],
+    html: Path,
+    as_json: bool,
+    speedup: list[str] | None,
+    speedups: list[Path] | None,
+    target_speedup: float,
+    top: int,
+    roofline: bool,
+    peaks: str | None,
+    problems: Path | None,
+    read: ReadOptions,
+) -> None:
+    """`report --html FILE`: the page (with --json, its numbers), from the traces' analyses."""
+    from headroom.projection.problems import load_problems
+    from headroom.projection.speedups import collect_entries
+    from headroom.report.page import html_report
+    from headroom.trace.analysis import Analysis
 
-        emit_json("report", report_body(analyses, rank_sets, failed, frame=df))
+    _check_page_inputs(html, [*paths, read.rules, read.policy, problems, *(speedups or [])], target_speedup, peaks)
+    entries, entry_warnings = collect_entries(speedup or [], speedups or [])
+    pm = load_problems(problems)
+    reader = Reader(read)
+    inputs = list(reader.inputs(paths))
+    analyses = [a for a in inputs if isinstance(a, Analysis)]
+    rank_sets = [rs for rs in inputs if not isinstance(rs, Analysis)]
+    doc = html_report(
+        analyses, rank_sets, html, entries, entry_warnings, reader.failed, target_speedup, top, pm, roofline, peaks
+    )
+    for p in doc["page"]["projections"]:
+        for w in p["warnings"]:
+            warn(f"{p.get('trace') or p.get('source')}: {w}")
+    if as_json:
+        emit_json("report", doc)
+    else:
+        print(html)
+    reader.finish()
+
+
+def _print_report(rows: list[dict], rank_sets: list, failed: list[str], as_json: bool) -> None:
+    """The report's table (`rows`, one per trace: summary.report_rows) and each directory of ranks' table, or
+    its JSON document."""
+    if as_json:
+        from headroom.report.summary import report_document
+
+        records = []
+        if rank_sets:  # (their module imports pandas: a report of single traces does without)
+            from headroom.report.rank_tables import rank_set_record
+
+            records = [rank_set_record(rs) for rs in rank_sets]
+        emit_json("report", report_document(rows, records, failed))
         return
     from headroom.report.render import make_console, render_summary
 
     console = make_console()
-    if analyses:
-        render_summary(df, console)
+    if rows:
+        render_summary(rows, console)
     if rank_sets:
         from headroom.report.rank_tables import rank_summary_frame, render_rank_summary
 
@@ -249,20 +269,11 @@ def _check_page_inputs(html: Path, inputs: list, target_speedup: float, peaks: s
         device_for("", peaks)  # an unknown name is refused
 
 
-def report_row(a):
-    """A trace's row of the report (each trace's task computes it with --engine ray)."""
-    from headroom.report.tables import summary_frame
+def report_summary(a):
+    """A trace's summary, whose row `report` prints (each trace's task makes it with --engine ray)."""
+    from headroom.report.summary import of
 
-    return summary_frame([a])
-
-
-def summary_of_rows(rows: list):
-    """The report's table from its rows (`report_row`): what `summary_frame` gives for all the traces."""
-    import pandas as pd
-
-    from headroom.report.tables import summary_frame
-
-    return pd.concat(rows, ignore_index=True) if rows else summary_frame([])
+    return of(a)
 
 
 def register(app: typer.Typer) -> None:

@@ -226,25 +226,22 @@ def render_sync_targets(rs: RankSet, table: pd.DataFrame, speedup: float, consol
 
 
 def report_body(
-    analyses: Sequence[Analysis],
-    rank_sets: Sequence[RankSet],
-    failed: Sequence[str] = (),
-    frame: pd.DataFrame | None = None,
+    analyses: Sequence[Analysis], rank_sets: Sequence[RankSet], failed: Sequence[str] = ()
 ) -> dict[str, Any]:
-    """The `headroom report --json` document (docs/cli.md, `headroom.report/1`), less its schema key."""
-    rank_tables = [(rs, rank_summary_frame(rs)) for rs in rank_sets]
-    # `frame`: the traces' summary already made (by the tasks of --engine ray), else made here.
+    """The `headroom report --json` document of these analyses (summary.report_document)."""
+    from headroom.report.summary import report_document
+
+    return report_document(
+        summary_records(summary_frame(list(analyses))), [rank_set_record(rs) for rs in rank_sets], failed
+    )
+
+
+def rank_set_record(rs: RankSet) -> dict[str, Any]:
+    """A directory of ranks in the `headroom report --json` document: its step and its ranks' rows."""
     return {
-        "traces": summary_records(frame if frame is not None else summary_frame(list(analyses))),
-        "rank_sets": [
-            {
-                "source": rs.source,
-                "kind": "ranks",
-                "step_us": rs.step_us,
-                "slowest_rank": rs.slowest_rank,
-                "ranks": summary_records(t),
-            }
-            for rs, t in rank_tables
-        ],
-        "failed": list(failed),
+        "source": rs.source,
+        "kind": "ranks",
+        "step_us": rs.step_us,
+        "slowest_rank": rs.slowest_rank,
+        "ranks": summary_records(rank_summary_frame(rs)),
     }

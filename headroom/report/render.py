@@ -9,18 +9,16 @@ import math
 import re
 from typing import TYPE_CHECKING, Any, Literal
 
-import pandas as pd
 from rich.console import Console
 from rich.markup import escape as rich_escape
 from rich.table import Table
 from rich.text import Text
 
-from headroom.trace.analysis import MODE_CPU
+from headroom.trace.analysis_terms import MODE_CPU, partial_layers, run_label, steps_phrase
 
 if TYPE_CHECKING:  # annotations only: printing an analysis imports no profiler or projector
     from headroom.profile.result import ProfileResult
     from headroom.profile.workload import WorkloadSpec
-    from headroom.trace.analysis import Analysis
 
 # A column's alignment (rich's JustifyMethod).
 Justify = Literal["left", "right"]
@@ -117,25 +115,17 @@ def _pct(x: float) -> str:
     return f"{100 * x:.1f}%"
 
 
-def steps_phrase(a: Analysis) -> str:
-    if a.basis == "ProfilerStep ranges":
-        return f"{a.num_steps} step(s)"
-    if a.basis == "whole trace":
-        return "the whole trace"
-    return a.basis
-
-
-def render_analysis(a: Analysis, console: Console, top_unknown: int = 10) -> None:
-    """`headroom classify`: milliseconds per step (the whole trace counts as one), totals labelled."""
-    from headroom.trace.analysis_result import partial_layers
-
-    unit = "CPU op self time" if a.mode == MODE_CPU else "GPU time"
-    n = max(a.num_steps, 1)
-    say(console, f"[bold]{esc(a.source)}[/bold]  {esc(a.device_name or '')}", highlight=False)
-    if a.manifest.get("workload"):
-        part = partial_layers(a.manifest)
+def render_analysis(doc: dict[str, Any], console: Console, top_unknown: int = 10) -> None:
+    """`headroom classify`: milliseconds per step (the whole trace counts as one), totals labelled; from the
+    `classify --json` body (headroom/report/summary.py), so the text says what the JSON says."""
+    mode, source, manifest = doc["mode"], doc["trace"], doc.get("manifest") or {}
+    unit = "CPU op self time" if mode == MODE_CPU else "GPU time"
+    n = max(doc["num_steps"], 1)
+    say(console, f"[bold]{esc(source)}[/bold]  {esc(doc['device'] or '')}", highlight=False)
+    if manifest.get("workload"):
+        part = partial_layers(manifest)
         console.print(
-            f"{a.label}"
+            f"{run_label(manifest, source)}"
             + (
                 f": the numbers below are for the {part[0]} profiled blocks "
                 f"(headroom profile extrapolates to {part[1]})"
@@ -144,17 +134,19 @@ def render_analysis(a: Analysis, console: Console, top_unknown: int = 10) -> Non
             ),
             highlight=False,
         )
-    if a.mode == MODE_CPU:
+    if mode == MODE_CPU:
         say(console, "[yellow]no GPU activity in this trace: classified by CPU operator (self time)[/yellow]")
     console.print(
-        f"per step: {_ms(a.step_us)} ms wall   {_ms(a.busy_us / n)} ms busy   idle {_pct(a.idle_fraction)}   "
-        f"{unit} {_ms(a.total_us / n)} ms   ({steps_phrase(a)}; total wall {_ms(a.wall_us)} ms)",
+        f"per step: {_ms(doc['step_us'])} ms wall   {_ms(doc['busy_us'] / n)} ms busy   "
+        f"idle {_pct(doc['idle_fraction'])}   {unit} {_ms(doc['total_us'] / n)} ms   "
+        f"({steps_phrase(doc['basis'], doc['num_steps'])}; total wall {_ms(doc['wall_us'])} ms)",
         highlight=False,
     )
-    if a.unprofiled_step_us is not None:
-        idle_u = a.unprofiled_idle_fraction
+    unprofiled = doc.get("unprofiled")
+    if unprofiled is not None:
+        idle_u = unprofiled["idle_fraction"]
         console.print(
-            f"without the profiler: {_ms(a.unprofiled_step_us)} ms per step"
+            f"without the profiler: {_ms(unprofiled['step_us'])} ms per step"
             + (f"   implied idle {_pct(idle_u)}" if idle_u is not None else ""),
             highlight=False,
         )
@@ -165,46 +157,49 @@ def render_analysis(a: Analysis, console: Console, top_unknown: int = 10) -> Non
     t.add_column("% of wall", justify="right")
     t.add_column("count/step", justify="right")
     t.add_column("addressable")
-    for r in a.categories.itertuples(index=False):
+    for r in doc["categories"]:
         t.add_row(
-            r.name,
-            _ms(r.us / n),
-            _pct(r.fraction),
-            _pct(r.wall_fraction),
-            count_per_step(r.count / n),
-            Text("yes", style="green") if r.addressable else "no",
+            r["name"],
+            _ms(r["us"] / n),
+            _pct(r["fraction"]),
+            _pct(r["wall_fraction"]),
+            count_per_step(r["count"] / n),
+            Text("yes", style="green") if r["addressable"] else "no",
         )
     console.print(t)
     say(
         console,
-        f"[bold]addressable: {_pct(a.addressable_fraction)}[/bold] of {unit} ({_ms(a.addressable_us / n)} ms/step)",
+        f"[bold]addressable: {_pct(doc['addressable_fraction'])}[/bold] of {unit} "
+        f"({_ms(doc['addressable_us'] / n)} ms/step)",
         highlight=False,
     )
-    unknown = a.unknown_kernels(top_unknown)
-    if len(unknown):
+    unknown = doc["unknown"][:top_unknown]
+    if unknown:
         console.print("unclassified kernels ('other'), by time (ms/step):")
-        for r in unknown.itertuples(index=False):
+        for r in unknown:
             console.print(
-                f"  {_ms(r.us / n):>10}  x{count_per_step(r.count / n):<6} {short_name(r.name, 110)}",
+                f"  {_ms(r['us'] / n):>10}  x{count_per_step(r['count'] / n):<6} {short_name(r['name'], 110)}",
                 markup=False,
                 highlight=False,
             )
 
 
-def render_kernels(a: Analysis, console: Console) -> None:
-    """`headroom classify --all`: every distinct kernel, ms per step, names shortened by structure."""
-    n = max(a.num_steps, 1)
+def render_kernels(doc: dict[str, Any], console: Console) -> None:
+    """`headroom classify --all`: every distinct kernel (the `classify --all --json` body's `kernels`), ms per
+    step, names shortened by structure."""
+    n = max(doc["num_steps"], 1)
     console.print("kernels, by time (ms/step, launches/step, category, op, kernel):", highlight=False)
-    for r in a.kernels.itertuples(index=False):
+    for r in doc["kernels"]:
         console.print(
-            f"  {r.us / n / 1000:>10,.3f}  x{count_per_step(r.count / n):<6} {r.category:<13} {short_name(r.op, 40):<40} "
-            f"{short_name(r.name, 90)}",
+            f"  {r['us'] / n / 1000:>10,.3f}  x{count_per_step(r['count'] / n):<6} {r['category']:<13} "
+            f"{short_name(r['op'], 40):<40} {short_name(r['name'], 90)}",
             markup=False,
             highlight=False,
         )
 
 
-def render_summary(df: pd.DataFrame, console: Console) -> None:
+def render_summary(rows: list[dict[str, Any]], console: Console) -> None:
+    """`headroom report`: one row per trace (summary.report_rows; an unknown number is None)."""
     t = Table(show_edge=False, header_style="bold")
     summary_cols: tuple[tuple[str, Justify], ...] = (
         ("workload", "left"),
@@ -220,21 +215,20 @@ def render_summary(df: pd.DataFrame, console: Console) -> None:
     )
     for col, just in summary_cols:
         t.add_column(col, justify=just, no_wrap=True)
-    for r in df.itertuples(index=False):
-        top = short_name(r.top_addressable_op, 40) if r.top_addressable_op else ""
-        u_ms = "" if math.isnan(r.unprofiled_step_us) else f"{r.unprofiled_step_us / 1000:,.2f}"
-        u_idle = "" if math.isnan(r.unprofiled_idle_fraction) else _pct(r.unprofiled_idle_fraction)
+    for r in rows:
+        top = short_name(r["top_addressable_op"], 40) if r["top_addressable_op"] else ""
+        u_ms, u_idle = r["unprofiled_step_us"], r["unprofiled_idle_fraction"]
         t.add_row(
-            r.workload,
-            r.device or r.mode,
-            f"{r.step_us / 1000:,.2f}",
-            _pct(r.idle_fraction),
-            u_ms,
-            u_idle,
-            _pct(r.gemm_attention_conv_fraction),
-            _pct(r.addressable_fraction),
+            r["workload"],
+            r["device"] or r["mode"],
+            f"{r['step_us'] / 1000:,.2f}",
+            _pct(r["idle_fraction"]),
+            "" if u_ms is None or math.isnan(u_ms) else f"{u_ms / 1000:,.2f}",
+            "" if u_idle is None or math.isnan(u_idle) else _pct(u_idle),
+            _pct(r["gemm_attention_conv_fraction"]),
+            _pct(r["addressable_fraction"]),
             top,
-            _pct(r.top_addressable_op_fraction) if top else "",
+            _pct(r["top_addressable_op_fraction"]) if top else "",
         )
     console.print(t)
 
@@ -253,7 +247,7 @@ def render_profile(result: ProfileResult, console: Console) -> None:
     a = result.analysis
     assert a is not None, "a profile run's result carries its analysis"
     cfg = result.config
-    render_analysis(a, console)
+    render_analysis(a.to_dict(), console)
     unit = "CPU op time" if a.mode == MODE_CPU else "GPU time"
     t, p = result.timed, result.profiled
     console.print()

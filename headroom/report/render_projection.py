@@ -198,7 +198,7 @@ def render_targets(a: Analysis, table: pd.DataFrame, speedup: float, console: Co
     n = max(a.num_steps, 1)
     say(
         console,
-        f"[bold]{esc(a.source)}[/bold]  measured {a.step_us / 1e3:,.3f} ms/step over {steps_phrase(a)}",
+        f"[bold]{esc(a.source)}[/bold]  measured {a.step_us / 1e3:,.3f} ms/step over {steps_phrase(a.basis, a.num_steps)}",
         highlight=False,
     )
     has_replay = "replay_gain" in table.columns

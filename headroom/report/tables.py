@@ -17,81 +17,79 @@ import pandas as pd
 from headroom.errors import UserError
 from headroom.trace.analysis import Analysis
 from headroom.trace.analysis_result import partial_layers, run_name, trace_label
+from headroom.trace.analysis_terms import label_batches
 from headroom.trace.classify import category_group
 
 if TYPE_CHECKING:  # annotations only
     from headroom.projection.project import ProjectResult
 
 
-def summary_frame(analyses: list[Analysis]) -> pd.DataFrame:
-    """One row per trace: the cross-workload table of `headroom report` (times in microseconds per step).
+def summary_frame(analyses: Sequence[Analysis]) -> pd.DataFrame:
+    """One row per trace: the cross-workload table of `headroom report` (times in microseconds per step;
+    `summary_row`), runs of one model at several batch sizes labelled with their batch."""
+    models = [run_name(a.manifest) if a.manifest.get("workload") else "" for a in analyses]
+    df = pd.DataFrame(label_batches([summary_row(a) for a in analyses], models), columns=SUMMARY_COLUMNS)
+    for c in _OPTIONAL_NUMBERS:
+        df[c] = df[c].astype(float)  # (None: NaN)
+    return df
+
+
+# The row's numbers that a trace may lack (null in JSON, NaN in the frame).
+_OPTIONAL_NUMBERS = ("unprofiled_step_us", "unprofiled_idle_fraction")
+
+
+def summary_row(a: Analysis) -> dict[str, Any]:
+    """A trace's row of `headroom report` (SUMMARY_COLUMNS; times in microseconds per step).
 
     A run that built only some of its blocks (`--layers`) is extrapolated to all of them
     (step time, idle, GEMM+attention+conv and addressable shares) and labelled so.
     """
     from headroom.trace.layers import extrapolate_layers
 
-    rows = []
-    for a in analyses:
-        cats = a.categories.set_index("name")["fraction"] if len(a.categories) else pd.Series(dtype=float)
-        core = float(sum(cats.get(c, 0.0) for c in category_group("vendor")))
-        addr_ops = a.ops[a.ops["addressable_us"] > 0].sort_values("addressable_us", ascending=False)
-        top = addr_ops.iloc[0] if len(addr_ops) else None
-        m = a.manifest
-        step_us, idle, addressable = a.step_us, a.idle_fraction, a.addressable_fraction
-        unprof_us = a.unprofiled_step_us if a.unprofiled_step_us is not None else float("nan")
-        unprof_idle = a.unprofiled_idle_fraction if a.unprofiled_idle_fraction is not None else float("nan")
-        part = partial_layers(m)
-        ext = (
-            extrapolate_layers(
-                a, *part, timed_step_ms=a.unprofiled_step_us / 1000 if a.unprofiled_step_us is not None else None
-            )
-            if part
-            else None
-        )
-        if ext is not None:
-            ec = ext.categories.set_index("name")["fraction"]
-            step_us, idle, addressable = ext.step_us_extrapolated, ext.idle_fraction, ext.addressable_fraction
-            core = float(sum(ec.get(c, 0.0) for c in category_group("vendor")))
-            # The unprofiled step of all the blocks: the estimate `headroom profile` prints (the measured
-            # one scaled as the profiled step is). Its idle share is not estimated: the profiler's cost is
-            # CPU time, which need not scale with the blocks as GPU time does.
-            unprof_us = 1000.0 * ext.timed_step_ms_extrapolated if ext.timed_step_ms_extrapolated else float("nan")
-            unprof_idle = float("nan")
-        rows.append(
-            {
-                "workload": trace_label(a, extrapolated=ext is not None),
-                "trace": a.source,
-                "mode": a.mode,
-                "device": a.device_name,
-                "basis": a.basis,
-                "num_steps": a.num_steps,
-                "step_us": step_us,
-                "gpu_us_per_step": a.total_us / max(a.num_steps, 1),
-                "idle_fraction": idle,
-                # Without the profiler (the manifest's timed steps), where recorded: NaN otherwise.
-                "unprofiled_step_us": unprof_us,
-                "unprofiled_idle_fraction": unprof_idle,
-                "gemm_attention_conv_fraction": core,
-                "addressable_fraction": addressable,
-                "top_addressable_op": top["op"] if top is not None else "",
-                "top_addressable_op_fraction": float(top["addressable_us"]) / a.total_us
-                if top is not None and a.total_us
-                else 0.0,
-                "layers": f"{part[0]} of {part[1]}" if part else "",
-                "extrapolated": ext is not None,
-                "dtype": m.get("dtype", ""),
-                "batch": m.get("batch", ""),
-            }
-        )
-    df = pd.DataFrame(rows, columns=SUMMARY_COLUMNS)
-    # Runs of one model at several batch sizes (decode at batch 1 and 32) say their batch.
-    model = pd.Series([run_name(a.manifest) if a.manifest.get("workload") else "" for a in analyses], index=df.index)
-    batches = df["batch"].astype(str).groupby(model).transform("nunique")
-    mixed = ((model != "") & (batches > 1) & (df["batch"] != "")).to_numpy()
-    if mixed.any():
-        df.loc[mixed, "workload"] = [f"{w} bs{b}" for w, b in zip(df.loc[mixed, "workload"], df.loc[mixed, "batch"])]
-    return df
+    cats = a.categories.set_index("name")["fraction"] if len(a.categories) else pd.Series(dtype=float)
+    core = float(sum(cats.get(c, 0.0) for c in category_group("vendor")))
+    addr_ops = a.ops[a.ops["addressable_us"] > 0].sort_values("addressable_us", ascending=False)
+    top = addr_ops.iloc[0] if len(addr_ops) else None
+    m = a.manifest
+    step_us, idle, addressable = a.step_us, a.idle_fraction, a.addressable_fraction
+    unprof_us = a.unprofiled_step_us
+    unprof_idle = a.unprofiled_idle_fraction
+    part = partial_layers(m)
+    timed_ms = a.unprofiled_step_us / 1000 if a.unprofiled_step_us is not None else None
+    ext = extrapolate_layers(a, *part, timed_step_ms=timed_ms) if part else None
+    if ext is not None:
+        ec = ext.categories.set_index("name")["fraction"]
+        step_us, idle, addressable = ext.step_us_extrapolated, ext.idle_fraction, ext.addressable_fraction
+        core = float(sum(ec.get(c, 0.0) for c in category_group("vendor")))
+        # The unprofiled step of all the blocks: the estimate `headroom profile` prints (the measured
+        # one scaled as the profiled step is). Its idle share is not estimated: the profiler's cost is
+        # CPU time, which need not scale with the blocks as GPU time does.
+        unprof_us = 1000.0 * ext.timed_step_ms_extrapolated if ext.timed_step_ms_extrapolated else None
+        unprof_idle = None
+    return {
+        "workload": trace_label(a, extrapolated=ext is not None),
+        "trace": a.source,
+        "mode": a.mode,
+        "device": a.device_name,
+        "basis": a.basis,
+        "num_steps": a.num_steps,
+        "step_us": step_us,
+        "gpu_us_per_step": a.total_us / max(a.num_steps, 1),
+        "idle_fraction": idle,
+        # Without the profiler (the manifest's timed steps), where recorded: None otherwise.
+        "unprofiled_step_us": unprof_us,
+        "unprofiled_idle_fraction": unprof_idle,
+        "gemm_attention_conv_fraction": core,
+        "addressable_fraction": addressable,
+        "top_addressable_op": top["op"] if top is not None else "",
+        "top_addressable_op_fraction": float(top["addressable_us"]) / a.total_us
+        if top is not None and a.total_us
+        else 0.0,
+        "layers": f"{part[0]} of {part[1]}" if part else "",
+        "extrapolated": ext is not None,
+        "dtype": m.get("dtype", ""),
+        "batch": m.get("batch", ""),
+    }
 
 
 SUMMARY_COLUMNS = [

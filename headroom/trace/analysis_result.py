@@ -7,29 +7,23 @@ manifest records, and what tables and figures call it.
 from __future__ import annotations
 
 import math
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
+from headroom.trace.analysis_terms import (  # noqa: F401 - the analysis' words, kept here
+    MODE_CPU,
+    MODE_GPU,
+    STEPS_BASIS,
+    manifest_of,
+    partial_layers,
+    run_label,
+    run_name,
+)
 from headroom.trace.load import Trace
 from headroom.trace.modules import module_calls
-
-MODE_GPU = "gpu"
-
-
-MODE_CPU = "cpu-ops"
-
-
-STEPS_BASIS = "ProfilerStep ranges"  # the only basis a manifest's unprofiled step time is measured on
-
-
-def manifest_of(metadata: dict[str, Any]) -> dict[str, Any]:
-    """The trace's `"headroom"` run manifest: an object, else none (a trace may carry anything there)."""
-    m = metadata.get("headroom") if isinstance(metadata, dict) else None
-    return m if isinstance(m, dict) else {}
 
 
 def manifest_step_us(manifest: dict[str, Any]) -> float | None:
@@ -195,47 +189,6 @@ class Analysis:
         return out
 
 
-_SIZE = re.compile(r"(?<=[-_])\d+(\.\d+)?[kmbt]$", re.IGNORECASE)
-
-
-_LAYERS_TOKEN = re.compile(r"\d+of\d+-layers")
-
-
-def run_name(m: dict[str, Any]) -> str:
-    """The model a run profiled: the workload name with a flavour's size in place of the default's
-    (`llama-7b --flavour 13b` -> `llama-13b`); an `hf:` model by the last part of its hub id or directory, as its
-    trace file is named (`hf:tests/data/hf/llama-3-8b` -> `hf:llama-3-8b`)."""
-    name = str(m.get("workload") or "")
-    if name.startswith("hf:") and name.rstrip("/").count("/"):
-        name = "hf:" + name.rstrip("/").rsplit("/", 1)[1]
-    flavour = str(m.get("flavour") or "")
-    if not flavour or flavour == "default":
-        return name
-    if _SIZE.search(name) and re.fullmatch(r"\d+(\.\d+)?[kmbt]", flavour, re.IGNORECASE):
-        return _SIZE.sub(flavour, name)
-    return f"{name} ({flavour})"
-
-
-def partial_layers(m: dict[str, Any]) -> tuple[int, int] | None:
-    """(built, total) blocks of a `headroom profile --layers` run that built only some of them."""
-    built, total = m.get("layers"), m.get("total_layers")
-    if isinstance(built, int) and isinstance(total, int) and 0 < built < total:
-        return built, total
-    return None
-
-
 def trace_label(a: Analysis, extrapolated: bool = False) -> str:
-    """What tables and figures call a trace: the model and variant its manifest records
-    (`llama-13b infer prefill (4 of 40 layers, extrapolated)`), else the file name."""
-    m = a.manifest
-    if m.get("workload"):
-        variant = " ".join(t for t in str(m.get("variant") or "").split() if not _LAYERS_TOKEN.fullmatch(t))
-        label = f"{run_name(m)}{' ' + variant if variant else ''}"
-        part = partial_layers(m)
-        if part:
-            label += f" ({part[0]} of {part[1]} layers{', extrapolated' if extrapolated else ''})"
-        return label
-    name = Path(a.source).name
-    for suffix in (".json.gz", ".json", ".pt.trace"):
-        name = name.removesuffix(suffix)
-    return name
+    """What tables and figures call a trace (`run_label`)."""
+    return run_label(a.manifest, a.source, extrapolated)

@@ -15,14 +15,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-
-import numpy as np
-import pandas as pd
+from typing import TYPE_CHECKING
 
 from headroom.datafiles import read_toml, shipped
 from headroom.errors import UserError, did_you_mean, unknown_name
 from headroom.regex import Pattern, compile_user_regex
-from headroom.trace.codes import factorized
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 OTHER = "other"
 _FIELDS = ("kernel", "op", "annotation", "module")
@@ -243,6 +243,13 @@ def classify_one(
 
 def classify_kernels(events: pd.DataFrame, rules: list[Rule], policy: Policy) -> pd.DataFrame:
     """Add `category` and `addressable` columns to attributed events."""
+    # numpy and pandas here: loading the rules (a command's first step) imports neither, so a command that
+    # prints a cached summary (headroom/report/summary.py) starts without them.
+    import numpy as np
+    import pandas as pd
+
+    from headroom.trace.codes import factorized
+
     cols = ["kind", "name", "op", "top_op", "annotation", "module"]
     out = events.copy(deep=False)  # copy-on-write: the new columns are out's alone, no data copied
     if len(out) == 0:

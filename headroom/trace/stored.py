@@ -12,7 +12,7 @@ import hashlib
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from headroom.trace import cache
+from headroom.trace.cache_key import code_version
 
 if TYPE_CHECKING:
     from headroom.trace.tables import Trace
@@ -32,7 +32,7 @@ _CODE = (
     "accounting.py",
     "stored.py",
 )
-_VERSION = cache.code_version(
+_VERSION = code_version(
     *(_HERE / n for n in _CODE), *(_HERE.parent / "data" / n for n in ("phases.toml", "compiled.toml"))
 )
 
@@ -71,6 +71,8 @@ def name_of(rules: list, policy: Any, whole_trace: bool, window: str | None) -> 
 
 def fetch(trace: Trace, name: str) -> dict[str, Any] | None:
     """The stored fields (FIELDS; the KEYS tables without their index), or None."""
+    from headroom.trace import cache  # (numpy and pandas: naming an entry needs neither)
+
     hit = cache.fetch_frames(trace.cache_key, name)
     if hit is None:
         return None
@@ -81,6 +83,8 @@ def fetch(trace: Trace, name: str) -> dict[str, Any] | None:
 
 
 def store(trace: Trace, name: str, fields: dict[str, Any]) -> bool:
+    from headroom.trace import cache
+
     frames = {f: fields[f] for f in FRAMES}
     for f in KEYS:
         frames[f] = frames[f].reset_index(drop=True)

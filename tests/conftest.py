@@ -5,6 +5,7 @@ from __future__ import annotations
 import gzip
 import json
 import os
+import signal
 import subprocess
 from pathlib import Path
 
@@ -25,6 +26,19 @@ SHARED = next(
 )
 HTA_TRACES = SHARED / "hta-traces"
 SHIPPED_TRACES = REPO / "traces"
+
+
+@pytest.fixture(autouse=True)
+def _signal_handlers_restored():
+    """Every test leaves SIGINT's and SIGTERM's handlers as it found them. The command line run in this process
+    (`headroom` below) installs its own, which stayed for the rest of the session: a later HTA test's forked
+    pool worker inherited the Python SIGTERM handler, and a SIGTERM from Pool.terminate that lands just before
+    the worker blocks on the queue's lock is never acted on (the worker waits for ever, and the session with it)."""
+    saved = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    yield
+    for s, handler in saved.items():
+        if handler is not None and signal.getsignal(s) is not handler:  # (None: a handler not set from Python)
+            signal.signal(s, handler)
 
 
 @pytest.fixture

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from headroom.report.report_columns import SUMMARY_COLUMNS
 from headroom.trace.analysis_terms import label_batches
 from headroom.trace.cache_key import Key, code_version, key
 
@@ -135,6 +136,11 @@ def store(s: Summary, a: Analysis, read: ReadOptions, rules: list[Rule], policy:
 
 
 _FIELDS = ("source", "document", "row", "model", "notes")
+# What the commands read of a summary's document (Analysis.to_dict(all_kernels=True)).
+_DOCUMENT_KEYS = frozenset(
+    ("trace", "mode", "basis", "device", "num_steps", "step_us", "total_us", "busy_us", "wall_us", "idle_fraction")
+    + ("addressable_us", "addressable_fraction", "categories", "steps", "unknown", "kernels")
+)
 
 
 def _place(
@@ -165,4 +171,6 @@ def _summary(value: Any) -> Summary:
     texts_ok = isinstance(s.source, str) and isinstance(s.model, str) and all(isinstance(n, str) for n in s.notes)
     if not (texts_ok and isinstance(s.document, dict) and isinstance(s.row, dict) and isinstance(s.notes, list)):
         raise TypeError("not a summary")
+    if not _DOCUMENT_KEYS <= set(s.document) or set(s.row) != set(SUMMARY_COLUMNS):
+        raise KeyError("not a summary")
     return s

@@ -15,6 +15,7 @@ import numpy as np
 import pandas as pd
 
 from headroom.errors import UserError
+from headroom.report.report_columns import SUMMARY_COLUMNS
 from headroom.trace.analysis import Analysis
 from headroom.trace.analysis_result import partial_layers, run_name, trace_label
 from headroom.trace.analysis_terms import label_batches
@@ -90,29 +91,6 @@ def summary_row(a: Analysis) -> dict[str, Any]:
         "dtype": m.get("dtype", ""),
         "batch": m.get("batch", ""),
     }
-
-
-SUMMARY_COLUMNS = [
-    "workload",
-    "trace",
-    "mode",
-    "device",
-    "basis",
-    "num_steps",
-    "step_us",
-    "gpu_us_per_step",
-    "idle_fraction",
-    "unprofiled_step_us",
-    "unprofiled_idle_fraction",
-    "gemm_attention_conv_fraction",
-    "addressable_fraction",
-    "top_addressable_op",
-    "top_addressable_op_fraction",
-    "layers",
-    "extrapolated",
-    "dtype",
-    "batch",
-]
 
 
 def summary_records(df: pd.DataFrame) -> list[dict[str, Any]]:

@@ -1,6 +1,6 @@
 """What a run is called (headroom/trace/analysis_terms.py)."""
 
-from headroom.trace.analysis_terms import label_batches, run_label
+from headroom.trace.analysis_terms import label_batches, run_label, run_model
 
 
 def test_runs_of_one_model_at_several_batch_sizes_say_their_batch():
@@ -34,3 +34,8 @@ def test_a_run_is_called_by_its_manifest_else_by_its_file():
     assert run_label(m, "x.json", extrapolated=True) == "llama-13b infer decode (4 of 40 layers, extrapolated)"
     assert run_label({}, "runs/rank0.pt.trace.json.gz") == "rank0"
     assert run_label({}, "runs/rank0.json") == "rank0"
+
+
+def test_a_run_without_a_workload_names_no_model():
+    assert run_model({"workload": "llama-7b", "flavour": "13b"}) == "llama-13b"
+    assert run_model({"batch": 8}) == ""

@@ -215,8 +215,7 @@ class Reader:
         from headroom.report import summary
 
         s = summary.of(a)
-        if self.read.graph_source is None:
-            summary.store(s, a, self.read, self._rules, self._policy)
+        summary.store(s, a, self.read, self._rules, self._policy)  # (not with --no-cache or --graph-source)
         return s
 
     def per_trace(self, a: Any) -> Any:
@@ -251,7 +250,7 @@ class Reader:
                             graph_source=self.source_trace(),
                         )
                     _reads_capture(files[done], trace.metadata)
-                    if self.read.use_cache and trace.cache_key is not None and self.read.graph_source is None:
+                    if trace.cache_key is not None:  # (summary.py keeps none without a cache entry)
                         made = self._keep_missing(a)
                         if made is not None and self.summaries:
                             self._summaries[id(a)] = (a, made)  # (`a` held: its id is not reused meanwhile)

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from headroom.report.report_columns import SUMMARY_COLUMNS
-from headroom.trace.analysis_terms import label_batches
+from headroom.trace.analysis_terms import label_batches, run_model
 from headroom.trace.cache_key import Key, code_version, key
 
 if TYPE_CHECKING:
@@ -62,13 +62,12 @@ def of(a: Analysis) -> Summary:
     writer's text, NaN as null: the first command prints what the later ones will)."""
     from headroom.jsonio import dumps
     from headroom.report.tables import summary_row
-    from headroom.trace.analysis_result import run_name
 
     made = {
         "source": a.source,
         "document": a.to_dict(all_kernels=True),
         "row": summary_row(a),
-        "model": run_name(a.manifest) if a.manifest.get("workload") else "",
+        "model": run_model(a.manifest),
         "notes": [*a.notes, *a.warnings],
     }
     return _summary(json.loads(dumps(made)))

@@ -17,8 +17,8 @@ import pandas as pd
 from headroom.errors import UserError
 from headroom.report.report_columns import SUMMARY_COLUMNS
 from headroom.trace.analysis import Analysis
-from headroom.trace.analysis_result import partial_layers, run_name, trace_label
-from headroom.trace.analysis_terms import label_batches
+from headroom.trace.analysis_result import partial_layers, trace_label
+from headroom.trace.analysis_terms import label_batches, run_model
 from headroom.trace.classify import category_group
 
 if TYPE_CHECKING:  # annotations only
@@ -28,7 +28,7 @@ if TYPE_CHECKING:  # annotations only
 def summary_frame(analyses: Sequence[Analysis]) -> pd.DataFrame:
     """One row per trace: the cross-workload table of `headroom report` (times in microseconds per step;
     `summary_row`), runs of one model at several batch sizes labelled with their batch."""
-    models = [run_name(a.manifest) if a.manifest.get("workload") else "" for a in analyses]
+    models = [run_model(a.manifest) for a in analyses]
     df = pd.DataFrame(label_batches([summary_row(a) for a in analyses], models), columns=SUMMARY_COLUMNS)
     for c in _OPTIONAL_NUMBERS:
         df[c] = df[c].astype(float)  # (None: NaN)

@@ -40,6 +40,12 @@ def run_name(m: dict[str, Any]) -> str:
     return f"{name} ({flavour})"
 
 
+def run_model(m: dict[str, Any]) -> str:
+    """The model a run's manifest names (`run_name`), "" for a trace without one (`report` labels the runs of
+    one model at several batch sizes with their batch: `label_batches`)."""
+    return run_name(m) if m.get("workload") else ""
+
+
 def partial_layers(m: dict[str, Any]) -> tuple[int, int] | None:
     """(built, total) blocks of a `headroom profile --layers` run that built only some of them."""
     built, total = m.get("layers"), m.get("total_layers")
